@@ -1,0 +1,822 @@
+"""The broker core: requests and ZooKeeper results in, effects out.
+
+``Broker`` never touches a socket, a clock or ZooKeeper itself. The shell (``runtime/``) or the
+simulator (``sim/``) feeds it events with the current time and carries out the effects it
+returns (:mod:`strandline.broker.effects`). Each API has one handler method; every transition
+runs to completion without awaiting, so no locks are needed.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.config import BrokerConfig, ConfigError, parse_topic_configs
+from strandline.broker.delayed import DelayedOperation, Purgatory
+from strandline.broker.effects import Close, Log, Send, ZkRequest
+from strandline.broker.metadata import MetadataCache, TopicMetadata, topic_name_error
+from strandline.broker.validation import validate_produce_records
+from strandline.controller import zk_layout
+from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas
+from strandline.coordination.store import ZkError
+from strandline.log.manager import LogManager
+from strandline.protocol import api
+from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.frames import ProtocolError
+from strandline.replication.partition import LeaderAndIsr, Partition
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2
+PRODUCER_ID_BLOCK_SIZE = 1000
+_SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+def _ms(value: Any) -> int:
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+@dataclass
+class Scheduled:
+    name: str
+    interval_ms: int
+    next_ms: int
+
+
+class Broker:
+    """One broker's core state machine."""
+
+    def __init__(self, config: BrokerConfig, log_manager: LogManager, *, rng: Any,
+                 new_uuid: Callable[[], uuid.UUID] = uuid.uuid4, now_ms: int = 0) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.logs = log_manager
+        self.rng = rng
+        self.new_uuid = new_uuid
+        self.metadata = MetadataCache()
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.produce_purgatory = Purgatory()
+        self.fetch_purgatory = Purgatory()
+        self.controller_epoch = 0
+        self._next_token = 1
+        self._zk_callbacks: dict[int, Callable[[list, int], list]] = {}
+        self._creating: dict[str, list[Callable[[ErrorCode, str | None, int], list]]] = {}
+        self._producer_ids: tuple[int, int] = (0, 0)  # next id, end (exclusive) of our block
+        self._producer_id_waiters: list[Callable[[int, int], list]] = []
+        self._producer_id_fetching = False
+        v = config.values
+        self.scheduled = [
+            Scheduled("highwatermark-checkpoint", v["replica.high.watermark.checkpoint.interval.ms"], now_ms),
+            Scheduled("recovery-point-checkpoint", v["log.flush.offset.checkpoint.interval.ms"], now_ms),
+            Scheduled("log-start-offset-checkpoint", v["log.flush.start.offset.checkpoint.interval.ms"], now_ms),
+            Scheduled("log-retention", v["log.retention.check.interval.ms"], now_ms),
+            Scheduled("log-flush", min(v["log.flush.scheduler.interval.ms"], 1 << 62), now_ms),
+        ]
+        for task in self.scheduled:
+            task.next_ms = now_ms + task.interval_ms
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def load_metadata(self, cluster_id: str | None, brokers: dict, topics: dict[str, TopicMetadata],
+                      controller_id: int, controller_epoch: int, now_ms: int) -> list:
+        """Install the cluster state read from ZooKeeper at start-up; open our replicas' logs."""
+        self.metadata.cluster_id = cluster_id
+        self.metadata.brokers = dict(brokers)
+        self.metadata.controller_id = controller_id
+        self.controller_epoch = controller_epoch
+        self.metadata.topics = dict(topics)
+        effects: list = []
+        for topic in topics.values():
+            effects.extend(self._become_replicas(topic, now_ms))
+        for (name, index) in list(self.logs.logs):
+            topic = topics.get(name)
+            if topic is None or index not in topic.assignment or self.broker_id not in topic.assignment[index]:
+                self.logs.delete_log(name, index)
+                effects.append(Log("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
+        return effects
+
+    def _become_replicas(self, topic: TopicMetadata, now_ms: int) -> list:
+        effects: list = []
+        log_config = self.config.log_config(topic.configs)
+        hws = None
+        for index, replicas in sorted(topic.assignment.items()):
+            if self.broker_id not in replicas:
+                continue
+            key = (topic.name, index)
+            partition = self.partitions.get(key)
+            if partition is None:
+                log = self.logs.get_or_create_log(topic.name, index, log_config, now_ms)
+                if hws is None:
+                    hws = self.logs.read_high_watermarks()
+                partition = Partition(topic.name, index, self.broker_id, log)
+                partition.high_watermark = min(max(hws.get(key, 0), log.log_start_offset), log.log_end_offset)
+                partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
+                partition.rebuild_producer_state()
+                self.partitions[key] = partition
+            state = topic.states.get(index)
+            if state is None:
+                continue
+            if state.leader == self.broker_id:
+                partition.make_leader(state, replicas, now_ms)
+            else:
+                partition.make_follower(state, replicas)
+        return effects
+
+    def shutdown(self) -> None:
+        """Clean shutdown: checkpoint high watermarks, flush logs, write the clean-shutdown marker."""
+        self._checkpoint_high_watermarks()
+        self.logs.shutdown()
+
+    # ------------------------------------------------------------------ timers
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [t.next_ms for t in self.scheduled]
+        for purgatory in (self.produce_purgatory, self.fetch_purgatory):
+            d = purgatory.next_deadline()
+            if d is not None:
+                deadlines.append(d)
+        return min(deadlines) if deadlines else None
+
+    def tick(self, now_ms: int) -> list:
+        effects: list = []
+        effects.extend(self.produce_purgatory.expire(now_ms))
+        effects.extend(self.fetch_purgatory.expire(now_ms))
+        for task in self.scheduled:
+            if task.next_ms <= now_ms:
+                task.next_ms = now_ms + task.interval_ms
+                effects.extend(self._run_task(task.name, now_ms))
+        return effects
+
+    def _run_task(self, name: str, now_ms: int) -> list:
+        if name == "highwatermark-checkpoint":
+            self._checkpoint_high_watermarks()
+        elif name == "recovery-point-checkpoint":
+            self.logs.checkpoint_recovery_points()
+        elif name == "log-start-offset-checkpoint":
+            self.logs.checkpoint_log_start_offsets()
+        elif name == "log-retention":
+            deleted = self.logs.cleanup(now_ms)
+            if deleted:
+                return [Log("info", f"Retention deleted {deleted} log segment(s)")]
+        elif name == "log-flush":
+            self.logs.flush_dirty(now_ms)
+        return []
+
+    def _checkpoint_high_watermarks(self) -> None:
+        self.logs.write_high_watermarks({key: p.high_watermark for key, p in self.partitions.items()})
+
+    def connection_closed(self, conn_id: int) -> None:
+        self.produce_purgatory.cancel_connection(conn_id)
+        self.fetch_purgatory.cancel_connection(conn_id)
+
+    # ------------------------------------------------------------------ ZooKeeper plumbing
+
+    def _zk(self, ops: list, callback: Callable[[list, int], list], transaction: bool = False) -> ZkRequest:
+        token = self._next_token
+        self._next_token += 1
+        self._zk_callbacks[token] = callback
+        return ZkRequest(token, ops, transaction)
+
+    def on_zk_result(self, token: int, results: list, now_ms: int) -> list:
+        callback = self._zk_callbacks.pop(token, None)
+        if callback is None:
+            return []
+        return callback(results, now_ms)
+
+    # ------------------------------------------------------------------ requests
+
+    def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
+        """Decode and answer one request frame of connection ``conn_id``."""
+        try:
+            header, request = api.decode_request(frame)
+        except api.UnsupportedApiVersions as exc:
+            return [Send(conn_id, [api.api_versions_fallback(exc.correlation_id)])]
+        except ProtocolError as exc:
+            return [Close(conn_id, str(exc))]
+        handler = self._handlers.get(header.api_key)
+        if handler is None:
+            return [Close(conn_id, f"API key {header.api_key} is not handled")]
+        return handler(self, conn_id, header, request, now_ms)
+
+    def _respond(self, conn_id: int, header: RequestHeader, body: Any) -> Send:
+        return Send(conn_id, [api.encode_response(header, body)])
+
+    # -- ApiVersions
+
+    def _api_versions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        body = api.api_versions_body()
+        name = getattr(request, "client_software_name", None)
+        version = getattr(request, "client_software_version", None)
+        if header.api_version >= 3 and not (_valid_software_field(name) and _valid_software_field(version)):
+            body["error_code"] = ErrorCode.invalid_request
+        return [self._respond(conn_id, header, body)]
+
+    # -- Metadata
+
+    def _metadata(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        requested = request.topics
+        if requested is not None and header.api_version == 0 and len(requested) == 0:
+            requested = None
+        names = None if requested is None else [t.name for t in requested]
+        allow_auto = getattr(request, "allow_auto_topic_creation", True) and \
+            self.config["auto.create.topics.enable"]
+        missing = [n for n in (names or ()) if n not in self.metadata.topics and topic_name_error(n) is None]
+        if missing and allow_auto:
+            pending = set(missing)
+            effects: list = []
+
+            def created(name: str) -> Callable[[ErrorCode, str | None, int], list]:
+                def done(error: ErrorCode, message: str | None, when_ms: int) -> list:
+                    pending.discard(name)
+                    if pending:
+                        return []
+                    return [self._respond(conn_id, header, self._metadata_body(names, header))]
+                return done
+
+            for name in missing:
+                effects.extend(self._auto_create(name, created(name), now_ms))
+            return effects
+        return [self._respond(conn_id, header, self._metadata_body(names, header))]
+
+    def _metadata_body(self, names: list[str] | None, header: RequestHeader) -> dict:
+        md = self.metadata
+        brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+                   for b in md.brokers.values()]
+        topics = []
+        for name in (sorted(md.topics) if names is None else names):
+            topic = md.topics.get(name)
+            if topic is None:
+                invalid = topic_name_error(name)
+                topics.append({"error_code": ErrorCode.invalid_topic_exception if invalid
+                               else ErrorCode.unknown_topic_or_partition,
+                               "name": name, "topic_id": uuid.UUID(int=0), "partitions": []})
+                continue
+            partitions = []
+            for index in sorted(topic.assignment):
+                replicas = list(topic.assignment[index])
+                state = topic.states.get(index)
+                leader = state.leader if state else -1
+                error = ErrorCode.none if leader >= 0 and leader in md.brokers else ErrorCode.leader_not_available
+                partitions.append({
+                    "error_code": error, "partition_index": index, "leader_id": leader,
+                    "leader_epoch": state.leader_epoch if state else -1,
+                    "replica_nodes": replicas, "isr_nodes": list(state.isr) if state else [],
+                    "offline_replicas": [r for r in replicas if r not in md.brokers],
+                })
+            topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": topic.topic_id,
+                           "is_internal": False, "partitions": partitions,
+                           "topic_authorized_operations": -2147483648})
+        return {"brokers": brokers, "cluster_id": md.cluster_id, "controller_id": md.controller_id,
+                "topics": topics, "cluster_authorized_operations": -2147483648}
+
+    # -- Produce
+
+    def _produce(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        acks = request.acks
+        if request.transactional_id is not None:
+            code = ErrorCode.transactional_id_authorization_failed
+            return self._produce_all_failed(conn_id, header, request, code)
+        if acks not in (-1, 0, 1):
+            return self._produce_all_failed(conn_id, header, request, ErrorCode.invalid_required_acks)
+        results: dict[tuple[str, int], list] = {}
+        waiting: dict[tuple[str, int], int] = {}
+        appended: list[tuple[str, int]] = []
+        effects: list = []
+        any_error = False
+        for topic_data in request.topic_data:
+            name = topic_data.name
+            topic = self.metadata.topics.get(name)
+            for pdata in topic_data.partition_data:
+                key = (name, pdata.index)
+                partition = self.partitions.get(key)
+                if topic is None or pdata.index not in topic.assignment:
+                    results[key] = [ErrorCode.unknown_topic_or_partition, -1, -1, -1, None]
+                    if topic is None and topic_name_error(name) is None and self.config["auto.create.topics.enable"]:
+                        effects.extend(self._auto_create(name, lambda e, m, t: [], now_ms))
+                    any_error = True
+                    continue
+                if partition is None or not partition.is_leader:
+                    results[key] = [ErrorCode.not_leader_or_follower, -1, -1, -1, None]
+                    any_error = True
+                    continue
+                log_config = partition.log.config
+                checked = validate_produce_records(pdata.records, log_config.max_message_bytes)
+                if checked.error is not ErrorCode.none:
+                    results[key] = [checked.error, -1, -1, partition.log_start_offset, checked.message]
+                    any_error = True
+                    continue
+                min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
+                outcome = partition.append_records_to_leader(
+                    bytearray(pdata.records), checked.header, acks, min_isr, now_ms)
+                if outcome.error is not ErrorCode.none:
+                    results[key] = [outcome.error, -1, -1, partition.log_start_offset, outcome.message]
+                    any_error = True
+                    continue
+                if self.config.topic_value(topic.configs, "flush.on.ack"):
+                    partition.log.flush()
+                results[key] = [ErrorCode.none, outcome.base_offset, outcome.log_append_time,
+                                partition.log_start_offset, None]
+                appended.append(key)
+                if acks == -1:
+                    waiting[key] = outcome.last_offset + 1
+        effects.extend(self.fetch_purgatory.check_keys(appended, now_ms))
+        if acks == 0:
+            if any_error:
+                return effects + [Close(conn_id, "acks=0 produce failed")]
+            return effects + [Send(conn_id, [])]
+
+        def respond() -> Send:
+            return Send(conn_id, [self._encode_produce(header, request, results)])
+
+        if not waiting or all(self.partitions[k].high_watermark >= off for k, off in waiting.items()):
+            return effects + [respond()]
+
+        timeout_ms = _ms(request.timeout)
+
+        def try_complete(when_ms: int, expired: bool) -> list | None:
+            for key, required in list(waiting.items()):
+                partition = self.partitions.get(key)
+                if partition is None or not partition.is_leader:
+                    results[key][0] = ErrorCode.not_leader_or_follower
+                    del waiting[key]
+                elif partition.high_watermark >= required:
+                    topic = self.metadata.topics.get(key[0])
+                    min_isr = self.config.topic_value(topic.configs if topic else {}, "min.insync.replicas")
+                    if len(partition.isr) < min_isr:
+                        results[key][0] = ErrorCode.not_enough_replicas_after_append
+                    del waiting[key]
+            if waiting and not expired:
+                return None
+            for key in waiting:
+                results[key][0] = ErrorCode.request_timed_out
+            return [respond()]
+
+        self.produce_purgatory.watch(DelayedOperation(conn_id, now_ms + timeout_ms, tuple(waiting), try_complete))
+        return effects
+
+    def _produce_all_failed(self, conn_id: int, header: RequestHeader, request: Any, code: ErrorCode) -> list:
+        if request.acks == 0:
+            return [Close(conn_id, f"acks=0 produce failed with {code.name}")]
+        results = {(t.name, p.index): [code, -1, -1, -1, None]
+                   for t in request.topic_data for p in t.partition_data}
+        return [Send(conn_id, [self._encode_produce(header, request, results)])]
+
+    def _encode_produce(self, header: RequestHeader, request: Any, results: dict) -> bytes:
+        topics = []
+        for topic_data in request.topic_data:
+            parts = []
+            for pdata in topic_data.partition_data:
+                error, base, append_time, lso, message = results[(topic_data.name, pdata.index)]
+                parts.append({"index": pdata.index, "error_code": error, "base_offset": base,
+                              "log_append_time": append_time, "log_start_offset": lso,
+                              "record_errors": [], "error_message": message})
+            topics.append({"name": topic_data.name, "partition_responses": parts})
+        return api.encode_response(header, {"responses": topics, "throttle_time": 0})
+
+    # -- Fetch
+
+    def _fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        replica_id = request.replica_id
+        committed_only = replica_id < 0
+        max_wait_ms = _ms(request.max_wait)
+        min_bytes = request.min_bytes
+        max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+        isolation = getattr(request, "isolation_level", 0)
+        wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
+
+        def read_all() -> tuple[list, int, bool]:
+            topics: list = []
+            total = 0
+            errors = False
+            budget = max_bytes
+            by_topic: dict[str, list] = {}
+            order: list[str] = []
+            for name, p in wanted:
+                partition = self.partitions.get((name, p.partition))
+                entry = {"partition_index": p.partition, "error_code": ErrorCode.none, "high_watermark": -1,
+                         "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None if isolation == 0 else [],
+                         "preferred_read_replica": -1, "records": b""}
+                if partition is None:
+                    topic = self.metadata.topics.get(name)
+                    entry["error_code"] = (ErrorCode.unknown_topic_or_partition
+                                           if topic is None or p.partition not in topic.assignment
+                                           else ErrorCode.not_leader_or_follower)
+                    errors = True
+                else:
+                    result = partition.read_records(
+                        p.fetch_offset, min(p.partition_max_bytes, budget),
+                        getattr(p, "current_leader_epoch", -1),
+                        committed_only=committed_only, min_one_batch=total == 0)
+                    entry["error_code"] = result.error
+                    if result.error is not ErrorCode.none and result.error is not ErrorCode.offset_out_of_range:
+                        errors = True
+                    elif result.error is ErrorCode.offset_out_of_range:
+                        errors = True
+                    entry["high_watermark"] = result.high_watermark
+                    entry["last_stable_offset"] = result.high_watermark
+                    entry["log_start_offset"] = result.log_start_offset
+                    entry["records"] = result.records
+                    total += len(result.records)
+                    budget = max(0, budget - len(result.records))
+                if name not in by_topic:
+                    by_topic[name] = []
+                    order.append(name)
+                by_topic[name].append(entry)
+            topics = [{"topic": name, "partitions": by_topic[name]} for name in order]
+            return topics, total, errors
+
+        topics, total, errors = read_all()
+        if max_wait_ms <= 0 or total >= min_bytes or errors or not wanted:
+            return [self._fetch_response(conn_id, header, topics)]
+
+        def try_complete(when_ms: int, expired: bool) -> list | None:
+            topics, total, errors = read_all()
+            if expired or total >= min_bytes or errors:
+                return [self._fetch_response(conn_id, header, topics)]
+            return None
+
+        keys = tuple((name, p.partition) for name, p in wanted)
+        self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms, keys, try_complete))
+        return []
+
+    def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list) -> Send:
+        body = {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": topics}
+        if hasattr(api, "encode_fetch_response"):
+            return Send(conn_id, api.encode_fetch_response(header, body))
+        return Send(conn_id, [api.encode_response(header, body)])
+
+    # -- ListOffsets
+
+    def _list_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        replica_id = request.replica_id
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                partition = self.partitions.get((t.name, p.partition_index))
+                entry = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
+                         "timestamp": -1, "offset": -1, "leader_epoch": -1}
+                if partition is None or not partition.is_leader:
+                    topic = self.metadata.topics.get(t.name)
+                    entry["error_code"] = (ErrorCode.unknown_topic_or_partition
+                                           if topic is None or p.partition_index not in topic.assignment
+                                           else ErrorCode.not_leader_or_follower)
+                    parts.append(entry)
+                    continue
+                error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                if error is not ErrorCode.none:
+                    entry["error_code"] = error
+                    parts.append(entry)
+                    continue
+                log = partition.log
+                limit = partition.high_watermark if replica_id == CONSUMER_REPLICA_ID else log.log_end_offset
+                ts = p.timestamp
+                if ts == EARLIEST_TIMESTAMP:
+                    entry["offset"] = log.log_start_offset
+                elif ts == LATEST_TIMESTAMP:
+                    entry["offset"] = limit
+                elif ts == MAX_TIMESTAMP:
+                    best = None
+                    for batch in log.iter_batch_headers(log.log_start_offset):
+                        if batch.base_offset >= limit:
+                            break
+                        if best is None or batch.max_timestamp >= best.max_timestamp:
+                            best = batch
+                    if best is not None:
+                        entry["offset"], entry["timestamp"] = best.last_offset, best.max_timestamp
+                else:
+                    found = log.find_offset_by_timestamp(ts)
+                    if found is not None and found[0] < limit:
+                        entry["offset"], entry["timestamp"] = found
+                if entry["offset"] >= 0:
+                    entry["leader_epoch"] = self._epoch_for_offset(partition, entry["offset"])
+                    if header.api_version == 0:
+                        entry["old_style_offsets"] = [entry["offset"]]
+                parts.append(entry)
+            topics.append({"name": t.name, "partitions": parts})
+        return [self._respond(conn_id, header, {"throttle_time": 0, "topics": topics})]
+
+    def _epoch_for_offset(self, partition: Partition, offset: int) -> int:
+        epoch = -1
+        for entry_epoch, start in partition.log.leader_epoch_cache.epoch_entries():
+            if start <= max(offset - 1, 0) or start == 0:
+                epoch = entry_epoch
+        return epoch
+
+    # -- OffsetForLeaderEpoch
+
+    def _offset_for_leader_epoch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                partition = self.partitions.get((t.topic, p.partition))
+                entry = {"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+                if partition is None or not partition.is_leader:
+                    topic = self.metadata.topics.get(t.topic)
+                    entry["error_code"] = (ErrorCode.unknown_topic_or_partition
+                                           if topic is None or p.partition not in topic.assignment
+                                           else ErrorCode.not_leader_or_follower)
+                else:
+                    error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                    if error is not ErrorCode.none:
+                        entry["error_code"] = error
+                    else:
+                        epoch, end = partition.log.leader_epoch_cache.end_offset_for(
+                            p.leader_epoch, partition.log.log_end_offset)
+                        entry["leader_epoch"], entry["end_offset"] = epoch, end
+                parts.append(entry)
+            topics.append({"topic": t.topic, "partitions": parts})
+        return [self._respond(conn_id, header, {"throttle_time": 0, "topics": topics})]
+
+    # -- CreateTopics
+
+    def _create_topics(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        results: dict[str, dict] = {}
+        order: list[str] = []
+        effects: list = []
+        pending: set[str] = set()
+        validate_only = getattr(request, "validate_only", False)
+        seen: set[str] = set()
+
+        def respond() -> Send:
+            return self._respond(conn_id, header, {"throttle_time": 0, "topics": [results[n] for n in order]})
+
+        for spec in request.topics:
+            name = spec.name
+            order.append(name)
+            result = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none,
+                      "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": []}
+            results[name] = result
+            if name in seen:
+                result["error_code"], result["error_message"] = ErrorCode.invalid_request, "Duplicate topic in request"
+                continue
+            seen.add(name)
+            plan = self._plan_topic(name, spec.num_partitions, spec.replication_factor,
+                                    {a.partition_index: tuple(a.broker_ids) for a in spec.assignments},
+                                    {c.name: c.value for c in spec.configs})
+            if isinstance(plan, tuple):
+                result["error_code"], result["error_message"] = plan
+                continue
+            result["num_partitions"] = plan.num_partitions
+            result["replication_factor"] = len(plan.assignment[0])
+            result["configs"] = [{"name": k, "value": str(v), "read_only": False, "config_source": 1,
+                                  "is_sensitive": False} for k, v in sorted(plan.configs.items())]
+            if validate_only:
+                continue
+            result["topic_id"] = plan.topic_id
+            pending.add(name)
+
+            def finish(error: ErrorCode, message: str | None, when_ms: int, name: str = name) -> list:
+                res = results[name]
+                if error is not ErrorCode.none:
+                    res["error_code"], res["error_message"] = error, message
+                    res["topic_id"] = uuid.UUID(int=0)
+                pending.discard(name)
+                return [] if pending else [respond()]
+
+            effects.extend(self._create_topic(plan, finish, now_ms))
+        if not pending:
+            effects.append(respond())
+        return effects
+
+    def _plan_topic(self, name: str, num_partitions: int, replication_factor: int,
+                    manual: dict[int, tuple[int, ...]], raw_configs: dict[str, str | None]
+                    ) -> TopicMetadata | tuple[ErrorCode, str]:
+        invalid = topic_name_error(name)
+        if invalid:
+            return ErrorCode.invalid_topic_exception, invalid
+        if name in self.metadata.topics or name in self._creating:
+            return ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
+        try:
+            configs = parse_topic_configs(raw_configs)
+        except ConfigError as exc:
+            return ErrorCode.invalid_config, str(exc)
+        live = self.metadata.live_broker_ids()
+        if manual:
+            if num_partitions != -1 or replication_factor != -1:
+                return ErrorCode.invalid_request, "Both replica assignments and partitions/replication factor were set"
+            if sorted(manual) != list(range(len(manual))):
+                return ErrorCode.invalid_replica_assignment, "Partitions must be numbered 0..n-1"
+            sizes = {len(r) for r in manual.values()}
+            if len(sizes) != 1 or any(len(set(r)) != len(r) for r in manual.values()):
+                return ErrorCode.invalid_replica_assignment, "Every partition needs the same number of distinct replicas"
+            unknown = sorted({b for r in manual.values() for b in r} - set(live))
+            if unknown:
+                return ErrorCode.invalid_replica_assignment, f"Unknown broker(s) {unknown} in replica assignment"
+            assignment = {p: tuple(r) for p, r in manual.items()}
+        else:
+            if num_partitions == -1:
+                num_partitions = self.config["num.partitions"]
+            if replication_factor == -1:
+                replication_factor = self.config["default.replication.factor"]
+            if num_partitions <= 0:
+                return ErrorCode.invalid_partitions, f"Number of partitions must be larger than 0, got {num_partitions}"
+            if not live:
+                return ErrorCode.broker_not_available, "No live brokers"
+            try:
+                racks = {b: self.metadata.brokers[b].rack for b in live}
+                n = len(live)
+                raw = assign_replicas(live, num_partitions, replication_factor,
+                                      self.rng.randrange(n), self.rng.randrange(n), racks=racks)
+            except InvalidReplicationFactor as exc:
+                return ErrorCode.invalid_replication_factor, str(exc)
+            assignment = {p: tuple(r) for p, r in raw.items()}
+        if len(next(iter(assignment.values()))) <= 0:
+            return ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0"
+        return TopicMetadata(name, self.new_uuid(), assignment, {}, configs)
+
+    def _create_topic(self, plan: TopicMetadata, done: Callable[[ErrorCode, str | None, int], list],
+                      now_ms: int) -> list:
+        """Write the topic's znodes in one transaction (controller role), then serve it."""
+        live = set(self.metadata.live_broker_ids())
+        for index, replicas in plan.assignment.items():
+            alive = tuple(r for r in replicas if r in live)
+            leader = alive[0] if alive else -1
+            plan.states[index] = LeaderAndIsr(leader, 0, alive, self.controller_epoch, 0)
+        self._creating[plan.name] = [done]
+        ops = zk_layout.create_topic_ops(plan, self.controller_epoch)
+
+        def on_result(results: list, when_ms: int) -> list:
+            waiters = self._creating.pop(plan.name, [])
+            failed = next((r for r in results if r.error is not ZkError.NONE), None)
+            effects: list = []
+            if failed is not None:
+                if failed.error is ZkError.NODE_EXISTS:
+                    error, message = ErrorCode.topic_already_exists, f"Topic '{plan.name}' already exists."
+                else:
+                    error, message = ErrorCode.unknown_server_error, f"ZooKeeper error {failed.error.name}"
+                effects.append(Log("warning", f"Creating topic {plan.name} failed: {message}"))
+            else:
+                self.metadata.topics[plan.name] = plan
+                effects.extend(self._become_replicas(plan, when_ms))
+                effects.append(Log("info", f"Created topic {plan.name} with {plan.num_partitions} partition(s), "
+                                           f"assignment {dict(plan.assignment)}"))
+                error, message = ErrorCode.none, None
+            for waiter in waiters:
+                effects.extend(waiter(error, message, when_ms))
+            return effects
+
+        return [self._zk(ops, on_result, transaction=True)]
+
+    def _auto_create(self, name: str, done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+        if name in self.metadata.topics:
+            return done(ErrorCode.none, None, now_ms)
+        if name in self._creating:
+            self._creating[name].append(done)
+            return []
+        live = self.metadata.live_broker_ids()
+        rf = min(self.config["default.replication.factor"], max(1, len(live)))
+        plan = self._plan_topic(name, self.config["num.partitions"], rf, {}, {})
+        if isinstance(plan, tuple):
+            return done(plan[0], plan[1], now_ms)
+        return self._create_topic(plan, done, now_ms)
+
+    # -- DeleteTopics
+
+    def _delete_topics(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        if header.api_version >= 6:
+            names = [t.name for t in request.topics]
+        else:
+            names = list(request.topic_names)
+        results = {n: {"name": n, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none, "error_message": None}
+                   for n in names}
+        pending: set[str] = set()
+        effects: list = []
+
+        def respond() -> Send:
+            return self._respond(conn_id, header, {"throttle_time": 0, "responses": [results[n] for n in names]})
+
+        for name in dict.fromkeys(names):
+            topic = self.metadata.topics.get(name)
+            if topic is None:
+                results[name]["error_code"] = ErrorCode.unknown_topic_or_partition
+                continue
+            if not self.config["delete.topic.enable"]:
+                results[name]["error_code"] = ErrorCode.topic_deletion_disabled
+                continue
+            results[name]["topic_id"] = topic.topic_id
+            pending.add(name)
+
+            def on_result(res: list, when_ms: int, name: str = name) -> list:
+                out: list = []
+                failed = next((r for r in res if r.error not in (ZkError.NONE, ZkError.NO_NODE)), None)
+                if failed is not None:
+                    results[name]["error_code"] = ErrorCode.unknown_server_error
+                    results[name]["error_message"] = f"ZooKeeper error {failed.error.name}"
+                else:
+                    out.extend(self._drop_topic(name))
+                pending.discard(name)
+                if not pending:
+                    out.append(respond())
+                return out
+
+            effects.append(self._zk(zk_layout.delete_topic_ops(name), on_result))
+        if not pending:
+            effects.append(respond())
+        return effects
+
+    def _drop_topic(self, name: str) -> list:
+        topic = self.metadata.topics.pop(name, None)
+        if topic is None:
+            return []
+        for index in topic.assignment:
+            partition = self.partitions.pop((name, index), None)
+            if partition is not None:
+                self.logs.delete_log(name, index)
+        return [Log("info", f"Deleted topic {name}")]
+
+    # -- InitProducerId
+
+    def _init_producer_id(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        if request.transactional_id is not None:
+            return [self._respond(conn_id, header, {
+                "throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
+                "producer_id": -1, "producer_epoch": -1})]
+        old_pid = getattr(request, "producer_id", -1)
+        old_epoch = getattr(request, "producer_epoch", -1)
+        if old_pid >= 0 and 0 <= old_epoch < 32766:
+            # KIP-360: an idempotent producer bumps its epoch to recover from a sequence error.
+            return [self._respond(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
+                                                    "producer_id": old_pid, "producer_epoch": old_epoch + 1})]
+
+        def answer(pid: int, when_ms: int) -> list:
+            if pid < 0:
+                return [self._respond(conn_id, header, {"throttle_time": 0,
+                                                        "error_code": ErrorCode.coordinator_not_available,
+                                                        "producer_id": -1, "producer_epoch": -1})]
+            return [self._respond(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
+                                                    "producer_id": pid, "producer_epoch": 0})]
+
+        return self._allocate_producer_id(answer, now_ms)
+
+    def _allocate_producer_id(self, callback: Callable[[int, int], list], now_ms: int) -> list:
+        next_id, end = self._producer_ids
+        if next_id < end:
+            self._producer_ids = (next_id + 1, end)
+            return callback(next_id, now_ms)
+        self._producer_id_waiters.append(callback)
+        if self._producer_id_fetching:
+            return []
+        self._producer_id_fetching = True
+        return [self._zk([zk_layout.get_producer_id_block()], self._on_producer_block_read)]
+
+    def _on_producer_block_read(self, results: list, now_ms: int) -> list:
+        result = results[0]
+        if result.error is ZkError.NO_NODE:
+            start, version = 0, -1
+        elif result.error is ZkError.NONE:
+            start, version = zk_layout.next_producer_id_block_start(result.data), result.version
+        else:
+            return self._fail_producer_ids(now_ms)
+        end = start + PRODUCER_ID_BLOCK_SIZE
+        op = zk_layout.claim_producer_id_block(self.broker_id, start, end - 1, version)
+
+        def on_claimed(res: list, when_ms: int) -> list:
+            if res[0].error in (ZkError.BAD_VERSION, ZkError.NODE_EXISTS):
+                return [self._zk([zk_layout.get_producer_id_block()], self._on_producer_block_read)]
+            if res[0].error is not ZkError.NONE:
+                return self._fail_producer_ids(when_ms)
+            self._producer_ids = (start, end)
+            self._producer_id_fetching = False
+            waiters, self._producer_id_waiters = self._producer_id_waiters, []
+            effects: list = []
+            for waiter in waiters:
+                effects.extend(self._allocate_producer_id(waiter, when_ms))
+            return effects
+
+        return [self._zk([op], on_claimed)]
+
+    def _fail_producer_ids(self, now_ms: int) -> list:
+        self._producer_id_fetching = False
+        waiters, self._producer_id_waiters = self._producer_id_waiters, []
+        effects: list = []
+        for waiter in waiters:
+            effects.extend(waiter(-1, now_ms))
+        return effects
+
+    _handlers: dict[int, Callable] = {
+        ApiKey.API_VERSIONS: _api_versions,
+        ApiKey.METADATA: _metadata,
+        ApiKey.PRODUCE: _produce,
+        ApiKey.FETCH: _fetch,
+        ApiKey.LIST_OFFSETS: _list_offsets,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
+        ApiKey.CREATE_TOPICS: _create_topics,
+        ApiKey.DELETE_TOPICS: _delete_topics,
+        ApiKey.INIT_PRODUCER_ID: _init_producer_id,
+    }
+
+
+def _valid_software_field(value: str | None) -> bool:
+    """KIP-511: client software name and version must match ``[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?``."""
+    return bool(value) and _SOFTWARE_FIELD.fullmatch(value) is not None

@@ -1,0 +1,45 @@
+"""What the broker core asks its shell to do. The core returns these; it never does network I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Write ``buffers`` to connection ``conn_id``; this answers that connection's current request.
+
+    An empty ``buffers`` list answers without a response (acks=0): the connection may go on.
+    """
+
+    conn_id: int
+    buffers: Sequence[bytes | bytearray | memoryview] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close connection ``conn_id`` (malformed input, or acks=0 with an error)."""
+
+    conn_id: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ZkRequest:
+    """Run ZooKeeper operations; the result goes to ``Broker.on_zk_result(token, results)``.
+
+    ``transaction`` runs all of ``ops`` atomically (a ZooKeeper multi).
+    """
+
+    token: int
+    ops: Sequence[Any]
+    transaction: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    """A line for the broker's log."""
+
+    level: str
+    message: str

@@ -1,0 +1,52 @@
+"""Append-time validation of produced record batches, without decoding records.
+
+Kafka's LogValidator rules that can be checked from batch headers: magic 2, CRC-32C, a
+complete batch, exactly one batch per partition per request, record count consistent with the
+last offset delta, size within ``max.message.bytes``, no control batches from clients, and a
+sequence number whenever a producer id is set.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from strandline.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, read_header
+
+
+class Validated(NamedTuple):
+    error: ErrorCode
+    header: BatchHeader | None
+    message: str | None = None
+
+
+def validate_produce_records(records, max_message_bytes: int) -> Validated:
+    """Check the records of one partition in a Produce request (v3+: one v2 batch)."""
+    if records is None or len(records) == 0:
+        return Validated(ErrorCode.invalid_record, None, "no record batch")
+    size = len(records)
+    if size < HEADER_SIZE:
+        return Validated(ErrorCode.corrupt_message, None, f"record batch of {size} bytes is shorter than its header")
+    header = read_header(records, 0)
+    if header.magic != 2:
+        return Validated(ErrorCode.invalid_record, None, f"record batch magic {header.magic} is not 2")
+    batch_size = LOG_OVERHEAD + header.batch_length
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or batch_size > size:
+        return Validated(ErrorCode.corrupt_message, None, "record batch length does not match the bytes sent")
+    if batch_size < size:
+        return Validated(ErrorCode.invalid_record, None, "more than one record batch for a partition")
+    if batch_size > max_message_bytes:
+        return Validated(ErrorCode.message_too_large, None,
+                         f"record batch of {batch_size} bytes exceeds max.message.bytes {max_message_bytes}")
+    if not crc_ok(records, 0, header):
+        return Validated(ErrorCode.corrupt_message, None, "record batch CRC-32C mismatch")
+    if header.records_count <= 0 or header.last_offset_delta + 1 != header.records_count:
+        return Validated(ErrorCode.invalid_record, None, "record count does not match the last offset delta")
+    if header.is_control:
+        return Validated(ErrorCode.invalid_record, None, "clients may not produce control batches")
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        return Validated(ErrorCode.invalid_record, None, "producer id set without a base sequence")
+    if header.is_transactional:
+        return Validated(ErrorCode.invalid_record, None, "transactional batches are not supported")
+    return Validated(ErrorCode.none, header)

@@ -1,0 +1,160 @@
+"""A view of record batch v2 (magic 2) headers, without decoding records.
+
+The broker never decodes or re-encodes records: it reads the 61-byte batch header, checks the
+CRC-32C, and stamps the two fields that lie outside the CRC (base offset, partition leader
+epoch). Layout (Kafka's ``DefaultRecordBatch``)::
+
+    0  baseOffset            int64   (outside CRC, set by the leader)
+    8  batchLength           int32   (bytes after this field)
+    12 partitionLeaderEpoch  int32   (outside CRC, set by the leader)
+    16 magic                 int8    (= 2)
+    17 crc                   uint32  (CRC-32C of bytes 21..end)
+    21 attributes            int16
+    23 lastOffsetDelta       int32
+    27 baseTimestamp         int64
+    35 maxTimestamp          int64
+    43 producerId            int64
+    51 producerEpoch         int16
+    53 baseSequence          int32
+    57 recordsCount          int32
+    61 records ...
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator, NamedTuple
+
+import crc32c
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes before batchLength counts
+MAGIC_OFFSET = 16
+CRC_START = 21
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+_LEN_PREFIX = struct.Struct(">qi")
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies in a log or a request."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+
+def read_header(buf, pos: int = 0) -> BatchHeader:
+    """Parse the batch header at ``pos``; the caller ensures 61 bytes are there."""
+    return BatchHeader._make(_HEADER.unpack_from(buf, pos))
+
+
+def peek_size(buf, pos: int = 0) -> int:
+    """Total size of the batch at ``pos`` from its first 12 bytes, or -1 if fewer are there."""
+    if len(buf) - pos < LOG_OVERHEAD:
+        return -1
+    return LOG_OVERHEAD + _LEN_PREFIX.unpack_from(buf, pos)[1]
+
+
+def crc_ok(buf, pos: int, header: BatchHeader) -> bool:
+    """True when the stored CRC-32C matches bytes ``attributes .. end`` of the batch."""
+    end = pos + header.size
+    with memoryview(buf) as view:
+        return crc32c.crc32c(view[pos + CRC_START:end]) == header.crc
+
+
+def compute_crc(buf, pos: int, size: int) -> int:
+    with memoryview(buf) as view:
+        return crc32c.crc32c(view[pos + CRC_START:pos + size])
+
+
+def iter_batches(buf, pos: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` for each complete batch in ``buf[pos:end]``.
+
+    Stops at the first incomplete batch (a partial tail, as a fetch response may carry) or at
+    a header whose length field is impossible. CRCs are not checked here.
+    """
+    if end is None:
+        end = len(buf)
+    while end - pos >= HEADER_SIZE:
+        header = read_header(buf, pos)
+        size = header.size
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
+            return
+        yield pos, header
+        pos += size
+
+
+def stamp(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:
+    """Set base offset and partition leader epoch: both lie outside the CRC."""
+    _OFFSET.pack_into(buf, pos, base_offset)
+    _EPOCH.pack_into(buf, pos + LOG_OVERHEAD, leader_epoch)
+
+
+def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
+    _OFFSET.pack_into(buf, pos, base_offset)
+
+
+_ATTRS = struct.Struct(">h")
+_TS = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+
+
+def set_log_append_time(buf: bytearray, pos: int, header: BatchHeader, now_ms: int) -> None:
+    """Mark a batch LogAppendTime with ``now_ms`` as its max timestamp, then re-compute its CRC."""
+    _ATTRS.pack_into(buf, pos + 21, header.attributes | TIMESTAMP_TYPE_BIT)
+    _TS.pack_into(buf, pos + 35, now_ms)
+    _CRC.pack_into(buf, pos + 17, compute_crc(buf, pos, header.size))

@@ -1,0 +1,195 @@
+"""``Partition``: the one owner of every per-partition replication rule on a broker.
+
+It holds the local log, the leader/follower role with its leader epoch, the assigned replicas
+and the ISR, the high watermark, and the idempotent-producer state. It is pure: it never does
+network I/O or reads a clock (time arrives as ``now_ms``), and expected outcomes are
+``ErrorCode`` values, never exceptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.producer_state import BatchMetadata, ProducerStateManager
+from strandline.log.log import Log
+from strandline.protocol.records import BatchHeader, set_log_append_time
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsr:
+    """A partition's state as the controller records it (``.../partitions/<p>/state``)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int = 0
+    zk_version: int = 0
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """What the leader knows of one follower, from that follower's fetches."""
+
+    broker_id: int
+    log_end_offset: int = -1
+    last_caught_up_time_ms: int = 0
+    last_fetch_leader_log_end_offset: int = 0
+    last_fetch_time_ms: int = 0
+
+
+class LeaderAppend(NamedTuple):
+    error: ErrorCode
+    base_offset: int = -1
+    last_offset: int = -1
+    log_append_time: int = -1
+    message: str | None = None
+
+
+class ReadResult(NamedTuple):
+    error: ErrorCode
+    records: bytes = b""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+
+
+@dataclass
+class Partition:
+    topic: str
+    index: int
+    local_broker_id: int
+    log: Log
+    replicas: tuple[int, ...] = ()
+    leader_id: int = NO_LEADER
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    zk_version: int = 0
+    controller_epoch: int = 0
+    high_watermark: int = 0
+    log_append_time: bool = False
+    remote_replicas: dict[int, ReplicaState] = field(default_factory=dict)
+    producer_state: ProducerStateManager = field(default_factory=ProducerStateManager)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_broker_id
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    # -- role changes -------------------------------------------------------------------
+
+    def make_leader(self, state: LeaderAndIsr, replicas: tuple[int, ...], now_ms: int) -> bool:
+        """Become leader in ``state.leader_epoch``; returns whether this is a new leadership."""
+        was_leader = self.is_leader
+        self.replicas = tuple(replicas)
+        self.leader_id = state.leader
+        self.leader_epoch = state.leader_epoch
+        self.isr = tuple(state.isr)
+        self.zk_version = state.zk_version
+        self.controller_epoch = state.controller_epoch
+        # The new leader records its epoch at its LEO before any write (KAFKA-7415).
+        self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
+        self.remote_replicas = {
+            r: ReplicaState(r, last_caught_up_time_ms=now_ms if r in self.isr else 0)
+            for r in self.replicas if r != self.local_broker_id
+        }
+        self.high_watermark = min(max(self.high_watermark, self.log.log_start_offset), self.log.log_end_offset)
+        self.maybe_increment_high_watermark()
+        return not was_leader
+
+    def make_follower(self, state: LeaderAndIsr, replicas: tuple[int, ...]) -> bool:
+        changed = self.leader_id != state.leader or self.leader_epoch != state.leader_epoch
+        self.replicas = tuple(replicas)
+        self.leader_id = state.leader
+        self.leader_epoch = state.leader_epoch
+        self.isr = tuple(state.isr)
+        self.zk_version = state.zk_version
+        self.controller_epoch = state.controller_epoch
+        self.remote_replicas = {}
+        return changed
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
+        """KIP-320 fencing: -1 skips the check; older is FENCED, newer is UNKNOWN."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return ErrorCode.none
+        if current_leader_epoch < self.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        return ErrorCode.unknown_leader_epoch
+
+    # -- high watermark --------------------------------------------------------------------
+
+    def maybe_increment_high_watermark(self) -> bool:
+        """HW = min LEO over the ISR (the leader's own LEO included); it never moves back."""
+        if not self.is_leader:
+            return False
+        new_hw = self.log.log_end_offset
+        for broker_id in self.isr:
+            if broker_id == self.local_broker_id:
+                continue
+            replica = self.remote_replicas.get(broker_id)
+            leo = replica.log_end_offset if replica is not None else -1
+            new_hw = min(new_hw, max(leo, 0))
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            return True
+        return False
+
+    # -- leader append -------------------------------------------------------------------
+
+    def append_records_to_leader(self, records: bytearray, header: BatchHeader, required_acks: int,
+                                 min_insync_replicas: int, now_ms: int) -> LeaderAppend:
+        """Append one validated batch as leader, with idempotence and min.insync.replicas checks."""
+        if not self.is_leader:
+            return LeaderAppend(ErrorCode.not_leader_or_follower)
+        if required_acks == -1 and len(self.isr) < min_insync_replicas:
+            return LeaderAppend(ErrorCode.not_enough_replicas,
+                                message=f"ISR {list(self.isr)} is smaller than min.insync.replicas {min_insync_replicas}")
+        check = self.producer_state.check(header)
+        if check.error is not ErrorCode.none:
+            return LeaderAppend(check.error)
+        if check.duplicate is not None:
+            dup: BatchMetadata = check.duplicate
+            return LeaderAppend(ErrorCode.none, dup.first_offset, dup.last_offset)
+        append_time = -1
+        if self.log_append_time:
+            set_log_append_time(records, 0, header, now_ms)
+            append_time = now_ms
+        info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+        self.producer_state.update(header, info.first_offset, now_ms)
+        self.maybe_increment_high_watermark()
+        return LeaderAppend(ErrorCode.none, info.first_offset, info.last_offset, append_time)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read_records(self, fetch_offset: int, max_bytes: int, current_leader_epoch: int,
+                     *, committed_only: bool, min_one_batch: bool) -> ReadResult:
+        """Read whole batches for a consumer (below HW) or a follower (below LEO)."""
+        if not self.is_leader:
+            return ReadResult(ErrorCode.not_leader_or_follower)
+        error = self.check_leader_epoch(current_leader_epoch)
+        if error is not ErrorCode.none:
+            return ReadResult(error)
+        log = self.log
+        hw, lso, leo = self.high_watermark, log.log_start_offset, log.log_end_offset
+        if fetch_offset < lso or fetch_offset > leo:
+            return ReadResult(ErrorCode.offset_out_of_range, b"", hw, lso, leo)
+        max_offset = hw if committed_only else leo
+        if fetch_offset >= max_offset or max_bytes <= 0 and not min_one_batch:
+            return ReadResult(ErrorCode.none, b"", hw, lso, leo)
+        data = log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+        return ReadResult(ErrorCode.none, data, hw, lso, leo)
+
+    def rebuild_producer_state(self) -> int:
+        self.producer_state.truncate()
+        return self.producer_state.rebuild(self.log.iter_batch_headers(self.log.log_start_offset))

@@ -1,0 +1,179 @@
+"""The asyncio shell around the broker core: sockets, the clock, timers and ZooKeeper calls.
+
+Each connection answers its requests strictly in order, one at a time, as Kafka does: while a
+request waits in purgatory (acks=all, long-poll fetch) the connection's later requests queue.
+Reading pauses when a connection queues too much or its peer stops reading our responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import Any
+
+from strandline.broker.broker import Broker
+from strandline.broker.effects import Close, Log, Send, ZkRequest
+from strandline.protocol.frames import FrameDecoder, ProtocolError
+
+log = logging.getLogger("strandline.broker")
+
+MAX_QUEUED_FRAMES = 64
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, shell: "BrokerShell", conn_id: int) -> None:
+        self.shell = shell
+        self.conn_id = conn_id
+        self.decoder = FrameDecoder(shell.max_request_bytes)
+        self.queue: collections.deque = collections.deque()
+        self.busy = False
+        self.writable = True
+        self.reading = True
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.shell.connections[self.conn_id] = self
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except ProtocolError as exc:
+            self.close(f"malformed request: {exc}")
+            return
+        if frames:
+            self.queue.extend(frames)
+            if len(self.queue) >= MAX_QUEUED_FRAMES and self.reading and self.transport:
+                self.reading = False
+                self.transport.pause_reading()
+            self.pump()
+
+    def pump(self) -> None:
+        shell = self.shell
+        while not self.busy and self.writable and self.queue and self.transport is not None:
+            frame = self.queue.popleft()
+            self.busy = True
+            shell.apply(shell.broker.handle_request(self.conn_id, frame, now_ms()))
+        if not self.reading and len(self.queue) < MAX_QUEUED_FRAMES // 2 and self.transport is not None:
+            self.reading = True
+            self.transport.resume_reading()
+
+    def send(self, buffers: Any) -> None:
+        if self.transport is None:
+            return
+        if buffers:
+            self.transport.writelines(buffers)
+        self.busy = False
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        self.shell.loop.call_soon(self.pump)
+
+    def close(self, reason: str) -> None:
+        if self.transport is not None:
+            log.info("Closing connection %s from %s: %s", self.conn_id, self.peer, reason)
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.queue.clear()
+        self.shell.connections.pop(self.conn_id, None)
+        self.shell.broker.connection_closed(self.conn_id)
+
+
+class BrokerShell:
+    """Runs one :class:`Broker` core on an asyncio loop."""
+
+    def __init__(self, broker: Broker, store: Any, max_request_bytes: int) -> None:
+        self.broker = broker
+        self.store = store
+        self.max_request_bytes = max_request_bytes
+        self.loop = asyncio.get_running_loop()
+        self.connections: dict[int, Connection] = {}
+        self._next_conn = 1
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self.server: asyncio.base_events.Server | None = None
+
+    def protocol_factory(self) -> Connection:
+        conn = Connection(self, self._next_conn)
+        self._next_conn += 1
+        return conn
+
+    async def listen(self, host: str, port: int) -> None:
+        self.server = await self.loop.create_server(self.protocol_factory, host, port, reuse_address=True,
+                                                    backlog=1024)
+        self.reschedule()
+
+    def apply(self, effects: list) -> None:
+        for effect in effects:
+            if isinstance(effect, Send):
+                conn = self.connections.get(effect.conn_id)
+                if conn is not None:
+                    conn.send(effect.buffers)
+                    if conn.queue:
+                        self.loop.call_soon(conn.pump)
+            elif isinstance(effect, Close):
+                conn = self.connections.get(effect.conn_id)
+                if conn is not None:
+                    conn.close(effect.reason)
+            elif isinstance(effect, ZkRequest):
+                task = self.loop.create_task(self._run_zk(effect))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            elif isinstance(effect, Log):
+                log.log(logging.getLevelName(effect.level.upper()), "%s", effect.message)
+            else:
+                raise TypeError(f"unknown effect {effect!r}")
+        self.reschedule()
+
+    async def _run_zk(self, request: ZkRequest) -> None:
+        ops = list(request.ops)
+        if request.transaction:
+            results = await asyncio.to_thread(self.store.transaction, ops)
+        else:
+            results = await asyncio.to_thread(self.store.execute, ops)
+        self.apply(self.broker.on_zk_result(request.token, results, now_ms()))
+
+    def reschedule(self) -> None:
+        deadline = self.broker.next_deadline_ms()
+        if deadline == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = deadline
+        if deadline is not None:
+            delay = max(0.0, (deadline - now_ms()) / 1000.0)
+            self._timer = self.loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.apply(self.broker.tick(now_ms()))
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.connections.values()):
+            if conn.transport is not None:
+                conn.transport.close()
+        if self.server is not None:
+            await self.server.wait_closed()
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
