@@ -1,0 +1,44 @@
+# Strandline: `make run` starts ZooKeeper and a cluster; `make test` runs the whole suite.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+ARGS   ?=
+
+.PHONY: run test test-unit bench kcat clean
+
+$(VENV)/.python-ok:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Strandline needs Python 3.11 or newer; found " + sys.version.split()[0])'
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@touch $@
+
+$(VENV)/.installed: $(VENV)/.python-ok pyproject.toml
+	$(BIN)/python -m pip install -q -e .
+	@touch $@
+
+$(VENV)/.test-installed: $(VENV)/.installed pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $@
+
+run: $(VENV)/.installed
+	$(BIN)/strandline up $(ARGS)
+
+# Debian's kcat for the kcat tests; skipped (and those tests skip) where it cannot be installed.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+	  { $$SUDO apt-get install -y -q kcat >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q kcat >/dev/null 2>&1; }; } \
+	  || echo "kcat could not be installed; the kcat tests will be skipped"; }
+
+test: $(VENV)/.test-installed kcat
+	$(BIN)/python -m pytest -q -rs
+
+test-unit: $(VENV)/.test-installed
+	$(BIN)/python -m pytest -q tests/unit
+
+bench: $(VENV)/.test-installed
+	$(BIN)/python benchmarks/produce_consume.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

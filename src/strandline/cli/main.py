@@ -1,0 +1,106 @@
+"""The ``strandline`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from strandline.broker.config import ConfigError, load_broker_config
+from strandline.errors import StrandlineError
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from None
+
+
+def cmd_zookeeper(args: argparse.Namespace) -> int:
+    from strandline.runtime.zookeeper import main_zookeeper
+
+    return main_zookeeper(args.data_dir, args.port) or 0
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from strandline.runtime.broker_main import run_broker
+
+    config = load_broker_config(args.config, args.override or [], reader=_read_text)
+    return run_broker(config)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from strandline.broker.config import parse_override, BROKER_KEYS
+    from strandline.runtime.cluster import run_up
+
+    for item in args.override or []:
+        key, _ = parse_override(item)
+        if key not in BROKER_KEYS:
+            raise ConfigError(f"Unknown configuration key {key!r}")
+        BROKER_KEYS[key].parse(_)
+    if args.brokers < 1:
+        raise ConfigError("--brokers must be at least 1")
+    return run_up(args.brokers, args.data_dir, args.base_port, args.zookeeper, args.zookeeper_port,
+                  args.override or [])
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from strandline.cli import topics
+
+    return topics.run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="strandline", description="A Kafka-compatible, replicated commit log.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    zk = sub.add_parser("zookeeper", help="run a single-node ZooKeeper from the jars in the pyspark wheel")
+    zk.add_argument("--data-dir", required=True)
+    zk.add_argument("--port", type=int, default=2181)
+    zk.set_defaults(func=cmd_zookeeper)
+
+    broker = sub.add_parser("broker", help="run one broker")
+    broker.add_argument("--config", help="a server.properties file")
+    broker.add_argument("--override", action="append", metavar="KEY=VALUE", help="set a configuration key")
+    broker.set_defaults(func=cmd_broker)
+
+    up = sub.add_parser("up", help="run ZooKeeper and a cluster of brokers in the foreground")
+    up.add_argument("--brokers", type=int, default=1)
+    up.add_argument("--data-dir", default="./data")
+    up.add_argument("--base-port", type=int, default=9092)
+    up.add_argument("--zookeeper", metavar="HOST:PORT", help="use this ZooKeeper instead of an embedded one")
+    up.add_argument("--zookeeper-port", type=int, default=2181, help="port of the embedded ZooKeeper")
+    up.add_argument("--override", action="append", metavar="KEY=VALUE", help="configuration for every broker")
+    up.set_defaults(func=cmd_up)
+
+    topics = sub.add_parser("topics", help="create, list, describe and delete topics")
+    tsub = topics.add_subparsers(dest="action", required=True)
+    for action in ("create", "list", "describe", "delete"):
+        p = tsub.add_parser(action)
+        p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+        if action in ("create", "delete"):
+            p.add_argument("--topic", required=True)
+        if action == "describe":
+            p.add_argument("--topic")
+        if action == "create":
+            p.add_argument("--partitions", type=int, default=-1)
+            p.add_argument("--replication-factor", type=int, default=-1)
+            p.add_argument("--config", action="append", metavar="KEY=VALUE")
+    topics.set_defaults(func=cmd_topics)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except (ConfigError, StrandlineError) as exc:
+        print(f"strandline {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""``strandline topics create|list|describe|delete`` over the Kafka protocol."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.config import parse_override
+from strandline.errors import StrandlineError
+from strandline.runtime.client import KafkaConnection
+
+METADATA, LIST_OFFSETS, CREATE_TOPICS, DELETE_TOPICS = 3, 2, 19, 20
+CONSUMER, DEBUG_REPLICA = -1, -2
+
+
+def _error(code: object) -> ErrorCode:
+    return code if isinstance(code, ErrorCode) else ErrorCode(int(code))  # type: ignore[arg-type]
+
+
+def metadata(conn: KafkaConnection, topics: list[str] | None) -> object:
+    body = {"topics": None if topics is None else [{"name": t} for t in topics],
+            "allow_auto_topic_creation": False}
+    return conn.request(METADATA, 8, body)
+
+
+def list_offset(address: str, topic: str, partition: int, replica_id: int) -> int:
+    with KafkaConnection(address) as conn:
+        resp = conn.request(LIST_OFFSETS, 2, {
+            "replica_id": replica_id, "isolation_level": 0,
+            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1}]}]})
+    part = resp.topics[0].partitions[0]
+    return int(part.offset) if _error(part.error_code) is ErrorCode.none else -1
+
+
+def run(args: argparse.Namespace) -> int:
+    with KafkaConnection(args.bootstrap_server) as conn:
+        if args.action == "create":
+            configs = [dict(zip(("name", "value"), parse_override(c))) for c in (args.config or [])]
+            resp = conn.request(CREATE_TOPICS, 4, {"topics": [{
+                "name": args.topic, "num_partitions": args.partitions,
+                "replication_factor": args.replication_factor, "assignments": [], "configs": configs}],
+                "timeout": 30000, "validate_only": False})
+            result = resp.topics[0]
+            code = _error(result.error_code)
+            if code is not ErrorCode.none:
+                raise StrandlineError(f"cannot create topic {args.topic}: {code.name.upper()}"
+                                      + (f": {result.error_message}" if result.error_message else ""))
+            print(f"Created topic {args.topic}.")
+            return 0
+        if args.action == "delete":
+            resp = conn.request(DELETE_TOPICS, 4, {"topic_names": [args.topic], "timeout": 30000})
+            code = _error(resp.responses[0].error_code)
+            if code is not ErrorCode.none:
+                raise StrandlineError(f"cannot delete topic {args.topic}: {code.name.upper()}")
+            print(f"Deleted topic {args.topic}.")
+            return 0
+        if args.action == "list":
+            resp = metadata(conn, None)
+            for topic in sorted(resp.topics, key=lambda t: t.name):
+                print(topic.name)
+            return 0
+        resp = metadata(conn, [args.topic] if args.topic else None)
+    brokers = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
+    status = 0
+    for topic in sorted(resp.topics, key=lambda t: t.name):
+        code = _error(topic.error_code)
+        if code is not ErrorCode.none:
+            print(f"strandline topics: topic {topic.name}: {code.name.upper()}", file=sys.stderr)
+            status = 1
+            continue
+        rf = len(topic.partitions[0].replica_nodes) if topic.partitions else 0
+        print(f"Topic: {topic.name}\tTopicId: {topic.topic_id}\tPartitionCount: {len(topic.partitions)}"
+              f"\tReplicationFactor: {rf}")
+        for p in sorted(topic.partitions, key=lambda p: p.partition_index):
+            hw = leo = -1
+            leader = int(p.leader_id)
+            if leader in brokers:
+                hw = list_offset(brokers[leader], topic.name, p.partition_index, CONSUMER)
+                leo = list_offset(brokers[leader], topic.name, p.partition_index, DEBUG_REPLICA)
+            print(f"\tTopic: {topic.name}\tPartition: {p.partition_index}\tLeader: {leader}"
+                  f"\tReplicas: {','.join(str(r) for r in p.replica_nodes)}"
+                  f"\tIsr: {','.join(str(r) for r in p.isr_nodes)}\tLeaderEpoch: {p.leader_epoch}"
+                  f"\tHW: {hw}\tLEO: {leo}")
+    return status

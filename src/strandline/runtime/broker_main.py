@@ -1,0 +1,158 @@
+"""The broker process: ZooKeeper session, log loading, listener, registration, clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import signal
+import sys
+import uuid
+
+from strandline.broker.broker import Broker
+from strandline.broker.config import BrokerConfig, ConfigError, parse_topic_configs
+from strandline.broker.metadata import BrokerEndpoint, TopicMetadata
+from strandline.controller import zk_layout
+from strandline.coordination import znodes
+from strandline.coordination.store import GetChildren, GetData, ZkError
+from strandline.errors import StrandlineError
+from strandline.log.manager import LogManager
+from strandline.replication.partition import LeaderAndIsr
+from strandline.runtime.disk import OsDisk
+from strandline.runtime.server import BrokerShell, now_ms
+from strandline.runtime.zk import KazooStore
+
+log = logging.getLogger("strandline.broker")
+
+READY_PREFIX = "strandline broker ready"
+
+
+def read_cluster_state(store: KazooStore) -> tuple[dict[int, BrokerEndpoint], dict[str, TopicMetadata]]:
+    """Read live brokers and every topic (assignment, partition states, configs) from ZooKeeper."""
+    brokers: dict[int, BrokerEndpoint] = {}
+    [ids] = store.execute([GetChildren(znodes.BrokerIdsZNode.path())])
+    for child in ids.children:
+        [res] = store.execute([GetData(znodes.BrokerIdZNode.path(int(child)))])
+        if res.error is ZkError.NONE:
+            info = znodes.BrokerIdZNode.decode(res.data)
+            brokers[info.id] = BrokerEndpoint(info.id, info.host, info.port, info.rack)
+    topics: dict[str, TopicMetadata] = {}
+    [names] = store.execute([GetChildren(znodes.TopicsZNode.path())])
+    for name in names.children:
+        topic_res, config_res = store.execute([GetData(znodes.TopicZNode.path(name)),
+                                               GetData(znodes.ConfigEntityZNode.path("topics", name))])
+        if topic_res.error is not ZkError.NONE:
+            continue
+        assignment, topic_id = znodes.TopicZNode.decode(topic_res.data)
+        configs = {}
+        if config_res.error is ZkError.NONE and config_res.data:
+            try:
+                configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(config_res.data))
+            except ConfigError as exc:
+                log.warning("Ignoring bad config of topic %s: %s", name, exc)
+        states: dict[int, LeaderAndIsr] = {}
+        paths = [GetData(znodes.TopicPartitionStateZNode.path(name, p)) for p in sorted(assignment)]
+        for p, res in zip(sorted(assignment), store.execute(paths)):
+            if res.error is ZkError.NONE:
+                s = znodes.TopicPartitionStateZNode.decode(res.data)
+                states[p] = LeaderAndIsr(s.leader, s.leader_epoch, tuple(s.isr), s.controller_epoch, res.version)
+        topics[name] = TopicMetadata(name, topic_id or uuid.uuid4(),
+                                     {int(p): tuple(r) for p, r in assignment.items()}, states, configs)
+    return brokers, topics
+
+
+def elect_controller(store: KazooStore, broker_id: int) -> tuple[int, int]:
+    """Try to become controller (ephemeral /controller + /controller_epoch + 1); returns (id, epoch)."""
+    for _ in range(10):
+        [epoch_res] = store.execute([GetData(znodes.ControllerEpochZNode.path())])
+        if epoch_res.error is ZkError.NO_NODE:
+            epoch, version = 0, -1
+        else:
+            epoch, version = znodes.ControllerEpochZNode.decode(epoch_res.data), epoch_res.version
+        results = store.transaction(zk_layout.controller_election_ops(broker_id, epoch + 1, version, now_ms()))
+        if all(r.error is ZkError.NONE for r in results):
+            return broker_id, epoch + 1
+        [ctl] = store.execute([GetData(znodes.ControllerZNode.path())])
+        if ctl.error is ZkError.NONE:
+            [epoch_res] = store.execute([GetData(znodes.ControllerEpochZNode.path())])
+            current = znodes.ControllerEpochZNode.decode(epoch_res.data) if epoch_res.error is ZkError.NONE else 0
+            return znodes.ControllerZNode.decode(ctl.data), current
+    raise StrandlineError("could not elect a controller in ZooKeeper")
+
+
+def get_or_create_cluster_id(store: KazooStore) -> str:
+    from strandline.coordination.store import Create
+
+    path = znodes.ClusterIdZNode.path()
+    [res] = store.execute([GetData(path)])
+    if res.error is ZkError.NONE:
+        return znodes.ClusterIdZNode.decode(res.data)
+    cluster_id = znodes.new_cluster_id()
+    [created] = store.execute([Create(path, znodes.ClusterIdZNode.encode(cluster_id), make_parents=True)])
+    if created.error is ZkError.NODE_EXISTS:
+        [res] = store.execute([GetData(path)])
+        return znodes.ClusterIdZNode.decode(res.data)
+    return cluster_id
+
+
+async def serve(config: BrokerConfig) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    v = config.values
+    broker_id = config.broker_id
+    store = KazooStore(v["zookeeper.connect"], v["zookeeper.session.timeout.ms"],
+                       v["zookeeper.connection.timeout.ms"])
+    await asyncio.to_thread(store.start, v["zookeeper.connection.timeout.ms"] / 1000.0)
+    shell = None
+    broker = None
+    try:
+        await asyncio.to_thread(store.ensure_persistent_paths)
+        cluster_id = await asyncio.to_thread(get_or_create_cluster_id, store)
+        brokers, topics = await asyncio.to_thread(read_cluster_state, store)
+        logs = LogManager(OsDisk(), v["log.dirs"], config.log_config())
+        started = now_ms()
+        await asyncio.to_thread(logs.startup, started, {n: config.log_config(t.configs) for n, t in topics.items()})
+        if logs.recovered_uncleanly:
+            log.info("Recovered logs after an unclean shutdown in %d ms: %s", now_ms() - started, logs.recovery_stats)
+        else:
+            log.info("Loaded logs after a clean shutdown in %d ms (no recovery): %s",
+                     now_ms() - started, logs.recovery_stats)
+        broker = Broker(config, logs, rng=random.Random(), now_ms=now_ms())
+        adv = config.advertised
+        me = BrokerEndpoint(broker_id, adv.host, adv.port, v["broker.rack"])
+        brokers[broker_id] = me
+        shell = BrokerShell(broker, store, v["socket.request.max.bytes"])
+        await shell.listen(config.listener.host, config.listener.port)
+        wait_s = v["zookeeper.session.timeout.ms"] / 1000.0 + 5.0
+        await asyncio.to_thread(store.register_broker, broker_id, adv.host, adv.port, v["broker.rack"], wait_s)
+        controller_id, controller_epoch = await asyncio.to_thread(elect_controller, store, broker_id)
+        shell.apply(broker.load_metadata(cluster_id, brokers, topics, controller_id, controller_epoch, now_ms()))
+        log.info("Broker %d serving on %s:%d (controller %d, epoch %d)", broker_id, adv.host, adv.port,
+                 controller_id, controller_epoch)
+        print(f"{READY_PREFIX} id={broker_id} listener={adv.host}:{adv.port}", flush=True)
+        await stop.wait()
+        log.info("Broker %d shutting down", broker_id)
+    finally:
+        if shell is not None:
+            await shell.close()
+        if broker is not None:
+            broker.shutdown()
+        await asyncio.to_thread(store.stop)
+        log.info("Broker %d stopped", broker_id)
+
+
+def run_broker(config: BrokerConfig) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        asyncio.run(serve(config))
+    except StrandlineError as exc:
+        print(f"strandline broker: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"strandline broker: {exc}", file=sys.stderr)
+        return 1
+    return 0

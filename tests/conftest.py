@@ -1,0 +1,145 @@
+"""Shared fixtures: real `strandline up` clusters on loopback, started and stopped by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` consecutive free loopback ports."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count > 65000:
+            continue
+        ok = True
+        for port in range(base, base + count):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return list(range(base, base + count))
+    raise RuntimeError("no free ports")
+
+
+def strandline_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "strandline.cli.main", *args]
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(strandline_cmd(*args), capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass
+class Cluster:
+    data_dir: Path
+    brokers: int
+    base_port: int
+    zk_port: int
+    overrides: list[str] = field(default_factory=list)
+    proc: subprocess.Popen | None = None
+    bootstrap: str = ""
+
+    def start(self, timeout: float = 90) -> "Cluster":
+        cmd = strandline_cmd("up", "--brokers", str(self.brokers), "--data-dir", str(self.data_dir),
+                             "--base-port", str(self.base_port), "--zookeeper-port", str(self.zk_port))
+        for item in self.overrides:
+            cmd += ["--override", item]
+        self.log = open(self.data_dir.parent / f"{self.data_dir.name}-up.log", "ab")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL)
+        self.bootstrap = wait_for_line(self.proc, "bootstrap.servers=", timeout).split("=", 1)[1].strip()
+        return self
+
+    @property
+    def info(self) -> dict:
+        return json.loads((self.data_dir / "cluster.json").read_text())
+
+    def broker_pid(self, broker_id: int) -> int:
+        return next(b["pid"] for b in self.info["brokers"] if b["id"] == broker_id)
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+
+def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float) -> str:
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    buf = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            for _ in sel.select(0.2):
+                chunk = proc.stdout.read()
+                if chunk:
+                    buf += chunk
+            for line in buf.decode(errors="replace").splitlines():
+                if line.startswith(prefix):
+                    return line
+            if proc.poll() is not None:
+                raise RuntimeError(f"process exited with {proc.returncode} before printing {prefix!r}: {buf!r}")
+    finally:
+        sel.close()
+    raise TimeoutError(f"no {prefix!r} line within {timeout} s")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def poll_until(predicate, timeout: float, interval: float = 0.05, message: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"{message} not reached within {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One single-broker cluster per test module."""
+    ports = free_ports(2)
+    c = Cluster(tmp_path_factory.mktemp("cluster") / "data", 1, ports[1], ports[0])
+    c.data_dir.mkdir(parents=True)
+    c.start()
+    yield c
+    c.stop()

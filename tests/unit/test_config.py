@@ -1,0 +1,61 @@
+"""Broker configuration: Kafka's keys and defaults; unknown keys and bad values refused by name."""
+
+import pytest
+
+from strandline.broker.config import BrokerConfig, ConfigError, parse_properties, parse_topic_configs
+
+
+def cfg(**extra):
+    props = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181"}
+    props.update({k.replace("_", "."): v for k, v in extra.items()})
+    return BrokerConfig.from_properties(props)
+
+
+def test_kafka_defaults():
+    c = cfg()
+    assert c["zookeeper.session.timeout.ms"] == 18000
+    assert c["replica.lag.time.max.ms"] == 30000
+    assert c["min.insync.replicas"] == 1
+    assert c["unclean.leader.election.enable"] is False
+    assert c["auto.create.topics.enable"] is True
+    assert c["message.max.bytes"] == 1048588
+    assert c["log.retention.ms"] == 168 * 3600_000
+    assert c["log.roll.ms"] == 168 * 3600_000
+    assert c["replica.high.watermark.checkpoint.interval.ms"] == 5000
+    assert c["log.flush.offset.checkpoint.interval.ms"] == 60000
+    lc = c.log_config()
+    assert lc.segment_bytes == 1073741824 and lc.retention_bytes == -1
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError, match="'log.segmnet.bytes'"):
+        BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "x:1", "log.segmnet.bytes": "1"})
+
+
+def test_bad_value_is_named():
+    with pytest.raises(ConfigError, match="num.partitions"):
+        cfg(num_partitions="many")
+    with pytest.raises(ConfigError, match="auto.create.topics.enable"):
+        BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "x:1", "auto.create.topics.enable": "yes"})
+
+
+def test_missing_broker_id():
+    with pytest.raises(ConfigError, match="broker.id"):
+        BrokerConfig.from_properties({"zookeeper.connect": "x:1"})
+
+
+def test_derived_retention_and_topic_overrides():
+    c = cfg(log_retention_minutes="5")
+    assert c["log.retention.ms"] == 300000
+    topic = parse_topic_configs({"retention.ms": "1000", "segment.bytes": "4096"})
+    lc = c.log_config(topic)
+    assert lc.retention_ms == 1000 and lc.segment_bytes == 4096
+    with pytest.raises(ConfigError, match="retention.mss"):
+        parse_topic_configs({"retention.mss": "1"})
+
+
+def test_properties_file_parsing():
+    props = parse_properties("# comment\nbroker.id=3\n\nlisteners = PLAINTEXT://127.0.0.1:9093\n")
+    assert props == {"broker.id": "3", "listeners": "PLAINTEXT://127.0.0.1:9093"}
+    with pytest.raises(ConfigError, match="line 1|:1:"):
+        parse_properties("garbage\n")
