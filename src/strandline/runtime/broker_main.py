@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import signal
 import sys
@@ -147,8 +148,18 @@ def run_broker(config: BrokerConfig) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    profile_path = os.environ.get("STRANDLINE_PROFILE")
     try:
-        asyncio.run(serve(config))
+        if profile_path:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            try:
+                profiler.runcall(asyncio.run, serve(config))
+            finally:
+                profiler.dump_stats(f"{profile_path}.{config.broker_id}")
+        else:
+            asyncio.run(serve(config))
     except StrandlineError as exc:
         print(f"strandline broker: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,149 @@
+"""Produce/consume throughput and acknowledgement latency against `strandline up`.
+
+A confluent-kafka producer sends 1 KiB records (linger 5 ms) with acks=1 and with acks=all, then
+a consumer reads the topic back from the page cache. Prints MB/s, records/s and p50/p99
+acknowledgement latency. A benchmark, not a test:
+
+    .venv/bin/python benchmarks/produce_consume.py [--bootstrap 127.0.0.1:9092] [--seconds 10]
+
+Without --bootstrap it starts its own `strandline up` in a temporary directory and stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+RECORD = 1024
+
+
+def start_cluster(data_dir: str, base_port: int, zk_port: int, profile: bool) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "strandline.cli.main", "up", "--data-dir", data_dir,
+           "--base-port", str(base_port), "--zookeeper-port", str(zk_port)]
+    env = dict(os.environ)
+    if profile:
+        env["STRANDLINE_PROFILE"] = os.path.join(data_dir, "broker.prof")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if line.startswith("bootstrap.servers="):
+            return proc, line.strip().split("=", 1)[1]
+    raise RuntimeError("strandline up exited before it was ready")
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * p))]
+
+
+def produce(bootstrap: str, topic: str, acks: str, seconds: float, partitions: int) -> dict:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+                         "batch.size": 1000000, "queue.buffering.max.kbytes": 262144,
+                         "enable.idempotence": acks == "all"})
+    payload = os.urandom(RECORD)
+    latencies: list[float] = []
+    acked = 0
+    failed = 0
+
+    def on_delivery(err, msg, sent=None):
+        nonlocal acked, failed
+        if err is None:
+            acked += 1
+        else:
+            failed += 1
+
+    sent = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    sample_every = 97
+    while time.perf_counter() < deadline:
+        for _ in range(1000):
+            try:
+                if sent % sample_every == 0:
+                    t0 = time.perf_counter()
+                    producer.produce(topic, payload, partition=sent % partitions,
+                                     on_delivery=lambda err, msg, t0=t0: (latencies.append(time.perf_counter() - t0),
+                                                                          on_delivery(err, msg)))
+                else:
+                    producer.produce(topic, payload, partition=sent % partitions, on_delivery=on_delivery)
+                sent += 1
+            except BufferError:
+                producer.poll(0.005)
+        producer.poll(0)
+    producer.flush(60)
+    elapsed = time.perf_counter() - start
+    return {"acks": acks, "records": acked, "failed": failed, "seconds": elapsed,
+            "MB/s": acked * RECORD / elapsed / 1e6, "records/s": acked / elapsed,
+            "p50 ms": percentile(latencies, 0.50) * 1000, "p99 ms": percentile(latencies, 0.99) * 1000}
+
+
+def consume(bootstrap: str, topic: str, partitions: int, total: int) -> dict:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "fetch.max.bytes": 52428800,
+                         "max.partition.fetch.bytes": 10485760, "queued.max.messages.kbytes": 1048576})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    nbytes = 0
+    start = time.perf_counter()
+    deadline = start + 120
+    while got < total and time.perf_counter() < deadline:
+        for msg in consumer.consume(num_messages=10000, timeout=1):
+            if msg.error() is None:
+                got += 1
+                nbytes += len(msg.value())
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return {"records": got, "seconds": elapsed, "MB/s": nbytes / elapsed / 1e6, "records/s": got / elapsed}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--base-port", type=int, default=29092)
+    parser.add_argument("--zookeeper-port", type=int, default=22181)
+    parser.add_argument("--profile", action="store_true", help="profile the broker (cProfile) into the data dir")
+    args = parser.parse_args()
+    proc = None
+    tmp = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        tmp = tempfile.mkdtemp(prefix="strandline-bench-")
+        proc, bootstrap = start_cluster(tmp, args.base_port, args.zookeeper_port, args.profile)
+        print(f"started strandline up in {tmp}: {bootstrap}")
+    try:
+        results = []
+        total = 0
+        for acks in ("1", "all"):
+            topic = f"bench-{acks}-{uuid.uuid4().hex[:8]}"
+            r = produce(bootstrap, topic, acks, args.seconds, args.partitions)
+            results.append(r)
+            print(f"produce acks={acks:>3}: {r['MB/s']:8.1f} MB/s {r['records/s']:10.0f} records/s "
+                  f"ack p50 {r['p50 ms']:.1f} ms p99 {r['p99 ms']:.1f} ms ({r['records']} records, "
+                  f"{r['failed']} failed)", flush=True)
+            if acks == "1":
+                consume_topic, total = topic, r["records"]
+        c = consume(bootstrap, consume_topic, args.partitions, total)
+        print(f"consume (page cache): {c['MB/s']:8.1f} MB/s {c['records/s']:10.0f} records/s "
+              f"({c['records']} of {total} records)", flush=True)
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+            if args.profile:
+                print(f"broker profile: {tmp}/broker.prof (python -m pstats)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

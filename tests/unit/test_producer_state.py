@@ -1,0 +1,59 @@
+"""Idempotent producer state: duplicates answered with original offsets, gaps and stale epochs refused (PRO-1)."""
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.producer_state import ProducerStateManager
+from strandline.protocol.records import BatchHeader
+
+
+def header(pid=7, epoch=0, seq=0, count=5, base_offset=0):
+    return BatchHeader(base_offset, 100, 0, 2, 0, 0, count - 1, 0, 0, pid, epoch, seq, count)
+
+
+def test_pro_1_in_order_batches_append():
+    s = ProducerStateManager()
+    assert s.check(header(seq=0)).error is ErrorCode.none
+    s.update(header(seq=0), 0, 1)
+    assert s.check(header(seq=5)).error is ErrorCode.none and s.check(header(seq=5)).duplicate is None
+
+
+def test_pro_1_retried_batch_is_a_duplicate_with_its_original_offsets():
+    s = ProducerStateManager()
+    for i in range(3):
+        s.update(header(seq=5 * i), 100 + 5 * i, 1)
+    dup = s.check(header(seq=5)).duplicate
+    assert dup is not None and (dup.first_offset, dup.last_offset) == (105, 109)
+
+
+def test_pro_1_only_the_last_five_batches_are_remembered():
+    s = ProducerStateManager()
+    for i in range(7):
+        s.update(header(seq=5 * i), 5 * i, 1)
+    assert s.check(header(seq=0)).error is ErrorCode.out_of_order_sequence_number
+    assert s.check(header(seq=10)).duplicate is not None
+
+
+def test_pro_1_sequence_gap_is_out_of_order():
+    s = ProducerStateManager()
+    s.update(header(seq=0), 0, 1)
+    assert s.check(header(seq=7)).error is ErrorCode.out_of_order_sequence_number
+
+
+def test_pro_1_stale_epoch_is_fenced_and_new_epoch_restarts_at_zero():
+    s = ProducerStateManager()
+    s.update(header(epoch=3, seq=0), 0, 1)
+    assert s.check(header(epoch=2, seq=5)).error is ErrorCode.invalid_producer_epoch
+    assert s.check(header(epoch=4, seq=3)).error is ErrorCode.out_of_order_sequence_number
+    assert s.check(header(epoch=4, seq=0)).error is ErrorCode.none
+
+
+def test_sequence_numbers_wrap():
+    s = ProducerStateManager()
+    s.update(header(seq=2**31 - 5, count=5), 0, 1)
+    assert s.check(header(seq=0)).error is ErrorCode.none
+
+
+def test_rebuild_from_headers():
+    s = ProducerStateManager()
+    assert s.rebuild([header(seq=0, base_offset=0), header(pid=-1, seq=-1), header(seq=5, base_offset=10)]) == 3
+    assert s.check(header(seq=5)).duplicate.first_offset == 10
