@@ -18,7 +18,6 @@ from strandline.coordination import znodes
 from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.errors import StrandlineError
 from strandline.log.manager import LogManager
-from strandline.replication.partition import LeaderAndIsr
 from strandline.runtime.disk import OsDisk
 from strandline.runtime.server import BrokerShell, now_ms
 from strandline.runtime.zk import KazooStore
@@ -35,7 +34,7 @@ def read_cluster_state(store: KazooStore) -> tuple[dict[int, BrokerEndpoint], di
     for child in ids.children:
         [res] = store.execute([GetData(znodes.BrokerIdZNode.path(int(child)))])
         if res.error is ZkError.NONE:
-            info = znodes.BrokerIdZNode.decode(res.data)
+            info = znodes.BrokerIdZNode.decode(res.data, int(child))
             brokers[info.id] = BrokerEndpoint(info.id, info.host, info.port, info.rack)
     topics: dict[str, TopicMetadata] = {}
     [names] = store.execute([GetChildren(znodes.TopicsZNode.path())])
@@ -51,12 +50,11 @@ def read_cluster_state(store: KazooStore) -> tuple[dict[int, BrokerEndpoint], di
                 configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(config_res.data))
             except ConfigError as exc:
                 log.warning("Ignoring bad config of topic %s: %s", name, exc)
-        states: dict[int, LeaderAndIsr] = {}
+        states = {}
         paths = [GetData(znodes.TopicPartitionStateZNode.path(name, p)) for p in sorted(assignment)]
         for p, res in zip(sorted(assignment), store.execute(paths)):
             if res.error is ZkError.NONE:
-                s = znodes.TopicPartitionStateZNode.decode(res.data)
-                states[p] = LeaderAndIsr(s.leader, s.leader_epoch, tuple(s.isr), s.controller_epoch, res.version)
+                states[p] = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
         topics[name] = TopicMetadata(name, topic_id or uuid.uuid4(),
                                      {int(p): tuple(r) for p, r in assignment.items()}, states, configs)
     return brokers, topics

@@ -1,0 +1,281 @@
+"""The broker core driven directly: requests in, effects out; ZooKeeper and disk in memory.
+
+ACK-1 (acks 0/1/all answers), ACK-2 (min.insync.replicas refusal), REP-2 (long-poll fetch woken
+by an append), REP-4 (reads below the HW), EPO-5 (leader-epoch fencing), PRO-1 (idempotence).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import struct
+
+import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from strandline.broker.broker import Broker
+from strandline.broker.config import BrokerConfig
+from strandline.broker.effects import Close, Send, ZkRequest
+from strandline.broker.metadata import BrokerEndpoint
+from strandline.coordination.store import Create, Delete, GetData, OpResult, SetData, ZkError
+from strandline.log.manager import LogManager
+from strandline.protocol.api import build
+from strandline.sim.disk import MemoryDisk
+from tests.unit.batches import make_batch
+
+
+class MemoryZk:
+    """Just enough of ZooKeeper for the core's topic and producer-id operations."""
+
+    def __init__(self):
+        self.nodes: dict[str, tuple[bytes, int]] = {"/brokers/topics": (b"", 0), "/config/topics": (b"", 0)}
+
+    def run(self, ops, transaction):
+        snapshot = dict(self.nodes)
+        results = []
+        for op in ops:
+            if isinstance(op, Create):
+                parent = op.path.rsplit("/", 1)[0]
+                if op.path in self.nodes:
+                    results.append(OpResult(ZkError.NODE_EXISTS))
+                elif parent and parent not in self.nodes and not op.make_parents:
+                    results.append(OpResult(ZkError.NO_NODE))
+                else:
+                    self.nodes[op.path] = (op.data, 0)
+                    results.append(OpResult(ZkError.NONE, path=op.path))
+            elif isinstance(op, SetData):
+                node = self.nodes.get(op.path)
+                if node is None:
+                    results.append(OpResult(ZkError.NO_NODE))
+                elif op.version not in (-1, node[1]):
+                    results.append(OpResult(ZkError.BAD_VERSION))
+                else:
+                    self.nodes[op.path] = (op.data, node[1] + 1)
+                    results.append(OpResult(ZkError.NONE, version=node[1] + 1))
+            elif isinstance(op, GetData):
+                node = self.nodes.get(op.path)
+                results.append(OpResult(ZkError.NONE, data=node[0], version=node[1]) if node
+                               else OpResult(ZkError.NO_NODE))
+            elif isinstance(op, Delete):
+                gone = [p for p in self.nodes if p == op.path or (op.recursive and p.startswith(op.path + "/"))]
+                for p in gone:
+                    del self.nodes[p]
+                results.append(OpResult(ZkError.NONE if gone else ZkError.NO_NODE))
+            if transaction and results[-1].error is not ZkError.NONE:
+                self.nodes = snapshot
+                return results
+        return results
+
+
+class Harness:
+    def __init__(self, **overrides):
+        props = {"broker.id": "1", "zookeeper.connect": "zk:2181", "log.dirs": "/data/logs"}
+        props.update(overrides)
+        self.config = BrokerConfig.from_properties(props)
+        self.disk = MemoryDisk()
+        self.now = 1_700_000_000_000
+        logs = LogManager(self.disk, ["/data/logs"], self.config.log_config())
+        logs.startup(self.now)
+        self.broker = Broker(self.config, logs, rng=random.Random(1), now_ms=self.now)
+        self.zk = MemoryZk()
+        self.broker.load_metadata("cluster", {1: BrokerEndpoint(1, "127.0.0.1", 9092)}, {}, 1, 1, self.now)
+        self.correlation = 0
+        self.sent: dict[int, list] = {}
+
+    def run(self, effects):
+        """Carry out effects like the shell; ZooKeeper answers at once."""
+        pending = list(effects)
+        while pending:
+            effect = pending.pop(0)
+            if isinstance(effect, ZkRequest):
+                pending.extend(self.broker.on_zk_result(
+                    effect.token, self.zk.run(effect.ops, effect.transaction), self.now))
+            elif isinstance(effect, (Send, Close)):
+                self.sent.setdefault(effect.conn_id, []).append(effect)
+
+    def request(self, api_key, version, body, conn=1):
+        self.correlation += 1
+        req_cls = load_request_schema(api_key, version)
+        header_cls = req_cls.__header_schema__
+        buf = io.BytesIO()
+        entity_writer(header_cls)(buf, build(header_cls, {
+            "request_api_key": api_key, "request_api_version": version,
+            "correlation_id": self.correlation, "client_id": "test"}))
+        entity_writer(req_cls)(buf, build(req_cls, body))
+        self.run(self.broker.handle_request(conn, buf.getvalue(), self.now))
+        return self.correlation
+
+    def response(self, api_key, version, conn=1):
+        effect = self.sent[conn].pop(0)
+        assert isinstance(effect, Send), effect
+        frame = b"".join(bytes(b) for b in effect.buffers)
+        size = struct.unpack_from(">i", frame)[0]
+        assert size == len(frame) - 4
+        resp_cls = load_response_schema(api_key, version)
+        _, offset = entity_reader(resp_cls.__header_schema__)(frame, 4)
+        return entity_reader(resp_cls)(frame, offset)[0]
+
+    def call(self, api_key, version, body, conn=1):
+        self.request(api_key, version, body, conn)
+        return self.response(api_key, version, conn)
+
+    def tick(self, advance_ms):
+        self.now += advance_ms
+        self.run(self.broker.tick(self.now))
+
+    def create(self, name, partitions=1, configs=None):
+        resp = self.call(19, 4, {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
+                                             "assignments": [], "configs": [
+                                                 {"name": k, "value": v} for k, v in (configs or {}).items()]}],
+                                 "timeout": 1000, "validate_only": False})
+        return resp.topics[0]
+
+    def produce(self, topic, records, acks=1, partition=0, conn=1, version=7):
+        return self.request(0, version, {"transactional_id": None, "acks": acks, "timeout": 1000,
+                                         "topic_data": [{"name": topic, "partition_data": [
+                                             {"index": partition, "records": bytes(records)}]}]}, conn)
+
+    def fetch_body(self, topic, offset, max_wait=0, min_bytes=1, epoch=-1):
+        return {"replica_id": -1, "max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": epoch,
+                                                            "fetch_offset": offset, "log_start_offset": -1,
+                                                            "partition_max_bytes": 1 << 20}]}],
+                "forgotten_topics_data": [], "rack_id": ""}
+
+
+@pytest.fixture
+def h():
+    return Harness()
+
+
+def test_create_topic_writes_kafka_znodes(h):
+    """CTL-1, CTL-5: assignment, config and partition state znodes; leader = first live replica."""
+    assert h.create("orders", partitions=3).error_code == ErrorCode.none
+    assert "/brokers/topics/orders" in h.zk.nodes
+    assert "/config/topics/orders" in h.zk.nodes
+    for p in range(3):
+        assert b'"leader":1' in h.zk.nodes[f"/brokers/topics/orders/partitions/{p}/state"][0].replace(b" ", b"")
+    assert h.create("orders").error_code == ErrorCode.topic_already_exists
+    assert h.create("bad name!").error_code == ErrorCode.invalid_topic_exception
+
+
+def test_replication_factor_above_live_brokers_is_refused(h):
+    """ASG-1"""
+    resp = h.call(19, 4, {"topics": [{"name": "rf", "num_partitions": 1, "replication_factor": 3,
+                                      "assignments": [], "configs": []}], "timeout": 1000, "validate_only": False})
+    assert resp.topics[0].error_code == ErrorCode.invalid_replication_factor
+
+
+def test_ack_1_produce_and_fetch_round_trip(h):
+    """ACK-1, REP-4: offsets assigned from 0; a consumer fetch returns the stored batch bytes."""
+    h.create("t")
+    batch = make_batch([b"a", b"b", b"c"])
+    h.produce("t", batch)
+    part = h.response(0, 7).responses[0].partition_responses[0]
+    assert part.error_code == ErrorCode.none and part.base_offset == 0
+    h.produce("t", make_batch([b"d"]))
+    assert h.response(0, 7).responses[0].partition_responses[0].base_offset == 3
+    fetched = h.call(1, 11, h.fetch_body("t", 0)).responses[0].partitions[0]
+    assert fetched.high_watermark == 4
+    stored = bytearray(batch)
+    stored[0:8] = (0).to_bytes(8, "big")
+    assert fetched.records[:len(batch)][12:] != b"" and fetched.records[16:len(batch)] == bytes(batch)[16:]
+
+
+def test_acks_0_gets_no_response_and_errors_close_the_connection(h):
+    """ACK-1: acks=0 is never answered; a failure closes the connection so the client refreshes."""
+    h.create("t")
+    h.produce("t", make_batch([b"x"]), acks=0)
+    assert h.sent[1] == [Send(1, [])]
+    bad = make_batch([b"x"])
+    bad[-1] ^= 1
+    h.produce("t", bad, acks=0, conn=2)
+    assert isinstance(h.sent[2][0], Close)
+
+
+def test_ack_2_min_insync_replicas_refuses_acks_all(h):
+    h.create("safe", configs={"min.insync.replicas": "2"})
+    h.produce("safe", make_batch([b"x"]), acks=-1)
+    part = h.response(0, 7).responses[0].partition_responses[0]
+    assert part.error_code == ErrorCode.not_enough_replicas
+    h.produce("safe", make_batch([b"x"]), acks=1)
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.none
+
+
+def test_rep_2_long_poll_fetch_is_answered_by_an_append(h):
+    h.create("t")
+    h.request(1, 11, h.fetch_body("t", 0, max_wait=500), conn=5)
+    assert 5 not in h.sent
+    h.produce("t", make_batch([b"wake"]))
+    h.response(0, 7)
+    fetched = h.response(1, 11, conn=5).responses[0].partitions[0]
+    assert fetched.error_code == ErrorCode.none and len(fetched.records) > 0
+
+
+def test_rep_2_long_poll_fetch_expires_empty(h):
+    h.create("t")
+    h.request(1, 11, h.fetch_body("t", 0, max_wait=500), conn=5)
+    h.tick(499)
+    assert 5 not in h.sent
+    h.tick(1)
+    assert h.response(1, 11, conn=5).responses[0].partitions[0].records in (b"", None)
+
+
+def test_epo_5_fetch_with_stale_or_future_leader_epoch_is_fenced(h):
+    h.create("t")
+    current = h.broker.partitions[("t", 0)].leader_epoch
+    h.broker.partitions[("t", 0)].leader_epoch = current + 2
+    assert h.call(1, 11, h.fetch_body("t", 0, epoch=current + 1)).responses[0].partitions[0].error_code == \
+        ErrorCode.fenced_leader_epoch
+    assert h.call(1, 11, h.fetch_body("t", 0, epoch=current + 3)).responses[0].partitions[0].error_code == \
+        ErrorCode.unknown_leader_epoch
+
+
+def test_pro_1_idempotent_retry_is_deduplicated(h):
+    h.create("t")
+    resp = h.call(22, 4, {"transactional_id": None, "transaction_timeout": 60000,
+                          "producer_id": -1, "producer_epoch": -1})
+    pid = resp.producer_id
+    assert resp.error_code == ErrorCode.none and pid >= 0
+    first = make_batch([b"a", b"b"], producer_id=pid, producer_epoch=0, base_sequence=0)
+    h.produce("t", first)
+    assert h.response(0, 7).responses[0].partition_responses[0].base_offset == 0
+    h.produce("t", first)
+    retry = h.response(0, 7).responses[0].partition_responses[0]
+    assert retry.error_code == ErrorCode.none and retry.base_offset == 0
+    gap = make_batch([b"c"], producer_id=pid, producer_epoch=0, base_sequence=5)
+    h.produce("t", gap)
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == \
+        ErrorCode.out_of_order_sequence_number
+    assert h.broker.partitions[("t", 0)].log.log_end_offset == 2
+
+
+def test_list_offsets_earliest_latest_and_by_timestamp(h):
+    h.create("t")
+    for i in range(3):
+        h.produce("t", make_batch([b"x"] * 2, timestamp_ms=1000 * (i + 1)))
+        h.response(0, 7)
+    resp = h.call(2, 4, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": t} for t in (-2, -1, 2000, 9999)]}]})
+    offsets = [p.offset for p in resp.topics[0].partitions]
+    assert offsets == [0, 6, 2, -1]
+
+
+def test_metadata_auto_creates_topics(h):
+    resp = h.call(3, 8, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True,
+                         "include_cluster_authorized_operations": False,
+                         "include_topic_authorized_operations": False})
+    topic = resp.topics[0]
+    assert topic.error_code == ErrorCode.none and len(topic.partitions) == 1
+    assert topic.partitions[0].leader_id == 1
+
+
+def test_delete_topic_removes_znodes_and_log(h):
+    h.create("gone")
+    resp = h.call(20, 4, {"topic_names": ["gone"], "timeout": 1000})
+    assert resp.responses[0].error_code == ErrorCode.none
+    assert not any(p.startswith("/brokers/topics/gone") for p in h.zk.nodes)
+    assert ("gone", 0) not in h.broker.partitions
