@@ -114,8 +114,10 @@ class Harness:
         size = struct.unpack_from(">i", frame)[0]
         assert size == len(frame) - 4
         resp_cls = load_response_schema(api_key, version)
-        _, offset = entity_reader(resp_cls.__header_schema__)(frame, 4)
-        return entity_reader(resp_cls)(frame, offset)[0]
+        _, header_size = entity_reader(resp_cls.__header_schema__)(frame, 4)
+        body, body_size = entity_reader(resp_cls)(frame, 4 + header_size)
+        assert 4 + header_size + body_size == len(frame)
+        return body
 
     def call(self, api_key, version, body, conn=1):
         self.request(api_key, version, body, conn)
