@@ -804,7 +804,16 @@ class Broker:
             effects.extend(waiter(-1, now_ms))
         return effects
 
+    # -- FindCoordinator
+
+    def _find_coordinator(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        return [self._respond(conn_id, header, {
+            "throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
+            "error_message": "consumer groups are not served by this broker", "node_id": -1, "host": "",
+            "port": -1})]
+
     _handlers: dict[int, Callable] = {
+        ApiKey.FIND_COORDINATOR: _find_coordinator,
         ApiKey.API_VERSIONS: _api_versions,
         ApiKey.METADATA: _metadata,
         ApiKey.PRODUCE: _produce,

@@ -8,6 +8,7 @@ import sys
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.config import parse_override
+from strandline.coordination.znodes import uuid_to_base64
 from strandline.errors import StrandlineError
 from strandline.runtime.client import KafkaConnection
 
@@ -22,7 +23,7 @@ def _error(code: object) -> ErrorCode:
 def metadata(conn: KafkaConnection, topics: list[str] | None) -> object:
     body = {"topics": None if topics is None else [{"name": t} for t in topics],
             "allow_auto_topic_creation": False}
-    return conn.request(METADATA, 8, body)
+    return conn.request(METADATA, 10, body)
 
 
 def list_offset(address: str, topic: str, partition: int, replica_id: int) -> int:
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             status = 1
             continue
         rf = len(topic.partitions[0].replica_nodes) if topic.partitions else 0
-        print(f"Topic: {topic.name}\tTopicId: {topic.topic_id}\tPartitionCount: {len(topic.partitions)}"
+        print(f"Topic: {topic.name}\tTopicId: {uuid_to_base64(topic.topic_id)}\tPartitionCount: {len(topic.partitions)}"
               f"\tReplicationFactor: {rf}")
         for p in sorted(topic.partitions, key=lambda p: p.partition_index):
             hw = leo = -1

@@ -1,17 +1,21 @@
 """Kafka's checkpoint text files, written atomically (SPEC CKP-1, CKP-2).
 
 Offsets (``replication-offset-checkpoint``, ``recovery-point-offset-checkpoint``,
-``log-start-offset-checkpoint``)::
+``log-start-offset-checkpoint``; one file per log dir)::
 
     0
     <count>
     <topic> <partition> <offset>
 
-Leader epochs (``leader-epoch-checkpoint``, per partition)::
+Leader epochs (``leader-epoch-checkpoint``, one per partition directory)::
 
     0
     <count>
     <epoch> <start offset>
+
+Writes go through ``Disk.write_file_atomic`` (``.tmp``, fsync, rename, fsync the directory). A
+read of a malformed file (wrong version, count not matching the entries, bad entry) raises a
+``ValueError`` naming the file, like Kafka's ``IOException`` that takes the log dir offline.
 """
 
 from __future__ import annotations
@@ -21,53 +25,67 @@ from strandline.log.disk import Disk
 VERSION = 0
 
 
-def _lines(disk: Disk, path: str) -> list[list[str]] | None:
+def _entries(disk: Disk, path: str, fields: int) -> list[list[str]] | None:
     if not disk.exists(path):
         return None
-    text = disk.read_file(path).decode("utf-8", errors="replace")
-    lines = [line.split() for line in text.splitlines() if line.strip()]
-    if len(lines) < 2 or lines[0] != [str(VERSION)]:
-        raise ValueError(f"malformed checkpoint file {path}: unknown version or missing header")
     try:
-        count = int(lines[1][0])
-    except (ValueError, IndexError):
-        raise ValueError(f"malformed checkpoint file {path}: bad entry count") from None
-    if count != len(lines) - 2:
-        raise ValueError(f"malformed checkpoint file {path}: expected {count} entries, found {len(lines) - 2}")
-    return lines[2:]
+        text = disk.read_file(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"malformed checkpoint file {path}: not UTF-8 text") from None
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():  # tolerate trailing blank lines only
+        lines.pop()
+    if len(lines) < 2:
+        raise ValueError(f"malformed checkpoint file {path}: missing version or count line")
+    if lines[0].strip() != str(VERSION):
+        raise ValueError(f"malformed checkpoint file {path}: unrecognized version {lines[0].strip()!r}")
+    try:
+        count = int(lines[1].strip())
+    except ValueError:
+        raise ValueError(f"malformed checkpoint file {path}: bad entry count {lines[1].strip()!r}") from None
+    body = lines[2:]
+    if count != len(body):
+        raise ValueError(f"malformed checkpoint file {path}: expected {count} entries, found {len(body)}")
+    entries = []
+    for number, line in enumerate(body, start=3):
+        parts = line.split()
+        if len(parts) != fields:
+            raise ValueError(f"malformed checkpoint file {path}: line {number} {line!r} "
+                             f"should have {fields} fields")
+        entries.append(parts)
+    return entries
+
+
+def _int(path: str, value: str, line: list[str]) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"malformed checkpoint file {path}: bad number in {' '.join(line)!r}") from None
 
 
 def write_offsets(disk: Disk, path: str, offsets: dict[tuple[str, int], int]) -> None:
-    body = [str(VERSION), str(len(offsets))]
-    body += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
-    disk.write_file_atomic(path, ("\n".join(body) + "\n").encode())
+    lines = [str(VERSION), str(len(offsets))]
+    for (topic, partition), offset in sorted(offsets.items()):
+        lines.append(f"{topic} {partition} {offset}")
+    disk.write_file_atomic(path, ("\n".join(lines) + "\n").encode())
 
 
 def read_offsets(disk: Disk, path: str) -> dict[tuple[str, int], int]:
-    lines = _lines(disk, path)
-    if lines is None:
+    """The offsets in ``path``; an empty dict if the file does not exist."""
+    entries = _entries(disk, path, 3)
+    if entries is None:
         return {}
-    result = {}
-    for entry in lines:
-        if len(entry) != 3:
-            raise ValueError(f"malformed checkpoint file {path}: bad entry {' '.join(entry)!r}")
-        try:
-            result[(entry[0], int(entry[1]))] = int(entry[2])
-        except ValueError:
-            raise ValueError(f"malformed checkpoint file {path}: bad entry {' '.join(entry)!r}") from None
-    return result
+    return {(e[0], _int(path, e[1], e)): _int(path, e[2], e) for e in entries}
 
 
 def write_epochs(disk: Disk, path: str, entries: list[tuple[int, int]]) -> None:
-    body = [str(VERSION), str(len(entries))] + [f"{e} {o}" for e, o in entries]
-    disk.write_file_atomic(path, ("\n".join(body) + "\n").encode())
+    lines = [str(VERSION), str(len(entries))] + [f"{epoch} {start}" for epoch, start in entries]
+    disk.write_file_atomic(path, ("\n".join(lines) + "\n").encode())
 
 
 def read_epochs(disk: Disk, path: str) -> list[tuple[int, int]]:
-    lines = _lines(disk, path)
-    if lines is None:
+    """The ``(epoch, start offset)`` entries in ``path``; empty if the file does not exist."""
+    entries = _entries(disk, path, 2)
+    if entries is None:
         return []
-    try:
-        return [(int(e), int(o)) for e, o in lines]
-    except ValueError:
-        raise ValueError(f"malformed checkpoint file {path}: bad entry") from None
+    return [(_int(path, e[0], e), _int(path, e[1], e)) for e in entries]

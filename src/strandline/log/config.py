@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class LogConfig:
-    segment_bytes: int = 1073741824            # log.segment.bytes / segment.bytes
-    segment_ms: int = 604800000                # log.roll.ms / segment.ms
-    segment_index_bytes: int = 10485760        # log.index.size.max.bytes / segment.index.bytes
-    index_interval_bytes: int = 4096           # log.index.interval.bytes / index.interval.bytes
-    retention_ms: int = 604800000              # log.retention.ms / retention.ms (-1 = unlimited)
-    retention_bytes: int = -1                  # log.retention.bytes / retention.bytes (-1 = unlimited)
-    max_message_bytes: int = 1048588           # message.max.bytes / max.message.bytes
+    segment_bytes: int = 1073741824          # log.segment.bytes / topic segment.bytes
+    segment_ms: int = 604800000              # log.roll.ms / segment.ms
+    segment_index_bytes: int = 10485760      # log.index.size.max.bytes / segment.index.bytes
+    index_interval_bytes: int = 4096         # log.index.interval.bytes / index.interval.bytes
+    retention_ms: int = 604800000            # log.retention.ms / retention.ms  (-1 = unlimited)
+    retention_bytes: int = -1                # log.retention.bytes / retention.bytes (-1 = unlimited)
+    max_message_bytes: int = 1048588         # message.max.bytes / max.message.bytes
     flush_messages: int = 9223372036854775807  # log.flush.interval.messages / flush.messages
     flush_ms: int = 9223372036854775807        # log.flush.interval.ms / flush.ms
     message_timestamp_type: str = "CreateTime"

@@ -1,4 +1,16 @@
-"""The leader-epoch cache of one partition, persisted as ``leader-epoch-checkpoint`` (SPEC EPO-1)."""
+"""The leader-epoch cache of one partition, persisted as ``leader-epoch-checkpoint`` (SPEC EPO-1).
+
+Kafka's ``LeaderEpochFileCache`` semantics (reference/kafka_replication.md §4.2, §4.3):
+
+* ``assign(e, off)`` changes the cache only if ``e`` differs from the latest epoch or ``off`` is
+  below the latest start offset; it then first drops every entry with ``epoch >= e`` or
+  ``start >= off`` (so epochs and start offsets stay strictly increasing), appends, and writes the
+  checkpoint atomically.
+* ``truncate_from_end(off)`` drops entries starting at or after ``off`` (log truncation).
+* ``truncate_from_start(off)`` moves the earliest surviving entry's start up to ``off`` (log start
+  offset advance).
+* ``end_offset_for`` answers OffsetsForLeaderEpoch.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +20,13 @@ from strandline.log import checkpoint
 from strandline.log.disk import Disk
 
 FILE_NAME = "leader-epoch-checkpoint"
-UNDEFINED = -1
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+UNDEFINED = UNDEFINED_EPOCH  # kept for callers that used the short name
 
 
 class LeaderEpochCache:
-    """Ordered ``(epoch, start offset)`` entries, both strictly increasing (Kafka's semantics)."""
+    """Ordered ``(epoch, start offset)`` entries, both strictly increasing."""
 
     def __init__(self, disk: Disk, directory: str) -> None:
         self.disk = disk
@@ -24,14 +38,18 @@ class LeaderEpochCache:
 
     @property
     def latest_epoch(self) -> int:
-        return self.entries[-1][0] if self.entries else UNDEFINED
+        return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
+
+    @property
+    def earliest_epoch(self) -> int:
+        return self.entries[0][0] if self.entries else UNDEFINED_EPOCH
 
     def epoch_entries(self) -> list[tuple[int, int]]:
         return list(self.entries)
 
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; returns whether the cache changed."""
-        if epoch < 0:
+        if epoch < 0 or start_offset < 0:
             return False
         if self.entries:
             last_epoch, last_start = self.entries[-1]
@@ -43,42 +61,53 @@ class LeaderEpochCache:
         return True
 
     def epoch_for_offset(self, offset: int) -> int:
-        epoch = UNDEFINED
+        """The epoch of the entry covering ``offset`` (UNDEFINED below the first entry)."""
+        epoch = UNDEFINED_EPOCH
         for e, start in self.entries:
-            if start <= offset:
-                epoch = e
-            else:
+            if start > offset:
                 break
+            epoch = e
         return epoch
 
-    def end_offset_for(self, requested: int, log_end_offset: int) -> tuple[int, int]:
-        """OffsetsForLeaderEpoch: (largest epoch <= requested, where the next epoch starts)."""
-        if requested == UNDEFINED or not self.entries:
-            return UNDEFINED, UNDEFINED
-        if requested == self.latest_epoch:
-            return requested, log_end_offset
-        if requested < self.entries[0][0]:
-            return requested, self.entries[0][1]
-        found = UNDEFINED
-        for i, (e, _) in enumerate(self.entries):
-            if e > requested:
-                return found, self.entries[i][1]
-            found = e
-        return UNDEFINED, UNDEFINED  # requested is above the latest epoch
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: ``(largest epoch <= requested, start of the first epoch > requested)``.
 
-    def truncate_from_end(self, end_offset: int) -> None:
+        ``-1`` -> ``(-1, -1)``; the latest epoch -> ``(latest, log_end_offset)``; below the
+        earliest known epoch -> ``(requested, earliest start)``; above the latest -> ``(-1, -1)``.
+        """
+        if requested_epoch == UNDEFINED_EPOCH or not self.entries:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch == self.latest_epoch:
+            return requested_epoch, log_end_offset
+        previous = UNDEFINED_EPOCH
+        for e, start in self.entries:
+            if e > requested_epoch:
+                if previous == UNDEFINED_EPOCH:
+                    return requested_epoch, start
+                return previous, start
+            previous = e
+        return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+
+    def truncate_from_end(self, end_offset: int) -> bool:
         """Drop entries starting at or after ``end_offset`` (the log was truncated there)."""
-        kept = [(e, o) for e, o in self.entries if o < end_offset]
-        if kept != self.entries:
-            self.entries = kept
-            self._flush()
+        if end_offset < 0 or not self.entries or self.entries[-1][1] < end_offset:
+            return False
+        self.entries = [(e, o) for e, o in self.entries if o < end_offset]
+        self._flush()
+        return True
 
-    def truncate_from_start(self, start_offset: int) -> None:
-        """The log now starts at ``start_offset``: the earliest entry moves up to it."""
-        kept = [(e, o) for e, o in self.entries if o > start_offset]
+    def truncate_from_start(self, start_offset: int) -> bool:
+        """The log now starts at ``start_offset``: the earliest surviving entry moves up to it."""
         earlier = [(e, o) for e, o in self.entries if o <= start_offset]
-        if earlier:
-            kept.insert(0, (earlier[-1][0], start_offset))
-        if kept != self.entries:
-            self.entries = kept
-            self._flush()
+        if not earlier or (len(earlier) == 1 and earlier[0][1] == start_offset):
+            return False
+        kept = [(e, o) for e, o in self.entries if o > start_offset]
+        self.entries = [(earlier[-1][0], start_offset)] + kept
+        self._flush()
+        return True
+
+    def clear(self) -> None:
+        """Forget every entry (the log was emptied and restarted elsewhere)."""
+        if self.entries:
+            self.entries = []
+        self._flush()

@@ -58,8 +58,11 @@ class ApiKey(enum.IntEnum):
 # Advertised version ranges. Each range overlaps what kafka-python 3.0.12, confluent-kafka 2.16
 # (librdkafka 2.16), aiokafka 0.14 and kcat 1.7.1 (librdkafka 2.0.2) use; floors are kio's.
 # Fetch stops at 12 so no client addresses partitions by topic id (Fetch 13+).
+# Produce is advertised from v0 because librdkafka 2.0.x (kcat) enables gzip and snappy only when
+# a broker lists Produce v0; requests below v3 (message formats v0/v1) are refused like any
+# unsupported version, and no client sends them to a broker that offers v3+.
 SUPPORTED: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 10),
+    ApiKey.PRODUCE: (0, 10),
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 8),
     ApiKey.METADATA: (0, 12),
@@ -68,6 +71,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    # Consumer groups arrive with their own coordinator; until then FindCoordinator answers
+    # COORDINATOR_NOT_AVAILABLE. librdkafka only enables LZ4 when FindCoordinator is advertised.
+    ApiKey.FIND_COORDINATOR: (0, 3),
 }
 
 
@@ -116,7 +122,10 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     if not supported[0] <= api_version <= supported[1]:
         raise ProtocolError(f"{ApiKey(api_key).name} version {api_version} is not supported "
                             f"(supported: {supported[0]}-{supported[1]})")
-    header_reader, body_reader = _readers(api_key, api_version)
+    try:
+        header_reader, body_reader = _readers(api_key, api_version)
+    except Exception:
+        raise ProtocolError(f"{ApiKey(api_key).name} version {api_version} is not supported") from None
     try:
         header, offset = header_reader(frame, 0)
         body, size = body_reader(frame, offset)

@@ -1,30 +1,41 @@
-"""The real disk behind the log's Disk interface."""
+"""The real disk behind the log's ``Disk`` interface (``strandline.log.disk``)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+
 
 class OsFile:
+    """One open file: appends with ``os.pwrite`` at the size kept in memory, reads with ``os.pread``."""
+
     __slots__ = ("fd", "_size", "path")
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = os.open(path, _OPEN_FLAGS, 0o644)
         self._size = os.fstat(self.fd).st_size
 
     def append(self, data) -> int:
         position = self._size
-        view = memoryview(data)
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self.fd, view[written:], position + written)
-        self._size += written
+        written = os.pwrite(self.fd, data, position)  # one system call, no copy of the buffer
+        total = len(data) if not isinstance(data, memoryview) else data.nbytes
+        if written != total:  # a short write (disk full, signal): finish it, then report
+            with memoryview(data) as view, view.cast("B") as flat:
+                while written < total:
+                    n = os.pwrite(self.fd, flat[written:], position + written)
+                    if n <= 0:
+                        raise OSError(f"short write to {self.path}")
+                    written += n
+        self._size = position + total
         return position
 
     def read(self, position: int, size: int) -> bytes:
-        return os.pread(self.fd, size, position)
+        if size <= 0 or position >= self._size:
+            return b""
+        return os.pread(self.fd, min(size, self._size - position), position)
 
     def size(self) -> int:
         return self._size
@@ -34,7 +45,7 @@ class OsFile:
         self._size = size
 
     def flush(self) -> None:
-        os.fdatasync(self.fd)
+        os.fsync(self.fd)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -43,6 +54,9 @@ class OsFile:
 
     def fileno(self) -> int | None:
         return self.fd
+
+    def __repr__(self) -> str:
+        return f"OsFile({self.path!r}, size={self._size})"
 
 
 class OsDisk:
@@ -73,10 +87,14 @@ class OsDisk:
 
     def write_file_atomic(self, path: str, data: bytes) -> None:
         tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
         self.fsync_dir(os.path.dirname(path) or ".")
 
