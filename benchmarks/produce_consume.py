@@ -12,6 +12,7 @@ Without --bootstrap it starts its own `strandline up` in a temporary directory a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -38,6 +39,26 @@ def start_cluster(data_dir: str, base_port: int, zk_port: int, profile: bool) ->
     raise RuntimeError("strandline up exited before it was ready")
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User+system CPU seconds used so far by these processes (from /proc)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def broker_pids(data_dir: str | None) -> list[int]:
+    if data_dir is None:
+        return []
+    with open(os.path.join(data_dir, "cluster.json")) as f:
+        return [b["pid"] for b in json.load(f)["brokers"]]
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -45,7 +66,14 @@ def percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(len(values) * p))]
 
 
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    subprocess.run([sys.executable, "-m", "strandline.cli.main", "topics", "create", "--bootstrap-server",
+                    bootstrap, "--topic", topic, "--partitions", str(partitions)], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
 def produce(bootstrap: str, topic: str, acks: str, seconds: float, partitions: int) -> dict:
+    create_topic(bootstrap, topic, partitions)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
                          "batch.size": 1000000, "queue.buffering.max.kbytes": 262144,
                          "enable.idempotence": acks == "all"})
@@ -96,10 +124,12 @@ def consume(bootstrap: str, topic: str, partitions: int, total: int) -> dict:
     start = time.perf_counter()
     deadline = start + 120
     while got < total and time.perf_counter() < deadline:
-        for msg in consumer.consume(num_messages=10000, timeout=1):
-            if msg.error() is None:
-                got += 1
-                nbytes += len(msg.value())
+        batch = consumer.consume(num_messages=100000, timeout=1)
+        got += len(batch)
+        if batch:
+            last = batch[-1]
+            assert last.error() is None, last.error()
+            nbytes += len(batch) * len(last.value())  # every record is RECORD bytes
     elapsed = time.perf_counter() - start
     consumer.close()
     return {"records": got, "seconds": elapsed, "MB/s": nbytes / elapsed / 1e6, "records/s": got / elapsed}
@@ -124,18 +154,24 @@ def main() -> int:
     try:
         results = []
         total = 0
+        pids = broker_pids(tmp)
         for acks in ("1", "all"):
             topic = f"bench-{acks}-{uuid.uuid4().hex[:8]}"
+            cpu0 = cpu_seconds(pids)
             r = produce(bootstrap, topic, acks, args.seconds, args.partitions)
+            cpu = cpu_seconds(pids) - cpu0
             results.append(r)
             print(f"produce acks={acks:>3}: {r['MB/s']:8.1f} MB/s {r['records/s']:10.0f} records/s "
                   f"ack p50 {r['p50 ms']:.1f} ms p99 {r['p99 ms']:.1f} ms ({r['records']} records, "
-                  f"{r['failed']} failed)", flush=True)
+                  f"{r['failed']} failed; broker CPU {cpu / r['seconds'] * 100:.0f}% of one core)", flush=True)
             if acks == "1":
                 consume_topic, total = topic, r["records"]
+        cpu0 = cpu_seconds(pids)
         c = consume(bootstrap, consume_topic, args.partitions, total)
+        cpu = cpu_seconds(pids) - cpu0
         print(f"consume (page cache): {c['MB/s']:8.1f} MB/s {c['records/s']:10.0f} records/s "
-              f"({c['records']} of {total} records)", flush=True)
+              f"({c['records']} of {total} records; broker CPU {cpu / c['seconds'] * 100:.0f}% of one core)",
+              flush=True)
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGINT)
