@@ -135,6 +135,36 @@ def consume(bootstrap: str, topic: str, partitions: int, total: int) -> dict:
     return {"records": got, "seconds": elapsed, "MB/s": nbytes / elapsed / 1e6, "records/s": got / elapsed}
 
 
+def raw_fetch(bootstrap: str, topic: str, partitions: int, total: int) -> dict:
+    """The broker's serving rate: Fetch requests whose record bytes are counted, never decoded."""
+    from strandline.protocol.records import iter_batches
+    from strandline.runtime.client import KafkaConnection
+
+    offsets = {p: 0 for p in range(partitions)}
+    nbytes = 0
+    records = 0
+    start = time.perf_counter()
+    with KafkaConnection(bootstrap) as conn:
+        while records < total and time.perf_counter() - start < 120:
+            resp = conn.request(1, 11, {
+                "replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": 64 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+                "topics": [{"topic": topic, "partitions": [
+                    {"partition": p, "current_leader_epoch": -1, "fetch_offset": o, "log_start_offset": -1,
+                     "partition_max_bytes": 16 << 20} for p, o in offsets.items()]}]})
+            for part in resp.responses[0].partitions:
+                data = part.records or b""
+                nbytes += len(data)
+                last = None
+                for _, header in iter_batches(data):
+                    last = header
+                if last is not None:
+                    records += last.next_offset - offsets[part.partition_index]
+                    offsets[part.partition_index] = last.next_offset
+    elapsed = time.perf_counter() - start
+    return {"records": records, "seconds": elapsed, "MB/s": nbytes / elapsed / 1e6}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap")
@@ -172,6 +202,11 @@ def main() -> int:
         print(f"consume (page cache): {c['MB/s']:8.1f} MB/s {c['records/s']:10.0f} records/s "
               f"({c['records']} of {total} records; broker CPU {cpu / c['seconds'] * 100:.0f}% of one core)",
               flush=True)
+        cpu0 = cpu_seconds(pids)
+        f = raw_fetch(bootstrap, consume_topic, args.partitions, total)
+        cpu = cpu_seconds(pids) - cpu0
+        print(f"fetch, raw (page cache): {f['MB/s']:8.1f} MB/s ({f['records']} records; "
+              f"broker CPU {cpu / f['seconds'] * 100:.0f}% of one core)", flush=True)
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGINT)
