@@ -1,0 +1,123 @@
+"""The `strandline` command as a user meets it: clear one-line errors, `up` and its cluster.json,
+clean stops with no orphan processes, topics administration, ZooKeeper registration (CTL-1, CTL-2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+from kazoo.client import KazooClient
+
+from tests.conftest import Cluster, free_ports, pid_alive, poll_until, run_cli, strandline_cmd, wait_for_line
+
+pytestmark = pytest.mark.integration
+
+
+def test_broker_refuses_an_unknown_key_with_one_line(tmp_path):
+    props = tmp_path / "server.properties"
+    props.write_text("broker.id=1\nzookeeper.connect=127.0.0.1:1\nlog.segmnet.bytes=100\n")
+    result = run_cli("broker", "--config", str(props))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "log.segmnet.bytes" in lines[0]
+
+
+def test_broker_refuses_a_bad_value_with_one_line(tmp_path):
+    result = run_cli("broker", "--override", "broker.id=1", "--override", "zookeeper.connect=127.0.0.1:1",
+                     "--override", "num.partitions=zero")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "num.partitions" in lines[0]
+
+
+def test_up_refuses_an_unknown_override():
+    result = run_cli("up", "--override", "no.such.key=1", "--data-dir", "/nonexistent/never")
+    assert result.returncode == 2 and "no.such.key" in result.stderr
+
+
+def test_broker_reports_an_unreachable_zookeeper(tmp_path):
+    port = free_ports(1)[0]
+    result = run_cli("broker", "--override", "broker.id=1", "--override", f"zookeeper.connect=127.0.0.1:{port}",
+                     "--override", "zookeeper.connection.timeout.ms=1500", "--override",
+                     f"log.dirs={tmp_path}", timeout=60)
+    assert result.returncode != 0
+    assert f"cannot connect to ZooKeeper at 127.0.0.1:{port}" in result.stderr
+
+
+def test_zookeeper_command_reports_missing_java(tmp_path):
+    env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-java"))
+    result = subprocess.run(strandline_cmd("zookeeper", "--data-dir", str(tmp_path / "zk"), "--port", "1"),
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert "Java was not found" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_up_writes_cluster_json_registers_in_zookeeper_and_stops_cleanly(tmp_path):
+    ports = free_ports(2)
+    data = tmp_path / "data"
+    c = Cluster(data, 1, ports[1], ports[0]).start()
+    try:
+        assert c.bootstrap == f"127.0.0.1:{ports[1]}"
+        info = json.loads((data / "cluster.json").read_text())
+        assert info["zookeeper"]["connect"] == f"127.0.0.1:{ports[0]}"
+        [broker] = info["brokers"]
+        assert broker["id"] == 1 and broker["port"] == ports[1]
+        assert broker["log_dir"] == str(data / "broker-1" / "logs")
+        pids = [info["zookeeper"]["pid"], broker["pid"]]
+        assert all(pid_alive(p) for p in pids)
+
+        zk = KazooClient(hosts=info["zookeeper"]["connect"])
+        zk.start(timeout=10)
+        try:
+            data_bytes, stat = zk.get("/brokers/ids/1")
+            registration = json.loads(data_bytes)
+            assert stat.ephemeralOwner != 0                       # CTL-2: an ephemeral node
+            assert registration["endpoints"] == [f"PLAINTEXT://127.0.0.1:{ports[1]}"]
+            assert registration["version"] == 4
+            assert run_cli("topics", "create", "--bootstrap-server", c.bootstrap, "--topic", "layout",
+                           "--partitions", "2", "--config", "retention.ms=3600000").returncode == 0
+            topic = json.loads(zk.get("/brokers/topics/layout")[0])   # CTL-1: Kafka's znodes
+            assert topic["partitions"] == {"0": [1], "1": [1]}
+            state = json.loads(zk.get("/brokers/topics/layout/partitions/1/state")[0])
+            assert state == {"version": 1, "leader": 1, "leader_epoch": 0, "isr": [1],
+                             "controller_epoch": state["controller_epoch"]}
+            assert json.loads(zk.get("/config/topics/layout")[0])["config"] == {"retention.ms": "3600000"}
+            assert json.loads(zk.get("/controller")[0])["brokerid"] == 1
+        finally:
+            zk.stop()
+            zk.close()
+
+        described = run_cli("topics", "describe", "--bootstrap-server", c.bootstrap, "--topic", "layout")
+        assert described.returncode == 0
+        rows = [line for line in described.stdout.splitlines() if "Partition:" in line]
+        assert len(rows) == 2
+        for row in rows:
+            for field in ("Leader: 1", "Replicas: 1", "Isr: 1", "LeaderEpoch: 0", "HW: 0", "LEO: 0"):
+                assert field in row
+        assert "layout" in run_cli("topics", "list", "--bootstrap-server", c.bootstrap).stdout
+        proc = c.proc
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        c.proc = None
+        poll_until(lambda: not any(pid_alive(p) for p in pids), 30, message="every process gone")
+    finally:
+        c.stop()
+
+
+def test_zookeeper_command_serves_and_stops(tmp_path):
+    port = free_ports(1)[0]
+    proc = subprocess.Popen(strandline_cmd("zookeeper", "--data-dir", str(tmp_path / "zk"), "--port", str(port)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = wait_for_line(proc, "zookeeper.connect=", 60)
+        assert line.strip() == f"zookeeper.connect=127.0.0.1:{port}"
+        zk = KazooClient(hosts=f"127.0.0.1:{port}")
+        zk.start(timeout=10)
+        zk.stop()
+        zk.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
