@@ -1,4 +1,4 @@
-"""Build valid record batches v2 for tests (uncompressed or gzip)."""
+"""Build valid record batches (v2, magic 2) for tests, independently of protocol.records."""
 
 from __future__ import annotations
 
@@ -7,41 +7,64 @@ import struct
 
 import crc32c
 
+DEFAULT_TS = 1_700_000_000_000
 
-def _varint(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)  # zig-zag
+
+def _varint(value: int) -> bytes:
+    """Zig-zag varint (Kafka's ByteUtils.writeVarint / writeVarlong)."""
+    value = (value << 1) ^ (value >> 63)
     out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+    while value & ~0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
     return bytes(out)
 
 
-def _record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
-            headers: list[tuple[str, bytes]] = ()) -> bytes:
-    body = bytearray(b"\x00")
-    body += _varint(timestamp_delta) + _varint(offset_delta)
-    body += _varint(-1) if key is None else _varint(len(key)) + key
-    body += _varint(-1) if value is None else _varint(len(value)) + value
-    body += _varint(len(headers))
-    for hk, hv in headers:
-        hkb = hk.encode()
-        body += _varint(len(hkb)) + hkb + _varint(len(hv)) + hv
+def _record(offset_delta: int, timestamp_delta: int, value: bytes | None, key: bytes | None = None) -> bytes:
+    body = bytearray()
+    body.append(0)  # attributes
+    body += _varint(timestamp_delta)
+    body += _varint(offset_delta)
+    if key is None:
+        body += _varint(-1)
+    else:
+        body += _varint(len(key)) + key
+    if value is None:
+        body += _varint(-1)
+    else:
+        body += _varint(len(value)) + value
+    body += _varint(0)  # headers
     return _varint(len(body)) + bytes(body)
 
 
-def make_batch(values: list[bytes], timestamp_ms: int = 1_700_000_000_000, producer_id: int = -1,
-               producer_epoch: int = -1, base_sequence: int = -1, compression: int = 0,
-               keys: list[bytes | None] | None = None, base_offset: int = 0, leader_epoch: int = -1) -> bytearray:
-    records = b"".join(_record(i, 0, keys[i] if keys else None, v) for i, v in enumerate(values))
+def make_batch(values: list[bytes], timestamp_ms: int = DEFAULT_TS, producer_id: int = -1,
+               producer_epoch: int = -1, base_sequence: int = -1, compression: int = 0, *,
+               base_offset: int = 0, leader_epoch: int = -1, timestamps: list[int] | None = None) -> bytearray:
+    """A v2 batch holding ``values`` (no keys, no headers), CRC-32C set.
+
+    ``timestamps`` (one per record) overrides ``timestamp_ms``; compression 0 (none) or 1 (gzip).
+    """
+    if not values:
+        raise ValueError("a batch needs at least one record")
+    stamps = timestamps if timestamps is not None else [timestamp_ms] * len(values)
+    base_ts = stamps[0]
+    records = b"".join(_record(i, ts - base_ts, v) for i, (v, ts) in enumerate(zip(values, stamps)))
     if compression == 1:
         records = gzip.compress(records)
     elif compression != 0:
-        raise ValueError("tests build uncompressed or gzip batches only")
-    count = len(values)
-    after_crc = struct.pack(">hiqqqhii", compression, count - 1, timestamp_ms, timestamp_ms,
-                            producer_id, producer_epoch, base_sequence, count) + records
+        raise ValueError("only compression 0 and 1 are supported by the test helper")
+    attributes = compression
+    after_crc = struct.pack(">hiqqqhii", attributes, len(values) - 1, base_ts, max(stamps),
+                            producer_id, producer_epoch, base_sequence, len(values)) + records
     crc = crc32c.crc32c(after_crc)
     batch_length = 4 + 1 + 4 + len(after_crc)  # leader epoch + magic + crc + rest
     return bytearray(struct.pack(">qiibI", base_offset, batch_length, leader_epoch, 2, crc) + after_crc)
+
+
+def batches(*groups: list[bytes], **kwargs) -> bytearray:
+    """Several batches back to back (one per list of values)."""
+    out = bytearray()
+    for values in groups:
+        out += make_batch(values, **kwargs)
+    return out

@@ -1,17 +1,31 @@
-"""``Log``: the segmented log of one partition (``<log dir>/<topic>-<partition>/``)."""
+"""The log of one partition: a directory ``<log dir>/<topic>-<partition>`` of segments.
+
+Kafka's ``Log`` without the locks: appends as leader (assigning offsets and stamping the leader
+epoch into the batches in place) or as follower (keeping the leader's offsets), reads of whole
+stored batches, rolling, retention, truncation, flushing and recovery. Time comes in as
+``now_ms`` arguments; every file goes through a ``Disk``.
+
+Recovery on open (``needs_recovery``, reference/kafka_replication.md §5.3): every segment from
+the one containing the recovery point on is re-read with CRC checks (``LogSegment.recover``);
+the first one found torn or corrupt is cut at its last valid batch and all later segments are
+deleted. Without recovery nothing is scanned: only the tail of the active segment, from its last
+index entry, is read to find the log end offset.
+"""
 
 from __future__ import annotations
 
 import os.path
+from bisect import bisect_right
 from typing import Iterator, NamedTuple
 
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk
 from strandline.log.epoch import LeaderEpochCache
-from strandline.log.segment import LogSegment
-from strandline.protocol.records import BatchHeader, iter_batches, stamp
+from strandline.log.segment import (INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BatchInfo,
+                                    CorruptRecordError, LogSegment)
+from strandline.protocol.records import BatchHeader, crc_ok, iter_batches, stamp
 
-INT32_MAX = 2147483647
+CLEAN_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 
 
 class AppendInfo(NamedTuple):
@@ -23,271 +37,438 @@ class AppendInfo(NamedTuple):
     valid_bytes: int
 
 
+class OffsetOutOfOrder(ValueError):
+    """A follower append does not start at the log end offset, or its offsets go backwards."""
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
+    """``("my-topic", 3)`` from ``"my-topic-3"``; None for names that are not partition dirs."""
+    topic, sep, index = name.rpartition("-")
+    if not sep or not topic or not index.isdigit():
+        return None
+    return topic, int(index)
+
+
+def _new_stats() -> dict[str, int]:
+    return {"segments_recovered": 0, "batches_scanned": 0, "bytes_truncated": 0,
+            "segments_deleted": 0, "indexes_rebuilt": 0}
+
+
 class Log:
-    def __init__(self, disk: Disk, directory: str, topic: str, partition: int, config: LogConfig) -> None:
+    def __init__(self, disk: Disk, dir: str, topic: str, partition: int, config: LogConfig,
+                 segments: list[LogSegment], leader_epoch_cache: LeaderEpochCache, *,
+                 log_start_offset: int, now_ms: int) -> None:
         self.disk = disk
-        self.dir = directory
+        self.dir = dir
         self.topic = topic
         self.partition = partition
         self.config = config
-        self.segments: list[LogSegment] = []
-        self.log_start_offset = 0
-        self.recovery_point = 0
-        self.leader_epoch_cache = LeaderEpochCache(disk, directory)
-        self.unflushed_messages = 0
-        self.last_flush_ms = 0
-        self.recovery_stats = {"segments_recovered": 0, "batches_scanned": 0, "bytes_truncated": 0}
+        self.segments: list[LogSegment] = segments
+        self._bases = [s.base_offset for s in segments]
+        self.leader_epoch_cache = leader_epoch_cache
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = segments[-1].next_offset
+        self.recovery_point = self.log_end_offset
+        self.recovery_stats = _new_stats()
+        self._last_flush_ms = now_ms
+        self._now_ms = now_ms
+        self.closed = False
 
-    # -- opening ---------------------------------------------------------------------------------
+    # -- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, disk: Disk, directory: str, topic: str, partition: int, config: LogConfig, *,
+    def open(cls, disk: Disk, dir: str, topic: str, partition: int, config: LogConfig, *,
              recovery_point: int = 0, log_start_offset: int = 0, needs_recovery: bool = True,
              now_ms: int = 0) -> "Log":
-        disk.makedirs(directory)
-        log = cls(disk, directory, topic, partition, config)
-        log.last_flush_ms = now_ms
+        disk.makedirs(dir)
+        names = disk.listdir(dir)
         bases = []
-        for name in disk.listdir(directory):
-            if name.endswith(".tmp"):
-                disk.remove(os.path.join(directory, name))
-            elif name.endswith(".log") and name[:-4].isdigit():
-                bases.append(int(name[:-4]))
-        for base in sorted(bases):
-            log.segments.append(LogSegment(disk, directory, base, config.index_interval_bytes))
-        # index files whose log file is gone
-        for name in disk.listdir(directory):
-            stem, _, ext = name.partition(".")
-            if ext in ("index", "timeindex") and stem.isdigit() and int(stem) not in bases:
-                disk.remove(os.path.join(directory, name))
-        stats = log.recovery_stats
-        corrupt_from = None
-        for i, segment in enumerate(log.segments):
-            must_scan = needs_recovery and (i == len(log.segments) - 1
-                                            or log.segments[i + 1].base_offset > recovery_point)
-            if not must_scan and segment.load():
-                continue
-            scanned, truncated, _ = segment.recover(config.max_message_bytes)
-            stats["segments_recovered"] += 1
-            stats["batches_scanned"] += scanned
+        for name in names:
+            if name.endswith(CLEAN_SUFFIXES):
+                disk.remove(os.path.join(dir, name))
+            elif name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit():
+                bases.append(int(name[:-len(LOG_SUFFIX)]))
+        base_set = set(bases)
+        for name in names:  # indexes whose segment is gone
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                stem = name[:-len(suffix)]
+                if name.endswith(suffix) and stem.isdigit() and int(stem) not in base_set:
+                    disk.remove(os.path.join(dir, name))
+        bases.sort()
+        segments = [LogSegment.open(disk, dir, base, config, now_ms) for base in bases]
+        cache = LeaderEpochCache(disk, dir)
+        stats = _new_stats()
+
+        if segments and needs_recovery:
+            first = max(bisect_right(bases, recovery_point) - 1, 0)
+            on_batch = _epoch_assigner(cache)
+            for i in range(first, len(segments)):
+                segment = segments[i]
+                truncated = segment.recover(on_batch)
+                segment.flush(force=True)
+                stats["segments_recovered"] += 1
+                stats["batches_scanned"] += segment.recovered_batches
+                stats["bytes_truncated"] += truncated
+                if truncated:
+                    for later in segments[i + 1:]:
+                        later.delete()
+                        stats["segments_deleted"] += 1
+                    del segments[i + 1:]
+                    break
+            if stats["segments_recovered"]:
+                disk.fsync_dir(dir)
+        elif segments:
+            active = segments[-1]
+            truncated = active.load_tail()
             stats["bytes_truncated"] += truncated
             if truncated:
-                corrupt_from = i + 1
-                break
-        if corrupt_from is not None:
-            for segment in log.segments[corrupt_from:]:
-                stats["bytes_truncated"] += segment.size
+                stats["batches_scanned"] += active.recovered_batches
+                stats["segments_recovered"] += 1
+        for segment in segments:
+            stats["indexes_rebuilt"] += segment.index_rebuilds
+
+        if not segments:
+            segments = [LogSegment.create(disk, dir, log_start_offset, config, now_ms)]
+        log_start_offset = max(log_start_offset, segments[0].base_offset)
+        if segments[-1].next_offset < log_start_offset:
+            # Everything left is below the log start offset (Kafka's recoverLog): start afresh.
+            for segment in segments:
                 segment.delete()
-            del log.segments[corrupt_from:]
-        # drop empty trailing segments except the first one, keeping offsets contiguous
-        while len(log.segments) > 1 and log.segments[-1].size == 0 and \
-                log.segments[-1].base_offset > log.segments[-2].next_offset:
-            log.segments.pop().delete()
-        if not log.segments:
-            log.segments.append(LogSegment(disk, directory, log_start_offset, config.index_interval_bytes))
-        log.log_start_offset = max(log_start_offset, log.segments[0].base_offset)
-        log.recovery_point = min(max(recovery_point, log.log_start_offset), log.log_end_offset) \
-            if not needs_recovery else log.log_end_offset
-        log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
-        log.leader_epoch_cache.truncate_from_start(log.log_start_offset)
+                stats["segments_deleted"] += 1
+            segments = [LogSegment.create(disk, dir, log_start_offset, config, now_ms)]
+        log = cls(disk, dir, topic, partition, config, segments, cache,
+                  log_start_offset=log_start_offset, now_ms=now_ms)
+        cache.truncate_from_end(log.log_end_offset)
+        cache.truncate_from_start(log.log_start_offset)
+        log.recovery_stats = stats
+        log._sync_dir_if_new()
         return log
 
-    # -- state -----------------------------------------------------------------------------------
+    # -- state -------------------------------------------------------------------------------
 
     @property
     def active_segment(self) -> LogSegment:
         return self.segments[-1]
 
     @property
-    def log_end_offset(self) -> int:
-        return self.active_segment.next_offset
-
-    @property
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
-    def update_config(self, config: LogConfig) -> None:
-        self.config = config
-
-    # -- appends ---------------------------------------------------------------------------------
-
-    def _maybe_roll(self, incoming_bytes: int, incoming_last_offset: int, max_timestamp: int, now_ms: int) -> None:
-        seg = self.active_segment
-        if seg.size == 0:
-            return
-        first_ts = seg.first_batch_timestamp if seg.first_batch_timestamp is not None else seg.created_ms
-        too_old = first_ts is not None and max_timestamp - first_ts > self.config.segment_ms \
-            if seg.first_batch_timestamp is not None else \
-            (seg.created_ms is not None and now_ms - seg.created_ms > self.config.segment_ms)
-        index_full = seg.index.entries * 8 >= self.config.segment_index_bytes
-        if (seg.size + incoming_bytes > self.config.segment_bytes or too_old or index_full
-                or incoming_last_offset - seg.base_offset > INT32_MAX):
-            self.roll(now_ms)
-
-    def maybe_roll_by_time(self, now_ms: int) -> bool:
-        seg = self.active_segment
-        if seg.size and seg.created_ms is not None and now_ms - seg.created_ms > self.config.segment_ms:
-            self.roll(now_ms)
-            return True
-        return False
-
-    def roll(self, now_ms: int) -> LogSegment:
-        base = self.log_end_offset
-        if self.active_segment.size == 0:
-            return self.active_segment
-        self.active_segment.flush()
-        segment = LogSegment(self.disk, self.dir, base, self.config.index_interval_bytes)
-        segment.created_ms = now_ms
-        self.segments.append(segment)
-        return segment
-
-    def _append(self, records, headers: list[BatchHeader], now_ms: int) -> AppendInfo:
-        size = len(records)
-        first, last = headers[0].base_offset, headers[-1].last_offset
-        max_ts, max_ts_offset = -1, -1
-        for h in headers:
-            if h.max_timestamp > max_ts:
-                max_ts, max_ts_offset = h.max_timestamp, h.last_offset
-        self._maybe_roll(size, last, max_ts, now_ms)
-        self.active_segment.append(records, headers, now_ms)
-        for h in headers:
-            if h.partition_leader_epoch >= 0 and h.partition_leader_epoch != self.leader_epoch_cache.latest_epoch:
-                self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
-        self.unflushed_messages += sum(h.records_count for h in headers)
-        return AppendInfo(first, last, max_ts, max_ts_offset, len(headers), size)
-
-    def append_as_leader(self, records: bytearray, leader_epoch: int, now_ms: int) -> AppendInfo:
-        """Assign offsets from LEO and stamp the leader epoch into ``records`` (in place), then append."""
-        offset = self.log_end_offset
-        headers = []
-        for pos, header in iter_batches(records):
-            stamp(records, pos, offset, leader_epoch)
-            headers.append(header._replace(base_offset=offset, partition_leader_epoch=leader_epoch))
-            offset += header.last_offset_delta + 1
-        if not headers:
-            raise ValueError("append_as_leader needs at least one complete batch")
-        return self._append(records, headers, now_ms)
-
-    def append_as_follower(self, records, now_ms: int = 0) -> AppendInfo:
-        headers = [h for _, h in iter_batches(records)]
-        if not headers:
-            raise ValueError("append_as_follower needs at least one complete batch")
-        if headers[0].base_offset < self.log_end_offset:
-            raise ValueError(f"follower append at {headers[0].base_offset} below LEO {self.log_end_offset}")
-        return self._append(records, headers, now_ms)
-
-    # -- reads -----------------------------------------------------------------------------------
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self.recovery_point
 
     def _segment_index(self, offset: int) -> int:
-        lo, hi = 0, len(self.segments) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.segments[mid].base_offset <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return max(bisect_right(self._bases, offset) - 1, 0)
 
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, min_one_batch: bool = True) -> bytes:
+    def _set_segments(self, segments: list[LogSegment]) -> None:
+        self.segments = segments
+        self._bases = [s.base_offset for s in segments]
+
+    def _sync_dir_if_new(self) -> None:
+        new = [s for s in self.segments if s.new]
+        if new:
+            self.disk.fsync_dir(self.dir)
+            for s in new:
+                s.new = False
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for segment in self.segments:
+            segment.config = config
+
+    # -- appends -----------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytearray, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """Assign offsets from the log end offset and stamp ``leader_epoch`` into every batch.
+
+        ``records`` holds one or more complete, already validated v2 batches; it is changed in
+        place (base offset and partition leader epoch lie outside the CRC) and then written
+        with a single append.
+        """
+        self._now_ms = now_ms
+        offset = self.log_end_offset
+        batches: list[BatchInfo] = []
+        end = 0
+        for pos, h in iter_batches(records):
+            stamp(records, pos, offset, leader_epoch)
+            last = offset + h.last_offset_delta
+            batches.append(BatchInfo(pos, h.batch_length + 12, offset, last, h.max_timestamp))
+            offset = last + 1
+            end = pos + h.batch_length + 12
+        if end != len(records):
+            raise CorruptRecordError(f"records for {self.topic}-{self.partition} end with "
+                                     f"{len(records) - end} bytes that are not a whole batch")
+        if not batches:
+            return AppendInfo(self.log_end_offset, self.log_end_offset - 1, -1, -1, 0, 0)
+        self.leader_epoch_cache.assign(leader_epoch, batches[0].base_offset)
+        return self._append(records, batches, now_ms)
+
+    def append_as_follower(self, records, now_ms: int | None = None) -> AppendInfo:
+        """Append batches as the leader numbered them (first base offset == log end offset).
+
+        Each batch is checked (magic 2, CRC-32C); the leader epoch cache learns every batch's
+        partition leader epoch. ``now_ms`` (optional) drives time-based rolling; without it the
+        batches' own timestamps do, like Kafka's record-time based ``segment.ms``.
+        """
+        expected = self.log_end_offset
+        batches: list[BatchInfo] = []
+        epochs: list[tuple[int, int]] = []
+        end = 0
+        for pos, h in iter_batches(records):
+            if h.magic != 2 or not crc_ok(records, pos, h):
+                raise CorruptRecordError(f"corrupt batch at offset {h.base_offset} for "
+                                         f"{self.topic}-{self.partition}")
+            out_of_order = h.base_offset < expected if batches else h.base_offset != expected
+            if out_of_order:
+                raise OffsetOutOfOrder(f"follower append to {self.topic}-{self.partition} at offset "
+                                       f"{h.base_offset}, expected {expected}")
+            size = h.batch_length + 12
+            batches.append(BatchInfo(pos, size, h.base_offset, h.base_offset + h.last_offset_delta,
+                                     h.max_timestamp))
+            if not epochs or epochs[-1][0] != h.partition_leader_epoch:
+                epochs.append((h.partition_leader_epoch, h.base_offset))
+            expected = h.base_offset + h.last_offset_delta + 1
+            end = pos + size
+        if end != len(records):
+            raise CorruptRecordError(f"records for {self.topic}-{self.partition} end with "
+                                     f"{len(records) - end} bytes that are not a whole batch")
+        if not batches:
+            return AppendInfo(self.log_end_offset, self.log_end_offset - 1, -1, -1, 0, 0)
+        if now_ms is not None:
+            self._now_ms = now_ms
+        for epoch, start in epochs:
+            self.leader_epoch_cache.assign(epoch, start)
+        return self._append(records, batches, now_ms)
+
+    def _append(self, records, batches: list[BatchInfo], now_ms: int | None) -> AppendInfo:
+        first, last = batches[0].base_offset, batches[-1].last_offset
+        max_ts, max_off = -1, -1
+        for b in batches:
+            if b.max_timestamp > max_ts:
+                max_ts, max_off = b.max_timestamp, b.last_offset
+        segment = self.segments[-1]
+        clock = now_ms if now_ms is not None else max_ts
+        if self._should_roll(segment, len(records), last, clock):
+            segment = self.roll(first, clock if now_ms is not None else self._now_ms)
+        segment.append(records, batches, now_ms)
+        self.log_end_offset = last + 1
+        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
+            self.flush(now_ms)
+        return AppendInfo(first, last, max_ts, max_off, len(batches), len(records))
+
+    def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
+        if segment.size == 0:
+            return False
+        if segment.size + size > self.config.segment_bytes:
+            return True
+        rolling_base = segment.rolling_base_ms
+        if rolling_base is not None and now_ms - rolling_base > self.config.segment_ms:
+            return True
+        return segment.indexes_full or last_offset - segment.base_offset > INT32_MAX
+
+    def roll(self, new_base_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset; the old one is flushed (like Kafka)."""
+        base = self.log_end_offset if new_base_offset is None else new_base_offset
+        now = self._now_ms if now_ms is None else now_ms
+        old = self.segments[-1]
+        if old.size == 0 and old.base_offset == base:
+            return old
+        old.on_become_inactive()
+        segment = LogSegment.create(self.disk, self.dir, base, self.config, now)
+        self._set_segments(self.segments + [segment])
+        self._sync_dir_if_new()
+        if base > self.recovery_point:
+            self.recovery_point = base
+        return segment
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> bytes:
+        """Whole stored batches from the one containing ``offset``, across segments.
+
+        At most ``max_bytes`` in all (except one whole first batch when ``min_one_batch``), and
+        only batches with base offset < ``max_offset`` when given. Empty at the log end offset.
+        """
         if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise ValueError(f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]")
-        i = self._segment_index(offset)
-        out: list[bytes] = []
-        total = 0
-        while i < len(self.segments):
-            segment = self.segments[i]
-            data, reached_end = segment.read(offset, max_bytes - total, max_offset, min_one_batch and total == 0)
+            raise ValueError(f"offset {offset} is outside {self.topic}-{self.partition}'s log "
+                             f"[{self.log_start_offset}, {self.log_end_offset}]")
+        if offset == self.log_end_offset:
+            return b""
+        parts: list[bytes] = []
+        remaining = max_bytes
+        segments = self.segments
+        for i in range(self._segment_index(offset), len(segments)):
+            data, exhausted = segments[i].read(offset, remaining, max_offset, min_one_batch and not parts)
             if data:
-                out.append(data)
-                total += len(data)
-            if not reached_end or total >= max_bytes:
+                parts.append(data)
+                remaining -= len(data)
+            if not exhausted or remaining <= 0:
                 break
-            if max_offset is not None and segment.next_offset >= max_offset:
-                break
-            i += 1
-            if i < len(self.segments):
-                offset = self.segments[i].base_offset
-        if len(out) == 1:
-            return out[0]
-        return b"".join(out)
+        if len(parts) == 1:
+            return parts[0]
+        return b"".join(parts)
 
     def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
-        i = self._segment_index(max(from_offset, self.log_start_offset))
-        for segment in self.segments[i:]:
-            pos = segment.translate_offset(from_offset) if segment is self.segments[i] else 0
-            if pos is None:
-                continue
-            for _, header in segment._headers_from(pos):
-                yield header
+        """Headers of the batches from the one containing ``from_offset`` to the end (61 bytes each)."""
+        for segment in list(self.segments[self._segment_index(from_offset):]):
+            yield from segment.iter_headers(from_offset)
 
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        for segment in self.segments:
-            found = segment.find_offset_by_timestamp(timestamp)
-            if found is not None:
-                return max(found[0], self.log_start_offset), found[1]
+        """``(offset, timestamp)`` of the first batch with max timestamp >= ``timestamp``."""
+        for segment in self.segments[self._segment_index(self.log_start_offset):]:
+            if segment.max_timestamp >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp)
+                if found is not None:
+                    return max(found[0], self.log_start_offset), found[1]
         return None
 
-    # -- truncation, flushing, retention -------------------------------------------------------
+    def epoch_for_offset(self, offset: int) -> int:
+        return self.leader_epoch_cache.epoch_for_offset(offset)
+
+    # -- truncation --------------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> bool:
+        """Drop every offset >= ``offset`` (and the batch containing it); returns whether anything changed."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.topic}-{self.partition} to negative offset {offset}")
         if offset >= self.log_end_offset:
             return False
-        if offset <= self.log_start_offset:
+        if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return True
-        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
-            self.segments.pop().delete()
-        self.active_segment.truncate_to(offset)
-        self.leader_epoch_cache.truncate_from_end(offset)
+        keep = [s for s in self.segments if s.base_offset <= offset]
+        for segment in self.segments[len(keep):]:
+            segment.delete()
+        self._set_segments(keep)
+        active = self.segments[-1]
+        active.truncate_to(offset)
+        self.log_end_offset = active.next_offset
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start empty at ``offset`` (epoch cache cleared)."""
         for segment in self.segments:
             segment.delete()
-        self.segments = [LogSegment(self.disk, self.dir, offset, self.config.index_interval_bytes)]
-        self.log_start_offset = offset
-        self.recovery_point = offset
-        self.leader_epoch_cache.truncate_from_end(offset)
-        self.leader_epoch_cache.truncate_from_start(offset)
+        self._set_segments([LogSegment.create(self.disk, self.dir, offset, self.config, self._now_ms)])
+        self._sync_dir_if_new()
+        self.leader_epoch_cache.clear()
+        self.log_start_offset = self.log_end_offset = self.recovery_point = offset
 
-    def flush(self) -> None:
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up (DeleteRecords); segments below go at the next retention run."""
+        if offset <= self.log_start_offset:
+            return False
+        if offset > self.log_end_offset:
+            raise ValueError(f"log start offset {offset} beyond log end offset {self.log_end_offset}")
+        self.log_start_offset = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
+        return True
+
+    # -- flushing ----------------------------------------------------------------------------
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync every segment with unflushed data; the recovery point becomes the log end offset."""
+        if self.closed:
+            return
         for segment in self.segments:
-            segment.flush()
+            if segment.dirty:
+                segment.flush()
+        self._sync_dir_if_new()
         self.recovery_point = self.log_end_offset
-        self.unflushed_messages = 0
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+            self._now_ms = now_ms
 
     def maybe_flush(self, now_ms: int) -> bool:
-        if self.unflushed_messages and (self.unflushed_messages >= self.config.flush_messages
-                                        or now_ms - self.last_flush_ms >= self.config.flush_ms):
-            self.flush()
-            self.last_flush_ms = now_ms
+        """Flush when flush.messages or flush.ms says so; returns whether it did."""
+        self._now_ms = now_ms
+        unflushed = self.log_end_offset - self.recovery_point
+        if unflushed <= 0:
+            return False
+        if unflushed >= self.config.flush_messages or now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush(now_ms)
             return True
         return False
 
-    def delete_old_segments(self, now_ms: int) -> int:
-        """Retention by time and by size; never the active segment. Moves the log start offset."""
-        deleted = 0
-        cfg = self.config
-        total = self.size_in_bytes
-        while len(self.segments) > 1:
-            seg = self.segments[0]
-            expired = cfg.retention_ms >= 0 and seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
-            oversize = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
-            if not (expired or oversize):
-                break
-            total -= seg.size
-            self.segments.pop(0).delete()
-            deleted += 1
-        if deleted:
-            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+    # -- retention ---------------------------------------------------------------------------
+
+    def delete_old_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
+        """Retention: segments below the log start offset, older than retention.ms, or beyond
+        retention.bytes, oldest first; never the active segment, nor (when given) a segment with
+        data at or above ``high_watermark``. Moves the log start offset; returns segments deleted.
+        """
+        self._now_ms = now_ms
+        deleted = self._delete_prefix(lambda s: False, high_watermark, below_start=True)
+        if self.config.retention_ms >= 0:
+            retention_ms = self.config.retention_ms
+            deleted += self._delete_prefix(lambda s: now_ms - s.max_timestamp > retention_ms, high_watermark)
+        if self.config.retention_bytes >= 0:
+            excess = self.size_in_bytes - self.config.retention_bytes
+
+            def over(segment: LogSegment) -> bool:
+                nonlocal excess
+                if excess - segment.size >= 0:
+                    excess -= segment.size
+                    return True
+                return False
+            deleted += self._delete_prefix(over, high_watermark)
         return deleted
 
+    def _delete_prefix(self, predicate, high_watermark: int | None, below_start: bool = False) -> int:
+        upper = self.log_end_offset if high_watermark is None else min(high_watermark, self.log_end_offset)
+        count = 0
+        segments = self.segments
+        while count < len(segments) - 1:
+            next_base = segments[count + 1].base_offset
+            if next_base > upper:
+                break
+            if below_start:
+                if next_base > self.log_start_offset:
+                    break
+            elif not predicate(segments[count]):
+                break
+            count += 1
+        if count == 0:
+            return 0
+        for segment in segments[:count]:
+            segment.delete()
+        self._set_segments(segments[count:])
+        new_start = self.segments[0].base_offset
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
+        return count
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
     def close(self) -> None:
+        if self.closed:
+            return
         for segment in self.segments:
             segment.close()
+        self.closed = True
 
     def delete(self) -> None:
         self.close()
         self.disk.rmtree(self.dir)
+
+    def __repr__(self) -> str:
+        return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
+                f"end={self.log_end_offset}, segments={len(self.segments)})")
+
+
+def _epoch_assigner(cache: LeaderEpochCache):
+    """Recovery re-learns only epochs above the latest known one (Kafka's LogSegment.recover)."""
+    def on_batch(header: BatchHeader) -> None:
+        epoch = header.partition_leader_epoch
+        if epoch >= 0 and epoch > cache.latest_epoch:
+            cache.assign(epoch, header.base_offset)
+    return on_batch

@@ -1,4 +1,16 @@
-"""``LogManager``: every partition log in the broker's log dirs, checkpoints, clean shutdown."""
+"""All the logs of a broker, over one or more log dirs (Kafka's ``LogManager``).
+
+Per log dir (reference/kafka_replication.md §5):
+
+* ``.kafka_cleanshutdown`` — written last by a clean ``shutdown()``; at ``startup()`` its
+  presence means "open every log without recovery"; it is deleted (durably) once the dir's logs
+  are loaded (SPEC CKP-3, DUR-1).
+* ``recovery-point-offset-checkpoint`` — where each log's recovery scan starts.
+* ``log-start-offset-checkpoint`` — each log's start offset.
+* ``replication-offset-checkpoint`` — high watermarks, written by the replica manager.
+
+Partition directories are ``<topic>-<partition>`` (topics may contain ``-``).
+"""
 
 from __future__ import annotations
 
@@ -7,119 +19,72 @@ import os.path
 from strandline.log import checkpoint
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk
-from strandline.log.log import Log
+from strandline.log.log import Log, parse_partition_dir_name, partition_dir_name
 
-CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
-RECOVERY_POINTS = "recovery-point-offset-checkpoint"
-LOG_START_OFFSETS = "log-start-offset-checkpoint"
-HIGH_WATERMARKS = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 
-
-def parse_dir_name(name: str) -> tuple[str, int] | None:
-    topic, sep, partition = name.rpartition("-")
-    if not sep or not topic or not partition.isdigit():
-        return None
-    return topic, int(partition)
+TopicPartition = tuple[str, int]
 
 
 class LogManager:
     def __init__(self, disk: Disk, log_dirs: list[str], default_config: LogConfig) -> None:
+        if not log_dirs:
+            raise ValueError("LogManager needs at least one log dir")
         self.disk = disk
         self.log_dirs = list(log_dirs)
         self.default_config = default_config
-        self.logs: dict[tuple[str, int], Log] = {}
-        self.dir_of: dict[tuple[str, int], str] = {}
+        self.logs: dict[TopicPartition, Log] = {}
+        self.dir_of: dict[TopicPartition, str] = {}
         self.recovered_uncleanly = False
-        self.recovery_stats = {"logs": 0, "segments_recovered": 0, "batches_scanned": 0, "bytes_truncated": 0}
+        self.recovery_stats: dict[str, int] = {}
+        self.started = False
+        self.shut_down = False
+
+    # -- start and stop ----------------------------------------------------------------------
 
     def startup(self, now_ms: int, topic_configs: dict[str, LogConfig] | None = None) -> None:
+        """Load every log in every log dir, recovering them unless the dir was shut down cleanly."""
         topic_configs = topic_configs or {}
+        stats: dict[str, int] = {"logs_loaded": 0}
         for log_dir in self.log_dirs:
             self.disk.makedirs(log_dir)
-            marker = os.path.join(log_dir, CLEAN_SHUTDOWN)
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             clean = self.disk.exists(marker)
-            if not clean:
-                self.recovered_uncleanly = True
-            recovery = checkpoint.read_offsets(self.disk, os.path.join(log_dir, RECOVERY_POINTS))
-            starts = checkpoint.read_offsets(self.disk, os.path.join(log_dir, LOG_START_OFFSETS))
+            recovery_points = checkpoint.read_offsets(self.disk, os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
+            start_offsets = checkpoint.read_offsets(self.disk, os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
             for name in self.disk.listdir(log_dir):
-                key = parse_dir_name(name)
-                path = os.path.join(log_dir, name)
-                if key is None or name.startswith("."):
+                parsed = parse_partition_dir_name(name)
+                if parsed is None:
                     continue
-                config = topic_configs.get(key[0], self.default_config)
-                log = Log.open(self.disk, path, key[0], key[1], config, recovery_point=recovery.get(key, 0),
-                               log_start_offset=starts.get(key, 0), needs_recovery=not clean, now_ms=now_ms)
-                self.logs[key] = log
-                self.dir_of[key] = log_dir
-                self.recovery_stats["logs"] += 1
-                for stat in ("segments_recovered", "batches_scanned", "bytes_truncated"):
-                    self.recovery_stats[stat] += log.recovery_stats[stat]
+                if parsed in self.logs:
+                    raise ValueError(f"duplicate log directories for {name}: {self.dir_of[parsed]} and {log_dir}")
+                topic, partition = parsed
+                if not clean:
+                    self.recovered_uncleanly = True
+                log = Log.open(self.disk, os.path.join(log_dir, name), topic, partition,
+                               topic_configs.get(topic, self.default_config),
+                               recovery_point=recovery_points.get(parsed, 0),
+                               log_start_offset=start_offsets.get(parsed, 0),
+                               needs_recovery=not clean, now_ms=now_ms)
+                self.logs[parsed] = log
+                self.dir_of[parsed] = log_dir
+                stats["logs_loaded"] += 1
+                for key, value in log.recovery_stats.items():
+                    stats[key] = stats.get(key, 0) + value
             if clean:
                 self.disk.remove(marker)
-
-    def get_log(self, topic: str, partition: int) -> Log | None:
-        return self.logs.get((topic, partition))
-
-    def get_or_create_log(self, topic: str, partition: int, config: LogConfig, now_ms: int) -> Log:
-        key = (topic, partition)
-        log = self.logs.get(key)
-        if log is not None:
-            if log.config != config:
-                log.update_config(config)
-            return log
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self.dir_of.values():
-            counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
-        log = Log.open(self.disk, os.path.join(log_dir, f"{topic}-{partition}"), topic, partition, config,
-                       needs_recovery=False, now_ms=now_ms)
-        self.logs[key] = log
-        self.dir_of[key] = log_dir
-        return log
-
-    def delete_log(self, topic: str, partition: int) -> None:
-        key = (topic, partition)
-        log = self.logs.pop(key, None)
-        self.dir_of.pop(key, None)
-        if log is not None:
-            log.delete()
-
-    def _by_dir(self, values: dict[tuple[str, int], int]) -> dict[str, dict[tuple[str, int], int]]:
-        result: dict[str, dict[tuple[str, int], int]] = {d: {} for d in self.log_dirs}
-        for key, value in values.items():
-            log_dir = self.dir_of.get(key)
-            if log_dir is not None:
-                result[log_dir][key] = value
-        return result
-
-    def checkpoint_recovery_points(self) -> None:
-        points = {k: log.recovery_point for k, log in self.logs.items()}
-        for log_dir, entries in self._by_dir(points).items():
-            checkpoint.write_offsets(self.disk, os.path.join(log_dir, RECOVERY_POINTS), entries)
-
-    def checkpoint_log_start_offsets(self) -> None:
-        starts = {k: log.log_start_offset for k, log in self.logs.items()}
-        for log_dir, entries in self._by_dir(starts).items():
-            checkpoint.write_offsets(self.disk, os.path.join(log_dir, LOG_START_OFFSETS), entries)
-
-    def write_high_watermarks(self, high_watermarks: dict[tuple[str, int], int]) -> None:
-        for log_dir, entries in self._by_dir(high_watermarks).items():
-            checkpoint.write_offsets(self.disk, os.path.join(log_dir, HIGH_WATERMARKS), entries)
-
-    def read_high_watermarks(self) -> dict[tuple[str, int], int]:
-        result: dict[tuple[str, int], int] = {}
-        for log_dir in self.log_dirs:
-            result.update(checkpoint.read_offsets(self.disk, os.path.join(log_dir, HIGH_WATERMARKS)))
-        return result
-
-    def flush_dirty(self, now_ms: int) -> int:
-        return sum(1 for log in self.logs.values() if log.maybe_flush(now_ms))
-
-    def cleanup(self, now_ms: int) -> int:
-        return sum(log.delete_old_segments(now_ms) for log in self.logs.values())
+                self.disk.fsync_dir(log_dir)
+        self.recovery_stats = stats
+        self.started = True
 
     def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""
+        if self.shut_down:
+            return
+        self.shut_down = True
         for log in self.logs.values():
             log.flush()
         self.checkpoint_recovery_points()
@@ -127,4 +92,87 @@ class LogManager:
         for log in self.logs.values():
             log.close()
         for log_dir in self.log_dirs:
-            self.disk.write_file_atomic(os.path.join(log_dir, CLEAN_SHUTDOWN), b"")
+            self.disk.write_file_atomic(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
+        self.started = False
+
+    # -- logs --------------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None,
+                          now_ms: int = 0) -> Log:
+        """The partition's log; a new one goes to the log dir holding the fewest partitions."""
+        key = (topic, partition)
+        config = config or self.default_config
+        log = self.logs.get(key)
+        if log is not None:
+            if log.config != config:
+                log.update_config(config)
+            return log
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self.dir_of.values():
+            counts[d] = counts.get(d, 0) + 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        self.disk.makedirs(log_dir)
+        log = Log.open(self.disk, os.path.join(log_dir, partition_dir_name(topic, partition)), topic,
+                       partition, config, needs_recovery=False, now_ms=now_ms)
+        self.disk.fsync_dir(log_dir)
+        self.logs[key] = log
+        self.dir_of[key] = log_dir
+        return log
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        key = (topic, partition)
+        log = self.logs.pop(key, None)
+        log_dir = self.dir_of.pop(key, None)
+        if log is None:
+            return False
+        log.delete()
+        if log_dir is not None:
+            self.disk.fsync_dir(log_dir)
+        return True
+
+    def log_dir_of(self, topic: str, partition: int) -> str | None:
+        return self.dir_of.get((topic, partition))
+
+    def _logs_in(self, log_dir: str) -> dict[TopicPartition, Log]:
+        return {key: log for key, log in self.logs.items() if self.dir_of.get(key) == log_dir}
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def checkpoint_recovery_points(self) -> None:
+        for log_dir in self.log_dirs:
+            checkpoint.write_offsets(self.disk, os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT),
+                                     {key: log.recovery_point for key, log in self._logs_in(log_dir).items()})
+
+    def checkpoint_log_start_offsets(self) -> None:
+        for log_dir in self.log_dirs:
+            checkpoint.write_offsets(self.disk, os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
+                                     {key: log.log_start_offset for key, log in self._logs_in(log_dir).items()})
+
+    def write_high_watermarks(self, high_watermarks: dict[TopicPartition, int]) -> None:
+        """``replication-offset-checkpoint`` in each log dir, for the logs that dir holds."""
+        for log_dir in self.log_dirs:
+            entries = {key: hw for key, hw in high_watermarks.items() if self.dir_of.get(key) == log_dir}
+            checkpoint.write_offsets(self.disk, os.path.join(log_dir, HIGH_WATERMARK_CHECKPOINT), entries)
+
+    def read_high_watermarks(self) -> dict[TopicPartition, int]:
+        result: dict[TopicPartition, int] = {}
+        for log_dir in self.log_dirs:
+            result.update(checkpoint.read_offsets(self.disk, os.path.join(log_dir, HIGH_WATERMARK_CHECKPOINT)))
+        return result
+
+    # -- periodic work -----------------------------------------------------------------------
+
+    def flush_dirty(self, now_ms: int) -> int:
+        """``maybe_flush`` every log; returns how many flushed."""
+        return sum(1 for log in list(self.logs.values()) if log.maybe_flush(now_ms))
+
+    def cleanup(self, now_ms: int, high_watermarks: dict[TopicPartition, int] | None = None) -> int:
+        """Retention on every log; returns the number of segments deleted."""
+        deleted = 0
+        for key, log in list(self.logs.items()):
+            hw = high_watermarks.get(key) if high_watermarks is not None else None
+            deleted += log.delete_old_segments(now_ms, hw)
+        return deleted

@@ -1,245 +1,492 @@
-"""One log segment: ``<20-digit base offset>.log`` with its ``.index`` and ``.timeindex``."""
+"""One log segment: ``<base offset, 20 digits>.log`` with its ``.index`` and ``.timeindex``.
+
+The ``.log`` file is a plain concatenation of record batches (v2), exactly as they travel in
+produce and fetch requests. The segment never decodes records: it reads 61-byte batch headers
+(``protocol.records``) to find batch boundaries, offsets and timestamps, and checks CRC-32C only
+when recovering.
+
+Indexes are loaded lazily (on the first lookup or append) and rebuilt from the log when they
+fail their sanity check. ``recover()`` re-reads every batch from the start, checks size, magic
+and CRC, rebuilds both indexes and cuts the file at the first bad or torn batch (Kafka's
+``LogSegment.recover``).
+"""
 
 from __future__ import annotations
 
 import os.path
 import struct
+from typing import Callable, Iterator, NamedTuple
 
-from strandline.log.disk import Disk
+from strandline.log.config import LogConfig
+from strandline.log.disk import Disk, FileHandle
 from strandline.log.index import OffsetIndex, TimeIndex
 from strandline.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, read_header
 
-_PREFIX = struct.Struct(">qi")
-SCAN_CHUNK = 8 << 20
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a batch with no records
+INT32_MAX = 2**31 - 1
+_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
+
+SCAN_CHUNK = 1 << 20        # bytes read at a time when recovering (CRC checks need whole batches)
+HEADER_CHUNK = 8192         # bytes read at a time when walking headers
 
 
-def file_name(base_offset: int, suffix: str) -> str:
-    return f"{base_offset:020d}{suffix}"
+class BatchInfo(NamedTuple):
+    """What a segment needs to know about one batch it appends (positions relative to the buffer)."""
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+class CorruptRecordError(ValueError):
+    """A batch failed its size, magic or CRC check."""
+
+
+def file_prefix(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def segment_paths(directory: str, base_offset: int) -> tuple[str, str, str]:
+    prefix = os.path.join(directory, file_prefix(base_offset))
+    return prefix + LOG_SUFFIX, prefix + INDEX_SUFFIX, prefix + TIME_INDEX_SUFFIX
 
 
 class LogSegment:
-    def __init__(self, disk: Disk, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(self, disk: Disk, directory: str, base_offset: int, config: LogConfig,
+                 handle: FileHandle, *, created_ms: int, new: bool) -> None:
         self.disk = disk
-        self.dir = directory
+        self.directory = directory
         self.base_offset = base_offset
-        self.index_interval_bytes = index_interval_bytes
-        self.log_path = os.path.join(directory, file_name(base_offset, ".log"))
-        self.file = disk.open(self.log_path)
-        self.index = OffsetIndex(disk, os.path.join(directory, file_name(base_offset, ".index")), base_offset)
-        self.time_index = TimeIndex(disk, os.path.join(directory, file_name(base_offset, ".timeindex")),
-                                    base_offset)
-        self.next_offset = base_offset
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = -1
-        self.first_batch_timestamp: int | None = None
-        self.created_ms: int | None = None
-        self.bytes_since_last_index_entry = 0
-        self.unflushed = False
+        self.config = config
+        self.log_path, index_path, time_index_path = segment_paths(directory, base_offset)
+        self.log = handle
+        self.offset_index = OffsetIndex(disk, index_path, base_offset, config.segment_index_bytes)
+        self.time_index = TimeIndex(disk, time_index_path, base_offset, config.segment_index_bytes)
+        self.created_ms = created_ms
+        self.new = new                      # files created since the directory was last fsynced
+        self._indexes_loaded = new
+        self._next_offset: int | None = base_offset if new else None
+        self._max_timestamp: int | None = -1 if new else None
+        self._offset_of_max_timestamp = -1
+        self._bytes_since_last_index_entry = 0
+        self._first_append_ms: int | None = None
+        self._dirty = False                 # log bytes written since the last flush
+        self.index_rebuilds = 0             # times a bad index was rebuilt from the log
+        self.recovered_batches = 0          # batches checked by the last recover()
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, disk: Disk, directory: str, base_offset: int, config: LogConfig,
+               now_ms: int) -> "LogSegment":
+        """A new, empty segment (stale files with the same name are emptied)."""
+        log_path, index_path, time_index_path = segment_paths(directory, base_offset)
+        for path in (index_path, time_index_path):
+            if disk.exists(path):
+                disk.remove(path)
+        handle = disk.open(log_path)
+        if handle.size():
+            handle.truncate(0)
+        segment = cls(disk, directory, base_offset, config, handle, created_ms=now_ms, new=True)
+        segment.offset_index.create_file()
+        segment.time_index.create_file()
+        return segment
+
+    @classmethod
+    def open(cls, disk: Disk, directory: str, base_offset: int, config: LogConfig,
+             now_ms: int = 0) -> "LogSegment":
+        """An existing segment; indexes, next offset and max timestamp are loaded when needed."""
+        log_path = segment_paths(directory, base_offset)[0]
+        return cls(disk, directory, base_offset, config, disk.open(log_path), created_ms=now_ms, new=False)
+
+    def _ensure_indexes(self) -> None:
+        if self._indexes_loaded:
+            return
+        self._indexes_loaded = True
+        size = self.log.size()
+        ok = self.offset_index.load(size)
+        ok = self.time_index.load() and ok
+        if size and not self.disk.exists(self.offset_index.path):
+            ok = False
+        if not ok:
+            self.rebuild_indexes()
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the batch headers (no CRC checks, nothing truncated)."""
+        self.index_rebuilds += 1
+        self._reindex(self._iter_headers(0, chunk=SCAN_CHUNK))
+
+    def _reindex(self, batches: Iterator[tuple[int, BatchHeader]],
+                 on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+        """Reset the indexes and re-add entries for ``batches``; returns where the last one ends."""
+        self._indexes_loaded = True
+        self.offset_index.reset()
+        self.time_index.reset()
+        interval = self.config.index_interval_bytes
+        since = 0
+        max_ts, max_off = -1, -1
+        end = 0
+        next_offset = self.base_offset
+        first_ts = None
+        count = 0
+        for pos, h in batches:
+            last = h.base_offset + h.last_offset_delta
+            if h.max_timestamp > max_ts:
+                max_ts, max_off = h.max_timestamp, last
+            if since > interval:
+                self.offset_index.append(h.base_offset, pos)
+                self.time_index.maybe_append(max_ts, max_off, skip_full_check=True)
+                since = 0
+            since += h.size
+            end = pos + h.size
+            next_offset = last + 1
+            if first_ts is None:
+                first_ts = h.max_timestamp
+            count += 1
+            if on_batch is not None:
+                on_batch(h)
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+        self._next_offset = next_offset
+        self._max_timestamp, self._offset_of_max_timestamp = max_ts, max_off
+        self._bytes_since_last_index_entry = since
+        self.recovered_batches = count
+        return end
+
+    # -- walking batches ---------------------------------------------------------------------
+
+    def _iter_headers(self, position: int, *, check_crc: bool = False,
+                      chunk: int = HEADER_CHUNK) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of each valid batch from ``position`` on; stops at the first bad one.
+
+        A batch is valid when its length is possible, it lies wholly inside the file, its magic
+        is 2, its offsets go forward and fit the segment (and its CRC-32C matches, if asked).
+        """
+        size = self.log.size()
+        pos = position
+        buf = b""
+        buf_start = pos
+        expected = self.base_offset
+        while pos + HEADER_SIZE <= size:
+            rel = pos - buf_start
+            if len(buf) - rel < HEADER_SIZE:
+                buf = self.log.read(pos, max(HEADER_SIZE, min(chunk, size - pos)))
+                buf_start, rel = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            h = read_header(buf, rel)
+            batch_size = LOG_OVERHEAD + h.batch_length
+            if (h.batch_length < MIN_BATCH_LENGTH or pos + batch_size > size or h.magic != 2
+                    or h.base_offset < expected or h.last_offset_delta < 0
+                    or h.base_offset + h.last_offset_delta - self.base_offset > INT32_MAX):
+                return
+            if check_crc:
+                if len(buf) - rel < batch_size:
+                    buf = self.log.read(pos, max(batch_size, min(chunk, size - pos)))
+                    buf_start, rel = pos, 0
+                    if len(buf) < batch_size:
+                        return
+                if not crc_ok(buf, rel, h):
+                    return
+            yield pos, h
+            expected = h.base_offset + h.last_offset_delta + 1
+            pos += batch_size
+
+    def iter_headers(self, from_offset: int | None = None) -> Iterator[BatchHeader]:
+        """Headers of the batches from the one containing ``from_offset`` (or the first) to the end."""
+        position = 0
+        if from_offset is not None:
+            self._ensure_indexes()
+            position = self.offset_index.lookup(from_offset)[1]
+        for _, h in self._iter_headers(position):
+            if from_offset is None or h.base_offset + h.last_offset_delta >= from_offset:
+                yield h
+
+    def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``."""
+        self._ensure_indexes()
+        position = self.offset_index.lookup(offset)[1]
+        for pos, h in self._iter_headers(position):
+            if h.base_offset + h.last_offset_delta >= offset:
+                return pos, h
+        return None
+
+    # -- state -------------------------------------------------------------------------------
 
     @property
     def size(self) -> int:
-        return self.file.size()
+        return self.log.size()
 
-    # -- loading and recovery -----------------------------------------------------------------
+    @property
+    def index(self) -> OffsetIndex:
+        """The offset index, loaded (alias of ``offset_index``)."""
+        self._ensure_indexes()
+        return self.offset_index
 
-    def load(self) -> bool:
-        """Load without a full scan (after a clean shutdown); False if the indexes need rebuilding."""
-        size = self.size
-        ok = self.index.load(size) and self.time_index.load()
-        if not ok:
-            return False
-        _, pos = self.index.lookup(1 << 62)
-        max_ts = self.time_index.last_timestamp
-        max_ts_offset = self.time_index.offsets[-1] if self.time_index.offsets else -1
-        for _, header in self._headers_from(pos):
-            self.next_offset = header.next_offset
-            if header.max_timestamp > max_ts:
-                max_ts, max_ts_offset = header.max_timestamp, header.last_offset
-        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_offset
-        if size:
-            first = read_header(self.file.read(0, HEADER_SIZE), 0)
-            self.first_batch_timestamp = first.max_timestamp
-        return True
+    @property
+    def file(self) -> FileHandle:
+        """The ``.log`` file handle (alias of ``log``)."""
+        return self.log
 
-    def _headers_from(self, pos: int):
-        size = self.size
-        while pos + HEADER_SIZE <= size:
-            header = read_header(self.file.read(pos, HEADER_SIZE), 0)
-            if pos + header.size > size or header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
-                return
-            yield pos, header
-            pos += header.size
+    @property
+    def next_offset(self) -> int:
+        """One past the last offset in this segment (the base offset when empty)."""
+        if self._next_offset is None:
+            self.load_tail()
+        return self._next_offset  # type: ignore[return-value]
 
-    def recover(self, max_message_bytes: int) -> tuple[int, int, list[BatchHeader]]:
-        """Re-validate every batch (size, magic, CRC), rebuild the indexes, truncate a bad tail.
+    @property
+    def max_timestamp(self) -> int:
+        """The largest batch max timestamp in the segment (-1 when empty)."""
+        if self._max_timestamp is None:
+            self._load_max_timestamp()
+        return self._max_timestamp  # type: ignore[return-value]
 
-        Returns (batches scanned, bytes truncated, headers of the valid batches).
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        if self._max_timestamp is None:
+            self._load_max_timestamp()
+        return self._offset_of_max_timestamp
+
+    @property
+    def rolling_base_ms(self) -> int | None:
+        """When the segment started, for time-based rolling; None while it is empty.
+
+        The time of the first append in this process, else (a segment found on disk) the first
+        batch's max timestamp like Kafka's ``rollingBasedTimestamp``, else the time it was opened.
         """
-        self.index.reset()
-        self.time_index.reset()
-        self.next_offset = self.base_offset
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = -1
-        self.bytes_since_last_index_entry = 0
-        self.first_batch_timestamp = None
-        size = self.size
-        pos = 0
-        valid_end = 0
-        headers: list[BatchHeader] = []
-        buf = b""
-        buf_start = 0
-        while pos < size:
-            # make sure buf covers at least the header at pos
-            if pos + HEADER_SIZE > buf_start + len(buf):
-                buf = self.file.read(pos, max(SCAN_CHUNK, HEADER_SIZE))
-                buf_start = pos
-            rel = pos - buf_start
-            if len(buf) - rel < HEADER_SIZE:
-                break
-            header = read_header(buf, rel)
-            batch_size = header.size
-            if (header.magic != 2 or header.batch_length < HEADER_SIZE - LOG_OVERHEAD
-                    or header.base_offset < self.next_offset or pos + batch_size > size
-                    or batch_size > max(max_message_bytes, 1 << 20) * 16):
-                break
-            if rel + batch_size > len(buf):
-                buf = self.file.read(pos, max(SCAN_CHUNK, batch_size))
-                buf_start = pos
-                rel = 0
-                if len(buf) < batch_size:
-                    break
-            if not crc_ok(buf, rel, header):
-                break
-            self._track(header, pos, batch_size)
-            headers.append(header)
-            pos += batch_size
-            valid_end = pos
-        truncated = size - valid_end
-        if truncated:
-            self.file.truncate(valid_end)
-        return len(headers), truncated, headers
-
-    # -- appends and reads ----------------------------------------------------------------------
-
-    def _track(self, header: BatchHeader, position: int, size: int) -> None:
-        if self.first_batch_timestamp is None:
-            self.first_batch_timestamp = header.max_timestamp
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = header.max_timestamp
-            self.offset_of_max_timestamp = header.last_offset
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
-            self.index.append(header.base_offset, position)
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-            self.bytes_since_last_index_entry = 0
-        self.bytes_since_last_index_entry += size
-        self.next_offset = header.next_offset
-
-    def append(self, records, headers: list[BatchHeader], now_ms: int) -> int:
-        """Write whole batches (one file append) and index them; returns the start position."""
-        position = self.file.append(records)
-        if self.created_ms is None:
-            self.created_ms = now_ms
-        pos = position
-        for header in headers:
-            self._track(header, pos, header.size)
-            pos += header.size
-        self.unflushed = True
-        return position
-
-    def translate_offset(self, offset: int) -> int | None:
-        """File position of the batch that contains ``offset`` (or the first one after it)."""
-        _, pos = self.index.lookup(offset)
-        for p, header in self._headers_from(pos):
-            if header.next_offset > offset:
-                return p
-        return None
-
-    def read(self, start_offset: int, max_bytes: int, max_offset: int | None,
-             min_one_batch: bool) -> tuple[bytes, bool]:
-        """Whole batches from the one containing ``start_offset``, bounded by bytes and offset.
-
-        Returns the bytes and whether they reach the end of this segment.
-        """
-        pos = self.translate_offset(start_offset)
-        size = self.size
-        if pos is None:
-            return b"", True
-        available = size - pos
-        want = min(available, max(max_bytes, 0))
-        if min_one_batch:
-            first = _PREFIX.unpack(self.file.read(pos, LOG_OVERHEAD))[1] + LOG_OVERHEAD
-            want = max(want, min(first, available))
-        if want <= 0:
-            return b"", False
-        data = self.file.read(pos, want)
-        end = 0
-        length = len(data)
-        while end + LOG_OVERHEAD <= length:
-            base, batch_length = _PREFIX.unpack_from(data, end)
-            if max_offset is not None and base >= max_offset:
-                break
-            nxt = end + LOG_OVERHEAD + batch_length
-            if nxt > length:
-                break
-            end = nxt
-        reached_end = pos + end == size
-        if end == length:
-            return data, reached_end
-        return data[:end], reached_end
-
-    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(base offset, max timestamp) of the first batch whose max timestamp >= ``timestamp``."""
-        if self.max_timestamp < timestamp:
+        if self.log.size() == 0:
             return None
-        start = self.index.lookup(self.time_index.lookup(timestamp))[1]
-        for _, header in self._headers_from(start):
-            if header.max_timestamp >= timestamp:
-                return header.base_offset, header.max_timestamp
-        return None
+        if self._first_append_ms is None:
+            first = next(self._iter_headers(0), None)
+            ts = first[1].max_timestamp if first is not None else -1
+            self._first_append_ms = ts if ts >= 0 else self.created_ms
+        return self._first_append_ms
+
+    @property
+    def indexes_full(self) -> bool:
+        self._ensure_indexes()
+        return self.offset_index.is_full or self.time_index.is_full
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def load_tail(self) -> int:
+        """Find the next offset (and the tail's max timestamp) from the last index entry on.
+
+        Used when a segment is opened without recovery. If the tail is not a clean run of valid
+        batches to the end of the file, falls back to ``recover()``; returns the bytes it cut.
+        """
+        self._ensure_indexes()
+        _, position = self.offset_index.last_entry
+        last_time = self.time_index.last_entry
+        max_ts, max_off = last_time if last_time is not None else (-1, -1)
+        end = position
+        next_offset = self.base_offset
+        for pos, h in self._iter_headers(position):
+            end = pos + h.size
+            next_offset = h.base_offset + h.last_offset_delta + 1
+            if h.max_timestamp > max_ts:
+                max_ts, max_off = h.max_timestamp, next_offset - 1
+        if end != self.log.size() or (position > 0 and end == position):
+            return self.recover()
+        self._next_offset = next_offset
+        if self._max_timestamp is None or max_ts > self._max_timestamp:
+            self._max_timestamp, self._offset_of_max_timestamp = max_ts, max_off
+        self._bytes_since_last_index_entry = end - position
+        return 0
+
+    def _load_max_timestamp(self) -> None:
+        """From the time index's last entry (written when the segment became inactive or closed)."""
+        self._ensure_indexes()
+        last = self.time_index.last_entry
+        if last is not None:
+            self._max_timestamp, self._offset_of_max_timestamp = last
+            return
+        max_ts, max_off = -1, -1
+        for _, h in self._iter_headers(0):
+            if h.max_timestamp > max_ts:
+                max_ts, max_off = h.max_timestamp, h.base_offset + h.last_offset_delta
+        self._max_timestamp, self._offset_of_max_timestamp = max_ts, max_off
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def append(self, records, batches: list[BatchInfo], now_ms: int | None = None) -> int:
+        """Write whole batches with one append; add index entries. Returns the file position."""
+        self._ensure_indexes()
+        if self._next_offset is None:
+            self.load_tail()
+        max_ts, max_off = self.max_timestamp, self._offset_of_max_timestamp
+        start = self.log.append(records)
+        if start == 0:
+            self._first_append_ms = now_ms if now_ms is not None else (
+                batches[0].max_timestamp if batches and batches[0].max_timestamp >= 0 else self.created_ms)
+        interval = self.config.index_interval_bytes
+        since = self._bytes_since_last_index_entry
+        offset_index, time_index = self.offset_index, self.time_index
+        for position, size, base_offset, last_offset, timestamp in batches:
+            if timestamp > max_ts:
+                max_ts, max_off = timestamp, last_offset
+            if since > interval:
+                offset_index.append(base_offset, start + position)
+                time_index.maybe_append(max_ts, max_off)
+                since = 0
+            since += size
+        offset_index.write_pending()
+        time_index.write_pending()
+        self._bytes_since_last_index_entry = since
+        self._max_timestamp, self._offset_of_max_timestamp = max_ts, max_off
+        if batches:
+            self._next_offset = batches[-1].last_offset + 1
+        self._dirty = True
+        return start
+
+    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+        """Re-check every batch (size, magic, CRC-32C), rebuild the indexes, cut a bad tail.
+
+        Returns the number of bytes truncated (0 when the whole file was valid).
+        ``on_batch`` sees each valid header in order (the log re-assigns leader epochs with it).
+        """
+        end = self._reindex(self._iter_headers(0, check_crc=True, chunk=SCAN_CHUNK), on_batch)
+        truncated = self.log.size() - end
+        if truncated:
+            self.log.truncate(end)
+            self._dirty = True
+        if end == 0:
+            self._first_append_ms = None
+        return truncated
 
     def truncate_to(self, offset: int) -> int:
-        """Drop batches at and above ``offset``; returns bytes removed."""
-        pos = self.translate_offset(offset)
-        if pos is None:
+        """Remove the batch containing ``offset`` and everything after it; returns bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
             return 0
-        # keep a batch that straddles `offset` only if it starts below it: truncate at batch starts
-        header = read_header(self.file.read(pos, HEADER_SIZE), 0)
-        if header.base_offset < offset:
-            pos += header.size
-        removed = self.size - pos
-        self.index.truncate_to_position(pos)
-        self.file.truncate(pos)
-        self.time_index.truncate_to(offset)
-        # recompute next offset and timestamps of what is left
-        self.next_offset = self.base_offset
-        self.max_timestamp, self.offset_of_max_timestamp = -1, -1
-        _, start = self.index.lookup(1 << 62)
-        if self.time_index.timestamps:
-            self.max_timestamp = self.time_index.timestamps[-1]
-            self.offset_of_max_timestamp = self.time_index.offsets[-1]
-        for _, h in self._headers_from(start):
-            self.next_offset = h.next_offset
-            if h.max_timestamp > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
-        if pos == 0:
-            self.first_batch_timestamp = None
-        self.bytes_since_last_index_entry = 0
+        position, header = found
+        removed = self.log.size() - position
+        self.log.truncate(position)
+        self.offset_index.truncate_to(header.base_offset)
+        self.time_index.truncate_to(header.base_offset)
+        self._dirty = True
+        if position == 0:
+            self._next_offset = self.base_offset
+            self._max_timestamp, self._offset_of_max_timestamp = -1, -1
+            self._bytes_since_last_index_entry = 0
+            self._first_append_ms = None
+            return removed
+        self._next_offset = header.base_offset
+        # The max timestamp: the surviving time index entries cover everything up to the last
+        # offset index entry; scan the (short) rest.
+        last_time = self.time_index.last_entry
+        max_ts, max_off = last_time if last_time is not None else (-1, -1)
+        _, index_position = self.offset_index.last_entry
+        for pos, h in self._iter_headers(index_position):
+            if h.max_timestamp > max_ts:
+                max_ts, max_off = h.max_timestamp, h.base_offset + h.last_offset_delta
+            self._next_offset = h.base_offset + h.last_offset_delta + 1
+        self._max_timestamp, self._offset_of_max_timestamp = max_ts, max_off
+        self._bytes_since_last_index_entry = position - index_position
         return removed
 
-    def flush(self) -> None:
-        if self.unflushed:
-            self.file.flush()
-            self.index.flush()
-            self.time_index.flush()
-            self.unflushed = False
+    # -- reads -------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        self.file.close()
-        self.index.close()
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True, max_position: int | None = None) -> tuple[bytes, bool]:
+        """Whole batches from the one containing ``start_offset``.
+
+        At most ``max_bytes`` (but the first batch whole when ``min_one_batch``), only batches
+        with base offset < ``max_offset`` and ending at or before ``max_position``. Returns
+        ``(data, exhausted)``: ``exhausted`` is True when the read stopped at the end of this
+        segment, so a caller may continue in the next one.
+        """
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return b"", True
+        position, header = found
+        size = self.log.size()
+        end = size if max_position is None else min(size, max_position)
+        if max_offset is not None and header.base_offset >= max_offset:
+            return b"", False
+        first = header.size
+        if position + first > end:
+            return b"", end >= size
+        if first > max_bytes:
+            if not min_one_batch:
+                return b"", False
+            want = first
+        else:
+            want = min(max_bytes, end - position)
+        data = self.log.read(position, want)
+        if position + want == end == size and (max_offset is None or self.next_offset <= max_offset):
+            return data, True  # everything to the end of the segment: whole batches by construction
+        cut = 0
+        n = len(data)
+        stopped = False
+        unpack = _PREFIX.unpack_from
+        while cut + LOG_OVERHEAD <= n:
+            base, length = unpack(data, cut)
+            if max_offset is not None and base >= max_offset:
+                stopped = True
+                break
+            if cut + LOG_OVERHEAD + length > n:
+                break
+            cut += LOG_OVERHEAD + length
+        exhausted = not stopped and position + cut >= size
+        return (data if cut == n else data[:cut]), exhausted
+
+    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(base offset, max timestamp)`` of the first batch with max timestamp >= ``timestamp``."""
+        self._ensure_indexes()
+        _, offset = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(offset)[1]
+        for _, h in self._iter_headers(position):
+            if h.max_timestamp >= timestamp:
+                return h.base_offset, h.max_timestamp
+        return None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _append_final_time_entry(self) -> bool:
+        if not self._indexes_loaded or self._max_timestamp is None or self._max_timestamp < 0:
+            return False
+        appended = self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp,
+                                                skip_full_check=True)
+        self.time_index.write_pending()
+        return appended
+
+    def flush(self, force: bool = False) -> None:
+        """fsync the log (if written since the last flush, or ``force``), then its indexes."""
+        if self._dirty or force:
+            self.log.flush()
+            self._dirty = False
+        self.offset_index.flush(force)
+        self.time_index.flush(force)
+
+    def on_become_inactive(self) -> None:
+        """The log rolled past this segment: record its max timestamp, flush, free index handles."""
+        self._append_final_time_entry()
+        self.flush()
+        self.offset_index.close()
         self.time_index.close()
 
+    def close(self) -> None:
+        if self._append_final_time_entry():
+            self.time_index.flush()
+        self.offset_index.close()
+        self.time_index.close()
+        self.log.close()
+
     def delete(self) -> None:
-        self.close()
-        for path in (self.log_path, self.index.path, self.time_index.path):
-            if self.disk.exists(path):
-                self.disk.remove(path)
+        self.log.close()
+        self.offset_index.delete()
+        self.time_index.delete()
+        if self.disk.exists(self.log_path):
+            self.disk.remove(self.log_path)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.log.size()})"

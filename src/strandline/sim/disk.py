@@ -82,7 +82,10 @@ class MemoryHandle:
 class MemoryDisk:
     """Files in a dict, directories in a set; ``crash()`` drops unflushed bytes."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, strict_dirs: bool = False) -> None:
+        """``strict_dirs``: opening a file in a directory nobody created fails, as on a real disk
+        (otherwise missing parent directories are created silently)."""
+        self.strict_dirs = strict_dirs
         self.files: dict[str, MemoryFile] = {}
         self.dirs: set[str] = {"/", "."}
         self.flush_count = 0
@@ -94,7 +97,9 @@ class MemoryDisk:
         path = _norm(path)
         parent = posixpath.dirname(path) or "."
         if parent not in self.dirs:
-            raise FileNotFoundError(f"no such directory: {parent}")
+            if self.strict_dirs:
+                raise FileNotFoundError(f"no such directory: {parent}")
+            self.makedirs(parent)
         file = self.files.get(path)
         if file is None:
             file = self.files[path] = MemoryFile()

@@ -1,0 +1,121 @@
+"""The Disk interface: the real one (OsDisk) and the simulator's (MemoryDisk, with power loss)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from strandline.runtime.disk import OsDisk
+from strandline.sim.disk import MemoryDisk
+
+
+@pytest.fixture(params=["memory", "os"])
+def disk_root(request, tmp_path):
+    if request.param == "memory":
+        disk = MemoryDisk(strict_dirs=True)
+        disk.makedirs("/data")
+        return disk, "/data"
+    return OsDisk(), str(tmp_path)
+
+
+def test_append_read_size_truncate(disk_root):
+    disk, root = disk_root
+    f = disk.open(os.path.join(root, "a.log"))
+    assert f.size() == 0
+    assert f.append(b"hello") == 0
+    assert f.append(bytearray(b" world")) == 5
+    assert f.append(memoryview(b"!!")) == 11
+    assert f.size() == 13
+    assert f.read(0, 5) == b"hello"
+    assert f.read(6, 100) == b"world!!"          # short read at the end
+    assert f.read(13, 10) == b""
+    f.truncate(5)
+    assert f.size() == 5 and f.read(0, 100) == b"hello"
+    assert f.append(b"X") == 5
+    f.flush()
+    f.close()
+    again = disk.open(os.path.join(root, "a.log"))
+    assert again.size() == 6 and again.read(0, 6) == b"helloX"
+    again.close()
+    assert disk.file_size(os.path.join(root, "a.log")) == 6
+
+
+def test_directory_operations_and_atomic_write(disk_root):
+    disk, root = disk_root
+    sub = os.path.join(root, "x", "y")
+    disk.makedirs(sub)
+    disk.makedirs(sub)  # no error when it exists
+    disk.write_file_atomic(os.path.join(sub, "cp"), b"0\n0\n")
+    assert disk.read_file(os.path.join(sub, "cp")) == b"0\n0\n"
+    disk.write_file_atomic(os.path.join(sub, "cp"), b"0\n1\nt 0 1\n")
+    assert disk.read_file(os.path.join(sub, "cp")) == b"0\n1\nt 0 1\n"
+    assert disk.listdir(sub) == ["cp"]                     # no .tmp left behind
+    disk.open(os.path.join(sub, "b")).close()
+    disk.rename(os.path.join(sub, "b"), os.path.join(sub, "c"))
+    assert disk.listdir(sub) == ["c", "cp"]
+    disk.remove(os.path.join(sub, "c"))
+    assert not disk.exists(os.path.join(sub, "c"))
+    assert disk.listdir(os.path.join(root, "x")) == ["y"]
+    disk.fsync_dir(sub)
+    disk.rmtree(os.path.join(root, "x"))
+    assert not disk.exists(sub) and not disk.exists(os.path.join(root, "x"))
+
+
+def test_fileno_is_real_only_for_os_files(tmp_path):
+    f = OsDisk().open(str(tmp_path / "f"))
+    assert isinstance(f.fileno(), int)
+    f.close()
+    m = MemoryDisk()
+    assert m.open("/d/f").fileno() is None
+
+
+def test_memory_disk_crash_loses_what_was_not_flushed():
+    disk = MemoryDisk()
+    f = disk.open("/d/seg.log")
+    f.append(b"durable")
+    f.flush()
+    f.append(b"-volatile")
+    g = disk.open("/d/never-flushed")
+    g.append(b"gone")
+    disk.write_file_atomic("/d/cp", b"checkpoint")
+    assert disk.unflushed_bytes("/d/seg.log") == 9
+    disk.crash()
+    assert disk.read_file("/d/seg.log") == b"durable"
+    assert disk.exists("/d/never-flushed") and disk.file_size("/d/never-flushed") == 0
+    assert disk.read_file("/d/cp") == b"checkpoint"
+    f.truncate(3)
+    disk.crash()
+    assert disk.read_file("/d/seg.log") == b"dur"
+
+
+def test_memory_disk_corrupt_and_strict_dirs():
+    disk = MemoryDisk(strict_dirs=True)
+    with pytest.raises(FileNotFoundError):
+        disk.open("/nowhere/f")
+    disk.makedirs("/d")
+    f = disk.open("/d/f")
+    f.append(b"abcdef")
+    disk.corrupt("/d/f", 2, b"XY")
+    assert f.read(0, 6) == b"abXYef"
+    f.close()
+    with pytest.raises(ValueError):
+        f.read(0, 1)
+
+
+def test_os_append_is_one_write_without_copy(tmp_path, monkeypatch):
+    calls = []
+    real = os.pwrite
+
+    def spy(fd, data, offset):
+        calls.append((type(data), offset))
+        return real(fd, data, offset)
+
+    f = OsDisk().open(str(tmp_path / "f"))
+    monkeypatch.setattr(os, "pwrite", spy)
+    buf = bytearray(b"x" * 100_000)
+    f.append(buf)
+    f.append(memoryview(buf)[:10])
+    assert calls == [(bytearray, 0), (memoryview, 100_000)]
+    assert f.size() == 100_010
+    f.close()
