@@ -191,5 +191,9 @@ class Partition:
         return ReadResult(ErrorCode.none, data, hw, lso, leo)
 
     def rebuild_producer_state(self) -> int:
+        """Replay batch headers of the last two segments (a producer's last five batches are
+        recent); a producer whose batches all lie further back is treated as new."""
         self.producer_state.truncate()
-        return self.producer_state.rebuild(self.log.iter_batch_headers(self.log.log_start_offset))
+        segments = self.log.segments
+        start = segments[-2].base_offset if len(segments) >= 2 else self.log.log_start_offset
+        return self.producer_state.rebuild(self.log.iter_batch_headers(max(start, self.log.log_start_offset)))
