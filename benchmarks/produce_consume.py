@@ -136,32 +136,57 @@ def consume(bootstrap: str, topic: str, partitions: int, total: int) -> dict:
 
 
 def raw_fetch(bootstrap: str, topic: str, partitions: int, total: int) -> dict:
-    """The broker's serving rate: Fetch requests whose record bytes are counted, never decoded."""
-    from strandline.protocol.records import iter_batches
-    from strandline.runtime.client import KafkaConnection
+    """The broker's serving rate: Fetch v5 responses read into one reused buffer, records never
+    decoded (only batch headers are walked to find the next offsets)."""
+    import socket
+    import struct
 
+    from strandline.protocol.records import iter_batches
+
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    sock = socket.create_connection((host, int(port)))
+    buf = bytearray(256 << 20)
+    view = memoryview(buf)
     offsets = {p: 0 for p in range(partitions)}
-    nbytes = 0
-    records = 0
+    topic_b = topic.encode()
+    nbytes = records = 0
+    correlation = 0
     start = time.perf_counter()
-    with KafkaConnection(bootstrap) as conn:
-        while records < total and time.perf_counter() - start < 120:
-            resp = conn.request(1, 11, {
-                "replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": 64 << 20, "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
-                "topics": [{"topic": topic, "partitions": [
-                    {"partition": p, "current_leader_epoch": -1, "fetch_offset": o, "log_start_offset": -1,
-                     "partition_max_bytes": 16 << 20} for p, o in offsets.items()]}]})
-            for part in resp.responses[0].partitions:
-                data = part.records or b""
-                nbytes += len(data)
-                last = None
-                for _, header in iter_batches(data):
-                    last = header
-                if last is not None:
-                    records += last.next_offset - offsets[part.partition_index]
-                    offsets[part.partition_index] = last.next_offset
+    while records < total and time.perf_counter() - start < 120:
+        correlation += 1
+        body = struct.pack(">iiiibi", -1, 100, 1, 64 << 20, 0, 1) + struct.pack(">h", len(topic_b)) + topic_b
+        body += struct.pack(">i", partitions) + b"".join(
+            struct.pack(">iqqi", p, o, -1, 16 << 20) for p, o in offsets.items())
+        payload = struct.pack(">hhih", 1, 5, correlation, 5) + b"bench" + body
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        got = 0
+        while got < 4:
+            got += sock.recv_into(view[got:], 4 - got)
+        size = struct.unpack_from(">i", buf, 0)[0]
+        while got < size + 4:
+            got += sock.recv_into(view[got:size + 4], size + 4 - got)
+        pos = 4 + 4 + 4  # size, correlation id, throttle
+        (ntopics,) = struct.unpack_from(">i", buf, pos)
+        pos += 4
+        for _ in range(ntopics):
+            (nlen,) = struct.unpack_from(">h", buf, pos)
+            pos += 2 + nlen
+            (nparts,) = struct.unpack_from(">i", buf, pos)
+            pos += 4
+            for _ in range(nparts):
+                pidx, err, hw, lso, log_start, aborted, rlen = struct.unpack_from(">ihqqqii", buf, pos)
+                pos += 4 + 2 + 8 + 8 + 8 + 4 + 4
+                if rlen > 0:
+                    last = None
+                    for _, header in iter_batches(view[pos:pos + rlen]):
+                        last = header
+                    if last is not None:
+                        records += last.next_offset - offsets[pidx]
+                        offsets[pidx] = last.next_offset
+                    nbytes += rlen
+                    pos += rlen
     elapsed = time.perf_counter() - start
+    sock.close()
     return {"records": records, "seconds": elapsed, "MB/s": nbytes / elapsed / 1e6}
 
 
