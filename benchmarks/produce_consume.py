@@ -114,6 +114,32 @@ def produce(bootstrap: str, topic: str, acks: str, seconds: float, partitions: i
             "p50 ms": percentile(latencies, 0.50) * 1000, "p99 ms": percentile(latencies, 0.99) * 1000}
 
 
+def paced(bootstrap: str, topic: str, acks: str, mb_per_s: float, seconds: float, partitions: int) -> dict:
+    """Acknowledgement latency of every record at a fixed offered load (not saturated)."""
+    create_topic(bootstrap, topic, partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+                         "enable.idempotence": acks == "all"})
+    payload = os.urandom(RECORD)
+    for p in range(partitions):  # warm up: connections, producer id, metadata
+        producer.produce(topic, payload, partition=p)
+    producer.flush(30)
+    latencies: list[float] = []
+    per_tick = max(1, int(mb_per_s * 1e6 / RECORD / 1000))  # records per millisecond
+    start = time.perf_counter()
+    sent = 0
+    while time.perf_counter() - start < seconds:
+        due = int((time.perf_counter() - start) * 1000) * per_tick
+        while sent < due:
+            t0 = time.perf_counter()
+            producer.produce(topic, payload, partition=sent % partitions,
+                             on_delivery=lambda err, msg, t0=t0: latencies.append(time.perf_counter() - t0))
+            sent += 1
+        producer.poll(0.0005)
+    producer.flush(30)
+    return {"records": len(latencies), "p50 ms": percentile(latencies, 0.5) * 1000,
+            "p99 ms": percentile(latencies, 0.99) * 1000}
+
+
 def consume(bootstrap: str, topic: str, partitions: int, total: int) -> dict:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
                          "enable.auto.commit": False, "fetch.max.bytes": 52428800,
@@ -197,6 +223,7 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--base-port", type=int, default=29092)
     parser.add_argument("--zookeeper-port", type=int, default=22181)
+    parser.add_argument("--paced-rate", type=float, default=10.0, help="offered MB/s for the latency runs")
     parser.add_argument("--profile", action="store_true", help="profile the broker (cProfile) into the data dir")
     args = parser.parse_args()
     proc = None
@@ -210,6 +237,10 @@ def main() -> int:
         results = []
         total = 0
         pids = broker_pids(tmp)
+        for acks in ("1", "all"):
+            r = paced(bootstrap, f"paced-{acks}-{uuid.uuid4().hex[:8]}", acks, args.paced_rate, 5, args.partitions)
+            print(f"produce acks={acks:>3} at {args.paced_rate:g} MB/s offered: ack p50 {r['p50 ms']:.1f} ms "
+                  f"p99 {r['p99 ms']:.1f} ms ({r['records']} records)", flush=True)
         for acks in ("1", "all"):
             topic = f"bench-{acks}-{uuid.uuid4().hex[:8]}"
             cpu0 = cpu_seconds(pids)
