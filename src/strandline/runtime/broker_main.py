@@ -95,6 +95,21 @@ def get_or_create_cluster_id(store: KazooStore) -> str:
     return cluster_id
 
 
+def watch_session(store: KazooStore, loop: asyncio.AbstractEventLoop, broker: Broker, register) -> None:
+    """After the ZooKeeper session expires, kazoo opens a new one: register the broker again."""
+    state = {"lost": False}
+
+    def on_state(name: str) -> None:  # kazoo's thread
+        if name == "LOST":
+            state["lost"] = True
+            loop.call_soon_threadsafe(log.warning, "ZooKeeper session expired; registering again on reconnect")
+        elif name == "CONNECTED" and state["lost"]:
+            state["lost"] = False
+            loop.call_soon_threadsafe(lambda: loop.create_task(asyncio.to_thread(register)))
+
+    store.add_listener(on_state)
+
+
 async def serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -129,6 +144,8 @@ async def serve(config: BrokerConfig) -> None:
         await asyncio.to_thread(store.register_broker, broker_id, adv.host, adv.port, v["broker.rack"], wait_s)
         controller_id, controller_epoch = await asyncio.to_thread(elect_controller, store, broker_id)
         shell.apply(broker.load_metadata(cluster_id, brokers, topics, controller_id, controller_epoch, now_ms()))
+        watch_session(store, loop, broker, lambda: store.register_broker(
+            broker_id, adv.host, adv.port, v["broker.rack"], wait_s))
         log.info("Broker %d serving on %s:%d (controller %d, epoch %d)", broker_id, adv.host, adv.port,
                  controller_id, controller_epoch)
         print(f"{READY_PREFIX} id={broker_id} listener={adv.host}:{adv.port}", flush=True)
