@@ -281,3 +281,57 @@ def test_delete_topic_removes_znodes_and_log(h):
     assert resp.responses[0].error_code == ErrorCode.none
     assert not any(p.startswith("/brokers/topics/gone") for p in h.zk.nodes)
     assert ("gone", 0) not in h.broker.partitions
+
+
+def restart_after_power_loss(h: Harness) -> Harness:
+    """Every broker of the partition loses power at once: the disk keeps only what was fsynced."""
+    topics = dict(h.broker.metadata.topics)
+    h.disk.crash()
+    again = Harness.__new__(Harness)
+    again.config, again.disk, again.now, again.zk = h.config, h.disk, h.now + 1000, h.zk
+    logs = LogManager(h.disk, ["/data/logs"], h.config.log_config())
+    logs.startup(again.now)
+    again.broker = Broker(h.config, logs, rng=random.Random(2), now_ms=again.now)
+    again.broker.load_metadata("cluster", {1: BrokerEndpoint(1, "127.0.0.1", 9092)}, topics, 1, 1, again.now)
+    again.correlation, again.sent = 0, {}
+    return again
+
+
+def test_ack_3_and_loss_5_acks_do_not_wait_for_fsync_so_power_loss_loses_acknowledged_records(h):
+    """ACK-3: an acknowledged write is in the page cache only. LOSS-5: when every replica loses
+    power before the data reaches disk, acknowledged records are lost."""
+    h.create("volatile")
+    h.produce("volatile", make_batch([b"acked-1", b"acked-2"]), acks=-1)
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.none
+    assert h.broker.partitions[("volatile", 0)].log.log_end_offset == 2
+    after = restart_after_power_loss(h)
+    assert after.broker.partitions[("volatile", 0)].log.log_end_offset == 0  # both acknowledged records lost
+
+
+def test_dur_2_flush_on_ack_topics_survive_power_loss(h):
+    """DUR-2: with flush.on.ack=true the broker fsyncs before answering, closing LOSS-5's hole."""
+    h.create("durable", configs={"flush.on.ack": "true"})
+    h.produce("durable", make_batch([b"acked-1", b"acked-2"]), acks=-1)
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.none
+    after = restart_after_power_loss(h)
+    partition = after.broker.partitions[("durable", 0)]
+    assert partition.log.log_end_offset == 2
+    fetched = after.call(1, 11, after.fetch_body("durable", 0)).responses[0].partitions[0]
+    assert fetched.high_watermark == 2 and len(fetched.records) > 0
+
+
+def test_cli_1_metadata_names_the_leader_and_cli_2_a_follower_refuses_clients(h):
+    """CLI-1: metadata says which broker leads each partition. CLI-2: produce and fetch sent to a
+    replica that is not the leader get NOT_LEADER_OR_FOLLOWER, so clients refresh and retry."""
+    h.create("routed", partitions=2)
+    md = h.call(3, 8, {"topics": [{"name": "routed"}], "allow_auto_topic_creation": False,
+                       "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False})
+    assert [(p.partition_index, p.leader_id) for p in md.topics[0].partitions] == [(0, 1), (1, 1)]
+    assert [(b.node_id, b.host, b.port) for b in md.brokers] == [(1, "127.0.0.1", 9092)]
+    from strandline.replication.partition import LeaderAndIsr
+    partition = h.broker.partitions[("routed", 0)]
+    partition.make_follower(LeaderAndIsr(2, 1, (2, 1)), (2, 1))
+    h.produce("routed", make_batch([b"x"]))
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+    fetched = h.call(1, 11, h.fetch_body("routed", 0)).responses[0].partitions[0]
+    assert fetched.error_code == ErrorCode.not_leader_or_follower
