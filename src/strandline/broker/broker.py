@@ -394,7 +394,6 @@ class Broker:
         wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
 
         def read_all() -> tuple[list, int, bool]:
-            topics: list = []
             total = 0
             errors = False
             budget = max_bytes
@@ -417,10 +416,7 @@ class Broker:
                         getattr(p, "current_leader_epoch", -1),
                         committed_only=committed_only, min_one_batch=total == 0)
                     entry["error_code"] = result.error
-                    if result.error is not ErrorCode.none and result.error is not ErrorCode.offset_out_of_range:
-                        errors = True
-                    elif result.error is ErrorCode.offset_out_of_range:
-                        errors = True
+                    errors = errors or result.error is not ErrorCode.none
                     entry["high_watermark"] = result.high_watermark
                     entry["last_stable_offset"] = result.high_watermark
                     entry["log_start_offset"] = result.log_start_offset
@@ -498,19 +494,12 @@ class Broker:
                     if found is not None and found[0] < limit:
                         entry["offset"], entry["timestamp"] = found
                 if entry["offset"] >= 0:
-                    entry["leader_epoch"] = self._epoch_for_offset(partition, entry["offset"])
-                    if header.api_version == 0:
-                        entry["old_style_offsets"] = [entry["offset"]]
+                    # Kafka: the current epoch for LATEST, else the epoch of the batch found
+                    entry["leader_epoch"] = (partition.leader_epoch if ts == LATEST_TIMESTAMP
+                                             else log.leader_epoch_cache.epoch_for_offset(entry["offset"]))
                 parts.append(entry)
             topics.append({"name": t.name, "partitions": parts})
         return [self._respond(conn_id, header, {"throttle_time": 0, "topics": topics})]
-
-    def _epoch_for_offset(self, partition: Partition, offset: int) -> int:
-        epoch = -1
-        for entry_epoch, start in partition.log.leader_epoch_cache.epoch_entries():
-            if start <= max(offset - 1, 0) or start == 0:
-                epoch = entry_epoch
-        return epoch
 
     # -- OffsetForLeaderEpoch
 
