@@ -121,3 +121,16 @@ def test_zookeeper_command_serves_and_stops(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
+
+
+def test_zookeeper_command_reports_an_old_java(tmp_path):
+    java = tmp_path / "old-jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text('#!/bin/sh\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
+    java.chmod(0o755)
+    env = dict(os.environ, JAVA_HOME=str(tmp_path / "old-jdk"))
+    result = subprocess.run(strandline_cmd("zookeeper", "--data-dir", str(tmp_path / "zk"), "--port", "1"),
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"strandline zookeeper: Java 17 or newer is required to run ZooKeeper; "
+                                     f"found 11.0.2 at {java}")
