@@ -156,6 +156,7 @@ async def serve(config: BrokerConfig) -> None:
             await shell.close()
         if broker is not None:
             broker.shutdown()
+        store.listeners.clear()  # closing our own session is not an expiry
         await asyncio.to_thread(store.stop)
         log.info("Broker %d stopped", broker_id)
 

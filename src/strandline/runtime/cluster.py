@@ -57,8 +57,9 @@ class BrokerProcess:
             cmd += ["--override", item]
         log_file = open(self.dir / "broker.log", "ab")
         try:
+            # Own session: a Ctrl-C reaches only `strandline up`, which then stops brokers in order.
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=_die_with_parent, start_new_session=True)
         finally:
             log_file.close()
 
@@ -148,6 +149,8 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
         while not stopping:
             time.sleep(0.2)  # supervise: notice signals and brokers that exit
             for b in brokers:
+                if stopping:
+                    break
                 if b.proc is not None and b.proc.poll() is not None and not getattr(b, "reported", False):
                     b.reported = True  # type: ignore[attr-defined]
                     print(f"strandline up: broker {b.id} exited with code {b.proc.returncode}", file=sys.stderr)
