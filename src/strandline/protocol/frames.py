@@ -1,4 +1,9 @@
-"""Length-prefixed Kafka frames: feed bytes, get whole request frames (sans-IO)."""
+"""Length-prefixed Kafka frames: feed bytes, get whole request frames (sans-IO).
+
+Every Kafka request and response travels as ``int32 size`` followed by ``size`` bytes. The
+decoder turns an arbitrary sequence of byte chunks (as a socket delivers them) into those
+payloads. It never does I/O and never looks inside a payload.
+"""
 
 from __future__ import annotations
 
@@ -14,50 +19,97 @@ class ProtocolError(Exception):
 class FrameDecoder:
     """Splits a byte stream into frames (payloads without their int32 size prefix).
 
-    Partial input is kept as a list of chunks and joined once, when a frame is complete, so a
-    100 MB frame arriving in 64 KiB pieces costs one copy, not a quadratic number.
+    A frame that lies wholly inside one ``feed`` chunk is sliced out directly. A frame that
+    spans chunks is collected as a list of pieces and joined once, when its last byte arrives,
+    so a 100 MB frame arriving in 64 KiB pieces costs one copy, not a quadratic number. Pieces
+    of ``bytes`` input are kept by reference; other buffers (``bytearray``, ``memoryview``)
+    are copied when kept, because the caller may reuse them.
+
+    A negative size, or one above ``max_frame_bytes`` (``socket.request.max.bytes``), raises
+    :class:`ProtocolError` as soon as its four bytes are seen; the decoder is then unusable and
+    the connection must be closed (as Kafka does).
     """
 
-    def __init__(self, max_frame_bytes: int) -> None:
-        self.max_frame_bytes = max_frame_bytes
-        self._chunks: list[bytes] = []
-        self._buffered = 0
-        self._need = -1  # size of the frame being assembled, -1 while the prefix is incomplete
+    __slots__ = ("max_frame_bytes", "_prefix", "_parts", "_have", "_need")
 
-    def feed(self, data: bytes) -> list[bytes]:
-        if not data:
-            return []
-        frames: list[bytes] = []
-        if self._chunks:
-            self._chunks.append(data)
-            self._buffered += len(data)
-            if self._buffered < (self._need + 4 if self._need >= 0 else 4):
-                return frames
-            data = b"".join(self._chunks)
-            self._chunks = []
-            self._buffered = 0
-        pos = 0
-        end = len(data)
-        while end - pos >= 4:
-            size = _SIZE.unpack_from(data, pos)[0]
-            if size < 0:
-                raise ProtocolError(f"negative frame size {size}")
-            if size > self.max_frame_bytes:
-                raise ProtocolError(
-                    f"frame size {size} exceeds socket.request.max.bytes {self.max_frame_bytes}")
-            if end - pos - 4 < size:
-                break
-            frames.append(data[pos + 4:pos + 4 + size] if (pos or end != size + 4) else data[4:])
-            pos += 4 + size
-        if pos < end:
-            rest = data[pos:] if pos else data
-            self._chunks = [rest]
-            self._buffered = len(rest)
-            self._need = _SIZE.unpack_from(rest, 0)[0] if len(rest) >= 4 else -1
-        else:
-            self._need = -1
-        return frames
+    def __init__(self, max_frame_bytes: int = 104857600) -> None:
+        if max_frame_bytes < 0:
+            raise ValueError(f"max_frame_bytes must be >= 0, got {max_frame_bytes}")
+        self.max_frame_bytes = max_frame_bytes
+        self._prefix = b""           # 0-3 bytes of a size prefix not yet complete
+        self._parts: list = []       # pieces of the payload being assembled
+        self._have = 0               # bytes in _parts
+        self._need = -1              # payload size being assembled, -1 while reading a prefix
 
     @property
     def buffered(self) -> int:
-        return self._buffered
+        """Bytes held back, waiting for the rest of their frame."""
+        return len(self._prefix) + self._have + (4 if self._need >= 0 else 0)
+
+    def _check(self, size: int) -> int:
+        if size < 0:
+            raise ProtocolError(f"negative frame size {size}")
+        if size > self.max_frame_bytes:
+            raise ProtocolError(
+                f"frame size {size} exceeds socket.request.max.bytes {self.max_frame_bytes}")
+        return size
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Consume ``data``; return the frames it completes, in order (possibly none)."""
+        end = len(data)
+        if not end:
+            return []
+        frames: list[bytes] = []
+        owned = type(data) is bytes     # bytes may be kept by reference; others are copied
+        view = memoryview(data)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+            end = len(view)
+        pos = 0
+        while True:
+            if self._need < 0:
+                # -- reading a size prefix
+                avail = end - pos
+                if self._prefix:
+                    missing = 4 - len(self._prefix)
+                    if avail < missing:
+                        self._prefix += bytes(view[pos:end])
+                        return frames
+                    size = _SIZE.unpack(self._prefix + bytes(view[pos:pos + missing]))[0]
+                    self._prefix = b""
+                    pos += missing
+                else:
+                    if avail < 4:
+                        if avail:
+                            self._prefix = bytes(view[pos:end])
+                        return frames
+                    size = _SIZE.unpack_from(view, pos)[0]
+                    pos += 4
+                self._check(size)
+                if end - pos >= size:
+                    # the whole payload is in this chunk
+                    if owned and pos == 4 and size == end - 4:
+                        frames.append(data[4:])  # type: ignore[arg-type]
+                    else:
+                        frames.append(bytes(view[pos:pos + size]))
+                    pos += size
+                    continue
+                self._need = size
+            # -- assembling a payload that spans chunks
+            take = min(self._need - self._have, end - pos)
+            if take:
+                if owned and pos == 0 and take == end:
+                    self._parts.append(data)
+                else:
+                    self._parts.append(bytes(view[pos:pos + take]))
+                self._have += take
+                pos += take
+            if self._have < self._need:
+                return frames
+            parts = self._parts
+            frames.append(parts[0] if len(parts) == 1 else b"".join(parts))
+            self._parts = []
+            self._have = 0
+            self._need = -1
+            if pos == end:
+                return frames
