@@ -376,11 +376,9 @@ class Broker:
             parts = []
             for pdata in topic_data.partition_data:
                 error, base, append_time, lso, message = results[(topic_data.name, pdata.index)]
-                parts.append({"index": pdata.index, "error_code": error, "base_offset": base,
-                              "log_append_time": append_time, "log_start_offset": lso,
-                              "record_errors": [], "error_message": message})
-            topics.append({"name": topic_data.name, "partition_responses": parts})
-        return api.encode_response(header, {"responses": topics, "throttle_time": 0})
+                parts.append((pdata.index, error, base, append_time, lso, message))
+            topics.append((topic_data.name, parts))
+        return api.encode_produce_response(header, topics)
 
     # -- Fetch
 
