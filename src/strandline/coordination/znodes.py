@@ -1,42 +1,107 @@
-"""One class per znode: its path, and its data in Kafka's JSON (Kafka 2.x ``ZkData.scala``)."""
+"""One class per znode: Kafka's path, and its data in Kafka's JSON (SPEC CTL-1).
+
+The formats are those of Kafka 2.x ``core/src/main/scala/kafka/zk/ZkData.scala`` (2.6 baseline;
+the topic id of 2.8+ is carried too, so Metadata v10+ can return it). Every ``encode`` is a pure
+function of its arguments (timestamps are parameters), and every ``decode`` accepts what real
+Kafka writes, in any key order, and raises ``ValueError`` naming the znode on malformed data.
+
+JSON is written compactly (``{"a":1}``) like Kafka's Jackson encoder. Kafka builds most of these
+objects from hash maps, so its key order is arbitrary; ours is fixed (``version`` first) and
+readers never depend on it.
+
+The znode's ``Stat`` (version, ephemeral owner, czxid) is not part of its data: a partition
+state's ``zk_version`` is the stat version the store returned with the bytes
+(``OpResult.version``), passed to ``TopicPartitionStateZNode.decode``.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Protocol, TypeVar
 
 from strandline.replication.partition import LeaderAndIsr
 
+__all__ = [
+    "BrokerIdZNode", "BrokerIdsZNode", "BrokerInfo", "BrokerSequenceIdZNode", "ClusterIdZNode",
+    "ConfigEntityChangeNotificationZNode", "ConfigEntityTypeZNode", "ConfigEntityZNode", "ControllerEpochZNode",
+    "ControllerZNode", "DeleteTopicsTopicZNode", "DeleteTopicsZNode", "IsrChangeNotificationSequenceZNode",
+    "IsrChangeNotificationZNode", "LeaderAndIsr", "PERSISTENT_PATHS", "PreferredReplicaElectionZNode",
+    "ProducerIdBlockZNode", "TopicAssignment", "TopicPartitionStateZNode", "TopicPartitionZNode",
+    "TopicPartitionsZNode", "TopicZNode", "TopicsZNode", "new_cluster_id", "uuid_from_base64", "uuid_to_base64",
+]
+
+T = TypeVar("T")
+
+
+# -- helpers
+
 
 def _json(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    """Kafka's ``Json.encodeAsBytes``: compact UTF-8 JSON."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def _load(data: bytes | None, path: str) -> Any:
+def _decode(path: str, data: bytes | None, parse: Callable[[Any], T]) -> T:
+    """Parse ``data`` as JSON and hand it to ``parse``; any failure is a ValueError naming ``path``."""
+    if data is None:
+        raise ValueError(f"znode {path} has no data")
     try:
-        return json.loads(data or b"")
-    except ValueError:
-        raise ValueError(f"malformed JSON in znode {path}: {data[:80]!r}") from None
+        obj = json.loads(data)
+        return parse(obj)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise ValueError(f"malformed data in znode {path}: {exc}: {bytes(data[:120])!r}") from None
+
+
+def _int(value: Any) -> int:
+    """A JSON integer (not a bool, not a float with a fraction)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _object(value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a JSON object, got {value!r}")
+    return value
+
+
+def _int_list(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list of integers, got {value!r}")
+    return tuple(_int(v) for v in value)
 
 
 def uuid_to_base64(value: uuid.UUID) -> str:
-    """Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, without padding."""
-    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+    """Kafka's ``Uuid.toString()``: URL-safe base64 of the 16 bytes, without padding (22 chars)."""
+    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
 
 
 def uuid_from_base64(text: str) -> uuid.UUID:
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    """Kafka's ``Uuid.fromString()``; ValueError unless ``text`` is 22 base64url characters of 16 bytes."""
+    if not isinstance(text, str) or len(text) != 22:
+        raise ValueError(f"not a base64 UUID: {text!r}")
+    raw = base64.urlsafe_b64decode(text + "==")
+    if len(raw) != 16:
+        raise ValueError(f"not a base64 UUID: {text!r}")
+    return uuid.UUID(bytes=raw)
 
 
-def new_cluster_id() -> str:
-    return uuid_to_base64(uuid.uuid4())
+def new_cluster_id(value: uuid.UUID | None = None) -> str:
+    """A cluster id like Kafka's ``CoreUtils.generateUuidAsBase64``; pass ``value`` to be deterministic."""
+    return uuid_to_base64(value if value is not None else uuid.uuid4())
+
+
+# -- /brokers
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
+    """What a broker registration says about the broker (``/brokers/ids/<id>``)."""
+
     id: int
     host: str
     port: int
@@ -44,114 +109,271 @@ class BrokerInfo:
 
 
 class BrokerIdsZNode:
+    """``/brokers/ids``: one ephemeral child per live broker; the controller watches its children."""
+
     @staticmethod
     def path() -> str:
         return "/brokers/ids"
 
 
+def _split_endpoint(endpoint: str) -> tuple[str, str, int]:
+    """``"PLAINTEXT://host:9092"`` (or ``[::1]:9092``) -> (listener, host, port)."""
+    listener, sep, rest = endpoint.partition("://")
+    if not sep:
+        raise ValueError(f"bad endpoint {endpoint!r}")
+    host, _, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return listener, host, int(port)
+
+
+def _endpoint(host: str, port: int) -> str:
+    return f"PLAINTEXT://[{host}]:{port}" if ":" in host else f"PLAINTEXT://{host}:{port}"
+
+
 class BrokerIdZNode:
+    """``/brokers/ids/<id>``: the broker's ephemeral registration, JSON version 4 (Kafka 0.10.0 - 2.6).
+
+    ``{"version":4,"host":"h","port":9092,"jmx_port":-1,"timestamp":"<ms>","endpoints":["PLAINTEXT://h:9092"],
+    "listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"rack":"r"}``. Like Kafka, ``rack`` is
+    left out when the broker has none; ``decode`` accepts it absent or null. The broker id is the
+    znode's name, not part of its data: pass it to ``decode``. The broker epoch (KIP-380) is the
+    znode's czxid.
+    """
+
+    VERSION = 4
+
     @staticmethod
     def path(broker_id: int) -> str:
-        return f"/brokers/ids/{broker_id}"
+        return f"{BrokerIdsZNode.path()}/{broker_id}"
 
     @staticmethod
-    def encode(broker_id: int, host: str, port: int, rack: str | None, timestamp_ms: int) -> bytes:
-        return _json({"version": 4, "host": host, "port": port, "jmx_port": -1,
-                      "timestamp": str(timestamp_ms), "endpoints": [f"PLAINTEXT://{host}:{port}"],
-                      "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"}, "rack": rack})
+    def encode(broker_id: int, host: str, port: int, rack: str | None, timestamp_ms: int,
+               jmx_port: int = -1) -> bytes:
+        obj: dict[str, Any] = {"version": BrokerIdZNode.VERSION, "host": host, "port": port, "jmx_port": jmx_port,
+                               "timestamp": str(timestamp_ms), "endpoints": [_endpoint(host, port)],
+                               "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"}}
+        if rack is not None:
+            obj["rack"] = rack
+        return _json(obj)
 
     @staticmethod
-    def decode(data: bytes, broker_id: int | None = None, path: str = "/brokers/ids") -> BrokerInfo:
-        obj = _load(data, path)
-        host, port = obj.get("host"), obj.get("port")
-        if not host and obj.get("endpoints"):
-            _, _, rest = obj["endpoints"][0].partition("://")
-            host, _, p = rest.rpartition(":")
-            port = int(p)
-        return BrokerInfo(broker_id if broker_id is not None else int(obj.get("id", -1)), host, int(port),
-                          obj.get("rack"))
+    def decode(data: bytes, broker_id: int | None = None) -> BrokerInfo:
+        """``broker_id`` is the znode's name (``int(child)``); without it the result's ``id`` is -1."""
+        path = BrokerIdZNode.path(broker_id) if broker_id is not None else BrokerIdZNode.path("<id>")  # type: ignore[arg-type]
+
+        def parse(obj: Any) -> BrokerInfo:
+            obj = _object(obj)
+            version = _int(obj["version"])
+            if version < 1:
+                raise ValueError(f"unsupported registration version {version}")
+            host, port = obj.get("host"), obj.get("port")
+            if version >= 2 and obj.get("endpoints"):
+                protocols = obj.get("listener_security_protocol_map") or {}
+                endpoints = [_split_endpoint(e) for e in obj["endpoints"]]
+                plain = [e for e in endpoints if protocols.get(e[0], e[0]) == "PLAINTEXT"]
+                _, host, port = (plain or endpoints)[0]
+            if not isinstance(host, str) or not host:
+                raise ValueError("no host")
+            rack = obj.get("rack")
+            if rack is not None and not isinstance(rack, str):
+                raise TypeError(f"rack must be a string or null, got {rack!r}")
+            return BrokerInfo(broker_id if broker_id is not None else -1, host, _int(port), rack)
+
+        return _decode(path, data, parse)
+
+
+class BrokerSequenceIdZNode:
+    """``/brokers/seqid``: Kafka's broker-id generator (created at startup, otherwise unused here)."""
+
+    @staticmethod
+    def path() -> str:
+        return "/brokers/seqid"
 
 
 class TopicsZNode:
+    """``/brokers/topics``: one child per topic."""
+
     @staticmethod
     def path() -> str:
         return "/brokers/topics"
 
 
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """A decoded ``/brokers/topics/<t>``. Unpacks as ``assignment, topic_id = ...``."""
+
+    partitions: dict[int, tuple[int, ...]]
+    topic_id: uuid.UUID | None = None
+    adding_replicas: Mapping[int, tuple[int, ...]] | None = None
+    removing_replicas: Mapping[int, tuple[int, ...]] | None = None
+
+    def __iter__(self):
+        return iter((self.partitions, self.topic_id))
+
+
 class TopicZNode:
-    """``{"version":2,"partitions":{"0":[1,2]},"adding_replicas":{},"removing_replicas":{},"topic_id":..}``"""
+    """``/brokers/topics/<t>``: the replica assignment, and the topic id.
+
+    Kafka 2.4-2.7 write version 2:
+    ``{"version":2,"partitions":{"0":[1,2,3]},"adding_replicas":{},"removing_replicas":{}}``;
+    Kafka 2.8+ write version 3, the same plus ``"topic_id":"<base64 uuid>"`` (KIP-516). We write
+    version 3 when there is a topic id and version 2 otherwise; ``decode`` reads versions 1-3
+    (version 1 has only ``partitions``).
+    """
 
     @staticmethod
     def path(topic: str) -> str:
-        return f"/brokers/topics/{topic}"
+        return f"{TopicsZNode.path()}/{topic}"
 
     @staticmethod
-    def encode(assignment: dict[int, list[int]], topic_id: uuid.UUID | None) -> bytes:
-        obj: dict[str, Any] = {"version": 2,
-                               "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
-                               "adding_replicas": {}, "removing_replicas": {}}
+    def encode(assignment: Mapping[int, Iterable[int]], topic_id: uuid.UUID | None = None,
+               adding_replicas: Mapping[int, Iterable[int]] | None = None,
+               removing_replicas: Mapping[int, Iterable[int]] | None = None) -> bytes:
+        def as_json(m: Mapping[int, Iterable[int]] | None) -> dict[str, list[int]]:
+            return {str(p): [int(b) for b in r] for p, r in sorted((m or {}).items(), key=lambda kv: int(kv[0]))}
+
+        obj: dict[str, Any] = {"version": 3 if topic_id is not None else 2,
+                               "partitions": as_json(assignment),
+                               "adding_replicas": as_json(adding_replicas),
+                               "removing_replicas": as_json(removing_replicas)}
         if topic_id is not None:
             obj["topic_id"] = uuid_to_base64(topic_id)
         return _json(obj)
 
     @staticmethod
-    def decode(data: bytes) -> tuple[dict[int, list[int]], uuid.UUID | None]:
-        obj = _load(data, "/brokers/topics/<topic>")
-        assignment = {int(p): [int(b) for b in r] for p, r in obj["partitions"].items()}
-        topic_id = uuid_from_base64(obj["topic_id"]) if obj.get("topic_id") else None
-        return assignment, topic_id
+    def decode(data: bytes, topic: str | None = None) -> TopicAssignment:
+        """``assignment, topic_id = TopicZNode.decode(data)``; ``topic`` only names the znode in errors."""
+
+        def parse(obj: Any) -> TopicAssignment:
+            obj = _object(obj)
+            version = _int(obj["version"])
+            if not 1 <= version <= 3:
+                raise ValueError(f"unsupported topic assignment version {version}")
+
+            def partition_map(key: str) -> dict[int, tuple[int, ...]]:
+                raw = _object(obj.get(key) or {})
+                return dict(sorted((int(p), _int_list(r)) for p, r in raw.items()))
+
+            raw_id = obj.get("topic_id")
+            return TopicAssignment(partition_map("partitions"),
+                                   uuid_from_base64(raw_id) if raw_id is not None else None,
+                                   partition_map("adding_replicas"), partition_map("removing_replicas"))
+
+        return _decode(TopicZNode.path(topic or "<topic>"), data, parse)
 
 
 class TopicPartitionsZNode:
+    """``/brokers/topics/<t>/partitions`` (no data)."""
+
     @staticmethod
     def path(topic: str) -> str:
-        return f"/brokers/topics/{topic}/partitions"
+        return f"{TopicZNode.path(topic)}/partitions"
 
 
 class TopicPartitionZNode:
+    """``/brokers/topics/<t>/partitions/<p>`` (no data)."""
+
     @staticmethod
     def path(topic: str, partition: int) -> str:
-        return f"/brokers/topics/{topic}/partitions/{partition}"
+        return f"{TopicPartitionsZNode.path(topic)}/{partition}"
+
+
+class _HasLeaderAndIsr(Protocol):
+    leader: int
+    leader_epoch: int
+    isr: Iterable[int]
+    controller_epoch: int
 
 
 class TopicPartitionStateZNode:
-    """``{"version":1,"leader":L,"leader_epoch":E,"isr":[..],"controller_epoch":C}``; stat version = zkVersion."""
+    """``/brokers/topics/<t>/partitions/<p>/state``:
+    ``{"version":1,"leader":L,"leader_epoch":E,"isr":[..],"controller_epoch":C}``.
+
+    The znode's stat version is the partition's ``zk_version``; every update is a conditional
+    ``SetData`` on it. It is not in the JSON: ``decode`` takes it as a parameter (normally
+    ``OpResult.version``) and returns a ``LeaderAndIsr`` carrying it.
+    """
 
     @staticmethod
     def path(topic: str, partition: int) -> str:
-        return f"/brokers/topics/{topic}/partitions/{partition}/state"
+        return f"{TopicPartitionZNode.path(topic, partition)}/state"
 
     @staticmethod
-    def encode(state: LeaderAndIsr) -> bytes:
-        return _json({"version": 1, "leader": state.leader, "leader_epoch": state.leader_epoch,
-                      "isr": list(state.isr), "controller_epoch": state.controller_epoch})
+    def encode(state: _HasLeaderAndIsr) -> bytes:
+        return _json({"version": 1, "leader": int(state.leader), "leader_epoch": int(state.leader_epoch),
+                      "isr": [int(b) for b in state.isr], "controller_epoch": int(state.controller_epoch)})
 
     @staticmethod
-    def decode(data: bytes, zk_version: int = 0) -> LeaderAndIsr:
-        obj = _load(data, "partition state")
-        return LeaderAndIsr(int(obj["leader"]), int(obj["leader_epoch"]), tuple(int(b) for b in obj["isr"]),
-                            int(obj["controller_epoch"]), zk_version)
+    def decode(data: bytes, zk_version: int = 0, topic: str | None = None,
+               partition: int | None = None) -> LeaderAndIsr:
+        path = TopicPartitionStateZNode.path(topic or "<topic>", partition if partition is not None else "<p>")  # type: ignore[arg-type]
+
+        def parse(obj: Any) -> LeaderAndIsr:
+            obj = _object(obj)
+            return LeaderAndIsr(_int(obj["leader"]), _int(obj["leader_epoch"]), _int_list(obj["isr"]),
+                                _int(obj["controller_epoch"]), zk_version)
+
+        return _decode(path, data, parse)
+
+
+# -- /config
+
+
+class ConfigEntityTypeZNode:
+    """``/config/<entity type>``: ``topics``, ``clients``, ``users``, ``brokers``."""
+
+    TYPES = ("topics", "clients", "users", "brokers")
+
+    @staticmethod
+    def path(entity_type: str) -> str:
+        return f"/config/{entity_type}"
 
 
 class ConfigEntityZNode:
-    """``/config/topics/<t>`` and ``/config/brokers/<id>``: ``{"version":1,"config":{...}}``"""
+    """``/config/topics/<t>`` and ``/config/brokers/<id>``: ``{"version":1,"config":{"k":"v",...}}``.
+
+    Values are strings, as in Kafka's ``Properties``; ``encode`` writes booleans as ``true``/``false``.
+    """
 
     @staticmethod
-    def path(entity_type: str, name: str) -> str:
-        return f"/config/{entity_type}/{name}"
+    def path(entity_type: str, name: str | int) -> str:
+        return f"{ConfigEntityTypeZNode.path(entity_type)}/{name}"
 
     @staticmethod
-    def encode(config: dict[str, str]) -> bytes:
-        return _json({"version": 1, "config": {k: str(v) for k, v in sorted(config.items())}})
+    def encode(config: Mapping[str, Any]) -> bytes:
+        def text(v: Any) -> str:
+            return str(v).lower() if isinstance(v, bool) else str(v)
+
+        return _json({"version": 1, "config": {str(k): text(v) for k, v in sorted(config.items())}})
 
     @staticmethod
-    def decode(data: bytes) -> dict[str, str]:
+    def decode(data: bytes | None, entity_type: str = "<type>", name: str | int = "<name>") -> dict[str, str]:
+        """An empty or missing node is an empty config, as in Kafka."""
         if not data:
             return {}
-        return dict(_load(data, "/config").get("config", {}))
+
+        def parse(obj: Any) -> dict[str, str]:
+            config = _object(_object(obj).get("config") or {})
+            return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+
+        return _decode(ConfigEntityZNode.path(entity_type, name), data, parse)
+
+
+class ConfigEntityChangeNotificationZNode:
+    """``/config/changes``: Kafka's dynamic-config change notifications (created at startup)."""
+
+    @staticmethod
+    def path() -> str:
+        return "/config/changes"
+
+
+# -- controller
 
 
 class ControllerZNode:
+    """``/controller``: the ephemeral controller registration, ``{"version":1,"brokerid":N,"timestamp":"<ms>"}``."""
+
     @staticmethod
     def path() -> str:
         return "/controller"
@@ -162,57 +384,151 @@ class ControllerZNode:
 
     @staticmethod
     def decode(data: bytes) -> int:
-        return int(_load(data, "/controller")["brokerid"])
+        """The controller's broker id."""
+        return _decode(ControllerZNode.path(), data, lambda obj: _int(_object(obj)["brokerid"]))
 
 
 class ControllerEpochZNode:
+    """``/controller_epoch``: a plain integer, created as ``0`` so the first controller has epoch 1."""
+
+    INITIAL = 0
+
     @staticmethod
     def path() -> str:
         return "/controller_epoch"
 
     @staticmethod
     def encode(epoch: int) -> bytes:
-        return str(epoch).encode()
+        return str(int(epoch)).encode("ascii")
 
     @staticmethod
     def decode(data: bytes) -> int:
         try:
-            return int((data or b"0").decode())
-        except ValueError:
-            raise ValueError(f"malformed /controller_epoch: {data[:40]!r}") from None
+            text = bytes(data).decode("ascii").strip()
+            if not text.lstrip("-").isdigit():
+                raise ValueError
+            return int(text)
+        except (ValueError, TypeError):
+            raise ValueError(f"malformed data in znode {ControllerEpochZNode.path()}: "
+                             f"expected an integer, got {data!r}") from None
+
+
+# -- notifications and admin
+
+
+def _partition_list(partitions: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+    return [{"topic": t, "partition": int(p)} for t, p in sorted(set(partitions))]
+
+
+def _parse_partition_list(obj: Any) -> tuple[tuple[str, int], ...]:
+    entries = _object(obj)["partitions"]
+    if not isinstance(entries, list):
+        raise TypeError("partitions must be a list")
+    result = []
+    for entry in entries:
+        topic = _object(entry)["topic"]
+        if not isinstance(topic, str):
+            raise TypeError(f"topic must be a string, got {topic!r}")
+        result.append((topic, _int(entry["partition"])))
+    return tuple(sorted(set(result)))
 
 
 class IsrChangeNotificationZNode:
+    """``/isr_change_notification``: the controller watches its children."""
+
     @staticmethod
     def path() -> str:
         return "/isr_change_notification"
 
+    # Shorthands for the sequence children (kept for callers written against them).
     @staticmethod
     def sequence_path() -> str:
-        return "/isr_change_notification/isr_change_"
+        return IsrChangeNotificationSequenceZNode.path()
 
     @staticmethod
-    def encode(partitions: list[tuple[str, int]]) -> bytes:
-        return _json({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]})
+    def encode(partitions: Iterable[tuple[str, int]]) -> bytes:
+        return IsrChangeNotificationSequenceZNode.encode(partitions)
 
     @staticmethod
-    def decode(data: bytes) -> list[tuple[str, int]]:
-        return [(e["topic"], int(e["partition"])) for e in _load(data, "/isr_change_notification")["partitions"]]
+    def decode(data: bytes) -> tuple[tuple[str, int], ...]:
+        return IsrChangeNotificationSequenceZNode.decode(data)
+
+
+class IsrChangeNotificationSequenceZNode:
+    """``/isr_change_notification/isr_change_<seq>``, persistent sequential:
+    ``{"version":1,"partitions":[{"topic":"t","partition":0},...]}``.
+
+    ``path()`` is the prefix to create with ``sequential=True``; ZooKeeper appends a 10-digit number.
+    Partitions are written sorted and decoded to a sorted tuple of ``(topic, partition)``.
+    """
+
+    PREFIX = "isr_change_"
+
+    @staticmethod
+    def path(sequence_number: str = "") -> str:
+        return f"{IsrChangeNotificationZNode.path()}/{IsrChangeNotificationSequenceZNode.PREFIX}{sequence_number}"
+
+    @staticmethod
+    def sequence_number(path: str) -> str:
+        prefix = IsrChangeNotificationSequenceZNode.PREFIX
+        return path[path.rindex(prefix) + len(prefix):]
+
+    @staticmethod
+    def encode(partitions: Iterable[tuple[str, int]]) -> bytes:
+        return _json({"version": 1, "partitions": _partition_list(partitions)})
+
+    @staticmethod
+    def decode(data: bytes, path: str | None = None) -> tuple[tuple[str, int], ...]:
+        return _decode(path or IsrChangeNotificationSequenceZNode.path("<seq>"), data, _parse_partition_list)
 
 
 class DeleteTopicsZNode:
+    """``/admin/delete_topics``; ``path(topic)`` is ``DeleteTopicsTopicZNode.path(topic)``."""
+
     @staticmethod
     def path(topic: str | None = None) -> str:
-        return "/admin/delete_topics" if topic is None else f"/admin/delete_topics/{topic}"
+        return "/admin/delete_topics" if topic is None else DeleteTopicsTopicZNode.path(topic)
+
+
+class DeleteTopicsTopicZNode:
+    """``/admin/delete_topics/<t>``: a request to delete topic ``t`` (no data)."""
+
+    @staticmethod
+    def path(topic: str) -> str:
+        return f"/admin/delete_topics/{topic}"
+
+    @staticmethod
+    def encode() -> bytes:
+        return b""
 
 
 class PreferredReplicaElectionZNode:
+    """``/admin/preferred_replica_election``: ``{"version":1,"partitions":[{"topic":"t","partition":0},...]}``."""
+
     @staticmethod
     def path() -> str:
         return "/admin/preferred_replica_election"
 
+    @staticmethod
+    def encode(partitions: Iterable[tuple[str, int]]) -> bytes:
+        return _json({"version": 1, "partitions": _partition_list(partitions)})
+
+    @staticmethod
+    def decode(data: bytes) -> tuple[tuple[str, int], ...]:
+        return _decode(PreferredReplicaElectionZNode.path(), data, _parse_partition_list)
+
+
+class ProducerIdBlockZNode:
+    """``/latest_producer_id_block`` (created empty at startup; its format lives in ``controller.zk_layout``)."""
+
+    @staticmethod
+    def path() -> str:
+        return "/latest_producer_id_block"
+
 
 class ClusterIdZNode:
+    """``/cluster/id``: ``{"version":"1","id":"<base64 uuid>"}`` (the version is a string, as in Kafka)."""
+
     @staticmethod
     def path() -> str:
         return "/cluster/id"
@@ -223,11 +539,27 @@ class ClusterIdZNode:
 
     @staticmethod
     def decode(data: bytes) -> str:
-        return str(_load(data, "/cluster/id")["id"])
+        def parse(obj: Any) -> str:
+            cluster_id = _object(obj)["id"]
+            if not isinstance(cluster_id, str) or not cluster_id:
+                raise TypeError(f"id must be a non-empty string, got {cluster_id!r}")
+            return cluster_id
+
+        return _decode(ClusterIdZNode.path(), data, parse)
 
 
-PERSISTENT_PATHS = (
-    "/brokers/ids", "/brokers/topics", "/brokers/seqid", "/config/changes", "/config/topics",
-    "/config/brokers", "/config/clients", "/config/users", "/admin/delete_topics",
-    "/isr_change_notification", "/log_dir_event_notification", "/latest_producer_id_block", "/cluster",
+#: The persistent paths Kafka makes sure exist at broker startup (``ZkData.PersistentZkPaths``, 2.6),
+#: in Kafka's order, plus ``/cluster`` (Kafka creates it with ``/cluster/id``).
+PERSISTENT_PATHS: tuple[str, ...] = (
+    "/consumers",
+    BrokerIdsZNode.path(),
+    TopicsZNode.path(),
+    ConfigEntityChangeNotificationZNode.path(),
+    DeleteTopicsZNode.path(),
+    BrokerSequenceIdZNode.path(),
+    IsrChangeNotificationZNode.path(),
+    ProducerIdBlockZNode.path(),
+    "/log_dir_event_notification",
+    *(ConfigEntityTypeZNode.path(t) for t in ConfigEntityTypeZNode.TYPES),
+    "/cluster",
 )
