@@ -6,17 +6,7 @@ import pytest
 
 from strandline.log import checkpoint
 from strandline.log.epoch import LeaderEpochCache
-from strandline.runtime.disk import OsDisk
 from strandline.sim.disk import MemoryDisk
-
-
-@pytest.fixture(params=["memory", "os"])
-def disk_root(request, tmp_path):
-    if request.param == "memory":
-        disk = MemoryDisk(strict_dirs=True)
-        disk.makedirs("/data")
-        return disk, "/data"
-    return OsDisk(), str(tmp_path)
 
 
 def test_ckp_1_offset_checkpoint_format_and_round_trip(disk_root):

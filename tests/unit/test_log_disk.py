@@ -10,15 +10,6 @@ from strandline.runtime.disk import OsDisk
 from strandline.sim.disk import MemoryDisk
 
 
-@pytest.fixture(params=["memory", "os"])
-def disk_root(request, tmp_path):
-    if request.param == "memory":
-        disk = MemoryDisk(strict_dirs=True)
-        disk.makedirs("/data")
-        return disk, "/data"
-    return OsDisk(), str(tmp_path)
-
-
 def test_append_read_size_truncate(disk_root):
     disk, root = disk_root
     f = disk.open(os.path.join(root, "a.log"))

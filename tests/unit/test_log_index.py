@@ -10,18 +10,8 @@ from strandline.log.config import LogConfig
 from strandline.log.index import IndexOffsetOverflow, OffsetIndex, TimeIndex
 from strandline.log.segment import BatchInfo, LogSegment
 from strandline.protocol.records import iter_batches, stamp
-from strandline.runtime.disk import OsDisk
 from strandline.sim.disk import MemoryDisk
 from tests.unit.batches import make_batch
-
-
-@pytest.fixture(params=["memory", "os"])
-def disk_root(request, tmp_path):
-    if request.param == "memory":
-        disk = MemoryDisk(strict_dirs=True)
-        disk.makedirs("/data")
-        return disk, "/data"
-    return OsDisk(), str(tmp_path)
 
 
 # -- OffsetIndex / TimeIndex ---------------------------------------------------------------------

@@ -9,20 +9,10 @@ from strandline.log.config import LogConfig
 from strandline.log.log import Log, OffsetOutOfOrder
 from strandline.log.segment import CorruptRecordError
 from strandline.protocol.records import crc_ok, iter_batches, read_header
-from strandline.runtime.disk import OsDisk
 from strandline.sim.disk import MemoryDisk
 from tests.unit.batches import make_batch
 
 BATCH = len(make_batch([b"x" * 100]))   # one 100-byte record: 175 bytes
-
-
-@pytest.fixture(params=["memory", "os"])
-def disk_root(request, tmp_path):
-    if request.param == "memory":
-        disk = MemoryDisk(strict_dirs=True)
-        disk.makedirs("/data")
-        return disk, "/data"
-    return OsDisk(), str(tmp_path)
 
 
 def open_log(disk, root, **cfg) -> Log:

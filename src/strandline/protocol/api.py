@@ -313,7 +313,7 @@ class _ShapeCompiler:
         if isinstance(kind, EntityField):
             inner, inner_min = self.entity(kind.type_)
             if nullable:  # KIP-893 nullable struct: int8 marker, -1 = null
-                return [f"if _I8(buf, pos)[0] < 0:", "    pos += 1", "else:",
+                return ["if _I8(buf, pos)[0] < 0:", "    pos += 1", "else:",
                         f"    pos = {inner}(buf, pos + 1, end)"], 0, 1
             return [f"pos = {inner}(buf, pos, end)"], 0, inner_min
         kafka_type = field.metadata["kafka_type"]
