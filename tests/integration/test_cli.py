@@ -38,6 +38,12 @@ def test_up_refuses_an_unknown_override():
     assert result.returncode == 2 and "no.such.key" in result.stderr
 
 
+def test_up_refuses_more_brokers_than_it_can_replicate():
+    result = run_cli("up", "--brokers", "3", "--data-dir", "/nonexistent/never")
+    assert result.returncode == 2 and "--brokers above 1" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_broker_reports_an_unreachable_zookeeper(tmp_path):
     port = free_ports(1)[0]
     result = run_cli("broker", "--override", "broker.id=1", "--override", f"zookeeper.connect=127.0.0.1:{port}",

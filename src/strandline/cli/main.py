@@ -41,6 +41,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         BROKER_KEYS[key].parse(_)
     if args.brokers < 1:
         raise ConfigError("--brokers must be at least 1")
+    if args.brokers > 1:
+        raise ConfigError("--brokers above 1 needs replication between brokers, which this version "
+                          "does not have yet; use --brokers 1")
     return run_up(args.brokers, args.data_dir, args.base_port, args.zookeeper, args.zookeeper_port,
                   args.override or [])
 
