@@ -71,6 +71,8 @@ class Partition:
     zk_version: int = 0
     controller_epoch: int = 0
     high_watermark: int = 0
+    leader_epoch_start_offset: int = 0
+    replica_lag_time_max_ms: int = 30000
     log_append_time: bool = False
     remote_replicas: dict[int, ReplicaState] = field(default_factory=dict)
     producer_state: ProducerStateManager = field(default_factory=ProducerStateManager)
@@ -100,8 +102,12 @@ class Partition:
         self.controller_epoch = state.controller_epoch
         # The new leader records its epoch at its LEO before any write (KAFKA-7415).
         self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
+        self.leader_epoch_start_offset = self.log.log_end_offset
+        # Followers in the ISR count as caught up now; their LEO is unknown until they fetch.
         self.remote_replicas = {
-            r: ReplicaState(r, last_caught_up_time_ms=now_ms if r in self.isr else 0)
+            r: ReplicaState(r, last_caught_up_time_ms=now_ms if r in self.isr else 0,
+                            last_fetch_leader_log_end_offset=self.leader_epoch_start_offset,
+                            last_fetch_time_ms=now_ms)
             for r in self.replicas if r != self.local_broker_id
         }
         self.high_watermark = min(max(self.high_watermark, self.log.log_start_offset), self.log.log_end_offset)
@@ -129,21 +135,75 @@ class Partition:
 
     # -- high watermark --------------------------------------------------------------------
 
-    def maybe_increment_high_watermark(self) -> bool:
-        """HW = min LEO over the ISR (the leader's own LEO included); it never moves back."""
+    def maybe_increment_high_watermark(self, now_ms: int | None = None) -> bool:
+        """HW = min LEO over the ISR and over followers caught up within the lag time (KAFKA-4485),
+        the leader's own LEO included; it never moves back (REP-3)."""
         if not self.is_leader:
             return False
         new_hw = self.log.log_end_offset
-        for broker_id in self.isr:
-            if broker_id == self.local_broker_id:
-                continue
-            replica = self.remote_replicas.get(broker_id)
-            leo = replica.log_end_offset if replica is not None else -1
-            new_hw = min(new_hw, max(leo, 0))
+        for broker_id, replica in self.remote_replicas.items():
+            caught_up = now_ms is not None and replica.log_end_offset >= 0 and \
+                now_ms - replica.last_caught_up_time_ms <= self.replica_lag_time_max_ms
+            if broker_id in self.isr or caught_up:
+                new_hw = min(new_hw, max(replica.log_end_offset, 0))
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             return True
         return False
+
+    # -- follower state on the leader (ISR-1..4) ---------------------------------------------
+
+    def update_follower_fetch_state(self, follower_id: int, fetch_offset: int, now_ms: int) -> bool:
+        """Record a follower's fetch: its LEO is the fetch offset; lastCaughtUpTimeMs follows
+        ISR-2's two rules. Returns whether the high watermark advanced."""
+        replica = self.remote_replicas.get(follower_id)
+        if replica is None:
+            return False
+        leader_end_offset = self.log.log_end_offset
+        if fetch_offset >= leader_end_offset:
+            replica.last_caught_up_time_ms = max(replica.last_caught_up_time_ms, now_ms)       # rule (a)
+        elif fetch_offset >= replica.last_fetch_leader_log_end_offset:
+            replica.last_caught_up_time_ms = max(replica.last_caught_up_time_ms,
+                                                 replica.last_fetch_time_ms)                    # rule (b)
+        replica.log_end_offset = fetch_offset
+        replica.last_fetch_leader_log_end_offset = leader_end_offset
+        replica.last_fetch_time_ms = now_ms
+        return self.maybe_increment_high_watermark(now_ms)
+
+    def isr_to_expand(self, follower_id: int) -> tuple[int, ...] | None:
+        """ISR-4: a follower outside the ISR joins once its LEO reaches the HW and the start of the
+        leader's current epoch (KAFKA-7128). Returns the proposed ISR, or None."""
+        replica = self.remote_replicas.get(follower_id)
+        if not self.is_leader or replica is None or follower_id in self.isr:
+            return None
+        if replica.log_end_offset >= self.high_watermark and \
+                replica.log_end_offset >= self.leader_epoch_start_offset:
+            return self.isr + (follower_id,)
+        return None
+
+    def out_of_sync_replicas(self, now_ms: int) -> tuple[int, ...]:
+        """ISR-1: followers whose LEO differs from the leader's and that have not caught up within
+        ``replica.lag.time.max.ms``. The leader itself is never out of sync."""
+        leo = self.log.log_end_offset
+        return tuple(r for r in self.isr if r != self.local_broker_id and (
+            (replica := self.remote_replicas.get(r)) is None
+            or (replica.log_end_offset != leo
+                and now_ms - replica.last_caught_up_time_ms > self.replica_lag_time_max_ms)))
+
+    def isr_to_shrink(self, now_ms: int) -> tuple[int, ...] | None:
+        """ISR-3: the ISR the isr-expiration task proposes, or None when nobody lags."""
+        if not self.is_leader:
+            return None
+        lagging = self.out_of_sync_replicas(now_ms)
+        if not lagging:
+            return None
+        return tuple(r for r in self.isr if r not in lagging)
+
+    def apply_isr(self, isr: tuple[int, ...], zk_version: int, now_ms: int) -> bool:
+        """Install an ISR whose compare-and-set write succeeded (ISR-5); shrinking may advance HW."""
+        self.isr = tuple(isr)
+        self.zk_version = zk_version
+        return self.maybe_increment_high_watermark(now_ms)
 
     # -- leader append -------------------------------------------------------------------
 
