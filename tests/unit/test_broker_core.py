@@ -30,13 +30,18 @@ class MemoryZk:
     """Just enough of ZooKeeper for the core's topic and producer-id operations."""
 
     def __init__(self):
-        self.nodes: dict[str, tuple[bytes, int]] = {"/brokers/topics": (b"", 0), "/config/topics": (b"", 0)}
+        self.nodes: dict[str, tuple[bytes, int]] = {"/brokers/topics": (b"", 0), "/config/topics": (b"", 0),
+                                                    "/isr_change_notification": (b"", 0)}
+        self.sequence = 0
 
     def run(self, ops, transaction):
         snapshot = dict(self.nodes)
         results = []
         for op in ops:
             if isinstance(op, Create):
+                if op.sequential:
+                    self.sequence += 1
+                    op = Create(f"{op.path}{self.sequence:010d}", op.data)
                 parent = op.path.rsplit("/", 1)[0]
                 if op.path in self.nodes:
                     results.append(OpResult(ZkError.NODE_EXISTS))
@@ -70,7 +75,7 @@ class MemoryZk:
 
 
 class Harness:
-    def __init__(self, **overrides):
+    def __init__(self, brokers=(1,), **overrides):
         props = {"broker.id": "1", "zookeeper.connect": "zk:2181", "log.dirs": "/data/logs"}
         props.update(overrides)
         self.config = BrokerConfig.from_properties(props)
@@ -80,7 +85,8 @@ class Harness:
         logs.startup(self.now)
         self.broker = Broker(self.config, logs, rng=random.Random(1), now_ms=self.now)
         self.zk = MemoryZk()
-        self.broker.load_metadata("cluster", {1: BrokerEndpoint(1, "127.0.0.1", 9092)}, {}, 1, 1, self.now)
+        self.broker.load_metadata("cluster", {b: BrokerEndpoint(b, "127.0.0.1", 9091 + b) for b in brokers},
+                                  {}, 1, 1, self.now)
         self.correlation = 0
         self.sent: dict[int, list] = {}
 

@@ -8,6 +8,7 @@ runs to completion without awaiting, so no locks are needed.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ MAX_TIMESTAMP = -3
 CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
 PRODUCER_ID_BLOCK_SIZE = 1000
+ISR_CHANGE_CHECK_INTERVAL_MS = 2500   # Kafka's isr-change-propagation task period
+ISR_CHANGE_BLACKOUT_MS = 5000         # propagate once the last change is this old...
+ISR_CHANGE_MAX_DELAY_MS = 60000       # ...or at least this often
 _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -80,7 +84,13 @@ class Broker:
             Scheduled("log-start-offset-checkpoint", v["log.flush.start.offset.checkpoint.interval.ms"], now_ms),
             Scheduled("log-retention", v["log.retention.check.interval.ms"], now_ms),
             Scheduled("log-flush", min(v["log.flush.scheduler.interval.ms"], 1 << 62), now_ms),
+            Scheduled("isr-expiration", max(1, v["replica.lag.time.max.ms"] // 2), now_ms),
+            Scheduled("isr-change-propagation", ISR_CHANGE_CHECK_INTERVAL_MS, now_ms),
         ]
+        self._isr_changing: set[tuple[str, int]] = set()
+        self._isr_change_set: set[tuple[str, int]] = set()
+        self._last_isr_change_ms = 0
+        self._last_isr_propagation_ms = now_ms
         for task in self.scheduled:
             task.next_ms = now_ms + task.interval_ms
 
@@ -117,7 +127,8 @@ class Broker:
                 log = self.logs.get_or_create_log(topic.name, index, log_config, now_ms)
                 if hws is None:
                     hws = self.logs.read_high_watermarks()
-                partition = Partition(topic.name, index, self.broker_id, log)
+                partition = Partition(topic.name, index, self.broker_id, log,
+                                      replica_lag_time_max_ms=self.config["replica.lag.time.max.ms"])
                 partition.high_watermark = min(max(hws.get(key, 0), log.log_start_offset), log.log_end_offset)
                 partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
                 partition.rebuild_producer_state()
@@ -169,6 +180,10 @@ class Broker:
                 return [Log("info", f"Retention deleted {deleted} log segment(s)")]
         elif name == "log-flush":
             self.logs.flush_dirty(now_ms)
+        elif name == "isr-expiration":
+            return self._maybe_shrink_isrs(now_ms)
+        elif name == "isr-change-propagation":
+            return self._maybe_propagate_isr_changes(now_ms)
         return []
 
     def _checkpoint_high_watermarks(self) -> None:
@@ -429,8 +444,11 @@ class Broker:
             return topics, total, errors
 
         topics, total, errors = read_all()
+        effects: list = []
+        if replica_id >= 0:
+            effects = self._follower_fetched(replica_id, wanted, now_ms)
         if max_wait_ms <= 0 or total >= min_bytes or errors or not wanted:
-            return [self._fetch_response(conn_id, header, topics)]
+            return effects + [self._fetch_response(conn_id, header, topics)]
 
         def try_complete(when_ms: int, expired: bool) -> list | None:
             topics, total, errors = read_all()
@@ -440,7 +458,86 @@ class Broker:
 
         keys = tuple((name, p.partition) for name, p in wanted)
         self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms, keys, try_complete))
-        return []
+        return effects
+
+    def _follower_fetched(self, follower_id: int, wanted: list, now_ms: int) -> list:
+        """A follower's fetch offset is its LEO (REP-1): update its state on the leader, complete
+        what a higher HW allows, and propose ISR expansion (ISR-4)."""
+        advanced = []
+        effects: list = []
+        for name, p in wanted:
+            partition = self.partitions.get((name, p.partition))
+            if partition is None or not partition.is_leader:
+                continue
+            if partition.update_follower_fetch_state(follower_id, p.fetch_offset, now_ms):
+                advanced.append((name, p.partition))
+            new_isr = partition.isr_to_expand(follower_id)
+            if new_isr is not None:
+                effects.extend(self._change_isr(partition, new_isr, now_ms))
+        return effects + self._high_watermark_moved(advanced, now_ms)
+
+    def _high_watermark_moved(self, keys: list, now_ms: int) -> list:
+        if not keys:
+            return []
+        return self.produce_purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
+
+    def _change_isr(self, partition: Partition, new_isr: tuple[int, ...], now_ms: int) -> list:
+        """ISR-5: write the new ISR with compare-and-set on the state znode's version; apply it only
+        when the write succeeds. A failed CAS means our view is stale: the ISR stays as it was."""
+        key = (partition.topic, partition.index)
+        if key in self._isr_changing:
+            return []
+        self._isr_changing.add(key)
+        state = LeaderAndIsr(partition.leader_id, partition.leader_epoch, tuple(new_isr),
+                             partition.controller_epoch, partition.zk_version)
+        op = zk_layout.update_partition_state(partition.topic, partition.index, state)
+
+        def on_result(results: list, when_ms: int) -> list:
+            self._isr_changing.discard(key)
+            result = results[0]
+            current = self.partitions.get(key)
+            if current is not partition or not partition.is_leader:
+                return []
+            if result.error is not ZkError.NONE:
+                partition.isr_update_failed = True
+                return [Log("warning", f"Cached zkVersion {partition.zk_version} of {key[0]}-{key[1]} is not "
+                                       f"the one in ZooKeeper ({result.error.name}); skip updating ISR")]
+            old_isr = partition.isr
+            advanced = partition.apply_isr(new_isr, result.version, when_ms)
+            self._record_isr_change(key, when_ms)
+            topic = self.metadata.topics.get(key[0])
+            if topic is not None:
+                topic.states[key[1]] = dataclasses.replace(state, zk_version=result.version)
+            effects: list = [Log("info", f"ISR of {key[0]}-{key[1]} changed from {list(old_isr)} to {list(new_isr)}")]
+            return effects + self._high_watermark_moved([key] if advanced else [], when_ms)
+
+        return [self._zk([op], on_result)]
+
+    def _record_isr_change(self, key: tuple[str, int], now_ms: int) -> None:
+        self._isr_change_set.add(key)
+        self._last_isr_change_ms = now_ms
+
+    def _maybe_shrink_isrs(self, now_ms: int) -> list:
+        """ISR-3: the isr-expiration task drops followers that lag more than replica.lag.time.max.ms."""
+        effects: list = []
+        for partition in self.partitions.values():
+            new_isr = partition.isr_to_shrink(now_ms)
+            if new_isr is not None:
+                effects.extend(self._change_isr(partition, new_isr, now_ms))
+        return effects
+
+    def _maybe_propagate_isr_changes(self, now_ms: int) -> list:
+        """ISR-6: write changed partitions as one sequential node under /isr_change_notification once
+        the last change is 5 s old, or at least every 60 s."""
+        if not self._isr_change_set:
+            return []
+        if not (self._last_isr_change_ms + ISR_CHANGE_BLACKOUT_MS < now_ms
+                or self._last_isr_propagation_ms + ISR_CHANGE_MAX_DELAY_MS < now_ms):
+            return []
+        changed = sorted(self._isr_change_set)
+        self._isr_change_set.clear()
+        self._last_isr_propagation_ms = now_ms
+        return [self._zk([zk_layout.isr_change_notification(changed)], lambda results, when: [])]
 
     def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list) -> Send:
         body = {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": topics}

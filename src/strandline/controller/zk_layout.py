@@ -61,3 +61,15 @@ def controller_election_ops(broker_id: int, new_epoch: int, epoch_version: int, 
                 else SetData(znodes.ControllerEpochZNode.path(), epoch_data, epoch_version))
     return [Create(znodes.ControllerZNode.path(), znodes.ControllerZNode.encode(broker_id, now_ms), ephemeral=True),
             epoch_op]
+
+
+def update_partition_state(topic: str, partition: int, state) -> SetData:
+    """Compare-and-set of a partition's state znode on the version the writer last saw (ISR-5)."""
+    return SetData(znodes.TopicPartitionStateZNode.path(topic, partition),
+                   znodes.TopicPartitionStateZNode.encode(state), state.zk_version)
+
+
+def isr_change_notification(partitions: list[tuple[str, int]]) -> Create:
+    """ISR-6: one persistent sequential node listing the partitions whose ISR changed."""
+    return Create(znodes.IsrChangeNotificationSequenceZNode.path(),
+                  znodes.IsrChangeNotificationSequenceZNode.encode(partitions), sequential=True)

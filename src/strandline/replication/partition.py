@@ -74,6 +74,7 @@ class Partition:
     leader_epoch_start_offset: int = 0
     replica_lag_time_max_ms: int = 30000
     log_append_time: bool = False
+    isr_update_failed: bool = False
     remote_replicas: dict[int, ReplicaState] = field(default_factory=dict)
     producer_state: ProducerStateManager = field(default_factory=ProducerStateManager)
 
