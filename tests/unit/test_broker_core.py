@@ -18,7 +18,7 @@ from kio.serial import entity_reader, entity_writer
 from strandline.broker.broker import Broker
 from strandline.broker.config import BrokerConfig
 from strandline.broker.effects import Close, Send, ZkRequest
-from strandline.broker.metadata import BrokerEndpoint
+from strandline.coordination.znodes import BrokerInfo
 from strandline.coordination.store import Create, Delete, GetData, OpResult, SetData, ZkError
 from strandline.log.manager import LogManager
 from strandline.protocol.api import build
@@ -85,7 +85,7 @@ class Harness:
         logs.startup(self.now)
         self.broker = Broker(self.config, logs, rng=random.Random(1), now_ms=self.now)
         self.zk = MemoryZk()
-        self.broker.load_metadata("cluster", {b: BrokerEndpoint(b, "127.0.0.1", 9091 + b) for b in brokers},
+        self.broker.load_metadata("cluster", {b: BrokerInfo(b, "127.0.0.1", 9091 + b) for b in brokers},
                                   {}, 1, 1, self.now)
         self.correlation = 0
         self.sent: dict[int, list] = {}
@@ -298,7 +298,7 @@ def restart_after_power_loss(h: Harness) -> Harness:
     logs = LogManager(h.disk, ["/data/logs"], h.config.log_config())
     logs.startup(again.now)
     again.broker = Broker(h.config, logs, rng=random.Random(2), now_ms=again.now)
-    again.broker.load_metadata("cluster", {1: BrokerEndpoint(1, "127.0.0.1", 9092)}, topics, 1, 1, again.now)
+    again.broker.load_metadata("cluster", {1: BrokerInfo(1, "127.0.0.1", 9092)}, topics, 1, 1, again.now)
     again.correlation, again.sent = 0, {}
     return again
 

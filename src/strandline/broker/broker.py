@@ -222,6 +222,13 @@ class Broker:
             return [Close(conn_id, f"API key {header.api_key} is not handled")]
         return handler(self, conn_id, header, request, now_ms)
 
+    def _not_served(self, topic: str, partition: int) -> ErrorCode:
+        """Why this broker cannot serve a partition: it does not exist, or another broker leads it."""
+        known = self.metadata.topics.get(topic)
+        if known is None or partition not in known.assignment:
+            return ErrorCode.unknown_topic_or_partition
+        return ErrorCode.not_leader_or_follower
+
     def _respond(self, conn_id: int, header: RequestHeader, body: Any) -> Send:
         return Send(conn_id, [api.encode_response(header, body)])
 
@@ -418,10 +425,7 @@ class Broker:
                          "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None if isolation == 0 else [],
                          "preferred_read_replica": -1, "records": b""}
                 if partition is None:
-                    topic = self.metadata.topics.get(name)
-                    entry["error_code"] = (ErrorCode.unknown_topic_or_partition
-                                           if topic is None or p.partition not in topic.assignment
-                                           else ErrorCode.not_leader_or_follower)
+                    entry["error_code"] = self._not_served(name, p.partition)
                     errors = True
                 else:
                     result = partition.read_records(
@@ -541,9 +545,7 @@ class Broker:
 
     def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list) -> Send:
         body = {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": topics}
-        if hasattr(api, "encode_fetch_response"):
-            return Send(conn_id, api.encode_fetch_response(header, body))
-        return Send(conn_id, [api.encode_response(header, body)])
+        return Send(conn_id, api.encode_fetch_response(header, body))
 
     # -- ListOffsets
 
@@ -557,10 +559,7 @@ class Broker:
                 entry = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
                          "timestamp": -1, "offset": -1, "leader_epoch": -1}
                 if partition is None or not partition.is_leader:
-                    topic = self.metadata.topics.get(t.name)
-                    entry["error_code"] = (ErrorCode.unknown_topic_or_partition
-                                           if topic is None or p.partition_index not in topic.assignment
-                                           else ErrorCode.not_leader_or_follower)
+                    entry["error_code"] = self._not_served(t.name, p.partition_index)
                     parts.append(entry)
                     continue
                 error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
@@ -606,10 +605,7 @@ class Broker:
                 partition = self.partitions.get((t.topic, p.partition))
                 entry = {"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
                 if partition is None or not partition.is_leader:
-                    topic = self.metadata.topics.get(t.topic)
-                    entry["error_code"] = (ErrorCode.unknown_topic_or_partition
-                                           if topic is None or p.partition not in topic.assignment
-                                           else ErrorCode.not_leader_or_follower)
+                    entry["error_code"] = self._not_served(t.topic, p.partition)
                 else:
                     error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
                     if error is not ErrorCode.none:

@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from strandline.coordination.znodes import BrokerInfo
 from strandline.replication.partition import LeaderAndIsr
 
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -26,14 +27,6 @@ def topic_name_error(name: str | None) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerEndpoint:
-    id: int
-    host: str
-    port: int
-    rack: str | None = None
-
-
 @dataclass(slots=True)
 class TopicMetadata:
     name: str
@@ -51,7 +44,7 @@ class TopicMetadata:
 class MetadataCache:
     cluster_id: str | None = None
     controller_id: int = -1
-    brokers: dict[int, BrokerEndpoint] = field(default_factory=dict)
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
 
     def live_broker_ids(self) -> list[int]:

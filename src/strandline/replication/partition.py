@@ -95,12 +95,7 @@ class Partition:
     def make_leader(self, state: LeaderAndIsr, replicas: tuple[int, ...], now_ms: int) -> bool:
         """Become leader in ``state.leader_epoch``; returns whether this is a new leadership."""
         was_leader = self.is_leader
-        self.replicas = tuple(replicas)
-        self.leader_id = state.leader
-        self.leader_epoch = state.leader_epoch
-        self.isr = tuple(state.isr)
-        self.zk_version = state.zk_version
-        self.controller_epoch = state.controller_epoch
+        self._install(state, replicas)
         # The new leader records its epoch at its LEO before any write (KAFKA-7415).
         self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
         self.leader_epoch_start_offset = self.log.log_end_offset
@@ -117,14 +112,18 @@ class Partition:
 
     def make_follower(self, state: LeaderAndIsr, replicas: tuple[int, ...]) -> bool:
         changed = self.leader_id != state.leader or self.leader_epoch != state.leader_epoch
+        self._install(state, replicas)
+        self.remote_replicas = {}
+        return changed
+
+    def _install(self, state: LeaderAndIsr, replicas: tuple[int, ...]) -> None:
         self.replicas = tuple(replicas)
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
         self.isr = tuple(state.isr)
         self.zk_version = state.zk_version
         self.controller_epoch = state.controller_epoch
-        self.remote_replicas = {}
-        return changed
+        self.isr_update_failed = False
 
     def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
         """KIP-320 fencing: -1 skips the check; older is FENCED, newer is UNKNOWN."""

@@ -13,7 +13,8 @@ import uuid
 
 from strandline.broker.broker import Broker
 from strandline.broker.config import BrokerConfig, ConfigError, parse_topic_configs
-from strandline.broker.metadata import BrokerEndpoint, TopicMetadata
+from strandline.broker.metadata import TopicMetadata
+from strandline.coordination.znodes import BrokerInfo
 from strandline.controller import zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import GetChildren, GetData, ZkError
@@ -28,15 +29,15 @@ log = logging.getLogger("strandline.broker")
 READY_PREFIX = "strandline broker ready"
 
 
-def read_cluster_state(store: KazooStore) -> tuple[dict[int, BrokerEndpoint], dict[str, TopicMetadata]]:
+def read_cluster_state(store: KazooStore) -> tuple[dict[int, BrokerInfo], dict[str, TopicMetadata]]:
     """Read live brokers and every topic (assignment, partition states, configs) from ZooKeeper."""
-    brokers: dict[int, BrokerEndpoint] = {}
+    brokers: dict[int, BrokerInfo] = {}
     [ids] = store.execute([GetChildren(znodes.BrokerIdsZNode.path())])
     for child in ids.children:
         [res] = store.execute([GetData(znodes.BrokerIdZNode.path(int(child)))])
         if res.error is ZkError.NONE:
             info = znodes.BrokerIdZNode.decode(res.data, int(child))
-            brokers[info.id] = BrokerEndpoint(info.id, info.host, info.port, info.rack)
+            brokers[info.id] = info
     topics: dict[str, TopicMetadata] = {}
     [names] = store.execute([GetChildren(znodes.TopicsZNode.path())])
     for name in names.children:
@@ -136,7 +137,7 @@ async def serve(config: BrokerConfig) -> None:
                      now_ms() - started, logs.recovery_stats)
         broker = Broker(config, logs, rng=random.Random(), now_ms=now_ms())
         adv = config.advertised
-        me = BrokerEndpoint(broker_id, adv.host, adv.port, v["broker.rack"])
+        me = BrokerInfo(broker_id, adv.host, adv.port, v["broker.rack"])
         brokers[broker_id] = me
         shell = BrokerShell(broker, store, v["socket.request.max.bytes"])
         await shell.listen(config.listener.host, config.listener.port)

@@ -50,6 +50,7 @@ class BrokerProcess:
         self.config_path.write_text(broker_properties(broker_id, port, self.log_dir, zk_connect))
         self.overrides = overrides
         self.proc: subprocess.Popen | None = None
+        self.exit_reported = False
 
     def start(self) -> None:
         cmd = [sys.executable, "-m", "strandline.cli.main", "broker", "--config", str(self.config_path)]
@@ -151,8 +152,8 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
             for b in brokers:
                 if stopping:
                     break
-                if b.proc is not None and b.proc.poll() is not None and not getattr(b, "reported", False):
-                    b.reported = True  # type: ignore[attr-defined]
+                if b.proc is not None and b.proc.poll() is not None and not b.exit_reported:
+                    b.exit_reported = True
                     print(f"strandline up: broker {b.id} exited with code {b.proc.returncode}", file=sys.stderr)
         return 0
     except StrandlineError as exc:
