@@ -9,6 +9,7 @@ runs to completion without awaiting, so no locks are needed.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import re
 import uuid
 from dataclasses import dataclass
@@ -18,15 +19,17 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.config import BrokerConfig, ConfigError, parse_topic_configs
+from strandline.broker.control_plane import ControlPlane
 from strandline.broker.delayed import DelayedOperation, Purgatory
 from strandline.broker.effects import Close, Log, Send, ZkRequest
+from strandline.broker.follower import Follower
 from strandline.broker.metadata import MetadataCache, TopicMetadata, topic_name_error
 from strandline.broker.validation import validate_produce_records
 from strandline.controller import zk_layout
 from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas
 from strandline.coordination.store import ZkError
 from strandline.log.manager import LogManager
-from strandline.protocol import api
+from strandline.protocol import api, control
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.protocol.frames import ProtocolError
 from strandline.replication.partition import LeaderAndIsr, Partition
@@ -56,7 +59,7 @@ class Scheduled:
     next_ms: int
 
 
-class Broker:
+class Broker(ControlPlane, Follower):
     """One broker's core state machine."""
 
     def __init__(self, config: BrokerConfig, log_manager: LogManager, *, rng: Any,
@@ -87,6 +90,11 @@ class Broker:
             Scheduled("isr-expiration", max(1, v["replica.lag.time.max.ms"] // 2), now_ms),
             Scheduled("isr-change-propagation", ISR_CHANGE_CHECK_INTERVAL_MS, now_ms),
         ]
+        self.fetchers: dict = {}
+        self._broker_callbacks: dict[int, Callable[[bytes | None, int], list]] = {}
+        self._broker_epochs: dict[int, int] = {}
+        self._delayed: list[tuple[int, int, Callable[[int], list]]] = []
+        self._hw_checkpoint: dict | None = None
         self._isr_changing: set[tuple[str, int]] = set()
         self._isr_change_set: set[tuple[str, int]] = set()
         self._last_isr_change_ms = 0
@@ -98,7 +106,10 @@ class Broker:
 
     def load_metadata(self, cluster_id: str | None, brokers: dict, topics: dict[str, TopicMetadata],
                       controller_id: int, controller_epoch: int, now_ms: int) -> list:
-        """Install the cluster state read from ZooKeeper at start-up; open our replicas' logs."""
+        """Install the cluster state read from ZooKeeper at start-up and open our replicas' logs.
+
+        Leadership comes only from the controller's LeaderAndIsr; when this broker is the
+        controller it sends them now, to itself included."""
         self.metadata.cluster_id = cluster_id
         self.metadata.brokers = dict(brokers)
         self.metadata.controller_id = controller_id
@@ -106,41 +117,22 @@ class Broker:
         self.metadata.topics = dict(topics)
         effects: list = []
         for topic in topics.values():
-            effects.extend(self._become_replicas(topic, now_ms))
+            for index, replicas in sorted(topic.assignment.items()):
+                if self.broker_id in replicas:
+                    self._open_partition(topic, index, now_ms)
         for (name, index) in list(self.logs.logs):
             topic = topics.get(name)
             if topic is None or index not in topic.assignment or self.broker_id not in topic.assignment[index]:
                 self.logs.delete_log(name, index)
                 effects.append(Log("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
+        if self.is_controller:
+            effects.extend(self._on_became_controller(now_ms))
         return effects
 
-    def _become_replicas(self, topic: TopicMetadata, now_ms: int) -> list:
-        effects: list = []
-        log_config = self.config.log_config(topic.configs)
-        hws = None
-        for index, replicas in sorted(topic.assignment.items()):
-            if self.broker_id not in replicas:
-                continue
-            key = (topic.name, index)
-            partition = self.partitions.get(key)
-            if partition is None:
-                log = self.logs.get_or_create_log(topic.name, index, log_config, now_ms)
-                if hws is None:
-                    hws = self.logs.read_high_watermarks()
-                partition = Partition(topic.name, index, self.broker_id, log,
-                                      replica_lag_time_max_ms=self.config["replica.lag.time.max.ms"])
-                partition.high_watermark = min(max(hws.get(key, 0), log.log_start_offset), log.log_end_offset)
-                partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
-                partition.rebuild_producer_state()
-                self.partitions[key] = partition
-            state = topic.states.get(index)
-            if state is None:
-                continue
-            if state.leader == self.broker_id:
-                partition.make_leader(state, replicas, now_ms)
-            else:
-                partition.make_follower(state, replicas)
-        return effects
+    def _high_watermarks(self) -> dict:
+        if self._hw_checkpoint is None:
+            self._hw_checkpoint = self.logs.read_high_watermarks()
+        return self._hw_checkpoint
 
     def shutdown(self) -> None:
         """Clean shutdown: checkpoint high watermarks, flush logs, write the clean-shutdown marker."""
@@ -149,8 +141,23 @@ class Broker:
 
     # ------------------------------------------------------------------ timers
 
+    def _new_token(self) -> int:
+        token = self._next_token
+        self._next_token = token + 1 if token < 0x7FFFFFFF else 1
+        return token
+
+    def _after(self, due_ms: int, action: Callable[[int], list]) -> list:
+        """Run ``action(now_ms)`` at ``due_ms`` (a retry or backoff); returns no effects now."""
+        heapq.heappush(self._delayed, (due_ms, self._new_token(), action))
+        return []
+
     def next_deadline_ms(self) -> int | None:
         deadlines = [t.next_ms for t in self.scheduled]
+        if self._delayed:
+            deadlines.append(self._delayed[0][0])
+        fetch = self._fetcher_deadline()
+        if fetch is not None:
+            deadlines.append(fetch)
         for purgatory in (self.produce_purgatory, self.fetch_purgatory):
             d = purgatory.next_deadline()
             if d is not None:
@@ -161,10 +168,14 @@ class Broker:
         effects: list = []
         effects.extend(self.produce_purgatory.expire(now_ms))
         effects.extend(self.fetch_purgatory.expire(now_ms))
+        while self._delayed and self._delayed[0][0] <= now_ms:
+            _, _, action = heapq.heappop(self._delayed)
+            effects.extend(action(now_ms))
         for task in self.scheduled:
             if task.next_ms <= now_ms:
                 task.next_ms = now_ms + task.interval_ms
                 effects.extend(self._run_task(task.name, now_ms))
+        effects.extend(self._maybe_send_fetches(now_ms))
         return effects
 
     def _run_task(self, name: str, now_ms: int) -> list:
@@ -196,8 +207,7 @@ class Broker:
     # ------------------------------------------------------------------ ZooKeeper plumbing
 
     def _zk(self, ops: list, callback: Callable[[list, int], list], transaction: bool = False) -> ZkRequest:
-        token = self._next_token
-        self._next_token += 1
+        token = self._new_token()
         self._zk_callbacks[token] = callback
         return ZkRequest(token, ops, transaction)
 
@@ -211,6 +221,8 @@ class Broker:
 
     def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
         """Decode and answer one request frame of connection ``conn_id``."""
+        if len(frame) >= 2 and int.from_bytes(frame[:2], "big") in control.SCHEMAS:
+            return self._control_request(conn_id, frame, now_ms)
         try:
             header, request = api.decode_request(frame)
         except api.UnsupportedApiVersions as exc:
@@ -254,14 +266,17 @@ class Broker:
         missing = [n for n in (names or ()) if n not in self.metadata.topics and topic_name_error(n) is None]
         if missing and allow_auto:
             pending = set(missing)
+            created_now: set[str] = set()
             effects: list = []
 
             def created(name: str) -> Callable[[ErrorCode, str | None, int], list]:
                 def done(error: ErrorCode, message: str | None, when_ms: int) -> list:
                     pending.discard(name)
+                    if error in (ErrorCode.none, ErrorCode.topic_already_exists):
+                        created_now.add(name)
                     if pending:
                         return []
-                    return [self._respond(conn_id, header, self._metadata_body(names, header))]
+                    return [self._respond(conn_id, header, self._metadata_body(names, header, created_now))]
                 return done
 
             for name in missing:
@@ -269,7 +284,8 @@ class Broker:
             return effects
         return [self._respond(conn_id, header, self._metadata_body(names, header))]
 
-    def _metadata_body(self, names: list[str] | None, header: RequestHeader) -> dict:
+    def _metadata_body(self, names: list[str] | None, header: RequestHeader, created: set[str] = frozenset()
+                       ) -> dict:
         md = self.metadata
         brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
                    for b in md.brokers.values()]
@@ -279,6 +295,7 @@ class Broker:
             if topic is None:
                 invalid = topic_name_error(name)
                 topics.append({"error_code": ErrorCode.invalid_topic_exception if invalid
+                               else ErrorCode.leader_not_available if name in created
                                else ErrorCode.unknown_topic_or_partition,
                                "name": name, "topic_id": uuid.UUID(int=0), "partitions": []})
                 continue
@@ -631,6 +648,7 @@ class Broker:
         def respond() -> Send:
             return self._respond(conn_id, header, {"throttle_time": 0, "topics": [results[n] for n in order]})
 
+        not_controller = not self.is_controller
         for spec in request.topics:
             name = spec.name
             order.append(name)
@@ -641,6 +659,10 @@ class Broker:
                 result["error_code"], result["error_message"] = ErrorCode.invalid_request, "Duplicate topic in request"
                 continue
             seen.add(name)
+            if not_controller:
+                result["error_code"] = ErrorCode.not_controller
+                result["error_message"] = f"This is not the controller (broker {self.metadata.controller_id} is)"
+                continue
             plan = self._plan_topic(name, spec.num_partitions, spec.replication_factor,
                                     {a.partition_index: tuple(a.broker_ids) for a in spec.assignments},
                                     {c.name: c.value for c in spec.configs})
@@ -738,7 +760,8 @@ class Broker:
                 effects.append(Log("warning", f"Creating topic {plan.name} failed: {message}"))
             else:
                 self.metadata.topics[plan.name] = plan
-                effects.extend(self._become_replicas(plan, when_ms))
+                parts = [(plan, index) for index in sorted(plan.assignment)]
+                effects.extend(self._send_partition_states(parts, None, True, when_ms))
                 effects.append(Log("info", f"Created topic {plan.name} with {plan.num_partitions} partition(s), "
                                            f"assignment {dict(plan.assignment)}"))
                 error, message = ErrorCode.none, None
@@ -756,10 +779,39 @@ class Broker:
             return []
         live = self.metadata.live_broker_ids()
         rf = min(self.config["default.replication.factor"], max(1, len(live)))
+        if not self.is_controller:
+            return self._forward_create(name, self.config["num.partitions"], rf, done, now_ms)
         plan = self._plan_topic(name, self.config["num.partitions"], rf, {}, {})
         if isinstance(plan, tuple):
             return done(plan[0], plan[1], now_ms)
         return self._create_topic(plan, done, now_ms)
+
+    def _forward_create(self, name: str, num_partitions: int, replication_factor: int,
+                        done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+        """Ask the controller to create a topic (Kafka 2.8's auto-topic-creation forwarding)."""
+        self._creating[name] = [done]
+        body = {"topics": [{"name": name, "num_partitions": num_partitions,
+                            "replication_factor": replication_factor, "assignments": [], "configs": []}],
+                "timeout": 30000, "validate_only": False}
+
+        def on_response(frame: bytes | None, when_ms: int) -> list:
+            waiters = self._creating.pop(name, [])
+            error, message = ErrorCode.leader_not_available, "the controller is not reachable"
+            if frame is not None:
+                try:
+                    result = api.decode_response(ApiKey.CREATE_TOPICS, 5, frame).topics[0]
+                    error, message = ErrorCode(int(result.error_code)), result.error_message
+                except Exception as exc:
+                    message = f"bad answer from the controller: {exc}"
+            effects: list = []
+            for waiter in waiters:
+                effects.extend(waiter(error, message, when_ms))
+            return effects
+
+        return self._send_to_broker(
+            self.metadata.controller_id, "forwarding",
+            lambda cid: api.encode_request(ApiKey.CREATE_TOPICS, 5, cid, f"strandline-broker-{self.broker_id}", body),
+            on_response, now_ms)
 
     # -- DeleteTopics
 
@@ -778,6 +830,10 @@ class Broker:
 
         for name in dict.fromkeys(names):
             topic = self.metadata.topics.get(name)
+            if not self.is_controller:
+                results[name]["error_code"] = ErrorCode.not_controller
+                results[name]["error_message"] = f"This is not the controller (broker {self.metadata.controller_id} is)"
+                continue
             if topic is None:
                 results[name]["error_code"] = ErrorCode.unknown_topic_or_partition
                 continue
@@ -794,7 +850,7 @@ class Broker:
                     results[name]["error_code"] = ErrorCode.unknown_server_error
                     results[name]["error_message"] = f"ZooKeeper error {failed.error.name}"
                 else:
-                    out.extend(self._drop_topic(name))
+                    out.extend(self._drop_topic(name, when_ms))
                 pending.discard(name)
                 if not pending:
                     out.append(respond())
@@ -805,15 +861,26 @@ class Broker:
             effects.append(respond())
         return effects
 
-    def _drop_topic(self, name: str) -> list:
-        topic = self.metadata.topics.pop(name, None)
+    def _drop_topic(self, name: str, now_ms: int) -> list:
+        """After the znodes are gone: StopReplica(delete) to the replicas, and UpdateMetadata
+        marking the partitions deleted to every broker (this one included)."""
+        topic = self.metadata.topics.get(name)
         if topic is None:
             return []
-        for index in topic.assignment:
-            partition = self.partitions.pop((name, index), None)
-            if partition is not None:
-                self.logs.delete_log(name, index)
-        return [Log("info", f"Deleted topic {name}")]
+        effects: list = [Log("info", f"Deleted topic {name}")]
+        per_broker: dict[int, list[int]] = {}
+        for index, replicas in topic.assignment.items():
+            for replica in replicas:
+                per_broker.setdefault(replica, []).append(index)
+        for broker_id, indexes in sorted(per_broker.items()):
+            if broker_id in self.metadata.brokers:
+                body = {**self._control_header(), "delete_partitions": True,
+                        "topics": [{"name": name, "partition_indexes": sorted(indexes)}]}
+                effects.extend(self._send_control(broker_id, control.STOP_REPLICA, body, now_ms))
+        body = self._update_metadata_body([], [(name, index) for index in sorted(topic.assignment)])
+        for broker_id in sorted(self.metadata.brokers):
+            effects.extend(self._send_control(broker_id, control.UPDATE_METADATA, body, now_ms))
+        return effects
 
     # -- InitProducerId
 

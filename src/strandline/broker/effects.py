@@ -43,3 +43,21 @@ class Log:
 
     level: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSend:
+    """Send a request frame (no size prefix; its correlation id is ``token``) to another broker.
+
+    The shell keeps one connection per ``(broker_id, channel)``: the controller's requests, the
+    replica fetcher and forwarded requests each get their own, so a long-polling fetch never
+    delays a LeaderAndIsr. The response frame goes to ``Broker.on_broker_response(token, frame)``;
+    ``frame`` is None when the connection failed before the answer came.
+    """
+
+    token: int
+    broker_id: int
+    host: str
+    port: int
+    channel: str
+    frame: bytes

@@ -41,9 +41,6 @@ def cmd_up(args: argparse.Namespace) -> int:
         BROKER_KEYS[key].parse(_)
     if args.brokers < 1:
         raise ConfigError("--brokers must be at least 1")
-    if args.brokers > 1:
-        raise ConfigError("--brokers above 1 needs replication between brokers, which this version "
-                          "does not have yet; use --brokers 1")
     return run_up(args.brokers, args.data_dir, args.base_port, args.zookeeper, args.zookeeper_port,
                   args.override or [])
 
@@ -69,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.set_defaults(func=cmd_broker)
 
     up = sub.add_parser("up", help="run ZooKeeper and a cluster of brokers in the foreground")
-    up.add_argument("--brokers", type=int, default=1)
+    up.add_argument("--brokers", type=int, default=3)
     up.add_argument("--data-dir", default="./data")
     up.add_argument("--base-port", type=int, default=9092)
     up.add_argument("--zookeeper", metavar="HOST:PORT", help="use this ZooKeeper instead of an embedded one")

@@ -35,8 +35,32 @@ def list_offset(address: str, topic: str, partition: int, replica_id: int) -> in
     return int(part.offset) if _error(part.error_code) is ErrorCode.none else -1
 
 
+def controller_address(conn: KafkaConnection) -> str:
+    """Topics are created and deleted by the controller; other brokers answer NOT_CONTROLLER."""
+    resp = metadata(conn, [])
+    for b in resp.brokers:
+        if b.node_id == resp.controller_id:
+            return f"{b.host}:{b.port}"
+    raise StrandlineError("no controller is known to the cluster right now; try again")
+
+
+def leader_isr(address: str, topic: str, partition: int, fallback: list) -> list:
+    """The ISR as the partition's leader knows it (it changes the ISR; others hear later)."""
+    with KafkaConnection(address) as conn:
+        for t in metadata(conn, [topic]).topics:
+            for p in t.partitions:
+                if p.partition_index == partition and int(p.leader_id) >= 0:
+                    return list(p.isr_nodes)
+    return fallback
+
+
 def run(args: argparse.Namespace) -> int:
-    with KafkaConnection(args.bootstrap_server) as conn:
+    if args.action in ("create", "delete"):
+        with KafkaConnection(args.bootstrap_server) as conn:
+            address = controller_address(conn)
+    else:
+        address = args.bootstrap_server
+    with KafkaConnection(address) as conn:
         if args.action == "create":
             configs = [dict(zip(("name", "value"), parse_override(c))) for c in (args.config or [])]
             resp = conn.request(CREATE_TOPICS, 4, {"topics": [{
@@ -77,11 +101,13 @@ def run(args: argparse.Namespace) -> int:
         for p in sorted(topic.partitions, key=lambda p: p.partition_index):
             hw = leo = -1
             leader = int(p.leader_id)
+            isr = list(p.isr_nodes)
             if leader in brokers:
+                isr = leader_isr(brokers[leader], topic.name, p.partition_index, isr)
                 hw = list_offset(brokers[leader], topic.name, p.partition_index, CONSUMER)
                 leo = list_offset(brokers[leader], topic.name, p.partition_index, DEBUG_REPLICA)
             print(f"\tTopic: {topic.name}\tPartition: {p.partition_index}\tLeader: {leader}"
                   f"\tReplicas: {','.join(str(r) for r in p.replica_nodes)}"
-                  f"\tIsr: {','.join(str(r) for r in p.isr_nodes)}\tLeaderEpoch: {p.leader_epoch}"
+                  f"\tIsr: {','.join(str(r) for r in isr)}\tLeaderEpoch: {p.leader_epoch}"
                   f"\tHW: {hw}\tLEO: {leo}")
     return status

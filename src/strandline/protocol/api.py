@@ -617,6 +617,42 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
     return buf.getvalue()
 
 
+# -- requests this broker sends (forwarding, replica fetching) ----------------------------------
+
+@lru_cache(maxsize=None)
+def _request_codec(api_key: int, api_version: int):
+    req_cls = load_request_schema(api_key, api_version)
+    resp_cls = load_response_schema(api_key, api_version)
+    header_cls = req_cls.__header_schema__
+    return (req_cls, header_cls, entity_writer(header_cls), entity_writer(req_cls),
+            entity_reader(resp_cls.__header_schema__), entity_reader(resp_cls))
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str, body: Any) -> bytes:
+    """A request frame without its size prefix: kio header and body (``body`` as in :func:`build`)."""
+    req_cls, header_cls, write_header, write_body, _, _ = _request_codec(api_key, api_version)
+    header = build(header_cls, {"request_api_key": api_key, "request_api_version": api_version,
+                                "correlation_id": correlation_id, "client_id": client_id})
+    buf = io.BytesIO()
+    write_header(buf, header)
+    write_body(buf, build(req_cls, body))
+    return buf.getvalue()
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> Any:
+    """The kio body of a response frame (without its size prefix)."""
+    *_, read_header, read_body = _request_codec(api_key, api_version)
+    if type(frame) is not bytes:
+        frame = memoryview(frame).toreadonly()
+    try:
+        _, offset = read_header(frame, 0)
+        body, _ = read_body(frame, offset)
+    except Exception as exc:  # kio raises assorted errors on malformed input
+        raise ProtocolError(f"malformed {api_name(api_key)} v{api_version} response: "
+                            f"{type(exc).__name__}: {exc}") from None
+    return body
+
+
 def api_versions_body() -> dict:
     """An ApiVersions response body (any version) advertising :data:`SUPPORTED`."""
     return {"error_code": ErrorCode.none, "throttle_time": 0,

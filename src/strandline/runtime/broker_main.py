@@ -62,6 +62,31 @@ def read_cluster_state(store: KazooStore) -> tuple[dict[int, BrokerInfo], dict[s
     return brokers, topics
 
 
+def read_live_brokers(store: KazooStore, children: list[str]) -> tuple[dict[int, BrokerInfo], dict[int, int]]:
+    """Registrations under ``/brokers/ids`` and their broker epochs (the znode's czxid, as Kafka)."""
+    brokers: dict[int, BrokerInfo] = {}
+    epochs: dict[int, int] = {}
+    for child in children:
+        try:
+            data, stat = store.client.get(znodes.BrokerIdZNode.path(int(child)))
+        except Exception:  # gone since the listing, or ZooKeeper unreachable: the next event tells
+            continue
+        info = znodes.BrokerIdZNode.decode(data, int(child))
+        brokers[info.id] = info
+        epochs[info.id] = stat.czxid
+    return brokers, epochs
+
+
+def watch_brokers(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
+    """Feed changes of ``/brokers/ids`` to the core (the controller acts on them, CTL-2)."""
+    def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
+        brokers, epochs = read_live_brokers(store, children)
+        loop.call_soon_threadsafe(
+            lambda: shell.apply(shell.broker.on_brokers_changed(brokers, epochs, now_ms())))
+
+    store.watch_children(znodes.BrokerIdsZNode.path(), on_children)
+
+
 def elect_controller(store: KazooStore, broker_id: int) -> tuple[int, int]:
     """Try to become controller (ephemeral /controller + /controller_epoch + 1); returns (id, epoch)."""
     for _ in range(10):
@@ -145,6 +170,7 @@ async def serve(config: BrokerConfig) -> None:
         await asyncio.to_thread(store.register_broker, broker_id, adv.host, adv.port, v["broker.rack"], wait_s)
         controller_id, controller_epoch = await asyncio.to_thread(elect_controller, store, broker_id)
         shell.apply(broker.load_metadata(cluster_id, brokers, topics, controller_id, controller_epoch, now_ms()))
+        await asyncio.to_thread(watch_brokers, store, loop, shell)
         watch_session(store, loop, broker, lambda: store.register_broker(
             broker_id, adv.host, adv.port, v["broker.rack"], wait_s))
         log.info("Broker %d serving on %s:%d (controller %d, epoch %d)", broker_id, adv.host, adv.port,

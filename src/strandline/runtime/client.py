@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-
 from strandline.errors import StrandlineError
-from strandline.protocol.api import build
+from strandline.protocol.api import decode_response, encode_request
 
 
 class KafkaConnection:
@@ -27,28 +23,15 @@ class KafkaConnection:
         self.correlation_id = 0
 
     def request(self, api_key: int, version: int, body: dict) -> Any:
-        req_cls = load_request_schema(api_key, version)
-        header_cls = req_cls.__header_schema__
         self.correlation_id += 1
-        fields = {"request_api_key": api_key, "request_api_version": version,
-                  "correlation_id": self.correlation_id, "client_id": self.client_id}
-        header = build(header_cls, fields)
-        buf = io.BytesIO()
-        buf.write(b"\0\0\0\0")
-        entity_writer(header_cls)(buf, header)
-        entity_writer(req_cls)(buf, build(req_cls, body))
-        data = bytearray(buf.getvalue())
-        struct.pack_into(">i", data, 0, len(data) - 4)
+        frame = encode_request(api_key, version, self.correlation_id, self.client_id, body)
         try:
-            self.sock.sendall(data)
+            self.sock.sendall(struct.pack(">i", len(frame)) + frame)
             size = struct.unpack(">i", self._read(4))[0]
-            frame = self._read(size)
+            response = self._read(size)
         except OSError as exc:
             raise StrandlineError(f"broker {self.address} failed: {exc}") from None
-        resp_cls = load_response_schema(api_key, version)
-        resp_header, offset = entity_reader(resp_cls.__header_schema__)(frame, 0)
-        response, _ = entity_reader(resp_cls)(frame, offset)
-        return response
+        return decode_response(api_key, version, response)
 
     def _read(self, n: int) -> bytes:
         chunks = []

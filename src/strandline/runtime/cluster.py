@@ -112,6 +112,27 @@ def wait_ready(brokers: list[BrokerProcess], timeout_s: float) -> None:
     selector.close()
 
 
+def wait_for_membership(brokers: list[BrokerProcess], timeout_s: float) -> None:
+    """Until every broker's metadata lists all brokers (the controller has told them all)."""
+    from strandline.runtime.client import KafkaConnection
+
+    deadline = time.monotonic() + timeout_s
+    want = {b.id for b in brokers}
+    for b in brokers:
+        while True:
+            try:
+                with KafkaConnection(f"127.0.0.1:{b.port}", timeout_s=5.0) as conn:
+                    resp = conn.request(3, 10, {"topics": [], "allow_auto_topic_creation": False})
+                if {int(n.node_id) for n in resp.brokers} >= want:
+                    break
+            except StrandlineError:
+                pass
+            if time.monotonic() > deadline:
+                raise StrandlineError(f"broker {b.id} did not learn of all brokers {sorted(want)} "
+                                      f"within {timeout_s:.0f} s")
+            time.sleep(0.05)
+
+
 def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | None,
            zookeeper_port: int, overrides: list[str]) -> int:
     root = Path(data_dir).resolve()
@@ -140,6 +161,7 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
             b.start()
             brokers.append(b)
         wait_ready(brokers, BROKER_START_TIMEOUT_S)
+        wait_for_membership(brokers, BROKER_START_TIMEOUT_S)
         cluster = {"zookeeper": zk_info,
                    "brokers": [{"id": b.id, "port": b.port, "pid": b.proc.pid if b.proc else None,
                                 "log_dir": str(b.log_dir)} for b in brokers]}

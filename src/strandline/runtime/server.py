@@ -15,7 +15,8 @@ import time
 from typing import Any
 
 from strandline.broker.broker import Broker
-from strandline.broker.effects import Close, Log, Send, ZkRequest
+from strandline.broker.effects import BrokerSend, Close, Log, Send, ZkRequest
+from strandline.runtime.channels import BrokerChannels
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 
 log = logging.getLogger("strandline.broker")
@@ -132,6 +133,7 @@ class BrokerShell:
         self._timer_at: int | None = None
         self._tasks: set[asyncio.Task] = set()
         self.server: asyncio.base_events.Server | None = None
+        self.channels = BrokerChannels(self.loop, self._on_broker_response)
 
     def protocol_factory(self) -> Connection:
         conn = Connection(self, self._next_conn)
@@ -155,6 +157,8 @@ class BrokerShell:
                 conn = self.connections.get(effect.conn_id)
                 if conn is not None:
                     conn.close(effect.reason)
+            elif isinstance(effect, BrokerSend):
+                self.channels.send(effect)
             elif isinstance(effect, ZkRequest):
                 task = self.loop.create_task(self._run_zk(effect))
                 self._tasks.add(task)
@@ -172,6 +176,9 @@ class BrokerShell:
         else:
             results = await asyncio.to_thread(self.store.execute, ops)
         self.apply(self.broker.on_zk_result(request.token, results, now_ms()))
+
+    def _on_broker_response(self, token: int, frame: bytes | None) -> None:
+        self.apply(self.broker.on_broker_response(token, frame, now_ms()))
 
     def reschedule(self) -> None:
         deadline = self.broker.next_deadline_ms()
@@ -191,6 +198,7 @@ class BrokerShell:
         self.apply(self.broker.tick(now_ms()))
 
     async def close(self) -> None:
+        self.channels.close()
         if self.server is not None:
             self.server.close()
         for conn in list(self.connections.values()):

@@ -1,0 +1,337 @@
+"""The controller's side of the broker core and the requests it sends (CTL-1, CTL-5).
+
+The controller (the broker holding ``/controller``) decides; every broker, the controller
+included, learns what was decided only from LeaderAndIsr (become leader or follower of a
+partition), UpdateMetadata (the cluster as clients should see it) and StopReplica. The
+controller sends them batched, one request per broker, and applies its own share locally through
+the same code path. Brokers refuse requests from an older controller epoch (CTL-4).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.effects import BrokerSend, Close, Log, Send
+from strandline.broker.metadata import TopicMetadata
+from strandline.broker.config import ConfigError, parse_topic_configs
+from strandline.coordination import znodes
+from strandline.coordination.store import GetData, ZkError
+from strandline.coordination.znodes import BrokerInfo
+from strandline.protocol import control
+from strandline.replication.partition import LeaderAndIsr, Partition
+
+LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
+CONTROL_RETRY_MS = 500          # resend a control request after a failed connection
+
+
+class ControlPlane:
+    """Mixin of :class:`strandline.broker.broker.Broker`: controller actions and control requests."""
+
+    # attributes provided by Broker
+    broker_id: int
+    controller_epoch: int
+    partitions: dict[tuple[str, int], Partition]
+
+    @property
+    def is_controller(self) -> bool:
+        return self.metadata.controller_id == self.broker_id  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ sending
+
+    def _send_to_broker(self, broker_id: int, channel: str, frame_for: Callable[[int], bytes],
+                        callback: Callable[[bytes | None, int], list], now_ms: int) -> list:
+        """One request to another broker; ``frame_for(correlation_id)`` encodes it."""
+        info = self.metadata.brokers.get(broker_id)  # type: ignore[attr-defined]
+        if info is None:
+            return callback(None, now_ms)
+        token = self._new_token()  # type: ignore[attr-defined]
+        self._broker_callbacks[token] = callback  # type: ignore[attr-defined]
+        return [BrokerSend(token, broker_id, info.host, info.port, channel, frame_for(token))]
+
+    def on_broker_response(self, token: int, frame: bytes | None, now_ms: int) -> list:
+        """The answer to a :class:`BrokerSend` (None: the connection failed first)."""
+        callback = self._broker_callbacks.pop(token, None)  # type: ignore[attr-defined]
+        if callback is None:
+            return []
+        return callback(frame, now_ms)
+
+    def _send_control(self, broker_id: int, api_key: int, body: dict, now_ms: int) -> list:
+        """Send a control request, or apply it here when ``broker_id`` is this broker."""
+        if broker_id == self.broker_id:
+            effects, _ = self._apply_control(api_key, body, now_ms)
+            return effects
+        controller_epoch = body["controller_epoch"]
+
+        def on_response(frame: bytes | None, when_ms: int) -> list:
+            if frame is None:
+                if self.is_controller and self.controller_epoch == controller_epoch and \
+                        broker_id in self.metadata.brokers:  # type: ignore[attr-defined]
+                    return self._after(when_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
+                                       lambda t: self._send_control(broker_id, api_key, body, t))
+                return []
+            try:
+                answer = control.decode_response(api_key, frame)
+            except Exception as exc:
+                return [Log("warning", f"Bad {control.NAMES[api_key]} response from broker {broker_id}: {exc}")]
+            errors = [e for e in answer.get("partition_errors", ()) if e["error_code"]]
+            if answer["error_code"] or errors:
+                return [Log("warning", f"Broker {broker_id} answered {control.NAMES[api_key]} with "
+                                       f"error {answer['error_code']} {errors[:5]}")]
+            return []
+
+        client_id = f"strandline-controller-{self.broker_id}"
+        return self._send_to_broker(broker_id, "controller",
+                                    lambda cid: control.encode_request(api_key, cid, client_id, body),
+                                    on_response, now_ms)
+
+    # ------------------------------------------------------------------ request bodies
+
+    def _control_header(self) -> dict:
+        return {"controller_id": self.broker_id, "controller_epoch": self.controller_epoch, "broker_epoch": -1}
+
+    def _leader_and_isr_body(self, parts: list[tuple[TopicMetadata, int]], is_new: bool) -> dict:
+        by_topic: dict[str, list] = {}
+        leaders: set[int] = set()
+        for topic, index in parts:
+            state = topic.states[index]
+            leaders.add(state.leader)
+            by_topic.setdefault(topic.name, []).append({
+                "partition_index": index, "controller_epoch": state.controller_epoch,
+                "leader": state.leader, "leader_epoch": state.leader_epoch, "isr": list(state.isr),
+                "zk_version": state.zk_version, "replicas": list(topic.assignment[index]), "is_new": is_new})
+        brokers = self.metadata.brokers  # type: ignore[attr-defined]
+        live_leaders = [{"broker_id": b, "host_name": brokers[b].host, "port": brokers[b].port}
+                        for b in sorted(leaders) if b in brokers]
+        return {**self._control_header(),
+                "topic_states": [{"topic_name": n, "partition_states": p} for n, p in by_topic.items()],
+                "live_leaders": live_leaders}
+
+    def _update_metadata_body(self, parts: list[tuple[TopicMetadata, int]], deleted: list[tuple[str, int]] = ()
+                              ) -> dict:
+        brokers = self.metadata.brokers  # type: ignore[attr-defined]
+        by_topic: dict[str, list] = {}
+        for topic, index in parts:
+            state = topic.states.get(index) or LeaderAndIsr(-1, -1, ())
+            replicas = list(topic.assignment[index])
+            by_topic.setdefault(topic.name, []).append({
+                "partition_index": index, "controller_epoch": state.controller_epoch, "leader": state.leader,
+                "leader_epoch": state.leader_epoch, "isr": list(state.isr), "zk_version": state.zk_version,
+                "replicas": replicas, "offline_replicas": [r for r in replicas if r not in brokers]})
+        for name, index in deleted:
+            by_topic.setdefault(name, []).append({
+                "partition_index": index, "controller_epoch": self.controller_epoch,
+                "leader": LEADER_DURING_DELETE, "leader_epoch": 0, "isr": [], "zk_version": 0,
+                "replicas": [], "offline_replicas": []})
+        live = [{"id": b.id, "endpoints": [{"port": b.port, "host": b.host, "listener": "PLAINTEXT",
+                                            "security_protocol": 0}], "rack": b.rack}
+                for b in brokers.values()]
+        return {**self._control_header(),
+                "topic_states": [{"topic_name": n, "partition_states": p} for n, p in by_topic.items()],
+                "live_brokers": live}
+
+    # ------------------------------------------------------------------ controller actions
+
+    def _all_partitions(self) -> list[tuple[TopicMetadata, int]]:
+        return [(t, i) for t in self.metadata.topics.values() for i in sorted(t.assignment)]  # type: ignore
+
+    def _send_partition_states(self, parts: list[tuple[TopicMetadata, int]], to_brokers: set[int] | None,
+                               is_new: bool, now_ms: int, metadata_to: set[int] | None = None) -> list:
+        """LeaderAndIsr for ``parts`` to their live replicas (only those in ``to_brokers`` when
+        given), then UpdateMetadata for them to every live broker (or ``metadata_to``)."""
+        live = set(self.metadata.brokers)  # type: ignore[attr-defined]
+        per_broker: dict[int, list] = {}
+        for topic, index in parts:
+            if index not in topic.states:
+                continue
+            for replica in topic.assignment[index]:
+                if replica in live and (to_brokers is None or replica in to_brokers):
+                    per_broker.setdefault(replica, []).append((topic, index))
+        effects: list = []
+        # this broker first: a local leader must be serving before clients hear about it
+        for broker_id in sorted(per_broker, key=lambda b: b != self.broker_id):
+            effects.extend(self._send_control(broker_id, control.LEADER_AND_ISR,
+                                              self._leader_and_isr_body(per_broker[broker_id], is_new), now_ms))
+        body = self._update_metadata_body(parts)
+        for broker_id in sorted(live if metadata_to is None else metadata_to & live):
+            effects.extend(self._send_control(broker_id, control.UPDATE_METADATA, body, now_ms))
+        return effects
+
+    def _on_became_controller(self, now_ms: int) -> list:
+        """Kafka's onControllerFailover: tell every live broker the state of all its partitions."""
+        effects = [Log("info", f"Broker {self.broker_id} is the controller (epoch {self.controller_epoch})")]
+        return effects + self._send_partition_states(self._all_partitions(), None, False, now_ms)
+
+    def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int) -> list:
+        """The children of ``/brokers/ids`` changed (CTL-2). The controller tells new and
+        restarted brokers (a new registration epoch) the state of their partitions, and every broker
+        the new membership. Leader election for dead brokers is the controller's failover work."""
+        if not self.is_controller:
+            return []
+        known = self.metadata.brokers  # type: ignore[attr-defined]
+        new = {b for b in brokers if (b not in self._broker_epochs and b not in known)  # type: ignore
+               or (b in self._broker_epochs and self._broker_epochs[b] != epochs.get(b))}  # type: ignore
+        gone = set(known) - set(brokers)
+        self._broker_epochs = dict(epochs)  # type: ignore[attr-defined]
+        if not new and not gone and all(known.get(b) == info for b, info in brokers.items()):
+            return []
+        self.metadata.brokers = dict(brokers)  # type: ignore[attr-defined]
+        effects: list = [Log("info", f"Live brokers now {sorted(brokers)} (new {sorted(new)}, gone {sorted(gone)})")]
+        everyone = set(brokers)
+        effects.extend(self._send_partition_states([], None, False, now_ms, metadata_to=everyone - new))
+        effects.extend(self._send_partition_states(self._all_partitions(), new, False, now_ms, metadata_to=new))
+        return effects
+
+    # ------------------------------------------------------------------ receiving
+
+    def _control_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
+        try:
+            api_key, _, correlation_id, _, body = control.decode_request(frame)
+        except Exception as exc:
+            return [Close(conn_id, f"malformed control request: {exc}")]
+
+        def respond(answer: dict) -> list:
+            data = control.encode_response(api_key, correlation_id, answer)
+            return [Send(conn_id, [len(data).to_bytes(4, "big"), data])]
+
+        if body["controller_epoch"] < self.controller_epoch:
+            return respond(self._control_error(api_key, body, ErrorCode.stale_controller_epoch))
+        missing = self._unknown_topics(api_key, body)
+        if missing:
+            def loaded(when_ms: int) -> list:
+                effects, answer = self._apply_control(api_key, body, when_ms)
+                return effects + respond(answer)
+            return self._load_topics(missing, loaded)
+        effects, answer = self._apply_control(api_key, body, now_ms)
+        return effects + respond(answer)
+
+    @staticmethod
+    def _control_error(api_key: int, body: dict, code: ErrorCode) -> dict:
+        if api_key == control.UPDATE_METADATA:
+            return {"error_code": code}
+        return {"error_code": code, "partition_errors": []}
+
+    def _unknown_topics(self, api_key: int, body: dict) -> list[str]:
+        if api_key == control.STOP_REPLICA:
+            return []
+        topics = self.metadata.topics  # type: ignore[attr-defined]
+        names = []
+        for ts in body["topic_states"]:
+            if ts["topic_name"] not in topics and any(p["leader"] != LEADER_DURING_DELETE
+                                                      for p in ts["partition_states"]):
+                names.append(ts["topic_name"])
+        return names
+
+    def _load_topics(self, names: list[str], then: Callable[[int], list]) -> list:
+        """Read topics' assignment, id and configs from ZooKeeper into the metadata cache."""
+        ops = []
+        for name in names:
+            ops += [GetData(znodes.TopicZNode.path(name)), GetData(znodes.ConfigEntityZNode.path("topics", name))]
+
+        def on_result(results: list, when_ms: int) -> list:
+            effects: list = []
+            for i, name in enumerate(names):
+                topic_res, config_res = results[2 * i], results[2 * i + 1]
+                if topic_res.error is not ZkError.NONE or name in self.metadata.topics:  # type: ignore
+                    continue
+                assignment, topic_id = znodes.TopicZNode.decode(topic_res.data)
+                configs: dict[str, Any] = {}
+                if config_res.error is ZkError.NONE and config_res.data:
+                    try:
+                        configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(config_res.data))
+                    except ConfigError as exc:
+                        effects.append(Log("warning", f"Ignoring bad config of topic {name}: {exc}"))
+                self.metadata.topics[name] = TopicMetadata(  # type: ignore[attr-defined]
+                    name, topic_id or uuid.UUID(int=0), {int(p): tuple(r) for p, r in assignment.items()},
+                    {}, configs)
+            return effects + then(when_ms)
+
+        return [self._zk(ops, on_result)]  # type: ignore[attr-defined]
+
+    def _apply_control(self, api_key: int, body: dict, now_ms: int) -> tuple[list, dict]:
+        if body["controller_epoch"] > self.controller_epoch or self.metadata.controller_id < 0:  # type: ignore
+            self.controller_epoch = body["controller_epoch"]
+            self.metadata.controller_id = body["controller_id"]  # type: ignore[attr-defined]
+        if api_key == control.LEADER_AND_ISR:
+            return self._apply_leader_and_isr(body, now_ms)
+        if api_key == control.UPDATE_METADATA:
+            return self._apply_update_metadata(body), {"error_code": ErrorCode.none}
+        return self._apply_stop_replica(body, now_ms)
+
+    def _apply_leader_and_isr(self, body: dict, now_ms: int) -> tuple[list, dict]:
+        effects: list = []
+        errors: list[dict] = []
+        changed: list[tuple[str, int]] = []
+        for leader in body["live_leaders"]:
+            if leader["broker_id"] not in self.metadata.brokers:  # type: ignore[attr-defined]
+                self.metadata.brokers[leader["broker_id"]] = BrokerInfo(  # type: ignore[attr-defined]
+                    leader["broker_id"], leader["host_name"], leader["port"])
+        for ts in body["topic_states"]:
+            name = ts["topic_name"]
+            topic = self.metadata.topics.get(name)  # type: ignore[attr-defined]
+            for ps in ts["partition_states"]:
+                index = ps["partition_index"]
+                replicas = tuple(ps["replicas"])
+                code = ErrorCode.none
+                if topic is None or self.broker_id not in replicas:
+                    code = ErrorCode.unknown_topic_or_partition
+                else:
+                    partition = self._open_partition(topic, index, now_ms)  # type: ignore[attr-defined]
+                    if ps["leader_epoch"] <= partition.leader_epoch:
+                        code = ErrorCode.stale_controller_epoch
+                    else:
+                        state = LeaderAndIsr(ps["leader"], ps["leader_epoch"], tuple(ps["isr"]),
+                                             ps["controller_epoch"], ps["zk_version"])
+                        topic.assignment[index] = replicas
+                        if state.leader == self.broker_id:
+                            effects.extend(self._become_leader(partition, state, replicas, now_ms))  # type: ignore
+                        else:
+                            effects.extend(self._become_follower(partition, state, replicas, now_ms))  # type: ignore
+                        changed.append((name, index))
+                errors.append({"topic_name": name, "partition_index": index, "error_code": code})
+        if changed:
+            effects.extend(self.produce_purgatory.check_keys(changed, now_ms))  # type: ignore[attr-defined]
+            effects.extend(self.fetch_purgatory.check_keys(changed, now_ms))  # type: ignore[attr-defined]
+            effects.extend(self._maybe_send_fetches(now_ms))  # type: ignore[attr-defined]
+        return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
+
+    def _apply_update_metadata(self, body: dict) -> list:
+        md = self.metadata  # type: ignore[attr-defined]
+        brokers = {}
+        for b in body["live_brokers"]:
+            ep = b["endpoints"][0] if b["endpoints"] else {"host": "", "port": -1}
+            brokers[b["id"]] = BrokerInfo(b["id"], ep["host"], ep["port"], b["rack"])
+        md.brokers = brokers
+        effects: list = []
+        for ts in body["topic_states"]:
+            name = ts["topic_name"]
+            for ps in ts["partition_states"]:
+                if ps["leader"] == LEADER_DURING_DELETE:
+                    if md.topics.pop(name, None) is not None:
+                        effects.append(Log("info", f"Topic {name} deleted from the metadata cache"))
+                    break
+                topic = md.topics.get(name)
+                if topic is None:
+                    continue
+                topic.assignment[ps["partition_index"]] = tuple(ps["replicas"])
+                topic.states[ps["partition_index"]] = LeaderAndIsr(
+                    ps["leader"], ps["leader_epoch"], tuple(ps["isr"]), ps["controller_epoch"], ps["zk_version"])
+        return effects
+
+    def _apply_stop_replica(self, body: dict, now_ms: int) -> tuple[list, dict]:
+        effects: list = []
+        errors = []
+        keys = [(t["name"], i) for t in body["topics"] for i in t["partition_indexes"]]
+        self._stop_fetching(keys)  # type: ignore[attr-defined]
+        for key in keys:
+            partition = self.partitions.get(key)
+            if partition is not None and body["delete_partitions"]:
+                del self.partitions[key]
+                self.logs.delete_log(*key)  # type: ignore[attr-defined]
+                effects.append(Log("info", f"Deleted log of {key[0]}-{key[1]}"))
+            errors.append({"topic_name": key[0], "partition_index": key[1], "error_code": ErrorCode.none})
+        effects.extend(self.produce_purgatory.check_keys(keys, now_ms))  # type: ignore[attr-defined]
+        effects.extend(self.fetch_purgatory.check_keys(keys, now_ms))  # type: ignore[attr-defined]
+        return effects, {"error_code": ErrorCode.none, "partition_errors": errors}

@@ -1,0 +1,178 @@
+"""The controller's requests to brokers: LeaderAndIsr, UpdateMetadata and StopReplica.
+
+Brokers of a ZooKeeper-mode Kafka 2.x cluster receive these from the controller on their client
+port. The kio schemas are generated from Kafka 4.x, which dropped them, so they are encoded here
+by hand in Kafka 2.x's layouts (non-flexible versions): LeaderAndIsr v2, UpdateMetadata v5 and
+StopReplica v1, with the v1 request header and v0 response header. Only Strandline's controller
+sends them; a broker answers other versions with an error, never by guessing.
+
+A schema is a tuple of fields; a field is ``(name, type)`` where type is one of ``int8``,
+``int16``, ``int32``, ``int64``, ``bool``, ``string``, ``nullable_string``, ``int32s`` (an array
+of int32) or a nested schema tuple (an array of structs).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from strandline.protocol.frames import ProtocolError
+
+LEADER_AND_ISR = 4
+STOP_REPLICA = 5
+UPDATE_METADATA = 6
+
+LEADER_AND_ISR_PARTITION = (
+    ("partition_index", "int32"), ("controller_epoch", "int32"), ("leader", "int32"),
+    ("leader_epoch", "int32"), ("isr", "int32s"), ("zk_version", "int32"), ("replicas", "int32s"),
+    ("is_new", "bool"),
+)
+LEADER_AND_ISR_REQUEST = (
+    ("controller_id", "int32"), ("controller_epoch", "int32"), ("broker_epoch", "int64"),
+    ("topic_states", (("topic_name", "string"), ("partition_states", LEADER_AND_ISR_PARTITION))),
+    ("live_leaders", (("broker_id", "int32"), ("host_name", "string"), ("port", "int32"))),
+)
+PARTITION_ERRORS_RESPONSE = (
+    ("error_code", "int16"),
+    ("partition_errors", (("topic_name", "string"), ("partition_index", "int32"), ("error_code", "int16"))),
+)
+UPDATE_METADATA_PARTITION = (
+    ("partition_index", "int32"), ("controller_epoch", "int32"), ("leader", "int32"),
+    ("leader_epoch", "int32"), ("isr", "int32s"), ("zk_version", "int32"), ("replicas", "int32s"),
+    ("offline_replicas", "int32s"),
+)
+UPDATE_METADATA_REQUEST = (
+    ("controller_id", "int32"), ("controller_epoch", "int32"), ("broker_epoch", "int64"),
+    ("topic_states", (("topic_name", "string"), ("partition_states", UPDATE_METADATA_PARTITION))),
+    ("live_brokers", (("id", "int32"),
+                      ("endpoints", (("port", "int32"), ("host", "string"), ("listener", "string"),
+                                     ("security_protocol", "int16"))),
+                      ("rack", "nullable_string"))),
+)
+UPDATE_METADATA_RESPONSE = (("error_code", "int16"),)
+STOP_REPLICA_REQUEST = (
+    ("controller_id", "int32"), ("controller_epoch", "int32"), ("broker_epoch", "int64"),
+    ("delete_partitions", "bool"),
+    ("topics", (("name", "string"), ("partition_indexes", "int32s"))),
+)
+
+# api key -> (version, request schema, response schema)
+SCHEMAS: dict[int, tuple[int, tuple, tuple]] = {
+    LEADER_AND_ISR: (2, LEADER_AND_ISR_REQUEST, PARTITION_ERRORS_RESPONSE),
+    UPDATE_METADATA: (5, UPDATE_METADATA_REQUEST, UPDATE_METADATA_RESPONSE),
+    STOP_REPLICA: (1, STOP_REPLICA_REQUEST, PARTITION_ERRORS_RESPONSE),
+}
+NAMES = {LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica", UPDATE_METADATA: "UpdateMetadata"}
+
+_FIXED = {"int8": struct.Struct(">b"), "int16": struct.Struct(">h"), "int32": struct.Struct(">i"),
+          "int64": struct.Struct(">q"), "bool": struct.Struct(">?")}
+_I16 = _FIXED["int16"]
+_I32 = _FIXED["int32"]
+
+
+def _encode(schema: tuple, value: dict, out: bytearray) -> None:
+    for name, kind in schema:
+        v = value[name]
+        fixed = _FIXED.get(kind) if isinstance(kind, str) else None
+        if fixed is not None:
+            out += fixed.pack(v)
+        elif kind == "string" or kind == "nullable_string":
+            if v is None:
+                if kind == "string":
+                    raise ValueError(f"{name} must not be null")
+                out += _I16.pack(-1)
+            else:
+                data = v.encode()
+                out += _I16.pack(len(data)) + data
+        elif kind == "int32s":
+            out += _I32.pack(len(v))
+            for x in v:
+                out += _I32.pack(x)
+        else:
+            out += _I32.pack(len(v))
+            for item in v:
+                _encode(kind, item, out)
+
+
+def _decode(schema: tuple, buf: bytes | memoryview, pos: int) -> tuple[dict, int]:
+    value: dict[str, Any] = {}
+    for name, kind in schema:
+        fixed = _FIXED.get(kind) if isinstance(kind, str) else None
+        if fixed is not None:
+            value[name] = fixed.unpack_from(buf, pos)[0]
+            pos += fixed.size
+        elif kind == "string" or kind == "nullable_string":
+            n = _I16.unpack_from(buf, pos)[0]
+            pos += 2
+            if n < 0:
+                if kind == "string":
+                    raise ProtocolError(f"null {name}")
+                value[name] = None
+            else:
+                if pos + n > len(buf):
+                    raise ProtocolError(f"truncated {name}")
+                value[name] = bytes(buf[pos:pos + n]).decode()
+                pos += n
+        else:
+            n = _I32.unpack_from(buf, pos)[0]
+            pos += 4
+            if n < 0 or n > len(buf) - pos:
+                raise ProtocolError(f"bad length {n} of {name}")
+            if kind == "int32s":
+                value[name] = list(struct.unpack_from(f">{n}i", buf, pos))
+                pos += 4 * n
+            else:
+                items = []
+                for _ in range(n):
+                    item, pos = _decode(kind, buf, pos)
+                    items.append(item)
+                value[name] = items
+    return value, pos
+
+
+def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict) -> bytes:
+    """A request frame (without the size prefix): v1 header, then the body."""
+    version, schema, _ = SCHEMAS[api_key]
+    out = bytearray(struct.pack(">hhi", api_key, version, correlation_id))
+    cid = client_id.encode()
+    out += _I16.pack(len(cid)) + cid
+    _encode(schema, body, out)
+    return bytes(out)
+
+
+def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None, dict]:
+    """(api_key, version, correlation_id, client_id, body) of a control request frame."""
+    try:
+        api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 0)
+        expected = SCHEMAS.get(api_key)
+        if expected is None or expected[0] != version:
+            raise ProtocolError(f"{NAMES.get(api_key, api_key)} version {version} is not supported "
+                                f"(supported: {expected[0] if expected else 'none'})")
+        n = _I16.unpack_from(frame, 8)[0]
+        pos = 10 + max(n, 0)
+        client_id = bytes(frame[10:pos]).decode() if n >= 0 else None
+        body, end = _decode(expected[1], frame, pos)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"malformed control request: {exc}") from None
+    if end != len(frame):
+        raise ProtocolError(f"{len(frame) - end} unexpected bytes after a {NAMES[api_key]} request")
+    return api_key, version, correlation_id, client_id, body
+
+
+def encode_response(api_key: int, correlation_id: int, body: dict) -> bytes:
+    _, _, schema = SCHEMAS[api_key]
+    out = bytearray(_I32.pack(correlation_id))
+    _encode(schema, body, out)
+    return bytes(out)
+
+
+def decode_response(api_key: int, frame: bytes | memoryview) -> dict:
+    """The body of a control response frame (correlation id first)."""
+    _, _, schema = SCHEMAS[api_key]
+    try:
+        body, end = _decode(schema, frame, 4)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"malformed {NAMES[api_key]} response: {exc}") from None
+    if end != len(frame):
+        raise ProtocolError(f"{len(frame) - end} unexpected bytes after a {NAMES[api_key]} response")
+    return body

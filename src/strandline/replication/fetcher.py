@@ -1,0 +1,44 @@
+"""The follower side of replication: which partitions a broker pulls from each leader, and how.
+
+One :class:`ReplicaFetcher` per leader broker (Kafka's ReplicaFetcherThread with
+``num.replica.fetchers=1``). A partition enters it *truncating*: before its first fetch the
+follower cuts its log where it diverges from the leader's (OffsetsForLeaderEpoch with KIP-279's
+loop, EPO-2), or at its high watermark in the legacy mode (EPO-4). Then it fetches from its log
+end offset (REP-1). At most one request per leader is in flight; a partition that failed waits
+``replica.fetch.backoff.ms``. Pure: the broker core sends the requests and feeds the answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+
+@dataclass(slots=True)
+class PartitionFetchState:
+    leader_epoch: int
+    truncating: bool = True
+    delayed_until_ms: int = 0
+
+
+@dataclass
+class ReplicaFetcher:
+    leader_id: int
+    host: str
+    port: int
+    partitions: dict[tuple[str, int], PartitionFetchState] = field(default_factory=dict)
+    in_flight: bool = False
+    backoff_until_ms: int = 0
+
+    def ready(self, now_ms: int, truncating: bool) -> Iterator[tuple[tuple[str, int], PartitionFetchState]]:
+        """Partitions that may be asked for now, in the truncating or the fetching phase."""
+        for key, state in self.partitions.items():
+            if state.truncating == truncating and state.delayed_until_ms <= now_ms:
+                yield key, state
+
+    def next_wakeup_ms(self) -> int | None:
+        """When a delayed partition or the fetcher's backoff ends, if a request could go then."""
+        if self.in_flight or not self.partitions:
+            return None
+        times = [s.delayed_until_ms for s in self.partitions.values()]
+        return max(self.backoff_until_ms, min(times))

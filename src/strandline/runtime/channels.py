@@ -1,0 +1,124 @@
+"""Outgoing connections from this broker to the others (controller requests, replica fetching).
+
+One TCP connection per ``(broker, channel)``, opened on first use. Requests go out in order and
+answers come back in order; each answer is matched to its request by correlation id and handed
+to the core. When a connection fails, every request still waiting on it is answered with None and
+the next request opens a new connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+from typing import Callable
+
+from strandline.broker.effects import BrokerSend
+from strandline.protocol.frames import FrameDecoder, ProtocolError
+
+log = logging.getLogger("strandline.broker")
+
+MAX_RESPONSE_BYTES = 1 << 30
+CONNECT_TIMEOUT_S = 5.0
+
+
+class _Channel(asyncio.Protocol):
+    def __init__(self, channels: "BrokerChannels", key: tuple[int, str], host: str, port: int) -> None:
+        self.channels = channels
+        self.key = key
+        self.address = (host, port)
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder(MAX_RESPONSE_BYTES)
+        self.waiting: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self.backlog: list[bytes] = []
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for data in self.backlog:
+            self.transport.write(data)
+        self.backlog.clear()
+
+    def send(self, token: int, frame: bytes) -> None:
+        self.waiting[token] = None
+        data = len(frame).to_bytes(4, "big") + frame
+        if self.transport is None:
+            self.backlog.append(data)
+        else:
+            self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except ProtocolError as exc:
+            self.fail(f"malformed response: {exc}")
+            return
+        for frame in frames:
+            token = int.from_bytes(frame[:4], "big", signed=True)
+            if token not in self.waiting:
+                self.fail(f"unexpected correlation id {token}")
+                return
+            del self.waiting[token]
+            self.channels.deliver(token, frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.fail(str(exc) if exc else "closed by the peer")
+
+    def fail(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+        self.channels.lost(self, reason)
+
+
+class BrokerChannels:
+    """Carries out :class:`BrokerSend` effects; answers go to ``deliver(token, frame | None)``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, deliver: Callable[[int, bytes | None], None]) -> None:
+        self.loop = loop
+        self._deliver = deliver
+        self.channels: dict[tuple[int, str], _Channel] = {}
+
+    def send(self, effect: BrokerSend) -> None:
+        key = (effect.broker_id, effect.channel)
+        channel = self.channels.get(key)
+        if channel is not None and channel.address != (effect.host, effect.port):
+            channel.fail("the broker moved to a new address")
+            channel = None
+        if channel is None:
+            channel = _Channel(self, key, effect.host, effect.port)
+            self.channels[key] = channel
+            self.loop.create_task(self._connect(channel))
+        channel.send(effect.token, effect.frame)
+
+    async def _connect(self, channel: _Channel) -> None:
+        try:
+            await asyncio.wait_for(self.loop.create_connection(lambda: channel, *channel.address), CONNECT_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as exc:
+            channel.fail(f"cannot connect to {channel.address[0]}:{channel.address[1]}: {exc}")
+
+    def deliver(self, token: int, frame: bytes | None) -> None:
+        self.loop.call_soon(self._deliver, token, frame)
+
+    def lost(self, channel: _Channel, reason: str) -> None:
+        if self.channels.get(channel.key) is channel:
+            del self.channels[channel.key]
+        if channel.waiting:
+            log.info("Connection to broker %d (%s) failed: %s", channel.key[0], channel.key[1], reason)
+        waiting = list(channel.waiting)
+        channel.waiting.clear()
+        for token in waiting:
+            self.deliver(token, None)
+
+    def close(self) -> None:
+        for channel in list(self.channels.values()):
+            channel.closed = True
+            if channel.transport is not None:
+                channel.transport.close()
+        self.channels.clear()
