@@ -1,0 +1,235 @@
+"""ISR replication between three real broker processes (REP-1..4, ACK-1, ACK-2, ISR-1..4, SAFE-1).
+
+One 3-broker cluster for the module, with a short ``replica.lag.time.max.ms`` so that a stopped
+follower leaves the ISR within about a second. Brokers are stopped with SIGSTOP for a few
+seconds only, well inside the ZooKeeper session timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from strandline.cli.topics import controller_address
+from strandline.runtime.client import KafkaConnection
+from tests.conftest import Cluster, free_ports, poll_until
+from tests.unit.batches import make_batch
+
+LAG_MS = 1000
+METADATA, PRODUCE, CREATE_TOPICS = 3, 0, 19
+
+
+@pytest.fixture(scope="module")
+def rf3(tmp_path_factory):
+    ports = free_ports(4)
+    data = tmp_path_factory.mktemp("rf3") / "data"
+    data.mkdir()
+    c = Cluster(data, 3, ports[1], ports[0], overrides=[f"replica.lag.time.max.ms={LAG_MS}"])
+    c.start()
+    yield c
+    c.stop()
+
+
+def address(cluster: Cluster, broker_id: int) -> str:
+    return f"127.0.0.1:{cluster.base_port + broker_id - 1}"
+
+
+def create_topic(cluster: Cluster, name: str, assignment: dict[int, list[int]] | None = None,
+                 partitions: int = 1, min_isr: int = 2) -> None:
+    with KafkaConnection(cluster.bootstrap.split(",")[0]) as conn:
+        controller = controller_address(conn)
+    with KafkaConnection(controller) as conn:
+        spec = {"name": name, "num_partitions": -1 if assignment else partitions,
+                "replication_factor": -1 if assignment else 3,
+                "assignments": [{"partition_index": p, "broker_ids": r} for p, r in (assignment or {}).items()],
+                "configs": [{"name": "min.insync.replicas", "value": str(min_isr)}]}
+        resp = conn.request(CREATE_TOPICS, 4, {"topics": [spec], "timeout": 30000, "validate_only": False})
+    assert resp.topics[0].error_code == ErrorCode.none, resp
+
+
+def partition_state(cluster: Cluster, topic: str, partition: int, broker_id: int):
+    with KafkaConnection(address(cluster, broker_id), timeout_s=5) as conn:
+        resp = conn.request(METADATA, 10, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+    for p in resp.topics[0].partitions:
+        if p.partition_index == partition:
+            return p
+    return None
+
+
+def leader_isr(cluster: Cluster, topic: str, partition: int, leader: int) -> list[int]:
+    p = partition_state(cluster, topic, partition, leader)
+    return sorted(p.isr_nodes) if p is not None else []
+
+
+def log_bytes(cluster: Cluster, broker_id: int, topic: str, partition: int) -> bytes:
+    log_dir = Path(next(b["log_dir"] for b in cluster.info["brokers"] if b["id"] == broker_id))
+    return b"".join(f.read_bytes() for f in sorted((log_dir / f"{topic}-{partition}").glob("*.log")))
+
+
+def replicas_identical(cluster: Cluster, topic: str, partition: int) -> bytes | None:
+    copies = [log_bytes(cluster, b, topic, partition) for b in (1, 2, 3)]
+    return copies[0] if copies[0] and copies[0] == copies[1] == copies[2] else None
+
+
+def consume(bootstrap: str, topic: str, partitions: int, expect: int, timeout: float = 60) -> list:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}",
+                         "enable.auto.commit": False, "check.crcs": True})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expect and time.monotonic() < deadline:
+        for msg in consumer.consume(num_messages=5000, timeout=0.5):
+            assert msg.error() is None, msg.error()
+            got.append((msg.partition(), msg.offset(), msg.value()))
+    consumer.close()
+    return got
+
+
+class Writer:
+    """A confluent-kafka producer (acks=all, idempotent) writing numbered records until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Producer
+
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 2, "message.timeout.ms": 60000})
+        self.topic = topic
+        self.acked: list[bytes] = []
+        self.errors: list = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+
+        def on_delivery(err, msg):
+            if err is not None:
+                self.errors.append(err)
+            else:
+                self.acked.append(msg.value())
+
+        while not self.stopping.is_set():
+            self.producer.produce(self.topic, value=b"%08d" % i + b"." * 200, on_delivery=on_delivery)
+            i += 1
+            self.producer.poll(0.002)
+        self.producer.flush(60)
+
+    def __enter__(self) -> "Writer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join(90)
+
+
+def test_acks_all_records_are_byte_identical_on_every_replica(rf3):
+    """REP-1, REP-2, ACK-1: with RF=3 and acks=all, every acknowledged record is on all three
+    replicas, byte for byte, and a consumer reads each exactly once."""
+    from confluent_kafka import Producer
+
+    create_topic(rf3, "same", partitions=3)
+    producer = Producer({"bootstrap.servers": rf3.bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5})
+    acked, errors = [], []
+
+    def on_delivery(err, msg):
+        (errors if err else acked).append(err or msg.value())
+
+    for i in range(6000):
+        producer.produce("same", key=b"%d" % i, value=b"value-%06d" % i + b"x" * 500, on_delivery=on_delivery)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert not errors and len(acked) == 6000
+    for partition in range(3):
+        poll_until(lambda: replicas_identical(rf3, "same", partition), 30,
+                   message=f"identical replicas of same-{partition}")
+    got = consume(rf3.bootstrap, "same", 3, 6000)
+    assert sorted(v for _, _, v in got) == sorted(acked)
+
+
+def test_client_requests_to_a_follower_get_not_leader(rf3):
+    """CLI-1, CLI-2: every broker names the same leader; a follower refuses produce and fetch."""
+    create_topic(rf3, "where", {0: [2, 3, 1]})
+    poll_until(lambda: all(getattr(partition_state(rf3, "where", 0, b), "leader_id", -1) == 2 for b in (1, 2, 3)),
+               10, message="all brokers know the leader")
+    with KafkaConnection(address(rf3, 3)) as conn:
+        resp = conn.request(PRODUCE, 7, {"transactional_id": None, "acks": -1, "timeout": 1000, "topic_data": [
+            {"name": "where", "partition_data": [{"index": 0, "records": bytes(make_batch([b"v"]))}]}]})
+        assert resp.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+        fetch = conn.request(1, 11, {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                                     "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                                     "topics": [{"topic": "where", "partitions": [{
+                                         "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                         "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+                                     "forgotten_topics_data": [], "rack_id": ""})
+        assert fetch.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+
+
+def test_stopped_follower_leaves_the_isr_and_rejoins_after_catching_up(rf3):
+    """ISR-1, ISR-3, ISR-4: a follower SIGSTOPped past replica.lag.time.max.ms leaves the ISR while
+    acks=all writes go on with the other two; after SIGCONT it catches up and rejoins."""
+    create_topic(rf3, "lag", {0: [1, 2, 3]})
+    poll_until(lambda: leader_isr(rf3, "lag", 0, 1) == [1, 2, 3], 10, message="full ISR")
+    pid = rf3.broker_pid(3)
+    with Writer(rf3.bootstrap, "lag") as writer:
+        poll_until(lambda: len(writer.acked) > 200, 20, message="first writes")
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            stopped_at = time.monotonic()
+            poll_until(lambda: leader_isr(rf3, "lag", 0, 1) == [1, 2], 10, message="broker 3 out of the ISR")
+            shrink_s = time.monotonic() - stopped_at
+            before = len(writer.acked)
+            poll_until(lambda: len(writer.acked) > before + 200, 10, message="writes acknowledged without broker 3")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        poll_until(lambda: leader_isr(rf3, "lag", 0, 1) == [1, 2, 3], 20, message="broker 3 back in the ISR")
+    assert LAG_MS / 1000 <= shrink_s + 0.2 < LAG_MS / 1000 + 5
+    assert not writer.errors
+    data = poll_until(lambda: replicas_identical(rf3, "lag", 0), 30, message="identical replicas after rejoin")
+    got = consume(rf3.bootstrap, "lag", 1, len(writer.acked))
+    assert sorted(v for _, _, v in got) == sorted(writer.acked)
+    assert len(data) > 0
+
+
+def test_two_stopped_followers_make_acks_all_refuse_with_not_enough_replicas(rf3):
+    """ACK-2, SAFE-1: with min.insync.replicas=2 and both followers stopped, the ISR shrinks to the
+    leader once a write (acks=1) leaves them behind, and acks=all produce gets
+    NOT_ENOUGH_REPLICAS; nothing
+    acknowledged before is lost, and once the followers return acks=all works again."""
+    create_topic(rf3, "few", {0: [1, 2, 3]})
+    poll_until(lambda: leader_isr(rf3, "few", 0, 1) == [1, 2, 3], 10, message="full ISR")
+
+    def produce(acks: int, value: bytes) -> int:
+        with KafkaConnection(address(rf3, 1)) as conn:
+            resp = conn.request(PRODUCE, 7, {"transactional_id": None, "acks": acks, "timeout": 5000, "topic_data": [
+                {"name": "few", "partition_data": [{"index": 0, "records": bytes(make_batch([value]))}]}]})
+        return resp.responses[0].partition_responses[0].error_code
+
+    acknowledged = [b"before-%d" % i for i in range(20)]
+    for value in acknowledged:
+        assert produce(-1, value) == ErrorCode.none
+    pids = [rf3.broker_pid(2), rf3.broker_pid(3)]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        # caught-up followers stay in the ISR however long they are silent (ISR-1): a write makes them lag
+        assert produce(1, b"acks-1") == ErrorCode.none
+        poll_until(lambda: leader_isr(rf3, "few", 0, 1) == [1], 10, message="ISR shrunk to the leader")
+        assert produce(-1, b"refused") == ErrorCode.not_enough_replicas
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    poll_until(lambda: leader_isr(rf3, "few", 0, 1) == [1, 2, 3], 20, message="followers back in the ISR")
+    assert produce(-1, b"after") == ErrorCode.none
+    got = [v for _, _, v in consume(rf3.bootstrap, "few", 1, 22)]
+    assert got == acknowledged + [b"acks-1", b"after"]
+    poll_until(lambda: replicas_identical(rf3, "few", 0), 30, message="identical replicas")
