@@ -6,7 +6,8 @@ acknowledgement latency. A benchmark, not a test:
 
     .venv/bin/python benchmarks/produce_consume.py [--bootstrap 127.0.0.1:9092] [--seconds 10]
 
-Without --bootstrap it starts its own `strandline up` in a temporary directory and stops it.
+Without --bootstrap it starts its own single-broker `strandline up --brokers 1` in a temporary
+directory and stops it. ``replicated_produce.py`` measures three brokers with RF=3.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,9 +28,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 RECORD = 1024
 
 
-def start_cluster(data_dir: str, base_port: int, zk_port: int, profile: bool) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "strandline.cli.main", "up", "--data-dir", data_dir,
+def start_cluster(data_dir: str, base_port: int, zk_port: int, profile: bool, brokers: int = 1,
+                  overrides: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "strandline.cli.main", "up", "--brokers", str(brokers), "--data-dir", data_dir,
            "--base-port", str(base_port), "--zookeeper-port", str(zk_port)]
+    for item in overrides:
+        cmd += ["--override", item]
     env = dict(os.environ)
     if profile:
         env["STRANDLINE_PROFILE"] = os.path.join(data_dir, "broker.prof")
@@ -66,10 +71,13 @@ def percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(len(values) * p))]
 
 
+TOPIC_OPTIONS: list[str] = []  # extra `topics create` arguments (replication factor, configs)
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     subprocess.run([sys.executable, "-m", "strandline.cli.main", "topics", "create", "--bootstrap-server",
-                    bootstrap, "--topic", topic, "--partitions", str(partitions)], check=True,
-                   stdout=subprocess.DEVNULL)
+                    bootstrap.split(",")[0], "--topic", topic, "--partitions", str(partitions), *TOPIC_OPTIONS],
+                   check=True, stdout=subprocess.DEVNULL)
 
 
 def produce(bootstrap: str, topic: str, acks: str, seconds: float, partitions: int) -> dict:
@@ -269,6 +277,8 @@ def main() -> int:
             proc.wait(60)
             if args.profile:
                 print(f"broker profile: {tmp}/broker.prof (python -m pstats)")
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
