@@ -19,59 +19,11 @@ from strandline.broker.broker import Broker
 from strandline.broker.config import BrokerConfig
 from strandline.broker.effects import Close, Send, ZkRequest
 from strandline.coordination.znodes import BrokerInfo
-from strandline.coordination.store import Create, Delete, GetData, OpResult, SetData, ZkError
 from strandline.log.manager import LogManager
 from strandline.protocol.api import build
 from strandline.sim.disk import MemoryDisk
+from strandline.sim.zookeeper import MemoryZooKeeper
 from tests.unit.batches import make_batch
-
-
-class MemoryZk:
-    """Just enough of ZooKeeper for the core's topic and producer-id operations."""
-
-    def __init__(self):
-        self.nodes: dict[str, tuple[bytes, int]] = {"/brokers/topics": (b"", 0), "/config/topics": (b"", 0),
-                                                    "/isr_change_notification": (b"", 0)}
-        self.sequence = 0
-
-    def run(self, ops, transaction):
-        snapshot = dict(self.nodes)
-        results = []
-        for op in ops:
-            if isinstance(op, Create):
-                if op.sequential:
-                    self.sequence += 1
-                    op = Create(f"{op.path}{self.sequence:010d}", op.data)
-                parent = op.path.rsplit("/", 1)[0]
-                if op.path in self.nodes:
-                    results.append(OpResult(ZkError.NODE_EXISTS))
-                elif parent and parent not in self.nodes and not op.make_parents:
-                    results.append(OpResult(ZkError.NO_NODE))
-                else:
-                    self.nodes[op.path] = (op.data, 0)
-                    results.append(OpResult(ZkError.NONE, path=op.path))
-            elif isinstance(op, SetData):
-                node = self.nodes.get(op.path)
-                if node is None:
-                    results.append(OpResult(ZkError.NO_NODE))
-                elif op.version not in (-1, node[1]):
-                    results.append(OpResult(ZkError.BAD_VERSION))
-                else:
-                    self.nodes[op.path] = (op.data, node[1] + 1)
-                    results.append(OpResult(ZkError.NONE, version=node[1] + 1))
-            elif isinstance(op, GetData):
-                node = self.nodes.get(op.path)
-                results.append(OpResult(ZkError.NONE, data=node[0], version=node[1]) if node
-                               else OpResult(ZkError.NO_NODE))
-            elif isinstance(op, Delete):
-                gone = [p for p in self.nodes if p == op.path or (op.recursive and p.startswith(op.path + "/"))]
-                for p in gone:
-                    del self.nodes[p]
-                results.append(OpResult(ZkError.NONE if gone else ZkError.NO_NODE))
-            if transaction and results[-1].error is not ZkError.NONE:
-                self.nodes = snapshot
-                return results
-        return results
 
 
 class Harness:
@@ -84,7 +36,7 @@ class Harness:
         logs = LogManager(self.disk, ["/data/logs"], self.config.log_config())
         logs.startup(self.now)
         self.broker = Broker(self.config, logs, rng=random.Random(1), now_ms=self.now)
-        self.zk = MemoryZk()
+        self.zk = MemoryZooKeeper()
         self.broker.load_metadata("cluster", {b: BrokerInfo(b, "127.0.0.1", 9091 + b) for b in brokers},
                                   {}, 1, 1, self.now)
         self.correlation = 0

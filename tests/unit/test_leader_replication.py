@@ -132,8 +132,8 @@ def test_isr_4_a_follower_that_catches_up_rejoins_through_compare_and_set():
 
 def test_isr_5_a_stale_zk_version_leaves_the_isr_unchanged():
     h = replicated()
-    data, version = h.zk.nodes[STATE]
-    h.zk.nodes[STATE] = (data, version + 1)                # someone else (a controller) wrote the state
+    data, version, owner = h.zk.nodes[STATE]
+    h.zk.nodes[STATE] = (data, version + 1, owner)                # someone else (a controller) wrote the state
     h.tick(LAG + 1)
     h.tick(LAG)
     assert partition(h).isr == (1, 2, 3)

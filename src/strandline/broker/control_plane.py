@@ -9,6 +9,7 @@ the same code path. Brokers refuse requests from an older controller epoch (CTL-
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any, Callable
 
@@ -17,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.effects import BrokerSend, Close, Log, Send
 from strandline.broker.metadata import TopicMetadata
 from strandline.broker.config import ConfigError, parse_topic_configs
+from strandline.controller import zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
@@ -182,7 +184,96 @@ class ControlPlane:
         everyone = set(brokers)
         effects.extend(self._send_partition_states([], None, False, now_ms, metadata_to=everyone - new))
         effects.extend(self._send_partition_states(self._all_partitions(), new, False, now_ms, metadata_to=new))
+        affected = []
+        for topic, index in self._all_partitions():
+            state = topic.states.get(index)
+            if state is None:
+                continue
+            if gone & (set(state.isr) | {state.leader}) or \
+                    (state.leader < 0 and new & set(topic.assignment[index])):
+                affected.append((topic.name, index))
+        effects.extend(self._reelect(affected, gone, now_ms))
         return effects
+
+    # ------------------------------------------------------------------ leader election (CTL-6, CTL-7)
+
+    def _elect_partition(self, topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
+                         dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
+        """The next state of a partition after brokers died or came back, and whether it was an
+        unclean election; None when nothing changes. Kafka's rules: a live leader keeps leading and
+        dead followers leave the ISR (never emptying it); a dead leader is replaced by the first
+        live ISR member in replica order, else, only with unclean.leader.election.enable, by any
+        live replica; with neither the partition goes offline (leader -1, the ISR kept)."""
+        replicas = topic.assignment[index]
+        epoch = current.leader_epoch + 1
+        if current.leader >= 0 and current.leader in live and current.leader not in dead:
+            isr = tuple(r for r in current.isr if r not in dead) or current.isr
+            if isr == current.isr:
+                return None
+            return LeaderAndIsr(current.leader, epoch, isr, self.controller_epoch, current.zk_version), False
+        candidates = [r for r in replicas if r in live and r not in dead and r in current.isr]
+        unclean = False
+        if not candidates and self.config.topic_value(topic.configs,  # type: ignore[attr-defined]
+                                                      "unclean.leader.election.enable"):
+            candidates = [r for r in replicas if r in live and r not in dead]
+            unclean = bool(candidates)
+        if not candidates:
+            if current.leader < 0:
+                return None
+            isr = tuple(r for r in current.isr if r != current.leader) or current.isr
+            return LeaderAndIsr(-1, epoch, isr, self.controller_epoch, current.zk_version), False
+        leader = candidates[0]
+        isr = (leader,) if unclean else tuple(r for r in current.isr if r in live and r not in dead)
+        return LeaderAndIsr(leader, epoch, isr, self.controller_epoch, current.zk_version), unclean
+
+    def _reelect(self, keys: list[tuple[str, int]], dead: set[int], now_ms: int) -> list:
+        """Re-read the partitions' state znodes, elect, and write each new state with compare-and-set
+        on the version just read; a partition whose write lost a race is read and elected again."""
+        if not keys:
+            return []
+        reads = [GetData(znodes.TopicPartitionStateZNode.path(t, i)) for t, i in keys]
+
+        def on_read(results: list, when_ms: int) -> list:
+            live = set(self.metadata.brokers)  # type: ignore[attr-defined]
+            planned, writes, effects = [], [], []
+            for key, res in zip(keys, results):
+                topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
+                if topic is None or res.error is not ZkError.NONE:
+                    continue
+                current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
+                topic.states[key[1]] = current
+                decided = self._elect_partition(topic, key[1], current, live, dead)
+                if decided is None:
+                    continue
+                state, unclean = decided
+                if unclean:
+                    effects.append(Log("warning", f"Unclean leader election for {key[0]}-{key[1]}: broker "
+                                                  f"{state.leader} was not in the ISR {list(current.isr)}; "
+                                                  f"records acknowledged by the old ISR may be lost"))
+                planned.append((key, state))
+                writes.append(zk_layout.update_partition_state(key[0], key[1], state))
+            if not writes:
+                return effects
+
+            def on_written(written: list, at_ms: int) -> list:
+                changed, retry, out = [], [], []
+                for (key, state), res in zip(planned, written):
+                    topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
+                    if res.error is ZkError.BAD_VERSION:
+                        retry.append(key)
+                    elif res.error is ZkError.NONE and topic is not None:
+                        topic.states[key[1]] = dataclasses.replace(state, zk_version=res.version)
+                        changed.append((topic, key[1]))
+                        out.append(Log("info", f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
+                                               f"{state.leader_epoch}, ISR {list(state.isr)}"))
+                    else:
+                        out.append(Log("warning", f"Writing the state of {key[0]}-{key[1]} failed: {res.error.name}"))
+                out.extend(self._send_partition_states(changed, None, False, at_ms))
+                return out + self._reelect(retry, dead, at_ms)
+
+            return effects + [self._zk(writes, on_written)]  # type: ignore[attr-defined]
+
+        return [self._zk(reads, on_read)]  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ receiving
 

@@ -9,15 +9,14 @@ import os
 import random
 import signal
 import sys
-import uuid
 
 from strandline.broker.broker import Broker
-from strandline.broker.config import BrokerConfig, ConfigError, parse_topic_configs
-from strandline.broker.metadata import TopicMetadata
+from strandline.broker.cluster_state import read_cluster_state
+from strandline.broker.config import BrokerConfig
 from strandline.coordination.znodes import BrokerInfo
 from strandline.controller import zk_layout
 from strandline.coordination import znodes
-from strandline.coordination.store import GetChildren, GetData, ZkError
+from strandline.coordination.store import GetData, ZkError
 from strandline.errors import StrandlineError
 from strandline.log.manager import LogManager
 from strandline.runtime.disk import OsDisk
@@ -27,39 +26,6 @@ from strandline.runtime.zk import KazooStore
 log = logging.getLogger("strandline.broker")
 
 READY_PREFIX = "strandline broker ready"
-
-
-def read_cluster_state(store: KazooStore) -> tuple[dict[int, BrokerInfo], dict[str, TopicMetadata]]:
-    """Read live brokers and every topic (assignment, partition states, configs) from ZooKeeper."""
-    brokers: dict[int, BrokerInfo] = {}
-    [ids] = store.execute([GetChildren(znodes.BrokerIdsZNode.path())])
-    for child in ids.children:
-        [res] = store.execute([GetData(znodes.BrokerIdZNode.path(int(child)))])
-        if res.error is ZkError.NONE:
-            info = znodes.BrokerIdZNode.decode(res.data, int(child))
-            brokers[info.id] = info
-    topics: dict[str, TopicMetadata] = {}
-    [names] = store.execute([GetChildren(znodes.TopicsZNode.path())])
-    for name in names.children:
-        topic_res, config_res = store.execute([GetData(znodes.TopicZNode.path(name)),
-                                               GetData(znodes.ConfigEntityZNode.path("topics", name))])
-        if topic_res.error is not ZkError.NONE:
-            continue
-        assignment, topic_id = znodes.TopicZNode.decode(topic_res.data)
-        configs = {}
-        if config_res.error is ZkError.NONE and config_res.data:
-            try:
-                configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(config_res.data))
-            except ConfigError as exc:
-                log.warning("Ignoring bad config of topic %s: %s", name, exc)
-        states = {}
-        paths = [GetData(znodes.TopicPartitionStateZNode.path(name, p)) for p in sorted(assignment)]
-        for p, res in zip(sorted(assignment), store.execute(paths)):
-            if res.error is ZkError.NONE:
-                states[p] = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
-        topics[name] = TopicMetadata(name, topic_id or uuid.uuid4(),
-                                     {int(p): tuple(r) for p, r in assignment.items()}, states, configs)
-    return brokers, topics
 
 
 def read_live_brokers(store: KazooStore, children: list[str]) -> tuple[dict[int, BrokerInfo], dict[int, int]]:

@@ -1,0 +1,47 @@
+"""Reading the cluster's state from ZooKeeper (brokers, topics, partition states, configs)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from strandline.broker.config import ConfigError, parse_topic_configs
+from strandline.broker.metadata import TopicMetadata
+from strandline.coordination import znodes
+from strandline.coordination.store import CoordinationStore, GetChildren, GetData, ZkError
+from strandline.coordination.znodes import BrokerInfo
+
+log = logging.getLogger("strandline.broker")
+
+
+def read_cluster_state(store: CoordinationStore) -> tuple[dict[int, BrokerInfo], dict[str, TopicMetadata]]:
+    """Read live brokers and every topic (assignment, partition states, configs) from ZooKeeper."""
+    brokers: dict[int, BrokerInfo] = {}
+    [ids] = store.execute([GetChildren(znodes.BrokerIdsZNode.path())])
+    for child in ids.children:
+        [res] = store.execute([GetData(znodes.BrokerIdZNode.path(int(child)))])
+        if res.error is ZkError.NONE:
+            info = znodes.BrokerIdZNode.decode(res.data, int(child))
+            brokers[info.id] = info
+    topics: dict[str, TopicMetadata] = {}
+    [names] = store.execute([GetChildren(znodes.TopicsZNode.path())])
+    for name in names.children:
+        topic_res, config_res = store.execute([GetData(znodes.TopicZNode.path(name)),
+                                               GetData(znodes.ConfigEntityZNode.path("topics", name))])
+        if topic_res.error is not ZkError.NONE:
+            continue
+        assignment, topic_id = znodes.TopicZNode.decode(topic_res.data)
+        configs = {}
+        if config_res.error is ZkError.NONE and config_res.data:
+            try:
+                configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(config_res.data))
+            except ConfigError as exc:
+                log.warning("Ignoring bad config of topic %s: %s", name, exc)
+        states = {}
+        paths = [GetData(znodes.TopicPartitionStateZNode.path(name, p)) for p in sorted(assignment)]
+        for p, res in zip(sorted(assignment), store.execute(paths)):
+            if res.error is ZkError.NONE:
+                states[p] = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
+        topics[name] = TopicMetadata(name, topic_id or uuid.UUID(int=0),
+                                     {int(p): tuple(r) for p, r in assignment.items()}, states, configs)
+    return brokers, topics

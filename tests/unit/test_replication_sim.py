@@ -1,0 +1,298 @@
+"""Replication across broker cores in the deterministic simulator (no sockets, no sleeps).
+
+Broker cores, the controller, follower fetching and ZooKeeper all run for real; the network and
+the clock are simulated. Named by SPEC ID: REP-1..4, ACK-1, ACK-2, ISR-1..4, EPO-2..4, CTL-6.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from strandline.protocol.records import iter_batches
+from strandline.sim.cluster import SimCluster
+from tests.unit.batches import make_batch
+
+LAG_MS = 1000
+
+
+def create(c: SimCluster, name: str, assignment: list[int], min_isr: int = 1, partitions: int = 1,
+           configs: dict[str, str] | None = None) -> None:
+    configs = {"min.insync.replicas": str(min_isr), **(configs or {})}
+    body = {"topics": [{"name": name, "num_partitions": -1, "replication_factor": -1,
+                        "assignments": [{"partition_index": p, "broker_ids": assignment} for p in range(partitions)],
+                        "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+            "timeout": 1000, "validate_only": False}
+    resp = c.call(c.controller_id, 19, 5, body)
+    assert resp.topics[0].error_code == ErrorCode.none, resp
+    c.settle()
+
+
+def produce_request(c: SimCluster, broker: int, topic: str, values: list[bytes], acks: int = -1,
+                    client: str = "producer", timeout_ms: int = 30000) -> None:
+    c.request(broker, 0, 7, {"transactional_id": None, "acks": acks, "timeout": timeout_ms, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": bytes(make_batch(values))}]}]}, client)
+
+
+def produce(c: SimCluster, broker: int, topic: str, values: list[bytes], acks: int = -1, within_ms: int = 100):
+    produce_request(c, broker, topic, values, acks)
+    c.settle()
+    waited = 0
+    while not c.inbox[(broker, "producer")] and waited < within_ms:
+        c.advance(1)
+        waited += 1
+    resp = c.response(broker, 0, 7, "producer")
+    assert resp is not None, "no produce answer"
+    return resp.responses[0].partition_responses[0]
+
+
+def values_of(data: bytes) -> list[bytes]:
+    """Record values of uncompressed v2 batches (the test's own decoder)."""
+    def varint(buf: bytes, pos: int) -> tuple[int, int]:
+        shift = result = 0
+        while True:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return (result >> 1) ^ -(result & 1), pos
+
+    out = []
+    for pos, h in iter_batches(data):
+        p = pos + 61
+        for _ in range(h.records_count):
+            length, p = varint(data, p)
+            end = p + length
+            p += 1                                  # attributes
+            _, p = varint(data, p)                  # timestamp delta
+            _, p = varint(data, p)                  # offset delta
+            klen, p = varint(data, p)
+            p += max(klen, 0)
+            vlen, p = varint(data, p)
+            out.append(data[p:p + vlen])
+            p = end
+    return out
+
+
+def values_on(c: SimCluster, broker: int, topic: str) -> list[bytes]:
+    return values_of(c.log_bytes(broker, topic))
+
+
+# ---------------------------------------------------------------------------- replication
+
+
+def test_rep_1_ack_1_acks_all_waits_for_every_follower_and_rep_3_followers_learn_the_hw_a_fetch_later():
+    c = SimCluster((1, 2, 3), latency_ms=1, **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "r", [1, 2, 3], min_isr=2)
+    produce_request(c, 1, "r", [b"m1"])
+    c.advance(1)
+    assert c.partition(1, "r").log_end_offset == 1
+    assert not c.inbox[(1, "producer")]                       # on the leader only: not yet acknowledged
+    c.advance(10)
+    answer = c.response(1, 0, 7, "producer").responses[0].partition_responses[0]
+    assert answer.error_code == ErrorCode.none and answer.base_offset == 0
+    assert [c.partition(b, "r").log_end_offset for b in (1, 2, 3)] == [1, 1, 1]
+    assert c.partition(1, "r").high_watermark == 1
+    assert [c.partition(b, "r").high_watermark for b in (2, 3)] == [0, 0]   # their next fetch is parked
+    c.advance(600)                                            # replica.fetch.wait.max.ms passes
+    assert [c.partition(b, "r").high_watermark for b in (2, 3)] == [1, 1]
+    assert c.log_bytes(1, "r") == c.log_bytes(2, "r") == c.log_bytes(3, "r")
+
+
+def test_rep_4_and_cli_2_followers_refuse_clients_and_consumers_stop_at_the_hw():
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "r", [2, 3, 1])
+    assert produce(c, 3, "r", [b"x"]).error_code == ErrorCode.not_leader_or_follower
+    c.pause(3)
+    assert produce(c, 2, "r", [b"m1"], acks=1).error_code == ErrorCode.none
+    c.settle()
+    fetch = {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+             "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+             "topics": [{"topic": "r", "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                                       "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}
+    part = c.call(2, 1, 11, fetch, "consumer").responses[0].partitions[0]
+    assert part.high_watermark == 0 and not part.records      # broker 3 has not fetched m1: not committed
+    assert c.call(1, 1, 11, fetch, "consumer").responses[0].partitions[0].error_code == \
+        ErrorCode.not_leader_or_follower
+
+
+# ---------------------------------------------------------------------------- ISR
+
+
+def test_isr_2_rule_b_a_follower_under_a_steady_trickle_stays_in_the_isr():
+    """Each fetch lags the newest write, yet every fetch reaches the leader's LEO of the fetch
+    before: lastCaughtUpTimeMs keeps moving and nobody is dropped."""
+    c = SimCluster((1, 2, 3), latency_ms=3, **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "r", [1, 2, 3])
+    hws = []
+    for i in range(200):                                      # 10 s of a write every 50 ms
+        produce_request(c, 1, "r", [b"w%d" % i], acks=1, client=f"p{i}")
+        c.advance(50)
+        hws.append(c.partition(1, "r").high_watermark)
+    assert c.state("r").isr == (1, 2, 3)
+    assert c.partition(1, "r").isr == (1, 2, 3)
+    assert hws == sorted(hws) and hws[-1] >= 199              # HW never decreases
+
+
+def test_isr_2_a_follower_that_keeps_fetching_but_never_catches_up_falls_out_then_isr_4_rejoins():
+    """Broker 3 fetches one batch per round trip while two arrive per round trip: it keeps fetching
+    and its LEO grows, but it is never caught up for replica.lag.time.max.ms, so it leaves. When
+    the writes stop it catches up and the fetch path puts it back (ISR-4)."""
+    c = SimCluster((1, 2, 3), latency_ms=5, overrides={"3": {"replica.fetch.max.bytes": "1"}},
+                   **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "r", [1, 2, 3])
+    leos = []
+    for i in range(300):                                      # 3 s; a round trip takes 10 ms
+        produce_request(c, 1, "r", [b"a%d" % i], acks=1, client=f"a{i}")
+        produce_request(c, 1, "r", [b"b%d" % i], acks=1, client=f"b{i}")
+        c.advance(10)
+        leos.append(c.partition(3, "r").log_end_offset)
+    assert c.state("r").isr == (1, 2)
+    assert leos[-1] > leos[len(leos) // 2] > 0                # it was fetching all along
+    assert leos[-1] < c.partition(1, "r").log_end_offset
+    c.advance(5000)
+    assert c.state("r").isr == (1, 2, 3)
+    assert c.log_bytes(1, "r") == c.log_bytes(3, "r")
+
+
+def test_ack_1_acks_all_completes_once_a_silent_follower_leaves_the_isr_and_ack_2_min_isr_then_refuses():
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "r", [1, 2, 3], min_isr=3)
+    c.pause(3)
+    produce_request(c, 1, "r", [b"m1"])
+    c.advance(LAG_MS // 2)
+    assert not c.inbox[(1, "producer")]                       # waits for broker 3
+    c.advance(LAG_MS + 600)
+    answer = c.response(1, 0, 7, "producer").responses[0].partition_responses[0]
+    assert c.state("r").isr == (1, 2)
+    assert answer.error_code == ErrorCode.not_enough_replicas_after_append   # ISR below min.insync after
+    assert produce(c, 1, "r", [b"m2"]).error_code == ErrorCode.not_enough_replicas
+    assert values_on(c, 1, "r") == [b"m1"]
+
+
+# ---------------------------------------------------------------------------- S2/S3 (KIP-101)
+
+
+def loss_scenario(mode: str) -> SimCluster:
+    """Leader 3 and followers 2 and 4 hold m1, m2, acknowledged with acks=all; follower 2's HW
+    is still 1 (the HW reaches it a fetch later). Broker 4 dies: the controller shrinks the ISR
+    in a new epoch, so 2 becomes follower again. Before 2 can fetch, leader 3 dies and 2, still
+    in the ISR, is elected."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": "30000", "replica.fetch.wait.max.ms": "5000",
+                                    "replication.truncation": mode})
+    create(c, "s", [3, 2, 4])
+    assert produce(c, 3, "s", [b"m1"]).error_code == ErrorCode.none
+    assert produce(c, 3, "s", [b"m2"]).error_code == ErrorCode.none
+    assert c.partition(2, "s").high_watermark == 1 and c.partition(2, "s").log_end_offset == 2
+    c.pause(3)
+    c.crash(4)
+    c.settle()
+    assert c.state("s").isr == (3, 2) and c.state("s").leader_epoch == 1
+    c.crash(3)
+    c.advance(10)
+    assert c.state("s").leader == 2
+    return c
+
+
+def test_epo_4_legacy_truncation_loses_an_acknowledged_acks_all_record():
+    c = loss_scenario("high-watermark")
+    assert values_on(c, 2, "s") == [b"m1"]                    # m2 was acknowledged to the producer
+    assert produce(c, 2, "s", [b"m3"]).error_code == ErrorCode.none
+    assert values_on(c, 2, "s") == [b"m1", b"m3"]
+
+
+def test_epo_3_leader_epoch_truncation_keeps_the_acknowledged_record():
+    c = loss_scenario("leader-epoch")
+    assert values_on(c, 2, "s") == [b"m1", b"m2"]
+    assert produce(c, 2, "s", [b"m3"]).error_code == ErrorCode.none
+    assert values_on(c, 2, "s") == [b"m1", b"m2", b"m3"]
+
+
+def divergence_scenario(mode: str) -> SimCluster:
+    """Leader 2 and follower 3 hold m1 on disk; m2 reaches 3's memory but not its disk. Both
+    crash: 2 keeps m1, m2; 3 loses m2 (power failure). 3 returns first, is elected, and writes m3
+    at offset 1. Then 2 returns as its follower."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": "30000", "replication.truncation": mode})
+    create(c, "d", [2, 3])
+    assert produce(c, 2, "d", [b"m1"]).error_code == ErrorCode.none
+    for b in (2, 3):
+        c.partition(b, "d").log.flush()
+    assert produce(c, 2, "d", [b"m2"]).error_code == ErrorCode.none
+    c.partition(2, "d").log.flush()
+    c.advance(5100)                                           # HW checkpoints: 2 on both
+    c.crash(2, lose_unflushed=False)
+    c.settle()
+    c.crash(3, lose_unflushed=True)
+    c.settle()
+    assert c.state("d").leader == -1
+    c.start(3)
+    c.advance(10)
+    assert c.state("d").leader == 3 and values_on(c, 3, "d") == [b"m1"]
+    assert produce(c, 3, "d", [b"m3"]).error_code == ErrorCode.none
+    c.start(2)
+    c.advance(10_000)
+    return c
+
+
+def test_epo_4_legacy_truncation_leaves_replicas_diverged_for_good():
+    c = divergence_scenario("high-watermark")
+    assert values_on(c, 3, "d") == [b"m1", b"m3"]
+    assert values_on(c, 2, "d") == [b"m1", b"m2"]             # same offsets, different records
+    assert c.partition(2, "d").log_end_offset == c.partition(3, "d").log_end_offset == 2
+
+
+def test_epo_3_leader_epoch_truncation_converges_on_m1_m3():
+    c = divergence_scenario("leader-epoch")
+    assert values_on(c, 2, "d") == values_on(c, 3, "d") == [b"m1", b"m3"]
+    assert c.log_bytes(2, "d") == c.log_bytes(3, "d")
+    assert any("Truncated d-0 from 2 to 1" in line for line in c.brokers[2].log)
+
+
+def test_epo_2_kip_279_fast_double_failover_converges():
+    """Leadership moves twice before anyone catches up, each replica writing in its own epoch
+    (unclean elections make it possible: LOSS-2). The returning replicas hold epochs the last
+    leader never had; they walk back to the common prefix and end byte-identical to it."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": "30000"})
+    create(c, "f", [2, 3, 4], configs={"unclean.leader.election.enable": "true"})
+    assert produce(c, 2, "f", [b"m1"]).error_code == ErrorCode.none
+    c.crash(3, lose_unflushed=False)
+    c.crash(4, lose_unflushed=False)
+    c.settle()
+    assert c.state("f").isr == (2,)
+    assert produce(c, 2, "f", [b"a1"], acks=1).error_code == ErrorCode.none    # only on 2
+    c.crash(2, lose_unflushed=False)
+    c.settle()
+    c.start(3)
+    c.advance(10)
+    assert c.state("f").leader == 3                            # unclean: 3 was not in the ISR
+    assert produce(c, 3, "f", [b"b1"], acks=1).error_code == ErrorCode.none    # only on 3
+    c.crash(3, lose_unflushed=False)
+    c.settle()
+    c.start(4)
+    c.advance(10)
+    assert c.state("f").leader == 4
+    assert produce(c, 4, "f", [b"c1", b"c2"], acks=1).error_code == ErrorCode.none
+    epochs = {b: c.partition(b, "f").log.leader_epoch_cache.epoch_entries() for b in (4,)}
+    c.start(2), c.start(3)
+    c.advance(10_000)
+    expected = [b"m1", b"c1", b"c2"]
+    assert values_on(c, 2, "f") == expected and values_on(c, 3, "f") == expected and values_on(c, 4, "f") == expected
+    assert c.log_bytes(2, "f") == c.log_bytes(3, "f") == c.log_bytes(4, "f")
+    assert set(c.state("f").isr) == {2, 3, 4}
+    assert epochs[4][0] == (0, 0) and len(epochs[4]) == 2       # the leader never saw 2's or 3's epochs
+
+
+def test_ctl_6_without_unclean_election_a_partition_with_no_live_isr_member_goes_offline():
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "o", [2, 3])
+    c.pause(3)
+    assert produce(c, 2, "o", [b"m1"], acks=1).error_code == ErrorCode.none
+    c.advance(LAG_MS + 600)
+    assert c.state("o").isr == (2,)
+    c.crash(2, lose_unflushed=False)
+    c.resume(3)
+    c.settle()
+    assert c.state("o").leader == -1 and c.state("o").isr == (2,)
+    c.start(2)
+    c.advance(10)
+    assert c.state("o").leader == 2 and values_on(c, 2, "o") == [b"m1"]
