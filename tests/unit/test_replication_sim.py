@@ -296,3 +296,25 @@ def test_ctl_6_without_unclean_election_a_partition_with_no_live_isr_member_goes
     c.start(2)
     c.advance(10)
     assert c.state("o").leader == 2 and values_on(c, 2, "o") == [b"m1"]
+
+
+def test_isr_6_the_controller_tells_every_broker_of_an_isr_change_within_the_propagation_delay():
+    """The leader writes the shrink to ZooKeeper at once and notifies under
+    /isr_change_notification once the change is 5 s old (checked every 2.5 s); the controller then
+    sends UpdateMetadata, so metadata from any broker shows the new ISR (CLI-1)."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "i", [2, 3, 4])
+
+    def isr_seen_by(broker: int) -> list[int]:
+        resp = c.call(broker, 3, 10, {"topics": [{"name": "i"}], "allow_auto_topic_creation": False}, "admin")
+        return list(resp.topics[0].partitions[0].isr_nodes)
+
+    c.pause(4)
+    assert produce(c, 2, "i", [b"m1"], acks=1).error_code == ErrorCode.none
+    c.advance(LAG_MS + 600)
+    assert c.state("i").isr == (2, 3)
+    assert isr_seen_by(2) == [2, 3]
+    assert isr_seen_by(3) == isr_seen_by(1) == [2, 3, 4]          # only the leader knows yet
+    c.advance(5000 + 2500)
+    assert isr_seen_by(3) == isr_seen_by(1) == [2, 3]
+    assert not c.zk.children("/isr_change_notification")

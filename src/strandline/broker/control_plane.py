@@ -20,7 +20,7 @@ from strandline.broker.metadata import TopicMetadata
 from strandline.broker.config import ConfigError, parse_topic_configs
 from strandline.controller import zk_layout
 from strandline.coordination import znodes
-from strandline.coordination.store import GetData, ZkError
+from strandline.coordination.store import Delete, GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.protocol import control
 from strandline.replication.partition import LeaderAndIsr, Partition
@@ -194,6 +194,45 @@ class ControlPlane:
                 affected.append((topic.name, index))
         effects.extend(self._reelect(affected, gone, now_ms))
         return effects
+
+    def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:
+        """ISR-6, the controller's side: leaders list partitions whose ISR they changed under
+        ``/isr_change_notification``; the controller reads their state, tells every broker
+        (UpdateMetadata) and deletes the notifications."""
+        if not self.is_controller or not children:
+            return []
+        paths = [f"{znodes.IsrChangeNotificationZNode.path()}/{child}" for child in children]
+
+        def on_read(results: list, when_ms: int) -> list:
+            keys: set[tuple[str, int]] = set()
+            for path, res in zip(paths, results):
+                if res.error is ZkError.NONE and res.data:
+                    try:
+                        keys.update(znodes.IsrChangeNotificationSequenceZNode.decode(res.data, path))
+                    except Exception:  # a malformed notification is dropped, as Kafka does
+                        pass
+            ordered = sorted(k for k in keys if k[0] in self.metadata.topics)  # type: ignore[attr-defined]
+            effects = [self._zk([Delete(path) for path in paths], lambda r, t: [])]  # type: ignore[attr-defined]
+            if not ordered:
+                return effects
+
+            def on_states(states: list, at_ms: int) -> list:
+                parts = []
+                for (name, index), res in zip(ordered, states):
+                    topic = self.metadata.topics.get(name)  # type: ignore[attr-defined]
+                    if topic is not None and res.error is ZkError.NONE:
+                        topic.states[index] = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
+                        parts.append((topic, index))
+                body = self._update_metadata_body(parts)
+                out: list = []
+                for broker_id in sorted(self.metadata.brokers):  # type: ignore[attr-defined]
+                    out.extend(self._send_control(broker_id, control.UPDATE_METADATA, body, at_ms))
+                return out
+
+            reads = [GetData(znodes.TopicPartitionStateZNode.path(n, i)) for n, i in ordered]
+            return effects + [self._zk(reads, on_states)]  # type: ignore[attr-defined]
+
+        return [self._zk([GetData(p) for p in paths], on_read)]  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ leader election (CTL-6, CTL-7)
 

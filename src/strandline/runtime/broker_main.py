@@ -53,6 +53,15 @@ def watch_brokers(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
     store.watch_children(znodes.BrokerIdsZNode.path(), on_children)
 
 
+def watch_isr_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
+    """Feed ``/isr_change_notification`` to the core (the controller propagates ISR changes, ISR-6)."""
+    def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
+        loop.call_soon_threadsafe(
+            lambda: shell.apply(shell.broker.on_isr_change_notifications(list(children), now_ms())))
+
+    store.watch_children(znodes.IsrChangeNotificationZNode.path(), on_children)
+
+
 def elect_controller(store: KazooStore, broker_id: int) -> tuple[int, int]:
     """Try to become controller (ephemeral /controller + /controller_epoch + 1); returns (id, epoch)."""
     for _ in range(10):
@@ -137,6 +146,7 @@ async def serve(config: BrokerConfig) -> None:
         controller_id, controller_epoch = await asyncio.to_thread(elect_controller, store, broker_id)
         shell.apply(broker.load_metadata(cluster_id, brokers, topics, controller_id, controller_epoch, now_ms()))
         await asyncio.to_thread(watch_brokers, store, loop, shell)
+        await asyncio.to_thread(watch_isr_changes, store, loop, shell)
         watch_session(store, loop, broker, lambda: store.register_broker(
             broker_id, adv.host, adv.port, v["broker.rack"], wait_s))
         log.info("Broker %d serving on %s:%d (controller %d, epoch %d)", broker_id, adv.host, adv.port,

@@ -30,6 +30,7 @@ from strandline.sim.zookeeper import MemoryZooKeeper
 
 START_MS = 1_700_000_000_000
 LOG_DIR = "/data/logs"
+ISR_CHANGES = znodes.IsrChangeNotificationZNode.path()
 
 
 @dataclass
@@ -141,6 +142,8 @@ class SimCluster:
                 token = effect.token
                 self._to_broker(node.id, node.incarnation, 0,
                                 lambda core, token=token, results=results: core.on_zk_result(token, results, self.now))
+                if any(isinstance(op, Create) and op.path.startswith(ISR_CHANGES) for op in effect.ops):
+                    self._isr_changes_notified()
             elif isinstance(effect, BrokerSend):
                 self._broker_send(node, effect)
             elif isinstance(effect, Log):
@@ -283,6 +286,14 @@ class SimCluster:
             if node.core is not None:
                 self._to_broker(node.id, node.incarnation, 0,
                                 lambda core: core.on_brokers_changed(dict(brokers), dict(epochs), self.now))
+
+    def _isr_changes_notified(self) -> None:
+        """What each shell's ``/isr_change_notification`` watch reports."""
+        children = self.zk.children(ISR_CHANGES)
+        for node in self.brokers.values():
+            if node.core is not None:
+                self._to_broker(node.id, node.incarnation, 0,
+                                lambda core: core.on_isr_change_notifications(list(children), self.now))
 
     def crash(self, broker_id: int, *, lose_unflushed: bool = True) -> None:
         """SIGKILL (``lose_unflushed=False``: the OS keeps its page cache) or power loss (True).

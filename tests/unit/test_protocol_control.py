@@ -1,0 +1,80 @@
+"""The controller's requests in Kafka 2.x layouts (LeaderAndIsr v2, UpdateMetadata v5, StopReplica v1)
+and how a broker treats bad or stale ones (CTL-4)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.effects import Close, Send
+from strandline.protocol import control
+from strandline.protocol.frames import ProtocolError
+from tests.unit.test_broker_core import Harness
+
+LEADER_AND_ISR = {
+    "controller_id": 1, "controller_epoch": 7, "broker_epoch": 42,
+    "topic_states": [{"topic_name": "t", "partition_states": [
+        {"partition_index": 0, "controller_epoch": 7, "leader": 2, "leader_epoch": 3, "isr": [2, 1],
+         "zk_version": 5, "replicas": [2, 1, 3], "is_new": False}]}],
+    "live_leaders": [{"broker_id": 2, "host_name": "127.0.0.1", "port": 9093}],
+}
+
+
+def test_leader_and_isr_v2_bytes_follow_kafkas_layout():
+    frame = control.encode_request(control.LEADER_AND_ISR, 99, "ctl", LEADER_AND_ISR)
+    expected = (struct.pack(">hhih", 4, 2, 99, 3) + b"ctl"
+                + struct.pack(">iiq", 1, 7, 42)
+                + struct.pack(">i", 1) + struct.pack(">h", 1) + b"t"
+                + struct.pack(">i", 1) + struct.pack(">iiii", 0, 7, 2, 3)
+                + struct.pack(">iii", 2, 2, 1) + struct.pack(">i", 5) + struct.pack(">iiii", 3, 2, 1, 3) + b"\0"
+                + struct.pack(">i", 1) + struct.pack(">ih", 2, 9) + b"127.0.0.1" + struct.pack(">i", 9093))
+    assert frame == expected
+    assert control.decode_request(frame) == (4, 2, 99, "ctl", LEADER_AND_ISR)
+
+
+@pytest.mark.parametrize("api_key", [control.UPDATE_METADATA, control.STOP_REPLICA])
+def test_other_control_requests_round_trip(api_key):
+    body = {control.UPDATE_METADATA: {
+        "controller_id": 1, "controller_epoch": 2, "broker_epoch": -1,
+        "topic_states": [{"topic_name": "t", "partition_states": [
+            {"partition_index": 1, "controller_epoch": 2, "leader": -2, "leader_epoch": 0, "isr": [],
+             "zk_version": 0, "replicas": [], "offline_replicas": [3]}]}],
+        "live_brokers": [{"id": 1, "endpoints": [{"port": 9092, "host": "h", "listener": "PLAINTEXT",
+                                                  "security_protocol": 0}], "rack": None}]},
+        control.STOP_REPLICA: {"controller_id": 1, "controller_epoch": 2, "broker_epoch": -1,
+                               "delete_partitions": True, "topics": [{"name": "t", "partition_indexes": [0, 2]}]},
+    }[api_key]
+    frame = control.encode_request(api_key, 5, "c", body)
+    assert control.decode_request(frame)[4] == body
+    answer = {"error_code": 0} if api_key == control.UPDATE_METADATA else \
+        {"error_code": 0, "partition_errors": [{"topic_name": "t", "partition_index": 0, "error_code": 11}]}
+    assert control.decode_response(api_key, control.encode_response(api_key, 5, answer)) == answer
+
+
+def test_truncated_or_oversized_control_frames_are_refused():
+    frame = control.encode_request(control.LEADER_AND_ISR, 1, "c", LEADER_AND_ISR)
+    for bad in (frame[:-3], frame + b"\0", frame[:10] + struct.pack(">iiq", 1, 7, 1) + struct.pack(">i", 1 << 30)):
+        with pytest.raises(ProtocolError):
+            control.decode_request(bad)
+    with pytest.raises(ProtocolError, match="version 3 is not supported"):
+        control.decode_request(struct.pack(">hhih", 4, 3, 1, -1))
+
+
+def test_a_broker_closes_a_connection_that_sends_a_malformed_control_request_and_keeps_serving():
+    h = Harness()
+    frame = control.encode_request(control.LEADER_AND_ISR, 1, "c", LEADER_AND_ISR)
+    effects = h.broker.handle_request(7, frame[:-5], h.now)
+    assert len(effects) == 1 and isinstance(effects[0], Close) and "malformed" in effects[0].reason
+    assert h.create("still-serving").error_code == ErrorCode.none
+
+
+def test_ctl_4_a_request_from_an_older_controller_epoch_is_refused():
+    h = Harness()                                 # its controller epoch is 1
+    body = dict(LEADER_AND_ISR, controller_epoch=0)
+    effects = h.broker.handle_request(7, control.encode_request(control.LEADER_AND_ISR, 1, "c", body), h.now)
+    [send] = [e for e in effects if isinstance(e, Send)]
+    answer = control.decode_response(control.LEADER_AND_ISR, b"".join(bytes(b) for b in send.buffers)[4:])
+    assert answer["error_code"] == ErrorCode.stale_controller_epoch
+    assert ("t", 0) not in h.broker.partitions
