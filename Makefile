@@ -39,6 +39,7 @@ test-unit: $(VENV)/.test-installed
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/produce_consume.py
+	$(BIN)/python benchmarks/replicated_produce.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -37,11 +37,15 @@ def start_cluster(data_dir: str, base_port: int, zk_port: int, profile: bool, br
     env = dict(os.environ)
     if profile:
         env["STRANDLINE_PROFILE"] = os.path.join(data_dir, "broker.prof")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    errors = open(os.path.join(data_dir, "up.stderr"), "w")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
     for line in proc.stdout:  # type: ignore[union-attr]
         if line.startswith("bootstrap.servers="):
             return proc, line.strip().split("=", 1)[1]
-    raise RuntimeError("strandline up exited before it was ready")
+    proc.wait()
+    with open(os.path.join(data_dir, "up.stderr")) as f:
+        tail = f.read().strip().splitlines()[-3:]
+    raise RuntimeError(f"strandline up exited with {proc.returncode} before it was ready: {' | '.join(tail)}")
 
 
 def cpu_seconds(pids: list[int]) -> float:
