@@ -318,3 +318,52 @@ def test_isr_6_the_controller_tells_every_broker_of_an_isr_change_within_the_pro
     c.advance(5000 + 2500)
     assert isr_seen_by(3) == isr_seen_by(1) == [2, 3]
     assert not c.zk.children("/isr_change_notification")
+
+
+# ---------------------------------------------------------------------------- topic administration
+
+
+def test_asg_topics_are_created_by_the_controller_with_the_broker_defaults():
+    """Non-controllers answer NOT_CONTROLLER; the controller applies default.replication.factor and
+    the broker-level min.insync.replicas; every broker opens its replicas (LeaderAndIsr) and
+    knows every partition (UpdateMetadata)."""
+    c = SimCluster((1, 2, 3), **{"default.replication.factor": "3", "min.insync.replicas": "3",
+                                 "replica.lag.time.max.ms": str(LAG_MS)})
+    body = {"topics": [{"name": "d", "num_partitions": 4, "replication_factor": -1, "assignments": [],
+                        "configs": []}], "timeout": 1000, "validate_only": False}
+    assert c.call(2, 19, 5, body).topics[0].error_code == ErrorCode.not_controller
+    assert c.call(1, 19, 5, body).topics[0].error_code == ErrorCode.none
+    c.settle()
+    for b in (1, 2, 3):
+        assert sorted(i for (t, i) in c.brokers[b].core.partitions if t == "d") == [0, 1, 2, 3]
+        meta = c.call(b, 3, 10, {"topics": [{"name": "d"}], "allow_auto_topic_creation": False}, "admin")
+        assert [len(p.replica_nodes) for p in meta.topics[0].partitions] == [3, 3, 3, 3]
+    leader = c.state("d").leader
+    c.pause(next(b for b in (1, 2, 3) if b != leader and b != c.controller_id))
+    assert produce(c, leader, "d", [b"m1"], acks=1).error_code == ErrorCode.none
+    c.advance(LAG_MS + 600)
+    assert produce(c, leader, "d", [b"m2"]).error_code == ErrorCode.not_enough_replicas
+
+
+def test_a_non_controller_forwards_topic_auto_creation_to_the_controller():
+    c = SimCluster((1, 2, 3))
+    meta = c.call(3, 3, 10, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True}, "admin")
+    assert meta.topics[0].error_code in (ErrorCode.none, ErrorCode.leader_not_available)
+    c.settle()
+    meta = c.call(3, 3, 10, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True}, "admin")
+    assert meta.topics[0].error_code == ErrorCode.none and meta.topics[0].partitions[0].leader_id >= 0
+    assert c.state("auto").leader in (1, 2, 3)
+
+
+def test_deleting_a_topic_removes_every_replica_and_its_metadata():
+    c = SimCluster((1, 2, 3))
+    create(c, "gone", [2, 3, 1])
+    assert produce(c, 2, "gone", [b"m1"]).error_code == ErrorCode.none
+    resp = c.call(1, 20, 4, {"topic_names": ["gone"], "timeout": 1000})
+    assert resp.responses[0].error_code == ErrorCode.none
+    c.settle()
+    for b in (1, 2, 3):
+        assert ("gone", 0) not in c.brokers[b].core.partitions
+        assert not [p for p in c.brokers[b].disk.listdir("/data/logs") if p.startswith("gone-")]
+        meta = c.call(b, 3, 10, {"topics": [{"name": "gone"}], "allow_auto_topic_creation": False}, "admin")
+        assert meta.topics[0].error_code == ErrorCode.unknown_topic_or_partition

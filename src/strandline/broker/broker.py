@@ -95,6 +95,7 @@ class Broker(ControlPlane, Follower):
         self._broker_epochs: dict[int, int] = {}
         self._delayed: list[tuple[int, int, Callable[[int], list]]] = []
         self._hw_checkpoint: dict | None = None
+        self._loading_topics: set[str] = set()   # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
         self._isr_changing: set[tuple[str, int]] = set()
         self._isr_change_set: set[tuple[str, int]] = set()
         self._last_isr_change_ms = 0
@@ -438,19 +439,22 @@ class Broker(ControlPlane, Follower):
             order: list[str] = []
             for name, p in wanted:
                 partition = self.partitions.get((name, p.partition))
+                # a follower may ask before this broker has applied the LeaderAndIsr that makes it
+                # leader (it waits on ZooKeeper): the fetch waits for it instead of failing
+                arriving = replica_id >= 0 and name in self._loading_topics
                 entry = {"partition_index": p.partition, "error_code": ErrorCode.none, "high_watermark": -1,
                          "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None if isolation == 0 else [],
                          "preferred_read_replica": -1, "records": b""}
                 if partition is None:
                     entry["error_code"] = self._not_served(name, p.partition)
-                    errors = True
+                    errors = errors or not arriving
                 else:
                     result = partition.read_records(
                         p.fetch_offset, min(p.partition_max_bytes, budget),
                         getattr(p, "current_leader_epoch", -1),
                         committed_only=committed_only, min_one_batch=total == 0)
                     entry["error_code"] = result.error
-                    errors = errors or result.error is not ErrorCode.none
+                    errors = errors or (result.error is not ErrorCode.none and not arriving)
                     entry["high_watermark"] = result.high_watermark
                     entry["last_stable_offset"] = result.high_watermark
                     entry["log_start_offset"] = result.log_start_offset

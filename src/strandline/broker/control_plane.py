@@ -152,8 +152,9 @@ class ControlPlane:
                 if replica in live and (to_brokers is None or replica in to_brokers):
                     per_broker.setdefault(replica, []).append((topic, index))
         effects: list = []
-        # this broker first: a local leader must be serving before clients hear about it
-        for broker_id in sorted(per_broker, key=lambda b: b != self.broker_id):
+        # others first, so that a local follower's first fetch finds its leader informed; all
+        # LeaderAndIsr before any UpdateMetadata, so that leaders serve before clients hear of them
+        for broker_id in sorted(per_broker, key=lambda b: b == self.broker_id):
             effects.extend(self._send_control(broker_id, control.LEADER_AND_ISR,
                                               self._leader_and_isr_body(per_broker[broker_id], is_new), now_ms))
         body = self._update_metadata_body(parts)
@@ -330,7 +331,10 @@ class ControlPlane:
             return respond(self._control_error(api_key, body, ErrorCode.stale_controller_epoch))
         missing = self._unknown_topics(api_key, body)
         if missing:
+            self._loading_topics.update(missing)  # type: ignore[attr-defined]
+
             def loaded(when_ms: int) -> list:
+                self._loading_topics.difference_update(missing)  # type: ignore[attr-defined]
                 effects, answer = self._apply_control(api_key, body, when_ms)
                 return effects + respond(answer)
             return self._load_topics(missing, loaded)
