@@ -367,3 +367,53 @@ def test_deleting_a_topic_removes_every_replica_and_its_metadata():
         assert not [p for p in c.brokers[b].disk.listdir("/data/logs") if p.startswith("gone-")]
         meta = c.call(b, 3, 10, {"topics": [{"name": "gone"}], "allow_auto_topic_creation": False}, "admin")
         assert meta.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+
+
+# ---------------------------------------------------------------------------- controller failover
+
+
+def test_ctl_1_when_the_controller_dies_another_broker_takes_over_and_elects_leaders():
+    """The controller (broker 1) leads the partition and dies: the others run for /controller,
+    one wins with a higher controller epoch, reads the cluster from ZooKeeper and elects a new
+    leader from the ISR; acknowledged records stay; writes go on."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "c", [1, 2, 3], min_isr=2)
+    assert produce(c, 1, "c", [b"m1"]).error_code == ErrorCode.none
+    epoch_before = c.brokers[1].core.controller_epoch
+    c.crash(1, lose_unflushed=False)
+    c.advance(10)
+    new = c.controller_id
+    assert new in (2, 3) and c.brokers[new].core.is_controller
+    assert c.brokers[new].core.controller_epoch == epoch_before + 1
+    assert not c.brokers[5 - new].core.is_controller
+    state = c.state("c")
+    assert state.leader in (2, 3) and state.leader_epoch == 1 and set(state.isr) == {2, 3}
+    assert state.controller_epoch == epoch_before + 1
+    assert produce(c, state.leader, "c", [b"m2"]).error_code == ErrorCode.none
+    c.start(1)
+    c.advance(2000)
+    assert set(c.state("c").isr) == {1, 2, 3}
+    assert values_on(c, 1, "c") == values_on(c, 2, "c") == values_on(c, 3, "c") == [b"m1", b"m2"]
+
+
+def test_net_8_a_controller_that_loses_its_session_stops_acting_and_cannot_write():
+    c = SimCluster((1, 2, 3))
+    create(c, "z", [2, 3])
+    old_version = c.brokers[1].core._controller_epoch_version
+    c.pause(1)                                   # cut off: its session expires meanwhile
+    c.expire_session(1)
+    c.settle()
+    assert c.brokers[1].core.is_controller       # it has not heard yet
+    c.resume(1)
+    c.settle()
+    assert not c.brokers[1].core.is_controller
+    new = c.controller_id
+    assert new in (2, 3) and c.brokers[new].core.is_controller
+    body = {"topics": [{"name": "late", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+                        "configs": []}], "timeout": 1000, "validate_only": False}
+    assert c.call(1, 19, 5, body).topics[0].error_code == ErrorCode.not_controller
+    # a zombie's fenced write fails even if it still believed it was controller
+    zombie = c.brokers[1].core
+    zombie.active_controller, zombie._controller_epoch_version = True, old_version
+    assert c.call(1, 19, 5, body).topics[0].error_code == ErrorCode.not_controller
+    assert "late" not in c.zk.children("/brokers/topics")

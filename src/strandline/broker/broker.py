@@ -96,6 +96,9 @@ class Broker(ControlPlane, Follower):
         self._delayed: list[tuple[int, int, Callable[[int], list]]] = []
         self._hw_checkpoint: dict | None = None
         self._loading_topics: set[str] = set()   # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
+        self.active_controller = False
+        self._controller_epoch_version: int | None = None
+        self._electing = False
         self._isr_changing: set[tuple[str, int]] = set()
         self._isr_change_set: set[tuple[str, int]] = set()
         self._last_isr_change_ms = 0
@@ -106,7 +109,8 @@ class Broker(ControlPlane, Follower):
     # ------------------------------------------------------------------ lifecycle
 
     def load_metadata(self, cluster_id: str | None, brokers: dict, topics: dict[str, TopicMetadata],
-                      controller_id: int, controller_epoch: int, now_ms: int) -> list:
+                      controller_id: int, controller_epoch: int, now_ms: int,
+                      controller_epoch_version: int | None = None) -> list:
         """Install the cluster state read from ZooKeeper at start-up and open our replicas' logs.
 
         Leadership comes only from the controller's LeaderAndIsr; when this broker is the
@@ -126,7 +130,9 @@ class Broker(ControlPlane, Follower):
             if topic is None or index not in topic.assignment or self.broker_id not in topic.assignment[index]:
                 self.logs.delete_log(name, index)
                 effects.append(Log("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
-        if self.is_controller:
+        if controller_id == self.broker_id:
+            self.active_controller = True
+            self._controller_epoch_version = controller_epoch_version
             effects.extend(self._on_became_controller(now_ms))
         return effects
 
@@ -750,7 +756,7 @@ class Broker(ControlPlane, Follower):
             leader = alive[0] if alive else -1
             plan.states[index] = LeaderAndIsr(leader, 0, alive, self.controller_epoch, 0)
         self._creating[plan.name] = [done]
-        ops = zk_layout.create_topic_ops(plan, self.controller_epoch)
+        ops = self._fenced(zk_layout.create_topic_ops(plan, self.controller_epoch))
 
         def on_result(results: list, when_ms: int) -> list:
             waiters = self._creating.pop(plan.name, [])
@@ -759,6 +765,8 @@ class Broker(ControlPlane, Follower):
             if failed is not None:
                 if failed.error is ZkError.NODE_EXISTS:
                     error, message = ErrorCode.topic_already_exists, f"Topic '{plan.name}' already exists."
+                elif failed.error is ZkError.BAD_VERSION:
+                    error, message = ErrorCode.not_controller, "This broker is no longer the controller"
                 else:
                     error, message = ErrorCode.unknown_server_error, f"ZooKeeper error {failed.error.name}"
                 effects.append(Log("warning", f"Creating topic {plan.name} failed: {message}"))

@@ -15,12 +15,12 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import BrokerSend, Close, Log, Send
+from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send
 from strandline.broker.metadata import TopicMetadata
 from strandline.broker.config import ConfigError, parse_topic_configs
 from strandline.controller import zk_layout
 from strandline.coordination import znodes
-from strandline.coordination.store import Delete, GetData, ZkError
+from strandline.coordination.store import CheckVersion, Delete, GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.protocol import control
 from strandline.replication.partition import LeaderAndIsr, Partition
@@ -39,7 +39,94 @@ class ControlPlane:
 
     @property
     def is_controller(self) -> bool:
-        return self.metadata.controller_id == self.broker_id  # type: ignore[attr-defined]
+        return self.active_controller  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ election (CTL-1, CTL-3, NET-8)
+
+    def on_controller_changed(self, controller_id: int | None, now_ms: int) -> list:
+        """``/controller`` changed: None when it is gone (every broker then runs for it)."""
+        if controller_id is None:
+            return self._run_for_controller(now_ms)
+        if controller_id != self.broker_id:
+            self.metadata.controller_id = controller_id  # type: ignore[attr-defined]
+            if self.is_controller:
+                return self._resign(f"broker {controller_id} holds /controller")
+        return []
+
+    def on_session_lost(self, now_ms: int) -> list:
+        """The ZooKeeper session expired: a controller stops acting at once (NET-8)."""
+        if self.is_controller:
+            return self._resign("its ZooKeeper session expired")
+        return []
+
+    def _resign(self, why: str) -> list:
+        self.active_controller = False  # type: ignore[attr-defined]
+        self._controller_epoch_version = None  # type: ignore[attr-defined]
+        if self.metadata.controller_id == self.broker_id:  # type: ignore[attr-defined]
+            self.metadata.controller_id = -1  # type: ignore[attr-defined]
+        return [Log("warning", f"Broker {self.broker_id} is no longer the controller: {why}")]
+
+    def _run_for_controller(self, now_ms: int) -> list:
+        """Kafka's election: create the ephemeral /controller and bump /controller_epoch in one
+        transaction guarded by the epoch's version; the loser learns the winner from the watch."""
+        if self._electing:  # type: ignore[attr-defined]
+            return []
+        self._electing = True  # type: ignore[attr-defined]
+
+        def on_epoch(results: list, when_ms: int) -> list:
+            res = results[0]
+            if res.error is ZkError.NO_NODE:
+                epoch, version = 0, -1
+            elif res.error is ZkError.NONE:
+                epoch, version = znodes.ControllerEpochZNode.decode(res.data), res.version
+            else:
+                self._electing = False  # type: ignore[attr-defined]
+                return [Log("warning", f"Cannot read the controller epoch: {res.error.name}")]
+            ops = zk_layout.controller_election_ops(self.broker_id, epoch + 1, version, when_ms)
+
+            def on_elected(elected: list, at_ms: int) -> list:
+                self._electing = False  # type: ignore[attr-defined]
+                if any(r.error is not ZkError.NONE for r in elected):
+                    return []       # someone else won (or ZooKeeper failed): the /controller watch tells
+                self.controller_epoch = epoch + 1
+                self._controller_epoch_version = elected[1].version  # type: ignore[attr-defined]
+                self.active_controller = True  # type: ignore[attr-defined]
+                self.metadata.controller_id = self.broker_id  # type: ignore[attr-defined]
+                token = self._new_token()  # type: ignore[attr-defined]
+                self._zk_callbacks[token] = self._on_controller_state  # type: ignore[attr-defined]
+                return [Log("info", f"Broker {self.broker_id} won the controller election (epoch {epoch + 1})"),
+                        ReadClusterState(token)]
+
+            return [self._zk(ops, on_elected, transaction=True)]  # type: ignore[attr-defined]
+
+        return [self._zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]  # type: ignore[attr-defined]
+
+    def _on_controller_state(self, state: tuple, now_ms: int) -> list:
+        """Kafka's onControllerFailover: start from ZooKeeper's view, tell every live broker the
+        state of its partitions, then elect leaders for partitions whose leader is gone."""
+        if not self.is_controller:
+            return []
+        brokers, topics, epochs = state
+        self.metadata.brokers = dict(brokers)  # type: ignore[attr-defined]
+        self._broker_epochs = dict(epochs)  # type: ignore[attr-defined]
+        for name, topic in topics.items():
+            self.metadata.topics[name] = topic  # type: ignore[attr-defined]
+        for name in [n for n in self.metadata.topics if n not in topics]:  # type: ignore[attr-defined]
+            del self.metadata.topics[name]  # type: ignore[attr-defined]
+        effects = self._on_became_controller(now_ms)
+        live = set(brokers)
+        affected = [(t.name, i) for t, i in self._all_partitions()
+                    if i in t.states and (t.states[i].leader not in live or not set(t.states[i].isr) <= live)]
+        dead = {r for t, i in self._all_partitions() for r in t.assignment[i]} - live
+        return effects + self._reelect(affected, dead, now_ms)
+
+    def _fenced(self, ops: list) -> list:
+        """Controller writes carry a check of /controller_epoch's version: a controller that lost
+        its office cannot write (Kafka's zkVersion check of the controller epoch, CTL-3)."""
+        version = self._controller_epoch_version  # type: ignore[attr-defined]
+        if version is None:
+            return ops
+        return [CheckVersion(znodes.ControllerEpochZNode.path(), version)] + list(ops)
 
     # ------------------------------------------------------------------ sending
 
@@ -172,6 +259,7 @@ class ControlPlane:
         restarted brokers (a new registration epoch) the state of their partitions, and every broker
         the new membership. Leader election for dead brokers is the controller's failover work."""
         if not self.is_controller:
+            self._broker_epochs = dict(epochs)  # type: ignore[attr-defined]
             return []
         known = self.metadata.brokers  # type: ignore[attr-defined]
         new = {b for b in brokers if (b not in self._broker_epochs and b not in known)  # type: ignore
@@ -294,26 +382,43 @@ class ControlPlane:
                 writes.append(zk_layout.update_partition_state(key[0], key[1], state))
             if not writes:
                 return effects
+            fenced = self._fenced(writes)
+            skip = len(fenced) - len(writes)
 
             def on_written(written: list, at_ms: int) -> list:
-                changed, retry, out = [], [], []
-                for (key, state), res in zip(planned, written):
+                if not self.is_controller:
+                    return []
+                if written and written[0].error is not ZkError.NONE:
+                    # a state changed under us, or our epoch is no longer current: check, re-read, retry
+                    if written[0].error is ZkError.BAD_VERSION:
+                        return self._check_still_controller(lambda t: self._reelect(keys, dead, t), at_ms)
+                    return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
+                        self._after(at_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
+                                    lambda t: self._reelect(keys, dead, t))
+                changed, out = [], []
+                for (key, state), res in zip(planned, written[skip:]):
                     topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
-                    if res.error is ZkError.BAD_VERSION:
-                        retry.append(key)
-                    elif res.error is ZkError.NONE and topic is not None:
+                    if topic is not None:
                         topic.states[key[1]] = dataclasses.replace(state, zk_version=res.version)
                         changed.append((topic, key[1]))
                         out.append(Log("info", f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
                                                f"{state.leader_epoch}, ISR {list(state.isr)}"))
-                    else:
-                        out.append(Log("warning", f"Writing the state of {key[0]}-{key[1]} failed: {res.error.name}"))
-                out.extend(self._send_partition_states(changed, None, False, at_ms))
-                return out + self._reelect(retry, dead, at_ms)
+                return out + self._send_partition_states(changed, None, False, at_ms)
 
-            return effects + [self._zk(writes, on_written)]  # type: ignore[attr-defined]
+            return effects + [self._zk(fenced, on_written, transaction=True)]  # type: ignore[attr-defined]
 
         return [self._zk(reads, on_read)]  # type: ignore[attr-defined]
+
+    def _check_still_controller(self, then: Callable[[int], list], now_ms: int) -> list:
+        """After a fenced write failed: resign if /controller_epoch moved on, else go on."""
+        def on_epoch(results: list, when_ms: int) -> list:
+            res = results[0]
+            if not self.is_controller:
+                return []
+            if res.error is ZkError.NONE and res.version != self._controller_epoch_version:  # type: ignore
+                return self._resign(f"the controller epoch is now {znodes.ControllerEpochZNode.decode(res.data)}")
+            return then(when_ms)
+        return [self._zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ receiving
 

@@ -61,3 +61,11 @@ class BrokerSend:
     port: int
     channel: str
     frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ReadClusterState:
+    """Read the whole cluster from ZooKeeper (what a newly elected controller needs): the result,
+    ``(brokers, topics, broker_epochs)``, goes to ``Broker.on_zk_result(token, result)``."""
+
+    token: int

@@ -16,7 +16,7 @@ from strandline.broker.config import BrokerConfig
 from strandline.coordination.znodes import BrokerInfo
 from strandline.controller import zk_layout
 from strandline.coordination import znodes
-from strandline.coordination.store import GetData, ZkError
+from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.errors import StrandlineError
 from strandline.log.manager import LogManager
 from strandline.runtime.disk import OsDisk
@@ -43,6 +43,23 @@ def read_live_brokers(store: KazooStore, children: list[str]) -> tuple[dict[int,
     return brokers, epochs
 
 
+def read_full_cluster_state(store: KazooStore) -> tuple:
+    """(brokers, topics, broker epochs) for a newly elected controller."""
+    _, topics = read_cluster_state(store)
+    [ids] = store.execute([GetChildren(znodes.BrokerIdsZNode.path())])
+    brokers, epochs = read_live_brokers(store, list(ids.children))
+    return brokers, topics, epochs
+
+
+def watch_controller(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
+    """Feed ``/controller`` to the core: when it disappears every broker runs for it (CTL-1)."""
+    def on_data(data: bytes | None, version: int) -> None:  # kazoo's thread (the first call: ours)
+        controller = znodes.ControllerZNode.decode(data) if data else None
+        loop.call_soon_threadsafe(lambda: shell.apply(shell.broker.on_controller_changed(controller, now_ms())))
+
+    store.watch_data(znodes.ControllerZNode.path(), on_data)
+
+
 def watch_brokers(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed changes of ``/brokers/ids`` to the core (the controller acts on them, CTL-2)."""
     def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
@@ -62,8 +79,9 @@ def watch_isr_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell:
     store.watch_children(znodes.IsrChangeNotificationZNode.path(), on_children)
 
 
-def elect_controller(store: KazooStore, broker_id: int) -> tuple[int, int]:
-    """Try to become controller (ephemeral /controller + /controller_epoch + 1); returns (id, epoch)."""
+def elect_controller(store: KazooStore, broker_id: int) -> tuple[int, int, int | None]:
+    """Try to become controller (ephemeral /controller + /controller_epoch + 1); returns
+    (controller id, epoch, version of /controller_epoch when we won)."""
     for _ in range(10):
         [epoch_res] = store.execute([GetData(znodes.ControllerEpochZNode.path())])
         if epoch_res.error is ZkError.NO_NODE:
@@ -72,12 +90,12 @@ def elect_controller(store: KazooStore, broker_id: int) -> tuple[int, int]:
             epoch, version = znodes.ControllerEpochZNode.decode(epoch_res.data), epoch_res.version
         results = store.transaction(zk_layout.controller_election_ops(broker_id, epoch + 1, version, now_ms()))
         if all(r.error is ZkError.NONE for r in results):
-            return broker_id, epoch + 1
+            return broker_id, epoch + 1, results[1].version
         [ctl] = store.execute([GetData(znodes.ControllerZNode.path())])
         if ctl.error is ZkError.NONE:
             [epoch_res] = store.execute([GetData(znodes.ControllerEpochZNode.path())])
             current = znodes.ControllerEpochZNode.decode(epoch_res.data) if epoch_res.error is ZkError.NONE else 0
-            return znodes.ControllerZNode.decode(ctl.data), current
+            return znodes.ControllerZNode.decode(ctl.data), current, None
     raise StrandlineError("could not elect a controller in ZooKeeper")
 
 
@@ -96,14 +114,16 @@ def get_or_create_cluster_id(store: KazooStore) -> str:
     return cluster_id
 
 
-def watch_session(store: KazooStore, loop: asyncio.AbstractEventLoop, broker: Broker, register) -> None:
-    """After the ZooKeeper session expires, kazoo opens a new one: register the broker again."""
+def watch_session(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell, register) -> None:
+    """When the ZooKeeper session expires a controller resigns at once (NET-8); kazoo then opens a
+    new session and the broker registers again."""
     state = {"lost": False}
 
     def on_state(name: str) -> None:  # kazoo's thread
         if name == "LOST":
             state["lost"] = True
             loop.call_soon_threadsafe(log.warning, "ZooKeeper session expired; registering again on reconnect")
+            loop.call_soon_threadsafe(lambda: shell.apply(shell.broker.on_session_lost(now_ms())))
         elif name == "CONNECTED" and state["lost"]:
             state["lost"] = False
             loop.call_soon_threadsafe(lambda: loop.create_task(asyncio.to_thread(register)))
@@ -143,11 +163,13 @@ async def serve(config: BrokerConfig) -> None:
         await shell.listen(config.listener.host, config.listener.port)
         wait_s = v["zookeeper.session.timeout.ms"] / 1000.0 + 5.0
         await asyncio.to_thread(store.register_broker, broker_id, adv.host, adv.port, v["broker.rack"], wait_s)
-        controller_id, controller_epoch = await asyncio.to_thread(elect_controller, store, broker_id)
-        shell.apply(broker.load_metadata(cluster_id, brokers, topics, controller_id, controller_epoch, now_ms()))
+        controller_id, controller_epoch, epoch_version = await asyncio.to_thread(elect_controller, store, broker_id)
+        shell.apply(broker.load_metadata(cluster_id, brokers, topics, controller_id, controller_epoch, now_ms(),
+                                         epoch_version))
         await asyncio.to_thread(watch_brokers, store, loop, shell)
         await asyncio.to_thread(watch_isr_changes, store, loop, shell)
-        watch_session(store, loop, broker, lambda: store.register_broker(
+        await asyncio.to_thread(watch_controller, store, loop, shell)
+        watch_session(store, loop, shell, lambda: store.register_broker(
             broker_id, adv.host, adv.port, v["broker.rack"], wait_s))
         log.info("Broker %d serving on %s:%d (controller %d, epoch %d)", broker_id, adv.host, adv.port,
                  controller_id, controller_epoch)

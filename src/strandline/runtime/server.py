@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from strandline.broker.broker import Broker
-from strandline.broker.effects import BrokerSend, Close, Log, Send, ZkRequest
+from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
 from strandline.runtime.channels import BrokerChannels
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 
@@ -159,15 +159,31 @@ class BrokerShell:
                     conn.close(effect.reason)
             elif isinstance(effect, BrokerSend):
                 self.channels.send(effect)
+            elif isinstance(effect, ReadClusterState):
+                self._spawn(self._read_cluster_state(effect.token))
             elif isinstance(effect, ZkRequest):
-                task = self.loop.create_task(self._run_zk(effect))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self._run_zk(effect))
             elif isinstance(effect, Log):
                 log.log(logging.getLevelName(effect.level.upper()), "%s", effect.message)
             else:
                 raise TypeError(f"unknown effect {effect!r}")
         self.reschedule()
+
+    def _spawn(self, coro) -> None:
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _read_cluster_state(self, token: int) -> None:
+        from strandline.runtime.broker_main import read_full_cluster_state
+
+        try:
+            state = await asyncio.to_thread(read_full_cluster_state, self.store)
+        except Exception as exc:  # ZooKeeper unreachable: the controller cannot start; say so, try later
+            log.warning("Reading the cluster state from ZooKeeper failed: %s", exc)
+            self.loop.call_later(1.0, lambda: self._spawn(self._read_cluster_state(token)))
+            return
+        self.apply(self.broker.on_zk_result(token, state, now_ms()))
 
     async def _run_zk(self, request: ZkRequest) -> None:
         ops = list(request.ops)

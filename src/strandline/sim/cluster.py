@@ -19,7 +19,7 @@ from typing import Any, Callable
 from strandline.broker.broker import Broker
 from strandline.broker.cluster_state import read_cluster_state
 from strandline.broker.config import BrokerConfig
-from strandline.broker.effects import BrokerSend, Close, Log, Send, ZkRequest
+from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
 from strandline.controller import zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import Create, GetData, ZkError
@@ -31,6 +31,7 @@ from strandline.sim.zookeeper import MemoryZooKeeper
 START_MS = 1_700_000_000_000
 LOG_DIR = "/data/logs"
 ISR_CHANGES = znodes.IsrChangeNotificationZNode.path()
+CONTROLLER = znodes.ControllerZNode.path()
 
 
 @dataclass
@@ -144,6 +145,15 @@ class SimCluster:
                                 lambda core, token=token, results=results: core.on_zk_result(token, results, self.now))
                 if any(isinstance(op, Create) and op.path.startswith(ISR_CHANGES) for op in effect.ops):
                     self._isr_changes_notified()
+                if any(isinstance(op, Create) and op.path == CONTROLLER for op in effect.ops):
+                    self._controller_changed()
+            elif isinstance(effect, ReadClusterState):
+                brokers, topics = read_cluster_state(self.zk)
+                epochs = {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
+                token = effect.token
+                self._to_broker(node.id, node.incarnation, 0,
+                                lambda core, token=token, state=(brokers, topics, epochs):
+                                core.on_zk_result(token, state, self.now))
             elif isinstance(effect, BrokerSend):
                 self._broker_send(node, effect)
             elif isinstance(effect, Log):
@@ -261,9 +271,10 @@ class SimCluster:
         self.zk.execute([Create(znodes.BrokerIdZNode.path(broker_id),
                                 znodes.BrokerIdZNode.encode(broker_id, adv.host, adv.port, None, self.now),
                                 ephemeral=True)], node.session)
-        controller_id, epoch = self._elect(broker_id, node.session)
+        controller_id, epoch, version = self._elect(broker_id, node.session)
         brokers, topics = read_cluster_state(self.zk)
-        self._apply(node, core.load_metadata("sim-cluster", brokers, topics, controller_id, epoch, self.now))
+        self._apply(node, core.load_metadata("sim-cluster", brokers, topics, controller_id, epoch, self.now,
+                                             version))
         self._brokers_changed()
         return node
 
@@ -274,9 +285,9 @@ class SimCluster:
         results = self.zk.transaction(zk_layout.controller_election_ops(broker_id, epoch + 1, version, self.now),
                                       session)
         if results[0].error is ZkError.NONE:
-            return broker_id, epoch + 1
+            return broker_id, epoch + 1, results[1].version
         [ctl] = self.zk.execute([GetData(znodes.ControllerZNode.path())])
-        return znodes.ControllerZNode.decode(ctl.data), epoch
+        return znodes.ControllerZNode.decode(ctl.data), epoch, None
 
     def _brokers_changed(self) -> None:
         """What each shell's ``/brokers/ids`` watch reports."""
@@ -286,6 +297,31 @@ class SimCluster:
             if node.core is not None:
                 self._to_broker(node.id, node.incarnation, 0,
                                 lambda core: core.on_brokers_changed(dict(brokers), dict(epochs), self.now))
+
+    def _controller_changed(self) -> None:
+        """What each shell's ``/controller`` watch reports."""
+        [ctl] = self.zk.execute([GetData(CONTROLLER)])
+        current = znodes.ControllerZNode.decode(ctl.data) if ctl.error is ZkError.NONE else None
+        for node in self.brokers.values():
+            if node.core is not None:
+                self._to_broker(node.id, node.incarnation, 0,
+                                lambda core: core.on_controller_changed(current, self.now))
+
+    def expire_session(self, broker_id: int) -> None:
+        """The broker's ZooKeeper session expires while it runs (a partition from ZooKeeper
+        healed too late): its ephemeral nodes go, it hears of the loss and registers again."""
+        node = self.brokers[broker_id]
+        gone = self.zk.expire(node.session)
+        self._sessions += 1
+        node.session = self._sessions
+        self._to_broker(node.id, node.incarnation, 0, lambda core: core.on_session_lost(self.now))
+        adv = self.broker_config(broker_id).advertised
+        self.zk.execute([Create(znodes.BrokerIdZNode.path(broker_id),
+                                znodes.BrokerIdZNode.encode(broker_id, adv.host, adv.port, None, self.now),
+                                ephemeral=True)], node.session)
+        self._brokers_changed()
+        if CONTROLLER in gone:
+            self._controller_changed()
 
     def _isr_changes_notified(self) -> None:
         """What each shell's ``/isr_change_notification`` watch reports."""
@@ -312,8 +348,10 @@ class SimCluster:
             for conn_id, conn in list(other.conns.items()):
                 if conn.peer[0] == "broker" and conn.peer[1] == broker_id:
                     self._close(other, conn_id)
-        self.zk.expire(node.session)
+        gone = self.zk.expire(node.session)
         self._brokers_changed()
+        if CONTROLLER in gone:
+            self._controller_changed()
 
     def shutdown(self, broker_id: int) -> None:
         """A clean stop: high watermarks checkpointed, logs flushed."""
