@@ -417,3 +417,55 @@ def test_net_8_a_controller_that_loses_its_session_stops_acting_and_cannot_write
     zombie.active_controller, zombie._controller_epoch_version = True, old_version
     assert c.call(1, 19, 5, body).topics[0].error_code == ErrorCode.not_controller
     assert "late" not in c.zk.children("/brokers/topics")
+
+
+def test_ctl_9_controlled_shutdown_moves_leadership_before_the_broker_stops():
+    """The stopping broker asks the controller; its partitions get new leaders from the ISR in a
+    new epoch, it leaves every ISR and stops fetching; then it stops cleanly and nothing is lost."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "cs", [2, 3, 1], min_isr=2, partitions=2)
+    assert produce(c, 2, "cs", [b"m1"]).error_code == ErrorCode.none
+    node = c.brokers[2]
+    c._apply(node, node.core.begin_controlled_shutdown(c.now))
+    c.advance(10)
+    assert node.core.controlled_shutdown_done
+    state = c.state("cs")
+    assert state.leader == 3 and state.leader_epoch == 1 and state.isr == (3, 1)
+    assert not any(("cs", 0) in f.partitions for f in node.core.fetchers.values())
+    assert produce(c, 3, "cs", [b"m2"]).error_code == ErrorCode.none
+    c.advance(2 * LAG_MS)
+    assert c.state("cs").isr == (3, 1)                          # not let back in
+    c.shutdown(2)
+    c.advance(10)
+    assert values_on(c, 3, "cs") == values_on(c, 1, "cs") == [b"m1", b"m2"]
+
+
+def test_ctl_9_a_partition_no_one_else_can_lead_yet_is_reported_and_retried():
+    """Broker 3 is up but out of the ISR: leadership cannot move to it now, maybe after a retry."""
+    c = SimCluster((1, 2, 3), **{"controlled.shutdown.max.retries": "1", "controlled.shutdown.retry.backoff.ms": "100",
+                                 "replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "solo", [2, 3])
+    c.pause(3)
+    assert produce(c, 2, "solo", [b"m1"], acks=1).error_code == ErrorCode.none
+    c.advance(LAG_MS + 600)
+    assert c.state("solo").isr == (2,)
+    node = c.brokers[2]
+    c._apply(node, node.core.begin_controlled_shutdown(c.now))
+    c.advance(10)
+    assert not node.core.controlled_shutdown_done                # retrying
+    c.advance(200)
+    assert node.core.controlled_shutdown_done                    # gave up after the retries
+    assert c.state("solo").leader == 2
+    assert any("Controlled shutdown failed" in line for line in node.log)
+
+
+def test_ctl_9_a_single_replica_or_a_last_survivor_does_not_wait():
+    c = SimCluster((1, 2))
+    create(c, "one", [2])
+    create(c, "two", [2, 1])
+    c.crash(1, lose_unflushed=False)
+    c.settle()
+    node = c.brokers[2]
+    c._apply(node, node.core.begin_controlled_shutdown(c.now))
+    c.advance(10)
+    assert node.core.controlled_shutdown_done

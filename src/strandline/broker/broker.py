@@ -97,6 +97,8 @@ class Broker(ControlPlane, Follower):
         self._hw_checkpoint: dict | None = None
         self._loading_topics: set[str] = set()   # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
         self.active_controller = False
+        self._shutting_down: set[int] = set()      # brokers in controlled shutdown (controller)
+        self.controlled_shutdown_done = False
         self._controller_epoch_version: int | None = None
         self._electing = False
         self._isr_changing: set[tuple[str, int]] = set()

@@ -266,6 +266,7 @@ class ControlPlane:
                or (b in self._broker_epochs and self._broker_epochs[b] != epochs.get(b))}  # type: ignore
         gone = set(known) - set(brokers)
         self._broker_epochs = dict(epochs)  # type: ignore[attr-defined]
+        self._shutting_down -= gone | new  # type: ignore[attr-defined]
         if not new and not gone and all(known.get(b) == info for b, info in brokers.items()):
             return []
         self.metadata.brokers = dict(brokers)  # type: ignore[attr-defined]
@@ -323,6 +324,91 @@ class ControlPlane:
 
         return [self._zk([GetData(p) for p in paths], on_read)]  # type: ignore[attr-defined]
 
+    # ------------------------------------------------------------------ controlled shutdown (CTL-9)
+
+    def _on_controlled_shutdown_request(self, broker_id: int, respond: Callable[[dict], list], now_ms: int) -> list:
+        """The controller moves a stopping broker's leaderships to other ISR members and takes it
+        out of the ISRs it follows; it answers with the partitions it still leads (no other ISR
+        member could take them)."""
+        if not self.is_controller:
+            return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
+        if broker_id not in self.metadata.brokers:  # type: ignore[attr-defined]
+            return respond({"error_code": ErrorCode.broker_not_available, "remaining_partitions": []})
+        self._shutting_down.add(broker_id)  # type: ignore[attr-defined]
+        # as Kafka, partitions with a single replica are left alone
+        keys = [(t.name, i) for t, i in self._all_partitions()
+                if i in t.states and len(t.assignment[i]) > 1
+                and (t.states[i].leader == broker_id or broker_id in t.states[i].isr)]
+
+        def could_move_later(t: TopicMetadata, i: int) -> bool:
+            """Retrying helps only if another replica is up (it may yet catch up)."""
+            up = set(self.metadata.brokers) - self._shutting_down  # type: ignore[attr-defined]
+            return any(r != broker_id and r in up for r in t.assignment[i])
+
+        def done(when_ms: int) -> list:
+            remaining = [{"topic_name": t.name, "partition_index": i} for t, i in self._all_partitions()
+                         if i in t.states and t.states[i].leader == broker_id and len(t.assignment[i]) > 1
+                         and could_move_later(t, i)]
+            # it stops fetching, so that no leader lets it back into an ISR before it is gone
+            stop: dict[str, list[int]] = {}
+            for t, i in self._all_partitions():
+                if broker_id in t.assignment[i] and t.states.get(i) and t.states[i].leader != broker_id:
+                    stop.setdefault(t.name, []).append(i)
+            effects: list = [Log("info", f"Controlled shutdown of broker {broker_id}: {len(keys)} partition(s) "
+                                         f"moved or shrunk, {len(remaining)} remaining")]
+            if stop:
+                body = {**self._control_header(), "delete_partitions": False,
+                        "topics": [{"name": n, "partition_indexes": p} for n, p in stop.items()]}
+                effects.extend(self._send_control(broker_id, control.STOP_REPLICA, body, when_ms))
+            return effects + respond({"error_code": ErrorCode.none, "remaining_partitions": remaining})
+
+        return self._reelect(keys, {broker_id}, now_ms, done)
+
+    def begin_controlled_shutdown(self, now_ms: int) -> list:
+        """Ask the controller to move this broker's leaderships away before it stops; retried
+        ``controlled.shutdown.max.retries`` times. ``controlled_shutdown_done`` turns True when
+        the broker may stop."""
+        cfg = self.config  # type: ignore[attr-defined]
+        if not cfg["controlled.shutdown.enable"]:
+            self.controlled_shutdown_done = True  # type: ignore[attr-defined]
+            return []
+        return self._controlled_shutdown_attempt(cfg["controlled.shutdown.max.retries"], now_ms)
+
+    def _controlled_shutdown_attempt(self, retries_left: int, now_ms: int) -> list:
+        cfg = self.config  # type: ignore[attr-defined]
+
+        def on_answer(answer: dict | None, when_ms: int) -> list:
+            if answer is not None and answer["error_code"] == ErrorCode.none and not answer["remaining_partitions"]:
+                self.controlled_shutdown_done = True  # type: ignore[attr-defined]
+                return [Log("info", "Controlled shutdown succeeded")]
+            why = "no answer" if answer is None else \
+                f"error {answer['error_code']}, {len(answer['remaining_partitions'])} partition(s) remaining"
+            if retries_left <= 0:
+                self.controlled_shutdown_done = True  # type: ignore[attr-defined]
+                return [Log("warning", f"Controlled shutdown failed ({why}); stopping anyway")]
+            return [Log("info", f"Controlled shutdown not complete ({why}); retrying")] + \
+                self._after(when_ms + cfg["controlled.shutdown.retry.backoff.ms"],  # type: ignore[attr-defined]
+                            lambda t: self._controlled_shutdown_attempt(retries_left - 1, t))
+
+        body = {"broker_id": self.broker_id, "broker_epoch": self._broker_epochs.get(self.broker_id, -1)}  # type: ignore
+        if self.is_controller:
+            return self._on_controlled_shutdown_request(self.broker_id, lambda a: on_answer(a, now_ms), now_ms)
+        controller = self.metadata.controller_id  # type: ignore[attr-defined]
+
+        def on_response(frame: bytes | None, when_ms: int) -> list:
+            answer = None
+            if frame is not None:
+                try:
+                    answer = control.decode_response(control.CONTROLLED_SHUTDOWN, frame)
+                except Exception:
+                    answer = None
+            return on_answer(answer, when_ms)
+
+        client_id = f"strandline-broker-{self.broker_id}"
+        return self._send_to_broker(
+            controller, "controlled-shutdown",
+            lambda cid: control.encode_request(control.CONTROLLED_SHUTDOWN, cid, client_id, body), on_response, now_ms)
+
     # ------------------------------------------------------------------ leader election (CTL-6, CTL-7)
 
     def _elect_partition(self, topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
@@ -334,6 +420,7 @@ class ControlPlane:
         live replica; with neither the partition goes offline (leader -1, the ISR kept)."""
         replicas = topic.assignment[index]
         epoch = current.leader_epoch + 1
+        live = live - self._shutting_down  # type: ignore[attr-defined]
         if current.leader >= 0 and current.leader in live and current.leader not in dead:
             isr = tuple(r for r in current.isr if r not in dead) or current.isr
             if isr == current.isr:
@@ -346,19 +433,21 @@ class ControlPlane:
             candidates = [r for r in replicas if r in live and r not in dead]
             unclean = bool(candidates)
         if not candidates:
-            if current.leader < 0:
-                return None
+            if current.leader < 0 or current.leader in self._shutting_down:  # type: ignore[attr-defined]
+                return None     # a broker shutting down keeps what nobody else can take over
             isr = tuple(r for r in current.isr if r != current.leader) or current.isr
             return LeaderAndIsr(-1, epoch, isr, self.controller_epoch, current.zk_version), False
         leader = candidates[0]
         isr = (leader,) if unclean else tuple(r for r in current.isr if r in live and r not in dead)
         return LeaderAndIsr(leader, epoch, isr, self.controller_epoch, current.zk_version), unclean
 
-    def _reelect(self, keys: list[tuple[str, int]], dead: set[int], now_ms: int) -> list:
+    def _reelect(self, keys: list[tuple[str, int]], dead: set[int], now_ms: int,
+                 done: Callable[[int], list] | None = None) -> list:
         """Re-read the partitions' state znodes, elect, and write each new state with compare-and-set
-        on the version just read; a partition whose write lost a race is read and elected again."""
+        on the version just read; a partition whose write lost a race is read and elected again.
+        ``done(now_ms)`` runs once the states are written (or nothing needed writing)."""
         if not keys:
-            return []
+            return done(now_ms) if done else []
         reads = [GetData(znodes.TopicPartitionStateZNode.path(t, i)) for t, i in keys]
 
         def on_read(results: list, when_ms: int) -> list:
@@ -381,7 +470,7 @@ class ControlPlane:
                 planned.append((key, state))
                 writes.append(zk_layout.update_partition_state(key[0], key[1], state))
             if not writes:
-                return effects
+                return effects + (done(when_ms) if done else [])
             fenced = self._fenced(writes)
             skip = len(fenced) - len(writes)
 
@@ -391,10 +480,10 @@ class ControlPlane:
                 if written and written[0].error is not ZkError.NONE:
                     # a state changed under us, or our epoch is no longer current: check, re-read, retry
                     if written[0].error is ZkError.BAD_VERSION:
-                        return self._check_still_controller(lambda t: self._reelect(keys, dead, t), at_ms)
+                        return self._check_still_controller(lambda t: self._reelect(keys, dead, t, done), at_ms)
                     return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
                         self._after(at_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
-                                    lambda t: self._reelect(keys, dead, t))
+                                    lambda t: self._reelect(keys, dead, t, done))
                 changed, out = [], []
                 for (key, state), res in zip(planned, written[skip:]):
                     topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
@@ -403,7 +492,8 @@ class ControlPlane:
                         changed.append((topic, key[1]))
                         out.append(Log("info", f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
                                                f"{state.leader_epoch}, ISR {list(state.isr)}"))
-                return out + self._send_partition_states(changed, None, False, at_ms)
+                out.extend(self._send_partition_states(changed, None, False, at_ms))
+                return out + (done(at_ms) if done else [])
 
             return effects + [self._zk(fenced, on_written, transaction=True)]  # type: ignore[attr-defined]
 
@@ -432,6 +522,8 @@ class ControlPlane:
             data = control.encode_response(api_key, correlation_id, answer)
             return [Send(conn_id, [len(data).to_bytes(4, "big"), data])]
 
+        if api_key == control.CONTROLLED_SHUTDOWN:
+            return self._on_controlled_shutdown_request(body["broker_id"], respond, now_ms)
         if body["controller_epoch"] < self.controller_epoch:
             return respond(self._control_error(api_key, body, ErrorCode.stale_controller_epoch))
         missing = self._unknown_topics(api_key, body)
@@ -453,7 +545,7 @@ class ControlPlane:
         return {"error_code": code, "partition_errors": []}
 
     def _unknown_topics(self, api_key: int, body: dict) -> list[str]:
-        if api_key == control.STOP_REPLICA:
+        if api_key in (control.STOP_REPLICA, control.CONTROLLED_SHUTDOWN):
             return []
         topics = self.metadata.topics  # type: ignore[attr-defined]
         names = []

@@ -1,9 +1,10 @@
-"""The controller's requests to brokers: LeaderAndIsr, UpdateMetadata and StopReplica.
+"""The controller's requests to brokers (LeaderAndIsr, UpdateMetadata, StopReplica) and a
+broker's ControlledShutdown request to the controller.
 
 Brokers of a ZooKeeper-mode Kafka 2.x cluster receive these from the controller on their client
 port. The kio schemas are generated from Kafka 4.x, which dropped them, so they are encoded here
-by hand in Kafka 2.x's layouts (non-flexible versions): LeaderAndIsr v2, UpdateMetadata v5 and
-StopReplica v1, with the v1 request header and v0 response header. Only Strandline's controller
+by hand in Kafka 2.x's layouts (non-flexible versions): LeaderAndIsr v2, UpdateMetadata v5,
+StopReplica v1 and ControlledShutdown v3, with the v1 request header and v0 response header. Only Strandline's controller
 sends them; a broker answers other versions with an error, never by guessing.
 
 A schema is a tuple of fields; a field is ``(name, type)`` where type is one of ``int8``,
@@ -21,6 +22,7 @@ from strandline.protocol.frames import ProtocolError
 LEADER_AND_ISR = 4
 STOP_REPLICA = 5
 UPDATE_METADATA = 6
+CONTROLLED_SHUTDOWN = 7
 
 LEADER_AND_ISR_PARTITION = (
     ("partition_index", "int32"), ("controller_epoch", "int32"), ("leader", "int32"),
@@ -56,13 +58,21 @@ STOP_REPLICA_REQUEST = (
     ("topics", (("name", "string"), ("partition_indexes", "int32s"))),
 )
 
+CONTROLLED_SHUTDOWN_REQUEST = (("broker_id", "int32"), ("broker_epoch", "int64"))
+CONTROLLED_SHUTDOWN_RESPONSE = (
+    ("error_code", "int16"),
+    ("remaining_partitions", (("topic_name", "string"), ("partition_index", "int32"))),
+)
+
 # api key -> (version, request schema, response schema)
 SCHEMAS: dict[int, tuple[int, tuple, tuple]] = {
     LEADER_AND_ISR: (2, LEADER_AND_ISR_REQUEST, PARTITION_ERRORS_RESPONSE),
     UPDATE_METADATA: (5, UPDATE_METADATA_REQUEST, UPDATE_METADATA_RESPONSE),
     STOP_REPLICA: (1, STOP_REPLICA_REQUEST, PARTITION_ERRORS_RESPONSE),
+    CONTROLLED_SHUTDOWN: (3, CONTROLLED_SHUTDOWN_REQUEST, CONTROLLED_SHUTDOWN_RESPONSE),
 }
-NAMES = {LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica", UPDATE_METADATA: "UpdateMetadata"}
+NAMES = {LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica", UPDATE_METADATA: "UpdateMetadata",
+         CONTROLLED_SHUTDOWN: "ControlledShutdown"}
 
 _FIXED = {"int8": struct.Struct(">b"), "int16": struct.Struct(">h"), "int32": struct.Struct(">i"),
           "int64": struct.Struct(">q"), "bool": struct.Struct(">?")}

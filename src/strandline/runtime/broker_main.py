@@ -176,6 +176,7 @@ async def serve(config: BrokerConfig) -> None:
         print(f"{READY_PREFIX} id={broker_id} listener={adv.host}:{adv.port}", flush=True)
         await stop.wait()
         log.info("Broker %d shutting down", broker_id)
+        await controlled_shutdown(shell, config)
     finally:
         if shell is not None:
             await shell.close()
@@ -184,6 +185,18 @@ async def serve(config: BrokerConfig) -> None:
         store.listeners.clear()  # closing our own session is not an expiry
         await asyncio.to_thread(store.stop)
         log.info("Broker %d stopped", broker_id)
+
+
+async def controlled_shutdown(shell: BrokerShell, config: BrokerConfig) -> None:
+    """CTL-9: have the controller move our leaderships away first, within a bounded time."""
+    v = config.values
+    attempts = v["controlled.shutdown.max.retries"] + 1
+    limit_s = attempts * (v["controlled.shutdown.retry.backoff.ms"] + 5000) / 1000.0
+    shell.apply(shell.broker.begin_controlled_shutdown(now_ms()))
+    try:
+        await asyncio.wait_for(shell.controlled_shutdown_done.wait(), limit_s)
+    except asyncio.TimeoutError:
+        log.warning("Controlled shutdown did not finish within %.0f s; stopping anyway", limit_s)
 
 
 def tune_allocator() -> None:

@@ -134,6 +134,7 @@ class BrokerShell:
         self._tasks: set[asyncio.Task] = set()
         self.server: asyncio.base_events.Server | None = None
         self.channels = BrokerChannels(self.loop, self._on_broker_response)
+        self.controlled_shutdown_done = asyncio.Event()
 
     def protocol_factory(self) -> Connection:
         conn = Connection(self, self._next_conn)
@@ -167,6 +168,8 @@ class BrokerShell:
                 log.log(logging.getLevelName(effect.level.upper()), "%s", effect.message)
             else:
                 raise TypeError(f"unknown effect {effect!r}")
+        if self.broker.controlled_shutdown_done:
+            self.controlled_shutdown_done.set()
         self.reschedule()
 
     def _spawn(self, coro) -> None:
