@@ -51,6 +51,12 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return topics.run(args)
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from strandline.runtime.cluster import cluster_action
+
+    return cluster_action(args.action, args.broker_id, args.data_dir)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strandline", description="A Kafka-compatible, replicated commit log.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -73,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--zookeeper-port", type=int, default=2181, help="port of the embedded ZooKeeper")
     up.add_argument("--override", action="append", metavar="KEY=VALUE", help="configuration for every broker")
     up.set_defaults(func=cmd_up)
+
+    cluster = sub.add_parser("cluster", help="kill, stop or start again a broker of a running `strandline up`")
+    cluster.add_argument("action", choices=("kill", "stop", "start"),
+                         help="kill: SIGKILL; stop: SIGTERM (controlled shutdown); start: start it again")
+    cluster.add_argument("broker_id", type=int, metavar="BROKER_ID")
+    cluster.add_argument("--data-dir", default="./data")
+    cluster.set_defaults(func=cmd_cluster)
 
     topics = sub.add_parser("topics", help="create, list, describe and delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)

@@ -162,12 +162,10 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
             brokers.append(b)
         wait_ready(brokers, BROKER_START_TIMEOUT_S)
         wait_for_membership(brokers, BROKER_START_TIMEOUT_S)
-        cluster = {"zookeeper": zk_info,
+        cluster = {"zookeeper": zk_info, "overrides": list(overrides),
                    "brokers": [{"id": b.id, "port": b.port, "pid": b.proc.pid if b.proc else None,
                                 "log_dir": str(b.log_dir)} for b in brokers]}
-        tmp = root / "cluster.json.tmp"
-        tmp.write_text(json.dumps(cluster, indent=2) + "\n")
-        os.replace(tmp, root / "cluster.json")
+        write_cluster_json(root, cluster)
         print("bootstrap.servers=" + ",".join(f"127.0.0.1:{b.port}" for b in brokers), flush=True)
         while not stopping:
             time.sleep(0.2)  # supervise: notice signals and brokers that exit
@@ -187,7 +185,125 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
         for b in brokers:
             if b.proc is not None and b.proc.poll() is None:
                 b.proc.send_signal(signal.SIGTERM)
+        restarted = restarted_brokers(root, brokers)   # started again by `strandline cluster start`
+        for pid in restarted:
+            _signal(pid, signal.SIGTERM)
         for b in brokers:
             b.stop()
+        for pid in restarted:
+            wait_gone(pid, 30.0)
         if zk is not None:
             zk.stop()
+
+
+# -- `strandline cluster kill|stop|start`: failures at the keyboard ----------------------------------
+
+
+def write_cluster_json(root: Path, cluster: dict) -> None:
+    tmp = root / "cluster.json.tmp"
+    tmp.write_text(json.dumps(cluster, indent=2) + "\n")
+    os.replace(tmp, root / "cluster.json")
+
+
+def read_cluster_json(root: Path) -> dict:
+    try:
+        return json.loads((root / "cluster.json").read_text())
+    except FileNotFoundError:
+        raise StrandlineError(f"no cluster.json in {root}: is `strandline up --data-dir {root}` running?") from None
+    except (OSError, ValueError) as exc:
+        raise StrandlineError(f"cannot read {root / 'cluster.json'}: {exc}") from None
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def restarted_brokers(root: Path, children: list[BrokerProcess]) -> list[int]:
+    """Pids in cluster.json that are not `up`'s own children (brokers started again by hand)."""
+    own = {b.proc.pid for b in children if b.proc is not None}
+    try:
+        info = json.loads((root / "cluster.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [b["pid"] for b in info.get("brokers", []) if b.get("pid") and b["pid"] not in own and pid_alive(b["pid"])]
+
+
+def _broker_entry(info: dict, broker_id: int, root: Path) -> dict:
+    for entry in info.get("brokers", []):
+        if entry["id"] == broker_id:
+            return entry
+    known = ", ".join(str(b["id"]) for b in info.get("brokers", []))
+    raise StrandlineError(f"no broker {broker_id} in {root / 'cluster.json'} (brokers: {known})")
+
+
+def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float = 90.0) -> int:
+    """SIGKILL, SIGTERM (controlled shutdown) or start again one broker of a running `up`."""
+    root = Path(data_dir).resolve()
+    info = read_cluster_json(root)
+    entry = _broker_entry(info, broker_id, root)
+    pid = entry.get("pid")
+    if action in ("kill", "stop"):
+        if not pid_alive(pid):
+            raise StrandlineError(f"broker {broker_id} is not running")
+        _signal(pid, signal.SIGKILL if action == "kill" else signal.SIGTERM)
+        if not wait_gone(pid, timeout_s):
+            raise StrandlineError(f"broker {broker_id} (pid {pid}) did not stop within {timeout_s:.0f} s")
+        entry["pid"] = None
+        write_cluster_json(root, info)
+        print(f"Broker {broker_id} {'killed' if action == 'kill' else 'stopped'} (pid {pid}).")
+        return 0
+    if pid_alive(pid):
+        raise StrandlineError(f"broker {broker_id} is already running (pid {pid})")
+    broker_dir = root / f"broker-{broker_id}"
+    config = broker_dir / "server.properties"
+    if not config.exists():
+        raise StrandlineError(f"no {config}")
+    cmd = [sys.executable, "-m", "strandline.cli.main", "broker", "--config", str(config)]
+    for item in info.get("overrides", []):
+        cmd += ["--override", item]
+    out_path = broker_dir / "broker.out"
+    with open(out_path, "wb") as out, open(broker_dir / "broker.log", "ab") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = out_path.read_text(errors="replace")
+        if READY_PREFIX in text:
+            break
+        if proc.poll() is not None:
+            tail = (broker_dir / "broker.log").read_text(errors="replace").strip().splitlines()[-1:]
+            raise StrandlineError(f"broker {broker_id} exited with code {proc.returncode}: {' '.join(tail)}")
+        if time.monotonic() > deadline:
+            raise StrandlineError(f"broker {broker_id} was not ready within {timeout_s:.0f} s")
+        time.sleep(0.05)
+    entry["pid"] = proc.pid
+    write_cluster_json(root, info)
+    print(f"Broker {broker_id} started (pid {proc.pid}).")
+    return 0

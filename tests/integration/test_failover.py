@@ -1,0 +1,181 @@
+"""Failover with real broker processes (CTL-1, CTL-6..9, SAFE-1, LOSS-2).
+
+One 3-broker cluster for the module with a short ZooKeeper session (so a SIGKILLed broker is
+noticed within SESSION_MS) and a short replica.lag.time.max.ms. Failures are made with the
+`strandline cluster kill|stop|start` commands a user would type.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from strandline.runtime.client import KafkaConnection
+from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.integration.replication_helpers import (PRODUCE, Writer, address, consume, create_topic, current_leader,
+                                                   leader_isr, max_gap_around)
+from tests.unit.batches import make_batch
+
+SESSION_MS = 4000
+LAG_MS = 1000
+
+
+@pytest.fixture(scope="module")
+def fo(tmp_path_factory):
+    ports = free_ports(4)
+    data = tmp_path_factory.mktemp("failover") / "data"
+    data.mkdir()
+    c = Cluster(data, 3, ports[1], ports[0], overrides=[
+        f"zookeeper.session.timeout.ms={SESSION_MS}", f"replica.lag.time.max.ms={LAG_MS}",
+        "controlled.shutdown.retry.backoff.ms=500"])
+    c.start()
+    yield c
+    c.stop()
+
+
+def cluster_cli(c: Cluster, action: str, broker_id: int) -> None:
+    result = run_cli("cluster", action, str(broker_id), "--data-dir", str(c.data_dir), timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def controller_of(c: Cluster, brokers=(1, 2, 3)) -> int:
+    for b in brokers:
+        try:
+            with KafkaConnection(address(c, b), timeout_s=5) as conn:
+                resp = conn.request(3, 10, {"topics": [], "allow_auto_topic_creation": False})
+            return int(resp.controller_id)
+        except Exception:
+            continue
+    return -1
+
+
+def acks_all_produce(c: Cluster, broker: int, topic: str, value: bytes) -> int:
+    with KafkaConnection(address(c, broker), timeout_s=5) as conn:
+        resp = conn.request(PRODUCE, 7, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": bytes(make_batch([value]))}]}]})
+    return resp.responses[0].partition_responses[0].error_code
+
+
+def check_all_acknowledged_once_in_order(c: Cluster, topic: str, writer: Writer) -> None:
+    got = consume(c.bootstrap, topic, 1, len(writer.acked), timeout=60)
+    values = [v for _, _, v in got if not v.startswith(b"probe")]
+    assert len(values) == len(set(values)), "a record was written twice"
+    assert set(writer.acked) <= set(values), f"{len(set(writer.acked) - set(values))} acknowledged records lost"
+    numbers = [int(v[:8]) for v in values]
+    assert numbers == sorted(numbers), "records out of order within the partition"
+
+
+def test_sigkill_of_the_leader_then_of_the_controller_loses_no_acknowledged_record(fo):
+    """CTL-6, CTL-1, CTL-8, SAFE-1: writes (acks=all, idempotent) go on through the SIGKILL of the
+    partition's leader and later of the controller; each time a new leader from the ISR serves
+    within the session timeout plus a second; at the end every acknowledged record is there
+    exactly once, in order."""
+    controller = controller_of(fo)
+    leader, other = [b for b in (1, 2, 3) if b != controller]
+    create_topic(fo, "fo", {0: [leader, other, controller]})
+    poll_until(lambda: leader_isr(fo, "fo", 0, leader) == [1, 2, 3], 10, message="full ISR")
+    with Writer(fo.bootstrap, "fo") as writer:
+        poll_until(lambda: len(writer.acked) > 100, 20, message="first writes")
+        killed_at = time.monotonic()
+        cluster_cli(fo, "kill", leader)
+        poll_until(lambda: acks_all_produce(fo, other, "fo", b"probe-after-leader") == ErrorCode.none,
+                   SESSION_MS / 1000 + 5, interval=0.05, message="the new leader acknowledging")
+        leader_failover_s = time.monotonic() - killed_at
+        assert current_leader(fo, "fo", 0, [other, controller]) == other
+        cluster_cli(fo, "start", leader)
+        poll_until(lambda: leader_isr(fo, "fo", 0, other) == [1, 2, 3], 30, message="the old leader back in the ISR")
+        count = len(writer.acked)
+        killed_at = time.monotonic()
+        cluster_cli(fo, "kill", controller)
+        poll_until(lambda: controller_of(fo, [leader, other]) in (leader, other), SESSION_MS / 1000 + 5,
+                   message="a new controller")
+        controller_failover_s = time.monotonic() - killed_at
+        poll_until(lambda: len(writer.acked) > count + 200, 20, message="writes after the controller died")
+        cluster_cli(fo, "start", controller)
+        poll_until(lambda: leader_isr(fo, "fo", 0, other) == [1, 2, 3], 30, message="every broker back in the ISR")
+    assert not writer.errors
+    assert leader_failover_s <= SESSION_MS / 1000 + 1, leader_failover_s
+    assert controller_failover_s <= SESSION_MS / 1000 + 1, controller_failover_s
+    check_all_acknowledged_once_in_order(fo, "fo", writer)
+
+
+def test_sigterm_of_a_leader_moves_leadership_in_under_a_second(fo):
+    """CTL-9: `strandline cluster stop` (SIGTERM) moves the leadership first; writes pause for
+    less than a second and lose nothing; the broker comes back with `cluster start`."""
+    controller = controller_of(fo)
+    leader, other = [b for b in (1, 2, 3) if b != controller]
+    create_topic(fo, "cs", {0: [leader, other, controller]})
+    poll_until(lambda: leader_isr(fo, "cs", 0, leader) == [1, 2, 3], 10, message="full ISR")
+    with Writer(fo.bootstrap, "cs", interval_s=0.001) as writer:
+        poll_until(lambda: len(writer.acked) > 200, 20, message="first writes")
+        stopped_at = time.monotonic()
+        cluster_cli(fo, "stop", leader)
+        assert current_leader(fo, "cs", 0, [other, controller]) == other
+        count = len(writer.acked)
+        poll_until(lambda: len(writer.acked) > count + 200, 20, message="writes after the stop")
+    gap = max_gap_around(writer.ack_times, stopped_at + 0.05)
+    assert not writer.errors
+    assert gap < 1.0, f"writes paused {gap:.2f} s"
+    check_all_acknowledged_once_in_order(fo, "cs", writer)
+    cluster_cli(fo, "start", leader)
+    poll_until(lambda: leader_isr(fo, "cs", 0, other) == [1, 2, 3], 30, message="back in the ISR")
+
+
+def all_isr_dead(fo: Cluster, topic: str, unclean: bool) -> tuple[list[bytes], int, int]:
+    """Two replicas: the follower is frozen until it leaves the ISR, the leader takes more writes,
+    then the leader is SIGKILLed and the follower thawed. Returns (acknowledged, leader, follower)."""
+    controller = controller_of(fo)
+    leader, follower = [b for b in (1, 2, 3) if b != controller]
+    configs = {"unclean.leader.election.enable": "true"} if unclean else {}
+    create_topic(fo, topic, {0: [leader, follower]}, min_isr=1, configs=configs)
+    poll_until(lambda: leader_isr(fo, topic, 0, leader) == sorted([leader, follower]), 10, message="full ISR")
+    acknowledged = [b"both-%d" % i for i in range(10)]
+    for value in acknowledged:
+        assert acks_all_produce(fo, leader, topic, value) == ErrorCode.none
+    follower_pid = fo.broker_pid(follower)
+    os.kill(follower_pid, signal.SIGSTOP)
+    try:
+        assert acks_all_produce(fo, leader, topic, b"lagging") == ErrorCode.none  # leaves the follower behind
+        acknowledged.append(b"lagging")
+        poll_until(lambda: leader_isr(fo, topic, 0, leader) == [leader], 10, message="ISR of the leader alone")
+        only_leader = [b"leader-only-%d" % i for i in range(10)]
+        for value in only_leader:
+            assert acks_all_produce(fo, leader, topic, value) == ErrorCode.none
+        acknowledged += only_leader
+        cluster_cli(fo, "kill", leader)
+    finally:
+        os.kill(follower_pid, signal.SIGCONT)
+    return acknowledged, leader, follower
+
+
+def test_all_isr_members_dead_without_unclean_election_the_partition_waits_and_loses_nothing(fo):
+    """CTL-6 with unclean.leader.election.enable=false: the out-of-sync follower is not elected;
+    the partition is offline until the ISR member returns, then every acknowledged record is there."""
+    acknowledged, leader, follower = all_isr_dead(fo, "clean", unclean=False)
+    poll_until(lambda: current_leader(fo, "clean", 0, [follower]) == -1, SESSION_MS / 1000 + 5,
+               message="the partition offline")
+    assert current_leader(fo, "clean", 0, [follower]) == -1
+    cluster_cli(fo, "start", leader)
+    poll_until(lambda: current_leader(fo, "clean", 0, [leader, follower]) == leader, 30, message="leader back")
+    got = [v for _, _, v in consume(fo.bootstrap, "clean", 1, len(acknowledged))]
+    assert got == acknowledged
+
+
+def test_all_isr_members_dead_with_unclean_election_the_partition_returns_and_acknowledged_records_are_lost(fo):
+    """LOSS-2: with unclean.leader.election.enable=true the out-of-sync follower is elected at once
+    and the records only the dead leader had, acknowledged with acks=all, are gone for good."""
+    acknowledged, leader, follower = all_isr_dead(fo, "unclean", unclean=True)
+    poll_until(lambda: current_leader(fo, "unclean", 0, [follower]) == follower, SESSION_MS / 1000 + 5,
+               message="the out-of-sync follower elected")
+    assert acks_all_produce(fo, follower, "unclean", b"after") == ErrorCode.none
+    cluster_cli(fo, "start", leader)
+    poll_until(lambda: leader_isr(fo, "unclean", 0, follower) == sorted([leader, follower]), 30,
+               message="the old leader back as a follower")
+    got = [v for _, _, v in consume(fo.bootstrap, "unclean", 1, 12, timeout=10)]
+    lost = [v for v in acknowledged if v not in got]
+    assert lost and all(v.startswith(b"leader-only") or v == b"lagging" for v in lost)
+    assert got[-1] == b"after"
