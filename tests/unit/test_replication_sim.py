@@ -469,3 +469,31 @@ def test_ctl_9_a_single_replica_or_a_last_survivor_does_not_wait():
     c._apply(node, node.core.begin_controlled_shutdown(c.now))
     c.advance(10)
     assert node.core.controlled_shutdown_done
+
+
+def test_net_4_a_leader_cut_from_zookeeper_stops_acknowledging_acks_all_and_rejoins_as_follower():
+    """The leader is cut off from ZooKeeper and the other brokers but still reached by a client.
+    It cannot commit its ISR shrink, so acks=all writes time out instead of being acknowledged;
+    acks=1 writes are acknowledged and later lost (LOSS-1). After its session expires the
+    controller elects another ISR member; once healed, the old leader learns it is a follower,
+    truncates what only it had, and ends identical to the new leader."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "n", [2, 3, 4], min_isr=2)
+    assert produce(c, 2, "n", [b"m1"]).error_code == ErrorCode.none
+    c.cut_off(2)
+    produce_request(c, 2, "n", [b"never-acknowledged"], timeout_ms=3000)
+    c.advance(3500)
+    assert c.response(2, 0, 7, "producer").responses[0].partition_responses[0].error_code == \
+        ErrorCode.request_timed_out
+    assert c.partition(2, "n").isr == (2, 3, 4) and c.partition(2, "n").isr_update_failed
+    assert produce(c, 2, "n", [b"acks-1"], acks=1).error_code == ErrorCode.none     # LOSS-1
+    c.expire_session(2)
+    c.advance(10)
+    assert c.state("n").leader == 3 and c.state("n").leader_epoch == 1
+    assert produce(c, 3, "n", [b"m2"]).error_code == ErrorCode.none
+    assert c.partition(2, "n").is_leader                          # it has not heard yet
+    c.heal(2)
+    c.advance(3000)
+    assert not c.partition(2, "n").is_leader
+    assert values_on(c, 2, "n") == values_on(c, 3, "n") == [b"m1", b"m2"]
+    assert set(c.state("n").isr) == {2, 3, 4}

@@ -22,7 +22,7 @@ from strandline.broker.config import BrokerConfig
 from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
 from strandline.controller import zk_layout
 from strandline.coordination import znodes
-from strandline.coordination.store import Create, GetData, ZkError
+from strandline.coordination.store import Create, GetData, OpResult, ZkError
 from strandline.log.manager import LogManager
 from strandline.protocol import api
 from strandline.sim.disk import MemoryDisk
@@ -50,7 +50,9 @@ class SimBroker:
     session: int = 0
     incarnation: int = 0
     paused: bool = False
+    cut_off: bool = False            # from ZooKeeper and the other brokers; clients still reach it
     held: list = field(default_factory=list)
+    on_heal: list = field(default_factory=list)
     conns: dict[int, _Conn] = field(default_factory=dict)
     by_peer: dict[tuple, int] = field(default_factory=dict)
     next_conn: int = 1
@@ -139,7 +141,10 @@ class SimCluster:
             elif isinstance(effect, Close):
                 self._close(node, effect.conn_id)
             elif isinstance(effect, ZkRequest):
-                results = self.zk.run(effect.ops, effect.transaction, node.session)
+                if node.cut_off:
+                    results = [OpResult(ZkError.CONNECTION_LOSS)] * len(effect.ops)
+                else:
+                    results = self.zk.run(effect.ops, effect.transaction, node.session)
                 token = effect.token
                 self._to_broker(node.id, node.incarnation, 0,
                                 lambda core, token=token, results=results: core.on_zk_result(token, results, self.now))
@@ -218,14 +223,14 @@ class SimCluster:
     def _broker_send(self, node: SimBroker, effect: BrokerSend) -> None:
         target = self.brokers.get(effect.broker_id)
         token = effect.token
-        if target is None or target.core is None:
+        if target is None or target.core is None or target.cut_off or node.cut_off:
             self._fail_tokens(node.id, [token])
             return
         peer = ("broker", node.id, effect.channel)
         incarnation = target.incarnation
 
         def deliver() -> None:
-            if target.core is None or target.incarnation != incarnation:
+            if target.core is None or target.incarnation != incarnation or target.cut_off or node.cut_off:
                 self._fail_tokens(node.id, [token])
                 return
             if target.paused:
@@ -308,20 +313,49 @@ class SimCluster:
                                 lambda core: core.on_controller_changed(current, self.now))
 
     def expire_session(self, broker_id: int) -> None:
-        """The broker's ZooKeeper session expires while it runs (a partition from ZooKeeper
-        healed too late): its ephemeral nodes go, it hears of the loss and registers again."""
+        """The broker's ZooKeeper session expires while it runs: its ephemeral nodes go, it hears
+        of the loss and registers again (once it can reach ZooKeeper, see :meth:`cut_off`)."""
         node = self.brokers[broker_id]
         gone = self.zk.expire(node.session)
-        self._sessions += 1
-        node.session = self._sessions
-        self._to_broker(node.id, node.incarnation, 0, lambda core: core.on_session_lost(self.now))
-        adv = self.broker_config(broker_id).advertised
-        self.zk.execute([Create(znodes.BrokerIdZNode.path(broker_id),
-                                znodes.BrokerIdZNode.encode(broker_id, adv.host, adv.port, None, self.now),
-                                ephemeral=True)], node.session)
         self._brokers_changed()
         if CONTROLLER in gone:
             self._controller_changed()
+
+        def reconnect() -> None:
+            self._sessions += 1
+            node.session = self._sessions
+            self._to_broker(node.id, node.incarnation, 0, lambda core: core.on_session_lost(self.now))
+            adv = self.broker_config(broker_id).advertised
+            self.zk.execute([Create(znodes.BrokerIdZNode.path(broker_id),
+                                    znodes.BrokerIdZNode.encode(broker_id, adv.host, adv.port, None, self.now),
+                                    ephemeral=True)], node.session)
+            self._brokers_changed()
+            self._controller_changed()
+
+        if node.cut_off:
+            node.on_heal.append(reconnect)
+        else:
+            reconnect()
+
+    def cut_off(self, broker_id: int) -> None:
+        """A network partition: the broker reaches neither ZooKeeper (its requests fail with
+        CONNECTION_LOSS) nor the other brokers, but clients still reach it (NET-4)."""
+        node = self.brokers[broker_id]
+        node.cut_off = True
+        for conn_id, conn in list(node.conns.items()):
+            if conn.peer[0] == "broker":
+                self._close(node, conn_id)
+        for other in self.brokers.values():
+            for conn_id, conn in list(other.conns.items()):
+                if conn.peer[0] == "broker" and conn.peer[1] == broker_id:
+                    self._close(other, conn_id)
+
+    def heal(self, broker_id: int) -> None:
+        node = self.brokers[broker_id]
+        node.cut_off = False
+        actions, node.on_heal = node.on_heal, []
+        for action in actions:
+            action()
 
     def _isr_changes_notified(self) -> None:
         """What each shell's ``/isr_change_notification`` watch reports."""
