@@ -179,3 +179,23 @@ def test_all_isr_members_dead_with_unclean_election_the_partition_returns_and_ac
     lost = [v for v in acknowledged if v not in got]
     assert lost and all(v.startswith(b"leader-only") or v == b"lagging" for v in lost)
     assert got[-1] == b"after"
+
+
+def test_preferred_leader_election_from_the_command_line(fo):
+    """CTL-10: after a restart the preferred replica is a follower; `strandline leaders elect
+    --preferred` gives it the leadership back."""
+    controller = controller_of(fo)
+    preferred, other = [b for b in (1, 2, 3) if b != controller]
+    create_topic(fo, "pref", {0: [preferred, other, controller]})
+    poll_until(lambda: leader_isr(fo, "pref", 0, preferred) == [1, 2, 3], 10, message="full ISR")
+    cluster_cli(fo, "stop", preferred)
+    cluster_cli(fo, "start", preferred)
+    poll_until(lambda: leader_isr(fo, "pref", 0, other) == [1, 2, 3], 30, message="back in the ISR")
+    assert current_leader(fo, "pref", 0, [other]) == other
+    result = run_cli("leaders", "elect", "--preferred", "--topic", "pref", "--bootstrap-server", address(fo, other))
+    assert result.returncode == 0, result.stderr
+    assert "pref-0: led by its preferred replica" in result.stdout
+    poll_until(lambda: current_leader(fo, "pref", 0, [preferred]) == preferred, 10, message="preferred leads")
+    assert acks_all_produce(fo, preferred, "pref", b"v") == ErrorCode.none
+    again = run_cli("leaders", "elect", "--preferred", "--topic", "pref", "--bootstrap-server", address(fo, other))
+    assert again.returncode == 0 and "already led by its preferred replica" in again.stdout

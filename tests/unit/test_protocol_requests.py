@@ -24,7 +24,7 @@ def test_the_advertised_table():
         ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 12), ApiKey.PRODUCE: (0, 10),
         ApiKey.FETCH: (4, 12), ApiKey.LIST_OFFSETS: (1, 8), ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (1, 6), ApiKey.INIT_PRODUCER_ID: (0, 4),
-        ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4), ApiKey.FIND_COORDINATOR: (0, 3)}
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4), ApiKey.FIND_COORDINATOR: (0, 3), ApiKey.ELECT_LEADERS: (0, 2)}
 
 
 @pytest.mark.parametrize("api_key,version", VERSIONS)

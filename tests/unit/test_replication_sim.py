@@ -497,3 +497,40 @@ def test_net_4_a_leader_cut_from_zookeeper_stops_acknowledging_acks_all_and_rejo
     assert not c.partition(2, "n").is_leader
     assert values_on(c, 2, "n") == values_on(c, 3, "n") == [b"m1", b"m2"]
     assert set(c.state("n").isr) == {2, 3, 4}
+
+
+# ---------------------------------------------------------------------------- preferred leaders
+
+
+def lose_and_regain_leadership(c: SimCluster, topic: str) -> None:
+    """Broker 2, the preferred leader, stops and returns: it comes back as a follower."""
+    create(c, topic, [2, 3, 4])
+    assert produce(c, 2, topic, [b"m1"]).error_code == ErrorCode.none
+    c.shutdown(2)
+    c.advance(10)
+    assert c.state(topic).leader == 3
+    c.start(2)
+    c.advance(2000)
+    assert set(c.state(topic).isr) == {2, 3, 4} and c.state(topic).leader == 3
+
+
+def test_ctl_10_elect_leaders_moves_leadership_back_to_the_preferred_replica():
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS), "auto.leader.rebalance.enable": "false"})
+    lose_and_regain_leadership(c, "p")
+    body = {"election_type": 0, "topic_partitions": [{"topic": "p", "partitions": [0]}], "timeout": 1000}
+    assert c.call(2, 43, 1, body, "admin").error_code == ErrorCode.not_controller
+    resp = c.call(c.controller_id, 43, 1, body, "admin")
+    assert resp.replica_election_results[0].partition_result[0].error_code == ErrorCode.none
+    c.settle()
+    assert c.state("p").leader == 2 and c.state("p").leader_epoch == 2
+    assert produce(c, 2, "p", [b"m2"]).error_code == ErrorCode.none
+    again = c.call(c.controller_id, 43, 1, body, "admin")
+    assert again.replica_election_results[0].partition_result[0].error_code == ErrorCode.election_not_needed
+
+
+def test_asg_4_auto_leader_rebalance_restores_preferred_leaders_on_its_interval():
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS),
+                                    "leader.imbalance.check.interval.seconds": "30"})
+    lose_and_regain_leadership(c, "a")
+    c.advance(31_000)
+    assert c.state("a").leader == 2

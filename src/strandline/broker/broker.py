@@ -90,6 +90,9 @@ class Broker(ControlPlane, Follower):
             Scheduled("isr-expiration", max(1, v["replica.lag.time.max.ms"] // 2), now_ms),
             Scheduled("isr-change-propagation", ISR_CHANGE_CHECK_INTERVAL_MS, now_ms),
         ]
+        if v["auto.leader.rebalance.enable"]:
+            self.scheduled.append(Scheduled("auto-leader-rebalance",
+                                            v["leader.imbalance.check.interval.seconds"] * 1000, now_ms))
         self.fetchers: dict = {}
         self._broker_callbacks: dict[int, Callable[[bytes | None, int], list]] = {}
         self._broker_epochs: dict[int, int] = {}
@@ -204,6 +207,8 @@ class Broker(ControlPlane, Follower):
             return self._maybe_shrink_isrs(now_ms)
         elif name == "isr-change-propagation":
             return self._maybe_propagate_isr_changes(now_ms)
+        elif name == "auto-leader-rebalance":
+            return self._leader_imbalance_check(now_ms)
         return []
 
     def _checkpoint_high_watermarks(self) -> None:
@@ -973,7 +978,46 @@ class Broker(ControlPlane, Follower):
             "error_message": "consumer groups are not served by this broker", "node_id": -1, "host": "",
             "port": -1})]
 
+    # -- ElectLeaders
+
+    def _elect_leaders(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        election_type = getattr(request, "election_type", 0)
+        wanted = None if request.topic_partitions is None else \
+            [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+
+        def respond(results: dict, error: ErrorCode = ErrorCode.none) -> list:
+            by_topic: dict[str, list] = {}
+            for (name, index), (code, message) in results.items():
+                by_topic.setdefault(name, []).append(
+                    {"partition_id": index, "error_code": code, "error_message": message})
+            return [self._respond(conn_id, header, {
+                "throttle_time": 0, "error_code": error,
+                "replica_election_results": [{"topic": n, "partition_result": p} for n, p in by_topic.items()]})]
+
+        if not self.is_controller:
+            return respond({k: (ErrorCode.not_controller, None) for k in wanted or []}, ErrorCode.not_controller)
+        if election_type != 0:
+            return respond({k: (ErrorCode.invalid_request, "only preferred leader election (type 0) is served")
+                            for k in wanted or []})
+        keys = wanted if wanted is not None else [(t.name, i) for t, i in self._all_partitions()]
+        known = [k for k in keys if k[0] in self.metadata.topics and k[1] in self.metadata.topics[k[0]].assignment]
+        already = {k for k in known
+                   if (s := self.metadata.topics[k[0]].states.get(k[1])) is not None
+                   and s.leader == self.metadata.topics[k[0]].assignment[k[1]][0]}
+
+        def done(when_ms: int) -> list:
+            results = {}
+            for k in keys:
+                results[k] = (ErrorCode.election_not_needed, None) if k in already and wanted is not None \
+                    else self._preferred_result(k)
+            if wanted is None:   # all partitions: report only those that were not led by their preferred replica
+                results = {k: v for k, v in results.items() if k not in already}
+            return respond(results)
+
+        return self.elect_preferred_leaders([k for k in known if k not in already], now_ms, done)
+
     _handlers: dict[int, Callable] = {
+        ApiKey.ELECT_LEADERS: _elect_leaders,
         ApiKey.FIND_COORDINATOR: _find_coordinator,
         ApiKey.API_VERSIONS: _api_versions,
         ApiKey.METADATA: _metadata,

@@ -409,6 +409,60 @@ class ControlPlane:
             controller, "controlled-shutdown",
             lambda cid: control.encode_request(control.CONTROLLED_SHUTDOWN, cid, client_id, body), on_response, now_ms)
 
+    # ------------------------------------------------------------------ preferred leaders (CTL-10, ASG-4)
+
+    def _preferred_choice(self, topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
+                          dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
+        preferred = topic.assignment[index][0]
+        if current.leader == preferred or preferred not in live or preferred in self._shutting_down \
+                or preferred not in current.isr:  # type: ignore[attr-defined]
+            return None
+        return LeaderAndIsr(preferred, current.leader_epoch + 1, current.isr, self.controller_epoch,
+                            current.zk_version), False
+
+    def elect_preferred_leaders(self, keys: list[tuple[str, int]], now_ms: int,
+                                done: Callable[[int], list] | None = None) -> list:
+        """Move leadership back to each partition's first assigned replica where it is alive and
+        in the ISR."""
+        return self._reelect(keys, set(), now_ms, done, self._preferred_choice)
+
+    def _preferred_result(self, key: tuple[str, int]) -> tuple[ErrorCode, str | None]:
+        topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
+        if topic is None or key[1] not in topic.assignment:
+            return ErrorCode.unknown_topic_or_partition, None
+        state = topic.states.get(key[1])
+        preferred = topic.assignment[key[1]][0]
+        if state is not None and state.leader == preferred:
+            return ErrorCode.none, None
+        return ErrorCode.preferred_leader_not_available, \
+            f"Preferred replica {preferred} is not alive or not in the ISR {list(state.isr) if state else []}"
+
+    def _leader_imbalance_check(self, now_ms: int) -> list:
+        """auto.leader.rebalance.enable: per broker, when more than
+        leader.imbalance.per.broker.percentage of the partitions it prefers are led elsewhere,
+        move them back."""
+        if not self.is_controller:
+            return []
+        limit = self.config["leader.imbalance.per.broker.percentage"]  # type: ignore[attr-defined]
+        by_preferred: dict[int, list[tuple[str, int]]] = {}
+        imbalanced: dict[int, int] = {}
+        for topic, index in self._all_partitions():
+            state = topic.states.get(index)
+            if state is None:
+                continue
+            preferred = topic.assignment[index][0]
+            by_preferred.setdefault(preferred, []).append((topic.name, index))
+            if state.leader != preferred:
+                imbalanced[preferred] = imbalanced.get(preferred, 0) + 1
+        keys: list[tuple[str, int]] = []
+        for broker, parts in by_preferred.items():
+            if imbalanced.get(broker, 0) * 100 > limit * len(parts):
+                keys += [k for k in parts if self.metadata.topics[k[0]].states[k[1]].leader != broker]  # type: ignore
+        if not keys:
+            return []
+        return [Log("info", f"Leader imbalance: electing preferred leaders for {len(keys)} partition(s)")] + \
+            self.elect_preferred_leaders(keys, now_ms)
+
     # ------------------------------------------------------------------ leader election (CTL-6, CTL-7)
 
     def _elect_partition(self, topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
@@ -442,7 +496,7 @@ class ControlPlane:
         return LeaderAndIsr(leader, epoch, isr, self.controller_epoch, current.zk_version), unclean
 
     def _reelect(self, keys: list[tuple[str, int]], dead: set[int], now_ms: int,
-                 done: Callable[[int], list] | None = None) -> list:
+                 done: Callable[[int], list] | None = None, decide: Callable | None = None) -> list:
         """Re-read the partitions' state znodes, elect, and write each new state with compare-and-set
         on the version just read; a partition whose write lost a race is read and elected again.
         ``done(now_ms)`` runs once the states are written (or nothing needed writing)."""
@@ -459,7 +513,7 @@ class ControlPlane:
                     continue
                 current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
                 topic.states[key[1]] = current
-                decided = self._elect_partition(topic, key[1], current, live, dead)
+                decided = (decide or self._elect_partition)(topic, key[1], current, live, dead)
                 if decided is None:
                     continue
                 state, unclean = decided
@@ -480,10 +534,11 @@ class ControlPlane:
                 if written and written[0].error is not ZkError.NONE:
                     # a state changed under us, or our epoch is no longer current: check, re-read, retry
                     if written[0].error is ZkError.BAD_VERSION:
-                        return self._check_still_controller(lambda t: self._reelect(keys, dead, t, done), at_ms)
+                        return self._check_still_controller(
+                            lambda t: self._reelect(keys, dead, t, done, decide), at_ms)
                     return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
                         self._after(at_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
-                                    lambda t: self._reelect(keys, dead, t, done))
+                                    lambda t: self._reelect(keys, dead, t, done, decide))
                 changed, out = [], []
                 for (key, state), res in zip(planned, written[skip:]):
                     topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]

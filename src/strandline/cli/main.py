@@ -57,6 +57,12 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     return cluster_action(args.action, args.broker_id, args.data_dir)
 
 
+def cmd_leaders(args: argparse.Namespace) -> int:
+    from strandline.cli import leaders
+
+    return leaders.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strandline", description="A Kafka-compatible, replicated commit log.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -86,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("broker_id", type=int, metavar="BROKER_ID")
     cluster.add_argument("--data-dir", default="./data")
     cluster.set_defaults(func=cmd_cluster)
+
+    leaders = sub.add_parser("leaders", help="leader elections")
+    lsub = leaders.add_subparsers(dest="action", required=True)
+    elect = lsub.add_parser("elect", help="move leadership back to each partition's preferred (first) replica")
+    elect.add_argument("--preferred", action="store_true", required=True)
+    elect.add_argument("--topic", help="only this topic's partitions (default: all)")
+    elect.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    leaders.set_defaults(func=cmd_leaders)
 
     topics = sub.add_parser("topics", help="create, list, describe and delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)

@@ -101,6 +101,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.FIND_COORDINATOR: (0, 3),
+    ApiKey.ELECT_LEADERS: (0, 2),
 }
 
 

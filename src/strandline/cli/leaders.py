@@ -1,0 +1,50 @@
+"""``strandline leaders elect --preferred [--topic T]``: preferred leader election (CTL-10)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kio.schema.errors import ErrorCode
+
+from strandline.cli.topics import controller_address, metadata
+from strandline.errors import StrandlineError
+from strandline.runtime.client import KafkaConnection
+
+ELECT_LEADERS = 43
+PREFERRED = 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.preferred:
+        raise StrandlineError("only preferred leader election is offered: add --preferred")
+    with KafkaConnection(args.bootstrap_server) as conn:
+        address = controller_address(conn)
+        partitions = None
+        if args.topic:
+            topic = metadata(conn, [args.topic]).topics[0]
+            if int(topic.error_code) != 0:
+                raise StrandlineError(f"topic {args.topic}: {ErrorCode(int(topic.error_code)).name.upper()}")
+            partitions = [{"topic": args.topic, "partitions": sorted(p.partition_index for p in topic.partitions)}]
+    with KafkaConnection(address) as conn:
+        resp = conn.request(ELECT_LEADERS, 1, {"election_type": PREFERRED, "topic_partitions": partitions,
+                                               "timeout": 30000})
+    if int(resp.error_code) != 0:
+        raise StrandlineError(f"election refused: {ErrorCode(int(resp.error_code)).name.upper()}")
+    status = 0
+    moved = 0
+    for topic in sorted(resp.replica_election_results, key=lambda t: t.topic):
+        for p in sorted(topic.partition_result, key=lambda p: p.partition_id):
+            code = ErrorCode(int(p.error_code))
+            if code is ErrorCode.none:
+                moved += 1
+                print(f"{topic.topic}-{p.partition_id}: led by its preferred replica")
+            elif code is ErrorCode.election_not_needed:
+                print(f"{topic.topic}-{p.partition_id}: already led by its preferred replica")
+            else:
+                status = 1
+                print(f"{topic.topic}-{p.partition_id}: {code.name.upper()}"
+                      + (f": {p.error_message}" if p.error_message else ""), file=sys.stderr)
+    if partitions is None and not resp.replica_election_results:
+        print("Every partition is led by its preferred replica.")
+    return status
