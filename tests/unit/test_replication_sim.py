@@ -534,3 +534,19 @@ def test_asg_4_auto_leader_rebalance_restores_preferred_leaders_on_its_interval(
     lose_and_regain_leadership(c, "a")
     c.advance(31_000)
     assert c.state("a").leader == 2
+
+
+def test_ctl_6_a_bounced_leader_is_handled_as_dead_then_new_and_does_not_resume_with_a_short_log():
+    """The leader loses power and is back before the controller notices it was gone: one watch
+    event shows it with a new broker epoch. It must not lead again with the log it has left (its
+    followers would truncate to it); the controller elects a follower and it catches up."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "b", [2, 3, 4], min_isr=2)
+    assert produce(c, 2, "b", [b"m1"]).error_code == ErrorCode.none
+    assert produce(c, 2, "b", [b"m2"]).error_code == ErrorCode.none
+    c.bounce(2, lose_unflushed=True)
+    assert c.partition(2, "b").log_end_offset == 0                # nothing was flushed
+    c.advance(3000)
+    assert c.state("b").leader == 3 and c.state("b").leader_epoch >= 1
+    assert values_on(c, 3, "b") == values_on(c, 4, "b") == values_on(c, 2, "b") == [b"m1", b"m2"]
+    assert set(c.state("b").isr) == {2, 3, 4}

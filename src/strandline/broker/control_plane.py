@@ -255,35 +255,51 @@ class ControlPlane:
         return effects + self._send_partition_states(self._all_partitions(), None, False, now_ms)
 
     def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int) -> list:
-        """The children of ``/brokers/ids`` changed (CTL-2). The controller tells new and
-        restarted brokers (a new registration epoch) the state of their partitions, and every broker
-        the new membership. Leader election for dead brokers is the controller's failover work."""
+        """The children of ``/brokers/ids`` changed (CTL-2, CTL-6, CTL-7).
+
+        A broker that disappeared is dead: its partitions get new leaders and it leaves the ISRs.
+        A broker that registered again with a new epoch (czxid) since we last looked *bounced*:
+        it is handled as dead, then as new, as Kafka does, so that it never resumes a leadership
+        with a log that may have lost its tail. New brokers learn the state of their partitions
+        (after any election that concerns them) and every broker the new membership."""
         if not self.is_controller:
             self._broker_epochs = dict(epochs)  # type: ignore[attr-defined]
             return []
         known = self.metadata.brokers  # type: ignore[attr-defined]
-        new = {b for b in brokers if (b not in self._broker_epochs and b not in known)  # type: ignore
-               or (b in self._broker_epochs and self._broker_epochs[b] != epochs.get(b))}  # type: ignore
+        seen = self._broker_epochs  # type: ignore[attr-defined]
+        bounced = {b for b in brokers if b in seen and seen[b] != epochs.get(b)}
+        new = {b for b in brokers if b not in seen and b not in known} | bounced
         gone = set(known) - set(brokers)
         self._broker_epochs = dict(epochs)  # type: ignore[attr-defined]
         self._shutting_down -= gone | new  # type: ignore[attr-defined]
         if not new and not gone and all(known.get(b) == info for b, info in brokers.items()):
             return []
         self.metadata.brokers = dict(brokers)  # type: ignore[attr-defined]
-        effects: list = [Log("info", f"Live brokers now {sorted(brokers)} (new {sorted(new)}, gone {sorted(gone)})")]
+        effects: list = [Log("info", f"Live brokers now {sorted(brokers)} (new {sorted(new - bounced)}, "
+                                     f"restarted {sorted(bounced)}, gone {sorted(gone)})")]
         everyone = set(brokers)
         effects.extend(self._send_partition_states([], None, False, now_ms, metadata_to=everyone - new))
-        effects.extend(self._send_partition_states(self._all_partitions(), new, False, now_ms, metadata_to=new))
-        affected = []
+        dead = gone | bounced
+        affected: list[tuple[TopicMetadata, int]] = []
+        others: list[tuple[TopicMetadata, int]] = []
         for topic, index in self._all_partitions():
             state = topic.states.get(index)
-            if state is None:
-                continue
-            if gone & (set(state.isr) | {state.leader}) or \
-                    (state.leader < 0 and new & set(topic.assignment[index])):
-                affected.append((topic.name, index))
-        effects.extend(self._reelect(affected, gone, now_ms))
-        return effects
+            replicas = set(topic.assignment[index])
+            if state is not None and (dead & replicas or (state.leader < 0 and new & replicas)):
+                affected.append((topic, index))
+            else:
+                others.append((topic, index))
+        effects.extend(self._send_partition_states(others, new, False, now_ms, metadata_to=new))
+        before = {(t.name, i): t.states[i].leader_epoch for t, i in affected}
+
+        def elected(when_ms: int) -> list:
+            # new brokers learn the partitions that an election did not just announce to them
+            unchanged = [(t, i) for t, i in affected
+                         if (t.name, i) in before and t.states.get(i) is not None
+                         and t.states[i].leader_epoch == before[(t.name, i)]]
+            return self._send_partition_states(unchanged, new, False, when_ms, metadata_to=new) if new else []
+
+        return effects + self._reelect([(t.name, i) for t, i in affected], dead, now_ms, elected)
 
     def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:
         """ISR-6, the controller's side: leaders list partitions whose ISR they changed under

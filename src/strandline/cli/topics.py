@@ -27,10 +27,14 @@ def metadata(conn: KafkaConnection, topics: list[str] | None) -> object:
 
 
 def list_offset(address: str, topic: str, partition: int, replica_id: int) -> int:
-    with KafkaConnection(address) as conn:
-        resp = conn.request(LIST_OFFSETS, 2, {
-            "replica_id": replica_id, "isolation_level": 0,
-            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1}]}]})
+    """The partition's HW (consumer) or LEO (debug replica id) from its leader; -1 if unreachable."""
+    try:
+        with KafkaConnection(address, timeout_s=5) as conn:
+            resp = conn.request(LIST_OFFSETS, 2, {
+                "replica_id": replica_id, "isolation_level": 0,
+                "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1}]}]})
+    except StrandlineError:
+        return -1
     part = resp.topics[0].partitions[0]
     return int(part.offset) if _error(part.error_code) is ErrorCode.none else -1
 
@@ -46,11 +50,14 @@ def controller_address(conn: KafkaConnection) -> str:
 
 def leader_isr(address: str, topic: str, partition: int, fallback: list) -> list:
     """The ISR as the partition's leader knows it (it changes the ISR; others hear later)."""
-    with KafkaConnection(address) as conn:
-        for t in metadata(conn, [topic]).topics:
-            for p in t.partitions:
-                if p.partition_index == partition and int(p.leader_id) >= 0:
-                    return list(p.isr_nodes)
+    try:
+        with KafkaConnection(address, timeout_s=5) as conn:
+            for t in metadata(conn, [topic]).topics:
+                for p in t.partitions:
+                    if p.partition_index == partition and int(p.leader_id) >= 0:
+                        return list(p.isr_nodes)
+    except StrandlineError:
+        pass      # the leader is down (its death is not yet noticed): show what the others know
     return fallback
 
 
