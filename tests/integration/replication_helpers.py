@@ -82,11 +82,11 @@ def consume(bootstrap: str, topic: str, partitions: int, expect: int, timeout: f
 class Writer:
     """A confluent-kafka producer (acks=all, idempotent) writing numbered records until stopped."""
 
-    def __init__(self, bootstrap: str, topic: str, interval_s: float = 0.002) -> None:
+    def __init__(self, bootstrap: str, topic: str, interval_s: float = 0.002, **config: object) -> None:
         from confluent_kafka import Producer
 
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                                  "linger.ms": 2, "message.timeout.ms": 60000})
+                                  "linger.ms": 2, "message.timeout.ms": 60000, **config})
         self.topic = topic
         self.interval_s = interval_s
         self.acked: list[bytes] = []

@@ -199,3 +199,32 @@ def test_preferred_leader_election_from_the_command_line(fo):
     assert acks_all_produce(fo, preferred, "pref", b"v") == ErrorCode.none
     again = run_cli("leaders", "elect", "--preferred", "--topic", "pref", "--bootstrap-server", address(fo, other))
     assert again.returncode == 0 and "already led by its preferred replica" in again.stdout
+
+
+def test_a_leader_frozen_past_its_session_is_replaced_and_rejoins_as_a_follower(fo):
+    """NET-4 with real processes: the leader stops (SIGSTOP, a long pause) past its ZooKeeper
+    session; the controller elects another ISR member and writes go on there. When the old leader
+    runs again it no longer acknowledges acks=all, learns the new leader, truncates and follows;
+    every acknowledged record is there once and the replicas end identical."""
+    from tests.integration.replication_helpers import replicas_identical
+
+    controller = controller_of(fo)
+    leader, other = [b for b in (1, 2, 3) if b != controller]
+    create_topic(fo, "frozen", {0: [leader, other, controller]})
+    poll_until(lambda: leader_isr(fo, "frozen", 0, leader) == [1, 2, 3], 10, message="full ISR")
+    pid = fo.broker_pid(leader)
+    # requests in flight to the frozen leader are given up after 3 s (librdkafka waits 60 s by default)
+    with Writer(fo.bootstrap, "frozen", **{"socket.timeout.ms": 3000, "request.timeout.ms": 3000}) as writer:
+        poll_until(lambda: len(writer.acked) > 100, 20, message="first writes")
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            poll_until(lambda: current_leader(fo, "frozen", 0, [other, controller]) == other,
+                       SESSION_MS / 1000 + 10, message="a new leader")
+            count = len(writer.acked)
+            poll_until(lambda: len(writer.acked) > count + 100, 20, message="writes on the new leader")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        poll_until(lambda: leader_isr(fo, "frozen", 0, other) == [1, 2, 3], 40, message="old leader back in the ISR")
+    assert not writer.errors
+    check_all_acknowledged_once_in_order(fo, "frozen", writer)
+    poll_until(lambda: replicas_identical(fo, "frozen", 0), 30, message="identical replicas")
