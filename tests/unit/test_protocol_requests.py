@@ -24,7 +24,10 @@ def test_the_advertised_table():
         ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 12), ApiKey.PRODUCE: (0, 10),
         ApiKey.FETCH: (4, 12), ApiKey.LIST_OFFSETS: (1, 8), ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (1, 6), ApiKey.INIT_PRODUCER_ID: (0, 4),
-        ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4), ApiKey.FIND_COORDINATOR: (0, 3), ApiKey.ELECT_LEADERS: (0, 2)}
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4), ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.ELECT_LEADERS: (0, 2),
+        ApiKey.JOIN_GROUP: (0, 7), ApiKey.SYNC_GROUP: (0, 5), ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5),
+        ApiKey.OFFSET_COMMIT: (2, 9), ApiKey.OFFSET_FETCH: (1, 9), ApiKey.LIST_GROUPS: (0, 4),
+        ApiKey.DESCRIBE_GROUPS: (0, 5), ApiKey.DELETE_GROUPS: (0, 2)}
 
 
 @pytest.mark.parametrize("api_key,version", VERSIONS)
@@ -85,8 +88,8 @@ def test_produce_below_v3_is_advertised_but_refused():
 def test_unknown_api_and_versions_outside_the_range():
     with pytest.raises(ProtocolError, match="unknown or unsupported API key 999"):
         decode_request(struct.pack(">hhih", 999, 0, 1, -1))
-    with pytest.raises(ProtocolError, match="unknown or unsupported API key 11"):  # JoinGroup: not yet
-        decode_request(request_frame(11, 5))
+    with pytest.raises(ProtocolError, match="unknown or unsupported API key 24"):  # transactions: not served
+        decode_request(request_frame(24, 3))
     with pytest.raises(ProtocolError, match=r"FETCH version 13 is not supported \(supported: 4-12\)"):
         decode_request(request_frame(1, 13))
     with pytest.raises(ProtocolError, match="FETCH version 3 is not supported"):

@@ -23,6 +23,7 @@ from strandline.broker.control_plane import ControlPlane
 from strandline.broker.delayed import DelayedOperation, Purgatory
 from strandline.broker.effects import Close, Log, Send, ZkRequest
 from strandline.broker.follower import Follower
+from strandline.broker.groups import INTERNAL_TOPICS, Groups
 from strandline.broker.metadata import MetadataCache, TopicMetadata, topic_name_error
 from strandline.broker.validation import validate_produce_records
 from strandline.controller import zk_layout
@@ -59,7 +60,7 @@ class Scheduled:
     next_ms: int
 
 
-class Broker(ControlPlane, Follower):
+class Broker(ControlPlane, Follower, Groups):
     """One broker's core state machine."""
 
     def __init__(self, config: BrokerConfig, log_manager: LogManager, *, rng: Any,
@@ -90,6 +91,7 @@ class Broker(ControlPlane, Follower):
             Scheduled("isr-expiration", max(1, v["replica.lag.time.max.ms"] // 2), now_ms),
             Scheduled("isr-change-propagation", ISR_CHANGE_CHECK_INTERVAL_MS, now_ms),
         ]
+        self.scheduled.append(Scheduled("offsets-retention", v["offsets.retention.check.interval.ms"], now_ms))
         if v["auto.leader.rebalance.enable"]:
             self.scheduled.append(Scheduled("auto-leader-rebalance",
                                             v["leader.imbalance.check.interval.seconds"] * 1000, now_ms))
@@ -101,6 +103,7 @@ class Broker(ControlPlane, Follower):
         self._loading_topics: set[str] = set()   # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
         self.active_controller = False
         self._shutting_down: set[int] = set()      # brokers in controlled shutdown (controller)
+        self._init_groups()
         self.controlled_shutdown_done = False
         self._controller_epoch_version: int | None = None
         self._electing = False
@@ -170,6 +173,9 @@ class Broker(ControlPlane, Follower):
         fetch = self._fetcher_deadline()
         if fetch is not None:
             deadlines.append(fetch)
+        groups = self.groups.next_deadline_ms()
+        if groups is not None:
+            deadlines.append(groups)
         for purgatory in (self.produce_purgatory, self.fetch_purgatory):
             d = purgatory.next_deadline()
             if d is not None:
@@ -188,6 +194,7 @@ class Broker(ControlPlane, Follower):
                 task.next_ms = now_ms + task.interval_ms
                 effects.extend(self._run_task(task.name, now_ms))
         effects.extend(self._maybe_send_fetches(now_ms))
+        effects.extend(self.groups.tick(now_ms))
         return effects
 
     def _run_task(self, name: str, now_ms: int) -> list:
@@ -209,6 +216,8 @@ class Broker(ControlPlane, Follower):
             return self._maybe_propagate_isr_changes(now_ms)
         elif name == "auto-leader-rebalance":
             return self._leader_imbalance_check(now_ms)
+        elif name == "offsets-retention":
+            return self.groups.expire_offsets(now_ms)
         return []
 
     def _checkpoint_high_watermarks(self) -> None:
@@ -217,6 +226,7 @@ class Broker(ControlPlane, Follower):
     def connection_closed(self, conn_id: int) -> None:
         self.produce_purgatory.cancel_connection(conn_id)
         self.fetch_purgatory.cancel_connection(conn_id)
+        self._groups_connection_closed(conn_id)
 
     # ------------------------------------------------------------------ ZooKeeper plumbing
 
@@ -326,7 +336,7 @@ class Broker(ControlPlane, Follower):
                     "offline_replicas": [r for r in replicas if r not in md.brokers],
                 })
             topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": topic.topic_id,
-                           "is_internal": False, "partitions": partitions,
+                           "is_internal": name in INTERNAL_TOPICS, "partitions": partitions,
                            "topic_authorized_operations": -2147483648})
         return {"brokers": brokers, "cluster_id": md.cluster_id, "controller_id": md.controller_id,
                 "topics": topics, "cluster_authorized_operations": -2147483648}
@@ -355,6 +365,11 @@ class Broker(ControlPlane, Follower):
                     results[key] = [ErrorCode.unknown_topic_or_partition, -1, -1, -1, None]
                     if topic is None and topic_name_error(name) is None and self.config["auto.create.topics.enable"]:
                         effects.extend(self._auto_create(name, lambda e, m, t: [], now_ms))
+                    any_error = True
+                    continue
+                if name in INTERNAL_TOPICS:
+                    results[key] = [ErrorCode.invalid_topic_exception, -1, -1, -1,
+                                    f"Cannot append to internal topic {name}"]
                     any_error = True
                     continue
                 if partition is None or not partition.is_leader:
@@ -806,11 +821,13 @@ class Broker(ControlPlane, Follower):
         return self._create_topic(plan, done, now_ms)
 
     def _forward_create(self, name: str, num_partitions: int, replication_factor: int,
-                        done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+                        done: Callable[[ErrorCode, str | None, int], list], now_ms: int,
+                        configs: dict[str, str] | None = None) -> list:
         """Ask the controller to create a topic (Kafka 2.8's auto-topic-creation forwarding)."""
         self._creating[name] = [done]
         body = {"topics": [{"name": name, "num_partitions": num_partitions,
-                            "replication_factor": replication_factor, "assignments": [], "configs": []}],
+                            "replication_factor": replication_factor, "assignments": [],
+                            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
                 "timeout": 30000, "validate_only": False}
 
         def on_response(frame: bytes | None, when_ms: int) -> list:
@@ -970,14 +987,6 @@ class Broker(ControlPlane, Follower):
             effects.extend(waiter(-1, now_ms))
         return effects
 
-    # -- FindCoordinator
-
-    def _find_coordinator(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        return [self._respond(conn_id, header, {
-            "throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
-            "error_message": "consumer groups are not served by this broker", "node_id": -1, "host": "",
-            "port": -1})]
-
     # -- ElectLeaders
 
     def _elect_leaders(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
@@ -1018,7 +1027,16 @@ class Broker(ControlPlane, Follower):
 
     _handlers: dict[int, Callable] = {
         ApiKey.ELECT_LEADERS: _elect_leaders,
-        ApiKey.FIND_COORDINATOR: _find_coordinator,
+        ApiKey.FIND_COORDINATOR: Groups._find_coordinator,
+        ApiKey.JOIN_GROUP: Groups._join_group,
+        ApiKey.SYNC_GROUP: Groups._sync_group,
+        ApiKey.HEARTBEAT: Groups._heartbeat,
+        ApiKey.LEAVE_GROUP: Groups._leave_group,
+        ApiKey.OFFSET_COMMIT: Groups._offset_commit,
+        ApiKey.OFFSET_FETCH: Groups._offset_fetch,
+        ApiKey.LIST_GROUPS: Groups._list_groups,
+        ApiKey.DESCRIBE_GROUPS: Groups._describe_groups,
+        ApiKey.DELETE_GROUPS: Groups._delete_groups,
         ApiKey.API_VERSIONS: _api_versions,
         ApiKey.METADATA: _metadata,
         ApiKey.PRODUCE: _produce,

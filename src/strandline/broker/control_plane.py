@@ -729,6 +729,8 @@ class ControlPlane:
         self._stop_fetching(keys)  # type: ignore[attr-defined]
         for key in keys:
             partition = self.partitions.get(key)
+            if partition is not None and partition.is_leader:
+                effects.extend(self._on_leadership(partition, False, now_ms))  # type: ignore[attr-defined]
             if partition is not None and body["delete_partitions"]:
                 del self.partitions[key]
                 self.logs.delete_log(*key)  # type: ignore[attr-defined]

@@ -65,15 +65,17 @@ class Follower:
         if was_follower:
             partition.rebuild_producer_state()   # a follower appended without tracking producers
         return [Log("info", f"Leader of {key[0]}-{key[1]} in epoch {state.leader_epoch}, ISR {list(state.isr)}, "
-                            f"LEO {partition.log_end_offset}, HW {partition.high_watermark}")]
+                            f"LEO {partition.log_end_offset}, HW {partition.high_watermark}")] + \
+            self._on_leadership(partition, True, now_ms)  # type: ignore[attr-defined]
 
     def _become_follower(self, partition: Partition, state: LeaderAndIsr, replicas: tuple[int, ...],
                          now_ms: int) -> list:
         key = (partition.topic, partition.index)
         self._stop_fetching([key])
         partition.make_follower(state, replicas)
-        effects: list = [Log("info", f"Follower of {key[0]}-{key[1]} in epoch {state.leader_epoch}, "
-                                     f"leader {state.leader}, LEO {partition.log_end_offset}")]
+        effects: list = self._on_leadership(partition, False, now_ms)  # type: ignore[attr-defined]
+        effects.append(Log("info", f"Follower of {key[0]}-{key[1]} in epoch {state.leader_epoch}, "
+                                   f"leader {state.leader}, LEO {partition.log_end_offset}"))
         leader = self.metadata.brokers.get(state.leader)  # type: ignore[attr-defined]
         if state.leader < 0 or leader is None:
             return effects

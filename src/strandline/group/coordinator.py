@@ -1,0 +1,556 @@
+"""The group coordinator: Kafka's classic rebalance protocol and committed offsets (CON-1, CON-2).
+
+A group belongs to the leader of partition ``abs(hash(group)) % offsets.topic.num.partitions`` of
+``__consumer_offsets``. Its state lives in memory and every change that must survive is written
+to that partition first (acks=all through the ISR); a broker that becomes the partition's
+leader rebuilds its groups by reading the partition. Clients' assignors run on the clients: the
+coordinator carries their protocol metadata and assignments as opaque bytes.
+
+Pure: requests arrive with a ``respond(body) -> effects`` callback and the current time; writes
+go through the ``append(partition, records, done)`` function the broker provides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.group import records as rec
+
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
+Respond = Callable[[dict], list]
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join_respond: Respond | None = None
+    join_version: int = 0
+    sync_respond: Respond | None = None
+    heartbeat_deadline_ms: int = 0
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        return next((m for n, m in self.protocols if n == protocol), b"")
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)          # member id -> join deadline
+    offsets: dict[tuple[str, int], rec.OffsetValue] = field(default_factory=dict)
+    join_deadline_ms: int | None = None
+    initial_delay: bool = False                                    # an empty group waits for more joiners
+    state_timestamp: int = -1
+
+    def static_member(self, instance_id: str | None) -> Member | None:
+        if instance_id is None:
+            return None
+        return next((m for m in self.members.values() if m.group_instance_id == instance_id), None)
+
+
+class GroupCoordinator:
+    def __init__(self, config: Any, append: Callable, new_member_suffix: Callable[[], str]) -> None:
+        self.config = config
+        self.append = append
+        self.new_member_suffix = new_member_suffix
+        self.num_partitions = config["offsets.topic.num.partitions"]
+        self.groups: dict[str, Group] = {}
+        self.owned: set[int] = set()
+
+    # ------------------------------------------------------------------ ownership
+
+    def partition_of(self, group_id: str) -> int:
+        return rec.partition_for(group_id, self.num_partitions)
+
+    def owns(self, group_id: str) -> bool:
+        return self.partition_of(group_id) in self.owned
+
+    def load_partition(self, partition: int, records, now_ms: int) -> int:
+        """Become coordinator for the groups of an offsets partition: replay its records."""
+        for group_id in [g for g in self.groups if self.partition_of(g) == partition]:
+            del self.groups[group_id]
+        count = 0
+        for _, key, value in records:
+            count += 1
+            decoded = rec.decode_key(key) if key else None
+            if isinstance(decoded, rec.OffsetKey):
+                group = self.groups.setdefault(decoded.group, Group(decoded.group))
+                tp = (decoded.topic, decoded.partition)
+                if value is None:
+                    group.offsets.pop(tp, None)
+                else:
+                    group.offsets[tp] = rec.decode_offset_value(value)
+            elif isinstance(decoded, rec.GroupKey):
+                if value is None:
+                    group = self.groups.get(decoded.group)
+                    if group is not None:
+                        group.members.clear()
+                        group.state, group.generation, group.protocol_type = DEAD, 0, None
+                    continue
+                v = rec.decode_group_value(value)
+                group = self.groups.setdefault(decoded.group, Group(decoded.group))
+                group.protocol_type, group.generation, group.protocol = v.protocol_type, v.generation, v.protocol
+                group.leader, group.state_timestamp = v.leader, v.state_timestamp
+                group.members = {m.member_id: Member(
+                    m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout,
+                    m.session_timeout, v.protocol_type, [(v.protocol or "", m.subscription)], m.assignment,
+                    heartbeat_deadline_ms=now_ms + m.session_timeout) for m in v.members}
+                group.state = STABLE if group.members else EMPTY
+        for group_id in [g for g, grp in self.groups.items()
+                         if grp.state == DEAD and not grp.offsets and self.partition_of(g) == partition]:
+            del self.groups[group_id]
+        for grp in self.groups.values():
+            if grp.state == DEAD:
+                grp.state = EMPTY
+        self.owned.add(partition)
+        return count
+
+    def unload_partition(self, partition: int) -> list:
+        """No longer the leader of this offsets partition: forget its groups; waiting members are
+        told NOT_COORDINATOR and find the new coordinator."""
+        self.owned.discard(partition)
+        effects: list = []
+        for group_id in [g for g in self.groups if self.partition_of(g) == partition]:
+            group = self.groups.pop(group_id)
+            for m in group.members.values():
+                effects += self._answer_join(m, {"error_code": ErrorCode.not_coordinator})
+                effects += self._answer_sync(m, ErrorCode.not_coordinator)
+        return effects
+
+    # ------------------------------------------------------------------ persistence
+
+    def _group_record(self, group: Group) -> tuple[bytes, bytes]:
+        members = tuple(rec.MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                        m.rebalance_timeout_ms, m.session_timeout_ms,
+                                        m.metadata_for(group.protocol), m.assignment)
+                        for m in group.members.values())
+        value = rec.GroupValue(group.protocol_type or "", group.generation, group.protocol, group.leader,
+                               group.state_timestamp, members)
+        return rec.group_key(group.group_id), rec.group_value(value)
+
+    # ------------------------------------------------------------------ JoinGroup
+
+    def join(self, req: dict, respond: Respond, now_ms: int) -> list:
+        group_id, member_id = req["group_id"], req["member_id"]
+        instance_id = req.get("group_instance_id")
+
+        def fail(code: ErrorCode, mid: str = member_id) -> list:
+            return respond({"error_code": code, "generation_id": -1, "protocol_name": None, "leader": "",
+                            "member_id": mid, "members": []})
+
+        if not self.owns(group_id):
+            return fail(ErrorCode.not_coordinator)
+        session = req["session_timeout_ms"]
+        if not self.config["group.min.session.timeout.ms"] <= session <= self.config["group.max.session.timeout.ms"]:
+            return fail(ErrorCode.invalid_session_timeout)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return fail(ErrorCode.unknown_member_id)
+            group = self.groups[group_id] = Group(group_id)
+        protocols = [(name, bytes(meta)) for name, meta in req["protocols"]]
+        if not req["protocol_type"] or not protocols:
+            return fail(ErrorCode.inconsistent_group_protocol)
+        if group.members and (req["protocol_type"] != group.protocol_type or
+                              not self._common_protocols(group, {n for n, _ in protocols}, exclude=member_id)):
+            return fail(ErrorCode.inconsistent_group_protocol)
+        if len(group.members) >= self.config["group.max.size"] and member_id not in group.members:
+            return fail(ErrorCode.group_max_size_reached)
+        if not member_id:
+            new_id = f"{req['client_id']}-{self.new_member_suffix()}"
+            static = group.static_member(instance_id)
+            if static is not None:                      # a static member back with a new id
+                del group.members[static.member_id]
+                if group.leader == static.member_id:
+                    group.leader = new_id
+                static.member_id = new_id
+                group.members[new_id] = static
+                member_id = new_id
+            elif req["version"] >= 4 and instance_id is None:
+                group.pending[new_id] = now_ms + session
+                return fail(ErrorCode.member_id_required, new_id)
+            else:
+                member_id = new_id
+        elif member_id not in group.members:
+            if member_id not in group.pending:
+                return fail(ErrorCode.unknown_member_id)
+        group.pending.pop(member_id, None)
+        member = group.members.get(member_id)
+        if member is None:
+            member = group.members[member_id] = Member(member_id, instance_id, req["client_id"], req["client_host"],
+                                                       req["rebalance_timeout_ms"], session, req["protocol_type"],
+                                                       protocols)
+        member.protocols, member.protocol_type = protocols, req["protocol_type"]
+        member.session_timeout_ms, member.rebalance_timeout_ms = session, req["rebalance_timeout_ms"]
+        member.join_respond, member.join_version = respond, req["version"]
+        member.heartbeat_deadline_ms = now_ms + session
+        group.protocol_type = req["protocol_type"]
+        effects: list = []
+        if group.state in (EMPTY, STABLE, COMPLETING):
+            effects += self._prepare_rebalance(group, now_ms)
+        return effects + self._maybe_complete_join(group, now_ms)
+
+    @staticmethod
+    def _common_protocols(group: Group, offered: set[str], exclude: str = "") -> set[str]:
+        common = set(offered)
+        for m in group.members.values():
+            if m.member_id != exclude:
+                common &= {n for n, _ in m.protocols}
+        return common
+
+    def _prepare_rebalance(self, group: Group, now_ms: int) -> list:
+        effects: list = []
+        if group.state == COMPLETING:
+            for m in group.members.values():
+                m.assignment = b""
+                effects += self._answer_sync(m, ErrorCode.rebalance_in_progress)
+        initial = group.state == EMPTY
+        group.state = PREPARING
+        timeout = max([m.rebalance_timeout_ms for m in group.members.values()] or [0])
+        delay = min(self.config["group.initial.rebalance.delay.ms"], timeout) if initial else timeout
+        group.join_deadline_ms = now_ms + delay
+        group.initial_delay = initial
+        return effects
+
+    def _maybe_complete_join(self, group: Group, now_ms: int) -> list:
+        if group.state != PREPARING:
+            return []
+        everyone = all(m.join_respond is not None for m in group.members.values()) and not group.pending
+        delay_over = group.join_deadline_ms is not None and now_ms >= group.join_deadline_ms
+        if delay_over or (everyone and not group.initial_delay):
+            return self._complete_join(group, now_ms)
+        return []
+
+    def _complete_join(self, group: Group, now_ms: int) -> list:
+        for member_id in [m for m, mem in group.members.items() if mem.join_respond is None]:
+            del group.members[member_id]
+        group.pending.clear()
+        group.join_deadline_ms = None
+        group.generation += 1
+        group.state_timestamp = now_ms
+        if not group.members:
+            group.state, group.protocol, group.leader = EMPTY, None, None
+            return self._persist_group(group, now_ms, lambda error, t: [])
+        votes: dict[str, int] = {}
+        common = self._common_protocols(group, {n for n, _ in next(iter(group.members.values())).protocols})
+        for m in group.members.values():
+            choice = next(n for n, _ in m.protocols if n in common)
+            votes[choice] = votes.get(choice, 0) + 1
+        group.protocol = max(sorted(votes), key=lambda n: votes[n])
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.state = COMPLETING
+        effects: list = []
+        everyone = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                     "metadata": m.metadata_for(group.protocol)} for m in group.members.values()]
+        for m in group.members.values():
+            m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
+            effects += self._answer_join(m, {
+                "error_code": ErrorCode.none, "generation_id": group.generation, "protocol_type": group.protocol_type,
+                "protocol_name": group.protocol, "leader": group.leader, "member_id": m.member_id,
+                "members": everyone if m.member_id == group.leader else []})
+        return effects
+
+    @staticmethod
+    def _answer_join(member: Member, body: dict) -> list:
+        respond, member.join_respond = member.join_respond, None
+        if respond is None:
+            return []
+        body.setdefault("generation_id", -1)
+        body.setdefault("protocol_name", None)
+        body.setdefault("leader", "")
+        body.setdefault("member_id", member.member_id)
+        body.setdefault("members", [])
+        return respond(body)
+
+    @staticmethod
+    def _answer_sync(member: Member, code: ErrorCode, assignment: bytes = b"", group: Group | None = None) -> list:
+        respond, member.sync_respond = member.sync_respond, None
+        if respond is None:
+            return []
+        return respond({"error_code": code, "assignment": assignment,
+                        "protocol_type": group.protocol_type if group else None,
+                        "protocol_name": group.protocol if group else None})
+
+    # ------------------------------------------------------------------ SyncGroup
+
+    def sync(self, req: dict, respond: Respond, now_ms: int) -> list:
+        group_id, member_id = req["group_id"], req["member_id"]
+
+        def fail(code: ErrorCode) -> list:
+            return respond({"error_code": code, "assignment": b"", "protocol_type": None, "protocol_name": None})
+
+        if not self.owns(group_id):
+            return fail(ErrorCode.not_coordinator)
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return fail(ErrorCode.unknown_member_id)
+        if req["generation_id"] != group.generation:
+            return fail(ErrorCode.illegal_generation)
+        if (req.get("protocol_type") not in (None, group.protocol_type)) or \
+                (req.get("protocol_name") not in (None, group.protocol)):
+            return fail(ErrorCode.inconsistent_group_protocol)
+        member = group.members[member_id]
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        if group.state == PREPARING:
+            return fail(ErrorCode.rebalance_in_progress)
+        if group.state == STABLE:
+            return respond({"error_code": ErrorCode.none, "assignment": member.assignment,
+                            "protocol_type": group.protocol_type, "protocol_name": group.protocol})
+        if group.state != COMPLETING:
+            return fail(ErrorCode.unknown_member_id)
+        member.sync_respond = respond
+        if member_id != group.leader:
+            return []
+        assignments = {a["member_id"]: bytes(a["assignment"]) for a in req["assignments"]}
+        for m in group.members.values():
+            m.assignment = assignments.get(m.member_id, b"")
+        generation = group.generation
+
+        def persisted(error: ErrorCode, when_ms: int) -> list:
+            if group.state != COMPLETING or group.generation != generation:
+                return []
+            effects: list = []
+            if error is not ErrorCode.none:
+                for m in group.members.values():
+                    m.assignment = b""
+                    effects += self._answer_sync(m, error)
+                return effects + self._prepare_rebalance(group, when_ms)
+            group.state = STABLE
+            for m in group.members.values():
+                effects += self._answer_sync(m, ErrorCode.none, m.assignment, group)
+            return effects
+
+        return self._persist_group(group, now_ms, persisted)
+
+    def _persist_group(self, group: Group, now_ms: int, done: Callable[[ErrorCode, int], list]) -> list:
+        return self.append(self.partition_of(group.group_id), [self._group_record(group)], done, now_ms)
+
+    # ------------------------------------------------------------------ Heartbeat, LeaveGroup, expiry
+
+    def heartbeat(self, req: dict, respond: Respond, now_ms: int) -> list:
+        group_id, member_id = req["group_id"], req["member_id"]
+        if not self.owns(group_id):
+            return respond({"error_code": ErrorCode.not_coordinator})
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members or group.state in (EMPTY, DEAD):
+            return respond({"error_code": ErrorCode.unknown_member_id})
+        member = group.members[member_id]
+        if group.state == PREPARING:
+            member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+            return respond({"error_code": ErrorCode.rebalance_in_progress})
+        if req["generation_id"] != group.generation:
+            return respond({"error_code": ErrorCode.illegal_generation})
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        return respond({"error_code": ErrorCode.none})
+
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]], respond: Respond, now_ms: int) -> list:
+        if not self.owns(group_id):
+            return respond({"error_code": ErrorCode.not_coordinator, "members": []})
+        group = self.groups.get(group_id)
+        results = []
+        removed = []
+        for member_id, instance_id in leaving:
+            member = None
+            if group is not None:
+                member = group.members.get(member_id) if member_id else None
+                if member is None and instance_id is not None:
+                    member = group.static_member(instance_id)
+                    if member is not None and member_id and member.member_id != member_id:
+                        results.append({"member_id": member_id, "group_instance_id": instance_id,
+                                        "error_code": ErrorCode.fenced_instance_id})
+                        continue
+            if member is None:
+                results.append({"member_id": member_id, "group_instance_id": instance_id,
+                                "error_code": ErrorCode.unknown_member_id})
+                continue
+            removed.append(member)
+            results.append({"member_id": member.member_id, "group_instance_id": instance_id,
+                            "error_code": ErrorCode.none})
+        effects: list = []
+        if group is not None and removed:
+            effects += self._remove_members(group, removed, now_ms)
+        top = ErrorCode.none
+        if len(leaving) == 1 and results and results[0]["error_code"] is not ErrorCode.none:
+            top = results[0]["error_code"]
+        return effects + respond({"error_code": top, "members": results})
+
+    def _remove_members(self, group: Group, members: list[Member], now_ms: int) -> list:
+        effects: list = []
+        for m in members:
+            group.members.pop(m.member_id, None)
+            effects += self._answer_join(m, {"error_code": ErrorCode.unknown_member_id})
+            effects += self._answer_sync(m, ErrorCode.unknown_member_id)
+        if group.leader not in group.members:
+            group.leader = None
+        if group.state in (STABLE, COMPLETING):
+            effects += self._prepare_rebalance(group, now_ms)
+        if group.state == PREPARING and not group.members:
+            return effects + self._complete_join(group, now_ms)
+        return effects + self._maybe_complete_join(group, now_ms)
+
+    def tick(self, now_ms: int) -> list:
+        effects: list = []
+        for group in list(self.groups.values()):
+            for member_id, deadline in list(group.pending.items()):
+                if deadline <= now_ms:
+                    del group.pending[member_id]
+            expired = [m for m in group.members.values()
+                       if m.heartbeat_deadline_ms <= now_ms and m.join_respond is None]
+            if expired:
+                effects += self._remove_members(group, expired, now_ms)
+            effects += self._maybe_complete_join(group, now_ms)
+        return effects
+
+    def next_deadline_ms(self) -> int | None:
+        times = []
+        for group in self.groups.values():
+            if group.join_deadline_ms is not None:
+                times.append(group.join_deadline_ms)
+            times += [m.heartbeat_deadline_ms for m in group.members.values() if m.join_respond is None]
+            times += list(group.pending.values())
+        return min(times) if times else None
+
+    def connection_closed(self, is_from: Callable[[Respond], bool]) -> None:
+        """A client went away: its waiting JoinGroup/SyncGroup answer has nowhere to go."""
+        for group in self.groups.values():
+            for m in group.members.values():
+                if m.join_respond is not None and is_from(m.join_respond):
+                    m.join_respond = None
+                if m.sync_respond is not None and is_from(m.sync_respond):
+                    m.sync_respond = None
+
+    # ------------------------------------------------------------------ offsets
+
+    def commit(self, req: dict, respond: Callable[[dict[tuple[str, int], ErrorCode]], list], now_ms: int) -> list:
+        group_id, member_id, generation = req["group_id"], req["member_id"], req["generation_id"]
+        wanted = [((t, p), off, epoch, meta) for t, p, off, epoch, meta in req["offsets"]]
+
+        def all_failed(code: ErrorCode) -> list:
+            return respond({tp: code for tp, *_ in wanted})
+
+        if not self.owns(group_id):
+            return all_failed(ErrorCode.not_coordinator)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation >= 0 or member_id:
+                return all_failed(ErrorCode.illegal_generation if generation >= 0 else ErrorCode.unknown_member_id)
+            group = self.groups[group_id] = Group(group_id)
+        elif generation < 0 and group.state == EMPTY:
+            pass                                    # a standalone consumer (assign()) commits
+        elif group.state == COMPLETING:
+            return all_failed(ErrorCode.rebalance_in_progress)
+        elif member_id not in group.members:
+            return all_failed(ErrorCode.unknown_member_id)
+        elif generation != group.generation:
+            return all_failed(ErrorCode.illegal_generation)
+        results: dict[tuple[str, int], ErrorCode] = {}
+        records = []
+        values = {}
+        limit = self.config["offset.metadata.max.bytes"]
+        for tp, offset, epoch, metadata in wanted:
+            if metadata is not None and len(metadata.encode()) > limit:
+                results[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            value = rec.OffsetValue(offset, epoch, metadata or "", now_ms)
+            values[tp] = value
+            records.append((rec.offset_key(group_id, tp[0], tp[1]), rec.offset_value(value)))
+            results[tp] = ErrorCode.none
+        if not records:
+            return respond(results)
+
+        def persisted(error: ErrorCode, when_ms: int) -> list:
+            for tp, value in values.items():
+                if error is ErrorCode.none:
+                    group.offsets[tp] = value
+                else:
+                    results[tp] = error
+            return respond(results)
+
+        return self.append(self.partition_of(group_id), records, persisted, now_ms)
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
+                      ) -> tuple[ErrorCode, dict[tuple[str, int], rec.OffsetValue | None]]:
+        if not self.owns(group_id):
+            return ErrorCode.not_coordinator, {}
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else {}
+        if topics is None:
+            return ErrorCode.none, dict(offsets)
+        return ErrorCode.none, {(t, p): offsets.get((t, p)) for t, parts in topics for p in parts}
+
+    # ------------------------------------------------------------------ admin
+
+    def describe(self, group_id: str) -> dict:
+        if not self.owns(group_id):
+            return {"error_code": ErrorCode.not_coordinator, "group_id": group_id, "group_state": "",
+                    "protocol_type": "", "protocol_data": "", "members": []}
+        group = self.groups.get(group_id)
+        if group is None:
+            return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": DEAD,
+                    "protocol_type": "", "protocol_data": "", "members": []}
+        return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": group.state,
+                "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
+                "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                             "client_id": m.client_id, "client_host": m.client_host,
+                             "member_metadata": m.metadata_for(group.protocol) if group.state == STABLE else b"",
+                             "member_assignment": m.assignment if group.state == STABLE else b""}
+                            for m in group.members.values()]}
+
+    def list_groups(self) -> list[Group]:
+        return [g for g in self.groups.values() if self.owns(g.group_id) and g.state != DEAD]
+
+    def delete(self, group_id: str, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+        if not self.owns(group_id):
+            return done(ErrorCode.not_coordinator, now_ms)
+        group = self.groups.get(group_id)
+        if group is None:
+            return done(ErrorCode.group_id_not_found, now_ms)
+        if group.state != EMPTY:
+            return done(ErrorCode.non_empty_group, now_ms)
+        records = [(rec.offset_key(group_id, t, p), None) for t, p in group.offsets]
+        records.append((rec.group_key(group_id), None))
+
+        def persisted(error: ErrorCode, when_ms: int) -> list:
+            if error is ErrorCode.none and self.groups.get(group_id) is group and group.state == EMPTY:
+                del self.groups[group_id]
+            return done(error, when_ms)
+
+        return self.append(self.partition_of(group_id), records, persisted, now_ms)
+
+    def expire_offsets(self, now_ms: int) -> list:
+        """offsets.retention.minutes: an empty group's offsets older than the retention go."""
+        retention = self.config["offsets.retention.minutes"] * 60_000
+        effects: list = []
+        for group in list(self.groups.values()):
+            if group.state != EMPTY or not self.owns(group.group_id):
+                continue
+            old = [tp for tp, v in group.offsets.items() if v.commit_timestamp + retention <= now_ms]
+            if not old:
+                continue
+            records = [(rec.offset_key(group.group_id, t, p), None) for t, p in old]
+
+            def persisted(error: ErrorCode, when_ms: int, group: Group = group, old: list = old) -> list:
+                if error is ErrorCode.none:
+                    for tp in old:
+                        group.offsets.pop(tp, None)
+                return []
+
+            effects += self.append(self.partition_of(group.group_id), records, persisted, now_ms)
+        return effects

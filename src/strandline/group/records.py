@@ -1,0 +1,272 @@
+"""Records of ``__consumer_offsets`` in Kafka's formats, and the batches that carry them.
+
+Keys and values are Kafka's (``GroupCoordinator``'s schemas): an offset commit is key v1
+``(group, topic, partition)`` with value v3 ``(offset, leader epoch, metadata, commit time)``; a
+group's metadata is key v2 ``(group)`` with value v3 (protocol type, generation, protocol,
+leader, state time, members). A null value is a tombstone. This internal topic is the one place
+where the broker writes and reads records itself, so it builds and decodes (uncompressed) v2
+batches here.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterator
+
+import crc32c
+
+from strandline.protocol.records import iter_batches
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+GROUP_VALUE_VERSION = 3
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.out = bytearray()
+
+    def i16(self, v: int) -> "_Writer":
+        self.out += struct.pack(">h", v)
+        return self
+
+    def i32(self, v: int) -> "_Writer":
+        self.out += struct.pack(">i", v)
+        return self
+
+    def i64(self, v: int) -> "_Writer":
+        self.out += struct.pack(">q", v)
+        return self
+
+    def string(self, v: str | None) -> "_Writer":
+        if v is None:
+            return self.i16(-1)
+        data = v.encode()
+        self.i16(len(data))
+        self.out += data
+        return self
+
+    def bytes_(self, v: bytes | None) -> "_Writer":
+        if v is None:
+            return self.i32(-1)
+        self.i32(len(v))
+        self.out += v
+        return self
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def _take(self, fmt: str):
+        v = struct.unpack_from(fmt, self.data, self.pos)[0]
+        self.pos += struct.calcsize(fmt)
+        return v
+
+    def i16(self) -> int:
+        return self._take(">h")
+
+    def i32(self) -> int:
+        return self._take(">i")
+
+    def i64(self) -> int:
+        return self._take(">q")
+
+    def string(self) -> str | None:
+        n = self.i16()
+        if n < 0:
+            return None
+        v = self.data[self.pos:self.pos + n].decode()
+        self.pos += n
+        return v
+
+    def bytes_(self) -> bytes | None:
+        n = self.i32()
+        if n < 0:
+            return None
+        v = bytes(self.data[self.pos:self.pos + n])
+        self.pos += n
+        return v
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberValue:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    state_timestamp: int
+    members: tuple[MemberValue, ...]
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return bytes(_Writer().i16(OFFSET_KEY_VERSION).string(group).string(topic).i32(partition).out)
+
+
+def group_key(group: str) -> bytes:
+    return bytes(_Writer().i16(GROUP_KEY_VERSION).string(group).out)
+
+
+def offset_value(v: OffsetValue) -> bytes:
+    return bytes(_Writer().i16(OFFSET_VALUE_VERSION).i64(v.offset).i32(v.leader_epoch).string(v.metadata)
+                 .i64(v.commit_timestamp).out)
+
+
+def group_value(v: GroupValue) -> bytes:
+    w = _Writer().i16(GROUP_VALUE_VERSION).string(v.protocol_type).i32(v.generation).string(v.protocol)
+    w.string(v.leader).i64(v.state_timestamp).i32(len(v.members))
+    for m in v.members:
+        w.string(m.member_id).string(m.group_instance_id).string(m.client_id).string(m.client_host)
+        w.i32(m.rebalance_timeout).i32(m.session_timeout).bytes_(m.subscription).bytes_(m.assignment)
+    return bytes(w.out)
+
+
+def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
+    """The key of a record of ``__consumer_offsets``; None for versions this broker does not know."""
+    r = _Reader(data)
+    version = r.i16()
+    if version in (0, 1):
+        return OffsetKey(r.string() or "", r.string() or "", r.i32())
+    if version == 2:
+        return GroupKey(r.string() or "")
+    return None
+
+
+def decode_offset_value(data: bytes) -> OffsetValue:
+    r = _Reader(data)
+    version = r.i16()
+    offset = r.i64()
+    epoch = r.i32() if version >= 3 else -1
+    metadata = r.string() or ""
+    timestamp = r.i64()
+    return OffsetValue(offset, epoch, metadata, timestamp)
+
+
+def decode_group_value(data: bytes) -> GroupValue:
+    r = _Reader(data)
+    version = r.i16()
+    protocol_type = r.string() or ""
+    generation = r.i32()
+    protocol = r.string()
+    leader = r.string()
+    timestamp = r.i64() if version >= 2 else -1
+    members = []
+    for _ in range(r.i32()):
+        member_id = r.string() or ""
+        instance = r.string() if version >= 3 else None
+        client_id = r.string() or ""
+        client_host = r.string() or ""
+        rebalance = r.i32() if version >= 1 else 0
+        session = r.i32()
+        members.append(MemberValue(member_id, instance, client_id, client_host, rebalance, session,
+                                   r.bytes_() or b"", r.bytes_() or b""))
+    return GroupValue(protocol_type, generation, protocol, leader, timestamp, tuple(members))
+
+
+# -- batches --------------------------------------------------------------------------------------
+
+
+def _varint(value: int) -> bytes:
+    value = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while value & ~0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+
+
+def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytearray:
+    """An uncompressed v2 batch of (key, value) records; the log stamps offsets and epoch."""
+    body = bytearray()
+    for delta, (key, value) in enumerate(records):
+        rec = bytearray(b"\0") + _varint(0) + _varint(delta) + _varint(len(key)) + key
+        rec += _varint(-1) if value is None else _varint(len(value)) + value
+        rec += _varint(0)
+        body += _varint(len(rec)) + rec
+    after_crc = struct.pack(">hiqqqhii", 0, len(records) - 1, timestamp_ms, timestamp_ms, -1, -1, -1,
+                            len(records)) + body
+    crc = crc32c.crc32c(after_crc)
+    return bytearray(struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc) + after_crc)
+
+
+def iter_records(data) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record in uncompressed v2 batches; compressed batches are
+    skipped (this broker never writes them to ``__consumer_offsets``)."""
+    for pos, h in iter_batches(data):
+        if h.attributes & 0x07:
+            continue
+        p = pos + 61
+        for _ in range(h.records_count):
+            length, p = _read_varint(data, p)
+            end = p + length
+            p += 1
+            _, p = _read_varint(data, p)
+            delta, p = _read_varint(data, p)
+            klen, p = _read_varint(data, p)
+            key = bytes(data[p:p + klen]) if klen >= 0 else None
+            p += max(klen, 0)
+            vlen, p = _read_varint(data, p)
+            value = bytes(data[p:p + vlen]) if vlen >= 0 else None
+            yield h.base_offset + delta, key, value
+            p = end
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    for unit in struct.unpack(f">{len(s.encode('utf-16-be')) // 2}H", s.encode("utf-16-be")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount``."""
+    h = java_string_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions

@@ -1,0 +1,130 @@
+"""The group coordinator on broker cores in the simulator: the classic rebalance protocol and
+committed offsets kept in the replicated __consumer_offsets topic (CON-1)."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from strandline.group.records import java_string_hash, partition_for
+from strandline.sim.cluster import SimCluster
+
+SESSION_MS = 10000
+
+
+def cluster() -> SimCluster:
+    return SimCluster((1, 2, 3), **{"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
+                                    "replica.lag.time.max.ms": "1000"})
+
+
+def coordinator(c: SimCluster, group: str, via: int = 1) -> int:
+    for _ in range(50):
+        r = c.call(via, 10, 3, {"key": group, "key_type": 0}, "admin")
+        if r.error_code == ErrorCode.none:
+            return r.node_id
+        assert r.error_code == ErrorCode.coordinator_not_available
+        c.advance(20)
+    raise AssertionError("no coordinator")
+
+
+def join_body(group: str, member_id: str = "", protocols=(("range", b"sub"),)) -> dict:
+    return {"group_id": group, "session_timeout": SESSION_MS, "rebalance_timeout": SESSION_MS, "member_id": member_id,
+            "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": n, "metadata": m} for n, m in protocols]}
+
+
+def join(c: SimCluster, coord: int, group: str, client: str):
+    first = c.call(coord, 11, 5, join_body(group), client)
+    assert first.error_code == ErrorCode.member_id_required          # KIP-394 (v4+)
+    c.request(coord, 11, 5, join_body(group, first.member_id), client)
+    return first.member_id
+
+
+def test_java_hash_and_partition_match_kafka():
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("") == 0
+    assert partition_for("my-group", 50) == 12
+
+
+def test_con_1_two_members_rebalance_commit_and_the_offsets_survive_the_coordinators_death():
+    c = cluster()
+    coord = coordinator(c, "g")
+    a = join(c, coord, "g", "a")
+    c.settle()
+    ja = c.response(coord, 11, 5, "a")
+    assert ja.error_code == ErrorCode.none and ja.generation_id == 1 and ja.leader == a
+    sync = c.call(coord, 14, 3, {"group_id": "g", "generation_id": 1, "member_id": a, "group_instance_id": None,
+                                 "assignments": [{"member_id": a, "assignment": b"all"}]}, "a")
+    assert sync.error_code == ErrorCode.none and sync.assignment == b"all"
+    # a second member joins: the first hears REBALANCE_IN_PROGRESS and rejoins
+    b = join(c, coord, "g", "b")
+    c.settle()
+    hb = c.call(coord, 12, 3, {"group_id": "g", "generation_id": 1, "member_id": a, "group_instance_id": None}, "a")
+    assert hb.error_code == ErrorCode.rebalance_in_progress
+    c.request(coord, 11, 5, join_body("g", a), "a")
+    c.settle()
+    ja, jb = c.response(coord, 11, 5, "a"), c.response(coord, 11, 5, "b")
+    assert ja.generation_id == jb.generation_id == 2 and ja.leader == a and len(ja.members) == 2 and not jb.members
+    c.request(coord, 14, 3, {"group_id": "g", "generation_id": 2, "member_id": b, "group_instance_id": None,
+                             "assignments": []}, "b")
+    c.settle()
+    assert not c.inbox[(coord, "b")]                                 # waits for the leader's assignment
+    c.request(coord, 14, 3, {"group_id": "g", "generation_id": 2, "member_id": a, "group_instance_id": None,
+                             "assignments": [{"member_id": a, "assignment": b"p0"},
+                                             {"member_id": b, "assignment": b"p1"}]}, "a")
+    c.settle()
+    assert c.response(coord, 14, 3, "a").assignment == b"p0" and c.response(coord, 14, 3, "b").assignment == b"p1"
+    # commits from a stale generation are refused, current ones kept
+    body = {"group_id": "g", "generation_id_or_member_epoch": 1, "member_id": a, "group_instance_id": None, "retention_time": -1,
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 7,
+                                                     "committed_leader_epoch": -1, "committed_metadata": "m"}]}]}
+    assert c.call(coord, 8, 7, body, "a").topics[0].partitions[0].error_code == ErrorCode.illegal_generation
+    body["generation_id_or_member_epoch"] = 2
+    assert c.call(coord, 8, 7, body, "a").topics[0].partitions[0].error_code == ErrorCode.none
+    c.crash(coord, lose_unflushed=False)
+    c.advance(100)
+    new = coordinator(c, "g", via=next(x for x in (1, 2, 3) if x != coord))
+    assert new != coord
+    fetched = c.call(new, 9, 7, {"group_id": "g", "topics": None, "require_stable": False}, "a")
+    [part] = fetched.topics[0].partitions
+    assert (part.committed_offset, part.metadata) == (7, "m")
+    described = c.call(new, 15, 5, {"groups": ["g"], "include_authorized_operations": False}, "admin")
+    assert described.groups[0].group_state == "Stable" and len(described.groups[0].members) == 2
+
+
+def test_a_member_that_stops_heartbeating_is_removed_and_the_group_rebalances():
+    c = cluster()
+    coord = coordinator(c, "h")
+    a = join(c, coord, "h", "a")
+    c.settle()
+    c.response(coord, 11, 5, "a")
+    c.call(coord, 14, 3, {"group_id": "h", "generation_id": 1, "member_id": a, "group_instance_id": None,
+                          "assignments": [{"member_id": a, "assignment": b"x"}]}, "a")
+    c.advance(SESSION_MS + 10)
+    listed = c.call(coord, 16, 3, {}, "admin")
+    assert [(g.group_id, g.protocol_type) for g in listed.groups] == [("h", "consumer")]
+    described = c.call(coord, 15, 5, {"groups": ["h"], "include_authorized_operations": False}, "admin")
+    assert described.groups[0].group_state == "Empty" and not described.groups[0].members
+    hb = c.call(coord, 12, 3, {"group_id": "h", "generation_id": 1, "member_id": a, "group_instance_id": None}, "a")
+    assert hb.error_code == ErrorCode.unknown_member_id
+
+
+def test_bad_requests_get_kafkas_errors_and_change_nothing():
+    c = cluster()
+    coord = coordinator(c, "bad")
+    other = next(b for b in (1, 2, 3) if b != coord)
+    assert c.call(other, 12, 3, {"group_id": "bad", "generation_id": 1, "member_id": "x",
+                                 "group_instance_id": None}, "a").error_code == ErrorCode.not_coordinator
+    assert c.call(coord, 11, 5, join_body("bad", "who-is-this"), "a").error_code == ErrorCode.unknown_member_id
+    short = dict(join_body("bad"), session_timeout=10)
+    assert c.call(coord, 11, 5, short, "a").error_code == ErrorCode.invalid_session_timeout
+    big = {"group_id": "bad", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None, "retention_time": -1,
+           "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                    "committed_leader_epoch": -1, "committed_metadata": "x" * 5000}]}]}
+    assert c.call(coord, 8, 7, big, "a").topics[0].partitions[0].error_code == ErrorCode.offset_metadata_too_large
+    fetched = c.call(coord, 9, 7, {"group_id": "bad", "topics": [{"name": "t", "partition_indexes": [0]}],
+                                   "require_stable": False}, "a")
+    assert fetched.topics[0].partitions[0].committed_offset == -1
+    produce = {"transactional_id": None, "acks": 1, "timeout": 1000, "topic_data": [
+        {"name": "__consumer_offsets", "partition_data": [{"index": 0, "records": b""}]}]}
+    answer = c.call(1, 0, 7, produce, "p").responses[0].partition_responses[0]
+    assert answer.error_code == ErrorCode.invalid_topic_exception
