@@ -1,0 +1,206 @@
+"""Consumer groups with real clients on 3 broker processes (CON-1, CON-2).
+
+One cluster for the module; `group.initial.rebalance.delay.ms` is lowered so rebalances finish
+quickly, and the ZooKeeper session is short so a killed coordinator is replaced within seconds.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.integration.replication_helpers import create_topic
+
+SESSION_MS = 4000
+
+
+@pytest.fixture(scope="module")
+def gc(tmp_path_factory):
+    ports = free_ports(4)
+    data = tmp_path_factory.mktemp("groups") / "data"
+    data.mkdir()
+    c = Cluster(data, 3, ports[1], ports[0], overrides=[
+        f"zookeeper.session.timeout.ms={SESSION_MS}", "group.initial.rebalance.delay.ms=200",
+        "replica.lag.time.max.ms=2000"])
+    c.start()
+    yield c
+    c.stop()
+
+
+def produce_values(bootstrap: str, topic: str, values: list[bytes], partition: int | None = None) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2})
+    for v in values:
+        if partition is None:
+            p.produce(topic, v, key=v)
+        else:
+            p.produce(topic, v, partition=partition)
+    assert p.flush(30) == 0
+
+
+def consumer(bootstrap: str, group: str, **extra):
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                     "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                     **extra})
+
+
+def test_con_1_three_consumers_share_six_partitions_and_take_over_when_one_leaves(gc):
+    create_topic(gc, "six", partitions=6, min_isr=1)
+    members = [consumer(gc.bootstrap, "sharing") for _ in range(3)]
+    for m in members:
+        m.subscribe(["six"])
+
+    def assignments() -> list[set[int]]:
+        for m in members:
+            m.poll(0.1)
+        return [{tp.partition for tp in m.assignment()} for m in members]
+
+    poll_until(lambda: sorted(len(a) for a in assignments()) == [2, 2, 2], 60, interval=0.01,
+               message="two partitions each")
+    parts = assignments()
+    assert set().union(*parts) == set(range(6))
+    members.pop().close()                                   # leaves the group
+    poll_until(lambda: sorted(len(a) for a in assignments()) == [3, 3], 60, interval=0.01,
+               message="the other two take over")
+    assert set().union(*assignments()) == set(range(6))
+    for m in members:
+        m.close()
+
+
+def test_con_1_manual_commits_redeliver_only_what_was_not_committed(gc):
+    """enable.auto.commit=false and a commit after each processed batch: a consumer that dies
+    without committing its last batch makes its successor re-read that batch and nothing else."""
+    from confluent_kafka import TopicPartition
+
+    create_topic(gc, "work", partitions=1, min_isr=1)
+    values = [b"job-%03d" % i for i in range(300)]
+    produce_values(gc.bootstrap, "work", values, partition=0)
+    first = consumer(gc.bootstrap, "workers")
+    first.subscribe(["work"])
+    processed = []
+    while len(processed) < 200:
+        batch = first.consume(num_messages=50, timeout=1)
+        processed += [m.value() for m in batch if m.error() is None]
+        if len(processed) <= 150:
+            first.commit(asynchronous=False)                # processed, then committed
+    committed = first.committed([TopicPartition("work", 0)], timeout=10)[0].offset
+    assert committed == 150 or committed == len(processed[:150]) and committed > 0
+    first.close()                                           # dies: the last batch is not committed
+    second = consumer(gc.bootstrap, "workers")
+    second.subscribe(["work"])
+    again = []
+    deadline = time.monotonic() + 60
+    while len(again) < 300 - committed and time.monotonic() < deadline:
+        again += [m for m in second.consume(num_messages=100, timeout=1) if m.error() is None]
+    second.close()
+    assert again[0].offset() == committed                   # nothing skipped, only uncommitted re-read
+    assert [m.value() for m in again] == values[committed:]
+
+
+def test_con_1_the_group_survives_the_death_of_its_coordinator(gc):
+    """SIGKILL of the coordinator's broker: the group finds the new coordinator (the new leader of
+    its __consumer_offsets partition) and resumes from its committed offsets."""
+    from confluent_kafka import TopicPartition
+    from strandline.runtime.client import KafkaConnection
+
+    create_topic(gc, "survive", partitions=1, min_isr=1)
+    values = [b"v-%03d" % i for i in range(100)]
+    produce_values(gc.bootstrap, "survive", values, partition=0)
+    c1 = consumer(gc.bootstrap, "survivors")
+    c1.subscribe(["survive"])
+    got = []
+    while len(got) < 40:
+        got += [m for m in c1.consume(num_messages=40, timeout=1) if m.error() is None]
+    c1.commit(offsets=[TopicPartition("survive", 0, 40)], asynchronous=False)
+    c1.close()
+    with KafkaConnection(gc.bootstrap.split(",")[0]) as conn:
+        coordinator = conn.request(10, 3, {"key": "survivors", "key_type": 0}).node_id
+    result = run_cli("cluster", "kill", str(coordinator), "--data-dir", str(gc.data_dir), timeout=60)
+    assert result.returncode == 0, result.stderr
+    alive = ",".join(a for i, a in enumerate(gc.bootstrap.split(","), start=1) if i != coordinator)
+    c2 = consumer(alive, "survivors")
+    c2.subscribe(["survive"])
+    again = []
+    deadline = time.monotonic() + 60
+    while len(again) < 60 and time.monotonic() < deadline:
+        again += [m for m in c2.consume(num_messages=60, timeout=1) if m.error() is None]
+    c2.close()
+    assert again and again[0].offset() == 40
+    assert [m.value() for m in again] == values[40:]
+    result = run_cli("cluster", "start", str(coordinator), "--data-dir", str(gc.data_dir), timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_con_2_replay_by_offset_and_by_timestamp(gc):
+    from confluent_kafka import TopicPartition
+
+    create_topic(gc, "replay", partitions=1, min_isr=1)
+    produce_values(gc.bootstrap, "replay", [b"early-%d" % i for i in range(10)], partition=0)
+    time.sleep(0.05)  # two distinct record timestamps (producer clock), not a wait for a condition
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce_values(gc.bootstrap, "replay", [b"late-%d" % i for i in range(10)], partition=0)
+    c = consumer(gc.bootstrap, "replayer")
+    c.assign([TopicPartition("replay", 0, 5)])              # seek to an offset
+    got = []
+    while len(got) < 15:
+        got += [m.value() for m in c.consume(num_messages=20, timeout=1) if m.error() is None]
+    assert got[0] == b"early-5"
+    [found] = c.offsets_for_times([TopicPartition("replay", 0, middle)], timeout=10)
+    assert found.offset == 10
+    c.assign([TopicPartition("replay", 0, found.offset)])    # seek to a timestamp
+    late = []
+    while len(late) < 10:
+        late += [m.value() for m in c.consume(num_messages=20, timeout=1) if m.error() is None]
+    c.close()
+    assert late == [b"late-%d" % i for i in range(10)]
+
+
+def test_kafka_python_and_aiokafka_and_kcat_consume_in_groups(gc):
+    create_topic(gc, "clients", partitions=2, min_isr=1)
+    values = [b"c-%02d" % i for i in range(20)]
+    produce_values(gc.bootstrap, "clients", values)
+    from kafka import KafkaConsumer
+
+    kp = KafkaConsumer("clients", bootstrap_servers=gc.bootstrap.split(","), group_id="kp",
+                       auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=15000)
+    seen = []
+    for msg in kp:
+        seen.append(msg.value)
+        if len(seen) == len(values):
+            break
+    kp.commit()
+    kp.close()
+    assert sorted(seen) == sorted(values)
+
+    import asyncio
+
+    async def aio() -> list[bytes]:
+        from aiokafka import AIOKafkaConsumer
+
+        c = AIOKafkaConsumer("clients", bootstrap_servers=gc.bootstrap, group_id="aio",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await c.start()
+        try:
+            out: list[bytes] = []
+            async with asyncio.timeout(30):
+                while len(out) < len(values):
+                    batch = await c.getmany(timeout_ms=1000)
+                    out += [m.value for msgs in batch.values() for m in msgs]
+            await c.commit()
+            return out
+        finally:
+            await c.stop()
+
+    assert sorted(asyncio.run(aio())) == sorted(values)
+    kcat = subprocess.run(["kcat", "-b", gc.bootstrap, "-G", "kcat-group", "-o", "beginning", "-c", str(len(values)),
+                           "-f", "%s\n", "-X", "session.timeout.ms=6000", "clients"],
+                          capture_output=True, text=True, timeout=60)
+    assert kcat.returncode == 0, kcat.stderr
+    assert sorted(kcat.stdout.split()) == sorted(v.decode() for v in values)
