@@ -204,3 +204,35 @@ def test_kafka_python_and_aiokafka_and_kcat_consume_in_groups(gc):
                           capture_output=True, text=True, timeout=60)
     assert kcat.returncode == 0, kcat.stderr
     assert sorted(kcat.stdout.split()) == sorted(v.decode() for v in values)
+
+
+def test_groups_command_lists_describes_and_resets_offsets(gc):
+    """`strandline groups list|describe|reset-offsets`: members and their partitions, committed
+    offset, HW and lag per partition; a reset moves a stopped group's offsets."""
+    from confluent_kafka import TopicPartition
+
+    create_topic(gc, "lagging", partitions=2, min_isr=1)
+    produce_values(gc.bootstrap, "lagging", [b"x%d" % i for i in range(10)], partition=0)
+    c = consumer(gc.bootstrap, "watched", **{"client.id": "watcher"})
+    c.subscribe(["lagging"])
+    got = []
+    while len(got) < 10:
+        got += [m for m in c.consume(num_messages=10, timeout=1) if m.error() is None]
+    c.commit(offsets=[TopicPartition("lagging", 0, 4)], asynchronous=False)
+    bootstrap = gc.bootstrap.split(",")[0]
+    listed = run_cli("groups", "list", "--bootstrap-server", bootstrap)
+    assert listed.returncode == 0 and "watched\tStable" in listed.stdout
+    described = run_cli("groups", "describe", "watched", "--bootstrap-server", bootstrap)
+    assert described.returncode == 0, described.stderr
+    assert "Client: watcher" in described.stdout and "Partitions: lagging-0,lagging-1" in described.stdout
+    assert "Topic: lagging\tPartition: 0\tCommitted: 4\tHW: 10\tLag: 6" in described.stdout
+    busy = run_cli("groups", "reset-offsets", "watched", "--topic", "lagging", "--to-earliest", "--execute",
+                   "--bootstrap-server", bootstrap)
+    assert busy.returncode == 2 and "stop its consumers" in busy.stderr
+    c.close()
+    reset = run_cli("groups", "reset-offsets", "watched", "--topic", "lagging", "--to-latest", "--execute",
+                    "--bootstrap-server", bootstrap)
+    assert reset.returncode == 0, reset.stderr
+    described = run_cli("groups", "describe", "watched", "--bootstrap-server", bootstrap)
+    assert "Partition: 0\tCommitted: 10\tHW: 10\tLag: 0" in described.stdout
+    assert "Partition: 1\tCommitted: 0\tHW: 0\tLag: 0" in described.stdout

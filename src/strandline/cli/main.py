@@ -63,6 +63,12 @@ def cmd_leaders(args: argparse.Namespace) -> int:
     return leaders.run(args)
 
 
+def cmd_groups(args: argparse.Namespace) -> int:
+    from strandline.cli import groups
+
+    return groups.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strandline", description="A Kafka-compatible, replicated commit log.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,6 +106,23 @@ def build_parser() -> argparse.ArgumentParser:
     elect.add_argument("--topic", help="only this topic's partitions (default: all)")
     elect.add_argument("--bootstrap-server", default="127.0.0.1:9092")
     leaders.set_defaults(func=cmd_leaders)
+
+    groups = sub.add_parser("groups", help="list and describe consumer groups, reset their offsets")
+    gsub = groups.add_subparsers(dest="action", required=True)
+    glist = gsub.add_parser("list")
+    gdesc = gsub.add_parser("describe")
+    gdesc.add_argument("group")
+    greset = gsub.add_parser("reset-offsets", help="commit new offsets for a group whose consumers are stopped")
+    greset.add_argument("group")
+    greset.add_argument("--topic", required=True)
+    to = greset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-datetime", metavar="ISO-8601", help="e.g. 2026-11-22T10:00:00 (UTC unless an offset is given)")
+    greset.add_argument("--execute", action="store_true", help="commit them (without it: a dry run, as Kafka's tool)")
+    for p in (glist, gdesc, greset):
+        p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    groups.set_defaults(func=cmd_groups)
 
     topics = sub.add_parser("topics", help="create, list, describe and delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)
