@@ -128,3 +128,51 @@ def test_bad_requests_get_kafkas_errors_and_change_nothing():
         {"name": "__consumer_offsets", "partition_data": [{"index": 0, "records": b""}]}]}
     answer = c.call(1, 0, 7, produce, "p").responses[0].partition_responses[0]
     assert answer.error_code == ErrorCode.invalid_topic_exception
+
+
+def test_offsets_topic_records_use_kafkas_layouts():
+    from strandline.group import records as rec
+
+    key = rec.offset_key("g", "t", 3)
+    assert key == b"\x00\x01" + b"\x00\x01g" + b"\x00\x01t" + b"\x00\x00\x00\x03"
+    value = rec.OffsetValue(42, 7, "meta", 1_700_000_000_000)
+    raw = rec.offset_value(value)
+    assert raw[:2] == b"\x00\x03" and rec.decode_offset_value(raw) == value
+    member = rec.MemberValue("m-1", "inst", "cid", "/1.2.3.4", 300000, 10000, b"sub", b"asg")
+    group = rec.GroupValue("consumer", 5, "range", "m-1", 123, (member,))
+    assert rec.decode_group_value(rec.group_value(group)) == group
+    assert rec.decode_key(rec.group_key("g")) == rec.GroupKey("g")
+    batch = rec.build_batch([(key, raw), (rec.group_key("g"), None)], 1)
+    assert [(o, k, v) for o, k, v in rec.iter_records(batch)] == [(0, key, raw), (1, rec.group_key("g"), None)]
+
+
+def test_a_static_member_rejoins_under_its_instance_id_and_deleting_a_live_group_is_refused():
+    c = cluster()
+    coord = coordinator(c, "st")
+    body = dict(join_body("st"), group_instance_id="host-a")
+    first = c.call(coord, 11, 5, body, "a")                           # static: no MEMBER_ID_REQUIRED round
+    assert first.error_code == ErrorCode.none and first.generation_id == 1
+    c.call(coord, 14, 3, {"group_id": "st", "generation_id": 1, "member_id": first.member_id,
+                          "group_instance_id": "host-a",
+                          "assignments": [{"member_id": first.member_id, "assignment": b"mine"}]}, "a")
+    again = c.call(coord, 11, 5, body, "a2")                           # restarted with the same instance id
+    assert again.error_code == ErrorCode.none and again.member_id != first.member_id
+    described = c.call(coord, 15, 5, {"groups": ["st"], "include_authorized_operations": False}, "admin")
+    assert [m.group_instance_id for m in described.groups[0].members] == ["host-a"]
+    deleted = c.call(coord, 42, 2, {"groups_names": ["st"]}, "admin")
+    assert deleted.results[0].error_code == ErrorCode.non_empty_group
+
+
+def test_offsets_of_an_empty_group_expire_after_the_retention():
+    c = SimCluster((1, 2, 3), **{"offsets.topic.num.partitions": "3", "offsets.retention.minutes": "1",
+                                 "offsets.retention.check.interval.ms": "1000"})
+    coord = coordinator(c, "old")
+    commit = {"group_id": "old", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+              "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5,
+                                                       "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
+    assert c.call(coord, 8, 7, commit, "a").topics[0].partitions[0].error_code == ErrorCode.none
+    fetch = {"group_id": "old", "topics": [{"name": "t", "partition_indexes": [0]}], "require_stable": False}
+    c.advance(30_000)
+    assert c.call(coord, 9, 7, fetch, "a").topics[0].partitions[0].committed_offset == 5
+    c.advance(40_000)
+    assert c.call(coord, 9, 7, fetch, "a").topics[0].partitions[0].committed_offset == -1
