@@ -30,30 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import produce_consume as pc  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 
+from strandline.group.records import build_batch  # noqa: E402
 from strandline.runtime.client import KafkaConnection  # noqa: E402
 
-
-
-def batch(value: bytes) -> bytes:
-    """One uncompressed v2 record batch (CRC-32C) holding ``value``."""
-    import struct
-
-    import crc32c
-
-    def varint(n: int) -> bytes:
-        n = (n << 1) ^ (n >> 63)
-        out = bytearray()
-        while n & ~0x7F:
-            out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        out.append(n)
-        return bytes(out)
-
-    body = b"\0" + varint(0) + varint(0) + varint(-1) + varint(len(value)) + value + varint(0)
-    record = varint(len(body)) + body
-    now = int(time.time() * 1000)
-    after_crc = struct.pack(">hiqqqhii", 0, 0, now, now, -1, -1, -1, 1) + record
-    return struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c.crc32c(after_crc)) + after_crc
 
 
 def cli(*args: str) -> None:
@@ -75,7 +54,8 @@ def probe(port: int, topic: str) -> bool:
     try:
         with KafkaConnection(f"127.0.0.1:{port}", timeout_s=2) as conn:
             resp = conn.request(0, 7, {"transactional_id": None, "acks": -1, "timeout": 2000, "topic_data": [
-                {"name": topic, "partition_data": [{"index": 0, "records": batch(b"probe")}]}]})
+                {"name": topic, "partition_data": [{"index": 0, "records": bytes(
+                    build_batch([(b"probe", b"probe")], int(time.time() * 1000)))}]}]})
         return int(resp.responses[0].partition_responses[0].error_code) == 0
     except Exception:
         return False

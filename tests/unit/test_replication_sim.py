@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from strandline.protocol.records import iter_batches
+from strandline.group.records import iter_records
 from strandline.sim.cluster import SimCluster
 from tests.unit.batches import make_batch
 
@@ -46,32 +46,8 @@ def produce(c: SimCluster, broker: int, topic: str, values: list[bytes], acks: i
 
 
 def values_of(data: bytes) -> list[bytes]:
-    """Record values of uncompressed v2 batches (the test's own decoder)."""
-    def varint(buf: bytes, pos: int) -> tuple[int, int]:
-        shift = result = 0
-        while True:
-            b = buf[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return (result >> 1) ^ -(result & 1), pos
-
-    out = []
-    for pos, h in iter_batches(data):
-        p = pos + 61
-        for _ in range(h.records_count):
-            length, p = varint(data, p)
-            end = p + length
-            p += 1                                  # attributes
-            _, p = varint(data, p)                  # timestamp delta
-            _, p = varint(data, p)                  # offset delta
-            klen, p = varint(data, p)
-            p += max(klen, 0)
-            vlen, p = varint(data, p)
-            out.append(data[p:p + vlen])
-            p = end
-    return out
+    """Record values of the (uncompressed) batches of a log."""
+    return [value for _, _, value in iter_records(data)]
 
 
 def values_on(c: SimCluster, broker: int, topic: str) -> list[bytes]:

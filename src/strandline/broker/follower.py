@@ -9,7 +9,7 @@ the leader's batches as they are (never re-encoded) and taking HW = min(own LEO,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -153,27 +153,35 @@ class Follower:
             return effects + self._maybe_send_fetches(now_ms)
         body = {"replica_id": self.broker_id,
                 "topics": [{"topic": n, "partitions": p} for n, p in by_topic.items()]}
-        fetcher.in_flight = True
-
-        def on_response(frame: bytes | None, when_ms: int) -> list:
-            fetcher.in_flight = False
-            if frame is None:
-                return self._fetcher_failed(fetcher, when_ms)
-            try:
-                resp = api.decode_response(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, frame)
-            except Exception as exc:
-                return [Log("warning", f"Bad OffsetsForLeaderEpoch answer from broker {fetcher.leader_id}: {exc}")] \
-                    + self._fetcher_failed(fetcher, when_ms)
+        def on_response(resp: Any, when_ms: int) -> list:
             out: list = []
             for t in resp.topics:
                 for p in t.partitions:
                     out.extend(self._on_epoch_end_offset(fetcher, (t.topic, p.partition), asked, p, when_ms))
             return out + self._maybe_send_fetches(when_ms)
 
-        return effects + self._send_to_broker(  # type: ignore[attr-defined]
+        return effects + self._fetcher_request(fetcher, ApiKey.OFFSET_FOR_LEADER_EPOCH,
+                                               OFFSET_FOR_LEADER_EPOCH_VERSION, body, on_response, now_ms)
+
+    def _fetcher_request(self, fetcher: ReplicaFetcher, api_key: int, version: int, body: dict,
+                         on_response: Callable[[Any, int], list], now_ms: int) -> list:
+        """One request of a fetcher to its leader; a failed connection or a bad answer backs it off."""
+        fetcher.in_flight = True
+
+        def on_frame(frame: bytes | None, when_ms: int) -> list:
+            fetcher.in_flight = False
+            if frame is None:
+                return self._fetcher_failed(fetcher, when_ms)
+            try:
+                resp = api.decode_response(api_key, version, frame)
+            except Exception as exc:
+                return [Log("warning", f"Bad {api.api_name(api_key)} answer from broker {fetcher.leader_id}: {exc}")] \
+                    + self._fetcher_failed(fetcher, when_ms)
+            return on_response(resp, when_ms)
+
+        return self._send_to_broker(  # type: ignore[attr-defined]
             fetcher.leader_id, "fetcher",
-            lambda cid: api.encode_request(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, cid,
-                                           self._client_id(), body), on_response, now_ms)
+            lambda cid: api.encode_request(api_key, version, cid, self._client_id(), body), on_frame, now_ms)
 
     def _on_epoch_end_offset(self, fetcher: ReplicaFetcher, key: tuple[str, int], asked: dict, answer: Any,
                              now_ms: int) -> list:
@@ -210,17 +218,7 @@ class Follower:
                 "isolation_level": 0, "session_id": 0, "session_epoch": -1,
                 "topics": [{"topic": n, "partitions": p} for n, p in by_topic.items()],
                 "forgotten_topics_data": [], "rack_id": ""}
-        fetcher.in_flight = True
-
-        def on_response(frame: bytes | None, when_ms: int) -> list:
-            fetcher.in_flight = False
-            if frame is None:
-                return self._fetcher_failed(fetcher, when_ms)
-            try:
-                resp = api.decode_response(ApiKey.FETCH, FETCH_VERSION, frame)
-            except Exception as exc:
-                return [Log("warning", f"Bad Fetch answer from broker {fetcher.leader_id}: {exc}")] \
-                    + self._fetcher_failed(fetcher, when_ms)
+        def on_response(resp: Any, when_ms: int) -> list:
             out: list = []
             moved: list[tuple[str, int]] = []
             for t in resp.responses:
@@ -231,10 +229,7 @@ class Follower:
                 out.extend(self.fetch_purgatory.check_keys(moved, when_ms))  # type: ignore[attr-defined]
             return out + self._maybe_send_fetches(when_ms)
 
-        return self._send_to_broker(  # type: ignore[attr-defined]
-            fetcher.leader_id, "fetcher",
-            lambda cid: api.encode_request(ApiKey.FETCH, FETCH_VERSION, cid, self._client_id(), body),
-            on_response, now_ms)
+        return self._fetcher_request(fetcher, ApiKey.FETCH, FETCH_VERSION, body, on_response, now_ms)
 
     def _on_fetched(self, fetcher: ReplicaFetcher, key: tuple[str, int], asked: tuple[int, int] | None,
                     answer: Any, now_ms: int, moved: list) -> list:
