@@ -526,3 +526,17 @@ def test_ctl_6_a_bounced_leader_is_handled_as_dead_then_new_and_does_not_resume_
     assert c.state("b").leader == 3 and c.state("b").leader_epoch >= 1
     assert values_on(c, 3, "b") == values_on(c, 4, "b") == values_on(c, 2, "b") == [b"m1", b"m2"]
     assert set(c.state("b").isr) == {2, 3, 4}
+
+
+def test_a_broker_keeps_what_the_controller_told_it_before_it_finished_starting():
+    """The controller may reach a broker between its registration and the end of its start-up;
+    the start-up must not replace that newer news with what it read from ZooKeeper earlier."""
+    c = SimCluster((1, 2))
+    node = c.brokers[2]
+    core = node.core
+    stale = {1: core.metadata.brokers[1]}                     # what broker 3 read before 3 registered
+    c.start(3)
+    c.settle()
+    assert sorted(core.metadata.brokers) == [1, 2, 3]
+    c._apply(node, core.load_metadata("sim-cluster", stale, {}, 1, 1, c.now))
+    assert sorted(core.metadata.brokers) == [1, 2, 3]

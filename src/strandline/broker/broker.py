@@ -101,6 +101,7 @@ class Broker(ControlPlane, Follower, Groups):
         self._delayed: list[tuple[int, int, Callable[[int], list]]] = []
         self._hw_checkpoint: dict | None = None
         self._loading_topics: set[str] = set()   # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
+        self._heard_from_controller = False
         self.active_controller = False
         self._shutting_down: set[int] = set()      # brokers in controlled shutdown (controller)
         self._init_groups()
@@ -124,10 +125,19 @@ class Broker(ControlPlane, Follower, Groups):
         Leadership comes only from the controller's LeaderAndIsr; when this broker is the
         controller it sends them now, to itself included."""
         self.metadata.cluster_id = cluster_id
-        self.metadata.brokers = dict(brokers)
-        self.metadata.controller_id = controller_id
-        self.controller_epoch = controller_epoch
-        self.metadata.topics = dict(topics)
+        if self._heard_from_controller:
+            # the controller's requests can arrive between registration and this call: what they
+            # said is newer than what was read from ZooKeeper before
+            for name, topic in topics.items():
+                self.metadata.topics.setdefault(name, topic)
+            topics = self.metadata.topics
+            if controller_epoch > self.controller_epoch:
+                self.controller_epoch, self.metadata.controller_id = controller_epoch, controller_id
+        else:
+            self.metadata.brokers = dict(brokers)
+            self.metadata.controller_id = controller_id
+            self.controller_epoch = controller_epoch
+            self.metadata.topics = dict(topics)
         effects: list = []
         for topic in topics.values():
             for index, replicas in sorted(topic.assignment.items()):

@@ -653,6 +653,7 @@ class ControlPlane:
         return [self._zk(ops, on_result)]  # type: ignore[attr-defined]
 
     def _apply_control(self, api_key: int, body: dict, now_ms: int) -> tuple[list, dict]:
+        self._heard_from_controller = True  # type: ignore[attr-defined]
         if body["controller_epoch"] > self.controller_epoch or self.metadata.controller_id < 0:  # type: ignore
             self.controller_epoch = body["controller_epoch"]
             self.metadata.controller_id = body["controller_id"]  # type: ignore[attr-defined]
