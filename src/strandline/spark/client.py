@@ -1,0 +1,179 @@
+"""A small blocking client for Spark tasks: metadata, ListOffsets, Fetch and idempotent Produce,
+each sent to the partition's leader and retried after a metadata refresh when the leader moved
+(NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) or a broker went away."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from strandline.errors import StrandlineError
+from strandline.runtime.client import KafkaConnection
+
+METADATA, LIST_OFFSETS, FETCH, PRODUCE, INIT_PRODUCER_ID = 3, 2, 1, 0, 22
+EARLIEST, LATEST = -2, -1
+LEADER_MOVED = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
+                ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition, ErrorCode.request_timed_out,
+                ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append}
+RETRIES = 40
+BACKOFF_S = 0.25
+
+
+class LeaderMoved(Exception):
+    pass
+
+
+class NotRetriable(StrandlineError):
+    pass
+
+
+class StrandlineClient:
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
+        self.bootstrap = [b.strip() for b in bootstrap.split(",") if b.strip()]
+        if not self.bootstrap:
+            raise StrandlineError("kafka.bootstrap.servers is empty")
+        self.timeout_s = timeout_s
+        self.conns: dict[str, KafkaConnection] = {}
+        self.brokers: dict[int, str] = {}
+        self.leaders: dict[tuple[str, int], tuple[int, int]] = {}
+        self.partitions: dict[str, list[int]] = {}
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()
+        self.conns.clear()
+
+    def _conn(self, address: str) -> KafkaConnection:
+        conn = self.conns.get(address)
+        if conn is None:
+            conn = self.conns[address] = KafkaConnection(address, self.timeout_s, client_id="strandline-spark")
+        return conn
+
+    def _request(self, address: str, api_key: int, version: int, body: dict) -> Any:
+        try:
+            return self._conn(address).request(api_key, version, body)
+        except StrandlineError:
+            conn = self.conns.pop(address, None)
+            if conn is not None:
+                conn.close()
+            raise
+
+    # -- metadata
+
+    def refresh(self, topics: list[str] | None = None) -> None:
+        last: Exception | None = None
+        for address in list(self.brokers.values()) + self.bootstrap:
+            try:
+                resp = self._request(address, METADATA, 9, {
+                    "topics": None if topics is None else [{"name": t} for t in topics],
+                    "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+            except StrandlineError as exc:
+                last = exc
+                continue
+            self.brokers = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
+            for t in resp.topics:
+                if ErrorCode(int(t.error_code)) is not ErrorCode.none:
+                    self.partitions.pop(t.name, None)
+                    continue
+                self.partitions[t.name] = sorted(p.partition_index for p in t.partitions)
+                for p in t.partitions:
+                    self.leaders[(t.name, p.partition_index)] = (int(p.leader_id), int(p.leader_epoch))
+            return
+        raise StrandlineError(f"no broker of {','.join(self.bootstrap)} answered: {last}")
+
+    def topics_matching(self, pattern: str) -> list[str]:
+        self.refresh(None)
+        rx = re.compile(pattern)
+        return sorted(t for t in self.partitions if rx.fullmatch(t) and not t.startswith("__"))
+
+    def leader_address(self, tp: tuple[str, int]) -> tuple[str, int]:
+        if tp not in self.leaders or self.leaders[tp][0] not in self.brokers:
+            self.refresh([tp[0]])
+        leader, epoch = self.leaders.get(tp, (-1, -1))
+        if leader not in self.brokers:
+            raise LeaderMoved(f"{tp[0]}-{tp[1]} has no leader")
+        return self.brokers[leader], epoch
+
+    def _with_leader(self, tp: tuple[str, int], call) -> Any:
+        last: Exception | None = None
+        for attempt in range(RETRIES):
+            try:
+                address, epoch = self.leader_address(tp)
+                return call(address, epoch)
+            except NotRetriable:
+                raise
+            except (LeaderMoved, StrandlineError) as exc:
+                last = exc
+                time.sleep(min(BACKOFF_S * (attempt + 1), 2.0))
+                try:
+                    self.refresh([tp[0]])
+                except StrandlineError as refresh_error:
+                    last = refresh_error
+        raise StrandlineError(f"{tp[0]}-{tp[1]}: {last}")
+
+    # -- offsets and records
+
+    def list_offset(self, tp: tuple[str, int], timestamp: int) -> int:
+        """EARLIEST (log start), LATEST (high watermark) or the first offset at/after a timestamp (-1: none)."""
+        def call(address: str, epoch: int) -> int:
+            resp = self._request(address, LIST_OFFSETS, 4, {
+                "replica_id": -1, "isolation_level": 0, "topics": [{"name": tp[0], "partitions": [
+                    {"partition_index": tp[1], "current_leader_epoch": epoch, "timestamp": timestamp}]}]})
+            part = resp.topics[0].partitions[0]
+            error = ErrorCode(int(part.error_code))
+            if error in LEADER_MOVED:
+                raise LeaderMoved(error.name)
+            if error is not ErrorCode.none:
+                raise NotRetriable(f"ListOffsets of {tp[0]}-{tp[1]}: {error.name.upper()}")
+            return int(part.offset)
+        return self._with_leader(tp, call)
+
+    def fetch(self, tp: tuple[str, int], offset: int, max_bytes: int = 8 << 20) -> tuple[ErrorCode, int, int, bytes]:
+        """(error, high watermark, log start offset, records) of one fetch; OFFSET_OUT_OF_RANGE is returned."""
+        def call(address: str, epoch: int) -> tuple:
+            resp = self._request(address, FETCH, 11, {
+                "replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic": tp[0], "partitions": [{
+                    "partition": tp[1], "current_leader_epoch": epoch, "fetch_offset": offset,
+                    "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]})
+            part = resp.responses[0].partitions[0]
+            error = ErrorCode(int(part.error_code))
+            if error in LEADER_MOVED:
+                raise LeaderMoved(error.name)
+            return error, int(part.high_watermark), int(part.log_start_offset), part.records or b""
+        return self._with_leader(tp, call)
+
+    # -- producing
+
+    def init_producer_id(self) -> tuple[int, int]:
+        for attempt in range(RETRIES):
+            address = next(iter(self.brokers.values()), self.bootstrap[0])
+            try:
+                resp = self._request(address, INIT_PRODUCER_ID, 3, {"transactional_id": None, "transaction_timeout": 60000,
+                                                                    "producer_id": -1, "producer_epoch": -1})
+            except StrandlineError:
+                self.refresh([])
+                continue
+            if ErrorCode(int(resp.error_code)) is ErrorCode.none:
+                return int(resp.producer_id), int(resp.producer_epoch)
+            time.sleep(BACKOFF_S)
+        raise StrandlineError("no producer id from the cluster")
+
+    def produce(self, tp: tuple[str, int], batch: bytes) -> int:
+        """acks=all; retried on leader moves (the idempotent producer id makes retries safe)."""
+        def call(address: str, epoch: int) -> int:
+            resp = self._request(address, PRODUCE, 7, {
+                "transactional_id": None, "acks": -1, "timeout": 30000,
+                "topic_data": [{"name": tp[0], "partition_data": [{"index": tp[1], "records": batch}]}]})
+            part = resp.responses[0].partition_responses[0]
+            error = ErrorCode(int(part.error_code))
+            if error in LEADER_MOVED:
+                raise LeaderMoved(error.name)
+            if error is not ErrorCode.none:
+                raise NotRetriable(f"producing to {tp[0]}-{tp[1]} failed: {error.name.upper()}")
+            return int(part.base_offset)
+        return self._with_leader(tp, call)

@@ -1,0 +1,612 @@
+"""The ``strandline`` Python data source: topics as DataFrames, batch and streaming, read and write.
+
+Options and schema follow Spark's built-in Kafka source (``spark-sql-kafka-0-10``). Reads see
+committed records only (below the high watermark); each Spark task fetches one topic-partition
+offset range from the partition's leader and decodes its record batches into Arrow. Offsets are
+``{"topic": {"partition": next_offset}}`` JSON, written canonically (sorted keys) because Spark
+compares them as strings.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamArrowWriter,
+                                    DataSourceStreamReader, InputPartition, WriterCommitMessage)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
+                               TimestampType)
+
+from strandline.spark.client import EARLIEST, LATEST, StrandlineClient
+from strandline.spark.decode import Columns, decode_into
+
+NAME = "strandline"
+READ_OPTIONS = {
+    "kafka.bootstrap.servers", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
+    "startingoffsetsbytimestamp", "startingtimestamp", "failondataloss", "maxoffsetspertrigger",
+    "minoffsetspertrigger", "maxtriggerdelay", "minpartitions", "includeheaders", "path", "checkpointlocation",
+}
+WRITE_OPTIONS = {"kafka.bootstrap.servers", "topic", "includeheaders", "path", "checkpointlocation"}
+TopicPartition = tuple[str, int]
+
+
+class OptionError(ValueError):
+    """A bad or contradictory option, named in the message; raised when the query starts."""
+
+
+def read_schema(include_headers: bool) -> StructType:
+    fields = [StructField("key", BinaryType()), StructField("value", BinaryType()),
+              StructField("topic", StringType()), StructField("partition", IntegerType()),
+              StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+              StructField("timestampType", IntegerType())]
+    if include_headers:
+        fields.append(StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                                   StructField("value", BinaryType())]))))
+    return StructType(fields)
+
+
+def _arrow_schema(include_headers: bool) -> pa.Schema:
+    fields = [pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
+              pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
+              pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("timestampType", pa.int32())]
+    if include_headers:
+        fields.append(pa.field("headers", pa.list_(pa.field("element", pa.struct(
+            [pa.field("key", pa.string()), pa.field("value", pa.binary())])))))
+    return pa.schema(fields)
+
+
+def canonical(offsets: dict) -> dict:
+    """Offsets with topics sorted and partition keys as strings in numeric order."""
+    return {t: {str(p): int(o) for p, o in sorted(((int(p), o) for p, o in parts.items()))}
+            for t, parts in sorted(offsets.items())}
+
+
+def _bool(options: dict, key: str, default: bool) -> bool:
+    value = options.get(key)
+    if value is None:
+        return default
+    if value.lower() not in ("true", "false"):
+        raise OptionError(f"option {key}: expected true or false, got {value!r}")
+    return value.lower() == "true"
+
+
+def _int(options: dict, key: str) -> int | None:
+    value = options.get(key)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise OptionError(f"option {key}: expected an integer, got {value!r}") from None
+    if number <= 0:
+        raise OptionError(f"option {key}: must be positive, got {number}")
+    return number
+
+
+def _duration_ms(options: dict, key: str) -> int | None:
+    value = options.get(key)
+    if value is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h)?\s*", value)
+    if not m:
+        raise OptionError(f"option {key}: expected a duration like 15m or 30s, got {value!r}")
+    scale = {"ms": 1, "s": 1000, "m": 60000, "min": 60000, "h": 3600000}[m.group(2) or "ms"]
+    return int(m.group(1)) * scale
+
+
+@dataclass
+class Settings:
+    bootstrap: str
+    subscribe: list[str] | None
+    pattern: str | None
+    assign: list[TopicPartition] | None
+    starting: str | dict
+    ending: str | dict
+    fail_on_data_loss: bool
+    max_per_trigger: int | None
+    min_per_trigger: int | None
+    max_trigger_delay_ms: int
+    min_partitions: int | None
+    include_headers: bool
+    starting_timestamps: dict | None
+    starting_timestamp: int | None
+
+    @classmethod
+    def parse(cls, options: dict, streaming: bool) -> "Settings":
+        opts = {k.lower(): v for k, v in options.items()}
+        unknown = sorted(k for k in opts if k not in READ_OPTIONS and not k.startswith("kafka."))
+        if unknown:
+            raise OptionError(f"unknown option {unknown[0]!r} for the {NAME} source")
+        bootstrap = opts.get("kafka.bootstrap.servers")
+        if not bootstrap:
+            raise OptionError("option kafka.bootstrap.servers must be set")
+        ways = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
+        if len(ways) != 1:
+            raise OptionError("exactly one of the options subscribe, subscribePattern or assign must be set"
+                              + (f" (got {', '.join(ways)})" if ways else ""))
+        assign = None
+        if "assign" in ways:
+            try:
+                raw = json.loads(opts["assign"])
+                assign = sorted((t, int(p)) for t, parts in raw.items() for p in parts)
+            except (ValueError, AttributeError, TypeError):
+                raise OptionError(f"option assign: expected JSON like {{\"topic\":[0,1]}}, got {opts['assign']!r}") \
+                    from None
+        subscribe = [t.strip() for t in opts["subscribe"].split(",") if t.strip()] if "subscribe" in ways else None
+        pattern = opts.get("subscribepattern") if "subscribepattern" in ways else None
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise OptionError(f"option subscribePattern: {exc}") from None
+
+        def offsets(key: str, default: str, allowed: tuple[str, ...]) -> str | dict:
+            value = opts.get(key, default)
+            if value.strip().lower() in allowed:
+                return value.strip().lower()
+            try:
+                parsed = json.loads(value)
+                if not isinstance(parsed, dict):
+                    raise ValueError
+                return canonical(parsed)
+            except (ValueError, TypeError, AttributeError):
+                raise OptionError(f"option {key}: expected {' or '.join(allowed)} or JSON offsets, got {value!r}") \
+                    from None
+
+        starting = offsets("startingoffsets", "latest" if streaming else "earliest", ("earliest", "latest"))
+        if "endingoffsets" in opts and streaming:
+            raise OptionError("option endingOffsets is for batch queries only")
+        ending = offsets("endingoffsets", "latest", ("latest",))
+        if not streaming and starting == "latest":
+            raise OptionError("option startingOffsets: latest is not allowed for batch queries")
+        by_ts = opts.get("startingoffsetsbytimestamp")
+        starting_timestamps = None
+        if by_ts is not None:
+            try:
+                starting_timestamps = canonical(json.loads(by_ts))
+            except (ValueError, TypeError, AttributeError):
+                raise OptionError(f"option startingOffsetsByTimestamp: expected JSON, got {by_ts!r}") from None
+        starting_timestamp = None
+        if opts.get("startingtimestamp") is not None:
+            try:
+                starting_timestamp = int(opts["startingtimestamp"])
+            except ValueError:
+                raise OptionError(f"option startingTimestamp: expected milliseconds, got "
+                                  f"{opts['startingtimestamp']!r}") from None
+        max_per = _int(opts, "maxoffsetspertrigger")
+        min_per = _int(opts, "minoffsetspertrigger")
+        if not streaming and (max_per or min_per):
+            raise OptionError("options maxOffsetsPerTrigger/minOffsetsPerTrigger are for streaming queries only")
+        if max_per and min_per and min_per > max_per:
+            raise OptionError("option minOffsetsPerTrigger must not exceed maxOffsetsPerTrigger")
+        delay = _duration_ms(opts, "maxtriggerdelay")
+        if delay is not None and min_per is None:
+            raise OptionError("option maxTriggerDelay needs minOffsetsPerTrigger")
+        return cls(bootstrap, subscribe, pattern, assign, starting, ending, _bool(opts, "failondataloss", True),
+                   max_per, min_per, delay if delay is not None else 15 * 60000, _int(opts, "minpartitions"),
+                   _bool(opts, "includeheaders", False), starting_timestamps, starting_timestamp)
+
+    # -- offsets from the cluster
+
+    def topic_partitions(self, client: StrandlineClient) -> list[TopicPartition]:
+        if self.assign is not None:
+            return list(self.assign)
+        if self.pattern is not None:
+            topics = client.topics_matching(self.pattern)
+        else:
+            client.refresh(self.subscribe)
+            topics = list(self.subscribe or [])
+        return [(t, p) for t in sorted(topics) for p in client.partitions.get(t, [])]
+
+    def resolve(self, client: StrandlineClient, spec: str | dict, tps: list[TopicPartition],
+                default: int) -> dict[TopicPartition, int]:
+        out = {}
+        for tp in tps:
+            if spec == "earliest":
+                out[tp] = client.list_offset(tp, EARLIEST)
+            elif spec == "latest":
+                out[tp] = client.list_offset(tp, LATEST)
+            else:
+                value = spec.get(tp[0], {}).get(str(tp[1]), default)
+                out[tp] = client.list_offset(tp, value) if value in (EARLIEST, LATEST) else int(value)
+        return out
+
+    def starting_offsets(self, client: StrandlineClient, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        if self.starting_timestamps is not None or self.starting_timestamp is not None:
+            out = {}
+            for tp in tps:
+                ts = self.starting_timestamp if self.starting_timestamp is not None else \
+                    self.starting_timestamps.get(tp[0], {}).get(str(tp[1]))
+                if ts is None:
+                    raise OptionError(f"option startingOffsetsByTimestamp has no timestamp for {tp[0]}-{tp[1]}")
+                found = client.list_offset(tp, int(ts))
+                out[tp] = found if found >= 0 else client.list_offset(tp, LATEST)
+            return out
+        return self.resolve(client, self.starting, tps, EARLIEST)
+
+
+def as_offsets_json(offsets: dict[TopicPartition, int]) -> dict:
+    raw: dict[str, dict[str, int]] = {}
+    for (t, p), o in offsets.items():
+        raw.setdefault(t, {})[str(p)] = o
+    return canonical(raw)
+
+
+def from_offsets_json(offsets: dict) -> dict[TopicPartition, int]:
+    return {(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+class RangePartition(InputPartition):
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+def split_ranges(ranges: list[tuple[TopicPartition, int, int]], min_partitions: int | None) -> list[RangePartition]:
+    """One task per topic-partition range, split in proportion to size (as Kafka's source) so that
+    there are at least minPartitions tasks."""
+    ranges = [r for r in ranges if r[2] > r[1]]
+    total = sum(end - start for _, start, end in ranges)
+    out: list[RangePartition] = []
+    for (topic, part), start, end in ranges:
+        pieces = 1
+        if min_partitions and total and len(ranges) < min_partitions:
+            pieces = max(1, -(-(end - start) * min_partitions // total))   # ceil: at least minPartitions
+        step = -(-(end - start) // pieces)
+        for lo in range(start, end, step):
+            out.append(RangePartition(topic, part, lo, min(end, lo + step)))
+    return out
+
+
+def read_range(settings: Settings, part: RangePartition) -> Iterator[pa.RecordBatch]:
+    """Fetch [start, end) of one partition from its leader and yield Arrow batches."""
+    client = StrandlineClient(settings.bootstrap)
+    schema = _arrow_schema(settings.include_headers)
+    tp = (part.topic, part.partition)
+    offset = part.start
+    try:
+        while offset < part.end:
+            error, hw, log_start, records = client.fetch(tp, offset)
+            if error.name == "offset_out_of_range" or offset < log_start:
+                if settings.fail_on_data_loss:
+                    raise RuntimeError(
+                        f"Cannot fetch records in [{offset}, {min(part.end, log_start)}) of {part.topic}-{part.partition}: "
+                        f"they are gone (log start offset {log_start}, high watermark {hw}). Some data may have been "
+                        f"lost because they are not available in the broker any more; either the data was aged out "
+                        f"by retention or the topic may have been deleted. If you don't want your query to fail in "
+                        f"such cases, set the source option \"failOnDataLoss\" to \"false\".")
+                if log_start >= part.end or error.name == "offset_out_of_range" and offset >= hw:
+                    return
+                offset = log_start
+                continue
+            if error.value != 0:
+                raise RuntimeError(f"fetching {part.topic}-{part.partition} at {offset}: {error.name.upper()}")
+            if not records:
+                if hw <= offset:
+                    if settings.fail_on_data_loss:
+                        raise RuntimeError(
+                            f"Cannot fetch records in [{offset}, {part.end}) of {part.topic}-{part.partition}: the "
+                            f"high watermark is {hw}. Some data may have been lost (an unclean leader election?). "
+                            f"Set the source option \"failOnDataLoss\" to \"false\" to go on.")
+                    return
+                time.sleep(0.01)
+                continue
+            cols = Columns()
+            offset = decode_into(records, cols, offset, part.end, settings.include_headers)
+            if cols.offsets:
+                arrays = [pa.array(cols.keys, pa.binary()), pa.array(cols.values, pa.binary()),
+                          pa.array([part.topic] * len(cols.offsets), pa.string()),
+                          pa.array([part.partition] * len(cols.offsets), pa.int32()),
+                          pa.array(cols.offsets, pa.int64()),
+                          pa.array([t * 1000 for t in cols.timestamps], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                          pa.array(cols.types, pa.int32())]
+                if settings.include_headers:
+                    arrays.append(pa.array(cols.headers, schema.field("headers").type))
+                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+    finally:
+        client.close()
+
+
+class StrandlineBatchReader(DataSourceReader):
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def partitions(self) -> list[RangePartition]:
+        client = StrandlineClient(self.settings.bootstrap)
+        try:
+            tps = self.settings.topic_partitions(client)
+            start = self.settings.starting_offsets(client, tps)
+            end = self.settings.resolve(client, self.settings.ending, tps, LATEST)
+        finally:
+            client.close()
+        parts = split_ranges([(tp, start[tp], end[tp]) for tp in tps], self.settings.min_partitions)
+        return parts or [RangePartition("", -1, 0, 0)]
+
+    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        if partition.partition < 0:
+            return iter(())
+        return read_range(self.settings, partition)
+
+
+class StrandlineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.target: dict | None = None
+        self.held_since: float | None = None
+
+    def _client(self) -> StrandlineClient:
+        return StrandlineClient(self.settings.bootstrap)
+
+    def initialOffset(self) -> dict:
+        client = self._client()
+        try:
+            tps = self.settings.topic_partitions(client)
+            return as_offsets_json(self.settings.starting_offsets(client, tps))
+        finally:
+            client.close()
+
+    def _latest(self) -> dict[TopicPartition, int]:
+        client = self._client()
+        try:
+            tps = self.settings.topic_partitions(client)
+            return {tp: client.list_offset(tp, LATEST) for tp in tps}
+        finally:
+            client.close()
+
+    def getDefaultReadLimit(self):
+        if self.settings.max_per_trigger:
+            return ReadMaxRows(self.settings.max_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = as_offsets_json(self._latest())
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        begin = from_offsets_json(start)
+        latest = from_offsets_json(self.target) if self.target is not None else self._latest()
+        for tp, offset in list(begin.items()):
+            if tp in latest and latest[tp] < offset:
+                if self.settings.fail_on_data_loss:
+                    raise RuntimeError(f"Partition {tp[0]}-{tp[1]}'s offset was changed from {offset} to {latest[tp]}, "
+                                       f"some data may have been missed. Some data may have been lost because they "
+                                       f"are not available in the broker any more (an unclean leader election?). If "
+                                       f"you don't want your query to fail in such cases, set the source option "
+                                       f"\"failOnDataLoss\" to \"false\".")
+                begin[tp] = latest[tp]
+        for tp in latest:
+            begin.setdefault(tp, 0)                      # a partition that appeared: from its start
+        backlog = {tp: max(0, latest[tp] - begin[tp]) for tp in latest}
+        total = sum(backlog.values())
+        if self.settings.min_per_trigger and self.target is None and total < self.settings.min_per_trigger:
+            now = time.monotonic()
+            if self.held_since is None:
+                self.held_since = now
+            if (now - self.held_since) * 1000 < self.settings.max_trigger_delay_ms:
+                return canonical(start)
+        self.held_since = None
+        max_rows = getattr(limit, "max_rows", None)
+        end = dict(latest)
+        if max_rows is not None and total > max_rows:
+            # as Kafka's rateLimit: each partition gets its share of the backlog
+            for tp, n in backlog.items():
+                end[tp] = begin[tp] + int(max_rows * n / total)
+        return as_offsets_json({tp: max(begin[tp], end[tp]) for tp in latest})
+
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        begin, finish = from_offsets_json(start), from_offsets_json(end)
+        ranges = [(tp, begin.get(tp, 0), finish[tp]) for tp in sorted(finish)]
+        return split_ranges(ranges, self.settings.min_partitions)
+
+    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        return read_range(self.settings, partition)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------ writing
+
+
+@dataclass
+class WriteSummary(WriterCommitMessage):
+    records: int
+
+
+def validate_write_schema(schema: StructType, topic_option: str | None) -> None:
+    """As KafkaWriter.validateQuery: value binary or string; key, topic, partition, headers typed."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise OptionError("Required attribute 'value' not found")
+    for name in ("key", "value"):
+        if name in fields and not isinstance(fields[name], (BinaryType, StringType)):
+            raise OptionError(f"{name} attribute type must be a string or binary, got {fields[name].simpleString()}")
+    if topic_option is None and "topic" not in fields:
+        raise OptionError("topic option required when no 'topic' attribute is present. Use the topic option for "
+                          "setting a topic.")
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise OptionError(f"topic attribute type must be a string, got {fields['topic'].simpleString()}")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise OptionError(f"partition attribute type must be an int, got {fields['partition'].simpleString()}")
+    if "headers" in fields:
+        h = fields["headers"]
+        ok = isinstance(h, ArrayType) and isinstance(h.elementType, StructType) and \
+            [(f.name, type(f.dataType)) for f in h.elementType.fields] == [("key", StringType), ("value", BinaryType)]
+        if not ok:
+            raise OptionError("headers attribute type must be array<struct<key:string,value:binary>>, got "
+                              f"{h.simpleString()}")
+
+
+def _as_bytes(v: Any) -> bytes | None:
+    if v is None:
+        return None
+    return v.encode() if isinstance(v, str) else bytes(v)
+
+
+def _varint(value: int) -> bytes:
+    value = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while value & ~0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_batch(rows: list[tuple], producer_id: int, producer_epoch: int, sequence: int, now_ms: int) -> bytes:
+    """An uncompressed v2 batch of (key, value, headers) for an idempotent producer."""
+    import struct
+
+    import crc32c
+
+    body = bytearray()
+    for delta, (key, value, headers) in enumerate(rows):
+        rec = bytearray(b"\0") + _varint(0) + _varint(delta)
+        rec += _varint(-1) if key is None else _varint(len(key)) + key
+        rec += _varint(-1) if value is None else _varint(len(value)) + value
+        rec += _varint(len(headers))
+        for hk, hv in headers:
+            kb = hk.encode()
+            rec += _varint(len(kb)) + kb
+            rec += _varint(-1) if hv is None else _varint(len(hv)) + hv
+        body += _varint(len(rec)) + rec
+    after_crc = struct.pack(">hiqqqhii", 0, len(rows) - 1, now_ms, now_ms, producer_id, producer_epoch, sequence,
+                            len(rows)) + body
+    return struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c.crc32c(after_crc)) + after_crc
+
+
+class _Writing:
+    """Shared by the batch and the streaming writer: Arrow batches in, acks=all produce out."""
+
+    BATCH_RECORDS = 2000
+
+    def __init__(self, bootstrap: str, topic: str | None, schema: StructType) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.columns = [f.name for f in schema.fields]
+
+    def write_batches(self, batches: Iterator[pa.RecordBatch]) -> WriteSummary:
+        client = StrandlineClient(self.bootstrap)
+        pid, epoch = client.init_producer_id()
+        sequences: dict[TopicPartition, int] = {}
+        pending: dict[TopicPartition, list] = {}
+        robin = 0
+        written = 0
+
+        def flush(tp: TopicPartition) -> None:
+            rows = pending.pop(tp, [])
+            if not rows:
+                return
+            seq = sequences.get(tp, 0)
+            client.produce(tp, encode_batch(rows, pid, epoch, seq, int(time.time() * 1000)))
+            sequences[tp] = seq + len(rows)
+
+        try:
+            for batch in batches:
+                data = batch.to_pydict()
+                n = batch.num_rows
+                for i in range(n):
+                    topic = data["topic"][i] if "topic" in data and data["topic"][i] is not None else self.topic
+                    if self.topic is not None:
+                        topic = self.topic
+                    if topic is None:
+                        raise RuntimeError("a row has no topic (null 'topic' column and no topic option)")
+                    if topic not in client.partitions:
+                        client.refresh([topic])
+                        if topic not in client.partitions:
+                            raise RuntimeError(f"topic {topic} does not exist")
+                    parts = client.partitions[topic]
+                    key = _as_bytes(data["key"][i]) if "key" in data else None
+                    part = data["partition"][i] if "partition" in data else None
+                    if part is None:
+                        if key is not None:
+                            part = parts[(zlib.crc32(key) & 0x7FFFFFFF) % len(parts)]
+                        else:
+                            part = parts[robin % len(parts)]
+                            robin += 1
+                    headers = [(h["key"], _as_bytes(h["value"])) for h in (data["headers"][i] or [])] \
+                        if "headers" in data else []
+                    tp = (topic, int(part))
+                    pending.setdefault(tp, []).append((key, _as_bytes(data["value"][i]), headers))
+                    written += 1
+                    if len(pending[tp]) >= self.BATCH_RECORDS:
+                        flush(tp)
+            for tp in list(pending):
+                flush(tp)
+        finally:
+            client.close()
+        return WriteSummary(written)
+
+
+class StrandlineBatchWriter(DataSourceArrowWriter):
+    def __init__(self, writing: _Writing) -> None:
+        self.writing = writing
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteSummary:
+        return self.writing.write_batches(iterator)
+
+
+class StrandlineStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, writing: _Writing) -> None:
+        self.writing = writing
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteSummary:
+        return self.writing.write_batches(iterator)
+
+    def commit(self, messages, batchId: int) -> None:
+        pass
+
+    def abort(self, messages, batchId: int) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------ the source
+
+
+class StrandlineDataSource(DataSource):
+    """``spark.read.format("strandline")`` and friends; options as Spark's Kafka source."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        value = {k.lower(): v for k, v in self.options.items()}.get("includeheaders", "false")
+        return read_schema(str(value).lower() == "true")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return StrandlineBatchReader(Settings.parse(dict(self.options), streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StrandlineStreamReader(Settings.parse(dict(self.options), streaming=True))
+
+    def _writing(self, schema: StructType, overwrite: bool) -> _Writing:
+        opts = {k.lower(): v for k, v in self.options.items()}
+        unknown = sorted(k for k in opts if k not in WRITE_OPTIONS and not k.startswith("kafka."))
+        if unknown:
+            raise OptionError(f"unknown option {unknown[0]!r} for writing to {NAME}")
+        if overwrite:
+            raise OptionError(f"{NAME} topics are append-only: use mode('append')")
+        if not opts.get("kafka.bootstrap.servers"):
+            raise OptionError("option kafka.bootstrap.servers must be set")
+        validate_write_schema(schema, opts.get("topic"))
+        return _Writing(opts["kafka.bootstrap.servers"], opts.get("topic"), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> StrandlineBatchWriter:
+        return StrandlineBatchWriter(self._writing(schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StrandlineStreamWriter:
+        return StrandlineStreamWriter(self._writing(schema, overwrite))
+
+
+def register(spark: Any) -> None:
+    """Register the ``strandline`` source with a SparkSession (not needed when the
+    ``pyspark_strandline`` module is importable by Spark's Python workers)."""
+    spark.dataSource.register(StrandlineDataSource)

@@ -1,0 +1,165 @@
+"""The `strandline` PySpark data source against real brokers, with real Spark in local mode
+(SPK-1). One SparkSession and one 3-broker cluster for the module."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.integration.replication_helpers import create_topic
+
+SESSION_MS = 4000
+
+
+@pytest.fixture(scope="module")
+def sc(tmp_path_factory):
+    ports = free_ports(4)
+    data = tmp_path_factory.mktemp("spark") / "data"
+    data.mkdir()
+    c = Cluster(data, 3, ports[1], ports[0], overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}"])
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable          # Spark's Python workers use the same venv
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("strandline-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    yield session
+    session.stop()
+
+
+def produce(bootstrap: str, topic: str, n: int, prefix: str, compression: str = "none", **extra) -> list[bytes]:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "compression.type": compression, "linger.ms": 5, "acks": "all",
+                  **extra})
+    values = [f"{prefix}-{i:06d}".encode() for i in range(n)]
+    for i, v in enumerate(values):
+        p.produce(topic, key=b"k%d" % i, value=v, headers=[("n", str(i).encode())])
+    assert p.flush(60) == 0
+    return values
+
+
+def reader(spark, c: Cluster, **options):
+    r = spark.read.format("strandline").option("kafka.bootstrap.servers", c.bootstrap)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def test_spk_batch_read_returns_every_record_of_every_codec_with_kafkas_schema(sc, spark):
+    create_topic(sc, "codecs", partitions=3, min_isr=1)
+    expected = []
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        expected += produce(sc.bootstrap, "codecs", 400, codec, codec)
+    df = reader(spark, sc, subscribe="codecs", includeHeaders="true")
+    assert [f.name for f in df.schema.fields] == ["key", "value", "topic", "partition", "offset", "timestamp",
+                                                  "timestampType", "headers"]
+    rows = df.collect()
+    assert sorted(r.value for r in rows) == sorted(expected)
+    assert len({(r.partition, r.offset) for r in rows}) == len(expected)
+    some = next(r for r in rows if r.value == b"zstd-000007")
+    assert some.key == b"k7" and some.topic == "codecs" and some.timestampType == 0
+    assert [(h.key, h.value) for h in some.headers] == [("n", b"7")]
+    assert reader(spark, sc, subscribePattern="cod.*", minPartitions="7").rdd.getNumPartitions() >= 7
+    ranged = reader(spark, sc, assign=json.dumps({"codecs": [0]}), startingOffsets=json.dumps({"codecs": {"0": 5}}),
+                    endingOffsets=json.dumps({"codecs": {"0": 15}}))
+    assert sorted(r.offset for r in ranged.collect()) == list(range(5, 15))
+
+
+def test_spk_unknown_or_contradictory_options_fail_naming_the_option(sc, spark):
+    for options, named in [({"subscribe": "codecs", "bogus": "1"}, "bogus"),
+                           ({"subscribe": "codecs", "assign": '{"codecs":[0]}'}, "subscribe"),
+                           ({"subscribe": "codecs", "startingOffsets": "latest"}, "startingOffsets"),
+                           ({"subscribe": "codecs", "failOnDataLoss": "maybe"}, "failondataloss")]:
+        with pytest.raises(Exception) as err:
+            reader(spark, sc, **options).count()
+        assert named.lower() in str(err.value).lower(), str(err.value)[:500]
+
+
+def test_spk_streaming_query_restarted_from_its_checkpoint_writes_every_record_exactly_once(sc, spark, tmp_path):
+    create_topic(sc, "stream", partitions=2, min_isr=1)
+    first = produce(sc.bootstrap, "stream", 3000, "a", "lz4")
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def run_until_caught_up() -> None:
+        stream = (spark.readStream.format("strandline").option("kafka.bootstrap.servers", sc.bootstrap)
+                  .option("subscribe", "stream").option("startingOffsets", "earliest")
+                  .option("maxOffsetsPerTrigger", "1000").load())
+        query = (stream.writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(180)
+        assert query.exception() is None
+
+    run_until_caught_up()
+    assert spark.read.parquet(out).count() == 3000
+    second = produce(sc.bootstrap, "stream", 1500, "b", "gzip")
+    run_until_caught_up()
+    result = spark.read.parquet(out)
+    assert result.count() == 4500
+    assert result.select("partition", "offset").distinct().count() == 4500
+    assert sorted(r.value for r in result.select("value").collect()) == sorted(first + second)
+    offsets = sorted(os.listdir(os.path.join(checkpoint, "offsets")), key=lambda n: int(n) if n.isdigit() else -1)
+    last = open(os.path.join(checkpoint, "offsets", offsets[-1])).read().splitlines()[-1]
+    assert last == json.dumps(json.loads(last), sort_keys=True, separators=(", ", ": ")) or \
+        list(json.loads(last)) == sorted(json.loads(last))
+
+
+def test_spk_batch_and_streaming_writes_land_in_the_topic(sc, spark, tmp_path):
+    create_topic(sc, "written", partitions=2, min_isr=1)
+    rows = [(f"k{i}", f"value-{i}") for i in range(500)]
+    (spark.createDataFrame(rows, ["key", "value"]).write.format("strandline")
+     .option("kafka.bootstrap.servers", sc.bootstrap).option("topic", "written").mode("append").save())
+    source = reader(spark, sc, subscribe="codecs").selectExpr("CAST(value AS STRING) AS value", "'written' AS topic")
+    with pytest.raises(Exception, match="must be a string or binary"):
+        (spark.range(3).withColumnRenamed("id", "value").write.format("strandline")
+         .option("kafka.bootstrap.servers", sc.bootstrap).option("topic", "written").mode("append").save())
+    stream = (spark.readStream.format("strandline").option("kafka.bootstrap.servers", sc.bootstrap)
+              .option("subscribe", "codecs").option("startingOffsets", "earliest").load()
+              .selectExpr("key", "value"))
+    query = (stream.writeStream.format("strandline").option("kafka.bootstrap.servers", sc.bootstrap)
+             .option("topic", "written").option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert query.exception() is None
+    back = reader(spark, sc, subscribe="written").selectExpr("CAST(value AS STRING) AS v").collect()
+    values = [r.v for r in back]
+    assert sorted(v for v in values if v.startswith("value-")) == sorted(v for _, v in rows)
+    assert len(values) == 500 + source.count()
+
+
+def test_spk_a_leader_failover_during_a_streaming_read_loses_and_duplicates_nothing(sc, spark, tmp_path):
+    from tests.integration.replication_helpers import leader_isr, partition_state
+
+    create_topic(sc, "moving", {0: [2, 3, 1]}, min_isr=1)
+    poll_until(lambda: leader_isr(sc, "moving", 0, 2) == [1, 2, 3], 20, message="full ISR")
+    before = produce(sc.bootstrap, "moving", 2000, "x")
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    stream = (spark.readStream.format("strandline").option("kafka.bootstrap.servers", sc.bootstrap)
+              .option("subscribe", "moving").option("startingOffsets", "earliest").load())
+    query = (stream.writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        poll_until(lambda: query.lastProgress is not None and query.lastProgress["numInputRows"] >= 0
+                   and os.path.exists(os.path.join(checkpoint, "commits", "0")), 120, message="a first batch")
+        result = run_cli("cluster", "kill", "2", "--data-dir", str(sc.data_dir), timeout=60)
+        assert result.returncode == 0, result.stderr
+        poll_until(lambda: partition_state(sc, "moving", 0, 3).leader_id != 2, SESSION_MS / 1000 + 10,
+                   message="a new leader")
+        after = produce(sc.bootstrap, "moving", 1000, "y")
+        poll_until(lambda: spark.read.parquet(out).count() >= 3000, 120, interval=0.5, message="everything read")
+    finally:
+        query.stop()
+    result = spark.read.parquet(out)
+    assert result.count() == 3000 and result.select("offset").distinct().count() == 3000
+    assert sorted(r.value for r in result.select("value").collect()) == sorted(before + after)
+    assert run_cli("cluster", "start", "2", "--data-dir", str(sc.data_dir), timeout=120).returncode == 0
