@@ -50,8 +50,22 @@ class Columns:
         self.headers: list = []
 
 
+def _varint(buf, p: int) -> tuple[int, int]:
+    shift = raw = 0
+    while True:
+        b = buf[p]
+        p += 1
+        raw |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return (raw >> 1) ^ -(raw & 1), p
+
+
 def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool) -> int:
-    """Append the records with ``start <= offset < end``; returns the offset after the last batch seen."""
+    """Append the records with ``start <= offset < end``; returns the offset after the last batch seen.
+
+    The loop reads one- and two-byte varints inline (nearly all of them are): this is the hot path
+    of a Spark read."""
     keys, values, offsets, stamps, types, headers = (columns.keys, columns.values, columns.offsets,
                                                     columns.timestamps, columns.types, columns.headers)
     next_offset = start
@@ -61,80 +75,93 @@ def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool
             continue
         if h.attributes & 0x20:                       # control batch (transactions): not user data
             continue
-        payload = bytes(data[pos + 61:pos + 12 + h.batch_length])
+        buf = bytes(data[pos + 61:pos + 12 + h.batch_length])
         codec = h.attributes & 0x07
         if codec:
-            payload = decompress(codec, payload)
+            buf = decompress(codec, buf)
         log_append = bool(h.attributes & 0x08)
-        ts_type = 1 if log_append else 0
         base_ts, base_offset = h.base_timestamp, h.base_offset
+        whole = h.base_offset >= start and h.last_offset < end
+        count = h.records_count
         p = 0
-        buf = payload
-        for _ in range(h.records_count):
-            # varint length
-            shift = raw = 0
-            while True:
-                b = buf[p]
+        first = len(offsets)
+        for _ in range(count):
+            b = buf[p]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
                 p += 1
-                raw |= (b & 0x7F) << shift
-                shift += 7
-                if b < 0x80:
-                    break
-            length = (raw >> 1) ^ -(raw & 1)
+            else:
+                b2 = buf[p + 1]
+                if b2 < 0x80:
+                    raw = (b & 0x7F) | (b2 << 7)
+                    length = (raw >> 1) ^ -(raw & 1)
+                    p += 2
+                else:
+                    length, p = _varint(buf, p)
             rec_end = p + length
             p += 1                                    # attributes
-            fields = []
-            for _f in range(4):                       # timestamp delta, offset delta, key length, ...
-                shift = raw = 0
-                while True:
-                    b = buf[p]
-                    p += 1
-                    raw |= (b & 0x7F) << shift
-                    shift += 7
-                    if b < 0x80:
-                        break
-                value = (raw >> 1) ^ -(raw & 1)
-                fields.append(value)
-                if _f == 2:                           # key length: the key, then the value length
-                    key = buf[p:p + value] if value >= 0 else None
-                    p += max(value, 0)
-            ts_delta, off_delta, _, vlen = fields
-            value_bytes = buf[p:p + vlen] if vlen >= 0 else None
-            p += max(vlen, 0)
-            offset = base_offset + off_delta
-            if start <= offset < end:
+            b = buf[p]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                ts_delta, p = _varint(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                off_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                off_delta, p = _varint(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                klen, p = _varint(buf, p)
+            if klen >= 0:
+                key = buf[p:p + klen]
+                p += klen
+            else:
+                key = None
+            b = buf[p]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                b2 = buf[p + 1]
+                if b2 < 0x80:
+                    raw = (b & 0x7F) | (b2 << 7)
+                    vlen = (raw >> 1) ^ -(raw & 1)
+                    p += 2
+                else:
+                    vlen, p = _varint(buf, p)
+            if vlen >= 0:
+                value = buf[p:p + vlen]
+                p += vlen
+            else:
+                value = None
+            if whole or start <= base_offset + off_delta < end:
                 keys.append(key)
-                values.append(value_bytes)
-                offsets.append(offset)
-                stamps.append(h.max_timestamp if log_append else base_ts + ts_delta)
-                types.append(ts_type)
+                values.append(value)
+                offsets.append(base_offset + off_delta)
+                stamps.append(base_ts + ts_delta)
                 if with_headers:
                     hs = []
-                    shift = raw = 0
-                    while True:
-                        b = buf[p]
-                        p += 1
-                        raw |= (b & 0x7F) << shift
-                        shift += 7
-                        if b < 0x80:
-                            break
-                    for _h in range((raw >> 1) ^ -(raw & 1)):
-                        pair = []
-                        for _x in range(2):
-                            shift = raw = 0
-                            while True:
-                                b = buf[p]
-                                p += 1
-                                raw |= (b & 0x7F) << shift
-                                shift += 7
-                                if b < 0x80:
-                                    break
-                            n = (raw >> 1) ^ -(raw & 1)
-                            pair.append(buf[p:p + n] if n >= 0 else None)
-                            p += max(n, 0)
-                        hs.append({"key": pair[0].decode() if pair[0] is not None else None, "value": pair[1]})
+                    n_headers, p = _varint(buf, p)
+                    for _h in range(n_headers):
+                        hk, p = _varint(buf, p)
+                        hkey = buf[p:p + hk].decode() if hk >= 0 else None
+                        p += max(hk, 0)
+                        hv, p = _varint(buf, p)
+                        hs.append({"key": hkey, "value": buf[p:p + hv] if hv >= 0 else None})
+                        p += max(hv, 0)
                     headers.append(hs)
             p = rec_end
+        added = len(offsets) - first
+        if added:
+            types.extend([1 if log_append else 0] * added)
+            if log_append:
+                stamps[first:] = [h.max_timestamp] * added
     return next_offset
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamArrowWriter,
                                     DataSourceStreamReader, InputPartition, WriterCommitMessage)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -303,11 +304,13 @@ def read_range(settings: Settings, part: RangePartition) -> Iterator[pa.RecordBa
             cols = Columns()
             offset = decode_into(records, cols, offset, part.end, settings.include_headers)
             if cols.offsets:
+                n = len(cols.offsets)
                 arrays = [pa.array(cols.keys, pa.binary()), pa.array(cols.values, pa.binary()),
-                          pa.array([part.topic] * len(cols.offsets), pa.string()),
-                          pa.array([part.partition] * len(cols.offsets), pa.int32()),
+                          pa.repeat(pa.scalar(part.topic, pa.string()), n),
+                          pa.repeat(pa.scalar(part.partition, pa.int32()), n),
                           pa.array(cols.offsets, pa.int64()),
-                          pa.array([t * 1000 for t in cols.timestamps], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                          pc.multiply(pa.array(cols.timestamps, pa.int64()), 1000).cast(
+                              pa.timestamp("us", tz="UTC")),
                           pa.array(cols.types, pa.int32())]
                 if settings.include_headers:
                     arrays.append(pa.array(cols.headers, schema.field("headers").type))
@@ -461,32 +464,48 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_SMALL = [_varint(n) for n in range(1 << 14)]       # zig-zag varints of 0..16383, for lengths and deltas
+
+
 def encode_batch(rows: list[tuple], producer_id: int, producer_epoch: int, sequence: int, now_ms: int) -> bytes:
     """An uncompressed v2 batch of (key, value, headers) for an idempotent producer."""
     import struct
 
     import crc32c
 
-    body = bytearray()
+    small = _SMALL
+    parts: list[bytes] = []
+    append = parts.append
+    null = _varint(-1)
     for delta, (key, value, headers) in enumerate(rows):
-        rec = bytearray(b"\0") + _varint(0) + _varint(delta)
-        rec += _varint(-1) if key is None else _varint(len(key)) + key
-        rec += _varint(-1) if value is None else _varint(len(value)) + value
-        rec += _varint(len(headers))
+        rec = [b"\0\0", small[delta] if delta < 16384 else _varint(delta)]
+        if key is None:
+            rec.append(null)
+        else:
+            rec.append(small[len(key)] if len(key) < 16384 else _varint(len(key)))
+            rec.append(key)
+        if value is None:
+            rec.append(null)
+        else:
+            rec.append(small[len(value)] if len(value) < 16384 else _varint(len(value)))
+            rec.append(value)
+        rec.append(small[len(headers)])
         for hk, hv in headers:
             kb = hk.encode()
-            rec += _varint(len(kb)) + kb
-            rec += _varint(-1) if hv is None else _varint(len(hv)) + hv
-        body += _varint(len(rec)) + rec
+            rec += [_varint(len(kb)), kb] + ([null] if hv is None else [_varint(len(hv)), hv])
+        body = b"".join(rec)
+        append(small[len(body)] if len(body) < 16384 else _varint(len(body)))
+        append(body)
+    records = b"".join(parts)
     after_crc = struct.pack(">hiqqqhii", 0, len(rows) - 1, now_ms, now_ms, producer_id, producer_epoch, sequence,
-                            len(rows)) + body
+                            len(rows)) + records
     return struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c.crc32c(after_crc)) + after_crc
 
 
 class _Writing:
     """Shared by the batch and the streaming writer: Arrow batches in, acks=all produce out."""
 
-    BATCH_RECORDS = 2000
+    BATCH_BYTES = 512 * 1024       # below the broker's message.max.bytes (1 MiB)
 
     def __init__(self, bootstrap: str, topic: str | None, schema: StructType) -> None:
         self.bootstrap, self.topic = bootstrap, topic
@@ -497,6 +516,7 @@ class _Writing:
         pid, epoch = client.init_producer_id()
         sequences: dict[TopicPartition, int] = {}
         pending: dict[TopicPartition, list] = {}
+        size: dict[TopicPartition, int] = {}
         robin = 0
         written = 0
 
@@ -534,9 +554,13 @@ class _Writing:
                     headers = [(h["key"], _as_bytes(h["value"])) for h in (data["headers"][i] or [])] \
                         if "headers" in data else []
                     tp = (topic, int(part))
-                    pending.setdefault(tp, []).append((key, _as_bytes(data["value"][i]), headers))
+                    value = _as_bytes(data["value"][i])
+                    rows = pending.setdefault(tp, [])
+                    rows.append((key, value, headers))
+                    size[tp] = size.get(tp, 0) + len(value or b"") + len(key or b"") + 16
                     written += 1
-                    if len(pending[tp]) >= self.BATCH_RECORDS:
+                    if size[tp] >= self.BATCH_BYTES:
+                        size[tp] = 0
                         flush(tp)
             for tp in list(pending):
                 flush(tp)
