@@ -193,3 +193,60 @@ def test_the_example_pipeline_counts_every_event_once_across_a_restart(sc, spark
     rows = out.collect()
     assert len({(r.window_start, r.page) for r in rows}) == len(rows)          # each window written once
     assert sum(r["count"] for r in rows) == 12000 + 1 + 6000                    # every closed window, once
+
+
+def test_spk_failondataloss_fails_the_query_after_an_unclean_election_and_false_goes_on(sc, spark, tmp_path):
+    """LOSS-2 seen from Spark: records the query already read vanish with an unclean election. With
+    failOnDataLoss=true (the default) the restarted query fails naming the partition; with false
+    it goes on from what the new leader has."""
+    import signal
+    import shutil
+
+    import tests.integration.test_failover as tf
+    from tests.integration.replication_helpers import current_leader, leader_isr
+
+    controller = tf.controller_of(sc)
+    leader, follower = [b for b in (1, 2, 3) if b != controller]
+    create_topic(sc, "lossy", {0: [leader, follower]}, min_isr=1, configs={"unclean.leader.election.enable": "true"})
+    poll_until(lambda: leader_isr(sc, "lossy", 0, leader) == sorted([leader, follower]), 20, message="full ISR")
+    for i in range(10):
+        assert tf.acks_all_produce(sc, leader, "lossy", b"both-%d" % i) == 0
+    pid = sc.broker_pid(follower)
+    os.kill(pid, signal.SIGSTOP)
+    checkpoint, out = str(tmp_path / "checkpoint"), str(tmp_path / "out")
+
+    def run(fail_on_data_loss: str):
+        stream = (spark.readStream.format("strandline").option("kafka.bootstrap.servers", sc.bootstrap)
+                  .option("subscribe", "lossy").option("startingOffsets", "earliest")
+                  .option("failOnDataLoss", fail_on_data_loss).load())
+        query = (stream.writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(180)
+        except Exception:
+            pass
+        return query.exception()
+
+    try:
+        assert tf.acks_all_produce(sc, leader, "lossy", b"lagging") == 0
+        poll_until(lambda: leader_isr(sc, "lossy", 0, leader) == [leader], 20, message="ISR of the leader alone")
+        for i in range(10):
+            assert tf.acks_all_produce(sc, leader, "lossy", b"leader-only-%d" % i) == 0
+        assert run("true") is None
+        assert spark.read.parquet(out).count() == 21
+        tf.cluster_cli(sc, "kill", leader)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    poll_until(lambda: current_leader(sc, "lossy", 0, [follower]) == follower, SESSION_MS / 1000 + 10,
+               message="the out-of-sync follower elected")
+    shutil.copytree(checkpoint, checkpoint + "-copy")
+    error = run("true")
+    assert error is not None and "offset was changed from 21 to" in str(error) and "lossy-0" in str(error)
+    shutil.rmtree(checkpoint)
+    shutil.copytree(checkpoint + "-copy", checkpoint)
+    for i in range(15):
+        assert tf.acks_all_produce(sc, follower, "lossy", b"new-%d" % i) == 0
+    assert run("false") is None
+    values = {r.value for r in spark.read.parquet(out).collect()}
+    assert {b"new-%d" % i for i in range(10, 15)} <= values       # read on past the gap
+    tf.cluster_cli(sc, "start", leader)
