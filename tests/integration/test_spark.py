@@ -20,7 +20,8 @@ def sc(tmp_path_factory):
     ports = free_ports(4)
     data = tmp_path_factory.mktemp("spark") / "data"
     data.mkdir()
-    c = Cluster(data, 3, ports[1], ports[0], overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}"])
+    c = Cluster(data, 3, ports[1], ports[0], overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}",
+                                                        "log.retention.check.interval.ms=300"])
     c.start()
     yield c
     c.stop()
@@ -250,3 +251,37 @@ def test_spk_failondataloss_fails_the_query_after_an_unclean_election_and_false_
     values = {r.value for r in spark.read.parquet(out).collect()}
     assert {b"new-%d" % i for i in range(10, 15)} <= values       # read on past the gap
     tf.cluster_cli(sc, "start", leader)
+
+
+def test_spk_aged_out_records_fail_the_read_or_are_skipped_and_timestamps_pick_the_start(sc, spark):
+    """failOnDataLoss for records removed by retention, startingTimestamp, and the explicit
+    register() call."""
+    import time
+
+    from strandline.spark import register
+    from strandline.runtime.client import KafkaConnection
+    from tests.integration.replication_helpers import controller_address
+
+    register(spark)                                         # also found without it (pyspark_strandline)
+    with KafkaConnection(sc.bootstrap.split(",")[0]) as conn:
+        address = controller_address(conn)
+    with KafkaConnection(address) as conn:
+        resp = conn.request(19, 4, {"topics": [{"name": "aged", "num_partitions": 1, "replication_factor": 3,
+                                                "assignments": [], "configs": [
+                                                    {"name": "segment.bytes", "value": "2048"},
+                                                    {"name": "retention.bytes", "value": "4096"}]}],
+                                    "timeout": 30000, "validate_only": False})
+    assert resp.topics[0].error_code == 0
+    produce(sc.bootstrap, "aged", 400, "old", **{"linger.ms": 0, "batch.num.messages": 1})  # many batches
+    earliest = lambda: reader(spark, sc, subscribe="aged").agg({"offset": "min"}).collect()[0][0]  # noqa: E731
+    poll_until(lambda: (earliest() or 0) > 0, 30, interval=0.3, message="retention moved the log start")
+    from_zero = json.dumps({"aged": {"0": 0}})
+    with pytest.raises(Exception, match="Cannot fetch records in"):
+        reader(spark, sc, subscribe="aged", startingOffsets=from_zero).count()
+    skipped = reader(spark, sc, subscribe="aged", startingOffsets=from_zero, failOnDataLoss="false").collect()
+    assert skipped and min(r.offset for r in skipped) > 0 and max(r.offset for r in skipped) == 399
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)  # a later producer timestamp for what follows (not a wait for a condition)
+    late = produce(sc.bootstrap, "aged", 20, "new")
+    by_time = reader(spark, sc, subscribe="aged", startingTimestamp=str(middle)).collect()
+    assert sorted(r.value for r in by_time) == sorted(late)
