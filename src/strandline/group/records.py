@@ -201,7 +201,8 @@ def decode_group_value(data: bytes) -> GroupValue:
 # -- batches --------------------------------------------------------------------------------------
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """Kafka's zig-zag varint (ByteUtils.writeVarint)."""
     value = (value << 1) ^ (value >> 63)
     out = bytearray()
     while value & ~0x7F:
@@ -211,7 +212,8 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _read_varint(buf, pos: int) -> tuple[int, int]:
+def read_varint(buf, pos: int) -> tuple[int, int]:
+    """(value, next position) of the zig-zag varint at ``pos``."""
     shift = result = 0
     while True:
         b = buf[pos]
@@ -226,10 +228,10 @@ def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int) ->
     """An uncompressed v2 batch of (key, value) records; the log stamps offsets and epoch."""
     body = bytearray()
     for delta, (key, value) in enumerate(records):
-        rec = bytearray(b"\0") + _varint(0) + _varint(delta) + _varint(len(key)) + key
-        rec += _varint(-1) if value is None else _varint(len(value)) + value
-        rec += _varint(0)
-        body += _varint(len(rec)) + rec
+        rec = bytearray(b"\0") + varint(0) + varint(delta) + varint(len(key)) + key
+        rec += varint(-1) if value is None else varint(len(value)) + value
+        rec += varint(0)
+        body += varint(len(rec)) + rec
     after_crc = struct.pack(">hiqqqhii", 0, len(records) - 1, timestamp_ms, timestamp_ms, -1, -1, -1,
                             len(records)) + body
     crc = crc32c.crc32c(after_crc)
@@ -244,15 +246,15 @@ def iter_records(data) -> Iterator[tuple[int, bytes | None, bytes | None]]:
             continue
         p = pos + 61
         for _ in range(h.records_count):
-            length, p = _read_varint(data, p)
+            length, p = read_varint(data, p)
             end = p + length
             p += 1
-            _, p = _read_varint(data, p)
-            delta, p = _read_varint(data, p)
-            klen, p = _read_varint(data, p)
+            _, p = read_varint(data, p)
+            delta, p = read_varint(data, p)
+            klen, p = read_varint(data, p)
             key = bytes(data[p:p + klen]) if klen >= 0 else None
             p += max(klen, 0)
-            vlen, p = _read_varint(data, p)
+            vlen, p = read_varint(data, p)
             value = bytes(data[p:p + vlen]) if vlen >= 0 else None
             yield h.base_offset + delta, key, value
             p = end

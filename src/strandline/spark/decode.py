@@ -11,6 +11,7 @@ from typing import Iterator
 
 import cramjam
 
+from strandline.group.records import read_varint
 from strandline.protocol.records import iter_batches
 
 _XERIAL = b"\x82SNAPPY\x00"
@@ -50,17 +51,6 @@ class Columns:
         self.headers: list = []
 
 
-def _varint(buf, p: int) -> tuple[int, int]:
-    shift = raw = 0
-    while True:
-        b = buf[p]
-        p += 1
-        raw |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), p
-
-
 def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool) -> int:
     """Append the records with ``start <= offset < end``; returns the offset after the last batch seen.
 
@@ -97,7 +87,7 @@ def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool
                     length = (raw >> 1) ^ -(raw & 1)
                     p += 2
                 else:
-                    length, p = _varint(buf, p)
+                    length, p = read_varint(buf, p)
             rec_end = p + length
             p += 1                                    # attributes
             b = buf[p]
@@ -105,19 +95,19 @@ def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool
                 ts_delta = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                ts_delta, p = _varint(buf, p)
+                ts_delta, p = read_varint(buf, p)
             b = buf[p]
             if b < 0x80:
                 off_delta = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                off_delta, p = _varint(buf, p)
+                off_delta, p = read_varint(buf, p)
             b = buf[p]
             if b < 0x80:
                 klen = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                klen, p = _varint(buf, p)
+                klen, p = read_varint(buf, p)
             if klen >= 0:
                 key = buf[p:p + klen]
                 p += klen
@@ -134,7 +124,7 @@ def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool
                     vlen = (raw >> 1) ^ -(raw & 1)
                     p += 2
                 else:
-                    vlen, p = _varint(buf, p)
+                    vlen, p = read_varint(buf, p)
             if vlen >= 0:
                 value = buf[p:p + vlen]
                 p += vlen
@@ -147,12 +137,12 @@ def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool
                 stamps.append(base_ts + ts_delta)
                 if with_headers:
                     hs = []
-                    n_headers, p = _varint(buf, p)
+                    n_headers, p = read_varint(buf, p)
                     for _h in range(n_headers):
-                        hk, p = _varint(buf, p)
+                        hk, p = read_varint(buf, p)
                         hkey = buf[p:p + hk].decode() if hk >= 0 else None
                         p += max(hk, 0)
-                        hv, p = _varint(buf, p)
+                        hv, p = read_varint(buf, p)
                         hs.append({"key": hkey, "value": buf[p:p + hv] if hv >= 0 else None})
                         p += max(hv, 0)
                     headers.append(hs)

@@ -24,6 +24,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
+from strandline.group.records import varint
 from strandline.spark.client import EARLIEST, LATEST, StrandlineClient
 from strandline.spark.decode import Columns, decode_into
 
@@ -454,17 +455,7 @@ def _as_bytes(v: Any) -> bytes | None:
     return v.encode() if isinstance(v, str) else bytes(v)
 
 
-def _varint(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_SMALL = [_varint(n) for n in range(1 << 14)]       # zig-zag varints of 0..16383, for lengths and deltas
+_SMALL = [varint(n) for n in range(1 << 14)]       # zig-zag varints of 0..16383, for lengths and deltas
 
 
 def encode_batch(rows: list[tuple], producer_id: int, producer_epoch: int, sequence: int, now_ms: int) -> bytes:
@@ -476,25 +467,25 @@ def encode_batch(rows: list[tuple], producer_id: int, producer_epoch: int, seque
     small = _SMALL
     parts: list[bytes] = []
     append = parts.append
-    null = _varint(-1)
+    null = varint(-1)
     for delta, (key, value, headers) in enumerate(rows):
-        rec = [b"\0\0", small[delta] if delta < 16384 else _varint(delta)]
+        rec = [b"\0\0", small[delta] if delta < 16384 else varint(delta)]
         if key is None:
             rec.append(null)
         else:
-            rec.append(small[len(key)] if len(key) < 16384 else _varint(len(key)))
+            rec.append(small[len(key)] if len(key) < 16384 else varint(len(key)))
             rec.append(key)
         if value is None:
             rec.append(null)
         else:
-            rec.append(small[len(value)] if len(value) < 16384 else _varint(len(value)))
+            rec.append(small[len(value)] if len(value) < 16384 else varint(len(value)))
             rec.append(value)
         rec.append(small[len(headers)])
         for hk, hv in headers:
             kb = hk.encode()
-            rec += [_varint(len(kb)), kb] + ([null] if hv is None else [_varint(len(hv)), hv])
+            rec += [varint(len(kb)), kb] + ([null] if hv is None else [varint(len(hv)), hv])
         body = b"".join(rec)
-        append(small[len(body)] if len(body) < 16384 else _varint(len(body)))
+        append(small[len(body)] if len(body) < 16384 else varint(len(body)))
         append(body)
     records = b"".join(parts)
     after_crc = struct.pack(">hiqqqhii", 0, len(rows) - 1, now_ms, now_ms, producer_id, producer_epoch, sequence,
