@@ -1,9 +1,11 @@
 """An event pipeline on Strandline and Spark Structured Streaming.
 
-1. `produce` writes JSON click events (user, page, event time) to the topic `events`.
+1. `produce` writes JSON click events (user, page, event time) to the topic `events`, spread over
+   the last hour.
 2. `aggregate` is a streaming job: it reads `events` with the `strandline` source, counts clicks
    per page in 1-minute event-time windows (10-minute watermark), and appends the closed windows to
-   Parquet. Stop it and start it again: it resumes from its checkpoint, each event counted once.
+   Parquet: a window is written once events 10 minutes newer have arrived. Stop it and start it
+   again: it resumes from its checkpoint, each event counted once.
 
 With `make run` in another terminal:
 
@@ -29,15 +31,18 @@ PAGES = ["/", "/docs", "/pricing", "/blog", "/signup"]
 EVENT_SCHEMA = "user STRING, page STRING, ts TIMESTAMP"
 
 
-def produce(bootstrap: str, topic: str, events: int, start_ms: int | None = None, seed: int = 7) -> int:
+def produce(bootstrap: str, topic: str, events: int, start_ms: int | None = None, seed: int = 7,
+            minutes: float | None = None) -> int:
+    """``events`` clicks, 10 ms apart from ``start_ms``, or spread over the last ``minutes``."""
     from confluent_kafka import Producer
 
     rng = random.Random(seed)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 5, "compression.type": "lz4"})
-    now = start_ms if start_ms is not None else int(time.time() * 1000) - events * 10
+    step = 10.0 if minutes is None else minutes * 60000 / max(events, 1)
+    now = start_ms if start_ms is not None else int(time.time() * 1000 - events * step)
     for i in range(events):
-        ts = datetime.fromtimestamp((now + i * 10) / 1000.0, tz=timezone.utc)
+        ts = datetime.fromtimestamp((now + i * step) / 1000.0, tz=timezone.utc)
         event = {"user": f"u{rng.randrange(1000)}", "page": rng.choice(PAGES),
                  "ts": ts.isoformat(timespec="milliseconds")}
         producer.produce(topic, key=event["user"].encode(), value=json.dumps(event).encode())
@@ -81,10 +86,12 @@ def main() -> int:
     parser.add_argument("--topic", default="events")
     parser.add_argument("--dir", default=os.path.join("data", "pipeline"))
     parser.add_argument("--events", type=int, default=20000)
+    parser.add_argument("--minutes", type=float, default=60.0, help="produce: spread the events over this past time")
     parser.add_argument("--once", action="store_true", help="process what is there, then stop (Trigger.AvailableNow)")
     args = parser.parse_args()
     if args.command == "produce":
-        print(f"produced {produce(args.bootstrap, args.topic, args.events)} events to {args.topic}")
+        n = produce(args.bootstrap, args.topic, args.events, minutes=args.minutes)
+        print(f"produced {n} events of the last {args.minutes:g} minutes to {args.topic}")
         return 0
     spark = session()
     if args.command == "show":
