@@ -103,6 +103,8 @@ class Broker(ControlPlane, Follower, Groups):
         self._loading_topics: set[str] = set()   # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
         self._heard_from_controller = False
         self.active_controller = False
+        self._controller_ready = True        # a new controller: False until it has read the cluster
+        self._pending_brokers: tuple | None = None
         self._shutting_down: set[int] = set()      # brokers in controlled shutdown (controller)
         self._init_groups()
         self.controlled_shutdown_done = False

@@ -91,6 +91,8 @@ class ControlPlane:
                 self.controller_epoch = epoch + 1
                 self._controller_epoch_version = elected[1].version  # type: ignore[attr-defined]
                 self.active_controller = True  # type: ignore[attr-defined]
+                self._controller_ready = False  # type: ignore[attr-defined]
+                self._pending_brokers = None  # type: ignore[attr-defined]
                 self.metadata.controller_id = self.broker_id  # type: ignore[attr-defined]
                 token = self._new_token()  # type: ignore[attr-defined]
                 self._zk_callbacks[token] = self._on_controller_state  # type: ignore[attr-defined]
@@ -118,7 +120,12 @@ class ControlPlane:
         affected = [(t.name, i) for t, i in self._all_partitions()
                     if i in t.states and (t.states[i].leader not in live or not set(t.states[i].isr) <= live)]
         dead = {r for t, i in self._all_partitions() for r in t.assignment[i]} - live
-        return effects + self._reelect(affected, dead, now_ms)
+        effects += self._reelect(affected, dead, now_ms)
+        self._controller_ready = True  # type: ignore[attr-defined]
+        pending, self._pending_brokers = self._pending_brokers, None  # type: ignore[attr-defined]
+        if pending is not None:
+            effects += self.on_brokers_changed(pending[0], pending[1], now_ms)
+        return effects
 
     def _fenced(self, ops: list) -> list:
         """Controller writes carry a check of /controller_epoch's version: a controller that lost
@@ -264,6 +271,11 @@ class ControlPlane:
         (after any election that concerns them) and every broker the new membership."""
         if not self.is_controller:
             self._broker_epochs = dict(epochs)  # type: ignore[attr-defined]
+            return []
+        if not self._controller_ready:  # type: ignore[attr-defined]
+            # a new controller first loads the cluster from ZooKeeper (Kafka's controller handles
+            # its failover event before any broker change); this change is handled right after
+            self._pending_brokers = (dict(brokers), dict(epochs))  # type: ignore[attr-defined]
             return []
         known = self.metadata.brokers  # type: ignore[attr-defined]
         seen = self._broker_epochs  # type: ignore[attr-defined]
@@ -718,8 +730,13 @@ class ControlPlane:
                 topic = md.topics.get(name)
                 if topic is None:
                     continue
-                topic.assignment[ps["partition_index"]] = tuple(ps["replicas"])
-                topic.states[ps["partition_index"]] = LeaderAndIsr(
+                index = ps["partition_index"]
+                cached = topic.states.get(index)
+                if cached is not None and (ps["leader_epoch"], ps["zk_version"]) < (cached.leader_epoch,
+                                                                                     cached.zk_version):
+                    continue        # older than what we know (a late or replayed UpdateMetadata)
+                topic.assignment[index] = tuple(ps["replicas"])
+                topic.states[index] = LeaderAndIsr(
                     ps["leader"], ps["leader_epoch"], tuple(ps["isr"]), ps["controller_epoch"], ps["zk_version"])
         return effects
 
