@@ -22,6 +22,7 @@ import crc32c
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
+from strandline.group.records import varint  # noqa: E402
 from strandline.log.config import LogConfig  # noqa: E402
 from strandline.log.log import Log  # noqa: E402
 from strandline.runtime.disk import OsDisk  # noqa: E402
@@ -30,21 +31,11 @@ RECORD = 1024
 MIB = 1 << 20
 
 
-def _varint(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def make_batch(count: int, value: bytes, timestamp_ms: int) -> bytes:
     records = bytearray()
     for i in range(count):
-        body = b"\x00" + _varint(0) + _varint(i) + _varint(-1) + _varint(len(value)) + value + _varint(0)
-        records += _varint(len(body)) + body
+        body = b"\x00" + varint(0) + varint(i) + varint(-1) + varint(len(value)) + value + varint(0)
+        records += varint(len(body)) + body
     after_crc = struct.pack(">hiqqqhii", 0, count - 1, timestamp_ms, timestamp_ms, -1, -1, -1, count) + records
     return struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c.crc32c(after_crc)) + after_crc
 

@@ -70,7 +70,7 @@ def check_all_acknowledged_once_in_order(c: Cluster, topic: str, writer: Writer)
 
 
 def test_sigkill_of_the_leader_then_of_the_controller_loses_no_acknowledged_record(fo):
-    """CTL-6, CTL-1, CTL-8, SAFE-1: writes (acks=all, idempotent) go on through the SIGKILL of the
+    """CTL-6, CTL-1, CTL-8, CLI-3, SAFE-1: writes (acks=all, idempotent) go on through the SIGKILL of the
     partition's leader and later of the controller; each time a new leader from the ISR serves
     within the session timeout plus a second; at the end every acknowledged record is there
     exactly once, in order."""
@@ -154,7 +154,8 @@ def all_isr_dead(fo: Cluster, topic: str, unclean: bool) -> tuple[list[bytes], i
 
 def test_all_isr_members_dead_without_unclean_election_the_partition_waits_and_loses_nothing(fo):
     """CTL-6 with unclean.leader.election.enable=false: the out-of-sync follower is not elected;
-    the partition is offline until the ISR member returns, then every acknowledged record is there."""
+    the partition is offline until the ISR member returns (CTL-7), then every acknowledged record
+    is there."""
     acknowledged, leader, follower = all_isr_dead(fo, "clean", unclean=False)
     poll_until(lambda: current_leader(fo, "clean", 0, [follower]) == -1, SESSION_MS / 1000 + 5,
                message="the partition offline")

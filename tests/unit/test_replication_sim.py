@@ -259,6 +259,7 @@ def test_epo_2_kip_279_fast_double_failover_converges():
 
 
 def test_ctl_6_without_unclean_election_a_partition_with_no_live_isr_member_goes_offline():
+    """CTL-6, then CTL-7: the partition comes back when its ISR member does."""
     c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
     create(c, "o", [2, 3])
     c.pause(3)
@@ -448,9 +449,9 @@ def test_ctl_9_a_single_replica_or_a_last_survivor_does_not_wait():
 
 
 def test_net_4_a_leader_cut_from_zookeeper_stops_acknowledging_acks_all_and_rejoins_as_follower():
-    """The leader is cut off from ZooKeeper and the other brokers but still reached by a client.
-    It cannot commit its ISR shrink, so acks=all writes time out instead of being acknowledged;
-    acks=1 writes are acknowledged and later lost (LOSS-1). After its session expires the
+    """NET-4, NET-6, LOSS-3: the leader is cut off from ZooKeeper and the other brokers but still
+    reached by a client. It cannot commit its ISR shrink, so acks=all writes time out instead of
+    being acknowledged; acks=1 writes are acknowledged and later lost. After its session expires the
     controller elects another ISR member; once healed, the old leader learns it is a follower,
     truncates what only it had, and ends identical to the new leader."""
     c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
@@ -540,3 +541,18 @@ def test_a_broker_keeps_what_the_controller_told_it_before_it_finished_starting(
     assert sorted(core.metadata.brokers) == [1, 2, 3]
     c._apply(node, core.load_metadata("sim-cluster", stale, {}, 1, 1, c.now))
     assert sorted(core.metadata.brokers) == [1, 2, 3]
+
+
+def test_net_5_a_fully_isolated_follower_leaves_the_isr_and_rejoins_after_healing():
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "iso", [2, 3, 4], min_isr=2)
+    c.cut_off(4)
+    assert produce(c, 2, "iso", [b"m1"], within_ms=3000).error_code == ErrorCode.none   # after the shrink
+    assert c.state("iso").isr == (2, 3)
+    c.expire_session(4)
+    c.advance(10)
+    assert produce(c, 2, "iso", [b"m2"]).error_code == ErrorCode.none
+    c.heal(4)
+    c.advance(3000)
+    assert set(c.state("iso").isr) == {2, 3, 4}
+    assert values_on(c, 4, "iso") == values_on(c, 2, "iso") == [b"m1", b"m2"]
