@@ -174,8 +174,12 @@ class ControlPlane:
                 return [Log("warning", f"Bad {control.NAMES[api_key]} response from broker {broker_id}: {exc}")]
             errors = [e for e in answer.get("partition_errors", ()) if e["error_code"]]
             if answer["error_code"] or errors:
-                return [Log("warning", f"Broker {broker_id} answered {control.NAMES[api_key]} with "
-                                       f"error {answer['error_code']} {errors[:5]}")]
+                # a broker that already has a state answers STALE_CONTROLLER_EPOCH for it: routine
+                routine = not answer["error_code"] and all(
+                    e["error_code"] == ErrorCode.stale_controller_epoch for e in errors)
+                return [Log("info" if routine else "warning",
+                            f"Broker {broker_id} answered {control.NAMES[api_key]} with error {answer['error_code']} "
+                            f"{errors[:5]}{' (states it already had)' if routine else ''}")]
             return []
 
         client_id = f"strandline-controller-{self.broker_id}"
