@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -145,9 +143,7 @@ def main() -> int:
               f"median {statistics.median(shutdowns) * 1000:.0f} ms, max {max(shutdowns) * 1000:.0f} ms "
               f"(runs: {', '.join(f'{s * 1000:.0f}' for s in shutdowns)} ms; target 1000 ms)", flush=True)
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(120)
-        shutil.rmtree(tmp, ignore_errors=True)
+        pc.stop_cluster(proc, tmp)
     return 0
 
 

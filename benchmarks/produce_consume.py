@@ -48,6 +48,14 @@ def start_cluster(data_dir: str, base_port: int, zk_port: int, profile: bool, br
     raise RuntimeError(f"strandline up exited with {proc.returncode} before it was ready: {' | '.join(tail)}")
 
 
+def stop_cluster(proc: subprocess.Popen, data_dir: str, keep: bool = False) -> None:
+    """SIGINT `strandline up` and wait for it; remove its data unless ``keep`` (profiles live there)."""
+    proc.send_signal(signal.SIGINT)
+    proc.wait(120)
+    if not keep:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User+system CPU seconds used so far by these processes (from /proc)."""
     total = 0
@@ -277,12 +285,9 @@ def main() -> int:
               f"broker CPU {cpu / f['seconds'] * 100:.0f}% of one core)", flush=True)
     finally:
         if proc is not None:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(60)
+            stop_cluster(proc, tmp, keep=args.profile)
             if args.profile:
                 print(f"broker profile: {tmp}/broker.prof (python -m pstats)")
-            else:
-                shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

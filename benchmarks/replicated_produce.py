@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
 import sys
 import tempfile
 import uuid
@@ -53,12 +51,9 @@ def main() -> int:
               f"ack p50 {r['p50 ms']:.1f} ms p99 {r['p99 ms']:.1f} ms ({r['records']} records, {r['failed']} failed; "
               f"broker CPU {' / '.join(f'{c:.0f}%' for c in cpu)}, client CPU {client:.0f}% of one core)", flush=True)
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(60)
+        pc.stop_cluster(proc, tmp, keep=args.profile)
         if args.profile:
             print(f"broker profiles: {tmp}/broker.prof.<id> (python -m pstats)")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

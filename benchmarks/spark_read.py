@@ -13,8 +13,6 @@ import argparse
 import cProfile
 import os
 import pstats
-import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -98,9 +96,7 @@ def main() -> int:
             profiler.runcall(lambda: sum(b.num_rows for b in read_range(settings, RangePartition("bench", 0, 0, n))))
             pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(120)
-        shutil.rmtree(tmp, ignore_errors=True)
+        pc.stop_cluster(proc, tmp)
     return 0
 
 

@@ -390,14 +390,12 @@ class SimCluster:
     def bounce(self, broker_id: int, *, lose_unflushed: bool = True) -> None:
         """Crash and restart so fast that the controller's watch sees only the new registration
         (same broker id, new broker epoch)."""
-        node = self.brokers[broker_id]
         notify, self._brokers_changed = self._brokers_changed, lambda: None
         try:
             self.crash(broker_id, lose_unflushed=lose_unflushed)
         finally:
             self._brokers_changed = notify
         self.start(broker_id)
-        del node
 
     def shutdown(self, broker_id: int) -> None:
         """A clean stop: high watermarks checkpointed, logs flushed."""

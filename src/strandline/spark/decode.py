@@ -7,7 +7,6 @@ one ``pyarrow.RecordBatch`` per fetch.
 from __future__ import annotations
 
 import struct
-from typing import Iterator
 
 import cramjam
 
@@ -153,9 +152,3 @@ def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool
             if log_append:
                 stamps[first:] = [h.max_timestamp] * added
     return next_offset
-
-
-def batches_in(data) -> Iterator[tuple[int, int]]:
-    """(base offset, last offset) of each batch."""
-    for _, h in iter_batches(data):
-        yield h.base_offset, h.last_offset
