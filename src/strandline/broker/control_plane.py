@@ -27,6 +27,7 @@ from strandline.replication.partition import LeaderAndIsr, Partition
 
 LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
 CONTROL_RETRY_MS = 500          # resend a control request after a failed connection
+_TIMEOUT_KEYS = {"fetcher": "replica.socket.timeout.ms", "controller": "controller.socket.timeout.ms"}
 
 
 class ControlPlane:
@@ -145,7 +146,9 @@ class ControlPlane:
             return callback(None, now_ms)
         token = self._new_token()  # type: ignore[attr-defined]
         self._broker_callbacks[token] = callback  # type: ignore[attr-defined]
-        return [BrokerSend(token, broker_id, info.host, info.port, channel, frame_for(token))]
+        timeout_key = _TIMEOUT_KEYS.get(channel, "request.timeout.ms")
+        return [BrokerSend(token, broker_id, info.host, info.port, channel, frame_for(token),
+                           self.config[timeout_key])]  # type: ignore[attr-defined]
 
     def on_broker_response(self, token: int, frame: bytes | None, now_ms: int) -> list:
         """The answer to a :class:`BrokerSend` (None: the connection failed first)."""
