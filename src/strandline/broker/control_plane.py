@@ -311,12 +311,20 @@ class ControlPlane:
         effects.extend(self._send_partition_states(others, new, False, now_ms, metadata_to=new))
         before = {(t.name, i): t.states[i].leader_epoch for t, i in affected}
 
-        def elected(when_ms: int) -> list:
+        def announce(when_ms: int) -> list:
             # new brokers learn the partitions that an election did not just announce to them
             unchanged = [(t, i) for t, i in affected
                          if (t.name, i) in before and t.states.get(i) is not None
                          and t.states[i].leader_epoch == before[(t.name, i)]]
             return self._send_partition_states(unchanged, new, False, when_ms, metadata_to=new) if new else []
+
+        def elected(when_ms: int) -> list:
+            # a bounced broker was handled as dead; now it is new: it may lead what went offline (CTL-7)
+            offline = [(t.name, i) for t, i in affected
+                       if t.states.get(i) is not None and t.states[i].leader < 0 and bounced & set(t.assignment[i])]
+            if offline:
+                return self._reelect(offline, gone, when_ms, announce)
+            return announce(when_ms)
 
         return effects + self._reelect([(t.name, i) for t, i in affected], dead, now_ms, elected)
 
