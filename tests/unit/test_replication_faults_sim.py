@@ -284,3 +284,35 @@ def test_loss_6_the_isr_shrunk_to_the_leader_which_then_loses_its_disk_loses_eve
     c.advance(3000)
     assert c.state("x").leader == 2
     assert [values_on(c, b, "x") for b in (2, 3, 4)] == [[], [], []]
+
+
+# ---------------------------------------------------------------------------- the controller (CTL-3)
+
+
+def test_ctl_3_a_broker_whose_election_was_applied_but_not_answered_acts_as_controller():
+    """The election multi-op (ephemeral /controller + epoch) is applied but its answer is lost:
+    /controller names this broker, so no other broker runs; it must take office all the same,
+    or the cluster has no controller and no partition ever gets a new leader."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "c", [3, 2], min_isr=1)
+    election = lambda b, ops: any(isinstance(op, Create) and op.path == "/controller" for op in ops)  # noqa: E731
+    c.zk_fault = lambda b, ops: "applied-reply-lost" if b == 2 and election(b, ops) else None
+    c.crash(1)
+    c.advance(100)
+    c.zk_fault = None
+    assert c.controller_id == 2
+    c.crash(3)                                                # the leader of c-0 dies: broker 2 must take over
+    c.advance(100)
+    assert c.state("c").leader == 2
+
+
+def test_ctl_3_a_broker_that_could_not_read_the_controller_epoch_runs_again():
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "e", [2, 3], min_isr=1)
+    reads = iter([2, 3])
+    epoch_read = lambda ops: any(op.path == "/controller_epoch" and type(op).__name__ == "GetData" for op in ops)  # noqa: E731
+    c.zk_fault = lambda b, ops: "not-applied" if epoch_read(ops) and b == next(reads, None) else None
+    c.crash(1)
+    c.advance(3000)
+    assert c.controller_id in (2, 3)
+    assert c.brokers[c.controller_id].core.is_controller

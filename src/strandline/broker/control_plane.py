@@ -27,6 +27,7 @@ from strandline.replication.partition import LeaderAndIsr, Partition
 
 LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
 CONTROL_RETRY_MS = 500          # resend a control request after a failed connection
+CONTROLLER_RETRY_MS = 1000      # run for controller again after ZooKeeper failed to answer
 _TIMEOUT_KEYS = {"fetcher": "replica.socket.timeout.ms", "controller": "controller.socket.timeout.ms"}
 
 
@@ -45,13 +46,17 @@ class ControlPlane:
     # ------------------------------------------------------------------ election (CTL-1, CTL-3, NET-8)
 
     def on_controller_changed(self, controller_id: int | None, now_ms: int) -> list:
-        """``/controller`` changed: None when it is gone (every broker then runs for it)."""
+        """``/controller`` changed: None when it is gone (every broker then runs for it). When it
+        names this broker although no election answer said so (the answer was lost after ZooKeeper
+        applied it), this broker takes office: nobody else will run while the node exists."""
         if controller_id is None:
             return self._run_for_controller(now_ms)
         if controller_id != self.broker_id:
             self.metadata.controller_id = controller_id  # type: ignore[attr-defined]
             if self.is_controller:
                 return self._resign(f"broker {controller_id} holds /controller")
+        elif not self.is_controller and not self._electing:  # type: ignore[attr-defined]
+            return self._take_office(now_ms)
         return []
 
     def on_session_lost(self, now_ms: int) -> list:
@@ -69,10 +74,18 @@ class ControlPlane:
 
     def _run_for_controller(self, now_ms: int) -> list:
         """Kafka's election: create the ephemeral /controller and bump /controller_epoch in one
-        transaction guarded by the epoch's version; the loser learns the winner from the watch."""
+        transaction guarded by the epoch's version; the loser learns the winner from the watch.
+        When ZooKeeper does not answer, run again after a while (an election applied without an
+        answer shows up in the watch as this broker's own id)."""
         if self._electing:  # type: ignore[attr-defined]
             return []
         self._electing = True  # type: ignore[attr-defined]
+
+        def failed(why: str, when_ms: int) -> list:
+            self._electing = False  # type: ignore[attr-defined]
+            return [Log("warning", f"Running for controller failed ({why}); trying again")] + \
+                self._after(when_ms + CONTROLLER_RETRY_MS,  # type: ignore[attr-defined]
+                            lambda t: [] if self.is_controller else self._run_for_controller(t))
 
         def on_epoch(results: list, when_ms: int) -> list:
             res = results[0]
@@ -81,28 +94,51 @@ class ControlPlane:
             elif res.error is ZkError.NONE:
                 epoch, version = znodes.ControllerEpochZNode.decode(res.data), res.version
             else:
-                self._electing = False  # type: ignore[attr-defined]
-                return [Log("warning", f"Cannot read the controller epoch: {res.error.name}")]
+                return failed(f"cannot read the controller epoch: {res.error.name}", when_ms)
             ops = zk_layout.controller_election_ops(self.broker_id, epoch + 1, version, when_ms)
 
             def on_elected(elected: list, at_ms: int) -> list:
+                error = next((r.error for r in elected if r.error is not ZkError.NONE), None)
+                if error in (ZkError.NODE_EXISTS, ZkError.BAD_VERSION):
+                    self._electing = False  # type: ignore[attr-defined]
+                    return []       # someone else won: the /controller watch tells
+                if error is not None:
+                    return failed(error.name, at_ms)
                 self._electing = False  # type: ignore[attr-defined]
-                if any(r.error is not ZkError.NONE for r in elected):
-                    return []       # someone else won (or ZooKeeper failed): the /controller watch tells
-                self.controller_epoch = epoch + 1
-                self._controller_epoch_version = elected[1].version  # type: ignore[attr-defined]
-                self.active_controller = True  # type: ignore[attr-defined]
-                self._controller_ready = False  # type: ignore[attr-defined]
-                self._pending_brokers = None  # type: ignore[attr-defined]
-                self.metadata.controller_id = self.broker_id  # type: ignore[attr-defined]
-                token = self._new_token()  # type: ignore[attr-defined]
-                self._zk_callbacks[token] = self._on_controller_state  # type: ignore[attr-defined]
-                return [Log("info", f"Broker {self.broker_id} won the controller election (epoch {epoch + 1})"),
-                        ReadClusterState(token)]
+                return self._become_controller(epoch + 1, elected[1].version, "won the controller election")
 
             return [self._zk(ops, on_elected, transaction=True)]  # type: ignore[attr-defined]
 
         return [self._zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]  # type: ignore[attr-defined]
+
+    def _take_office(self, now_ms: int) -> list:
+        """/controller names this broker: read the epoch it was elected in, then act as controller."""
+        self._electing = True  # type: ignore[attr-defined]
+
+        def on_epoch(results: list, when_ms: int) -> list:
+            self._electing = False  # type: ignore[attr-defined]
+            res = results[0]
+            if self.is_controller:
+                return []
+            if res.error is not ZkError.NONE:
+                return [Log("warning", f"Cannot read the controller epoch: {res.error.name}; trying again")] + \
+                    self._after(when_ms + CONTROLLER_RETRY_MS,  # type: ignore[attr-defined]
+                                lambda t: [] if self.is_controller else self._take_office(t))
+            return self._become_controller(znodes.ControllerEpochZNode.decode(res.data), res.version,
+                                           "holds /controller (its election's answer was lost)")
+
+        return [self._zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]  # type: ignore[attr-defined]
+
+    def _become_controller(self, epoch: int, epoch_version: int, why: str) -> list:
+        self.controller_epoch = epoch
+        self._controller_epoch_version = epoch_version  # type: ignore[attr-defined]
+        self.active_controller = True  # type: ignore[attr-defined]
+        self._controller_ready = False  # type: ignore[attr-defined]
+        self._pending_brokers = None  # type: ignore[attr-defined]
+        self.metadata.controller_id = self.broker_id  # type: ignore[attr-defined]
+        token = self._new_token()  # type: ignore[attr-defined]
+        self._zk_callbacks[token] = self._on_controller_state  # type: ignore[attr-defined]
+        return [Log("info", f"Broker {self.broker_id} {why} (epoch {epoch})"), ReadClusterState(token)]
 
     def _on_controller_state(self, state: tuple, now_ms: int) -> list:
         """Kafka's onControllerFailover: start from ZooKeeper's view, tell every live broker the
