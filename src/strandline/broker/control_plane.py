@@ -101,7 +101,7 @@ class ControlPlane:
                 error = next((r.error for r in elected if r.error is not ZkError.NONE), None)
                 if error in (ZkError.NODE_EXISTS, ZkError.BAD_VERSION):
                     self._electing = False  # type: ignore[attr-defined]
-                    return []       # someone else won: the /controller watch tells
+                    return self._who_is_controller()     # someone won: perhaps this broker, earlier
                 if error is not None:
                     return failed(error.name, at_ms)
                 self._electing = False  # type: ignore[attr-defined]
@@ -110,6 +110,14 @@ class ControlPlane:
             return [self._zk(ops, on_elected, transaction=True)]  # type: ignore[attr-defined]
 
         return [self._zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]  # type: ignore[attr-defined]
+
+    def _who_is_controller(self) -> list:
+        def on_read(results: list, when_ms: int) -> list:
+            res = results[0]
+            if res.error is ZkError.NONE and znodes.ControllerZNode.decode(res.data) == self.broker_id:
+                return self.on_controller_changed(self.broker_id, when_ms)
+            return []
+        return [self._zk([GetData(znodes.ControllerZNode.path())], on_read)]  # type: ignore[attr-defined]
 
     def _take_office(self, now_ms: int) -> list:
         """/controller names this broker: read the epoch it was elected in, then act as controller."""
