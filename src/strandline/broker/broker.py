@@ -303,17 +303,16 @@ class Broker(ControlPlane, Follower, Groups):
         missing = [n for n in (names or ()) if n not in self.metadata.topics and topic_name_error(n) is None]
         if missing and allow_auto:
             pending = set(missing)
-            created_now: set[str] = set()
+            outcomes: dict[str, ErrorCode] = {}
             effects: list = []
 
             def created(name: str) -> Callable[[ErrorCode, str | None, int], list]:
                 def done(error: ErrorCode, message: str | None, when_ms: int) -> list:
                     pending.discard(name)
-                    if error in (ErrorCode.none, ErrorCode.topic_already_exists):
-                        created_now.add(name)
+                    outcomes[name] = error
                     if pending:
                         return []
-                    return [self._respond(conn_id, header, self._metadata_body(names, header, created_now))]
+                    return [self._respond(conn_id, header, self._metadata_body(names, header, outcomes))]
                 return done
 
             for name in missing:
@@ -321,8 +320,11 @@ class Broker(ControlPlane, Follower, Groups):
             return effects
         return [self._respond(conn_id, header, self._metadata_body(names, header))]
 
-    def _metadata_body(self, names: list[str] | None, header: RequestHeader, created: set[str] = frozenset()
-                       ) -> dict:
+    def _metadata_body(self, names: list[str] | None, header: RequestHeader,
+                       creations: dict[str, ErrorCode] | None = None) -> dict:
+        """``creations``: the outcome of auto-creating each missing topic; a created topic (or one
+        another broker created) is LEADER_NOT_AVAILABLE until this broker knows it, a failed
+        creation answers with its error (as Kafka's createTopic)."""
         md = self.metadata
         brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
                    for b in md.brokers.values()]
@@ -331,10 +333,16 @@ class Broker(ControlPlane, Follower, Groups):
             topic = md.topics.get(name)
             if topic is None:
                 invalid = topic_name_error(name)
-                topics.append({"error_code": ErrorCode.invalid_topic_exception if invalid
-                               else ErrorCode.leader_not_available if name in created
-                               else ErrorCode.unknown_topic_or_partition,
-                               "name": name, "topic_id": uuid.UUID(int=0), "partitions": []})
+                creation = (creations or {}).get(name)
+                if invalid:
+                    error = ErrorCode.invalid_topic_exception
+                elif creation is None:
+                    error = ErrorCode.unknown_topic_or_partition
+                elif creation in (ErrorCode.none, ErrorCode.topic_already_exists):
+                    error = ErrorCode.leader_not_available
+                else:
+                    error = creation
+                topics.append({"error_code": error, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []})
                 continue
             partitions = []
             for index in sorted(topic.assignment):
