@@ -112,11 +112,17 @@ class ControlPlane:
         return [self._zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]  # type: ignore[attr-defined]
 
     def _who_is_controller(self) -> list:
+        """Read /controller after an election this broker did not win by its own answer."""
         def on_read(results: list, when_ms: int) -> list:
             res = results[0]
-            if res.error is ZkError.NONE and znodes.ControllerZNode.decode(res.data) == self.broker_id:
-                return self.on_controller_changed(self.broker_id, when_ms)
-            return []
+            if self.is_controller:
+                return []
+            if res.error is ZkError.NO_NODE:
+                return self._run_for_controller(when_ms)
+            if res.error is not ZkError.NONE:
+                return self._after(when_ms + CONTROLLER_RETRY_MS,  # type: ignore[attr-defined]
+                                   lambda t: [] if self.is_controller else self._who_is_controller())
+            return self.on_controller_changed(znodes.ControllerZNode.decode(res.data), when_ms)
         return [self._zk([GetData(znodes.ControllerZNode.path())], on_read)]  # type: ignore[attr-defined]
 
     def _take_office(self, now_ms: int) -> list:

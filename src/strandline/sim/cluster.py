@@ -45,7 +45,7 @@ ISR_CHANGES = znodes.IsrChangeNotificationZNode.path()
 CONTROLLER = znodes.ControllerZNode.path()
 BROKER_IDS = znodes.BrokerIdsZNode.path()
 CLIENT = "client"
-ZK = "zk"
+_STALE = object()
 
 
 @dataclass
@@ -89,6 +89,13 @@ class SimBroker:
     zk_lost_at: int | None = None    # since when ZooKeeper has not heard from it (cut, paused)
     session_expired: bool = False    # ZooKeeper expired its session; it learns so on reconnecting
     waiting_to_register: bool = False
+    deadline: Any = _STALE           # cached next timer (sim clock), or _STALE
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # whatever changes how the broker runs makes its cached deadline stale
+        if name in ("core", "paused", "clock_offset_ms"):
+            object.__setattr__(self, "deadline", _STALE)
+        object.__setattr__(self, name, value)
 
     @property
     def alive(self) -> bool:
@@ -130,6 +137,7 @@ class SimCluster:
         ("reply-delayed", ms)."""
         self.channels: dict[tuple, _Channel] = {}
         self.after_event: Callable[[], None] | None = None   # the explorer's invariant checks
+        self.touched: set[int] = set()                        # brokers an event reached since the last check
         self.on_log: Callable[[int, str, str], None] | None = None
         self.zk.execute([Create(znodes.ClusterIdZNode.path(), znodes.ClusterIdZNode.encode("sim-cluster"))])
         self.session_timeout_ms = self.broker_config(broker_ids[0] if broker_ids else 1).values[
@@ -177,8 +185,12 @@ class SimCluster:
         raise RuntimeError("the simulation does not settle")
 
     def _next_deadline(self, node: SimBroker) -> int | None:
-        d = node.core.next_deadline_ms() if node.core is not None and not node.paused else None
-        return None if d is None else d - node.clock_offset_ms
+        """When the broker's next timer falls due, on the simulation's clock (cached until an event
+        reaches the broker)."""
+        if node.deadline is _STALE:
+            d = node.core.next_deadline_ms() if node.core is not None and not node.paused else None
+            node.deadline = None if d is None else d - node.clock_offset_ms
+        return node.deadline
 
     def advance(self, ms: int) -> None:
         """Move the clock ``ms`` forward, delivering messages and firing timers as they fall due."""
@@ -250,6 +262,8 @@ class SimCluster:
     # ------------------------------------------------------------------ effects (what the shell does)
 
     def _apply(self, node: SimBroker, effects: list) -> None:
+        node.deadline = _STALE
+        self.touched.add(node.id)
         for effect in effects:
             if isinstance(effect, Send):
                 self._send(node, effect)
@@ -300,6 +314,8 @@ class SimCluster:
         conn = node.conns.pop(conn_id, None)
         if conn is None:
             return
+        node.deadline = _STALE
+        self.touched.add(node.id)
         node.by_peer.pop(conn.peer, None)
         if node.core is not None:
             node.core.connection_closed(conn_id)

@@ -113,7 +113,7 @@ class _Client:
 
 class Producer(_Client):
     def __init__(self, sim: SimCluster, history: History, name: str, topic: str, partitions: int,
-                 rng: random.Random, *, acks: int, idempotent: bool, think_ms: tuple[int, int] = (5, 60),
+                 rng: random.Random, *, acks: int, idempotent: bool, think_ms: tuple[int, int] = (10, 120),
                  records_per_batch: tuple[int, int] = (1, 3)) -> None:
         super().__init__(sim, name, topic, partitions, rng)
         self.history = history
