@@ -3,15 +3,16 @@ and one broker SIGKILLed and started again while clients use it (CLI-1)."""
 
 from __future__ import annotations
 
-import threading
+import subprocess
 import time
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from strandline.errors import StrandlineError
 from strandline.runtime.client import KafkaConnection
-from tests.conftest import Cluster, free_ports, poll_until
-from tests.integration.replication_helpers import METADATA, address, consume, create_topic
+from tests.conftest import Cluster, free_ports, poll_until, run_cli, strandline_cmd
+from tests.integration.replication_helpers import METADATA, Writer, address, consume, create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -81,3 +82,65 @@ def test_ctl_8_up_again_on_the_same_data_twice_gets_full_isrs_and_acks_all_write
         assert missing == [], f"{len(missing)} acknowledged records lost, e.g. {missing[:3]}"
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def trio(tmp_path_factory):
+    ports = free_ports(4)
+    data = tmp_path_factory.mktemp("restart") / "data"
+    data.mkdir()
+    c = Cluster(data, 3, ports[1], ports[0], overrides=["zookeeper.session.timeout.ms=6000"])
+    c.start()
+    yield c
+    c.stop()
+
+
+def probe_metadata(addr: str, topic: str, until) -> list:
+    """Metadata answers of ``addr`` from the moment its port accepts connections until ``until()``."""
+    answers = []
+    while not until():
+        try:
+            with KafkaConnection(addr, timeout_s=30) as conn:
+                while not until():
+                    answers.append(conn.request(METADATA, 9, {
+                        "topics": [{"name": topic}], "allow_auto_topic_creation": False,
+                        "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}))
+        except StrandlineError:
+            time.sleep(0.005)           # not listening yet
+    return answers
+
+
+def test_cli_1_a_broker_started_again_never_answers_metadata_with_an_empty_cluster(trio):
+    """SIGKILL a broker and start it again (it waits for its old ZooKeeper session to expire
+    before it registers): from the moment it listens, no Metadata answer lists no brokers or calls
+    an existing topic unknown, and a producer bootstrapped only on it loses nothing."""
+    c = trio
+    create_topic(c, "probe", partitions=PARTITIONS, min_isr=2)
+    with Writer(address(c, 2), "probe", **{"message.timeout.ms": 20000}) as writer:
+        poll_until(lambda: len(writer.acked) >= 200, 30, message="200 acknowledged records")
+        kill = run_cli("cluster", "kill", "2", "--data-dir", str(c.data_dir))
+        assert kill.returncode == 0, kill.stderr
+        starter = subprocess.Popen(strandline_cmd("cluster", "start", "2", "--data-dir", str(c.data_dir)),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready_at: list[float] = []
+
+        def probed_enough() -> bool:    # until `cluster start` reports it ready, and 2 s more
+            if starter.poll() is None:
+                return False
+            ready_at[:] = ready_at or [time.monotonic()]
+            return time.monotonic() - ready_at[0] > 2.0
+
+        answers = probe_metadata(address(c, 2), "probe", probed_enough)
+        out, err = starter.communicate()
+        assert starter.returncode == 0, err
+        empty = [a for a in answers if not a.brokers or a.controller_id < 0]
+        unknown = [a for a in answers if a.topics[0].error_code != ErrorCode.none]
+        assert answers and empty == [] and unknown == [], \
+            f"{len(empty)} answers without brokers or controller, {len(unknown)} calling the topic unknown, " \
+            f"of {len(answers)}: e.g. {(empty or unknown)[0]}"
+        acked_before = len(writer.acked)
+        poll_until(lambda: len(writer.acked) >= acked_before + 500, 30, message="writes after the restart")
+    assert writer.errors == [], f"{len(writer.errors)} records failed, e.g. {writer.errors[0]}"
+    got = {value for _, _, value in consume(c.bootstrap, "probe", PARTITIONS, len(writer.acked))}
+    missing = [v for v in writer.acked if v not in got]
+    assert missing == [], f"{len(missing)} acknowledged records lost"
