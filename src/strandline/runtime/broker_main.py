@@ -21,7 +21,7 @@ from strandline.coordination import znodes
 from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.errors import StrandlineError
 from strandline.log.manager import LogManager
-from strandline.runtime.disk import OsDisk
+from strandline.runtime.disk import DirectoryLock, OsDisk
 from strandline.runtime.server import BrokerShell, Stopper, describe, now_ms
 from strandline.runtime.zk import KazooStore
 
@@ -157,6 +157,20 @@ def watch_session(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
     store.add_listener(from_kazoo(loop, shell, what, on_state))
 
 
+def lock_log_dirs(log_dirs: list[str]) -> list[DirectoryLock]:
+    """Lock every log dir as Kafka does: two brokers never share one."""
+    locks: list[DirectoryLock] = []
+    for log_dir in log_dirs:
+        lock = DirectoryLock(log_dir)
+        if not lock.acquire():
+            for held in locks:
+                held.release()
+            raise StrandlineError(f"Failed to acquire lock on file .lock in {log_dir}. A Kafka instance in another "
+                                  f"process or thread is using this directory ({lock.holder()}).")
+        locks.append(lock)
+    return locks
+
+
 @dataclass
 class Running:
     """What start-up has built so far."""
@@ -215,6 +229,7 @@ async def serve(config: BrokerConfig) -> int:
         loop.add_signal_handler(sig, stopper.requested.set)
     v = config.values
     broker_id = config.broker_id
+    locks = lock_log_dirs(v["log.dirs"])
     store = KazooStore(v["zookeeper.connect"], v["zookeeper.session.timeout.ms"],
                        v["zookeeper.connection.timeout.ms"])
     running = Running()
@@ -244,6 +259,8 @@ async def serve(config: BrokerConfig) -> int:
                 stopper.fail("the clean shutdown", exc)
         store.listeners.clear()  # closing our own session is not an expiry
         await asyncio.to_thread(store.stop)
+        for lock in locks:
+            lock.release()
         log.info("Broker %d stopped", broker_id)
     return 0 if stopper.failure is None else 1
 
