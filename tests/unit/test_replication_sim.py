@@ -558,3 +558,24 @@ def test_net_5_a_fully_isolated_follower_leaves_the_isr_and_rejoins_after_healin
     c.advance(3000)
     assert set(c.state("iso").isr) == {2, 3, 4}
     assert values_on(c, 4, "iso") == values_on(c, 2, "iso") == [b"m1", b"m2"]
+
+
+def test_ctl_8_followers_told_of_a_leader_that_has_not_registered_yet_fetch_once_it_does():
+    """A whole cluster restarts: the controller, first up, sends the states it finds in ZooKeeper,
+    naming as leader a broker that has not registered yet (no endpoint known). Its followers must
+    start fetching once the metadata names that leader's endpoint, not stay out of the ISR for good."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "late", [2, 1, 3], min_isr=2)
+    assert produce(c, 2, "late", [b"m1"]).error_code == ErrorCode.none
+    for b in (1, 3, 2):                          # the last one down stays leader in ZooKeeper
+        c.shutdown(b)
+    c.advance(10)
+    assert c.state("late").leader == 2
+    c.start(1)                                   # the controller: leader 2 has no endpoint yet
+    c.start(3)
+    c.advance(10)
+    c.start(2)
+    c.advance(3000)
+    assert set(c.state("late").isr) == {1, 2, 3}
+    assert produce(c, 2, "late", [b"m2"]).error_code == ErrorCode.none
+    assert values_on(c, 1, "late") == values_on(c, 3, "late") == [b"m1", b"m2"]

@@ -103,6 +103,7 @@ class Broker(ControlPlane, Follower, Groups):
         self._delayed: list[tuple[int, int, Callable[[int], list]]] = []
         self._hw_checkpoint: dict | None = None
         self._loading_topics: set[str] = set()   # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
+        self._before_load: list[tuple[int, bytes]] | None = []   # client requests until load_metadata
         self._heard_from_controller = False
         self.active_controller = False
         self._controller_ready = True        # a new controller: False until it has read the cluster
@@ -155,6 +156,9 @@ class Broker(ControlPlane, Follower, Groups):
             self.active_controller = True
             self._controller_epoch_version = controller_epoch_version
             effects.extend(self._on_became_controller(now_ms))
+        waiting, self._before_load = self._before_load or [], None
+        for conn_id, frame in waiting:
+            effects.extend(self.handle_request(conn_id, frame, now_ms))
         return effects
 
     def _high_watermarks(self) -> dict:
@@ -237,6 +241,8 @@ class Broker(ControlPlane, Follower, Groups):
         self.logs.write_high_watermarks({key: p.high_watermark for key, p in self.partitions.items()})
 
     def connection_closed(self, conn_id: int) -> None:
+        if self._before_load:
+            self._before_load = [(c, frame) for c, frame in self._before_load if c != conn_id]
         self.produce_purgatory.cancel_connection(conn_id)
         self.fetch_purgatory.cancel_connection(conn_id)
         self._groups_connection_closed(conn_id)
@@ -257,9 +263,17 @@ class Broker(ControlPlane, Follower, Groups):
     # ------------------------------------------------------------------ requests
 
     def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
-        """Decode and answer one request frame of connection ``conn_id``."""
-        if len(frame) >= 2 and int.from_bytes(frame[:2], "big") in control.SCHEMAS:
+        """Decode and answer one request frame of connection ``conn_id``.
+
+        The controller's requests are served as soon as the broker listens. A client's request
+        other than ApiVersions waits until :meth:`load_metadata`: before it the broker knows no
+        brokers, controller or topics, and clients take such an answer for the cluster's state."""
+        api_key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
+        if api_key in control.SCHEMAS:
             return self._control_request(conn_id, frame, now_ms)
+        if self._before_load is not None and api_key != ApiKey.API_VERSIONS:
+            self._before_load.append((conn_id, frame))
+            return []
         try:
             header, request = api.decode_request(frame)
         except api.UnsupportedApiVersions as exc:

@@ -737,7 +737,7 @@ class ControlPlane:
         if api_key == control.LEADER_AND_ISR:
             return self._apply_leader_and_isr(body, now_ms)
         if api_key == control.UPDATE_METADATA:
-            return self._apply_update_metadata(body), {"error_code": ErrorCode.none}
+            return self._apply_update_metadata(body, now_ms), {"error_code": ErrorCode.none}
         return self._apply_stop_replica(body, now_ms)
 
     def _apply_leader_and_isr(self, body: dict, now_ms: int) -> tuple[list, dict]:
@@ -774,10 +774,10 @@ class ControlPlane:
         if changed:
             effects.extend(self.produce_purgatory.check_keys(changed, now_ms))  # type: ignore[attr-defined]
             effects.extend(self.fetch_purgatory.check_keys(changed, now_ms))  # type: ignore[attr-defined]
-            effects.extend(self._maybe_send_fetches(now_ms))  # type: ignore[attr-defined]
+        effects.extend(self._maybe_send_fetches(now_ms))  # type: ignore[attr-defined]
         return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
 
-    def _apply_update_metadata(self, body: dict) -> list:
+    def _apply_update_metadata(self, body: dict, now_ms: int) -> list:
         md = self.metadata  # type: ignore[attr-defined]
         brokers = {}
         for b in body["live_brokers"]:
@@ -803,7 +803,7 @@ class ControlPlane:
                 topic.assignment[index] = tuple(ps["replicas"])
                 topic.states[index] = LeaderAndIsr(
                     ps["leader"], ps["leader_epoch"], tuple(ps["isr"]), ps["controller_epoch"], ps["zk_version"])
-        return effects
+        return effects + self._maybe_send_fetches(now_ms)  # type: ignore[attr-defined]
 
     def _apply_stop_replica(self, body: dict, now_ms: int) -> tuple[list, dict]:
         effects: list = []

@@ -76,22 +76,15 @@ class Follower:
         effects: list = self._on_leadership(partition, False, now_ms)  # type: ignore[attr-defined]
         effects.append(Log("info", f"Follower of {key[0]}-{key[1]} in epoch {state.leader_epoch}, "
                                    f"leader {state.leader}, LEO {partition.log_end_offset}"))
-        leader = self.metadata.brokers.get(state.leader)  # type: ignore[attr-defined]
-        if state.leader < 0 or leader is None:
+        if state.leader < 0:
             return effects
         fetch_state = PartitionFetchState(state.leader_epoch)
         if self.config["replication.truncation"] == "high-watermark":  # type: ignore[attr-defined]
             effects.extend(self._truncate(partition, legacy_truncation_offset(
                 partition.high_watermark, partition.log_end_offset), "its high watermark (legacy mode)"))
             fetch_state.truncating = False
-        fetcher = self.fetchers.get(state.leader)
-        if fetcher is None or (fetcher.host, fetcher.port) != (leader.host, leader.port):
-            old = fetcher
-            fetcher = ReplicaFetcher(state.leader, leader.host, leader.port)
-            if old is not None:
-                fetcher.partitions = old.partitions
-                fetcher.in_flight = old.in_flight
-            self.fetchers[state.leader] = fetcher
+        # the leader's broker may not have registered yet: its fetcher then waits for the endpoint
+        fetcher = self.fetchers.setdefault(state.leader, ReplicaFetcher(state.leader))
         fetcher.partitions[key] = fetch_state
         return effects
 
@@ -113,13 +106,19 @@ class Follower:
 
     # ------------------------------------------------------------------ fetching
 
+    def _fetchers_with_leader(self) -> list[ReplicaFetcher]:
+        """Fetchers whose leader's endpoint is known; the others wait for the metadata to name it
+        (LeaderAndIsr's live leaders, UpdateMetadata), then start at once."""
+        brokers = self.metadata.brokers  # type: ignore[attr-defined]
+        return [f for f in self.fetchers.values() if f.leader_id in brokers]
+
     def _fetcher_deadline(self) -> int | None:
-        times = [t for f in self.fetchers.values() if (t := f.next_wakeup_ms()) is not None]
+        times = [t for f in self._fetchers_with_leader() if (t := f.next_wakeup_ms()) is not None]
         return min(times) if times else None
 
     def _maybe_send_fetches(self, now_ms: int) -> list:
         effects: list = []
-        for fetcher in list(self.fetchers.values()):
+        for fetcher in self._fetchers_with_leader():
             if fetcher.in_flight or fetcher.backoff_until_ms > now_ms or not fetcher.partitions:
                 continue
             truncating = list(fetcher.ready(now_ms, True))

@@ -23,9 +23,9 @@ class PartitionFetchState:
 
 @dataclass
 class ReplicaFetcher:
+    """Pulls from one leader; each request goes to the leader's endpoint as the metadata names it then."""
+
     leader_id: int
-    host: str
-    port: int
     partitions: dict[tuple[str, int], PartitionFetchState] = field(default_factory=dict)
     in_flight: bool = False
     backoff_until_ms: int = 0

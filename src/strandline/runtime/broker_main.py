@@ -9,6 +9,8 @@ import os
 import random
 import signal
 import sys
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from strandline.broker.broker import Broker
 from strandline.broker.cluster_state import read_cluster_state
@@ -19,8 +21,8 @@ from strandline.coordination import znodes
 from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.errors import StrandlineError
 from strandline.log.manager import LogManager
-from strandline.runtime.disk import OsDisk
-from strandline.runtime.server import BrokerShell, now_ms
+from strandline.runtime.disk import DirectoryLock, OsDisk
+from strandline.runtime.server import BrokerShell, Stopper, describe, now_ms
 from strandline.runtime.zk import KazooStore
 
 log = logging.getLogger("strandline.broker")
@@ -51,32 +53,55 @@ def read_full_cluster_state(store: KazooStore) -> tuple:
     return brokers, topics, epochs
 
 
+def from_kazoo(loop: asyncio.AbstractEventLoop, shell: BrokerShell, what: str, callback: Callable) -> Callable:
+    """Wrap a watch or listener callback, which kazoo runs on its own thread: whatever it raises
+    stops the broker (kazoo would only log it and end the watch, leaving the broker deaf)."""
+    def run(*args: Any) -> None:
+        try:
+            callback(*args)
+        except Exception as exc:
+            to_loop(loop, shell.stopper.fail, what, exc)
+    return run
+
+
+def to_loop(loop: asyncio.AbstractEventLoop, fn: Callable, *args: Any) -> None:
+    """``fn(*args)`` on the loop's thread, from kazoo's; nothing once the loop has closed (stopping)."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass
+
+
 def watch_controller(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed ``/controller`` to the core: when it disappears every broker runs for it (CTL-1)."""
+    what = "the /controller watch"
+
     def on_data(data: bytes | None, version: int) -> None:  # kazoo's thread (the first call: ours)
         controller = znodes.ControllerZNode.decode(data) if data else None
-        loop.call_soon_threadsafe(lambda: shell.apply(shell.broker.on_controller_changed(controller, now_ms())))
+        to_loop(loop, shell.run, what, lambda: shell.broker.on_controller_changed(controller, now_ms()))
 
-    store.watch_data(znodes.ControllerZNode.path(), on_data)
+    store.watch_data(znodes.ControllerZNode.path(), from_kazoo(loop, shell, what, on_data))
 
 
 def watch_brokers(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed changes of ``/brokers/ids`` to the core (the controller acts on them, CTL-2)."""
+    what = "the /brokers/ids watch"
+
     def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
         brokers, epochs = read_live_brokers(store, children)
-        loop.call_soon_threadsafe(
-            lambda: shell.apply(shell.broker.on_brokers_changed(brokers, epochs, now_ms())))
+        to_loop(loop, shell.run, what, lambda: shell.broker.on_brokers_changed(brokers, epochs, now_ms()))
 
-    store.watch_children(znodes.BrokerIdsZNode.path(), on_children)
+    store.watch_children(znodes.BrokerIdsZNode.path(), from_kazoo(loop, shell, what, on_children))
 
 
 def watch_isr_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed ``/isr_change_notification`` to the core (the controller propagates ISR changes, ISR-6)."""
-    def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
-        loop.call_soon_threadsafe(
-            lambda: shell.apply(shell.broker.on_isr_change_notifications(list(children), now_ms())))
+    what = "the /isr_change_notification watch"
 
-    store.watch_children(znodes.IsrChangeNotificationZNode.path(), on_children)
+    def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
+        to_loop(loop, shell.run, what, lambda: shell.broker.on_isr_change_notifications(list(children), now_ms()))
+
+    store.watch_children(znodes.IsrChangeNotificationZNode.path(), from_kazoo(loop, shell, what, on_children))
 
 
 def elect_controller(store: KazooStore, broker_id: int) -> tuple[int, int, int | None]:
@@ -118,73 +143,126 @@ def watch_session(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
     """When the ZooKeeper session expires a controller resigns at once (NET-8); kazoo then opens a
     new session and the broker registers again."""
     state = {"lost": False}
+    what = "the ZooKeeper session listener"
 
     def on_state(name: str) -> None:  # kazoo's thread
         if name == "LOST":
             state["lost"] = True
-            loop.call_soon_threadsafe(log.warning, "ZooKeeper session expired; registering again on reconnect")
-            loop.call_soon_threadsafe(lambda: shell.apply(shell.broker.on_session_lost(now_ms())))
+            to_loop(loop, log.warning, "ZooKeeper session expired; registering again on reconnect")
+            to_loop(loop, shell.run, what, lambda: shell.broker.on_session_lost(now_ms()))
         elif name == "CONNECTED" and state["lost"]:
             state["lost"] = False
-            loop.call_soon_threadsafe(lambda: loop.create_task(asyncio.to_thread(register)))
+            to_loop(loop, lambda: shell.spawn("registering the broker again in ZooKeeper", asyncio.to_thread(register)))
 
-    store.add_listener(on_state)
+    store.add_listener(from_kazoo(loop, shell, what, on_state))
 
 
-async def serve(config: BrokerConfig) -> None:
+def lock_log_dirs(log_dirs: list[str]) -> list[DirectoryLock]:
+    """Lock every log dir as Kafka does: two brokers never share one."""
+    locks: list[DirectoryLock] = []
+    for log_dir in log_dirs:
+        lock = DirectoryLock(log_dir)
+        if not lock.acquire():
+            for held in locks:
+                held.release()
+            raise StrandlineError(f"Failed to acquire lock on file .lock in {log_dir}. A Kafka instance in another "
+                                  f"process or thread is using this directory ({lock.holder()}).")
+        locks.append(lock)
+    return locks
+
+
+@dataclass
+class Running:
+    """What start-up has built so far."""
+
+    broker: Broker | None = None
+    shell: BrokerShell | None = None
+    started: bool = False
+
+
+async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, running: Running) -> None:
+    """Open the ZooKeeper session, load the logs, listen, register, elect, load the cluster, watch."""
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     v = config.values
     broker_id = config.broker_id
-    store = KazooStore(v["zookeeper.connect"], v["zookeeper.session.timeout.ms"],
-                       v["zookeeper.connection.timeout.ms"])
     await asyncio.to_thread(store.start, v["zookeeper.connection.timeout.ms"] / 1000.0)
-    shell = None
-    broker = None
-    try:
-        await asyncio.to_thread(store.ensure_persistent_paths)
-        cluster_id = await asyncio.to_thread(get_or_create_cluster_id, store)
-        brokers, topics = await asyncio.to_thread(read_cluster_state, store)
-        logs = LogManager(OsDisk(), v["log.dirs"], config.log_config())
-        started = now_ms()
-        await asyncio.to_thread(logs.startup, started, {n: config.log_config(t.configs) for n, t in topics.items()})
-        if logs.recovered_uncleanly:
-            log.info("Recovered logs after an unclean shutdown in %d ms: %s", now_ms() - started, logs.recovery_stats)
-        else:
-            log.info("Loaded logs after a clean shutdown in %d ms (no recovery): %s",
-                     now_ms() - started, logs.recovery_stats)
-        broker = Broker(config, logs, rng=random.Random(), now_ms=now_ms())
-        adv = config.advertised
-        me = BrokerInfo(broker_id, adv.host, adv.port, v["broker.rack"])
-        brokers[broker_id] = me
-        shell = BrokerShell(broker, store, v["socket.request.max.bytes"])
-        await shell.listen(config.listener.host, config.listener.port)
-        wait_s = v["zookeeper.session.timeout.ms"] / 1000.0 + 5.0
-        await asyncio.to_thread(store.register_broker, broker_id, adv.host, adv.port, v["broker.rack"], wait_s)
-        controller_id, controller_epoch, epoch_version = await asyncio.to_thread(elect_controller, store, broker_id)
-        shell.apply(broker.load_metadata(cluster_id, brokers, topics, controller_id, controller_epoch, now_ms(),
-                                         epoch_version))
-        await asyncio.to_thread(watch_brokers, store, loop, shell)
-        await asyncio.to_thread(watch_isr_changes, store, loop, shell)
-        await asyncio.to_thread(watch_controller, store, loop, shell)
-        watch_session(store, loop, shell, lambda: store.register_broker(
-            broker_id, adv.host, adv.port, v["broker.rack"], wait_s))
+    await asyncio.to_thread(store.ensure_persistent_paths)
+    cluster_id = await asyncio.to_thread(get_or_create_cluster_id, store)
+    brokers, topics = await asyncio.to_thread(read_cluster_state, store)
+    logs = LogManager(OsDisk(), v["log.dirs"], config.log_config())
+    began = now_ms()
+    await asyncio.to_thread(logs.startup, began, {n: config.log_config(t.configs) for n, t in topics.items()})
+    if logs.recovered_uncleanly:
+        log.info("Recovered logs after an unclean shutdown in %d ms: %s", now_ms() - began, logs.recovery_stats)
+    else:
+        log.info("Loaded logs after a clean shutdown in %d ms (no recovery): %s",
+                 now_ms() - began, logs.recovery_stats)
+    broker = running.broker = Broker(config, logs, rng=random.Random(), now_ms=now_ms())
+    adv = config.advertised
+    me = BrokerInfo(broker_id, adv.host, adv.port, v["broker.rack"])
+    brokers[broker_id] = me
+    shell = running.shell = BrokerShell(broker, store, v["socket.request.max.bytes"], stopper)
+    await shell.listen(config.listener.host, config.listener.port)
+    wait_s = v["zookeeper.session.timeout.ms"] / 1000.0 + 5.0
+    await asyncio.to_thread(store.register_broker, broker_id, adv.host, adv.port, v["broker.rack"], wait_s)
+    controller_id, controller_epoch, epoch_version = await asyncio.to_thread(elect_controller, store, broker_id)
+    shell.run("loading the cluster", lambda: broker.load_metadata(
+        cluster_id, brokers, topics, controller_id, controller_epoch, now_ms(), epoch_version))
+    await asyncio.to_thread(watch_brokers, store, loop, shell)
+    await asyncio.to_thread(watch_isr_changes, store, loop, shell)
+    await asyncio.to_thread(watch_controller, store, loop, shell)
+    watch_session(store, loop, shell, lambda: store.register_broker(
+        broker_id, adv.host, adv.port, v["broker.rack"], wait_s))
+    running.started = True
+    if stopper.failure is None:
         log.info("Broker %d serving on %s:%d (controller %d, epoch %d)", broker_id, adv.host, adv.port,
                  controller_id, controller_epoch)
         print(f"{READY_PREFIX} id={broker_id} listener={adv.host}:{adv.port}", flush=True)
-        await stop.wait()
-        log.info("Broker %d shutting down", broker_id)
-        await controlled_shutdown(shell, config)
+
+
+async def serve(config: BrokerConfig) -> int:
+    """Run the broker until SIGINT or SIGTERM (0; during start-up it stops at once) or until a task
+    or callback of the shell fails (1, after one ERROR line)."""
+    loop = asyncio.get_running_loop()
+    stopper = Stopper(loop)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopper.requested.set)
+    v = config.values
+    broker_id = config.broker_id
+    locks = lock_log_dirs(v["log.dirs"])
+    store = KazooStore(v["zookeeper.connect"], v["zookeeper.session.timeout.ms"],
+                       v["zookeeper.connection.timeout.ms"])
+    running = Running()
+    starting = loop.create_task(start_up(config, store, stopper, running))
+    stop = loop.create_task(stopper.requested.wait())
+    try:
+        await asyncio.wait([starting, stop], return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            log.info("Broker %d stopping during start-up", broker_id)
+            starting.cancel()
+            await asyncio.wait([starting])
+        elif starting.exception() is not None:
+            raise starting.exception()
+        else:
+            await stop
+            if stopper.failure is None:
+                log.info("Broker %d shutting down", broker_id)
+                await controlled_shutdown(running.shell, config)
     finally:
-        if shell is not None:
-            await shell.close()
-        if broker is not None:
-            broker.shutdown()
+        stop.cancel()
+        if running.shell is not None:
+            await running.shell.close()
+        if running.started and stopper.failure is None:
+            try:
+                running.broker.shutdown()
+            except Exception as exc:
+                stopper.fail("the clean shutdown", exc)
         store.listeners.clear()  # closing our own session is not an expiry
         await asyncio.to_thread(store.stop)
+        for lock in locks:
+            lock.release()
         log.info("Broker %d stopped", broker_id)
+    return 0 if stopper.failure is None else 1
 
 
 async def controlled_shutdown(shell: BrokerShell, config: BrokerConfig) -> None:
@@ -192,7 +270,7 @@ async def controlled_shutdown(shell: BrokerShell, config: BrokerConfig) -> None:
     v = config.values
     attempts = v["controlled.shutdown.max.retries"] + 1
     limit_s = attempts * (v["controlled.shutdown.retry.backoff.ms"] + 5000) / 1000.0
-    shell.apply(shell.broker.begin_controlled_shutdown(now_ms()))
+    shell.run("starting the controlled shutdown", lambda: shell.broker.begin_controlled_shutdown(now_ms()))
     try:
         await asyncio.wait_for(shell.controlled_shutdown_done.wait(), limit_s)
     except asyncio.TimeoutError:
@@ -225,15 +303,13 @@ def run_broker(config: BrokerConfig) -> int:
 
             profiler = cProfile.Profile()
             try:
-                profiler.runcall(asyncio.run, serve(config))
+                return profiler.runcall(asyncio.run, serve(config))
             finally:
                 profiler.dump_stats(f"{profile_path}.{config.broker_id}")
-        else:
-            asyncio.run(serve(config))
-    except StrandlineError as exc:
+        return asyncio.run(serve(config))
+    except (StrandlineError, OSError) as exc:
         print(f"strandline broker: {exc}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"strandline broker: {exc}", file=sys.stderr)
+    except Exception as exc:
+        log.error("Stopping the broker: start-up failed: %s", describe(exc))
         return 1
-    return 0

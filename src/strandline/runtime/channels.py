@@ -100,9 +100,11 @@ class _Channel(asyncio.Protocol):
 class BrokerChannels:
     """Carries out :class:`BrokerSend` effects; answers go to ``deliver(token, frame | None)``."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, deliver: Callable[[int, bytes | None], None]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, deliver: Callable[[int, bytes | None], None],
+                 fail: Callable[[str, BaseException], None]) -> None:
         self.loop = loop
         self._deliver = deliver
+        self._fail = fail   # an unexpected exception of a connection task (the broker stops)
         self.channels: dict[tuple[int, str], _Channel] = {}
 
     def send(self, effect: BrokerSend) -> None:
@@ -114,7 +116,7 @@ class BrokerChannels:
         if channel is None:
             channel = _Channel(self, key, effect.host, effect.port)
             self.channels[key] = channel
-            self.loop.create_task(self._connect(channel))
+            self.loop.create_task(self._connect(channel)).add_done_callback(self._connected)
         channel.send(effect.token, effect.frame, effect.timeout_ms)
 
     async def _connect(self, channel: _Channel) -> None:
@@ -122,6 +124,10 @@ class BrokerChannels:
             await asyncio.wait_for(self.loop.create_connection(lambda: channel, *channel.address), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
             channel.fail(f"cannot connect to {channel.address[0]}:{channel.address[1]}: {exc}")
+
+    def _connected(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._fail("connecting to another broker", task.exception())
 
     def deliver(self, token: int, frame: bytes | None) -> None:
         self.loop.call_soon(self._deliver, token, frame)

@@ -1,4 +1,10 @@
-"""``strandline up``: an embedded ZooKeeper and N broker processes in the foreground."""
+"""``strandline up``: an embedded ZooKeeper and N broker processes in the foreground.
+
+``up`` holds a lock on its data directory (``<data-dir>/.lock``) while it runs, and each broker
+one on its log directory, so that a second ``up`` or broker on the same data refuses to start.
+``up`` signals only brokers of its own cluster: its children, and those that ``strandline
+cluster start`` started again for it (recorded in ``cluster.json``).
+"""
 
 from __future__ import annotations
 
@@ -14,9 +20,12 @@ from pathlib import Path
 
 from strandline.errors import StrandlineError
 from strandline.runtime.broker_main import READY_PREFIX
+from strandline.runtime.disk import DirectoryLock
 from strandline.runtime.zookeeper import EmbeddedZooKeeper
 
 BROKER_START_TIMEOUT_S = 120.0
+BROKER_STOP_TIMEOUT_S = 30.0       # controlled shutdowns, then SIGKILL
+STARTUP_STOP_TIMEOUT_S = 3.0       # a stop during start-up does not wait for controlled shutdowns
 
 
 def _die_with_parent() -> None:
@@ -71,15 +80,6 @@ class BrokerProcess:
             return ""
         return "\n".join(text[-lines:])
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def wait_ready(brokers: list[BrokerProcess], timeout_s: float) -> None:
@@ -133,15 +133,26 @@ def wait_for_membership(brokers: list[BrokerProcess], timeout_s: float) -> None:
             time.sleep(0.05)
 
 
+def lock_data_dir(root: Path) -> DirectoryLock:
+    lock = DirectoryLock(root)
+    if not lock.acquire():
+        raise StrandlineError(f"data directory {root} is in use by another `strandline up` ({lock.holder()})")
+    return lock
+
+
 def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | None,
            zookeeper_port: int, overrides: list[str]) -> int:
     root = Path(data_dir).resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    lock = lock_data_dir(root)
+    (root / "cluster.json").unlink(missing_ok=True)    # a previous run's: its pids are not ours
     stopping = False
+    starting = True
 
     def on_signal(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
+        if starting:
+            raise KeyboardInterrupt   # stop waiting for ZooKeeper and the brokers at once
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -158,8 +169,8 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
             zk_info = {"connect": zk_connect, "pid": zk.pid}
         for i in range(num_brokers):
             b = BrokerProcess(i + 1, base_port + i, root, zk_connect, overrides)
-            b.start()
             brokers.append(b)
+            b.start()
         wait_ready(brokers, BROKER_START_TIMEOUT_S)
         wait_for_membership(brokers, BROKER_START_TIMEOUT_S)
         cluster = {"zookeeper": zk_info, "overrides": list(overrides),
@@ -167,6 +178,7 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
                                 "log_dir": str(b.log_dir)} for b in brokers]}
         write_cluster_json(root, cluster)
         print("bootstrap.servers=" + ",".join(f"127.0.0.1:{b.port}" for b in brokers), flush=True)
+        starting = False
         while not stopping:
             time.sleep(0.2)  # supervise: notice signals and brokers that exit
             for b in brokers:
@@ -179,21 +191,39 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
     except StrandlineError as exc:
         print(f"strandline up: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("strandline up: interrupted during start-up; stopping", file=sys.stderr)
+        return 130
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for b in brokers:
-            if b.proc is not None and b.proc.poll() is None:
-                b.proc.send_signal(signal.SIGTERM)
-        restarted = restarted_brokers(root, brokers)   # started again by `strandline cluster start`
-        for pid in restarted:
-            _signal(pid, signal.SIGTERM)
-        for b in brokers:
-            b.stop()
-        for pid in restarted:
-            wait_gone(pid, 30.0)
+        stop_brokers(root, brokers, STARTUP_STOP_TIMEOUT_S if starting else BROKER_STOP_TIMEOUT_S)
         if zk is not None:
             zk.stop()
+        lock.release()
+
+
+def stop_brokers(root: Path, children: list[BrokerProcess], timeout_s: float) -> None:
+    """SIGTERM our brokers (children, and those `strandline cluster start` started again), wait for
+    them all up to ``timeout_s``, then SIGKILL those left."""
+    own = [b.proc for b in children if b.proc is not None]
+    restarted = restarted_brokers(root, children)
+    for proc in own:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for pid in restarted:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc in own:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pid in restarted:
+        if not wait_gone(pid, max(0.0, deadline - time.monotonic())):
+            _signal(pid, signal.SIGKILL)
+            wait_gone(pid, 5.0)
 
 
 # -- `strandline cluster kill|stop|start`: failures at the keyboard ----------------------------------
@@ -246,6 +276,19 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
     return True
 
 
+def is_broker(pid: int | None, root: Path, broker_id: int) -> bool:
+    """Whether ``pid`` is alive and runs broker ``broker_id`` of the cluster in ``root`` (a pid in
+    cluster.json may have been reused by another process since)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return str(root / f"broker-{broker_id}" / "server.properties") in args
+
+
 def restarted_brokers(root: Path, children: list[BrokerProcess]) -> list[int]:
     """Pids in cluster.json that are not `up`'s own children (brokers started again by hand)."""
     own = {b.proc.pid for b in children if b.proc is not None}
@@ -253,7 +296,8 @@ def restarted_brokers(root: Path, children: list[BrokerProcess]) -> list[int]:
         info = json.loads((root / "cluster.json").read_text())
     except (OSError, ValueError):
         return []
-    return [b["pid"] for b in info.get("brokers", []) if b.get("pid") and b["pid"] not in own and pid_alive(b["pid"])]
+    return [b["pid"] for b in info.get("brokers", [])
+            if b.get("pid") not in own and is_broker(b.get("pid"), root, b["id"])]
 
 
 def _broker_entry(info: dict, broker_id: int, root: Path) -> dict:
@@ -267,11 +311,15 @@ def _broker_entry(info: dict, broker_id: int, root: Path) -> dict:
 def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float = 90.0) -> int:
     """SIGKILL, SIGTERM (controlled shutdown) or start again one broker of a running `up`."""
     root = Path(data_dir).resolve()
+    running = DirectoryLock(root)
+    if running.acquire():
+        running.release()
+        raise StrandlineError(f"no `strandline up --data-dir {root}` is running")
     info = read_cluster_json(root)
     entry = _broker_entry(info, broker_id, root)
     pid = entry.get("pid")
     if action in ("kill", "stop"):
-        if not pid_alive(pid):
+        if not is_broker(pid, root, broker_id):
             raise StrandlineError(f"broker {broker_id} is not running")
         _signal(pid, signal.SIGKILL if action == "kill" else signal.SIGTERM)
         if not wait_gone(pid, timeout_s):
@@ -280,9 +328,13 @@ def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float 
         write_cluster_json(root, info)
         print(f"Broker {broker_id} {'killed' if action == 'kill' else 'stopped'} (pid {pid}).")
         return 0
-    if pid_alive(pid):
+    if is_broker(pid, root, broker_id):
         raise StrandlineError(f"broker {broker_id} is already running (pid {pid})")
     broker_dir = root / f"broker-{broker_id}"
+    log_dir = DirectoryLock(entry.get("log_dir") or broker_dir / "logs")
+    if not log_dir.acquire():
+        raise StrandlineError(f"broker {broker_id} is already running: {log_dir.path} is held by {log_dir.holder()}")
+    log_dir.release()
     config = broker_dir / "server.properties"
     if not config.exists():
         raise StrandlineError(f"no {config}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 
@@ -107,3 +108,45 @@ class OsDisk:
 
     def file_size(self, path: str) -> int:
         return os.path.getsize(path)
+
+
+LOCK_FILE = ".lock"
+
+
+class DirectoryLock:
+    """An exclusive lock on ``<directory>/.lock``, as Kafka takes on each of its log dirs: held
+    until :meth:`release` or the process ends, by one process only. The holder writes its pid in
+    the file, so that whoever fails to take the lock can name it."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = os.fspath(directory)
+        self.path = os.path.join(self.directory, LOCK_FILE)
+        self.fd = -1
+
+    def acquire(self) -> bool:
+        """Take the lock; False (and nothing held) when another process has it."""
+        os.makedirs(self.directory, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return True
+
+    def holder(self) -> str:
+        """``pid N`` of the process that holds the lock, as it wrote it."""
+        try:
+            with open(self.path) as f:
+                pid = f.read().strip()
+        except OSError:
+            pid = ""
+        return f"pid {pid}" if pid.isdigit() else "a process that did not say its pid"
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

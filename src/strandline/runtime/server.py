@@ -3,6 +3,11 @@
 Each connection answers its requests strictly in order, one at a time, as Kafka does: while a
 request waits in purgatory (acks=all, long-poll fetch) the connection's later requests queue.
 Reading pauses when a connection queues too much or its peer stops reading our responses.
+
+Every event reaches the core through :meth:`BrokerShell.run`. An exception there, in a task of
+the shell or in any callback of the loop is not an outcome the broker can go on from (the core's
+expected outcomes are error codes, ZooKeeper's are ``ZkError`` results): :class:`Stopper` logs it
+as one ERROR line and the broker stops, exiting non-zero.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import collections
 import logging
 import os
 import time
-from typing import Any
+import traceback
+from typing import Any, Callable
 
 from strandline.broker.broker import Broker
 from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
@@ -27,6 +33,35 @@ DIRECT_WRITE_BYTES = 64 * 1024
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message (at file:line in function)`` of where ``exc`` was raised: one line."""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in {frames[-1].name})" \
+        if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+class Stopper:
+    """Ends the broker: a stop asked for (a signal), or the first failure of the shell's tasks and
+    callbacks, reported as one ERROR line naming what failed (the traceback at DEBUG)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.requested = asyncio.Event()
+        self.failure: str | None = None
+        loop.set_exception_handler(self._on_loop_exception)
+
+    def fail(self, what: str, exc: BaseException | None = None) -> None:
+        if self.failure is None:
+            self.failure = f"{what} failed: {describe(exc)}" if exc is not None else what
+            log.error("Stopping the broker: %s", self.failure)
+            if exc is not None:
+                log.debug("Traceback of the failure", exc_info=exc)
+        self.requested.set()
+
+    def _on_loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        self.fail(context.get("message") or "a callback of the event loop", context.get("exception"))
 
 
 class Connection(asyncio.Protocol):
@@ -68,7 +103,8 @@ class Connection(asyncio.Protocol):
         while not self.busy and self.writable and self.queue and self.transport is not None:
             frame = self.queue.popleft()
             self.busy = True
-            shell.apply(shell.broker.handle_request(self.conn_id, frame, now_ms()))
+            shell.run(f"handling a request from {self.peer}",
+                      lambda: shell.broker.handle_request(self.conn_id, frame, now_ms()))
         if not self.reading and len(self.queue) < MAX_QUEUED_FRAMES // 2 and self.transport is not None:
             self.reading = True
             self.transport.resume_reading()
@@ -116,15 +152,21 @@ class Connection(asyncio.Protocol):
         self.transport = None
         self.queue.clear()
         self.shell.connections.pop(self.conn_id, None)
-        self.shell.broker.connection_closed(self.conn_id)
+
+        def closed() -> list:
+            self.shell.broker.connection_closed(self.conn_id)
+            return []
+
+        self.shell.run(f"closing the connection from {self.peer}", closed)
 
 
 class BrokerShell:
     """Runs one :class:`Broker` core on an asyncio loop."""
 
-    def __init__(self, broker: Broker, store: Any, max_request_bytes: int) -> None:
+    def __init__(self, broker: Broker, store: Any, max_request_bytes: int, stopper: Stopper) -> None:
         self.broker = broker
         self.store = store
+        self.stopper = stopper
         self.max_request_bytes = max_request_bytes
         self.loop = asyncio.get_running_loop()
         self.connections: dict[int, Connection] = {}
@@ -133,7 +175,7 @@ class BrokerShell:
         self._timer_at: int | None = None
         self._tasks: set[asyncio.Task] = set()
         self.server: asyncio.base_events.Server | None = None
-        self.channels = BrokerChannels(self.loop, self._on_broker_response)
+        self.channels = BrokerChannels(self.loop, self._on_broker_response, stopper.fail)
         self.controlled_shutdown_done = asyncio.Event()
 
     def protocol_factory(self) -> Connection:
@@ -145,6 +187,16 @@ class BrokerShell:
         self.server = await self.loop.create_server(self.protocol_factory, host, port, reuse_address=True,
                                                     backlog=1024)
         self.reschedule()
+
+    def run(self, what: str, event: Callable[[], list]) -> None:
+        """Hand one event to the core (``event()`` returns its effects) and carry them out; any
+        exception stops the broker. Once it is stopping, events are dropped."""
+        if self.stopper.failure is not None:
+            return
+        try:
+            self.apply(event())
+        except Exception as exc:
+            self.stopper.fail(what, exc)
 
     def apply(self, effects: list) -> None:
         for effect in effects:
@@ -161,9 +213,9 @@ class BrokerShell:
             elif isinstance(effect, BrokerSend):
                 self.channels.send(effect)
             elif isinstance(effect, ReadClusterState):
-                self._spawn(self._read_cluster_state(effect.token))
+                self.spawn("reading the cluster state from ZooKeeper", self._read_cluster_state(effect.token))
             elif isinstance(effect, ZkRequest):
-                self._spawn(self._run_zk(effect))
+                self.spawn("a ZooKeeper request", self._run_zk(effect))
             elif isinstance(effect, Log):
                 log.log(logging.getLevelName(effect.level.upper()), "%s", effect.message)
             else:
@@ -172,10 +224,17 @@ class BrokerShell:
             self.controlled_shutdown_done.set()
         self.reschedule()
 
-    def _spawn(self, coro) -> None:
+    def spawn(self, what: str, coro) -> None:
+        """Run ``coro`` as a task of the shell; if it raises, the broker stops."""
         task = self.loop.create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+
+        def done(task: asyncio.Task) -> None:
+            self._tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                self.stopper.fail(what, task.exception())
+
+        task.add_done_callback(done)
 
     async def _read_cluster_state(self, token: int) -> None:
         from strandline.runtime.broker_main import read_full_cluster_state
@@ -184,9 +243,11 @@ class BrokerShell:
             state = await asyncio.to_thread(read_full_cluster_state, self.store)
         except Exception as exc:  # ZooKeeper unreachable: the controller cannot start; say so, try later
             log.warning("Reading the cluster state from ZooKeeper failed: %s", exc)
-            self.loop.call_later(1.0, lambda: self._spawn(self._read_cluster_state(token)))
+            self.loop.call_later(1.0, lambda: self.spawn("reading the cluster state from ZooKeeper",
+                                                         self._read_cluster_state(token)))
             return
-        self.apply(self.broker.on_zk_result(token, state, now_ms()))
+        self.run("applying the cluster state read from ZooKeeper",
+                 lambda: self.broker.on_zk_result(token, state, now_ms()))
 
     async def _run_zk(self, request: ZkRequest) -> None:
         ops = list(request.ops)
@@ -194,10 +255,10 @@ class BrokerShell:
             results = await asyncio.to_thread(self.store.transaction, ops)
         else:
             results = await asyncio.to_thread(self.store.execute, ops)
-        self.apply(self.broker.on_zk_result(request.token, results, now_ms()))
+        self.run("applying a ZooKeeper result", lambda: self.broker.on_zk_result(request.token, results, now_ms()))
 
     def _on_broker_response(self, token: int, frame: bytes | None) -> None:
-        self.apply(self.broker.on_broker_response(token, frame, now_ms()))
+        self.run("handling another broker's answer", lambda: self.broker.on_broker_response(token, frame, now_ms()))
 
     def reschedule(self) -> None:
         deadline = self.broker.next_deadline_ms()
@@ -214,7 +275,7 @@ class BrokerShell:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
-        self.apply(self.broker.tick(now_ms()))
+        self.run("the broker's timers", lambda: self.broker.tick(now_ms()))
 
     async def close(self) -> None:
         self.channels.close()

@@ -45,11 +45,13 @@ _ERRORS: tuple[tuple[type[BaseException], ZkError], ...] = (
     (KazooTimeoutError, ZkError.CONNECTION_LOSS),
     (ConnectionClosedError, ZkError.SESSION_EXPIRED),  # the store was stopped: the session is gone
     (SessionExpiredError, ZkError.SESSION_EXPIRED),
+    (OSError, ZkError.CONNECTION_LOSS),   # the client could not talk to ZooKeeper (e.g. out of file descriptors)
 )
 
 
-#: What a kazoo call raises for an outcome (kazoo's request timeout is not a KazooException).
-ZK_FAILURES = (KazooException, KazooTimeoutError)
+#: What a kazoo call raises for an outcome (kazoo's request timeout is not a KazooException, and
+#: a system error such as EMFILE reaches the caller as a plain OSError).
+ZK_FAILURES = (KazooException, KazooTimeoutError, OSError)
 
 
 def zk_error(exc: BaseException) -> ZkError:
@@ -358,6 +360,7 @@ class KazooStore:
         deadline = time.monotonic() + wait_s
         announced = False
         while True:
+            self._check_not_stopped(broker_id)
             data = znodes.BrokerIdZNode.encode(broker_id, host, port, rack, int(time.time() * 1000))
             try:
                 _, stat = self._wait(self.client.create_async(path, data, ephemeral=True, include_data=True))
@@ -394,7 +397,13 @@ class KazooStore:
                 log.info("Broker id %d is still registered by session 0x%x (a previous run?); waiting up to "
                          "%.0f s for that session to expire", broker_id, stat.ephemeralOwner, remaining)
                 announced = True
-            gone.wait(remaining)  # the watch fires when ZooKeeper deletes the stale node
+            # the watch fires when ZooKeeper deletes the stale node; stop() ends the wait too
+            while not gone.wait(min(0.1, max(0.0, deadline - time.monotonic()))) and time.monotonic() < deadline:
+                self._check_not_stopped(broker_id)
+
+    def _check_not_stopped(self, broker_id: int) -> None:
+        if self._closing:
+            raise StrandlineError(f"stopped before broker {broker_id} was registered in ZooKeeper")
 
     def _try(self, action: Callable[[], Any]) -> None:
         try:

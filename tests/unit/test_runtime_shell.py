@@ -1,0 +1,116 @@
+"""The asyncio shell stops the broker on any exception of its tasks and callbacks (one ERROR line,
+the process then exits non-zero), and ZooKeeper calls turn system errors into results."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+
+from strandline.broker.effects import ZkRequest
+from strandline.coordination.store import GetData, ZkError
+from strandline.runtime.server import BrokerShell, Stopper
+from strandline.runtime.zk import KazooStore
+
+
+class Core:
+    """A broker core that raises where told to."""
+
+    controlled_shutdown_done = False
+
+    def __init__(self, deadline_ms: int | None = None, effects: list | None = None) -> None:
+        self.deadline_ms = deadline_ms
+        self.effects = effects or []
+
+    def next_deadline_ms(self) -> int | None:
+        return self.deadline_ms
+
+    def tick(self, now_ms: int) -> list:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
+        raise KeyError("no such partition")
+
+    def on_zk_result(self, token: int, results: list, now_ms: int) -> list:
+        return []
+
+    def connection_closed(self, conn_id: int) -> None:
+        pass
+
+
+class FailingStore:
+    def execute(self, ops):
+        raise RuntimeError("not a ZooKeeper outcome")
+
+
+def run_shell(core: Core, store, act) -> tuple[str | None, list]:
+    """Start a shell around ``core``, call ``act(shell)``, wait (bounded) for the stop; the failure."""
+    async def main() -> str | None:
+        stopper = Stopper(asyncio.get_running_loop())
+        shell = BrokerShell(core, store, 1 << 20, stopper)
+        await shell.listen("127.0.0.1", 0)
+        try:
+            await act(shell)
+            await asyncio.wait_for(stopper.requested.wait(), 5)
+        finally:
+            await shell.close()
+        return stopper.failure
+
+    return asyncio.run(main())
+
+
+def errors(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_an_exception_of_the_core_in_a_timer_stops_the_broker_with_one_line(caplog):
+    async def nothing(shell):
+        pass
+
+    failure = run_shell(Core(deadline_ms=0), None, nothing)
+    assert failure is not None and failure.startswith("the broker's timers failed: OSError")
+    assert errors(caplog) == [f"Stopping the broker: {failure}"]
+
+
+def test_an_exception_of_the_core_on_a_request_stops_the_broker(caplog):
+    async def send_request(shell):
+        port = shell.server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"\x00\x00\x00\x04\x00\x03\x00\x09")
+        await writer.drain()
+
+    failure = run_shell(Core(), None, send_request)
+    assert failure is not None and failure.startswith("handling a request from 127.0.0.1:")
+    assert "KeyError: 'no such partition'" in failure
+    assert len(errors(caplog)) == 1
+
+
+def test_a_task_of_the_shell_that_raises_stops_the_broker(caplog):
+    async def ask_zookeeper(shell):
+        shell.apply([ZkRequest(1, [GetData("/controller")], False)])
+
+    failure = run_shell(Core(), FailingStore(), ask_zookeeper)
+    assert failure is not None and failure.startswith("a ZooKeeper request failed: RuntimeError")
+    assert len(errors(caplog)) == 1
+
+
+def test_any_callback_of_the_loop_that_raises_stops_the_broker(caplog):
+    async def bad_callback(shell):
+        shell.loop.call_soon(lambda: 1 / 0)
+
+    failure = run_shell(Core(), None, bad_callback)
+    assert failure is not None and "ZeroDivisionError" in failure
+    assert len(errors(caplog)) == 1
+
+
+def test_a_zookeeper_call_that_raises_a_system_error_is_a_connection_loss():
+    store = KazooStore("127.0.0.1:1", 6000)
+
+    def emfile(*args, **kwargs):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    store.client.get_async = emfile
+    try:
+        assert [r.error for r in store.execute([GetData("/controller")])] == [ZkError.CONNECTION_LOSS]
+    finally:
+        store.client.close()
