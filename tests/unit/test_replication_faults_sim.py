@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from strandline.coordination.store import Create, SetData
+from strandline.coordination.store import Create, GetData, SetData
 from strandline.sim.cluster import SimCluster
 from tests.unit.test_replication_sim import LAG_MS, create, produce, produce_request, values_on
 
@@ -316,3 +316,34 @@ def test_ctl_3_a_broker_that_could_not_read_the_controller_epoch_runs_again():
     c.advance(3000)
     assert c.controller_id in (2, 3)
     assert c.brokers[c.controller_id].core.is_controller
+
+
+def test_ctl_6_a_leader_election_applied_although_zookeeper_answered_connection_loss_is_announced():
+    """The controller's write of a new leader is applied but its answer is lost. Reading the
+    state again it finds nothing left to change; it must still tell the brokers, or the new leader
+    never learns it leads and the partition stays unavailable."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "w", [2, 3], min_isr=1)
+    assert produce(c, 2, "w", [b"m1"]).error_code == ErrorCode.none
+    election = lambda b, ops: b == 1 and any(isinstance(op, SetData) and op.path.endswith("/w/partitions/0/state")  # noqa: E731
+                                             for op in ops)
+    faults = iter(["applied-reply-lost"])
+    c.zk_fault = lambda b, ops: next(faults, None) if election(b, ops) else None
+    c.crash(2)
+    c.advance(2000)
+    assert c.state("w").leader == 3
+    assert c.partition(3, "w").is_leader
+    assert produce(c, 3, "w", [b"m2"]).error_code == ErrorCode.none
+
+
+def test_ctl_6_a_controller_that_cannot_read_a_state_back_reads_it_again():
+    """As above, and the first read of the state after the lost answer fails too."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "r", [2, 3], min_isr=1)
+    state_path = "/brokers/topics/r/partitions/0/state"
+    faults = {SetData: iter(["applied-reply-lost"]), GetData: iter(["not-applied"])}
+    c.zk_fault = lambda b, ops: next(faults[type(ops[-1])], None) if b == 1 and type(ops[-1]) in faults and \
+        ops[-1].path == state_path else None
+    c.crash(2)
+    c.advance(3000)
+    assert c.state("r").leader == 3 and c.partition(3, "r").is_leader

@@ -589,25 +589,31 @@ class ControlPlane:
         return LeaderAndIsr(leader, epoch, isr, self.controller_epoch, current.zk_version), unclean
 
     def _reelect(self, keys: list[tuple[str, int]], dead: set[int], now_ms: int,
-                 done: Callable[[int], list] | None = None, decide: Callable | None = None) -> list:
+                 done: Callable[[int], list] | None = None, decide: Callable | None = None,
+                 announce: bool = False) -> list:
         """Re-read the partitions' state znodes, elect, and write each new state with compare-and-set
         on the version just read; a partition whose write lost a race is read and elected again.
-        ``done(now_ms)`` runs once the states are written (or nothing needed writing)."""
+        After a write whose outcome is unknown (``announce``), a state found already decided may be
+        that write, applied: the brokers are told it. ``done(now_ms)`` runs once the states are
+        written (or nothing needed writing)."""
         if not keys:
             return done(now_ms) if done else []
         reads = [GetData(znodes.TopicPartitionStateZNode.path(t, i)) for t, i in keys]
 
         def on_read(results: list, when_ms: int) -> list:
             live = set(self.metadata.brokers)  # type: ignore[attr-defined]
-            planned, writes, effects = [], [], []
+            planned, writes, effects, settled, unread = [], [], [], [], []
             for key, res in zip(keys, results):
                 topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
+                if topic is not None and res.error not in (ZkError.NONE, ZkError.NO_NODE):
+                    unread.append(key)
                 if topic is None or res.error is not ZkError.NONE:
                     continue
                 current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
                 topic.states[key[1]] = current
                 decided = (decide or self._elect_partition)(topic, key[1], current, live, dead)
                 if decided is None:
+                    settled.append((topic, key[1]))
                     continue
                 state, unclean = decided
                 if unclean:
@@ -616,6 +622,12 @@ class ControlPlane:
                                                   f"records acknowledged by the old ISR may be lost"))
                 planned.append((key, state))
                 writes.append(zk_layout.update_partition_state(key[0], key[1], state))
+            if announce and settled:
+                effects.extend(self._send_partition_states(settled, None, False, when_ms))
+            if unread:       # ZooKeeper did not answer: read those again (and announce what was decided)
+                effects.extend(self._after(when_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
+                                           lambda t: self._reelect(unread, dead, t, None, decide, announce)
+                                           if self.is_controller else []))
             if not writes:
                 return effects + (done(when_ms) if done else [])
             fenced = self._fenced(writes)
@@ -631,7 +643,7 @@ class ControlPlane:
                             lambda t: self._reelect(keys, dead, t, done, decide), at_ms)
                     return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
                         self._after(at_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
-                                    lambda t: self._reelect(keys, dead, t, done, decide))
+                                    lambda t: self._reelect(keys, dead, t, done, decide, announce=True))
                 changed, out = [], []
                 for (key, state), res in zip(planned, written[skip:]):
                     topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
