@@ -1,5 +1,6 @@
 """The `strandline` PySpark data source against real brokers, with real Spark in local mode
-(SPK-1). One SparkSession and one 3-broker cluster for the module."""
+(SPK-1). One SparkSession and one 3-broker cluster for the module (and one single broker
+without topic auto-creation, for the test that needs it)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ def sc(tmp_path_factory):
     data.mkdir()
     c = Cluster(data, 3, ports[1], ports[0], overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}",
                                                         "log.retention.check.interval.ms=300"])
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def no_auto_create(tmp_path_factory):
+    ports = free_ports(2)
+    data = tmp_path_factory.mktemp("strict") / "data"
+    data.mkdir()
+    c = Cluster(data, 1, ports[1], ports[0], overrides=["auto.create.topics.enable=false"])
     c.start()
     yield c
     c.stop()
@@ -136,6 +148,67 @@ def test_spk_batch_and_streaming_writes_land_in_the_topic(sc, spark, tmp_path):
     values = [r.v for r in back]
     assert sorted(v for v in values if v.startswith("value-")) == sorted(v for _, v in rows)
     assert len(values) == 500 + source.count()
+
+
+def writer(df, c: Cluster, **options):
+    w = df.write.format("strandline").option("kafka.bootstrap.servers", c.bootstrap).mode("append")
+    for k, v in options.items():
+        w = w.option(k, v)
+    return w
+
+
+def values_of(spark, c: Cluster, topic: str) -> list[str]:
+    return sorted(r.v for r in reader(spark, c, subscribe=topic).selectExpr("CAST(value AS STRING) AS v").collect())
+
+
+def test_spk_a_batch_write_creates_missing_topics_as_kafkas_producers_do(sc, spark):
+    """A topic the topic option or a 'topic' column names that does not exist is created by the
+    brokers (auto.create.topics.enable, Kafka's default), as a producer's Metadata request does."""
+    rows = [(f"k{i}", f"fresh-{i}") for i in range(200)]
+    writer(spark.createDataFrame(rows, ["key", "value"]), sc, topic="fresh").save()
+    assert values_of(spark, sc, "fresh") == sorted(v for _, v in rows)
+    by_column = [(f"fresh-{i % 2}", f"row-{i}") for i in range(40)]
+    writer(spark.createDataFrame(by_column, ["topic", "value"]), sc).save()
+    for topic in ("fresh-0", "fresh-1"):
+        assert values_of(spark, sc, topic) == sorted(v for t, v in by_column if t == topic)
+
+
+def test_spk_a_streaming_write_creates_a_missing_topic(sc, spark, tmp_path):
+    """Streaming writes go through the same writer: the first micro-batch creates the topic."""
+    source = str(tmp_path / "source")
+    rows = [(f"k{i}", f"streamed-{i}") for i in range(100)]
+    spark.createDataFrame(rows, ["key", "value"]).write.json(source)
+    stream = spark.readStream.schema("key STRING, value STRING").json(source)
+    query = (stream.writeStream.format("strandline").option("kafka.bootstrap.servers", sc.bootstrap)
+             .option("topic", "fresh-stream").option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert query.exception() is None
+    assert values_of(spark, sc, "fresh-stream") == sorted(v for _, v in rows)
+
+
+def test_spk_a_write_to_a_missing_topic_without_auto_creation_fails_with_one_clear_line(no_auto_create, spark):
+    """The topic option is checked on the driver before any task starts: the user sees one line
+    naming the topic after the few lines of Python traceback PySpark puts in a data source's
+    errors (no failed job, no Java stack); a 'topic' column is checked by the tasks, and their
+    Python error ends in the same line."""
+    line = ("topic absent does not exist and the brokers do not create topics "
+            "(auto.create.topics.enable=false): create it first")
+    df = spark.createDataFrame([("k", "v")], ["key", "value"])
+    context = spark.sparkContext
+    context.setLocalProperty("spark.jobGroup.id", "no-auto-create")
+    try:
+        with pytest.raises(Exception) as err:
+            writer(df, no_auto_create, topic="absent").save()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    message = str(err.value)
+    assert any(text.endswith(": " + line) for text in message.splitlines()), message
+    assert "\tat " not in message and "org.apache.spark" not in message, message   # no Java stack
+    assert context.statusTracker().getJobIdsForGroup("no-auto-create") == []
+    with pytest.raises(Exception) as err:
+        writer(spark.createDataFrame([("absent", "v")], ["topic", "value"]), no_auto_create).save()
+    assert str(err.value).strip().splitlines()[-1].endswith(": " + line), str(err.value)
 
 
 def test_spk_a_leader_failover_during_a_streaming_read_loses_and_duplicates_nothing(sc, spark, tmp_path):

@@ -233,6 +233,16 @@ def test_metadata_auto_creates_topics(h):
     assert topic.partitions[0].leader_id == 1
 
 
+def test_metadata_answers_a_failed_auto_creation_with_the_creations_error():
+    """As Kafka's auto-creation: a topic the broker tried and failed to create is answered with
+    the creation's error; UNKNOWN_TOPIC_OR_PARTITION would tell the client that auto-creation is off."""
+    h = Harness(brokers=())
+    resp = h.call(3, 8, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True,
+                         "include_cluster_authorized_operations": False,
+                         "include_topic_authorized_operations": False})
+    assert resp.topics[0].error_code == ErrorCode.broker_not_available
+
+
 def test_delete_topic_removes_znodes_and_log(h):
     h.create("gone")
     resp = h.call(20, 4, {"topic_names": ["gone"], "timeout": 1000})

@@ -138,9 +138,12 @@ def test_isr_5_a_stale_zk_version_leaves_the_isr_unchanged():
     h.tick(LAG)
     assert partition(h).isr == (1, 2, 3)
     assert partition(h).isr_update_failed
-    produce(h, acks=-1)                                    # so acks=all cannot commit on the leader alone
-    h.tick(1000)
-    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.request_timed_out
+    end = partition(h).log.log_end_offset
+    produce(h, acks=-1)                                    # so acks=all cannot commit on the leader alone...
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+    produce(h, acks=1)                                     # ...and nothing is acknowledged (NET-4)
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+    assert partition(h).log.log_end_offset == end
 
 
 def test_isr_6_changes_are_propagated_once_quiet_for_five_seconds():

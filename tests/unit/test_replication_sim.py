@@ -450,20 +450,22 @@ def test_ctl_9_a_single_replica_or_a_last_survivor_does_not_wait():
 
 def test_net_4_a_leader_cut_from_zookeeper_stops_acknowledging_acks_all_and_rejoins_as_follower():
     """NET-4, NET-6, LOSS-3: the leader is cut off from ZooKeeper and the other brokers but still
-    reached by a client. It cannot commit its ISR shrink, so acks=all writes time out instead of
-    being acknowledged; acks=1 writes are acknowledged and later lost. After its session expires the
-    controller elects another ISR member; once healed, the old leader learns it is a follower,
-    truncates what only it had, and ends identical to the new leader."""
+    reached by a client. It acknowledges an acks=1 write (later lost) until it tries to shrink its
+    ISR; it cannot complete that change, so acks=all writes are never acknowledged and from then
+    on nothing is. After its session expires the controller elects another ISR member; once
+    healed, the old leader learns it is a follower, truncates what only it had, and ends
+    identical to the new leader."""
     c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
     create(c, "n", [2, 3, 4], min_isr=2)
     assert produce(c, 2, "n", [b"m1"]).error_code == ErrorCode.none
     c.cut_off(2)
+    assert produce(c, 2, "n", [b"acks-1"], acks=1).error_code == ErrorCode.none     # LOSS-3
     produce_request(c, 2, "n", [b"never-acknowledged"], timeout_ms=3000)
     c.advance(3500)
     assert c.response(2, 0, 7, "producer").responses[0].partition_responses[0].error_code == \
         ErrorCode.request_timed_out
-    assert c.partition(2, "n").isr == (2, 3, 4) and c.partition(2, "n").isr_update_failed
-    assert produce(c, 2, "n", [b"acks-1"], acks=1).error_code == ErrorCode.none     # LOSS-1
+    assert c.partition(2, "n").isr == (2, 3, 4) and not c.partition(2, "n").accepts_writes
+    assert produce(c, 2, "n", [b"refused"], acks=1).error_code == ErrorCode.not_leader_or_follower
     c.expire_session(2)
     c.advance(10)
     assert c.state("n").leader == 3 and c.state("n").leader_epoch == 1

@@ -28,7 +28,8 @@ from strandline.broker.metadata import MetadataCache, TopicMetadata, topic_name_
 from strandline.broker.validation import validate_produce_records
 from strandline.controller import zk_layout
 from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas
-from strandline.coordination.store import ZkError
+from strandline.coordination import znodes
+from strandline.coordination.store import GetData, ZkError
 from strandline.log.manager import LogManager
 from strandline.protocol import api, control
 from strandline.protocol.api import ApiKey, RequestHeader
@@ -44,6 +45,7 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 ISR_CHANGE_CHECK_INTERVAL_MS = 2500   # Kafka's isr-change-propagation task period
 ISR_CHANGE_BLACKOUT_MS = 5000         # propagate once the last change is this old...
 ISR_CHANGE_MAX_DELAY_MS = 60000       # ...or at least this often
+ISR_READ_BACK_RETRY_MS = 500          # read a partition's state again while ZooKeeper cannot answer
 _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -111,7 +113,6 @@ class Broker(ControlPlane, Follower, Groups):
         self.controlled_shutdown_done = False
         self._controller_epoch_version: int | None = None
         self._electing = False
-        self._isr_changing: set[tuple[str, int]] = set()
         self._isr_change_set: set[tuple[str, int]] = set()
         self._last_isr_change_ms = 0
         self._last_isr_propagation_ms = now_ms
@@ -316,17 +317,16 @@ class Broker(ControlPlane, Follower, Groups):
         missing = [n for n in (names or ()) if n not in self.metadata.topics and topic_name_error(n) is None]
         if missing and allow_auto:
             pending = set(missing)
-            created_now: set[str] = set()
+            outcomes: dict[str, ErrorCode] = {}
             effects: list = []
 
             def created(name: str) -> Callable[[ErrorCode, str | None, int], list]:
                 def done(error: ErrorCode, message: str | None, when_ms: int) -> list:
                     pending.discard(name)
-                    if error in (ErrorCode.none, ErrorCode.topic_already_exists):
-                        created_now.add(name)
+                    outcomes[name] = error
                     if pending:
                         return []
-                    return [self._respond(conn_id, header, self._metadata_body(names, header, created_now))]
+                    return [self._respond(conn_id, header, self._metadata_body(names, header, outcomes))]
                 return done
 
             for name in missing:
@@ -334,8 +334,11 @@ class Broker(ControlPlane, Follower, Groups):
             return effects
         return [self._respond(conn_id, header, self._metadata_body(names, header))]
 
-    def _metadata_body(self, names: list[str] | None, header: RequestHeader, created: set[str] = frozenset()
-                       ) -> dict:
+    def _metadata_body(self, names: list[str] | None, header: RequestHeader,
+                       creations: dict[str, ErrorCode] | None = None) -> dict:
+        """``creations``: the outcome of auto-creating each missing topic; a created topic (or one
+        another broker created) is LEADER_NOT_AVAILABLE until this broker knows it, a failed
+        creation answers with its error (as Kafka's createTopic)."""
         md = self.metadata
         brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
                    for b in md.brokers.values()]
@@ -344,10 +347,16 @@ class Broker(ControlPlane, Follower, Groups):
             topic = md.topics.get(name)
             if topic is None:
                 invalid = topic_name_error(name)
-                topics.append({"error_code": ErrorCode.invalid_topic_exception if invalid
-                               else ErrorCode.leader_not_available if name in created
-                               else ErrorCode.unknown_topic_or_partition,
-                               "name": name, "topic_id": uuid.UUID(int=0), "partitions": []})
+                creation = (creations or {}).get(name)
+                if invalid:
+                    error = ErrorCode.invalid_topic_exception
+                elif creation is None:
+                    error = ErrorCode.unknown_topic_or_partition
+                elif creation in (ErrorCode.none, ErrorCode.topic_already_exists):
+                    error = ErrorCode.leader_not_available
+                else:
+                    error = creation
+                topics.append({"error_code": error, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []})
                 continue
             partitions = []
             for index in sorted(topic.assignment):
@@ -439,7 +448,7 @@ class Broker(ControlPlane, Follower, Groups):
         def try_complete(when_ms: int, expired: bool) -> list | None:
             for key, required in list(waiting.items()):
                 partition = self.partitions.get(key)
-                if partition is None or not partition.is_leader:
+                if partition is None or not partition.is_leader or partition.isr_update_failed:
                     results[key][0] = ErrorCode.not_leader_or_follower
                     del waiting[key]
                 elif partition.high_watermark >= required:
@@ -485,9 +494,12 @@ class Broker(ControlPlane, Follower, Groups):
         isolation = getattr(request, "isolation_level", 0)
         wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
 
+        served: list = []     # the partitions read without error, for a follower's progress
+
         def read_all() -> tuple[list, int, bool]:
             total = 0
             errors = False
+            served.clear()
             budget = max_bytes
             by_topic: dict[str, list] = {}
             order: list[str] = []
@@ -509,6 +521,8 @@ class Broker(ControlPlane, Follower, Groups):
                         committed_only=committed_only, min_one_batch=total == 0)
                     entry["error_code"] = result.error
                     errors = errors or (result.error is not ErrorCode.none and not arriving)
+                    if result.error is ErrorCode.none:
+                        served.append((name, p))
                     entry["high_watermark"] = result.high_watermark
                     entry["last_stable_offset"] = result.high_watermark
                     entry["log_start_offset"] = result.log_start_offset
@@ -525,7 +539,7 @@ class Broker(ControlPlane, Follower, Groups):
         topics, total, errors = read_all()
         effects: list = []
         if replica_id >= 0:
-            effects = self._follower_fetched(replica_id, wanted, now_ms)
+            effects = self._follower_fetched(replica_id, list(served), now_ms)
         if max_wait_ms <= 0 or total >= min_bytes or errors or not wanted:
             return effects + [self._fetch_response(conn_id, header, topics)]
 
@@ -539,18 +553,21 @@ class Broker(ControlPlane, Follower, Groups):
         self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms, keys, try_complete))
         return effects
 
-    def _follower_fetched(self, follower_id: int, wanted: list, now_ms: int) -> list:
-        """A follower's fetch offset is its LEO (REP-1): update its state on the leader, complete
-        what a higher HW allows, and propose ISR expansion (ISR-4)."""
+    def _follower_fetched(self, follower_id: int, served: list, now_ms: int) -> list:
+        """A follower's fetch offset is its LEO (REP-1): for the partitions its fetch was served
+        (an answer with an error says nothing of its progress), update its state on the leader,
+        complete what a higher HW allows, and propose ISR expansion (ISR-4) unless the controller
+        considers that broker dead (KIP-841: the latest UpdateMetadata does not list it)."""
         advanced = []
         effects: list = []
-        for name, p in wanted:
+        alive = follower_id in self.metadata.brokers
+        for name, p in served:
             partition = self.partitions.get((name, p.partition))
             if partition is None or not partition.is_leader:
                 continue
             if partition.update_follower_fetch_state(follower_id, p.fetch_offset, now_ms):
                 advanced.append((name, p.partition))
-            new_isr = partition.isr_to_expand(follower_id)
+            new_isr = partition.isr_to_expand(follower_id) if alive else None
             if new_isr is not None:
                 effects.extend(self._change_isr(partition, new_isr, now_ms))
         return effects + self._high_watermark_moved(advanced, now_ms)
@@ -561,36 +578,77 @@ class Broker(ControlPlane, Follower, Groups):
         return self.produce_purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
 
     def _change_isr(self, partition: Partition, new_isr: tuple[int, ...], now_ms: int) -> list:
-        """ISR-5: write the new ISR with compare-and-set on the state znode's version; apply it only
-        when the write succeeds. A failed CAS means our view is stale: the ISR stays as it was."""
-        key = (partition.topic, partition.index)
-        if key in self._isr_changing:
-            return []
-        self._isr_changing.add(key)
+        """ISR-5: write the new ISR with compare-and-set on the state znode's version; it counts
+        for the high watermark at once (the maximal ISR) but replaces the ISR only once ZooKeeper
+        has it. An answer that does not say (connection loss) or a version conflict is settled by
+        reading the state back, as Kafka's ``checkLeaderAndIsrZkData`` does."""
         state = LeaderAndIsr(partition.leader_id, partition.leader_epoch, tuple(new_isr),
                              partition.controller_epoch, partition.zk_version)
+        partition.pending_isr = state.isr
         op = zk_layout.update_partition_state(partition.topic, partition.index, state)
 
         def on_result(results: list, when_ms: int) -> list:
-            self._isr_changing.discard(key)
-            result = results[0]
-            current = self.partitions.get(key)
-            if current is not partition or not partition.is_leader:
-                return []
-            if result.error is not ZkError.NONE:
-                partition.isr_update_failed = True
-                return [Log("warning", f"Cached zkVersion {partition.zk_version} of {key[0]}-{key[1]} is not "
-                                       f"the one in ZooKeeper ({result.error.name}); skip updating ISR")]
-            old_isr = partition.isr
-            advanced = partition.apply_isr(new_isr, result.version, when_ms)
-            self._record_isr_change(key, when_ms)
-            topic = self.metadata.topics.get(key[0])
-            if topic is not None:
-                topic.states[key[1]] = dataclasses.replace(state, zk_version=result.version)
-            effects: list = [Log("info", f"ISR of {key[0]}-{key[1]} changed from {list(old_isr)} to {list(new_isr)}")]
-            return effects + self._high_watermark_moved([key] if advanced else [], when_ms)
+            if not self._still_pending(partition, state):
+                return []       # the controller has told this broker a newer state meanwhile
+            if results[0].error is ZkError.NONE:
+                return self._isr_changed(partition, state, results[0].version, when_ms)
+            partition.isr_outcome_unknown = True
+            return self._read_back_isr(partition, state, when_ms)
 
         return [self._zk([op], on_result)]
+
+    def _still_pending(self, partition: Partition, state: LeaderAndIsr) -> bool:
+        """Whether ``state`` is still the change in flight: same partition object, still leader
+        in the same epoch on the same znode version (no LeaderAndIsr came in between)."""
+        key = (partition.topic, partition.index)
+        return self.partitions.get(key) is partition and partition.is_leader and \
+            partition.pending_isr == state.isr and partition.leader_epoch == state.leader_epoch and \
+            partition.zk_version == state.zk_version
+
+    def _read_back_isr(self, partition: Partition, state: LeaderAndIsr, now_ms: int) -> list:
+        """What ZooKeeper holds decides: exactly our write (applied after all), the version we
+        wrote on (not applied: our view is current, the change may be proposed again), or
+        anything else (our view is stale: no more writes until the controller says our role).
+        While ZooKeeper cannot be read the partition acknowledges nothing and asks again."""
+        key = (partition.topic, partition.index)
+
+        def on_read(results: list, when_ms: int) -> list:
+            if not self._still_pending(partition, state):
+                return []
+            res = results[0]
+            if res.error is not ZkError.NONE:
+                return self._after(when_ms + ISR_READ_BACK_RETRY_MS,
+                                   lambda t: self._read_back_isr(partition, state, t)
+                                   if self._still_pending(partition, state) else [])
+            current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
+            if dataclasses.replace(current, zk_version=0) == dataclasses.replace(state, zk_version=0):
+                return self._isr_changed(partition, state, current.zk_version, when_ms)
+            if current.zk_version == state.zk_version:
+                partition.pending_isr = None
+                partition.isr_outcome_unknown = False
+                return [Log("info", f"ISR change of {key[0]}-{key[1]} to {list(state.isr)} was not applied; "
+                                    f"ZooKeeper still holds version {current.zk_version}")]
+            partition.pending_isr = None
+            partition.isr_outcome_unknown = False
+            partition.isr_update_failed = True
+            return [Log("warning", f"Cached zkVersion {state.zk_version} of {key[0]}-{key[1]} is not the one in "
+                                   f"ZooKeeper ({current.zk_version}: leader {current.leader}, epoch "
+                                   f"{current.leader_epoch}, ISR {list(current.isr)}); skip updating ISR and "
+                                   f"acknowledge no write until the controller says this broker's role")] + \
+                self._high_watermark_moved([key], when_ms)
+
+        return [self._zk([GetData(znodes.TopicPartitionStateZNode.path(*key))], on_read)]
+
+    def _isr_changed(self, partition: Partition, state: LeaderAndIsr, zk_version: int, now_ms: int) -> list:
+        key = (partition.topic, partition.index)
+        old_isr = partition.isr
+        advanced = partition.apply_isr(state.isr, zk_version, now_ms)
+        self._record_isr_change(key, now_ms)
+        topic = self.metadata.topics.get(key[0])
+        if topic is not None:
+            topic.states[key[1]] = dataclasses.replace(state, zk_version=zk_version)
+        effects: list = [Log("info", f"ISR of {key[0]}-{key[1]} changed from {list(old_isr)} to {list(state.isr)}")]
+        return effects + self._high_watermark_moved([key] if advanced else [], now_ms)
 
     def _record_isr_change(self, key: tuple[str, int], now_ms: int) -> None:
         self._isr_change_set.add(key)
@@ -616,7 +674,15 @@ class Broker(ControlPlane, Follower, Groups):
         changed = sorted(self._isr_change_set)
         self._isr_change_set.clear()
         self._last_isr_propagation_ms = now_ms
-        return [self._zk([zk_layout.isr_change_notification(changed)], lambda results, when: [])]
+
+        def on_result(results: list, when_ms: int) -> list:
+            if results[0].error is ZkError.NONE:
+                return []
+            # not written (or not known to be): tell again on the next round; a duplicate is harmless
+            self._isr_change_set.update(changed)
+            return [Log("warning", f"Writing the ISR change notification failed ({results[0].error.name}); "
+                                   f"will write it again")]
+        return [self._zk([zk_layout.isr_change_notification(changed)], on_result)]
 
     def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list) -> Send:
         body = {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": topics}

@@ -27,6 +27,8 @@ from strandline.replication.partition import LeaderAndIsr, Partition
 
 LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
 CONTROL_RETRY_MS = 500          # resend a control request after a failed connection
+CONTROLLER_RETRY_MS = 1000      # run for controller again after ZooKeeper failed to answer
+_TIMEOUT_KEYS = {"fetcher": "replica.socket.timeout.ms", "controller": "controller.socket.timeout.ms"}
 
 
 class ControlPlane:
@@ -44,13 +46,17 @@ class ControlPlane:
     # ------------------------------------------------------------------ election (CTL-1, CTL-3, NET-8)
 
     def on_controller_changed(self, controller_id: int | None, now_ms: int) -> list:
-        """``/controller`` changed: None when it is gone (every broker then runs for it)."""
+        """``/controller`` changed: None when it is gone (every broker then runs for it). When it
+        names this broker although no election answer said so (the answer was lost after ZooKeeper
+        applied it), this broker takes office: nobody else will run while the node exists."""
         if controller_id is None:
             return self._run_for_controller(now_ms)
         if controller_id != self.broker_id:
             self.metadata.controller_id = controller_id  # type: ignore[attr-defined]
             if self.is_controller:
                 return self._resign(f"broker {controller_id} holds /controller")
+        elif not self.is_controller and not self._electing:  # type: ignore[attr-defined]
+            return self._take_office(now_ms)
         return []
 
     def on_session_lost(self, now_ms: int) -> list:
@@ -68,10 +74,18 @@ class ControlPlane:
 
     def _run_for_controller(self, now_ms: int) -> list:
         """Kafka's election: create the ephemeral /controller and bump /controller_epoch in one
-        transaction guarded by the epoch's version; the loser learns the winner from the watch."""
+        transaction guarded by the epoch's version; the loser learns the winner from the watch.
+        When ZooKeeper does not answer, run again after a while (an election applied without an
+        answer shows up in the watch as this broker's own id)."""
         if self._electing:  # type: ignore[attr-defined]
             return []
         self._electing = True  # type: ignore[attr-defined]
+
+        def failed(why: str, when_ms: int) -> list:
+            self._electing = False  # type: ignore[attr-defined]
+            return [Log("warning", f"Running for controller failed ({why}); trying again")] + \
+                self._after(when_ms + CONTROLLER_RETRY_MS,  # type: ignore[attr-defined]
+                            lambda t: [] if self.is_controller else self._run_for_controller(t))
 
         def on_epoch(results: list, when_ms: int) -> list:
             res = results[0]
@@ -80,28 +94,65 @@ class ControlPlane:
             elif res.error is ZkError.NONE:
                 epoch, version = znodes.ControllerEpochZNode.decode(res.data), res.version
             else:
-                self._electing = False  # type: ignore[attr-defined]
-                return [Log("warning", f"Cannot read the controller epoch: {res.error.name}")]
+                return failed(f"cannot read the controller epoch: {res.error.name}", when_ms)
             ops = zk_layout.controller_election_ops(self.broker_id, epoch + 1, version, when_ms)
 
             def on_elected(elected: list, at_ms: int) -> list:
+                error = next((r.error for r in elected if r.error is not ZkError.NONE), None)
+                if error in (ZkError.NODE_EXISTS, ZkError.BAD_VERSION):
+                    self._electing = False  # type: ignore[attr-defined]
+                    return self._who_is_controller()     # someone won: perhaps this broker, earlier
+                if error is not None:
+                    return failed(error.name, at_ms)
                 self._electing = False  # type: ignore[attr-defined]
-                if any(r.error is not ZkError.NONE for r in elected):
-                    return []       # someone else won (or ZooKeeper failed): the /controller watch tells
-                self.controller_epoch = epoch + 1
-                self._controller_epoch_version = elected[1].version  # type: ignore[attr-defined]
-                self.active_controller = True  # type: ignore[attr-defined]
-                self._controller_ready = False  # type: ignore[attr-defined]
-                self._pending_brokers = None  # type: ignore[attr-defined]
-                self.metadata.controller_id = self.broker_id  # type: ignore[attr-defined]
-                token = self._new_token()  # type: ignore[attr-defined]
-                self._zk_callbacks[token] = self._on_controller_state  # type: ignore[attr-defined]
-                return [Log("info", f"Broker {self.broker_id} won the controller election (epoch {epoch + 1})"),
-                        ReadClusterState(token)]
+                return self._become_controller(epoch + 1, elected[1].version, "won the controller election")
 
             return [self._zk(ops, on_elected, transaction=True)]  # type: ignore[attr-defined]
 
         return [self._zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]  # type: ignore[attr-defined]
+
+    def _who_is_controller(self) -> list:
+        """Read /controller after an election this broker did not win by its own answer."""
+        def on_read(results: list, when_ms: int) -> list:
+            res = results[0]
+            if self.is_controller:
+                return []
+            if res.error is ZkError.NO_NODE:
+                return self._run_for_controller(when_ms)
+            if res.error is not ZkError.NONE:
+                return self._after(when_ms + CONTROLLER_RETRY_MS,  # type: ignore[attr-defined]
+                                   lambda t: [] if self.is_controller else self._who_is_controller())
+            return self.on_controller_changed(znodes.ControllerZNode.decode(res.data), when_ms)
+        return [self._zk([GetData(znodes.ControllerZNode.path())], on_read)]  # type: ignore[attr-defined]
+
+    def _take_office(self, now_ms: int) -> list:
+        """/controller names this broker: read the epoch it was elected in, then act as controller."""
+        self._electing = True  # type: ignore[attr-defined]
+
+        def on_epoch(results: list, when_ms: int) -> list:
+            self._electing = False  # type: ignore[attr-defined]
+            res = results[0]
+            if self.is_controller:
+                return []
+            if res.error is not ZkError.NONE:
+                return [Log("warning", f"Cannot read the controller epoch: {res.error.name}; trying again")] + \
+                    self._after(when_ms + CONTROLLER_RETRY_MS,  # type: ignore[attr-defined]
+                                lambda t: [] if self.is_controller else self._take_office(t))
+            return self._become_controller(znodes.ControllerEpochZNode.decode(res.data), res.version,
+                                           "holds /controller (its election's answer was lost)")
+
+        return [self._zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]  # type: ignore[attr-defined]
+
+    def _become_controller(self, epoch: int, epoch_version: int, why: str) -> list:
+        self.controller_epoch = epoch
+        self._controller_epoch_version = epoch_version  # type: ignore[attr-defined]
+        self.active_controller = True  # type: ignore[attr-defined]
+        self._controller_ready = False  # type: ignore[attr-defined]
+        self._pending_brokers = None  # type: ignore[attr-defined]
+        self.metadata.controller_id = self.broker_id  # type: ignore[attr-defined]
+        token = self._new_token()  # type: ignore[attr-defined]
+        self._zk_callbacks[token] = self._on_controller_state  # type: ignore[attr-defined]
+        return [Log("info", f"Broker {self.broker_id} {why} (epoch {epoch})"), ReadClusterState(token)]
 
     def _on_controller_state(self, state: tuple, now_ms: int) -> list:
         """Kafka's onControllerFailover: start from ZooKeeper's view, tell every live broker the
@@ -145,7 +196,9 @@ class ControlPlane:
             return callback(None, now_ms)
         token = self._new_token()  # type: ignore[attr-defined]
         self._broker_callbacks[token] = callback  # type: ignore[attr-defined]
-        return [BrokerSend(token, broker_id, info.host, info.port, channel, frame_for(token))]
+        timeout_key = _TIMEOUT_KEYS.get(channel, "request.timeout.ms")
+        return [BrokerSend(token, broker_id, info.host, info.port, channel, frame_for(token),
+                           self.config[timeout_key])]  # type: ignore[attr-defined]
 
     def on_broker_response(self, token: int, frame: bytes | None, now_ms: int) -> list:
         """The answer to a :class:`BrokerSend` (None: the connection failed first)."""
@@ -308,12 +361,20 @@ class ControlPlane:
         effects.extend(self._send_partition_states(others, new, False, now_ms, metadata_to=new))
         before = {(t.name, i): t.states[i].leader_epoch for t, i in affected}
 
-        def elected(when_ms: int) -> list:
+        def announce(when_ms: int) -> list:
             # new brokers learn the partitions that an election did not just announce to them
             unchanged = [(t, i) for t, i in affected
                          if (t.name, i) in before and t.states.get(i) is not None
                          and t.states[i].leader_epoch == before[(t.name, i)]]
             return self._send_partition_states(unchanged, new, False, when_ms, metadata_to=new) if new else []
+
+        def elected(when_ms: int) -> list:
+            # a bounced broker was handled as dead; now it is new: it may lead what went offline (CTL-7)
+            offline = [(t.name, i) for t, i in affected
+                       if t.states.get(i) is not None and t.states[i].leader < 0 and bounced & set(t.assignment[i])]
+            if offline:
+                return self._reelect(offline, gone, when_ms, announce)
+            return announce(when_ms)
 
         return effects + self._reelect([(t.name, i) for t, i in affected], dead, now_ms, elected)
 
@@ -528,25 +589,31 @@ class ControlPlane:
         return LeaderAndIsr(leader, epoch, isr, self.controller_epoch, current.zk_version), unclean
 
     def _reelect(self, keys: list[tuple[str, int]], dead: set[int], now_ms: int,
-                 done: Callable[[int], list] | None = None, decide: Callable | None = None) -> list:
+                 done: Callable[[int], list] | None = None, decide: Callable | None = None,
+                 announce: bool = False) -> list:
         """Re-read the partitions' state znodes, elect, and write each new state with compare-and-set
         on the version just read; a partition whose write lost a race is read and elected again.
-        ``done(now_ms)`` runs once the states are written (or nothing needed writing)."""
+        After a write whose outcome is unknown (``announce``), a state found already decided may be
+        that write, applied: the brokers are told it. ``done(now_ms)`` runs once the states are
+        written (or nothing needed writing)."""
         if not keys:
             return done(now_ms) if done else []
         reads = [GetData(znodes.TopicPartitionStateZNode.path(t, i)) for t, i in keys]
 
         def on_read(results: list, when_ms: int) -> list:
             live = set(self.metadata.brokers)  # type: ignore[attr-defined]
-            planned, writes, effects = [], [], []
+            planned, writes, effects, settled, unread = [], [], [], [], []
             for key, res in zip(keys, results):
                 topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
+                if topic is not None and res.error not in (ZkError.NONE, ZkError.NO_NODE):
+                    unread.append(key)
                 if topic is None or res.error is not ZkError.NONE:
                     continue
                 current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
                 topic.states[key[1]] = current
                 decided = (decide or self._elect_partition)(topic, key[1], current, live, dead)
                 if decided is None:
+                    settled.append((topic, key[1]))
                     continue
                 state, unclean = decided
                 if unclean:
@@ -555,6 +622,12 @@ class ControlPlane:
                                                   f"records acknowledged by the old ISR may be lost"))
                 planned.append((key, state))
                 writes.append(zk_layout.update_partition_state(key[0], key[1], state))
+            if announce and settled:
+                effects.extend(self._send_partition_states(settled, None, False, when_ms))
+            if unread:       # ZooKeeper did not answer: read those again (and announce what was decided)
+                effects.extend(self._after(when_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
+                                           lambda t: self._reelect(unread, dead, t, None, decide, announce)
+                                           if self.is_controller else []))
             if not writes:
                 return effects + (done(when_ms) if done else [])
             fenced = self._fenced(writes)
@@ -570,7 +643,7 @@ class ControlPlane:
                             lambda t: self._reelect(keys, dead, t, done, decide), at_ms)
                     return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
                         self._after(at_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
-                                    lambda t: self._reelect(keys, dead, t, done, decide))
+                                    lambda t: self._reelect(keys, dead, t, done, decide, announce=True))
                 changed, out = [], []
                 for (key, state), res in zip(planned, written[skip:]):
                     topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]

@@ -52,7 +52,10 @@ class BrokerSend:
     The shell keeps one connection per ``(broker_id, channel)``: the controller's requests, the
     replica fetcher and forwarded requests each get their own, so a long-polling fetch never
     delays a LeaderAndIsr. The response frame goes to ``Broker.on_broker_response(token, frame)``;
-    ``frame`` is None when the connection failed before the answer came.
+    ``frame`` is None when the connection failed before the answer came, or when no answer came
+    within ``timeout_ms``: the shell then closes the connection, as Kafka's network client does
+    (``replica.socket.timeout.ms`` for the fetcher, ``controller.socket.timeout.ms`` for the
+    controller, ``request.timeout.ms`` otherwise).
     """
 
     token: int
@@ -61,6 +64,7 @@ class BrokerSend:
     port: int
     channel: str
     frame: bytes
+    timeout_ms: int = 30000
 
 
 @dataclass(frozen=True, slots=True)

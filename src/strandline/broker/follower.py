@@ -258,6 +258,10 @@ class Follower:
                 log.append_as_follower(records, now_ms)
             except (CorruptRecordError, OffsetOutOfOrder) as exc:
                 return self._delay_partition(fetcher, key, state, None, now_ms, str(exc))
+            topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
+            if self.config.topic_value(topic.configs if topic else {}, "flush.on.ack"):  # type: ignore
+                # DUR-3: flushed before the next fetch reports this offset and lets the HW pass it
+                log.flush(now_ms)
             moved.append(key)
         leader_hw = answer.high_watermark
         new_hw = min(log.log_end_offset, leader_hw)

@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
     groups.set_defaults(func=cmd_groups)
 
+    from strandline.cli import sim
+    sim.add_parser(sub)
+
     topics = sub.add_parser("topics", help="create, list, describe and delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)
     for action in ("create", "list", "describe", "delete"):

@@ -224,16 +224,18 @@ def read_varint(buf, pos: int) -> tuple[int, int]:
             return (result >> 1) ^ -(result & 1), pos
 
 
-def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytearray:
-    """An uncompressed v2 batch of (key, value) records; the log stamps offsets and epoch."""
+def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int, producer_id: int = -1,
+                producer_epoch: int = -1, base_sequence: int = -1) -> bytearray:
+    """An uncompressed v2 batch of (key, value) records, from an idempotent producer when
+    ``producer_id`` is set; the log stamps offsets and epoch."""
     body = bytearray()
     for delta, (key, value) in enumerate(records):
         rec = bytearray(b"\0") + varint(0) + varint(delta) + varint(len(key)) + key
         rec += varint(-1) if value is None else varint(len(value)) + value
         rec += varint(0)
         body += varint(len(rec)) + rec
-    after_crc = struct.pack(">hiqqqhii", 0, len(records) - 1, timestamp_ms, timestamp_ms, -1, -1, -1,
-                            len(records)) + body
+    after_crc = struct.pack(">hiqqqhii", 0, len(records) - 1, timestamp_ms, timestamp_ms, producer_id,
+                            producer_epoch, base_sequence, len(records)) + body
     crc = crc32c.crc32c(after_crc)
     return bytearray(struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc) + after_crc)
 

@@ -74,13 +74,32 @@ class Partition:
     leader_epoch_start_offset: int = 0
     replica_lag_time_max_ms: int = 30000
     log_append_time: bool = False
+    pending_isr: tuple[int, ...] | None = None
+    """An ISR this leader wrote to ZooKeeper whose outcome it does not know yet."""
+    isr_outcome_unknown: bool = False
+    """The write's answer was lost (connection loss, timeout): the leader is reading the state back."""
     isr_update_failed: bool = False
+    """The state in ZooKeeper is not the one this leader knows: its view is stale (NET-4)."""
     remote_replicas: dict[int, ReplicaState] = field(default_factory=dict)
     producer_state: ProducerStateManager = field(default_factory=ProducerStateManager)
 
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.local_broker_id
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR and a pending change together: while an expansion may be in ZooKeeper already,
+        its new member must count for the high watermark (Kafka's maximal ISR, KIP-497)."""
+        if self.pending_isr is None:
+            return self.isr
+        return self.isr + tuple(r for r in self.pending_isr if r not in self.isr)
+
+    @property
+    def accepts_writes(self) -> bool:
+        """A leader appends only while it knows its partition state is current: not after an ISR
+        change failed or while the outcome of one is unknown (NET-4)."""
+        return self.is_leader and not self.isr_update_failed and not self.isr_outcome_unknown
 
     @property
     def log_end_offset(self) -> int:
@@ -93,21 +112,27 @@ class Partition:
     # -- role changes -------------------------------------------------------------------
 
     def make_leader(self, state: LeaderAndIsr, replicas: tuple[int, ...], now_ms: int) -> bool:
-        """Become leader in ``state.leader_epoch``; returns whether this is a new leadership."""
+        """Become leader in ``state.leader_epoch``; returns whether this is a new leadership.
+
+        A broker that already led (the controller only changed the ISR, in a new epoch) keeps what
+        it knows of its followers; a new leader knows nothing of them until they fetch."""
         was_leader = self.is_leader
+        new_epoch = state.leader_epoch != self.leader_epoch
         self._install(state, replicas)
-        # The new leader records its epoch at its LEO before any write (KAFKA-7415).
-        self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
-        self.leader_epoch_start_offset = self.log.log_end_offset
-        # Followers in the ISR count as caught up now; their LEO is unknown until they fetch.
+        if new_epoch:
+            # The leader records its epoch at its LEO before any write (KAFKA-7415).
+            self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
+            self.leader_epoch_start_offset = self.log.log_end_offset
+        known = self.remote_replicas if was_leader else {}
+        # Followers in the ISR count as caught up now; a new leader learns their LEO as they fetch.
         self.remote_replicas = {
-            r: ReplicaState(r, last_caught_up_time_ms=now_ms if r in self.isr else 0,
-                            last_fetch_leader_log_end_offset=self.leader_epoch_start_offset,
-                            last_fetch_time_ms=now_ms)
+            r: known.get(r) or ReplicaState(r, last_caught_up_time_ms=now_ms if r in self.isr else 0,
+                                            last_fetch_leader_log_end_offset=self.leader_epoch_start_offset,
+                                            last_fetch_time_ms=now_ms)
             for r in self.replicas if r != self.local_broker_id
         }
         self.high_watermark = min(max(self.high_watermark, self.log.log_start_offset), self.log.log_end_offset)
-        self.maybe_increment_high_watermark()
+        self.maybe_increment_high_watermark(now_ms)
         return not was_leader
 
     def make_follower(self, state: LeaderAndIsr, replicas: tuple[int, ...]) -> bool:
@@ -123,6 +148,8 @@ class Partition:
         self.isr = tuple(state.isr)
         self.zk_version = state.zk_version
         self.controller_epoch = state.controller_epoch
+        self.pending_isr = None
+        self.isr_outcome_unknown = False
         self.isr_update_failed = False
 
     def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
@@ -135,16 +162,18 @@ class Partition:
 
     # -- high watermark --------------------------------------------------------------------
 
-    def maybe_increment_high_watermark(self, now_ms: int | None = None) -> bool:
-        """HW = min LEO over the ISR and over followers caught up within the lag time (KAFKA-4485),
-        the leader's own LEO included; it never moves back (REP-3)."""
-        if not self.is_leader:
+    def maybe_increment_high_watermark(self, now_ms: int) -> bool:
+        """HW = min LEO over the (maximal) ISR and over followers caught up within the lag time
+        (KAFKA-4485), the leader's own LEO included; it never moves back (REP-3). A leader whose
+        view is stale moves it no more."""
+        if not self.is_leader or self.isr_update_failed:
             return False
         new_hw = self.log.log_end_offset
+        isr = self.maximal_isr
         for broker_id, replica in self.remote_replicas.items():
-            caught_up = now_ms is not None and replica.log_end_offset >= 0 and \
+            caught_up = replica.log_end_offset >= 0 and \
                 now_ms - replica.last_caught_up_time_ms <= self.replica_lag_time_max_ms
-            if broker_id in self.isr or caught_up:
+            if broker_id in isr or caught_up:
                 new_hw = min(new_hw, max(replica.log_end_offset, 0))
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
@@ -174,7 +203,7 @@ class Partition:
         """ISR-4: a follower outside the ISR joins once its LEO reaches the HW and the start of the
         leader's current epoch (KAFKA-7128). Returns the proposed ISR, or None."""
         replica = self.remote_replicas.get(follower_id)
-        if not self.is_leader or replica is None or follower_id in self.isr:
+        if not self.accepts_writes or self.pending_isr is not None or replica is None or follower_id in self.isr:
             return None
         if replica.log_end_offset >= self.high_watermark and \
                 replica.log_end_offset >= self.leader_epoch_start_offset:
@@ -191,8 +220,9 @@ class Partition:
                 and now_ms - replica.last_caught_up_time_ms > self.replica_lag_time_max_ms)))
 
     def isr_to_shrink(self, now_ms: int) -> tuple[int, ...] | None:
-        """ISR-3: the ISR the isr-expiration task proposes, or None when nobody lags."""
-        if not self.is_leader:
+        """ISR-3: the ISR the isr-expiration task proposes, or None when nobody lags (or a change
+        is already on its way)."""
+        if not self.accepts_writes or self.pending_isr is not None:
             return None
         lagging = self.out_of_sync_replicas(now_ms)
         if not lagging:
@@ -200,9 +230,11 @@ class Partition:
         return tuple(r for r in self.isr if r not in lagging)
 
     def apply_isr(self, isr: tuple[int, ...], zk_version: int, now_ms: int) -> bool:
-        """Install an ISR whose compare-and-set write succeeded (ISR-5); shrinking may advance HW."""
+        """Install an ISR that is now in ZooKeeper (ISR-5); shrinking may advance HW."""
         self.isr = tuple(isr)
         self.zk_version = zk_version
+        self.pending_isr = None
+        self.isr_outcome_unknown = False
         return self.maybe_increment_high_watermark(now_ms)
 
     # -- leader append -------------------------------------------------------------------
@@ -210,7 +242,7 @@ class Partition:
     def append_records_to_leader(self, records: bytearray, header: BatchHeader, required_acks: int,
                                  min_insync_replicas: int, now_ms: int) -> LeaderAppend:
         """Append one validated batch as leader, with idempotence and min.insync.replicas checks."""
-        if not self.is_leader:
+        if not self.accepts_writes:
             return LeaderAppend(ErrorCode.not_leader_or_follower)
         if required_acks == -1 and len(self.isr) < min_insync_replicas:
             return LeaderAppend(ErrorCode.not_enough_replicas,
@@ -227,7 +259,7 @@ class Partition:
             append_time = now_ms
         info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
         self.producer_state.update(header, info.first_offset, now_ms)
-        self.maybe_increment_high_watermark()
+        self.maybe_increment_high_watermark(now_ms)
         return LeaderAppend(ErrorCode.none, info.first_offset, info.last_offset, append_time)
 
     # -- reads -------------------------------------------------------------------------------

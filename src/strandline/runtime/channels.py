@@ -2,8 +2,9 @@
 
 One TCP connection per ``(broker, channel)``, opened on first use. Requests go out in order and
 answers come back in order; each answer is matched to its request by correlation id and handed
-to the core. When a connection fails, every request still waiting on it is answered with None and
-the next request opens a new connection.
+to the core. When a connection fails, or a request gets no answer within its timeout (a peer that
+is cut off or frozen), the connection is closed, every request still waiting on it is answered
+with None and the next request opens a new connection.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ class _Channel(asyncio.Protocol):
         self.address = (host, port)
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(MAX_RESPONSE_BYTES)
-        self.waiting: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self.waiting: collections.OrderedDict[int, float] = collections.OrderedDict()   # token -> deadline
         self.backlog: list[bytes] = []
         self.closed = False
+        self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -43,8 +45,11 @@ class _Channel(asyncio.Protocol):
             self.transport.write(data)
         self.backlog.clear()
 
-    def send(self, token: int, frame: bytes) -> None:
-        self.waiting[token] = None
+    def send(self, token: int, frame: bytes, timeout_ms: int) -> None:
+        loop = self.channels.loop
+        self.waiting[token] = loop.time() + timeout_ms / 1000.0
+        if self.timer is None:
+            self.timer = loop.call_later(timeout_ms / 1000.0, self.check_timeout)
         data = len(frame).to_bytes(4, "big") + frame
         if self.transport is None:
             self.backlog.append(data)
@@ -68,10 +73,25 @@ class _Channel(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.fail(str(exc) if exc else "closed by the peer")
 
+    def check_timeout(self) -> None:
+        """One timer per connection, armed for the oldest request still waiting."""
+        self.timer = None
+        if self.closed or not self.waiting:
+            return
+        oldest = next(iter(self.waiting.values()))
+        delay = oldest - self.channels.loop.time()
+        if delay <= 0:
+            self.fail("request timed out")
+        else:
+            self.timer = self.channels.loop.call_later(delay, self.check_timeout)
+
     def fail(self, reason: str) -> None:
         if self.closed:
             return
         self.closed = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if self.transport is not None:
             self.transport.close()
         self.channels.lost(self, reason)
@@ -97,7 +117,7 @@ class BrokerChannels:
             channel = _Channel(self, key, effect.host, effect.port)
             self.channels[key] = channel
             self.loop.create_task(self._connect(channel)).add_done_callback(self._connected)
-        channel.send(effect.token, effect.frame)
+        channel.send(effect.token, effect.frame, effect.timeout_ms)
 
     async def _connect(self, channel: _Channel) -> None:
         try:
@@ -125,6 +145,8 @@ class BrokerChannels:
     def close(self) -> None:
         for channel in list(self.channels.values()):
             channel.closed = True
+            if channel.timer is not None:
+                channel.timer.cancel()
             if channel.transport is not None:
                 channel.transport.close()
         self.channels.clear()

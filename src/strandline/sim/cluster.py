@@ -2,9 +2,20 @@
 and a test clock. No threads, sockets or sleeps; the same seed gives the same run.
 
 It does what the asyncio shell does for a real broker (connections answered one request at a
-time, outgoing broker channels, ZooKeeper calls, timers, the ``/brokers/ids`` watch), so
-scenarios of the seed documents can be played step by step: pause a broker (SIGSTOP), crash it
-with or without losing what it had not flushed, restart it from its disk.
+time, outgoing broker channels with a request timeout, ZooKeeper calls, timers, the watches on
+``/brokers/ids``, ``/controller`` and ``/isr_change_notification``), so scenarios of the seed
+documents can be played step by step, and the explorer (:mod:`strandline.sim.explore`) can throw
+random faults at it:
+
+- the network: every message takes ``latency_ms`` (plus up to ``jitter_ms``, first in first out per
+  link); a link between two brokers can be cut in one direction or both (what crosses a cut link
+  waits, as TCP retransmits, until it heals or the connection is closed), or slowed down;
+- ZooKeeper: a broker's link to it can be cut (its requests fail with CONNECTION_LOSS after a while
+  and may still be applied when the link heals; its session expires after
+  ``zookeeper.session.timeout.ms``); requests can be made flaky (the reply is lost after the write
+  was applied, the write is never applied, or it is applied after the client gave up on it);
+- brokers: SIGSTOP (:meth:`pause`), SIGKILL or power loss (:meth:`crash`), a clean stop
+  (:meth:`shutdown`), a restart (:meth:`start`), and clock steps (each broker reads its own clock).
 """
 
 from __future__ import annotations
@@ -32,14 +43,33 @@ START_MS = 1_700_000_000_000
 LOG_DIR = "/data/logs"
 ISR_CHANGES = znodes.IsrChangeNotificationZNode.path()
 CONTROLLER = znodes.ControllerZNode.path()
+BROKER_IDS = znodes.BrokerIdsZNode.path()
+CLIENT = "client"
+_STALE = object()
 
 
 @dataclass
-class _Conn:
-    peer: tuple                    # ("client", name) or ("broker", source id, channel)
-    queue: collections.deque = field(default_factory=collections.deque)
+class _ServerConn:
+    """A connection a broker accepted: requests are answered one at a time, in order."""
+
+    peer: tuple                    # ("client", name, gen) or ("broker", source id, channel, gen)
+    queue: collections.deque = field(default_factory=collections.deque)   # (frame, reply_to)
+    reply_to: Callable[[bytes], None] | None = None                       # of the request in hand
     busy: bool = False
-    tokens: collections.deque = field(default_factory=collections.deque)   # broker peers: requests asked
+
+
+@dataclass(eq=False)
+class _Channel:
+    """The sending end of one connection: a broker's channel to another broker, or a client's."""
+
+    src: Any                       # a broker id, or ("client", name)
+    dst: int
+    name: str
+    gen: int
+    dst_incarnation: int
+    src_incarnation: int = 0
+    waiting: dict[int, Callable[[bytes | None], None]] = field(default_factory=dict)
+    closed: bool = False
 
 
 @dataclass
@@ -50,13 +80,22 @@ class SimBroker:
     session: int = 0
     incarnation: int = 0
     paused: bool = False
-    cut_off: bool = False            # from ZooKeeper and the other brokers; clients still reach it
+    clock_offset_ms: int = 0
     held: list = field(default_factory=list)
-    on_heal: list = field(default_factory=list)
-    conns: dict[int, _Conn] = field(default_factory=dict)
+    conns: dict[int, _ServerConn] = field(default_factory=dict)
     by_peer: dict[tuple, int] = field(default_factory=dict)
     next_conn: int = 1
     log: list[str] = field(default_factory=list)
+    zk_lost_at: int | None = None    # since when ZooKeeper has not heard from it (cut, paused)
+    session_expired: bool = False    # ZooKeeper expired its session; it learns so on reconnecting
+    waiting_to_register: bool = False
+    deadline: Any = _STALE           # cached next timer (sim clock), or _STALE
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # whatever changes how the broker runs makes its cached deadline stale
+        if name in ("core", "paused", "clock_offset_ms"):
+            object.__setattr__(self, "deadline", _STALE)
+        object.__setattr__(self, name, value)
 
     @property
     def alive(self) -> bool:
@@ -65,20 +104,44 @@ class SimBroker:
 
 class SimCluster:
     def __init__(self, broker_ids=(1, 2, 3), *, latency_ms: int = 0, seed: int = 1,
-                 overrides: dict[str, dict[str, str]] | None = None, **config: str) -> None:
+                 overrides: dict[str, dict[str, str]] | None = None, jitter_ms: int = 0,
+                 zk_latency_ms: int = 0, zk_failure_delay_ms: int = 0, **config: str) -> None:
         self.zk = MemoryZooKeeper()
         self.now = START_MS
         self.latency_ms = latency_ms
+        self.jitter_ms = jitter_ms
+        self.zk_latency_ms = zk_latency_ms
+        self.zk_failure_delay_ms = zk_failure_delay_ms
         self.seed = seed
+        self.rng = random.Random(seed)
         self.config = dict(config)
         self.overrides = overrides or {}
         self.events: list[tuple[int, int, Callable[[], None]]] = []
         self._seq = 0
         self._sessions = 0
+        self._gens = 0
         self.brokers: dict[int, SimBroker] = {}
         self.inbox: dict[tuple[int, str], collections.deque] = collections.defaultdict(collections.deque)
         self._correlation = 0
+        self.cut: set[tuple[Any, Any]] = set()             # directed links that drop (held) messages
+        self.zk_cut: set[int] = set()                       # brokers that cannot reach ZooKeeper
+        self.slow: dict[tuple[Any, Any], int] = {}          # extra latency of a directed link
+        self.zk_flaky: dict[int, float] = {}                # broker -> chance a ZooKeeper request fails
+        self._held_links: dict[tuple[Any, Any], list[Callable[[], None]]] = collections.defaultdict(list)
+        self._link_clock: dict[tuple[Any, Any], int] = {}
+        self._pending_zk: dict[int, list[Callable[[], None]]] = collections.defaultdict(list)
+        self._zk_order: dict[int, int] = {}
+        self.zk_fault: Callable[[int, list], Any] | None = None
+        """Tests: ``zk_fault(broker_id, ops)`` may answer a fault for one request: "applied-reply-lost"
+        (CONNECTION_LOSS although the write was applied), "not-applied", "applied-late" or
+        ("reply-delayed", ms)."""
+        self.channels: dict[tuple, _Channel] = {}
+        self.after_event: Callable[[], None] | None = None   # the explorer's invariant checks
+        self.touched: set[int] = set()                        # brokers an event reached since the last check
+        self.on_log: Callable[[int, str, str], None] | None = None
         self.zk.execute([Create(znodes.ClusterIdZNode.path(), znodes.ClusterIdZNode.encode("sim-cluster"))])
+        self.session_timeout_ms = self.broker_config(broker_ids[0] if broker_ids else 1).values[
+            "zookeeper.session.timeout.ms"]
         for b in broker_ids:
             self.start(b)
 
@@ -88,8 +151,12 @@ class SimCluster:
         self._seq += 1
         heapq.heappush(self.events, (self.now + delay_ms, self._seq, action))
 
-    def _to_broker(self, broker_id: int, incarnation: int, delay_ms: int, action: Callable[[Broker], list]) -> None:
-        """Run ``action(core)`` on a broker later, unless it crashed meanwhile; held while paused."""
+    def _at(self, node: SimBroker) -> int:
+        """The time on a broker's own clock."""
+        return self.now + node.clock_offset_ms
+
+    def _run_on(self, broker_id: int, incarnation: int, delay_ms: int, action: Callable[[Broker, int], list]) -> None:
+        """Run ``action(core, now)`` on a broker later, unless it crashed meanwhile; held while paused."""
         def run() -> None:
             node = self.brokers.get(broker_id)
             if node is None or node.core is None or node.incarnation != incarnation:
@@ -97,8 +164,15 @@ class SimCluster:
             if node.paused:
                 node.held.append(run)
                 return
-            self._apply(node, action(node.core))
+            self._apply(node, action(node.core, self._at(node)))
         self._schedule(delay_ms, run)
+
+    def _to_broker(self, broker_id: int, incarnation: int, delay_ms: int, action: Callable[[Broker], list]) -> None:
+        self._run_on(broker_id, incarnation, delay_ms, lambda core, _: action(core))
+
+    def _event_done(self) -> None:
+        if self.after_event is not None:
+            self.after_event()
 
     def settle(self, max_events: int = 1_000_000) -> None:
         """Deliver everything due now, without moving the clock."""
@@ -107,7 +181,16 @@ class SimCluster:
                 return
             _, _, action = heapq.heappop(self.events)
             action()
+            self._event_done()
         raise RuntimeError("the simulation does not settle")
+
+    def _next_deadline(self, node: SimBroker) -> int | None:
+        """When the broker's next timer falls due, on the simulation's clock (cached until an event
+        reaches the broker)."""
+        if node.deadline is _STALE:
+            d = node.core.next_deadline_ms() if node.core is not None and not node.paused else None
+            node.deadline = None if d is None else d - node.clock_offset_ms
+        return node.deadline
 
     def advance(self, ms: int) -> None:
         """Move the clock ``ms`` forward, delivering messages and firing timers as they fall due."""
@@ -116,10 +199,9 @@ class SimCluster:
             self.settle()
             due = [e[0] for e in self.events[:1]]
             for node in self.brokers.values():
-                if node.core is not None and not node.paused:
-                    d = node.core.next_deadline_ms()
-                    if d is not None:
-                        due.append(max(d, self.now))
+                d = self._next_deadline(node)
+                if d is not None:
+                    due.append(max(d, self.now))
             nxt = min(due) if due else None
             if nxt is None or nxt > target:
                 self.now = target
@@ -127,42 +209,76 @@ class SimCluster:
                 return
             self.now = nxt
             for node in list(self.brokers.values()):
-                if node.core is not None and not node.paused:
-                    d = node.core.next_deadline_ms()
-                    if d is not None and d <= self.now:
-                        self._apply(node, node.core.tick(self.now))
+                d = self._next_deadline(node)
+                if d is not None and d <= self.now:
+                    self._apply(node, node.core.tick(self._at(node)))
+                    self._event_done()
+
+    # ------------------------------------------------------------------ the network
+
+    def _latency(self, src: Any, dst: Any) -> int:
+        jitter = self.rng.randint(0, self.jitter_ms) if self.jitter_ms else 0
+        return self.latency_ms + jitter + self.slow.get((src, dst), 0)
+
+    def _transmit(self, src: Any, dst: Any, action: Callable[[], None]) -> None:
+        """Carry a message from ``src`` to ``dst`` (broker ids, or CLIENT): first in, first out per
+        link; while the link is cut it waits, as a TCP segment being retransmitted."""
+        link = (src, dst)
+        when = max(self.now + self._latency(src, dst), self._link_clock.get(link, 0))
+        self._link_clock[link] = when
+
+        def deliver() -> None:
+            if link in self.cut:
+                self._held_links[link].append(deliver)
+                return
+            action()
+        self._seq += 1
+        heapq.heappush(self.events, (when, self._seq, deliver))
+
+    def cut_link(self, src: int, dst: int) -> None:
+        """Messages from broker ``src`` to broker ``dst`` stop arriving (one direction)."""
+        self.cut.add((src, dst))
+
+    def heal_link(self, src: int, dst: int) -> None:
+        self.cut.discard((src, dst))
+        for deliver in self._held_links.pop((src, dst), []):
+            self._transmit(src, dst, deliver)
+
+    def partition_brokers(self, group_a, group_b=None) -> None:
+        """Cut every link between ``group_a`` and ``group_b`` (default: every other broker), both ways."""
+        a = set(group_a)
+        b = set(group_b) if group_b is not None else set(self.brokers) - a
+        for x in a:
+            for y in b:
+                if x != y:
+                    self.cut_link(x, y)
+                    self.cut_link(y, x)
+
+    def heal_all_links(self) -> None:
+        for src, dst in sorted(self.cut, key=repr):
+            self.heal_link(src, dst)
+        self.slow.clear()
 
     # ------------------------------------------------------------------ effects (what the shell does)
 
     def _apply(self, node: SimBroker, effects: list) -> None:
+        node.deadline = _STALE
+        self.touched.add(node.id)
         for effect in effects:
             if isinstance(effect, Send):
                 self._send(node, effect)
             elif isinstance(effect, Close):
-                self._close(node, effect.conn_id)
+                self._close_server_conn(node, effect.conn_id)
             elif isinstance(effect, ZkRequest):
-                if node.cut_off:
-                    results = [OpResult(ZkError.CONNECTION_LOSS)] * len(effect.ops)
-                else:
-                    results = self.zk.run(effect.ops, effect.transaction, node.session)
-                token = effect.token
-                self._to_broker(node.id, node.incarnation, 0,
-                                lambda core, token=token, results=results: core.on_zk_result(token, results, self.now))
-                if any(isinstance(op, Create) and op.path.startswith(ISR_CHANGES) for op in effect.ops):
-                    self._isr_changes_notified()
-                if any(isinstance(op, Create) and op.path == CONTROLLER for op in effect.ops):
-                    self._controller_changed()
+                self._zk_request(node, effect)
             elif isinstance(effect, ReadClusterState):
-                brokers, topics = read_cluster_state(self.zk)
-                epochs = {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
-                token = effect.token
-                self._to_broker(node.id, node.incarnation, 0,
-                                lambda core, token=token, state=(brokers, topics, epochs):
-                                core.on_zk_result(token, state, self.now))
+                self._read_cluster_state(node, effect.token)
             elif isinstance(effect, BrokerSend):
                 self._broker_send(node, effect)
             elif isinstance(effect, Log):
                 node.log.append(f"{effect.level} {effect.message}")
+                if self.on_log is not None:
+                    self.on_log(node.id, effect.level, effect.message)
             else:
                 raise TypeError(f"unknown effect {effect!r}")
 
@@ -172,77 +288,338 @@ class SimCluster:
             return
         data = b"".join(bytes(b) for b in effect.buffers)
         conn.busy = False
-        if data:
-            frame = data[4:]
-            if conn.peer[0] == "client":
-                key = (node.id, conn.peer[1])
-                self._schedule(self.latency_ms, lambda: self.inbox[key].append(frame))
-            else:
-                source = self.brokers.get(conn.peer[1])
-                token = conn.tokens.popleft()
-                if source is not None and source.core is not None:
-                    self._to_broker(source.id, source.incarnation, self.latency_ms,
-                                    lambda core: core.on_broker_response(token, frame, self.now))
+        reply_to, conn.reply_to = conn.reply_to, None
+        if data and reply_to is not None:
+            reply_to(data[4:])
         self._pump(node, effect.conn_id)
 
     def _pump(self, node: SimBroker, conn_id: int) -> None:
         conn = node.conns.get(conn_id)
         while conn is not None and not conn.busy and conn.queue and node.core is not None and not node.paused:
-            frame = conn.queue.popleft()
+            frame, conn.reply_to = conn.queue.popleft()
             conn.busy = True
-            self._apply(node, node.core.handle_request(conn_id, frame, self.now))
+            self._apply(node, node.core.handle_request(conn_id, frame, self._at(node)))
             conn = node.conns.get(conn_id)
 
-    def _conn(self, node: SimBroker, peer: tuple) -> int:
+    def _server_conn(self, node: SimBroker, peer: tuple) -> int:
         conn_id = node.by_peer.get(peer)
         if conn_id is None:
             conn_id = node.next_conn
             node.next_conn += 1
-            node.conns[conn_id] = _Conn(peer)
+            node.conns[conn_id] = _ServerConn(peer)
             node.by_peer[peer] = conn_id
         return conn_id
 
-    def _close(self, node: SimBroker, conn_id: int) -> None:
+    def _close_server_conn(self, node: SimBroker, conn_id: int) -> None:
         conn = node.conns.pop(conn_id, None)
         if conn is None:
             return
+        node.deadline = _STALE
+        self.touched.add(node.id)
         node.by_peer.pop(conn.peer, None)
         if node.core is not None:
             node.core.connection_closed(conn_id)
-        if conn.peer[0] == "broker":
-            self._fail_tokens(conn.peer[1], conn.tokens)
+        channel = self.channels.get(self._channel_key_of(conn.peer, node.id))
+        if channel is not None and channel.gen == conn.peer[-1]:
+            src = channel.src if isinstance(channel.src, int) else CLIENT
+            self._transmit(node.id, src, lambda: self._close_channel(channel, "closed by the peer"))
 
-    def _fail_tokens(self, source_id: int, tokens) -> None:
-        source = self.brokers.get(source_id)
-        if source is None or source.core is None:
-            return
-        for token in list(tokens):
-            self._to_broker(source.id, source.incarnation, 0,
-                            lambda core, token=token: core.on_broker_response(token, None, self.now))
+    @staticmethod
+    def _channel_key_of(peer: tuple, dst: int) -> tuple:
+        if peer[0] == "client":
+            return (("client", peer[1]), dst, "client")
+        return (peer[1], dst, peer[2])
 
-    def _broker_send(self, node: SimBroker, effect: BrokerSend) -> None:
-        target = self.brokers.get(effect.broker_id)
-        token = effect.token
-        if target is None or target.core is None or target.cut_off or node.cut_off:
-            self._fail_tokens(node.id, [token])
-            return
-        peer = ("broker", node.id, effect.channel)
-        incarnation = target.incarnation
+    # -- channels: requests with a timeout, answered in order
 
-        def deliver() -> None:
-            if target.core is None or target.incarnation != incarnation or target.cut_off or node.cut_off:
-                self._fail_tokens(node.id, [token])
+    def _channel(self, src: Any, dst: int, name: str) -> _Channel:
+        key = (src, dst, name)
+        channel = self.channels.get(key)
+        target = self.brokers.get(dst)
+        incarnation = target.incarnation if target is not None else 0
+        if channel is not None and (channel.closed or channel.dst_incarnation != incarnation):
+            self._close_channel(channel, "the broker restarted")
+            channel = None
+        if channel is None:
+            self._gens += 1
+            source = self.brokers.get(src) if isinstance(src, int) else None
+            channel = _Channel(src, dst, name, self._gens, incarnation,
+                               source.incarnation if source is not None else 0)
+            self.channels[key] = channel
+        return channel
+
+    def _request(self, channel: _Channel, request_id: int, frame: bytes, on_answer: Callable[[bytes | None], None],
+                 timeout_ms: int, expect_answer: bool = True) -> None:
+        """Send one request on ``channel``; ``on_answer(frame | None)`` (None: the connection failed
+        or the request timed out, which closes the connection, as Kafka's network client does)."""
+        src = channel.src if isinstance(channel.src, int) else CLIENT
+        if expect_answer:
+            channel.waiting[request_id] = on_answer
+
+            def timed_out() -> None:
+                if not channel.closed and request_id in channel.waiting:
+                    self._close_channel(channel, "request timed out")
+            self._schedule(timeout_ms, timed_out)
+        peer = ("client", channel.src[1], channel.gen) if src == CLIENT else \
+            ("broker", channel.src, channel.name, channel.gen)
+
+        def answer(response: bytes) -> None:
+            def arrive() -> None:
+                if channel.closed:
+                    return
+                callback = channel.waiting.pop(request_id, None)
+                if callback is not None:
+                    callback(response)
+            self._transmit(channel.dst, src, arrive)
+
+        def arrive_at_target() -> None:
+            if channel.closed:
+                return
+            target = self.brokers.get(channel.dst)
+            if target is None or target.core is None or target.incarnation != channel.dst_incarnation \
+                    or target.waiting_to_register:
+                self._transmit(channel.dst, src, lambda: self._close_channel(channel, "connection refused"))
                 return
             if target.paused:
-                target.held.append(deliver)
+                target.held.append(arrive_at_target)
                 return
-            conn_id = self._conn(target, peer)
-            conn = target.conns[conn_id]
-            conn.queue.append(effect.frame)
-            conn.tokens.append(token)
+            conn_id = self._server_conn(target, peer)
+            target.conns[conn_id].queue.append((frame, answer))
             self._pump(target, conn_id)
 
-        self._schedule(self.latency_ms, deliver)
+        self._transmit(src, channel.dst, arrive_at_target)
+
+    def _close_channel(self, channel: _Channel, reason: str) -> None:
+        if channel.closed:
+            return
+        channel.closed = True
+        key = (channel.src, channel.dst, channel.name)
+        if self.channels.get(key) is channel:
+            del self.channels[key]
+        waiting = list(channel.waiting.values())
+        channel.waiting.clear()
+        for callback in waiting:
+            callback(None)
+        src = channel.src if isinstance(channel.src, int) else CLIENT
+        peer = ("client", channel.src[1], channel.gen) if src == CLIENT else \
+            ("broker", channel.src, channel.name, channel.gen)
+
+        def close_far_end() -> None:
+            target = self.brokers.get(channel.dst)
+            if target is not None and target.incarnation == channel.dst_incarnation:
+                conn_id = target.by_peer.get(peer)
+                if conn_id is not None:
+                    self._close_server_conn(target, conn_id)
+        self._transmit(src, channel.dst, close_far_end)
+
+    def _broker_send(self, node: SimBroker, effect: BrokerSend) -> None:
+        channel = self._channel(node.id, effect.broker_id, effect.channel)
+        token, incarnation = effect.token, node.incarnation
+
+        def on_answer(frame: bytes | None) -> None:
+            self._run_on(node.id, incarnation, 0, lambda core, t: core.on_broker_response(token, frame, t))
+        self._request(channel, token, effect.frame, on_answer, effect.timeout_ms)
+
+    # -- ZooKeeper
+
+    def _zk_reachable(self, node: SimBroker) -> bool:
+        return node.id not in self.zk_cut and not node.paused
+
+    def _zk_request(self, node: SimBroker, effect: ZkRequest) -> None:
+        """A ZooKeeper request: applied in order per session (``zk_latency_ms`` after it is sent),
+        its result back ``zk_latency_ms`` later; faults from :attr:`zk_fault` or :attr:`zk_flaky`."""
+        token, incarnation, session = effect.token, node.incarnation, node.session
+        ops, transaction = list(effect.ops), effect.transaction
+
+        def reply(results: list, delay_ms: int) -> None:
+            self._run_on(node.id, incarnation, delay_ms,
+                         lambda core, t: core.on_zk_result(token, results, t))
+
+        def lost() -> list:
+            return [OpResult(ZkError.CONNECTION_LOSS)] * len(ops)
+
+        def apply_now() -> list:
+            if node.session != session or node.session_expired:
+                return [OpResult(ZkError.SESSION_EXPIRED)] * len(ops)
+            results = self.zk.run(ops, transaction, session)
+            self._notify_watches(ops)
+            return results
+
+        failure_delay = self.rng.randint(1, self.zk_failure_delay_ms) if self.zk_failure_delay_ms else 0
+        if not self._zk_reachable(node):
+            reply(lost(), failure_delay)
+            if self.rng.random() < 0.5:          # queued by the client: sent when the link heals
+                self._pending_zk[node.id].append(apply_now)
+            return
+        fault = self.zk_fault(node.id, ops) if self.zk_fault is not None else None
+        chance = self.zk_flaky.get(node.id, 0.0)
+        if fault is None and chance and self.rng.random() < chance:
+            fault = self.rng.choice(("applied-reply-lost", "not-applied", "applied-late"))
+        delay = 0
+        if isinstance(fault, tuple):
+            fault, delay = fault
+        # one session's requests are applied in the order they were sent
+        apply_at = max(self.now + self.zk_latency_ms, self._zk_order.get(session, 0))
+        if fault == "applied-late":
+            apply_at += delay or self.rng.randint(1, 1000)
+        self._zk_order[session] = apply_at
+        if fault == "not-applied":
+            reply(lost(), failure_delay)
+        elif fault in ("applied-reply-lost", "applied-late"):
+            self._zk_at(apply_at, apply_now)
+            reply(lost(), max(failure_delay, apply_at - self.now if fault == "applied-reply-lost" else 0))
+        else:
+            extra = delay if fault == "reply-delayed" else 0
+            self._zk_at(apply_at, lambda: reply(apply_now(), self.zk_latency_ms + extra))
+
+    def _zk_at(self, when_ms: int, action: Callable[[], None]) -> None:
+        if when_ms <= self.now:
+            action()
+        else:
+            self._schedule(when_ms - self.now, action)
+
+    def _notify_watches(self, ops: list) -> None:
+        paths = [op.path for op in ops if not isinstance(op, GetData) and hasattr(op, "path")]
+        if any(p.startswith(ISR_CHANGES) for p in paths):
+            self._isr_changes_notified()
+        if any(p == CONTROLLER for p in paths):
+            self._controller_changed()
+        if any(p.startswith(BROKER_IDS + "/") for p in paths):
+            self._brokers_changed()
+
+    def _read_cluster_state(self, node: SimBroker, token: int) -> None:
+        incarnation = node.incarnation
+
+        def read() -> None:
+            if not self._zk_reachable(node) or node.incarnation != incarnation:
+                self._schedule(1000, read)          # the shell retries every second
+                return
+            brokers, topics = read_cluster_state(self.zk)
+            epochs = {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
+            self._run_on(node.id, incarnation, self.zk_latency_ms,
+                         lambda core, t: core.on_zk_result(token, (brokers, topics, epochs), t))
+        read()
+
+    def _watchers(self) -> list[SimBroker]:
+        return [n for n in self.brokers.values() if n.core is not None and not n.waiting_to_register]
+
+    def _brokers_changed(self) -> None:
+        """What each shell's ``/brokers/ids`` watch reports (a broker out of reach hears it later)."""
+        for node in self._watchers():
+            def deliver(core: Broker, t: int) -> list:
+                brokers, _ = read_cluster_state(self.zk)
+                epochs = {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
+                return core.on_brokers_changed(dict(brokers), dict(epochs), t)
+            self._watch_event(node, deliver)
+
+    def _controller_changed(self) -> None:
+        """What each shell's ``/controller`` watch reports."""
+        for node in self._watchers():
+            def deliver(core: Broker, t: int) -> list:
+                [ctl] = self.zk.execute([GetData(CONTROLLER)])
+                current = znodes.ControllerZNode.decode(ctl.data) if ctl.error is ZkError.NONE else None
+                return core.on_controller_changed(current, t)
+            self._watch_event(node, deliver)
+
+    def _isr_changes_notified(self) -> None:
+        """What each shell's ``/isr_change_notification`` watch reports."""
+        for node in self._watchers():
+            self._watch_event(node, lambda core, t: core.on_isr_change_notifications(
+                list(self.zk.children(ISR_CHANGES)), t))
+
+    def _watch_event(self, node: SimBroker, deliver: Callable[[Broker, int], list]) -> None:
+        incarnation, session = node.incarnation, node.session
+
+        def arrive() -> None:
+            if node.incarnation != incarnation or node.session != session or node.core is None:
+                return
+            if node.paused:
+                node.held.append(arrive)
+                return
+            if not self._zk_reachable(node):
+                return            # it reads again when it reconnects (see _regain_zk_contact)
+            self._apply(node, deliver(node.core, self._at(node)))
+        self._schedule(self.zk_latency_ms, arrive)
+
+    # -- ZooKeeper sessions
+
+    def _lose_zk_contact(self, node: SimBroker) -> None:
+        if node.zk_lost_at is not None:
+            return
+        node.zk_lost_at = lost_at = self.now
+        session = node.session
+
+        def expire() -> None:
+            if node.zk_lost_at == lost_at and node.session == session and not node.session_expired:
+                self._expire(node)
+        self._schedule(self.session_timeout_ms, expire)
+
+    def _expire(self, node: SimBroker) -> None:
+        node.session_expired = True
+        self._pending_zk.pop(node.id, None)
+        self._expire_session(node.session)
+
+    def _expire_session(self, session: int) -> None:
+        """ZooKeeper ends ``session``: its ephemeral nodes go and the watches fire."""
+        gone = self.zk.expire(session)
+        if any(p.startswith(BROKER_IDS + "/") for p in gone):
+            self._brokers_changed()
+        if CONTROLLER in gone:
+            self._controller_changed()
+
+    def _regain_zk_contact(self, node: SimBroker) -> None:
+        """The broker reaches ZooKeeper again: queued requests go out; after an expiry it learns the
+        session is lost and registers again (kazoo's LOST, then CONNECTED); its watches read again."""
+        if node.zk_lost_at is None or not self._zk_reachable(node) or node.core is None:
+            return
+        node.zk_lost_at = None
+        if node.waiting_to_register:
+            return
+        for apply_now in self._pending_zk.pop(node.id, []):
+            apply_now()
+        if node.session_expired:
+            self._new_session(node)
+        else:
+            self._watch_event(node, lambda core, t: core.on_brokers_changed(*self._live_brokers(), t))
+            self._watch_event(node, lambda core, t: core.on_controller_changed(self.controller_id_or_none(), t))
+            self._watch_event(node, lambda core, t: core.on_isr_change_notifications(
+                list(self.zk.children(ISR_CHANGES)), t))
+
+    def _new_session(self, node: SimBroker) -> None:
+        self._sessions += 1
+        node.session = self._sessions
+        node.session_expired = False
+        self._run_on(node.id, node.incarnation, 0, lambda core, t: core.on_session_lost(t))
+        self._register(node)
+        self._brokers_changed()
+        self._controller_changed()
+
+    def _register(self, node: SimBroker) -> None:
+        adv = self.broker_config(node.id).advertised
+        self.zk.execute([Create(znodes.BrokerIdZNode.path(node.id),
+                                znodes.BrokerIdZNode.encode(node.id, adv.host, adv.port, None, self.now),
+                                ephemeral=True)], node.session)
+
+    def _live_brokers(self) -> tuple[dict, dict]:
+        brokers, _ = read_cluster_state(self.zk)
+        return dict(brokers), {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
+
+    def controller_id_or_none(self) -> int | None:
+        [ctl] = self.zk.execute([GetData(CONTROLLER)])
+        return znodes.ControllerZNode.decode(ctl.data) if ctl.error is ZkError.NONE else None
+
+    def cut_from_zookeeper(self, broker_id: int) -> None:
+        """The broker's link to ZooKeeper is cut (both ways); other links stay."""
+        node = self.brokers[broker_id]
+        self.zk_cut.add(broker_id)
+        if node.core is not None:
+            self._lose_zk_contact(node)
+
+    def heal_zookeeper(self, broker_id: int) -> None:
+        self.zk_cut.discard(broker_id)
+        node = self.brokers[broker_id]
+        if not node.paused:
+            self._regain_zk_contact(node)
 
     # ------------------------------------------------------------------ broker lifecycle
 
@@ -254,6 +631,8 @@ class SimCluster:
         return BrokerConfig.from_properties(props)
 
     def start(self, broker_id: int) -> SimBroker:
+        """Start a broker from its disk. If its previous life's registration is still in ZooKeeper
+        (a SIGKILL whose session has not expired yet), it waits for the expiry, as the shell does."""
         node = self.brokers.get(broker_id)
         if node is None:
             node = self.brokers[broker_id] = SimBroker(broker_id, MemoryDisk())
@@ -261,29 +640,50 @@ class SimCluster:
         config = self.broker_config(broker_id)
         _, topics = read_cluster_state(self.zk)
         logs = LogManager(node.disk, [LOG_DIR], config.log_config())
-        logs.startup(self.now, {n: config.log_config(t.configs) for n, t in topics.items()})
+        logs.startup(self._at(node), {n: config.log_config(t.configs) for n, t in topics.items()})
         rng = random.Random(self.seed * 1000 + broker_id)
-        core = Broker(config, logs, rng=rng, new_uuid=lambda: uuid.UUID(int=rng.getrandbits(128)), now_ms=self.now)
+        core = Broker(config, logs, rng=rng, new_uuid=lambda: uuid.UUID(int=rng.getrandbits(128)),
+                      now_ms=self._at(node))
         self._sessions += 1
         node.session = self._sessions
+        node.session_expired = False
+        node.zk_lost_at = None
         node.incarnation += 1
         node.core = core
         node.paused = False
         node.held.clear()
         node.conns.clear()
         node.by_peer.clear()
-        adv = config.advertised
-        self.zk.execute([Create(znodes.BrokerIdZNode.path(broker_id),
-                                znodes.BrokerIdZNode.encode(broker_id, adv.host, adv.port, None, self.now),
-                                ephemeral=True)], node.session)
-        controller_id, epoch, version = self._elect(broker_id, node.session)
-        brokers, topics = read_cluster_state(self.zk)
-        self._apply(node, core.load_metadata("sim-cluster", brokers, topics, controller_id, epoch, self.now,
-                                             version))
-        self._brokers_changed()
+        node.waiting_to_register = False
+        self._pending_zk.pop(broker_id, None)
+        if broker_id in self.zk_cut:
+            self._lose_zk_contact(node)
+        self._finish_start(node)
         return node
 
-    def _elect(self, broker_id: int, session: int) -> tuple[int, int]:
+    def _finish_start(self, node: SimBroker) -> None:
+        [old] = self.zk.execute([GetData(znodes.BrokerIdZNode.path(node.id))])
+        if old.error is ZkError.NONE or not self._zk_reachable(node):
+            node.waiting_to_register = True           # the old session's node is still there
+            incarnation = node.incarnation
+            self._schedule(200, lambda: node.incarnation == incarnation and node.core is not None
+                           and self._finish_start(node))
+            return
+        node.waiting_to_register = False
+        if node.session_expired:              # expired while it waited: the shell opens a new one
+            self._sessions += 1
+            node.session = self._sessions
+            node.session_expired = False
+        self._register(node)
+        controller_id, epoch, version = self._elect(node.id, node.session)
+        brokers, topics = read_cluster_state(self.zk)
+        self._apply(node, node.core.load_metadata("sim-cluster", brokers, topics, controller_id, epoch,
+                                                  self._at(node), version))
+        self._brokers_changed()
+        if controller_id == node.id:
+            self._controller_changed()
+
+    def _elect(self, broker_id: int, session: int) -> tuple[int, int, int | None]:
         [epoch_res] = self.zk.execute([GetData(znodes.ControllerEpochZNode.path())])
         epoch, version = (0, -1) if epoch_res.error is ZkError.NO_NODE else \
             (znodes.ControllerEpochZNode.decode(epoch_res.data), epoch_res.version)
@@ -294,98 +694,50 @@ class SimCluster:
         [ctl] = self.zk.execute([GetData(znodes.ControllerZNode.path())])
         return znodes.ControllerZNode.decode(ctl.data), epoch, None
 
-    def _brokers_changed(self) -> None:
-        """What each shell's ``/brokers/ids`` watch reports."""
-        brokers, _ = read_cluster_state(self.zk)
-        epochs = {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
-        for node in self.brokers.values():
-            if node.core is not None:
-                self._to_broker(node.id, node.incarnation, 0,
-                                lambda core: core.on_brokers_changed(dict(brokers), dict(epochs), self.now))
-
-    def _controller_changed(self) -> None:
-        """What each shell's ``/controller`` watch reports."""
-        [ctl] = self.zk.execute([GetData(CONTROLLER)])
-        current = znodes.ControllerZNode.decode(ctl.data) if ctl.error is ZkError.NONE else None
-        for node in self.brokers.values():
-            if node.core is not None:
-                self._to_broker(node.id, node.incarnation, 0,
-                                lambda core: core.on_controller_changed(current, self.now))
-
     def expire_session(self, broker_id: int) -> None:
-        """The broker's ZooKeeper session expires while it runs: its ephemeral nodes go, it hears
-        of the loss and registers again (once it can reach ZooKeeper, see :meth:`cut_off`)."""
+        """The broker's ZooKeeper session expires now: its ephemeral nodes go; it hears of the loss
+        and registers again once it can reach ZooKeeper."""
         node = self.brokers[broker_id]
-        gone = self.zk.expire(node.session)
-        self._brokers_changed()
-        if CONTROLLER in gone:
-            self._controller_changed()
-
-        def reconnect() -> None:
-            self._sessions += 1
-            node.session = self._sessions
-            self._to_broker(node.id, node.incarnation, 0, lambda core: core.on_session_lost(self.now))
-            adv = self.broker_config(broker_id).advertised
-            self.zk.execute([Create(znodes.BrokerIdZNode.path(broker_id),
-                                    znodes.BrokerIdZNode.encode(broker_id, adv.host, adv.port, None, self.now),
-                                    ephemeral=True)], node.session)
-            self._brokers_changed()
-            self._controller_changed()
-
-        if node.cut_off:
-            node.on_heal.append(reconnect)
-        else:
-            reconnect()
+        self._expire(node)
+        if node.zk_lost_at is None and self._zk_reachable(node):
+            self._new_session(node)
 
     def cut_off(self, broker_id: int) -> None:
-        """A network partition: the broker reaches neither ZooKeeper (its requests fail with
-        CONNECTION_LOSS) nor the other brokers, but clients still reach it (NET-4)."""
-        node = self.brokers[broker_id]
-        node.cut_off = True
-        for conn_id, conn in list(node.conns.items()):
-            if conn.peer[0] == "broker":
-                self._close(node, conn_id)
-        for other in self.brokers.values():
-            for conn_id, conn in list(other.conns.items()):
-                if conn.peer[0] == "broker" and conn.peer[1] == broker_id:
-                    self._close(other, conn_id)
+        """A network partition: the broker reaches neither ZooKeeper nor the other brokers, but
+        clients still reach it (NET-4, NET-5)."""
+        self.partition_brokers([broker_id])
+        self.cut_from_zookeeper(broker_id)
 
     def heal(self, broker_id: int) -> None:
-        node = self.brokers[broker_id]
-        node.cut_off = False
-        actions, node.on_heal = node.on_heal, []
-        for action in actions:
-            action()
+        for other in self.brokers:
+            if other != broker_id:
+                self.heal_link(broker_id, other)
+                self.heal_link(other, broker_id)
+        self.heal_zookeeper(broker_id)
 
-    def _isr_changes_notified(self) -> None:
-        """What each shell's ``/isr_change_notification`` watch reports."""
-        children = self.zk.children(ISR_CHANGES)
-        for node in self.brokers.values():
-            if node.core is not None:
-                self._to_broker(node.id, node.incarnation, 0,
-                                lambda core: core.on_isr_change_notifications(list(children), self.now))
-
-    def crash(self, broker_id: int, *, lose_unflushed: bool = True) -> None:
+    def crash(self, broker_id: int, *, lose_unflushed: bool = True, expire_at_once: bool = True) -> None:
         """SIGKILL (``lose_unflushed=False``: the OS keeps its page cache) or power loss (True).
-        Its ZooKeeper session ends at once (as if the session timeout had passed)."""
+        Its ZooKeeper session ends at once (``expire_at_once``, as if the session timeout had passed)
+        or after ``zookeeper.session.timeout.ms``."""
         node = self.brokers[broker_id]
         node.core = None
         node.held.clear()
         if lose_unflushed:
             node.disk.crash()
-        for conn in node.conns.values():
-            if conn.peer[0] == "broker":
-                self._fail_tokens(conn.peer[1], conn.tokens)
+        for channel in [c for c in self.channels.values() if c.dst == broker_id or c.src == broker_id]:
+            if channel.dst == broker_id:     # the kernel resets its connections
+                src = channel.src if isinstance(channel.src, int) else CLIENT
+                self._transmit(broker_id, src, lambda ch=channel: self._close_channel(ch, "connection reset"))
+            else:
+                self._close_channel(channel, "the broker stopped")
         node.conns.clear()
         node.by_peer.clear()
-        for other in self.brokers.values():
-            for conn_id, conn in list(other.conns.items()):
-                if conn.peer[0] == "broker" and conn.peer[1] == broker_id:
-                    self._close(other, conn_id)
-        gone = self.zk.expire(node.session)
-        self._brokers_changed()
-        if CONTROLLER in gone:
-            self._controller_changed()
+        self._pending_zk.pop(broker_id, None)
+        node.zk_lost_at = None
+        if expire_at_once:
+            self._expire(node)
+        else:        # the process is gone: nothing renews its session, which ends after the timeout
+            self._schedule(self.session_timeout_ms, lambda session=node.session: self._expire_session(session))
 
     def bounce(self, broker_id: int, *, lose_unflushed: bool = True) -> None:
         """Crash and restart so fast that the controller's watch sees only the new registration
@@ -398,15 +750,19 @@ class SimCluster:
         self.start(broker_id)
 
     def shutdown(self, broker_id: int) -> None:
-        """A clean stop: high watermarks checkpointed, logs flushed."""
+        """A clean stop: high watermarks checkpointed, logs flushed, the session closed."""
         node = self.brokers[broker_id]
         assert node.core is not None
         node.core.shutdown()
         self.crash(broker_id, lose_unflushed=False)
 
     def pause(self, broker_id: int) -> None:
-        """SIGSTOP: nothing reaches or leaves the broker and its timers stop until :meth:`resume`."""
-        self.brokers[broker_id].paused = True
+        """SIGSTOP: nothing reaches or leaves the broker and its timers stop until :meth:`resume`;
+        ZooKeeper expires its session if that lasts longer than the session timeout."""
+        node = self.brokers[broker_id]
+        node.paused = True
+        if node.core is not None:
+            self._lose_zk_contact(node)
 
     def resume(self, broker_id: int) -> None:
         node = self.brokers[broker_id]
@@ -416,22 +772,33 @@ class SimCluster:
             self._schedule(0, action)
         for conn_id in list(node.conns):
             self._pump(node, conn_id)
+        self._regain_zk_contact(node)
+
+    def step_clock(self, broker_id: int, delta_ms: int) -> None:
+        """The broker's wall clock jumps by ``delta_ms`` (NTP step, VM migration)."""
+        self.brokers[broker_id].clock_offset_ms += delta_ms
 
     # ------------------------------------------------------------------ clients
 
-    def request(self, broker_id: int, api_key: int, version: int, body: Any, client: str = "client") -> None:
+    def client_send(self, broker_id: int, client: str, frame: bytes, on_answer: Callable[[bytes | None], None],
+                    *, timeout_ms: int = 30000, expect_answer: bool = True) -> None:
+        """A client's request (clients reach every running broker; links never cut them off)."""
+        channel = self._channel(("client", client), broker_id, "client")
+        correlation = int.from_bytes(frame[4:8], "big", signed=True)
+        self._request(channel, correlation, frame, on_answer, timeout_ms, expect_answer)
+
+    def next_correlation(self) -> int:
         self._correlation += 1
-        frame = api.encode_request(api_key, version, self._correlation, client, body)
-        node = self.brokers[broker_id]
+        return self._correlation
 
-        def deliver() -> None:
-            if node.core is None:
-                return
-            conn_id = self._conn(node, ("client", client))
-            node.conns[conn_id].queue.append(frame)
-            self._pump(node, conn_id)
+    def request(self, broker_id: int, api_key: int, version: int, body: Any, client: str = "client") -> None:
+        frame = api.encode_request(api_key, version, self.next_correlation(), client, body)
+        box = self.inbox[(broker_id, client)]
 
-        self._schedule(self.latency_ms, deliver)
+        def on_answer(response: bytes | None) -> None:
+            if response is not None:
+                box.append(response)
+        self.client_send(broker_id, client, frame, on_answer, timeout_ms=1 << 40)
 
     def response(self, broker_id: int, api_key: int, version: int, client: str = "client") -> Any | None:
         box = self.inbox[(broker_id, client)]
@@ -457,8 +824,8 @@ class SimCluster:
 
     @property
     def controller_id(self) -> int:
-        [ctl] = self.zk.execute([GetData(znodes.ControllerZNode.path())])
-        return znodes.ControllerZNode.decode(ctl.data) if ctl.error is ZkError.NONE else -1
+        current = self.controller_id_or_none()
+        return -1 if current is None else current
 
     def partition(self, broker_id: int, topic: str, index: int = 0):
         node = self.brokers[broker_id]

@@ -20,6 +20,7 @@ class MemoryZooKeeper:
         self.nodes: dict[str, tuple[bytes, int, int]] = {"/": (b"", 0, 0)}   # path -> (data, version, owner)
         self.sequence = 0
         self.zxid = 0
+        self.changes = 0          # counts every write, so observers can tell when to look again
         self.czxid: dict[str, int] = {}
         for path in PERSISTENT_PATHS:
             self._create_parents(path + "/x")
@@ -42,6 +43,8 @@ class MemoryZooKeeper:
         return sorted(p[len(prefix):] for p in self.nodes if p.startswith(prefix) and "/" not in p[len(prefix):])
 
     def _one(self, op, session: int) -> OpResult:
+        if not isinstance(op, (GetData, GetChildren, CheckVersion)):
+            self.changes += 1
         if isinstance(op, Create):
             path = op.path
             if op.sequential:
@@ -113,6 +116,7 @@ class MemoryZooKeeper:
     def expire(self, session: int) -> list[str]:
         """End ``session``: delete its ephemeral nodes; returns their paths."""
         gone = [p for p, (_, _, owner) in self.nodes.items() if owner == session and session]
+        self.changes += len(gone)
         for p in gone:
             del self.nodes[p]
             self.czxid.pop(p, None)

@@ -46,6 +46,12 @@ class StrandlineClient:
             conn.close()
         self.conns.clear()
 
+    def __enter__(self) -> "StrandlineClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _conn(self, address: str) -> KafkaConnection:
         conn = self.conns.get(address)
         if conn is None:
@@ -63,26 +69,48 @@ class StrandlineClient:
 
     # -- metadata
 
-    def refresh(self, topics: list[str] | None = None) -> None:
+    def refresh(self, topics: list[str] | None = None, auto_create: bool = False) -> dict[str, ErrorCode]:
+        """Brokers, partitions and leaders of ``topics`` (all when None); each answered topic's error."""
         last: Exception | None = None
         for address in list(self.brokers.values()) + self.bootstrap:
             try:
                 resp = self._request(address, METADATA, 9, {
                     "topics": None if topics is None else [{"name": t} for t in topics],
-                    "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+                    "allow_auto_topic_creation": auto_create, "include_topic_authorized_operations": False})
             except StrandlineError as exc:
                 last = exc
                 continue
             self.brokers = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
+            errors = {}
             for t in resp.topics:
-                if ErrorCode(int(t.error_code)) is not ErrorCode.none:
+                errors[t.name] = ErrorCode(int(t.error_code))
+                if errors[t.name] is not ErrorCode.none:
                     self.partitions.pop(t.name, None)
                     continue
                 self.partitions[t.name] = sorted(p.partition_index for p in t.partitions)
                 for p in t.partitions:
                     self.leaders[(t.name, p.partition_index)] = (int(p.leader_id), int(p.leader_epoch))
-            return
+            return errors
         raise StrandlineError(f"no broker of {','.join(self.bootstrap)} answered: {last}")
+
+    def ensure_topic(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` once each has a leader. A missing topic is created by the
+        brokers as for a producer's Metadata request (when their auto.create.topics.enable is on,
+        Kafka's default); they answer LEADER_NOT_AVAILABLE while it is being created."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            error = self.refresh([topic], auto_create=True)[topic]
+            if error is ErrorCode.unknown_topic_or_partition:
+                raise StrandlineError(f"topic {topic} does not exist and the brokers do not create topics "
+                                      f"(auto.create.topics.enable=false): create it first")
+            if error not in (ErrorCode.none, ErrorCode.leader_not_available):
+                raise StrandlineError(f"topic {topic}: {error.name.upper()}")
+            if error is ErrorCode.none and all(self.leaders[(topic, p)][0] in self.brokers
+                                               for p in self.partitions[topic]):
+                return self.partitions[topic]
+            if time.monotonic() >= deadline:
+                raise StrandlineError(f"topic {topic} has partitions without a leader after {self.timeout_s:g} s")
+            time.sleep(BACKOFF_S)
 
     def topics_matching(self, pattern: str) -> list[str]:
         self.refresh(None)

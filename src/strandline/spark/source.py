@@ -503,23 +503,22 @@ class _Writing:
         self.columns = [f.name for f in schema.fields]
 
     def write_batches(self, batches: Iterator[pa.RecordBatch]) -> WriteSummary:
-        client = StrandlineClient(self.bootstrap)
-        pid, epoch = client.init_producer_id()
-        sequences: dict[TopicPartition, int] = {}
-        pending: dict[TopicPartition, list] = {}
-        size: dict[TopicPartition, int] = {}
-        robin = 0
-        written = 0
+        with StrandlineClient(self.bootstrap) as client:
+            pid, epoch = client.init_producer_id()
+            sequences: dict[TopicPartition, int] = {}
+            pending: dict[TopicPartition, list] = {}
+            size: dict[TopicPartition, int] = {}
+            robin = 0
+            written = 0
 
-        def flush(tp: TopicPartition) -> None:
-            rows = pending.pop(tp, [])
-            if not rows:
-                return
-            seq = sequences.get(tp, 0)
-            client.produce(tp, encode_batch(rows, pid, epoch, seq, int(time.time() * 1000)))
-            sequences[tp] = seq + len(rows)
+            def flush(tp: TopicPartition) -> None:
+                rows = pending.pop(tp, [])
+                if not rows:
+                    return
+                seq = sequences.get(tp, 0)
+                client.produce(tp, encode_batch(rows, pid, epoch, seq, int(time.time() * 1000)))
+                sequences[tp] = seq + len(rows)
 
-        try:
             for batch in batches:
                 data = batch.to_pydict()
                 n = batch.num_rows
@@ -529,11 +528,7 @@ class _Writing:
                         topic = self.topic
                     if topic is None:
                         raise RuntimeError("a row has no topic (null 'topic' column and no topic option)")
-                    if topic not in client.partitions:
-                        client.refresh([topic])
-                        if topic not in client.partitions:
-                            raise RuntimeError(f"topic {topic} does not exist")
-                    parts = client.partitions[topic]
+                    parts = client.partitions.get(topic) or client.ensure_topic(topic)
                     key = _as_bytes(data["key"][i]) if "key" in data else None
                     part = data["partition"][i] if "partition" in data else None
                     if part is None:
@@ -555,8 +550,6 @@ class _Writing:
                         flush(tp)
             for tp in list(pending):
                 flush(tp)
-        finally:
-            client.close()
         return WriteSummary(written)
 
 
@@ -612,6 +605,9 @@ class StrandlineDataSource(DataSource):
         if not opts.get("kafka.bootstrap.servers"):
             raise OptionError("option kafka.bootstrap.servers must be set")
         validate_write_schema(schema, opts.get("topic"))
+        if opts.get("topic") is not None:               # on the driver, before any task starts
+            with StrandlineClient(opts["kafka.bootstrap.servers"]) as client:
+                client.ensure_topic(opts["topic"])
         return _Writing(opts["kafka.bootstrap.servers"], opts.get("topic"), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> StrandlineBatchWriter:

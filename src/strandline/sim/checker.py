@@ -1,0 +1,230 @@
+"""Invariants of Kafka-style replication, checked on a running :class:`SimCluster` after every event.
+
+- one leader per partition and leader epoch: two brokers never both lead in the same epoch;
+- a leader is in its own ISR, and the ISR lies within the assigned replicas (in each leader's view
+  and in ZooKeeper's partition state);
+- a leader's high watermark never decreases within its epoch;
+- replicas agree below the high watermark: whatever any replica holds below its high watermark is
+  *committed*, and committed data never changes: every other replica that holds those offsets
+  below its own high watermark holds the same batches, and no replica cuts its log below data it
+  had verified as committed;
+- an acks=all acknowledgement covers committed data (it is in the committed log when it arrives);
+- consumers never see an offset with two different values.
+
+At the end of a run :meth:`Invariants.final_check` compares every replica of every partition byte
+for byte and counts the acknowledged records missing from the final log (the durability audit).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from strandline.coordination import znodes
+from strandline.coordination.store import GetData, ZkError
+from strandline.group.records import iter_records
+from strandline.sim.cluster import SimCluster
+from strandline.sim.workload import Ack, History
+
+
+@dataclass
+class Violation(Exception):
+    invariant: str
+    detail: str
+    at_ms: int
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.detail}"
+
+
+@dataclass
+class _Replica:
+    log_id: int
+    verified: int = 0          # offsets below this were compared with the committed log
+    leo: int = 0
+
+
+class Invariants:
+    def __init__(self, sim: SimCluster, topic: str, partitions: int, *, checked_acks: frozenset[int],
+                 no_duplicates: bool) -> None:
+        self.sim = sim
+        self.topic = topic
+        self.partitions = partitions
+        self.checked_acks = checked_acks
+        self.no_duplicates = no_duplicates
+        self.committed: list[dict[int, tuple[int, int]]] = [{} for _ in range(partitions)]   # base -> (next, crc)
+        self.committed_end = [0] * partitions
+        self.leader_of_epoch: dict[tuple[int, int], int] = {}
+        self.leader_hw: dict[tuple[int, int, int], tuple[int, int]] = {}
+        self.replicas: dict[tuple[int, int, int], _Replica] = {}
+        self.zk_changes = -1
+        self.events = 0
+        self.seen: dict[tuple[int, int], tuple] = {}
+        self.violations: list[Violation] = []
+        self.broken: set[str] = set()
+        self.on_violation = None
+
+    def fail(self, invariant: str, detail: str) -> None:
+        """Record the first violation of each invariant; the run goes on, so that a configuration
+        that must lose data also shows how many acknowledged writes it lost."""
+        if invariant not in self.broken:
+            self.broken.add(invariant)
+            self.violations.append(Violation(invariant, detail, self.sim.now))
+            if self.on_violation is not None:
+                self.on_violation(self.violations[-1])
+
+    # ------------------------------------------------------------------ after every event
+
+    def after_event(self) -> None:
+        self.events += 1
+        seen = self.seen
+        touched, self.sim.touched = self.sim.touched, set()
+        for broker_id in touched:
+            node = self.sim.brokers[broker_id]
+            core = node.core
+            if core is None:
+                continue
+            for index in range(self.partitions):
+                partition = core.partitions.get((self.topic, index))
+                if partition is None:
+                    continue
+                log = partition.log
+                # a replica whose role, epoch, ISR, HW and log are as last checked needs no new look
+                signature = (id(partition), partition.leader_id, partition.leader_epoch, partition.isr,
+                             partition.high_watermark, log.log_end_offset, id(log))
+                key = (node.id, index)
+                if seen.get(key) != signature:
+                    seen[key] = signature
+                    self._check_replica(node.id, node.incarnation, index, partition)
+        if self.sim.zk.changes != self.zk_changes:
+            self.zk_changes = self.sim.zk.changes
+            self._check_zookeeper()
+
+    def _check_replica(self, broker_id: int, incarnation: int, index: int, partition) -> None:
+        if partition.is_leader:
+            epoch = partition.leader_epoch
+            first = self.leader_of_epoch.setdefault((index, epoch), broker_id)
+            if first != broker_id:
+                self.fail("one leader per epoch", f"partition {index}: brokers {first} and {broker_id} "
+                                                  f"both lead in epoch {epoch}")
+            if broker_id not in partition.isr:
+                self.fail("leader in ISR", f"partition {index}: leader {broker_id} not in its ISR {partition.isr}")
+            if not set(partition.isr) <= set(partition.replicas):
+                self.fail("ISR within replicas", f"partition {index}: ISR {partition.isr} on broker {broker_id} "
+                                                 f"is not within the replicas {partition.replicas}")
+            key = (broker_id, incarnation, index)
+            last = self.leader_hw.get(key)
+            hw = partition.high_watermark
+            if last is not None and last[0] == epoch and hw < last[1]:
+                self.fail("HW never decreases on a leader", f"partition {index}: broker {broker_id} epoch {epoch} "
+                                                            f"high watermark {last[1]} -> {hw}")
+            self.leader_hw[key] = (epoch, hw)
+        self._check_committed(broker_id, incarnation, index, partition)
+
+    def _check_committed(self, broker_id: int, incarnation: int, index: int, partition) -> None:
+        log = partition.log
+        key = (broker_id, incarnation, index)
+        replica = self.replicas.get(key)
+        if replica is None or replica.log_id != id(log):
+            replica = self.replicas[key] = _Replica(id(log))
+        leo = log.log_end_offset
+        if leo < replica.verified:
+            self.fail("replicas agree below the HW", f"partition {index}: broker {broker_id} cut its log to {leo}, "
+                                                     f"below committed data it held up to {replica.verified}")
+            replica.verified = leo
+        replica.leo = leo
+        hw = min(partition.high_watermark, leo)
+        if hw <= replica.verified:
+            return
+        committed = self.committed[index]
+        for header in log.iter_batch_headers(replica.verified):
+            if header.base_offset >= hw:
+                break
+            entry = (header.next_offset, header.crc)
+            known = committed.get(header.base_offset)
+            if known is None:
+                if header.base_offset != self.committed_end[index]:
+                    self.fail("replicas agree below the HW",
+                              f"partition {index}: broker {broker_id} has a batch at {header.base_offset} below its "
+                              f"high watermark {hw} where the committed log has none (committed up to "
+                              f"{self.committed_end[index]})")
+                committed[header.base_offset] = entry
+                self.committed_end[index] = header.next_offset
+            elif known != entry:
+                self.fail("replicas agree below the HW",
+                          f"partition {index}: broker {broker_id} holds a different batch at offset "
+                          f"{header.base_offset} below its high watermark {hw}")
+            replica.verified = header.next_offset
+
+    def _check_zookeeper(self) -> None:
+        [topic] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(self.topic))])
+        if topic.error is not ZkError.NONE:
+            return
+        assignment, _ = znodes.TopicZNode.decode(topic.data)
+        for index in range(self.partitions):
+            [res] = self.sim.zk.execute([GetData(znodes.TopicPartitionStateZNode.path(self.topic, index))])
+            if res.error is not ZkError.NONE:
+                continue
+            state = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
+            replicas = set(assignment[index])
+            if not state.isr or not set(state.isr) <= replicas:
+                self.fail("ISR within replicas", f"partition {index}: ZooKeeper's ISR {state.isr} "
+                                                 f"(replicas {sorted(replicas)})")
+            if state.leader >= 0 and state.leader not in state.isr:
+                self.fail("leader in ISR", f"partition {index}: ZooKeeper names leader {state.leader} "
+                                           f"outside the ISR {state.isr}")
+
+    # ------------------------------------------------------------------ client events
+
+    def on_ack(self, ack: Ack) -> None:
+        if ack.acks != -1 or -1 not in self.checked_acks:
+            return
+        known = self.committed[ack.partition].get(ack.base_offset)
+        if known is None or known[1] != ack.crc:
+            self.fail("acks=all acknowledges committed data",
+                      f"partition {ack.partition}: {ack.values[0].decode()} acknowledged at offset {ack.base_offset} "
+                      f"is not in the committed log")
+
+    def on_consumed(self, history: History, partition: int, offset: int, value: bytes) -> None:
+        seen = history.consumed.get(partition, {}).get(offset)
+        if seen is not None and seen != value:
+            self.fail("consumers never see a record change",
+                      f"partition {partition} offset {offset} read as {seen.decode()} and later as {value.decode()}")
+
+    # ------------------------------------------------------------------ at the end
+
+    def final_check(self, history: History) -> int:
+        """Every replica identical; every checked acknowledged record in the leader's final log;
+        every consumed record still at its offset. Returns how many acknowledged batches are lost."""
+        lost = 0
+        for index in range(self.partitions):
+            copies = {}
+            for node in self.sim.brokers.values():
+                partition = node.core.partitions.get((self.topic, index)) if node.core is not None else None
+                if partition is not None:
+                    copies[node.id] = self.sim.log_bytes(node.id, self.topic, index)
+                    self._check_committed(node.id, node.incarnation, index, partition)
+            if len(set(copies.values())) > 1:
+                sizes = {b: len(d) for b, d in copies.items()}
+                self.fail("replicas converge", f"partition {index}: replicas differ after healing (bytes {sizes})")
+            leader = self.sim.state(self.topic, index).leader
+            data = copies.get(leader, next(iter(copies.values()), b""))
+            final = {offset: value for offset, _, value in iter_records(data)}
+            for ack in history.acked:
+                if ack.partition == index and ack.acks in self.checked_acks and \
+                        any(final.get(ack.base_offset + i) != v for i, v in enumerate(ack.values)):
+                    lost += 1
+            for offset, value in history.consumed.get(index, {}).items():
+                if final.get(offset) != value:
+                    self.fail("consumed records survive", f"partition {index} offset {offset}: a consumer read "
+                                                          f"{value.decode()}, the final log has "
+                                                          f"{(final.get(offset) or b'nothing').decode()}")
+                    break
+            if self.no_duplicates:
+                counts = Counter(v for v in final.values() if v.split(b":")[0].startswith(b"i"))
+                twice = [v.decode() for v, n in counts.items() if n > 1]
+                if twice:
+                    self.fail("idempotent producers write once", f"partition {index}: {twice[:3]} appear more than once")
+        if lost:
+            self.fail("acknowledged writes survive", f"{lost} acknowledged batch(es) are missing from the final log")
+        return lost

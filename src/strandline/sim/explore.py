@@ -1,0 +1,418 @@
+"""The explorer: random fault schedules against the production broker cores, in the simulator.
+
+One seed drives everything (the faults, the clients, the network's jitter), so a failing seed
+replays exactly. A run creates a topic, starts producers (acks 1 and all, idempotent and not) and a
+consumer, and for ``duration_ms`` of simulated time a nemesis injects faults: SIGKILL, power loss
+(only where the configuration says acknowledged data is flushed), clean stops, SIGSTOP pauses,
+network partitions of every shape (broker to broker one way or both, broker to ZooKeeper only,
+full isolation, the controller cut off), flaky ZooKeeper replies (lost after the write applied,
+requests timing out, writes applied late), slow links and clock steps. The invariants of
+:mod:`strandline.sim.checker` are checked after every event. Then every fault heals while the
+producers go on writing: within ``converge_ms`` every ISR must be full again, and once the clients
+stop every replica must be identical and every acknowledged record there.
+
+Configurations (:data:`CONFIGS`): ``safe`` is SPEC SAFE-1 (acks=all, min.insync.replicas=2, no
+unclean election, leader-epoch truncation) and must never lose an acknowledged write; ``acks1``,
+``unclean`` and ``legacy`` are the loss cases LOSS-1/LOSS-3, LOSS-2 and EPO-4 and must lose some.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.protocol.api import ApiKey
+from strandline.sim.checker import Invariants, Violation
+from strandline.sim.cluster import SimCluster
+from strandline.sim.workload import Consumer, History, Producer
+
+TOPIC = "events"
+SESSION_TIMEOUT_MS = 6000
+LAG_TIME_MS = 3000
+
+
+@dataclass(frozen=True)
+class ExploreConfig:
+    name: str
+    broker: dict[str, str]
+    checked_acks: frozenset[int]
+    """Acknowledgements the configuration promises to keep (the others may be lost)."""
+    must_lose: bool
+    power_loss: str = "never"
+    """"never", "always", or "random": power loss is injected only where the run flushes on ack."""
+
+
+CONFIGS = {
+    "safe": ExploreConfig("safe", {"min.insync.replicas": "2", "unclean.leader.election.enable": "false",
+                                   "replication.truncation": "leader-epoch"}, frozenset({-1}), False, "random"),
+    "acks1": ExploreConfig("acks1", {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
+                           frozenset({1}), True, "never"),
+    "unclean": ExploreConfig("unclean", {"min.insync.replicas": "2", "unclean.leader.election.enable": "true"},
+                             frozenset({-1}), True, "never"),
+    "legacy": ExploreConfig("legacy", {"min.insync.replicas": "2", "replication.truncation": "high-watermark"},
+                            frozenset({-1}), True, "never"),
+}
+
+
+@dataclass
+class RunResult:
+    seed: int
+    config: str
+    violation: Violation | None
+    trace: list[str]
+    acked: int
+    lost: int
+    events: int
+    faults: int
+    simulated_ms: int
+    wall_s: float
+    all_violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None
+
+
+@dataclass
+class _Fault:
+    description: str
+    heal: Callable[[], None]
+    brokers: frozenset[int] = frozenset()
+    network: bool = False
+    healed: bool = False
+
+
+class Explorer:
+    def __init__(self, seed: int, config: ExploreConfig, *, brokers: int = 3, partitions: int = 3,
+                 duration_ms: int = 60000, converge_ms: int = 30000) -> None:
+        self.seed = seed
+        self.config = config
+        self.rng = random.Random(seed)
+        self.partitions = partitions
+        self.duration_ms = duration_ms
+        self.converge_ms = converge_ms
+        self.flush_on_ack = config.power_loss == "always" or (
+            config.power_loss == "random" and self.rng.random() < 0.5)
+        broker_config = {
+            "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+            "replica.lag.time.max.ms": str(LAG_TIME_MS),
+            "replica.socket.timeout.ms": "5000", "controller.socket.timeout.ms": "5000",
+            "request.timeout.ms": "5000", "controlled.shutdown.retry.backoff.ms": "500",
+            "leader.imbalance.check.interval.seconds": "10", "log.index.interval.bytes": "0",
+            "log.flush.on.ack": "true" if self.flush_on_ack else "false",
+            **config.broker,
+        }
+        self.trace: collections.deque[str] = collections.deque(maxlen=40)
+        # most runs on a LAN; some across zones far apart, where fetches take long round trips
+        self.latency_ms = self.rng.choice((1, 1, 1, 1, 1, 1, 1, 10, 10, 10))
+        self.sim = SimCluster(tuple(range(1, brokers + 1)), latency_ms=self.latency_ms,
+                              jitter_ms=3 * self.latency_ms, seed=seed, zk_latency_ms=1, zk_failure_delay_ms=3000,
+                              **broker_config)
+        self.sim.on_log = self._on_log
+        self.history = History()
+        self.invariants = Invariants(self.sim, TOPIC, partitions, checked_acks=config.checked_acks,
+                                     no_duplicates=config.name == "safe")
+        self.faults: list[_Fault] = []
+        self.fault_count = 0
+        self.start_ms = self.sim.now
+        self.producers: list[Producer] = []
+        self.consumers: list[Consumer] = []
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> RunResult:
+        started = time.perf_counter()
+        lost = 0
+        self.invariants.on_violation = self._on_violation
+        try:
+            self._setup()
+            self.sim.after_event = self.invariants.after_event
+            self._nemesis_step()
+            self.sim.advance(self.duration_ms)
+            self._heal_everything()
+            self._converge()
+            self.sim.after_event = None
+            lost = self.invariants.final_check(self.history)
+        except Violation as exc:        # the cluster did not converge: nothing more to check
+            self.invariants.violations.append(exc)
+            self._on_violation(exc)
+        violations = self.invariants.violations
+        return RunResult(self.seed, self.config.name, violations[0] if violations else None,
+                         self.first_trace or list(self.trace), len(self.history.acked), lost,
+                         self.invariants.events, self.fault_count, self.sim.now - self.start_ms,
+                         time.perf_counter() - started, [str(v) for v in violations])
+
+    first_trace: list[str] | None = None
+
+    def _on_violation(self, violation: Violation) -> None:
+        self.note(f"VIOLATION {violation}")
+        if self.first_trace is None:          # the events that led to the first violation
+            self.first_trace = list(self.trace)
+
+    def note(self, line: str) -> None:
+        self.trace.append(f"{(self.sim.now - self.start_ms) / 1000:9.3f} {line}")
+
+    def _on_log(self, broker_id: int, level: str, message: str) -> None:
+        self.note(f"broker {broker_id} {level}: {message}")
+
+    def _setup(self) -> None:
+        sim = self.sim
+        body = {"topics": [{"name": TOPIC, "num_partitions": self.partitions, "replication_factor": len(sim.brokers),
+                            "assignments": [], "configs": []}], "timeout": 1000, "validate_only": False}
+        resp = sim.call(sim.controller_id, ApiKey.CREATE_TOPICS, 5, body, "admin")
+        assert resp.topics[0].error_code == ErrorCode.none, resp
+        sim.advance(100)
+        checked = self.config.checked_acks
+        specs = [(-1, True), (-1, False), (1, False), (1, True)]
+        if 1 in checked:
+            specs = [(1, False), (1, True), (-1, True)]
+        for n, (acks, idempotent) in enumerate(specs, 1):
+            name = f"{'i' if idempotent else 'p'}{n}{'a' if acks == -1 else '1'}"
+            producer = Producer(sim, self.history, name, TOPIC, self.partitions, random.Random(self.rng.random()),
+                                acks=acks, idempotent=idempotent)
+            self.producers.append(producer)
+        self.consumers.append(Consumer(sim, self.history, "c1", TOPIC, self.partitions,
+                                       random.Random(self.rng.random()),
+                                       on_record=lambda p, o, v: self.invariants.on_consumed(self.history, p, o, v)))
+        self.history.on_ack = self.invariants.on_ack
+        for client in self.producers + self.consumers:
+            client.start()
+
+    # ------------------------------------------------------------------ the nemesis
+
+    def _live(self) -> list[int]:
+        return [b for b, n in self.sim.brokers.items() if n.core is not None and not n.waiting_to_register]
+
+    def _down(self) -> set[int]:
+        return {b for f in self.faults if not f.healed for b in f.brokers}
+
+    def _nemesis_step(self) -> None:
+        if self.sim.now - self.start_ms >= self.duration_ms:
+            return
+        self._inject()
+        self.sim._schedule(int(self.rng.expovariate(1 / 1500)) + 50, self._nemesis_step)
+
+    def _inject(self) -> None:
+        rng, sim = self.rng, self.sim
+        ids = sorted(sim.brokers)
+        active_network = sum(1 for f in self.faults if f.network and not f.healed)
+        down = self._down()
+        candidates = [b for b in self._live() if b not in down]
+        controller = sim.controller_id
+        kinds = ["clock", "flaky-zk", "slow-link"]
+        if active_network < 2:
+            kinds += ["one-way", "both-ways", "zk-cut", "isolate", "isolate", "controller-cut"]
+        if candidates and len(down) < 2:
+            kinds += ["kill", "kill", "pause", "pause", "stop", "bounce"]
+            if self.flush_on_ack:
+                kinds += ["power-loss", "power-loss"]
+        kind = rng.choice(kinds)
+        a, b = rng.sample(ids, 2)
+        duration = int(rng.choice((rng.uniform(100, 3000), rng.uniform(3000, 15000))))
+        self.fault_count += 1
+        if kind == "clock":
+            target = rng.choice(ids)
+            delta = rng.randint(-2000, 2000)
+            if abs(sim.brokers[target].clock_offset_ms + delta) <= 5000:
+                sim.step_clock(target, delta)
+                self.note(f"nemesis: clock of broker {target} steps {delta:+d} ms")
+            return
+        if kind == "flaky-zk":
+            target = rng.choice(ids)
+            sim.zk_flaky[target] = 0.5
+            self._fault(f"ZooKeeper requests of broker {target} flaky", duration,
+                        lambda: sim.zk_flaky.pop(target, None))
+        elif kind == "slow-link":
+            extra = rng.randint(20, 200)
+            sim.slow[(a, b)] = extra
+            self._fault(f"link {a}->{b} slow (+{extra} ms)", duration, lambda: sim.slow.pop((a, b), None),
+                        network=True)
+        elif kind == "one-way":
+            sim.cut_link(a, b)
+            self._fault(f"link {a}->{b} cut (one way)", duration, lambda: sim.heal_link(a, b), network=True)
+        elif kind == "both-ways":
+            sim.cut_link(a, b)
+            sim.cut_link(b, a)
+            self._fault(f"link {a}<->{b} cut", duration, lambda: (sim.heal_link(a, b), sim.heal_link(b, a)),
+                        network=True)
+        elif kind == "zk-cut":
+            target = rng.choice(ids)
+            sim.cut_from_zookeeper(target)
+            self._fault(f"broker {target} cut from ZooKeeper", duration, lambda: sim.heal_zookeeper(target),
+                        network=True)
+        elif kind == "isolate":
+            target = rng.choice(ids)
+            sim.cut_off(target)
+            self._fault(f"broker {target} isolated (ZooKeeper and brokers)", duration, lambda: sim.heal(target),
+                        network=True)
+        elif kind == "controller-cut":
+            if controller < 0:
+                return
+            others = [x for x in ids if x != controller]
+            if rng.random() < 0.5:
+                sim.partition_brokers([controller], others)
+                self._fault(f"controller {controller} cut from the other brokers", duration,
+                            lambda: [(sim.heal_link(controller, o), sim.heal_link(o, controller)) for o in others],
+                            network=True)
+            else:
+                sim.cut_from_zookeeper(controller)
+                self._fault(f"controller {controller} cut from ZooKeeper", duration,
+                            lambda: sim.heal_zookeeper(controller), network=True)
+        else:
+            target = rng.choice(candidates)
+            if kind == "pause":
+                sim.pause(target)
+                self._fault(f"broker {target} paused (SIGSTOP)", duration, lambda: sim.resume(target),
+                            brokers={target})
+            elif kind == "bounce":
+                sim.bounce(target, lose_unflushed=self.flush_on_ack and rng.random() < 0.5)
+                self.note(f"nemesis: broker {target} restarted at once")
+            elif kind == "stop":
+                self._stop(target, duration)
+            else:
+                power = kind == "power-loss"
+                sim.crash(target, lose_unflushed=power, expire_at_once=False)
+                self._fault(f"broker {target} {'lost power' if power else 'killed (SIGKILL)'}", duration,
+                            lambda: self._restart(target), brokers={target})
+
+    def _fault(self, description: str, duration_ms: int, heal: Callable[[], object], *,
+               brokers: set[int] = frozenset(), network: bool = False) -> None:
+        fault = _Fault(description, lambda: None, frozenset(brokers), network)
+
+        def do_heal() -> None:
+            if not fault.healed:
+                fault.healed = True
+                heal()
+                self.note(f"nemesis: healed: {description}")
+        fault.heal = do_heal
+        self.faults.append(fault)
+        self.note(f"nemesis: {description} for {duration_ms} ms")
+        self.sim._schedule(duration_ms, do_heal)
+
+    def _restart(self, broker_id: int) -> None:
+        if self.sim.brokers[broker_id].core is None:
+            self.sim.start(broker_id)
+
+    def _stop(self, broker_id: int, down_ms: int) -> None:
+        """SIGTERM: a controlled shutdown (bounded), then a clean stop; back after ``down_ms``."""
+        sim = self.sim
+        node = sim.brokers[broker_id]
+        incarnation = node.incarnation
+        sim._apply(node, node.core.begin_controlled_shutdown(sim._at(node)))
+        deadline = sim.now + 10000
+
+        def poll() -> None:
+            if node.incarnation != incarnation or node.core is None:
+                return
+            if node.core.controlled_shutdown_done or sim.now >= deadline:
+                if node.paused:
+                    sim.resume(broker_id)
+                sim.shutdown(broker_id)
+                self._fault(f"broker {broker_id} stopped (SIGTERM)", down_ms, lambda: self._restart(broker_id),
+                            brokers={broker_id})
+            else:
+                sim._schedule(50, poll)
+        self.note(f"nemesis: broker {broker_id} begins a controlled shutdown")
+        poll()
+
+    def _heal_everything(self) -> None:
+        self.note("nemesis: healing every fault")
+        for fault in list(self.faults):
+            fault.heal()
+        sim = self.sim
+        sim.heal_all_links()
+        sim.zk_flaky.clear()
+        for broker_id in sorted(sim.brokers):
+            sim.heal_zookeeper(broker_id)
+            node = sim.brokers[broker_id]
+            if node.paused:
+                sim.resume(broker_id)
+            if node.core is None:
+                sim.start(broker_id)
+
+    # ------------------------------------------------------------------ convergence
+
+    def _full_isr(self) -> bool:
+        sim = self.sim
+        live = self._live()
+        if len(live) != len(sim.brokers):
+            return False
+        for index in range(self.partitions):
+            state = sim.state(TOPIC, index)
+            replicas = set(sim.brokers)
+            if state.leader < 0 or set(state.isr) != replicas:
+                return False
+            for b in live:
+                p = sim.partition(b, TOPIC, index)
+                if p is None or p.leader_epoch != state.leader_epoch:
+                    return False
+            leader = sim.partition(state.leader, TOPIC, index)
+            if not leader.is_leader or set(leader.isr) != replicas:
+                return False
+        return True
+
+    def _quiescent(self) -> bool:
+        if not all(p.idle for p in self.producers):
+            return False
+        for index in range(self.partitions):
+            ends = set()
+            for b in self.sim.brokers:
+                p = self.sim.partition(b, TOPIC, index)
+                if p is None or p.high_watermark != p.log_end_offset:
+                    return False
+                ends.add(p.log_end_offset)
+            if len(ends) != 1:
+                return False
+        return True
+
+    def _converge(self) -> None:
+        """Every ISR must be full again within ``converge_ms`` while writes go on; across far
+        zones extra acks=1 producers write hard, as a busy cluster does, so that a follower's
+        fetch round trip always sees new writes arrive (KAFKA-4485 decides whether it rejoins)."""
+        sim = self.sim
+        deadline = sim.now + self.converge_ms
+        if self.latency_ms >= 10:
+            for n in range(6):
+                producer = Producer(sim, self.history, f"h{n}1", TOPIC, self.partitions,
+                                    random.Random(self.rng.random()), acks=1, idempotent=False, think_ms=(0, 10))
+                self.producers.append(producer)
+                producer.start()
+        while not self._full_isr():
+            if sim.now >= deadline:
+                raise Violation("the cluster converges", f"no full ISR within {self.converge_ms} ms of healing: "
+                                + self._describe(), sim.now)
+            sim.advance(100)
+        self.note("converged: every ISR is full")
+        for producer in self.producers:
+            producer.stop()
+        for consumer in self.consumers:
+            consumer.stopped = True
+        deadline = sim.now + 30000
+        while not self._quiescent():
+            if sim.now >= deadline:
+                raise Violation("the cluster converges", "replicas did not catch up within 30000 ms once the "
+                                "clients stopped: " + self._describe(), sim.now)
+            sim.advance(100)
+
+    def _describe(self) -> str:
+        parts = []
+        for index in range(self.partitions):
+            state = self.sim.state(TOPIC, index)
+            views = []
+            for b in sorted(self.sim.brokers):
+                p = self.sim.partition(b, TOPIC, index)
+                views.append(f"{b}:" + ("down" if p is None else
+                                        f"{'L' if p.is_leader else 'F'}e{p.leader_epoch} leo{p.log_end_offset}"
+                                        f" hw{p.high_watermark}" + (f" isr{list(p.isr)}" if p.is_leader else "")))
+            parts.append(f"p{index} zk(leader {state.leader} epoch {state.leader_epoch} isr {list(state.isr)}) "
+                         + " ".join(views))
+        return "; ".join(parts)
+
+
+def run_seed(seed: int, config: str = "safe", **kwargs) -> RunResult:
+    return Explorer(seed, CONFIGS[config], **kwargs).run()

@@ -1,0 +1,286 @@
+"""Clients for the simulator: producers and consumers that behave as Kafka's clients do, and the
+history of what the cluster told them.
+
+A :class:`Producer` learns leaders from Metadata, sends one batch at a time (acks 1 or all,
+idempotent or not), and on a retriable error or a lost connection refreshes its metadata and
+sends the same batch again until its delivery timeout; an idempotent producer keeps the batch's
+sequence number, so the leader can drop a duplicate. A :class:`Consumer` reads every partition
+from the leader below the high watermark. Every record value is unique, so the checker can tell
+where each acknowledged or consumed record went.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.group.records import build_batch, iter_records
+from strandline.protocol import api
+from strandline.protocol.api import ApiKey
+from strandline.protocol.records import read_header
+from strandline.sim.cluster import SimCluster
+
+REQUEST_TIMEOUT_MS = 5000
+DELIVERY_TIMEOUT_MS = 20000
+RETRY_BACKOFF_MS = 100
+PRODUCE_ACK_TIMEOUT_MS = 3000
+_RESET_PRODUCER = {ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id,
+                   ErrorCode.invalid_producer_epoch}
+_RETRIABLE = {ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition,
+              ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
+              ErrorCode.request_timed_out, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
+              ErrorCode.kafka_storage_error, ErrorCode.network_exception, ErrorCode.coordinator_load_in_progress}
+
+
+@dataclass(frozen=True)
+class Ack:
+    """An acknowledged batch: where the leader said it put it."""
+
+    producer: str
+    partition: int
+    base_offset: int
+    crc: int
+    values: tuple[bytes, ...]
+    acks: int
+    idempotent: bool
+    at_ms: int
+
+
+@dataclass
+class History:
+    """What the clients were told."""
+
+    acked: list[Ack] = field(default_factory=list)
+    unknown: list[tuple[str, int, tuple[bytes, ...]]] = field(default_factory=list)
+    refused: int = 0
+    consumed: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    sent: int = 0
+    on_ack: Callable[[Ack], None] | None = None
+
+    def record_ack(self, ack: Ack) -> None:
+        self.acked.append(ack)
+        if self.on_ack is not None:
+            self.on_ack(ack)
+
+
+class _Client:
+    """Metadata and request plumbing shared by producers and consumers."""
+
+    def __init__(self, sim: SimCluster, name: str, topic: str, partitions: int, rng: random.Random) -> None:
+        self.sim = sim
+        self.name = name
+        self.topic = topic
+        self.partitions = partitions
+        self.rng = rng
+        self.leaders: dict[int, int] = {}
+        self.stopped = False
+        self.busy = False
+
+    def later(self, delay_ms: int, action: Callable[[], None]) -> None:
+        self.sim._schedule(delay_ms, lambda: None if self.stopped else action())
+
+    def send(self, broker_id: int, api_key: int, version: int, body: dict,
+             on_answer: Callable[[object | None], None], expect_answer: bool = True) -> None:
+        frame = api.encode_request(api_key, version, self.sim.next_correlation(), self.name, body)
+
+        def answered(response: bytes | None) -> None:
+            if response is None:
+                on_answer(None)
+                return
+            on_answer(api.decode_response(api_key, version, response))
+        self.sim.client_send(broker_id, self.name, frame, answered, timeout_ms=REQUEST_TIMEOUT_MS,
+                             expect_answer=expect_answer)
+
+    def refresh_metadata(self, then: Callable[[], None]) -> None:
+        broker_id = self.rng.choice(sorted(self.sim.brokers))
+        body = {"topics": [{"name": self.topic}], "allow_auto_topic_creation": False}
+
+        def on_answer(resp) -> None:
+            if resp is not None:
+                for topic in resp.topics:
+                    if topic.name == self.topic and topic.error_code == ErrorCode.none:
+                        for p in topic.partitions:
+                            if p.error_code == ErrorCode.none and p.leader_id >= 0:
+                                self.leaders[p.partition_index] = p.leader_id
+                            else:
+                                self.leaders.pop(p.partition_index, None)
+            self.later(0 if resp is not None else RETRY_BACKOFF_MS, then)
+        self.send(broker_id, ApiKey.METADATA, 9, body, on_answer)
+
+
+class Producer(_Client):
+    def __init__(self, sim: SimCluster, history: History, name: str, topic: str, partitions: int,
+                 rng: random.Random, *, acks: int, idempotent: bool, think_ms: tuple[int, int] = (10, 120),
+                 records_per_batch: tuple[int, int] = (1, 3)) -> None:
+        super().__init__(sim, name, topic, partitions, rng)
+        self.history = history
+        self.acks = acks
+        self.idempotent = idempotent
+        self.think_ms = think_ms
+        self.records_per_batch = records_per_batch
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.sequences: dict[int, int] = {}
+        self.batch: tuple[int, bytes, tuple[bytes, ...], int] | None = None   # partition, bytes, values, first try
+        self.counter = 0
+
+    def start(self) -> None:
+        self.later(self.rng.randint(0, self.think_ms[1]), self.step)
+
+    def stop(self) -> None:
+        """Send no new batch; the batch in flight finishes (or times out) first."""
+        self.stopping = True
+
+    stopping = False
+
+    @property
+    def idle(self) -> bool:
+        return self.batch is None and not self.busy
+
+    def step(self) -> None:
+        if self.busy:
+            return
+        if self.idempotent and self.producer_id < 0:
+            self.init_producer_id()
+            return
+        if self.batch is None:
+            if self.stopping:
+                return
+            self.batch = self.new_batch()
+        partition, data, values, first_ms = self.batch
+        if self.sim.now - first_ms > DELIVERY_TIMEOUT_MS:
+            self.give_up()
+            return
+        leader = self.leaders.get(partition)
+        if leader is None:
+            self.busy = True
+            self.refresh_metadata(self.resume)
+            return
+        self.busy = True
+        body = {"transactional_id": None, "acks": self.acks, "timeout": PRODUCE_ACK_TIMEOUT_MS,
+                "topic_data": [{"name": self.topic, "partition_data": [{"index": partition, "records": data}]}]}
+        self.send(leader, ApiKey.PRODUCE, 7, body, self.on_produced, expect_answer=self.acks != 0)
+
+    def resume(self) -> None:
+        self.busy = False
+        self.step()
+
+    def new_batch(self) -> tuple[int, bytes, tuple[bytes, ...], int]:
+        partition = self.rng.randrange(self.partitions)
+        count = self.rng.randint(*self.records_per_batch)
+        values = []
+        for _ in range(count):
+            self.counter += 1
+            values.append(f"{self.name}:{self.counter}".encode())
+        sequence = self.sequences.get(partition, 0) if self.idempotent else -1
+        data = bytes(build_batch([(b"", v) for v in values], self.sim.now, self.producer_id if self.idempotent else -1,
+                                 self.producer_epoch if self.idempotent else -1, sequence))
+        self.history.sent += 1
+        return partition, data, tuple(values), self.sim.now
+
+    def on_produced(self, resp) -> None:
+        self.busy = False
+        if self.stopped or self.batch is None:
+            return
+        partition, data, values, _ = self.batch
+        if resp is None:                       # lost connection or timeout: unknown, send it again
+            self.leaders.pop(partition, None)
+            self.later(RETRY_BACKOFF_MS, self.step)
+            return
+        answer = resp.responses[0].partition_responses[0]
+        error = ErrorCode(int(answer.error_code))
+        if error is ErrorCode.none:
+            self.history.record_ack(Ack(self.name, partition, int(answer.base_offset), read_header(data).crc,
+                                          values, self.acks, self.idempotent, self.sim.now))
+            if self.idempotent:
+                self.sequences[partition] = self.sequences.get(partition, 0) + len(values)
+            self.batch = None
+            self.later(self.rng.randint(*self.think_ms), self.step)
+        elif error in _RETRIABLE:
+            self.leaders.pop(partition, None)
+            self.later(RETRY_BACKOFF_MS, self.step)
+        elif error in _RESET_PRODUCER and self.idempotent:
+            self.give_up()
+        else:
+            self.history.refused += 1
+            self.batch = None
+            self.later(RETRY_BACKOFF_MS, self.step)
+
+    def give_up(self) -> None:
+        """The batch's fate is unknown; an idempotent producer starts a new epoch (KIP-360)."""
+        partition, _, values, _ = self.batch
+        self.history.unknown.append((self.name, partition, values))
+        self.batch = None
+        if self.idempotent:
+            self.producer_id = -1
+            self.sequences.clear()
+        self.later(RETRY_BACKOFF_MS, self.step)
+
+    def init_producer_id(self) -> None:
+        self.busy = True
+        broker_id = self.rng.choice(sorted(self.sim.brokers))
+
+        def on_answer(resp) -> None:
+            self.busy = False
+            if resp is not None and resp.error_code == ErrorCode.none:
+                self.producer_id, self.producer_epoch = int(resp.producer_id), int(resp.producer_epoch)
+                self.sequences.clear()
+                self.later(0, self.step)
+            else:
+                self.later(RETRY_BACKOFF_MS, self.step)
+        self.send(broker_id, ApiKey.INIT_PRODUCER_ID, 1,
+                  {"transactional_id": None, "transaction_timeout_ms": 60000}, on_answer)
+
+
+class Consumer(_Client):
+    """Reads every partition from the start, below the high watermark, as a consumer does."""
+
+    def __init__(self, sim: SimCluster, history: History, name: str, topic: str, partitions: int,
+                 rng: random.Random, on_record: Callable[[int, int, bytes], None] | None = None) -> None:
+        super().__init__(sim, name, topic, partitions, rng)
+        self.history = history
+        self.positions = {p: 0 for p in range(partitions)}
+        self.on_record = on_record
+        self.next_partition = 0
+
+    def start(self) -> None:
+        self.later(self.rng.randint(0, 100), self.step)
+
+    def step(self) -> None:
+        partition = self.next_partition
+        self.next_partition = (partition + 1) % self.partitions
+        leader = self.leaders.get(partition)
+        if leader is None:
+            self.refresh_metadata(self.step)
+            return
+        body = {"replica_id": -1, "max_wait": 200, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic": self.topic, "partitions": [{
+                    "partition": partition, "current_leader_epoch": -1, "fetch_offset": self.positions[partition],
+                    "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}
+
+        def on_answer(resp) -> None:
+            if resp is None:
+                self.leaders.pop(partition, None)
+                self.later(RETRY_BACKOFF_MS, self.step)
+                return
+            answer = resp.responses[0].partitions[0]
+            error = ErrorCode(int(answer.error_code))
+            if error is ErrorCode.offset_out_of_range:
+                self.positions[partition] = max(0, int(answer.log_start_offset))
+            elif error is not ErrorCode.none:
+                self.leaders.pop(partition, None)
+            elif answer.records:
+                seen = self.history.consumed.setdefault(partition, {})
+                for offset, _, value in iter_records(answer.records):
+                    if offset < self.positions[partition]:
+                        continue
+                    if self.on_record is not None:
+                        self.on_record(partition, offset, value)
+                    seen.setdefault(offset, value)
+                    self.positions[partition] = offset + 1
+            self.later(0 if error is ErrorCode.none else RETRY_BACKOFF_MS, self.step)
+        self.send(leader, ApiKey.FETCH, 11, body, on_answer)

@@ -1,0 +1,349 @@
+"""ISR changes under faults, durability on flush, and the limit of SAFE-1, in the simulator.
+
+Each test plays one defect that measurement found (lost or unknown ZooKeeper replies, stale
+fetches, late results, followers that do not flush) or one loss case of the seeds (LOSS-6).
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from strandline.coordination.store import Create, GetData, SetData
+from strandline.sim.cluster import SimCluster
+from tests.unit.test_replication_sim import LAG_MS, create, produce, produce_request, values_on
+
+FETCH = 1
+
+
+def state_write(broker_id: int, topic: str):
+    """Matches the leader's compare-and-set of a partition's state znode."""
+    def matches(b: int, ops: list) -> bool:
+        return b == broker_id and any(isinstance(op, SetData) and op.path.endswith(f"/topics/{topic}/partitions/0/state")
+                                      for op in ops)
+    return matches
+
+
+def produce_many(c: SimCluster, broker: int, topic: str, values: list[bytes], acks: int = -1,
+                 timeout_ms: int = 500, wait_ms: int = 600) -> list[bytes]:
+    """Send each value as its own request (own client), wait, and return the acknowledged values."""
+    for v in values:
+        produce_request(c, broker, topic, [v], acks=acks, client=v.decode(), timeout_ms=timeout_ms)
+    c.advance(wait_ms)
+    acked = []
+    for v in values:
+        resp = c.response(broker, 0, 7, v.decode())
+        if resp is not None and resp.responses[0].partition_responses[0].error_code == ErrorCode.none:
+            acked.append(v)
+    return acked
+
+
+def stall(c: SimCluster, leader: int, topic: str, *followers: int) -> None:
+    """Pause followers and keep writing (acks=1) until the leader drops them from the ISR: a
+    follower that has everything stays in the ISR however long it is silent (ISR-4)."""
+    for b in followers:
+        c.pause(b)
+    produce_request(c, leader, topic, [b"during-stall"], acks=1, client="staller")
+    c.advance(2 * LAG_MS)
+
+
+def follower_fetch(c: SimCluster, leader: int, follower: int, topic: str, offset: int, epoch: int):
+    body = {"replica_id": follower, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": epoch,
+                                                         "fetch_offset": offset, "log_start_offset": 0,
+                                                         "partition_max_bytes": 1 << 20}]}]}
+    return c.call(leader, FETCH, 11, body, client=f"fake-replica-{follower}").responses[0].partitions[0]
+
+
+# ---------------------------------------------------------------------------- ISR writes (ISR-5)
+
+
+def test_isr_5_an_isr_expansion_applied_although_zookeeper_answered_connection_loss_is_read_back():
+    """The expansion that puts broker 4 back is applied in ZooKeeper but the leader hears
+    CONNECTION_LOSS. It must read the state back (Kafka's checkLeaderAndIsrZkData) and count 4 in
+    the ISR: otherwise it acknowledges acks=all writes that 4 lacks, and when it dies the controller
+    elects 4 (first live ISR member in replica order) and every one of them is lost."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "u", [2, 4, 3], min_isr=2)
+    assert produce(c, 2, "u", [b"m0"]).error_code == ErrorCode.none
+    stall(c, 2, "u", 4)
+    assert c.state("u").isr == (2, 3)
+    expansion = state_write(2, "u")
+    c.zk_fault = lambda b, ops: "applied-reply-lost" if expansion(b, ops) else None
+    c.resume(4)
+    c.advance(20)
+    assert set(c.state("u").isr) == {2, 3, 4}                # applied, whatever the leader heard
+    c.zk_fault = None
+    c.pause(4)                                                # 4 stalls again, still in the ISR...
+    c.advance(LAG_MS + 100)                                   # ...for longer than the lag time
+    acked = produce_many(c, 2, "u", [b"w%d" % i for i in range(5)])
+    c.crash(2)
+    c.resume(4)
+    c.advance(3000)
+    leader = c.state("u").leader
+    assert leader in (3, 4)
+    survivors = values_on(c, leader, "u")
+    assert [v for v in acked if v not in survivors] == []
+
+
+def test_isr_5_an_isr_write_that_was_not_applied_leaves_the_leader_serving_and_it_tries_again():
+    """CONNECTION_LOSS and the state in ZooKeeper unchanged: the write was lost, the leader's view
+    is still current, so it goes on and proposes the change again."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "n", [1, 2, 3], min_isr=2)
+    shrink = state_write(1, "n")
+    faults = iter(["not-applied"])
+    c.zk_fault = lambda b, ops: next(faults, None) if shrink(b, ops) else None
+    stall(c, 1, "n", 3)
+    c.advance(LAG_MS)
+    assert c.state("n").isr == (1, 2)
+    assert c.partition(1, "n").isr == (1, 2)
+    assert produce(c, 1, "n", [b"m1"]).error_code == ErrorCode.none
+
+
+def test_net_4_after_a_failed_isr_change_the_old_leader_acknowledges_no_write_not_even_acks_1():
+    """NET-4: cut from ZooKeeper, the leader's ISR shrink cannot complete. From then on it must not
+    acknowledge any write of that partition (acks=1 included) until the controller tells it its
+    role; before, a cut leader acknowledged every acks=1 write for as long as the cut lasted."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "n", [2, 3, 4], min_isr=2)
+    assert produce(c, 2, "n", [b"m1"]).error_code == ErrorCode.none
+    c.cut_off(2)
+    assert produce(c, 2, "n", [b"before"], acks=1).error_code == ErrorCode.none    # LOSS-3: acknowledged...
+    c.advance(2 * LAG_MS)                                     # ...then its ISR shrink is attempted and fails
+    assert c.partition(2, "n").is_leader
+    late = produce_many(c, 2, "n", [b"a%d" % i for i in range(10)], acks=1)
+    assert late == []
+    answer = produce(c, 2, "n", [b"x"], acks=1)
+    assert answer.error_code == ErrorCode.not_leader_or_follower
+
+
+def test_isr_5_a_late_isr_write_result_does_not_overwrite_a_newer_state():
+    """The result of the leader's ISR write arrives after the controller has already given the
+    partition a newer state (a dead follower removed, leader epoch + 1): it must be ignored."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "l", [2, 3, 4], min_isr=1)
+    assert produce(c, 2, "l", [b"m1"]).error_code == ErrorCode.none
+    stall(c, 2, "l", 4)
+    assert c.state("l").isr == (2, 3)
+    expansion = state_write(2, "l")
+    c.zk_fault = lambda b, ops: ("reply-delayed", 300) if expansion(b, ops) else None
+    c.resume(4)
+    c.advance(20)
+    assert set(c.state("l").isr) == {2, 3, 4}                 # applied; the answer is on its way
+    c.zk_fault = None
+    c.crash(3)                                                # the controller removes 3: epoch + 1
+    c.advance(50)
+    assert c.state("l").isr == (2, 4) and c.state("l").leader_epoch == 1
+    c.advance(400)                                            # the old answer arrives now
+    partition = c.partition(2, "l")
+    assert (partition.leader_epoch, partition.isr, partition.zk_version) == \
+        (1, (2, 4), c.state("l").zk_version)
+
+
+# ---------------------------------------------------------------------------- followers on the leader
+
+
+def test_net_3_a_failed_follower_fetch_neither_moves_its_leo_nor_puts_it_back_in_the_isr():
+    """A follower's fetch that the leader answers with an error (here UNKNOWN_LEADER_EPOCH) must not
+    count as that follower's progress."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "f", [1, 2, 3], min_isr=1)
+    stall(c, 1, "f", 3)
+    assert c.state("f").isr == (1, 2)
+    assert produce(c, 1, "f", [b"m1"]).error_code == ErrorCode.none
+    leo = c.partition(1, "f").log_end_offset
+    answer = follower_fetch(c, 1, 3, "f", leo, epoch=7)
+    assert answer.error_code == ErrorCode.unknown_leader_epoch
+    c.advance(10)
+    assert c.partition(1, "f").remote_replicas[3].log_end_offset != leo
+    assert c.state("f").isr == (1, 2)
+
+
+def test_net_3_the_leader_never_adds_a_broker_the_controller_considers_dead():
+    """KIP-841: a follower whose ZooKeeper session expired is out of the ISR (CTL-6); even if its
+    fetches still reach the leader and are caught up, the leader must not put it back until the
+    controller lists it as alive again."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS), "zookeeper.session.timeout.ms": "2000"})
+    create(c, "d", [2, 3, 4], min_isr=1)
+    assert produce(c, 2, "d", [b"m1"]).error_code == ErrorCode.none
+    c.cut_from_zookeeper(4)
+    c.advance(2500)
+    assert 4 not in c.state("d").isr and 4 not in c.brokers[2].core.metadata.brokers
+    leo = c.partition(2, "d").log_end_offset
+    follower_fetch(c, 2, 4, "d", leo, epoch=-1)             # caught up, and no epoch to fence it
+    c.advance(10)
+    assert 4 not in c.state("d").isr
+    c.heal_zookeeper(4)
+    c.advance(3000)
+    assert set(c.state("d").isr) == {2, 3, 4}
+
+
+def test_isr_4_a_follower_outside_the_isr_rejoins_under_a_steady_write_rate():
+    """KAFKA-4485: a follower caught up within the lag time holds the high watermark back on the
+    append path too, so it reaches the HW and rejoins although new writes keep arriving while its
+    fetches travel."""
+    c = SimCluster((1, 2), latency_ms=5, **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "s", [1, 2], min_isr=1)
+    stall(c, 1, "s", 2)
+    assert c.state("s").isr == (1,)
+    c.resume(2)
+    for i in range(5000):                                     # a write every 2 ms for 10 s
+        produce_request(c, 1, "s", [b"w%d" % i], acks=1, client=f"p{i % 50}")
+        c.advance(2)
+        if c.state("s").isr == (1, 2):
+            break
+    assert c.state("s").isr == (1, 2)
+
+
+def test_isr_leader_keeps_what_it_knows_of_its_followers_across_a_leader_and_isr_that_keeps_it_leader():
+    """A LeaderAndIsr that only shrinks the ISR (the leader stays) must not forget the followers'
+    log end offsets, or acks=all waits a whole fetch round after every controller ISR change."""
+    c = SimCluster((1, 2, 3, 4), latency_ms=5, **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "k", [2, 3, 4], min_isr=1)
+    assert produce(c, 2, "k", [b"m1"]).error_code == ErrorCode.none
+    c.advance(50)
+    c.crash(4)
+    while c.partition(2, "k").leader_epoch == 0:
+        c.advance(1)
+    assert c.state("k").leader_epoch == 1
+    assert c.partition(2, "k").remote_replicas[3].log_end_offset == 1
+
+
+# ---------------------------------------------------------------------------- propagation (ISR-6)
+
+
+def test_isr_6_a_failed_isr_change_notification_is_written_again():
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "p", [2, 3, 1], min_isr=1)
+    faults = iter(["not-applied"])
+    c.zk_fault = lambda b, ops: next(faults, None) if b == 2 and any(
+        isinstance(op, Create) and "isr_change_notification" in op.path for op in ops) else None
+    stall(c, 2, "p", 3)
+    c.advance(15000)
+    assert c.state("p").isr == (2, 1)
+    assert c.brokers[1].core.metadata.topics["p"].states[0].isr == (2, 1)
+
+
+# ---------------------------------------------------------------------------- durability (DUR-3, LOSS-6)
+
+
+def test_dur_3_with_flush_on_ack_followers_flush_before_the_high_watermark_passes_a_batch():
+    """DUR-2/DUR-3: every ISR member has flushed an acknowledged batch, so the whole ISR losing power
+    at once loses nothing, whichever member comes back first and leads."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "d", [2, 3, 4], min_isr=2, configs={"flush.on.ack": "true"})
+    assert produce(c, 2, "d", [b"m1"]).error_code == ErrorCode.none
+    assert produce(c, 2, "d", [b"m2"]).error_code == ErrorCode.none
+    for b in (2, 3, 4):
+        c.crash(b, lose_unflushed=True)
+    c.advance(100)
+    c.start(3)
+    c.start(4)
+    c.advance(3000)
+    assert c.state("d").leader in (3, 4)
+    assert values_on(c, c.state("d").leader, "d") == [b"m1", b"m2"]
+
+
+def test_ctl_7_a_partition_whose_replicas_all_restarted_before_the_controller_noticed_comes_back():
+    """Every replica crashes and registers again before the controller handles the watch: it sees
+    them all bounced (new broker epochs) in one event. It handles them as dead, then as new, and the
+    new ones must lead again (CTL-7), not leave the partition offline for good."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "b", [2, 3, 4], min_isr=2)
+    assert produce(c, 2, "b", [b"m1"]).error_code == ErrorCode.none
+    c.advance(10)
+    for b in (2, 3, 4):
+        c.crash(b, lose_unflushed=False)
+    for b in (2, 3, 4):
+        c.start(b)
+    c.advance(3000)
+    assert c.state("b").leader in (2, 3, 4)
+    assert produce(c, c.state("b").leader, "b", [b"m2"]).error_code == ErrorCode.none
+    assert values_on(c, c.state("b").leader, "b") == [b"m1", b"m2"]
+
+
+def test_loss_6_the_isr_shrunk_to_the_leader_which_then_loses_its_disk_loses_everything():
+    """LOSS-6 (S0 case 4b), the limit of SAFE-1: followers stall, the ISR shrinks to the leader
+    alone; the leader loses power (nothing was flushed) and comes back empty. It is the only broker
+    that may lead cleanly, so it is elected and the followers truncate to its empty log: every
+    acknowledged acks=all write is lost, although min.insync.replicas is 2."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "x", [2, 3, 4], min_isr=2)
+    acked = [v for v in (b"m1", b"m2", b"m3") if produce(c, 2, "x", [v]).error_code == ErrorCode.none]
+    assert len(acked) == 3 and values_on(c, 3, "x") == acked
+    stall(c, 2, "x", 3, 4)
+    assert c.state("x").isr == (2,)
+    assert produce(c, 2, "x", [b"refused"]).error_code == ErrorCode.not_enough_replicas
+    c.crash(2, lose_unflushed=True)
+    c.resume(3)
+    c.resume(4)
+    c.advance(1000)
+    assert c.state("x").leader == -1                          # no clean candidate: offline
+    c.start(2)
+    c.advance(3000)
+    assert c.state("x").leader == 2
+    assert [values_on(c, b, "x") for b in (2, 3, 4)] == [[], [], []]
+
+
+# ---------------------------------------------------------------------------- the controller (CTL-3)
+
+
+def test_ctl_3_a_broker_whose_election_was_applied_but_not_answered_acts_as_controller():
+    """The election multi-op (ephemeral /controller + epoch) is applied but its answer is lost:
+    /controller names this broker, so no other broker runs; it must take office all the same,
+    or the cluster has no controller and no partition ever gets a new leader."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "c", [3, 2], min_isr=1)
+    election = lambda b, ops: any(isinstance(op, Create) and op.path == "/controller" for op in ops)  # noqa: E731
+    c.zk_fault = lambda b, ops: "applied-reply-lost" if b == 2 and election(b, ops) else None
+    c.crash(1)
+    c.advance(100)
+    c.zk_fault = None
+    assert c.controller_id == 2
+    c.crash(3)                                                # the leader of c-0 dies: broker 2 must take over
+    c.advance(100)
+    assert c.state("c").leader == 2
+
+
+def test_ctl_3_a_broker_that_could_not_read_the_controller_epoch_runs_again():
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "e", [2, 3], min_isr=1)
+    reads = iter([2, 3])
+    epoch_read = lambda ops: any(op.path == "/controller_epoch" and type(op).__name__ == "GetData" for op in ops)  # noqa: E731
+    c.zk_fault = lambda b, ops: "not-applied" if epoch_read(ops) and b == next(reads, None) else None
+    c.crash(1)
+    c.advance(3000)
+    assert c.controller_id in (2, 3)
+    assert c.brokers[c.controller_id].core.is_controller
+
+
+def test_ctl_6_a_leader_election_applied_although_zookeeper_answered_connection_loss_is_announced():
+    """The controller's write of a new leader is applied but its answer is lost. Reading the
+    state again it finds nothing left to change; it must still tell the brokers, or the new leader
+    never learns it leads and the partition stays unavailable."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "w", [2, 3], min_isr=1)
+    assert produce(c, 2, "w", [b"m1"]).error_code == ErrorCode.none
+    election = lambda b, ops: b == 1 and any(isinstance(op, SetData) and op.path.endswith("/w/partitions/0/state")  # noqa: E731
+                                             for op in ops)
+    faults = iter(["applied-reply-lost"])
+    c.zk_fault = lambda b, ops: next(faults, None) if election(b, ops) else None
+    c.crash(2)
+    c.advance(2000)
+    assert c.state("w").leader == 3
+    assert c.partition(3, "w").is_leader
+    assert produce(c, 3, "w", [b"m2"]).error_code == ErrorCode.none
+
+
+def test_ctl_6_a_controller_that_cannot_read_a_state_back_reads_it_again():
+    """As above, and the first read of the state after the lost answer fails too."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "r", [2, 3], min_isr=1)
+    state_path = "/brokers/topics/r/partitions/0/state"
+    faults = {SetData: iter(["applied-reply-lost"]), GetData: iter(["not-applied"])}
+    c.zk_fault = lambda b, ops: next(faults[type(ops[-1])], None) if b == 1 and type(ops[-1]) in faults and \
+        ops[-1].path == state_path else None
+    c.crash(2)
+    c.advance(3000)
+    assert c.state("r").leader == 3 and c.partition(3, "r").is_leader
