@@ -17,7 +17,8 @@ from kio.serial import entity_reader, entity_writer
 
 from strandline.broker.broker import Broker
 from strandline.broker.config import BrokerConfig
-from strandline.broker.effects import Close, Send, ZkRequest
+from strandline.broker.cluster_state import read_cluster_state
+from strandline.broker.effects import Close, ReadClusterState, Send, ZkRequest
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
 from strandline.protocol.api import build
@@ -37,10 +38,10 @@ class Harness:
         logs.startup(self.now)
         self.broker = Broker(self.config, logs, rng=random.Random(1), now_ms=self.now)
         self.zk = MemoryZooKeeper()
-        self.broker.load_metadata("cluster", {b: BrokerInfo(b, "127.0.0.1", 9091 + b) for b in brokers},
-                                  {}, 1, 1, self.now)
+        self.brokers = {b: BrokerInfo(b, "127.0.0.1", 9091 + b) for b in brokers}
         self.correlation = 0
         self.sent: dict[int, list] = {}
+        self.run(self.broker.load_metadata("cluster", self.brokers, {}, 1, 1, self.now))
 
     def run(self, effects):
         """Carry out effects like the shell; ZooKeeper answers at once."""
@@ -50,6 +51,9 @@ class Harness:
             if isinstance(effect, ZkRequest):
                 pending.extend(self.broker.on_zk_result(
                     effect.token, self.zk.run(effect.ops, effect.transaction), self.now))
+            elif isinstance(effect, ReadClusterState):      # the controller reads the cluster
+                _, topics = read_cluster_state(self.zk)
+                pending.extend(self.broker.on_zk_result(effect.token, (self.brokers, topics, {}), self.now))
             elif isinstance(effect, (Send, Close)):
                 self.sent.setdefault(effect.conn_id, []).append(effect)
 
@@ -260,8 +264,8 @@ def restart_after_power_loss(h: Harness) -> Harness:
     logs = LogManager(h.disk, ["/data/logs"], h.config.log_config())
     logs.startup(again.now)
     again.broker = Broker(h.config, logs, rng=random.Random(2), now_ms=again.now)
-    again.broker.load_metadata("cluster", {1: BrokerInfo(1, "127.0.0.1", 9092)}, topics, 1, 1, again.now)
-    again.correlation, again.sent = 0, {}
+    again.correlation, again.sent, again.brokers = 0, {}, {1: BrokerInfo(1, "127.0.0.1", 9092)}
+    again.run(again.broker.load_metadata("cluster", again.brokers, topics, 1, 1, again.now))
     return again
 
 

@@ -347,3 +347,23 @@ def test_ctl_6_a_controller_that_cannot_read_a_state_back_reads_it_again():
     c.crash(2)
     c.advance(3000)
     assert c.state("r").leader == 3 and c.partition(3, "r").is_leader
+
+
+def test_ctl_7_a_broker_that_becomes_controller_as_it_starts_elects_leaders_for_offline_partitions():
+    """Kafka's onControllerFailover elects leaders for every offline partition, also when the
+    controller is elected while its broker starts: the partition offline since its only ISR
+    member died comes back when that broker, starting first, becomes controller."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "o", [2, 3], min_isr=1)
+    assert produce(c, 2, "o", [b"m1"]).error_code == ErrorCode.none
+    c.crash(3)
+    c.advance(100)
+    c.crash(2)
+    c.advance(100)
+    assert c.state("o").leader == -1 and c.state("o").isr == (2,)
+    c.crash(1)
+    c.start(2)
+    c.advance(1000)
+    assert c.controller_id == 2
+    assert c.state("o").leader == 2
+    assert produce(c, 2, "o", [b"m2"]).error_code == ErrorCode.none

@@ -577,5 +577,5 @@ def test_ctl_8_followers_told_of_a_leader_that_has_not_registered_yet_fetch_once
     c.start(2)
     c.advance(3000)
     assert set(c.state("late").isr) == {1, 2, 3}
-    assert produce(c, 2, "late", [b"m2"]).error_code == ErrorCode.none
+    assert produce(c, c.state("late").leader, "late", [b"m2"]).error_code == ErrorCode.none
     assert values_on(c, 1, "late") == values_on(c, 3, "late") == [b"m1", b"m2"]

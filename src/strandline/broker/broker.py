@@ -127,7 +127,7 @@ class Broker(ControlPlane, Follower, Groups):
         """Install the cluster state read from ZooKeeper at start-up and open our replicas' logs.
 
         Leadership comes only from the controller's LeaderAndIsr; when this broker is the
-        controller it sends them now, to itself included."""
+        controller it takes office now (and sends them, to itself included)."""
         self.metadata.cluster_id = cluster_id
         if self._heard_from_controller:
             # the controller's requests can arrive between registration and this call: what they
@@ -153,9 +153,10 @@ class Broker(ControlPlane, Follower, Groups):
                 self.logs.delete_log(name, index)
                 effects.append(Log("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
         if controller_id == self.broker_id:
-            self.active_controller = True
-            self._controller_epoch_version = controller_epoch_version
-            effects.extend(self._on_became_controller(now_ms))
+            # elected while starting: take office as any new controller does (read the cluster from
+            # ZooKeeper, tell every broker, elect leaders for partitions that have none)
+            effects.extend(self._become_controller(controller_epoch, controller_epoch_version,
+                                                   "won the controller election while starting"))
         waiting, self._before_load = self._before_load or [], None
         for conn_id, frame in waiting:
             effects.extend(self.handle_request(conn_id, frame, now_ms))
