@@ -367,3 +367,25 @@ def test_ctl_7_a_broker_that_becomes_controller_as_it_starts_elects_leaders_for_
     assert c.controller_id == 2
     assert c.state("o").leader == 2
     assert produce(c, 2, "o", [b"m2"]).error_code == ErrorCode.none
+
+
+def test_ctl_7_a_broker_back_while_the_controller_writes_its_partition_offline_is_elected():
+    """The controller decides a partition is offline (its only ISR member died) and writes it; the
+    broker registers again before the write's answer is back, when the controller still thinks it
+    leads. Once the answer arrives, the partition must be elected again, not stay offline."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "q", [2, 3], min_isr=1)
+    assert produce(c, 2, "q", [b"m1"]).error_code == ErrorCode.none
+    c.crash(3)
+    c.advance(100)
+    assert c.state("q").isr == (2,)
+    offline = lambda b, ops: b == 1 and any(isinstance(op, SetData) and op.path.endswith("/q/partitions/0/state")  # noqa: E731
+                                            for op in ops)
+    faults = iter([("reply-delayed", 300)])
+    c.zk_fault = lambda b, ops: next(faults, None) if offline(b, ops) else None
+    c.crash(2)
+    c.advance(50)
+    assert c.state("q").leader == -1
+    c.start(2)
+    c.advance(2000)
+    assert c.state("q").leader == 2 and c.partition(2, "q").is_leader

@@ -595,7 +595,8 @@ class ControlPlane:
         on the version just read; a partition whose write lost a race is read and elected again.
         After a write whose outcome is unknown (``announce``), a state found already decided may be
         that write, applied: the brokers are told it. ``done(now_ms)`` runs once the states are
-        written (or nothing needed writing)."""
+        written (or nothing needed writing). A broker of ``dead`` stays dead for retries even if it
+        registered again meanwhile: its earlier life ended, and what it held may be gone."""
         if not keys:
             return done(now_ms) if done else []
         reads = [GetData(znodes.TopicPartitionStateZNode.path(t, i)) for t, i in keys]
@@ -643,7 +644,7 @@ class ControlPlane:
                             lambda t: self._reelect(keys, dead, t, done, decide), at_ms)
                     return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
                         self._after(at_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
-                                    lambda t: self._reelect(keys, dead, t, done, decide, announce=True))
+                                    lambda t: self._reelect(keys, dead, t, done, decide, True))
                 changed, out = [], []
                 for (key, state), res in zip(planned, written[skip:]):
                     topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
@@ -653,6 +654,15 @@ class ControlPlane:
                         out.append(Log("info", f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
                                                f"{state.leader_epoch}, ISR {list(state.isr)}"))
                 out.extend(self._send_partition_states(changed, None, False, at_ms))
+                # brokers came or went while the write was on its way: a partition left offline
+                # although an ISR member is back, or led by a broker now gone, is elected again
+                live_now = self.metadata.brokers  # type: ignore[attr-defined]
+                eligible = set(live_now) - self._shutting_down  # type: ignore[attr-defined]
+                stale = [key for key, state in planned
+                         if (state.leader < 0 and any(r in eligible for r in state.isr))
+                         or (state.leader >= 0 and state.leader not in live_now)]
+                if stale:
+                    out.extend(self._reelect(stale, set(), at_ms))
                 return out + (done(at_ms) if done else [])
 
             return effects + [self._zk(fenced, on_written, transaction=True)]  # type: ignore[attr-defined]
