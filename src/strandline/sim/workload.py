@@ -78,6 +78,7 @@ class _Client:
         self.leaders: dict[int, int] = {}
         self.stopped = False
         self.busy = False
+        self.refreshed_ms = -RETRY_BACKOFF_MS
 
     def later(self, delay_ms: int, action: Callable[[], None]) -> None:
         self.sim._schedule(delay_ms, lambda: None if self.stopped else action())
@@ -95,6 +96,13 @@ class _Client:
                              expect_answer=expect_answer)
 
     def refresh_metadata(self, then: Callable[[], None]) -> None:
+        """Ask a random broker for the leaders, then ``then()``; at most once per retry backoff,
+        as Kafka's clients do (retry.backoff.ms)."""
+        wait = self.refreshed_ms + RETRY_BACKOFF_MS - self.sim.now
+        if wait > 0:
+            self.later(wait, lambda: self.refresh_metadata(then))
+            return
+        self.refreshed_ms = self.sim.now
         broker_id = self.rng.choice(sorted(self.sim.brokers))
         body = {"topics": [{"name": self.topic}], "allow_auto_topic_creation": False}
 
