@@ -395,8 +395,10 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     """Decode one request frame (without its size prefix) into (header, kio request object).
 
     Raises :class:`ProtocolError` for an unknown API key, a version we do not support, or any
-    malformed content (truncation, garbage, bytes left over after the body), and
-    :class:`UnsupportedApiVersions` for an ApiVersions request newer than we support.
+    malformed content (truncation, garbage), and :class:`UnsupportedApiVersions` for an
+    ApiVersions request newer than we support. Bytes after the body are ignored, as Kafka does
+    (librdkafka 2.15+ sends three after an all-topics Metadata v12); every array must still fit
+    in the frame.
     """
     api_key, api_version, correlation_id = peek_header(frame)
     if type(frame) is not bytes:
@@ -428,18 +430,12 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     if body_end > end:
         raise ProtocolError(f"truncated {api_name(api_key)} v{api_version} request "
                             f"({end} bytes, {body_end - end} missing)")
-    if body_end < end:
-        raise ProtocolError(f"{end - body_end} unexpected bytes after a "
-                            f"{api_name(api_key)} v{api_version} request")
     try:
         header, offset = header_reader(frame, 0)
-        body, size = body_reader(frame, offset)
+        body, _ = body_reader(frame, offset)
     except Exception as exc:  # kio raises assorted errors on malformed input
         raise ProtocolError(f"malformed {api_name(api_key)} v{api_version} request: "
                             f"{type(exc).__name__}: {exc}") from None
-    if offset + size != end:
-        raise ProtocolError(f"{end - offset - size} unexpected bytes after a "
-                            f"{api_name(api_key)} v{api_version} request")
     return RequestHeader(api_key, api_version, correlation_id, header.client_id), body
 
 
