@@ -4,12 +4,14 @@ UnsupportedApiVersions, and always finish quickly. Seeded, bounded in cases and 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import struct
 import time
 
 import pytest
 from kio.index import load_request_schema
+from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, is_optional
 
 from strandline.protocol.api import SUPPORTED, UnsupportedApiVersions, decode_request
 from strandline.protocol.frames import FrameDecoder, ProtocolError
@@ -126,3 +128,73 @@ def test_huge_lengths_at_every_position_of_every_request():
             for bomb in BOMBS:
                 check_decode(frame[:pos] + bomb + frame[pos + len(bomb):])
                 check_decode(frame[:pos] + bomb + frame[pos:])
+
+
+# -- nulls: Kafka's generated readers refuse a null where the schema allows none ("non-nullable
+# -- field X was serialized as null", the connection is closed); kio would hand the handler a None
+
+def _arrays_and_strings(obj, path: str = ""):
+    """(path, field, kind) of every untagged array and string field of a kio entity, descending
+    into nested entities and the first element of entity arrays."""
+    for field in dataclasses.fields(obj):
+        if "tag" in field.metadata:
+            continue
+        kind = classify_field(field)
+        value = getattr(obj, field.name)
+        here = f"{path}{field.name}"
+        if isinstance(kind, (EntityTupleField, PrimitiveTupleField)):
+            yield here, field, "array"
+            if isinstance(kind, EntityTupleField) and value:
+                yield from _arrays_and_strings(value[0], f"{here}[0].")
+        elif isinstance(kind, EntityField) and value is not None:
+            yield from _arrays_and_strings(value, f"{here}.")
+        elif field.metadata.get("kafka_type") == "string":
+            yield here, field, "string"
+
+
+MARKER = "\u2603null-me\u2603"
+
+
+def _replace(obj, path: str, value):
+    """A copy of kio entity ``obj`` with the field at ``path`` (as _arrays_and_strings names it) set."""
+    head, _, rest = path.partition(".")
+    if not rest:
+        return dataclasses.replace(obj, **{head: value})
+    if head.endswith("[0]"):
+        name = head[:-3]
+        items = getattr(obj, name)
+        return dataclasses.replace(obj, **{name: (_replace(items[0], rest, value), *items[1:])})
+    return dataclasses.replace(obj, **{head: _replace(getattr(obj, head), rest, value)})
+
+
+def with_null(api_key: int, version: int, body, path: str, kind: str) -> bytes:
+    """A request frame whose field at ``path`` is null on the wire (kio writes null arrays itself;
+    a string is written as a marker whose length prefix and bytes are then swapped for a null)."""
+    if kind == "array":
+        return request_frame(api_key, version, body=_replace(body, path, None))
+    frame = request_frame(api_key, version, body=_replace(body, path, MARKER))
+    marker = MARKER.encode()
+    at = frame.index(marker)
+    flexible = load_request_schema(api_key, version).__flexible__
+    assert frame.count(marker) == 1
+    if flexible:
+        return frame[:at - 1] + b"\x00" + frame[at + len(marker):]
+    return frame[:at - 2] + b"\xff\xff" + frame[at + len(marker):]
+
+
+NULL_CASES = [(k, v, path, field, kind)
+              for k, v in versions_with_schemas()
+              for path, field, kind in _arrays_and_strings(sample(load_request_schema(k, v), items=1))]
+
+
+@pytest.mark.parametrize("api_key,version,path,field,kind", NULL_CASES,
+                         ids=[f"{k}-v{v}-{p}" for k, v, p, _, _ in NULL_CASES])
+def test_a_null_is_refused_where_the_schema_allows_none_and_decoded_where_it_does(api_key, version, path,
+                                                                                   field, kind):
+    body = sample(load_request_schema(api_key, version), items=1)
+    frame = with_null(api_key, version, body, path, kind)
+    if is_optional(field):
+        assert decode_request(frame)[1] == _replace(body, path, None)
+    else:
+        with pytest.raises(ProtocolError, match=f"non-nullable field {field.name} was serialized as null"):
+            decode_request(frame)
