@@ -4,9 +4,14 @@ internal topic, ListOffsets by timestamp inside a batch, commits for unknown top
 
 from __future__ import annotations
 
+import uuid
+
+import pytest
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Send
+from strandline.broker.effects import Send, ZkRequest
+from strandline.broker.metadata import TopicMetadata
+from strandline.controller import zk_layout
 from tests.unit.test_broker_core import Harness
 from tests.unit.test_protocol_samples import read_response, request_frame
 
@@ -25,3 +30,69 @@ def test_an_all_topics_metadata_v12_with_three_trailing_bytes_is_answered():
     h.create("listed")
     body = answer(h, request_frame(3, 12, body={"topics": None}) + b"\x00\x00\x00", 3, 12)
     assert [t.name for t in body.topics] == ["listed"]
+
+
+# -- sizes: a topic's znodes are created in one ZooKeeper multi, which ZooKeeper refuses above
+# -- jute.maxbuffer (1048575 bytes, closing the connection); Kafka answers a bad size at once
+
+def create(h: Harness, name: str, partitions: int, replication_factor: int = 1, version: int = 4):
+    body = {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
+                        "assignments": [], "configs": []}], "timeout": 1000, "validate_only": False}
+    return answer(h, request_frame(19, version, body=body), 19, version).topics[0]
+
+
+def test_a_topic_too_big_for_one_zookeeper_request_is_refused_with_invalid_partitions():
+    h = Harness()
+    result = create(h, "huge", 100_000)
+    assert result.error_code == ErrorCode.invalid_partitions
+    assert "huge" not in h.broker.metadata.topics and not any(p.startswith("/brokers/topics/huge") for p in h.zk.nodes)
+
+
+def test_sixteen_million_partitions_are_refused_at_once_naming_the_limit():
+    h = Harness()
+    result = create(h, "huge", 16_777_215, version=5)
+    assert result.error_code == ErrorCode.invalid_partitions
+    assert "Number of partitions 16777215 is above the limit of" in result.error_message
+    assert "jute.maxbuffer" in result.error_message
+
+
+def creation_multi_size(h: Harness, name: str, partitions: int, replication_factor: int) -> int | ErrorCode:
+    """The size of the ZooKeeper multi a CreateTopics request asks for (not carried out), or the
+    error code the request is answered with at once."""
+    body = {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
+                        "assignments": [], "configs": []}], "timeout": 1000, "validate_only": False}
+    effects = h.broker.handle_request(1, request_frame(19, 4, body=body), h.now)
+    multis = [e for e in effects if isinstance(e, ZkRequest) and e.transaction]
+    if multis:
+        return zk_layout.multi_size(multis[0].ops)
+    [send] = effects
+    return read_response(b"".join(send.buffers), 19, 4)[1].topics[0].error_code
+
+
+@pytest.mark.parametrize("name_length,brokers", [(1, (1,)), (249, (1,)), (20, (1, 2, 3)),
+                                                 (20, (1, 1000, 99999999))])
+def test_the_largest_topic_accepted_fits_in_one_zookeeper_request_and_one_more_partition_is_refused(name_length,
+                                                                                                     brokers):
+    h = Harness(brokers=brokers)
+    rf = len(brokers)
+    limit = zk_layout.max_partitions(TopicMetadata("n" * name_length, uuid.UUID(int=0), {}, {}, {}), rf,
+                                     list(brokers), h.broker.controller_epoch, h.broker._fenced([]))
+    assert creation_multi_size(h, "a" * name_length, limit + 1, rf) == ErrorCode.invalid_partitions
+    size = creation_multi_size(h, "b" * name_length, limit, rf)
+    assert size <= zk_layout.JUTE_MAXBUFFER
+    if len({len(str(b)) for b in brokers}) == 1:   # then every partition costs what the limit assumed
+        assert size > zk_layout.JUTE_MAXBUFFER - 2 * size / limit
+
+
+def test_a_replication_factor_above_the_live_brokers_is_refused_before_any_planning():
+    h = Harness()
+    result = create(h, "wide", 16_777_215, replication_factor=32767)
+    assert result.error_code == ErrorCode.invalid_replication_factor
+    assert result.error_message is None or "larger than available brokers" in result.error_message
+
+
+def test_auto_creation_above_the_limit_answers_at_once_and_creates_nothing():
+    h = Harness(**{"num.partitions": "100000"})
+    body = answer(h, request_frame(3, 9, body={"topics": [{"name": "auto"}], "allow_auto_topic_creation": True}), 3, 9)
+    assert body.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+    assert "auto" not in h.broker.metadata.topics

@@ -27,7 +27,7 @@ from strandline.broker.groups import INTERNAL_TOPICS, Groups
 from strandline.broker.metadata import MetadataCache, TopicMetadata, topic_name_error
 from strandline.broker.validation import validate_produce_records
 from strandline.controller import zk_layout
-from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas
+from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas, check_replication_factor
 from strandline.coordination.store import ZkError
 from strandline.log.manager import LogManager
 from strandline.protocol import api, control
@@ -759,7 +759,7 @@ class Broker(ControlPlane, Follower, Groups):
             unknown = sorted({b for r in manual.values() for b in r} - set(live))
             if unknown:
                 return ErrorCode.invalid_replica_assignment, f"Unknown broker(s) {unknown} in replica assignment"
-            assignment = {p: tuple(r) for p, r in manual.items()}
+            num_partitions, replication_factor = len(manual), len(manual[0])
         else:
             if num_partitions == -1:
                 num_partitions = self.config["num.partitions"]
@@ -769,16 +769,27 @@ class Broker(ControlPlane, Follower, Groups):
                 return ErrorCode.invalid_partitions, f"Number of partitions must be larger than 0, got {num_partitions}"
             if not live:
                 return ErrorCode.broker_not_available, "No live brokers"
-            try:
-                racks = {b: self.metadata.brokers[b].rack for b in live}
-                n = len(live)
-                raw = assign_replicas(live, num_partitions, replication_factor,
-                                      self.rng.randrange(n), self.rng.randrange(n), racks=racks)
-            except InvalidReplicationFactor as exc:
-                return ErrorCode.invalid_replication_factor, str(exc)
+        try:
+            check_replication_factor(replication_factor, len(live))
+        except InvalidReplicationFactor as exc:
+            return ErrorCode.invalid_replication_factor, str(exc)
+        # checked before planning: the work grows with the partitions, and the znodes must fit
+        limit = zk_layout.max_partitions(TopicMetadata(name, uuid.UUID(int=0), {}, {}, configs), replication_factor,
+                                         live, self.controller_epoch, self._fenced([]),
+                                         zk_layout.chroot(self.config["zookeeper.connect"]))
+        if num_partitions > limit:
+            return ErrorCode.invalid_partitions, (
+                f"Number of partitions {num_partitions} is above the limit of {limit} for topic '{name}' with "
+                f"replication factor {replication_factor}: its znodes must fit in one ZooKeeper request of at "
+                f"most {zk_layout.JUTE_MAXBUFFER} bytes (jute.maxbuffer)")
+        if manual:
+            assignment = {p: tuple(r) for p, r in manual.items()}
+        else:
+            n = len(live)
+            racks = {b: self.metadata.brokers[b].rack for b in live}
+            raw = assign_replicas(live, num_partitions, replication_factor,
+                                  self.rng.randrange(n), self.rng.randrange(n), racks=racks)
             assignment = {p: tuple(r) for p, r in raw.items()}
-        if len(next(iter(assignment.values()))) <= 0:
-            return ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0"
         return TopicMetadata(name, self.new_uuid(), assignment, {}, configs)
 
     def _create_topic(self, plan: TopicMetadata, done: Callable[[ErrorCode, str | None, int], list],
