@@ -4,14 +4,17 @@ internal topic, ListOffsets by timestamp inside a batch, commits for unknown top
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Send, ZkRequest
+from strandline.broker.effects import Close, Send, ZkRequest
 from strandline.broker.metadata import TopicMetadata
 from strandline.controller import zk_layout
+from strandline.protocol.api import build
 from tests.unit.test_broker_core import Harness
 from tests.unit.test_protocol_samples import read_response, request_frame
 
@@ -28,7 +31,7 @@ def test_an_all_topics_metadata_v12_with_three_trailing_bytes_is_answered():
     """What librdkafka 2.15+ sends for AdminClient.list_topics() and regex subscriptions."""
     h = Harness()
     h.create("listed")
-    body = answer(h, request_frame(3, 12, body={"topics": None}) + b"\x00\x00\x00", 3, 12)
+    body = answer(h, null_frame(3, 12, {"topics": None}) + b"\x00\x00\x00", 3, 12)
     assert [t.name for t in body.topics] == ["listed"]
 
 
@@ -96,3 +99,68 @@ def test_auto_creation_above_the_limit_answers_at_once_and_creates_nothing():
     body = answer(h, request_frame(3, 9, body={"topics": [{"name": "auto"}], "allow_auto_topic_creation": True}), 3, 9)
     assert body.topics[0].error_code == ErrorCode.unknown_topic_or_partition
     assert "auto" not in h.broker.metadata.topics
+
+
+# -- nulls
+
+def null_frame(api_key: int, version: int, body: dict) -> bytes:
+    """A request frame with the fields given as None in ``body`` null on the wire (``build`` alone
+    would write their defaults)."""
+    req = build(load_request_schema(api_key, version), body)
+    return request_frame(api_key, version, body=dataclasses.replace(req, **{k: None for k, v in body.items() if v is None}))
+
+
+@pytest.mark.parametrize("api_key,version,body", [
+    (19, 4, {"topics": None, "timeout": 1000, "validate_only": False}),
+    (2, 5, {"replica_id": -1, "isolation_level": 0, "topics": None}),
+    (20, 4, {"topic_names": None, "timeout": 1000}),
+    (20, 6, {"topics": None, "timeout": 1000}),
+    (0, 7, {"transactional_id": None, "acks": 1, "timeout": 1000, "topic_data": None}),
+    (9, 8, {"groups": None, "require_stable": False}),
+], ids=["CreateTopics", "ListOffsets", "DeleteTopics-v4", "DeleteTopics-v6", "Produce", "OffsetFetch-v8"])
+def test_a_null_array_the_schema_does_not_allow_closes_only_that_connection(api_key, version, body):
+    """Kafka's reader refuses it ("non-nullable field ... was serialized as null") and closes the
+    connection; the broker goes on serving everyone else."""
+    h = Harness()
+    effects = h.broker.handle_request(5, null_frame(api_key, version, body), h.now)
+    assert [type(e) for e in effects] == [Close] and "non-nullable field" in effects[0].reason
+    assert create(h, "still-serving", 1).error_code == ErrorCode.none
+
+
+def commit_offsets(h: Harness, group: str, offsets: dict[int, int]) -> None:
+    resp = h.call(8, 8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                         "group_instance_id": None, "topics": [{"name": "t", "partitions": [
+                             {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1,
+                              "committed_metadata": ""} for p, o in offsets.items()]}]})
+    assert [p.error_code for t in resp.topics for p in t.partitions] == [ErrorCode.none] * len(offsets)
+
+
+def group_harness() -> Harness:
+    h = Harness(**{"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1"})
+    h.create("t", partitions=2)
+    h.call(10, 3, {"key": "g", "key_type": 0})      # creates __consumer_offsets
+    h.call(10, 3, {"key": "g", "key_type": 0})
+    return h
+
+
+@pytest.mark.parametrize("version", [2, 5, 7])
+def test_offset_fetch_with_null_topics_answers_every_committed_offset_of_the_group(version):
+    """OffsetFetch v2+: a null topics array means all topics (Kafka's OffsetFetchRequest.isAllPartitions)."""
+    h = group_harness()
+    commit_offsets(h, "g", {0: 5, 1: 7})
+    body = answer(h, null_frame(9, version, {"group_id": "g", "topics": None}), 9, version)
+    assert body.error_code == ErrorCode.none
+    assert {(t.name, p.partition_index, p.committed_offset) for t in body.topics for p in t.partitions} == \
+        {("t", 0, 5), ("t", 1, 7)}
+
+
+def test_offset_fetch_v8_with_null_topics_for_a_group_answers_every_committed_offset_of_it():
+    h = group_harness()
+    commit_offsets(h, "g", {0: 3})
+    req = build(load_request_schema(9, 8), {"groups": [{"group_id": "g"}], "require_stable": False})
+    req = dataclasses.replace(req, groups=(dataclasses.replace(req.groups[0], topics=None),))
+    body = answer(h, request_frame(9, 8, body=req), 9, 8)
+    [group] = body.groups
+    assert group.error_code == ErrorCode.none
+    assert [(t.name, p.partition_index, p.committed_offset) for t in group.topics for p in t.partitions] == \
+        [("t", 0, 3)]
