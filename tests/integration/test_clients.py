@@ -230,3 +230,19 @@ def test_confluent_kafka_regex_subscription_receives_records(cluster):
     finally:
         consumer.close()
     assert got == {("pattern-a" if i % 2 else "pattern-b", f"v{i}".encode()) for i in range(10)}
+
+
+def test_the_cli_refuses_to_delete_the_offsets_topic_and_every_commit_survives(cluster):
+    """One clear line and a non-zero exit; the group's committed offset is still there."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.conftest import run_cli
+
+    create_topic(cluster, "committed")
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g-keep", "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition("committed", 0, 42)], asynchronous=False)
+    result = run_cli("topics", "delete", "--bootstrap-server", cluster.bootstrap, "--topic", "__consumer_offsets")
+    assert result.returncode != 0
+    assert result.stderr.count("\n") == 1 and "__consumer_offsets is an internal topic" in result.stderr, result.stderr
+    assert consumer.committed([TopicPartition("committed", 0)], timeout=20)[0].offset == 42
+    consumer.close()

@@ -164,3 +164,23 @@ def test_offset_fetch_v8_with_null_topics_for_a_group_answers_every_committed_of
     assert group.error_code == ErrorCode.none
     assert [(t.name, p.partition_index, p.committed_offset) for t in group.topics for p in t.partitions] == \
         [("t", 0, 3)]
+
+
+# -- internal topics
+
+@pytest.mark.parametrize("version", [4, 5, 6])
+def test_deleting_the_offsets_topic_is_refused_and_other_topics_in_the_request_are_deleted(version):
+    """__consumer_offsets holds every group's committed offsets: DeleteTopics answers
+    INVALID_TOPIC_EXCEPTION for it (with a message from v5) and deletes the rest of the request."""
+    h = group_harness()
+    commit_offsets(h, "g", {0: 5})
+    names = ["__consumer_offsets", "t"]
+    body = {"topics": [{"name": n} for n in names]} if version >= 6 else {"topic_names": names}
+    resp = answer(h, request_frame(20, version, body={**body, "timeout": 1000}), 20, version)
+    errors = {r.name: r.error_code for r in resp.responses}
+    assert errors == {"__consumer_offsets": ErrorCode.invalid_topic_exception, "t": ErrorCode.none}
+    if version >= 5:
+        [message] = [r.error_message for r in resp.responses if r.name == "__consumer_offsets"]
+        assert "__consumer_offsets is an internal topic" in message
+    assert "__consumer_offsets" in h.broker.metadata.topics and "t" not in h.broker.metadata.topics
+    assert h.broker.groups.fetch_offsets("g", None)[1][("t", 0)].offset == 5

@@ -899,6 +899,11 @@ class Broker(ControlPlane, Follower, Groups):
             if not self.config["delete.topic.enable"]:
                 results[name]["error_code"] = ErrorCode.topic_deletion_disabled
                 continue
+            if name in INTERNAL_TOPICS:
+                # Kafka 2.8's brokers delete it; its kafka-topics tool refuses: every group's offsets would go
+                results[name]["error_code"] = ErrorCode.invalid_topic_exception
+                results[name]["error_message"] = f"Topic {name} is an internal topic and is not allowed to be deleted"
+                continue
             results[name]["topic_id"] = topic.topic_id
             pending.add(name)
 
