@@ -246,3 +246,16 @@ def test_the_cli_refuses_to_delete_the_offsets_topic_and_every_commit_survives(c
     assert result.stderr.count("\n") == 1 and "__consumer_offsets is an internal topic" in result.stderr, result.stderr
     assert consumer.committed([TopicPartition("committed", 0)], timeout=20)[0].offset == 42
     consumer.close()
+
+
+def test_confluent_kafka_commit_for_a_topic_that_does_not_exist_is_refused(cluster):
+    """Kafka answers UNKNOWN_TOPIC_OR_PARTITION for that partition; the commit was taken as success."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g-ghost", "enable.auto.commit": False})
+    try:
+        with pytest.raises(KafkaException) as failed:
+            consumer.commit(offsets=[TopicPartition("never-created", 0, 5)], asynchronous=False)
+        assert failed.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, failed.value
+    finally:
+        consumer.close()

@@ -184,3 +184,29 @@ def test_deleting_the_offsets_topic_is_refused_and_other_topics_in_the_request_a
         assert "__consumer_offsets is an internal topic" in message
     assert "__consumer_offsets" in h.broker.metadata.topics and "t" not in h.broker.metadata.topics
     assert h.broker.groups.fetch_offsets("g", None)[1][("t", 0)].offset == 5
+
+
+# -- offset commits
+
+def test_an_offset_commit_for_an_unknown_topic_or_partition_is_refused_for_that_partition_only():
+    """Kafka answers UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster does not have, and
+    commits the others."""
+    h = group_harness()
+    resp = h.call(8, 8, {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+                         "group_instance_id": None, "topics": [
+                             {"name": name, "partitions": [{"partition_index": p, "committed_offset": 9,
+                                                            "committed_leader_epoch": -1, "committed_metadata": ""}]}
+                             for name, p in (("nope", 0), ("t", 0), ("t", 5))]})
+    errors = {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
+    assert errors == {("nope", 0): ErrorCode.unknown_topic_or_partition, ("t", 0): ErrorCode.none,
+                      ("t", 5): ErrorCode.unknown_topic_or_partition}
+    assert set(h.broker.groups.fetch_offsets("g", None)[1]) == {("t", 0)}
+
+
+def test_an_offset_commit_only_for_unknown_topics_is_answered_without_touching_the_group():
+    h = group_harness()
+    resp = h.call(8, 2, {"group_id": "fresh", "generation_id_or_member_epoch": 3, "member_id": "m",
+                         "retention_time_ms": -1, "topics": [{"name": "nope", "partitions": [
+                             {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}]})
+    assert [(t.name, p.error_code) for t in resp.topics for p in t.partitions] == \
+        [("nope", ErrorCode.unknown_topic_or_partition)]
