@@ -259,3 +259,33 @@ def test_confluent_kafka_commit_for_a_topic_that_does_not_exist_is_refused(clust
         assert failed.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, failed.value
     finally:
         consumer.close()
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_confluent_kafka_offsets_for_times_and_max_timestamp_find_the_record_inside_a_batch(cluster, codec):
+    """One batch holding timestamps t, t+50000, t+10: ListOffsets answers the record's offset for a
+    timestamp and, for MAX_TIMESTAMP, the offset of the record holding it (not the batch's)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    topic = f"times-{codec}"
+    create_topic(cluster, topic)
+    base = int(time.time() * 1000) - 60_000
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 1000, "compression.type": codec})
+    for value, ts in ((b"a", base), (b"b", base + 50_000), (b"c", base + 10)):
+        producer.produce(topic, value * 100, partition=0, timestamp=ts)
+    assert producer.flush(30) == 0
+    batches = [h for d in Path(cluster.info["brokers"][0]["log_dir"]).glob(f"{topic}-0")
+               for s in d.glob("*.log") for _, h in iter_batches(s.read_bytes())]
+    assert len(batches) == 1 and batches[0].records_count == 3 and batches[0].compression == CODECS[codec]
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{topic}"})
+    try:
+        found = [consumer.offsets_for_times([TopicPartition(topic, 0, t)], timeout=20)[0].offset
+                 for t in (base, base + 5, base + 50_000, base + 50_001)]
+    finally:
+        consumer.close()
+    assert found == [0, 1, 1, -1]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    tp = TopicPartition(topic, 0)
+    info = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(timeout=20)
+    assert (info.offset, info.timestamp) == (1, base + 50_000)

@@ -5,6 +5,7 @@ internal topic, ListOffsets by timestamp inside a batch, commits for unknown top
 from __future__ import annotations
 
 import dataclasses
+import struct
 import uuid
 
 import pytest
@@ -15,6 +16,8 @@ from strandline.broker.effects import Close, Send, ZkRequest
 from strandline.broker.metadata import TopicMetadata
 from strandline.controller import zk_layout
 from strandline.protocol.api import build
+from strandline.protocol.records import HEADER_SIZE, compute_crc
+from tests.unit.batches import make_batch
 from tests.unit.test_broker_core import Harness
 from tests.unit.test_protocol_samples import read_response, request_frame
 
@@ -210,3 +213,67 @@ def test_an_offset_commit_only_for_unknown_topics_is_answered_without_touching_t
                              {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}]})
     assert [(t.name, p.error_code) for t in resp.topics for p in t.partitions] == \
         [("nope", ErrorCode.unknown_topic_or_partition)]
+
+
+# -- ListOffsets by timestamp: Kafka answers the first record at or after the timestamp (it
+# -- decodes the batch, compressed or not), and for MAX_TIMESTAMP (-3) the record holding it
+
+def list_offset(h: Harness, timestamp: int, topic: str = "t", version: int = 7) -> tuple[int, int, int]:
+    body = {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}]}]}
+    p = answer(h, request_frame(2, version, body=body), 2, version).topics[0].partitions[0]
+    assert p.error_code == ErrorCode.none
+    return p.offset, p.timestamp, p.leader_epoch
+
+
+def produced(h: Harness, *batches: bytearray, topic: str = "t") -> None:
+    for batch in batches:
+        h.produce(topic, batch)
+        assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.none
+
+
+@pytest.mark.parametrize("compression", [0, 1], ids=["uncompressed", "gzip"])
+def test_list_offsets_by_timestamp_answers_the_record_not_the_batch(compression):
+    """Issue 10: a batch holding timestamps 1234 and 999999999999; asking for 999999999999 gives offset 1."""
+    h = Harness()
+    h.create("t")
+    produced(h, make_batch([b"a", b"b"], timestamps=[1234, 999999999999], compression=compression))
+    assert list_offset(h, 999999999999)[:2] == (1, 999999999999)
+    assert list_offset(h, 1235)[:2] == (1, 999999999999)
+    assert list_offset(h, 1234)[:2] == (0, 1234)
+    assert list_offset(h, 0)[:2] == (0, 1234)
+    assert list_offset(h, 1000000000000)[:2] == (-1, -1)
+
+
+@pytest.mark.parametrize("compression", [0, 1], ids=["uncompressed", "gzip"])
+def test_max_timestamp_answers_the_offset_of_the_record_holding_it(compression):
+    """Kafka's offsetOfMaxTimestamp: the first record with the largest timestamp, not the batch's last offset."""
+    h = Harness()
+    h.create("t")
+    produced(h, make_batch([b"a", b"b", b"c"], timestamps=[5, 50, 7], compression=compression),
+             make_batch([b"d", b"e"], timestamps=[9, 50], compression=compression))
+    assert list_offset(h, -3)[:2] == (1, 50)
+
+
+def test_list_offsets_in_a_log_append_time_topic_answers_the_batchs_first_record():
+    h = Harness()
+    h.create("t", configs={"message.timestamp.type": "LogAppendTime"})
+    produced(h, make_batch([b"a", b"b"], timestamps=[1, 2]), make_batch([b"c", b"d"], timestamps=[3, 4]))
+    assert list_offset(h, 0)[:2] == (0, h.now)
+    assert list_offset(h, -3)[:2] == (0, h.now)
+
+
+def test_list_offsets_on_records_that_do_not_decode_answers_corrupt_message_and_goes_on_serving():
+    """The CRC covers the records but nothing checked their layout when they were appended."""
+    h = Harness()
+    h.create("t")
+    batch = make_batch([b"a", b"b"], timestamps=[1, 2])
+    batch[HEADER_SIZE:] = b"\xff" * (len(batch) - HEADER_SIZE)
+    struct.pack_into(">I", batch, 17, compute_crc(batch, 0, len(batch)))
+    produced(h, batch)
+    for timestamp in (2, -3):
+        body = {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}]}]}
+        [p] = answer(h, request_frame(2, 7, body=body), 2, 7).topics[0].partitions
+        assert (p.error_code, p.offset) == (ErrorCode.corrupt_message, -1)
+    assert list_offset(h, -1)[0] == 2

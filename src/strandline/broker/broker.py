@@ -33,6 +33,7 @@ from strandline.log.manager import LogManager
 from strandline.protocol import api, control
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.protocol.frames import ProtocolError
+from strandline.protocol.records import UndecodableRecordsError
 from strandline.replication.partition import LeaderAndIsr, Partition
 
 EARLIEST_TIMESTAMP = -2
@@ -635,17 +636,13 @@ class Broker(ControlPlane, Follower, Groups):
                     entry["offset"] = log.log_start_offset
                 elif ts == LATEST_TIMESTAMP:
                     entry["offset"] = limit
-                elif ts == MAX_TIMESTAMP:
-                    best = None
-                    for batch in log.iter_batch_headers(log.log_start_offset):
-                        if batch.base_offset >= limit:
-                            break
-                        if best is None or batch.max_timestamp >= best.max_timestamp:
-                            best = batch
-                    if best is not None:
-                        entry["offset"], entry["timestamp"] = best.last_offset, best.max_timestamp
                 else:
-                    found = log.find_offset_by_timestamp(ts)
+                    try:
+                        found = log.find_max_timestamp(limit) if ts == MAX_TIMESTAMP else log.find_offset_by_timestamp(ts)
+                    except UndecodableRecordsError:
+                        entry["error_code"] = ErrorCode.corrupt_message
+                        parts.append(entry)
+                        continue
                     if found is not None and found[0] < limit:
                         entry["offset"], entry["timestamp"] = found
                 if entry["offset"] >= 0:
