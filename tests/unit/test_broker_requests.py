@@ -15,8 +15,11 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.effects import Close, Send, ZkRequest
 from strandline.broker.metadata import TopicMetadata
 from strandline.controller import zk_layout
+from strandline.coordination import znodes
+from strandline.coordination.store import SetData
 from strandline.protocol.api import build
 from strandline.protocol.records import HEADER_SIZE, compute_crc
+from strandline.replication.partition import LeaderAndIsr
 from tests.unit.batches import make_batch
 from tests.unit.test_broker_core import Harness
 from tests.unit.test_protocol_samples import read_response, request_frame
@@ -277,3 +280,62 @@ def test_list_offsets_on_records_that_do_not_decode_answers_corrupt_message_and_
         [p] = answer(h, request_frame(2, 7, body=body), 2, 7).topics[0].partitions
         assert (p.error_code, p.offset) == (ErrorCode.corrupt_message, -1)
     assert list_offset(h, -1)[0] == 2
+
+
+# -- work a client-given number must not multiply without bound
+
+def fetch(h: Harness, entries: int, max_bytes: int = 0x7FFFFFFF):
+    body = h.fetch_body("t", 0)
+    part = body["topics"][0]["partitions"][0]
+    body.update(max_bytes=max_bytes)
+    part.update(partition_max_bytes=0x7FFFFFFF)
+    body["topics"][0]["partitions"] = [part] * entries
+    return answer(h, request_frame(1, 11, body=body), 1, 11).responses
+
+
+def test_a_fetch_reads_at_most_fetch_max_bytes_whatever_the_client_asks():
+    """Kafka caps a fetch's max_bytes with the broker's fetch.max.bytes (KIP-541, 55 MiB)."""
+    batch = make_batch([b"x" * 1000])
+    h = Harness(**{"fetch.max.bytes": str(3 * len(batch))})
+    h.create("t")
+    produced(h, *[make_batch([b"x" * 1000]) for _ in range(10)])
+    [topic] = fetch(h, 1)
+    assert len(topic.partitions[0].records) == 3 * len(batch)
+
+
+def test_a_partition_named_many_times_in_one_fetch_is_read_and_answered_once():
+    """As Kafka, whose fetch request keeps one entry per partition (the last)."""
+    h = Harness()
+    h.create("t")
+    produced(h, make_batch([b"a"]))
+    [topic] = fetch(h, 1000)
+    assert len(topic.partitions) == 1 and topic.partitions[0].high_watermark == 1
+
+
+def test_a_partition_named_many_times_in_one_leader_election_is_elected_once():
+    """Kafka turns ElectLeaders' partitions into a set. Named twice, one partition was written twice
+    in one ZooKeeper multi on the same version: it failed, and the controller retried for ever."""
+    h = Harness(brokers=(1, 2))
+    body = {"topics": [{"name": "e", "num_partitions": -1, "replication_factor": -1, "configs": [],
+                        "assignments": [{"partition_index": 0, "broker_ids": [2, 1]}]}],
+            "timeout": 1000, "validate_only": False}
+    assert h.call(19, 4, body).topics[0].error_code == ErrorCode.none
+    path = znodes.TopicPartitionStateZNode.path("e", 0)
+    moved = LeaderAndIsr(1, 1, (1, 2), 1, 0)                # led by broker 1, not by its preferred 2
+    h.zk.run([SetData(path, znodes.TopicPartitionStateZNode.encode(moved))], False)
+    h.broker.metadata.topics["e"].states[0] = dataclasses.replace(moved, zk_version=h.zk.nodes[path][1])
+    body = {"election_type": 0, "timeout": 1000, "topic_partitions": [{"topic": "e", "partitions": [0, 0, 0]}]}
+    pending = list(h.broker.handle_request(1, request_frame(43, 1, body=body), h.now))
+    for _ in range(100):                                    # ZooKeeper answers at once; a retry loop shows
+        if not pending:
+            break
+        effect = pending.pop(0)
+        if isinstance(effect, ZkRequest):
+            pending += h.broker.on_zk_result(effect.token, h.zk.run(effect.ops, effect.transaction), h.now)
+        elif isinstance(effect, (Send, Close)):
+            h.sent.setdefault(effect.conn_id, []).append(effect)
+    assert not pending
+    resp = h.response(43, 1)
+    assert [(r.topic, [(p.partition_id, p.error_code) for p in r.partition_result])
+            for r in resp.replica_election_results] == [("e", [(0, ErrorCode.none)])]
+    assert znodes.TopicPartitionStateZNode.decode(h.zk.nodes[path][0]).leader == 2

@@ -468,9 +468,10 @@ class Broker(ControlPlane, Follower, Groups):
         committed_only = replica_id < 0
         max_wait_ms = _ms(request.max_wait)
         min_bytes = request.min_bytes
-        max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+        max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), self.config["fetch.max.bytes"])
         isolation = getattr(request, "isolation_level", 0)
-        wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
+        # one entry per partition, the last one named, as Kafka's fetch request keeps them
+        wanted = list({(t.topic, p.partition): (t.topic, p) for t in request.topics for p in t.partitions}.values())
 
         def read_all() -> tuple[list, int, bool]:
             total = 0
@@ -1017,7 +1018,7 @@ class Broker(ControlPlane, Follower, Groups):
     def _elect_leaders(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         election_type = getattr(request, "election_type", 0)
         wanted = None if request.topic_partitions is None else \
-            [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+            list(dict.fromkeys((t.topic, p) for t in request.topic_partitions for p in t.partitions))  # a set, as Kafka
 
         def respond(results: dict, error: ErrorCode = ErrorCode.none) -> list:
             by_topic: dict[str, list] = {}
