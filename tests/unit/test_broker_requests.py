@@ -339,3 +339,23 @@ def test_a_partition_named_many_times_in_one_leader_election_is_elected_once():
     assert [(r.topic, [(p.partition_id, p.error_code) for p in r.partition_result])
             for r in resp.replica_election_results] == [("e", [(0, ErrorCode.none)])]
     assert znodes.TopicPartitionStateZNode.decode(h.zk.nodes[path][0]).leader == 2
+
+
+def test_a_topic_named_many_times_in_one_metadata_request_is_answered_once():
+    """Kafka reads Metadata's topics as a set; each name repeated would repeat every partition."""
+    h = Harness()
+    h.create("t", partitions=50)
+    body = answer(h, request_frame(3, 9, body={"topics": [{"name": "t"}] * 1000,
+                                              "allow_auto_topic_creation": False}), 3, 9)
+    assert [(t.name, len(t.partitions)) for t in body.topics] == [("t", 50)]
+
+
+def test_a_partition_named_twice_in_list_offsets_is_an_invalid_request():
+    """Kafka 2.8 answers INVALID_REQUEST for every entry of a partition the request names twice."""
+    h = Harness()
+    h.create("t", partitions=2)
+    body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "t", "partitions": [
+        {"partition_index": p, "current_leader_epoch": -1, "timestamp": -1} for p in (0, 1, 0)]}]}
+    parts = answer(h, request_frame(2, 7, body=body), 2, 7).topics[0].partitions
+    assert [(p.partition_index, p.error_code) for p in parts] == \
+        [(0, ErrorCode.invalid_request), (1, ErrorCode.none), (0, ErrorCode.invalid_request)]

@@ -12,6 +12,7 @@ import dataclasses
 import heapq
 import re
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
@@ -297,7 +298,7 @@ class Broker(ControlPlane, Follower, Groups):
         requested = request.topics
         if requested is not None and header.api_version == 0 and len(requested) == 0:
             requested = None
-        names = None if requested is None else [t.name for t in requested]
+        names = None if requested is None else list(dict.fromkeys(t.name for t in requested))  # a set, as Kafka
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and \
             self.config["auto.create.topics.enable"]
         missing = [n for n in (names or ()) if n not in self.metadata.topics and topic_name_error(n) is None]
@@ -614,6 +615,7 @@ class Broker(ControlPlane, Follower, Groups):
 
     def _list_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         replica_id = request.replica_id
+        named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
         topics = []
         for t in request.topics:
             parts = []
@@ -621,6 +623,10 @@ class Broker(ControlPlane, Follower, Groups):
                 partition = self.partitions.get((t.name, p.partition_index))
                 entry = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
                          "timestamp": -1, "offset": -1, "leader_epoch": -1}
+                if named[(t.name, p.partition_index)] > 1:    # as Kafka 2.8: each is answered once
+                    entry["error_code"] = ErrorCode.invalid_request
+                    parts.append(entry)
+                    continue
                 if partition is None or not partition.is_leader:
                     entry["error_code"] = self._not_served(t.name, p.partition_index)
                     parts.append(entry)
