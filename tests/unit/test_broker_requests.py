@@ -113,7 +113,8 @@ def null_frame(api_key: int, version: int, body: dict) -> bytes:
     """A request frame with the fields given as None in ``body`` null on the wire (``build`` alone
     would write their defaults)."""
     req = build(load_request_schema(api_key, version), body)
-    return request_frame(api_key, version, body=dataclasses.replace(req, **{k: None for k, v in body.items() if v is None}))
+    nulls = {k: None for k, v in body.items() if v is None}
+    return request_frame(api_key, version, body=dataclasses.replace(req, **nulls))
 
 
 @pytest.mark.parametrize("api_key,version,body", [

@@ -1,6 +1,8 @@
 """Fuzzing: random bytes and mutated valid frames (bit flips, truncations, insertions, length
 changes) through FrameDecoder + decode_request only ever raise ProtocolError or
-UnsupportedApiVersions, and always finish quickly. Seeded, bounded in cases and time."""
+UnsupportedApiVersions, and always finish quickly. Seeded, bounded in cases and time. Nulls are
+refused where the schema allows none; the broker core answers every request of every version
+with nulls, repeated arrays and integers at their extremes."""
 
 from __future__ import annotations
 

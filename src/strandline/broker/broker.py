@@ -645,7 +645,8 @@ class Broker(ControlPlane, Follower, Groups):
                     entry["offset"] = limit
                 else:
                     try:
-                        found = log.find_max_timestamp(limit) if ts == MAX_TIMESTAMP else log.find_offset_by_timestamp(ts)
+                        found = (log.find_max_timestamp(limit) if ts == MAX_TIMESTAMP
+                                 else log.find_offset_by_timestamp(ts))
                     except UndecodableRecordsError:
                         entry["error_code"] = ErrorCode.corrupt_message
                         parts.append(entry)

@@ -17,7 +17,7 @@ from typing import Iterator
 import crc32c
 
 from strandline.protocol.records import iter_batches
-from strandline.protocol.records import iter_records as batch_records
+from strandline.protocol.records import iter_records as iter_batch_records
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -230,7 +230,7 @@ def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int) ->
 def iter_records(data) -> Iterator[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of every record in the v2 batches of ``data``."""
     for pos, h in iter_batches(data):
-        for record in batch_records(data, pos, h):
+        for record in iter_batch_records(data, pos, h):
             yield record.offset, record.key, record.value
 
 

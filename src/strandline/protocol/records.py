@@ -240,4 +240,5 @@ def iter_records(buf, pos: int, header: BatchHeader) -> Iterator[Record]:
                          key, value)
             p = end
     except (IndexError, ValueError, struct.error, cramjam.DecompressionError) as exc:
-        raise UndecodableRecordsError(f"records of the batch at offset {header.base_offset} do not decode: {exc}") from None
+        raise UndecodableRecordsError(
+            f"records of the batch at offset {header.base_offset} do not decode: {exc}") from None
