@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import socket
 import struct
 
@@ -192,3 +193,28 @@ def test_fuzzed_frames_never_take_the_broker_down(strict):
     assert still_serving(strict)
     with KafkaConnection(strict.bootstrap) as conn:
         assert latest(conn, replica_id=-2) == before  # nothing junk was appended
+
+
+def test_the_largest_topic_the_broker_accepts_is_created_in_zookeeper_and_deleted(strict):
+    """A topic's znodes are created in one ZooKeeper multi: the broker refuses a topic one partition
+    too big for it at once (INVALID_PARTITIONS, naming the limit), and the real ZooKeeper accepts the
+    largest one it lets through (a bigger request would close its connection: jute.maxbuffer). A
+    long name keeps the limit, and the test, small."""
+    name = "big-" + "x" * 236
+
+    def create(conn: KafkaConnection, partitions: int):
+        return conn.request(19, 5, {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
+                                                "assignments": [], "configs": []}],
+                                    "timeout": 60000, "validate_only": False}).topics[0]
+
+    with KafkaConnection(strict.bootstrap, timeout_s=120) as conn:
+        refused = create(conn, 1_000_000)
+        assert refused.error_code == ErrorCode.invalid_partitions
+        limit = int(re.search(r"above the limit of (\d+)", refused.error_message).group(1))
+        assert create(conn, limit + 1).error_code == ErrorCode.invalid_partitions
+        assert create(conn, limit).error_code == ErrorCode.none
+        resp = conn.request(METADATA, 4, {"topics": [{"name": name}], "allow_auto_topic_creation": False})
+        assert len(resp.topics[0].partitions) == limit
+        deleted = conn.request(20, 4, {"topic_names": [name], "timeout": 60000})
+        assert deleted.responses[0].error_code == ErrorCode.none
+    assert still_serving(strict)

@@ -194,3 +194,98 @@ def test_kcat_round_trip(cluster, codec):
         assert payload == lines[i]
         assert headers == "source=kcat"
     assert_stored_as_sent(cluster, topic, codec)
+
+
+def test_confluent_kafka_lists_every_topic(cluster):
+    """librdkafka 2.15+ sends 3 bytes after the body of an all-topics Metadata v12; Kafka ignores
+    trailing bytes, so AdminClient.list_topics() without a topic must work."""
+    from confluent_kafka.admin import AdminClient
+
+    create_topic(cluster, "listed")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topics = admin.list_topics(timeout=20).topics
+    assert "listed" in topics and len(topics["listed"].partitions) == 1
+
+
+def test_confluent_kafka_regex_subscription_receives_records(cluster):
+    """A subscription to "^pattern.*" refreshes all-topics metadata (with trailing bytes) to match it."""
+    from confluent_kafka import Consumer, Producer
+
+    for name in ("pattern-a", "pattern-b"):
+        create_topic(cluster, name)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(10):
+        producer.produce("pattern-a" if i % 2 else "pattern-b", value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g-pattern",
+                         "auto.offset.reset": "earliest", "enable.partition.eof": False})
+    consumer.subscribe(["^pattern.*"])
+    got = set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < 10 and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=100, timeout=1):
+                assert msg.error() is None, msg.error()
+                got.add((msg.topic(), msg.value()))
+    finally:
+        consumer.close()
+    assert got == {("pattern-a" if i % 2 else "pattern-b", f"v{i}".encode()) for i in range(10)}
+
+
+def test_the_cli_refuses_to_delete_the_offsets_topic_and_every_commit_survives(cluster):
+    """One clear line and a non-zero exit; the group's committed offset is still there."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.conftest import run_cli
+
+    create_topic(cluster, "committed")
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g-keep", "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition("committed", 0, 42)], asynchronous=False)
+    result = run_cli("topics", "delete", "--bootstrap-server", cluster.bootstrap, "--topic", "__consumer_offsets")
+    assert result.returncode != 0
+    assert result.stderr.count("\n") == 1 and "__consumer_offsets is an internal topic" in result.stderr, result.stderr
+    assert consumer.committed([TopicPartition("committed", 0)], timeout=20)[0].offset == 42
+    consumer.close()
+
+
+def test_confluent_kafka_commit_for_a_topic_that_does_not_exist_is_refused(cluster):
+    """Kafka answers UNKNOWN_TOPIC_OR_PARTITION for that partition; the commit was taken as success."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g-ghost", "enable.auto.commit": False})
+    try:
+        with pytest.raises(KafkaException) as failed:
+            consumer.commit(offsets=[TopicPartition("never-created", 0, 5)], asynchronous=False)
+        assert failed.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, failed.value
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_confluent_kafka_offsets_for_times_and_max_timestamp_find_the_record_inside_a_batch(cluster, codec):
+    """One batch holding timestamps t, t+50000, t+10: ListOffsets answers the record's offset for a
+    timestamp and, for MAX_TIMESTAMP, the offset of the record holding it (not the batch's)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    topic = f"times-{codec}"
+    create_topic(cluster, topic)
+    base = int(time.time() * 1000) - 60_000
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 1000, "compression.type": codec})
+    for value, ts in ((b"a", base), (b"b", base + 50_000), (b"c", base + 10)):
+        producer.produce(topic, value * 100, partition=0, timestamp=ts)
+    assert producer.flush(30) == 0
+    batches = [h for d in Path(cluster.info["brokers"][0]["log_dir"]).glob(f"{topic}-0")
+               for s in d.glob("*.log") for _, h in iter_batches(s.read_bytes())]
+    assert len(batches) == 1 and batches[0].records_count == 3 and batches[0].compression == CODECS[codec]
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{topic}"})
+    try:
+        found = [consumer.offsets_for_times([TopicPartition(topic, 0, t)], timeout=20)[0].offset
+                 for t in (base, base + 5, base + 50_000, base + 50_001)]
+    finally:
+        consumer.close()
+    assert found == [0, 1, 1, -1]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    tp = TopicPartition(topic, 0)
+    info = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(timeout=20)
+    assert (info.offset, info.timestamp) == (1, base + 50_000)

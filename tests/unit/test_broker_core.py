@@ -222,9 +222,9 @@ def test_list_offsets_earliest_latest_and_by_timestamp(h):
     for i in range(3):
         h.produce("t", make_batch([b"x"] * 2, timestamp_ms=1000 * (i + 1)))
         h.response(0, 7)
-    resp = h.call(2, 4, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "t", "partitions": [
-        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": t} for t in (-2, -1, 2000, 9999)]}]})
-    offsets = [p.offset for p in resp.topics[0].partitions]
+    offsets = [h.call(2, 4, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": t}]}]}).topics[0].partitions[0].offset
+        for t in (-2, -1, 2000, 9999)]
     assert offsets == [0, 6, 2, -1]
 
 

@@ -16,6 +16,14 @@ def cluster() -> SimCluster:
                                     "replica.lag.time.max.ms": "1000"})
 
 
+def create_t(c: SimCluster) -> None:
+    """Topic "t" (offsets are committed only for partitions that exist)."""
+    body = {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 3, "assignments": [], "configs": []}],
+            "timeout": 1000, "validate_only": False}
+    assert c.call(c.controller_id, 19, 5, body, "admin").topics[0].error_code == ErrorCode.none
+    c.settle()
+
+
 def coordinator(c: SimCluster, group: str, via: int = 1) -> int:
     for _ in range(50):
         r = c.call(via, 10, 3, {"key": group, "key_type": 0}, "admin")
@@ -47,6 +55,7 @@ def test_java_hash_and_partition_match_kafka():
 
 def test_con_1_two_members_rebalance_commit_and_the_offsets_survive_the_coordinators_death():
     c = cluster()
+    create_t(c)
     coord = coordinator(c, "g")
     a = join(c, coord, "g", "a")
     c.settle()
@@ -110,6 +119,7 @@ def test_a_member_that_stops_heartbeating_is_removed_and_the_group_rebalances():
 
 def test_bad_requests_get_kafkas_errors_and_change_nothing():
     c = cluster()
+    create_t(c)
     coord = coordinator(c, "bad")
     other = next(b for b in (1, 2, 3) if b != coord)
     assert c.call(other, 12, 3, {"group_id": "bad", "generation_id": 1, "member_id": "x",
@@ -166,6 +176,7 @@ def test_a_static_member_rejoins_under_its_instance_id_and_deleting_a_live_group
 def test_offsets_of_an_empty_group_expire_after_the_retention():
     c = SimCluster((1, 2, 3), **{"offsets.topic.num.partitions": "3", "offsets.retention.minutes": "1",
                                  "offsets.retention.check.interval.ms": "1000"})
+    create_t(c)
     coord = coordinator(c, "old")
     commit = {"group_id": "old", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
               "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5,

@@ -289,3 +289,50 @@ def test_delete_removes_the_directory(disk_root):
     fill(log, 12)
     log.delete()
     assert not disk.exists(f"{root}/t-0")
+
+
+def _records_of(log: Log) -> list[tuple[int, int, int, int]]:
+    """(batch base offset, batch max timestamp, record offset, record timestamp) of every record."""
+    from strandline.protocol.records import iter_records
+
+    data = log.read(0, 1 << 30)
+    return [(h.base_offset, h.max_timestamp, r.offset, r.timestamp)
+            for pos, h in iter_batches(data) for r in iter_records(data, pos, h)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_time_lookups_answer_records_as_a_scan_of_every_record_does(disk_root, seed):
+    """find_offset_by_timestamp: the first record from the log start with timestamp >= the target;
+    find_max_timestamp: the first record holding the largest timestamp of the batches below a
+    bound (Kafka's offsetOfMaxTimestamp). Several segments, reopened (their maxima then come from
+    the time index), a log start offset inside a batch."""
+    import random
+
+    disk, root = disk_root
+    rng = random.Random(seed)
+    log = open_log(disk, root)
+    for _ in range(60):
+        n = rng.randrange(1, 5)
+        log.append_as_leader(make_batch([b"x" * 30] * n, timestamps=[rng.randrange(1000, 1040) for _ in range(n)],
+                                        compression=rng.choice((0, 1))), 0, 0)
+    log.close()
+    log = open_log(disk, root)
+    assert len(log.segments) > 3
+    records = _records_of(log)
+    log.maybe_increment_log_start_offset(rng.randrange(1, 20))
+    start = log.log_start_offset
+    for target in range(995, 1045):
+        expected = next(((o, t) for _, _, o, t in records if o >= start and t >= target), None)
+        assert log.find_offset_by_timestamp(target) == expected, target
+    batches: dict[int, tuple[int, list]] = {}
+    for base, max_ts, offset, ts in records:
+        batches.setdefault(base, (max_ts, []))[1].append((offset, ts))
+    for below in (1, start + 1, log.log_end_offset // 2, log.log_end_offset):
+        candidates = [(base, max_ts, recs) for base, (max_ts, recs) in sorted(batches.items())
+                      if base < below and recs[-1][0] >= start]
+        if not candidates:
+            assert log.find_max_timestamp(below) is None
+            continue
+        top = max(max_ts for _, max_ts, _ in candidates)
+        _, _, recs = next(c for c in candidates if c[1] == top)
+        assert log.find_max_timestamp(below) == (next(o for o, t in recs if t == top), top), below

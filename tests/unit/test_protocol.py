@@ -48,8 +48,7 @@ def test_every_advertised_version_round_trips(api_key, version):
     assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == \
         (api_key, version, 1234, "t")
     assert type(body).__name__.endswith("Request")
-    with pytest.raises(ProtocolError, match="unexpected bytes"):
-        api.decode_request(frame + b"\x00")
+    assert api.decode_request(frame + b"\x00") == (header, body)
     with pytest.raises(ProtocolError):
         api.decode_request(frame[:-1] if len(frame) > 8 else frame[:7])
 

@@ -55,11 +55,25 @@ def test_other_control_requests_round_trip(api_key):
 
 def test_truncated_or_oversized_control_frames_are_refused():
     frame = control.encode_request(control.LEADER_AND_ISR, 1, "c", LEADER_AND_ISR)
-    for bad in (frame[:-3], frame + b"\0", frame[:10] + struct.pack(">iiq", 1, 7, 1) + struct.pack(">i", 1 << 30)):
+    for bad in (frame[:-3], frame[:10] + struct.pack(">iiq", 1, 7, 1) + struct.pack(">i", 1 << 30)):
         with pytest.raises(ProtocolError):
             control.decode_request(bad)
     with pytest.raises(ProtocolError, match="version 3 is not supported"):
         control.decode_request(struct.pack(">hhih", 4, 3, 1, -1))
+
+
+@pytest.mark.parametrize("api_key", sorted(control.SCHEMAS))
+def test_trailing_bytes_after_a_control_request_are_ignored(api_key):
+    """As for every other API: Kafka reads the body and ignores what follows it."""
+    body = {control.LEADER_AND_ISR: LEADER_AND_ISR,
+            control.UPDATE_METADATA: {"controller_id": 1, "controller_epoch": 2, "broker_epoch": 3,
+                                      "topic_states": [], "live_brokers": []},
+            control.STOP_REPLICA: {"controller_id": 1, "controller_epoch": 2, "broker_epoch": 3,
+                                   "delete_partitions": False, "topics": []},
+            control.CONTROLLED_SHUTDOWN: {"broker_id": 2, "broker_epoch": 9}}[api_key]
+    frame = control.encode_request(api_key, 5, "c", body)
+    for extra in (b"\0", b"\1\2\3", b"\xff" * 40):
+        assert control.decode_request(frame + extra) == control.decode_request(frame)
 
 
 def test_a_broker_closes_a_connection_that_sends_a_malformed_control_request_and_keeps_serving():

@@ -50,12 +50,13 @@ def test_every_version_round_trips_with_defaults_and_null_client_id(api_key, ver
 
 
 @pytest.mark.parametrize("api_key,version", VERSIONS)
-def test_trailing_bytes_and_every_truncation_are_protocol_errors(api_key, version):
+def test_trailing_bytes_are_ignored_and_every_truncation_is_a_protocol_error(api_key, version):
+    """Kafka ignores bytes after a request's body (librdkafka 2.15+ sends 3 after an all-topics
+    Metadata v12); a frame cut short anywhere is still malformed."""
     frame = request_frame(api_key, version, body=sample(load_request_schema(api_key, version), items=1))
-    with pytest.raises(ProtocolError, match="1 unexpected bytes after"):
-        decode_request(frame + b"\x00")
-    with pytest.raises(ProtocolError, match="5 unexpected bytes after"):
-        decode_request(frame + b"\x01\x02\x03\x04\x05")
+    expected = decode_request(frame)
+    for extra in (b"\x00", b"\x00\x00\x00", b"\x01\x02\x03\x04\x05", b"\x7f\xff\xff\xff" * 16):
+        assert decode_request(frame + extra) == expected
     for cut in range(len(frame)):
         with pytest.raises(ProtocolError):
             decode_request(frame[:cut])

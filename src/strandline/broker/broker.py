@@ -12,6 +12,7 @@ import dataclasses
 import heapq
 import re
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
@@ -27,13 +28,14 @@ from strandline.broker.groups import INTERNAL_TOPICS, Groups
 from strandline.broker.metadata import MetadataCache, TopicMetadata, topic_name_error
 from strandline.broker.validation import validate_produce_records
 from strandline.controller import zk_layout
-from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas
+from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas, check_replication_factor
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData, ZkError
 from strandline.log.manager import LogManager
 from strandline.protocol import api, control
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.protocol.frames import ProtocolError
+from strandline.protocol.records import UndecodableRecordsError
 from strandline.replication.partition import LeaderAndIsr, Partition
 
 EARLIEST_TIMESTAMP = -2
@@ -312,7 +314,7 @@ class Broker(ControlPlane, Follower, Groups):
         requested = request.topics
         if requested is not None and header.api_version == 0 and len(requested) == 0:
             requested = None
-        names = None if requested is None else [t.name for t in requested]
+        names = None if requested is None else list(dict.fromkeys(t.name for t in requested))  # a set, as Kafka
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and \
             self.config["auto.create.topics.enable"]
         missing = [n for n in (names or ()) if n not in self.metadata.topics and topic_name_error(n) is None]
@@ -491,9 +493,10 @@ class Broker(ControlPlane, Follower, Groups):
         committed_only = replica_id < 0
         max_wait_ms = _ms(request.max_wait)
         min_bytes = request.min_bytes
-        max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+        max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), self.config["fetch.max.bytes"])
         isolation = getattr(request, "isolation_level", 0)
-        wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
+        # one entry per partition, the last one named, as Kafka's fetch request keeps them
+        wanted = list({(t.topic, p.partition): (t.topic, p) for t in request.topics for p in t.partitions}.values())
 
         served: list = []     # the partitions read without error, for a follower's progress
 
@@ -693,6 +696,7 @@ class Broker(ControlPlane, Follower, Groups):
 
     def _list_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         replica_id = request.replica_id
+        named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
         topics = []
         for t in request.topics:
             parts = []
@@ -700,6 +704,10 @@ class Broker(ControlPlane, Follower, Groups):
                 partition = self.partitions.get((t.name, p.partition_index))
                 entry = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
                          "timestamp": -1, "offset": -1, "leader_epoch": -1}
+                if named[(t.name, p.partition_index)] > 1:    # as Kafka 2.8: each is answered once
+                    entry["error_code"] = ErrorCode.invalid_request
+                    parts.append(entry)
+                    continue
                 if partition is None or not partition.is_leader:
                     entry["error_code"] = self._not_served(t.name, p.partition_index)
                     parts.append(entry)
@@ -716,17 +724,14 @@ class Broker(ControlPlane, Follower, Groups):
                     entry["offset"] = log.log_start_offset
                 elif ts == LATEST_TIMESTAMP:
                     entry["offset"] = limit
-                elif ts == MAX_TIMESTAMP:
-                    best = None
-                    for batch in log.iter_batch_headers(log.log_start_offset):
-                        if batch.base_offset >= limit:
-                            break
-                        if best is None or batch.max_timestamp >= best.max_timestamp:
-                            best = batch
-                    if best is not None:
-                        entry["offset"], entry["timestamp"] = best.last_offset, best.max_timestamp
                 else:
-                    found = log.find_offset_by_timestamp(ts)
+                    try:
+                        found = (log.find_max_timestamp(limit) if ts == MAX_TIMESTAMP
+                                 else log.find_offset_by_timestamp(ts))
+                    except UndecodableRecordsError:
+                        entry["error_code"] = ErrorCode.corrupt_message
+                        parts.append(entry)
+                        continue
                     if found is not None and found[0] < limit:
                         entry["offset"], entry["timestamp"] = found
                 if entry["offset"] >= 0:
@@ -840,7 +845,7 @@ class Broker(ControlPlane, Follower, Groups):
             unknown = sorted({b for r in manual.values() for b in r} - set(live))
             if unknown:
                 return ErrorCode.invalid_replica_assignment, f"Unknown broker(s) {unknown} in replica assignment"
-            assignment = {p: tuple(r) for p, r in manual.items()}
+            num_partitions, replication_factor = len(manual), len(manual[0])
         else:
             if num_partitions == -1:
                 num_partitions = self.config["num.partitions"]
@@ -850,16 +855,27 @@ class Broker(ControlPlane, Follower, Groups):
                 return ErrorCode.invalid_partitions, f"Number of partitions must be larger than 0, got {num_partitions}"
             if not live:
                 return ErrorCode.broker_not_available, "No live brokers"
-            try:
-                racks = {b: self.metadata.brokers[b].rack for b in live}
-                n = len(live)
-                raw = assign_replicas(live, num_partitions, replication_factor,
-                                      self.rng.randrange(n), self.rng.randrange(n), racks=racks)
-            except InvalidReplicationFactor as exc:
-                return ErrorCode.invalid_replication_factor, str(exc)
+        try:
+            check_replication_factor(replication_factor, len(live))
+        except InvalidReplicationFactor as exc:
+            return ErrorCode.invalid_replication_factor, str(exc)
+        # checked before planning: the work grows with the partitions, and the znodes must fit
+        limit = zk_layout.max_partitions(TopicMetadata(name, uuid.UUID(int=0), {}, {}, configs), replication_factor,
+                                         live, self.controller_epoch, self._fenced([]),
+                                         zk_layout.chroot(self.config["zookeeper.connect"]))
+        if num_partitions > limit:
+            return ErrorCode.invalid_partitions, (
+                f"Number of partitions {num_partitions} is above the limit of {limit} for topic '{name}' with "
+                f"replication factor {replication_factor}: its znodes must fit in one ZooKeeper request of at "
+                f"most {zk_layout.JUTE_MAXBUFFER} bytes (jute.maxbuffer)")
+        if manual:
+            assignment = {p: tuple(r) for p, r in manual.items()}
+        else:
+            n = len(live)
+            racks = {b: self.metadata.brokers[b].rack for b in live}
+            raw = assign_replicas(live, num_partitions, replication_factor,
+                                  self.rng.randrange(n), self.rng.randrange(n), racks=racks)
             assignment = {p: tuple(r) for p, r in raw.items()}
-        if len(next(iter(assignment.values()))) <= 0:
-            return ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0"
         return TopicMetadata(name, self.new_uuid(), assignment, {}, configs)
 
     def _create_topic(self, plan: TopicMetadata, done: Callable[[ErrorCode, str | None, int], list],
@@ -968,6 +984,11 @@ class Broker(ControlPlane, Follower, Groups):
                 continue
             if not self.config["delete.topic.enable"]:
                 results[name]["error_code"] = ErrorCode.topic_deletion_disabled
+                continue
+            if name in INTERNAL_TOPICS:
+                # Kafka 2.8's brokers delete it; its kafka-topics tool refuses: every group's offsets would go
+                results[name]["error_code"] = ErrorCode.invalid_topic_exception
+                results[name]["error_message"] = f"Topic {name} is an internal topic and is not allowed to be deleted"
                 continue
             results[name]["topic_id"] = topic.topic_id
             pending.add(name)
@@ -1085,7 +1106,7 @@ class Broker(ControlPlane, Follower, Groups):
     def _elect_leaders(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         election_type = getattr(request, "election_type", 0)
         wanted = None if request.topic_partitions is None else \
-            [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+            list(dict.fromkeys((t.topic, p) for t in request.topic_partitions for p in t.partitions))  # a set, as Kafka
 
         def respond(results: dict, error: ErrorCode = ErrorCode.none) -> list:
             by_topic: dict[str, list] = {}

@@ -91,6 +91,7 @@ BROKER_KEYS: dict[str, Key] = _keys(
     Key("unclean.leader.election.enable", "bool", False),
     Key("message.max.bytes", "int", 1048588, lo=0),
     Key("socket.request.max.bytes", "int", 104857600, lo=1),
+    Key("fetch.max.bytes", "int", 57671680, lo=1024),
     Key("log.segment.bytes", "int", 1073741824, lo=14),
     Key("log.roll.ms", "long", None, lo=1),
     Key("log.roll.hours", "int", 168, lo=1),

@@ -191,18 +191,27 @@ class Groups:
 
     def _offset_commit(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         generation = getattr(request, "generation_id_or_member_epoch", -1)
-        offsets = [(t.name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                    p.committed_metadata) for t in request.topics for p in t.partitions]
+        topics = self.metadata.topics  # type: ignore[attr-defined]
+        offsets, unknown = [], {}
+        for t in request.topics:
+            for p in t.partitions:
+                if t.name in topics and p.partition_index in topics[t.name].assignment:
+                    offsets.append((t.name, p.partition_index, p.committed_offset,
+                                    getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+                else:  # as Kafka: that partition is refused, the others are committed
+                    unknown[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
         req = {"group_id": request.group_id, "generation_id": generation, "member_id": request.member_id,
                "offsets": offsets}
 
         def respond(results: dict) -> list:
-            topics: dict[str, list] = {}
-            for (name, index), code in results.items():
-                topics.setdefault(name, []).append({"partition_index": index, "error_code": code})
+            by_topic: dict[str, list] = {}
+            for (name, index), code in {**unknown, **results}.items():
+                by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
             return [self._respond(conn_id, header, {  # type: ignore[attr-defined]
-                "throttle_time": 0, "topics": [{"name": n, "partitions": p} for n, p in topics.items()]})]
+                "throttle_time": 0, "topics": [{"name": n, "partitions": p} for n, p in by_topic.items()]})]
 
+        if not offsets:
+            return respond({})
         return self.groups.commit(req, respond, now_ms)
 
     def _offset_fetch_group(self, group_id: str, topics: Any) -> tuple[ErrorCode, list]:

@@ -82,10 +82,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"Created topic {args.topic}.")
             return 0
         if args.action == "delete":
-            resp = conn.request(DELETE_TOPICS, 4, {"topic_names": [args.topic], "timeout": 30000})
-            code = _error(resp.responses[0].error_code)
+            resp = conn.request(DELETE_TOPICS, 5, {"topic_names": [args.topic], "timeout": 30000})
+            result = resp.responses[0]
+            code = _error(result.error_code)
             if code is not ErrorCode.none:
-                raise StrandlineError(f"cannot delete topic {args.topic}: {code.name.upper()}")
+                raise StrandlineError(f"cannot delete topic {args.topic}: {code.name.upper()}"
+                                      + (f": {result.error_message}" if result.error_message else ""))
             print(f"Deleted topic {args.topic}.")
             return 0
         if args.action == "list":

@@ -17,6 +17,15 @@ class InvalidPartitions(ValueError):
     pass
 
 
+def check_replication_factor(replication_factor: int, available_brokers: int) -> None:
+    """Raise InvalidReplicationFactor unless 0 < ``replication_factor`` <= ``available_brokers``."""
+    if replication_factor <= 0:
+        raise InvalidReplicationFactor(f"Replication factor must be larger than 0, got {replication_factor}")
+    if replication_factor > available_brokers:
+        raise InvalidReplicationFactor(
+            f"Replication factor: {replication_factor} larger than available brokers: {available_brokers}")
+
+
 def _replica_index(first: int, shift: int, j: int, n: int) -> int:
     return (first + 1 + (shift + j) % (n - 1)) % n
 
@@ -32,13 +41,9 @@ def assign_replicas(broker_ids: Sequence[int], num_partitions: int, replication_
     """
     if num_partitions <= 0:
         raise InvalidPartitions(f"Number of partitions must be larger than 0, got {num_partitions}")
-    if replication_factor <= 0:
-        raise InvalidReplicationFactor(f"Replication factor must be larger than 0, got {replication_factor}")
+    check_replication_factor(replication_factor, len(broker_ids))
     brokers = sorted(broker_ids)
     n = len(brokers)
-    if replication_factor > n:
-        raise InvalidReplicationFactor(
-            f"Replication factor: {replication_factor} larger than available brokers: {n}")
     if racks and all(racks.get(b) for b in brokers):
         return _assign_rack_aware(brokers, racks, num_partitions, replication_factor,
                                   start_index, replica_shift, start_partition)

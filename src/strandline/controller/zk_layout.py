@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import Iterable, Sequence
 
 from strandline.broker.metadata import TopicMetadata
 from strandline.coordination import znodes
-from strandline.coordination.store import Create, Delete, GetData, SetData
+from strandline.coordination.store import CheckVersion, Create, Delete, GetData, SetData
+from strandline.replication.partition import LeaderAndIsr
 
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+
+JUTE_MAXBUFFER = 0xFFFFF
+"""ZooKeeper's default ``jute.maxbuffer`` (1048575 bytes): a server closes the connection of a
+client whose request is longer ("Len error"), so a topic's creation multi must fit in it."""
+
+# Sizes in ZooKeeper's wire format (jute): a request header (xid, op type); a MultiHeader (op
+# type, done, error) before each op of a multi and one closing it; the open ACL every znode gets
+# (count, perms, "world", "anyone").
+_REQUEST_HEADER = 8
+_MULTI_HEADER = 9
+_OPEN_ACL = 4 + 4 + 4 + len("world") + 4 + len("anyone")
 
 
 def create_topic_ops(topic: TopicMetadata, controller_epoch: int) -> list:
@@ -27,6 +41,53 @@ def create_topic_ops(topic: TopicMetadata, controller_epoch: int) -> list:
         ops.append(Create(znodes.TopicPartitionStateZNode.path(topic.name, index),
                           znodes.TopicPartitionStateZNode.encode(state)))
     return ops
+
+
+def chroot(connect: str | None) -> str:
+    """The chroot of a ``zookeeper.connect`` string (``host:port,host:port/chroot``), or ""."""
+    _, slash, path = (connect or "").partition("/")
+    return slash + path.rstrip("/") if path.strip("/") else ""
+
+
+def multi_size(ops: Iterable[Create | CheckVersion], root: str = "") -> int:
+    """Bytes ZooKeeper reads for a multi of ``ops`` under chroot ``root``: what jute.maxbuffer bounds."""
+    size = _REQUEST_HEADER + _MULTI_HEADER
+    for op in ops:
+        size += _MULTI_HEADER + 4 + len((root + op.path).encode())
+        if isinstance(op, Create):
+            size += 4 + len(op.data) + _OPEN_ACL + 4        # data, ACL, flags
+        else:
+            size += 4                                        # the version checked
+    return size
+
+
+def max_partitions(topic: TopicMetadata, replication_factor: int, broker_ids: Sequence[int],
+                   controller_epoch: int, fence: Sequence[CheckVersion] = (), root: str = "",
+                   limit: int = JUTE_MAXBUFFER) -> int:
+    """The most partitions ``topic`` (its name, id and configs) can have for its creation multi
+    (``fence`` then :func:`create_topic_ops`) to fit in ``limit`` bytes.
+
+    Every partition is costed as if each replica and ISR member were the broker with the longest
+    id, so any assignment of that many partitions over ``broker_ids`` fits."""
+    empty = dataclasses.replace(topic, assignment={}, states={})
+    room = limit - multi_size([*fence, *create_topic_ops(empty, controller_epoch)], root)
+    widest = max(broker_ids, key=lambda b: len(str(b)))
+    replicas = (widest,) * replication_factor
+    state = znodes.TopicPartitionStateZNode.encode(LeaderAndIsr(widest, 0, replicas, controller_epoch, 0))
+    no_partitions = len(znodes.TopicZNode.encode({}, topic.topic_id))
+    count = 0
+    for digits in range(1, 11):                  # partitions whose index has this many digits cost the same
+        first = 0 if digits == 1 else 10 ** (digits - 1)
+        cost = (multi_size([Create(znodes.TopicPartitionZNode.path(topic.name, first)),
+                            Create(znodes.TopicPartitionStateZNode.path(topic.name, first), state)], root)
+                - _REQUEST_HEADER - _MULTI_HEADER
+                + len(znodes.TopicZNode.encode({first: replicas}, topic.topic_id)) - no_partitions + 1)  # and a comma
+        fits = min(max(room, 0) // cost, 10 ** digits - first)
+        count += fits
+        room -= fits * cost
+        if fits < 10 ** digits - first:
+            break
+    return count
 
 
 def delete_topic_ops(name: str) -> list:

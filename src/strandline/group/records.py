@@ -4,8 +4,8 @@ Keys and values are Kafka's (``GroupCoordinator``'s schemas): an offset commit i
 ``(group, topic, partition)`` with value v3 ``(offset, leader epoch, metadata, commit time)``; a
 group's metadata is key v2 ``(group)`` with value v3 (protocol type, generation, protocol,
 leader, state time, members). A null value is a tombstone. This internal topic is the one place
-where the broker writes and reads records itself, so it builds and decodes (uncompressed) v2
-batches here.
+where the broker writes records itself, so it builds (uncompressed) v2 batches here; it reads them
+with the record decoder of protocol.records.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Iterator
 import crc32c
 
 from strandline.protocol.records import iter_batches
+from strandline.protocol.records import iter_records as iter_batch_records
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -212,18 +213,6 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
-    """(value, next position) of the zig-zag varint at ``pos``."""
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-
-
 def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int, producer_id: int = -1,
                 producer_epoch: int = -1, base_sequence: int = -1) -> bytearray:
     """An uncompressed v2 batch of (key, value) records, from an idempotent producer when
@@ -241,25 +230,10 @@ def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int, pr
 
 
 def iter_records(data) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) of every record in uncompressed v2 batches; compressed batches are
-    skipped (this broker never writes them to ``__consumer_offsets``)."""
+    """(offset, key, value) of every record in the v2 batches of ``data``."""
     for pos, h in iter_batches(data):
-        if h.attributes & 0x07:
-            continue
-        p = pos + 61
-        for _ in range(h.records_count):
-            length, p = read_varint(data, p)
-            end = p + length
-            p += 1
-            _, p = read_varint(data, p)
-            delta, p = read_varint(data, p)
-            klen, p = read_varint(data, p)
-            key = bytes(data[p:p + klen]) if klen >= 0 else None
-            p += max(klen, 0)
-            vlen, p = read_varint(data, p)
-            value = bytes(data[p:p + vlen]) if vlen >= 0 else None
-            yield h.base_offset + delta, key, value
-            p = end
+        for record in iter_batch_records(data, pos, h):
+            yield record.offset, record.key, record.value
 
 
 def java_string_hash(s: str) -> int:

@@ -320,13 +320,39 @@ class Log:
             yield from segment.iter_headers(from_offset)
 
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first batch with max timestamp >= ``timestamp``."""
+        """``(offset, timestamp)`` of the first record from the log start offset whose timestamp is
+        >= ``timestamp``. Raises UndecodableRecordsError if that batch's records do not decode."""
         for segment in self.segments[self._segment_index(self.log_start_offset):]:
             if segment.max_timestamp >= timestamp:
-                found = segment.find_offset_by_timestamp(timestamp)
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
                 if found is not None:
-                    return max(found[0], self.log_start_offset), found[1]
+                    return found
         return None
+
+    def find_max_timestamp(self, below: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record holding the largest timestamp among the
+        batches from the log start offset with base offset < ``below`` (Kafka's MAX_TIMESTAMP and
+        offsetOfMaxTimestamp). Segments wholly in that range answer from what they keep, so only
+        the first and the last are read. Raises UndecodableRecordsError as find_offset_by_timestamp."""
+        best: tuple[int, int, LogSegment] | None = None     # (timestamp, offset in its batch, segment)
+        for segment in self.segments[self._segment_index(self.log_start_offset):]:
+            if segment.base_offset >= below:
+                break
+            if segment.base_offset >= self.log_start_offset and segment.next_offset <= below:
+                found = (segment.max_timestamp, segment.offset_of_max_timestamp)
+            else:
+                found = (-1, -1)
+                for h in segment.iter_headers(self.log_start_offset):
+                    if h.base_offset >= below:
+                        break
+                    if h.max_timestamp > found[0]:
+                        found = (h.max_timestamp, h.base_offset + h.last_offset_delta)
+            if found[1] >= 0 and (best is None or found[0] > best[0]):
+                best = (found[0], found[1], segment)
+        if best is None:
+            return None
+        timestamp, offset, segment = best
+        return segment.offset_of_timestamp(offset, timestamp), timestamp
 
     def epoch_for_offset(self, offset: int) -> int:
         return self.leader_epoch_cache.epoch_for_offset(offset)

@@ -38,6 +38,7 @@ class LogManager:
         self.default_config = default_config
         self.logs: dict[TopicPartition, Log] = {}
         self.dir_of: dict[TopicPartition, str] = {}
+        self._logs_in_dir = {d: 0 for d in self.log_dirs}   # so that placing a new log is O(dirs)
         self.recovered_uncleanly = False
         self.recovery_stats: dict[str, int] = {}
         self.started = False
@@ -71,6 +72,7 @@ class LogManager:
                                needs_recovery=not clean, now_ms=now_ms)
                 self.logs[parsed] = log
                 self.dir_of[parsed] = log_dir
+                self._logs_in_dir[log_dir] += 1
                 stats["logs_loaded"] += 1
                 for key, value in log.recovery_stats.items():
                     stats[key] = stats.get(key, 0) + value
@@ -110,16 +112,14 @@ class LogManager:
             if log.config != config:
                 log.update_config(config)
             return log
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self.dir_of.values():
-            counts[d] = counts.get(d, 0) + 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        log_dir = min(self.log_dirs, key=lambda d: self._logs_in_dir[d])
         self.disk.makedirs(log_dir)
         log = Log.open(self.disk, os.path.join(log_dir, partition_dir_name(topic, partition)), topic,
                        partition, config, needs_recovery=False, now_ms=now_ms)
         self.disk.fsync_dir(log_dir)
         self.logs[key] = log
         self.dir_of[key] = log_dir
+        self._logs_in_dir[log_dir] += 1
         return log
 
     def delete_log(self, topic: str, partition: int) -> bool:
@@ -130,6 +130,7 @@ class LogManager:
             return False
         log.delete()
         if log_dir is not None:
+            self._logs_in_dir[log_dir] -= 1
             self.disk.fsync_dir(log_dir)
         return True
 

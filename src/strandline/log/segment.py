@@ -20,7 +20,7 @@ from typing import Callable, Iterator, NamedTuple
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk, FileHandle
 from strandline.log.index import OffsetIndex, TimeIndex
-from strandline.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, read_header
+from strandline.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, iter_records, read_header
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -439,15 +439,29 @@ class LogSegment:
         exhausted = not stopped and position + cut >= size
         return (data if cut == n else data[:cut]), exhausted
 
-    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(base offset, max timestamp)`` of the first batch with max timestamp >= ``timestamp``."""
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record from ``starting_offset`` on whose timestamp is
+        >= ``timestamp`` (Kafka's ``LogSegment.findOffsetByTimestamp``: the time index points at a
+        batch, the records of the first batch reaching the timestamp are decoded)."""
         self._ensure_indexes()
         _, offset = self.time_index.lookup(timestamp)
-        position = self.offset_index.lookup(offset)[1]
-        for _, h in self._iter_headers(position):
-            if h.max_timestamp >= timestamp:
-                return h.base_offset, h.max_timestamp
+        position = self.offset_index.lookup(max(offset, starting_offset))[1]
+        for pos, h in self._iter_headers(position):
+            if h.max_timestamp >= timestamp and h.base_offset + h.last_offset_delta >= starting_offset:
+                for record in iter_records(self.log.read(pos, h.size), 0, h):
+                    if record.timestamp >= timestamp and record.offset >= starting_offset:
+                        return record.offset, record.timestamp
         return None
+
+    def offset_of_timestamp(self, offset: int, timestamp: int) -> int:
+        """The offset of the first record holding ``timestamp`` in the batch containing ``offset``."""
+        found = self.translate_offset(offset)
+        if found is not None:
+            position, h = found
+            for record in iter_records(self.log.read(position, h.size), 0, h):
+                if record.timestamp == timestamp:
+                    return record.offset
+        return offset
 
     # -- lifecycle ---------------------------------------------------------------------------
 

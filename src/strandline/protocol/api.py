@@ -208,23 +208,27 @@ def _read_uvarint(buf, pos: int, end: int) -> tuple[int, int]:
             raise _Malformed("varint longer than 5 bytes")
 
 
+# Elements of arrays of strings or bytes are never nullable in Kafka's schemas.
+
 def _skip_legacy_string(buf, pos: int, end: int) -> int:
     (n,) = _UNPACK_I16(buf, pos)
-    if n < -1:
-        raise _Malformed(f"negative string length {n}")
-    return pos + 2 + max(n, 0)
+    if n < 0:
+        raise _Malformed(f"negative string length {n}" if n < -1 else "null array element")
+    return pos + 2 + n
 
 
 def _skip_legacy_bytes(buf, pos: int, end: int) -> int:
     (n,) = _UNPACK_I32(buf, pos)
-    if n < -1:
-        raise _Malformed(f"negative bytes length {n}")
-    return pos + 4 + max(n, 0)
+    if n < 0:
+        raise _Malformed(f"negative bytes length {n}" if n < -1 else "null array element")
+    return pos + 4 + n
 
 
 def _skip_compact(buf, pos: int, end: int) -> int:
     n, pos = _read_uvarint(buf, pos, end)
-    return pos + n - 1 if n else pos
+    if not n:
+        raise _Malformed("null array element")
+    return pos + n - 1
 
 
 def _walk_tags(buf, pos: int, end: int, tags: Mapping[int, Any]) -> int:
@@ -316,13 +320,16 @@ class _ShapeCompiler:
                is_tag: bool) -> tuple[list[str] | None, int, int]:
         """(lines | None if fixed-size, fixed size, minimum size) of one field, as kio lays it out."""
         kind = classify_field(field)
-        nullable = not is_tag and is_optional(field)
+        # Kafka refuses a null where the schema allows none ("non-nullable field X was serialized
+        # as null"); kio would hand the handlers a None instead.
+        refuse_null = "" if is_optional(field) else \
+            f"    raise _M('non-nullable field {field.name} was serialized as null')"
         if isinstance(kind, EntityTupleField):
             inner, inner_min = self.entity(kind.type_)
-            return self._array(flexible, inner_min, [f"pos = {inner}(buf, pos, end)"], None)
+            return self._array(flexible, inner_min, [f"pos = {inner}(buf, pos, end)"], None, refuse_null)
         if isinstance(kind, EntityField):
             inner, inner_min = self.entity(kind.type_)
-            if nullable:  # KIP-893 nullable struct: int8 marker, -1 = null
+            if not is_tag and is_optional(field):  # KIP-893 nullable struct: int8 marker, -1 = null
                 return ["if _I8(buf, pos)[0] < 0:", "    pos += 1", "else:",
                         f"    pos = {inner}(buf, pos + 1, end)"], 0, 1
             return [f"pos = {inner}(buf, pos, end)"], 0, inner_min
@@ -330,9 +337,10 @@ class _ShapeCompiler:
         size = _FIXED_SIZES.get(kafka_type)
         if isinstance(kind, PrimitiveTupleField):
             if size is not None:
-                return self._array(flexible, size, None, size)
+                return self._array(flexible, size, None, size, refuse_null)
             skip = self._skipper(kafka_type, flexible)
-            return self._array(flexible, 1 if flexible else 2, [f"pos = {skip}(buf, pos, end)"], None)
+            return self._array(flexible, 1 if flexible else 2, [f"pos = {skip}(buf, pos, end)"], None,
+                               refuse_null)
         if size is not None:
             return None, size, size
         if is_header and field.name == "client_id":
@@ -340,13 +348,16 @@ class _ShapeCompiler:
         if kafka_type not in ("string", "bytes", "records"):
             raise TypeError(f"no shape walker for kafka type {kafka_type!r}")
         if flexible:
-            return ["n = buf[pos]", "if n < 128:", "    pos += n or 1", "else:",
-                    "    n, pos = _uv(buf, pos, end)", "    pos += n - 1"], 0, 1
+            code = ["n = buf[pos]", "if n < 128:", "    pos += n or 1", "else:",
+                    "    n, pos = _uv(buf, pos, end)", "    pos += n - 1"]
+            return code + (["if n == 0:", refuse_null] if refuse_null else []), 0, 1
         if kafka_type == "string":
-            return ["n = _I16(buf, pos)[0]", "if n > 0:", "    pos += 2 + n", "elif n < -1:",
-                    "    raise _M(f'negative string length {n}')", "else:", "    pos += 2"], 0, 2
-        return ["n = _I32(buf, pos)[0]", "if n > 0:", "    pos += 4 + n", "elif n < -1:",
-                "    raise _M(f'negative bytes length {n}')", "else:", "    pos += 4"], 0, 4
+            code = ["n = _I16(buf, pos)[0]", "if n > 0:", "    pos += 2 + n", "elif n < -1:",
+                    "    raise _M(f'negative string length {n}')", "else:", "    pos += 2"]
+        else:
+            code = ["n = _I32(buf, pos)[0]", "if n > 0:", "    pos += 4 + n", "elif n < -1:",
+                    "    raise _M(f'negative bytes length {n}')", "else:", "    pos += 4"]
+        return code + (["if n == -1:", refuse_null] if refuse_null else []), 0, 2 if kafka_type == "string" else 4
 
     def _skipper(self, kafka_type: str, flexible: bool) -> str:
         if flexible:
@@ -355,13 +366,15 @@ class _ShapeCompiler:
 
     @staticmethod
     def _array(flexible: bool, element_min: int, element: list[str] | None,
-               element_size: int | None) -> tuple[list[str], int, int]:
+               element_size: int | None, refuse_null: str) -> tuple[list[str], int, int]:
         if flexible:
             code = ["n = buf[pos]", "if n < 128:", "    pos += 1", "else:",
                     "    n, pos = _uv(buf, pos, end)", "n -= 1"]
         else:
             code = ["n = _I32(buf, pos)[0]", "pos += 4", "if n < -1:",
                     "    raise _M(f'negative array length {n}')"]
+        if refuse_null:
+            code += ["if n == -1:", refuse_null]
         code += ["if n > 0:",
                  f"    if n * {max(element_min, 1)} > end - pos:",
                  "        raise _M(f'array of {n} elements cannot fit in the {max(end - pos, 0)} bytes left')"]
@@ -395,8 +408,10 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     """Decode one request frame (without its size prefix) into (header, kio request object).
 
     Raises :class:`ProtocolError` for an unknown API key, a version we do not support, or any
-    malformed content (truncation, garbage, bytes left over after the body), and
-    :class:`UnsupportedApiVersions` for an ApiVersions request newer than we support.
+    malformed content (truncation, garbage), and :class:`UnsupportedApiVersions` for an
+    ApiVersions request newer than we support. Bytes after the body are ignored, as Kafka does
+    (librdkafka 2.15+ sends three after an all-topics Metadata v12); every array must still fit
+    in the frame.
     """
     api_key, api_version, correlation_id = peek_header(frame)
     if type(frame) is not bytes:
@@ -428,18 +443,12 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     if body_end > end:
         raise ProtocolError(f"truncated {api_name(api_key)} v{api_version} request "
                             f"({end} bytes, {body_end - end} missing)")
-    if body_end < end:
-        raise ProtocolError(f"{end - body_end} unexpected bytes after a "
-                            f"{api_name(api_key)} v{api_version} request")
     try:
         header, offset = header_reader(frame, 0)
-        body, size = body_reader(frame, offset)
+        body, _ = body_reader(frame, offset)
     except Exception as exc:  # kio raises assorted errors on malformed input
         raise ProtocolError(f"malformed {api_name(api_key)} v{api_version} request: "
                             f"{type(exc).__name__}: {exc}") from None
-    if offset + size != end:
-        raise ProtocolError(f"{end - offset - size} unexpected bytes after a "
-                            f"{api_name(api_key)} v{api_version} request")
     return RequestHeader(api_key, api_version, correlation_id, header.client_id), body
 
 

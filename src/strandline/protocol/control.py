@@ -151,7 +151,8 @@ def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict
 
 
 def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None, dict]:
-    """(api_key, version, correlation_id, client_id, body) of a control request frame."""
+    """(api_key, version, correlation_id, client_id, body) of a control request frame; bytes after
+    the body are ignored, as for every API."""
     try:
         api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 0)
         expected = SCHEMAS.get(api_key)
@@ -161,11 +162,9 @@ def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None
         n = _I16.unpack_from(frame, 8)[0]
         pos = 10 + max(n, 0)
         client_id = bytes(frame[10:pos]).decode() if n >= 0 else None
-        body, end = _decode(expected[1], frame, pos)
+        body, _ = _decode(expected[1], frame, pos)
     except (struct.error, UnicodeDecodeError) as exc:
         raise ProtocolError(f"malformed control request: {exc}") from None
-    if end != len(frame):
-        raise ProtocolError(f"{len(frame) - end} unexpected bytes after a {NAMES[api_key]} request")
     return api_key, version, correlation_id, client_id, body
 
 

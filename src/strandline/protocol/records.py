@@ -1,8 +1,9 @@
-"""A view of record batch v2 (magic 2) headers, without decoding records.
+"""A view of record batch v2 (magic 2) headers, and the one decoder of their records.
 
-The broker never decodes or re-encodes records: it reads the 61-byte batch header, checks the
-CRC-32C, and stamps the two fields that lie outside the CRC (base offset, partition leader
-epoch). Layout (Kafka's ``DefaultRecordBatch``)::
+The broker never re-encodes records and decodes them only where Kafka's broker must look inside
+a batch (ListOffsets by timestamp, ``__consumer_offsets``; Spark tasks use the same pieces): it
+reads the 61-byte batch header, checks the CRC-32C, and stamps the two fields that lie outside
+the CRC (base offset, partition leader epoch). Layout (Kafka's ``DefaultRecordBatch``)::
 
     0  baseOffset            int64   (outside CRC, set by the leader)
     8  batchLength           int32   (bytes after this field)
@@ -25,6 +26,7 @@ from __future__ import annotations
 import struct
 from typing import Iterator, NamedTuple
 
+import cramjam
 import crc32c
 
 HEADER_SIZE = 61
@@ -158,3 +160,85 @@ def set_log_append_time(buf: bytearray, pos: int, header: BatchHeader, now_ms: i
     _ATTRS.pack_into(buf, pos + 21, header.attributes | TIMESTAMP_TYPE_BIT)
     _TS.pack_into(buf, pos + 35, now_ms)
     _CRC.pack_into(buf, pos + 17, compute_crc(buf, pos, header.size))
+
+
+# -- records ------------------------------------------------------------------------------------
+
+_XERIAL = b"\x82SNAPPY\x00"
+
+
+class UndecodableRecordsError(ValueError):
+    """A batch whose records cannot be decoded (its CRC covers them, but nothing checked their layout)."""
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    """The records of a batch compressed with ``codec`` (1 gzip, 2 snappy, 3 lz4, 4 zstd)."""
+    if codec == 1:
+        return bytes(cramjam.gzip.decompress(data))
+    if codec == 2:
+        if data.startswith(_XERIAL):                 # snappy-java's framing (Java producers)
+            out = bytearray()
+            pos = 16
+            while pos < len(data):
+                (n,) = struct.unpack_from(">i", data, pos)
+                out += bytes(cramjam.snappy.decompress_raw(data[pos + 4:pos + 4 + n]))
+                pos += 4 + n
+            return bytes(out)
+        return bytes(cramjam.snappy.decompress_raw(data))
+    if codec == 3:
+        return bytes(cramjam.lz4.decompress(data))
+    if codec == 4:
+        return bytes(cramjam.zstd.decompress(data))
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def read_varint(buf, pos: int) -> tuple[int, int]:
+    """(value, next position) of the zig-zag varint at ``pos`` (Kafka's ByteUtils.readVarint)."""
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+def iter_records(buf, pos: int, header: BatchHeader) -> Iterator[Record]:
+    """The records of the batch at ``pos`` in ``buf`` (its ``header``), decompressed if need be.
+
+    In a LogAppendTime batch every record's timestamp is the batch's max timestamp, as Kafka reads
+    it. Raises UndecodableRecordsError when the records do not decode.
+    """
+    try:
+        if header.compression:
+            data, p = decompress(header.compression, bytes(buf[pos + HEADER_SIZE:pos + header.size])), 0
+            stop = len(data)
+        else:
+            data, p, stop = buf, pos + HEADER_SIZE, pos + header.size
+        log_append_time = header.attributes & TIMESTAMP_TYPE_BIT
+        for _ in range(header.records_count):
+            length, p = read_varint(data, p)
+            end = p + length
+            if length <= 0 or end > stop:
+                raise ValueError(f"a record of {length} bytes at {p} does not fit in the batch")
+            timestamp_delta, p = read_varint(data, p + 1)          # after the attributes
+            offset_delta, p = read_varint(data, p)
+            key_length, p = read_varint(data, p)
+            key = bytes(data[p:p + key_length]) if key_length >= 0 else None
+            value_length, p = read_varint(data, p + max(key_length, 0))
+            value = bytes(data[p:p + value_length]) if value_length >= 0 else None
+            yield Record(header.base_offset + offset_delta,
+                         header.max_timestamp if log_append_time else header.base_timestamp + timestamp_delta,
+                         key, value)
+            p = end
+    except (IndexError, ValueError, struct.error, cramjam.DecompressionError) as exc:
+        raise UndecodableRecordsError(
+            f"records of the batch at offset {header.base_offset} do not decode: {exc}") from None

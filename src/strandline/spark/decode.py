@@ -1,39 +1,12 @@
 """Record batches v2 decoded into Arrow columns on Spark executors (gzip, snappy, lz4, zstd).
 
-The broker never decodes records; a Spark task does, once, straight into the lists that become
-one ``pyarrow.RecordBatch`` per fetch.
+A Spark task decodes every fetched record, once, straight into the lists that become one
+``pyarrow.RecordBatch`` per fetch (decompression and varints are protocol.records').
 """
 
 from __future__ import annotations
 
-import struct
-
-import cramjam
-
-from strandline.group.records import read_varint
-from strandline.protocol.records import iter_batches
-
-_XERIAL = b"\x82SNAPPY\x00"
-
-
-def decompress(codec: int, data: bytes) -> bytes:
-    if codec == 1:
-        return bytes(cramjam.gzip.decompress(data))
-    if codec == 2:
-        if data.startswith(_XERIAL):                 # snappy-java's framing (Java producers)
-            out = bytearray()
-            pos = 16
-            while pos < len(data):
-                (n,) = struct.unpack_from(">i", data, pos)
-                out += bytes(cramjam.snappy.decompress_raw(data[pos + 4:pos + 4 + n]))
-                pos += 4 + n
-            return bytes(out)
-        return bytes(cramjam.snappy.decompress_raw(data))
-    if codec == 3:
-        return bytes(cramjam.lz4.decompress(data))
-    if codec == 4:
-        return bytes(cramjam.zstd.decompress(data))
-    raise ValueError(f"unknown compression codec {codec}")
+from strandline.protocol.records import decompress, iter_batches, read_varint
 
 
 class Columns:
