@@ -73,6 +73,10 @@ def test_epo_1_assign_appends_only_new_epochs_or_lower_offsets(disk_root):
     cache = LeaderEpochCache(disk, root)
     assert cache.latest_epoch == -1 and cache.epoch_entries() == []
     assert cache.assign(0, 0)
+    # a new log's first entries wait for its first flush (Log.flush writes them)...
+    assert cache.unwritten and not disk.exists(f"{root}/leader-epoch-checkpoint")
+    cache.write()
+    assert LeaderEpochCache(disk, root).epoch_entries() == [(0, 0)]
     assert not cache.assign(0, 5)          # same epoch, later offset: no change
     assert cache.assign(2, 10)
     assert cache.assign(4, 30)
@@ -110,6 +114,7 @@ def test_epo_1_truncation_from_end_and_start():
     cache = LeaderEpochCache(disk, "/p")
     for epoch, start in [(1, 0), (2, 10), (3, 20), (4, 30)]:
         cache.assign(epoch, start)
+    cache.write()                          # ...then every change is written at once
     assert not cache.truncate_from_end(31)
     assert cache.truncate_from_end(20)
     assert cache.epoch_entries() == [(1, 0), (2, 10)]

@@ -32,9 +32,24 @@ class LeaderEpochCache:
         self.disk = disk
         self.path = os.path.join(directory, FILE_NAME)
         self.entries: list[tuple[int, int]] = checkpoint.read_epochs(disk, self.path)
+        self.written = disk.exists(self.path)
+        self.unwritten = False
+        """Entries of a log that never wrote its checkpoint, not yet on disk: the log writes them
+        when it is first flushed. Until then nothing below its recovery point needs them (a restart
+        recovers the whole log and finds the epochs in its batches), so creating thousands of
+        partitions costs no fsync each."""
 
     def _flush(self) -> None:
+        if not self.written:
+            self.unwritten = True
+            return
+        self.write()
+
+    def write(self) -> None:
+        """Write the checkpoint atomically and durably."""
         checkpoint.write_epochs(self.disk, self.path, self.entries)
+        self.written = True
+        self.unwritten = False
 
     @property
     def latest_epoch(self) -> int:

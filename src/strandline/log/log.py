@@ -77,6 +77,7 @@ class Log:
         self._last_flush_ms = now_ms
         self._now_ms = now_ms
         self.closed = False
+        self.parent_unsynced = False        # the log's own directory entry is not fsynced yet
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -145,7 +146,13 @@ class Log:
         cache.truncate_from_end(log.log_end_offset)
         cache.truncate_from_start(log.log_start_offset)
         log.recovery_stats = stats
-        log._sync_dir_if_new()
+        if names:
+            log._sync_dir_if_new()
+        else:
+            # a new, empty log: its directory entries become durable with its first flush (nothing
+            # in it needs to survive a power loss before that), so creating thousands of partitions
+            # costs no fsync each
+            log.parent_unsynced = True
         return log
 
     # -- state -------------------------------------------------------------------------------
@@ -170,6 +177,11 @@ class Log:
         self._bases = [s.base_offset for s in segments]
 
     def _sync_dir_if_new(self) -> None:
+        if self.leader_epoch_cache.unwritten:
+            self.leader_epoch_cache.write()
+        if self.parent_unsynced:
+            self.disk.fsync_dir(os.path.dirname(self.dir))
+            self.parent_unsynced = False
         new = [s for s in self.segments if s.new]
         if new:
             self.disk.fsync_dir(self.dir)

@@ -116,7 +116,6 @@ class LogManager:
         self.disk.makedirs(log_dir)
         log = Log.open(self.disk, os.path.join(log_dir, partition_dir_name(topic, partition)), topic,
                        partition, config, needs_recovery=False, now_ms=now_ms)
-        self.disk.fsync_dir(log_dir)
         self.logs[key] = log
         self.dir_of[key] = log_dir
         self._logs_in_dir[log_dir] += 1
