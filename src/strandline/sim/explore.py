@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 from strandline.protocol.api import ApiKey
 from strandline.sim.checker import Invariants, Violation
 from strandline.sim.cluster import SimCluster
-from strandline.sim.workload import Consumer, History, Producer
+from strandline.sim.workload import Consumer, Firehose, History, Producer
 
 TOPIC = "events"
 SESSION_TIMEOUT_MS = 6000
@@ -371,23 +371,27 @@ class Explorer:
         return True
 
     def _converge(self) -> None:
-        """Every ISR must be full again within ``converge_ms`` while writes go on; across far
-        zones extra acks=1 producers write hard, as a busy cluster does, so that a follower's
-        fetch round trip always sees new writes arrive (KAFKA-4485 decides whether it rejoins)."""
+        """Every ISR must be full again within ``converge_ms`` while writes go on. Across far
+        zones, partitions whose ISR is not full also get a firehose of acks=1 writes, as a busy
+        cluster does, so that each fetch round trip of a follower out of the ISR sees new writes
+        arrive (the leader's high watermark rule, KAFKA-4485, then decides whether it rejoins)."""
         sim = self.sim
         deadline = sim.now + self.converge_ms
+        hoses = []
         if self.latency_ms >= 10:
-            for n in range(6):
-                producer = Producer(sim, self.history, f"h{n}1", TOPIC, self.partitions,
-                                    random.Random(self.rng.random()), acks=1, idempotent=False, think_ms=(0, 10))
-                self.producers.append(producer)
-                producer.start()
+            for index in range(self.partitions):
+                if set(sim.state(TOPIC, index).isr) != set(sim.brokers):
+                    hoses.append(Firehose(sim, self.history, f"f{index}1", TOPIC, index,
+                                          random.Random(self.rng.random())))
+                    hoses[-1].start()
         while not self._full_isr():
             if sim.now >= deadline:
                 raise Violation("the cluster converges", f"no full ISR within {self.converge_ms} ms of healing: "
                                 + self._describe(), sim.now)
             sim.advance(100)
         self.note("converged: every ISR is full")
+        for hose in hoses:
+            hose.stopped = True
         for producer in self.producers:
             producer.stop()
         for consumer in self.consumers:

@@ -243,6 +243,46 @@ class Producer(_Client):
                   {"transactional_id": None, "transaction_timeout_ms": 60000}, on_answer)
 
 
+class Firehose(_Client):
+    """Writes one partition as fast as a busy cluster does: an acks=1 request every ``interval_ms``
+    without waiting for the answers (many producers at once), so that every fetch round trip of a
+    follower sees new writes arrive."""
+
+    def __init__(self, sim: SimCluster, history: History, name: str, topic: str, partition: int,
+                 rng: random.Random, interval_ms: int = 2) -> None:
+        super().__init__(sim, name, topic, partition + 1, rng)
+        self.history = history
+        self.partition = partition
+        self.interval_ms = interval_ms
+        self.counter = 0
+
+    def start(self) -> None:
+        self.later(0, self.step)
+
+    def step(self) -> None:
+        leader = self.leaders.get(self.partition)
+        if leader is None:
+            if not self.busy:
+                self.busy = True
+                self.refresh_metadata(self.resume)
+            return
+        self.counter += 1
+        data = bytes(build_batch([(b"", f"{self.name}:{self.counter}".encode())], self.sim.now))
+        body = {"transactional_id": None, "acks": 1, "timeout": PRODUCE_ACK_TIMEOUT_MS,
+                "topic_data": [{"name": self.topic, "partition_data": [{"index": self.partition, "records": data}]}]}
+
+        def on_answer(resp) -> None:
+            if resp is None or resp.responses[0].partition_responses[0].error_code != ErrorCode.none:
+                self.leaders.pop(self.partition, None)
+        self.history.sent += 1
+        self.send(leader, ApiKey.PRODUCE, 7, body, on_answer)
+        self.later(self.interval_ms, self.step)
+
+    def resume(self) -> None:
+        self.busy = False
+        self.step()
+
+
 class Consumer(_Client):
     """Reads every partition from the start, below the high watermark, as a consumer does."""
 
