@@ -389,3 +389,23 @@ def test_ctl_7_a_broker_back_while_the_controller_writes_its_partition_offline_i
     c.start(2)
     c.advance(2000)
     assert c.state("q").leader == 2 and c.partition(2, "q").is_leader
+
+
+def test_ctl_4_a_control_request_addressed_to_a_broker_that_restarted_meanwhile_is_refused():
+    """KIP-380: the controller's StopReplica for a broker in controlled shutdown cannot reach it
+    before it restarts; the controller's retry then reaches the new life of that broker, which
+    must refuse it (STALE_BROKER_EPOCH) instead of stopping its fetchers for good."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "k", [2, 3], min_isr=1)
+    assert produce(c, 2, "k", [b"m1"]).error_code == ErrorCode.none
+    node = c.brokers[3]
+    c.cut_link(1, 3)                                          # the controller's requests wait...
+    c._apply(node, node.core.begin_controlled_shutdown(c._at(node)))
+    c.advance(50)
+    c.bounce(3, lose_unflushed=False)                         # ...and the broker restarts meanwhile
+    c.heal_link(1, 3)
+    c.advance(3000)
+    assert c.state("k").isr == (2, 3) and c.state("k").leader == 2
+    assert produce(c, 2, "k", [b"m2"]).error_code == ErrorCode.none
+    c.advance(100)
+    assert values_on(c, 3, "k") == [b"m1", b"m2"]

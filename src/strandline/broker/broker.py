@@ -102,6 +102,7 @@ class Broker(ControlPlane, Follower, Groups):
         self.fetchers: dict = {}
         self._broker_callbacks: dict[int, Callable[[bytes | None, int], list]] = {}
         self._broker_epochs: dict[int, int] = {}
+        self.broker_epoch = -1                      # this broker's registration (czxid), KIP-380
         self._delayed: list[tuple[int, int, Callable[[int], list]]] = []
         self._hw_checkpoint: dict | None = None
         self._loading_topics: set[str] = set()   # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
@@ -163,6 +164,11 @@ class Broker(ControlPlane, Follower, Groups):
         for conn_id, frame in waiting:
             effects.extend(self.handle_request(conn_id, frame, now_ms))
         return effects
+
+    def on_registered(self, broker_epoch: int) -> None:
+        """The shell (re)registered this broker in ZooKeeper: control requests addressed to an
+        earlier registration are refused from now on (STALE_BROKER_EPOCH)."""
+        self.broker_epoch = broker_epoch
 
     def _high_watermarks(self) -> dict:
         if self._hw_checkpoint is None:

@@ -212,6 +212,10 @@ class ControlPlane:
         if broker_id == self.broker_id:
             effects, _ = self._apply_control(api_key, body, now_ms)
             return effects
+        # KIP-380: addressed to the broker's registration the controller knows; a later life of
+        # that broker refuses it (a retry must not reach a broker that restarted meanwhile)
+        if body["broker_epoch"] < 0:       # a retry keeps the registration it was first addressed to
+            body = {**body, "broker_epoch": self._broker_epochs.get(broker_id, -1)}  # type: ignore[attr-defined]
         controller_epoch = body["controller_epoch"]
 
         def on_response(frame: bytes | None, when_ms: int) -> list:
@@ -227,8 +231,9 @@ class ControlPlane:
                 return [Log("warning", f"Bad {control.NAMES[api_key]} response from broker {broker_id}: {exc}")]
             errors = [e for e in answer.get("partition_errors", ()) if e["error_code"]]
             if answer["error_code"] or errors:
-                # a broker that already has a state answers STALE_CONTROLLER_EPOCH for it: routine
-                routine = not answer["error_code"] and all(
+                # a broker that already has a state answers STALE_CONTROLLER_EPOCH for it, and a
+                # broker that restarted since the request was addressed STALE_BROKER_EPOCH: routine
+                routine = answer["error_code"] == ErrorCode.stale_broker_epoch or not answer["error_code"] and all(
                     e["error_code"] == ErrorCode.stale_controller_epoch for e in errors)
                 return [Log("info" if routine else "warning",
                             f"Broker {broker_id} answered {control.NAMES[api_key]} with error {answer['error_code']} "
@@ -696,6 +701,8 @@ class ControlPlane:
             return self._on_controlled_shutdown_request(body["broker_id"], respond, now_ms)
         if body["controller_epoch"] < self.controller_epoch:
             return respond(self._control_error(api_key, body, ErrorCode.stale_controller_epoch))
+        if 0 <= body["broker_epoch"] < self.broker_epoch:  # type: ignore[attr-defined]
+            return respond(self._control_error(api_key, body, ErrorCode.stale_broker_epoch))
         missing = self._unknown_topics(api_key, body)
         if missing:
             self._loading_topics.update(missing)  # type: ignore[attr-defined]

@@ -204,15 +204,19 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     shell = running.shell = BrokerShell(broker, store, v["socket.request.max.bytes"], stopper)
     await shell.listen(config.listener.host, config.listener.port)
     wait_s = v["zookeeper.session.timeout.ms"] / 1000.0 + 5.0
-    await asyncio.to_thread(store.register_broker, broker_id, adv.host, adv.port, v["broker.rack"], wait_s)
+    broker.on_registered(await asyncio.to_thread(store.register_broker, broker_id, adv.host, adv.port,
+                                                 v["broker.rack"], wait_s))
     controller_id, controller_epoch, epoch_version = await asyncio.to_thread(elect_controller, store, broker_id)
     shell.run("loading the cluster", lambda: broker.load_metadata(
         cluster_id, brokers, topics, controller_id, controller_epoch, now_ms(), epoch_version))
     await asyncio.to_thread(watch_brokers, store, loop, shell)
     await asyncio.to_thread(watch_isr_changes, store, loop, shell)
     await asyncio.to_thread(watch_controller, store, loop, shell)
-    watch_session(store, loop, shell, lambda: store.register_broker(
-        broker_id, adv.host, adv.port, v["broker.rack"], wait_s))
+    def register_again() -> None:       # on kazoo's new session, from a worker thread
+        epoch = store.register_broker(broker_id, adv.host, adv.port, v["broker.rack"], wait_s)
+        to_loop(loop, shell.run, "registering the broker again", lambda: broker.on_registered(epoch) or [])
+
+    watch_session(store, loop, shell, register_again)
     running.started = True
     if stopper.failure is None:
         log.info("Broker %d serving on %s:%d (controller %d, epoch %d)", broker_id, adv.host, adv.port,

@@ -596,9 +596,11 @@ class SimCluster:
 
     def _register(self, node: SimBroker) -> None:
         adv = self.broker_config(node.id).advertised
-        self.zk.execute([Create(znodes.BrokerIdZNode.path(node.id),
-                                znodes.BrokerIdZNode.encode(node.id, adv.host, adv.port, None, self.now),
-                                ephemeral=True)], node.session)
+        path = znodes.BrokerIdZNode.path(node.id)
+        [created] = self.zk.execute([Create(path, znodes.BrokerIdZNode.encode(node.id, adv.host, adv.port, None,
+                                                                              self.now), ephemeral=True)], node.session)
+        if created.error is ZkError.NONE and node.core is not None:
+            node.core.on_registered(self.zk.czxid[path])
 
     def _live_brokers(self) -> tuple[dict, dict]:
         brokers, _ = read_cluster_state(self.zk)
