@@ -409,3 +409,19 @@ def test_ctl_4_a_control_request_addressed_to_a_broker_that_restarted_meanwhile_
     assert produce(c, 2, "k", [b"m2"]).error_code == ErrorCode.none
     c.advance(100)
     assert values_on(c, 3, "k") == [b"m1", b"m2"]
+
+
+def test_isr_a_follower_the_controller_removed_does_not_hold_the_high_watermark_back():
+    """As Kafka's makeLeader: a LeaderAndIsr that keeps the leader resets which followers count as
+    caught up to the new ISR. A follower whose session expired (removed by the controller) must not
+    hold the high watermark back for replica.lag.time.max.ms as a follower caught up lately would."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": "30000"})
+    create(c, "h", [2, 3], min_isr=1)
+    assert produce(c, 2, "h", [b"m1"]).error_code == ErrorCode.none
+    c.pause(3)
+    produce_request(c, 2, "h", [b"m2"], timeout_ms=20000)
+    c.expire_session(3)                                       # the controller removes 3 from the ISR
+    c.advance(50)
+    assert c.state("h").isr == (2,)
+    answer = c.response(2, 0, 7, "producer")
+    assert answer is not None and answer.responses[0].partition_responses[0].error_code == ErrorCode.none

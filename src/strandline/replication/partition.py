@@ -124,11 +124,15 @@ class Partition:
             self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
             self.leader_epoch_start_offset = self.log.log_end_offset
         known = self.remote_replicas if was_leader else {}
-        # Followers in the ISR count as caught up now; a new leader learns their LEO as they fetch.
+        # As Kafka's makeLeader: followers in the new ISR count as caught up now, the others not
+        # (a follower the controller removed, e.g. a dead one, holds the high watermark back no
+        # more); a leader that already led keeps their log end offsets, a new one learns them as
+        # they fetch.
         self.remote_replicas = {
-            r: known.get(r) or ReplicaState(r, last_caught_up_time_ms=now_ms if r in self.isr else 0,
-                                            last_fetch_leader_log_end_offset=self.leader_epoch_start_offset,
-                                            last_fetch_time_ms=now_ms)
+            r: ReplicaState(r, log_end_offset=known[r].log_end_offset if r in known else -1,
+                            last_caught_up_time_ms=now_ms if r in self.isr else 0,
+                            last_fetch_leader_log_end_offset=self.leader_epoch_start_offset,
+                            last_fetch_time_ms=now_ms)
             for r in self.replicas if r != self.local_broker_id
         }
         self.high_watermark = min(max(self.high_watermark, self.log.log_start_offset), self.log.log_end_offset)
