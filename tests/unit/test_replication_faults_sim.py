@@ -425,3 +425,33 @@ def test_isr_a_follower_the_controller_removed_does_not_hold_the_high_watermark_
     assert c.state("h").isr == (2,)
     answer = c.response(2, 0, 7, "producer")
     assert answer is not None and answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+
+
+def test_ctl_4_a_controller_deposed_while_it_reads_partition_states_writes_nothing():
+    """The controller reads partition states to move a stopping broker's leaderships; before the
+    answer arrives its session expires and another broker takes office. Its writes are fenced by the
+    controller epoch's version while it is in office; once it resigned it must not write at all (an
+    unfenced write of a deposed controller overwrote partition states the new one had sent)."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS), "controlled.shutdown.retry.backoff.ms": "200"})
+    assert c.controller_id == 1
+    create(c, "z", [3, 2], min_isr=1)
+    reads = lambda b, ops: b == 1 and any(isinstance(op, GetData) and op.path.endswith("/z/partitions/0/state")  # noqa: E731
+                                          for op in ops)
+    faults = iter([("reply-delayed", 300)])
+    deposed_writes = []
+
+    def fault(b: int, ops: list):
+        if b == 1 and not c.brokers[1].core.is_controller and any(
+                isinstance(op, SetData) and op.path.endswith("/state") for op in ops):
+            deposed_writes.append(ops)
+        return next(faults, None) if reads(b, ops) else None
+    c.zk_fault = fault
+    node = c.brokers[3]
+    c._apply(node, node.core.begin_controlled_shutdown(c._at(node)))   # controller 1 reads z-0 to move it...
+    c.advance(10)
+    c.expire_session(1)                                       # ...and loses office meanwhile
+    c.advance(2000)
+    assert c.controller_id == 2 and not c.brokers[1].core.is_controller
+    assert deposed_writes == []
+    assert c.state("z").leader == 2                           # moved by the controller in office
+    assert c.brokers[3].core.controlled_shutdown_done

@@ -181,8 +181,10 @@ class ControlPlane:
     def _fenced(self, ops: list) -> list:
         """Controller writes carry a check of /controller_epoch's version: a controller that lost
         its office cannot write (Kafka's zkVersion check of the controller epoch, CTL-3)."""
+        if not self.is_controller:
+            raise RuntimeError("a broker that is not the controller tried to write the controller's state")
         version = self._controller_epoch_version  # type: ignore[attr-defined]
-        if version is None:
+        if version is None:             # a core driven by a test that does not track the epoch's znode
             return ops
         return [CheckVersion(znodes.ControllerEpochZNode.path(), version)] + list(ops)
 
@@ -367,6 +369,8 @@ class ControlPlane:
         before = {(t.name, i): t.states[i].leader_epoch for t, i in affected}
 
         def announce(when_ms: int) -> list:
+            if not self.is_controller:
+                return []
             # new brokers learn the partitions that an election did not just announce to them
             unchanged = [(t, i) for t, i in affected
                          if (t.name, i) in before and t.states.get(i) is not None
@@ -374,6 +378,8 @@ class ControlPlane:
             return self._send_partition_states(unchanged, new, False, when_ms, metadata_to=new) if new else []
 
         def elected(when_ms: int) -> list:
+            if not self.is_controller:
+                return []
             # a bounced broker was handled as dead; now it is new: it may lead what went offline (CTL-7)
             offline = [(t.name, i) for t, i in affected
                        if t.states.get(i) is not None and t.states[i].leader < 0 and bounced & set(t.assignment[i])]
@@ -444,6 +450,8 @@ class ControlPlane:
             return any(r != broker_id and r in up for r in t.assignment[i])
 
         def done(when_ms: int) -> list:
+            if not self.is_controller:          # deposed meanwhile: the broker asks the new one
+                return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
             remaining = [{"topic_name": t.name, "partition_index": i} for t, i in self._all_partitions()
                          if i in t.states and t.states[i].leader == broker_id and len(t.assignment[i]) > 1
                          and could_move_later(t, i)]
@@ -598,8 +606,8 @@ class ControlPlane:
                  announce: bool = False) -> list:
         """Re-read the partitions' state znodes, elect, and write each new state with compare-and-set
         on the version just read; a partition whose write lost a race is read and elected again.
-        After a write whose outcome is unknown (``announce``), a state found already decided may be
-        that write, applied: the brokers are told it. ``done(now_ms)`` runs once the states are
+        On a retry (``announce``), a state found already decided may be an earlier write of this
+        controller applied after all (its answer lost, or applied late): the brokers are told it. ``done(now_ms)`` runs once the states are
         written (or nothing needed writing). A broker of ``dead`` stays dead for retries even if it
         registered again meanwhile: its earlier life ended, and what it held may be gone."""
         if not keys:
@@ -607,6 +615,8 @@ class ControlPlane:
         reads = [GetData(znodes.TopicPartitionStateZNode.path(t, i)) for t, i in keys]
 
         def on_read(results: list, when_ms: int) -> list:
+            if not self.is_controller:   # deposed while reading: a write now would not be fenced
+                return done(when_ms) if done else []
             live = set(self.metadata.brokers)  # type: ignore[attr-defined]
             planned, writes, effects, settled, unread = [], [], [], [], []
             for key, res in zip(keys, results):
@@ -641,12 +651,12 @@ class ControlPlane:
 
             def on_written(written: list, at_ms: int) -> list:
                 if not self.is_controller:
-                    return []
+                    return done(at_ms) if done else []
                 if written and written[0].error is not ZkError.NONE:
                     # a state changed under us, or our epoch is no longer current: check, re-read, retry
                     if written[0].error is ZkError.BAD_VERSION:
                         return self._check_still_controller(
-                            lambda t: self._reelect(keys, dead, t, done, decide), at_ms)
+                            lambda t: self._reelect(keys, dead, t, done, decide, True), at_ms)
                     return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
                         self._after(at_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
                                     lambda t: self._reelect(keys, dead, t, done, decide, True))
