@@ -16,7 +16,8 @@ def _run(job: tuple[int, str, int]) -> RunResult:
 
 
 def _line(result: RunResult) -> str:
-    lost = f"; {result.lost} acknowledged batch(es) lost" if result.lost else ""
+    first_is_loss = result.violation is not None and result.violation.invariant == "acknowledged writes survive"
+    lost = f"; {result.lost} acknowledged batch(es) lost" if result.lost and not first_is_loss else ""
     return (f"seed {result.seed} [{result.config}]: {result.violation}{lost} "
             f"(replay: strandline sim replay {result.seed} --config {result.config})")
 
