@@ -455,3 +455,28 @@ def test_ctl_4_a_controller_deposed_while_it_reads_partition_states_writes_nothi
     assert deposed_writes == []
     assert c.state("z").leader == 2                           # moved by the controller in office
     assert c.brokers[3].core.controlled_shutdown_done
+
+
+def test_ctl_7_a_broker_back_while_its_partition_is_being_elected_gets_the_decided_state_only():
+    """The controller writes a partition offline (its only ISR member died) and the write is applied
+    late, after an answer of CONNECTION_LOSS; the broker registers again meanwhile. It must not be
+    sent the partition's old state (it would lead again in the epoch it led before, with an ISR the
+    controller no longer trusts), and once the controller reads what it wrote after all, the
+    partition, offline although its ISR member is back, is elected again."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "v", [2, 3], min_isr=1)
+    assert produce(c, 2, "v", [b"m1"]).error_code == ErrorCode.none
+    stall(c, 2, "v", 3)
+    assert c.state("v").isr == (2,)
+    offline = lambda b, ops: b == 1 and any(isinstance(op, SetData) and op.path.endswith("/v/partitions/0/state")  # noqa: E731
+                                            for op in ops)
+    faults = iter([("applied-late", 300)])
+    c.zk_fault = lambda b, ops: next(faults, None) if offline(b, ops) else None
+    c.crash(2)
+    c.advance(50)
+    c.start(2)
+    c.brokers[2].log.clear()
+    c.advance(3000)
+    assert not any("Leader of v-0 in epoch 0" in line for line in c.brokers[2].log)
+    assert c.state("v").leader == 2 and c.state("v").leader_epoch >= 2
+    assert c.partition(2, "v").is_leader

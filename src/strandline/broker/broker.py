@@ -8,6 +8,7 @@ runs to completion without awaiting, so no locks are needed.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import heapq
 import re
@@ -116,6 +117,7 @@ class Broker(ControlPlane, Follower, Groups):
         self.controlled_shutdown_done = False
         self._controller_epoch_version: int | None = None
         self._electing = False
+        self._electing_partitions: collections.Counter = collections.Counter()   # controller: elections in flight
         self._isr_change_set: set[tuple[str, int]] = set()
         self._last_isr_change_ms = 0
         self._last_isr_propagation_ms = now_ms

@@ -144,6 +144,7 @@ class ControlPlane:
         return [self._zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]  # type: ignore[attr-defined]
 
     def _become_controller(self, epoch: int, epoch_version: int, why: str) -> list:
+        self._electing_partitions.clear()  # type: ignore[attr-defined]
         self.controller_epoch = epoch
         self._controller_epoch_version = epoch_version  # type: ignore[attr-defined]
         self.active_controller = True  # type: ignore[attr-defined]
@@ -365,7 +366,9 @@ class ControlPlane:
                 affected.append((topic, index))
             else:
                 others.append((topic, index))
-        effects.extend(self._send_partition_states(others, new, False, now_ms, metadata_to=new))
+        electing = self._electing_partitions  # type: ignore[attr-defined]
+        effects.extend(self._send_partition_states([(t, i) for t, i in others if (t.name, i) not in electing],
+                                                   new, False, now_ms, metadata_to=new))
         before = {(t.name, i): t.states[i].leader_epoch for t, i in affected}
 
         def announce(when_ms: int) -> list:
@@ -374,7 +377,8 @@ class ControlPlane:
             # new brokers learn the partitions that an election did not just announce to them
             unchanged = [(t, i) for t, i in affected
                          if (t.name, i) in before and t.states.get(i) is not None
-                         and t.states[i].leader_epoch == before[(t.name, i)]]
+                         and t.states[i].leader_epoch == before[(t.name, i)]
+                         and (t.name, i) not in self._electing_partitions]  # type: ignore[attr-defined]
             return self._send_partition_states(unchanged, new, False, when_ms, metadata_to=new) if new else []
 
         def elected(when_ms: int) -> list:
@@ -603,19 +607,41 @@ class ControlPlane:
 
     def _reelect(self, keys: list[tuple[str, int]], dead: set[int], now_ms: int,
                  done: Callable[[int], list] | None = None, decide: Callable | None = None,
-                 announce: bool = False) -> list:
+                 retry: bool = False) -> list:
         """Re-read the partitions' state znodes, elect, and write each new state with compare-and-set
-        on the version just read; a partition whose write lost a race is read and elected again.
-        On a retry (``announce``), a state found already decided may be an earlier write of this
-        controller applied after all (its answer lost, or applied late): the brokers are told it. ``done(now_ms)`` runs once the states are
-        written (or nothing needed writing). A broker of ``dead`` stays dead for retries even if it
-        registered again meanwhile: its earlier life ended, and what it held may be gone."""
+        on the version just read; a partition whose write lost a race, or whose read or write got no
+        answer, is read and elected again (``retry``). A retry announces what it finds already
+        decided: it may be an earlier write of this controller applied after all. While a partition
+        is being elected, new brokers are not sent its old state (:attr:`_electing_partitions`).
+        ``done(now_ms)`` runs once the states are written (or nothing needed writing). A broker of
+        ``dead`` stays dead for retries even if it registered again meanwhile (its earlier life
+        ended, and what it held may be gone); once written, a state that brokers coming or going
+        made stale (offline although an ISR member is back, led by a broker now gone) is elected
+        again."""
+        electing = self._electing_partitions  # type: ignore[attr-defined]
+        if not retry:
+            electing.update(keys)
         if not keys:
             return done(now_ms) if done else []
         reads = [GetData(znodes.TopicPartitionStateZNode.path(t, i)) for t, i in keys]
 
+        def finished(these: list) -> None:
+            electing.subtract(these)
+            for key in these:
+                if electing[key] <= 0:
+                    del electing[key]
+
+        def revisit(states: list[tuple[tuple[str, int], LeaderAndIsr]], when_ms: int) -> list:
+            live_now = self.metadata.brokers  # type: ignore[attr-defined]
+            eligible = set(live_now) - self._shutting_down  # type: ignore[attr-defined]
+            stale = [key for key, state in states
+                     if (state.leader < 0 and any(r in eligible for r in state.isr))
+                     or (state.leader >= 0 and state.leader not in live_now)]
+            return self._reelect(stale, set(), when_ms) if stale else []
+
         def on_read(results: list, when_ms: int) -> list:
             if not self.is_controller:   # deposed while reading: a write now would not be fenced
+                finished(keys)
                 return done(when_ms) if done else []
             live = set(self.metadata.brokers)  # type: ignore[attr-defined]
             planned, writes, effects, settled, unread = [], [], [], [], []
@@ -623,13 +649,15 @@ class ControlPlane:
                 topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
                 if topic is not None and res.error not in (ZkError.NONE, ZkError.NO_NODE):
                     unread.append(key)
+                    continue
                 if topic is None or res.error is not ZkError.NONE:
+                    finished([key])
                     continue
                 current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
                 topic.states[key[1]] = current
                 decided = (decide or self._elect_partition)(topic, key[1], current, live, dead)
                 if decided is None:
-                    settled.append((topic, key[1]))
+                    settled.append((key, current))
                     continue
                 state, unclean = decided
                 if unclean:
@@ -638,28 +666,35 @@ class ControlPlane:
                                                   f"records acknowledged by the old ISR may be lost"))
                 planned.append((key, state))
                 writes.append(zk_layout.update_partition_state(key[0], key[1], state))
-            if announce and settled:
-                effects.extend(self._send_partition_states(settled, None, False, when_ms))
+            finished([key for key, _ in settled])
+            if retry and settled:
+                effects.extend(self._send_partition_states(
+                    [(self.metadata.topics[k[0]], k[1]) for k, _ in settled], None, False, when_ms))  # type: ignore
+            effects.extend(revisit(settled, when_ms))
             if unread:       # ZooKeeper did not answer: read those again (and announce what was decided)
                 effects.extend(self._after(when_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
-                                           lambda t: self._reelect(unread, dead, t, None, decide, announce)
-                                           if self.is_controller else []))
+                                           lambda t: self._reelect(unread, dead, t, None, decide, True)
+                                           if self.is_controller else finished(unread) or []))
             if not writes:
                 return effects + (done(when_ms) if done else [])
             fenced = self._fenced(writes)
             skip = len(fenced) - len(writes)
+            written_keys = [key for key, _ in planned]
 
             def on_written(written: list, at_ms: int) -> list:
                 if not self.is_controller:
+                    finished(written_keys)
                     return done(at_ms) if done else []
                 if written and written[0].error is not ZkError.NONE:
                     # a state changed under us, or our epoch is no longer current: check, re-read, retry
                     if written[0].error is ZkError.BAD_VERSION:
                         return self._check_still_controller(
-                            lambda t: self._reelect(keys, dead, t, done, decide, True), at_ms)
+                            lambda t: self._reelect(written_keys, dead, t, done, decide, True), at_ms,
+                            lambda: finished(written_keys))
                     return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
                         self._after(at_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
-                                    lambda t: self._reelect(keys, dead, t, done, decide, True))
+                                    lambda t: self._reelect(written_keys, dead, t, done, decide, True))
+                finished(written_keys)
                 changed, out = [], []
                 for (key, state), res in zip(planned, written[skip:]):
                     topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
@@ -669,28 +704,24 @@ class ControlPlane:
                         out.append(Log("info", f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
                                                f"{state.leader_epoch}, ISR {list(state.isr)}"))
                 out.extend(self._send_partition_states(changed, None, False, at_ms))
-                # brokers came or went while the write was on its way: a partition left offline
-                # although an ISR member is back, or led by a broker now gone, is elected again
-                live_now = self.metadata.brokers  # type: ignore[attr-defined]
-                eligible = set(live_now) - self._shutting_down  # type: ignore[attr-defined]
-                stale = [key for key, state in planned
-                         if (state.leader < 0 and any(r in eligible for r in state.isr))
-                         or (state.leader >= 0 and state.leader not in live_now)]
-                if stale:
-                    out.extend(self._reelect(stale, set(), at_ms))
+                out.extend(revisit(planned, at_ms))
                 return out + (done(at_ms) if done else [])
 
             return effects + [self._zk(fenced, on_written, transaction=True)]  # type: ignore[attr-defined]
 
         return [self._zk(reads, on_read)]  # type: ignore[attr-defined]
 
-    def _check_still_controller(self, then: Callable[[int], list], now_ms: int) -> list:
-        """After a fenced write failed: resign if /controller_epoch moved on, else go on."""
+    def _check_still_controller(self, then: Callable[[int], list], now_ms: int,
+                                given_up: Callable[[], None] = lambda: None) -> list:
+        """After a fenced write failed: resign if /controller_epoch moved on (``given_up()``),
+        else go on."""
         def on_epoch(results: list, when_ms: int) -> list:
             res = results[0]
             if not self.is_controller:
+                given_up()
                 return []
             if res.error is ZkError.NONE and res.version != self._controller_epoch_version:  # type: ignore
+                given_up()
                 return self._resign(f"the controller epoch is now {znodes.ControllerEpochZNode.decode(res.data)}")
             return then(when_ms)
         return [self._zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]  # type: ignore[attr-defined]
