@@ -480,3 +480,25 @@ def test_ctl_7_a_broker_back_while_its_partition_is_being_elected_gets_the_decid
     assert not any("Leader of v-0 in epoch 0" in line for line in c.brokers[2].log)
     assert c.state("v").leader == 2 and c.state("v").leader_epoch >= 2
     assert c.partition(2, "v").is_leader
+
+
+def test_ctl_7_a_broker_back_while_its_partition_is_being_elected_gets_the_state_that_election_keeps():
+    """A follower already out of the ISR dies; the controller's election of its partition (nothing
+    to change: the ISR is the leader alone) waits on a slow ZooKeeper read while the follower
+    registers again. It is not sent the state while the election runs; once the election decides
+    nothing changes, it must still be sent the state, or it never fetches and the ISR stays short."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "w", [2, 3], min_isr=1)
+    assert produce(c, 2, "w", [b"m1"]).error_code == ErrorCode.none
+    stall(c, 2, "w", 3)
+    assert c.state("w").isr == (2,)
+    reads = lambda b, ops: b == 1 and any(isinstance(op, GetData) and op.path.endswith("/w/partitions/0/state")  # noqa: E731
+                                          for op in ops)
+    faults = iter([("reply-delayed", 300)])
+    c.zk_fault = lambda b, ops: next(faults, None) if reads(b, ops) else None
+    c.crash(3)
+    c.advance(50)
+    c.start(3)
+    c.advance(3000)
+    assert c.partition(3, "w").leader_epoch == c.state("w").leader_epoch
+    assert c.state("w").isr == (2, 3)

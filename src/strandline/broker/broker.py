@@ -118,6 +118,7 @@ class Broker(ControlPlane, Follower, Groups):
         self._controller_epoch_version: int | None = None
         self._electing = False
         self._electing_partitions: collections.Counter = collections.Counter()   # controller: elections in flight
+        self._owed_states: dict[tuple[str, int], set[int]] = {}   # ... and brokers owed their states after
         self._isr_change_set: set[tuple[str, int]] = set()
         self._last_isr_change_ms = 0
         self._last_isr_propagation_ms = now_ms

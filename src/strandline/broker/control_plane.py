@@ -145,6 +145,7 @@ class ControlPlane:
 
     def _become_controller(self, epoch: int, epoch_version: int, why: str) -> list:
         self._electing_partitions.clear()  # type: ignore[attr-defined]
+        self._owed_states.clear()  # type: ignore[attr-defined]
         self.controller_epoch = epoch
         self._controller_epoch_version = epoch_version  # type: ignore[attr-defined]
         self.active_controller = True  # type: ignore[attr-defined]
@@ -366,9 +367,8 @@ class ControlPlane:
                 affected.append((topic, index))
             else:
                 others.append((topic, index))
-        electing = self._electing_partitions  # type: ignore[attr-defined]
-        effects.extend(self._send_partition_states([(t, i) for t, i in others if (t.name, i) not in electing],
-                                                   new, False, now_ms, metadata_to=new))
+        effects.extend(self._send_partition_states(self._not_electing(others, new), new, False, now_ms,
+                                                   metadata_to=new))
         before = {(t.name, i): t.states[i].leader_epoch for t, i in affected}
 
         def announce(when_ms: int) -> list:
@@ -377,9 +377,9 @@ class ControlPlane:
             # new brokers learn the partitions that an election did not just announce to them
             unchanged = [(t, i) for t, i in affected
                          if (t.name, i) in before and t.states.get(i) is not None
-                         and t.states[i].leader_epoch == before[(t.name, i)]
-                         and (t.name, i) not in self._electing_partitions]  # type: ignore[attr-defined]
-            return self._send_partition_states(unchanged, new, False, when_ms, metadata_to=new) if new else []
+                         and t.states[i].leader_epoch == before[(t.name, i)]]
+            return self._send_partition_states(self._not_electing(unchanged, new), new, False, when_ms,
+                                               metadata_to=new) if new else []
 
         def elected(when_ms: int) -> list:
             if not self.is_controller:
@@ -605,6 +605,39 @@ class ControlPlane:
         isr = (leader,) if unclean else tuple(r for r in current.isr if r in live and r not in dead)
         return LeaderAndIsr(leader, epoch, isr, self.controller_epoch, current.zk_version), unclean
 
+    def _not_electing(self, parts: list[tuple[TopicMetadata, int]], brokers: set[int]) -> list:
+        """Of ``parts`` about to be sent to ``brokers``, those not being elected; the others are
+        owed to those brokers once their elections end (:meth:`_elections_ended`)."""
+        electing, owed = self._electing_partitions, self._owed_states  # type: ignore[attr-defined]
+        ready = []
+        for topic, index in parts:
+            if (topic.name, index) in electing:
+                owed.setdefault((topic.name, index), set()).update(brokers)
+            else:
+                ready.append((topic, index))
+        return ready
+
+    def _elections_ended(self, keys: list[tuple[str, int]], now_ms: int, announced: bool = False) -> list:
+        """Elections of ``keys`` ended: a partition no longer being elected is sent to the brokers
+        that were not sent its old state meanwhile, unless the election ``announced`` its state to
+        every broker (it wrote one, or found one decided on a retry)."""
+        electing, owed = self._electing_partitions, self._owed_states  # type: ignore[attr-defined]
+        electing.subtract(keys)
+        per_brokers: dict[frozenset, list] = {}
+        for key in keys:
+            if electing[key] > 0:
+                continue
+            del electing[key]
+            brokers = owed.pop(key, None)
+            topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
+            if brokers and topic is not None and self.is_controller and not announced:
+                per_brokers.setdefault(frozenset(brokers), []).append((topic, key[1]))
+        effects: list = []
+        for brokers, parts in per_brokers.items():
+            effects.extend(self._send_partition_states(parts, set(brokers), False, now_ms,
+                                                       metadata_to=set(brokers)))
+        return effects
+
     def _reelect(self, keys: list[tuple[str, int]], dead: set[int], now_ms: int,
                  done: Callable[[int], list] | None = None, decide: Callable | None = None,
                  retry: bool = False) -> list:
@@ -618,18 +651,11 @@ class ControlPlane:
         ended, and what it held may be gone); once written, a state that brokers coming or going
         made stale (offline although an ISR member is back, led by a broker now gone) is elected
         again."""
-        electing = self._electing_partitions  # type: ignore[attr-defined]
         if not retry:
-            electing.update(keys)
+            self._electing_partitions.update(keys)  # type: ignore[attr-defined]
         if not keys:
             return done(now_ms) if done else []
         reads = [GetData(znodes.TopicPartitionStateZNode.path(t, i)) for t, i in keys]
-
-        def finished(these: list) -> None:
-            electing.subtract(these)
-            for key in these:
-                if electing[key] <= 0:
-                    del electing[key]
 
         def revisit(states: list[tuple[tuple[str, int], LeaderAndIsr]], when_ms: int) -> list:
             live_now = self.metadata.brokers  # type: ignore[attr-defined]
@@ -641,7 +667,7 @@ class ControlPlane:
 
         def on_read(results: list, when_ms: int) -> list:
             if not self.is_controller:   # deposed while reading: a write now would not be fenced
-                finished(keys)
+                self._elections_ended(keys, when_ms)
                 return done(when_ms) if done else []
             live = set(self.metadata.brokers)  # type: ignore[attr-defined]
             planned, writes, effects, settled, unread = [], [], [], [], []
@@ -651,7 +677,7 @@ class ControlPlane:
                     unread.append(key)
                     continue
                 if topic is None or res.error is not ZkError.NONE:
-                    finished([key])
+                    self._elections_ended([key], when_ms)
                     continue
                 current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
                 topic.states[key[1]] = current
@@ -666,15 +692,15 @@ class ControlPlane:
                                                   f"records acknowledged by the old ISR may be lost"))
                 planned.append((key, state))
                 writes.append(zk_layout.update_partition_state(key[0], key[1], state))
-            finished([key for key, _ in settled])
             if retry and settled:
                 effects.extend(self._send_partition_states(
                     [(self.metadata.topics[k[0]], k[1]) for k, _ in settled], None, False, when_ms))  # type: ignore
+            effects.extend(self._elections_ended([key for key, _ in settled], when_ms, announced=retry))
             effects.extend(revisit(settled, when_ms))
             if unread:       # ZooKeeper did not answer: read those again (and announce what was decided)
                 effects.extend(self._after(when_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
                                            lambda t: self._reelect(unread, dead, t, None, decide, True)
-                                           if self.is_controller else finished(unread) or []))
+                                           if self.is_controller else self._elections_ended(unread, t)))
             if not writes:
                 return effects + (done(when_ms) if done else [])
             fenced = self._fenced(writes)
@@ -683,18 +709,17 @@ class ControlPlane:
 
             def on_written(written: list, at_ms: int) -> list:
                 if not self.is_controller:
-                    finished(written_keys)
+                    self._elections_ended(written_keys, at_ms)
                     return done(at_ms) if done else []
                 if written and written[0].error is not ZkError.NONE:
                     # a state changed under us, or our epoch is no longer current: check, re-read, retry
                     if written[0].error is ZkError.BAD_VERSION:
                         return self._check_still_controller(
                             lambda t: self._reelect(written_keys, dead, t, done, decide, True), at_ms,
-                            lambda: finished(written_keys))
+                            lambda: self._elections_ended(written_keys, at_ms))
                     return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
                         self._after(at_ms + CONTROL_RETRY_MS,  # type: ignore[attr-defined]
                                     lambda t: self._reelect(written_keys, dead, t, done, decide, True))
-                finished(written_keys)
                 changed, out = [], []
                 for (key, state), res in zip(planned, written[skip:]):
                     topic = self.metadata.topics.get(key[0])  # type: ignore[attr-defined]
@@ -704,6 +729,7 @@ class ControlPlane:
                         out.append(Log("info", f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
                                                f"{state.leader_epoch}, ISR {list(state.isr)}"))
                 out.extend(self._send_partition_states(changed, None, False, at_ms))
+                out.extend(self._elections_ended(written_keys, at_ms, announced=True))
                 out.extend(revisit(planned, at_ms))
                 return out + (done(at_ms) if done else [])
 
