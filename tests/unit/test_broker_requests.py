@@ -13,13 +13,13 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.effects import Close, Send, ZkRequest
-from strandline.broker.metadata import TopicMetadata
+from strandline.coordination.metadata import TopicMetadata
 from strandline.controller import zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import SetData
 from strandline.protocol.api import build
 from strandline.protocol.records import HEADER_SIZE, compute_crc
-from strandline.replication.partition import LeaderAndIsr
+from strandline.coordination.metadata import LeaderAndIsr
 from tests.unit.batches import make_batch
 from tests.unit.test_broker_core import Harness
 from tests.unit.test_protocol_samples import read_response, request_frame

@@ -22,12 +22,12 @@ from kio.schema.errors import ErrorCode
 
 from strandline.broker.config import BrokerConfig, ConfigError, parse_topic_configs
 from strandline.broker.control_plane import ControlPlane
-from strandline.broker.delayed import DelayedOperation, Purgatory
+from strandline.replication.purgatory import DelayedOperation, Purgatory
 from strandline.broker.effects import Close, Log, Send, ZkRequest
 from strandline.broker.follower import Follower
 from strandline.broker.groups import INTERNAL_TOPICS, Groups
-from strandline.broker.metadata import MetadataCache, TopicMetadata, topic_name_error
-from strandline.broker.validation import validate_produce_records
+from strandline.coordination.metadata import MetadataCache, TopicMetadata, topic_name_error
+from strandline.replication.validation import validate_produce_records
 from strandline.controller import zk_layout
 from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas, check_replication_factor
 from strandline.coordination import znodes

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send
-from strandline.broker.metadata import TopicMetadata
+from strandline.coordination.metadata import TopicMetadata
 from strandline.broker.config import ConfigError, parse_topic_configs
 from strandline.controller import zk_layout
 from strandline.coordination import znodes

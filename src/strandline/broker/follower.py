@@ -14,7 +14,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.effects import Log
-from strandline.broker.metadata import TopicMetadata
+from strandline.coordination.metadata import TopicMetadata
 from strandline.log.log import OffsetOutOfOrder
 from strandline.log.segment import CorruptRecordError
 from strandline.protocol import api

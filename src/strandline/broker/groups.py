@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.delayed import DelayedOperation
+from strandline.replication.purgatory import DelayedOperation
 from strandline.broker.effects import Log
 from strandline.group import records as rec
 from strandline.group.coordinator import GroupCoordinator

@@ -23,7 +23,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, TypeVar
 
-from strandline.replication.partition import LeaderAndIsr
 
 __all__ = [
     "BrokerIdZNode", "BrokerIdsZNode", "BrokerInfo", "BrokerSequenceIdZNode", "ClusterIdZNode",
@@ -96,6 +95,17 @@ def new_cluster_id(value: uuid.UUID | None = None) -> str:
 
 
 # -- /brokers
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsr:
+    """A partition's state as the controller records it (``.../partitions/<p>/state``)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int = 0
+    zk_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)

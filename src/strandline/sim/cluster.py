@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from strandline.broker.broker import Broker
-from strandline.broker.cluster_state import read_cluster_state
+from strandline.coordination.cluster_state import read_cluster_state
 from strandline.broker.config import BrokerConfig
 from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
 from strandline.controller import zk_layout
