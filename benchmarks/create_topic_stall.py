@@ -27,7 +27,7 @@ import produce_consume as pc  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
 
 from strandline.coordination.metadata import TopicMetadata  # noqa: E402
-from strandline.controller import zk_layout  # noqa: E402
+from strandline.coordination import zk_layout  # noqa: E402
 from strandline.coordination.store import CheckVersion  # noqa: E402
 from strandline.runtime.client import KafkaConnection  # noqa: E402
 

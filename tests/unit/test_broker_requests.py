@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.broker.effects import Close, Send, ZkRequest
 from strandline.coordination.metadata import TopicMetadata
-from strandline.controller import zk_layout
+from strandline.coordination import zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import SetData
 from strandline.protocol.api import build

@@ -28,7 +28,7 @@ from strandline.broker.follower import Follower
 from strandline.broker.groups import INTERNAL_TOPICS, Groups
 from strandline.coordination.metadata import MetadataCache, TopicMetadata, topic_name_error
 from strandline.replication.validation import validate_produce_records
-from strandline.controller import zk_layout
+from strandline.coordination import zk_layout
 from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas, check_replication_factor
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData, ZkError

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send
 from strandline.coordination.metadata import TopicMetadata
 from strandline.broker.config import ConfigError, parse_topic_configs
-from strandline.controller import zk_layout
+from strandline.coordination import zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import CheckVersion, Delete, GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo

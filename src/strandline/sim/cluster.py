@@ -31,7 +31,7 @@ from strandline.broker.broker import Broker
 from strandline.coordination.cluster_state import read_cluster_state
 from strandline.broker.config import BrokerConfig
 from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
-from strandline.controller import zk_layout
+from strandline.coordination import zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import Create, GetData, OpResult, ZkError
 from strandline.log.manager import LogManager

@@ -1,4 +1,4 @@
-"""ZooKeeper operations the controller role issues, in Kafka's znode layout (SPEC CTL-1)."""
+"""ZooKeeper operations of the controller and of partition leaders, in Kafka's znode layout (SPEC CTL-1)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,242 @@
+"""The follower side of replication: one fetcher per leader, pulling what this broker follows
+(Kafka's ReplicaFetcherManager and ReplicaFetcherThread, SPEC REP-1, EPO-2, EPO-4).
+
+A partition enters its leader's fetcher *truncating*: the follower first cuts its log where it
+diverges from the leader's (OffsetsForLeaderEpoch, KIP-279), or it was cut at its high watermark in
+the legacy mode. Then long-poll Fetch requests from its log end offset with ``replica_id`` set;
+the leader's batches are appended as they are (never re-encoded) and HW = min(own LEO, leader's HW).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.effects import Log
+from strandline.broker.outbox import Outbox
+from strandline.coordination.metadata import MetadataCache
+from strandline.log.log import OffsetOutOfOrder
+from strandline.log.segment import CorruptRecordError
+from strandline.protocol import api
+from strandline.protocol.api import ApiKey
+from strandline.replication.fetcher import PartitionFetchState, ReplicaFetcher
+from strandline.replication.partition import Partition
+from strandline.replication.purgatory import Purgatory
+from strandline.replication.truncation import after_offsets_for_leader_epoch
+
+FETCH_VERSION = 11
+OFFSET_FOR_LEADER_EPOCH_VERSION = 3
+_RETRIABLE_QUIETLY = {ErrorCode.not_leader_or_follower, ErrorCode.unknown_leader_epoch,
+                      ErrorCode.fenced_leader_epoch, ErrorCode.unknown_topic_or_partition}
+
+
+class ReplicaFetcherManager:
+    def __init__(self, config: Any, partitions: dict[tuple[str, int], Partition], metadata: MetadataCache,
+                 outbox: Outbox, fetch_purgatory: Purgatory) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.partitions = partitions
+        self.metadata = metadata
+        self.outbox = outbox
+        self.fetch_purgatory = fetch_purgatory
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+
+    def add_partition(self, key: tuple[str, int], leader_id: int, leader_epoch: int, truncating: bool) -> None:
+        """Fetch ``key`` from ``leader_id``; its broker may not have registered yet, and the fetcher
+        then waits for the metadata to name its endpoint."""
+        fetch_state = PartitionFetchState(leader_epoch, truncating=truncating)
+        self.fetchers.setdefault(leader_id, ReplicaFetcher(leader_id)).partitions[key] = fetch_state
+
+    def remove_partitions(self, keys: list[tuple[str, int]]) -> None:
+        for fetcher in self.fetchers.values():
+            for key in keys:
+                fetcher.partitions.pop(key, None)
+
+    def truncate(self, partition: Partition, offset: int, why: str) -> list:
+        log = partition.log
+        if offset >= log.log_end_offset:
+            return []
+        before = log.log_end_offset
+        log.truncate_to(offset)
+        partition.high_watermark = min(partition.high_watermark, log.log_end_offset)
+        partition.rebuild_producer_state()
+        return [Log("info", f"Truncated {partition.topic}-{partition.index} from {before} to "
+                            f"{log.log_end_offset}: {why}")]
+
+    def _with_leader(self) -> list[ReplicaFetcher]:
+        """Fetchers whose leader's endpoint is known; the others wait for the metadata to name it
+        (LeaderAndIsr's live leaders, UpdateMetadata), then start at once."""
+        brokers = self.metadata.brokers
+        return [f for f in self.fetchers.values() if f.leader_id in brokers]
+
+    def next_deadline_ms(self) -> int | None:
+        times = [t for f in self._with_leader() if (t := f.next_wakeup_ms()) is not None]
+        return min(times) if times else None
+
+    def maybe_send_fetches(self, now_ms: int) -> list:
+        effects: list = []
+        for fetcher in self._with_leader():
+            if fetcher.in_flight or fetcher.backoff_until_ms > now_ms or not fetcher.partitions:
+                continue
+            truncating = list(fetcher.ready(now_ms, True))
+            if truncating:
+                effects.extend(self._send_offsets_for_leader_epoch(fetcher, truncating, now_ms))
+                continue
+            fetching = list(fetcher.ready(now_ms, False))
+            if fetching:
+                effects.extend(self._send_fetch(fetcher, fetching, now_ms))
+        return effects
+
+    def _client_id(self) -> str:
+        return f"strandline-replica-fetcher-{self.broker_id}"
+
+    def _send_offsets_for_leader_epoch(self, fetcher: ReplicaFetcher, ready: list, now_ms: int) -> list:
+        by_topic: dict[str, list] = {}
+        asked: dict[tuple[str, int], int] = {}
+        effects: list = []
+        for key, state in ready:
+            partition = self.partitions[key]
+            latest = partition.log.leader_epoch_cache.latest_epoch
+            if latest < 0:
+                # nothing written under any epoch: the high watermark is all we know
+                effects.extend(self.truncate(partition, partition.high_watermark, "no leader epochs"))
+                state.truncating = False
+                continue
+            asked[key] = state.leader_epoch
+            by_topic.setdefault(key[0], []).append({"partition": key[1], "current_leader_epoch": state.leader_epoch,
+                                                    "leader_epoch": latest})
+        if not by_topic:
+            return effects + self.maybe_send_fetches(now_ms)
+        body = {"replica_id": self.broker_id,
+                "topics": [{"topic": n, "partitions": p} for n, p in by_topic.items()]}
+        def on_response(resp: Any, when_ms: int) -> list:
+            out: list = []
+            for t in resp.topics:
+                for p in t.partitions:
+                    out.extend(self._on_epoch_end_offset(fetcher, (t.topic, p.partition), asked, p, when_ms))
+            return out + self.maybe_send_fetches(when_ms)
+
+        return effects + self._fetcher_request(fetcher, ApiKey.OFFSET_FOR_LEADER_EPOCH,
+                                               OFFSET_FOR_LEADER_EPOCH_VERSION, body, on_response, now_ms)
+
+    def _fetcher_request(self, fetcher: ReplicaFetcher, api_key: int, version: int, body: dict,
+                         on_response: Callable[[Any, int], list], now_ms: int) -> list:
+        """One request of a fetcher to its leader; a failed connection or a bad answer backs it off."""
+        fetcher.in_flight = True
+
+        def on_frame(frame: bytes | None, when_ms: int) -> list:
+            fetcher.in_flight = False
+            if frame is None:
+                return self._fetcher_failed(fetcher, when_ms)
+            try:
+                resp = api.decode_response(api_key, version, frame)
+            except Exception as exc:
+                return [Log("warning", f"Bad {api.api_name(api_key)} answer from broker {fetcher.leader_id}: {exc}")] \
+                    + self._fetcher_failed(fetcher, when_ms)
+            return on_response(resp, when_ms)
+
+        return self.outbox.send(
+            self.metadata.brokers.get(fetcher.leader_id), "fetcher",
+            lambda cid: api.encode_request(api_key, version, cid, self._client_id(), body), on_frame, now_ms)
+
+    def _on_epoch_end_offset(self, fetcher: ReplicaFetcher, key: tuple[str, int], asked: dict, answer: Any,
+                             now_ms: int) -> list:
+        state = fetcher.partitions.get(key)
+        partition = self.partitions.get(key)
+        if state is None or partition is None or asked.get(key) != state.leader_epoch or not state.truncating:
+            return []
+        error = ErrorCode(int(answer.error_code))
+        if error is not ErrorCode.none:
+            return self._delay_partition(fetcher, key, state, error, now_ms)
+        log = partition.log
+        result = after_offsets_for_leader_epoch(answer.leader_epoch, answer.end_offset, log.leader_epoch_cache,
+                                                log.log_end_offset, partition.high_watermark)
+        effects = self.truncate(partition, result.offset,
+                                 f"leader {fetcher.leader_id} has epoch {answer.leader_epoch} "
+                                 f"ending at {answer.end_offset}")
+        if result.done:
+            state.truncating = False
+        return effects
+
+    def _send_fetch(self, fetcher: ReplicaFetcher, ready: list, now_ms: int) -> list:
+        cfg = self.config
+        by_topic: dict[str, list] = {}
+        asked: dict[tuple[str, int], tuple[int, int]] = {}
+        for key, state in ready:
+            partition = self.partitions[key]
+            asked[key] = (state.leader_epoch, partition.log_end_offset)
+            by_topic.setdefault(key[0], []).append({
+                "partition": key[1], "current_leader_epoch": state.leader_epoch,
+                "fetch_offset": partition.log_end_offset, "log_start_offset": partition.log_start_offset,
+                "partition_max_bytes": cfg["replica.fetch.max.bytes"]})
+        body = {"replica_id": self.broker_id, "max_wait": cfg["replica.fetch.wait.max.ms"],
+                "min_bytes": cfg["replica.fetch.min.bytes"], "max_bytes": cfg["replica.fetch.response.max.bytes"],
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": n, "partitions": p} for n, p in by_topic.items()],
+                "forgotten_topics_data": [], "rack_id": ""}
+        def on_response(resp: Any, when_ms: int) -> list:
+            out: list = []
+            moved: list[tuple[str, int]] = []
+            for t in resp.responses:
+                for p in t.partitions:
+                    key = (t.topic, p.partition_index)
+                    out.extend(self._on_fetched(fetcher, key, asked.get(key), p, when_ms, moved))
+            if moved:
+                out.extend(self.fetch_purgatory.check_keys(moved, when_ms))
+            return out + self.maybe_send_fetches(when_ms)
+
+        return self._fetcher_request(fetcher, ApiKey.FETCH, FETCH_VERSION, body, on_response, now_ms)
+
+    def _on_fetched(self, fetcher: ReplicaFetcher, key: tuple[str, int], asked: tuple[int, int] | None,
+                    answer: Any, now_ms: int, moved: list) -> list:
+        state = fetcher.partitions.get(key)
+        partition = self.partitions.get(key)
+        if state is None or partition is None or asked is None or state.truncating:
+            return []
+        epoch, fetch_offset = asked
+        if epoch != state.leader_epoch or fetch_offset != partition.log_end_offset:
+            return []
+        error = ErrorCode(int(answer.error_code))
+        log = partition.log
+        if error is ErrorCode.offset_out_of_range:
+            if fetch_offset < answer.log_start_offset:
+                log.truncate_fully_and_start_at(answer.log_start_offset)
+                partition.high_watermark = answer.log_start_offset
+                partition.rebuild_producer_state()
+                return [Log("info", f"{key[0]}-{key[1]} restarts at the leader's log start offset "
+                                    f"{answer.log_start_offset}")]
+            state.truncating = True
+            return []
+        if error is not ErrorCode.none:
+            return self._delay_partition(fetcher, key, state, error, now_ms)
+        records = answer.records
+        if records:
+            try:
+                log.append_as_follower(records, now_ms)
+            except (CorruptRecordError, OffsetOutOfOrder) as exc:
+                return self._delay_partition(fetcher, key, state, None, now_ms, str(exc))
+            topic = self.metadata.topics.get(key[0])
+            if self.config.topic_value(topic.configs if topic else {}, "flush.on.ack"):
+                # DUR-3: flushed before the next fetch reports this offset and lets the HW pass it
+                log.flush(now_ms)
+            moved.append(key)
+        leader_hw = answer.high_watermark
+        new_hw = min(log.log_end_offset, leader_hw)
+        if new_hw > partition.high_watermark:
+            partition.high_watermark = new_hw
+        if answer.log_start_offset > log.log_start_offset:
+            log.maybe_increment_log_start_offset(min(answer.log_start_offset, log.log_end_offset))
+        return []
+
+    def _delay_partition(self, fetcher: ReplicaFetcher, key: tuple[str, int], state: PartitionFetchState,
+                         error: ErrorCode | None, now_ms: int, message: str = "") -> list:
+        state.delayed_until_ms = now_ms + self.config["replica.fetch.backoff.ms"]
+        if error in _RETRIABLE_QUIETLY:
+            return []
+        what = error.name if error is not None else message
+        return [Log("warning", f"Fetching {key[0]}-{key[1]} from broker {fetcher.leader_id} failed: {what}")]
+
+    def _fetcher_failed(self, fetcher: ReplicaFetcher, now_ms: int) -> list:
+        fetcher.backoff_until_ms = now_ms + self.config["replica.fetch.backoff.ms"]
+        return []
