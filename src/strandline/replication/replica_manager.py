@@ -10,7 +10,7 @@ watermarks. ISR changes are its :class:`IsrManager`'s, the follower side its
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
@@ -29,11 +29,12 @@ from strandline.replication.partition import Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
 from strandline.replication.truncation import legacy_truncation_offset
 from strandline.replication.validation import validate_produce_records
+from strandline.protocol.records import read_header
 
 LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
 
-#: ``on_leadership(partition, leader, now_ms)``: this broker became leader (True) or stopped leading.
-LeadershipListener = Callable[[Partition, bool, int], list]
+#: ``listener(topic, index, leader, now_ms)``: this broker became leader (True) or stopped leading.
+LeadershipListener = Callable[[str, int, bool, int], list]
 
 
 class ReplicaManager:
@@ -52,8 +53,8 @@ class ReplicaManager:
         self.loading_topics: set[str] = set()      # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
         self.leadership_listeners: list[LeadershipListener] = []
         self._hw_checkpoint: dict | None = None
-        self.isr = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms)
-        self.fetchers = ReplicaFetcherManager(config, self.partitions, metadata, outbox, self.fetch_purgatory)
+        self.isr_manager = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms)
+        self.fetcher_manager = ReplicaFetcherManager(config, self.partitions, metadata, outbox, self.fetch_purgatory)
 
     # ------------------------------------------------------------------ partitions and logs
 
@@ -155,6 +156,14 @@ class ReplicaManager:
                 names.append(ts["topic_name"])
         return names
 
+    def learn_topics(self, topics: Iterable[TopicMetadata]) -> None:
+        """Topics as the controller knows them (its own requests to this broker): their
+        assignment, id and configs, as :meth:`_load_topics` would read them."""
+        for topic in topics:
+            if topic.name not in self.metadata.topics:
+                self.metadata.topics[topic.name] = TopicMetadata(topic.name, topic.topic_id, dict(topic.assignment),
+                                                                 {}, dict(topic.configs))
+
     def _load_topics(self, names: list[str], then: Callable[[int], list]) -> list:
         """Read topics' assignment, id and configs from ZooKeeper into the metadata cache."""
         ops = []
@@ -215,19 +224,19 @@ class ReplicaManager:
         if changed:
             effects.extend(self.produce_purgatory.check_keys(changed, now_ms))
             effects.extend(self.fetch_purgatory.check_keys(changed, now_ms))
-        effects.extend(self.fetchers.maybe_send_fetches(now_ms))
+        effects.extend(self.fetcher_manager.maybe_send_fetches(now_ms))
         return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
 
     def _leadership_changed(self, partition: Partition, leader: bool, now_ms: int) -> list:
         effects: list = []
         for listener in self.leadership_listeners:
-            effects.extend(listener(partition, leader, now_ms))
+            effects.extend(listener(partition.topic, partition.index, leader, now_ms))
         return effects
 
     def _make_leader(self, partition: Partition, state: LeaderAndIsr, replicas: tuple[int, ...],
                      now_ms: int) -> list:
         key = (partition.topic, partition.index)
-        self.fetchers.remove_partitions([key])
+        self.fetcher_manager.remove_partitions([key])
         was_follower = not partition.is_leader and partition.leader_epoch >= 0
         partition.make_leader(state, replicas, now_ms)
         if was_follower:
@@ -239,7 +248,7 @@ class ReplicaManager:
     def _make_follower(self, partition: Partition, state: LeaderAndIsr, replicas: tuple[int, ...],
                        now_ms: int) -> list:
         key = (partition.topic, partition.index)
-        self.fetchers.remove_partitions([key])
+        self.fetcher_manager.remove_partitions([key])
         partition.make_follower(state, replicas)
         effects: list = self._leadership_changed(partition, False, now_ms)
         effects.append(Log("info", f"Follower of {key[0]}-{key[1]} in epoch {state.leader_epoch}, "
@@ -248,10 +257,10 @@ class ReplicaManager:
             return effects
         truncating = True
         if self.config["replication.truncation"] == "high-watermark":
-            effects.extend(self.fetchers.truncate(partition, legacy_truncation_offset(
+            effects.extend(self.fetcher_manager.truncate(partition, legacy_truncation_offset(
                 partition.high_watermark, partition.log_end_offset), "its high watermark (legacy mode)"))
             truncating = False
-        self.fetchers.add_partition(key, state.leader, state.leader_epoch, truncating)
+        self.fetcher_manager.add_partition(key, state.leader, state.leader_epoch, truncating)
         return effects
 
     def maybe_update_metadata_cache(self, body: dict, now_ms: int) -> list:
@@ -280,13 +289,13 @@ class ReplicaManager:
                 topic.assignment[index] = tuple(ps["replicas"])
                 topic.states[index] = LeaderAndIsr(
                     ps["leader"], ps["leader_epoch"], tuple(ps["isr"]), ps["controller_epoch"], ps["zk_version"])
-        return effects + self.fetchers.maybe_send_fetches(now_ms)
+        return effects + self.fetcher_manager.maybe_send_fetches(now_ms)
 
     def stop_replicas(self, body: dict, now_ms: int) -> tuple[list, dict]:
         effects: list = []
         errors = []
         keys = [(t["name"], i) for t in body["topics"] for i in t["partition_indexes"]]
-        self.fetchers.remove_partitions(keys)
+        self.fetcher_manager.remove_partitions(keys)
         for key in keys:
             partition = self.partitions.get(key)
             if partition is not None and partition.is_leader:
@@ -355,16 +364,16 @@ class ReplicaManager:
         self.produce_purgatory.watch(DelayedOperation(conn_id, now_ms + timeout_ms, tuple(waiting), try_complete))
         return []
 
-    def append_internal(self, topic: TopicMetadata, index: int, batch: bytearray, timeout_ms: int,
+    def append_internal(self, topic: str, index: int, batch: bytearray, timeout_ms: int,
                         done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
         """A batch the broker writes itself (``__consumer_offsets``), acks=all: ``done(error)``
         once the ISR has it, NOT_LEADER_OR_FOLLOWER when this broker does not lead the partition."""
-        key = (topic.name, index)
+        key = (topic, index)
         partition = self.partitions.get(key)
-        if partition is None or not partition.is_leader:
+        known = self.metadata.topics.get(topic)
+        if partition is None or not partition.is_leader or known is None:
             return done(ErrorCode.not_leader_or_follower, now_ms)
-        from strandline.protocol.records import read_header
-        min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
+        min_isr = self.config.topic_value(known.configs, "min.insync.replicas")
         outcome = partition.append_records_to_leader(batch, read_header(batch, 0), -1, min_isr, now_ms)
         if outcome.error is not ErrorCode.none:
             return done(outcome.error, now_ms)
@@ -386,6 +395,14 @@ class ReplicaManager:
         return effects
 
     # ------------------------------------------------------------------ reads
+
+    def read_log(self, topic: str, index: int) -> bytes:
+        """Every record batch of this broker's replica of a partition (empty if it has none)."""
+        partition = self.partitions.get((topic, index))
+        if partition is None or not partition.log.log_end_offset:
+            return b""
+        log = partition.log
+        return log.read(log.log_start_offset, 1 << 40, max_offset=log.log_end_offset)
 
     def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                        isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int) -> list:
@@ -469,7 +486,7 @@ class ReplicaManager:
                 advanced.append((name, p.partition))
             new_isr = partition.isr_to_expand(follower_id) if alive else None
             if new_isr is not None:
-                effects.extend(self.isr.change_isr(partition, new_isr, now_ms))
+                effects.extend(self.isr_manager.change_isr(partition, new_isr, now_ms))
         return effects + self.high_watermark_moved(advanced, now_ms)
 
     def high_watermark_moved(self, keys: list, now_ms: int) -> list:
@@ -480,7 +497,7 @@ class ReplicaManager:
     # ------------------------------------------------------------------ time and connections
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = [d for d in (self.fetchers.next_deadline_ms(), self.produce_purgatory.next_deadline(),
+        deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.produce_purgatory.next_deadline(),
                                  self.fetch_purgatory.next_deadline()) if d is not None]
         return min(deadlines) if deadlines else None
 
