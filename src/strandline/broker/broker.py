@@ -58,7 +58,9 @@ class Broker:
         self.logs = log_manager
         self.metadata = MetadataCache()
         self.outbox = Outbox(config)
-        self.replica_manager = ReplicaManager(config, log_manager, self.metadata, self.outbox, now_ms)
+        self.broker_epoch = -1                  # this broker's registration (czxid), KIP-380
+        self.replica_manager = ReplicaManager(config, log_manager, self.metadata, self.outbox,
+                                              lambda: self.broker_epoch, now_ms)
         self.controller = Controller(config, self.outbox, rng=rng, new_uuid=new_uuid,
                                      deliver_locally=self._deliver_control, role_changed=self._controller_role)
         self.offsets_topic = OffsetsTopic(config, self.replica_manager.append_internal, self.replica_manager.read_log)
@@ -67,7 +69,7 @@ class Broker:
             lambda topic, index, leader, t: self.offsets_topic.on_leadership(self.groups, topic, index, leader, t))
         self.auto_topics = AutoTopicCreationManager(config, self.metadata, self.controller, self.outbox)
         self.controlled_shutdown = ControlledShutdown(config, self.metadata, self.controller, self.outbox,
-                                                      lambda: self.replica_manager.broker_epoch)
+                                                      lambda: self.broker_epoch)
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, self.controller, self.auto_topics,
                               ProducerIdManager(self.broker_id, self.outbox),
                               GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics),
@@ -106,8 +108,8 @@ class Broker:
     @property
     def controller_epoch(self) -> int:
         """The controller epoch this broker acts in: its own as controller, else the newest heard."""
-        ctx = self.controller.ctx
-        return ctx.epoch if ctx is not None else self.replica_manager.controller_epoch
+        epoch = self.controller.epoch
+        return epoch if epoch is not None else self.replica_manager.controller_epoch
 
     @property
     def controlled_shutdown_done(self) -> bool:
@@ -122,22 +124,7 @@ class Broker:
 
         Leadership comes only from the controller's LeaderAndIsr; when this broker is the
         controller it takes office now (and sends them, to itself included)."""
-        md, replicas = self.metadata, self.replica_manager
-        md.cluster_id = cluster_id
-        if replicas.heard_from_controller:
-            # the controller's requests can arrive between registration and this call: what they
-            # said is newer than what was read from ZooKeeper before
-            for name, topic in topics.items():
-                md.topics.setdefault(name, topic)
-            topics = md.topics
-            if controller_epoch > replicas.controller_epoch:
-                replicas.controller_epoch, md.controller_id = controller_epoch, controller_id
-        else:
-            md.brokers = dict(brokers)
-            md.controller_id = controller_id
-            replicas.controller_epoch = controller_epoch
-            md.topics = dict(topics)
-        effects = replicas.open_assigned_logs(topics, now_ms)
+        effects = self.replica_manager.startup(cluster_id, brokers, topics, controller_id, controller_epoch, now_ms)
         if controller_id == self.broker_id:
             # elected while starting: take office as any new controller does (read the cluster from
             # ZooKeeper, tell every broker, elect leaders for partitions that have none)
@@ -148,7 +135,7 @@ class Broker:
     def on_registered(self, broker_epoch: int) -> None:
         """The shell (re)registered this broker in ZooKeeper: control requests addressed to an
         earlier registration are refused from now on (STALE_BROKER_EPOCH)."""
-        self.replica_manager.broker_epoch = broker_epoch
+        self.broker_epoch = broker_epoch
 
     def begin_controlled_shutdown(self, now_ms: int) -> list:
         """Ask the controller to move this broker's leaderships away before it stops;
@@ -222,7 +209,7 @@ class Broker:
             if task.next_ms <= now_ms:
                 task.next_ms = now_ms + task.interval_ms
                 effects.extend(self._run_task(task.name, now_ms))
-        effects.extend(self.replica_manager.fetcher_manager.maybe_send_fetches(now_ms))
+        effects.extend(self.replica_manager.maybe_send_fetches(now_ms))
         effects.extend(self.groups.tick(now_ms))
         return effects
 
@@ -241,9 +228,9 @@ class Broker:
         elif name == "log-flush":
             self.logs.flush_dirty(now_ms)
         elif name == "isr-expiration":
-            return replicas.isr_manager.maybe_shrink_isrs(now_ms)
+            return replicas.maybe_shrink_isrs(now_ms)
         elif name == "isr-change-propagation":
-            return replicas.isr_manager.maybe_propagate_isr_changes(now_ms)
+            return replicas.maybe_propagate_isr_changes(now_ms)
         elif name == "auto-leader-rebalance":
             return self.controller.check_leader_imbalance(now_ms)
         elif name == "offsets-retention":

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log, ReadClusterState
+from strandline.broker.effects import Log
 from strandline.broker.outbox import Outbox
 from strandline.controller.channel import ControllerChannel, LocalDelivery
 from strandline.controller.context import ControllerContext, TopicCreated
@@ -49,6 +49,11 @@ class Controller:
     @property
     def is_active(self) -> bool:
         return self.ctx is not None
+
+    @property
+    def epoch(self) -> int | None:
+        """The controller epoch this broker is in office for, None when it is not the controller."""
+        return self.ctx.epoch if self.ctx is not None else None
 
     def in_office(self, ctx: ControllerContext) -> bool:
         """Whether ``ctx`` is the current term (the broker did not resign or take office again)."""

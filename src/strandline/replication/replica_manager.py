@@ -38,7 +38,8 @@ LeadershipListener = Callable[[str, int, bool, int], list]
 
 
 class ReplicaManager:
-    def __init__(self, config: Any, logs: LogManager, metadata: MetadataCache, outbox: Outbox, now_ms: int) -> None:
+    def __init__(self, config: Any, logs: LogManager, metadata: MetadataCache, outbox: Outbox,
+                 broker_epoch: Callable[[], int], now_ms: int) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.logs = logs
@@ -48,7 +49,7 @@ class ReplicaManager:
         self.produce_purgatory = Purgatory()
         self.fetch_purgatory = Purgatory()
         self.controller_epoch = 0          # the newest controller epoch this broker has heard from
-        self.broker_epoch = -1             # this broker's registration (czxid), KIP-380
+        self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
         self.heard_from_controller = False
         self.loading_topics: set[str] = set()      # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
         self.leadership_listeners: list[LeadershipListener] = []
@@ -76,8 +77,25 @@ class ReplicaManager:
         self.partitions[key] = partition
         return partition
 
-    def open_assigned_logs(self, topics: dict[str, TopicMetadata], now_ms: int) -> list:
-        """At start-up: open the replicas assigned to this broker, delete the logs of others."""
+    def startup(self, cluster_id: str | None, brokers: dict[int, BrokerInfo], topics: dict[str, TopicMetadata],
+                controller_id: int, controller_epoch: int, now_ms: int) -> list:
+        """Install the cluster as read from ZooKeeper at start-up (unless the controller's requests,
+        which can arrive between registration and this call, said something newer), open the
+        replicas assigned to this broker and delete the logs of others. Leadership comes only from
+        the controller's LeaderAndIsr."""
+        md = self.metadata
+        md.cluster_id = cluster_id
+        if self.heard_from_controller:
+            for name, topic in topics.items():
+                md.topics.setdefault(name, topic)
+            topics = md.topics
+            if controller_epoch > self.controller_epoch:
+                self.controller_epoch, md.controller_id = controller_epoch, controller_id
+        else:
+            md.brokers = dict(brokers)
+            md.controller_id = controller_id
+            self.controller_epoch = controller_epoch
+            md.topics = dict(topics)
         effects: list = []
         for topic in topics.values():
             for index, replicas in sorted(topic.assignment.items()):
@@ -120,7 +138,7 @@ class ReplicaManager:
         refused; topics this broker does not know yet are read from ZooKeeper first."""
         if body["controller_epoch"] < self.controller_epoch:
             return respond(_control_error(api_key, ErrorCode.stale_controller_epoch))
-        if 0 <= body["broker_epoch"] < self.broker_epoch:
+        if 0 <= body["broker_epoch"] < self.broker_epoch():
             return respond(_control_error(api_key, ErrorCode.stale_broker_epoch))
         missing = self._unknown_topics(api_key, body)
         if missing:
@@ -495,6 +513,15 @@ class ReplicaManager:
         return self.produce_purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
 
     # ------------------------------------------------------------------ time and connections
+
+    def maybe_shrink_isrs(self, now_ms: int) -> list:
+        return self.isr_manager.maybe_shrink_isrs(now_ms)
+
+    def maybe_propagate_isr_changes(self, now_ms: int) -> list:
+        return self.isr_manager.maybe_propagate_isr_changes(now_ms)
+
+    def maybe_send_fetches(self, now_ms: int) -> list:
+        return self.fetcher_manager.maybe_send_fetches(now_ms)
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.produce_purgatory.next_deadline(),
