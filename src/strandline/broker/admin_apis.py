@@ -38,8 +38,7 @@ class AdminApis:
     def _create_topics(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         results: dict[str, dict] = {}
         order: list[str] = []
-        effects: list = []
-        pending: set[str] = set()
+        starts: list[tuple[str, Callable]] = []
         validate_only = getattr(request, "validate_only", False)
         seen: set[str] = set()
 
@@ -73,20 +72,8 @@ class AdminApis:
             if validate_only:
                 continue
             result["topic_id"] = plan.topic_id
-            pending.add(name)
-
-            def finish(error: ErrorCode, message: str | None, when_ms: int, name: str = name) -> list:
-                res = results[name]
-                if error is not ErrorCode.none:
-                    res["error_code"], res["error_message"] = error, message
-                    res["topic_id"] = uuid.UUID(int=0)
-                pending.discard(name)
-                return [] if pending else [respond()]
-
-            effects.extend(self.controller.create_topic(plan, finish, now_ms))
-        if not pending:
-            effects.append(respond())
-        return effects
+            starts.append((name, lambda done, plan=plan: self.controller.create_topic(plan, done, now_ms)))
+        return _all_then_respond(starts, results, respond, clear_topic_id=True)
 
     # -- DeleteTopics
 
@@ -97,8 +84,7 @@ class AdminApis:
             names = list(request.topic_names)
         results = {n: {"name": n, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none, "error_message": None}
                    for n in names}
-        pending: set[str] = set()
-        effects: list = []
+        starts: list[tuple[str, Callable]] = []
 
         def respond() -> Send:
             return response(conn_id, header, {"throttle_time": 0, "responses": [results[n] for n in names]})
@@ -121,18 +107,8 @@ class AdminApis:
                 result["error_message"] = f"Topic {name} is an internal topic and is not allowed to be deleted"
                 continue
             result["topic_id"] = topic_id
-            pending.add(name)
-
-            def deleted(error: ErrorCode, message: str | None, when_ms: int, name: str = name) -> list:
-                if error is not ErrorCode.none:
-                    results[name]["error_code"], results[name]["error_message"] = error, message
-                pending.discard(name)
-                return [] if pending else [respond()]
-
-            effects.extend(self.controller.delete_topic(name, deleted, now_ms))
-        if not pending:
-            effects.append(respond())
-        return effects
+            starts.append((name, lambda done, name=name: self.controller.delete_topic(name, done, now_ms)))
+        return _all_then_respond(starts, results, respond, clear_topic_id=False)
 
     # -- ElectLeaders
 
@@ -156,3 +132,27 @@ class AdminApis:
             return respond({k: (ErrorCode.invalid_request, "only preferred leader election (type 0) is served")
                             for k in wanted or []})
         return self.controller.elect_preferred_leaders(wanted, now_ms, lambda results, when_ms: respond(results))
+
+
+def _all_then_respond(starts: list[tuple[str, Callable]], results: dict[str, dict], respond: Callable[[], Send],
+                      clear_topic_id: bool) -> list:
+    """Start each topic's operation (``start(done)``); answer once, when every one is done, with
+    the errors they ended with (a failed creation has no topic id)."""
+    pending = {name for name, _ in starts}
+    started = False
+
+    def finisher(name: str) -> Callable[[ErrorCode, str | None, int], list]:
+        def done(error: ErrorCode, message: str | None, when_ms: int) -> list:
+            if error is not ErrorCode.none:
+                results[name]["error_code"], results[name]["error_message"] = error, message
+                if clear_topic_id:
+                    results[name]["topic_id"] = uuid.UUID(int=0)
+            pending.discard(name)
+            return [respond()] if started and not pending else []
+        return done
+
+    effects: list = []
+    for name, start in starts:
+        effects.extend(start(finisher(name)))
+    started = True
+    return effects + ([respond()] if not pending else [])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
@@ -40,17 +41,19 @@ CONSUMER_REPLICA_ID = -1
 _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
+@dataclass
 class KafkaApis:
-    def __init__(self, config: Any, metadata: MetadataCache, replicas: ReplicaManager, controller: Controller,
-                 auto_topics: AutoTopicCreationManager, producer_ids: ProducerIdManager, group_apis: GroupApis,
-                 admin_apis: AdminApis) -> None:
-        self.config = config
-        self.metadata = metadata
-        self.replicas = replicas
-        self.controller = controller
-        self.auto_topics = auto_topics
-        self.producer_ids = producer_ids
-        self._before_load: list[tuple[int, bytes]] | None = []   # client requests until metadata_loaded
+    config: Any
+    metadata: MetadataCache
+    replicas: ReplicaManager
+    controller: Controller
+    auto_topics: AutoTopicCreationManager
+    producer_ids: ProducerIdManager
+    group_apis: GroupApis
+    admin_apis: AdminApis
+    _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
+
+    def __post_init__(self) -> None:
         self._handlers: dict[int, Callable] = {
             ApiKey.API_VERSIONS: self._api_versions,
             ApiKey.METADATA: self._metadata,
@@ -59,10 +62,9 @@ class KafkaApis:
             ApiKey.LIST_OFFSETS: self._list_offsets,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
-            **admin_apis.handlers(),
-            **group_apis.handlers(),
+            **self.admin_apis.handlers(),
+            **self.group_apis.handlers(),
         }
-        self.group_apis = group_apis
 
     def metadata_loaded(self, now_ms: int) -> list:
         """The broker knows the cluster: serve the client requests that waited for it."""

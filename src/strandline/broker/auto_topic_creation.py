@@ -9,6 +9,7 @@ the controller. Callers of a creation already under way wait for its outcome.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -21,14 +22,13 @@ from strandline.protocol import api
 from strandline.protocol.api import ApiKey
 
 
+@dataclass
 class AutoTopicCreationManager:
-    def __init__(self, config: Any, metadata: MetadataCache, controller: Controller, outbox: Outbox) -> None:
-        self.config = config
-        self.broker_id = config.broker_id
-        self.metadata = metadata
-        self.controller = controller
-        self.outbox = outbox
-        self._forwarded: dict[str, list[TopicCreated]] = {}    # CreateTopics sent to the controller
+    config: Any
+    metadata: MetadataCache
+    controller: Controller
+    outbox: Outbox
+    _forwarded: dict[str, list[TopicCreated]] = field(default_factory=dict)   # CreateTopics sent to the controller
 
     def pending(self, name: str) -> bool:
         return name in self._forwarded or self.controller.is_creating(name)
@@ -72,7 +72,7 @@ class AutoTopicCreationManager:
                 effects.extend(waiter(error, message, when_ms))
             return effects
 
-        client_id = f"strandline-broker-{self.broker_id}"
+        client_id = f"strandline-broker-{self.config.broker_id}"
         return self.outbox.send(
             self.metadata.brokers.get(self.metadata.controller_id), "forwarding",
             lambda cid: api.encode_request(ApiKey.CREATE_TOPICS, 5, cid, client_id, body), on_response, now_ms)

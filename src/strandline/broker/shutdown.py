@@ -7,6 +7,7 @@ apart, while partitions remain that another replica could take, then stops anywa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
@@ -18,16 +19,18 @@ from strandline.coordination.metadata import MetadataCache
 from strandline.protocol import control
 
 
+@dataclass
 class ControlledShutdown:
-    def __init__(self, config: Any, metadata: MetadataCache, controller: Controller, outbox: Outbox,
-                 broker_epoch: Callable[[], int]) -> None:
-        self.config = config
-        self.broker_id = config.broker_id
-        self.metadata = metadata
-        self.controller = controller
-        self.outbox = outbox
-        self.broker_epoch = broker_epoch
-        self.done = False          # the broker may stop
+    config: Any
+    metadata: MetadataCache
+    controller: Controller
+    outbox: Outbox
+    broker_epoch: Callable[[], int]     # this broker's registration (KIP-380)
+    done: bool = False                  # the broker may stop
+
+    @property
+    def broker_id(self) -> int:
+        return self.config.broker_id
 
     def begin(self, now_ms: int) -> list:
         if not self.config["controlled.shutdown.enable"]:

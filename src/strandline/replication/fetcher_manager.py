@@ -9,6 +9,7 @@ the leader's batches are appended as they are (never re-encoded) and HW = min(ow
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
@@ -31,16 +32,18 @@ _RETRIABLE_QUIETLY = {ErrorCode.not_leader_or_follower, ErrorCode.unknown_leader
                       ErrorCode.fenced_leader_epoch, ErrorCode.unknown_topic_or_partition}
 
 
+@dataclass
 class ReplicaFetcherManager:
-    def __init__(self, config: Any, partitions: dict[tuple[str, int], Partition], metadata: MetadataCache,
-                 outbox: Outbox, fetch_purgatory: Purgatory) -> None:
-        self.config = config
-        self.broker_id = config.broker_id
-        self.partitions = partitions
-        self.metadata = metadata
-        self.outbox = outbox
-        self.fetch_purgatory = fetch_purgatory
-        self.fetchers: dict[int, ReplicaFetcher] = {}
+    config: Any
+    partitions: dict[tuple[str, int], Partition]      # the replica manager's
+    metadata: MetadataCache
+    outbox: Outbox
+    fetch_purgatory: Purgatory                        # consumers' fetches wait on a follower's HW too
+    fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)     # by leader
+
+    @property
+    def broker_id(self) -> int:
+        return self.config.broker_id
 
     def add_partition(self, key: tuple[str, int], leader_id: int, leader_epoch: int, truncating: bool) -> None:
         """Fetch ``key`` from ``leader_id``; its broker may not have registered yet, and the fetcher

@@ -37,6 +37,7 @@ from strandline.coordination.store import Create, GetData, OpResult, ZkError
 from strandline.log.manager import LogManager
 from strandline.protocol import api
 from strandline.sim.disk import MemoryDisk
+from strandline.sim.network import Channel, ServerConn, SimNetwork
 from strandline.sim.zookeeper import MemoryZooKeeper
 
 START_MS = 1_700_000_000_000
@@ -44,32 +45,7 @@ LOG_DIR = "/data/logs"
 ISR_CHANGES = znodes.IsrChangeNotificationZNode.path()
 CONTROLLER = znodes.ControllerZNode.path()
 BROKER_IDS = znodes.BrokerIdsZNode.path()
-CLIENT = "client"
 _STALE = object()
-
-
-@dataclass
-class _ServerConn:
-    """A connection a broker accepted: requests are answered one at a time, in order."""
-
-    peer: tuple                    # ("client", name, gen) or ("broker", source id, channel, gen)
-    queue: collections.deque = field(default_factory=collections.deque)   # (frame, reply_to)
-    reply_to: Callable[[bytes], None] | None = None                       # of the request in hand
-    busy: bool = False
-
-
-@dataclass(eq=False)
-class _Channel:
-    """The sending end of one connection: a broker's channel to another broker, or a client's."""
-
-    src: Any                       # a broker id, or ("client", name)
-    dst: int
-    name: str
-    gen: int
-    dst_incarnation: int
-    src_incarnation: int = 0
-    waiting: dict[int, Callable[[bytes | None], None]] = field(default_factory=dict)
-    closed: bool = False
 
 
 @dataclass
@@ -82,7 +58,7 @@ class SimBroker:
     paused: bool = False
     clock_offset_ms: int = 0
     held: list = field(default_factory=list)
-    conns: dict[int, _ServerConn] = field(default_factory=dict)
+    conns: dict[int, ServerConn] = field(default_factory=dict)
     by_peer: dict[tuple, int] = field(default_factory=dict)
     next_conn: int = 1
     log: list[str] = field(default_factory=list)
@@ -96,6 +72,10 @@ class SimBroker:
         if name in ("core", "paused", "clock_offset_ms"):
             object.__setattr__(self, "deadline", _STALE)
         object.__setattr__(self, name, value)
+
+    def forget_deadline(self) -> None:
+        """Something reached the broker: its next timer must be asked again."""
+        object.__setattr__(self, "deadline", _STALE)
 
     @property
     def alive(self) -> bool:
@@ -119,23 +99,18 @@ class SimCluster:
         self.events: list[tuple[int, int, Callable[[], None]]] = []
         self._seq = 0
         self._sessions = 0
-        self._gens = 0
         self.brokers: dict[int, SimBroker] = {}
         self.inbox: dict[tuple[int, str], collections.deque] = collections.defaultdict(collections.deque)
         self._correlation = 0
-        self.cut: set[tuple[Any, Any]] = set()             # directed links that drop (held) messages
         self.zk_cut: set[int] = set()                       # brokers that cannot reach ZooKeeper
-        self.slow: dict[tuple[Any, Any], int] = {}          # extra latency of a directed link
         self.zk_flaky: dict[int, float] = {}                # broker -> chance a ZooKeeper request fails
-        self._held_links: dict[tuple[Any, Any], list[Callable[[], None]]] = collections.defaultdict(list)
-        self._link_clock: dict[tuple[Any, Any], int] = {}
         self._pending_zk: dict[int, list[Callable[[], None]]] = collections.defaultdict(list)
         self._zk_order: dict[int, int] = {}
         self.zk_fault: Callable[[int, list], Any] | None = None
         """Tests: ``zk_fault(broker_id, ops)`` may answer a fault for one request: "applied-reply-lost"
         (CONNECTION_LOSS although the write was applied), "not-applied", "applied-late" or
         ("reply-delayed", ms)."""
-        self.channels: dict[tuple, _Channel] = {}
+        self.net = SimNetwork(self)
         self.after_event: Callable[[], None] | None = None   # the explorer's invariant checks
         self.touched: set[int] = set()                        # brokers an event reached since the last check
         self.on_log: Callable[[int, str, str], None] | None = None
@@ -148,8 +123,11 @@ class SimCluster:
     # ------------------------------------------------------------------ scheduling
 
     def _schedule(self, delay_ms: int, action: Callable[[], None]) -> None:
+        self.schedule_at(self.now + delay_ms, action)
+
+    def schedule_at(self, when_ms: int, action: Callable[[], None]) -> None:
         self._seq += 1
-        heapq.heappush(self.events, (self.now + delay_ms, self._seq, action))
+        heapq.heappush(self.events, (when_ms, self._seq, action))
 
     def _at(self, node: SimBroker) -> int:
         """The time on a broker's own clock."""
@@ -216,48 +194,31 @@ class SimCluster:
 
     # ------------------------------------------------------------------ the network
 
-    def _latency(self, src: Any, dst: Any) -> int:
-        jitter = self.rng.randint(0, self.jitter_ms) if self.jitter_ms else 0
-        return self.latency_ms + jitter + self.slow.get((src, dst), 0)
+    @property
+    def cut(self) -> set[tuple[Any, Any]]:
+        return self.net.cut
 
-    def _transmit(self, src: Any, dst: Any, action: Callable[[], None]) -> None:
-        """Carry a message from ``src`` to ``dst`` (broker ids, or CLIENT): first in, first out per
-        link; while the link is cut it waits, as a TCP segment being retransmitted."""
-        link = (src, dst)
-        when = max(self.now + self._latency(src, dst), self._link_clock.get(link, 0))
-        self._link_clock[link] = when
+    @property
+    def slow(self) -> dict[tuple[Any, Any], int]:
+        return self.net.slow
 
-        def deliver() -> None:
-            if link in self.cut:
-                self._held_links[link].append(deliver)
-                return
-            action()
-        self._seq += 1
-        heapq.heappush(self.events, (when, self._seq, deliver))
+    @property
+    def channels(self) -> dict[tuple, Channel]:
+        return self.net.channels
 
     def cut_link(self, src: int, dst: int) -> None:
         """Messages from broker ``src`` to broker ``dst`` stop arriving (one direction)."""
-        self.cut.add((src, dst))
+        self.net.cut_link(src, dst)
 
     def heal_link(self, src: int, dst: int) -> None:
-        self.cut.discard((src, dst))
-        for deliver in self._held_links.pop((src, dst), []):
-            self._transmit(src, dst, deliver)
+        self.net.heal_link(src, dst)
 
     def partition_brokers(self, group_a, group_b=None) -> None:
         """Cut every link between ``group_a`` and ``group_b`` (default: every other broker), both ways."""
-        a = set(group_a)
-        b = set(group_b) if group_b is not None else set(self.brokers) - a
-        for x in a:
-            for y in b:
-                if x != y:
-                    self.cut_link(x, y)
-                    self.cut_link(y, x)
+        self.net.partition_brokers(group_a, group_b)
 
     def heal_all_links(self) -> None:
-        for src, dst in sorted(self.cut, key=repr):
-            self.heal_link(src, dst)
-        self.slow.clear()
+        self.net.heal_all_links()
 
     # ------------------------------------------------------------------ effects (what the shell does)
 
@@ -266,159 +227,21 @@ class SimCluster:
         self.touched.add(node.id)
         for effect in effects:
             if isinstance(effect, Send):
-                self._send(node, effect)
+                self.net.send(node, effect)
             elif isinstance(effect, Close):
-                self._close_server_conn(node, effect.conn_id)
+                self.net.close_server_conn(node, effect.conn_id)
             elif isinstance(effect, ZkRequest):
                 self._zk_request(node, effect)
             elif isinstance(effect, ReadClusterState):
                 self._read_cluster_state(node, effect.token)
             elif isinstance(effect, BrokerSend):
-                self._broker_send(node, effect)
+                self.net.broker_send(node, effect)
             elif isinstance(effect, Log):
                 node.log.append(f"{effect.level} {effect.message}")
                 if self.on_log is not None:
                     self.on_log(node.id, effect.level, effect.message)
             else:
                 raise TypeError(f"unknown effect {effect!r}")
-
-    def _send(self, node: SimBroker, effect: Send) -> None:
-        conn = node.conns.get(effect.conn_id)
-        if conn is None:
-            return
-        data = b"".join(bytes(b) for b in effect.buffers)
-        conn.busy = False
-        reply_to, conn.reply_to = conn.reply_to, None
-        if data and reply_to is not None:
-            reply_to(data[4:])
-        self._pump(node, effect.conn_id)
-
-    def _pump(self, node: SimBroker, conn_id: int) -> None:
-        conn = node.conns.get(conn_id)
-        while conn is not None and not conn.busy and conn.queue and node.core is not None and not node.paused:
-            frame, conn.reply_to = conn.queue.popleft()
-            conn.busy = True
-            self._apply(node, node.core.handle_request(conn_id, frame, self._at(node)))
-            conn = node.conns.get(conn_id)
-
-    def _server_conn(self, node: SimBroker, peer: tuple) -> int:
-        conn_id = node.by_peer.get(peer)
-        if conn_id is None:
-            conn_id = node.next_conn
-            node.next_conn += 1
-            node.conns[conn_id] = _ServerConn(peer)
-            node.by_peer[peer] = conn_id
-        return conn_id
-
-    def _close_server_conn(self, node: SimBroker, conn_id: int) -> None:
-        conn = node.conns.pop(conn_id, None)
-        if conn is None:
-            return
-        node.deadline = _STALE
-        self.touched.add(node.id)
-        node.by_peer.pop(conn.peer, None)
-        if node.core is not None:
-            node.core.connection_closed(conn_id)
-        channel = self.channels.get(self._channel_key_of(conn.peer, node.id))
-        if channel is not None and channel.gen == conn.peer[-1]:
-            src = channel.src if isinstance(channel.src, int) else CLIENT
-            self._transmit(node.id, src, lambda: self._close_channel(channel, "closed by the peer"))
-
-    @staticmethod
-    def _channel_key_of(peer: tuple, dst: int) -> tuple:
-        if peer[0] == "client":
-            return (("client", peer[1]), dst, "client")
-        return (peer[1], dst, peer[2])
-
-    # -- channels: requests with a timeout, answered in order
-
-    def _channel(self, src: Any, dst: int, name: str) -> _Channel:
-        key = (src, dst, name)
-        channel = self.channels.get(key)
-        target = self.brokers.get(dst)
-        incarnation = target.incarnation if target is not None else 0
-        if channel is not None and (channel.closed or channel.dst_incarnation != incarnation):
-            self._close_channel(channel, "the broker restarted")
-            channel = None
-        if channel is None:
-            self._gens += 1
-            source = self.brokers.get(src) if isinstance(src, int) else None
-            channel = _Channel(src, dst, name, self._gens, incarnation,
-                               source.incarnation if source is not None else 0)
-            self.channels[key] = channel
-        return channel
-
-    def _request(self, channel: _Channel, request_id: int, frame: bytes, on_answer: Callable[[bytes | None], None],
-                 timeout_ms: int, expect_answer: bool = True) -> None:
-        """Send one request on ``channel``; ``on_answer(frame | None)`` (None: the connection failed
-        or the request timed out, which closes the connection, as Kafka's network client does)."""
-        src = channel.src if isinstance(channel.src, int) else CLIENT
-        if expect_answer:
-            channel.waiting[request_id] = on_answer
-
-            def timed_out() -> None:
-                if not channel.closed and request_id in channel.waiting:
-                    self._close_channel(channel, "request timed out")
-            self._schedule(timeout_ms, timed_out)
-        peer = ("client", channel.src[1], channel.gen) if src == CLIENT else \
-            ("broker", channel.src, channel.name, channel.gen)
-
-        def answer(response: bytes) -> None:
-            def arrive() -> None:
-                if channel.closed:
-                    return
-                callback = channel.waiting.pop(request_id, None)
-                if callback is not None:
-                    callback(response)
-            self._transmit(channel.dst, src, arrive)
-
-        def arrive_at_target() -> None:
-            if channel.closed:
-                return
-            target = self.brokers.get(channel.dst)
-            if target is None or target.core is None or target.incarnation != channel.dst_incarnation \
-                    or target.waiting_to_register:
-                self._transmit(channel.dst, src, lambda: self._close_channel(channel, "connection refused"))
-                return
-            if target.paused:
-                target.held.append(arrive_at_target)
-                return
-            conn_id = self._server_conn(target, peer)
-            target.conns[conn_id].queue.append((frame, answer))
-            self._pump(target, conn_id)
-
-        self._transmit(src, channel.dst, arrive_at_target)
-
-    def _close_channel(self, channel: _Channel, reason: str) -> None:
-        if channel.closed:
-            return
-        channel.closed = True
-        key = (channel.src, channel.dst, channel.name)
-        if self.channels.get(key) is channel:
-            del self.channels[key]
-        waiting = list(channel.waiting.values())
-        channel.waiting.clear()
-        for callback in waiting:
-            callback(None)
-        src = channel.src if isinstance(channel.src, int) else CLIENT
-        peer = ("client", channel.src[1], channel.gen) if src == CLIENT else \
-            ("broker", channel.src, channel.name, channel.gen)
-
-        def close_far_end() -> None:
-            target = self.brokers.get(channel.dst)
-            if target is not None and target.incarnation == channel.dst_incarnation:
-                conn_id = target.by_peer.get(peer)
-                if conn_id is not None:
-                    self._close_server_conn(target, conn_id)
-        self._transmit(src, channel.dst, close_far_end)
-
-    def _broker_send(self, node: SimBroker, effect: BrokerSend) -> None:
-        channel = self._channel(node.id, effect.broker_id, effect.channel)
-        token, incarnation = effect.token, node.incarnation
-
-        def on_answer(frame: bytes | None) -> None:
-            self._run_on(node.id, incarnation, 0, lambda core, t: core.on_broker_response(token, frame, t))
-        self._request(channel, token, effect.frame, on_answer, effect.timeout_ms)
 
     # -- ZooKeeper
 
@@ -726,12 +549,7 @@ class SimCluster:
         node.held.clear()
         if lose_unflushed:
             node.disk.crash()
-        for channel in [c for c in self.channels.values() if c.dst == broker_id or c.src == broker_id]:
-            if channel.dst == broker_id:     # the kernel resets its connections
-                src = channel.src if isinstance(channel.src, int) else CLIENT
-                self._transmit(broker_id, src, lambda ch=channel: self._close_channel(ch, "connection reset"))
-            else:
-                self._close_channel(channel, "the broker stopped")
+        self.net.reset_broker(broker_id)
         node.conns.clear()
         node.by_peer.clear()
         self._pending_zk.pop(broker_id, None)
@@ -773,7 +591,7 @@ class SimCluster:
         for action in held:
             self._schedule(0, action)
         for conn_id in list(node.conns):
-            self._pump(node, conn_id)
+            self.net.pump(node, conn_id)
         self._regain_zk_contact(node)
 
     def step_clock(self, broker_id: int, delta_ms: int) -> None:
@@ -785,9 +603,9 @@ class SimCluster:
     def client_send(self, broker_id: int, client: str, frame: bytes, on_answer: Callable[[bytes | None], None],
                     *, timeout_ms: int = 30000, expect_answer: bool = True) -> None:
         """A client's request (clients reach every running broker; links never cut them off)."""
-        channel = self._channel(("client", client), broker_id, "client")
+        channel = self.net.channel(("client", client), broker_id, "client")
         correlation = int.from_bytes(frame[4:8], "big", signed=True)
-        self._request(channel, correlation, frame, on_answer, timeout_ms, expect_answer)
+        self.net.request(channel, correlation, frame, on_answer, timeout_ms, expect_answer)
 
     def next_correlation(self) -> int:
         self._correlation += 1
