@@ -62,7 +62,7 @@ class Broker:
         self.replica_manager = ReplicaManager(config, log_manager, self.metadata, self.outbox,
                                               lambda: self.broker_epoch, now_ms)
         self.controller = Controller(config, self.outbox, rng=rng, new_uuid=new_uuid,
-                                     deliver_locally=self._deliver_control, role_changed=self._controller_role)
+                                     deliver_locally=self._deliver_control, controller_seen=self._controller_seen)
         self.offsets_topic = OffsetsTopic(config, self.replica_manager.append_internal, self.replica_manager.read_log)
         self.groups = GroupCoordinator(config, self.offsets_topic.append, lambda: str(new_uuid()))
         self.replica_manager.leadership_listeners.append(
@@ -166,8 +166,6 @@ class Broker:
 
     def on_controller_changed(self, controller_id: int | None, now_ms: int) -> list:
         """``/controller`` changed (None: it is gone)."""
-        if controller_id is not None and controller_id != self.broker_id:
-            self.metadata.controller_id = controller_id
         return self.controller.on_controller_changed(controller_id, now_ms)
 
     def on_session_lost(self, now_ms: int) -> list:
@@ -186,9 +184,10 @@ class Broker:
         self.replica_manager.learn_topics(topics.values())
         return self.replica_manager.handle_control(api_key, body, lambda answer: [], now_ms)
 
-    def _controller_role(self, active: bool) -> None:
-        if active:
-            self.metadata.controller_id = self.broker_id
+    def _controller_seen(self, controller_id: int | None) -> None:
+        """The metadata cache names the controller as soon as this broker knows it."""
+        if controller_id is not None:
+            self.metadata.controller_id = controller_id
         elif self.metadata.controller_id == self.broker_id:
             self.metadata.controller_id = -1
 

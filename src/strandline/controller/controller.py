@@ -33,13 +33,16 @@ Key = tuple[str, int]
 
 class Controller:
     def __init__(self, config: Any, outbox: Outbox, *, rng: Any, new_uuid: Callable[[], uuid.UUID],
-                 deliver_locally: LocalDelivery, role_changed: Callable[[bool], None] = lambda active: None) -> None:
+                 deliver_locally: LocalDelivery,
+                 controller_seen: Callable[[int | None], None] = lambda controller_id: None) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.outbox = outbox
         self.rng = rng
         self.new_uuid = new_uuid
-        self.role_changed = role_changed
+        #: ``controller_seen(id)``: who the controller is, as this broker learned it (None: no
+        #: longer this broker)
+        self.controller_seen = controller_seen
         self.ctx: ControllerContext | None = None
         self._running = False            # an election (or reading the epoch won) is in flight
         self.channel = ControllerChannel(self.broker_id, outbox, deliver_locally, self.in_office)
@@ -68,6 +71,7 @@ class Controller:
         if controller_id is None:
             return self._run_for_controller(now_ms)
         if controller_id != self.broker_id:
+            self.controller_seen(controller_id)
             if self.is_active:
                 return self.resign(f"broker {controller_id} holds /controller")
         elif not self.is_active and not self._running:
@@ -80,7 +84,7 @@ class Controller:
 
     def resign(self, why: str) -> list:
         self.ctx = None
-        self.role_changed(False)
+        self.controller_seen(None)
         return [Log("warning", f"Broker {self.broker_id} is no longer the controller: {why}")]
 
     def _run_for_controller(self, now_ms: int) -> list:
@@ -157,7 +161,7 @@ class Controller:
     def become_controller(self, epoch: int, epoch_version: int | None, why: str) -> list:
         """Take office in ``epoch``: read the cluster from ZooKeeper, then act (:meth:`_on_cluster_read`)."""
         ctx = self.ctx = ControllerContext(epoch, epoch_version)
-        self.role_changed(True)
+        self.controller_seen(self.broker_id)
         read = self.outbox.read_cluster_state(lambda state, now_ms: self._on_cluster_read(ctx, state, now_ms))
         return [Log("info", f"Broker {self.broker_id} {why} (epoch {epoch})"), read]
 
