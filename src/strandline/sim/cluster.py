@@ -33,18 +33,16 @@ from strandline.broker.config import BrokerConfig
 from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
 from strandline.coordination import zk_layout
 from strandline.coordination import znodes
-from strandline.coordination.store import Create, GetData, OpResult, ZkError
+from strandline.coordination.store import Create, GetData, ZkError
 from strandline.log.manager import LogManager
 from strandline.protocol import api
 from strandline.sim.disk import MemoryDisk
 from strandline.sim.network import Channel, ServerConn, SimNetwork
+from strandline.sim.zk_clients import SimZkClients
 from strandline.sim.zookeeper import MemoryZooKeeper
 
 START_MS = 1_700_000_000_000
 LOG_DIR = "/data/logs"
-ISR_CHANGES = znodes.IsrChangeNotificationZNode.path()
-CONTROLLER = znodes.ControllerZNode.path()
-BROKER_IDS = znodes.BrokerIdsZNode.path()
 _STALE = object()
 
 
@@ -98,19 +96,11 @@ class SimCluster:
         self.overrides = overrides or {}
         self.events: list[tuple[int, int, Callable[[], None]]] = []
         self._seq = 0
-        self._sessions = 0
         self.brokers: dict[int, SimBroker] = {}
         self.inbox: dict[tuple[int, str], collections.deque] = collections.defaultdict(collections.deque)
         self._correlation = 0
-        self.zk_cut: set[int] = set()                       # brokers that cannot reach ZooKeeper
-        self.zk_flaky: dict[int, float] = {}                # broker -> chance a ZooKeeper request fails
-        self._pending_zk: dict[int, list[Callable[[], None]]] = collections.defaultdict(list)
-        self._zk_order: dict[int, int] = {}
-        self.zk_fault: Callable[[int, list], Any] | None = None
-        """Tests: ``zk_fault(broker_id, ops)`` may answer a fault for one request: "applied-reply-lost"
-        (CONNECTION_LOSS although the write was applied), "not-applied", "applied-late" or
-        ("reply-delayed", ms)."""
         self.net = SimNetwork(self)
+        self.zk_clients = SimZkClients(self)
         self.after_event: Callable[[], None] | None = None   # the explorer's invariant checks
         self.touched: set[int] = set()                        # brokers an event reached since the last check
         self.on_log: Callable[[int, str, str], None] | None = None
@@ -231,9 +221,9 @@ class SimCluster:
             elif isinstance(effect, Close):
                 self.net.close_server_conn(node, effect.conn_id)
             elif isinstance(effect, ZkRequest):
-                self._zk_request(node, effect)
+                self.zk_clients.request(node, effect)
             elif isinstance(effect, ReadClusterState):
-                self._read_cluster_state(node, effect.token)
+                self.zk_clients.read_cluster_state(node, effect.token)
             elif isinstance(effect, BrokerSend):
                 self.net.broker_send(node, effect)
             elif isinstance(effect, Log):
@@ -243,208 +233,38 @@ class SimCluster:
             else:
                 raise TypeError(f"unknown effect {effect!r}")
 
-    # -- ZooKeeper
+    # ------------------------------------------------------------------ ZooKeeper
 
-    def _zk_reachable(self, node: SimBroker) -> bool:
-        return node.id not in self.zk_cut and not node.paused
+    @property
+    def zk_cut(self) -> set[int]:
+        """Brokers that cannot reach ZooKeeper."""
+        return self.zk_clients.cut_brokers
 
-    def _zk_request(self, node: SimBroker, effect: ZkRequest) -> None:
-        """A ZooKeeper request: applied in order per session (``zk_latency_ms`` after it is sent),
-        its result back ``zk_latency_ms`` later; faults from :attr:`zk_fault` or :attr:`zk_flaky`."""
-        token, incarnation, session = effect.token, node.incarnation, node.session
-        ops, transaction = list(effect.ops), effect.transaction
+    @property
+    def zk_flaky(self) -> dict[int, float]:
+        """Broker -> the chance that one of its ZooKeeper requests meets a fault."""
+        return self.zk_clients.flaky
 
-        def reply(results: list, delay_ms: int) -> None:
-            self._run_on(node.id, incarnation, delay_ms,
-                         lambda core, t: core.on_zk_result(token, results, t))
+    @property
+    def zk_fault(self) -> Callable[[int, list], Any] | None:
+        """Tests: ``zk_fault(broker_id, ops)`` may answer a fault for one request: "applied-reply-lost"
+        (CONNECTION_LOSS although the write was applied), "not-applied", "applied-late" or
+        ("reply-delayed", ms)."""
+        return self.zk_clients.fault
 
-        def lost() -> list:
-            return [OpResult(ZkError.CONNECTION_LOSS)] * len(ops)
-
-        def apply_now() -> list:
-            if node.session != session or node.session_expired:
-                return [OpResult(ZkError.SESSION_EXPIRED)] * len(ops)
-            results = self.zk.run(ops, transaction, session)
-            self._notify_watches(ops)
-            return results
-
-        failure_delay = self.rng.randint(1, self.zk_failure_delay_ms) if self.zk_failure_delay_ms else 0
-        if not self._zk_reachable(node):
-            reply(lost(), failure_delay)
-            if self.rng.random() < 0.5:          # queued by the client: sent when the link heals
-                self._pending_zk[node.id].append(apply_now)
-            return
-        fault = self.zk_fault(node.id, ops) if self.zk_fault is not None else None
-        chance = self.zk_flaky.get(node.id, 0.0)
-        if fault is None and chance and self.rng.random() < chance:
-            fault = self.rng.choice(("applied-reply-lost", "not-applied", "applied-late"))
-        delay = 0
-        if isinstance(fault, tuple):
-            fault, delay = fault
-        # one session's requests are applied in the order they were sent
-        apply_at = max(self.now + self.zk_latency_ms, self._zk_order.get(session, 0))
-        if fault == "applied-late":
-            apply_at += delay or self.rng.randint(1, 1000)
-        self._zk_order[session] = apply_at
-        if fault == "not-applied":
-            reply(lost(), failure_delay)
-        elif fault in ("applied-reply-lost", "applied-late"):
-            self._zk_at(apply_at, apply_now)
-            reply(lost(), max(failure_delay, apply_at - self.now if fault == "applied-reply-lost" else 0))
-        else:
-            extra = delay if fault == "reply-delayed" else 0
-            self._zk_at(apply_at, lambda: reply(apply_now(), self.zk_latency_ms + extra))
-
-    def _zk_at(self, when_ms: int, action: Callable[[], None]) -> None:
-        if when_ms <= self.now:
-            action()
-        else:
-            self._schedule(when_ms - self.now, action)
-
-    def _notify_watches(self, ops: list) -> None:
-        paths = [op.path for op in ops if not isinstance(op, GetData) and hasattr(op, "path")]
-        if any(p.startswith(ISR_CHANGES) for p in paths):
-            self._isr_changes_notified()
-        if any(p == CONTROLLER for p in paths):
-            self._controller_changed()
-        if any(p.startswith(BROKER_IDS + "/") for p in paths):
-            self._brokers_changed()
-
-    def _read_cluster_state(self, node: SimBroker, token: int) -> None:
-        incarnation = node.incarnation
-
-        def read() -> None:
-            if not self._zk_reachable(node) or node.incarnation != incarnation:
-                self._schedule(1000, read)          # the shell retries every second
-                return
-            brokers, topics = read_cluster_state(self.zk)
-            epochs = {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
-            self._run_on(node.id, incarnation, self.zk_latency_ms,
-                         lambda core, t: core.on_zk_result(token, (brokers, topics, epochs), t))
-        read()
-
-    def _watchers(self) -> list[SimBroker]:
-        return [n for n in self.brokers.values() if n.core is not None and not n.waiting_to_register]
-
-    def _brokers_changed(self) -> None:
-        """What each shell's ``/brokers/ids`` watch reports (a broker out of reach hears it later)."""
-        for node in self._watchers():
-            def deliver(core: Broker, t: int) -> list:
-                brokers, _ = read_cluster_state(self.zk)
-                epochs = {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
-                return core.on_brokers_changed(dict(brokers), dict(epochs), t)
-            self._watch_event(node, deliver)
-
-    def _controller_changed(self) -> None:
-        """What each shell's ``/controller`` watch reports."""
-        for node in self._watchers():
-            def deliver(core: Broker, t: int) -> list:
-                [ctl] = self.zk.execute([GetData(CONTROLLER)])
-                current = znodes.ControllerZNode.decode(ctl.data) if ctl.error is ZkError.NONE else None
-                return core.on_controller_changed(current, t)
-            self._watch_event(node, deliver)
-
-    def _isr_changes_notified(self) -> None:
-        """What each shell's ``/isr_change_notification`` watch reports."""
-        for node in self._watchers():
-            self._watch_event(node, lambda core, t: core.on_isr_change_notifications(
-                list(self.zk.children(ISR_CHANGES)), t))
-
-    def _watch_event(self, node: SimBroker, deliver: Callable[[Broker, int], list]) -> None:
-        incarnation, session = node.incarnation, node.session
-
-        def arrive() -> None:
-            if node.incarnation != incarnation or node.session != session or node.core is None:
-                return
-            if node.paused:
-                node.held.append(arrive)
-                return
-            if not self._zk_reachable(node):
-                return            # it reads again when it reconnects (see _regain_zk_contact)
-            self._apply(node, deliver(node.core, self._at(node)))
-        self._schedule(self.zk_latency_ms, arrive)
-
-    # -- ZooKeeper sessions
-
-    def _lose_zk_contact(self, node: SimBroker) -> None:
-        if node.zk_lost_at is not None:
-            return
-        node.zk_lost_at = lost_at = self.now
-        session = node.session
-
-        def expire() -> None:
-            if node.zk_lost_at == lost_at and node.session == session and not node.session_expired:
-                self._expire(node)
-        self._schedule(self.session_timeout_ms, expire)
-
-    def _expire(self, node: SimBroker) -> None:
-        node.session_expired = True
-        self._pending_zk.pop(node.id, None)
-        self._expire_session(node.session)
-
-    def _expire_session(self, session: int) -> None:
-        """ZooKeeper ends ``session``: its ephemeral nodes go and the watches fire."""
-        gone = self.zk.expire(session)
-        if any(p.startswith(BROKER_IDS + "/") for p in gone):
-            self._brokers_changed()
-        if CONTROLLER in gone:
-            self._controller_changed()
-
-    def _regain_zk_contact(self, node: SimBroker) -> None:
-        """The broker reaches ZooKeeper again: queued requests go out; after an expiry it learns the
-        session is lost and registers again (kazoo's LOST, then CONNECTED); its watches read again."""
-        if node.zk_lost_at is None or not self._zk_reachable(node) or node.core is None:
-            return
-        node.zk_lost_at = None
-        if node.waiting_to_register:
-            return
-        for apply_now in self._pending_zk.pop(node.id, []):
-            apply_now()
-        if node.session_expired:
-            self._new_session(node)
-        else:
-            self._watch_event(node, lambda core, t: core.on_brokers_changed(*self._live_brokers(), t))
-            self._watch_event(node, lambda core, t: core.on_controller_changed(self.controller_id_or_none(), t))
-            self._watch_event(node, lambda core, t: core.on_isr_change_notifications(
-                list(self.zk.children(ISR_CHANGES)), t))
-
-    def _new_session(self, node: SimBroker) -> None:
-        self._sessions += 1
-        node.session = self._sessions
-        node.session_expired = False
-        self._run_on(node.id, node.incarnation, 0, lambda core, t: core.on_session_lost(t))
-        self._register(node)
-        self._brokers_changed()
-        self._controller_changed()
-
-    def _register(self, node: SimBroker) -> None:
-        adv = self.broker_config(node.id).advertised
-        path = znodes.BrokerIdZNode.path(node.id)
-        [created] = self.zk.execute([Create(path, znodes.BrokerIdZNode.encode(node.id, adv.host, adv.port, None,
-                                                                              self.now), ephemeral=True)], node.session)
-        if created.error is ZkError.NONE and node.core is not None:
-            node.core.on_registered(self.zk.czxid[path])
-
-    def _live_brokers(self) -> tuple[dict, dict]:
-        brokers, _ = read_cluster_state(self.zk)
-        return dict(brokers), {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
-
-    def controller_id_or_none(self) -> int | None:
-        [ctl] = self.zk.execute([GetData(CONTROLLER)])
-        return znodes.ControllerZNode.decode(ctl.data) if ctl.error is ZkError.NONE else None
+    @zk_fault.setter
+    def zk_fault(self, fault: Callable[[int, list], Any] | None) -> None:
+        self.zk_clients.fault = fault
 
     def cut_from_zookeeper(self, broker_id: int) -> None:
         """The broker's link to ZooKeeper is cut (both ways); other links stay."""
-        node = self.brokers[broker_id]
-        self.zk_cut.add(broker_id)
-        if node.core is not None:
-            self._lose_zk_contact(node)
+        self.zk_clients.cut(broker_id)
 
     def heal_zookeeper(self, broker_id: int) -> None:
-        self.zk_cut.discard(broker_id)
-        node = self.brokers[broker_id]
-        if not node.paused:
-            self._regain_zk_contact(node)
+        self.zk_clients.heal(broker_id)
+
+    def controller_id_or_none(self) -> int | None:
+        return self.zk_clients.controller_id_or_none()
 
     # ------------------------------------------------------------------ broker lifecycle
 
@@ -469,9 +289,7 @@ class SimCluster:
         rng = random.Random(self.seed * 1000 + broker_id)
         core = Broker(config, logs, rng=rng, new_uuid=lambda: uuid.UUID(int=rng.getrandbits(128)),
                       now_ms=self._at(node))
-        self._sessions += 1
-        node.session = self._sessions
-        node.session_expired = False
+        self.zk_clients.open_session(node)
         node.zk_lost_at = None
         node.incarnation += 1
         node.core = core
@@ -480,15 +298,15 @@ class SimCluster:
         node.conns.clear()
         node.by_peer.clear()
         node.waiting_to_register = False
-        self._pending_zk.pop(broker_id, None)
+        self.zk_clients.pending.pop(broker_id, None)
         if broker_id in self.zk_cut:
-            self._lose_zk_contact(node)
+            self.zk_clients.lose_contact(node)
         self._finish_start(node)
         return node
 
     def _finish_start(self, node: SimBroker) -> None:
         [old] = self.zk.execute([GetData(znodes.BrokerIdZNode.path(node.id))])
-        if old.error is ZkError.NONE or not self._zk_reachable(node):
+        if old.error is ZkError.NONE or not self.zk_clients.reachable(node):
             node.waiting_to_register = True           # the old session's node is still there
             incarnation = node.incarnation
             self._schedule(200, lambda: node.incarnation == incarnation and node.core is not None
@@ -496,17 +314,15 @@ class SimCluster:
             return
         node.waiting_to_register = False
         if node.session_expired:              # expired while it waited: the shell opens a new one
-            self._sessions += 1
-            node.session = self._sessions
-            node.session_expired = False
-        self._register(node)
+            self.zk_clients.open_session(node)
+        self.zk_clients.register(node)
         controller_id, epoch, version = self._elect(node.id, node.session)
         brokers, topics = read_cluster_state(self.zk)
         self._apply(node, node.core.load_metadata("sim-cluster", brokers, topics, controller_id, epoch,
                                                   self._at(node), version))
-        self._brokers_changed()
+        self.zk_clients.brokers_changed()
         if controller_id == node.id:
-            self._controller_changed()
+            self.zk_clients.controller_changed()
 
     def _elect(self, broker_id: int, session: int) -> tuple[int, int, int | None]:
         [epoch_res] = self.zk.execute([GetData(znodes.ControllerEpochZNode.path())])
@@ -523,9 +339,9 @@ class SimCluster:
         """The broker's ZooKeeper session expires now: its ephemeral nodes go; it hears of the loss
         and registers again once it can reach ZooKeeper."""
         node = self.brokers[broker_id]
-        self._expire(node)
-        if node.zk_lost_at is None and self._zk_reachable(node):
-            self._new_session(node)
+        self.zk_clients.expire(node)
+        if node.zk_lost_at is None and self.zk_clients.reachable(node):
+            self.zk_clients.new_session(node)
 
     def cut_off(self, broker_id: int) -> None:
         """A network partition: the broker reaches neither ZooKeeper nor the other brokers, but
@@ -552,21 +368,23 @@ class SimCluster:
         self.net.reset_broker(broker_id)
         node.conns.clear()
         node.by_peer.clear()
-        self._pending_zk.pop(broker_id, None)
+        self.zk_clients.pending.pop(broker_id, None)
         node.zk_lost_at = None
         if expire_at_once:
-            self._expire(node)
+            self.zk_clients.expire(node)
         else:        # the process is gone: nothing renews its session, which ends after the timeout
-            self._schedule(self.session_timeout_ms, lambda session=node.session: self._expire_session(session))
+            self._schedule(self.session_timeout_ms,
+                           lambda session=node.session: self.zk_clients.expire_session(session))
 
     def bounce(self, broker_id: int, *, lose_unflushed: bool = True) -> None:
         """Crash and restart so fast that the controller's watch sees only the new registration
         (same broker id, new broker epoch)."""
-        notify, self._brokers_changed = self._brokers_changed, lambda: None
+        zkc = self.zk_clients
+        notify, zkc.brokers_changed = zkc.brokers_changed, lambda: None
         try:
             self.crash(broker_id, lose_unflushed=lose_unflushed)
         finally:
-            self._brokers_changed = notify
+            zkc.brokers_changed = notify
         self.start(broker_id)
 
     def shutdown(self, broker_id: int) -> None:
@@ -582,7 +400,7 @@ class SimCluster:
         node = self.brokers[broker_id]
         node.paused = True
         if node.core is not None:
-            self._lose_zk_contact(node)
+            self.zk_clients.lose_contact(node)
 
     def resume(self, broker_id: int) -> None:
         node = self.brokers[broker_id]
@@ -592,7 +410,7 @@ class SimCluster:
             self._schedule(0, action)
         for conn_id in list(node.conns):
             self.net.pump(node, conn_id)
-        self._regain_zk_contact(node)
+        self.zk_clients.regain_contact(node)
 
     def step_clock(self, broker_id: int, delta_ms: int) -> None:
         """The broker's wall clock jumps by ``delta_ms`` (NTP step, VM migration)."""
