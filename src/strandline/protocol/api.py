@@ -214,17 +214,20 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     if body_end > end:
         raise ProtocolError(f"truncated {api_name(api_key)} v{api_version} request "
                             f"({end} bytes, {body_end - end} missing)")
-    header, body = _read_with_kio(header_reader, body_reader, frame, f"{api_name(api_key)} v{api_version} request")
+    header, body = _read_with_kio(header_reader, body_reader, frame, api_key, api_version, "request")
     return RequestHeader(api_key, api_version, correlation_id, header.client_id), body
 
 
-def _read_with_kio(read_header: Any, read_body: Any, frame: bytes | memoryview, what: str) -> tuple[Any, Any]:
-    """A frame's header and body as kio reads them; malformed content is a :class:`ProtocolError`."""
+def _read_with_kio(read_header: Any, read_body: Any, frame: bytes | memoryview, api_key: int, api_version: int,
+                   kind: str) -> tuple[Any, Any]:
+    """A frame's header and body as kio reads them; malformed content is a :class:`ProtocolError`
+    (named only then: this runs for every request)."""
     try:
         header, offset = read_header(frame, 0)
         body, _ = read_body(frame, offset)
     except Exception as exc:  # kio raises assorted errors on malformed input
-        raise ProtocolError(f"malformed {what}: {type(exc).__name__}: {exc}") from None
+        raise ProtocolError(f"malformed {api_name(api_key)} v{api_version} {kind}: "
+                            f"{type(exc).__name__}: {exc}") from None
     return header, body
 
 
@@ -285,7 +288,7 @@ def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -
     *_, read_header, read_body = _request_codec(api_key, api_version)
     if type(frame) is not bytes:
         frame = memoryview(frame).toreadonly()
-    return _read_with_kio(read_header, read_body, frame, f"{api_name(api_key)} v{api_version} response")[1]
+    return _read_with_kio(read_header, read_body, frame, api_key, api_version, "response")[1]
 
 
 def api_versions_body() -> dict:
