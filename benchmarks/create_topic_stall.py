@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import produce_consume as pc  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
 
-from strandline.broker.metadata import TopicMetadata  # noqa: E402
-from strandline.controller import zk_layout  # noqa: E402
+from strandline.coordination.metadata import TopicMetadata  # noqa: E402
+from strandline.coordination import zk_layout  # noqa: E402
 from strandline.coordination.store import CheckVersion  # noqa: E402
 from strandline.runtime.client import KafkaConnection  # noqa: E402
 

@@ -17,7 +17,7 @@ from kio.serial import entity_reader, entity_writer
 
 from strandline.broker.broker import Broker
 from strandline.broker.config import BrokerConfig
-from strandline.broker.cluster_state import read_cluster_state
+from strandline.coordination.cluster_state import read_cluster_state
 from strandline.broker.effects import Close, ReadClusterState, Send, ZkRequest
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
@@ -300,7 +300,7 @@ def test_cli_1_metadata_names_the_leader_and_cli_2_a_follower_refuses_clients(h)
                        "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False})
     assert [(p.partition_index, p.leader_id) for p in md.topics[0].partitions] == [(0, 1), (1, 1)]
     assert [(b.node_id, b.host, b.port) for b in md.brokers] == [(1, "127.0.0.1", 9092)]
-    from strandline.replication.partition import LeaderAndIsr
+    from strandline.coordination.metadata import LeaderAndIsr
     partition = h.broker.partitions[("routed", 0)]
     partition.make_follower(LeaderAndIsr(2, 1, (2, 1)), (2, 1))
     h.produce("routed", make_batch([b"x"]))

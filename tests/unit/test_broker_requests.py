@@ -13,13 +13,13 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.effects import Close, Send, ZkRequest
-from strandline.broker.metadata import TopicMetadata
-from strandline.controller import zk_layout
+from strandline.coordination.metadata import TopicMetadata
+from strandline.coordination import zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import SetData
 from strandline.protocol.api import build
 from strandline.protocol.records import HEADER_SIZE, compute_crc
-from strandline.replication.partition import LeaderAndIsr
+from strandline.coordination.metadata import LeaderAndIsr
 from tests.unit.batches import make_batch
 from tests.unit.test_broker_core import Harness
 from tests.unit.test_protocol_samples import read_response, request_frame
@@ -85,7 +85,8 @@ def test_the_largest_topic_accepted_fits_in_one_zookeeper_request_and_one_more_p
     h = Harness(brokers=brokers)
     rf = len(brokers)
     limit = zk_layout.max_partitions(TopicMetadata("n" * name_length, uuid.UUID(int=0), {}, {}, {}), rf,
-                                     list(brokers), h.broker.controller_epoch, h.broker._fenced([]))
+                                     list(brokers), h.broker.controller_epoch,
+                                     h.broker.controller.fenced(h.broker.controller.ctx, []))
     assert creation_multi_size(h, "a" * name_length, limit + 1, rf) == ErrorCode.invalid_partitions
     size = creation_multi_size(h, "b" * name_length, limit, rf)
     assert size <= zk_layout.JUTE_MAXBUFFER
@@ -324,7 +325,7 @@ def test_a_partition_named_many_times_in_one_leader_election_is_elected_once():
     path = znodes.TopicPartitionStateZNode.path("e", 0)
     moved = LeaderAndIsr(1, 1, (1, 2), 1, 0)                # led by broker 1, not by its preferred 2
     h.zk.run([SetData(path, znodes.TopicPartitionStateZNode.encode(moved))], False)
-    h.broker.metadata.topics["e"].states[0] = dataclasses.replace(moved, zk_version=h.zk.nodes[path][1])
+    h.broker.controller.ctx.topics["e"].states[0] = dataclasses.replace(moved, zk_version=h.zk.nodes[path][1])
     body = {"election_type": 0, "timeout": 1000, "topic_partitions": [{"topic": "e", "partitions": [0, 0, 0]}]}
     pending = list(h.broker.handle_request(1, request_frame(43, 1, body=body), h.now))
     for _ in range(100):                                    # ZooKeeper answers at once; a retry loop shows

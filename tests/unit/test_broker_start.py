@@ -15,11 +15,11 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.broker import Broker
 from strandline.broker.config import BrokerConfig
 from strandline.broker.effects import Send
-from strandline.broker.metadata import TopicMetadata
+from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
 from strandline.protocol import api, control
-from strandline.replication.partition import LeaderAndIsr
+from strandline.coordination.metadata import LeaderAndIsr
 from strandline.sim.disk import MemoryDisk
 
 NOW = 1_700_000_000_000

@@ -40,3 +40,61 @@ def test_the_check_catches_a_forbidden_import(tmp_path):
         assert len(forbidden_imports(bad)) == 2
     finally:
         bad.unlink()
+
+
+# Each component owns its state and reaches another only through the few methods the broker wires
+# (DESIGN.md). Components share the effects vocabulary, the outbox and the configuration; apart
+# from those, none imports the broker (the composition root and request router), and none imports
+# another component's package except as listed.
+SHARED = {"strandline.broker.effects", "strandline.broker.outbox", "strandline.broker.config"}
+COMPONENTS = {
+    "controller": {"strandline.broker", "strandline.replication", "strandline.group"},
+    "replication": {"strandline.broker", "strandline.controller", "strandline.group"},
+    "group": {"strandline.broker", "strandline.controller", "strandline.replication"},
+    "coordination": {"strandline.broker", "strandline.controller", "strandline.replication", "strandline.group"},
+    "log": {"strandline.broker", "strandline.controller", "strandline.replication", "strandline.group",
+            "strandline.coordination"},
+    "protocol": {"strandline.broker", "strandline.controller", "strandline.replication", "strandline.group",
+                 "strandline.coordination", "strandline.log"},
+}
+
+
+def crossing_imports(path: Path, forbidden: set[str]) -> list[str]:
+    """Imports of ``path`` (also those only for type checking) into a forbidden package; the shared
+    modules are imported by their full name."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        for name in names:
+            if name in SHARED or any(name.startswith(s + ".") for s in SHARED):
+                continue
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
+                found.append(f"{path.relative_to(SRC.parent)}:{node.lineno} imports {name}")
+                break
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(COMPONENTS))
+def test_a_component_imports_no_other_component_it_must_not_know(package):
+    files = sorted((SRC / package).rglob("*.py"))
+    assert files
+    problems = [p for f in files for p in crossing_imports(f, COMPONENTS[package])]
+    assert problems == []
+
+
+@pytest.mark.parametrize("package", sorted(COMPONENTS))
+def test_each_component_rule_catches_a_crossing_import(package):
+    forbidden = sorted(COMPONENTS[package])
+    probe = SRC / package / "_layering_probe.py"
+    lines = [f"from {name} import something  # noqa" for name in forbidden]
+    lines.append("from strandline.broker.effects import Log  # shared: allowed")
+    try:
+        probe.write_text("\n".join(lines) + "\n")
+        assert len(crossing_imports(probe, COMPONENTS[package])) == len(forbidden)
+    finally:
+        probe.unlink()

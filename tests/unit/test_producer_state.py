@@ -2,7 +2,7 @@
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.producer_state import ProducerStateManager
+from strandline.replication.producer_state import ProducerStateManager
 from strandline.protocol.records import BatchHeader
 
 

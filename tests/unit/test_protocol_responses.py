@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.protocol import api, errors
 from strandline.protocol.api import SUPPORTED, ApiKey, RequestHeader, build, encode_response
+from strandline.protocol.build import _plan
 
 from .test_protocol_samples import SAMPLE_UUID, read_response, sample, to_dict, versions_with_schemas
 
@@ -267,10 +268,10 @@ def test_build_reads_attributes_of_any_object_and_passes_instances_through():
 
 
 def test_build_is_cached_per_class():
-    api._plan.cache_clear()
+    _plan.cache_clear()
     for _ in range(3):
         encode_response(RequestHeader(3, 12, 1, None), METADATA)
-    info = api._plan.cache_info()
+    info = _plan.cache_info()
     assert info.misses == 4 and info.hits >= 8  # response, broker, topic, partition
 
 

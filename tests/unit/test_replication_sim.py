@@ -376,7 +376,7 @@ def test_ctl_1_when_the_controller_dies_another_broker_takes_over_and_elects_lea
 def test_net_8_a_controller_that_loses_its_session_stops_acting_and_cannot_write():
     c = SimCluster((1, 2, 3))
     create(c, "z", [2, 3])
-    old_version = c.brokers[1].core._controller_epoch_version
+    old_term = c.brokers[1].core.controller.ctx
     c.pause(1)                                   # cut off: its session expires meanwhile
     c.expire_session(1)
     c.settle()
@@ -391,7 +391,7 @@ def test_net_8_a_controller_that_loses_its_session_stops_acting_and_cannot_write
     assert c.call(1, 19, 5, body).topics[0].error_code == ErrorCode.not_controller
     # a zombie's fenced write fails even if it still believed it was controller
     zombie = c.brokers[1].core
-    zombie.active_controller, zombie._controller_epoch_version = True, old_version
+    zombie.controller.ctx = old_term
     assert c.call(1, 19, 5, body).topics[0].error_code == ErrorCode.not_controller
     assert "late" not in c.zk.children("/brokers/topics")
 

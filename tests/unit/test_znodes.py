@@ -14,7 +14,7 @@ import pytest
 from strandline.coordination import znodes as z
 from strandline.coordination.store import (CheckVersion, Create, Delete, GetChildren, GetData, OpResult, SetData,
                                            ZkError)
-from strandline.replication.partition import LeaderAndIsr
+from strandline.coordination.metadata import LeaderAndIsr
 
 TOPIC_ID = uuid.UUID("4b3e0d95-b1a0-4a8f-9c5d-2b6f1e7a8c90")
 

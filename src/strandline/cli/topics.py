@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -61,6 +62,17 @@ def leader_isr(address: str, topic: str, partition: int, fallback: list) -> list
     return fallback
 
 
+def _done(result: Any, topic: str, action: str, done: str) -> int:
+    """Report the controller's answer to ``action`` (create, delete) on ``topic``: ``done`` (Created,
+    Deleted) when it succeeded; raises StrandlineError on an error."""
+    code = _error(result.error_code)
+    if code is not ErrorCode.none:
+        raise StrandlineError(f"cannot {action} topic {topic}: {code.name.upper()}"
+                              + (f": {result.error_message}" if result.error_message else ""))
+    print(f"{done} topic {topic}.")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.action in ("create", "delete"):
         with KafkaConnection(args.bootstrap_server) as conn:
@@ -74,22 +86,10 @@ def run(args: argparse.Namespace) -> int:
                 "name": args.topic, "num_partitions": args.partitions,
                 "replication_factor": args.replication_factor, "assignments": [], "configs": configs}],
                 "timeout": 30000, "validate_only": False})
-            result = resp.topics[0]
-            code = _error(result.error_code)
-            if code is not ErrorCode.none:
-                raise StrandlineError(f"cannot create topic {args.topic}: {code.name.upper()}"
-                                      + (f": {result.error_message}" if result.error_message else ""))
-            print(f"Created topic {args.topic}.")
-            return 0
+            return _done(resp.topics[0], args.topic, "create", "Created")
         if args.action == "delete":
             resp = conn.request(DELETE_TOPICS, 5, {"topic_names": [args.topic], "timeout": 30000})
-            result = resp.responses[0]
-            code = _error(result.error_code)
-            if code is not ErrorCode.none:
-                raise StrandlineError(f"cannot delete topic {args.topic}: {code.name.upper()}"
-                                      + (f": {result.error_message}" if result.error_message else ""))
-            print(f"Deleted topic {args.topic}.")
-            return 0
+            return _done(resp.responses[0], args.topic, "delete", "Deleted")
         if args.action == "list":
             resp = metadata(conn, None)
             for topic in sorted(resp.topics, key=lambda t: t.name):

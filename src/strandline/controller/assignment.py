@@ -6,7 +6,7 @@ from its own random source, tests fix them).
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 
 class InvalidReplicationFactor(ValueError):
@@ -30,6 +30,19 @@ def _replica_index(first: int, shift: int, j: int, n: int) -> int:
     return (first + 1 + (shift + j) % (n - 1)) % n
 
 
+def _first_replicas(n: int, num_partitions: int, start_index: int, replica_shift: int,
+                    start_partition: int) -> Iterator[tuple[int, int, int]]:
+    """``(partition, index of its first replica, replica shift)`` of each partition to assign, over
+    ``n`` brokers: the shift grows by one every n partitions (ASG-2)."""
+    shift = replica_shift
+    p = max(0, start_partition)
+    for _ in range(num_partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        yield p, (p + start_index) % n, shift
+        p += 1
+
+
 def assign_replicas(broker_ids: Sequence[int], num_partitions: int, replication_factor: int,
                     start_index: int, replica_shift: int, start_partition: int = 0,
                     racks: Mapping[int, str | None] | None = None) -> dict[int, list[int]]:
@@ -48,17 +61,11 @@ def assign_replicas(broker_ids: Sequence[int], num_partitions: int, replication_
         return _assign_rack_aware(brokers, racks, num_partitions, replication_factor,
                                   start_index, replica_shift, start_partition)
     result: dict[int, list[int]] = {}
-    shift = replica_shift
-    p = max(0, start_partition)
-    for _ in range(num_partitions):
-        if p > 0 and p % n == 0:
-            shift += 1
-        first = (p + start_index) % n
+    for p, first, shift in _first_replicas(n, num_partitions, start_index, replica_shift, start_partition):
         replicas = [brokers[first]]
         for j in range(replication_factor - 1):
             replicas.append(brokers[_replica_index(first, shift, j, n)])
         result[p] = replicas
-        p += 1
     return result
 
 
@@ -84,12 +91,7 @@ def _assign_rack_aware(brokers: Sequence[int], racks: Mapping[int, str | None], 
     n = len(arranged)
     num_racks = len({racks[b] for b in brokers})
     result: dict[int, list[int]] = {}
-    shift = replica_shift
-    p = max(0, start_partition)
-    for _ in range(num_partitions):
-        if p > 0 and p % n == 0:
-            shift += 1
-        first = (p + start_index) % n
+    for p, first, shift in _first_replicas(n, num_partitions, start_index, replica_shift, start_partition):
         leader = arranged[first]
         replicas = [leader]
         racks_with = {racks[leader]}
@@ -105,5 +107,4 @@ def _assign_rack_aware(brokers: Sequence[int], racks: Mapping[int, str | None], 
                 brokers_with.add(broker)
             k += 1
         result[p] = replicas
-        p += 1
     return result

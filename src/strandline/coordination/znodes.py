@@ -23,7 +23,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, TypeVar
 
-from strandline.replication.partition import LeaderAndIsr
 
 __all__ = [
     "BrokerIdZNode", "BrokerIdsZNode", "BrokerInfo", "BrokerSequenceIdZNode", "ClusterIdZNode",
@@ -95,7 +94,28 @@ def new_cluster_id(value: uuid.UUID | None = None) -> str:
     return uuid_to_base64(value if value is not None else uuid.uuid4())
 
 
+class _FixedPathZNode:
+    """A znode whose path is fixed: ``path()`` is ``PATH``."""
+
+    PATH = ""
+
+    @classmethod
+    def path(cls) -> str:
+        return cls.PATH
+
+
 # -- /brokers
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsr:
+    """A partition's state as the controller records it (``.../partitions/<p>/state``)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int = 0
+    zk_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +128,10 @@ class BrokerInfo:
     rack: str | None = None
 
 
-class BrokerIdsZNode:
+class BrokerIdsZNode(_FixedPathZNode):
     """``/brokers/ids``: one ephemeral child per live broker; the controller watches its children."""
 
-    @staticmethod
-    def path() -> str:
-        return "/brokers/ids"
+    PATH = "/brokers/ids"
 
 
 def _split_endpoint(endpoint: str) -> tuple[str, str, int]:
@@ -183,20 +201,16 @@ class BrokerIdZNode:
         return _decode(path, data, parse)
 
 
-class BrokerSequenceIdZNode:
+class BrokerSequenceIdZNode(_FixedPathZNode):
     """``/brokers/seqid``: Kafka's broker-id generator (created at startup, otherwise unused here)."""
 
-    @staticmethod
-    def path() -> str:
-        return "/brokers/seqid"
+    PATH = "/brokers/seqid"
 
 
-class TopicsZNode:
+class TopicsZNode(_FixedPathZNode):
     """``/brokers/topics``: one child per topic."""
 
-    @staticmethod
-    def path() -> str:
-        return "/brokers/topics"
+    PATH = "/brokers/topics"
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,23 +374,19 @@ class ConfigEntityZNode:
         return _decode(ConfigEntityZNode.path(entity_type, name), data, parse)
 
 
-class ConfigEntityChangeNotificationZNode:
+class ConfigEntityChangeNotificationZNode(_FixedPathZNode):
     """``/config/changes``: Kafka's dynamic-config change notifications (created at startup)."""
 
-    @staticmethod
-    def path() -> str:
-        return "/config/changes"
+    PATH = "/config/changes"
 
 
 # -- controller
 
 
-class ControllerZNode:
+class ControllerZNode(_FixedPathZNode):
     """``/controller``: the ephemeral controller registration, ``{"version":1,"brokerid":N,"timestamp":"<ms>"}``."""
 
-    @staticmethod
-    def path() -> str:
-        return "/controller"
+    PATH = "/controller"
 
     @staticmethod
     def encode(broker_id: int, timestamp_ms: int) -> bytes:
@@ -388,14 +398,11 @@ class ControllerZNode:
         return _decode(ControllerZNode.path(), data, lambda obj: _int(_object(obj)["brokerid"]))
 
 
-class ControllerEpochZNode:
+class ControllerEpochZNode(_FixedPathZNode):
     """``/controller_epoch``: a plain integer, created as ``0`` so the first controller has epoch 1."""
 
+    PATH = "/controller_epoch"
     INITIAL = 0
-
-    @staticmethod
-    def path() -> str:
-        return "/controller_epoch"
 
     @staticmethod
     def encode(epoch: int) -> bytes:
@@ -433,12 +440,10 @@ def _parse_partition_list(obj: Any) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(set(result)))
 
 
-class IsrChangeNotificationZNode:
+class IsrChangeNotificationZNode(_FixedPathZNode):
     """``/isr_change_notification``: the controller watches its children."""
 
-    @staticmethod
-    def path() -> str:
-        return "/isr_change_notification"
+    PATH = "/isr_change_notification"
 
     # Shorthands for the sequence children (kept for callers written against them).
     @staticmethod
@@ -502,12 +507,10 @@ class DeleteTopicsTopicZNode:
         return b""
 
 
-class PreferredReplicaElectionZNode:
+class PreferredReplicaElectionZNode(_FixedPathZNode):
     """``/admin/preferred_replica_election``: ``{"version":1,"partitions":[{"topic":"t","partition":0},...]}``."""
 
-    @staticmethod
-    def path() -> str:
-        return "/admin/preferred_replica_election"
+    PATH = "/admin/preferred_replica_election"
 
     @staticmethod
     def encode(partitions: Iterable[tuple[str, int]]) -> bytes:
@@ -518,20 +521,16 @@ class PreferredReplicaElectionZNode:
         return _decode(PreferredReplicaElectionZNode.path(), data, _parse_partition_list)
 
 
-class ProducerIdBlockZNode:
+class ProducerIdBlockZNode(_FixedPathZNode):
     """``/latest_producer_id_block`` (created empty at startup; its format lives in ``controller.zk_layout``)."""
 
-    @staticmethod
-    def path() -> str:
-        return "/latest_producer_id_block"
+    PATH = "/latest_producer_id_block"
 
 
-class ClusterIdZNode:
+class ClusterIdZNode(_FixedPathZNode):
     """``/cluster/id``: ``{"version":"1","id":"<base64 uuid>"}`` (the version is a string, as in Kafka)."""
 
-    @staticmethod
-    def path() -> str:
-        return "/cluster/id"
+    PATH = "/cluster/id"
 
     @staticmethod
     def encode(cluster_id: str) -> bytes:

@@ -44,11 +44,16 @@ def _non_decreasing(values) -> bool:
 
 
 class _IndexFile:
-    """The file side shared by both indexes: a lazily opened handle and a pending write buffer."""
+    """What both indexes share: a lazily opened handle and a pending write buffer on the file side;
+    in memory, two parallel columns of entries, one of them the offsets relative to the base
+    offset (``_relative``, never decreasing), by which the index is truncated."""
 
     entry_size = 0
+    #: The attribute names of the two columns, in the order of an entry in the file.
+    _columns: tuple[str, str] = ("", "")
+    _relative: array
 
-    def __init__(self, disk: Disk, path: str, base_offset: int, max_index_size: int) -> None:
+    def __init__(self, disk: Disk, path: str, base_offset: int, max_index_size: int = 10485760) -> None:
         self.disk = disk
         self.path = path
         self.base_offset = base_offset
@@ -56,6 +61,41 @@ class _IndexFile:
         self._handle: FileHandle | None = None
         self._pending = bytearray()
         self._dirty = False  # written since the last flush
+        self._clear()
+
+    def _clear(self) -> None:
+        """Empty both columns."""
+        for name in self._columns:
+            setattr(self, name, array("q"))
+
+    def __len__(self) -> int:
+        return len(self._relative)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._relative) >= self.max_entries
+
+    @property
+    def entries(self) -> int:
+        """How many entries the index holds."""
+        return len(self._relative)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry with offset >= ``offset``."""
+        n = bisect_left(self._relative, offset - self.base_offset)
+        if n < len(self._relative):
+            for name in self._columns:
+                del getattr(self, name)[n:]
+        self._truncate_file(n)
+
+    def reset(self) -> None:
+        self.truncate_to(self.base_offset)
+
+    def _read_entries(self) -> bytes | None:
+        """The file's bytes, with both columns emptied; None if it does not hold whole entries."""
+        data = self._read()
+        self._clear()
+        return None if len(data) % self.entry_size else data
 
     def _file(self) -> FileHandle:
         if self._handle is None:
@@ -120,18 +160,8 @@ class OffsetIndex(_IndexFile):
     """Sparse map from offsets to file positions; ``lookup`` gives the greatest entry <= offset."""
 
     entry_size = 8
-
-    def __init__(self, disk: Disk, path: str, base_offset: int, max_index_size: int = 10485760) -> None:
-        super().__init__(disk, path, base_offset, max_index_size)
-        self._relative = array("q")
-        self._positions = array("q")
-
-    def __len__(self) -> int:
-        return len(self._relative)
-
-    @property
-    def is_full(self) -> bool:
-        return len(self._relative) >= self.max_entries
+    _columns = ("_relative", "_positions")
+    _positions: array
 
     @property
     def last_entry(self) -> tuple[int, int]:
@@ -139,11 +169,6 @@ class OffsetIndex(_IndexFile):
         if not self._relative:
             return self.base_offset, 0
         return self.base_offset + self._relative[-1], self._positions[-1]
-
-    @property
-    def entries(self) -> int:
-        """How many entries the index holds."""
-        return len(self._relative)
 
     def entry_list(self) -> list[tuple[int, int]]:
         """Every ``(offset, position)`` entry."""
@@ -167,23 +192,10 @@ class OffsetIndex(_IndexFile):
             return self.base_offset, 0
         return self.base_offset + self._relative[i], self._positions[i]
 
-    def truncate_to(self, offset: int) -> None:
-        """Drop every entry with offset >= ``offset``."""
-        n = bisect_left(self._relative, offset - self.base_offset)
-        if n < len(self._relative):
-            del self._relative[n:]
-            del self._positions[n:]
-        self._truncate_file(n)
-
-    def reset(self) -> None:
-        self.truncate_to(self.base_offset)
-
     def load(self, segment_size: int) -> bool:
         """Read the file; False (and the index left empty) if it fails the sanity check."""
-        data = self._read()
-        self._relative = array("q")
-        self._positions = array("q")
-        if len(data) % self.entry_size:
+        data = self._read_entries()
+        if data is None:
             return False
         raw = array("i")
         raw.frombytes(data)
@@ -203,18 +215,8 @@ class TimeIndex(_IndexFile):
     """Sparse map from increasing timestamps to offsets; ``lookup`` gives the greatest entry <= ts."""
 
     entry_size = 12
-
-    def __init__(self, disk: Disk, path: str, base_offset: int, max_index_size: int = 10485760) -> None:
-        super().__init__(disk, path, base_offset, max_index_size)
-        self._timestamps = array("q")
-        self._relative = array("q")
-
-    def __len__(self) -> int:
-        return len(self._timestamps)
-
-    @property
-    def is_full(self) -> bool:
-        return len(self._timestamps) >= self.max_entries
+    _columns = ("_timestamps", "_relative")
+    _timestamps: array
 
     @property
     def last_entry(self) -> tuple[int, int] | None:
@@ -222,11 +224,6 @@ class TimeIndex(_IndexFile):
         if not self._timestamps:
             return None
         return self._timestamps[-1], self.base_offset + self._relative[-1]
-
-    @property
-    def entries(self) -> int:
-        """How many entries the index holds."""
-        return len(self._timestamps)
 
     def entry_list(self) -> list[tuple[int, int]]:
         """Every ``(timestamp, offset)`` entry."""
@@ -255,23 +252,10 @@ class TimeIndex(_IndexFile):
             return -1, self.base_offset
         return self._timestamps[i], self.base_offset + self._relative[i]
 
-    def truncate_to(self, offset: int) -> None:
-        """Drop every entry with offset >= ``offset``."""
-        n = bisect_left(self._relative, offset - self.base_offset)
-        if n < len(self._timestamps):
-            del self._timestamps[n:]
-            del self._relative[n:]
-        self._truncate_file(n)
-
-    def reset(self) -> None:
-        self.truncate_to(self.base_offset)
-
     def load(self) -> bool:
         """Read the file; False (and the index left empty) if it fails the sanity check."""
-        data = self._read()
-        self._timestamps = array("q")
-        self._relative = array("q")
-        if len(data) % self.entry_size:
+        data = self._read_entries()
+        if data is None:
             return False
         timestamps = array("q")
         relative = array("q")

@@ -24,13 +24,16 @@ STOP_REPLICA = 5
 UPDATE_METADATA = 6
 CONTROLLED_SHUTDOWN = 7
 
-LEADER_AND_ISR_PARTITION = (
+#: What the controller's requests start with, and the partition state LeaderAndIsr and
+#: UpdateMetadata share.
+_CONTROLLER_HEADER = (("controller_id", "int32"), ("controller_epoch", "int32"), ("broker_epoch", "int64"))
+_PARTITION_STATE = (
     ("partition_index", "int32"), ("controller_epoch", "int32"), ("leader", "int32"),
     ("leader_epoch", "int32"), ("isr", "int32s"), ("zk_version", "int32"), ("replicas", "int32s"),
-    ("is_new", "bool"),
 )
-LEADER_AND_ISR_REQUEST = (
-    ("controller_id", "int32"), ("controller_epoch", "int32"), ("broker_epoch", "int64"),
+
+LEADER_AND_ISR_PARTITION = _PARTITION_STATE + (("is_new", "bool"),)
+LEADER_AND_ISR_REQUEST = _CONTROLLER_HEADER + (
     ("topic_states", (("topic_name", "string"), ("partition_states", LEADER_AND_ISR_PARTITION))),
     ("live_leaders", (("broker_id", "int32"), ("host_name", "string"), ("port", "int32"))),
 )
@@ -38,13 +41,8 @@ PARTITION_ERRORS_RESPONSE = (
     ("error_code", "int16"),
     ("partition_errors", (("topic_name", "string"), ("partition_index", "int32"), ("error_code", "int16"))),
 )
-UPDATE_METADATA_PARTITION = (
-    ("partition_index", "int32"), ("controller_epoch", "int32"), ("leader", "int32"),
-    ("leader_epoch", "int32"), ("isr", "int32s"), ("zk_version", "int32"), ("replicas", "int32s"),
-    ("offline_replicas", "int32s"),
-)
-UPDATE_METADATA_REQUEST = (
-    ("controller_id", "int32"), ("controller_epoch", "int32"), ("broker_epoch", "int64"),
+UPDATE_METADATA_PARTITION = _PARTITION_STATE + (("offline_replicas", "int32s"),)
+UPDATE_METADATA_REQUEST = _CONTROLLER_HEADER + (
     ("topic_states", (("topic_name", "string"), ("partition_states", UPDATE_METADATA_PARTITION))),
     ("live_brokers", (("id", "int32"),
                       ("endpoints", (("port", "int32"), ("host", "string"), ("listener", "string"),
@@ -52,8 +50,7 @@ UPDATE_METADATA_REQUEST = (
                       ("rack", "nullable_string"))),
 )
 UPDATE_METADATA_RESPONSE = (("error_code", "int16"),)
-STOP_REPLICA_REQUEST = (
-    ("controller_id", "int32"), ("controller_epoch", "int32"), ("broker_epoch", "int64"),
+STOP_REPLICA_REQUEST = _CONTROLLER_HEADER + (
     ("delete_partitions", "bool"),
     ("topics", (("name", "string"), ("partition_indexes", "int32s"))),
 )

@@ -13,22 +13,12 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.producer_state import BatchMetadata, ProducerStateManager
+from strandline.coordination.metadata import LeaderAndIsr
+from strandline.replication.producer_state import BatchMetadata, ProducerStateManager
 from strandline.log.log import Log
 from strandline.protocol.records import BatchHeader, set_log_append_time
 
 NO_LEADER = -1
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderAndIsr:
-    """A partition's state as the controller records it (``.../partitions/<p>/state``)."""
-
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    controller_epoch: int = 0
-    zk_version: int = 0
 
 
 @dataclass(slots=True)

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from strandline.broker.broker import Broker
-from strandline.broker.cluster_state import read_cluster_state
+from strandline.coordination.cluster_state import read_cluster_state
 from strandline.broker.config import BrokerConfig
 from strandline.coordination.znodes import BrokerInfo
-from strandline.controller import zk_layout
+from strandline.coordination import zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.errors import StrandlineError

@@ -17,6 +17,7 @@ from typing import Callable
 
 from strandline.broker.effects import BrokerSend
 from strandline.protocol.frames import FrameDecoder, ProtocolError
+from strandline.runtime.framed import FramedProtocol
 
 log = logging.getLogger("strandline.broker")
 
@@ -24,7 +25,7 @@ MAX_RESPONSE_BYTES = 1 << 30
 CONNECT_TIMEOUT_S = 5.0
 
 
-class _Channel(asyncio.Protocol):
+class _Channel(FramedProtocol):
     def __init__(self, channels: "BrokerChannels", key: tuple[int, str], host: str, port: int) -> None:
         self.channels = channels
         self.key = key
@@ -56,12 +57,10 @@ class _Channel(asyncio.Protocol):
         else:
             self.transport.write(data)
 
-    def data_received(self, data: bytes) -> None:
-        try:
-            frames = self.decoder.feed(data)
-        except ProtocolError as exc:
-            self.fail(f"malformed response: {exc}")
-            return
+    def malformed(self, exc: ProtocolError) -> None:
+        self.fail(f"malformed response: {exc}")
+
+    def frames_received(self, frames: list[bytes]) -> None:
         for frame in frames:
             token = int.from_bytes(frame[:4], "big", signed=True)
             if token not in self.waiting:

@@ -24,6 +24,7 @@ from strandline.broker.broker import Broker
 from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
 from strandline.runtime.channels import BrokerChannels
 from strandline.protocol.frames import FrameDecoder, ProtocolError
+from strandline.runtime.framed import FramedProtocol
 
 log = logging.getLogger("strandline.broker")
 
@@ -64,7 +65,7 @@ class Stopper:
         self.fail(context.get("message") or "a callback of the event loop", context.get("exception"))
 
 
-class Connection(asyncio.Protocol):
+class Connection(FramedProtocol):
     def __init__(self, shell: "BrokerShell", conn_id: int) -> None:
         self.shell = shell
         self.conn_id = conn_id
@@ -85,12 +86,10 @@ class Connection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.shell.connections[self.conn_id] = self
 
-    def data_received(self, data: bytes) -> None:
-        try:
-            frames = self.decoder.feed(data)
-        except ProtocolError as exc:
-            self.close(f"malformed request: {exc}")
-            return
+    def malformed(self, exc: ProtocolError) -> None:
+        self.close(f"malformed request: {exc}")
+
+    def frames_received(self, frames: list[bytes]) -> None:
         if frames:
             self.queue.extend(frames)
             if len(self.queue) >= MAX_QUEUED_FRAMES and self.reading and self.transport:

@@ -18,7 +18,7 @@ for byte and counts the acknowledged records missing from the final log (the dur
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData, ZkError
@@ -44,14 +44,21 @@ class _Replica:
     leo: int = 0
 
 
+@dataclass(eq=False, repr=False)
 class Invariants:
-    def __init__(self, sim: SimCluster, topic: str, partitions: int, *, checked_acks: frozenset[int],
-                 no_duplicates: bool) -> None:
-        self.sim = sim
-        self.topic = topic
-        self.partitions = partitions
-        self.checked_acks = checked_acks
-        self.no_duplicates = no_duplicates
+    """The invariants of ``topic`` (``partitions`` partitions) on ``sim``. ``checked_acks``: the
+    acks settings whose acknowledged writes must survive; ``no_duplicates``: the records of
+    idempotent producers must stand once in the final log."""
+
+    sim: SimCluster
+    topic: str
+    partitions: int
+    _: KW_ONLY
+    checked_acks: frozenset[int]
+    no_duplicates: bool
+
+    def __post_init__(self) -> None:
+        partitions = self.partitions
         self.committed: list[dict[int, tuple[int, int]]] = [{} for _ in range(partitions)]   # base -> (next, crc)
         self.committed_end = [0] * partitions
         self.leader_of_epoch: dict[tuple[int, int], int] = {}

@@ -28,48 +28,22 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from strandline.broker.broker import Broker
-from strandline.broker.cluster_state import read_cluster_state
+from strandline.coordination.cluster_state import read_cluster_state
 from strandline.broker.config import BrokerConfig
 from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
-from strandline.controller import zk_layout
+from strandline.coordination import zk_layout
 from strandline.coordination import znodes
-from strandline.coordination.store import Create, GetData, OpResult, ZkError
+from strandline.coordination.store import Create, GetData, ZkError
 from strandline.log.manager import LogManager
 from strandline.protocol import api
 from strandline.sim.disk import MemoryDisk
+from strandline.sim.network import Channel, ServerConn, SimNetwork
+from strandline.sim.zk_clients import SimZkClients
 from strandline.sim.zookeeper import MemoryZooKeeper
 
 START_MS = 1_700_000_000_000
 LOG_DIR = "/data/logs"
-ISR_CHANGES = znodes.IsrChangeNotificationZNode.path()
-CONTROLLER = znodes.ControllerZNode.path()
-BROKER_IDS = znodes.BrokerIdsZNode.path()
-CLIENT = "client"
 _STALE = object()
-
-
-@dataclass
-class _ServerConn:
-    """A connection a broker accepted: requests are answered one at a time, in order."""
-
-    peer: tuple                    # ("client", name, gen) or ("broker", source id, channel, gen)
-    queue: collections.deque = field(default_factory=collections.deque)   # (frame, reply_to)
-    reply_to: Callable[[bytes], None] | None = None                       # of the request in hand
-    busy: bool = False
-
-
-@dataclass(eq=False)
-class _Channel:
-    """The sending end of one connection: a broker's channel to another broker, or a client's."""
-
-    src: Any                       # a broker id, or ("client", name)
-    dst: int
-    name: str
-    gen: int
-    dst_incarnation: int
-    src_incarnation: int = 0
-    waiting: dict[int, Callable[[bytes | None], None]] = field(default_factory=dict)
-    closed: bool = False
 
 
 @dataclass
@@ -82,7 +56,7 @@ class SimBroker:
     paused: bool = False
     clock_offset_ms: int = 0
     held: list = field(default_factory=list)
-    conns: dict[int, _ServerConn] = field(default_factory=dict)
+    conns: dict[int, ServerConn] = field(default_factory=dict)
     by_peer: dict[tuple, int] = field(default_factory=dict)
     next_conn: int = 1
     log: list[str] = field(default_factory=list)
@@ -96,6 +70,10 @@ class SimBroker:
         if name in ("core", "paused", "clock_offset_ms"):
             object.__setattr__(self, "deadline", _STALE)
         object.__setattr__(self, name, value)
+
+    def forget_deadline(self) -> None:
+        """Something reached the broker: its next timer must be asked again."""
+        object.__setattr__(self, "deadline", _STALE)
 
     @property
     def alive(self) -> bool:
@@ -118,24 +96,11 @@ class SimCluster:
         self.overrides = overrides or {}
         self.events: list[tuple[int, int, Callable[[], None]]] = []
         self._seq = 0
-        self._sessions = 0
-        self._gens = 0
         self.brokers: dict[int, SimBroker] = {}
         self.inbox: dict[tuple[int, str], collections.deque] = collections.defaultdict(collections.deque)
         self._correlation = 0
-        self.cut: set[tuple[Any, Any]] = set()             # directed links that drop (held) messages
-        self.zk_cut: set[int] = set()                       # brokers that cannot reach ZooKeeper
-        self.slow: dict[tuple[Any, Any], int] = {}          # extra latency of a directed link
-        self.zk_flaky: dict[int, float] = {}                # broker -> chance a ZooKeeper request fails
-        self._held_links: dict[tuple[Any, Any], list[Callable[[], None]]] = collections.defaultdict(list)
-        self._link_clock: dict[tuple[Any, Any], int] = {}
-        self._pending_zk: dict[int, list[Callable[[], None]]] = collections.defaultdict(list)
-        self._zk_order: dict[int, int] = {}
-        self.zk_fault: Callable[[int, list], Any] | None = None
-        """Tests: ``zk_fault(broker_id, ops)`` may answer a fault for one request: "applied-reply-lost"
-        (CONNECTION_LOSS although the write was applied), "not-applied", "applied-late" or
-        ("reply-delayed", ms)."""
-        self.channels: dict[tuple, _Channel] = {}
+        self.net = SimNetwork(self)
+        self.zk_clients = SimZkClients(self)
         self.after_event: Callable[[], None] | None = None   # the explorer's invariant checks
         self.touched: set[int] = set()                        # brokers an event reached since the last check
         self.on_log: Callable[[int, str, str], None] | None = None
@@ -148,8 +113,11 @@ class SimCluster:
     # ------------------------------------------------------------------ scheduling
 
     def _schedule(self, delay_ms: int, action: Callable[[], None]) -> None:
+        self.schedule_at(self.now + delay_ms, action)
+
+    def schedule_at(self, when_ms: int, action: Callable[[], None]) -> None:
         self._seq += 1
-        heapq.heappush(self.events, (self.now + delay_ms, self._seq, action))
+        heapq.heappush(self.events, (when_ms, self._seq, action))
 
     def _at(self, node: SimBroker) -> int:
         """The time on a broker's own clock."""
@@ -216,48 +184,31 @@ class SimCluster:
 
     # ------------------------------------------------------------------ the network
 
-    def _latency(self, src: Any, dst: Any) -> int:
-        jitter = self.rng.randint(0, self.jitter_ms) if self.jitter_ms else 0
-        return self.latency_ms + jitter + self.slow.get((src, dst), 0)
+    @property
+    def cut(self) -> set[tuple[Any, Any]]:
+        return self.net.cut
 
-    def _transmit(self, src: Any, dst: Any, action: Callable[[], None]) -> None:
-        """Carry a message from ``src`` to ``dst`` (broker ids, or CLIENT): first in, first out per
-        link; while the link is cut it waits, as a TCP segment being retransmitted."""
-        link = (src, dst)
-        when = max(self.now + self._latency(src, dst), self._link_clock.get(link, 0))
-        self._link_clock[link] = when
+    @property
+    def slow(self) -> dict[tuple[Any, Any], int]:
+        return self.net.slow
 
-        def deliver() -> None:
-            if link in self.cut:
-                self._held_links[link].append(deliver)
-                return
-            action()
-        self._seq += 1
-        heapq.heappush(self.events, (when, self._seq, deliver))
+    @property
+    def channels(self) -> dict[tuple, Channel]:
+        return self.net.channels
 
     def cut_link(self, src: int, dst: int) -> None:
         """Messages from broker ``src`` to broker ``dst`` stop arriving (one direction)."""
-        self.cut.add((src, dst))
+        self.net.cut_link(src, dst)
 
     def heal_link(self, src: int, dst: int) -> None:
-        self.cut.discard((src, dst))
-        for deliver in self._held_links.pop((src, dst), []):
-            self._transmit(src, dst, deliver)
+        self.net.heal_link(src, dst)
 
     def partition_brokers(self, group_a, group_b=None) -> None:
         """Cut every link between ``group_a`` and ``group_b`` (default: every other broker), both ways."""
-        a = set(group_a)
-        b = set(group_b) if group_b is not None else set(self.brokers) - a
-        for x in a:
-            for y in b:
-                if x != y:
-                    self.cut_link(x, y)
-                    self.cut_link(y, x)
+        self.net.partition_brokers(group_a, group_b)
 
     def heal_all_links(self) -> None:
-        for src, dst in sorted(self.cut, key=repr):
-            self.heal_link(src, dst)
-        self.slow.clear()
+        self.net.heal_all_links()
 
     # ------------------------------------------------------------------ effects (what the shell does)
 
@@ -266,15 +217,15 @@ class SimCluster:
         self.touched.add(node.id)
         for effect in effects:
             if isinstance(effect, Send):
-                self._send(node, effect)
+                self.net.send(node, effect)
             elif isinstance(effect, Close):
-                self._close_server_conn(node, effect.conn_id)
+                self.net.close_server_conn(node, effect.conn_id)
             elif isinstance(effect, ZkRequest):
-                self._zk_request(node, effect)
+                self.zk_clients.request(node, effect)
             elif isinstance(effect, ReadClusterState):
-                self._read_cluster_state(node, effect.token)
+                self.zk_clients.read_cluster_state(node, effect.token)
             elif isinstance(effect, BrokerSend):
-                self._broker_send(node, effect)
+                self.net.broker_send(node, effect)
             elif isinstance(effect, Log):
                 node.log.append(f"{effect.level} {effect.message}")
                 if self.on_log is not None:
@@ -282,346 +233,38 @@ class SimCluster:
             else:
                 raise TypeError(f"unknown effect {effect!r}")
 
-    def _send(self, node: SimBroker, effect: Send) -> None:
-        conn = node.conns.get(effect.conn_id)
-        if conn is None:
-            return
-        data = b"".join(bytes(b) for b in effect.buffers)
-        conn.busy = False
-        reply_to, conn.reply_to = conn.reply_to, None
-        if data and reply_to is not None:
-            reply_to(data[4:])
-        self._pump(node, effect.conn_id)
+    # ------------------------------------------------------------------ ZooKeeper
 
-    def _pump(self, node: SimBroker, conn_id: int) -> None:
-        conn = node.conns.get(conn_id)
-        while conn is not None and not conn.busy and conn.queue and node.core is not None and not node.paused:
-            frame, conn.reply_to = conn.queue.popleft()
-            conn.busy = True
-            self._apply(node, node.core.handle_request(conn_id, frame, self._at(node)))
-            conn = node.conns.get(conn_id)
+    @property
+    def zk_cut(self) -> set[int]:
+        """Brokers that cannot reach ZooKeeper."""
+        return self.zk_clients.cut_brokers
 
-    def _server_conn(self, node: SimBroker, peer: tuple) -> int:
-        conn_id = node.by_peer.get(peer)
-        if conn_id is None:
-            conn_id = node.next_conn
-            node.next_conn += 1
-            node.conns[conn_id] = _ServerConn(peer)
-            node.by_peer[peer] = conn_id
-        return conn_id
+    @property
+    def zk_flaky(self) -> dict[int, float]:
+        """Broker -> the chance that one of its ZooKeeper requests meets a fault."""
+        return self.zk_clients.flaky
 
-    def _close_server_conn(self, node: SimBroker, conn_id: int) -> None:
-        conn = node.conns.pop(conn_id, None)
-        if conn is None:
-            return
-        node.deadline = _STALE
-        self.touched.add(node.id)
-        node.by_peer.pop(conn.peer, None)
-        if node.core is not None:
-            node.core.connection_closed(conn_id)
-        channel = self.channels.get(self._channel_key_of(conn.peer, node.id))
-        if channel is not None and channel.gen == conn.peer[-1]:
-            src = channel.src if isinstance(channel.src, int) else CLIENT
-            self._transmit(node.id, src, lambda: self._close_channel(channel, "closed by the peer"))
+    @property
+    def zk_fault(self) -> Callable[[int, list], Any] | None:
+        """Tests: ``zk_fault(broker_id, ops)`` may answer a fault for one request: "applied-reply-lost"
+        (CONNECTION_LOSS although the write was applied), "not-applied", "applied-late" or
+        ("reply-delayed", ms)."""
+        return self.zk_clients.fault
 
-    @staticmethod
-    def _channel_key_of(peer: tuple, dst: int) -> tuple:
-        if peer[0] == "client":
-            return (("client", peer[1]), dst, "client")
-        return (peer[1], dst, peer[2])
-
-    # -- channels: requests with a timeout, answered in order
-
-    def _channel(self, src: Any, dst: int, name: str) -> _Channel:
-        key = (src, dst, name)
-        channel = self.channels.get(key)
-        target = self.brokers.get(dst)
-        incarnation = target.incarnation if target is not None else 0
-        if channel is not None and (channel.closed or channel.dst_incarnation != incarnation):
-            self._close_channel(channel, "the broker restarted")
-            channel = None
-        if channel is None:
-            self._gens += 1
-            source = self.brokers.get(src) if isinstance(src, int) else None
-            channel = _Channel(src, dst, name, self._gens, incarnation,
-                               source.incarnation if source is not None else 0)
-            self.channels[key] = channel
-        return channel
-
-    def _request(self, channel: _Channel, request_id: int, frame: bytes, on_answer: Callable[[bytes | None], None],
-                 timeout_ms: int, expect_answer: bool = True) -> None:
-        """Send one request on ``channel``; ``on_answer(frame | None)`` (None: the connection failed
-        or the request timed out, which closes the connection, as Kafka's network client does)."""
-        src = channel.src if isinstance(channel.src, int) else CLIENT
-        if expect_answer:
-            channel.waiting[request_id] = on_answer
-
-            def timed_out() -> None:
-                if not channel.closed and request_id in channel.waiting:
-                    self._close_channel(channel, "request timed out")
-            self._schedule(timeout_ms, timed_out)
-        peer = ("client", channel.src[1], channel.gen) if src == CLIENT else \
-            ("broker", channel.src, channel.name, channel.gen)
-
-        def answer(response: bytes) -> None:
-            def arrive() -> None:
-                if channel.closed:
-                    return
-                callback = channel.waiting.pop(request_id, None)
-                if callback is not None:
-                    callback(response)
-            self._transmit(channel.dst, src, arrive)
-
-        def arrive_at_target() -> None:
-            if channel.closed:
-                return
-            target = self.brokers.get(channel.dst)
-            if target is None or target.core is None or target.incarnation != channel.dst_incarnation \
-                    or target.waiting_to_register:
-                self._transmit(channel.dst, src, lambda: self._close_channel(channel, "connection refused"))
-                return
-            if target.paused:
-                target.held.append(arrive_at_target)
-                return
-            conn_id = self._server_conn(target, peer)
-            target.conns[conn_id].queue.append((frame, answer))
-            self._pump(target, conn_id)
-
-        self._transmit(src, channel.dst, arrive_at_target)
-
-    def _close_channel(self, channel: _Channel, reason: str) -> None:
-        if channel.closed:
-            return
-        channel.closed = True
-        key = (channel.src, channel.dst, channel.name)
-        if self.channels.get(key) is channel:
-            del self.channels[key]
-        waiting = list(channel.waiting.values())
-        channel.waiting.clear()
-        for callback in waiting:
-            callback(None)
-        src = channel.src if isinstance(channel.src, int) else CLIENT
-        peer = ("client", channel.src[1], channel.gen) if src == CLIENT else \
-            ("broker", channel.src, channel.name, channel.gen)
-
-        def close_far_end() -> None:
-            target = self.brokers.get(channel.dst)
-            if target is not None and target.incarnation == channel.dst_incarnation:
-                conn_id = target.by_peer.get(peer)
-                if conn_id is not None:
-                    self._close_server_conn(target, conn_id)
-        self._transmit(src, channel.dst, close_far_end)
-
-    def _broker_send(self, node: SimBroker, effect: BrokerSend) -> None:
-        channel = self._channel(node.id, effect.broker_id, effect.channel)
-        token, incarnation = effect.token, node.incarnation
-
-        def on_answer(frame: bytes | None) -> None:
-            self._run_on(node.id, incarnation, 0, lambda core, t: core.on_broker_response(token, frame, t))
-        self._request(channel, token, effect.frame, on_answer, effect.timeout_ms)
-
-    # -- ZooKeeper
-
-    def _zk_reachable(self, node: SimBroker) -> bool:
-        return node.id not in self.zk_cut and not node.paused
-
-    def _zk_request(self, node: SimBroker, effect: ZkRequest) -> None:
-        """A ZooKeeper request: applied in order per session (``zk_latency_ms`` after it is sent),
-        its result back ``zk_latency_ms`` later; faults from :attr:`zk_fault` or :attr:`zk_flaky`."""
-        token, incarnation, session = effect.token, node.incarnation, node.session
-        ops, transaction = list(effect.ops), effect.transaction
-
-        def reply(results: list, delay_ms: int) -> None:
-            self._run_on(node.id, incarnation, delay_ms,
-                         lambda core, t: core.on_zk_result(token, results, t))
-
-        def lost() -> list:
-            return [OpResult(ZkError.CONNECTION_LOSS)] * len(ops)
-
-        def apply_now() -> list:
-            if node.session != session or node.session_expired:
-                return [OpResult(ZkError.SESSION_EXPIRED)] * len(ops)
-            results = self.zk.run(ops, transaction, session)
-            self._notify_watches(ops)
-            return results
-
-        failure_delay = self.rng.randint(1, self.zk_failure_delay_ms) if self.zk_failure_delay_ms else 0
-        if not self._zk_reachable(node):
-            reply(lost(), failure_delay)
-            if self.rng.random() < 0.5:          # queued by the client: sent when the link heals
-                self._pending_zk[node.id].append(apply_now)
-            return
-        fault = self.zk_fault(node.id, ops) if self.zk_fault is not None else None
-        chance = self.zk_flaky.get(node.id, 0.0)
-        if fault is None and chance and self.rng.random() < chance:
-            fault = self.rng.choice(("applied-reply-lost", "not-applied", "applied-late"))
-        delay = 0
-        if isinstance(fault, tuple):
-            fault, delay = fault
-        # one session's requests are applied in the order they were sent
-        apply_at = max(self.now + self.zk_latency_ms, self._zk_order.get(session, 0))
-        if fault == "applied-late":
-            apply_at += delay or self.rng.randint(1, 1000)
-        self._zk_order[session] = apply_at
-        if fault == "not-applied":
-            reply(lost(), failure_delay)
-        elif fault in ("applied-reply-lost", "applied-late"):
-            self._zk_at(apply_at, apply_now)
-            reply(lost(), max(failure_delay, apply_at - self.now if fault == "applied-reply-lost" else 0))
-        else:
-            extra = delay if fault == "reply-delayed" else 0
-            self._zk_at(apply_at, lambda: reply(apply_now(), self.zk_latency_ms + extra))
-
-    def _zk_at(self, when_ms: int, action: Callable[[], None]) -> None:
-        if when_ms <= self.now:
-            action()
-        else:
-            self._schedule(when_ms - self.now, action)
-
-    def _notify_watches(self, ops: list) -> None:
-        paths = [op.path for op in ops if not isinstance(op, GetData) and hasattr(op, "path")]
-        if any(p.startswith(ISR_CHANGES) for p in paths):
-            self._isr_changes_notified()
-        if any(p == CONTROLLER for p in paths):
-            self._controller_changed()
-        if any(p.startswith(BROKER_IDS + "/") for p in paths):
-            self._brokers_changed()
-
-    def _read_cluster_state(self, node: SimBroker, token: int) -> None:
-        incarnation = node.incarnation
-
-        def read() -> None:
-            if not self._zk_reachable(node) or node.incarnation != incarnation:
-                self._schedule(1000, read)          # the shell retries every second
-                return
-            brokers, topics = read_cluster_state(self.zk)
-            epochs = {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
-            self._run_on(node.id, incarnation, self.zk_latency_ms,
-                         lambda core, t: core.on_zk_result(token, (brokers, topics, epochs), t))
-        read()
-
-    def _watchers(self) -> list[SimBroker]:
-        return [n for n in self.brokers.values() if n.core is not None and not n.waiting_to_register]
-
-    def _brokers_changed(self) -> None:
-        """What each shell's ``/brokers/ids`` watch reports (a broker out of reach hears it later)."""
-        for node in self._watchers():
-            def deliver(core: Broker, t: int) -> list:
-                brokers, _ = read_cluster_state(self.zk)
-                epochs = {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
-                return core.on_brokers_changed(dict(brokers), dict(epochs), t)
-            self._watch_event(node, deliver)
-
-    def _controller_changed(self) -> None:
-        """What each shell's ``/controller`` watch reports."""
-        for node in self._watchers():
-            def deliver(core: Broker, t: int) -> list:
-                [ctl] = self.zk.execute([GetData(CONTROLLER)])
-                current = znodes.ControllerZNode.decode(ctl.data) if ctl.error is ZkError.NONE else None
-                return core.on_controller_changed(current, t)
-            self._watch_event(node, deliver)
-
-    def _isr_changes_notified(self) -> None:
-        """What each shell's ``/isr_change_notification`` watch reports."""
-        for node in self._watchers():
-            self._watch_event(node, lambda core, t: core.on_isr_change_notifications(
-                list(self.zk.children(ISR_CHANGES)), t))
-
-    def _watch_event(self, node: SimBroker, deliver: Callable[[Broker, int], list]) -> None:
-        incarnation, session = node.incarnation, node.session
-
-        def arrive() -> None:
-            if node.incarnation != incarnation or node.session != session or node.core is None:
-                return
-            if node.paused:
-                node.held.append(arrive)
-                return
-            if not self._zk_reachable(node):
-                return            # it reads again when it reconnects (see _regain_zk_contact)
-            self._apply(node, deliver(node.core, self._at(node)))
-        self._schedule(self.zk_latency_ms, arrive)
-
-    # -- ZooKeeper sessions
-
-    def _lose_zk_contact(self, node: SimBroker) -> None:
-        if node.zk_lost_at is not None:
-            return
-        node.zk_lost_at = lost_at = self.now
-        session = node.session
-
-        def expire() -> None:
-            if node.zk_lost_at == lost_at and node.session == session and not node.session_expired:
-                self._expire(node)
-        self._schedule(self.session_timeout_ms, expire)
-
-    def _expire(self, node: SimBroker) -> None:
-        node.session_expired = True
-        self._pending_zk.pop(node.id, None)
-        self._expire_session(node.session)
-
-    def _expire_session(self, session: int) -> None:
-        """ZooKeeper ends ``session``: its ephemeral nodes go and the watches fire."""
-        gone = self.zk.expire(session)
-        if any(p.startswith(BROKER_IDS + "/") for p in gone):
-            self._brokers_changed()
-        if CONTROLLER in gone:
-            self._controller_changed()
-
-    def _regain_zk_contact(self, node: SimBroker) -> None:
-        """The broker reaches ZooKeeper again: queued requests go out; after an expiry it learns the
-        session is lost and registers again (kazoo's LOST, then CONNECTED); its watches read again."""
-        if node.zk_lost_at is None or not self._zk_reachable(node) or node.core is None:
-            return
-        node.zk_lost_at = None
-        if node.waiting_to_register:
-            return
-        for apply_now in self._pending_zk.pop(node.id, []):
-            apply_now()
-        if node.session_expired:
-            self._new_session(node)
-        else:
-            self._watch_event(node, lambda core, t: core.on_brokers_changed(*self._live_brokers(), t))
-            self._watch_event(node, lambda core, t: core.on_controller_changed(self.controller_id_or_none(), t))
-            self._watch_event(node, lambda core, t: core.on_isr_change_notifications(
-                list(self.zk.children(ISR_CHANGES)), t))
-
-    def _new_session(self, node: SimBroker) -> None:
-        self._sessions += 1
-        node.session = self._sessions
-        node.session_expired = False
-        self._run_on(node.id, node.incarnation, 0, lambda core, t: core.on_session_lost(t))
-        self._register(node)
-        self._brokers_changed()
-        self._controller_changed()
-
-    def _register(self, node: SimBroker) -> None:
-        adv = self.broker_config(node.id).advertised
-        path = znodes.BrokerIdZNode.path(node.id)
-        [created] = self.zk.execute([Create(path, znodes.BrokerIdZNode.encode(node.id, adv.host, adv.port, None,
-                                                                              self.now), ephemeral=True)], node.session)
-        if created.error is ZkError.NONE and node.core is not None:
-            node.core.on_registered(self.zk.czxid[path])
-
-    def _live_brokers(self) -> tuple[dict, dict]:
-        brokers, _ = read_cluster_state(self.zk)
-        return dict(brokers), {b: self.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
-
-    def controller_id_or_none(self) -> int | None:
-        [ctl] = self.zk.execute([GetData(CONTROLLER)])
-        return znodes.ControllerZNode.decode(ctl.data) if ctl.error is ZkError.NONE else None
+    @zk_fault.setter
+    def zk_fault(self, fault: Callable[[int, list], Any] | None) -> None:
+        self.zk_clients.fault = fault
 
     def cut_from_zookeeper(self, broker_id: int) -> None:
         """The broker's link to ZooKeeper is cut (both ways); other links stay."""
-        node = self.brokers[broker_id]
-        self.zk_cut.add(broker_id)
-        if node.core is not None:
-            self._lose_zk_contact(node)
+        self.zk_clients.cut(broker_id)
 
     def heal_zookeeper(self, broker_id: int) -> None:
-        self.zk_cut.discard(broker_id)
-        node = self.brokers[broker_id]
-        if not node.paused:
-            self._regain_zk_contact(node)
+        self.zk_clients.heal(broker_id)
+
+    def controller_id_or_none(self) -> int | None:
+        return self.zk_clients.controller_id_or_none()
 
     # ------------------------------------------------------------------ broker lifecycle
 
@@ -646,9 +289,7 @@ class SimCluster:
         rng = random.Random(self.seed * 1000 + broker_id)
         core = Broker(config, logs, rng=rng, new_uuid=lambda: uuid.UUID(int=rng.getrandbits(128)),
                       now_ms=self._at(node))
-        self._sessions += 1
-        node.session = self._sessions
-        node.session_expired = False
+        self.zk_clients.open_session(node)
         node.zk_lost_at = None
         node.incarnation += 1
         node.core = core
@@ -657,15 +298,15 @@ class SimCluster:
         node.conns.clear()
         node.by_peer.clear()
         node.waiting_to_register = False
-        self._pending_zk.pop(broker_id, None)
+        self.zk_clients.pending.pop(broker_id, None)
         if broker_id in self.zk_cut:
-            self._lose_zk_contact(node)
+            self.zk_clients.lose_contact(node)
         self._finish_start(node)
         return node
 
     def _finish_start(self, node: SimBroker) -> None:
         [old] = self.zk.execute([GetData(znodes.BrokerIdZNode.path(node.id))])
-        if old.error is ZkError.NONE or not self._zk_reachable(node):
+        if old.error is ZkError.NONE or not self.zk_clients.reachable(node):
             node.waiting_to_register = True           # the old session's node is still there
             incarnation = node.incarnation
             self._schedule(200, lambda: node.incarnation == incarnation and node.core is not None
@@ -673,17 +314,15 @@ class SimCluster:
             return
         node.waiting_to_register = False
         if node.session_expired:              # expired while it waited: the shell opens a new one
-            self._sessions += 1
-            node.session = self._sessions
-            node.session_expired = False
-        self._register(node)
+            self.zk_clients.open_session(node)
+        self.zk_clients.register(node)
         controller_id, epoch, version = self._elect(node.id, node.session)
         brokers, topics = read_cluster_state(self.zk)
         self._apply(node, node.core.load_metadata("sim-cluster", brokers, topics, controller_id, epoch,
                                                   self._at(node), version))
-        self._brokers_changed()
+        self.zk_clients.brokers_changed()
         if controller_id == node.id:
-            self._controller_changed()
+            self.zk_clients.controller_changed()
 
     def _elect(self, broker_id: int, session: int) -> tuple[int, int, int | None]:
         [epoch_res] = self.zk.execute([GetData(znodes.ControllerEpochZNode.path())])
@@ -700,9 +339,9 @@ class SimCluster:
         """The broker's ZooKeeper session expires now: its ephemeral nodes go; it hears of the loss
         and registers again once it can reach ZooKeeper."""
         node = self.brokers[broker_id]
-        self._expire(node)
-        if node.zk_lost_at is None and self._zk_reachable(node):
-            self._new_session(node)
+        self.zk_clients.expire(node)
+        if node.zk_lost_at is None and self.zk_clients.reachable(node):
+            self.zk_clients.new_session(node)
 
     def cut_off(self, broker_id: int) -> None:
         """A network partition: the broker reaches neither ZooKeeper nor the other brokers, but
@@ -726,29 +365,26 @@ class SimCluster:
         node.held.clear()
         if lose_unflushed:
             node.disk.crash()
-        for channel in [c for c in self.channels.values() if c.dst == broker_id or c.src == broker_id]:
-            if channel.dst == broker_id:     # the kernel resets its connections
-                src = channel.src if isinstance(channel.src, int) else CLIENT
-                self._transmit(broker_id, src, lambda ch=channel: self._close_channel(ch, "connection reset"))
-            else:
-                self._close_channel(channel, "the broker stopped")
+        self.net.reset_broker(broker_id)
         node.conns.clear()
         node.by_peer.clear()
-        self._pending_zk.pop(broker_id, None)
+        self.zk_clients.pending.pop(broker_id, None)
         node.zk_lost_at = None
         if expire_at_once:
-            self._expire(node)
+            self.zk_clients.expire(node)
         else:        # the process is gone: nothing renews its session, which ends after the timeout
-            self._schedule(self.session_timeout_ms, lambda session=node.session: self._expire_session(session))
+            self._schedule(self.session_timeout_ms,
+                           lambda session=node.session: self.zk_clients.expire_session(session))
 
     def bounce(self, broker_id: int, *, lose_unflushed: bool = True) -> None:
         """Crash and restart so fast that the controller's watch sees only the new registration
         (same broker id, new broker epoch)."""
-        notify, self._brokers_changed = self._brokers_changed, lambda: None
+        zkc = self.zk_clients
+        notify, zkc.brokers_changed = zkc.brokers_changed, lambda: None
         try:
             self.crash(broker_id, lose_unflushed=lose_unflushed)
         finally:
-            self._brokers_changed = notify
+            zkc.brokers_changed = notify
         self.start(broker_id)
 
     def shutdown(self, broker_id: int) -> None:
@@ -764,7 +400,7 @@ class SimCluster:
         node = self.brokers[broker_id]
         node.paused = True
         if node.core is not None:
-            self._lose_zk_contact(node)
+            self.zk_clients.lose_contact(node)
 
     def resume(self, broker_id: int) -> None:
         node = self.brokers[broker_id]
@@ -773,8 +409,8 @@ class SimCluster:
         for action in held:
             self._schedule(0, action)
         for conn_id in list(node.conns):
-            self._pump(node, conn_id)
-        self._regain_zk_contact(node)
+            self.net.pump(node, conn_id)
+        self.zk_clients.regain_contact(node)
 
     def step_clock(self, broker_id: int, delta_ms: int) -> None:
         """The broker's wall clock jumps by ``delta_ms`` (NTP step, VM migration)."""
@@ -785,9 +421,9 @@ class SimCluster:
     def client_send(self, broker_id: int, client: str, frame: bytes, on_answer: Callable[[bytes | None], None],
                     *, timeout_ms: int = 30000, expect_answer: bool = True) -> None:
         """A client's request (clients reach every running broker; links never cut them off)."""
-        channel = self._channel(("client", client), broker_id, "client")
+        channel = self.net.channel(("client", client), broker_id, "client")
         correlation = int.from_bytes(frame[4:8], "big", signed=True)
-        self._request(channel, correlation, frame, on_answer, timeout_ms, expect_answer)
+        self.net.request(channel, correlation, frame, on_answer, timeout_ms, expect_answer)
 
     def next_correlation(self) -> int:
         self._correlation += 1

@@ -142,12 +142,16 @@ class MemoryDisk:
             del self.files[p]
         self.dirs = {d for d in self.dirs if d != path and not d.startswith(prefix)}
 
-    def read_file(self, path: str) -> bytes:
+    def _existing(self, path: str) -> MemoryFile:
+        """The file at ``path``; FileNotFoundError if there is none."""
         path = _norm(path)
         file = self.files.get(path)
         if file is None:
             raise FileNotFoundError(f"no such file: {path}")
-        return bytes(file.data)
+        return file
+
+    def read_file(self, path: str) -> bytes:
+        return bytes(self._existing(path).data)
 
     def write_file_atomic(self, path: str, data: bytes) -> None:
         tmp = _norm(path) + ".tmp"
@@ -162,11 +166,7 @@ class MemoryDisk:
         self.flush_count += 1
 
     def file_size(self, path: str) -> int:
-        path = _norm(path)
-        file = self.files.get(path)
-        if file is None:
-            raise FileNotFoundError(f"no such file: {path}")
-        return len(file.data)
+        return len(self._existing(path).data)
 
     # -- faults ------------------------------------------------------------------------------
 

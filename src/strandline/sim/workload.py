@@ -83,6 +83,16 @@ class _Client:
     def later(self, delay_ms: int, action: Callable[[], None]) -> None:
         self.sim._schedule(delay_ms, lambda: None if self.stopped else action())
 
+    def step(self) -> None:
+        """The client's next move (each kind of client has its own)."""
+        raise NotImplementedError
+
+    def retry(self, partition: int) -> None:
+        """Forget ``partition``'s leader (it moved, or its answer was lost) and step again after
+        the retry backoff."""
+        self.leaders.pop(partition, None)
+        self.later(RETRY_BACKOFF_MS, self.step)
+
     def send(self, broker_id: int, api_key: int, version: int, body: dict,
              on_answer: Callable[[object | None], None], expect_answer: bool = True) -> None:
         frame = api.encode_request(api_key, version, self.sim.next_correlation(), self.name, body)
@@ -195,8 +205,7 @@ class Producer(_Client):
             return
         partition, data, values, _ = self.batch
         if resp is None:                       # lost connection or timeout: unknown, send it again
-            self.leaders.pop(partition, None)
-            self.later(RETRY_BACKOFF_MS, self.step)
+            self.retry(partition)
             return
         answer = resp.responses[0].partition_responses[0]
         error = ErrorCode(int(answer.error_code))
@@ -208,8 +217,7 @@ class Producer(_Client):
             self.batch = None
             self.later(self.rng.randint(*self.think_ms), self.step)
         elif error in _RETRIABLE:
-            self.leaders.pop(partition, None)
-            self.later(RETRY_BACKOFF_MS, self.step)
+            self.retry(partition)
         elif error in _RESET_PRODUCER and self.idempotent:
             self.give_up()
         else:
@@ -312,8 +320,7 @@ class Consumer(_Client):
 
         def on_answer(resp) -> None:
             if resp is None:
-                self.leaders.pop(partition, None)
-                self.later(RETRY_BACKOFF_MS, self.step)
+                self.retry(partition)
                 return
             answer = resp.responses[0].partitions[0]
             error = ErrorCode(int(answer.error_code))

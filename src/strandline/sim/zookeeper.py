@@ -42,6 +42,16 @@ class MemoryZooKeeper:
         prefix = path.rstrip("/") + "/"
         return sorted(p[len(prefix):] for p in self.nodes if p.startswith(prefix) and "/" not in p[len(prefix):])
 
+    def _node(self, path: str, version: int = -1) -> tuple[bytes, int, int] | OpResult:
+        """The node at ``path``, or the failed result of an operation on it: NO_NODE, or
+        BAD_VERSION unless ``version`` is -1 (any) or the node's."""
+        node = self.nodes.get(path)
+        if node is None:
+            return OpResult(ZkError.NO_NODE)
+        if version not in (-1, node[1]):
+            return OpResult(ZkError.BAD_VERSION)
+        return node
+
     def _one(self, op, session: int) -> OpResult:
         if not isinstance(op, (GetData, GetChildren, CheckVersion)):
             self.changes += 1
@@ -60,33 +70,29 @@ class MemoryZooKeeper:
             self._put(path, op.data, 0, session if op.ephemeral else 0)
             return OpResult(ZkError.NONE, path=path, version=0)
         if isinstance(op, SetData):
-            node = self.nodes.get(op.path)
-            if node is None:
-                return OpResult(ZkError.NO_NODE)
-            if op.version not in (-1, node[1]):
-                return OpResult(ZkError.BAD_VERSION)
+            node = self._node(op.path, op.version)
+            if isinstance(node, OpResult):
+                return node
             self.nodes[op.path] = (op.data, node[1] + 1, node[2])
             return OpResult(ZkError.NONE, version=node[1] + 1)
         if isinstance(op, CheckVersion):
-            node = self.nodes.get(op.path)
-            if node is None:
-                return OpResult(ZkError.NO_NODE)
+            node = self._node(op.path)
+            if isinstance(node, OpResult):
+                return node
             return OpResult(ZkError.NONE if node[1] == op.version else ZkError.BAD_VERSION, version=node[1])
         if isinstance(op, GetData):
-            node = self.nodes.get(op.path)
-            if node is None:
-                return OpResult(ZkError.NO_NODE)
+            node = self._node(op.path)
+            if isinstance(node, OpResult):
+                return node
             return OpResult(ZkError.NONE, data=node[0], version=node[1], ephemeral_owner=node[2])
         if isinstance(op, GetChildren):
             if op.path not in self.nodes:
                 return OpResult(ZkError.NO_NODE)
             return OpResult(ZkError.NONE, children=tuple(self.children(op.path)))
         if isinstance(op, Delete):
-            node = self.nodes.get(op.path)
-            if node is None:
-                return OpResult(ZkError.NO_NODE)
-            if op.version not in (-1, node[1]):
-                return OpResult(ZkError.BAD_VERSION)
+            node = self._node(op.path, op.version)
+            if isinstance(node, OpResult):
+                return node
             below = [p for p in self.nodes if p.startswith(op.path.rstrip("/") + "/")]
             if below and not op.recursive:
                 return OpResult(ZkError.NOT_EMPTY)

@@ -30,6 +30,17 @@ class NotRetriable(StrandlineError):
     pass
 
 
+def _partition_error(part: Any, refused: str | None = None) -> ErrorCode:
+    """The error code of a partition's answer. Raises LeaderMoved when the leader moved and, if
+    ``refused`` says what was refused, NotRetriable (``refused: ERROR``) on any other error."""
+    error = ErrorCode(int(part.error_code))
+    if error in LEADER_MOVED:
+        raise LeaderMoved(error.name)
+    if refused is not None and error is not ErrorCode.none:
+        raise NotRetriable(f"{refused}: {error.name.upper()}")
+    return error
+
+
 class StrandlineClient:
     def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
         self.bootstrap = [b.strip() for b in bootstrap.split(",") if b.strip()]
@@ -151,11 +162,7 @@ class StrandlineClient:
                 "replica_id": -1, "isolation_level": 0, "topics": [{"name": tp[0], "partitions": [
                     {"partition_index": tp[1], "current_leader_epoch": epoch, "timestamp": timestamp}]}]})
             part = resp.topics[0].partitions[0]
-            error = ErrorCode(int(part.error_code))
-            if error in LEADER_MOVED:
-                raise LeaderMoved(error.name)
-            if error is not ErrorCode.none:
-                raise NotRetriable(f"ListOffsets of {tp[0]}-{tp[1]}: {error.name.upper()}")
+            _partition_error(part, f"ListOffsets of {tp[0]}-{tp[1]}")
             return int(part.offset)
         return self._with_leader(tp, call)
 
@@ -169,9 +176,7 @@ class StrandlineClient:
                     "partition": tp[1], "current_leader_epoch": epoch, "fetch_offset": offset,
                     "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]})
             part = resp.responses[0].partitions[0]
-            error = ErrorCode(int(part.error_code))
-            if error in LEADER_MOVED:
-                raise LeaderMoved(error.name)
+            error = _partition_error(part)
             return error, int(part.high_watermark), int(part.log_start_offset), part.records or b""
         return self._with_leader(tp, call)
 
@@ -198,10 +203,6 @@ class StrandlineClient:
                 "transactional_id": None, "acks": -1, "timeout": 30000,
                 "topic_data": [{"name": tp[0], "partition_data": [{"index": tp[1], "records": batch}]}]})
             part = resp.responses[0].partition_responses[0]
-            error = ErrorCode(int(part.error_code))
-            if error in LEADER_MOVED:
-                raise LeaderMoved(error.name)
-            if error is not ErrorCode.none:
-                raise NotRetriable(f"producing to {tp[0]}-{tp[1]} failed: {error.name.upper()}")
+            _partition_error(part, f"producing to {tp[0]}-{tp[1]} failed")
             return int(part.base_offset)
         return self._with_leader(tp, call)

@@ -6,7 +6,7 @@ import logging
 import uuid
 
 from strandline.broker.config import ConfigError, parse_topic_configs
-from strandline.broker.metadata import TopicMetadata
+from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import znodes
 from strandline.coordination.store import CoordinationStore, GetChildren, GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo

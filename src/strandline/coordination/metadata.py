@@ -1,4 +1,8 @@
-"""The broker's view of the cluster: brokers, topics, assignments and partition states."""
+"""The cluster as a broker knows it: brokers, topics, assignments and partition states.
+
+``LeaderAndIsr`` is a partition's state as the controller records it in ZooKeeper; a
+``MetadataCache`` is one broker's view, which the controller's UpdateMetadata requests keep current.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from strandline.coordination.znodes import BrokerInfo
-from strandline.replication.partition import LeaderAndIsr
+from strandline.coordination.znodes import BrokerInfo, LeaderAndIsr
 
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249

@@ -1,9 +1,9 @@
-"""Consumer-group APIs of the broker core: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+"""The consumer-group APIs on the wire: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
 
-The state machine is :class:`strandline.group.coordinator.GroupCoordinator`; this mixin maps the
-wire versions onto it, keeps ``__consumer_offsets`` (created on first use, Kafka's defaults)
-and writes its records through the ISR like any acks=all produce.
+Each handler maps its request's versions onto :class:`strandline.group.coordinator.GroupCoordinator`
+and shapes the answer; FindCoordinator creates ``__consumer_offsets`` on first use. The rules
+of groups live in ``group/``.
 """
 
 from __future__ import annotations
@@ -12,105 +12,56 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.delayed import DelayedOperation
+from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.effects import Log
-from strandline.group import records as rec
+from strandline.broker.wire import duration_ms, response
+from strandline.coordination.metadata import MetadataCache
 from strandline.group.coordinator import GroupCoordinator
-from strandline.protocol.api import RequestHeader
-from strandline.protocol.records import read_header
-
-OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
+from strandline.protocol.api import ApiKey, RequestHeader
 
 
-def _ms(value: Any) -> int:
-    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
-
-
-class Groups:
-    """Mixin of :class:`strandline.broker.broker.Broker`."""
-
-    def _init_groups(self) -> None:
-        self.groups = GroupCoordinator(self.config, self._append_offsets,  # type: ignore[attr-defined]
-                                       lambda: str(self.new_uuid()))  # type: ignore[attr-defined]
+class GroupApis:
+    def __init__(self, metadata: MetadataCache, groups: GroupCoordinator, offsets: OffsetsTopic,
+                 auto_topics: AutoTopicCreationManager) -> None:
+        self.metadata = metadata
+        self.groups = groups
+        self.offsets = offsets
+        self.auto_topics = auto_topics
         self._responders: dict[int, int] = {}   # id(respond) -> connection
 
-    # ------------------------------------------------------------------ the offsets topic
-
-    def _append_offsets(self, index: int, records: list, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
-        """Write records to our offsets partition; ``done`` once the ISR has them (HW past them)."""
-        key = (OFFSETS_TOPIC, index)
-        partition = self.partitions.get(key)  # type: ignore[attr-defined]
-        if partition is None or not partition.is_leader:
-            return done(ErrorCode.not_coordinator, now_ms)
-        batch = rec.build_batch(records, now_ms)
-        topic = self.metadata.topics[OFFSETS_TOPIC]  # type: ignore[attr-defined]
-        min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")  # type: ignore[attr-defined]
-        outcome = partition.append_records_to_leader(batch, read_header(batch, 0), -1, min_isr, now_ms)
-        if outcome.error is not ErrorCode.none:
-            mapped = ErrorCode.not_coordinator if outcome.error is ErrorCode.not_leader_or_follower \
-                else ErrorCode.coordinator_not_available
-            return done(mapped, now_ms)
-        effects = self.fetch_purgatory.check_keys([key], now_ms)  # type: ignore[attr-defined]
-        required = outcome.last_offset + 1
-        if partition.high_watermark >= required:
-            return effects + done(ErrorCode.none, now_ms)
-
-        def try_complete(when_ms: int, expired: bool) -> list | None:
-            if not partition.is_leader or self.partitions.get(key) is not partition:  # type: ignore[attr-defined]
-                return done(ErrorCode.not_coordinator, when_ms)
-            if partition.high_watermark >= required:
-                return done(ErrorCode.none, when_ms)
-            if expired:
-                return done(ErrorCode.request_timed_out, when_ms)
-            return None
-
-        deadline = now_ms + self.config["offsets.commit.timeout.ms"]  # type: ignore[attr-defined]
-        self.produce_purgatory.watch(DelayedOperation(-1, deadline, (key,), try_complete))  # type: ignore
-        return effects
+    def handlers(self) -> dict[int, Callable]:
+        return {
+            ApiKey.FIND_COORDINATOR: self._find_coordinator,
+            ApiKey.JOIN_GROUP: self._join_group,
+            ApiKey.SYNC_GROUP: self._sync_group,
+            ApiKey.HEARTBEAT: self._heartbeat,
+            ApiKey.LEAVE_GROUP: self._leave_group,
+            ApiKey.OFFSET_COMMIT: self._offset_commit,
+            ApiKey.OFFSET_FETCH: self._offset_fetch,
+            ApiKey.LIST_GROUPS: self._list_groups,
+            ApiKey.DESCRIBE_GROUPS: self._describe_groups,
+            ApiKey.DELETE_GROUPS: self._delete_groups,
+        }
 
     def _ensure_offsets_topic(self, now_ms: int) -> list:
-        if OFFSETS_TOPIC in self.metadata.topics or OFFSETS_TOPIC in self._creating:  # type: ignore[attr-defined]
+        if OFFSETS_TOPIC in self.metadata.topics or self.auto_topics.pending(OFFSETS_TOPIC):
             return []
-        cfg = self.config  # type: ignore[attr-defined]
-        live = len(self.metadata.live_broker_ids())  # type: ignore[attr-defined]
-        rf = max(1, min(cfg["offsets.topic.replication.factor"], live))
-        # no log compaction here: keep every record (retention.ms=-1) so that no commit is lost
-        configs = {"retention.ms": "-1", "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
+        partitions, rf, configs = self.offsets.creation(len(self.metadata.live_broker_ids()))
         done = lambda error, message, when_ms: [] if error is ErrorCode.none else [  # noqa: E731
             Log("warning", f"Creating {OFFSETS_TOPIC} failed: {error.name} {message or ''}")]
-        if not self.is_controller:  # type: ignore[attr-defined]
-            return self._forward_create(OFFSETS_TOPIC, cfg["offsets.topic.num.partitions"], rf,  # type: ignore
-                                        done, now_ms, configs)
-        plan = self._plan_topic(OFFSETS_TOPIC, cfg["offsets.topic.num.partitions"], rf, {}, configs)  # type: ignore
-        if isinstance(plan, tuple):
-            return done(plan[0], plan[1], now_ms)
-        return self._create_topic(plan, done, now_ms)  # type: ignore[attr-defined]
-
-    def _on_leadership(self, partition: Any, leader: bool, now_ms: int) -> list:
-        """Loading and unloading the groups of an offsets partition as its leadership moves."""
-        if partition.topic != OFFSETS_TOPIC:
-            return []
-        if not leader:
-            if partition.index in self.groups.owned:
-                return self.groups.unload_partition(partition.index)
-            return []
-        log = partition.log
-        data = log.read(log.log_start_offset, 1 << 40, max_offset=log.log_end_offset) if log.log_end_offset else b""
-        count = self.groups.load_partition(partition.index, rec.iter_records(data), now_ms)
-        return [Log("info", f"Coordinator of the groups of {OFFSETS_TOPIC}-{partition.index} "
-                            f"({count} record(s) loaded)")] if count else []
+        return self.auto_topics.create(OFFSETS_TOPIC, done, now_ms, partitions, rf, configs)
 
     # ------------------------------------------------------------------ responding
 
     def _group_respond(self, conn_id: int, header: RequestHeader, shape: Callable[[dict], dict]) -> Callable:
         def respond(body: dict) -> list:
             self._responders.pop(id(respond), None)
-            return [self._respond(conn_id, header, {"throttle_time": 0, **shape(body)})]  # type: ignore
+            return [response(conn_id, header, {"throttle_time": 0, **shape(body)})]
         self._responders[id(respond)] = conn_id
         return respond
 
-    def _groups_connection_closed(self, conn_id: int) -> None:
+    def connection_closed(self, conn_id: int) -> None:
         gone = {rid for rid, cid in self._responders.items() if cid == conn_id}
         if gone:
             self.groups.connection_closed(lambda respond: id(respond) in gone)
@@ -125,7 +76,7 @@ class Groups:
         key_type = getattr(request, "key_type", 0)
         effects: list = []
         answers = []
-        topic = self.metadata.topics.get(OFFSETS_TOPIC)  # type: ignore[attr-defined]
+        topic = self.metadata.topics.get(OFFSETS_TOPIC)
         if key_type == 0 and topic is None:
             effects += self._ensure_offsets_topic(now_ms)
         for key in keys:
@@ -138,7 +89,7 @@ class Groups:
                 answer["error_code"] = ErrorCode.coordinator_not_available
             else:
                 state = topic.states.get(self.groups.partition_of(key))
-                node = self.metadata.brokers.get(state.leader) if state else None  # type: ignore[attr-defined]
+                node = self.metadata.brokers.get(state.leader) if state else None
                 if node is None:
                     answer["error_code"] = ErrorCode.coordinator_not_available
                 else:
@@ -148,7 +99,7 @@ class Groups:
             body = {"throttle_time": 0, "coordinators": answers}
         else:
             body = {"throttle_time": 0, **answers[0]}
-        return effects + [self._respond(conn_id, header, body)]  # type: ignore[attr-defined]
+        return effects + [response(conn_id, header, body)]
 
     # ------------------------------------------------------------------ membership
 
@@ -163,8 +114,8 @@ class Groups:
         req = {"group_id": request.group_id, "member_id": request.member_id,
                "group_instance_id": getattr(request, "group_instance_id", None),
                "client_id": header.client_id or "", "client_host": "/127.0.0.1",
-               "session_timeout_ms": _ms(request.session_timeout),
-               "rebalance_timeout_ms": _ms(getattr(request, "rebalance_timeout", request.session_timeout)),
+               "session_timeout_ms": duration_ms(request.session_timeout),
+               "rebalance_timeout_ms": duration_ms(getattr(request, "rebalance_timeout", request.session_timeout)),
                "protocol_type": request.protocol_type,
                "protocols": [(p.name, p.metadata) for p in request.protocols], "version": version}
         return self.groups.join(req, self._group_respond(conn_id, header, shape), now_ms)
@@ -191,7 +142,7 @@ class Groups:
 
     def _offset_commit(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         generation = getattr(request, "generation_id_or_member_epoch", -1)
-        topics = self.metadata.topics  # type: ignore[attr-defined]
+        topics = self.metadata.topics
         offsets, unknown = [], {}
         for t in request.topics:
             for p in t.partitions:
@@ -207,7 +158,7 @@ class Groups:
             by_topic: dict[str, list] = {}
             for (name, index), code in {**unknown, **results}.items():
                 by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
-            return [self._respond(conn_id, header, {  # type: ignore[attr-defined]
+            return [response(conn_id, header, {
                 "throttle_time": 0, "topics": [{"name": n, "partitions": p} for n, p in by_topic.items()]})]
 
         if not offsets:
@@ -240,7 +191,7 @@ class Groups:
         else:
             error, topics = self._offset_fetch_group(request.group_id, request.topics)
             body = {"throttle_time": 0, "topics": topics, "error_code": error}
-        return [self._respond(conn_id, header, body)]  # type: ignore[attr-defined]
+        return [response(conn_id, header, body)]
 
     # ------------------------------------------------------------------ admin
 
@@ -249,12 +200,12 @@ class Groups:
         groups = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state,
                    "group_type": "classic"}
                   for g in self.groups.list_groups() if not wanted or g.state in wanted]
-        return [self._respond(conn_id, header, {  # type: ignore[attr-defined]
+        return [response(conn_id, header, {
             "throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})]
 
     def _describe_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         groups = [{**self.groups.describe(g), "authorized_operations": -2147483648} for g in request.groups]
-        return [self._respond(conn_id, header, {"throttle_time": 0, "groups": groups})]  # type: ignore
+        return [response(conn_id, header, {"throttle_time": 0, "groups": groups})]
 
     def _delete_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         names = list(dict.fromkeys(request.groups_names))
@@ -262,7 +213,7 @@ class Groups:
         effects: list = []
 
         def finish() -> list:
-            return [self._respond(conn_id, header, {  # type: ignore[attr-defined]
+            return [response(conn_id, header, {
                 "throttle_time": 0,
                 "results": [{"group_id": n, "error_code": results[n]} for n in names]})]
 

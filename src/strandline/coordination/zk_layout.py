@@ -1,4 +1,4 @@
-"""ZooKeeper operations the controller role issues, in Kafka's znode layout (SPEC CTL-1)."""
+"""ZooKeeper operations of the controller and of partition leaders, in Kafka's znode layout (SPEC CTL-1)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import dataclasses
 import json
 from typing import Iterable, Sequence
 
-from strandline.broker.metadata import TopicMetadata
+from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import znodes
 from strandline.coordination.store import CheckVersion, Create, Delete, GetData, SetData
-from strandline.replication.partition import LeaderAndIsr
+from strandline.coordination.metadata import LeaderAndIsr
 
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 

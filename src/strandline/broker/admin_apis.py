@@ -1,0 +1,158 @@
+"""The controller's admin APIs on the wire: CreateTopics, DeleteTopics, ElectLeaders.
+
+Each handler checks what the request may ask of this broker (only the controller serves them,
+NOT_CONTROLLER elsewhere), hands each topic or partition to the :class:`Controller`, and shapes
+the answer once every part is decided. The decisions themselves live in ``controller/``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.effects import Send
+from strandline.broker.wire import response
+from strandline.controller.controller import Controller
+from strandline.coordination.metadata import MetadataCache
+from strandline.group.offsets_topic import INTERNAL_TOPICS
+from strandline.protocol.api import ApiKey, RequestHeader
+
+
+class AdminApis:
+    def __init__(self, config: Any, metadata: MetadataCache, controller: Controller) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.controller = controller
+
+    def handlers(self) -> dict[int, Callable]:
+        return {ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
+                ApiKey.ELECT_LEADERS: self._elect_leaders}
+
+    def _not_controller(self) -> str:
+        return f"This is not the controller (broker {self.metadata.controller_id} is)"
+
+    # -- CreateTopics
+
+    def _create_topics(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        results: dict[str, dict] = {}
+        order: list[str] = []
+        starts: list[tuple[str, Callable]] = []
+        validate_only = getattr(request, "validate_only", False)
+        seen: set[str] = set()
+
+        def respond() -> Send:
+            return response(conn_id, header, {"throttle_time": 0, "topics": [results[n] for n in order]})
+
+        not_controller = not self.controller.is_active
+        for spec in request.topics:
+            name = spec.name
+            order.append(name)
+            result = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none,
+                      "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": []}
+            results[name] = result
+            if name in seen:
+                result["error_code"], result["error_message"] = ErrorCode.invalid_request, "Duplicate topic in request"
+                continue
+            seen.add(name)
+            if not_controller:
+                result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
+                continue
+            plan = self.controller.plan_topic(name, spec.num_partitions, spec.replication_factor,
+                                              {a.partition_index: tuple(a.broker_ids) for a in spec.assignments},
+                                              {c.name: c.value for c in spec.configs})
+            if isinstance(plan, tuple):
+                result["error_code"], result["error_message"] = plan
+                continue
+            result["num_partitions"] = plan.num_partitions
+            result["replication_factor"] = len(plan.assignment[0])
+            result["configs"] = [{"name": k, "value": str(v), "read_only": False, "config_source": 1,
+                                  "is_sensitive": False} for k, v in sorted(plan.configs.items())]
+            if validate_only:
+                continue
+            result["topic_id"] = plan.topic_id
+            starts.append((name, lambda done, plan=plan: self.controller.create_topic(plan, done, now_ms)))
+        return _all_then_respond(starts, results, respond, clear_topic_id=True)
+
+    # -- DeleteTopics
+
+    def _delete_topics(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        if header.api_version >= 6:
+            names = [t.name for t in request.topics]
+        else:
+            names = list(request.topic_names)
+        results = {n: {"name": n, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none, "error_message": None}
+                   for n in names}
+        starts: list[tuple[str, Callable]] = []
+
+        def respond() -> Send:
+            return response(conn_id, header, {"throttle_time": 0, "responses": [results[n] for n in names]})
+
+        for name in dict.fromkeys(names):
+            result = results[name]
+            if not self.controller.is_active:
+                result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
+                continue
+            topic_id = self.controller.topic_id(name)
+            if topic_id is None:
+                result["error_code"] = ErrorCode.unknown_topic_or_partition
+                continue
+            if not self.config["delete.topic.enable"]:
+                result["error_code"] = ErrorCode.topic_deletion_disabled
+                continue
+            if name in INTERNAL_TOPICS:
+                # Kafka 2.8's brokers delete it; its kafka-topics tool refuses: every group's offsets would go
+                result["error_code"] = ErrorCode.invalid_topic_exception
+                result["error_message"] = f"Topic {name} is an internal topic and is not allowed to be deleted"
+                continue
+            result["topic_id"] = topic_id
+            starts.append((name, lambda done, name=name: self.controller.delete_topic(name, done, now_ms)))
+        return _all_then_respond(starts, results, respond, clear_topic_id=False)
+
+    # -- ElectLeaders
+
+    def _elect_leaders(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        election_type = getattr(request, "election_type", 0)
+        wanted = None if request.topic_partitions is None else \
+            list(dict.fromkeys((t.topic, p) for t in request.topic_partitions for p in t.partitions))  # a set, as Kafka
+
+        def respond(results: dict, error: ErrorCode = ErrorCode.none) -> list:
+            by_topic: dict[str, list] = {}
+            for (name, index), (code, message) in results.items():
+                by_topic.setdefault(name, []).append(
+                    {"partition_id": index, "error_code": code, "error_message": message})
+            return [response(conn_id, header, {
+                "throttle_time": 0, "error_code": error,
+                "replica_election_results": [{"topic": n, "partition_result": p} for n, p in by_topic.items()]})]
+
+        if not self.controller.is_active:
+            return respond({k: (ErrorCode.not_controller, None) for k in wanted or []}, ErrorCode.not_controller)
+        if election_type != 0:
+            return respond({k: (ErrorCode.invalid_request, "only preferred leader election (type 0) is served")
+                            for k in wanted or []})
+        return self.controller.elect_preferred_leaders(wanted, now_ms, lambda results, when_ms: respond(results))
+
+
+def _all_then_respond(starts: list[tuple[str, Callable]], results: dict[str, dict], respond: Callable[[], Send],
+                      clear_topic_id: bool) -> list:
+    """Start each topic's operation (``start(done)``); answer once, when every one is done, with
+    the errors they ended with (a failed creation has no topic id)."""
+    pending = {name for name, _ in starts}
+    started = False
+
+    def finisher(name: str) -> Callable[[ErrorCode, str | None, int], list]:
+        def done(error: ErrorCode, message: str | None, when_ms: int) -> list:
+            if error is not ErrorCode.none:
+                results[name]["error_code"], results[name]["error_message"] = error, message
+                if clear_topic_id:
+                    results[name]["topic_id"] = uuid.UUID(int=0)
+            pending.discard(name)
+            return [respond()] if started and not pending else []
+        return done
+
+    effects: list = []
+    for name, start in starts:
+        effects.extend(start(finisher(name)))
+    started = True
+    return effects + ([respond()] if not pending else [])

@@ -1,0 +1,390 @@
+"""The request router (Kafka's KafkaApis): decode each request, hand it to the component that
+owns what it asks about, encode the answer.
+
+Produce, Fetch, ListOffsets and OffsetForLeaderEpoch go to the :class:`ReplicaManager`; the
+controller's LeaderAndIsr, UpdateMetadata and StopReplica to the replica manager too, and
+ControlledShutdown to the :class:`Controller`; the admin and group APIs to their handlers
+(:mod:`strandline.broker.admin_apis`, :mod:`strandline.broker.group_apis`). Metadata answers from
+the broker's metadata cache. A client's request other than ApiVersions waits until the broker has
+loaded the cluster (:meth:`KafkaApis.metadata_loaded`).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.admin_apis import AdminApis
+from strandline.broker.auto_topic_creation import AutoTopicCreationManager
+from strandline.broker.effects import Close, Send
+from strandline.broker.group_apis import GroupApis
+from strandline.broker.producer_ids import ProducerIdManager
+from strandline.broker.wire import duration_ms, response
+from strandline.controller.controller import Controller
+from strandline.coordination.metadata import MetadataCache, topic_name_error
+from strandline.group.offsets_topic import INTERNAL_TOPICS
+from strandline.protocol import api, control
+from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.frames import ProtocolError
+from strandline.protocol.records import UndecodableRecordsError
+from strandline.replication.replica_manager import ReplicaManager
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+CONSUMER_REPLICA_ID = -1
+_SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+@dataclass
+class KafkaApis:
+    config: Any
+    metadata: MetadataCache
+    replicas: ReplicaManager
+    controller: Controller
+    auto_topics: AutoTopicCreationManager
+    producer_ids: ProducerIdManager
+    group_apis: GroupApis
+    admin_apis: AdminApis
+    _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
+
+    def __post_init__(self) -> None:
+        self._handlers: dict[int, Callable] = {
+            ApiKey.API_VERSIONS: self._api_versions,
+            ApiKey.METADATA: self._metadata,
+            ApiKey.PRODUCE: self._produce,
+            ApiKey.FETCH: self._fetch,
+            ApiKey.LIST_OFFSETS: self._list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
+            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
+            **self.admin_apis.handlers(),
+            **self.group_apis.handlers(),
+        }
+
+    def metadata_loaded(self, now_ms: int) -> list:
+        """The broker knows the cluster: serve the client requests that waited for it."""
+        waiting, self._before_load = self._before_load or [], None
+        effects: list = []
+        for conn_id, frame in waiting:
+            effects.extend(self.handle_request(conn_id, frame, now_ms))
+        return effects
+
+    def connection_closed(self, conn_id: int) -> None:
+        if self._before_load:
+            self._before_load = [(c, frame) for c, frame in self._before_load if c != conn_id]
+        self.group_apis.connection_closed(conn_id)
+
+    def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
+        """Decode and answer one request frame of connection ``conn_id``.
+
+        The controller's requests are served as soon as the broker listens. A client's request
+        other than ApiVersions waits until :meth:`load_metadata`: before it the broker knows no
+        brokers, controller or topics, and clients take such an answer for the cluster's state."""
+        api_key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
+        if api_key in control.SCHEMAS:
+            return self._control_request(conn_id, frame, now_ms)
+        if self._before_load is not None and api_key != ApiKey.API_VERSIONS:
+            self._before_load.append((conn_id, frame))
+            return []
+        try:
+            header, request = api.decode_request(frame)
+        except api.UnsupportedApiVersions as exc:
+            return [Send(conn_id, [api.api_versions_fallback(exc.correlation_id)])]
+        except ProtocolError as exc:
+            return [Close(conn_id, str(exc))]
+        handler = self._handlers.get(header.api_key)
+        if handler is None:
+            return [Close(conn_id, f"API key {header.api_key} is not handled")]
+        return handler(conn_id, header, request, now_ms)
+
+    def _control_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
+        """LeaderAndIsr, UpdateMetadata, StopReplica (the replica manager's) and ControlledShutdown
+        (the controller's)."""
+        try:
+            api_key, _, correlation_id, _, body = control.decode_request(frame)
+        except Exception as exc:
+            return [Close(conn_id, f"malformed control request: {exc}")]
+
+        def respond(answer: dict) -> list:
+            data = control.encode_response(api_key, correlation_id, answer)
+            return [Send(conn_id, [len(data).to_bytes(4, "big"), data])]
+
+        if api_key == control.CONTROLLED_SHUTDOWN:
+            return self.controller.on_controlled_shutdown(body["broker_id"], respond, now_ms)
+        return self.replicas.handle_control(api_key, body, respond, now_ms)
+
+    # -- ApiVersions
+
+    def _api_versions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        body = api.api_versions_body()
+        name = getattr(request, "client_software_name", None)
+        version = getattr(request, "client_software_version", None)
+        if header.api_version >= 3 and not (_valid_software_field(name) and _valid_software_field(version)):
+            body["error_code"] = ErrorCode.invalid_request
+        return [response(conn_id, header, body)]
+
+    # -- Metadata
+
+    def _metadata(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        requested = request.topics
+        if requested is not None and header.api_version == 0 and len(requested) == 0:
+            requested = None
+        names = None if requested is None else list(dict.fromkeys(t.name for t in requested))  # a set, as Kafka
+        allow_auto = getattr(request, "allow_auto_topic_creation", True) and \
+            self.config["auto.create.topics.enable"]
+        missing = [n for n in (names or ()) if n not in self.metadata.topics and topic_name_error(n) is None]
+        if missing and allow_auto:
+            pending = set(missing)
+            outcomes: dict[str, ErrorCode] = {}
+            effects: list = []
+
+            def created(name: str) -> Callable[[ErrorCode, str | None, int], list]:
+                def done(error: ErrorCode, message: str | None, when_ms: int) -> list:
+                    pending.discard(name)
+                    outcomes[name] = error
+                    if pending:
+                        return []
+                    return [response(conn_id, header, self._metadata_body(names, header, outcomes))]
+                return done
+
+            for name in missing:
+                effects.extend(self.auto_topics.create(name, created(name), now_ms))
+            return effects
+        return [response(conn_id, header, self._metadata_body(names, header))]
+
+    def _metadata_body(self, names: list[str] | None, header: RequestHeader,
+                       creations: dict[str, ErrorCode] | None = None) -> dict:
+        """``creations``: the outcome of auto-creating each missing topic; a created topic (or one
+        another broker created) is LEADER_NOT_AVAILABLE until this broker knows it, a failed
+        creation answers with its error (as Kafka's createTopic)."""
+        md = self.metadata
+        brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+                   for b in md.brokers.values()]
+        topics = []
+        for name in (sorted(md.topics) if names is None else names):
+            topic = md.topics.get(name)
+            if topic is None:
+                invalid = topic_name_error(name)
+                creation = (creations or {}).get(name)
+                if invalid:
+                    error = ErrorCode.invalid_topic_exception
+                elif creation is None:
+                    error = ErrorCode.unknown_topic_or_partition
+                elif creation in (ErrorCode.none, ErrorCode.topic_already_exists):
+                    error = ErrorCode.leader_not_available
+                else:
+                    error = creation
+                topics.append({"error_code": error, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []})
+                continue
+            partitions = []
+            for index in sorted(topic.assignment):
+                replicas = list(topic.assignment[index])
+                state = topic.states.get(index)
+                leader = state.leader if state else -1
+                error = ErrorCode.none if leader >= 0 and leader in md.brokers else ErrorCode.leader_not_available
+                partitions.append({
+                    "error_code": error, "partition_index": index, "leader_id": leader,
+                    "leader_epoch": state.leader_epoch if state else -1,
+                    "replica_nodes": replicas, "isr_nodes": list(state.isr) if state else [],
+                    "offline_replicas": [r for r in replicas if r not in md.brokers],
+                })
+            topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": topic.topic_id,
+                           "is_internal": name in INTERNAL_TOPICS, "partitions": partitions,
+                           "topic_authorized_operations": -2147483648})
+        return {"brokers": brokers, "cluster_id": md.cluster_id, "controller_id": md.controller_id,
+                "topics": topics, "cluster_authorized_operations": -2147483648}
+
+    # -- Produce
+
+    def _produce(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        acks = request.acks
+        if request.transactional_id is not None:
+            code = ErrorCode.transactional_id_authorization_failed
+            return self._produce_all_failed(conn_id, header, request, code)
+        if acks not in (-1, 0, 1):
+            return self._produce_all_failed(conn_id, header, request, ErrorCode.invalid_required_acks)
+        results: dict[tuple[str, int], list] = {}
+        waiting: dict[tuple[str, int], int] = {}
+        appended: list[tuple[str, int]] = []
+        effects: list = []
+        any_error = False
+        for topic_data in request.topic_data:
+            name = topic_data.name
+            topic = self.metadata.topics.get(name)
+            for pdata in topic_data.partition_data:
+                key = (name, pdata.index)
+                if topic is None or pdata.index not in topic.assignment:
+                    results[key] = [ErrorCode.unknown_topic_or_partition, -1, -1, -1, None]
+                    if topic is None and topic_name_error(name) is None and self.config["auto.create.topics.enable"]:
+                        effects.extend(self.auto_topics.create(name, lambda e, m, t: [], now_ms))
+                    any_error = True
+                    continue
+                if name in INTERNAL_TOPICS:
+                    results[key] = [ErrorCode.invalid_topic_exception, -1, -1, -1,
+                                    f"Cannot append to internal topic {name}"]
+                    any_error = True
+                    continue
+                results[key], required = self.replicas.append_to_leader(topic, pdata.index, pdata.records, acks,
+                                                                        now_ms)
+                if results[key][0] is not ErrorCode.none:
+                    any_error = True
+                    continue
+                appended.append(key)
+                if required is not None:
+                    waiting[key] = required
+        effects.extend(self.replicas.appended(appended, now_ms))
+        if acks == 0:
+            if any_error:
+                return effects + [Close(conn_id, "acks=0 produce failed")]
+            return effects + [Send(conn_id, [])]
+
+        def respond() -> list:
+            return [Send(conn_id, [self._encode_produce(header, request, results)])]
+
+        return effects + self.replicas.await_replication(conn_id, waiting, results, duration_ms(request.timeout),
+                                                         respond, now_ms)
+
+    def _produce_all_failed(self, conn_id: int, header: RequestHeader, request: Any, code: ErrorCode) -> list:
+        if request.acks == 0:
+            return [Close(conn_id, f"acks=0 produce failed with {code.name}")]
+        results = {(t.name, p.index): [code, -1, -1, -1, None]
+                   for t in request.topic_data for p in t.partition_data}
+        return [Send(conn_id, [self._encode_produce(header, request, results)])]
+
+    def _encode_produce(self, header: RequestHeader, request: Any, results: dict) -> bytes:
+        topics = []
+        for topic_data in request.topic_data:
+            parts = []
+            for pdata in topic_data.partition_data:
+                error, base, append_time, lso, message = results[(topic_data.name, pdata.index)]
+                parts.append((pdata.index, error, base, append_time, lso, message))
+            topics.append((topic_data.name, parts))
+        return api.encode_produce_response(header, topics)
+
+    # -- Fetch
+
+    def _fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        replica_id = request.replica_id
+        max_wait_ms = duration_ms(request.max_wait)
+        min_bytes = request.min_bytes
+        max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), self.config["fetch.max.bytes"])
+        isolation = getattr(request, "isolation_level", 0)
+        # one entry per partition, the last one named, as Kafka's fetch request keeps them
+        wanted = list({(t.topic, p.partition): (t.topic, p) for t in request.topics for p in t.partitions}.values())
+
+        def respond(topics: list) -> list:
+            return [self._fetch_response(conn_id, header, topics)]
+
+        return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
+                                            wanted, respond, now_ms)
+
+    def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list) -> Send:
+        body = {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": topics}
+        return Send(conn_id, api.encode_fetch_response(header, body))
+
+    # -- ListOffsets
+
+    def _list_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        replica_id = request.replica_id
+        named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                partition, error = self.replicas.leader_partition(t.name, p.partition_index)
+                entry = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
+                         "timestamp": -1, "offset": -1, "leader_epoch": -1}
+                if named[(t.name, p.partition_index)] > 1:    # as Kafka 2.8: each is answered once
+                    entry["error_code"] = ErrorCode.invalid_request
+                    parts.append(entry)
+                    continue
+                if partition is None:
+                    entry["error_code"] = error
+                    parts.append(entry)
+                    continue
+                error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                if error is not ErrorCode.none:
+                    entry["error_code"] = error
+                    parts.append(entry)
+                    continue
+                log = partition.log
+                limit = partition.high_watermark if replica_id == CONSUMER_REPLICA_ID else log.log_end_offset
+                ts = p.timestamp
+                if ts == EARLIEST_TIMESTAMP:
+                    entry["offset"] = log.log_start_offset
+                elif ts == LATEST_TIMESTAMP:
+                    entry["offset"] = limit
+                else:
+                    try:
+                        found = (log.find_max_timestamp(limit) if ts == MAX_TIMESTAMP
+                                 else log.find_offset_by_timestamp(ts))
+                    except UndecodableRecordsError:
+                        entry["error_code"] = ErrorCode.corrupt_message
+                        parts.append(entry)
+                        continue
+                    if found is not None and found[0] < limit:
+                        entry["offset"], entry["timestamp"] = found
+                if entry["offset"] >= 0:
+                    # Kafka: the current epoch for LATEST, else the epoch of the batch found
+                    entry["leader_epoch"] = (partition.leader_epoch if ts == LATEST_TIMESTAMP
+                                             else log.leader_epoch_cache.epoch_for_offset(entry["offset"]))
+                parts.append(entry)
+            topics.append({"name": t.name, "partitions": parts})
+        return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
+
+    # -- OffsetForLeaderEpoch
+
+    def _offset_for_leader_epoch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                partition, error = self.replicas.leader_partition(t.topic, p.partition)
+                entry = {"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+                if partition is None:
+                    entry["error_code"] = error
+                else:
+                    error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                    if error is not ErrorCode.none:
+                        entry["error_code"] = error
+                    else:
+                        epoch, end = partition.log.leader_epoch_cache.end_offset_for(
+                            p.leader_epoch, partition.log.log_end_offset)
+                        entry["leader_epoch"], entry["end_offset"] = epoch, end
+                parts.append(entry)
+            topics.append({"topic": t.topic, "partitions": parts})
+        return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
+
+    # -- InitProducerId
+
+    def _init_producer_id(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        if request.transactional_id is not None:
+            return [response(conn_id, header, {
+                "throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
+                "producer_id": -1, "producer_epoch": -1})]
+        old_pid = getattr(request, "producer_id", -1)
+        old_epoch = getattr(request, "producer_epoch", -1)
+        if old_pid >= 0 and 0 <= old_epoch < 32766:
+            # KIP-360: an idempotent producer bumps its epoch to recover from a sequence error.
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
+                                                    "producer_id": old_pid, "producer_epoch": old_epoch + 1})]
+
+        def answer(pid: int, when_ms: int) -> list:
+            if pid < 0:
+                return [response(conn_id, header, {"throttle_time": 0,
+                                                        "error_code": ErrorCode.coordinator_not_available,
+                                                        "producer_id": -1, "producer_epoch": -1})]
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
+                                                    "producer_id": pid, "producer_epoch": 0})]
+
+        return self.producer_ids.generate_producer_id(answer, now_ms)
+
+
+def _valid_software_field(value: str | None) -> bool:
+    """KIP-511: client software name and version must match ``[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?``."""
+    return bool(value) and _SOFTWARE_FIELD.fullmatch(value) is not None

@@ -1,0 +1,78 @@
+"""Creating topics on first use (Kafka 2.8's AutoTopicCreationManager).
+
+A Metadata or Produce request naming a missing topic creates it when
+``auto.create.topics.enable`` is set, with ``num.partitions`` and ``default.replication.factor``
+(capped by the live brokers); the group coordinator creates ``__consumer_offsets`` the same way.
+On the controller the controller creates it; any other broker forwards a CreateTopics request to
+the controller. Callers of a creation already under way wait for its outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.outbox import Outbox
+from strandline.controller.context import TopicCreated
+from strandline.controller.controller import Controller
+from strandline.coordination.metadata import MetadataCache
+from strandline.protocol import api
+from strandline.protocol.api import ApiKey
+
+
+@dataclass
+class AutoTopicCreationManager:
+    config: Any
+    metadata: MetadataCache
+    controller: Controller
+    outbox: Outbox
+    _forwarded: dict[str, list[TopicCreated]] = field(default_factory=dict)   # CreateTopics sent to the controller
+
+    def pending(self, name: str) -> bool:
+        return name in self._forwarded or self.controller.is_creating(name)
+
+    def create(self, name: str, done: TopicCreated, now_ms: int, num_partitions: int | None = None,
+               replication_factor: int | None = None, configs: dict[str, str] | None = None) -> list:
+        """Create ``name`` unless this broker knows it; ``done(error, message, now_ms)``."""
+        if name in self.metadata.topics:
+            return done(ErrorCode.none, None, now_ms)
+        if name in self._forwarded:
+            self._forwarded[name].append(done)
+            return []
+        live = len(self.metadata.live_broker_ids())
+        partitions = self.config["num.partitions"] if num_partitions is None else num_partitions
+        wanted = self.config["default.replication.factor"] if replication_factor is None else replication_factor
+        rf = min(wanted, max(1, live))
+        if self.controller.is_active:
+            return self.controller.create_topic_if_absent(name, partitions, rf, configs or {}, done, now_ms)
+        return self._forward(name, partitions, rf, configs or {}, done, now_ms)
+
+    def _forward(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
+                 done: TopicCreated, now_ms: int) -> list:
+        """Ask the controller to create a topic (Kafka 2.8's auto-topic-creation forwarding)."""
+        self._forwarded[name] = [done]
+        body = {"topics": [{"name": name, "num_partitions": num_partitions,
+                            "replication_factor": replication_factor, "assignments": [],
+                            "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                "timeout": 30000, "validate_only": False}
+
+        def on_response(frame: bytes | None, when_ms: int) -> list:
+            waiters = self._forwarded.pop(name, [])
+            error, message = ErrorCode.leader_not_available, "the controller is not reachable"
+            if frame is not None:
+                try:
+                    result = api.decode_response(ApiKey.CREATE_TOPICS, 5, frame).topics[0]
+                    error, message = ErrorCode(int(result.error_code)), result.error_message
+                except Exception as exc:
+                    message = f"bad answer from the controller: {exc}"
+            effects: list = []
+            for waiter in waiters:
+                effects.extend(waiter(error, message, when_ms))
+            return effects
+
+        client_id = f"strandline-broker-{self.config.broker_id}"
+        return self.outbox.send(
+            self.metadata.brokers.get(self.metadata.controller_id), "forwarding",
+            lambda cid: api.encode_request(ApiKey.CREATE_TOPICS, 5, cid, client_id, body), on_response, now_ms)

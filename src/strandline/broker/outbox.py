@@ -1,0 +1,86 @@
+"""What the broker's components ask the shell to do, and the answers they wait for.
+
+Every component of the core (the controller, the replica manager, the group coordinator, the
+request router) is pure: it returns effects. Those that need an answer (a ZooKeeper result, another
+broker's response, a timer) register a callback here under a token; the shell hands the answer to
+:class:`strandline.broker.broker.Broker`, which passes it back through :meth:`Outbox.on_zk_result`,
+:meth:`Outbox.on_broker_response` and :meth:`Outbox.tick`. One ``Outbox`` per broker, shared.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Callable
+
+from strandline.broker.effects import BrokerSend, ReadClusterState, ZkRequest
+from strandline.coordination.znodes import BrokerInfo
+
+#: Kafka's request timeout per channel; ``request.timeout.ms`` for the others.
+TIMEOUT_KEYS = {"fetcher": "replica.socket.timeout.ms", "controller": "controller.socket.timeout.ms"}
+
+
+class Outbox:
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self._next_token = 1
+        self._zk_callbacks: dict[int, Callable[[Any, int], list]] = {}
+        self._broker_callbacks: dict[int, Callable[[bytes | None, int], list]] = {}
+        self._delayed: list[tuple[int, int, Callable[[int], list]]] = []
+
+    def new_token(self) -> int:
+        token = self._next_token
+        self._next_token = token + 1 if token < 0x7FFFFFFF else 1
+        return token
+
+    # -- ZooKeeper
+
+    def zk(self, ops: list, callback: Callable[[list, int], list], transaction: bool = False) -> ZkRequest:
+        """Run ``ops`` (a multi when ``transaction``); ``callback(results, now_ms)`` gets the results."""
+        token = self.new_token()
+        self._zk_callbacks[token] = callback
+        return ZkRequest(token, ops, transaction)
+
+    def read_cluster_state(self, callback: Callable[[tuple, int], list]) -> ReadClusterState:
+        """Read the whole cluster; ``callback((brokers, topics, broker_epochs), now_ms)``."""
+        token = self.new_token()
+        self._zk_callbacks[token] = callback
+        return ReadClusterState(token)
+
+    def on_zk_result(self, token: int, results: Any, now_ms: int) -> list:
+        callback = self._zk_callbacks.pop(token, None)
+        return callback(results, now_ms) if callback is not None else []
+
+    # -- other brokers
+
+    def send(self, broker: BrokerInfo | None, channel: str, frame_for: Callable[[int], bytes],
+             callback: Callable[[bytes | None, int], list], now_ms: int) -> list:
+        """One request to another broker; ``frame_for(correlation_id)`` encodes it. ``callback``
+        gets the response frame, or None when the broker is unknown, the connection failed or no
+        answer came within the channel's request timeout."""
+        if broker is None:
+            return callback(None, now_ms)
+        token = self.new_token()
+        self._broker_callbacks[token] = callback
+        timeout_ms = self.config[TIMEOUT_KEYS.get(channel, "request.timeout.ms")]
+        return [BrokerSend(token, broker.id, broker.host, broker.port, channel, frame_for(token), timeout_ms)]
+
+    def on_broker_response(self, token: int, frame: bytes | None, now_ms: int) -> list:
+        callback = self._broker_callbacks.pop(token, None)
+        return callback(frame, now_ms) if callback is not None else []
+
+    # -- timers
+
+    def after(self, due_ms: int, action: Callable[[int], list]) -> list:
+        """Run ``action(now_ms)`` at ``due_ms`` (a retry or a backoff); returns no effects now."""
+        heapq.heappush(self._delayed, (due_ms, self.new_token(), action))
+        return []
+
+    def next_deadline_ms(self) -> int | None:
+        return self._delayed[0][0] if self._delayed else None
+
+    def tick(self, now_ms: int) -> list:
+        effects: list = []
+        while self._delayed and self._delayed[0][0] <= now_ms:
+            _, _, action = heapq.heappop(self._delayed)
+            effects.extend(action(now_ms))
+        return effects

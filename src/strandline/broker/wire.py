@@ -1,0 +1,22 @@
+"""Small helpers the request handlers share: answering a request, reading a duration field."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from strandline.broker.effects import Send
+from strandline.protocol import api
+from strandline.protocol.api import RequestHeader
+
+
+def response(conn_id: int, header: RequestHeader, body: Any) -> Send:
+    """The answer to a request, encoded in the request's API version."""
+    return Send(conn_id, [api.encode_response(header, body)])
+
+
+def duration_ms(value: Any) -> int:
+    """A duration field as kio decodes it (a timedelta) or as an int, in milliseconds."""
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)

@@ -1,0 +1,148 @@
+"""The controller's requests to brokers (Kafka's ControllerChannelManager and
+ControllerBrokerRequestBatch; SPEC CTL-1, CTL-4, CTL-5).
+
+Every broker, the controller's own included, learns what the controller decided only from
+LeaderAndIsr (become leader or follower of a partition), UpdateMetadata (the cluster as clients
+should see it) and StopReplica. They go batched, one request per broker; the controller's own
+share goes through the same handling as a request that came over the network. A request that got
+no answer is sent again while the broker is alive and this controller still in office, addressed
+to the broker's registration it was first sent to (KIP-380: a broker that registered again since
+refuses it with STALE_BROKER_EPOCH).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.effects import Log
+from strandline.broker.outbox import Outbox
+from strandline.controller.context import ControllerContext
+from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
+from strandline.protocol import control
+
+LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
+CONTROL_RETRY_MS = 500          # resend a control request after a failed connection
+
+#: ``deliver(api_key, body, topics, now_ms)``: hand a control request to this broker's own replica
+#: manager, with the topics it names as the controller knows them (they need not be read back from
+#: ZooKeeper, where the controller may just have written them).
+LocalDelivery = Callable[[int, dict, "dict[str, TopicMetadata]", int], list]
+
+
+class ControllerChannel:
+    def __init__(self, broker_id: int, outbox: Outbox, deliver_locally: LocalDelivery,
+                 in_office: Callable[[ControllerContext], bool]) -> None:
+        self.broker_id = broker_id
+        self.outbox = outbox
+        self.deliver_locally = deliver_locally
+        self.in_office = in_office
+
+    # ------------------------------------------------------------------ request bodies
+
+    def header(self, ctx: ControllerContext) -> dict:
+        return {"controller_id": self.broker_id, "controller_epoch": ctx.epoch, "broker_epoch": -1}
+
+    def leader_and_isr_body(self, ctx: ControllerContext, parts: list[tuple[TopicMetadata, int]],
+                            is_new: bool) -> dict:
+        by_topic: dict[str, list] = {}
+        leaders: set[int] = set()
+        for topic, index in parts:
+            state = topic.states[index]
+            leaders.add(state.leader)
+            by_topic.setdefault(topic.name, []).append({
+                "partition_index": index, "controller_epoch": state.controller_epoch,
+                "leader": state.leader, "leader_epoch": state.leader_epoch, "isr": list(state.isr),
+                "zk_version": state.zk_version, "replicas": list(topic.assignment[index]), "is_new": is_new})
+        brokers = ctx.live_brokers
+        live_leaders = [{"broker_id": b, "host_name": brokers[b].host, "port": brokers[b].port}
+                        for b in sorted(leaders) if b in brokers]
+        return {**self.header(ctx),
+                "topic_states": [{"topic_name": n, "partition_states": p} for n, p in by_topic.items()],
+                "live_leaders": live_leaders}
+
+    def update_metadata_body(self, ctx: ControllerContext, parts: list[tuple[TopicMetadata, int]],
+                             deleted: list[tuple[str, int]] = ()) -> dict:
+        brokers = ctx.live_brokers
+        by_topic: dict[str, list] = {}
+        for topic, index in parts:
+            state = topic.states.get(index) or LeaderAndIsr(-1, -1, ())
+            replicas = list(topic.assignment[index])
+            by_topic.setdefault(topic.name, []).append({
+                "partition_index": index, "controller_epoch": state.controller_epoch, "leader": state.leader,
+                "leader_epoch": state.leader_epoch, "isr": list(state.isr), "zk_version": state.zk_version,
+                "replicas": replicas, "offline_replicas": [r for r in replicas if r not in brokers]})
+        for name, index in deleted:
+            by_topic.setdefault(name, []).append({
+                "partition_index": index, "controller_epoch": ctx.epoch,
+                "leader": LEADER_DURING_DELETE, "leader_epoch": 0, "isr": [], "zk_version": 0,
+                "replicas": [], "offline_replicas": []})
+        live = [{"id": b.id, "endpoints": [{"port": b.port, "host": b.host, "listener": "PLAINTEXT",
+                                            "security_protocol": 0}], "rack": b.rack}
+                for b in brokers.values()]
+        return {**self.header(ctx),
+                "topic_states": [{"topic_name": n, "partition_states": p} for n, p in by_topic.items()],
+                "live_brokers": live}
+
+    # ------------------------------------------------------------------ sending
+
+    def send_partition_states(self, ctx: ControllerContext, parts: list[tuple[TopicMetadata, int]],
+                              to_brokers: set[int] | None, is_new: bool, now_ms: int,
+                              metadata_to: set[int] | None = None) -> list:
+        """LeaderAndIsr for ``parts`` to their live replicas (only those in ``to_brokers`` when
+        given), then UpdateMetadata for them to every live broker (or ``metadata_to``)."""
+        live = set(ctx.live_brokers)
+        per_broker: dict[int, list] = {}
+        for topic, index in parts:
+            if index not in topic.states:
+                continue
+            for replica in topic.assignment[index]:
+                if replica in live and (to_brokers is None or replica in to_brokers):
+                    per_broker.setdefault(replica, []).append((topic, index))
+        effects: list = []
+        # others first, so that a local follower's first fetch finds its leader informed; all
+        # LeaderAndIsr before any UpdateMetadata, so that leaders serve before clients hear of them
+        for broker_id in sorted(per_broker, key=lambda b: b == self.broker_id):
+            effects.extend(self.send(ctx, broker_id, control.LEADER_AND_ISR,
+                                     self.leader_and_isr_body(ctx, per_broker[broker_id], is_new), now_ms))
+        body = self.update_metadata_body(ctx, parts)
+        for broker_id in sorted(live if metadata_to is None else metadata_to & live):
+            effects.extend(self.send(ctx, broker_id, control.UPDATE_METADATA, body, now_ms))
+        return effects
+
+    def send(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int) -> list:
+        """Send a control request, or hand it to this broker's own replica manager."""
+        if broker_id == self.broker_id:
+            named = {ts["topic_name"] for ts in body.get("topic_states", ())}
+            return self.deliver_locally(api_key, body, {n: ctx.topics[n] for n in named if n in ctx.topics}, now_ms)
+        # KIP-380: addressed to the broker's registration the controller knows; a later life of
+        # that broker refuses it (a retry must not reach a broker that restarted meanwhile)
+        if body["broker_epoch"] < 0:       # a retry keeps the registration it was first addressed to
+            body = {**body, "broker_epoch": ctx.broker_epochs.get(broker_id, -1)}
+
+        def on_response(frame: bytes | None, when_ms: int) -> list:
+            if frame is None:
+                if self.in_office(ctx) and broker_id in ctx.live_brokers:
+                    return self.outbox.after(when_ms + CONTROL_RETRY_MS,
+                                             lambda t: self.send(ctx, broker_id, api_key, body, t))
+                return []
+            try:
+                answer = control.decode_response(api_key, frame)
+            except Exception as exc:
+                return [Log("warning", f"Bad {control.NAMES[api_key]} response from broker {broker_id}: {exc}")]
+            errors = [e for e in answer.get("partition_errors", ()) if e["error_code"]]
+            if answer["error_code"] or errors:
+                # a broker that already has a state answers STALE_CONTROLLER_EPOCH for it, and a
+                # broker that restarted since the request was addressed STALE_BROKER_EPOCH: routine
+                routine = answer["error_code"] == ErrorCode.stale_broker_epoch or not answer["error_code"] and all(
+                    e["error_code"] == ErrorCode.stale_controller_epoch for e in errors)
+                return [Log("info" if routine else "warning",
+                            f"Broker {broker_id} answered {control.NAMES[api_key]} with error {answer['error_code']} "
+                            f"{errors[:5]}{' (states it already had)' if routine else ''}")]
+            return []
+
+        client_id = f"strandline-controller-{self.broker_id}"
+        return self.outbox.send(ctx.live_brokers.get(broker_id), "controller",
+                                lambda cid: control.encode_request(api_key, cid, client_id, body),
+                                on_response, now_ms)

@@ -1,0 +1,45 @@
+"""``ControllerContext``: what the controller knows while it is in office (Kafka's ControllerContext).
+
+A broker that is not the controller has none. A new one is made each time the broker takes office
+and read from ZooKeeper (the live brokers and their registrations, every topic with its assignment
+and partition states); the controller keeps it current as it decides, so its decisions never rest
+on a broker's metadata cache. Callbacks of an earlier term hold their own context: once the broker
+resigned, or took office again, they act on nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.coordination.metadata import TopicMetadata
+from strandline.coordination.znodes import BrokerInfo
+
+#: ``done(error, message, now_ms)``: the outcome of creating a topic.
+TopicCreated = Callable[[ErrorCode, "str | None", int], list]
+
+
+@dataclass
+class ControllerContext:
+    epoch: int                              # the controller epoch this broker was elected in
+    epoch_version: int | None               # /controller_epoch's version then: every write checks it
+    ready: bool = False                     # the cluster has been read from ZooKeeper
+    live_brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    broker_epochs: dict[int, int] = field(default_factory=dict)     # each registration's czxid (KIP-380)
+    topics: dict[str, TopicMetadata] = field(default_factory=dict)
+    shutting_down: set[int] = field(default_factory=set)           # brokers in controlled shutdown
+    creating: dict[str, list[TopicCreated]] = field(default_factory=dict)   # topics being written
+    #: elections in flight per partition, and the brokers owed a partition's state once they end
+    electing: collections.Counter = field(default_factory=collections.Counter)
+    owed_states: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    #: a broker change that came while the cluster was being read, handled right after
+    pending_brokers: tuple[dict, dict] | None = None
+
+    def all_partitions(self) -> list[tuple[TopicMetadata, int]]:
+        return [(t, i) for t in self.topics.values() for i in sorted(t.assignment)]
+
+    def live_broker_ids(self) -> list[int]:
+        return sorted(self.live_brokers)

@@ -1,0 +1,480 @@
+"""``Controller``: the broker's controller role (Kafka's KafkaController; SPEC CTL-1..CTL-12).
+
+Every broker runs for controller when ``/controller`` is free; the one that wins holds a
+:class:`ControllerContext` read from ZooKeeper and decides: leaders and ISRs when brokers die,
+come back or stop (controlled shutdown), preferred leaders, topic creation and deletion. It tells
+the brokers through its :class:`ControllerChannel` and never writes ZooKeeper without the check of
+``/controller_epoch``'s version it was elected with, so a deposed controller cannot write.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.effects import Log
+from strandline.broker.outbox import Outbox
+from strandline.controller.channel import ControllerChannel, LocalDelivery
+from strandline.controller.context import ControllerContext, TopicCreated
+from strandline.controller.elections import PartitionElections
+from strandline.controller.topics import TopicChanges
+from strandline.coordination import zk_layout, znodes
+from strandline.coordination.metadata import TopicMetadata
+from strandline.coordination.store import CheckVersion, Delete, GetData, ZkError
+from strandline.coordination.znodes import BrokerInfo
+from strandline.protocol import control
+
+CONTROLLER_RETRY_MS = 1000      # run for controller again after ZooKeeper failed to answer
+
+Key = tuple[str, int]
+
+
+class Controller:
+    def __init__(self, config: Any, outbox: Outbox, *, rng: Any, new_uuid: Callable[[], uuid.UUID],
+                 deliver_locally: LocalDelivery,
+                 controller_seen: Callable[[int | None], None] = lambda controller_id: None) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.outbox = outbox
+        self.rng = rng
+        self.new_uuid = new_uuid
+        #: ``controller_seen(id)``: who the controller is, as this broker learned it (None: no
+        #: longer this broker)
+        self.controller_seen = controller_seen
+        self.ctx: ControllerContext | None = None
+        self._running = False            # an election (or reading the epoch won) is in flight
+        self.channel = ControllerChannel(self.broker_id, outbox, deliver_locally, self.in_office)
+        self.elections = PartitionElections(self)
+        self.topics = TopicChanges(self)
+
+    @property
+    def is_active(self) -> bool:
+        return self.ctx is not None
+
+    @property
+    def epoch(self) -> int | None:
+        """The controller epoch this broker is in office for, None when it is not the controller."""
+        return self.ctx.epoch if self.ctx is not None else None
+
+    def in_office(self, ctx: ControllerContext) -> bool:
+        """Whether ``ctx`` is the current term (the broker did not resign or take office again)."""
+        return self.ctx is ctx
+
+    # ------------------------------------------------------------------ electing the controller (CTL-1, CTL-3, NET-8)
+
+    def on_controller_changed(self, controller_id: int | None, now_ms: int) -> list:
+        """``/controller`` changed: None when it is gone (every broker then runs for it). When it
+        names this broker although no election answer said so (the answer was lost after ZooKeeper
+        applied it), this broker takes office: nobody else will run while the node exists."""
+        if controller_id is None:
+            return self._run_for_controller(now_ms)
+        if controller_id != self.broker_id:
+            self.controller_seen(controller_id)
+            if self.is_active:
+                return self.resign(f"broker {controller_id} holds /controller")
+        elif not self.is_active and not self._running:
+            return self._take_office(now_ms)
+        return []
+
+    def on_session_lost(self, now_ms: int) -> list:
+        """The ZooKeeper session expired: a controller stops acting at once (NET-8)."""
+        return self.resign("its ZooKeeper session expired") if self.is_active else []
+
+    def resign(self, why: str) -> list:
+        self.ctx = None
+        self.controller_seen(None)
+        return [Log("warning", f"Broker {self.broker_id} is no longer the controller: {why}")]
+
+    def _run_for_controller(self, now_ms: int) -> list:
+        """Kafka's election: create the ephemeral /controller and bump /controller_epoch in one
+        transaction guarded by the epoch's version; the loser learns the winner from the watch.
+        When ZooKeeper does not answer, run again after a while (an election applied without an
+        answer shows up in the watch as this broker's own id)."""
+        if self._running:
+            return []
+        self._running = True
+
+        def failed(why: str, when_ms: int) -> list:
+            self._running = False
+            return [Log("warning", f"Running for controller failed ({why}); trying again")] + \
+                self.outbox.after(when_ms + CONTROLLER_RETRY_MS,
+                                  lambda t: [] if self.is_active else self._run_for_controller(t))
+
+        def on_epoch(results: list, when_ms: int) -> list:
+            res = results[0]
+            if res.error is ZkError.NO_NODE:
+                epoch, version = 0, -1
+            elif res.error is ZkError.NONE:
+                epoch, version = znodes.ControllerEpochZNode.decode(res.data), res.version
+            else:
+                return failed(f"cannot read the controller epoch: {res.error.name}", when_ms)
+            ops = zk_layout.controller_election_ops(self.broker_id, epoch + 1, version, when_ms)
+
+            def on_elected(elected: list, at_ms: int) -> list:
+                error = next((r.error for r in elected if r.error is not ZkError.NONE), None)
+                if error in (ZkError.NODE_EXISTS, ZkError.BAD_VERSION):
+                    self._running = False
+                    return self._who_is_controller()     # someone won: perhaps this broker, earlier
+                if error is not None:
+                    return failed(error.name, at_ms)
+                self._running = False
+                return self.become_controller(epoch + 1, elected[1].version, "won the controller election")
+
+            return [self.outbox.zk(ops, on_elected, transaction=True)]
+
+        return [self.outbox.zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]
+
+    def _who_is_controller(self) -> list:
+        """Read /controller after an election this broker did not win by its own answer."""
+        def on_read(results: list, when_ms: int) -> list:
+            res = results[0]
+            if self.is_active:
+                return []
+            if res.error is ZkError.NO_NODE:
+                return self._run_for_controller(when_ms)
+            if res.error is not ZkError.NONE:
+                return self.outbox.after(when_ms + CONTROLLER_RETRY_MS,
+                                         lambda t: [] if self.is_active else self._who_is_controller())
+            return self.on_controller_changed(znodes.ControllerZNode.decode(res.data), when_ms)
+        return [self.outbox.zk([GetData(znodes.ControllerZNode.path())], on_read)]
+
+    def _take_office(self, now_ms: int) -> list:
+        """/controller names this broker: read the epoch it was elected in, then act as controller."""
+        self._running = True
+
+        def on_epoch(results: list, when_ms: int) -> list:
+            self._running = False
+            res = results[0]
+            if self.is_active:
+                return []
+            if res.error is not ZkError.NONE:
+                return [Log("warning", f"Cannot read the controller epoch: {res.error.name}; trying again")] + \
+                    self.outbox.after(when_ms + CONTROLLER_RETRY_MS,
+                                      lambda t: [] if self.is_active else self._take_office(t))
+            return self.become_controller(znodes.ControllerEpochZNode.decode(res.data), res.version,
+                                          "holds /controller (its election's answer was lost)")
+
+        return [self.outbox.zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]
+
+    def become_controller(self, epoch: int, epoch_version: int | None, why: str) -> list:
+        """Take office in ``epoch``: read the cluster from ZooKeeper, then act (:meth:`_on_cluster_read`)."""
+        ctx = self.ctx = ControllerContext(epoch, epoch_version)
+        self.controller_seen(self.broker_id)
+        read = self.outbox.read_cluster_state(lambda state, now_ms: self._on_cluster_read(ctx, state, now_ms))
+        return [Log("info", f"Broker {self.broker_id} {why} (epoch {epoch})"), read]
+
+    def _on_cluster_read(self, ctx: ControllerContext, state: tuple, now_ms: int) -> list:
+        """Kafka's onControllerFailover: start from ZooKeeper's view, tell every live broker the
+        state of its partitions, then elect leaders for partitions whose leader is gone."""
+        if not self.in_office(ctx):
+            return []
+        brokers, topics, epochs = state
+        ctx.live_brokers = dict(brokers)
+        ctx.broker_epochs = dict(epochs)
+        ctx.topics = dict(topics)
+        effects: list = [Log("info", f"Broker {self.broker_id} is the controller (epoch {ctx.epoch})")]
+        effects += self.channel.send_partition_states(ctx, ctx.all_partitions(), None, False, now_ms)
+        live = set(brokers)
+        affected = [(t.name, i) for t, i in ctx.all_partitions()
+                    if i in t.states and (t.states[i].leader not in live or not set(t.states[i].isr) <= live)]
+        dead = {r for t, i in ctx.all_partitions() for r in t.assignment[i]} - live
+        effects += self.elections.elect(ctx, affected, dead, now_ms)
+        ctx.ready = True
+        pending, ctx.pending_brokers = ctx.pending_brokers, None
+        if pending is not None:
+            effects += self.on_brokers_changed(pending[0], pending[1], now_ms)
+        return effects
+
+    def fenced(self, ctx: ControllerContext, ops: list) -> list:
+        """Controller writes carry a check of /controller_epoch's version: a controller that lost
+        its office cannot write (Kafka's zkVersion check of the controller epoch, CTL-3)."""
+        if not self.in_office(ctx):
+            raise RuntimeError("a broker that is not the controller tried to write the controller's state")
+        if ctx.epoch_version is None:      # a core driven by a test that does not track the epoch's znode
+            return ops
+        return [CheckVersion(znodes.ControllerEpochZNode.path(), ctx.epoch_version)] + list(ops)
+
+    def check_still_controller(self, ctx: ControllerContext, then: Callable[[int], list], now_ms: int,
+                               given_up: Callable[[], object] = lambda: None) -> list:
+        """After a fenced write failed: resign if /controller_epoch moved on (``given_up()``),
+        else go on."""
+        def on_epoch(results: list, when_ms: int) -> list:
+            res = results[0]
+            if not self.in_office(ctx):
+                given_up()
+                return []
+            if res.error is ZkError.NONE and res.version != ctx.epoch_version:
+                given_up()
+                return self.resign(f"the controller epoch is now {znodes.ControllerEpochZNode.decode(res.data)}")
+            return then(when_ms)
+        return [self.outbox.zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]
+
+    # ------------------------------------------------------------------ brokers coming and going (CTL-2, CTL-6, CTL-7)
+
+    def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int) -> list:
+        """The children of ``/brokers/ids`` changed.
+
+        A broker that disappeared is dead: its partitions get new leaders and it leaves the ISRs.
+        A broker that registered again with a new epoch (czxid) since we last looked *bounced*:
+        it is handled as dead, then as new, as Kafka does, so that it never resumes a leadership
+        with a log that may have lost its tail. New brokers learn the state of their partitions
+        (after any election that concerns them) and every broker the new membership."""
+        ctx = self.ctx
+        if ctx is None:
+            return []
+        if not ctx.ready:
+            # a new controller first loads the cluster from ZooKeeper (Kafka's controller handles
+            # its failover event before any broker change); this change is handled right after
+            ctx.pending_brokers = (dict(brokers), dict(epochs))
+            return []
+        known, seen = ctx.live_brokers, ctx.broker_epochs
+        bounced = {b for b in brokers if b in seen and seen[b] != epochs.get(b)}
+        new = {b for b in brokers if b not in seen and b not in known} | bounced
+        gone = set(known) - set(brokers)
+        ctx.broker_epochs = dict(epochs)
+        ctx.shutting_down -= gone | new
+        if not new and not gone and all(known.get(b) == info for b, info in brokers.items()):
+            return []
+        ctx.live_brokers = dict(brokers)
+        effects: list = [Log("info", f"Live brokers now {sorted(brokers)} (new {sorted(new - bounced)}, "
+                                     f"restarted {sorted(bounced)}, gone {sorted(gone)})")]
+        channel, elections = self.channel, self.elections
+        effects.extend(channel.send_partition_states(ctx, [], None, False, now_ms, metadata_to=set(brokers) - new))
+        dead = gone | bounced
+        affected: list[tuple[TopicMetadata, int]] = []
+        others: list[tuple[TopicMetadata, int]] = []
+        for topic, index in ctx.all_partitions():
+            state = topic.states.get(index)
+            replicas = set(topic.assignment[index])
+            if state is not None and (dead & replicas or (state.leader < 0 and new & replicas)):
+                affected.append((topic, index))
+            else:
+                others.append((topic, index))
+        effects.extend(channel.send_partition_states(ctx, elections.not_electing(ctx, others, new), new, False,
+                                                     now_ms, metadata_to=new))
+        before = {(t.name, i): t.states[i].leader_epoch for t, i in affected}
+
+        def announce(when_ms: int) -> list:
+            if not self.in_office(ctx):
+                return []
+            # new brokers learn the partitions that an election did not just announce to them
+            unchanged = [(t, i) for t, i in affected
+                         if (t.name, i) in before and t.states.get(i) is not None
+                         and t.states[i].leader_epoch == before[(t.name, i)]]
+            return channel.send_partition_states(ctx, elections.not_electing(ctx, unchanged, new), new, False,
+                                                 when_ms, metadata_to=new) if new else []
+
+        def elected(when_ms: int) -> list:
+            if not self.in_office(ctx):
+                return []
+            # a bounced broker was handled as dead; now it is new: it may lead what went offline (CTL-7)
+            offline = [(t.name, i) for t, i in affected
+                       if t.states.get(i) is not None and t.states[i].leader < 0 and bounced & set(t.assignment[i])]
+            if offline:
+                return elections.elect(ctx, offline, gone, when_ms, announce)
+            return announce(when_ms)
+
+        return effects + elections.elect(ctx, [(t.name, i) for t, i in affected], dead, now_ms, elected)
+
+    def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:
+        """ISR-6, the controller's side: leaders list partitions whose ISR they changed under
+        ``/isr_change_notification``; the controller reads their state, tells every broker
+        (UpdateMetadata) and deletes the notifications."""
+        ctx = self.ctx
+        if ctx is None or not children:
+            return []
+        paths = [f"{znodes.IsrChangeNotificationZNode.path()}/{child}" for child in children]
+
+        def on_read(results: list, when_ms: int) -> list:
+            keys: set[Key] = set()
+            for path, res in zip(paths, results):
+                if res.error is ZkError.NONE and res.data:
+                    try:
+                        keys.update(znodes.IsrChangeNotificationSequenceZNode.decode(res.data, path))
+                    except Exception:  # a malformed notification is dropped, as Kafka does
+                        pass
+            ordered = sorted(k for k in keys if k[0] in ctx.topics)
+            effects = [self.outbox.zk([Delete(path) for path in paths], lambda r, t: [])]
+            if not ordered:
+                return effects
+
+            def on_states(states: list, at_ms: int) -> list:
+                if not self.in_office(ctx):
+                    return []
+                parts = []
+                for (name, index), res in zip(ordered, states):
+                    topic = ctx.topics.get(name)
+                    if topic is not None and res.error is ZkError.NONE:
+                        topic.states[index] = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
+                        parts.append((topic, index))
+                body = self.channel.update_metadata_body(ctx, parts)
+                out: list = []
+                for broker_id in sorted(ctx.live_brokers):
+                    out.extend(self.channel.send(ctx, broker_id, control.UPDATE_METADATA, body, at_ms))
+                return out
+
+            reads = [GetData(znodes.TopicPartitionStateZNode.path(n, i)) for n, i in ordered]
+            return effects + [self.outbox.zk(reads, on_states)]
+
+        return [self.outbox.zk([GetData(p) for p in paths], on_read)]
+
+    # ------------------------------------------------------------------ controlled shutdown (CTL-9)
+
+    def on_controlled_shutdown(self, broker_id: int, respond: Callable[[dict], list], now_ms: int) -> list:
+        """The controller moves a stopping broker's leaderships to other ISR members and takes it
+        out of the ISRs it follows; it answers with the partitions it still leads (no other ISR
+        member could take them)."""
+        ctx = self.ctx
+        if ctx is None:
+            return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
+        if broker_id not in ctx.live_brokers:
+            return respond({"error_code": ErrorCode.broker_not_available, "remaining_partitions": []})
+        ctx.shutting_down.add(broker_id)
+        # as Kafka, partitions with a single replica are left alone
+        keys = [(t.name, i) for t, i in ctx.all_partitions()
+                if i in t.states and len(t.assignment[i]) > 1
+                and (t.states[i].leader == broker_id or broker_id in t.states[i].isr)]
+
+        def could_move_later(t: TopicMetadata, i: int) -> bool:
+            """Retrying helps only if another replica is up (it may yet catch up)."""
+            up = set(ctx.live_brokers) - ctx.shutting_down
+            return any(r != broker_id and r in up for r in t.assignment[i])
+
+        def done(when_ms: int) -> list:
+            if not self.in_office(ctx):          # deposed meanwhile: the broker asks the new one
+                return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
+            remaining = [{"topic_name": t.name, "partition_index": i} for t, i in ctx.all_partitions()
+                         if i in t.states and t.states[i].leader == broker_id and len(t.assignment[i]) > 1
+                         and could_move_later(t, i)]
+            # it stops fetching, so that no leader lets it back into an ISR before it is gone
+            stop: dict[str, list[int]] = {}
+            for t, i in ctx.all_partitions():
+                if broker_id in t.assignment[i] and t.states.get(i) and t.states[i].leader != broker_id:
+                    stop.setdefault(t.name, []).append(i)
+            effects: list = [Log("info", f"Controlled shutdown of broker {broker_id}: {len(keys)} partition(s) "
+                                         f"moved or shrunk, {len(remaining)} remaining")]
+            if stop:
+                body = {**self.channel.header(ctx), "delete_partitions": False,
+                        "topics": [{"name": n, "partition_indexes": p} for n, p in stop.items()]}
+                effects.extend(self.channel.send(ctx, broker_id, control.STOP_REPLICA, body, when_ms))
+            return effects + respond({"error_code": ErrorCode.none, "remaining_partitions": remaining})
+
+        return self.elections.elect(ctx, keys, {broker_id}, now_ms, done)
+
+    # ------------------------------------------------------------------ preferred leaders (CTL-10, ASG-4)
+
+    def elect_preferred_leaders(self, wanted: list[Key] | None, now_ms: int,
+                                respond: Callable[[dict[Key, tuple[ErrorCode, str | None]], int], list]) -> list:
+        """ElectLeaders (preferred): move leadership back to each partition's first assigned
+        replica where it is alive and in the ISR (``wanted`` None: every partition).
+        ``respond(results, now_ms)`` gets an outcome per partition: ELECTION_NOT_NEEDED for one
+        named that its preferred replica already leads, and for all partitions only those that it
+        did not lead."""
+        ctx = self.ctx
+        if ctx is None:
+            return respond({k: (ErrorCode.not_controller, None) for k in wanted or []}, now_ms)
+        keys = wanted if wanted is not None else [(t.name, i) for t, i in ctx.all_partitions()]
+        known = [k for k in keys if k[0] in ctx.topics and k[1] in ctx.topics[k[0]].assignment]
+        already = {k for k in known
+                   if (s := ctx.topics[k[0]].states.get(k[1])) is not None
+                   and s.leader == ctx.topics[k[0]].assignment[k[1]][0]}
+
+        def done(when_ms: int) -> list:
+            results = {}
+            for k in keys:
+                results[k] = (ErrorCode.election_not_needed, None) if k in already and wanted is not None \
+                    else self._preferred_result(ctx, k)
+            if wanted is None:
+                results = {k: v for k, v in results.items() if k not in already}
+            return respond(results, when_ms)
+
+        return self.elections.elect(ctx, [k for k in known if k not in already], set(), now_ms, done,
+                                    self.elections.preferred_rule(ctx))
+
+    @staticmethod
+    def _preferred_result(ctx: ControllerContext, key: Key) -> tuple[ErrorCode, str | None]:
+        topic = ctx.topics.get(key[0])
+        if topic is None or key[1] not in topic.assignment:
+            return ErrorCode.unknown_topic_or_partition, None
+        state = topic.states.get(key[1])
+        preferred = topic.assignment[key[1]][0]
+        if state is not None and state.leader == preferred:
+            return ErrorCode.none, None
+        return ErrorCode.preferred_leader_not_available, \
+            f"Preferred replica {preferred} is not alive or not in the ISR {list(state.isr) if state else []}"
+
+    def check_leader_imbalance(self, now_ms: int) -> list:
+        """auto.leader.rebalance.enable: per broker, when more than
+        leader.imbalance.per.broker.percentage of the partitions it prefers are led elsewhere,
+        move them back."""
+        ctx = self.ctx
+        if ctx is None:
+            return []
+        limit = self.config["leader.imbalance.per.broker.percentage"]
+        by_preferred: dict[int, list[Key]] = {}
+        imbalanced: dict[int, int] = {}
+        for topic, index in ctx.all_partitions():
+            state = topic.states.get(index)
+            if state is None:
+                continue
+            preferred = topic.assignment[index][0]
+            by_preferred.setdefault(preferred, []).append((topic.name, index))
+            if state.leader != preferred:
+                imbalanced[preferred] = imbalanced.get(preferred, 0) + 1
+        keys: list[Key] = []
+        for broker, parts in by_preferred.items():
+            if imbalanced.get(broker, 0) * 100 > limit * len(parts):
+                keys += [k for k in parts if ctx.topics[k[0]].states[k[1]].leader != broker]
+        if not keys:
+            return []
+        return [Log("info", f"Leader imbalance: electing preferred leaders for {len(keys)} partition(s)")] + \
+            self.elections.elect(ctx, keys, set(), now_ms, None, self.elections.preferred_rule(ctx))
+
+    # ------------------------------------------------------------------ topics (ASG-1..ASG-3)
+
+    def plan_topic(self, name: str, num_partitions: int, replication_factor: int,
+                   manual: dict[int, tuple[int, ...]], configs: dict[str, str | None]
+                   ) -> TopicMetadata | tuple[ErrorCode, str]:
+        """The topic CreateTopics would create, or why not (also NOT_CONTROLLER)."""
+        if self.ctx is None:
+            return ErrorCode.not_controller, "This broker is no longer the controller"
+        return self.topics.plan(self.ctx, name, num_partitions, replication_factor, manual, configs)
+
+    def create_topic(self, plan: TopicMetadata, done: TopicCreated, now_ms: int) -> list:
+        if self.ctx is None:
+            return done(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
+        return self.topics.create(self.ctx, plan, done, now_ms)
+
+    def create_topic_if_absent(self, name: str, num_partitions: int, replication_factor: int,
+                               configs: dict[str, str], done: TopicCreated, now_ms: int) -> list:
+        """Auto-creation: create the topic unless it exists; one being created answers when it is."""
+        ctx = self.ctx
+        if ctx is None:
+            return done(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
+        if name in ctx.topics:
+            return done(ErrorCode.none, None, now_ms)
+        if name in ctx.creating:
+            ctx.creating[name].append(done)
+            return []
+        plan = self.topics.plan(ctx, name, num_partitions, replication_factor, {}, dict(configs))
+        if isinstance(plan, tuple):
+            return done(plan[0], plan[1], now_ms)
+        return self.topics.create(ctx, plan, done, now_ms)
+
+    def is_creating(self, name: str) -> bool:
+        return self.ctx is not None and name in self.ctx.creating
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        """The id of a topic the controller knows, else None."""
+        topic = self.ctx.topics.get(name) if self.ctx is not None else None
+        return topic.topic_id if topic is not None else None
+
+    def live_broker_count(self) -> int:
+        return len(self.ctx.live_brokers) if self.ctx is not None else 0
+
+    def delete_topic(self, name: str, done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+        if self.ctx is None:
+            return done(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
+        return self.topics.delete(self.ctx, name, done, now_ms)

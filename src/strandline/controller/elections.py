@@ -1,0 +1,229 @@
+"""Partition leader election (SPEC CTL-6, CTL-7, CTL-10; Kafka's PartitionStateMachine and
+PartitionLeaderElectionAlgorithms).
+
+The rules are pure functions of a partition's assignment, its current state and who is alive. The
+:class:`PartitionElections` machinery applies them safely against ZooKeeper: read each state
+znode, decide, write the new states with compare-and-set on the versions just read (fenced by the
+controller epoch), tell the brokers, and sort out every way that can go wrong (a lost race, an
+answer that never came, a write applied late, brokers coming or going meanwhile).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Callable
+
+from strandline.broker.effects import Log
+from strandline.controller.channel import CONTROL_RETRY_MS
+from strandline.controller.context import ControllerContext
+from strandline.coordination import zk_layout, znodes
+from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
+from strandline.coordination.store import GetData, ZkError
+
+if TYPE_CHECKING:
+    from strandline.controller.controller import Controller
+
+Key = tuple[str, int]
+#: ``decide(topic, index, current, live, dead)``: the next state and whether it is unclean, or None.
+Decide = Callable[[TopicMetadata, int, LeaderAndIsr, set[int], set[int]], "tuple[LeaderAndIsr, bool] | None"]
+
+
+def offline_partition_election(replicas: tuple[int, ...], current: LeaderAndIsr, live: set[int], dead: set[int],
+                               shutting_down: set[int], unclean_allowed: bool,
+                               controller_epoch: int) -> tuple[LeaderAndIsr, bool] | None:
+    """The next state of a partition after brokers died or came back, and whether it was an
+    unclean election; None when nothing changes. Kafka's rules: a live leader keeps leading and
+    dead followers leave the ISR (never emptying it); a dead leader is replaced by the first
+    live ISR member in replica order, else, only with unclean.leader.election.enable, by any
+    live replica; with neither the partition goes offline (leader -1, the ISR kept). A broker
+    in controlled shutdown counts as dead for leading, and keeps what nobody else can take over."""
+    epoch = current.leader_epoch + 1
+    live = live - shutting_down
+    if current.leader >= 0 and current.leader in live and current.leader not in dead:
+        isr = tuple(r for r in current.isr if r not in dead) or current.isr
+        if isr == current.isr:
+            return None
+        return LeaderAndIsr(current.leader, epoch, isr, controller_epoch, current.zk_version), False
+    candidates = [r for r in replicas if r in live and r not in dead and r in current.isr]
+    unclean = False
+    if not candidates and unclean_allowed:
+        candidates = [r for r in replicas if r in live and r not in dead]
+        unclean = bool(candidates)
+    if not candidates:
+        if current.leader < 0 or current.leader in shutting_down:
+            return None
+        isr = tuple(r for r in current.isr if r != current.leader) or current.isr
+        return LeaderAndIsr(-1, epoch, isr, controller_epoch, current.zk_version), False
+    leader = candidates[0]
+    isr = (leader,) if unclean else tuple(r for r in current.isr if r in live and r not in dead)
+    return LeaderAndIsr(leader, epoch, isr, controller_epoch, current.zk_version), unclean
+
+
+def preferred_replica_election(replicas: tuple[int, ...], current: LeaderAndIsr, live: set[int],
+                               shutting_down: set[int], controller_epoch: int) -> tuple[LeaderAndIsr, bool] | None:
+    """Leadership back to the first assigned replica, if it is alive, not stopping and in the ISR."""
+    preferred = replicas[0]
+    if current.leader == preferred or preferred not in live or preferred in shutting_down \
+            or preferred not in current.isr:
+        return None
+    return LeaderAndIsr(preferred, current.leader_epoch + 1, current.isr, controller_epoch, current.zk_version), False
+
+
+class PartitionElections:
+    """Elections of one controller; every call names the term (``ctx``) it acts for."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def offline_rule(self, ctx: ControllerContext) -> Decide:
+        config = self.controller.config
+
+        def decide(topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
+                   dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
+            unclean = bool(config.topic_value(topic.configs, "unclean.leader.election.enable"))
+            return offline_partition_election(topic.assignment[index], current, live, dead, ctx.shutting_down,
+                                              unclean, ctx.epoch)
+        return decide
+
+    def preferred_rule(self, ctx: ControllerContext) -> Decide:
+        def decide(topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
+                   dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
+            return preferred_replica_election(topic.assignment[index], current, live, ctx.shutting_down, ctx.epoch)
+        return decide
+
+    # ------------------------------------------------------------------ brokers owed a state
+
+    def not_electing(self, ctx: ControllerContext, parts: list[tuple[TopicMetadata, int]],
+                     brokers: set[int]) -> list[tuple[TopicMetadata, int]]:
+        """Of ``parts`` about to be sent to ``brokers``, those not being elected; the others are
+        owed to those brokers once their elections end (:meth:`elections_ended`)."""
+        ready = []
+        for topic, index in parts:
+            if (topic.name, index) in ctx.electing:
+                ctx.owed_states.setdefault((topic.name, index), set()).update(brokers)
+            else:
+                ready.append((topic, index))
+        return ready
+
+    def elections_ended(self, ctx: ControllerContext, keys: list[Key], now_ms: int, announced: bool = False) -> list:
+        """Elections of ``keys`` ended: a partition no longer being elected is sent to the brokers
+        that were not sent its old state meanwhile, unless the election ``announced`` its state to
+        every broker (it wrote one, or found one decided on a retry)."""
+        ctx.electing.subtract(keys)
+        per_brokers: dict[frozenset, list] = {}
+        for key in keys:
+            if ctx.electing[key] > 0:
+                continue
+            del ctx.electing[key]
+            brokers = ctx.owed_states.pop(key, None)
+            topic = ctx.topics.get(key[0])
+            if brokers and topic is not None and self.controller.in_office(ctx) and not announced:
+                per_brokers.setdefault(frozenset(brokers), []).append((topic, key[1]))
+        effects: list = []
+        for brokers, parts in per_brokers.items():
+            effects.extend(self.controller.channel.send_partition_states(ctx, parts, set(brokers), False, now_ms,
+                                                                         metadata_to=set(brokers)))
+        return effects
+
+    # ------------------------------------------------------------------ electing
+
+    def elect(self, ctx: ControllerContext, keys: list[Key], dead: set[int], now_ms: int,
+              done: Callable[[int], list] | None = None, decide: Decide | None = None,
+              retry: bool = False) -> list:
+        """Re-read the partitions' state znodes, elect, and write each new state with compare-and-set
+        on the version just read; a partition whose write lost a race, or whose read or write got no
+        answer, is read and elected again (``retry``). A retry announces what it finds already
+        decided: it may be an earlier write of this controller applied after all. While a partition
+        is being elected, new brokers are not sent its old state (:meth:`not_electing`).
+        ``done(now_ms)`` runs once the states are written (or nothing needed writing). A broker of
+        ``dead`` stays dead for retries even if it registered again meanwhile (its earlier life
+        ended, and what it held may be gone); once written, a state that brokers coming or going
+        made stale (offline although an ISR member is back, led by a broker now gone) is elected
+        again. ``decide`` defaults to the offline-partition rule."""
+        controller = self.controller
+        outbox, channel = controller.outbox, controller.channel
+        rule = decide or self.offline_rule(ctx)
+        if not retry:
+            ctx.electing.update(keys)
+        if not keys:
+            return done(now_ms) if done else []
+        reads = [GetData(znodes.TopicPartitionStateZNode.path(t, i)) for t, i in keys]
+
+        def revisit(states: list[tuple[Key, LeaderAndIsr]], when_ms: int) -> list:
+            eligible = set(ctx.live_brokers) - ctx.shutting_down
+            stale = [key for key, state in states
+                     if (state.leader < 0 and any(r in eligible for r in state.isr))
+                     or (state.leader >= 0 and state.leader not in ctx.live_brokers)]
+            return self.elect(ctx, stale, set(), when_ms) if stale else []
+
+        def on_read(results: list, when_ms: int) -> list:
+            if not controller.in_office(ctx):   # deposed while reading: a write now would not be fenced
+                self.elections_ended(ctx, keys, when_ms)
+                return done(when_ms) if done else []
+            live = set(ctx.live_brokers)
+            planned, writes, effects, settled, unread = [], [], [], [], []
+            for key, res in zip(keys, results):
+                topic = ctx.topics.get(key[0])
+                if topic is not None and res.error not in (ZkError.NONE, ZkError.NO_NODE):
+                    unread.append(key)
+                    continue
+                if topic is None or res.error is not ZkError.NONE:
+                    self.elections_ended(ctx, [key], when_ms)
+                    continue
+                current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
+                topic.states[key[1]] = current
+                decided = rule(topic, key[1], current, live, dead)
+                if decided is None:
+                    settled.append((key, current))
+                    continue
+                state, unclean = decided
+                if unclean:
+                    effects.append(Log("warning", f"Unclean leader election for {key[0]}-{key[1]}: broker "
+                                                  f"{state.leader} was not in the ISR {list(current.isr)}; "
+                                                  f"records acknowledged by the old ISR may be lost"))
+                planned.append((key, state))
+                writes.append(zk_layout.update_partition_state(key[0], key[1], state))
+            if retry and settled:
+                effects.extend(channel.send_partition_states(
+                    ctx, [(ctx.topics[k[0]], k[1]) for k, _ in settled], None, False, when_ms))
+            effects.extend(self.elections_ended(ctx, [key for key, _ in settled], when_ms, announced=retry))
+            effects.extend(revisit(settled, when_ms))
+            if unread:       # ZooKeeper did not answer: read those again (and announce what was decided)
+                effects.extend(outbox.after(when_ms + CONTROL_RETRY_MS,
+                                            lambda t: self.elect(ctx, unread, dead, t, None, decide, True)
+                                            if controller.in_office(ctx) else self.elections_ended(ctx, unread, t)))
+            if not writes:
+                return effects + (done(when_ms) if done else [])
+            fenced = controller.fenced(ctx, writes)
+            skip = len(fenced) - len(writes)
+            written_keys = [key for key, _ in planned]
+
+            def on_written(written: list, at_ms: int) -> list:
+                if not controller.in_office(ctx):
+                    self.elections_ended(ctx, written_keys, at_ms)
+                    return done(at_ms) if done else []
+                if written and written[0].error is not ZkError.NONE:
+                    # a state changed under us, or our epoch is no longer current: check, re-read, retry
+                    if written[0].error is ZkError.BAD_VERSION:
+                        return controller.check_still_controller(
+                            ctx, lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True), at_ms,
+                            lambda: self.elections_ended(ctx, written_keys, at_ms))
+                    return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
+                        outbox.after(at_ms + CONTROL_RETRY_MS,
+                                     lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True))
+                changed, out = [], []
+                for (key, state), res in zip(planned, written[skip:]):
+                    topic = ctx.topics.get(key[0])
+                    if topic is not None:
+                        topic.states[key[1]] = dataclasses.replace(state, zk_version=res.version)
+                        changed.append((topic, key[1]))
+                        out.append(Log("info", f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
+                                               f"{state.leader_epoch}, ISR {list(state.isr)}"))
+                out.extend(channel.send_partition_states(ctx, changed, None, False, at_ms))
+                out.extend(self.elections_ended(ctx, written_keys, at_ms, announced=True))
+                out.extend(revisit(planned, at_ms))
+                return out + (done(at_ms) if done else [])
+
+            return effects + [outbox.zk(fenced, on_written, transaction=True)]
+
+        return [outbox.zk(reads, on_read)]

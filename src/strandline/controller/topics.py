@@ -1,0 +1,168 @@
+"""Creating and deleting topics, the controller's side (SPEC ASG-1..ASG-3; Kafka's
+AdminZkClient.createTopic with the controller's onNewPartitionCreation, and its
+TopicDeletionManager).
+
+A topic is planned against the live brokers (name, partition count, replication factor, configs,
+the size of its znodes), written in one fenced ZooKeeper transaction with every partition's first
+state, then announced to the brokers. Deleting removes its znodes, then tells the replicas to
+delete their logs (StopReplica) and every broker to forget it (UpdateMetadata).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.config import ConfigError, parse_topic_configs
+from strandline.broker.effects import Log
+from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas, check_replication_factor
+from strandline.controller.context import ControllerContext, TopicCreated
+from strandline.coordination import zk_layout
+from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata, topic_name_error
+from strandline.coordination.store import ZkError
+from strandline.protocol import control
+
+if TYPE_CHECKING:
+    from strandline.controller.controller import Controller
+
+
+class TopicChanges:
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def plan(self, ctx: ControllerContext, name: str, num_partitions: int, replication_factor: int,
+             manual: dict[int, tuple[int, ...]], raw_configs: dict[str, str | None]
+             ) -> TopicMetadata | tuple[ErrorCode, str]:
+        """The topic to create, or why it cannot be. -1 partitions or replication factor: the
+        broker's defaults; ``manual``: an explicit assignment."""
+        config = self.controller.config
+        invalid = topic_name_error(name)
+        if invalid:
+            return ErrorCode.invalid_topic_exception, invalid
+        if name in ctx.topics or name in ctx.creating:
+            return ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
+        try:
+            configs = parse_topic_configs(raw_configs)
+        except ConfigError as exc:
+            return ErrorCode.invalid_config, str(exc)
+        live = ctx.live_broker_ids()
+        if manual:
+            if num_partitions != -1 or replication_factor != -1:
+                return ErrorCode.invalid_request, "Both replica assignments and partitions/replication factor were set"
+            if sorted(manual) != list(range(len(manual))):
+                return ErrorCode.invalid_replica_assignment, "Partitions must be numbered 0..n-1"
+            sizes = {len(r) for r in manual.values()}
+            if len(sizes) != 1 or any(len(set(r)) != len(r) for r in manual.values()):
+                return ErrorCode.invalid_replica_assignment, "Every partition needs the same number of distinct replicas"
+            unknown = sorted({b for r in manual.values() for b in r} - set(live))
+            if unknown:
+                return ErrorCode.invalid_replica_assignment, f"Unknown broker(s) {unknown} in replica assignment"
+            num_partitions, replication_factor = len(manual), len(manual[0])
+        else:
+            if num_partitions == -1:
+                num_partitions = config["num.partitions"]
+            if replication_factor == -1:
+                replication_factor = config["default.replication.factor"]
+            if num_partitions <= 0:
+                return ErrorCode.invalid_partitions, f"Number of partitions must be larger than 0, got {num_partitions}"
+            if not live:
+                return ErrorCode.broker_not_available, "No live brokers"
+        try:
+            check_replication_factor(replication_factor, len(live))
+        except InvalidReplicationFactor as exc:
+            return ErrorCode.invalid_replication_factor, str(exc)
+        # checked before planning: the work grows with the partitions, and the znodes must fit
+        limit = zk_layout.max_partitions(TopicMetadata(name, uuid.UUID(int=0), {}, {}, configs), replication_factor,
+                                         live, ctx.epoch, self.controller.fenced(ctx, []),
+                                         zk_layout.chroot(config["zookeeper.connect"]))
+        if num_partitions > limit:
+            return ErrorCode.invalid_partitions, (
+                f"Number of partitions {num_partitions} is above the limit of {limit} for topic '{name}' with "
+                f"replication factor {replication_factor}: its znodes must fit in one ZooKeeper request of at "
+                f"most {zk_layout.JUTE_MAXBUFFER} bytes (jute.maxbuffer)")
+        if manual:
+            assignment = {p: tuple(r) for p, r in manual.items()}
+        else:
+            n = len(live)
+            racks = {b: ctx.live_brokers[b].rack for b in live}
+            rng = self.controller.rng
+            raw = assign_replicas(live, num_partitions, replication_factor,
+                                  rng.randrange(n), rng.randrange(n), racks=racks)
+            assignment = {p: tuple(r) for p, r in raw.items()}
+        return TopicMetadata(name, self.controller.new_uuid(), assignment, {}, configs)
+
+    def create(self, ctx: ControllerContext, plan: TopicMetadata, done: TopicCreated, now_ms: int) -> list:
+        """Write the topic's znodes in one transaction, then announce its partitions."""
+        controller = self.controller
+        live = set(ctx.live_broker_ids())
+        for index, replicas in plan.assignment.items():
+            alive = tuple(r for r in replicas if r in live)
+            leader = alive[0] if alive else -1
+            plan.states[index] = LeaderAndIsr(leader, 0, alive, ctx.epoch, 0)
+        ctx.creating[plan.name] = [done]
+        ops = controller.fenced(ctx, zk_layout.create_topic_ops(plan, ctx.epoch))
+
+        def on_result(results: list, when_ms: int) -> list:
+            waiters = ctx.creating.pop(plan.name, [])
+            failed = next((r for r in results if r.error is not ZkError.NONE), None)
+            effects: list = []
+            if failed is not None:
+                if failed.error is ZkError.NODE_EXISTS:
+                    error, message = ErrorCode.topic_already_exists, f"Topic '{plan.name}' already exists."
+                elif failed.error is ZkError.BAD_VERSION:
+                    error, message = ErrorCode.not_controller, "This broker is no longer the controller"
+                else:
+                    error, message = ErrorCode.unknown_server_error, f"ZooKeeper error {failed.error.name}"
+                effects.append(Log("warning", f"Creating topic {plan.name} failed: {message}"))
+            else:
+                ctx.topics[plan.name] = plan
+                if controller.in_office(ctx):
+                    parts = [(plan, index) for index in sorted(plan.assignment)]
+                    effects.extend(controller.channel.send_partition_states(ctx, parts, None, True, when_ms))
+                effects.append(Log("info", f"Created topic {plan.name} with {plan.num_partitions} partition(s), "
+                                           f"assignment {dict(plan.assignment)}"))
+                error, message = ErrorCode.none, None
+            for waiter in waiters:
+                effects.extend(waiter(error, message, when_ms))
+            return effects
+
+        return [controller.outbox.zk(ops, on_result, transaction=True)]
+
+    def delete(self, ctx: ControllerContext, name: str, done: Callable[[ErrorCode, str | None, int], list],
+               now_ms: int) -> list:
+        """Remove the topic's znodes; once they are gone, drop it from the cluster."""
+        def on_result(results: list, when_ms: int) -> list:
+            failed = next((r for r in results if r.error not in (ZkError.NONE, ZkError.NO_NODE)), None)
+            if failed is not None:
+                return done(ErrorCode.unknown_server_error, f"ZooKeeper error {failed.error.name}", when_ms)
+            return self._drop(ctx, name, when_ms) + done(ErrorCode.none, None, when_ms)
+
+        return [self.controller.outbox.zk(zk_layout.delete_topic_ops(name), on_result)]
+
+    def _drop(self, ctx: ControllerContext, name: str, now_ms: int) -> list:
+        """After the znodes are gone: StopReplica(delete) to the replicas, and UpdateMetadata
+        marking the partitions deleted to every broker (this one included)."""
+        topic = ctx.topics.get(name)
+        if topic is None:
+            return []
+        effects: list = [Log("info", f"Deleted topic {name}")]
+        if not self.controller.in_office(ctx):
+            del ctx.topics[name]
+            return effects
+        channel = self.controller.channel
+        per_broker: dict[int, list[int]] = {}
+        for index, replicas in topic.assignment.items():
+            for replica in replicas:
+                per_broker.setdefault(replica, []).append(index)
+        for broker_id, indexes in sorted(per_broker.items()):
+            if broker_id in ctx.live_brokers:
+                body = {**channel.header(ctx), "delete_partitions": True,
+                        "topics": [{"name": name, "partition_indexes": sorted(indexes)}]}
+                effects.extend(channel.send(ctx, broker_id, control.STOP_REPLICA, body, now_ms))
+        body = channel.update_metadata_body(ctx, [], [(name, index) for index in sorted(topic.assignment)])
+        del ctx.topics[name]
+        for broker_id in sorted(ctx.live_brokers):
+            effects.extend(channel.send(ctx, broker_id, control.UPDATE_METADATA, body, now_ms))
+        return effects

@@ -1,0 +1,66 @@
+"""``__consumer_offsets``: the log of the groups (Kafka's GroupMetadataManager, its storage side).
+
+The group coordinator writes each change that must survive (a group's membership, committed
+offsets) as records of the offsets partition its group maps to, acks=all through that partition's
+ISR; the broker leading a partition coordinates its groups, and rebuilds them from it when it
+becomes leader. The topic is created on first use with Kafka's defaults, keeping every record
+(``retention.ms=-1``; no log compaction here) so that no commit is lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.effects import Log
+from strandline.group import records as rec
+from strandline.group.coordinator import GroupCoordinator
+
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+Done = Callable[[ErrorCode, int], list]
+#: ``append_internal(topic, index, batch, timeout_ms, done, now_ms)``: append as leader, acks=all.
+AppendInternal = Callable[[str, int, bytearray, int, Done, int], list]
+#: ``read_log(topic, index)``: every record batch of this broker's replica.
+ReadLog = Callable[[str, int], bytes]
+
+
+class OffsetsTopic:
+    def __init__(self, config: Any, append_internal: AppendInternal, read_log: ReadLog) -> None:
+        self.config = config
+        self.append_internal = append_internal
+        self.read_log = read_log
+
+    def append(self, index: int, records: list, done: Done, now_ms: int) -> list:
+        """Write records to an offsets partition this broker leads; ``done`` once the ISR has them:
+        NOT_COORDINATOR when it does not lead it, COORDINATOR_NOT_AVAILABLE when too few replicas."""
+        def mapped(error: ErrorCode, when_ms: int) -> list:
+            if error in (ErrorCode.none, ErrorCode.request_timed_out):
+                return done(error, when_ms)
+            if error is ErrorCode.not_leader_or_follower:
+                return done(ErrorCode.not_coordinator, when_ms)
+            return done(ErrorCode.coordinator_not_available, when_ms)
+
+        batch = rec.build_batch(records, now_ms)
+        return self.append_internal(OFFSETS_TOPIC, index, batch, self.config["offsets.commit.timeout.ms"],
+                                    mapped, now_ms)
+
+    def creation(self, live_brokers: int) -> tuple[int, int, dict[str, str]]:
+        """Partitions, replication factor and configs to create the topic with."""
+        cfg = self.config
+        rf = max(1, min(cfg["offsets.topic.replication.factor"], live_brokers))
+        configs = {"retention.ms": "-1", "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
+        return cfg["offsets.topic.num.partitions"], rf, configs
+
+    def on_leadership(self, coordinator: GroupCoordinator, topic: str, index: int, leader: bool,
+                      now_ms: int) -> list:
+        """Loading and unloading the groups of an offsets partition as its leadership moves."""
+        if topic != OFFSETS_TOPIC:
+            return []
+        if not leader:
+            return coordinator.unload_partition(index) if index in coordinator.owned else []
+        count = coordinator.load_partition(index, rec.iter_records(self.read_log(topic, index)), now_ms)
+        return [Log("info", f"Coordinator of the groups of {OFFSETS_TOPIC}-{index} "
+                            f"({count} record(s) loaded)")] if count else []

@@ -1,0 +1,146 @@
+"""ISR changes a leader makes and tells the cluster about (SPEC ISR-3..ISR-6; Kafka's
+``Partition.maybeShrinkIsr`` / ``maybeExpandIsr`` and the ``isr-change-propagation`` task).
+
+Each change is written to the partition's state znode with compare-and-set on the version the
+leader knows. It counts for the high watermark at once (Kafka's maximal ISR) but replaces the ISR
+only once ZooKeeper has it; an answer that does not say whether it was applied, or a version
+conflict, is settled by reading the state back. Changed partitions are announced under
+``/isr_change_notification`` once quiet for 5 s (or every 60 s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from strandline.broker.effects import Log
+from strandline.broker.outbox import Outbox
+from strandline.coordination import zk_layout
+from strandline.coordination import znodes
+from strandline.coordination.metadata import LeaderAndIsr, MetadataCache
+from strandline.coordination.store import GetData, ZkError
+from strandline.replication.partition import Partition
+
+ISR_CHANGE_CHECK_INTERVAL_MS = 2500   # Kafka's isr-change-propagation task period
+ISR_CHANGE_BLACKOUT_MS = 5000         # propagate once the last change is this old...
+ISR_CHANGE_MAX_DELAY_MS = 60000       # ...or at least this often
+ISR_READ_BACK_RETRY_MS = 500          # read a partition's state again while ZooKeeper cannot answer
+
+
+class IsrManager:
+    def __init__(self, partitions: dict[tuple[str, int], Partition], metadata: MetadataCache, outbox: Outbox,
+                 high_watermark_moved: Callable[[list, int], list], now_ms: int) -> None:
+        self.partitions = partitions
+        self.metadata = metadata
+        self.outbox = outbox
+        self.high_watermark_moved = high_watermark_moved
+        self._change_set: set[tuple[str, int]] = set()
+        self._last_change_ms = 0
+        self._last_propagation_ms = now_ms
+
+    def change_isr(self, partition: Partition, new_isr: tuple[int, ...], now_ms: int) -> list:
+        """ISR-5: write the new ISR with compare-and-set on the state znode's version; it counts
+        for the high watermark at once (the maximal ISR) but replaces the ISR only once ZooKeeper
+        has it. An answer that does not say (connection loss) or a version conflict is settled by
+        reading the state back, as Kafka's ``checkLeaderAndIsrZkData`` does."""
+        state = LeaderAndIsr(partition.leader_id, partition.leader_epoch, tuple(new_isr),
+                             partition.controller_epoch, partition.zk_version)
+        partition.pending_isr = state.isr
+        op = zk_layout.update_partition_state(partition.topic, partition.index, state)
+
+        def on_result(results: list, when_ms: int) -> list:
+            if not self._still_pending(partition, state):
+                return []       # the controller has told this broker a newer state meanwhile
+            if results[0].error is ZkError.NONE:
+                return self._isr_changed(partition, state, results[0].version, when_ms)
+            partition.isr_outcome_unknown = True
+            return self._read_back_isr(partition, state, when_ms)
+
+        return [self.outbox.zk([op], on_result)]
+
+    def _still_pending(self, partition: Partition, state: LeaderAndIsr) -> bool:
+        """Whether ``state`` is still the change in flight: same partition object, still leader
+        in the same epoch on the same znode version (no LeaderAndIsr came in between)."""
+        key = (partition.topic, partition.index)
+        return self.partitions.get(key) is partition and partition.is_leader and \
+            partition.pending_isr == state.isr and partition.leader_epoch == state.leader_epoch and \
+            partition.zk_version == state.zk_version
+
+    def _read_back_isr(self, partition: Partition, state: LeaderAndIsr, now_ms: int) -> list:
+        """What ZooKeeper holds decides: exactly our write (applied after all), the version we
+        wrote on (not applied: our view is current, the change may be proposed again), or
+        anything else (our view is stale: no more writes until the controller says our role).
+        While ZooKeeper cannot be read the partition acknowledges nothing and asks again."""
+        key = (partition.topic, partition.index)
+
+        def on_read(results: list, when_ms: int) -> list:
+            if not self._still_pending(partition, state):
+                return []
+            res = results[0]
+            if res.error is not ZkError.NONE:
+                return self.outbox.after(when_ms + ISR_READ_BACK_RETRY_MS,
+                                   lambda t: self._read_back_isr(partition, state, t)
+                                   if self._still_pending(partition, state) else [])
+            current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
+            if dataclasses.replace(current, zk_version=0) == dataclasses.replace(state, zk_version=0):
+                return self._isr_changed(partition, state, current.zk_version, when_ms)
+            if current.zk_version == state.zk_version:
+                partition.pending_isr = None
+                partition.isr_outcome_unknown = False
+                return [Log("info", f"ISR change of {key[0]}-{key[1]} to {list(state.isr)} was not applied; "
+                                    f"ZooKeeper still holds version {current.zk_version}")]
+            partition.pending_isr = None
+            partition.isr_outcome_unknown = False
+            partition.isr_update_failed = True
+            return [Log("warning", f"Cached zkVersion {state.zk_version} of {key[0]}-{key[1]} is not the one in "
+                                   f"ZooKeeper ({current.zk_version}: leader {current.leader}, epoch "
+                                   f"{current.leader_epoch}, ISR {list(current.isr)}); skip updating ISR and "
+                                   f"acknowledge no write until the controller says this broker's role")] + \
+                self.high_watermark_moved([key], when_ms)
+
+        return [self.outbox.zk([GetData(znodes.TopicPartitionStateZNode.path(*key))], on_read)]
+
+    def _isr_changed(self, partition: Partition, state: LeaderAndIsr, zk_version: int, now_ms: int) -> list:
+        key = (partition.topic, partition.index)
+        old_isr = partition.isr
+        advanced = partition.apply_isr(state.isr, zk_version, now_ms)
+        self._record_change(key, now_ms)
+        topic = self.metadata.topics.get(key[0])
+        if topic is not None:
+            topic.states[key[1]] = dataclasses.replace(state, zk_version=zk_version)
+        effects: list = [Log("info", f"ISR of {key[0]}-{key[1]} changed from {list(old_isr)} to {list(state.isr)}")]
+        return effects + self.high_watermark_moved([key] if advanced else [], now_ms)
+
+    def _record_change(self, key: tuple[str, int], now_ms: int) -> None:
+        self._change_set.add(key)
+        self._last_change_ms = now_ms
+
+    def maybe_shrink_isrs(self, now_ms: int) -> list:
+        """ISR-3: the isr-expiration task drops followers that lag more than replica.lag.time.max.ms."""
+        effects: list = []
+        for partition in self.partitions.values():
+            new_isr = partition.isr_to_shrink(now_ms)
+            if new_isr is not None:
+                effects.extend(self.change_isr(partition, new_isr, now_ms))
+        return effects
+
+    def maybe_propagate_isr_changes(self, now_ms: int) -> list:
+        """ISR-6: write changed partitions as one sequential node under /isr_change_notification once
+        the last change is 5 s old, or at least every 60 s."""
+        if not self._change_set:
+            return []
+        if not (self._last_change_ms + ISR_CHANGE_BLACKOUT_MS < now_ms
+                or self._last_propagation_ms + ISR_CHANGE_MAX_DELAY_MS < now_ms):
+            return []
+        changed = sorted(self._change_set)
+        self._change_set.clear()
+        self._last_propagation_ms = now_ms
+
+        def on_result(results: list, when_ms: int) -> list:
+            if results[0].error is ZkError.NONE:
+                return []
+            # not written (or not known to be): tell again on the next round; a duplicate is harmless
+            self._change_set.update(changed)
+            return [Log("warning", f"Writing the ISR change notification failed ({results[0].error.name}); "
+                                   f"will write it again")]
+        return [self.outbox.zk([zk_layout.isr_change_notification(changed)], on_result)]

@@ -1,0 +1,542 @@
+"""``ReplicaManager``: the partitions this broker hosts (Kafka's ReplicaManager).
+
+It applies the controller's decisions (LeaderAndIsr: become leader or follower; UpdateMetadata: the
+metadata cache; StopReplica), appends records as leader and reads them for consumers and followers,
+holds the produce and fetch purgatories (acks=all waits, long-poll fetches), and checkpoints high
+watermarks. ISR changes are its :class:`IsrManager`'s, the follower side its
+:class:`ReplicaFetcherManager`'s. Pure: it returns effects; time comes in as ``now_ms``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable, Iterable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.config import ConfigError, parse_topic_configs
+from strandline.broker.effects import Log
+from strandline.broker.outbox import Outbox
+from strandline.coordination import znodes
+from strandline.coordination.metadata import LeaderAndIsr, MetadataCache, TopicMetadata
+from strandline.coordination.store import GetData, ZkError
+from strandline.coordination.znodes import BrokerInfo
+from strandline.log.manager import LogManager
+from strandline.protocol import control
+from strandline.replication.fetcher_manager import ReplicaFetcherManager
+from strandline.replication.isr_manager import IsrManager
+from strandline.replication.partition import Partition
+from strandline.replication.purgatory import DelayedOperation, Purgatory
+from strandline.replication.truncation import legacy_truncation_offset
+from strandline.replication.validation import validate_produce_records
+from strandline.protocol.records import read_header
+
+LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
+
+#: ``listener(topic, index, leader, now_ms)``: this broker became leader (True) or stopped leading.
+LeadershipListener = Callable[[str, int, bool, int], list]
+
+
+class ReplicaManager:
+    def __init__(self, config: Any, logs: LogManager, metadata: MetadataCache, outbox: Outbox,
+                 broker_epoch: Callable[[], int], now_ms: int) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.logs = logs
+        self.metadata = metadata
+        self.outbox = outbox
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.produce_purgatory = Purgatory()
+        self.fetch_purgatory = Purgatory()
+        self.controller_epoch = 0          # the newest controller epoch this broker has heard from
+        self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
+        self.heard_from_controller = False
+        self.loading_topics: set[str] = set()      # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
+        self.leadership_listeners: list[LeadershipListener] = []
+        self._hw_checkpoint: dict | None = None
+        self.isr_manager = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms)
+        self.fetcher_manager = ReplicaFetcherManager(config, self.partitions, metadata, outbox, self.fetch_purgatory)
+
+    # ------------------------------------------------------------------ partitions and logs
+
+    def open_partition(self, topic: TopicMetadata, index: int, now_ms: int) -> Partition:
+        """The partition object of a local replica, opening (or creating) its log."""
+        key = (topic.name, index)
+        partition = self.partitions.get(key)
+        if partition is not None:
+            return partition
+        config = self.config
+        log_config = config.log_config(topic.configs)
+        log = self.logs.get_or_create_log(topic.name, index, log_config, now_ms)
+        hws = self._high_watermarks()
+        partition = Partition(topic.name, index, self.broker_id, log,
+                              replica_lag_time_max_ms=config["replica.lag.time.max.ms"])
+        partition.high_watermark = min(max(hws.get(key, 0), log.log_start_offset), log.log_end_offset)
+        partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
+        partition.rebuild_producer_state()
+        self.partitions[key] = partition
+        return partition
+
+    def startup(self, cluster_id: str | None, brokers: dict[int, BrokerInfo], topics: dict[str, TopicMetadata],
+                controller_id: int, controller_epoch: int, now_ms: int) -> list:
+        """Install the cluster as read from ZooKeeper at start-up (unless the controller's requests,
+        which can arrive between registration and this call, said something newer), open the
+        replicas assigned to this broker and delete the logs of others. Leadership comes only from
+        the controller's LeaderAndIsr."""
+        md = self.metadata
+        md.cluster_id = cluster_id
+        if self.heard_from_controller:
+            for name, topic in topics.items():
+                md.topics.setdefault(name, topic)
+            topics = md.topics
+            if controller_epoch > self.controller_epoch:
+                self.controller_epoch, md.controller_id = controller_epoch, controller_id
+        else:
+            md.brokers = dict(brokers)
+            md.controller_id = controller_id
+            self.controller_epoch = controller_epoch
+            md.topics = dict(topics)
+        effects: list = []
+        for topic in topics.values():
+            for index, replicas in sorted(topic.assignment.items()):
+                if self.broker_id in replicas:
+                    self.open_partition(topic, index, now_ms)
+        for (name, index) in list(self.logs.logs):
+            topic = topics.get(name)
+            if topic is None or index not in topic.assignment or self.broker_id not in topic.assignment[index]:
+                self.logs.delete_log(name, index)
+                effects.append(Log("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
+        return effects
+
+    def leader_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
+        """The partition if this broker leads it, else why not (Kafka's getPartitionOrError)."""
+        partition = self.partitions.get((topic, index))
+        if partition is None or not partition.is_leader:
+            return None, self.not_served(topic, index)
+        return partition, ErrorCode.none
+
+    def not_served(self, topic: str, index: int) -> ErrorCode:
+        """Why this broker cannot serve a partition: it does not exist, or another broker leads it."""
+        known = self.metadata.topics.get(topic)
+        if known is None or index not in known.assignment:
+            return ErrorCode.unknown_topic_or_partition
+        return ErrorCode.not_leader_or_follower
+
+    def _high_watermarks(self) -> dict:
+        if self._hw_checkpoint is None:
+            self._hw_checkpoint = self.logs.read_high_watermarks()
+        return self._hw_checkpoint
+
+    def checkpoint_high_watermarks(self) -> None:
+        self.logs.write_high_watermarks({key: p.high_watermark for key, p in self.partitions.items()})
+
+    # ------------------------------------------------------------------ the controller's requests
+
+    def handle_control(self, api_key: int, body: dict, respond: Callable[[dict], list], now_ms: int) -> list:
+        """LeaderAndIsr, UpdateMetadata or StopReplica from the controller: requests of an older
+        controller epoch, or addressed to an earlier registration of this broker (KIP-380), are
+        refused; topics this broker does not know yet are read from ZooKeeper first."""
+        if body["controller_epoch"] < self.controller_epoch:
+            return respond(_control_error(api_key, ErrorCode.stale_controller_epoch))
+        if 0 <= body["broker_epoch"] < self.broker_epoch():
+            return respond(_control_error(api_key, ErrorCode.stale_broker_epoch))
+        missing = self._unknown_topics(api_key, body)
+        if missing:
+            self.loading_topics.update(missing)
+
+            def loaded(when_ms: int) -> list:
+                self.loading_topics.difference_update(missing)
+                effects, answer = self.apply_control(api_key, body, when_ms)
+                return effects + respond(answer)
+            return self._load_topics(missing, loaded)
+        effects, answer = self.apply_control(api_key, body, now_ms)
+        return effects + respond(answer)
+
+    def apply_control(self, api_key: int, body: dict, now_ms: int) -> tuple[list, dict]:
+        """Carry out a control request (the controller's own ones come straight here)."""
+        self.heard_from_controller = True
+        if body["controller_epoch"] > self.controller_epoch or self.metadata.controller_id < 0:
+            self.controller_epoch = body["controller_epoch"]
+            self.metadata.controller_id = body["controller_id"]
+        if api_key == control.LEADER_AND_ISR:
+            return self.become_leader_or_follower(body, now_ms)
+        if api_key == control.UPDATE_METADATA:
+            return self.maybe_update_metadata_cache(body, now_ms), {"error_code": ErrorCode.none}
+        return self.stop_replicas(body, now_ms)
+
+    def _unknown_topics(self, api_key: int, body: dict) -> list[str]:
+        if api_key == control.STOP_REPLICA:
+            return []
+        names = []
+        for ts in body["topic_states"]:
+            if ts["topic_name"] not in self.metadata.topics and any(p["leader"] != LEADER_DURING_DELETE
+                                                                    for p in ts["partition_states"]):
+                names.append(ts["topic_name"])
+        return names
+
+    def learn_topics(self, topics: Iterable[TopicMetadata]) -> None:
+        """Topics as the controller knows them (its own requests to this broker): their
+        assignment, id and configs, as :meth:`_load_topics` would read them."""
+        for topic in topics:
+            if topic.name not in self.metadata.topics:
+                self.metadata.topics[topic.name] = TopicMetadata(topic.name, topic.topic_id, dict(topic.assignment),
+                                                                 {}, dict(topic.configs))
+
+    def _load_topics(self, names: list[str], then: Callable[[int], list]) -> list:
+        """Read topics' assignment, id and configs from ZooKeeper into the metadata cache."""
+        ops = []
+        for name in names:
+            ops += [GetData(znodes.TopicZNode.path(name)), GetData(znodes.ConfigEntityZNode.path("topics", name))]
+
+        def on_result(results: list, when_ms: int) -> list:
+            effects: list = []
+            for i, name in enumerate(names):
+                topic_res, config_res = results[2 * i], results[2 * i + 1]
+                if topic_res.error is not ZkError.NONE or name in self.metadata.topics:
+                    continue
+                assignment, topic_id = znodes.TopicZNode.decode(topic_res.data)
+                configs: dict[str, Any] = {}
+                if config_res.error is ZkError.NONE and config_res.data:
+                    try:
+                        configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(config_res.data))
+                    except ConfigError as exc:
+                        effects.append(Log("warning", f"Ignoring bad config of topic {name}: {exc}"))
+                self.metadata.topics[name] = TopicMetadata(
+                    name, topic_id or uuid.UUID(int=0), {int(p): tuple(r) for p, r in assignment.items()},
+                    {}, configs)
+            return effects + then(when_ms)
+
+        return [self.outbox.zk(ops, on_result)]
+
+    def become_leader_or_follower(self, body: dict, now_ms: int) -> tuple[list, dict]:
+        effects: list = []
+        errors: list[dict] = []
+        changed: list[tuple[str, int]] = []
+        for leader in body["live_leaders"]:
+            if leader["broker_id"] not in self.metadata.brokers:
+                self.metadata.brokers[leader["broker_id"]] = BrokerInfo(
+                    leader["broker_id"], leader["host_name"], leader["port"])
+        for ts in body["topic_states"]:
+            name = ts["topic_name"]
+            topic = self.metadata.topics.get(name)
+            for ps in ts["partition_states"]:
+                index = ps["partition_index"]
+                replicas = tuple(ps["replicas"])
+                code = ErrorCode.none
+                if topic is None or self.broker_id not in replicas:
+                    code = ErrorCode.unknown_topic_or_partition
+                else:
+                    partition = self.open_partition(topic, index, now_ms)
+                    if ps["leader_epoch"] <= partition.leader_epoch:
+                        code = ErrorCode.stale_controller_epoch
+                    else:
+                        state = LeaderAndIsr(ps["leader"], ps["leader_epoch"], tuple(ps["isr"]),
+                                             ps["controller_epoch"], ps["zk_version"])
+                        topic.assignment[index] = replicas
+                        if state.leader == self.broker_id:
+                            effects.extend(self._make_leader(partition, state, replicas, now_ms))
+                        else:
+                            effects.extend(self._make_follower(partition, state, replicas, now_ms))
+                        changed.append((name, index))
+                errors.append({"topic_name": name, "partition_index": index, "error_code": code})
+        if changed:
+            effects.extend(self.produce_purgatory.check_keys(changed, now_ms))
+            effects.extend(self.fetch_purgatory.check_keys(changed, now_ms))
+        effects.extend(self.fetcher_manager.maybe_send_fetches(now_ms))
+        return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
+
+    def _leadership_changed(self, partition: Partition, leader: bool, now_ms: int) -> list:
+        effects: list = []
+        for listener in self.leadership_listeners:
+            effects.extend(listener(partition.topic, partition.index, leader, now_ms))
+        return effects
+
+    def _make_leader(self, partition: Partition, state: LeaderAndIsr, replicas: tuple[int, ...],
+                     now_ms: int) -> list:
+        key = (partition.topic, partition.index)
+        self.fetcher_manager.remove_partitions([key])
+        was_follower = not partition.is_leader and partition.leader_epoch >= 0
+        partition.make_leader(state, replicas, now_ms)
+        if was_follower:
+            partition.rebuild_producer_state()   # a follower appended without tracking producers
+        return [Log("info", f"Leader of {key[0]}-{key[1]} in epoch {state.leader_epoch}, ISR {list(state.isr)}, "
+                            f"LEO {partition.log_end_offset}, HW {partition.high_watermark}")] + \
+            self._leadership_changed(partition, True, now_ms)
+
+    def _make_follower(self, partition: Partition, state: LeaderAndIsr, replicas: tuple[int, ...],
+                       now_ms: int) -> list:
+        key = (partition.topic, partition.index)
+        self.fetcher_manager.remove_partitions([key])
+        partition.make_follower(state, replicas)
+        effects: list = self._leadership_changed(partition, False, now_ms)
+        effects.append(Log("info", f"Follower of {key[0]}-{key[1]} in epoch {state.leader_epoch}, "
+                                   f"leader {state.leader}, LEO {partition.log_end_offset}"))
+        if state.leader < 0:
+            return effects
+        truncating = True
+        if self.config["replication.truncation"] == "high-watermark":
+            effects.extend(self.fetcher_manager.truncate(partition, legacy_truncation_offset(
+                partition.high_watermark, partition.log_end_offset), "its high watermark (legacy mode)"))
+            truncating = False
+        self.fetcher_manager.add_partition(key, state.leader, state.leader_epoch, truncating)
+        return effects
+
+    def maybe_update_metadata_cache(self, body: dict, now_ms: int) -> list:
+        md = self.metadata
+        brokers = {}
+        for b in body["live_brokers"]:
+            ep = b["endpoints"][0] if b["endpoints"] else {"host": "", "port": -1}
+            brokers[b["id"]] = BrokerInfo(b["id"], ep["host"], ep["port"], b["rack"])
+        md.brokers = brokers
+        effects: list = []
+        for ts in body["topic_states"]:
+            name = ts["topic_name"]
+            for ps in ts["partition_states"]:
+                if ps["leader"] == LEADER_DURING_DELETE:
+                    if md.topics.pop(name, None) is not None:
+                        effects.append(Log("info", f"Topic {name} deleted from the metadata cache"))
+                    break
+                topic = md.topics.get(name)
+                if topic is None:
+                    continue
+                index = ps["partition_index"]
+                cached = topic.states.get(index)
+                if cached is not None and (ps["leader_epoch"], ps["zk_version"]) < (cached.leader_epoch,
+                                                                                     cached.zk_version):
+                    continue        # older than what we know (a late or replayed UpdateMetadata)
+                topic.assignment[index] = tuple(ps["replicas"])
+                topic.states[index] = LeaderAndIsr(
+                    ps["leader"], ps["leader_epoch"], tuple(ps["isr"]), ps["controller_epoch"], ps["zk_version"])
+        return effects + self.fetcher_manager.maybe_send_fetches(now_ms)
+
+    def stop_replicas(self, body: dict, now_ms: int) -> tuple[list, dict]:
+        effects: list = []
+        errors = []
+        keys = [(t["name"], i) for t in body["topics"] for i in t["partition_indexes"]]
+        self.fetcher_manager.remove_partitions(keys)
+        for key in keys:
+            partition = self.partitions.get(key)
+            if partition is not None and partition.is_leader:
+                effects.extend(self._leadership_changed(partition, False, now_ms))
+            if partition is not None and body["delete_partitions"]:
+                del self.partitions[key]
+                self.logs.delete_log(*key)
+                effects.append(Log("info", f"Deleted log of {key[0]}-{key[1]}"))
+            errors.append({"topic_name": key[0], "partition_index": key[1], "error_code": ErrorCode.none})
+        effects.extend(self.produce_purgatory.check_keys(keys, now_ms))
+        effects.extend(self.fetch_purgatory.check_keys(keys, now_ms))
+        return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
+
+    # ------------------------------------------------------------------ appends
+
+    def append_to_leader(self, topic: TopicMetadata, index: int, records: bytes, acks: int,
+                         now_ms: int) -> tuple[list, int | None]:
+        """Validate and append one partition's batch as leader. Returns the produce result
+        ``[error, base offset, log append time, log start offset, message]`` and, when acks=all,
+        the offset the high watermark must reach."""
+        partition = self.partitions.get((topic.name, index))
+        if partition is None or not partition.is_leader:
+            return [ErrorCode.not_leader_or_follower, -1, -1, -1, None], None
+        checked = validate_produce_records(records, partition.log.config.max_message_bytes)
+        if checked.error is not ErrorCode.none:
+            return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
+        min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
+        outcome = partition.append_records_to_leader(bytearray(records), checked.header, acks, min_isr, now_ms)
+        if outcome.error is not ErrorCode.none:
+            return [outcome.error, -1, -1, partition.log_start_offset, outcome.message], None
+        if self.config.topic_value(topic.configs, "flush.on.ack"):
+            partition.log.flush()
+        result = [ErrorCode.none, outcome.base_offset, outcome.log_append_time, partition.log_start_offset, None]
+        return result, (outcome.last_offset + 1 if acks == -1 else None)
+
+    def appended(self, keys: list[tuple[str, int]], now_ms: int) -> list:
+        """New records: long-polling fetches of these partitions may complete."""
+        return self.fetch_purgatory.check_keys(keys, now_ms)
+
+    def await_replication(self, conn_id: int, waiting: dict[tuple[str, int], int], results: dict,
+                          timeout_ms: int, respond: Callable[[], list], now_ms: int) -> list:
+        """acks=all: answer once the high watermark of each partition reaches its offset (ACK-1),
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile
+        (ACK-2), NOT_LEADER_OR_FOLLOWER when leadership moved, REQUEST_TIMED_OUT at the timeout."""
+        if not waiting or all(self.partitions[k].high_watermark >= off for k, off in waiting.items()):
+            return respond()
+
+        def try_complete(when_ms: int, expired: bool) -> list | None:
+            for key, required in list(waiting.items()):
+                partition = self.partitions.get(key)
+                if partition is None or not partition.is_leader or partition.isr_update_failed:
+                    results[key][0] = ErrorCode.not_leader_or_follower
+                    del waiting[key]
+                elif partition.high_watermark >= required:
+                    topic = self.metadata.topics.get(key[0])
+                    min_isr = self.config.topic_value(topic.configs if topic else {}, "min.insync.replicas")
+                    if len(partition.isr) < min_isr:
+                        results[key][0] = ErrorCode.not_enough_replicas_after_append
+                    del waiting[key]
+            if waiting and not expired:
+                return None
+            for key in waiting:
+                results[key][0] = ErrorCode.request_timed_out
+            return respond()
+
+        self.produce_purgatory.watch(DelayedOperation(conn_id, now_ms + timeout_ms, tuple(waiting), try_complete))
+        return []
+
+    def append_internal(self, topic: str, index: int, batch: bytearray, timeout_ms: int,
+                        done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+        """A batch the broker writes itself (``__consumer_offsets``), acks=all: ``done(error)``
+        once the ISR has it, NOT_LEADER_OR_FOLLOWER when this broker does not lead the partition."""
+        key = (topic, index)
+        partition = self.partitions.get(key)
+        known = self.metadata.topics.get(topic)
+        if partition is None or not partition.is_leader or known is None:
+            return done(ErrorCode.not_leader_or_follower, now_ms)
+        min_isr = self.config.topic_value(known.configs, "min.insync.replicas")
+        outcome = partition.append_records_to_leader(batch, read_header(batch, 0), -1, min_isr, now_ms)
+        if outcome.error is not ErrorCode.none:
+            return done(outcome.error, now_ms)
+        effects = self.fetch_purgatory.check_keys([key], now_ms)
+        required = outcome.last_offset + 1
+        if partition.high_watermark >= required:
+            return effects + done(ErrorCode.none, now_ms)
+
+        def try_complete(when_ms: int, expired: bool) -> list | None:
+            if not partition.is_leader or self.partitions.get(key) is not partition:
+                return done(ErrorCode.not_leader_or_follower, when_ms)
+            if partition.high_watermark >= required:
+                return done(ErrorCode.none, when_ms)
+            if expired:
+                return done(ErrorCode.request_timed_out, when_ms)
+            return None
+
+        self.produce_purgatory.watch(DelayedOperation(-1, now_ms + timeout_ms, (key,), try_complete))
+        return effects
+
+    # ------------------------------------------------------------------ reads
+
+    def read_log(self, topic: str, index: int) -> bytes:
+        """Every record batch of this broker's replica of a partition (empty if it has none)."""
+        partition = self.partitions.get((topic, index))
+        if partition is None or not partition.log.log_end_offset:
+            return b""
+        log = partition.log
+        return log.read(log.log_start_offset, 1 << 40, max_offset=log.log_end_offset)
+
+    def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
+                       isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int) -> list:
+        """Read whole batches for a consumer (below the HW) or a follower (below the LEO, REP-1);
+        a fetch with too little data waits up to ``max_wait_ms`` for appends (REP-2). A follower's
+        fetch also reports its progress (:meth:`_follower_fetched`)."""
+        committed_only = replica_id < 0
+        served: list = []     # the partitions read without error, for a follower's progress
+
+        def read_all() -> tuple[list, int, bool]:
+            total = 0
+            errors = False
+            served.clear()
+            budget = max_bytes
+            by_topic: dict[str, list] = {}
+            order: list[str] = []
+            for name, p in wanted:
+                partition = self.partitions.get((name, p.partition))
+                # a follower may ask before this broker has applied the LeaderAndIsr that makes it
+                # leader (it waits on ZooKeeper): the fetch waits for it instead of failing
+                arriving = replica_id >= 0 and name in self.loading_topics
+                entry = {"partition_index": p.partition, "error_code": ErrorCode.none, "high_watermark": -1,
+                         "last_stable_offset": -1, "log_start_offset": -1,
+                         "aborted_transactions": None if isolation == 0 else [],
+                         "preferred_read_replica": -1, "records": b""}
+                if partition is None:
+                    entry["error_code"] = self.not_served(name, p.partition)
+                    errors = errors or not arriving
+                else:
+                    result = partition.read_records(
+                        p.fetch_offset, min(p.partition_max_bytes, budget),
+                        getattr(p, "current_leader_epoch", -1),
+                        committed_only=committed_only, min_one_batch=total == 0)
+                    entry["error_code"] = result.error
+                    errors = errors or (result.error is not ErrorCode.none and not arriving)
+                    if result.error is ErrorCode.none:
+                        served.append((name, p))
+                    entry["high_watermark"] = result.high_watermark
+                    entry["last_stable_offset"] = result.high_watermark
+                    entry["log_start_offset"] = result.log_start_offset
+                    entry["records"] = result.records
+                    total += len(result.records)
+                    budget = max(0, budget - len(result.records))
+                if name not in by_topic:
+                    by_topic[name] = []
+                    order.append(name)
+                by_topic[name].append(entry)
+            topics = [{"topic": name, "partitions": by_topic[name]} for name in order]
+            return topics, total, errors
+
+        topics, total, errors = read_all()
+        effects: list = []
+        if replica_id >= 0:
+            effects = self._follower_fetched(replica_id, list(served), now_ms)
+        if max_wait_ms <= 0 or total >= min_bytes or errors or not wanted:
+            return effects + respond(topics)
+
+        def try_complete(when_ms: int, expired: bool) -> list | None:
+            topics, total, errors = read_all()
+            if expired or total >= min_bytes or errors:
+                return respond(topics)
+            return None
+
+        keys = tuple((name, p.partition) for name, p in wanted)
+        self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms, keys, try_complete))
+        return effects
+
+    def _follower_fetched(self, follower_id: int, served: list, now_ms: int) -> list:
+        """A follower's fetch offset is its LEO (REP-1): for the partitions its fetch was served
+        (an answer with an error says nothing of its progress), update its state on the leader,
+        complete what a higher HW allows, and propose ISR expansion (ISR-4) unless the controller
+        considers that broker dead (KIP-841: the latest UpdateMetadata does not list it)."""
+        advanced = []
+        effects: list = []
+        alive = follower_id in self.metadata.brokers
+        for name, p in served:
+            partition = self.partitions.get((name, p.partition))
+            if partition is None or not partition.is_leader:
+                continue
+            if partition.update_follower_fetch_state(follower_id, p.fetch_offset, now_ms):
+                advanced.append((name, p.partition))
+            new_isr = partition.isr_to_expand(follower_id) if alive else None
+            if new_isr is not None:
+                effects.extend(self.isr_manager.change_isr(partition, new_isr, now_ms))
+        return effects + self.high_watermark_moved(advanced, now_ms)
+
+    def high_watermark_moved(self, keys: list, now_ms: int) -> list:
+        if not keys:
+            return []
+        return self.produce_purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
+
+    # ------------------------------------------------------------------ time and connections
+
+    def maybe_shrink_isrs(self, now_ms: int) -> list:
+        return self.isr_manager.maybe_shrink_isrs(now_ms)
+
+    def maybe_propagate_isr_changes(self, now_ms: int) -> list:
+        return self.isr_manager.maybe_propagate_isr_changes(now_ms)
+
+    def maybe_send_fetches(self, now_ms: int) -> list:
+        return self.fetcher_manager.maybe_send_fetches(now_ms)
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.produce_purgatory.next_deadline(),
+                                 self.fetch_purgatory.next_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def expire_delayed(self, now_ms: int) -> list:
+        return self.produce_purgatory.expire(now_ms) + self.fetch_purgatory.expire(now_ms)
+
+    def connection_closed(self, conn_id: int) -> None:
+        self.produce_purgatory.cancel_connection(conn_id)
+        self.fetch_purgatory.cancel_connection(conn_id)
+
+
+def _control_error(api_key: int, code: ErrorCode) -> dict:
+    if api_key == control.UPDATE_METADATA:
+        return {"error_code": code}
+    return {"error_code": code, "partition_errors": []}
