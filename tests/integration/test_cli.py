@@ -63,7 +63,7 @@ def test_zookeeper_command_reports_missing_java(tmp_path):
 
 
 def test_up_writes_cluster_json_registers_in_zookeeper_and_stops_cleanly(tmp_path):
-    ports = free_ports(2)
+    ports = free_ports(4)      # the last two: nobody listens there
     data = tmp_path / "data"
     c = Cluster(data, 1, ports[1], ports[0]).start()
     try:
@@ -105,6 +105,13 @@ def test_up_writes_cluster_json_registers_in_zookeeper_and_stops_cleanly(tmp_pat
             for field in ("Leader: 1", "Replicas: 1", "Isr: 1", "LeaderEpoch: 0", "HW: 0", "LEO: 0"):
                 assert field in row
         assert "layout" in run_cli("topics", "list", "--bootstrap-server", c.bootstrap).stdout
+        # a bootstrap list, as Kafka's tools take it: the first broker that is up answers
+        listed = run_cli("topics", "list", "--bootstrap-server", f"127.0.0.1:{ports[2]},{c.bootstrap}")
+        assert listed.returncode == 0 and "layout" in listed.stdout, listed.stderr
+        none_up = run_cli("topics", "list", "--bootstrap-server", f"127.0.0.1:{ports[2]},127.0.0.1:{ports[3]}")
+        assert none_up.returncode != 0 and none_up.stdout == ""
+        [line] = none_up.stderr.splitlines()
+        assert f"127.0.0.1:{ports[2]}" in line and f"127.0.0.1:{ports[3]}" in line
         proc = c.proc
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0

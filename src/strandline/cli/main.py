@@ -9,6 +9,10 @@ from pathlib import Path
 from strandline.broker.config import ConfigError, load_broker_config
 from strandline.errors import StrandlineError
 
+#: The brokers of `strandline up` (and `make run`) with its default base port: any one that is up will do.
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+BOOTSTRAP_HELP = "host:port[,host:port...]: the first broker that accepts the connection is asked (default: %(default)s)"
+
 
 def _read_text(path: str) -> str:
     try:
@@ -104,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     elect = lsub.add_parser("elect", help="move leadership back to each partition's preferred (first) replica")
     elect.add_argument("--preferred", action="store_true", required=True)
     elect.add_argument("--topic", help="only this topic's partitions (default: all)")
-    elect.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    elect.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP)
     leaders.set_defaults(func=cmd_leaders)
 
     groups = sub.add_parser("groups", help="list and describe consumer groups, reset their offsets")
@@ -121,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     to.add_argument("--to-datetime", metavar="ISO-8601", help="e.g. 2026-11-22T10:00:00 (UTC unless an offset is given)")
     greset.add_argument("--execute", action="store_true", help="commit them (without it: a dry run, as Kafka's tool)")
     for p in (glist, gdesc, greset):
-        p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+        p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP)
     groups.set_defaults(func=cmd_groups)
 
     from strandline.cli import sim
@@ -131,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = topics.add_subparsers(dest="action", required=True)
     for action in ("create", "list", "describe", "delete"):
         p = tsub.add_parser(action)
-        p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+        p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP)
         if action in ("create", "delete"):
             p.add_argument("--topic", required=True)
         if action == "describe":

@@ -12,12 +12,23 @@ from strandline.protocol.api import decode_response, encode_request
 
 class KafkaConnection:
     def __init__(self, address: str, timeout_s: float = 30.0, client_id: str = "strandline-cli") -> None:
-        host, _, port = address.rpartition(":")
-        self.address = address
-        try:
-            self.sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s)
-        except (OSError, ValueError) as exc:
-            raise StrandlineError(f"cannot connect to broker {address}: {exc}") from None
+        """Connect to ``address``, ``host:port`` or a comma-separated bootstrap list as Kafka's tools
+        take it: the first broker in the list that accepts the connection is used."""
+        candidates = [a.strip() for a in address.split(",") if a.strip()]
+        failures = []
+        for candidate in candidates:
+            host, _, port = candidate.rpartition(":")
+            try:
+                self.sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s)
+            except (OSError, ValueError) as exc:
+                failures.append(f"{candidate}: {exc}")
+                continue
+            self.address = candidate
+            break
+        else:
+            if len(candidates) == 1:
+                raise StrandlineError(f"cannot connect to broker {failures[0]}")
+            raise StrandlineError(f"cannot connect to any broker of {address!r} ({'; '.join(failures) or 'empty'})")
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = client_id
         self.correlation_id = 0
