@@ -502,3 +502,42 @@ def test_ctl_7_a_broker_back_while_its_partition_is_being_elected_gets_the_state
     c.advance(3000)
     assert c.partition(3, "w").leader_epoch == c.state("w").leader_epoch
     assert c.state("w").isr == (2, 3)
+
+
+def test_epo_2_a_follower_whose_last_epoch_holds_no_record_drops_it_and_catches_up():
+    """A broker that led an epoch without appending anything keeps that epoch's entry at its log
+    end offset. Following a later leader whose epochs it lacks, it is told to truncate to its log end
+    offset: the log stays as it is, but the empty epoch must go from its epoch cache (as Kafka's
+    Log.truncateTo does), or it asks the leader about the same epoch forever and never fetches.
+    Found by the long sweep (seed 202247, where the broker stayed out of every ISR)."""
+    c = SimCluster((4, 1, 2, 3), latency_ms=1,
+                   **{"replica.lag.time.max.ms": str(LAG_MS), "unclean.leader.election.enable": "true"})
+    assert c.controller_id == 4
+    create(c, "u", [1, 2, 3])
+    assert produce(c, 1, "u", [b"m0"]).error_code == ErrorCode.none       # on all three
+    for other in (1, 2):                                                  # 3 still reaches the controller
+        c.cut_link(3, other)
+        c.cut_link(other, 3)
+    produce_request(c, 1, "u", [b"x"], acks=1, client="x")
+    c.advance(2 * LAG_MS)
+    assert c.state("u").isr == (1, 2)
+    c.crash(1, lose_unflushed=False)
+    c.advance(100)
+    assert (c.state("u").leader, c.state("u").leader_epoch) == (2, 1)
+    assert produce(c, 2, "u", [b"m1"], acks=1).error_code == ErrorCode.none  # epoch 1: 3 never sees it
+    c.crash(2, lose_unflushed=False)
+    c.advance(100)
+    assert (c.state("u").leader, c.state("u").leader_epoch) == (3, 2)     # unclean: 3 leads, appends nothing
+    c.pause(3)                          # its session expires: gone for the controller, still running
+    c.expire_session(3)
+    c.advance(100)
+    c.start(2)
+    c.advance(100)
+    assert c.state("u").leader == 2
+    assert values_on(c, 2, "u") == [b"m0", b"x", b"m1"]
+    c.heal(3)
+    c.resume(3)                         # follows 2 in the same life, its empty epoch still cached
+    c.advance(3 * LAG_MS)
+    assert c.partition(3, "u").log_end_offset == 3
+    assert values_on(c, 3, "u") == [b"m0", b"x", b"m1"]
+    assert 3 in c.state("u").isr

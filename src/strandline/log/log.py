@@ -376,6 +376,10 @@ class Log:
         if offset < 0:
             raise ValueError(f"cannot truncate {self.topic}-{self.partition} to negative offset {offset}")
         if offset >= self.log_end_offset:
+            # nothing to drop, but an epoch that starts at the log end holds no record: a broker that
+            # led it and appended nothing must forget it, or it would ask its new leader about it
+            # forever (Kafka's Log.truncateTo does the same)
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)

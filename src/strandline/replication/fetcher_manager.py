@@ -59,6 +59,7 @@ class ReplicaFetcherManager:
     def truncate(self, partition: Partition, offset: int, why: str) -> list:
         log = partition.log
         if offset >= log.log_end_offset:
+            log.truncate_to(offset)            # the log stays; an empty last epoch goes (EPO-2)
             return []
         before = log.log_end_offset
         log.truncate_to(offset)
