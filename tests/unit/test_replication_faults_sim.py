@@ -541,3 +541,25 @@ def test_epo_2_a_follower_whose_last_epoch_holds_no_record_drops_it_and_catches_
     assert c.partition(3, "u").log_end_offset == 3
     assert values_on(c, 3, "u") == [b"m0", b"x", b"m1"]
     assert 3 in c.state("u").isr
+
+
+def test_ctl_9_a_controlled_shutdown_finished_after_the_broker_restarted_does_not_stop_its_new_life():
+    """A broker asks for a controlled shutdown and is restarted before the controller has finished
+    it. The StopReplica that ends the old life's shutdown must not reach the new life (KIP-380: it is
+    addressed to the registration that asked), or the new life stops fetching and stays out of the
+    ISR for good. Found by the long sweep (seed 207185)."""
+    c = SimCluster((1, 2, 3), latency_ms=1, **{"replica.lag.time.max.ms": str(LAG_MS)})
+    assert c.controller_id == 1
+    create(c, "s", [1, 2, 3])
+    assert produce(c, 1, "s", [b"m0"]).error_code == ErrorCode.none
+    c.zk_fault = lambda b, ops: ("reply-delayed", 300) if state_write(1, "s")(b, ops) else None
+    node = c.brokers[2]
+    c._apply(node, node.core.begin_controlled_shutdown(c.now))
+    c.advance(20)                                   # the controller is writing 2 out of the ISR
+    c.bounce(2, lose_unflushed=False)               # and 2 is back before it has finished
+    c.advance(400)
+    c.zk_fault = None
+    assert produce(c, 1, "s", [b"m1"]).error_code == ErrorCode.none
+    c.advance(3 * LAG_MS)
+    assert c.partition(2, "s").log_end_offset == 2
+    assert sorted(c.state("s").isr) == [1, 2, 3]

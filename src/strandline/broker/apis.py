@@ -115,7 +115,7 @@ class KafkaApis:
             return [Send(conn_id, [len(data).to_bytes(4, "big"), data])]
 
         if api_key == control.CONTROLLED_SHUTDOWN:
-            return self.controller.on_controlled_shutdown(body["broker_id"], respond, now_ms)
+            return self.controller.on_controlled_shutdown(body["broker_id"], body.get("broker_epoch", -1), respond, now_ms)
         return self.replicas.handle_control(api_key, body, respond, now_ms)
 
     # -- ApiVersions

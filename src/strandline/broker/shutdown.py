@@ -53,7 +53,8 @@ class ControlledShutdown:
                                   lambda t: self._attempt(retries_left - 1, t))
 
         if self.controller.is_active:
-            return self.controller.on_controlled_shutdown(self.broker_id, lambda a: on_answer(a, now_ms), now_ms)
+            return self.controller.on_controlled_shutdown(self.broker_id, self.broker_epoch(),
+                                                         lambda a: on_answer(a, now_ms), now_ms)
 
         def on_response(frame: bytes | None, when_ms: int) -> list:
             answer = None

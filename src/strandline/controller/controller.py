@@ -322,15 +322,20 @@ class Controller:
 
     # ------------------------------------------------------------------ controlled shutdown (CTL-9)
 
-    def on_controlled_shutdown(self, broker_id: int, respond: Callable[[dict], list], now_ms: int) -> list:
+    def on_controlled_shutdown(self, broker_id: int, broker_epoch: int, respond: Callable[[dict], list],
+                               now_ms: int) -> list:
         """The controller moves a stopping broker's leaderships to other ISR members and takes it
         out of the ISRs it follows; it answers with the partitions it still leads (no other ISR
-        member could take them)."""
+        member could take them). A request from an earlier registration of the broker than the one
+        the controller knows is refused (KIP-380), and the StopReplica that ends a shutdown is
+        addressed to the registration that asked, so that a broker restarted meanwhile refuses it."""
         ctx = self.ctx
         if ctx is None:
             return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
         if broker_id not in ctx.live_brokers:
             return respond({"error_code": ErrorCode.broker_not_available, "remaining_partitions": []})
+        if 0 <= broker_epoch < ctx.broker_epochs.get(broker_id, -1):
+            return respond({"error_code": ErrorCode.stale_broker_epoch, "remaining_partitions": []})
         ctx.shutting_down.add(broker_id)
         # as Kafka, partitions with a single replica are left alone
         keys = [(t.name, i) for t, i in ctx.all_partitions()
@@ -358,6 +363,8 @@ class Controller:
             if stop:
                 body = {**self.channel.header(ctx), "delete_partitions": False,
                         "topics": [{"name": n, "partition_indexes": p} for n, p in stop.items()]}
+                if broker_epoch >= 0:
+                    body["broker_epoch"] = broker_epoch
                 effects.extend(self.channel.send(ctx, broker_id, control.STOP_REPLICA, body, when_ms))
             return effects + respond({"error_code": ErrorCode.none, "remaining_partitions": remaining})
 
