@@ -10,19 +10,22 @@ FORBIDDEN = {"asyncio", "socket", "time", "random", "threading", "kazoo"}
 SRC = Path(__file__).resolve().parents[2] / "src" / "strandline"
 
 
-def forbidden_imports(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text(), str(path))
+def imports(path: Path, with_members: bool = False) -> list[tuple[int, list[str]]]:
+    """Each absolute import statement of ``path``: its line and the modules it names (with
+    ``with_members``, also ``module.member`` for each name a ``from`` import takes)."""
     found = []
-    for node in ast.walk(tree):
-        names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            found.append((node.lineno, [alias.name for alias in node.names]))
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
-        for name in names:
-            if name.split(".")[0] in FORBIDDEN:
-                found.append(f"{path.relative_to(SRC.parent)}:{node.lineno} imports {name}")
+            members = [f"{node.module}.{alias.name}" for alias in node.names] if with_members else []
+            found.append((node.lineno, [node.module] + members))
     return found
+
+
+def forbidden_imports(path: Path) -> list[str]:
+    return [f"{path.relative_to(SRC.parent)}:{line} imports {name}"
+            for line, names in imports(path) for name in names if name.split(".")[0] in FORBIDDEN]
 
 
 @pytest.mark.parametrize("package", CORE)
@@ -62,19 +65,13 @@ COMPONENTS = {
 def crossing_imports(path: Path, forbidden: set[str]) -> list[str]:
     """Imports of ``path`` (also those only for type checking) into a forbidden package; the shared
     modules are imported by their full name."""
-    tree = ast.parse(path.read_text(), str(path))
     found = []
-    for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    for line, names in imports(path, with_members=True):
         for name in names:
             if name in SHARED or any(name.startswith(s + ".") for s in SHARED):
                 continue
             if any(name == f or name.startswith(f + ".") for f in forbidden):
-                found.append(f"{path.relative_to(SRC.parent)}:{node.lineno} imports {name}")
+                found.append(f"{path.relative_to(SRC.parent)}:{line} imports {name}")
                 break
     return found
 
