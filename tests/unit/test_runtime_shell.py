@@ -39,8 +39,21 @@ class Core:
 
 
 class FailingStore:
+    connected = True
+
     def execute(self, ops):
         raise RuntimeError("not a ZooKeeper outcome")
+
+
+class DisconnectedStore:
+    """A session whose connection is down: kazoo would queue a request until it returns."""
+
+    connected = False
+
+    def execute(self, ops):
+        raise AssertionError("a request was handed to a client with no connection")
+
+    transaction = execute
 
 
 def run_shell(core: Core, store, act) -> tuple[str | None, list]:
@@ -92,6 +105,26 @@ def test_a_task_of_the_shell_that_raises_stops_the_broker(caplog):
     failure = run_shell(Core(), FailingStore(), ask_zookeeper)
     assert failure is not None and failure.startswith("a ZooKeeper request failed: RuntimeError")
     assert len(errors(caplog)) == 1
+
+
+def test_net_4_a_zookeeper_request_without_a_connection_is_answered_connection_loss_at_once():
+    """NET-4 on real processes: a leader cut from ZooKeeper wrote its ISR shrink into kazoo's queue
+    and went on acknowledging acks=1 writes until the cut healed (the lab's NET-4 lost 4365
+    writes acknowledged up to 4 s after the new leader's election). The core must learn at once
+    that the outcome is unknown, as the simulator's ZooKeeper tells it."""
+    answers = []
+
+    class Answered(Core):
+        def on_zk_result(self, token, results, now_ms):
+            answers.append((token, [r.error for r in results]))
+            raise LookupError("answered")   # stops the shell: the answer is in
+
+    async def ask_zookeeper(shell):
+        shell.apply([ZkRequest(7, [GetData("/controller"), GetData("/brokers/ids")], False),
+                     ZkRequest(8, [GetData("/controller")], True)])
+
+    run_shell(Answered(), DisconnectedStore(), ask_zookeeper)
+    assert sorted(answers)[0] == (7, [ZkError.CONNECTION_LOSS, ZkError.CONNECTION_LOSS])
 
 
 def test_any_callback_of_the_loop_that_raises_stops_the_broker(caplog):

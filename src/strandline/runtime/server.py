@@ -22,9 +22,13 @@ from typing import Any, Callable
 
 from strandline.broker.broker import Broker
 from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
+from strandline.coordination.store import OpResult, ZkError
 from strandline.runtime.channels import BrokerChannels
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 from strandline.runtime.framed import FramedProtocol
+
+#: How soon a ZooKeeper request made while the session has no connection is answered CONNECTION_LOSS.
+DISCONNECTED_ZK_ANSWER_S = 0.1
 
 log = logging.getLogger("strandline.broker")
 
@@ -250,7 +254,14 @@ class BrokerShell:
 
     async def _run_zk(self, request: ZkRequest) -> None:
         ops = list(request.ops)
-        if request.transaction:
+        if not self.store.connected:
+            # Kazoo would queue it until the connection returns, and the core would wait that long
+            # without knowing whether ZooKeeper has it. Kafka's leader blocks its appends during such
+            # a write; ours learns within DISCONNECTED_ZK_ANSWER_S that the outcome is unknown and
+            # acts on it (NET-4). The pause keeps a caller that retries at once from spinning.
+            await asyncio.sleep(DISCONNECTED_ZK_ANSWER_S)
+            results = [OpResult(ZkError.CONNECTION_LOSS) for _ in ops]
+        elif request.transaction:
             results = await asyncio.to_thread(self.store.transaction, ops)
         else:
             results = await asyncio.to_thread(self.store.execute, ops)
