@@ -104,3 +104,26 @@ def test_loss_4_without_unclean_election_the_partition_waits_offline_for_its_onl
     c.advance(5000)
     assert c.state("z").leader == 2
     assert values_on(c, 3, "z")[-3:] == acked
+
+
+def test_list_offsets_from_the_debugging_replica_id_is_answered_by_followers_with_their_log_end():
+    """Kafka's DEBUGGING_REPLICA_ID (-2): any replica answers ListOffsets, LATEST being its own log
+    end offset (the lab samples every replica this way); consumers (-1) still get NOT_LEADER from
+    a follower and the high watermark from the leader."""
+    c = SimCluster((1, 2, 3), **FAST)
+    create(c, "d", [1, 2, 3], min_isr=1)
+    assert produce(c, 1, "d", [b"m1", b"m2"]).error_code == ErrorCode.none
+    c.cut_link(1, 3)
+    c.cut_link(3, 1)                                       # broker 3 stops at m2 but still answers
+    assert produce(c, 1, "d", [b"m3"], acks=1).error_code == ErrorCode.none
+    c.advance(200)
+
+    def latest(broker: int, replica_id: int):
+        body = {"replica_id": replica_id, "isolation_level": 0, "topics": [{"name": "d", "partitions": [
+            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]}
+        return c.call(broker, 2, 5, body).topics[0].partitions[0]
+
+    assert [(latest(b, -2).error_code, latest(b, -2).offset) for b in (1, 2, 3)] == \
+        [(ErrorCode.none, 3), (ErrorCode.none, 3), (ErrorCode.none, 2)]
+    assert latest(2, -1).error_code == ErrorCode.not_leader_or_follower
+    assert latest(1, -1).offset == c.partition(1, "d").high_watermark == 2   # broker 3 is still in the ISR

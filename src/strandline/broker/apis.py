@@ -38,6 +38,9 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 CONSUMER_REPLICA_ID = -1
+#: ListOffsets from a debugging tool: any replica answers, leader or follower (Kafka's
+#: ``ListOffsetsRequest.DEBUGGING_REPLICA_ID``); LATEST is that replica's log end offset.
+DEBUGGING_REPLICA_ID = -2
 _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -296,7 +299,11 @@ class KafkaApis:
         for t in request.topics:
             parts = []
             for p in t.partitions:
-                partition, error = self.replicas.leader_partition(t.name, p.partition_index)
+                if replica_id == DEBUGGING_REPLICA_ID:
+                    partition = self.replicas.partitions.get((t.name, p.partition_index))
+                    error = self.replicas.not_served(t.name, p.partition_index) if partition is None else None
+                else:
+                    partition, error = self.replicas.leader_partition(t.name, p.partition_index)
                 entry = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
                          "timestamp": -1, "offset": -1, "leader_epoch": -1}
                 if named[(t.name, p.partition_index)] > 1:    # as Kafka 2.8: each is answered once
