@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test test-unit bench kcat clean
+.PHONY: run test test-unit bench lab kcat clean
 
 $(VENV)/.python-ok:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Strandline needs Python 3.11 or newer; found " + sys.version.split()[0])'
@@ -40,6 +40,11 @@ test-unit: $(VENV)/.test-installed
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/produce_consume.py
 	$(BIN)/python benchmarks/replicated_produce.py
+
+# SAFE-1 on real processes: TRIALS random fault mixes (partitions need root), then the table.
+TRIALS ?= 20
+lab: $(VENV)/.test-installed
+	$(BIN)/strandline lab run SAFE --trials $(TRIALS) --data-dir lab-runs
 
 clean:
 	rm -rf $(VENV) build *.egg-info

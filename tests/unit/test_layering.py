@@ -95,3 +95,24 @@ def test_each_component_rule_catches_a_crossing_import(package):
         assert len(crossing_imports(probe, COMPONENTS[package])) == len(forbidden)
     finally:
         probe.unlink()
+
+
+# The shells (runtime, sim), the lab, the Spark source and the CLI drive the core; the core never
+# imports any of them.
+DRIVERS = {"strandline.runtime", "strandline.sim", "strandline.lab", "strandline.spark", "strandline.cli"}
+
+
+@pytest.mark.parametrize("package", CORE)
+def test_the_core_imports_none_of_its_drivers(package):
+    files = sorted((SRC / package).rglob("*.py"))
+    problems = [p for f in files for p in crossing_imports(f, DRIVERS)]
+    assert problems == []
+
+
+def test_the_driver_rule_catches_an_import_of_the_lab():
+    probe = SRC / "replication" / "_layering_probe.py"
+    try:
+        probe.write_text("from strandline.lab.runner import execute  # noqa\nimport strandline.runtime.zk  # noqa\n")
+        assert len(crossing_imports(probe, DRIVERS)) == 2
+    finally:
+        probe.unlink()

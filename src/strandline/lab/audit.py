@@ -1,0 +1,139 @@
+"""SPK-2: the durability audit of lab runs, as a PySpark job over their Parquet histories.
+
+For each run folder (see :mod:`strandline.lab.history`) it counts:
+
+* **lost**: acknowledged (``ok``) values that are absent, after healing, from the final leader's
+  log below its high watermark (what every consumer reads);
+* **duplicated**: values present more than once in that log;
+* **reordered**: records, per producer and partition, that come after a record the same producer
+  sent later (its sequence number is lower than one before it in the log);
+* **unexpected**: values in the log that no producer ever invoked;
+* **divergent**: batches below the high watermark on some replica whose bytes differ from the
+  leader's batch at that offset (compared by the digest of the whole batch), and the replicas
+  holding them.
+
+The job writes ``audit.json`` into each run folder and returns the same dictionaries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def spark_session(app: str = "strandline-lab-audit", log_path: Path | None = None):
+    """A local Spark session; with ``log_path`` the JVM's own messages go to that file, not the terminal."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    saved = None
+    if log_path is not None:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)          # the JVM inherits it: Spark's start-up chatter lands in the file
+        os.close(fd)
+    try:
+        session = (SparkSession.builder.master("local[2]").appName(app)
+                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.shuffle.partitions", "4").config("spark.driver.memory", "1g").getOrCreate())
+        session.sparkContext.setLogLevel("ERROR")
+        return session
+    finally:
+        if saved is not None:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _load(spark, run_dirs: list[Path], name: str):
+    from pyspark.sql import functions as F
+
+    frames = [spark.read.parquet(str(d / name)).withColumn("run", F.lit(str(d))) for d in run_dirs]
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict]:
+    """Audit every run in ``run_dirs``; one dictionary per run, also written to its audit.json."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    run_dirs = [Path(d).resolve() for d in run_dirs]
+    own = spark is None
+    spark = spark or spark_session(log_path=run_dirs[0].parent / "spark.log")
+    try:
+        ops = _load(spark, run_dirs, "ops.parquet")
+        records = _load(spark, run_dirs, "records.parquet")
+        batches = _load(spark, run_dirs, "batches.parquet")
+        final = _load(spark, run_dirs, "final.parquet")
+
+        # what a consumer reads after healing: the final leader's records below its high watermark
+        read = (records.join(final, ["run", "partition"])
+                .where((F.col("broker") == F.col("leader")) & (F.col("offset") < F.col("high_watermark")))
+                .select("run", "partition", "offset", "value"))
+        acked = ops.where(F.col("type") == "ok").select("run", "value", "time_ms", "partition",
+                                                        F.col("offset").alias("acked_offset"))
+        invoked = ops.where(F.col("type") == "invoke").select("run", "value").distinct()
+        present = read.select("run", "value").distinct()
+
+        lost = acked.join(present, ["run", "value"], "left_anti")
+        duplicated = read.groupBy("run", "value").count().where(F.col("count") > 1)
+        unexpected = present.join(invoked, ["run", "value"], "left_anti")
+
+        producer = F.regexp_extract("value", r"^p(\d+)-", 1)
+        sequence = F.regexp_extract("value", r"-(\d+)$", 1).cast("long")
+        ordered = read.withColumn("producer", producer).withColumn("sequence", sequence)
+        window = (Window.partitionBy("run", "partition", "producer").orderBy("offset")
+                  .rowsBetween(Window.unboundedPreceding, -1))
+        reordered = (ordered.withColumn("highest_before", F.max("sequence").over(window))
+                     .where(F.col("sequence") < F.col("highest_before")))
+
+        leader_batches = (batches.join(final, ["run", "partition"]).where(F.col("broker") == F.col("leader"))
+                          .select("run", "partition", "base_offset", F.col("digest").alias("leader_digest")))
+        below_hw = batches.join(final, ["run", "partition"]).where(F.col("last_offset") < F.col("high_watermark"))
+        divergent = (below_hw.join(leader_batches, ["run", "partition", "base_offset"], "left")
+                     .where(F.col("leader_digest").isNull() | (F.col("leader_digest") != F.col("digest"))))
+
+        def counts(df) -> dict[str, int]:
+            return {r["run"]: r["count"] for r in df.groupBy("run").count().collect()}
+
+        op_counts: dict[str, dict[str, int]] = {}
+        for r in ops.groupBy("run", "type").count().collect():
+            op_counts.setdefault(r["run"], {})[r["type"]] = r["count"]
+        n_lost, n_dup, n_unexp, n_reord = counts(lost), counts(duplicated), counts(unexpected), counts(reordered)
+        n_read = counts(read)
+        div_batches = counts(divergent)
+        div_replicas: dict[str, list[str]] = {}
+        for r in divergent.select("run", "broker", "partition").distinct().collect():
+            div_replicas.setdefault(r["run"], []).append(f"broker {r['broker']} partition {r['partition']}")
+        lost_span = {r["run"]: (r["first"], r["last"]) for r in
+                     lost.groupBy("run").agg(F.min("time_ms").alias("first"), F.max("time_ms").alias("last")).collect()}
+        lost_rows: dict[str, list] = {}
+        for r in lost.orderBy("time_ms").collect():
+            rows = lost_rows.setdefault(r["run"], [])
+            if len(rows) < keep_lost:
+                rows.append({"value": r["value"], "partition": r["partition"], "offset": r["acked_offset"],
+                             "acked_ms": r["time_ms"]})
+        results = []
+        for d in run_dirs:
+            key = str(d)
+            result = {
+                "run": key, "ops": op_counts.get(key, {}), "read": n_read.get(key, 0),
+                "lost": n_lost.get(key, 0), "duplicated": n_dup.get(key, 0), "reordered": n_reord.get(key, 0),
+                "unexpected": n_unexp.get(key, 0), "divergent_batches": div_batches.get(key, 0),
+                "divergent_replicas": sorted(div_replicas.get(key, [])),
+                "lost_acked_first_ms": lost_span.get(key, (None, None))[0],
+                "lost_acked_last_ms": lost_span.get(key, (None, None))[1],
+                "lost_records": lost_rows.get(key, []),
+            }
+            (d / "audit.json").write_text(json.dumps(result, indent=2) + "\n")
+            results.append(result)
+        return results
+    finally:
+        if own:
+            spark.stop()

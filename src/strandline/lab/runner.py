@@ -1,0 +1,290 @@
+"""One lab run from start to verdict: cluster, topic, workload, faults, healing, history, audit.
+
+``run_scenario`` returns the exit status of ``strandline lab run``: 0 when the outcome is the one
+SPEC.md expects, 1 when it is not, 3 when the scenario could not run on this machine (the reason
+is printed). Every process started is stopped by PID and every namespace and rule removed before
+it returns, also when the run fails or is interrupted.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from pathlib import Path
+
+from strandline.errors import StrandlineError
+from strandline.lab import history, timeline
+from strandline.lab.cluster import LabCluster
+from strandline.lab.network import LabNetwork, unavailable_reason
+from strandline.lab.scenarios import LAB_BROKER_CONFIG, SAFE, SCENARIOS, LabError, Run, Scenario
+from strandline.lab.workload import Sampler, Workload, read_replica_logs
+from strandline.runtime.client import KafkaConnection
+
+TOPIC = "lab"
+NOT_RUN = 3
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _create_topic(cluster: LabCluster, run: Run, scenario: Scenario, partitions: int) -> None:
+    """One partition per replica set, the first replica (the preferred leader) not the controller
+    where possible, so that killing a leader is not also a controller failover unless asked."""
+    ids = sorted(cluster.brokers)
+    deadline = time.monotonic() + 30
+    controller = -1
+    while controller < 0:
+        with KafkaConnection(cluster.bootstrap, timeout_s=5) as conn:
+            meta = conn.request(3, 9, {"topics": [], "allow_auto_topic_creation": False,
+                                       "include_cluster_authorized_operations": False,
+                                       "include_topic_authorized_operations": False})
+        controller = int(meta.controller_id)
+        if controller < 0 and time.monotonic() > deadline:
+            raise LabError("no controller was elected within 30 s")
+        if controller < 0:
+            time.sleep(0.1)
+    leaders = [b for b in ids if b != controller] or ids
+    assignment = []
+    for p in range(partitions):
+        first = leaders[p % len(leaders)]
+        assignment.append({"partition_index": p, "broker_ids": [first] + [b for b in ids if b != first]})
+    configs = {"min.insync.replicas": str(scenario.min_isr),
+               "unclean.leader.election.enable": "true" if scenario.unclean else "false"}
+    address = cluster.brokers[controller].address
+    with KafkaConnection(address, timeout_s=30) as conn:
+        resp = conn.request(19, 4, {"topics": [{"name": TOPIC, "num_partitions": -1, "replication_factor": -1,
+                                                "assignments": assignment,
+                                                "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                                    "timeout": 30000, "validate_only": False})
+    if resp.topics[0].error_code != 0:
+        raise LabError(f"creating topic {TOPIC}: error {resp.topics[0].error_code}")
+    for p in range(partitions):
+        leader = assignment[p]["broker_ids"][0]
+        run.wait_isr(leader, set(ids), timeout_s=30, partition=p)
+
+
+def _heal(run: Run) -> None:
+    """Undo every fault still in place: heal the network, resume paused brokers, restart dead ones."""
+    if run.network is not None:
+        run.network.heal()
+    for b in run.cluster.brokers.values():
+        if b.paused:
+            run.cluster.resume(b.id)
+    for b in run.cluster.brokers.values():
+        if not b.alive:
+            run.cluster.restart(b.id)
+    for f in run.faults:
+        if f["end_ms"] is None:
+            run.end(f)
+
+
+def _converged(run: Run, partitions: int, after_ms: float) -> bool:
+    """Every partition has a leader whose ISR is every broker, and every replica's LEO equals the
+    HW, in views sampled after ``after_ms`` (when the last write had its answer)."""
+    ids = set(run.cluster.brokers)
+    for p in range(partitions):
+        leader = run.leader(p)
+        if leader < 0:
+            return False
+        lv = run.view(leader, p)
+        if lv is None or lv.time_ms <= after_ms or lv.state != "up" or lv.leader != leader \
+                or run.isr(leader, p) != ids or lv.hw != lv.leo:
+            return False
+        for b in ids:
+            v = run.view(b, p)
+            if v is None or v.time_ms <= after_ms or v.state != "up" or v.leo != lv.leo:
+                return False
+    return True
+
+
+def _final(run: Run, partitions: int) -> list[tuple[int, int, int]]:
+    out = []
+    for p in range(partitions):
+        leader = run.leader(p)
+        out.append((p, leader, run.view(leader, p).hw))
+    return out
+
+
+def execute(scenario: Scenario, run_dir: Path, seed: int, partitions: int = 1, network_ok: bool = True) -> dict:
+    """Run ``scenario`` once in ``run_dir``; the history is written there. Returns run.json's content."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    network = LabNetwork(list(range(1, 4))) if network_ok else None
+    config = {**LAB_BROKER_CONFIG, **scenario.broker_config}
+    cluster = LabCluster(run_dir, 3, config, network)
+    info = {"scenario": scenario.name, "summary": scenario.summary, "run_dir": str(run_dir.resolve()), "expect": scenario.expect, "seed": seed,
+            "acks": scenario.acks, "enable.idempotence": scenario.idempotence,
+            "min.insync.replicas": scenario.min_isr, "unclean.leader.election.enable": scenario.unclean,
+            "broker_config": config, "partitions": partitions, "topic": TOPIC,
+            "network": "namespaces" if network else "loopback", "faults": [], "notes": [], "error": None}
+    workload = sampler = run = final = None
+    logs: dict = {}
+    try:
+        cluster.start()
+        sampler = Sampler(cluster, TOPIC, partitions)
+        sampler.start()
+        workload = Workload(cluster.bootstrap, TOPIC, partitions, acks=scenario.acks,
+                            idempotence=scenario.idempotence)
+        run = Run(cluster, network, workload, sampler, TOPIC, random.Random(seed))
+        _create_topic(cluster, run, scenario, partitions)
+        info["started_ms"] = run.now_ms()
+        workload.start()
+        run.wait_acks(100, timeout_s=30)
+        try:
+            scenario.drive(run)
+        except LabError as exc:
+            info["error"] = str(exc)
+        _heal(run)
+        run.wait_for("every replica back in the ISR", lambda: _converged_isr(run, partitions), 90)
+        workload.stop()
+        answered = run.now_ms()
+        run.wait_for("every replica at the same log end offset", lambda: _converged(run, partitions, answered), 60)
+        final = _final(run, partitions)
+        info["ended_ms"] = run.now_ms()
+    except LabError as exc:
+        info["error"] = info["error"] or str(exc)
+        final = None
+    finally:
+        if workload is not None:
+            workload.stop()
+        if sampler is not None:
+            sampler.stop()
+        try:
+            if final is not None:
+                logs = {b.id: read_replica_logs(b.log_dir, TOPIC, partitions) for b in cluster.brokers.values()}
+        finally:
+            cluster.close()
+    if run is not None:
+        info["faults"], info["notes"] = run.faults, run.notes + [f"fatal client error: {e}" for e in workload.fatal]
+    history.write_ops(run_dir, workload.ops if workload else [])
+    history.write_replicas(run_dir, sampler.views if sampler else [])
+    history.write_logs(run_dir, logs)
+    history.write_final(run_dir, final or [])
+    history.write_run(run_dir, info)
+    return info
+
+
+def _converged_isr(run: Run, partitions: int) -> bool:
+    ids = set(run.cluster.brokers)
+    return all(run.leader(p) >= 0 and run.isr(run.leader(p), p) == ids for p in range(partitions))
+
+
+def verdict(scenario: Scenario, info: dict, result: dict, views: list | None = None) -> tuple[bool, str]:
+    """Whether the run's outcome is the one SPEC.md expects, and the one line that says it."""
+    lost, divergent = result["lost"], result["divergent_batches"]
+    if info.get("error"):
+        return False, f"{scenario.name}: the run did not go as written: {info['error']}: {lost} lost"
+    if scenario.expect == "loss":
+        ok = lost > 0
+    else:
+        ok = lost == 0 and divergent == 0
+    beyond = scenario.check(info, result, views) if scenario.check is not None else None
+    ok = ok and beyond is None
+    detail = f"{lost} lost"
+    if lost and scenario.bound:
+        detail += f" ({scenario.bound})"
+    if divergent:
+        detail += f", {divergent} divergent batches on {', '.join(result['divergent_replicas'])}"
+    if result["duplicated"] or result["reordered"] or result["unexpected"]:
+        detail += (f", {result['duplicated']} duplicated, {result['reordered']} reordered, "
+                   f"{result['unexpected']} unexpected")
+    acked = result["ops"].get("ok", 0)
+    detail += f" of {acked} acknowledged"
+    if beyond:
+        tail = f"NOT as the seed says: {beyond}"
+    elif ok:
+        tail = "as the seed says"
+    else:
+        tail = f"NOT as the seed says (expected {'a loss' if scenario.expect == 'loss' else 'no loss'})"
+    return ok, f"{scenario.name}: {scenario.expectation}: {detail} - {tail}"
+
+
+def _runs_root(data_dir: str | None) -> Path:
+    return Path(data_dir or "lab-runs").resolve()
+
+
+def _interruptible() -> None:
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def run_scenario(name: str, seed: int | None, data_dir: str | None, trials: int = 1) -> int:
+    scenario = SAFE if name.upper() == "SAFE" else SCENARIOS.get(name.upper())
+    if scenario is None:
+        raise StrandlineError(f"no scenario {name!r}; `strandline lab list` names them")
+    reason = unavailable_reason()
+    if scenario.needs_network and reason:
+        _say(f"{scenario.name}: skipped: {reason}")
+        return NOT_RUN
+    _interruptible()
+    seed = seed if seed is not None else random.randrange(1 << 31)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    root = _runs_root(data_dir)
+    run_dirs = []
+    for trial in range(trials):
+        run_dir = root / (f"{scenario.name}-{stamp}" + (f"-{trial:03d}" if trials > 1 else ""))
+        _say(f"{scenario.name}: run {trial + 1}/{trials} in {run_dir} (seed {seed + trial})")
+        info = execute(scenario, run_dir, seed + trial, network_ok=reason is None)
+        for f in info["faults"]:
+            _say(f"  fault: {f['label']}")
+        if info.get("error"):
+            _say(f"  error: {info['error']}")
+        run_dirs.append(run_dir)
+    from strandline.lab.audit import audit
+
+    results = audit(run_dirs)
+    all_ok = True
+    for run_dir, result in zip(run_dirs, results):
+        info = history.read_run(run_dir)
+        views = history.read_views(run_dir)
+        ok, line = verdict(scenario, info, result, views)
+        all_ok &= ok
+        png, page = timeline.draw(run_dir, info, views, result, line)
+        _say(f"  timeline: {page}\n  timeline: {png}")
+        if trials > 1:
+            line = f"{run_dir.name}: {line}"
+        _say(line)
+    if trials > 1:
+        _say(summary_table(scenario, run_dirs, results))
+    return 0 if all_ok else 1
+
+
+def summary_table(scenario: Scenario, run_dirs: list[Path], results: list[dict]) -> str:
+    acked = sum(r["ops"].get("ok", 0) for r in results)
+    lost = sum(r["lost"] for r in results)
+    div = sum(r["divergent_batches"] for r in results)
+    bad = sum(1 for d, r in zip(run_dirs, results)
+              if not verdict(scenario, history.read_run(d), r, history.read_views(d))[0])
+    rows = [("trials", len(results)), ("acknowledged writes", acked), ("lost", lost), ("divergent batches", div),
+            ("duplicated", sum(r["duplicated"] for r in results)), ("reordered", sum(r["reordered"] for r in results)),
+            ("unexpected", sum(r["unexpected"] for r in results)), ("trials not as expected", bad)]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def audit_command(run_dirs: list[str]) -> int:
+    from strandline.lab.audit import audit
+
+    dirs = [Path(d) for d in run_dirs]
+    for d in dirs:
+        if not (d / "run.json").exists():
+            raise StrandlineError(f"{d} is not a lab run folder (no run.json)")
+    results = audit(dirs)
+    all_ok = True
+    for d, result in zip(dirs, results):
+        info = history.read_run(d)
+        scenario = SAFE if info["scenario"] == "SAFE" else SCENARIOS[info["scenario"]]
+        ok, line = verdict(scenario, info, result, history.read_views(d))
+        all_ok &= ok
+        _say(f"{d.name}: {line}")
+    return 0 if all_ok else 1
+
+
+def list_command() -> int:
+    for s in [*SCENARIOS.values(), SAFE]:
+        _say(f"{s.name:<7} {s.summary}" + ("  [needs root: partitions]" if s.needs_network else ""))
+    return 0
+
+

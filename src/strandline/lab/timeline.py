@@ -1,0 +1,131 @@
+"""The picture of a lab run: ``timeline.png`` and a self-contained ``timeline.html``.
+
+Per partition, two panels over the run's time (seconds since the workload started):
+
+* **roles**: one lane per replica, coloured by what that broker says it is (leader, follower in
+  the ISR, follower out of the ISR) or by why it cannot say (paused, down, unreachable);
+* **offsets**: each replica's log end offset, the leader's high watermark, and every
+  acknowledged write that was lost, marked where and when it was acknowledged.
+
+Fault windows are shaded across both panels and named in the legend. The HTML page holds the
+figure as inline SVG plus the verdict, the faults and the first lost writes: it needs no network.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from pathlib import Path
+
+ROLE_COLOURS = {
+    "leader": "#2b8a3e", "isr": "#74c0fc", "out-of-isr": "#ced4da",
+    "paused": "#f59f00", "down": "#c92a2a", "unreachable": "#e599f7",
+}
+FAULT_COLOURS = ["#ffe066", "#ffc9c9", "#d0bfff", "#99e9f2", "#b2f2bb"]
+
+
+def _role(view: dict, isr_of_leader: set[int]) -> str:
+    if view["state"] != "up":
+        return view["state"]
+    if view["leader"] == view["broker"]:
+        return "leader"
+    return "isr" if view["broker"] in isr_of_leader else "out-of-isr"
+
+
+def draw(run_dir: Path, info: dict, views: list[dict], result: dict, verdict_line: str) -> tuple[Path, Path]:
+    """Write timeline.png and timeline.html into ``run_dir``; returns both paths."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    t0 = info.get("started_ms") or (views[0]["time_ms"] if views else 0.0)
+    partitions = int(info.get("partitions", 1))
+    brokers = sorted({v["broker"] for v in views}) or [1, 2, 3]
+    fig, axes = plt.subplots(2 * partitions, 1, figsize=(12, 4.2 * partitions), sharex=True,
+                             gridspec_kw={"height_ratios": [1, 1.6] * partitions}, squeeze=False)
+    end = max((v["time_ms"] for v in views), default=t0) - t0
+    for p in range(partitions):
+        lanes, offsets = axes[2 * p][0], axes[2 * p + 1][0]
+        pviews = [v for v in views if v["partition"] == p]
+        # the ISR as the broker that says it leads knows it, over time
+        leader_isr: set[int] = set()
+        by_broker: dict[int, list[dict]] = {b: [] for b in brokers}
+        for v in pviews:
+            if v["state"] == "up" and v["leader"] == v["broker"] and v["isr"]:
+                leader_isr = {int(x) for x in v["isr"].split(",")}
+            v = dict(v, role=_role(v, leader_isr))
+            by_broker.setdefault(v["broker"], []).append(v)
+        for row, b in enumerate(brokers):
+            seq = by_broker.get(b, [])
+            for a, nxt in zip(seq, seq[1:] + [None]):
+                start = (a["time_ms"] - t0) / 1000
+                stop = ((nxt["time_ms"] if nxt else a["time_ms"] + 200) - t0) / 1000
+                lanes.broken_barh([(start, stop - start)], (row - 0.4, 0.8), color=ROLE_COLOURS[a["role"]])
+            xs = [(v["time_ms"] - t0) / 1000 for v in seq if v["leo"] >= 0]
+            ys = [v["leo"] for v in seq if v["leo"] >= 0]
+            offsets.step(xs, ys, where="post", linewidth=1.2, label=f"LEO of broker {b}")
+        hw = [((v["time_ms"] - t0) / 1000, v["hw"]) for v in pviews if v["hw"] >= 0 and v["leader"] == v["broker"]]
+        if hw:
+            offsets.step([x for x, _ in hw], [y for _, y in hw], where="post", color="black", linewidth=1.6,
+                         linestyle="--", label="HW (leader)")
+        lost = [r for r in result.get("lost_records", []) if r["partition"] == p]
+        if lost:
+            offsets.scatter([(r["acked_ms"] - t0) / 1000 for r in lost], [r["offset"] for r in lost], marker="x",
+                            color="#e03131", s=14, zorder=5,
+                            label=f"lost acknowledged write ({result['lost']} in all)" if p == 0 else None)
+        lanes.set_yticks(range(len(brokers)), [f"broker {b}" for b in brokers])
+        lanes.set_ylim(-0.6, len(brokers) - 0.4)
+        lanes.set_title(f"{info['scenario']} - partition {info.get('topic', 'lab')}-{p}", loc="left", fontsize=10)
+        offsets.set_ylabel("offset")
+        offsets.grid(alpha=0.3)
+        for i, f in enumerate(info.get("faults", [])):
+            if f.get("start_ms") is None:
+                continue
+            start = (f["start_ms"] - t0) / 1000
+            stop = ((f["end_ms"] or (t0 + end * 1000)) - t0) / 1000
+            for ax in (lanes, offsets):
+                ax.axvspan(start, stop, color=FAULT_COLOURS[i % len(FAULT_COLOURS)], alpha=0.35, zorder=0)
+        offsets.legend(loc="upper left", fontsize=7, ncol=2)
+    role_legend = [Patch(color=c, label=k) for k, c in ROLE_COLOURS.items()]
+    fault_legend = [Patch(color=FAULT_COLOURS[i % len(FAULT_COLOURS)], alpha=0.35, label=f["label"])
+                    for i, f in enumerate(info.get("faults", []))]
+    axes[0][0].legend(handles=role_legend + fault_legend, loc="upper center", bbox_to_anchor=(0.5, 1.45 + 0.1 * len(fault_legend) / 3),
+                      ncol=4, fontsize=7, frameon=False)
+    axes[-1][0].set_xlabel("seconds since the workload started")
+    fig.suptitle(verdict_line, fontsize=8, y=0.005, va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.93))
+    png = run_dir / "timeline.png"
+    fig.savefig(png, dpi=110)
+    svg = io.StringIO()
+    fig.savefig(svg, format="svg")
+    plt.close(fig)
+    page = run_dir / "timeline.html"
+    page.write_text(_page(info, result, verdict_line, svg.getvalue()))
+    return png, page
+
+
+def _page(info: dict, result: dict, verdict_line: str, svg: str) -> str:
+    svg = svg[svg.index("<svg"):]                    # drop the XML prologue: inline in HTML
+    faults = "".join(f"<li>{html.escape(f['label'])}</li>" for f in info.get("faults", []))
+    lost_rows = "".join(
+        f"<tr><td>{html.escape(r['value'])}</td><td>{r['partition']}</td><td>{r['offset']}</td></tr>"
+        for r in result.get("lost_records", [])[:200])
+    settings = ", ".join(f"{k}={info[k]}" for k in ("acks", "enable.idempotence", "min.insync.replicas",
+                                                     "unclean.leader.election.enable") if k in info)
+    counts = ", ".join(f"{k}: {result.get(k, 0)}" for k in ("lost", "duplicated", "reordered", "unexpected",
+                                                            "divergent_batches"))
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(info['scenario'])} - Strandline lab</title>
+<style>body{{font-family:sans-serif;margin:1.5em;max-width:1300px}} td,th{{padding:2px 8px;text-align:left}}
+.verdict{{font-weight:bold}} svg{{max-width:100%;height:auto}}</style></head><body>
+<h1>{html.escape(info['scenario'])}: {html.escape(info.get('summary', ''))}</h1>
+<p class="verdict">{html.escape(verdict_line)}</p>
+<p>{html.escape(settings)}; network: {html.escape(info.get('network', ''))}; seed {info.get('seed')}</p>
+<p>{html.escape(counts)}; operations: {html.escape(str(result.get('ops', {})))}</p>
+<h2>Faults</h2><ul>{faults or '<li>none</li>'}</ul>
+{svg}
+<h2>Lost acknowledged writes (first 200)</h2>
+<table><tr><th>value</th><th>partition</th><th>offset when acknowledged</th></tr>{lost_rows}</table>
+</body></html>
+"""

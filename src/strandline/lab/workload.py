@@ -1,0 +1,248 @@
+"""What the lab records: producers' operations, each replica's state over time, and the final logs.
+
+* :class:`Workload`: confluent-kafka producers, each in its own thread, sending unique values
+  ``p<producer>-<sequence>`` round-robin over the topic's partitions at a bounded rate, with the
+  scenario's ``acks`` and idempotence. Every record is one operation of the history: ``invoke``
+  when handed to the client, then ``ok`` (with its offset), ``fail`` (the client refused it, so
+  it was never sent) or ``unknown`` (the client gave up: it may or may not have been written).
+* :class:`Sampler`: every ``interval_s``, asks each running broker for its own view (Metadata:
+  the leader, leader epoch and ISR it knows, the controller) and for its replica's log end offset
+  (ListOffsets from Kafka's debugging replica id, -2, which any replica answers), and the leader
+  for the high watermark.
+* :func:`read_replica_logs`: after healing, every batch of every replica, read from the log
+  directories on disk (the lab owns them), with its bytes' digest and its records' values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from strandline.errors import StrandlineError
+from strandline.protocol.records import iter_batches, iter_records
+from strandline.runtime.client import KafkaConnection
+
+METADATA, LIST_OFFSETS = 3, 2
+DEBUGGING_REPLICA_ID, CONSUMER_REPLICA_ID = -2, -1
+
+
+def now_ms() -> float:
+    return time.time() * 1000.0
+
+
+@dataclass
+class Workload:
+    bootstrap: str
+    topic: str
+    partitions: int
+    producers: int = 2
+    rate_per_producer: float = 400.0      # records per second, each producer
+    acks: str = "all"
+    idempotence: bool = True
+    message_timeout_ms: int = 15000
+    ops: list[tuple] = field(default_factory=list)   # (time_ms, producer, type, value, partition, offset, error)
+    fatal: list[str] = field(default_factory=list)   # fatal client errors (the producer was replaced)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _record(self, *op) -> None:
+        with self._lock:
+            self.ops.append(op)
+
+    def start(self) -> None:
+        for p in range(self.producers):
+            t = threading.Thread(target=self._run, args=(p,), name=f"lab-producer-{p}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _config(self) -> dict:
+        config = {"bootstrap.servers": self.bootstrap, "acks": self.acks,
+                  "enable.idempotence": self.idempotence, "linger.ms": 5,
+                  "message.timeout.ms": self.message_timeout_ms, "request.timeout.ms": 5000,
+                  "retry.backoff.ms": 100, "socket.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 1000,
+                  "log_level": 0}
+        if not self.idempotence:
+            config["max.in.flight.requests.per.connection"] = 1   # ordering without idempotence (PRO-1)
+        return config
+
+    def _run(self, producer: int) -> None:
+        from confluent_kafka import KafkaError, KafkaException, Producer
+
+        client = Producer(self._config(), logger=None)
+        sequence = 0
+        period = 1.0 / self.rate_per_producer
+        next_at = time.monotonic()
+
+        def delivered(err, msg) -> None:
+            value = msg.value().decode()
+            if err is None:
+                self._record(now_ms(), producer, "ok", value, msg.partition(), msg.offset(), "")
+            else:
+                self._record(now_ms(), producer, "unknown", value, msg.partition(), -1, err.name())
+
+        while not self._stop.is_set():
+            value = f"p{producer}-{sequence:09d}"
+            partition = sequence % self.partitions
+            self._record(now_ms(), producer, "invoke", value, partition, -1, "")
+            try:
+                client.produce(self.topic, value=value.encode(), partition=partition, on_delivery=delivered)
+            except BufferError:
+                self._record(now_ms(), producer, "fail", value, partition, -1, "local queue full")
+            except Exception as exc:  # noqa: BLE001 - e.g. KafkaException: recorded, never sent
+                code = exc.args[0].name() if exc.args and isinstance(exc.args[0], KafkaError) else type(exc).__name__
+                self._record(now_ms(), producer, "fail", value, partition, -1, code)
+            sequence += 1
+            next_at += period
+            try:
+                client.poll(max(0.0, next_at - time.monotonic()))
+            except KafkaException as exc:
+                # A fatal error of the idempotent producer (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER from a
+                # leader elected uncleanly): what it had in flight gets its outcome, then a new
+                # producer (a new producer id) carries on, as an application would.
+                self.fatal.append(f"producer {producer}: {exc.args[0].name() if exc.args else exc}")
+                client = self._replace(client)
+        client.flush(self.message_timeout_ms / 1000 + 5)
+
+    def _replace(self, client):
+        from confluent_kafka import KafkaException, Producer
+
+        try:
+            client.purge(in_queue=True, in_flight=True)
+            client.poll(0)
+        except KafkaException:
+            pass
+        return Producer(self._config(), logger=None)
+
+    def stop(self) -> None:
+        """Stop sending and wait until every record sent has an outcome (at most the message timeout)."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(self.message_timeout_ms / 1000 + 30)
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            out: dict[str, int] = {}
+            for op in self.ops:
+                out[op[2]] = out.get(op[2], 0) + 1
+        return out
+
+    def acked_since(self, t_ms: float) -> int:
+        with self._lock:
+            return sum(1 for op in self.ops if op[2] == "ok" and op[0] >= t_ms)
+
+
+@dataclass
+class ReplicaView:
+    """One broker's answer about one partition at one moment."""
+
+    time_ms: float
+    broker: int
+    partition: int
+    state: str              # up | paused | down | unreachable
+    leader: int = -1        # the leader this broker knows of
+    leader_epoch: int = -1
+    isr: str = ""
+    controller: int = -1
+    leo: int = -1           # this replica's log end offset
+    hw: int = -1            # the high watermark, when this broker leads the partition
+
+
+class Sampler:
+    """Polls every broker every ``interval_s`` until stopped; ``views`` holds what it saw."""
+
+    def __init__(self, cluster, topic: str, partitions: int, interval_s: float = 0.2) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.partitions = partitions
+        self.interval_s = interval_s
+        self.views: list[ReplicaView] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lab-sampler", daemon=True)
+        self._connections: dict[int, KafkaConnection] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for conn in self._connections.values():
+            conn.close()
+
+    def latest(self) -> dict[tuple[int, int], ReplicaView]:
+        """The last view of each (broker, partition)."""
+        with self._lock:
+            out = {}
+            for v in self.views:
+                out[(v.broker, v.partition)] = v
+            return out
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for b in list(self.cluster.brokers.values()):
+                t = now_ms()
+                if not b.alive or b.paused:
+                    self._connections.pop(b.id, None)
+                    state = "paused" if b.alive else "down"
+                    self._add([ReplicaView(t, b.id, p, state) for p in range(self.partitions)])
+                    continue
+                try:
+                    self._add(self.ask(b, t))
+                except (StrandlineError, OSError, AttributeError, ValueError):
+                    conn = self._connections.pop(b.id, None)
+                    if conn is not None:
+                        conn.close()
+                    self._add([ReplicaView(t, b.id, p, "unreachable") for p in range(self.partitions)])
+
+    def _add(self, views: list[ReplicaView]) -> None:
+        with self._lock:
+            self.views.extend(views)
+
+    def ask(self, b, t: float) -> list[ReplicaView]:
+        conn = self._connections.get(b.id)
+        if conn is None:
+            conn = self._connections[b.id] = KafkaConnection(b.address, timeout_s=0.5, client_id="strandline-lab")
+        meta = conn.request(METADATA, 9, {"topics": [{"name": self.topic}], "allow_auto_topic_creation": False,
+                                          "include_cluster_authorized_operations": False,
+                                          "include_topic_authorized_operations": False})
+        known = {p.partition_index: p for t_ in meta.topics for p in t_.partitions}
+        parts = [{"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
+                 for p in range(self.partitions)]
+        leo = self._offsets(conn, DEBUGGING_REPLICA_ID, parts)
+        hw = self._offsets(conn, CONSUMER_REPLICA_ID, parts)
+        views = []
+        for p in range(self.partitions):
+            m = known.get(p)
+            views.append(ReplicaView(
+                t, b.id, p, "up", int(m.leader_id) if m else -1, int(m.leader_epoch) if m else -1,
+                ",".join(str(int(r)) for r in sorted(m.isr_nodes)) if m else "", int(meta.controller_id),
+                leo.get(p, -1), hw.get(p, -1)))
+        return views
+
+    def _offsets(self, conn: KafkaConnection, replica_id: int, parts: list) -> dict[int, int]:
+        resp = conn.request(LIST_OFFSETS, 5, {"replica_id": replica_id, "isolation_level": 0,
+                                               "topics": [{"name": self.topic, "partitions": parts}]})
+        return {int(p.partition_index): int(p.offset) for t_ in resp.topics for p in t_.partitions
+                if p.error_code == 0}
+
+
+def read_replica_logs(log_dir: Path, topic: str, partitions: int) -> list[tuple]:
+    """Every complete batch in a broker's log directory: (partition, base_offset, last_offset,
+    leader_epoch, digest of the batch's bytes, [values])."""
+    out = []
+    for p in range(partitions):
+        for segment in sorted((log_dir / f"{topic}-{p}").glob("*.log")):
+            data = segment.read_bytes()
+            for pos, header in iter_batches(data):
+                digest = hashlib.sha1(data[pos:pos + header.size]).hexdigest()
+                values = [] if header.is_control else [
+                    (r.offset, r.value.decode(errors="replace") if r.value is not None else "")
+                    for r in iter_records(data, pos, header)]
+                out.append((p, header.base_offset, header.last_offset, header.partition_leader_epoch,
+                            digest, values))
+    return out
