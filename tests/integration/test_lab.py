@@ -42,18 +42,19 @@ def run_and_audit(name: str, tmp_path, spark, seed: int = 7):
     return ok, line, info, result
 
 
-@pytest.mark.parametrize("name", ["NET-1", "NET-2", "NET-3", "NET-5", "NET-6", "NET-7", "NET-8"])
+@pytest.mark.parametrize("name", ["NET-1", "NET-2", "NET-3", "NET-5", "NET-6", "NET-7", "NET-8", "DUR-3"])
 def test_net_scenarios_lose_no_acknowledged_write_on_real_processes(name, tmp_path, spark):
-    """NET-1, NET-2, NET-3, NET-5, NET-6, NET-7, NET-8 with acks=all and min.insync.replicas=2."""
+    """NET-1, NET-2, NET-3, NET-5, NET-6, NET-7, NET-8 with acks=all and min.insync.replicas=2, and
+    DUR-3: a power loss of every replica with flush.on.ack=true."""
     ok, line, info, result = run_and_audit(name, tmp_path, spark)
     assert info["error"] is None, line
     assert result["ops"].get("ok", 0) > 0
     assert ok, line
 
 
-@pytest.mark.parametrize("name", ["LOSS-1", "LOSS-2", "LOSS-3", "LOSS-4", "LOSS-6", "NET-4"])
+@pytest.mark.parametrize("name", ["LOSS-1", "LOSS-2", "LOSS-3", "LOSS-4", "LOSS-5", "LOSS-6", "NET-4"])
 def test_loss_scenarios_show_their_loss_on_real_processes(name, tmp_path, spark):
-    """LOSS-1, LOSS-2, LOSS-3, LOSS-4, LOSS-6 and NET-4: acknowledged writes are lost, and the
+    """LOSS-1, LOSS-2, LOSS-3, LOSS-4, LOSS-5, LOSS-6 and NET-4: acknowledged writes are lost, and the
     audit finds every one of them (counted against the producers' own acknowledgements)."""
     ok, line, info, result = run_and_audit(name, tmp_path, spark)
     assert info["error"] is None, line

@@ -110,3 +110,33 @@ def test_os_append_is_one_write_without_copy(tmp_path, monkeypatch):
     assert calls == [(bytearray, 0), (memoryview, 100_000)]
     assert f.size() == 100_010
     f.close()
+
+
+def test_loss_5_the_flush_ledger_cuts_each_file_back_to_what_it_fsynced(tmp_path, monkeypatch):
+    """The lab's power loss on the real disk: what was fsynced (or there at open) survives, what
+    only the page cache held is dropped; a file never fsynced comes back empty."""
+    from strandline.runtime import disk as runtime_disk
+
+    ledger = tmp_path / "ledger"
+    monkeypatch.setenv(runtime_disk.FLUSH_LEDGER_ENV, str(ledger))
+    monkeypatch.setattr(runtime_disk, "_ledger", None)
+    (tmp_path / "old.log").write_bytes(b"kept")
+    d = OsDisk()
+    old = d.open(str(tmp_path / "old.log"))
+    old.append(b"+lost")
+    synced = d.open(str(tmp_path / "synced.log"))
+    synced.append(b"durable")
+    synced.flush()
+    synced.append(b"+lost")
+    fresh = d.open(str(tmp_path / "fresh.log"))
+    fresh.append(b"never fsynced")
+    d.write_file_atomic(str(tmp_path / "checkpoint"), b"0\n1\n")
+    for f in (old, synced, fresh):
+        f.close()
+    cut = runtime_disk.apply_power_loss(str(ledger))
+    assert (tmp_path / "old.log").read_bytes() == b"kept"
+    assert (tmp_path / "synced.log").read_bytes() == b"durable"
+    assert (tmp_path / "fresh.log").read_bytes() == b""
+    assert (tmp_path / "checkpoint").read_bytes() == b"0\n1\n"
+    assert sorted(os.path.basename(p) for p in cut) == ["fresh.log", "old.log", "synced.log"]
+    assert not ledger.exists()

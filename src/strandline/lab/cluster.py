@@ -21,6 +21,7 @@ from pathlib import Path
 from strandline.errors import StrandlineError
 from strandline.lab.network import LabNetwork
 from strandline.runtime.broker_main import READY_PREFIX
+from strandline.runtime.disk import FLUSH_LEDGER_ENV, apply_power_loss
 from strandline.runtime.zookeeper import EmbeddedZooKeeper
 
 BROKER_PORT = 9092          # in a namespace every broker has its own address
@@ -115,8 +116,9 @@ class LabCluster:
         cmd = [sys.executable, "-m", "strandline.cli.main", "broker", "--config", str(self._config(b))]
         if self.network is not None:
             cmd = self.network.exec_prefix(b.id) + cmd
+        env = {**os.environ, FLUSH_LEDGER_ENV: str(b.dir / "flush-ledger")}
         with open(b.dir / "broker.out", "wb") as out, open(b.dir / "broker.log", "ab") as err:
-            b.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            b.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
                                       start_new_session=True, preexec_fn=_die_with_parent)
         b.paused = False
 
@@ -140,6 +142,18 @@ class LabCluster:
             b.proc.kill()
             b.proc.wait()
         b.paused = False
+
+    def power_off(self, broker_id: int) -> int:
+        """A power loss: SIGKILL, then every file the broker wrote is cut back to what it had
+        fsynced (its flush ledger, see ``strandline.runtime.disk``); what only the page cache held
+        is gone. Returns the number of bytes dropped."""
+        b = self.brokers[broker_id]
+        self.kill(broker_id)
+        ledger = b.dir / "flush-ledger"
+        if not ledger.exists():
+            return 0
+        cut = apply_power_loss(str(ledger))
+        return sum(before - after for before, after in cut.values())
 
     def terminate(self, broker_id: int, timeout_s: float = 30.0) -> None:
         """SIGTERM: a controlled shutdown, then the process exits (SIGKILL after ``timeout_s``)."""

@@ -51,7 +51,7 @@ def _create_topic(cluster: LabCluster, run: Run, scenario: Scenario, partitions:
         first = leaders[p % len(leaders)]
         assignment.append({"partition_index": p, "broker_ids": [first] + [b for b in ids if b != first]})
     configs = {"min.insync.replicas": str(scenario.min_isr),
-               "unclean.leader.election.enable": "true" if scenario.unclean else "false"}
+               "unclean.leader.election.enable": "true" if scenario.unclean else "false", **scenario.topic_config}
     address = cluster.brokers[controller].address
     with KafkaConnection(address, timeout_s=30) as conn:
         resp = conn.request(19, 4, {"topics": [{"name": TOPIC, "num_partitions": -1, "replication_factor": -1,
@@ -116,7 +116,7 @@ def execute(scenario: Scenario, run_dir: Path, seed: int, partitions: int = 1, n
     info = {"scenario": scenario.name, "summary": scenario.summary, "run_dir": str(run_dir.resolve()), "expect": scenario.expect, "seed": seed,
             "acks": scenario.acks, "enable.idempotence": scenario.idempotence,
             "min.insync.replicas": scenario.min_isr, "unclean.leader.election.enable": scenario.unclean,
-            "broker_config": config, "partitions": partitions, "topic": TOPIC,
+            "broker_config": config, "topic_config": scenario.topic_config, "partitions": partitions, "topic": TOPIC,
             "network": "namespaces" if network else "loopback", "faults": [], "notes": [], "error": None}
     workload = sampler = run = final = None
     logs: dict = {}
@@ -276,8 +276,10 @@ def audit_command(run_dirs: list[str]) -> int:
     for d, result in zip(dirs, results):
         info = history.read_run(d)
         scenario = SAFE if info["scenario"] == "SAFE" else SCENARIOS[info["scenario"]]
-        ok, line = verdict(scenario, info, result, history.read_views(d))
+        views = history.read_views(d)
+        ok, line = verdict(scenario, info, result, views)
         all_ok &= ok
+        timeline.draw(d, info, views, result, line)
         _say(f"{d.name}: {line}")
     return 0 if all_ok else 1
 

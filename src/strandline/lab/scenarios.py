@@ -49,6 +49,7 @@ class Scenario:
     unclean: bool = False
     needs_network: bool = False
     broker_config: dict[str, str] = field(default_factory=dict)
+    topic_config: dict[str, str] = field(default_factory=dict)
     bound: str = ""                  # what bounds the loss, printed after the count
     check: Callable[[dict, dict, list], str | None] | None = None
     """``check(run info, audit result, sampled views)``: why the outcome is not the one the seed
@@ -381,13 +382,27 @@ def loss_6(run: Run) -> None:
     run.wait_for("the partition offline (its only ISR member gone)",
                  lambda: all(run.view(f) is not None and run.view(f).leader == -1 for f in followers),
                  SESSION_MS / 1000 + 20)
+    run.network.heal()
+    run.end(cut)
     run.cluster.restart(leader)
     run.wait_for(f"broker {leader} elected again", lambda: run.view(leader) is not None
                  and run.view(leader).leader == leader and run.view(leader).leader_epoch > 0, 30)
     run.end(disk)
-    run.network.heal()
-    run.end(cut)
     run.wait_isr(leader, set(run.cluster.brokers), timeout_s=60)
+
+
+def loss_5(run: Run) -> None:
+    """Every replica loses power at once: what was acknowledged but never fsynced is gone from all
+    of them (Kafka acknowledges from the page cache; DUR-2's flush.on.ack closes this)."""
+    brokers = list(run.cluster.brokers)
+    power = run.begin(f"brokers {brokers} lose power at once", brokers)
+    dropped = sum(run.cluster.power_off(b) for b in brokers)
+    run.notes.append(f"{dropped} bytes not fsynced were dropped from the brokers' files")
+    for b in brokers:
+        run.cluster.restart(b)
+    run.end(power)
+    run.wait_for("a leader", lambda: run.leader() >= 0, 60)
+    run.wait_isr(run.leader(), set(brokers), timeout_s=60)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -423,6 +438,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("LOSS-4", "the ISR shrunk to the leader, min.insync.replicas=1, the leader isolated: loss even with acks=all",
              "loss", "expected loss of acks=all writes acknowledged by a leader alone in its ISR", loss_4,
              min_isr=1, unclean=True, idempotence=False, needs_network=True),
+    Scenario("LOSS-5", "every replica crashes at once before the data reaches the disk: loss",
+             "loss", "expected loss of acknowledged writes that only the page cache held", loss_5,
+             bound="everything since the last fsync"),
+    Scenario("DUR-3", "the same power loss with flush.on.ack=true: every ISR member fsyncs before the HW passes",
+             "no-loss", "no acknowledged write lost to a power loss of every replica with flush.on.ack", loss_5,
+             topic_config={"flush.on.ack": "true"}),
     Scenario("LOSS-6", "the ISR shrunk to the leader alone, then the leader loses its disk: total loss",
              "loss", "expected loss of every acknowledged write (KIP-966's case, even with min.insync.replicas=2)",
              loss_6, needs_network=True, check=lambda info, result, views: total_loss(info)),

@@ -8,6 +8,55 @@ import shutil
 
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
+#: With this environment variable set to a path, the broker records there how much of each file it
+#: opened or fsynced is durable: what a machine keeps across a power loss. ``strandline lab``
+#: powers a broker off by SIGKILL, then cuts every file back to its recorded size
+#: (:func:`apply_power_loss`): what only the page cache held is gone, as after a real power loss.
+FLUSH_LEDGER_ENV = "STRANDLINE_FLUSH_LEDGER"
+
+
+class FlushLedger:
+    """Lines ``<size>\t<path>``, appended (not fsynced: it is read by the lab after a SIGKILL, on a
+    machine that did not lose power); the last line of a path wins."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+    def durable(self, path: str, size: int) -> None:
+        os.write(self.fd, f"{size}\t{os.path.abspath(path)}\n".encode())
+
+
+_ledger: FlushLedger | None = None
+
+
+def flush_ledger() -> FlushLedger | None:
+    global _ledger
+    if _ledger is None and os.environ.get(FLUSH_LEDGER_ENV):
+        _ledger = FlushLedger(os.environ[FLUSH_LEDGER_ENV])
+    return _ledger
+
+
+def apply_power_loss(ledger_path: str) -> dict[str, tuple[int, int]]:
+    """Cut every file the ledger names back to its durable size (a file created and never fsynced
+    to nothing); returns ``path -> (size before, size after)`` for the files cut."""
+    durable: dict[str, int] = {}
+    with open(ledger_path) as f:
+        for line in f:
+            size, _, path = line.rstrip("\n").partition("\t")
+            if path:
+                durable[path] = int(size)
+    cut = {}
+    for path, size in durable.items():
+        try:
+            before = os.path.getsize(path)
+        except OSError:
+            continue
+        if before > size:
+            os.truncate(path, size)
+            cut[path] = (before, size)
+    os.remove(ledger_path)
+    return cut
+
 
 class OsFile:
     """One open file: appends with ``os.pwrite`` at the size kept in memory, reads with ``os.pread``."""
@@ -18,6 +67,8 @@ class OsFile:
         self.path = path
         self.fd = os.open(path, _OPEN_FLAGS, 0o644)
         self._size = os.fstat(self.fd).st_size
+        if flush_ledger() is not None:
+            flush_ledger().durable(path, self._size)     # what is there at open survived the last loss
 
     def append(self, data) -> int:
         position = self._size
@@ -47,6 +98,8 @@ class OsFile:
 
     def flush(self) -> None:
         os.fsync(self.fd)
+        if flush_ledger() is not None:
+            flush_ledger().durable(self.path, self._size)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -98,6 +151,8 @@ class OsDisk:
             os.close(fd)
         os.replace(tmp, path)
         self.fsync_dir(os.path.dirname(path) or ".")
+        if flush_ledger() is not None:
+            flush_ledger().durable(path, len(data))
 
     def fsync_dir(self, path: str) -> None:
         fd = os.open(path, os.O_RDONLY)
