@@ -124,6 +124,12 @@ class LabNetwork:
             raise NetworkError(f"cannot cut {src} from {dst}: one side must be a broker")
         self.cuts.add((str(src), str(dst)))
 
+    def cut_requests(self, src: int, dst: int, port: int) -> None:
+        """Drop what ``src`` sends to ``dst``'s listener ``port``: ``src`` can no longer ask ``dst``
+        anything (fetch, produce, control requests), while ``dst`` still reaches ``src``'s listener."""
+        self._nft(dst, f"add rule inet {TABLE} input ip saddr {self.address(src)} tcp dport {port} drop")
+        self.cuts.add((str(src), f"{dst}:{port}"))
+
     def cut_both(self, a: str | int, b: str | int) -> None:
         self.cut(a, b)
         self.cut(b, a)

@@ -30,8 +30,9 @@ def _say(line: str) -> None:
 
 
 def _create_topic(cluster: LabCluster, run: Run, scenario: Scenario, partitions: int) -> None:
-    """One partition per replica set, the first replica (the preferred leader) not the controller
-    where possible, so that killing a leader is not also a controller failover unless asked."""
+    """Replicas ``[leader, controller, the rest]``: the preferred leader is not the controller where
+    possible, so that killing a leader is not also a controller failover unless asked, and the
+    controller is the next in line (Kafka elects the first live ISR member in assignment order)."""
     ids = sorted(cluster.brokers)
     deadline = time.monotonic() + 30
     controller = -1
@@ -49,7 +50,9 @@ def _create_topic(cluster: LabCluster, run: Run, scenario: Scenario, partitions:
     assignment = []
     for p in range(partitions):
         first = leaders[p % len(leaders)]
-        assignment.append({"partition_index": p, "broker_ids": [first] + [b for b in ids if b != first]})
+        rest = [controller] if controller != first else []
+        rest += [b for b in ids if b not in (first, controller)]
+        assignment.append({"partition_index": p, "broker_ids": [first] + rest})
     configs = {"min.insync.replicas": str(scenario.min_isr),
                "unclean.leader.election.enable": "true" if scenario.unclean else "false", **scenario.topic_config}
     address = cluster.brokers[controller].address

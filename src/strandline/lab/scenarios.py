@@ -391,6 +391,45 @@ def loss_6(run: Run) -> None:
     run.wait_isr(leader, set(run.cluster.brokers), timeout_s=60)
 
 
+def epo_3(run: Run) -> None:
+    """KIP-101's first case with real processes: two failovers in a row.
+
+    The leader's answers stop reaching one follower (``last``): its fetches still arrive, so the
+    leader's high watermark and acknowledgements reach that follower's log end, but the follower
+    never hears the new high watermark. The leader dies; the next in line (the controller) is
+    elected; ``last``, told to follow it, cannot send it a request. In the legacy mode it cuts its
+    log to its own, stale, high watermark: acknowledged records go. Then the new leader dies too
+    and ``last`` is elected with what it kept. With leader epochs it must ask the new leader
+    before it truncates, cannot, and keeps everything."""
+    from strandline.lab.cluster import BROKER_PORT
+
+    first = run.leader()
+    successor = run.controller()
+    if successor == first:
+        raise LabError("the controller leads the partition; EPO-3 needs them apart")
+    [last] = run.others(first, successor)
+    cut = run.begin(f"broker {first}'s answers to broker {last} dropped; broker {last} cannot send requests "
+                    f"to broker {successor}", [last])
+    run.network.cut(first, last)
+    run.network.cut_requests(last, successor, BROKER_PORT)
+    run.hold(1.0)                                # less than replica.lag.time.max.ms: `last` stays in the ISR
+    kill = run.begin(f"SIGKILL leader {first}", [first])
+    run.cluster.kill(first)
+    run.wait_for(f"broker {last} following broker {successor}",
+                 lambda: run.view(last) is not None and run.view(last).leader == successor
+                 and run.view(successor).leader == successor, SESSION_MS / 1000 + 20)
+    second = run.begin(f"SIGKILL leader {successor}", [successor])
+    run.cluster.kill(successor)
+    run.wait_for(f"broker {last} elected", lambda: run.view(last).leader == last, SESSION_MS / 1000 + 20)
+    run.network.heal()
+    run.end(cut)
+    run.cluster.restart(first)
+    run.end(kill)
+    run.cluster.restart(successor)
+    run.end(second)
+    run.wait_isr(last, set(run.cluster.brokers), timeout_s=60)
+
+
 def loss_5(run: Run) -> None:
     """Every replica loses power at once: what was acknowledged but never fsynced is gone from all
     of them (Kafka acknowledges from the page cache; DUR-2's flush.on.ack closes this)."""
@@ -425,6 +464,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              needs_network=True),
     Scenario("NET-8", "the controller cut from ZooKeeper: a new controller is elected; the old one stops acting",
              "no-loss", "a controller cut from ZooKeeper is replaced", net_8, needs_network=True),
+    Scenario("EPO-3", "two failovers in a row, the last leader told to follow the first while cut from it: "
+             "leader epochs keep every acknowledged write",
+             "no-loss", "a follower that cannot ask its new leader keeps its log (leader epochs)", epo_3,
+             needs_network=True),
+    Scenario("EPO-3-legacy", "the same with replication.truncation=high-watermark (pre-0.11 Kafka): "
+             "the follower cuts to its high watermark and is then elected",
+             "loss", "expected loss of acks=all writes cut away with the follower's high watermark", epo_3,
+             needs_network=True, broker_config={"replication.truncation": "high-watermark"},
+             bound="what the last leader's high watermark had not yet caught up with"),
     Scenario("LOSS-1", "acks=1 and a leader failover: writes the leader acknowledged alone are lost",
              "loss", "expected loss of acks=1 writes no follower had copied", loss_1,
              acks="1", idempotence=False, min_isr=1, bound="bounded by what the followers had not fetched"),
