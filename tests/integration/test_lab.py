@@ -43,9 +43,11 @@ def run_and_audit(name: str, tmp_path, spark, seed: int = 7):
     return ok, line, info, result
 
 
-@pytest.mark.parametrize("name", ["NET-1", "NET-2", "NET-3", "NET-5", "NET-6", "NET-7", "NET-8", "DUR-3", "EPO-3"])
+@pytest.mark.parametrize("name", ["NET-1", "NET-2", "NET-3", "NET-5", "NET-6", "NET-6b", "NET-7", "NET-8", "DUR-3",
+                                  "EPO-3"])
 def test_net_scenarios_lose_no_acknowledged_write_on_real_processes(name, tmp_path, spark):
-    """NET-1, NET-2, NET-3, NET-5, NET-6, NET-7, NET-8 with acks=all and min.insync.replicas=2;
+    """NET-1, NET-2, NET-3, NET-5, NET-6 (and its variant with the ISR shrunk first), NET-7, NET-8
+    with acks=all and min.insync.replicas=2;
     DUR-3: a power loss of every replica with flush.on.ack=true; EPO-3: two failovers in a row
     with leader-epoch truncation."""
     ok, line, info, result = run_and_audit(name, tmp_path, spark)

@@ -36,16 +36,17 @@ def _create_topic(cluster: LabCluster, run: Run, scenario: Scenario, partitions:
     ids = sorted(cluster.brokers)
     deadline = time.monotonic() + 30
     controller = -1
-    while controller < 0:
+    while True:      # until a controller is elected and knows every broker (else: INVALID_REPLICA_ASSIGNMENT)
         with KafkaConnection(cluster.bootstrap, timeout_s=5) as conn:
             meta = conn.request(3, 9, {"topics": [], "allow_auto_topic_creation": False,
                                        "include_cluster_authorized_operations": False,
                                        "include_topic_authorized_operations": False})
         controller = int(meta.controller_id)
-        if controller < 0 and time.monotonic() > deadline:
-            raise LabError("no controller was elected within 30 s")
-        if controller < 0:
-            time.sleep(0.1)
+        if controller >= 0 and {int(b.node_id) for b in meta.brokers} >= set(ids):
+            break
+        if time.monotonic() > deadline:
+            raise LabError("the brokers did not all register with a controller within 30 s")
+        time.sleep(0.1)
     leaders = [b for b in ids if b != controller] or ids
     assignment = []
     for p in range(partitions):

@@ -267,6 +267,27 @@ def net_6(run: Run) -> None:
     run.wait_isr(new, set(run.cluster.brokers), timeout_s=60)
 
 
+def net_6_shrunk(run: Run) -> None:
+    """NET-6's variant: the followers fall behind first (cut from the leader) until the ISR is the
+    leader alone, then the leader is isolated from everything but the clients."""
+    leader = run.leader()
+    followers = run.others(leader)
+    behind = run.begin(f"followers {followers} cut from leader {leader}", followers)
+    for f in followers:
+        run.network.cut_both(leader, f)
+    run.wait_isr(leader, {leader})
+    iso = run.begin(f"leader {leader} isolated (the clients still reach it)", [leader])
+    run.network.isolate(leader)
+    run.wait_for("the partition offline (its only ISR member gone)",
+                 lambda: all(run.view(f) is not None and run.view(f).leader == -1 for f in followers),
+                 SESSION_MS / 1000 + 20)
+    run.hold(2.0)               # the isolated leader: ISR of itself, min.insync.replicas=2 refuses acks=all
+    run.network.heal()
+    run.end(iso)
+    run.end(behind)
+    run.wait_isr(leader, set(run.cluster.brokers), timeout_s=60)
+
+
 def net_7(run: Run) -> None:
     controller = run.controller()
     leader = run.leader()
@@ -459,6 +480,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "no-loss", "an isolated follower leaves the ISR and rejoins", net_5, needs_network=True),
     Scenario("NET-6", "the leader fully isolated: a new leader is elected; acks=all with min.insync.replicas=2 loses nothing",
              "no-loss", "an isolated leader is replaced without losing an acks=all write", net_6, needs_network=True),
+    Scenario("NET-6b", "NET-6 after the ISR had shrunk to the leader: min.insync.replicas=2 refuses every write, "
+             "no unclean election: the partition waits offline",
+             "no-loss", "an isolated leader alone in its ISR acknowledges nothing and loses nothing", net_6_shrunk,
+             needs_network=True),
     Scenario("NET-7", "the controller cut from the other brokers: leader changes are not delivered until healed",
              "no-loss", "a controller that cannot reach the brokers delays a failover, loses nothing", net_7,
              needs_network=True),
