@@ -28,11 +28,19 @@ BROKER_PORT = 9092          # in a namespace every broker has its own address
 START_TIMEOUT_S = 60.0
 
 
-def _die_with_parent() -> None:
+def _prctl():
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()   # looked up here: no dlopen in a child forked from a threaded process
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a broker dies with the lab
 
 
 def _free_port() -> int:
@@ -194,20 +202,25 @@ class LabCluster:
     # -- the end ------------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop every process the lab started (by PID) and remove the network; never raises."""
-        for b in self.brokers.values():
+        """Stop every process the lab started (by PID) and remove the network. SIGINT and SIGTERM
+        wait until it is done (a second Ctrl-C must not leave namespaces behind)."""
+        blocked = {signal.SIGINT, signal.SIGTERM}
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        try:
+            for b in self.brokers.values():
+                try:
+                    if b.alive:
+                        if b.paused:
+                            os.kill(b.pid, signal.SIGCONT)
+                        b.proc.kill()
+                        b.proc.wait(10)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
             try:
-                if b.alive:
-                    if b.paused:
-                        os.kill(b.pid, signal.SIGCONT)
-                    b.proc.kill()
-                    b.proc.wait(10)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        if self.zookeeper is not None:
-            try:
-                self.zookeeper.stop()
-            except Exception:  # noqa: BLE001 - the network must still go
-                pass
-        if self.network is not None:
-            self.network.close()
+                if self.zookeeper is not None:
+                    self.zookeeper.stop()
+            finally:
+                if self.network is not None:
+                    self.network.close()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -19,10 +19,13 @@ partition cannot be made on this machine, in one line.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+
+from strandline.errors import StrandlineError
 
 ZOOKEEPER = "zk"
 CLIENTS = "clients"
@@ -40,25 +43,38 @@ def unavailable_reason() -> str | None:
     return None
 
 
-class NetworkError(Exception):
+class NetworkError(StrandlineError):
     pass
 
 
 def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(list(args), capture_output=True, text=True)
+    # its own session: a Ctrl-C at the terminal reaches the lab, which then cleans up, not `ip` halfway
+    result = subprocess.run(list(args), capture_output=True, text=True, start_new_session=True)
     if check and result.returncode != 0:
         raise NetworkError(f"{' '.join(args)}: {result.stderr.strip() or result.returncode}")
     return result
 
 
-def _free_index() -> int:
-    """A subnet index no other lab on this machine uses (its bridge does not exist)."""
+LOCK_DIR = "/run/lock" if os.path.isdir("/run/lock") else "/tmp"
+
+
+def _reserve_index() -> tuple[int, int]:
+    """A subnet index no other lab on this machine holds: (index, fd of its lock file). The lock
+    (flock) is held for the whole run, so two labs never share (or delete) each other's network."""
     existing = set(os.listdir("/sys/class/net"))
     start = os.getpid() % 200
     for k in range(200):
         index = (start + k) % 200 + 20
-        if f"slbr{index}" not in existing:
-            return index
+        if f"slbr{index}" in existing:
+            continue
+        fd = os.open(os.path.join(LOCK_DIR, f"strandline-lab-{index}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return index, fd
     raise NetworkError("no free lab subnet: 200 labs are running")
 
 
@@ -67,9 +83,11 @@ class LabNetwork:
     """Namespaces, veths and a bridge for ``broker_ids``; every rule it adds is remembered."""
 
     broker_ids: list[int]
-    index: int = field(default_factory=_free_index)
+    index: int = -1
     created: bool = False
     cuts: set[tuple[str, str]] = field(default_factory=set)
+    made: list[tuple[str, str]] = field(default_factory=list)   # ("netns"|"link", name), in creation order
+    _lock_fd: int = -1
 
     @property
     def bridge(self) -> str:
@@ -90,16 +108,21 @@ class LabNetwork:
         return ["ip", "netns", "exec", self.namespace(broker_id)]
 
     def create(self) -> None:
+        if self.index < 0:
+            self.index, self._lock_fd = _reserve_index()
         self.created = True
         net = f"10.201.{self.index}"
         _run("ip", "link", "add", self.bridge, "type", "bridge")
+        self.made.append(("link", self.bridge))
         _run("ip", "addr", "add", f"{net}.1/24", "dev", self.bridge)
         _run("ip", "addr", "add", f"{net}.2/32", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
         for b in self.broker_ids:
             ns, outer, inner = self.namespace(b), f"sl{self.index}v{b}", f"sl{self.index}p{b}"
             _run("ip", "netns", "add", ns)
+            self.made.append(("netns", ns))
             _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+            self.made.append(("link", outer))
             _run("ip", "link", "set", inner, "netns", ns)
             _run("ip", "link", "set", outer, "master", self.bridge, "up")
             _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
@@ -150,11 +173,14 @@ class LabNetwork:
         self.cuts.clear()
 
     def close(self) -> None:
-        """Remove everything ``create`` made; safe to call twice and after a failed ``create``."""
-        if not self.created:
-            return
-        for b in self.broker_ids:
-            _run("ip", "netns", "del", self.namespace(b), check=False)  # takes its veth end and table along
-            _run("ip", "link", "del", f"sl{self.index}v{b}", check=False)
-        _run("ip", "link", "del", self.bridge, check=False)
+        """Remove what ``create`` made (and only that); safe to call twice and after a failed ``create``."""
+        for kind, name in reversed(self.made):
+            if kind == "netns":
+                _run("ip", "netns", "del", name, check=False)   # takes its veth end and nft table along
+            else:
+                _run("ip", "link", "del", name, check=False)
+        self.made.clear()
         self.created = False
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1

@@ -130,12 +130,16 @@ class Run:
                       timeout_s)
 
     def wait_new_leader(self, old: int, timeout_s: float = 30.0, partition: int = 0) -> int:
-        """Until a broker other than ``old`` leads the partition, as it says itself."""
+        """Until a broker other than ``old`` leads the partition, as it says itself; that broker."""
+        found: list[int] = []
+
         def elected() -> bool:
-            return any(self.view(b, partition) is not None and self.view(b, partition).state == "up"
-                       and self.view(b, partition).leader == b for b in self.others(old))
+            views = self.sampler.latest()
+            found[:] = [b for b in self.others(old) if (v := views.get((b, partition))) is not None
+                        and v.state == "up" and v.leader == b]
+            return bool(found)
         self.wait_for(f"a leader other than broker {old}", elected, timeout_s)
-        return next(b for b in self.others(old) if self.view(b, partition).leader == b)
+        return found[0]
 
     def wait_acks(self, count: int = 1, timeout_s: float = 30.0) -> None:
         """Until the workload has ``count`` more acknowledgements (writes go on)."""

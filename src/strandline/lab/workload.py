@@ -164,6 +164,7 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, name="lab-sampler", daemon=True)
         self._connections: dict[int, KafkaConnection] = {}
         self._lock = threading.Lock()
+        self._latest: dict[tuple[int, int], ReplicaView] = {}
 
     def start(self) -> None:
         self._thread.start()
@@ -177,10 +178,7 @@ class Sampler:
     def latest(self) -> dict[tuple[int, int], ReplicaView]:
         """The last view of each (broker, partition)."""
         with self._lock:
-            out = {}
-            for v in self.views:
-                out[(v.broker, v.partition)] = v
-            return out
+            return dict(self._latest)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -202,6 +200,8 @@ class Sampler:
     def _add(self, views: list[ReplicaView]) -> None:
         with self._lock:
             self.views.extend(views)
+            for v in views:
+                self._latest[(v.broker, v.partition)] = v
 
     def ask(self, b, t: float) -> list[ReplicaView]:
         conn = self._connections.get(b.id)

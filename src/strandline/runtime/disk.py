@@ -15,15 +15,48 @@ _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 FLUSH_LEDGER_ENV = "STRANDLINE_FLUSH_LEDGER"
 
 
+def _read_ledger(path: str) -> dict[str, int]:
+    durable: dict[str, int] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                size, _, name = line.rstrip("\n").partition("\t")
+                if name:
+                    durable[name] = int(size)
+    except FileNotFoundError:
+        pass
+    return durable
+
+
 class FlushLedger:
     """Lines ``<size>\t<path>``, appended (not fsynced: it is read by the lab after a SIGKILL, on a
-    machine that did not lose power); the last line of a path wins."""
+    machine that did not lose power); the last line of a path wins.
+
+    A file's durable size is what it held when first seen (opened while the ledger is empty for it:
+    it survived the last power loss), raised by each fsync to the size then, and lowered by a
+    truncation. Reopening a file after a plain crash keeps the size its earlier life recorded:
+    bytes only the page cache held stay undurable until an fsync."""
 
     def __init__(self, path: str) -> None:
+        self.sizes = _read_ledger(path)
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
 
+    def _record(self, path: str, size: int) -> None:
+        self.sizes[path] = size
+        os.write(self.fd, f"{size}\t{path}\n".encode())
+
+    def opened(self, path: str, size: int) -> None:
+        path = os.path.abspath(path)
+        if path not in self.sizes:
+            self._record(path, size)
+
     def durable(self, path: str, size: int) -> None:
-        os.write(self.fd, f"{size}\t{os.path.abspath(path)}\n".encode())
+        self._record(os.path.abspath(path), size)
+
+    def truncated(self, path: str, size: int) -> None:
+        path = os.path.abspath(path)
+        if self.sizes.get(path, size + 1) > size:
+            self._record(path, size)
 
 
 _ledger: FlushLedger | None = None
@@ -39,12 +72,7 @@ def flush_ledger() -> FlushLedger | None:
 def apply_power_loss(ledger_path: str) -> dict[str, tuple[int, int]]:
     """Cut every file the ledger names back to its durable size (a file created and never fsynced
     to nothing); returns ``path -> (size before, size after)`` for the files cut."""
-    durable: dict[str, int] = {}
-    with open(ledger_path) as f:
-        for line in f:
-            size, _, path = line.rstrip("\n").partition("\t")
-            if path:
-                durable[path] = int(size)
+    durable = _read_ledger(ledger_path)
     cut = {}
     for path, size in durable.items():
         try:
@@ -68,7 +96,7 @@ class OsFile:
         self.fd = os.open(path, _OPEN_FLAGS, 0o644)
         self._size = os.fstat(self.fd).st_size
         if flush_ledger() is not None:
-            flush_ledger().durable(path, self._size)     # what is there at open survived the last loss
+            flush_ledger().opened(path, self._size)
 
     def append(self, data) -> int:
         position = self._size
@@ -95,6 +123,8 @@ class OsFile:
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)
         self._size = size
+        if flush_ledger() is not None:
+            flush_ledger().truncated(self.path, size)
 
     def flush(self) -> None:
         os.fsync(self.fd)
