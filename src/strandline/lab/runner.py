@@ -214,7 +214,7 @@ def _interruptible() -> None:
 
 
 def run_scenario(name: str, seed: int | None, data_dir: str | None, trials: int = 1) -> int:
-    scenario = SAFE if name.upper() == "SAFE" else SCENARIOS.get(name.upper())
+    scenario = SAFE if name.upper() == "SAFE" else {k.upper(): v for k, v in SCENARIOS.items()}.get(name.upper())
     if scenario is None:
         raise StrandlineError(f"no scenario {name!r}; `strandline lab list` names them")
     reason = unavailable_reason()

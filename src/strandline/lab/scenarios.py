@@ -29,6 +29,7 @@ LAB_BROKER_CONFIG = {
     "replica.socket.timeout.ms": "3000",
     "controller.socket.timeout.ms": "3000",
     "controlled.shutdown.retry.backoff.ms": "500",
+    "replica.high.watermark.checkpoint.interval.ms": "200",   # the sampler reads followers' HW there
 }
 
 

@@ -4,8 +4,9 @@ Per partition, two panels over the run's time (seconds since the workload starte
 
 * **roles**: one lane per replica, coloured by what that broker says it is (leader, follower in
   the ISR, follower out of the ISR) or by why it cannot say (paused, down, unreachable);
-* **offsets**: each replica's log end offset, the leader's high watermark, and every
-  acknowledged write that was lost, marked where and when it was acknowledged.
+* **offsets**: each replica's log end offset, the leader's high watermark (and a follower's, as it
+  checkpointed it), and every acknowledged write that was lost, marked where and when it was
+  acknowledged.
 
 Fault windows are shaded across both panels and named in the legend. The HTML page holds the
 figure as inline SVG plus the verdict, the faults and the first lost writes: it needs no network.
@@ -64,7 +65,11 @@ def draw(run_dir: Path, info: dict, views: list[dict], result: dict, verdict_lin
                 lanes.broken_barh([(start, stop - start)], (row - 0.4, 0.8), color=ROLE_COLOURS[a["role"]])
             xs = [(v["time_ms"] - t0) / 1000 for v in seq if v["leo"] >= 0]
             ys = [v["leo"] for v in seq if v["leo"] >= 0]
-            offsets.step(xs, ys, where="post", linewidth=1.2, label=f"LEO of broker {b}")
+            [line] = offsets.step(xs, ys, where="post", linewidth=1.2, label=f"LEO of broker {b}")
+            fhw = [((v["time_ms"] - t0) / 1000, v["hw"]) for v in seq if v["hw"] >= 0 and v["leader"] != b]
+            if fhw:
+                offsets.step([x for x, _ in fhw], [y for _, y in fhw], where="post", linewidth=0.8,
+                             linestyle=":", color=line.get_color(), label=f"HW of broker {b} as follower")
         hw = [((v["time_ms"] - t0) / 1000, v["hw"]) for v in pviews if v["hw"] >= 0 and v["leader"] == v["broker"]]
         if hw:
             offsets.step([x for x, _ in hw], [y for _, y in hw], where="post", color="black", linewidth=1.6,
@@ -90,11 +95,18 @@ def draw(run_dir: Path, info: dict, views: list[dict], result: dict, verdict_lin
     role_legend = [Patch(color=c, label=k) for k, c in ROLE_COLOURS.items()]
     fault_legend = [Patch(color=FAULT_COLOURS[i % len(FAULT_COLOURS)], alpha=0.35, label=f["label"])
                     for i, f in enumerate(info.get("faults", []))]
-    axes[0][0].legend(handles=role_legend + fault_legend, loc="upper center", bbox_to_anchor=(0.5, 1.45 + 0.1 * len(fault_legend) / 3),
-                      ncol=4, fontsize=7, frameon=False)
     axes[-1][0].set_xlabel("seconds since the workload started")
-    fig.suptitle(verdict_line, fontsize=8, y=0.005, va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.04, 1, 0.93))
+    # below the panels: the roles' colours, then one line per fault, then the verdict
+    height = fig.get_figheight()
+    legend_in = 0.22 * (2 + len(fault_legend)) + 0.45
+    fig.set_figheight(height + legend_in)
+    fig.legend(handles=role_legend, loc="lower center", ncol=len(role_legend), fontsize=7, frameon=False,
+               bbox_to_anchor=(0.5, (0.22 * (1 + len(fault_legend)) + 0.3) / (height + legend_in)))
+    if fault_legend:
+        fig.legend(handles=fault_legend, loc="lower center", ncol=1, fontsize=7, frameon=False,
+                   bbox_to_anchor=(0.5, 0.3 / (height + legend_in)))
+    fig.text(0.5, 0.01, verdict_line, ha="center", va="bottom", fontsize=8, wrap=True)
+    fig.tight_layout(rect=(0, (legend_in + 0.1) / (height + legend_in), 1, 1))
     png = run_dir / "timeline.png"
     fig.savefig(png, dpi=110)
     svg = io.StringIO()
