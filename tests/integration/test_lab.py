@@ -66,6 +66,18 @@ def test_loss_scenarios_show_their_loss_on_real_processes(name, tmp_path, spark)
     assert result["unexpected"] == 0 and result["duplicated"] == 0, line
 
 
+@pytest.mark.parametrize("name", ["EPO-3-divergence", "EPO-3-divergence-legacy"])
+def test_epo_3_replicas_stay_identical_with_leader_epochs_and_diverge_with_high_watermark_truncation(
+        name, tmp_path, spark):
+    """EPO-3's divergence case (EPO-4 for the legacy mode): every replica crashes, the first back
+    lost power and leads. With leader epochs the replicas end identical; with high-watermark
+    truncation the followers keep old records below the high watermark, for good."""
+    ok, line, info, result = run_and_audit(name, tmp_path, spark)
+    assert info["error"] is None, line
+    assert ok, line
+    assert (result["divergent_batches"] > 0) == name.endswith("legacy"), line
+
+
 def test_safe_1_random_faults_lose_nothing(tmp_path, spark):
     """SAFE-1: a random mix of faults (kills, pauses, partitions, controller failovers)."""
     ok, line, info, result = run_and_audit("SAFE", tmp_path, spark, seed=11)

@@ -125,7 +125,7 @@ def execute(scenario: Scenario, run_dir: Path, seed: int, partitions: int = 1, n
         sampler = Sampler(cluster, TOPIC, partitions)
         sampler.start()
         workload = Workload(cluster.bootstrap, TOPIC, partitions, acks=scenario.acks,
-                            idempotence=scenario.idempotence)
+                            idempotence=scenario.idempotence, extra_config=scenario.producer_config)
         run = Run(cluster, network, workload, sampler, TOPIC, random.Random(seed))
         _create_topic(cluster, run, scenario, partitions)
         info["started_ms"] = run.now_ms()
@@ -180,6 +180,10 @@ def verdict(scenario: Scenario, info: dict, result: dict, views: list | None = N
         return False, f"{scenario.name}: the run did not go as written ({info['error']}); not audited"
     if scenario.expect == "loss":
         ok = lost > 0
+    elif scenario.expect == "divergence":
+        ok = divergent > 0
+    elif scenario.expect == "no-divergence":
+        ok = divergent == 0
     else:
         ok = lost == 0 and divergent == 0
     beyond = scenario.check(info, result, views) if scenario.check is not None else None
@@ -199,7 +203,9 @@ def verdict(scenario: Scenario, info: dict, result: dict, views: list | None = N
     elif ok:
         tail = "as the seed says"
     else:
-        tail = f"NOT as the seed says (expected {'a loss' if scenario.expect == 'loss' else 'no loss'})"
+        expected = {"loss": "a loss", "no-loss": "no loss", "divergence": "divergent replicas",
+                    "no-divergence": "identical replicas"}[scenario.expect]
+        tail = f"NOT as the seed says (expected {expected})"
     return ok, f"{scenario.name}: {scenario.expectation}: {detail} - {tail}"
 
 

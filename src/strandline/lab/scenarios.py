@@ -51,6 +51,7 @@ class Scenario:
     needs_network: bool = False
     broker_config: dict[str, str] = field(default_factory=dict)
     topic_config: dict[str, str] = field(default_factory=dict)
+    producer_config: dict = field(default_factory=dict)
     bound: str = ""                  # what bounds the loss, printed after the count
     check: Callable[[dict, dict, list], str | None] | None = None
     """``check(run info, audit result, sampled views)``: why the outcome is not the one the seed
@@ -456,6 +457,39 @@ def epo_3(run: Run) -> None:
     run.wait_isr(last, set(run.cluster.brokers), timeout_s=60)
 
 
+def epo_3_divergence(run: Run) -> None:
+    """KIP-101's second case: every replica crashes at once, the one that restarts first had lost
+    power (what it had not fsynced is gone) and leads; it takes new writes at the offsets it lost.
+    The others come back: in the legacy mode each cuts only to its checkpointed high watermark and
+    keeps its old records there (divergent replicas, below the HW, for good); with leader epochs
+    each asks the new leader where its epoch ended and cuts to that. Every batch is one record
+    (the producers' batch.num.messages=1), so a follower's fetch from its high watermark is never
+    in the middle of a leader's batch."""
+    from strandline.lab.workload import Sampler
+
+    first = run.leader()
+    successor = run.controller()
+    if successor == first:
+        raise LabError("the controller leads the partition; EPO-3 needs them apart")
+    [last] = run.others(first, successor)
+    crash = run.begin(f"brokers {first} and {last} killed, broker {successor} loses power, at once",
+                      [first, successor, last])
+    run.cluster.kill(first)
+    run.cluster.kill(last)
+    dropped = run.cluster.power_off(successor)
+    run.notes.append(f"broker {successor} dropped {dropped} bytes it had not fsynced")
+    checkpointed = max(Sampler._checkpointed_hw(run.cluster.brokers[b]).get((run.topic, 0), 0) for b in (first, last))
+    run.cluster.restart(successor)
+    run.wait_for(f"broker {successor} leading", lambda: run.view(successor) is not None
+                 and run.view(successor).leader == successor and run.view(successor).leader_epoch > 0, 30)
+    run.wait_for(f"broker {successor} past the others' high watermark ({checkpointed})",
+                 lambda: run.view(successor).leo > checkpointed + 100, 60)
+    run.cluster.restart(first)
+    run.cluster.restart(last)
+    run.end(crash)
+    run.wait_isr(successor, set(run.cluster.brokers), timeout_s=60)
+
+
 def loss_5(run: Run) -> None:
     """Every replica loses power at once: what was acknowledged but never fsynced is gone from all
     of them (Kafka acknowledges from the page cache; DUR-2's flush.on.ack closes this)."""
@@ -503,6 +537,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "loss", "expected loss of acks=all writes cut away with the follower's high watermark", epo_3,
              needs_network=True, broker_config={"replication.truncation": "high-watermark"},
              bound="what the last leader's high watermark had not yet caught up with"),
+    Scenario("EPO-3-divergence", "every replica crashes, the first back had lost power and leads: "
+             "leader epochs leave the replicas identical",
+             "no-divergence", "identical replicas after the followers asked the new leader where their epoch ended",
+             epo_3_divergence, min_isr=1, producer_config={"batch.num.messages": 1}),
+    Scenario("EPO-3-divergence-legacy", "the same with replication.truncation=high-watermark: the replicas "
+             "diverge below the high watermark, for good",
+             "divergence", "expected divergent replicas: the followers kept their old records below their "
+             "checkpointed high watermark", epo_3_divergence, min_isr=1, producer_config={"batch.num.messages": 1},
+             broker_config={"replication.truncation": "high-watermark"}),
     Scenario("LOSS-1", "acks=1 and a leader failover: writes the leader acknowledged alone are lost",
              "loss", "expected loss of acks=1 writes no follower had copied", loss_1,
              acks="1", idempotence=False, min_isr=1, bound="bounded by what the followers had not fetched"),

@@ -43,6 +43,7 @@ class Workload:
     acks: str = "all"
     idempotence: bool = True
     message_timeout_ms: int = 15000
+    extra_config: dict = field(default_factory=dict)   # the scenario's own producer settings
     ops: list[tuple] = field(default_factory=list)   # (time_ms, producer, type, value, partition, offset, error)
     fatal: list[str] = field(default_factory=list)   # fatal client errors (the producer was replaced)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -67,7 +68,7 @@ class Workload:
                   "log_level": 0}
         if not self.idempotence:
             config["max.in.flight.requests.per.connection"] = 1   # ordering without idempotence (PRO-1)
-        return config
+        return {**config, **self.extra_config}
 
     def _run(self, producer: int) -> None:
         from confluent_kafka import KafkaError, KafkaException, Producer
