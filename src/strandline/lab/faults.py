@@ -1,0 +1,367 @@
+"""The faults of each scenario: functions of a :class:`~strandline.lab.run.Run` that break the
+cluster while the workload writes, wait for each fault to take effect (or raise LabError: the run
+did not go as written), and heal what they broke."""
+
+from __future__ import annotations
+
+from strandline.lab.network import ZOOKEEPER
+from strandline.lab.run import LAG_MS, SESSION_MS, LabError, Run
+
+
+def net_1(run: Run) -> None:
+    leader = run.leader()
+    follower = run.others(leader)[0]
+    fault = run.begin(f"broker {follower} cut from leader {leader}", [follower])
+    run.network.cut_both(leader, follower)
+    run.wait_isr(leader, set(run.cluster.brokers) - {follower})           # the cut took effect
+    run.wait_acks(50)                                                       # writes go on
+    run.network.heal()
+    run.end(fault)
+    run.wait_isr(leader, set(run.cluster.brokers))                          # rejoins
+
+
+def net_2(run: Run) -> None:
+    leader = run.leader()
+    fault = run.begin(f"leader {leader} cut from all followers", [leader])
+    for f in run.others(leader):
+        run.network.cut_both(leader, f)
+    run.wait_isr(leader, {leader})
+    run.hold(2.0)       # acks=all with min.insync.replicas=2: refused (NOT_ENOUGH_REPLICAS)
+    run.network.heal()
+    run.end(fault)
+    run.wait_isr(leader, set(run.cluster.brokers))
+
+
+def net_3(run: Run) -> None:
+    leader = run.leader()
+    follower = run.others(leader, run.controller())[0] if len(run.others(leader, run.controller())) else \
+        run.others(leader)[0]
+    fault = run.begin(f"broker {follower} cut from ZooKeeper", [follower])
+    run.network.cut_both(follower, ZOOKEEPER)
+    run.wait_isr(leader, set(run.cluster.brokers) - {follower}, timeout_s=SESSION_MS / 1000 + 20)
+    run.wait_acks(50)
+    run.network.heal()
+    run.end(fault)
+    run.wait_isr(leader, set(run.cluster.brokers), timeout_s=60)
+
+
+def net_4(run: Run) -> None:
+    leader = run.leader()
+    fault = run.begin(f"leader {leader} cut from ZooKeeper", [leader])
+    run.network.cut_both(leader, ZOOKEEPER)
+    new = run.wait_new_leader(leader, timeout_s=SESSION_MS / 1000 + 20)
+    run.notes.append(f"broker {new} elected while broker {leader} still led in its own view")
+    run.hold(LAG_MS / 1000 + 2)                 # the old leader acks acks=1 until its ISR change fails
+    run.network.heal()
+    run.end(fault)
+    run.wait_isr(new, set(run.cluster.brokers), timeout_s=60)
+
+
+def _isolate(run: Run, broker: int, label: str) -> None:
+    fault = run.begin(label, [broker])
+    run.network.isolate(broker)
+    return fault
+
+
+def net_5(run: Run) -> None:
+    leader = run.leader()
+    follower = run.others(leader, run.controller())[0] if run.others(leader, run.controller()) else \
+        run.others(leader)[0]
+    fault = _isolate(run, follower, f"broker {follower} isolated")
+    run.wait_isr(leader, set(run.cluster.brokers) - {follower})
+    run.wait_acks(50)
+    run.network.heal()
+    run.end(fault)
+    run.wait_isr(leader, set(run.cluster.brokers), timeout_s=60)
+
+
+def net_6(run: Run) -> None:
+    leader = run.leader()
+    fault = _isolate(run, leader, f"leader {leader} isolated")
+    new = run.wait_new_leader(leader, timeout_s=SESSION_MS / 1000 + 20)
+    run.wait_acks(50)                           # clients moved to the new leader
+    run.network.heal()
+    run.end(fault)
+    run.wait_isr(new, set(run.cluster.brokers), timeout_s=60)
+
+
+def net_6_shrunk(run: Run) -> None:
+    """NET-6's variant: the followers fall behind first (cut from the leader) until the ISR is the
+    leader alone, then the leader is isolated from everything but the clients."""
+    leader = run.leader()
+    followers = run.others(leader)
+    behind = run.begin(f"followers {followers} cut from leader {leader}", followers)
+    for f in followers:
+        run.network.cut_both(leader, f)
+    run.wait_isr(leader, {leader})
+    iso = run.begin(f"leader {leader} isolated (the clients still reach it)", [leader])
+    run.network.isolate(leader)
+    run.wait_for("the partition offline (its only ISR member gone)",
+                 lambda: all(run.view(f) is not None and run.view(f).leader == -1 for f in followers),
+                 SESSION_MS / 1000 + 20)
+    run.hold(2.0)               # the isolated leader: ISR of itself, min.insync.replicas=2 refuses acks=all
+    run.network.heal()
+    run.end(iso)
+    run.end(behind)
+    run.wait_isr(leader, set(run.cluster.brokers), timeout_s=60)
+
+
+def net_7(run: Run) -> None:
+    controller = run.controller()
+    leader = run.leader()
+    if leader == controller:
+        raise LabError("the controller leads the partition; NET-7 needs them apart")
+    fault = run.begin(f"controller {controller} cut from the other brokers", [controller])
+    for b in run.others(controller):
+        run.network.cut_both(controller, b)
+    kill = run.begin(f"SIGKILL leader {leader}", [leader])
+    run.cluster.kill(leader)
+    run.hold(SESSION_MS / 1000 + 2)             # the controller elects, but cannot tell anyone
+    run.network.heal()
+    run.end(fault)
+    new = run.wait_new_leader(leader, timeout_s=30)
+    run.cluster.restart(leader)
+    run.end(kill)
+    run.wait_isr(new, set(run.cluster.brokers), timeout_s=60)
+
+
+def net_8(run: Run) -> None:
+    controller = run.controller()
+    fault = run.begin(f"controller {controller} cut from ZooKeeper", [controller])
+    run.network.cut_both(controller, ZOOKEEPER)
+    run.wait_for("a new controller", lambda: run.controller() not in (-1, controller)
+                 and all(run.view(b).controller != controller for b in run.others(controller)),
+                 SESSION_MS / 1000 + 20)
+    run.wait_acks(50)
+    run.network.heal()
+    run.end(fault)
+    leader = run.leader()
+    run.wait_isr(leader, set(run.cluster.brokers), timeout_s=60)
+
+
+def loss_1(run: Run) -> None:
+    """acks=1: the leader acknowledges before any follower has the record; a failover loses it."""
+    leader = run.leader()
+    followers = run.others(leader)
+    pause = run.begin(f"followers {followers} paused for 1 s (they stay in the ISR)", followers)
+    for f in followers:
+        run.cluster.pause(f)
+    run.hold(1.0)
+    kill = run.begin(f"SIGKILL leader {leader}", [leader])
+    run.cluster.kill(leader)
+    for f in followers:
+        run.cluster.resume(f)
+    run.end(pause)
+    new = run.wait_new_leader(leader, timeout_s=SESSION_MS / 1000 + 30)
+    run.wait_acks(50)
+    run.cluster.restart(leader)
+    run.end(kill)
+    run.wait_isr(new, set(run.cluster.brokers), timeout_s=60)
+
+
+def loss_2(run: Run) -> None:
+    """Unclean election: an out-of-sync replica becomes leader and the others truncate to it."""
+    leader = run.leader()
+    stale, other = run.others(leader)
+    pause = run.begin(f"broker {stale} paused", [stale])
+    run.cluster.pause(stale)
+    run.wait_isr(leader, {leader, other}, timeout_s=SESSION_MS / 1000 + 20)
+    run.wait_acks(100)                          # acknowledged by the leader and broker `other` only
+    kill = run.begin(f"SIGKILL brokers {leader} and {other}", [leader, other])
+    run.cluster.kill(other)
+    run.cluster.kill(leader)
+    run.cluster.resume(stale)
+    run.end(pause)
+    run.wait_for(f"broker {stale} elected (unclean)",
+                 lambda: run.view(stale) is not None and run.view(stale).leader == stale, SESSION_MS / 1000 + 30)
+    run.wait_acks(50)
+    run.cluster.restart(leader)
+    run.cluster.restart(other)
+    run.end(kill)
+    run.wait_isr(stale, set(run.cluster.brokers), timeout_s=60)
+
+
+def loss_4(run: Run) -> None:
+    """ISR shrunk to the leader (followers stalled), then the leader isolated: min.insync.replicas=1
+    lets it acknowledge acks=all writes alone, and an unclean election elsewhere discards them."""
+    leader = run.leader()
+    followers = run.others(leader)
+    stall = run.begin(f"followers {followers} paused", followers)
+    for f in followers:
+        run.cluster.pause(f)
+    run.wait_isr(leader, {leader}, timeout_s=30)
+    run.wait_acks(100)                          # acks=all, acknowledged by the leader alone
+    iso = run.begin(f"leader {leader} isolated from brokers and ZooKeeper", [leader])
+    run.network.isolate(leader)
+    for f in followers:
+        run.cluster.resume(f)
+    run.end(stall)
+    new = run.wait_new_leader(leader, timeout_s=SESSION_MS / 1000 + 30)
+    run.hold(2.0)
+    run.network.heal()
+    run.end(iso)
+    run.wait_isr(new, set(run.cluster.brokers), timeout_s=60)
+
+
+def loss_6(run: Run) -> None:
+    """The followers cut from the leader until the ISR is the leader alone; the leader dies, loses
+    its disk and returns empty after the controller has seen it gone: it is the only ISR member, so
+    it is elected again (a new leader epoch) and the followers truncate to its empty log."""
+    import shutil
+
+    leader = run.leader()
+    followers = run.others(leader)
+    cut = run.begin(f"followers {followers} cut from leader {leader}", followers)
+    for f in followers:
+        run.network.cut_both(leader, f)
+    run.wait_isr(leader, {leader}, timeout_s=30)
+    disk = run.begin(f"leader {leader} dies and loses its disk", [leader])
+    run.cluster.kill(leader)
+    shutil.rmtree(run.cluster.brokers[leader].log_dir, ignore_errors=True)
+    run.wait_for("the partition offline (its only ISR member gone)",
+                 lambda: all(run.view(f) is not None and run.view(f).leader == -1 for f in followers),
+                 SESSION_MS / 1000 + 20)
+    run.network.heal()
+    run.end(cut)
+    run.cluster.restart(leader)
+    run.wait_for(f"broker {leader} elected again", lambda: run.view(leader) is not None
+                 and run.view(leader).leader == leader and run.view(leader).leader_epoch > 0, 30)
+    run.end(disk)
+    run.wait_isr(leader, set(run.cluster.brokers), timeout_s=60)
+
+
+def epo_3(run: Run) -> None:
+    """KIP-101's first case with real processes: two failovers in a row.
+
+    The leader's answers stop reaching one follower (``last``): its fetches still arrive, so the
+    leader's high watermark and acknowledgements reach that follower's log end, but the follower
+    never hears the new high watermark. The leader dies; the next in line (the controller) is
+    elected; ``last``, told to follow it, cannot send it a request. In the legacy mode it cuts its
+    log to its own, stale, high watermark: acknowledged records go. Then the new leader dies too
+    and ``last`` is elected with what it kept. With leader epochs it must ask the new leader
+    before it truncates, cannot, and keeps everything."""
+    from strandline.lab.cluster import BROKER_PORT
+
+    first = run.leader()
+    successor = run.controller()
+    if successor == first:
+        raise LabError("the controller leads the partition; EPO-3 needs them apart")
+    [last] = run.others(first, successor)
+    cut = run.begin(f"broker {first}'s answers to broker {last} dropped; broker {last} cannot send requests "
+                    f"to broker {successor}", [last])
+    run.network.cut(first, last)
+    run.network.cut_requests(last, successor, BROKER_PORT)
+    run.hold(1.0)                                # less than replica.lag.time.max.ms: `last` stays in the ISR
+    kill = run.begin(f"SIGKILL leader {first}", [first])
+    run.cluster.kill(first)
+    run.wait_for(f"broker {last} following broker {successor}",
+                 lambda: run.view(last) is not None and run.view(last).leader == successor
+                 and run.view(successor).leader == successor, SESSION_MS / 1000 + 20)
+    second = run.begin(f"SIGKILL leader {successor}", [successor])
+    run.cluster.kill(successor)
+    run.wait_for(f"broker {last} elected", lambda: run.view(last).leader == last, SESSION_MS / 1000 + 20)
+    run.network.heal()
+    run.end(cut)
+    run.cluster.restart(first)
+    run.end(kill)
+    run.cluster.restart(successor)
+    run.end(second)
+    run.wait_isr(last, set(run.cluster.brokers), timeout_s=60)
+
+
+def epo_3_divergence(run: Run) -> None:
+    """KIP-101's second case: every replica crashes at once, the one that restarts first had lost
+    power (what it had not fsynced is gone) and leads; it takes new writes at the offsets it lost.
+    The others come back: in the legacy mode each cuts only to its checkpointed high watermark and
+    keeps its old records there (divergent replicas, below the HW, for good); with leader epochs
+    each asks the new leader where its epoch ended and cuts to that. Every batch is one record
+    (the producers' batch.num.messages=1), so a follower's fetch from its high watermark is never
+    in the middle of a leader's batch."""
+    from strandline.lab.workload import Sampler
+
+    first = run.leader()
+    successor = run.controller()
+    if successor == first:
+        raise LabError("the controller leads the partition; EPO-3 needs them apart")
+    [last] = run.others(first, successor)
+    crash = run.begin(f"brokers {first} and {last} killed, broker {successor} loses power, at once",
+                      [first, successor, last])
+    run.cluster.kill(first)
+    run.cluster.kill(last)
+    dropped = run.cluster.power_off(successor)
+    run.notes.append(f"broker {successor} dropped {dropped} bytes it had not fsynced")
+    checkpointed = max(Sampler._checkpointed_hw(run.cluster.brokers[b]).get((run.topic, 0), 0) for b in (first, last))
+    run.cluster.restart(successor)
+    run.wait_for(f"broker {successor} leading", lambda: run.view(successor) is not None
+                 and run.view(successor).leader == successor and run.view(successor).leader_epoch > 0, 30)
+    run.wait_for(f"broker {successor} past the others' high watermark ({checkpointed})",
+                 lambda: run.view(successor).leo > checkpointed + 100, 60)
+    run.cluster.restart(first)
+    run.cluster.restart(last)
+    run.end(crash)
+    run.wait_isr(successor, set(run.cluster.brokers), timeout_s=60)
+
+
+def loss_5(run: Run) -> None:
+    """Every replica loses power at once: what was acknowledged but never fsynced is gone from all
+    of them (Kafka acknowledges from the page cache; DUR-2's flush.on.ack closes this)."""
+    brokers = list(run.cluster.brokers)
+    power = run.begin(f"brokers {brokers} lose power at once", brokers)
+    dropped = sum(run.cluster.power_off(b) for b in brokers)
+    run.notes.append(f"{dropped} bytes not fsynced were dropped from the brokers' files")
+    for b in brokers:
+        run.cluster.restart(b)
+    run.end(power)
+    run.wait_for("a leader", lambda: run.leader() >= 0, 60)
+    run.wait_isr(run.leader(), set(brokers), timeout_s=60)
+
+
+def safe_trial(run: Run) -> None:
+    """A random mix of faults under SAFE-1 (acks=all, min.insync.replicas=2, no unclean election)."""
+    kinds = ["kill", "terminate", "pause", "kill-controller"]
+    if run.network is not None:
+        kinds += ["cut-follower", "cut-leader-followers", "leader-from-zk", "isolate", "controller-from-zk",
+                  "controller-from-brokers"]
+    for _ in range(run.rng.randint(1, 3)):
+        kind = run.rng.choice(kinds)
+        leader = run.leader()
+        if leader < 0:
+            run.wait_for("a leader", lambda: run.leader() >= 0, 60)
+            leader = run.leader()
+        controller = run.controller()
+        target = leader if run.rng.random() < 0.6 else run.rng.choice(list(run.cluster.brokers))
+        duration = run.rng.uniform(1.0, SESSION_MS / 1000 * 2)
+        fault = run.begin(f"{kind} broker {controller if 'controller' in kind else target} for {duration:.1f} s",
+                          [controller if "controller" in kind else target])
+        if kind in ("kill", "kill-controller"):
+            victim = controller if kind == "kill-controller" else target
+            run.cluster.kill(victim)
+            run.hold(duration)
+            run.cluster.restart(victim)
+        elif kind == "terminate":
+            run.cluster.terminate(target)
+            run.hold(duration)
+            run.cluster.restart(target)
+        elif kind == "pause":
+            run.cluster.pause(target)
+            run.hold(duration)
+            run.cluster.resume(target)
+        else:
+            if kind == "cut-follower":
+                run.network.cut_both(leader, run.rng.choice(run.others(leader)))
+            elif kind == "cut-leader-followers":
+                for f in run.others(leader):
+                    run.network.cut_both(leader, f)
+            elif kind == "leader-from-zk":
+                run.network.cut_both(target, ZOOKEEPER)
+            elif kind == "isolate":
+                run.network.isolate(target, from_clients=run.rng.random() < 0.5)
+            elif kind == "controller-from-zk":
+                run.network.cut_both(controller, ZOOKEEPER)
+            elif kind == "controller-from-brokers":
+                for b in run.others(controller):
+                    run.network.cut_both(controller, b)
+            run.hold(duration)
+            run.network.heal()
+        run.end(fault)
+        run.hold(run.rng.uniform(0.5, 3.0))
