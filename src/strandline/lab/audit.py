@@ -39,7 +39,7 @@ def spark_session(app: str = "strandline-lab-audit", log_path: Path | None = Non
     try:
         session = (SparkSession.builder.master("local[2]").appName(app)
                    .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.shuffle.partitions", "4").config("spark.driver.memory", "1g").getOrCreate())
+                   .config("spark.sql.shuffle.partitions", "4").config("spark.driver.memory", "3g").getOrCreate())
         session.sparkContext.setLogLevel("ERROR")
         return session
     finally:
@@ -49,13 +49,13 @@ def spark_session(app: str = "strandline-lab-audit", log_path: Path | None = Non
 
 
 def _load(spark, run_dirs: list[Path], name: str):
+    """One table ``name`` of every run, read at once, with the run folder's path as ``run``."""
     from pyspark.sql import functions as F
 
-    frames = [spark.read.parquet(str(d / name)).withColumn("run", F.lit(str(d))) for d in run_dirs]
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out
+    by_name = {d.name: str(d) for d in run_dirs}
+    folder = F.regexp_extract(F.input_file_name(), r"([^/]+)/[^/]+$", 1)
+    mapping = F.create_map(*[x for k, v in by_name.items() for x in (F.lit(k), F.lit(v))])
+    return spark.read.parquet(*[str(d / name) for d in run_dirs]).withColumn("run", mapping[folder])
 
 
 def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict]:
@@ -64,6 +64,8 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
     from pyspark.sql import functions as F
 
     run_dirs = [Path(d).resolve() for d in run_dirs]
+    if len({d.name for d in run_dirs}) != len(run_dirs):
+        raise ValueError("two run folders of one audit have the same name")
     own = spark is None
     spark = spark or spark_session(log_path=run_dirs[0].parent / "spark.log")
     try:

@@ -285,6 +285,7 @@ def audit_command(run_dirs: list[str]) -> int:
             raise StrandlineError(f"{d} is not a lab run folder (no run.json)")
     results = audit(dirs)
     all_ok = True
+    by_scenario: dict[str, list] = {}
     for d, result in zip(dirs, results):
         info = history.read_run(d)
         scenario = SAFE if info["scenario"] == "SAFE" else SCENARIOS[info["scenario"]]
@@ -293,6 +294,10 @@ def audit_command(run_dirs: list[str]) -> int:
         all_ok &= ok
         timeline.draw(d, info, views, result, line)
         _say(f"{d.name}: {line}")
+        by_scenario.setdefault(scenario.name, []).append((scenario, d, result))
+    for name, runs in by_scenario.items():
+        if len(runs) > 1:
+            _say(f"{name}, {len(runs)} runs:\n" + summary_table(runs[0][0], [d for _, d, _ in runs], [r for _, _, r in runs]))
     return 0 if all_ok else 1
 
 
