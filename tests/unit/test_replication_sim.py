@@ -579,3 +579,25 @@ def test_ctl_8_followers_told_of_a_leader_that_has_not_registered_yet_fetch_once
     assert set(c.state("late").isr) == {1, 2, 3}
     assert produce(c, c.state("late").leader, "late", [b"m2"]).error_code == ErrorCode.none
     assert values_on(c, 1, "late") == values_on(c, 3, "late") == [b"m1", b"m2"]
+
+
+def test_ctl_12_a_new_leader_keeps_its_log_and_its_high_watermark_catches_up_as_followers_fetch():
+    """CTL-12: a follower holding a record beyond its high watermark becomes leader: it does not
+    truncate (only followers do, EPO-2); its HW starts below its LEO and reaches it once the
+    other ISR member has fetched the record."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "n", [2, 3, 4], min_isr=1)
+    assert produce(c, 2, "n", [b"m1"]).error_code == ErrorCode.none
+    c.pause(4)                                              # still in the ISR: the HW waits for it
+    assert produce(c, 2, "n", [b"m2"], acks=1).error_code == ErrorCode.none
+    c.advance(50)
+    assert (c.partition(3, "n").log_end_offset, c.partition(3, "n").high_watermark) == (2, 1)
+    c.crash(2)
+    c.advance(100)
+    new = c.partition(3, "n")
+    assert new.is_leader and c.state("n").leader == 3
+    assert (new.log_end_offset, new.high_watermark) == (2, 1)    # kept m2; HW below LEO
+    c.resume(4)
+    c.advance(500)
+    assert c.partition(3, "n").high_watermark == 2
+    assert values_on(c, 3, "n") == [b"m1", b"m2"] == values_on(c, 4, "n")
