@@ -276,7 +276,10 @@ def epo_3_divergence(run: Run) -> None:
     keeps its old records there (divergent replicas, below the HW, for good); with leader epochs
     each asks the new leader where its epoch ended and cuts to that. Every batch is one record
     (the producers' batch.num.messages=1), so a follower's fetch from its high watermark is never
-    in the middle of a leader's batch."""
+    in the middle of a leader's batch: a legacy follower whose high watermark falls inside one
+    cannot append what it fetches (Kafka 2.x marks such a partition failed; Strandline's follower
+    retries every replica.fetch.backoff.ms and says why), so both EPO-3 pairs write one record per
+    batch."""
     from strandline.lab.workload import Sampler
 
     first = run.leader()

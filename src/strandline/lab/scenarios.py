@@ -110,11 +110,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("EPO-3", "two failovers in a row, the last leader told to follow the first while cut from it: "
              "leader epochs keep every acknowledged write",
              "no-loss", "a follower that cannot ask its new leader keeps its log (leader epochs)", epo_3,
-             needs_network=True),
+             needs_network=True, producer_config={"batch.num.messages": 1}),
     Scenario("EPO-3-legacy", "the same with replication.truncation=high-watermark (pre-0.11 Kafka): "
              "the follower cuts to its high watermark and is then elected",
              "loss", "expected loss of acks=all writes cut away with the follower's high watermark", epo_3,
              needs_network=True, broker_config={"replication.truncation": "high-watermark"},
+             producer_config={"batch.num.messages": 1},   # see epo_3_divergence: batch boundaries
              bound="what the last leader's high watermark had not yet caught up with"),
     Scenario("EPO-3-divergence", "every replica crashes, the first back had lost power and leads: "
              "leader epochs leave the replicas identical",
