@@ -295,13 +295,20 @@ def epo_3_divergence(run: Run) -> None:
     if successor == first:
         raise LabError("the controller leads the partition; EPO-3 needs them apart")
     [last] = run.others(first, successor)
+
+    def checkpointed_hw(b: int) -> int:
+        return Sampler._checkpointed_hw(run.cluster.brokers[b]).get((run.topic, 0), 0)
+
+    # the records must be below the others' checkpointed high watermarks before the crash
+    run.wait_for(f"brokers {first} and {last} checkpointing a high watermark past 200",
+                 lambda: min(checkpointed_hw(first), checkpointed_hw(last)) > 200, 30)
     crash = run.begin(f"brokers {first} and {last} killed, broker {successor} loses power, at once",
                       [first, successor, last])
     run.cluster.kill(first)
     run.cluster.kill(last)
     dropped = run.cluster.power_off(successor)
     run.notes.append(f"broker {successor} dropped {dropped} bytes it had not fsynced")
-    checkpointed = max(Sampler._checkpointed_hw(run.cluster.brokers[b]).get((run.topic, 0), 0) for b in (first, last))
+    checkpointed = max(checkpointed_hw(b) for b in (first, last))
     run.cluster.restart(successor)
     run.wait_for(f"broker {successor} leading", lambda: run.view(successor) is not None
                  and run.view(successor).leader == successor and run.view(successor).leader_epoch > 0, 30)
