@@ -1,4 +1,5 @@
-"""The controller's admin APIs on the wire: CreateTopics, DeleteTopics, ElectLeaders.
+"""The controller's admin APIs on the wire: CreateTopics, DeleteTopics, CreatePartitions,
+ElectLeaders (preferred and unclean).
 
 Each handler checks what the request may ask of this broker (only the controller serves them,
 NOT_CONTROLLER elsewhere), hands each topic or partition to the :class:`Controller`, and shapes
@@ -28,7 +29,7 @@ class AdminApis:
 
     def handlers(self) -> dict[int, Callable]:
         return {ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
-                ApiKey.ELECT_LEADERS: self._elect_leaders}
+                ApiKey.ELECT_LEADERS: self._elect_leaders, ApiKey.CREATE_PARTITIONS: self._create_partitions}
 
     def _not_controller(self) -> str:
         return f"This is not the controller (broker {self.metadata.controller_id} is)"
@@ -110,6 +111,31 @@ class AdminApis:
             starts.append((name, lambda done, name=name: self.controller.delete_topic(name, done, now_ms)))
         return _all_then_respond(starts, results, respond, clear_topic_id=False)
 
+    # -- CreatePartitions
+
+    def _create_partitions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        names = [t.name for t in request.topics]
+        results = {n: {"name": n, "error_code": ErrorCode.none, "error_message": None} for n in names}
+        starts: list[tuple[str, Callable]] = []
+
+        def respond() -> Send:
+            return response(conn_id, header, {"throttle_time": 0, "results": [results[n] for n in names]})
+
+        duplicates = {n for n in names if names.count(n) > 1}
+        for spec in request.topics:
+            name, result = spec.name, results[spec.name]
+            if name in duplicates:
+                result["error_code"], result["error_message"] = ErrorCode.invalid_request, \
+                    "Duplicate topic in request."
+                continue
+            if not self.controller.is_active:
+                result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
+                continue
+            manual = None if spec.assignments is None else [tuple(a.broker_ids) for a in spec.assignments]
+            starts.append((name, lambda done, spec=spec, manual=manual: self.controller.add_partitions(
+                spec.name, spec.count, manual, bool(request.validate_only), done, now_ms)))
+        return _all_then_respond(starts, results, respond, clear_topic_id=False)
+
     # -- ElectLeaders
 
     def _elect_leaders(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
@@ -128,8 +154,10 @@ class AdminApis:
 
         if not self.controller.is_active:
             return respond({k: (ErrorCode.not_controller, None) for k in wanted or []}, ErrorCode.not_controller)
+        if election_type == 1:
+            return self.controller.elect_unclean_leaders(wanted, now_ms, lambda results, when_ms: respond(results))
         if election_type != 0:
-            return respond({k: (ErrorCode.invalid_request, "only preferred leader election (type 0) is served")
+            return respond({k: (ErrorCode.invalid_request, f"Unknown election type {election_type}")
                             for k in wanted or []})
         return self.controller.elect_preferred_leaders(wanted, now_ms, lambda results, when_ms: respond(results))
 

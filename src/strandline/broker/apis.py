@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.broker.admin_apis import AdminApis
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
+from strandline.broker.config_apis import ConfigApis
 from strandline.broker.effects import Close, Send
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.producer_ids import ProducerIdManager
@@ -54,6 +55,7 @@ class KafkaApis:
     producer_ids: ProducerIdManager
     group_apis: GroupApis
     admin_apis: AdminApis
+    config_apis: ConfigApis
     _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
 
     def __post_init__(self) -> None:
@@ -65,7 +67,11 @@ class KafkaApis:
             ApiKey.LIST_OFFSETS: self._list_offsets,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
+            ApiKey.DELETE_RECORDS: self._delete_records,
+            ApiKey.DESCRIBE_LOG_DIRS: self._describe_log_dirs,
+            ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
             **self.admin_apis.handlers(),
+            **self.config_apis.handlers(),
             **self.group_apis.handlers(),
         }
 
@@ -289,6 +295,52 @@ class KafkaApis:
     def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list) -> Send:
         body = {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": topics}
         return Send(conn_id, api.encode_fetch_response(header, body))
+
+    # -- DeleteRecords, DescribeLogDirs, DescribeProducers (each broker for its own replicas)
+
+    def _delete_records(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        wanted = list({(t.name, p.partition_index): (t.name, p.partition_index, p.offset)
+                       for t in request.topics for p in t.partitions}.values())
+
+        def respond(results: dict) -> list:
+            topics: dict[str, list] = {}
+            for name, index, _ in wanted:
+                code, low = results[(name, index)]
+                topics.setdefault(name, []).append({"partition_index": index, "low_watermark": low,
+                                                    "error_code": code})
+            return [response(conn_id, header, {"throttle_time": 0, "topics": [
+                {"name": n, "partitions": ps} for n, ps in topics.items()]})]
+
+        return self.replicas.delete_records(conn_id, wanted, duration_ms(request.timeout), respond, now_ms)
+
+    def _describe_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        wanted = None if request.topics is None else \
+            {t.topic: list(t.partitions) for t in request.topics}
+        return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
+                                           "results": self.replicas.describe_log_dirs(wanted)})]
+
+    def _describe_producers(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        topics = []
+        for t in request.topics:
+            parts = []
+            for index in t.partition_indexes:
+                topic = self.metadata.topics.get(t.name)
+                partition = self.replicas.partitions.get((t.name, index))
+                entry = {"partition_index": index, "error_code": ErrorCode.none, "error_message": None,
+                         "active_producers": []}
+                if topic is None or index not in topic.assignment:
+                    entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                elif partition is None or not partition.is_leader:
+                    entry["error_code"] = ErrorCode.not_leader_or_follower
+                else:
+                    entry["active_producers"] = [
+                        {"producer_id": pid, "producer_epoch": p.epoch, "last_sequence": p.last_seq,
+                         "last_timestamp": p.batches[-1].timestamp if p.batches else -1,
+                         "coordinator_epoch": -1, "current_txn_start_offset": -1}
+                        for pid, p in sorted(partition.producer_state.producers.items())]
+                parts.append(entry)
+            topics.append({"name": t.name, "partitions": parts})
+        return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
 
     # -- ListOffsets
 

@@ -25,6 +25,8 @@ from strandline.broker.admin_apis import AdminApis
 from strandline.broker.apis import KafkaApis
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.config import BrokerConfig
+from strandline.broker.config_apis import ConfigApis
+from strandline.broker.dynamic_config import DynamicConfigManager
 from strandline.broker.effects import Log
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.outbox import Outbox
@@ -73,7 +75,10 @@ class Broker:
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, self.controller, self.auto_topics,
                               ProducerIdManager(self.broker_id, self.outbox),
                               GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics),
-                              AdminApis(config, self.metadata, self.controller))
+                              AdminApis(config, self.metadata, self.controller),
+                              ConfigApis(config, self.metadata, self.outbox))
+        self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
+                                                   self._broker_config_changed)
         v = config.values
         self.scheduled = [
             Scheduled("highwatermark-checkpoint", v["replica.high.watermark.checkpoint.interval.ms"], now_ms),
@@ -177,6 +182,19 @@ class Broker:
 
     def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:
         return self.controller.on_isr_change_notifications(children, now_ms)
+
+    def on_config_changes(self, children: list[str], now_ms: int) -> list:
+        """The children of ``/config/changes`` changed: apply the configs they name."""
+        return self.dynamic_config.on_config_changes(children, now_ms)
+
+    def _topic_config_changed(self, name: str, configs: dict, now_ms: int) -> list:
+        self.replica_manager.update_topic_configs(name, configs)
+        return [Log("info", f"Topic {name} config now {configs or '(broker defaults)'}")] + \
+            self.controller.on_topic_config_changed(name, configs, now_ms)
+
+    def _broker_config_changed(self, changed: set[str], now_ms: int) -> list:
+        self.replica_manager.refresh_log_configs()
+        return self.controller.on_broker_config_changed(changed, now_ms)
 
     def _deliver_control(self, api_key: int, body: dict, topics: dict[str, TopicMetadata], now_ms: int) -> list:
         """The controller's requests to this broker: handled as if they came over the network,

@@ -8,6 +8,7 @@ topic config names and fall back to the broker's ``log.*`` defaults.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -33,6 +34,39 @@ def _parse_int(key: str, raw: str, lo: int | None, hi: int | None) -> int:
     return value
 
 
+def _parse_double(key: str, raw: str, lo: float | None, hi: float | None) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a number") from None
+    if value != value:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a number")
+    if lo is not None and value < lo:
+        raise ConfigError(f"Invalid value {value} for configuration {key}: must be at least {lo}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"Invalid value {value} for configuration {key}: must be at most {hi}")
+    return value
+
+
+def _throttled_replicas(key: str, raw: str, items: list[str]) -> None:
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker`` pairs."""
+    if items == ["*"]:
+        return
+    for item in items:
+        part, sep, broker = item.partition(":")
+        if not (sep and part.strip().isdigit() and broker.strip().isdigit()):
+            raise ConfigError(f"Invalid value {raw!r} for configuration {key}: must be the literal '*' or a "
+                              f"list of replicas in the form [PartitionId]:[BrokerId],[PartitionId]:[BrokerId],...")
+
+
+_MESSAGE_FORMAT = re.compile(r"^(0\.(8\.[0-2]|9\.0|10\.[0-2]|11\.0)|[12]\.[0-8])(\.\d+)?(-IV\d+)?$")
+
+
+def _message_format_version(key: str, raw: str, text: str) -> None:
+    if not _MESSAGE_FORMAT.match(text):
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a Kafka version such as 2.8 or 2.8-IV1")
+
+
 def _parse_bool(key: str, raw: str) -> bool:
     text = str(raw).strip().lower()
     if text in ("true", "false"):
@@ -43,12 +77,13 @@ def _parse_bool(key: str, raw: str) -> bool:
 @dataclass(frozen=True)
 class Key:
     name: str
-    kind: str  # "int", "long", "bool", "string", "list", "choice"
+    kind: str  # "int", "long", "double", "bool", "string", "list", "choice"
     default: Any
-    lo: int | None = None
-    hi: int | None = None
+    lo: float | None = None
+    hi: float | None = None
     choices: tuple[str, ...] = ()
     doc: str = ""
+    validator: Callable[[str, Any, Any], None] | None = None
 
     def parse(self, raw: Any) -> Any:
         if self.kind in ("int", "long"):
@@ -64,9 +99,42 @@ class Key:
                     f"expected one of {', '.join(self.choices)}"
                 )
             return text
+        if self.kind == "double":
+            return _parse_double(self.name, raw, self.lo, self.hi)
         if self.kind == "list":
-            return [part.strip() for part in str(raw).split(",") if part.strip()]
-        return str(raw).strip()
+            items = [part.strip() for part in str(raw).split(",") if part.strip()]
+            bad = [item for item in items if self.choices and item not in self.choices]
+            if bad:
+                raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}: "
+                                  f"each item must be one of {', '.join(self.choices)}")
+            if self.validator is not None:
+                self.validator(self.name, raw, items)
+            return items
+        text = str(raw).strip()
+        if self.validator is not None:
+            self.validator(self.name, raw, text)
+        return text
+
+    @property
+    def type_id(self) -> int:
+        """Kafka's DescribeConfigs config type (KIP-569): BOOLEAN 1, STRING 2, INT 3, LONG 5,
+        DOUBLE 6, LIST 7."""
+        return {"bool": 1, "string": 2, "choice": 2, "int": 3, "long": 5, "double": 6, "list": 7}[self.kind]
+
+
+def config_text(value: Any) -> str | None:
+    """A config value as Kafka shows and stores it: ``true``/``false``, comma-joined lists."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(config_text(v) or "" for v in value)
+    if isinstance(value, Listener):
+        return f"{value.name}://{value.host}:{value.port}"
+    if isinstance(value, float):
+        return repr(value).replace("e+", "E").replace("inf", "Infinity")
+    return str(value)
 
 
 def _keys(*keys: Key) -> dict[str, Key]:
@@ -108,7 +176,7 @@ BROKER_KEYS: dict[str, Key] = _keys(
     Key("log.flush.offset.checkpoint.interval.ms", "int", 60000, lo=0),
     Key("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, lo=0),
     Key("log.message.timestamp.type", "choice", "CreateTime", choices=("CreateTime", "LogAppendTime")),
-    Key("log.cleanup.policy", "list", ["delete"]),
+    Key("log.cleanup.policy", "list", ["delete"], choices=("compact", "delete")),
     Key("num.io.threads", "int", 8, lo=1),
     Key("num.network.threads", "int", 3, lo=1),
     Key("num.recovery.threads.per.data.dir", "int", 1, lo=1),
@@ -151,25 +219,111 @@ BROKER_KEYS: dict[str, Key] = _keys(
         doc="Strandline: fsync before acknowledging produce requests (SPEC DUR-2; topic key flush.on.ack)."),
 )
 
-# Topic-level keys: topic key -> (broker key it defaults from, Key used for parsing)
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+# Keys Kafka 2.8 also knows; accepted, stored and described (their subsystems are not all in
+# Strandline: log cleaning, connection limits, quotas)
+BROKER_KEYS.update(_keys(
+    Key("log.roll.jitter.ms", "long", None, lo=0),
+    Key("log.roll.jitter.hours", "int", 0, lo=0),
+    Key("log.segment.delete.delay.ms", "long", 60000, lo=0),
+    Key("log.preallocate", "bool", False),
+    Key("log.message.format.version", "string", "2.8-IV1", validator=_message_format_version),
+    Key("log.message.timestamp.difference.max.ms", "long", LONG_MAX, lo=0),
+    Key("log.message.downconversion.enable", "bool", True),
+    Key("log.cleaner.enable", "bool", True),
+    Key("log.cleaner.threads", "int", 1, lo=0),
+    Key("log.cleaner.backoff.ms", "long", 15000, lo=0),
+    Key("log.cleaner.dedupe.buffer.size", "long", 134217728),
+    Key("log.cleaner.io.buffer.size", "int", 524288, lo=0),
+    Key("log.cleaner.io.buffer.load.factor", "double", 0.9),
+    Key("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308),
+    Key("log.cleaner.delete.retention.ms", "long", 86400000, lo=0),
+    Key("log.cleaner.min.compaction.lag.ms", "long", 0, lo=0),
+    Key("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, lo=1),
+    Key("log.cleaner.min.cleanable.ratio", "double", 0.5, lo=0, hi=1),
+    Key("compression.type", "choice", "producer", choices=COMPRESSION_TYPES),
+    Key("leader.replication.throttled.rate", "long", LONG_MAX, lo=0),
+    Key("follower.replication.throttled.rate", "long", LONG_MAX, lo=0),
+    Key("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, lo=0),
+    Key("background.threads", "int", 10, lo=1),
+    Key("max.connections", "int", INT_MAX, lo=0),
+    Key("max.connections.per.ip", "int", INT_MAX, lo=0),
+    Key("max.connection.creation.rate", "int", INT_MAX, lo=0),
+))
+
+#: Broker keys an AlterConfigs may change while the brokers run (Kafka 2.8's
+#: DynamicBrokerConfig.AllDynamicConfigs, less the listener and SSL/SASL keys Strandline has no
+#: use for); the others are read-only.
+DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset({
+    "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.roll.jitter.ms", "log.roll.jitter.hours",
+    "log.index.size.max.bytes", "log.flush.interval.messages", "log.flush.interval.ms", "log.retention.bytes",
+    "log.retention.ms", "log.retention.minutes", "log.retention.hours", "log.index.interval.bytes",
+    "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
+    "log.segment.delete.delay.ms", "log.cleaner.min.cleanable.ratio", "log.cleanup.policy",
+    "unclean.leader.election.enable", "min.insync.replicas", "compression.type", "log.preallocate",
+    "log.message.format.version", "log.message.timestamp.type", "log.message.timestamp.difference.max.ms",
+    "log.message.downconversion.enable", "message.max.bytes", "log.flush.on.ack",
+    "num.io.threads", "num.network.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
+    "background.threads",
+    "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
+    "log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+    "max.connections", "max.connections.per.ip", "max.connection.creation.rate",
+})
+
+#: A broker key's synonyms, highest precedence first, as Kafka lists them in DescribeConfigs.
+BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
+    "log.roll.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "log.flush.interval.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+}
+
+
+def broker_synonyms(key: str) -> tuple[str, ...]:
+    return BROKER_SYNONYMS.get(key, (key,))
+
+
+# Topic-level keys: topic key -> (broker key it defaults from, Key used for parsing); every topic
+# config of Kafka 2.8 (LogConfig), with its validation, plus Strandline's flush.on.ack.
 TOPIC_KEYS: dict[str, tuple[str | None, Key]] = {
-    "segment.bytes": ("log.segment.bytes", Key("segment.bytes", "int", None, lo=14)),
-    "segment.ms": ("log.roll.ms", Key("segment.ms", "long", None, lo=1)),
-    "segment.index.bytes": ("log.index.size.max.bytes", Key("segment.index.bytes", "int", None, lo=4)),
-    "index.interval.bytes": ("log.index.interval.bytes", Key("index.interval.bytes", "int", None, lo=0)),
-    "retention.ms": ("log.retention.ms", Key("retention.ms", "long", None, lo=-1)),
-    "retention.bytes": ("log.retention.bytes", Key("retention.bytes", "long", None, lo=-1)),
-    "max.message.bytes": ("message.max.bytes", Key("max.message.bytes", "int", None, lo=0)),
+    "cleanup.policy": ("log.cleanup.policy", Key("cleanup.policy", "list", None, choices=("compact", "delete"))),
+    "compression.type": ("compression.type", Key("compression.type", "choice", None, choices=COMPRESSION_TYPES)),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms", Key("delete.retention.ms", "long", None, lo=0)),
+    "file.delete.delay.ms": ("log.segment.delete.delay.ms", Key("file.delete.delay.ms", "long", None, lo=0)),
     "flush.messages": ("log.flush.interval.messages", Key("flush.messages", "long", None, lo=1)),
     "flush.ms": ("log.flush.interval.ms", Key("flush.ms", "long", None, lo=0)),
+    "follower.replication.throttled.replicas": (None, Key(
+        "follower.replication.throttled.replicas", "list", [], validator=_throttled_replicas)),
+    "index.interval.bytes": ("log.index.interval.bytes", Key("index.interval.bytes", "int", None, lo=0)),
+    "leader.replication.throttled.replicas": (None, Key(
+        "leader.replication.throttled.replicas", "list", [], validator=_throttled_replicas)),
+    "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms", Key("max.compaction.lag.ms", "long", None, lo=1)),
+    "max.message.bytes": ("message.max.bytes", Key("max.message.bytes", "int", None, lo=0)),
+    "message.downconversion.enable": ("log.message.downconversion.enable", Key(
+        "message.downconversion.enable", "bool", None)),
+    "message.format.version": ("log.message.format.version", Key(
+        "message.format.version", "string", None, validator=_message_format_version)),
+    "message.timestamp.difference.max.ms": ("log.message.timestamp.difference.max.ms", Key(
+        "message.timestamp.difference.max.ms", "long", None, lo=0)),
     "message.timestamp.type": ("log.message.timestamp.type", Key(
         "message.timestamp.type", "choice", None, choices=("CreateTime", "LogAppendTime"))),
-    "cleanup.policy": ("log.cleanup.policy", Key("cleanup.policy", "choice", None, choices=("delete",))),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio", Key(
+        "min.cleanable.dirty.ratio", "double", None, lo=0, hi=1)),
+    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms", Key("min.compaction.lag.ms", "long", None, lo=0)),
     "min.insync.replicas": ("min.insync.replicas", Key("min.insync.replicas", "int", None, lo=1)),
+    "preallocate": ("log.preallocate", Key("preallocate", "bool", None)),
+    "retention.bytes": ("log.retention.bytes", Key("retention.bytes", "long", None, lo=-1)),
+    "retention.ms": ("log.retention.ms", Key("retention.ms", "long", None, lo=-1)),
+    "segment.bytes": ("log.segment.bytes", Key("segment.bytes", "int", None, lo=14)),
+    "segment.index.bytes": ("log.index.size.max.bytes", Key("segment.index.bytes", "int", None, lo=4)),
+    "segment.jitter.ms": ("log.roll.jitter.ms", Key("segment.jitter.ms", "long", None, lo=0)),
+    "segment.ms": ("log.roll.ms", Key("segment.ms", "long", None, lo=1)),
     "unclean.leader.election.enable": ("unclean.leader.election.enable", Key(
         "unclean.leader.election.enable", "bool", None)),
     "flush.on.ack": ("log.flush.on.ack", Key("flush.on.ack", "bool", None)),
-    "compression.type": (None, Key("compression.type", "choice", "producer", choices=("producer",))),
 }
 
 
@@ -217,6 +371,12 @@ class BrokerConfig:
     """Validated broker configuration; ``values`` holds every key with its effective value."""
 
     values: dict[str, Any] = field(default_factory=dict)
+    #: The keys as given (server.properties and overrides): Kafka's static broker configs.
+    originals: dict[str, str] = field(default_factory=dict)
+    #: Dynamic broker configs in effect (``/config/brokers/<default>`` and ``/config/brokers/<id>``);
+    #: see :mod:`strandline.broker.dynamic_config`.
+    dynamic_default: dict[str, str] = field(default_factory=dict)
+    dynamic_broker: dict[str, str] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -234,6 +394,8 @@ class BrokerConfig:
         # Derived defaults, as Kafka derives them.
         if values["log.roll.ms"] is None:
             values["log.roll.ms"] = values["log.roll.hours"] * 3600_000
+        if values["log.roll.jitter.ms"] is None:
+            values["log.roll.jitter.ms"] = values["log.roll.jitter.hours"] * 3600_000
         if values["log.retention.ms"] is None:
             if values["log.retention.minutes"] is not None:
                 minutes = values["log.retention.minutes"]
@@ -267,7 +429,9 @@ class BrokerConfig:
             )
         if not values["log.dirs"]:
             raise ConfigError("Invalid value for configuration log.dirs: at least one directory is required")
-        return cls(values)
+        for key in ("compression.type",):
+            check_supported(key, values[key])
+        return cls(values, {str(k): str(v) for k, v in props.items()})
 
     @property
     def broker_id(self) -> int:
@@ -304,6 +468,9 @@ class BrokerConfig:
             flush_messages=pick("flush.messages", "log.flush.interval.messages"),
             flush_ms=pick("flush.ms", "log.flush.interval.ms"),
             message_timestamp_type=pick("message.timestamp.type", "log.message.timestamp.type"),
+            message_timestamp_difference_max_ms=pick("message.timestamp.difference.max.ms",
+                                                     "log.message.timestamp.difference.max.ms"),
+            cleanup_policy=tuple(pick("cleanup.policy", "log.cleanup.policy")),
         )
 
     def topic_value(self, overrides: dict[str, Any], topic_key: str) -> Any:
@@ -313,6 +480,13 @@ class BrokerConfig:
             return value
         broker_key = TOPIC_KEYS[topic_key][0]
         return self.values[broker_key] if broker_key else TOPIC_KEYS[topic_key][1].default
+
+
+def check_supported(key: str, value: Any) -> None:
+    """Refuse a valid Kafka value whose behaviour Strandline does not have."""
+    if key == "compression.type" and value != "producer":
+        raise ConfigError(f"Invalid value {value!r} for configuration {key}: Strandline keeps batches as the "
+                          f"producer compressed them; recompression on the broker is not supported, use producer")
 
 
 def parse_topic_configs(raw: dict[str, str | None]) -> dict[str, Any]:
@@ -325,6 +499,10 @@ def parse_topic_configs(raw: dict[str, str | None]) -> dict[str, Any]:
         if value is None:
             continue
         parsed[key] = entry[1].parse(value)
+        check_supported(key, parsed[key])
+    if parsed.get("min.compaction.lag.ms", 0) > parsed.get("max.compaction.lag.ms", LONG_MAX):
+        raise ConfigError("Invalid value for configuration min.compaction.lag.ms: conflict with max.compaction.lag.ms "
+                          "(min.compaction.lag.ms must be at most max.compaction.lag.ms)")
     return parsed
 
 

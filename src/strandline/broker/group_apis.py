@@ -42,6 +42,7 @@ class GroupApis:
             ApiKey.LIST_GROUPS: self._list_groups,
             ApiKey.DESCRIBE_GROUPS: self._describe_groups,
             ApiKey.DELETE_GROUPS: self._delete_groups,
+            ApiKey.OFFSET_DELETE: self._offset_delete,
         }
 
     def _ensure_offsets_topic(self, now_ms: int) -> list:
@@ -225,3 +226,20 @@ class GroupApis:
         if not names:
             effects += finish()
         return effects
+
+    def _offset_delete(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        wanted = list(dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions))
+
+        def done(error: ErrorCode, errors: dict, when_ms: int) -> list:
+            topics: dict[str, list] = {}
+            for name, index in wanted:
+                code = errors.get((name, index), ErrorCode.none)
+                if error is ErrorCode.none and name not in self.metadata.topics:
+                    code = ErrorCode.unknown_topic_or_partition
+                topics.setdefault(name, []).append({"partition_index": index, "error_code": code})
+            return [response(conn_id, header, {
+                "error_code": error, "throttle_time": 0,
+                "topics": [] if error is not ErrorCode.none else
+                [{"name": n, "partitions": ps} for n, ps in topics.items()]})]
+
+        return self.groups.delete_offsets(request.group_id, wanted, done, now_ms)

@@ -105,9 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     leaders = sub.add_parser("leaders", help="leader elections")
     lsub = leaders.add_subparsers(dest="action", required=True)
-    elect = lsub.add_parser("elect", help="move leadership back to each partition's preferred (first) replica")
-    elect.add_argument("--preferred", action="store_true", required=True)
+    elect = lsub.add_parser("elect", help="move leadership back to each partition's preferred (first) replica, "
+                                          "or give a leaderless partition a leader even out of its ISR (--unclean)")
+    kind = elect.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--preferred", action="store_true")
+    kind.add_argument("--unclean", action="store_true", help="may lose acknowledged writes (SPEC LOSS-*)")
     elect.add_argument("--topic", help="only this topic's partitions (default: all)")
+    elect.add_argument("--partition", type=int, help="only this partition (with --topic)")
     elect.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP)
     leaders.set_defaults(func=cmd_leaders)
 
@@ -145,7 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--partitions", type=int, default=-1)
             p.add_argument("--replication-factor", type=int, default=-1)
             p.add_argument("--config", action="append", metavar="KEY=VALUE")
+    alter = tsub.add_parser("alter", help="add partitions to a topic (like kafka-topics --alter)")
+    alter.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP)
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--partitions", type=int, required=True, help="the new partition count (only grows)")
     topics.set_defaults(func=cmd_topics)
+
+    from strandline.cli import configs, records
+    configs.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
+    records.add_parsers(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     return parser
 
 

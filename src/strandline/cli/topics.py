@@ -13,7 +13,7 @@ from strandline.coordination.znodes import uuid_to_base64
 from strandline.errors import StrandlineError
 from strandline.runtime.client import KafkaConnection
 
-METADATA, LIST_OFFSETS, CREATE_TOPICS, DELETE_TOPICS = 3, 2, 19, 20
+METADATA, LIST_OFFSETS, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 3, 2, 19, 20, 37
 CONSUMER, DEBUG_REPLICA = -1, -2
 
 
@@ -74,7 +74,7 @@ def _done(result: Any, topic: str, action: str, done: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.action in ("create", "delete"):
+    if args.action in ("create", "delete", "alter"):
         with KafkaConnection(args.bootstrap_server) as conn:
             address = controller_address(conn)
     else:
@@ -87,6 +87,17 @@ def run(args: argparse.Namespace) -> int:
                 "replication_factor": args.replication_factor, "assignments": [], "configs": configs}],
                 "timeout": 30000, "validate_only": False})
             return _done(resp.topics[0], args.topic, "create", "Created")
+        if args.action == "alter":
+            resp = conn.request(CREATE_PARTITIONS, 1, {"topics": [
+                {"name": args.topic, "count": args.partitions, "assignments": None}],
+                "timeout": 30000, "validate_only": False})
+            result = resp.results[0]
+            code = _error(result.error_code)
+            if code is not ErrorCode.none:
+                raise StrandlineError(f"cannot add partitions to topic {args.topic}: {code.name.upper()}"
+                                      + (f": {result.error_message}" if result.error_message else ""))
+            print(f"Topic {args.topic} now has {args.partitions} partitions.")
+            return 0
         if args.action == "delete":
             resp = conn.request(DELETE_TOPICS, 5, {"topic_names": [args.topic], "timeout": 30000})
             return _done(resp.responses[0], args.topic, "delete", "Deleted")

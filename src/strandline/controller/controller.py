@@ -18,10 +18,10 @@ from strandline.broker.effects import Log
 from strandline.broker.outbox import Outbox
 from strandline.controller.channel import ControllerChannel, LocalDelivery
 from strandline.controller.context import ControllerContext, TopicCreated
-from strandline.controller.elections import PartitionElections
+from strandline.controller.elections import PartitionElections, offline_partition_election
 from strandline.controller.topics import TopicChanges
 from strandline.coordination import zk_layout, znodes
-from strandline.coordination.metadata import TopicMetadata
+from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
 from strandline.coordination.store import CheckVersion, Delete, GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.protocol import control
@@ -400,6 +400,72 @@ class Controller:
         return self.elections.elect(ctx, [k for k in known if k not in already], set(), now_ms, done,
                                     self.elections.preferred_rule(ctx))
 
+    def elect_unclean_leaders(self, wanted: list[Key] | None, now_ms: int,
+                              respond: Callable[[dict[Key, tuple[ErrorCode, str | None]], int], list]) -> list:
+        """ElectLeaders (unclean, KIP-460): a partition without a leader gets one, from its ISR if
+        a member is alive, else from any live assigned replica, whatever the topic's
+        unclean.leader.election.enable. A partition that has a leader: ELECTION_NOT_NEEDED
+        (``wanted`` None: every partition without a leader)."""
+        ctx = self.ctx
+        if ctx is None:
+            return respond({k: (ErrorCode.not_controller, None) for k in wanted or []}, now_ms)
+        keys = wanted if wanted is not None else [(t.name, i) for t, i in ctx.all_partitions()
+                                                  if t.states.get(i) is not None and t.states[i].leader < 0]
+        known = [k for k in keys if k[0] in ctx.topics and k[1] in ctx.topics[k[0]].assignment]
+        led = {k for k in known if (s := ctx.topics[k[0]].states.get(k[1])) is not None and s.leader >= 0}
+
+        def decide(topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
+                   dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
+            if current.leader >= 0:
+                return None
+            return offline_partition_election(topic.assignment[index], current, live, dead, ctx.shutting_down,
+                                              True, ctx.epoch)
+
+        def done(when_ms: int) -> list:
+            results: dict[Key, tuple[ErrorCode, str | None]] = {}
+            for k in keys:
+                topic = ctx.topics.get(k[0])
+                state = topic.states.get(k[1]) if topic is not None else None
+                if topic is None or k[1] not in topic.assignment:
+                    results[k] = (ErrorCode.unknown_topic_or_partition, None)
+                elif k in led:
+                    results[k] = (ErrorCode.election_not_needed, None)
+                elif state is not None and state.leader >= 0:
+                    results[k] = (ErrorCode.none, None)
+                else:
+                    results[k] = (ErrorCode.eligible_leaders_not_available,
+                                  f"No live replica of {list(topic.assignment[k[1]])} can lead")
+            return respond(results, when_ms)
+
+        return self.elections.elect(ctx, [k for k in known if k not in led], set(), now_ms, done, decide)
+
+    def on_topic_config_changed(self, name: str, configs: dict[str, Any], now_ms: int) -> list:
+        """A topic's config changed (Kafka's TopicConfigHandler): the controller's copy follows, and
+        a topic that now allows unclean leader election gets leaders for its offline partitions."""
+        ctx = self.ctx
+        topic = ctx.topics.get(name) if ctx is not None else None
+        if topic is None:
+            return []
+        topic.configs = dict(configs)
+        return self.elect_offline_if_unclean([topic], now_ms)
+
+    def on_broker_config_changed(self, changed: set[str], now_ms: int) -> list:
+        """Dynamic broker configs changed: enabling unclean.leader.election.enable cluster-wide
+        elects the offline partitions of topics without their own setting."""
+        ctx = self.ctx
+        if ctx is None or "unclean.leader.election.enable" not in changed:
+            return []
+        return self.elect_offline_if_unclean(list(ctx.topics.values()), now_ms)
+
+    def elect_offline_if_unclean(self, topics: list[TopicMetadata], now_ms: int) -> list:
+        ctx = self.ctx
+        if ctx is None or not ctx.ready or not self.in_office(ctx):
+            return []
+        keys = [(t.name, i) for t in topics
+                if self.config.topic_value(t.configs, "unclean.leader.election.enable")
+                for i, s in sorted(t.states.items()) if s.leader < 0]
+        return self.elections.elect(ctx, keys, set(), now_ms) if keys else []
+
     @staticmethod
     def _preferred_result(ctx: ControllerContext, key: Key) -> tuple[ErrorCode, str | None]:
         topic = ctx.topics.get(key[0])
@@ -480,6 +546,12 @@ class Controller:
 
     def live_broker_count(self) -> int:
         return len(self.ctx.live_brokers) if self.ctx is not None else 0
+
+    def add_partitions(self, name: str, count: int, manual: list[tuple[int, ...]] | None, validate_only: bool,
+                       done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+        if self.ctx is None:
+            return done(ErrorCode.not_controller, "This broker is not the controller", now_ms)
+        return self.topics.add_partitions(self.ctx, name, count, manual, validate_only, done, now_ms)
 
     def delete_topic(self, name: str, done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
         if self.ctx is None:

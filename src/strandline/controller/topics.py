@@ -19,9 +19,9 @@ from strandline.broker.config import ConfigError, parse_topic_configs
 from strandline.broker.effects import Log
 from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas, check_replication_factor
 from strandline.controller.context import ControllerContext, TopicCreated
-from strandline.coordination import zk_layout
+from strandline.coordination import zk_layout, znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata, topic_name_error
-from strandline.coordination.store import ZkError
+from strandline.coordination.store import Create, SetData, ZkError
 from strandline.protocol import control
 
 if TYPE_CHECKING:
@@ -127,6 +127,93 @@ class TopicChanges:
             for waiter in waiters:
                 effects.extend(waiter(error, message, when_ms))
             return effects
+
+        return [controller.outbox.zk(ops, on_result, transaction=True)]
+
+    def add_partitions(self, ctx: ControllerContext, name: str, count: int,
+                       manual: list[tuple[int, ...]] | None, validate_only: bool,
+                       done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+        """CreatePartitions (Kafka's createPartitions with the controller's onNewPartitionCreation):
+        grow ``name`` to ``count`` partitions, placed as a new topic's would continue from
+        partition 0's first replica, or as ``manual`` says; the topic znode and the new
+        partitions' states are written in one fenced transaction, then announced."""
+        topic = ctx.topics.get(name)
+        if topic is None or name in ctx.creating:
+            return done(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.", now_ms)
+        old = topic.num_partitions
+        if count < old:
+            return done(ErrorCode.invalid_partitions, f"Topic currently has {old} partitions, which is higher than "
+                                                      f"the requested {count}.", now_ms)
+        if count == old:
+            return done(ErrorCode.invalid_partitions, f"Topic already has {old} partitions.", now_ms)
+        live = ctx.live_broker_ids()
+        rf = len(topic.assignment[0]) if topic.assignment else 1
+        if manual is not None:
+            unknown = sorted({b for r in manual for b in r} - set(live))
+            if unknown:
+                return done(ErrorCode.invalid_replica_assignment, "Unknown broker(s) in replica assignment: "
+                                                                  f"{', '.join(map(str, unknown))}.", now_ms)
+            if len(manual) != count - old:
+                return done(ErrorCode.invalid_replica_assignment, f"Increasing the number of partitions by "
+                                                                  f"{count - old} but {len(manual)} assignments "
+                                                                  f"provided.", now_ms)
+            for replicas in manual:
+                if len(set(replicas)) != len(replicas):
+                    return done(ErrorCode.invalid_replica_assignment, "Duplicate brokers not allowed in replica "
+                                                                      f"assignment: {', '.join(map(str, replicas))}.",
+                                now_ms)
+                if len(replicas) != rf:
+                    return done(ErrorCode.invalid_replica_assignment, f"Inconsistent replication factor between "
+                                                                      f"partitions, partition 0 has {rf} while the new "
+                                                                      f"partitions have {len(replicas)}.", now_ms)
+            added = {old + i: tuple(r) for i, r in enumerate(manual)}
+        else:
+            try:
+                check_replication_factor(rf, len(live))
+            except InvalidReplicationFactor as exc:
+                return done(ErrorCode.invalid_replication_factor, str(exc), now_ms)
+            first = topic.assignment[0][0] if topic.assignment else live[0]
+            start = max(0, next((i for i, b in enumerate(live) if b >= first), 0))
+            raw = assign_replicas(live, count - old, rf, start, start, start_partition=old,
+                                  racks={b: ctx.live_brokers[b].rack for b in live})
+            added = {p: tuple(r) for p, r in raw.items()}
+        states = {}
+        for index, replicas in added.items():
+            alive = tuple(r for r in replicas if r in live)
+            states[index] = LeaderAndIsr(alive[0] if alive else -1, 0, alive, ctx.epoch, 0)
+        assignment = {**topic.assignment, **added}
+        ops = [SetData(znodes.TopicZNode.path(name), znodes.TopicZNode.encode(assignment, topic.topic_id))]
+        for index in sorted(added):
+            ops.append(Create(znodes.TopicPartitionZNode.path(name, index)))
+            ops.append(Create(znodes.TopicPartitionStateZNode.path(name, index),
+                              znodes.TopicPartitionStateZNode.encode(states[index])))
+        ops = self.controller.fenced(ctx, ops)
+        root = zk_layout.chroot(self.controller.config["zookeeper.connect"])
+        size = zk_layout.multi_size([op for op in ops if not isinstance(op, SetData)], root) + sum(
+            16 + len((root + op.path).encode()) + len(op.data) for op in ops if isinstance(op, SetData))
+        if size > zk_layout.JUTE_MAXBUFFER:
+            return done(ErrorCode.invalid_partitions, f"Adding {count - old} partitions to topic '{name}' needs more "
+                                                      f"than one ZooKeeper request of {zk_layout.JUTE_MAXBUFFER} "
+                                                      f"bytes (jute.maxbuffer); add fewer at a time", now_ms)
+        if validate_only:
+            return done(ErrorCode.none, None, now_ms)
+        controller = self.controller
+
+        def on_result(results: list, when_ms: int) -> list:
+            failed = next((r for r in results if r.error is not ZkError.NONE), None)
+            if failed is not None:
+                if failed.error is ZkError.BAD_VERSION:
+                    return done(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
+                return done(ErrorCode.unknown_server_error, f"ZooKeeper error {failed.error.name}", when_ms)
+            current = ctx.topics.get(name)
+            effects: list = [Log("info", f"Added partitions {sorted(added)} to topic {name}: {added}")]
+            if current is not None:
+                current.assignment.update(added)
+                current.states.update(states)
+                if controller.in_office(ctx):
+                    parts = [(current, index) for index in sorted(added)]
+                    effects.extend(controller.channel.send_partition_states(ctx, parts, None, True, when_ms))
+            return effects + done(ErrorCode.none, None, when_ms)
 
         return [controller.outbox.zk(ops, on_result, transaction=True)]
 

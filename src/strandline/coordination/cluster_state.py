@@ -45,3 +45,19 @@ def read_cluster_state(store: CoordinationStore) -> tuple[dict[int, BrokerInfo],
         topics[name] = TopicMetadata(name, topic_id or uuid.UUID(int=0),
                                      {int(p): tuple(r) for p, r in assignment.items()}, states, configs)
     return brokers, topics
+
+
+def read_dynamic_broker_configs(store: CoordinationStore, broker_id: int) -> tuple[dict[str, str], dict[str, str]]:
+    """The dynamic broker configs a starting broker applies: ``/config/brokers/<default>`` and
+    ``/config/brokers/<broker_id>`` (missing or unreadable: empty)."""
+    layers = []
+    for name in ("<default>", broker_id):
+        [res] = store.execute([GetData(znodes.ConfigEntityZNode.path("brokers", name))])
+        config: dict[str, str] = {}
+        if res.error is ZkError.NONE:
+            try:
+                config = znodes.ConfigEntityZNode.decode(res.data, "brokers", name)
+            except ValueError as exc:
+                log.warning("Ignoring dynamic broker configs: %s", exc)
+        layers.append(config)
+    return layers[0], layers[1]

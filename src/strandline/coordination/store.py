@@ -88,7 +88,7 @@ class ZkError(enum.Enum):
 class OpResult:
     """The outcome of one op.
 
-    ``data`` / ``version`` / ``ephemeral_owner``: GetData (``version`` also after Create = 0, SetData,
+    ``data`` / ``version`` / ``ephemeral_owner`` / ``ctime_ms`` (creation time): GetData (``version`` also after Create = 0, SetData,
     CheckVersion). ``children``: GetChildren, sorted. ``path``: the created path (Create, sequential
     or not). ``ephemeral_owner`` is the owning session id, 0 for a persistent node.
 
@@ -103,6 +103,7 @@ class OpResult:
     children: tuple[str, ...] = ()
     path: str | None = None
     ephemeral_owner: int = 0
+    ctime_ms: int = 0
 
     @property
     def ok(self) -> bool:

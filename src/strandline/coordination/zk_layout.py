@@ -6,6 +6,7 @@ import dataclasses
 import json
 from typing import Iterable, Sequence
 
+from strandline.broker.config import config_text
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import znodes
 from strandline.coordination.store import CheckVersion, Create, Delete, GetData, SetData
@@ -31,8 +32,7 @@ def create_topic_ops(topic: TopicMetadata, controller_epoch: int) -> list:
         Create(znodes.TopicZNode.path(topic.name),
                znodes.TopicZNode.encode({p: list(r) for p, r in topic.assignment.items()}, topic.topic_id)),
         Create(znodes.ConfigEntityZNode.path("topics", topic.name),
-               znodes.ConfigEntityZNode.encode({k: str(v).lower() if isinstance(v, bool) else str(v)
-                                                for k, v in topic.configs.items()})),
+               znodes.ConfigEntityZNode.encode({k: config_text(v) for k, v in topic.configs.items()})),
         Create(znodes.TopicPartitionsZNode.path(topic.name)),
     ]
     for index in sorted(topic.assignment):

@@ -28,7 +28,7 @@ __all__ = [
     "BrokerIdZNode", "BrokerIdsZNode", "BrokerInfo", "BrokerSequenceIdZNode", "ClusterIdZNode",
     "ConfigEntityChangeNotificationZNode", "ConfigEntityTypeZNode", "ConfigEntityZNode", "ControllerEpochZNode",
     "ControllerZNode", "DeleteTopicsTopicZNode", "DeleteTopicsZNode", "IsrChangeNotificationSequenceZNode",
-    "IsrChangeNotificationZNode", "LeaderAndIsr", "PERSISTENT_PATHS", "PreferredReplicaElectionZNode",
+    "IsrChangeNotificationZNode", "ConfigEntityChangeNotificationSequenceZNode", "LeaderAndIsr", "PERSISTENT_PATHS", "PreferredReplicaElectionZNode",
     "ProducerIdBlockZNode", "TopicAssignment", "TopicPartitionStateZNode", "TopicPartitionZNode",
     "TopicPartitionsZNode", "TopicZNode", "TopicsZNode", "new_cluster_id", "uuid_from_base64", "uuid_to_base64",
 ]
@@ -378,6 +378,46 @@ class ConfigEntityChangeNotificationZNode(_FixedPathZNode):
     """``/config/changes``: Kafka's dynamic-config change notifications (created at startup)."""
 
     PATH = "/config/changes"
+
+
+class ConfigEntityChangeNotificationSequenceZNode:
+    """``/config/changes/config_change_<10 digits>``: ``{"version":2,"entity_path":"topics/t"}``
+    (a sequential node; ``entity_path`` is ``<entity type>/<name>``, e.g. ``brokers/<default>``)."""
+
+    PREFIX = "config_change_"
+
+    @staticmethod
+    def create_path() -> str:
+        return f"{ConfigEntityChangeNotificationZNode.path()}/{ConfigEntityChangeNotificationSequenceZNode.PREFIX}"
+
+    @staticmethod
+    def path(child: str) -> str:
+        return f"{ConfigEntityChangeNotificationZNode.path()}/{child}"
+
+    @staticmethod
+    def sequence(child: str) -> int | None:
+        """The sequence number of a child's name, None for a name that is not a notification."""
+        prefix = ConfigEntityChangeNotificationSequenceZNode.PREFIX
+        digits = child[len(prefix):]
+        return int(digits) if child.startswith(prefix) and digits.isdigit() else None
+
+    @staticmethod
+    def encode(entity_type: str, name: str | int) -> bytes:
+        return _json({"version": 2, "entity_path": f"{entity_type}/{name}"})
+
+    @staticmethod
+    def decode(data: bytes, child: str = "<child>") -> tuple[str, str]:
+        """(entity type, name); version 1 (``entity_type`` and ``entity_name``) is read too."""
+        def parse(obj: Any) -> tuple[str, str]:
+            obj = _object(obj)
+            if "entity_path" in obj:
+                entity_type, sep, name = str(obj["entity_path"]).partition("/")
+                if not sep or not name:
+                    raise ValueError(f"entity_path {obj['entity_path']!r} is not <type>/<name>")
+                return entity_type, name
+            return str(obj["entity_type"]), str(obj["entity_name"])
+
+        return _decode(ConfigEntityChangeNotificationSequenceZNode.path(child), data, parse)
 
 
 # -- controller

@@ -534,6 +534,38 @@ class GroupCoordinator:
 
         return self.append(self.partition_of(group_id), records, persisted, now_ms)
 
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]],
+                       done: Callable[[ErrorCode, dict[tuple[str, int], ErrorCode], int], list], now_ms: int) -> list:
+        """OffsetDelete (KIP-496): drop a group's committed offsets of ``partitions`` unless its
+        members consume those topics (GROUP_SUBSCRIBED_TO_TOPIC); an empty group may drop any.
+        ``done(group error, partition errors, now_ms)``."""
+        if not self.owns(group_id):
+            return done(ErrorCode.not_coordinator, {}, now_ms)
+        group = self.groups.get(group_id)
+        if group is None or group.state == DEAD:
+            return done(ErrorCode.group_id_not_found, {}, now_ms)
+        subscribed: set[str] = set()
+        if group.state != EMPTY:
+            if group.protocol_type != "consumer":
+                return done(ErrorCode.non_empty_group, {}, now_ms)
+            for member in group.members.values():
+                subscribed |= set(rec.subscribed_topics(member.metadata_for(group.protocol)))
+        errors = {tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none
+                  for tp in partitions}
+        doomed = [tp for tp, e in errors.items() if e is ErrorCode.none and tp in group.offsets]
+        if not doomed:
+            return done(ErrorCode.none, errors, now_ms)
+
+        def persisted(error: ErrorCode, when_ms: int) -> list:
+            if error is not ErrorCode.none:
+                return done(error, {}, when_ms)
+            for tp in doomed:
+                group.offsets.pop(tp, None)
+            return done(ErrorCode.none, errors, when_ms)
+
+        return self.append(self.partition_of(group_id), [(rec.offset_key(group_id, t, p), None) for t, p in doomed],
+                           persisted, now_ms)
+
     def expire_offsets(self, now_ms: int) -> list:
         """offsets.retention.minutes: an empty group's offsets older than the retention go."""
         retention = self.config["offsets.retention.minutes"] * 60_000

@@ -248,3 +248,14 @@ def partition_for(group: str, partitions: int) -> int:
     """Kafka's ``Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount``."""
     h = java_string_hash(group)
     return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def subscribed_topics(metadata: bytes) -> list[str]:
+    """The topics of a consumer's subscription (the "consumer" protocol's member metadata:
+    version, then the topic names); an unreadable one names none."""
+    try:
+        reader = _Reader(bytes(metadata))
+        reader.i16()
+        return [t for _ in range(max(reader.i32(), 0)) if (t := reader.string()) is not None]
+    except (struct.error, UnicodeDecodeError):
+        return []

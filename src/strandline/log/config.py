@@ -17,3 +17,10 @@ class LogConfig:
     flush_messages: int = 9223372036854775807  # log.flush.interval.messages / flush.messages
     flush_ms: int = 9223372036854775807        # log.flush.interval.ms / flush.ms
     message_timestamp_type: str = "CreateTime"
+    message_timestamp_difference_max_ms: int = 9223372036854775807  # log.message.timestamp.difference.max.ms
+    cleanup_policy: tuple[str, ...] = ("delete",)  # log.cleanup.policy / cleanup.policy
+
+    @property
+    def deletes(self) -> bool:
+        """Whether retention deletes old segments (``delete`` in the cleanup policy)."""
+        return "delete" in self.cleanup_policy

@@ -443,12 +443,14 @@ class Log:
     # -- retention ---------------------------------------------------------------------------
 
     def delete_old_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
-        """Retention: segments below the log start offset, older than retention.ms, or beyond
-        retention.bytes, oldest first; never the active segment, nor (when given) a segment with
+        """Retention: segments below the log start offset, and when the cleanup policy has
+        ``delete`` those older than retention.ms or beyond retention.bytes, oldest first; never the active segment, nor (when given) a segment with
         data at or above ``high_watermark``. Moves the log start offset; returns segments deleted.
         """
         self._now_ms = now_ms
         deleted = self._delete_prefix(lambda s: False, high_watermark, below_start=True)
+        if not self.config.deletes:         # cleanup.policy=compact: only the log start offset deletes
+            return deleted
         if self.config.retention_ms >= 0:
             retention_ms = self.config.retention_ms
             deleted += self._delete_prefix(lambda s: now_ms - s.max_timestamp > retention_ms, high_watermark)

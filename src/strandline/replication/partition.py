@@ -30,6 +30,7 @@ class ReplicaState:
     last_caught_up_time_ms: int = 0
     last_fetch_leader_log_end_offset: int = 0
     last_fetch_time_ms: int = 0
+    log_start_offset: int = -1
 
 
 class LeaderAppend(NamedTuple):
@@ -176,12 +177,16 @@ class Partition:
 
     # -- follower state on the leader (ISR-1..4) ---------------------------------------------
 
-    def update_follower_fetch_state(self, follower_id: int, fetch_offset: int, now_ms: int) -> bool:
-        """Record a follower's fetch: its LEO is the fetch offset; lastCaughtUpTimeMs follows
-        ISR-2's two rules. Returns whether the high watermark advanced."""
+    def update_follower_fetch_state(self, follower_id: int, fetch_offset: int, now_ms: int,
+                                    log_start_offset: int = -1) -> bool:
+        """Record a follower's fetch: its LEO is the fetch offset (and its log start offset the one
+        it reports); lastCaughtUpTimeMs follows ISR-2's two rules. Returns whether the high
+        watermark advanced."""
         replica = self.remote_replicas.get(follower_id)
         if replica is None:
             return False
+        if log_start_offset >= 0:
+            replica.log_start_offset = log_start_offset
         leader_end_offset = self.log.log_end_offset
         if fetch_offset >= leader_end_offset:
             replica.last_caught_up_time_ms = max(replica.last_caught_up_time_ms, now_ms)       # rule (a)
@@ -192,6 +197,13 @@ class Partition:
         replica.last_fetch_leader_log_end_offset = leader_end_offset
         replica.last_fetch_time_ms = now_ms
         return self.maybe_increment_high_watermark(now_ms)
+
+    def low_watermark(self, alive: set[int]) -> int:
+        """The lowest log start offset of the replicas of ``alive`` brokers that reported one, this
+        leader's included (Kafka's lowWatermarkIfLeader): what DeleteRecords waits for."""
+        starts = [r.log_start_offset for r in self.remote_replicas.values()
+                  if r.broker_id in alive and r.log_start_offset >= 0]
+        return min([self.log.log_start_offset, *starts])
 
     def isr_to_expand(self, follower_id: int) -> tuple[int, ...] | None:
         """ISR-4: a follower outside the ISR joins once its LEO reaches the HW and the start of the

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.config import ConfigError, parse_topic_configs
+from strandline.broker.config import LONG_MAX, ConfigError, parse_topic_configs
 from strandline.broker.effects import Log
 from strandline.broker.outbox import Outbox
 from strandline.coordination import znodes
@@ -48,6 +48,7 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.produce_purgatory = Purgatory()
         self.fetch_purgatory = Purgatory()
+        self.delete_records_purgatory = Purgatory()
         self.controller_epoch = 0          # the newest controller epoch this broker has heard from
         self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
         self.heard_from_controller = False
@@ -181,6 +182,28 @@ class ReplicaManager:
             if topic.name not in self.metadata.topics:
                 self.metadata.topics[topic.name] = TopicMetadata(topic.name, topic.topic_id, dict(topic.assignment),
                                                                  {}, dict(topic.configs))
+
+    def update_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
+        """A topic's overrides changed: the metadata cache and its local logs take them now."""
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            return
+        topic.configs = dict(configs)
+        self._apply_log_config(topic)
+
+    def refresh_log_configs(self) -> None:
+        """The broker's log defaults changed: every log takes its topic's overrides over them."""
+        self.logs.default_config = self.config.log_config()
+        for topic in self.metadata.topics.values():
+            self._apply_log_config(topic)
+
+    def _apply_log_config(self, topic: TopicMetadata) -> None:
+        log_config = self.config.log_config(topic.configs)
+        for index in topic.assignment:
+            partition = self.partitions.get((topic.name, index))
+            if partition is not None and partition.log.config != log_config:
+                partition.log.update_config(log_config)
+                partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
 
     def _load_topics(self, names: list[str], then: Callable[[int], list]) -> list:
         """Read topics' assignment, id and configs from ZooKeeper into the metadata cache."""
@@ -337,7 +360,11 @@ class ReplicaManager:
         partition = self.partitions.get((topic.name, index))
         if partition is None or not partition.is_leader:
             return [ErrorCode.not_leader_or_follower, -1, -1, -1, None], None
-        checked = validate_produce_records(records, partition.log.config.max_message_bytes)
+        log_config = partition.log.config
+        checked = validate_produce_records(
+            records, log_config.max_message_bytes,
+            log_config.message_timestamp_difference_max_ms if log_config.message_timestamp_type == "CreateTime"
+            and log_config.message_timestamp_difference_max_ms < LONG_MAX else None, now_ms)
         if checked.error is not ErrorCode.none:
             return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
         min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
@@ -488,6 +515,72 @@ class ReplicaManager:
         self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms, keys, try_complete))
         return effects
 
+    # ------------------------------------------------------------------ DeleteRecords, DescribeLogDirs
+
+    def delete_records(self, conn_id: int, wanted: list[tuple[str, int, int]], timeout_ms: int,
+                       respond: Callable[[dict[tuple[str, int], tuple[ErrorCode, int]]], list], now_ms: int) -> list:
+        """DeleteRecords (Kafka's ReplicaManager.deleteRecords): on each partition this broker
+        leads, move the log start offset up to the offset asked (-1: the high watermark; beyond it
+        OFFSET_OUT_OF_RANGE), then wait until every live replica has moved its own (followers learn
+        it from their fetches) or ``timeout_ms`` passes (REQUEST_TIMED_OUT). ``respond`` gets
+        (error, low watermark) per partition."""
+        results: dict[tuple[str, int], tuple[ErrorCode, int]] = {}
+        targets: dict[tuple[str, int], int] = {}
+        for name, index, offset in wanted:
+            key = (name, index)
+            topic = self.metadata.topics.get(name)
+            partition = self.partitions.get(key)
+            if topic is None or index not in topic.assignment:
+                results[key] = (ErrorCode.unknown_topic_or_partition, -1)
+            elif partition is None or not partition.is_leader:
+                results[key] = (ErrorCode.not_leader_or_follower, -1)
+            else:
+                target = partition.high_watermark if offset == -1 else offset
+                if target < 0 or target > partition.high_watermark:
+                    results[key] = (ErrorCode.offset_out_of_range, -1)
+                    continue
+                partition.log.maybe_increment_log_start_offset(target)
+                targets[key] = target
+
+        def try_complete(at_ms: int, expired: bool) -> list | None:
+            alive = set(self.metadata.brokers)
+            for key, target in targets.items():
+                if key in results:
+                    continue
+                partition = self.partitions.get(key)
+                if partition is None or not partition.is_leader:
+                    results[key] = (ErrorCode.not_leader_or_follower, -1)
+                elif (low := partition.low_watermark(alive)) >= target:
+                    results[key] = (ErrorCode.none, low)
+                elif expired:
+                    results[key] = (ErrorCode.request_timed_out, low)
+            if len(results) < len(set(k for k in ((n, i) for n, i, _ in wanted))):
+                return None
+            return respond(results)
+
+        done = try_complete(now_ms, False)
+        if done is not None:
+            return done
+        self.delete_records_purgatory.watch(DelayedOperation(conn_id, now_ms + max(timeout_ms, 0), tuple(targets),
+                                                             try_complete))
+        return []
+
+    def describe_log_dirs(self, wanted: dict[str, list[int]] | None) -> list[dict]:
+        """DescribeLogDirs: per log dir, the size of each replica's log and its offset lag (how far
+        its log end offset is below the high watermark; Kafka's, for a current replica)."""
+        per_dir: dict[str, dict[str, list[dict]]] = {d: {} for d in self.logs.log_dirs}
+        for (name, index), log in sorted(self.logs.logs.items()):
+            if wanted is not None and index not in wanted.get(name, ()):
+                continue
+            partition = self.partitions.get((name, index))
+            hw = partition.high_watermark if partition is not None else log.log_end_offset
+            per_dir.setdefault(self.logs.dir_of[(name, index)], {}).setdefault(name, []).append(
+                {"partition_index": index, "partition_size": log.size_in_bytes,
+                 "offset_lag": max(hw - log.log_end_offset, 0), "is_future_key": False})
+        return [{"error_code": ErrorCode.none, "log_dir": d, "total_bytes": -1, "usable_bytes": -1,
+                 "topics": [{"name": n, "partitions": ps} for n, ps in sorted(topics.items())]}
+                for d, topics in per_dir.items()]
+
     def _follower_fetched(self, follower_id: int, served: list, now_ms: int) -> list:
         """A follower's fetch offset is its LEO (REP-1): for the partitions its fetch was served
         (an answer with an error says nothing of its progress), update its state on the leader,
@@ -500,11 +593,14 @@ class ReplicaManager:
             partition = self.partitions.get((name, p.partition))
             if partition is None or not partition.is_leader:
                 continue
-            if partition.update_follower_fetch_state(follower_id, p.fetch_offset, now_ms):
+            if partition.update_follower_fetch_state(follower_id, p.fetch_offset, now_ms,
+                                                     getattr(p, "log_start_offset", -1)):
                 advanced.append((name, p.partition))
             new_isr = partition.isr_to_expand(follower_id) if alive else None
             if new_isr is not None:
                 effects.extend(self.isr_manager.change_isr(partition, new_isr, now_ms))
+        if self.delete_records_purgatory.pending:
+            effects.extend(self.delete_records_purgatory.check_keys([(name, p.partition) for name, p in served], now_ms))
         return effects + self.high_watermark_moved(advanced, now_ms)
 
     def high_watermark_moved(self, keys: list, now_ms: int) -> list:
@@ -525,15 +621,18 @@ class ReplicaManager:
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.produce_purgatory.next_deadline(),
-                                 self.fetch_purgatory.next_deadline()) if d is not None]
+                                 self.fetch_purgatory.next_deadline(), self.delete_records_purgatory.next_deadline())
+                     if d is not None]
         return min(deadlines) if deadlines else None
 
     def expire_delayed(self, now_ms: int) -> list:
-        return self.produce_purgatory.expire(now_ms) + self.fetch_purgatory.expire(now_ms)
+        return (self.produce_purgatory.expire(now_ms) + self.fetch_purgatory.expire(now_ms)
+                + self.delete_records_purgatory.expire(now_ms))
 
     def connection_closed(self, conn_id: int) -> None:
         self.produce_purgatory.cancel_connection(conn_id)
         self.fetch_purgatory.cancel_connection(conn_id)
+        self.delete_records_purgatory.cancel_connection(conn_id)
 
 
 def _control_error(api_key: int, code: ErrorCode) -> dict:

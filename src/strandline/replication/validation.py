@@ -2,8 +2,9 @@
 
 Kafka's LogValidator rules that can be checked from batch headers: magic 2, CRC-32C, a
 complete batch, exactly one batch per partition per request, record count consistent with the
-last offset delta, size within ``max.message.bytes``, no control batches from clients, and a
-sequence number whenever a producer id is set.
+last offset delta, size within ``max.message.bytes``, no control batches from clients, a
+sequence number whenever a producer id is set, and (CreateTime topics) the batch's first and
+largest timestamps within ``message.timestamp.difference.max.ms`` of the broker's clock.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ class Validated(NamedTuple):
     message: str | None = None
 
 
-def validate_produce_records(records, max_message_bytes: int) -> Validated:
+NO_TIMESTAMP = -1
+
+
+def validate_produce_records(records, max_message_bytes: int, max_timestamp_difference_ms: int | None = None,
+                             now_ms: int = 0) -> Validated:
     """Check the records of one partition in a Produce request (v3+: one v2 batch)."""
     if records is None or len(records) == 0:
         return Validated(ErrorCode.invalid_record, None, "no record batch")
@@ -49,4 +54,11 @@ def validate_produce_records(records, max_message_bytes: int) -> Validated:
         return Validated(ErrorCode.invalid_record, None, "producer id set without a base sequence")
     if header.is_transactional:
         return Validated(ErrorCode.invalid_record, None, "transactional batches are not supported")
+    if max_timestamp_difference_ms is not None:
+        for timestamp in (header.base_timestamp, header.max_timestamp):
+            if timestamp != NO_TIMESTAMP and abs(timestamp - now_ms) > max_timestamp_difference_ms:
+                return Validated(ErrorCode.invalid_timestamp, None, (
+                    f"Timestamp {timestamp} of a record is out of range: it must be within "
+                    f"[{now_ms - max_timestamp_difference_ms}, {now_ms + max_timestamp_difference_ms}] "
+                    f"(message.timestamp.difference.max.ms)"))
     return Validated(ErrorCode.none, header)

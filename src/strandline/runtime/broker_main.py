@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from strandline.broker.broker import Broker
-from strandline.coordination.cluster_state import read_cluster_state
+from strandline.broker.dynamic_config import apply_dynamic_broker_configs
+from strandline.coordination.cluster_state import read_cluster_state, read_dynamic_broker_configs
 from strandline.broker.config import BrokerConfig
 from strandline.coordination.znodes import BrokerInfo
 from strandline.coordination import zk_layout
@@ -92,6 +93,16 @@ def watch_brokers(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
         to_loop(loop, shell.run, what, lambda: shell.broker.on_brokers_changed(brokers, epochs, now_ms()))
 
     store.watch_children(znodes.BrokerIdsZNode.path(), from_kazoo(loop, shell, what, on_children))
+
+
+def watch_config_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
+    """Feed ``/config/changes`` to the core (dynamic topic and broker configs)."""
+    what = "the /config/changes watch"
+
+    def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
+        to_loop(loop, shell.run, what, lambda: shell.broker.on_config_changes(list(children), now_ms()))
+
+    store.watch_children(znodes.ConfigEntityChangeNotificationZNode.path(), from_kazoo(loop, shell, what, on_children))
 
 
 def watch_isr_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
@@ -189,6 +200,13 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     await asyncio.to_thread(store.ensure_persistent_paths)
     cluster_id = await asyncio.to_thread(get_or_create_cluster_id, store)
     brokers, topics = await asyncio.to_thread(read_cluster_state, store)
+    dynamic = await asyncio.to_thread(read_dynamic_broker_configs, store, broker_id)
+    changed, warnings = apply_dynamic_broker_configs(config, *dynamic)
+    for warning in warnings:
+        log.warning("%s", warning)
+    if changed:
+        log.info("Dynamic broker configs in effect: %s", ", ".join(f"{k}={v}" for k, v in sorted(
+            {**config.dynamic_default, **config.dynamic_broker}.items())))
     logs = LogManager(OsDisk(), v["log.dirs"], config.log_config())
     began = now_ms()
     await asyncio.to_thread(logs.startup, began, {n: config.log_config(t.configs) for n, t in topics.items()})
@@ -211,6 +229,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
         cluster_id, brokers, topics, controller_id, controller_epoch, now_ms(), epoch_version))
     await asyncio.to_thread(watch_brokers, store, loop, shell)
     await asyncio.to_thread(watch_isr_changes, store, loop, shell)
+    await asyncio.to_thread(watch_config_changes, store, loop, shell)
     await asyncio.to_thread(watch_controller, store, loop, shell)
     def register_again() -> None:       # on kazoo's new session, from a worker thread
         epoch = store.register_broker(broker_id, adv.host, adv.port, v["broker.rack"], wait_s)

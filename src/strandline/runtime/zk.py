@@ -218,7 +218,8 @@ class KazooStore:
         try:
             if isinstance(op, GetData):
                 data, stat = self._wait(c.get_async(op.path))
-                return OpResult(ZkError.NONE, data=data, version=stat.version, ephemeral_owner=stat.ephemeralOwner)
+                return OpResult(ZkError.NONE, data=data, version=stat.version, ephemeral_owner=stat.ephemeralOwner,
+                                ctime_ms=stat.ctime)
             if isinstance(op, GetChildren):
                 return OpResult(ZkError.NONE, children=tuple(sorted(self._wait(c.get_children_async(op.path)))))
             if isinstance(op, Create):

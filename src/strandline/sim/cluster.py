@@ -86,6 +86,7 @@ class SimCluster:
                  zk_latency_ms: int = 0, zk_failure_delay_ms: int = 0, **config: str) -> None:
         self.zk = MemoryZooKeeper()
         self.now = START_MS
+        self.zk.clock = lambda: self.now
         self.latency_ms = latency_ms
         self.jitter_ms = jitter_ms
         self.zk_latency_ms = zk_latency_ms

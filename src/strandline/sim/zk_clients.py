@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 ISR_CHANGES = znodes.IsrChangeNotificationZNode.path()
 CONTROLLER = znodes.ControllerZNode.path()
 BROKER_IDS = znodes.BrokerIdsZNode.path()
+CONFIG_CHANGES = znodes.ConfigEntityChangeNotificationZNode.path()
 
 
 class SimZkClients:
@@ -110,6 +111,8 @@ class SimZkClients:
             self.controller_changed()
         if any(p.startswith(BROKER_IDS + "/") for p in paths):
             self.brokers_changed()
+        if any(p.startswith(CONFIG_CHANGES + "/") for p in paths):
+            self.config_changes_notified()
 
     def read_cluster_state(self, node: SimBroker, token: int) -> None:
         incarnation = node.incarnation
@@ -150,6 +153,11 @@ class SimZkClients:
         for node in self._watchers():
             self._watch_event(node, lambda core, t: core.on_isr_change_notifications(
                 list(self.sim.zk.children(ISR_CHANGES)), t))
+
+    def config_changes_notified(self) -> None:
+        """What each shell's ``/config/changes`` watch reports."""
+        for node in self._watchers():
+            self._watch_event(node, lambda core, t: core.on_config_changes(list(self.sim.zk.children(CONFIG_CHANGES)), t))
 
     def _watch_event(self, node: SimBroker, deliver: Callable[[Broker, int], list]) -> None:
         incarnation, session = node.incarnation, node.session
@@ -208,6 +216,8 @@ class SimZkClients:
             self._watch_event(node, lambda core, t: core.on_controller_changed(self.controller_id_or_none(), t))
             self._watch_event(node, lambda core, t: core.on_isr_change_notifications(
                 list(self.sim.zk.children(ISR_CHANGES)), t))
+            self._watch_event(node, lambda core, t: core.on_config_changes(
+                list(self.sim.zk.children(CONFIG_CHANGES)), t))
 
     def new_session(self, node: SimBroker) -> None:
         self.open_session(node)

@@ -8,7 +8,7 @@ Every operation completes at once; the simulator decides when its result is deli
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from strandline.coordination.store import (CheckVersion, Create, Delete, GetChildren, GetData, OpResult,
                                            SetData, ZkError)
@@ -22,6 +22,9 @@ class MemoryZooKeeper:
         self.zxid = 0
         self.changes = 0          # counts every write, so observers can tell when to look again
         self.czxid: dict[str, int] = {}
+        self.ctime_ms: dict[str, int] = {}
+        #: The time a node's creation is stamped with (its ``ctime``); the simulator sets its clock.
+        self.clock: Callable[[], int] = lambda: 0
         for path in PERSISTENT_PATHS:
             self._create_parents(path + "/x")
 
@@ -36,6 +39,7 @@ class MemoryZooKeeper:
         if path not in self.nodes:
             self.zxid += 1
             self.czxid[path] = self.zxid
+            self.ctime_ms[path] = self.clock()
         self.nodes[path] = (data, version, owner)
 
     def children(self, path: str) -> list[str]:
@@ -84,7 +88,8 @@ class MemoryZooKeeper:
             node = self._node(op.path)
             if isinstance(node, OpResult):
                 return node
-            return OpResult(ZkError.NONE, data=node[0], version=node[1], ephemeral_owner=node[2])
+            return OpResult(ZkError.NONE, data=node[0], version=node[1], ephemeral_owner=node[2],
+                            ctime_ms=self.ctime_ms.get(op.path, 0))
         if isinstance(op, GetChildren):
             if op.path not in self.nodes:
                 return OpResult(ZkError.NO_NODE)
@@ -99,6 +104,7 @@ class MemoryZooKeeper:
             for p in below + [op.path]:
                 del self.nodes[p]
                 self.czxid.pop(p, None)
+                self.ctime_ms.pop(p, None)
             return OpResult(ZkError.NONE)
         raise TypeError(f"unknown operation {op!r}")
 

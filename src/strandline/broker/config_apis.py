@@ -1,0 +1,317 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs (Kafka's ZkAdminManager, 2.8).
+
+Any broker serves topic resources; a broker resource named by an id is served by that broker
+only, the empty name (the cluster-wide default) by any. A change is written to ZooKeeper with its
+change notification in one transaction (compare-and-set on the entity's version, retried on a
+race); every broker then applies it (:mod:`strandline.broker.dynamic_config`). Errors are
+Kafka's: an unknown topic key INVALID_CONFIG, a bad value or a read-only broker key
+INVALID_REQUEST, an unknown topic UNKNOWN_TOPIC_OR_PARTITION.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.config import (BROKER_KEYS, TOPIC_KEYS, BrokerConfig, ConfigError, config_text,
+                                      parse_topic_configs)
+from strandline.broker.dynamic_config import DEFAULT_ENTITY, describe_broker, describe_topic, validate_broker_update
+from strandline.broker.effects import Log
+from strandline.broker.outbox import Outbox
+from strandline.broker.wire import response
+from strandline.coordination import znodes
+from strandline.coordination.metadata import MetadataCache, topic_name_error
+from strandline.coordination.store import Create, GetData, SetData, ZkError
+from strandline.protocol.api import ApiKey, RequestHeader
+
+_NOTIFICATION = znodes.ConfigEntityChangeNotificationSequenceZNode
+Outcome = tuple[ErrorCode, "str | None"]
+Done = Callable[[ErrorCode, "str | None", int], list]
+
+
+class ResourceType(enum.IntEnum):
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+
+
+class OpType(enum.IntEnum):
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _type_name(resource_type: int) -> str:
+    try:
+        return ResourceType(resource_type).name
+    except ValueError:
+        return f"UNKNOWN({resource_type})"
+
+
+class ConfigApis:
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, outbox: Outbox) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.outbox = outbox
+
+    def handlers(self) -> dict[int, Callable]:
+        return {ApiKey.DESCRIBE_CONFIGS: self._describe_configs, ApiKey.ALTER_CONFIGS: self._alter_configs,
+                ApiKey.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs}
+
+    # -- resources
+
+    def _broker_entity(self, name: str) -> str:
+        """The ZooKeeper entity of a broker resource this broker may serve."""
+        if not name:
+            return DEFAULT_ENTITY
+        try:
+            broker_id = int(name)
+        except ValueError:
+            raise _Refused(ErrorCode.invalid_request, f"Broker id must be an integer, but it is: {name}") from None
+        if broker_id != self.config.broker_id:
+            raise _Refused(ErrorCode.invalid_request,
+                           f"Unexpected broker id, expected {self.config.broker_id} or empty string, but received {name}")
+        return str(broker_id)
+
+    def _known_topic(self, name: str) -> None:
+        invalid = topic_name_error(name)
+        if invalid:
+            raise _Refused(ErrorCode.invalid_topic_exception, invalid)
+        if name not in self.metadata.topics:
+            raise _Refused(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
+
+    # -- DescribeConfigs
+
+    def _describe_configs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        synonyms = bool(getattr(request, "include_synonyms", False))
+        docs = bool(getattr(request, "include_documentation", False))
+        results: list[dict] = []
+        topic_reads: list[tuple[int, str]] = []
+        for resource in request.resources:
+            rtype, name, keys = resource.resource_type, resource.resource_name, resource.configuration_keys
+            result = {"error_code": ErrorCode.none, "error_message": None, "resource_type": rtype,
+                      "resource_name": name, "configs": []}
+            results.append(result)
+            try:
+                if rtype == ResourceType.TOPIC:
+                    self._known_topic(name)
+                    topic_reads.append((len(results) - 1, name))
+                elif rtype == ResourceType.BROKER:
+                    per_broker = self._broker_entity(name) != DEFAULT_ENTITY
+                    result["configs"] = describe_broker(self.config, per_broker, keys, synonyms, docs)
+                else:
+                    raise _Refused(ErrorCode.invalid_request, f"Unsupported resource type: {_type_name(rtype)}")
+            except _Refused as exc:
+                result["error_code"], result["error_message"] = exc.code, str(exc)
+
+        def respond() -> list:
+            return [response(conn_id, header, {"throttle_time": 0, "results": results})]
+
+        if not topic_reads:
+            return respond()
+
+        def on_read(reads: list, when_ms: int) -> list:
+            for (i, name), read in zip(topic_reads, reads):
+                overrides = self._stored_topic_config(name, read)
+                keys = request.resources[i].configuration_keys
+                results[i]["configs"] = describe_topic(self.config, overrides, keys, synonyms, docs)
+            return respond()
+
+        return [self.outbox.zk([GetData(znodes.ConfigEntityZNode.path("topics", n)) for _, n in topic_reads], on_read)]
+
+    def _stored_topic_config(self, name: str, read: Any) -> dict[str, Any]:
+        """A topic's overrides as ZooKeeper holds them; what this broker applied if unreadable."""
+        if read.error is ZkError.NONE:
+            try:
+                return parse_topic_configs(znodes.ConfigEntityZNode.decode(read.data, "topics", name))
+            except (ConfigError, ValueError):
+                pass
+        topic = self.metadata.topics.get(name)
+        return dict(topic.configs) if topic is not None else {}
+
+    # -- AlterConfigs (the whole set) and IncrementalAlterConfigs (operations on it)
+
+    def _alter_configs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        def plan(resource: Any) -> Callable[[dict[str, str]], dict[str, str]]:
+            nulls = [c.name for c in resource.configs if c.value is None]
+            if nulls:
+                raise _Refused(ErrorCode.invalid_request, f"Null value not supported for : {','.join(nulls)}")
+            wanted = {c.name: c.value for c in resource.configs}
+            return lambda current: dict(wanted)
+
+        return self._alter(conn_id, header, request, plan, now_ms)
+
+    def _incremental_alter_configs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        def plan(resource: Any) -> Callable[[dict[str, str]], dict[str, str]]:
+            names = [c.name for c in resource.configs]
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise _Refused(ErrorCode.invalid_request, f"Error due to duplicate config keys : {','.join(duplicates)}")
+            nulls = [f"{_op_name(c.config_operation)}:{c.name}" for c in resource.configs
+                     if c.value is None and c.config_operation != OpType.DELETE]
+            if nulls:
+                raise _Refused(ErrorCode.invalid_request, f"Null value not supported for : {','.join(nulls)}")
+            keys = ({k: spec for k, (_, spec) in TOPIC_KEYS.items()} if resource.resource_type == ResourceType.TOPIC
+                    else BROKER_KEYS)
+            ops = list(resource.configs)
+            for op in ops:
+                if op.config_operation not in set(OpType):
+                    raise _Refused(ErrorCode.invalid_request, f"Unknown config operation {op.config_operation} "
+                                                              f"for config key: {op.name}")
+                if op.config_operation in (OpType.APPEND, OpType.SUBTRACT):
+                    spec = keys.get(op.name)
+                    if spec is None:
+                        raise _Refused(ErrorCode.invalid_config, f"Unknown topic config name: {op.name}")
+                    if spec.kind != "list":
+                        verb = "append" if op.config_operation == OpType.APPEND else "subtract"
+                        raise _Refused(ErrorCode.invalid_request,
+                                       f"Config value {verb} is not allowed for config key: {op.name}")
+
+            def apply(current: dict[str, str]) -> dict[str, str]:
+                props = dict(current)
+                for op in ops:
+                    if op.config_operation == OpType.SET:
+                        props[op.name] = op.value
+                    elif op.config_operation == OpType.DELETE:
+                        props.pop(op.name, None)
+                    else:
+                        old = props.get(op.name)
+                        if old is None:
+                            fallback = (self.config.topic_value({}, op.name) if resource.resource_type ==
+                                        ResourceType.TOPIC else self.config.values.get(op.name))
+                            old = config_text(fallback) or ""
+                        items = [x for x in old.split(",") if x]
+                        given = [x for x in op.value.split(",") if x]
+                        if op.config_operation == OpType.APPEND:
+                            items += given
+                        else:
+                            items = [x for x in items if x not in given]
+                        props[op.name] = ",".join(items)
+                return props
+            return apply
+
+        return self._alter(conn_id, header, request, plan, now_ms)
+
+    def _alter(self, conn_id: int, header: RequestHeader, request: Any,
+               plan: Callable[[Any], Callable[[dict[str, str]], dict[str, str]]], now_ms: int) -> list:
+        """Each resource: check it, then read its entity, compute the new config, validate it and
+        write it with its notification; answer once every resource is decided."""
+        validate_only = bool(request.validate_only)
+        outcomes: list[Outcome | None] = [None] * len(request.resources)
+        starts: list[Callable[[], list]] = []
+
+        def respond() -> list:
+            return [response(conn_id, header, {"throttle_time": 0, "responses": [
+                {"error_code": code, "error_message": message, "resource_type": r.resource_type,
+                 "resource_name": r.resource_name}
+                for r, (code, message) in zip(request.resources, outcomes)]})]
+
+        def finisher(i: int) -> Done:
+            def done(code: ErrorCode, message: str | None, when_ms: int) -> list:
+                outcomes[i] = (code, message)
+                return respond() if all(o is not None for o in outcomes) else []
+            return done
+
+        for i, resource in enumerate(request.resources):
+            rtype, name = resource.resource_type, resource.resource_name
+            try:
+                if rtype == ResourceType.TOPIC:
+                    self._known_topic(name)
+                    entity_type, entity = "topics", name
+                    check = self._topic_check(name)
+                elif rtype == ResourceType.BROKER:
+                    entity_type, entity = "brokers", self._broker_entity(name)
+                    check = self._broker_check(name, entity != DEFAULT_ENTITY)
+                else:
+                    raise _Refused(ErrorCode.invalid_request, f"AlterConfigs is only supported for topics and "
+                                                              f"brokers, but resource type is {_type_name(rtype)}")
+                compute = plan(resource)
+            except _Refused as exc:
+                outcomes[i] = (exc.code, str(exc))
+                continue
+            starts.append(lambda i=i, entity_type=entity_type, entity=entity, compute=compute, check=check:
+                          self._change_entity(entity_type, entity, compute, check, validate_only, finisher(i),
+                                              now_ms))
+        if not starts:
+            return respond()
+        effects: list = []
+        for start in starts:
+            effects.extend(start())
+        return effects
+
+    def _topic_check(self, name: str) -> Callable[[dict[str, str]], None]:
+        def check(props: dict[str, str]) -> None:
+            unknown = sorted(k for k in props if k not in TOPIC_KEYS)
+            if unknown:
+                raise _Refused(ErrorCode.invalid_config, f"Unknown topic config name: {', '.join(unknown)}")
+            try:
+                parse_topic_configs(props)
+            except ConfigError as exc:
+                raise _Refused(ErrorCode.invalid_request, f"Invalid config value for resource "
+                                                          f"ConfigResource(type=TOPIC, name='{name}'): {exc}") from None
+        return check
+
+    def _broker_check(self, name: str, per_broker: bool) -> Callable[[dict[str, str]], None]:
+        def check(props: dict[str, str]) -> None:
+            try:
+                validate_broker_update(self.config, props, per_broker)
+            except ConfigError as exc:
+                raise _Refused(ErrorCode.invalid_request, f"Invalid config value for resource "
+                                                          f"ConfigResource(type=BROKER, name='{name}'): {exc}") from None
+        return check
+
+    def _change_entity(self, entity_type: str, name: str, compute: Callable[[dict[str, str]], dict[str, str]],
+                       check: Callable[[dict[str, str]], None], validate_only: bool, done: Done, now_ms: int,
+                       attempts: int = 5) -> list:
+        path = znodes.ConfigEntityZNode.path(entity_type, name)
+
+        def on_read(results: list, when_ms: int) -> list:
+            [read] = results
+            if read.error not in (ZkError.NONE, ZkError.NO_NODE):
+                return done(ErrorCode.unknown_server_error, f"ZooKeeper error {read.error.name}", when_ms)
+            try:
+                current = znodes.ConfigEntityZNode.decode(read.data, entity_type, name) \
+                    if read.error is ZkError.NONE else {}
+            except ValueError:
+                current = {}                  # unreadable: replaced by what this request sets
+            props = compute(current)
+            try:
+                check(props)
+            except _Refused as exc:
+                return done(exc.code, str(exc), when_ms)
+            if validate_only:
+                return done(ErrorCode.none, None, when_ms)
+            data = znodes.ConfigEntityZNode.encode(props)
+            write = SetData(path, data, read.version) if read.error is ZkError.NONE else Create(path, data)
+            ops = [write, Create(_NOTIFICATION.create_path(), _NOTIFICATION.encode(entity_type, name), sequential=True)]
+
+            def on_written(written: list, at_ms: int) -> list:
+                error = written[0].error
+                if error is ZkError.NONE:
+                    shown = ", ".join(f"{k}={v}" for k, v in sorted(props.items())) or "(none)"
+                    return [Log("info", f"Updated config of {entity_type}/{name}: {shown}")] + \
+                        done(ErrorCode.none, None, at_ms)
+                if error in (ZkError.BAD_VERSION, ZkError.NODE_EXISTS, ZkError.NO_NODE) and attempts > 1:
+                    return self._change_entity(entity_type, name, compute, check, validate_only, done, at_ms,
+                                               attempts - 1)
+                return done(ErrorCode.unknown_server_error, f"ZooKeeper error {error.name}", at_ms)
+
+            return [self.outbox.zk(ops, on_written, transaction=True)]
+
+        return [self.outbox.zk([GetData(path)], on_read)]
+
+
+def _op_name(op: int) -> str:
+    try:
+        return OpType(op).name
+    except ValueError:
+        return str(op)

@@ -1,0 +1,270 @@
+"""Dynamic configuration, ZooKeeper era (Kafka's DynamicConfigManager and DynamicBrokerConfig).
+
+Topic overrides live in ``/config/topics/<t>``, dynamic broker configs in ``/config/brokers/<id>``
+(one broker) and ``/config/brokers/<default>`` (every broker). A change writes the entity and a
+sequential notification ``/config/changes/config_change_<n>``
+(``{"version":2,"entity_path":"topics/t"}``) in one ZooKeeper transaction. Every broker watches
+``/config/changes``, reads each notification newer than the last it processed, and applies the
+entity's current config at once: a topic's to its logs and to the controller, a broker's to the
+effective broker configuration (per-broker over cluster default over ``server.properties`` over
+Kafka's defaults). Notifications older than 15 minutes are deleted by whichever broker reads them.
+
+This module also describes configs as Kafka's DescribeConfigs does: each value with its source
+and, on request, its synonyms in precedence order.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Callable
+
+from strandline.broker.config import (
+    BROKER_KEYS,
+    DYNAMIC_BROKER_KEYS,
+    TOPIC_KEYS,
+    BrokerConfig,
+    ConfigError,
+    broker_synonyms,
+    check_supported,
+    config_text,
+    parse_topic_configs,
+)
+from strandline.broker.effects import Log
+from strandline.broker.outbox import Outbox
+from strandline.coordination import znodes
+from strandline.coordination.metadata import MetadataCache
+from strandline.coordination.store import Delete, GetData, ZkError
+
+DEFAULT_ENTITY = "<default>"
+#: Kafka's ``changeExpirationMs`` for config change notifications.
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+_NOTIFICATION = znodes.ConfigEntityChangeNotificationSequenceZNode
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs ``config_source`` (KIP-226)."""
+
+    UNKNOWN = 0
+    TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+_DEFAULTS: dict[str, str] = {k: t for k, spec in BROKER_KEYS.items() if (t := config_text(spec.default)) is not None}
+
+
+def validate_broker_update(config: BrokerConfig, props: dict[str, str], per_broker: bool) -> None:
+    """Refuse (ConfigError, one line) a dynamic broker config that Kafka would refuse: an unknown
+    key, a read-only key, a bad value, or a combination the broker could not start with."""
+    unknown = sorted(k for k in props if k not in BROKER_KEYS)
+    if unknown:
+        raise ConfigError(f"Unknown configuration key(s) {', '.join(unknown)}")
+    fixed = sorted(k for k in props if k not in DYNAMIC_BROKER_KEYS)
+    if fixed:
+        raise ConfigError(f"Cannot update these configs dynamically: {', '.join(fixed)}")
+    for key, raw in props.items():
+        check_supported(key, BROKER_KEYS[key].parse(raw))
+    default = props if not per_broker else config.dynamic_default
+    broker = props if per_broker else config.dynamic_broker
+    BrokerConfig.from_properties({**config.originals, **default, **broker}, require_zookeeper=False)
+
+
+def apply_dynamic_broker_configs(config: BrokerConfig, default: dict[str, str], broker: dict[str, str]
+                                 ) -> tuple[set[str], list[str]]:
+    """Make ``default`` (``/config/brokers/<default>``) and ``broker`` (``/config/brokers/<id>``)
+    the dynamic layers of ``config`` and recompute its effective values in place. Entries a broker
+    cannot take (written by another tool) are skipped. Returns the keys whose effective value
+    changed and one warning per skipped entry."""
+    warnings: list[str] = []
+
+    def usable(layer: dict[str, str], where: str) -> dict[str, str]:
+        kept = {}
+        for key, raw in layer.items():
+            try:
+                validate_broker_update(config, {key: raw}, per_broker=False)
+            except ConfigError as exc:
+                warnings.append(f"Ignoring dynamic broker config {key} in {where}: {exc}")
+                continue
+            kept[key] = raw
+        return kept
+
+    default, broker = usable(default, DEFAULT_ENTITY), usable(broker, "this broker's entry")
+    try:
+        fresh = BrokerConfig.from_properties({**config.originals, **default, **broker}, require_zookeeper=False)
+    except ConfigError as exc:
+        return set(), [f"Ignoring dynamic broker configs {default} {broker}: {exc}"]
+    config.dynamic_default.clear()
+    config.dynamic_default.update(default)
+    config.dynamic_broker.clear()
+    config.dynamic_broker.update(broker)
+    changed = {k for k, v in fresh.values.items() if config.values.get(k) != v}
+    for key in changed:
+        config.values[key] = fresh.values[key]
+    return changed, warnings
+
+
+# -- describing -----------------------------------------------------------------------------------
+
+def _synonyms(config: BrokerConfig, name: str, names: tuple[str, ...]) -> list[dict]:
+    """Kafka's configSynonyms: each of ``names`` set in a layer, layers in precedence order,
+    from ``name`` on."""
+    found = []
+    for layer, source in ((config.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                          (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+                          (config.originals, ConfigSource.STATIC_BROKER_CONFIG),
+                          (_DEFAULTS, ConfigSource.DEFAULT_CONFIG)):
+        for synonym in names:
+            if synonym in layer:
+                found.append({"name": synonym, "value": layer[synonym], "source": int(source)})
+    while found and found[0]["name"] != name:
+        found.pop(0)
+    return found
+
+
+def _entry(name: str, value: str | None, synonyms: list[dict], read_only: bool, type_id: int, doc: str,
+           include_synonyms: bool, include_docs: bool) -> dict:
+    source = synonyms[0]["source"] if synonyms else int(ConfigSource.DEFAULT_CONFIG)
+    return {"name": name, "value": value, "read_only": read_only, "config_source": source,
+            "is_default": source == ConfigSource.DEFAULT_CONFIG, "is_sensitive": False,
+            "synonyms": synonyms if include_synonyms else [], "config_type": type_id,
+            "documentation": (doc or None) if include_docs else None}
+
+
+def _wanted(keys: Any, names: list[str]) -> list[str]:
+    return names if keys is None else [n for n in names if n in set(keys)]
+
+
+def describe_topic(config: BrokerConfig, overrides: dict[str, Any], keys: Any, include_synonyms: bool,
+                   include_docs: bool) -> list[dict]:
+    """A topic's configs: every topic key, its override or the broker value it falls back to."""
+    entries = []
+    for name in _wanted(keys, list(TOPIC_KEYS)):
+        broker_key, spec = TOPIC_KEYS[name]
+        synonyms = _synonyms(config, broker_key, broker_synonyms(broker_key)) if broker_key else []
+        if name in overrides:
+            synonyms.insert(0, {"name": name, "value": config_text(overrides[name]),
+                                "source": int(ConfigSource.TOPIC_CONFIG)})
+        value = config_text(config.topic_value(overrides, name))
+        entries.append(_entry(name, value, synonyms, False, spec.type_id, spec.doc, include_synonyms, include_docs))
+    return entries
+
+
+def describe_broker(config: BrokerConfig, per_broker: bool, keys: Any, include_synonyms: bool,
+                    include_docs: bool) -> list[dict]:
+    """This broker's configs (``per_broker``), or the cluster-wide dynamic defaults."""
+    entries = []
+    names = list(BROKER_KEYS) if per_broker else list(config.dynamic_default)
+    for name in _wanted(keys, names):
+        spec = BROKER_KEYS.get(name)
+        if spec is None:
+            continue
+        synonyms = _synonyms(config, name, broker_synonyms(name))
+        if per_broker:
+            value = config_text(config.values.get(name))
+        else:
+            synonyms = [s for s in synonyms if s["source"] == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
+            value = config.dynamic_default[name]
+        entries.append(_entry(name, value, synonyms, name not in DYNAMIC_BROKER_KEYS, spec.type_id, spec.doc,
+                              include_synonyms, include_docs))
+    return entries
+
+
+# -- applying changes -----------------------------------------------------------------------------
+
+TopicConfigListener = Callable[[str, dict[str, Any], int], list]
+BrokerConfigListener = Callable[[set[str], int], list]
+
+
+class DynamicConfigManager:
+    """Follows ``/config/changes`` and applies each changed entity's config."""
+
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, outbox: Outbox,
+                 on_topic_config: TopicConfigListener, on_broker_config: BrokerConfigListener) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.outbox = outbox
+        self.on_topic_config = on_topic_config
+        self.on_broker_config = on_broker_config
+        self.last_seen = -1          # the newest notification processed
+
+    def on_config_changes(self, children: list[str], now_ms: int) -> list:
+        """The children of ``/config/changes`` (the shell's watch): process the new ones."""
+        new = sorted((seq, child) for child in children
+                     if (seq := _NOTIFICATION.sequence(child)) is not None and seq > self.last_seen)
+        if not new:
+            return []
+        self.last_seen = new[-1][0]
+
+        def on_read(results: list, when_ms: int) -> list:
+            effects: list = []
+            entities: dict[tuple[str, str], None] = {}
+            expired = []
+            for (seq, child), result in zip(new, results):
+                if result.error is ZkError.NO_NODE:
+                    continue
+                if result.error is not ZkError.NONE:
+                    # read again when the watch next fires (it does after a reconnect)
+                    self.last_seen = min(self.last_seen, seq - 1)
+                    continue
+                try:
+                    entities[_NOTIFICATION.decode(result.data, child)] = None
+                except ValueError as exc:
+                    effects.append(Log("warning", f"Ignoring config change notification {child}: {exc}"))
+                if result.ctime_ms and when_ms - result.ctime_ms > CHANGE_EXPIRATION_MS:
+                    expired.append(Delete(_NOTIFICATION.path(child)))
+            if expired:
+                effects.append(self.outbox.zk(expired, lambda results, t: []))
+            for entity_type, name in entities:
+                effects.extend(self.reload(entity_type, name, when_ms))
+            return effects
+
+        return [self.outbox.zk([GetData(_NOTIFICATION.path(child)) for _, child in new], on_read)]
+
+    def reload(self, entity_type: str, name: str, now_ms: int) -> list:
+        """Read one entity's config from ZooKeeper and apply it, if it concerns this broker."""
+        if entity_type == "topics":
+            if name not in self.metadata.topics:
+                return []            # a topic learnt later is read with its config
+
+            def on_topic(results: list, when_ms: int) -> list:
+                [result] = results
+                if result.error not in (ZkError.NONE, ZkError.NO_NODE) or name not in self.metadata.topics:
+                    return []
+                try:
+                    configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(result.data, "topics", name))
+                except (ConfigError, ValueError) as exc:
+                    return [Log("warning", f"Ignoring bad config of topic {name}: {exc}")]
+                return self.on_topic_config(name, configs, when_ms)
+
+            return [self.outbox.zk([GetData(znodes.ConfigEntityZNode.path("topics", name))], on_topic)]
+        if entity_type == "brokers" and name in (DEFAULT_ENTITY, str(self.config.broker_id)):
+            return self.reload_broker(now_ms)
+        return []
+
+    def reload_broker(self, now_ms: int) -> list:
+        ops = [GetData(znodes.ConfigEntityZNode.path("brokers", DEFAULT_ENTITY)),
+               GetData(znodes.ConfigEntityZNode.path("brokers", self.config.broker_id))]
+
+        def on_read(results: list, when_ms: int) -> list:
+            if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in results):
+                return [Log("warning", "Could not read the dynamic broker configs from ZooKeeper "
+                                       f"({', '.join(r.error.name for r in results)}); they apply at the next change")]
+            layers = []
+            for result, who in zip(results, (DEFAULT_ENTITY, self.config.broker_id)):
+                try:
+                    layers.append(znodes.ConfigEntityZNode.decode(result.data, "brokers", who)
+                                  if result.error is ZkError.NONE else {})
+                except ValueError as exc:
+                    return [Log("warning", f"Ignoring dynamic broker configs: {exc}")]
+            changed, warnings = apply_dynamic_broker_configs(self.config, layers[0], layers[1])
+            effects: list = [Log("warning", w) for w in warnings]
+            if changed:
+                effects.append(Log("info", "Dynamic broker configs now in effect: "
+                                           + ", ".join(f"{k}={config_text(self.config.values[k])}"
+                                                       for k in sorted(changed))))
+                effects.extend(self.on_broker_config(changed, when_ms))
+            return effects
+
+        return [self.outbox.zk(ops, on_read)]
