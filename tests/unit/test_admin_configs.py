@@ -1,0 +1,219 @@
+"""Configs, DeleteRecords and unclean ElectLeaders in the core: Kafka's ZooKeeper layout for
+config changes, notifications applied live (and purged once old), sources and synonyms as
+DescribeConfigs reports them, dynamic broker configs, message.timestamp.difference.max.ms, and
+the controller's unclean elections (CTL-8's knob, set while a partition is offline)."""
+
+from __future__ import annotations
+
+import json
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.dynamic_config import CHANGE_EXPIRATION_MS
+from strandline.coordination.store import Create, GetChildren, GetData
+from strandline.sim.cluster import SimCluster
+from tests.unit.batches import make_batch
+from tests.unit.test_broker_core import Harness
+from tests.unit.test_partitions_sim import isolated_leader_with_an_isr_of_one
+from tests.unit.test_replication_sim import create, produce
+
+TOPIC, BROKER = 2, 4
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def alter(h: Harness, rtype: int, name: str, ops: list[tuple[str, int, str | None]]):
+    resp = h.call(44, 1, {"resources": [{"resource_type": rtype, "resource_name": name, "configs": [
+        {"name": k, "config_operation": op, "value": v} for k, op, v in ops]}], "validate_only": False})
+    return resp.responses[0]
+
+
+def describe(h: Harness, rtype: int, name: str, synonyms: bool = True) -> dict:
+    resp = h.call(32, 4, {"resources": [{"resource_type": rtype, "resource_name": name, "configuration_keys": None}],
+                          "include_synonyms": synonyms, "include_documentation": False})
+    [result] = resp.results
+    assert result.error_code == ErrorCode.none, result
+    return {c.name: c for c in result.configs}
+
+
+def children(h: Harness) -> list[str]:
+    [res] = h.zk.execute([GetChildren("/config/changes")])
+    return list(res.children)
+
+
+def notify(h: Harness) -> None:
+    """What the shell's /config/changes watch does."""
+    h.run(h.broker.on_config_changes(children(h), h.now))
+
+
+def test_alter_writes_kafkas_znodes_and_every_broker_applies_the_notification():
+    h = Harness()
+    assert h.create("orders").error_code == ErrorCode.none
+    result = alter(h, TOPIC, "orders", [("retention.ms", SET, "1000"), ("cleanup.policy", SET, "compact,delete")])
+    assert result.error_code == ErrorCode.none, result
+    [entity] = h.zk.execute([GetData("/config/topics/orders")])
+    assert json.loads(entity.data) == {"version": 1, "config": {"cleanup.policy": "compact,delete",
+                                                                "retention.ms": "1000"}}
+    [change] = children(h)
+    assert change.startswith("config_change_") and change[len("config_change_"):].isdigit()
+    [note] = h.zk.execute([GetData(f"/config/changes/{change}")])
+    assert json.loads(note.data) == {"version": 2, "entity_path": "topics/orders"}
+    log = h.broker.partitions[("orders", 0)].log
+    assert log.config.retention_ms != 1000            # not before the notification is read
+    notify(h)
+    assert log.config.retention_ms == 1000 and log.config.cleanup_policy == ("compact", "delete")
+    assert log.config.deletes
+    alter(h, TOPIC, "orders", [("cleanup.policy", SET, "compact")])
+    notify(h)
+    assert not log.config.deletes                      # compact alone: retention deletes nothing
+
+
+def test_old_notifications_are_deleted_by_the_broker_that_reads_them():
+    h = Harness()
+    h.create("orders")
+    h.zk.clock = lambda: h.now - CHANGE_EXPIRATION_MS - 1
+    alter(h, TOPIC, "orders", [("retention.ms", SET, "1000")])
+    h.zk.clock = lambda: h.now
+    alter(h, TOPIC, "orders", [("retention.ms", SET, "2000")])
+    old, new = children(h)
+    notify(h)
+    assert children(h) == [new]
+    assert h.broker.partitions[("orders", 0)].log.config.retention_ms == 2000
+
+
+def test_incremental_operations_and_what_is_refused():
+    h = Harness()
+    h.create("orders")
+    ok = alter(h, TOPIC, "orders", [("cleanup.policy", APPEND, "compact")])
+    assert ok.error_code == ErrorCode.none
+    assert describe(h, TOPIC, "orders")["cleanup.policy"].value == "delete,compact"
+    assert alter(h, TOPIC, "orders", [("cleanup.policy", SUBTRACT, "delete")]).error_code == ErrorCode.none
+    assert describe(h, TOPIC, "orders")["cleanup.policy"].value == "compact"
+    refused = {
+        "append to a number": ([("retention.ms", APPEND, "5")], ErrorCode.invalid_request),
+        "unknown key": ([("retention.mss", SET, "5")], ErrorCode.invalid_config),
+        "bad value": ([("min.insync.replicas", SET, "0")], ErrorCode.invalid_request),
+        "duplicate key": ([("retention.ms", SET, "5"), ("retention.ms", DELETE, None)], ErrorCode.invalid_request),
+        "null value": ([("retention.ms", SET, None)], ErrorCode.invalid_request),
+        "recompression": ([("compression.type", SET, "gzip")], ErrorCode.invalid_request),
+        "compaction lags crossed": ([("min.compaction.lag.ms", SET, "10"), ("max.compaction.lag.ms", SET, "5")],
+                                    ErrorCode.invalid_request),
+    }
+    for case, (ops, code) in refused.items():
+        assert alter(h, TOPIC, "orders", ops).error_code == code, case
+    assert describe(h, TOPIC, "orders")["cleanup.policy"].value == "compact"
+    assert alter(h, TOPIC, "missing", [("retention.ms", SET, "5")]).error_code == ErrorCode.unknown_topic_or_partition
+    assert alter(h, BROKER, "1", [("broker.id", SET, "2")]).error_code == ErrorCode.invalid_request
+    assert alter(h, BROKER, "2", [("num.io.threads", SET, "2")]).error_code == ErrorCode.invalid_request
+
+
+def test_describe_reports_sources_and_synonyms_in_precedence_order():
+    h = Harness(**{"log.segment.bytes": "5000000"})
+    h.create("orders", configs={"retention.ms": "1000"})
+    topic = describe(h, TOPIC, "orders")
+    assert (topic["retention.ms"].value, topic["retention.ms"].config_source) == ("1000", 1)
+    assert (topic["segment.bytes"].value, topic["segment.bytes"].config_source) == ("5000000", 4)
+    assert [(s.name, s.value, s.source) for s in topic["segment.bytes"].synonyms] == [
+        ("log.segment.bytes", "5000000", 4), ("log.segment.bytes", "1073741824", 5)]
+    assert (topic["min.insync.replicas"].value, topic["min.insync.replicas"].config_source) == ("1", 5)
+    assert len(topic) == 27 and not any(c.read_only for c in topic.values())
+    assert describe(h, TOPIC, "orders", synonyms=False)["segment.bytes"].synonyms == ()
+
+    broker = describe(h, BROKER, "1")
+    assert broker["broker.id"].read_only and not broker["log.retention.ms"].read_only
+    assert broker["log.segment.bytes"].config_source == 4
+    # the cluster default, then this broker's own entry, each over the one below
+    assert alter(h, BROKER, "", [("log.segment.bytes", SET, "6000000")]).error_code == ErrorCode.none
+    assert alter(h, BROKER, "1", [("log.segment.bytes", SET, "7000000")]).error_code == ErrorCode.none
+    notify(h)
+    broker = describe(h, BROKER, "1")
+    assert [(s.name, s.value, s.source) for s in broker["log.segment.bytes"].synonyms] == [
+        ("log.segment.bytes", "7000000", 2), ("log.segment.bytes", "6000000", 3),
+        ("log.segment.bytes", "5000000", 4), ("log.segment.bytes", "1073741824", 5)]
+    assert h.config["log.segment.bytes"] == 7000000
+    assert h.broker.partitions[("orders", 0)].log.config.segment_bytes == 7000000
+    default = describe(h, BROKER, "")
+    assert list(default) == ["log.segment.bytes"] and default["log.segment.bytes"].value == "6000000"
+
+
+def test_a_dynamic_broker_entry_another_tool_wrote_is_applied_without_its_bad_keys():
+    h = Harness()
+    h.zk.execute([Create("/config/brokers/<default>", json.dumps({"version": 1, "config": {
+        "log.retention.ms": "5000", "broker.id": "7", "num.partitions": "many"}}).encode()),
+        Create("/config/changes/config_change_", b'{"version":2,"entity_path":"brokers/<default>"}', sequential=True)])
+    notify(h)
+    assert h.config["log.retention.ms"] == 5000 and h.config["broker.id"] == 1 and h.config["num.partitions"] == 1
+
+
+def test_message_timestamp_difference_max_ms_refuses_a_batch_too_far_from_the_broker_clock():
+    h = Harness()
+    h.create("clock", configs={"message.timestamp.difference.max.ms": "60000"})
+    h.produce("clock", make_batch([b"late"], timestamp_ms=h.now - 120_000))
+    late = h.response(0, 7).responses[0].partition_responses[0]
+    assert late.error_code == ErrorCode.invalid_timestamp
+    h.produce("clock", make_batch([b"now"], timestamp_ms=h.now - 1000))
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.none
+
+
+def delete_records(c: SimCluster, broker: int, topic: str, offset: int, timeout_ms: int = 1000):
+    body = {"topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": offset}]}],
+            "timeout": timeout_ms}
+    return c.call(broker, 21, 2, body, within_ms=timeout_ms + 500).topics[0].partitions[0]
+
+
+def test_delete_records_answers_once_every_live_replica_moved_its_log_start_offset():
+    c = SimCluster((1, 2, 3), latency_ms=1)
+    create(c, "d", [1, 2, 3])
+    for i in range(5):
+        assert produce(c, 1, "d", [b"v%d" % i]).error_code == ErrorCode.none
+    c.advance(600)
+    done = delete_records(c, 1, "d", 3)
+    assert (done.error_code, done.low_watermark) == (ErrorCode.none, 3)
+    assert [c.partition(b, "d").log.log_start_offset for b in (1, 2, 3)] == [3, 3, 3]
+    assert delete_records(c, 1, "d", 99).error_code == ErrorCode.offset_out_of_range
+    assert delete_records(c, 2, "d", 4).error_code == ErrorCode.not_leader_or_follower
+    c.pause(3)                          # alive, but it fetches no more: the leader cannot see it move
+    late = delete_records(c, 1, "d", 4, timeout_ms=300)
+    assert (late.error_code, late.low_watermark) == (ErrorCode.request_timed_out, 3)
+    assert c.partition(1, "d").log.log_start_offset == 4
+
+
+def elect_unclean(c: SimCluster, topic: str):
+    body = {"election_type": 1, "topic_partitions": [{"topic": topic, "partitions": [0]}], "timeout": 1000}
+    return c.call(c.controller_id, 43, 2, body).replica_election_results[0].partition_result[0]
+
+
+def test_unclean_elect_leaders_gives_an_offline_partition_a_leader_outside_its_isr():
+    c, acked = isolated_leader_with_an_isr_of_one(unclean=False)
+    assert c.state("z").leader == -1
+    result = elect_unclean(c, "z")
+    assert result.error_code == ErrorCode.none, result
+    c.advance(1000)
+    assert c.state("z").leader in (3, 4)
+    assert elect_unclean(c, "z").error_code == ErrorCode.election_not_needed
+
+
+def test_enabling_unclean_election_on_the_topic_elects_its_offline_partition_at_once():
+    c, acked = isolated_leader_with_an_isr_of_one(unclean=False)
+    assert c.state("z").leader == -1
+    body = {"resources": [{"resource_type": TOPIC, "resource_name": "z", "configs": [
+        {"name": "unclean.leader.election.enable", "config_operation": SET, "value": "true"}]}],
+        "validate_only": False}
+    assert c.call(3, 44, 1, body).responses[0].error_code == ErrorCode.none
+    c.advance(1000)
+    assert c.state("z").leader in (3, 4)
+
+
+def test_retention_deletes_nothing_from_a_compact_only_topic():
+    h = Harness(**{"log.retention.check.interval.ms": "1000"})
+    h.create("table", configs={"segment.bytes": "100", "retention.ms": "1", "cleanup.policy": "compact"})
+    for i in range(5):
+        h.produce("table", make_batch([b"row%d" % i * 20], timestamp_ms=h.now))
+        h.response(0, 7)
+    log = h.broker.partitions[("table", 0)].log
+    assert len(log.segments) > 3
+    h.tick(5000)
+    assert log.log_start_offset == 0
+    alter(h, TOPIC, "table", [("cleanup.policy", SET, "delete")])
+    notify(h)
+    h.tick(5000)
+    assert log.log_start_offset > 0
