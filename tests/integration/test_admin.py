@@ -317,3 +317,36 @@ def test_offset_delete_refuses_a_subscribed_topic_then_deletes(cluster, admin):
     finally:
         check.close()
     assert committed.offset < 0
+
+
+def test_fetch_v13_and_later_address_topics_by_id(cluster, admin):
+    """KIP-516: Fetch 13-16 name topics by id; an unknown id is UNKNOWN_TOPIC_ID. (librdkafka 2.16
+    consumes with Fetch 16: the confluent-kafka round trips of test_clients.py use it.)"""
+    from confluent_kafka import Producer
+
+    from strandline.runtime.client import KafkaConnection
+
+    name = new_topic(admin, partitions=1, rf=3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    producer.produce(name, b"by-id", partition=0)
+    assert producer.flush(30) == 0
+    with KafkaConnection(cluster.bootstrap) as conn:
+        meta = conn.request(3, 12, {"topics": [{"name": name, "topic_id": None}], "allow_auto_topic_creation": False,
+                                    "include_topic_authorized_operations": False})
+        topic_id = meta.topics[0].topic_id
+        leader = next(b for b in meta.brokers if b.node_id == meta.topics[0].partitions[0].leader_id)
+    assert topic_id.int != 0
+    with KafkaConnection(f"{leader.host}:{leader.port}") as conn:
+        for version in (13, 16):
+            body = {"replica_id": -1, "replica_state": {"replica_id": -1, "replica_epoch": -1}, "max_wait": 0,
+                    "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0,
+                    "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                    "topics": [{"topic_id": t, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                               "fetch_offset": 0, "last_fetched_epoch": -1,
+                                                               "log_start_offset": -1,
+                                                               "partition_max_bytes": 1 << 20}]}
+                               for t in (topic_id, uuid.uuid4())]}
+            resp = conn.request(1, version, body)
+            known, missing = resp.responses
+            assert known.topic_id == topic_id and b"by-id" in bytes(known.partitions[0].records)
+            assert missing.partitions[0].error_code == 100       # UNKNOWN_TOPIC_ID

@@ -4,6 +4,7 @@ version in range, and never copy record bytes."""
 from __future__ import annotations
 
 import random
+import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -19,7 +20,7 @@ from strandline.protocol.api import (
 
 from .test_protocol_samples import read_response
 
-FETCH_VERSIONS = range(4, 13)
+FETCH_VERSIONS = range(4, 17)
 PRODUCE_VERSIONS = range(3, 11)
 
 
@@ -45,8 +46,15 @@ def fetch_body(throttle_ms, error_code, session_id, topics) -> dict:
             d["current_leader"] = {"leader_id": p.current_leader[0], "leader_epoch": p.current_leader[1]}
         return d
     return {"throttle_time": throttle_ms, "error_code": error_code, "session_id": session_id,
-            "responses": [{"topic": name, "partitions": [partition(p) for p in parts]}
-                          for name, parts in topics]}
+            "responses": [{"topic_id" if isinstance(name, uuid.UUID) else "topic": name,
+                           "partitions": [partition(p) for p in parts]} for name, parts in topics]}
+
+
+def by_version(topics: list, version: int) -> list:
+    """Fetch v13+ names each topic by its id (KIP-516)."""
+    if version < 13:
+        return topics
+    return [(uuid.uuid5(uuid.NAMESPACE_URL, name), parts) for name, parts in topics]
 
 
 BLOB = bytes(range(256)) * 64  # 16 KiB
@@ -79,6 +87,7 @@ FETCH_CASES = {
 @pytest.mark.parametrize("case", list(FETCH_CASES))
 def test_fetch_byte_identical_to_kio(case, version):
     throttle_ms, error_code, session_id, topics = FETCH_CASES[case]
+    topics = by_version(topics, version)
     header = RequestHeader(1, version, 0x7FFFFFFF, "c")
     buffers = encode_fetch_response(header, throttle_ms, error_code, session_id, topics)
     reference = encode_response(header, fetch_body(throttle_ms, error_code, session_id, topics))
@@ -104,7 +113,7 @@ def test_fetch_random_bodies_byte_identical_to_kio(version):
                     rng.choice([None, (rng.randrange(-1, 9), rng.randrange(-1, 999))]),
                     rng.choice([None, (rng.randrange(-1, 9), rng.randrange(-1, 99))])))
             topics.append(("x" * rng.randrange(1, 249), parts))
-        args = (rng.randrange(0, 1000), rng.choice([0, 70]), rng.randrange(0, 2**31), topics)
+        args = (rng.randrange(0, 1000), rng.choice([0, 70]), rng.randrange(0, 2**31), by_version(topics, version))
         assert b"".join(encode_fetch_response(header, *args)) == encode_response(header, fetch_body(*args))
 
 
@@ -136,8 +145,8 @@ def test_fetch_accepts_dicts_tuples_and_a_whole_body():
 
 
 def test_fetch_refuses_versions_out_of_range():
-    with pytest.raises(ValueError, match="v13"):
-        encode_fetch_response(RequestHeader(1, 13, 1, None), 0, 0, 0, [])
+    with pytest.raises(ValueError, match="v17"):
+        encode_fetch_response(RequestHeader(1, 17, 1, None), 0, 0, 0, [])
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

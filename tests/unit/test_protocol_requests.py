@@ -22,7 +22,7 @@ VERSIONS = list(versions_with_schemas())
 def test_the_advertised_table():
     assert SUPPORTED == {
         ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 12), ApiKey.PRODUCE: (0, 10),
-        ApiKey.FETCH: (4, 12), ApiKey.LIST_OFFSETS: (1, 8), ApiKey.CREATE_TOPICS: (2, 7),
+        ApiKey.FETCH: (4, 16), ApiKey.LIST_OFFSETS: (1, 8), ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (1, 6), ApiKey.INIT_PRODUCER_ID: (0, 4),
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4), ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.ELECT_LEADERS: (0, 2),
         ApiKey.JOIN_GROUP: (0, 7), ApiKey.SYNC_GROUP: (0, 5), ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5),
@@ -94,8 +94,8 @@ def test_unknown_api_and_versions_outside_the_range():
         decode_request(struct.pack(">hhih", 999, 0, 1, -1))
     with pytest.raises(ProtocolError, match="unknown or unsupported API key 24"):  # transactions: not served
         decode_request(request_frame(24, 3))
-    with pytest.raises(ProtocolError, match=r"FETCH version 13 is not supported \(supported: 4-12\)"):
-        decode_request(request_frame(1, 13))
+    with pytest.raises(ProtocolError, match=r"FETCH version 17 is not supported \(supported: 4-16\)"):
+        decode_request(request_frame(1, 17))
     with pytest.raises(ProtocolError, match="FETCH version 3 is not supported"):
         decode_request(struct.pack(">hhih", 1, 3, 1, -1))
     with pytest.raises(ProtocolError, match="METADATA version -1 is not supported"):

@@ -278,11 +278,17 @@ class KafkaApis:
     # -- Fetch
 
     def _fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        replica_id = request.replica_id
+        if header.api_version >= 15:
+            replica_id = request.replica_state.replica_id
+        else:
+            replica_id = request.replica_id
         max_wait_ms = duration_ms(request.max_wait)
         min_bytes = request.min_bytes
         max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), self.config["fetch.max.bytes"])
         isolation = getattr(request, "isolation_level", 0)
+        if header.api_version >= 13:
+            return self._fetch_by_topic_id(conn_id, header, request, replica_id, max_wait_ms, min_bytes, max_bytes,
+                                           isolation, now_ms)
         # one entry per partition, the last one named, as Kafka's fetch request keeps them
         wanted = list({(t.topic, p.partition): (t.topic, p) for t in request.topics for p in t.partitions}.values())
 
@@ -291,6 +297,34 @@ class KafkaApis:
 
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
                                             wanted, respond, now_ms)
+
+    def _fetch_by_topic_id(self, conn_id: int, header: RequestHeader, request: Any, replica_id: int,
+                           max_wait_ms: int, min_bytes: int, max_bytes: int, isolation: int, now_ms: int) -> list:
+        """Fetch v13+ names topics by id (KIP-516): an id this broker does not know is answered
+        UNKNOWN_TOPIC_ID for each of its partitions; the others are fetched as by name."""
+        names = {t.topic_id: t.name for t in self.metadata.topics.values()}
+        ids = {name: topic_id for topic_id, name in names.items()}
+        wanted: dict[tuple[str, int], tuple[str, Any]] = {}
+        unknown: dict[Any, list[int]] = {}
+        for t in request.topics:
+            topic_id = t.topic_id or uuid.UUID(int=0)
+            name = names.get(topic_id) if topic_id.int else None
+            for p in t.partitions:
+                if name is None:
+                    unknown.setdefault(topic_id, []).append(p.partition)
+                else:
+                    wanted[(name, p.partition)] = (name, p)
+
+        def respond(topics: list) -> list:
+            by_id = [{"topic_id": ids[t["topic"]], "partitions": t["partitions"]} for t in topics]
+            by_id += [{"topic_id": topic_id, "partitions": [
+                {"partition_index": index, "error_code": ErrorCode.unknown_topic_id, "high_watermark": -1,
+                 "last_stable_offset": -1, "log_start_offset": -1, "records": b""} for index in indexes]}
+                for topic_id, indexes in unknown.items()]
+            return [self._fetch_response(conn_id, header, by_id)]
+
+        return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
+                                            list(wanted.values()), respond, now_ms)
 
     def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list) -> Send:
         body = {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": topics}

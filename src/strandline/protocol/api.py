@@ -84,12 +84,12 @@ class ApiKey(enum.IntEnum):
 #    Produce range reaches down to v0 (rd_kafka_msgset_writer_select_MsgVersion asks
 #    ApiVersion_supported(Produce, 0, 0)). v0-v2 requests are refused like any unsupported
 #    version; no client sends them to a broker that offers v3+.
-#  * Fetch stops at 12 so no client addresses partitions by topic id (Fetch 13+).
+#  * Fetch 13-16 address topics by id (KIP-516); librdkafka 2.16 uses 16.
 # FindCoordinator is listed because librdkafka enables LZ4 only when it is advertised; until
 # consumer groups exist it answers COORDINATOR_NOT_AVAILABLE. v4+ is the batched form.
 SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 10),
-    ApiKey.FETCH: (4, 12),
+    ApiKey.FETCH: (4, 16),
     ApiKey.LIST_OFFSETS: (1, 8),
     ApiKey.METADATA: (0, 12),
     ApiKey.API_VERSIONS: (0, 4),

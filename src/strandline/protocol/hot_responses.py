@@ -114,16 +114,17 @@ def _fetch_partition_structs(version: int) -> tuple[struct.Struct, struct.Struct
 
 
 def _fetch_args_from_body(body: Mapping) -> tuple:
-    topics = [(t["topic"], t["partitions"]) for t in body.get("responses", ())]
+    topics = [(t["topic_id"] if "topic_id" in t else t["topic"], t["partitions"]) for t in body.get("responses", ())]
     return (body.get("throttle_time", 0), body.get("error_code", 0), body.get("session_id", 0),
             topics)
 
 
 def encode_fetch_response(header: RequestHeader, throttle_ms: Any = 0, error_code: int = 0,
                           session_id: int = 0, topics: Sequence = ()) -> list:
-    """A framed Fetch v4..v12 response as a list of buffers, for ``transport.writelines``.
+    """A framed Fetch v4..v16 response as a list of buffers, for ``transport.writelines``.
 
-    ``topics`` is a list of ``(topic_name, [PartitionData | dict | tuple, ...])``. The record
+    ``topics`` is a list of ``(topic, [PartitionData | dict | tuple, ...])``: the topic's name up
+    to v12, its id (a UUID) from v13 (KIP-516). The record
     buffers are placed in the list as they are (never copied); the concatenation of the list is
     byte-identical to kio's encoding of the same response. For compatibility the second
     argument may instead be a whole response body dict (``throttle_time``, ``error_code``,
@@ -134,8 +135,9 @@ def encode_fetch_response(header: RequestHeader, throttle_ms: Any = 0, error_cod
     if isinstance(throttle_ms, timedelta):
         throttle_ms = round(throttle_ms.total_seconds() * 1000)
     v = header.api_version
-    if not 4 <= v <= 12:
-        raise ValueError(f"encode_fetch_response handles Fetch v4-v12, not v{v}")
+    if not 4 <= v <= 16:
+        raise ValueError(f"encode_fetch_response handles Fetch v4-v16, not v{v}")
+    by_id = v >= 13
     flexible = v >= 12
     fixed, common = _fetch_partition_structs(v)
     parts: list = []
@@ -153,7 +155,7 @@ def encode_fetch_response(header: RequestHeader, throttle_ms: Any = 0, error_cod
     with_log_start = v >= 5
     with_replica = v >= 11
     for name, partitions in topics:
-        head += _string(name, flexible)
+        head += name.bytes if by_id else _string(name, flexible)
         head += _array_len(len(partitions), flexible)
         for p in partitions:
             if p.__class__ is not PartitionData:
