@@ -29,7 +29,9 @@ class AdminApis:
 
     def handlers(self) -> dict[int, Callable]:
         return {ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
-                ApiKey.ELECT_LEADERS: self._elect_leaders, ApiKey.CREATE_PARTITIONS: self._create_partitions}
+                ApiKey.ELECT_LEADERS: self._elect_leaders, ApiKey.CREATE_PARTITIONS: self._create_partitions,
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._alter_reassignments,
+                ApiKey.LIST_PARTITION_REASSIGNMENTS: self._list_reassignments}
 
     def _not_controller(self) -> str:
         return f"This is not the controller (broker {self.metadata.controller_id} is)"
@@ -135,6 +137,43 @@ class AdminApis:
             starts.append((name, lambda done, spec=spec, manual=manual: self.controller.add_partitions(
                 spec.name, spec.count, manual, bool(request.validate_only), done, now_ms)))
         return _all_then_respond(starts, results, respond, clear_topic_id=False)
+
+    # -- AlterPartitionReassignments, ListPartitionReassignments (CTL-11)
+
+    def _alter_reassignments(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        wanted = list({(t.name, p.partition_index): ((t.name, p.partition_index),
+                                                      None if p.replicas is None else tuple(p.replicas))
+                       for t in request.topics for p in t.partitions}.values())
+
+        def respond(results: dict, when_ms: int, error: ErrorCode = ErrorCode.none,
+                    message: str | None = None) -> list:
+            by_topic: dict[str, list] = {}
+            for (name, index), _ in wanted:
+                code, text = results.get((name, index), (error, message))
+                by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code,
+                                                      "error_message": text})
+            return [response(conn_id, header, {
+                "throttle_time": 0, "error_code": error, "error_message": message,
+                "responses": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]})]
+
+        if not self.controller.is_active:
+            return respond({}, now_ms, ErrorCode.not_controller, self._not_controller())
+        return self.controller.alter_reassignments(wanted, now_ms, respond)
+
+    def _list_reassignments(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        wanted = None if request.topics is None else \
+            [(t.name, i) for t in request.topics for i in t.partition_indexes]
+        ongoing = self.controller.list_reassignments(wanted) if self.controller.is_active else None
+        if ongoing is None:
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.not_controller,
+                                               "error_message": self._not_controller(), "topics": []})]
+        by_topic: dict[str, list] = {}
+        for (name, index), (replicas, adding, removing) in ongoing.items():
+            by_topic.setdefault(name, []).append({"partition_index": index, "replicas": list(replicas),
+                                                  "adding_replicas": list(adding),
+                                                  "removing_replicas": list(removing)})
+        return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                                           "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]})]
 
     # -- ElectLeaders
 

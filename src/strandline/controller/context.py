@@ -37,6 +37,9 @@ class ControllerContext:
     owed_states: dict[tuple[str, int], set[int]] = field(default_factory=dict)
     #: a broker change that came while the cluster was being read, handled right after
     pending_brokers: tuple[dict, dict] | None = None
+    #: partition reassignments in progress: (target replicas, original replicas) per partition
+    reassigning: dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    completing: set[tuple[str, int]] = field(default_factory=set)   # being finished now
 
     def all_partitions(self) -> list[tuple[TopicMetadata, int]]:
         return [(t, i) for t in self.topics.values() for i in sorted(t.assignment)]

@@ -19,6 +19,7 @@ from strandline.broker.outbox import Outbox
 from strandline.controller.channel import ControllerChannel, LocalDelivery
 from strandline.controller.context import ControllerContext, TopicCreated
 from strandline.controller.elections import PartitionElections, offline_partition_election
+from strandline.controller.reassignment import PartitionReassignments
 from strandline.controller.topics import TopicChanges
 from strandline.coordination import zk_layout, znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
@@ -48,6 +49,7 @@ class Controller:
         self.channel = ControllerChannel(self.broker_id, outbox, deliver_locally, self.in_office)
         self.elections = PartitionElections(self)
         self.topics = TopicChanges(self)
+        self.reassignments = PartitionReassignments(self)
 
     @property
     def is_active(self) -> bool:
@@ -181,6 +183,7 @@ class Controller:
                     if i in t.states and (t.states[i].leader not in live or not set(t.states[i].isr) <= live)]
         dead = {r for t, i in ctx.all_partitions() for r in t.assignment[i]} - live
         effects += self.elections.elect(ctx, affected, dead, now_ms)
+        effects += self.reassignments.resume(ctx, now_ms)
         ctx.ready = True
         pending, ctx.pending_brokers = ctx.pending_brokers, None
         if pending is not None:
@@ -313,7 +316,7 @@ class Controller:
                 out: list = []
                 for broker_id in sorted(ctx.live_brokers):
                     out.extend(self.channel.send(ctx, broker_id, control.UPDATE_METADATA, body, at_ms))
-                return out
+                return out + self.reassignments.maybe_complete(ctx, [(t.name, i) for t, i in parts], at_ms)
 
             reads = [GetData(znodes.TopicPartitionStateZNode.path(n, i)) for n, i in ordered]
             return effects + [self.outbox.zk(reads, on_states)]
@@ -552,6 +555,19 @@ class Controller:
         if self.ctx is None:
             return done(ErrorCode.not_controller, "This broker is not the controller", now_ms)
         return self.topics.add_partitions(self.ctx, name, count, manual, validate_only, done, now_ms)
+
+    # ------------------------------------------------------------------ reassignment (CTL-11)
+
+    def alter_reassignments(self, wanted: list[tuple[Key, tuple[int, ...] | None]], now_ms: int,
+                            respond: Callable[[dict, int], list]) -> list:
+        ctx = self.ctx
+        if ctx is None or not ctx.ready:
+            return respond({k: (ErrorCode.not_controller, None) for k, _ in wanted}, now_ms)
+        return self.reassignments.alter(ctx, wanted, now_ms, respond)
+
+    def list_reassignments(self, wanted: list[Key] | None) -> dict | None:
+        ctx = self.ctx
+        return None if ctx is None else self.reassignments.ongoing(ctx, wanted)
 
     def delete_topic(self, name: str, done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
         if self.ctx is None:

@@ -140,6 +140,9 @@ class TopicChanges:
         topic = ctx.topics.get(name)
         if topic is None or name in ctx.creating:
             return done(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.", now_ms)
+        if any(k[0] == name for k in ctx.reassigning):
+            return done(ErrorCode.reassignment_in_progress, f"A partition reassignment is in progress for the topic "
+                                                            f"'{name}'.", now_ms)
         old = topic.num_partitions
         if count < old:
             return done(ErrorCode.invalid_partitions, f"Topic currently has {old} partitions, which is higher than "
@@ -235,6 +238,8 @@ class TopicChanges:
         if topic is None:
             return []
         effects: list = [Log("info", f"Deleted topic {name}")]
+        for key in [k for k in ctx.reassigning if k[0] == name]:
+            del ctx.reassigning[key]
         if not self.controller.in_office(ctx):
             del ctx.topics[name]
             return effects

@@ -30,7 +30,8 @@ def read_cluster_state(store: CoordinationStore) -> tuple[dict[int, BrokerInfo],
                                                GetData(znodes.ConfigEntityZNode.path("topics", name))])
         if topic_res.error is not ZkError.NONE:
             continue
-        assignment, topic_id = znodes.TopicZNode.decode(topic_res.data)
+        decoded = znodes.TopicZNode.decode(topic_res.data)
+        assignment, topic_id = decoded
         configs = {}
         if config_res.error is ZkError.NONE and config_res.data:
             try:
@@ -43,7 +44,9 @@ def read_cluster_state(store: CoordinationStore) -> tuple[dict[int, BrokerInfo],
             if res.error is ZkError.NONE:
                 states[p] = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
         topics[name] = TopicMetadata(name, topic_id or uuid.UUID(int=0),
-                                     {int(p): tuple(r) for p, r in assignment.items()}, states, configs)
+                                     {int(p): tuple(r) for p, r in assignment.items()}, states, configs,
+                                     {int(p): tuple(r) for p, r in (decoded.adding_replicas or {}).items() if r},
+                                     {int(p): tuple(r) for p, r in (decoded.removing_replicas or {}).items() if r})
     return brokers, topics
 
 

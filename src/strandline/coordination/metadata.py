@@ -37,6 +37,9 @@ class TopicMetadata:
     assignment: dict[int, tuple[int, ...]]
     states: dict[int, LeaderAndIsr] = field(default_factory=dict)
     configs: dict[str, Any] = field(default_factory=dict)
+    #: a reassignment in progress (KIP-455): replicas being added and removed per partition
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def num_partitions(self) -> int:

@@ -1,0 +1,264 @@
+"""Moving a partition's replicas (SPEC CTL-11; Kafka 2.8's onPartitionReassignment, KIP-455).
+
+With the original replicas ORS and the target TRS, the partition is first assigned RS = TRS + ORS
+(adding TRS - ORS, removing ORS - TRS, both written to the topic znode so that a new controller
+resumes the move), and its replicas are told so in a new leader epoch: the new ones start
+fetching. Once every target replica is in the ISR, the partition is assigned TRS; leadership moves
+into TRS in a new leader epoch if its leader is leaving, the ISR keeps only target replicas, the
+removed replicas stop and delete their logs, and the topic znode holds TRS alone. Cancelling goes
+back to ORS at once, stopping the replicas that were being added.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.effects import Log
+from strandline.controller.context import ControllerContext
+from strandline.coordination import znodes
+from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
+from strandline.coordination.store import SetData, ZkError
+from strandline.protocol import control
+
+if TYPE_CHECKING:
+    from strandline.controller.controller import Controller
+
+Key = tuple[str, int]
+Outcome = tuple[ErrorCode, "str | None"]
+
+
+def _distinct(replicas) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(replicas))
+
+
+class PartitionReassignments:
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    # ------------------------------------------------------------------ requests
+
+    def validate(self, ctx: ControllerContext, key: Key, target: tuple[int, ...] | None) -> Outcome | None:
+        """Why a reassignment (None: a cancellation) of ``key`` is refused, or None."""
+        topic = ctx.topics.get(key[0])
+        if topic is None or key[1] not in topic.assignment:
+            return ErrorCode.unknown_topic_or_partition, None
+        if target is None:
+            if key not in ctx.reassigning:
+                return ErrorCode.no_reassignment_in_progress, None
+            return None
+        if not target:
+            return ErrorCode.invalid_replica_assignment, "The replica list cannot be empty."
+        if len(set(target)) != len(target):
+            return ErrorCode.invalid_replica_assignment, "The replica list must not contain duplicate broker ids."
+        unknown = sorted(set(target) - set(ctx.live_brokers))
+        if unknown:
+            return ErrorCode.invalid_replica_assignment, \
+                f"The proposed assignment contains brokers that are not alive: {unknown}."
+        return None
+
+    def alter(self, ctx: ControllerContext, wanted: list[tuple[Key, tuple[int, ...] | None]], now_ms: int,
+              respond: Callable[[dict[Key, Outcome], int], list]) -> list:
+        """AlterPartitionReassignments: start (or replace, or cancel) each move; answer once each has
+        been written to ZooKeeper, not when it ends."""
+        results: dict[Key, Outcome] = {}
+        started: list[tuple[Key, tuple[int, ...] | None]] = []
+        for key, target in wanted:
+            refused = self.validate(ctx, key, target)
+            if refused is not None:
+                results[key] = refused
+            else:
+                started.append((key, target))
+        pending = {key for key, _ in started}
+        answered = False
+
+        def finisher(key: Key) -> Callable[[ErrorCode, str | None, int], list]:
+            def done(code: ErrorCode, message: str | None, when_ms: int) -> list:
+                nonlocal answered
+                results[key] = (code, message)
+                pending.discard(key)
+                if pending or answered or not launched:
+                    return []
+                answered = True
+                return respond(results, when_ms)
+            return done
+
+        launched = False
+        effects: list = []
+        for key, target in started:
+            if target is None:
+                effects.extend(self.cancel(ctx, key, now_ms, finisher(key)))
+            else:
+                effects.extend(self.start(ctx, key, tuple(target), now_ms, finisher(key)))
+        launched = True
+        if not pending and not answered:
+            answered = True
+            effects.extend(respond(results, now_ms))
+        return effects
+
+    def ongoing(self, ctx: ControllerContext, wanted: list[Key] | None) -> dict[Key, tuple]:
+        """ListPartitionReassignments: (replicas, adding, removing) of each move in progress."""
+        found = {}
+        for key in sorted(ctx.reassigning):
+            if wanted is not None and key not in wanted:
+                continue
+            topic = ctx.topics[key[0]]
+            found[key] = (topic.assignment[key[1]], topic.adding.get(key[1], ()), topic.removing.get(key[1], ()))
+        return found
+
+    # ------------------------------------------------------------------ phases
+
+    def start(self, ctx: ControllerContext, key: Key, target: tuple[int, ...], now_ms: int,
+              done: Callable[[ErrorCode, str | None, int], list]) -> list:
+        """Phase one: assign RS = TRS + ORS, record what is added and removed, and tell RS in a new
+        leader epoch."""
+        topic = ctx.topics[key[0]]
+        index = key[1]
+        current = topic.assignment[index]
+        origin = ctx.reassigning[key][1] if key in ctx.reassigning else current
+        if target == current and key not in ctx.reassigning:
+            return done(ErrorCode.none, None, now_ms)
+        replicas = _distinct(target + origin)
+        adding = tuple(r for r in target if r not in origin)
+        removing = tuple(r for r in origin if r not in target)
+        dropped = [r for r in current if r not in replicas]     # added by a move this one replaces
+
+        def written(when_ms: int) -> list:
+            ctx.reassigning[key] = (target, origin)
+            effects: list = [Log("info", f"Reassigning {key[0]}-{index}: {list(origin)} -> {list(target)} "
+                                         f"(adding {list(adding)}, removing {list(removing)})")]
+            effects += self._stop_replicas(ctx, key, dropped, when_ms)
+            effects += self._new_epoch(ctx, key, when_ms, lambda t: self.maybe_complete(ctx, [key], t))
+            return effects + done(ErrorCode.none, None, when_ms)
+
+        return self._write_assignment(ctx, topic, index, replicas, adding, removing, now_ms, written, done)
+
+    def maybe_complete(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list:
+        """Phase two for each of ``keys`` whose target replicas are all in the ISR."""
+        effects: list = []
+        for key in keys:
+            move = ctx.reassigning.get(key)
+            topic = ctx.topics.get(key[0])
+            if move is None or topic is None or key in ctx.completing:
+                continue
+            state = topic.states.get(key[1])
+            if state is not None and set(move[0]) <= set(state.isr):
+                effects.extend(self._finish(ctx, key, move[0], now_ms))
+        return effects
+
+    def cancel(self, ctx: ControllerContext, key: Key, now_ms: int,
+               done: Callable[[ErrorCode, str | None, int], list]) -> list:
+        """Back to the original replicas at once: the ones being added stop."""
+        origin = ctx.reassigning[key][1]
+        topic = ctx.topics[key[0]]
+        state = topic.states.get(key[1])
+        if state is None or not set(origin) & set(state.isr):
+            return done(ErrorCode.invalid_replica_assignment, f"Cannot cancel: no original replica of {list(origin)} "
+                                                              "is in the ISR; reassign the partition instead", now_ms)
+        ctx.reassigning[key] = (origin, origin)
+        return self._finish(ctx, key, origin, now_ms) + done(ErrorCode.none, None, now_ms)
+
+    def resume(self, ctx: ControllerContext, now_ms: int) -> list:
+        """A new controller takes over the moves the topic znodes record."""
+        keys = []
+        for topic in ctx.topics.values():
+            for index in sorted(set(topic.adding) | set(topic.removing)):
+                replicas = topic.assignment.get(index, ())
+                adding, removing = topic.adding.get(index, ()), topic.removing.get(index, ())
+                target = tuple(r for r in replicas if r not in removing)
+                origin = tuple(r for r in replicas if r not in adding)
+                ctx.reassigning[(topic.name, index)] = (target, origin)
+                keys.append((topic.name, index))
+        if not keys:
+            return []
+        return [Log("info", f"Resuming the reassignment of {len(keys)} partition(s)")] + \
+            self.maybe_complete(ctx, keys, now_ms)
+
+    # ------------------------------------------------------------------ steps
+
+    def _finish(self, ctx: ControllerContext, key: Key, target: tuple[int, ...], now_ms: int) -> list:
+        """Assign TRS, move leadership into it in a new epoch with an ISR of target replicas only,
+        stop the others, then record TRS alone."""
+        topic = ctx.topics[key[0]]
+        index = key[1]
+        before = topic.assignment[index]
+        leaving = [r for r in before if r not in target]
+        ctx.completing.add(key)
+        topic.assignment[index] = target
+        blocked: list[bool] = []
+
+        def decide(t: TopicMetadata, i: int, current: LeaderAndIsr, live: set[int],
+                   dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
+            isr = tuple(r for r in current.isr if r in target)
+            if not isr:                 # no target replica holds what was acknowledged: wait
+                blocked.append(True)
+                return None
+            eligible = [r for r in isr if r in live and r not in ctx.shutting_down]
+            leader = current.leader if current.leader in isr and current.leader in live else \
+                next(iter(eligible), -1)
+            return LeaderAndIsr(leader, current.leader_epoch + 1, isr, ctx.epoch, current.zk_version), False
+
+        def elected(when_ms: int) -> list:
+            if blocked:
+                topic.assignment[index] = before
+                ctx.completing.discard(key)
+                return [Log("warning", f"Reassignment of {key[0]}-{index} waits: no replica of "
+                                       f"{list(target)} is in the ISR")]
+            def recorded(at_ms: int) -> list:
+                ctx.completing.discard(key)
+                ctx.reassigning.pop(key, None)
+                return [Log("info", f"Reassignment of {key[0]}-{index} done: replicas {list(target)}")]
+
+            def failed(code: ErrorCode, message: str | None, at_ms: int) -> list:
+                ctx.completing.discard(key)
+                return [Log("warning", f"Recording the reassignment of {key[0]}-{index} failed: {message}")]
+
+            effects = self._stop_replicas(ctx, key, leaving, when_ms)
+            return effects + self._write_assignment(ctx, topic, index, target, (), (), when_ms, recorded, failed)
+
+        return self.controller.elections.elect(ctx, [key], set(), now_ms, elected, decide)
+
+    def _new_epoch(self, ctx: ControllerContext, key: Key, now_ms: int, then: Callable[[int], list]) -> list:
+        def decide(t: TopicMetadata, i: int, current: LeaderAndIsr, live: set[int],
+                   dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
+            return LeaderAndIsr(current.leader, current.leader_epoch + 1, current.isr, ctx.epoch,
+                                current.zk_version), False
+        return self.controller.elections.elect(ctx, [key], set(), now_ms, then, decide)
+
+    def _stop_replicas(self, ctx: ControllerContext, key: Key, brokers: list[int], now_ms: int) -> list:
+        """StopReplica with deletion to the live brokers of ``brokers``: their replica is gone."""
+        channel = self.controller.channel
+        effects: list = []
+        for broker_id in sorted(set(brokers)):
+            if broker_id in ctx.live_brokers:
+                body = {**channel.header(ctx), "delete_partitions": True,
+                        "topics": [{"name": key[0], "partition_indexes": [key[1]]}]}
+                effects.extend(channel.send(ctx, broker_id, control.STOP_REPLICA, body, now_ms))
+        return effects
+
+    def _write_assignment(self, ctx: ControllerContext, topic: TopicMetadata, index: int, replicas: tuple[int, ...],
+                          adding: tuple[int, ...], removing: tuple[int, ...], now_ms: int,
+                          then: Callable[[int], list], failed: Callable[[ErrorCode, str | None, int], list]) -> list:
+        """Write the topic znode with ``index`` assigned ``replicas`` (and what is being added and
+        removed), fenced by the controller epoch; then update the context."""
+        assignment = {**topic.assignment, index: replicas}
+        adding_all = {**topic.adding, index: adding} if adding else {p: r for p, r in topic.adding.items() if p != index}
+        removing_all = {**topic.removing, index: removing} if removing else \
+            {p: r for p, r in topic.removing.items() if p != index}
+        data = znodes.TopicZNode.encode(assignment, topic.topic_id, adding_all, removing_all)
+        controller = self.controller
+        if not controller.in_office(ctx):
+            return failed(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
+        ops = controller.fenced(ctx, [SetData(znodes.TopicZNode.path(topic.name), data)])
+
+        def on_result(results: list, when_ms: int) -> list:
+            error = results[0].error
+            if error is not ZkError.NONE:
+                code = ErrorCode.not_controller if error is ZkError.BAD_VERSION else ErrorCode.unknown_server_error
+                return failed(code, f"ZooKeeper error {error.name}", when_ms)
+            topic.assignment[index] = replicas
+            topic.adding, topic.removing = adding_all, removing_all
+            return then(when_ms)
+
+        return [controller.outbox.zk(ops, on_result, transaction=True)]

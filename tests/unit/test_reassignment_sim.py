@@ -1,0 +1,116 @@
+"""CTL-11: the controller moves a partition's replicas (KIP-455 on ZooKeeper) in the simulator:
+add the targets, wait for them in the ISR, move leadership in a new epoch, remove the others;
+change the replication factor; cancel; a new controller resumes a move in progress."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from strandline.coordination import znodes
+from strandline.coordination.store import GetData
+from strandline.sim.cluster import SimCluster
+from tests.unit.test_replication_sim import LAG_MS, create, produce, values_on
+
+FAST = {"replica.lag.time.max.ms": str(LAG_MS), "replica.socket.timeout.ms": "2000",
+        "controller.socket.timeout.ms": "2000"}
+
+
+def reassign(c: SimCluster, topic: str, replicas: list[int] | None, partition: int = 0):
+    body = {"timeout": 30000, "topics": [{"name": topic, "partitions": [
+        {"partition_index": partition, "replicas": replicas}]}]}
+    resp = c.call(c.controller_id, 45, 0, body)
+    assert resp.error_code == ErrorCode.none, resp
+    return resp.responses[0].partitions[0]
+
+
+def ongoing(c: SimCluster) -> dict:
+    resp = c.call(c.controller_id, 46, 0, {"timeout": 30000, "topics": None})
+    return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+            for t in resp.topics for p in t.partitions}
+
+
+def stored(c: SimCluster, topic: str):
+    [res] = c.zk.execute([GetData(znodes.TopicZNode.path(topic))])
+    return znodes.TopicZNode.decode(res.data)
+
+
+def test_ctl_11_every_replica_moves_and_the_replication_factor_grows_with_nothing_lost():
+    c = SimCluster((1, 2, 3, 4, 5), latency_ms=1, **FAST)
+    create(c, "m", [1, 2], min_isr=1)
+    written = [b"v%d" % i for i in range(20)]
+    for v in written:
+        assert produce(c, 1, "m", [v]).error_code == ErrorCode.none
+    epoch = c.state("m").leader_epoch
+    assert reassign(c, "m", [3, 4, 5]).error_code == ErrorCode.none
+    assert ongoing(c) == {("m", 0): ([3, 4, 5, 1, 2], [3, 4, 5], [1, 2])}
+    assert stored(c, "m").adding_replicas == {0: (3, 4, 5)}      # a new controller could resume it
+    c.advance(10_000)
+    assert ongoing(c) == {}
+    state = c.state("m")
+    assert stored(c, "m").partitions == {0: (3, 4, 5)} and not stored(c, "m").adding_replicas
+    assert state.leader in (3, 4, 5) and set(state.isr) == {3, 4, 5} and state.leader_epoch >= epoch + 2
+    for broker in (3, 4, 5):
+        assert values_on(c, broker, "m") == written
+    for broker in (1, 2):
+        assert c.partition(broker, "m") is None                  # stopped, log deleted
+    assert produce(c, state.leader, "m", [b"after"]).error_code == ErrorCode.none
+
+
+def test_ctl_11_a_move_waits_for_its_targets_in_the_isr():
+    c = SimCluster((1, 2, 3), latency_ms=1, **FAST)
+    create(c, "w", [1, 2])
+    assert produce(c, 1, "w", [b"x"]).error_code == ErrorCode.none
+    c.pause(3)
+    assert reassign(c, "w", [2, 3]).error_code == ErrorCode.none
+    c.advance(2000)
+    assert ongoing(c) == {("w", 0): ([2, 3, 1], [3], [1])}       # broker 3 cannot catch up
+    assert c.partition(1, "w") is not None
+    c.resume(3)
+    c.advance(10_000)
+    assert ongoing(c) == {} and stored(c, "w").partitions == {0: (2, 3)}
+    assert c.state("w").leader == 2 and values_on(c, 3, "w") == [b"x"]
+
+
+def test_ctl_11_cancel_goes_back_to_the_original_replicas():
+    c = SimCluster((1, 2, 3), latency_ms=1, **FAST)
+    create(c, "k", [1, 2])
+    assert produce(c, 1, "k", [b"x"]).error_code == ErrorCode.none
+    c.pause(3)
+    reassign(c, "k", [3, 2])
+    c.advance(500)
+    assert reassign(c, "k", None).error_code == ErrorCode.none
+    c.resume(3)
+    c.advance(2000)
+    assert ongoing(c) == {} and stored(c, "k").partitions == {0: (1, 2)}
+    assert c.partition(3, "k") is None
+    assert reassign(c, "k", None).error_code == ErrorCode.no_reassignment_in_progress
+
+
+def test_ctl_11_bad_targets_are_refused_and_change_nothing():
+    c = SimCluster((1, 2, 3), latency_ms=1, **FAST)
+    create(c, "b", [1, 2])
+    c.crash(3)
+    c.advance(LAG_MS * 2)
+    assert reassign(c, "b", [1, 3]).error_code == ErrorCode.invalid_replica_assignment   # a dead broker
+    assert reassign(c, "b", [1, 1]).error_code == ErrorCode.invalid_replica_assignment
+    assert reassign(c, "b", []).error_code == ErrorCode.invalid_replica_assignment
+    assert reassign(c, "nope", [1]).error_code == ErrorCode.unknown_topic_or_partition
+    assert ongoing(c) == {} and stored(c, "b").partitions == {0: (1, 2)}
+
+
+def test_ctl_11_a_new_controller_resumes_a_move_in_progress():
+    c = SimCluster((1, 2, 3, 4), latency_ms=1, **FAST)
+    create(c, "f", [2, 3])
+    assert produce(c, 2, "f", [b"x"]).error_code == ErrorCode.none
+    first = c.controller_id
+    target = [b for b in (1, 2, 3, 4) if b not in (2, 3) and b != first][0]
+    c.pause(target)
+    reassign(c, "f", [2, target])
+    c.advance(500)
+    c.crash(first)
+    c.advance(LAG_MS * 3)
+    assert c.controller_id not in (-1, first)
+    c.resume(target)
+    c.advance(10_000)
+    assert ongoing(c) == {} and stored(c, "f").partitions == {0: (2, target)}
+    assert values_on(c, target, "f") == [b"x"]
