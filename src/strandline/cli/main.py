@@ -155,8 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     alter.add_argument("--partitions", type=int, required=True, help="the new partition count (only grows)")
     topics.set_defaults(func=cmd_topics)
 
-    from strandline.cli import configs, records
+    from strandline.cli import configs, partitions, records
     configs.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
+    partitions.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     records.add_parsers(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     return parser
 
