@@ -5,6 +5,7 @@ DescribeLogDirs, OffsetDelete, and the bad cases with Kafka's error codes."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -350,3 +351,38 @@ def test_fetch_v13_and_later_address_topics_by_id(cluster, admin):
             known, missing = resp.responses
             assert known.topic_id == topic_id and b"by-id" in bytes(known.partitions[0].records)
             assert missing.partitions[0].error_code == 100       # UNKNOWN_TOPIC_ID
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_topic_compression_type_recompresses_and_every_client_reads_it(cluster, admin, codec):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from kafka import KafkaConsumer
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+
+    from tests.integration.test_clients import CODECS, stored_codecs
+
+    name = new_topic(admin, partitions=1, rf=3, config={"compression.type": codec})
+    values = [b"value-%d-" % i + b"z" * (i % 300) for i in range(500)]
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "compression.type": "none",
+                         "linger.ms": 20})
+    for v in values:
+        producer.produce(name, v, partition=0)
+    assert producer.flush(30) == 0
+    assert stored_codecs(cluster, name) == {CODECS[codec]}
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"r-{name}", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(name, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(values) and time.monotonic() < deadline:
+        got += [m.value() for m in consumer.consume(500, 0.5) if m.error() is None]
+    consumer.close()
+    assert got == values
+
+    reader = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000)
+    reader.assign([KafkaTopicPartition(name, 0)])
+    reader.seek(KafkaTopicPartition(name, 0), 0)
+    try:
+        assert [m.value for m in reader][:len(values)] == values
+    finally:
+        reader.close()

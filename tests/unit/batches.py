@@ -43,7 +43,8 @@ def make_batch(values: list[bytes], timestamp_ms: int = DEFAULT_TS, producer_id:
                base_offset: int = 0, leader_epoch: int = -1, timestamps: list[int] | None = None) -> bytearray:
     """A v2 batch holding ``values`` (no keys, no headers), CRC-32C set.
 
-    ``timestamps`` (one per record) overrides ``timestamp_ms``; compression 0 (none) or 1 (gzip).
+    ``timestamps`` (one per record) overrides ``timestamp_ms``; compression 0 (none), 1 (gzip),
+    2 (snappy), 3 (lz4), 4 (zstd), each by its own library (not Strandline's code).
     """
     if not values:
         raise ValueError("a batch needs at least one record")
@@ -52,8 +53,17 @@ def make_batch(values: list[bytes], timestamp_ms: int = DEFAULT_TS, producer_id:
     records = b"".join(_record(i, ts - base_ts, v) for i, (v, ts) in enumerate(zip(values, stamps)))
     if compression == 1:
         records = gzip.compress(records)
+    elif compression == 2:
+        import snappy
+        records = snappy.compress(records)
+    elif compression == 3:
+        import lz4.frame
+        records = lz4.frame.compress(records)
+    elif compression == 4:
+        import zstandard
+        records = zstandard.ZstdCompressor().compress(records)
     elif compression != 0:
-        raise ValueError("only compression 0 and 1 are supported by the test helper")
+        raise ValueError(f"unknown compression {compression}")
     attributes = compression
     after_crc = struct.pack(">hiqqqhii", attributes, len(values) - 1, base_ts, max(stamps),
                             producer_id, producer_epoch, base_sequence, len(values)) + records

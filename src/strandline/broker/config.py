@@ -429,8 +429,6 @@ class BrokerConfig:
             )
         if not values["log.dirs"]:
             raise ConfigError("Invalid value for configuration log.dirs: at least one directory is required")
-        for key in ("compression.type",):
-            check_supported(key, values[key])
         return cls(values, {str(k): str(v) for k, v in props.items()})
 
     @property
@@ -482,13 +480,6 @@ class BrokerConfig:
         return self.values[broker_key] if broker_key else TOPIC_KEYS[topic_key][1].default
 
 
-def check_supported(key: str, value: Any) -> None:
-    """Refuse a valid Kafka value whose behaviour Strandline does not have."""
-    if key == "compression.type" and value != "producer":
-        raise ConfigError(f"Invalid value {value!r} for configuration {key}: Strandline keeps batches as the "
-                          f"producer compressed them; recompression on the broker is not supported, use producer")
-
-
 def parse_topic_configs(raw: dict[str, str | None]) -> dict[str, Any]:
     """Validate topic-level configs (CreateTopics / ``--config``); raises ConfigError."""
     parsed: dict[str, Any] = {}
@@ -499,7 +490,6 @@ def parse_topic_configs(raw: dict[str, str | None]) -> dict[str, Any]:
         if value is None:
             continue
         parsed[key] = entry[1].parse(value)
-        check_supported(key, parsed[key])
     if parsed.get("min.compaction.lag.ms", 0) > parsed.get("max.compaction.lag.ms", LONG_MAX):
         raise ConfigError("Invalid value for configuration min.compaction.lag.ms: conflict with max.compaction.lag.ms "
                           "(min.compaction.lag.ms must be at most max.compaction.lag.ms)")

@@ -25,7 +25,6 @@ from strandline.broker.config import (
     BrokerConfig,
     ConfigError,
     broker_synonyms,
-    check_supported,
     config_text,
     parse_topic_configs,
 )
@@ -65,7 +64,7 @@ def validate_broker_update(config: BrokerConfig, props: dict[str, str], per_brok
     if fixed:
         raise ConfigError(f"Cannot update these configs dynamically: {', '.join(fixed)}")
     for key, raw in props.items():
-        check_supported(key, BROKER_KEYS[key].parse(raw))
+        BROKER_KEYS[key].parse(raw)
     default = props if not per_broker else config.dynamic_default
     broker = props if per_broker else config.dynamic_broker
     BrokerConfig.from_properties({**config.originals, **default, **broker}, require_zookeeper=False)

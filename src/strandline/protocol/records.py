@@ -24,6 +24,7 @@ the CRC (base offset, partition leader epoch). Layout (Kafka's ``DefaultRecordBa
 from __future__ import annotations
 
 import struct
+import zlib
 from typing import Iterator, NamedTuple
 
 import cramjam
@@ -190,6 +191,46 @@ def decompress(codec: int, data: bytes) -> bytes:
     if codec == 4:
         return bytes(cramjam.zstd.decompress(data))
     raise ValueError(f"unknown compression codec {codec}")
+
+
+_XERIAL_HEADER = _XERIAL + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """``data`` compressed as Kafka's producers do for ``codec`` (1 gzip, 2 snappy in snappy-java's
+    framing, 3 an LZ4 frame of independent blocks, 4 zstd); 0 leaves it as it is."""
+    if codec == 0:
+        return bytes(data)
+    if codec == 1:
+        packer = zlib.compressobj(6, zlib.DEFLATED, 31)    # a gzip stream at Kafka's default level
+        return packer.compress(data) + packer.flush()
+    if codec == 2:
+        out = bytearray(_XERIAL_HEADER)
+        for pos in range(0, len(data), _XERIAL_BLOCK):
+            block = bytes(cramjam.snappy.compress_raw(data[pos:pos + _XERIAL_BLOCK]))
+            out += struct.pack(">i", len(block)) + block
+        return bytes(out)
+    if codec == 3:
+        return bytes(cramjam.lz4.compress(data, level=0))   # LZ4's fast mode, as Kafka's producers
+    if codec == 4:
+        return bytes(cramjam.zstd.compress(data))
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def recompress(batch, header: BatchHeader, codec: int) -> bytearray:
+    """The batch with its records compressed with ``codec`` instead (a topic's
+    ``compression.type``): the records themselves, their offsets, timestamps, the producer's id,
+    epoch and sequence are unchanged; the length, the codec bits and the CRC are rewritten."""
+    body = bytes(memoryview(batch)[HEADER_SIZE:header.size])
+    raw = decompress(header.compression, body) if header.compression else body
+    packed = compress(codec, raw)
+    out = bytearray(memoryview(batch)[:HEADER_SIZE])
+    out += packed
+    struct.pack_into(">i", out, 8, len(out) - LOG_OVERHEAD)
+    struct.pack_into(">h", out, CRC_START, (header.attributes & ~0x07) | codec)
+    struct.pack_into(">I", out, MAGIC_OFFSET + 1, compute_crc(out, 0, len(out)))
+    return out
 
 
 def read_varint(buf, pos: int) -> tuple[int, int]:

@@ -29,7 +29,10 @@ from strandline.replication.partition import Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
 from strandline.replication.truncation import legacy_truncation_offset
 from strandline.replication.validation import validate_produce_records
-from strandline.protocol.records import read_header
+from strandline.protocol.records import read_header, recompress
+
+#: compression.type: the codec batches are stored with (None: as the producer sent them)
+CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
 
@@ -367,8 +370,22 @@ class ReplicaManager:
             and log_config.message_timestamp_difference_max_ms < LONG_MAX else None, now_ms)
         if checked.error is not ErrorCode.none:
             return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
+        header = checked.header
+        codec = CODECS[self.config.topic_value(topic.configs, "compression.type")]
+        if codec is not None and header.compression != codec:
+            # compression.type set on the topic or broker: the one case where the broker decodes records
+            try:
+                records = recompress(records, header, codec)
+            except Exception as exc:     # whatever the codec's library raises on bad input
+                return [ErrorCode.corrupt_message, -1, -1, partition.log_start_offset,
+                        f"records cannot be decompressed: {exc}"], None
+            header = read_header(records, 0)
+            if len(records) > log_config.max_message_bytes:
+                return [ErrorCode.message_too_large, -1, -1, partition.log_start_offset,
+                        f"record batch of {len(records)} bytes once recompressed exceeds max.message.bytes "
+                        f"{log_config.max_message_bytes}"], None
         min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
-        outcome = partition.append_records_to_leader(bytearray(records), checked.header, acks, min_isr, now_ms)
+        outcome = partition.append_records_to_leader(bytearray(records), header, acks, min_isr, now_ms)
         if outcome.error is not ErrorCode.none:
             return [outcome.error, -1, -1, partition.log_start_offset, outcome.message], None
         if self.config.topic_value(topic.configs, "flush.on.ack"):
