@@ -260,3 +260,23 @@ def test_a_batch_that_cannot_be_decompressed_is_refused_when_recompressing():
     h.produce("z", batch)
     assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.corrupt_message
     assert stored_batches(h, "z") == []
+
+
+def test_acls_are_answered_as_by_a_kafka_without_an_authorizer_and_log_dir_moves_are_checked():
+    h = Harness()
+    h.create("orders")
+    acls = h.call(29, 2, {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+                          "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1})
+    assert acls.error_code == ErrorCode.security_disabled
+    created = h.call(30, 2, {"creations": [{"resource_type": 2, "resource_name": "orders", "resource_pattern_type": 3,
+                                            "principal": "User:x", "host": "*", "operation": 3,
+                                            "permission_type": 3}]})
+    assert [r.error_code for r in created.results] == [ErrorCode.security_disabled]
+
+    def move(path: str) -> ErrorCode:
+        resp = h.call(34, 2, {"dirs": [{"path": path, "topics": [{"name": "orders", "partitions": [0]}]}]})
+        return resp.results[0].partitions[0].error_code
+    assert move("/data/logs") == ErrorCode.none
+    assert move("/elsewhere") == ErrorCode.log_dir_not_found
+    dirs = h.call(35, 4, {"topics": None}).results
+    assert [(d.log_dir, [t.name for t in d.topics]) for d in dirs] == [("/data/logs", ["orders"])]

@@ -42,6 +42,7 @@ CONSUMER_REPLICA_ID = -1
 #: ListOffsets from a debugging tool: any replica answers, leader or follower (Kafka's
 #: ``ListOffsetsRequest.DEBUGGING_REPLICA_ID``); LATEST is that replica's log end offset.
 DEBUGGING_REPLICA_ID = -2
+NO_AUTHORIZER = "No Authorizer is configured on the broker"
 _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -70,6 +71,10 @@ class KafkaApis:
             ApiKey.DELETE_RECORDS: self._delete_records,
             ApiKey.DESCRIBE_LOG_DIRS: self._describe_log_dirs,
             ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
+            ApiKey.ALTER_REPLICA_LOG_DIRS: self._alter_replica_log_dirs,
+            ApiKey.DESCRIBE_ACLS: self._describe_acls,
+            ApiKey.CREATE_ACLS: self._create_acls,
+            ApiKey.DELETE_ACLS: self._delete_acls,
             **self.admin_apis.handlers(),
             **self.config_apis.handlers(),
             **self.group_apis.handlers(),
@@ -375,6 +380,31 @@ class KafkaApis:
                 parts.append(entry)
             topics.append({"name": t.name, "partitions": parts})
         return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
+
+    def _alter_replica_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        results: dict[str, list] = {}
+        for d in request.dirs:
+            for t in d.topics:
+                for index in t.partitions:
+                    code = self.replicas.check_log_dir_move(t.name, index, d.path)
+                    results.setdefault(t.name, []).append({"partition_index": index, "error_code": code})
+        return [response(conn_id, header, {"throttle_time": 0, "results": [
+            {"topic_name": n, "partitions": ps} for n, ps in results.items()]})]
+
+    # -- ACLs: Strandline has no authorizer, so it answers as Kafka does without one
+
+    def _describe_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.security_disabled,
+                                           "error_message": NO_AUTHORIZER, "resources": []})]
+
+    def _create_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        return [response(conn_id, header, {"throttle_time": 0, "results": [
+            {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER} for _ in request.creations]})]
+
+    def _delete_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        return [response(conn_id, header, {"throttle_time": 0, "filter_results": [
+            {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER, "matching_acls": []}
+            for _ in request.filters]})]
 
     # -- ListOffsets
 

@@ -582,6 +582,17 @@ class ReplicaManager:
                                                              try_complete))
         return []
 
+    def check_log_dir_move(self, name: str, index: int, path: str) -> ErrorCode:
+        """AlterReplicaLogDirs for one replica: staying in its log dir is a no-op; a dir this
+        broker does not have is LOG_DIR_NOT_FOUND; moving a replica to another of its log dirs is
+        not done (KAFKA_STORAGE_ERROR, and nothing changes)."""
+        if path not in self.logs.log_dirs:
+            return ErrorCode.log_dir_not_found
+        current = self.logs.dir_of.get((name, index))
+        if current is None:
+            return ErrorCode.replica_not_available
+        return ErrorCode.none if current == path else ErrorCode.kafka_storage_error
+
     def describe_log_dirs(self, wanted: dict[str, list[int]] | None) -> list[dict]:
         """DescribeLogDirs: per log dir, the size of each replica's log and its offset lag (how far
         its log end offset is below the high watermark; Kafka's, for a current replica)."""
