@@ -4,6 +4,7 @@ change the replication factor; cancel; a new controller resumes a move in progre
 
 from __future__ import annotations
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from strandline.coordination import znodes
@@ -114,3 +115,44 @@ def test_ctl_11_a_new_controller_resumes_a_move_in_progress():
     c.advance(10_000)
     assert ongoing(c) == {} and stored(c, "f").partitions == {0: (2, target)}
     assert values_on(c, target, "f") == [b"x"]
+
+
+def alter_configs(c: SimCluster, rtype: int, name: str, configs: dict[str, str]) -> None:
+    body = {"resources": [{"resource_type": rtype, "resource_name": name, "configs": [
+        {"name": k, "config_operation": 0, "value": v} for k, v in configs.items()]}], "validate_only": False}
+    assert c.call(1, 44, 1, body).responses[0].error_code == ErrorCode.none
+    c.advance(100)
+
+
+@pytest.mark.parametrize("side,replicas", [("leader", "*"), ("follower", "0:3")])
+def test_ctl_11_a_throttled_move_catches_up_slowly_while_the_isr_keeps_acknowledging(side, replicas):
+    """<side>.replication.throttled.rate with <side>.replication.throttled.replicas: the new,
+    out-of-sync replica is held near the rate; the in-sync follower is never throttled."""
+    c = SimCluster((1, 2, 3), latency_ms=1, **{**FAST, "replica.fetch.max.bytes": "10000"})
+    create(c, "t", [1, 2], min_isr=2)
+    for i in range(200):
+        assert produce(c, 1, "t", [bytes([i % 256]) * 1000]).error_code == ErrorCode.none
+    alter_configs(c, 4, "", {f"{side}.replication.throttled.rate": "10000"})
+    alter_configs(c, 2, "t", {f"{side}.replication.throttled.replicas": replicas})
+    reassign(c, "t", [1, 2, 3])
+    c.advance(3000)
+    leader = c.partition(1, "t")
+    behind = leader.log_end_offset - c.partition(3, "t").log_end_offset
+    assert behind > 50, behind                    # ~10 KB/s (with Kafka's 10 s measuring window)
+    started = c.now
+    assert produce(c, 1, "t", [b"during"]).error_code == ErrorCode.none
+    assert c.now - started < 100                  # broker 2, in sync, is not throttled
+    c.advance(40_000)
+    assert ongoing(c) == {} and set(c.state("t").isr) == {1, 2, 3}
+    assert values_on(c, 3, "t") == values_on(c, 1, "t")
+
+
+def test_ctl_11_without_a_throttle_the_same_move_is_quick():
+    c = SimCluster((1, 2, 3), latency_ms=1, **{**FAST, "replica.fetch.max.bytes": "10000"})
+    create(c, "t", [1, 2], min_isr=2)
+    for i in range(200):
+        assert produce(c, 1, "t", [bytes([i % 256]) * 1000]).error_code == ErrorCode.none
+    alter_configs(c, 2, "t", {"leader.replication.throttled.replicas": "*"})    # listed, but no rate set
+    reassign(c, "t", [1, 2, 3])
+    c.advance(3000)
+    assert c.partition(1, "t").log_end_offset == c.partition(3, "t").log_end_offset

@@ -23,6 +23,7 @@ from strandline.protocol import api
 from strandline.protocol.api import ApiKey
 from strandline.replication.fetcher import PartitionFetchState, ReplicaFetcher
 from strandline.replication.partition import Partition
+from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.purgatory import Purgatory
 from strandline.replication.truncation import after_offsets_for_leader_epoch
 
@@ -40,6 +41,10 @@ class ReplicaFetcherManager:
     outbox: Outbox
     fetch_purgatory: Purgatory                        # consumers' fetches wait on a follower's HW too
     fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)     # by leader
+    follower_quota: ReplicationQuota = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.follower_quota = ReplicationQuota(lambda: self.config["follower.replication.throttled.rate"])
 
     @property
     def broker_id(self) -> int:
@@ -163,8 +168,23 @@ class ReplicaFetcherManager:
             state.truncating = False
         return effects
 
+    def _throttled(self, key: tuple[str, int]) -> bool:
+        """A replica of this broker outside the ISR that the topic throttles on the follower side."""
+        partition = self.partitions.get(key)
+        topic = self.metadata.topics.get(key[0])
+        return (partition is not None and topic is not None and self.broker_id not in partition.isr
+                and throttled(topic.configs, "follower.replication.throttled.replicas", key[1], self.broker_id))
+
     def _send_fetch(self, fetcher: ReplicaFetcher, ready: list, now_ms: int) -> list:
         cfg = self.config
+        throttled_keys = {key for key, _ in ready if self._throttled(key)}
+        if throttled_keys and self.follower_quota.exceeded(now_ms):
+            # over follower.replication.throttled.rate: those replicas wait, the others fetch
+            ready = [(key, state) for key, state in ready if key not in throttled_keys]
+            throttled_keys = set()
+            if not ready:
+                fetcher.backoff_until_ms = now_ms + cfg["replica.fetch.backoff.ms"]
+                return []
         by_topic: dict[str, list] = {}
         asked: dict[tuple[str, int], tuple[int, int]] = {}
         for key, state in ready:
@@ -185,6 +205,8 @@ class ReplicaFetcherManager:
             for t in resp.responses:
                 for p in t.partitions:
                     key = (t.topic, p.partition_index)
+                    if key in throttled_keys and p.records:
+                        self.follower_quota.record(len(p.records), when_ms)
                     out.extend(self._on_fetched(fetcher, key, asked.get(key), p, when_ms, moved))
             if moved:
                 out.extend(self.fetch_purgatory.check_keys(moved, when_ms))

@@ -27,6 +27,7 @@ from strandline.replication.fetcher_manager import ReplicaFetcherManager
 from strandline.replication.isr_manager import IsrManager
 from strandline.replication.partition import Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
+from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.truncation import legacy_truncation_offset
 from strandline.replication.validation import validate_produce_records
 from strandline.protocol.records import read_header, recompress
@@ -52,6 +53,7 @@ class ReplicaManager:
         self.produce_purgatory = Purgatory()
         self.fetch_purgatory = Purgatory()
         self.delete_records_purgatory = Purgatory()
+        self.leader_quota = ReplicationQuota(lambda: config["leader.replication.throttled.rate"])
         self.controller_epoch = 0          # the newest controller epoch this broker has heard from
         self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
         self.heard_from_controller = False
@@ -473,8 +475,9 @@ class ReplicaManager:
         fetch also reports its progress (:meth:`_follower_fetched`)."""
         committed_only = replica_id < 0
         served: list = []     # the partitions read without error, for a follower's progress
+        quota = self.leader_quota
 
-        def read_all() -> tuple[list, int, bool]:
+        def read_all(at_ms: int) -> tuple[list, int, bool]:
             total = 0
             errors = False
             served.clear()
@@ -494,10 +497,15 @@ class ReplicaManager:
                     entry["error_code"] = self.not_served(name, p.partition)
                     errors = errors or not arriving
                 else:
+                    # an out-of-sync follower of a throttled replica gets no data while over the rate
+                    throttle = replica_id >= 0 and replica_id not in partition.isr and self._throttled(
+                        name, p.partition, "leader.replication.throttled.replicas", self.broker_id)
+                    limit = 0 if throttle and quota.exceeded(at_ms) else min(p.partition_max_bytes, budget)
                     result = partition.read_records(
-                        p.fetch_offset, min(p.partition_max_bytes, budget),
-                        getattr(p, "current_leader_epoch", -1),
-                        committed_only=committed_only, min_one_batch=total == 0)
+                        p.fetch_offset, limit, getattr(p, "current_leader_epoch", -1),
+                        committed_only=committed_only, min_one_batch=total == 0 and limit > 0)
+                    if throttle:
+                        quota.record(len(result.records), at_ms)
                     entry["error_code"] = result.error
                     errors = errors or (result.error is not ErrorCode.none and not arriving)
                     if result.error is ErrorCode.none:
@@ -515,7 +523,7 @@ class ReplicaManager:
             topics = [{"topic": name, "partitions": by_topic[name]} for name in order]
             return topics, total, errors
 
-        topics, total, errors = read_all()
+        topics, total, errors = read_all(now_ms)
         effects: list = []
         if replica_id >= 0:
             effects = self._follower_fetched(replica_id, list(served), now_ms)
@@ -523,7 +531,7 @@ class ReplicaManager:
             return effects + respond(topics)
 
         def try_complete(when_ms: int, expired: bool) -> list | None:
-            topics, total, errors = read_all()
+            topics, total, errors = read_all(when_ms)
             if expired or total >= min_bytes or errors:
                 return respond(topics)
             return None
@@ -531,6 +539,10 @@ class ReplicaManager:
         keys = tuple((name, p.partition) for name, p in wanted)
         self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms, keys, try_complete))
         return effects
+
+    def _throttled(self, name: str, index: int, key: str, broker_id: int) -> bool:
+        topic = self.metadata.topics.get(name)
+        return topic is not None and throttled(topic.configs, key, index, broker_id)
 
     # ------------------------------------------------------------------ DeleteRecords, DescribeLogDirs
 
