@@ -156,3 +156,24 @@ def test_ctl_11_without_a_throttle_the_same_move_is_quick():
     reassign(c, "t", [1, 2, 3])
     c.advance(3000)
     assert c.partition(1, "t").log_end_offset == c.partition(3, "t").log_end_offset
+
+
+def test_ctl_11_the_admin_reassign_partitions_znode_starts_moves_and_goes_once_they_are_done():
+    from strandline.coordination.store import Create
+
+    c = SimCluster((1, 2, 3), latency_ms=1, **FAST)
+    create(c, "z", [1, 2], partitions=2)
+    assert produce(c, 1, "z", [b"x"]).error_code == ErrorCode.none
+    path = znodes.ReassignPartitionsZNode.path()
+    c.pause(3)
+    c.tool_zk([Create(path, znodes.ReassignPartitionsZNode.encode(
+        {("z", 0): [2, 3], ("z", 1): [1, 3], ("nope", 0): [1]}), make_parents=True)])
+    c.advance(500)
+    assert set(ongoing(c)) == {("z", 0), ("z", 1)}
+    [res] = c.zk.execute([GetData(path)])
+    assert znodes.ReassignPartitionsZNode.decode(res.data) == {("z", 0): (2, 3), ("z", 1): (1, 3)}  # refused: gone
+    c.resume(3)
+    c.advance(10_000)
+    assert ongoing(c) == {} and stored(c, "z").partitions == {0: (2, 3), 1: (1, 3)}
+    [res] = c.zk.execute([GetData(path)])
+    assert res.error.name == "NO_NODE"

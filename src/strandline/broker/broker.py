@@ -33,6 +33,7 @@ from strandline.broker.outbox import Outbox
 from strandline.broker.producer_ids import ProducerIdManager
 from strandline.broker.shutdown import ControlledShutdown
 from strandline.controller.controller import Controller
+from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.group.coordinator import GroupCoordinator
@@ -182,6 +183,16 @@ class Broker:
 
     def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:
         return self.controller.on_isr_change_notifications(children, now_ms)
+
+    def on_reassign_partitions_changed(self, data: bytes | None, now_ms: int) -> list:
+        """``/admin/reassign_partitions`` changed (None: it does not exist); only the controller acts."""
+        if data is None:
+            return self.controller.on_reassign_partitions_node(None, now_ms)
+        try:
+            moves = znodes.ReassignPartitionsZNode.decode(data)
+        except ValueError as exc:
+            return [Log("warning", f"Ignoring {znodes.ReassignPartitionsZNode.path()}: {exc}")]
+        return self.controller.on_reassign_partitions_node(moves, now_ms)
 
     def on_config_changes(self, children: list[str], now_ms: int) -> list:
         """The children of ``/config/changes`` changed: apply the configs they name."""

@@ -40,6 +40,8 @@ class ControllerContext:
     #: partition reassignments in progress: (target replicas, original replicas) per partition
     reassigning: dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     completing: set[tuple[str, int]] = field(default_factory=set)   # being finished now
+    #: the moves /admin/reassign_partitions asks for, removed from it as each is done
+    zk_requested: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
 
     def all_partitions(self) -> list[tuple[TopicMetadata, int]]:
         return [(t, i) for t in self.topics.values() for i in sorted(t.assignment)]

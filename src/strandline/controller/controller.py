@@ -185,6 +185,7 @@ class Controller:
         effects += self.elections.elect(ctx, affected, dead, now_ms)
         effects += self.reassignments.resume(ctx, now_ms)
         ctx.ready = True
+        effects += self._read_reassign_partitions_node(ctx, now_ms)
         pending, ctx.pending_brokers = ctx.pending_brokers, None
         if pending is not None:
             effects += self.on_brokers_changed(pending[0], pending[1], now_ms)
@@ -564,6 +565,29 @@ class Controller:
         if ctx is None or not ctx.ready:
             return respond({k: (ErrorCode.not_controller, None) for k, _ in wanted}, now_ms)
         return self.reassignments.alter(ctx, wanted, now_ms, respond)
+
+    def on_reassign_partitions_node(self, moves: dict[Key, tuple[int, ...]] | None, now_ms: int) -> list:
+        """``/admin/reassign_partitions`` was created or changed (None: it is gone)."""
+        ctx = self.ctx
+        if ctx is None or not ctx.ready or not self.in_office(ctx):
+            return []          # a controller reads it when it takes office
+        if moves is None:
+            ctx.zk_requested = {}
+            return []
+        return self.reassignments.on_requested(ctx, moves, now_ms)
+
+    def _read_reassign_partitions_node(self, ctx: ControllerContext, now_ms: int) -> list:
+        def on_read(results: list, when_ms: int) -> list:
+            [res] = results
+            if res.error is not ZkError.NONE or not self.in_office(ctx):
+                return []
+            try:
+                moves = znodes.ReassignPartitionsZNode.decode(res.data)
+            except ValueError as exc:
+                return [Log("warning", f"Ignoring {znodes.ReassignPartitionsZNode.path()}: {exc}")]
+            return self.reassignments.on_requested(ctx, moves, when_ms)
+
+        return [self.outbox.zk([GetData(znodes.ReassignPartitionsZNode.path())], on_read)]
 
     def list_reassignments(self, wanted: list[Key] | None) -> dict | None:
         ctx = self.ctx

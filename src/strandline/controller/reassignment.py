@@ -19,7 +19,7 @@ from strandline.broker.effects import Log
 from strandline.controller.context import ControllerContext
 from strandline.coordination import znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
-from strandline.coordination.store import SetData, ZkError
+from strandline.coordination.store import Delete, SetData, ZkError
 from strandline.protocol import control
 
 if TYPE_CHECKING:
@@ -175,6 +175,42 @@ class PartitionReassignments:
         return [Log("info", f"Resuming the reassignment of {len(keys)} partition(s)")] + \
             self.maybe_complete(ctx, keys, now_ms)
 
+    # ------------------------------------------------------------------ /admin/reassign_partitions
+
+    def on_requested(self, ctx: ControllerContext, moves: dict[Key, tuple[int, ...]], now_ms: int) -> list:
+        """The moves ``/admin/reassign_partitions`` lists (older tools write it): each not yet under
+        way starts; one refused, or already done, leaves the node; the node goes once it is empty."""
+        ctx.zk_requested = dict(moves)
+        wanted = [(key, target) for key, target in moves.items()
+                  if key not in ctx.reassigning or ctx.reassigning[key][0] != target]
+        if not wanted:
+            return []
+
+        def respond(results: dict, when_ms: int) -> list:
+            finished = [key for key, (code, _) in results.items()
+                        if code is not ErrorCode.none or key not in ctx.reassigning]
+            logs = [Log("warning", f"/admin/reassign_partitions: {key[0]}-{key[1]} refused: {code.name}"
+                                   + (f" ({message})" if message else ""))
+                    for key, (code, message) in sorted(results.items()) if code is not ErrorCode.none]
+            return logs + self.forget_requested(ctx, finished, when_ms)
+
+        return self.alter(ctx, wanted, now_ms, respond)
+
+    def forget_requested(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list:
+        """Take ``keys`` out of ``/admin/reassign_partitions`` (delete it once empty)."""
+        done = [key for key in keys if key in ctx.zk_requested]
+        if not done or not self.controller.in_office(ctx):
+            return []
+        for key in done:
+            del ctx.zk_requested[key]
+        path = znodes.ReassignPartitionsZNode.path()
+        if ctx.zk_requested:
+            op = SetData(path, znodes.ReassignPartitionsZNode.encode(ctx.zk_requested))
+        else:
+            op = Delete(path)
+        return [self.controller.outbox.zk(self.controller.fenced(ctx, [op]), lambda results, t: [],
+                                          transaction=True)]
+
     # ------------------------------------------------------------------ steps
 
     def _finish(self, ctx: ControllerContext, key: Key, target: tuple[int, ...], now_ms: int) -> list:
@@ -208,7 +244,8 @@ class PartitionReassignments:
             def recorded(at_ms: int) -> list:
                 ctx.completing.discard(key)
                 ctx.reassigning.pop(key, None)
-                return [Log("info", f"Reassignment of {key[0]}-{index} done: replicas {list(target)}")]
+                return [Log("info", f"Reassignment of {key[0]}-{index} done: replicas {list(target)}")] + \
+                    self.forget_requested(ctx, [key], at_ms)
 
             def failed(code: ErrorCode, message: str | None, at_ms: int) -> list:
                 ctx.completing.discard(key)

@@ -29,7 +29,7 @@ __all__ = [
     "ConfigEntityChangeNotificationZNode", "ConfigEntityTypeZNode", "ConfigEntityZNode", "ControllerEpochZNode",
     "ControllerZNode", "DeleteTopicsTopicZNode", "DeleteTopicsZNode", "IsrChangeNotificationSequenceZNode",
     "IsrChangeNotificationZNode", "ConfigEntityChangeNotificationSequenceZNode", "LeaderAndIsr", "PERSISTENT_PATHS", "PreferredReplicaElectionZNode",
-    "ProducerIdBlockZNode", "TopicAssignment", "TopicPartitionStateZNode", "TopicPartitionZNode",
+    "ProducerIdBlockZNode", "ReassignPartitionsZNode", "TopicAssignment", "TopicPartitionStateZNode", "TopicPartitionZNode",
     "TopicPartitionsZNode", "TopicZNode", "TopicsZNode", "new_cluster_id", "uuid_from_base64", "uuid_to_base64",
 ]
 
@@ -559,6 +559,26 @@ class PreferredReplicaElectionZNode(_FixedPathZNode):
     @staticmethod
     def decode(data: bytes) -> tuple[tuple[str, int], ...]:
         return _decode(PreferredReplicaElectionZNode.path(), data, _parse_partition_list)
+
+
+class ReassignPartitionsZNode(_FixedPathZNode):
+    """``/admin/reassign_partitions``: the reassignments older tools ask for,
+    ``{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2]},...]}``; the controller
+    starts them and deletes the node once every one it lists is done."""
+
+    PATH = "/admin/reassign_partitions"
+
+    @staticmethod
+    def encode(moves: Mapping[tuple[str, int], Iterable[int]]) -> bytes:
+        return _json({"version": 1, "partitions": [
+            {"topic": t, "partition": p, "replicas": [int(b) for b in r]} for (t, p), r in sorted(moves.items())]})
+
+    @staticmethod
+    def decode(data: bytes) -> dict[tuple[str, int], tuple[int, ...]]:
+        def parse(obj: Any) -> dict[tuple[str, int], tuple[int, ...]]:
+            return {(str(e["topic"]), _int(e["partition"])): _int_list(e["replicas"])
+                    for e in _object(obj)["partitions"]}
+        return _decode(ReassignPartitionsZNode.path(), data, parse)
 
 
 class ProducerIdBlockZNode(_FixedPathZNode):

@@ -105,6 +105,16 @@ def watch_config_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, she
     store.watch_children(znodes.ConfigEntityChangeNotificationZNode.path(), from_kazoo(loop, shell, what, on_children))
 
 
+def watch_reassign_partitions(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
+    """Feed ``/admin/reassign_partitions`` to the core (the controller starts what it lists, CTL-11)."""
+    what = "the /admin/reassign_partitions watch"
+
+    def on_data(data: bytes | None, version: int) -> None:  # kazoo's thread (the first call: ours)
+        to_loop(loop, shell.run, what, lambda: shell.broker.on_reassign_partitions_changed(data, now_ms()))
+
+    store.watch_data(znodes.ReassignPartitionsZNode.path(), from_kazoo(loop, shell, what, on_data))
+
+
 def watch_isr_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed ``/isr_change_notification`` to the core (the controller propagates ISR changes, ISR-6)."""
     what = "the /isr_change_notification watch"
@@ -230,6 +240,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     await asyncio.to_thread(watch_brokers, store, loop, shell)
     await asyncio.to_thread(watch_isr_changes, store, loop, shell)
     await asyncio.to_thread(watch_config_changes, store, loop, shell)
+    await asyncio.to_thread(watch_reassign_partitions, store, loop, shell)
     await asyncio.to_thread(watch_controller, store, loop, shell)
     def register_again() -> None:       # on kazoo's new session, from a worker thread
         epoch = store.register_broker(broker_id, adv.host, adv.port, v["broker.rack"], wait_s)

@@ -264,6 +264,13 @@ class SimCluster:
     def heal_zookeeper(self, broker_id: int) -> None:
         self.zk_clients.heal(broker_id)
 
+    def tool_zk(self, ops: list, transaction: bool = False) -> list:
+        """Run ZooKeeper ``ops`` as an outside tool would (e.g. one writing
+        ``/admin/reassign_partitions``); the brokers' watches see them."""
+        results = self.zk.run(ops, transaction)
+        self.zk_clients.notify_watches(ops)
+        return results
+
     def controller_id_or_none(self) -> int | None:
         return self.zk_clients.controller_id_or_none()
 

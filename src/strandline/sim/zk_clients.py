@@ -27,6 +27,7 @@ ISR_CHANGES = znodes.IsrChangeNotificationZNode.path()
 CONTROLLER = znodes.ControllerZNode.path()
 BROKER_IDS = znodes.BrokerIdsZNode.path()
 CONFIG_CHANGES = znodes.ConfigEntityChangeNotificationZNode.path()
+REASSIGN = znodes.ReassignPartitionsZNode.path()
 
 
 class SimZkClients:
@@ -67,7 +68,7 @@ class SimZkClients:
             if node.session != session or node.session_expired:
                 return [OpResult(ZkError.SESSION_EXPIRED)] * len(ops)
             results = self.sim.zk.run(ops, transaction, session)
-            self._notify_watches(ops)
+            self.notify_watches(ops)
             return results
 
         failure_delay = self.sim.rng.randint(1, self.sim.zk_failure_delay_ms) if self.sim.zk_failure_delay_ms else 0
@@ -103,7 +104,7 @@ class SimZkClients:
         else:
             self.sim._schedule(when_ms - self.sim.now, action)
 
-    def _notify_watches(self, ops: list) -> None:
+    def notify_watches(self, ops: list) -> None:
         paths = [op.path for op in ops if not isinstance(op, GetData) and hasattr(op, "path")]
         if any(p.startswith(ISR_CHANGES) for p in paths):
             self.isr_changes_notified()
@@ -113,6 +114,8 @@ class SimZkClients:
             self.brokers_changed()
         if any(p.startswith(CONFIG_CHANGES + "/") for p in paths):
             self.config_changes_notified()
+        if REASSIGN in paths:
+            self.reassign_partitions_changed()
 
     def read_cluster_state(self, node: SimBroker, token: int) -> None:
         incarnation = node.incarnation
@@ -153,6 +156,12 @@ class SimZkClients:
         for node in self._watchers():
             self._watch_event(node, lambda core, t: core.on_isr_change_notifications(
                 list(self.sim.zk.children(ISR_CHANGES)), t))
+
+    def reassign_partitions_changed(self) -> None:
+        """What each shell's ``/admin/reassign_partitions`` watch reports."""
+        for node in self._watchers():
+            self._watch_event(node, lambda core, t: core.on_reassign_partitions_changed(
+                self.sim.zk.nodes.get(REASSIGN, (None,))[0], t))
 
     def config_changes_notified(self) -> None:
         """What each shell's ``/config/changes`` watch reports."""
