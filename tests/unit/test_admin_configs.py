@@ -280,3 +280,20 @@ def test_acls_are_answered_as_by_a_kafka_without_an_authorizer_and_log_dir_moves
     assert move("/elsewhere") == ErrorCode.log_dir_not_found
     dirs = h.call(35, 4, {"topics": None}).results
     assert [(d.log_dir, [t.name for t in d.topics]) for d in dirs] == [("/data/logs", ["orders"])]
+
+
+def test_list_offsets_v11_answers_the_tiered_storage_timestamps_as_kafka_without_it():
+    h = Harness()
+    h.create("o")
+    for i in range(3):
+        h.produce("o", make_batch([b"r%d" % i]))
+        h.response(0, 7)
+
+    def offset(ts: int) -> int:
+        resp = h.call(2, 11, {"replica_id": -1, "isolation_level": 0, "timeout": 1000, "topics": [
+            {"name": "o", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": ts}]}]})
+        return resp.topics[0].partitions[0].offset
+    assert [offset(ts) for ts in (-1, -2, -4, -5, -6)] == [3, 0, 0, -1, -1]
+    meta = h.call(3, 13, {"topics": None, "allow_auto_topic_creation": False,
+                          "include_topic_authorized_operations": False})
+    assert meta.error_code == ErrorCode.none and [t.name for t in meta.topics] == ["o"]

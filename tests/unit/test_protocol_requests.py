@@ -21,8 +21,8 @@ VERSIONS = list(versions_with_schemas())
 
 def test_the_advertised_table():
     assert SUPPORTED == {
-        ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 12), ApiKey.PRODUCE: (0, 10),
-        ApiKey.FETCH: (4, 16), ApiKey.LIST_OFFSETS: (1, 8), ApiKey.CREATE_TOPICS: (2, 7),
+        ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 13), ApiKey.PRODUCE: (0, 10),
+        ApiKey.FETCH: (4, 16), ApiKey.LIST_OFFSETS: (1, 11), ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (1, 6), ApiKey.INIT_PRODUCER_ID: (0, 4),
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4), ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.ELECT_LEADERS: (0, 2),
         ApiKey.JOIN_GROUP: (0, 7), ApiKey.SYNC_GROUP: (0, 5), ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5),

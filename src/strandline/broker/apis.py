@@ -38,6 +38,9 @@ from strandline.replication.replica_manager import ReplicaManager
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4            # KIP-405: without tiered storage, the log start offset
+LATEST_TIERED_TIMESTAMP = -5             # KIP-1005 and KIP-1023 (-6): nothing is tiered, so no offset
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 CONSUMER_REPLICA_ID = -1
 #: ListOffsets from a debugging tool: any replica answers, leader or follower (Kafka's
 #: ``ListOffsetsRequest.DEBUGGING_REPLICA_ID``); LATEST is that replica's log end offset.
@@ -438,8 +441,10 @@ class KafkaApis:
                 log = partition.log
                 limit = partition.high_watermark if replica_id == CONSUMER_REPLICA_ID else log.log_end_offset
                 ts = p.timestamp
-                if ts == EARLIEST_TIMESTAMP:
+                if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                     entry["offset"] = log.log_start_offset
+                elif ts in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+                    pass
                 elif ts == LATEST_TIMESTAMP:
                     entry["offset"] = limit
                 else:

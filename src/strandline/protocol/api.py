@@ -96,8 +96,8 @@ class ApiKey(enum.IntEnum):
 SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 10),
     ApiKey.FETCH: (4, 16),
-    ApiKey.LIST_OFFSETS: (1, 8),
-    ApiKey.METADATA: (0, 12),
+    ApiKey.LIST_OFFSETS: (1, 11),
+    ApiKey.METADATA: (0, 13),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
