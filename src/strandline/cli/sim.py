@@ -10,23 +10,25 @@ import time
 from strandline.sim.explore import CONFIGS, RunResult, run_seed
 
 
-def _run(job: tuple[int, str, int]) -> RunResult:
-    seed, config, duration_ms = job
-    return run_seed(seed, config, duration_ms=duration_ms)
+def _run(job: tuple[int, str, int, bool]) -> RunResult:
+    seed, config, duration_ms, reassign = job
+    return run_seed(seed, config, duration_ms=duration_ms, reassign=reassign)
 
 
-def _line(result: RunResult) -> str:
+def _line(result: RunResult, reassign: bool = False) -> str:
+    flag = " --reassign" if reassign else ""
     first_is_loss = result.violation is not None and result.violation.invariant == "acknowledged writes survive"
     lost = f"; {result.lost} acknowledged batch(es) lost" if result.lost and not first_is_loss else ""
     return (f"seed {result.seed} [{result.config}]: {result.violation}{lost} "
-            f"(replay: strandline sim replay {result.seed} --config {result.config})")
+            f"(replay: strandline sim replay {result.seed} --config {result.config}{flag})")
 
 
 def explore(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print("strandline sim explore: --seeds must be at least 1", file=sys.stderr)
         return 2
-    jobs = [(seed, args.config, args.duration_ms) for seed in range(args.first_seed, args.first_seed + args.seeds)]
+    jobs = [(seed, args.config, args.duration_ms, args.reassign)
+            for seed in range(args.first_seed, args.first_seed + args.seeds)]
     started = time.perf_counter()
     violations = 0
     busy = 0.0
@@ -37,7 +39,7 @@ def explore(args: argparse.Namespace) -> int:
             busy += result.wall_s
             if not result.ok:
                 violations += 1
-                print(_line(result), flush=True)
+                print(_line(result, args.reassign), flush=True)
     finally:
         if pool is not None:
             pool.terminate()
@@ -49,7 +51,7 @@ def explore(args: argparse.Namespace) -> int:
 
 
 def replay(args: argparse.Namespace) -> int:
-    result = run_seed(args.seed, args.config, duration_ms=args.duration_ms)
+    result = run_seed(args.seed, args.config, duration_ms=args.duration_ms, reassign=args.reassign)
     print(f"seed {result.seed} [{result.config}]: {result.acked} acknowledged batches, {result.faults} faults, "
           f"{result.events} events, {result.simulated_ms / 1000:.1f} simulated s in {result.wall_s:.2f} s")
     if result.ok:
@@ -77,9 +79,12 @@ def add_parser(sub) -> None:
                          "unclean, legacy (default safe)")
     ex.add_argument("--duration-ms", type=int, default=60000, help="simulated time of faults per seed (default 60000)")
     ex.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    ex.add_argument("--reassign", action="store_true",
+                    help="also move partitions between brokers (four brokers, three replicas; CTL-11)")
     ex.set_defaults(func=explore)
     rp = ssub.add_parser("replay", help="run one seed again and print the violation and the last events")
     rp.add_argument("seed", type=int)
     rp.add_argument("--config", choices=configs, default="safe")
     rp.add_argument("--duration-ms", type=int, default=60000)
+    rp.add_argument("--reassign", action="store_true")
     rp.set_defaults(func=replay)

@@ -40,6 +40,9 @@ class ControllerContext:
     #: partition reassignments in progress: (target replicas, original replicas) per partition
     reassigning: dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     completing: set[tuple[str, int]] = field(default_factory=set)   # being finished now
+    #: writes of topic znodes, one at a time per topic (each written from the state then current)
+    topic_writes: dict[str, collections.deque] = field(default_factory=dict)
+    topic_writing: set[str] = field(default_factory=set)
     #: the moves /admin/reassign_partitions asks for, removed from it as each is done
     zk_requested: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
 

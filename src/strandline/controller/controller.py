@@ -18,7 +18,7 @@ from strandline.broker.effects import Log
 from strandline.broker.outbox import Outbox
 from strandline.controller.channel import ControllerChannel, LocalDelivery
 from strandline.controller.context import ControllerContext, TopicCreated
-from strandline.controller.elections import PartitionElections, offline_partition_election
+from strandline.controller.elections import PartitionElections, offline_partition_election, within_assignment
 from strandline.controller.reassignment import PartitionReassignments
 from strandline.controller.topics import TopicChanges
 from strandline.coordination import zk_layout, znodes
@@ -422,8 +422,9 @@ class Controller:
                    dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
             if current.leader >= 0:
                 return None
-            return offline_partition_election(topic.assignment[index], current, live, dead, ctx.shutting_down,
-                                              True, ctx.epoch)
+            replicas = topic.assignment[index]
+            return offline_partition_election(replicas, within_assignment(replicas, current), live, dead,
+                                              ctx.shutting_down, True, ctx.epoch)
 
         def done(when_ms: int) -> list:
             results: dict[Key, tuple[ErrorCode, str | None]] = {}

@@ -69,6 +69,15 @@ def preferred_replica_election(replicas: tuple[int, ...], current: LeaderAndIsr,
     return LeaderAndIsr(preferred, current.leader_epoch + 1, current.isr, controller_epoch, current.zk_version), False
 
 
+def within_assignment(replicas: tuple[int, ...], current: LeaderAndIsr) -> LeaderAndIsr:
+    """The state as a rule must see it: just after a reassignment narrowed the replicas, the ISR
+    may still name removed ones, which no new state may keep (CTL-11)."""
+    if set(current.isr) <= set(replicas):
+        return current
+    kept = tuple(r for r in current.isr if r in replicas)
+    return dataclasses.replace(current, isr=kept) if kept else current
+
+
 class PartitionElections:
     """Elections of one controller; every call names the term (``ctx``) it acts for."""
 
@@ -81,14 +90,17 @@ class PartitionElections:
         def decide(topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
                    dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
             unclean = bool(config.topic_value(topic.configs, "unclean.leader.election.enable"))
-            return offline_partition_election(topic.assignment[index], current, live, dead, ctx.shutting_down,
-                                              unclean, ctx.epoch)
+            replicas = topic.assignment[index]
+            return offline_partition_election(replicas, within_assignment(replicas, current), live, dead,
+                                              ctx.shutting_down, unclean, ctx.epoch)
         return decide
 
     def preferred_rule(self, ctx: ControllerContext) -> Decide:
         def decide(topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
                    dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
-            return preferred_replica_election(topic.assignment[index], current, live, ctx.shutting_down, ctx.epoch)
+            replicas = topic.assignment[index]
+            return preferred_replica_election(replicas, within_assignment(replicas, current), live,
+                                              ctx.shutting_down, ctx.epoch)
         return decide
 
     # ------------------------------------------------------------------ brokers owed a state

@@ -11,6 +11,7 @@ back to ORS at once, stopping the replicas that were being added.
 
 from __future__ import annotations
 
+import collections
 from typing import TYPE_CHECKING, Callable
 
 from kio.schema.errors import ErrorCode
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from strandline.controller.controller import Controller
 
 Key = tuple[str, int]
+RETRY_MS = 1000
 Outcome = tuple[ErrorCode, "str | None"]
 
 
@@ -44,6 +46,8 @@ class PartitionReassignments:
         topic = ctx.topics.get(key[0])
         if topic is None or key[1] not in topic.assignment:
             return ErrorCode.unknown_topic_or_partition, None
+        if key in ctx.completing:
+            return ErrorCode.reassignment_in_progress, "The partition's previous move is completing; try again."
         if target is None:
             if key not in ctx.reassigning:
                 return ErrorCode.no_reassignment_in_progress, None
@@ -240,21 +244,31 @@ class PartitionReassignments:
                 topic.assignment[index] = before
                 ctx.completing.discard(key)
                 return [Log("warning", f"Reassignment of {key[0]}-{index} waits: no replica of "
-                                       f"{list(target)} is in the ISR")]
+                                       f"{list(target)} is in the ISR")] + self._retry(ctx, key, when_ms)
+
             def recorded(at_ms: int) -> list:
                 ctx.completing.discard(key)
-                ctx.reassigning.pop(key, None)
+                if ctx.reassigning.get(key, (None,))[0] == target:
+                    ctx.reassigning.pop(key)
                 return [Log("info", f"Reassignment of {key[0]}-{index} done: replicas {list(target)}")] + \
                     self.forget_requested(ctx, [key], at_ms)
 
             def failed(code: ErrorCode, message: str | None, at_ms: int) -> list:
                 ctx.completing.discard(key)
-                return [Log("warning", f"Recording the reassignment of {key[0]}-{index} failed: {message}")]
+                return [Log("warning", f"Recording the reassignment of {key[0]}-{index} failed: {message}")] + \
+                    self._retry(ctx, key, at_ms)
 
             effects = self._stop_replicas(ctx, key, leaving, when_ms)
             return effects + self._write_assignment(ctx, topic, index, target, (), (), when_ms, recorded, failed)
 
         return self.controller.elections.elect(ctx, [key], set(), now_ms, elected, decide)
+
+    def _retry(self, ctx: ControllerContext, key: Key, now_ms: int) -> list:
+        """Look again at a move whose end was put off (its targets left the ISR meanwhile, or
+        ZooKeeper did not answer)."""
+        controller = self.controller
+        return controller.outbox.after(now_ms + RETRY_MS, lambda t: self.maybe_complete(ctx, [key], t)
+                                       if controller.in_office(ctx) else [])
 
     def _new_epoch(self, ctx: ControllerContext, key: Key, now_ms: int, then: Callable[[int], list]) -> list:
         def decide(t: TopicMetadata, i: int, current: LeaderAndIsr, live: set[int],
@@ -278,24 +292,45 @@ class PartitionReassignments:
                           adding: tuple[int, ...], removing: tuple[int, ...], now_ms: int,
                           then: Callable[[int], list], failed: Callable[[ErrorCode, str | None, int], list]) -> list:
         """Write the topic znode with ``index`` assigned ``replicas`` (and what is being added and
-        removed), fenced by the controller epoch; then update the context."""
-        assignment = {**topic.assignment, index: replicas}
-        adding_all = {**topic.adding, index: adding} if adding else {p: r for p, r in topic.adding.items() if p != index}
-        removing_all = {**topic.removing, index: removing} if removing else \
-            {p: r for p, r in topic.removing.items() if p != index}
-        data = znodes.TopicZNode.encode(assignment, topic.topic_id, adding_all, removing_all)
+        removed), fenced by the controller epoch; then update the context. The writes of one topic
+        go one at a time, each from the assignment then current, so that none undoes another."""
+        name = topic.name
         controller = self.controller
-        if not controller.in_office(ctx):
-            return failed(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
-        ops = controller.fenced(ctx, [SetData(znodes.TopicZNode.path(topic.name), data)])
 
-        def on_result(results: list, when_ms: int) -> list:
-            error = results[0].error
-            if error is not ZkError.NONE:
-                code = ErrorCode.not_controller if error is ZkError.BAD_VERSION else ErrorCode.unknown_server_error
-                return failed(code, f"ZooKeeper error {error.name}", when_ms)
-            topic.assignment[index] = replicas
-            topic.adding, topic.removing = adding_all, removing_all
-            return then(when_ms)
+        def write(at_ms: int) -> list:
+            if not controller.in_office(ctx):
+                ctx.topic_writing.discard(name)
+                return failed(ErrorCode.not_controller, "This broker is no longer the controller", at_ms)
+            assignment = {**topic.assignment, index: replicas}
+            adding_all = {p: r for p, r in topic.adding.items() if p != index}
+            removing_all = {p: r for p, r in topic.removing.items() if p != index}
+            if adding:
+                adding_all[index] = adding
+            if removing:
+                removing_all[index] = removing
+            data = znodes.TopicZNode.encode(assignment, topic.topic_id, adding_all, removing_all)
+            ops = controller.fenced(ctx, [SetData(znodes.TopicZNode.path(name), data)])
 
-        return [controller.outbox.zk(ops, on_result, transaction=True)]
+            def on_result(results: list, when_ms: int) -> list:
+                ctx.topic_writing.discard(name)
+                error = results[0].error
+                if error is not ZkError.NONE:
+                    code = ErrorCode.not_controller if error is ZkError.BAD_VERSION else ErrorCode.unknown_server_error
+                    effects = failed(code, f"ZooKeeper error {error.name}", when_ms)
+                else:
+                    topic.assignment[index] = replicas
+                    topic.adding, topic.removing = adding_all, removing_all
+                    effects = then(when_ms)
+                return effects + self._next_write(ctx, name, when_ms)
+
+            return [controller.outbox.zk(ops, on_result, transaction=True)]
+
+        ctx.topic_writes.setdefault(name, collections.deque()).append(write)
+        return self._next_write(ctx, name, now_ms)
+
+    def _next_write(self, ctx: ControllerContext, name: str, now_ms: int) -> list:
+        queue = ctx.topic_writes.get(name)
+        if name in ctx.topic_writing or not queue:
+            return []
+        ctx.topic_writing.add(name)
+        return queue.popleft()(now_ms)

@@ -56,6 +56,8 @@ class Invariants:
     _: KW_ONLY
     checked_acks: frozenset[int]
     no_duplicates: bool
+    assigned_only: bool = False
+    """final_check compares only the replicas ZooKeeper assigns (not stray logs of removed ones)."""
 
     def __post_init__(self) -> None:
         partitions = self.partitions
@@ -204,9 +206,13 @@ class Invariants:
         """Every replica identical; every checked acknowledged record in the leader's final log;
         every consumed record still at its offset. Returns how many acknowledged batches are lost."""
         lost = 0
+        [topic] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(self.topic))])
+        assignment = znodes.TopicZNode.decode(topic.data).partitions
         for index in range(self.partitions):
             copies = {}
             for node in self.sim.brokers.values():
+                if self.assigned_only and node.id not in assignment[index]:
+                    continue
                 partition = node.core.partitions.get((self.topic, index)) if node.core is not None else None
                 if partition is not None:
                     copies[node.id] = self.sim.log_bytes(node.id, self.topic, index)

@@ -26,6 +26,8 @@ from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
+from strandline.coordination import znodes
+from strandline.coordination.store import GetData
 from strandline.protocol.api import ApiKey
 from strandline.sim.checker import Invariants, Violation
 from strandline.sim.cluster import SimCluster
@@ -89,8 +91,13 @@ class _Fault:
 
 class Explorer:
     def __init__(self, seed: int, config: ExploreConfig, *, brokers: int = 3, partitions: int = 3,
-                 duration_ms: int = 60000, converge_ms: int = 30000) -> None:
+                 duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False) -> None:
         self.seed = seed
+        # with reassignments: four brokers, three replicas each, moved about by the nemesis (CTL-11)
+        self.reassign = reassign
+        if reassign:
+            brokers = max(brokers, 4)
+        self.replication_factor = 3 if reassign else brokers
         self.config = config
         self.rng = random.Random(seed)
         self.partitions = partitions
@@ -117,6 +124,10 @@ class Explorer:
         self.history = History()
         self.invariants = Invariants(self.sim, TOPIC, partitions, checked_acks=config.checked_acks,
                                      no_duplicates=config.name == "safe")
+        if reassign:
+            # the final check compares the assigned replicas only: a broker that was down when a
+            # move took its replica away keeps a stray log, as in Kafka
+            self.invariants.assigned_only = True
         self.faults: list[_Fault] = []
         self.fault_count = 0
         self.start_ms = self.sim.now
@@ -162,7 +173,7 @@ class Explorer:
 
     def _setup(self) -> None:
         sim = self.sim
-        body = {"topics": [{"name": TOPIC, "num_partitions": self.partitions, "replication_factor": len(sim.brokers),
+        body = {"topics": [{"name": TOPIC, "num_partitions": self.partitions, "replication_factor": self.replication_factor,
                             "assignments": [], "configs": []}], "timeout": 1000, "validate_only": False}
         resp = sim.call(sim.controller_id, ApiKey.CREATE_TOPICS, 5, body, "admin")
         assert resp.topics[0].error_code == ErrorCode.none, resp
@@ -211,6 +222,8 @@ class Explorer:
             kinds += ["kill", "kill", "pause", "pause", "stop", "bounce"]
             if self.flush_on_ack:
                 kinds += ["power-loss", "power-loss"]
+        if self.reassign:
+            kinds += ["reassign", "reassign"]
         kind = rng.choice(kinds)
         a, b = rng.sample(ids, 2)
         duration = int(rng.choice((rng.uniform(100, 3000), rng.uniform(3000, 15000))))
@@ -221,6 +234,9 @@ class Explorer:
             if abs(sim.brokers[target].clock_offset_ms + delta) <= 5000:
                 sim.step_clock(target, delta)
                 self.note(f"nemesis: clock of broker {target} steps {delta:+d} ms")
+            return
+        if kind == "reassign":
+            self._reassign(rng.randrange(self.partitions), rng)
             return
         if kind == "flaky-zk":
             target = rng.choice(ids)
@@ -279,6 +295,29 @@ class Explorer:
                 sim.crash(target, lose_unflushed=power, expire_at_once=False)
                 self._fault(f"broker {target} {'lost power' if power else 'killed (SIGKILL)'}", duration,
                             lambda: self._restart(target), brokers={target})
+
+    def _reassign(self, index: int, rng: random.Random) -> None:
+        """Ask the controller to move a partition to three brokers (or, now and then, to cancel
+        its move); the answer is not awaited, and a refusal is part of the run."""
+        sim = self.sim
+        controller = sim.controller_id
+        if controller < 0 or sim.brokers[controller].core is None:
+            return
+        if rng.random() < 0.2:
+            target = None
+            self.note(f"nemesis: cancel the reassignment of partition {index}")
+        else:
+            target = rng.sample(sorted(sim.brokers), self.replication_factor)
+            self.note(f"nemesis: reassign partition {index} to {target}")
+        body = {"timeout": 30000, "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": index, "replicas": target}]}]}
+        sim.request(controller, ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body, "admin")
+
+    def _assignment(self) -> tuple[dict[int, tuple[int, ...]], bool]:
+        """The assignment ZooKeeper holds, and whether a reassignment is still recorded there."""
+        [res] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(TOPIC))])
+        decoded = znodes.TopicZNode.decode(res.data)
+        return decoded.partitions, bool(decoded.adding_replicas or decoded.removing_replicas)
 
     def _fault(self, description: str, duration_ms: int, heal: Callable[[], object], *,
                brokers: set[int] = frozenset(), network: bool = False) -> None:
@@ -342,12 +381,15 @@ class Explorer:
         live = self._live()
         if len(live) != len(sim.brokers):
             return False
+        assignment, moving = self._assignment()
+        if moving:
+            return False
         for index in range(self.partitions):
             state = sim.state(TOPIC, index)
-            replicas = set(sim.brokers)
+            replicas = set(assignment[index])
             if state.leader < 0 or set(state.isr) != replicas:
                 return False
-            for b in live:
+            for b in replicas:
                 p = sim.partition(b, TOPIC, index)
                 if p is None or p.leader_epoch != state.leader_epoch:
                     return False
@@ -359,9 +401,10 @@ class Explorer:
     def _quiescent(self) -> bool:
         if not all(p.idle for p in self.producers):
             return False
+        assignment, _ = self._assignment()
         for index in range(self.partitions):
             ends = set()
-            for b in self.sim.brokers:
+            for b in assignment[index]:
                 p = self.sim.partition(b, TOPIC, index)
                 if p is None or p.high_watermark != p.log_end_offset:
                     return False
@@ -419,4 +462,5 @@ class Explorer:
 
 
 def run_seed(seed: int, config: str = "safe", **kwargs) -> RunResult:
+    """One run; ``reassign=True`` adds partition reassignments to the faults (four brokers)."""
     return Explorer(seed, CONFIGS[config], **kwargs).run()
