@@ -62,14 +62,14 @@ def leader_isr(address: str, topic: str, partition: int, fallback: list) -> list
     return fallback
 
 
-def _done(result: Any, topic: str, action: str, done: str) -> int:
-    """Report the controller's answer to ``action`` (create, delete) on ``topic``: ``done`` (Created,
-    Deleted) when it succeeded; raises StrandlineError on an error."""
+def _done(result: Any, action: str, done: str) -> int:
+    """Report the controller's answer to ``action`` (e.g. "create topic t"): print ``done`` when
+    it succeeded; raises StrandlineError on an error."""
     code = _error(result.error_code)
     if code is not ErrorCode.none:
-        raise StrandlineError(f"cannot {action} topic {topic}: {code.name.upper()}"
+        raise StrandlineError(f"cannot {action}: {code.name.upper()}"
                               + (f": {result.error_message}" if result.error_message else ""))
-    print(f"{done} topic {topic}.")
+    print(done)
     return 0
 
 
@@ -86,21 +86,16 @@ def run(args: argparse.Namespace) -> int:
                 "name": args.topic, "num_partitions": args.partitions,
                 "replication_factor": args.replication_factor, "assignments": [], "configs": configs}],
                 "timeout": 30000, "validate_only": False})
-            return _done(resp.topics[0], args.topic, "create", "Created")
+            return _done(resp.topics[0], f"create topic {args.topic}", f"Created topic {args.topic}.")
         if args.action == "alter":
             resp = conn.request(CREATE_PARTITIONS, 1, {"topics": [
                 {"name": args.topic, "count": args.partitions, "assignments": None}],
                 "timeout": 30000, "validate_only": False})
-            result = resp.results[0]
-            code = _error(result.error_code)
-            if code is not ErrorCode.none:
-                raise StrandlineError(f"cannot add partitions to topic {args.topic}: {code.name.upper()}"
-                                      + (f": {result.error_message}" if result.error_message else ""))
-            print(f"Topic {args.topic} now has {args.partitions} partitions.")
-            return 0
+            return _done(resp.results[0], f"add partitions to topic {args.topic}",
+                         f"Topic {args.topic} now has {args.partitions} partitions.")
         if args.action == "delete":
             resp = conn.request(DELETE_TOPICS, 5, {"topic_names": [args.topic], "timeout": 30000})
-            return _done(resp.responses[0], args.topic, "delete", "Deleted")
+            return _done(resp.responses[0], f"delete topic {args.topic}", f"Deleted topic {args.topic}.")
         if args.action == "list":
             resp = metadata(conn, None)
             for topic in sorted(resp.topics, key=lambda t: t.name):
