@@ -2,7 +2,8 @@
 
 With the original replicas ORS and the target TRS, the partition is first assigned RS = TRS + ORS
 (adding TRS - ORS, removing ORS - TRS, both written to the topic znode so that a new controller
-resumes the move), and its replicas are told so in a new leader epoch: the new ones start
+resumes the move; a move that replaces one in progress also keeps that one's replicas until it
+ends), and its replicas are told so in a new leader epoch: the new ones start
 fetching. Once every target replica is in the ISR, the partition is assigned TRS; leadership moves
 into TRS in a new leader epoch if its leader is leaving, the ISR keeps only target replicas, the
 removed replicas stop and delete their logs, and the topic znode holds TRS alone. Cancelling goes
@@ -123,16 +124,16 @@ class PartitionReassignments:
         origin = ctx.reassigning[key][1] if key in ctx.reassigning else current
         if target == current and key not in ctx.reassigning:
             return done(ErrorCode.none, None, now_ms)
-        replicas = _distinct(target + origin)
+        # a move that replaces another keeps that one's replicas until it ends (they may be in the
+        # ISR, even lead): they are removed with the others once the targets are in the ISR
+        replicas = _distinct(target + origin + current)
         adding = tuple(r for r in target if r not in origin)
-        removing = tuple(r for r in origin if r not in target)
-        dropped = [r for r in current if r not in replicas]     # added by a move this one replaces
+        removing = tuple(r for r in replicas if r not in target)
 
         def written(when_ms: int) -> list:
             ctx.reassigning[key] = (target, origin)
             effects: list = [Log("info", f"Reassigning {key[0]}-{index}: {list(origin)} -> {list(target)} "
                                          f"(adding {list(adding)}, removing {list(removing)})")]
-            effects += self._stop_replicas(ctx, key, dropped, when_ms)
             effects += self._new_epoch(ctx, key, when_ms, lambda t: self.maybe_complete(ctx, [key], t))
             return effects + done(ErrorCode.none, None, when_ms)
 
