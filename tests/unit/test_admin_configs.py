@@ -297,3 +297,15 @@ def test_list_offsets_v11_answers_the_tiered_storage_timestamps_as_kafka_without
     meta = h.call(3, 13, {"topics": None, "allow_auto_topic_creation": False,
                           "include_topic_authorized_operations": False})
     assert meta.error_code == ErrorCode.none and [t.name for t in meta.topics] == ["o"]
+
+
+def test_create_partitions_with_fewer_live_brokers_than_replicas_is_refused_and_changes_nothing():
+    c = SimCluster((1, 2, 3), latency_ms=1)
+    create(c, "g", [1, 2, 3])
+    c.crash(3)
+    c.advance(20_000)
+    body = {"topics": [{"name": "g", "count": 2, "assignments": None}], "timeout": 1000, "validate_only": False}
+    result = c.call(c.controller_id, 37, 3, body).results[0]
+    assert result.error_code == ErrorCode.invalid_replication_factor, result
+    [res] = c.zk.execute([GetData("/brokers/topics/g")])
+    assert list(json.loads(res.data)["partitions"]) == ["0"]
