@@ -71,11 +71,15 @@ def preferred_replica_election(replicas: tuple[int, ...], current: LeaderAndIsr,
 
 def within_assignment(replicas: tuple[int, ...], current: LeaderAndIsr) -> LeaderAndIsr:
     """The state as a rule must see it: just after a reassignment narrowed the replicas, the ISR
-    may still name removed ones, which no new state may keep (CTL-11)."""
+    may still name removed ones, and the leader may be one, which no new state may keep (CTL-11):
+    a leader no longer assigned counts as gone."""
     if set(current.isr) <= set(replicas):
         return current
     kept = tuple(r for r in current.isr if r in replicas)
-    return dataclasses.replace(current, isr=kept) if kept else current
+    if not kept:
+        return current
+    leader = current.leader if current.leader in kept else -1
+    return dataclasses.replace(current, leader=leader, isr=kept)
 
 
 class PartitionElections:

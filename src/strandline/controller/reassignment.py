@@ -177,8 +177,12 @@ class PartitionReassignments:
                 keys.append((topic.name, index))
         if not keys:
             return []
-        return [Log("info", f"Resuming the reassignment of {len(keys)} partition(s)")] + \
-            self.maybe_complete(ctx, keys, now_ms)
+        # the replicas may never have heard of RS (the last controller may have died first): tell
+        # them again in a new leader epoch, as phase one does, then look whether the move can end
+        effects: list = [Log("info", f"Resuming the reassignment of {len(keys)} partition(s)")]
+        for key in keys:
+            effects += self._new_epoch(ctx, key, now_ms, lambda t, key=key: self.maybe_complete(ctx, [key], t))
+        return effects
 
     # ------------------------------------------------------------------ /admin/reassign_partitions
 
