@@ -21,7 +21,7 @@ from strandline.broker.effects import Log
 from strandline.controller.context import ControllerContext
 from strandline.coordination import znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
-from strandline.coordination.store import Delete, SetData, ZkError
+from strandline.coordination.store import Delete, GetData, SetData, ZkError
 from strandline.protocol import control
 
 if TYPE_CHECKING:
@@ -164,17 +164,22 @@ class PartitionReassignments:
         ctx.reassigning[key] = (origin, origin)
         return self._finish(ctx, key, origin, now_ms) + done(ErrorCode.none, None, now_ms)
 
-    def resume(self, ctx: ControllerContext, now_ms: int) -> list:
-        """A new controller takes over the moves the topic znodes record."""
+    def resume(self, ctx: ControllerContext, now_ms: int, topics: list[TopicMetadata] | None = None) -> list:
+        """Take over the moves the topic znodes record that this controller does not follow yet:
+        all of them for a new controller, or those of ``topics`` read again after a write whose
+        outcome ZooKeeper did not tell."""
         keys = []
-        for topic in ctx.topics.values():
+        for topic in ctx.topics.values() if topics is None else topics:
             for index in sorted(set(topic.adding) | set(topic.removing)):
+                key = (topic.name, index)
+                if key in ctx.reassigning or key in ctx.completing:
+                    continue
                 replicas = topic.assignment.get(index, ())
                 adding, removing = topic.adding.get(index, ()), topic.removing.get(index, ())
                 target = tuple(r for r in replicas if r not in removing)
                 origin = tuple(r for r in replicas if r not in adding)
-                ctx.reassigning[(topic.name, index)] = (target, origin)
-                keys.append((topic.name, index))
+                ctx.reassigning[key] = (target, origin)
+                keys.append(key)
         if not keys:
             return []
         # the replicas may never have heard of RS (the last controller may have died first): tell
@@ -183,6 +188,28 @@ class PartitionReassignments:
         for key in keys:
             effects += self._new_epoch(ctx, key, now_ms, lambda t, key=key: self.maybe_complete(ctx, [key], t))
         return effects
+
+    def _read_back(self, ctx: ControllerContext, name: str, now_ms: int) -> list:
+        """A topic znode write got no answer (it may have been applied): read the znode and follow
+        whatever move it records."""
+        controller = self.controller
+
+        def on_read(results: list, when_ms: int) -> list:
+            [res] = results
+            topic = ctx.topics.get(name)
+            if not controller.in_office(ctx) or topic is None:
+                return []
+            if res.error is not ZkError.NONE:
+                return controller.outbox.after(when_ms + RETRY_MS, lambda t: self._read_back(ctx, name, t))
+            if name in ctx.topic_writing or ctx.topic_writes.get(name):
+                return []          # a write of ours is on its way; its answer decides
+            decoded = znodes.TopicZNode.decode(res.data, name)
+            topic.assignment.update({p: tuple(r) for p, r in decoded.partitions.items()})
+            topic.adding = {p: tuple(r) for p, r in (decoded.adding_replicas or {}).items() if r}
+            topic.removing = {p: tuple(r) for p, r in (decoded.removing_replicas or {}).items() if r}
+            return self.resume(ctx, when_ms, [topic])
+
+        return [controller.outbox.zk([GetData(znodes.TopicZNode.path(name))], on_read)]
 
     # ------------------------------------------------------------------ /admin/reassign_partitions
 
@@ -245,11 +272,16 @@ class PartitionReassignments:
             return LeaderAndIsr(leader, current.leader_epoch + 1, isr, ctx.epoch, current.zk_version), False
 
         def elected(when_ms: int) -> list:
-            if blocked:
+            state = topic.states.get(index)
+            written = state is not None and set(state.isr) <= set(target) and state.leader in (-1, *target)
+            if blocked or not written:
+                # no state within the targets was written (none could be, or ZooKeeper did not
+                # answer and the election goes on without us): nothing is removed yet
                 topic.assignment[index] = before
                 ctx.completing.discard(key)
-                return [Log("warning", f"Reassignment of {key[0]}-{index} waits: no replica of "
-                                       f"{list(target)} is in the ISR")] + self._retry(ctx, key, when_ms)
+                why = f"no replica of {list(target)} is in the ISR" if blocked else "its new state is not written yet"
+                return [Log("warning", f"Reassignment of {key[0]}-{index} waits: {why}")] + \
+                    self._retry(ctx, key, when_ms)
 
             def recorded(at_ms: int) -> list:
                 ctx.completing.discard(key)
@@ -322,6 +354,8 @@ class PartitionReassignments:
                 if error is not ZkError.NONE:
                     code = ErrorCode.not_controller if error is ZkError.BAD_VERSION else ErrorCode.unknown_server_error
                     effects = failed(code, f"ZooKeeper error {error.name}", when_ms)
+                    if error is ZkError.CONNECTION_LOSS:
+                        effects += self._read_back(ctx, name, when_ms)
                 else:
                     topic.assignment[index] = replicas
                     topic.adding, topic.removing = adding_all, removing_all
