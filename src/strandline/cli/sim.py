@@ -7,10 +7,17 @@ import multiprocessing
 import sys
 import time
 
-from strandline.sim.explore import CONFIGS, RunResult, run_seed
+from typing import TYPE_CHECKING
+
+from strandline.sim.configs import CONFIGS
+
+if TYPE_CHECKING:
+    from strandline.sim.explore import RunResult
 
 
 def _run(job: tuple[int, str, int, bool]) -> RunResult:
+    from strandline.sim.explore import run_seed
+
     seed, config, duration_ms, reassign = job
     return run_seed(seed, config, duration_ms=duration_ms, reassign=reassign)
 
@@ -51,6 +58,8 @@ def explore(args: argparse.Namespace) -> int:
 
 
 def replay(args: argparse.Namespace) -> int:
+    from strandline.sim.explore import run_seed
+
     result = run_seed(args.seed, args.config, duration_ms=args.duration_ms, reassign=args.reassign)
     print(f"seed {result.seed} [{result.config}]: {result.acked} acknowledged batches, {result.faults} faults, "
           f"{result.events} events, {result.simulated_ms / 1000:.1f} simulated s in {result.wall_s:.2f} s")

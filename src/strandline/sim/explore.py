@@ -30,35 +30,13 @@ from strandline.coordination import znodes
 from strandline.coordination.store import GetData
 from strandline.protocol.api import ApiKey
 from strandline.sim.checker import Invariants, Violation
+from strandline.sim.configs import CONFIGS, ExploreConfig  # noqa: F401  (part of this module's interface)
 from strandline.sim.cluster import SimCluster
 from strandline.sim.workload import Consumer, Firehose, History, Producer
 
 TOPIC = "events"
 SESSION_TIMEOUT_MS = 6000
 LAG_TIME_MS = 3000
-
-
-@dataclass(frozen=True)
-class ExploreConfig:
-    name: str
-    broker: dict[str, str]
-    checked_acks: frozenset[int]
-    """Acknowledgements the configuration promises to keep (the others may be lost)."""
-    must_lose: bool
-    power_loss: str = "never"
-    """"never", "always", or "random": power loss is injected only where the run flushes on ack."""
-
-
-CONFIGS = {
-    "safe": ExploreConfig("safe", {"min.insync.replicas": "2", "unclean.leader.election.enable": "false",
-                                   "replication.truncation": "leader-epoch"}, frozenset({-1}), False, "random"),
-    "acks1": ExploreConfig("acks1", {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
-                           frozenset({1}), True, "never"),
-    "unclean": ExploreConfig("unclean", {"min.insync.replicas": "2", "unclean.leader.election.enable": "true"},
-                             frozenset({-1}), True, "never"),
-    "legacy": ExploreConfig("legacy", {"min.insync.replicas": "2", "replication.truncation": "high-watermark"},
-                            frozenset({-1}), True, "never"),
-}
 
 
 @dataclass
