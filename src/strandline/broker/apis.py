@@ -353,13 +353,13 @@ class KafkaApis:
             return [response(conn_id, header, {"throttle_time": 0, "topics": [
                 {"name": n, "partitions": ps} for n, ps in topics.items()]})]
 
-        return self.replicas.delete_records(conn_id, wanted, duration_ms(request.timeout), respond, now_ms)
+        return self.replicas.log_admin.delete_records(conn_id, wanted, duration_ms(request.timeout), respond, now_ms)
 
     def _describe_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         wanted = None if request.topics is None else \
             {t.topic: list(t.partitions) for t in request.topics}
         return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
-                                           "results": self.replicas.describe_log_dirs(wanted)})]
+                                           "results": self.replicas.log_admin.describe_log_dirs(wanted)})]
 
     def _describe_producers(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         topics = []
@@ -389,7 +389,7 @@ class KafkaApis:
         for d in request.dirs:
             for t in d.topics:
                 for index in t.partitions:
-                    code = self.replicas.check_log_dir_move(t.name, index, d.path)
+                    code = self.replicas.log_admin.check_log_dir_move(t.name, index, d.path)
                     results.setdefault(t.name, []).append({"partition_index": index, "error_code": code})
         return [response(conn_id, header, {"throttle_time": 0, "results": [
             {"topic_name": n, "partitions": ps} for n, ps in results.items()]})]

@@ -16,12 +16,11 @@ state's ``zk_version`` is the stat version the store returned with the bytes
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Protocol
 
 
 __all__ = [
@@ -33,75 +32,9 @@ __all__ = [
     "TopicPartitionsZNode", "TopicZNode", "TopicsZNode", "new_cluster_id", "uuid_from_base64", "uuid_to_base64",
 ]
 
-T = TypeVar("T")
-
-
-# -- helpers
-
-
-def _json(value: Any) -> bytes:
-    """Kafka's ``Json.encodeAsBytes``: compact UTF-8 JSON."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def _decode(path: str, data: bytes | None, parse: Callable[[Any], T]) -> T:
-    """Parse ``data`` as JSON and hand it to ``parse``; any failure is a ValueError naming ``path``."""
-    if data is None:
-        raise ValueError(f"znode {path} has no data")
-    try:
-        obj = json.loads(data)
-        return parse(obj)
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-        raise ValueError(f"malformed data in znode {path}: {exc}: {bytes(data[:120])!r}") from None
-
-
-def _int(value: Any) -> int:
-    """A JSON integer (not a bool, not a float with a fraction)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {value!r}")
-    return value
-
-
-def _object(value: Any) -> dict:
-    if not isinstance(value, dict):
-        raise TypeError(f"expected a JSON object, got {value!r}")
-    return value
-
-
-def _int_list(value: Any) -> tuple[int, ...]:
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list of integers, got {value!r}")
-    return tuple(_int(v) for v in value)
-
-
-def uuid_to_base64(value: uuid.UUID) -> str:
-    """Kafka's ``Uuid.toString()``: URL-safe base64 of the 16 bytes, without padding (22 chars)."""
-    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
-
-
-def uuid_from_base64(text: str) -> uuid.UUID:
-    """Kafka's ``Uuid.fromString()``; ValueError unless ``text`` is 22 base64url characters of 16 bytes."""
-    if not isinstance(text, str) or len(text) != 22:
-        raise ValueError(f"not a base64 UUID: {text!r}")
-    raw = base64.urlsafe_b64decode(text + "==")
-    if len(raw) != 16:
-        raise ValueError(f"not a base64 UUID: {text!r}")
-    return uuid.UUID(bytes=raw)
-
-
-def new_cluster_id(value: uuid.UUID | None = None) -> str:
-    """A cluster id like Kafka's ``CoreUtils.generateUuidAsBase64``; pass ``value`` to be deterministic."""
-    return uuid_to_base64(value if value is not None else uuid.uuid4())
-
-
-class _FixedPathZNode:
-    """A znode whose path is fixed: ``path()`` is ``PATH``."""
-
-    PATH = ""
-
-    @classmethod
-    def path(cls) -> str:
-        return cls.PATH
+from strandline.coordination.znode_json import (  # noqa: F401  (the uuid helpers are part of this module's API)
+    FixedPathZNode as _FixedPathZNode, decode_json as _decode, int_list as _int_list, json_bytes as _json,
+    json_int as _int, json_object as _object, new_cluster_id, uuid_from_base64, uuid_to_base64)
 
 
 # -- /brokers

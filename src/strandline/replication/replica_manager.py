@@ -25,15 +25,13 @@ from strandline.log.manager import LogManager
 from strandline.protocol import control
 from strandline.replication.fetcher_manager import ReplicaFetcherManager
 from strandline.replication.isr_manager import IsrManager
+from strandline.replication.log_admin import LogAdmin
 from strandline.replication.partition import Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
 from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.truncation import legacy_truncation_offset
-from strandline.replication.validation import validate_produce_records
-from strandline.protocol.records import read_header, recompress
-
-#: compression.type: the codec batches are stored with (None: as the producer sent them)
-CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+from strandline.replication.validation import apply_compression_type, validate_produce_records
+from strandline.protocol.records import read_header
 
 LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
 
@@ -52,7 +50,6 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.produce_purgatory = Purgatory()
         self.fetch_purgatory = Purgatory()
-        self.delete_records_purgatory = Purgatory()
         self.leader_quota = ReplicationQuota(lambda: config["leader.replication.throttled.rate"])
         self.controller_epoch = 0          # the newest controller epoch this broker has heard from
         self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
@@ -62,6 +59,7 @@ class ReplicaManager:
         self._hw_checkpoint: dict | None = None
         self.isr_manager = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms)
         self.fetcher_manager = ReplicaFetcherManager(config, self.partitions, metadata, outbox, self.fetch_purgatory)
+        self.log_admin = LogAdmin(self.partitions, logs, metadata)
 
     # ------------------------------------------------------------------ partitions and logs
 
@@ -372,20 +370,12 @@ class ReplicaManager:
             and log_config.message_timestamp_difference_max_ms < LONG_MAX else None, now_ms)
         if checked.error is not ErrorCode.none:
             return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
+        records, checked = apply_compression_type(records, checked.header,
+                                                  self.config.topic_value(topic.configs, "compression.type"),
+                                                  log_config.max_message_bytes)
+        if checked.error is not ErrorCode.none:
+            return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
         header = checked.header
-        codec = CODECS[self.config.topic_value(topic.configs, "compression.type")]
-        if codec is not None and header.compression != codec:
-            # compression.type set on the topic or broker: the one case where the broker decodes records
-            try:
-                records = recompress(records, header, codec)
-            except Exception as exc:     # whatever the codec's library raises on bad input
-                return [ErrorCode.corrupt_message, -1, -1, partition.log_start_offset,
-                        f"records cannot be decompressed: {exc}"], None
-            header = read_header(records, 0)
-            if len(records) > log_config.max_message_bytes:
-                return [ErrorCode.message_too_large, -1, -1, partition.log_start_offset,
-                        f"record batch of {len(records)} bytes once recompressed exceeds max.message.bytes "
-                        f"{log_config.max_message_bytes}"], None
         min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
         outcome = partition.append_records_to_leader(bytearray(records), header, acks, min_isr, now_ms)
         if outcome.error is not ErrorCode.none:
@@ -544,83 +534,6 @@ class ReplicaManager:
         topic = self.metadata.topics.get(name)
         return topic is not None and throttled(topic.configs, key, index, broker_id)
 
-    # ------------------------------------------------------------------ DeleteRecords, DescribeLogDirs
-
-    def delete_records(self, conn_id: int, wanted: list[tuple[str, int, int]], timeout_ms: int,
-                       respond: Callable[[dict[tuple[str, int], tuple[ErrorCode, int]]], list], now_ms: int) -> list:
-        """DeleteRecords (Kafka's ReplicaManager.deleteRecords): on each partition this broker
-        leads, move the log start offset up to the offset asked (-1: the high watermark; beyond it
-        OFFSET_OUT_OF_RANGE), then wait until every live replica has moved its own (followers learn
-        it from their fetches) or ``timeout_ms`` passes (REQUEST_TIMED_OUT). ``respond`` gets
-        (error, low watermark) per partition."""
-        results: dict[tuple[str, int], tuple[ErrorCode, int]] = {}
-        targets: dict[tuple[str, int], int] = {}
-        for name, index, offset in wanted:
-            key = (name, index)
-            topic = self.metadata.topics.get(name)
-            partition = self.partitions.get(key)
-            if topic is None or index not in topic.assignment:
-                results[key] = (ErrorCode.unknown_topic_or_partition, -1)
-            elif partition is None or not partition.is_leader:
-                results[key] = (ErrorCode.not_leader_or_follower, -1)
-            else:
-                target = partition.high_watermark if offset == -1 else offset
-                if target < 0 or target > partition.high_watermark:
-                    results[key] = (ErrorCode.offset_out_of_range, -1)
-                    continue
-                partition.log.maybe_increment_log_start_offset(target)
-                targets[key] = target
-
-        def try_complete(at_ms: int, expired: bool) -> list | None:
-            alive = set(self.metadata.brokers)
-            for key, target in targets.items():
-                if key in results:
-                    continue
-                partition = self.partitions.get(key)
-                if partition is None or not partition.is_leader:
-                    results[key] = (ErrorCode.not_leader_or_follower, -1)
-                elif (low := partition.low_watermark(alive)) >= target:
-                    results[key] = (ErrorCode.none, low)
-                elif expired:
-                    results[key] = (ErrorCode.request_timed_out, low)
-            if len(results) < len(set(k for k in ((n, i) for n, i, _ in wanted))):
-                return None
-            return respond(results)
-
-        done = try_complete(now_ms, False)
-        if done is not None:
-            return done
-        self.delete_records_purgatory.watch(DelayedOperation(conn_id, now_ms + max(timeout_ms, 0), tuple(targets),
-                                                             try_complete))
-        return []
-
-    def check_log_dir_move(self, name: str, index: int, path: str) -> ErrorCode:
-        """AlterReplicaLogDirs for one replica: staying in its log dir is a no-op; a dir this
-        broker does not have is LOG_DIR_NOT_FOUND; moving a replica to another of its log dirs is
-        not done (KAFKA_STORAGE_ERROR, and nothing changes)."""
-        if path not in self.logs.log_dirs:
-            return ErrorCode.log_dir_not_found
-        current = self.logs.dir_of.get((name, index))
-        if current is None:
-            return ErrorCode.replica_not_available
-        return ErrorCode.none if current == path else ErrorCode.kafka_storage_error
-
-    def describe_log_dirs(self, wanted: dict[str, list[int]] | None) -> list[dict]:
-        """DescribeLogDirs: per log dir, the size of each replica's log and its offset lag (how far
-        its log end offset is below the high watermark; Kafka's, for a current replica)."""
-        per_dir: dict[str, dict[str, list[dict]]] = {d: {} for d in self.logs.log_dirs}
-        for (name, index), log in sorted(self.logs.logs.items()):
-            if wanted is not None and index not in wanted.get(name, ()):
-                continue
-            partition = self.partitions.get((name, index))
-            hw = partition.high_watermark if partition is not None else log.log_end_offset
-            per_dir.setdefault(self.logs.dir_of[(name, index)], {}).setdefault(name, []).append(
-                {"partition_index": index, "partition_size": log.size_in_bytes,
-                 "offset_lag": max(hw - log.log_end_offset, 0), "is_future_key": False})
-        return [{"error_code": ErrorCode.none, "log_dir": d, "total_bytes": -1, "usable_bytes": -1,
-                 "topics": [{"name": n, "partitions": ps} for n, ps in sorted(topics.items())]}
-                for d, topics in per_dir.items()]
-
     def _follower_fetched(self, follower_id: int, served: list, now_ms: int) -> list:
         """A follower's fetch offset is its LEO (REP-1): for the partitions its fetch was served
         (an answer with an error says nothing of its progress), update its state on the leader,
@@ -639,8 +552,7 @@ class ReplicaManager:
             new_isr = partition.isr_to_expand(follower_id) if alive else None
             if new_isr is not None:
                 effects.extend(self.isr_manager.change_isr(partition, new_isr, now_ms))
-        if self.delete_records_purgatory.pending:
-            effects.extend(self.delete_records_purgatory.check_keys([(name, p.partition) for name, p in served], now_ms))
+        effects.extend(self.log_admin.followers_fetched([(name, p.partition) for name, p in served], now_ms))
         return effects + self.high_watermark_moved(advanced, now_ms)
 
     def high_watermark_moved(self, keys: list, now_ms: int) -> list:
@@ -661,18 +573,18 @@ class ReplicaManager:
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.produce_purgatory.next_deadline(),
-                                 self.fetch_purgatory.next_deadline(), self.delete_records_purgatory.next_deadline())
+                                 self.fetch_purgatory.next_deadline(), self.log_admin.next_deadline())
                      if d is not None]
         return min(deadlines) if deadlines else None
 
     def expire_delayed(self, now_ms: int) -> list:
         return (self.produce_purgatory.expire(now_ms) + self.fetch_purgatory.expire(now_ms)
-                + self.delete_records_purgatory.expire(now_ms))
+                + self.log_admin.expire(now_ms))
 
     def connection_closed(self, conn_id: int) -> None:
         self.produce_purgatory.cancel_connection(conn_id)
         self.fetch_purgatory.cancel_connection(conn_id)
-        self.delete_records_purgatory.cancel_connection(conn_id)
+        self.log_admin.connection_closed(conn_id)
 
 
 def _control_error(api_key: int, code: ErrorCode) -> dict:

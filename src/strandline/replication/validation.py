@@ -5,6 +5,8 @@ complete batch, exactly one batch per partition per request, record count consis
 last offset delta, size within ``max.message.bytes``, no control batches from clients, a
 sequence number whenever a producer id is set, and (CreateTime topics) the batch's first and
 largest timestamps within ``message.timestamp.difference.max.ms`` of the broker's clock.
+Then ``compression.type``: a batch whose codec differs is recompressed, the one case where the
+broker decodes records.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from strandline.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, read_header
+from strandline.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, read_header, recompress
 
 
 class Validated(NamedTuple):
@@ -23,6 +25,9 @@ class Validated(NamedTuple):
 
 
 NO_TIMESTAMP = -1
+
+#: compression.type: the codec batches are stored with (None: as the producer sent them)
+CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 def validate_produce_records(records, max_message_bytes: int, max_timestamp_difference_ms: int | None = None,
@@ -62,3 +67,21 @@ def validate_produce_records(records, max_message_bytes: int, max_timestamp_diff
                     f"[{now_ms - max_timestamp_difference_ms}, {now_ms + max_timestamp_difference_ms}] "
                     f"(message.timestamp.difference.max.ms)"))
     return Validated(ErrorCode.none, header)
+
+
+def apply_compression_type(records: bytes, header: BatchHeader, compression_type: str,
+                           max_message_bytes: int) -> tuple[bytes, Validated]:
+    """The batch as it is stored under ``compression.type``: unchanged when the codec matches
+    (or is ``producer``), else recompressed; CORRUPT_MESSAGE when it cannot be decompressed,
+    MESSAGE_TOO_LARGE when the recompressed batch exceeds ``max.message.bytes``."""
+    codec = CODECS[compression_type]
+    if codec is None or header.compression == codec:
+        return records, Validated(ErrorCode.none, header)
+    try:
+        records = recompress(records, header, codec)
+    except Exception as exc:     # whatever the codec's library raises on bad input
+        return records, Validated(ErrorCode.corrupt_message, None, f"records cannot be decompressed: {exc}")
+    if len(records) > max_message_bytes:
+        return records, Validated(ErrorCode.message_too_large, None, (
+            f"record batch of {len(records)} bytes once recompressed exceeds max.message.bytes {max_message_bytes}"))
+    return records, Validated(ErrorCode.none, read_header(records, 0))

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
+class OptionError(ValueError):
+    """A bad or contradictory option of the ``strandline`` data source, named in the message;
+    raised when the query starts."""
+
+
 def register(spark: Any) -> None:
     """Register the ``strandline`` data source with ``spark`` (``spark.read.format("strandline")``)."""
     from strandline.spark.source import register as _register

@@ -1,4 +1,5 @@
-"""The ``strandline`` Python data source: topics as DataFrames, batch and streaming, read and write.
+"""The ``strandline`` Python data source: topics as DataFrames, batch and streaming, read and write
+(the writing side is :mod:`strandline.spark.sink`).
 
 Options and schema follow Spark's built-in Kafka source (``spark-sql-kafka-0-10``). Reads see
 committed records only (below the high watermark); each Spark task fetches one topic-partition
@@ -12,34 +13,27 @@ from __future__ import annotations
 import json
 import re
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamArrowWriter,
-                                    DataSourceStreamReader, InputPartition, WriterCommitMessage)
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, InputPartition)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
-from strandline.group.records import varint
+from strandline.spark import OptionError
 from strandline.spark.client import EARLIEST, LATEST, StrandlineClient
 from strandline.spark.decode import Columns, decode_into
+from strandline.spark.sink import NAME, StrandlineBatchWriter, StrandlineStreamWriter, writing
 
-NAME = "strandline"
 READ_OPTIONS = {
     "kafka.bootstrap.servers", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
     "startingoffsetsbytimestamp", "startingtimestamp", "failondataloss", "maxoffsetspertrigger",
     "minoffsetspertrigger", "maxtriggerdelay", "minpartitions", "includeheaders", "path", "checkpointlocation",
 }
-WRITE_OPTIONS = {"kafka.bootstrap.servers", "topic", "includeheaders", "path", "checkpointlocation"}
 TopicPartition = tuple[str, int]
-
-
-class OptionError(ValueError):
-    """A bad or contradictory option, named in the message; raised when the query starts."""
 
 
 def read_schema(include_headers: bool) -> StructType:
@@ -417,164 +411,6 @@ class StrandlineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         pass
 
 
-# ------------------------------------------------------------------------------ writing
-
-
-@dataclass
-class WriteSummary(WriterCommitMessage):
-    records: int
-
-
-def validate_write_schema(schema: StructType, topic_option: str | None) -> None:
-    """As KafkaWriter.validateQuery: value binary or string; key, topic, partition, headers typed."""
-    fields = {f.name: f.dataType for f in schema.fields}
-    if "value" not in fields:
-        raise OptionError("Required attribute 'value' not found")
-    for name in ("key", "value"):
-        if name in fields and not isinstance(fields[name], (BinaryType, StringType)):
-            raise OptionError(f"{name} attribute type must be a string or binary, got {fields[name].simpleString()}")
-    if topic_option is None and "topic" not in fields:
-        raise OptionError("topic option required when no 'topic' attribute is present. Use the topic option for "
-                          "setting a topic.")
-    if "topic" in fields and not isinstance(fields["topic"], StringType):
-        raise OptionError(f"topic attribute type must be a string, got {fields['topic'].simpleString()}")
-    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
-        raise OptionError(f"partition attribute type must be an int, got {fields['partition'].simpleString()}")
-    if "headers" in fields:
-        h = fields["headers"]
-        ok = isinstance(h, ArrayType) and isinstance(h.elementType, StructType) and \
-            [(f.name, type(f.dataType)) for f in h.elementType.fields] == [("key", StringType), ("value", BinaryType)]
-        if not ok:
-            raise OptionError("headers attribute type must be array<struct<key:string,value:binary>>, got "
-                              f"{h.simpleString()}")
-
-
-def _as_bytes(v: Any) -> bytes | None:
-    if v is None:
-        return None
-    return v.encode() if isinstance(v, str) else bytes(v)
-
-
-_SMALL = [varint(n) for n in range(1 << 14)]       # zig-zag varints of 0..16383, for lengths and deltas
-
-
-def encode_batch(rows: list[tuple], producer_id: int, producer_epoch: int, sequence: int, now_ms: int) -> bytes:
-    """An uncompressed v2 batch of (key, value, headers) for an idempotent producer."""
-    import struct
-
-    import crc32c
-
-    small = _SMALL
-    parts: list[bytes] = []
-    append = parts.append
-    null = varint(-1)
-    for delta, (key, value, headers) in enumerate(rows):
-        rec = [b"\0\0", small[delta] if delta < 16384 else varint(delta)]
-        if key is None:
-            rec.append(null)
-        else:
-            rec.append(small[len(key)] if len(key) < 16384 else varint(len(key)))
-            rec.append(key)
-        if value is None:
-            rec.append(null)
-        else:
-            rec.append(small[len(value)] if len(value) < 16384 else varint(len(value)))
-            rec.append(value)
-        rec.append(small[len(headers)])
-        for hk, hv in headers:
-            kb = hk.encode()
-            rec += [varint(len(kb)), kb] + ([null] if hv is None else [varint(len(hv)), hv])
-        body = b"".join(rec)
-        append(small[len(body)] if len(body) < 16384 else varint(len(body)))
-        append(body)
-    records = b"".join(parts)
-    after_crc = struct.pack(">hiqqqhii", 0, len(rows) - 1, now_ms, now_ms, producer_id, producer_epoch, sequence,
-                            len(rows)) + records
-    return struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c.crc32c(after_crc)) + after_crc
-
-
-class _Writing:
-    """Shared by the batch and the streaming writer: Arrow batches in, acks=all produce out."""
-
-    BATCH_BYTES = 512 * 1024       # below the broker's message.max.bytes (1 MiB)
-
-    def __init__(self, bootstrap: str, topic: str | None, schema: StructType) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
-        self.columns = [f.name for f in schema.fields]
-
-    def write_batches(self, batches: Iterator[pa.RecordBatch]) -> WriteSummary:
-        with StrandlineClient(self.bootstrap) as client:
-            pid, epoch = client.init_producer_id()
-            sequences: dict[TopicPartition, int] = {}
-            pending: dict[TopicPartition, list] = {}
-            size: dict[TopicPartition, int] = {}
-            robin = 0
-            written = 0
-
-            def flush(tp: TopicPartition) -> None:
-                rows = pending.pop(tp, [])
-                if not rows:
-                    return
-                seq = sequences.get(tp, 0)
-                client.produce(tp, encode_batch(rows, pid, epoch, seq, int(time.time() * 1000)))
-                sequences[tp] = seq + len(rows)
-
-            for batch in batches:
-                data = batch.to_pydict()
-                n = batch.num_rows
-                for i in range(n):
-                    topic = data["topic"][i] if "topic" in data and data["topic"][i] is not None else self.topic
-                    if self.topic is not None:
-                        topic = self.topic
-                    if topic is None:
-                        raise RuntimeError("a row has no topic (null 'topic' column and no topic option)")
-                    parts = client.partitions.get(topic) or client.ensure_topic(topic)
-                    key = _as_bytes(data["key"][i]) if "key" in data else None
-                    part = data["partition"][i] if "partition" in data else None
-                    if part is None:
-                        if key is not None:
-                            part = parts[(zlib.crc32(key) & 0x7FFFFFFF) % len(parts)]
-                        else:
-                            part = parts[robin % len(parts)]
-                            robin += 1
-                    headers = [(h["key"], _as_bytes(h["value"])) for h in (data["headers"][i] or [])] \
-                        if "headers" in data else []
-                    tp = (topic, int(part))
-                    value = _as_bytes(data["value"][i])
-                    rows = pending.setdefault(tp, [])
-                    rows.append((key, value, headers))
-                    size[tp] = size.get(tp, 0) + len(value or b"") + len(key or b"") + 16
-                    written += 1
-                    if size[tp] >= self.BATCH_BYTES:
-                        size[tp] = 0
-                        flush(tp)
-            for tp in list(pending):
-                flush(tp)
-        return WriteSummary(written)
-
-
-class StrandlineBatchWriter(DataSourceArrowWriter):
-    def __init__(self, writing: _Writing) -> None:
-        self.writing = writing
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteSummary:
-        return self.writing.write_batches(iterator)
-
-
-class StrandlineStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, writing: _Writing) -> None:
-        self.writing = writing
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteSummary:
-        return self.writing.write_batches(iterator)
-
-    def commit(self, messages, batchId: int) -> None:
-        pass
-
-    def abort(self, messages, batchId: int) -> None:
-        pass
-
-
 # ------------------------------------------------------------------------------ the source
 
 
@@ -595,26 +431,11 @@ class StrandlineDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return StrandlineStreamReader(Settings.parse(dict(self.options), streaming=True))
 
-    def _writing(self, schema: StructType, overwrite: bool) -> _Writing:
-        opts = {k.lower(): v for k, v in self.options.items()}
-        unknown = sorted(k for k in opts if k not in WRITE_OPTIONS and not k.startswith("kafka."))
-        if unknown:
-            raise OptionError(f"unknown option {unknown[0]!r} for writing to {NAME}")
-        if overwrite:
-            raise OptionError(f"{NAME} topics are append-only: use mode('append')")
-        if not opts.get("kafka.bootstrap.servers"):
-            raise OptionError("option kafka.bootstrap.servers must be set")
-        validate_write_schema(schema, opts.get("topic"))
-        if opts.get("topic") is not None:               # on the driver, before any task starts
-            with StrandlineClient(opts["kafka.bootstrap.servers"]) as client:
-                client.ensure_topic(opts["topic"])
-        return _Writing(opts["kafka.bootstrap.servers"], opts.get("topic"), schema)
-
     def writer(self, schema: StructType, overwrite: bool) -> StrandlineBatchWriter:
-        return StrandlineBatchWriter(self._writing(schema, overwrite))
+        return StrandlineBatchWriter(writing(dict(self.options), schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StrandlineStreamWriter:
-        return StrandlineStreamWriter(self._writing(schema, overwrite))
+        return StrandlineStreamWriter(writing(dict(self.options), schema, overwrite))
 
 
 def register(spark: Any) -> None:
