@@ -248,6 +248,7 @@ class KafkaApis:
                     continue
                 results[key], required = self.replicas.append_to_leader(topic, pdata.index, pdata.records, acks,
                                                                         now_ms)
+                self.replicas.topic_stats.produced(name, pdata.records, results[key][0])
                 if results[key][0] is not ErrorCode.none:
                     any_error = True
                     continue
@@ -301,6 +302,7 @@ class KafkaApis:
         wanted = list({(t.topic, p.partition): (t.topic, p) for t in request.topics for p in t.partitions}.values())
 
         def respond(topics: list) -> list:
+            self.replicas.topic_stats.fetched(topics, replica_id >= 0)
             return [self._fetch_response(conn_id, header, topics)]
 
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
@@ -324,6 +326,7 @@ class KafkaApis:
                     wanted[(name, p.partition)] = (name, p)
 
         def respond(topics: list) -> list:
+            self.replicas.topic_stats.fetched(topics, replica_id >= 0)
             by_id = [{"topic_id": ids[t["topic"]], "partitions": t["partitions"]} for t in topics]
             by_id += [{"topic_id": topic_id, "partitions": [
                 {"partition_index": index, "error_code": ErrorCode.unknown_topic_id, "high_watermark": -1,

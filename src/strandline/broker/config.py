@@ -217,6 +217,9 @@ BROKER_KEYS: dict[str, Key] = _keys(
     Key("connections.max.idle.ms", "long", 600000),
     Key("log.flush.on.ack", "bool", False,
         doc="Strandline: fsync before acknowledging produce requests (SPEC DUR-2; topic key flush.on.ack)."),
+    Key("metrics.port", "int", -1, lo=-1, hi=65535,
+        doc="Strandline: the port of the broker's HTTP endpoint for operators (/metrics in Prometheus' "
+            "format, /status as JSON) on the listener's host; -1: the listener's port + 1000; 0: none."),
 )
 
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -445,6 +448,14 @@ class BrokerConfig:
         if adv.host in ("0.0.0.0", "::", ""):
             return Listener(adv.name, "127.0.0.1", adv.port)
         return adv
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of the operators' HTTP endpoint (``metrics.port``), None for none."""
+        port = self.values["metrics.port"]
+        if port == -1:
+            port = self.listener.port + 1000 if self.listener.port and self.listener.port + 1000 <= 65535 else 0
+        return port or None
 
     def log_config(self, overrides: dict[str, Any] | None = None) -> LogConfig:
         """The LogConfig for a topic: its overrides over this broker's ``log.*`` defaults."""

@@ -39,10 +39,14 @@ class ZkRequest:
 
 @dataclass(frozen=True, slots=True)
 class Log:
-    """A line for the broker's log."""
+    """A line for the broker's log. ``event`` names a cluster event worth a place on the operator's
+    timeline (``leader``, ``offline``, ``unclean``, ``isr_shrink``, ``isr_expand``, ``broker_gone``,
+    ``broker_joined``), with the partition it concerns, if any."""
 
     level: str
     message: str
+    event: str | None = None
+    partition: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

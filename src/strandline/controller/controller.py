@@ -242,8 +242,10 @@ class Controller:
         if not new and not gone and all(known.get(b) == info for b, info in brokers.items()):
             return []
         ctx.live_brokers = dict(brokers)
-        effects: list = [Log("info", f"Live brokers now {sorted(brokers)} (new {sorted(new - bounced)}, "
-                                     f"restarted {sorted(bounced)}, gone {sorted(gone)})")]
+        effects: list = [Log("warning" if gone or bounced else "info",
+                             f"Live brokers now {sorted(brokers)} (new {sorted(new - bounced)}, "
+                             f"restarted {sorted(bounced)}, gone {sorted(gone)})",
+                             "broker_gone" if gone or bounced else "broker_joined")]
         channel, elections = self.channel, self.elections
         effects.extend(channel.send_partition_states(ctx, [], None, False, now_ms, metadata_to=set(brokers) - new))
         dead = gone | bounced

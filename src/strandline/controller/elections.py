@@ -87,6 +87,9 @@ class PartitionElections:
 
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
+        # Kafka's ControllerStats (their counts): leaders written, and those chosen outside the ISR
+        self.leader_elections = 0
+        self.unclean_leader_elections = 0
 
     def offline_rule(self, ctx: ControllerContext) -> Decide:
         config = self.controller.config
@@ -194,10 +197,12 @@ class PartitionElections:
                     continue
                 state, unclean = decided
                 if unclean:
+                    self.unclean_leader_elections += 1
                     effects.append(Log("warning", f"Unclean leader election for {key[0]}-{key[1]}: broker "
                                                   f"{state.leader} was not in the ISR {list(current.isr)}; "
-                                                  f"records acknowledged by the old ISR may be lost"))
-                planned.append((key, state))
+                                                  f"records acknowledged by the old ISR may be lost",
+                                       "unclean", key))
+                planned.append((key, state, current))
                 writes.append(zk_layout.update_partition_state(key[0], key[1], state))
             if retry and settled:
                 effects.extend(channel.send_partition_states(
@@ -212,7 +217,7 @@ class PartitionElections:
                 return effects + (done(when_ms) if done else [])
             fenced = controller.fenced(ctx, writes)
             skip = len(fenced) - len(writes)
-            written_keys = [key for key, _ in planned]
+            written_keys = [key for key, _, _ in planned]
 
             def on_written(written: list, at_ms: int) -> list:
                 if not controller.in_office(ctx):
@@ -228,16 +233,25 @@ class PartitionElections:
                         outbox.after(at_ms + CONTROL_RETRY_MS,
                                      lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True))
                 changed, out = [], []
-                for (key, state), res in zip(planned, written[skip:]):
+                for (key, state, before), res in zip(planned, written[skip:]):
                     topic = ctx.topics.get(key[0])
                     if topic is not None:
                         topic.states[key[1]] = dataclasses.replace(state, zk_version=res.version)
                         changed.append((topic, key[1]))
-                        out.append(Log("info", f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
-                                               f"{state.leader_epoch}, ISR {list(state.isr)}"))
+                        if state.leader >= 0:
+                            moved = state.leader != before.leader
+                            self.leader_elections += moved
+                            out.append(Log("info", f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
+                                                   f"{state.leader_epoch}, ISR {list(state.isr)}",
+                                           "leader" if moved else "isr_shrink"
+                                           if len(state.isr) < len(before.isr) else None, key))
+                        else:
+                            out.append(Log("warning", f"{key[0]}-{key[1]} is offline: no live broker of its "
+                                                      f"ISR {list(state.isr)} can lead it (epoch "
+                                                      f"{state.leader_epoch})", "offline", key))
                 out.extend(channel.send_partition_states(ctx, changed, None, False, at_ms))
                 out.extend(self.elections_ended(ctx, written_keys, at_ms, announced=True))
-                out.extend(revisit(planned, at_ms))
+                out.extend(revisit([(key, state) for key, state, _ in planned], at_ms))
                 return out + (done(at_ms) if done else [])
 
             return effects + [outbox.zk(fenced, on_written, transaction=True)]

@@ -25,6 +25,7 @@ from strandline.replication.fetcher import PartitionFetchState, ReplicaFetcher
 from strandline.replication.partition import Partition
 from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.purgatory import Purgatory
+from strandline.replication.topic_stats import BrokerTopicStats
 from strandline.replication.truncation import after_offsets_for_leader_epoch
 
 FETCH_VERSION = 11
@@ -40,6 +41,7 @@ class ReplicaFetcherManager:
     metadata: MetadataCache
     outbox: Outbox
     fetch_purgatory: Purgatory                        # consumers' fetches wait on a follower's HW too
+    topic_stats: BrokerTopicStats = field(default_factory=BrokerTopicStats)     # the replica manager's
     fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)     # by leader
     follower_quota: ReplicationQuota = field(init=False)
 
@@ -242,6 +244,7 @@ class ReplicaFetcherManager:
                 log.append_as_follower(records, now_ms)
             except (CorruptRecordError, OffsetOutOfOrder) as exc:
                 return self._delay_partition(fetcher, key, state, None, now_ms, str(exc))
+            self.topic_stats.replicated_in(key[0], len(records))
             topic = self.metadata.topics.get(key[0])
             if self.config.topic_value(topic.configs if topic else {}, "flush.on.ack"):
                 # DUR-3: flushed before the next fetch reports this offset and lets the HW pass it

@@ -37,6 +37,10 @@ class IsrManager:
         self._change_set: set[tuple[str, int]] = set()
         self._last_change_ms = 0
         self._last_propagation_ms = now_ms
+        # Kafka's ReplicaManager meters (their counts): ISR changes written, and ISR writes refused
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self.failed_isr_updates = 0
 
     def change_isr(self, partition: Partition, new_isr: tuple[int, ...], now_ms: int) -> list:
         """ISR-5: write the new ISR with compare-and-set on the state znode's version; it counts
@@ -84,10 +88,11 @@ class IsrManager:
             current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
             if dataclasses.replace(current, zk_version=0) == dataclasses.replace(state, zk_version=0):
                 return self._isr_changed(partition, state, current.zk_version, when_ms)
+            self.failed_isr_updates += 1
             if current.zk_version == state.zk_version:
                 partition.pending_isr = None
                 partition.isr_outcome_unknown = False
-                return [Log("info", f"ISR change of {key[0]}-{key[1]} to {list(state.isr)} was not applied; "
+                return [Log("warning", f"ISR change of {key[0]}-{key[1]} to {list(state.isr)} was not applied; "
                                     f"ZooKeeper still holds version {current.zk_version}")]
             partition.pending_isr = None
             partition.isr_outcome_unknown = False
@@ -104,11 +109,19 @@ class IsrManager:
         key = (partition.topic, partition.index)
         old_isr = partition.isr
         advanced = partition.apply_isr(state.isr, zk_version, now_ms)
+        if len(state.isr) < len(old_isr):
+            self.isr_shrinks += 1
+        elif len(state.isr) > len(old_isr):
+            self.isr_expands += 1
         self._record_change(key, now_ms)
         topic = self.metadata.topics.get(key[0])
         if topic is not None:
             topic.states[key[1]] = dataclasses.replace(state, zk_version=zk_version)
-        effects: list = [Log("info", f"ISR of {key[0]}-{key[1]} changed from {list(old_isr)} to {list(state.isr)}")]
+        shrunk = len(state.isr) < len(old_isr)
+        effects: list = [Log("warning" if shrunk else "info",
+                             f"ISR of {key[0]}-{key[1]} {'shrank' if shrunk else 'changed'} from {list(old_isr)} "
+                             f"to {list(state.isr)}",
+                             "isr_shrink" if shrunk else "isr_expand" if len(state.isr) > len(old_isr) else None, key)]
         return effects + self.high_watermark_moved([key] if advanced else [], now_ms)
 
     def _record_change(self, key: tuple[str, int], now_ms: int) -> None:

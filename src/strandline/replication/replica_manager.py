@@ -29,6 +29,7 @@ from strandline.replication.log_admin import LogAdmin
 from strandline.replication.partition import Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
 from strandline.replication.quota import ReplicationQuota, throttled
+from strandline.replication.topic_stats import BrokerTopicStats
 from strandline.replication.truncation import legacy_truncation_offset
 from strandline.replication.validation import apply_compression_type, validate_produce_records
 from strandline.protocol.records import read_header
@@ -58,7 +59,9 @@ class ReplicaManager:
         self.leadership_listeners: list[LeadershipListener] = []
         self._hw_checkpoint: dict | None = None
         self.isr_manager = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms)
-        self.fetcher_manager = ReplicaFetcherManager(config, self.partitions, metadata, outbox, self.fetch_purgatory)
+        self.topic_stats = BrokerTopicStats()
+        self.fetcher_manager = ReplicaFetcherManager(config, self.partitions, metadata, outbox, self.fetch_purgatory,
+                                                     self.topic_stats)
         self.log_admin = LogAdmin(self.partitions, logs, metadata)
 
     # ------------------------------------------------------------------ partitions and logs

@@ -23,6 +23,7 @@ from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.errors import StrandlineError
 from strandline.log.manager import LogManager
 from strandline.runtime.disk import DirectoryLock, OsDisk
+from strandline.runtime.monitoring import Monitoring
 from strandline.runtime.server import BrokerShell, Stopper, describe, now_ms
 from strandline.runtime.zk import KazooStore
 
@@ -198,6 +199,7 @@ class Running:
 
     broker: Broker | None = None
     shell: BrokerShell | None = None
+    monitoring: Monitoring | None = None
     started: bool = False
 
 
@@ -229,8 +231,15 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     adv = config.advertised
     me = BrokerInfo(broker_id, adv.host, adv.port, v["broker.rack"])
     brokers[broker_id] = me
-    shell = running.shell = BrokerShell(broker, store, v["socket.request.max.bytes"], stopper)
+    monitoring = running.monitoring = Monitoring(broker) if config.metrics_port else None
+    shell = running.shell = BrokerShell(broker, store, v["socket.request.max.bytes"], stopper, monitoring)
     await shell.listen(config.listener.host, config.listener.port)
+    if monitoring is not None:
+        try:
+            await monitoring.start(config.listener.host, config.metrics_port, v["metrics.port"] == -1)
+        except OSError as exc:
+            raise StrandlineError(f"cannot serve metrics.port {config.metrics_port} on {config.listener.host}: "
+                                  f"{exc.strerror or exc}") from None
     wait_s = v["zookeeper.session.timeout.ms"] / 1000.0 + 5.0
     broker.on_registered(await asyncio.to_thread(store.register_broker, broker_id, adv.host, adv.port,
                                                  v["broker.rack"], wait_s))
@@ -251,7 +260,8 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     if stopper.failure is None:
         log.info("Broker %d serving on %s:%d (controller %d, epoch %d)", broker_id, adv.host, adv.port,
                  controller_id, controller_epoch)
-        print(f"{READY_PREFIX} id={broker_id} listener={adv.host}:{adv.port}", flush=True)
+        metrics = f" metrics=http://{adv.host}:{monitoring.address[1]}" if monitoring is not None else ""
+        print(f"{READY_PREFIX} id={broker_id} listener={adv.host}:{adv.port}{metrics}", flush=True)
 
 
 async def serve(config: BrokerConfig) -> int:
@@ -284,6 +294,8 @@ async def serve(config: BrokerConfig) -> int:
                 await controlled_shutdown(running.shell, config)
     finally:
         stop.cancel()
+        if running.monitoring is not None:
+            await running.monitoring.close()
         if running.shell is not None:
             await running.shell.close()
         if running.started and stopper.failure is None:

@@ -60,6 +60,7 @@ class BrokerProcess:
         self.overrides = overrides
         self.proc: subprocess.Popen | None = None
         self.exit_reported = False
+        self.metrics_url: str | None = None     # http://host:port of its /metrics and /status
 
     def start(self) -> None:
         cmd = [sys.executable, "-m", "strandline.cli.main", "broker", "--config", str(self.config_path)]
@@ -80,6 +81,17 @@ class BrokerProcess:
             return ""
         return "\n".join(text[-lines:])
 
+
+
+def ready_field(output: bytes, name: str) -> str | None:
+    """A ``name=value`` field of a broker's ready line (``metrics=http://host:port``)."""
+    for line in output.decode(errors="replace").splitlines():
+        if line.startswith(READY_PREFIX):
+            for item in line.split():
+                key, sep, value = item.partition("=")
+                if sep and key == name:
+                    return value
+    return None
 
 
 def wait_ready(brokers: list[BrokerProcess], timeout_s: float) -> None:
@@ -103,6 +115,7 @@ def wait_ready(brokers: list[BrokerProcess], timeout_s: float) -> None:
             if chunk:
                 buffers[b.id] += chunk
                 if READY_PREFIX.encode() in buffers[b.id]:
+                    b.metrics_url = ready_field(buffers[b.id], "metrics")
                     waiting.pop(b.id, None)
                     selector.unregister(key.fileobj)
         for b in list(waiting.values()):
@@ -175,8 +188,11 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
         wait_for_membership(brokers, BROKER_START_TIMEOUT_S)
         cluster = {"zookeeper": zk_info, "overrides": list(overrides),
                    "brokers": [{"id": b.id, "port": b.port, "pid": b.proc.pid if b.proc else None,
-                                "log_dir": str(b.log_dir)} for b in brokers]}
+                                "log_dir": str(b.log_dir), "metrics": b.metrics_url} for b in brokers]}
         write_cluster_json(root, cluster)
+        for b in brokers:
+            if b.metrics_url:
+                print(f"broker {b.id}: metrics {b.metrics_url}/metrics, status {b.metrics_url}/status", flush=True)
         print("bootstrap.servers=" + ",".join(f"127.0.0.1:{b.port}" for b in brokers), flush=True)
         starting = False
         while not stopping:
@@ -356,6 +372,7 @@ def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float 
             raise StrandlineError(f"broker {broker_id} was not ready within {timeout_s:.0f} s")
         time.sleep(0.05)
     entry["pid"] = proc.pid
+    entry["metrics"] = ready_field(text.encode(), "metrics")
     write_cluster_json(root, info)
     print(f"Broker {broker_id} started (pid {proc.pid}).")
     return 0

@@ -75,6 +75,8 @@ class Connection(FramedProtocol):
         self.conn_id = conn_id
         self.decoder = FrameDecoder(shell.max_request_bytes)
         self.queue: collections.deque = collections.deque()
+        self.arrivals: collections.deque = collections.deque()      # when each queued frame came
+        self.current: tuple[bytes, float] | None = None             # the request being answered
         self.busy = False
         self.writable = True
         self.reading = True
@@ -96,6 +98,7 @@ class Connection(FramedProtocol):
     def frames_received(self, frames: list[bytes]) -> None:
         if frames:
             self.queue.extend(frames)
+            self.arrivals.extend([time.perf_counter()] * len(frames))
             if len(self.queue) >= MAX_QUEUED_FRAMES and self.reading and self.transport:
                 self.reading = False
                 self.transport.pause_reading()
@@ -105,6 +108,7 @@ class Connection(FramedProtocol):
         shell = self.shell
         while not self.busy and self.writable and self.queue and self.transport is not None:
             frame = self.queue.popleft()
+            self.current = (frame, self.arrivals.popleft())
             self.busy = True
             shell.run(f"handling a request from {self.peer}",
                       lambda: shell.broker.handle_request(self.conn_id, frame, now_ms()))
@@ -118,6 +122,9 @@ class Connection(FramedProtocol):
         transport = self.transport
         if transport is None:
             return
+        if self.current is not None and self.shell.request_metrics is not None:
+            self.shell.request_metrics.observe(self.current[0], self.current[1], time.perf_counter())
+        self.current = None
         if buffers:
             if self.fd >= 0 and transport.get_write_buffer_size() == 0 and \
                     sum(len(b) for b in buffers) >= DIRECT_WRITE_BYTES:
@@ -154,6 +161,7 @@ class Connection(FramedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.queue.clear()
+        self.arrivals.clear()
         self.shell.connections.pop(self.conn_id, None)
 
         def closed() -> list:
@@ -166,8 +174,12 @@ class Connection(FramedProtocol):
 class BrokerShell:
     """Runs one :class:`Broker` core on an asyncio loop."""
 
-    def __init__(self, broker: Broker, store: Any, max_request_bytes: int, stopper: Stopper) -> None:
+    def __init__(self, broker: Broker, store: Any, max_request_bytes: int, stopper: Stopper,
+                 monitoring: Any = None) -> None:
         self.broker = broker
+        self.monitoring = monitoring      # runtime.monitoring.Monitoring, or None without an endpoint
+        self.request_metrics = monitoring.requests if monitoring is not None else None
+        self.timeline = monitoring.timeline if monitoring is not None else None
         self.store = store
         self.stopper = stopper
         self.max_request_bytes = max_request_bytes
@@ -221,6 +233,8 @@ class BrokerShell:
                 self.spawn("a ZooKeeper request", self._run_zk(effect))
             elif isinstance(effect, Log):
                 log.log(logging.getLevelName(effect.level.upper()), "%s", effect.message)
+                if effect.event is not None and self.timeline is not None:
+                    self.timeline.record(effect.event, effect.message, effect.partition, effect.level)
             else:
                 raise TypeError(f"unknown effect {effect!r}")
         if self.broker.controlled_shutdown_done:

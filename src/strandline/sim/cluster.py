@@ -60,6 +60,7 @@ class SimBroker:
     by_peer: dict[tuple, int] = field(default_factory=dict)
     next_conn: int = 1
     log: list[str] = field(default_factory=list)
+    events: list[tuple[str, tuple[str, int] | None]] = field(default_factory=list)   # the timeline's (kind, partition)
     zk_lost_at: int | None = None    # since when ZooKeeper has not heard from it (cut, paused)
     session_expired: bool = False    # ZooKeeper expired its session; it learns so on reconnecting
     waiting_to_register: bool = False
@@ -229,6 +230,8 @@ class SimCluster:
                 self.net.broker_send(node, effect)
             elif isinstance(effect, Log):
                 node.log.append(f"{effect.level} {effect.message}")
+                if effect.event is not None:
+                    node.events.append((effect.event, effect.partition))
                 if self.on_log is not None:
                     self.on_log(node.id, effect.level, effect.message)
             else:

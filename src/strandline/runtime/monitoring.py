@@ -1,0 +1,157 @@
+"""The broker's HTTP endpoint for operators: ``/metrics`` (Prometheus) and ``/status`` (JSON).
+
+It runs on the broker's own event loop (aiohttp), so reading the core never races with the
+events that change it. ``/metrics`` serves the families of :mod:`strandline.broker.metrics` and
+the request-time histograms the shell measures, in Prometheus' text format (prometheus_client).
+``/status`` serves :func:`strandline.broker.status.status` plus this broker's recent cluster
+events (leader changes, ISR shrinks and expansions, broker deaths, offline partitions), newest
+last; ``/status?since=<seq>`` returns only the events after ``seq``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from strandline.broker import metrics as core_metrics
+from strandline.broker.status import status
+from strandline.protocol.api import ApiKey
+
+#: request times in ms, from 0.5 ms to long-poll fetches
+BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+EVENTS_KEPT = 1000
+
+log = logging.getLogger("strandline.broker")
+
+disable_created_metrics()     # no *_created samples: Kafka's meters have none
+
+_NAMES = {int(k): "".join(w.capitalize() for w in k.name.split("_")) for k in ApiKey}
+
+
+def request_name(frame: bytes) -> str:
+    """Kafka's ``request`` tag of RequestMetrics: the API's name, with Fetch split into
+    ``FetchConsumer`` and ``FetchFollower`` (a replica id of 0 or more; followers send v14 or
+    below)."""
+    api_key = int.from_bytes(frame[0:2], "big")
+    name = _NAMES.get(api_key, str(api_key))
+    if api_key == ApiKey.FETCH:
+        version = int.from_bytes(frame[2:4], "big")
+        client_id_len = int.from_bytes(frame[8:10], "big", signed=True)
+        at = 10 + max(client_id_len, 0) + (1 if version >= 12 else 0)     # v12+: the header's tagged fields
+        if version < 15 and len(frame) >= at + 4 and int.from_bytes(frame[at:at + 4], "big", signed=True) >= 0:
+            return "FetchFollower"
+        return "FetchConsumer"
+    return name
+
+
+class RequestMetrics:
+    """Kafka's ``kafka.network:type=RequestMetrics,name=TotalTimeMs``: from a request's arrival
+    to its answer being handed to the socket, per API."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.histogram = Histogram("kafka_network_requestmetrics_totaltimems",
+                                   "Time from a request's arrival to its answer, in ms.", ["request"],
+                                   buckets=BUCKETS_MS, registry=registry)
+        self._by_name: dict[str, Any] = {}
+
+    def observe(self, frame: bytes, arrived: float, now: float) -> None:
+        name = request_name(frame)
+        child = self._by_name.get(name)
+        if child is None:
+            child = self._by_name[name] = self.histogram.labels(request=name)
+        child.observe((now - arrived) * 1000.0)
+
+
+class Timeline:
+    """This broker's recent cluster events, numbered so a reader can ask for what is new."""
+
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.events: collections.deque = collections.deque(maxlen=EVENTS_KEPT)
+        self.seq = 0
+
+    def record(self, kind: str, message: str, partition: tuple[str, int] | None, level: str) -> None:
+        self.seq += 1
+        self.events.append({"seq": self.seq, "time_ms": time.time_ns() // 1_000_000, "broker": self.broker_id,
+                            "kind": kind, "level": level, "message": message,
+                            "topic": partition[0] if partition else None,
+                            "partition": partition[1] if partition else None})
+
+    def since(self, seq: int) -> list[dict]:
+        return [e for e in self.events if e["seq"] > seq]
+
+
+class CoreCollector:
+    """prometheus_client's view of the broker core (read at each scrape, on the loop)."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    def collect(self):
+        for family in core_metrics.collect(self.broker):
+            metric = Metric(family.name, family.help, family.kind)
+            sample = family.name + "_total" if family.kind == "counter" else family.name
+            for labels, value in family.samples:
+                metric.add_sample(sample, labels, value)
+            yield metric
+
+
+class Monitoring:
+    """The registry, the timeline and the HTTP server of one broker."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(CoreCollector(broker))
+        self.requests = RequestMetrics(self.registry)
+        self.timeline = Timeline(broker.broker_id)
+        self.runner: web.AppRunner | None = None
+        self.address: tuple[str, int] | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/status", self._status)
+        return app
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _status(self, request: web.Request) -> web.Response:
+        try:
+            since = int(request.query.get("since", "0"))
+        except ValueError:
+            raise web.HTTPBadRequest(text="since must be an event number") from None
+        body = status(self.broker)
+        body["events"] = self.timeline.since(since)
+        return web.json_response(body)
+
+    async def start(self, host: str, port: int, any_port_if_taken: bool = False) -> None:
+        """Serve on ``host:port``; with ``any_port_if_taken`` (the default port, not one the
+        operator chose) a port in use is replaced by a free one, with a warning."""
+        self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await self.runner.setup()
+        try:
+            site = web.TCPSite(self.runner, host, port, reuse_address=True)
+            await site.start()
+        except OSError as exc:
+            if not any_port_if_taken:
+                await self.close()
+                raise
+            site = web.TCPSite(self.runner, host, 0, reuse_address=True)
+            await site.start()
+            log.warning("Port %d for metrics is taken (%s); serving them on port %d instead", port,
+                        exc.strerror or exc, self.runner.addresses[0][1])
+        self.address = tuple(self.runner.addresses[0][:2])
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None

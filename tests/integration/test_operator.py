@@ -1,0 +1,123 @@
+"""The operator's view on real broker processes: each broker's /metrics (Prometheus text with
+Kafka's names) and /status, checked against known actions (records produced, a follower killed
+and started again).
+
+One 3-broker cluster for the module. replica.lag.time.max.ms is short and the ZooKeeper session
+long, so the leader itself drops a killed follower from the ISR (its ISR-shrink counter) before
+the controller hears of the death, as with Kafka's defaults on a follower that hangs.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.integration.replication_helpers import create_topic
+
+LAG_MS = 1500
+SESSION_MS = 15000
+
+
+@pytest.fixture(scope="module")
+def op(tmp_path_factory):
+    ports = free_ports(4)
+    data = tmp_path_factory.mktemp("operator") / "data"
+    data.mkdir()
+    c = Cluster(data, 3, ports[1], ports[0], overrides=[
+        f"zookeeper.session.timeout.ms={SESSION_MS}", f"replica.lag.time.max.ms={LAG_MS}"])
+    c.start()
+    yield c
+    c.stop()
+
+
+def metrics_url(c: Cluster, broker_id: int) -> str:
+    return next(b["metrics"] for b in c.info["brokers"] if b["id"] == broker_id)
+
+
+def scrape(c: Cluster, broker_id: int) -> dict[tuple[str, tuple], float]:
+    """Every sample of a broker's /metrics, parsed by prometheus_client's own parser."""
+    with urllib.request.urlopen(metrics_url(c, broker_id) + "/metrics", timeout=5) as resp:
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        text = resp.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(c: Cluster, broker_id: int, name: str, **labels: str) -> float:
+    return scrape(c, broker_id).get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def broker_status(c: Cluster, broker_id: int, since: int = 0) -> dict:
+    with urllib.request.urlopen(f"{metrics_url(c, broker_id)}/status?since={since}", timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def test_up_prints_and_records_each_brokers_metrics_address(op):
+    urls = [metrics_url(op, b) for b in (1, 2, 3)]
+    assert urls == [f"http://127.0.0.1:{op.base_port + 1000 + i}" for i in range(3)]
+    up_out = (op.data_dir.parent / f"{op.data_dir.name}-up.log").read_text()
+    assert "Traceback" not in up_out
+    assert value(op, 1, "kafka_server_replicamanager_partitioncount") >= 0
+
+
+def test_produced_records_are_counted_once_by_their_leaders(op):
+    create_topic(op, "counted", partitions=3, min_isr=2)
+    before = sum(value(op, b, "kafka_server_brokertopicmetrics_messagesin_total", topic="counted") for b in (1, 2, 3))
+    producer = Producer({"bootstrap.servers": op.bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(500):
+        producer.produce("counted", value=b"v" * 100, key=str(i).encode())
+    assert producer.flush(30) == 0
+    total = sum(value(op, b, "kafka_server_brokertopicmetrics_messagesin_total", topic="counted") for b in (1, 2, 3))
+    assert total - before == 500
+    bytes_in = sum(value(op, b, "kafka_server_brokertopicmetrics_bytesin_total", topic="counted") for b in (1, 2, 3))
+    assert bytes_in > 500 * 100
+    # each follower takes in, by replication, what its leaders took in from producers (RF=3)
+    replicated = sum(value(op, b, "kafka_server_brokertopicmetrics_replicationbytesin_total", topic="counted")
+                     for b in (1, 2, 3))
+    poll_until(lambda: sum(value(op, b, "kafka_server_brokertopicmetrics_replicationbytesin_total", topic="counted")
+                           for b in (1, 2, 3)) == 2 * bytes_in, 10, message=f"2 x {bytes_in} bytes replicated "
+                                                                            f"(saw {replicated})")
+    ends = [value(op, b, "kafka_log_log_logendoffset", topic="counted", partition=str(p))
+            for b in (1, 2, 3) for p in range(3)]
+    assert sum(ends) == 3 * 500                          # every replica of every partition has them all
+    produce_requests = sum(value(op, b, "kafka_network_requestmetrics_totaltimems_count", request="Produce")
+                           for b in (1, 2, 3))
+    assert produce_requests >= 3         # at least one per partition leader
+
+
+def test_a_killed_follower_shows_as_an_isr_shrink_and_under_replicated_partitions_then_recovers(op):
+    create_topic(op, "watched", assignment={0: [1, 2, 3]}, min_isr=2)
+    producer = Producer({"bootstrap.servers": op.bootstrap, "acks": "all"})
+    producer.produce("watched", b"before")
+    assert producer.flush(10) == 0
+    shrinks = value(op, 1, "kafka_server_replicamanager_isrshrinks_total")
+    expands = value(op, 1, "kafka_server_replicamanager_isrexpands_total")
+    seq = max([e["seq"] for e in broker_status(op, 1)["events"]], default=0)
+    assert value(op, 1, "kafka_cluster_partition_underreplicated", topic="watched", partition="0") == 0
+    assert run_cli("cluster", "kill", "3", "--data-dir", str(op.data_dir)).returncode == 0
+    # writes keep coming: a follower that has everything stays in the ISR however long it is silent
+    producer.produce("watched", b"during")
+    producer.poll(0)
+    poll_until(lambda: value(op, 1, "kafka_cluster_partition_underreplicated", topic="watched", partition="0") == 1,
+               LAG_MS / 1000 + 10, message="partition watched-0 under-replicated")
+    assert value(op, 1, "kafka_server_replicamanager_isrshrinks_total") >= shrinks + 1
+    assert value(op, 1, "kafka_server_replicamanager_underreplicatedpartitions") >= 1
+    assert value(op, 1, "kafka_cluster_partition_insyncreplicascount", topic="watched", partition="0") == 2
+    events = broker_status(op, 1, since=seq)["events"]
+    assert any(e["kind"] == "isr_shrink" and e["topic"] == "watched" for e in events), events
+    assert producer.flush(10) == 0
+    assert run_cli("cluster", "start", "3", "--data-dir", str(op.data_dir), timeout=120).returncode == 0
+    poll_until(lambda: value(op, 1, "kafka_cluster_partition_underreplicated", topic="watched", partition="0") == 0,
+               30, message="partition watched-0 fully replicated again")
+    assert value(op, 1, "kafka_server_replicamanager_isrexpands_total") >= expands + 1
+    view = broker_status(op, 1)
+    [replica] = [r for r in view["replicas"] if r["topic"] == "watched"]
+    assert replica["role"] == "leader" and replica["isr"] == [1, 2, 3]
+    poll_until(lambda: broker_status(op, 1)["replicas"] and all(
+        f["log_end_offset"] == 2 for r in broker_status(op, 1)["replicas"] if r["topic"] == "watched"
+        for f in r["followers"].values()), 10, message="followers at the leader's log end offset")
