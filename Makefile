@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test test-unit bench lab kcat clean
+.PHONY: run test test-unit bench lab kcat browser clean
 
 $(VENV)/.python-ok:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Strandline needs Python 3.11 or newer; found " + sys.version.split()[0])'
@@ -31,7 +31,16 @@ kcat:
 	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q kcat >/dev/null 2>&1; }; } \
 	  || echo "kcat could not be installed; the kcat tests will be skipped"; }
 
-test: $(VENV)/.test-installed kcat
+# Debian's Chromium and ChromeDriver for the console's browser test; skipped (and that test skips) where
+# they cannot be installed.
+browser:
+	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+	  { $$SUDO apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } \
+	  || echo "chromium could not be installed; the console's browser test will be skipped"; }
+
+test: $(VENV)/.test-installed kcat browser
 	$(BIN)/python -m pytest -q -rs
 
 test-unit: $(VENV)/.test-installed

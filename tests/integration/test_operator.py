@@ -121,3 +121,63 @@ def test_a_killed_follower_shows_as_an_isr_shrink_and_under_replicated_partition
     poll_until(lambda: broker_status(op, 1)["replicas"] and all(
         f["log_end_offset"] == 2 for r in broker_status(op, 1)["replicas"] if r["topic"] == "watched"
         for f in r["followers"].values()), 10, message="followers at the leader's log end offset")
+
+
+# ---------------------------------------------------------------------------- the web console
+
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """Debian's headless Chromium driven by Selenium (`make test` installs both where it can)."""
+    import os
+
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip("no Chromium and ChromeDriver (Debian packages chromium and chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def page_rows(driver) -> dict[str, str]:
+    """The partition rows the page shows now: name -> CSS classes (read in one script call, as the
+    page redraws every second)."""
+    return driver.execute_script(
+        "const rows = {}; for (const r of document.querySelectorAll('#partitions tbody tr'))"
+        " rows[r.dataset.partition] = r.className; return rows;")
+
+
+def test_the_console_shows_partitions_go_under_replicated_when_a_broker_dies_and_come_back(op, browser):
+    console = op.info.get("console")
+    assert console and console.startswith("http://127.0.0.1:"), op.info
+    create_topic(op, "shown", assignment={0: [1, 2, 3], 1: [2, 3, 1]}, min_isr=3)
+    browser.get(console)
+    poll_until(lambda: page_rows(browser).get("shown-0") == "" and page_rows(browser).get("shown-1") == "", 15,
+               message="both partitions of 'shown' on the page, healthy")
+    assert "0 under-replicated" in browser.find_element("id", "summary").text
+    assert run_cli("cluster", "kill", "3", "--data-dir", str(op.data_dir)).returncode == 0
+    producer = Producer({"bootstrap.servers": op.bootstrap, "acks": "1"})
+    for p in (0, 1):
+        producer.produce("shown", b"after the kill", partition=p)
+    assert producer.flush(10) == 0
+    poll_until(lambda: all("under-replicated" in page_rows(browser).get(f"shown-{p}", "") for p in (0, 1)),
+               LAG_MS / 1000 + 15, message="the page showing shown-0 and shown-1 under-replicated")
+    rows = page_rows(browser)
+    assert all("under-min-isr" in rows[f"shown-{p}"] for p in (0, 1)), rows       # 2 in the ISR, min 3
+    events = browser.execute_script(
+        "return [...document.querySelectorAll('#events li')].map(li => li.dataset.kind + ' ' + li.textContent)")
+    assert any(e.startswith("isr_shrink") and "shown-" in e for e in events), events
+    assert run_cli("cluster", "start", "3", "--data-dir", str(op.data_dir), timeout=120).returncode == 0
+    poll_until(lambda: page_rows(browser).get("shown-0") == "" and page_rows(browser).get("shown-1") == "", 30,
+               message="the page showing both partitions healthy again")

@@ -46,7 +46,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise ConfigError("--brokers must be at least 1")
     return run_up(args.brokers, args.data_dir, args.base_port, args.zookeeper, args.zookeeper_port,
-                  args.override or [])
+                  args.override or [], args.console_port)
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--zookeeper", metavar="HOST:PORT", help="use this ZooKeeper instead of an embedded one")
     up.add_argument("--zookeeper-port", type=int, default=2181, help="port of the embedded ZooKeeper")
     up.add_argument("--override", action="append", metavar="KEY=VALUE", help="configuration for every broker")
+    up.add_argument("--console-port", type=int, default=8080,
+                    help="port of the web console (another free port if it is taken; 0: no console)")
     up.set_defaults(func=cmd_up)
 
     cluster = sub.add_parser("cluster", help="kill, stop or start again a broker of a running `strandline up`")
@@ -155,8 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     alter.add_argument("--partitions", type=int, required=True, help="the new partition count (only grows)")
     topics.set_defaults(func=cmd_topics)
 
-    from strandline.cli import configs, partitions, records
+    from strandline.cli import configs, console, partitions, records
     configs.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
+    console.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     partitions.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     records.add_parsers(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     return parser

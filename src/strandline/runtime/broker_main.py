@@ -237,6 +237,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     if monitoring is not None:
         try:
             await monitoring.start(config.listener.host, config.metrics_port, v["metrics.port"] == -1)
+            v["metrics.port"] = monitoring.address[1]     # what DescribeConfigs reports: the port in use
         except OSError as exc:
             raise StrandlineError(f"cannot serve metrics.port {config.metrics_port} on {config.listener.host}: "
                                   f"{exc.strerror or exc}") from None

@@ -13,6 +13,7 @@ import json
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from strandline.runtime.zookeeper import EmbeddedZooKeeper
 BROKER_START_TIMEOUT_S = 120.0
 BROKER_STOP_TIMEOUT_S = 30.0       # controlled shutdowns, then SIGKILL
 STARTUP_STOP_TIMEOUT_S = 3.0       # a stop during start-up does not wait for controlled shutdowns
+CONSOLE_START_TIMEOUT_S = 20.0
 
 
 def _die_with_parent() -> None:
@@ -153,8 +155,42 @@ def lock_data_dir(root: Path) -> DirectoryLock:
     return lock
 
 
+def start_console(bootstrap: str, port: int, root: Path) -> tuple[subprocess.Popen | None, str | None]:
+    """``strandline console`` for the cluster, on ``port`` or (taken) any free one; its URL, or
+    None with a warning when it does not start."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            print(f"strandline up: port {port} for the console is taken; using another", file=sys.stderr)
+            port = 0
+    cmd = [sys.executable, "-m", "strandline.cli.main", "console", "--bootstrap-server", bootstrap,
+           "--port", str(port), "--lab-dir", str(Path("lab-runs").resolve())]
+    log_file = open(root / "console.log", "ab")
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
+                                preexec_fn=_die_with_parent, start_new_session=True)
+    finally:
+        log_file.close()
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    output = b""
+    deadline = time.monotonic() + CONSOLE_START_TIMEOUT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        output += proc.stdout.read() or b""
+        for line in output.decode(errors="replace").splitlines():
+            if line.startswith("console="):
+                return proc, line.split("=", 1)[1]
+        time.sleep(0.05)
+    print(f"strandline up: the console did not start (see {root / 'console.log'})", file=sys.stderr)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    return None, None
+
+
 def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | None,
-           zookeeper_port: int, overrides: list[str]) -> int:
+           zookeeper_port: int, overrides: list[str], console_port: int = 0) -> int:
     root = Path(data_dir).resolve()
     lock = lock_data_dir(root)
     (root / "cluster.json").unlink(missing_ok=True)    # a previous run's: its pids are not ours
@@ -170,6 +206,7 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     zk = None
+    console: subprocess.Popen | None = None
     brokers: list[BrokerProcess] = []
     try:
         if zookeeper:
@@ -189,11 +226,16 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
         cluster = {"zookeeper": zk_info, "overrides": list(overrides),
                    "brokers": [{"id": b.id, "port": b.port, "pid": b.proc.pid if b.proc else None,
                                 "log_dir": str(b.log_dir), "metrics": b.metrics_url} for b in brokers]}
+        bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in brokers)
+        if console_port:
+            console, cluster["console"] = start_console(bootstrap, console_port, root)
         write_cluster_json(root, cluster)
         for b in brokers:
             if b.metrics_url:
                 print(f"broker {b.id}: metrics {b.metrics_url}/metrics, status {b.metrics_url}/status", flush=True)
-        print("bootstrap.servers=" + ",".join(f"127.0.0.1:{b.port}" for b in brokers), flush=True)
+        if cluster.get("console"):
+            print(f"console={cluster['console']}", flush=True)
+        print("bootstrap.servers=" + bootstrap, flush=True)
         starting = False
         while not stopping:
             time.sleep(0.2)  # supervise: notice signals and brokers that exit
@@ -213,6 +255,13 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if console is not None and console.poll() is None:
+            console.terminate()
+            try:
+                console.wait(5)
+            except subprocess.TimeoutExpired:
+                console.kill()
+                console.wait()
         stop_brokers(root, brokers, STARTUP_STOP_TIMEOUT_S if starting else BROKER_STOP_TIMEOUT_S)
         if zk is not None:
             zk.stop()

@@ -76,6 +76,7 @@ class Timeline:
         self.broker_id = broker_id
         self.events: collections.deque = collections.deque(maxlen=EVENTS_KEPT)
         self.seq = 0
+        self.started_ms = time.time_ns() // 1_000_000    # names this process's timeline (seq starts again)
 
     def record(self, kind: str, message: str, partition: tuple[str, int] | None, level: str) -> None:
         self.seq += 1
@@ -130,6 +131,7 @@ class Monitoring:
         except ValueError:
             raise web.HTTPBadRequest(text="since must be an event number") from None
         body = status(self.broker)
+        body["timeline"] = self.timeline.started_ms
         body["events"] = self.timeline.since(since)
         return web.json_response(body)
 

@@ -1,0 +1,239 @@
+"""``strandline console``: a live web page of the cluster, served with aiohttp.
+
+The console finds the brokers through the Kafka protocol (Metadata from the bootstrap servers,
+then each broker's ``metrics.port`` from DescribeConfigs), polls every broker's ``/status`` once
+a second, and keeps the merged picture (:mod:`strandline.console.model`). It serves:
+
+- ``/``: the page (static HTML, CSS and a small script that fetches ``/api/cluster`` each second);
+- ``/api/cluster``: the merged picture as JSON;
+- ``/metrics``: cluster-wide values in Prometheus' text format, among them each consumer group's
+  lag per partition (``kafka_consumergroup_lag``, kafka_exporter's name), which no single broker
+  knows;
+- ``/lab/``: the lab's runs found in ``--lab-dir`` (their ``timeline.html`` and ``timeline.png``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from strandline.console.model import cluster_view
+from strandline.errors import StrandlineError
+
+log = logging.getLogger("strandline.console")
+
+STATIC = Path(__file__).parent / "static"
+DESCRIBE_CONFIGS, METADATA = 32, 3
+BROKER_RESOURCE = 4
+EVENTS_KEPT = 500
+LAB_FILES = {"timeline.html", "timeline.png", "run.json"}
+
+
+def metrics_addresses(bootstrap: str) -> dict[int, str]:
+    """Each broker's operators' endpoint, ``http://host:port``, found over the Kafka protocol
+    (blocking; run it in a thread)."""
+    from strandline.runtime.client import KafkaConnection
+
+    with KafkaConnection(bootstrap, timeout_s=5.0, client_id="strandline-console") as conn:
+        md = conn.request(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
+                                        "include_cluster_authorized_operations": False,
+                                        "include_topic_authorized_operations": False})
+    found = {}
+    for b in md.brokers:
+        try:
+            with KafkaConnection(f"{b.host}:{b.port}", timeout_s=5.0, client_id="strandline-console") as conn:
+                resp = conn.request(DESCRIBE_CONFIGS, 1, {"resources": [
+                    {"resource_type": BROKER_RESOURCE, "resource_name": str(b.node_id),
+                     "configuration_keys": ["metrics.port"]}], "include_synonyms": False})
+        except StrandlineError:
+            continue
+        port = next((int(c.value) for r in resp.results for c in r.configs if c.name == "metrics.port"), -1)
+        if port == -1:
+            port = int(b.port) + 1000
+        if port > 0:
+            found[int(b.node_id)] = f"http://{b.host}:{port}"
+    return found
+
+
+class Console:
+    """Polls the brokers and serves the page, the JSON and the metrics."""
+
+    def __init__(self, bootstrap: str, lab_dir: str | None = None, interval_s: float = 1.0,
+                 addresses: dict[int, str] | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.lab_dir = Path(lab_dir).resolve() if lab_dir else None
+        self.interval_s = interval_s
+        self.addresses: dict[int, str] = dict(addresses or {})
+        self.statuses: dict[int, dict | None] = {}
+        self.events: dict[int, collections.deque] = {}
+        self.last_seq: dict[int, int] = {}
+        self.timelines: dict[int, Any] = {}
+        self.polls = 0
+        self.session: aiohttp.ClientSession | None = None
+        self.runner: web.AppRunner | None = None
+        self._poller: asyncio.Task | None = None
+        self.url: str | None = None
+
+    # ------------------------------------------------------------------ polling
+
+    async def discover(self) -> None:
+        try:
+            found = await asyncio.to_thread(metrics_addresses, self.bootstrap)
+        except StrandlineError as exc:
+            log.warning("Cannot reach the cluster at %s: %s", self.bootstrap, exc)
+            return
+        self.addresses.update(found)
+
+    async def _poll_one(self, broker_id: int, url: str) -> None:
+        assert self.session is not None
+        since = self.last_seq.get(broker_id, 0)
+        try:
+            async with self.session.get(f"{url}/status", params={"since": str(since)}) as resp:
+                resp.raise_for_status()
+                status = await resp.json()
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            self.statuses[broker_id] = None
+            return
+        if self.timelines.get(broker_id) != status.get("timeline"):      # a new process: its events start again
+            self.timelines[broker_id] = status.get("timeline")
+            self.events[broker_id] = collections.deque(maxlen=EVENTS_KEPT)
+            if since:
+                self.last_seq[broker_id] = 0
+                return await self._poll_one(broker_id, url)
+        events = self.events.setdefault(broker_id, collections.deque(maxlen=EVENTS_KEPT))
+        for event in status.get("events", []):
+            events.append(event)
+            self.last_seq[broker_id] = max(self.last_seq.get(broker_id, 0), event["seq"])
+        status["events"] = list(events)
+        self.statuses[broker_id] = status
+
+    async def poll(self) -> None:
+        """One round: every broker's status; brokers not known yet are looked up."""
+        registered = {int(b) for s in self.statuses.values() if s for b in s.get("brokers", {})}
+        if not self.addresses or registered - set(self.addresses):
+            await self.discover()
+        await asyncio.gather(*(self._poll_one(b, url) for b, url in sorted(self.addresses.items())))
+        self.polls += 1
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await self.poll()
+            await asyncio.sleep(self.interval_s)
+
+    def view(self) -> dict:
+        view = cluster_view(self.statuses, self.addresses)
+        view["lab_runs"] = self.lab_runs()
+        view["polls"] = self.polls
+        return view
+
+    # ------------------------------------------------------------------ the lab
+
+    def lab_runs(self) -> list[dict]:
+        if self.lab_dir is None or not self.lab_dir.is_dir():
+            return []
+        runs = []
+        for run_json in sorted(self.lab_dir.glob("*/run.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+            try:
+                info = json.loads(run_json.read_text())
+            except (OSError, ValueError):
+                continue
+            name = run_json.parent.name
+            runs.append({"run": name, "scenario": info.get("scenario"), "summary": info.get("summary"),
+                         "verdict": info.get("verdict"), "error": info.get("error"),
+                         "timeline": f"/lab/{name}/timeline.html"
+                         if (run_json.parent / "timeline.html").exists() else None})
+        return runs[:50]
+
+    # ------------------------------------------------------------------ serving
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/", self._index)
+        app.router.add_get("/api/cluster", self._api_cluster)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/lab/{run}/{file}", self._lab_file)
+        app.router.add_static("/static/", STATIC)
+        return app
+
+    async def _index(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    async def _api_cluster(self, request: web.Request) -> web.Response:
+        return web.json_response(self.view())
+
+    async def _lab_file(self, request: web.Request) -> web.FileResponse:
+        run, name = request.match_info["run"], request.match_info["file"]
+        if self.lab_dir is None or name not in LAB_FILES or "/" in run or run.startswith("."):
+            raise web.HTTPNotFound()
+        path = self.lab_dir / run / name
+        if not path.is_file():
+            raise web.HTTPNotFound()
+        return web.FileResponse(path)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        view = self.view()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_ViewCollector(view))
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def start(self, host: str, port: int) -> str:
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
+        self.runner = web.AppRunner(self.app(), access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, host, port, reuse_address=True).start()
+        bound = self.runner.addresses[0]
+        self.url = f"http://{bound[0]}:{bound[1]}/"
+        await self.poll()
+        self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
+        return self.url
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        if self.runner is not None:
+            await self.runner.cleanup()
+        if self.session is not None:
+            await self.session.close()
+
+
+class _ViewCollector:
+    def __init__(self, view: dict) -> None:
+        self.view = view
+
+    def collect(self):
+        summary = self.view["summary"]
+        for key, help_text in (("under_replicated", "Partitions whose ISR is smaller than their replica set."),
+                               ("under_min_isr", "Partitions whose ISR is below min.insync.replicas."),
+                               ("offline", "Partitions without a live leader."),
+                               ("reachable", "Brokers whose status the console read."),
+                               ("registered", "Brokers registered in ZooKeeper.")):
+            yield GaugeMetricFamily(f"strandline_cluster_{key}", help_text, value=summary[key])
+        lag = GaugeMetricFamily("kafka_consumergroup_lag", "Records a group's committed offset is behind the "
+                                "partition's high watermark.", labels=["consumergroup", "topic", "partition"])
+        for g in self.view["groups"]:
+            for o in g["offsets"]:
+                if o["lag"] is not None:
+                    lag.add_metric([g["group"], o["topic"], str(o["partition"])], o["lag"])
+        yield lag
+
+
+async def serve(bootstrap: str, host: str, port: int, lab_dir: str | None, ready: Any = None) -> None:
+    """Run the console until cancelled; ``ready(url)`` is called once it serves."""
+    console = Console(bootstrap, lab_dir)
+    try:
+        url = await console.start(host, port)
+        if ready is not None:
+            ready(url)
+        await asyncio.Event().wait()
+    finally:
+        await console.close()
