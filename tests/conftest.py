@@ -43,8 +43,10 @@ def strandline_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "strandline.cli.main", *args]
 
 
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(strandline_cmd(*args), capture_output=True, text=True, timeout=timeout)
+def run_cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``strandline ARGS``; ``env`` adds environment variables."""
+    return subprocess.run(strandline_cmd(*args), capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env} if env else None)
 
 
 @dataclass

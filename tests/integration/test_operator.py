@@ -10,6 +10,7 @@ the controller hears of the death, as with Kafka's defaults on a follower that h
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 
 import pytest
@@ -100,6 +101,7 @@ def test_a_killed_follower_shows_as_an_isr_shrink_and_under_replicated_partition
     seq = max([e["seq"] for e in broker_status(op, 1)["events"]], default=0)
     assert value(op, 1, "kafka_cluster_partition_underreplicated", topic="watched", partition="0") == 0
     assert run_cli("cluster", "kill", "3", "--data-dir", str(op.data_dir)).returncode == 0
+    killed_at = time.monotonic()
     # writes keep coming: a follower that has everything stays in the ISR however long it is silent
     producer.produce("watched", b"during")
     producer.poll(0)
@@ -110,11 +112,32 @@ def test_a_killed_follower_shows_as_an_isr_shrink_and_under_replicated_partition
     assert value(op, 1, "kafka_cluster_partition_insyncreplicascount", topic="watched", partition="0") == 2
     events = broker_status(op, 1, since=seq)["events"]
     assert any(e["kind"] == "isr_shrink" and e["topic"] == "watched" for e in events), events
+    # the command line says the same, with the bootstrap servers from the environment
+    env = {"STRANDLINE_BOOTSTRAP_SERVERS": op.bootstrap}
+    status = run_cli("cluster", "status", env=env)
+    assert status.returncode == 1, status
+    assert "Unhealthy" in status.stdout and "under-replicated" in status.stdout and "watched-0" in status.stdout
+    assert "3\t127.0.0.1" in status.stdout and "registered, not answering" in status.stdout
+    described = run_cli("topics", "describe", "--under-replicated-partitions", env=env)
+    assert described.returncode == 0, described.stderr
+    lines = described.stdout.splitlines()
+    assert any(line.startswith("\tTopic: watched\tPartition: 0\tLeader: 1") for line in lines), lines
+    assert not any(line.startswith("Topic:") for line in lines)       # Kafka's filters print partitions only
+    assert all("Isr: 1,2\t" in line for line in lines if "Topic: watched\t" in line), lines
     assert producer.flush(10) == 0
-    assert run_cli("cluster", "start", "3", "--data-dir", str(op.data_dir), timeout=120).returncode == 0
+    # its old ZooKeeper session is still alive: the start waits for it, and says so with a countdown
+    assert time.monotonic() - killed_at < SESSION_MS / 1000 - 4
+    started = run_cli("cluster", "start", "3", "--data-dir", str(op.data_dir), timeout=120)
+    assert started.returncode == 0, started.stderr
+    assert "Waiting for broker 3 to start" in started.stderr, started.stderr
+    assert "previous ZooKeeper session expires within" in started.stderr, started.stderr
     poll_until(lambda: value(op, 1, "kafka_cluster_partition_underreplicated", topic="watched", partition="0") == 0,
                30, message="partition watched-0 fully replicated again")
     assert value(op, 1, "kafka_server_replicamanager_isrexpands_total") >= expands + 1
+    healthy = run_cli("cluster", "status", "--bootstrap-server", op.bootstrap)
+    assert healthy.returncode == 0 and "Healthy" in healthy.stdout, healthy
+    described = run_cli("topics", "describe", "--topic", "watched", "--bootstrap-server", op.bootstrap).stdout
+    assert "\tHW: 2\tLEO: 2\tReplicaLEO: 1=2,2=2,3=2\tReplicaLag: 1=0,2=0,3=0" in described, described
     view = broker_status(op, 1)
     [replica] = [r for r in view["replicas"] if r["topic"] == "watched"]
     assert replica["role"] == "leader" and replica["isr"] == [1, 2, 3]

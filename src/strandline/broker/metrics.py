@@ -4,7 +4,7 @@ Kafka exposes its meters and gauges through JMX; dashboards read them through th
 exporter, whose usual rules turn ``kafka.server:type=ReplicaManager,name=PartitionCount`` into
 ``kafka_server_replicamanager_partitioncount`` and a meter's count into a ``_total`` counter.
 :func:`collect` reads the broker core's components and returns those families as plain data;
-the shell (``runtime/metrics.py``) serves them in Prometheus' text format. Values Kafka keeps
+the shell (``runtime/monitoring.py``) serves them in Prometheus' text format. Values Kafka keeps
 only on the active controller (offline partitions and the like) are 0 on the other brokers, as
 in Kafka. Three families have no Kafka broker equivalent and keep the names of the tools that
 provide them: ``kafka_consumergroup_current_offset`` and ``kafka_topic_partition_current_offset``
@@ -98,10 +98,11 @@ def _controller(broker: Broker) -> list[Family]:
              "Partitions not led by their preferred replica (controller only).", imbalance),
         _one(prefix + "globaltopiccount", "gauge", "Topics in the cluster (controller only).", topics),
         _one(prefix + "globalpartitioncount", "gauge", "Partitions in the cluster (controller only).", partitions),
-        _one(stats + "leaderelectionrateandtimems", "counter",
-             "Partition leaders written by this broker as controller.", controller.elections.leader_elections),
-        _one(stats + "uncleanleaderelectionspersec", "counter",
-             "Leaders chosen outside the ISR by this broker as controller.",
+        _one(stats + "leaderelections", "counter",
+             "Partitions given a new leader by this broker as controller (the count of Kafka's "
+             "LeaderElectionRateAndTimeMs counts election events instead).", controller.elections.leader_elections),
+        _one(stats + "uncleanleaderelections", "counter",
+             "Leaders written outside the last ISR by this broker as controller (UncleanLeaderElectionsPerSec).",
              controller.elections.unclean_leader_elections),
     ]
 

@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstra
     for action in ("describe", "alter"):
         p = csub.add_parser(action, help=f"{action} the configs of one topic, one broker or every broker")
         p.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help)
-        p.add_argument("--entity-type", choices=("topics", "brokers"), required=True)
+        p.add_argument("--entity-type", choices=("topics", "brokers"), required=True,
+                       help="what --entity-name names")
         who = p.add_mutually_exclusive_group(required=True)
         who.add_argument("--entity-name", help="the topic, or the broker id")
         who.add_argument("--entity-default", action="store_true", help="brokers: the default of every broker")

@@ -11,9 +11,8 @@ from strandline.errors import StrandlineError
 
 def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
     p = sub.add_parser("console", help="serve a live web page of the cluster (brokers, partitions with every "
-                                       "replica's LEO, HW and lag, groups, events, lab runs)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help.replace(" (default: %(default)s)", ""))
+                                       "replica's LEO, HW and lag, groups, events, lab runs)")
+    p.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help)
     p.add_argument("--host", default="127.0.0.1", help="address to serve the page on")
     p.add_argument("--port", type=int, default=8080, help="port to serve the page on (0: any free port)")
     p.add_argument("--lab-dir", default="lab-runs", help="where `strandline lab run` keeps its runs, shown on the page")

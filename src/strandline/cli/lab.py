@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
     runp.add_argument("--data-dir", help="where run folders go (default: ./lab-runs)")
     runp.add_argument("--trials", type=int, default=1, help="number of runs (SAFE: random fault mixes; default 1)")
     audit = lsub.add_parser("audit", help="audit run folders again with the Spark job (SPK-2)")
-    audit.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    audit.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders of `strandline lab run`")
     lab.set_defaults(func=main)
 
 

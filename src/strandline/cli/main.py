@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -10,8 +11,10 @@ from strandline.broker.config import ConfigError, load_broker_config
 from strandline.errors import StrandlineError
 
 #: The brokers of `strandline up` (and `make run`) with its default base port: any one that is up will do.
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
-BOOTSTRAP_HELP = "host:port[,host:port...]: the first broker that accepts the connection is asked (default: %(default)s)"
+DEFAULT_BOOTSTRAP = os.environ.get("STRANDLINE_BOOTSTRAP_SERVERS") or "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+DEFAULT_DATA_DIR = os.environ.get("STRANDLINE_DATA_DIR") or "./data"
+BOOTSTRAP_HELP = ("host:port[,host:port...]: the first broker that accepts the connection is asked; environment: "
+                  "STRANDLINE_BOOTSTRAP_SERVERS (default: %(default)s)")
 
 
 def _read_text(path: str) -> str:
@@ -56,8 +59,14 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
+    if args.action == "status":
+        from strandline.cli import status
+
+        return status.run(args)
     from strandline.runtime.cluster import cluster_action
 
+    if args.broker_id is None:
+        raise StrandlineError(f"cluster {args.action} needs the broker's id")
     return cluster_action(args.action, args.broker_id, args.data_dir)
 
 
@@ -73,13 +82,46 @@ def cmd_groups(args: argparse.Namespace) -> int:
     return groups.run(args)
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows each option's default after its help, where it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or "(default" in text or action.default is None or action.default is False \
+                or action.default == argparse.SUPPRESS:
+            return text
+        if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return text + " (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """Every (sub)command's parser: help with defaults."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("strandline")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="strandline", description="A Kafka-compatible, replicated commit log.")
+    parser = Parser(prog="strandline", description="A Kafka-compatible, replicated commit log.",
+                    epilog="Exit status: 0 done; 1 the command ran and what it checked or did failed (e.g. `cluster "
+                           "status` found a problem); 2 bad usage, bad input or no connection.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     zk = sub.add_parser("zookeeper", help="run a single-node ZooKeeper from the jars in the pyspark wheel")
-    zk.add_argument("--data-dir", required=True)
-    zk.add_argument("--port", type=int, default=2181)
+    zk.add_argument("--data-dir", required=True, help="where ZooKeeper keeps its data")
+    zk.add_argument("--port", type=int, default=2181, help="client port")
     zk.set_defaults(func=cmd_zookeeper)
 
     broker = sub.add_parser("broker", help="run one broker")
@@ -88,9 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     broker.set_defaults(func=cmd_broker)
 
     up = sub.add_parser("up", help="run ZooKeeper and a cluster of brokers in the foreground")
-    up.add_argument("--brokers", type=int, default=3)
-    up.add_argument("--data-dir", default="./data")
-    up.add_argument("--base-port", type=int, default=9092)
+    up.add_argument("--brokers", type=int, default=3, help="how many brokers (ids 1..N)")
+    up.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="where ZooKeeper and the brokers keep their data "
+                    "(environment: STRANDLINE_DATA_DIR)")
+    up.add_argument("--base-port", type=int, default=9092,
+                    help="broker N listens on base port + N - 1; its metrics on that + 1000")
     up.add_argument("--zookeeper", metavar="HOST:PORT", help="use this ZooKeeper instead of an embedded one")
     up.add_argument("--zookeeper-port", type=int, default=2181, help="port of the embedded ZooKeeper")
     up.add_argument("--override", action="append", metavar="KEY=VALUE", help="configuration for every broker")
@@ -98,11 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="port of the web console (another free port if it is taken; 0: no console)")
     up.set_defaults(func=cmd_up)
 
-    cluster = sub.add_parser("cluster", help="kill, stop or start again a broker of a running `strandline up`")
-    cluster.add_argument("action", choices=("kill", "stop", "start"),
-                         help="kill: SIGKILL; stop: SIGTERM (controlled shutdown); start: start it again")
-    cluster.add_argument("broker_id", type=int, metavar="BROKER_ID")
-    cluster.add_argument("--data-dir", default="./data")
+    cluster = sub.add_parser("cluster", help="the cluster's health; kill, stop or start again a broker of a running "
+                                             "`strandline up`")
+    cluster.add_argument("action", choices=("status", "kill", "stop", "start"),
+                         help="status: brokers, controller and partitions with a problem (exit status 1 when "
+                              "unhealthy); kill: SIGKILL; stop: SIGTERM (controlled shutdown); start: start it again")
+    cluster.add_argument("broker_id", type=int, metavar="BROKER_ID", nargs="?", help="the broker to kill, stop or start")
+    cluster.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="the data directory of `strandline up` "
+                         "(environment: STRANDLINE_DATA_DIR)")
+    cluster.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP.replace(
+        " (default: %(default)s)", "") + " (status only)")
     cluster.set_defaults(func=cmd_cluster)
 
     leaders = sub.add_parser("leaders", help="leader elections")
@@ -110,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     elect = lsub.add_parser("elect", help="move leadership back to each partition's preferred (first) replica, "
                                           "or give a leaderless partition a leader even out of its ISR (--unclean)")
     kind = elect.add_mutually_exclusive_group(required=True)
-    kind.add_argument("--preferred", action="store_true")
+    kind.add_argument("--preferred", action="store_true", help="elect each partition's preferred (first) replica")
     kind.add_argument("--unclean", action="store_true", help="may lose acknowledged writes (SPEC LOSS-*)")
     elect.add_argument("--topic", help="only this topic's partitions (default: all)")
     elect.add_argument("--partition", type=int, help="only this partition (with --topic)")
@@ -121,13 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     gsub = groups.add_subparsers(dest="action", required=True)
     glist = gsub.add_parser("list")
     gdesc = gsub.add_parser("describe")
-    gdesc.add_argument("group")
+    gdesc.add_argument("group", help="the group id")
     greset = gsub.add_parser("reset-offsets", help="commit new offsets for a group whose consumers are stopped")
-    greset.add_argument("group")
-    greset.add_argument("--topic", required=True)
+    greset.add_argument("group", help="the group id")
+    greset.add_argument("--topic", required=True, help="the topic whose offsets to reset")
     to = greset.add_mutually_exclusive_group(required=True)
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-earliest", action="store_true", help="to each partition's log start offset")
+    to.add_argument("--to-latest", action="store_true", help="to each partition's high watermark")
     to.add_argument("--to-datetime", metavar="ISO-8601", help="e.g. 2026-11-22T10:00:00 (UTC unless an offset is given)")
     greset.add_argument("--execute", action="store_true", help="commit them (without it: a dry run, as Kafka's tool)")
     for p in (glist, gdesc, greset):
@@ -144,16 +193,22 @@ def build_parser() -> argparse.ArgumentParser:
         p = tsub.add_parser(action)
         p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP)
         if action in ("create", "delete"):
-            p.add_argument("--topic", required=True)
+            p.add_argument("--topic", required=True, help="the topic")
         if action == "describe":
-            p.add_argument("--topic")
+            p.add_argument("--topic", help="the topic to describe (default: every topic)")
+            p.add_argument("--under-replicated-partitions", action="store_true",
+                           help="only partitions whose ISR is smaller than their replica set")
+            p.add_argument("--unavailable-partitions", action="store_true", help="only partitions without a live leader")
+            p.add_argument("--under-min-isr-partitions", action="store_true",
+                           help="only partitions whose ISR is below min.insync.replicas")
         if action == "create":
-            p.add_argument("--partitions", type=int, default=-1)
-            p.add_argument("--replication-factor", type=int, default=-1)
-            p.add_argument("--config", action="append", metavar="KEY=VALUE")
+            p.add_argument("--partitions", type=int, default=-1, help="partition count (-1: the broker's num.partitions)")
+            p.add_argument("--replication-factor", type=int, default=-1,
+                           help="replicas per partition (-1: the broker's default.replication.factor)")
+            p.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic config (repeatable)")
     alter = tsub.add_parser("alter", help="add partitions to a topic (like kafka-topics --alter)")
     alter.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP)
-    alter.add_argument("--topic", required=True)
+    alter.add_argument("--topic", required=True, help="the topic")
     alter.add_argument("--partitions", type=int, required=True, help="the new partition count (only grows)")
     topics.set_defaults(func=cmd_topics)
 
@@ -166,14 +221,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    command = "?"
     try:
-        return args.func(args) or 0
+        try:
+            args = build_parser().parse_args(argv)
+            command = args.command
+            code = args.func(args) or 0
+        finally:
+            sys.stdout.flush()      # here, where a closed pipe is caught, not at exit
+        return code
     except (ConfigError, StrandlineError) as exc:
-        print(f"strandline {args.command}: {exc}", file=sys.stderr)
+        print(f"strandline {command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError as exc:
+        if _stdout_closed():
+            # the reader of our output went away (`... | head`): not an error of ours; no traceback,
+            # and what is left to write goes nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        print(f"strandline {command}: {exc}", file=sys.stderr)     # another pipe or socket broke
+        return 2
+
+
+def _stdout_closed() -> bool:
+    """Whether nobody reads our standard output any more (a pipe whose reader closed it)."""
+    import select
+
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 if __name__ == "__main__":

@@ -20,14 +20,14 @@ def add_parsers(sub: argparse._SubParsersAction, bootstrap_default: str, bootstr
     records = sub.add_parser("records", help="delete a partition's records below an offset")
     rsub = records.add_subparsers(dest="action", required=True)
     delete = rsub.add_parser("delete", help="move the partition's log start offset up (DeleteRecords)")
-    delete.add_argument("--topic", required=True)
-    delete.add_argument("--partition", type=int, required=True)
+    delete.add_argument("--topic", required=True, help="the topic")
+    delete.add_argument("--partition", type=int, required=True, help="the partition")
     delete.add_argument("--before", type=int, required=True, metavar="OFFSET",
                         help="delete every record below this offset (-1: below the high watermark)")
     offsets = sub.add_parser("offsets", help="partition offsets by time")
     osub = offsets.add_subparsers(dest="action", required=True)
     get = osub.add_parser("get", help="each partition's offset at a time (like kafka-get-offsets)")
-    get.add_argument("--topic", required=True)
+    get.add_argument("--topic", required=True, help="the topic")
     get.add_argument("--time", default="latest", help="earliest, latest, or an ISO-8601 time (UTC unless given)")
     for p in (delete, get):
         p.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help)

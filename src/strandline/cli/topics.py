@@ -102,6 +102,27 @@ def run(args: argparse.Namespace) -> int:
                 print(topic.name)
             return 0
         resp = metadata(conn, [args.topic] if args.topic else None)
+    return describe(args, resp)
+
+
+FILTERS = (("under_replicated_partitions", "under_replicated"), ("unavailable_partitions", "offline"),
+           ("under_min_isr_partitions", "under_min_isr"))
+
+
+def describe(args: argparse.Namespace, resp: Any) -> int:
+    """Kafka's ``kafka-topics --describe`` lines, with the HW, the leader's LEO and each replica's
+    LEO and lag behind it (from the brokers' /status; from ListOffsets when it cannot be read).
+    The filters print only the partitions they name, without the topic lines, as Kafka does."""
+    from strandline.console.discovery import read_cluster
+
+    try:
+        view = read_cluster(args.bootstrap_server)
+    except StrandlineError:
+        view = None
+    merged = {(p["topic"], p["partition"]): p for p in view["partitions"]} if view else {}
+    wanted = [key for option, key in FILTERS if getattr(args, option, False)]
+    if wanted and view is None:
+        raise StrandlineError("cannot read the brokers' status to filter partitions")
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
     status = 0
     for topic in sorted(resp.topics, key=lambda t: t.name):
@@ -111,18 +132,37 @@ def run(args: argparse.Namespace) -> int:
             status = 1
             continue
         rf = len(topic.partitions[0].replica_nodes) if topic.partitions else 0
-        print(f"Topic: {topic.name}\tTopicId: {uuid_to_base64(topic.topic_id)}\tPartitionCount: {len(topic.partitions)}"
-              f"\tReplicationFactor: {rf}")
+        if not wanted:
+            print(f"Topic: {topic.name}\tTopicId: {uuid_to_base64(topic.topic_id)}\tPartitionCount: "
+                  f"{len(topic.partitions)}\tReplicationFactor: {rf}")
         for p in sorted(topic.partitions, key=lambda p: p.partition_index):
-            hw = leo = -1
-            leader = int(p.leader_id)
-            isr = list(p.isr_nodes)
-            if leader in brokers:
-                isr = leader_isr(brokers[leader], topic.name, p.partition_index, isr)
-                hw = list_offset(brokers[leader], topic.name, p.partition_index, CONSUMER)
-                leo = list_offset(brokers[leader], topic.name, p.partition_index, DEBUG_REPLICA)
-            print(f"\tTopic: {topic.name}\tPartition: {p.partition_index}\tLeader: {leader}"
+            seen = merged.get((topic.name, p.partition_index))
+            if wanted and not (seen and any(seen[key] for key in wanted)):
+                continue
+            leader, isr, epoch = int(p.leader_id), list(p.isr_nodes), p.leader_epoch
+            extra = leader_note = ""
+            if seen is not None:
+                leader, isr = seen["leader"], seen["isr"]
+                hw, leo = _shown(seen["high_watermark"]), _shown(seen["log_end_offset"])
+                if seen["leader_not_answering"]:
+                    leader_note = " (not answering)"
+                states = seen["replica_states"]
+                extra = ("\tReplicaLEO: " + ",".join(f"{r['broker']}={_shown(r['log_end_offset'])}" for r in states)
+                         + "\tReplicaLag: " + ",".join(f"{r['broker']}={_shown(r['lag'])}" for r in states))
+            else:
+                hw = leo = "-"
+                if leader in brokers:
+                    isr = leader_isr(brokers[leader], topic.name, p.partition_index, isr)
+                    hw = _shown(list_offset(brokers[leader], topic.name, p.partition_index, CONSUMER))
+                    leo = _shown(list_offset(brokers[leader], topic.name, p.partition_index, DEBUG_REPLICA))
+            print(f"\tTopic: {topic.name}\tPartition: {p.partition_index}"
+                  f"\tLeader: {leader if leader >= 0 else 'none'}{leader_note}"
                   f"\tReplicas: {','.join(str(r) for r in p.replica_nodes)}"
-                  f"\tIsr: {','.join(str(r) for r in isr)}\tLeaderEpoch: {p.leader_epoch}"
-                  f"\tHW: {hw}\tLEO: {leo}")
+                  f"\tIsr: {','.join(str(r) for r in isr)}\tLeaderEpoch: {epoch}"
+                  f"\tHW: {hw}\tLEO: {leo}{extra}")
     return status
+
+
+def _shown(value: int | None) -> str:
+    """An offset as printed: ``-`` when it is not known (its broker does not answer)."""
+    return "-" if value is None or value < 0 else str(value)

@@ -18,14 +18,18 @@ from typing import Any
 EVENTS_SHOWN = 200
 
 
-def cluster_view(statuses: dict[int, dict | None], addresses: dict[int, str] | None = None) -> dict[str, Any]:
-    """``statuses``: broker id -> its ``/status`` (None when it did not answer)."""
+def cluster_view(statuses: dict[int, dict | None], addresses: dict[int, str] | None = None,
+                 events: list[dict] | None = None) -> dict[str, Any]:
+    """``statuses``: broker id -> its ``/status`` (None when it did not answer); ``events``: the
+    brokers' events as collected so far (default: those in the statuses)."""
     answered = {b: s for b, s in statuses.items() if s is not None}
     controller_id = next((b for b, s in answered.items() if s.get("is_controller")), None)
     reference = answered.get(controller_id) if controller_id is not None else None
     if reference is None and answered:
         reference = answered[min(answered)]
     live = {int(b) for b in (reference or {}).get("brokers", {})}
+    if controller_id is None and reference is not None and reference.get("controller_id") in live:
+        controller_id = reference["controller_id"]      # registered, not answering: still in office
     known = sorted(set(statuses) | live)
     brokers = []
     for b in known:
@@ -98,8 +102,9 @@ def cluster_view(statuses: dict[int, dict | None], addresses: dict[int, str] | N
             groups.append({**g, "coordinator": b, "offsets": offsets,
                            "lag": sum(o["lag"] for o in offsets if o["lag"] is not None)})
 
-    events = sorted((e for s in answered.values() for e in s.get("events", [])),
-                    key=lambda e: (e["time_ms"], e["broker"], e["seq"]))[-EVENTS_SHOWN:]
+    if events is None:
+        events = [e for s in answered.values() for e in s.get("events", [])]
+    events = sorted(events, key=lambda e: (e["time_ms"], e["broker"], e["seq"]))[-EVENTS_SHOWN:]
     return {
         "controller": controller_id,
         "brokers": brokers,

@@ -19,6 +19,7 @@ import collections
 import json
 import logging
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any
 
 import aiohttp
@@ -27,42 +28,16 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from strandline.console.discovery import metrics_addresses
 from strandline.console.model import cluster_view
 from strandline.errors import StrandlineError
 
 log = logging.getLogger("strandline.console")
 
 STATIC = Path(__file__).parent / "static"
-DESCRIBE_CONFIGS, METADATA = 32, 3
-BROKER_RESOURCE = 4
 EVENTS_KEPT = 500
 LAB_FILES = {"timeline.html", "timeline.png", "run.json"}
-
-
-def metrics_addresses(bootstrap: str) -> dict[int, str]:
-    """Each broker's operators' endpoint, ``http://host:port``, found over the Kafka protocol
-    (blocking; run it in a thread)."""
-    from strandline.runtime.client import KafkaConnection
-
-    with KafkaConnection(bootstrap, timeout_s=5.0, client_id="strandline-console") as conn:
-        md = conn.request(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False,
-                                        "include_cluster_authorized_operations": False,
-                                        "include_topic_authorized_operations": False})
-    found = {}
-    for b in md.brokers:
-        try:
-            with KafkaConnection(f"{b.host}:{b.port}", timeout_s=5.0, client_id="strandline-console") as conn:
-                resp = conn.request(DESCRIBE_CONFIGS, 1, {"resources": [
-                    {"resource_type": BROKER_RESOURCE, "resource_name": str(b.node_id),
-                     "configuration_keys": ["metrics.port"]}], "include_synonyms": False})
-        except StrandlineError:
-            continue
-        port = next((int(c.value) for r in resp.results for c in r.configs if c.name == "metrics.port"), -1)
-        if port == -1:
-            port = int(b.port) + 1000
-        if port > 0:
-            found[int(b.node_id)] = f"http://{b.host}:{port}"
-    return found
+REDISCOVER_S = 5.0
 
 
 class Console:
@@ -79,6 +54,7 @@ class Console:
         self.last_seq: dict[int, int] = {}
         self.timelines: dict[int, Any] = {}
         self.polls = 0
+        self._next_discovery = 0.0
         self.session: aiohttp.ClientSession | None = None
         self.runner: web.AppRunner | None = None
         self._poller: asyncio.Task | None = None
@@ -88,7 +64,7 @@ class Console:
 
     async def discover(self) -> None:
         try:
-            found = await asyncio.to_thread(metrics_addresses, self.bootstrap)
+            _, found = await asyncio.to_thread(metrics_addresses, self.bootstrap, 2.0)
         except StrandlineError as exc:
             log.warning("Cannot reach the cluster at %s: %s", self.bootstrap, exc)
             return
@@ -104,9 +80,8 @@ class Console:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             self.statuses[broker_id] = None
             return
-        if self.timelines.get(broker_id) != status.get("timeline"):      # a new process: its events start again
+        if self.timelines.get(broker_id) != status.get("timeline"):      # a new process: its numbering restarts
             self.timelines[broker_id] = status.get("timeline")
-            self.events[broker_id] = collections.deque(maxlen=EVENTS_KEPT)
             if since:
                 self.last_seq[broker_id] = 0
                 return await self._poll_one(broker_id, url)
@@ -114,13 +89,16 @@ class Console:
         for event in status.get("events", []):
             events.append(event)
             self.last_seq[broker_id] = max(self.last_seq.get(broker_id, 0), event["seq"])
-        status["events"] = list(events)
         self.statuses[broker_id] = status
 
     async def poll(self) -> None:
         """One round: every broker's status; brokers not known yet are looked up."""
         registered = {int(b) for s in self.statuses.values() if s for b in s.get("brokers", {})}
-        if not self.addresses or registered - set(self.addresses):
+        silent = registered - {b for b, s in self.statuses.items() if s is not None}
+        now = asyncio.get_running_loop().time()
+        # look again for brokers not known or not answering (restarted on another port), not too often
+        if not self.addresses or (silent and now >= self._next_discovery):
+            self._next_discovery = now + REDISCOVER_S
             await self.discover()
         await asyncio.gather(*(self._poll_one(b, url) for b, url in sorted(self.addresses.items())))
         self.polls += 1
@@ -131,7 +109,8 @@ class Console:
             await asyncio.sleep(self.interval_s)
 
     def view(self) -> dict:
-        view = cluster_view(self.statuses, self.addresses)
+        view = cluster_view(self.statuses, self.addresses,
+                            [e for events in self.events.values() for e in events])
         view["lab_runs"] = self.lab_runs()
         view["polls"] = self.polls
         return view
@@ -142,15 +121,17 @@ class Console:
         if self.lab_dir is None or not self.lab_dir.is_dir():
             return []
         runs = []
-        for run_json in sorted(self.lab_dir.glob("*/run.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+        found = []
+        for run_json in self.lab_dir.glob("*/run.json"):
             try:
-                info = json.loads(run_json.read_text())
+                found.append((run_json.stat().st_mtime, run_json, json.loads(run_json.read_text())))
             except (OSError, ValueError):
-                continue
+                continue        # being written or removed
+        for _, run_json, info in sorted(found, key=lambda f: f[0], reverse=True):
             name = run_json.parent.name
             runs.append({"run": name, "scenario": info.get("scenario"), "summary": info.get("summary"),
                          "verdict": info.get("verdict"), "error": info.get("error"),
-                         "timeline": f"/lab/{name}/timeline.html"
+                         "timeline": f"/lab/{quote(name)}/timeline.html"
                          if (run_json.parent / "timeline.html").exists() else None})
         return runs[:50]
 

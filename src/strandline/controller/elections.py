@@ -197,11 +197,9 @@ class PartitionElections:
                     continue
                 state, unclean = decided
                 if unclean:
-                    self.unclean_leader_elections += 1
                     effects.append(Log("warning", f"Unclean leader election for {key[0]}-{key[1]}: broker "
                                                   f"{state.leader} was not in the ISR {list(current.isr)}; "
-                                                  f"records acknowledged by the old ISR may be lost",
-                                       "unclean", key))
+                                                  f"records acknowledged by the old ISR may be lost"))
                 planned.append((key, state, current))
                 writes.append(zk_layout.update_partition_state(key[0], key[1], state))
             if retry and settled:
@@ -240,10 +238,15 @@ class PartitionElections:
                         changed.append((topic, key[1]))
                         if state.leader >= 0:
                             moved = state.leader != before.leader
+                            # counted once written: a lost race is decided (and written) again
+                            unclean = moved and state.leader not in before.isr
                             self.leader_elections += moved
-                            out.append(Log("info", f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
-                                                   f"{state.leader_epoch}, ISR {list(state.isr)}",
-                                           "leader" if moved else "isr_shrink"
+                            self.unclean_leader_elections += unclean
+                            out.append(Log("warning" if unclean else "info",
+                                           f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
+                                           f"{state.leader_epoch}, ISR {list(state.isr)}"
+                                           + (" (unclean: outside the last ISR)" if unclean else ""),
+                                           "unclean" if unclean else "leader" if moved else "isr_shrink"
                                            if len(state.isr) < len(before.isr) else None, key))
                         else:
                             out.append(Log("warning", f"{key[0]}-{key[1]} is offline: no live broker of its "

@@ -323,6 +323,7 @@ class ReplicaManager:
             for ps in ts["partition_states"]:
                 if ps["leader"] == LEADER_DURING_DELETE:
                     if md.topics.pop(name, None) is not None:
+                        self.topic_stats.remove_topic(name)
                         effects.append(Log("info", f"Topic {name} deleted from the metadata cache"))
                     break
                 topic = md.topics.get(name)

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from strandline.protocol.records import HEADER_SIZE
 
 RECORDS_COUNT = HEADER_SIZE - 4     # the offset of a v2 batch's record count
+UNKNOWN = (ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id)
 
 #: the counters kept per topic, in Kafka's meter names lower-cased
 COUNTERS = ("bytesin", "messagesin", "bytesout", "replicationbytesin", "replicationbytesout",
@@ -49,13 +50,20 @@ class BrokerTopicStats:
         """The partitions of a Fetch answer as sent (consumer or follower)."""
         out = "replicationbytesout" if by_follower else "bytesout"
         for topic in topics:
-            name = topic["topic"]
+            requests = failed = size = 0
             for entry in topic["partitions"]:
-                self._add(name, "totalfetchrequests", 1)
-                if entry["error_code"]:
-                    self._add(name, "failedfetchrequests", 1)
-                if entry["records"]:
-                    self._add(name, out, len(entry["records"]))
+                if entry["error_code"] in UNKNOWN:
+                    continue        # no series for names that are not topics here
+                requests += 1
+                failed += bool(entry["error_code"])
+                size += len(entry["records"])
+            if requests:
+                name = topic["topic"]
+                self._add(name, "totalfetchrequests", requests)
+                if failed:
+                    self._add(name, "failedfetchrequests", failed)
+                if size:
+                    self._add(name, out, size)
 
     def replicated_in(self, topic: str, size: int) -> None:
         """A follower appended ``size`` bytes fetched from its leader."""

@@ -232,6 +232,8 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     me = BrokerInfo(broker_id, adv.host, adv.port, v["broker.rack"])
     brokers[broker_id] = me
     monitoring = running.monitoring = Monitoring(broker) if config.metrics_port else None
+    if monitoring is None:
+        v["metrics.port"] = 0     # what DescribeConfigs reports: no endpoint
     shell = running.shell = BrokerShell(broker, store, v["socket.request.max.bytes"], stopper, monitoring)
     await shell.listen(config.listener.host, config.listener.port)
     if monitoring is not None:

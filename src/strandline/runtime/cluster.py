@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from strandline.errors import StrandlineError
 from strandline.runtime.broker_main import READY_PREFIX
@@ -28,6 +30,7 @@ BROKER_START_TIMEOUT_S = 120.0
 BROKER_STOP_TIMEOUT_S = 30.0       # controlled shutdowns, then SIGKILL
 STARTUP_STOP_TIMEOUT_S = 3.0       # a stop during start-up does not wait for controlled shutdowns
 CONSOLE_START_TIMEOUT_S = 20.0
+OLD_SESSION_MARGIN_S = 5.0         # a broker waits for its old session: the timeout + 5 s at most
 
 
 def _die_with_parent() -> None:
@@ -85,6 +88,26 @@ class BrokerProcess:
 
 
 
+class Waiting:
+    """Says on stderr what a command waits for, once the wait passes 2 s, then every 5 s."""
+
+    FIRST_S, EVERY_S = 2.0, 5.0
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.start = time.monotonic()
+        self.next = self.start + self.FIRST_S
+
+    def tick(self, detail: Callable[[], str | None] | None = None) -> None:
+        """``detail()`` says more; it runs only when a line is printed."""
+        now = time.monotonic()
+        if now >= self.next:
+            more = detail() if detail is not None else None
+            print(f"{self.what} ({now - self.start:.0f} s){': ' + more if more else ''}", file=sys.stderr,
+                  flush=True)
+            self.next = now + self.EVERY_S
+
+
 def ready_field(output: bytes, name: str) -> str | None:
     """A ``name=value`` field of a broker's ready line (``metrics=http://host:port``)."""
     for line in output.decode(errors="replace").splitlines():
@@ -106,7 +129,10 @@ def wait_ready(brokers: list[BrokerProcess], timeout_s: float) -> None:
     waiting = {b.id: b for b in brokers}
     buffers = {b.id: b"" for b in brokers}
     deadline = time.monotonic() + timeout_s
+    progress = Waiting("strandline up: waiting for the brokers to start")
     while waiting:
+        progress.tick(lambda: f"broker(s) {', '.join(str(i) for i in sorted(waiting))} not ready yet; "
+                              f"{_last_log_line(waiting[min(waiting)])}")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             ids = ", ".join(str(i) for i in sorted(waiting))
@@ -127,14 +153,23 @@ def wait_ready(brokers: list[BrokerProcess], timeout_s: float) -> None:
     selector.close()
 
 
+def _last_log_line(b: BrokerProcess) -> str:
+    """The last line of a broker's log, without its timestamp, to say what it is doing."""
+    line = b.log_tail(1).strip()
+    parts = line.split(" ", 3)
+    return f"broker {b.id}: " + (parts[3] if len(parts) == 4 else line or "starting")
+
+
 def wait_for_membership(brokers: list[BrokerProcess], timeout_s: float) -> None:
     """Until every broker's metadata lists all brokers (the controller has told them all)."""
     from strandline.runtime.client import KafkaConnection
 
     deadline = time.monotonic() + timeout_s
     want = {b.id for b in brokers}
+    progress = Waiting("strandline up: waiting for every broker to learn of all the others")
     for b in brokers:
         while True:
+            progress.tick(lambda: f"broker {b.id} does not list them all yet")
             try:
                 with KafkaConnection(f"127.0.0.1:{b.port}", timeout_s=5.0) as conn:
                     resp = conn.request(3, 10, {"topics": [], "allow_auto_topic_creation": False})
@@ -332,11 +367,26 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def wait_gone(pid: int, timeout_s: float) -> bool:
+def _old_session_deadline(log_path: Path, offset: int) -> float | None:
+    """When the ZooKeeper session of a killed broker's previous life ends, from the line its new
+    life logs while it waits for it (None until it does)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"waiting up to (\d+) s for that session to expire", text)
+    return time.monotonic() + float(match.group(1)) - OLD_SESSION_MARGIN_S if match else None
+
+
+def wait_gone(pid: int, timeout_s: float, progress: Waiting | None = None) -> bool:
     deadline = time.monotonic() + timeout_s
     while pid_alive(pid):
         if time.monotonic() > deadline:
             return False
+        if progress is not None:
+            progress.tick()
         time.sleep(0.02)
     return True
 
@@ -387,7 +437,9 @@ def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float 
         if not is_broker(pid, root, broker_id):
             raise StrandlineError(f"broker {broker_id} is not running")
         _signal(pid, signal.SIGKILL if action == "kill" else signal.SIGTERM)
-        if not wait_gone(pid, timeout_s):
+        if not wait_gone(pid, timeout_s, Waiting(f"Waiting for broker {broker_id} to stop"
+                                                 + (" (a controlled shutdown moves its leaderships first)"
+                                                    if action == "stop" else ""))):
             raise StrandlineError(f"broker {broker_id} (pid {pid}) did not stop within {timeout_s:.0f} s")
         entry["pid"] = None
         write_cluster_json(root, info)
@@ -410,10 +462,18 @@ def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float 
     with open(out_path, "wb") as out, open(broker_dir / "broker.log", "ab") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout_s
+    log_path = broker_dir / "broker.log"
+    log_start = log_path.stat().st_size if log_path.exists() else 0
+    progress = Waiting(f"Waiting for broker {broker_id} to start")
+    session_ends: float | None = None
     while True:
         text = out_path.read_text(errors="replace")
         if READY_PREFIX in text:
             break
+        if session_ends is None:
+            session_ends = _old_session_deadline(log_path, log_start)
+        progress.tick(lambda: f"its previous ZooKeeper session expires within {max(session_ends - time.monotonic(), 0):.0f} s "
+                      f"(zookeeper.session.timeout.ms); then it registers again" if session_ends is not None else None)
         if proc.poll() is not None:
             tail = (broker_dir / "broker.log").read_text(errors="replace").strip().splitlines()[-1:]
             raise StrandlineError(f"broker {broker_id} exited with code {proc.returncode}: {' '.join(tail)}")

@@ -61,8 +61,7 @@ class RequestMetrics:
                                    buckets=BUCKETS_MS, registry=registry)
         self._by_name: dict[str, Any] = {}
 
-    def observe(self, frame: bytes, arrived: float, now: float) -> None:
-        name = request_name(frame)
+    def observe(self, name: str, arrived: float, now: float) -> None:
         child = self._by_name.get(name)
         if child is None:
             child = self._by_name[name] = self.histogram.labels(request=name)

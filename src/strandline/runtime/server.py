@@ -26,6 +26,7 @@ from strandline.coordination.store import OpResult, ZkError
 from strandline.runtime.channels import BrokerChannels
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 from strandline.runtime.framed import FramedProtocol
+from strandline.runtime.monitoring import request_name
 
 #: How soon a ZooKeeper request made while the session has no connection is answered CONNECTION_LOSS.
 DISCONNECTED_ZK_ANSWER_S = 0.1
@@ -76,7 +77,7 @@ class Connection(FramedProtocol):
         self.decoder = FrameDecoder(shell.max_request_bytes)
         self.queue: collections.deque = collections.deque()
         self.arrivals: collections.deque = collections.deque()      # when each queued frame came
-        self.current: tuple[bytes, float] | None = None             # the request being answered
+        self.current: tuple[str, float] | None = None               # the request being answered: API, arrival
         self.busy = False
         self.writable = True
         self.reading = True
@@ -108,7 +109,9 @@ class Connection(FramedProtocol):
         shell = self.shell
         while not self.busy and self.writable and self.queue and self.transport is not None:
             frame = self.queue.popleft()
-            self.current = (frame, self.arrivals.popleft())
+            arrived = self.arrivals.popleft()
+            if shell.request_metrics is not None:
+                self.current = (request_name(frame), arrived)
             self.busy = True
             shell.run(f"handling a request from {self.peer}",
                       lambda: shell.broker.handle_request(self.conn_id, frame, now_ms()))

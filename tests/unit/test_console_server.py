@@ -1,0 +1,52 @@
+"""The console server without a cluster: the page, the JSON, the metrics, and the lab's runs
+(only their timeline files are served)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import aiohttp
+
+from strandline.console.server import Console
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_console_serves_its_page_and_the_labs_runs_without_a_cluster(tmp_path):
+    run = tmp_path / "SAFE-20261123-000"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"scenario": "SAFE", "summary": "acks=all, min ISR 2"}))
+    (run / "timeline.html").write_text("<html>the timeline</html>")
+    (run / "history.jsonl").write_text("secret")
+
+    async def scenario() -> dict:
+        console = Console(f"127.0.0.1:{closed_port()}", lab_dir=str(tmp_path), interval_s=0.05)
+        url = await console.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as http:
+                async def get(path: str) -> tuple[int, str]:
+                    async with http.get(url.rstrip("/") + path) as resp:
+                        return resp.status, await resp.text()
+                return {path: await get(path) for path in (
+                    "/", "/static/console.js", "/api/cluster", "/metrics", f"/lab/{run.name}/timeline.html",
+                    f"/lab/{run.name}/history.jsonl", "/lab/../timeline.html")}
+        finally:
+            await console.close()
+
+    answers = asyncio.run(scenario())
+    assert answers["/"][0] == 200 and "<title>Strandline console</title>" in answers["/"][1]
+    assert answers["/static/console.js"][0] == 200
+    view = json.loads(answers["/api/cluster"][1])
+    assert view["summary"]["brokers"] == 0 and view["polls"] >= 1          # no cluster: an empty picture
+    assert view["lab_runs"] == [{"run": run.name, "scenario": "SAFE", "summary": "acks=all, min ISR 2",
+                                 "verdict": None, "error": None, "timeline": f"/lab/{run.name}/timeline.html"}]
+    assert "strandline_cluster_reachable 0.0" in answers["/metrics"][1]
+    assert answers[f"/lab/{run.name}/timeline.html"] == (200, "<html>the timeline</html>")
+    assert answers[f"/lab/{run.name}/history.jsonl"][0] == 404
+    assert answers["/lab/../timeline.html"][0] == 404
