@@ -77,7 +77,7 @@ def _replica_manager(broker: Broker) -> list[Family]:
 def _controller(broker: Broker) -> list[Family]:
     controller = broker.controller
     ctx = controller.ctx
-    active = ctx is not None
+    active = controller.is_active
     offline = imbalance = topics = partitions = 0
     if active and ctx.ready:
         live = set(ctx.live_brokers)

@@ -52,7 +52,7 @@ def status(broker: Broker) -> dict[str, Any]:
     return {
         "broker_id": broker.broker_id,
         "controller_id": md.controller_id,
-        "is_controller": controller.ctx is not None,
+        "is_controller": controller.is_active,
         "brokers": {str(b.id): {"host": b.host, "port": b.port, "rack": b.rack} for b in md.brokers.values()},
         "topics": topics,
         "replicas": replicas,

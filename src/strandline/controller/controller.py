@@ -228,9 +228,8 @@ class Controller:
         ctx = self.ctx
         if ctx is None:
             return []
-        if not ctx.ready:
-            # a new controller first loads the cluster from ZooKeeper (Kafka's controller handles
-            # its failover event before any broker change); this change is handled right after
+        if not ctx.ready:   # a new controller first loads the cluster from ZooKeeper (Kafka's controller
+            # handles its failover event before any broker change); this change is handled right after
             ctx.pending_brokers = (dict(brokers), dict(epochs))
             return []
         known, seen = ctx.live_brokers, ctx.broker_epochs
@@ -242,13 +241,12 @@ class Controller:
         if not new and not gone and all(known.get(b) == info for b, info in brokers.items()):
             return []
         ctx.live_brokers = dict(brokers)
-        effects: list = [Log("warning" if gone or bounced else "info",
-                             f"Live brokers now {sorted(brokers)} (new {sorted(new - bounced)}, "
-                             f"restarted {sorted(bounced)}, gone {sorted(gone)})",
-                             "broker_gone" if gone or bounced else "broker_joined")]
+        dead = gone | bounced
+        effects: list = [Log("warning" if dead else "info", f"Live brokers now {sorted(brokers)} (new "
+                             f"{sorted(new - bounced)}, restarted {sorted(bounced)}, gone {sorted(gone)})",
+                             "broker_gone" if dead else "broker_joined")]
         channel, elections = self.channel, self.elections
         effects.extend(channel.send_partition_states(ctx, [], None, False, now_ms, metadata_to=set(brokers) - new))
-        dead = gone | bounced
         affected: list[tuple[TopicMetadata, int]] = []
         others: list[tuple[TopicMetadata, int]] = []
         for topic, index in ctx.all_partitions():

@@ -99,7 +99,8 @@ class Connection(FramedProtocol):
     def frames_received(self, frames: list[bytes]) -> None:
         if frames:
             self.queue.extend(frames)
-            self.arrivals.extend([time.perf_counter()] * len(frames))
+            if self.shell.request_metrics is not None:
+                self.arrivals.extend([time.perf_counter()] * len(frames))
             if len(self.queue) >= MAX_QUEUED_FRAMES and self.reading and self.transport:
                 self.reading = False
                 self.transport.pause_reading()
@@ -109,9 +110,8 @@ class Connection(FramedProtocol):
         shell = self.shell
         while not self.busy and self.writable and self.queue and self.transport is not None:
             frame = self.queue.popleft()
-            arrived = self.arrivals.popleft()
             if shell.request_metrics is not None:
-                self.current = (request_name(frame), arrived)
+                self.current = (request_name(frame), self.arrivals.popleft())
             self.busy = True
             shell.run(f"handling a request from {self.peer}",
                       lambda: shell.broker.handle_request(self.conn_id, frame, now_ms()))
