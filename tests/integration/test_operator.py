@@ -10,6 +10,7 @@ the controller hears of the death, as with Kafka's defaults on a follower that h
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import urllib.request
 
@@ -17,7 +18,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.conftest import Cluster, free_ports, poll_until, run_cli, strandline_cmd
 from tests.integration.replication_helpers import create_topic
 
 LAG_MS = 1500
@@ -144,6 +145,111 @@ def test_a_killed_follower_shows_as_an_isr_shrink_and_under_replicated_partition
     poll_until(lambda: broker_status(op, 1)["replicas"] and all(
         f["log_end_offset"] == 2 for r in broker_status(op, 1)["replicas"] if r["topic"] == "watched"
         for f in r["followers"].values()), 10, message="followers at the leader's log end offset")
+
+
+# ---------------------------------------------------------------------------- the console producer and consumer
+
+
+def cli_in(stdin: bytes, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``strandline ARGS`` with bytes on standard input, and its output as bytes."""
+    return subprocess.run(strandline_cmd(*args), input=stdin, capture_output=True, timeout=timeout)
+
+
+def test_produce_and_consume_keys_values_headers_and_tombstones_in_kcats_formats(op):
+    create_topic(op, "console", partitions=3, min_isr=2)
+    b = ("--bootstrap-server", op.bootstrap)
+    sent = cli_in(b"k1:hello\nk2:world\n\nk3:NULL\nk4:a:b\n", "produce", "--topic", "console", *b,
+                  "--key-delimiter", ":", "--header", "origin=cli", "-H", "n=1", "--null-marker", "NULL")
+    assert sent.returncode == 0, sent.stderr
+    got = cli_in(b"", "consume", "--topic", "console", *b, "--from-beginning", "--exit-at-end",
+                 "--format", "%t %k=%s (%S) [%h]\\n")
+    assert got.returncode == 0, got.stderr
+    assert sorted(got.stdout.decode().splitlines()) == [
+        "console k1=hello (5) [origin=cli,n=1]", "console k2=world (5) [origin=cli,n=1]",
+        "console k3= (-1) [origin=cli,n=1]", "console k4=a:b (3) [origin=cli,n=1]"]      # the empty line: skipped
+    assert got.stderr.decode().strip() == "Processed a total of 4 messages"
+    # keyed records land where Java's producer puts them (murmur2), so each key's records stay in order
+    placed = {}
+    for line in cli_in(b"", "consume", "--topic", "console", *b, "-o", "beginning", "-e", "-J").stdout.splitlines():
+        rec = json.loads(line)
+        placed[rec["key"]] = rec["partition"]
+        if rec["key"] == "k3":
+            assert rec["value"] is None and rec["headers"] == [["origin", "cli"], ["n", "1"]]
+    assert placed == {key: murmur2_partition(key.encode(), 3) for key in ("k1", "k2", "k3", "k4")}
+    # one partition from an offset; N records before the end
+    part = placed["k1"]
+    one = cli_in(b"", "consume", "--topic", "console", *b, "--partition", str(part), "-o", "0", "-e", "-f", "%o %k\\n")
+    assert one.stdout.decode().splitlines()[0] == "0 k1"
+    binary = cli_in(b"\x00\xff\xfe\n", "produce", "--topic", "console", *b, "--partition", str(part))
+    assert binary.returncode == 0, binary.stderr
+    last = cli_in(b"", "consume", "--topic", "console", *b, "--partition", str(part), "-o", "-1", "-e", "-f", "%s")
+    assert last.stdout == b"\x00\xff\xfe"
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """Java's default partitioner for a keyed record: murmur2 of the key, positive, modulo."""
+    m, r, length = 0x5BD1E995, 24, len(key)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(key[i:i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    rest = length % 4
+    tail = key[length - rest:]
+    if rest == 3:
+        h ^= tail[2] << 16
+    if rest >= 2:
+        h ^= tail[1] << 8
+    if rest >= 1:
+        h ^= tail[0]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions
+
+
+def test_consume_as_a_group_commits_what_it_printed_and_resumes_there(op):
+    create_topic(op, "grouped", partitions=2, min_isr=2)
+    b = ("--bootstrap-server", op.bootstrap)
+    lines = b"".join(b"%d\n" % i for i in range(1000))
+    assert cli_in(lines, "produce", "--topic", "grouped", *b).returncode == 0
+    first = cli_in(b"", "consume", "--topic", "grouped", *b, "--group", "readers", "--from-beginning",
+                   "--max-messages", "600")
+    assert first.returncode == 0, first.stderr
+    assert len(first.stdout.splitlines()) == 600
+    described = run_cli("groups", "describe", "readers", *b)
+    committed = sum(int(line.split("Committed: ")[1].split()[0]) for line in described.stdout.splitlines()
+                    if "Committed: " in line)
+    assert committed == 600, described.stdout
+    # --from-beginning only where the group has committed nothing (a partition the first run never read)
+    rest = cli_in(b"", "consume", "--topic", "grouped", *b, "--group", "readers", "--from-beginning", "--exit-at-end")
+    assert rest.returncode == 0, rest.stderr
+    seen = first.stdout.splitlines() + rest.stdout.splitlines()
+    assert sorted(int(x) for x in seen) == list(range(1000))          # each record once, none lost
+
+
+def test_produce_and_consume_refuse_bad_input_in_one_line_and_send_nothing_after_it(op):
+    b = ("--bootstrap-server", op.bootstrap)
+    create_topic(op, "strict", partitions=1, min_isr=2)
+    bad = cli_in(b"a:1\nno delimiter here\nc:3\n", "produce", "--topic", "strict", *b, "-K", ":")
+    assert bad.returncode == 2
+    assert bad.stderr.decode().strip().splitlines() == [
+        "strandline produce: line 2 has no key delimiter ':'; the 1 record(s) before it were sent, nothing after it"]
+    kept = cli_in(b"", "consume", "--topic", "strict", *b, "--from-beginning", "-e", "-f", "%k=%s\\n")
+    assert kept.stdout == b"a=1\n"
+    for args, words in ((("consume", "--topic", "no-such-topic", *b, "-e"), "topic no-such-topic does not exist"),
+                        (("consume", "--topic", "strict", *b, "-f", "%x"), "unknown token %x"),
+                        (("consume", "--topic", "strict", *b, "--group", "g", "-o", "5"), "--group reads every"),
+                        (("produce", "--topic", "strict", *b, "-H", "novalue"), "expected NAME=VALUE"),
+                        (("produce", "--topic", "strict", *b, "-X", "no.such.setting=1"), "no.such.setting"),
+                        (("produce", "--topic", "strict", *b, "--partition", "7"), "has no partition 7")):
+        result = cli_in(b"x\n", *args)
+        assert result.returncode == 2, (args, result)
+        err = result.stderr.decode().strip().splitlines()
+        assert len(err) == 1 and words in err[0], (args, err)
 
 
 # ---------------------------------------------------------------------------- the web console
