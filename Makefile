@@ -47,6 +47,7 @@ test-unit: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q tests/unit
 
 bench: $(VENV)/.test-installed
+	$(BIN)/python benchmarks/load.py
 	$(BIN)/python benchmarks/produce_consume.py
 	$(BIN)/python benchmarks/replicated_produce.py
 

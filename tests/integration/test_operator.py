@@ -10,6 +10,7 @@ the controller hears of the death, as with Kafka's defaults on a follower that h
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import urllib.request
@@ -249,6 +250,39 @@ def test_produce_and_consume_refuse_bad_input_in_one_line_and_send_nothing_after
         result = cli_in(b"x\n", *args)
         assert result.returncode == 2, (args, result)
         err = result.stderr.decode().strip().splitlines()
+        assert len(err) == 1 and words in err[0], (args, err)
+
+
+def test_bench_produce_and_consume_count_every_record_over_several_processes(op):
+    """The load generators (issue 15): Kafka's perf-test lines; what they report is what the log holds."""
+    create_topic(op, "loaded", partitions=3, min_isr=2)
+    b = ("--bootstrap-server", op.bootstrap)
+    sent = run_cli("bench", "produce", "--topic", "loaded", "--num-records", "3001", "--record-size", "200",
+                   "--processes", "2", "--throughput", "6000", "--reporting-interval", "0.2", *b)
+    assert sent.returncode == 0, sent.stderr
+    lines = sent.stdout.strip().splitlines()
+    final = re.match(r"^3001 records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms "
+                     r"max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms 99\.9th\.$", lines[-1])
+    assert final, lines
+    assert len(lines) >= 3 and all(" records sent, " in line for line in lines[:-1])      # progress as it went
+    rate = float(lines[-1].split(", ")[1].split()[0])
+    assert rate <= 6000 * 1.15, lines[-1]                  # --throughput is a ceiling on both processes together
+    offsets = run_cli("offsets", "get", "--topic", "loaded", *b).stdout.split()
+    assert sum(int(line.rsplit(":", 1)[1]) for line in offsets) == 3001
+    got = run_cli("bench", "consume", "--topic", "loaded", "--num-records", "2500", "--processes", "2", *b)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip().splitlines()[-1].startswith("2500 records consumed, ")
+    more = run_cli("bench", "consume", "--topic", "loaded", "--num-records", "5000", *b)
+    assert more.returncode == 0 and more.stdout.strip().splitlines()[-1].startswith("3001 records consumed, ")
+    assert "the topic holds 3001 records, fewer than 5000" in more.stderr
+    for args, words in ((("produce", "--topic", "loaded", "--num-records", "0", "--record-size", "1"),
+                         "--num-records must be at least 1"),
+                        (("produce", "--topic", "loaded", "--num-records", "5", "--record-size", "1",
+                          "--producer-props", "no.such=1"), "no.such"),
+                        (("consume", "--topic", "no-such-topic", "--num-records", "5"), "topic no-such-topic does not exist")):
+        result = run_cli("bench", *args, *b)
+        assert result.returncode == 2, (args, result)
+        err = result.stderr.strip().splitlines()
         assert len(err) == 1 and words in err[0], (args, err)
 
 

@@ -1,0 +1,94 @@
+"""``strandline bench produce|consume``: load generators (like ``kafka-producer-perf-test`` and
+``kafka-consumer-perf-test``), spread over ``--processes`` worker processes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from strandline.errors import StrandlineError
+
+
+def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
+    bench = sub.add_parser("bench", help="load generators: produce or consume as fast as asked, and measure")
+    bsub = bench.add_subparsers(dest="action", required=True)
+    p = bsub.add_parser("produce", help="send records and report throughput and acknowledgement latency "
+                                        "(like kafka-producer-perf-test)")
+    p.add_argument("--topic", required=True, help="the topic")
+    p.add_argument("--num-records", type=int, required=True, metavar="N", help="records to send, in all")
+    p.add_argument("--record-size", type=int, required=True, metavar="BYTES", help="each record's value size")
+    p.add_argument("--throughput", type=float, default=-1, metavar="R",
+                   help="at most R records/s in all (-1: as fast as possible)")
+    p.add_argument("--acks", default="all", choices=("all", "-1", "0", "1"), help="acks of each produce request")
+    p.add_argument("--processes", type=int, default=1, metavar="P",
+                   help="producer processes, each with its own client, sharing the records and the rate")
+    p.add_argument("--producer-props", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="librdkafka producer settings (e.g. linger.ms=5 batch.size=131072 compression.type=lz4)")
+    c = bsub.add_parser("consume", help="read records already in a topic and report throughput "
+                                        "(like kafka-consumer-perf-test)")
+    c.add_argument("--topic", required=True, help="the topic")
+    c.add_argument("--num-records", type=int, required=True, metavar="N",
+                   help="records to read, in all (fewer when the topic holds fewer)")
+    c.add_argument("--processes", type=int, default=1, metavar="P",
+                   help="consumer processes, each reading its own partitions")
+    c.add_argument("--timeout-ms", type=int, default=10000, metavar="MS",
+                   help="stop a process that receives nothing for this long")
+    c.add_argument("--consumer-props", nargs="+", default=[], metavar="KEY=VALUE", help="librdkafka consumer settings")
+    for parser in (p, c):
+        parser.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help)
+        parser.add_argument("--reporting-interval", type=float, default=5.0, metavar="S",
+                            help="seconds between progress lines")
+    bench.set_defaults(func=run)
+
+
+def _props(items: list[str]) -> dict[str, str]:
+    props = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise StrandlineError(f"{item!r}: expected KEY=VALUE")
+        props[key] = value
+    return props
+
+
+def _check_client_props(kind: str, props: dict[str, str]) -> None:
+    """A setting librdkafka refuses is one line here, not an error in every worker."""
+    import confluent_kafka
+
+    try:
+        getattr(confluent_kafka, kind)({"log_level": 0, **({"group.id": "x"} if kind == "Consumer" else {}), **props})
+    except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
+        reason = exc.args[0] if exc.args else exc
+        raise StrandlineError(f"bad client setting: {reason.str() if hasattr(reason, 'str') else reason}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.num_records < 1:
+        raise StrandlineError("--num-records must be at least 1")
+    if args.processes < 1:
+        raise StrandlineError("--processes must be at least 1")
+    if args.action == "produce":
+        from strandline.bench import produce
+
+        if args.record_size < 0:
+            raise StrandlineError("--record-size must be 0 or more")
+        props = _props(args.producer_props)
+        _check_client_props("Producer", props)
+        outcome = produce.run(args.bootstrap_server, args.topic, args.num_records, args.record_size,
+                              args.throughput, args.acks, args.processes, props, args.reporting_interval)
+        planned = args.num_records
+    else:
+        from strandline.bench import consume
+
+        props = _props(args.consumer_props)
+        _check_client_props("Consumer", props)
+        outcome, planned = consume.run(args.bootstrap_server, args.topic, args.num_records, args.processes, props,
+                                       args.timeout_ms / 1000, args.reporting_interval)
+        if planned < args.num_records:
+            print(f"strandline bench consume: the topic holds {planned} records, fewer than {args.num_records}",
+                  file=sys.stderr)
+    for reason, count in sorted(outcome.failures.items()):
+        print(f"strandline bench {args.action}: {count} failed: {reason}", file=sys.stderr)
+    if outcome.interrupted:
+        return 130
+    return 1 if outcome.failures or outcome.total.records < planned else 0
