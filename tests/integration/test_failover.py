@@ -8,6 +8,7 @@ noticed within SESSION_MS) and a short replica.lag.time.max.ms. Failures are mad
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -160,6 +161,9 @@ def test_all_isr_members_dead_without_unclean_election_the_partition_waits_and_l
     poll_until(lambda: current_leader(fo, "clean", 0, [follower]) == -1, SESSION_MS / 1000 + 5,
                message="the partition offline")
     assert current_leader(fo, "clean", 0, [follower]) == -1
+    controller = controller_of(fo, [follower])
+    log = (fo.data_dir / f"broker-{controller}" / "broker.log").read_text()
+    assert re.search(rf" WARN \[broker {controller}\] clean-0 is offline: no live broker of its ISR", log), log[-2000:]
     cluster_cli(fo, "start", leader)
     poll_until(lambda: current_leader(fo, "clean", 0, [leader, follower]) == leader, 30, message="leader back")
     got = [v for _, _, v in consume(fo.bootstrap, "clean", 1, len(acknowledged))]

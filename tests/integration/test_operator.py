@@ -94,7 +94,12 @@ def test_produced_records_are_counted_once_by_their_leaders(op):
 
 
 def test_a_killed_follower_shows_as_an_isr_shrink_and_under_replicated_partitions_then_recovers(op):
+    """Metrics, /status, `cluster status`, `topics describe`, the countdown of `cluster start`, and the
+    brokers' WARN lines (issue 14) for an ISR shrink and, from the controller, a broker's death."""
     create_topic(op, "watched", assignment={0: [1, 2, 3]}, min_isr=2)
+    controller = next(b for b in (1, 2, 3) if value(op, b, "kafka_controller_kafkacontroller_activecontrollercount"))
+    victim = 2 if controller == 3 else 3                 # a follower of watched-0, not the controller
+    survivors = ",".join(str(b) for b in (1, 2, 3) if b != victim)
     producer = Producer({"bootstrap.servers": op.bootstrap, "acks": "all"})
     producer.produce("watched", b"before")
     assert producer.flush(10) == 0
@@ -102,7 +107,7 @@ def test_a_killed_follower_shows_as_an_isr_shrink_and_under_replicated_partition
     expands = value(op, 1, "kafka_server_replicamanager_isrexpands_total")
     seq = max([e["seq"] for e in broker_status(op, 1)["events"]], default=0)
     assert value(op, 1, "kafka_cluster_partition_underreplicated", topic="watched", partition="0") == 0
-    assert run_cli("cluster", "kill", "3", "--data-dir", str(op.data_dir)).returncode == 0
+    assert run_cli("cluster", "kill", str(victim), "--data-dir", str(op.data_dir)).returncode == 0
     killed_at = time.monotonic()
     # writes keep coming: a follower that has everything stays in the ISR however long it is silent
     producer.produce("watched", b"during")
@@ -119,22 +124,30 @@ def test_a_killed_follower_shows_as_an_isr_shrink_and_under_replicated_partition
     status = run_cli("cluster", "status", env=env)
     assert status.returncode == 1, status
     assert "Unhealthy" in status.stdout and "under-replicated" in status.stdout and "watched-0" in status.stdout
-    assert "3\t127.0.0.1" in status.stdout and "registered, not answering" in status.stdout
+    assert f"{victim}\t127.0.0.1" in status.stdout and "registered, not answering" in status.stdout
     described = run_cli("topics", "describe", "--under-replicated-partitions", env=env)
     assert described.returncode == 0, described.stderr
     lines = described.stdout.splitlines()
     assert any(line.startswith("\tTopic: watched\tPartition: 0\tLeader: 1") for line in lines), lines
     assert not any(line.startswith("Topic:") for line in lines)       # Kafka's filters print partitions only
-    assert all("Isr: 1,2\t" in line for line in lines if "Topic: watched\t" in line), lines
+    assert all(f"Isr: {survivors}\t" in line for line in lines if "Topic: watched\t" in line), lines
     assert producer.flush(10) == 0
     # its old ZooKeeper session is still alive: the start waits for it, and says so with a countdown
     assert time.monotonic() - killed_at < SESSION_MS / 1000 - 4
-    started = run_cli("cluster", "start", "3", "--data-dir", str(op.data_dir), timeout=120)
+    started = run_cli("cluster", "start", str(victim), "--data-dir", str(op.data_dir), timeout=120)
     assert started.returncode == 0, started.stderr
-    assert "Waiting for broker 3 to start" in started.stderr, started.stderr
+    assert f"Waiting for broker {victim} to start" in started.stderr, started.stderr
     assert "previous ZooKeeper session expires within" in started.stderr, started.stderr
     poll_until(lambda: value(op, 1, "kafka_cluster_partition_underreplicated", topic="watched", partition="0") == 0,
                30, message="partition watched-0 fully replicated again")
+    # Kafka's WARN lines: the leader's for the shrink, the controller's for the death it saw
+    leader_log = (op.data_dir / "broker-1" / "broker.log").read_text()
+    assert re.search(rf" WARN \[broker 1\] ISR of watched-0 shrank from \[1, 2, 3\] to \[{survivors.replace(',', ', ')}\]",
+                     leader_log), leader_log[-2000:]
+    controller_log = (op.data_dir / f"broker-{controller}" / "broker.log").read_text()
+    # seen gone, or gone and back at once: the new process registers the moment the old session ends
+    assert re.search(rf" WARN \[broker {controller}\] Live brokers now .*(restarted \[{victim}\]|gone \[{victim}\])",
+                     controller_log), controller_log[-2000:]
     assert value(op, 1, "kafka_server_replicamanager_isrexpands_total") >= expands + 1
     healthy = run_cli("cluster", "status", "--bootstrap-server", op.bootstrap)
     assert healthy.returncode == 0 and "Healthy" in healthy.stdout, healthy

@@ -18,7 +18,7 @@ from kio.serial import entity_reader, entity_writer
 from strandline.broker.broker import Broker
 from strandline.broker.config import BrokerConfig
 from strandline.coordination.cluster_state import read_cluster_state
-from strandline.broker.effects import Close, ReadClusterState, Send, ZkRequest
+from strandline.broker.effects import Close, Log, ReadClusterState, Send, ZkRequest
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
 from strandline.protocol.api import build
@@ -41,6 +41,7 @@ class Harness:
         self.brokers = {b: BrokerInfo(b, "127.0.0.1", 9091 + b) for b in brokers}
         self.correlation = 0
         self.sent: dict[int, list] = {}
+        self.logs: list[Log] = []
         self.run(self.broker.load_metadata("cluster", self.brokers, {}, 1, 1, self.now))
 
     def run(self, effects):
@@ -56,6 +57,8 @@ class Harness:
                 pending.extend(self.broker.on_zk_result(effect.token, (self.brokers, topics, {}), self.now))
             elif isinstance(effect, (Send, Close)):
                 self.sent.setdefault(effect.conn_id, []).append(effect)
+            elif isinstance(effect, Log):
+                self.logs.append(effect)
 
     def request(self, api_key, version, body, conn=1):
         self.correlation += 1
@@ -264,7 +267,7 @@ def restart_after_power_loss(h: Harness) -> Harness:
     logs = LogManager(h.disk, ["/data/logs"], h.config.log_config())
     logs.startup(again.now)
     again.broker = Broker(h.config, logs, rng=random.Random(2), now_ms=again.now)
-    again.correlation, again.sent, again.brokers = 0, {}, {1: BrokerInfo(1, "127.0.0.1", 9092)}
+    again.correlation, again.sent, again.logs, again.brokers = 0, {}, [], {1: BrokerInfo(1, "127.0.0.1", 9092)}
     again.run(again.broker.load_metadata("cluster", again.brokers, topics, 1, 1, again.now))
     return again
 

@@ -187,3 +187,16 @@ def test_offsets_of_an_empty_group_expire_after_the_retention():
     assert c.call(coord, 9, 7, fetch, "a").topics[0].partitions[0].committed_offset == 5
     c.advance(40_000)
     assert c.call(coord, 9, 7, fetch, "a").topics[0].partitions[0].committed_offset == -1
+
+
+def test_another_broker_creating_the_offsets_topic_first_is_not_a_warning():
+    """Two coordinators' first FindCoordinator race to create __consumer_offsets; the one that
+    loses hears TOPIC_ALREADY_EXISTS, which is success, not a WARN line. Anything else is."""
+    from kio.schema.errors import ErrorCode
+
+    from strandline.broker.group_apis import offsets_topic_created
+
+    assert offsets_topic_created(ErrorCode.none, None, 0) == []
+    assert offsets_topic_created(ErrorCode.topic_already_exists, "Topic '__consumer_offsets' already exists.", 0) == []
+    [log] = offsets_topic_created(ErrorCode.invalid_replication_factor, "only 1 broker", 0)
+    assert log.level == "warning" and "invalid_replication_factor" in log.message

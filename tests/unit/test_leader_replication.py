@@ -138,6 +138,9 @@ def test_isr_5_a_stale_zk_version_leaves_the_isr_unchanged():
     h.tick(LAG)
     assert partition(h).isr == (1, 2, 3)
     assert partition(h).isr_update_failed
+    # the failed ISR write is a WARN line (issue 14) and counted (kafka_server_replicamanager_failedisrupdates)
+    assert [log.message for log in h.logs if log.level == "warning" and "Cached zkVersion" in log.message]
+    assert h.broker.replica_manager.isr_manager.failed_isr_updates == 1
     end = partition(h).log.log_end_offset
     produce(h, acks=-1)                                    # so acks=all cannot commit on the leader alone...
     assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower

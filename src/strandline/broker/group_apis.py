@@ -49,9 +49,7 @@ class GroupApis:
         if OFFSETS_TOPIC in self.metadata.topics or self.auto_topics.pending(OFFSETS_TOPIC):
             return []
         partitions, rf, configs = self.offsets.creation(len(self.metadata.live_broker_ids()))
-        done = lambda error, message, when_ms: [] if error is ErrorCode.none else [  # noqa: E731
-            Log("warning", f"Creating {OFFSETS_TOPIC} failed: {error.name} {message or ''}")]
-        return self.auto_topics.create(OFFSETS_TOPIC, done, now_ms, partitions, rf, configs)
+        return self.auto_topics.create(OFFSETS_TOPIC, offsets_topic_created, now_ms, partitions, rf, configs)
 
     # ------------------------------------------------------------------ responding
 
@@ -243,3 +241,11 @@ class GroupApis:
                 [{"name": n, "partitions": ps} for n, ps in topics.items()]})]
 
         return self.groups.delete_offsets(request.group_id, wanted, done, now_ms)
+
+
+def offsets_topic_created(error: ErrorCode, message: str | None, when_ms: int) -> list:
+    """The end of this broker's request to create ``__consumer_offsets``. Another broker creating it
+    first (TOPIC_ALREADY_EXISTS, a race of two coordinators' first requests) is as good as done."""
+    if error in (ErrorCode.none, ErrorCode.topic_already_exists):
+        return []
+    return [Log("warning", f"Creating {OFFSETS_TOPIC} failed: {error.name} {message or ''}")]

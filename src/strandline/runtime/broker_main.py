@@ -342,6 +342,7 @@ def tune_allocator() -> None:
 
 def run_broker(config: BrokerConfig) -> int:
     tune_allocator()
+    logging.addLevelName(logging.WARNING, "WARN")       # log4j's name, as in Kafka's server.log
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
