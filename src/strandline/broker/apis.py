@@ -33,6 +33,7 @@ from strandline.protocol import api, control
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.protocol.frames import ProtocolError
 from strandline.protocol.records import UndecodableRecordsError
+from strandline.replication.fetch_session import FetchContext, FetchSessionCache
 from strandline.replication.replica_manager import ReplicaManager
 
 EARLIEST_TIMESTAMP = -2
@@ -60,6 +61,7 @@ class KafkaApis:
     group_apis: GroupApis
     admin_apis: AdminApis
     config_apis: ConfigApis
+    fetch_sessions: FetchSessionCache
     _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
 
     def __post_init__(self) -> None:
@@ -300,13 +302,26 @@ class KafkaApis:
                                            isolation, now_ms)
         # one entry per partition, the last one named, as Kafka's fetch request keeps them
         wanted = list({(t.topic, p.partition): (t.topic, p) for t in request.topics for p in t.partitions}.values())
+        forgotten = [(t.topic, index) for t in getattr(request, "forgotten_topics_data", ()) for index in t.partitions]
+        context = self._fetch_context(header, request, replica_id, wanted, forgotten, now_ms)
+        if context.error is not ErrorCode.none:
+            return [self._fetch_response(conn_id, header, [], context)]
 
         def respond(topics: list) -> list:
+            topics = context.answer(topics)
             self.replicas.topic_stats.fetched(topics, replica_id >= 0)
-            return [self._fetch_response(conn_id, header, topics)]
+            return [self._fetch_response(conn_id, header, topics, context)]
 
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
-                                            wanted, respond, now_ms)
+                                            context.wanted, respond, now_ms)
+
+    def _fetch_context(self, header: RequestHeader, request: Any, replica_id: int, wanted: list,
+                       forgotten: list, now_ms: int) -> FetchContext:
+        """Fetch v7+ may belong to an incremental fetch session (KIP-227); earlier ones never do."""
+        if header.api_version < 7:
+            return FetchContext(wanted)
+        return self.fetch_sessions.context(request.session_id, request.session_epoch, wanted, forgotten,
+                                           replica_id >= 0, now_ms)
 
     def _fetch_by_topic_id(self, conn_id: int, header: RequestHeader, request: Any, replica_id: int,
                            max_wait_ms: int, min_bytes: int, max_bytes: int, isolation: int, now_ms: int) -> list:
@@ -324,21 +339,28 @@ class KafkaApis:
                     unknown.setdefault(topic_id, []).append(p.partition)
                 else:
                     wanted[(name, p.partition)] = (name, p)
+        forgotten = [(names[t.topic_id], index) for t in request.forgotten_topics_data
+                     if t.topic_id in names for index in t.partitions]
+        context = self._fetch_context(header, request, replica_id, list(wanted.values()), forgotten, now_ms)
+        if context.error is not ErrorCode.none:
+            return [self._fetch_response(conn_id, header, [], context)]
 
         def respond(topics: list) -> list:
+            topics = context.answer(topics)
             self.replicas.topic_stats.fetched(topics, replica_id >= 0)
             by_id = [{"topic_id": ids[t["topic"]], "partitions": t["partitions"]} for t in topics]
             by_id += [{"topic_id": topic_id, "partitions": [
                 {"partition_index": index, "error_code": ErrorCode.unknown_topic_id, "high_watermark": -1,
                  "last_stable_offset": -1, "log_start_offset": -1, "records": b""} for index in indexes]}
                 for topic_id, indexes in unknown.items()]
-            return [self._fetch_response(conn_id, header, by_id)]
+            return [self._fetch_response(conn_id, header, by_id, context)]
 
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
-                                            list(wanted.values()), respond, now_ms)
+                                            context.wanted, respond, now_ms)
 
-    def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list) -> Send:
-        body = {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": topics}
+    def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list, context: FetchContext) -> Send:
+        body = {"throttle_time": 0, "error_code": context.error, "session_id": context.session_id,
+                "responses": topics}
         return Send(conn_id, api.encode_fetch_response(header, body))
 
     # -- DeleteRecords, DescribeLogDirs, DescribeProducers (each broker for its own replicas)

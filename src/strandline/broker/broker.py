@@ -39,6 +39,7 @@ from strandline.coordination.znodes import BrokerInfo
 from strandline.group.coordinator import GroupCoordinator
 from strandline.group.offsets_topic import OffsetsTopic
 from strandline.log.manager import LogManager
+from strandline.replication.fetch_session import FetchSessionCache
 from strandline.replication.isr_manager import ISR_CHANGE_CHECK_INTERVAL_MS
 from strandline.replication.partition import Partition
 from strandline.replication.replica_manager import ReplicaManager
@@ -77,7 +78,7 @@ class Broker:
                               ProducerIdManager(self.broker_id, self.outbox),
                               GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics),
                               AdminApis(config, self.metadata, self.controller),
-                              ConfigApis(config, self.metadata, self.outbox))
+                              ConfigApis(config, self.metadata, self.outbox), FetchSessionCache(config, rng))
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
                                                    self._broker_config_changed)
         v = config.values

@@ -40,7 +40,8 @@ def _one(name: str, kind: str, help_text: str, value: float) -> Family:
 
 def collect(broker: Broker) -> list[Family]:
     """Every family, read now from the broker's components."""
-    return (_replica_manager(broker) + _controller(broker) + _topic_metrics(broker) + _purgatories(broker)
+    return (_replica_manager(broker) + _controller(broker) + _fetch_sessions(broker) + _topic_metrics(broker)
+            + _purgatories(broker)
             + _partitions(broker) + _groups(broker))
 
 
@@ -71,6 +72,19 @@ def _replica_manager(broker: Broker) -> list[Family]:
         _one(prefix + "isrexpands", "counter", "ISR expansions written by this broker as leader.", isr.isr_expands),
         _one(prefix + "failedisrupdates", "counter",
              "ISR writes that ZooKeeper did not take (a conflicting version).", isr.failed_isr_updates),
+    ]
+
+
+def _fetch_sessions(broker: Broker) -> list[Family]:
+    cache = broker.apis.fetch_sessions
+    prefix = "kafka_server_fetchsessioncache_"
+    return [
+        _one(prefix + "numincrementalfetchsessions", "gauge", "Incremental fetch sessions this broker keeps (KIP-227).",
+             len(cache.sessions)),
+        _one(prefix + "numincrementalfetchpartitionscached", "gauge", "Partitions in those sessions.",
+             cache.partitions_cached),
+        _one(prefix + "incrementalfetchsessionevictions", "counter", "Sessions evicted to make room for another.",
+             cache.evictions),
     ]
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from strandline.replication.fetch_session import SessionHandler
+
 
 @dataclass(slots=True)
 class PartitionFetchState:
@@ -29,6 +31,7 @@ class ReplicaFetcher:
     partitions: dict[tuple[str, int], PartitionFetchState] = field(default_factory=dict)
     in_flight: bool = False
     backoff_until_ms: int = 0
+    session: SessionHandler = field(default_factory=SessionHandler)     # KIP-227, with this leader
 
     def ready(self, now_ms: int, truncating: bool) -> Iterator[tuple[tuple[str, int], PartitionFetchState]]:
         """Partitions that may be asked for now, in the truncating or the fetching phase."""

@@ -187,21 +187,36 @@ class ReplicaFetcherManager:
             if not ready:
                 fetcher.backoff_until_ms = now_ms + cfg["replica.fetch.backoff.ms"]
                 return []
-        by_topic: dict[str, list] = {}
+        max_bytes = cfg["replica.fetch.max.bytes"]
         asked: dict[tuple[str, int], tuple[int, int]] = {}
+        positions: dict[tuple[str, int], tuple[int, int, int, int]] = {}
         for key, state in ready:
             partition = self.partitions[key]
             asked[key] = (state.leader_epoch, partition.log_end_offset)
-            by_topic.setdefault(key[0], []).append({
-                "partition": key[1], "current_leader_epoch": state.leader_epoch,
-                "fetch_offset": partition.log_end_offset, "log_start_offset": partition.log_start_offset,
-                "partition_max_bytes": cfg["replica.fetch.max.bytes"]})
+            positions[key] = (state.leader_epoch, partition.log_end_offset, partition.log_start_offset, max_bytes)
+        # an incremental fetch session (KIP-227): only the partitions whose position changed are named
+        session_id, epoch, named, forgotten = fetcher.session.build(positions)
+        by_topic: dict[str, list] = {}
+        for (topic, index), (leader_epoch, fetch_offset, log_start_offset, _) in named.items():
+            by_topic.setdefault(topic, []).append({
+                "partition": index, "current_leader_epoch": leader_epoch, "fetch_offset": fetch_offset,
+                "log_start_offset": log_start_offset, "partition_max_bytes": max_bytes})
+        forget: dict[str, list[int]] = {}
+        for topic, index in forgotten:
+            forget.setdefault(topic, []).append(index)
         body = {"replica_id": self.broker_id, "max_wait": cfg["replica.fetch.wait.max.ms"],
                 "min_bytes": cfg["replica.fetch.min.bytes"], "max_bytes": cfg["replica.fetch.response.max.bytes"],
-                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
                 "topics": [{"topic": n, "partitions": p} for n, p in by_topic.items()],
-                "forgotten_topics_data": [], "rack_id": ""}
+                "forgotten_topics_data": [{"topic": n, "partitions": p} for n, p in forget.items()], "rack_id": ""}
+
         def on_response(resp: Any, when_ms: int) -> list:
+            error = ErrorCode(int(resp.error_code))
+            fetcher.session.succeeded(error, int(resp.session_id))
+            if error in (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch):
+                return self.maybe_send_fetches(when_ms)      # the session is gone or out of step: a full fetch now
+            if error is not ErrorCode.none:
+                return self._fetcher_failed(fetcher, when_ms)
             out: list = []
             moved: list[tuple[str, int]] = []
             for t in resp.responses:
@@ -267,5 +282,7 @@ class ReplicaFetcherManager:
         return [Log("warning", f"Fetching {key[0]}-{key[1]} from broker {fetcher.leader_id} failed: {what}")]
 
     def _fetcher_failed(self, fetcher: ReplicaFetcher, now_ms: int) -> list:
+        """No usable answer: back off, then a full fetch that replaces the session."""
+        fetcher.session.failed()
         fetcher.backoff_until_ms = now_ms + self.config["replica.fetch.backoff.ms"]
         return []

@@ -1,0 +1,160 @@
+"""Incremental fetch sessions (KIP-227): the leader's cache, the fetcher's handler, and a leader
+serving a follower through a session, where an idle partition named in no request still counts
+as fetched (so its follower stays in the ISR)."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+from kio.schema.errors import ErrorCode
+
+from strandline.replication.fetch_session import (FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache, SessionHandler,
+                                                  next_epoch)
+from tests.unit.batches import make_batch
+from tests.unit.test_leader_replication import LAG, partition, produce, replicated
+
+CONFIG = {"max.incremental.fetch.session.cache.slots": 2, "min.incremental.fetch.session.eviction.ms": 1000}
+
+
+def req(index: int, offset: int, topic: str = "t") -> tuple[str, SimpleNamespace]:
+    return topic, SimpleNamespace(partition=index, fetch_offset=offset, partition_max_bytes=100, log_start_offset=0,
+                                  current_leader_epoch=3)
+
+
+def entry(index: int, hw: int, records: bytes = b"", error: ErrorCode = ErrorCode.none) -> dict:
+    return {"partition_index": index, "error_code": error, "high_watermark": hw, "last_stable_offset": hw,
+            "log_start_offset": 0, "records": records}
+
+
+def answered(context, entries: list[dict]) -> list[int]:
+    return [e["partition_index"] for t in context.answer([{"topic": "t", "partitions": entries}]) for e in t["partitions"]]
+
+
+def test_epochs_wrap_to_one():
+    assert next_epoch(0) == 1 and next_epoch(5) == 6 and next_epoch(0x7FFFFFFF) == 1
+
+
+def test_a_full_fetch_opens_a_session_and_later_ones_answer_only_news():
+    cache = FetchSessionCache(CONFIG, random.Random(1))
+    full = cache.context(0, INITIAL_EPOCH, [req(0, 10), req(1, 20)], [], True, 0)
+    assert full.session_id != 0 and not full.incremental
+    assert answered(full, [entry(0, 10), entry(1, 20)]) == [0, 1]           # a full answer names every partition
+    inc = cache.context(full.session_id, 1, [], [], True, 5)
+    assert [(n, p.partition, p.fetch_offset) for n, p in inc.wanted] == [("t", 0, 10), ("t", 1, 20)]
+    assert answered(inc, [entry(0, 10), entry(1, 20)]) == []                # nothing new: nothing named
+    inc = cache.context(full.session_id, 2, [req(1, 25)], [], True, 6)       # partition 1 moved on
+    assert [p.fetch_offset for _, p in inc.wanted] == [10, 25]
+    assert answered(inc, [entry(0, 12), entry(1, 25, b"x")]) == [0, 1]      # a new HW; records
+    # the partition that returned records goes last, so that the other is read first next time
+    inc = cache.context(full.session_id, 3, [], [("t", 0)], True, 7)
+    assert [p.partition for _, p in inc.wanted] == [1]                      # forgotten
+    assert answered(inc, [entry(1, 25, error=ErrorCode.not_leader_or_follower)]) == [1]   # an error is news
+
+
+def test_records_move_a_partition_to_the_end_of_the_session():
+    cache = FetchSessionCache(CONFIG, random.Random(1))
+    full = cache.context(0, INITIAL_EPOCH, [req(0, 1), req(1, 1), req(2, 1)], [], False, 0)
+    answered(full, [entry(0, 1), entry(1, 1), entry(2, 1)])
+    inc = cache.context(full.session_id, 1, [], [], False, 1)
+    answered(inc, [entry(0, 1, b"r"), entry(1, 1), entry(2, 1)])
+    assert [p.partition for _, p in cache.context(full.session_id, 2, [], [], False, 2).wanted] == [1, 2, 0]
+
+
+def test_wrong_epochs_and_unknown_sessions_are_refused_and_change_nothing():
+    cache = FetchSessionCache(CONFIG, random.Random(1))
+    full = cache.context(0, INITIAL_EPOCH, [req(0, 10)], [], True, 0)
+    assert cache.context(full.session_id, 2, [req(0, 99)], [], True, 1).error is ErrorCode.invalid_fetch_session_epoch
+    assert cache.context(full.session_id + 1, 1, [], [], True, 1).error is ErrorCode.fetch_session_id_not_found
+    ok = cache.context(full.session_id, 1, [], [], True, 2)
+    assert ok.error is ErrorCode.none and ok.wanted[0][1].fetch_offset == 10
+    # epoch -1 closes it and is served without a session; epoch 0 with the id replaces it
+    closed = cache.context(full.session_id, FINAL_EPOCH, [req(0, 11)], [], True, 3)
+    assert closed.session is None and full.session_id not in cache.sessions
+    assert cache.context(0, FINAL_EPOCH, [req(0, 11)], [], False, 3).session is None
+
+
+def test_a_full_cache_evicts_an_idle_session_or_a_consumers_for_a_follower():
+    cache = FetchSessionCache(CONFIG, random.Random(1))
+    a = cache.context(0, INITIAL_EPOCH, [req(0, 1)], [], False, 0).session_id
+    b = cache.context(0, INITIAL_EPOCH, [req(0, 1)], [], False, 500).session_id
+    assert cache.context(0, INITIAL_EPOCH, [req(0, 1)], [], False, 600).session is None    # none idle long enough
+    follower = cache.context(0, INITIAL_EPOCH, [req(0, 1)], [], True, 700)
+    assert follower.session is not None and a not in cache.sessions and b in cache.sessions
+    c = cache.context(0, INITIAL_EPOCH, [req(0, 1)], [], False, 1600)    # b idle 1100 ms: evicted
+    assert c.session is not None and b not in cache.sessions and cache.evictions == 2
+
+
+def test_the_handler_names_only_changes_and_starts_over_after_an_error():
+    h = SessionHandler()
+    positions = {("t", 0): (3, 10, 0, 100), ("t", 1): (3, 20, 0, 100)}
+    assert h.build(positions) == (0, INITIAL_EPOCH, positions, [])
+    h.succeeded(ErrorCode.none, 77)
+    assert (h.session_id, h.epoch) == (77, 1)
+    assert h.build(positions) == (77, 1, {}, [])
+    h.succeeded(ErrorCode.none, 77)
+    moved = {("t", 0): (3, 15, 0, 100)}
+    assert h.build(moved) == (77, 2, moved, [("t", 1)])       # one moved, one no longer fetched
+    h.succeeded(ErrorCode.none, 77)
+    assert h.sent == moved and h.epoch == 3
+    h.build(moved)
+    h.succeeded(ErrorCode.invalid_fetch_session_epoch, 0)
+    assert h.build(moved) == (77, INITIAL_EPOCH, moved, [])   # full, replacing the session
+    h.succeeded(ErrorCode.none, 0)                             # the leader had no room: no session
+    assert (h.session_id, h.epoch) == (0, INITIAL_EPOCH) and h.build(moved)[1] == INITIAL_EPOCH
+
+
+def session_fetch(h, follower: int, offset: int | None, session_id: int, epoch: int, max_wait: int = 0):
+    """A follower's Fetch v11 in a session; ``offset`` None names no partition."""
+    body = h.fetch_body("r", offset if offset is not None else 0, max_wait=max_wait)
+    body.update(replica_id=follower, session_id=session_id, session_epoch=epoch)
+    if offset is None:
+        body["topics"] = []
+    return h.call(1, 11, body, conn=100 + follower)
+
+
+def test_a_leader_serves_a_follower_through_a_session_and_idle_partitions_keep_it_in_the_isr():
+    h = replicated()
+    produce(h, acks=1, values=[b"a", b"b"])
+    h.response(0, 7)
+    for follower in (2, 3):
+        first = session_fetch(h, follower, 0, 0, INITIAL_EPOCH)
+        assert first.error_code == ErrorCode.none and first.session_id != 0
+        assert len(first.responses[0].partitions[0].records) > 0
+    sessions = {b: s.id for s in h.broker.apis.fetch_sessions.sessions.values() for b in (2, 3)}
+    assert len(h.broker.apis.fetch_sessions.sessions) == 2 and sessions
+    ids = [s.id for s in h.broker.apis.fetch_sessions.sessions.values()]
+    # each follower now names its new position once; then nothing, for longer than replica.lag.time.max.ms
+    for follower, sid in zip((2, 3), ids):
+        moved = session_fetch(h, follower, 2, sid, 1)
+        assert moved.error_code == ErrorCode.none and moved.session_id == sid
+    assert partition(h).high_watermark == 2
+    for follower, sid in zip((2, 3), ids):          # the HW that the second follower's fetch moved: news
+        hw = session_fetch(h, follower, None, sid, 2).responses
+        assert [p.high_watermark for t in hw for p in t.partitions] in ([2], [])
+    for step in range(3, 7):
+        h.now += LAG // 3
+        for follower, sid in zip((2, 3), ids):
+            idle = session_fetch(h, follower, None, sid, step)
+            assert idle.error_code == ErrorCode.none and idle.responses == ()       # no news, nothing named
+        h.tick(0)
+    assert partition(h).isr == (1, 2, 3)           # fetched at their LEO all along, though never named
+    # new records reach a follower whose request names no partition
+    h.produce("r", make_batch([b"c"]), acks=1, conn=1)
+    news = session_fetch(h, 2, None, ids[0], 7)
+    assert [p.partition_index for t in news.responses for p in t.partitions] == [0]
+    assert len(news.responses[0].partitions[0].records) > 0
+    # out of step: refused, nothing changes, and a full fetch starts again
+    assert session_fetch(h, 2, None, ids[0], 7).error_code == ErrorCode.invalid_fetch_session_epoch
+    again = session_fetch(h, 2, 3, ids[0], INITIAL_EPOCH)
+    assert again.error_code == ErrorCode.none and again.session_id not in (0, ids[0])
+
+
+def test_metrics_count_sessions_and_their_partitions():
+    from strandline.broker.metrics import collect
+
+    h = replicated()
+    session_fetch(h, 2, 0, 0, INITIAL_EPOCH)
+    values = {f.name: f.samples[0][1] for f in collect(h.broker) if f.name.startswith("kafka_server_fetchsession")}
+    assert values["kafka_server_fetchsessioncache_numincrementalfetchsessions"] == 1
+    assert values["kafka_server_fetchsessioncache_numincrementalfetchpartitionscached"] == 1
