@@ -158,3 +158,58 @@ def test_metrics_count_sessions_and_their_partitions():
     values = {f.name: f.samples[0][1] for f in collect(h.broker) if f.name.startswith("kafka_server_fetchsession")}
     assert values["kafka_server_fetchsessioncache_numincrementalfetchsessions"] == 1
     assert values["kafka_server_fetchsessioncache_numincrementalfetchpartitionscached"] == 1
+
+
+def test_a_partition_named_at_a_new_leader_epoch_is_answered_again():
+    """A fetcher drops an answer that arrives after its leader epoch changed; naming the partition
+    again (new epoch, same offset) makes the leader tell its state again, not only its news."""
+    cache = FetchSessionCache(CONFIG, random.Random(1))
+    full = cache.context(0, INITIAL_EPOCH, [req(0, 10)], [], True, 0)
+    answered(full, [entry(0, 10)])
+    inc = cache.context(full.session_id, 1, [], [], True, 1)
+    assert answered(inc, [entry(0, 12)]) == [0]                     # the HW moved: told (and dropped)
+    _, newer = req(0, 10)
+    newer.current_leader_epoch = 4
+    inc = cache.context(full.session_id, 2, [("t", newer)], [], True, 2)
+    assert answered(inc, [entry(0, 12)]) == [0]                     # told again
+    inc = cache.context(full.session_id, 3, [], [], True, 3)
+    assert answered(inc, [entry(0, 12)]) == []
+
+
+def test_an_answer_to_a_fetch_sent_before_the_handler_started_over_changes_nothing():
+    h = SessionHandler()
+    positions = {("t", 0): (3, 10, 0, 100)}
+    h.build(positions)
+    h.succeeded(ErrorCode.none, 77)
+    h.build(positions)                 # incremental, epoch 1, in flight...
+    h.failed()                         # ...when a partition changed leader epoch: start over
+    h.succeeded(ErrorCode.none, 77)    # the old answer
+    assert h.build(positions)[1] == INITIAL_EPOCH
+
+
+def test_a_v13_session_survives_the_deletion_of_its_topic():
+    """Fetch v13+ names topics by id: a session partition of a topic deleted since is answered with
+    an error under its old id (the broker keeps serving), and can be forgotten by that id."""
+    h = replicated()
+    topic_id = h.broker.metadata.topics["r"].topic_id
+
+    def fetch(session_id: int, epoch: int, named: bool, forget: bool = False):
+        parts = [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                  "log_start_offset": -1, "partition_max_bytes": 1 << 20}] if named else []
+        body = {"cluster_id": None, "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+                "topics": [{"topic_id": topic_id, "partitions": parts}] if named else [],
+                "forgotten_topics_data": [{"topic_id": topic_id, "partitions": [0]}] if forget else [],
+                "rack_id": ""}
+        return h.call(1, 13, body, conn=60)
+
+    first = fetch(0, INITIAL_EPOCH, True)
+    assert first.error_code == ErrorCode.none and first.session_id != 0
+    assert h.call(20, 4, {"topic_names": ["r"], "timeout": 1000}).responses[0].error_code == ErrorCode.none
+    after = fetch(first.session_id, 1, False)
+    assert after.error_code == ErrorCode.none
+    [(tid, code)] = [(t.topic_id, p.error_code) for t in after.responses for p in t.partitions]
+    assert tid == topic_id and code != ErrorCode.none
+    forgot = fetch(first.session_id, 2, False, forget=True)
+    assert forgot.error_code == ErrorCode.none and forgot.responses == ()
+    assert not h.broker.apis.fetch_sessions.sessions[first.session_id].partitions

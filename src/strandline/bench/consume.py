@@ -81,6 +81,8 @@ def worker(index: int, queue: Any, go: Any, config: dict, topic: str, work: dict
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
                     failures[err.str()] += 1
+                elif msg.partition() in left and msg.offset() >= left[msg.partition()]:
+                    del left[msg.partition()]      # at its end though the last offsets held no record
                 continue
             p = msg.partition()
             end = left.get(p)
@@ -126,7 +128,7 @@ def run(bootstrap: str, topic: str, num_records: int, processes: int, props: dic
     work = plan(ranges_of(bootstrap, topic, props), num_records)
     planned = sum(end - start for start, end in work.values())
     config = {"bootstrap.servers": bootstrap, "group.id": "strandline-bench", "enable.auto.commit": False,
-              "enable.partition.eof": False, "log_level": 0, **props}
+              "enable.partition.eof": True, "log_level": 0, **props}
     jobs = [(config, topic, part, idle_timeout_s) for part in split(work, processes)]
     if not jobs:
         raise StrandlineError(f"topic {topic} has no records to read")

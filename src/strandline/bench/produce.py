@@ -53,9 +53,8 @@ def worker(index: int, queue: Any, go: Any, config: dict, topic: str, count: int
     start = time.monotonic()
     produce = producer.produce
     for i in range(count):
-        if rate > 0:
-            ahead = start + i / rate - time.monotonic()
-            if ahead > 0:
+        if rate > 0:      # poll() returns at the first acknowledgement it serves: wait out the rest too
+            while (ahead := start + i / rate - time.monotonic()) > 0:
                 producer.poll(ahead)
         while True:
             try:
@@ -74,6 +73,6 @@ def worker(index: int, queue: Any, go: Any, config: dict, topic: str, count: int
 def run(bootstrap: str, topic: str, num_records: int, record_size: int, throughput: float, acks: str,
         processes: int, props: dict[str, str], progress_s: float = 5.0) -> Outcome:
     config = {"bootstrap.servers": bootstrap, "acks": acks, "log_level": 0, **props}
-    jobs = [(config, topic, n, record_size, throughput / processes if throughput > 0 else 0.0)
-            for n in shares(num_records, processes) if n > 0]
+    counts = [n for n in shares(num_records, processes) if n > 0]
+    jobs = [(config, topic, n, record_size, throughput / len(counts) if throughput > 0 else 0.0) for n in counts]
     return run_workers(worker, jobs, "sent", progress_s)

@@ -62,6 +62,7 @@ class KafkaApis:
     admin_apis: AdminApis
     config_apis: ConfigApis
     fetch_sessions: FetchSessionCache
+    _topic_ids: dict[str, Any] = field(default_factory=dict)      # by name, every topic id seen by Fetch v13+
     _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
 
     def __post_init__(self) -> None:
@@ -328,7 +329,11 @@ class KafkaApis:
         """Fetch v13+ names topics by id (KIP-516): an id this broker does not know is answered
         UNKNOWN_TOPIC_ID for each of its partitions; the others are fetched as by name."""
         names = {t.topic_id: t.name for t in self.metadata.topics.values()}
-        ids = {name: topic_id for topic_id, name in names.items()}
+        # every id ever seen, so that a session partition of a topic deleted since is still answered
+        # (UNKNOWN_TOPIC_OR_PARTITION, under its id) and can be forgotten by its id
+        self._topic_ids.update((t.name, t.topic_id) for t in self.metadata.topics.values())
+        ids = self._topic_ids
+        known = {topic_id: name for name, topic_id in ids.items()}
         wanted: dict[tuple[str, int], tuple[str, Any]] = {}
         unknown: dict[Any, list[int]] = {}
         for t in request.topics:
@@ -339,8 +344,8 @@ class KafkaApis:
                     unknown.setdefault(topic_id, []).append(p.partition)
                 else:
                     wanted[(name, p.partition)] = (name, p)
-        forgotten = [(names[t.topic_id], index) for t in request.forgotten_topics_data
-                     if t.topic_id in names for index in t.partitions]
+        forgotten = [(known[t.topic_id], index) for t in request.forgotten_topics_data
+                     if t.topic_id in known for index in t.partitions]
         context = self._fetch_context(header, request, replica_id, list(wanted.values()), forgotten, now_ms)
         if context.error is not ErrorCode.none:
             return [self._fetch_response(conn_id, header, [], context)]
@@ -348,7 +353,8 @@ class KafkaApis:
         def respond(topics: list) -> list:
             topics = context.answer(topics)
             self.replicas.topic_stats.fetched(topics, replica_id >= 0)
-            by_id = [{"topic_id": ids[t["topic"]], "partitions": t["partitions"]} for t in topics]
+            by_id = [{"topic_id": ids.get(t["topic"], uuid.UUID(int=0)), "partitions": t["partitions"]}
+                     for t in topics]
             by_id += [{"topic_id": topic_id, "partitions": [
                 {"partition_index": index, "error_code": ErrorCode.unknown_topic_id, "high_watermark": -1,
                  "last_stable_offset": -1, "log_start_offset": -1, "records": b""} for index in indexes]}

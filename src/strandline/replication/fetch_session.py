@@ -50,6 +50,10 @@ class SessionPartition:
     last_stable_offset: int | None = None
 
     def update(self, p: Any) -> None:
+        if (p.fetch_offset, getattr(p, "current_leader_epoch", -1)) != (self.fetch_offset, self.current_leader_epoch):
+            # a fetcher names a partition again when its position moved: it may have dropped the last
+            # answer (a new leader epoch, a truncation), so it hears the partition's state again
+            self.high_watermark = self.leader_log_start_offset = self.last_stable_offset = None
         self.fetch_offset = p.fetch_offset
         self.partition_max_bytes = p.partition_max_bytes
         self.log_start_offset = getattr(p, "log_start_offset", -1)
@@ -219,7 +223,9 @@ class SessionHandler:
 
     def succeeded(self, error: ErrorCode, session_id: int) -> None:
         """The answer came; an error of the whole Fetch (the session's) means a full Fetch next."""
-        full, named, forgotten = self._pending or (True, {}, [])
+        if self._pending is None:        # started over since this Fetch was sent: the next one is full
+            return
+        full, named, forgotten = self._pending
         self._pending = None
         if error is not ErrorCode.none:
             self.failed()

@@ -56,7 +56,11 @@ class ReplicaFetcherManager:
         """Fetch ``key`` from ``leader_id``; its broker may not have registered yet, and the fetcher
         then waits for the metadata to name its endpoint."""
         fetch_state = PartitionFetchState(leader_epoch, truncating=truncating)
-        self.fetchers.setdefault(leader_id, ReplicaFetcher(leader_id)).partitions[key] = fetch_state
+        fetcher = self.fetchers.setdefault(leader_id, ReplicaFetcher(leader_id))
+        fetcher.partitions[key] = fetch_state
+        # an answer in flight for the old epoch will be dropped: the next Fetch is full, so that the
+        # leader's session tells this partition's state again
+        fetcher.session.failed()
 
     def remove_partitions(self, keys: list[tuple[str, int]]) -> None:
         for fetcher in self.fetchers.values():
