@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from strandline.cli.clients import properties
 from strandline.errors import StrandlineError
 
 
@@ -41,25 +42,11 @@ def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstra
     bench.set_defaults(func=run)
 
 
-def _props(items: list[str]) -> dict[str, str]:
-    props = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise StrandlineError(f"{item!r}: expected KEY=VALUE")
-        props[key] = value
-    return props
-
-
 def _check_client_props(kind: str, props: dict[str, str]) -> None:
     """A setting librdkafka refuses is one line here, not an error in every worker."""
-    import confluent_kafka
+    from strandline.cli.clients import client
 
-    try:
-        getattr(confluent_kafka, kind)({"log_level": 0, **({"group.id": "x"} if kind == "Consumer" else {}), **props})
-    except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
-        reason = exc.args[0] if exc.args else exc
-        raise StrandlineError(f"bad client setting: {reason.str() if hasattr(reason, 'str') else reason}") from None
+    client(kind, {**({"group.id": "strandline-bench"} if kind == "Consumer" else {}), **props})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
         if args.record_size < 0:
             raise StrandlineError("--record-size must be 0 or more")
-        props = _props(args.producer_props)
+        props = properties(args.producer_props)
         _check_client_props("Producer", props)
         outcome = produce.run(args.bootstrap_server, args.topic, args.num_records, args.record_size,
                               args.throughput, args.acks, args.processes, props, args.reporting_interval)
@@ -80,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from strandline.bench import consume
 
-        props = _props(args.consumer_props)
+        props = properties(args.consumer_props)
         _check_client_props("Consumer", props)
         outcome, planned = consume.run(args.bootstrap_server, args.topic, args.num_records, args.processes, props,
                                        args.timeout_ms / 1000, args.reporting_interval)

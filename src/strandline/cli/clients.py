@@ -67,17 +67,18 @@ def add_parsers(sub: argparse._SubParsersAction, bootstrap_default: str, bootstr
     c.set_defaults(func=run_consume)
 
 
-def _properties(items: list[str] | None) -> dict[str, str]:
+def properties(items: list[str] | None) -> dict[str, str]:
+    """``KEY=VALUE`` client settings (``-X``, ``--producer-props``) as a dict."""
     props = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise StrandlineError(f"-X {item!r}: expected KEY=VALUE")
+            raise StrandlineError(f"{item!r}: expected KEY=VALUE")
         props[key] = value
     return props
 
 
-def _client(kind: str, config: dict[str, Any]) -> Any:
+def client(kind: str, config: dict[str, Any]) -> Any:
     """A librdkafka client; a setting librdkafka refuses is one line naming it. librdkafka's own
     log (a line per failed connection attempt) stays quiet unless ``-X log_level=N`` or
     ``-X debug=...`` asks for it: failures are reported once, by this command."""
@@ -120,8 +121,8 @@ def run_produce(args: argparse.Namespace) -> int:
                         args.null_marker.encode() if args.null_marker is not None else None)
     config = {"bootstrap.servers": args.bootstrap_server, "acks": args.acks, "compression.type": args.compression_type,
               "partitioner": "murmur2_random", "linger.ms": 5, "message.timeout.ms": 120000,
-              **_properties(args.producer_property)}
-    producer = _client("Producer", config)
+              **properties(args.producer_property)}
+    producer = client("Producer", config)
     partitions = _topic_partitions(producer, args.bootstrap_server, args.topic, must_exist=False)
     if args.partition is not None and partitions and args.partition not in partitions:
         raise StrandlineError(f"topic {args.topic} has no partition {args.partition}")
@@ -202,8 +203,8 @@ def run_consume(args: argparse.Namespace) -> int:
     config = {"bootstrap.servers": args.bootstrap_server, "group.id": args.group or "strandline-consume",
               "enable.auto.commit": bool(args.group), "enable.partition.eof": True,
               "auto.offset.reset": "earliest" if kind == "beginning" else "latest",
-              **_properties(args.consumer_property)}
-    consumer = _client("Consumer", config)
+              **properties(args.consumer_property)}
+    consumer = client("Consumer", config)
     out = sys.stdout.buffer
     count = 0
     stop = False
