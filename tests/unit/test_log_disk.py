@@ -150,3 +150,79 @@ def test_loss_5_the_flush_ledger_cuts_each_file_back_to_what_it_fsynced(tmp_path
     assert (tmp_path / "checkpoint").read_bytes() == b"0\n1\n"
     assert sorted(os.path.basename(p) for p in cut) == ["cut.log", "fresh.log", "old.log", "synced.log"]
     assert not ledger.exists()
+
+
+def test_os_disk_keeps_at_most_its_limit_of_descriptors_and_reopens_on_use(tmp_path):
+    """Thousands of partitions hold more files than a process may open: OsDisk closes the least
+    recently used descriptors beyond its limit and reopens a file on its next use."""
+    d = OsDisk(max_open_files=3)
+    files = [d.open(str(tmp_path / f"f{i}")) for i in range(5)]
+    assert len(d.open_files) == 3
+    assert sum(f._fd >= 0 for f in files) == 3
+    assert files[0]._fd < 0 and files[1]._fd < 0      # the two oldest were closed
+    for i, f in enumerate(files):
+        f.append(b"data-%d" % i)
+    for i, f in enumerate(files):
+        assert f.read(0, 100) == b"data-%d" % i
+        f.flush()
+        f.truncate(4)
+        assert f.read(0, 100) == b"data"
+    assert len(d.open_files) == 3
+    assert d.open_files.reopened >= 5 and d.open_files.evicted >= 5
+    assert len(os.listdir(f"/proc/{os.getpid()}/fd")) >= 3
+    for f in files:
+        f.close()
+    assert len(d.open_files) == 0
+
+
+def test_os_file_is_never_recreated_after_close_or_removal(tmp_path):
+    """A closed file refuses use (a bug, not a reopen), and a file removed while its descriptor was
+    evicted is not silently created again empty."""
+    d = OsDisk(max_open_files=1)
+    a = d.open(str(tmp_path / "a"))
+    a.append(b"x")
+    a.close()
+    with pytest.raises(OSError):
+        a.read(0, 1)
+    assert d.open(str(tmp_path / "a")).read(0, 1) == b"x"   # this open closed nothing it needs
+    b = d.open(str(tmp_path / "b"))
+    c = d.open(str(tmp_path / "c"))                          # evicts b's descriptor
+    assert b._fd < 0
+    os.remove(tmp_path / "b")
+    with pytest.raises(FileNotFoundError):
+        b.append(b"y")
+    assert not (tmp_path / "b").exists()
+    c.close()
+
+
+def test_logs_of_many_partitions_work_under_a_small_descriptor_limit(tmp_path):
+    """A LogManager of 50 partitions (150+ files) on a disk allowed 8 descriptors: appends, reads,
+    rolls, flushes, a clean shutdown and a restart all work, and never more than 8 are open."""
+    from strandline.log.config import LogConfig
+    from strandline.log.manager import LogManager
+
+    from .batches import make_batch
+
+    disk = OsDisk(max_open_files=8)
+    config = LogConfig(segment_bytes=400)
+    logs = LogManager(disk, [str(tmp_path)], config)
+    logs.startup(now_ms=0)
+    for round_ in range(6):
+        for p in range(50):
+            logs.get_or_create_log("t", p).append_as_leader(make_batch([b"v%d-%d" % (round_, p)] * 3), 0, 1000)
+            assert len(disk.open_files) <= 8
+    for p in range(50):
+        log = logs.get_log("t", p)
+        assert len(log.segments) > 1
+        assert log.log_end_offset == 18
+    logs.flush_dirty(now_ms=10_000)
+    logs.shutdown()
+    assert len(disk.open_files) == 0
+    disk = OsDisk(max_open_files=8)
+    logs = LogManager(disk, [str(tmp_path)], config)
+    logs.startup(now_ms=20_000)
+    for p in range(50):
+        data = logs.get_log("t", p).read(0, 1 << 20)
+        assert b"v5-%d" % p in bytes(data) and b"v0-%d" % p in bytes(data)
+        assert len(disk.open_files) <= 8
+    logs.shutdown()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
+from collections import OrderedDict
 
-_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+_REOPEN_FLAGS = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+_OPEN_FLAGS = _REOPEN_FLAGS | os.O_CREAT
+_CLOSED = -2  # OsFile._fd once close() was called: a use is a bug, not a reopen
 
 #: With this environment variable set to a path, the broker records there how much of each file it
 #: opened or fsynced is durable: what a machine keeps across a power loss. ``strandline lab``
@@ -86,26 +90,100 @@ def apply_power_loss(ledger_path: str) -> dict[str, tuple[int, int]]:
     return cut
 
 
+def default_max_open_files() -> int:
+    """How many log files a broker keeps open at once: half its open-file limit (the soft
+    ``RLIMIT_NOFILE``), leaving the other half to sockets, checkpoints and libraries."""
+    try:
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 512
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 65536
+    return max(16, soft // 2)
+
+
+class OpenFiles:
+    """The descriptors of the files a disk has open, least recently used first.
+
+    A broker holds three files per partition replica (``.log``, ``.index``, ``.timeindex``), and
+    more once segments roll: with thousands of partitions that is more than the process may open.
+    So a file is opened on first use and its descriptor is closed, least recently used first, when
+    more than ``limit`` are open; the next use reopens it. Linux's ``fsync`` flushes a file's pages
+    whichever descriptor wrote them, so closing one loses nothing."""
+
+    __slots__ = ("limit", "_lru", "reopened", "evicted")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self._lru: OrderedDict[OsFile, None] = OrderedDict()
+        self.reopened = 0   # descriptors opened again after an eviction
+        self.evicted = 0    # descriptors closed to stay under the limit
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def used(self, f: "OsFile") -> None:
+        self._lru.move_to_end(f)
+
+    def opened(self, f: "OsFile") -> None:
+        lru = self._lru
+        lru[f] = None
+        while len(lru) > self.limit:
+            oldest, _ = lru.popitem(last=False)
+            oldest._close_fd()
+            self.evicted += 1
+
+    def closed(self, f: "OsFile") -> None:
+        self._lru.pop(f, None)
+
+
 class OsFile:
-    """One open file: appends with ``os.pwrite`` at the size kept in memory, reads with ``os.pread``."""
+    """One file: appends with ``os.pwrite`` at the size kept in memory, reads with ``os.pread``.
 
-    __slots__ = ("fd", "_size", "path")
+    Its descriptor comes and goes with ``OpenFiles``: the path and the size are what it keeps."""
 
-    def __init__(self, path: str) -> None:
+    __slots__ = ("_fd", "_size", "path", "_open_files", "__weakref__")
+
+    def __init__(self, path: str, open_files: OpenFiles | None = None) -> None:
         self.path = path
-        self.fd = os.open(path, _OPEN_FLAGS, 0o644)
-        self._size = os.fstat(self.fd).st_size
+        self._open_files = open_files if open_files is not None else OpenFiles(1 << 30)
+        self._fd = -1
+        self._size = os.fstat(self._open(_OPEN_FLAGS)).st_size
         if flush_ledger() is not None:
             flush_ledger().opened(path, self._size)
 
+    def _open(self, flags: int) -> int:
+        self._fd = os.open(self.path, flags, 0o644)
+        self._open_files.opened(self)
+        return self._fd
+
+    @property
+    def fd(self) -> int:
+        """The descriptor, opened again (never created again) if it was closed to stay under the limit."""
+        fd = self._fd
+        if fd >= 0:
+            self._open_files.used(self)
+            return fd
+        if fd == _CLOSED:
+            raise OSError(errno.EBADF, f"{self.path} is closed")
+        self._open_files.reopened += 1
+        return self._open(_REOPEN_FLAGS)
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
     def append(self, data) -> int:
         position = self._size
-        written = os.pwrite(self.fd, data, position)  # one system call, no copy of the buffer
+        fd = self.fd
+        written = os.pwrite(fd, data, position)  # one system call, no copy of the buffer
         total = len(data) if not isinstance(data, memoryview) else data.nbytes
         if written != total:  # a short write (disk full, signal): finish it, then report
             with memoryview(data) as view, view.cast("B") as flat:
                 while written < total:
-                    n = os.pwrite(self.fd, flat[written:], position + written)
+                    n = os.pwrite(fd, flat[written:], position + written)
                     if n <= 0:
                         raise OSError(f"short write to {self.path}")
                     written += n
@@ -132,9 +210,9 @@ class OsFile:
             flush_ledger().durable(self.path, self._size)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self._open_files.closed(self)
+        self._close_fd()
+        self._fd = _CLOSED
 
     def fileno(self) -> int | None:
         return self.fd
@@ -144,8 +222,14 @@ class OsFile:
 
 
 class OsDisk:
+    """The real disk. At most ``max_open_files`` of the files opened through it hold a descriptor at
+    once (:class:`OpenFiles`); by default half the process's open-file limit."""
+
+    def __init__(self, max_open_files: int | None = None) -> None:
+        self.open_files = OpenFiles(max_open_files if max_open_files is not None else default_max_open_files())
+
     def open(self, path: str) -> OsFile:
-        return OsFile(path)
+        return OsFile(path, self.open_files)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
