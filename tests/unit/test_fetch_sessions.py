@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from strandline.replication.fetch_session import (FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache, SessionHandler,
                                                   next_epoch)
 from tests.unit.batches import make_batch
-from tests.unit.test_leader_replication import LAG, partition, produce, replicated
+from tests.unit.test_leader_replication import LAG, follower_fetch, partition, produce, replicated
 
 CONFIG = {"max.incremental.fetch.session.cache.slots": 2, "min.incremental.fetch.session.eviction.ms": 1000}
 
@@ -213,3 +213,49 @@ def test_a_v13_session_survives_the_deletion_of_its_topic():
     forgot = fetch(first.session_id, 2, False, forget=True)
     assert forgot.error_code == ErrorCode.none and forgot.responses == ()
     assert not h.broker.apis.fetch_sessions.sessions[first.session_id].partitions
+
+
+def test_an_idle_session_fetch_reads_no_partition_yet_keeps_its_follower_caught_up(monkeypatch):
+    """An incremental Fetch naming nothing, from a follower of the ISR at the leader's LEO that has
+    heard the current HW, reads no log: only the follower's fetch times move (ISR-2 rule (a)). The
+    next record makes the partition read and answered again."""
+    from strandline.replication.partition import Partition
+
+    h = replicated()
+    produce(h, acks=1, values=[b"a", b"b"])
+    h.response(0, 7)
+    follower_fetch(h, 3, 2)
+    reads = []
+    real = Partition.read_records
+    monkeypatch.setattr(Partition, "read_records", lambda self, *a, **k: reads.append(a) or real(self, *a, **k))
+    sid = session_fetch(h, 2, 2, 0, INITIAL_EPOCH).session_id
+    assert sid and len(reads) == 1 and partition(h).high_watermark == 2
+    news = session_fetch(h, 2, None, sid, 1)       # the HW its own fetch moved, after reading: news
+    assert [p.high_watermark for t in news.responses for p in t.partitions] == [2]
+    reads.clear()
+    for epoch in range(2, 5):
+        h.now += LAG // 2
+        idle = session_fetch(h, 2, None, sid, epoch)
+        assert idle.error_code == ErrorCode.none and idle.responses == ()
+        assert partition(h).remote_replicas[2].last_caught_up_time_ms == h.now
+    assert reads == []
+    h.produce("r", make_batch([b"c"]), acks=1, conn=1)
+    news = session_fetch(h, 2, None, sid, 5)
+    assert len(reads) == 1 and len(news.responses[0].partitions[0].records) > 0
+
+
+def test_only_a_caught_up_follower_of_the_isr_takes_the_quick_update():
+    h = replicated()
+    produce(h, acks=1, values=[b"a", b"b"])
+    h.response(0, 7)
+    follower_fetch(h, 2, 2)
+    follower_fetch(h, 3, 1)
+    p = partition(h)
+    assert p.caught_up_follower_fetched(2, 2, -1, h.now + 1)
+    assert p.remote_replicas[2].last_fetch_time_ms == h.now + 1
+    assert not p.caught_up_follower_fetched(3, 1, -1, h.now + 1)    # behind the LEO
+    assert not p.caught_up_follower_fetched(3, 2, -1, h.now + 1)    # moved: the full update
+    assert not p.caught_up_follower_fetched(2, 2, 5, h.now + 1)     # a new log start offset
+    p.isr = (1, 3)
+    assert not p.caught_up_follower_fetched(2, 2, -1, h.now + 1)    # outside the ISR: may need to join
+    assert not p.caught_up_follower_fetched(4, 2, -1, h.now + 1)    # not a replica

@@ -11,7 +11,6 @@ end offset (REP-1). At most one request per leader is in flight; a partition tha
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from strandline.replication.fetch_session import SessionHandler
 
@@ -33,11 +32,16 @@ class ReplicaFetcher:
     backoff_until_ms: int = 0
     session: SessionHandler = field(default_factory=SessionHandler)     # KIP-227, with this leader
 
-    def ready(self, now_ms: int, truncating: bool) -> Iterator[tuple[tuple[str, int], PartitionFetchState]]:
-        """Partitions that may be asked for now, in the truncating or the fetching phase."""
-        for key, state in self.partitions.items():
-            if state.truncating == truncating and state.delayed_until_ms <= now_ms:
-                yield key, state
+    def ready(self, now_ms: int) -> tuple[list[tuple[tuple[str, int], PartitionFetchState]],
+                                          list[tuple[tuple[str, int], PartitionFetchState]]]:
+        """The partitions that may be asked for now: those truncating, and those fetching."""
+        truncating: list = []
+        fetching: list = []
+        for item in self.partitions.items():
+            state = item[1]
+            if state.delayed_until_ms <= now_ms:
+                (truncating if state.truncating else fetching).append(item)
+        return truncating, fetching
 
     def next_wakeup_ms(self) -> int | None:
         """When a delayed partition or the fetcher's backoff ends, if a request could go then."""

@@ -94,11 +94,10 @@ class ReplicaFetcherManager:
         for fetcher in self._with_leader():
             if fetcher.in_flight or fetcher.backoff_until_ms > now_ms or not fetcher.partitions:
                 continue
-            truncating = list(fetcher.ready(now_ms, True))
+            truncating, fetching = fetcher.ready(now_ms)
             if truncating:
                 effects.extend(self._send_offsets_for_leader_epoch(fetcher, truncating, now_ms))
                 continue
-            fetching = list(fetcher.ready(now_ms, False))
             if fetching:
                 effects.extend(self._send_fetch(fetcher, fetching, now_ms))
         return effects
@@ -181,9 +180,13 @@ class ReplicaFetcherManager:
         return (partition is not None and topic is not None and self.broker_id not in partition.isr
                 and throttled(topic.configs, "follower.replication.throttled.replicas", key[1], self.broker_id))
 
+    def _follower_throttles(self) -> bool:
+        """Whether any topic throttles replicas on the follower side (rarely: during a move)."""
+        return any(t.configs.get("follower.replication.throttled.replicas") for t in self.metadata.topics.values())
+
     def _send_fetch(self, fetcher: ReplicaFetcher, ready: list, now_ms: int) -> list:
         cfg = self.config
-        throttled_keys = {key for key, _ in ready if self._throttled(key)}
+        throttled_keys = {key for key, _ in ready if self._throttled(key)} if self._follower_throttles() else set()
         if throttled_keys and self.follower_quota.exceeded(now_ms):
             # over follower.replication.throttled.rate: those replicas wait, the others fetch
             ready = [(key, state) for key, state in ready if key not in throttled_keys]
@@ -192,12 +195,11 @@ class ReplicaFetcherManager:
                 fetcher.backoff_until_ms = now_ms + cfg["replica.fetch.backoff.ms"]
                 return []
         max_bytes = cfg["replica.fetch.max.bytes"]
-        asked: dict[tuple[str, int], tuple[int, int]] = {}
-        positions: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+        partitions = self.partitions
+        positions: dict[tuple[str, int], tuple[int, int, int, int]] = {}   # epoch, fetch offset, log start, max
         for key, state in ready:
-            partition = self.partitions[key]
-            asked[key] = (state.leader_epoch, partition.log_end_offset)
-            positions[key] = (state.leader_epoch, partition.log_end_offset, partition.log_start_offset, max_bytes)
+            log = partitions[key].log
+            positions[key] = (state.leader_epoch, log.log_end_offset, log.log_start_offset, max_bytes)
         # an incremental fetch session (KIP-227): only the partitions whose position changed are named
         session_id, epoch, named, forgotten = fetcher.session.build(positions)
         by_topic: dict[str, list] = {}
@@ -228,7 +230,8 @@ class ReplicaFetcherManager:
                     key = (t.topic, p.partition_index)
                     if key in throttled_keys and p.records:
                         self.follower_quota.record(len(p.records), when_ms)
-                    out.extend(self._on_fetched(fetcher, key, asked.get(key), p, when_ms, moved))
+                    position = positions.get(key)
+                    out.extend(self._on_fetched(fetcher, key, position and position[:2], p, when_ms, moved))
             if moved:
                 out.extend(self.fetch_purgatory.check_keys(moved, when_ms))
             return out + self.maybe_send_fetches(when_ms)

@@ -198,6 +198,24 @@ class Partition:
         replica.last_fetch_time_ms = now_ms
         return self.maybe_increment_high_watermark(now_ms)
 
+    def caught_up_follower_fetched(self, follower_id: int, fetch_offset: int, log_start_offset: int,
+                                   now_ms: int) -> bool:
+        """The quick form of :meth:`update_follower_fetch_state` for a follower of the ISR that
+        fetches again from the leader's LEO, where it already was, with the log start offset it
+        already reported: only its fetch times move (ISR-2 rule (a)); nothing else can change (its
+        LEO, hence the high watermark, stays; it is in the ISR already). False, with nothing
+        recorded, when that is not the case: the full update is needed."""
+        replica = self.remote_replicas.get(follower_id)
+        leader_end_offset = self.log.log_end_offset
+        if (replica is None or fetch_offset != leader_end_offset or replica.log_end_offset != fetch_offset
+                or follower_id not in self.isr or (0 <= log_start_offset != replica.log_start_offset)):
+            return False
+        if now_ms > replica.last_caught_up_time_ms:
+            replica.last_caught_up_time_ms = now_ms
+        replica.last_fetch_leader_log_end_offset = leader_end_offset
+        replica.last_fetch_time_ms = now_ms
+        return True
+
     def low_watermark(self, alive: set[int]) -> int:
         """The lowest log start offset of the replicas of ``alive`` brokers that reported one, this
         leader's included (Kafka's lowWatermarkIfLeader): what DeleteRecords waits for."""

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 
+SWEEP_MS = 30_000
+
+
 @dataclass(eq=False)
 class DelayedOperation:
     conn_id: int
@@ -22,13 +25,29 @@ class DelayedOperation:
 
 @dataclass
 class Purgatory:
+    """The operations waiting, by the partitions they watch. A completed operation leaves the
+    watch list of a key when that key is next checked or watched, or in a sweep once such leftovers
+    outnumber the keys (an idle fetch session's long poll watches thousands of partitions; pruning
+    every one of them at each completion would cost more than the poll)."""
+
     by_key: dict[tuple[str, int], list[DelayedOperation]] = field(default_factory=dict)
     pending: list[DelayedOperation] = field(default_factory=list)
+    _stale: int = 0     # watch entries of completed operations not removed yet
+    _next_sweep_ms: int = 0
 
     def watch(self, op: DelayedOperation) -> None:
         self.pending.append(op)
+        by_key = self.by_key
         for key in op.keys:
-            self.by_key.setdefault(key, []).append(op)
+            ops = by_key.get(key)
+            if ops is None:
+                by_key[key] = [op]
+                continue
+            if ops[0].completed:
+                kept = [o for o in ops if not o.completed]
+                self._stale -= len(ops) - len(kept)
+                ops[:] = kept
+            ops.append(op)
 
     def check_keys(self, keys: Iterable[tuple[str, int]], now_ms: int) -> list[Any]:
         effects: list[Any] = []
@@ -40,41 +59,58 @@ class Purgatory:
                 if not op.completed:
                     done = op.try_complete(now_ms, False)
                     if done is not None:
-                        op.completed = True
+                        self._completed(op)
                         effects.extend(done)
             self._prune(key)
         return effects
 
     def expire(self, now_ms: int) -> list[Any]:
         effects: list[Any] = []
+        expired = False
         for op in self.pending:
             if not op.completed and op.deadline_ms <= now_ms:
-                op.completed = True
+                self._completed(op)
+                expired = True
                 effects.extend(op.try_complete(now_ms, True) or ())
-        self._compact()
+        if expired or len(self.pending) > 2 * len(self) + 16:
+            self._compact(now_ms)
         return effects
 
     def cancel_connection(self, conn_id: int) -> None:
         for op in self.pending:
-            if op.conn_id == conn_id:
-                op.completed = True
+            if op.conn_id == conn_id and not op.completed:
+                self._completed(op)
         self._compact()
 
     def next_deadline(self) -> int | None:
         deadlines = [op.deadline_ms for op in self.pending if not op.completed]
         return min(deadlines) if deadlines else None
 
+    def _completed(self, op: DelayedOperation) -> None:
+        op.completed = True
+        self._stale += len(op.keys)
+
     def _prune(self, key: tuple[str, int]) -> None:
         ops = self.by_key.get(key)
         if ops is not None:
-            ops[:] = [op for op in ops if not op.completed]
-            if not ops:
+            kept = [op for op in ops if not op.completed]
+            self._stale -= len(ops) - len(kept)
+            if kept:
+                ops[:] = kept
+            else:
                 del self.by_key[key]
 
-    def _compact(self) -> None:
+    def _compact(self, now_ms: int | None = None) -> None:
+        """Drop completed operations; sweep every key's list once the leftovers outnumber the keys
+        four times (amortized), or at most every ``SWEEP_MS`` (the keys nobody watches again)."""
         self.pending = [op for op in self.pending if not op.completed]
-        for key in list(self.by_key):
-            self._prune(key)
+        if self._stale > 4 * len(self.by_key) + 1024 or (
+                self._stale and now_ms is not None and now_ms >= self._next_sweep_ms):
+            for key in list(self.by_key):
+                self._prune(key)
+            self._stale = 0
+            if now_ms is not None:
+                self._next_sweep_ms = now_ms + SWEEP_MS
 
     def __len__(self) -> int:
         return sum(1 for op in self.pending if not op.completed)

@@ -463,15 +463,23 @@ class ReplicaManager:
         return log.read(log.log_start_offset, 1 << 40, max_offset=log.log_end_offset)
 
     def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
-                       isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int) -> list:
+                       isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int,
+                       incremental: bool = False) -> list:
         """Read whole batches for a consumer (below the HW) or a follower (below the LEO, REP-1);
         a fetch with too little data waits up to ``max_wait_ms`` for appends (REP-2). A follower's
-        fetch also reports its progress (:meth:`_follower_fetched`)."""
+        fetch also reports its progress (:meth:`_follower_fetched`).
+
+        ``incremental``: ``wanted`` are the partitions of an incremental fetch session
+        (``SessionPartition``), which remember what their fetcher last heard. A partition with
+        nothing to read and no news for it (:meth:`_quiet`) is left out of the answer without being
+        read, so an idle session costs a few comparisons per partition."""
         committed_only = replica_id < 0
         served: list = []     # the partitions read without error, for a follower's progress
         quota = self.leader_quota
+        partitions = self.partitions
+        quiet = self._quiet if incremental else None
 
-        def read_all(at_ms: int) -> tuple[list, int, bool]:
+        def read_all(at_ms: int, arriving: bool = False) -> tuple[list, int, bool]:
             total = 0
             errors = False
             served.clear()
@@ -479,7 +487,9 @@ class ReplicaManager:
             by_topic: dict[str, list] = {}
             order: list[str] = []
             for name, p in wanted:
-                partition = self.partitions.get((name, p.partition))
+                partition = partitions.get((name, p.partition))
+                if quiet is not None and partition is not None and quiet(partition, p, replica_id, arriving, at_ms):
+                    continue
                 # a follower may ask before this broker has applied the LeaderAndIsr that makes it
                 # leader (it waits on ZooKeeper): the fetch waits for it instead of failing
                 arriving = replica_id >= 0 and name in self.loading_topics
@@ -517,7 +527,7 @@ class ReplicaManager:
             topics = [{"topic": name, "partitions": by_topic[name]} for name in order]
             return topics, total, errors
 
-        topics, total, errors = read_all(now_ms)
+        topics, total, errors = read_all(now_ms, arriving=True)
         effects: list = []
         if replica_id >= 0:
             effects = self._follower_fetched(replica_id, list(served), now_ms)
@@ -533,6 +543,24 @@ class ReplicaManager:
         keys = tuple((name, p.partition) for name, p in wanted)
         self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms, keys, try_complete))
         return effects
+
+    @staticmethod
+    def _quiet(partition: Partition, sp: Any, replica_id: int, arriving: bool, now_ms: int) -> bool:
+        """Whether a session partition would be read for nothing: this broker leads it in the
+        epoch its fetcher knows, the fetcher is where the readable end is (the HW for a consumer, the
+        LEO for a follower), and it has heard the current high watermark and log start offset. A
+        follower's fetch arriving so still counts for the ISR
+        (:meth:`Partition.caught_up_follower_fetched`)."""
+        hw = partition.high_watermark
+        if (sp.high_watermark != hw or sp.last_stable_offset != hw or partition.leader_id != partition.local_broker_id
+                or sp.leader_log_start_offset != partition.log.log_start_offset
+                or (sp.current_leader_epoch >= 0 and sp.current_leader_epoch != partition.leader_epoch)):
+            return False
+        if replica_id < 0:
+            return sp.fetch_offset == hw
+        if not arriving:
+            return sp.fetch_offset == partition.log.log_end_offset
+        return partition.caught_up_follower_fetched(replica_id, sp.fetch_offset, sp.log_start_offset, now_ms)
 
     def _throttled(self, name: str, index: int, key: str, broker_id: int) -> bool:
         topic = self.metadata.topics.get(name)

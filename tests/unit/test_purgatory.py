@@ -1,0 +1,53 @@
+"""The purgatory of delayed operations: completion by key, expiry, and bounded watch lists."""
+
+from __future__ import annotations
+
+from strandline.replication.purgatory import SWEEP_MS, DelayedOperation, Purgatory
+
+
+def op(keys, deadline: int, results: list, ready: set, conn: int = 1) -> DelayedOperation:
+    def try_complete(now_ms: int, expired: bool):
+        if expired or ready & set(keys):
+            results.append((keys, now_ms, expired))
+            return [("answer", tuple(keys))]
+        return None
+    return DelayedOperation(conn, deadline, tuple(keys), try_complete)
+
+
+def test_an_operation_completes_once_by_key_or_by_expiry():
+    p, results, ready = Purgatory(), [], set()
+    a, b = op([("t", 0), ("t", 1)], 100, results, ready), op([("t", 1)], 50, results, ready)
+    p.watch(a)
+    p.watch(b)
+    assert p.check_keys([("t", 0)], 10) == [] and len(p) == 2
+    ready.add(("t", 0))
+    assert p.check_keys([("t", 0), ("t", 1)], 20) == [("answer", (("t", 0), ("t", 1)))]
+    assert p.next_deadline() == 50
+    assert p.expire(49) == [] and p.expire(50) == [("answer", (("t", 1),))]
+    assert p.expire(200) == [] and len(p) == 0 and p.next_deadline() is None
+    assert [r[2] for r in results] == [False, True]
+
+
+def test_watch_lists_stay_short_under_many_long_polls_of_many_keys():
+    """A fetch session's long poll watches every partition; thousands of polls expiring one after
+    another leave each key's list short, and the leftovers of keys never watched again are swept."""
+    p, results = Purgatory(), []
+    keys = [("t", i) for i in range(2000)]
+    for n in range(50):
+        p.watch(op(keys, n, results, set()))
+        p.expire(n)
+    assert len(results) == 50 and len(p) == 0
+    assert max(len(ops) for ops in p.by_key.values()) <= 2
+    for n in range(SWEEP_MS, SWEEP_MS + 3):        # other keys: the first ones' leftovers get swept
+        p.watch(op([("u", 0)], n, results, set()))
+        p.expire(n)
+    assert list(p.by_key) == [("u", 0)] and len(p.by_key[("u", 0)]) <= 2
+
+
+def test_a_closed_connection_cancels_its_operations():
+    p, results = Purgatory(), []
+    p.watch(op([("t", 0)], 100, results, set(), conn=7))
+    p.watch(op([("t", 0)], 100, results, set(), conn=8))
+    p.cancel_connection(7)
+    assert len(p) == 1 and [o.conn_id for o in p.by_key[("t", 0)] if not o.completed] == [8]
+    assert p.expire(100) == [("answer", (("t", 0),))]
