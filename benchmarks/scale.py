@@ -141,20 +141,22 @@ def main() -> int:
         print(f"creation: topics created in {created:.1f} s, every replica in sync after "
               f"{time.monotonic() - started:.1f} s (target 30 s)", flush=True)
 
+        fetches0 = [scrape(u).get(FOLLOWER_FETCHES, 0) for u in urls]   # (a scrape costs CPU: outside the window)
+        f0 = time.monotonic()
         time.sleep(3)
         before = [pc.cpu_seconds([p]) for p in pids.values()]
-        fetches0 = [scrape(u).get(FOLLOWER_FETCHES, 0) for u in urls]
         t0 = time.monotonic()
         time.sleep(args.idle_seconds)
         seconds = time.monotonic() - t0
         cpu = [(pc.cpu_seconds([p]) - b) / seconds * 100 for p, b in zip(pids.values(), before)]
         after = [scrape(u) for u in urls]
+        fetch_s = time.monotonic() - f0
         fetches = [a.get(FOLLOWER_FETCHES, 0) - f for a, f in zip(after, fetches0)]
         print(f"idle (sessions {'off' if args.no_sessions else 'on'}): CPU "
               f"{' / '.join(f'{c:.1f}%' for c in cpu)} (target 3 %); RSS "
               f"{' / '.join(f'{rss_mb(p)} MB' for p in pids.values())} (target 300 MB); open files "
               f"{' / '.join(str(open_files(p)) for p in pids.values())}; follower fetches served "
-              f"{' / '.join(f'{x / seconds:.1f}/s' for x in fetches)}", flush=True)
+              f"{' / '.join(f'{x / fetch_s:.1f}/s' for x in fetches)}", flush=True)
         if args.idle_only:
             return 0
 

@@ -50,3 +50,41 @@ def test_the_console_serves_its_page_and_the_labs_runs_without_a_cluster(tmp_pat
     assert answers[f"/lab/{run.name}/timeline.html"] == (200, "<html>the timeline</html>")
     assert answers[f"/lab/{run.name}/history.jsonl"][0] == 404
     assert answers["/lab/../timeline.html"][0] == 404
+
+
+def test_the_console_polls_a_slow_broker_less_often():
+    """A broker of thousands of partitions takes long to build its status: the console rests
+    POLL_BACKOFF times a round's duration after it, so that it does not keep the broker busy."""
+    from aiohttp import web
+
+    from strandline.console.server import POLL_BACKOFF
+
+    async def scenario() -> tuple[int, float, int]:
+        served = 0
+
+        async def slow_status(request: web.Request) -> web.Response:
+            nonlocal served
+            served += 1
+            await asyncio.sleep(0.1)
+            return web.json_response({"broker_id": 1, "brokers": {}, "topics": {}, "replicas": [], "groups": [],
+                                      "timeline": 1, "events": []})
+
+        app = web.Application()
+        app.router.add_get("/status", slow_status)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        console = Console(f"127.0.0.1:{closed_port()}", interval_s=0.05, addresses={1: f"http://127.0.0.1:{port}"})
+        await console.start("127.0.0.1", 0)
+        try:
+            await asyncio.sleep(1.0)
+            return served, console.poll_interval_s, console.polls
+        finally:
+            await console.close()
+            await runner.cleanup()
+
+    served, interval, polls = asyncio.run(scenario())
+    assert interval >= POLL_BACKOFF * 0.1
+    assert served == polls <= 2       # not ~10 rounds at the configured 0.05 s

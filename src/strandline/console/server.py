@@ -2,7 +2,9 @@
 
 The console finds the brokers through the Kafka protocol (Metadata from the bootstrap servers,
 then each broker's ``metrics.port`` from DescribeConfigs), polls every broker's ``/status`` once
-a second, and keeps the merged picture (:mod:`strandline.console.model`). It serves:
+a second, and keeps the merged picture (:mod:`strandline.console.model`). A broker of thousands of
+partitions takes a while to answer: after a round the console waits at least ``POLL_BACKOFF``
+times as long as the round took, so that serving it stays a small part of a broker's work. It serves:
 
 - ``/``: the page (static HTML, CSS and a small script that fetches ``/api/cluster`` each second);
 - ``/api/cluster``: the merged picture as JSON;
@@ -38,6 +40,7 @@ STATIC = Path(__file__).parent / "static"
 EVENTS_KEPT = 500
 LAB_FILES = {"timeline.html", "timeline.png", "run.json"}
 REDISCOVER_S = 5.0
+POLL_BACKOFF = 20      # a round of polls is followed by at least this many times its duration of rest
 
 
 class Console:
@@ -54,6 +57,7 @@ class Console:
         self.last_seq: dict[int, int] = {}
         self.timelines: dict[int, Any] = {}
         self.polls = 0
+        self.last_poll_s = 0.0          # how long the last round of polls took
         self._next_discovery = 0.0
         self.session: aiohttp.ClientSession | None = None
         self.runner: web.AppRunner | None = None
@@ -104,9 +108,17 @@ class Console:
         self.polls += 1
 
     async def _poll_forever(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             await self.poll()
-            await asyncio.sleep(self.interval_s)
+            self.last_poll_s = loop.time() - started
+            await asyncio.sleep(self.poll_interval_s)
+
+    @property
+    def poll_interval_s(self) -> float:
+        """The rest after a round: ``interval_s``, or ``POLL_BACKOFF`` times the last round if longer."""
+        return max(self.interval_s, POLL_BACKOFF * self.last_poll_s)
 
     def view(self) -> dict:
         view = cluster_view(self.statuses, self.addresses,
