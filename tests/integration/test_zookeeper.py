@@ -372,3 +372,21 @@ def test_zookeeper_classpath_is_the_pyspark_jars():
     classpath = zookeeper_classpath()
     assert classpath.endswith(os.path.join("pyspark", "jars", "*"))
     assert list(Path(classpath[:-1]).glob("zookeeper-3.*.jar"))
+
+
+def test_a_batch_of_reads_is_pipelined_and_answers_each_read(store, monkeypatch):
+    """A controller loading thousands of partition states sends its reads together: every answer
+    (data, version, children, a missing node) comes back in order, without one round trip each."""
+    store.execute([Create(f"/many/n{i}", b"%d" % i, make_parents=True) for i in range(300)])
+    store.execute([SetData("/many/n7", b"seven", 0)])
+    sent, sent_at_first_wait = [], []
+    real_get, real_wait = store.client.get_async, store._wait
+    monkeypatch.setattr(store.client, "get_async", lambda path: sent.append(path) or real_get(path))
+    monkeypatch.setattr(store, "_wait", lambda answer: sent_at_first_wait.append(len(sent)) or real_wait(answer))
+    ops = [GetData(f"/many/n{i}") for i in range(300)] + [GetData("/many/missing"), GetChildren("/many")]
+    results = store.execute(ops)
+    assert [r.data for r in results[:300]] == [b"seven" if i == 7 else b"%d" % i for i in range(300)]
+    assert results[7].version == 1 and results[8].version == 0
+    assert results[300].error is ZkError.NO_NODE
+    assert len(results[301].children) == 300
+    assert sent_at_first_wait[0] == len(sent) == 301         # all sent before the first answer is awaited

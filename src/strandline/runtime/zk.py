@@ -246,8 +246,33 @@ class KazooStore:
     # -- CoordinationStore
 
     def execute(self, ops: Sequence[Op]) -> list[OpResult]:
-        """Run ``ops`` one by one; each gets its own result."""
+        """Run ``ops`` one by one; each gets its own result. Reads only (a controller loading
+        thousands of partition states) are pipelined: all are sent, then all answers awaited, so
+        they take one round trip, not one each."""
+        if len(ops) > 1 and all(isinstance(op, (GetData, GetChildren)) for op in ops):
+            return self._read_pipelined(ops)
         return [self._run(op) for op in ops]
+
+    def _read_pipelined(self, ops: Sequence[Op]) -> list[OpResult]:
+        c = self.client
+        try:
+            sent = [c.get_async(op.path) if isinstance(op, GetData) else c.get_children_async(op.path) for op in ops]
+        except ZK_FAILURES as exc:
+            return [OpResult(zk_error(exc)) for _ in ops]
+        results = []
+        for op, answer in zip(ops, sent):
+            try:
+                value = self._wait(answer)
+            except ZK_FAILURES as exc:
+                results.append(OpResult(zk_error(exc)))
+                continue
+            if isinstance(op, GetData):
+                data, stat = value
+                results.append(OpResult(ZkError.NONE, data=data, version=stat.version,
+                                        ephemeral_owner=stat.ephemeralOwner, ctime_ms=stat.ctime))
+            else:
+                results.append(OpResult(ZkError.NONE, children=tuple(sorted(value))))
+        return results
 
     def transaction(self, ops: Sequence[TransactionOp]) -> list[OpResult]:
         """Run ``ops`` as one ZooKeeper multi: all or nothing.
