@@ -259,3 +259,24 @@ def test_only_a_caught_up_follower_of_the_isr_takes_the_quick_update():
     p.isr = (1, 3)
     assert not p.caught_up_follower_fetched(2, 2, -1, h.now + 1)    # outside the ISR: may need to join
     assert not p.caught_up_follower_fetched(4, 2, -1, h.now + 1)    # not a replica
+
+
+def test_every_quiet_partition_of_a_fetch_counts_for_the_isr_even_after_one_with_records():
+    """The quick path follows every partition of the session: a partition read for its records
+    first does not stop the quiet ones after it from counting the follower's fetch."""
+    from tests.unit.test_broker_core import Harness
+
+    h = Harness(brokers=(1, 2, 3), **{"replica.lag.time.max.ms": str(LAG), "replica.fetch.wait.max.ms": "500"})
+    h.call(19, 4, {"topics": [{"name": "r", "num_partitions": -1, "replication_factor": -1, "configs": [],
+                               "assignments": [{"partition_index": i, "broker_ids": [1, 2, 3]} for i in (0, 1)]}],
+                   "timeout": 1000, "validate_only": False})
+    body = h.fetch_body("r", 0)
+    body["topics"][0]["partitions"].append(dict(body["topics"][0]["partitions"][0], partition=1))
+    body.update(replica_id=2, session_id=0, session_epoch=INITIAL_EPOCH)
+    sid = h.call(1, 11, body, conn=102).session_id
+    h.produce("r", make_batch([b"x"]), acks=1, conn=1)            # partition 0, first in the session
+    h.now += LAG // 2
+    body.update(session_id=sid, session_epoch=1, topics=[])
+    answer = h.call(1, 11, body, conn=102)
+    assert [p.partition_index for t in answer.responses for p in t.partitions] == [0]
+    assert h.broker.partitions[("r", 1)].remote_replicas[2].last_caught_up_time_ms == h.now

@@ -601,3 +601,22 @@ def test_ctl_12_a_new_leader_keeps_its_log_and_its_high_watermark_catches_up_as_
     c.advance(500)
     assert c.partition(3, "n").high_watermark == 2
     assert values_on(c, 3, "n") == [b"m1", b"m2"] == values_on(c, 4, "n")
+
+
+def test_ctl_1_a_new_controller_elects_more_leaders_than_one_zookeeper_request_can_carry(monkeypatch):
+    """ZooKeeper refuses a request over jute.maxbuffer (it closes the connection): a new
+    controller that must move thousands of leaderships writes their states in several fenced
+    transactions, each within the limit, and every partition gets a new leader. (The limit is
+    lowered here so that 40 partitions exceed it, as about 7,000 do at ZooKeeper's 1 MiB.)"""
+    from strandline.coordination import zk_layout
+
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "big", [1, 2, 3], partitions=40)
+    assert c.controller_id == 1
+    state_size = zk_layout.multi_size([zk_layout.update_partition_state("big", 10, c.state("big"))])
+    monkeypatch.setattr(zk_layout, "JUTE_MAXBUFFER", 12 * state_size)
+    c.crash(1, lose_unflushed=False)
+    c.advance(100)
+    leaders = [c.state("big", i).leader for i in range(40)]
+    assert set(leaders) <= {2, 3}
+    assert all(c.state("big", i).leader_epoch == 1 for i in range(40))

@@ -241,3 +241,17 @@ def test_store_ops_are_frozen_values():
         ops[0].path = "/b"  # type: ignore[misc]
     assert OpResult(ZkError.NONE).ok and not OpResult(ZkError.BAD_VERSION).ok
     assert OpResult(ZkError.NONE) == OpResult(ZkError.NONE, None, -1, (), None, 0)
+
+
+def test_split_multi_keeps_each_run_within_the_limit_and_the_order():
+    from strandline.coordination import zk_layout
+    from strandline.coordination.metadata import LeaderAndIsr
+    from strandline.coordination.store import CheckVersion
+
+    ops = [zk_layout.update_partition_state("t", i, LeaderAndIsr(2, 1, (2, 3), 5, i)) for i in range(1000)]
+    fence = [CheckVersion("/controller_epoch", 4)]
+    runs = zk_layout.split_multi(ops, fence, "/chroot", limit=20_000)
+    assert [op for run in runs for op in run] == ops and len(runs) > 1
+    assert all(zk_layout.multi_size([*fence, *run], "/chroot") <= 20_000 for run in runs)
+    assert zk_layout.multi_size([*fence, *runs[0], runs[1][0]], "/chroot") > 20_000     # each run is full
+    assert zk_layout.split_multi(ops[:3], fence) == [ops[:3]]

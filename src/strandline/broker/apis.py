@@ -314,7 +314,7 @@ class KafkaApis:
             return [self._fetch_response(conn_id, header, topics, context)]
 
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
-                                            context.wanted, respond, now_ms, context.incremental)
+                                            context.wanted, respond, now_ms, context.session_keys)
 
     def _fetch_context(self, header: RequestHeader, request: Any, replica_id: int, wanted: list,
                        forgotten: list, now_ms: int) -> FetchContext:
@@ -362,7 +362,7 @@ class KafkaApis:
             return [self._fetch_response(conn_id, header, by_id, context)]
 
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
-                                            context.wanted, respond, now_ms, context.incremental)
+                                            context.wanted, respond, now_ms, context.session_keys)
 
     def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list, context: FetchContext) -> Send:
         body = {"throttle_time": 0, "error_code": context.error, "session_id": context.session_id,

@@ -213,50 +213,74 @@ class PartitionElections:
                                             if controller.in_office(ctx) else self.elections_ended(ctx, unread, t)))
             if not writes:
                 return effects + (done(when_ms) if done else [])
-            fenced = controller.fenced(ctx, writes)
-            skip = len(fenced) - len(writes)
-            written_keys = [key for key, _, _ in planned]
+            # one fenced transaction per run of states that fits ZooKeeper's request limit
+            root = zk_layout.chroot(controller.config["zookeeper.connect"])
+            fence = controller.fenced(ctx, [])
+            runs = zk_layout.split_multi(writes, fence, root)
+            left = [len(runs)]
 
-            def on_written(written: list, at_ms: int) -> list:
-                if not controller.in_office(ctx):
-                    self.elections_ended(ctx, written_keys, at_ms)
-                    return done(at_ms) if done else []
-                if written and written[0].error is not ZkError.NONE:
-                    # a state changed under us, or our epoch is no longer current: check, re-read, retry
-                    if written[0].error is ZkError.BAD_VERSION:
-                        return controller.check_still_controller(
-                            ctx, lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True), at_ms,
-                            lambda: self.elections_ended(ctx, written_keys, at_ms))
-                    return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
-                        outbox.after(at_ms + CONTROL_RETRY_MS,
-                                     lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True))
-                changed, out = [], []
-                for (key, state, before), res in zip(planned, written[skip:]):
-                    topic = ctx.topics.get(key[0])
-                    if topic is not None:
-                        topic.states[key[1]] = dataclasses.replace(state, zk_version=res.version)
-                        changed.append((topic, key[1]))
-                        if state.leader >= 0:
-                            moved = state.leader != before.leader
-                            # counted once written: a lost race is decided (and written) again
-                            unclean = moved and state.leader not in before.isr
-                            self.leader_elections += moved
-                            self.unclean_leader_elections += unclean
-                            out.append(Log("warning" if unclean else "info",
-                                           f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
-                                           f"{state.leader_epoch}, ISR {list(state.isr)}"
-                                           + (" (unclean: outside the last ISR)" if unclean else ""),
-                                           "unclean" if unclean else "leader" if moved else "isr_shrink"
-                                           if len(state.isr) < len(before.isr) else None, key))
-                        else:
-                            out.append(Log("warning", f"{key[0]}-{key[1]} is offline: no live broker of its "
-                                                      f"ISR {list(state.isr)} can lead it (epoch "
-                                                      f"{state.leader_epoch})", "offline", key))
-                out.extend(channel.send_partition_states(ctx, changed, None, False, at_ms))
-                out.extend(self.elections_ended(ctx, written_keys, at_ms, announced=True))
-                out.extend(revisit([(key, state) for key, state, _ in planned], at_ms))
-                return out + (done(at_ms) if done else [])
+            def run_done(at_ms: int) -> list:
+                left[0] -= 1
+                return (done(at_ms) if done else []) if left[0] == 0 else []
 
-            return effects + [outbox.zk(fenced, on_written, transaction=True)]
+            start = 0
+            for run in runs:
+                effects.append(self._write_states(ctx, planned[start:start + len(run)], run, dead, decide,
+                                                  run_done, revisit))
+                start += len(run)
+            return effects
 
         return [outbox.zk(reads, on_read)]
+
+    def _write_states(self, ctx: ControllerContext, planned: list, writes: list, dead: set[int],
+                      decide: Decide | None, done: Callable[[int], list],
+                      revisit: Callable[[list, int], list]) -> object:
+        """Write the elected states of ``planned`` ((key, state, state before)) in one fenced
+        transaction, then install and announce them; a lost race is read and elected again."""
+        controller = self.controller
+        outbox, channel = controller.outbox, controller.channel
+        fenced = controller.fenced(ctx, writes)
+        skip = len(fenced) - len(writes)
+        written_keys = [key for key, _, _ in planned]
+
+        def on_written(written: list, at_ms: int) -> list:
+            if not controller.in_office(ctx):
+                self.elections_ended(ctx, written_keys, at_ms)
+                return done(at_ms)
+            if written and written[0].error is not ZkError.NONE:
+                # a state changed under us, or our epoch is no longer current: check, re-read, retry
+                if written[0].error is ZkError.BAD_VERSION:
+                    return controller.check_still_controller(
+                        ctx, lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True), at_ms,
+                        lambda: self.elections_ended(ctx, written_keys, at_ms))
+                return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
+                    outbox.after(at_ms + CONTROL_RETRY_MS,
+                                 lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True))
+            changed, out = [], []
+            for (key, state, before), res in zip(planned, written[skip:]):
+                topic = ctx.topics.get(key[0])
+                if topic is not None:
+                    topic.states[key[1]] = dataclasses.replace(state, zk_version=res.version)
+                    changed.append((topic, key[1]))
+                    if state.leader >= 0:
+                        moved = state.leader != before.leader
+                        # counted once written: a lost race is decided (and written) again
+                        unclean = moved and state.leader not in before.isr
+                        self.leader_elections += moved
+                        self.unclean_leader_elections += unclean
+                        out.append(Log("warning" if unclean else "info",
+                                       f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
+                                       f"{state.leader_epoch}, ISR {list(state.isr)}"
+                                       + (" (unclean: outside the last ISR)" if unclean else ""),
+                                       "unclean" if unclean else "leader" if moved else "isr_shrink"
+                                       if len(state.isr) < len(before.isr) else None, key))
+                    else:
+                        out.append(Log("warning", f"{key[0]}-{key[1]} is offline: no live broker of its "
+                                                  f"ISR {list(state.isr)} can lead it (epoch "
+                                                  f"{state.leader_epoch})", "offline", key))
+            out.extend(channel.send_partition_states(ctx, changed, None, False, at_ms))
+            out.extend(self.elections_ended(ctx, written_keys, at_ms, announced=True))
+            out.extend(revisit([(key, state) for key, state, _ in planned], at_ms))
+            return out + done(at_ms)
+
+        return outbox.zk(fenced, on_written, transaction=True)

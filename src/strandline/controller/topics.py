@@ -192,8 +192,7 @@ class TopicChanges:
                               znodes.TopicPartitionStateZNode.encode(states[index])))
         ops = self.controller.fenced(ctx, ops)
         root = zk_layout.chroot(self.controller.config["zookeeper.connect"])
-        size = zk_layout.multi_size([op for op in ops if not isinstance(op, SetData)], root) + sum(
-            16 + len((root + op.path).encode()) + len(op.data) for op in ops if isinstance(op, SetData))
+        size = zk_layout.multi_size(ops, root)
         if size > zk_layout.JUTE_MAXBUFFER:
             return done(ErrorCode.invalid_partitions, f"Adding {count - old} partitions to topic '{name}' needs more "
                                                       f"than one ZooKeeper request of {zk_layout.JUTE_MAXBUFFER} "

@@ -49,16 +49,41 @@ def chroot(connect: str | None) -> str:
     return slash + path.rstrip("/") if path.strip("/") else ""
 
 
-def multi_size(ops: Iterable[Create | CheckVersion], root: str = "") -> int:
+def op_size(op: Create | SetData | CheckVersion, root: str = "") -> int:
+    """Bytes one op adds to a multi (its header included)."""
+    size = _MULTI_HEADER + 4 + len((root + op.path).encode())
+    if isinstance(op, Create):
+        return size + 4 + len(op.data) + _OPEN_ACL + 4      # data, ACL, flags
+    if isinstance(op, SetData):
+        return size + 4 + len(op.data) + 4                  # data, the version expected
+    return size + 4                                          # the version checked
+
+
+def multi_size(ops: Iterable[Create | SetData | CheckVersion], root: str = "") -> int:
     """Bytes ZooKeeper reads for a multi of ``ops`` under chroot ``root``: what jute.maxbuffer bounds."""
-    size = _REQUEST_HEADER + _MULTI_HEADER
+    return _REQUEST_HEADER + _MULTI_HEADER + sum(op_size(op, root) for op in ops)
+
+
+def split_multi(ops: Sequence[Create | SetData | CheckVersion], fence: Sequence[CheckVersion] = (),
+                root: str = "", limit: int | None = None) -> list[list]:
+    """``ops`` in consecutive runs that each fit one multi (after ``fence``) within ``limit`` bytes:
+    a controller electing leaders for thousands of partitions at once writes them in several
+    transactions, as one would be refused ("Len error")."""
+    limit = JUTE_MAXBUFFER if limit is None else limit
+    base = multi_size(fence, root)
+    runs: list[list] = []
+    run: list = []
+    size = base
     for op in ops:
-        size += _MULTI_HEADER + 4 + len((root + op.path).encode())
-        if isinstance(op, Create):
-            size += 4 + len(op.data) + _OPEN_ACL + 4        # data, ACL, flags
-        else:
-            size += 4                                        # the version checked
-    return size
+        cost = op_size(op, root)
+        if run and size + cost > limit:
+            runs.append(run)
+            run, size = [], base
+        run.append(op)
+        size += cost
+    if run:
+        runs.append(run)
+    return runs
 
 
 def max_partitions(topic: TopicMetadata, replication_factor: int, broker_ids: Sequence[int],

@@ -101,6 +101,11 @@ class FetchContext:
     def session_id(self) -> int:
         return self.session.id if self.session is not None else NO_SESSION
 
+    @property
+    def session_keys(self) -> tuple[Key, ...] | None:
+        """The session's partitions, in order, for an incremental Fetch (``wanted`` holds them)."""
+        return tuple(self.session.partitions) if self.incremental and self.session is not None else None
+
     def answer(self, topics: list[dict]) -> list[dict]:
         """The answer's topics: every partition read for a full Fetch (remembered by a new
         session), only those with news for an incremental one. A partition that returned records

@@ -464,31 +464,32 @@ class ReplicaManager:
 
     def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                        isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int,
-                       incremental: bool = False) -> list:
+                       session_keys: tuple | None = None) -> list:
         """Read whole batches for a consumer (below the HW) or a follower (below the LEO, REP-1);
         a fetch with too little data waits up to ``max_wait_ms`` for appends (REP-2). A follower's
         fetch also reports its progress (:meth:`_follower_fetched`).
 
-        ``incremental``: ``wanted`` are the partitions of an incremental fetch session
-        (``SessionPartition``), which remember what their fetcher last heard. A partition with
+        ``session_keys``: given for an incremental fetch session, whose partitions (keyed so)
+        ``wanted`` are (``SessionPartition``); they remember what their fetcher last heard. A partition with
         nothing to read and no news for it (:meth:`_quiet`) is left out of the answer without being
         read, so an idle session costs a few comparisons per partition."""
         committed_only = replica_id < 0
         served: list = []     # the partitions read without error, for a follower's progress
         quota = self.leader_quota
         partitions = self.partitions
-        quiet = self._quiet if incremental else None
+        quiet = self._quiet if session_keys is not None else None
 
-        def read_all(at_ms: int, arriving: bool = False) -> tuple[list, int, bool]:
+        def read_all(at_ms: int, on_arrival: bool = False) -> tuple[list, int, bool]:
             total = 0
             errors = False
             served.clear()
             budget = max_bytes
             by_topic: dict[str, list] = {}
             order: list[str] = []
-            for name, p in wanted:
-                partition = partitions.get((name, p.partition))
-                if quiet is not None and partition is not None and quiet(partition, p, replica_id, arriving, at_ms):
+            for key, (name, p) in (zip(session_keys, wanted) if session_keys is not None
+                                   else (((name, p.partition), (name, p)) for name, p in wanted)):
+                partition = partitions.get(key)
+                if quiet is not None and partition is not None and quiet(partition, p, replica_id, on_arrival, at_ms):
                     continue
                 # a follower may ask before this broker has applied the LeaderAndIsr that makes it
                 # leader (it waits on ZooKeeper): the fetch waits for it instead of failing
@@ -527,7 +528,7 @@ class ReplicaManager:
             topics = [{"topic": name, "partitions": by_topic[name]} for name in order]
             return topics, total, errors
 
-        topics, total, errors = read_all(now_ms, arriving=True)
+        topics, total, errors = read_all(now_ms, on_arrival=True)
         effects: list = []
         if replica_id >= 0:
             effects = self._follower_fetched(replica_id, list(served), now_ms)
@@ -540,7 +541,7 @@ class ReplicaManager:
                 return respond(topics)
             return None
 
-        keys = tuple((name, p.partition) for name, p in wanted)
+        keys = session_keys if session_keys is not None else tuple((name, p.partition) for name, p in wanted)
         self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms, keys, try_complete))
         return effects
 

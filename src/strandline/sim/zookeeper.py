@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 from strandline.coordination.store import (CheckVersion, Create, Delete, GetChildren, GetData, OpResult,
                                            SetData, ZkError)
+from strandline.coordination import zk_layout
 from strandline.coordination.znodes import PERSISTENT_PATHS
 
 
@@ -112,6 +113,9 @@ class MemoryZooKeeper:
         return [self._one(op, session) for op in ops]
 
     def transaction(self, ops: Sequence, session: int = 0) -> list[OpResult]:
+        if zk_layout.multi_size(ops) > zk_layout.JUTE_MAXBUFFER:
+            # a real server closes the connection of a request over jute.maxbuffer ("Len error")
+            return [OpResult(ZkError.CONNECTION_LOSS)] * len(ops)
         saved = (dict(self.nodes), self.sequence, self.zxid, dict(self.czxid))
         results = []
         for op in ops:
