@@ -188,8 +188,7 @@ def test_open_cleans_leftovers_and_handles_empty_dirs():
     disk.write_file_atomic(f"{DIR}/leader-epoch-checkpoint.tmp", b"junk")
     disk.write_file_atomic(f"{DIR}/00000000000000000042.index", b"")
     log = Log.open(disk, DIR, "t", 0, CONFIG, log_start_offset=100)
-    assert disk.listdir(DIR) == ["00000000000000000100.index", "00000000000000000100.log",
-                                 "00000000000000000100.timeindex"]
+    assert disk.listdir(DIR) == ["00000000000000000100.log"]    # its indexes come with their first entry
     assert (log.log_start_offset, log.log_end_offset) == (100, 100)
     fill(log, 2)
     assert offsets(log.read(100, 1 << 20)) == [100, 101]

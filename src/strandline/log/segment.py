@@ -6,7 +6,9 @@ produce and fetch requests. The segment never decodes records: it reads 61-byte 
 when recovering.
 
 Indexes are loaded lazily (on the first lookup or append) and rebuilt from the log when they
-fail their sanity check. ``recover()`` re-reads every batch from the start, checks size, magic
+fail their sanity check. A new segment's index files are created with their first entry (after
+``index.interval.bytes`` of log), not with the segment as Kafka does: a missing index of a segment
+holding less than that is an empty one. ``recover()`` re-reads every batch from the start, checks size, magic
 and CRC, rebuilds both indexes and cuts the file at the first bad or torn batch (Kafka's
 ``LogSegment.recover``).
 """
@@ -92,10 +94,9 @@ class LogSegment:
         handle = disk.open(log_path)
         if handle.size():
             handle.truncate(0)
-        segment = cls(disk, directory, base_offset, config, handle, created_ms=now_ms, new=True)
-        segment.offset_index.create_file()
-        segment.time_index.create_file()
-        return segment
+        # the index files appear with their first entry (or a forced flush): a broker creating
+        # thousands of partitions creates one file for each, not three
+        return cls(disk, directory, base_offset, config, handle, created_ms=now_ms, new=True)
 
     @classmethod
     def open(cls, disk: Disk, directory: str, base_offset: int, config: LogConfig,
