@@ -380,9 +380,17 @@ def test_a_batch_of_reads_is_pipelined_and_answers_each_read(store, monkeypatch)
     store.execute([Create(f"/many/n{i}", b"%d" % i, make_parents=True) for i in range(300)])
     store.execute([SetData("/many/n7", b"seven", 0)])
     sent, sent_at_first_wait = [], []
-    real_get, real_wait = store.client.get_async, store._wait
-    monkeypatch.setattr(store.client, "get_async", lambda path: sent.append(path) or real_get(path))
-    monkeypatch.setattr(store, "_wait", lambda answer: sent_at_first_wait.append(len(sent)) or real_wait(answer))
+    real_get = store.client.get_async
+
+    class Awaited:
+        def __init__(self, answer):
+            self.answer = answer
+
+        def get(self, timeout=None):
+            sent_at_first_wait.append(len(sent))
+            return self.answer.get(timeout=timeout)
+
+    monkeypatch.setattr(store.client, "get_async", lambda path: sent.append(path) or Awaited(real_get(path)))
     ops = [GetData(f"/many/n{i}") for i in range(300)] + [GetData("/many/missing"), GetChildren("/many")]
     results = store.execute(ops)
     assert [r.data for r in results[:300]] == [b"seven" if i == 7 else b"%d" % i for i in range(300)]

@@ -280,3 +280,23 @@ def test_every_quiet_partition_of_a_fetch_counts_for_the_isr_even_after_one_with
     answer = h.call(1, 11, body, conn=102)
     assert [p.partition_index for t in answer.responses for p in t.partitions] == [0]
     assert h.broker.partitions[("r", 1)].remote_replicas[2].last_caught_up_time_ms == h.now
+
+
+def test_a_caught_up_follower_takes_the_full_update_while_the_hw_is_below_the_leo(monkeypatch):
+    """The full update recomputes the HW (a replica outside the ISR may have stopped holding it
+    back as time passed): a follower's idle fetch takes the quick path only when the HW is at the
+    LEO and no DeleteRecords waits on followers."""
+    from strandline.replication.partition import Partition
+
+    h = replicated()
+    produce(h, acks=1, values=[b"a"])
+    h.response(0, 7)
+    sid = session_fetch(h, 2, 1, 0, INITIAL_EPOCH).session_id     # follower 3 has not fetched: HW 0
+    session_fetch(h, 2, None, sid, 1)
+    assert partition(h).high_watermark == 0 and partition(h).log.log_end_offset == 1
+    updates = []
+    real = Partition.update_follower_fetch_state
+    monkeypatch.setattr(Partition, "update_follower_fetch_state",
+                        lambda self, *a, **k: updates.append(a) or real(self, *a, **k))
+    session_fetch(h, 2, None, sid, 2)
+    assert len(updates) == 1                                       # the full update, not the quick one

@@ -354,3 +354,21 @@ def test_random_crashes_never_lose_flushed_data_or_leave_corruption(seed):
         written = {o: b for o, b in written.items() if o < log.log_end_offset}
         assert log.leader_epoch_cache.epoch_entries() == [] or \
             log.leader_epoch_cache.epoch_entries()[-1][1] < max(log.log_end_offset, 1)
+
+
+def test_a_segment_too_small_for_an_index_entry_reopens_without_index_files_or_a_rebuild():
+    """A new segment's index files come with their first entry: a clean restart of a log holding
+    less than index.interval.bytes finds none, and takes that as empty indexes (no rebuild, no
+    offset index created), as a broker of thousands of idle partitions does for each of them."""
+    disk = MemoryDisk()
+    log = Log.open(disk, DIR, "t", 0, CONFIG)
+    fill(log, 2)                                           # 2 batches: not past index.interval.bytes
+    log.flush()
+    log.close()                                            # (its last timestamp goes to the time index)
+    assert [n for n in disk.listdir(DIR) if n.endswith(".index")] == []
+    again = reopen(disk, log, recovery_point=2, needs_recovery=False)
+    assert again.log_end_offset == 2 and offsets(again.read(0, 1 << 20)) == [0, 1]
+    assert sum(s.index_rebuilds for s in again.segments) == 0
+    assert [n for n in disk.listdir(DIR) if n.endswith(".index")] == []
+    fill(again, 3)                                         # past the interval: the index appears
+    assert any(n.endswith(".index") for n in disk.listdir(DIR))

@@ -4,7 +4,8 @@ The console finds the brokers through the Kafka protocol (Metadata from the boot
 then each broker's ``metrics.port`` from DescribeConfigs), polls every broker's ``/status`` once
 a second, and keeps the merged picture (:mod:`strandline.console.model`). A broker of thousands of
 partitions takes a while to answer: after a round the console waits at least ``POLL_BACKOFF``
-times as long as the round took, so that serving it stays a small part of a broker's work. It serves:
+times as long as the slowest answer took (at most ``MAX_REST`` poll intervals), so that
+serving it stays a small part of a broker's work. It serves:
 
 - ``/``: the page (static HTML, CSS and a small script that fetches ``/api/cluster`` each second);
 - ``/api/cluster``: the merged picture as JSON;
@@ -40,7 +41,8 @@ STATIC = Path(__file__).parent / "static"
 EVENTS_KEPT = 500
 LAB_FILES = {"timeline.html", "timeline.png", "run.json"}
 REDISCOVER_S = 5.0
-POLL_BACKOFF = 20      # a round of polls is followed by at least this many times its duration of rest
+POLL_BACKOFF = 20      # a round of polls is followed by at least this many times its slowest answer of rest
+MAX_REST = 10          # but never more than this many poll intervals
 
 
 class Console:
@@ -57,7 +59,8 @@ class Console:
         self.last_seq: dict[int, int] = {}
         self.timelines: dict[int, Any] = {}
         self.polls = 0
-        self.last_poll_s = 0.0          # how long the last round of polls took
+        self.last_poll_s = 0.0          # the slowest status answered in the last round of polls
+        self._round_s = 0.0
         self._next_discovery = 0.0
         self.session: aiohttp.ClientSession | None = None
         self.runner: web.AppRunner | None = None
@@ -77,6 +80,7 @@ class Console:
     async def _poll_one(self, broker_id: int, url: str) -> None:
         assert self.session is not None
         since = self.last_seq.get(broker_id, 0)
+        started = asyncio.get_running_loop().time()
         try:
             async with self.session.get(f"{url}/status", params={"since": str(since)}) as resp:
                 resp.raise_for_status()
@@ -84,6 +88,7 @@ class Console:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             self.statuses[broker_id] = None
             return
+        self._round_s = max(self._round_s, asyncio.get_running_loop().time() - started)
         if self.timelines.get(broker_id) != status.get("timeline"):      # a new process: its numbering restarts
             self.timelines[broker_id] = status.get("timeline")
             if since:
@@ -108,17 +113,18 @@ class Console:
         self.polls += 1
 
     async def _poll_forever(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            started = loop.time()
+            self._round_s = 0.0
             await self.poll()
-            self.last_poll_s = loop.time() - started
+            self.last_poll_s = self._round_s
             await asyncio.sleep(self.poll_interval_s)
 
     @property
     def poll_interval_s(self) -> float:
-        """The rest after a round: ``interval_s``, or ``POLL_BACKOFF`` times the last round if longer."""
-        return max(self.interval_s, POLL_BACKOFF * self.last_poll_s)
+        """The rest after a round: ``interval_s``, or ``POLL_BACKOFF`` times the slowest status
+        answered in the last round (a broker that did not answer, or the search for brokers, is
+        not broker work) if longer, at most ``MAX_REST`` times ``interval_s``."""
+        return max(self.interval_s, min(POLL_BACKOFF * self.last_poll_s, MAX_REST * self.interval_s))
 
     def view(self) -> dict:
         view = cluster_view(self.statuses, self.addresses,

@@ -114,6 +114,8 @@ class _IndexFile:
 
     def _truncate_file(self, entries: int) -> None:
         self.write_pending()
+        if entries == 0 and self._handle is None and not self.disk.exists(self.path):
+            return                  # an index that never had an entry has no file to empty
         handle = self._file()
         if handle.size() != entries * self.entry_size:
             handle.truncate(entries * self.entry_size)

@@ -94,8 +94,8 @@ class LogSegment:
         handle = disk.open(log_path)
         if handle.size():
             handle.truncate(0)
-        # the index files appear with their first entry (or a forced flush): a broker creating
-        # thousands of partitions creates one file for each, not three
+        # the index files appear with their first entry: a broker creating thousands of
+        # partitions creates one file for each, not three
         return cls(disk, directory, base_offset, config, handle, created_ms=now_ms, new=True)
 
     @classmethod
@@ -112,7 +112,9 @@ class LogSegment:
         size = self.log.size()
         ok = self.offset_index.load(size)
         ok = self.time_index.load() and ok
-        if size and not self.disk.exists(self.offset_index.path):
+        # a segment gets its index files with its first entry: missing ones are empty, unless the
+        # segment holds enough log that it should have had an entry
+        if size > self.config.index_interval_bytes and not self.disk.exists(self.offset_index.path):
             ok = False
         if not ok:
             self.rebuild_indexes()

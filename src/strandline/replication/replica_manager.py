@@ -545,8 +545,7 @@ class ReplicaManager:
         self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms, keys, try_complete))
         return effects
 
-    @staticmethod
-    def _quiet(partition: Partition, sp: Any, replica_id: int, arriving: bool, now_ms: int) -> bool:
+    def _quiet(self, partition: Partition, sp: Any, replica_id: int, arriving: bool, now_ms: int) -> bool:
         """Whether a session partition would be read for nothing: this broker leads it in the
         epoch its fetcher knows, the fetcher is where the readable end is (the HW for a consumer, the
         LEO for a follower), and it has heard the current high watermark and log start offset. A
@@ -559,8 +558,14 @@ class ReplicaManager:
             return False
         if replica_id < 0:
             return sp.fetch_offset == hw
+        leo = partition.log.log_end_offset
         if not arriving:
-            return sp.fetch_offset == partition.log.log_end_offset
+            return sp.fetch_offset == leo
+        # the full update also recomputes the HW (a lagging replica outside the ISR may have stopped
+        # holding it back) and re-checks DeleteRecords waiting on followers: quick only when the HW
+        # is at the LEO and nothing waits
+        if hw != leo or self.log_admin.purgatory.pending:
+            return False
         return partition.caught_up_follower_fetched(replica_id, sp.fetch_offset, sp.log_start_offset, now_ms)
 
     def _throttled(self, name: str, index: int, key: str, broker_id: int) -> bool:

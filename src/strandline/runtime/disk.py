@@ -171,9 +171,12 @@ class OsFile:
         return self._open(_REOPEN_FLAGS)
 
     def _close_fd(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:      # the descriptor is released whatever close reports (Linux)
+                pass
 
     def append(self, data) -> int:
         position = self._size

@@ -260,9 +260,10 @@ class KazooStore:
         except ZK_FAILURES as exc:
             return [OpResult(zk_error(exc)) for _ in ops]
         results = []
+        deadline = time.monotonic() + self.request_timeout_s      # for the whole batch
         for op, answer in zip(ops, sent):
             try:
-                value = self._wait(answer)
+                value = answer.get(timeout=max(0.001, deadline - time.monotonic()))
             except ZK_FAILURES as exc:
                 results.append(OpResult(zk_error(exc)))
                 continue
