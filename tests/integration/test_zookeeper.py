@@ -374,11 +374,28 @@ def test_zookeeper_classpath_is_the_pyspark_jars():
     assert list(Path(classpath[:-1]).glob("zookeeper-3.*.jar"))
 
 
-def test_a_batch_of_reads_is_pipelined_and_answers_each_read(store, monkeypatch):
-    """A controller loading thousands of partition states sends its reads together: every answer
-    (data, version, children, a missing node) comes back in order, without one round trip each."""
+def test_a_batch_of_reads_goes_in_multireads_and_answers_each_read(store, monkeypatch):
+    """A controller loading thousands of partition states reads them in ZooKeeper's multiRead
+    (1,000 a request), each answered on its own (data, version, children, a missing node), in
+    order; without multiRead, one request each, all sent before the first answer is awaited."""
+    from strandline.runtime import zk as runtime_zk
+
     store.execute([Create(f"/many/n{i}", b"%d" % i, make_parents=True) for i in range(300)])
     store.execute([SetData("/many/n7", b"seven", 0)])
+    ops = [GetData(f"/many/n{i}") for i in range(300)] + [GetData("/many/missing"), GetChildren("/many")]
+    calls = []
+    real_call = store.client._call
+    monkeypatch.setattr(store.client, "_call", lambda request, answer: calls.append(request.type)
+                        or real_call(request, answer))
+    monkeypatch.setattr(runtime_zk, "MULTI_READ_OPS", 120)
+    results = store.execute(ops)
+    assert calls == [22, 22, 22]                             # 302 reads in multiReads of 120
+    assert [r.data for r in results[:300]] == [b"seven" if i == 7 else b"%d" % i for i in range(300)]
+    assert results[7].version == 1 and results[8].version == 0
+    assert results[300].error is ZkError.NO_NODE
+    assert len(results[301].children) == 300
+
+    monkeypatch.setattr(store, "_multi_read", False)         # as with a server older than 3.6
     sent, sent_at_first_wait = [], []
     real_get = store.client.get_async
 
@@ -391,10 +408,7 @@ def test_a_batch_of_reads_is_pipelined_and_answers_each_read(store, monkeypatch)
             return self.answer.get(timeout=timeout)
 
     monkeypatch.setattr(store.client, "get_async", lambda path: sent.append(path) or Awaited(real_get(path)))
-    ops = [GetData(f"/many/n{i}") for i in range(300)] + [GetData("/many/missing"), GetChildren("/many")]
-    results = store.execute(ops)
-    assert [r.data for r in results[:300]] == [b"seven" if i == 7 else b"%d" % i for i in range(300)]
-    assert results[7].version == 1 and results[8].version == 0
-    assert results[300].error is ZkError.NO_NODE
-    assert len(results[301].children) == 300
+    again = store.execute(ops)
+    assert [(r.error, r.data, r.version, r.children) for r in again] == \
+        [(r.error, r.data, r.version, r.children) for r in results]
     assert sent_at_first_wait[0] == len(sent) == 301         # all sent before the first answer is awaited
