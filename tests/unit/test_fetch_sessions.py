@@ -300,3 +300,37 @@ def test_a_caught_up_follower_takes_the_full_update_while_the_hw_is_below_the_le
                         lambda self, *a, **k: updates.append(a) or real(self, *a, **k))
     session_fetch(h, 2, None, sid, 2)
     assert len(updates) == 1                                       # the full update, not the quick one
+
+
+def test_a_parked_session_fetch_that_nothing_touched_expires_without_a_second_scan(monkeypatch):
+    """A long-poll session fetch of quiet partitions parks; at expiry, when no append, HW move or
+    control request touched it, it answers what it had, without looking at every partition again;
+    a LeaderAndIsr meanwhile (a change no watch key announces) makes it look again."""
+    from strandline.replication.replica_manager import ReplicaManager
+
+    h = replicated()
+    produce(h, acks=1, values=[b"a"])
+    h.response(0, 7)
+    follower_fetch(h, 3, 1)
+    sid = session_fetch(h, 2, 1, 0, INITIAL_EPOCH).session_id
+    session_fetch(h, 2, None, sid, 1)                       # hears the HW its fetch moved
+    scans = []
+    real = ReplicaManager._quiet
+    monkeypatch.setattr(ReplicaManager, "_quiet", lambda self, *a: scans.append(a[3]) or real(self, *a))
+
+    def parked_fetch(epoch: int):
+        body = h.fetch_body("r", 0, max_wait=500)
+        body.update(replica_id=2, session_id=sid, session_epoch=epoch, topics=[])
+        h.request(1, 11, body, conn=102)
+        assert not h.sent.get(102)                          # parked: nothing to say yet
+        h.tick(600)
+        return h.response(1, 11, conn=102)
+
+    assert parked_fetch(2).responses == () and scans == [True]          # the arrival's scan only
+    scans.clear()
+    body = h.fetch_body("r", 0, max_wait=500)
+    body.update(replica_id=2, session_id=sid, session_epoch=3, topics=[])
+    h.request(1, 11, body, conn=102)
+    h.broker.replica_manager.note_state_change()            # e.g. a LeaderAndIsr while it waits
+    h.tick(600)
+    assert h.response(1, 11, conn=102).responses == () and scans == [True, False]

@@ -253,6 +253,7 @@ class Broker:
         elif name == "log-retention":
             deleted = self.logs.cleanup(now_ms)
             if deleted:
+                self.replica_manager.note_state_change()      # log start offsets moved
                 return [Log("info", f"Retention deleted {deleted} log segment(s)")]
         elif name == "log-flush":
             self.logs.flush_dirty(now_ms)

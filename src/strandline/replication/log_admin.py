@@ -17,10 +17,11 @@ from strandline.replication.purgatory import DelayedOperation, Purgatory
 
 class LogAdmin:
     def __init__(self, partitions: dict[tuple[str, int], Partition], logs: LogManager,
-                 metadata: MetadataCache) -> None:
+                 metadata: MetadataCache, start_moved: Callable[[], None] = lambda: None) -> None:
         self.partitions = partitions     # the ReplicaManager's, shared
         self.logs = logs
         self.metadata = metadata
+        self.start_moved = start_moved   # told when a leader's log start offset moved
         self.purgatory = Purgatory()     # DeleteRecords waiting on followers' log start offsets
 
     def delete_records(self, conn_id: int, wanted: list[tuple[str, int, int]], timeout_ms: int,
@@ -46,6 +47,7 @@ class LogAdmin:
                     results[key] = (ErrorCode.offset_out_of_range, -1)
                     continue
                 partition.log.maybe_increment_log_start_offset(target)
+                self.start_moved()
                 targets[key] = target
 
         def try_complete(at_ms: int, expired: bool) -> list | None:

@@ -62,7 +62,11 @@ class ReplicaManager:
         self.topic_stats = BrokerTopicStats()
         self.fetcher_manager = ReplicaFetcherManager(config, self.partitions, metadata, outbox, self.fetch_purgatory,
                                                      self.topic_stats)
-        self.log_admin = LogAdmin(self.partitions, logs, metadata)
+        self.log_admin = LogAdmin(self.partitions, logs, metadata, self.note_state_change)
+        #: Counts changes to partitions that a parked fetch's watch keys may not announce (roles,
+        #: epochs, log start offsets, HW moves): a parked session fetch whose keys nobody touched
+        #: and that saw none of them expires with the answer it had (:meth:`fetch_messages`).
+        self.state_changes = 0
 
     # ------------------------------------------------------------------ partitions and logs
 
@@ -159,9 +163,14 @@ class ReplicaManager:
         effects, answer = self.apply_control(api_key, body, now_ms)
         return effects + respond(answer)
 
+    def note_state_change(self) -> None:
+        """A partition changed in a way no watch key announces (a role, an epoch, a log start offset)."""
+        self.state_changes += 1
+
     def apply_control(self, api_key: int, body: dict, now_ms: int) -> tuple[list, dict]:
         """Carry out a control request (the controller's own ones come straight here)."""
         self.heard_from_controller = True
+        self.state_changes += 1
         if body["controller_epoch"] > self.controller_epoch or self.metadata.controller_id < 0:
             self.controller_epoch = body["controller_epoch"]
             self.metadata.controller_id = body["controller_id"]
@@ -528,6 +537,7 @@ class ReplicaManager:
             topics = [{"topic": name, "partitions": by_topic[name]} for name in order]
             return topics, total, errors
 
+        seen = self.state_changes           # before the arrival's scan: what changes after it counts
         topics, total, errors = read_all(now_ms, on_arrival=True)
         effects: list = []
         if replica_id >= 0:
@@ -535,7 +545,14 @@ class ReplicaManager:
         if max_wait_ms <= 0 or total >= min_bytes or errors or not wanted:
             return effects + respond(topics)
 
+        # a session fetch that expires untouched (no key checked, no change no key announces) has
+        # the answer it had on arrival: its partitions were quiet or answered then, and still are
+        touched, arrived = [False], topics
+
         def try_complete(when_ms: int, expired: bool) -> list | None:
+            if expired and quiet is not None and not touched[0] and self.state_changes == seen:
+                return respond(arrived)
+            touched[0] = True
             topics, total, errors = read_all(when_ms)
             if expired or total >= min_bytes or errors:
                 return respond(topics)
@@ -596,6 +613,7 @@ class ReplicaManager:
     def high_watermark_moved(self, keys: list, now_ms: int) -> list:
         if not keys:
             return []
+        self.state_changes += 1     # (a fetch parked after reading the old HW is not watching yet)
         return self.produce_purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
 
     # ------------------------------------------------------------------ time and connections
