@@ -334,6 +334,12 @@ class KazooStore:
                 return self._read_pipelined(ops)
             except ZK_FAILURES as exc:
                 value = exc
+            except Exception as exc:     # an answer that is no multiRead answer: a server without it
+                if not self._multi_read:
+                    raise
+                log.warning("ZooKeeper did not answer a multiRead (%s); reading one request each from now on", exc)
+                self._multi_read = False
+                return self._read_pipelined(ops)
             if self._multi_read:
                 chunk = len(ops[i * MULTI_READ_OPS:(i + 1) * MULTI_READ_OPS])
                 values.extend(value if isinstance(value, list) else [value] * chunk)
