@@ -412,3 +412,22 @@ def test_a_batch_of_reads_goes_in_multireads_and_answers_each_read(store, monkey
     assert [(r.error, r.data, r.version, r.children) for r in again] == \
         [(r.error, r.data, r.version, r.children) for r in results]
     assert sent_at_first_wait[0] == len(sent) == 301         # all sent before the first answer is awaited
+
+
+def test_a_server_that_garbles_multiread_is_read_one_request_each(store, monkeypatch, caplog):
+    """A ZooKeeper older than 3.6 may answer a multiRead with something that is no multiRead
+    answer: the reads are done one request each from then on, with a warning, not failed."""
+    import struct
+
+    from strandline.runtime import zk as runtime_zk
+
+    store.execute([Create("/garbled/a", b"A", make_parents=True), Create("/garbled/b", b"B")])
+
+    def garbled(cls, data, offset):
+        raise struct.error("unpack requires a buffer of 9 bytes")
+
+    monkeypatch.setattr(runtime_zk._MultiRead, "deserialize", classmethod(garbled))
+    results = store.execute([GetData("/garbled/a"), GetData("/garbled/b"), GetChildren("/garbled")])
+    assert [r.data for r in results[:2]] == [b"A", b"B"] and results[2].children == ("a", "b")
+    assert store._multi_read is False
+    assert "did not answer a multiRead" in caplog.text
