@@ -103,6 +103,14 @@ def in_every_isr(zk, broker: int):
     return check
 
 
+def restart(zk, data_dir: str, broker: int) -> float:
+    """Start ``broker`` again; seconds until it is in every ISR (from the start command)."""
+    restarting = time.monotonic()
+    cli("cluster", "start", str(broker), "--data-dir", data_dir)
+    wait_until("in sync after restart", in_every_isr(zk, broker), 300, 0.5)
+    return time.monotonic() - restarting
+
+
 class LedElsewhere:
     """Whether every partition of ``led`` has a leader other than ``gone``: first in ZooKeeper (the
     controller's decision, read without loading the brokers), then in a live broker's metadata (a
@@ -205,10 +213,7 @@ def main() -> int:
         print(f"SIGKILL of the controller (broker {controller}, leader of {len(led)}): every partition it led "
               f"has a new leader after {took:.1f} s in the brokers' metadata, {moved.decided_s:.1f} s in ZooKeeper "
               f"(target {args.session_ms / 1000 + 2:.0f} s)", flush=True)
-        restarting = time.monotonic()
-        cli("cluster", "start", str(controller), "--data-dir", tmp)
-        wait_until("in sync after restart", in_every_isr(zk, controller), 300, 0.5)
-        took = time.monotonic() - restarting
+        took = restart(zk, tmp, controller)
         print(f"restart of broker {controller}: back in every ISR after {took:.1f} s "
               f"({time.monotonic() - killed:.1f} s after the kill; target 30 s)", flush=True)
 
@@ -227,10 +232,7 @@ def main() -> int:
         print(f"controlled shutdown of broker {victim} (leader of {len(led)}): every partition it led has a new "
               f"leader after {took:.1f} s in the brokers' metadata, {moved.decided_s:.1f} s in ZooKeeper (target 3 s); its "
               f"process exited after {exited:.1f} s", flush=True)
-        restarting = time.monotonic()
-        cli("cluster", "start", str(victim), "--data-dir", tmp)
-        wait_until("in sync after restart", in_every_isr(zk, victim), 300, 0.5)
-        took = time.monotonic() - restarting
+        took = restart(zk, tmp, victim)
         print(f"restart of broker {victim}: back in every ISR after {took:.1f} s (target 30 s)", flush=True)
         zk.stop()
     finally:
