@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from strandline.protocol.frames import FrameDecoder, ProtocolError
+from strandline.protocol.frames import LARGE_FRAME_BYTES, FrameDecoder, ProtocolError
 
 from .test_protocol_samples import framed
 
@@ -70,13 +70,38 @@ def test_other_buffer_types_are_copied_not_kept(kind):
         chunk[:] = b"\xee" * len(chunk)  # the caller reuses its buffer
         pos += size
     assert out == PAYLOADS
-    assert all(type(f) is bytes for f in out)
+    assert all(type(f) is (bytearray if len(f) >= LARGE_FRAME_BYTES else bytes) for f in out)
 
 
-def test_frames_are_bytes():
+def test_frames_are_bytes_except_large_spanning_ones_assembled_in_place():
     decoder = FrameDecoder(1 << 20)
     frames = feed_in(decoder, STREAM, lambda: 3)
-    assert all(type(f) is bytes for f in frames)
+    assert [type(f) for f in frames] == [bytearray if len(p) >= LARGE_FRAME_BYTES else bytes for p in PAYLOADS]
+
+
+def test_a_large_frame_is_read_straight_into_its_own_buffer():
+    """A socket reads the rest of a large frame into ``pending_buffer``; ``filled`` hands the very
+    same bytearray out once it is whole, and small frames go on through ``feed``."""
+    payload = bytes(range(256)) * 400                     # 102,400 bytes
+    stream = framed(payload) + framed(b"next")
+    decoder = FrameDecoder(1 << 20)
+    assert decoder.pending_buffer() is None
+    assert decoder.feed(stream[:1000]) == []
+    target = decoder.pending_buffer()
+    assert target is not None and len(target) == len(payload) - 996
+    frame_buffer = target.obj
+    assert decoder.filled(0) == []
+    target[:50000] = stream[1000:51000]                   # a short read
+    assert decoder.filled(50000) == []
+    assert decoder.buffered == 4 + 996 + 50000
+    target = decoder.pending_buffer()
+    target[:] = stream[51000:4 + len(payload)]
+    (frame,) = decoder.filled(len(target))
+    assert frame is frame_buffer and frame == payload
+    assert decoder.pending_buffer() is None and decoder.buffered == 0
+    assert decoder.feed(stream[4 + len(payload):]) == [b"next"]
+    with pytest.raises(ValueError):
+        decoder.filled(1)                                 # nothing is pending
 
 
 def test_buffered_counts_held_back_bytes():

@@ -32,6 +32,7 @@ from strandline.group.offsets_topic import INTERNAL_TOPICS
 from strandline.protocol import api, control
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.protocol.frames import ProtocolError
+from strandline.protocol.hot_requests import decode_produce_request
 from strandline.protocol.records import UndecodableRecordsError
 from strandline.replication.fetch_session import FetchContext, FetchSessionCache
 from strandline.replication.replica_manager import ReplicaManager
@@ -111,6 +112,12 @@ class KafkaApis:
         if self._before_load is not None and api_key != ApiKey.API_VERSIONS:
             self._before_load.append((conn_id, frame))
             return []
+        if api_key == ApiKey.PRODUCE:
+            fast = decode_produce_request(frame)      # records stay views of the frame (no copy)
+            if fast is not None:
+                version, correlation_id, client_id, produce = fast
+                return self._handlers[ApiKey.PRODUCE](
+                    conn_id, api.RequestHeader(ApiKey.PRODUCE, version, correlation_id, client_id), produce, now_ms)
         try:
             header, request = api.decode_request(frame)
         except api.UnsupportedApiVersions as exc:

@@ -33,6 +33,39 @@ class FileHandle(Protocol):
         """The OS file descriptor (for ``sendfile``), or None for an in-memory file."""
 
 
+class FileRegion:
+    """``size`` stored bytes of ``file`` from ``position``, standing for those bytes in a Fetch
+    answer so the shell can hand them to the socket with ``sendfile`` (never read into Python).
+
+    A log read gives one only where the bytes are whole batches up to the end of a segment, the
+    common case of a follower or consumer at the tail, and only from a file with a descriptor.
+    ``len()`` is ``size``; ``bytes()`` (or :meth:`read`) reads them for any other use."""
+
+    __slots__ = ("file", "position", "size")
+
+    def __init__(self, file: FileHandle, position: int, size: int) -> None:
+        self.file = file
+        self.position = position
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self, skip: int = 0) -> bytes:
+        """The region's bytes from ``skip`` on; an ``OSError`` if the file no longer holds them."""
+        want = self.size - skip
+        data = self.file.read(self.position + skip, want)
+        if len(data) != want:
+            raise OSError(f"{len(data)} of {want} bytes of a fetched region remain in {self.file!r}")
+        return data
+
+    def __bytes__(self) -> bytes:
+        return self.read()
+
+    def __repr__(self) -> str:
+        return f"FileRegion({self.file!r}, position={self.position}, size={self.size})"
+
+
 class Disk(Protocol):
     def open(self, path: str) -> FileHandle:
         """Open (creating if missing) for appends at the end and random reads."""

@@ -19,7 +19,7 @@ from bisect import bisect_right
 from typing import Iterator, NamedTuple
 
 from strandline.log.config import LogConfig
-from strandline.log.disk import Disk
+from strandline.log.disk import Disk, FileRegion
 from strandline.log.epoch import LeaderEpochCache
 from strandline.log.segment import (INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BatchInfo,
                                     CorruptRecordError, LogSegment)
@@ -301,11 +301,13 @@ class Log:
     # -- reads -------------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
-             min_one_batch: bool = True) -> bytes:
+             min_one_batch: bool = True, regions: bool = False) -> bytes | FileRegion:
         """Whole stored batches from the one containing ``offset``, across segments.
 
         At most ``max_bytes`` in all (except one whole first batch when ``min_one_batch``), and
         only batches with base offset < ``max_offset`` when given. Empty at the log end offset.
+        With ``regions`` (the Fetch path), a read that is one large tail of one segment may be a
+        :class:`FileRegion` for the shell to ``sendfile`` (see ``LogSegment.read``).
         """
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise ValueError(f"offset {offset} is outside {self.topic}-{self.partition}'s log "
@@ -316,7 +318,10 @@ class Log:
         remaining = max_bytes
         segments = self.segments
         for i in range(self._segment_index(offset), len(segments)):
-            data, exhausted = segments[i].read(offset, remaining, max_offset, min_one_batch and not parts)
+            data, exhausted = segments[i].read(offset, remaining, max_offset, min_one_batch and not parts,
+                                               regions=regions)
+            if data.__class__ is FileRegion and not parts:
+                return data     # a segment's tail, sent as it lies; the next segment waits (as in Kafka)
             if data:
                 parts.append(data)
                 remaining -= len(data)
@@ -324,7 +329,7 @@ class Log:
                 break
         if len(parts) == 1:
             return parts[0]
-        return b"".join(parts)
+        return b"".join([p.read() if p.__class__ is FileRegion else p for p in parts])
 
     def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches from the one containing ``from_offset`` to the end (61 bytes each)."""

@@ -20,7 +20,7 @@ import struct
 from typing import Callable, Iterator, NamedTuple
 
 from strandline.log.config import LogConfig
-from strandline.log.disk import Disk, FileHandle
+from strandline.log.disk import Disk, FileHandle, FileRegion
 from strandline.log.index import OffsetIndex, TimeIndex
 from strandline.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, iter_records, read_header
 
@@ -31,6 +31,8 @@ TIME_INDEX_SUFFIX = ".timeindex"
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a batch with no records
 INT32_MAX = 2**31 - 1
 _PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
+#: The smallest read handed out as a :class:`FileRegion` (``sendfile``) rather than read bytes.
+REGION_MIN_BYTES = 32 * 1024
 
 SCAN_CHUNK = 1 << 20        # bytes read at a time when recovering (CRC checks need whole batches)
 HEADER_CHUNK = 8192         # bytes read at a time when walking headers
@@ -399,13 +401,16 @@ class LogSegment:
     # -- reads -------------------------------------------------------------------------------
 
     def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
-             min_one_batch: bool = True, max_position: int | None = None) -> tuple[bytes, bool]:
+             min_one_batch: bool = True, max_position: int | None = None,
+             regions: bool = False) -> tuple[bytes | FileRegion, bool]:
         """Whole batches from the one containing ``start_offset``.
 
         At most ``max_bytes`` (but the first batch whole when ``min_one_batch``), only batches
         with base offset < ``max_offset`` and ending at or before ``max_position``. Returns
         ``(data, exhausted)``: ``exhausted`` is True when the read stopped at the end of this
-        segment, so a caller may continue in the next one.
+        segment, so a caller may continue in the next one. With ``regions``, a read of at least
+        ``REGION_MIN_BYTES`` to the end of the segment (whole batches by construction) is a
+        :class:`FileRegion` of a file that has a descriptor instead of bytes.
         """
         found = self.translate_offset(start_offset)
         if found is None:
@@ -424,8 +429,11 @@ class LogSegment:
             want = first
         else:
             want = min(max_bytes, end - position)
+        to_end = position + want == end == size and (max_offset is None or self.next_offset <= max_offset)
+        if to_end and regions and want >= REGION_MIN_BYTES and self.log.fileno() is not None:
+            return FileRegion(self.log, position, want), True
         data = self.log.read(position, want)
-        if position + want == end == size and (max_offset is None or self.next_offset <= max_offset):
+        if to_end:
             return data, True  # everything to the end of the segment: whole batches by construction
         cut = 0
         n = len(data)

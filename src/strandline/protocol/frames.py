@@ -11,6 +11,9 @@ import struct
 
 _SIZE = struct.Struct(">i")
 
+#: A spanning frame at least this large is assembled in place (see :class:`FrameDecoder`).
+LARGE_FRAME_BYTES = 64 * 1024
+
 
 class ProtocolError(Exception):
     """Malformed, truncated or oversized input: the connection that sent it is closed."""
@@ -25,12 +28,17 @@ class FrameDecoder:
     of ``bytes`` input are kept by reference; other buffers (``bytearray``, ``memoryview``)
     are copied when kept, because the caller may reuse them.
 
+    A frame of at least ``LARGE_FRAME_BYTES`` that spans chunks is assembled in a ``bytearray``
+    of its size instead, and :meth:`pending_buffer` offers its unfilled rest, so that a socket
+    can read the rest straight into it (:meth:`filled` then counts what arrived): such a frame
+    is handed out as that ``bytearray``, never copied.
+
     A negative size, or one above ``max_frame_bytes`` (``socket.request.max.bytes``), raises
     :class:`ProtocolError` as soon as its four bytes are seen; the decoder is then unusable and
     the connection must be closed (as Kafka does).
     """
 
-    __slots__ = ("max_frame_bytes", "_prefix", "_parts", "_have", "_need")
+    __slots__ = ("max_frame_bytes", "_prefix", "_parts", "_have", "_need", "_frame")
 
     def __init__(self, max_frame_bytes: int = 104857600) -> None:
         if max_frame_bytes < 0:
@@ -40,6 +48,7 @@ class FrameDecoder:
         self._parts: list = []       # pieces of the payload being assembled
         self._have = 0               # bytes in _parts
         self._need = -1              # payload size being assembled, -1 while reading a prefix
+        self._frame: bytearray | None = None   # a large payload being assembled in place
 
     @property
     def buffered(self) -> int:
@@ -95,10 +104,14 @@ class FrameDecoder:
                     pos += size
                     continue
                 self._need = size
+                if size >= LARGE_FRAME_BYTES:
+                    self._frame = bytearray(size)
             # -- assembling a payload that spans chunks
             take = min(self._need - self._have, end - pos)
             if take:
-                if owned and pos == 0 and take == end:
+                if self._frame is not None:
+                    self._frame[self._have:self._have + take] = view[pos:pos + take]
+                elif owned and pos == 0 and take == end:
                     self._parts.append(data)
                 else:
                     self._parts.append(bytes(view[pos:pos + take]))
@@ -106,10 +119,35 @@ class FrameDecoder:
                 pos += take
             if self._have < self._need:
                 return frames
-            parts = self._parts
-            frames.append(parts[0] if len(parts) == 1 else b"".join(parts))
+            if self._frame is not None:
+                frames.append(self._frame)      # type: ignore[arg-type]
+                self._frame = None
+            else:
+                parts = self._parts
+                frames.append(parts[0] if len(parts) == 1 else b"".join(parts))
             self._parts = []
             self._have = 0
             self._need = -1
             if pos == end:
                 return frames
+
+    def pending_buffer(self) -> memoryview | None:
+        """The unfilled rest of a large frame being assembled in place, for a socket to read into
+        directly (then call :meth:`filled`); None when no such frame is under way."""
+        if self._frame is None:
+            return None
+        return memoryview(self._frame)[self._have:]
+
+    def filled(self, nbytes: int) -> list:
+        """``nbytes`` were written into the buffer :meth:`pending_buffer` gave: the frame, as a
+        ``bytearray``, once it is whole (else nothing yet)."""
+        if self._frame is None or nbytes < 0 or self._have + nbytes > self._need:
+            raise ValueError(f"{nbytes} bytes filled into no pending frame, or past its end")
+        self._have += nbytes
+        if self._have < self._need:
+            return []
+        frame = self._frame
+        self._frame = None
+        self._have = 0
+        self._need = -1
+        return [frame]

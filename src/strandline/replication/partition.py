@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.coordination.metadata import LeaderAndIsr
 from strandline.replication.producer_state import BatchMetadata, ProducerStateManager
+from strandline.log.disk import FileRegion
 from strandline.log.log import Log
 from strandline.protocol.records import BatchHeader, set_log_append_time
 
@@ -43,7 +44,7 @@ class LeaderAppend(NamedTuple):
 
 class ReadResult(NamedTuple):
     error: ErrorCode
-    records: bytes = b""
+    records: bytes | FileRegion = b""   # a FileRegion: a segment's tail for the shell to sendfile
     high_watermark: int = -1
     log_start_offset: int = -1
     log_end_offset: int = -1
@@ -303,7 +304,7 @@ class Partition:
         max_offset = hw if committed_only else leo
         if fetch_offset >= max_offset or max_bytes <= 0 and not min_one_batch:
             return ReadResult(ErrorCode.none, b"", hw, lso, leo)
-        data = log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+        data = log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch, regions=True)
         return ReadResult(ErrorCode.none, data, hw, lso, leo)
 
     def rebuild_producer_state(self) -> int:

@@ -390,7 +390,9 @@ class ReplicaManager:
             return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
         header = checked.header
         min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
-        outcome = partition.append_records_to_leader(bytearray(records), header, acks, min_isr, now_ms)
+        if records.__class__ is not memoryview or records.readonly:
+            records = bytearray(records)        # stamped in place: a copy unless it is the request's own buffer
+        outcome = partition.append_records_to_leader(records, header, acks, min_isr, now_ms)
         if outcome.error is not ErrorCode.none:
             return [outcome.error, -1, -1, partition.log_start_offset, outcome.message], None
         if self.config.topic_value(topic.configs, "flush.on.ack"):

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from strandline.broker.broker import Broker
 from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
 from strandline.coordination.store import OpResult, ZkError
+from strandline.log.disk import FileRegion
 from strandline.runtime.channels import BrokerChannels
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 from strandline.runtime.framed import FramedProtocol
@@ -35,6 +36,64 @@ log = logging.getLogger("strandline.broker")
 
 MAX_QUEUED_FRAMES = 64
 DIRECT_WRITE_BYTES = 64 * 1024
+
+
+def _sendfile(sock_fd: int, region: FileRegion) -> int:
+    """Bytes of ``region`` the socket took with ``sendfile`` (0 when it takes nothing now)."""
+    sent, size = 0, region.size
+    try:
+        file_fd = region.file.fileno()
+        while sent < size:
+            n = os.sendfile(sock_fd, file_fd, region.position + sent, size - sent)
+            if n <= 0:
+                break
+            sent += n
+    except (BlockingIOError, InterruptedError):
+        pass
+    except OSError:
+        pass  # the rest goes through the transport, which reports a broken connection its own way
+    return sent
+
+
+def send_now(fd: int, buffers: Any, write: Callable[[Any], Any]) -> None:
+    """Write ``buffers`` (bytes-like objects and :class:`FileRegion` s) to the non-blocking socket
+    ``fd`` now, as far as it takes them: each run of buffers with one writev, each region with
+    ``sendfile``. What it does not take goes, in order, to ``write`` (the transport, which
+    buffers it), a region's rest read from its file."""
+    i, n = 0, len(buffers)
+    while i < n:
+        buf = buffers[i]
+        if buf.__class__ is FileRegion:
+            sent = _sendfile(fd, buf)
+            i += 1
+            if sent < buf.size:
+                write(buf.read(sent))
+                break
+            continue
+        j = i + 1
+        while j < n and buffers[j].__class__ is not FileRegion:
+            j += 1
+        run = buffers[i:j]
+        i = j
+        try:
+            sent = os.writev(fd, run)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            sent = 0  # the transport reports the error on its own write below
+        short = False
+        for buf in run:
+            size = len(buf)
+            if sent >= size:
+                sent -= size
+            else:
+                write(memoryview(buf)[sent:] if sent else buf)
+                sent = 0
+                short = True
+        if short:
+            break
+    for buf in buffers[i:]:
+        write(buf.read() if buf.__class__ is FileRegion else buf)
 
 
 def now_ms() -> int:
@@ -120,33 +179,25 @@ class Connection(FramedProtocol):
             self.transport.resume_reading()
 
     def send(self, buffers: Any) -> None:
-        """Write a response. Large ones go straight to the socket with one writev (the record
-        bytes are not joined or copied); only what the socket does not take is buffered."""
+        """Write a response. Large ones go straight to the socket: runs of buffers with one writev
+        each (the record bytes are not joined or copied) and stored batches (:class:`FileRegion`)
+        with ``sendfile``; only what the socket does not take is buffered."""
         transport = self.transport
         if transport is None:
             return
         if self.current is not None and self.shell.request_metrics is not None:
             self.shell.request_metrics.observe(self.current[0], self.current[1], time.perf_counter())
         self.current = None
-        if buffers:
-            if self.fd >= 0 and transport.get_write_buffer_size() == 0 and \
-                    sum(len(b) for b in buffers) >= DIRECT_WRITE_BYTES:
-                try:
-                    sent = os.writev(self.fd, buffers)
-                except (BlockingIOError, InterruptedError):
-                    sent = 0
-                except OSError:
-                    sent = 0  # the transport reports the error on its own write below
-                for buf in buffers:
-                    size = len(buf)
-                    if sent >= size:
-                        sent -= size
-                        continue
-                    transport.write(memoryview(buf)[sent:] if sent else buf)
-                    sent = 0
-            else:
-                for buf in buffers:
-                    transport.write(buf)
+        try:
+            if buffers:
+                if self.fd >= 0 and transport.get_write_buffer_size() == 0 and \
+                        sum(map(len, buffers)) >= DIRECT_WRITE_BYTES:
+                    send_now(self.fd, buffers, transport.write)
+                else:
+                    for buf in buffers:
+                        transport.write(buf.read() if buf.__class__ is FileRegion else buf)
+        except OSError as exc:  # a fetched region the segment no longer holds: no answer can be whole
+            self.close(f"cannot send a response: {exc}")
         self.busy = False
 
     def pause_writing(self) -> None:

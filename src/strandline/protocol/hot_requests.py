@@ -1,0 +1,166 @@
+"""A hand-written reader for the hot request, Produce (v3-v10), that never copies record bytes.
+
+kio copies every partition's records into a new ``bytes``; the leader then needs a mutable copy
+to stamp offsets and its leader epoch into the batches. :func:`decode_produce_request` instead
+hands out each partition's records as a ``memoryview`` of the request frame itself: writable
+when the frame is a ``bytearray`` (a large frame, read straight into its own buffer), so the
+leader stamps and appends the very bytes the socket delivered.
+
+It reads exactly the layout kio reads and returns objects with kio's attribute names. Anything
+it does not recognise (a malformed frame, a tagged field it does not expect) makes it return None,
+and the caller decodes the frame with kio, which then names the problem.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+_HEAD = struct.Struct(">hhih")      # api key, api version, correlation id, client id length
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
+
+PRODUCE = 0
+FIRST_VERSION, LAST_VERSION = 3, 10     # the Produce versions read here (v9+ flexible)
+
+
+class PartitionProduceData(NamedTuple):
+    index: int
+    records: memoryview | None
+
+
+class TopicProduceData(NamedTuple):
+    name: str
+    partition_data: list[PartitionProduceData]
+
+
+class ProduceRequest(NamedTuple):
+    transactional_id: str | None
+    acks: int
+    timeout: int                        # milliseconds (kio gives a timedelta)
+    topic_data: list[TopicProduceData]
+
+
+class _Bad(Exception):
+    """Not a frame this reader takes: kio decodes it instead."""
+
+
+def _uvarint(view: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if shift > 28:
+            raise _Bad()
+        b = view[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _no_tags(view: memoryview, pos: int) -> int:
+    """A tagged-field section: only an empty one is taken (Produce defines no tagged fields)."""
+    if view[pos] != 0:
+        raise _Bad()
+    return pos + 1
+
+
+def decode_produce_request(frame: bytes | bytearray) -> tuple[int, int, str | None, ProduceRequest] | None:
+    """``(api_version, correlation_id, client_id, request)`` of a Produce v3-v10 frame (without
+    its size prefix), or None when the frame is anything else or not exactly that layout."""
+    try:
+        return _decode(memoryview(frame))
+    except (_Bad, IndexError, struct.error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _string(view: memoryview, pos: int, size: int) -> tuple[str, int]:
+    end = pos + size
+    if size < 0 or end > len(view):
+        raise _Bad()
+    return str(view[pos:end], "utf-8"), end
+
+
+def _decode(view: memoryview) -> tuple[int, int, str | None, ProduceRequest]:
+    end = len(view)
+    api_key, version, correlation_id, size = _HEAD.unpack_from(view, 0)
+    if api_key != PRODUCE or not FIRST_VERSION <= version <= LAST_VERSION:
+        raise _Bad()
+    pos = _HEAD.size
+    client_id = None
+    if size >= 0:
+        client_id, pos = _string(view, pos, size)
+    elif size != -1:
+        raise _Bad()
+    flexible = version >= 9
+    if flexible:
+        pos = _no_tags(view, pos)
+        size, pos = _uvarint(view, pos)
+        size -= 1
+    else:
+        size = _I16.unpack_from(view, pos)[0]
+        pos += 2
+    transactional_id = None
+    if size >= 0:
+        transactional_id, pos = _string(view, pos, size)
+    elif size != -1:
+        raise _Bad()
+    acks, timeout = _ACKS_TIMEOUT.unpack_from(view, pos)
+    pos += _ACKS_TIMEOUT.size
+    if flexible:
+        count, pos = _uvarint(view, pos)
+        count -= 1
+    else:
+        count = _I32.unpack_from(view, pos)[0]
+        pos += 4
+    if count < 0:
+        raise _Bad()                    # a null topic array: kio's error
+    topics: list[TopicProduceData] = []
+    for _ in range(count):
+        if flexible:
+            size, pos = _uvarint(view, pos)
+            size -= 1
+        else:
+            size = _I16.unpack_from(view, pos)[0]
+            pos += 2
+        name, pos = _string(view, pos, size)
+        if flexible:
+            n, pos = _uvarint(view, pos)
+            n -= 1
+        else:
+            n = _I32.unpack_from(view, pos)[0]
+            pos += 4
+        if n < 0:
+            raise _Bad()
+        partitions: list[PartitionProduceData] = []
+        for _ in range(n):
+            index = _I32.unpack_from(view, pos)[0]
+            pos += 4
+            if flexible:
+                size, pos = _uvarint(view, pos)
+                size -= 1
+            else:
+                size = _I32.unpack_from(view, pos)[0]
+                pos += 4
+            if size >= 0:
+                stop = pos + size
+                if stop > end:
+                    raise _Bad()
+                records: memoryview | None = view[pos:stop]
+                pos = stop
+            elif size == -1:
+                records = None
+            else:
+                raise _Bad()
+            if flexible:
+                pos = _no_tags(view, pos)
+            partitions.append(PartitionProduceData(index, records))
+        if flexible:
+            pos = _no_tags(view, pos)
+        topics.append(TopicProduceData(name, partitions))
+    if flexible:
+        pos = _no_tags(view, pos)
+    if pos != end:
+        raise _Bad()
+    return version, correlation_id, client_id, ProduceRequest(transactional_id, acks, timeout, topics)

@@ -1,0 +1,92 @@
+"""The hand-written Produce request reader agrees with kio on every version it takes, hands out
+records as views of the frame (writable when the frame is a bytearray), and leaves every frame it
+does not read exactly to kio (returns None)."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from strandline.protocol import api
+from strandline.protocol.api import ApiKey
+from strandline.protocol.hot_requests import FIRST_VERSION, LAST_VERSION, decode_produce_request
+
+VERSIONS = range(FIRST_VERSION, LAST_VERSION + 1)
+
+
+def produce_frame(version: int, rng: random.Random, *, transactional_id=None, client_id="producer-1") -> bytes:
+    topics = []
+    for t in range(rng.randrange(0, 4)):
+        partitions = []
+        for _ in range(rng.randrange(0, 4)):
+            records = None if rng.random() < 0.15 else bytes(rng.randrange(256) for _ in range(rng.randrange(0, 300)))
+            partitions.append({"index": rng.randrange(0, 1 << 20), "records": records})
+        topics.append({"name": f"töpic-{t}-" + "x" * rng.randrange(0, 200), "partition_data": partitions})
+    body = {"transactional_id": transactional_id, "acks": rng.choice((-1, 0, 1, 5)),
+            "timeout": rng.randrange(0, 1 << 30), "topic_data": topics}
+    return api.encode_request(ApiKey.PRODUCE, version, rng.randrange(-(1 << 31), 1 << 31), client_id, body)
+
+
+def as_plain(request) -> tuple:
+    return (request.transactional_id, request.acks, api_ms(request.timeout),
+            [(str(t.name), [(p.index, None if p.records is None else bytes(p.records)) for p in t.partition_data])
+             for t in request.topic_data])
+
+
+def api_ms(value) -> int:
+    return value if isinstance(value, int) else value // timedelta(milliseconds=1)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_reader_agrees_with_kio(version):
+    rng = random.Random(version)
+    for i in range(40):
+        frame = produce_frame(version, rng, transactional_id=None if i % 3 else f"tx-{i}",
+                              client_id=None if i % 5 == 0 else "producer-1")
+        header, expected = api.decode_request(frame)
+        got_version, correlation_id, client_id, request = decode_produce_request(frame)
+        assert (got_version, correlation_id, client_id) == (header.api_version, header.correlation_id,
+                                                            header.client_id)
+        assert as_plain(request) == as_plain(expected)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_records_are_views_of_the_frame_writable_only_in_a_bytearray(version):
+    rng = random.Random(1000 + version)
+    body = {"transactional_id": None, "acks": -1, "timeout": 3000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"R" * 70000}]}]}
+    frame = bytearray(api.encode_request(ApiKey.PRODUCE, version, rng.randrange(1 << 30), "c", body))
+    records = decode_produce_request(frame)[3].topic_data[0].partition_data[0].records
+    assert records.obj is frame and not records.readonly and bytes(records) == b"R" * 70000
+    records[0:1] = b"S"                                  # the leader stamps the request's own bytes
+    assert frame.count(b"S") == 1
+    readonly = decode_produce_request(bytes(frame))[3].topic_data[0].partition_data[0].records
+    assert readonly.readonly
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_truncation_and_any_trailing_byte_is_left_to_kio(version):
+    frame = produce_frame(version, random.Random(2000 + version))
+    for cut in range(len(frame)):
+        assert decode_produce_request(frame[:cut]) is None
+    assert decode_produce_request(frame + b"\x00") is None
+
+
+def test_other_apis_and_versions_are_left_to_kio():
+    fetch = api.encode_request(ApiKey.METADATA, 9, 1, "c", {"topics": None, "allow_auto_topic_creation": True,
+                                                             "include_cluster_authorized_operations": False,
+                                                             "include_topic_authorized_operations": False})
+    assert decode_produce_request(fetch) is None
+    for version in (FIRST_VERSION - 1, LAST_VERSION + 1):
+        frame = bytearray(produce_frame(FIRST_VERSION, random.Random(3)))
+        frame[2:4] = version.to_bytes(2, "big")
+        assert decode_produce_request(bytes(frame)) is None
+
+
+def test_a_flexible_frame_with_a_tagged_field_is_left_to_kio():
+    frame = bytearray(produce_frame(9, random.Random(5)))
+    assert frame[-1] == 0                                 # the body's empty tagged fields
+    frame[-1:] = b"\x01\x00\x01\x07"                      # one unknown tagged field (tag 0, 1 byte)
+    assert decode_produce_request(bytes(frame)) is None
