@@ -237,3 +237,27 @@ def test_produce_cross_checked_with_kafka_python(version):
 def test_produce_refuses_versions_out_of_range():
     with pytest.raises(ValueError, match="v11"):
         encode_produce_response(RequestHeader(0, 11, 1, None), [])
+
+
+# -- the follower's Fetch request -------------------------------------------------------------
+
+def test_the_hand_written_fetch_request_is_byte_identical_to_kio():
+    from strandline.protocol.api import ApiKey, encode_request
+    from strandline.protocol.hot_responses import FETCH_REQUEST_VERSION, encode_fetch_request
+    rng = random.Random(21)
+    for _ in range(50):
+        topics = [{"topic": f"t{t}-ü", "partitions": [
+            {"partition": rng.randrange(1 << 16), "current_leader_epoch": rng.randrange(-1, 1 << 20),
+             "fetch_offset": rng.randrange(1 << 50), "log_start_offset": rng.randrange(-1, 1 << 50),
+             "partition_max_bytes": rng.randrange(1 << 30)} for _ in range(rng.randrange(0, 4))]}
+            for t in range(rng.randrange(0, 4))]
+        forgotten = [{"topic": f"f{t}", "partitions": [rng.randrange(1 << 16) for _ in range(rng.randrange(0, 4))]}
+                     for t in range(rng.randrange(0, 3))]
+        body = {"replica_id": rng.randrange(-1, 1000), "max_wait": rng.randrange(0, 10000),
+                "min_bytes": rng.randrange(0, 1 << 20), "max_bytes": rng.randrange(0, 1 << 30),
+                "isolation_level": rng.choice((0, 1)), "session_id": rng.randrange(0, 1 << 30),
+                "session_epoch": rng.randrange(-1, 1 << 30), "topics": topics,
+                "forgotten_topics_data": forgotten, "rack_id": rng.choice(("", "rack-a"))}
+        cid = rng.randrange(-(1 << 31), 1 << 31)
+        assert encode_fetch_request(cid, "strandline-replica-fetcher-2", body) == encode_request(
+            ApiKey.FETCH, FETCH_REQUEST_VERSION, cid, "strandline-replica-fetcher-2", body)

@@ -32,7 +32,7 @@ from strandline.group.offsets_topic import INTERNAL_TOPICS
 from strandline.protocol import api, control
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.protocol.frames import ProtocolError
-from strandline.protocol.hot_requests import decode_produce_request
+from strandline.protocol.hot_readers import decode_produce_request
 from strandline.protocol.records import UndecodableRecordsError
 from strandline.replication.fetch_session import FetchContext, FetchSessionCache
 from strandline.replication.replica_manager import ReplicaManager

@@ -21,6 +21,8 @@ from strandline.log.log import OffsetOutOfOrder
 from strandline.log.segment import CorruptRecordError
 from strandline.protocol import api
 from strandline.protocol.api import ApiKey
+from strandline.protocol.hot_readers import FETCH_RESPONSE_VERSION, decode_fetch_response
+from strandline.protocol.hot_responses import FETCH_REQUEST_VERSION, encode_fetch_request
 from strandline.replication.fetcher import PartitionFetchState, ReplicaFetcher
 from strandline.replication.partition import Partition
 from strandline.replication.quota import ReplicationQuota, throttled
@@ -144,15 +146,22 @@ class ReplicaFetcherManager:
             if frame is None:
                 return self._fetcher_failed(fetcher, when_ms)
             try:
-                resp = api.decode_response(api_key, version, frame)
+                resp = None
+                if api_key == ApiKey.FETCH and version == FETCH_RESPONSE_VERSION:
+                    resp = decode_fetch_response(frame)     # records stay views of the frame (no copy)
+                if resp is None:        # not the hand-read layout: kio reads it (and names what is wrong)
+                    resp = api.decode_response(api_key, version, frame)
             except Exception as exc:
                 return [Log("warning", f"Bad {api.api_name(api_key)} answer from broker {fetcher.leader_id}: {exc}")] \
                     + self._fetcher_failed(fetcher, when_ms)
             return on_response(resp, when_ms)
 
-        return self.outbox.send(
-            self.metadata.brokers.get(fetcher.leader_id), "fetcher",
-            lambda cid: api.encode_request(api_key, version, cid, self._client_id(), body), on_frame, now_ms)
+        client_id = self._client_id()
+        if api_key == ApiKey.FETCH and version == FETCH_REQUEST_VERSION:
+            encode = lambda cid: encode_fetch_request(cid, client_id, body)   # noqa: E731  (by hand: hot)
+        else:
+            encode = lambda cid: api.encode_request(api_key, version, cid, client_id, body)   # noqa: E731
+        return self.outbox.send(self.metadata.brokers.get(fetcher.leader_id), "fetcher", encode, on_frame, now_ms)
 
     def _on_epoch_end_offset(self, fetcher: ReplicaFetcher, key: tuple[str, int], asked: dict, answer: Any,
                              now_ms: int) -> list:

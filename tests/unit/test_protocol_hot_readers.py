@@ -11,7 +11,8 @@ import pytest
 
 from strandline.protocol import api
 from strandline.protocol.api import ApiKey
-from strandline.protocol.hot_requests import FIRST_VERSION, LAST_VERSION, decode_produce_request
+from strandline.protocol.hot_readers import (FETCH_RESPONSE_VERSION, FIRST_VERSION, LAST_VERSION,
+                                             decode_fetch_response, decode_produce_request)
 
 VERSIONS = range(FIRST_VERSION, LAST_VERSION + 1)
 
@@ -90,3 +91,53 @@ def test_a_flexible_frame_with_a_tagged_field_is_left_to_kio():
     assert frame[-1] == 0                                 # the body's empty tagged fields
     frame[-1:] = b"\x01\x00\x01\x07"                      # one unknown tagged field (tag 0, 1 byte)
     assert decode_produce_request(bytes(frame)) is None
+
+
+# -- Fetch response v11 ---------------------------------------------------------------------------
+
+def fetch_response_frame(rng: random.Random, correlation_id: int) -> bytes:
+    from strandline.protocol.api import PartitionData, RequestHeader, encode_fetch_response
+    topics = []
+    for t in range(rng.randrange(0, 4)):
+        partitions = []
+        for i in range(rng.randrange(0, 4)):
+            records = None if rng.random() < 0.1 else bytes(rng.randrange(256) for _ in range(rng.randrange(0, 300)))
+            aborted = None if rng.random() < 0.7 else [(rng.randrange(1 << 40), rng.randrange(1 << 40))
+                                                       for _ in range(rng.randrange(0, 3))]
+            partitions.append(PartitionData(i, rng.choice((0, 1, 6)), rng.randrange(1 << 40), rng.randrange(1 << 40),
+                                            rng.randrange(1 << 40), records, rng.randrange(-1, 3), aborted))
+        topics.append((f"töpic-{t}", partitions))
+    header = RequestHeader(ApiKey.FETCH, FETCH_RESPONSE_VERSION, correlation_id, "c")
+    return b"".join(bytes(b) for b in encode_fetch_response(header, 0, rng.choice((0, 70)),
+                                                            rng.randrange(1 << 30), topics))[4:]
+
+
+def plain_fetch(resp) -> tuple:
+    return (int(resp.error_code), int(resp.session_id),
+            [(str(t.topic), [(p.partition_index, int(p.error_code), p.high_watermark, p.last_stable_offset,
+                              p.log_start_offset, None if p.aborted_transactions is None else
+                              [(a[0], a[1]) if isinstance(a, tuple) else (a.producer_id, a.first_offset)
+                               for a in p.aborted_transactions],
+                              p.preferred_read_replica, None if p.records is None else bytes(p.records))
+                             for p in t.partitions]) for t in resp.responses])
+
+
+def test_the_fetch_reader_agrees_with_kio():
+    rng = random.Random(11)
+    for i in range(60):
+        frame = fetch_response_frame(rng, i)
+        assert plain_fetch(decode_fetch_response(frame)) == plain_fetch(
+            api.decode_response(ApiKey.FETCH, FETCH_RESPONSE_VERSION, frame))
+
+
+def test_fetched_records_are_views_of_the_frame_and_bad_frames_are_left_to_kio():
+    rng = random.Random(12)
+    frame = fetch_response_frame(rng, 1)
+    while not any(p.records for t in decode_fetch_response(frame).responses for p in t.partitions):
+        frame = fetch_response_frame(rng, 1)
+    owned = bytearray(frame)
+    records = next(p.records for t in decode_fetch_response(owned).responses for p in t.partitions if p.records)
+    assert records.obj is owned
+    for cut in range(len(frame)):
+        assert decode_fetch_response(frame[:cut]) is None
+    assert decode_fetch_response(frame + b"\x00") is None

@@ -1,14 +1,15 @@
-"""A hand-written reader for the hot request, Produce (v3-v10), that never copies record bytes.
+"""Hand-written readers for the two hot messages, which never copy record bytes: the Produce
+request (v3-v10) a leader receives and the Fetch response (v11) a follower receives.
 
 kio copies every partition's records into a new ``bytes``; the leader then needs a mutable copy
-to stamp offsets and its leader epoch into the batches. :func:`decode_produce_request` instead
-hands out each partition's records as a ``memoryview`` of the request frame itself: writable
-when the frame is a ``bytearray`` (a large frame, read straight into its own buffer), so the
-leader stamps and appends the very bytes the socket delivered.
+to stamp offsets and its leader epoch into the batches. These readers instead hand out each
+partition's records as a ``memoryview`` of the frame itself: writable when the frame is a
+``bytearray`` (a large frame, read straight into its own buffer), so the leader stamps and
+appends the very bytes the socket delivered, and a follower appends the bytes of the answer.
 
-It reads exactly the layout kio reads and returns objects with kio's attribute names. Anything
-it does not recognise (a malformed frame, a tagged field it does not expect) makes it return None,
-and the caller decodes the frame with kio, which then names the problem.
+They read exactly the layout kio reads and return objects with kio's attribute names. Anything
+they do not recognise (a malformed frame, a tagged field they do not expect) makes them return
+None, and the caller decodes the frame with kio, which then names the problem.
 """
 
 from __future__ import annotations
@@ -164,3 +165,88 @@ def _decode(view: memoryview) -> tuple[int, int, str | None, ProduceRequest]:
     if pos != end:
         raise _Bad()
     return version, correlation_id, client_id, ProduceRequest(transactional_id, acks, timeout, topics)
+
+
+# -- Fetch response v11 (a follower's) ----------------------------------------------------------
+
+_FETCH_HEAD = struct.Struct(">iihii")       # correlation id, throttle, error, session id, topic count
+_FETCH_PARTITION = struct.Struct(">ihqqqi")  # index, error, high watermark, LSO, log start, aborted count
+_I64_I64 = struct.Struct(">qq")
+
+FETCH_RESPONSE_VERSION = 11
+
+
+class FetchedPartition(NamedTuple):
+    partition_index: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: list[tuple[int, int]] | None
+    preferred_read_replica: int
+    records: memoryview | None
+
+
+class FetchedTopic(NamedTuple):
+    topic: str
+    partitions: list[FetchedPartition]
+
+
+class FetchResponse(NamedTuple):
+    throttle_time: int
+    error_code: int
+    session_id: int
+    responses: list[FetchedTopic]
+
+
+def decode_fetch_response(frame: bytes | bytearray) -> FetchResponse | None:
+    """A Fetch v11 response frame (correlation id first, no size prefix), or None when it is not
+    exactly that layout."""
+    try:
+        return _decode_fetch(memoryview(frame))
+    except (_Bad, IndexError, struct.error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _decode_fetch(view: memoryview) -> FetchResponse:
+    end = len(view)
+    _, throttle, error, session_id, count = _FETCH_HEAD.unpack_from(view, 0)
+    pos = _FETCH_HEAD.size
+    if count < 0:
+        raise _Bad()
+    topics: list[FetchedTopic] = []
+    for _ in range(count):
+        size = _I16.unpack_from(view, pos)[0]
+        name, pos = _string(view, pos + 2, size)
+        n = _I32.unpack_from(view, pos)[0]
+        pos += 4
+        if n < 0:
+            raise _Bad()
+        partitions: list[FetchedPartition] = []
+        for _ in range(n):
+            index, perror, hw, lso, log_start, aborted_count = _FETCH_PARTITION.unpack_from(view, pos)
+            pos += _FETCH_PARTITION.size
+            aborted: list[tuple[int, int]] | None = None
+            if aborted_count >= 0:
+                aborted = []
+                for _ in range(aborted_count):
+                    aborted.append(_I64_I64.unpack_from(view, pos))
+                    pos += 16
+            elif aborted_count != -1:
+                raise _Bad()
+            replica, size = struct.unpack_from(">ii", view, pos)
+            pos += 8
+            records: memoryview | None = None
+            if size >= 0:
+                stop = pos + size
+                if stop > end:
+                    raise _Bad()
+                records = view[pos:stop]
+                pos = stop
+            elif size != -1:
+                raise _Bad()
+            partitions.append(FetchedPartition(index, perror, hw, lso, log_start, aborted, replica, records))
+        topics.append(FetchedTopic(name, partitions))
+    if pos != end:
+        raise _Bad()
+    return FetchResponse(throttle, error, session_id, topics)
