@@ -51,3 +51,21 @@ def test_a_closed_connection_cancels_its_operations():
     p.cancel_connection(7)
     assert len(p) == 1 and [o.conn_id for o in p.by_key[("t", 0)] if not o.completed] == [8]
     assert p.expire(100) == [("answer", (("t", 0),))]
+
+
+def test_deadlines_come_from_a_heap_that_skips_completed_operations():
+    """Thousands of acks=all produces complete by key between two expiries: the next deadline is
+    the earliest live one, operations expire in deadline order, and the completed ones do not pile
+    up in the heap."""
+    p, results, ready = Purgatory(), [], set()
+    for n in range(3000):
+        p.watch(op([("t", n)], 10_000 + n, results, ready))
+    ready.update(("t", n) for n in range(0, 3000, 2))
+    p.check_keys([("t", n) for n in range(3000)], 5)
+    assert len(p) == 1500 and p.next_deadline() == 10_001
+    assert [k for k, _ in p.expire(10_010)] == ["answer"] * 5
+    assert [r[0][0][1] for r in results[-5:]] == [1, 3, 5, 7, 9]
+    assert len(p) == 1495 and p.next_deadline() == 10_011
+    assert len(p.pending) <= 2 * len(p) + 16
+    p.expire(20_000)
+    assert len(p) == 0 and p.next_deadline() is None and not p.pending

@@ -17,6 +17,9 @@ from strandline.bench.stats import Sampler
 from strandline.bench.workers import Outcome, Reporter, run_workers
 
 POLL_EVERY = 64
+#: A paced worker waits only once it is this far ahead of its rate (as kafka-producer-perf-test's
+#: throttler does), so it sends in short bursts instead of sleeping less than poll() can.
+MIN_SLEEP_S = 0.002
 
 
 def shares(total: int, parts: int) -> list[int]:
@@ -53,8 +56,12 @@ def worker(index: int, queue: Any, go: Any, config: dict, topic: str, count: int
     start = time.monotonic()
     produce = producer.produce
     for i in range(count):
-        if rate > 0:      # poll() returns at the first acknowledgement it serves: wait out the rest too
-            while (ahead := start + i / rate - time.monotonic()) > 0:
+        if rate > 0 and start + i / rate - time.monotonic() > MIN_SLEEP_S:
+            # ahead of the rate by MIN_SLEEP_S or more: wait it out in poll() (which returns at the
+            # first acknowledgement it serves, and counts whole milliseconds: a shorter wait would
+            # not block but spin, taking the CPU the brokers need)
+            due = start + i / rate
+            while (ahead := due - time.monotonic()) > 0.001:
                 producer.poll(ahead)
         while True:
             try:

@@ -104,7 +104,7 @@ class LogAdmin:
 
     def followers_fetched(self, keys: list[tuple[str, int]], now_ms: int) -> list:
         """Followers fetched these partitions (their log start offsets may have moved)."""
-        return self.purgatory.check_keys(keys, now_ms) if self.purgatory.pending else []
+        return self.purgatory.check_keys(keys, now_ms) if len(self.purgatory) else []
 
     def next_deadline(self) -> int | None:
         return self.purgatory.next_deadline()

@@ -6,6 +6,7 @@ append, a high-watermark move) and expires at its deadline. Completing it yields
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -25,18 +26,24 @@ class DelayedOperation:
 
 @dataclass
 class Purgatory:
-    """The operations waiting, by the partitions they watch. A completed operation leaves the
-    watch list of a key when that key is next checked or watched, or in a sweep once such leftovers
-    outnumber the keys (an idle fetch session's long poll watches thousands of partitions; pruning
-    every one of them at each completion would cost more than the poll)."""
+    """The operations waiting, by the partitions they watch and by deadline (a heap, so the next
+    deadline and the expired operations are found without scanning the rest). A completed
+    operation leaves the heap when it reaches the top or at a compaction, and the watch list of a
+    key when that key is next checked or watched, or in a sweep once such leftovers outnumber the
+    keys (an idle fetch session's long poll watches thousands of partitions; pruning every one of
+    them at each completion would cost more than the poll)."""
 
     by_key: dict[tuple[str, int], list[DelayedOperation]] = field(default_factory=dict)
-    pending: list[DelayedOperation] = field(default_factory=list)
+    pending: list[tuple[int, int, DelayedOperation]] = field(default_factory=list)  # heap: deadline, seq, op
+    _live: int = 0      # operations not completed
+    _seq: int = 0
     _stale: int = 0     # watch entries of completed operations not removed yet
     _next_sweep_ms: int = 0
 
     def watch(self, op: DelayedOperation) -> None:
-        self.pending.append(op)
+        heapq.heappush(self.pending, (op.deadline_ms, self._seq, op))
+        self._seq += 1
+        self._live += 1
         by_key = self.by_key
         for key in op.keys:
             ops = by_key.get(key)
@@ -67,27 +74,33 @@ class Purgatory:
     def expire(self, now_ms: int) -> list[Any]:
         effects: list[Any] = []
         expired = False
-        for op in self.pending:
-            if not op.completed and op.deadline_ms <= now_ms:
-                self._completed(op)
-                expired = True
-                effects.extend(op.try_complete(now_ms, True) or ())
-        if expired or len(self.pending) > 2 * len(self) + 16:
+        heap = self.pending
+        while heap and (heap[0][2].completed or heap[0][0] <= now_ms):
+            op = heapq.heappop(heap)[2]
+            if op.completed:
+                continue
+            self._completed(op)
+            expired = True
+            effects.extend(op.try_complete(now_ms, True) or ())
+        if expired or len(heap) > 2 * self._live + 16:
             self._compact(now_ms)
         return effects
 
     def cancel_connection(self, conn_id: int) -> None:
-        for op in self.pending:
+        for _, _, op in self.pending:
             if op.conn_id == conn_id and not op.completed:
                 self._completed(op)
         self._compact()
 
     def next_deadline(self) -> int | None:
-        deadlines = [op.deadline_ms for op in self.pending if not op.completed]
-        return min(deadlines) if deadlines else None
+        heap = self.pending
+        while heap and heap[0][2].completed:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def _completed(self, op: DelayedOperation) -> None:
         op.completed = True
+        self._live -= 1
         self._stale += len(op.keys)
 
     def _prune(self, key: tuple[str, int]) -> None:
@@ -103,7 +116,9 @@ class Purgatory:
     def _compact(self, now_ms: int | None = None) -> None:
         """Drop completed operations; sweep every key's list once the leftovers outnumber the keys
         four times (amortized), or at most every ``SWEEP_MS`` (the keys nobody watches again)."""
-        self.pending = [op for op in self.pending if not op.completed]
+        if len(self.pending) > self._live:
+            self.pending = [entry for entry in self.pending if not entry[2].completed]
+            heapq.heapify(self.pending)
         if self._stale > 4 * len(self.by_key) + 1024 or (
                 self._stale and now_ms is not None and now_ms >= self._next_sweep_ms):
             for key in list(self.by_key):
@@ -113,4 +128,4 @@ class Purgatory:
                 self._next_sweep_ms = now_ms + SWEEP_MS
 
     def __len__(self) -> int:
-        return sum(1 for op in self.pending if not op.completed)
+        return self._live

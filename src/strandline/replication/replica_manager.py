@@ -583,7 +583,7 @@ class ReplicaManager:
         # the full update also recomputes the HW (a lagging replica outside the ISR may have stopped
         # holding it back) and re-checks DeleteRecords waiting on followers: quick only when the HW
         # is at the LEO and nothing waits
-        if hw != leo or self.log_admin.purgatory.pending:
+        if hw != leo or len(self.log_admin.purgatory):
             return False
         return partition.caught_up_follower_fetched(replica_id, sp.fetch_offset, sp.log_start_offset, now_ms)
 

@@ -35,7 +35,6 @@ DISCONNECTED_ZK_ANSWER_S = 0.1
 log = logging.getLogger("strandline.broker")
 
 MAX_QUEUED_FRAMES = 64
-DIRECT_WRITE_BYTES = 64 * 1024
 
 
 def _sendfile(sock_fd: int, region: FileRegion) -> int:
@@ -179,9 +178,10 @@ class Connection(FramedProtocol):
             self.transport.resume_reading()
 
     def send(self, buffers: Any) -> None:
-        """Write a response. Large ones go straight to the socket: runs of buffers with one writev
-        each (the record bytes are not joined or copied) and stored batches (:class:`FileRegion`)
-        with ``sendfile``; only what the socket does not take is buffered."""
+        """Write a response. When nothing is buffered before it, it goes straight to the socket:
+        runs of buffers with one writev each (the record bytes are not joined or copied, and an
+        answer of several buffers costs one system call, not one each) and stored batches
+        (:class:`FileRegion`) with ``sendfile``; only what the socket does not take is buffered."""
         transport = self.transport
         if transport is None:
             return
@@ -190,9 +190,8 @@ class Connection(FramedProtocol):
         self.current = None
         try:
             if buffers:
-                if self.fd >= 0 and transport.get_write_buffer_size() == 0 and \
-                        sum(map(len, buffers)) >= DIRECT_WRITE_BYTES:
-                    send_now(self.fd, buffers, transport.write)
+                if self.fd >= 0 and transport.get_write_buffer_size() == 0 and not transport.is_closing():
+                    send_now(self.fd, buffers, transport.write)     # one writev for the whole answer
                 else:
                     for buf in buffers:
                         transport.write(buf.read() if buf.__class__ is FileRegion else buf)
