@@ -29,9 +29,11 @@ RECORD = 1024
 
 
 def start_cluster(data_dir: str, base_port: int, zk_port: int, profile: bool, brokers: int = 1,
-                  overrides: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+                  overrides: tuple[str, ...] = (), console: bool = True) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "strandline.cli.main", "up", "--brokers", str(brokers), "--data-dir", data_dir,
            "--base-port", str(base_port), "--zookeeper-port", str(zk_port)]
+    if not console:
+        cmd += ["--console-port", "0"]
     for item in overrides:
         cmd += ["--override", item]
     env = dict(os.environ)
