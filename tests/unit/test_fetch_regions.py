@@ -91,3 +91,23 @@ def test_send_now_on_a_closed_socket_hands_everything_to_the_transport(tmp_path)
         send_now(sender.fileno(), buffers, handed.append)
     assert b"".join(bytes(b) for b in handed) == b"".join(bytes(b) for b in buffers)
     assert os.path.exists(tmp_path / "t-0")
+
+
+def test_a_region_outlives_the_deletion_of_its_segment_and_the_descriptor_cache(tmp_path):
+    """The region holds a descriptor of its own: retention deleting the segment, or the cache of
+    open files closing the file's descriptor, in the same event as the read does not stop the
+    answer from being sent."""
+    disk = OsDisk(max_open_files=1)
+    log = filled_log(disk, str(tmp_path), 40)
+    whole = log.read(0, 1 << 20)
+    region = log.read(0, 1 << 20, regions=True)
+    other = disk.open(str(tmp_path / "other"))          # evicts the segment's own descriptor
+    other.append(b"x")
+    segment = log.segments[0]
+    segment.log.close()
+    os.remove(segment.log.path)
+    assert bytes(region) == whole
+    fd = region.fd
+    del region                                          # dropping the region releases its descriptor
+    with pytest.raises(OSError):
+        os.fstat(fd)

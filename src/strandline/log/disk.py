@@ -32,21 +32,35 @@ class FileHandle(Protocol):
     def fileno(self) -> int | None:
         """The OS file descriptor (for ``sendfile``), or None for an in-memory file."""
 
+    def duplicate(self) -> int | None:
+        """A descriptor of this file of the caller's own (a :class:`FileRegion`'s), which stays valid
+        when the file is closed or deleted; None for an in-memory file."""
+
+    def read_descriptor(self, fd: int, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from ``position`` through a descriptor :meth:`duplicate` gave."""
+
+    def close_descriptor(self, fd: int) -> None:
+        """Release a descriptor :meth:`duplicate` gave."""
+
 
 class FileRegion:
     """``size`` stored bytes of ``file`` from ``position``, standing for those bytes in a Fetch
     answer so the shell can hand them to the socket with ``sendfile`` (never read into Python).
 
-    A log read gives one only where the bytes are whole batches up to the end of a segment, the
-    common case of a follower or consumer at the tail, and only from a file with a descriptor.
-    ``len()`` is ``size``; ``bytes()`` (or :meth:`read`) reads them for any other use."""
+    A log read gives one only where the bytes are whole batches up to the end of the active
+    segment, the common case of a follower or consumer at the tail, and only from a file with a
+    descriptor. The region holds a descriptor of its own (``fd``), released when the region is
+    dropped: the answer stays sendable if, later in the same event, retention deletes the segment
+    or the descriptor cache closes the file's own descriptor. ``len()`` is ``size``; ``bytes()``
+    (or :meth:`read`) reads them for any other use."""
 
-    __slots__ = ("file", "position", "size")
+    __slots__ = ("file", "position", "size", "fd")
 
-    def __init__(self, file: FileHandle, position: int, size: int) -> None:
+    def __init__(self, file: FileHandle, position: int, size: int, fd: int) -> None:
         self.file = file
         self.position = position
         self.size = size
+        self.fd = fd
 
     def __len__(self) -> int:
         return self.size
@@ -54,10 +68,21 @@ class FileRegion:
     def read(self, skip: int = 0) -> bytes:
         """The region's bytes from ``skip`` on; an ``OSError`` if the file no longer holds them."""
         want = self.size - skip
-        data = self.file.read(self.position + skip, want)
+        data = self.file.read_descriptor(self.fd, self.position + skip, want)
         if len(data) != want:
             raise OSError(f"{len(data)} of {want} bytes of a fetched region remain in {self.file!r}")
         return data
+
+    def release(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            self.file.close_descriptor(fd)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:   # at interpreter exit, or a descriptor already gone: nothing to keep
+            pass
 
     def __bytes__(self) -> bytes:
         return self.read()

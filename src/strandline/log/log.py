@@ -306,7 +306,7 @@ class Log:
 
         At most ``max_bytes`` in all (except one whole first batch when ``min_one_batch``), and
         only batches with base offset < ``max_offset`` when given. Empty at the log end offset.
-        With ``regions`` (the Fetch path), a read that is one large tail of one segment may be a
+        With ``regions`` (the Fetch path), a large read of the active segment's tail may be a
         :class:`FileRegion` for the shell to ``sendfile`` (see ``LogSegment.read``).
         """
         if offset < self.log_start_offset or offset > self.log_end_offset:
@@ -318,10 +318,10 @@ class Log:
         remaining = max_bytes
         segments = self.segments
         for i in range(self._segment_index(offset), len(segments)):
+            # only the active segment's tail may be a region: a read that goes on into the next
+            # segment is whole (a region would end the answer there, short of a large min_bytes)
             data, exhausted = segments[i].read(offset, remaining, max_offset, min_one_batch and not parts,
-                                               regions=regions)
-            if data.__class__ is FileRegion and not parts:
-                return data     # a segment's tail, sent as it lies; the next segment waits (as in Kafka)
+                                               regions=regions and i == len(segments) - 1)
             if data:
                 parts.append(data)
                 remaining -= len(data)

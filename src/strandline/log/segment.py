@@ -410,7 +410,8 @@ class LogSegment:
         ``(data, exhausted)``: ``exhausted`` is True when the read stopped at the end of this
         segment, so a caller may continue in the next one. With ``regions``, a read of at least
         ``REGION_MIN_BYTES`` to the end of the segment (whole batches by construction) is a
-        :class:`FileRegion` of a file that has a descriptor instead of bytes.
+        :class:`FileRegion` (with a descriptor of its own) of a file that has descriptors, instead
+        of bytes.
         """
         found = self.translate_offset(start_offset)
         if found is None:
@@ -430,8 +431,10 @@ class LogSegment:
         else:
             want = min(max_bytes, end - position)
         to_end = position + want == end == size and (max_offset is None or self.next_offset <= max_offset)
-        if to_end and regions and want >= REGION_MIN_BYTES and self.log.fileno() is not None:
-            return FileRegion(self.log, position, want), True
+        if to_end and regions and want >= REGION_MIN_BYTES:
+            fd = self.log.duplicate()
+            if fd is not None:
+                return FileRegion(self.log, position, want, fd), True
         data = self.log.read(position, want)
         if to_end:
             return data, True  # everything to the end of the segment: whole batches by construction

@@ -13,6 +13,10 @@ _SIZE = struct.Struct(">i")
 
 #: A spanning frame at least this large is assembled in place (see :class:`FrameDecoder`).
 LARGE_FRAME_BYTES = 64 * 1024
+#: ... and at most this large: the buffer is allocated whole when the size prefix arrives (as
+#: Kafka's NetworkReceive does), so a larger one is collected as it comes, bounding what a peer
+#: that announces a frame and sends nothing more makes the broker hold.
+IN_PLACE_MAX_BYTES = 16 * 1024 * 1024
 
 
 class ProtocolError(Exception):
@@ -28,10 +32,10 @@ class FrameDecoder:
     of ``bytes`` input are kept by reference; other buffers (``bytearray``, ``memoryview``)
     are copied when kept, because the caller may reuse them.
 
-    A frame of at least ``LARGE_FRAME_BYTES`` that spans chunks is assembled in a ``bytearray``
-    of its size instead, and :meth:`pending_buffer` offers its unfilled rest, so that a socket
-    can read the rest straight into it (:meth:`filled` then counts what arrived): such a frame
-    is handed out as that ``bytearray``, never copied.
+    A frame of ``LARGE_FRAME_BYTES`` to ``IN_PLACE_MAX_BYTES`` that spans chunks is assembled in
+    a ``bytearray`` of its size instead, and :meth:`pending_buffer` offers its unfilled rest, so
+    that a socket can read the rest straight into it (:meth:`filled` then counts what arrived):
+    such a frame is handed out as that ``bytearray``, never copied.
 
     A negative size, or one above ``max_frame_bytes`` (``socket.request.max.bytes``), raises
     :class:`ProtocolError` as soon as its four bytes are seen; the decoder is then unusable and
@@ -104,7 +108,7 @@ class FrameDecoder:
                     pos += size
                     continue
                 self._need = size
-                if size >= LARGE_FRAME_BYTES:
+                if LARGE_FRAME_BYTES <= size <= IN_PLACE_MAX_BYTES:
                     self._frame = bytearray(size)
             # -- assembling a payload that spans chunks
             take = min(self._need - self._have, end - pos)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from kio.schema.errors import ErrorCode
+
 _HEAD = struct.Struct(">hhih")      # api key, api version, correlation id, client id length
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -211,6 +213,7 @@ def decode_fetch_response(frame: bytes | bytearray) -> FetchResponse | None:
 def _decode_fetch(view: memoryview) -> FetchResponse:
     end = len(view)
     _, throttle, error, session_id, count = _FETCH_HEAD.unpack_from(view, 0)
+    error = ErrorCode(error)        # a code this version does not know: ValueError, kio decides
     pos = _FETCH_HEAD.size
     if count < 0:
         raise _Bad()
@@ -225,6 +228,7 @@ def _decode_fetch(view: memoryview) -> FetchResponse:
         partitions: list[FetchedPartition] = []
         for _ in range(n):
             index, perror, hw, lso, log_start, aborted_count = _FETCH_PARTITION.unpack_from(view, pos)
+            perror = ErrorCode(perror)
             pos += _FETCH_PARTITION.size
             aborted: list[tuple[int, int]] | None = None
             if aborted_count >= 0:

@@ -220,6 +220,15 @@ class OsFile:
     def fileno(self) -> int | None:
         return self.fd
 
+    def duplicate(self) -> int | None:
+        return os.dup(self.fd)
+
+    def read_descriptor(self, fd: int, position: int, size: int) -> bytes:
+        return os.pread(fd, size, position) if size > 0 else b""
+
+    def close_descriptor(self, fd: int) -> None:
+        os.close(fd)
+
     def __repr__(self) -> str:
         return f"OsFile({self.path!r}, size={self._size})"
 

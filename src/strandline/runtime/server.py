@@ -39,9 +39,8 @@ MAX_QUEUED_FRAMES = 64
 
 def _sendfile(sock_fd: int, region: FileRegion) -> int:
     """Bytes of ``region`` the socket took with ``sendfile`` (0 when it takes nothing now)."""
-    sent, size = 0, region.size
+    sent, size, file_fd = 0, region.size, region.fd
     try:
-        file_fd = region.file.fileno()
         while sent < size:
             n = os.sendfile(sock_fd, file_fd, region.position + sent, size - sent)
             if n <= 0:

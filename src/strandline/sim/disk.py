@@ -75,6 +75,15 @@ class MemoryHandle:
     def fileno(self) -> int | None:
         return None
 
+    def duplicate(self) -> int | None:
+        return None
+
+    def read_descriptor(self, fd: int, position: int, size: int) -> bytes:
+        raise OSError("an in-memory file has no descriptors")
+
+    def close_descriptor(self, fd: int) -> None:
+        raise OSError("an in-memory file has no descriptors")
+
     def __repr__(self) -> str:
         return f"MemoryHandle({self.path!r}, size={len(self.file.data)}, flushed={self.file.flushed})"
 
