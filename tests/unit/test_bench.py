@@ -4,6 +4,7 @@ split of records over producer processes and of partitions over consumer process
 from __future__ import annotations
 
 import re
+import time
 
 from strandline.bench.consume import plan, split
 from strandline.bench.produce import shares
@@ -74,3 +75,63 @@ def test_partitions_go_to_the_least_loaded_process():
     parts = split(work, 2)
     assert sorted(sorted(p) for p in parts) == [[0, 3], [1, 2]]
     assert len(split(work, 8)) == 4                 # never more processes than partitions
+
+
+class _FakeProducer:
+    """librdkafka's Producer as the paced worker uses it: poll() counts whole milliseconds (a
+    shorter timeout does not block) and serves the acknowledgements due."""
+
+    polls: list = []
+
+    def __init__(self, config):
+        self.waiting: list = []
+
+    def list_topics(self, timeout=None):
+        return None
+
+    def produce(self, topic, value, on_delivery=None):
+        self.waiting.append(on_delivery)
+
+    def _serve(self):
+        class Msg:
+            def latency(self):
+                return 0.001
+        served, self.waiting = self.waiting, []
+        for callback in served:
+            callback(None, Msg())
+        return len(served)
+
+    def poll(self, timeout=0):
+        _FakeProducer.polls.append(timeout)
+        served = self._serve()
+        if not served and int(timeout * 1000) > 0:
+            time.sleep(int(timeout * 1000) / 1000)
+        return served
+
+    def flush(self, timeout=None):
+        self._serve()
+        return 0
+
+
+def test_a_paced_producer_never_polls_for_less_than_a_millisecond(monkeypatch):
+    """poll() of less than 1 ms does not block in librdkafka: a worker that waited for each
+    record's turn that way spun and took the CPU the brokers need (p99 of 200+ ms at 10 MB/s).
+    It waits only once 2 ms ahead, in polls of at least a millisecond, and keeps its rate."""
+    import queue as queue_module
+    import threading
+
+    import confluent_kafka
+
+    from strandline.bench.produce import worker
+
+    monkeypatch.setattr(confluent_kafka, "Producer", _FakeProducer)
+    _FakeProducer.polls = []
+    out, go = queue_module.Queue(), threading.Event()
+    go.set()
+    start = time.monotonic()
+    worker(0, out, go, {}, "t", 2000, 10, 10_000.0)     # 2,000 records at 10,000/s: 0.2 s
+    elapsed = time.monotonic() - start
+    waits = [t for t in _FakeProducer.polls if t > 0]
+    assert waits and min(waits) >= 0.001, f"{sum(1 for t in waits if t < 0.001)} polls shorter than 1 ms"
+    assert len(waits) < 400
+    assert 0.19 <= elapsed < 2.0
