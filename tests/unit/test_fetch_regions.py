@@ -111,3 +111,17 @@ def test_a_region_outlives_the_deletion_of_its_segment_and_the_descriptor_cache(
     del region                                          # dropping the region releases its descriptor
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+def test_without_a_spare_descriptor_the_read_is_bytes(tmp_path, monkeypatch):
+    """Thousands of partitions hold many descriptors: when the process has none left to give a
+    region, the Fetch read is made as bytes instead of failing."""
+    log = filled_log(OsDisk(), str(tmp_path), 40)
+    whole = log.read(0, 1 << 20)
+
+    def no_more(fd):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "dup", no_more)
+    read = log.read(0, 1 << 20, regions=True)
+    assert type(read) is bytes and read == whole

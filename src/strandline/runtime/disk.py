@@ -221,7 +221,10 @@ class OsFile:
         return self.fd
 
     def duplicate(self) -> int | None:
-        return os.dup(self.fd)
+        try:
+            return os.dup(self.fd)
+        except OSError:         # out of descriptors (EMFILE): the read is made as bytes instead
+            return None
 
     def read_descriptor(self, fd: int, position: int, size: int) -> bytes:
         return os.pread(fd, size, position) if size > 0 else b""
