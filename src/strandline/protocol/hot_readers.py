@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from strandline.protocol.shapes import Malformed, _read_uvarint
+
 _HEAD = struct.Struct(">hhih")      # api key, api version, correlation id, client id length
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -49,17 +51,13 @@ class _Bad(Exception):
     """Not a frame this reader takes: kio decodes it instead."""
 
 
-def _uvarint(view: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if shift > 28:
-            raise _Bad()
-        b = view[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
+def _length(view: memoryview, pos: int, flexible: bool, fixed: struct.Struct) -> tuple[int, int]:
+    """A string, bytes or array length: compact (unsigned varint of length + 1) when flexible,
+    else ``fixed`` (int16 or int32); -1 is null."""
+    if flexible:
+        n, pos = _read_uvarint(view, pos, len(view))
+        return n - 1, pos
+    return fixed.unpack_from(view, pos)[0], pos + fixed.size
 
 
 def _no_tags(view: memoryview, pos: int) -> int:
@@ -74,7 +72,7 @@ def decode_produce_request(frame: bytes | bytearray) -> tuple[int, int, str | No
     its size prefix), or None when the frame is anything else or not exactly that layout."""
     try:
         return _decode(memoryview(frame))
-    except (_Bad, IndexError, struct.error, UnicodeDecodeError, ValueError):
+    except (_Bad, Malformed, IndexError, struct.error, UnicodeDecodeError, ValueError):
         return None
 
 
@@ -99,11 +97,7 @@ def _decode(view: memoryview) -> tuple[int, int, str | None, ProduceRequest]:
     flexible = version >= 9
     if flexible:
         pos = _no_tags(view, pos)
-        size, pos = _uvarint(view, pos)
-        size -= 1
-    else:
-        size = _I16.unpack_from(view, pos)[0]
-        pos += 2
+    size, pos = _length(view, pos, flexible, _I16)
     transactional_id = None
     if size >= 0:
         transactional_id, pos = _string(view, pos, size)
@@ -111,41 +105,20 @@ def _decode(view: memoryview) -> tuple[int, int, str | None, ProduceRequest]:
         raise _Bad()
     acks, timeout = _ACKS_TIMEOUT.unpack_from(view, pos)
     pos += _ACKS_TIMEOUT.size
-    if flexible:
-        count, pos = _uvarint(view, pos)
-        count -= 1
-    else:
-        count = _I32.unpack_from(view, pos)[0]
-        pos += 4
+    count, pos = _length(view, pos, flexible, _I32)
     if count < 0:
         raise _Bad()                    # a null topic array: kio's error
     topics: list[TopicProduceData] = []
     for _ in range(count):
-        if flexible:
-            size, pos = _uvarint(view, pos)
-            size -= 1
-        else:
-            size = _I16.unpack_from(view, pos)[0]
-            pos += 2
+        size, pos = _length(view, pos, flexible, _I16)
         name, pos = _string(view, pos, size)
-        if flexible:
-            n, pos = _uvarint(view, pos)
-            n -= 1
-        else:
-            n = _I32.unpack_from(view, pos)[0]
-            pos += 4
+        n, pos = _length(view, pos, flexible, _I32)
         if n < 0:
             raise _Bad()
         partitions: list[PartitionProduceData] = []
         for _ in range(n):
             index = _I32.unpack_from(view, pos)[0]
-            pos += 4
-            if flexible:
-                size, pos = _uvarint(view, pos)
-                size -= 1
-            else:
-                size = _I32.unpack_from(view, pos)[0]
-                pos += 4
+            size, pos = _length(view, pos + 4, flexible, _I32)
             if size >= 0:
                 stop = pos + size
                 if stop > end:
@@ -206,7 +179,7 @@ def decode_fetch_response(frame: bytes | bytearray) -> FetchResponse | None:
     exactly that layout."""
     try:
         return _decode_fetch(memoryview(frame))
-    except (_Bad, IndexError, struct.error, UnicodeDecodeError, ValueError):
+    except (_Bad, Malformed, IndexError, struct.error, UnicodeDecodeError, ValueError):
         return None
 
 
