@@ -72,6 +72,21 @@ def make_batch(values: list[bytes], timestamp_ms: int = DEFAULT_TS, producer_id:
     return bytearray(struct.pack(">qiibI", base_offset, batch_length, leader_epoch, 2, crc) + after_crc)
 
 
+def keyed_batch(items: list[tuple[bytes | None, bytes | None]], timestamp_ms: int = DEFAULT_TS,
+                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                compression: int = 0) -> bytearray:
+    """A v2 batch of ``(key, value)`` records (None: a null key or value), uncompressed or gzip."""
+    records = b"".join(_record(i, 0, v, k) for i, (k, v) in enumerate(items))
+    if compression == 1:
+        records = gzip.compress(records)
+    elif compression != 0:
+        raise ValueError(f"unsupported compression {compression}")
+    after_crc = struct.pack(">hiqqqhii", compression, len(items) - 1, timestamp_ms, timestamp_ms,
+                            producer_id, producer_epoch, base_sequence, len(items)) + records
+    crc = crc32c.crc32c(after_crc)
+    return bytearray(struct.pack(">qiibI", 0, 4 + 1 + 4 + len(after_crc), -1, 2, crc) + after_crc)
+
+
 def batches(*groups: list[bytes], **kwargs) -> bytearray:
     """Several batches back to back (one per list of values)."""
     out = bytearray()

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.dynamic_config import CHANGE_EXPIRATION_MS
 from strandline.coordination.store import Create, GetChildren, GetData
 from strandline.sim.cluster import SimCluster
-from tests.unit.batches import make_batch
+from tests.unit.batches import keyed_batch, make_batch
 from tests.unit.test_broker_core import Harness
 from tests.unit.test_partitions_sim import isolated_leader_with_an_isr_of_one
 from tests.unit.test_replication_sim import create, produce
@@ -207,7 +207,7 @@ def test_retention_deletes_nothing_from_a_compact_only_topic():
     h = Harness(**{"log.retention.check.interval.ms": "1000"})
     h.create("table", configs={"segment.bytes": "100", "retention.ms": "1", "cleanup.policy": "compact"})
     for i in range(5):
-        h.produce("table", make_batch([b"row%d" % i * 20], timestamp_ms=h.now))
+        h.produce("table", keyed_batch([(b"key%d" % i, b"row%d" % i * 20)], timestamp_ms=h.now))
         h.response(0, 7)
     log = h.broker.partitions[("table", 0)].log
     assert len(log.segments) > 3

@@ -132,8 +132,6 @@ def test_follower_append_keeps_offsets_and_epochs(disk_root):
     info = follower.append_as_follower(data[:3 * BATCH])
     assert (info.first_offset, info.last_offset, info.num_batches) == (0, 2, 3)
     with pytest.raises(OffsetOutOfOrder):
-        follower.append_as_follower(data[4 * BATCH:])                 # gap: must start at LEO
-    with pytest.raises(OffsetOutOfOrder):
         follower.append_as_follower(data[2 * BATCH:])                 # overlap
     bad = bytearray(data[3 * BATCH:])
     bad[100] ^= 1
@@ -336,3 +334,16 @@ def test_time_lookups_answer_records_as_a_scan_of_every_record_does(disk_root, s
         top = max(max_ts for _, max_ts, _ in candidates)
         _, _, recs = next(c for c in candidates if c[1] == top)
         assert log.find_max_timestamp(below) == (next(o for o, t in recs if t == top), top), below
+
+
+def test_follower_append_steps_over_a_gap_as_kafka_does(disk_root):
+    """A compacted leader's log has gaps: a follower's first batch may start above its log end offset."""
+    disk, root = disk_root
+    leader = open_log(disk, root)
+    fill(leader, 5, epoch=1)
+    data = leader.read(0, 1 << 20)
+    follower = Log.open(disk, f"{root}/t-1", "t", 1, leader.config, needs_recovery=False)
+    follower.append_as_follower(data[:2 * BATCH])
+    info = follower.append_as_follower(data[4 * BATCH:])
+    assert (info.first_offset, follower.log_end_offset) == (4, 5)
+    assert offsets(follower.read(0, 1 << 20)) == [0, 1, 4]

@@ -38,6 +38,7 @@ from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.group.coordinator import GroupCoordinator
 from strandline.group.offsets_topic import OffsetsTopic
+from strandline.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
 from strandline.log.manager import LogManager
 from strandline.replication.fetch_session import FetchSessionCache
 from strandline.replication.isr_manager import ISR_CHANGE_CHECK_INTERVAL_MS
@@ -79,6 +80,8 @@ class Broker:
                               GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics),
                               AdminApis(config, self.metadata, self.controller),
                               ConfigApis(config, self.metadata, self.outbox), FetchSessionCache(config, rng))
+        self.cleaner = LogCleaner(log_manager)
+        self._configure_cleaner()
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
                                                    self._broker_config_changed)
         v = config.values
@@ -204,7 +207,21 @@ class Broker:
         return [Log("info", f"Topic {name} config now {configs or '(broker defaults)'}")] + \
             self.controller.on_topic_config_changed(name, configs, now_ms)
 
+    def _configure_cleaner(self) -> None:
+        v = self.config.values
+        cleaner = self.cleaner
+        cleaner.enabled = v["log.cleaner.enable"] and v["log.cleaner.threads"] > 0
+        cleaner.backoff_ms = v["log.cleaner.backoff.ms"]
+        cleaner.io_max_bytes_per_second = v["log.cleaner.io.max.bytes.per.second"]
+        cleaner.map_capacity = max(1, int(v["log.cleaner.dedupe.buffer.size"] * v["log.cleaner.io.buffer.load.factor"])
+                                   // MAP_ENTRY_BYTES)
+
+    def _high_watermark_of(self, key: tuple[str, int]) -> int | None:
+        partition = self.replica_manager.partitions.get(key)
+        return partition.high_watermark if partition is not None else None
+
     def _broker_config_changed(self, changed: set[str], now_ms: int) -> list:
+        self._configure_cleaner()
         self.replica_manager.refresh_log_configs()
         return self.controller.on_broker_config_changed(changed, now_ms)
 
@@ -226,7 +243,7 @@ class Broker:
     def next_deadline_ms(self) -> int | None:
         deadlines = [t.next_ms for t in self.scheduled]
         for deadline in (self.outbox.next_deadline_ms(), self.replica_manager.next_deadline_ms(),
-                         self.groups.next_deadline_ms()):
+                         self.groups.next_deadline_ms(), self.cleaner.next_deadline_ms()):
             if deadline is not None:
                 deadlines.append(deadline)
         return min(deadlines)
@@ -240,6 +257,8 @@ class Broker:
                 effects.extend(self._run_task(task.name, now_ms))
         effects.extend(self.replica_manager.maybe_send_fetches(now_ms))
         effects.extend(self.groups.tick(now_ms))
+        if self.logs.started:
+            effects.extend(Log("info", line) for line in self.cleaner.tick(now_ms, self._high_watermark_of))
         return effects
 
     def _run_task(self, name: str, now_ms: int) -> list:

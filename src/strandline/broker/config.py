@@ -482,6 +482,10 @@ class BrokerConfig:
             message_timestamp_difference_max_ms=pick("message.timestamp.difference.max.ms",
                                                      "log.message.timestamp.difference.max.ms"),
             cleanup_policy=tuple(pick("cleanup.policy", "log.cleanup.policy")),
+            min_cleanable_ratio=pick("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio"),
+            min_compaction_lag_ms=pick("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
+            max_compaction_lag_ms=pick("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
+            delete_retention_ms=pick("delete.retention.ms", "log.cleaner.delete.retention.ms"),
         )
 
     def topic_value(self, overrides: dict[str, Any], topic_key: str) -> Any:

@@ -19,8 +19,25 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     message_timestamp_difference_max_ms: int = 9223372036854775807  # log.message.timestamp.difference.max.ms
     cleanup_policy: tuple[str, ...] = ("delete",)  # log.cleanup.policy / cleanup.policy
+    min_cleanable_ratio: float = 0.5         # log.cleaner.min.cleanable.ratio / min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0           # log.cleaner.min.compaction.lag.ms / min.compaction.lag.ms
+    max_compaction_lag_ms: int = 9223372036854775807  # log.cleaner.max.compaction.lag.ms / max.compaction.lag.ms
+    delete_retention_ms: int = 86400000      # log.cleaner.delete.retention.ms / delete.retention.ms
 
     @property
     def deletes(self) -> bool:
         """Whether retention deletes old segments (``delete`` in the cleanup policy)."""
         return "delete" in self.cleanup_policy
+
+    @property
+    def compacts(self) -> bool:
+        """Whether the log cleaner compacts this log (``compact`` in the cleanup policy)."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How long the active segment may stay open: ``segment.ms``, and for a compacted log at most
+        ``max.compaction.lag.ms`` so that the cleaner can reach every record in time (KIP-354)."""
+        if self.compacts:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms

@@ -10,6 +10,10 @@ the one containing the recovery point on is re-read with CRC checks (``LogSegmen
 the first one found torn or corrupt is cut at its last valid batch and all later segments are
 deleted. Without recovery nothing is scanned: only the tail of the active segment, from its last
 index entry, is read to find the log end offset.
+
+Before that, a log cleaner's interrupted swap is completed: a ``<base>.log.swap`` file replaces the
+segments it covers (``log.cleaning``), and other leftovers (``.cleaned``, ``.deleted``, ``.tmp``)
+are deleted.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from strandline.log.config import LogConfig
 from strandline.log.disk import Disk, FileRegion
 from strandline.log.epoch import LeaderEpochCache
 from strandline.log.segment import (INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BatchInfo,
-                                    CorruptRecordError, LogSegment)
+                                    CorruptRecordError, LogSegment, file_prefix, segment_paths)
 from strandline.protocol.records import BatchHeader, crc_ok, iter_batches, stamp
 
 CLEAN_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+SWAP_LOG_SUFFIX = LOG_SUFFIX + ".swap"
 
 
 class AppendInfo(NamedTuple):
@@ -78,6 +83,8 @@ class Log:
         self._now_ms = now_ms
         self.closed = False
         self.parent_unsynced = False        # the log's own directory entry is not fsynced yet
+        self.truncations = 0                # times the log was cut at its end (a cleaning pass restarts)
+        self.lowest_truncation: int | None = None  # the lowest offset cut from since the cleaner last asked
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -88,11 +95,18 @@ class Log:
         disk.makedirs(dir)
         names = disk.listdir(dir)
         bases = []
+        swaps = []
         for name in names:
-            if name.endswith(CLEAN_SUFFIXES):
+            if name.endswith(SWAP_LOG_SUFFIX) and name[:-len(SWAP_LOG_SUFFIX)].isdigit():
+                swaps.append(int(name[:-len(SWAP_LOG_SUFFIX)]))
+            elif name.endswith(CLEAN_SUFFIXES):
                 disk.remove(os.path.join(dir, name))
             elif name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit():
                 bases.append(int(name[:-len(LOG_SUFFIX)]))
+        for base in sorted(swaps):
+            bases = _complete_swap(disk, dir, base, config, bases, now_ms)
+        if swaps:
+            names = disk.listdir(dir)
         base_set = set(bases)
         for name in names:  # indexes whose segment is gone
             for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
@@ -221,7 +235,8 @@ class Log:
         return self._append(records, batches, now_ms)
 
     def append_as_follower(self, records, now_ms: int | None = None) -> AppendInfo:
-        """Append batches as the leader numbered them (first base offset == log end offset).
+        """Append batches as the leader numbered them (first base offset >= log end offset: a
+        compacted log has gaps).
 
         Each batch is checked (magic 2, CRC-32C); the leader epoch cache learns every batch's
         partition leader epoch. ``now_ms`` (optional) drives time-based rolling; without it the
@@ -235,8 +250,7 @@ class Log:
             if h.magic != 2 or not crc_ok(records, pos, h):
                 raise CorruptRecordError(f"corrupt batch at offset {h.base_offset} for "
                                          f"{self.topic}-{self.partition}")
-            out_of_order = h.base_offset < expected if batches else h.base_offset != expected
-            if out_of_order:
+            if h.base_offset < expected:        # a gap is fine: a compacted leader's log has them
                 raise OffsetOutOfOrder(f"follower append to {self.topic}-{self.partition} at offset "
                                        f"{h.base_offset}, expected {expected}")
             size = h.batch_length + 12
@@ -279,7 +293,7 @@ class Log:
         if segment.size + size > self.config.segment_bytes:
             return True
         rolling_base = segment.rolling_base_ms
-        if rolling_base is not None and now_ms - rolling_base > self.config.segment_ms:
+        if rolling_base is not None and now_ms - rolling_base > self.config.max_segment_ms:
             return True
         return segment.indexes_full or last_offset - segment.base_offset > INT32_MAX
 
@@ -389,6 +403,7 @@ class Log:
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return True
+        self._truncated(offset)
         keep = [s for s in self.segments if s.base_offset <= offset]
         for segment in self.segments[len(keep):]:
             segment.delete()
@@ -402,12 +417,46 @@ class Log:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start empty at ``offset`` (epoch cache cleared)."""
+        self._truncated(offset)
         for segment in self.segments:
             segment.delete()
         self._set_segments([LogSegment.create(self.disk, self.dir, offset, self.config, self._now_ms)])
         self._sync_dir_if_new()
         self.leader_epoch_cache.clear()
         self.log_start_offset = self.log_end_offset = self.recovery_point = offset
+
+    def _truncated(self, offset: int) -> None:
+        self.truncations += 1
+        if self.lowest_truncation is None or offset < self.lowest_truncation:
+            self.lowest_truncation = offset
+
+    def take_lowest_truncation(self) -> int | None:
+        """The lowest offset the log was cut from since the last call (the log cleaner's checkpoint
+        must not claim offsets written again after a truncation), then forget it."""
+        offset, self.lowest_truncation = self.lowest_truncation, None
+        return offset
+
+    # -- compaction --------------------------------------------------------------------------
+
+    def replace_segments(self, old: list[LogSegment], cleaned_path: str, now_ms: int) -> LogSegment:
+        """Swap a log cleaner's fsynced ``cleaned_path`` in for the consecutive segments ``old``
+        (see ``log.cleaning``): rename it to ``<base>.log.swap`` (the commit point), delete the old
+        segments' files, rename the swap file to ``<base>.log``."""
+        first = self.segments.index(old[0])
+        if self.segments[first:first + len(old)] != old or first + len(old) >= len(self.segments):
+            raise ValueError(f"segments to replace are not consecutive inactive segments of {self!r}")
+        base = old[0].base_offset
+        log_path = old[0].log_path
+        swap_path = log_path + ".swap"
+        self.disk.rename(cleaned_path, swap_path)
+        self.disk.fsync_dir(self.dir)
+        for segment in old:
+            segment.delete()
+        self.disk.rename(swap_path, log_path)
+        self.disk.fsync_dir(self.dir)
+        new = LogSegment.open(self.disk, self.dir, base, self.config, now_ms)
+        self._set_segments(self.segments[:first] + [new] + self.segments[first + len(old):])
+        return new
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up (DeleteRecords); segments below go at the next retention run."""
@@ -512,6 +561,30 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
                 f"end={self.log_end_offset}, segments={len(self.segments)})")
+
+
+def _complete_swap(disk: Disk, dir: str, base: int, config: LogConfig, bases: list[int], now_ms: int) -> list[int]:
+    """Finish a cleaner's swap found on open: the ``<base>.log.swap`` file (fsynced before it got
+    that name) replaces every segment whose base offset lies in the offsets it covers; returns
+    the segment base offsets left."""
+    swap_path = os.path.join(dir, file_prefix(base) + SWAP_LOG_SUFFIX)
+    swap = LogSegment(disk, dir, base, config, disk.open(swap_path), created_ms=now_ms, new=False)
+    size = swap.log.size()
+    next_offset, end = base, 0
+    for pos, h in swap._iter_headers(0, check_crc=True):
+        next_offset, end = h.base_offset + h.last_offset_delta + 1, pos + h.size
+    swap.log.close()
+    if end != size:
+        raise CorruptRecordError(f"{swap_path} is not whole ({end} of {size} bytes are valid batches): "
+                                 f"an interrupted log cleaning cannot be completed")
+    replaced = [b for b in bases if base <= b < next_offset]
+    for old in replaced + [base]:
+        for path in segment_paths(dir, old):
+            if disk.exists(path):
+                disk.remove(path)
+    disk.rename(swap_path, segment_paths(dir, base)[0])
+    disk.fsync_dir(dir)
+    return sorted({b for b in bases if b not in replaced} | {base})
 
 
 def _epoch_assigner(cache: LeaderEpochCache):

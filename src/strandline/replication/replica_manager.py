@@ -31,7 +31,7 @@ from strandline.replication.purgatory import DelayedOperation, Purgatory
 from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.topic_stats import BrokerTopicStats
 from strandline.replication.truncation import legacy_truncation_offset
-from strandline.replication.validation import apply_compression_type, validate_produce_records
+from strandline.replication.validation import apply_compression_type, check_keys, validate_produce_records
 from strandline.protocol.records import read_header
 
 LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
@@ -386,6 +386,8 @@ class ReplicaManager:
         records, checked = apply_compression_type(records, checked.header,
                                                   self.config.topic_value(topic.configs, "compression.type"),
                                                   log_config.max_message_bytes)
+        if checked.error is ErrorCode.none and log_config.compacts:
+            checked = check_keys(records, checked.header, topic.name, index)
         if checked.error is not ErrorCode.none:
             return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
         header = checked.header

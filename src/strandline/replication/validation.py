@@ -5,8 +5,9 @@ complete batch, exactly one batch per partition per request, record count consis
 last offset delta, size within ``max.message.bytes``, no control batches from clients, a
 sequence number whenever a producer id is set, and (CreateTime topics) the batch's first and
 largest timestamps within ``message.timestamp.difference.max.ms`` of the broker's clock.
-Then ``compression.type``: a batch whose codec differs is recompressed, the one case where the
-broker decodes records.
+Then ``compression.type``: a batch whose codec differs is recompressed, and in a compacted
+topic every record must have a key (Kafka's ``validateKey``): the two cases where the broker
+decodes records.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from strandline.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, read_header, recompress
+from strandline.protocol.records import (HEADER_SIZE, LOG_OVERHEAD, BatchHeader, UndecodableRecordsError, crc_ok,
+                                         iter_records, read_header, recompress)
 
 
 class Validated(NamedTuple):
@@ -85,3 +87,16 @@ def apply_compression_type(records: bytes, header: BatchHeader, compression_type
         return records, Validated(ErrorCode.message_too_large, None, (
             f"record batch of {len(records)} bytes once recompressed exceeds max.message.bytes {max_message_bytes}"))
     return records, Validated(ErrorCode.none, read_header(records, 0))
+
+
+def check_keys(records, header: BatchHeader, topic: str, partition: int) -> Validated:
+    """A compacted topic's batch: INVALID_RECORD unless every record has a key (or the records
+    do not decode: CORRUPT_MESSAGE)."""
+    try:
+        for record in iter_records(records, 0, header):
+            if record.key is None:
+                return Validated(ErrorCode.invalid_record, None, (
+                    f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}."))
+    except UndecodableRecordsError as exc:
+        return Validated(ErrorCode.corrupt_message, None, str(exc))
+    return Validated(ErrorCode.none, header)

@@ -1,0 +1,340 @@
+"""One compaction pass over one log (Kafka's ``Cleaner.doClean``), advanced in slices.
+
+A pass covers the log from its first segment up to ``end``, the first uncleanable offset: never
+the active segment, nothing at or above the high watermark, nothing younger than
+``min.compaction.lag.ms``, and only whole segments.
+
+1. **Offset map.** The dirty part (from the cleaner checkpoint to ``end``) is read and every keyed
+   record's offset is kept by key: the newest offset of each key wins. The map holds at most
+   ``map_capacity`` keys; when the next segment might not fit, ``end`` moves down to it.
+2. **Rewrite.** The segments below ``end`` are grouped as Kafka groups them (at most
+   ``segment.bytes`` and 2^31 offsets per group). Each group becomes one ``.cleaned`` file with
+   the first segment's base offset, holding every record that is still the newest of its key, and
+   every record without a key.
+   - A batch that loses no record is copied as it is.
+   - A batch that loses some keeps its header (base offset, last offset delta, timestamps,
+     producer id, epoch and sequence) and its surviving records, re-compressed with its codec.
+   - A batch that loses every record vanishes, except for two cases. It is kept empty, as Kafka
+     keeps it, when it is the last batch of a producer id in the pass (so idempotent producers
+     are still deduplicated after a restart). It is also kept empty when it is the group's last
+     batch, so that the cleaned segment ends at the same offset as the segments it replaces.
+   - A tombstone (a null value) stays while it is still the newest of its key, until its segment
+     has been cleaned once and its newest timestamp is older than ``delete.retention.ms``.
+3. **Swap**, as Kafka does it. The ``.cleaned`` file is fsynced and renamed to
+   ``<base>.log.swap`` (the commit point). Then the replaced segments' files are deleted, and the
+   swap file is renamed to ``<base>.log``.
+
+   A crash anywhere leaves either the old segments (a ``.cleaned`` file is deleted on open) or
+   the new one. On open (``Log.open``), a ``.swap`` file replaces every segment whose base offset
+   lies in the offset range it covers, which is exactly the replaced group because the cleaned
+   segment ends where the group ended.
+
+Offsets never change: compaction leaves gaps, which followers and consumers step over.
+"""
+
+from __future__ import annotations
+
+import os.path
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
+
+from strandline.log.segment import INT32_MAX, LOG_SUFFIX, LogSegment, file_prefix
+from strandline.protocol.records import (CONTROL_BIT, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, UndecodableRecordsError,
+                                         compress, compute_crc, decompress, iter_batches, read_header,
+                                         read_varint)
+
+if TYPE_CHECKING:
+    from strandline.log.log import Log
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+READ_CHUNK = 1 << 20                 # bytes read from a segment at a time
+_COUNT = struct.Struct(">i")
+_LENGTH = struct.Struct(">i")
+_ATTRIBUTES = struct.Struct(">h")
+_CRC = struct.Struct(">I")
+
+
+class CleaningAborted(Exception):
+    """The log changed under a pass (truncated, segments deleted, closed): its work is dropped."""
+
+
+@dataclass
+class CleanerStats:
+    """What one pass did (Kafka's ``CleanerStats``)."""
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    segments_replaced: int = 0
+    map_entries: int = 0
+
+
+def segment_batches(segment: LogSegment) -> Iterator[tuple[int, BatchHeader, memoryview]]:
+    """``(position, header, bytes)`` of each whole batch of a sealed segment, read in large chunks."""
+    handle = segment.log
+    size = handle.size()
+    pos = 0
+    while pos < size:
+        chunk = handle.read(pos, min(READ_CHUNK, size - pos))
+        view = memoryview(chunk)
+        used = 0
+        for rel, header in iter_batches(chunk):
+            yield pos + rel, header, view[rel:rel + header.size]
+            used = rel + header.size
+        if used == 0:
+            if len(chunk) >= HEADER_SIZE:
+                need = read_header(chunk, 0).size
+                if need > len(chunk) and pos + need <= size:     # one batch larger than a chunk
+                    chunk = handle.read(pos, need)
+                    header = read_header(chunk, 0)
+                    yield pos, header, memoryview(chunk)
+                    pos += need
+                    continue
+            return                                                # a torn tail: recovery's business
+        pos += used
+
+
+def split_records(batch, header: BatchHeader) -> tuple[bytes | memoryview, list[tuple[int, int, int, bytes | None, bool]]]:
+    """The batch's records section (decompressed) and, per record, ``(start, end, offset,
+    key, value is null)`` within it. Raises UndecodableRecordsError when it does not decode."""
+    try:
+        body = batch[HEADER_SIZE:header.size]
+        data = decompress(header.compression, bytes(body)) if header.compression else body
+        out = []
+        p, stop = 0, len(data)
+        for _ in range(header.records_count):
+            start = p
+            length, p = read_varint(data, p)
+            end = p + length
+            if length <= 0 or end > stop:
+                raise ValueError(f"a record of {length} bytes at {start} does not fit in the batch")
+            _, p = read_varint(data, p + 1)                      # timestamp delta, after the attributes
+            offset_delta, p = read_varint(data, p)
+            key_length, p = read_varint(data, p)
+            key = bytes(data[p:p + key_length]) if key_length >= 0 else None
+            value_length, _ = read_varint(data, p + max(key_length, 0))
+            out.append((start, end, header.base_offset + offset_delta, key, value_length < 0))
+            p = end
+        return data, out
+    except UndecodableRecordsError:
+        raise
+    except Exception as exc:            # bad varints, a codec's own errors
+        raise UndecodableRecordsError(f"records of the batch at offset {header.base_offset} do not decode: {exc}") \
+            from None
+
+
+def rebuilt_batch(batch, header: BatchHeader, records: list[bytes | memoryview]) -> bytearray:
+    """The batch with only ``records`` (raw, in order), in its own codec; every header field but
+    the count, the length and the CRC is kept. No record at all: an empty batch without codec,
+    as Kafka's cleaner writes one."""
+    out = bytearray(batch[:HEADER_SIZE])
+    codec = header.compression if records else 0
+    out += compress(codec, b"".join(records)) if records else b""
+    _LENGTH.pack_into(out, 8, len(out) - LOG_OVERHEAD)
+    _ATTRIBUTES.pack_into(out, 21, (header.attributes & ~0x07) | codec)
+    _COUNT.pack_into(out, 57, len(records))
+    _CRC.pack_into(out, 17, compute_crc(out, 0, len(out)))
+    return out
+
+
+def group_segments(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
+    """Consecutive segments merged while their bytes fit ``max_bytes`` and their offsets 2^31
+    (Kafka's ``groupSegmentsBySize``)."""
+    groups: list[list[LogSegment]] = []
+    for segment in segments:
+        if groups:
+            group = groups[-1]
+            if (sum(s.size for s in group) + segment.size <= max_bytes
+                    and segment.next_offset - 1 - group[0].base_offset <= INT32_MAX):
+                group.append(segment)
+                continue
+        groups.append([segment])
+    return groups
+
+
+class Cleaning:
+    """One pass over ``log`` below ``end``; :meth:`run` is a generator that yields the bytes it
+    read since its last yield, so the caller can spread it over many event-loop turns."""
+
+    def __init__(self, log: "Log", first_dirty: int, end: int, now_ms: int, map_capacity: int) -> None:
+        self.log = log
+        self.first_dirty = first_dirty
+        self.end = end
+        self.now_ms = now_ms
+        self.map_capacity = map_capacity
+        self.stats = CleanerStats()
+        self.offset_map: dict[bytes, int] = {}
+        self.tombstone_due_ms: int | None = None   # when a tombstone kept by this pass may go
+        self._truncations = log.truncations
+        self._cleaned_files: list[str] = []
+
+    # -- the pass ----------------------------------------------------------------------------
+
+    def run(self) -> Iterator[int]:
+        yield from self._build_offset_map()
+        cleanable = [s for s in self.log.segments[:-1] if s.next_offset <= self.end]
+        if not cleanable:
+            return
+        last_of_producer: dict[int, int] = {}
+        yield from self._last_batch_of_producers(cleanable, last_of_producer)
+        for group in group_segments(cleanable, self.log.config.segment_bytes):
+            yield from self._clean_group(group, last_of_producer)
+
+    def abort(self) -> None:
+        """Drop the work of a pass that did not finish (its ``.cleaned`` files)."""
+        for path in self._cleaned_files:
+            if self.log.disk.exists(path):
+                self.log.disk.remove(path)
+        self._cleaned_files.clear()
+
+    def check(self, segments: list[LogSegment]) -> None:
+        """Raise CleaningAborted when the log is no longer the one this pass read."""
+        log = self.log
+        if log.closed or log.truncations != self._truncations:
+            raise CleaningAborted(f"{log.topic}-{log.partition} was truncated or closed")
+        live = {id(s) for s in log.segments}
+        if any(id(s) not in live for s in segments):
+            raise CleaningAborted(f"segments of {log.topic}-{log.partition} were deleted")
+
+    # -- 1. the offset map -------------------------------------------------------------------
+
+    def _build_offset_map(self) -> Iterator[int]:
+        offset_map = self.offset_map
+        dirty = [s for s in self.log.segments[:-1]
+                 if s.next_offset > self.first_dirty and s.next_offset <= self.end]
+        for n, segment in enumerate(dirty):
+            if n and len(offset_map) + (segment.next_offset - segment.base_offset) > self.map_capacity:
+                self.end = segment.base_offset              # the rest waits for the next pass
+                break
+            read = 0
+            for _, header, batch in segment_batches(segment):
+                read += header.size
+                if header.attributes & CONTROL_BIT or header.base_offset + header.last_offset_delta < self.first_dirty:
+                    continue
+                try:
+                    _, records = split_records(batch, header)
+                except UndecodableRecordsError:
+                    continue                                 # kept whole in the rewrite
+                for _, _, offset, key, _ in records:
+                    if key is not None and offset >= self.first_dirty:
+                        offset_map[key] = offset
+                if read >= READ_CHUNK:
+                    self.stats.bytes_read += read
+                    yield read
+                    self.check([segment])
+                    read = 0
+            self.stats.bytes_read += read
+            yield read
+            self.check([segment])
+        self.stats.map_entries = len(offset_map)
+
+    def _last_batch_of_producers(self, segments: list[LogSegment], last: dict[int, int]) -> Iterator[int]:
+        """Fill ``last`` with each producer id's last batch (base offset) in ``segments``, from
+        the batch headers."""
+        for segment in segments:
+            for n, header in enumerate(segment.iter_headers(), 1):
+                if header.producer_id >= 0:
+                    last[header.producer_id] = header.base_offset
+                if n % 4096 == 0:
+                    yield 4096 * HEADER_SIZE
+                    self.check(segments)
+
+    # -- 2. rewriting a group ----------------------------------------------------------------
+
+    def _clean_group(self, group: list[LogSegment], last_of_producer: dict[int, int]) -> Iterator[int]:
+        log = self.log
+        disk = log.disk
+        base = group[0].base_offset
+        cleaned_path = os.path.join(log.dir, file_prefix(base) + LOG_SUFFIX + CLEANED_SUFFIX)
+        out = disk.open(cleaned_path)
+        if out.size():
+            out.truncate(0)
+        self._cleaned_files.append(cleaned_path)
+        changed = False
+        pending = bytearray()
+        read = 0
+        retention = log.config.delete_retention_ms
+        last_batch = self._last_batch(group)
+        for segment in group:
+            # tombstones go once their segment was cleaned before and is older than delete.retention.ms
+            drop_tombstones = segment.next_offset <= self.first_dirty and segment.max_timestamp + retention < self.now_ms
+            due = segment.max_timestamp + retention
+            for position, header, batch in segment_batches(segment):
+                read += header.size
+                keep_empty = ((segment, position) == last_batch
+                              or last_of_producer.get(header.producer_id) == header.base_offset)
+                kept, removed = self._filter(batch, header, drop_tombstones, keep_empty, due)
+                if removed or kept is not batch:
+                    changed = True
+                if kept is not None:
+                    pending += kept
+                if len(pending) >= READ_CHUNK:
+                    out.append(pending)
+                    self.stats.bytes_written += len(pending)
+                    pending = bytearray()
+                if read >= READ_CHUNK:
+                    self.stats.bytes_read += read
+                    yield read
+                    self.check(group)
+                    read = 0
+        if pending:
+            out.append(pending)
+            self.stats.bytes_written += len(pending)
+        self.stats.bytes_read += read
+        yield read
+        self.check(group)
+        if not changed:
+            out.close()
+            disk.remove(cleaned_path)
+            self._cleaned_files.remove(cleaned_path)
+            return
+        out.flush()
+        out.close()
+        log.replace_segments(group, cleaned_path, self.now_ms)
+        self._cleaned_files.remove(cleaned_path)
+        self.stats.segments_replaced += len(group)
+
+    @staticmethod
+    def _last_batch(group: list[LogSegment]) -> tuple[LogSegment, int] | None:
+        """The segment and position of the group's last batch (found through the offset index)."""
+        for segment in reversed(group):
+            if segment.size:
+                found = segment.translate_offset(segment.next_offset - 1)
+                if found is not None:
+                    return segment, found[0]
+        return None
+
+    def _filter(self, batch: memoryview, header: BatchHeader, drop_tombstones: bool,
+                keep_empty: bool, tombstone_due_ms: int) -> tuple[memoryview | bytearray | None, int]:
+        """The batch as it is kept (the same view when whole, None when it vanishes) and how many
+        records it lost."""
+        if header.attributes & CONTROL_BIT or header.records_count == 0:
+            return batch, 0
+        try:
+            data, records = split_records(batch, header)
+        except UndecodableRecordsError:
+            return batch, 0                                  # never drop what cannot be read
+        self.stats.records_read += len(records)
+        offset_map = self.offset_map
+        kept = []
+        for start, end, offset, key, null_value in records:
+            if key is not None:
+                if offset_map.get(key, offset) > offset:
+                    continue                                 # a newer record of this key exists
+                if null_value:
+                    if drop_tombstones:
+                        self.stats.tombstones_removed += 1
+                        continue
+                    if self.tombstone_due_ms is None or tombstone_due_ms < self.tombstone_due_ms:
+                        self.tombstone_due_ms = tombstone_due_ms
+            kept.append(data[start:end])
+        removed = len(records) - len(kept)
+        self.stats.records_removed += removed
+        if not removed:
+            return batch, 0
+        if not kept and not keep_empty:
+            return None, removed
+        return rebuilt_batch(batch, header, kept), removed
