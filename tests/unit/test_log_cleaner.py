@@ -278,7 +278,7 @@ def test_the_cleaner_picks_a_dirty_log_and_keeps_its_checkpoint_in_kafkas_file(d
     end = log.active_segment.base_offset
     assert checkpoint.read_offsets(disk, f"{root}/{CLEANER_CHECKPOINT}") == {("t", 0): end}
     assert len(records(other)) == 200                       # cleanup.policy=delete: never compacted
-    state = cleaner.log_state(("t", 0), log, log.log_end_offset, now)
+    state = cleaner.log_state(("t", 0), log, log.log_end_offset)
     assert state["last_cleaned_offset"] == end and state["dirty_ratio"] == 0.0
     # nothing more is due until the dirty ratio reaches min.cleanable.dirty.ratio again
     assert cleaner.tick(now + 1000, lambda key: logs.logs[key].log_end_offset) == []

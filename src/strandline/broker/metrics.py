@@ -6,10 +6,11 @@ exporter, whose usual rules turn ``kafka.server:type=ReplicaManager,name=Partiti
 :func:`collect` reads the broker core's components and returns those families as plain data;
 the shell (``runtime/monitoring.py``) serves them in Prometheus' text format. Values Kafka keeps
 only on the active controller (offline partitions and the like) are 0 on the other brokers, as
-in Kafka. Three families have no Kafka broker equivalent and keep the names of the tools that
+in Kafka. Some families have no Kafka broker equivalent and keep the names of the tools that
 provide them: ``kafka_consumergroup_current_offset`` and ``kafka_topic_partition_current_offset``
 (kafka_exporter's: a group's committed offset at its coordinator, a partition's high watermark
-at its leader; their difference is the group's lag) and ``strandline_partition_*``.
+at its leader; their difference is the group's lag), ``strandline_partition_*`` and
+``strandline_log_cleaner_*``.
 
 Pure: it only reads.
 """
@@ -41,7 +42,7 @@ def _one(name: str, kind: str, help_text: str, value: float) -> Family:
 def collect(broker: Broker) -> list[Family]:
     """Every family, read now from the broker's components."""
     return (_replica_manager(broker) + _controller(broker) + _fetch_sessions(broker) + _topic_metrics(broker)
-            + _purgatories(broker)
+            + _purgatories(broker) + _log_cleaner(broker)
             + _partitions(broker) + _groups(broker))
 
 
@@ -141,6 +142,21 @@ def _topic_metrics(broker: Broker) -> list[Family]:
         samples += [({"topic": topic}, counts[key]) for topic, counts in sorted(stats.topics.items())]
         families.append(Family("kafka_server_brokertopicmetrics_" + key, "counter", _TOPIC_HELP[key], samples))
     return families
+
+
+def _log_cleaner(broker: Broker) -> list[Family]:
+    """The log cleaner's work; Kafka has no meter of these, so they keep Strandline's prefix."""
+    cleaner = broker.cleaner
+    totals = cleaner.totals
+    return [
+        _one("strandline_log_cleaner_bytes_read", "counter", "Bytes the log cleaner read.", totals.bytes_read),
+        _one("strandline_log_cleaner_bytes_written", "counter", "Bytes the log cleaner wrote into cleaned segments.",
+             totals.bytes_written),
+        _one("strandline_log_cleaner_records_removed", "counter",
+             "Records the log cleaner removed (superseded, or tombstones past delete.retention.ms).",
+             totals.records_removed),
+        _one("strandline_log_cleaner_passes", "counter", "Cleaning passes completed.", cleaner.passes),
+    ]
 
 
 def _purgatories(broker: Broker) -> list[Family]:

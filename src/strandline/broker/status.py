@@ -3,7 +3,8 @@
 :func:`status` reads what this broker holds: its replicas (role, leader epoch, log start and end
 offsets, high watermark), on the partitions it leads the ISR and each follower's log end offset
 as the leader last saw it (what no Kafka API returns), the brokers and controller its metadata
-names, and the consumer groups it coordinates with their committed offsets. It is JSON-ready.
+names, the consumer groups it coordinates with their committed offsets, and for each compacted
+replica the log cleaner's state (last cleaned offset, dirty ratio). It is JSON-ready.
 Pure: it only reads.
 """
 
@@ -26,6 +27,8 @@ def status(broker: Broker) -> dict[str, Any]:
             "log_start_offset": p.log.log_start_offset, "log_end_offset": p.log.log_end_offset,
             "high_watermark": p.high_watermark, "size": p.log.size_in_bytes,
         }
+        if p.log.config.compacts:
+            entry["cleaner"] = broker.cleaner.log_state((topic, index), p.log, p.high_watermark)
         if p.is_leader:
             topic_md = md.topics.get(topic)
             entry["isr"] = list(p.isr)
@@ -49,8 +52,12 @@ def status(broker: Broker) -> dict[str, Any]:
                                              "isr": list(t.states[i].isr) if i in t.states else []}
                                      for i, r in sorted(t.assignment.items())}}
               for name, t in sorted(md.topics.items())}
+    cleaner = broker.cleaner
     return {
         "broker_id": broker.broker_id,
+        "log_cleaner": {"enabled": cleaner.enabled, "passes": cleaner.passes, "aborted": cleaner.aborted,
+                        "bytes_read": cleaner.totals.bytes_read, "bytes_written": cleaner.totals.bytes_written,
+                        "records_removed": cleaner.totals.records_removed},
         "controller_id": md.controller_id,
         "is_controller": controller.is_active,
         "brokers": {str(b.id): {"host": b.host, "port": b.port, "rack": b.rack} for b in md.brokers.values()},

@@ -111,7 +111,8 @@ FILTERS = (("under_replicated_partitions", "under_replicated"), ("unavailable_pa
 
 def describe(args: argparse.Namespace, resp: Any) -> int:
     """Kafka's ``kafka-topics --describe`` lines, with the HW, the leader's LEO and each replica's
-    LEO and lag behind it (from the brokers' /status; from ListOffsets when it cannot be read).
+    LEO and lag behind it (from the brokers' /status; from ListOffsets when it cannot be read), and
+    for a compacted topic the leader's log cleaner state (last cleaned offset, dirty ratio).
     The filters print only the partitions they name, without the topic lines, as Kafka does."""
     from strandline.console.discovery import read_cluster
 
@@ -149,6 +150,10 @@ def describe(args: argparse.Namespace, resp: Any) -> int:
                 states = seen["replica_states"]
                 extra = ("\tReplicaLEO: " + ",".join(f"{r['broker']}={_shown(r['log_end_offset'])}" for r in states)
                          + "\tReplicaLag: " + ",".join(f"{r['broker']}={_shown(r['lag'])}" for r in states))
+                cleaner = seen.get("cleaner")
+                if cleaner:
+                    extra += (f"\tLastCleanedOffset: {cleaner['last_cleaned_offset']}"
+                              f"\tDirtyRatio: {cleaner['dirty_ratio']:.2f}")
             else:
                 hw = leo = "-"
                 if leader in brokers:

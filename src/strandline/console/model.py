@@ -88,6 +88,7 @@ def cluster_view(statuses: dict[int, dict | None], addresses: dict[int, str] | N
                 "under_min_isr": not offline and min_isr is not None and len(isr) < min_isr,
                 # registered but silent (killed, frozen): the controller acts once its session expires
                 "leader_not_answering": not offline and leader not in answered,
+                "cleaner": lead.get("cleaner") if lead else None,
             })
 
     high_watermarks = {(p["topic"], p["partition"]): p["high_watermark"] for p in partitions}

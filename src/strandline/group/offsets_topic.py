@@ -3,8 +3,11 @@
 The group coordinator writes each change that must survive (a group's membership, committed
 offsets) as records of the offsets partition its group maps to, acks=all through that partition's
 ISR; the broker leading a partition coordinates its groups, and rebuilds them from it when it
-becomes leader. The topic is created on first use with Kafka's defaults, keeping every record
-(``retention.ms=-1``; no log compaction here) so that no commit is lost.
+becomes leader. The topic is created on first use with Kafka's configs (``cleanup.policy=compact``,
+``segment.bytes`` from ``offsets.topic.segment.bytes``, ``compression.type=producer``): the log
+cleaner keeps the newest record of each group and each committed offset, and a tombstone (an
+expired or deleted offset, a deleted group) for ``delete.retention.ms``, so a new coordinator
+replays only what is current.
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ class OffsetsTopic:
         """Partitions, replication factor and configs to create the topic with."""
         cfg = self.config
         rf = max(1, min(cfg["offsets.topic.replication.factor"], live_brokers))
-        configs = {"retention.ms": "-1", "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
+        configs = {"cleanup.policy": "compact", "compression.type": "producer",
+                   "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
         return cfg["offsets.topic.num.partitions"], rf, configs
 
     def on_leadership(self, coordinator: GroupCoordinator, topic: str, index: int, leader: bool,

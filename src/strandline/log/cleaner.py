@@ -59,6 +59,7 @@ class LogCleaner:
         self.aborted = 0
         self._loaded = False
         self._next_ms = 0
+        self._now_ms = 0                # the time of the last tick (what status reports against)
         self._job: Iterator[int] | None = None
         self._cleaning: Cleaning | None = None
         self._key: TopicPartition | None = None
@@ -80,16 +81,24 @@ class LogCleaner:
                    if self.logs.dir_of.get(key) == log_dir}
         checkpoint.write_offsets(self.logs.disk, os.path.join(log_dir, CLEANER_CHECKPOINT), entries)
 
-    def first_dirty_offset(self, key: TopicPartition, log: Log) -> int:
-        """Where the log stops being clean: the checkpoint, moved back by truncations, within the log."""
+    def first_dirty_offset(self, key: TopicPartition, log: Log, *, peek: bool = False) -> int:
+        """Where the log stops being clean: the checkpoint, moved back by truncations, within the
+        log. ``peek``: only read (the truncation stays to be taken)."""
         self._load()
         if self._owners.get(key, log) is not log:        # the topic was deleted and created again
+            if peek:
+                return log.log_start_offset
             self.forget(key)
-        self._owners[key] = log
         offset = self.checkpoints.get(key, log.log_start_offset)
-        truncated = log.take_lowest_truncation()
+        if peek:
+            truncated = log.lowest_truncation
+        else:
+            self._owners[key] = log
+            truncated = log.take_lowest_truncation()
         if truncated is not None and truncated < offset:
-            offset = self.checkpoints[key] = truncated
+            offset = truncated
+            if not peek:
+                self.checkpoints[key] = offset
         if offset < log.log_start_offset or offset > log.log_end_offset:
             offset = log.log_start_offset
         return offset
@@ -109,10 +118,10 @@ class LogCleaner:
             end = segment.next_offset
         return end
 
-    def dirty_state(self, key: TopicPartition, log: Log, high_watermark: int,
-                    now_ms: int) -> tuple[int, int, float, int]:
+    def dirty_state(self, key: TopicPartition, log: Log, high_watermark: int, now_ms: int,
+                    peek: bool = False) -> tuple[int, int, float, int]:
         """``(first dirty offset, first uncleanable offset, dirty ratio, dirty bytes)``."""
-        first_dirty = self.first_dirty_offset(key, log)
+        first_dirty = self.first_dirty_offset(key, log, peek=peek)
         end = self.first_uncleanable_offset(log, high_watermark, now_ms)
         clean = dirty = 0
         for segment in log.segments[:-1]:
@@ -163,6 +172,7 @@ class LogCleaner:
     def tick(self, now_ms: int, high_watermark_of: Callable[[TopicPartition], int | None]) -> list[str]:
         """Run one slice of the current pass, or start the next pass when one is due; returns
         lines for the broker's log."""
+        self._now_ms = now_ms
         if not self.enabled or now_ms < self._next_ms:
             return []
         if self._job is None:
@@ -230,9 +240,9 @@ class LogCleaner:
         self.tombstones_due_ms.pop(key, None)
         self.last_pass.pop(key, None)
 
-    def log_state(self, key: TopicPartition, log: Log, high_watermark: int, now_ms: int) -> dict:
-        """The cleaner's view of one compacted log, for status and tools."""
-        first_dirty, end, ratio, dirty = self.dirty_state(key, log, high_watermark, now_ms)
+    def log_state(self, key: TopicPartition, log: Log, high_watermark: int) -> dict:
+        """The cleaner's view of one compacted log, for status and tools (it changes nothing)."""
+        first_dirty, end, ratio, dirty = self.dirty_state(key, log, high_watermark, self._now_ms, peek=True)
         state = {"last_cleaned_offset": first_dirty, "first_uncleanable_offset": end,
                  "dirty_ratio": round(ratio, 4), "dirty_bytes": dirty,
                  "cleaning": self._key == key}
