@@ -26,6 +26,7 @@ from strandline.broker.apis import KafkaApis
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
+from strandline.broker.loggers import BrokerLoggers
 from strandline.broker.dynamic_config import DynamicConfigManager
 from strandline.broker.effects import Log
 from strandline.broker.group_apis import GroupApis
@@ -56,7 +57,9 @@ class Broker:
     """One broker's core state machine."""
 
     def __init__(self, config: BrokerConfig, log_manager: LogManager, *, rng: Any,
-                 new_uuid: Callable[[], uuid.UUID] = uuid.uuid4, now_ms: int = 0) -> None:
+                 new_uuid: Callable[[], uuid.UUID] = uuid.uuid4, now_ms: int = 0,
+                 loggers: dict[str, str | None] | None = None) -> None:
+        """``loggers``: the shell's loggers and their own levels (see :mod:`strandline.broker.loggers`)."""
         self.config = config
         self.broker_id = config.broker_id
         self.logs = log_manager
@@ -78,7 +81,7 @@ class Broker:
                               ProducerIdManager(self.broker_id, self.outbox),
                               GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics),
                               AdminApis(config, self.metadata, self.controller),
-                              ConfigApis(config, self.metadata, self.outbox), FetchSessionCache(config, rng))
+                              ConfigApis(config, self.metadata, self.outbox, BrokerLoggers(loggers)), FetchSessionCache(config, rng))
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
                                                    self._broker_config_changed)
         v = config.values

@@ -24,6 +24,7 @@ from strandline.errors import StrandlineError
 from strandline.log.manager import LogManager
 from strandline.runtime.disk import DirectoryLock, OsDisk
 from strandline.runtime.monitoring import Monitoring
+from strandline.runtime.loggers import current_loggers, register_level_names
 from strandline.runtime.server import BrokerShell, Stopper, describe, now_ms
 from strandline.runtime.zk import KazooStore
 
@@ -227,7 +228,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     else:
         log.info("Loaded logs after a clean shutdown in %d ms (no recovery): %s",
                  now_ms() - began, logs.recovery_stats)
-    broker = running.broker = Broker(config, logs, rng=random.Random(), now_ms=now_ms())
+    broker = running.broker = Broker(config, logs, rng=random.Random(), now_ms=now_ms(), loggers=current_loggers())
     adv = config.advertised
     me = BrokerInfo(broker_id, adv.host, adv.port, v["broker.rack"])
     brokers[broker_id] = me
@@ -342,7 +343,7 @@ def tune_allocator() -> None:
 
 def run_broker(config: BrokerConfig) -> int:
     tune_allocator()
-    logging.addLevelName(logging.WARNING, "WARN")       # log4j's name, as in Kafka's server.log
+    register_level_names()                              # log4j's names, as in Kafka's server.log
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
