@@ -36,6 +36,7 @@ from strandline.broker.shutdown import ControlledShutdown
 from strandline.controller.controller import Controller
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
+from strandline.coordination.store import SetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.group.coordinator import GroupCoordinator
 from strandline.group.offsets_topic import OffsetsTopic
@@ -209,7 +210,26 @@ class Broker:
 
     def _broker_config_changed(self, changed: set[str], now_ms: int) -> list:
         self.replica_manager.refresh_log_configs()
-        return self.controller.on_broker_config_changed(changed, now_ms)
+        effects = self.update_broker_info(now_ms) if "advertised.listeners" in changed else []
+        return effects + self.controller.on_broker_config_changed(changed, now_ms)
+
+    def update_broker_info(self, now_ms: int) -> list:
+        """Rewrite this broker's registration with its advertised listener (Kafka's
+        ``updateBrokerInfo``: any znode version; the broker epoch, its czxid, stays). The
+        controller sees the change and sends every broker the new address (UpdateMetadata)."""
+        adv = self.config.advertised
+        path = znodes.BrokerIdZNode.path(self.broker_id)
+        data = znodes.BrokerIdZNode.encode(self.broker_id, adv.host, adv.port, self.config["broker.rack"], now_ms)
+
+        def written(results: list, when_ms: int) -> list:
+            error = results[0].error
+            if error is ZkError.NONE:
+                return [Log("info", f"Updated broker {self.broker_id} at path {path} with addresses: "
+                                    f"{adv.name}://{adv.host}:{adv.port}")]
+            return [Log("warning", f"Could not update broker {self.broker_id} at path {path}: {error.name}; "
+                                   f"the new address is registered when the broker next registers")]
+
+        return [self.outbox.zk([SetData(path, data)], written)]
 
     def _deliver_control(self, api_key: int, body: dict, topics: dict[str, TopicMetadata], now_ms: int) -> list:
         """The controller's requests to this broker: handled as if they came over the network,
