@@ -21,7 +21,7 @@ from strandline.protocol.api import (
 from .test_protocol_samples import read_response
 
 FETCH_VERSIONS = range(4, 17)
-PRODUCE_VERSIONS = range(3, 11)
+PRODUCE_VERSIONS = range(3, 14)
 
 
 # -- Fetch ------------------------------------------------------------------------------------
@@ -177,7 +177,8 @@ def produce_body(topics, throttle_ms=0, node_endpoints=()) -> dict:
         return d
     return {"throttle_time": throttle_ms,
             "node_endpoints": [{"node_id": n, "host": h, "port": port, "rack": r} for n, h, port, r in node_endpoints],
-            "responses": [{"name": name, "partition_responses": [partition(p) for p in parts]}
+            "responses": [{"topic_id" if isinstance(name, uuid.UUID) else "name": name,
+                           "partition_responses": [partition(p) for p in parts]}
                           for name, parts in topics]}
 
 
@@ -194,10 +195,18 @@ PRODUCE_CASES = {
 }
 
 
+def by_id(topics, version):
+    """From Produce v13 a response names each topic by its id."""
+    if version < 13:
+        return topics
+    return [(uuid.uuid5(uuid.NAMESPACE_URL, name), parts) for name, parts in topics]
+
+
 @pytest.mark.parametrize("version", PRODUCE_VERSIONS)
 @pytest.mark.parametrize("case", list(PRODUCE_CASES))
 def test_produce_byte_identical_to_kio(case, version):
     topics, kwargs = PRODUCE_CASES[case]
+    topics = by_id(topics, version)
     header = RequestHeader(0, version, 31337, "c")
     out = encode_produce_response(header, topics, **kwargs)
     reference = encode_response(header, produce_body(topics, **kwargs))
@@ -217,6 +226,7 @@ def test_produce_random_bodies_byte_identical_to_kio(version):
                                    [(rng.randrange(99), rng.choice([None, "x"])) for _ in range(rng.randrange(3))],
                                    rng.choice([None, (rng.randrange(-1, 5), rng.randrange(-1, 50))]))
             for _ in range(rng.randrange(0, 4))]) for _ in range(rng.randrange(0, 3))]
+        topics = by_id(topics, version)
         throttle = rng.randrange(0, 10000)
         assert encode_produce_response(header, topics, throttle) == \
             encode_response(header, produce_body(topics, throttle))
@@ -235,8 +245,8 @@ def test_produce_cross_checked_with_kafka_python(version):
 
 
 def test_produce_refuses_versions_out_of_range():
-    with pytest.raises(ValueError, match="v11"):
-        encode_produce_response(RequestHeader(0, 11, 1, None), [])
+    with pytest.raises(ValueError, match="v14"):
+        encode_produce_response(RequestHeader(0, 14, 1, None), [])
 
 
 # -- the follower's Fetch request -------------------------------------------------------------

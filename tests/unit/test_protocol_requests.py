@@ -21,13 +21,13 @@ VERSIONS = list(versions_with_schemas())
 
 def test_the_advertised_table():
     assert SUPPORTED == {
-        ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 13), ApiKey.PRODUCE: (0, 10),
+        ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 13), ApiKey.PRODUCE: (0, 13),
         ApiKey.FETCH: (4, 16), ApiKey.LIST_OFFSETS: (1, 11), ApiKey.CREATE_TOPICS: (2, 7),
-        ApiKey.DELETE_TOPICS: (1, 6), ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.DELETE_TOPICS: (1, 6), ApiKey.INIT_PRODUCER_ID: (0, 5),
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4), ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.ELECT_LEADERS: (0, 2),
-        ApiKey.JOIN_GROUP: (0, 7), ApiKey.SYNC_GROUP: (0, 5), ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5),
-        ApiKey.OFFSET_COMMIT: (2, 9), ApiKey.OFFSET_FETCH: (1, 9), ApiKey.LIST_GROUPS: (0, 4),
-        ApiKey.DESCRIBE_GROUPS: (0, 5), ApiKey.DELETE_GROUPS: (0, 2),
+        ApiKey.JOIN_GROUP: (0, 9), ApiKey.SYNC_GROUP: (0, 5), ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5),
+        ApiKey.OFFSET_COMMIT: (2, 9), ApiKey.OFFSET_FETCH: (1, 9), ApiKey.LIST_GROUPS: (0, 5),
+        ApiKey.DESCRIBE_GROUPS: (0, 6), ApiKey.DELETE_GROUPS: (0, 2),
         ApiKey.DESCRIBE_CONFIGS: (1, 4), ApiKey.ALTER_CONFIGS: (0, 2), ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         ApiKey.CREATE_PARTITIONS: (0, 3), ApiKey.DELETE_RECORDS: (0, 2), ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
         ApiKey.DESCRIBE_PRODUCERS: (0, 0), ApiKey.OFFSET_DELETE: (0, 0),

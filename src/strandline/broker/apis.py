@@ -44,6 +44,7 @@ EARLIEST_LOCAL_TIMESTAMP = -4            # KIP-405: without tiered storage, the 
 LATEST_TIERED_TIMESTAMP = -5             # KIP-1005 and KIP-1023 (-6): nothing is tiered, so no offset
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 CONSUMER_REPLICA_ID = -1
+TOPIC_ID_PRODUCE = 13                    # Produce v13+ names topics by id (KIP-516)
 #: ListOffsets from a debugging tool: any replica answers, leader or follower (Kafka's
 #: ``ListOffsetsRequest.DEBUGGING_REPLICA_ID``); LATEST is that replica's log end offset.
 DEBUGGING_REPLICA_ID = -2
@@ -240,14 +241,25 @@ class KafkaApis:
         appended: list[tuple[str, int]] = []
         effects: list = []
         any_error = False
+        by_id = self._topics_by_id() if header.api_version >= TOPIC_ID_PRODUCE else None
         for topic_data in request.topic_data:
-            name = topic_data.name
-            topic = self.metadata.topics.get(name)
+            if by_id is not None:   # v13+: an id this broker does not know is UNKNOWN_TOPIC_ID
+                topic = by_id.get(topic_data.topic_id)
+                if topic is None:
+                    for pdata in topic_data.partition_data:
+                        results[(topic_data.topic_id, pdata.index)] = [ErrorCode.unknown_topic_id, -1, -1, -1, None]
+                    any_error = True
+                    continue
+                name = topic.name
+            else:
+                name = topic_data.name
+                topic = self.metadata.topics.get(name)
             for pdata in topic_data.partition_data:
                 key = (name, pdata.index)
                 if topic is None or pdata.index not in topic.assignment:
                     results[key] = [ErrorCode.unknown_topic_or_partition, -1, -1, -1, None]
-                    if topic is None and topic_name_error(name) is None and self.config["auto.create.topics.enable"]:
+                    if topic is None and by_id is None and topic_name_error(name) is None and \
+                            self.config["auto.create.topics.enable"]:
                         effects.extend(self.auto_topics.create(name, lambda e, m, t: [], now_ms))
                     any_error = True
                     continue
@@ -271,8 +283,10 @@ class KafkaApis:
                 return effects + [Close(conn_id, "acks=0 produce failed")]
             return effects + [Send(conn_id, [])]
 
+        keys = [self._produce_key(t, by_id) for t in request.topic_data]
+
         def respond() -> list:
-            return [Send(conn_id, [self._encode_produce(header, request, results)])]
+            return [Send(conn_id, [self._encode_produce(header, request, results, keys)])]
 
         return effects + self.replicas.await_replication(conn_id, waiting, results, duration_ms(request.timeout),
                                                          respond, now_ms)
@@ -280,18 +294,32 @@ class KafkaApis:
     def _produce_all_failed(self, conn_id: int, header: RequestHeader, request: Any, code: ErrorCode) -> list:
         if request.acks == 0:
             return [Close(conn_id, f"acks=0 produce failed with {code.name}")]
-        results = {(t.name, p.index): [code, -1, -1, -1, None]
-                   for t in request.topic_data for p in t.partition_data}
-        return [Send(conn_id, [self._encode_produce(header, request, results)])]
+        by_id = self._topics_by_id() if header.api_version >= TOPIC_ID_PRODUCE else None
+        keys = [self._produce_key(t, by_id) for t in request.topic_data]
+        results = {(key, p.index): [code, -1, -1, -1, None]
+                   for t, key in zip(request.topic_data, keys) for p in t.partition_data}
+        return [Send(conn_id, [self._encode_produce(header, request, results, keys)])]
 
-    def _encode_produce(self, header: RequestHeader, request: Any, results: dict) -> bytes:
+    def _topics_by_id(self) -> dict:
+        return {t.topic_id: t for t in self.metadata.topics.values()}
+
+    @staticmethod
+    def _produce_key(topic_data: Any, by_id: dict | None) -> Any:
+        """The name results are kept under: the topic's name, or its id when v13+ names an unknown id."""
+        if by_id is None:
+            return topic_data.name
+        topic = by_id.get(topic_data.topic_id)
+        return topic_data.topic_id if topic is None else topic.name
+
+    def _encode_produce(self, header: RequestHeader, request: Any, results: dict, keys: list) -> bytes:
+        """``keys``: the :meth:`_produce_key` of each topic of the request, as it was when it came."""
         topics = []
-        for topic_data in request.topic_data:
+        for topic_data, key in zip(request.topic_data, keys):
             parts = []
             for pdata in topic_data.partition_data:
-                error, base, append_time, lso, message = results[(topic_data.name, pdata.index)]
+                error, base, append_time, lso, message = results[(key, pdata.index)]
                 parts.append((pdata.index, error, base, append_time, lso, message))
-            topics.append((topic_data.name, parts))
+            topics.append((topic_data.topic_id if header.api_version >= TOPIC_ID_PRODUCE else topic_data.name, parts))
         return api.encode_produce_response(header, topics)
 
     # -- Fetch

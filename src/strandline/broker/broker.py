@@ -26,6 +26,7 @@ from strandline.broker.apis import KafkaApis
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
+from strandline.broker.loggers import BrokerLoggers
 from strandline.broker.dynamic_config import DynamicConfigManager
 from strandline.broker.effects import Log
 from strandline.broker.group_apis import GroupApis
@@ -35,6 +36,7 @@ from strandline.broker.shutdown import ControlledShutdown
 from strandline.controller.controller import Controller
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
+from strandline.coordination.store import SetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.group.coordinator import GroupCoordinator
 from strandline.group.offsets_topic import OffsetsTopic
@@ -57,7 +59,9 @@ class Broker:
     """One broker's core state machine."""
 
     def __init__(self, config: BrokerConfig, log_manager: LogManager, *, rng: Any,
-                 new_uuid: Callable[[], uuid.UUID] = uuid.uuid4, now_ms: int = 0) -> None:
+                 new_uuid: Callable[[], uuid.UUID] = uuid.uuid4, now_ms: int = 0,
+                 loggers: dict[str, str | None] | None = None) -> None:
+        """``loggers``: the shell's loggers and their own levels (see :mod:`strandline.broker.loggers`)."""
         self.config = config
         self.broker_id = config.broker_id
         self.logs = log_manager
@@ -79,7 +83,8 @@ class Broker:
                               ProducerIdManager(self.broker_id, self.outbox),
                               GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics),
                               AdminApis(config, self.metadata, self.controller),
-                              ConfigApis(config, self.metadata, self.outbox), FetchSessionCache(config, rng))
+                              ConfigApis(config, self.metadata, self.outbox, BrokerLoggers(loggers)),
+                              FetchSessionCache(config, rng))
         self.cleaner = LogCleaner(log_manager)
         self._configure_cleaner()
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
@@ -223,7 +228,26 @@ class Broker:
     def _broker_config_changed(self, changed: set[str], now_ms: int) -> list:
         self._configure_cleaner()
         self.replica_manager.refresh_log_configs()
-        return self.controller.on_broker_config_changed(changed, now_ms)
+        effects = self.update_broker_info(now_ms) if "advertised.listeners" in changed else []
+        return effects + self.controller.on_broker_config_changed(changed, now_ms)
+
+    def update_broker_info(self, now_ms: int) -> list:
+        """Rewrite this broker's registration with its advertised listener (Kafka's
+        ``updateBrokerInfo``: any znode version; the broker epoch, its czxid, stays). The
+        controller sees the change and sends every broker the new address (UpdateMetadata)."""
+        adv = self.config.advertised
+        path = znodes.BrokerIdZNode.path(self.broker_id)
+        data = znodes.BrokerIdZNode.encode(self.broker_id, adv.host, adv.port, self.config["broker.rack"], now_ms)
+
+        def written(results: list, when_ms: int) -> list:
+            error = results[0].error
+            if error is ZkError.NONE:
+                return [Log("info", f"Updated broker {self.broker_id} at path {path} with addresses: "
+                                    f"{adv.name}://{adv.host}:{adv.port}")]
+            return [Log("warning", f"Could not update broker {self.broker_id} at path {path}: {error.name}; "
+                                   f"the new address is registered when the broker next registers")]
+
+        return [self.outbox.zk([SetData(path, data)], written)]
 
     def _deliver_control(self, api_key: int, body: dict, topics: dict[str, TopicMetadata], now_ms: int) -> list:
         """The controller's requests to this broker: handled as if they came over the network,

@@ -261,6 +261,7 @@ BROKER_KEYS.update(_keys(
 #: DynamicBrokerConfig.AllDynamicConfigs, less the listener and SSL/SASL keys Strandline has no
 #: use for); the others are read-only.
 DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset({
+    "advertised.listeners",
     "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.roll.jitter.ms", "log.roll.jitter.hours",
     "log.index.size.max.bytes", "log.flush.interval.messages", "log.flush.interval.ms", "log.retention.bytes",
     "log.retention.ms", "log.retention.minutes", "log.retention.hours", "log.index.interval.bytes",

@@ -19,6 +19,7 @@ from strandline.broker.config import (BROKER_KEYS, TOPIC_KEYS, BrokerConfig, Con
                                       parse_topic_configs)
 from strandline.broker.dynamic_config import DEFAULT_ENTITY, describe_broker, describe_topic, validate_broker_update
 from strandline.broker.effects import Log
+from strandline.broker.loggers import BrokerLoggers, LoggerRefused
 from strandline.broker.outbox import Outbox
 from strandline.broker.wire import response
 from strandline.coordination import znodes
@@ -58,10 +59,12 @@ def _type_name(resource_type: int) -> str:
 
 
 class ConfigApis:
-    def __init__(self, config: BrokerConfig, metadata: MetadataCache, outbox: Outbox) -> None:
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, outbox: Outbox,
+                 loggers: BrokerLoggers | None = None) -> None:
         self.config = config
         self.metadata = metadata
         self.outbox = outbox
+        self.loggers = loggers if loggers is not None else BrokerLoggers()
 
     def handlers(self) -> dict[int, Callable]:
         return {ApiKey.DESCRIBE_CONFIGS: self._describe_configs, ApiKey.ALTER_CONFIGS: self._alter_configs,
@@ -81,6 +84,21 @@ class ConfigApis:
             raise _Refused(ErrorCode.invalid_request,
                            f"Unexpected broker id, expected {self.config.broker_id} or empty string, but received {name}")
         return str(broker_id)
+
+    def _logger_broker(self, name: str, describing: bool) -> None:
+        """A BROKER_LOGGER resource names this broker (Kafka's checks and words, which differ
+        between DescribeConfigs and IncrementalAlterConfigs)."""
+        if describing and not name:
+            raise _Refused(ErrorCode.invalid_request, "Broker id must not be empty")
+        try:
+            broker_id = int(name)
+        except ValueError:
+            noun = "Broker" if describing else "Node"
+            raise _Refused(ErrorCode.invalid_request, f"{noun} id must be an integer, but it is: {name}") from None
+        if broker_id != self.config.broker_id:
+            comma = "" if describing else ","
+            raise _Refused(ErrorCode.invalid_request,
+                           f"Unexpected broker id, expected {self.config.broker_id}{comma} but received {name}")
 
     def _known_topic(self, name: str) -> None:
         invalid = topic_name_error(name)
@@ -108,6 +126,9 @@ class ConfigApis:
                 elif rtype == ResourceType.BROKER:
                     per_broker = self._broker_entity(name) != DEFAULT_ENTITY
                     result["configs"] = describe_broker(self.config, per_broker, keys, synonyms, docs)
+                elif rtype == ResourceType.BROKER_LOGGER:
+                    self._logger_broker(name, describing=True)
+                    result["configs"] = self.loggers.describe(keys)
                 else:
                     raise _Refused(ErrorCode.invalid_request, f"Unsupported resource type: {_type_name(rtype)}")
             except _Refused as exc:
@@ -199,15 +220,32 @@ class ConfigApis:
                 return props
             return apply
 
-        return self._alter(conn_id, header, request, plan, now_ms)
+        return self._alter(conn_id, header, request, plan, now_ms, self._alter_loggers)
+
+    def _alter_loggers(self, resource: Any, validate_only: bool) -> list:
+        """IncrementalAlterConfigs of this broker's loggers: all operations are checked, then all
+        carried out (in memory, at once)."""
+        self._logger_broker(resource.resource_name, describing=False)
+        names = [c.name for c in resource.configs]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise _Refused(ErrorCode.invalid_request, f"Error due to duplicate config keys : {','.join(duplicates)}")
+        ops = [(c.config_operation, c.name, c.value) for c in resource.configs]
+        try:
+            self.loggers.validate(ops)
+        except LoggerRefused as exc:
+            raise _Refused(exc.code, str(exc)) from None
+        return [] if validate_only else self.loggers.apply(ops)
 
     def _alter(self, conn_id: int, header: RequestHeader, request: Any,
-               plan: Callable[[Any], Callable[[dict[str, str]], dict[str, str]]], now_ms: int) -> list:
+               plan: Callable[[Any], Callable[[dict[str, str]], dict[str, str]]], now_ms: int,
+               alter_loggers: Callable[[Any, bool], list] | None = None) -> list:
         """Each resource: check it, then read its entity, compute the new config, validate it and
         write it with its notification; answer once every resource is decided."""
         validate_only = bool(request.validate_only)
         outcomes: list[Outcome | None] = [None] * len(request.resources)
         starts: list[Callable[[], list]] = []
+        done_at_once: list = []
 
         def respond() -> list:
             return [response(conn_id, header, {"throttle_time": 0, "responses": [
@@ -231,6 +269,10 @@ class ConfigApis:
                 elif rtype == ResourceType.BROKER:
                     entity_type, entity = "brokers", self._broker_entity(name)
                     check = self._broker_check(name, entity != DEFAULT_ENTITY)
+                elif rtype == ResourceType.BROKER_LOGGER and alter_loggers is not None:
+                    done_at_once += alter_loggers(resource, validate_only)
+                    outcomes[i] = (ErrorCode.none, None)
+                    continue
                 else:
                     raise _Refused(ErrorCode.invalid_request, f"AlterConfigs is only supported for topics and "
                                                               f"brokers, but resource type is {_type_name(rtype)}")
@@ -242,8 +284,8 @@ class ConfigApis:
                           self._change_entity(entity_type, entity, compute, check, validate_only, finisher(i),
                                               now_ms))
         if not starts:
-            return respond()
-        effects: list = []
+            return done_at_once + respond()
+        effects: list = done_at_once
         for start in starts:
             effects.extend(start())
         return effects

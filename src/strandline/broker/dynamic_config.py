@@ -40,6 +40,10 @@ CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 _NOTIFICATION = znodes.ConfigEntityChangeNotificationSequenceZNode
 
 
+#: dynamic only per broker id, never as the cluster-wide default (Kafka's PerBrokerConfigs)
+PER_BROKER_KEYS: frozenset[str] = frozenset({"advertised.listeners"})
+
+
 class ConfigSource(enum.IntEnum):
     """DescribeConfigs ``config_source`` (KIP-226)."""
 
@@ -63,6 +67,10 @@ def validate_broker_update(config: BrokerConfig, props: dict[str, str], per_brok
     fixed = sorted(k for k in props if k not in DYNAMIC_BROKER_KEYS)
     if fixed:
         raise ConfigError(f"Cannot update these configs dynamically: {', '.join(fixed)}")
+    own = sorted(k for k in props if k in PER_BROKER_KEYS)
+    if own and not per_broker:
+        raise ConfigError(f"Cannot update these configs at default cluster level, broker id must be specified: "
+                          f"{', '.join(own)}")
     for key, raw in props.items():
         BROKER_KEYS[key].parse(raw)
     default = props if not per_broker else config.dynamic_default
@@ -78,18 +86,18 @@ def apply_dynamic_broker_configs(config: BrokerConfig, default: dict[str, str], 
     changed and one warning per skipped entry."""
     warnings: list[str] = []
 
-    def usable(layer: dict[str, str], where: str) -> dict[str, str]:
+    def usable(layer: dict[str, str], where: str, per_broker: bool) -> dict[str, str]:
         kept = {}
         for key, raw in layer.items():
             try:
-                validate_broker_update(config, {key: raw}, per_broker=False)
+                validate_broker_update(config, {key: raw}, per_broker)
             except ConfigError as exc:
                 warnings.append(f"Ignoring dynamic broker config {key} in {where}: {exc}")
                 continue
             kept[key] = raw
         return kept
 
-    default, broker = usable(default, DEFAULT_ENTITY), usable(broker, "this broker's entry")
+    default, broker = usable(default, DEFAULT_ENTITY, False), usable(broker, "this broker's entry", True)
     try:
         fresh = BrokerConfig.from_properties({**config.originals, **default, **broker}, require_zookeeper=False)
     except ConfigError as exc:

@@ -50,6 +50,15 @@ class Log:
 
 
 @dataclass(frozen=True, slots=True)
+class SetLoggerLevel:
+    """Set the Python logger ``logger`` (``root``: the root logger) to the log4j level ``level``
+    (TRACE, DEBUG, INFO, WARN, ERROR, FATAL), or let it inherit its parent's when None."""
+
+    logger: str
+    level: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSend:
     """Send a request frame (no size prefix; its correlation id is ``token``) to another broker.
 

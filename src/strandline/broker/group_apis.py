@@ -16,9 +16,12 @@ from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.effects import Log
 from strandline.broker.wire import duration_ms, response
 from strandline.coordination.metadata import MetadataCache
-from strandline.group.coordinator import GroupCoordinator
+from strandline.group.coordinator import DEAD, GroupCoordinator
 from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from strandline.protocol.api import ApiKey, RequestHeader
+
+CLASSIC = "classic"                 # the only group type (KIP-848 consumer groups are not served)
+GROUP_ID_NOT_FOUND_VERSION = 6      # DescribeGroups v6+
 
 
 class GroupApis:
@@ -116,7 +119,8 @@ class GroupApis:
                "session_timeout_ms": duration_ms(request.session_timeout),
                "rebalance_timeout_ms": duration_ms(getattr(request, "rebalance_timeout", request.session_timeout)),
                "protocol_type": request.protocol_type,
-               "protocols": [(p.name, p.metadata) for p in request.protocols], "version": version}
+               "protocols": [(p.name, p.metadata) for p in request.protocols], "version": version,
+               "reason": getattr(request, "reason", None)}
         return self.groups.join(req, self._group_respond(conn_id, header, shape), now_ms)
 
     def _sync_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
@@ -195,15 +199,24 @@ class GroupApis:
     # ------------------------------------------------------------------ admin
 
     def _list_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        wanted = set(getattr(request, "states_filter", ()) or ())
+        """States (v4+) and types (v5+, KIP-848) filter case-insensitively, an empty filter not at all.
+        Every group here is a classic group, so a types filter without "classic" lists none."""
+        states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
+        types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
         groups = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state,
-                   "group_type": "classic"}
-                  for g in self.groups.list_groups() if not wanted or g.state in wanted]
+                   "group_type": CLASSIC}
+                  for g in self.groups.list_groups()
+                  if (not states or g.state.lower() in states) and (not types or CLASSIC in types)]
         return [response(conn_id, header, {
             "throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})]
 
     def _describe_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         groups = [{**self.groups.describe(g), "authorized_operations": -2147483648} for g in request.groups]
+        if header.api_version >= GROUP_ID_NOT_FOUND_VERSION:   # KIP-1043: a group that does not exist says so
+            for g in groups:
+                if g["error_code"] is ErrorCode.none and g["group_state"] == DEAD:
+                    g["error_code"], g["error_message"] = ErrorCode.group_id_not_found, f"Group {g['group_id']} not found."
+
         return [response(conn_id, header, {"throttle_time": 0, "groups": groups})]
 
     def _delete_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:

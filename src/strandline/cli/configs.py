@@ -1,7 +1,9 @@
 """``strandline configs describe|alter`` (like ``kafka-configs``): topic and broker configs.
 
 ``--entity-type topics --entity-name T``, ``--entity-type brokers --entity-name ID`` or
-``--entity-type brokers --entity-default`` (every broker). ``alter`` takes
+``--entity-type brokers --entity-default`` (every broker), or a broker's loggers with
+``--entity-type broker-loggers --entity-name ID`` (``--add-config strandline=DEBUG`` sets a
+logger's level live, ``--delete-config`` lets it inherit again). ``alter`` takes
 ``--add-config k=v,k2=[a,b]`` and ``--delete-config k,k2`` and applies them with
 IncrementalAlterConfigs; ``describe`` shows the dynamic configs, or every config with ``--all``.
 """
@@ -17,11 +19,11 @@ from strandline.errors import StrandlineError
 from strandline.runtime.client import KafkaConnection
 
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE = 0, 1
 SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
-           4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG"}
-DYNAMIC_SOURCES = {1, 2, 3}
+           4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+DYNAMIC_SOURCES = {1, 2, 3, 6}
 
 
 def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
@@ -30,10 +32,10 @@ def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstra
     for action in ("describe", "alter"):
         p = csub.add_parser(action, help=f"{action} the configs of one topic, one broker or every broker")
         p.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help)
-        p.add_argument("--entity-type", choices=("topics", "brokers"), required=True,
+        p.add_argument("--entity-type", choices=("topics", "brokers", "broker-loggers"), required=True,
                        help="what --entity-name names")
         who = p.add_mutually_exclusive_group(required=True)
-        who.add_argument("--entity-name", help="the topic, or the broker id")
+        who.add_argument("--entity-name", help="the topic, or the broker id (brokers, broker-loggers)")
         who.add_argument("--entity-default", action="store_true", help="brokers: the default of every broker")
         if action == "describe":
             p.add_argument("--all", action="store_true", help="every config, not only the dynamic ones")
@@ -76,16 +78,21 @@ def _resource(args: argparse.Namespace) -> tuple[int, str, str]:
         if args.entity_default:
             raise StrandlineError("topics have no --entity-default: name one with --entity-name")
         return TOPIC, args.entity_name, f"topic {args.entity_name}"
+    loggers = args.entity_type == "broker-loggers"
     if args.entity_default:
+        if loggers:
+            raise StrandlineError("broker-loggers have no --entity-default: name a broker with --entity-name")
         return BROKER, "", "the default of every broker"
     if not args.entity_name.isdigit():
         raise StrandlineError(f"--entity-name {args.entity_name!r}: a broker is named by its id")
+    if loggers:
+        return BROKER_LOGGER, args.entity_name, f"the loggers of broker {args.entity_name}"
     return BROKER, args.entity_name, f"broker {args.entity_name}"
 
 
 def _address(conn: KafkaConnection, rtype: int, name: str, bootstrap: str) -> str:
-    """A broker resource named by an id is served by that broker only."""
-    if rtype != BROKER or not name:
+    """A broker (or broker-loggers) resource named by an id is served by that broker only."""
+    if rtype not in (BROKER, BROKER_LOGGER) or not name:
         return bootstrap
     for b in metadata(conn, []).brokers:
         if b.node_id == int(name):

@@ -218,13 +218,11 @@ class Controller:
     # ------------------------------------------------------------------ brokers coming and going (CTL-2, CTL-6, CTL-7)
 
     def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int) -> list:
-        """The children of ``/brokers/ids`` changed.
+        """The children of ``/brokers/ids`` changed, or a registration (a broker modification).
 
-        A broker that disappeared is dead: its partitions get new leaders and it leaves the ISRs.
-        A broker that registered again with a new epoch (czxid) since we last looked *bounced*:
-        it is handled as dead, then as new, as Kafka does, so that it never resumes a leadership
-        with a log that may have lost its tail. New brokers learn the state of their partitions
-        (after any election that concerns them) and every broker the new membership."""
+        A broker gone is dead (new leaders, out of the ISRs); one registered again with a new epoch (czxid)
+        *bounced*: dead, then new, as in Kafka, so it never resumes a leadership with a log that may have
+        lost its tail. New brokers learn their partitions' state (after any election), all the membership."""
         ctx = self.ctx
         if ctx is None:
             return []
@@ -238,9 +236,11 @@ class Controller:
         gone = set(known) - set(brokers)
         ctx.broker_epochs = dict(epochs)
         ctx.shutting_down -= gone | new
-        if not new and not gone and all(known.get(b) == info for b, info in brokers.items()):
-            return []
+        modified = [Log("info", f"Updated broker metadata: {known[b]} -> {info}")
+                    for b, info in sorted(brokers.items()) if known.get(b, info) != info]
         ctx.live_brokers = dict(brokers)
+        if not new and not gone:
+            return modified + (self.channel.send_partition_states(ctx, [], None, False, now_ms) if modified else [])
         dead = gone | bounced
         effects: list = [Log("warning" if dead else "info", f"Live brokers now {sorted(brokers)} (new "
                              f"{sorted(new - bounced)}, restarted {sorted(bounced)}, gone {sorted(gone)})",

@@ -12,56 +12,16 @@ go through the ``append(partition, records, done)`` function the broker provides
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from strandline.broker.effects import Log
 from strandline.group import records as rec
+from strandline.group.model import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, Group, Member, Respond
+from strandline.group.static_members import rejoin_stable
 
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
-Respond = Callable[[dict], list]
-
-
-@dataclass
-class Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    assignment: bytes = b""
-    join_respond: Respond | None = None
-    join_version: int = 0
-    sync_respond: Respond | None = None
-    heartbeat_deadline_ms: int = 0
-
-    def metadata_for(self, protocol: str | None) -> bytes:
-        return next((m for n, m in self.protocols if n == protocol), b"")
-
-
-@dataclass
-class Group:
-    group_id: str
-    state: str = EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    pending: dict[str, int] = field(default_factory=dict)          # member id -> join deadline
-    offsets: dict[tuple[str, int], rec.OffsetValue] = field(default_factory=dict)
-    join_deadline_ms: int | None = None
-    initial_delay: bool = False                                    # an empty group waits for more joiners
-    state_timestamp: int = -1
-
-    def static_member(self, instance_id: str | None) -> Member | None:
-        if instance_id is None:
-            return None
-        return next((m for m in self.members.values() if m.group_instance_id == instance_id), None)
+__all__ = ["COMPLETING", "DEAD", "EMPTY", "PREPARING", "STABLE", "Group", "GroupCoordinator", "Member", "Respond"]
 
 
 class GroupCoordinator:
@@ -172,10 +132,13 @@ class GroupCoordinator:
             return fail(ErrorCode.inconsistent_group_protocol)
         if len(group.members) >= self.config["group.max.size"] and member_id not in group.members:
             return fail(ErrorCode.group_max_size_reached)
+        rejoined = None             # a static member back with a new id: (old id, old leader, old settings)
         if not member_id:
             new_id = f"{req['client_id']}-{self.new_member_suffix()}"
             static = group.static_member(instance_id)
-            if static is not None:                      # a static member back with a new id
+            if static is not None:
+                rejoined = (static.member_id, group.leader,
+                            (static.protocols, static.session_timeout_ms, static.rebalance_timeout_ms))
                 del group.members[static.member_id]
                 if group.leader == static.member_id:
                     group.leader = new_id
@@ -192,6 +155,7 @@ class GroupCoordinator:
                 return fail(ErrorCode.unknown_member_id)
         group.pending.pop(member_id, None)
         member = group.members.get(member_id)
+        created = member is None or rejoined is not None
         if member is None:
             member = group.members[member_id] = Member(member_id, instance_id, req["client_id"], req["client_host"],
                                                        req["rebalance_timeout_ms"], session, req["protocol_type"],
@@ -201,8 +165,17 @@ class GroupCoordinator:
         member.join_respond, member.join_version = respond, req["version"]
         member.heartbeat_deadline_ms = now_ms + session
         group.protocol_type = req["protocol_type"]
+        if rejoined is not None and group.state == STABLE and self._select_protocol(group) == group.protocol:
+            return rejoin_stable(group, member, *rejoined, self._persist_group, now_ms)
         effects: list = []
         if group.state in (EMPTY, STABLE, COMPLETING):
+            reason = req.get("reason") or "not provided"
+            why = (f"Adding new member {member_id} with group instance id {instance_id}; client reason: {reason}"
+                   if created else f"Updating metadata for member {member_id} during {group.state}; "
+                   f"client reason: {reason}")
+            effects.append(Log("info", f"Preparing to rebalance group {group_id} in state {group.state} with old "
+                                       f"generation {group.generation} (__consumer_offsets-"
+                                       f"{self.partition_of(group_id)}) (reason: {why})"))
             effects += self._prepare_rebalance(group, now_ms)
         return effects + self._maybe_complete_join(group, now_ms)
 
@@ -213,6 +186,15 @@ class GroupCoordinator:
             if m.member_id != exclude:
                 common &= {n for n, _ in m.protocols}
         return common
+
+    def _select_protocol(self, group: Group) -> str:
+        """The protocol the members' votes choose: each votes for its first common one."""
+        votes: dict[str, int] = {}
+        common = self._common_protocols(group, {n for n, _ in next(iter(group.members.values())).protocols})
+        for m in group.members.values():
+            choice = next(n for n, _ in m.protocols if n in common)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(sorted(votes), key=lambda n: votes[n])
 
     def _prepare_rebalance(self, group: Group, now_ms: int) -> list:
         effects: list = []
@@ -247,12 +229,7 @@ class GroupCoordinator:
         if not group.members:
             group.state, group.protocol, group.leader = EMPTY, None, None
             return self._persist_group(group, now_ms, lambda error, t: [])
-        votes: dict[str, int] = {}
-        common = self._common_protocols(group, {n for n, _ in next(iter(group.members.values())).protocols})
-        for m in group.members.values():
-            choice = next(n for n, _ in m.protocols if n in common)
-            votes[choice] = votes.get(choice, 0) + 1
-        group.protocol = max(sorted(votes), key=lambda n: votes[n])
+        group.protocol = self._select_protocol(group)
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.state = COMPLETING

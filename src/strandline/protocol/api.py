@@ -90,29 +90,33 @@ class ApiKey(enum.IntEnum):
 #    Produce range reaches down to v0 (rd_kafka_msgset_writer_select_MsgVersion asks
 #    ApiVersion_supported(Produce, 0, 0)). v0-v2 requests are refused like any unsupported
 #    version; no client sends them to a broker that offers v3+.
-#  * Fetch 13-16 address topics by id (KIP-516); librdkafka 2.16 uses 16.
+#  * Fetch 13-16 and Produce 13 address topics by id (KIP-516); librdkafka 2.16 uses Fetch 16.
+#  * Produce 12 (KIP-890) only changes what a transactional produce means; transactional
+#    produces are refused here, so v11 and v12 answer as v10.
+#  * InitProducerId stops at v5 (PRODUCER_FENCED may be returned): v6 adds two-phase commit
+#    (KIP-939), which needs a transaction coordinator.
 # FindCoordinator is listed because librdkafka enables LZ4 only when it is advertised; until
 # consumer groups exist it answers COORDINATOR_NOT_AVAILABLE. v4+ is the batched form.
 SUPPORTED: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 10),
+    ApiKey.PRODUCE: (0, 13),
     ApiKey.FETCH: (4, 16),
     ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.METADATA: (0, 13),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
-    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.ELECT_LEADERS: (0, 2),
-    ApiKey.JOIN_GROUP: (0, 7),
+    ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 9),
-    ApiKey.LIST_GROUPS: (0, 4),
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),

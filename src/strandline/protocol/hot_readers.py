@@ -1,5 +1,5 @@
 """Hand-written readers for the two hot messages, which never copy record bytes: the Produce
-request (v3-v10) a leader receives and the Fetch response (v11) a follower receives.
+request (v3-v13) a leader receives and the Fetch response (v11) a follower receives.
 
 kio copies every partition's records into a new ``bytes``; the leader then needs a mutable copy
 to stamp offsets and its leader epoch into the batches. These readers instead hand out each
@@ -15,6 +15,7 @@ None, and the caller decodes the frame with kio, which then names the problem.
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
@@ -27,7 +28,8 @@ _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 
 PRODUCE = 0
-FIRST_VERSION, LAST_VERSION = 3, 10     # the Produce versions read here (v9+ flexible)
+FIRST_VERSION, LAST_VERSION = 3, 13     # the Produce versions read here (v9+ flexible)
+TOPIC_ID_VERSION = 13                   # topics named by id (KIP-516), not by name
 
 
 class PartitionProduceData(NamedTuple):
@@ -36,8 +38,9 @@ class PartitionProduceData(NamedTuple):
 
 
 class TopicProduceData(NamedTuple):
-    name: str
+    name: str | None                    # None from v13 on
     partition_data: list[PartitionProduceData]
+    topic_id: uuid.UUID | None = None   # v13+
 
 
 class ProduceRequest(NamedTuple):
@@ -68,7 +71,7 @@ def _no_tags(view: memoryview, pos: int) -> int:
 
 
 def decode_produce_request(frame: bytes | bytearray) -> tuple[int, int, str | None, ProduceRequest] | None:
-    """``(api_version, correlation_id, client_id, request)`` of a Produce v3-v10 frame (without
+    """``(api_version, correlation_id, client_id, request)`` of a Produce v3-v13 frame (without
     its size prefix), or None when the frame is anything else or not exactly that layout."""
     try:
         return _decode(memoryview(frame))
@@ -109,9 +112,18 @@ def _decode(view: memoryview) -> tuple[int, int, str | None, ProduceRequest]:
     if count < 0:
         raise _Bad()                    # a null topic array: kio's error
     topics: list[TopicProduceData] = []
+    by_id = version >= TOPIC_ID_VERSION
     for _ in range(count):
-        size, pos = _length(view, pos, flexible, _I16)
-        name, pos = _string(view, pos, size)
+        name: str | None = None
+        topic_id = None
+        if by_id:
+            if pos + 16 > end:
+                raise _Bad()
+            topic_id = uuid.UUID(bytes=bytes(view[pos:pos + 16]))
+            pos += 16
+        else:
+            size, pos = _length(view, pos, flexible, _I16)
+            name, pos = _string(view, pos, size)
         n, pos = _length(view, pos, flexible, _I32)
         if n < 0:
             raise _Bad()
@@ -134,7 +146,7 @@ def _decode(view: memoryview) -> tuple[int, int, str | None, ProduceRequest]:
             partitions.append(PartitionProduceData(index, records))
         if flexible:
             pos = _no_tags(view, pos)
-        topics.append(TopicProduceData(name, partitions))
+        topics.append(TopicProduceData(name, partitions, topic_id))
     if flexible:
         pos = _no_tags(view, pos)
     if pos != end:

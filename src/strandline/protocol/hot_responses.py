@@ -260,15 +260,16 @@ class PartitionProduceResult(NamedTuple):
 
 def encode_produce_response(header: RequestHeader, topics: Sequence, throttle_ms: int = 0,
                             node_endpoints: Sequence = ()) -> bytes:
-    """A framed Produce v3..v10 response, byte-identical to kio's encoding.
+    """A framed Produce v3..v13 response, byte-identical to kio's encoding.
 
     ``topics`` is ``[(name, [(index, error_code, base_offset, log_append_time,
     log_start_offset[, error_message[, record_errors[, current_leader]]]), ...]), ...]``.
-    ``node_endpoints`` (v10, tagged) is a list of (node_id, host, port, rack | None).
+    ``node_endpoints`` (v10+, tagged) is a list of (node_id, host, port, rack | None). From v13 a
+    topic is its id (a ``uuid.UUID`` in place of the name).
     """
     v = header.api_version
-    if not 3 <= v <= 10:
-        raise ValueError(f"encode_produce_response handles Produce v3-v10, not v{v}")
+    if not 3 <= v <= 13:
+        raise ValueError(f"encode_produce_response handles Produce v3-v13, not v{v}")
     flexible = v >= 9
     out = bytearray(b"\0\0\0\0")
     out += _I32.pack(header.correlation_id)
@@ -276,7 +277,7 @@ def encode_produce_response(header: RequestHeader, topics: Sequence, throttle_ms
         out += b"\x00"
     out += _array_len(len(topics), flexible)
     for name, partitions in topics:
-        out += _string(name, flexible)
+        out += name.bytes if v >= 13 else _string(name, flexible)
         out += _array_len(len(partitions), flexible)
         for p in partitions:
             n = len(p)

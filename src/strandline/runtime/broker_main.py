@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -24,6 +25,7 @@ from strandline.errors import StrandlineError
 from strandline.log.manager import LogManager
 from strandline.runtime.disk import DirectoryLock, OsDisk
 from strandline.runtime.monitoring import Monitoring
+from strandline.runtime.loggers import current_loggers, register_level_names
 from strandline.runtime.server import BrokerShell, Stopper, describe, now_ms
 from strandline.runtime.zk import KazooStore
 
@@ -89,9 +91,35 @@ def watch_brokers(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
     """Feed changes of ``/brokers/ids`` to the core (the controller acts on them, CTL-2)."""
     what = "the /brokers/ids watch"
 
+    watched: set[str] = set()           # ids with a data watch (it follows the znode across re-registrations)
+    lock = threading.Lock()
+
+    def report() -> None:
+        [ids] = store.execute([GetChildren(znodes.BrokerIdsZNode.path())])
+        brokers, epochs = read_live_brokers(store, sorted(ids.children))
+        to_loop(loop, shell.run, what, lambda: shell.broker.on_brokers_changed(brokers, epochs, now_ms()))
+
+    def watch_registration(child: str) -> None:
+        """A broker that rewrites its registration (a new advertised listener) is a broker
+        modification: its data watch reports the brokers again."""
+        first = [True]
+
+        def on_data(data: bytes | None, version: int) -> None:
+            if first[0] or data is None:        # registrations and departures: the children watch's
+                first[0] = False
+                return
+            report()
+
+        store.watch_data(znodes.BrokerIdZNode.path(int(child)), from_kazoo(loop, shell, what, on_data))
+
     def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
         brokers, epochs = read_live_brokers(store, children)
         to_loop(loop, shell.run, what, lambda: shell.broker.on_brokers_changed(brokers, epochs, now_ms()))
+        with lock:
+            fresh = [c for c in children if c not in watched]
+            watched.update(fresh)
+        for child in fresh:
+            watch_registration(child)
 
     store.watch_children(znodes.BrokerIdsZNode.path(), from_kazoo(loop, shell, what, on_children))
 
@@ -227,7 +255,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     else:
         log.info("Loaded logs after a clean shutdown in %d ms (no recovery): %s",
                  now_ms() - began, logs.recovery_stats)
-    broker = running.broker = Broker(config, logs, rng=random.Random(), now_ms=now_ms())
+    broker = running.broker = Broker(config, logs, rng=random.Random(), now_ms=now_ms(), loggers=current_loggers())
     adv = config.advertised
     me = BrokerInfo(broker_id, adv.host, adv.port, v["broker.rack"])
     brokers[broker_id] = me
@@ -255,7 +283,8 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     await asyncio.to_thread(watch_reassign_partitions, store, loop, shell)
     await asyncio.to_thread(watch_controller, store, loop, shell)
     def register_again() -> None:       # on kazoo's new session, from a worker thread
-        epoch = store.register_broker(broker_id, adv.host, adv.port, v["broker.rack"], wait_s)
+        now = config.advertised             # a dynamic advertised.listeners may have changed it
+        epoch = store.register_broker(broker_id, now.host, now.port, v["broker.rack"], wait_s)
         to_loop(loop, shell.run, "registering the broker again", lambda: broker.on_registered(epoch) or [])
 
     watch_session(store, loop, shell, register_again)
@@ -342,7 +371,7 @@ def tune_allocator() -> None:
 
 def run_broker(config: BrokerConfig) -> int:
     tune_allocator()
-    logging.addLevelName(logging.WARNING, "WARN")       # log4j's name, as in Kafka's server.log
+    register_level_names()                              # log4j's names, as in Kafka's server.log
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)

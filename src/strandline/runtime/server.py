@@ -21,12 +21,13 @@ import traceback
 from typing import Any, Callable
 
 from strandline.broker.broker import Broker
-from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, ZkRequest
+from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, SetLoggerLevel, ZkRequest
 from strandline.coordination.store import OpResult, ZkError
 from strandline.log.disk import FileRegion
 from strandline.runtime.channels import BrokerChannels
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 from strandline.runtime.framed import FramedProtocol
+from strandline.runtime.loggers import set_logger_level
 from strandline.runtime.monitoring import request_name
 
 #: How soon a ZooKeeper request made while the session has no connection is answered CONNECTION_LOSS.
@@ -283,6 +284,8 @@ class BrokerShell:
                 self.spawn("reading the cluster state from ZooKeeper", self._read_cluster_state(effect.token))
             elif isinstance(effect, ZkRequest):
                 self.spawn("a ZooKeeper request", self._run_zk(effect))
+            elif isinstance(effect, SetLoggerLevel):
+                set_logger_level(effect)
             elif isinstance(effect, Log):
                 log.log(logging.getLevelName(effect.level.upper()), "%s", effect.message)
                 if effect.event is not None and self.timeline is not None:

@@ -1,0 +1,52 @@
+"""A classic group and its members as the group coordinator keeps them in memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from strandline.group import records as rec
+
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
+Respond = Callable[[dict], list]
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join_respond: Respond | None = None
+    join_version: int = 0
+    sync_respond: Respond | None = None
+    heartbeat_deadline_ms: int = 0
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        return next((m for n, m in self.protocols if n == protocol), b"")
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)          # member id -> join deadline
+    offsets: dict[tuple[str, int], rec.OffsetValue] = field(default_factory=dict)
+    join_deadline_ms: int | None = None
+    initial_delay: bool = False                                    # an empty group waits for more joiners
+    state_timestamp: int = -1
+
+    def static_member(self, instance_id: str | None) -> Member | None:
+        if instance_id is None:
+            return None
+        return next((m for m in self.members.values() if m.group_instance_id == instance_id), None)
