@@ -9,7 +9,8 @@ Every ``log.cleaner.backoff.ms`` the cleaner looks at each log whose cleanup pol
 - a tombstone kept by an earlier pass has outlived ``delete.retention.ms``.
 
 It then runs one pass (``log.cleaning.Cleaning``) over that log, a slice of about
-``SLICE_BYTES`` at each call of :meth:`tick`, so the event loop serves clients between slices. Kafka
+``SLICE_WORK`` at each call of :meth:`tick`, pausing between slices so that it takes about ``DUTY``
+of the event loop, which serves clients meanwhile. Kafka
 runs ``log.cleaner.threads`` threads. Here one cooperative cleaner stands for any number above
 zero, and ``log.cleaner.threads=0``, like ``log.cleaner.enable=false``, turns cleaning off.
 ``log.cleaner.io.max.bytes.per.second`` spaces the slices.
@@ -35,7 +36,12 @@ from strandline.log.log import Log
 from strandline.log.manager import LogManager, TopicPartition
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-SLICE_BYTES = 256 * 1024        # bytes read per slice of a pass
+SLICE_WORK = 32 * 1024          # work per slice of a pass (see log.cleaning.YIELD_WORK): about a millisecond
+#: A busy cleaner takes about this share of the event loop (and of a core): after each slice it
+#: pauses for what the slice's work cost (estimated at ``WORK_PER_MS``) times ``1 / DUTY - 1``.
+#: The replicas of a topic that turns compacted all clean at once, and brokers often share machines.
+DUTY = 0.1
+WORK_PER_MS = 200 * 1024
 #: bytes per offset-map entry in Kafka's SkimpyOffsetMap (a 16-byte MD5 and an 8-byte offset):
 #: ``log.cleaner.dedupe.buffer.size`` gives the map's capacity in keys as in Kafka
 MAP_ENTRY_BYTES = 24
@@ -64,7 +70,6 @@ class LogCleaner:
         self._cleaning: Cleaning | None = None
         self._key: TopicPartition | None = None
         self._started_ms = 0
-        self._read = 0
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -184,20 +189,18 @@ class LogCleaner:
             self._cleaning = Cleaning(log, first_dirty, end, now_ms, self.map_capacity)
             self._job = self._cleaning.run()
             self._started_ms = now_ms
-            self._read = 0
         done = 0
         try:
-            while done < SLICE_BYTES:
+            while done < SLICE_WORK:
                 done += next(self._job)
         except StopIteration:
-            self._read += done
             return self._finish(now_ms)
         except CleaningAborted as exc:
             return self._stop(now_ms, f"Log cleaning aborted: {exc}; it starts again later")
-        self._read += done
-        self._next_ms = now_ms + 1
-        if self.io_max_bytes_per_second != float("inf"):
-            self._next_ms = max(self._next_ms, self._started_ms + int(self._read * 1000 / self.io_max_bytes_per_second))
+        self._next_ms = now_ms + max(1, round(done / WORK_PER_MS * (1 / DUTY - 1)))
+        if self.io_max_bytes_per_second < 1e300:           # Kafka's default, Double.MaxValue: no limit
+            read = self._cleaning.stats.bytes_read
+            self._next_ms = max(self._next_ms, self._started_ms + int(read * 1000 / self.io_max_bytes_per_second))
         return []
 
     def _stop(self, now_ms: int, line: str) -> list[str]:

@@ -50,6 +50,10 @@ if TYPE_CHECKING:
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 READ_CHUNK = 1 << 20                 # bytes read from a segment at a time
+#: the work a pass does between two yields, counted as the bytes it reads plus BATCH_WORK per batch
+#: (decoding a batch costs about as much as reading half a KiB): about a millisecond
+YIELD_WORK = 32 * 1024
+BATCH_WORK = 512
 _COUNT = struct.Struct(">i")
 _LENGTH = struct.Struct(">i")
 _ATTRIBUTES = struct.Struct(">h")
@@ -156,8 +160,9 @@ def group_segments(segments: list[LogSegment], max_bytes: int) -> list[list[LogS
 
 
 class Cleaning:
-    """One pass over ``log`` below ``end``; :meth:`run` is a generator that yields the bytes it
-    read since its last yield, so the caller can spread it over many event-loop turns."""
+    """One pass over ``log`` below ``end``; :meth:`run` is a generator that yields the work done
+    since its last yield (bytes read plus ``BATCH_WORK`` per batch, about ``YIELD_WORK`` each time),
+    so the caller can spread it over many event-loop turns."""
 
     def __init__(self, log: "Log", first_dirty: int, end: int, now_ms: int, map_capacity: int) -> None:
         self.log = log
@@ -209,9 +214,14 @@ class Cleaning:
             if n and len(offset_map) + (segment.next_offset - segment.base_offset) > self.map_capacity:
                 self.end = segment.base_offset              # the rest waits for the next pass
                 break
-            read = 0
+            work = 0
             for _, header, batch in segment_batches(segment):
-                read += header.size
+                self.stats.bytes_read += header.size
+                work += header.size + BATCH_WORK
+                if work >= YIELD_WORK:
+                    yield work
+                    self.check([segment])
+                    work = 0
                 if header.attributes & CONTROL_BIT or header.base_offset + header.last_offset_delta < self.first_dirty:
                     continue
                 try:
@@ -221,13 +231,7 @@ class Cleaning:
                 for _, _, offset, key, _ in records:
                     if key is not None and offset >= self.first_dirty:
                         offset_map[key] = offset
-                if read >= READ_CHUNK:
-                    self.stats.bytes_read += read
-                    yield read
-                    self.check([segment])
-                    read = 0
-            self.stats.bytes_read += read
-            yield read
+            yield work
             self.check([segment])
         self.stats.map_entries = len(offset_map)
 
@@ -238,8 +242,8 @@ class Cleaning:
             for n, header in enumerate(segment.iter_headers(), 1):
                 if header.producer_id >= 0:
                     last[header.producer_id] = header.base_offset
-                if n % 4096 == 0:
-                    yield 4096 * HEADER_SIZE
+                if n % 256 == 0:
+                    yield YIELD_WORK
                     self.check(segments)
 
     # -- 2. rewriting a group ----------------------------------------------------------------
@@ -255,7 +259,7 @@ class Cleaning:
         self._cleaned_files.append(cleaned_path)
         changed = False
         pending = bytearray()
-        read = 0
+        work = 0
         retention = log.config.delete_retention_ms
         last_batch = self._last_batch(group)
         for segment in group:
@@ -263,7 +267,8 @@ class Cleaning:
             drop_tombstones = segment.next_offset <= self.first_dirty and segment.max_timestamp + retention < self.now_ms
             due = segment.max_timestamp + retention
             for position, header, batch in segment_batches(segment):
-                read += header.size
+                self.stats.bytes_read += header.size
+                work += header.size + BATCH_WORK
                 keep_empty = ((segment, position) == last_batch
                               or last_of_producer.get(header.producer_id) == header.base_offset)
                 kept, removed = self._filter(batch, header, drop_tombstones, keep_empty, due)
@@ -275,16 +280,14 @@ class Cleaning:
                     out.append(pending)
                     self.stats.bytes_written += len(pending)
                     pending = bytearray()
-                if read >= READ_CHUNK:
-                    self.stats.bytes_read += read
-                    yield read
+                if work >= YIELD_WORK:
+                    yield work
                     self.check(group)
-                    read = 0
+                    work = 0
         if pending:
             out.append(pending)
             self.stats.bytes_written += len(pending)
-        self.stats.bytes_read += read
-        yield read
+        yield work
         self.check(group)
         if not changed:
             out.close()
