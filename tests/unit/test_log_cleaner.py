@@ -311,3 +311,43 @@ def test_a_truncation_below_the_checkpoint_moves_it_back(disk_root):
     log.truncate_to(50)
     assert cleaner.first_dirty_offset(("t", 0), log) == 50
     assert cleaner.checkpoints[("t", 0)] == 50
+
+
+def test_max_compaction_lag_makes_a_log_due_below_the_dirty_ratio_and_rolls_the_active_segment(disk_root):
+    """max.compaction.lag.ms: a log whose oldest dirty segment began longer ago is cleaned even
+    below min.cleanable.dirty.ratio, and its active segment rolls after that long (KIP-354)."""
+    disk, root = disk_root
+    logs = manager(disk, root, min_cleanable_ratio=0.99, max_compaction_lag_ms=60_000)
+    log = logs.get_or_create_log("t", 0, now_ms=T0)
+    for i in range(100):
+        write(log, [(b"k%d" % (i % 3), b"v" * 20)], ts=T0 + i)
+    cleaner = LogCleaner(logs)
+    cleaner.checkpoints[("t", 0)] = log.segments[-2].base_offset     # most of the log is clean already
+    hw = {("t", 0): log.log_end_offset}
+    assert cleaner.tick(T0 + 1000, hw.get) == [] and not cleaner.busy      # ratio below 0.99, lag not reached
+    cleaner._next_ms = 0
+    lines = []
+    now = T0 + 61_000
+    for _ in range(10_000):
+        lines = cleaner.tick(now, hw.get)
+        if lines:
+            break
+        now += 100
+    assert lines and lines[0].startswith("Cleaned log t-0")
+    segments = len(log.segments)
+    write(log, [(b"k0", b"late")], ts=T0 + 200_000)                 # the active segment is over 60 s old
+    assert len(log.segments) == segments + 1
+
+
+def test_compact_and_delete_together_compact_and_apply_retention(disk_root):
+    disk, root = disk_root
+    log = open_log(disk, root, cleanup_policy=("compact", "delete"), retention_ms=100_000, segment_bytes=400)
+    for i in range(60):
+        write(log, [(b"k%d" % (i % 3), b"v%d" % i)], ts=T0 + i * 10_000)
+    clean(log, now_ms=T0 + 600_000)
+    end = log.active_segment.base_offset
+    below = [key for offset, key, _ in records(log) if offset < end]
+    assert len(below) == len(set(below)) <= 3                       # compacted
+    deleted = log.delete_old_segments(T0 + 600_000)
+    assert deleted > 0 and log.log_start_offset > 0                 # and retention.ms still deletes
+    assert all(s.max_timestamp >= T0 + 500_000 for s in log.segments[:-1])

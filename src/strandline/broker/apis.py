@@ -268,8 +268,8 @@ class KafkaApis:
                                     f"Cannot append to internal topic {name}"]
                     any_error = True
                     continue
-                results[key], required = self.replicas.append_to_leader(topic, pdata.index, pdata.records, acks,
-                                                                        now_ms)
+                results[key], required = self.replicas.writes.append_to_leader(topic, pdata.index, pdata.records,
+                                                                               acks, now_ms)
                 self.replicas.topic_stats.produced(name, pdata.records, results[key][0])
                 if results[key][0] is not ErrorCode.none:
                     any_error = True
@@ -277,7 +277,7 @@ class KafkaApis:
                 appended.append(key)
                 if required is not None:
                     waiting[key] = required
-        effects.extend(self.replicas.appended(appended, now_ms))
+        effects.extend(self.replicas.writes.appended(appended, now_ms))
         if acks == 0:
             if any_error:
                 return effects + [Close(conn_id, "acks=0 produce failed")]
@@ -288,7 +288,7 @@ class KafkaApis:
         def respond() -> list:
             return [Send(conn_id, [self._encode_produce(header, request, results, keys)])]
 
-        return effects + self.replicas.await_replication(conn_id, waiting, results, duration_ms(request.timeout),
+        return effects + self.replicas.writes.await_replication(conn_id, waiting, results, duration_ms(request.timeout),
                                                          respond, now_ms)
 
     def _produce_all_failed(self, conn_id: int, header: RequestHeader, request: Any, code: ErrorCode) -> list:

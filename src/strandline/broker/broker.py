@@ -72,7 +72,8 @@ class Broker:
                                               lambda: self.broker_epoch, now_ms)
         self.controller = Controller(config, self.outbox, rng=rng, new_uuid=new_uuid,
                                      deliver_locally=self._deliver_control, controller_seen=self._controller_seen)
-        self.offsets_topic = OffsetsTopic(config, self.replica_manager.append_internal, self.replica_manager.read_log)
+        self.offsets_topic = OffsetsTopic(config, self.replica_manager.writes.append_internal,
+                                          self.replica_manager.read_log)
         self.groups = GroupCoordinator(config, self.offsets_topic.append, lambda: str(new_uuid()))
         self.replica_manager.leadership_listeners.append(
             lambda topic, index, leader, t: self.offsets_topic.on_leadership(self.groups, topic, index, leader, t))

@@ -101,7 +101,10 @@ def segment_batches(segment: LogSegment) -> Iterator[tuple[int, BatchHeader, mem
         pos += used
 
 
-def split_records(batch, header: BatchHeader) -> tuple[bytes | memoryview, list[tuple[int, int, int, bytes | None, bool]]]:
+RawRecord = tuple[int, int, int, bytes | None, bool]     # start, end, offset, key, value is null
+
+
+def split_records(batch, header: BatchHeader) -> tuple[bytes | memoryview, list[RawRecord]]:
     """The batch's records section (decompressed) and, per record, ``(start, end, offset,
     key, value is null)`` within it. Raises UndecodableRecordsError when it does not decode."""
     try:
@@ -264,7 +267,8 @@ class Cleaning:
         last_batch = self._last_batch(group)
         for segment in group:
             # tombstones go once their segment was cleaned before and is older than delete.retention.ms
-            drop_tombstones = segment.next_offset <= self.first_dirty and segment.max_timestamp + retention < self.now_ms
+            drop_tombstones = (segment.next_offset <= self.first_dirty
+                               and segment.max_timestamp + retention < self.now_ms)
             due = segment.max_timestamp + retention
             for position, header, batch in segment_batches(segment):
                 self.stats.bytes_read += header.size

@@ -1,9 +1,9 @@
 """``ReplicaManager``: the partitions this broker hosts (Kafka's ReplicaManager).
 
 It applies the controller's decisions (LeaderAndIsr: become leader or follower; UpdateMetadata: the
-metadata cache; StopReplica), appends records as leader and reads them for consumers and followers,
-holds the produce and fetch purgatories (acks=all waits, long-poll fetches), and checkpoints high
-watermarks. ISR changes are its :class:`IsrManager`'s, the follower side its
+metadata cache; StopReplica), reads records for consumers and followers, holds the fetch purgatory
+(long-poll fetches), and checkpoints high watermarks. Appends as leader and acks=all waits are its
+:class:`LeaderWrites`', ISR changes its :class:`IsrManager`'s, the follower side its
 :class:`ReplicaFetcherManager`'s. Pure: it returns effects; time comes in as ``now_ms``.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.config import LONG_MAX, ConfigError, parse_topic_configs
+from strandline.broker.config import ConfigError, parse_topic_configs
 from strandline.broker.effects import Log
 from strandline.broker.outbox import Outbox
 from strandline.coordination import znodes
@@ -25,14 +25,13 @@ from strandline.log.manager import LogManager
 from strandline.protocol import control
 from strandline.replication.fetcher_manager import ReplicaFetcherManager
 from strandline.replication.isr_manager import IsrManager
+from strandline.replication.leader_writes import LeaderWrites
 from strandline.replication.log_admin import LogAdmin
 from strandline.replication.partition import Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
 from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.topic_stats import BrokerTopicStats
 from strandline.replication.truncation import legacy_truncation_offset
-from strandline.replication.validation import apply_compression_type, check_keys, validate_produce_records
-from strandline.protocol.records import read_header
 
 LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
 
@@ -49,8 +48,9 @@ class ReplicaManager:
         self.metadata = metadata
         self.outbox = outbox
         self.partitions: dict[tuple[str, int], Partition] = {}
-        self.produce_purgatory = Purgatory()
         self.fetch_purgatory = Purgatory()
+        self.writes = LeaderWrites(config, metadata, self.partitions, self.fetch_purgatory)
+        self.produce_purgatory = self.writes.purgatory
         self.leader_quota = ReplicationQuota(lambda: config["leader.replication.throttled.rate"])
         self.controller_epoch = 0          # the newest controller epoch this broker has heard from
         self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
@@ -367,103 +367,6 @@ class ReplicaManager:
         return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
 
     # ------------------------------------------------------------------ appends
-
-    def append_to_leader(self, topic: TopicMetadata, index: int, records: bytes, acks: int,
-                         now_ms: int) -> tuple[list, int | None]:
-        """Validate and append one partition's batch as leader. Returns the produce result
-        ``[error, base offset, log append time, log start offset, message]`` and, when acks=all,
-        the offset the high watermark must reach."""
-        partition = self.partitions.get((topic.name, index))
-        if partition is None or not partition.is_leader:
-            return [ErrorCode.not_leader_or_follower, -1, -1, -1, None], None
-        log_config = partition.log.config
-        checked = validate_produce_records(
-            records, log_config.max_message_bytes,
-            log_config.message_timestamp_difference_max_ms if log_config.message_timestamp_type == "CreateTime"
-            and log_config.message_timestamp_difference_max_ms < LONG_MAX else None, now_ms)
-        if checked.error is not ErrorCode.none:
-            return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
-        records, checked = apply_compression_type(records, checked.header,
-                                                  self.config.topic_value(topic.configs, "compression.type"),
-                                                  log_config.max_message_bytes)
-        if checked.error is ErrorCode.none and log_config.compacts:
-            checked = check_keys(records, checked.header, topic.name, index)
-        if checked.error is not ErrorCode.none:
-            return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
-        header = checked.header
-        min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
-        if records.__class__ is not memoryview or records.readonly:
-            records = bytearray(records)        # stamped in place: a copy unless it is the request's own buffer
-        outcome = partition.append_records_to_leader(records, header, acks, min_isr, now_ms)
-        if outcome.error is not ErrorCode.none:
-            return [outcome.error, -1, -1, partition.log_start_offset, outcome.message], None
-        if self.config.topic_value(topic.configs, "flush.on.ack"):
-            partition.log.flush()
-        result = [ErrorCode.none, outcome.base_offset, outcome.log_append_time, partition.log_start_offset, None]
-        return result, (outcome.last_offset + 1 if acks == -1 else None)
-
-    def appended(self, keys: list[tuple[str, int]], now_ms: int) -> list:
-        """New records: long-polling fetches of these partitions may complete."""
-        return self.fetch_purgatory.check_keys(keys, now_ms)
-
-    def await_replication(self, conn_id: int, waiting: dict[tuple[str, int], int], results: dict,
-                          timeout_ms: int, respond: Callable[[], list], now_ms: int) -> list:
-        """acks=all: answer once the high watermark of each partition reaches its offset (ACK-1),
-        NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile
-        (ACK-2), NOT_LEADER_OR_FOLLOWER when leadership moved, REQUEST_TIMED_OUT at the timeout."""
-        if not waiting or all(self.partitions[k].high_watermark >= off for k, off in waiting.items()):
-            return respond()
-
-        def try_complete(when_ms: int, expired: bool) -> list | None:
-            for key, required in list(waiting.items()):
-                partition = self.partitions.get(key)
-                if partition is None or not partition.is_leader or partition.isr_update_failed:
-                    results[key][0] = ErrorCode.not_leader_or_follower
-                    del waiting[key]
-                elif partition.high_watermark >= required:
-                    topic = self.metadata.topics.get(key[0])
-                    min_isr = self.config.topic_value(topic.configs if topic else {}, "min.insync.replicas")
-                    if len(partition.isr) < min_isr:
-                        results[key][0] = ErrorCode.not_enough_replicas_after_append
-                    del waiting[key]
-            if waiting and not expired:
-                return None
-            for key in waiting:
-                results[key][0] = ErrorCode.request_timed_out
-            return respond()
-
-        self.produce_purgatory.watch(DelayedOperation(conn_id, now_ms + timeout_ms, tuple(waiting), try_complete))
-        return []
-
-    def append_internal(self, topic: str, index: int, batch: bytearray, timeout_ms: int,
-                        done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
-        """A batch the broker writes itself (``__consumer_offsets``), acks=all: ``done(error)``
-        once the ISR has it, NOT_LEADER_OR_FOLLOWER when this broker does not lead the partition."""
-        key = (topic, index)
-        partition = self.partitions.get(key)
-        known = self.metadata.topics.get(topic)
-        if partition is None or not partition.is_leader or known is None:
-            return done(ErrorCode.not_leader_or_follower, now_ms)
-        min_isr = self.config.topic_value(known.configs, "min.insync.replicas")
-        outcome = partition.append_records_to_leader(batch, read_header(batch, 0), -1, min_isr, now_ms)
-        if outcome.error is not ErrorCode.none:
-            return done(outcome.error, now_ms)
-        effects = self.fetch_purgatory.check_keys([key], now_ms)
-        required = outcome.last_offset + 1
-        if partition.high_watermark >= required:
-            return effects + done(ErrorCode.none, now_ms)
-
-        def try_complete(when_ms: int, expired: bool) -> list | None:
-            if not partition.is_leader or self.partitions.get(key) is not partition:
-                return done(ErrorCode.not_leader_or_follower, when_ms)
-            if partition.high_watermark >= required:
-                return done(ErrorCode.none, when_ms)
-            if expired:
-                return done(ErrorCode.request_timed_out, when_ms)
-            return None
-
-        self.produce_purgatory.watch(DelayedOperation(-1, now_ms + timeout_ms, (key,), try_complete))
-        return effects
 
     # ------------------------------------------------------------------ reads
 

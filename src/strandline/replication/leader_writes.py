@@ -1,0 +1,128 @@
+"""Appends as leader and the acks=all waits (Kafka's ReplicaManager.appendRecords and its
+produce purgatory).
+
+:meth:`LeaderWrites.append_to_leader` validates one partition's batch (``validation``: the batch
+itself, ``compression.type``, keys in a compacted topic) and appends it; :meth:`await_replication`
+parks an acks=all answer until the high watermark passes it; :meth:`append_internal` is the
+broker's own acks=all write (``__consumer_offsets``). Pure: it returns effects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.config import LONG_MAX
+from strandline.coordination.metadata import MetadataCache, TopicMetadata
+from strandline.protocol.records import read_header
+from strandline.replication.partition import Partition
+from strandline.replication.purgatory import DelayedOperation, Purgatory
+from strandline.replication.validation import apply_compression_type, check_keys, validate_produce_records
+
+
+class LeaderWrites:
+    def __init__(self, config: Any, metadata: MetadataCache, partitions: dict[tuple[str, int], Partition],
+                 fetch_purgatory: Purgatory) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.partitions = partitions
+        self.fetch_purgatory = fetch_purgatory
+        self.purgatory = Purgatory()            # the produce purgatory: acks=all answers waiting on the HW
+
+    def append_to_leader(self, topic: TopicMetadata, index: int, records: bytes, acks: int,
+                         now_ms: int) -> tuple[list, int | None]:
+        """Validate and append one partition's batch as leader. Returns the produce result
+        ``[error, base offset, log append time, log start offset, message]`` and, when acks=all,
+        the offset the high watermark must reach."""
+        partition = self.partitions.get((topic.name, index))
+        if partition is None or not partition.is_leader:
+            return [ErrorCode.not_leader_or_follower, -1, -1, -1, None], None
+        log_config = partition.log.config
+        checked = validate_produce_records(
+            records, log_config.max_message_bytes,
+            log_config.message_timestamp_difference_max_ms if log_config.message_timestamp_type == "CreateTime"
+            and log_config.message_timestamp_difference_max_ms < LONG_MAX else None, now_ms)
+        if checked.error is not ErrorCode.none:
+            return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
+        records, checked = apply_compression_type(records, checked.header,
+                                                  self.config.topic_value(topic.configs, "compression.type"),
+                                                  log_config.max_message_bytes)
+        if checked.error is ErrorCode.none and log_config.compacts:
+            checked = check_keys(records, checked.header, topic.name, index)
+        if checked.error is not ErrorCode.none:
+            return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
+        header = checked.header
+        min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
+        if records.__class__ is not memoryview or records.readonly:
+            records = bytearray(records)        # stamped in place: a copy unless it is the request's own buffer
+        outcome = partition.append_records_to_leader(records, header, acks, min_isr, now_ms)
+        if outcome.error is not ErrorCode.none:
+            return [outcome.error, -1, -1, partition.log_start_offset, outcome.message], None
+        if self.config.topic_value(topic.configs, "flush.on.ack"):
+            partition.log.flush()
+        result = [ErrorCode.none, outcome.base_offset, outcome.log_append_time, partition.log_start_offset, None]
+        return result, (outcome.last_offset + 1 if acks == -1 else None)
+
+    def appended(self, keys: list[tuple[str, int]], now_ms: int) -> list:
+        """New records: long-polling fetches of these partitions may complete."""
+        return self.fetch_purgatory.check_keys(keys, now_ms)
+
+    def await_replication(self, conn_id: int, waiting: dict[tuple[str, int], int], results: dict,
+                          timeout_ms: int, respond: Callable[[], list], now_ms: int) -> list:
+        """acks=all: answer once the high watermark of each partition reaches its offset (ACK-1),
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile
+        (ACK-2), NOT_LEADER_OR_FOLLOWER when leadership moved, REQUEST_TIMED_OUT at the timeout."""
+        if not waiting or all(self.partitions[k].high_watermark >= off for k, off in waiting.items()):
+            return respond()
+
+        def try_complete(when_ms: int, expired: bool) -> list | None:
+            for key, required in list(waiting.items()):
+                partition = self.partitions.get(key)
+                if partition is None or not partition.is_leader or partition.isr_update_failed:
+                    results[key][0] = ErrorCode.not_leader_or_follower
+                    del waiting[key]
+                elif partition.high_watermark >= required:
+                    topic = self.metadata.topics.get(key[0])
+                    min_isr = self.config.topic_value(topic.configs if topic else {}, "min.insync.replicas")
+                    if len(partition.isr) < min_isr:
+                        results[key][0] = ErrorCode.not_enough_replicas_after_append
+                    del waiting[key]
+            if waiting and not expired:
+                return None
+            for key in waiting:
+                results[key][0] = ErrorCode.request_timed_out
+            return respond()
+
+        self.purgatory.watch(DelayedOperation(conn_id, now_ms + timeout_ms, tuple(waiting), try_complete))
+        return []
+
+    def append_internal(self, topic: str, index: int, batch: bytearray, timeout_ms: int,
+                        done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+        """A batch the broker writes itself (``__consumer_offsets``), acks=all: ``done(error)``
+        once the ISR has it, NOT_LEADER_OR_FOLLOWER when this broker does not lead the partition."""
+        key = (topic, index)
+        partition = self.partitions.get(key)
+        known = self.metadata.topics.get(topic)
+        if partition is None or not partition.is_leader or known is None:
+            return done(ErrorCode.not_leader_or_follower, now_ms)
+        min_isr = self.config.topic_value(known.configs, "min.insync.replicas")
+        outcome = partition.append_records_to_leader(batch, read_header(batch, 0), -1, min_isr, now_ms)
+        if outcome.error is not ErrorCode.none:
+            return done(outcome.error, now_ms)
+        effects = self.fetch_purgatory.check_keys([key], now_ms)
+        required = outcome.last_offset + 1
+        if partition.high_watermark >= required:
+            return effects + done(ErrorCode.none, now_ms)
+
+        def try_complete(when_ms: int, expired: bool) -> list | None:
+            if not partition.is_leader or self.partitions.get(key) is not partition:
+                return done(ErrorCode.not_leader_or_follower, when_ms)
+            if partition.high_watermark >= required:
+                return done(ErrorCode.none, when_ms)
+            if expired:
+                return done(ErrorCode.request_timed_out, when_ms)
+            return None
+
+        self.purgatory.watch(DelayedOperation(-1, now_ms + timeout_ms, (key,), try_complete))
+        return effects
