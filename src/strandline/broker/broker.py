@@ -40,7 +40,7 @@ from strandline.coordination.store import SetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.group.coordinator import GroupCoordinator
 from strandline.group.offsets_topic import OffsetsTopic
-from strandline.log.cleaner import MAP_ENTRY_BYTES, LogCleaner
+from strandline.log.cleaner import LogCleaner
 from strandline.log.manager import LogManager
 from strandline.replication.fetch_session import FetchSessionCache
 from strandline.replication.isr_manager import ISR_CHANGE_CHECK_INTERVAL_MS
@@ -215,12 +215,9 @@ class Broker:
 
     def _configure_cleaner(self) -> None:
         v = self.config.values
-        cleaner = self.cleaner
-        cleaner.enabled = v["log.cleaner.enable"] and v["log.cleaner.threads"] > 0
-        cleaner.backoff_ms = v["log.cleaner.backoff.ms"]
-        cleaner.io_max_bytes_per_second = v["log.cleaner.io.max.bytes.per.second"]
-        cleaner.map_capacity = max(1, int(v["log.cleaner.dedupe.buffer.size"] * v["log.cleaner.io.buffer.load.factor"])
-                                   // MAP_ENTRY_BYTES)
+        self.cleaner.configure(v["log.cleaner.enable"] and v["log.cleaner.threads"] > 0, v["log.cleaner.backoff.ms"],
+                               v["log.cleaner.io.max.bytes.per.second"], v["log.cleaner.dedupe.buffer.size"],
+                               v["log.cleaner.io.buffer.load.factor"])
 
     def _high_watermark_of(self, key: tuple[str, int]) -> int | None:
         partition = self.replica_manager.partitions.get(key)

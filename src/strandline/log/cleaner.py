@@ -52,10 +52,7 @@ class LogCleaner:
                  io_max_bytes_per_second: float = float("inf"), dedupe_buffer_size: int = 134217728,
                  io_buffer_load_factor: float = 0.9) -> None:
         self.logs = logs
-        self.enabled = enabled
-        self.backoff_ms = backoff_ms
-        self.io_max_bytes_per_second = io_max_bytes_per_second
-        self.map_capacity = max(1, int(dedupe_buffer_size * io_buffer_load_factor) // MAP_ENTRY_BYTES)
+        self.configure(enabled, backoff_ms, io_max_bytes_per_second, dedupe_buffer_size, io_buffer_load_factor)
         self.checkpoints: dict[TopicPartition, int] = {}
         self._owners: dict[TopicPartition, Log] = {}        # the log each checkpoint entry is about
         self.tombstones_due_ms: dict[TopicPartition, int] = {}
@@ -70,6 +67,14 @@ class LogCleaner:
         self._cleaning: Cleaning | None = None
         self._key: TopicPartition | None = None
         self._started_ms = 0
+
+    def configure(self, enabled: bool, backoff_ms: int, io_max_bytes_per_second: float, dedupe_buffer_size: int,
+                  io_buffer_load_factor: float) -> None:
+        """The ``log.cleaner.*`` settings (at start and on a dynamic broker config change)."""
+        self.enabled = enabled
+        self.backoff_ms = backoff_ms
+        self.io_max_bytes_per_second = io_max_bytes_per_second
+        self.map_capacity = max(1, int(dedupe_buffer_size * io_buffer_load_factor) // MAP_ENTRY_BYTES)
 
     # -- checkpoints -------------------------------------------------------------------------
 

@@ -35,14 +35,12 @@ Offsets never change: compaction leaves gaps, which followers and consumers step
 from __future__ import annotations
 
 import os.path
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from strandline.log.segment import INT32_MAX, LOG_SUFFIX, LogSegment, file_prefix
-from strandline.protocol.records import (CONTROL_BIT, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, UndecodableRecordsError,
-                                         compress, compute_crc, decompress, iter_batches, read_header,
-                                         read_varint)
+from strandline.protocol.records import (CONTROL_BIT, DECODE_ERRORS, HEADER_SIZE, BatchHeader, UndecodableRecordsError,
+                                         iter_batches, read_header, rebuild, records_section, walk_records)
 
 if TYPE_CHECKING:
     from strandline.log.log import Log
@@ -54,10 +52,6 @@ READ_CHUNK = 1 << 20                 # bytes read from a segment at a time
 #: (decoding a batch costs about as much as reading half a KiB): about a millisecond
 YIELD_WORK = 32 * 1024
 BATCH_WORK = 512
-_COUNT = struct.Struct(">i")
-_LENGTH = struct.Struct(">i")
-_ATTRIBUTES = struct.Struct(">h")
-_CRC = struct.Struct(">I")
 
 
 class CleaningAborted(Exception):
@@ -108,43 +102,20 @@ def split_records(batch, header: BatchHeader) -> tuple[bytes | memoryview, list[
     """The batch's records section (decompressed) and, per record, ``(start, end, offset,
     key, value is null)`` within it. Raises UndecodableRecordsError when it does not decode."""
     try:
-        body = batch[HEADER_SIZE:header.size]
-        data = decompress(header.compression, bytes(body)) if header.compression else body
-        out = []
-        p, stop = 0, len(data)
-        for _ in range(header.records_count):
-            start = p
-            length, p = read_varint(data, p)
-            end = p + length
-            if length <= 0 or end > stop:
-                raise ValueError(f"a record of {length} bytes at {start} does not fit in the batch")
-            _, p = read_varint(data, p + 1)                      # timestamp delta, after the attributes
-            offset_delta, p = read_varint(data, p)
-            key_length, p = read_varint(data, p)
-            key = bytes(data[p:p + key_length]) if key_length >= 0 else None
-            value_length, _ = read_varint(data, p + max(key_length, 0))
-            out.append((start, end, header.base_offset + offset_delta, key, value_length < 0))
-            p = end
-        return data, out
-    except UndecodableRecordsError:
-        raise
-    except Exception as exc:            # bad varints, a codec's own errors
+        data, p, stop = records_section(batch, 0, header)
+        base = header.base_offset
+        return data, [(start, end, base + offset_delta, key, value_length < 0)
+                      for start, end, _, offset_delta, key, _, value_length
+                      in walk_records(data, p, stop, header.records_count)]
+    except DECODE_ERRORS as exc:
         raise UndecodableRecordsError(f"records of the batch at offset {header.base_offset} do not decode: {exc}") \
             from None
 
 
 def rebuilt_batch(batch, header: BatchHeader, records: list[bytes | memoryview]) -> bytearray:
-    """The batch with only ``records`` (raw, in order), in its own codec; every header field but
-    the count, the length and the CRC is kept. No record at all: an empty batch without codec,
-    as Kafka's cleaner writes one."""
-    out = bytearray(batch[:HEADER_SIZE])
-    codec = header.compression if records else 0
-    out += compress(codec, b"".join(records)) if records else b""
-    _LENGTH.pack_into(out, 8, len(out) - LOG_OVERHEAD)
-    _ATTRIBUTES.pack_into(out, 21, (header.attributes & ~0x07) | codec)
-    _COUNT.pack_into(out, 57, len(records))
-    _CRC.pack_into(out, 17, compute_crc(out, 0, len(out)))
-    return out
+    """The batch with only ``records`` (raw, in order), in its own codec. No record at all: an
+    empty batch without codec, as Kafka's cleaner writes one."""
+    return rebuild(batch, header, b"".join(records), header.compression if records else 0, len(records))
 
 
 def group_segments(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:

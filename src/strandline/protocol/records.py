@@ -218,19 +218,25 @@ def compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def recompress(batch, header: BatchHeader, codec: int) -> bytearray:
-    """The batch with its records compressed with ``codec`` instead (a topic's
-    ``compression.type``): the records themselves, their offsets, timestamps, the producer's id,
-    epoch and sequence are unchanged; the length, the codec bits and the CRC are rewritten."""
-    body = bytes(memoryview(batch)[HEADER_SIZE:header.size])
-    raw = decompress(header.compression, body) if header.compression else body
-    packed = compress(codec, raw)
+def rebuild(batch, header: BatchHeader, raw_records, codec: int, count: int | None = None) -> bytearray:
+    """The batch's header with ``raw_records`` (the records section, uncompressed) compressed with
+    ``codec``: offsets, timestamps, the producer's id, epoch and sequence are kept; the length, the
+    codec bits, the record count (when given) and the CRC are rewritten."""
     out = bytearray(memoryview(batch)[:HEADER_SIZE])
-    out += packed
+    out += compress(codec, raw_records)
     struct.pack_into(">i", out, 8, len(out) - LOG_OVERHEAD)
     struct.pack_into(">h", out, CRC_START, (header.attributes & ~0x07) | codec)
+    if count is not None:
+        struct.pack_into(">i", out, HEADER_SIZE - 4, count)
     struct.pack_into(">I", out, MAGIC_OFFSET + 1, compute_crc(out, 0, len(out)))
     return out
+
+
+def recompress(batch, header: BatchHeader, codec: int) -> bytearray:
+    """The batch with its records compressed with ``codec`` instead (a topic's
+    ``compression.type``): the records themselves are unchanged."""
+    body = bytes(memoryview(batch)[HEADER_SIZE:header.size])
+    return rebuild(batch, header, decompress(header.compression, body) if header.compression else body, codec)
 
 
 def read_varint(buf, pos: int) -> tuple[int, int]:
@@ -252,6 +258,37 @@ class Record(NamedTuple):
     value: bytes | None
 
 
+def records_section(buf, pos: int, header: BatchHeader) -> tuple[bytes | memoryview, int, int]:
+    """``(data, start, stop)``: where the records of the batch at ``pos`` lie, decompressed if need be."""
+    if header.compression:
+        data = decompress(header.compression, bytes(buf[pos + HEADER_SIZE:pos + header.size]))
+        return data, 0, len(data)
+    return buf, pos + HEADER_SIZE, pos + header.size
+
+
+def walk_records(data, p: int, stop: int, count: int) -> Iterator[tuple[int, int, int, int, bytes | None, int, int]]:
+    """``(start, end, timestamp delta, offset delta, key, value position, value length)`` of each of
+    ``count`` records laid out in ``data[p:stop]``; a null value has length -1. Raises ValueError,
+    IndexError or struct.error when they do not fit."""
+    for _ in range(count):
+        start = p
+        length, p = read_varint(data, p)
+        end = p + length
+        if length <= 0 or end > stop:
+            raise ValueError(f"a record of {length} bytes at {p} does not fit in the batch")
+        timestamp_delta, p = read_varint(data, p + 1)          # after the attributes
+        offset_delta, p = read_varint(data, p)
+        key_length, p = read_varint(data, p)
+        key = bytes(data[p:p + key_length]) if key_length >= 0 else None
+        value_length, p = read_varint(data, p + max(key_length, 0))
+        yield start, end, timestamp_delta, offset_delta, key, p, value_length
+        p = end
+
+
+#: what a record that does not decode raises from inside ``walk_records`` or a codec
+DECODE_ERRORS = (IndexError, ValueError, struct.error, cramjam.DecompressionError)
+
+
 def iter_records(buf, pos: int, header: BatchHeader) -> Iterator[Record]:
     """The records of the batch at ``pos`` in ``buf`` (its ``header``), decompressed if need be.
 
@@ -259,27 +296,13 @@ def iter_records(buf, pos: int, header: BatchHeader) -> Iterator[Record]:
     it. Raises UndecodableRecordsError when the records do not decode.
     """
     try:
-        if header.compression:
-            data, p = decompress(header.compression, bytes(buf[pos + HEADER_SIZE:pos + header.size])), 0
-            stop = len(data)
-        else:
-            data, p, stop = buf, pos + HEADER_SIZE, pos + header.size
+        data, p, stop = records_section(buf, pos, header)
         log_append_time = header.attributes & TIMESTAMP_TYPE_BIT
-        for _ in range(header.records_count):
-            length, p = read_varint(data, p)
-            end = p + length
-            if length <= 0 or end > stop:
-                raise ValueError(f"a record of {length} bytes at {p} does not fit in the batch")
-            timestamp_delta, p = read_varint(data, p + 1)          # after the attributes
-            offset_delta, p = read_varint(data, p)
-            key_length, p = read_varint(data, p)
-            key = bytes(data[p:p + key_length]) if key_length >= 0 else None
-            value_length, p = read_varint(data, p + max(key_length, 0))
-            value = bytes(data[p:p + value_length]) if value_length >= 0 else None
+        for _, _, timestamp_delta, offset_delta, key, at, value_length in walk_records(
+                data, p, stop, header.records_count):
             yield Record(header.base_offset + offset_delta,
                          header.max_timestamp if log_append_time else header.base_timestamp + timestamp_delta,
-                         key, value)
-            p = end
-    except (IndexError, ValueError, struct.error, cramjam.DecompressionError) as exc:
+                         key, bytes(data[at:at + value_length]) if value_length >= 0 else None)
+    except DECODE_ERRORS as exc:
         raise UndecodableRecordsError(
             f"records of the batch at offset {header.base_offset} do not decode: {exc}") from None
