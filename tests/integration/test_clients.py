@@ -272,6 +272,13 @@ def test_confluent_kafka_offsets_for_times_and_max_timestamp_find_the_record_ins
     create_topic(cluster, topic)
     base = int(time.time() * 1000) - 60_000
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 1000, "compression.type": codec})
+    # The partition's leader is learned first: records produced while librdkafka still waits for
+    # metadata are moved to the partition one by one when it arrives, and flush() may send each alone.
+    deadline = time.monotonic() + 20
+    while producer.list_topics(topic, timeout=5).topics[topic].partitions.get(0) is None \
+            or producer.list_topics(topic, timeout=5).topics[topic].partitions[0].leader < 0:
+        assert time.monotonic() < deadline, f"no leader for {topic}-0 in the producer's metadata"
+        time.sleep(0.05)
     for value, ts in ((b"a", base), (b"b", base + 50_000), (b"c", base + 10)):
         producer.produce(topic, value * 100, partition=0, timestamp=ts)
     assert producer.flush(30) == 0
