@@ -110,6 +110,7 @@ def main() -> int:
         os.sync()                                       # and the kernel write the fill back, not during a run
 
         print(f"cleaner idle:  {bench(bootstrap, 'latency', args.seconds)}", flush=True)
+        os.sync()           # the busy run starts from a clean page cache too, not amid the idle run's writeback
         before = cleaner_bytes(urls)
         resource = ConfigResource("topic", "table", incremental_configs=[
             ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])

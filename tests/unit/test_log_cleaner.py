@@ -276,6 +276,9 @@ def test_the_cleaner_picks_a_dirty_log_and_keeps_its_checkpoint_in_kafkas_file(d
         now += 1
     assert lines[0].startswith("Cleaned log t-0 offsets [0, ")
     end = log.active_segment.base_offset
+    writes = cleaner.take_checkpoint_writes()           # the broker has its shell write them
+    assert [path for path, _ in writes] == [f"{root}/{CLEANER_CHECKPOINT}"] and cleaner.take_checkpoint_writes() == []
+    logs.write_checkpoints(writes)
     assert checkpoint.read_offsets(disk, f"{root}/{CLEANER_CHECKPOINT}") == {("t", 0): end}
     assert len(records(other)) == 200                       # cleanup.policy=delete: never compacted
     state = cleaner.log_state(("t", 0), log, log.log_end_offset)

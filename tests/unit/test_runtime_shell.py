@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import threading
+from types import SimpleNamespace
 
-from strandline.broker.effects import ZkRequest
+from strandline.broker.effects import WriteCheckpoint, ZkRequest
 from strandline.coordination.store import GetData, ZkError
 from strandline.runtime.server import BrokerShell, Stopper
 from strandline.runtime.zk import KazooStore
@@ -147,3 +149,64 @@ def test_a_zookeeper_call_that_raises_a_system_error_is_a_connection_loss():
         assert [r.error for r in store.execute([GetData("/controller")])] == [ZkError.CONNECTION_LOSS]
     finally:
         store.client.close()
+
+
+class SlowDisk:
+    """A disk whose atomic writes wait until released, as an fsync does on a busy disk."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.files: dict[str, bytes] = {}
+        self.order: list[tuple[str, bytes]] = []
+        self.fail = fail
+
+    def write_file_atomic(self, path: str, data: bytes) -> None:
+        self.started.set()
+        assert self.release.wait(5), "the test never released the write"
+        if self.fail:
+            raise OSError(errno.EIO, "Input/output error")
+        self.files[path] = data
+        self.order.append((path, data))
+
+
+def test_checkpoint_files_are_written_off_the_event_loop_in_order_the_newest_content_winning():
+    """A checkpoint write whose fsync blocks does not hold up the loop: timers still fire meanwhile.
+    Writes land in order; a write waiting behind another gives way to a newer one of its path; the
+    shell's close waits for every write before the clean shutdown writes its own."""
+    disk = SlowDisk()
+    core = Core()
+    core.logs = SimpleNamespace(disk=disk)
+    ticks = []
+
+    async def main():
+        stopper = Stopper(asyncio.get_running_loop())
+        shell = BrokerShell(core, None, 1 << 20, stopper)
+        shell.apply([WriteCheckpoint("/d/hw", b"1"), WriteCheckpoint("/d/rp", b"1")])
+        assert await asyncio.to_thread(disk.started.wait, 5)          # the first write is in its fsync
+        shell.apply([WriteCheckpoint("/d/rp", b"2"), WriteCheckpoint("/d/hw", b"2"), WriteCheckpoint("/d/rp", b"3")])
+        for i in range(3):                                            # the loop goes on meanwhile
+            await asyncio.sleep(0.01)
+            ticks.append(i)
+        assert disk.order == []
+        disk.release.set()
+        await shell.close()                                           # drains what was given
+        return stopper.failure
+
+    assert asyncio.run(main()) is None
+    assert ticks == [0, 1, 2]
+    assert disk.order == [("/d/hw", b"1"), ("/d/rp", b"3"), ("/d/hw", b"2")]
+
+
+def test_a_checkpoint_write_that_fails_stops_the_broker_with_one_line(caplog):
+    disk = SlowDisk(fail=True)
+    disk.release.set()
+    core = Core()
+    core.logs = SimpleNamespace(disk=disk)
+
+    async def write(shell):
+        shell.apply([WriteCheckpoint("/d/replication-offset-checkpoint", b"0\n0\n")])
+
+    failure = run_shell(core, None, write)
+    assert failure is not None and failure.startswith("writing a checkpoint file failed: OSError")
+    assert len(errors(caplog)) == 1

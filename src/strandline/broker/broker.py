@@ -28,7 +28,7 @@ from strandline.broker.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
 from strandline.broker.loggers import BrokerLoggers
 from strandline.broker.dynamic_config import DynamicConfigManager
-from strandline.broker.effects import Log
+from strandline.broker.effects import Log, WriteCheckpoint
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.outbox import Outbox
 from strandline.broker.producer_ids import ProducerIdManager
@@ -159,8 +159,10 @@ class Broker:
         return self.controlled_shutdown.begin(now_ms)
 
     def shutdown(self) -> None:
-        """Clean shutdown: checkpoint high watermarks, flush logs, write the clean-shutdown marker."""
+        """Clean shutdown: checkpoint high watermarks, flush logs, write the clean-shutdown marker.
+        The shell has written every ``WriteCheckpoint`` it was given before it calls this."""
         self.replica_manager.checkpoint_high_watermarks()
+        self.logs.write_checkpoints(self.cleaner.take_checkpoint_writes())
         self.logs.shutdown()
 
     # ------------------------------------------------------------------ events
@@ -281,16 +283,17 @@ class Broker:
         effects.extend(self.groups.tick(now_ms))
         if self.logs.started:
             effects.extend(Log("info", line) for line in self.cleaner.tick(now_ms, self._high_watermark_of))
+            effects.extend(WriteCheckpoint(*file) for file in self.cleaner.take_checkpoint_writes())
         return effects
 
     def _run_task(self, name: str, now_ms: int) -> list:
         replicas = self.replica_manager
         if name == "highwatermark-checkpoint":
-            replicas.checkpoint_high_watermarks()
+            return [WriteCheckpoint(*file) for file in replicas.high_watermark_checkpoints()]
         elif name == "recovery-point-checkpoint":
-            self.logs.checkpoint_recovery_points()
+            return [WriteCheckpoint(*file) for file in self.logs.recovery_point_checkpoints()]
         elif name == "log-start-offset-checkpoint":
-            self.logs.checkpoint_log_start_offsets()
+            return [WriteCheckpoint(*file) for file in self.logs.log_start_offset_checkpoints()]
         elif name == "log-retention":
             deleted = self.logs.cleanup(now_ms)
             if deleted:

@@ -59,6 +59,18 @@ class SetLoggerLevel:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteCheckpoint:
+    """Replace the file ``path`` by ``content`` atomically and durably (``.tmp``, fsync, rename,
+    fsync the directory), away from the event loop, as Kafka's scheduler thread writes its
+    checkpoint files: an fsync can take a second on a busy disk. Writes land in the order given; a
+    write waiting behind another gives way to a newer one of the same path. A write that fails stops
+    the broker (Kafka takes the log dir offline)."""
+
+    path: str
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSend:
     """Send a request frame (no size prefix; its correlation id is ``token``) to another broker.
 

@@ -148,10 +148,11 @@ def _log_cleaner(broker: Broker) -> list[Family]:
     """The log cleaner's work; Kafka has no meter of these, so they keep Strandline's prefix."""
     cleaner = broker.cleaner
     totals = cleaner.totals
+    read, written = cleaner.io_totals()
     return [
-        _one("strandline_log_cleaner_bytes_read", "counter", "Bytes the log cleaner read.", totals.bytes_read),
+        _one("strandline_log_cleaner_bytes_read", "counter", "Bytes the log cleaner read.", read),
         _one("strandline_log_cleaner_bytes_written", "counter", "Bytes the log cleaner wrote into cleaned segments.",
-             totals.bytes_written),
+             written),
         _one("strandline_log_cleaner_records_removed", "counter",
              "Records the log cleaner removed (superseded, or tombstones past delete.retention.ms).",
              totals.records_removed),

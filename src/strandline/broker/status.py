@@ -53,10 +53,11 @@ def status(broker: Broker) -> dict[str, Any]:
                                      for i, r in sorted(t.assignment.items())}}
               for name, t in sorted(md.topics.items())}
     cleaner = broker.cleaner
+    cleaner_read, cleaner_written = cleaner.io_totals()
     return {
         "broker_id": broker.broker_id,
         "log_cleaner": {"enabled": cleaner.enabled, "passes": cleaner.passes, "aborted": cleaner.aborted,
-                        "bytes_read": cleaner.totals.bytes_read, "bytes_written": cleaner.totals.bytes_written,
+                        "bytes_read": cleaner_read, "bytes_written": cleaner_written,
                         "records_removed": cleaner.totals.records_removed},
         "controller_id": md.controller_id,
         "is_controller": controller.is_active,

@@ -63,11 +63,16 @@ def _int(path: str, value: str, line: list[str]) -> int:
         raise ValueError(f"malformed checkpoint file {path}: bad number in {' '.join(line)!r}") from None
 
 
-def write_offsets(disk: Disk, path: str, offsets: dict[tuple[str, int], int]) -> None:
+def offsets_text(offsets: dict[tuple[str, int], int]) -> bytes:
+    """An offsets checkpoint file's content."""
     lines = [str(VERSION), str(len(offsets))]
     for (topic, partition), offset in sorted(offsets.items()):
         lines.append(f"{topic} {partition} {offset}")
-    disk.write_file_atomic(path, ("\n".join(lines) + "\n").encode())
+    return ("\n".join(lines) + "\n").encode()
+
+
+def write_offsets(disk: Disk, path: str, offsets: dict[tuple[str, int], int]) -> None:
+    disk.write_file_atomic(path, offsets_text(offsets))
 
 
 def read_offsets(disk: Disk, path: str) -> dict[tuple[str, int], int]:

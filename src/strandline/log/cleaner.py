@@ -67,6 +67,7 @@ class LogCleaner:
         self._cleaning: Cleaning | None = None
         self._key: TopicPartition | None = None
         self._started_ms = 0
+        self.checkpoint_writes: dict[str, bytes] = {}   # path -> content, for the broker to write
 
     def configure(self, enabled: bool, backoff_ms: int, io_max_bytes_per_second: float, dedupe_buffer_size: int,
                   io_buffer_load_factor: float) -> None:
@@ -87,9 +88,15 @@ class LogCleaner:
             self.checkpoints.update(checkpoint.read_offsets(self.logs.disk, path))
 
     def _write_checkpoint(self, log_dir: str) -> None:
+        """Queue the log dir's checkpoint for the broker to write (``take_checkpoint_writes``)."""
         entries = {key: offset for key, offset in self.checkpoints.items()
                    if self.logs.dir_of.get(key) == log_dir}
-        checkpoint.write_offsets(self.logs.disk, os.path.join(log_dir, CLEANER_CHECKPOINT), entries)
+        self.checkpoint_writes[os.path.join(log_dir, CLEANER_CHECKPOINT)] = checkpoint.offsets_text(entries)
+
+    def take_checkpoint_writes(self) -> list[tuple[str, bytes]]:
+        """The ``cleaner-offset-checkpoint`` files due since the last call: ``(path, content)``."""
+        writes, self.checkpoint_writes = list(self.checkpoint_writes.items()), {}
+        return writes
 
     def first_dirty_offset(self, key: TopicPartition, log: Log, *, peek: bool = False) -> int:
         """Where the log stops being clean: the checkpoint, moved back by truncations, within the
@@ -208,9 +215,19 @@ class LogCleaner:
             self._next_ms = max(self._next_ms, self._started_ms + int(read * 1000 / self.io_max_bytes_per_second))
         return []
 
+    def io_totals(self) -> tuple[int, int]:
+        """Bytes read and bytes written so far, the pass under way included."""
+        read, written = self.totals.bytes_read, self.totals.bytes_written
+        if self._cleaning is not None:
+            read += self._cleaning.stats.bytes_read
+            written += self._cleaning.stats.bytes_written
+        return read, written
+
     def _stop(self, now_ms: int, line: str) -> list[str]:
         if self._cleaning is not None:
             self._cleaning.abort()
+            self.totals.bytes_read += self._cleaning.stats.bytes_read       # read all the same
+            self.totals.bytes_written += self._cleaning.stats.bytes_written
         self.aborted += 1
         self._job = self._cleaning = self._key = None
         self._next_ms = now_ms + 1

@@ -141,21 +141,41 @@ class LogManager:
 
     # -- checkpoints -------------------------------------------------------------------------
 
+    # Each ``*_checkpoints`` method returns ``(path, content)`` per log dir: the broker has its shell
+    # write them off the event loop (``WriteCheckpoint``), as Kafka's scheduler thread does; the
+    # values only ever lag, which is safe for each file (a lower recovery point recovers more, a
+    # lower log start offset or high watermark keeps more, a lower cleaner offset cleans again).
+
+    def recovery_point_checkpoints(self) -> list[tuple[str, bytes]]:
+        return [(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT),
+                 checkpoint.offsets_text({key: log.recovery_point for key, log in self._logs_in(log_dir).items()}))
+                for log_dir in self.log_dirs]
+
+    def log_start_offset_checkpoints(self) -> list[tuple[str, bytes]]:
+        return [(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
+                 checkpoint.offsets_text({key: log.log_start_offset for key, log in self._logs_in(log_dir).items()}))
+                for log_dir in self.log_dirs]
+
+    def high_watermark_checkpoints(self, high_watermarks: dict[TopicPartition, int]) -> list[tuple[str, bytes]]:
+        """``replication-offset-checkpoint`` in each log dir, for the logs that dir holds."""
+        return [(os.path.join(log_dir, HIGH_WATERMARK_CHECKPOINT),
+                 checkpoint.offsets_text({key: hw for key, hw in high_watermarks.items()
+                                          if self.dir_of.get(key) == log_dir}))
+                for log_dir in self.log_dirs]
+
+    def write_checkpoints(self, files: list[tuple[str, bytes]]) -> None:
+        """Write checkpoint files here and now (start-up and the clean shutdown)."""
+        for path, content in files:
+            self.disk.write_file_atomic(path, content)
+
     def checkpoint_recovery_points(self) -> None:
-        for log_dir in self.log_dirs:
-            checkpoint.write_offsets(self.disk, os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT),
-                                     {key: log.recovery_point for key, log in self._logs_in(log_dir).items()})
+        self.write_checkpoints(self.recovery_point_checkpoints())
 
     def checkpoint_log_start_offsets(self) -> None:
-        for log_dir in self.log_dirs:
-            checkpoint.write_offsets(self.disk, os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
-                                     {key: log.log_start_offset for key, log in self._logs_in(log_dir).items()})
+        self.write_checkpoints(self.log_start_offset_checkpoints())
 
     def write_high_watermarks(self, high_watermarks: dict[TopicPartition, int]) -> None:
-        """``replication-offset-checkpoint`` in each log dir, for the logs that dir holds."""
-        for log_dir in self.log_dirs:
-            entries = {key: hw for key, hw in high_watermarks.items() if self.dir_of.get(key) == log_dir}
-            checkpoint.write_offsets(self.disk, os.path.join(log_dir, HIGH_WATERMARK_CHECKPOINT), entries)
+        self.write_checkpoints(self.high_watermark_checkpoints(high_watermarks))
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         result: dict[TopicPartition, int] = {}

@@ -138,8 +138,12 @@ class ReplicaManager:
             self._hw_checkpoint = self.logs.read_high_watermarks()
         return self._hw_checkpoint
 
+    def high_watermark_checkpoints(self) -> list[tuple[str, bytes]]:
+        """The ``replication-offset-checkpoint`` files' contents, by path."""
+        return self.logs.high_watermark_checkpoints({key: p.high_watermark for key, p in self.partitions.items()})
+
     def checkpoint_high_watermarks(self) -> None:
-        self.logs.write_high_watermarks({key: p.high_watermark for key, p in self.partitions.items()})
+        self.logs.write_checkpoints(self.high_watermark_checkpoints())
 
     # ------------------------------------------------------------------ the controller's requests
 

@@ -21,7 +21,8 @@ import traceback
 from typing import Any, Callable
 
 from strandline.broker.broker import Broker
-from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, SetLoggerLevel, ZkRequest
+from strandline.broker.effects import (BrokerSend, Close, Log, ReadClusterState, Send, SetLoggerLevel,
+                                       WriteCheckpoint, ZkRequest)
 from strandline.coordination.store import OpResult, ZkError
 from strandline.log.disk import FileRegion
 from strandline.runtime.channels import BrokerChannels
@@ -224,6 +225,39 @@ class Connection(FramedProtocol):
         self.shell.run(f"closing the connection from {self.peer}", closed)
 
 
+class CheckpointWriter:
+    """Writes checkpoint files (``WriteCheckpoint``) on a worker thread, one at a time and in order,
+    so that their fsyncs never hold up the event loop. A write still waiting gives way to a newer
+    one of the same path; ``drained`` waits until everything given has been written."""
+
+    def __init__(self, disk: Callable[[], Any], spawn: Callable[[str, Any], None]) -> None:
+        self.disk = disk                      # the broker's Disk, asked for when a write starts
+        self.spawn = spawn
+        self.waiting: dict[str, bytes] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.written = 0
+
+    def write(self, path: str, content: bytes) -> None:
+        self.waiting[path] = content          # a newer content takes a waiting older one's place
+        if self._idle.is_set():
+            self._idle.clear()
+            self.spawn("writing a checkpoint file", self._run())
+
+    async def _run(self) -> None:
+        try:
+            while self.waiting:
+                path = next(iter(self.waiting))
+                content = self.waiting.pop(path)
+                await asyncio.to_thread(self.disk().write_file_atomic, path, content)
+                self.written += 1
+        finally:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        await self._idle.wait()
+
+
 class BrokerShell:
     """Runs one :class:`Broker` core on an asyncio loop."""
 
@@ -245,6 +279,7 @@ class BrokerShell:
         self.server: asyncio.base_events.Server | None = None
         self.channels = BrokerChannels(self.loop, self._on_broker_response, stopper.fail)
         self.controlled_shutdown_done = asyncio.Event()
+        self.checkpoints = CheckpointWriter(lambda: broker.logs.disk, self.spawn)
 
     def protocol_factory(self) -> Connection:
         conn = Connection(self, self._next_conn)
@@ -284,6 +319,8 @@ class BrokerShell:
                 self.spawn("reading the cluster state from ZooKeeper", self._read_cluster_state(effect.token))
             elif isinstance(effect, ZkRequest):
                 self.spawn("a ZooKeeper request", self._run_zk(effect))
+            elif isinstance(effect, WriteCheckpoint):
+                self.checkpoints.write(effect.path, effect.content)
             elif isinstance(effect, SetLoggerLevel):
                 set_logger_level(effect)
             elif isinstance(effect, Log):
@@ -367,5 +404,7 @@ class BrokerShell:
             await self.server.wait_closed()
         if self._timer is not None:
             self._timer.cancel()
+        # Before the clean shutdown writes the checkpoints itself, so no older write lands after it.
+        await self.checkpoints.drained()
         for task in list(self._tasks):
             task.cancel()

@@ -30,7 +30,8 @@ from typing import Any, Callable
 from strandline.broker.broker import Broker
 from strandline.coordination.cluster_state import read_cluster_state
 from strandline.broker.config import BrokerConfig
-from strandline.broker.effects import BrokerSend, Close, Log, ReadClusterState, Send, SetLoggerLevel, ZkRequest
+from strandline.broker.effects import (BrokerSend, Close, Log, ReadClusterState, Send, SetLoggerLevel,
+                                       WriteCheckpoint, ZkRequest)
 from strandline.coordination import zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import Create, GetData, ZkError
@@ -228,6 +229,8 @@ class SimCluster:
                 self.zk_clients.read_cluster_state(node, effect.token)
             elif isinstance(effect, BrokerSend):
                 self.net.broker_send(node, effect)
+            elif isinstance(effect, WriteCheckpoint):
+                node.disk.write_file_atomic(effect.path, effect.content)   # no thread to wait for here
             elif isinstance(effect, SetLoggerLevel):
                 pass                # the simulated brokers share this process's loggers: left alone
             elif isinstance(effect, Log):
