@@ -59,3 +59,42 @@ def test_properties_file_parsing():
     assert props == {"broker.id": "3", "listeners": "PLAINTEXT://127.0.0.1:9093"}
     with pytest.raises(ConfigError, match="line 1|:1:"):
         parse_properties("garbage\n")
+
+
+def test_the_server_properties_of_kafka_pythons_test_broker_are_accepted():
+    """The file kafka-python's integration suite writes for a Kafka 2.8 broker (less its ACL
+    authorizer line): every key is a Kafka broker key, so Strandline starts from it unchanged."""
+    text = """broker.id=0
+listeners=PLAINTEXT://127.0.0.1:9092
+security.inter.broker.protocol=PLAINTEXT
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs=/tmp/data
+num.partitions=4
+default.replication.factor=1
+replica.lag.time.max.ms=1000
+replica.socket.timeout.ms=1000
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+log.cleaner.enable=false
+offsets.commit.timeout.ms=500
+offsets.topic.num.partitions=2
+group.min.session.timeout.ms=1000
+zookeeper.connect=127.0.0.1:2181/kp
+zookeeper.connection.timeout.ms=30000
+zookeeper.session.timeout.ms=500
+group.initial.rebalance.delay.ms=0
+"""
+    c = BrokerConfig.from_properties(parse_properties(text))
+    assert c["transaction.state.log.replication.factor"] == 1 and c["transaction.state.log.num.partitions"] == 50
+    assert c["security.inter.broker.protocol"] == "PLAINTEXT"
+    with pytest.raises(ConfigError, match="security.inter.broker.protocol"):
+        cfg(**{"security.inter.broker.protocol": "SSL"})
