@@ -96,23 +96,46 @@ def test_partly_kept_compressed_batches_keep_their_offsets_and_codec(disk_root):
 def test_a_batch_losing_every_record_vanishes_unless_it_ends_the_group_or_a_producer(disk_root):
     """The group's last batch and a producer's last batch stay as empty batches (Kafka's
     writeEmptyHeader), so the cleaned segment ends where the old ones ended and idempotent
-    producers are still known after a restart."""
+    producers are still known after a restart; so does the first batch of a leader epoch."""
     disk, root = disk_root
     log = open_log(disk, root, segment_bytes=1 << 20)
-    write(log, [(b"a", b"1")])                                   # 0: superseded, vanishes
-    write(log, [(b"a", b"2")], producer_id=9, producer_epoch=0, base_sequence=0)   # 1: producer 9's last
-    write(log, [(b"b", b"1")])                                   # 2: kept
-    write(log, [(b"a", b"3")])                                   # 3: kept
-    write(log, [(b"b", b"2")])                                   # 4: kept, the newest b
-    write(log, [(b"a", b"4")])                                   # 5: the last batch, kept
+    write(log, [(b"a", b"1")])                   # 0: superseded; it starts leader epoch 0: kept empty
+    write(log, [(b"a", b"2")], producer_id=9, producer_epoch=0, base_sequence=0)   # 1: producer 9's last: empty
+    write(log, [(b"b", b"1")])                   # 2: superseded, vanishes
+    write(log, [(b"a", b"3")])                   # 3: superseded, vanishes
+    write(log, [(b"b", b"2")])                   # 4: kept, the newest b
+    write(log, [(b"a", b"4")])                   # 5: kept, the newest a and the group's last batch
     log.roll()
     write(log, [(b"a", b"5"), (b"b", b"3")])                     # active: 6, 7
     clean(log, end=6)
     # the map covers [0, 6): a=5 and b=4 are newest there
     headers = [h for _, h in iter_batches(log.read(0, 1 << 20))]
     assert [(h.base_offset, h.records_count, h.producer_id) for h in headers] == [
-        (1, 0, 9), (4, 1, -1), (5, 1, -1), (6, 2, -1)]
+        (0, 0, -1), (1, 0, 9), (4, 1, -1), (5, 1, -1), (6, 2, -1)]
     assert log.segments[0].next_offset == 6
+
+
+def test_the_first_batch_of_each_leader_epoch_stays_as_an_empty_batch(disk_root):
+    """Unlike Kafka's cleaner, a batch that starts a leader epoch stays (empty) when it loses every
+    record, so that a follower fetching across the cleaned log learns each epoch's true start.
+    Without it the follower learnt a later start, answered OffsetsForLeaderEpoch with it once
+    leader, and a returning replica kept records of an older epoch, never committed, below its
+    high watermark (seeds 21, 41 and 114 of `sim explore --config compact`)."""
+    disk, root = disk_root
+    log = open_log(disk, root, segment_bytes=1 << 20)
+    for epoch, value in ((0, b"1"), (0, b"2"), (3, b"3"), (3, b"4"), (3, b"5")):    # offsets 0-4
+        log.append_as_leader(keyed_batch([(b"a", value)], timestamp_ms=T0), epoch, T0)
+    log.roll()
+    log.append_as_leader(keyed_batch([(b"b", b"1")], timestamp_ms=T0), 3, T0)            # active: 5
+    assert log.leader_epoch_cache.entries == [(0, 0), (3, 2)]
+    clean(log, end=5)
+    headers = [h for _, h in iter_batches(log.read(0, 1 << 20))]
+    assert [(h.base_offset, h.records_count, h.partition_leader_epoch) for h in headers] == [
+        (0, 0, 0), (2, 0, 3), (4, 1, 3), (5, 1, 3)]
+    follower = Log.open(disk, f"{root}/f-0", "f", 0, LogConfig(**COMPACT), needs_recovery=False, now_ms=T0)
+    follower.append_as_follower(log.read(0, 1 << 20), T0)
+    assert follower.leader_epoch_cache.entries == [(0, 0), (3, 2)]
+    assert records(follower) == [(4, b"a", b"5"), (5, b"b", b"1")]
 
 
 def test_tombstones_stay_until_cleaned_once_and_older_than_delete_retention(disk_root):

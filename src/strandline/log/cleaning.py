@@ -14,10 +14,17 @@ the active segment, nothing at or above the high watermark, nothing younger than
    - A batch that loses no record is copied as it is.
    - A batch that loses some keeps its header (base offset, last offset delta, timestamps,
      producer id, epoch and sequence) and its surviving records, re-compressed with its codec.
-   - A batch that loses every record vanishes, except for two cases. It is kept empty, as Kafka
+   - A batch that loses every record vanishes, except in three cases. It is kept empty, as Kafka
      keeps it, when it is the last batch of a producer id in the pass (so idempotent producers
-     are still deduplicated after a restart). It is also kept empty when it is the group's last
-     batch, so that the cleaned segment ends at the same offset as the segments it replaces.
+     are still deduplicated after a restart). It is kept empty when it is the group's last
+     batch, so that the cleaned segment ends at the same offset as the segments it replaces. And
+     it is kept empty when it is the first batch of a leader epoch (it starts an entry of the
+     leader epoch cache), which Kafka does not do: a follower that fetches across the cleaned
+     log learns each epoch's start from that batch's base offset, and would otherwise learn a
+     later offset (the next surviving batch). A leader answering OffsetsForLeaderEpoch from
+     such a later start lets a returning replica keep records of an older epoch that were
+     never committed, below its high watermark once it catches up (found by the explorer's
+     ``compact`` configuration).
    - A tombstone (a null value) stays while it is still the newest of its key, until its segment
      has been cleaned once and its newest timestamp is older than ``delete.retention.ms``.
 3. **Swap**, as Kafka does it. The ``.cleaned`` file is fsynced and renamed to
@@ -149,6 +156,7 @@ class Cleaning:
         self.tombstone_due_ms: int | None = None   # when a tombstone kept by this pass may go
         self._truncations = log.truncations
         self._cleaned_files: list[str] = []
+        self._epoch_starts = {start for _, start in log.leader_epoch_cache.entries}
 
     # -- the pass ----------------------------------------------------------------------------
 
@@ -245,7 +253,8 @@ class Cleaning:
                 self.stats.bytes_read += header.size
                 work += header.size + BATCH_WORK
                 keep_empty = ((segment, position) == last_batch
-                              or last_of_producer.get(header.producer_id) == header.base_offset)
+                              or last_of_producer.get(header.producer_id) == header.base_offset
+                              or header.base_offset in self._epoch_starts)
                 kept, removed = self._filter(batch, header, drop_tombstones, keep_empty, due)
                 if removed or kept is not batch:
                     changed = True

@@ -13,6 +13,12 @@
 
 At the end of a run :meth:`Invariants.final_check` compares every replica of every partition byte
 for byte and counts the acknowledged records missing from the final log (the durability audit).
+
+On a compacted topic (``compacted``) each replica's cleaner rewrites its own batches and drops
+superseded records, so committed data is compared record by record (offset, key and value), a
+record missing below the high watermark must have a newer committed record of its key, and at the
+end the replicas must agree on the newest record of every key, which must be the newest
+acknowledged one or newer.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ from dataclasses import KW_ONLY, dataclass
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData, ZkError
 from strandline.group.records import iter_records
+from strandline.protocol.records import iter_batches
+from strandline.protocol.records import iter_records as iter_batch_records
 from strandline.sim.cluster import SimCluster
-from strandline.sim.workload import Ack, History
+from strandline.sim.workload import Ack, History, key_of
 
 
 @dataclass
@@ -58,11 +66,15 @@ class Invariants:
     no_duplicates: bool
     assigned_only: bool = False
     """final_check compares only the replicas ZooKeeper assigns (not stray logs of removed ones)."""
+    compacted: bool = False
+    """The topic is compacted: committed data is compared by record, not by batch."""
 
     def __post_init__(self) -> None:
         partitions = self.partitions
         self.committed: list[dict[int, tuple[int, int]]] = [{} for _ in range(partitions)]   # base -> (next, crc)
         self.committed_end = [0] * partitions
+        self.records: list[dict[int, tuple[bytes | None, bytes | None]]] = [{} for _ in range(partitions)]  # compacted
+        self.newest: list[dict[bytes | None, int]] = [{} for _ in range(partitions)]    # key -> newest committed offset
         self.leader_of_epoch: dict[tuple[int, int], int] = {}
         self.leader_hw: dict[tuple[int, int, int], tuple[int, int]] = {}
         self.replicas: dict[tuple[int, int, int], _Replica] = {}
@@ -145,6 +157,9 @@ class Invariants:
         hw = min(partition.high_watermark, leo)
         if hw <= replica.verified:
             return
+        if self.compacted:
+            self._check_committed_records(broker_id, index, log, replica, hw)
+            return
         committed = self.committed[index]
         for header in log.iter_batch_headers(replica.verified):
             if header.base_offset >= hw:
@@ -164,6 +179,36 @@ class Invariants:
                           f"partition {index}: broker {broker_id} holds a different batch at offset "
                           f"{header.base_offset} below its high watermark {hw}")
             replica.verified = header.next_offset
+
+    def _check_committed_records(self, broker_id: int, index: int, log, replica: _Replica, hw: int) -> None:
+        """The compacted topic's records of a replica below its high watermark: each one the
+        committed record at its offset, or the first seen there."""
+        records, newest = self.records[index], self.newest[index]
+        data = log.read(replica.verified, 1 << 40, max_offset=hw)
+        for pos, header in iter_batches(data):
+            if header.base_offset >= hw:
+                break
+            for record in iter_batch_records(data, pos, header):
+                if record.offset < replica.verified:
+                    continue
+                seen = (record.key, record.value)
+                known = records.get(record.offset)
+                if known is None:
+                    records[record.offset] = seen
+                    if record.offset > newest.get(record.key, -1):
+                        newest[record.key] = record.offset
+                elif known != seen:
+                    self.fail("replicas agree below the HW",
+                              f"partition {index}: broker {broker_id} holds {seen} at offset {record.offset} below "
+                              f"its high watermark {hw}, where the committed log has {known}")
+            replica.verified = header.next_offset
+        self.committed_end[index] = max(self.committed_end[index], replica.verified)
+
+    def _superseded(self, index: int, offset: int, value: bytes) -> bool:
+        """A record absent from a compacted log below the committed end, with a newer committed
+        record of its key: cleaned away, as it should be."""
+        key = self.records[index].get(offset, (key_of(value), None))[0]
+        return offset < self.committed_end[index] and self.newest[index].get(key, -1) > offset
 
     def _check_zookeeper(self) -> None:
         [topic] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(self.topic))])
@@ -187,6 +232,17 @@ class Invariants:
 
     def on_ack(self, ack: Ack) -> None:
         if ack.acks != -1 or -1 not in self.checked_acks:
+            return
+        if self.compacted:
+            records = self.records[ack.partition]
+            for i, value in enumerate(ack.values):
+                offset = ack.base_offset + i
+                known = records.get(offset)
+                if (known is None or known[1] != value) and not (known is None and
+                                                                 self._superseded(ack.partition, offset, value)):
+                    self.fail("acks=all acknowledges committed data",
+                              f"partition {ack.partition}: {value.decode()} acknowledged at offset {offset} "
+                              f"is not in the committed log")
             return
         known = self.committed[ack.partition].get(ack.base_offset)
         if known is None or known[1] != ack.crc:
@@ -217,11 +273,14 @@ class Invariants:
                 if partition is not None:
                     copies[node.id] = self.sim.log_bytes(node.id, self.topic, index)
                     self._check_committed(node.id, node.incarnation, index, partition)
+            leader = self.sim.state(self.topic, index).leader
+            data = copies.get(leader, next(iter(copies.values()), b""))
+            if self.compacted:
+                lost += self._final_compacted(index, copies, data, history)
+                continue
             if len(set(copies.values())) > 1:
                 sizes = {b: len(d) for b, d in copies.items()}
                 self.fail("replicas converge", f"partition {index}: replicas differ after healing (bytes {sizes})")
-            leader = self.sim.state(self.topic, index).leader
-            data = copies.get(leader, next(iter(copies.values()), b""))
             final = {offset: value for offset, _, value in iter_records(data)}
             for ack in history.acked:
                 if ack.partition == index and ack.acks in self.checked_acks and \
@@ -240,4 +299,42 @@ class Invariants:
                     self.fail("idempotent producers write once", f"partition {index}: {twice[:3]} appear more than once")
         if lost:
             self.fail("acknowledged writes survive", f"{lost} acknowledged batch(es) are missing from the final log")
+        return lost
+
+    def _final_compacted(self, index: int, copies: dict[int, bytes], data: bytes, history: History) -> int:
+        """A compacted partition at the end: the replicas agree on the newest record of every key
+        (each cleans on its own, so their bytes may differ); each checked acknowledged record is
+        that newest record or older than it; each consumed record is still at its offset or was
+        superseded. Returns how many acknowledged batches are lost."""
+        def newest_of(log: bytes) -> dict:
+            newest: dict = {}
+            for offset, key, value in iter_records(log):
+                newest[key] = (offset, value)
+            return newest
+
+        views = {b: newest_of(d) for b, d in copies.items()}
+        if len({tuple(sorted(v.items(), key=lambda kv: kv[0] or b"")) for v in views.values()}) > 1:
+            counts = {b: len(v) for b, v in views.items()}
+            self.fail("replicas converge", f"partition {index}: replicas disagree on the newest record of some key "
+                                           f"after healing (keys per replica {counts})")
+        newest = newest_of(data)
+        final = {offset: value for offset, _, value in iter_records(data)}
+        records = self.records[index]
+
+        def kept(offset: int, value: bytes) -> bool:
+            key = records.get(offset, (key_of(value), None))[0]
+            found = newest.get(key)
+            return final.get(offset) == value or (offset not in final and found is not None and found[0] > offset)
+
+        lost = 0
+        for ack in history.acked:
+            if ack.partition == index and ack.acks in self.checked_acks and \
+                    not all(kept(ack.base_offset + i, v) for i, v in enumerate(ack.values)):
+                lost += 1
+        for offset, value in history.consumed.get(index, {}).items():
+            if not kept(offset, value):
+                self.fail("consumed records survive", f"partition {index} offset {offset}: a consumer read "
+                                                      f"{value.decode()}, which the final log neither holds nor "
+                                                      f"supersedes")
+                break
         return lost

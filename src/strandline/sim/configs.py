@@ -8,7 +8,7 @@ command line names them without loading the simulator.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,12 @@ class ExploreConfig:
     must_lose: bool
     power_loss: str = "never"
     """"never", "always", or "random": power loss is injected only where the run flushes on ack."""
+    topic: dict[str, str] = field(default_factory=dict)
+    """The topic's configs."""
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.topic.get("cleanup.policy", "")
 
 
 CONFIGS = {
@@ -31,4 +37,11 @@ CONFIGS = {
                              frozenset({-1}), True, "never"),
     "legacy": ExploreConfig("legacy", {"min.insync.replicas": "2", "replication.truncation": "high-watermark"},
                             frozenset({-1}), True, "never"),
+    # SAFE-1 on a compacted topic: every replica's cleaner rewrites its log under the faults, small
+    # segments roll often; what must survive is the newest acknowledged value of each key
+    "compact": ExploreConfig("compact", {"min.insync.replicas": "2", "unclean.leader.election.enable": "false",
+                                         "replication.truncation": "leader-epoch", "log.cleaner.backoff.ms": "200"},
+                             frozenset({-1}), False, "random",
+                             {"cleanup.policy": "compact", "segment.bytes": "1024",
+                              "min.cleanable.dirty.ratio": "0.01"}),
 }

@@ -13,7 +13,9 @@ stop every replica must be identical and every acknowledged record there.
 
 Configurations (:data:`CONFIGS`): ``safe`` is SPEC SAFE-1 (acks=all, min.insync.replicas=2, no
 unclean election, leader-epoch truncation) and must never lose an acknowledged write; ``acks1``,
-``unclean`` and ``legacy`` are the loss cases LOSS-1/LOSS-3, LOSS-2 and EPO-4 and must lose some.
+``unclean`` and ``legacy`` are the loss cases LOSS-1/LOSS-3, LOSS-2 and EPO-4 and must lose some;
+``compact`` is SAFE-1 on a compacted topic, whose replicas' log cleaners rewrite segments throughout
+(the newest acknowledged value of each key must survive).
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ class Explorer:
         self.sim.on_log = self._on_log
         self.history = History()
         self.invariants = Invariants(self.sim, TOPIC, partitions, checked_acks=config.checked_acks,
-                                     no_duplicates=config.name == "safe")
+                                     no_duplicates=config.name == "safe", compacted=config.compacted)
         if reassign:
             # the final check compares the assigned replicas only: a broker that was down when a
             # move took its replica away keeps a stray log, as in Kafka
@@ -151,8 +153,9 @@ class Explorer:
 
     def _setup(self) -> None:
         sim = self.sim
+        configs = [{"name": k, "value": v} for k, v in self.config.topic.items()]
         body = {"topics": [{"name": TOPIC, "num_partitions": self.partitions, "replication_factor": self.replication_factor,
-                            "assignments": [], "configs": []}], "timeout": 1000, "validate_only": False}
+                            "assignments": [], "configs": configs}], "timeout": 1000, "validate_only": False}
         resp = sim.call(sim.controller_id, ApiKey.CREATE_TOPICS, 5, body, "admin")
         assert resp.topics[0].error_code == ErrorCode.none, resp
         sim.advance(100)
@@ -163,7 +166,7 @@ class Explorer:
         for n, (acks, idempotent) in enumerate(specs, 1):
             name = f"{'i' if idempotent else 'p'}{n}{'a' if acks == -1 else '1'}"
             producer = Producer(sim, self.history, name, TOPIC, self.partitions, random.Random(self.rng.random()),
-                                acks=acks, idempotent=idempotent)
+                                acks=acks, idempotent=idempotent, keyed=self.config.compacted)
             self.producers.append(producer)
         self.consumers.append(Consumer(sim, self.history, "c1", TOPIC, self.partitions,
                                        random.Random(self.rng.random()),

@@ -6,7 +6,8 @@ idempotent or not), and on a retriable error or a lost connection refreshes its 
 sends the same batch again until its delivery timeout; an idempotent producer keeps the batch's
 sequence number, so the leader can drop a duplicate. A :class:`Consumer` reads every partition
 from the leader below the high watermark. Every record value is unique, so the checker can tell
-where each acknowledged or consumed record went.
+where each acknowledged or consumed record went. For a compacted topic, a producer gives each
+record one of :data:`KEYS` keys, derived from its value (:func:`key_of`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ REQUEST_TIMEOUT_MS = 5000
 DELIVERY_TIMEOUT_MS = 20000
 RETRY_BACKOFF_MS = 100
 PRODUCE_ACK_TIMEOUT_MS = 3000
+KEYS = 8
+
+
+def key_of(value: bytes) -> bytes:
+    """The key a keyed producer gives the record ``value`` (``<producer>:<counter>``)."""
+    return b"k%d" % (int(value.rsplit(b":", 1)[1]) % KEYS)
 _RESET_PRODUCER = {ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id,
                    ErrorCode.invalid_producer_epoch}
 _RETRIABLE = {ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition,
@@ -132,9 +139,10 @@ class _Client:
 class Producer(_Client):
     def __init__(self, sim: SimCluster, history: History, name: str, topic: str, partitions: int,
                  rng: random.Random, *, acks: int, idempotent: bool, think_ms: tuple[int, int] = (10, 120),
-                 records_per_batch: tuple[int, int] = (1, 3)) -> None:
+                 records_per_batch: tuple[int, int] = (1, 3), keyed: bool = False) -> None:
         super().__init__(sim, name, topic, partitions, rng)
         self.history = history
+        self.keyed = keyed
         self.acks = acks
         self.idempotent = idempotent
         self.think_ms = think_ms
@@ -194,7 +202,7 @@ class Producer(_Client):
             self.counter += 1
             values.append(f"{self.name}:{self.counter}".encode())
         sequence = self.sequences.get(partition, 0) if self.idempotent else -1
-        data = bytes(build_batch([(b"", v) for v in values], self.sim.now, self.producer_id if self.idempotent else -1,
+        data = bytes(build_batch([(key_of(v) if self.keyed else b"", v) for v in values], self.sim.now, self.producer_id if self.idempotent else -1,
                                  self.producer_epoch if self.idempotent else -1, sequence))
         self.history.sent += 1
         return partition, data, tuple(values), self.sim.now
