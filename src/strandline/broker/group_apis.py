@@ -85,8 +85,10 @@ class GroupApis:
             answer = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none,
                       "error_message": None}
             if key_type != 0:
-                answer["error_code"], answer["error_message"] = ErrorCode.invalid_request, \
-                    "transactions are not served by this broker"
+                # no transaction coordinator yet: the error clients treat as fatal at once (as for a
+                # transactional Produce or InitProducerId), not a retriable one they wait out
+                answer["error_code"], answer["error_message"] = ErrorCode.transactional_id_authorization_failed, \
+                    "transactions are not supported by this broker"
             elif topic is None:
                 answer["error_code"] = ErrorCode.coordinator_not_available
             else:
