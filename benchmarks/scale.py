@@ -160,8 +160,9 @@ def main() -> int:
     if args.no_sessions:
         overrides.append("max.incremental.fetch.session.cache.slots=0")
     tmp = tempfile.mkdtemp(prefix="strandline-bench-scale-")
+    # no web console: its polling of every broker's /status is an observer's cost, not the brokers' own
     proc, bootstrap = pc.start_cluster(tmp, args.base_port, args.zookeeper_port, False, brokers=3,
-                                       overrides=tuple(overrides))
+                                       overrides=tuple(overrides), console=False)
     ports = {i + 1: args.base_port + i for i in range(3)}
     print(f"strandline up --brokers 3 in {tmp}; open-file limit {os.sysconf('SC_OPEN_MAX')}; "
           f"{args.partitions} partitions RF=3", flush=True)
