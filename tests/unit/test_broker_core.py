@@ -310,3 +310,37 @@ def test_cli_1_metadata_names_the_leader_and_cli_2_a_follower_refuses_clients(h)
     assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
     fetched = h.call(1, 11, h.fetch_body("routed", 0)).responses[0].partitions[0]
     assert fetched.error_code == ErrorCode.not_leader_or_follower
+
+
+def test_the_high_watermark_checkpoint_is_not_written_before_a_partition_has_read_it():
+    """A broker restarted after a SIGKILL can wait a whole ZooKeeper session before it registers
+    and learns its partitions; meanwhile the 5 s checkpoint task wrote an empty
+    replication-offset-checkpoint, erasing every high watermark before anything had read it. It
+    starts once a partition has been opened (Kafka: at the first LeaderAndIsr)."""
+    from strandline.broker.effects import WriteCheckpoint
+    from strandline.log import checkpoint
+
+    disk = MemoryDisk()
+    config = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "zk:2181",
+                                           "log.dirs": "/data/logs"})
+    now = 1_700_000_000_000
+    disk.makedirs("/data/logs")
+    checkpoint.write_offsets(disk, "/data/logs/replication-offset-checkpoint", {("t", 0): 42})
+    logs = LogManager(disk, ["/data/logs"], config.log_config())
+    logs.startup(now)
+    broker = Broker(config, logs, rng=random.Random(1), now_ms=now)
+
+    def hw_writes(at_ms):
+        return [e for e in broker.tick(at_ms) if isinstance(e, WriteCheckpoint)
+                and e.path.endswith("replication-offset-checkpoint")]
+
+    assert hw_writes(now + 5_000) == [] and hw_writes(now + 10_000) == []
+    h = Harness()
+    h.create("t")
+    writes = []
+    for _ in range(3):
+        h.now += 5_000
+        writes += [e for e in h.broker.tick(h.now) if isinstance(e, WriteCheckpoint)
+                   and e.path.endswith("replication-offset-checkpoint")]
+    assert writes
+    assert writes[-1].content.startswith(b"0\n1\nt 0 ")

@@ -216,7 +216,8 @@ BROKER_KEYS: dict[str, Key] = _keys(
     Key("group.max.session.timeout.ms", "int", 1800000, lo=0),
     Key("group.max.size", "int", 2147483647, lo=1),
     Key("transactional.id.expiration.ms", "int", 604800000, lo=1),
-    # the transaction coordinator's keys, Kafka's defaults (its __transaction_state topic)
+    # the transaction coordinator's keys, with Kafka's defaults: accepted so that a Kafka
+    # server.properties starts unchanged; Strandline has no transaction coordinator yet
     Key("transaction.state.log.num.partitions", "int", 50, lo=1),
     Key("transaction.state.log.replication.factor", "int", 3, lo=1),
     Key("transaction.state.log.min.isr", "int", 2, lo=1),

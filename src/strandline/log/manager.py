@@ -142,9 +142,8 @@ class LogManager:
     # -- checkpoints -------------------------------------------------------------------------
 
     # Each ``*_checkpoints`` method returns ``(path, content)`` per log dir: the broker has its shell
-    # write them off the event loop (``WriteCheckpoint``), as Kafka's scheduler thread does; the
-    # values only ever lag, which is safe for each file (a lower recovery point recovers more, a
-    # lower log start offset or high watermark keeps more, a lower cleaner offset cleans again).
+    # write them off the event loop (``WriteCheckpoint``), as Kafka's scheduler thread does. A file
+    # holds the values of its last write, up to one interval old, as with Kafka's.
 
     def recovery_point_checkpoints(self) -> list[tuple[str, bytes]]:
         return [(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT),

@@ -139,7 +139,12 @@ class ReplicaManager:
         return self._hw_checkpoint
 
     def high_watermark_checkpoints(self) -> list[tuple[str, bytes]]:
-        """The ``replication-offset-checkpoint`` files' contents, by path."""
+        """The ``replication-offset-checkpoint`` files' contents, by path; none until a partition
+        has been opened (which reads the files): written before that, they would erase the high
+        watermarks the partitions are about to read. Kafka likewise starts checkpointing them at
+        the first LeaderAndIsr."""
+        if self._hw_checkpoint is None:
+            return []
         return self.logs.high_watermark_checkpoints({key: p.high_watermark for key, p in self.partitions.items()})
 
     def checkpoint_high_watermarks(self) -> None:

@@ -280,6 +280,7 @@ class BrokerShell:
         self.channels = BrokerChannels(self.loop, self._on_broker_response, stopper.fail)
         self.controlled_shutdown_done = asyncio.Event()
         self.checkpoints = CheckpointWriter(lambda: broker.logs.disk, self.spawn)
+        self.closing = False                  # close() began: the core gets no more events or ticks
 
     def protocol_factory(self) -> Connection:
         conn = Connection(self, self._next_conn)
@@ -293,8 +294,8 @@ class BrokerShell:
 
     def run(self, what: str, event: Callable[[], list]) -> None:
         """Hand one event to the core (``event()`` returns its effects) and carry them out; any
-        exception stops the broker. Once it is stopping, events are dropped."""
-        if self.stopper.failure is not None:
+        exception stops the broker. Once it is stopping or closing, events are dropped."""
+        if self.stopper.failure is not None or self.closing:
             return
         try:
             self.apply(event())
@@ -377,6 +378,8 @@ class BrokerShell:
         self.run("handling another broker's answer", lambda: self.broker.on_broker_response(token, frame, now_ms()))
 
     def reschedule(self) -> None:
+        if self.closing:
+            return
         deadline = self.broker.next_deadline_ms()
         if deadline == self._timer_at:
             return
@@ -394,6 +397,7 @@ class BrokerShell:
         self.run("the broker's timers", lambda: self.broker.tick(now_ms()))
 
     async def close(self) -> None:
+        self.closing = True
         self.channels.close()
         if self.server is not None:
             self.server.close()

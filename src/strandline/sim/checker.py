@@ -24,6 +24,7 @@ acknowledged one or newer.
 from __future__ import annotations
 
 from collections import Counter
+from bisect import bisect_left, insort
 from dataclasses import KW_ONLY, dataclass
 
 from strandline.coordination import znodes
@@ -75,6 +76,7 @@ class Invariants:
         self.committed_end = [0] * partitions
         self.records: list[dict[int, tuple[bytes | None, bytes | None]]] = [{} for _ in range(partitions)]  # compacted
         self.newest: list[dict[bytes | None, int]] = [{} for _ in range(partitions)]    # key -> newest committed offset
+        self.record_offsets: list[list[int]] = [[] for _ in range(partitions)]           # of ``records``, sorted
         self.leader_of_epoch: dict[tuple[int, int], int] = {}
         self.leader_hw: dict[tuple[int, int, int], tuple[int, int]] = {}
         self.replicas: dict[tuple[int, int, int], _Replica] = {}
@@ -183,18 +185,22 @@ class Invariants:
     def _check_committed_records(self, broker_id: int, index: int, log, replica: _Replica, hw: int) -> None:
         """The compacted topic's records of a replica below its high watermark: each one the
         committed record at its offset, or the first seen there."""
-        records, newest = self.records[index], self.newest[index]
-        data = log.read(replica.verified, 1 << 40, max_offset=hw)
+        records, newest, offsets = self.records[index], self.newest[index], self.record_offsets[index]
+        start = replica.verified
+        held: set[int] = set()
+        data = log.read(start, 1 << 40, max_offset=hw)
         for pos, header in iter_batches(data):
             if header.base_offset >= hw:
                 break
             for record in iter_batch_records(data, pos, header):
-                if record.offset < replica.verified:
+                if record.offset < start:
                     continue
+                held.add(record.offset)
                 seen = (record.key, record.value)
                 known = records.get(record.offset)
                 if known is None:
                     records[record.offset] = seen
+                    insort(offsets, record.offset)
                     if record.offset > newest.get(record.key, -1):
                         newest[record.key] = record.offset
                 elif known != seen:
@@ -202,6 +208,15 @@ class Invariants:
                               f"partition {index}: broker {broker_id} holds {seen} at offset {record.offset} below "
                               f"its high watermark {hw}, where the committed log has {known}")
             replica.verified = header.next_offset
+        # a committed record this replica lacks must have been cleaned away: a newer one of its key exists
+        for offset in offsets[bisect_left(offsets, start):bisect_left(offsets, replica.verified)]:
+            if offset not in held:
+                key = records[offset][0]
+                if newest.get(key, -1) <= offset:
+                    self.fail("replicas agree below the HW",
+                              f"partition {index}: broker {broker_id} lacks the committed record {records[offset]} "
+                              f"at offset {offset} below its high watermark {hw}, and no newer record of its key "
+                              f"is committed")
         self.committed_end[index] = max(self.committed_end[index], replica.verified)
 
     def _superseded(self, index: int, offset: int, value: bytes) -> bool:

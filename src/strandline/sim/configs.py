@@ -8,7 +8,7 @@ command line names them without loading the simulator.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -20,12 +20,12 @@ class ExploreConfig:
     must_lose: bool
     power_loss: str = "never"
     """"never", "always", or "random": power loss is injected only where the run flushes on ack."""
-    topic: dict[str, str] = field(default_factory=dict)
+    topic: tuple[tuple[str, str], ...] = ()
     """The topic's configs."""
 
     @property
     def compacted(self) -> bool:
-        return "compact" in self.topic.get("cleanup.policy", "")
+        return "compact" in dict(self.topic).get("cleanup.policy", "")
 
 
 CONFIGS = {
@@ -42,6 +42,6 @@ CONFIGS = {
     "compact": ExploreConfig("compact", {"min.insync.replicas": "2", "unclean.leader.election.enable": "false",
                                          "replication.truncation": "leader-epoch", "log.cleaner.backoff.ms": "200"},
                              frozenset({-1}), False, "random",
-                             {"cleanup.policy": "compact", "segment.bytes": "1024",
-                              "min.cleanable.dirty.ratio": "0.01"}),
+                             (("cleanup.policy", "compact"), ("segment.bytes", "1024"),
+                              ("min.cleanable.dirty.ratio", "0.01"))),
 }

@@ -153,7 +153,7 @@ class Explorer:
 
     def _setup(self) -> None:
         sim = self.sim
-        configs = [{"name": k, "value": v} for k, v in self.config.topic.items()]
+        configs = [{"name": k, "value": v} for k, v in self.config.topic]
         body = {"topics": [{"name": TOPIC, "num_partitions": self.partitions, "replication_factor": self.replication_factor,
                             "assignments": [], "configs": configs}], "timeout": 1000, "validate_only": False}
         resp = sim.call(sim.controller_id, ApiKey.CREATE_TOPICS, 5, body, "admin")

@@ -7,7 +7,9 @@ sends the same batch again until its delivery timeout; an idempotent producer ke
 sequence number, so the leader can drop a duplicate. A :class:`Consumer` reads every partition
 from the leader below the high watermark. Every record value is unique, so the checker can tell
 where each acknowledged or consumed record went. For a compacted topic, a producer gives each
-record one of :data:`KEYS` keys, derived from its value (:func:`key_of`).
+record a key derived from its value (:func:`key_of`): every other record one of :data:`KEYS` keys
+that are written over and over, the others a key of their own, never superseded, which every
+replica must therefore keep.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ KEYS = 8
 
 def key_of(value: bytes) -> bytes:
     """The key a keyed producer gives the record ``value`` (``<producer>:<counter>``)."""
-    return b"k%d" % (int(value.rsplit(b":", 1)[1]) % KEYS)
+    counter = int(value.rsplit(b":", 1)[1])
+    return b"u" + value if counter % 2 else b"k%d" % (counter // 2 % KEYS)
 _RESET_PRODUCER = {ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id,
                    ErrorCode.invalid_producer_epoch}
 _RETRIABLE = {ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition,
