@@ -36,7 +36,7 @@ from strandline.log.log import Log
 from strandline.log.manager import LogManager, TopicPartition
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-SLICE_WORK = 32 * 1024          # work per slice of a pass (see log.cleaning.YIELD_WORK): about a millisecond
+SLICE_WORK = 32 * 1024          # work per slice of a pass (see log.cleaning.YIELD_WORK): about 0.16 ms
 #: A busy cleaner takes about this share of the event loop (and of a core): after each slice it
 #: pauses for what the slice's work cost (estimated at ``WORK_PER_MS``) times ``1 / DUTY - 1``.
 #: The replicas of a topic that turns compacted all clean at once, and brokers often share machines.

@@ -55,10 +55,11 @@ if TYPE_CHECKING:
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 READ_CHUNK = 1 << 20                 # bytes read from a segment at a time
-#: the work a pass does between two yields, counted as the bytes it reads plus BATCH_WORK per batch
-#: (decoding a batch costs about as much as reading half a KiB): about a millisecond
+#: the work a pass does between two yields, counted as the bytes it reads plus BATCH_WORK per batch:
+#: a batch costs about as much as 1.25 KiB of reading (benchmarks/offsets_load.py: 6.5 us per batch
+#: of one small offset commit; with 512 the estimate was half the real cost)
 YIELD_WORK = 32 * 1024
-BATCH_WORK = 512
+BATCH_WORK = 1280
 
 
 class CleaningAborted(Exception):
