@@ -182,7 +182,7 @@ def test_ckp_2_clean_shutdown_skips_recovery_and_keeps_everything(tmp_path):
     for p in range(4):
         fill(manager.get_or_create_log("topic-x", p, LogConfig(segment_bytes=4096), 0), 25)
     assert {manager.dir_of[("topic-x", p)] for p in range(4)} == set(dirs)
-    manager.write_high_watermarks({("topic-x", p): 25 for p in range(4)})
+    manager.write_checkpoints(manager.high_watermark_checkpoints({("topic-x", p): 25 for p in range(4)}))
     manager.shutdown()
     assert (tmp_path / "a" / ".kafka_cleanshutdown").exists()
     again = LogManager(disk, dirs, LogConfig(segment_bytes=4096))

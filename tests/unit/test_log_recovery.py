@@ -218,7 +218,7 @@ def manager_cycle(disk, dirs):
     assert sorted(manager.dir_of.values()) == sorted([dirs[0]] * 3 + [dirs[1]] * 2)
     assert manager.get_or_create_log("my-topic", 0) is manager.get_log("my-topic", 0)
     hws = {key: log.log_end_offset - 1 for key, log in manager.logs.items()}
-    manager.write_high_watermarks(hws)
+    manager.write_checkpoints(manager.high_watermark_checkpoints(hws))
     for d in dirs:
         in_dir = {k for k, v in manager.dir_of.items() if v == d}
         assert set(checkpoint.read_offsets(disk, f"{d}/replication-offset-checkpoint")) == in_dir

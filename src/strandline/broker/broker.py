@@ -283,17 +283,17 @@ class Broker:
         effects.extend(self.groups.tick(now_ms))
         if self.logs.started:
             effects.extend(Log("info", line) for line in self.cleaner.tick(now_ms, self._high_watermark_of))
-            effects.extend(WriteCheckpoint(*file) for file in self.cleaner.take_checkpoint_writes())
+            effects.extend(_written(self.cleaner.take_checkpoint_writes()))
         return effects
 
     def _run_task(self, name: str, now_ms: int) -> list:
         replicas = self.replica_manager
         if name == "highwatermark-checkpoint":
-            return [WriteCheckpoint(*file) for file in replicas.high_watermark_checkpoints()]
+            return _written(replicas.high_watermark_checkpoints())
         elif name == "recovery-point-checkpoint":
-            return [WriteCheckpoint(*file) for file in self.logs.recovery_point_checkpoints()]
+            return _written(self.logs.recovery_point_checkpoints())
         elif name == "log-start-offset-checkpoint":
-            return [WriteCheckpoint(*file) for file in self.logs.log_start_offset_checkpoints()]
+            return _written(self.logs.log_start_offset_checkpoints())
         elif name == "log-retention":
             deleted = self.logs.cleanup(now_ms)
             if deleted:
@@ -310,3 +310,8 @@ class Broker:
         elif name == "offsets-retention":
             return self.groups.expire_offsets(now_ms)
         return []
+
+
+def _written(files: list[tuple[str, bytes]]) -> list:
+    """The shell writes these checkpoint files ``(path, content)`` off the event loop."""
+    return [WriteCheckpoint(path, content) for path, content in files]

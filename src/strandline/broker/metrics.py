@@ -162,7 +162,7 @@ def _log_cleaner(broker: Broker) -> list[Family]:
 
 def _purgatories(broker: Broker) -> list[Family]:
     rm = broker.replica_manager
-    sizes = {"Produce": rm.produce_purgatory, "Fetch": rm.fetch_purgatory, "DeleteRecords": rm.log_admin.purgatory}
+    sizes = {"Produce": rm.writes.purgatory, "Fetch": rm.fetch_purgatory, "DeleteRecords": rm.log_admin.purgatory}
     return [Family("kafka_server_delayedoperationpurgatory_purgatorysize", "gauge",
                    "Requests waiting in a purgatory (acks=all, long-poll fetches, DeleteRecords).",
                    [({"delayedoperation": name}, len(p)) for name, p in sizes.items()])]

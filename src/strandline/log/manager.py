@@ -173,9 +173,6 @@ class LogManager:
     def checkpoint_log_start_offsets(self) -> None:
         self.write_checkpoints(self.log_start_offset_checkpoints())
 
-    def write_high_watermarks(self, high_watermarks: dict[TopicPartition, int]) -> None:
-        self.write_checkpoints(self.high_watermark_checkpoints(high_watermarks))
-
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         result: dict[TopicPartition, int] = {}
         for log_dir in self.log_dirs:

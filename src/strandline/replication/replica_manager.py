@@ -50,7 +50,6 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetch_purgatory = Purgatory()
         self.writes = LeaderWrites(config, metadata, self.partitions, self.fetch_purgatory)
-        self.produce_purgatory = self.writes.purgatory
         self.leader_quota = ReplicationQuota(lambda: config["leader.replication.throttled.rate"])
         self.controller_epoch = 0          # the newest controller epoch this broker has heard from
         self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
@@ -287,7 +286,7 @@ class ReplicaManager:
                         changed.append((name, index))
                 errors.append({"topic_name": name, "partition_index": index, "error_code": code})
         if changed:
-            effects.extend(self.produce_purgatory.check_keys(changed, now_ms))
+            effects.extend(self.writes.purgatory.check_keys(changed, now_ms))
             effects.extend(self.fetch_purgatory.check_keys(changed, now_ms))
         effects.extend(self.fetcher_manager.maybe_send_fetches(now_ms))
         return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
@@ -371,11 +370,9 @@ class ReplicaManager:
                 self.logs.delete_log(*key)
                 effects.append(Log("info", f"Deleted log of {key[0]}-{key[1]}"))
             errors.append({"topic_name": key[0], "partition_index": key[1], "error_code": ErrorCode.none})
-        effects.extend(self.produce_purgatory.check_keys(keys, now_ms))
+        effects.extend(self.writes.purgatory.check_keys(keys, now_ms))
         effects.extend(self.fetch_purgatory.check_keys(keys, now_ms))
         return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
-
-    # ------------------------------------------------------------------ appends
 
     # ------------------------------------------------------------------ reads
 
@@ -530,7 +527,7 @@ class ReplicaManager:
         if not keys:
             return []
         self.state_changes += 1     # (a fetch parked after reading the old HW is not watching yet)
-        return self.produce_purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
+        return self.writes.purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
 
     # ------------------------------------------------------------------ time and connections
 
@@ -544,17 +541,17 @@ class ReplicaManager:
         return self.fetcher_manager.maybe_send_fetches(now_ms)
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.produce_purgatory.next_deadline(),
+        deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.writes.purgatory.next_deadline(),
                                  self.fetch_purgatory.next_deadline(), self.log_admin.next_deadline())
                      if d is not None]
         return min(deadlines) if deadlines else None
 
     def expire_delayed(self, now_ms: int) -> list:
-        return (self.produce_purgatory.expire(now_ms) + self.fetch_purgatory.expire(now_ms)
+        return (self.writes.purgatory.expire(now_ms) + self.fetch_purgatory.expire(now_ms)
                 + self.log_admin.expire(now_ms))
 
     def connection_closed(self, conn_id: int) -> None:
-        self.produce_purgatory.cancel_connection(conn_id)
+        self.writes.purgatory.cancel_connection(conn_id)
         self.fetch_purgatory.cancel_connection(conn_id)
         self.log_admin.connection_closed(conn_id)
 

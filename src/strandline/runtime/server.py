@@ -236,7 +236,6 @@ class CheckpointWriter:
         self.waiting: dict[str, bytes] = {}
         self._idle = asyncio.Event()
         self._idle.set()
-        self.written = 0
 
     def write(self, path: str, content: bytes) -> None:
         self.waiting[path] = content          # a newer content takes a waiting older one's place
@@ -250,7 +249,6 @@ class CheckpointWriter:
                 path = next(iter(self.waiting))
                 content = self.waiting.pop(path)
                 await asyncio.to_thread(self.disk().write_file_atomic, path, content)
-                self.written += 1
         finally:
             self._idle.set()
 

@@ -222,8 +222,11 @@ class Invariants:
     def _superseded(self, index: int, offset: int, value: bytes) -> bool:
         """A record absent from a compacted log below the committed end, with a newer committed
         record of its key: cleaned away, as it should be."""
-        key = self.records[index].get(offset, (key_of(value), None))[0]
-        return offset < self.committed_end[index] and self.newest[index].get(key, -1) > offset
+        return offset < self.committed_end[index] and self.newest[index].get(self._key(index, offset, value), -1) > offset
+
+    def _key(self, index: int, offset: int, value: bytes) -> bytes | None:
+        """The key of a record: as the log held it, or as the producer derived it."""
+        return self.records[index].get(offset, (key_of(value), None))[0]
 
     def _check_zookeeper(self) -> None:
         [topic] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(self.topic))])
@@ -334,11 +337,9 @@ class Invariants:
                                            f"after healing (keys per replica {counts})")
         newest = newest_of(data)
         final = {offset: value for offset, _, value in iter_records(data)}
-        records = self.records[index]
 
         def kept(offset: int, value: bytes) -> bool:
-            key = records.get(offset, (key_of(value), None))[0]
-            found = newest.get(key)
+            found = newest.get(self._key(index, offset, value))
             return final.get(offset) == value or (offset not in final and found is not None and found[0] > offset)
 
         lost = 0
