@@ -13,19 +13,26 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.effects import Send
 from strandline.broker.wire import response
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.offsets_topic import INTERNAL_TOPICS
 from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.security.acl import AclOperation, ResourceType
 
 
 class AdminApis:
-    def __init__(self, config: Any, metadata: MetadataCache, controller: Controller) -> None:
+    def __init__(self, config: Any, metadata: MetadataCache, controller: Controller,
+                 authorizer: AclAuthorizer) -> None:
         self.config = config
         self.metadata = metadata
         self.controller = controller
+        self.authorizer = authorizer
+
+    def _topic_allowed(self, conn_id: int, op: AclOperation, name: str) -> bool:
+        return self.authorizer.allows(conn_id, op, ResourceType.TOPIC, name)
 
     def handlers(self) -> dict[int, Callable]:
         return {ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
@@ -49,6 +56,7 @@ class AdminApis:
             return response(conn_id, header, {"throttle_time": 0, "topics": [results[n] for n in order]})
 
         not_controller = not self.controller.is_active
+        may_create_any = self.authorizer.allows_cluster(conn_id, AclOperation.CREATE)
         for spec in request.topics:
             name = spec.name
             order.append(name)
@@ -61,6 +69,10 @@ class AdminApis:
             seen.add(name)
             if not_controller:
                 result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
+                continue
+            if not may_create_any and not self._topic_allowed(conn_id, AclOperation.CREATE, name):
+                result["error_code"], result["error_message"] = ErrorCode.topic_authorization_failed, \
+                    "Authorization failed."
                 continue
             plan = self.controller.plan_topic(name, spec.num_partitions, spec.replication_factor,
                                               {a.partition_index: tuple(a.broker_ids) for a in spec.assignments},
@@ -96,6 +108,9 @@ class AdminApis:
             result = results[name]
             if not self.controller.is_active:
                 result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
+                continue
+            if not self._topic_allowed(conn_id, AclOperation.DELETE, name):
+                result["error_code"] = ErrorCode.topic_authorization_failed
                 continue
             topic_id = self.controller.topic_id(name)
             if topic_id is None:
@@ -133,6 +148,10 @@ class AdminApis:
             if not self.controller.is_active:
                 result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
                 continue
+            if not self._topic_allowed(conn_id, AclOperation.ALTER, name):
+                result["error_code"], result["error_message"] = ErrorCode.topic_authorization_failed, \
+                    "The topic authorization is failed."
+                continue
             manual = None if spec.assignments is None else [tuple(a.broker_ids) for a in spec.assignments]
             starts.append((name, lambda done, spec=spec, manual=manual: self.controller.add_partitions(
                 spec.name, spec.count, manual, bool(request.validate_only), done, now_ms)))
@@ -158,11 +177,16 @@ class AdminApis:
 
         if not self.controller.is_active:
             return respond({}, now_ms, ErrorCode.not_controller, self._not_controller())
+        if not self.authorizer.allows_cluster(conn_id, AclOperation.ALTER):
+            return respond({}, now_ms, ErrorCode.cluster_authorization_failed, None)
         return self.controller.alter_reassignments(wanted, now_ms, respond)
 
     def _list_reassignments(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         wanted = None if request.topics is None else \
             [(t.name, i) for t in request.topics for i in t.partition_indexes]
+        if not self.authorizer.allows_cluster(conn_id, AclOperation.DESCRIBE):
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                                               "error_message": None, "topics": []})]
         ongoing = self.controller.list_reassignments(wanted) if self.controller.is_active else None
         if ongoing is None:
             return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.not_controller,
@@ -191,6 +215,9 @@ class AdminApis:
                 "throttle_time": 0, "error_code": error,
                 "replica_election_results": [{"topic": n, "partition_result": p} for n, p in by_topic.items()]})]
 
+        if not self.authorizer.allows_cluster(conn_id, AclOperation.ALTER):
+            return respond({k: (ErrorCode.cluster_authorization_failed, None) for k in wanted or []},
+                           ErrorCode.cluster_authorization_failed)
         if not self.controller.is_active:
             return respond({k: (ErrorCode.not_controller, None) for k in wanted or []}, ErrorCode.not_controller)
         if election_type == 1:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.admin_apis import AdminApis
+from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.config_apis import ConfigApis
 from strandline.broker.effects import Close, Send
@@ -36,6 +37,7 @@ from strandline.protocol.hot_readers import decode_produce_request
 from strandline.protocol.records import UndecodableRecordsError
 from strandline.replication.fetch_session import FetchContext, FetchSessionCache
 from strandline.replication.replica_manager import ReplicaManager
+from strandline.security.acl import AclOperation, ResourceType
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -48,7 +50,7 @@ TOPIC_ID_PRODUCE = 13                    # Produce v13+ names topics by id (KIP-
 #: ListOffsets from a debugging tool: any replica answers, leader or follower (Kafka's
 #: ``ListOffsetsRequest.DEBUGGING_REPLICA_ID``); LATEST is that replica's log end offset.
 DEBUGGING_REPLICA_ID = -2
-NO_AUTHORIZER = "No Authorizer is configured on the broker"
+UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648     # KIP-430: not asked for
 _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -64,6 +66,7 @@ class KafkaApis:
     admin_apis: AdminApis
     config_apis: ConfigApis
     fetch_sessions: FetchSessionCache
+    authorizer: AclAuthorizer
     _topic_ids: dict[str, Any] = field(default_factory=dict)      # by name, every topic id seen by Fetch v13+
     _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
 
@@ -80,13 +83,14 @@ class KafkaApis:
             ApiKey.DESCRIBE_LOG_DIRS: self._describe_log_dirs,
             ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
             ApiKey.ALTER_REPLICA_LOG_DIRS: self._alter_replica_log_dirs,
-            ApiKey.DESCRIBE_ACLS: self._describe_acls,
-            ApiKey.CREATE_ACLS: self._create_acls,
-            ApiKey.DELETE_ACLS: self._delete_acls,
+            **self.authorizer.handlers(),
             **self.admin_apis.handlers(),
             **self.config_apis.handlers(),
             **self.group_apis.handlers(),
         }
+
+    def _topic_allowed(self, conn_id: int, op: AclOperation, name: str) -> bool:
+        return self.authorizer.allows(conn_id, op, ResourceType.TOPIC, name)
 
     def metadata_loaded(self, now_ms: int) -> list:
         """The broker knows the cluster: serve the client requests that waited for it."""
@@ -165,7 +169,16 @@ class KafkaApis:
         names = None if requested is None else list(dict.fromkeys(t.name for t in requested))  # a set, as Kafka
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and \
             self.config["auto.create.topics.enable"]
-        missing = [n for n in (names or ()) if n not in self.metadata.topics and topic_name_error(n) is None]
+        # a topic the client may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED when named (whether it
+        # exists or not), left out of "every topic"; one it may not create is not created
+        denied = {n for n in names or () if not self._topic_allowed(conn_id, AclOperation.DESCRIBE, n)}
+        missing = [n for n in (names or ()) if n not in self.metadata.topics and topic_name_error(n) is None
+                   and n not in denied]
+        if missing and allow_auto and not self.authorizer.allows_cluster(conn_id, AclOperation.CREATE):
+            denied.update(n for n in missing if not self._topic_allowed(conn_id, AclOperation.CREATE, n))
+            missing = [n for n in missing if n not in denied]
+        shown = _MetadataView(conn_id, denied, bool(getattr(request, "include_topic_authorized_operations", False)),
+                              bool(getattr(request, "include_cluster_authorized_operations", False)))
         if missing and allow_auto:
             pending = set(missing)
             outcomes: dict[str, ErrorCode] = {}
@@ -177,15 +190,15 @@ class KafkaApis:
                     outcomes[name] = error
                     if pending:
                         return []
-                    return [response(conn_id, header, self._metadata_body(names, header, outcomes))]
+                    return [response(conn_id, header, self._metadata_body(names, header, shown, outcomes))]
                 return done
 
             for name in missing:
                 effects.extend(self.auto_topics.create(name, created(name), now_ms))
             return effects
-        return [response(conn_id, header, self._metadata_body(names, header))]
+        return [response(conn_id, header, self._metadata_body(names, header, shown))]
 
-    def _metadata_body(self, names: list[str] | None, header: RequestHeader,
+    def _metadata_body(self, names: list[str] | None, header: RequestHeader, shown: "_MetadataView",
                        creations: dict[str, ErrorCode] | None = None) -> dict:
         """``creations``: the outcome of auto-creating each missing topic; a created topic (or one
         another broker created) is LEADER_NOT_AVAILABLE until this broker knows it, a failed
@@ -195,6 +208,12 @@ class KafkaApis:
                    for b in md.brokers.values()]
         topics = []
         for name in (sorted(md.topics) if names is None else names):
+            if name in shown.denied:
+                topics.append({"error_code": ErrorCode.topic_authorization_failed, "name": name,
+                               "topic_id": uuid.UUID(int=0), "partitions": []})
+                continue
+            if names is None and not self._topic_allowed(shown.conn_id, AclOperation.DESCRIBE, name):
+                continue
             topic = md.topics.get(name)
             if topic is None:
                 invalid = topic_name_error(name)
@@ -223,9 +242,13 @@ class KafkaApis:
                 })
             topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": topic.topic_id,
                            "is_internal": name in INTERNAL_TOPICS, "partitions": partitions,
-                           "topic_authorized_operations": -2147483648})
+                           "topic_authorized_operations": self.authorizer.authorized_operations(
+                               shown.conn_id, ResourceType.TOPIC, name) if shown.topic_operations
+                           else UNKNOWN_AUTHORIZED_OPERATIONS})
         return {"brokers": brokers, "cluster_id": md.cluster_id, "controller_id": md.controller_id,
-                "topics": topics, "cluster_authorized_operations": -2147483648}
+                "topics": topics, "cluster_authorized_operations": self.authorizer.authorized_operations(
+                    shown.conn_id, ResourceType.CLUSTER, "kafka-cluster") if shown.cluster_operations
+                else UNKNOWN_AUTHORIZED_OPERATIONS}
 
     # -- Produce
 
@@ -236,6 +259,10 @@ class KafkaApis:
             return self._produce_all_failed(conn_id, header, request, code)
         if acks not in (-1, 0, 1):
             return self._produce_all_failed(conn_id, header, request, ErrorCode.invalid_required_acks)
+        checking = self.authorizer.enabled
+        if checking and _has_idempotent_batches(request) and \
+                not self.authorizer.allows_cluster(conn_id, AclOperation.IDEMPOTENT_WRITE):
+            return self._produce_all_failed(conn_id, header, request, ErrorCode.cluster_authorization_failed)
         results: dict[tuple[str, int], list] = {}
         waiting: dict[tuple[str, int], int] = {}
         appended: list[tuple[str, int]] = []
@@ -254,8 +281,13 @@ class KafkaApis:
             else:
                 name = topic_data.name
                 topic = self.metadata.topics.get(name)
+            writable = not checking or self._topic_allowed(conn_id, AclOperation.WRITE, name)
             for pdata in topic_data.partition_data:
                 key = (name, pdata.index)
+                if not writable:
+                    results[key] = [ErrorCode.topic_authorization_failed, -1, -1, -1, None]
+                    any_error = True
+                    continue
                 if topic is None or pdata.index not in topic.assignment:
                     results[key] = [ErrorCode.unknown_topic_or_partition, -1, -1, -1, None]
                     if topic is None and by_id is None and topic_name_error(name) is None and \
@@ -339,6 +371,7 @@ class KafkaApis:
         # one entry per partition, the last one named, as Kafka's fetch request keeps them
         wanted = list({(t.topic, p.partition): (t.topic, p) for t in request.topics for p in t.partitions}.values())
         forgotten = [(t.topic, index) for t in getattr(request, "forgotten_topics_data", ()) for index in t.partitions]
+        wanted, denied = self._fetch_allowed(conn_id, replica_id, wanted)
         context = self._fetch_context(header, request, replica_id, wanted, forgotten, now_ms)
         if context.error is not ErrorCode.none:
             return [self._fetch_response(conn_id, header, [], context)]
@@ -346,10 +379,25 @@ class KafkaApis:
         def respond(topics: list) -> list:
             topics = context.answer(topics)
             self.replicas.topic_stats.fetched(topics, replica_id >= 0)
+            topics += _fetch_denied(denied)
             return [self._fetch_response(conn_id, header, topics, context)]
 
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
                                             context.wanted, respond, now_ms, context.session_keys)
+
+    def _fetch_allowed(self, conn_id: int, replica_id: int, wanted: list) -> tuple[list, list[tuple[str, int]]]:
+        """Split a fetch's partitions into those the client may fetch and those it may not: a
+        follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic (Kafka's rule).
+        The refused ones never enter the fetch session; they are answered TOPIC_AUTHORIZATION_FAILED."""
+        if not self.authorizer.enabled:
+            return wanted, []
+        if replica_id >= 0:
+            if self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
+                return wanted, []
+            return [], [(name, p.partition) for name, p in wanted]
+        readable = {name: self._topic_allowed(conn_id, AclOperation.READ, name) for name in {n for n, _ in wanted}}
+        return ([(n, p) for n, p in wanted if readable[n]],
+                [(n, p.partition) for n, p in wanted if not readable[n]])
 
     def _fetch_context(self, header: RequestHeader, request: Any, replica_id: int, wanted: list,
                        forgotten: list, now_ms: int) -> FetchContext:
@@ -381,13 +429,15 @@ class KafkaApis:
                     wanted[(name, p.partition)] = (name, p)
         forgotten = [(known[t.topic_id], index) for t in request.forgotten_topics_data
                      if t.topic_id in known for index in t.partitions]
-        context = self._fetch_context(header, request, replica_id, list(wanted.values()), forgotten, now_ms)
+        allowed, denied = self._fetch_allowed(conn_id, replica_id, list(wanted.values()))
+        context = self._fetch_context(header, request, replica_id, allowed, forgotten, now_ms)
         if context.error is not ErrorCode.none:
             return [self._fetch_response(conn_id, header, [], context)]
 
         def respond(topics: list) -> list:
             topics = context.answer(topics)
             self.replicas.topic_stats.fetched(topics, replica_id >= 0)
+            topics += _fetch_denied(denied)
             by_id = [{"topic_id": ids.get(t["topic"], uuid.UUID(int=0)), "partitions": t["partitions"]}
                      for t in topics]
             by_id += [{"topic_id": topic_id, "partitions": [
@@ -409,21 +459,26 @@ class KafkaApis:
     def _delete_records(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         wanted = list({(t.name, p.partition_index): (t.name, p.partition_index, p.offset)
                        for t in request.topics for p in t.partitions}.values())
+        denied = {name for name, _, _ in wanted if not self._topic_allowed(conn_id, AclOperation.DELETE, name)}
 
         def respond(results: dict) -> list:
             topics: dict[str, list] = {}
             for name, index, _ in wanted:
-                code, low = results[(name, index)]
+                code, low = (ErrorCode.topic_authorization_failed, -1) if name in denied else results[(name, index)]
                 topics.setdefault(name, []).append({"partition_index": index, "low_watermark": low,
                                                     "error_code": code})
             return [response(conn_id, header, {"throttle_time": 0, "topics": [
                 {"name": n, "partitions": ps} for n, ps in topics.items()]})]
 
-        return self.replicas.log_admin.delete_records(conn_id, wanted, duration_ms(request.timeout), respond, now_ms)
+        return self.replicas.log_admin.delete_records(conn_id, [w for w in wanted if w[0] not in denied],
+                                                      duration_ms(request.timeout), respond, now_ms)
 
     def _describe_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         wanted = None if request.topics is None else \
             {t.topic: list(t.partitions) for t in request.topics}
+        if not self.authorizer.allows_cluster(conn_id, AclOperation.DESCRIBE):
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                                               "results": []})]
         return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
                                            "results": self.replicas.log_admin.describe_log_dirs(wanted)})]
 
@@ -436,7 +491,9 @@ class KafkaApis:
                 partition = self.replicas.partitions.get((t.name, index))
                 entry = {"partition_index": index, "error_code": ErrorCode.none, "error_message": None,
                          "active_producers": []}
-                if topic is None or index not in topic.assignment:
+                if not self._topic_allowed(conn_id, AclOperation.READ, t.name):
+                    entry["error_code"] = ErrorCode.topic_authorization_failed
+                elif topic is None or index not in topic.assignment:
                     entry["error_code"] = ErrorCode.unknown_topic_or_partition
                 elif partition is None or not partition.is_leader:
                     entry["error_code"] = ErrorCode.not_leader_or_follower
@@ -452,28 +509,15 @@ class KafkaApis:
 
     def _alter_replica_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         results: dict[str, list] = {}
+        allowed = self.authorizer.allows_cluster(conn_id, AclOperation.ALTER)
         for d in request.dirs:
             for t in d.topics:
                 for index in t.partitions:
-                    code = self.replicas.log_admin.check_log_dir_move(t.name, index, d.path)
+                    code = self.replicas.log_admin.check_log_dir_move(t.name, index, d.path) if allowed \
+                        else ErrorCode.cluster_authorization_failed
                     results.setdefault(t.name, []).append({"partition_index": index, "error_code": code})
         return [response(conn_id, header, {"throttle_time": 0, "results": [
             {"topic_name": n, "partitions": ps} for n, ps in results.items()]})]
-
-    # -- ACLs: Strandline has no authorizer, so it answers as Kafka does without one
-
-    def _describe_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.security_disabled,
-                                           "error_message": NO_AUTHORIZER, "resources": []})]
-
-    def _create_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        return [response(conn_id, header, {"throttle_time": 0, "results": [
-            {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER} for _ in request.creations]})]
-
-    def _delete_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        return [response(conn_id, header, {"throttle_time": 0, "filter_results": [
-            {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER, "matching_acls": []}
-            for _ in request.filters]})]
 
     # -- ListOffsets
 
@@ -491,6 +535,10 @@ class KafkaApis:
                     partition, error = self.replicas.leader_partition(t.name, p.partition_index)
                 entry = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
                          "timestamp": -1, "offset": -1, "leader_epoch": -1}
+                if not self._topic_allowed(conn_id, AclOperation.DESCRIBE, t.name):
+                    entry["error_code"] = ErrorCode.topic_authorization_failed
+                    parts.append(entry)
+                    continue
                 if named[(t.name, p.partition_index)] > 1:    # as Kafka 2.8: each is answered once
                     entry["error_code"] = ErrorCode.invalid_request
                     parts.append(entry)
@@ -535,12 +583,19 @@ class KafkaApis:
 
     def _offset_for_leader_epoch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         topics = []
+        # a follower (v3+ names its replica id) needs CLUSTER_ACTION, a client DESCRIBE on the topic
+        by_follower = getattr(request, "replica_id", CONSUMER_REPLICA_ID) >= 0
+        follower_allowed = by_follower and self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION)
         for t in request.topics:
             parts = []
+            allowed = follower_allowed if by_follower else self._topic_allowed(conn_id, AclOperation.DESCRIBE, t.topic)
             for p in t.partitions:
                 partition, error = self.replicas.leader_partition(t.topic, p.partition)
                 entry = {"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
-                if partition is None:
+                if not allowed:
+                    entry["error_code"] = ErrorCode.cluster_authorization_failed if by_follower \
+                        else ErrorCode.topic_authorization_failed
+                elif partition is None:
                     entry["error_code"] = error
                 else:
                     error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
@@ -561,6 +616,9 @@ class KafkaApis:
             return [response(conn_id, header, {
                 "throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
                 "producer_id": -1, "producer_epoch": -1})]
+        if not self.authorizer.allows_cluster(conn_id, AclOperation.IDEMPOTENT_WRITE):
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                                               "producer_id": -1, "producer_epoch": -1})]
         old_pid = getattr(request, "producer_id", -1)
         old_epoch = getattr(request, "producer_epoch", -1)
         if old_pid >= 0 and 0 <= old_epoch < 32766:
@@ -577,6 +635,43 @@ class KafkaApis:
                                                     "producer_id": pid, "producer_epoch": 0})]
 
         return self.producer_ids.generate_producer_id(answer, now_ms)
+
+
+@dataclass(frozen=True)
+class _MetadataView:
+    """What one Metadata request may see: the topics it named but may not DESCRIBE (or create),
+    and whether it asked for KIP-430 authorized operations."""
+
+    conn_id: int
+    denied: set[str]
+    topic_operations: bool
+    cluster_operations: bool
+
+
+def _has_idempotent_batches(request: Any) -> bool:
+    """Kafka's ``hasIdempotentRecords``: does any v2 batch carry a producer id?"""
+    for topic_data in request.topic_data:
+        for pdata in topic_data.partition_data:
+            records = pdata.records
+            if not records:
+                continue
+            view = memoryview(records)
+            pos = 0
+            while pos + 51 <= len(view):
+                if view[pos + 16] >= 2 and int.from_bytes(view[pos + 43:pos + 51], "big", signed=True) >= 0:
+                    return True
+                pos += 12 + int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
+    return False
+
+
+def _fetch_denied(denied: list[tuple[str, int]]) -> list[dict]:
+    """Fetch response topics answering ``denied`` partitions TOPIC_AUTHORIZATION_FAILED."""
+    topics: dict[str, list] = {}
+    for name, index in denied:
+        topics.setdefault(name, []).append({
+            "partition_index": index, "error_code": ErrorCode.topic_authorization_failed, "high_watermark": -1,
+            "last_stable_offset": -1, "log_start_offset": -1, "records": b""})
+    return [{"topic": name, "partitions": parts} for name, parts in topics.items()]
 
 
 def _valid_software_field(value: str | None) -> bool:

@@ -6,6 +6,7 @@ It builds the components, each owning its state, and wires them through a few na
 - :class:`~strandline.controller.controller.Controller`: the controller role;
 - :class:`~strandline.group.coordinator.GroupCoordinator` with its
   :class:`~strandline.group.offsets_topic.OffsetsTopic`: consumer groups;
+- :class:`~strandline.broker.authorizer.AclAuthorizer`: ACLs and who may do what;
 - :class:`~strandline.broker.apis.KafkaApis`: the request router.
 
 ``Broker`` never touches a socket, a clock or ZooKeeper itself. The shell (``runtime/``) or the
@@ -23,6 +24,7 @@ from typing import Any, Callable
 
 from strandline.broker.admin_apis import AdminApis
 from strandline.broker.apis import KafkaApis
+from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
@@ -80,12 +82,14 @@ class Broker:
         self.auto_topics = AutoTopicCreationManager(config, self.metadata, self.controller, self.outbox)
         self.controlled_shutdown = ControlledShutdown(config, self.metadata, self.controller, self.outbox,
                                                       lambda: self.broker_epoch)
+        self.authorizer = AclAuthorizer(config, self.outbox)
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, self.controller, self.auto_topics,
                               ProducerIdManager(self.broker_id, self.outbox),
-                              GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics),
-                              AdminApis(config, self.metadata, self.controller),
-                              ConfigApis(config, self.metadata, self.outbox, BrokerLoggers(loggers)),
-                              FetchSessionCache(config, rng))
+                              GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics,
+                                        self.authorizer),
+                              AdminApis(config, self.metadata, self.controller, self.authorizer),
+                              ConfigApis(config, self.metadata, self.outbox, self.authorizer, BrokerLoggers(loggers)),
+                              FetchSessionCache(config, rng), self.authorizer)
         self.cleaner = LogCleaner(log_manager)
         self._configure_cleaner()
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
@@ -171,7 +175,13 @@ class Broker:
         """Decode and answer one request frame of connection ``conn_id``."""
         return self.apis.handle_request(conn_id, frame, now_ms)
 
+    def connection_opened(self, conn_id: int, host: str) -> list:
+        """A client connected from ``host`` (its IP address, which ACLs may name)."""
+        self.authorizer.connection_opened(conn_id, host)
+        return []
+
     def connection_closed(self, conn_id: int) -> None:
+        self.authorizer.connection_closed(conn_id)
         self.apis.connection_closed(conn_id)
         self.replica_manager.connection_closed(conn_id)
 
@@ -205,6 +215,10 @@ class Broker:
         except ValueError as exc:
             return [Log("warning", f"Ignoring {znodes.ReassignPartitionsZNode.path()}: {exc}")]
         return self.controller.on_reassign_partitions_node(moves, now_ms)
+
+    def on_acl_changes(self, root: str, children: list[str], now_ms: int) -> list:
+        """The children of ``/kafka-acl-changes`` or ``/kafka-acl-extended-changes`` changed."""
+        return self.authorizer.on_acl_changes(root, children, now_ms)
 
     def on_config_changes(self, children: list[str], now_ms: int) -> list:
         """The children of ``/config/changes`` changed: apply the configs they name."""

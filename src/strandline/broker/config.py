@@ -67,6 +67,24 @@ def _message_format_version(key: str, raw: str, text: str) -> None:
         raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a Kafka version such as 2.8 or 2.8-IV1")
 
 
+#: ``authorizer.class.name`` values that turn on Strandline's ACL authorizer (Kafka's ZooKeeper ones)
+ACL_AUTHORIZERS = ("kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer")
+
+
+def _authorizer(key: str, raw: str, text: str) -> None:
+    if text and text not in ACL_AUTHORIZERS:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: the available authorizer is "
+                          f"{ACL_AUTHORIZERS[0]} (ACLs in ZooKeeper), or none (empty)")
+
+
+def _super_users(key: str, raw: str, text: str) -> None:
+    for principal in (p.strip() for p in text.split(";")):
+        kind, sep, name = principal.partition(":")
+        if principal and not (sep and kind and name):
+            raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {principal!r} is not a principal "
+                              f"such as User:admin (principals are separated by ;)")
+
+
 def _parse_bool(key: str, raw: str) -> bool:
     text = str(raw).strip().lower()
     if text in ("true", "false"):
@@ -148,6 +166,12 @@ BROKER_KEYS: dict[str, Key] = _keys(
     Key("advertised.listeners", "list", None),
     Key("security.inter.broker.protocol", "choice", "PLAINTEXT", choices=("PLAINTEXT",),
         doc="Brokers speak PLAINTEXT to each other: Strandline has no SSL or SASL listeners."),
+    Key("authorizer.class.name", "string", "", validator=_authorizer,
+        doc="kafka.security.authorizer.AclAuthorizer turns on ACLs (kept in ZooKeeper); empty: none."),
+    Key("allow.everyone.if.no.acl.found", "bool", False,
+        doc="With an authorizer: whether a resource without any ACL is open to everyone."),
+    Key("super.users", "string", None, validator=_super_users,
+        doc="Principals (User:name, separated by ;) the authorizer allows everything."),
     Key("log.dirs", "list", None),
     Key("log.dir", "string", "/tmp/kafka-logs"),
     Key("zookeeper.connect", "string", None),

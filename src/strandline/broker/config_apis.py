@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.config import (BROKER_KEYS, TOPIC_KEYS, BrokerConfig, ConfigError, config_text,
                                       parse_topic_configs)
 from strandline.broker.dynamic_config import DEFAULT_ENTITY, describe_broker, describe_topic, validate_broker_update
@@ -26,6 +27,7 @@ from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, topic_name_error
 from strandline.coordination.store import Create, GetData, SetData, ZkError
 from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.security import acl
 
 _NOTIFICATION = znodes.ConfigEntityChangeNotificationSequenceZNode
 Outcome = tuple[ErrorCode, "str | None"]
@@ -59,12 +61,24 @@ def _type_name(resource_type: int) -> str:
 
 
 class ConfigApis:
-    def __init__(self, config: BrokerConfig, metadata: MetadataCache, outbox: Outbox,
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, outbox: Outbox, authorizer: AclAuthorizer,
                  loggers: BrokerLoggers | None = None) -> None:
         self.config = config
         self.metadata = metadata
         self.outbox = outbox
+        self.authorizer = authorizer
         self.loggers = loggers if loggers is not None else BrokerLoggers()
+
+    def _authorize(self, conn_id: int, op: acl.AclOperation, rtype: int, name: str) -> None:
+        """Kafka's rule: a topic's configs need DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic
+        (TOPIC_AUTHORIZATION_FAILED), a broker's or its loggers' on the cluster
+        (CLUSTER_AUTHORIZATION_FAILED)."""
+        if rtype == ResourceType.TOPIC:
+            if not self.authorizer.allows(conn_id, op, acl.ResourceType.TOPIC, name):
+                raise _Refused(ErrorCode.topic_authorization_failed, f"Not authorized to access topic {name}")
+        elif rtype in (ResourceType.BROKER, ResourceType.BROKER_LOGGER):
+            if not self.authorizer.allows_cluster(conn_id, op):
+                raise _Refused(ErrorCode.cluster_authorization_failed, "Not authorized to access the cluster")
 
     def handlers(self) -> dict[int, Callable]:
         return {ApiKey.DESCRIBE_CONFIGS: self._describe_configs, ApiKey.ALTER_CONFIGS: self._alter_configs,
@@ -120,6 +134,7 @@ class ConfigApis:
                       "resource_name": name, "configs": []}
             results.append(result)
             try:
+                self._authorize(conn_id, acl.AclOperation.DESCRIBE_CONFIGS, rtype, name)
                 if rtype == ResourceType.TOPIC:
                     self._known_topic(name)
                     topic_reads.append((len(results) - 1, name))
@@ -262,6 +277,7 @@ class ConfigApis:
         for i, resource in enumerate(request.resources):
             rtype, name = resource.resource_type, resource.resource_name
             try:
+                self._authorize(conn_id, acl.AclOperation.ALTER_CONFIGS, rtype, name)
                 if rtype == ResourceType.TOPIC:
                     self._known_topic(name)
                     entity_type, entity = "topics", name

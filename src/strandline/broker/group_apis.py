@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.effects import Log
 from strandline.broker.wire import duration_ms, response
@@ -19,6 +20,7 @@ from strandline.coordination.metadata import MetadataCache
 from strandline.group.coordinator import DEAD, GroupCoordinator
 from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.security.acl import AclOperation, ResourceType
 
 CLASSIC = "classic"                 # the only group type (KIP-848 consumer groups are not served)
 GROUP_ID_NOT_FOUND_VERSION = 6      # DescribeGroups v6+
@@ -26,8 +28,9 @@ GROUP_ID_NOT_FOUND_VERSION = 6      # DescribeGroups v6+
 
 class GroupApis:
     def __init__(self, metadata: MetadataCache, groups: GroupCoordinator, offsets: OffsetsTopic,
-                 auto_topics: AutoTopicCreationManager) -> None:
+                 auto_topics: AutoTopicCreationManager, authorizer: AclAuthorizer) -> None:
         self.metadata = metadata
+        self.authorizer = authorizer
         self.groups = groups
         self.offsets = offsets
         self.auto_topics = auto_topics
@@ -53,6 +56,21 @@ class GroupApis:
             return []
         partitions, rf, configs = self.offsets.creation(len(self.metadata.live_broker_ids()))
         return self.auto_topics.create(OFFSETS_TOPIC, offsets_topic_created, now_ms, partitions, rf, configs)
+
+    # ------------------------------------------------------------------ authorizing
+
+    def _group_allowed(self, conn_id: int, op: AclOperation, group_id: str) -> bool:
+        return self.authorizer.allows(conn_id, op, ResourceType.GROUP, group_id)
+
+    def _topic_allowed(self, conn_id: int, op: AclOperation, name: str) -> bool:
+        return self.authorizer.allows(conn_id, op, ResourceType.TOPIC, name)
+
+    def _refused(self, conn_id: int, header: RequestHeader, request: Any, fields: dict | None = None) -> list | None:
+        """GROUP_AUTHORIZATION_FAILED for a membership request on a group the client may not READ."""
+        if self._group_allowed(conn_id, AclOperation.READ, request.group_id):
+            return None
+        return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed,
+                                           **(fields or {})})]
 
     # ------------------------------------------------------------------ responding
 
@@ -84,7 +102,9 @@ class GroupApis:
         for key in keys:
             answer = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none,
                       "error_message": None}
-            if key_type != 0:
+            if key_type == 0 and not self._group_allowed(conn_id, AclOperation.DESCRIBE, key):
+                answer["error_code"] = ErrorCode.group_authorization_failed
+            elif key_type != 0:
                 # no transaction coordinator yet: the error clients treat as fatal at once (as for a
                 # transactional Produce or InitProducerId), not a retriable one they wait out
                 answer["error_code"], answer["error_message"] = ErrorCode.transactional_id_authorization_failed, \
@@ -109,6 +129,9 @@ class GroupApis:
 
     def _join_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         version = header.api_version
+        refused = self._refused(conn_id, header, request, {"generation_id": -1, "leader": "", "member_id": ""})
+        if refused is not None:
+            return refused
 
         def shape(body: dict) -> dict:
             if version < 7 and body.get("protocol_name") is None:
@@ -126,6 +149,9 @@ class GroupApis:
         return self.groups.join(req, self._group_respond(conn_id, header, shape), now_ms)
 
     def _sync_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        refused = self._refused(conn_id, header, request, {"assignment": b""})
+        if refused is not None:
+            return refused
         req = {"group_id": request.group_id, "generation_id": request.generation_id, "member_id": request.member_id,
                "protocol_type": getattr(request, "protocol_type", None),
                "protocol_name": getattr(request, "protocol_name", None),
@@ -133,10 +159,16 @@ class GroupApis:
         return self.groups.sync(req, self._group_respond(conn_id, header, lambda b: b), now_ms)
 
     def _heartbeat(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        refused = self._refused(conn_id, header, request)
+        if refused is not None:
+            return refused
         req = {"group_id": request.group_id, "generation_id": request.generation_id, "member_id": request.member_id}
         return self.groups.heartbeat(req, self._group_respond(conn_id, header, lambda b: b), now_ms)
 
     def _leave_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        refused = self._refused(conn_id, header, request)
+        if refused is not None:
+            return refused
         if header.api_version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in request.members]
         else:
@@ -149,9 +181,14 @@ class GroupApis:
         generation = getattr(request, "generation_id_or_member_epoch", -1)
         topics = self.metadata.topics
         offsets, unknown = [], {}
+        group_allowed = self._group_allowed(conn_id, AclOperation.READ, request.group_id)
         for t in request.topics:
             for p in t.partitions:
-                if t.name in topics and p.partition_index in topics[t.name].assignment:
+                if not group_allowed:
+                    unknown[(t.name, p.partition_index)] = ErrorCode.group_authorization_failed
+                elif not self._topic_allowed(conn_id, AclOperation.READ, t.name):
+                    unknown[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+                elif t.name in topics and p.partition_index in topics[t.name].assignment:
                     offsets.append((t.name, p.partition_index, p.committed_offset,
                                     getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
                 else:  # as Kafka: that partition is refused, the others are committed
@@ -170,12 +207,26 @@ class GroupApis:
             return respond({})
         return self.groups.commit(req, respond, now_ms)
 
-    def _offset_fetch_group(self, group_id: str, topics: Any) -> tuple[ErrorCode, list]:
+    def _offset_fetch_group(self, conn_id: int, group_id: str, topics: Any) -> tuple[ErrorCode, list]:
+        """A group's committed offsets: GROUP_AUTHORIZATION_FAILED unless the client may DESCRIBE the
+        group; a topic it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED when named, left out when
+        every topic is asked for."""
         wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
+        if not self._group_allowed(conn_id, AclOperation.DESCRIBE, group_id):
+            return ErrorCode.group_authorization_failed, [] if wanted is None else [
+                {"name": name, "partitions": [
+                    {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                     "error_code": ErrorCode.group_authorization_failed} for i in indexes]}
+                for name, indexes in wanted]
+        denied = {name for name, _ in wanted or () if not self._topic_allowed(conn_id, AclOperation.DESCRIBE, name)}
+        if denied:
+            wanted = [(name, indexes) for name, indexes in wanted or () if name not in denied]
         error, found = self.groups.fetch_offsets(group_id, wanted)
         by_topic: dict[str, list] = {}
         if error is ErrorCode.none:
             for (name, index), value in sorted(found.items()):
+                if topics is None and not self._topic_allowed(conn_id, AclOperation.DESCRIBE, name):
+                    continue
                 by_topic.setdefault(name, []).append({
                     "partition_index": index, "committed_offset": value.offset if value else -1,
                     "committed_leader_epoch": value.leader_epoch if value else -1,
@@ -184,17 +235,22 @@ class GroupApis:
             for name, indexes in wanted:
                 by_topic[name] = [{"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1,
                                    "metadata": "", "error_code": error} for i in indexes]
+        for t in topics or ():
+            if t.name in denied:
+                by_topic[t.name] = [{"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1,
+                                     "metadata": "", "error_code": ErrorCode.topic_authorization_failed}
+                                    for i in t.partition_indexes]
         return error, [{"name": n, "partitions": p} for n, p in by_topic.items()]
 
     def _offset_fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         if header.api_version >= 8:
             groups = []
             for g in request.groups:
-                error, topics = self._offset_fetch_group(g.group_id, g.topics)
+                error, topics = self._offset_fetch_group(conn_id, g.group_id, g.topics)
                 groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
             body = {"throttle_time": 0, "groups": groups}
         else:
-            error, topics = self._offset_fetch_group(request.group_id, request.topics)
+            error, topics = self._offset_fetch_group(conn_id, request.group_id, request.topics)
             body = {"throttle_time": 0, "topics": topics, "error_code": error}
         return [response(conn_id, header, body)]
 
@@ -205,15 +261,27 @@ class GroupApis:
         Every group here is a classic group, so a types filter without "classic" lists none."""
         states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
         types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
+        everything = self.authorizer.allows_cluster(conn_id, AclOperation.DESCRIBE)
         groups = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state,
                    "group_type": CLASSIC}
                   for g in self.groups.list_groups()
-                  if (not states or g.state.lower() in states) and (not types or CLASSIC in types)]
+                  if (not states or g.state.lower() in states) and (not types or CLASSIC in types)
+                  and (everything or self._group_allowed(conn_id, AclOperation.DESCRIBE, g.group_id))]
         return [response(conn_id, header, {
             "throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})]
 
     def _describe_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        groups = [{**self.groups.describe(g), "authorized_operations": -2147483648} for g in request.groups]
+        wants_operations = getattr(request, "include_authorized_operations", False)
+        groups = []
+        for g in request.groups:
+            if not self._group_allowed(conn_id, AclOperation.DESCRIBE, g):
+                groups.append({"group_id": g, "error_code": ErrorCode.group_authorization_failed, "group_state": "",
+                               "protocol_type": "", "protocol_data": "", "members": [],
+                               "authorized_operations": -2147483648})
+                continue
+            groups.append({**self.groups.describe(g), "authorized_operations": (
+                self.authorizer.authorized_operations(conn_id, ResourceType.GROUP, g) if wants_operations
+                else -2147483648)})
         if header.api_version >= GROUP_ID_NOT_FOUND_VERSION:   # KIP-1043: a group that does not exist says so
             for g in groups:
                 if g["error_code"] is ErrorCode.none and g["group_state"] == DEAD:
@@ -231,22 +299,30 @@ class GroupApis:
                 "throttle_time": 0,
                 "results": [{"group_id": n, "error_code": results[n]} for n in names]})]
 
-        for name in names:
+        allowed = [n for n in names if self._group_allowed(conn_id, AclOperation.DELETE, n)]
+        results.update((n, ErrorCode.group_authorization_failed) for n in names if n not in allowed)
+        for name in allowed:
             def done(error: ErrorCode, when_ms: int, name: str = name) -> list:
                 results[name] = error
                 return finish() if len(results) == len(names) else []
             effects += self.groups.delete(name, done, now_ms)
-        if not names:
+        if not allowed:
             effects += finish()
         return effects
 
     def _offset_delete(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         wanted = list(dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions))
+        if not self._group_allowed(conn_id, AclOperation.DELETE, request.group_id):
+            return [response(conn_id, header, {"error_code": ErrorCode.group_authorization_failed,
+                                               "throttle_time": 0, "topics": []})]
+        denied = {name for name, _ in wanted if not self._topic_allowed(conn_id, AclOperation.READ, name)}
 
         def done(error: ErrorCode, errors: dict, when_ms: int) -> list:
             topics: dict[str, list] = {}
             for name, index in wanted:
                 code = errors.get((name, index), ErrorCode.none)
+                if name in denied:
+                    code = ErrorCode.topic_authorization_failed
                 if error is ErrorCode.none and name not in self.metadata.topics:
                     code = ErrorCode.unknown_topic_or_partition
                 topics.setdefault(name, []).append({"partition_index": index, "error_code": code})
@@ -255,7 +331,7 @@ class GroupApis:
                 "topics": [] if error is not ErrorCode.none else
                 [{"name": n, "partitions": ps} for n, ps in topics.items()]})]
 
-        return self.groups.delete_offsets(request.group_id, wanted, done, now_ms)
+        return self.groups.delete_offsets(request.group_id, [w for w in wanted if w[0] not in denied], done, now_ms)
 
 
 def offsets_topic_created(error: ErrorCode, message: str | None, when_ms: int) -> list:

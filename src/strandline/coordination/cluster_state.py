@@ -10,6 +10,7 @@ from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import znodes
 from strandline.coordination.store import CoordinationStore, GetChildren, GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
+from strandline.security.acl import AccessControlEntry, PatternType, ResourcePattern
 
 log = logging.getLogger("strandline.broker")
 
@@ -64,3 +65,30 @@ def read_dynamic_broker_configs(store: CoordinationStore, broker_id: int) -> tup
                 log.warning("Ignoring dynamic broker configs: %s", exc)
         layers.append(config)
     return layers[0], layers[1]
+
+
+def read_acls(store: CoordinationStore) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+    """Every ACL under ``/kafka-acl`` and ``/kafka-acl-extended/prefixed`` (an unreadable node is
+    skipped with a warning, as Kafka's authorizer skips it)."""
+    acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
+    for pattern_type in (PatternType.LITERAL, PatternType.PREFIXED):
+        [types] = store.execute([GetChildren(znodes.AclZNode.root(pattern_type))])
+        for type_name in types.children:
+            try:
+                resource_type = znodes.AclZNode.resource_type(type_name)
+            except ValueError as exc:
+                log.warning("Ignoring ACLs under %s: %s", znodes.AclZNode.root(pattern_type), exc)
+                continue
+            [names] = store.execute([GetChildren(znodes.AclZNode.type_path(pattern_type, resource_type))])
+            patterns = [ResourcePattern(resource_type, name, pattern_type) for name in names.children]
+            for pattern, res in zip(patterns, store.execute([GetData(znodes.AclZNode.path(p)) for p in patterns])):
+                if res.error is not ZkError.NONE:
+                    continue
+                try:
+                    entries = znodes.AclZNode.decode(res.data, znodes.AclZNode.path(pattern))
+                except ValueError as exc:
+                    log.warning("Ignoring ACLs: %s", exc)
+                    continue
+                if entries:
+                    acls[pattern] = entries
+    return acls

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from strandline.broker.broker import Broker
 from strandline.broker.dynamic_config import apply_dynamic_broker_configs
-from strandline.coordination.cluster_state import read_cluster_state, read_dynamic_broker_configs
+from strandline.coordination.cluster_state import read_acls, read_cluster_state, read_dynamic_broker_configs
 from strandline.broker.config import BrokerConfig
 from strandline.coordination.znodes import BrokerInfo
 from strandline.coordination import zk_layout
@@ -132,6 +132,18 @@ def watch_config_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, she
         to_loop(loop, shell.run, what, lambda: shell.broker.on_config_changes(list(children), now_ms()))
 
     store.watch_children(znodes.ConfigEntityChangeNotificationZNode.path(), from_kazoo(loop, shell, what, on_children))
+
+
+def watch_acl_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
+    """Feed ``/kafka-acl-changes`` and ``/kafka-acl-extended-changes`` to the core's authorizer."""
+    for root in (znodes.AclChangeNotificationZNode.LITERAL, znodes.AclChangeNotificationZNode.EXTENDED):
+        what = f"the {root} watch"
+
+        def on_children(children: list[str], root: str = root) -> None:  # kazoo's thread (the first call: ours)
+            to_loop(loop, shell.run, f"the {root} watch",
+                    lambda: shell.broker.on_acl_changes(root, list(children), now_ms()))
+
+        store.watch_children(root, from_kazoo(loop, shell, what, on_children))
 
 
 def watch_reassign_partitions(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
@@ -256,6 +268,9 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
         log.info("Loaded logs after a clean shutdown in %d ms (no recovery): %s",
                  now_ms() - began, logs.recovery_stats)
     broker = running.broker = Broker(config, logs, rng=random.Random(), now_ms=now_ms(), loggers=current_loggers())
+    if broker.authorizer.enabled:       # every ACL is known before the first client is served
+        await asyncio.to_thread(store.ensure_paths, znodes.ACL_PATHS)
+        broker.authorizer.load(await asyncio.to_thread(read_acls, store))
     adv = config.advertised
     me = BrokerInfo(broker_id, adv.host, adv.port, v["broker.rack"])
     brokers[broker_id] = me
@@ -281,6 +296,8 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     await asyncio.to_thread(watch_isr_changes, store, loop, shell)
     await asyncio.to_thread(watch_config_changes, store, loop, shell)
     await asyncio.to_thread(watch_reassign_partitions, store, loop, shell)
+    if broker.authorizer.enabled:
+        await asyncio.to_thread(watch_acl_changes, store, loop, shell)
     await asyncio.to_thread(watch_controller, store, loop, shell)
     def register_again() -> None:       # on kazoo's new session, from a worker thread
         now = config.advertised             # a dynamic advertised.listeners may have changed it

@@ -151,6 +151,9 @@ class Connection(FramedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.shell.connections[self.conn_id] = self
+        host = peer[0] if peer else ""
+        self.shell.run(f"accepting a connection from {self.peer}",
+                       lambda: self.shell.broker.connection_opened(self.conn_id, host))
 
     def malformed(self, exc: ProtocolError) -> None:
         self.close(f"malformed request: {exc}")

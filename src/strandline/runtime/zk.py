@@ -453,6 +453,15 @@ class KazooStore:
             raise StrandlineError(f"cannot create Kafka's paths in ZooKeeper at {self.connect}: "
                                   f"{zk_error(exc).name}") from None
 
+    def ensure_paths(self, paths: tuple[str, ...]) -> None:
+        """Create each of ``paths`` (and its ancestors) that does not exist yet."""
+        try:
+            for path in paths:
+                self._ensure_path(path)
+        except ZK_FAILURES as exc:
+            raise StrandlineError(f"cannot create {', '.join(paths)} in ZooKeeper at {self.connect}: "
+                                  f"{zk_error(exc).name}") from None
+
     def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None,
                         wait_s: float | None = None) -> int:
         """Create the ephemeral ``/brokers/ids/<id>`` (SPEC CTL-2) and return the broker epoch (its czxid).

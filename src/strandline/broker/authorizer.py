@@ -1,0 +1,313 @@
+"""The broker's authorizer: Kafka's ``AclAuthorizer`` on ZooKeeper, and the ACL APIs.
+
+``authorizer.class.name=kafka.security.authorizer.AclAuthorizer`` (or the older
+``kafka.security.auth.SimpleAclAuthorizer``) turns it on; without it every request is allowed and
+the ACL APIs answer SECURITY_DISABLED, as Kafka does.
+
+ACLs live where Kafka keeps them: ``/kafka-acl/<Type>/<name>`` for literal patterns and
+``/kafka-acl-extended/prefixed/<Type>/<name>`` for prefixes, each change followed by a sequential
+notification under ``/kafka-acl-changes`` or ``/kafka-acl-extended-changes``. The shell reads every
+ACL before the broker serves a client (:meth:`AclAuthorizer.load`) and then feeds the notification
+paths' children to :meth:`AclAuthorizer.on_acl_changes`, which re-reads each changed resource.
+
+Every connection is a PLAINTEXT one, so its principal is ``User:ANONYMOUS`` and its host the
+client's IP address; ``super.users`` and host-based rules apply to them as in Kafka.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.config import ACL_AUTHORIZERS
+from strandline.broker.effects import Log
+from strandline.broker.outbox import Outbox
+from strandline.broker.wire import response
+from strandline.coordination.store import Create, Delete, GetData, SetData, ZkError
+from strandline.coordination.znodes import AclChangeNotificationZNode, AclZNode
+from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.security.acl import (
+    ANONYMOUS, AccessControlEntry, AclBinding, AclBindingFilter, AclCache, AclError, AclOperation, PatternType,
+    ResourcePattern, ResourceType, SUPPORTED_OPERATIONS, binding_from_request, parse_super_users)
+
+NO_AUTHORIZER = "No Authorizer is configured on the broker"
+#: Kafka's ``changeExpirationMs`` for ACL change notifications.
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+_WRITE_ATTEMPTS = 10
+
+def _binding_fields(binding: AclBinding) -> dict:
+    p, e = binding.pattern, binding.entry
+    return {"resource_type": int(p.resource_type), "resource_name": p.name, "pattern_type": int(p.pattern_type),
+            "principal": e.principal, "host": e.host, "operation": int(e.operation),
+            "permission_type": int(e.permission)}
+
+
+class AclAuthorizer:
+    """Every ACL of the cluster (kept in step with ZooKeeper), who may do what, and the ACL APIs."""
+
+    def __init__(self, config: Any, outbox: Outbox) -> None:
+        self.enabled = config["authorizer.class.name"] in ACL_AUTHORIZERS
+        self.outbox = outbox
+        self.cache = AclCache(parse_super_users(config["super.users"]), config["allow.everyone.if.no.acl.found"])
+        self._hosts: dict[int, str] = {}
+        self._last_seen: dict[str, int] = {AclChangeNotificationZNode.LITERAL: -1,
+                                           AclChangeNotificationZNode.EXTENDED: -1}
+
+    # -- who is asking
+
+    def connection_opened(self, conn_id: int, host: str) -> None:
+        self._hosts[conn_id] = host
+
+    def connection_closed(self, conn_id: int) -> None:
+        self._hosts.pop(conn_id, None)
+
+    def allows(self, conn_id: int, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """May the client of ``conn_id`` do ``operation`` on the resource? (Always, without an authorizer.)"""
+        if not self.enabled:
+            return True
+        return self.cache.authorize(ANONYMOUS, self._hosts.get(conn_id, ""), operation, resource_type, name)
+
+    def allows_cluster(self, conn_id: int, operation: AclOperation) -> bool:
+        return self.allows(conn_id, operation, ResourceType.CLUSTER, "kafka-cluster")
+
+    def authorized_operations(self, conn_id: int, resource_type: ResourceType, name: str) -> int:
+        """KIP-430's bit field of the operations allowed on the resource."""
+        if not self.enabled:
+            return _all_supported(resource_type)
+        return self.cache.authorized_operations(ANONYMOUS, self._hosts.get(conn_id, ""), resource_type, name)
+
+    # -- keeping in step with ZooKeeper
+
+    def load(self, acls: dict[ResourcePattern, frozenset[AccessControlEntry]]) -> None:
+        """Every ACL, read by the shell before the broker serves clients."""
+        for pattern, entries in acls.items():
+            self.cache.set(pattern, entries)
+
+    def on_acl_changes(self, root: str, children: list[str], now_ms: int) -> list:
+        """The children of ``/kafka-acl-changes`` or ``/kafka-acl-extended-changes`` (the shell's
+        watch): re-read each resource a new notification names."""
+        if not self.enabled:
+            return []
+        new = sorted((seq, child) for child in children
+                     if (seq := AclChangeNotificationZNode.sequence(child)) is not None and seq > self._last_seen[root])
+        if not new:
+            return []
+        self._last_seen[root] = new[-1][0]
+
+        def on_read(results: list, when_ms: int) -> list:
+            effects: list = []
+            patterns: dict[ResourcePattern, None] = {}
+            expired = []
+            for (seq, child), result in zip(new, results):
+                if result.error is ZkError.NO_NODE:
+                    continue
+                if result.error is not ZkError.NONE:
+                    self._last_seen[root] = min(self._last_seen[root], seq - 1)
+                    continue
+                try:
+                    patterns[AclChangeNotificationZNode.decode(root, result.data, child)] = None
+                except ValueError as exc:
+                    effects.append(Log("warning", f"Ignoring ACL change notification {child}: {exc}"))
+                if result.ctime_ms and when_ms - result.ctime_ms > CHANGE_EXPIRATION_MS:
+                    expired.append(Delete(f"{root}/{child}"))
+            if expired:
+                effects.append(self.outbox.zk(expired, lambda results, t: []))
+            if patterns:
+                effects.append(self._reload(list(patterns)))
+            return effects
+
+        return [self.outbox.zk([GetData(f"{root}/{child}") for _, child in new], on_read)]
+
+    def _reload(self, patterns: list[ResourcePattern]) -> Any:
+        def on_read(results: list, when_ms: int) -> list:
+            effects: list = []
+            for pattern, result in zip(patterns, results):
+                if result.error is ZkError.NO_NODE:
+                    self.cache.set(pattern, ())
+                elif result.error is ZkError.NONE:
+                    try:
+                        self.cache.set(pattern, AclZNode.decode(result.data, AclZNode.path(pattern)))
+                    except ValueError as exc:
+                        effects.append(Log("warning", f"Ignoring the ACLs of {AclZNode.path(pattern)}: {exc}"))
+                else:
+                    effects.append(Log("warning", f"Could not read {AclZNode.path(pattern)} from ZooKeeper "
+                                                  f"({result.error.name}); it is read at its next change"))
+            return effects
+
+        return self.outbox.zk([GetData(AclZNode.path(p)) for p in patterns], on_read)
+
+    def _update(self, pattern: ResourcePattern, change: Callable[[frozenset[AccessControlEntry]], frozenset],
+                done: Callable[[ErrorCode, str | None, frozenset, int], list], now_ms: int,
+                attempts: int = _WRITE_ATTEMPTS) -> list:
+        """Kafka's ``updateResourceAcls``: read the resource's ACLs, write ``change(current)`` back
+        if it differs (conditionally on the version read, again on a race), with a change
+        notification in the same transaction. ``done(error, message, current, now_ms)``."""
+        path = AclZNode.path(pattern)
+
+        def on_read(results: list, when_ms: int) -> list:
+            [read] = results
+            if read.error not in (ZkError.NONE, ZkError.NO_NODE):
+                return done(ErrorCode.unknown_server_error, f"ZooKeeper error {read.error.name}", frozenset(), when_ms)
+            try:
+                current = AclZNode.decode(read.data, path) if read.error is ZkError.NONE else frozenset()
+            except ValueError:
+                current = frozenset()          # unreadable: replaced by what this request leaves
+            wanted = frozenset(change(current))
+            if wanted == current:
+                self.cache.set(pattern, current)
+                return done(ErrorCode.none, None, current, when_ms)
+            if not wanted:
+                write: Any = Delete(path, read.version)
+            elif read.error is ZkError.NONE:
+                write = SetData(path, AclZNode.encode(wanted), read.version)
+            else:
+                write = Create(path, AclZNode.encode(wanted), make_parents=True)
+            notify = Create(AclChangeNotificationZNode.create_path(pattern.pattern_type),
+                            AclChangeNotificationZNode.encode(pattern), sequential=True)
+
+            def on_written(written: list, at_ms: int) -> list:
+                error = written[0].error
+                if error is ZkError.NONE:
+                    self.cache.set(pattern, wanted)
+                    return done(ErrorCode.none, None, current, at_ms)
+                if error in (ZkError.BAD_VERSION, ZkError.NODE_EXISTS, ZkError.NO_NODE) and attempts > 1:
+                    return self._update(pattern, change, done, at_ms, attempts - 1)
+                return done(ErrorCode.unknown_server_error, f"ZooKeeper error {error.name}", current, at_ms)
+
+            return [self.outbox.zk([write, notify], on_written, transaction=True)]
+
+        return [self.outbox.zk([GetData(path)], on_read)]
+
+    # -- the ACL APIs
+
+    def handlers(self) -> dict[int, Callable]:
+        return {ApiKey.DESCRIBE_ACLS: self._describe_acls, ApiKey.CREATE_ACLS: self._create_acls,
+                ApiKey.DELETE_ACLS: self._delete_acls}
+
+    def _pattern_type_of(self, header: RequestHeader) -> int | None:
+        """Version 0 has no pattern types: every pattern is literal."""
+        return int(PatternType.LITERAL) if header.api_version == 0 else None
+
+    def _describe_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        def answer(code: ErrorCode, message: str | None, resources: list) -> list:
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": code, "error_message": message,
+                                               "resources": resources})]
+
+        if not self.enabled:
+            return answer(ErrorCode.security_disabled, NO_AUTHORIZER, [])
+        if not self.allows_cluster(conn_id, AclOperation.DESCRIBE):
+            return answer(ErrorCode.cluster_authorization_failed, None, [])
+        try:
+            flt = AclBindingFilter.from_request(request, self._pattern_type_of(header))
+        except AclError as exc:
+            return answer(ErrorCode.invalid_request, str(exc), [])
+        grouped: dict[ResourcePattern, list] = {}
+        for binding in self.cache.bindings(flt):
+            e = binding.entry
+            grouped.setdefault(binding.pattern, []).append(
+                {"principal": e.principal, "host": e.host, "operation": int(e.operation),
+                 "permission_type": int(e.permission)})
+        return answer(ErrorCode.none, None, [
+            {"resource_type": int(p.resource_type), "resource_name": p.name, "pattern_type": int(p.pattern_type),
+             "acls": acls} for p, acls in grouped.items()])
+
+    def _create_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        results: list[dict | None] = [None] * len(request.creations)
+
+        def respond() -> list:
+            return [response(conn_id, header, {"throttle_time": 0, "results": results})]
+
+        if not self.enabled or not self.allows_cluster(conn_id, AclOperation.ALTER):
+            code = ErrorCode.security_disabled if not self.enabled else ErrorCode.cluster_authorization_failed
+            results[:] = [{"error_code": code, "error_message": NO_AUTHORIZER if not self.enabled else None}
+                          for _ in request.creations]
+            return respond()
+        wanted: dict[ResourcePattern, list[tuple[int, AccessControlEntry]]] = {}
+        for i, c in enumerate(request.creations):
+            try:
+                binding = binding_from_request(c.resource_type, c.resource_name,
+                                               getattr(c, "resource_pattern_type", PatternType.LITERAL),
+                                               c.principal, c.host, c.operation, c.permission_type)
+            except AclError as exc:
+                results[i] = {"error_code": ErrorCode.invalid_request, "error_message": str(exc)}
+                continue
+            wanted.setdefault(binding.pattern, []).append((i, binding.entry))
+        if not wanted:
+            return respond()
+        pending = set(wanted)
+        effects: list = []
+
+        def finisher(pattern: ResourcePattern) -> Callable[[ErrorCode, str | None, frozenset, int], list]:
+            def done(code: ErrorCode, message: str | None, _: frozenset, when_ms: int) -> list:
+                for i, entry in wanted[pattern]:
+                    results[i] = {"error_code": code, "error_message": message}
+                pending.discard(pattern)
+                out: list = []
+                if code is ErrorCode.none:
+                    out.append(Log("info", f"Added ACLs for {AclZNode.path(pattern)}: " + ", ".join(
+                        f"{e.permission.name} {e.principal} {e.operation.name} from {e.host}"
+                        for _, e in wanted[pattern])))
+                return out + (respond() if not pending else [])
+            return done
+
+        for pattern, entries in wanted.items():
+            added = frozenset(e for _, e in entries)
+            effects.extend(self._update(pattern, lambda current, added=added: current | added, finisher(pattern),
+                                        now_ms))
+        return effects
+
+    def _delete_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        results: list[dict] = [{"error_code": ErrorCode.none, "error_message": None, "matching_acls": []}
+                               for _ in request.filters]
+
+        def respond() -> list:
+            return [response(conn_id, header, {"throttle_time": 0, "filter_results": results})]
+
+        if not self.enabled or not self.allows_cluster(conn_id, AclOperation.ALTER):
+            code = ErrorCode.security_disabled if not self.enabled else ErrorCode.cluster_authorization_failed
+            for r in results:
+                r["error_code"], r["error_message"] = code, (NO_AUTHORIZER if not self.enabled else None)
+            return respond()
+        filters: list[tuple[int, AclBindingFilter]] = []
+        for i, f in enumerate(request.filters):
+            try:
+                filters.append((i, AclBindingFilter.from_request(f, self._pattern_type_of(header))))
+            except AclError as exc:
+                results[i]["error_code"], results[i]["error_message"] = ErrorCode.invalid_request, str(exc)
+        # the patterns any filter may touch: those known, as Kafka looks them up in its cache
+        patterns = {p: [(i, f) for i, f in filters if f.matches_pattern(p)] for p in list(self.cache.acls)}
+        patterns = {p: fs for p, fs in patterns.items() if fs}
+        if not patterns:
+            return respond()
+        pending = set(patterns)
+        effects: list = []
+
+        def remover(pattern: ResourcePattern) -> Callable[[frozenset], frozenset]:
+            def change(current: frozenset) -> frozenset:
+                return frozenset(e for e in current if not any(f.matches_entry(e) for _, f in patterns[pattern]))
+            return change
+
+        def finisher(pattern: ResourcePattern) -> Callable[[ErrorCode, str | None, frozenset, int], list]:
+            def done(code: ErrorCode, message: str | None, before: frozenset, when_ms: int) -> list:
+                for entry in sorted(before):
+                    # each deleted ACL is reported under the first filter that matched it, as Kafka
+                    owner = next((i for i, f in patterns[pattern] if f.matches_entry(entry)), None)
+                    if owner is None:
+                        continue
+                    results[owner]["matching_acls"].append(
+                        {"error_code": code, "error_message": message, **_binding_fields(AclBinding(pattern, entry))})
+                pending.discard(pattern)
+                return respond() if not pending else []
+            return done
+
+        for pattern in patterns:
+            effects.extend(self._update(pattern, remover(pattern), finisher(pattern), now_ms))
+        return effects
+
+
+def _all_supported(resource_type: ResourceType) -> int:
+    bits = 0
+    for op in SUPPORTED_OPERATIONS.get(resource_type, ()):
+        bits |= 1 << int(op)
+    return bits
