@@ -219,3 +219,21 @@ def test_without_an_authorizer_everything_is_allowed_and_acl_apis_say_security_d
     auth = AclAuthorizer(config, Outbox(config))
     assert auth.allows(1, Op.WRITE, ResourceType.TOPIC, "t")
     assert auth.on_acl_changes(AclChangeNotificationZNode.LITERAL, ["acl_changes_0000000001"], 0) == []
+
+
+def test_delete_acls_finds_an_acl_written_through_another_broker_by_its_exact_pattern():
+    """DeleteAcls with a filter naming one pattern reads it from ZooKeeper even when this broker
+    has not yet heard of it (Kafka's matchesAtMostOne)."""
+    zk = MemoryZooKeeper()
+    zk.execute([Create(path, make_parents=True) for path in ACL_PATHS])
+    writer, other = authorizer(), authorizer()
+    header = SimpleNamespace(api_key=30, api_version=3, correlation_id=1)
+    run(writer, zk, writer.handlers()[30](1, header, SimpleNamespace(creations=[
+        creation(ResourceType.TOPIC, "t", PatternType.LITERAL, Op.WRITE, Perm.DENY)]), 0))
+    exact = SimpleNamespace(resource_type_filter=2, resource_name_filter="t", pattern_type_filter=3,
+                            principal_filter=None, host_filter=None, operation=1, permission_type=1)
+    delete_header = SimpleNamespace(api_key=31, api_version=3, correlation_id=2)
+    [sent] = [e for e in run(other, zk, other.handlers()[31](1, delete_header, SimpleNamespace(filters=[exact]), 0))
+              if isinstance(e, Send)]
+    assert read_acls(zk) == {}
+    assert b"User:ANONYMOUS" in b"".join(bytes(b) for b in sent.buffers)     # the deleted ACL is reported

@@ -275,8 +275,11 @@ class AclAuthorizer:
                 filters.append((i, AclBindingFilter.from_request(f, self._pattern_type_of(header))))
             except AclError as exc:
                 results[i]["error_code"], results[i]["error_message"] = ErrorCode.invalid_request, str(exc)
-        # the patterns any filter may touch: those known, as Kafka looks them up in its cache
-        patterns = {p: [(i, f) for i, f in filters if f.matches_pattern(p)] for p in list(self.cache.acls)}
+        # the patterns any filter may touch: those known, and the one a filter names exactly (which
+        # may have been written through another broker a moment ago), as Kafka looks them up
+        candidates = dict.fromkeys(self.cache.acls)
+        candidates.update(dict.fromkeys(f.exact_pattern() for _, f in filters if f.exact_pattern() is not None))
+        patterns = {p: [(i, f) for i, f in filters if f.matches_pattern(p)] for p in candidates}
         patterns = {p: fs for p, fs in patterns.items() if fs}
         if not patterns:
             return respond()

@@ -181,10 +181,17 @@ class AclBindingFilter:
                           if pattern_type is None else pattern_type),
                     f.principal_filter, f.host_filter, _enum(AclOperation, f.operation),  # type: ignore[attr-defined]
                     _enum(AclPermissionType, f.permission_type))  # type: ignore[attr-defined]
-        if ResourceType.UNKNOWN in (found.resource_type,) or found.pattern_type is PatternType.UNKNOWN or \
+        if found.resource_type is ResourceType.UNKNOWN or found.pattern_type is PatternType.UNKNOWN or \
                 found.operation is AclOperation.UNKNOWN or found.permission is AclPermissionType.UNKNOWN:
             raise AclError("The filter contains UNKNOWN elements")
         return found
+
+    def exact_pattern(self) -> ResourcePattern | None:
+        """The one pattern this filter can match (Kafka's ``matchesAtMostOne``), if so."""
+        if self.resource_type is ResourceType.ANY or self.name is None or \
+                self.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+            return None
+        return ResourcePattern(self.resource_type, self.name, self.pattern_type)
 
     def matches_pattern(self, pattern: ResourcePattern) -> bool:
         """Kafka's ``ResourcePatternFilter.matches``."""
