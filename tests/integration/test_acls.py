@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import Cluster, free_ports, poll_until
+from tests.conftest import Cluster, free_ports, poll_until, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -247,3 +247,34 @@ def test_idempotent_write_is_a_cluster_permission_and_replication_keeps_going(cl
         assert produce_errors(cluster.bootstrap, topic, 3, acks="all") == ["NO_ERROR"] * 3
     finally:
         assert delete(admin, *rules) == 2
+
+
+def test_the_acls_command_adds_lists_and_removes_acls_like_kafka_acls(cluster, admin):
+    topic = new_topic(admin, 1)
+
+    def acls(*args: str):
+        return run_cli("acls", *args, "--bootstrap-server", cluster.bootstrap)
+
+    added = acls("add", "--topic", topic, "--allow-principal", "User:alice", "--deny-principal", "User:bob",
+                 "--operation", "read", "--operation", "describe")
+    assert added.returncode == 0, added.stderr
+    assert "Added 4 ACL(s)" in added.stdout
+    listed = acls("list", "--topic", topic)
+    assert listed.returncode == 0, listed.stderr
+    assert f"resourceType=TOPIC, name={topic}, patternType=LITERAL" in listed.stdout
+    assert "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)" in listed.stdout
+    assert "(principal=User:bob, host=*, operation=DESCRIBE, permissionType=DENY)" in listed.stdout
+    assert f"name={topic}," in acls("list").stdout                    # every resource
+    # the anonymous client is no longer let in: the topic has ACLs, none for it
+    poll_until(lambda: produce_errors(cluster.bootstrap, topic, 1) == ["TOPIC_AUTHORIZATION_FAILED"], 20,
+               message="the topic closes")
+    one = acls("remove", "--topic", topic, "--deny-principal", "User:bob", "--operation", "describe")
+    assert one.returncode == 0 and "Removed 1 ACL(s)" in one.stdout, one.stderr
+    rest = acls("remove", "--topic", topic)
+    assert rest.returncode == 0 and "Removed 3 ACL(s)" in rest.stdout, rest.stderr
+    assert f"name={topic}," not in acls("list").stdout
+
+    bad = acls("add", "--topic", topic, "--operation", "read")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--allow-principal" in bad.stderr, bad.stderr
+    refused = acls("add", "--topic", topic, "--allow-principal", "alice")
+    assert refused.returncode == 2 and "User:alice" in refused.stderr, refused.stderr
