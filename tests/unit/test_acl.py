@@ -237,3 +237,70 @@ def test_delete_acls_finds_an_acl_written_through_another_broker_by_its_exact_pa
               if isinstance(e, Send)]
     assert read_acls(zk) == {}
     assert b"User:ANONYMOUS" in b"".join(bytes(b) for b in sent.buffers)     # the deleted ACL is reported
+
+
+# -- every API checks what Kafka checks (the broker core, one broker, ACLs loaded directly)
+
+def acl_harness(*acls: tuple[ResourcePattern, list[Ace]]):
+    from tests.unit.test_broker_core import Harness
+
+    h = Harness(**{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                   "allow.everyone.if.no.acl.found": "true"})
+    h.create("open")
+    h.create("closed")
+    h.broker.connection_opened(1, HOST)
+    h.broker.authorizer.load(dict((p, frozenset(e)) for p, e in acls))
+    return h
+
+
+CLUSTER = ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL)
+
+
+def fetch_errors(h, replica_id: int) -> dict[str, int]:
+    body = h.fetch_body("open", 0)
+    body["replica_id"] = replica_id
+    body["topics"].append({**body["topics"][0], "topic": "closed"})
+    return {t.topic: t.partitions[0].error_code for t in h.call(1, 11, body).responses}
+
+
+def test_a_consumer_fetch_needs_read_on_each_topic_and_a_follower_fetch_cluster_action():
+    from kio.schema.errors import ErrorCode
+
+    h = acl_harness((topic("closed"), [deny(ANON, Op.READ)]))
+    assert fetch_errors(h, -1) == {"open": ErrorCode.none, "closed": ErrorCode.topic_authorization_failed}
+    # any ACL on the cluster closes it: a follower then needs an ALLOW of CLUSTER_ACTION
+    h.broker.authorizer.load({CLUSTER: frozenset({deny(ANON, Op.IDEMPOTENT_WRITE)})})
+    errors = fetch_errors(h, 2)
+    assert set(errors.values()) == {ErrorCode.topic_authorization_failed}
+    h.broker.authorizer.load({CLUSTER: frozenset({deny(ANON, Op.IDEMPOTENT_WRITE), allow(ANON, Op.ALL)})})
+    assert fetch_errors(h, 2)["open"] == ErrorCode.none
+
+
+def test_metadata_hides_what_may_not_be_described_and_reports_authorized_operations():
+    from kio.schema.errors import ErrorCode
+
+    h = acl_harness((topic("closed"), [deny(ANON, Op.DESCRIBE)]), (topic("open"), [allow(ANON, Op.READ)]))
+    every = h.call(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                           "include_topic_authorized_operations": True})
+    assert [t.name for t in every.topics] == ["open"]
+    assert every.topics[0].topic_authorized_operations == (1 << Op.READ) | (1 << Op.DESCRIBE)
+    named = h.call(3, 12, {"topics": [{"name": "closed", "topic_id": None}], "allow_auto_topic_creation": False,
+                           "include_topic_authorized_operations": False})
+    assert named.topics[0].error_code == ErrorCode.topic_authorization_failed
+
+
+def test_an_idempotent_batch_needs_idempotent_write_on_the_cluster_and_a_plain_one_write_on_the_topic():
+    from kio.schema.errors import ErrorCode
+    from tests.unit.batches import make_batch
+
+    h = acl_harness((CLUSTER, [deny(ANON, Op.IDEMPOTENT_WRITE), allow(ANON, Op.ALL)]),
+                    (topic("closed"), [deny(ANON, Op.WRITE)]))
+    h.produce("open", make_batch([b"v"], producer_id=7, producer_epoch=0, base_sequence=0))
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.cluster_authorization_failed
+    h.produce("open", make_batch([b"v"]))
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.none
+    h.produce("closed", make_batch([b"v"]))
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.topic_authorization_failed
+    refused = h.call(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
+                             "producer_epoch": -1})
+    assert refused.error_code == ErrorCode.cluster_authorization_failed
