@@ -33,6 +33,9 @@ class Core:
     def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
         raise KeyError("no such partition")
 
+    def connection_opened(self, conn_id: int, host: str) -> list:
+        return []
+
     def on_zk_result(self, token: int, results: list, now_ms: int) -> list:
         return []
 
