@@ -27,6 +27,11 @@ def entry(index: int, hw: int, records: bytes = b"", error: ErrorCode = ErrorCod
             "log_start_offset": 0, "records": records}
 
 
+def in_session(context) -> list:
+    """The session's partitions, in its order, as ``(topic, SessionPartition)``."""
+    return [(key[0], sp) for key, sp in context.session.partitions.items()]
+
+
 def answered(context, entries: list[dict]) -> list[int]:
     return [e["partition_index"] for t in context.answer([{"topic": "t", "partitions": entries}]) for e in t["partitions"]]
 
@@ -41,14 +46,16 @@ def test_a_full_fetch_opens_a_session_and_later_ones_answer_only_news():
     assert full.session_id != 0 and not full.incremental
     assert answered(full, [entry(0, 10), entry(1, 20)]) == [0, 1]           # a full answer names every partition
     inc = cache.context(full.session_id, 1, [], [], True, 5)
-    assert [(n, p.partition, p.fetch_offset) for n, p in inc.wanted] == [("t", 0, 10), ("t", 1, 20)]
+    assert [(n, p.partition, p.fetch_offset) for n, p in in_session(inc)] == [("t", 0, 10), ("t", 1, 20)]
+    assert inc.wanted == []                                                  # named nothing
     assert answered(inc, [entry(0, 10), entry(1, 20)]) == []                # nothing new: nothing named
     inc = cache.context(full.session_id, 2, [req(1, 25)], [], True, 6)       # partition 1 moved on
-    assert [p.fetch_offset for _, p in inc.wanted] == [10, 25]
+    assert [p.fetch_offset for _, p in in_session(inc)] == [10, 25]
+    assert [(n, p.partition) for n, p in inc.wanted] == [("t", 1)]         # only what it named
     assert answered(inc, [entry(0, 12), entry(1, 25, b"x")]) == [0, 1]      # a new HW; records
     # the partition that returned records goes last, so that the other is read first next time
     inc = cache.context(full.session_id, 3, [], [("t", 0)], True, 7)
-    assert [p.partition for _, p in inc.wanted] == [1]                      # forgotten
+    assert [p.partition for _, p in in_session(inc)] == [1]                 # forgotten
     assert answered(inc, [entry(1, 25, error=ErrorCode.not_leader_or_follower)]) == [1]   # an error is news
 
 
@@ -58,7 +65,7 @@ def test_records_move_a_partition_to_the_end_of_the_session():
     answered(full, [entry(0, 1), entry(1, 1), entry(2, 1)])
     inc = cache.context(full.session_id, 1, [], [], False, 1)
     answered(inc, [entry(0, 1, b"r"), entry(1, 1), entry(2, 1)])
-    assert [p.partition for _, p in cache.context(full.session_id, 2, [], [], False, 2).wanted] == [1, 2, 0]
+    assert [p.partition for _, p in in_session(cache.context(full.session_id, 2, [], [], False, 2))] == [1, 2, 0]
 
 
 def test_wrong_epochs_and_unknown_sessions_are_refused_and_change_nothing():
@@ -67,7 +74,7 @@ def test_wrong_epochs_and_unknown_sessions_are_refused_and_change_nothing():
     assert cache.context(full.session_id, 2, [req(0, 99)], [], True, 1).error is ErrorCode.invalid_fetch_session_epoch
     assert cache.context(full.session_id + 1, 1, [], [], True, 1).error is ErrorCode.fetch_session_id_not_found
     ok = cache.context(full.session_id, 1, [], [], True, 2)
-    assert ok.error is ErrorCode.none and ok.wanted[0][1].fetch_offset == 10
+    assert ok.error is ErrorCode.none and in_session(ok)[0][1].fetch_offset == 10
     # epoch -1 closes it and is served without a session; epoch 0 with the id replaces it
     closed = cache.context(full.session_id, FINAL_EPOCH, [req(0, 11)], [], True, 3)
     assert closed.session is None and full.session_id not in cache.sessions
@@ -326,11 +333,13 @@ def test_a_parked_session_fetch_that_nothing_touched_expires_without_a_second_sc
         h.tick(600)
         return h.response(1, 11, conn=102)
 
-    assert parked_fetch(2).responses == () and scans == [True]          # the arrival's scan only
+    # the arrival looks at the partition (not quiet at the session's last Fetch: it heard news)
+    assert parked_fetch(2).responses == () and scans == [True]
     scans.clear()
+    assert parked_fetch(3).responses == () and scans == []      # quiet since, nothing changed: not looked at
     body = h.fetch_body("r", 0, max_wait=500)
-    body.update(replica_id=2, session_id=sid, session_epoch=3, topics=[])
+    body.update(replica_id=2, session_id=sid, session_epoch=4, topics=[])
     h.request(1, 11, body, conn=102)
     h.broker.replica_manager.note_state_change()            # e.g. a LeaderAndIsr while it waits
     h.tick(600)
-    assert h.response(1, 11, conn=102).responses == () and scans == [True, False]
+    assert h.response(1, 11, conn=102).responses == () and scans == [False]     # looked at again

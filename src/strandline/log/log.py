@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os.path
 from bisect import bisect_right
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk, FileRegion
@@ -85,6 +85,9 @@ class Log:
         self.parent_unsynced = False        # the log's own directory entry is not fsynced yet
         self.truncations = 0                # times the log was cut at its end (a cleaning pass restarts)
         self.lowest_truncation: int | None = None  # the lowest offset cut from since the cleaner last asked
+        #: told ``(topic, partition)`` after the log end or log start offset moved (the replica
+        #: manager's change journal: fetch sessions look only at partitions that changed)
+        self.offsets_listener: Callable[[tuple[str, int]], None] | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -283,6 +286,7 @@ class Log:
             segment = self.roll(first, clock if now_ms is not None else self._now_ms)
         segment.append(records, batches, now_ms)
         self.log_end_offset = last + 1
+        self._offsets_changed()
         if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush(now_ms)
         return AppendInfo(first, last, max_ts, max_off, len(batches), len(records))
@@ -413,6 +417,7 @@ class Log:
         self.log_end_offset = active.next_offset
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self._offsets_changed()
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -424,6 +429,12 @@ class Log:
         self._sync_dir_if_new()
         self.leader_epoch_cache.clear()
         self.log_start_offset = self.log_end_offset = self.recovery_point = offset
+        self._offsets_changed()
+
+    def _offsets_changed(self) -> None:
+        listener = self.offsets_listener
+        if listener is not None:
+            listener((self.topic, self.partition))
 
     def _truncated(self, offset: int) -> None:
         self.truncations += 1
@@ -466,6 +477,7 @@ class Log:
             raise ValueError(f"log start offset {offset} beyond log end offset {self.log_end_offset}")
         self.log_start_offset = offset
         self.leader_epoch_cache.truncate_from_start(offset)
+        self._offsets_changed()
         return True
 
     # -- flushing ----------------------------------------------------------------------------
@@ -543,6 +555,7 @@ class Log:
         if new_start > self.log_start_offset:
             self.log_start_offset = new_start
             self.leader_epoch_cache.truncate_from_start(new_start)
+            self._offsets_changed()
         return count
 
     # -- lifecycle ---------------------------------------------------------------------------

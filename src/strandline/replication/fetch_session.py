@@ -4,8 +4,8 @@ A fetcher of many partitions need not name them all in every Fetch, nor hear abo
 every answer. Its first Fetch (session id 0, epoch 0) names every partition and asks for a
 session; the leader keeps them in a :class:`FetchSession` and answers with its id. Each later
 Fetch carries the id and the next epoch, and names only the partitions whose fetch position
-changed (and those to forget); the leader reads every partition of the session, and answers only
-those with records, an error, or a changed high watermark or log start offset. A wrong epoch or
+changed (and those to forget); the leader answers only those with records, an error, or a changed high
+watermark or log start offset. A wrong epoch or
 an unknown session is answered with INVALID_FETCH_SESSION_EPOCH or FETCH_SESSION_ID_NOT_FOUND,
 and the fetcher starts again with a full Fetch. Epoch -1 asks for no session (every Fetch full),
 as librdkafka and kafka-python always do.
@@ -14,6 +14,13 @@ The leader's side is :class:`FetchSessionCache` (Kafka's FetchManager and FetchS
 ``max.incremental.fetch.session.cache.slots`` sessions, least recently used evicted once idle for
 ``min.incremental.fetch.session.eviction.ms``, a follower's session before any consumer's). The
 fetcher's side is :class:`SessionHandler` (Kafka's FetchSessionHandler).
+
+Neither side looks at every partition of an idle session. Both follow a :class:`ChangeJournal`,
+the keys of the partitions whose state changed (an append, a truncation, a high watermark, log
+start offset or ISR move), in order: the leader reads a session's partitions that changed since
+its last Fetch, those named in this one, and those that were not quiet then (``SessionScan``);
+the fetcher builds its Fetch from the partitions that changed since its last one. A change no
+key announces (a control request, retention) makes each start over with a full look.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from kio.schema.errors import ErrorCode
+
+from strandline.replication.partition import FetchClock
 
 NO_SESSION = 0
 INITIAL_EPOCH = 0
@@ -48,6 +57,7 @@ class SessionPartition:
     high_watermark: int | None = None
     leader_log_start_offset: int | None = None
     last_stable_offset: int | None = None
+    seq: int = 0                # its place in the session's order (the leader reads in this order)
 
     def update(self, p: Any) -> None:
         if (p.fetch_offset, getattr(p, "current_leader_epoch", -1)) != (self.fetch_offset, self.current_leader_epoch):
@@ -73,10 +83,65 @@ class SessionPartition:
         return bool(news)
 
 
-def session_partition(p: Any) -> SessionPartition:
-    sp = SessionPartition(p.partition, p.fetch_offset, p.partition_max_bytes)
+def session_partition(p: Any, seq: int = 0) -> SessionPartition:
+    sp = SessionPartition(p.partition, p.fetch_offset, p.partition_max_bytes, seq=seq)
     sp.update(p)
     return sp
+
+
+class ChangeJournal:
+    """The keys of partitions whose state changed, in order, from a position on: what a reader
+    that last looked at :attr:`position` must look at again. A change no key announces bumps
+    :attr:`epoch`, and a reader too far behind (past ``limit`` entries) has fallen off: each then
+    looks at everything once."""
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self.keys: list[Key] = []
+        self.base = 0           # the position of keys[0]
+        self.epoch = 0
+        self.limit = limit
+
+    @property
+    def position(self) -> int:
+        return self.base + len(self.keys)
+
+    def add(self, key: Key) -> None:
+        self.keys.append(key)
+        if len(self.keys) > 2 * self.limit:
+            self._trim()
+
+    def extend(self, keys: Iterable[Key]) -> None:
+        self.keys.extend(keys)
+        if len(self.keys) > 2 * self.limit:
+            self._trim()
+
+    def everything_changed(self) -> None:
+        self.epoch += 1
+
+    def since(self, position: int, epoch: int) -> list[Key] | None:
+        """The keys changed since ``position`` (in ``epoch``), or None when the reader must look
+        at everything."""
+        if epoch != self.epoch or position < self.base:
+            return None
+        return self.keys[position - self.base:]
+
+    def _trim(self) -> None:
+        drop = len(self.keys) - self.limit
+        del self.keys[:drop]
+        self.base += drop
+
+
+@dataclass(slots=True)
+class SessionScan:
+    """What the leader saw at a session's last Fetch: who read (replica id, isolation level), the
+    journal's position and epoch before it looked, and the partitions that were not quiet
+    (:meth:`ReplicaManager._quiet`), which it looks at again each time. Every other partition of
+    the session was quiet and nothing changed it since, so it still is."""
+
+    reader: tuple[int, int]
+    position: int
+    epoch: int
+    unsettled: frozenset[Key]
 
 
 @dataclass
@@ -86,11 +151,21 @@ class FetchSession:
     partitions: dict[Key, SessionPartition]
     epoch: int                              # the epoch the next Fetch must carry
     last_used_ms: int
+    next_seq: int = 0
+    scan: SessionScan | None = None         # the leader's last look (None: look at everything)
+    clock: FetchClock = field(default_factory=FetchClock)   # when a follower's Fetch of it last came
+    dropped: list[Key] = field(default_factory=list)        # forgotten since: their replicas lose the clock
+
+    def take_seq(self) -> int:
+        self.next_seq += 1
+        return self.next_seq
 
 
 @dataclass
 class FetchContext:
-    """How one Fetch is served: which partitions to read, and how to shape the answer."""
+    """How one Fetch is served: which partitions to read, and how to shape the answer. For an
+    incremental Fetch ``wanted`` holds only the partitions it named (as the session keeps them),
+    and :attr:`session_keys` the session, whose partitions the leader reads as they changed."""
 
     wanted: list[tuple[str, Any]] = field(default_factory=list)
     session: FetchSession | None = None
@@ -102,9 +177,10 @@ class FetchContext:
         return self.session.id if self.session is not None else NO_SESSION
 
     @property
-    def session_keys(self) -> tuple[Key, ...] | None:
-        """The session's partitions, in order, for an incremental Fetch (``wanted`` holds them)."""
-        return tuple(self.session.partitions) if self.incremental and self.session is not None else None
+    def session_keys(self) -> FetchSession | None:
+        """The session of an incremental Fetch, whose partitions are read (not only ``wanted``);
+        None for a full one. (The name is older than the change journal: it once held the keys.)"""
+        return self.session if self.incremental else None
 
     def answer(self, topics: list[dict]) -> list[dict]:
         """The answer's topics: every partition read for a full Fetch (remembered by a new
@@ -131,7 +207,9 @@ class FetchContext:
             if entries:
                 kept.append({"topic": t["topic"], "partitions": entries})
         for key in moved:
-            parts[key] = parts.pop(key)
+            sp = parts.pop(key)
+            sp.seq = self.session.take_seq()
+            parts[key] = sp
         return kept
 
 
@@ -166,17 +244,21 @@ class FetchSessionCache:
             return FetchContext(error=ErrorCode.invalid_fetch_session_epoch)
         parts = session.partitions
         for key in forgotten:
-            parts.pop(key, None)
+            if parts.pop(key, None) is not None:
+                session.dropped.append(key)
+        named: list[tuple[str, Any]] = []
         for name, p in wanted:
             key = (name, p.partition)
-            if key in parts:
-                parts[key].update(p)
+            sp = parts.get(key)
+            if sp is not None:
+                sp.update(p)
             else:
-                parts[key] = session_partition(p)
+                sp = parts[key] = session_partition(p, session.take_seq())
+            named.append((name, sp))
         session.epoch = next_epoch(epoch)
         session.last_used_ms = now_ms
         self.sessions[session_id] = self.sessions.pop(session_id)
-        return FetchContext([(key[0], sp) for key, sp in parts.items()], session, incremental=True)
+        return FetchContext(named, session, incremental=True)
 
     def _create(self, wanted: list[tuple[str, Any]], privileged: bool, now_ms: int) -> FetchSession | None:
         if not wanted or not self._room(privileged, now_ms):
@@ -185,9 +267,10 @@ class FetchSessionCache:
         while session_id == NO_SESSION or session_id in self.sessions:
             session_id = self.rng.randint(1, 0x7FFFFFFF)
         parts: dict[Key, SessionPartition] = {}
-        for name, p in wanted:
-            parts[(name, p.partition)] = session_partition(p)
-        session = FetchSession(session_id, privileged, parts, next_epoch(INITIAL_EPOCH), now_ms)
+        for seq, (name, p) in enumerate(wanted, 1):
+            parts[(name, p.partition)] = session_partition(p, seq)
+        session = FetchSession(session_id, privileged, parts, next_epoch(INITIAL_EPOCH), now_ms,
+                               next_seq=len(wanted))
         self.sessions[session_id] = session
         return session
 
@@ -223,6 +306,16 @@ class SessionHandler:
             return self.session_id, INITIAL_EPOCH, positions, []
         changed = {k: v for k, v in positions.items() if self.sent.get(k) != v}
         forgotten = [k for k in self.sent if k not in positions]
+        self._pending = (False, changed, forgotten)
+        return self.session_id, self.epoch, changed, forgotten
+
+    def build_changes(self, changed: dict[Key, tuple], forgotten: list[Key]) -> tuple[int, int, dict[Key, tuple],
+                                                                                   list[Key]]:
+        """As :meth:`build` for an incremental Fetch whose caller knows what changed: ``changed``
+        the partitions whose position differs from what the session has, ``forgotten`` those it
+        has that are fetched no more (every other partition is where the session has it)."""
+        if self.epoch == INITIAL_EPOCH:
+            raise ValueError("a new session's first Fetch names every partition: use build()")
         self._pending = (False, changed, forgotten)
         return self.session_id, self.epoch, changed, forgotten
 

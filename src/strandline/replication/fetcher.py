@@ -24,13 +24,51 @@ class PartitionFetchState:
 
 @dataclass
 class ReplicaFetcher:
-    """Pulls from one leader; each request goes to the leader's endpoint as the metadata names it then."""
+    """Pulls from one leader; each request goes to the leader's endpoint as the metadata names it then.
+
+    Besides each partition's :class:`PartitionFetchState`, it keeps what lets an incremental Fetch
+    be built from the partitions that changed only: those truncating, those delayed (until seen
+    past their delay), those whose fetch state changed since the last Fetch was built (``dirty``),
+    and the replica manager's change journal position then (every log end or start offset move)."""
 
     leader_id: int
     partitions: dict[tuple[str, int], PartitionFetchState] = field(default_factory=dict)
     in_flight: bool = False
     backoff_until_ms: int = 0
     session: SessionHandler = field(default_factory=SessionHandler)     # KIP-227, with this leader
+    truncating: dict[tuple[str, int], None] = field(default_factory=dict)
+    delayed: dict[tuple[str, int], None] = field(default_factory=dict)
+    dirty: dict[tuple[str, int], None] = field(default_factory=dict)
+    journal_position: int = -1          # -1: build the next Fetch from every partition
+    journal_epoch: int = -1
+    max_bytes: int = -1                 # replica.fetch.max.bytes when the last Fetch was built
+
+    def add(self, key: tuple[str, int], state: PartitionFetchState) -> None:
+        self.partitions[key] = state
+        self.dirty[key] = None
+        self.delayed.pop(key, None)
+        if state.truncating:
+            self.truncating[key] = None
+        else:
+            self.truncating.pop(key, None)
+
+    def remove(self, key: tuple[str, int]) -> None:
+        if self.partitions.pop(key, None) is not None:
+            self.dirty[key] = None
+            self.truncating.pop(key, None)
+            self.delayed.pop(key, None)
+
+    def set_truncating(self, key: tuple[str, int], state: PartitionFetchState, truncating: bool) -> None:
+        state.truncating = truncating
+        self.dirty[key] = None
+        if truncating:
+            self.truncating[key] = None
+        else:
+            self.truncating.pop(key, None)
+
+    def delay(self, key: tuple[str, int], state: PartitionFetchState, until_ms: int) -> None:
+        state.delayed_until_ms = until_ms
+        self.delayed[key] = None
 
     def ready(self, now_ms: int) -> tuple[list[tuple[tuple[str, int], PartitionFetchState]],
                                           list[tuple[tuple[str, int], PartitionFetchState]]]:
@@ -42,6 +80,11 @@ class ReplicaFetcher:
             if state.delayed_until_ms <= now_ms:
                 (truncating if state.truncating else fetching).append(item)
         return truncating, fetching
+
+    def ready_truncating(self, now_ms: int) -> list[tuple[tuple[str, int], PartitionFetchState]]:
+        """The partitions truncating that may be asked about now."""
+        parts = self.partitions
+        return [(key, parts[key]) for key in self.truncating if parts[key].delayed_until_ms <= now_ms]
 
     def next_wakeup_ms(self) -> int | None:
         """When a delayed partition or the fetcher's backoff ends, if a request could go then."""

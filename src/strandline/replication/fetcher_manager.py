@@ -23,6 +23,7 @@ from strandline.protocol import api
 from strandline.protocol.api import ApiKey
 from strandline.protocol.hot_readers import FETCH_RESPONSE_VERSION, decode_fetch_response
 from strandline.protocol.hot_responses import FETCH_REQUEST_VERSION, encode_fetch_request
+from strandline.replication.fetch_session import INITIAL_EPOCH, ChangeJournal
 from strandline.replication.fetcher import PartitionFetchState, ReplicaFetcher
 from strandline.replication.partition import Partition
 from strandline.replication.quota import ReplicationQuota, throttled
@@ -45,6 +46,7 @@ class ReplicaFetcherManager:
     fetch_purgatory: Purgatory                        # consumers' fetches wait on a follower's HW too
     topic_stats: BrokerTopicStats = field(default_factory=BrokerTopicStats)     # the replica manager's
     fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)     # by leader
+    journal: ChangeJournal | None = None              # the replica manager's: the partitions that changed
     follower_quota: ReplicationQuota = field(init=False)
 
     def __post_init__(self) -> None:
@@ -59,7 +61,7 @@ class ReplicaFetcherManager:
         then waits for the metadata to name its endpoint."""
         fetch_state = PartitionFetchState(leader_epoch, truncating=truncating)
         fetcher = self.fetchers.setdefault(leader_id, ReplicaFetcher(leader_id))
-        fetcher.partitions[key] = fetch_state
+        fetcher.add(key, fetch_state)
         # an answer in flight for the old epoch will be dropped: the next Fetch is full, so that the
         # leader's session tells this partition's state again
         fetcher.session.failed()
@@ -67,7 +69,7 @@ class ReplicaFetcherManager:
     def remove_partitions(self, keys: list[tuple[str, int]]) -> None:
         for fetcher in self.fetchers.values():
             for key in keys:
-                fetcher.partitions.pop(key, None)
+                fetcher.remove(key)
 
     def truncate(self, partition: Partition, offset: int, why: str) -> list:
         log = partition.log
@@ -96,13 +98,68 @@ class ReplicaFetcherManager:
         for fetcher in self._with_leader():
             if fetcher.in_flight or fetcher.backoff_until_ms > now_ms or not fetcher.partitions:
                 continue
-            truncating, fetching = fetcher.ready(now_ms)
+            truncating = fetcher.ready_truncating(now_ms)
             if truncating:
                 effects.extend(self._send_offsets_for_leader_epoch(fetcher, truncating, now_ms))
                 continue
+            incremental = self._incremental_positions(fetcher, now_ms)
+            if incremental is not None:
+                if incremental[2]:
+                    effects.extend(self._send_fetch(fetcher, [], now_ms, incremental))
+                continue
+            _, fetching = fetcher.ready(now_ms)
             if fetching:
                 effects.extend(self._send_fetch(fetcher, fetching, now_ms))
         return effects
+
+    def _incremental_positions(self, fetcher: ReplicaFetcher, now_ms: int) -> tuple | None:
+        """For an incremental Fetch: the positions of the partitions that changed since the last
+        Fetch was built and those that may be fetched again (a delay past), the journal's position
+        and epoch before they were read, and whether any partition is left to fetch; None when the
+        Fetch must be built from every partition (a new session, a fallen-off journal reader, a new
+        replica.fetch.max.bytes, or a topic throttling followers)."""
+        journal = self.journal
+        if (journal is None or fetcher.session.epoch == INITIAL_EPOCH
+                or fetcher.max_bytes != self.config["replica.fetch.max.bytes"] or self._follower_throttles()):
+            return None
+        changed = journal.since(fetcher.journal_position, fetcher.journal_epoch)
+        if changed is None:
+            return None
+        position, epoch = journal.position, journal.epoch
+        states = fetcher.partitions
+        candidates = dict(fetcher.dirty)
+        candidates.update(fetcher.delayed)
+        for key in changed:
+            if key in states:
+                candidates[key] = None
+        max_bytes = fetcher.max_bytes
+        sent = fetcher.session.sent
+        partitions = self.partitions
+        named: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+        forgotten: list[tuple[str, int]] = []
+        for key in candidates:
+            state = states.get(key)
+            if state is None or state.truncating or state.delayed_until_ms > now_ms:
+                if key in sent:
+                    forgotten.append(key)
+                continue
+            log = partitions[key].log
+            position_of = (state.leader_epoch, log.log_end_offset, log.log_start_offset, max_bytes)
+            if sent.get(key) != position_of:
+                named[key] = position_of
+        left = len(sent) - len(forgotten) + sum(1 for key in named if key not in sent)
+        return named, forgotten, left > 0, position, epoch
+
+    def _built(self, fetcher: ReplicaFetcher, now_ms: int, position: int, epoch: int, full: bool) -> None:
+        """A Fetch was built: what changes from now on goes into the next one."""
+        fetcher.dirty.clear()
+        if full:
+            fetcher.delayed = {key: None for key, s in fetcher.partitions.items() if s.delayed_until_ms > now_ms}
+        else:
+            fetcher.delayed = {key: None for key in fetcher.delayed
+                               if (s := fetcher.partitions.get(key)) is not None and s.delayed_until_ms > now_ms}
+        fetcher.journal_position, fetcher.journal_epoch = position, epoch
+        fetcher.max_bytes = self.config["replica.fetch.max.bytes"]
 
     def _client_id(self) -> str:
         return f"strandline-replica-fetcher-{self.broker_id}"
@@ -117,7 +174,7 @@ class ReplicaFetcherManager:
             if latest < 0:
                 # nothing written under any epoch: the high watermark is all we know
                 effects.extend(self.truncate(partition, partition.high_watermark, "no leader epochs"))
-                state.truncating = False
+                fetcher.set_truncating(key, state, False)
                 continue
             asked[key] = state.leader_epoch
             by_topic.setdefault(key[0], []).append({"partition": key[1], "current_leader_epoch": state.leader_epoch,
@@ -179,7 +236,7 @@ class ReplicaFetcherManager:
                                  f"leader {fetcher.leader_id} has epoch {answer.leader_epoch} "
                                  f"ending at {answer.end_offset}")
         if result.done:
-            state.truncating = False
+            fetcher.set_truncating(key, state, False)
         return effects
 
     def _throttled(self, key: tuple[str, int]) -> bool:
@@ -193,24 +250,41 @@ class ReplicaFetcherManager:
         """Whether any topic throttles replicas on the follower side (rarely: during a move)."""
         return any(t.configs.get("follower.replication.throttled.replicas") for t in self.metadata.topics.values())
 
-    def _send_fetch(self, fetcher: ReplicaFetcher, ready: list, now_ms: int) -> list:
+    def _send_fetch(self, fetcher: ReplicaFetcher, ready: list, now_ms: int, incremental: tuple | None = None) -> list:
+        """A Fetch of ``ready`` (every partition that may be fetched now), or, for an incremental
+        one, of what :meth:`_incremental_positions` found changed."""
         cfg = self.config
-        throttled_keys = {key for key, _ in ready if self._throttled(key)} if self._follower_throttles() else set()
-        if throttled_keys and self.follower_quota.exceeded(now_ms):
-            # over follower.replication.throttled.rate: those replicas wait, the others fetch
-            ready = [(key, state) for key, state in ready if key not in throttled_keys]
-            throttled_keys = set()
-            if not ready:
-                fetcher.backoff_until_ms = now_ms + cfg["replica.fetch.backoff.ms"]
-                return []
         max_bytes = cfg["replica.fetch.max.bytes"]
-        partitions = self.partitions
-        positions: dict[tuple[str, int], tuple[int, int, int, int]] = {}   # epoch, fetch offset, log start, max
-        for key, state in ready:
-            log = partitions[key].log
-            positions[key] = (state.leader_epoch, log.log_end_offset, log.log_start_offset, max_bytes)
-        # an incremental fetch session (KIP-227): only the partitions whose position changed are named
-        session_id, epoch, named, forgotten = fetcher.session.build(positions)
+        throttled_keys: set = set()
+        if incremental is not None:
+            changes, dropped, _, journal_position, journal_epoch = incremental
+            # what each partition is fetched at: named now, or as the session last heard (forgotten: none)
+            sent, gone = fetcher.session.sent, set(dropped)
+            session_id, epoch, named, forgotten = fetcher.session.build_changes(changes, dropped)
+
+            def asked_at(key: tuple[str, int]) -> tuple | None:
+                position = named.get(key)
+                return position if position is not None or key in gone else sent.get(key)
+        else:
+            throttled_keys = {key for key, _ in ready if self._throttled(key)} if self._follower_throttles() else set()
+            if throttled_keys and self.follower_quota.exceeded(now_ms):
+                # over follower.replication.throttled.rate: those replicas wait, the others fetch
+                ready = [(key, state) for key, state in ready if key not in throttled_keys]
+                throttled_keys = set()
+                if not ready:
+                    fetcher.backoff_until_ms = now_ms + cfg["replica.fetch.backoff.ms"]
+                    return []
+            journal_position = self.journal.position if self.journal is not None else -1
+            journal_epoch = self.journal.epoch if self.journal is not None else -1
+            partitions = self.partitions
+            positions: dict[tuple[str, int], tuple[int, int, int, int]] = {}   # epoch, fetch offset, log start, max
+            for key, state in ready:
+                log = partitions[key].log
+                positions[key] = (state.leader_epoch, log.log_end_offset, log.log_start_offset, max_bytes)
+            # an incremental fetch session (KIP-227): only the partitions whose position changed are named
+            session_id, epoch, named, forgotten = fetcher.session.build(positions)
+            asked_at = positions.get
+        self._built(fetcher, now_ms, journal_position, journal_epoch, incremental is None)
         by_topic: dict[str, list] = {}
         for (topic, index), (leader_epoch, fetch_offset, log_start_offset, _) in named.items():
             by_topic.setdefault(topic, []).append({
@@ -239,7 +313,7 @@ class ReplicaFetcherManager:
                     key = (t.topic, p.partition_index)
                     if key in throttled_keys and p.records:
                         self.follower_quota.record(len(p.records), when_ms)
-                    position = positions.get(key)
+                    position = asked_at(key)
                     out.extend(self._on_fetched(fetcher, key, position and position[:2], p, when_ms, moved))
             if moved:
                 out.extend(self.fetch_purgatory.check_keys(moved, when_ms))
@@ -265,7 +339,7 @@ class ReplicaFetcherManager:
                 partition.rebuild_producer_state()
                 return [Log("info", f"{key[0]}-{key[1]} restarts at the leader's log start offset "
                                     f"{answer.log_start_offset}")]
-            state.truncating = True
+            fetcher.set_truncating(key, state, True)
             return []
         if error is not ErrorCode.none:
             return self._delay_partition(fetcher, key, state, error, now_ms)
@@ -291,7 +365,7 @@ class ReplicaFetcherManager:
 
     def _delay_partition(self, fetcher: ReplicaFetcher, key: tuple[str, int], state: PartitionFetchState,
                          error: ErrorCode | None, now_ms: int, message: str = "") -> list:
-        state.delayed_until_ms = now_ms + self.config["replica.fetch.backoff.ms"]
+        fetcher.delay(key, state, now_ms + self.config["replica.fetch.backoff.ms"])
         if error in _RETRIABLE_QUIETLY:
             return []
         what = error.name if error is not None else message

@@ -34,6 +34,9 @@ class IsrManager:
         self.metadata = metadata
         self.outbox = outbox
         self.high_watermark_moved = high_watermark_moved
+        #: told of every ISR this leader installs (the replica manager's change journal: a follower
+        #: dropped from the ISR must take the full update of its fetch again, to rejoin)
+        self.partition_changed: Callable[[tuple[str, int]], None] | None = None
         self._change_set: set[tuple[str, int]] = set()
         self._last_change_ms = 0
         self._last_propagation_ms = now_ms
@@ -109,6 +112,8 @@ class IsrManager:
         key = (partition.topic, partition.index)
         old_isr = partition.isr
         advanced = partition.apply_isr(state.isr, zk_version, now_ms)
+        if self.partition_changed is not None:
+            self.partition_changed(key)
         if len(state.isr) < len(old_isr):
             self.isr_shrinks += 1
         elif len(state.isr) > len(old_isr):

@@ -22,16 +22,70 @@ from strandline.protocol.records import BatchHeader, set_log_append_time
 NO_LEADER = -1
 
 
-@dataclass(slots=True)
-class ReplicaState:
-    """What the leader knows of one follower, from that follower's fetches."""
+class FetchClock:
+    """When a follower's incremental fetch session last arrived (``ms``). A replica state that the
+    session left *settled* (its follower at the leader's LEO, in the ISR, nothing changed since)
+    points to it: each of the session's later fetches counts for that replica as Kafka's quick
+    update would (ISR-2 rule (a)), without the leader looking at the partition."""
 
-    broker_id: int
-    log_end_offset: int = -1
-    last_caught_up_time_ms: int = 0
-    last_fetch_leader_log_end_offset: int = 0
-    last_fetch_time_ms: int = 0
-    log_start_offset: int = -1
+    __slots__ = ("ms",)
+
+    def __init__(self, ms: int = 0) -> None:
+        self.ms = ms
+
+
+class ReplicaState:
+    """What the leader knows of one follower, from that follower's fetches.
+
+    ``last_caught_up_time_ms`` and ``last_fetch_time_ms`` read through ``quiet_clock`` while one
+    is attached (:class:`FetchClock`): the later of the stored time and the session's last fetch."""
+
+    __slots__ = ("broker_id", "log_end_offset", "_caught_up_ms", "last_fetch_leader_log_end_offset",
+                 "_fetch_ms", "log_start_offset", "quiet_clock")
+
+    def __init__(self, broker_id: int, log_end_offset: int = -1, last_caught_up_time_ms: int = 0,
+                 last_fetch_leader_log_end_offset: int = 0, last_fetch_time_ms: int = 0,
+                 log_start_offset: int = -1) -> None:
+        self.broker_id = broker_id
+        self.log_end_offset = log_end_offset
+        self._caught_up_ms = last_caught_up_time_ms
+        self.last_fetch_leader_log_end_offset = last_fetch_leader_log_end_offset
+        self._fetch_ms = last_fetch_time_ms
+        self.log_start_offset = log_start_offset
+        self.quiet_clock: FetchClock | None = None
+
+    @property
+    def last_caught_up_time_ms(self) -> int:
+        clock = self.quiet_clock
+        return self._caught_up_ms if clock is None or clock.ms < self._caught_up_ms else clock.ms
+
+    @last_caught_up_time_ms.setter
+    def last_caught_up_time_ms(self, value: int) -> None:
+        self._caught_up_ms = value
+
+    @property
+    def last_fetch_time_ms(self) -> int:
+        clock = self.quiet_clock
+        return self._fetch_ms if clock is None or clock.ms < self._fetch_ms else clock.ms
+
+    @last_fetch_time_ms.setter
+    def last_fetch_time_ms(self, value: int) -> None:
+        self._fetch_ms = value
+
+    def detach_clock(self) -> FetchClock | None:
+        """Detach the quiet clock, keeping the times it gave; returns it (None if none was)."""
+        clock = self.quiet_clock
+        if clock is not None:
+            self._caught_up_ms = self.last_caught_up_time_ms
+            self._fetch_ms = self.last_fetch_time_ms
+            self.quiet_clock = None
+        return clock
+
+    def __repr__(self) -> str:
+        return (f"ReplicaState(broker_id={self.broker_id}, log_end_offset={self.log_end_offset}, "
+                f"last_caught_up_time_ms={self.last_caught_up_time_ms}, "
+                f"last_fetch_leader_log_end_offset={self.last_fetch_leader_log_end_offset}, "
+                f"last_fetch_time_ms={self.last_fetch_time_ms}, log_start_offset={self.log_start_offset})")
 
 
 class LeaderAppend(NamedTuple):

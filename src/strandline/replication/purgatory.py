@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Container, Iterable
 
 
 SWEEP_MS = 30_000
@@ -31,7 +31,12 @@ class Purgatory:
     operation leaves the heap when it reaches the top or at a compaction, and the watch list of a
     key when that key is next checked or watched, or in a sweep once such leftovers outnumber the
     keys (an idle fetch session's long poll watches thousands of partitions; pruning every one of
-    them at each completion would cost more than the poll)."""
+    them at each completion would cost more than the poll).
+
+    An operation may instead watch every key of a container that it does not copy
+    (:meth:`watch_all`: a fetch session's partitions, which may change while it waits): it is
+    checked when any of them is, at a cost per check of the few such operations, not per key.
+    ``listener``, when set, hears every key checked (the replica manager's change journal)."""
 
     by_key: dict[tuple[str, int], list[DelayedOperation]] = field(default_factory=dict)
     pending: list[tuple[int, int, DelayedOperation]] = field(default_factory=list)  # heap: deadline, seq, op
@@ -39,6 +44,8 @@ class Purgatory:
     _seq: int = 0
     _stale: int = 0     # watch entries of completed operations not removed yet
     _next_sweep_ms: int = 0
+    groups: list[tuple[Container[tuple[str, int]], DelayedOperation]] = field(default_factory=list)
+    listener: Callable[[list[tuple[str, int]]], None] | None = None
 
     def watch(self, op: DelayedOperation) -> None:
         heapq.heappush(self.pending, (op.deadline_ms, self._seq, op))
@@ -56,8 +63,26 @@ class Purgatory:
                 ops[:] = kept
             ops.append(op)
 
+    def watch_all(self, op: DelayedOperation, watched: Container[tuple[str, int]]) -> None:
+        """Watch every key ``watched`` holds when one is checked (``op.keys`` is not used)."""
+        heapq.heappush(self.pending, (op.deadline_ms, self._seq, op))
+        self._seq += 1
+        self._live += 1
+        self.groups.append((watched, op))
+
     def check_keys(self, keys: Iterable[tuple[str, int]], now_ms: int) -> list[Any]:
+        keys = keys if isinstance(keys, list) else list(keys)
+        if self.listener is not None and keys:
+            self.listener(keys)
         effects: list[Any] = []
+        if self.groups and keys:
+            for watched, op in list(self.groups):
+                if not op.completed and any(key in watched for key in keys):
+                    done = op.try_complete(now_ms, False)
+                    if done is not None:
+                        self._completed(op)
+                        effects.extend(done)
+            self.groups = [g for g in self.groups if not g[1].completed]
         for key in keys:
             ops = self.by_key.get(key)
             if not ops:
@@ -84,6 +109,8 @@ class Purgatory:
             effects.extend(op.try_complete(now_ms, True) or ())
         if expired or len(heap) > 2 * self._live + 16:
             self._compact(now_ms)
+        if expired and self.groups:
+            self.groups = [g for g in self.groups if not g[1].completed]
         return effects
 
     def cancel_connection(self, conn_id: int) -> None:
@@ -91,6 +118,7 @@ class Purgatory:
             if op.conn_id == conn_id and not op.completed:
                 self._completed(op)
         self._compact()
+        self.groups = [g for g in self.groups if not g[1].completed]
 
     def next_deadline(self) -> int | None:
         heap = self.pending

@@ -23,11 +23,12 @@ from strandline.coordination.store import GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
 from strandline.protocol import control
+from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionScan
 from strandline.replication.fetcher_manager import ReplicaFetcherManager
 from strandline.replication.isr_manager import IsrManager
 from strandline.replication.leader_writes import LeaderWrites
 from strandline.replication.log_admin import LogAdmin
-from strandline.replication.partition import Partition
+from strandline.replication.partition import FetchClock, Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
 from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.topic_stats import BrokerTopicStats
@@ -48,7 +49,12 @@ class ReplicaManager:
         self.metadata = metadata
         self.outbox = outbox
         self.partitions: dict[tuple[str, int], Partition] = {}
+        #: the partitions that changed, in order (fetch sessions and fetchers look only at those):
+        #: every key the fetch purgatory is told of, every log end or start offset move, every ISR
+        #: change; a change no key announces starts every reader over
+        self.journal = ChangeJournal()
         self.fetch_purgatory = Purgatory()
+        self.fetch_purgatory.listener = self.journal.extend
         self.writes = LeaderWrites(config, metadata, self.partitions, self.fetch_purgatory)
         self.leader_quota = ReplicationQuota(lambda: config["leader.replication.throttled.rate"])
         self.controller_epoch = 0          # the newest controller epoch this broker has heard from
@@ -58,9 +64,10 @@ class ReplicaManager:
         self.leadership_listeners: list[LeadershipListener] = []
         self._hw_checkpoint: dict | None = None
         self.isr_manager = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms)
+        self.isr_manager.partition_changed = self.journal.add
         self.topic_stats = BrokerTopicStats()
         self.fetcher_manager = ReplicaFetcherManager(config, self.partitions, metadata, outbox, self.fetch_purgatory,
-                                                     self.topic_stats)
+                                                     self.topic_stats, journal=self.journal)
         self.log_admin = LogAdmin(self.partitions, logs, metadata, self.note_state_change)
         #: Counts changes to partitions that a parked fetch's watch keys may not announce (roles,
         #: epochs, log start offsets, HW moves): a parked session fetch whose keys nobody touched
@@ -84,6 +91,7 @@ class ReplicaManager:
         partition.high_watermark = min(max(hws.get(key, 0), log.log_start_offset), log.log_end_offset)
         partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
         partition.rebuild_producer_state()
+        log.offsets_listener = self.journal.add
         self.partitions[key] = partition
         return partition
 
@@ -174,11 +182,13 @@ class ReplicaManager:
     def note_state_change(self) -> None:
         """A partition changed in a way no watch key announces (a role, an epoch, a log start offset)."""
         self.state_changes += 1
+        self.journal.everything_changed()
 
     def apply_control(self, api_key: int, body: dict, now_ms: int) -> tuple[list, dict]:
         """Carry out a control request (the controller's own ones come straight here)."""
         self.heard_from_controller = True
         self.state_changes += 1
+        self.journal.everything_changed()
         if body["controller_epoch"] > self.controller_epoch or self.metadata.controller_id < 0:
             self.controller_epoch = body["controller_epoch"]
             self.metadata.controller_id = body["controller_id"]
@@ -386,36 +396,49 @@ class ReplicaManager:
 
     def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                        isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int,
-                       session_keys: tuple | None = None) -> list:
+                       session: FetchSession | None = None) -> list:
         """Read whole batches for a consumer (below the HW) or a follower (below the LEO, REP-1);
         a fetch with too little data waits up to ``max_wait_ms`` for appends (REP-2). A follower's
         fetch also reports its progress (:meth:`_follower_fetched`).
 
-        ``session_keys``: given for an incremental fetch session, whose partitions (keyed so)
-        ``wanted`` are (``SessionPartition``); they remember what their fetcher last heard. A partition with
-        nothing to read and no news for it (:meth:`_quiet`) is left out of the answer without being
-        read, so an idle session costs a few comparisons per partition."""
+        ``session``: given for an incremental fetch session (``wanted`` then holds only the
+        partitions this Fetch named, as ``SessionPartition``s, which remember what their fetcher last
+        heard). The leader looks only at the session's partitions that the journal says changed
+        since its last Fetch, those named, and those that were not quiet then (:meth:`_quiet`): a
+        quiet partition has nothing to read and no news, and is left out of the answer. So an idle
+        session costs nothing per partition; a follower's quiet partitions still count its fetch
+        for the ISR, through the session's :class:`FetchClock`."""
         committed_only = replica_id < 0
         served: list = []     # the partitions read without error, for a follower's progress
         quota = self.leader_quota
         partitions = self.partitions
-        quiet = self._quiet if session_keys is not None else None
+        journal = self.journal
+        follower = replica_id >= 0
 
-        def read_all(at_ms: int, on_arrival: bool = False) -> tuple[list, int, bool]:
+        def read(keyed: Iterable, at_ms: int, arrival: bool, unquiet: list | None) -> tuple[list, int, bool]:
+            """Read ``keyed`` ((key, name, partition request) in order); in a session, those quiet
+            are left out, and the others' keys go to ``unquiet``."""
             total = 0
             errors = False
             served.clear()
             budget = max_bytes
             by_topic: dict[str, list] = {}
             order: list[str] = []
-            for key, (name, p) in (zip(session_keys, wanted) if session_keys is not None
-                                   else (((name, p.partition), (name, p)) for name, p in wanted)):
+            clock = session.clock if session is not None and arrival and follower else None
+            for key, name, p in keyed:
                 partition = partitions.get(key)
-                if quiet is not None and partition is not None and quiet(partition, p, replica_id, on_arrival, at_ms):
-                    continue
+                if clock is not None and partition is not None:
+                    self._take_clock(partition, key, replica_id, clock)
+                if session is not None:
+                    if partition is not None and self._quiet(partition, p, replica_id, arrival, at_ms):
+                        if clock is not None:
+                            partition.remote_replicas[replica_id].quiet_clock = clock
+                        continue
+                    if unquiet is not None:
+                        unquiet.append(key)
                 # a follower may ask before this broker has applied the LeaderAndIsr that makes it
                 # leader (it waits on ZooKeeper): the fetch waits for it instead of failing
-                arriving = replica_id >= 0 and name in self.loading_topics
+                arriving = follower and name in self.loading_topics
                 entry = {"partition_index": p.partition, "error_code": ErrorCode.none, "high_watermark": -1,
                          "last_stable_offset": -1, "log_start_offset": -1,
                          "aborted_transactions": None if isolation == 0 else [],
@@ -425,7 +448,7 @@ class ReplicaManager:
                     errors = errors or not arriving
                 else:
                     # an out-of-sync follower of a throttled replica gets no data while over the rate
-                    throttle = replica_id >= 0 and replica_id not in partition.isr and self._throttled(
+                    throttle = follower and replica_id not in partition.isr and self._throttled(
                         name, p.partition, "leader.replication.throttled.replicas", self.broker_id)
                     limit = 0 if throttle and quota.exceeded(at_ms) else min(p.partition_max_bytes, budget)
                     result = partition.read_records(
@@ -451,11 +474,40 @@ class ReplicaManager:
             return topics, total, errors
 
         seen = self.state_changes           # before the arrival's scan: what changes after it counts
-        topics, total, errors = read_all(now_ms, on_arrival=True)
+        if session is None:
+            def everything() -> Iterable:
+                return (((name, p.partition), name, p) for name, p in wanted)
+            topics, total, errors = read(everything(), now_ms, True, None)
+            waits = bool(wanted)
+        else:
+            parts = session.partitions
+            if session.dropped:
+                if follower:
+                    for key in session.dropped:
+                        self._release_clock(key, replica_id, session.clock)
+                session.dropped.clear()
+            reader = (replica_id, isolation)
+            scan = session.scan
+            changed = journal.since(scan.position, scan.epoch) if scan is not None and scan.reader == reader else None
+            position, epoch = journal.position, journal.epoch     # what changes from here on counts next time
+            if changed is None:
+                keys: Iterable = list(parts)
+            else:
+                keys = set(scan.unsettled)          # type: ignore[union-attr]
+                keys.update(changed)
+                keys.update((name, p.partition) for name, p in wanted)
+                keys = self._in_session_order(parts, keys)
+            unquiet: list = []
+            topics, total, errors = read(((key, key[0], parts[key]) for key in keys if key in parts), now_ms,
+                                         True, unquiet)
+            session.clock.ms = now_ms
+            scan = session.scan = SessionScan(reader, position, epoch, frozenset(unquiet))
+            waits = bool(parts)
         effects: list = []
-        if replica_id >= 0:
-            effects = self._follower_fetched(replica_id, list(served), now_ms)
-        if max_wait_ms <= 0 or total >= min_bytes or errors or not wanted:
+        if follower:
+            effects = self._follower_fetched(replica_id, list(served), now_ms,
+                                             session.clock if session is not None else None)
+        if max_wait_ms <= 0 or total >= min_bytes or errors or not waits:
             return effects + respond(topics)
 
         # a session fetch that expires untouched (no key checked, no change no key announces) has
@@ -463,17 +515,59 @@ class ReplicaManager:
         touched, arrived = [False], topics
 
         def try_complete(when_ms: int, expired: bool) -> list | None:
-            if expired and quiet is not None and not touched[0] and self.state_changes == seen:
+            if expired and session is not None and not touched[0] and self.state_changes == seen:
                 return respond(arrived)
             touched[0] = True
-            topics, total, errors = read_all(when_ms)
+            if session is None:
+                topics, total, errors = read(everything(), when_ms, False, None)
+            else:
+                # what was not quiet on arrival, and what changed since
+                changed = journal.since(scan.position, scan.epoch)
+                parts = session.partitions
+                if changed is None:
+                    keys: Iterable = list(parts)
+                else:
+                    keys = set(scan.unsettled)
+                    keys.update(changed)
+                    keys = self._in_session_order(parts, keys)
+                topics, total, errors = read(((key, key[0], parts[key]) for key in keys if key in parts), when_ms,
+                                             False, None)
             if expired or total >= min_bytes or errors:
                 return respond(topics)
             return None
 
-        keys = session_keys if session_keys is not None else tuple((name, p.partition) for name, p in wanted)
-        self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms, keys, try_complete))
+        if session is not None:
+            self.fetch_purgatory.watch_all(DelayedOperation(conn_id, now_ms + max_wait_ms, (), try_complete),
+                                           session.partitions)
+        else:
+            self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms,
+                                                        tuple((name, p.partition) for name, p in wanted),
+                                                        try_complete))
         return effects
+
+    @staticmethod
+    def _in_session_order(parts: dict, keys: set) -> list:
+        """``keys`` of the session's partitions, in the session's order (the order a full read takes)."""
+        present = [key for key in keys if key in parts]
+        present.sort(key=lambda key: parts[key].seq)
+        return present
+
+    def _take_clock(self, partition: Partition, key: tuple[str, int], replica_id: int,
+                    clock: FetchClock | None) -> None:
+        """Before a follower's fetch of a partition is looked at: its replica state takes back the
+        times a session's quiet clock gave it. Another session's clock (a replaced one, or the same
+        follower fetching this partition otherwise) makes that session look at the partition again."""
+        replica = partition.remote_replicas.get(replica_id)
+        if replica is not None and replica.quiet_clock is not None:
+            if replica.detach_clock() is not clock:
+                self.journal.add(key)
+
+    def _release_clock(self, key: tuple[str, int], replica_id: int, clock: FetchClock) -> None:
+        """A partition forgotten by a session: its follower's fetches of it count no more."""
+        partition = self.partitions.get(key)
+        replica = partition.remote_replicas.get(replica_id) if partition is not None else None
+        if replica is not None and replica.quiet_clock is clock:
+            replica.detach_clock()
 
     def _quiet(self, partition: Partition, sp: Any, replica_id: int, arriving: bool, now_ms: int) -> bool:
         """Whether a session partition would be read for nothing: this broker leads it in the
@@ -502,7 +596,7 @@ class ReplicaManager:
         topic = self.metadata.topics.get(name)
         return topic is not None and throttled(topic.configs, key, index, broker_id)
 
-    def _follower_fetched(self, follower_id: int, served: list, now_ms: int) -> list:
+    def _follower_fetched(self, follower_id: int, served: list, now_ms: int, clock: FetchClock | None = None) -> list:
         """A follower's fetch offset is its LEO (REP-1): for the partitions its fetch was served
         (an answer with an error says nothing of its progress), update its state on the leader,
         complete what a higher HW allows, and propose ISR expansion (ISR-4) unless the controller
@@ -511,9 +605,11 @@ class ReplicaManager:
         effects: list = []
         alive = follower_id in self.metadata.brokers
         for name, p in served:
-            partition = self.partitions.get((name, p.partition))
+            key = (name, p.partition)
+            partition = self.partitions.get(key)
             if partition is None or not partition.is_leader:
                 continue
+            self._take_clock(partition, key, follower_id, clock)
             if partition.update_follower_fetch_state(follower_id, p.fetch_offset, now_ms,
                                                      getattr(p, "log_start_offset", -1)):
                 advanced.append((name, p.partition))
