@@ -245,6 +245,9 @@ def test_idempotent_write_is_a_cluster_permission_and_replication_keeps_going(cl
             cluster.bootstrap, topic, 3, **{"enable.idempotence": True, "retries": 3}), 30,
             message="the idempotent producer is refused")
         assert produce_errors(cluster.bootstrap, topic, 3, acks="all") == ["NO_ERROR"] * 3
+        # the followers still fetch (CLUSTER_ACTION comes with ALL): every replica stays in the ISR
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+        assert [len(p.isrs) for p in partitions] == [3, 3, 3]
     finally:
         assert delete(admin, *rules) == 2
 

@@ -304,3 +304,73 @@ def test_an_idempotent_batch_needs_idempotent_write_on_the_cluster_and_a_plain_o
     refused = h.call(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
                              "producer_epoch": -1})
     assert refused.error_code == ErrorCode.cluster_authorization_failed
+
+
+def test_a_produce_with_a_malformed_batch_length_is_refused_not_spun_on():
+    """A batch length below the batch overhead must not stall the idempotence check."""
+    from kio.schema.errors import ErrorCode
+    from tests.unit.batches import make_batch
+
+    h = acl_harness()
+    batch = make_batch([b"v"])
+    batch[8:12] = (-20).to_bytes(4, "big", signed=True)
+    h.produce("open", batch)
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code != ErrorCode.none
+
+
+def test_a_fetch_session_stops_serving_a_topic_whose_read_is_revoked():
+    from kio.schema.errors import ErrorCode
+    from tests.unit.batches import make_batch
+
+    h = acl_harness()
+    h.produce("open", make_batch([b"v"]))
+    h.response(0, 7)
+    body = h.fetch_body("open", 0)
+    body.update(session_id=0, session_epoch=0)               # open a session
+    first = h.call(1, 11, body)
+    assert first.session_id > 0 and first.responses[0].partitions[0].error_code == ErrorCode.none
+    h.broker.authorizer.load({topic("open"): frozenset({deny(ANON, Op.READ)})})
+    incremental = h.fetch_body("open", 1)
+    incremental.update(session_id=first.session_id, session_epoch=1, topics=[])
+    answer = h.call(1, 11, incremental)
+    assert [(t.topic, t.partitions[0].error_code) for t in answer.responses] == \
+        [("open", ErrorCode.topic_authorization_failed)]
+
+
+def test_names_a_request_leaves_null_never_reach_the_acl_rule():
+    """Metadata v12 and DeleteTopics v6 may name topics by id only (a null name)."""
+    from kio.schema.errors import ErrorCode
+
+    h = acl_harness((topic("o", PatternType.PREFIXED), [allow(ANON, Op.ALL)]))
+    by_id = h.call(3, 12, {"topics": [{"name": None, "topic_id": "00000000-0000-0000-0000-000000000001"}],
+                           "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    assert by_id.topics[0].error_code != ErrorCode.none
+    assert not h.logs or all("Traceback" not in log.message for log in h.logs)
+
+
+def test_produce_creates_a_topic_only_with_create_permission():
+    from tests.unit.batches import make_batch
+
+    # CREATE on the cluster or on the topic (here: on neither; the prefix still lets it write)
+    h = acl_harness((CLUSTER, [allow(ANON, Op.ALL), deny(ANON, Op.CREATE)]),
+                    (topic("fr", PatternType.PREFIXED), [deny(ANON, Op.CREATE), allow(ANON, Op.WRITE)]))
+    h.produce("fresh", make_batch([b"v"]))
+    h.response(0, 7)
+    assert not any(path.startswith("/brokers/topics/fresh") for path in h.zk.nodes)
+    h.broker.authorizer.load({CLUSTER: frozenset({allow(ANON, Op.ALL)})})
+    h.produce("fresh", make_batch([b"v"]))
+    h.response(0, 7)
+    assert any(path.startswith("/brokers/topics/fresh") for path in h.zk.nodes)       # the check can pass
+
+
+def test_transactional_id_and_prefixed_notifications_decode():
+    for pattern in (ResourcePattern(ResourceType.TRANSACTIONAL_ID, "tx", PatternType.LITERAL),
+                    ResourcePattern(ResourceType.TRANSACTIONAL_ID, "tx-", PatternType.PREFIXED),
+                    ResourcePattern(ResourceType.DELEGATION_TOKEN, "d", PatternType.LITERAL)):
+        root = AclChangeNotificationZNode.root(pattern.pattern_type)
+        assert AclChangeNotificationZNode.decode(root, AclChangeNotificationZNode.encode(pattern)) == pattern
+
+
+def test_a_resource_name_with_a_slash_is_refused():
+    with pytest.raises(AclError, match="cannot hold /"):
+        binding_from_request(3, "team/a", 3, ALICE, "*", 3, 3)

@@ -109,7 +109,7 @@ class AdminApis:
             if not self.controller.is_active:
                 result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
                 continue
-            if not self._topic_allowed(conn_id, AclOperation.DELETE, name):
+            if name is not None and not self._topic_allowed(conn_id, AclOperation.DELETE, name):
                 result["error_code"] = ErrorCode.topic_authorization_failed
                 continue
             topic_id = self.controller.topic_id(name)
@@ -175,10 +175,10 @@ class AdminApis:
                 "throttle_time": 0, "error_code": error, "error_message": message,
                 "responses": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]})]
 
-        if not self.controller.is_active:
-            return respond({}, now_ms, ErrorCode.not_controller, self._not_controller())
         if not self.authorizer.allows_cluster(conn_id, AclOperation.ALTER):
             return respond({}, now_ms, ErrorCode.cluster_authorization_failed, None)
+        if not self.controller.is_active:
+            return respond({}, now_ms, ErrorCode.not_controller, self._not_controller())
         return self.controller.alter_reassignments(wanted, now_ms, respond)
 
     def _list_reassignments(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:

@@ -89,8 +89,13 @@ class KafkaApis:
             **self.group_apis.handlers(),
         }
 
-    def _topic_allowed(self, conn_id: int, op: AclOperation, name: str) -> bool:
-        return self.authorizer.allows(conn_id, op, ResourceType.TOPIC, name)
+    def _topic_allowed(self, conn_id: int, op: AclOperation, name: str | None) -> bool:
+        return name is not None and self.authorizer.allows(conn_id, op, ResourceType.TOPIC, name)
+
+    def _may_create(self, conn_id: int, name: str) -> bool:
+        """Kafka's rule for creating a topic: CREATE on the cluster, or on the topic."""
+        return self.authorizer.allows_cluster(conn_id, AclOperation.CREATE) or \
+            self._topic_allowed(conn_id, AclOperation.CREATE, name)
 
     def metadata_loaded(self, now_ms: int) -> list:
         """The broker knows the cluster: serve the client requests that waited for it."""
@@ -146,6 +151,13 @@ class KafkaApis:
             data = control.encode_response(api_key, correlation_id, answer)
             return [Send(conn_id, [len(data).to_bytes(4, "big"), data])]
 
+        if not self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
+            refused = {"error_code": int(ErrorCode.cluster_authorization_failed)}
+            if api_key == control.CONTROLLED_SHUTDOWN:
+                refused["remaining_partitions"] = []
+            elif api_key != control.UPDATE_METADATA:
+                refused["partition_errors"] = []
+            return respond(refused)
         if api_key == control.CONTROLLED_SHUTDOWN:
             return self.controller.on_controlled_shutdown(body["broker_id"], body.get("broker_epoch", -1), respond, now_ms)
         return self.replicas.handle_control(api_key, body, respond, now_ms)
@@ -171,11 +183,11 @@ class KafkaApis:
             self.config["auto.create.topics.enable"]
         # a topic the client may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED when named (whether it
         # exists or not), left out of "every topic"; one it may not create is not created
-        denied = {n for n in names or () if not self._topic_allowed(conn_id, AclOperation.DESCRIBE, n)}
+        denied = {n for n in names or () if n is not None and not self._topic_allowed(conn_id, AclOperation.DESCRIBE, n)}
         missing = [n for n in (names or ()) if n not in self.metadata.topics and topic_name_error(n) is None
                    and n not in denied]
-        if missing and allow_auto and not self.authorizer.allows_cluster(conn_id, AclOperation.CREATE):
-            denied.update(n for n in missing if not self._topic_allowed(conn_id, AclOperation.CREATE, n))
+        if missing and allow_auto:
+            denied.update(n for n in missing if not self._may_create(conn_id, n))
             missing = [n for n in missing if n not in denied]
         shown = _MetadataView(conn_id, denied, bool(getattr(request, "include_topic_authorized_operations", False)),
                               bool(getattr(request, "include_cluster_authorized_operations", False)))
@@ -291,7 +303,7 @@ class KafkaApis:
                 if topic is None or pdata.index not in topic.assignment:
                     results[key] = [ErrorCode.unknown_topic_or_partition, -1, -1, -1, None]
                     if topic is None and by_id is None and topic_name_error(name) is None and \
-                            self.config["auto.create.topics.enable"]:
+                            self.config["auto.create.topics.enable"] and self._may_create(conn_id, name):
                         effects.extend(self.auto_topics.create(name, lambda e, m, t: [], now_ms))
                     any_error = True
                     continue
@@ -375,11 +387,13 @@ class KafkaApis:
         context = self._fetch_context(header, request, replica_id, wanted, forgotten, now_ms)
         if context.error is not ErrorCode.none:
             return [self._fetch_response(conn_id, header, [], context)]
+        denied += self._session_denied(conn_id, replica_id, context)
 
         def respond(topics: list) -> list:
             topics = context.answer(topics)
             self.replicas.topic_stats.fetched(topics, replica_id >= 0)
-            topics += _fetch_denied(denied)
+            if denied:
+                topics += _fetch_denied(denied)
             return [self._fetch_response(conn_id, header, topics, context)]
 
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
@@ -398,6 +412,23 @@ class KafkaApis:
         readable = {name: self._topic_allowed(conn_id, AclOperation.READ, name) for name in {n for n, _ in wanted}}
         return ([(n, p) for n, p in wanted if readable[n]],
                 [(n, p.partition) for n, p in wanted if not readable[n]])
+
+    def _session_denied(self, conn_id: int, replica_id: int, context: FetchContext) -> list[tuple[str, int]]:
+        """Partitions of an incremental fetch session the client may no longer fetch (an ACL
+        changed since they joined it): forgotten from the session, and answered
+        TOPIC_AUTHORIZATION_FAILED, as Kafka checks every session partition on each Fetch."""
+        session = context.session
+        if not self.authorizer.enabled or session is None:
+            return []
+        keys = list(session.partitions)
+        if replica_id >= 0:
+            refused = [] if self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION) else keys
+        else:
+            readable = {n: self._topic_allowed(conn_id, AclOperation.READ, n) for n in {k[0] for k in keys}}
+            refused = [k for k in keys if not readable[k[0]]]
+        for key in refused:
+            session.forget(key)
+        return refused
 
     def _fetch_context(self, header: RequestHeader, request: Any, replica_id: int, wanted: list,
                        forgotten: list, now_ms: int) -> FetchContext:
@@ -433,11 +464,13 @@ class KafkaApis:
         context = self._fetch_context(header, request, replica_id, allowed, forgotten, now_ms)
         if context.error is not ErrorCode.none:
             return [self._fetch_response(conn_id, header, [], context)]
+        denied += self._session_denied(conn_id, replica_id, context)
 
         def respond(topics: list) -> list:
             topics = context.answer(topics)
             self.replicas.topic_stats.fetched(topics, replica_id >= 0)
-            topics += _fetch_denied(denied)
+            if denied:
+                topics += _fetch_denied(denied)
             by_id = [{"topic_id": ids.get(t["topic"], uuid.UUID(int=0)), "partitions": t["partitions"]}
                      for t in topics]
             by_id += [{"topic_id": topic_id, "partitions": [
@@ -583,18 +616,16 @@ class KafkaApis:
 
     def _offset_for_leader_epoch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         topics = []
-        # a follower (v3+ names its replica id) needs CLUSTER_ACTION, a client DESCRIBE on the topic
-        by_follower = getattr(request, "replica_id", CONSUMER_REPLICA_ID) >= 0
-        follower_allowed = by_follower and self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION)
+        # Kafka's rule: CLUSTER_ACTION on the cluster (a follower), else DESCRIBE on the topic
+        cluster_action = self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION)
         for t in request.topics:
             parts = []
-            allowed = follower_allowed if by_follower else self._topic_allowed(conn_id, AclOperation.DESCRIBE, t.topic)
+            allowed = cluster_action or self._topic_allowed(conn_id, AclOperation.DESCRIBE, t.topic)
             for p in t.partitions:
                 partition, error = self.replicas.leader_partition(t.topic, p.partition)
                 entry = {"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
                 if not allowed:
-                    entry["error_code"] = ErrorCode.cluster_authorization_failed if by_follower \
-                        else ErrorCode.topic_authorization_failed
+                    entry["error_code"] = ErrorCode.topic_authorization_failed
                 elif partition is None:
                     entry["error_code"] = error
                 else:
@@ -660,7 +691,10 @@ def _has_idempotent_batches(request: Any) -> bool:
             while pos + 51 <= len(view):
                 if view[pos + 16] >= 2 and int.from_bytes(view[pos + 43:pos + 51], "big", signed=True) >= 0:
                     return True
-                pos += 12 + int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
+                length = int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
+                if length < 49:
+                    break                   # malformed: validation refuses the batch
+                pos += 12 + length
     return False
 
 

@@ -35,6 +35,7 @@ NO_AUTHORIZER = "No Authorizer is configured on the broker"
 #: Kafka's ``changeExpirationMs`` for ACL change notifications.
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 _WRITE_ATTEMPTS = 10
+RETRY_MS = 1000
 
 def _binding_fields(binding: AclBinding) -> dict:
     p, e = binding.pattern, binding.entry
@@ -62,10 +63,13 @@ class AclAuthorizer:
     def connection_closed(self, conn_id: int) -> None:
         self._hosts.pop(conn_id, None)
 
-    def allows(self, conn_id: int, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
-        """May the client of ``conn_id`` do ``operation`` on the resource? (Always, without an authorizer.)"""
+    def allows(self, conn_id: int, operation: AclOperation, resource_type: ResourceType, name: str | None) -> bool:
+        """May the client of ``conn_id`` do ``operation`` on the resource? (Always, without an
+        authorizer; never on a resource without a name, with one.)"""
         if not self.enabled:
             return True
+        if name is None:
+            return False
         return self.cache.authorize(ANONYMOUS, self._hosts.get(conn_id, ""), operation, resource_type, name)
 
     def allows_cluster(self, conn_id: int, operation: AclOperation) -> bool:
@@ -99,11 +103,13 @@ class AclAuthorizer:
             effects: list = []
             patterns: dict[ResourcePattern, None] = {}
             expired = []
+            unread = False
             for (seq, child), result in zip(new, results):
                 if result.error is ZkError.NO_NODE:
                     continue
                 if result.error is not ZkError.NONE:
                     self._last_seen[root] = min(self._last_seen[root], seq - 1)
+                    unread = True
                     continue
                 try:
                     patterns[AclChangeNotificationZNode.decode(root, result.data, child)] = None
@@ -115,6 +121,9 @@ class AclAuthorizer:
                 effects.append(self.outbox.zk(expired, lambda results, t: []))
             if patterns:
                 effects.append(self._reload(list(patterns)))
+            if unread:              # ZooKeeper failed us: read them again shortly, as Kafka retries
+                effects.extend(self.outbox.after(when_ms + RETRY_MS,
+                                                 lambda t: self.on_acl_changes(root, children, t)))
             return effects
 
         return [self.outbox.zk([GetData(f"{root}/{child}") for _, child in new], on_read)]
@@ -122,6 +131,7 @@ class AclAuthorizer:
     def _reload(self, patterns: list[ResourcePattern]) -> Any:
         def on_read(results: list, when_ms: int) -> list:
             effects: list = []
+            unread = []
             for pattern, result in zip(patterns, results):
                 if result.error is ZkError.NO_NODE:
                     self.cache.set(pattern, ())
@@ -131,8 +141,11 @@ class AclAuthorizer:
                     except ValueError as exc:
                         effects.append(Log("warning", f"Ignoring the ACLs of {AclZNode.path(pattern)}: {exc}"))
                 else:
-                    effects.append(Log("warning", f"Could not read {AclZNode.path(pattern)} from ZooKeeper "
-                                                  f"({result.error.name}); it is read at its next change"))
+                    unread.append(pattern)
+            if unread:              # read again shortly, as Kafka retries until ZooKeeper answers
+                effects.append(Log("warning", f"Could not read the ACLs of {len(unread)} resource(s) from ZooKeeper "
+                                              f"({results[0].error.name}); trying again"))
+                effects.extend(self.outbox.after(when_ms + RETRY_MS, lambda t: [self._reload(unread)]))
             return effects
 
         return self.outbox.zk([GetData(AclZNode.path(p)) for p in patterns], on_read)
@@ -162,7 +175,7 @@ class AclAuthorizer:
             elif read.error is ZkError.NONE:
                 write = SetData(path, AclZNode.encode(wanted), read.version)
             else:
-                write = Create(path, AclZNode.encode(wanted), make_parents=True)
+                write = Create(path, AclZNode.encode(wanted))
             notify = Create(AclChangeNotificationZNode.create_path(pattern.pattern_type),
                             AclChangeNotificationZNode.encode(pattern), sequential=True)
 
@@ -278,7 +291,7 @@ class AclAuthorizer:
         # the patterns any filter may touch: those known, and the one a filter names exactly (which
         # may have been written through another broker a moment ago), as Kafka looks them up
         candidates = dict.fromkeys(self.cache.acls)
-        candidates.update(dict.fromkeys(f.exact_pattern() for _, f in filters if f.exact_pattern() is not None))
+        candidates.update(dict.fromkeys(p for _, f in filters for p in f.exact_patterns()))
         patterns = {p: [(i, f) for i, f in filters if f.matches_pattern(p)] for p in candidates}
         patterns = {p: fs for p, fs in patterns.items() if fs}
         if not patterns:

@@ -97,7 +97,8 @@ class GroupApis:
         effects: list = []
         answers = []
         topic = self.metadata.topics.get(OFFSETS_TOPIC)
-        if key_type == 0 and topic is None:
+        if key_type == 0 and topic is None and any(self._group_allowed(conn_id, AclOperation.DESCRIBE, k)
+                                                   for k in keys):
             effects += self._ensure_offsets_topic(now_ms)
         for key in keys:
             answer = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none,
@@ -323,7 +324,7 @@ class GroupApis:
                 code = errors.get((name, index), ErrorCode.none)
                 if name in denied:
                     code = ErrorCode.topic_authorization_failed
-                if error is ErrorCode.none and name not in self.metadata.topics:
+                elif error is ErrorCode.none and name not in self.metadata.topics:
                     code = ErrorCode.unknown_topic_or_partition
                 topics.setdefault(name, []).append({"partition_index": index, "error_code": code})
             return [response(conn_id, header, {

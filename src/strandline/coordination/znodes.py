@@ -556,7 +556,7 @@ def _by_name(names: Mapping[Any, str], text: Any, what: str) -> Any:
     """Kafka's ``fromString``: case-insensitive, underscores ignored."""
     wanted = str(text).replace("_", "").lower()
     for value, name in names.items():
-        if name.lower() == wanted:
+        if name.replace("_", "").lower() == wanted:
             return value
     raise ValueError(f"unknown {what} {text!r}")
 

@@ -160,6 +160,11 @@ class FetchSession:
         self.next_seq += 1
         return self.next_seq
 
+    def forget(self, key: Key) -> None:
+        """Leave ``key`` out of the session (its fetcher forgot it, or may no longer fetch it)."""
+        if self.partitions.pop(key, None) is not None:
+            self.dropped.append(key)
+
 
 @dataclass
 class FetchContext:
@@ -244,8 +249,7 @@ class FetchSessionCache:
             return FetchContext(error=ErrorCode.invalid_fetch_session_epoch)
         parts = session.partitions
         for key in forgotten:
-            if parts.pop(key, None) is not None:
-                session.dropped.append(key)
+            session.forget(key)
         named: list[tuple[str, Any]] = []
         for name, p in wanted:
             key = (name, p.partition)

@@ -145,6 +145,8 @@ def binding_from_request(resource_type: int, name: str, pattern_type: int, princ
         raise AclError(f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
     if not p.name:
         raise AclError("Invalid empty resource name")
+    if "/" in p.name:
+        raise AclError(f"Invalid resource name {p.name!r}: ACLs are kept in ZooKeeper, whose paths cannot hold /")
     kind, sep, who = principal.partition(":")
     if not sep or not kind or not who:
         raise AclError(f"Could not parse principal {principal!r}: expected <type>:<name>, e.g. User:alice")
@@ -186,12 +188,16 @@ class AclBindingFilter:
             raise AclError("The filter contains UNKNOWN elements")
         return found
 
-    def exact_pattern(self) -> ResourcePattern | None:
-        """The one pattern this filter can match (Kafka's ``matchesAtMostOne``), if so."""
-        if self.resource_type is ResourceType.ANY or self.name is None or \
-                self.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
-            return None
-        return ResourcePattern(self.resource_type, self.name, self.pattern_type)
+    def exact_patterns(self) -> list[ResourcePattern]:
+        """The patterns this filter names exactly (Kafka's ``matchesAtMostOne``, and ANY as both
+        LITERAL and PREFIXED): a deletion reads them even if this broker has not heard of them."""
+        if self.resource_type is ResourceType.ANY or self.name is None:
+            return []
+        if self.pattern_type is PatternType.ANY:
+            return [ResourcePattern(self.resource_type, self.name, t) for t in (PatternType.LITERAL, PatternType.PREFIXED)]
+        if self.pattern_type in (PatternType.LITERAL, PatternType.PREFIXED):
+            return [ResourcePattern(self.resource_type, self.name, self.pattern_type)]
+        return []
 
     def matches_pattern(self, pattern: ResourcePattern) -> bool:
         """Kafka's ``ResourcePatternFilter.matches``."""
