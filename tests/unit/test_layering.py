@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-CORE = ["protocol", "log", "replication", "controller", "coordination", "broker", "group", "security"]
+CORE = ["protocol", "log", "replication", "controller", "coordination", "broker", "group", "security", "transaction"]
 FORBIDDEN = {"asyncio", "socket", "time", "random", "threading", "kazoo"}
 SRC = Path(__file__).resolve().parents[2] / "src" / "strandline"
 
@@ -57,6 +57,7 @@ COMPONENTS = {
     "coordination": {"strandline.broker", "strandline.controller", "strandline.replication", "strandline.group"},
     "log": {"strandline.broker", "strandline.controller", "strandline.replication", "strandline.group",
             "strandline.coordination"},
+    "transaction": {"strandline.broker", "strandline.controller", "strandline.replication"},
     "security": {"strandline.broker", "strandline.controller", "strandline.replication", "strandline.group",
                  "strandline.coordination", "strandline.log", "strandline.protocol"},
     "protocol": {"strandline.broker", "strandline.controller", "strandline.replication", "strandline.group",

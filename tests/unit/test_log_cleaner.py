@@ -377,3 +377,27 @@ def test_compact_and_delete_together_compact_and_apply_retention(disk_root):
     deleted = log.delete_old_segments(T0 + 600_000)
     assert deleted > 0 and log.log_start_offset > 0                 # and retention.ms still deletes
     assert all(s.max_timestamp >= T0 + 500_000 for s in log.segments[:-1])
+
+
+def test_transactional_records_and_markers_are_kept_and_hide_no_committed_record(disk_root):
+    """An aborted transaction's record of key ``a`` must not remove the committed ``a`` before it
+    (a read_committed consumer, or a group coordinator replaying sendOffsetsToTransaction's
+    offsets, would lose it); markers stay for read_committed readers."""
+    from strandline.protocol.markers import build_marker
+
+    disk, root = disk_root
+    log = open_log(disk, root, segment_bytes=1 << 20)
+    write(log, [(b"a", b"committed")])                                       # 0
+    txn = keyed_batch([(b"a", b"aborted")], producer_id=5, producer_epoch=0, base_sequence=0)
+    txn[21:23] = (0x10).to_bytes(2, "big")
+    from strandline.protocol.records import compute_crc
+    txn[17:21] = compute_crc(txn, 0, len(txn)).to_bytes(4, "big")
+    log.append_as_leader(txn, 0, T0)                                          # 1
+    log.append_as_leader(build_marker(5, 0, False, 0, T0), 0, T0)            # 2: abort
+    write(log, [(b"b", b"1")])                                                # 3
+    log.roll()
+    write(log, [(b"x", b"x")])
+    clean(log)
+    assert records(log)[:2] == [(0, b"a", b"committed"), (1, b"a", b"aborted")]
+    headers = [h for _, h in iter_batches(log.read(0, 1 << 20))]
+    assert any(h.attributes & 0x20 and h.base_offset == 2 for h in headers)

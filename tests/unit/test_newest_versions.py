@@ -64,12 +64,16 @@ def test_produce_v11_and_v12_append_by_name(version):
     assert [(p.error_code, p.base_offset) for p in body.responses[0].partition_responses] == [(ErrorCode.none, 0)]
 
 
-def test_a_transactional_produce_v12_is_refused_as_before():
+def test_a_transactional_produce_v12_appends_a_transactional_batch():
     h = Harness()
     h.create("t")
+    batch = make_batch([b"a"], producer_id=7, producer_epoch=0, base_sequence=0)
+    batch[21:23] = (0x10).to_bytes(2, "big")            # attributes: transactional
+    from strandline.protocol.records import compute_crc
+    batch[17:21] = compute_crc(batch, 0, len(batch)).to_bytes(4, "big")
     body = h.call(0, 12, {"transactional_id": "tx", "acks": -1, "timeout": 1000, "topic_data": [
-        {"name": "t", "partition_data": [{"index": 0, "records": make_batch([b"a"])}]}]})
-    assert body.responses[0].partition_responses[0].error_code == ErrorCode.transactional_id_authorization_failed
+        {"name": "t", "partition_data": [{"index": 0, "records": batch}]}]})
+    assert body.responses[0].partition_responses[0].error_code == ErrorCode.none
 
 
 def test_init_producer_id_v5_gives_an_idempotent_producer_an_id_and_bumps_its_epoch():

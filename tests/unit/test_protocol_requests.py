@@ -33,7 +33,8 @@ def test_the_advertised_table():
         ApiKey.DESCRIBE_PRODUCERS: (0, 0), ApiKey.OFFSET_DELETE: (0, 0),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0), ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2), ApiKey.DESCRIBE_ACLS: (1, 3), ApiKey.CREATE_ACLS: (1, 3),
-        ApiKey.DELETE_ACLS: (1, 3)}
+        ApiKey.DELETE_ACLS: (1, 3), ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3), ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+        ApiKey.END_TXN: (0, 3), ApiKey.WRITE_TXN_MARKERS: (1, 1), ApiKey.TXN_OFFSET_COMMIT: (0, 3)}
 
 
 @pytest.mark.parametrize("api_key,version", VERSIONS)
@@ -95,8 +96,8 @@ def test_produce_below_v3_is_advertised_but_refused():
 def test_unknown_api_and_versions_outside_the_range():
     with pytest.raises(ProtocolError, match="unknown or unsupported API key 999"):
         decode_request(struct.pack(">hhih", 999, 0, 1, -1))
-    with pytest.raises(ProtocolError, match="unknown or unsupported API key 24"):  # transactions: not served
-        decode_request(request_frame(24, 3))
+    with pytest.raises(ProtocolError, match="unknown or unsupported API key 57"):  # UpdateFeatures: not served
+        decode_request(request_frame(57, 0))
     with pytest.raises(ProtocolError, match=r"FETCH version 17 is not supported \(supported: 4-16\)"):
         decode_request(request_frame(1, 17))
     with pytest.raises(ProtocolError, match="FETCH version 3 is not supported"):

@@ -26,6 +26,7 @@ from strandline.broker.config_apis import ConfigApis
 from strandline.broker.effects import Close, Send
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.producer_ids import ProducerIdManager
+from strandline.broker.txn_apis import TxnApis
 from strandline.broker.wire import duration_ms, response
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache, topic_name_error
@@ -67,6 +68,7 @@ class KafkaApis:
     config_apis: ConfigApis
     fetch_sessions: FetchSessionCache
     authorizer: AclAuthorizer
+    txn_apis: TxnApis
     _topic_ids: dict[str, Any] = field(default_factory=dict)      # by name, every topic id seen by Fetch v13+
     _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
 
@@ -84,6 +86,7 @@ class KafkaApis:
             ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
             ApiKey.ALTER_REPLICA_LOG_DIRS: self._alter_replica_log_dirs,
             **self.authorizer.handlers(),
+            **self.txn_apis.handlers(),
             **self.admin_apis.handlers(),
             **self.config_apis.handlers(),
             **self.group_apis.handlers(),
@@ -266,7 +269,8 @@ class KafkaApis:
 
     def _produce(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         acks = request.acks
-        if request.transactional_id is not None:
+        if request.transactional_id is not None and not self.authorizer.allows(
+                conn_id, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
             code = ErrorCode.transactional_id_authorization_failed
             return self._produce_all_failed(conn_id, header, request, code)
         if acks not in (-1, 0, 1):
@@ -587,6 +591,8 @@ class KafkaApis:
                     continue
                 log = partition.log
                 limit = partition.high_watermark if replica_id == CONSUMER_REPLICA_ID else log.log_end_offset
+                if replica_id == CONSUMER_REPLICA_ID and getattr(request, "isolation_level", 0) == 1:
+                    limit = partition.last_stable_offset()      # read_committed: decided transactions only
                 ts = p.timestamp
                 if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                     entry["offset"] = log.log_start_offset
@@ -644,9 +650,12 @@ class KafkaApis:
 
     def _init_producer_id(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         if request.transactional_id is not None:
-            return [response(conn_id, header, {
-                "throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
-                "producer_id": -1, "producer_epoch": -1})]
+            if not self.authorizer.allows(conn_id, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                          request.transactional_id):
+                return [response(conn_id, header, {
+                    "throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
+                    "producer_id": -1, "producer_epoch": -1})]
+            return self.txn_apis.init_producer_id(conn_id, header, request, now_ms)
         if not self.authorizer.allows_cluster(conn_id, AclOperation.IDEMPOTENT_WRITE):
             return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
                                                "producer_id": -1, "producer_epoch": -1})]

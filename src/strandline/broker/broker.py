@@ -22,6 +22,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kio.schema.errors import ErrorCode
+
 from strandline.broker.admin_apis import AdminApis
 from strandline.broker.apis import KafkaApis
 from strandline.broker.authorizer import AclAuthorizer
@@ -35,19 +37,21 @@ from strandline.broker.group_apis import GroupApis
 from strandline.broker.outbox import Outbox
 from strandline.broker.producer_ids import ProducerIdManager
 from strandline.broker.shutdown import ControlledShutdown
+from strandline.broker.txn_apis import TransactionMarkers, TransactionStateTopic, TxnApis
 from strandline.controller.controller import Controller
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.store import SetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.group.coordinator import GroupCoordinator
-from strandline.group.offsets_topic import OffsetsTopic
+from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from strandline.log.cleaner import LogCleaner
 from strandline.log.manager import LogManager
 from strandline.replication.fetch_session import FetchSessionCache
 from strandline.replication.isr_manager import ISR_CHANGE_CHECK_INTERVAL_MS
 from strandline.replication.partition import Partition
 from strandline.replication.replica_manager import ReplicaManager
+from strandline.transaction.coordinator import TransactionCoordinator
 
 
 @dataclass
@@ -83,13 +87,24 @@ class Broker:
         self.controlled_shutdown = ControlledShutdown(config, self.metadata, self.controller, self.outbox,
                                                       lambda: self.broker_epoch)
         self.authorizer = AclAuthorizer(config, self.outbox)
+        producer_ids = ProducerIdManager(self.broker_id, self.outbox)
+        self.transaction_state = TransactionStateTopic(config, self.replica_manager.writes.append_internal,
+                                                       self.replica_manager.read_log)
+        markers = TransactionMarkers(config, self.metadata, self.outbox)
+        self.transactions = TransactionCoordinator(config, self.transaction_state.append,
+                                                   producer_ids.generate_producer_id, markers.send)
+        self.replica_manager.leadership_listeners.append(
+            lambda topic, index, leader, t: self.transaction_state.on_leadership(
+                self.transactions, topic, index, leader, self._leader_epoch_of(topic, index), t))
+        txn_apis = TxnApis(config, self.metadata, self.transactions, self.transaction_state, self.auto_topics,
+                           self._write_marker, self.authorizer)
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, self.controller, self.auto_topics,
-                              ProducerIdManager(self.broker_id, self.outbox),
+                              producer_ids,
                               GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics,
-                                        self.authorizer),
+                                        self.authorizer, txn_apis),
                               AdminApis(config, self.metadata, self.controller, self.authorizer),
                               ConfigApis(config, self.metadata, self.outbox, self.authorizer, BrokerLoggers(loggers)),
-                              FetchSessionCache(config, rng), self.authorizer)
+                              FetchSessionCache(config, rng), self.authorizer, txn_apis)
         self.cleaner = LogCleaner(log_manager)
         self._configure_cleaner()
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
@@ -104,6 +119,7 @@ class Broker:
             Scheduled("isr-expiration", max(1, v["replica.lag.time.max.ms"] // 2), now_ms),
             Scheduled("isr-change-propagation", ISR_CHANGE_CHECK_INTERVAL_MS, now_ms),
             Scheduled("offsets-retention", v["offsets.retention.check.interval.ms"], now_ms),
+            Scheduled("transaction-abort", v["transaction.abort.timed.out.transaction.cleanup.interval.ms"], now_ms),
         ]
         if v["auto.leader.rebalance.enable"]:
             self.scheduled.append(Scheduled("auto-leader-rebalance",
@@ -323,7 +339,25 @@ class Broker:
             return self.controller.check_leader_imbalance(now_ms)
         elif name == "offsets-retention":
             return self.groups.expire_offsets(now_ms)
+        elif name == "transaction-abort":
+            return self.transactions.abort_timed_out(now_ms)
         return []
+
+    def _write_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, done: Callable, now_ms: int) -> list:
+        """WriteTxnMarkers for one partition; on ``__consumer_offsets`` the group coordinator then
+        makes the transaction's offsets count (or drops them)."""
+        def written(error: ErrorCode, when_ms: int) -> list:
+            if error is ErrorCode.none and topic == OFFSETS_TOPIC:
+                self.groups.end_txn(index, producer_id, commit)
+            return done(error, when_ms)
+
+        return self.replica_manager.writes.write_marker(topic, index, producer_id, producer_epoch, commit,
+                                                        coordinator_epoch, written, now_ms)
+
+    def _leader_epoch_of(self, topic: str, index: int) -> int:
+        partition = self.replica_manager.partitions.get((topic, index))
+        return partition.leader_epoch if partition is not None else -1
 
 
 def _written(files: list[tuple[str, bytes]]) -> list:

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.effects import Log
+from strandline.broker.txn_apis import TxnApis
 from strandline.broker.wire import duration_ms, response
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.coordinator import DEAD, GroupCoordinator
@@ -28,9 +29,10 @@ GROUP_ID_NOT_FOUND_VERSION = 6      # DescribeGroups v6+
 
 class GroupApis:
     def __init__(self, metadata: MetadataCache, groups: GroupCoordinator, offsets: OffsetsTopic,
-                 auto_topics: AutoTopicCreationManager, authorizer: AclAuthorizer) -> None:
+                 auto_topics: AutoTopicCreationManager, authorizer: AclAuthorizer, txn_apis: TxnApis) -> None:
         self.metadata = metadata
         self.authorizer = authorizer
+        self.txn_apis = txn_apis
         self.groups = groups
         self.offsets = offsets
         self.auto_topics = auto_topics
@@ -49,6 +51,7 @@ class GroupApis:
             ApiKey.DESCRIBE_GROUPS: self._describe_groups,
             ApiKey.DELETE_GROUPS: self._delete_groups,
             ApiKey.OFFSET_DELETE: self._offset_delete,
+            ApiKey.TXN_OFFSET_COMMIT: self._txn_offset_commit,
         }
 
     def _ensure_offsets_topic(self, now_ms: int) -> list:
@@ -105,11 +108,15 @@ class GroupApis:
                       "error_message": None}
             if key_type == 0 and not self._group_allowed(conn_id, AclOperation.DESCRIBE, key):
                 answer["error_code"] = ErrorCode.group_authorization_failed
+            elif key_type == 1:
+                if self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+                    answer, created = self.txn_apis.find_coordinator(key, now_ms)
+                    effects += created
+                else:
+                    answer["error_code"] = ErrorCode.transactional_id_authorization_failed
             elif key_type != 0:
-                # no transaction coordinator yet: the error clients treat as fatal at once (as for a
-                # transactional Produce or InitProducerId), not a retriable one they wait out
-                answer["error_code"], answer["error_message"] = ErrorCode.transactional_id_authorization_failed, \
-                    "transactions are not supported by this broker"
+                answer["error_code"], answer["error_message"] = ErrorCode.invalid_request, \
+                    f"Unknown coordinator type {key_type}"
             elif topic is None:
                 answer["error_code"] = ErrorCode.coordinator_not_available
             else:
@@ -207,6 +214,46 @@ class GroupApis:
         if not offsets:
             return respond({})
         return self.groups.commit(req, respond, now_ms)
+
+    def _txn_offset_commit(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        """Offsets committed in a transaction (``sendOffsetsToTransaction``): they count when it commits."""
+        wanted = [(t.name, p) for t in request.topics for p in t.partitions]
+        denied_all = None
+        if not self.authorizer.allows(conn_id, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                      request.transactional_id):
+            denied_all = ErrorCode.transactional_id_authorization_failed
+        elif not self._group_allowed(conn_id, AclOperation.READ, request.group_id):
+            denied_all = ErrorCode.group_authorization_failed
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        offsets = []
+        topics = self.metadata.topics
+        for name, p in wanted:
+            key = (name, p.partition_index)
+            if denied_all is not None:
+                errors[key] = denied_all
+            elif not self._topic_allowed(conn_id, AclOperation.READ, name):
+                errors[key] = ErrorCode.topic_authorization_failed
+            elif name not in topics or p.partition_index not in topics[name].assignment:
+                errors[key] = ErrorCode.unknown_topic_or_partition
+            else:
+                offsets.append((name, p.partition_index, p.committed_offset,
+                                getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+
+        def respond(results: dict) -> list:
+            by_topic: dict[str, list] = {}
+            for (name, index), code in {**errors, **results}.items():
+                if code is ErrorCode.producer_fenced and header.api_version < 3:
+                    code = ErrorCode.invalid_producer_epoch
+                by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
+            return [response(conn_id, header, {
+                "throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]})]
+
+        if not offsets:
+            return respond({})
+        return self.groups.txn_commit({
+            "group_id": request.group_id, "producer_id": request.producer_id,
+            "producer_epoch": request.producer_epoch, "generation_id": getattr(request, "generation_id", -1),
+            "member_id": getattr(request, "member_id", ""), "offsets": offsets}, respond, now_ms)
 
     def _offset_fetch_group(self, conn_id: int, group_id: str, topics: Any) -> tuple[ErrorCode, list]:
         """A group's committed offsets: GROUP_AUTHORIZATION_FAILED unless the client may DESCRIBE the

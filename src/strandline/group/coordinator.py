@@ -46,10 +46,19 @@ class GroupCoordinator:
         for group_id in [g for g in self.groups if self.partition_of(g) == partition]:
             del self.groups[group_id]
         count = 0
-        for _, key, value in records:
+        for item in records:
+            _, key, value = item[:3]
+            producer, marker = (item[3], item[4]) if len(item) == 5 else (-1, None)
             count += 1
+            if marker is not None:          # a transaction ended: its offsets count, or never will
+                self._end_txn_offsets(partition, producer, marker == 1)
+                continue
             decoded = rec.decode_key(key) if key else None
-            if isinstance(decoded, rec.OffsetKey):
+            if isinstance(decoded, rec.OffsetKey) and producer >= 0 and value is not None:
+                group = self.groups.setdefault(decoded.group, Group(decoded.group))
+                group.pending_txn_offsets.setdefault(producer, {})[(decoded.topic, decoded.partition)] = \
+                    rec.decode_offset_value(value)
+            elif isinstance(decoded, rec.OffsetKey):
                 group = self.groups.setdefault(decoded.group, Group(decoded.group))
                 tp = (decoded.topic, decoded.partition)
                 if value is None:
@@ -73,7 +82,8 @@ class GroupCoordinator:
                     heartbeat_deadline_ms=now_ms + m.session_timeout) for m in v.members}
                 group.state = STABLE if group.members else EMPTY
         for group_id in [g for g, grp in self.groups.items()
-                         if grp.state == DEAD and not grp.offsets and self.partition_of(g) == partition]:
+                         if grp.state == DEAD and not grp.offsets and not grp.pending_txn_offsets
+                         and self.partition_of(g) == partition]:
             del self.groups[group_id]
         for grp in self.groups.values():
             if grp.state == DEAD:
@@ -461,6 +471,63 @@ class GroupCoordinator:
             return respond(results)
 
         return self.append(self.partition_of(group_id), records, persisted, now_ms)
+
+    def txn_commit(self, req: dict, respond: Callable[[dict[tuple[str, int], ErrorCode]], list], now_ms: int) -> list:
+        """TxnOffsetCommit: write offsets as part of a producer's transaction (a transactional batch
+        of that producer id and epoch). They count once its commit marker reaches this partition
+        (:meth:`end_txn`), never if it aborts."""
+        group_id, producer_id, epoch = req["group_id"], req["producer_id"], req["producer_epoch"]
+        wanted = [((t, p), off, lep, meta) for t, p, off, lep, meta in req["offsets"]]
+        if not self.owns(group_id):
+            return respond({tp: ErrorCode.not_coordinator for tp, *_ in wanted})
+        group = self.groups.get(group_id)
+        generation, member_id = req.get("generation_id", -1), req.get("member_id", "")
+        if group is not None and generation >= 0 and group.members:
+            code = None
+            if member_id not in group.members:
+                code = ErrorCode.unknown_member_id
+            elif generation != group.generation:
+                code = ErrorCode.illegal_generation
+            if code is not None:
+                return respond({tp: code for tp, *_ in wanted})
+        results: dict[tuple[str, int], ErrorCode] = {}
+        records, values = [], {}
+        limit = self.config["offset.metadata.max.bytes"]
+        for tp, offset, leader_epoch, metadata in wanted:
+            if metadata is not None and len(metadata.encode()) > limit:
+                results[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            values[tp] = rec.OffsetValue(offset, leader_epoch, metadata or "", now_ms)
+            records.append((rec.offset_key(group_id, tp[0], tp[1]), rec.offset_value(values[tp])))
+            results[tp] = ErrorCode.none
+        if not records:
+            return respond(results)
+
+        def persisted(error: ErrorCode, when_ms: int) -> list:
+            target = self.groups.setdefault(group_id, Group(group_id))
+            for tp, value in values.items():
+                if error is ErrorCode.none:
+                    target.pending_txn_offsets.setdefault(producer_id, {})[tp] = value
+                else:
+                    results[tp] = error
+            return respond(results)
+
+        return self.append(self.partition_of(group_id), records, persisted, now_ms,
+                           producer=(producer_id, epoch))
+
+    def end_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction's marker reached offsets partition ``partition``: its offsets count (commit)
+        or are dropped (abort)."""
+        if partition in self.owned:
+            self._end_txn_offsets(partition, producer_id, commit)
+
+    def _end_txn_offsets(self, partition: int, producer_id: int, commit: bool) -> None:
+        for group_id, group in self.groups.items():
+            if self.partition_of(group_id) != partition:
+                continue
+            pending = group.pending_txn_offsets.pop(producer_id, None)
+            if pending and commit:
+                group.offsets.update(pending)
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
                       ) -> tuple[ErrorCode, dict[tuple[str, int], rec.OffsetValue | None]]:

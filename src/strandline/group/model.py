@@ -42,6 +42,8 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     pending: dict[str, int] = field(default_factory=dict)          # member id -> join deadline
     offsets: dict[tuple[str, int], rec.OffsetValue] = field(default_factory=dict)
+    #: offsets committed in transactions not yet ended: producer id -> partition -> offset
+    pending_txn_offsets: dict[int, dict[tuple[str, int], rec.OffsetValue]] = field(default_factory=dict)
     join_deadline_ms: int | None = None
     initial_delay: bool = False                                    # an empty group waits for more joiners
     state_timestamp: int = -1

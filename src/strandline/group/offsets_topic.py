@@ -21,7 +21,7 @@ from strandline.group import records as rec
 from strandline.group.coordinator import GroupCoordinator
 
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
 
 Done = Callable[[ErrorCode, int], list]
 #: ``append_internal(topic, index, batch, timeout_ms, done, now_ms)``: append as leader, acks=all.
@@ -36,7 +36,8 @@ class OffsetsTopic:
         self.append_internal = append_internal
         self.read_log = read_log
 
-    def append(self, index: int, records: list, done: Done, now_ms: int) -> list:
+    def append(self, index: int, records: list, done: Done, now_ms: int,
+               producer: tuple[int, int] | None = None) -> list:
         """Write records to an offsets partition this broker leads; ``done`` once the ISR has them:
         NOT_COORDINATOR when it does not lead it, COORDINATOR_NOT_AVAILABLE when too few replicas."""
         def mapped(error: ErrorCode, when_ms: int) -> list:
@@ -46,7 +47,8 @@ class OffsetsTopic:
                 return done(ErrorCode.not_coordinator, when_ms)
             return done(ErrorCode.coordinator_not_available, when_ms)
 
-        batch = rec.build_batch(records, now_ms)
+        batch = rec.build_batch(records, now_ms) if producer is None else \
+            rec.build_batch(records, now_ms, producer[0], producer[1], transactional=True)
         return self.append_internal(OFFSETS_TOPIC, index, batch, self.config["offsets.commit.timeout.ms"],
                                     mapped, now_ms)
 
@@ -65,6 +67,6 @@ class OffsetsTopic:
             return []
         if not leader:
             return coordinator.unload_partition(index) if index in coordinator.owned else []
-        count = coordinator.load_partition(index, rec.iter_records(self.read_log(topic, index)), now_ms)
+        count = coordinator.load_partition(index, rec.iter_log_records(self.read_log(topic, index)), now_ms)
         return [Log("info", f"Coordinator of the groups of {OFFSETS_TOPIC}-{index} "
                             f"({count} record(s) loaded)")] if count else []

@@ -214,16 +214,18 @@ def varint(value: int) -> bytes:
 
 
 def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int, producer_id: int = -1,
-                producer_epoch: int = -1, base_sequence: int = -1) -> bytearray:
+                producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False) -> bytearray:
     """An uncompressed v2 batch of (key, value) records, from an idempotent producer when
-    ``producer_id`` is set; the log stamps offsets and epoch."""
+    ``producer_id`` is set (part of its transaction when ``transactional``); the log stamps
+    offsets and epoch."""
     body = bytearray()
     for delta, (key, value) in enumerate(records):
         rec = bytearray(b"\0") + varint(0) + varint(delta) + varint(len(key)) + key
         rec += varint(-1) if value is None else varint(len(value)) + value
         rec += varint(0)
         body += varint(len(rec)) + rec
-    after_crc = struct.pack(">hiqqqhii", 0, len(records) - 1, timestamp_ms, timestamp_ms, producer_id,
+    after_crc = struct.pack(">hiqqqhii", 0x10 if transactional else 0, len(records) - 1, timestamp_ms, timestamp_ms,
+                            producer_id,
                             producer_epoch, base_sequence, len(records)) + body
     crc = crc32c.crc32c(after_crc)
     return bytearray(struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc) + after_crc)
@@ -234,6 +236,22 @@ def iter_records(data) -> Iterator[tuple[int, bytes | None, bytes | None]]:
     for pos, h in iter_batches(data):
         for record in iter_batch_records(data, pos, h):
             yield record.offset, record.key, record.value
+
+
+def iter_log_records(data) -> Iterator[tuple[int, bytes | None, bytes | None, int, int | None]]:
+    """``(offset, key, value, transactional producer id or -1, marker type or None)`` of every
+    record of ``data``: what a coordinator replays, transactions included (a marker is a control
+    record: ``marker type`` 0 abort, 1 commit)."""
+    for pos, h in iter_batches(data):
+        producer = h.producer_id if h.attributes & 0x10 else -1
+        control = bool(h.attributes & 0x20)
+        for record in iter_batch_records(data, pos, h):
+            if control:
+                key = record.key
+                kind = int.from_bytes(key[2:4], "big", signed=True) if key is not None and len(key) >= 4 else -1
+                yield record.offset, None, None, producer, kind
+            else:
+                yield record.offset, record.key, record.value, producer, None
 
 
 def java_string_hash(s: str) -> int:

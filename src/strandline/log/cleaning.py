@@ -27,6 +27,10 @@ the active segment, nothing at or above the high watermark, nothing younger than
      ``compact`` configuration).
    - A tombstone (a null value) stays while it is still the newest of its key, until its segment
      has been cleaned once and its newest timestamp is older than ``delete.retention.ms``.
+   - Transaction markers and transactional batches are kept whole, and their records supersede
+     nothing. Kafka also removes aborted transactions' records and compacts committed ones,
+     using its transaction index; Strandline keeps them, so that no aborted record can ever hide
+     a committed one (the committed offsets of ``sendOffsetsToTransaction`` included).
 3. **Swap**, as Kafka does it. The ``.cleaned`` file is fsynced and renamed to
    ``<base>.log.swap`` (the commit point). Then the replaced segments' files are deleted, and the
    swap file is renamed to ``<base>.log``.
@@ -76,6 +80,11 @@ class CleanerStats:
     tombstones_removed: int = 0
     segments_replaced: int = 0
     map_entries: int = 0
+
+#: Batches the cleaner keeps whole and whose records supersede nothing: transaction markers, and
+#: transactional records (whether their transaction committed or aborted is not the cleaner's to
+#: judge, so an aborted record never hides a committed one)
+_UNTOUCHED = CONTROL_BIT | 0x10
 
 
 def segment_batches(segment: LogSegment) -> Iterator[tuple[int, BatchHeader, memoryview]]:
@@ -205,7 +214,7 @@ class Cleaning:
                     yield work
                     self.check([segment])
                     work = 0
-                if header.attributes & CONTROL_BIT or header.base_offset + header.last_offset_delta < self.first_dirty:
+                if header.attributes & _UNTOUCHED or header.base_offset + header.last_offset_delta < self.first_dirty:
                     continue
                 try:
                     _, records = split_records(batch, header)
@@ -299,7 +308,7 @@ class Cleaning:
                 keep_empty: bool, tombstone_due_ms: int) -> tuple[memoryview | bytearray | None, int]:
         """The batch as it is kept (the same view when whole, None when it vanishes) and how many
         records it lost."""
-        if header.attributes & CONTROL_BIT or header.records_count == 0:
+        if header.attributes & _UNTOUCHED or header.records_count == 0:
             return batch, 0
         try:
             data, records = split_records(batch, header)

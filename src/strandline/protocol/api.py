@@ -62,6 +62,7 @@ class ApiKey(enum.IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
@@ -129,6 +130,11 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),

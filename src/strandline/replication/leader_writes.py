@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.broker.config import LONG_MAX
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
+from strandline.protocol.markers import build_marker
 from strandline.protocol.records import read_header
 from strandline.replication.partition import Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
@@ -96,6 +97,23 @@ class LeaderWrites:
 
         self.purgatory.watch(DelayedOperation(conn_id, now_ms + timeout_ms, tuple(waiting), try_complete))
         return []
+
+    def write_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int, commit: bool,
+                     coordinator_epoch: int, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+        """WriteTxnMarkers for one partition: append the commit or abort marker of a producer's
+        transaction as leader, acks=all; refused from a fenced producer epoch or coordinator."""
+        partition = self.partitions.get((topic, index))
+        if partition is None or not partition.is_leader:
+            return done(ErrorCode.not_leader_or_follower, now_ms)
+        error = partition.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if error is not ErrorCode.none:
+            return done(error, now_ms)
+        batch = build_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+        effects = self.append_internal(topic, index, batch, self.config["request.timeout.ms"], done, now_ms)
+        entry = partition.producer_state.producers.get(producer_id)
+        if entry is not None:
+            entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        return effects
 
     def append_internal(self, topic: str, index: int, batch: bytearray, timeout_ms: int,
                         done: Callable[[ErrorCode, int], list], now_ms: int) -> list:

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.coordination.metadata import LeaderAndIsr
 from strandline.replication.producer_state import BatchMetadata, ProducerStateManager
+from strandline.replication.transactions import PartitionTransactions
 from strandline.log.disk import FileRegion
 from strandline.log.log import Log
 from strandline.protocol.records import BatchHeader, set_log_append_time
@@ -128,6 +129,7 @@ class Partition:
     """The state in ZooKeeper is not the one this leader knows: its view is stale (NET-4)."""
     remote_replicas: dict[int, ReplicaState] = field(default_factory=dict)
     producer_state: ProducerStateManager = field(default_factory=ProducerStateManager)
+    transactions: PartitionTransactions = field(default_factory=PartitionTransactions)  # read_committed's view
 
     @property
     def is_leader(self) -> bool:
@@ -344,8 +346,9 @@ class Partition:
     # -- reads -------------------------------------------------------------------------------
 
     def read_records(self, fetch_offset: int, max_bytes: int, current_leader_epoch: int,
-                     *, committed_only: bool, min_one_batch: bool) -> ReadResult:
-        """Read whole batches for a consumer (below HW) or a follower (below LEO)."""
+                     *, committed_only: bool, min_one_batch: bool, stable_only: bool = False) -> ReadResult:
+        """Read whole batches for a consumer (below HW; below the last stable offset when
+        ``stable_only``, read_committed) or a follower (below LEO)."""
         if not self.is_leader:
             return ReadResult(ErrorCode.not_leader_or_follower)
         error = self.check_leader_epoch(current_leader_epoch)
@@ -356,10 +359,18 @@ class Partition:
         if fetch_offset < lso or fetch_offset > leo:
             return ReadResult(ErrorCode.offset_out_of_range, b"", hw, lso, leo)
         max_offset = hw if committed_only else leo
+        if stable_only:
+            max_offset = self.last_stable_offset()
         if fetch_offset >= max_offset or max_bytes <= 0 and not min_one_batch:
             return ReadResult(ErrorCode.none, b"", hw, lso, leo)
         data = log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch, regions=True)
         return ReadResult(ErrorCode.none, data, hw, lso, leo)
+
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction is decided (KIP-98); the high watermark when
+        no transaction is open. Reads the log's new batches below the high watermark first."""
+        self.transactions.catch_up(self.log, self.high_watermark)
+        return self.transactions.last_stable_offset(self.high_watermark)
 
     def rebuild_producer_state(self) -> int:
         """Replay batch headers of the last two segments (a producer's last five batches are

@@ -19,6 +19,7 @@ from strandline.protocol.records import BatchHeader
 
 MAX_CACHED_BATCHES = 5
 SEQ_MOD = 1 << 31
+CONTROL_BIT = 0x20                   # a transaction marker: no sequence numbers
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,7 @@ class BatchMetadata:
 class ProducerEntry:
     epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    coordinator_epoch: int = -1          # of the last transaction marker
 
     @property
     def last_seq(self) -> int:
@@ -65,6 +67,8 @@ class ProducerStateManager:
             return APPEND
         if header.producer_epoch < entry.epoch:
             return SequenceCheck(ErrorCode.invalid_producer_epoch)
+        if header.attributes & CONTROL_BIT or header.base_sequence < 0:
+            return APPEND                   # a marker, or a coordinator's own write: no sequence
         if header.producer_epoch > entry.epoch:
             if header.base_sequence != 0:
                 return SequenceCheck(ErrorCode.out_of_order_sequence_number)
@@ -77,7 +81,19 @@ class ProducerStateManager:
             return SequenceCheck(ErrorCode.out_of_order_sequence_number)
         return APPEND
 
-    def update(self, header: BatchHeader, first_offset: int, timestamp: int) -> None:
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> ErrorCode:
+        """A transaction marker from a coordinator: refused from an older producer epoch
+        (INVALID_PRODUCER_EPOCH) or an older coordinator (TRANSACTION_COORDINATOR_FENCED)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return ErrorCode.none
+        if producer_epoch < entry.epoch:
+            return ErrorCode.invalid_producer_epoch
+        if coordinator_epoch < entry.coordinator_epoch:
+            return ErrorCode.transaction_coordinator_fenced
+        return ErrorCode.none
+
+    def update(self, header: BatchHeader, first_offset: int, timestamp: int, coordinator_epoch: int = -1) -> None:
         """Record a batch that was appended at ``first_offset`` (leader append or replay)."""
         if header.producer_id < 0:
             return
@@ -85,6 +101,11 @@ class ProducerStateManager:
         if entry is None or header.producer_epoch != entry.epoch:
             entry = ProducerEntry(header.producer_epoch)
             self.producers[header.producer_id] = entry
+        if header.attributes & CONTROL_BIT:
+            entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+            return
+        if header.base_sequence < 0:
+            return
         entry.batches.append(BatchMetadata(
             header.base_sequence, header.last_sequence, first_offset,
             first_offset + header.last_offset_delta, timestamp,

@@ -409,6 +409,7 @@ class ReplicaManager:
         session costs nothing per partition; a follower's quiet partitions still count its fetch
         for the ISR, through the session's :class:`FetchClock`."""
         committed_only = replica_id < 0
+        read_committed = committed_only and isolation == 1
         served: list = []     # the partitions read without error, for a follower's progress
         quota = self.leader_quota
         partitions = self.partitions
@@ -453,7 +454,8 @@ class ReplicaManager:
                     limit = 0 if throttle and quota.exceeded(at_ms) else min(p.partition_max_bytes, budget)
                     result = partition.read_records(
                         p.fetch_offset, limit, getattr(p, "current_leader_epoch", -1),
-                        committed_only=committed_only, min_one_batch=total == 0 and limit > 0)
+                        committed_only=committed_only, min_one_batch=total == 0 and limit > 0,
+                        stable_only=read_committed)
                     if throttle:
                         quota.record(len(result.records), at_ms)
                     entry["error_code"] = result.error
@@ -462,6 +464,10 @@ class ReplicaManager:
                         served.append((name, p))
                     entry["high_watermark"] = result.high_watermark
                     entry["last_stable_offset"] = result.high_watermark
+                    if read_committed and result.error is ErrorCode.none:
+                        lso = partition.last_stable_offset()
+                        entry["last_stable_offset"] = lso
+                        entry["aborted_transactions"] = partition.transactions.aborted_between(p.fetch_offset, lso)
                     entry["log_start_offset"] = result.log_start_offset
                     entry["records"] = result.records
                     total += len(result.records)

@@ -3,7 +3,7 @@
 Kafka's LogValidator rules that can be checked from batch headers: magic 2, CRC-32C, a
 complete batch, exactly one batch per partition per request, record count consistent with the
 last offset delta, size within ``max.message.bytes``, no control batches from clients, a
-sequence number whenever a producer id is set, and (CreateTime topics) the batch's first and
+sequence number whenever a producer id is set, a producer id on every transactional batch, and (CreateTime topics) the batch's first and
 largest timestamps within ``message.timestamp.difference.max.ms`` of the broker's clock.
 Then ``compression.type``: a batch whose codec differs is recompressed, and in a compacted
 topic every record must have a key (Kafka's ``validateKey``): the two cases where the broker
@@ -59,8 +59,8 @@ def validate_produce_records(records, max_message_bytes: int, max_timestamp_diff
         return Validated(ErrorCode.invalid_record, None, "clients may not produce control batches")
     if header.producer_id >= 0 and header.base_sequence < 0:
         return Validated(ErrorCode.invalid_record, None, "producer id set without a base sequence")
-    if header.is_transactional:
-        return Validated(ErrorCode.invalid_record, None, "transactional batches are not supported")
+    if header.is_transactional and header.producer_id < 0:
+        return Validated(ErrorCode.invalid_record, None, "a transactional batch without a producer id")
     if max_timestamp_difference_ms is not None:
         for timestamp in (header.base_timestamp, header.max_timestamp):
             if timestamp != NO_TIMESTAMP and abs(timestamp - now_ms) > max_timestamp_difference_ms:

@@ -1,0 +1,290 @@
+"""The transaction APIs on the wire, and what connects the transaction coordinator to the broker.
+
+- FindCoordinator with key type 1 names the leader of the transactional id's
+  ``__transaction_state`` partition (the topic is created on first use: 50 partitions, compacted).
+- InitProducerId with a ``transactional.id``, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn go to
+  :class:`strandline.transaction.coordinator.TransactionCoordinator`.
+- WriteTxnMarkers: a partition leader appends a coordinator's commit or abort markers.
+- :class:`TransactionMarkers` sends those markers to each partition's leader, again after an
+  error, until every partition has them (Kafka's TransactionMarkerChannelManager).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.authorizer import AclAuthorizer
+from strandline.broker.auto_topic_creation import AutoTopicCreationManager
+from strandline.broker.effects import Log
+from strandline.broker.outbox import Outbox
+from strandline.broker.wire import duration_ms, response
+from strandline.coordination.metadata import MetadataCache
+from strandline.group.records import iter_records
+from strandline.protocol import api
+from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.security.acl import AclOperation, ResourceType
+from strandline.transaction import records as rec
+from strandline.transaction.coordinator import TransactionCoordinator
+
+TXN_TOPIC = rec.TRANSACTION_STATE_TOPIC
+MARKER_RETRY_MS = 100
+WRITE_TXN_MARKERS_VERSION = 1
+
+
+class TransactionStateTopic:
+    """``__transaction_state``: the coordinator's log (Kafka's TransactionStateManager, its storage)."""
+
+    def __init__(self, config: Any, append_internal: Callable, read_log: Callable[[str, int], bytes]) -> None:
+        self.config = config
+        self.append_internal = append_internal
+        self.read_log = read_log
+
+    def append(self, index: int, records: list, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+        batch = rec.build_state_batch(records, now_ms)
+        return self.append_internal(TXN_TOPIC, index, batch, self.config["request.timeout.ms"], done, now_ms)
+
+    def creation(self, live_brokers: int) -> tuple[int, int, dict[str, str]]:
+        cfg = self.config
+        rf = max(1, min(cfg["transaction.state.log.replication.factor"], live_brokers))
+        configs = {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                   "min.insync.replicas": str(min(cfg["transaction.state.log.min.isr"], rf)),
+                   "segment.bytes": str(cfg["transaction.state.log.segment.bytes"])}
+        return cfg["transaction.state.log.num.partitions"], rf, configs
+
+    def on_leadership(self, coordinator: TransactionCoordinator, topic: str, index: int, leader: bool,
+                      leader_epoch: int, now_ms: int) -> list:
+        if topic != TXN_TOPIC:
+            return []
+        if not leader:
+            return coordinator.unload_partition(index) if index in coordinator.owned else []
+        return coordinator.load_partition(index, leader_epoch, iter_records(self.read_log(topic, index)), now_ms)
+
+
+class TransactionMarkers:
+    """Has each partition's leader append a transaction's markers; ``done`` once all have."""
+
+    def __init__(self, config: Any, metadata: MetadataCache, outbox: Outbox) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.outbox = outbox
+
+    def send(self, partitions: set, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+             done: Callable[[int], list], now_ms: int) -> list:
+        left = set(partitions)
+        client_id = f"strandline-broker-{self.config.broker_id}"
+
+        def attempt(when_ms: int) -> list:
+            by_leader: dict[int, list[tuple[str, int]]] = {}
+            for name, index in sorted(left):
+                topic = self.metadata.topics.get(name)
+                if topic is None or index not in topic.assignment:
+                    left.discard((name, index))          # deleted meanwhile: nothing to mark
+                    continue
+                state = topic.states.get(index)
+                by_leader.setdefault(state.leader if state else -1, []).append((name, index))
+            if not left:
+                return done(when_ms)
+            effects: list = []
+            waiting = set(by_leader)
+
+            def sent_to(leader: int) -> Callable[[bytes | None, int], list]:
+                def on_response(frame: bytes | None, at_ms: int) -> list:
+                    waiting.discard(leader)
+                    if frame is not None:       # no answer: those partitions are tried again
+                        try:
+                            body = api.decode_response(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, frame)
+                        except Exception:
+                            body = None
+                        for t in body.markers[0].topics if body is not None else ():
+                            for p in t.partitions:
+                                code = ErrorCode(int(p.error_code))
+                                # written, or the topic is gone: done; any other error: again
+                                if code is ErrorCode.none or t.name not in self.metadata.topics:
+                                    left.discard((t.name, p.partition_index))
+                    if waiting:
+                        return []
+                    if not left:
+                        return done(at_ms)
+                    return self.outbox.after(at_ms + MARKER_RETRY_MS, attempt)
+                return on_response
+
+            for leader, keys in by_leader.items():
+                broker = self.metadata.brokers.get(leader)
+                by_topic: dict[str, list[int]] = {}
+                for name, index in keys:
+                    by_topic.setdefault(name, []).append(index)
+                body = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
+                                     "transaction_result": commit, "coordinator_epoch": coordinator_epoch,
+                                     "topics": [{"name": n, "partition_indexes": ix} for n, ix in by_topic.items()]}]}
+                effects.extend(self.outbox.send(
+                    broker, "txn-markers",
+                    lambda cid, body=body: api.encode_request(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION,
+                                                              cid, client_id, body),
+                    sent_to(leader), when_ms))
+            return effects
+
+        return attempt(now_ms)
+
+
+class TxnApis:
+    def __init__(self, config: Any, metadata: MetadataCache, coordinator: TransactionCoordinator,
+                 state_topic: TransactionStateTopic, auto_topics: AutoTopicCreationManager,
+                 write_markers: Callable, authorizer: AclAuthorizer) -> None:
+        self.config = config
+        self.authorizer = authorizer
+        self.metadata = metadata
+        self.coordinator = coordinator
+        self.state_topic = state_topic
+        self.auto_topics = auto_topics
+        self.write_markers = write_markers
+
+    def handlers(self) -> dict[int, Callable]:
+        return {ApiKey.ADD_PARTITIONS_TO_TXN: self._add_partitions, ApiKey.ADD_OFFSETS_TO_TXN: self._add_offsets,
+                ApiKey.END_TXN: self._end_txn, ApiKey.WRITE_TXN_MARKERS: self._write_txn_markers}
+
+    def _may_write(self, conn_id: int, transactional_id: str | None) -> bool:
+        return self.authorizer.allows(conn_id, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                      transactional_id or "")
+
+    # -- FindCoordinator (key type 1), from the group APIs' handler
+
+    def find_coordinator(self, transactional_id: str, now_ms: int) -> tuple[dict, list]:
+        """The answer for one transactional id, and the effects of creating the topic on first use."""
+        answer = {"key": transactional_id, "node_id": -1, "host": "", "port": -1,
+                  "error_code": ErrorCode.none, "error_message": None}
+        topic = self.metadata.topics.get(TXN_TOPIC)
+        if not transactional_id:
+            answer["error_code"] = ErrorCode.invalid_request
+            return answer, []
+        if topic is None:
+            answer["error_code"] = ErrorCode.coordinator_not_available
+            if self.auto_topics.pending(TXN_TOPIC):
+                return answer, []
+            partitions, rf, configs = self.state_topic.creation(len(self.metadata.live_broker_ids()))
+            return answer, self.auto_topics.create(TXN_TOPIC, _created, now_ms, partitions, rf, configs)
+        state = topic.states.get(self.coordinator.partition_of(transactional_id))
+        node = self.metadata.brokers.get(state.leader) if state else None
+        if node is None:
+            answer["error_code"] = ErrorCode.coordinator_not_available
+        else:
+            answer.update(node_id=node.id, host=node.host, port=node.port)
+        return answer, []
+
+    # -- InitProducerId with a transactional id, from the router's handler
+
+    def init_producer_id(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        def respond(error: ErrorCode, producer_id: int, epoch: int) -> list:
+            if error is ErrorCode.producer_fenced and header.api_version < 4:
+                error = ErrorCode.invalid_producer_epoch
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": error, "producer_id": producer_id,
+                                               "producer_epoch": epoch})]
+
+        return self.coordinator.init_producer_id(request.transactional_id, duration_ms(request.transaction_timeout),
+                                                 respond, now_ms)
+
+    # -- AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
+
+    def _add_partitions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+        transactional_id = request.v3_and_below_transactional_id
+        may_write = self._may_write(conn_id, transactional_id)
+        denied = {(n, p) for n, p in wanted if not self.authorizer.allows(conn_id, AclOperation.WRITE,
+                                                                         ResourceType.TOPIC, n)}
+        unknown = {(n, p) for n, p in wanted if (n, p) not in denied and
+                   (n not in self.metadata.topics or p not in self.metadata.topics[n].assignment)}
+
+        def respond(error: ErrorCode) -> list:
+            if error is ErrorCode.producer_fenced and header.api_version < 2:
+                error = ErrorCode.invalid_producer_epoch
+            by_topic: dict[str, list] = {}
+            for name, index in wanted:
+                code = error
+                if not may_write:
+                    code = ErrorCode.transactional_id_authorization_failed
+                elif denied or unknown:       # as Kafka: those fail, the others are not attempted
+                    code = ErrorCode.topic_authorization_failed if (name, index) in denied else \
+                        ErrorCode.unknown_topic_or_partition if (name, index) in unknown \
+                        else ErrorCode.operation_not_attempted
+                by_topic.setdefault(name, []).append({"partition_index": index, "partition_error_code": code})
+            return [response(conn_id, header, {"throttle_time": 0, "results_by_topic_v3_and_below": [
+                {"name": n, "results_by_partition": ps} for n, ps in by_topic.items()]})]
+
+        if unknown or denied or not may_write:
+            return respond(ErrorCode.none)
+        return self.coordinator.add_partitions(transactional_id,
+                                               request.v3_and_below_producer_id,
+                                               request.v3_and_below_producer_epoch, set(wanted), respond, now_ms)
+
+    def _add_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        from strandline.group.offsets_topic import OFFSETS_TOPIC
+        from strandline.group.records import partition_for
+
+        def respond(error: ErrorCode) -> list:
+            if error is ErrorCode.producer_fenced and header.api_version < 2:
+                error = ErrorCode.invalid_producer_epoch
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": error})]
+
+        if not self._may_write(conn_id, request.transactional_id):
+            return respond(ErrorCode.transactional_id_authorization_failed)
+        if not self.authorizer.allows(conn_id, AclOperation.READ, ResourceType.GROUP, request.group_id):
+            return respond(ErrorCode.group_authorization_failed)
+        offsets = (OFFSETS_TOPIC, partition_for(request.group_id, self.config["offsets.topic.num.partitions"]))
+        return self.coordinator.add_partitions(request.transactional_id, request.producer_id,
+                                               request.producer_epoch, {offsets}, respond, now_ms)
+
+    def _end_txn(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        def respond(error: ErrorCode) -> list:
+            if error is ErrorCode.producer_fenced and header.api_version < 2:
+                error = ErrorCode.invalid_producer_epoch
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": error})]
+
+        if not self._may_write(conn_id, request.transactional_id):
+            return respond(ErrorCode.transactional_id_authorization_failed)
+        return self.coordinator.end_transaction(request.transactional_id, request.producer_id, request.producer_epoch,
+                                                bool(request.committed), respond, now_ms)
+
+    # -- WriteTxnMarkers (from a coordinator, to this partition leader)
+
+    def _write_txn_markers(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        results: list[dict] = []
+        waiting = []
+        for marker in request.markers:
+            topics = []
+            for t in marker.topics:
+                parts = []
+                for index in t.partition_indexes:
+                    entry = {"partition_index": index, "error_code": ErrorCode.none}
+                    parts.append(entry)
+                    waiting.append((marker, t.name, index, entry))
+                topics.append({"name": t.name, "partitions": parts})
+            results.append({"producer_id": marker.producer_id, "topics": topics})
+        pending = len(waiting)
+
+        def respond() -> list:
+            return [response(conn_id, header, {"markers": results})]
+
+        if not waiting:
+            return respond()
+        if not self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
+            for *_, entry in waiting:
+                entry["error_code"] = ErrorCode.cluster_authorization_failed
+            return respond()
+        effects: list = []
+        for marker, name, index, entry in waiting:
+            def done(error: ErrorCode, when_ms: int, entry: dict = entry) -> list:
+                nonlocal pending
+                entry["error_code"] = error
+                pending -= 1
+                return respond() if pending == 0 else []
+            effects.extend(self.write_markers(name, index, marker.producer_id, marker.producer_epoch,
+                                              bool(marker.transaction_result), marker.coordinator_epoch, done,
+                                              now_ms))
+        return effects
+
+
+def _created(error: ErrorCode, message: str | None, when_ms: int) -> list:
+    if error in (ErrorCode.none, ErrorCode.topic_already_exists):
+        return []
+    return [Log("warning", f"Creating {TXN_TOPIC} failed: {error.name} {message or ''}")]

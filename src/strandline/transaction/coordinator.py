@@ -1,0 +1,286 @@
+"""The transaction coordinator (Kafka's TransactionCoordinator and TransactionStateManager).
+
+The broker leading partition ``abs(hash(transactional.id)) % 50`` of ``__transaction_state``
+coordinates that id's transactions. Every state change is first written to that partition
+(acks=all) and takes effect once written; a change in flight makes other requests for the id
+answer CONCURRENT_TRANSACTIONS, which clients retry.
+
+- InitProducerId gives the id a producer id (new, or the same with its epoch bumped, which fences
+  an older producer instance). A transaction still ongoing is aborted first, with the epoch bumped
+  so that its zombie cannot write any more.
+- AddPartitionsToTxn and AddOffsetsToTxn add partitions: the transaction is then Ongoing.
+- EndTxn writes PrepareCommit or PrepareAbort and answers; the coordinator then has the leader of
+  every partition append a commit or abort marker (WriteTxnMarkers), and writes CompleteCommit or
+  CompleteAbort once all have.
+- A transaction open longer than its ``transaction.timeout.ms`` is aborted the same way.
+- A broker that becomes leader of a ``__transaction_state`` partition replays it and completes
+  every transaction it finds prepared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.effects import Log
+from strandline.transaction import records as rec
+from strandline.transaction.records import MAX_PRODUCER_EPOCH, TransactionMetadata, TransactionState as S
+
+#: ``append(index, records, done(error, now_ms), now_ms)``: write to a ``__transaction_state`` partition.
+Append = Callable[[int, list, Callable[[ErrorCode, int], list], int], list]
+#: ``new_producer_id(callback(producer_id or -1, now_ms), now_ms)``
+NewProducerId = Callable[[Callable[[int, int], list], int], list]
+#: ``send_markers(partitions, producer_id, producer_epoch, commit, coordinator_epoch, done(now_ms), now_ms)``
+SendMarkers = Callable[[set, int, int, bool, int, Callable[[int], list], int], list]
+
+PREPARED = (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+
+
+class TransactionCoordinator:
+    def __init__(self, config: Any, append: Append, new_producer_id: NewProducerId,
+                 send_markers: SendMarkers) -> None:
+        self.config = config
+        self.append = append
+        self.new_producer_id = new_producer_id
+        self.send_markers = send_markers
+        self.partitions = config["transaction.state.log.num.partitions"]
+        self.owned: dict[int, int] = {}              # partition -> coordinator epoch (its leader epoch)
+        self.transactions: dict[str, TransactionMetadata] = {}
+        self.pending: set[str] = set()               # ids with a state change being written
+
+    # -- ownership
+
+    def partition_of(self, transactional_id: str) -> int:
+        return rec.partition_of(transactional_id, self.partitions)
+
+    def coordinator_epoch(self, transactional_id: str) -> int | None:
+        return self.owned.get(self.partition_of(transactional_id))
+
+    def load_partition(self, index: int, coordinator_epoch: int, records: Any, now_ms: int) -> list:
+        """Become coordinator of a partition: replay it (the newest value of each id wins), then
+        finish every transaction that was prepared."""
+        loaded: dict[str, TransactionMetadata | None] = {}
+        for _, key, value in records:
+            if key is None:
+                continue
+            try:
+                transactional_id = rec.decode_key(key)
+                loaded[transactional_id] = None if value is None else rec.decode_value(transactional_id, value)
+            except (ValueError, IndexError) as exc:
+                return [Log("warning", f"Skipping an unreadable record of {rec.TRANSACTION_STATE_TOPIC}-{index}: {exc}")]
+        self.owned[index] = coordinator_epoch
+        effects: list = []
+        for transactional_id, m in loaded.items():
+            if m is None:
+                self.transactions.pop(transactional_id, None)
+                continue
+            self.transactions[transactional_id] = m
+            if m.state in PREPARED:
+                effects.extend(self._complete(m, m.state is S.PREPARE_COMMIT, now_ms))
+        if loaded:
+            effects.append(Log("info", f"Coordinator of the transactions of {rec.TRANSACTION_STATE_TOPIC}-{index} "
+                                       f"({len(loaded)} transactional id(s) loaded)"))
+        return effects
+
+    def unload_partition(self, index: int) -> list:
+        self.owned.pop(index, None)
+        for transactional_id in [t for t in self.transactions if self.partition_of(t) == index]:
+            del self.transactions[transactional_id]
+            self.pending.discard(transactional_id)
+        return []
+
+    # -- writing a state change
+
+    def _write(self, new: TransactionMetadata, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+        """Write ``new`` and make it the id's state once the ISR has it; ``done(error, now_ms)``."""
+        transactional_id = new.transactional_id
+        index = self.partition_of(transactional_id)
+        epoch = self.owned.get(index)
+        self.pending.add(transactional_id)
+
+        def written(error: ErrorCode, when_ms: int) -> list:
+            self.pending.discard(transactional_id)
+            if self.owned.get(index) != epoch:      # no longer (or again) coordinator meanwhile
+                return done(ErrorCode.not_coordinator, when_ms)
+            if error is ErrorCode.none:
+                self.transactions[transactional_id] = new
+            return done(error, when_ms)
+
+        return self.append(index, [rec.state_record(new)], written, now_ms)
+
+    def _checked(self, transactional_id: str | None) -> ErrorCode | None:
+        if not transactional_id:
+            return ErrorCode.invalid_request
+        if self.partition_of(transactional_id) not in self.owned:
+            return ErrorCode.not_coordinator
+        return None
+
+    def _refused(self, m: TransactionMetadata | None, producer_id: int, producer_epoch: int) -> ErrorCode | None:
+        """Kafka's checks of a client's producer id and epoch against the id's state."""
+        if m is None or m.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping
+        if producer_epoch != m.producer_epoch:
+            return ErrorCode.producer_fenced
+        if m.transactional_id in self.pending or m.state in PREPARED or m.state is S.PREPARE_EPOCH_FENCE:
+            return ErrorCode.concurrent_transactions
+        return None
+
+    # -- InitProducerId
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                         respond: Callable[[ErrorCode, int, int], list], now_ms: int) -> list:
+        error = self._checked(transactional_id)
+        if error is not None:
+            return respond(error, -1, -1)
+        if not 0 < timeout_ms <= self.config["transaction.max.timeout.ms"]:
+            return respond(ErrorCode.invalid_transaction_timeout, -1, -1)
+        m = self.transactions.get(transactional_id)
+        if m is None:
+            def allocated(producer_id: int, when_ms: int) -> list:
+                if producer_id < 0:
+                    return respond(ErrorCode.coordinator_not_available, -1, -1)
+                if transactional_id not in self.transactions:
+                    self.transactions[transactional_id] = TransactionMetadata(
+                        transactional_id, producer_id, rec.NO_PRODUCER_EPOCH, timeout_ms, S.EMPTY, set(), when_ms)
+                return self.init_producer_id(transactional_id, timeout_ms, respond, when_ms)
+            return self.new_producer_id(allocated, now_ms)
+        if transactional_id in self.pending or m.state in PREPARED or m.state is S.PREPARE_EPOCH_FENCE:
+            return respond(ErrorCode.concurrent_transactions, -1, -1)
+        if m.state is S.ONGOING:
+            # a new instance of the producer: fence the old one and abort what it left open
+            return self._fence_and_abort(m, now_ms) + respond(ErrorCode.concurrent_transactions, -1, -1)
+        if m.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
+            def renewed(producer_id: int, when_ms: int) -> list:
+                if producer_id < 0:
+                    return respond(ErrorCode.coordinator_not_available, -1, -1)
+                return self._write_empty(dataclasses.replace(m, producer_id=producer_id, producer_epoch=0),
+                                         timeout_ms, respond, when_ms)
+            return self.new_producer_id(renewed, now_ms)
+        return self._write_empty(dataclasses.replace(m, producer_epoch=m.producer_epoch + 1), timeout_ms,
+                                 respond, now_ms)
+
+    def _write_empty(self, base: TransactionMetadata, timeout_ms: int,
+                     respond: Callable[[ErrorCode, int, int], list], now_ms: int) -> list:
+        new = dataclasses.replace(base, timeout_ms=timeout_ms, state=S.EMPTY, partitions=set(), update_ms=now_ms,
+                                  start_ms=-1)
+
+        def done(error: ErrorCode, when_ms: int) -> list:
+            if error is not ErrorCode.none:
+                return respond(_coordinator_error(error), -1, -1)
+            return respond(ErrorCode.none, new.producer_id, new.producer_epoch)
+
+        return self._write(new, done, now_ms)
+
+    # -- AddPartitionsToTxn, AddOffsetsToTxn
+
+    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: set[tuple[str, int]], respond: Callable[[ErrorCode], list], now_ms: int) -> list:
+        error = self._checked(transactional_id)
+        m = self.transactions.get(transactional_id) if error is None else None
+        if error is None:
+            error = self._refused(m, producer_id, producer_epoch)
+        if error is not None:
+            return respond(error)
+        assert m is not None
+        if m.state is S.ONGOING and partitions <= m.partitions:
+            return respond(ErrorCode.none)
+        new = dataclasses.replace(m, state=S.ONGOING, partitions=m.partitions | partitions, update_ms=now_ms,
+                                  start_ms=m.start_ms if m.state is S.ONGOING else now_ms)
+        return self._write(new, lambda e, t: respond(_coordinator_error(e)), now_ms)
+
+    # -- EndTxn
+
+    def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                        respond: Callable[[ErrorCode], list], now_ms: int) -> list:
+        error = self._checked(transactional_id)
+        m = self.transactions.get(transactional_id) if error is None else None
+        if error is None and (m is None or m.producer_id != producer_id):
+            error = ErrorCode.invalid_producer_id_mapping
+        elif error is None and producer_epoch != m.producer_epoch:
+            error = ErrorCode.producer_fenced
+        elif error is None and transactional_id in self.pending:
+            error = ErrorCode.concurrent_transactions
+        if error is not None:
+            return respond(error)
+        assert m is not None
+        wanted = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+        preparing = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+        if m.state is wanted:
+            return respond(ErrorCode.none)                       # a retry of what was done
+        if m.state is preparing:
+            return respond(ErrorCode.concurrent_transactions)
+        if m.state is not S.ONGOING:
+            return respond(ErrorCode.invalid_txn_state)
+        return self._prepare(m, commit, m.producer_epoch, lambda e, t: respond(_coordinator_error(e)), now_ms)
+
+    def _prepare(self, m: TransactionMetadata, commit: bool, epoch: int,
+                 answered: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+        new = dataclasses.replace(m, producer_epoch=epoch, state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT,
+                                  update_ms=now_ms)
+
+        def prepared(error: ErrorCode, when_ms: int) -> list:
+            effects = answered(error, when_ms)
+            if error is ErrorCode.none:
+                effects += self._complete(new, commit, when_ms)
+            return effects
+
+        return self._write(new, prepared, now_ms)
+
+    def _fence_and_abort(self, m: TransactionMetadata, now_ms: int) -> list:
+        """Abort an ongoing transaction with the producer epoch bumped (a timeout, or a new instance
+        of its producer): markers of the new epoch fence the old producer on every partition."""
+        if m.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
+            epoch = m.producer_epoch                  # the next InitProducerId gives a new producer id
+        else:
+            epoch = m.producer_epoch + 1
+        return self._prepare(m, False, epoch, lambda e, t: [], now_ms)
+
+    def _complete(self, m: TransactionMetadata, commit: bool, now_ms: int) -> list:
+        """Have every partition's leader write the markers, then record the outcome."""
+        epoch = self.owned.get(self.partition_of(m.transactional_id))
+        if epoch is None:
+            return []
+        self.pending.add(m.transactional_id)
+
+        def marked(when_ms: int) -> list:
+            self.pending.discard(m.transactional_id)
+            current = self.transactions.get(m.transactional_id)
+            if current is not m or self.owned.get(self.partition_of(m.transactional_id)) != epoch:
+                return []
+            done = dataclasses.replace(m, state=S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set(),
+                                       update_ms=when_ms)
+            return self._write(done, lambda e, t: [] if e is ErrorCode.none else [Log(
+                "warning", f"Could not record the end of transaction {m.transactional_id}: {e.name}")], when_ms)
+
+        if not m.partitions:
+            return marked(now_ms)
+        return self.send_markers(set(m.partitions), m.producer_id, m.producer_epoch, commit, epoch, marked, now_ms)
+
+    # -- timeouts
+
+    def abort_timed_out(self, now_ms: int) -> list:
+        """Abort every ongoing transaction older than its timeout (Kafka's periodic check)."""
+        effects: list = []
+        for m in list(self.transactions.values()):
+            if m.state is S.ONGOING and m.transactional_id not in self.pending and \
+                    m.start_ms >= 0 and m.start_ms + m.timeout_ms < now_ms:
+                effects.append(Log("info", f"Aborting transaction {m.transactional_id} (producer id {m.producer_id}), "
+                                           f"open longer than its timeout of {m.timeout_ms} ms"))
+                effects.extend(self._fence_and_abort(m, now_ms))
+        return effects
+
+    # -- describing (ListTransactions, DescribeTransactions)
+
+    def describe(self, transactional_id: str) -> TransactionMetadata | None:
+        return self.transactions.get(transactional_id)
+
+
+def _coordinator_error(error: ErrorCode) -> ErrorCode:
+    """What a failed write of the transaction log tells the client (as Kafka maps it)."""
+    if error in (ErrorCode.none, ErrorCode.not_coordinator, ErrorCode.concurrent_transactions):
+        return error
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):
+        return ErrorCode.not_coordinator
+    return ErrorCode.coordinator_not_available

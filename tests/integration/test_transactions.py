@@ -1,0 +1,228 @@
+"""Transactions (KIP-98) against a real 3-broker cluster: confluent-kafka, kafka-python and aiokafka
+transactional producers; read_committed consumers see exactly the committed records; an open
+transaction holds them back at the last stable offset; a zombie producer is fenced; a
+consume-transform-produce loop stopped between batches gives every input exactly one output."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from tests.conftest import Cluster, free_ports
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    ports = free_ports(4)
+    c = Cluster(tmp_path_factory.mktemp("txn") / "data", 3, ports[1], ports[0],
+                overrides=["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3",
+                           "transaction.state.log.num.partitions=3"])
+    c.data_dir.mkdir(parents=True)
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(cluster):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+
+def new_topic(admin, partitions: int = 2) -> str:
+    from confluent_kafka.admin import NewTopic
+
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, partitions, 3)])[name].result(30)
+    return name
+
+
+def read_all(bootstrap: str, topics: dict[str, int], isolation: str, timeout_s: float = 20) -> dict:
+    """Every record of ``topics`` (name -> partition count) readable at ``isolation``, per partition,
+    in order; stops at each partition's end."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "isolation.level": isolation,
+                         "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    parts = [TopicPartition(t, p, 0) for t, n in topics.items() for p in range(n)]
+    consumer.assign(parts)
+    got: dict = {(t, p): [] for t, n in topics.items() for p in range(n)}
+    ended: set = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(ended) < len(parts) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    ended.add((msg.topic(), msg.partition()))
+                continue
+            got[(msg.topic(), msg.partition())].append(msg.value().decode())
+    finally:
+        consumer.close()
+    assert len(ended) == len(parts), f"not every partition was read to its end: {sorted(ended)}"
+    return got
+
+
+def test_committed_and_aborted_transactions_across_topics_with_confluent_kafka(cluster, admin):
+    from confluent_kafka import Producer
+
+    a, b = new_topic(admin), new_topic(admin)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"ck-{a}"})
+    producer.init_transactions(30)
+    for round_, commit in enumerate((True, False, True, False, True)):
+        producer.begin_transaction()
+        for i in range(4):
+            producer.produce(a if i % 2 else b, f"{round_}-{i}".encode(), partition=i // 2)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+    committed = read_all(cluster.bootstrap, {a: 2, b: 2}, "read_committed")
+    assert committed == {(b, 0): ["0-0", "2-0", "4-0"], (a, 0): ["0-1", "2-1", "4-1"],
+                         (b, 1): ["0-2", "2-2", "4-2"], (a, 1): ["0-3", "2-3", "4-3"]}
+    everything = read_all(cluster.bootstrap, {a: 2, b: 2}, "read_uncommitted")
+    assert everything[(a, 0)] == ["0-1", "1-1", "2-1", "3-1", "4-1"]        # aborted records too, as Kafka
+
+
+def test_an_open_transaction_holds_read_committed_readers_at_the_last_stable_offset(cluster, admin):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = new_topic(admin, 1)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    plain.produce(topic, b"before", partition=0)
+    plain.flush(30)
+    txn = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"lso-{topic}"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic, b"open", partition=0)
+    txn.flush(30)
+    plain.produce(topic, b"after", partition=0)            # behind the open transaction
+    plain.flush(30)
+    assert read_all(cluster.bootstrap, {topic: 1}, "read_committed")[(topic, 0)] == ["before"]
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "lso",
+                         "isolation.level": "read_committed"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert (low, high) == (0, 1)                        # ListOffsets read_committed: the LSO
+    finally:
+        consumer.close()
+    txn.commit_transaction(30)
+    assert read_all(cluster.bootstrap, {topic: 1}, "read_committed")[(topic, 0)] == ["before", "open", "after"]
+
+
+def test_a_zombie_producer_is_fenced_and_its_transaction_aborted(cluster, admin):
+    from confluent_kafka import KafkaException, Producer
+
+    topic = new_topic(admin, 1)
+    conf = {"bootstrap.servers": cluster.bootstrap, "transactional.id": f"zombie-{topic}"}
+    zombie = Producer(conf)
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie", partition=0)
+    zombie.flush(30)
+    successor = Producer(conf)
+    successor.init_transactions(30)                         # fences the zombie, aborts its transaction
+    successor.begin_transaction()
+    successor.produce(topic, b"successor", partition=0)
+    successor.commit_transaction(30)
+    with pytest.raises(KafkaException) as caught:
+        zombie.produce(topic, b"late", partition=0)
+        zombie.commit_transaction(10)
+    assert caught.value.args[0].name() in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"), \
+        caught.value.args[0]
+    assert read_all(cluster.bootstrap, {topic: 1}, "read_committed")[(topic, 0)] == ["successor"]
+
+
+def test_consume_transform_produce_gives_every_input_exactly_one_output_across_restarts(cluster, admin):
+    """sendOffsetsToTransaction: the output records and the input offsets commit together. The loop
+    stops six times, after a committed batch or in the middle of one (aborted by the next instance
+    fencing it), and resumes from the committed offsets."""
+    from confluent_kafka import Consumer, Producer
+
+    source, sink = new_topic(admin), new_topic(admin)
+    feeder = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(60):
+        feeder.produce(source, str(i).encode(), partition=i % 2)
+    feeder.flush(30)
+    group = f"ctp-{source}"
+
+    def run(batches: int, leave_open: bool) -> int:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                             "isolation.level": "read_committed"})
+        consumer.subscribe([source])
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"ctp-{source}"})
+        producer.init_transactions(30)
+        done = 0
+        deadline = time.monotonic() + 30
+        try:
+            while done < batches and time.monotonic() < deadline:
+                msgs = [m for m in consumer.consume(4, 1.0) if m.error() is None]
+                if not msgs:
+                    continue
+                producer.begin_transaction()
+                for m in msgs:
+                    producer.produce(sink, m.value(), partition=m.partition())
+                producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                     consumer.consumer_group_metadata(), 30)
+                if leave_open and done == batches - 1:
+                    producer.flush(30)       # stopped before the commit: its successor aborts it
+                    return done
+                producer.commit_transaction(30)
+                done += 1
+        finally:
+            consumer.close()
+        return done
+
+    for attempt in range(6):
+        run(2, leave_open=attempt % 2 == 1)
+    while sum(len(v) for v in read_all(cluster.bootstrap, {sink: 2}, "read_committed").values()) < 60:
+        assert run(50, leave_open=False) > 0, "no progress"
+    outputs = read_all(cluster.bootstrap, {sink: 2}, "read_committed")
+    values = sorted(int(v) for vs in outputs.values() for v in vs)
+    assert values == list(range(60))                         # every input exactly once
+    for p in (0, 1):                                        # and in each partition in input order
+        assert [int(v) for v in outputs[(sink, p)]] == list(range(p, 60, 2))
+
+
+def test_kafka_python_and_aiokafka_transactional_producers(cluster, admin):
+    from kafka import KafkaProducer
+
+    topic = new_topic(admin, 1)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=f"kp-{topic}")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send(topic, b"kp-commit", partition=0)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    producer.send(topic, b"kp-abort", partition=0)
+    producer.flush()
+    producer.abort_transaction()
+    producer.close()
+
+    async def with_aiokafka() -> None:
+        from aiokafka import AIOKafkaProducer
+
+        aio = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=f"aio-{topic}")
+        await aio.start()
+        try:
+            async with aio.transaction():
+                await aio.send_and_wait(topic, b"aio-commit", partition=0)
+            await aio.begin_transaction()
+            await aio.send_and_wait(topic, b"aio-abort", partition=0)
+            await aio.abort_transaction()
+        finally:
+            await aio.stop()
+
+    asyncio.run(with_aiokafka())
+    assert read_all(cluster.bootstrap, {topic: 1}, "read_committed")[(topic, 0)] == ["kp-commit", "aio-commit"]

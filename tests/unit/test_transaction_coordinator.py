@@ -1,0 +1,168 @@
+"""The transaction coordinator's state machine (Kafka's TransactionCoordinator) and the records of
+``__transaction_state``, with the log and the markers faked: appends and markers complete when the
+test says so."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.config import BrokerConfig
+from strandline.protocol.records import iter_batches, iter_records, read_header
+from strandline.transaction import records as rec
+from strandline.transaction.coordinator import TransactionCoordinator
+from strandline.transaction.records import TransactionState as S
+
+TX = "tx-1"
+
+
+class Fakes:
+    def __init__(self) -> None:
+        self.log: list[tuple[int, bytes, bytes | None]] = []     # what was written, in order
+        self.pending_writes: list = []
+        self.markers: list = []
+        self.next_pid = 1000
+        config = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "zk:1"})
+        self.c = TransactionCoordinator(config, self.append, self.new_pid, self.send_markers)
+        self.c.load_partition(self.c.partition_of(TX), 5, [], 0)
+        self.answers: list = []
+
+    def append(self, index, records, done, now_ms):
+        self.pending_writes.append((index, records, done))
+        return []
+
+    def write(self, error=ErrorCode.none, now_ms=1):
+        """Complete the oldest write in flight."""
+        index, records, done = self.pending_writes.pop(0)
+        if error is ErrorCode.none:
+            self.log.extend((index, k, v) for k, v in records)
+        return done(error, now_ms)
+
+    def new_pid(self, callback, now_ms):
+        self.next_pid += 1
+        return callback(self.next_pid, now_ms)
+
+    def send_markers(self, partitions, producer_id, epoch, commit, coordinator_epoch, done, now_ms):
+        self.markers.append((sorted(partitions), producer_id, epoch, commit, coordinator_epoch, done))
+        return []
+
+    def respond(self, *args):
+        self.answers.append(args)
+        return []
+
+    def init(self, timeout=60000):
+        self.c.init_producer_id(TX, timeout, self.respond, 1)
+        self.write()
+        return self.answers.pop()
+
+    def state(self) -> rec.TransactionMetadata:
+        return self.c.transactions[TX]
+
+
+def test_init_producer_id_gives_a_new_id_then_bumps_its_epoch_fencing_the_older_instance():
+    f = Fakes()
+    assert f.init() == (ErrorCode.none, 1001, 0)
+    assert f.init() == (ErrorCode.none, 1001, 1)
+    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)       # the first instance, now a zombie
+    assert f.answers.pop() == (ErrorCode.producer_fenced,)
+    f.c.add_partitions(TX, 999, 1, {("t", 0)}, f.respond, 2)
+    assert f.answers.pop() == (ErrorCode.invalid_producer_id_mapping,)
+
+
+def test_a_commit_is_prepared_then_marked_on_every_partition_then_completed_in_the_log():
+    f = Fakes()
+    f.init()
+    f.c.add_partitions(TX, 1001, 0, {("t", 0), ("u", 2)}, f.respond, 2)
+    assert f.state().state is S.EMPTY                               # not before the write is done
+    f.write()
+    assert f.answers.pop() == (ErrorCode.none,) and f.state().state is S.ONGOING
+    f.c.end_transaction(TX, 1001, 0, True, f.respond, 3)
+    f.c.add_partitions(TX, 1001, 0, {("v", 0)}, f.respond, 3)       # while the prepare is written
+    assert f.answers.pop() == (ErrorCode.concurrent_transactions,)
+    f.write()
+    assert f.answers.pop() == (ErrorCode.none,) and f.state().state is S.PREPARE_COMMIT
+    [(partitions, pid, epoch, commit, coordinator_epoch, marked)] = f.markers
+    assert (partitions, pid, epoch, commit, coordinator_epoch) == ([("t", 0), ("u", 2)], 1001, 0, True, 5)
+    f.c.end_transaction(TX, 1001, 0, True, f.respond, 4)           # a retry while markers are written
+    assert f.answers.pop() == (ErrorCode.concurrent_transactions,)
+    marked(5)
+    f.write()
+    assert f.state().state is S.COMPLETE_COMMIT and f.state().partitions == set()
+    f.c.end_transaction(TX, 1001, 0, True, f.respond, 6)           # a retry once done
+    assert f.answers.pop() == (ErrorCode.none,)
+    f.c.end_transaction(TX, 1001, 0, False, f.respond, 6)
+    assert f.answers.pop() == (ErrorCode.invalid_txn_state,)
+    states = [rec.decode_value(rec.decode_key(k), v).state for _, k, v in f.log]
+    assert states == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.COMPLETE_COMMIT]
+
+
+def test_a_new_instance_aborts_the_ongoing_transaction_with_a_bumped_epoch():
+    f = Fakes()
+    f.init()
+    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)
+    f.write()
+    f.answers.clear()
+    f.c.init_producer_id(TX, 60000, f.respond, 3)
+    assert f.answers.pop() == (ErrorCode.concurrent_transactions, -1, -1)
+    f.write()
+    assert f.state().state is S.PREPARE_ABORT and f.state().producer_epoch == 1
+    [(_, _, epoch, commit, _, marked)] = f.markers
+    assert (epoch, commit) == (1, False)                            # the zombie's epoch 0 is fenced
+    marked(4)
+    f.write()
+    assert f.state().state is S.COMPLETE_ABORT
+    assert f.init() == (ErrorCode.none, 1001, 2)
+
+
+def test_a_transaction_open_beyond_its_timeout_is_aborted():
+    f = Fakes()
+    f.init(timeout=1000)
+    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 10)
+    f.write(now_ms=10)
+    assert f.c.abort_timed_out(900) == []
+    f.c.abort_timed_out(1011)
+    f.write()
+    assert f.state().state is S.PREPARE_ABORT and f.markers[0][3] is False
+
+
+def test_a_new_coordinator_replays_the_log_and_completes_a_prepared_commit():
+    f = Fakes()
+    f.init()
+    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)
+    f.write()
+    f.c.end_transaction(TX, 1001, 0, True, f.respond, 3)
+    f.write()                                                       # PrepareCommit written, then failover
+    g = Fakes()
+    g.c.unload_partition(g.c.partition_of(TX))
+    g.c.load_partition(g.c.partition_of(TX), 6, [(i, k, v) for i, (_, k, v) in enumerate(f.log)], 10)
+    assert g.state().state is S.PREPARE_COMMIT
+    [(partitions, pid, epoch, commit, coordinator_epoch, marked)] = g.markers
+    assert (partitions, pid, commit, coordinator_epoch) == ([("t", 0)], 1001, True, 6)
+    marked(11)
+    g.write()
+    assert g.state().state is S.COMPLETE_COMMIT
+
+
+def test_a_coordinator_that_lost_its_partition_answers_not_coordinator():
+    f = Fakes()
+    f.c.unload_partition(f.c.partition_of(TX))
+    f.c.init_producer_id(TX, 60000, f.respond, 1)
+    assert f.answers.pop() == (ErrorCode.not_coordinator, -1, -1)
+    f.c.load_partition(f.c.partition_of(TX), 5, [], 0)
+    f.c.init_producer_id(TX, 10**9, f.respond, 1)
+    assert f.answers.pop() == (ErrorCode.invalid_transaction_timeout, -1, -1)
+
+
+def test_transaction_log_records_and_markers_are_kafkas():
+    m = rec.TransactionMetadata("tx", 5, 2, 60000, S.ONGOING, {("a", 1), ("a", 0)}, 10, 5)
+    key, value = rec.state_record(m)
+    assert key == b"\x00\x00\x00\x02tx"
+    assert value == (b"\x00\x00" + (5).to_bytes(8, "big") + b"\x00\x02" + (60000).to_bytes(4, "big") + b"\x01"
+                     + b"\x00\x00\x00\x01" + b"\x00\x01a" + b"\x00\x00\x00\x02" + b"\x00\x00\x00\x00\x00\x00\x00\x01"
+                     + (10).to_bytes(8, "big") + (5).to_bytes(8, "big"))
+    assert rec.decode_value("tx", value) == m
+    marker = rec.build_marker(5, 2, True, 7, 1000)
+    header = read_header(marker, 0)
+    assert header.attributes & 0x30 == 0x30 and header.producer_id == 5 and header.producer_epoch == 2
+    [(pos, h)] = list(iter_batches(marker))
+    [record] = list(iter_records(marker, pos, h))
+    assert rec.marker_type(record.key) == rec.COMMIT_MARKER and record.value == b"\x00\x00\x00\x00\x00\x07"
