@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import Cluster, free_ports
+from tests.conftest import Cluster, free_ports, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -116,8 +116,20 @@ def test_an_open_transaction_holds_read_committed_readers_at_the_last_stable_off
         assert (low, high) == (0, 1)                        # ListOffsets read_committed: the LSO
     finally:
         consumer.close()
+    # the operator's view (kafka-transactions): the open transaction and its partition
+    described = run_cli("transactions", "describe", "--bootstrap-server", cluster.bootstrap,
+                        "--transactional-id", f"lso-{topic}")
+    assert described.returncode == 0, described.stderr
+    assert "TransactionState               Ongoing" in described.stdout
+    assert f"TopicPartitions                {topic}-0" in described.stdout
     txn.commit_transaction(30)
     assert read_all(cluster.bootstrap, {topic: 1}, "read_committed")[(topic, 0)] == ["before", "open", "after"]
+    listed = run_cli("transactions", "list", "--bootstrap-server", cluster.bootstrap, "--state", "CompleteCommit")
+    assert listed.returncode == 0, listed.stderr
+    assert any(line.split()[0] == f"lso-{topic}" and line.split()[-1] == "CompleteCommit"
+               for line in listed.stdout.splitlines()[1:])
+    missing = run_cli("transactions", "describe", "--bootstrap-server", cluster.bootstrap, "--transactional-id", "none")
+    assert missing.returncode == 2 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
 
 
 def test_a_zombie_producer_is_fenced_and_its_transaction_aborted(cluster, admin):

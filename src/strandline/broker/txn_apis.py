@@ -142,7 +142,9 @@ class TxnApis:
 
     def handlers(self) -> dict[int, Callable]:
         return {ApiKey.ADD_PARTITIONS_TO_TXN: self._add_partitions, ApiKey.ADD_OFFSETS_TO_TXN: self._add_offsets,
-                ApiKey.END_TXN: self._end_txn, ApiKey.WRITE_TXN_MARKERS: self._write_txn_markers}
+                ApiKey.END_TXN: self._end_txn, ApiKey.WRITE_TXN_MARKERS: self._write_txn_markers,
+                ApiKey.LIST_TRANSACTIONS: self._list_transactions,
+                ApiKey.DESCRIBE_TRANSACTIONS: self._describe_transactions}
 
     def _may_write(self, conn_id: int, transactional_id: str | None) -> bool:
         return self.authorizer.allows(conn_id, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
@@ -244,6 +246,53 @@ class TxnApis:
             return respond(ErrorCode.transactional_id_authorization_failed)
         return self.coordinator.end_transaction(request.transactional_id, request.producer_id, request.producer_epoch,
                                                 bool(request.committed), respond, now_ms)
+
+    # -- ListTransactions, DescribeTransactions (KIP-664: what kafka-transactions shows)
+
+    def _list_transactions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        """The transactions this broker coordinates, filtered by state names and producer ids."""
+        names = {s.kafka_name: s for s in rec.TransactionState}
+        wanted_states = set(request.state_filters or ())
+        unknown = sorted(s for s in wanted_states if s not in names)
+        producers = set(request.producer_id_filters or ())
+        states = []
+        for m in sorted(self.coordinator.transactions.values(), key=lambda m: m.transactional_id):
+            if wanted_states and m.state.kafka_name not in wanted_states:
+                continue
+            if producers and m.producer_id not in producers:
+                continue
+            if not self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                          m.transactional_id):
+                continue
+            states.append({"transactional_id": m.transactional_id, "producer_id": m.producer_id,
+                           "transaction_state": m.state.kafka_name})
+        return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
+                                           "unknown_state_filters": unknown, "transaction_states": states})]
+
+    def _describe_transactions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        states = []
+        for transactional_id in request.transactional_ids:
+            entry = {"error_code": ErrorCode.none, "transactional_id": transactional_id, "transaction_state": "",
+                     "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
+                     "producer_epoch": -1, "topics": []}
+            states.append(entry)
+            m = self.coordinator.describe(transactional_id)
+            if not self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                          transactional_id):
+                entry["error_code"] = ErrorCode.transactional_id_authorization_failed
+            elif self.coordinator.coordinator_epoch(transactional_id) is None:
+                entry["error_code"] = ErrorCode.not_coordinator
+            elif m is None:
+                entry["error_code"] = ErrorCode.transactional_id_not_found
+            else:
+                by_topic: dict[str, list[int]] = {}
+                for name, index in sorted(m.partitions):
+                    by_topic.setdefault(name, []).append(index)
+                entry.update(transaction_state=m.state.kafka_name, transaction_timeout=m.timeout_ms,
+                             transaction_start_time=m.start_ms, producer_id=m.producer_id,
+                             producer_epoch=m.producer_epoch,
+                             topics=[{"topic": n, "partitions": ix} for n, ix in by_topic.items()])
+        return [response(conn_id, header, {"throttle_time": 0, "transaction_states": states})]
 
     # -- WriteTxnMarkers (from a coordinator, to this partition leader)
 

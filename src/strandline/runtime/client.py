@@ -34,15 +34,18 @@ class KafkaConnection:
         self.correlation_id = 0
 
     def request(self, api_key: int, version: int, body: dict) -> Any:
+        return decode_response(api_key, version, self.raw_request(api_key, version, body))
+
+    def raw_request(self, api_key: int, version: int, body: dict) -> bytes:
+        """The response frame (without its size), for a response kio cannot read."""
         self.correlation_id += 1
         frame = encode_request(api_key, version, self.correlation_id, self.client_id, body)
         try:
             self.sock.sendall(struct.pack(">i", len(frame)) + frame)
             size = struct.unpack(">i", self._read(4))[0]
-            response = self._read(size)
+            return self._read(size)
         except OSError as exc:
             raise StrandlineError(f"broker {self.address} failed: {exc}") from None
-        return decode_response(api_key, version, response)
 
     def _read(self, n: int) -> bytes:
         chunks = []
