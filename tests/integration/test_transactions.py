@@ -21,7 +21,7 @@ def cluster(tmp_path_factory):
     ports = free_ports(4)
     c = Cluster(tmp_path_factory.mktemp("txn") / "data", 3, ports[1], ports[0],
                 overrides=["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3",
-                           "transaction.state.log.num.partitions=3"])
+                           "transaction.state.log.num.partitions=3", "zookeeper.session.timeout.ms=6000"])
     c.data_dir.mkdir(parents=True)
     c.start()
     yield c
@@ -238,3 +238,80 @@ def test_kafka_python_and_aiokafka_transactional_producers(cluster, admin):
 
     asyncio.run(with_aiokafka())
     assert read_all(cluster.bootstrap, {topic: 1}, "read_committed")[(topic, 0)] == ["kp-commit", "aio-commit"]
+
+
+def test_sigkill_of_the_coordinator_and_of_a_leader_in_the_middle_of_commits(cluster, admin):
+    """Transactions commit and abort in a loop while the transaction coordinator's broker, then a
+    partition leader's, is SIGKILLed and started again. Every transaction the producer saw commit
+    is complete on every partition, every aborted one invisible, none half-visible."""
+    import threading
+
+    from confluent_kafka import KafkaException, Producer
+
+    topic = new_topic(admin, 3)
+    transactional_id = f"kill-{topic}"
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": transactional_id,
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(60)
+    outcomes: dict[int, str] = {}
+    stop = threading.Event()
+
+    def loop() -> None:
+        n = 0
+        while not stop.is_set() and n < 400:
+            try:
+                producer.begin_transaction()
+                for p in range(3):
+                    producer.produce(topic, str(n).encode(), partition=p)
+                if n % 3 == 2:
+                    producer.abort_transaction(60)
+                    outcomes[n] = "aborted"
+                else:
+                    producer.commit_transaction(60)
+                    outcomes[n] = "committed"
+            except KafkaException as exc:
+                outcomes[n] = "failed"
+                if exc.args[0].txn_requires_abort():
+                    producer.abort_transaction(60)
+                elif not exc.args[0].retriable():
+                    return
+            n += 1
+
+    def coordinator() -> int:
+        described = run_cli("transactions", "describe", "--bootstrap-server", cluster.bootstrap,
+                            "--transactional-id", transactional_id)
+        assert described.returncode == 0, described.stderr
+        return int(described.stdout.split()[1])
+
+    worker = threading.Thread(target=loop)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(outcomes) < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        victims = [coordinator()]
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        victims.append(next(p.leader for p in partitions.values() if p.leader != victims[0]))
+        for victim in victims:
+            before = len(outcomes)
+            assert run_cli("cluster", "kill", str(victim), "--data-dir", str(cluster.data_dir)).returncode == 0
+            assert run_cli("cluster", "start", str(victim), "--data-dir", str(cluster.data_dir),
+                           timeout=120).returncode == 0
+            deadline = time.monotonic() + 60
+            while len(outcomes) < before + 10 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(outcomes) >= before + 10, f"no progress after broker {victim} came back: {outcomes}"
+    finally:
+        stop.set()
+        worker.join(180)
+    assert not worker.is_alive()
+    seen = read_all(cluster.bootstrap, {topic: 3}, "read_committed", timeout_s=60)
+    per_round: dict[int, int] = {}
+    for (_, p), values in seen.items():
+        assert [int(v) for v in values] == sorted(int(v) for v in values)          # in order
+        for v in values:
+            per_round[int(v)] = per_round.get(int(v), 0) + 1
+    assert all(count == 3 for count in per_round.values()), "a half-visible transaction"
+    assert all(outcomes[n] != "aborted" for n in per_round), "an aborted transaction is visible"
+    assert all(n in per_round for n, o in outcomes.items() if o == "committed"), "a committed transaction is lost"
+    assert sum(o == "committed" for o in outcomes.values()) >= 15
