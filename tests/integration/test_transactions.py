@@ -157,7 +157,7 @@ def test_a_zombie_producer_is_fenced_and_its_transaction_aborted(cluster, admin)
 
 def test_consume_transform_produce_gives_every_input_exactly_one_output_across_restarts(cluster, admin):
     """sendOffsetsToTransaction: the output records and the input offsets commit together. The loop
-    stops six times, after a committed batch or in the middle of one (aborted by the next instance
+    stops 20 times, after a committed batch or in the middle of one (aborted by the next instance
     fencing it), and resumes from the committed offsets."""
     from confluent_kafka import Consumer, Producer
 
@@ -196,8 +196,8 @@ def test_consume_transform_produce_gives_every_input_exactly_one_output_across_r
             consumer.close()
         return done
 
-    for attempt in range(6):
-        run(2, leave_open=attempt % 2 == 1)
+    for attempt in range(20):
+        run(1, leave_open=attempt % 2 == 1)
     while sum(len(v) for v in read_all(cluster.bootstrap, {sink: 2}, "read_committed").values()) < 60:
         assert run(50, leave_open=False) > 0, "no progress"
     outputs = read_all(cluster.bootstrap, {sink: 2}, "read_committed")
