@@ -393,3 +393,32 @@ def test_spk_aged_out_records_fail_the_read_or_are_skipped_and_timestamps_pick_t
     late = produce(sc.bootstrap, "aged", 20, "new")
     by_time = reader(spark, sc, subscribe="aged", startingTimestamp=str(middle)).collect()
     assert sorted(r.value for r in by_time) == sorted(late)
+
+
+def test_spk_read_committed_reads_committed_transactions_only(sc, spark):
+    """Issue 17: kafka.isolation.level=read_committed stops at the last stable offset and drops
+    aborted transactions' records; read_uncommitted (the default, as Spark's) reads them all."""
+    from confluent_kafka import Producer
+
+    create_topic(sc, "txns", partitions=2, min_isr=1)
+    producer = Producer({"bootstrap.servers": sc.bootstrap, "transactional.id": "spark-txns"})
+    producer.init_transactions(30)
+    for n, commit in enumerate((True, False, True, False)):
+        producer.begin_transaction()
+        for i in range(50):
+            producer.produce("txns", b"%d-%02d" % (n, i), partition=i % 2)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+    producer.begin_transaction()                       # still open: held back at the LSO
+    producer.produce("txns", b"open", partition=0)
+    producer.flush(30)
+    committed = reader(spark, sc, subscribe="txns", **{"kafka.isolation.level": "read_committed"}).collect()
+    assert sorted(r.value for r in committed) == sorted(b"%d-%02d" % (n, i) for n in (0, 2) for i in range(50))
+    everything = reader(spark, sc, subscribe="txns").collect()
+    assert len(everything) == 201
+    producer.commit_transaction(30)
+    with pytest.raises(Exception, match="kafka.isolation.level"):
+        reader(spark, sc, subscribe="txns", **{"kafka.isolation.level": "snapshot"}).collect()

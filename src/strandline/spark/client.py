@@ -42,7 +42,9 @@ def _partition_error(part: Any, refused: str | None = None) -> ErrorCode:
 
 
 class StrandlineClient:
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0, isolation: int = 0) -> None:
+        """``isolation`` 1 (read_committed): reads stop at the last stable offset (KIP-98)."""
+        self.isolation = isolation
         self.bootstrap = [b.strip() for b in bootstrap.split(",") if b.strip()]
         if not self.bootstrap:
             raise StrandlineError("kafka.bootstrap.servers is empty")
@@ -156,28 +158,33 @@ class StrandlineClient:
     # -- offsets and records
 
     def list_offset(self, tp: tuple[str, int], timestamp: int) -> int:
-        """EARLIEST (log start), LATEST (high watermark) or the first offset at/after a timestamp (-1: none)."""
+        """EARLIEST (log start), LATEST (high watermark; read_committed: the last stable offset) or the
+        first offset at/after a timestamp (-1: none)."""
         def call(address: str, epoch: int) -> int:
             resp = self._request(address, LIST_OFFSETS, 4, {
-                "replica_id": -1, "isolation_level": 0, "topics": [{"name": tp[0], "partitions": [
+                "replica_id": -1, "isolation_level": self.isolation, "topics": [{"name": tp[0], "partitions": [
                     {"partition_index": tp[1], "current_leader_epoch": epoch, "timestamp": timestamp}]}]})
             part = resp.topics[0].partitions[0]
             _partition_error(part, f"ListOffsets of {tp[0]}-{tp[1]}")
             return int(part.offset)
         return self._with_leader(tp, call)
 
-    def fetch(self, tp: tuple[str, int], offset: int, max_bytes: int = 8 << 20) -> tuple[ErrorCode, int, int, bytes]:
-        """(error, high watermark, log start offset, records) of one fetch; OFFSET_OUT_OF_RANGE is returned."""
+    def fetch(self, tp: tuple[str, int], offset: int, max_bytes: int = 8 << 20
+              ) -> tuple[ErrorCode, int, int, bytes, list[tuple[int, int]]]:
+        """(error, high watermark, log start offset, records, aborted transactions as (producer id,
+        first offset)) of one fetch; OFFSET_OUT_OF_RANGE is returned."""
         def call(address: str, epoch: int) -> tuple:
             resp = self._request(address, FETCH, 11, {
-                "replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": 0,
+                "replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": max_bytes,
+                "isolation_level": self.isolation,
                 "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
                 "topics": [{"topic": tp[0], "partitions": [{
                     "partition": tp[1], "current_leader_epoch": epoch, "fetch_offset": offset,
                     "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]})
             part = resp.responses[0].partitions[0]
             error = _partition_error(part)
-            return error, int(part.high_watermark), int(part.log_start_offset), part.records or b""
+            aborted = [(int(a.producer_id), int(a.first_offset)) for a in part.aborted_transactions or ()]
+            return error, int(part.high_watermark), int(part.log_start_offset), part.records or b"", aborted
         return self._with_leader(tp, call)
 
     # -- producing

@@ -6,7 +6,7 @@ A Spark task decodes every fetched record, once, straight into the lists that be
 
 from __future__ import annotations
 
-from strandline.protocol.records import decompress, iter_batches, read_varint
+from strandline.protocol.records import decompress, iter_batches, iter_records, read_varint
 
 
 class Columns:
@@ -23,19 +23,32 @@ class Columns:
         self.headers: list = []
 
 
-def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool) -> int:
+def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool,
+                aborted: list[tuple[int, int]] | None = None) -> int:
     """Append the records with ``start <= offset < end``; returns the offset after the last batch seen.
+
+    ``aborted``: a read_committed fetch's aborted transactions ``(producer id, first offset)``; their
+    records are skipped as Kafka's consumer skips them (a producer's transactional batches from the
+    transaction's first offset until its abort marker).
 
     The loop reads one- and two-byte varints inline (nearly all of them are): this is the hot path
     of a Spark read."""
     keys, values, offsets, stamps, types, headers = (columns.keys, columns.values, columns.offsets,
                                                     columns.timestamps, columns.types, columns.headers)
+    pending = sorted(aborted or (), key=lambda a: a[1])
+    skipping: set[int] = set()
     next_offset = start
     for pos, h in iter_batches(data):
         next_offset = max(next_offset, h.last_offset + 1)
-        if h.last_offset < start or h.base_offset >= end:
-            continue
+        while pending and pending[0][1] <= h.last_offset:
+            skipping.add(pending.pop(0)[0])
         if h.attributes & 0x20:                       # control batch (transactions): not user data
+            if h.producer_id in skipping and _is_abort_marker(data, pos, h):
+                skipping.discard(h.producer_id)
+            continue
+        if h.attributes & 0x10 and h.producer_id in skipping:
+            continue                                  # an aborted transaction's records
+        if h.last_offset < start or h.base_offset >= end:
             continue
         buf = bytes(data[pos + 61:pos + 12 + h.batch_length])
         codec = h.attributes & 0x07
@@ -125,3 +138,10 @@ def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool
             if log_append:
                 stamps[first:] = [h.max_timestamp] * added
     return next_offset
+
+
+def _is_abort_marker(data, pos: int, h) -> bool:
+    """Whether a control batch holds an abort marker (its one record's key: version 0, type 0)."""
+    for record in iter_records(data, pos, h):
+        return record.key is not None and bytes(record.key[:4]) == b"\x00\x00\x00\x00"
+    return False

@@ -33,6 +33,7 @@ READ_OPTIONS = {
     "startingoffsetsbytimestamp", "startingtimestamp", "failondataloss", "maxoffsetspertrigger",
     "minoffsetspertrigger", "maxtriggerdelay", "minpartitions", "includeheaders", "path", "checkpointlocation",
 }
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 TopicPartition = tuple[str, int]
 
 
@@ -112,6 +113,7 @@ class Settings:
     include_headers: bool
     starting_timestamps: dict | None
     starting_timestamp: int | None
+    isolation: int = 0          # kafka.isolation.level: 1 read_committed
 
     @classmethod
     def parse(cls, options: dict, streaming: bool) -> "Settings":
@@ -184,9 +186,14 @@ class Settings:
         delay = _duration_ms(opts, "maxtriggerdelay")
         if delay is not None and min_per is None:
             raise OptionError("option maxTriggerDelay needs minOffsetsPerTrigger")
+        level = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+        if level not in ISOLATION_LEVELS:
+            raise OptionError(f"option kafka.isolation.level: expected read_uncommitted or read_committed, "
+                              f"got {opts['kafka.isolation.level']!r}")
         return cls(bootstrap, subscribe, pattern, assign, starting, ending, _bool(opts, "failondataloss", True),
                    max_per, min_per, delay if delay is not None else 15 * 60000, _int(opts, "minpartitions"),
-                   _bool(opts, "includeheaders", False), starting_timestamps, starting_timestamp)
+                   _bool(opts, "includeheaders", False), starting_timestamps, starting_timestamp,
+                   ISOLATION_LEVELS[level])
 
     # -- offsets from the cluster
 
@@ -265,13 +272,13 @@ def split_ranges(ranges: list[tuple[TopicPartition, int, int]], min_partitions: 
 
 def read_range(settings: Settings, part: RangePartition) -> Iterator[pa.RecordBatch]:
     """Fetch [start, end) of one partition from its leader and yield Arrow batches."""
-    client = StrandlineClient(settings.bootstrap)
+    client = StrandlineClient(settings.bootstrap, isolation=settings.isolation)
     schema = _arrow_schema(settings.include_headers)
     tp = (part.topic, part.partition)
     offset = part.start
     try:
         while offset < part.end:
-            error, hw, log_start, records = client.fetch(tp, offset)
+            error, hw, log_start, records, aborted = client.fetch(tp, offset)
             if error.name == "offset_out_of_range" or offset < log_start:
                 if settings.fail_on_data_loss:
                     raise RuntimeError(
@@ -297,7 +304,7 @@ def read_range(settings: Settings, part: RangePartition) -> Iterator[pa.RecordBa
                 time.sleep(0.01)
                 continue
             cols = Columns()
-            offset = decode_into(records, cols, offset, part.end, settings.include_headers)
+            offset = decode_into(records, cols, offset, part.end, settings.include_headers, aborted)
             if cols.offsets:
                 n = len(cols.offsets)
                 arrays = [pa.array(cols.keys, pa.binary()), pa.array(cols.values, pa.binary()),
@@ -319,7 +326,7 @@ class StrandlineBatchReader(DataSourceReader):
         self.settings = settings
 
     def partitions(self) -> list[RangePartition]:
-        client = StrandlineClient(self.settings.bootstrap)
+        client = StrandlineClient(self.settings.bootstrap, isolation=self.settings.isolation)
         try:
             tps = self.settings.topic_partitions(client)
             start = self.settings.starting_offsets(client, tps)
@@ -342,7 +349,7 @@ class StrandlineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.held_since: float | None = None
 
     def _client(self) -> StrandlineClient:
-        return StrandlineClient(self.settings.bootstrap)
+        return StrandlineClient(self.settings.bootstrap, isolation=self.settings.isolation)
 
     def initialOffset(self) -> dict:
         client = self._client()
