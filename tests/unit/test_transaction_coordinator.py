@@ -22,7 +22,9 @@ class Fakes:
         self.markers: list = []
         self.next_pid = 1000
         config = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "zk:1"})
-        self.c = TransactionCoordinator(config, self.append, self.new_pid, self.send_markers)
+        self.later: list = []
+        self.c = TransactionCoordinator(config, self.append, self.new_pid, self.send_markers,
+                                        lambda due, action: self.later.append((due, action)) or [])
         self.c.load_partition(self.c.partition_of(TX), 5, [], 0)
         self.answers: list = []
 
@@ -41,8 +43,9 @@ class Fakes:
         self.next_pid += 1
         return callback(self.next_pid, now_ms)
 
-    def send_markers(self, partitions, producer_id, epoch, commit, coordinator_epoch, done, now_ms):
+    def send_markers(self, partitions, producer_id, epoch, commit, coordinator_epoch, done, current, now_ms):
         self.markers.append((sorted(partitions), producer_id, epoch, commit, coordinator_epoch, done))
+        self.current = current
         return []
 
     def respond(self, *args):
@@ -166,3 +169,79 @@ def test_transaction_log_records_and_markers_are_kafkas():
     [(pos, h)] = list(iter_batches(marker))
     [record] = list(iter_records(marker, pos, h))
     assert rec.marker_type(record.key) == rec.COMMIT_MARKER and record.value == b"\x00\x00\x00\x00\x00\x07"
+
+
+def test_a_failed_write_of_the_outcome_is_retried_until_written():
+    f = Fakes()
+    f.init()
+    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)
+    f.write()
+    f.c.end_transaction(TX, 1001, 0, True, f.respond, 3)
+    f.write()
+    f.markers[0][5](4)
+    f.write(ErrorCode.not_enough_replicas)                         # CompleteCommit not written
+    assert f.state().state is S.PREPARE_COMMIT
+    f.c.end_transaction(TX, 1001, 0, True, f.respond, 5)
+    assert f.answers.pop() == (ErrorCode.concurrent_transactions,)
+    [(due, again)] = f.later
+    again(due)
+    f.write()
+    assert f.state().state is S.COMPLETE_COMMIT
+
+
+def test_markers_are_no_longer_this_coordinators_once_it_lost_the_partition():
+    f = Fakes()
+    f.init()
+    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)
+    f.write()
+    f.c.end_transaction(TX, 1001, 0, False, f.respond, 3)
+    f.write()
+    assert f.current()
+    f.c.unload_partition(f.c.partition_of(TX))
+    assert not f.current()
+    assert f.markers[0][5](4) == [] and not f.pending_writes       # nothing written by a former coordinator
+
+
+def test_an_abort_marker_without_data_in_the_partition_aborts_nothing_before_it():
+    """A partition added to a transaction but never written to still gets its marker: the
+    transaction begins at the marker, so a read_committed reader skips nothing of the producer's
+    earlier, committed records (review finding: it used to start at the log start offset)."""
+    from strandline.log.config import LogConfig
+    from strandline.log.log import Log
+    from strandline.protocol.markers import build_marker
+    from strandline.replication.transactions import PartitionTransactions
+    from strandline.sim.disk import MemoryDisk
+    from tests.unit.batches import make_batch
+
+    log = Log.open(MemoryDisk(), "/d/t-0", "t", 0, LogConfig(), needs_recovery=False, now_ms=0)
+    committed = make_batch([b"c1", b"c2"], producer_id=5, producer_epoch=0, base_sequence=0)
+    committed[21:23] = (0x10).to_bytes(2, "big")
+    from strandline.protocol.records import compute_crc
+    committed[17:21] = compute_crc(committed, 0, len(committed)).to_bytes(4, "big")
+    log.append_as_leader(committed, 0, 0)                             # 0-1
+    log.append_as_leader(build_marker(5, 0, True, 0, 0), 0, 0)        # 2: commit
+    log.append_as_leader(build_marker(5, 0, False, 0, 0), 0, 0)       # 3: abort, no data
+    txns = PartitionTransactions()
+    txns.catch_up(log, log.log_end_offset)
+    assert txns.aborted_between(0, 4) == [(5, 3)]
+    assert txns.last_stable_offset(log.log_end_offset) == 4
+
+
+def test_a_long_log_is_scanned_a_slice_per_read_and_the_lso_waits_for_the_scan(monkeypatch):
+    from strandline.log.config import LogConfig
+    from strandline.log.log import Log
+    from strandline.replication import transactions
+    from strandline.replication.transactions import PartitionTransactions
+    from strandline.sim.disk import MemoryDisk
+    from tests.unit.batches import make_batch
+
+    monkeypatch.setattr(transactions, "MAX_SCAN_BATCHES", 10)
+    log = Log.open(MemoryDisk(), "/d/t-0", "t", 0, LogConfig(), needs_recovery=False, now_ms=0)
+    for i in range(35):
+        log.append_as_leader(make_batch([b"v"]), 0, 0)
+    txns = PartitionTransactions()
+    seen = []
+    for _ in range(5):
+        txns.catch_up(log, 35)
+        seen.append(txns.last_stable_offset(35))
+    assert seen == [10, 20, 30, 35, 35]

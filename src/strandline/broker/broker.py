@@ -92,7 +92,7 @@ class Broker:
                                                        self.replica_manager.read_log)
         markers = TransactionMarkers(config, self.metadata, self.outbox)
         self.transactions = TransactionCoordinator(config, self.transaction_state.append,
-                                                   producer_ids.generate_producer_id, markers.send)
+                                                   producer_ids.generate_producer_id, markers.send, self.outbox.after)
         self.replica_manager.leadership_listeners.append(
             lambda topic, index, leader, t: self.transaction_state.on_leadership(
                 self.transactions, topic, index, leader, self._leader_epoch_of(topic, index), t))

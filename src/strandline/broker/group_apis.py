@@ -255,10 +255,12 @@ class GroupApis:
             "producer_epoch": request.producer_epoch, "generation_id": getattr(request, "generation_id", -1),
             "member_id": getattr(request, "member_id", ""), "offsets": offsets}, respond, now_ms)
 
-    def _offset_fetch_group(self, conn_id: int, group_id: str, topics: Any) -> tuple[ErrorCode, list]:
+    def _offset_fetch_group(self, conn_id: int, group_id: str, topics: Any,
+                            require_stable: bool = False) -> tuple[ErrorCode, list]:
         """A group's committed offsets: GROUP_AUTHORIZATION_FAILED unless the client may DESCRIBE the
         group; a topic it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED when named, left out when
-        every topic is asked for."""
+        every topic is asked for. ``require_stable`` (KIP-447): a partition with offsets committed in
+        a transaction not ended yet is UNSTABLE_OFFSET_COMMIT, which clients retry."""
         wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
         if not self._group_allowed(conn_id, AclOperation.DESCRIBE, group_id):
             return ErrorCode.group_authorization_failed, [] if wanted is None else [
@@ -270,10 +272,16 @@ class GroupApis:
         if denied:
             wanted = [(name, indexes) for name, indexes in wanted or () if name not in denied]
         error, found = self.groups.fetch_offsets(group_id, wanted)
+        unstable = self.groups.pending_txn_partitions(group_id) if require_stable else set()
         by_topic: dict[str, list] = {}
         if error is ErrorCode.none:
             for (name, index), value in sorted(found.items()):
                 if topics is None and not self._topic_allowed(conn_id, AclOperation.DESCRIBE, name):
+                    continue
+                if (name, index) in unstable:
+                    by_topic.setdefault(name, []).append({
+                        "partition_index": index, "committed_offset": -1, "committed_leader_epoch": -1,
+                        "metadata": "", "error_code": ErrorCode.unstable_offset_commit})
                     continue
                 by_topic.setdefault(name, []).append({
                     "partition_index": index, "committed_offset": value.offset if value else -1,
@@ -294,11 +302,13 @@ class GroupApis:
         if header.api_version >= 8:
             groups = []
             for g in request.groups:
-                error, topics = self._offset_fetch_group(conn_id, g.group_id, g.topics)
+                error, topics = self._offset_fetch_group(conn_id, g.group_id, g.topics,
+                                                         bool(getattr(request, "require_stable", False)))
                 groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
             body = {"throttle_time": 0, "groups": groups}
         else:
-            error, topics = self._offset_fetch_group(conn_id, request.group_id, request.topics)
+            error, topics = self._offset_fetch_group(conn_id, request.group_id, request.topics,
+                                                     bool(getattr(request, "require_stable", False)))
             body = {"throttle_time": 0, "topics": topics, "error_code": error}
         return [response(conn_id, header, body)]
 

@@ -59,6 +59,8 @@ class TransactionStateTopic:
             return []
         if not leader:
             return coordinator.unload_partition(index) if index in coordinator.owned else []
+        if index in coordinator.owned:
+            return []           # still the leader (a new leader epoch, e.g. the ISR changed): nothing to load
         return coordinator.load_partition(index, leader_epoch, iter_records(self.read_log(topic, index)), now_ms)
 
 
@@ -71,11 +73,16 @@ class TransactionMarkers:
         self.outbox = outbox
 
     def send(self, partitions: set, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-             done: Callable[[int], list], now_ms: int) -> list:
+             done: Callable[[int], list], current: Callable[[], bool], now_ms: int) -> list:
+        """``current()``: whether this coordinator still completes this transaction; once not (it
+        lost the partition, or a leader fenced it), the markers are left to the new coordinator."""
         left = set(partitions)
         client_id = f"strandline-broker-{self.config.broker_id}"
+        fenced = False
 
         def attempt(when_ms: int) -> list:
+            if fenced or not current():
+                return []
             by_leader: dict[int, list[tuple[str, int]]] = {}
             for name, index in sorted(left):
                 topic = self.metadata.topics.get(name)
@@ -91,6 +98,7 @@ class TransactionMarkers:
 
             def sent_to(leader: int) -> Callable[[bytes | None, int], list]:
                 def on_response(frame: bytes | None, at_ms: int) -> list:
+                    nonlocal fenced
                     waiting.discard(leader)
                     if frame is not None:       # no answer: those partitions are tried again
                         try:
@@ -100,13 +108,17 @@ class TransactionMarkers:
                         for t in body.markers[0].topics if body is not None else ():
                             for p in t.partitions:
                                 code = ErrorCode(int(p.error_code))
-                                # written, or the topic is gone: done; any other error: again
+                                # written, or the topic is gone: done; fenced: a newer coordinator or
+                                # producer epoch owns it, stop (as Kafka); any other error: again
                                 if code is ErrorCode.none or t.name not in self.metadata.topics:
                                     left.discard((t.name, p.partition_index))
-                    if waiting:
+                                elif code in (ErrorCode.transaction_coordinator_fenced,
+                                              ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
+                                    fenced = True
+                    if waiting or fenced:
                         return []
                     if not left:
-                        return done(at_ms)
+                        return done(at_ms) if current() else []
                     return self.outbox.after(at_ms + MARKER_RETRY_MS, attempt)
                 return on_response
 

@@ -515,6 +515,13 @@ class GroupCoordinator:
         return self.append(self.partition_of(group_id), records, persisted, now_ms,
                            producer=(producer_id, epoch))
 
+    def pending_txn_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions with offsets committed in a transaction of ``group_id`` not ended yet."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return set()
+        return {tp for offsets in group.pending_txn_offsets.values() for tp in offsets}
+
     def end_txn(self, partition: int, producer_id: int, commit: bool) -> None:
         """A transaction's marker reached offsets partition ``partition``: its offsets count (commit)
         or are dropped (abort)."""

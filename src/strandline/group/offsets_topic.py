@@ -41,8 +41,9 @@ class OffsetsTopic:
         """Write records to an offsets partition this broker leads; ``done`` once the ISR has them:
         NOT_COORDINATOR when it does not lead it, COORDINATOR_NOT_AVAILABLE when too few replicas."""
         def mapped(error: ErrorCode, when_ms: int) -> list:
-            if error in (ErrorCode.none, ErrorCode.request_timed_out):
-                return done(error, when_ms)
+            if error in (ErrorCode.none, ErrorCode.request_timed_out, ErrorCode.invalid_producer_epoch,
+                         ErrorCode.producer_fenced):
+                return done(error, when_ms)          # a fenced transactional commit says so (Kafka)
             if error is ErrorCode.not_leader_or_follower:
                 return done(ErrorCode.not_coordinator, when_ms)
             return done(ErrorCode.coordinator_not_available, when_ms)

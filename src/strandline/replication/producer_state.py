@@ -99,7 +99,8 @@ class ProducerStateManager:
             return
         entry = self.producers.get(header.producer_id)
         if entry is None or header.producer_epoch != entry.epoch:
-            entry = ProducerEntry(header.producer_epoch)
+            # a new producer epoch: new sequences, but the coordinator epoch fence stays (Kafka)
+            entry = ProducerEntry(header.producer_epoch, coordinator_epoch=entry.coordinator_epoch if entry else -1)
             self.producers[header.producer_id] = entry
         if header.attributes & CONTROL_BIT:
             entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)

@@ -13,6 +13,10 @@ new leader might not know.
 - A commit or abort marker (a control batch) closes it; an abort records ``(producer id, first
   offset, marker offset)``.
 - The last stable offset is the lowest first offset of an open transaction, else the high watermark.
+
+A read scans at most ``MAX_SCAN_BATCHES`` batch headers, so a long log never holds up the event
+loop: until the scan has reached the high watermark, the last stable offset stays where the scan
+is (a reader from the start reads on meanwhile; one at the end waits a few fetches).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 
 from strandline.protocol.markers import ABORT_MARKER, CONTROL_BIT, TRANSACTIONAL_BIT, marker_type
 from strandline.protocol.records import iter_batches, iter_records
+
+MAX_SCAN_BATCHES = 20000
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +62,17 @@ class PartitionTransactions:
             self.truncations = log.truncations
             self.ongoing.clear()
             self.aborted.clear()
+        if self.aborted and self.aborted[0].last_offset < log.log_start_offset:
+            self.aborted = [a for a in self.aborted if a.last_offset >= log.log_start_offset]
         if self.scanned_to >= high_watermark:
             return
+        budget = MAX_SCAN_BATCHES
         for header in log.iter_batch_headers(self.scanned_to):
             if header.base_offset >= high_watermark:
                 break
+            if budget == 0:
+                return                          # the rest at the next read
+            budget -= 1
             self.scanned_to = header.base_offset + header.last_offset_delta + 1
             if header.producer_id < 0 or not header.attributes & TRANSACTIONAL_BIT:
                 continue
@@ -68,14 +80,16 @@ class PartitionTransactions:
                 first = self.ongoing.pop(header.producer_id, None)
                 kind = marker_kind(log, header.base_offset, header.batch_length)
                 if kind == ABORT_MARKER:
-                    start = first if first is not None else log.log_start_offset
+                    # no data of it here (a partition added but not written to, or a marker written
+                    # twice): the transaction starts at its marker, as Kafka records it
+                    start = first if first is not None else header.base_offset
                     self.aborted.append(AbortedTxn(header.producer_id, start, header.base_offset))
             else:
                 self.ongoing.setdefault(header.producer_id, header.base_offset)
         self.scanned_to = max(self.scanned_to, min(high_watermark, log.log_end_offset))
 
     def last_stable_offset(self, high_watermark: int) -> int:
-        return min(min(self.ongoing.values(), default=high_watermark), high_watermark)
+        return min(min(self.ongoing.values(), default=high_watermark), high_watermark, self.scanned_to)
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """The aborted transactions a fetch of ``[start, end)`` must report (KIP-98): those whose

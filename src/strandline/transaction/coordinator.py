@@ -20,6 +20,7 @@ answer CONCURRENT_TRANSACTIONS, which clients retry.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
@@ -32,16 +33,21 @@ from strandline.transaction.records import MAX_PRODUCER_EPOCH, TransactionMetada
 Append = Callable[[int, list, Callable[[ErrorCode, int], list], int], list]
 #: ``new_producer_id(callback(producer_id or -1, now_ms), now_ms)``
 NewProducerId = Callable[[Callable[[int, int], list], int], list]
-#: ``send_markers(partitions, producer_id, producer_epoch, commit, coordinator_epoch, done(now_ms), now_ms)``
-SendMarkers = Callable[[set, int, int, bool, int, Callable[[int], list], int], list]
+#: ``send_markers(partitions, producer_id, producer_epoch, commit, coordinator_epoch, done(now_ms), current(),
+#: now_ms)``: ``current()`` says whether the markers are still this coordinator's to write
+SendMarkers = Callable[[set, int, int, bool, int, Callable[[int], list], Callable[[], bool], int], list]
+#: ``after(due_ms, action(now_ms))``: run ``action`` later (a retry)
+After = Callable[[int, Callable[[int], list]], list]
+RETRY_MS = 100
 
 PREPARED = (S.PREPARE_COMMIT, S.PREPARE_ABORT)
 
 
 class TransactionCoordinator:
     def __init__(self, config: Any, append: Append, new_producer_id: NewProducerId,
-                 send_markers: SendMarkers) -> None:
+                 send_markers: SendMarkers, after: After) -> None:
         self.config = config
+        self.after = after
         self.append = append
         self.new_producer_id = new_producer_id
         self.send_markers = send_markers
@@ -68,7 +74,7 @@ class TransactionCoordinator:
             try:
                 transactional_id = rec.decode_key(key)
                 loaded[transactional_id] = None if value is None else rec.decode_value(transactional_id, value)
-            except (ValueError, IndexError) as exc:
+            except (ValueError, IndexError, struct.error) as exc:
                 return [Log("warning", f"Skipping an unreadable record of {rec.TRANSACTION_STATE_TOPIC}-{index}: {exc}")]
         self.owned[index] = coordinator_epoch
         effects: list = []
@@ -244,19 +250,37 @@ class TransactionCoordinator:
             return []
         self.pending.add(m.transactional_id)
 
-        def marked(when_ms: int) -> list:
-            self.pending.discard(m.transactional_id)
-            current = self.transactions.get(m.transactional_id)
-            if current is not m or self.owned.get(self.partition_of(m.transactional_id)) != epoch:
+        def current() -> bool:
+            return self.transactions.get(m.transactional_id) is m and \
+                self.owned.get(self.partition_of(m.transactional_id)) == epoch
+
+        def record_end(when_ms: int) -> list:
+            """Write CompleteCommit/CompleteAbort; again after a failed write (NOT_ENOUGH_REPLICAS, a
+            timeout), as Kafka retries, until it is written or this broker is coordinator no more."""
+            if not current():
+                self.pending.discard(m.transactional_id)
                 return []
             done = dataclasses.replace(m, state=S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set(),
                                        update_ms=when_ms)
-            return self._write(done, lambda e, t: [] if e is ErrorCode.none else [Log(
-                "warning", f"Could not record the end of transaction {m.transactional_id}: {e.name}")], when_ms)
+
+            def written(error: ErrorCode, at_ms: int) -> list:
+                if error is ErrorCode.none or not current():
+                    return []
+                self.pending.add(m.transactional_id)
+                return [Log("warning", f"Could not record the end of transaction {m.transactional_id} "
+                                       f"({error.name}); trying again")] + \
+                    self.after(at_ms + RETRY_MS, record_end)
+
+            return self._write(done, written, when_ms)
+
+        def marked(when_ms: int) -> list:
+            self.pending.discard(m.transactional_id)
+            return record_end(when_ms)
 
         if not m.partitions:
             return marked(now_ms)
-        return self.send_markers(set(m.partitions), m.producer_id, m.producer_epoch, commit, epoch, marked, now_ms)
+        return self.send_markers(set(m.partitions), m.producer_id, m.producer_epoch, commit, epoch, marked, current,
+                                 now_ms)
 
     # -- timeouts
 
