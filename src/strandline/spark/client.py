@@ -213,3 +213,135 @@ class StrandlineClient:
             _partition_error(part, f"producing to {tp[0]}-{tp[1]} failed")
             return int(part.base_offset)
         return self._with_leader(tp, call)
+
+
+FIND_COORDINATOR, OFFSET_FETCH, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 10, 9, 24, 25, 26, 28
+#: a coordinator moving, loading, or finishing the previous transaction: ask again
+COORDINATOR_RETRY = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                     ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions}
+
+
+class TransactionalProducer:
+    """One transactional producer (KIP-98) for a Spark task of an exactly-once write: its
+    ``transactional.id`` fences any earlier attempt of the same task, and the records and a
+    progress offset commit together, or not at all."""
+
+    def __init__(self, client: StrandlineClient, transactional_id: str, timeout_ms: int = 60000) -> None:
+        self.client = client
+        self.transactional_id = transactional_id
+        self.timeout_ms = timeout_ms
+        self.added: set[tuple[str, int]] = set()
+        self.sequences: dict[tuple[str, int], int] = {}
+        self.producer_id, self.epoch = self._with_coordinator(self.transactional_id, 1, lambda address: self._init(address))
+
+    def _coordinator(self, key: str, key_type: int) -> str:
+        for address in list(self.client.brokers.values()) + self.client.bootstrap:
+            try:
+                resp = self.client._request(address, FIND_COORDINATOR, 3, {"key": key, "key_type": key_type})
+            except StrandlineError:
+                continue
+            error = ErrorCode(int(resp.error_code))
+            if error is ErrorCode.none:
+                return f"{resp.host}:{resp.port}"
+            if error not in COORDINATOR_RETRY:
+                raise NotRetriable(f"no coordinator for {key}: {error.name.upper()}")
+            raise LeaderMoved(error.name)
+        raise LeaderMoved("no broker answered FindCoordinator")
+
+    def _with_coordinator(self, key: str, key_type: int, call: Any) -> Any:
+        last: Exception | None = None
+        for attempt in range(RETRIES):
+            try:
+                return call(self._coordinator(key, key_type))
+            except NotRetriable:
+                raise
+            except (LeaderMoved, StrandlineError) as exc:
+                last = exc
+                time.sleep(min(BACKOFF_S * (attempt + 1), 2.0))
+                self.client.refresh([])
+        raise StrandlineError(f"transaction {self.transactional_id}: {last}")
+
+    def _checked(self, code: Any, what: str) -> None:
+        error = ErrorCode(int(code))
+        if error in COORDINATOR_RETRY:
+            raise LeaderMoved(error.name)
+        if error is not ErrorCode.none:
+            raise NotRetriable(f"{what}: {error.name.upper()}")
+
+    def _init(self, address: str) -> tuple[int, int]:
+        resp = self.client._request(address, INIT_PRODUCER_ID, 3, {
+            "transactional_id": self.transactional_id, "transaction_timeout": self.timeout_ms,
+            "producer_id": -1, "producer_epoch": -1})
+        self._checked(resp.error_code, f"InitProducerId of {self.transactional_id}")
+        return int(resp.producer_id), int(resp.producer_epoch)
+
+    def produce(self, tp: tuple[str, int], rows: list, encode: Any) -> None:
+        """Add ``tp`` to the transaction (once), then append ``encode(rows, pid, epoch, seq)`` to it."""
+        if tp not in self.added:
+            def add(address: str) -> None:
+                resp = self.client._request(address, ADD_PARTITIONS_TO_TXN, 1, {
+                    "v3_and_below_transactional_id": self.transactional_id,
+                    "v3_and_below_producer_id": self.producer_id, "v3_and_below_producer_epoch": self.epoch,
+                    "v3_and_below_topics": [{"name": tp[0], "partitions": [tp[1]]}]})
+                for t in resp.results_by_topic_v3_and_below:
+                    for p in t.results_by_partition:
+                        self._checked(p.partition_error_code, f"AddPartitionsToTxn {tp[0]}-{tp[1]}")
+            self._with_coordinator(self.transactional_id, 1, add)
+            self.added.add(tp)
+        seq = self.sequences.get(tp, 0)
+        batch = encode(rows, self.producer_id, self.epoch, seq)
+
+        def call(address: str, epoch: int) -> int:
+            resp = self.client._request(address, PRODUCE, 7, {
+                "transactional_id": self.transactional_id, "acks": -1, "timeout": 30000,
+                "topic_data": [{"name": tp[0], "partition_data": [{"index": tp[1], "records": batch}]}]})
+            part = resp.responses[0].partition_responses[0]
+            _partition_error(part, f"producing to {tp[0]}-{tp[1]} failed")
+            return int(part.base_offset)
+        self.client._with_leader(tp, call)
+        self.sequences[tp] = seq + len(rows)
+
+    def commit_offset(self, group: str, tp: tuple[str, int], offset: int) -> None:
+        """Commit ``offset`` of ``group`` for ``tp`` in this transaction (sendOffsetsToTransaction)."""
+        def add(address: str) -> None:
+            resp = self.client._request(address, ADD_OFFSETS_TO_TXN, 1, {
+                "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                "producer_epoch": self.epoch, "group_id": group})
+            self._checked(resp.error_code, f"AddOffsetsToTxn {group}")
+        self._with_coordinator(self.transactional_id, 1, add)
+
+        def commit(address: str) -> None:
+            resp = self.client._request(address, TXN_OFFSET_COMMIT, 2, {
+                "transactional_id": self.transactional_id, "group_id": group, "producer_id": self.producer_id,
+                "producer_epoch": self.epoch, "topics": [{"name": tp[0], "partitions": [{
+                    "partition_index": tp[1], "committed_offset": offset, "committed_leader_epoch": -1,
+                    "committed_metadata": None}]}]})
+            for t in resp.topics:
+                for p in t.partitions:
+                    self._checked(p.error_code, f"TxnOffsetCommit {group}")
+        self._with_coordinator(group, 0, commit)
+
+    def end(self, commit: bool) -> None:
+        def call(address: str) -> None:
+            resp = self.client._request(address, END_TXN, 1, {
+                "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                "producer_epoch": self.epoch, "committed": commit})
+            self._checked(resp.error_code, f"EndTxn of {self.transactional_id}")
+        self._with_coordinator(self.transactional_id, 1, call)
+
+
+def committed_offset(client: StrandlineClient, group: str, tp: tuple[str, int]) -> int:
+    """``group``'s committed offset of ``tp`` (-1: none), read_committed (KIP-447's require_stable)."""
+    producer = TransactionalProducer.__new__(TransactionalProducer)
+    producer.client, producer.transactional_id = client, group
+
+    def call(address: str) -> int:
+        resp = client._request(address, OFFSET_FETCH, 7, {"group_id": group, "require_stable": True, "topics": [
+            {"name": tp[0], "partition_indexes": [tp[1]]}]})
+        producer._checked(resp.error_code, f"OffsetFetch of {group}")
+        for t in resp.topics:
+            for p in t.partitions:
+                producer._checked(p.error_code, f"OffsetFetch of {group}")
+                return int(p.committed_offset)
+        return -1
+    return producer._with_coordinator(group, 0, call)

@@ -2,6 +2,15 @@
 writers. The schema and options follow Spark's Kafka sink (KafkaWriter): ``value`` binary or
 string, optional ``key``, ``topic``, ``partition`` and ``headers``. Each task produces with its own
 idempotent producer id, acks=all, one batch per partition at a time.
+
+``exactlyOnce=true`` (Strandline's option, streaming queries only; needs the ``topic`` option):
+Spark's own Kafka sink is at-least-once, since a micro-batch replayed after a failure is written
+again. Here each task of micro-batch B writes in one Kafka transaction, as ``transactional.id``
+``strandline-sink-<query id>-<partition>``, and commits with its records the offset B+1 of a
+progress group of the same name (on the output topic's partition 0). A replayed task first
+initializes the transactional id (which fences an earlier attempt and finishes or aborts its
+transaction), then reads the group's committed offset: B already written, it writes nothing.
+Readers with ``isolation.level=read_committed`` see each row once.
 """
 
 from __future__ import annotations
@@ -17,10 +26,10 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from strandline.group.records import varint
 from strandline.spark import OptionError
-from strandline.spark.client import StrandlineClient
+from strandline.spark.client import StrandlineClient, TransactionalProducer, committed_offset
 
 NAME = "strandline"
-WRITE_OPTIONS = {"kafka.bootstrap.servers", "topic", "includeheaders", "path", "checkpointlocation"}
+WRITE_OPTIONS = {"kafka.bootstrap.servers", "topic", "includeheaders", "path", "checkpointlocation", "exactlyonce"}
 TopicPartition = tuple[str, int]
 
 @dataclass
@@ -61,8 +70,9 @@ def _as_bytes(v: Any) -> bytes | None:
 _SMALL = [varint(n) for n in range(1 << 14)]       # zig-zag varints of 0..16383, for lengths and deltas
 
 
-def encode_batch(rows: list[tuple], producer_id: int, producer_epoch: int, sequence: int, now_ms: int) -> bytes:
-    """An uncompressed v2 batch of (key, value, headers) for an idempotent producer."""
+def encode_batch(rows: list[tuple], producer_id: int, producer_epoch: int, sequence: int, now_ms: int,
+                 transactional: bool = False) -> bytes:
+    """An uncompressed v2 batch of (key, value, headers) for an idempotent (or transactional) producer."""
     import struct
 
     import crc32c
@@ -91,8 +101,8 @@ def encode_batch(rows: list[tuple], producer_id: int, producer_epoch: int, seque
         append(small[len(body)] if len(body) < 16384 else varint(len(body)))
         append(body)
     records = b"".join(parts)
-    after_crc = struct.pack(">hiqqqhii", 0, len(rows) - 1, now_ms, now_ms, producer_id, producer_epoch, sequence,
-                            len(rows)) + records
+    after_crc = struct.pack(">hiqqqhii", 0x10 if transactional else 0, len(rows) - 1, now_ms, now_ms, producer_id,
+                            producer_epoch, sequence, len(rows)) + records
     return struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c.crc32c(after_crc)) + after_crc
 
 
@@ -101,13 +111,22 @@ class _Writing:
 
     BATCH_BYTES = 512 * 1024       # below the broker's message.max.bytes (1 MiB)
 
-    def __init__(self, bootstrap: str, topic: str | None, schema: StructType) -> None:
+    def __init__(self, bootstrap: str, topic: str | None, schema: StructType, exactly_once: bool = False) -> None:
         self.bootstrap, self.topic = bootstrap, topic
         self.columns = [f.name for f in schema.fields]
+        self.exactly_once = exactly_once
 
     def write_batches(self, batches: Iterator[pa.RecordBatch]) -> WriteSummary:
         with StrandlineClient(self.bootstrap) as client:
-            pid, epoch = client.init_producer_id()
+            txn = None
+            if self.exactly_once:
+                txn, progress = self._begin(client)
+                if txn is None:
+                    for _ in batches:               # this micro-batch's part is written already
+                        pass
+                    return WriteSummary(0)
+            else:
+                pid, epoch = client.init_producer_id()
             sequences: dict[TopicPartition, int] = {}
             pending: dict[TopicPartition, list] = {}
             size: dict[TopicPartition, int] = {}
@@ -117,6 +136,10 @@ class _Writing:
             def flush(tp: TopicPartition) -> None:
                 rows = pending.pop(tp, [])
                 if not rows:
+                    return
+                if txn is not None:
+                    txn.produce(tp, rows, lambda rows, p, e, s: encode_batch(rows, p, e, s, int(time.time() * 1000),
+                                                                           transactional=True))
                     return
                 seq = sequences.get(tp, 0)
                 client.produce(tp, encode_batch(rows, pid, epoch, seq, int(time.time() * 1000)))
@@ -153,7 +176,28 @@ class _Writing:
                         flush(tp)
             for tp in list(pending):
                 flush(tp)
+            if txn is not None:
+                group, batch_id = progress
+                txn.commit_offset(group, (self.topic, 0), batch_id + 1)
+                txn.end(commit=True)
         return WriteSummary(written)
+
+    def _begin(self, client: StrandlineClient) -> tuple:
+        """The transactional producer of this task of this micro-batch, or (None, None) when a
+        previous attempt already committed it."""
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        query = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+        if query is None or batch is None:
+            raise RuntimeError("option exactlyOnce is for streaming queries (writeStream) only")
+        transactional_id = f"strandline-sink-{query}-{ctx.partitionId()}"
+        # first fence any earlier attempt: its transaction is then committed or aborted for good
+        txn = TransactionalProducer(client, transactional_id)
+        if committed_offset(client, transactional_id, (self.topic, 0)) >= int(batch) + 1:
+            return None, None
+        return txn, (transactional_id, int(batch))
 
 
 class StrandlineBatchWriter(DataSourceArrowWriter):
@@ -190,7 +234,12 @@ def writing(options: dict, schema: StructType, overwrite: bool) -> _Writing:
     if not opts.get("kafka.bootstrap.servers"):
         raise OptionError("option kafka.bootstrap.servers must be set")
     validate_write_schema(schema, opts.get("topic"))
+    exactly_once = opts.get("exactlyonce", "false").strip().lower()
+    if exactly_once not in ("true", "false"):
+        raise OptionError(f"option exactlyOnce: expected true or false, got {opts['exactlyonce']!r}")
+    if exactly_once == "true" and opts.get("topic") is None:
+        raise OptionError("option exactlyOnce needs the topic option (the progress of each task is kept with it)")
     if opts.get("topic") is not None:
         with StrandlineClient(opts["kafka.bootstrap.servers"]) as client:
             client.ensure_topic(opts["topic"])
-    return _Writing(opts["kafka.bootstrap.servers"], opts.get("topic"), schema)
+    return _Writing(opts["kafka.bootstrap.servers"], opts.get("topic"), schema, exactly_once == "true")
