@@ -379,25 +379,36 @@ def test_compact_and_delete_together_compact_and_apply_retention(disk_root):
     assert all(s.max_timestamp >= T0 + 500_000 for s in log.segments[:-1])
 
 
-def test_transactional_records_and_markers_are_kept_and_hide_no_committed_record(disk_root):
-    """An aborted transaction's record of key ``a`` must not remove the committed ``a`` before it
-    (a read_committed consumer, or a group coordinator replaying sendOffsetsToTransaction's
-    offsets, would lose it); markers stay for read_committed readers."""
+def _txn_batch(items, producer_id: int, sequence: int):
+    from strandline.protocol.records import compute_crc
+
+    batch = keyed_batch(items, producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
+    batch[21:23] = (0x10).to_bytes(2, "big")
+    batch[17:21] = compute_crc(batch, 0, len(batch)).to_bytes(4, "big")
+    return batch
+
+
+def test_transactions_are_compacted_by_their_outcome_and_markers_stay(disk_root):
+    """As Kafka's cleaner: an aborted transaction's records go and hide nothing (a read_committed
+    reader, or a group coordinator replaying sendOffsetsToTransaction's offsets, would lose the
+    committed value); a committed one's are compacted like any; one not decided below the end of
+    the pass is kept whole; markers stay."""
     from strandline.protocol.markers import build_marker
 
     disk, root = disk_root
     log = open_log(disk, root, segment_bytes=1 << 20)
-    write(log, [(b"a", b"committed")])                                       # 0
-    txn = keyed_batch([(b"a", b"aborted")], producer_id=5, producer_epoch=0, base_sequence=0)
-    txn[21:23] = (0x10).to_bytes(2, "big")
-    from strandline.protocol.records import compute_crc
-    txn[17:21] = compute_crc(txn, 0, len(txn)).to_bytes(4, "big")
-    log.append_as_leader(txn, 0, T0)                                          # 1
-    log.append_as_leader(build_marker(5, 0, False, 0, T0), 0, T0)            # 2: abort
-    write(log, [(b"b", b"1")])                                                # 3
+    write(log, [(b"a", b"plain-1")])                                          # 0: superseded by 4
+    log.append_as_leader(_txn_batch([(b"a", b"aborted")], 5, 0), 0, T0)       # 1: aborted: goes
+    log.append_as_leader(build_marker(5, 0, False, 0, T0), 0, T0)            # 2: abort marker
+    write(log, [(b"b", b"plain-1")])                                          # 3: superseded by 6
+    log.append_as_leader(_txn_batch([(b"a", b"committed")], 7, 0), 0, T0)     # 4: committed
+    log.append_as_leader(build_marker(7, 0, True, 0, T0), 0, T0)             # 5: commit marker
+    log.append_as_leader(_txn_batch([(b"b", b"undecided")], 9, 0), 0, T0)     # 6: no marker yet
     log.roll()
-    write(log, [(b"x", b"x")])
+    log.append_as_leader(build_marker(9, 0, True, 0, T0), 0, T0)             # 7: in the active segment
     clean(log)
-    assert records(log)[:2] == [(0, b"a", b"committed"), (1, b"a", b"aborted")]
-    headers = [h for _, h in iter_batches(log.read(0, 1 << 20))]
-    assert any(h.attributes & 0x20 and h.base_offset == 2 for h in headers)
+    kept = records(log)
+    assert [(o, k, v) for o, k, v in kept if k in (b"a", b"b")] == [
+        (3, b"b", b"plain-1"), (4, b"a", b"committed"), (6, b"b", b"undecided")]
+    markers = [h.base_offset for _, h in iter_batches(log.read(0, 1 << 20)) if h.attributes & 0x20]
+    assert markers == [2, 5, 7]

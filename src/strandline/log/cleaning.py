@@ -27,10 +27,12 @@ the active segment, nothing at or above the high watermark, nothing younger than
      ``compact`` configuration).
    - A tombstone (a null value) stays while it is still the newest of its key, until its segment
      has been cleaned once and its newest timestamp is older than ``delete.retention.ms``.
-   - Transaction markers and transactional batches are kept whole, and their records supersede
-     nothing. Kafka also removes aborted transactions' records and compacts committed ones,
-     using its transaction index; Strandline keeps them, so that no aborted record can ever hide
-     a committed one (the committed offsets of ``sendOffsetsToTransaction`` included).
+   - Transactions, as Kafka's cleaner treats them: a first look at the batch headers below
+     ``end`` learns each transactional batch's outcome from the markers that follow it. Records
+     of a committed transaction are compacted like any others; an aborted transaction's records
+     go (they supersede nothing); a transaction whose marker is not below ``end`` yet is kept
+     whole and supersedes nothing. Markers stay (Kafka drops them once their transaction's
+     records are gone and ``delete.retention.ms`` has passed).
 3. **Swap**, as Kafka does it. The ``.cleaned`` file is fsynced and renamed to
    ``<base>.log.swap`` (the commit point). Then the replaced segments' files are deleted, and the
    swap file is renamed to ``<base>.log``.
@@ -50,8 +52,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from strandline.log.segment import INT32_MAX, LOG_SUFFIX, LogSegment, file_prefix
+from strandline.protocol.markers import COMMIT_MARKER, marker_type
 from strandline.protocol.records import (CONTROL_BIT, DECODE_ERRORS, HEADER_SIZE, BatchHeader, UndecodableRecordsError,
-                                         iter_batches, read_header, rebuild, records_section, walk_records)
+                                         iter_batches, iter_records, read_header, rebuild, records_section,
+                                         walk_records)
 
 if TYPE_CHECKING:
     from strandline.log.log import Log
@@ -81,10 +85,7 @@ class CleanerStats:
     segments_replaced: int = 0
     map_entries: int = 0
 
-#: Batches the cleaner keeps whole and whose records supersede nothing: transaction markers, and
-#: transactional records (whether their transaction committed or aborted is not the cleaner's to
-#: judge, so an aborted record never hides a committed one)
-_UNTOUCHED = CONTROL_BIT | 0x10
+TRANSACTIONAL_BIT = 0x10
 
 
 def segment_batches(segment: LogSegment) -> Iterator[tuple[int, BatchHeader, memoryview]]:
@@ -167,10 +168,14 @@ class Cleaning:
         self._truncations = log.truncations
         self._cleaned_files: list[str] = []
         self._epoch_starts = {start for _, start in log.leader_epoch_cache.entries}
+        #: each transactional batch's outcome by base offset: True committed, False aborted
+        #: (absent: its marker is not below ``end``, so it is kept whole)
+        self._outcomes: dict[int, bool] = {}
 
     # -- the pass ----------------------------------------------------------------------------
 
     def run(self) -> Iterator[int]:
+        yield from self._transaction_outcomes()
         yield from self._build_offset_map()
         cleanable = [s for s in self.log.segments[:-1] if s.next_offset <= self.end]
         if not cleanable:
@@ -196,6 +201,46 @@ class Cleaning:
         if any(id(s) not in live for s in segments):
             raise CleaningAborted(f"segments of {log.topic}-{log.partition} were deleted")
 
+    # -- 0. transactions ---------------------------------------------------------------------
+
+    def _transaction_outcomes(self) -> Iterator[int]:
+        """Learn from the headers below ``end`` (and each marker's record) how every transactional
+        batch there ended."""
+        segments = [s for s in self.log.segments[:-1] if s.base_offset < self.end]
+        open_batches: dict[int, list[int]] = {}         # producer id -> its transaction's batches so far
+        for segment in segments:
+            for n, header in enumerate(segment.iter_headers(), 1):
+                if n % 256 == 0:
+                    yield YIELD_WORK
+                    self.check(segments)
+                if header.base_offset >= self.end:
+                    break
+                if header.producer_id < 0 or not header.attributes & TRANSACTIONAL_BIT:
+                    continue
+                if header.attributes & CONTROL_BIT:
+                    kind = self._marker(header)
+                    for base in open_batches.pop(header.producer_id, ()):
+                        if kind is not None:
+                            self._outcomes[base] = kind == COMMIT_MARKER
+                else:
+                    open_batches.setdefault(header.producer_id, []).append(header.base_offset)
+
+    def _marker(self, header: BatchHeader) -> int | None:
+        data = self.log.read(header.base_offset, header.size, max_offset=header.base_offset + 1, min_one_batch=True)
+        for pos, h in iter_batches(data):
+            for record in iter_records(data, pos, h):
+                return marker_type(record.key)
+        return None
+
+    def _status(self, header: BatchHeader) -> bool | None:
+        """For a data batch: True to compact it as usual, False for an aborted transaction's,
+        None to keep it whole (a transaction not decided below ``end``, or a marker)."""
+        if header.attributes & CONTROL_BIT:
+            return None
+        if not header.attributes & TRANSACTIONAL_BIT:
+            return True
+        return self._outcomes.get(header.base_offset)
+
     # -- 1. the offset map -------------------------------------------------------------------
 
     def _build_offset_map(self) -> Iterator[int]:
@@ -214,7 +259,8 @@ class Cleaning:
                     yield work
                     self.check([segment])
                     work = 0
-                if header.attributes & _UNTOUCHED or header.base_offset + header.last_offset_delta < self.first_dirty:
+                if self._status(header) is not True or \
+                        header.base_offset + header.last_offset_delta < self.first_dirty:
                     continue
                 try:
                     _, records = split_records(batch, header)
@@ -308,8 +354,13 @@ class Cleaning:
                 keep_empty: bool, tombstone_due_ms: int) -> tuple[memoryview | bytearray | None, int]:
         """The batch as it is kept (the same view when whole, None when it vanishes) and how many
         records it lost."""
-        if header.attributes & _UNTOUCHED or header.records_count == 0:
+        status = self._status(header)
+        if status is None or header.records_count == 0:
             return batch, 0
+        if status is False:                                  # an aborted transaction's records go
+            self.stats.records_read += header.records_count
+            self.stats.records_removed += header.records_count
+            return (rebuilt_batch(batch, header, []) if keep_empty else None), header.records_count
         try:
             data, records = split_records(batch, header)
         except UndecodableRecordsError:
