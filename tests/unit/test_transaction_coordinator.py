@@ -245,3 +245,58 @@ def test_a_long_log_is_scanned_a_slice_per_read_and_the_lso_waits_for_the_scan(m
         txns.catch_up(log, 35)
         seen.append(txns.last_stable_offset(35))
     assert seen == [10, 20, 30, 35, 35]
+
+
+def test_a_zombie_reinitializing_with_a_stale_epoch_is_fenced_and_the_live_producer_keeps_its_own():
+    """KIP-360: InitProducerId v3+ carries the producer id and epoch the producer had."""
+    f = Fakes()
+    f.init()                                                        # epoch 0 (the zombie's)
+    f.init()                                                        # epoch 1 (the live producer's)
+    f.c.init_producer_id(TX, 60000, f.respond, 5, expected=(1001, 0))
+    assert f.answers.pop() == (ErrorCode.producer_fenced, -1, -1) and f.state().producer_epoch == 1
+    f.c.init_producer_id(TX, 60000, f.respond, 5, expected=(1001, 1))
+    f.write()
+    assert f.answers.pop() == (ErrorCode.none, 1001, 2)
+    f.c.init_producer_id(TX, 60000, f.respond, 6, expected=(1001, 1))  # that bump again (a lost answer)
+    assert f.answers.pop() == (ErrorCode.none, 1001, 2)
+
+
+def test_read_committed_through_the_broker_core_stops_at_the_lso_and_reports_the_abort():
+    """Produce (transactional), Fetch and ListOffsets read_committed, WriteTxnMarkers, as the
+    broker core serves them."""
+    from tests.unit.test_broker_core import Harness
+    from tests.unit.batches import make_batch
+    from strandline.protocol.records import compute_crc
+
+    h = Harness()
+    h.create("t")
+    plain = make_batch([b"p"])
+    h.produce("t", plain)
+    h.response(0, 7)
+    txn = make_batch([b"x", b"y"], producer_id=7, producer_epoch=0, base_sequence=0)
+    txn[21:23] = (0x10).to_bytes(2, "big")
+    txn[17:21] = compute_crc(txn, 0, len(txn)).to_bytes(4, "big")
+    h.call(0, 7, {"transactional_id": "tx", "acks": -1, "timeout": 1000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": bytes(txn)}]}]})
+
+    def fetch_committed():
+        body = h.fetch_body("t", 0)
+        body["isolation_level"] = 1
+        return h.call(1, 11, body).responses[0].partitions[0]
+
+    def latest_committed() -> int:
+        body = {"replica_id": -1, "isolation_level": 1, "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]}
+        return h.call(2, 7, body).topics[0].partitions[0].offset
+
+    open_ = fetch_committed()
+    assert (open_.high_watermark, open_.last_stable_offset) == (3, 1) and latest_committed() == 1
+    marked = h.call(27, 1, {"markers": [{"producer_id": 7, "producer_epoch": 0, "transaction_result": False,
+                                         "coordinator_epoch": 0, "topics": [{"name": "t", "partition_indexes": [0]}]}]})
+    assert marked.markers[0].topics[0].partitions[0].error_code == ErrorCode.none
+    ended = fetch_committed()
+    assert (ended.high_watermark, ended.last_stable_offset) == (4, 4) and latest_committed() == 4
+    assert [(a.producer_id, a.first_offset) for a in ended.aborted_transactions] == [(7, 1)]
+    stale = h.call(27, 1, {"markers": [{"producer_id": 7, "producer_epoch": 0, "transaction_result": True,
+                                        "coordinator_epoch": -5, "topics": [{"name": "t", "partition_indexes": [0]}]}]})
+    assert stale.markers[0].topics[0].partitions[0].error_code == ErrorCode.transaction_coordinator_fenced

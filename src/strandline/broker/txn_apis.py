@@ -195,8 +195,9 @@ class TxnApis:
             return [response(conn_id, header, {"throttle_time": 0, "error_code": error, "producer_id": producer_id,
                                                "producer_epoch": epoch})]
 
+        expected = (getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1))
         return self.coordinator.init_producer_id(request.transactional_id, duration_ms(request.transaction_timeout),
-                                                 respond, now_ms)
+                                                 respond, now_ms, expected)
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
 

@@ -75,7 +75,8 @@ class TransactionCoordinator:
                 transactional_id = rec.decode_key(key)
                 loaded[transactional_id] = None if value is None else rec.decode_value(transactional_id, value)
             except (ValueError, IndexError, struct.error) as exc:
-                return [Log("warning", f"Skipping an unreadable record of {rec.TRANSACTION_STATE_TOPIC}-{index}: {exc}")]
+                return [Log("warning",
+                            f"Skipping an unreadable record of {rec.TRANSACTION_STATE_TOPIC}-{index}: {exc}")]
         self.owned[index] = coordinator_epoch
         effects: list = []
         for transactional_id, m in loaded.items():
@@ -136,7 +137,11 @@ class TransactionCoordinator:
     # -- InitProducerId
 
     def init_producer_id(self, transactional_id: str, timeout_ms: int,
-                         respond: Callable[[ErrorCode, int, int], list], now_ms: int) -> list:
+                         respond: Callable[[ErrorCode, int, int], list], now_ms: int,
+                         expected: tuple[int, int] = (-1, -1)) -> list:
+        """``expected``: the producer id and epoch a running producer re-initializes with (KIP-360,
+        InitProducerId v3+); one that is not the current one (or its bump's retry) is a zombie:
+        PRODUCER_FENCED, and the live producer keeps its epoch."""
         error = self._checked(transactional_id)
         if error is not None:
             return respond(error, -1, -1)
@@ -154,6 +159,11 @@ class TransactionCoordinator:
             return self.new_producer_id(allocated, now_ms)
         if transactional_id in self.pending or m.state in PREPARED or m.state is S.PREPARE_EPOCH_FENCE:
             return respond(ErrorCode.concurrent_transactions, -1, -1)
+        if expected[0] >= 0:
+            if m.last_epoch >= 0 and (m.producer_id, m.last_epoch) == expected:
+                return respond(ErrorCode.none, m.producer_id, m.producer_epoch)    # a retried bump
+            if (m.producer_id, m.producer_epoch) != expected:
+                return respond(ErrorCode.producer_fenced, -1, -1)
         if m.state is S.ONGOING:
             # a new instance of the producer: fence the old one and abort what it left open
             return self._fence_and_abort(m, now_ms) + respond(ErrorCode.concurrent_transactions, -1, -1)
@@ -161,11 +171,13 @@ class TransactionCoordinator:
             def renewed(producer_id: int, when_ms: int) -> list:
                 if producer_id < 0:
                     return respond(ErrorCode.coordinator_not_available, -1, -1)
-                return self._write_empty(dataclasses.replace(m, producer_id=producer_id, producer_epoch=0),
+                return self._write_empty(dataclasses.replace(m, producer_id=producer_id, producer_epoch=0,
+                                                             last_epoch=-1),
                                          timeout_ms, respond, when_ms)
             return self.new_producer_id(renewed, now_ms)
-        return self._write_empty(dataclasses.replace(m, producer_epoch=m.producer_epoch + 1), timeout_ms,
-                                 respond, now_ms)
+        last = m.producer_epoch if expected[0] >= 0 else -1
+        return self._write_empty(dataclasses.replace(m, producer_epoch=m.producer_epoch + 1, last_epoch=last),
+                                 timeout_ms, respond, now_ms)
 
     def _write_empty(self, base: TransactionMetadata, timeout_ms: int,
                      respond: Callable[[ErrorCode, int, int], list], now_ms: int) -> list:

@@ -52,6 +52,9 @@ class TransactionMetadata:
     partitions: set[tuple[str, int]] = field(default_factory=set)
     update_ms: int = -1
     start_ms: int = -1
+    #: the epoch before a bump the producer asked for itself (KIP-360), so that a retry of that
+    #: InitProducerId gets the same answer; -1 after a bump that fenced another instance. Not logged.
+    last_epoch: int = field(default=-1, compare=False)
 
 
 def encode_key(transactional_id: str) -> bytes:
