@@ -16,7 +16,7 @@ from typing import Iterator
 
 import crc32c
 
-from strandline.protocol.records import iter_batches
+from strandline.protocol.records import iter_batches, write_varint
 from strandline.protocol.records import iter_records as iter_batch_records
 
 OFFSET_KEY_VERSION = 1
@@ -202,15 +202,7 @@ def decode_group_value(data: bytes) -> GroupValue:
 # -- batches --------------------------------------------------------------------------------------
 
 
-def varint(value: int) -> bytes:
-    """Kafka's zig-zag varint (ByteUtils.writeVarint)."""
-    value = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+varint = write_varint           # Kafka's zig-zag varint (ByteUtils.writeVarint)
 
 
 def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int, producer_id: int = -1,

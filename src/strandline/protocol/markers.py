@@ -8,19 +8,11 @@ import struct
 
 import crc32c
 
+from strandline.protocol.records import write_varint
+
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 ABORT_MARKER, COMMIT_MARKER = 0, 1
-
-
-def _varint(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def build_marker(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -29,9 +21,9 @@ def build_marker(producer_id: int, producer_epoch: int, commit: bool, coordinato
     log stamps its offset and leader epoch)."""
     key = struct.pack(">hh", 0, COMMIT_MARKER if commit else ABORT_MARKER)
     value = struct.pack(">hi", 0, coordinator_epoch)
-    rec = b"\0" + _varint(0) + _varint(0) + _varint(len(key)) + key + _varint(len(value)) + value + _varint(0)
+    rec = b"\0" + write_varint(0) + write_varint(0) + write_varint(len(key)) + key + write_varint(len(value)) + value + write_varint(0)
     after_crc = struct.pack(">hiqqqhii", TRANSACTIONAL_BIT | CONTROL_BIT, 0, timestamp_ms, timestamp_ms, producer_id,
-                            producer_epoch, -1, 1) + _varint(len(rec)) + rec
+                            producer_epoch, -1, 1) + write_varint(len(rec)) + rec
     return bytearray(struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c.crc32c(after_crc)) + after_crc)
 
 

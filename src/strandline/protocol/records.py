@@ -239,6 +239,17 @@ def recompress(batch, header: BatchHeader, codec: int) -> bytearray:
     return rebuild(batch, header, decompress(header.compression, body) if header.compression else body, codec)
 
 
+def write_varint(value: int) -> bytes:
+    """Kafka's zig-zag varint (ByteUtils.writeVarint)."""
+    value = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while value & ~0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def read_varint(buf, pos: int) -> tuple[int, int]:
     """(value, next position) of the zig-zag varint at ``pos`` (Kafka's ByteUtils.readVarint)."""
     shift = result = 0
