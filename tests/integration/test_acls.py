@@ -155,7 +155,9 @@ def test_confluent_kafka_manages_prefixed_acls_and_bad_ones_are_refused_with_kaf
 
 def test_a_deny_acl_stops_produce_on_every_leader_and_deleting_it_lets_produce_through(cluster, admin):
     topic = new_topic(admin)      # three partitions: each broker leads one
-    assert produce_errors(cluster.bootstrap, topic) == ["NO_ERROR"] * 3
+    # ACLs the previous test deleted reach every broker a moment later (its "*" one closed every topic)
+    poll_until(lambda: produce_errors(cluster.bootstrap, topic) == ["NO_ERROR"] * 3, 20,
+               message="every leader accepts the write")
     deny = binding("TOPIC", topic, "WRITE", "DENY")
     create(admin, deny)
     # every broker learns of it through /kafka-acl-changes
@@ -170,7 +172,8 @@ def test_read_describe_and_group_acls_are_enforced_on_consumers_and_metadata(clu
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     readable, hidden = new_topic(admin, 1), new_topic(admin, 1)
-    assert produce_errors(cluster.bootstrap, readable, 1) == ["NO_ERROR"]
+    poll_until(lambda: produce_errors(cluster.bootstrap, readable, 1) == ["NO_ERROR"], 20,
+               message="the new topic takes writes")
     group = f"g-{uuid.uuid4().hex[:6]}"
     # a resource with any ACL is closed to whoever no ALLOW names (allow.everyone... no longer
     # applies): the readable topic may be described but not read
@@ -208,13 +211,21 @@ def test_read_describe_and_group_acls_are_enforced_on_consumers_and_metadata(clu
                message="the fetch is refused")
     assert consume_error({"group.id": group}, assign=False) == "GROUP_AUTHORIZATION_FAILED"
     missing = f"none-{uuid.uuid4().hex[:6]}"
-    outcomes = {}
-    for name, future in admin.delete_consumer_groups([group, missing], request_timeout=30).items():
-        try:
-            future.result(30)
-            outcomes[name] = "NONE"
-        except KafkaException as exc:
-            outcomes[name] = exc.args[0].name()
+
+    def delete_groups() -> dict:
+        outcomes = {}
+        for name, future in admin.delete_consumer_groups([group, missing], request_timeout=30).items():
+            try:
+                future.result(30)
+                outcomes[name] = "NONE"
+            except KafkaException as exc:
+                outcomes[name] = exc.args[0].name()
+        return outcomes
+
+    # __consumer_offsets was created a moment ago: its leaders may still be taking office
+    outcomes = poll_until(lambda: (lambda o: o if "NOT_COORDINATOR" not in o.values() and
+                                   "COORDINATOR_LOAD_IN_PROGRESS" not in o.values() else None)(delete_groups()),
+                          30, interval=0.5, message="the group coordinators answer")
     assert outcomes == {group: "GROUP_AUTHORIZATION_FAILED", missing: "GROUP_ID_NOT_FOUND"}
     assert delete(admin, binding("TOPIC", readable, "READ", "DENY"),
                   binding("TOPIC", readable, "DESCRIBE", "ALLOW", "User:*")) == 2    # no ACL left: open again
