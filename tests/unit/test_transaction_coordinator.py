@@ -300,3 +300,18 @@ def test_read_committed_through_the_broker_core_stops_at_the_lso_and_reports_the
     stale = h.call(27, 1, {"markers": [{"producer_id": 7, "producer_epoch": 0, "transaction_result": True,
                                         "coordinator_epoch": -5, "topics": [{"name": "t", "partition_indexes": [0]}]}]})
     assert stale.markers[0].topics[0].partitions[0].error_code == ErrorCode.transaction_coordinator_fenced
+
+
+def test_transactional_records_without_a_transactional_id_are_refused():
+    from tests.unit.test_broker_core import Harness
+    from tests.unit.batches import make_batch
+    from strandline.protocol.records import compute_crc
+
+    h = Harness()
+    h.create("t")
+    txn = make_batch([b"x"], producer_id=7, producer_epoch=0, base_sequence=0)
+    txn[21:23] = (0x10).to_bytes(2, "big")
+    txn[17:21] = compute_crc(txn, 0, len(txn)).to_bytes(4, "big")
+    h.produce("t", txn)
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == \
+        ErrorCode.transactional_id_authorization_failed

@@ -275,9 +275,6 @@ class KafkaApis:
             return self._produce_all_failed(conn_id, header, request, code)
         if acks not in (-1, 0, 1):
             return self._produce_all_failed(conn_id, header, request, ErrorCode.invalid_required_acks)
-        if request.transactional_id is None and _has_transactional_batches(request):
-            # Kafka: transactional records come with the transactional id they are authorized by
-            return self._produce_all_failed(conn_id, header, request, ErrorCode.transactional_id_authorization_failed)
         checking = self.authorizer.enabled
         if checking and _has_idempotent_batches(request) and \
                 not self.authorizer.allows_cluster(conn_id, AclOperation.IDEMPOTENT_WRITE):
@@ -319,8 +316,8 @@ class KafkaApis:
                                     f"Cannot append to internal topic {name}"]
                     any_error = True
                     continue
-                results[key], required = self.replicas.writes.append_to_leader(topic, pdata.index, pdata.records,
-                                                                               acks, now_ms)
+                results[key], required = self.replicas.writes.append_to_leader(
+                    topic, pdata.index, pdata.records, acks, now_ms, request.transactional_id is not None)
                 self.replicas.topic_stats.produced(name, pdata.records, results[key][0])
                 if results[key][0] is not ErrorCode.none:
                     any_error = True
@@ -707,17 +704,6 @@ def _has_idempotent_batches(request: Any) -> bool:
                 if length < 49:
                     break                   # malformed: validation refuses the batch
                 pos += 12 + length
-    return False
-
-
-def _has_transactional_batches(request: Any) -> bool:
-    """Does the first batch of any partition carry the transactional attribute? (A produce request
-    holds one batch per partition: validation refuses more.)"""
-    for topic_data in request.topic_data:
-        for pdata in topic_data.partition_data:
-            records = pdata.records
-            if records and len(records) >= 23 and records[22] & 0x10:
-                return True
     return False
 
 

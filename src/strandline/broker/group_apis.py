@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.effects import Log
-from strandline.broker.txn_apis import TxnApis
+from strandline.broker.txn_apis import TxnApis, fenced_as
 from strandline.broker.wire import duration_ms, response
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.coordinator import DEAD, GroupCoordinator
@@ -242,8 +242,7 @@ class GroupApis:
         def respond(results: dict) -> list:
             by_topic: dict[str, list] = {}
             for (name, index), code in {**errors, **results}.items():
-                if code is ErrorCode.producer_fenced and header.api_version < 3:
-                    code = ErrorCode.invalid_producer_epoch
+                code = fenced_as(code, header.api_version, 3)
                 by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
             return [response(conn_id, header, {
                 "throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]})]

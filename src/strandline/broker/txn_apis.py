@@ -190,8 +190,7 @@ class TxnApis:
 
     def init_producer_id(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         def respond(error: ErrorCode, producer_id: int, epoch: int) -> list:
-            if error is ErrorCode.producer_fenced and header.api_version < 4:
-                error = ErrorCode.invalid_producer_epoch
+            error = fenced_as(error, header.api_version, 4)
             return [response(conn_id, header, {"throttle_time": 0, "error_code": error, "producer_id": producer_id,
                                                "producer_epoch": epoch})]
 
@@ -211,8 +210,7 @@ class TxnApis:
                    (n not in self.metadata.topics or p not in self.metadata.topics[n].assignment)}
 
         def respond(error: ErrorCode) -> list:
-            if error is ErrorCode.producer_fenced and header.api_version < 2:
-                error = ErrorCode.invalid_producer_epoch
+            error = fenced_as(error, header.api_version, 2)
             by_topic: dict[str, list] = {}
             for name, index in wanted:
                 code = error
@@ -236,11 +234,7 @@ class TxnApis:
         from strandline.group.offsets_topic import OFFSETS_TOPIC
         from strandline.group.records import partition_for
 
-        def respond(error: ErrorCode) -> list:
-            if error is ErrorCode.producer_fenced and header.api_version < 2:
-                error = ErrorCode.invalid_producer_epoch
-            return [response(conn_id, header, {"throttle_time": 0, "error_code": error})]
-
+        respond = _error_answer(conn_id, header)
         if not self._may_write(conn_id, request.transactional_id):
             return respond(ErrorCode.transactional_id_authorization_failed)
         if not self.authorizer.allows(conn_id, AclOperation.READ, ResourceType.GROUP, request.group_id):
@@ -250,11 +244,7 @@ class TxnApis:
                                                request.producer_epoch, {offsets}, respond, now_ms)
 
     def _end_txn(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        def respond(error: ErrorCode) -> list:
-            if error is ErrorCode.producer_fenced and header.api_version < 2:
-                error = ErrorCode.invalid_producer_epoch
-            return [response(conn_id, header, {"throttle_time": 0, "error_code": error})]
-
+        respond = _error_answer(conn_id, header)
         if not self._may_write(conn_id, request.transactional_id):
             return respond(ErrorCode.transactional_id_authorization_failed)
         return self.coordinator.end_transaction(request.transactional_id, request.producer_id, request.producer_epoch,
@@ -344,6 +334,19 @@ class TxnApis:
                                               bool(marker.transaction_result), marker.coordinator_epoch, done,
                                               now_ms))
         return effects
+
+
+def fenced_as(error: ErrorCode, version: int, since: int) -> ErrorCode:
+    """PRODUCER_FENCED (KIP-588) as clients of versions before ``since`` know it: INVALID_PRODUCER_EPOCH."""
+    return ErrorCode.invalid_producer_epoch if error is ErrorCode.producer_fenced and version < since else error
+
+
+def _error_answer(conn_id: int, header: RequestHeader) -> Callable[[ErrorCode], list]:
+    """The answer of AddOffsetsToTxn and EndTxn: an error code alone."""
+    def respond(error: ErrorCode) -> list:
+        return [response(conn_id, header, {"throttle_time": 0,
+                                           "error_code": fenced_as(error, header.api_version, 2)})]
+    return respond
 
 
 def _created(error: ErrorCode, message: str | None, when_ms: int) -> list:

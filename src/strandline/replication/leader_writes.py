@@ -32,10 +32,11 @@ class LeaderWrites:
         self.purgatory = Purgatory()            # the produce purgatory: acks=all answers waiting on the HW
 
     def append_to_leader(self, topic: TopicMetadata, index: int, records: bytes, acks: int,
-                         now_ms: int) -> tuple[list, int | None]:
+                         now_ms: int, transactional: bool = False) -> tuple[list, int | None]:
         """Validate and append one partition's batch as leader. Returns the produce result
         ``[error, base offset, log append time, log start offset, message]`` and, when acks=all,
-        the offset the high watermark must reach."""
+        the offset the high watermark must reach. ``transactional``: the request names a
+        transactional id (Kafka refuses transactional records without one)."""
         partition = self.partitions.get((topic.name, index))
         if partition is None or not partition.is_leader:
             return [ErrorCode.not_leader_or_follower, -1, -1, -1, None], None
@@ -46,6 +47,9 @@ class LeaderWrites:
             and log_config.message_timestamp_difference_max_ms < LONG_MAX else None, now_ms)
         if checked.error is not ErrorCode.none:
             return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
+        if checked.header.is_transactional and not transactional:
+            return [ErrorCode.transactional_id_authorization_failed, -1, -1, partition.log_start_offset,
+                    "transactional records need the producer's transactional id"], None
         records, checked = apply_compression_type(records, checked.header,
                                                   self.config.topic_value(topic.configs, "compression.type"),
                                                   log_config.max_message_bytes)

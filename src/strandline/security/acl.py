@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 
 class ResourceType(enum.IntEnum):
@@ -175,14 +175,14 @@ class AclBindingFilter:
     permission: AclPermissionType
 
     @classmethod
-    def from_request(cls, f: object, pattern_type: int | None = None) -> "AclBindingFilter":
+    def from_request(cls, f: Any, pattern_type: int | None = None) -> "AclBindingFilter":
         """From a request's filter (``resource_type_filter``, ``resource_name_filter``, ...);
         :class:`AclError` for one with UNKNOWN elements, which Kafka refuses."""
-        found = cls(_enum(ResourceType, f.resource_type_filter), f.resource_name_filter,  # type: ignore[attr-defined]
+        found = cls(_enum(ResourceType, f.resource_type_filter), f.resource_name_filter,
                     _enum(PatternType, getattr(f, "pattern_type_filter", PatternType.LITERAL)
                           if pattern_type is None else pattern_type),
-                    f.principal_filter, f.host_filter, _enum(AclOperation, f.operation),  # type: ignore[attr-defined]
-                    _enum(AclPermissionType, f.permission_type))  # type: ignore[attr-defined]
+                    f.principal_filter, f.host_filter, _enum(AclOperation, f.operation),
+                    _enum(AclPermissionType, f.permission_type))
         if found.resource_type is ResourceType.UNKNOWN or found.pattern_type is PatternType.UNKNOWN or \
                 found.operation is AclOperation.UNKNOWN or found.permission is AclPermissionType.UNKNOWN:
             raise AclError("The filter contains UNKNOWN elements")
