@@ -200,3 +200,50 @@ def test_another_broker_creating_the_offsets_topic_first_is_not_a_warning():
     assert offsets_topic_created(ErrorCode.topic_already_exists, "Topic '__consumer_offsets' already exists.", 0) == []
     [log] = offsets_topic_created(ErrorCode.invalid_replication_factor, "only 1 broker", 0)
     assert log.level == "warning" and "invalid_replication_factor" in log.message
+
+
+def test_a_plain_commit_written_after_a_transactions_offset_outlives_its_commit_marker_and_a_failover():
+    """Issue 17: of a transactional offset (TxnOffsetCommit) and a plain OffsetCommit of the same
+    group and partition, the one appended later to __consumer_offsets counts, when the commit
+    marker arrives and when a new coordinator replays the partition (Kafka's
+    completePendingTxnOffsetCommit). Here the plain commit comes later, so it stays."""
+    c = cluster()
+    create_t(c)
+    coord = coordinator(c, "eos")
+    index = partition_for("eos", 3)
+
+    def offsets(committed: int) -> list:
+        return [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": committed,
+                                              "committed_leader_epoch": -1, "committed_metadata": ""}]}]
+
+    txn = c.call(coord, 28, 3, {"transactional_id": "tx", "group_id": "eos", "producer_id": 7, "producer_epoch": 0,
+                                "generation_id": -1, "member_id": "", "group_instance_id": None,
+                                "topics": offsets(5)}, "p")
+    assert txn.topics[0].partitions[0].error_code == ErrorCode.none
+    plain = c.call(coord, 8, 7, {"group_id": "eos", "generation_id_or_member_epoch": -1, "member_id": "",
+                                 "group_instance_id": None, "topics": offsets(10)}, "a")
+    assert plain.topics[0].partitions[0].error_code == ErrorCode.none
+    marked = c.call(coord, 27, 1, {"markers": [{"producer_id": 7, "producer_epoch": 0, "transaction_result": True,
+                                                "coordinator_epoch": 0, "topics": [
+                                                    {"name": "__consumer_offsets", "partition_indexes": [index]}]}]},
+                    "coordinator")
+    assert marked.markers[0].topics[0].partitions[0].error_code == ErrorCode.none
+    fetch = {"group_id": "eos", "topics": [{"name": "t", "partition_indexes": [0]}], "require_stable": True}
+    assert c.call(coord, 9, 7, fetch, "a").topics[0].partitions[0].committed_offset == 10
+    c.settle()
+    c.crash(coord, lose_unflushed=False)
+    c.settle()
+    new = coordinator(c, "eos", via=next(b for b in (1, 2, 3) if b != coord))
+    assert new != coord
+    assert c.call(new, 9, 7, fetch, "a").topics[0].partitions[0].committed_offset == 10
+    # a later transaction's offset, appended after that plain commit, counts once committed
+    txn = c.call(new, 28, 3, {"transactional_id": "tx2", "group_id": "eos", "producer_id": 8, "producer_epoch": 0,
+                              "generation_id": -1, "member_id": "", "group_instance_id": None,
+                              "topics": offsets(20)}, "p")
+    assert txn.topics[0].partitions[0].error_code == ErrorCode.none
+    marked = c.call(new, 27, 1, {"markers": [{"producer_id": 8, "producer_epoch": 0, "transaction_result": True,
+                                              "coordinator_epoch": 0, "topics": [
+                                                  {"name": "__consumer_offsets", "partition_indexes": [index]}]}]},
+                    "coordinator")
+    assert marked.markers[0].topics[0].partitions[0].error_code == ErrorCode.none
+    assert c.call(new, 9, 7, fetch, "a").topics[0].partitions[0].committed_offset == 20

@@ -7,7 +7,10 @@ leader rebuilds its groups by reading the partition. Clients' assignors run on t
 coordinator carries their protocol metadata and assignments as opaque bytes.
 
 Pure: requests arrive with a ``respond(body) -> effects`` callback and the current time; writes
-go through the ``append(partition, records, done)`` function the broker provides.
+go through the ``append(partition, records, done, now_ms, producer=None)`` function the broker
+provides, which calls ``done(error, when_ms, base_offset)`` once the ISR has them (``base_offset``:
+where the first record lies in ``__consumer_offsets``; of two commits of a partition, the later
+one in the log counts, as in Kafka).
 """
 
 from __future__ import annotations
@@ -47,24 +50,28 @@ class GroupCoordinator:
             del self.groups[group_id]
         count = 0
         for item in records:
-            _, key, value = item[:3]
+            position, key, value = item[:3]
             producer, marker = (item[3], item[4]) if len(item) == 5 else (-1, None)
             count += 1
             if marker is not None:          # a transaction ended: its offsets count, or never will
                 self._end_txn_offsets(partition, producer, marker == 1)
                 continue
             decoded = rec.decode_key(key) if key else None
-            if isinstance(decoded, rec.OffsetKey) and producer >= 0 and value is not None:
+            if isinstance(decoded, rec.OffsetKey) and producer >= 0:      # part of a transaction
                 group = self.groups.setdefault(decoded.group, Group(decoded.group))
-                group.pending_txn_offsets.setdefault(producer, {})[(decoded.topic, decoded.partition)] = \
-                    rec.decode_offset_value(value)
+                tp = (decoded.topic, decoded.partition)
+                pending = group.pending_txn_offsets.setdefault(producer, {})
+                if value is None:
+                    pending.pop(tp, None)
+                else:
+                    pending[tp] = (rec.decode_offset_value(value), position)
             elif isinstance(decoded, rec.OffsetKey):
                 group = self.groups.setdefault(decoded.group, Group(decoded.group))
                 tp = (decoded.topic, decoded.partition)
                 if value is None:
-                    group.offsets.pop(tp, None)
+                    group.drop_offset(tp)
                 else:
-                    group.offsets[tp] = rec.decode_offset_value(value)
+                    group.install_offset(tp, rec.decode_offset_value(value), position)
             elif isinstance(decoded, rec.GroupKey):
                 if value is None:
                     group = self.groups.get(decoded.group)
@@ -327,7 +334,8 @@ class GroupCoordinator:
         return self._persist_group(group, now_ms, persisted)
 
     def _persist_group(self, group: Group, now_ms: int, done: Callable[[ErrorCode, int], list]) -> list:
-        return self.append(self.partition_of(group.group_id), [self._group_record(group)], done, now_ms)
+        return self.append(self.partition_of(group.group_id), [self._group_record(group)],
+                           lambda error, when_ms, _base_offset: done(error, when_ms), now_ms)
 
     # ------------------------------------------------------------------ Heartbeat, LeaveGroup, expiry
 
@@ -456,16 +464,17 @@ class GroupCoordinator:
                 results[tp] = ErrorCode.offset_metadata_too_large
                 continue
             value = rec.OffsetValue(offset, epoch, metadata or "", now_ms)
-            values[tp] = value
+            values[tp] = (value, len(records))
             records.append((rec.offset_key(group_id, tp[0], tp[1]), rec.offset_value(value)))
             results[tp] = ErrorCode.none
         if not records:
             return respond(results)
 
-        def persisted(error: ErrorCode, when_ms: int) -> list:
-            for tp, value in values.items():
+        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list:
+            for tp, (value, index) in values.items():
                 if error is ErrorCode.none:
-                    group.offsets[tp] = value
+                    # a transactional offset appended after this one and already committed stays
+                    group.install_offset(tp, value, base_offset + index)
                 else:
                     results[tp] = error
             return respond(results)
@@ -497,17 +506,18 @@ class GroupCoordinator:
             if metadata is not None and len(metadata.encode()) > limit:
                 results[tp] = ErrorCode.offset_metadata_too_large
                 continue
-            values[tp] = rec.OffsetValue(offset, leader_epoch, metadata or "", now_ms)
-            records.append((rec.offset_key(group_id, tp[0], tp[1]), rec.offset_value(values[tp])))
+            value = rec.OffsetValue(offset, leader_epoch, metadata or "", now_ms)
+            values[tp] = (value, len(records))
+            records.append((rec.offset_key(group_id, tp[0], tp[1]), rec.offset_value(value)))
             results[tp] = ErrorCode.none
         if not records:
             return respond(results)
 
-        def persisted(error: ErrorCode, when_ms: int) -> list:
+        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list:
             target = self.groups.setdefault(group_id, Group(group_id))
-            for tp, value in values.items():
+            for tp, (value, index) in values.items():
                 if error is ErrorCode.none:
-                    target.pending_txn_offsets.setdefault(producer_id, {})[tp] = value
+                    target.pending_txn_offsets.setdefault(producer_id, {})[tp] = (value, base_offset + index)
                 else:
                     results[tp] = error
             return respond(results)
@@ -534,7 +544,10 @@ class GroupCoordinator:
                 continue
             pending = group.pending_txn_offsets.pop(producer_id, None)
             if pending and commit:
-                group.offsets.update(pending)
+                # Kafka's completePendingTxnOffsetCommit: a plain commit appended to the log after
+                # the transaction's offset keeps its place
+                for tp, (value, position) in pending.items():
+                    group.install_offset(tp, value, position)
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
                       ) -> tuple[ErrorCode, dict[tuple[str, int], rec.OffsetValue | None]]:
@@ -578,7 +591,7 @@ class GroupCoordinator:
         records = [(rec.offset_key(group_id, t, p), None) for t, p in group.offsets]
         records.append((rec.group_key(group_id), None))
 
-        def persisted(error: ErrorCode, when_ms: int) -> list:
+        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list:
             if error is ErrorCode.none and self.groups.get(group_id) is group and group.state == EMPTY:
                 del self.groups[group_id]
             return done(error, when_ms)
@@ -607,11 +620,11 @@ class GroupCoordinator:
         if not doomed:
             return done(ErrorCode.none, errors, now_ms)
 
-        def persisted(error: ErrorCode, when_ms: int) -> list:
+        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list:
             if error is not ErrorCode.none:
                 return done(error, {}, when_ms)
             for tp in doomed:
-                group.offsets.pop(tp, None)
+                group.drop_offset(tp)
             return done(ErrorCode.none, errors, when_ms)
 
         return self.append(self.partition_of(group_id), [(rec.offset_key(group_id, t, p), None) for t, p in doomed],
@@ -629,10 +642,11 @@ class GroupCoordinator:
                 continue
             records = [(rec.offset_key(group.group_id, t, p), None) for t, p in old]
 
-            def persisted(error: ErrorCode, when_ms: int, group: Group = group, old: list = old) -> list:
+            def persisted(error: ErrorCode, when_ms: int, base_offset: int, group: Group = group,
+                          old: list = old) -> list:
                 if error is ErrorCode.none:
                     for tp in old:
-                        group.offsets.pop(tp, None)
+                        group.drop_offset(tp)
                 return []
 
             effects += self.append(self.partition_of(group.group_id), records, persisted, now_ms)

@@ -42,11 +42,29 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     pending: dict[str, int] = field(default_factory=dict)          # member id -> join deadline
     offsets: dict[tuple[str, int], rec.OffsetValue] = field(default_factory=dict)
-    #: offsets committed in transactions not yet ended: producer id -> partition -> offset
-    pending_txn_offsets: dict[int, dict[tuple[str, int], rec.OffsetValue]] = field(default_factory=dict)
+    #: where each committed offset's record lies in ``__consumer_offsets``: of two commits of a
+    #: partition, the one appended later counts (Kafka's ``CommitRecordMetadataAndOffset.olderThan``)
+    offset_positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: offsets committed in transactions not yet ended: producer id -> partition -> (offset, where
+    #: its record lies in ``__consumer_offsets``)
+    pending_txn_offsets: dict[int, dict[tuple[str, int], tuple[rec.OffsetValue, int]]] = \
+        field(default_factory=dict)
     join_deadline_ms: int | None = None
     initial_delay: bool = False                                    # an empty group waits for more joiners
     state_timestamp: int = -1
+
+    def install_offset(self, tp: tuple[str, int], value: rec.OffsetValue, position: int) -> bool:
+        """A commit of ``tp`` appended at ``position`` of ``__consumer_offsets`` counts unless one
+        appended later already does (Kafka: ``offsets(tp).olderThan(commit)``). Says whether it did."""
+        if tp in self.offsets and self.offset_positions.get(tp, -1) > position:
+            return False
+        self.offsets[tp] = value
+        self.offset_positions[tp] = position
+        return True
+
+    def drop_offset(self, tp: tuple[str, int]) -> None:
+        self.offsets.pop(tp, None)
+        self.offset_positions.pop(tp, None)
 
     def static_member(self, instance_id: str | None) -> Member | None:
         if instance_id is None:

@@ -23,9 +23,11 @@ from strandline.group.coordinator import GroupCoordinator
 OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
 
-Done = Callable[[ErrorCode, int], list]
-#: ``append_internal(topic, index, batch, timeout_ms, done, now_ms)``: append as leader, acks=all.
-AppendInternal = Callable[[str, int, bytearray, int, Done, int], list]
+#: ``done(error, when_ms, base_offset)``: ``base_offset`` is where the batch lies (-1 unless written).
+Done = Callable[[ErrorCode, int, int], list]
+#: ``append_internal(topic, index, batch, timeout_ms, done(error, when_ms), now_ms)``: append as
+#: leader, acks=all.
+AppendInternal = Callable[[str, int, bytearray, int, Callable[[ErrorCode, int], list], int], list]
 #: ``read_log(topic, index)``: every record batch of this broker's replica.
 ReadLog = Callable[[str, int], bytes]
 
@@ -38,15 +40,18 @@ class OffsetsTopic:
 
     def append(self, index: int, records: list, done: Done, now_ms: int,
                producer: tuple[int, int] | None = None) -> list:
-        """Write records to an offsets partition this broker leads; ``done`` once the ISR has them:
-        NOT_COORDINATOR when it does not lead it, COORDINATOR_NOT_AVAILABLE when too few replicas."""
+        """Write records to an offsets partition this broker leads; ``done`` once the ISR has them,
+        with the offset of the first: NOT_COORDINATOR when it does not lead it,
+        COORDINATOR_NOT_AVAILABLE when too few replicas."""
         def mapped(error: ErrorCode, when_ms: int) -> list:
-            if error in (ErrorCode.none, ErrorCode.request_timed_out, ErrorCode.invalid_producer_epoch,
-                         ErrorCode.producer_fenced):
-                return done(error, when_ms)          # a fenced transactional commit says so (Kafka)
+            if error is ErrorCode.none:
+                # the leader's append stamped the batch's base offset into it, in place
+                return done(error, when_ms, int.from_bytes(batch[0:8], "big", signed=True))
+            if error in (ErrorCode.request_timed_out, ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
+                return done(error, when_ms, -1)      # a fenced transactional commit says so (Kafka)
             if error is ErrorCode.not_leader_or_follower:
-                return done(ErrorCode.not_coordinator, when_ms)
-            return done(ErrorCode.coordinator_not_available, when_ms)
+                return done(ErrorCode.not_coordinator, when_ms, -1)
+            return done(ErrorCode.coordinator_not_available, when_ms, -1)
 
         batch = rec.build_batch(records, now_ms) if producer is None else \
             rec.build_batch(records, now_ms, producer[0], producer[1], transactional=True)
