@@ -70,6 +70,7 @@ def test_append_and_read_across_size_rolls(disk_root):
     assert all(s.size <= 10 * BATCH for s in log.segments)
     assert disk.listdir(f"{root}/t-0") == sorted(
         [f"{b:020d}{ext}" for b in (0, 10, 20, 30, 40, 50) for ext in (".log", ".index", ".timeindex")]
+        + [f"{b:020d}.snapshot" for b in (10, 20, 30, 40, 50)]      # producer state at each roll
         + ["leader-epoch-checkpoint"])
     assert offsets(log.read(0, 1 << 20)) == list(range(55))          # crosses segment boundaries
     assert offsets(log.read(8, 5 * BATCH)) == [8, 9, 10, 11, 12]

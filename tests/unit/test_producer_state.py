@@ -2,7 +2,7 @@
 
 from kio.schema.errors import ErrorCode
 
-from strandline.replication.producer_state import ProducerStateManager
+from strandline.log.producer_state import ProducerStateManager
 from strandline.protocol.records import BatchHeader
 
 
@@ -53,7 +53,16 @@ def test_sequence_numbers_wrap():
     assert s.check(header(seq=0)).error is ErrorCode.none
 
 
-def test_rebuild_from_headers():
+def test_a_snapshot_keeps_each_producers_last_batch_epoch_and_open_transaction():
     s = ProducerStateManager()
-    assert s.rebuild([header(seq=0, base_offset=0), header(pid=-1, seq=-1), header(seq=5, base_offset=10)]) == 3
-    assert s.check(header(seq=5)).duplicate.first_offset == 10
+    s.update(header(seq=0, base_offset=0), 0, 1)
+    s.update(header(seq=5, base_offset=10), 10, 2)
+    txn = header(pid=9, epoch=2, seq=0, base_offset=20)._replace(attributes=0x10)
+    s.update(txn, 20, 3)
+    loaded = ProducerStateManager()
+    loaded.load(s.snapshot())
+    assert loaded.check(header(seq=5)).duplicate.first_offset == 10       # the last batch is kept
+    assert loaded.check(header(seq=0)).error is ErrorCode.out_of_order_sequence_number
+    assert loaded.check(header(seq=10)).error is ErrorCode.none
+    assert loaded.producers[9].epoch == 2 and loaded.ongoing == {9: 20}
+    assert loaded.last_stable_offset(100) == 20

@@ -209,7 +209,6 @@ def test_an_abort_marker_without_data_in_the_partition_aborts_nothing_before_it(
     from strandline.log.config import LogConfig
     from strandline.log.log import Log
     from strandline.protocol.markers import build_marker
-    from strandline.replication.transactions import PartitionTransactions
     from strandline.sim.disk import MemoryDisk
     from tests.unit.batches import make_batch
 
@@ -219,32 +218,12 @@ def test_an_abort_marker_without_data_in_the_partition_aborts_nothing_before_it(
     from strandline.protocol.records import compute_crc
     committed[17:21] = compute_crc(committed, 0, len(committed)).to_bytes(4, "big")
     log.append_as_leader(committed, 0, 0)                             # 0-1
+    assert log.last_stable_offset(2) == 0                             # open
     log.append_as_leader(build_marker(5, 0, True, 0, 0), 0, 0)        # 2: commit
+    assert log.last_stable_offset(2) == 0                             # its marker is not replicated yet
     log.append_as_leader(build_marker(5, 0, False, 0, 0), 0, 0)       # 3: abort, no data
-    txns = PartitionTransactions()
-    txns.catch_up(log, log.log_end_offset)
-    assert txns.aborted_between(0, 4) == [(5, 3)]
-    assert txns.last_stable_offset(log.log_end_offset) == 4
-
-
-def test_a_long_log_is_scanned_a_slice_per_read_and_the_lso_waits_for_the_scan(monkeypatch):
-    from strandline.log.config import LogConfig
-    from strandline.log.log import Log
-    from strandline.replication import transactions
-    from strandline.replication.transactions import PartitionTransactions
-    from strandline.sim.disk import MemoryDisk
-    from tests.unit.batches import make_batch
-
-    monkeypatch.setattr(transactions, "MAX_SCAN_BATCHES", 10)
-    log = Log.open(MemoryDisk(), "/d/t-0", "t", 0, LogConfig(), needs_recovery=False, now_ms=0)
-    for i in range(35):
-        log.append_as_leader(make_batch([b"v"]), 0, 0)
-    txns = PartitionTransactions()
-    seen = []
-    for _ in range(5):
-        txns.catch_up(log, 35)
-        seen.append(txns.last_stable_offset(35))
-    assert seen == [10, 20, 30, 35, 35]
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in log.collect_aborted_txns(0, 4)] == [(5, 3, 3)]
+    assert log.last_stable_offset(4) == 4
 
 
 def test_a_zombie_reinitializing_with_a_stale_epoch_is_fenced_and_the_live_producer_keeps_its_own():

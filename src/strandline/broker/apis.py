@@ -538,7 +538,8 @@ class KafkaApis:
                     entry["active_producers"] = [
                         {"producer_id": pid, "producer_epoch": p.epoch, "last_sequence": p.last_seq,
                          "last_timestamp": p.batches[-1].timestamp if p.batches else -1,
-                         "coordinator_epoch": -1, "current_txn_start_offset": -1}
+                         "coordinator_epoch": p.coordinator_epoch,
+                         "current_txn_start_offset": p.current_txn_first_offset}
                         for pid, p in sorted(partition.producer_state.producers.items())]
                 parts.append(entry)
             topics.append({"name": t.name, "partitions": parts})

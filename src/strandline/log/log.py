@@ -14,6 +14,14 @@ index entry, is read to find the log end offset.
 Before that, a log cleaner's interrupted swap is completed: a ``<base>.log.swap`` file replaces the
 segments it covers (``log.cleaning``), and other leftovers (``.cleaned``, ``.deleted``, ``.tmp``)
 are deleted.
+
+Producer state (``log.producer_state``: idempotence, open transactions, the last stable offset)
+is kept by every replica's log as it appends. The log writes it to a ``<offset>.snapshot`` file
+when it rolls a segment and when it closes (if any producer is known), and loads it on open from
+the latest snapshot at or below the log end offset, replaying only the batches after it. Without
+any snapshot a log opened after a clean shutdown knew no producer; after an unclean one it
+replays from its start. A truncation reloads the state the same way. Each abort marker appended
+adds an entry to its segment's ``.txnindex``; a replay rewrites the entries of what it replays.
 """
 
 from __future__ import annotations
@@ -25,9 +33,13 @@ from typing import Callable, Iterator, NamedTuple
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk, FileRegion
 from strandline.log.epoch import LeaderEpochCache
+from strandline.log.producer_state import (SNAPSHOT_SUFFIX, AbortedTxn, CorruptSnapshotError, ProducerStateManager,
+                                           snapshot_offset)
 from strandline.log.segment import (INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BatchInfo,
                                     CorruptRecordError, LogSegment, file_prefix, segment_paths)
-from strandline.protocol.records import BatchHeader, crc_ok, iter_batches, stamp
+from strandline.log.txn_index import TXN_INDEX_SUFFIX
+from strandline.protocol.markers import CONTROL_BIT, marker_type
+from strandline.protocol.records import BatchHeader, crc_ok, iter_batches, iter_records, stamp
 
 CLEAN_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 SWAP_LOG_SUFFIX = LOG_SUFFIX + ".swap"
@@ -88,6 +100,9 @@ class Log:
         #: told ``(topic, partition)`` after the log end or log start offset moved (the replica
         #: manager's change journal: fetch sessions look only at partitions that changed)
         self.offsets_listener: Callable[[tuple[str, int]], None] | None = None
+        self.producer_state = ProducerStateManager()
+        self.snapshots: list[int] = []          # offsets of the producer snapshot files, ascending
+        self.replayed_batches = 0               # batch headers read to load the producer state
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -111,13 +126,22 @@ class Log:
         if swaps:
             names = disk.listdir(dir)
         base_set = set(bases)
+        txn_indexes = set()
+        snapshots = []
         for name in names:  # indexes whose segment is gone
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 stem = name[:-len(suffix)]
-                if name.endswith(suffix) and stem.isdigit() and int(stem) not in base_set:
-                    disk.remove(os.path.join(dir, name))
+                if name.endswith(suffix) and stem.isdigit():
+                    if int(stem) not in base_set:
+                        disk.remove(os.path.join(dir, name))
+                    elif suffix == TXN_INDEX_SUFFIX:
+                        txn_indexes.add(int(stem))
+            offset = snapshot_offset(name)
+            if offset is not None:
+                snapshots.append(offset)
         bases.sort()
-        segments = [LogSegment.open(disk, dir, base, config, now_ms) for base in bases]
+        segments = [LogSegment.open(disk, dir, base, config, now_ms, txn_index=base in txn_indexes)
+                    for base in bases]
         cache = LeaderEpochCache(disk, dir)
         stats = _new_stats()
 
@@ -163,6 +187,8 @@ class Log:
         cache.truncate_from_end(log.log_end_offset)
         cache.truncate_from_start(log.log_start_offset)
         log.recovery_stats = stats
+        log.snapshots = sorted(snapshots)
+        log._load_producer_state(clean=not needs_recovery)
         if names:
             log._sync_dir_if_new()
         else:
@@ -222,11 +248,14 @@ class Log:
         self._now_ms = now_ms
         offset = self.log_end_offset
         batches: list[BatchInfo] = []
+        producers: list[tuple[int, BatchHeader, int]] = []
         end = 0
         for pos, h in iter_batches(records):
             stamp(records, pos, offset, leader_epoch)
             last = offset + h.last_offset_delta
             batches.append(BatchInfo(pos, h.batch_length + 12, offset, last, h.max_timestamp))
+            if h.producer_id >= 0:
+                producers.append((pos, h, offset))
             offset = last + 1
             end = pos + h.batch_length + 12
         if end != len(records):
@@ -235,7 +264,7 @@ class Log:
         if not batches:
             return AppendInfo(self.log_end_offset, self.log_end_offset - 1, -1, -1, 0, 0)
         self.leader_epoch_cache.assign(leader_epoch, batches[0].base_offset)
-        return self._append(records, batches, now_ms)
+        return self._append(records, batches, now_ms, producers)
 
     def append_as_follower(self, records, now_ms: int | None = None) -> AppendInfo:
         """Append batches as the leader numbered them (first base offset >= log end offset: a
@@ -247,6 +276,7 @@ class Log:
         """
         expected = self.log_end_offset
         batches: list[BatchInfo] = []
+        producers: list[tuple[int, BatchHeader, int]] = []
         epochs: list[tuple[int, int]] = []
         end = 0
         for pos, h in iter_batches(records):
@@ -261,6 +291,8 @@ class Log:
                                      h.max_timestamp))
             if not epochs or epochs[-1][0] != h.partition_leader_epoch:
                 epochs.append((h.partition_leader_epoch, h.base_offset))
+            if h.producer_id >= 0:
+                producers.append((pos, h, h.base_offset))
             expected = h.base_offset + h.last_offset_delta + 1
             end = pos + size
         if end != len(records):
@@ -272,9 +304,10 @@ class Log:
             self._now_ms = now_ms
         for epoch, start in epochs:
             self.leader_epoch_cache.assign(epoch, start)
-        return self._append(records, batches, now_ms)
+        return self._append(records, batches, now_ms, producers)
 
-    def _append(self, records, batches: list[BatchInfo], now_ms: int | None) -> AppendInfo:
+    def _append(self, records, batches: list[BatchInfo], now_ms: int | None,
+                producers: list[tuple[int, BatchHeader, int]]) -> AppendInfo:
         first, last = batches[0].base_offset, batches[-1].last_offset
         max_ts, max_off = -1, -1
         for b in batches:
@@ -286,6 +319,8 @@ class Log:
             segment = self.roll(first, clock if now_ms is not None else self._now_ms)
         segment.append(records, batches, now_ms)
         self.log_end_offset = last + 1
+        for pos, header, offset in producers:
+            self._track_producer(records, pos, header, offset)
         self._offsets_changed()
         if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush(now_ms)
@@ -311,10 +346,107 @@ class Log:
         old.on_become_inactive()
         segment = LogSegment.create(self.disk, self.dir, base, self.config, now)
         self._set_segments(self.segments + [segment])
+        self._take_snapshot(base)
         self._sync_dir_if_new()
         if base > self.recovery_point:
             self.recovery_point = base
         return segment
+
+    # -- producer state ----------------------------------------------------------------------
+
+    def _track_producer(self, records, pos: int, header: BatchHeader, offset: int) -> None:
+        marker = read_marker(records, pos, header) if header.attributes & CONTROL_BIT else None
+        aborted = self.producer_state.update(header, offset, header.max_timestamp, marker)
+        if aborted is not None:
+            self._segment_of(aborted.last_offset).txn_index.append(aborted)
+
+    def _segment_of(self, offset: int) -> LogSegment:
+        return self.segments[self._segment_index(offset)]
+
+    def _snapshot_path(self, offset: int) -> str:
+        return os.path.join(self.dir, file_prefix(offset) + SNAPSHOT_SUFFIX)
+
+    def _take_snapshot(self, offset: int) -> None:
+        """Write the producer state as of ``offset`` (everything below it applied). Not fsynced:
+        a lost or torn snapshot only means a longer replay, and one above the log end offset
+        after a crash is deleted on open."""
+        path = self._snapshot_path(offset)
+        tmp = path + ".tmp"
+        handle = self.disk.open(tmp)
+        if handle.size():
+            handle.truncate(0)
+        handle.append(self.producer_state.snapshot())
+        handle.close()
+        self.disk.rename(tmp, path)
+        if offset not in self.snapshots:
+            self.snapshots.append(offset)
+            self.snapshots.sort()
+
+    def _delete_snapshots(self, keep) -> None:
+        for offset in [o for o in self.snapshots if not keep(o)]:
+            path = self._snapshot_path(offset)
+            if self.disk.exists(path):
+                self.disk.remove(path)
+            self.snapshots.remove(offset)
+
+    def _load_producer_state(self, clean: bool) -> None:
+        """From the latest good snapshot at or below the log end offset, then the batches after it
+        (none at all after a clean shutdown that left no snapshot: no producer was known)."""
+        first = self.segments[0].base_offset
+        self._delete_snapshots(lambda o: first <= o <= self.log_end_offset)
+        state = self.producer_state
+        state.clear()
+        start = None
+        while self.snapshots:
+            offset = self.snapshots[-1]
+            try:
+                state.load(self.disk.read_file(self._snapshot_path(offset)))
+                start = offset
+                break
+            except CorruptSnapshotError:
+                self._delete_snapshots(lambda o, bad=offset: o != bad)
+        if start is None:
+            if clean:
+                return
+            start = first
+        self._replay_producers(start)
+
+    def _replay_producers(self, start: int) -> None:
+        """Apply the batches from ``start`` to the log end to the producer state, rewriting the
+        transaction index entries of the aborts among them."""
+        for segment in self.segments[self._segment_index(start):]:
+            if segment.txn_index.entries:
+                segment.txn_index.truncate_to(start)
+        for header in self.iter_batch_headers(max(start, self.segments[0].base_offset)):
+            self.replayed_batches += 1
+            if header.producer_id < 0:
+                continue
+            marker = None
+            if header.attributes & CONTROL_BIT:
+                data, _ = self._segment_of(header.base_offset).read(
+                    header.base_offset, header.batch_length + 12, header.base_offset + 1)
+                marker = read_marker(bytes(data), 0, header) if data else None
+            aborted = self.producer_state.update(header, header.base_offset, header.max_timestamp, marker)
+            if aborted is not None:
+                self._segment_of(aborted.last_offset).txn_index.append(aborted)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Below it every transaction is decided and its marker below ``high_watermark`` (KIP-98)."""
+        return self.producer_state.last_stable_offset(high_watermark)
+
+    def collect_aborted_txns(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of ``[start, end)`` reports (Kafka's
+        collectAbortedTxns): those whose abort marker is at or after ``start`` and whose data
+        begins before ``end``. The search stops at an abort decided with a last stable offset
+        at or beyond ``end``: no later abort can have begun before it."""
+        found = []
+        for segment in self.segments[self._segment_index(start):]:
+            for txn in segment.txn_index.entries:
+                if txn.last_offset >= start and txn.first_offset < end:
+                    found.append(txn)
+                if txn.last_stable_offset >= end:
+                    return found
+        return found
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -417,6 +549,7 @@ class Log:
         self.log_end_offset = active.next_offset
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self._load_producer_state(clean=False)
         self._offsets_changed()
         return True
 
@@ -429,6 +562,8 @@ class Log:
         self._sync_dir_if_new()
         self.leader_epoch_cache.clear()
         self.log_start_offset = self.log_end_offset = self.recovery_point = offset
+        self._delete_snapshots(lambda o: False)
+        self.producer_state.clear()
         self._offsets_changed()
 
     def _offsets_changed(self) -> None:
@@ -459,13 +594,16 @@ class Log:
         base = old[0].base_offset
         log_path = old[0].log_path
         swap_path = log_path + ".swap"
+        aborted = [txn for segment in old for txn in segment.txn_index.entries]
         self.disk.rename(cleaned_path, swap_path)
         self.disk.fsync_dir(self.dir)
         for segment in old:
             segment.delete()
         self.disk.rename(swap_path, log_path)
         self.disk.fsync_dir(self.dir)
-        new = LogSegment.open(self.disk, self.dir, base, self.config, now_ms)
+        new = LogSegment.open(self.disk, self.dir, base, self.config, now_ms, txn_index=False)
+        new.txn_index.extend(aborted)
+        new.txn_index.flush()
         self._set_segments(self.segments[:first] + [new] + self.segments[first + len(old):])
         return new
 
@@ -551,6 +689,8 @@ class Log:
         for segment in segments[:count]:
             segment.delete()
         self._set_segments(segments[count:])
+        first = self.segments[0].base_offset
+        self._delete_snapshots(lambda o: o >= first)
         new_start = self.segments[0].base_offset
         if new_start > self.log_start_offset:
             self.log_start_offset = new_start
@@ -563,11 +703,14 @@ class Log:
     def close(self) -> None:
         if self.closed:
             return
+        if not self.producer_state.empty:
+            self._take_snapshot(self.log_end_offset)
         for segment in self.segments:
             segment.close()
         self.closed = True
 
     def delete(self) -> None:
+        self.producer_state.clear()           # nothing to snapshot: the directory goes
         self.close()
         self.disk.rmtree(self.dir)
 
@@ -598,6 +741,19 @@ def _complete_swap(disk: Disk, dir: str, base: int, config: LogConfig, bases: li
     disk.rename(swap_path, segment_paths(dir, base)[0])
     disk.fsync_dir(dir)
     return sorted({b for b in bases if b not in replaced} | {base})
+
+
+def read_marker(records, pos: int, header: BatchHeader) -> tuple[int, int] | None:
+    """``(marker type, coordinator epoch)`` of the control batch at ``pos``; None for another
+    kind of control record."""
+    for record in iter_records(records, pos, header):
+        kind = marker_type(record.key)
+        if kind is None:
+            return None
+        value = record.value or b""
+        coordinator_epoch = int.from_bytes(value[2:6], "big", signed=True) if len(value) >= 6 else -1
+        return kind, coordinator_epoch
+    return None
 
 
 def _epoch_assigner(cache: LeaderEpochCache):

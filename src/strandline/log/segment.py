@@ -1,4 +1,5 @@
-"""One log segment: ``<base offset, 20 digits>.log`` with its ``.index`` and ``.timeindex``.
+"""One log segment: ``<base offset, 20 digits>.log`` with its ``.index``, ``.timeindex`` and
+``.txnindex`` (aborted transactions, ``log.txn_index``).
 
 The ``.log`` file is a plain concatenation of record batches (v2), exactly as they travel in
 produce and fetch requests. The segment never decodes records: it reads 61-byte batch headers
@@ -22,6 +23,7 @@ from typing import Callable, Iterator, NamedTuple
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk, FileHandle, FileRegion
 from strandline.log.index import OffsetIndex, TimeIndex
+from strandline.log.txn_index import TransactionIndex
 from strandline.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, iter_records, read_header
 
 LOG_SUFFIX = ".log"
@@ -62,7 +64,7 @@ def segment_paths(directory: str, base_offset: int) -> tuple[str, str, str]:
 
 class LogSegment:
     def __init__(self, disk: Disk, directory: str, base_offset: int, config: LogConfig,
-                 handle: FileHandle, *, created_ms: int, new: bool) -> None:
+                 handle: FileHandle, *, created_ms: int, new: bool, txn_index: bool | None = None) -> None:
         self.disk = disk
         self.directory = directory
         self.base_offset = base_offset
@@ -71,6 +73,7 @@ class LogSegment:
         self.log = handle
         self.offset_index = OffsetIndex(disk, index_path, base_offset, config.segment_index_bytes)
         self.time_index = TimeIndex(disk, time_index_path, base_offset, config.segment_index_bytes)
+        self.txn_index = TransactionIndex(disk, directory, base_offset, exists=False if new else txn_index)
         self.created_ms = created_ms
         self.new = new                      # files created since the directory was last fsynced
         self._indexes_loaded = new
@@ -90,7 +93,7 @@ class LogSegment:
                now_ms: int) -> "LogSegment":
         """A new, empty segment (stale files with the same name are emptied)."""
         log_path, index_path, time_index_path = segment_paths(directory, base_offset)
-        for path in (index_path, time_index_path):
+        for path in (index_path, time_index_path, TransactionIndex(disk, directory, base_offset).path):
             if disk.exists(path):
                 disk.remove(path)
         handle = disk.open(log_path)
@@ -102,10 +105,12 @@ class LogSegment:
 
     @classmethod
     def open(cls, disk: Disk, directory: str, base_offset: int, config: LogConfig,
-             now_ms: int = 0) -> "LogSegment":
-        """An existing segment; indexes, next offset and max timestamp are loaded when needed."""
+             now_ms: int = 0, txn_index: bool | None = None) -> "LogSegment":
+        """An existing segment; indexes, next offset and max timestamp are loaded when needed
+        (``txn_index``: whether its ``.txnindex`` exists, if known)."""
         log_path = segment_paths(directory, base_offset)[0]
-        return cls(disk, directory, base_offset, config, disk.open(log_path), created_ms=now_ms, new=False)
+        return cls(disk, directory, base_offset, config, disk.open(log_path), created_ms=now_ms, new=False,
+                   txn_index=txn_index)
 
     def _ensure_indexes(self) -> None:
         if self._indexes_loaded:
@@ -377,6 +382,7 @@ class LogSegment:
         self.log.truncate(position)
         self.offset_index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         self._dirty = True
         if position == 0:
             self._next_offset = self.base_offset
@@ -494,6 +500,7 @@ class LogSegment:
             self._dirty = False
         self.offset_index.flush(force)
         self.time_index.flush(force)
+        self.txn_index.flush()
 
     def on_become_inactive(self) -> None:
         """The log rolled past this segment: record its max timestamp, flush, free index handles."""
@@ -501,18 +508,21 @@ class LogSegment:
         self.flush()
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def close(self) -> None:
         if self._append_final_time_entry():
             self.time_index.flush()
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self.log.close()
 
     def delete(self) -> None:
         self.log.close()
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         if self.disk.exists(self.log_path):
             self.disk.remove(self.log_path)
 

@@ -79,7 +79,6 @@ class ReplicaFetcherManager:
         before = log.log_end_offset
         log.truncate_to(offset)
         partition.high_watermark = min(partition.high_watermark, log.log_end_offset)
-        partition.rebuild_producer_state()
         return [Log("info", f"Truncated {partition.topic}-{partition.index} from {before} to "
                             f"{log.log_end_offset}: {why}")]
 
@@ -336,7 +335,6 @@ class ReplicaFetcherManager:
             if fetch_offset < answer.log_start_offset:
                 log.truncate_fully_and_start_at(answer.log_start_offset)
                 partition.high_watermark = answer.log_start_offset
-                partition.rebuild_producer_state()
                 return [Log("info", f"{key[0]}-{key[1]} restarts at the leader's log start offset "
                                     f"{answer.log_start_offset}")]
             fetcher.set_truncating(key, state, True)
@@ -359,6 +357,7 @@ class ReplicaFetcherManager:
         new_hw = min(log.log_end_offset, leader_hw)
         if new_hw > partition.high_watermark:
             partition.high_watermark = new_hw
+            log.producer_state.on_high_watermark_updated(new_hw)
         if answer.log_start_offset > log.log_start_offset:
             log.maybe_increment_log_start_offset(min(answer.log_start_offset, log.log_end_offset))
         return []

@@ -113,11 +113,7 @@ class LeaderWrites:
         if error is not ErrorCode.none:
             return done(error, now_ms)
         batch = build_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
-        effects = self.append_internal(topic, index, batch, self.config["request.timeout.ms"], done, now_ms)
-        entry = partition.producer_state.producers.get(producer_id)
-        if entry is not None:
-            entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
-        return effects
+        return self.append_internal(topic, index, batch, self.config["request.timeout.ms"], done, now_ms)
 
     def append_internal(self, topic: str, index: int, batch: bytearray, timeout_ms: int,
                         done: Callable[[ErrorCode, int], list], now_ms: int) -> list:

@@ -1,7 +1,7 @@
 """``Partition``: the one owner of every per-partition replication rule on a broker.
 
 It holds the local log, the leader/follower role with its leader epoch, the assigned replicas
-and the ISR, the high watermark, and the idempotent-producer state. It is pure: it never does
+and the ISR, and the high watermark; its log keeps the producer state (``log.producer_state``). It is pure: it never does
 network I/O or reads a clock (time arrives as ``now_ms``), and expected outcomes are
 ``ErrorCode`` values, never exceptions.
 """
@@ -14,10 +14,9 @@ from typing import NamedTuple
 from kio.schema.errors import ErrorCode
 
 from strandline.coordination.metadata import LeaderAndIsr
-from strandline.replication.producer_state import BatchMetadata, ProducerStateManager
-from strandline.replication.transactions import PartitionTransactions
 from strandline.log.disk import FileRegion
 from strandline.log.log import Log
+from strandline.log.producer_state import BatchMetadata, ProducerStateManager
 from strandline.protocol.records import BatchHeader, set_log_append_time
 
 NO_LEADER = -1
@@ -128,8 +127,10 @@ class Partition:
     isr_update_failed: bool = False
     """The state in ZooKeeper is not the one this leader knows: its view is stale (NET-4)."""
     remote_replicas: dict[int, ReplicaState] = field(default_factory=dict)
-    producer_state: ProducerStateManager = field(default_factory=ProducerStateManager)
-    transactions: PartitionTransactions = field(default_factory=PartitionTransactions)  # read_committed's view
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        return self.log.producer_state
 
     @property
     def is_leader(self) -> bool:
@@ -229,6 +230,7 @@ class Partition:
                 new_hw = min(new_hw, max(replica.log_end_offset, 0))
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
+            self.log.producer_state.on_high_watermark_updated(new_hw)
             return True
         return False
 
@@ -339,7 +341,6 @@ class Partition:
             set_log_append_time(records, 0, header, now_ms)
             append_time = now_ms
         info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
-        self.producer_state.update(header, info.first_offset, now_ms)
         self.maybe_increment_high_watermark(now_ms)
         return LeaderAppend(ErrorCode.none, info.first_offset, info.last_offset, append_time)
 
@@ -367,15 +368,6 @@ class Partition:
         return ReadResult(ErrorCode.none, data, hw, lso, leo)
 
     def last_stable_offset(self) -> int:
-        """The offset below which every transaction is decided (KIP-98); the high watermark when
-        no transaction is open. Reads the log's new batches below the high watermark first."""
-        self.transactions.catch_up(self.log, self.high_watermark)
-        return self.transactions.last_stable_offset(self.high_watermark)
-
-    def rebuild_producer_state(self) -> int:
-        """Replay batch headers of the last two segments (a producer's last five batches are
-        recent); a producer whose batches all lie further back is treated as new."""
-        self.producer_state.truncate()
-        segments = self.log.segments
-        start = segments[-2].base_offset if len(segments) >= 2 else self.log.log_start_offset
-        return self.producer_state.rebuild(self.log.iter_batch_headers(max(start, self.log.log_start_offset)))
+        """The offset below which every transaction is decided and its marker replicated
+        (KIP-98); the high watermark when no transaction is open."""
+        return self.log.last_stable_offset(self.high_watermark)

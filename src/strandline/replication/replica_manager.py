@@ -90,7 +90,6 @@ class ReplicaManager:
                               replica_lag_time_max_ms=config["replica.lag.time.max.ms"])
         partition.high_watermark = min(max(hws.get(key, 0), log.log_start_offset), log.log_end_offset)
         partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
-        partition.rebuild_producer_state()
         log.offsets_listener = self.journal.add
         self.partitions[key] = partition
         return partition
@@ -311,10 +310,7 @@ class ReplicaManager:
                      now_ms: int) -> list:
         key = (partition.topic, partition.index)
         self.fetcher_manager.remove_partitions([key])
-        was_follower = not partition.is_leader and partition.leader_epoch >= 0
         partition.make_leader(state, replicas, now_ms)
-        if was_follower:
-            partition.rebuild_producer_state()   # a follower appended without tracking producers
         return [Log("info", f"Leader of {key[0]}-{key[1]} in epoch {state.leader_epoch}, ISR {list(state.isr)}, "
                             f"LEO {partition.log_end_offset}, HW {partition.high_watermark}")] + \
             self._leadership_changed(partition, True, now_ms)
@@ -467,7 +463,9 @@ class ReplicaManager:
                     if read_committed and result.error is ErrorCode.none:
                         lso = partition.last_stable_offset()
                         entry["last_stable_offset"] = lso
-                        entry["aborted_transactions"] = partition.transactions.aborted_between(p.fetch_offset, lso)
+                        entry["aborted_transactions"] = [
+                            (txn.producer_id, txn.first_offset)
+                            for txn in partition.log.collect_aborted_txns(p.fetch_offset, lso)]
                     entry["log_start_offset"] = result.log_start_offset
                     entry["records"] = result.records
                     total += len(result.records)
