@@ -65,6 +65,12 @@ def test_a_log_that_knew_no_producer_writes_no_snapshot_and_reopens_without_a_sc
         log.append_as_leader(batch(), 0, 0)
     log.close()
     assert files(disk, root, ".snapshot") == []
+    log = open_log(disk, root, segment_bytes=10 * BATCH)
+    assert log.replayed_batches == 0
+    for _ in range(15):                                              # rolls: snapshots at 20, 30
+        log.append_as_leader(batch(), 0, 0)
+    log.close()                                                      # and one at the end, 35
+    assert files(disk, root, ".snapshot") == [f"{o:020d}.snapshot" for o in (20, 30, 35)]
     assert open_log(disk, root).replayed_batches == 0
 
 

@@ -72,7 +72,7 @@ def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
 
 def _new_stats() -> dict[str, int]:
     return {"segments_recovered": 0, "batches_scanned": 0, "bytes_truncated": 0,
-            "segments_deleted": 0, "indexes_rebuilt": 0}
+            "segments_deleted": 0, "indexes_rebuilt": 0, "producer_batches_replayed": 0}
 
 
 class Log:
@@ -189,6 +189,7 @@ class Log:
         log.recovery_stats = stats
         log.snapshots = sorted(snapshots)
         log._load_producer_state(clean=not needs_recovery)
+        stats["producer_batches_replayed"] = log.replayed_batches
         if names:
             log._sync_dir_if_new()
         else:
@@ -703,7 +704,7 @@ class Log:
     def close(self) -> None:
         if self.closed:
             return
-        if not self.producer_state.empty:
+        if not self.producer_state.empty or self.snapshots:
             self._take_snapshot(self.log_end_offset)
         for segment in self.segments:
             segment.close()
