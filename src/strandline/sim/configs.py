@@ -1,7 +1,8 @@
 """The explorer's configurations (:mod:`strandline.sim.explore`): what each promises to keep.
 
 ``safe`` is SPEC SAFE-1 (acks=all, min.insync.replicas=2, no unclean election, leader-epoch
-truncation) and must never lose an acknowledged write; ``acks1``, ``unclean`` and ``legacy`` are
+truncation) and must never lose an acknowledged write (``compact`` on a compacted topic, ``txn``
+with transactions); ``acks1``, ``unclean`` and ``legacy`` are
 the loss cases LOSS-1/LOSS-3, LOSS-2 and EPO-4 and must lose some. A module of its own so that the
 command line names them without loading the simulator.
 """
@@ -22,6 +23,9 @@ class ExploreConfig:
     """"never", "always", or "random": power loss is injected only where the run flushes on ack."""
     topic: tuple[tuple[str, str], ...] = ()
     """The topic's configs."""
+    transactions: bool = False
+    """Transactional producers on two topics and a read_committed consumer join the run
+    (:mod:`strandline.sim.txn_workload`), judged by :mod:`strandline.sim.txn_checker`."""
 
     @property
     def compacted(self) -> bool:
@@ -44,4 +48,12 @@ CONFIGS = {
                              frozenset({-1}), False, "random",
                              (("cleanup.policy", "compact"), ("segment.bytes", "1024"),
                               ("min.cleanable.dirty.ratio", "0.01"))),
+    # SAFE-1 with transactions (KIP-98): transactional producers commit and abort across two
+    # topics under the faults; committed transactions must be whole, aborted ones invisible to
+    # read_committed readers, undecided ones all or nothing
+    "txn": ExploreConfig("txn", {"min.insync.replicas": "2", "unclean.leader.election.enable": "false",
+                                 "replication.truncation": "leader-epoch",
+                                 "transaction.state.log.num.partitions": "4",
+                                 "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"},
+                         frozenset({-1}), False, "random", transactions=True),
 }

@@ -15,7 +15,9 @@ Configurations (:data:`CONFIGS`): ``safe`` is SPEC SAFE-1 (acks=all, min.insync.
 unclean election, leader-epoch truncation) and must never lose an acknowledged write; ``acks1``,
 ``unclean`` and ``legacy`` are the loss cases LOSS-1/LOSS-3, LOSS-2 and EPO-4 and must lose some;
 ``compact`` is SAFE-1 on a compacted topic, whose replicas' log cleaners rewrite segments throughout
-(the newest acknowledged value of each key must survive).
+(the newest acknowledged value of each key must survive); ``txn`` is SAFE-1 with transactional
+producers writing two topics and a read_committed consumer (:mod:`strandline.sim.txn_workload`),
+whose history :mod:`strandline.sim.txn_checker` judges once every transaction has ended.
 """
 
 from __future__ import annotations
@@ -34,9 +36,14 @@ from strandline.protocol.api import ApiKey
 from strandline.sim.checker import Invariants, Violation
 from strandline.sim.configs import CONFIGS, ExploreConfig  # noqa: F401  (part of this module's interface)
 from strandline.sim.cluster import SimCluster
+from strandline.sim.txn_checker import FinalRead, TxnChecker
+from strandline.sim.txn_workload import TXN_TIMEOUT_MS, ReadCommittedConsumer, TxnHistory, TxnProducer
 from strandline.sim.workload import Consumer, Firehose, History, Producer
 
 TOPIC = "events"
+LEDGER = "ledger"             # the transactional configuration's second topic
+TXN_PRODUCERS = 3
+TXN_STATE = "__transaction_state"
 SESSION_TIMEOUT_MS = 6000
 LAG_TIME_MS = 3000
 
@@ -54,6 +61,7 @@ class RunResult:
     simulated_ms: int
     wall_s: float
     all_violations: list[str] = field(default_factory=list)
+    transactions: dict[str, int] = field(default_factory=dict)    # outcome -> count (config txn)
 
     @property
     def ok(self) -> bool:
@@ -103,7 +111,19 @@ class Explorer:
         self.sim.on_log = self._on_log
         self.history = History()
         self.invariants = Invariants(self.sim, TOPIC, partitions, checked_acks=config.checked_acks,
-                                     no_duplicates=config.name == "safe", compacted=config.compacted)
+                                     no_duplicates=config.name in ("safe", "txn"), compacted=config.compacted)
+        self.topics = [TOPIC]
+        self.more_invariants: list[Invariants] = []     # of the other topics (config txn)
+        self.txn_history: TxnHistory | None = None
+        self.txn_checker: TxnChecker | None = None
+        if config.transactions:
+            self.topics.append(LEDGER)
+            txn_partitions = int(config.broker["transaction.state.log.num.partitions"])
+            for topic, count in ((LEDGER, partitions), (TXN_STATE, txn_partitions)):
+                more = Invariants(self.sim, topic, count, checked_acks=config.checked_acks, no_duplicates=False)
+                more.violations, more.broken = self.invariants.violations, self.invariants.broken
+                more.fail = lambda invariant, detail, fail=more.fail, topic=topic: fail(invariant, f"{topic} {detail}")
+                self.more_invariants.append(more)
         if reassign:
             # the final check compares the assigned replicas only: a broker that was down when a
             # move took its replica away keeps a stray log, as in Kafka
@@ -120,15 +140,22 @@ class Explorer:
         started = time.perf_counter()
         lost = 0
         self.invariants.on_violation = self._on_violation
+        for more in self.more_invariants:
+            more.on_violation = self._on_violation
         try:
             self._setup()
-            self.sim.after_event = self.invariants.after_event
+            self.sim.after_event = self._after_event if self.more_invariants else self.invariants.after_event
             self._nemesis_step()
             self.sim.advance(self.duration_ms)
             self._heal_everything()
             self._converge()
+            if self.txn_checker is not None:
+                final = self._end_transactions()
             self.sim.after_event = None
             lost = self.invariants.final_check(self.history)
+            if self.txn_checker is not None:
+                self.more_invariants[0].final_check(History())
+                self.txn_checker.final_check(final, {tp: self._leader_log(tp) for tp in final.views})
         except Violation as exc:        # the cluster did not converge: nothing more to check
             self.invariants.violations.append(exc)
             self._on_violation(exc)
@@ -136,7 +163,15 @@ class Explorer:
         return RunResult(self.seed, self.config.name, violations[0] if violations else None,
                          self.first_trace or list(self.trace), len(self.history.acked), lost,
                          self.invariants.events, self.fault_count, self.sim.now - self.start_ms,
-                         time.perf_counter() - started, [str(v) for v in violations])
+                         time.perf_counter() - started, [str(v) for v in violations],
+                         self.txn_history.counts() if self.txn_history is not None else {})
+
+    def _after_event(self) -> None:
+        """The invariants of every topic (each looks at the brokers the event reached)."""
+        touched = self.sim.touched
+        for invariants in [self.invariants] + self.more_invariants:
+            self.sim.touched = set(touched)
+            invariants.after_event()
 
     first_trace: list[str] | None = None
 
@@ -154,11 +189,15 @@ class Explorer:
     def _setup(self) -> None:
         sim = self.sim
         configs = [{"name": k, "value": v} for k, v in self.config.topic]
-        body = {"topics": [{"name": TOPIC, "num_partitions": self.partitions, "replication_factor": self.replication_factor,
-                            "assignments": [], "configs": configs}], "timeout": 1000, "validate_only": False}
+        body = {"topics": [{"name": topic, "num_partitions": self.partitions, "replication_factor": self.replication_factor,
+                            "assignments": [], "configs": configs} for topic in self.topics],
+                "timeout": 1000, "validate_only": False}
         resp = sim.call(sim.controller_id, ApiKey.CREATE_TOPICS, 5, body, "admin")
-        assert resp.topics[0].error_code == ErrorCode.none, resp
+        assert all(t.error_code == ErrorCode.none for t in resp.topics), resp
         sim.advance(100)
+        if self.config.transactions:
+            self._setup_transactions()
+            return
         checked = self.config.checked_acks
         specs = [(-1, True), (-1, False), (1, False), (1, True)]
         if 1 in checked:
@@ -174,6 +213,48 @@ class Explorer:
         self.history.on_ack = self.invariants.on_ack
         for client in self.producers + self.consumers:
             client.start()
+
+    def _setup_transactions(self) -> None:
+        """A plain idempotent acks=all producer and a plain consumer on the first topic, transactional
+        producers on both topics, a read_committed consumer of both."""
+        sim = self.sim
+        self.txn_history = TxnHistory()
+        self.txn_checker = TxnChecker(sim, self.txn_history, self.history, TOPIC, self.invariants.fail)
+        topics = {t: self.partitions for t in self.topics}
+        self.producers.append(Producer(sim, self.history, "i1a", TOPIC, self.partitions,
+                                       random.Random(self.rng.random()), acks=-1, idempotent=True))
+        for n in range(1, TXN_PRODUCERS + 1):
+            self.producers.append(TxnProducer(sim, self.txn_history, f"t{n}", topics,
+                                              random.Random(self.rng.random()), note=self.note))
+        self.consumers.append(Consumer(sim, self.history, "c1", TOPIC, self.partitions,
+                                       random.Random(self.rng.random()),
+                                       on_record=lambda p, o, v: self.invariants.on_consumed(self.history, p, o, v)))
+        self.consumers.append(ReadCommittedConsumer(sim, "rc1", topics, random.Random(self.rng.random()),
+                                                    self.txn_checker.on_fetch))
+        self.history.on_ack = self.invariants.on_ack
+        for client in self.producers + self.consumers:
+            client.start()
+
+    def _end_transactions(self) -> FinalRead:
+        """Once the producers stopped: every partition read again read_committed from its leader,
+        waiting (a transaction timeout and more) for transactions left open to be aborted; then the
+        replicas must agree again (markers were written meanwhile)."""
+        sim = self.sim
+        tps = [(t, p) for t in self.topics for p in range(self.partitions)]
+        final = self.txn_checker.read_all(tps, sim.now + TXN_TIMEOUT_MS + 30000)
+        self.note(f"final read_committed read: {sum(len(v) for v in final.views.values())} records, "
+                  f"transactions {self.txn_history.counts()}")
+        deadline = sim.now + 30000
+        while not self._quiescent():
+            if sim.now >= deadline:
+                raise Violation("the cluster converges", "replicas did not catch up within 30000 ms of the last "
+                                "transaction markers: " + self._describe(), sim.now)
+            sim.advance(100)
+        return final
+
+    def _leader_log(self, tp: tuple[str, int]) -> bytes:
+        leader = self.sim.state(*tp).leader
+        return self.sim.log_bytes(leader, *tp) if self.sim.partition(leader, *tp) is not None else b""
 
     # ------------------------------------------------------------------ the nemesis
 
@@ -294,9 +375,9 @@ class Explorer:
             {"partition_index": index, "replicas": target}]}]}
         sim.request(controller, ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body, "admin")
 
-    def _assignment(self) -> tuple[dict[int, tuple[int, ...]], bool]:
+    def _assignment(self, topic: str = TOPIC) -> tuple[dict[int, tuple[int, ...]], bool]:
         """The assignment ZooKeeper holds, and whether a reassignment is still recorded there."""
-        [res] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(TOPIC))])
+        [res] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(topic))])
         decoded = znodes.TopicZNode.decode(res.data)
         return decoded.partitions, bool(decoded.adding_replicas or decoded.removing_replicas)
 
@@ -362,36 +443,38 @@ class Explorer:
         live = self._live()
         if len(live) != len(sim.brokers):
             return False
-        assignment, moving = self._assignment()
-        if moving:
-            return False
-        for index in range(self.partitions):
-            state = sim.state(TOPIC, index)
-            replicas = set(assignment[index])
-            if state.leader < 0 or set(state.isr) != replicas:
+        for topic in self.topics:
+            assignment, moving = self._assignment(topic)
+            if moving:
                 return False
-            for b in replicas:
-                p = sim.partition(b, TOPIC, index)
-                if p is None or p.leader_epoch != state.leader_epoch:
+            for index in range(self.partitions):
+                state = sim.state(topic, index)
+                replicas = set(assignment[index])
+                if state.leader < 0 or set(state.isr) != replicas:
                     return False
-            leader = sim.partition(state.leader, TOPIC, index)
-            if not leader.is_leader or set(leader.isr) != replicas:
-                return False
+                for b in replicas:
+                    p = sim.partition(b, topic, index)
+                    if p is None or p.leader_epoch != state.leader_epoch:
+                        return False
+                leader = sim.partition(state.leader, topic, index)
+                if not leader.is_leader or set(leader.isr) != replicas:
+                    return False
         return True
 
     def _quiescent(self) -> bool:
         if not all(p.idle for p in self.producers):
             return False
-        assignment, _ = self._assignment()
-        for index in range(self.partitions):
-            ends = set()
-            for b in assignment[index]:
-                p = self.sim.partition(b, TOPIC, index)
-                if p is None or p.high_watermark != p.log_end_offset:
+        for topic in self.topics:
+            assignment, _ = self._assignment(topic)
+            for index in range(self.partitions):
+                ends = set()
+                for b in assignment[index]:
+                    p = self.sim.partition(b, topic, index)
+                    if p is None or p.high_watermark != p.log_end_offset:
+                        return False
+                    ends.add(p.log_end_offset)
+                if len(ends) != 1:
                     return False
-                ends.add(p.log_end_offset)
-            if len(ends) != 1:
-                return False
         return True
 
     def _converge(self) -> None:
@@ -429,16 +512,18 @@ class Explorer:
 
     def _describe(self) -> str:
         parts = []
-        for index in range(self.partitions):
-            state = self.sim.state(TOPIC, index)
-            views = []
-            for b in sorted(self.sim.brokers):
-                p = self.sim.partition(b, TOPIC, index)
-                views.append(f"{b}:" + ("down" if p is None else
-                                        f"{'L' if p.is_leader else 'F'}e{p.leader_epoch} leo{p.log_end_offset}"
-                                        f" hw{p.high_watermark}" + (f" isr{list(p.isr)}" if p.is_leader else "")))
-            parts.append(f"p{index} zk(leader {state.leader} epoch {state.leader_epoch} isr {list(state.isr)}) "
-                         + " ".join(views))
+        for topic in self.topics:
+            for index in range(self.partitions):
+                state = self.sim.state(topic, index)
+                views = []
+                for b in sorted(self.sim.brokers):
+                    p = self.sim.partition(b, topic, index)
+                    views.append(f"{b}:" + ("down" if p is None else
+                                            f"{'L' if p.is_leader else 'F'}e{p.leader_epoch} leo{p.log_end_offset}"
+                                            f" hw{p.high_watermark}" + (f" isr{list(p.isr)}" if p.is_leader else "")))
+                name = f"p{index}" if topic == TOPIC else f"{topic}-{index}"
+                parts.append(f"{name} zk(leader {state.leader} epoch {state.leader_epoch} isr {list(state.isr)}) "
+                             + " ".join(views))
         return "; ".join(parts)
 
 
