@@ -1,7 +1,9 @@
 """Transactions (KIP-98) against a real 3-broker cluster: confluent-kafka, kafka-python and aiokafka
 transactional producers; read_committed consumers see exactly the committed records; an open
 transaction holds them back at the last stable offset; a zombie producer is fenced; a
-consume-transform-produce loop stopped between batches gives every input exactly one output."""
+consume-transform-produce loop stopped between batches, and one in a process of its own SIGKILLed
+20 times, give every input exactly one output; a plain offset commit written after a transaction's
+offsets outlives its commit."""
 
 from __future__ import annotations
 
@@ -315,3 +317,179 @@ def test_sigkill_of_the_coordinator_and_of_a_leader_in_the_middle_of_commits(clu
     assert all(outcomes[n] != "aborted" for n in per_round), "an aborted transaction is visible"
     assert all(n in per_round for n, o in outcomes.items() if o == "committed"), "a committed transaction is lost"
     assert sum(o == "committed" for o in outcomes.values()) >= 15
+
+
+def test_a_consume_transform_produce_process_sigkilled_20_times_gives_every_input_exactly_one_output(
+        cluster, admin):
+    """Issue 17's target: "A consume-transform-produce loop (sendOffsetsToTransaction) killed and
+    restarted 20 times gives every input record exactly one output."
+
+    The loop (tests/integration/txn_loop_worker.py: a read_committed consumer, a transactional
+    producer, send_offsets_to_transaction, commit) runs as a process of its own, which is SIGKILLed
+    20 times and started again under the same transactional.id: after a transaction's records were
+    produced, after its offsets were added (both mid-transaction), at a random moment after it
+    started, and at a random moment after some commits. New input arrives before every start. At
+    the end a read_committed reader of the output finds every input exactly once, in input order in
+    each of the four partitions."""
+    import os
+    import queue
+    import random
+    import signal
+    import subprocess
+    import sys
+    import threading
+    from collections import Counter
+    from pathlib import Path
+
+    from confluent_kafka import Producer
+
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    partitions, per_round = 4, 40
+    source, sink = new_topic(admin, partitions), new_topic(admin, partitions)
+    group, transactional_id = f"kill-ctp-{source}", f"kill-ctp-{source}"
+    worker_py = Path(__file__).with_name("txn_loop_worker.py")
+    feeder = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    inputs: dict[int, list[str]] = {p: [] for p in range(partitions)}
+
+    def feed() -> None:
+        start = sum(len(v) for v in inputs.values())
+        for i in range(start, start + per_round):
+            feeder.produce(source, str(i).encode(), partition=i % partitions)
+            inputs[i % partitions].append(str(i))
+        assert feeder.flush(30) == 0
+
+    class Worker:
+        def __init__(self) -> None:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(worker_py), cluster.bootstrap, source, sink, group, transactional_id, "50"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+            self.lines: queue.Queue = queue.Queue()
+            self.reader = threading.Thread(target=self._read, daemon=True)
+            self.reader.start()
+            self.last = ""
+
+        def _read(self) -> None:
+            for line in self.proc.stdout:
+                self.lines.put(line.strip())
+            self.lines.put(None)
+
+        def until(self, wanted, deadline: float) -> str | None:
+            """The first line ``wanted(line)`` accepts (None: the deadline passed); fails if the
+            worker ends by itself."""
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    line = self.lines.get(timeout=left)
+                except queue.Empty:
+                    return None
+                if line is None:
+                    self.proc.wait(10)
+                    raise AssertionError(f"the worker ended by itself ({self.proc.returncode}), seed {seed}: "
+                                         f"{self.proc.stderr.read()}")
+                self.last = line
+                note(line)
+                if wanted(line):
+                    return line
+            return None
+
+        def kill(self) -> str:
+            """SIGKILL by pid; the last step it reported."""
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+            self.reader.join(10)
+            while (line := self.lines.get_nowait() if not self.lines.empty() else None) is not None:
+                self.last = line
+                note(line)
+            self.proc.stderr.close()
+            return self.last
+
+    committed: dict[int, int] = {}
+
+    def note(line: str) -> None:
+        if line.startswith("COMMITTED"):
+            for item in line.split()[2:]:
+                p, o = item.split("=")
+                committed[int(p)] = max(committed.get(int(p), 0), int(o))
+
+    mid_transaction = 0
+    worker: Worker | None = None
+    started = time.monotonic()
+    try:
+        for kill in range(20):
+            feed()
+            worker = Worker()
+            mode = kill % 4
+            deadline = time.monotonic() + 30
+            if mode == 0:
+                seen = worker.until(lambda line: line.startswith("PRODUCED"), deadline)
+            elif mode == 1:
+                seen = worker.until(lambda line: line.startswith("OFFSETS"), deadline)
+            elif mode == 2:                                  # anywhere from start-up on
+                worker.until(lambda line: False, time.monotonic() + rng.uniform(0, 2.5))
+                seen = "any"
+            else:                                            # after some commits, anywhere in the loop
+                wanted = rng.randint(1, 3)
+                seen = worker.until(lambda line: line.startswith("COMMITTED") and int(line.split()[1]) + 1 >= wanted,
+                                    deadline)
+                worker.until(lambda line: False, time.monotonic() + rng.uniform(0, 0.2))
+            assert seen is not None, f"kill {kill} (mode {mode}): the worker never got there, seed {seed}"
+            last = worker.kill()
+            worker = None
+            mid_transaction += last.startswith(("PRODUCED", "OFFSETS"))
+        # the last instance runs until every input's offset is committed
+        ends = {p: len(v) for p, v in inputs.items()}
+        worker = Worker()
+        deadline = time.monotonic() + 60
+        worker.until(lambda line: all(committed.get(p, 0) >= ends[p] for p in ends), deadline)
+        assert all(committed.get(p, 0) == ends[p] for p in ends), \
+            f"committed input offsets {committed}, input ends {ends}, seed {seed}"
+        worker.kill()
+        worker = None
+    finally:
+        if worker is not None and worker.proc.poll() is None:
+            os.kill(worker.proc.pid, signal.SIGKILL)
+            worker.proc.wait(10)
+    elapsed = time.monotonic() - started
+    assert mid_transaction >= 8, f"only {mid_transaction} kills landed mid-transaction, seed {seed}"
+    outputs = read_all(cluster.bootstrap, {sink: partitions}, "read_committed", timeout_s=30)
+    counts = Counter(v for values in outputs.values() for v in values)
+    expected = {v for values in inputs.values() for v in values}
+    duplicates = {v: c for v, c in counts.items() if c > 1}
+    missing = expected - set(counts)
+    assert not duplicates and not missing, \
+        f"{len(duplicates)} duplicated, {len(missing)} missing, seed {seed}: {sorted(duplicates)[:10]} {sorted(missing)[:10]}"
+    assert set(counts) == expected
+    for p in range(partitions):                              # in input order, in the input's partition
+        assert outputs[(sink, p)] == inputs[p], f"partition {p} out of order, seed {seed}"
+    print(f"20 SIGKILLs ({mid_transaction} mid-transaction), {len(expected)} inputs, {elapsed:.1f} s, seed {seed}")
+
+
+def test_a_plain_commit_after_a_transactions_offsets_is_kept_when_the_transaction_commits(cluster, admin):
+    """Of a transaction's offsets (send_offsets_to_transaction) and a plain OffsetCommit of the
+    same group and partition written after them, the later one counts once the transaction
+    commits, as in Kafka (GroupMetadata.completePendingTxnOffsetCommit); and a transaction's
+    offsets written after a plain commit replace it. Issue 17."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = new_topic(admin, 1)
+    group = f"late-{topic}"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        def committed() -> int:
+            return consumer.committed([TopicPartition(topic, 0)], timeout=30)[0].offset
+
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"late-{topic}"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"x", partition=0)
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 5)], consumer.consumer_group_metadata(), 30)
+        consumer.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)     # later in the log
+        producer.commit_transaction(30)
+        assert committed() == 10
+        producer.begin_transaction()
+        producer.produce(topic, b"y", partition=0)
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        assert committed() == 7
+    finally:
+        consumer.close()
