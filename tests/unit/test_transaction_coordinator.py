@@ -90,12 +90,13 @@ def test_a_commit_is_prepared_then_marked_on_every_partition_then_completed_in_t
     marked(5)
     f.write()
     assert f.state().state is S.COMPLETE_COMMIT and f.state().partitions == set()
-    f.c.end_transaction(TX, 1001, 0, True, f.respond, 6)           # a retry once done
+    f.c.end_transaction(TX, 1001, 0, True, f.respond, 6)           # a retry once done: written again
+    f.write()
     assert f.answers.pop() == (ErrorCode.none,)
     f.c.end_transaction(TX, 1001, 0, False, f.respond, 6)
     assert f.answers.pop() == (ErrorCode.invalid_txn_state,)
     states = [rec.decode_value(rec.decode_key(k), v).state for _, k, v in f.log]
-    assert states == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.COMPLETE_COMMIT]
+    assert states == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.COMPLETE_COMMIT, S.COMPLETE_COMMIT]
 
 
 def test_a_new_instance_aborts_the_ongoing_transaction_with_a_bumped_epoch():
@@ -138,11 +139,44 @@ def test_a_new_coordinator_replays_the_log_and_completes_a_prepared_commit():
     g.c.unload_partition(g.c.partition_of(TX))
     g.c.load_partition(g.c.partition_of(TX), 6, [(i, k, v) for i, (_, k, v) in enumerate(f.log)], 10)
     assert g.state().state is S.PREPARE_COMMIT
+    assert not g.markers             # the PrepareCommit may lie above the high watermark: written again first
+    g.write()
     [(partitions, pid, epoch, commit, coordinator_epoch, marked)] = g.markers
     assert (partitions, pid, commit, coordinator_epoch) == ([("t", 0)], 1001, True, 6)
     marked(11)
     g.write()
     assert g.state().state is S.COMPLETE_COMMIT
+
+
+def test_what_the_state_already_says_is_acknowledged_only_once_written_again():
+    """sim explore --config txn seeds 7 and 39: a coordinator acknowledged partitions added
+    already, and a commit retried, from memory; its memory came from records above the high
+    watermark (lost at the next failover) or it was a deposed leader that had not heard so. No
+    later coordinator knew those partitions: the transaction's records there never got a marker,
+    and the commit of the next transaction of the same epoch was taken for a retry. Now the state
+    is written again, and the answer waits for that write."""
+    f = Fakes()
+    f.init()
+    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)
+    f.write()
+    assert f.answers.pop() == (ErrorCode.none,)
+    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 3)
+    assert not f.answers and f.pending_writes
+    f.write(ErrorCode.not_enough_replicas)                         # a deposed leader cannot write
+    assert f.answers.pop() == (ErrorCode.coordinator_not_available,)
+    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 4)
+    f.write()
+    assert f.answers.pop() == (ErrorCode.none,) and f.state().partitions == {("t", 0)}
+    f.c.end_transaction(TX, 1001, 0, True, f.respond, 5)
+    f.write()                                                       # PrepareCommit
+    f.answers.pop()
+    f.markers.pop()[5](6)
+    f.write()                                                       # CompleteCommit
+    assert f.state().state is S.COMPLETE_COMMIT
+    f.c.end_transaction(TX, 1001, 0, True, f.respond, 7)            # retried
+    assert not f.answers
+    f.write()
+    assert f.answers.pop() == (ErrorCode.none,) and f.state().state is S.COMPLETE_COMMIT
 
 
 def test_a_coordinator_that_lost_its_partition_answers_not_coordinator():

@@ -85,11 +85,28 @@ class TransactionCoordinator:
                 continue
             self.transactions[transactional_id] = m
             if m.state in PREPARED:
-                effects.extend(self._complete(m, m.state is S.PREPARE_COMMIT, now_ms))
+                effects.extend(self._resume_prepared(m, coordinator_epoch, now_ms))
         if loaded:
             effects.append(Log("info", f"Coordinator of the transactions of {rec.TRANSACTION_STATE_TOPIC}-{index} "
                                        f"({len(loaded)} transactional id(s) loaded)"))
         return effects
+
+    def _resume_prepared(self, m: TransactionMetadata, coordinator_epoch: int, now_ms: int) -> list:
+        """A transaction found prepared when loading: its Prepare record may be above the high
+        watermark and vanish with the log's tail (the next coordinator would then see it ongoing
+        and abort it after markers of a commit went out), so it is written again first, and its
+        markers sent once that write is acknowledged."""
+        index = self.partition_of(m.transactional_id)
+
+        def rewritten(error: ErrorCode, when_ms: int) -> list:
+            if error is ErrorCode.none:
+                return self._complete(again, m.state is S.PREPARE_COMMIT, when_ms)
+            if self.owned.get(index) != coordinator_epoch or self.transactions.get(m.transactional_id) is not m:
+                return []
+            return self.after(when_ms + RETRY_MS, lambda t: self._resume_prepared(m, coordinator_epoch, t))
+
+        again = dataclasses.replace(m, update_ms=now_ms)
+        return self._write(again, rewritten, now_ms)
 
     def unload_partition(self, index: int) -> list:
         self.owned.pop(index, None)
@@ -116,6 +133,17 @@ class TransactionCoordinator:
             return done(error, when_ms)
 
         return self.append(index, [rec.state_record(new)], written, now_ms)
+
+    def _confirm(self, m: TransactionMetadata, respond: Callable[[ErrorCode], list], now_ms: int) -> list:
+        """Answer a request the id's state already satisfies (partitions added already, an end
+        retried) only once that state is written again: what this coordinator knows may be lost
+        yet (loaded from records above the high watermark) or stale (a deposed leader of the
+        partition, cut off, that has not heard so); either way the write fails. Answered from
+        memory, a transaction was acknowledged whose partitions no later coordinator knew, and a
+        commit of the next transaction of the same producer epoch taken for a retry of this one:
+        the new transaction's records never got a marker (sim explore --config txn, seeds 7, 39)."""
+        return self._write(dataclasses.replace(m, update_ms=now_ms), lambda e, t: respond(_coordinator_error(e)),
+                           now_ms)
 
     def _checked(self, transactional_id: str | None) -> ErrorCode | None:
         if not transactional_id:
@@ -203,7 +231,7 @@ class TransactionCoordinator:
             return respond(error)
         assert m is not None
         if m.state is S.ONGOING and partitions <= m.partitions:
-            return respond(ErrorCode.none)
+            return self._confirm(m, respond, now_ms)             # added already (a retry)
         new = dataclasses.replace(m, state=S.ONGOING, partitions=m.partitions | partitions, update_ms=now_ms,
                                   start_ms=m.start_ms if m.state is S.ONGOING else now_ms)
         return self._write(new, lambda e, t: respond(_coordinator_error(e)), now_ms)
@@ -226,7 +254,7 @@ class TransactionCoordinator:
         wanted = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
         preparing = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
         if m.state is wanted:
-            return respond(ErrorCode.none)                       # a retry of what was done
+            return self._confirm(m, respond, now_ms)             # a retry of what was done
         if m.state is preparing:
             return respond(ErrorCode.concurrent_transactions)
         if m.state is not S.ONGOING:
