@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import Cluster, free_ports, run_cli
+from tests.conftest import Cluster, free_ports, poll_until, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -493,3 +493,79 @@ def test_a_plain_commit_after_a_transactions_offsets_is_kept_when_the_transactio
         assert committed() == 7
     finally:
         consumer.close()
+
+
+def _partition_files(cluster, broker_id: int, topic: str, suffix: str) -> list:
+    return sorted((cluster.data_dir / f"broker-{broker_id}" / "logs" / f"{topic}-0").glob(f"*{suffix}"))
+
+
+def test_producer_snapshots_and_the_transaction_index_survive_a_clean_stop_and_a_sigkill(cluster, admin):
+    """Every replica writes producer ``.snapshot`` files and a ``.txnindex`` in Kafka's formats as it
+    appends. A broker stopped cleanly loads its producer state without replaying a batch; after the
+    leader's SIGKILL a former follower leads with the same state: the aborted transaction stays
+    hidden and the open one holds read_committed readers at the last stable offset until it commits."""
+    import struct
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+
+    topic = f"snap-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, 1, 3, config={"segment.bytes": "4096"})])[topic].result(30)
+    aborter = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"a-{topic}"})
+    aborter.init_transactions(30)
+    aborter.begin_transaction()
+    for i in range(5):
+        aborter.produce(topic, f"aborted-{i}".encode())
+    aborter.flush(30)                 # written, not purged by the abort
+    aborter.abort_transaction(30)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    for i in range(100):
+        plain.produce(topic, f"plain-{i}".encode())
+        plain.flush(30)
+    opener = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"o-{topic}",
+                       "transaction.timeout.ms": 120000})
+    opener.init_transactions(30)
+    opener.begin_transaction()
+    opener.produce(topic, b"open")
+    opener.flush(30)
+    for i in range(100, 200):
+        plain.produce(topic, f"plain-{i}".encode())
+        plain.flush(30)
+    before_open = [f"plain-{i}" for i in range(100)]
+    assert read_all(cluster.bootstrap, {topic: 1}, "read_committed")[(topic, 0)] == before_open
+
+    for broker_id in (1, 2, 3):       # each replica: snapshots at its rolls, and the abort indexed
+        assert len(_partition_files(cluster, broker_id, topic, ".snapshot")) >= 3, broker_id
+        indexed = [struct.unpack(">hqqqq", f.read_bytes()) for f in _partition_files(cluster, broker_id, topic, ".txnindex")]
+        assert [(version, first, last) for version, _, first, last, _ in indexed] == [(0, 0, 5)], broker_id
+
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    log_file = cluster.data_dir / f"broker-{follower}" / "broker.log"
+    assert run_cli("cluster", "stop", str(follower), "--data-dir", str(cluster.data_dir), timeout=120).returncode == 0
+    end = max(int(f.name[:20]) for f in _partition_files(cluster, follower, topic, ".snapshot"))
+    assert end == 207                 # the log end offset: 5 aborted, a marker, 100, 1 open, 100
+    seen = len(log_file.read_text(errors="replace"))
+    assert run_cli("cluster", "start", str(follower), "--data-dir", str(cluster.data_dir), timeout=120).returncode == 0
+    loaded = [line for line in log_file.read_text(errors="replace")[seen:].splitlines() if "Loaded logs" in line]
+    assert loaded and "'producer_batches_replayed': 0" in loaded[-1], loaded
+
+    def leader_now() -> int:
+        return admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+
+    def in_sync() -> bool:
+        return len(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs) == 3
+
+    poll_until(in_sync, 60, message="the stopped follower back in the ISR")
+    assert run_cli("cluster", "kill", str(leader), "--data-dir", str(cluster.data_dir)).returncode == 0
+    try:
+        poll_until(lambda: leader_now() not in (leader, -1), 60, message="a new leader")
+        assert read_all(cluster.bootstrap, {topic: 1}, "read_committed")[(topic, 0)] == before_open
+        opener.commit_transaction(90)
+        everything = before_open + ["open"] + [f"plain-{i}" for i in range(100, 200)]
+        assert read_all(cluster.bootstrap, {topic: 1}, "read_committed", timeout_s=30)[(topic, 0)] == everything
+        uncommitted = read_all(cluster.bootstrap, {topic: 1}, "read_uncommitted")[(topic, 0)]
+        assert uncommitted[:5] == [f"aborted-{i}" for i in range(5)] and uncommitted[5:] == everything
+    finally:
+        assert run_cli("cluster", "start", str(leader), "--data-dir", str(cluster.data_dir),
+                       timeout=120).returncode == 0
