@@ -412,3 +412,37 @@ def test_transactions_are_compacted_by_their_outcome_and_markers_stay(disk_root)
         (3, b"b", b"plain-1"), (4, b"a", b"committed"), (6, b"b", b"undecided")]
     markers = [h.base_offset for _, h in iter_batches(log.read(0, 1 << 20)) if h.attributes & 0x20]
     assert markers == [2, 5, 7]
+
+
+def test_a_marker_goes_once_its_transaction_is_gone_and_delete_retention_passed(disk_root):
+    """As Kafka's cleaner: the abort marker stays while its transaction's records are in the log;
+    once a pass removed them, a later pass drops the marker (and its .txnindex entry) when its
+    segment is older than delete.retention.ms. A commit marker whose records stay, and a
+    producer's last marker, stay."""
+    from strandline.protocol.markers import build_marker
+
+    disk, root = disk_root
+    log = open_log(disk, root, segment_bytes=1 << 20)
+    log.append_as_leader(_txn_batch([(b"a", b"aborted")], 5, 0), 0, T0)       # 0: aborted
+    log.append_as_leader(build_marker(5, 0, False, 0, T0), 0, T0)            # 1: abort marker
+    log.append_as_leader(_txn_batch([(b"a", b"committed")], 5, 1), 0, T0)     # 2: committed
+    log.append_as_leader(build_marker(5, 0, True, 0, T0), 0, T0)             # 3: commit marker
+    write(log, [(b"c", b"plain")])                                            # 4
+    log.roll()
+    write(log, [(b"d", b"active")])                                           # 5
+
+    def markers() -> list[int]:
+        return [h.base_offset for _, h in iter_batches(log.read(0, 1 << 20)) if h.attributes & 0x20]
+
+    clean(log)                                          # the aborted records go, the marker stays
+    assert [o for o, _, _ in records(log)] == [1, 2, 3, 4, 5] and markers() == [1, 3]   # 0 went
+    assert [(t.first_offset, t.last_offset) for t in log.collect_aborted_txns(0, 6)] == [(0, 1)]
+    early = clean(log, now_ms=T0 + 1000, first_dirty=5)
+    assert markers() == [1, 3] and early.tombstone_due_ms == T0 + 60_000       # too young yet
+    late = clean(log, now_ms=T0 + 120_000, first_dirty=5)
+    assert markers() == [3] and late.stats.markers_removed == 1
+    assert log.collect_aborted_txns(0, 6) == []
+    assert not disk.exists(f"{root}/t-0/{0:020d}.txnindex")
+    copy = Log.open(disk, f"{root}/copy-0", "copy", 0, LogConfig(**COMPACT), needs_recovery=False, now_ms=T0)
+    copy.append_as_follower(log.read(0, 1 << 20))       # a replica fetching the cleaned log
+    assert copy.last_stable_offset(6) == 6              # the emptied batch 0 opens no transaction

@@ -66,3 +66,12 @@ def test_a_snapshot_keeps_each_producers_last_batch_epoch_and_open_transaction()
     assert loaded.check(header(seq=10)).error is ErrorCode.none
     assert loaded.producers[9].epoch == 2 and loaded.ongoing == {9: 20}
     assert loaded.last_stable_offset(100) == 20
+
+
+def test_a_transactional_batch_the_cleaner_emptied_opens_no_transaction():
+    """Its marker may have been removed by a later cleaning: it must not hold the last stable offset."""
+    s = ProducerStateManager()
+    s.update(header(pid=9, seq=0, count=1)._replace(attributes=0x10, records_count=0), 0, 1)
+    assert s.ongoing == {} and s.last_stable_offset(5) == 5
+    s.update(header(pid=9, seq=1, count=1, base_offset=3)._replace(attributes=0x10), 3, 1)
+    assert s.ongoing == {9: 3} and s.last_stable_offset(5) == 3

@@ -31,8 +31,11 @@ the active segment, nothing at or above the high watermark, nothing younger than
      ``end`` learns each transactional batch's outcome from the markers that follow it. Records
      of a committed transaction are compacted like any others; an aborted transaction's records
      go (they supersede nothing); a transaction whose marker is not below ``end`` yet is kept
-     whole and supersedes nothing. Markers stay (Kafka drops them once their transaction's
-     records are gone and ``delete.retention.ms`` has passed).
+     whole and supersedes nothing. A marker goes, as Kafka's does, once no batch of its
+     transaction is left before it and its segment was cleaned before and is older than
+     ``delete.retention.ms`` (so a reader had that long to see the marker with its records),
+     unless it is its producer's last batch in the pass (it carries the producer's epoch). The
+     transaction index entry of an abort marker that goes goes with it.
 3. **Swap**, as Kafka does it. The ``.cleaned`` file is fsynced and renamed to
    ``<base>.log.swap`` (the commit point). Then the replaced segments' files are deleted, and the
    swap file is renamed to ``<base>.log``.
@@ -84,6 +87,7 @@ class CleanerStats:
     tombstones_removed: int = 0
     segments_replaced: int = 0
     map_entries: int = 0
+    markers_removed: int = 0
 
 TRANSACTIONAL_BIT = 0x10
 
@@ -171,6 +175,9 @@ class Cleaning:
         #: each transactional batch's outcome by base offset: True committed, False aborted
         #: (absent: its marker is not below ``end``, so it is kept whole)
         self._outcomes: dict[int, bool] = {}
+        #: markers with no batch of their transaction before them (removable once old enough)
+        self._bare_markers: set[int] = set()
+        self._removed_markers: set[int] = set()
 
     # -- the pass ----------------------------------------------------------------------------
 
@@ -219,10 +226,13 @@ class Cleaning:
                     continue
                 if header.attributes & CONTROL_BIT:
                     kind = self._marker(header)
-                    for base in open_batches.pop(header.producer_id, ()):
+                    batches = open_batches.pop(header.producer_id, ())
+                    for base in batches:
                         if kind is not None:
                             self._outcomes[base] = kind == COMMIT_MARKER
-                else:
+                    if kind is not None and not batches:
+                        self._bare_markers.add(header.base_offset)
+                elif header.records_count:      # an emptied batch (kept for its offsets) is no data
                     open_batches.setdefault(header.producer_id, []).append(header.base_offset)
 
     def _marker(self, header: BatchHeader) -> int | None:
@@ -336,7 +346,7 @@ class Cleaning:
             return
         out.flush()
         out.close()
-        log.replace_segments(group, cleaned_path, self.now_ms)
+        log.replace_segments(group, cleaned_path, self.now_ms, removed_markers=self._removed_markers)
         self._cleaned_files.remove(cleaned_path)
         self.stats.segments_replaced += len(group)
 
@@ -355,6 +365,15 @@ class Cleaning:
         """The batch as it is kept (the same view when whole, None when it vanishes) and how many
         records it lost."""
         status = self._status(header)
+        if header.attributes & CONTROL_BIT:
+            if header.base_offset in self._bare_markers and not keep_empty:
+                if drop_tombstones:
+                    self.stats.markers_removed += 1
+                    self._removed_markers.add(header.base_offset)
+                    return None, 0
+                if self.tombstone_due_ms is None or tombstone_due_ms < self.tombstone_due_ms:
+                    self.tombstone_due_ms = tombstone_due_ms        # a later pass removes it
+            return batch, 0
         if status is None or header.records_count == 0:
             return batch, 0
         if status is False:                                  # an aborted transaction's records go

@@ -585,17 +585,20 @@ class Log:
 
     # -- compaction --------------------------------------------------------------------------
 
-    def replace_segments(self, old: list[LogSegment], cleaned_path: str, now_ms: int) -> LogSegment:
+    def replace_segments(self, old: list[LogSegment], cleaned_path: str, now_ms: int,
+                         removed_markers: set[int] | None = None) -> LogSegment:
         """Swap a log cleaner's fsynced ``cleaned_path`` in for the consecutive segments ``old``
         (see ``log.cleaning``): rename it to ``<base>.log.swap`` (the commit point), delete the old
-        segments' files, rename the swap file to ``<base>.log``."""
+        segments' files, rename the swap file to ``<base>.log``. The new segment's transaction
+        index holds the old ones' entries but those of the abort markers in ``removed_markers``."""
         first = self.segments.index(old[0])
         if self.segments[first:first + len(old)] != old or first + len(old) >= len(self.segments):
             raise ValueError(f"segments to replace are not consecutive inactive segments of {self!r}")
         base = old[0].base_offset
         log_path = old[0].log_path
         swap_path = log_path + ".swap"
-        aborted = [txn for segment in old for txn in segment.txn_index.entries]
+        aborted = [txn for segment in old for txn in segment.txn_index.entries
+                   if not removed_markers or txn.last_offset not in removed_markers]
         self.disk.rename(cleaned_path, swap_path)
         self.disk.fsync_dir(self.dir)
         for segment in old:

@@ -156,7 +156,8 @@ class ProducerStateManager:
         entry.last_timestamp = header.max_timestamp
         if header.attributes & CONTROL_BIT:
             return self._complete(pid, entry, first_offset, marker)
-        if header.attributes & TRANSACTIONAL_BIT and entry.current_txn_first_offset < 0:
+        # a batch the cleaner emptied opens nothing: its transaction's marker may be gone
+        if header.attributes & TRANSACTIONAL_BIT and entry.current_txn_first_offset < 0 and header.records_count:
             entry.current_txn_first_offset = first_offset
             self.ongoing[pid] = first_offset
         if header.base_sequence >= 0:
