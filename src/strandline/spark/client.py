@@ -218,7 +218,49 @@ class StrandlineClient:
 FIND_COORDINATOR, OFFSET_FETCH, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 10, 9, 24, 25, 26, 28
 #: a coordinator moving, loading, or finishing the previous transaction: ask again
 COORDINATOR_RETRY = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
-                     ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions}
+                     ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions,
+                     ErrorCode.unstable_offset_commit}
+
+
+def checked(code: Any, what: str) -> None:
+    """Raise LeaderMoved for a coordinator error worth retrying, NotRetriable for any other."""
+    error = ErrorCode(int(code))
+    if error in COORDINATOR_RETRY:
+        raise LeaderMoved(error.name)
+    if error is not ErrorCode.none:
+        raise NotRetriable(f"{what}: {error.name.upper()}")
+
+
+def find_coordinator(client: StrandlineClient, key: str, key_type: int) -> str:
+    """The address of the coordinator of a group (``key_type`` 0) or a transactional id (1)."""
+    for address in list(client.brokers.values()) + client.bootstrap:
+        try:
+            resp = client._request(address, FIND_COORDINATOR, 3, {"key": key, "key_type": key_type})
+        except StrandlineError:
+            continue
+        error = ErrorCode(int(resp.error_code))
+        if error is ErrorCode.none:
+            return f"{resp.host}:{resp.port}"
+        if error not in COORDINATOR_RETRY:
+            raise NotRetriable(f"no coordinator for {key}: {error.name.upper()}")
+        raise LeaderMoved(error.name)
+    raise LeaderMoved("no broker answered FindCoordinator")
+
+
+def with_coordinator(client: StrandlineClient, key: str, key_type: int, call: Any, what: str) -> Any:
+    """``call(address)`` on the coordinator of ``key``, found again and retried with a backoff
+    while it moves, loads or is busy."""
+    last: Exception | None = None
+    for attempt in range(RETRIES):
+        try:
+            return call(find_coordinator(client, key, key_type))
+        except NotRetriable:
+            raise
+        except (LeaderMoved, StrandlineError) as exc:
+            last = exc
+            time.sleep(min(BACKOFF_S * (attempt + 1), 2.0))
+            client.refresh([])
+    raise StrandlineError(f"{what}: {last}")
 
 
 class TransactionalProducer:
@@ -232,47 +274,18 @@ class TransactionalProducer:
         self.timeout_ms = timeout_ms
         self.added: set[tuple[str, int]] = set()
         self.sequences: dict[tuple[str, int], int] = {}
-        self.producer_id, self.epoch = self._with_coordinator(self.transactional_id, 1, lambda address: self._init(address))
+        self.producer_id, self.epoch = self._with_coordinator(self._init)
 
-    def _coordinator(self, key: str, key_type: int) -> str:
-        for address in list(self.client.brokers.values()) + self.client.bootstrap:
-            try:
-                resp = self.client._request(address, FIND_COORDINATOR, 3, {"key": key, "key_type": key_type})
-            except StrandlineError:
-                continue
-            error = ErrorCode(int(resp.error_code))
-            if error is ErrorCode.none:
-                return f"{resp.host}:{resp.port}"
-            if error not in COORDINATOR_RETRY:
-                raise NotRetriable(f"no coordinator for {key}: {error.name.upper()}")
-            raise LeaderMoved(error.name)
-        raise LeaderMoved("no broker answered FindCoordinator")
-
-    def _with_coordinator(self, key: str, key_type: int, call: Any) -> Any:
-        last: Exception | None = None
-        for attempt in range(RETRIES):
-            try:
-                return call(self._coordinator(key, key_type))
-            except NotRetriable:
-                raise
-            except (LeaderMoved, StrandlineError) as exc:
-                last = exc
-                time.sleep(min(BACKOFF_S * (attempt + 1), 2.0))
-                self.client.refresh([])
-        raise StrandlineError(f"transaction {self.transactional_id}: {last}")
-
-    def _checked(self, code: Any, what: str) -> None:
-        error = ErrorCode(int(code))
-        if error in COORDINATOR_RETRY:
-            raise LeaderMoved(error.name)
-        if error is not ErrorCode.none:
-            raise NotRetriable(f"{what}: {error.name.upper()}")
+    def _with_coordinator(self, call: Any, group: str | None = None) -> Any:
+        """``call`` on this transactional id's coordinator, or on ``group``'s."""
+        key, key_type = (self.transactional_id, 1) if group is None else (group, 0)
+        return with_coordinator(self.client, key, key_type, call, f"transaction {self.transactional_id}")
 
     def _init(self, address: str) -> tuple[int, int]:
         resp = self.client._request(address, INIT_PRODUCER_ID, 3, {
             "transactional_id": self.transactional_id, "transaction_timeout": self.timeout_ms,
             "producer_id": -1, "producer_epoch": -1})
-        self._checked(resp.error_code, f"InitProducerId of {self.transactional_id}")
+        checked(resp.error_code, f"InitProducerId of {self.transactional_id}")
         return int(resp.producer_id), int(resp.producer_epoch)
 
     def produce(self, tp: tuple[str, int], rows: list, encode: Any) -> None:
@@ -285,8 +298,8 @@ class TransactionalProducer:
                     "v3_and_below_topics": [{"name": tp[0], "partitions": [tp[1]]}]})
                 for t in resp.results_by_topic_v3_and_below:
                     for p in t.results_by_partition:
-                        self._checked(p.partition_error_code, f"AddPartitionsToTxn {tp[0]}-{tp[1]}")
-            self._with_coordinator(self.transactional_id, 1, add)
+                        checked(p.partition_error_code, f"AddPartitionsToTxn {tp[0]}-{tp[1]}")
+            self._with_coordinator(add)
             self.added.add(tp)
         seq = self.sequences.get(tp, 0)
         batch = encode(rows, self.producer_id, self.epoch, seq)
@@ -307,8 +320,8 @@ class TransactionalProducer:
             resp = self.client._request(address, ADD_OFFSETS_TO_TXN, 1, {
                 "transactional_id": self.transactional_id, "producer_id": self.producer_id,
                 "producer_epoch": self.epoch, "group_id": group})
-            self._checked(resp.error_code, f"AddOffsetsToTxn {group}")
-        self._with_coordinator(self.transactional_id, 1, add)
+            checked(resp.error_code, f"AddOffsetsToTxn {group}")
+        self._with_coordinator(add)
 
         def commit(address: str) -> None:
             resp = self.client._request(address, TXN_OFFSET_COMMIT, 2, {
@@ -318,30 +331,29 @@ class TransactionalProducer:
                     "committed_metadata": None}]}]})
             for t in resp.topics:
                 for p in t.partitions:
-                    self._checked(p.error_code, f"TxnOffsetCommit {group}")
-        self._with_coordinator(group, 0, commit)
+                    checked(p.error_code, f"TxnOffsetCommit {group}")
+        self._with_coordinator(commit, group)
 
     def end(self, commit: bool) -> None:
         def call(address: str) -> None:
             resp = self.client._request(address, END_TXN, 1, {
                 "transactional_id": self.transactional_id, "producer_id": self.producer_id,
                 "producer_epoch": self.epoch, "committed": commit})
-            self._checked(resp.error_code, f"EndTxn of {self.transactional_id}")
-        self._with_coordinator(self.transactional_id, 1, call)
+            checked(resp.error_code, f"EndTxn of {self.transactional_id}")
+        self._with_coordinator(call)
 
 
 def committed_offset(client: StrandlineClient, group: str, tp: tuple[str, int]) -> int:
-    """``group``'s committed offset of ``tp`` (-1: none), read_committed (KIP-447's require_stable)."""
-    producer = TransactionalProducer.__new__(TransactionalProducer)
-    producer.client, producer.transactional_id = client, group
+    """``group``'s committed offset of ``tp`` (-1: none), read_committed (KIP-447's require_stable:
+    retried while a transaction's offsets for it are undecided)."""
 
     def call(address: str) -> int:
         resp = client._request(address, OFFSET_FETCH, 7, {"group_id": group, "require_stable": True, "topics": [
             {"name": tp[0], "partition_indexes": [tp[1]]}]})
-        producer._checked(resp.error_code, f"OffsetFetch of {group}")
+        checked(resp.error_code, f"OffsetFetch of {group}")
         for t in resp.topics:
             for p in t.partitions:
-                producer._checked(p.error_code, f"OffsetFetch of {group}")
+                checked(p.error_code, f"OffsetFetch of {group}")
                 return int(p.committed_offset)
         return -1
-    return producer._with_coordinator(group, 0, call)
+    return with_coordinator(client, group, 0, call, f"offsets of {group}")
