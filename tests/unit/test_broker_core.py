@@ -295,6 +295,22 @@ def test_dur_2_flush_on_ack_topics_survive_power_loss(h):
     assert fetched.high_watermark == 2 and len(fetched.records) > 0
 
 
+def test_dur_2_flush_on_ack_also_covers_the_brokers_own_writes(h):
+    """DUR-2 for what the broker appends itself (transaction markers, ``__consumer_offsets``,
+    ``__transaction_state``): flushed before it counts as written. Unflushed, a leader's power
+    loss took back a commit marker the high watermark had passed (sim explore --config txn seed 4)."""
+    from strandline.protocol.markers import build_marker
+
+    h.create("durable-internal", configs={"flush.on.ack": "true"})
+    answers = []
+    h.run(h.broker.replica_manager.writes.append_internal(
+        "durable-internal", 0, build_marker(7, 0, True, 0, h.now), 30000,
+        lambda error, now_ms: answers.append(error) or [], h.now))
+    assert answers == [ErrorCode.none]
+    after = restart_after_power_loss(h)
+    assert after.broker.partitions[("durable-internal", 0)].log.log_end_offset == 1
+
+
 def test_cli_1_metadata_names_the_leader_and_cli_2_a_follower_refuses_clients(h):
     """CLI-1: metadata says which broker leads each partition. CLI-2: produce and fetch sent to a
     replica that is not the leader get NOT_LEADER_OR_FOLLOWER, so clients refresh and retry."""

@@ -128,6 +128,8 @@ class LeaderWrites:
         outcome = partition.append_records_to_leader(batch, read_header(batch, 0), -1, min_isr, now_ms)
         if outcome.error is not ErrorCode.none:
             return done(outcome.error, now_ms)
+        if self.config.topic_value(known.configs, "flush.on.ack"):
+            partition.log.flush()          # DUR-2, as for a produce request: markers and offsets too
         effects = self.fetch_purgatory.check_keys([key], now_ms)
         required = outcome.last_offset + 1
         if partition.high_watermark >= required:
