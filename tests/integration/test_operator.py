@@ -288,6 +288,12 @@ def test_bench_produce_and_consume_count_every_record_over_several_processes(op)
     more = run_cli("bench", "consume", "--topic", "loaded", "--num-records", "5000", *b)
     assert more.returncode == 0 and more.stdout.strip().splitlines()[-1].startswith("3001 records consumed, ")
     assert "the topic holds 3001 records, fewer than 5000" in more.stderr
+    raw = run_cli("bench", "consume", "--topic", "loaded", "--num-records", "2500", "--processes", "2",
+                  "--client", "raw", *b)            # Fetch read as bytes: the same records, counted from headers
+    assert raw.returncode == 0, raw.stderr
+    assert raw.stdout.strip().splitlines()[-1].startswith("2500 records consumed, "), raw.stdout
+    raw_all = run_cli("bench", "consume", "--topic", "loaded", "--num-records", "5000", "--client", "raw", *b)
+    assert raw_all.returncode == 0 and raw_all.stdout.strip().splitlines()[-1].startswith("3001 records consumed, ")
     for args, words in ((("produce", "--topic", "loaded", "--num-records", "0", "--record-size", "1"),
                          "--num-records must be at least 1"),
                         (("produce", "--topic", "loaded", "--num-records", "5", "--record-size", "1",

@@ -28,6 +28,14 @@ class Window:
         self.latency_max_ms = max(self.latency_max_ms, other.latency_max_ms)
         self.failed += other.failed
 
+    def record_many(self, count: int, size: int, latency_ms: float) -> None:
+        """``count`` records of ``size`` bytes in all, each ``latency_ms`` late."""
+        self.records += count
+        self.bytes += size
+        self.latency_sum_ms += latency_ms * count
+        if latency_ms > self.latency_max_ms:
+            self.latency_max_ms = latency_ms
+
     def record(self, size: int, latency_ms: float) -> None:
         self.records += 1
         self.bytes += size

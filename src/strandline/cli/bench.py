@@ -35,6 +35,10 @@ def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstra
     c.add_argument("--timeout-ms", type=int, default=10000, metavar="MS",
                    help="stop a process that receives nothing for this long")
     c.add_argument("--consumer-props", nargs="+", default=[], metavar="KEY=VALUE", help="librdkafka consumer settings")
+    c.add_argument("--client", choices=("confluent", "raw"), default="confluent",
+                   help="confluent: librdkafka, every record decoded as an application gets it; raw: Fetch "
+                        "requests read as bytes, records counted from batch headers (measures the broker, "
+                        "not the client; MB/sec counts whole batches)")
     for parser in (p, c):
         parser.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help)
         parser.add_argument("--reporting-interval", type=float, default=5.0, metavar="S",
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         props = properties(args.consumer_props)
         _check_client_props("Consumer", props)
         outcome, planned = consume.run(args.bootstrap_server, args.topic, args.num_records, args.processes, props,
-                                       args.timeout_ms / 1000, args.reporting_interval)
+                                       args.timeout_ms / 1000, args.reporting_interval, args.client)
         if planned < args.num_records:
             print(f"strandline bench consume: the topic holds {planned} records, fewer than {args.num_records}",
                   file=sys.stderr)
