@@ -84,7 +84,8 @@ def add_parser(sub) -> None:
     ex.add_argument("--seeds", type=int, required=True, help="how many seeds")
     ex.add_argument("--first-seed", type=int, default=1, help="the first seed (default 1)")
     ex.add_argument("--config", choices=configs, default="safe",
-                    help="safe (SPEC SAFE-1: must lose nothing), compact (SAFE-1 on a compacted topic) or a "
+                    help="safe (SPEC SAFE-1: must lose nothing), compact (SAFE-1 on a compacted topic), txn "
+                         "(SAFE-1 with transactional producers and read_committed readers) or a "
                          "configuration that loses data: acks1, unclean, legacy (default safe)")
     ex.add_argument("--duration-ms", type=int, default=60000, help="simulated time of faults per seed (default 60000)")
     ex.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")

@@ -17,11 +17,12 @@ are deleted.
 
 Producer state (``log.producer_state``: idempotence, open transactions, the last stable offset)
 is kept by every replica's log as it appends. The log writes it to a ``<offset>.snapshot`` file
-when it rolls a segment and when it closes (if any producer is known), and loads it on open from
-the latest snapshot at or below the log end offset, replaying only the batches after it. Without
-any snapshot a log opened after a clean shutdown knew no producer; after an unclean one it
-replays from its start. A truncation reloads the state the same way. Each abort marker appended
-adds an entry to its segment's ``.txnindex``; a replay rewrites the entries of what it replays.
+when it rolls a segment and when it closes (if it knows a producer or has a snapshot already),
+and loads it on open from the latest snapshot at or below the log end offset, replaying only the
+batches after it. Without any snapshot, a log opened after a clean shutdown knew no producer;
+after an unclean one it replays from its start. A truncation reloads the state the same way.
+Each abort marker appended adds an entry to its segment's ``.txnindex``; a replay rewrites the
+entries of what it replays.
 """
 
 from __future__ import annotations
