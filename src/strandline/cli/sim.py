@@ -63,6 +63,8 @@ def replay(args: argparse.Namespace) -> int:
     result = run_seed(args.seed, args.config, duration_ms=args.duration_ms, reassign=args.reassign)
     print(f"seed {result.seed} [{result.config}]: {result.acked} acknowledged batches, {result.faults} faults, "
           f"{result.events} events, {result.simulated_ms / 1000:.1f} simulated s in {result.wall_s:.2f} s")
+    if result.transactions:
+        print("transactions: " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(result.transactions.items())))
     if result.ok:
         print("no violation")
         return 0
