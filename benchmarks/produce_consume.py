@@ -1,8 +1,10 @@
 """Produce/consume throughput and acknowledgement latency against `strandline up`.
 
 A confluent-kafka producer sends 1 KiB records (linger 5 ms) with acks=1 and with acks=all, then
-a consumer reads the topic back from the page cache. Prints MB/s, records/s and p50/p99
-acknowledgement latency. A benchmark, not a test:
+a consumer reads the topic back from the page cache, first with confluent-kafka (every record
+decoded in Python), then with ``strandline bench consume --client raw`` in 2 processes (what the
+broker serves: issue 15's 1 GB/s target). Prints MB/s, records/s and p50/p99 acknowledgement
+latency. A benchmark, not a test:
 
     .venv/bin/python benchmarks/produce_consume.py [--bootstrap 127.0.0.1:9092] [--seconds 10]
 
@@ -183,59 +185,14 @@ def consume(bootstrap: str, topic: str, partitions: int, total: int) -> dict:
     return {"records": got, "seconds": elapsed, "MB/s": nbytes / elapsed / 1e6, "records/s": got / elapsed}
 
 
-def raw_fetch(bootstrap: str, topic: str, partitions: int, total: int) -> dict:
-    """The broker's serving rate: Fetch v5 responses read into one reused buffer, records never
-    decoded (only batch headers are walked to find the next offsets)."""
-    import socket
-    import struct
-
-    from strandline.protocol.records import iter_batches
-
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
-    sock = socket.create_connection((host, int(port)))
-    buf = bytearray(256 << 20)
-    view = memoryview(buf)
-    offsets = {p: 0 for p in range(partitions)}
-    topic_b = topic.encode()
-    nbytes = records = 0
-    correlation = 0
-    start = time.perf_counter()
-    while records < total and time.perf_counter() - start < 120:
-        correlation += 1
-        body = struct.pack(">iiiibi", -1, 100, 1, 64 << 20, 0, 1) + struct.pack(">h", len(topic_b)) + topic_b
-        body += struct.pack(">i", partitions) + b"".join(
-            struct.pack(">iqqi", p, o, -1, 16 << 20) for p, o in offsets.items())
-        payload = struct.pack(">hhih", 1, 5, correlation, 5) + b"bench" + body
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        got = 0
-        while got < 4:
-            got += sock.recv_into(view[got:], 4 - got)
-        size = struct.unpack_from(">i", buf, 0)[0]
-        while got < size + 4:
-            got += sock.recv_into(view[got:size + 4], size + 4 - got)
-        pos = 4 + 4 + 4  # size, correlation id, throttle
-        (ntopics,) = struct.unpack_from(">i", buf, pos)
-        pos += 4
-        for _ in range(ntopics):
-            (nlen,) = struct.unpack_from(">h", buf, pos)
-            pos += 2 + nlen
-            (nparts,) = struct.unpack_from(">i", buf, pos)
-            pos += 4
-            for _ in range(nparts):
-                pidx, err, hw, lso, log_start, aborted, rlen = struct.unpack_from(">ihqqqii", buf, pos)
-                pos += 4 + 2 + 8 + 8 + 8 + 4 + 4
-                if rlen > 0:
-                    last = None
-                    for _, header in iter_batches(view[pos:pos + rlen]):
-                        last = header
-                    if last is not None:
-                        records += last.next_offset - offsets[pidx]
-                        offsets[pidx] = last.next_offset
-                    nbytes += rlen
-                    pos += rlen
-    elapsed = time.perf_counter() - start
-    sock.close()
-    return {"records": records, "seconds": elapsed, "MB/s": nbytes / elapsed / 1e6}
+def raw_fetch(bootstrap: str, topic: str, total: int, processes: int = 2) -> str:
+    """The broker's serving rate: `strandline bench consume --client raw` (Fetch answers read as
+    bytes, records counted from batch headers); its final line."""
+    result = subprocess.run([sys.executable, "-m", "strandline.cli.main", "bench", "consume", "--bootstrap-server",
+                             bootstrap, "--topic", topic, "--num-records", str(total), "--client", "raw",
+                             "--processes", str(processes)], capture_output=True, text=True)
+    lines = result.stdout.strip().splitlines()
+    return lines[-1] if lines else result.stderr.strip()
 
 
 def main() -> int:
@@ -281,10 +238,9 @@ def main() -> int:
               f"({c['records']} of {total} records; broker CPU {cpu / c['seconds'] * 100:.0f}% of one core)",
               flush=True)
         cpu0 = cpu_seconds(pids)
-        f = raw_fetch(bootstrap, consume_topic, args.partitions, total)
+        line = raw_fetch(bootstrap, consume_topic, total)
         cpu = cpu_seconds(pids) - cpu0
-        print(f"fetch, raw (page cache): {f['MB/s']:8.1f} MB/s ({f['records']} records; "
-              f"broker CPU {cpu / f['seconds'] * 100:.0f}% of one core)", flush=True)
+        print(f"bench consume --client raw --processes 2 (page cache): {line} (broker CPU {cpu:.2f} s)", flush=True)
     finally:
         if proc is not None:
             stop_cluster(proc, tmp, keep=args.profile)
