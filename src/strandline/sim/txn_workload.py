@@ -199,6 +199,23 @@ class TxnProducer(_MultiTopicClient):
         self.busy = False
         self.later(delay_ms, self.step)
 
+    def on_coordinator_error(self, error: ErrorCode, api: str, what: str, *, restart_otherwise: bool = False) -> None:
+        """What a client does with a coordinator's error: find it again, retry later, start a new
+        producer instance when fenced; anything else is recorded (and retried, or restarts)."""
+        if error in _FIND_AGAIN or error is ErrorCode.network_exception:
+            self.coordinator = None
+            self.retry_in(RETRY_BACKOFF_MS)
+        elif error in _RETRY:
+            self.retry_in(TXN_BACKOFF_MS)
+        elif error in _FENCED:
+            self.restart(f"{api}: {error.name}")
+        else:
+            self.history.errors.append(f"{what} answered {error.name}")
+            if restart_otherwise:
+                self.restart(f"{api}: {error.name}")
+            else:
+                self.retry_in(RETRY_BACKOFF_MS)
+
     # -- the state machine
 
     def step(self) -> None:
@@ -261,16 +278,8 @@ class TxnProducer(_MultiTopicClient):
                 self.bump = False
                 self.sequences.clear()
                 self.retry_in(0)
-            elif error in _FIND_AGAIN or resp is None:
-                self.coordinator = None
-                self.retry_in(RETRY_BACKOFF_MS)
-            elif error in _RETRY:
-                self.retry_in(TXN_BACKOFF_MS)
-            elif error in _FENCED:
-                self.restart(f"InitProducerId: {error.name}")
             else:
-                self.history.errors.append(f"{self.transactional_id}: InitProducerId answered {error.name}")
-                self.retry_in(RETRY_BACKOFF_MS)
+                self.on_coordinator_error(error, "InitProducerId", f"{self.transactional_id}: InitProducerId")
         self.send(self.coordinator, ApiKey.INIT_PRODUCER_ID, 3, body, on_answer)
 
     def begin(self) -> None:
@@ -343,16 +352,8 @@ class TxnProducer(_MultiTopicClient):
                 self.phase = "produce"
                 self.phase_started_ms = self.sim.now
                 self.retry_in(0)
-            elif error in _FIND_AGAIN:
-                self.coordinator = None
-                self.retry_in(RETRY_BACKOFF_MS)
-            elif error in _RETRY:
-                self.retry_in(TXN_BACKOFF_MS)
-            elif error in _FENCED:
-                self.restart(f"AddPartitionsToTxn: {error.name}")
             else:
-                self.history.errors.append(f"{self.transactional_id}: AddPartitionsToTxn answered {error.name}")
-                self.retry_in(RETRY_BACKOFF_MS)
+                self.on_coordinator_error(error, "AddPartitionsToTxn", f"{self.transactional_id}: AddPartitionsToTxn")
         self.send(self.coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, 3, body, on_answer)
 
     def produce(self) -> None:
@@ -439,17 +440,9 @@ class TxnProducer(_MultiTopicClient):
                 txn.ended_ms = self.sim.now
                 self.txn = None
                 self.retry_in(self.rng.randint(*self.think_ms))
-            elif error in _FIND_AGAIN or resp is None:
-                self.coordinator = None
-                self.retry_in(RETRY_BACKOFF_MS)
-            elif error in _RETRY:
-                self.retry_in(TXN_BACKOFF_MS)
-            elif error in _FENCED:
-                self.restart(f"EndTxn: {error.name}")
             else:
-                self.history.errors.append(f"{self.transactional_id} #{txn.number}: EndTxn("
-                                           f"{'commit' if commit else 'abort'}) answered {error.name}")
-                self.restart(f"EndTxn: {error.name}")
+                self.on_coordinator_error(error, "EndTxn", f"{self.transactional_id} #{txn.number}: EndTxn("
+                                                 f"{'commit' if commit else 'abort'})", restart_otherwise=True)
         self.send(self.coordinator, ApiKey.END_TXN, 3, body, on_answer)
 
 
