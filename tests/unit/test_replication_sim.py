@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from strandline.coordination.store import SetData
 from strandline.group.records import iter_records
 from strandline.sim.cluster import SimCluster
 from tests.unit.batches import make_batch
@@ -415,6 +416,36 @@ def test_ctl_9_controlled_shutdown_moves_leadership_before_the_broker_stops():
     c.shutdown(2)
     c.advance(10)
     assert values_on(c, 3, "cs") == values_on(c, 1, "cs") == [b"m1", b"m2"]
+
+
+def test_ctl_9_leaderships_move_first_and_the_stopping_broker_is_taken_back_into_no_isr():
+    """As Kafka's doControlledShutdown: the partitions the stopping broker leads get new leaders in
+    writes of their own, before it leaves the ISRs of those it follows; told to follow the new
+    leaders, it fetches nothing (caught up at once, it would be taken back into their ISRs, as
+    KAFKA-14140 forbids), and it stops fetching what it follows before it leaves those ISRs."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "led", [2, 3, 1], min_isr=2, partitions=2)
+    create(c, "followed", [3, 2, 1], min_isr=2, partitions=2)
+    controller = c.controller_id
+    writes: list[set[str]] = []
+
+    def watch(broker_id: int, ops: list) -> None:
+        topics = {op.path.split("/")[3] for op in ops if isinstance(op, SetData) and op.path.endswith("/state")}
+        if broker_id == controller and topics:
+            writes.append(topics)
+
+    c.zk_fault = watch
+    node = c.brokers[2]
+    c._apply(node, node.core.begin_controlled_shutdown(c.now))
+    c.advance(10)
+    assert node.core.controlled_shutdown_done
+    assert writes == [{"led"}, {"followed"}]
+    for topic in ("led", "followed"):
+        for index in (0, 1):
+            assert c.state(topic, index).leader == 3 and c.state(topic, index).isr == (3, 1)
+    assert not any(key[0] in ("led", "followed") for f in node.core.fetchers.values() for key in f.partitions)
+    c.advance(2 * LAG_MS)
+    assert [c.state(t, i).isr for t in ("led", "followed") for i in (0, 1)] == [(3, 1)] * 4    # not let back in
 
 
 def test_ctl_9_a_partition_no_one_else_can_lead_yet_is_reported_and_retried():

@@ -176,6 +176,7 @@ class Broker:
     def begin_controlled_shutdown(self, now_ms: int) -> list:
         """Ask the controller to move this broker's leaderships away before it stops;
         ``controlled_shutdown_done`` turns True when the broker may stop."""
+        self.replica_manager.begin_controlled_shutdown()
         return self.controlled_shutdown.begin(now_ms)
 
     def shutdown(self) -> None:

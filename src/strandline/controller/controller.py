@@ -351,28 +351,47 @@ class Controller:
             up = set(ctx.live_brokers) - ctx.shutting_down
             return any(r != broker_id and r in up for r in t.assignment[i])
 
+        # as Kafka's doControlledShutdown: first new leaders for the partitions it leads; then it stops
+        # fetching those it follows and leaves their ISRs (stopped first, so that no leader takes it
+        # back in), so that its leaderships move without waiting for the rest
+        led = [k for k in keys if ctx.topics[k[0]].states[k[1]].leader == broker_id]
+        followed = [k for k in keys if ctx.topics[k[0]].states[k[1]].leader != broker_id]
+        stopped: set[Key] = set()
+
+        def stop_replicas(parts: list[Key], when_ms: int) -> list:
+            stopped.update(parts)
+            by_topic: dict[str, list[int]] = {}
+            for name, index in parts:
+                by_topic.setdefault(name, []).append(index)
+            body = {**self.channel.header(ctx), "delete_partitions": False,
+                    "topics": [{"name": n, "partition_indexes": p} for n, p in by_topic.items()]}
+            if broker_epoch >= 0:
+                body["broker_epoch"] = broker_epoch
+            return self.channel.send(ctx, broker_id, control.STOP_REPLICA, body, when_ms)
+
+        def shrink(when_ms: int) -> list:
+            if not self.in_office(ctx):
+                return done(when_ms)
+            effects = stop_replicas(followed, when_ms) if followed else []
+            return effects + self.elections.elect(ctx, followed, {broker_id}, when_ms, done)
+
         def done(when_ms: int) -> list:
             if not self.in_office(ctx):          # deposed meanwhile: the broker asks the new one
                 return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
             remaining = [{"topic_name": t.name, "partition_index": i} for t, i in ctx.all_partitions()
                          if i in t.states and t.states[i].leader == broker_id and len(t.assignment[i]) > 1
                          and could_move_later(t, i)]
-            # it stops fetching, so that no leader lets it back into an ISR before it is gone
-            stop: dict[str, list[int]] = {}
-            for t, i in ctx.all_partitions():
-                if broker_id in t.assignment[i] and t.states.get(i) and t.states[i].leader != broker_id:
-                    stop.setdefault(t.name, []).append(i)
+            # it stops fetching the rest too (those whose leadership moved away from it)
+            stop = [(t.name, i) for t, i in ctx.all_partitions()
+                    if broker_id in t.assignment[i] and t.states.get(i) and t.states[i].leader != broker_id
+                    and (t.name, i) not in stopped]
             effects: list = [Log("info", f"Controlled shutdown of broker {broker_id}: {len(keys)} partition(s) "
                                          f"moved or shrunk, {len(remaining)} remaining")]
             if stop:
-                body = {**self.channel.header(ctx), "delete_partitions": False,
-                        "topics": [{"name": n, "partition_indexes": p} for n, p in stop.items()]}
-                if broker_epoch >= 0:
-                    body["broker_epoch"] = broker_epoch
-                effects.extend(self.channel.send(ctx, broker_id, control.STOP_REPLICA, body, when_ms))
+                effects.extend(stop_replicas(stop, when_ms))
             return effects + respond({"error_code": ErrorCode.none, "remaining_partitions": remaining})
 
-        return self.elections.elect(ctx, keys, {broker_id}, now_ms, done)
+        return self.elections.elect(ctx, led, {broker_id}, now_ms, shrink)
 
     # ------------------------------------------------------------------ preferred leaders (CTL-10, ASG-4)
 

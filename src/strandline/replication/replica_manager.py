@@ -60,6 +60,7 @@ class ReplicaManager:
         self.controller_epoch = 0          # the newest controller epoch this broker has heard from
         self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
         self.heard_from_controller = False
+        self.shutting_down = False         # asked the controller for a controlled shutdown
         self.loading_topics: set[str] = set()      # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
         self.leadership_listeners: list[LeadershipListener] = []
         self._hw_checkpoint: dict | None = None
@@ -73,6 +74,15 @@ class ReplicaManager:
         #: epochs, log start offsets, HW moves): a parked session fetch whose keys nobody touched
         #: and that saw none of them expires with the answer it had (:meth:`fetch_messages`).
         self.state_changes = 0
+
+    def begin_controlled_shutdown(self) -> None:
+        """From now on a partition this broker is told to follow (one whose leadership the
+        controller moves away from it) is not fetched: the old leader is caught up at once, and its
+        first Fetch would take it back into the ISR the controller just took it out of, to stall
+        acks=all writes there once it is gone (Kafka 3.3 keeps a replica in controlled shutdown out
+        of the ISR, KAFKA-14140). The partitions it already followed are fetched until the
+        controller's StopReplica."""
+        self.shutting_down = True
 
     # ------------------------------------------------------------------ partitions and logs
 
@@ -323,7 +333,7 @@ class ReplicaManager:
         effects: list = self._leadership_changed(partition, False, now_ms)
         effects.append(Log("info", f"Follower of {key[0]}-{key[1]} in epoch {state.leader_epoch}, "
                                    f"leader {state.leader}, LEO {partition.log_end_offset}"))
-        if state.leader < 0:
+        if state.leader < 0 or self.shutting_down:
             return effects
         truncating = True
         if self.config["replication.truncation"] == "high-watermark":
