@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import logging
 import os
 import random
@@ -386,8 +387,28 @@ def tune_allocator() -> None:
         pass
 
 
+#: Net allocations of tracked objects between two young garbage collections (CPython's default: 700).
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_garbage_collector() -> None:
+    """Collect the young generation every ``GC_YOUNG_THRESHOLD`` allocations rather than every 700.
+
+    With CPython's default, the temporaries of one request about thousands of partitions (a
+    LeaderAndIsr, an UpdateMetadata, the controller's 10,000 partition states) outlive two young
+    collections while the request is being handled, reach the oldest generation and so set off full
+    collections: with 10,000 partitions a broker ran one every second or two when busy, each
+    0.1-0.9 s with the event loop stopped, and almost none found garbage (a controlled shutdown
+    spent 1.6 s of its 6 s in them). Garbage without cycles goes by reference counting either way;
+    a young collection of 50,000 objects takes about a millisecond (tens on a loaded machine).
+    """
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+
+
 def run_broker(config: BrokerConfig) -> int:
     tune_allocator()
+    tune_garbage_collector()
     register_level_names()                              # log4j's names, as in Kafka's server.log
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(message)s")
