@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Callable
 
 from strandline.errors import StrandlineError
-from strandline.runtime.broker_main import READY_PREFIX
 from strandline.runtime.disk import DirectoryLock
 from strandline.runtime.zookeeper import EmbeddedZooKeeper
 
@@ -110,6 +109,8 @@ class Waiting:
 
 def ready_field(output: bytes, name: str) -> str | None:
     """A ``name=value`` field of a broker's ready line (``metrics=http://host:port``)."""
+    from strandline.runtime.broker_main import READY_PREFIX
+
     for line in output.decode(errors="replace").splitlines():
         if line.startswith(READY_PREFIX):
             for item in line.split():
@@ -121,6 +122,8 @@ def ready_field(output: bytes, name: str) -> str | None:
 
 def wait_ready(brokers: list[BrokerProcess], timeout_s: float) -> None:
     """Wait until every broker printed its ready line, or fail naming the broker that did not."""
+    from strandline.runtime.broker_main import READY_PREFIX
+
     selector = selectors.DefaultSelector()
     for b in brokers:
         assert b.proc is not None and b.proc.stdout is not None
@@ -424,7 +427,8 @@ def _broker_entry(info: dict, broker_id: int, root: Path) -> dict:
 
 
 def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float = 90.0) -> int:
-    """SIGKILL, SIGTERM (controlled shutdown) or start again one broker of a running `up`."""
+    """SIGKILL, SIGTERM (controlled shutdown) or start again one broker of a running `up`. The broker's
+    modules are imported only to start one: a signal goes out without the second they take to load."""
     root = Path(data_dir).resolve()
     running = DirectoryLock(root)
     if running.acquire():
@@ -452,6 +456,8 @@ def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float 
     if not log_dir.acquire():
         raise StrandlineError(f"broker {broker_id} is already running: {log_dir.path} is held by {log_dir.holder()}")
     log_dir.release()
+    from strandline.runtime.broker_main import READY_PREFIX
+
     config = broker_dir / "server.properties"
     if not config.exists():
         raise StrandlineError(f"no {config}")
