@@ -58,13 +58,15 @@ def test_a_clean_close_writes_a_snapshot_at_the_log_end_and_a_reopen_reads_no_ba
     assert log.producer_state.check(read_header(batch(7, 0, 9))).error is ErrorCode.out_of_order_sequence_number
 
 
-def test_a_log_that_knew_no_producer_writes_no_snapshot_and_reopens_without_a_scan(disk_root):
+def test_an_empty_log_writes_no_snapshot_and_any_other_reopens_without_a_scan(disk_root):
     disk, root = disk_root
+    open_log(disk, root).close()
+    assert files(disk, root, ".snapshot") == []                     # 10,000 new partitions: no files
     log = open_log(disk, root, segment_bytes=1 << 20)
     for _ in range(20):
         log.append_as_leader(batch(), 0, 0)
     log.close()
-    assert files(disk, root, ".snapshot") == []
+    assert files(disk, root, ".snapshot") == [f"{20:020d}.snapshot"]  # no producer, but a log to skip
     log = open_log(disk, root, segment_bytes=10 * BATCH)
     assert log.replayed_batches == 0
     for _ in range(15):                                              # rolls: snapshots at 20, 30

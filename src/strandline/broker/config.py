@@ -240,8 +240,7 @@ BROKER_KEYS: dict[str, Key] = _keys(
     Key("group.max.session.timeout.ms", "int", 1800000, lo=0),
     Key("group.max.size", "int", 2147483647, lo=1),
     Key("transactional.id.expiration.ms", "int", 604800000, lo=1),
-    # the transaction coordinator's keys, with Kafka's defaults: accepted so that a Kafka
-    # server.properties starts unchanged; Strandline has no transaction coordinator yet
+    # the transaction coordinator's keys, with Kafka's defaults
     Key("transaction.state.log.num.partitions", "int", 50, lo=1),
     Key("transaction.state.log.replication.factor", "int", 3, lo=1),
     Key("transaction.state.log.min.isr", "int", 2, lo=1),
@@ -523,6 +522,7 @@ class BrokerConfig:
             min_compaction_lag_ms=pick("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
             max_compaction_lag_ms=pick("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
             delete_retention_ms=pick("delete.retention.ms", "log.cleaner.delete.retention.ms"),
+            producer_id_expiration_ms=v["producer.id.expiration.ms"],
         )
 
     def topic_value(self, overrides: dict[str, Any], topic_key: str) -> Any:

@@ -23,6 +23,7 @@ class LogConfig:
     min_compaction_lag_ms: int = 0           # log.cleaner.min.compaction.lag.ms / min.compaction.lag.ms
     max_compaction_lag_ms: int = 9223372036854775807  # log.cleaner.max.compaction.lag.ms / max.compaction.lag.ms
     delete_retention_ms: int = 86400000      # log.cleaner.delete.retention.ms / delete.retention.ms
+    producer_id_expiration_ms: int = 86400000  # producer.id.expiration.ms (broker only)
 
     @property
     def deletes(self) -> bool:

@@ -17,12 +17,12 @@ are deleted.
 
 Producer state (``log.producer_state``: idempotence, open transactions, the last stable offset)
 is kept by every replica's log as it appends. The log writes it to a ``<offset>.snapshot`` file
-when it rolls a segment and when it closes (if it knows a producer or has a snapshot already),
-and loads it on open from the latest snapshot at or below the log end offset, replaying only the
-batches after it. Without any snapshot, a log opened after a clean shutdown knew no producer;
-after an unclean one it replays from its start. A truncation reloads the state the same way.
-Each abort marker appended adds an entry to its segment's ``.txnindex``; a replay rewrites the
-entries of what it replays.
+when it rolls a segment (fsynced, before the recovery point passes it) and when it closes (unless
+it is empty), and loads it on open from the latest good snapshot at or below the log end offset,
+replaying only the batches after it; without one it replays from its start. A truncation reloads
+the state the same way. Producers idle past ``producer.id.expiration.ms`` are forgotten on open
+and by the periodic retention check. Each abort marker appended adds an entry to its segment's
+``.txnindex``; a replay rewrites the entries of what it replays.
 """
 
 from __future__ import annotations
@@ -189,7 +189,8 @@ class Log:
         cache.truncate_from_start(log.log_start_offset)
         log.recovery_stats = stats
         log.snapshots = sorted(snapshots)
-        log._load_producer_state(clean=not needs_recovery)
+        log._load_producer_state()
+        log.producer_state.remove_expired(now_ms, config.producer_id_expiration_ms)
         stats["producer_batches_replayed"] = log.replayed_batches
         if names:
             log._sync_dir_if_new()
@@ -348,7 +349,7 @@ class Log:
         old.on_become_inactive()
         segment = LogSegment.create(self.disk, self.dir, base, self.config, now)
         self._set_segments(self.segments + [segment])
-        self._take_snapshot(base)
+        self._take_snapshot(base, sync=True)       # before the recovery point passes it
         self._sync_dir_if_new()
         if base > self.recovery_point:
             self.recovery_point = base
@@ -368,16 +369,19 @@ class Log:
     def _snapshot_path(self, offset: int) -> str:
         return os.path.join(self.dir, file_prefix(offset) + SNAPSHOT_SUFFIX)
 
-    def _take_snapshot(self, offset: int) -> None:
-        """Write the producer state as of ``offset`` (everything below it applied). Not fsynced:
-        a lost or torn snapshot only means a longer replay, and one above the log end offset
-        after a crash is deleted on open."""
+    def _take_snapshot(self, offset: int, sync: bool = False) -> None:
+        """Write the producer state as of ``offset`` (everything below it applied); fsynced when
+        ``sync``. A lost or torn snapshot only means a longer replay (the log is replayed from an
+        earlier one, or from its start), and one above the log end offset after a crash is
+        deleted on open."""
         path = self._snapshot_path(offset)
         tmp = path + ".tmp"
         handle = self.disk.open(tmp)
         if handle.size():
             handle.truncate(0)
         handle.append(self.producer_state.snapshot())
+        if sync:
+            handle.flush()
         handle.close()
         self.disk.rename(tmp, path)
         if offset not in self.snapshots:
@@ -391,9 +395,9 @@ class Log:
                 self.disk.remove(path)
             self.snapshots.remove(offset)
 
-    def _load_producer_state(self, clean: bool) -> None:
-        """From the latest good snapshot at or below the log end offset, then the batches after it
-        (none at all after a clean shutdown that left no snapshot: no producer was known)."""
+    def _load_producer_state(self) -> None:
+        """From the latest good snapshot at or below the log end offset, then the batches after it;
+        from the log's start without one."""
         first = self.segments[0].base_offset
         self._delete_snapshots(lambda o: first <= o <= self.log_end_offset)
         state = self.producer_state
@@ -407,18 +411,16 @@ class Log:
                 break
             except CorruptSnapshotError:
                 self._delete_snapshots(lambda o, bad=offset: o != bad)
-        if start is None:
-            if clean:
-                return
-            start = first
-        self._replay_producers(start)
+        self._replay_producers(first if start is None else start)
 
     def _replay_producers(self, start: int) -> None:
         """Apply the batches from ``start`` to the log end to the producer state, rewriting the
         transaction index entries of the aborts among them."""
-        for segment in self.segments[self._segment_index(start):]:
-            if segment.txn_index.entries:
-                segment.txn_index.truncate_to(start)
+        rewritten = [s for s in self.segments[self._segment_index(start):] if s.txn_index.entries]
+        for segment in rewritten:
+            segment.txn_index.truncate_to(start)
+        if start >= self.log_end_offset:
+            return
         for header in self.iter_batch_headers(max(start, self.segments[0].base_offset)):
             self.replayed_batches += 1
             if header.producer_id < 0:
@@ -430,11 +432,20 @@ class Log:
                 marker = read_marker(bytes(data), 0, header) if data else None
             aborted = self.producer_state.update(header, header.base_offset, header.max_timestamp, marker)
             if aborted is not None:
-                self._segment_of(aborted.last_offset).txn_index.append(aborted)
+                segment = self._segment_of(aborted.last_offset)
+                segment.txn_index.append(aborted)
+                rewritten.append(segment)
+        for segment in rewritten:
+            segment.txn_index.flush()
+
+    def expire_producers(self, now_ms: int) -> int:
+        """Forget producers idle longer than producer.id.expiration.ms (no open transaction)."""
+        return self.producer_state.remove_expired(now_ms, self.config.producer_id_expiration_ms)
 
     def last_stable_offset(self, high_watermark: int) -> int:
-        """Below it every transaction is decided and its marker below ``high_watermark`` (KIP-98)."""
-        return self.producer_state.last_stable_offset(high_watermark)
+        """Below it every transaction is decided and its marker below ``high_watermark`` (KIP-98);
+        never below the log start offset (a transaction whose start was deleted holds it there)."""
+        return max(self.producer_state.last_stable_offset(high_watermark), self.log_start_offset)
 
     def collect_aborted_txns(self, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions a read_committed fetch of ``[start, end)`` reports (Kafka's
@@ -551,7 +562,7 @@ class Log:
         self.log_end_offset = active.next_offset
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
-        self._load_producer_state(clean=False)
+        self._load_producer_state()
         self._offsets_changed()
         return True
 
@@ -708,8 +719,8 @@ class Log:
     def close(self) -> None:
         if self.closed:
             return
-        if not self.producer_state.empty or self.snapshots:
-            self._take_snapshot(self.log_end_offset)
+        if self.log_end_offset > self.segments[0].base_offset or not self.producer_state.empty:
+            self._take_snapshot(self.log_end_offset)     # the next open replays nothing
         for segment in self.segments:
             segment.close()
         self.closed = True
@@ -740,7 +751,10 @@ def _complete_swap(disk: Disk, dir: str, base: int, config: LogConfig, bases: li
                                  f"an interrupted log cleaning cannot be completed")
     replaced = [b for b in bases if base <= b < next_offset]
     for old in replaced + [base]:
-        for path in segment_paths(dir, old):
+        # the transaction index goes too: the entries of the cleaned range are of aborts whose
+        # records the cleaner removed (nothing left to hide), and one whose marker it removed
+        # would hide that producer's later records from read_committed readers
+        for path in segment_paths(dir, old) + (os.path.join(dir, file_prefix(old) + TXN_INDEX_SUFFIX),):
             if disk.exists(path):
                 disk.remove(path)
     disk.rename(swap_path, segment_paths(dir, base)[0])

@@ -186,9 +186,11 @@ class LogManager:
         return sum(1 for log in list(self.logs.values()) if log.maybe_flush(now_ms))
 
     def cleanup(self, now_ms: int, high_watermarks: dict[TopicPartition, int] | None = None) -> int:
-        """Retention on every log; returns the number of segments deleted."""
+        """Retention on every log, and producers idle past producer.id.expiration.ms forgotten;
+        returns the number of segments deleted."""
         deleted = 0
         for key, log in list(self.logs.items()):
             hw = high_watermarks.get(key) if high_watermarks is not None else None
             deleted += log.delete_old_segments(now_ms, hw)
+            log.expire_producers(now_ms)
         return deleted

@@ -242,6 +242,15 @@ class ProducerStateManager:
             if txn_first >= 0:
                 self.ongoing[pid] = txn_first
 
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers without an open transaction whose last batch is older than
+        ``expiration_ms`` (Kafka's producer.id.expiration.ms); returns how many."""
+        expired = [pid for pid, e in self.producers.items()
+                   if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
     def clear(self) -> None:
         self.producers.clear()
         self.ongoing.clear()
