@@ -311,6 +311,26 @@ def test_dur_2_flush_on_ack_also_covers_the_brokers_own_writes(h):
     assert after.broker.partitions[("durable-internal", 0)].log.log_end_offset == 1
 
 
+def test_retention_never_deletes_a_leaders_segments_above_its_high_watermark():
+    """As Kafka's deletableSegments: retention (here by time, of records with old timestamps)
+    deletes only segments below the high watermark. It ran without the high watermarks and
+    deleted what the follower had not fetched yet (acks=all data not yet replicated), and moved
+    the log start offset above the high watermark (a review finding)."""
+    h = Harness(brokers=(1, 2), **{"log.retention.check.interval.ms": "1000"})
+    resp = h.call(19, 4, {"topics": [{"name": "old", "num_partitions": 1, "replication_factor": 2,
+                                      "assignments": [], "configs": [
+                                          {"name": "retention.ms", "value": "1000"},
+                                          {"name": "segment.bytes", "value": "300"}]}],
+                          "timeout": 1000, "validate_only": False})
+    assert resp.topics[0].error_code == ErrorCode.none
+    partition = h.broker.partitions[("old", 0)]
+    for _ in range(6):                                  # a day old: due for retention at once
+        h.produce("old", make_batch([b"v" * 150], timestamp_ms=h.now - 86_400_000), acks=1)
+    assert len(partition.log.segments) > 3 and partition.high_watermark == 0      # broker 2 fetched nothing
+    h.tick(2000)
+    assert partition.log.log_start_offset == 0 and partition.last_stable_offset() <= partition.high_watermark
+
+
 def test_cli_1_metadata_names_the_leader_and_cli_2_a_follower_refuses_clients(h):
     """CLI-1: metadata says which broker leads each partition. CLI-2: produce and fetch sent to a
     replica that is not the leader get NOT_LEADER_OR_FOLLOWER, so clients refresh and retry."""

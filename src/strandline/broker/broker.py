@@ -326,7 +326,8 @@ class Broker:
         elif name == "log-start-offset-checkpoint":
             return _written(self.logs.log_start_offset_checkpoints())
         elif name == "log-retention":
-            deleted = self.logs.cleanup(now_ms)
+            # never a segment above a partition's high watermark (Kafka's deletableSegments)
+            deleted = self.logs.cleanup(now_ms, {k: p.high_watermark for k, p in replicas.partitions.items()})
             if deleted:
                 self.replica_manager.note_state_change()      # log start offsets moved
                 return [Log("info", f"Retention deleted {deleted} log segment(s)")]

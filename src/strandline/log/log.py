@@ -444,8 +444,10 @@ class Log:
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """Below it every transaction is decided and its marker below ``high_watermark`` (KIP-98);
-        never below the log start offset (a transaction whose start was deleted holds it there)."""
-        return max(self.producer_state.last_stable_offset(high_watermark), self.log_start_offset)
+        a transaction whose start was deleted holds it at the log start offset; never above
+        ``high_watermark`` (Kafka's rule)."""
+        return min(max(self.producer_state.last_stable_offset(high_watermark), self.log_start_offset),
+                   high_watermark)
 
     def collect_aborted_txns(self, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions a read_committed fetch of ``[start, end)`` reports (Kafka's
