@@ -38,10 +38,25 @@ def admin(cluster):
 
 
 def new_topic(admin, partitions: int = 2) -> str:
+    """A new RF=3 topic. On NOT_CONTROLLER the client's metadata is read again and the request
+    retried until a deadline, as Kafka's Java AdminClient does and librdkafka does not: after a
+    test SIGKILLs the controller, librdkafka keeps sending admin requests to the broker its
+    cached metadata names, until its next periodic refresh (CI saw three tests fail so)."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
     name = f"t-{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(name, partitions, 3)])[name].result(30)
+
+    def created() -> bool:
+        try:
+            admin.create_topics([NewTopic(name, partitions, 3)])[name].result(30)
+            return True
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.NOT_CONTROLLER:
+                raise
+            admin.list_topics(timeout=10)              # a Metadata answer names the controller
+            return False
+    poll_until(created, 60, interval=0.2, message=f"a controller that creates {name}")
     return name
 
 
