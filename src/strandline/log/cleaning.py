@@ -55,9 +55,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from strandline.log.segment import INT32_MAX, LOG_SUFFIX, LogSegment, file_prefix
-from strandline.protocol.markers import COMMIT_MARKER, marker_type
+from strandline.protocol.markers import COMMIT_MARKER
 from strandline.protocol.records import (CONTROL_BIT, DECODE_ERRORS, HEADER_SIZE, BatchHeader, UndecodableRecordsError,
-                                         iter_batches, iter_records, read_header, rebuild, records_section,
+                                         iter_batches, read_header, rebuild, records_section,
                                          walk_records)
 
 if TYPE_CHECKING:
@@ -236,11 +236,8 @@ class Cleaning:
                     open_batches.setdefault(header.producer_id, []).append(header.base_offset)
 
     def _marker(self, header: BatchHeader) -> int | None:
-        data = self.log.read(header.base_offset, header.size, max_offset=header.base_offset + 1, min_one_batch=True)
-        for pos, h in iter_batches(data):
-            for record in iter_records(data, pos, h):
-                return marker_type(record.key)
-        return None
+        marker = self.log.marker_of(header)
+        return marker[0] if marker is not None else None
 
     def _status(self, header: BatchHeader) -> bool | None:
         """For a data batch: True to compact it as usual, False for an aborted transaction's,

@@ -39,8 +39,8 @@ from strandline.log.producer_state import (SNAPSHOT_SUFFIX, AbortedTxn, CorruptS
 from strandline.log.segment import (INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BatchInfo,
                                     CorruptRecordError, LogSegment, file_prefix, segment_paths)
 from strandline.log.txn_index import TXN_INDEX_SUFFIX
-from strandline.protocol.markers import CONTROL_BIT, marker_type
-from strandline.protocol.records import BatchHeader, crc_ok, iter_batches, iter_records, stamp
+from strandline.protocol.markers import CONTROL_BIT, read_marker
+from strandline.protocol.records import BatchHeader, crc_ok, iter_batches, stamp
 
 CLEAN_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 SWAP_LOG_SUFFIX = LOG_SUFFIX + ".swap"
@@ -425,11 +425,7 @@ class Log:
             self.replayed_batches += 1
             if header.producer_id < 0:
                 continue
-            marker = None
-            if header.attributes & CONTROL_BIT:
-                data, _ = self._segment_of(header.base_offset).read(
-                    header.base_offset, header.batch_length + 12, header.base_offset + 1)
-                marker = read_marker(bytes(data), 0, header) if data else None
+            marker = self.marker_of(header) if header.attributes & CONTROL_BIT else None
             aborted = self.producer_state.update(header, header.base_offset, header.max_timestamp, marker)
             if aborted is not None:
                 segment = self._segment_of(aborted.last_offset)
@@ -437,6 +433,13 @@ class Log:
                 rewritten.append(segment)
         for segment in rewritten:
             segment.txn_index.flush()
+
+    def marker_of(self, header: BatchHeader) -> tuple[int, int] | None:
+        """``(marker type, coordinator epoch)`` of the control batch ``header`` of this log (read
+        from its segment, below the log start offset too); None for another control record."""
+        data, _ = self._segment_of(header.base_offset).read(header.base_offset, header.size,
+                                                            header.base_offset + 1)
+        return read_marker(bytes(data), 0, header) if data else None
 
     def expire_producers(self, now_ms: int) -> int:
         """Forget producers idle longer than producer.id.expiration.ms (no open transaction)."""
@@ -762,19 +765,6 @@ def _complete_swap(disk: Disk, dir: str, base: int, config: LogConfig, bases: li
     disk.rename(swap_path, segment_paths(dir, base)[0])
     disk.fsync_dir(dir)
     return sorted({b for b in bases if b not in replaced} | {base})
-
-
-def read_marker(records, pos: int, header: BatchHeader) -> tuple[int, int] | None:
-    """``(marker type, coordinator epoch)`` of the control batch at ``pos``; None for another
-    kind of control record."""
-    for record in iter_records(records, pos, header):
-        kind = marker_type(record.key)
-        if kind is None:
-            return None
-        value = record.value or b""
-        coordinator_epoch = int.from_bytes(value[2:6], "big", signed=True) if len(value) >= 6 else -1
-        return kind, coordinator_epoch
-    return None
 
 
 def _epoch_assigner(cache: LeaderEpochCache):

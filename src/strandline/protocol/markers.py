@@ -8,7 +8,7 @@ import struct
 
 import crc32c
 
-from strandline.protocol.records import write_varint
+from strandline.protocol.records import BatchHeader, iter_records, write_varint
 
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
@@ -33,3 +33,16 @@ def marker_type(key: bytes | None) -> int | None:
         return None
     version, kind = struct.unpack_from(">hh", key)
     return kind if version == 0 and kind in (ABORT_MARKER, COMMIT_MARKER) else None
+
+
+def read_marker(records, pos: int, header: BatchHeader) -> tuple[int, int] | None:
+    """``(marker type, coordinator epoch)`` of the control batch at ``pos``; None for another
+    kind of control record."""
+    for record in iter_records(records, pos, header):
+        kind = marker_type(record.key)
+        if kind is None:
+            return None
+        value = record.value or b""
+        coordinator_epoch = int.from_bytes(value[2:6], "big", signed=True) if len(value) >= 6 else -1
+        return kind, coordinator_epoch
+    return None
