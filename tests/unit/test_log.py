@@ -128,11 +128,11 @@ def test_epo_1_leader_epoch_cache_rules_and_file():
     disk = MemoryDisk()
     cache = LeaderEpochCache(disk, "/p")
     cache.assign(0, 0)
-    cache.write()               # what a new log's first flush does
     cache.assign(0, 5)          # same epoch, later offset: ignored
     cache.assign(2, 10)
     cache.assign(4, 30)
     assert cache.epoch_entries() == [(0, 0), (2, 10), (4, 30)]
+    cache.write()               # what the log's next flush does
     assert disk.read_file("/p/leader-epoch-checkpoint") == b"0\n3\n0 0\n2 10\n4 30\n"
     assert cache.end_offset_for(4, 42) == (4, 42)
     assert cache.end_offset_for(3, 42) == (2, 30)
@@ -140,6 +140,8 @@ def test_epo_1_leader_epoch_cache_rules_and_file():
     assert cache.end_offset_for(-1, 42) == (-1, -1)
     cache.assign(3, 20)         # a lower epoch at a lower offset replaces what follows
     assert cache.epoch_entries() == [(0, 0), (2, 10), (3, 20)]
+    assert cache.unwritten
+    cache.write()
     assert LeaderEpochCache(disk, "/p").epoch_entries() == [(0, 0), (2, 10), (3, 20)]
 
 

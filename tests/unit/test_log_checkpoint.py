@@ -73,15 +73,19 @@ def test_epo_1_assign_appends_only_new_epochs_or_lower_offsets(disk_root):
     cache = LeaderEpochCache(disk, root)
     assert cache.latest_epoch == -1 and cache.epoch_entries() == []
     assert cache.assign(0, 0)
-    # a new log's first entries wait for its first flush (Log.flush writes them)...
+    # every change waits for the log's next flush (Log.flush writes it)...
     assert cache.unwritten and not disk.exists(f"{root}/leader-epoch-checkpoint")
     cache.write()
+    assert not cache.unwritten
     assert LeaderEpochCache(disk, root).epoch_entries() == [(0, 0)]
     assert not cache.assign(0, 5)          # same epoch, later offset: no change
+    assert not cache.unwritten
     assert cache.assign(2, 10)
     assert cache.assign(4, 30)
     assert not cache.assign(-1, 40)        # undefined epochs are ignored
     assert cache.epoch_entries() == [(0, 0), (2, 10), (4, 30)]
+    assert cache.unwritten and LeaderEpochCache(disk, root).epoch_entries() == [(0, 0)]
+    cache.write()
     assert disk.read_file(f"{root}/leader-epoch-checkpoint") == b"0\n3\n0 0\n2 10\n4 30\n"
     assert cache.assign(4, 25)             # same epoch at a lower offset: moves its start back
     assert cache.epoch_entries() == [(0, 0), (2, 10), (4, 25)]
@@ -89,6 +93,7 @@ def test_epo_1_assign_appends_only_new_epochs_or_lower_offsets(disk_root):
     assert cache.epoch_entries() == [(0, 0), (2, 10), (3, 20)]
     assert cache.assign(5, 5)              # start offset below others: drops entries starting >= 5
     assert cache.epoch_entries() == [(0, 0), (5, 5)]
+    cache.write()
     assert LeaderEpochCache(disk, root).epoch_entries() == [(0, 0), (5, 5)]
 
 
@@ -114,7 +119,7 @@ def test_epo_1_truncation_from_end_and_start():
     cache = LeaderEpochCache(disk, "/p")
     for epoch, start in [(1, 0), (2, 10), (3, 20), (4, 30)]:
         cache.assign(epoch, start)
-    cache.write()                          # ...then every change is written at once
+    cache.write()
     assert not cache.truncate_from_end(31)
     assert cache.truncate_from_end(20)
     assert cache.epoch_entries() == [(1, 0), (2, 10)]
@@ -125,7 +130,9 @@ def test_epo_1_truncation_from_end_and_start():
     cache.assign(3, 40)
     assert cache.truncate_from_start(40)
     assert cache.epoch_entries() == [(3, 40)]
+    cache.write()
     assert LeaderEpochCache(disk, "/p").epoch_entries() == [(3, 40)]
     assert cache.epoch_for_offset(39) == -1 and cache.epoch_for_offset(41) == 3
     cache.clear()
+    cache.write()
     assert LeaderEpochCache(disk, "/p").epoch_entries() == []

@@ -131,7 +131,7 @@ def test_ckp_3_recovery_starts_at_the_recovery_point():
 
 
 def test_epo_1_epoch_cache_is_truncated_to_the_recovered_log():
-    """EPO-1: the checkpoint is durable at once, the log is not: on load the cache is cut to the LEO."""
+    """EPO-1: on load the cache is cut to the recovered log end offset (what a crash left)."""
     disk = MemoryDisk()
     log = Log.open(disk, DIR, "t", 0, CONFIG)
     fill(log, 5, epoch=1)
@@ -144,6 +144,40 @@ def test_epo_1_epoch_cache_is_truncated_to_the_recovered_log():
     assert log.log_end_offset == 5
     assert log.leader_epoch_cache.epoch_entries() == [(1, 0)]
     assert checkpoint.read_epochs(disk, f"{DIR}/leader-epoch-checkpoint") == [(1, 0)]
+
+
+def test_epo_1_a_new_epoch_is_written_by_the_next_flush_and_a_crash_before_it_relearns_it():
+    """EPO-1: becoming leader (or copying a new epoch) costs no fsync at once; the log's next flush
+    writes the checkpoint before its recovery point moves, and a crash before that flush finds the
+    epoch again in whatever batches survived above the recovery point."""
+    disk = MemoryDisk()
+    log = Log.open(disk, DIR, "t", 0, CONFIG)
+    fill(log, 5, epoch=1)
+    log.flush()
+    path = f"{DIR}/leader-epoch-checkpoint"
+    assert checkpoint.read_epochs(disk, path) == [(1, 0)]
+    syncs = disk.flush_count
+    log.leader_epoch_cache.assign(2, log.log_end_offset)          # became leader in epoch 2
+    fill(log, 3, epoch=2)
+    log.truncate_to(7)
+    assert disk.flush_count == syncs                               # no fsync on the request path
+    assert checkpoint.read_epochs(disk, path) == [(1, 0)]
+
+    # the operating system wrote the segment back, the checkpoint never was: recovery relearns it
+    for segment in log.segments:
+        segment.flush()
+    disk.crash()
+    log = reopen(disk, log, recovery_point=5)
+    assert log.log_end_offset == 7
+    assert log.leader_epoch_cache.epoch_entries() == [(1, 0), (2, 5)]
+
+    log.leader_epoch_cache.assign(3, log.log_end_offset)
+    fill(log, 2, epoch=3)
+    log.flush()                                                    # the checkpoint first, then the recovery point
+    assert checkpoint.read_epochs(disk, path) == [(1, 0), (2, 5), (3, 7)]
+    disk.crash()
+    log = reopen(disk, log, recovery_point=log.recovery_point, needs_recovery=False)
+    assert log.log_end_offset == 9 and log.leader_epoch_cache.epoch_entries() == [(1, 0), (2, 5), (3, 7)]
 
 
 def test_recovery_relearns_epochs_when_the_checkpoint_is_lost():

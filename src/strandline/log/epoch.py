@@ -4,12 +4,18 @@ Kafka's ``LeaderEpochFileCache`` semantics (reference/kafka_replication.md §4.2
 
 * ``assign(e, off)`` changes the cache only if ``e`` differs from the latest epoch or ``off`` is
   below the latest start offset; it then first drops every entry with ``epoch >= e`` or
-  ``start >= off`` (so epochs and start offsets stay strictly increasing), appends, and writes the
-  checkpoint atomically.
+  ``start >= off`` (so epochs and start offsets stay strictly increasing) and appends.
 * ``truncate_from_end(off)`` drops entries starting at or after ``off`` (log truncation).
 * ``truncate_from_start(off)`` moves the earliest surviving entry's start up to ``off`` (log start
   offset advance).
 * ``end_offset_for`` answers OffsetsForLeaderEpoch.
+
+A change is written (atomically, fsynced) by the log's next flush, before its recovery point
+moves (``Log.flush``, a roll, a clean shutdown), not at once: entries above the recovery point need
+no checkpoint, since recovery after a crash re-reads those batches and assigns their epochs again.
+So becoming leader or follower of thousands of partitions costs no fsync each on the event loop
+(Kafka fsyncs an assign on the spot, on one of its many request threads; it writes a truncation
+later on its scheduler thread).
 """
 
 from __future__ import annotations
@@ -32,23 +38,16 @@ class LeaderEpochCache:
         self.disk = disk
         self.path = os.path.join(directory, FILE_NAME)
         self.entries: list[tuple[int, int]] = checkpoint.read_epochs(disk, self.path)
-        self.written = disk.exists(self.path)
         self.unwritten = False
-        """Entries of a log that never wrote its checkpoint, not yet on disk: the log writes them
-        when it is first flushed. Until then nothing below its recovery point needs them (a restart
-        recovers the whole log and finds the epochs in its batches), so creating thousands of
-        partitions costs no fsync each."""
+        """Whether the entries changed since the checkpoint was last written: the log writes them
+        before its recovery point next moves (see the module's docstring)."""
 
     def _flush(self) -> None:
-        if not self.written:
-            self.unwritten = True
-            return
-        self.write()
+        self.unwritten = True
 
     def write(self) -> None:
         """Write the checkpoint atomically and durably."""
         checkpoint.write_epochs(self.disk, self.path, self.entries)
-        self.written = True
         self.unwritten = False
 
     @property

@@ -577,8 +577,8 @@ class Log:
         for segment in self.segments:
             segment.delete()
         self._set_segments([LogSegment.create(self.disk, self.dir, offset, self.config, self._now_ms)])
-        self._sync_dir_if_new()
         self.leader_epoch_cache.clear()
+        self._sync_dir_if_new()                 # the emptied epoch cache too, before the recovery point moves
         self.log_start_offset = self.log_end_offset = self.recovery_point = offset
         self._delete_snapshots(lambda o: False)
         self.producer_state.clear()
