@@ -10,8 +10,9 @@ Measures, in order, and prints one line each:
 3. SIGKILL of the controller: until every partition it led has another leader in the metadata
    [<= zookeeper.session.timeout.ms + 2 s];
 4. restart of that broker: until it is in the ISR of every partition, as ZooKeeper holds it [<= 30 s];
-5. controlled shutdown (SIGTERM) of a broker leading a third of the partitions: until every
-   partition it led has another leader [<= 3 s], and until its process exits;
+5. controlled shutdown (SIGTERM) of a broker leading a third of the partitions (the one leading the
+   most; the controller with `--stop-controller`): until every partition it led has another leader
+   [<= 3 s], and until its process exits;
 6. restart of that broker: the same [<= 30 s].
 
 Progress is read from ZooKeeper where it can be: a full Metadata or a /metrics scrape of 10,000
@@ -22,6 +23,7 @@ cost this process about a second of CPU per poll of 5,000, on the cores the brok
 A benchmark, not a test:
 
     .venv/bin/python benchmarks/scale.py [--partitions 10000] [--idle-seconds 20] [--no-sessions] [--idle-only]
+        [--stop-controller]
 
 It starts its own `strandline up --brokers 3` in a temporary directory and stops it. Run it under
 the open-file limit to be tested (`ulimit -n 20000`).
@@ -165,6 +167,8 @@ def main() -> int:
     parser.add_argument("--idle-seconds", type=float, default=20.0)
     parser.add_argument("--no-sessions", action="store_true")
     parser.add_argument("--idle-only", action="store_true", help="stop after the idle measurement")
+    parser.add_argument("--stop-controller", action="store_true",
+                        help="the controlled shutdown stops the controller (else the broker leading the most)")
     parser.add_argument("--keep", action="store_true", help="keep the cluster's data directory (its logs)")
     parser.add_argument("--session-ms", type=int, default=18000, help="zookeeper.session.timeout.ms")
     parser.add_argument("--base-port", type=int, default=29392)
@@ -232,9 +236,9 @@ def main() -> int:
         print(f"restart of broker {controller}: back in every ISR after {took:.1f} s "
               f"({time.monotonic() - killed:.1f} s after the kill; target 30 s)", flush=True)
 
-        _, leaders = metadata(ports, list(ports))
+        controller, leaders = metadata(ports, list(ports))
         counts = {b: sum(1 for x in leaders.values() if x == b) for b in ports}
-        victim = max(counts, key=lambda b: counts[b])
+        victim = controller if args.stop_controller else max(counts, key=lambda b: counts[b])
         led = {tp for tp, b in leaders.items() if b == victim}
         others = [b for b in ports if b != victim]
         stopping = subprocess.Popen([sys.executable, "-m", "strandline.cli.main", "cluster", "stop", str(victim),

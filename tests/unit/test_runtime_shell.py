@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import logging
 import threading
 from types import SimpleNamespace
@@ -212,4 +213,77 @@ def test_a_checkpoint_write_that_fails_stops_the_broker_with_one_line(caplog):
 
     failure = run_shell(core, None, write)
     assert failure is not None and failure.startswith("writing a checkpoint file failed: OSError")
+    assert len(errors(caplog)) == 1
+
+
+def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, monkeypatch):
+    """FlushFiles: the fsyncs run on a worker thread while the loop goes on, through descriptors of
+    their own (a file closed meanwhile is still flushed; one closed before is skipped); then the core
+    hears of it on the loop, in the order the flushes were given."""
+    from strandline.broker.effects import FlushFiles
+    from strandline.runtime.disk import OsFile
+
+    started, release = threading.Event(), threading.Event()
+    fsynced: list[tuple[int, str]] = []
+    real_fsync = os.fsync
+
+    def slow_fsync(fd):
+        started.set()
+        assert release.wait(5)
+        fsynced.append((os.fstat(fd).st_ino, threading.current_thread().name))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    a, b, gone = (OsFile(str(tmp_path / name)) for name in ("a.log", "b.index", "c.log"))
+    for f in (a, b, gone):
+        f.append(b"x" * 100)
+    gone.close()
+    core = Core()
+    core.flushed = []
+    core.on_files_flushed = lambda token, now: core.flushed.append((token, threading.current_thread().name)) or []
+    ticks = []
+
+    async def main():
+        stopper = Stopper(asyncio.get_running_loop())
+        shell = BrokerShell(core, None, 1 << 20, stopper)
+        shell.apply([FlushFiles((a, b, gone), 7), FlushFiles((), 8)])
+        assert await asyncio.to_thread(started.wait, 5)
+        a.close()                                                     # the log closed it meanwhile
+        for i in range(3):
+            await asyncio.sleep(0.01)
+            ticks.append(i)
+        assert core.flushed == []
+        release.set()
+        deadline = asyncio.get_running_loop().time() + 5
+        while len(core.flushed) < 2 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        await shell.close()
+        return stopper.failure
+
+    assert asyncio.run(main()) is None
+    assert ticks == [0, 1, 2]
+    loop_thread = threading.current_thread().name
+    assert core.flushed == [(7, loop_thread), (8, loop_thread)]
+    inodes = {os.stat(tmp_path / name).st_ino for name in ("a.log", "b.index")}
+    assert {ino for ino, _ in fsynced} == inodes and len(fsynced) == 2
+    assert all(thread != loop_thread for _, thread in fsynced)
+
+
+def test_a_segment_flush_that_fails_stops_the_broker_with_one_line(tmp_path, monkeypatch, caplog):
+    from strandline.broker.effects import FlushFiles
+    from strandline.runtime.disk import OsFile
+
+    def failing_fsync(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    f = OsFile(str(tmp_path / "0.log"))
+    f.append(b"x")
+    core = Core()
+
+    async def flush(shell):
+        shell.apply([FlushFiles((f,), 1)])
+
+    failure = run_shell(core, None, flush)
+    assert failure is not None and failure.startswith("flushing a rolled log segment failed: OSError")
     assert len(errors(caplog)) == 1

@@ -32,7 +32,7 @@ from strandline.broker.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
 from strandline.broker.loggers import BrokerLoggers
 from strandline.broker.dynamic_config import DynamicConfigManager
-from strandline.broker.effects import Log, WriteCheckpoint
+from strandline.broker.effects import FlushFiles, Log, WriteCheckpoint
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.outbox import Outbox
 from strandline.broker.producer_ids import ProducerIdManager
@@ -71,6 +71,7 @@ class Broker:
         self.config = config
         self.broker_id = config.broker_id
         self.logs = log_manager
+        log_manager.flush_rolls_later()         # a roll's fsync never holds up the event loop
         self.metadata = MetadataCache()
         self.outbox = Outbox(config)
         self.broker_epoch = -1                  # this broker's registration (czxid), KIP-380
@@ -202,6 +203,12 @@ class Broker:
         self.apis.connection_closed(conn_id)
         self.replica_manager.connection_closed(conn_id)
 
+    def on_files_flushed(self, token: int, now_ms: int) -> list:
+        """The :class:`~strandline.broker.effects.FlushFiles` ``token`` is done: the log's recovery
+        point passes the rolled segment."""
+        self.logs.roll_flushed(token)
+        return []
+
     def on_zk_result(self, token: int, results: Any, now_ms: int) -> list:
         return self.outbox.on_zk_result(token, results, now_ms)
 
@@ -297,6 +304,8 @@ class Broker:
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [t.next_ms for t in self.scheduled]
+        if self.logs.roll_flushes_due:
+            deadlines.append(0)                 # hand them to the shell at once
         for deadline in (self.outbox.next_deadline_ms(), self.replica_manager.next_deadline_ms(),
                          self.groups.next_deadline_ms(), self.cleaner.next_deadline_ms()):
             if deadline is not None:
@@ -312,6 +321,7 @@ class Broker:
                 effects.extend(self._run_task(task.name, now_ms))
         effects.extend(self.replica_manager.maybe_send_fetches(now_ms))
         effects.extend(self.groups.tick(now_ms))
+        effects.extend(FlushFiles(f.handles, f.token) for f in self.logs.take_roll_flushes())
         if self.logs.started:
             effects.extend(Log("info", line) for line in self.cleaner.tick(now_ms, self._high_watermark_of))
             effects.extend(_written(self.cleaner.take_checkpoint_writes()))

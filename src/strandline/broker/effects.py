@@ -71,6 +71,17 @@ class WriteCheckpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class FlushFiles:
+    """fsync these log files (a rolled segment's, ``log.disk.FileHandle`` s) away from the event
+    loop, as Kafka's scheduler thread flushes a segment after a roll, then report it with
+    ``Broker.on_files_flushed(token)``. Flushes complete in the order given; one that fails stops
+    the broker (Kafka takes the log dir offline)."""
+
+    handles: tuple
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSend:
     """Send a request frame (no size prefix; its correlation id is ``token``) to another broker.
 

@@ -137,6 +137,15 @@ class _IndexFile:
             self._handle.flush()
         self._dirty = False
 
+    def unflushed_handle(self) -> FileHandle | None:
+        """The open file, if written since its last flush (pending entries written out first)."""
+        self.write_pending()
+        return self._handle if self._dirty else None
+
+    def mark_flushed(self) -> None:
+        """An fsync of :meth:`unflushed_handle` made elsewhere completed (nothing was written since)."""
+        self._dirty = False
+
     def close(self) -> None:
         self.write_pending()
         if self._handle is not None:

@@ -101,6 +101,9 @@ class Log:
         #: told ``(topic, partition)`` after the log end or log start offset moved (the replica
         #: manager's change journal: fetch sessions look only at partitions that changed)
         self.offsets_listener: Callable[[tuple[str, int]], None] | None = None
+        #: handed ``(log, base offset, old segment, its files to fsync)`` at each roll, to flush them
+        #: away from the caller (the log manager's asynchronous roll flushes); None: flush at once
+        self.roll_listener: Callable[["Log", int, LogSegment, list], None] | None = None
         self.producer_state = ProducerStateManager()
         self.snapshots: list[int] = []          # offsets of the producer snapshot files, ascending
         self.replayed_batches = 0               # batch headers read to load the producer state
@@ -156,7 +159,13 @@ class Log:
                 stats["segments_recovered"] += 1
                 stats["batches_scanned"] += segment.recovered_batches
                 stats["bytes_truncated"] += truncated
-                if truncated:
+                # A segment above the recovery point that ends short of the next one's base offset
+                # lost its tail to a power loss while later segments kept some of theirs (a roll's
+                # flush runs after the roll): the log ends there, or it would skip offsets. Only a
+                # compacted log has gaps of its own, and its rolls flush at once.
+                lost_tail = not config.compacts and i + 1 < len(segments) and \
+                    segment.next_offset < segments[i + 1].base_offset
+                if truncated or lost_tail:
                     for later in segments[i + 1:]:
                         later.delete()
                         stats["segments_deleted"] += 1
@@ -340,20 +349,46 @@ class Log:
         return segment.indexes_full or last_offset - segment.base_offset > INT32_MAX
 
     def roll(self, new_base_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
-        """Start a new active segment at the log end offset; the old one is flushed (like Kafka)."""
+        """Start a new active segment at the log end offset. The old one is flushed and the
+        recovery point moves to the new base offset: here and now without a ``roll_listener``;
+        with one, the listener is handed the old segment's files to fsync away from the caller (as
+        Kafka schedules a rolled segment's flush on its scheduler thread: a gigabyte segment can
+        take a second), and :meth:`roll_flushed` moves the recovery point once that is done."""
         base = self.log_end_offset if new_base_offset is None else new_base_offset
         now = self._now_ms if now_ms is None else now_ms
         old = self.segments[-1]
         if old.size == 0 and old.base_offset == base:
             return old
-        old.on_become_inactive()
+        # a compacted log's roll stays synchronous: the recovery check for a lost segment tail
+        # below (see ``open``) cannot tell it from the cleaner's gaps
+        listener = self.roll_listener if not self.config.compacts else None
+        handles = old.seal() if listener is not None else old.on_become_inactive()
         segment = LogSegment.create(self.disk, self.dir, base, self.config, now)
         self._set_segments(self.segments + [segment])
         self._take_snapshot(base, sync=True)       # before the recovery point passes it
-        self._sync_dir_if_new()
-        if base > self.recovery_point:
-            self.recovery_point = base
+        if listener is None:
+            self._flushed_to(base)
+        else:
+            listener(self, base, old, handles or [])
         return segment
+
+    def roll_flushed(self, offset: int, segment: LogSegment, truncations: int) -> None:
+        """The fsync of a rolled segment's files (below ``offset``) that the ``roll_listener`` was
+        handed completed; ``truncations`` is what :attr:`truncations` was at the roll. Nothing moves
+        if the log was closed or cut at its end since (what it holds below ``offset`` now may not be
+        what was flushed)."""
+        if self.closed or truncations != self.truncations:
+            return
+        if any(s is segment for s in self.segments):
+            segment.sealed_flushed()
+        self._flushed_to(offset)
+
+    def _flushed_to(self, offset: int) -> None:
+        """Everything below ``offset`` is durable: make the directory entries and the leader-epoch
+        checkpoint durable too, then move the recovery point."""
+        self._sync_dir_if_new()
+        if offset > self.recovery_point:
+            self.recovery_point = offset
 
     # -- producer state ----------------------------------------------------------------------
 

@@ -15,11 +15,13 @@ Partition directories are ``<topic>-<partition>`` (topics may contain ``-``).
 from __future__ import annotations
 
 import os.path
+from typing import NamedTuple
 
 from strandline.log import checkpoint
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk
 from strandline.log.log import Log, parse_partition_dir_name, partition_dir_name
+from strandline.log.segment import LogSegment
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -27,6 +29,16 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 
 TopicPartition = tuple[str, int]
+
+
+class RollFlush(NamedTuple):
+    """A rolled segment's files to fsync; then everything of ``log`` below ``offset`` is durable."""
+    token: int
+    log: Log
+    offset: int
+    segment: LogSegment
+    truncations: int
+    handles: tuple
 
 
 class LogManager:
@@ -43,6 +55,42 @@ class LogManager:
         self.recovery_stats: dict[str, int] = {}
         self.started = False
         self.shut_down = False
+        self._defer_roll_flushes = False
+        self.roll_flushes_due: list[RollFlush] = []         # asked for, not handed out yet
+        self._roll_flushes: dict[int, RollFlush] = {}       # handed out (token -> flush), not done yet
+        self._next_roll_flush = 0
+
+    # -- asynchronous roll flushes ----------------------------------------------------------
+
+    def flush_rolls_later(self) -> None:
+        """From now on a roll does not fsync the segment it leaves: the flush is asked for
+        (:meth:`take_roll_flushes`) for someone to make away from the caller, who reports it done
+        (:meth:`roll_flushed`) so that the log's recovery point moves (Kafka's scheduled
+        ``flush-log`` task after a roll)."""
+        self._defer_roll_flushes = True
+        for log in self.logs.values():
+            log.roll_listener = self._rolled
+
+    def _rolled(self, log: Log, offset: int, segment: LogSegment, handles: list) -> None:
+        if not handles:                     # nothing unflushed (a flush on each write, say)
+            log.roll_flushed(offset, segment, log.truncations)
+            return
+        self._next_roll_flush += 1
+        self.roll_flushes_due.append(RollFlush(self._next_roll_flush, log, offset, segment, log.truncations,
+                                               tuple(handles)))
+
+    def take_roll_flushes(self) -> list["RollFlush"]:
+        """The roll flushes asked for since the last call; each is reported done by its token."""
+        due, self.roll_flushes_due = self.roll_flushes_due, []
+        for flush in due:
+            self._roll_flushes[flush.token] = flush
+        return due
+
+    def roll_flushed(self, token: int) -> None:
+        """The files of roll flush ``token`` are durable."""
+        flush = self._roll_flushes.pop(token, None)
+        if flush is not None:
+            flush.log.roll_flushed(flush.offset, flush.segment, flush.truncations)
 
     # -- start and stop ----------------------------------------------------------------------
 
@@ -116,6 +164,8 @@ class LogManager:
         self.disk.makedirs(log_dir)
         log = Log.open(self.disk, os.path.join(log_dir, partition_dir_name(topic, partition)), topic,
                        partition, config, needs_recovery=False, now_ms=now_ms)
+        if self._defer_roll_flushes:
+            log.roll_listener = self._rolled
         self.logs[key] = log
         self.dir_of[key] = log_dir
         self._logs_in_dir[log_dir] += 1

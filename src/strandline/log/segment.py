@@ -502,6 +502,28 @@ class LogSegment:
         self.time_index.flush(force)
         self.txn_index.flush()
 
+    def seal(self) -> list[FileHandle]:
+        """The log rolled past this segment: record its max timestamp and write out the pending
+        index entries; returns the files an fsync must make durable (the log's asynchronous roll
+        flush, :meth:`sealed_flushed` once done)."""
+        self._append_final_time_entry()
+        handles = [self.log] if self._dirty else []
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            handle = index.unflushed_handle()
+            if handle is not None:
+                handles.append(handle)
+        return handles
+
+    def sealed_flushed(self) -> None:
+        """The fsync of what :meth:`seal` returned completed: the segment is clean; its index
+        handles are released (a read opens them again)."""
+        self._dirty = False
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            index.mark_flushed()
+        self.offset_index.close()
+        self.time_index.close()
+        self.txn_index.close()
+
     def on_become_inactive(self) -> None:
         """The log rolled past this segment: record its max timestamp, flush, free index handles."""
         self._append_final_time_entry()

@@ -101,6 +101,12 @@ class TransactionIndex:
         self._file().truncate(keep * ENTRY_SIZE)
         self._dirty = True
 
+    def unflushed_handle(self) -> FileHandle | None:
+        return self._handle if self._dirty else None
+
+    def mark_flushed(self) -> None:
+        self._dirty = False
+
     def flush(self) -> None:
         if self._dirty and self._handle is not None:
             self._handle.flush()

@@ -21,10 +21,11 @@ import traceback
 from typing import Any, Callable
 
 from strandline.broker.broker import Broker
-from strandline.broker.effects import (BrokerSend, Close, Log, ReadClusterState, Send, SetLoggerLevel,
+from strandline.broker.effects import (BrokerSend, Close, FlushFiles, Log, ReadClusterState, Send, SetLoggerLevel,
                                        WriteCheckpoint, ZkRequest)
 from strandline.coordination.store import OpResult, ZkError
 from strandline.log.disk import FileRegion
+from strandline.runtime.disk import flush_ledger
 from strandline.runtime.channels import BrokerChannels
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 from strandline.runtime.framed import FramedProtocol
@@ -259,6 +260,57 @@ class CheckpointWriter:
         await self._idle.wait()
 
 
+def _fsync_all(fds: list[int]) -> None:
+    try:
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+class SegmentFlusher:
+    """Makes rolled segments durable (``FlushFiles``) on a worker thread, one flush at a time and in
+    order, then tells the core, so that a roll's fsync (a second for a gigabyte segment on a busy
+    disk) never holds up the event loop. Each file is flushed through a descriptor of its own, taken
+    when the flush is handed over: the file may be closed or deleted meanwhile."""
+
+    def __init__(self, shell: "BrokerShell") -> None:
+        self.shell = shell
+        self.waiting: collections.deque = collections.deque()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def flush(self, effect: FlushFiles) -> None:
+        files = []
+        for handle in effect.handles:
+            fd = handle.duplicate()          # None: closed since (deleted), nothing left to flush
+            if fd is not None:
+                files.append((fd, getattr(handle, "path", None), handle.size()))
+        self.waiting.append((effect.token, files))
+        if self._idle.is_set():
+            self._idle.clear()
+            self.shell.spawn("flushing a rolled log segment", self._run())
+
+    async def _run(self) -> None:
+        try:
+            while self.waiting:
+                token, files = self.waiting.popleft()
+                await asyncio.to_thread(_fsync_all, [fd for fd, _, _ in files])
+                ledger = flush_ledger()
+                if ledger is not None:
+                    for _, path, size in files:
+                        if path is not None:
+                            ledger.durable(path, size)
+                self.shell.run("a rolled log segment flushed",
+                               lambda t=token: self.shell.broker.on_files_flushed(t, now_ms()))
+        finally:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        await self._idle.wait()
+
+
 class BrokerShell:
     """Runs one :class:`Broker` core on an asyncio loop."""
 
@@ -281,6 +333,7 @@ class BrokerShell:
         self.channels = BrokerChannels(self.loop, self._on_broker_response, stopper.fail)
         self.controlled_shutdown_done = asyncio.Event()
         self.checkpoints = CheckpointWriter(lambda: broker.logs.disk, self.spawn)
+        self.segment_flusher = SegmentFlusher(self)
         self.closing = False                  # close() began: the core gets no more events or ticks
 
     def protocol_factory(self) -> Connection:
@@ -323,6 +376,8 @@ class BrokerShell:
                 self.spawn("a ZooKeeper request", self._run_zk(effect))
             elif isinstance(effect, WriteCheckpoint):
                 self.checkpoints.write(effect.path, effect.content)
+            elif isinstance(effect, FlushFiles):
+                self.segment_flusher.flush(effect)
             elif isinstance(effect, SetLoggerLevel):
                 set_logger_level(effect)
             elif isinstance(effect, Log):

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from strandline.broker.broker import Broker
 from strandline.coordination.cluster_state import read_cluster_state
 from strandline.broker.config import BrokerConfig
-from strandline.broker.effects import (BrokerSend, Close, Log, ReadClusterState, Send, SetLoggerLevel,
+from strandline.broker.effects import (BrokerSend, Close, FlushFiles, Log, ReadClusterState, Send, SetLoggerLevel,
                                        WriteCheckpoint, ZkRequest)
 from strandline.coordination import zk_layout
 from strandline.coordination import znodes
@@ -45,6 +45,15 @@ from strandline.sim.zookeeper import MemoryZooKeeper
 START_MS = 1_700_000_000_000
 LOG_DIR = "/data/logs"
 _STALE = object()
+#: How long after a roll its segment's fsync completes (the shell's worker thread)
+ROLL_FLUSH_DELAY_MS = 20
+
+
+def _flushed(core: Broker, effect: FlushFiles, now_ms: int) -> list:
+    for handle in effect.handles:
+        if not handle.closed:           # a deleted segment's file: nothing left to make durable
+            handle.flush()
+    return core.on_files_flushed(effect.token, now_ms)
 
 
 @dataclass
@@ -231,6 +240,11 @@ class SimCluster:
                 self.net.broker_send(node, effect)
             elif isinstance(effect, WriteCheckpoint):
                 node.disk.write_file_atomic(effect.path, effect.content)   # no thread to wait for here
+            elif isinstance(effect, FlushFiles):
+                # a worker thread's fsync, done a little later (a power loss before it loses the files'
+                # unflushed bytes), then reported; a crash of the broker meanwhile drops both
+                self._run_on(node.id, node.incarnation, ROLL_FLUSH_DELAY_MS,
+                             lambda core, now, e=effect: _flushed(core, e, now))
             elif isinstance(effect, SetLoggerLevel):
                 pass                # the simulated brokers share this process's loggers: left alone
             elif isinstance(effect, Log):

@@ -33,8 +33,11 @@ class ExploreConfig:
 
 
 CONFIGS = {
+    # segments of 2 KiB roll every few dozen records: the rolls' flushes (made after the roll) meet
+    # the faults too
     "safe": ExploreConfig("safe", {"min.insync.replicas": "2", "unclean.leader.election.enable": "false",
-                                   "replication.truncation": "leader-epoch"}, frozenset({-1}), False, "random"),
+                                   "replication.truncation": "leader-epoch"}, frozenset({-1}), False, "random",
+                          (("segment.bytes", "2048"),)),
     "acks1": ExploreConfig("acks1", {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
                            frozenset({1}), True, "never"),
     "unclean": ExploreConfig("unclean", {"min.insync.replicas": "2", "unclean.leader.election.enable": "true"},

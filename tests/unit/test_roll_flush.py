@@ -1,0 +1,131 @@
+"""A roll's flush of the segment it leaves happens away from the caller (Kafka's scheduled
+``flush-log`` after a roll): the broker's event loop never waits for a gigabyte segment's fsync.
+The recovery point passes the old segment only once its flush is reported done, so a power loss
+before that recovers from the older recovery point."""
+
+from __future__ import annotations
+
+from strandline.log.config import LogConfig
+from strandline.log.manager import LogManager
+from strandline.protocol.records import crc_ok, iter_batches
+from strandline.sim.disk import MemoryDisk
+from tests.unit.batches import make_batch
+
+BATCH = len(make_batch([b"x" * 100]))
+CONFIG = LogConfig(segment_bytes=5 * BATCH, index_interval_bytes=BATCH)
+
+
+def started(disk: MemoryDisk) -> LogManager:
+    logs = LogManager(disk, ["/data/logs"], CONFIG)
+    logs.startup(0)
+    logs.flush_rolls_later()
+    return logs
+
+
+def fill(log, n: int, epoch: int = 0) -> None:
+    for i in range(n):
+        log.append_as_leader(make_batch([b"x" * 100], timestamp_ms=1000 + i), epoch, 1000 + i)
+
+
+def test_a_roll_leaves_its_segment_unflushed_until_the_flush_it_asked_for_is_done():
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 7)                                # 5 batches fill the first segment, the 6th rolls
+    old = log.segments[0]
+    assert [s.base_offset for s in log.segments] == [0, 5]
+    assert disk.unflushed_bytes(old.log_path) == 5 * BATCH   # the roll did not fsync it
+    assert log.recovery_point == 0
+    [flush] = logs.take_roll_flushes()
+    assert logs.take_roll_flushes() == []
+    assert flush.offset == 5 and old.log in flush.handles
+
+    for handle in flush.handles:                # what the shell's worker thread does
+        handle.flush()
+    logs.roll_flushed(flush.token)
+    assert log.recovery_point == 5
+    assert not old.dirty and disk.unflushed_bytes(old.log_path) == 0
+    logs.roll_flushed(flush.token)              # reported twice: nothing more happens
+    assert log.recovery_point == 5
+
+
+def test_a_power_loss_before_the_roll_flush_recovers_from_the_older_recovery_point():
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 3)
+    log.flush()                                 # durable up to offset 3
+    fill(log, 4)                                # rolls at offset 5, asks for a flush
+    assert len(logs.take_roll_flushes()) == 1 and log.recovery_point == 3
+    logs.checkpoint_recovery_points()
+    disk.crash()                                # before the flush was made
+    again = LogManager(disk, ["/data/logs"], CONFIG)
+    again.startup(0)
+    log = again.get_log("t", 0)
+    assert log.log_end_offset == 3              # what was durable; every batch whole
+    raw = b"".join(disk.read_file(s.log_path) for s in log.segments)
+    assert all(crc_ok(raw, p, h) for p, h in iter_batches(raw))
+
+
+def test_a_lost_segment_tail_ends_the_log_even_when_the_next_segment_kept_its_batches():
+    """The roll's flush had not run when the power went, but the operating system had written the
+    new segment's batches back: recovery must not keep them after a hole."""
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 3)
+    log.flush()
+    fill(log, 4)                                # offsets 3, 4 in the old segment; 5, 6 in the new one
+    logs.take_roll_flushes()
+    log.segments[1].flush()                     # written back before the old segment's tail
+    logs.checkpoint_recovery_points()
+    disk.crash()
+    again = LogManager(disk, ["/data/logs"], CONFIG)
+    again.startup(0)
+    log = again.get_log("t", 0)
+    assert log.log_end_offset == 3 and [s.base_offset for s in log.segments] == [0]
+    assert again.recovery_stats["segments_deleted"] == 1
+
+
+def test_a_compacted_log_flushes_its_rolls_at_once():
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, LogConfig(segment_bytes=5 * BATCH, cleanup_policy=("compact",)), now_ms=0)
+    fill(log, 6)
+    assert logs.take_roll_flushes() == []
+    assert log.recovery_point == 5 and disk.unflushed_bytes(log.segments[0].log_path) == 0
+
+
+def test_a_log_cut_below_the_roll_before_its_flush_is_done_keeps_its_recovery_point():
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 6)
+    [flush] = logs.take_roll_flushes()
+    log.truncate_to(2)                          # a follower cut its log (the old segment with it)
+    fill(log, 4, epoch=1)                       # new batches at 2..5, not flushed by anyone
+    for handle in flush.handles:
+        if not handle.closed:
+            handle.flush()
+    logs.roll_flushed(flush.token)
+    assert log.recovery_point == 0              # offsets 2..5 now are not what was flushed
+
+
+def test_a_roll_with_nothing_unflushed_moves_the_recovery_point_at_once():
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 5)
+    log.flush()                                 # as flush.messages=1 or a flush on every ack would
+    fill(log, 1)                                # rolls
+    assert logs.take_roll_flushes() == [] and log.recovery_point == 5
+
+
+def test_without_asynchronous_flushes_a_roll_flushes_at_once():
+    disk = MemoryDisk()
+    logs = LogManager(disk, ["/data/logs"], CONFIG)
+    logs.startup(0)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 6)
+    assert logs.take_roll_flushes() == []
+    assert log.recovery_point == 5 and disk.unflushed_bytes(log.segments[0].log_path) == 0
