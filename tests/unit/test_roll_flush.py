@@ -111,14 +111,40 @@ def test_a_log_cut_below_the_roll_before_its_flush_is_done_keeps_its_recovery_po
     assert log.recovery_point == 0              # offsets 2..5 now are not what was flushed
 
 
-def test_a_roll_with_nothing_unflushed_moves_the_recovery_point_at_once():
+def test_the_roll_flush_also_makes_the_rolls_producer_snapshot_durable():
     disk = MemoryDisk()
     logs = started(disk)
     log = logs.get_or_create_log("t", 0, now_ms=0)
     fill(log, 5)
     log.flush()                                 # as flush.messages=1 or a flush on every ack would
-    fill(log, 1)                                # rolls
-    assert logs.take_roll_flushes() == [] and log.recovery_point == 5
+    fill(log, 1)                                # rolls with nothing of the old segment unflushed
+    [flush] = logs.take_roll_flushes()
+    snapshot = f"{log.dir}/00000000000000000005.snapshot"
+    assert flush.handles == () and flush.paths == (snapshot,)
+    assert disk.unflushed_bytes(snapshot) > 0   # written, not fsynced by the roll
+    disk.open(snapshot).flush()
+    logs.roll_flushed(flush.token)
+    assert log.recovery_point == 5
+
+
+def test_a_power_loss_before_the_roll_flush_skips_the_torn_snapshot_and_replays():
+    """The roll's producer snapshot is lost with the power: the state comes from the log."""
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    for seq in range(6):                        # an idempotent producer's batches; the 6th rolls
+        log.append_as_leader(make_batch([b"x" * 100], producer_id=7, producer_epoch=0, base_sequence=seq),
+                             0, 1000 + seq)
+    for segment in log.segments:                # the batches were written back, the snapshot not
+        segment.flush()
+    assert logs.take_roll_flushes()
+    logs.checkpoint_recovery_points()
+    disk.crash()
+    again = LogManager(disk, ["/data/logs"], CONFIG)
+    again.startup(0)
+    log = again.get_log("t", 0)
+    assert log.log_end_offset == 6
+    assert log.producer_state.producers[7].last_seq == 5
 
 
 def test_without_asynchronous_flushes_a_roll_flushes_at_once():

@@ -218,8 +218,8 @@ def test_a_checkpoint_write_that_fails_stops_the_broker_with_one_line(caplog):
 
 def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, monkeypatch):
     """FlushFiles: the fsyncs run on a worker thread while the loop goes on, through descriptors of
-    their own (a file closed meanwhile is still flushed; one closed before is skipped); then the core
-    hears of it on the loop, in the order the flushes were given."""
+    their own (a file closed meanwhile is still flushed; one closed before is skipped), and of the
+    files it names that still exist; then the core hears of it on the loop, in the order given."""
     from strandline.broker.effects import FlushFiles
     from strandline.runtime.disk import OsFile
 
@@ -238,6 +238,8 @@ def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, 
     for f in (a, b, gone):
         f.append(b"x" * 100)
     gone.close()
+    snapshot = tmp_path / "5.snapshot"
+    snapshot.write_bytes(b"state")
     core = Core()
     core.flushed = []
     core.on_files_flushed = lambda token, now: core.flushed.append((token, threading.current_thread().name)) or []
@@ -246,7 +248,7 @@ def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, 
     async def main():
         stopper = Stopper(asyncio.get_running_loop())
         shell = BrokerShell(core, None, 1 << 20, stopper)
-        shell.apply([FlushFiles((a, b, gone), 7), FlushFiles((), 8)])
+        shell.apply([FlushFiles((a, b, gone), 7), FlushFiles((), 8, (str(snapshot), str(tmp_path / "deleted")))])
         assert await asyncio.to_thread(started.wait, 5)
         a.close()                                                     # the log closed it meanwhile
         for i in range(3):
@@ -264,8 +266,8 @@ def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, 
     assert ticks == [0, 1, 2]
     loop_thread = threading.current_thread().name
     assert core.flushed == [(7, loop_thread), (8, loop_thread)]
-    inodes = {os.stat(tmp_path / name).st_ino for name in ("a.log", "b.index")}
-    assert {ino for ino, _ in fsynced} == inodes and len(fsynced) == 2
+    inodes = {os.stat(tmp_path / name).st_ino for name in ("a.log", "b.index", "5.snapshot")}
+    assert {ino for ino, _ in fsynced} == inodes and len(fsynced) == 3
     assert all(thread != loop_thread for _, thread in fsynced)
 
 

@@ -72,13 +72,16 @@ class WriteCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class FlushFiles:
-    """fsync these log files (a rolled segment's, ``log.disk.FileHandle`` s) away from the event
+    """fsync these log files (a rolled segment's, ``log.disk.FileHandle`` s, and ``paths``) away from the event
     loop, as Kafka's scheduler thread flushes a segment after a roll, then report it with
     ``Broker.on_files_flushed(token)``. Flushes complete in the order given; one that fails stops
     the broker (Kafka takes the log dir offline)."""
 
     handles: tuple
     token: int
+    paths: tuple = ()
+    """Files named by path (the roll's producer snapshot), opened and fsynced by the worker; one
+    deleted by then is skipped."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,9 +101,10 @@ class Log:
         #: told ``(topic, partition)`` after the log end or log start offset moved (the replica
         #: manager's change journal: fetch sessions look only at partitions that changed)
         self.offsets_listener: Callable[[tuple[str, int]], None] | None = None
-        #: handed ``(log, base offset, old segment, its files to fsync)`` at each roll, to flush them
-        #: away from the caller (the log manager's asynchronous roll flushes); None: flush at once
-        self.roll_listener: Callable[["Log", int, LogSegment, list], None] | None = None
+        #: handed ``(log, base offset, old segment, its files to fsync, paths of files to fsync)`` at
+        #: each roll, to flush them away from the caller (the log manager's asynchronous roll
+        #: flushes); None: flush at once
+        self.roll_listener: Callable[["Log", int, LogSegment, list, list], None] | None = None
         self.producer_state = ProducerStateManager()
         self.snapshots: list[int] = []          # offsets of the producer snapshot files, ascending
         self.replayed_batches = 0               # batch headers read to load the producer state
@@ -365,11 +366,13 @@ class Log:
         handles = old.seal() if listener is not None else old.on_become_inactive()
         segment = LogSegment.create(self.disk, self.dir, base, self.config, now)
         self._set_segments(self.segments + [segment])
-        self._take_snapshot(base, sync=True)       # before the recovery point passes it
+        # fsynced before the recovery point passes it: here, or by the roll's flush (a torn one is
+        # skipped on open, the state then replayed from an earlier one)
+        snapshot = self._take_snapshot(base, sync=listener is None)
         if listener is None:
             self._flushed_to(base)
         else:
-            listener(self, base, old, handles or [])
+            listener(self, base, old, handles or [], [snapshot])
         return segment
 
     def roll_flushed(self, offset: int, segment: LogSegment, truncations: int) -> None:
@@ -404,7 +407,7 @@ class Log:
     def _snapshot_path(self, offset: int) -> str:
         return os.path.join(self.dir, file_prefix(offset) + SNAPSHOT_SUFFIX)
 
-    def _take_snapshot(self, offset: int, sync: bool = False) -> None:
+    def _take_snapshot(self, offset: int, sync: bool = False) -> str:
         """Write the producer state as of ``offset`` (everything below it applied); fsynced when
         ``sync``. A lost or torn snapshot only means a longer replay (the log is replayed from an
         earlier one, or from its start), and one above the log end offset after a crash is
@@ -422,6 +425,7 @@ class Log:
         if offset not in self.snapshots:
             self.snapshots.append(offset)
             self.snapshots.sort()
+        return path
 
     def _delete_snapshots(self, keep) -> None:
         for offset in [o for o in self.snapshots if not keep(o)]:

@@ -39,6 +39,7 @@ class RollFlush(NamedTuple):
     segment: LogSegment
     truncations: int
     handles: tuple
+    paths: tuple
 
 
 class LogManager:
@@ -71,13 +72,10 @@ class LogManager:
         for log in self.logs.values():
             log.roll_listener = self._rolled
 
-    def _rolled(self, log: Log, offset: int, segment: LogSegment, handles: list) -> None:
-        if not handles:                     # nothing unflushed (a flush on each write, say)
-            log.roll_flushed(offset, segment, log.truncations)
-            return
+    def _rolled(self, log: Log, offset: int, segment: LogSegment, handles: list, paths: list) -> None:
         self._next_roll_flush += 1
         self.roll_flushes_due.append(RollFlush(self._next_roll_flush, log, offset, segment, log.truncations,
-                                               tuple(handles)))
+                                               tuple(handles), tuple(paths)))
 
     def take_roll_flushes(self) -> list["RollFlush"]:
         """The roll flushes asked for since the last call; each is reported done by its token."""

@@ -260,13 +260,27 @@ class CheckpointWriter:
         await self._idle.wait()
 
 
-def _fsync_all(fds: list[int]) -> None:
+def _fsync_all(fds: list[int], paths: tuple) -> list[tuple[str, int]]:
+    """fsync (and close) ``fds``, then each file of ``paths`` still there; returns ``(path, size)``
+    of the latter."""
     try:
         for fd in fds:
             os.fsync(fd)
     finally:
         for fd in fds:
             os.close(fd)
+    done = []
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            continue                        # deleted since (a truncation): nothing to keep
+        try:
+            os.fsync(fd)
+            done.append((path, os.fstat(fd).st_size))
+        finally:
+            os.close(fd)
+    return done
 
 
 class SegmentFlusher:
@@ -287,7 +301,7 @@ class SegmentFlusher:
             fd = handle.duplicate()          # None: closed since (deleted), nothing left to flush
             if fd is not None:
                 files.append((fd, getattr(handle, "path", None), handle.size()))
-        self.waiting.append((effect.token, files))
+        self.waiting.append((effect.token, files, effect.paths))
         if self._idle.is_set():
             self._idle.clear()
             self.shell.spawn("flushing a rolled log segment", self._run())
@@ -295,13 +309,15 @@ class SegmentFlusher:
     async def _run(self) -> None:
         try:
             while self.waiting:
-                token, files = self.waiting.popleft()
-                await asyncio.to_thread(_fsync_all, [fd for fd, _, _ in files])
+                token, files, paths = self.waiting.popleft()
+                named = await asyncio.to_thread(_fsync_all, [fd for fd, _, _ in files], paths)
                 ledger = flush_ledger()
                 if ledger is not None:
                     for _, path, size in files:
                         if path is not None:
                             ledger.durable(path, size)
+                    for path, size in named:
+                        ledger.durable(path, size)
                 self.shell.run("a rolled log segment flushed",
                                lambda t=token: self.shell.broker.on_files_flushed(t, now_ms()))
         finally:

@@ -53,6 +53,10 @@ def _flushed(core: Broker, effect: FlushFiles, now_ms: int) -> list:
     for handle in effect.handles:
         if not handle.closed:           # a deleted segment's file: nothing left to make durable
             handle.flush()
+    disk = core.logs.disk
+    for path in effect.paths:
+        if disk.exists(path):
+            disk.open(path).flush()
     return core.on_files_flushed(effect.token, now_ms)
 
 
