@@ -138,10 +138,9 @@ def test_epo_1_leader_epoch_cache_rules_and_file():
     assert cache.end_offset_for(3, 42) == (2, 30)
     assert cache.end_offset_for(1, 42) == (0, 10)
     assert cache.end_offset_for(-1, 42) == (-1, -1)
-    cache.assign(3, 20)         # a lower epoch at a lower offset replaces what follows
+    cache.assign(3, 20)         # a lower epoch at a lower offset replaces what follows...
     assert cache.epoch_entries() == [(0, 0), (2, 10), (3, 20)]
-    assert cache.unwritten
-    cache.write()
+    assert not cache.unwritten  # ...written at once, as it drops an entry
     assert LeaderEpochCache(disk, "/p").epoch_entries() == [(0, 0), (2, 10), (3, 20)]
 
 

@@ -180,6 +180,26 @@ def test_epo_1_a_new_epoch_is_written_by_the_next_flush_and_a_crash_before_it_re
     assert log.log_end_offset == 9 and log.leader_epoch_cache.epoch_entries() == [(1, 0), (2, 5), (3, 7)]
 
 
+def test_epo_1_an_entry_dropped_by_a_truncation_stays_dropped_after_a_power_loss():
+    """A follower cut its epoch-3 records and copied the leader's epoch-2 ones at the same offsets:
+    the dropped (3, 5) is written at once, since recovery learns only epochs above the latest one
+    in the file and would keep a stale (3, 5)."""
+    disk = MemoryDisk()
+    log = Log.open(disk, DIR, "t", 0, CONFIG)
+    fill(log, 5, epoch=1)
+    fill(log, 5, epoch=3)
+    log.flush()
+    assert checkpoint.read_epochs(disk, f"{DIR}/leader-epoch-checkpoint") == [(1, 0), (3, 5)]
+    log.truncate_to(5)
+    fill(log, 3, epoch=2)
+    for segment in log.segments:                # the OS wrote the batches back; no flush
+        segment.flush()
+    disk.crash()
+    log = reopen(disk, log, recovery_point=5)
+    assert log.log_end_offset == 8
+    assert [log.epoch_for_offset(o) for o in range(8)] == [1] * 5 + [2] * 3
+
+
 def test_recovery_relearns_epochs_when_the_checkpoint_is_lost():
     disk = MemoryDisk()
     log = Log.open(disk, DIR, "t", 0, CONFIG)

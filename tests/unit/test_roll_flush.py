@@ -115,16 +115,38 @@ def test_the_roll_flush_also_makes_the_rolls_producer_snapshot_durable():
     disk = MemoryDisk()
     logs = started(disk)
     log = logs.get_or_create_log("t", 0, now_ms=0)
-    fill(log, 5)
-    log.flush()                                 # as flush.messages=1 or a flush on every ack would
-    fill(log, 1)                                # rolls with nothing of the old segment unflushed
+    fill(log, 6)
     [flush] = logs.take_roll_flushes()
     snapshot = f"{log.dir}/00000000000000000005.snapshot"
-    assert flush.handles == () and flush.paths == (snapshot,)
+    assert flush.paths == (snapshot,)
     assert disk.unflushed_bytes(snapshot) > 0   # written, not fsynced by the roll
     disk.open(snapshot).flush()
+    for handle in flush.handles:
+        handle.flush()
     logs.roll_flushed(flush.token)
     assert log.recovery_point == 5
+
+
+def test_a_roll_at_or_below_the_highest_recovery_point_flushes_at_once():
+    """After a truncation below a recovery point the checkpoint file may still hold, recovery would
+    start beyond the old segment: the roll makes it durable first. (So does a roll with everything
+    flushed already, as with a flush on every acknowledgement.)"""
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 5)
+    log.flush()
+    fill(log, 1)                                # rolls at 5 = the recovery point
+    assert logs.take_roll_flushes() == [] and log.recovery_point == 5
+    assert disk.unflushed_bytes(f"{log.dir}/00000000000000000005.snapshot") == 0
+    fill(log, 6)                                # 6..11, rolls at 10
+    assert len(logs.take_roll_flushes()) == 1   # above the recovery point: later
+    log.flush()
+    log.truncate_to(7)                          # a follower cut its log; the checkpoint may say 12
+    assert log.recovery_point == 7 and log.highest_recovery_point == 12
+    fill(log, 4, epoch=1)                       # rolls at 10 again: at once
+    assert logs.take_roll_flushes() == []
+    assert disk.unflushed_bytes(log.segments[1].log_path) == 0
 
 
 def test_a_power_loss_before_the_roll_flush_skips_the_torn_snapshot_and_replays():
@@ -155,3 +177,55 @@ def test_without_asynchronous_flushes_a_roll_flushes_at_once():
     fill(log, 6)
     assert logs.take_roll_flushes() == []
     assert log.recovery_point == 5 and disk.unflushed_bytes(log.segments[0].log_path) == 0
+
+
+def test_a_truncation_below_a_checkpointed_recovery_point_then_a_power_loss_leaves_no_hole():
+    """The periodic recovery-point checkpoint says 12; the log is cut to 5 and refilled past a roll
+    at 8; the power goes: recovery starts at the stale 12, so the roll must have made 5..7 durable
+    (or the log would skip them)."""
+    disk = MemoryDisk()
+    logs = LogManager(disk, ["/data/logs"], LogConfig(segment_bytes=8 * BATCH, index_interval_bytes=BATCH))
+    logs.startup(0)
+    logs.flush_rolls_later()
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 12)                               # rolls at 8
+    log.flush()
+    logs.checkpoint_recovery_points()           # the periodic task: 12
+    log.truncate_to(5)                          # a follower cut its log (a new leader)
+    fill(log, 6, epoch=1)                       # 5..10, rolls at 8 again
+    disk.crash()
+    again = LogManager(disk, ["/data/logs"], LogConfig(segment_bytes=8 * BATCH, index_interval_bytes=BATCH))
+    again.startup(0)
+    log = again.get_log("t", 0)
+    offsets = [h.base_offset for h in log.iter_batch_headers(0)]
+    assert offsets == list(range(log.log_end_offset)), (offsets, [s.base_offset for s in log.segments])
+
+
+def test_a_follower_copying_a_compacted_past_keeps_its_durable_segments_after_a_power_loss():
+    """A topic compacted once, now cleanup.policy=delete: the leader's log skips 5..7. The follower
+    rolls at its log end (5), not at the gap, so recovery's lost-tail check finds no gap."""
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+
+    def copy(offsets):
+        for o in offsets:
+            log.append_as_follower(make_batch([b"x" * 100], timestamp_ms=1000 + o, base_offset=o, leader_epoch=0),
+                                   1000 + o)
+
+    copy(range(0, 5))
+    log.flush()
+    logs.checkpoint_recovery_points()           # 5
+    copy(range(8, 13))
+    assert [s.base_offset for s in log.segments] == [0, 5]
+    for flush in logs.take_roll_flushes():
+        for handle in flush.handles:
+            handle.flush()
+        logs.roll_flushed(flush.token)
+    log.flush()
+    disk.crash()                                # before the next periodic checkpoint
+    again = LogManager(disk, ["/data/logs"], CONFIG)
+    again.startup(0)
+    log = again.get_log("t", 0)
+    assert log.log_end_offset == 13, again.recovery_stats
+    assert [h.base_offset for h in log.iter_batch_headers(0)] == [0, 1, 2, 3, 4, 8, 9, 10, 11, 12]

@@ -10,6 +10,8 @@ import logging
 import threading
 from types import SimpleNamespace
 
+import pytest
+
 from strandline.broker.effects import WriteCheckpoint, ZkRequest
 from strandline.coordination.store import GetData, ZkError
 from strandline.runtime.server import BrokerShell, Stopper
@@ -217,9 +219,9 @@ def test_a_checkpoint_write_that_fails_stops_the_broker_with_one_line(caplog):
 
 
 def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, monkeypatch):
-    """FlushFiles: the fsyncs run on a worker thread while the loop goes on, through descriptors of
-    their own (a file closed meanwhile is still flushed; one closed before is skipped), and of the
-    files it names that still exist; then the core hears of it on the loop, in the order given."""
+    """FlushFiles: the fsyncs run on a worker thread while the loop goes on, each file opened by its
+    path when its turn comes (one the log closed meanwhile is still flushed; one deleted is
+    skipped); then the core hears of it on the loop, in the order given."""
     from strandline.broker.effects import FlushFiles
     from strandline.runtime.disk import OsFile
 
@@ -238,6 +240,7 @@ def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, 
     for f in (a, b, gone):
         f.append(b"x" * 100)
     gone.close()
+    os.remove(gone.path)                                              # retention deleted it
     snapshot = tmp_path / "5.snapshot"
     snapshot.write_bytes(b"state")
     core = Core()
@@ -271,17 +274,23 @@ def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, 
     assert all(thread != loop_thread for _, thread in fsynced)
 
 
-def test_a_segment_flush_that_fails_stops_the_broker_with_one_line(tmp_path, monkeypatch, caplog):
+@pytest.mark.parametrize("fails", ["fsync", "open"])
+def test_a_segment_flush_that_fails_stops_the_broker_with_one_line(tmp_path, monkeypatch, caplog, fails):
+    """An I/O error, or no descriptor left to open the file with (EMFILE), is not a deleted file:
+    the broker stops rather than report the segment durable."""
     from strandline.broker.effects import FlushFiles
     from strandline.runtime.disk import OsFile
 
-    def failing_fsync(fd):
-        raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(os, "fsync", failing_fsync)
     f = OsFile(str(tmp_path / "0.log"))
     f.append(b"x")
+    if fails == "fsync":
+        monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "Input/output error")))
+    else:
+        real_open = os.open
+        monkeypatch.setattr(os, "open", lambda path, *a, **k: (_ for _ in ()).throw(
+            OSError(errno.EMFILE, "Too many open files")) if path == f.path else real_open(path, *a, **k))
     core = Core()
+    core.on_files_flushed = lambda token, now: pytest.fail("reported a segment durable that was not flushed")
 
     async def flush(shell):
         shell.apply([FlushFiles((f,), 1)])

@@ -72,16 +72,16 @@ class WriteCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class FlushFiles:
-    """fsync these log files (a rolled segment's, ``log.disk.FileHandle`` s, and ``paths``) away from the event
-    loop, as Kafka's scheduler thread flushes a segment after a roll, then report it with
-    ``Broker.on_files_flushed(token)``. Flushes complete in the order given; one that fails stops
-    the broker (Kafka takes the log dir offline)."""
+    """fsync these log files (a rolled segment's, ``log.disk.FileHandle`` s with a ``path``, and
+    ``paths``) away from the event loop, as Kafka's scheduler thread flushes a segment after a roll,
+    then report it with ``Broker.on_files_flushed(token)``. A file deleted by then is skipped.
+    Flushes complete in the order given; one that fails stops the broker (Kafka takes the log dir
+    offline)."""
 
     handles: tuple
     token: int
     paths: tuple = ()
-    """Files named by path (the roll's producer snapshot), opened and fsynced by the worker; one
-    deleted by then is skipped."""
+    """Files named by path only (the roll's producer snapshot)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,16 @@ Kafka's ``LeaderEpochFileCache`` semantics (reference/kafka_replication.md §4.2
   offset advance).
 * ``end_offset_for`` answers OffsetsForLeaderEpoch.
 
-A change is written (atomically, fsynced) by the log's next flush, before its recovery point
-moves (``Log.flush``, a roll, a clean shutdown), not at once: entries above the recovery point need
-no checkpoint, since recovery after a crash re-reads those batches and assigns their epochs again.
-So becoming leader or follower of thousands of partitions costs no fsync each on the event loop
-(Kafka fsyncs an assign on the spot, on one of its many request threads; it writes a truncation
-later on its scheduler thread).
+A new latest entry is written (atomically, fsynced) by the log's next flush, before its recovery
+point moves (``Log.flush``, a roll's flush, a clean shutdown), not at once: recovery after a crash
+re-reads the batches above the recovery point and assigns their epochs again, since each is above
+the checkpoint's latest epoch. So becoming leader or follower of thousands of partitions costs no
+fsync each on the event loop (Kafka fsyncs an assign on the spot, on one of its many request
+threads). A change that drops entries is written at once: a stale higher entry left in the file
+would survive a crash, as recovery only learns epochs above the latest one; the exception is a log
+that never wrote its checkpoint, which writes it with its first flush (until then a restart
+recovers the whole log). Moving the earliest entry up to the log start offset waits too:
+``Log.open`` does it again.
 """
 
 from __future__ import annotations
@@ -38,16 +42,22 @@ class LeaderEpochCache:
         self.disk = disk
         self.path = os.path.join(directory, FILE_NAME)
         self.entries: list[tuple[int, int]] = checkpoint.read_epochs(disk, self.path)
+        self.written = disk.exists(self.path)
         self.unwritten = False
         """Whether the entries changed since the checkpoint was last written: the log writes them
         before its recovery point next moves (see the module's docstring)."""
 
-    def _flush(self) -> None:
-        self.unwritten = True
+    def _flush(self, dropped: bool = False) -> None:
+        """Write now if ``dropped`` (entries went) and the checkpoint exists; else later."""
+        if dropped and self.written:
+            self.write()
+        else:
+            self.unwritten = True
 
     def write(self) -> None:
         """Write the checkpoint atomically and durably."""
         checkpoint.write_epochs(self.disk, self.path, self.entries)
+        self.written = True
         self.unwritten = False
 
     @property
@@ -69,9 +79,11 @@ class LeaderEpochCache:
             last_epoch, last_start = self.entries[-1]
             if epoch == last_epoch and start_offset >= last_start:
                 return False
-        self.entries = [(e, o) for e, o in self.entries if e < epoch and o < start_offset]
+        kept = [(e, o) for e, o in self.entries if e < epoch and o < start_offset]
+        dropped = len(kept) < len(self.entries)
+        self.entries = kept
         self.entries.append((epoch, start_offset))
-        self._flush()
+        self._flush(dropped)
         return True
 
     def epoch_for_offset(self, offset: int) -> int:
@@ -107,7 +119,7 @@ class LeaderEpochCache:
         if end_offset < 0 or not self.entries or self.entries[-1][1] < end_offset:
             return False
         self.entries = [(e, o) for e, o in self.entries if o < end_offset]
-        self._flush()
+        self._flush(dropped=True)
         return True
 
     def truncate_from_start(self, start_offset: int) -> bool:
@@ -122,6 +134,6 @@ class LeaderEpochCache:
 
     def clear(self) -> None:
         """Forget every entry (the log was emptied and restarted elsewhere)."""
-        if self.entries:
-            self.entries = []
-        self._flush()
+        dropped = bool(self.entries)
+        self.entries = []
+        self._flush(dropped)

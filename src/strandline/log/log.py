@@ -90,7 +90,10 @@ class Log:
         self.leader_epoch_cache = leader_epoch_cache
         self.log_start_offset = log_start_offset
         self.log_end_offset = segments[-1].next_offset
-        self.recovery_point = self.log_end_offset
+        self._recovery_point = self.log_end_offset
+        #: the highest recovery point this log had (or was opened with): the recovery-point
+        #: checkpoint on disk may still say as much after a truncation below it
+        self.highest_recovery_point = self._recovery_point
         self.recovery_stats = _new_stats()
         self._last_flush_ms = now_ms
         self._now_ms = now_ms
@@ -162,10 +165,11 @@ class Log:
                 stats["bytes_truncated"] += truncated
                 # A segment above the recovery point that ends short of the next one's base offset
                 # lost its tail to a power loss while later segments kept some of theirs (a roll's
-                # flush runs after the roll): the log ends there, or it would skip offsets. Only a
-                # compacted log has gaps of its own, and its rolls flush at once.
+                # flush runs after the roll): the log ends there, or it would skip offsets. A log
+                # that is not compacted rolls at its end (see ``_append``), so it has no gap of its
+                # own below 2**31 offsets; a compacted log has, and its rolls flush at once.
                 lost_tail = not config.compacts and i + 1 < len(segments) and \
-                    segment.next_offset < segments[i + 1].base_offset
+                    0 < segments[i + 1].base_offset - segment.next_offset <= INT32_MAX
                 if truncated or lost_tail:
                     for later in segments[i + 1:]:
                         later.delete()
@@ -198,6 +202,7 @@ class Log:
         cache.truncate_from_end(log.log_end_offset)
         cache.truncate_from_start(log.log_start_offset)
         log.recovery_stats = stats
+        log.highest_recovery_point = max(log.highest_recovery_point, recovery_point)
         log.snapshots = sorted(snapshots)
         log._load_producer_state()
         log.producer_state.remove_expired(now_ms, config.producer_id_expiration_ms)
@@ -212,6 +217,17 @@ class Log:
         return log
 
     # -- state -------------------------------------------------------------------------------
+
+    @property
+    def recovery_point(self) -> int:
+        """Everything below it is durable (recovery after a crash starts from here)."""
+        return self._recovery_point
+
+    @recovery_point.setter
+    def recovery_point(self, offset: int) -> None:
+        self._recovery_point = offset
+        if offset > self.highest_recovery_point:
+            self.highest_recovery_point = offset
 
     @property
     def active_segment(self) -> LogSegment:
@@ -329,7 +345,11 @@ class Log:
         segment = self.segments[-1]
         clock = now_ms if now_ms is not None else max_ts
         if self._should_roll(segment, len(records), last, clock):
-            segment = self.roll(first, clock if now_ms is not None else self._now_ms)
+            # at the log end, so that a segment of a log that is not compacted always ends where the
+            # next begins (a gap is a lost tail to recovery), unless the batches are too far beyond
+            # it for the segment's 32-bit relative offsets (a follower copying a compacted past)
+            base = self.log_end_offset if last - self.log_end_offset <= INT32_MAX else first
+            segment = self.roll(base, clock if now_ms is not None else self._now_ms)
         segment.append(records, batches, now_ms)
         self.log_end_offset = last + 1
         for pos, header, offset in producers:
@@ -360,9 +380,13 @@ class Log:
         old = self.segments[-1]
         if old.size == 0 and old.base_offset == base:
             return old
-        # a compacted log's roll stays synchronous: the recovery check for a lost segment tail
-        # below (see ``open``) cannot tell it from the cleaner's gaps
-        listener = self.roll_listener if not self.config.compacts else None
+        # The roll stays synchronous for a compacted log (the recovery check for a lost segment
+        # tail, see ``open``, cannot tell one from the cleaner's gaps), and at or below the highest
+        # recovery point this log had: after a truncation the recovery-point checkpoint on disk
+        # may be above the new segment, and recovery would not look at the old one at all.
+        listener = self.roll_listener
+        if self.config.compacts or base <= self.highest_recovery_point:
+            listener = None
         handles = old.seal() if listener is not None else old.on_become_inactive()
         segment = LogSegment.create(self.disk, self.dir, base, self.config, now)
         self._set_segments(self.segments + [segment])

@@ -260,21 +260,15 @@ class CheckpointWriter:
         await self._idle.wait()
 
 
-def _fsync_all(fds: list[int], paths: tuple) -> list[tuple[str, int]]:
-    """fsync (and close) ``fds``, then each file of ``paths`` still there; returns ``(path, size)``
-    of the latter."""
-    try:
-        for fd in fds:
-            os.fsync(fd)
-    finally:
-        for fd in fds:
-            os.close(fd)
+def _fsync_paths(paths: list[str]) -> list[tuple[str, int]]:
+    """Open and fsync each file of ``paths`` that still exists; returns ``(path, size)`` of those.
+    Any error but a file deleted meanwhile is raised (the broker stops)."""
     done = []
     for path in paths:
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
-            continue                        # deleted since (a truncation): nothing to keep
+            continue                        # deleted since (retention, a truncation): nothing to keep
         try:
             os.fsync(fd)
             done.append((path, os.fstat(fd).st_size))
@@ -286,8 +280,8 @@ def _fsync_all(fds: list[int], paths: tuple) -> list[tuple[str, int]]:
 class SegmentFlusher:
     """Makes rolled segments durable (``FlushFiles``) on a worker thread, one flush at a time and in
     order, then tells the core, so that a roll's fsync (a second for a gigabyte segment on a busy
-    disk) never holds up the event loop. Each file is flushed through a descriptor of its own, taken
-    when the flush is handed over: the file may be closed or deleted meanwhile."""
+    disk) never holds up the event loop. The worker opens each file by its path when its turn comes
+    (the log may have closed its descriptor meanwhile): one deleted by then is skipped."""
 
     def __init__(self, shell: "BrokerShell") -> None:
         self.shell = shell
@@ -296,12 +290,7 @@ class SegmentFlusher:
         self._idle.set()
 
     def flush(self, effect: FlushFiles) -> None:
-        files = []
-        for handle in effect.handles:
-            fd = handle.duplicate()          # None: closed since (deleted), nothing left to flush
-            if fd is not None:
-                files.append((fd, getattr(handle, "path", None), handle.size()))
-        self.waiting.append((effect.token, files, effect.paths))
+        self.waiting.append((effect.token, [h.path for h in effect.handles] + list(effect.paths)))
         if self._idle.is_set():
             self._idle.clear()
             self.shell.spawn("flushing a rolled log segment", self._run())
@@ -309,14 +298,11 @@ class SegmentFlusher:
     async def _run(self) -> None:
         try:
             while self.waiting:
-                token, files, paths = self.waiting.popleft()
-                named = await asyncio.to_thread(_fsync_all, [fd for fd, _, _ in files], paths)
+                token, paths = self.waiting.popleft()
+                flushed = await asyncio.to_thread(_fsync_paths, paths)
                 ledger = flush_ledger()
                 if ledger is not None:
-                    for _, path, size in files:
-                        if path is not None:
-                            ledger.durable(path, size)
-                    for path, size in named:
+                    for path, size in flushed:
                         ledger.durable(path, size)
                 self.shell.run("a rolled log segment flushed",
                                lambda t=token: self.shell.broker.on_files_flushed(t, now_ms()))
