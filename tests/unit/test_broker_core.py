@@ -380,3 +380,25 @@ def test_the_high_watermark_checkpoint_is_not_written_before_a_partition_has_rea
                    and e.path.endswith("replication-offset-checkpoint")]
     assert writes
     assert writes[-1].content.startswith(b"0\n1\nt 0 ")
+
+
+def test_a_deleted_log_has_its_checkpoint_entries_rewritten_at_the_next_tick():
+    """Kafka checkpoints a log dir when it deletes a log: an entry left behind would apply to a log
+    created again under the same name after a crash (a stale log start empties it)."""
+    from strandline.broker.effects import WriteCheckpoint
+
+    disk = MemoryDisk()
+    config = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "zk:2181",
+                                           "log.dirs": "/data/logs"})
+    now = 1_700_000_000_000
+    logs = LogManager(disk, ["/data/logs"], config.log_config())
+    logs.startup(now)
+    broker = Broker(config, logs, rng=random.Random(1), now_ms=now)
+    logs.get_or_create_log("t", 0, now_ms=now)
+    assert not any(isinstance(e, WriteCheckpoint) for e in broker.tick(now))
+    logs.delete_log("t", 0)
+    assert broker.next_deadline_ms() <= now
+    written = {e.path.rsplit("/", 1)[1]: e.content for e in broker.tick(now) if isinstance(e, WriteCheckpoint)}
+    assert written["recovery-point-offset-checkpoint"] == b"0\n0\n"
+    assert written["log-start-offset-checkpoint"] == b"0\n0\n"
+    assert not any(isinstance(e, WriteCheckpoint) for e in broker.tick(now + 1))

@@ -1,13 +1,12 @@
 """A roll's flush of the segment it leaves happens away from the caller (Kafka's scheduled
 ``flush-log`` after a roll): the broker's event loop never waits for a gigabyte segment's fsync.
-The recovery point passes the old segment only once its flush is reported done, so a power loss
-before that recovers from the older recovery point."""
+The recovery point passes the old segment only once its flush is reported done, and a roll the
+recovery-point checkpoint on disk may already be past stays synchronous."""
 
 from __future__ import annotations
 
 from strandline.log.config import LogConfig
 from strandline.log.manager import LogManager
-from strandline.protocol.records import crc_ok, iter_batches
 from strandline.sim.disk import MemoryDisk
 from tests.unit.batches import make_batch
 
@@ -47,53 +46,6 @@ def test_a_roll_leaves_its_segment_unflushed_until_the_flush_it_asked_for_is_don
     assert not old.dirty and disk.unflushed_bytes(old.log_path) == 0
     logs.roll_flushed(flush.token)              # reported twice: nothing more happens
     assert log.recovery_point == 5
-
-
-def test_a_power_loss_before_the_roll_flush_recovers_from_the_older_recovery_point():
-    disk = MemoryDisk()
-    logs = started(disk)
-    log = logs.get_or_create_log("t", 0, now_ms=0)
-    fill(log, 3)
-    log.flush()                                 # durable up to offset 3
-    fill(log, 4)                                # rolls at offset 5, asks for a flush
-    assert len(logs.take_roll_flushes()) == 1 and log.recovery_point == 3
-    logs.checkpoint_recovery_points()
-    disk.crash()                                # before the flush was made
-    again = LogManager(disk, ["/data/logs"], CONFIG)
-    again.startup(0)
-    log = again.get_log("t", 0)
-    assert log.log_end_offset == 3              # what was durable; every batch whole
-    raw = b"".join(disk.read_file(s.log_path) for s in log.segments)
-    assert all(crc_ok(raw, p, h) for p, h in iter_batches(raw))
-
-
-def test_a_lost_segment_tail_ends_the_log_even_when_the_next_segment_kept_its_batches():
-    """The roll's flush had not run when the power went, but the operating system had written the
-    new segment's batches back: recovery must not keep them after a hole."""
-    disk = MemoryDisk()
-    logs = started(disk)
-    log = logs.get_or_create_log("t", 0, now_ms=0)
-    fill(log, 3)
-    log.flush()
-    fill(log, 4)                                # offsets 3, 4 in the old segment; 5, 6 in the new one
-    logs.take_roll_flushes()
-    log.segments[1].flush()                     # written back before the old segment's tail
-    logs.checkpoint_recovery_points()
-    disk.crash()
-    again = LogManager(disk, ["/data/logs"], CONFIG)
-    again.startup(0)
-    log = again.get_log("t", 0)
-    assert log.log_end_offset == 3 and [s.base_offset for s in log.segments] == [0]
-    assert again.recovery_stats["segments_deleted"] == 1
-
-
-def test_a_compacted_log_flushes_its_rolls_at_once():
-    disk = MemoryDisk()
-    logs = started(disk)
-    log = logs.get_or_create_log("t", 0, LogConfig(segment_bytes=5 * BATCH, cleanup_policy=("compact",)), now_ms=0)
-    fill(log, 6)
-    assert logs.take_roll_flushes() == []
-    assert log.recovery_point == 5 and disk.unflushed_bytes(log.segments[0].log_path) == 0
 
 
 def test_a_log_cut_below_the_roll_before_its_flush_is_done_keeps_its_recovery_point():
@@ -202,8 +154,8 @@ def test_a_truncation_below_a_checkpointed_recovery_point_then_a_power_loss_leav
 
 
 def test_a_follower_copying_a_compacted_past_keeps_its_durable_segments_after_a_power_loss():
-    """A topic compacted once, now cleanup.policy=delete: the leader's log skips 5..7. The follower
-    rolls at its log end (5), not at the gap, so recovery's lost-tail check finds no gap."""
+    """A topic compacted once, now cleanup.policy=delete: the leader's log skips 5..7, and the
+    follower's segments have the same gap; recovery keeps them."""
     disk = MemoryDisk()
     logs = started(disk)
     log = logs.get_or_create_log("t", 0, now_ms=0)
@@ -217,7 +169,7 @@ def test_a_follower_copying_a_compacted_past_keeps_its_durable_segments_after_a_
     log.flush()
     logs.checkpoint_recovery_points()           # 5
     copy(range(8, 13))
-    assert [s.base_offset for s in log.segments] == [0, 5]
+    assert [s.base_offset for s in log.segments] == [0, 8]
     for flush in logs.take_roll_flushes():
         for handle in flush.handles:
             handle.flush()
@@ -229,3 +181,49 @@ def test_a_follower_copying_a_compacted_past_keeps_its_durable_segments_after_a_
     log = again.get_log("t", 0)
     assert log.log_end_offset == 13, again.recovery_stats
     assert [h.base_offset for h in log.iter_batch_headers(0)] == [0, 1, 2, 3, 4, 8, 9, 10, 11, 12]
+
+
+def test_a_log_created_again_rolls_at_once_below_the_recovery_point_its_name_had():
+    """The topic is deleted and created again within a checkpoint interval: the checkpoint file still
+    says 12 for t-0, so the new log's roll at 5 is made durable at once (recovery after a power loss
+    would start at 12 and never check the segment below)."""
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 12)
+    logs.take_roll_flushes()
+    log.flush()
+    logs.checkpoint_recovery_points()           # the periodic task: t-0 -> 12
+    logs.delete_log("t", 0)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 7)                                # rolls at 5
+    assert logs.take_roll_flushes() == [] and disk.unflushed_bytes(log.segments[0].log_path) == 0
+    log.segments[1].flush()
+    disk.crash()
+    again = LogManager(disk, ["/data/logs"], CONFIG)
+    again.startup(0)
+    log = again.get_log("t", 0)
+    offsets = [h.base_offset for h in log.iter_batch_headers(0)]
+    assert offsets == list(range(log.log_end_offset)) and log.log_end_offset >= 5
+
+
+def test_deleting_a_log_asks_for_the_checkpoints_at_once_so_a_log_created_again_keeps_its_data():
+    """A log start of 10 (DeleteRecords) checkpointed, the topic deleted and created again, 3 records
+    flushed, a crash: with the stale entry the log would be emptied and started at 10."""
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 12)
+    log.maybe_increment_log_start_offset(10)
+    logs.checkpoint_log_start_offsets()         # the periodic task: t-0 -> 10
+    assert logs.take_checkpoints_due() == []
+    logs.delete_log("t", 0)
+    logs.write_checkpoints(logs.take_checkpoints_due())   # the broker hands them to its writer at once
+    assert logs.take_checkpoints_due() == []
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 3)
+    log.flush()
+    disk.crash()
+    again = LogManager(disk, ["/data/logs"], CONFIG)
+    again.startup(0)
+    assert again.get_log("t", 0).log_end_offset == 3

@@ -304,7 +304,7 @@ class Broker:
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [t.next_ms for t in self.scheduled]
-        if self.logs.roll_flushes_due:
+        if self.logs.roll_flushes_due or self.logs.checkpoints_due:
             deadlines.append(0)                 # hand them to the shell at once
         for deadline in (self.outbox.next_deadline_ms(), self.replica_manager.next_deadline_ms(),
                          self.groups.next_deadline_ms(), self.cleaner.next_deadline_ms()):
@@ -322,6 +322,7 @@ class Broker:
         effects.extend(self.replica_manager.maybe_send_fetches(now_ms))
         effects.extend(self.groups.tick(now_ms))
         effects.extend(FlushFiles(f.handles, f.token, f.paths) for f in self.logs.take_roll_flushes())
+        effects.extend(_written(self.logs.take_checkpoints_due()))
         if self.logs.started:
             effects.extend(Log("info", line) for line in self.cleaner.tick(now_ms, self._high_watermark_of))
             effects.extend(_written(self.cleaner.take_checkpoint_writes()))

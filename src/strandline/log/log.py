@@ -163,14 +163,7 @@ class Log:
                 stats["segments_recovered"] += 1
                 stats["batches_scanned"] += segment.recovered_batches
                 stats["bytes_truncated"] += truncated
-                # A segment above the recovery point that ends short of the next one's base offset
-                # lost its tail to a power loss while later segments kept some of theirs (a roll's
-                # flush runs after the roll): the log ends there, or it would skip offsets. A log
-                # that is not compacted rolls at its end (see ``_append``), so it has no gap of its
-                # own below 2**31 offsets; a compacted log has, and its rolls flush at once.
-                lost_tail = not config.compacts and i + 1 < len(segments) and \
-                    0 < segments[i + 1].base_offset - segment.next_offset <= INT32_MAX
-                if truncated or lost_tail:
+                if truncated:
                     for later in segments[i + 1:]:
                         later.delete()
                         stats["segments_deleted"] += 1
@@ -345,11 +338,7 @@ class Log:
         segment = self.segments[-1]
         clock = now_ms if now_ms is not None else max_ts
         if self._should_roll(segment, len(records), last, clock):
-            # at the log end, so that a segment of a log that is not compacted always ends where the
-            # next begins (a gap is a lost tail to recovery), unless the batches are too far beyond
-            # it for the segment's 32-bit relative offsets (a follower copying a compacted past)
-            base = self.log_end_offset if last - self.log_end_offset <= INT32_MAX else first
-            segment = self.roll(base, clock if now_ms is not None else self._now_ms)
+            segment = self.roll(first, clock if now_ms is not None else self._now_ms)
         segment.append(records, batches, now_ms)
         self.log_end_offset = last + 1
         for pos, header, offset in producers:
@@ -374,18 +363,24 @@ class Log:
         recovery point moves to the new base offset: here and now without a ``roll_listener``;
         with one, the listener is handed the old segment's files to fsync away from the caller (as
         Kafka schedules a rolled segment's flush on its scheduler thread: a gigabyte segment can
-        take a second), and :meth:`roll_flushed` moves the recovery point once that is done."""
+        take a second), and :meth:`roll_flushed` moves the recovery point once that is done.
+
+        As with Kafka, a power loss before that flush can take the old segment's tail while the
+        operating system had written some of the new segment's batches back: the log recovered
+        then skips the lost offsets. Outside a flush on each acknowledgement (DUR-2), which makes
+        every roll synchronous, a power loss loses acknowledged writes anyway (LOSS-5)."""
         base = self.log_end_offset if new_base_offset is None else new_base_offset
         now = self._now_ms if now_ms is None else now_ms
         old = self.segments[-1]
         if old.size == 0 and old.base_offset == base:
             return old
-        # The roll stays synchronous for a compacted log (the recovery check for a lost segment
-        # tail, see ``open``, cannot tell one from the cleaner's gaps), and at or below the highest
-        # recovery point this log had: after a truncation the recovery-point checkpoint on disk
-        # may be above the new segment, and recovery would not look at the old one at all.
+        # The roll stays synchronous at or below the highest recovery point this log had (or its
+        # log manager checkpointed for the partition): after a truncation, or for a log deleted and
+        # created again, the recovery-point checkpoint on disk may be above the new segment, and
+        # recovery would not check the old one at all. (With a flush on each acknowledgement the
+        # recovery point is the log end, so every roll is synchronous.)
         listener = self.roll_listener
-        if self.config.compacts or base <= self.highest_recovery_point:
+        if base <= self.highest_recovery_point:
             listener = None
         handles = old.seal() if listener is not None else old.on_become_inactive()
         segment = LogSegment.create(self.disk, self.dir, base, self.config, now)
@@ -405,7 +400,7 @@ class Log:
         if the log was closed or cut at its end since (what it holds below ``offset`` now may not be
         what was flushed)."""
         if self.closed or truncations != self.truncations:
-            return
+            return                      # (a segment cut and written again is flushed by a later flush)
         if any(s is segment for s in self.segments):
             segment.sealed_flushed()
         self._flushed_to(offset)

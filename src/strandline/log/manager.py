@@ -60,6 +60,11 @@ class LogManager:
         self.roll_flushes_due: list[RollFlush] = []         # asked for, not handed out yet
         self._roll_flushes: dict[int, RollFlush] = {}       # handed out (token -> flush), not done yet
         self._next_roll_flush = 0
+        #: the highest recovery point of each partition a checkpoint file may hold (read at start-up
+        #: or handed out to be written): a log created again starts with it as its highest
+        self._checkpointed_recovery_points: dict[TopicPartition, int] = {}
+        #: a log was deleted: its stale checkpoint entries should go at once (``take_checkpoints_due``)
+        self.checkpoints_due = False
 
     # -- asynchronous roll flushes ----------------------------------------------------------
 
@@ -102,6 +107,9 @@ class LogManager:
             clean = self.disk.exists(marker)
             recovery_points = checkpoint.read_offsets(self.disk, os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
             start_offsets = checkpoint.read_offsets(self.disk, os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
+            for key, offset in recovery_points.items():
+                if offset > self._checkpointed_recovery_points.get(key, -1):
+                    self._checkpointed_recovery_points[key] = offset
             for name in self.disk.listdir(log_dir):
                 parsed = parse_partition_dir_name(name)
                 if parsed is None:
@@ -164,6 +172,8 @@ class LogManager:
                        partition, config, needs_recovery=False, now_ms=now_ms)
         if self._defer_roll_flushes:
             log.roll_listener = self._rolled
+        log.highest_recovery_point = max(log.highest_recovery_point,
+                                         self._checkpointed_recovery_points.get(key, 0))
         self.logs[key] = log
         self.dir_of[key] = log_dir
         self._logs_in_dir[log_dir] += 1
@@ -176,6 +186,7 @@ class LogManager:
         if log is None:
             return False
         log.delete()
+        self.checkpoints_due = True
         if log_dir is not None:
             self._logs_in_dir[log_dir] -= 1
             self.disk.fsync_dir(log_dir)
@@ -194,9 +205,23 @@ class LogManager:
     # holds the values of its last write, up to one interval old, as with Kafka's.
 
     def recovery_point_checkpoints(self) -> list[tuple[str, bytes]]:
+        remembered = self._checkpointed_recovery_points
+        for key, log in self.logs.items():
+            if log.recovery_point > remembered.get(key, -1):
+                remembered[key] = log.recovery_point
         return [(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT),
                  checkpoint.offsets_text({key: log.recovery_point for key, log in self._logs_in(log_dir).items()}))
                 for log_dir in self.log_dirs]
+
+    def take_checkpoints_due(self) -> list[tuple[str, bytes]]:
+        """The recovery-point and log-start checkpoints, if a log was deleted since the last call:
+        an entry left of the deleted log would be applied to a log created again under its name
+        after a crash (a log start above its data empties it; a recovery point above its first
+        segment skips its check). Kafka checkpoints the log dir when it deletes a log."""
+        if not self.checkpoints_due:
+            return []
+        self.checkpoints_due = False
+        return self.recovery_point_checkpoints() + self.log_start_offset_checkpoints()
 
     def log_start_offset_checkpoints(self) -> list[tuple[str, bytes]]:
         return [(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
