@@ -34,8 +34,8 @@ from typing import Callable, Iterator, NamedTuple
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk, FileRegion
 from strandline.log.epoch import LeaderEpochCache
-from strandline.log.producer_state import (SNAPSHOT_SUFFIX, AbortedTxn, CorruptSnapshotError, ProducerStateManager,
-                                           snapshot_offset)
+from strandline.log.producer_snapshots import ProducerSnapshots
+from strandline.log.producer_state import AbortedTxn, ProducerStateManager, snapshot_offset
 from strandline.log.segment import (INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BatchInfo,
                                     CorruptRecordError, LogSegment, file_prefix, segment_paths)
 from strandline.log.txn_index import TXN_INDEX_SUFFIX
@@ -109,7 +109,7 @@ class Log:
         #: flushes); None: flush at once
         self.roll_listener: Callable[["Log", int, LogSegment, list, list], None] | None = None
         self.producer_state = ProducerStateManager()
-        self.snapshots: list[int] = []          # offsets of the producer snapshot files, ascending
+        self.snapshots = ProducerSnapshots(disk, dir)
         self.replayed_batches = 0               # batch headers read to load the producer state
 
     # -- opening -----------------------------------------------------------------------------
@@ -196,7 +196,7 @@ class Log:
         cache.truncate_from_start(log.log_start_offset)
         log.recovery_stats = stats
         log.highest_recovery_point = max(log.highest_recovery_point, recovery_point)
-        log.snapshots = sorted(snapshots)
+        log.snapshots = ProducerSnapshots(disk, dir, snapshots)
         log._load_producer_state()
         log.producer_state.remove_expired(now_ms, config.producer_id_expiration_ms)
         stats["producer_batches_replayed"] = log.replayed_batches
@@ -423,52 +423,17 @@ class Log:
     def _segment_of(self, offset: int) -> LogSegment:
         return self.segments[self._segment_index(offset)]
 
-    def _snapshot_path(self, offset: int) -> str:
-        return os.path.join(self.dir, file_prefix(offset) + SNAPSHOT_SUFFIX)
-
     def _take_snapshot(self, offset: int, sync: bool = False) -> str:
-        """Write the producer state as of ``offset`` (everything below it applied); fsynced when
-        ``sync``. A lost or torn snapshot only means a longer replay (the log is replayed from an
-        earlier one, or from its start), and one above the log end offset after a crash is
-        deleted on open."""
-        path = self._snapshot_path(offset)
-        tmp = path + ".tmp"
-        handle = self.disk.open(tmp)
-        if handle.size():
-            handle.truncate(0)
-        handle.append(self.producer_state.snapshot())
-        if sync:
-            handle.flush()
-        handle.close()
-        self.disk.rename(tmp, path)
-        if offset not in self.snapshots:
-            self.snapshots.append(offset)
-            self.snapshots.sort()
-        return path
-
-    def _delete_snapshots(self, keep) -> None:
-        for offset in [o for o in self.snapshots if not keep(o)]:
-            path = self._snapshot_path(offset)
-            if self.disk.exists(path):
-                self.disk.remove(path)
-            self.snapshots.remove(offset)
+        """Write the producer state as of ``offset``; fsynced when ``sync`` (one above the log end
+        offset after a crash is deleted on open)."""
+        return self.snapshots.take(offset, self.producer_state.snapshot(), sync)
 
     def _load_producer_state(self) -> None:
         """From the latest good snapshot at or below the log end offset, then the batches after it;
         from the log's start without one."""
         first = self.segments[0].base_offset
-        self._delete_snapshots(lambda o: first <= o <= self.log_end_offset)
-        state = self.producer_state
-        state.clear()
-        start = None
-        while self.snapshots:
-            offset = self.snapshots[-1]
-            try:
-                state.load(self.disk.read_file(self._snapshot_path(offset)))
-                start = offset
-                break
-            except CorruptSnapshotError:
-                self._delete_snapshots(lambda o, bad=offset: o != bad)
+        self.snapshots.delete(lambda o: first <= o <= self.log_end_offset)
+        start = self.snapshots.load_latest(self.producer_state)
         self._replay_producers(first if start is None else start)
 
     def _replay_producers(self, start: int) -> None:
@@ -638,7 +603,7 @@ class Log:
         self.leader_epoch_cache.clear()
         self._sync_dir_if_new()                 # the emptied epoch cache too, before the recovery point moves
         self.log_start_offset = self.log_end_offset = self.recovery_point = offset
-        self._delete_snapshots(lambda o: False)
+        self.snapshots.delete(lambda o: False)
         self.producer_state.clear()
         self._offsets_changed()
 
@@ -769,7 +734,7 @@ class Log:
             segment.delete()
         self._set_segments(segments[count:])
         first = self.segments[0].base_offset
-        self._delete_snapshots(lambda o: o >= first)
+        self.snapshots.delete(lambda o: o >= first)
         new_start = self.segments[0].base_offset
         if new_start > self.log_start_offset:
             self.log_start_offset = new_start
