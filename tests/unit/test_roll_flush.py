@@ -21,6 +21,12 @@ def started(disk: MemoryDisk) -> LogManager:
     return logs
 
 
+def flush_paths(disk: MemoryDisk, flush) -> None:
+    for path in flush.paths:
+        if disk.exists(path):
+            disk.open(path).flush()
+
+
 def fill(log, n: int, epoch: int = 0) -> None:
     for i in range(n):
         log.append_as_leader(make_batch([b"x" * 100], timestamp_ms=1000 + i), epoch, 1000 + i)
@@ -37,10 +43,9 @@ def test_a_roll_leaves_its_segment_unflushed_until_the_flush_it_asked_for_is_don
     assert log.recovery_point == 0
     [flush] = logs.take_roll_flushes()
     assert logs.take_roll_flushes() == []
-    assert flush.offset == 5 and old.log in flush.handles
+    assert flush.offset == 5 and old.log_path in flush.paths
 
-    for handle in flush.handles:                # what the shell's worker thread does
-        handle.flush()
+    flush_paths(disk, flush)                    # what the shell's worker thread does
     logs.roll_flushed(flush.token)
     assert log.recovery_point == 5
     assert not old.dirty and disk.unflushed_bytes(old.log_path) == 0
@@ -56,9 +61,7 @@ def test_a_log_cut_below_the_roll_before_its_flush_is_done_keeps_its_recovery_po
     [flush] = logs.take_roll_flushes()
     log.truncate_to(2)                          # a follower cut its log (the old segment with it)
     fill(log, 4, epoch=1)                       # new batches at 2..5, not flushed by anyone
-    for handle in flush.handles:
-        if not handle.closed:
-            handle.flush()
+    flush_paths(disk, flush)
     logs.roll_flushed(flush.token)
     assert log.recovery_point == 0              # offsets 2..5 now are not what was flushed
 
@@ -70,11 +73,9 @@ def test_the_roll_flush_also_makes_the_rolls_producer_snapshot_durable():
     fill(log, 6)
     [flush] = logs.take_roll_flushes()
     snapshot = f"{log.dir}/00000000000000000005.snapshot"
-    assert flush.paths == (snapshot,)
+    assert flush.paths[-1] == snapshot
     assert disk.unflushed_bytes(snapshot) > 0   # written, not fsynced by the roll
-    disk.open(snapshot).flush()
-    for handle in flush.handles:
-        handle.flush()
+    flush_paths(disk, flush)
     logs.roll_flushed(flush.token)
     assert log.recovery_point == 5
 
@@ -171,8 +172,7 @@ def test_a_follower_copying_a_compacted_past_keeps_its_durable_segments_after_a_
     copy(range(8, 13))
     assert [s.base_offset for s in log.segments] == [0, 8]
     for flush in logs.take_roll_flushes():
-        for handle in flush.handles:
-            handle.flush()
+        flush_paths(disk, flush)
         logs.roll_flushed(flush.token)
     log.flush()
     disk.crash()                                # before the next periodic checkpoint

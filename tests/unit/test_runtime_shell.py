@@ -251,7 +251,7 @@ def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, 
     async def main():
         stopper = Stopper(asyncio.get_running_loop())
         shell = BrokerShell(core, None, 1 << 20, stopper)
-        shell.apply([FlushFiles((a, b, gone), 7), FlushFiles((), 8, (str(snapshot), str(tmp_path / "deleted")))])
+        shell.apply([FlushFiles((a.path, b.path, gone.path), 7), FlushFiles((str(snapshot), str(tmp_path / "deleted")), 8)])
         assert await asyncio.to_thread(started.wait, 5)
         a.close()                                                     # the log closed it meanwhile
         for i in range(3):
@@ -293,7 +293,7 @@ def test_a_segment_flush_that_fails_stops_the_broker_with_one_line(tmp_path, mon
     core.on_files_flushed = lambda token, now: pytest.fail("reported a segment durable that was not flushed")
 
     async def flush(shell):
-        shell.apply([FlushFiles((f,), 1)])
+        shell.apply([FlushFiles((f.path,), 1)])
 
     failure = run_shell(core, None, flush)
     assert failure is not None and failure.startswith("flushing a rolled log segment failed: OSError")

@@ -321,7 +321,7 @@ class Broker:
                 effects.extend(self._run_task(task.name, now_ms))
         effects.extend(self.replica_manager.maybe_send_fetches(now_ms))
         effects.extend(self.groups.tick(now_ms))
-        effects.extend(FlushFiles(f.handles, f.token, f.paths) for f in self.logs.take_roll_flushes())
+        effects.extend(FlushFiles(f.paths, f.token) for f in self.logs.take_roll_flushes())
         effects.extend(_written(self.logs.take_checkpoints_due()))
         if self.logs.started:
             effects.extend(Log("info", line) for line in self.cleaner.tick(now_ms, self._high_watermark_of))

@@ -72,16 +72,13 @@ class WriteCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class FlushFiles:
-    """fsync these log files (a rolled segment's, ``log.disk.FileHandle`` s with a ``path``, and
-    ``paths``) away from the event loop, as Kafka's scheduler thread flushes a segment after a roll,
-    then report it with ``Broker.on_files_flushed(token)``. A file deleted by then is skipped.
-    Flushes complete in the order given; one that fails stops the broker (Kafka takes the log dir
-    offline)."""
+    """fsync the files at ``paths`` (a rolled segment's and the roll's producer snapshot) away
+    from the event loop, as Kafka's scheduler thread flushes a segment after a roll, then report it
+    with ``Broker.on_files_flushed(token)``. A file deleted by then is skipped. Flushes complete in
+    the order given; one that fails stops the broker (Kafka takes the log dir offline)."""
 
-    handles: tuple
+    paths: tuple
     token: int
-    paths: tuple = ()
-    """Files named by path only (the roll's producer snapshot)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,13 +137,13 @@ class _IndexFile:
             self._handle.flush()
         self._dirty = False
 
-    def unflushed_handle(self) -> FileHandle | None:
-        """The open file, if written since its last flush (pending entries written out first)."""
+    def unflushed(self) -> bool:
+        """Whether the file was written since its last flush (pending entries written out first)."""
         self.write_pending()
-        return self._handle if self._dirty else None
+        return self._dirty and self._handle is not None
 
     def mark_flushed(self) -> None:
-        """An fsync of :meth:`unflushed_handle` made elsewhere completed (nothing was written since)."""
+        """An fsync of the file made elsewhere completed (nothing was written since)."""
         self._dirty = False
 
     def close(self) -> None:

@@ -104,10 +104,10 @@ class Log:
         #: told ``(topic, partition)`` after the log end or log start offset moved (the replica
         #: manager's change journal: fetch sessions look only at partitions that changed)
         self.offsets_listener: Callable[[tuple[str, int]], None] | None = None
-        #: handed ``(log, base offset, old segment, its files to fsync, paths of files to fsync)`` at
-        #: each roll, to flush them away from the caller (the log manager's asynchronous roll
+        #: handed ``(log, base offset, old segment, paths of its files and the roll's snapshot)`` at
+        #: each roll, to fsync them away from the caller (the log manager's asynchronous roll
         #: flushes); None: flush at once
-        self.roll_listener: Callable[["Log", int, LogSegment, list, list], None] | None = None
+        self.roll_listener: Callable[["Log", int, LogSegment, list], None] | None = None
         self.producer_state = ProducerStateManager()
         self.snapshots = ProducerSnapshots(disk, dir)
         self.replayed_batches = 0               # batch headers read to load the producer state
@@ -382,7 +382,7 @@ class Log:
         listener = self.roll_listener
         if base <= self.highest_recovery_point:
             listener = None
-        handles = old.seal() if listener is not None else old.on_become_inactive()
+        paths = old.seal() if listener is not None else old.on_become_inactive()
         segment = LogSegment.create(self.disk, self.dir, base, self.config, now)
         self._set_segments(self.segments + [segment])
         # fsynced before the recovery point passes it: here, or by the roll's flush (a torn one is
@@ -391,7 +391,7 @@ class Log:
         if listener is None:
             self._flushed_to(base)
         else:
-            listener(self, base, old, handles or [], [snapshot])
+            listener(self, base, old, paths + [snapshot])
         return segment
 
     def roll_flushed(self, offset: int, segment: LogSegment, truncations: int) -> None:

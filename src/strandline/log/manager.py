@@ -38,7 +38,6 @@ class RollFlush(NamedTuple):
     offset: int
     segment: LogSegment
     truncations: int
-    handles: tuple
     paths: tuple
 
 
@@ -77,10 +76,10 @@ class LogManager:
         for log in self.logs.values():
             log.roll_listener = self._rolled
 
-    def _rolled(self, log: Log, offset: int, segment: LogSegment, handles: list, paths: list) -> None:
+    def _rolled(self, log: Log, offset: int, segment: LogSegment, paths: list) -> None:
         self._next_roll_flush += 1
         self.roll_flushes_due.append(RollFlush(self._next_roll_flush, log, offset, segment, log.truncations,
-                                               tuple(handles), tuple(paths)))
+                                               tuple(paths)))
 
     def take_roll_flushes(self) -> list["RollFlush"]:
         """The roll flushes asked for since the last call; each is reported done by its token."""

@@ -502,17 +502,14 @@ class LogSegment:
         self.time_index.flush(force)
         self.txn_index.flush()
 
-    def seal(self) -> list[FileHandle]:
+    def seal(self) -> list[str]:
         """The log rolled past this segment: record its max timestamp and write out the pending
-        index entries; returns the files an fsync must make durable (the log's asynchronous roll
-        flush, :meth:`sealed_flushed` once done)."""
+        index entries; returns the paths of the files an fsync must make durable (the log's
+        asynchronous roll flush, :meth:`sealed_flushed` once done)."""
         self._append_final_time_entry()
-        handles = [self.log] if self._dirty else []
-        for index in (self.offset_index, self.time_index, self.txn_index):
-            handle = index.unflushed_handle()
-            if handle is not None:
-                handles.append(handle)
-        return handles
+        paths = [self.log_path] if self._dirty else []
+        return paths + [index.path for index in (self.offset_index, self.time_index, self.txn_index)
+                        if index.unflushed()]
 
     def sealed_flushed(self) -> None:
         """The fsync of what :meth:`seal` returned completed: the segment is clean; its index

@@ -101,8 +101,8 @@ class TransactionIndex:
         self._file().truncate(keep * ENTRY_SIZE)
         self._dirty = True
 
-    def unflushed_handle(self) -> FileHandle | None:
-        return self._handle if self._dirty else None
+    def unflushed(self) -> bool:
+        return self._dirty and self._handle is not None
 
     def mark_flushed(self) -> None:
         self._dirty = False

@@ -290,7 +290,7 @@ class SegmentFlusher:
         self._idle.set()
 
     def flush(self, effect: FlushFiles) -> None:
-        self.waiting.append((effect.token, [h.path for h in effect.handles] + list(effect.paths)))
+        self.waiting.append((effect.token, effect.paths))
         if self._idle.is_set():
             self._idle.clear()
             self.shell.spawn("flushing a rolled log segment", self._run())

@@ -50,12 +50,9 @@ ROLL_FLUSH_DELAY_MS = 20
 
 
 def _flushed(core: Broker, effect: FlushFiles, now_ms: int) -> list:
-    for handle in effect.handles:
-        if not handle.closed:           # a deleted segment's file: nothing left to make durable
-            handle.flush()
     disk = core.logs.disk
     for path in effect.paths:
-        if disk.exists(path):
+        if disk.exists(path):           # a deleted file: nothing left to make durable
             disk.open(path).flush()
     return core.on_files_flushed(effect.token, now_ms)
 
