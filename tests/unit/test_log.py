@@ -197,3 +197,20 @@ def test_ckp_2_clean_shutdown_skips_recovery_and_keeps_everything(tmp_path):
     third.startup(0)
     assert third.recovered_uncleanly
     assert {k: log.log_end_offset for k, log in third.logs.items()} == {("topic-x", p): 25 for p in range(4)}
+
+
+def test_a_follower_batch_past_two_to_the_31_of_an_empty_segment_rolls_and_survives_a_restart():
+    """A follower's first batch more than 2**31 offsets past its empty active segment's base (a
+    compacted leader's log has such gaps) starts a segment of its own, as Kafka rolls when an
+    offset would not fit the 32-bit relative offsets of the segment's indexes: before, it went into
+    the empty segment, and the next roll failed (IndexOffsetOverflow), which stops a broker."""
+    disk, log = new_log()
+    far = 2**31 + 10
+    log.append_as_follower(make_batch([b"a", b"b"], base_offset=far, leader_epoch=3))
+    assert log.segments[-1].base_offset == far and log.log_end_offset == far + 2
+    log.append_as_follower(make_batch([b"c"], base_offset=far + 2, leader_epoch=3))
+    log.flush()
+    disk.crash()
+    log = Log.open(disk, DIR, "t", 0, log.config, recovery_point=0, needs_recovery=True)
+    assert log.log_end_offset == far + 3
+    assert offsets_in(log.read(far, 1 << 20)) == [far, far + 2]

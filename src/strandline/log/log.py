@@ -349,6 +349,8 @@ class Log:
         return AppendInfo(first, last, max_ts, max_off, len(batches), len(records))
 
     def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
+        if last_offset - segment.base_offset > INT32_MAX:
+            return True     # even an empty segment: its indexes hold offsets relative to its base
         if segment.size == 0:
             return False
         if segment.size + size > self.config.segment_bytes:
@@ -356,7 +358,7 @@ class Log:
         rolling_base = segment.rolling_base_ms
         if rolling_base is not None and now_ms - rolling_base > self.config.max_segment_ms:
             return True
-        return segment.indexes_full or last_offset - segment.base_offset > INT32_MAX
+        return segment.indexes_full
 
     def roll(self, new_base_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the log end offset. The old one is flushed and the
