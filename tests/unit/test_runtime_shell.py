@@ -221,7 +221,7 @@ def test_a_checkpoint_write_that_fails_stops_the_broker_with_one_line(caplog):
 def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, monkeypatch):
     """FlushFiles: the fsyncs run on a worker thread while the loop goes on, each file opened by its
     path when its turn comes (one the log closed meanwhile is still flushed; one deleted is
-    skipped); then the core hears of it on the loop, in the order given."""
+    skipped, its directory synced); then the core hears of it on the loop, in the order given."""
     from strandline.broker.effects import FlushFiles
     from strandline.runtime.disk import OsFile
 
@@ -270,7 +270,8 @@ def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, 
     loop_thread = threading.current_thread().name
     assert core.flushed == [(7, loop_thread), (8, loop_thread)]
     inodes = {os.stat(tmp_path / name).st_ino for name in ("a.log", "b.index", "5.snapshot")}
-    assert {ino for ino, _ in fsynced} == inodes and len(fsynced) == 3
+    directory = os.stat(tmp_path).st_ino         # each flush that found a file deleted syncs its directory
+    assert sorted(ino for ino, _ in fsynced) == sorted([*inodes, directory, directory])
     assert all(thread != loop_thread for _, thread in fsynced)
 
 
@@ -298,3 +299,27 @@ def test_a_segment_flush_that_fails_stops_the_broker_with_one_line(tmp_path, mon
     failure = run_shell(core, None, flush)
     assert failure is not None and failure.startswith("flushing a rolled log segment failed: OSError")
     assert len(errors(caplog)) == 1
+
+
+def test_a_segment_deleted_before_its_roll_flush_has_its_deletion_made_durable(tmp_path, monkeypatch):
+    """A rolled segment that retention deleted before its flush ran is skipped, but its directory is
+    fsynced before the core hears the flush is done (and moves the recovery point past it): a
+    deletion that was not durable could bring back, after a power loss, a segment never flushed
+    below where recovery looks. A log whose whole directory is gone is skipped without an error."""
+    from strandline.runtime.server import _fsync_paths
+
+    log_dir, gone_dir = tmp_path / "t-0", tmp_path / "t-1"
+    log_dir.mkdir()
+    kept = log_dir / "00000000000000000100.log"
+    kept.write_bytes(b"x" * 10)
+    fsynced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: fsynced.append(os.fstat(fd).st_ino) or real_fsync(fd))
+
+    assert _fsync_paths([str(kept)]) == [(str(kept), 10)]
+    assert fsynced == [kept.stat().st_ino]                  # nothing deleted: the directory is not synced
+    fsynced.clear()
+    done = _fsync_paths([str(log_dir / "00000000000000000000.log"), str(log_dir / "00000000000000000000.index"),
+                         str(kept), str(gone_dir / "00000000000000000000.log")])
+    assert done == [(str(kept), 10)]
+    assert fsynced == [kept.stat().st_ino, log_dir.stat().st_ino]

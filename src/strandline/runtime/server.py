@@ -262,16 +262,31 @@ class CheckpointWriter:
 
 def _fsync_paths(paths: list[str]) -> list[tuple[str, int]]:
     """Open and fsync each file of ``paths`` that still exists; returns ``(path, size)`` of those.
-    Any error but a file deleted meanwhile is raised (the broker stops)."""
+
+    A file deleted meanwhile (retention, a truncation) has nothing to keep, but its directory is
+    fsynced, so that the deletion is durable before the recovery point passes the file: otherwise a
+    power loss could bring back a segment that was never flushed, below where recovery looks. Any
+    other error is raised (the broker stops)."""
     done = []
+    deleted_from: set[str] = set()
     for path in paths:
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
-            continue                        # deleted since (retention, a truncation): nothing to keep
+            deleted_from.add(os.path.dirname(path))
+            continue
         try:
             os.fsync(fd)
             done.append((path, os.fstat(fd).st_size))
+        finally:
+            os.close(fd)
+    for directory in sorted(deleted_from):
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            continue                        # the whole log was deleted (its directory goes too)
+        try:
+            os.fsync(fd)
         finally:
             os.close(fd)
     return done
@@ -281,7 +296,8 @@ class SegmentFlusher:
     """Makes rolled segments durable (``FlushFiles``) on a worker thread, one flush at a time and in
     order, then tells the core, so that a roll's fsync (a second for a gigabyte segment on a busy
     disk) never holds up the event loop. The worker opens each file by its path when its turn comes
-    (the log may have closed its descriptor meanwhile): one deleted by then is skipped."""
+    (the log may have closed its descriptor meanwhile): one deleted by then is skipped, and
+    its directory fsynced."""
 
     def __init__(self, shell: "BrokerShell") -> None:
         self.shell = shell
