@@ -68,16 +68,24 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
         raise ValueError("two run folders of one audit have the same name")
     own = spark is None
     spark = spark or spark_session(log_path=run_dirs[0].parent / "spark.log")
+    caches: list = []
+
+    def cached(df):
+        caches.append(df.cache())
+        return df
+
     try:
-        ops = _load(spark, run_dirs, "ops.parquet")
+        # the tables read more than once are cached for the audit, and dropped at its end
+        ops = cached(_load(spark, run_dirs, "ops.parquet"))
         records = _load(spark, run_dirs, "records.parquet")
         batches = _load(spark, run_dirs, "batches.parquet")
-        final = _load(spark, run_dirs, "final.parquet")
+        final = cached(_load(spark, run_dirs, "final.parquet"))
 
         # what a consumer reads after healing: the final leader's records below its high watermark
         read = (records.join(final, ["run", "partition"])
                 .where((F.col("broker") == F.col("leader")) & (F.col("offset") < F.col("high_watermark")))
                 .select("run", "partition", "offset", "value"))
+        read = cached(read)
         acked = ops.where(F.col("type") == "ok").select("run", "value", "time_ms", "partition",
                                                         F.col("offset").alias("acked_offset"))
         invoked = ops.where(F.col("type") == "invoke").select("run", "value").distinct()
@@ -101,20 +109,46 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
         divergent = (below_hw.join(leader_batches, ["run", "partition", "base_offset"], "left")
                      .where(F.col("leader_digest").isNull() | (F.col("leader_digest") != F.col("digest"))))
 
-        def counts(df) -> dict[str, int]:
-            return {r["run"]: r["count"] for r in df.groupBy("run").count().collect()}
+        # Every figure in one Spark job (each action costs the job's scheduling, about half a
+        # second here): rows of (run, what, key, count, ms), ``what`` naming the figure.
+        none = F.lit(None).cast("double").alias("ms")
 
+        def tagged(df, what: str):
+            return df.select("run", F.lit(what).alias("what"), F.lit("").alias("key"), "count", none)
+
+        lost = cached(lost)
+        span = lost.groupBy("run").agg(F.min("time_ms").alias("first"), F.max("time_ms").alias("last"))
+        figures = (ops.groupBy("run", "type").count()
+                   .select("run", F.lit("ops").alias("what"), F.col("type").alias("key"), "count", none)
+                   .unionByName(tagged(lost.groupBy("run").count(), "lost"))
+                   .unionByName(tagged(duplicated.groupBy("run").count(), "duplicated"))
+                   .unionByName(tagged(unexpected.groupBy("run").count(), "unexpected"))
+                   .unionByName(tagged(reordered.groupBy("run").count(), "reordered"))
+                   .unionByName(tagged(read.groupBy("run").count(), "read"))
+                   .unionByName(tagged(divergent.groupBy("run").count(), "divergent"))
+                   .unionByName(divergent.select("run", F.lit("replica").alias("what"),
+                                                 F.format_string("broker %d partition %d", "broker", "partition")
+                                                 .alias("key"), F.lit(1).cast("long").alias("count"), none)
+                                .distinct())
+                   .unionByName(span.select("run", F.lit("lost_span").alias("what"), F.lit("").alias("key"),
+                                            F.lit(0).cast("long").alias("count"), F.col("first").alias("ms")))
+                   .unionByName(span.select("run", F.lit("lost_span_end").alias("what"), F.lit("").alias("key"),
+                                            F.lit(0).cast("long").alias("count"), F.col("last").alias("ms"))))
         op_counts: dict[str, dict[str, int]] = {}
-        for r in ops.groupBy("run", "type").count().collect():
-            op_counts.setdefault(r["run"], {})[r["type"]] = r["count"]
-        n_lost, n_dup, n_unexp, n_reord = counts(lost), counts(duplicated), counts(unexpected), counts(reordered)
-        n_read = counts(read)
-        div_batches = counts(divergent)
+        per_run: dict[str, dict[str, int]] = {}
         div_replicas: dict[str, list[str]] = {}
-        for r in divergent.select("run", "broker", "partition").distinct().collect():
-            div_replicas.setdefault(r["run"], []).append(f"broker {r['broker']} partition {r['partition']}")
-        lost_span = {r["run"]: (r["first"], r["last"]) for r in
-                     lost.groupBy("run").agg(F.min("time_ms").alias("first"), F.max("time_ms").alias("last")).collect()}
+        lost_span: dict[str, list] = {}
+        for r in figures.collect():
+            if r["what"] == "ops":
+                op_counts.setdefault(r["run"], {})[r["key"]] = r["count"]
+            elif r["what"] == "replica":
+                div_replicas.setdefault(r["run"], []).append(r["key"])
+            elif r["what"] == "lost_span":
+                lost_span.setdefault(r["run"], [None, None])[0] = r["ms"]
+            elif r["what"] == "lost_span_end":
+                lost_span.setdefault(r["run"], [None, None])[1] = r["ms"]
+            else:
+                per_run.setdefault(r["run"], {})[r["what"]] = r["count"]
         lost_rows: dict[str, list] = {}
         for r in lost.orderBy("time_ms").collect():
             rows = lost_rows.setdefault(r["run"], [])
@@ -124,10 +158,12 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
         results = []
         for d in run_dirs:
             key = str(d)
+            figure = per_run.get(key, {})
             result = {
-                "run": key, "ops": op_counts.get(key, {}), "read": n_read.get(key, 0),
-                "lost": n_lost.get(key, 0), "duplicated": n_dup.get(key, 0), "reordered": n_reord.get(key, 0),
-                "unexpected": n_unexp.get(key, 0), "divergent_batches": div_batches.get(key, 0),
+                "run": key, "ops": op_counts.get(key, {}), "read": figure.get("read", 0),
+                "lost": figure.get("lost", 0), "duplicated": figure.get("duplicated", 0),
+                "reordered": figure.get("reordered", 0), "unexpected": figure.get("unexpected", 0),
+                "divergent_batches": figure.get("divergent", 0),
                 "divergent_replicas": sorted(div_replicas.get(key, [])),
                 "lost_acked_first_ms": lost_span.get(key, (None, None))[0],
                 "lost_acked_last_ms": lost_span.get(key, (None, None))[1],
@@ -137,5 +173,7 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
             results.append(result)
         return results
     finally:
+        for df in caches:
+            df.unpersist()
         if own:
             spark.stop()
