@@ -214,3 +214,24 @@ def test_a_follower_batch_past_two_to_the_31_of_an_empty_segment_rolls_and_survi
     log = Log.open(disk, DIR, "t", 0, log.config, recovery_point=0, needs_recovery=True)
     assert log.log_end_offset == far + 3
     assert offsets_in(log.read(far, 1 << 20)) == [far, far + 2]
+
+
+def test_one_follower_append_spanning_more_than_two_to_the_31_offsets_is_split_across_segments():
+    """A leader's read goes on into its next segment, so one Fetch answer can hold batches more
+    than 2**31 offsets apart (a compacted log's gap): the follower appends them in parts, each
+    part in a segment whose indexes can address it, and keeps every batch across a restart."""
+    far = 2**31 + 10
+    _, leader = new_log()
+    leader.append_as_follower(make_batch([b"a", b"b"], base_offset=0, leader_epoch=3, timestamp_ms=1))
+    leader.append_as_follower(make_batch([b"c"], base_offset=far, leader_epoch=3, timestamp_ms=2))
+    disk, follower = new_log()
+    info = follower.append_as_follower(bytearray(leader.read(0, 1 << 20)))        # one Fetch answer
+    assert (info.first_offset, info.last_offset, info.num_batches) == (0, far, 2)
+    assert (info.max_timestamp, info.offset_of_max_timestamp) == (2, far)
+    assert [s.base_offset for s in follower.segments] == [0, far]
+    follower.append_as_follower(make_batch([b"d"], base_offset=far + 1, leader_epoch=3, timestamp_ms=3))
+    follower.flush()
+    disk.crash()
+    follower = Log.open(disk, DIR, "t", 0, follower.config, recovery_point=0, needs_recovery=True)
+    assert follower.log_end_offset == far + 2
+    assert offsets_in(follower.read(0, 1 << 20)) == [0, far, far + 1]

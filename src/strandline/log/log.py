@@ -331,6 +331,8 @@ class Log:
     def _append(self, records, batches: list[BatchInfo], now_ms: int | None,
                 producers: list[tuple[int, BatchHeader, int]]) -> AppendInfo:
         first, last = batches[0].base_offset, batches[-1].last_offset
+        if last - first > INT32_MAX:
+            return self._append_in_parts(records, batches, now_ms, producers)
         max_ts, max_off = -1, -1
         for b in batches:
             if b.max_timestamp > max_ts:
@@ -347,6 +349,28 @@ class Log:
         if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush(now_ms)
         return AppendInfo(first, last, max_ts, max_off, len(batches), len(records))
+
+    def _append_in_parts(self, records, batches: list[BatchInfo], now_ms: int | None,
+                         producers: list[tuple[int, BatchHeader, int]]) -> AppendInfo:
+        """Batches more than 2**31 offsets apart (a compacted leader's gap, read across its
+        segments in one Fetch answer) go in parts, each spanning at most what one segment's
+        32-bit relative offsets address, so that each can start a segment of its own."""
+        view = memoryview(records)
+        parts: list[AppendInfo] = []
+        i = 0
+        while i < len(batches):
+            j = i + 1
+            while j < len(batches) and batches[j].last_offset - batches[i].base_offset <= INT32_MAX:
+                j += 1
+            start, end = batches[i].position, batches[j - 1].position + batches[j - 1].size
+            part = [b._replace(position=b.position - start) for b in batches[i:j]]
+            owned = [(pos - start, h, offset) for pos, h, offset in producers if start <= pos < end]
+            parts.append(self._append(view[start:end], part, now_ms, owned))
+            i = j
+        latest = max(parts, key=lambda p: p.max_timestamp)
+        return AppendInfo(parts[0].first_offset, parts[-1].last_offset, latest.max_timestamp,
+                          latest.offset_of_max_timestamp, sum(p.num_batches for p in parts),
+                          sum(p.valid_bytes for p in parts))
 
     def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
         if last_offset - segment.base_offset > INT32_MAX:
