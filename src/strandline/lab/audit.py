@@ -174,6 +174,9 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
         return results
     finally:
         for df in caches:
-            df.unpersist()
+            try:
+                df.unpersist()
+            except Exception:   # a session that broke holds no cache; the audit's own error, if any, goes on
+                pass
         if own:
             spark.stop()
