@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import selectors
 import signal
 import socket
@@ -18,14 +19,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (outgoing connections take theirs there)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` consecutive free loopback ports."""
+    """`count` consecutive free loopback ports, below the ephemeral range: a port picked there can
+    be taken, between this check and the broker's bind, by any outgoing connection (a client's,
+    a broker's, Spark's), which made a cluster fail to start with "address already in use"."""
+    rng = random.Random()
+    high = min(_ephemeral_low(), 65000) - count
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count > 65000:
-            continue
+        base = rng.randrange(10000, high)
         ok = True
         for port in range(base, base + count):
             with socket.socket() as s:
