@@ -236,6 +236,15 @@ class OsFile:
         return f"OsFile({self.path!r}, size={self._size})"
 
 
+def fsync_directory(path: str) -> None:
+    """Make the entries of directory ``path`` (files created, renamed or deleted in it) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class OsDisk:
     """The real disk. At most ``max_open_files`` of the files opened through it hold a descriptor at
     once (:class:`OpenFiles`); by default half the process's open-file limit."""
@@ -284,11 +293,7 @@ class OsDisk:
             flush_ledger().durable(path, len(data))
 
     def fsync_dir(self, path: str) -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(path)
 
     def file_size(self, path: str) -> int:
         return os.path.getsize(path)

@@ -25,7 +25,7 @@ from strandline.broker.effects import (BrokerSend, Close, FlushFiles, Log, ReadC
                                        WriteCheckpoint, ZkRequest)
 from strandline.coordination.store import OpResult, ZkError
 from strandline.log.disk import FileRegion
-from strandline.runtime.disk import flush_ledger
+from strandline.runtime.disk import flush_ledger, fsync_directory
 from strandline.runtime.channels import BrokerChannels
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 from strandline.runtime.framed import FramedProtocol
@@ -282,13 +282,9 @@ def _fsync_paths(paths: list[str]) -> list[tuple[str, int]]:
             os.close(fd)
     for directory in sorted(deleted_from):
         try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+            fsync_directory(directory)
         except FileNotFoundError:
-            continue                        # the whole log was deleted (its directory goes too)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            pass                            # the whole log was deleted (its directory goes too)
     return done
 
 
