@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import selectors
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,37 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from strandline.runtime.ports import free_loopback_ports
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (outgoing connections take theirs there)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def free_ports(count: int) -> list[int]:
-    """`count` consecutive free loopback ports, below the ephemeral range: a port picked there can
-    be taken, between this check and the broker's bind, by any outgoing connection (a client's,
-    a broker's, Spark's), which made a cluster fail to start with "address already in use"."""
-    rng = random.Random()
-    high = min(_ephemeral_low(), 65000) - count
-    for _ in range(200):
-        base = rng.randrange(10000, high)
-        ok = True
-        for port in range(base, base + count):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return list(range(base, base + count))
-    raise RuntimeError("no free ports")
+    """`count` consecutive free loopback ports, below the ephemeral range (see
+    :func:`strandline.runtime.ports.free_loopback_ports`)."""
+    return free_loopback_ports(count)
 
 
 def strandline_cmd(*args: str) -> list[str]:

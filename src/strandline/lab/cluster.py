@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from strandline.errors import StrandlineError
 from strandline.lab.network import LabNetwork
 from strandline.runtime.broker_main import READY_PREFIX
 from strandline.runtime.disk import FLUSH_LEDGER_ENV, apply_power_loss
+from strandline.runtime.ports import free_loopback_ports
 from strandline.runtime.zookeeper import EmbeddedZooKeeper
 
 BROKER_PORT = 9092          # in a namespace every broker has its own address
@@ -41,12 +41,6 @@ _PRCTL = _prctl()   # looked up here: no dlopen in a child forked from a threade
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     if _PRCTL is not None:
         _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a broker dies with the lab
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -97,14 +91,15 @@ class LabCluster:
             self.network.create()
             zk_host, zk_port = self.network.address("zk"), 2181
         else:
-            zk_host, zk_port = "127.0.0.1", _free_port()
+            ports = free_loopback_ports(1 + self.size)
+            zk_host, zk_port = "127.0.0.1", ports[0]
         self.zookeeper = EmbeddedZooKeeper(self.run_dir / "zookeeper", zk_port, host=zk_host)
         self.zookeeper.start()
         for i in ids:
             if self.network is not None:
                 host, port = self.network.address(i), BROKER_PORT
             else:
-                host, port = "127.0.0.1", _free_port()
+                host, port = "127.0.0.1", ports[i]
             self.brokers[i] = LabBroker(i, host, port, self.run_dir / f"broker-{i}")
         for i in ids:
             self._launch(self.brokers[i])

@@ -1,0 +1,34 @@
+"""Loopback ports for the clusters tests and the lab start: below the ephemeral range, free."""
+
+from __future__ import annotations
+
+import socket
+
+from strandline.runtime.ports import LOWEST_PORT, ephemeral_low, free_loopback_ports
+
+
+class Picks:
+    """A random source that offers the given bases in order."""
+
+    def __init__(self, *bases: int) -> None:
+        self.bases = list(bases)
+
+    def randrange(self, low: int, high: int) -> int:
+        base = self.bases.pop(0)
+        assert low <= base < high
+        return base
+
+
+def test_ports_are_consecutive_and_below_the_ephemeral_range():
+    for _ in range(20):
+        ports = free_loopback_ports(4)
+        assert ports == list(range(ports[0], ports[0] + 4))
+        assert LOWEST_PORT <= ports[0] and ports[-1] < ephemeral_low()
+
+
+def test_a_range_with_a_listening_port_is_passed_over():
+    base = free_loopback_ports(6)[0]
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", base + 2))
+        held.listen()
+        assert free_loopback_ports(3, Picks(base, base + 3)) == [base + 3, base + 4, base + 5]
