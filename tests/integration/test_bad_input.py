@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import random
 import re
+import select
 import socket
 import struct
+import time
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from strandline.protocol.api import encode_request
 from strandline.runtime.client import KafkaConnection
 from tests.conftest import Cluster, free_ports
 from tests.unit.batches import make_batch
@@ -117,6 +120,43 @@ def connection_closed(sock: socket.socket) -> bool:
         return recv_frame(sock) is None
     except (ConnectionResetError, socket.timeout):
         return False
+
+
+def test_a_busy_connection_is_not_read_past_a_megabyte_of_waiting_requests(strict):
+    """A client pipelining large requests behind one that waits (a long-poll Fetch) finds the broker
+    stops reading its connection after about a megabyte, as Kafka does, instead of holding 64
+    requests in memory (32 MB here); every request is answered in order once the Fetch returns."""
+    with KafkaConnection(strict.bootstrap) as conn:
+        end = latest(conn)
+    frame_of = lambda key, version, cid, body: (lambda f: struct.pack(">i", len(f)) + f)(  # noqa: E731
+        encode_request(key, version, cid, "pipeline", body))
+    fetch = frame_of(FETCH, 4, 1, {"replica_id": -1, "max_wait": 1500, "min_bytes": 1, "max_bytes": 1 << 20,
+                                   "isolation_level": 0, "topics": [{"topic": "t", "partitions": [
+                                       {"partition": 0, "fetch_offset": end, "partition_max_bytes": 1 << 20}]}]})
+    records = bytes(make_batch([b"x" * 500_000]))
+    produces = [frame_of(PRODUCE, 7, 2 + i, {"transactional_id": None, "acks": 1, "timeout": 5000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": records}]}]}) for i in range(64)]
+    stream = b"".join([fetch, *produces])
+    with socket.create_connection(("127.0.0.1", strict.base_port)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 256 * 1024)
+        sock.setblocking(False)
+        sent, stalled_since = 0, None
+        deadline = time.monotonic() + 1.2      # within the Fetch's wait: the connection stays busy
+        while sent < len(stream) and time.monotonic() < deadline:
+            try:
+                sent += sock.send(stream[sent:sent + (1 << 20)])
+                stalled_since = None
+            except BlockingIOError:
+                stalled_since = stalled_since or time.monotonic()
+                if time.monotonic() - stalled_since > 0.3:
+                    break
+                select.select([], [sock], [], 0.05)
+        assert sent < 12 * (1 << 20), f"the broker read {sent >> 20} MB of a connection with a request in flight"
+        sock.setblocking(True)
+        sock.settimeout(20)
+        sock.sendall(stream[sent:])
+        answered = [struct.unpack(">i", recv_frame(sock)[:4])[0] for _ in range(1 + len(produces))]
+    assert answered == list(range(1, 2 + len(produces)))
 
 
 def test_unsupported_api_versions_version_gets_v0_answer_with_the_list(strict):

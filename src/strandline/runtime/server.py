@@ -2,7 +2,9 @@
 
 Each connection answers its requests strictly in order, one at a time, as Kafka does: while a
 request waits in purgatory (acks=all, long-poll fetch) the connection's later requests queue.
-Reading pauses when a connection queues too much or its peer stops reading our responses.
+Reading pauses when a connection queues too much or its peer stops reading our responses: the
+requests a client pipelines then wait in the socket's buffers and in the client, not in the
+broker's memory (Kafka reads no further request of a connection while one is in flight).
 
 Every event reaches the core through :meth:`BrokerShell.run`. An exception there, in a task of
 the shell or in any callback of the loop is not an outcome the broker can go on from (the core's
@@ -37,7 +39,11 @@ DISCONNECTED_ZK_ANSWER_S = 0.1
 
 log = logging.getLogger("strandline.broker")
 
+#: A connection stops being read while it has this many requests waiting behind the one being
+#: answered, or this many bytes of them: a producer pipelining megabyte requests (librdkafka's
+#: max.in.flight is 1,000,000) would otherwise have the broker hold 64 of them per connection.
 MAX_QUEUED_FRAMES = 64
+MAX_QUEUED_BYTES = 1024 * 1024
 
 
 def _sendfile(sock_fd: int, region: FileRegion) -> int:
@@ -136,6 +142,7 @@ class Connection(FramedProtocol):
         self.conn_id = conn_id
         self.decoder = FrameDecoder(shell.max_request_bytes)
         self.queue: collections.deque = collections.deque()
+        self.queued_bytes = 0                                       # of the frames in the queue
         self.arrivals: collections.deque = collections.deque()      # when each queued frame came
         self.current: tuple[str, float] | None = None               # the request being answered: API, arrival
         self.busy = False
@@ -162,23 +169,28 @@ class Connection(FramedProtocol):
     def frames_received(self, frames: list[bytes]) -> None:
         if frames:
             self.queue.extend(frames)
+            self.queued_bytes += sum(map(len, frames))
             if self.shell.request_metrics is not None:
                 self.arrivals.extend([time.perf_counter()] * len(frames))
-            if len(self.queue) >= MAX_QUEUED_FRAMES and self.reading and self.transport:
-                self.reading = False
-                self.transport.pause_reading()
             self.pump()
 
     def pump(self) -> None:
         shell = self.shell
         while not self.busy and self.writable and self.queue and self.transport is not None:
             frame = self.queue.popleft()
+            self.queued_bytes -= len(frame)
             if shell.request_metrics is not None:
                 self.current = (request_name(frame), self.arrivals.popleft())
             self.busy = True
             shell.run(f"handling a request from {self.peer}",
                       lambda: shell.broker.handle_request(self.conn_id, frame, now_ms()))
-        if not self.reading and len(self.queue) < MAX_QUEUED_FRAMES // 2 and self.transport is not None:
+        if self.transport is None:
+            return
+        if self.reading:
+            if len(self.queue) >= MAX_QUEUED_FRAMES or self.queued_bytes >= MAX_QUEUED_BYTES:
+                self.reading = False
+                self.transport.pause_reading()
+        elif len(self.queue) < MAX_QUEUED_FRAMES // 2 and self.queued_bytes < MAX_QUEUED_BYTES // 2:
             self.reading = True
             self.transport.resume_reading()
 
@@ -219,6 +231,7 @@ class Connection(FramedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.queue.clear()
+        self.queued_bytes = 0
         self.arrivals.clear()
         self.shell.connections.pop(self.conn_id, None)
 
