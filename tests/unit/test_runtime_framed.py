@@ -9,7 +9,7 @@ import socket
 import struct
 
 from strandline.protocol.frames import LARGE_FRAME_BYTES, FrameDecoder, ProtocolError
-from strandline.runtime.framed import FramedProtocol
+from strandline.runtime.framed import MAX_RCVLOWAT, FramedProtocol
 
 
 class Collector(FramedProtocol):
@@ -52,3 +52,82 @@ def test_frames_of_every_size_arrive_whole_over_a_real_socket():
     frames = asyncio.run(run())
     assert [bytes(f) for f in frames] == payloads
     assert any(type(f) is bytearray for f in frames)
+
+
+class Counting(Collector):
+    """A Collector on a TCP socket, counting the reads the loop hands it."""
+
+    reads = 0
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.reads += 1
+        super().buffer_updated(nbytes)
+
+
+async def tcp_pair(protocol_factory):
+    """A real loopback TCP connection: (transport, protocol) of the reading side, and the client."""
+    loop = asyncio.get_running_loop()
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    accepted, _ = listener.accept()
+    listener.close()
+    client.setblocking(False)
+    transport, protocol = await loop.connect_accepted_socket(protocol_factory, accepted)
+    return transport, protocol, client
+
+
+def test_the_rest_of_a_large_frame_is_read_in_one_wake_up_however_it_is_sent():
+    """A 900 KB frame sent in 16 pieces a few milliseconds apart reaches the protocol in a couple of
+    reads, not one per piece (SO_RCVLOWAT is the rest of the frame), and the socket's SO_RCVLOWAT
+    is back to 1 once the frame is whole, so the next small frame is read at once."""
+    payload = bytes(range(256)) * 3600                        # 921,600 bytes
+    stream = struct.pack(">i", len(payload)) + payload
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        transport, protocol, client = await tcp_pair(lambda: Counting(done, 2))
+        piece = len(stream) // 16 + 1
+        for pos in range(0, len(stream), piece):
+            await loop.sock_sendall(client, stream[pos:pos + piece])
+            await asyncio.sleep(0.005)
+        reads_for_large = protocol.reads
+        lowat_after = transport.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+        await loop.sock_sendall(client, struct.pack(">i", 5) + b"small")
+        await asyncio.wait_for(done, 5)
+        transport.close()
+        client.close()
+        return protocol, reads_for_large, lowat_after
+
+    protocol, reads, lowat_after = asyncio.run(run())
+    assert [bytes(f) for f in protocol.frames] == [payload, b"small"]
+    assert reads <= 3, f"{reads} reads for one frame sent in 16 pieces"
+    assert lowat_after == 1
+
+
+def test_a_frame_larger_than_the_low_water_mark_and_a_sender_that_stalls_mid_frame_arrive_whole():
+    """A 3 MiB frame (over MAX_RCVLOWAT) whose sender stops for 200 ms a few bytes short of a low
+    water mark and of the frame's end: nothing waits for bytes that are not coming."""
+    payload = bytes(range(251)) * 12533                       # 3,145,783 bytes
+    stream = struct.pack(">i", len(payload)) + payload + struct.pack(">i", 2) + b"ok"
+    cuts = [70_000, MAX_RCVLOWAT + 60_000, len(payload) - 10, len(stream)]
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        transport, protocol, client = await tcp_pair(lambda: Counting(done, 2))
+        pos = 0
+        for cut in cuts:
+            await loop.sock_sendall(client, stream[pos:cut])
+            pos = cut
+            await asyncio.sleep(0.2)
+        await asyncio.wait_for(done, 5)
+        transport.close()
+        client.close()
+        return protocol
+
+    protocol = asyncio.run(run())
+    assert [bytes(f) for f in protocol.frames] == [payload, b"ok"]

@@ -142,6 +142,10 @@ class FrameDecoder:
             return None
         return memoryview(self._frame)[self._have:]
 
+    def pending_bytes(self) -> int:
+        """How much of a large frame being assembled in place is still to come (0: none is)."""
+        return self._need - self._have if self._frame is not None else 0
+
     def filled(self, nbytes: int) -> list:
         """``nbytes`` were written into the buffer :meth:`pending_buffer` gave: the frame, as a
         ``bytearray``, once it is whole (else nothing yet)."""
