@@ -87,11 +87,11 @@ class LabCluster:
     def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         ids = list(range(1, self.size + 1))
+        ports = free_loopback_ports(1 + self.size) if self.network is None else []
         if self.network is not None:
             self.network.create()
             zk_host, zk_port = self.network.address("zk"), 2181
         else:
-            ports = free_loopback_ports(1 + self.size)
             zk_host, zk_port = "127.0.0.1", ports[0]
         self.zookeeper = EmbeddedZooKeeper(self.run_dir / "zookeeper", zk_port, host=zk_host)
         self.zookeeper.start()

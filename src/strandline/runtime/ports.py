@@ -9,32 +9,42 @@ EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 LOWEST_PORT = 10000
 
 
-def ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (outgoing connections take theirs there)."""
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range, where outgoing connections take their ports."""
     try:
         with open(EPHEMERAL_RANGE_FILE) as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
+            low, high = (int(x) for x in f.read().split()[:2])
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range."""
+    return ephemeral_range()[0]
 
 
 def free_loopback_ports(count: int, rng: random.Random | None = None) -> list[int]:
-    """``count`` consecutive ports free on 127.0.0.1, below the ephemeral range.
+    """``count`` consecutive ports free on 127.0.0.1, outside the ephemeral range.
 
     A port taken from the ephemeral range (by binding port 0) can be given, between this check
     and the server's bind, to any outgoing connection on the machine (a client's, a broker's, a
-    JVM's), and a broker restarted on its old port can find it taken the same way; below the range
-    only a listener can hold it.
+    JVM's), and a broker restarted on its old port can find it taken the same way; outside the
+    range only a listener can hold it. The ports come from below the range (from
+    ``LOWEST_PORT``), or from above it where a range starting low leaves no room below; where
+    neither has room, from the range itself, as binding port 0 would.
     """
     rng = rng or random.Random()
-    high = min(ephemeral_low(), 65000) - count
-    if high <= LOWEST_PORT:
-        raise RuntimeError(f"no room for {count} ports below the ephemeral range ({ephemeral_low()})")
-    for _ in range(200):
-        base = rng.randrange(LOWEST_PORT, high)
-        if all(_bindable(port) for port in range(base, base + count)):
-            return list(range(base, base + count))
-    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1 between {LOWEST_PORT} and {high}")
+    low, high = ephemeral_range()
+    spans = [(LOWEST_PORT, low - 1), (high + 1, 65535), (max(1024, low), high)]
+    for first, last in spans:
+        if last - first + 1 < count:
+            continue
+        for _ in range(200):
+            base = rng.randrange(first, last - count + 2)
+            if all(_bindable(port) for port in range(base, base + count)):
+                return list(range(base, base + count))
+    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
 
 
 def _bindable(port: int) -> bool:
