@@ -55,16 +55,22 @@ def test_frames_of_every_size_arrive_whole_over_a_real_socket():
 
 
 class Counting(Collector):
-    """A Collector on a TCP socket, counting the reads the loop hands it."""
+    """A Collector on a TCP socket, counting the reads the loop hands it and the low-water marks
+    it sets."""
 
     reads = 0
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.lowats: list[int] = []
 
     def buffer_updated(self, nbytes: int) -> None:
         self.reads += 1
         super().buffer_updated(nbytes)
+
+    def _set_lowat(self, nbytes: int) -> None:
+        self.lowats.append(nbytes)
+        super()._set_lowat(nbytes)
 
 
 async def tcp_pair(protocol_factory):
@@ -106,6 +112,30 @@ def test_the_rest_of_a_large_frame_is_read_in_one_wake_up_however_it_is_sent():
     assert [bytes(f) for f in protocol.frames] == [payload, b"small"]
     assert reads <= 3, f"{reads} reads for one frame sent in 16 pieces"
     assert lowat_after == 1
+    assert len(protocol.lowats) == 2 and protocol.lowats[-1] == 1     # set once, reset once
+
+
+def test_small_frames_cost_no_setsockopt():
+    """The low-water mark stays 1 for frames too small to gain from it: no system call per read."""
+    payloads = [bytes([i]) * size for i, size in enumerate((5, 100, 5000, 60_000) * 25)]
+    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        transport, protocol, client = await tcp_pair(lambda: Counting(done, len(payloads)))
+        for i, payload in enumerate(payloads):
+            await loop.sock_sendall(client, struct.pack(">i", len(payload)) + payload)
+            if i % 10 == 0:
+                await asyncio.sleep(0.002)
+        await asyncio.wait_for(done, 5)
+        transport.close()
+        client.close()
+        return protocol
+
+    protocol = asyncio.run(run())
+    assert [bytes(f) for f in protocol.frames] == payloads
+    assert protocol.reads >= 10 and protocol.lowats == []
 
 
 def test_a_frame_larger_than_the_low_water_mark_and_a_sender_that_stalls_mid_frame_arrive_whole():

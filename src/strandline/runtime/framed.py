@@ -16,8 +16,8 @@ class FramedProtocol(asyncio.BufferedProtocol):
     keeps before the next read), except the rest of a large frame, which the socket reads straight
     into the frame's own buffer (``FrameDecoder.pending_buffer``): no copy, no join.
 
-    While such a rest is awaited the socket's ``SO_RCVLOWAT`` is that rest (at most
-    ``MAX_RCVLOWAT``), so the loop is woken once when it has all arrived, not for every piece the
+    While such a rest (of at least ``MIN_RCVLOWAT``) is awaited the socket's ``SO_RCVLOWAT`` is that
+    rest (at most ``MAX_RCVLOWAT``), so the loop is woken once when it has all arrived, not for every piece the
     peer's writes deliver: a follower read a megabyte Fetch answer in 6-7 wake-ups, each an
     ``epoll_wait``, a ``recv`` and the loop's Python, and now in 2. The kernel (Linux 4.18 on) grows
     the receive buffer to fit, and still wakes the reader when its receive window is full or the
@@ -42,9 +42,10 @@ class FramedProtocol(asyncio.BufferedProtocol):
         except ProtocolError as exc:
             self.malformed(exc)
             return
-        rest = min(self.decoder.pending_bytes(), MAX_RCVLOWAT)
-        if rest > 1 and self._lowat == 1 or rest < self._lowat:
-            self._set_lowat(max(rest, 1))
+        rest = self.decoder.pending_bytes()
+        want = min(rest, MAX_RCVLOWAT) if rest >= MIN_RCVLOWAT else 1
+        if want != self._lowat and (self._lowat == 1 or want < self._lowat):
+            self._set_lowat(want)
         if frames:
             self.frames_received(frames)
 
@@ -78,8 +79,10 @@ class FramedProtocol(asyncio.BufferedProtocol):
         raise NotImplementedError
 
 
-#: The most a socket is asked to gather before it wakes the loop (its receive buffer grows to it).
+#: The most a socket is asked to gather before it wakes the loop (its receive buffer grows to it),
+#: and the least rest of a frame worth two setsockopt calls.
 MAX_RCVLOWAT = 1 << 20
+MIN_RCVLOWAT = 64 * 1024
 
 #: Where sockets read (asyncio's own read size); one event loop thread uses it at a time.
 _READ_BUFFER = memoryview(bytearray(256 * 1024))
