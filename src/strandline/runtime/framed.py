@@ -16,12 +16,13 @@ class FramedProtocol(asyncio.BufferedProtocol):
     keeps before the next read), except the rest of a large frame, which the socket reads straight
     into the frame's own buffer (``FrameDecoder.pending_buffer``): no copy, no join.
 
-    While such a rest (of at least ``MIN_RCVLOWAT``) is awaited the socket's ``SO_RCVLOWAT`` is that
-    rest (at most ``MAX_RCVLOWAT``), so the loop is woken once when it has all arrived, not for every piece the
-    peer's writes deliver: a follower read a megabyte Fetch answer in 6-7 wake-ups, each an
-    ``epoll_wait``, a ``recv`` and the loop's Python, and now in 2. The kernel (Linux 4.18 on) grows
-    the receive buffer to fit, and still wakes the reader when its receive window is full or the
-    peer closes."""
+    While such a rest (of at least ``MIN_RCVLOWAT``) is awaited, the socket's ``SO_RCVLOWAT`` is
+    that rest (at most ``MAX_RCVLOWAT``), so the loop is woken once when it has all arrived, not
+    for every piece the peer's writes deliver (a megabyte Fetch answer otherwise takes 6-7
+    wake-ups, each an ``epoll_wait``, a ``recv`` and the loop's Python). The kernel (Linux 4.18
+    on) grows the receive buffer to fit, and still wakes the reader when its receive window is
+    full or the peer closes (kernels without the 2020 fixes "tcp: fix SO_RCVLOWAT hangs with fat
+    skbs" and "tcp: fix SO_RCVLOWAT possible hangs under high mem pressure" could miss that)."""
 
     decoder: FrameDecoder
     transport: asyncio.BaseTransport | None = None
