@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` consecutive free loopback ports, below the ephemeral range (see
+    """`count` consecutive free loopback ports, outside the ephemeral range (see
     :func:`strandline.runtime.ports.free_loopback_ports`)."""
     return free_loopback_ports(count)
 

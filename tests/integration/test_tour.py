@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from strandline.runtime.ports import ephemeral_low
+from strandline.runtime.ports import ephemeral_range
 from tests.conftest import ROOT, free_ports, pid_alive, poll_until
 
 pytestmark = pytest.mark.integration
@@ -58,7 +58,9 @@ def tour_ports() -> tuple[int, int, int]:
     """Broker ports P..P+2 whose metrics ports P+1000.. are free too, a ZooKeeper and a console port."""
     for _ in range(50):
         base = free_ports(3)[0]
-        if base + 1002 < ephemeral_low() and ports_free(range(base + 1000, base + 1003)):
+        low, high = ephemeral_range()
+        metrics = range(base + 1000, base + 1003)
+        if metrics[-1] <= 65535 and not any(low <= p <= high for p in metrics) and ports_free(metrics):
             zk, console = free_ports(2)
             if not {zk, console} & (set(range(base, base + 3)) | set(range(base + 1000, base + 1003))):
                 return base, zk, console
