@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from strandline.runtime.ports import ephemeral_range
+from strandline.runtime.ports import ephemeral_range, port_free
 from tests.conftest import ROOT, free_ports, pid_alive, poll_until
 
 pytestmark = pytest.mark.integration
@@ -45,13 +44,7 @@ def commands(block: str) -> list[str]:
 
 
 def ports_free(ports) -> bool:
-    for port in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
+    return all(port_free(port) for port in ports)
 
 
 def tour_ports() -> tuple[int, int, int]:

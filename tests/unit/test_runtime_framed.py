@@ -118,7 +118,6 @@ def test_the_rest_of_a_large_frame_is_read_in_one_wake_up_however_it_is_sent():
 def test_small_frames_cost_no_setsockopt():
     """The low-water mark stays 1 for frames too small to gain from it: no system call per read."""
     payloads = [bytes([i]) * size for i, size in enumerate((5, 100, 5000, 60_000) * 25)]
-    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
 
     async def run():
         loop = asyncio.get_running_loop()

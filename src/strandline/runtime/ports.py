@@ -42,12 +42,13 @@ def free_loopback_ports(count: int, rng: random.Random | None = None) -> list[in
             continue
         for _ in range(200):
             base = rng.randrange(first, last - count + 2)
-            if all(_bindable(port) for port in range(base, base + count)):
+            if all(port_free(port) for port in range(base, base + count)):
                 return list(range(base, base + count))
     raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
 
 
-def _bindable(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Whether a listener could bind ``port`` on 127.0.0.1 now."""
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
