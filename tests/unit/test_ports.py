@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 from strandline.runtime import ports as ports_module
-from strandline.runtime.ports import LOWEST_PORT, ephemeral_low, free_loopback_ports
+from strandline.runtime.ports import LOWEST_PORT, ephemeral_range, free_loopback_ports
 
 
 class Picks:
@@ -24,7 +24,7 @@ def test_ports_are_consecutive_and_below_the_ephemeral_range():
     for _ in range(20):
         ports = free_loopback_ports(4)
         assert ports == list(range(ports[0], ports[0] + 4))
-        assert LOWEST_PORT <= ports[0] and ports[-1] < ephemeral_low()
+        assert LOWEST_PORT <= ports[0] and ports[-1] < ephemeral_range()[0]
 
 
 def test_a_range_with_a_listening_port_is_passed_over():

@@ -73,16 +73,33 @@ class Counting(Collector):
         super()._set_lowat(nbytes)
 
 
-async def tcp_pair(protocol_factory):
-    """A real loopback TCP connection: (transport, protocol) of the reading side, and the client."""
-    loop = asyncio.get_running_loop()
-    listener = socket.create_server(("127.0.0.1", 0))
-    client = socket.create_connection(listener.getsockname())
-    accepted, _ = listener.accept()
-    listener.close()
-    client.setblocking(False)
-    transport, protocol = await loop.connect_accepted_socket(protocol_factory, accepted)
-    return transport, protocol, client
+def deliver(pieces: list[bytes], want: int, pause_s: float, every: int = 1) -> "Counting":
+    """Send ``pieces`` over a real loopback TCP connection to a :class:`Counting` protocol, pausing
+    ``pause_s`` after every ``every``-th one; returns the protocol once ``want`` frames arrived.
+    Before each piece its ``snapshots`` get the reads so far and the socket's SO_RCVLOWAT."""
+
+    async def run() -> Counting:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        listener = socket.create_server(("127.0.0.1", 0))
+        client = socket.create_connection(listener.getsockname())
+        accepted, _ = listener.accept()
+        listener.close()
+        client.setblocking(False)
+        transport, protocol = await loop.connect_accepted_socket(lambda: Counting(done, want), accepted)
+        sock = transport.get_extra_info("socket")
+        protocol.snapshots = []
+        for i, piece in enumerate(pieces):
+            protocol.snapshots.append((protocol.reads, sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)))
+            await loop.sock_sendall(client, piece)
+            if i % every == 0:
+                await asyncio.sleep(pause_s)
+        await asyncio.wait_for(done, 5)
+        transport.close()
+        client.close()
+        return protocol
+
+    return asyncio.run(run())
 
 
 def test_the_rest_of_a_large_frame_is_read_in_one_wake_up_however_it_is_sent():
@@ -91,24 +108,10 @@ def test_the_rest_of_a_large_frame_is_read_in_one_wake_up_however_it_is_sent():
     is back to 1 once the frame is whole, so the next small frame is read at once."""
     payload = bytes(range(256)) * 3600                        # 921,600 bytes
     stream = struct.pack(">i", len(payload)) + payload
-
-    async def run():
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        transport, protocol, client = await tcp_pair(lambda: Counting(done, 2))
-        piece = len(stream) // 16 + 1
-        for pos in range(0, len(stream), piece):
-            await loop.sock_sendall(client, stream[pos:pos + piece])
-            await asyncio.sleep(0.005)
-        reads_for_large = protocol.reads
-        lowat_after = transport.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
-        await loop.sock_sendall(client, struct.pack(">i", 5) + b"small")
-        await asyncio.wait_for(done, 5)
-        transport.close()
-        client.close()
-        return protocol, reads_for_large, lowat_after
-
-    protocol, reads, lowat_after = asyncio.run(run())
+    piece = len(stream) // 16 + 1
+    pieces = [stream[pos:pos + piece] for pos in range(0, len(stream), piece)]
+    protocol = deliver(pieces + [struct.pack(">i", 5) + b"small"], 2, 0.005)
+    reads, lowat_after = protocol.snapshots[-1]               # before the small frame was sent
     assert [bytes(f) for f in protocol.frames] == [payload, b"small"]
     assert reads <= 3, f"{reads} reads for one frame sent in 16 pieces"
     assert lowat_after == 1
@@ -118,21 +121,7 @@ def test_the_rest_of_a_large_frame_is_read_in_one_wake_up_however_it_is_sent():
 def test_small_frames_cost_no_setsockopt():
     """The low-water mark stays 1 for frames too small to gain from it: no system call per read."""
     payloads = [bytes([i]) * size for i, size in enumerate((5, 100, 5000, 60_000) * 25)]
-
-    async def run():
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        transport, protocol, client = await tcp_pair(lambda: Counting(done, len(payloads)))
-        for i, payload in enumerate(payloads):
-            await loop.sock_sendall(client, struct.pack(">i", len(payload)) + payload)
-            if i % 10 == 0:
-                await asyncio.sleep(0.002)
-        await asyncio.wait_for(done, 5)
-        transport.close()
-        client.close()
-        return protocol
-
-    protocol = asyncio.run(run())
+    protocol = deliver([struct.pack(">i", len(p)) + p for p in payloads], len(payloads), 0.002, every=10)
     assert [bytes(f) for f in protocol.frames] == payloads
     assert protocol.reads >= 10 and protocol.lowats == []
 
@@ -142,21 +131,6 @@ def test_a_frame_larger_than_the_low_water_mark_and_a_sender_that_stalls_mid_fra
     water mark and of the frame's end: nothing waits for bytes that are not coming."""
     payload = bytes(range(251)) * 12533                       # 3,145,783 bytes
     stream = struct.pack(">i", len(payload)) + payload + struct.pack(">i", 2) + b"ok"
-    cuts = [70_000, MAX_RCVLOWAT + 60_000, len(payload) - 10, len(stream)]
-
-    async def run():
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        transport, protocol, client = await tcp_pair(lambda: Counting(done, 2))
-        pos = 0
-        for cut in cuts:
-            await loop.sock_sendall(client, stream[pos:cut])
-            pos = cut
-            await asyncio.sleep(0.2)
-        await asyncio.wait_for(done, 5)
-        transport.close()
-        client.close()
-        return protocol
-
-    protocol = asyncio.run(run())
+    cuts = [0, 70_000, MAX_RCVLOWAT + 60_000, len(payload) - 10, len(stream)]
+    protocol = deliver([stream[a:b] for a, b in zip(cuts, cuts[1:])], 2, 0.2)
     assert [bytes(f) for f in protocol.frames] == [payload, b"ok"]

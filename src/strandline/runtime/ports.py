@@ -19,11 +19,6 @@ def ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
-def ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range."""
-    return ephemeral_range()[0]
-
-
 def free_loopback_ports(count: int, rng: random.Random | None = None) -> list[int]:
     """``count`` consecutive ports free on 127.0.0.1, outside the ephemeral range.
 
