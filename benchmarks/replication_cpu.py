@@ -3,8 +3,10 @@
 One topic of one partition, replication factor 3, min.insync.replicas=2, on 3 local brokers, so
 one broker is the leader and two are followers. `strandline bench produce` (acks=all, 1 KiB
 records, `--processes` client processes) runs saturated, then paced; each run prints the load
-generator's final line, each broker's CPU time per MB produced (user + system, from /proc) and
-its share of a core, and how busy the whole machine was. A benchmark, not a test:
+generator's final line, each broker's CPU time per MB produced (user + system, from /proc, and
+each of the two: system time is mostly the kernel's copies into the page cache and the sockets,
+which `page_cache_write.py` measures alone) and its share of a core, and how busy the whole
+machine was. A benchmark, not a test:
 
     .venv/bin/python benchmarks/replication_cpu.py [--num-records 1000000] [--paced-rate 10]
         [--processes 2] [--runs 1]
@@ -82,19 +84,25 @@ def one_run(args: argparse.Namespace, paced: bool, index: int) -> dict:
         result = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.monotonic() - t0
         m1 = machine()
-        used = {b: sum(cpu(p)) - sum(before[b]) for b, p in brokers.items()}
+        split = {b: tuple(after - start for after, start in zip(cpu(p), before[b])) for b, p in brokers.items()}
+        used = {b: sum(split[b]) for b in brokers}
         lines = result.stdout.strip().splitlines()
         final = lines[-1] if lines else f"(no output: {result.stderr.strip()[-300:]})"
         mb = records * RECORD / 1024 / 1024
         followers = [b for b in sorted(brokers) if b != leader]
         row = {"final": final, "leader": used[leader] / mb * 1000,
                "followers": [used[b] / mb * 1000 for b in followers],
+               "leader_split": [t / mb * 1000 for t in split[leader]],
+               "follower_splits": [[t / mb * 1000 for t in split[b]] for b in followers],
                "shares": {b: used[b] / wall * 100 for b in brokers}, "leader_id": leader,
                "machine": (m1[0] - m0[0]) / max(1, m1[1] - m0[1]) * 100}
         print(f"  run {index + 1}: {final}")
-        print(f"    leader (broker {leader}) {row['leader']:.2f} ms/MB ({row['shares'][leader]:.0f}% of a core); "
-              + "; ".join(f"follower (broker {b}) {used[b] / mb * 1000:.2f} ms/MB ({row['shares'][b]:.0f}%)"
-                          for b in followers)
+        def per_mb(b: int) -> str:
+            user, system = split[b]
+            return f"{used[b] / mb * 1000:.2f} ms/MB = {user / mb * 1000:.2f} user + {system / mb * 1000:.2f} system"
+
+        print(f"    leader (broker {leader}) {per_mb(leader)} ({row['shares'][leader]:.0f}% of a core); "
+              + "; ".join(f"follower (broker {b}) {per_mb(b)} ({row['shares'][b]:.0f}%)" for b in followers)
               + f"; machine {row['machine']:.0f}% busy over {wall:.1f} s", flush=True)
         return row
     finally:
@@ -118,8 +126,15 @@ def main() -> int:
         print(f"bench produce, acks=all, RF=3, one partition, {args.processes} processes, {title}:", flush=True)
         rows = [one_run(args, paced, i) for i in range(args.runs)]
         if args.runs > 1:
-            print(f"  median: leader {statistics.median(r['leader'] for r in rows):.2f} ms/MB, followers "
-                  f"{statistics.median(f for r in rows for f in r['followers']):.2f} ms/MB", flush=True)
+            def median(values) -> str:
+                return f"{statistics.median(values):.2f}"
+
+            print(f"  median: leader {median(r['leader'] for r in rows)} ms/MB "
+                  f"({median(r['leader_split'][0] for r in rows)} user, "
+                  f"{median(r['leader_split'][1] for r in rows)} system), followers "
+                  f"{median(f for r in rows for f in r['followers'])} ms/MB "
+                  f"({median(s[0] for r in rows for s in r['follower_splits'])} user, "
+                  f"{median(s[1] for r in rows for s in r['follower_splits'])} system)", flush=True)
     return 0
 
 
