@@ -331,10 +331,12 @@ class KafkaApis:
                 return effects + [Close(conn_id, "acks=0 produce failed")]
             return effects + [Send(conn_id, [])]
 
-        keys = [self._produce_key(t, by_id) for t in request.topic_data]
+        # what the answer names, kept apart from the request: an answer waiting for replication
+        # does not keep the request's records (views of its frame) alive
+        shape = self._produce_shape(header, request, by_id)
 
         def respond() -> list:
-            return [Send(conn_id, [self._encode_produce(header, request, results, keys)])]
+            return [Send(conn_id, [self._encode_produce(header, shape, results)])]
 
         return effects + self.replicas.writes.await_replication(conn_id, waiting, results, duration_ms(request.timeout),
                                                          respond, now_ms)
@@ -343,10 +345,9 @@ class KafkaApis:
         if request.acks == 0:
             return [Close(conn_id, f"acks=0 produce failed with {code.name}")]
         by_id = self._topics_by_id() if header.api_version >= TOPIC_ID_PRODUCE else None
-        keys = [self._produce_key(t, by_id) for t in request.topic_data]
-        results = {(key, p.index): [code, -1, -1, -1, None]
-                   for t, key in zip(request.topic_data, keys) for p in t.partition_data}
-        return [Send(conn_id, [self._encode_produce(header, request, results, keys)])]
+        shape = self._produce_shape(header, request, by_id)
+        results = {(key, index): [code, -1, -1, -1, None] for _, key, indexes in shape for index in indexes}
+        return [Send(conn_id, [self._encode_produce(header, shape, results)])]
 
     def _topics_by_id(self) -> dict:
         return {t.topic_id: t for t in self.metadata.topics.values()}
@@ -359,15 +360,22 @@ class KafkaApis:
         topic = by_id.get(topic_data.topic_id)
         return topic_data.topic_id if topic is None else topic.name
 
-    def _encode_produce(self, header: RequestHeader, request: Any, results: dict, keys: list) -> bytes:
-        """``keys``: the :meth:`_produce_key` of each topic of the request, as it was when it came."""
+    def _produce_shape(self, header: RequestHeader, request: Any, by_id: dict | None) -> list:
+        """What a Produce answer names, in the request's order: for each topic, the name or id it
+        answers with, the :meth:`_produce_key` its results are kept under (as it was when the
+        request came), and its partition indexes."""
+        by_topic_id = header.api_version >= TOPIC_ID_PRODUCE
+        return [(t.topic_id if by_topic_id else t.name, self._produce_key(t, by_id),
+                 [p.index for p in t.partition_data]) for t in request.topic_data]
+
+    def _encode_produce(self, header: RequestHeader, shape: list, results: dict) -> bytes:
         topics = []
-        for topic_data, key in zip(request.topic_data, keys):
+        for named, key, indexes in shape:
             parts = []
-            for pdata in topic_data.partition_data:
-                error, base, append_time, lso, message = results[(key, pdata.index)]
-                parts.append((pdata.index, error, base, append_time, lso, message))
-            topics.append((topic_data.topic_id if header.api_version >= TOPIC_ID_PRODUCE else topic_data.name, parts))
+            for index in indexes:
+                error, base, append_time, lso, message = results[(key, index)]
+                parts.append((index, error, base, append_time, lso, message))
+            topics.append((named, parts))
         return api.encode_produce_response(header, topics)
 
     # -- Fetch
