@@ -60,7 +60,8 @@ class Harness:
             elif isinstance(effect, Log):
                 self.logs.append(effect)
 
-    def request(self, api_key, version, body, conn=1):
+    def frame(self, api_key, version, body) -> bytes:
+        """A request frame (without its size prefix) with the next correlation id."""
         self.correlation += 1
         req_cls = load_request_schema(api_key, version)
         header_cls = req_cls.__header_schema__
@@ -69,7 +70,10 @@ class Harness:
             "request_api_key": api_key, "request_api_version": version,
             "correlation_id": self.correlation, "client_id": "test"}))
         entity_writer(req_cls)(buf, build(req_cls, body))
-        self.run(self.broker.handle_request(conn, buf.getvalue(), self.now))
+        return buf.getvalue()
+
+    def request(self, api_key, version, body, conn=1):
+        self.run(self.broker.handle_request(conn, self.frame(api_key, version, body), self.now))
         return self.correlation
 
     def response(self, api_key, version, conn=1):
@@ -100,9 +104,12 @@ class Harness:
         return resp.topics[0]
 
     def produce(self, topic, records, acks=1, partition=0, conn=1, version=7):
-        return self.request(0, version, {"transactional_id": None, "acks": acks, "timeout": 1000,
-                                         "topic_data": [{"name": topic, "partition_data": [
-                                             {"index": partition, "records": bytes(records)}]}]}, conn)
+        return self.request(0, version, self.produce_body(topic, records, acks, partition), conn)
+
+    @staticmethod
+    def produce_body(topic, records, acks=1, partition=0):
+        return {"transactional_id": None, "acks": acks, "timeout": 1000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": bytes(records)}]}]}
 
     def fetch_body(self, topic, offset, max_wait=0, min_bytes=1, epoch=-1):
         return {"replica_id": -1, "max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": 1 << 20,

@@ -9,7 +9,9 @@ version leaves the ISR alone), ISR-6 (propagation under /isr_change_notification
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 from kio.schema.errors import ErrorCode
 
@@ -64,6 +66,30 @@ def test_ack_1_acks_all_waits_for_every_isr_member_and_rep_3_followers_learn_the
     assert partition(h).high_watermark == 2
     assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.none
     assert follower_fetch(h, 2, 2).high_watermark == 2     # learned one round later
+
+
+class Frame(bytearray):
+    """A request frame as the shell hands out a large one (a bytearray), that a weak reference can follow."""
+
+
+def test_a_produce_waiting_for_replication_does_not_keep_its_request_frame():
+    """The acks=all answer waiting for the followers keeps what it names, not the request, whose
+    records are views of its frame: a producer pipelining megabyte requests would otherwise keep
+    a megabyte alive per waiting Produce (and its buffer could not be reused for the next one)."""
+    h = replicated()
+    frame = Frame(h.frame(0, 7, h.produce_body("r", make_batch([b"m1", b"m2"]), acks=-1)))
+    held = weakref.ref(frame)
+    h.run(h.broker.handle_request(1, frame, h.now))
+    assert not h.sent.get(1)                               # parked until both followers have it
+    del frame
+    gc.collect()
+    assert held() is None
+    assert len(follower_fetch(h, 2, 0).records) > 0
+    follower_fetch(h, 3, 0)
+    follower_fetch(h, 2, 2)
+    follower_fetch(h, 3, 2)
+    answer = h.response(0, 7, conn=1).responses[0].partition_responses[0]
+    assert answer.error_code == ErrorCode.none and answer.base_offset == 0
 
 
 def test_rep_4_consumers_only_read_below_the_high_watermark():
