@@ -19,6 +19,7 @@ from strandline.lab.audit import audit, spark_session
 from strandline.lab.network import unavailable_reason
 from strandline.lab.runner import execute, verdict
 from strandline.lab.scenarios import SAFE, SCENARIOS
+from strandline.runtime.ports import ephemeral_range
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.integration
@@ -83,6 +84,27 @@ def test_safe_1_random_faults_lose_nothing(tmp_path, spark):
     ok, line, info, result = run_and_audit("SAFE", tmp_path, spark, seed=11)
     assert info["error"] is None, line
     assert result["lost"] == 0 and result["divergent_batches"] == 0 and ok, line
+
+
+def test_dur_3_on_loopback_as_a_user_without_root_runs_it(tmp_path, spark):
+    """What `strandline lab run` does without root (no network namespaces): ZooKeeper and the
+    brokers listen on 127.0.0.1, on ports outside the kernel's ephemeral range (an outgoing
+    connection cannot take one while a broker is down), and DUR-3's power loss of every replica,
+    each broker restarted on its own port, still loses no acknowledged write."""
+    scenario = SCENARIOS["DUR-3"]
+    run_dir = tmp_path / "DUR-3-loopback"
+    info = execute(scenario, run_dir, 7, network_ok=False)
+    [result] = audit([run_dir], spark=spark)
+    ok, line = verdict(scenario, info, result, history.read_views(run_dir))
+    assert info["network"] == "loopback" and info["error"] is None, line
+    low, high = ephemeral_range()
+    listeners = [line.split("=", 1)[1] for path in run_dir.glob("broker-*/server.properties")
+                 for line in path.read_text().splitlines() if line.startswith("listeners=")]
+    assert len(listeners) == 3
+    for listener in listeners:
+        host, port = listener.removeprefix("PLAINTEXT://").rsplit(":", 1)
+        assert host == "127.0.0.1" and not low <= int(port) <= high, listener
+    assert result["ops"].get("ok", 0) > 0 and result["lost"] == 0 and ok, line
 
 
 def test_lab_run_from_the_command_line_prints_one_verdict_and_draws_the_timeline(tmp_path):
