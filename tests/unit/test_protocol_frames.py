@@ -3,15 +3,13 @@ in 64 KiB chunks is assembled in linear time."""
 
 from __future__ import annotations
 
-import collections
 import random
 import struct
 import time
 
 import pytest
 
-from strandline.protocol import frames as frames_module
-from strandline.protocol.frames import LARGE_FRAME_BYTES, FrameDecoder, ProtocolError, SpareBuffers
+from strandline.protocol.frames import LARGE_FRAME_BYTES, FrameDecoder, ProtocolError
 
 from .test_protocol_samples import framed
 
@@ -104,75 +102,6 @@ def test_a_large_frame_is_read_straight_into_its_own_buffer():
     assert decoder.feed(stream[4 + len(payload):]) == [b"next"]
     with pytest.raises(ValueError):
         decoder.filled(1)                                 # nothing is pending
-
-
-def read_like_a_socket(decoder: FrameDecoder, stream: bytes, piece: int = 30000) -> list:
-    """Feed the first piece, then read the rest of a large frame into ``pending_buffer`` as a
-    socket does (the view released after each read)."""
-    out = decoder.feed(stream[:piece])
-    pos = piece
-    while pos < len(stream):
-        target = decoder.pending_buffer()
-        if target is None:
-            out += decoder.feed(stream[pos:])
-            break
-        n = min(len(target), piece)
-        target[:n] = stream[pos:pos + n]
-        del target
-        out += decoder.filled(n)
-        pos += n
-    return out
-
-
-def test_a_large_frame_buffer_is_reused_once_nothing_holds_it():
-    """The buffer of a large frame nobody refers to any more takes the next large frame, resized
-    in place to the new size (smaller, then up to an eighth larger), of the same decoder or
-    another: exactly the new frame's bytes, none of the old ones (it would otherwise be
-    zero-filled anew every time). A frame its allocation cannot hold gets a new buffer (growing
-    it would copy it)."""
-    spares = SpareBuffers()
-    assert spares.free_references > 0
-    decoder = FrameDecoder(1 << 20, spares)
-    (first,) = read_like_a_socket(decoder, framed(b"a" * 300000))
-    buffer_id = id(first)
-    del first
-    (smaller,) = read_like_a_socket(decoder, framed(b"b" * 200000))
-    assert id(smaller) == buffer_id and smaller == b"b" * 200000
-    del smaller
-    (larger,) = read_like_a_socket(FrameDecoder(1 << 20, spares), framed(bytes(range(256)) * 1300))
-    assert id(larger) == buffer_id and larger == bytes(range(256)) * 1300
-    del larger
-    (much_larger,) = read_like_a_socket(decoder, framed(b"c" * 400000))
-    assert id(much_larger) != buffer_id and much_larger == b"c" * 400000
-    assert buffer_id in map(id, spares.pool)
-
-
-@pytest.mark.parametrize("hold", ["frame", "view", "list", "queue"])
-def test_a_large_frame_still_held_is_never_overwritten(hold):
-    """A frame still referred to (by a name, a memoryview of its records, a list of frames, a
-    connection's queue of requests) keeps its bytes: the next large frame gets a buffer of its own."""
-    decoder = FrameDecoder(1 << 20, SpareBuffers())
-    (first,) = read_like_a_socket(decoder, framed(b"a" * 300000))
-    kept = {"frame": first, "view": memoryview(first)[100:200], "list": [first],
-            "queue": collections.deque([first])}[hold]
-    del first
-    (second,) = read_like_a_socket(decoder, framed(b"b" * 300000))
-    assert second == b"b" * 300000
-    old = kept.obj if hold == "view" else kept if hold == "frame" else kept[0]
-    assert old is not second and old == b"a" * 300000
-
-
-def test_the_spare_buffers_are_bounded_in_number_and_bytes():
-    spares = SpareBuffers()
-    decoder = FrameDecoder(20 << 20, spares)
-    held = [read_like_a_socket(decoder, framed(bytes(100000)))[0] for _ in range(12)]
-    assert len(spares.pool) == frames_module.SPARE_BUFFERS
-    del held
-    big = read_like_a_socket(decoder, framed(bytes(10 << 20)), piece=1 << 20)
-    assert sum(map(len, spares.pool)) <= frames_module.SPARE_BYTES
-    del big
-    read_like_a_socket(decoder, framed(bytes(12 << 20)), piece=1 << 20)
-    assert [len(b) for b in spares.pool] == [12 << 20]
 
 
 def test_buffered_counts_held_back_bytes():

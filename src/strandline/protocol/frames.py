@@ -8,7 +8,6 @@ payloads. It never does I/O and never looks inside a payload.
 from __future__ import annotations
 
 import struct
-from sys import getrefcount
 
 _SIZE = struct.Struct(">i")
 
@@ -18,57 +17,6 @@ LARGE_FRAME_BYTES = 64 * 1024
 #: Kafka's NetworkReceive does), so a larger one is collected as it comes, bounding what a peer
 #: that announces a frame and sends nothing more makes the broker hold.
 IN_PLACE_MAX_BYTES = 16 * 1024 * 1024
-#: A :class:`SpareBuffers` keeps at most this many buffers, and this many bytes in all.
-SPARE_BUFFERS = 8
-SPARE_BYTES = 16 * 1024 * 1024
-
-
-def _references(pool: list, i: int) -> int:
-    return getrefcount(pool[i])
-
-
-class SpareBuffers:
-    """The buffers of recent large frames, for the decoders that share it (all used from one
-    thread) to assemble later large frames in. A megabyte ``bytearray`` costs a megabyte of
-    zero-filling when it is allocated, which a stream of Produce requests or Fetch answers would
-    pay for every frame; a frame's buffer is reused once nothing holds it any more: no request,
-    answer, queue or ``memoryview`` of it, so that the only references left are the pool's own
-    (counted at creation, on a buffer only the pool holds, the way every check counts them)."""
-
-    def __init__(self) -> None:
-        self.pool: list[bytearray] = []
-        probe = [bytearray(1)]
-        self.free_references = _references(probe, 0)
-        held = probe[0]
-        if _references(probe, 0) != self.free_references + 1:     # cannot tell: never reuse
-            self.free_references = -1
-        del held
-
-    def take(self, size: int) -> bytearray:
-        """A buffer of ``size`` bytes: a free spare whose allocation holds it, resized in place
-        (no copy; its old bytes are all overwritten by the frame's before it is handed out), else
-        a new one, allocated an eighth larger so that it can take a somewhat larger frame later."""
-        pool = self.pool
-        for i in range(len(pool)):
-            if _references(pool, i) == self.free_references and pool[i].__alloc__() > size:
-                buffer = pool.pop(i)
-                have = len(buffer)
-                if have > size:
-                    del buffer[size:]
-                elif have < size:
-                    buffer += bytes(size - have)
-                return buffer
-        buffer = bytearray(size + (size >> 3))
-        del buffer[size:]                       # (keeps the allocation: bytearray shrinks by half at most)
-        return buffer
-
-    def keep(self, buffer: bytearray) -> None:
-        """``buffer`` was handed out as a frame: a spare once its takers let go of it."""
-        pool = self.pool
-        pool.append(buffer)
-        total = sum(map(len, pool))
-        while len(pool) > SPARE_BUFFERS or total > SPARE_BYTES:
-            total -= len(pool.pop(0))
 
 
 class ProtocolError(Exception):
@@ -87,17 +35,16 @@ class FrameDecoder:
     A frame of ``LARGE_FRAME_BYTES`` to ``IN_PLACE_MAX_BYTES`` that spans chunks is assembled in
     a ``bytearray`` of its size instead, and :meth:`pending_buffer` offers its unfilled rest, so
     that a socket can read the rest straight into it (:meth:`filled` then counts what arrived):
-    such a frame is handed out as that ``bytearray``, never copied. With ``spares``, its buffer is
-    reused for a later large frame once nothing refers to it any more (:class:`SpareBuffers`).
+    such a frame is handed out as that ``bytearray``, never copied.
 
     A negative size, or one above ``max_frame_bytes`` (``socket.request.max.bytes``), raises
     :class:`ProtocolError` as soon as its four bytes are seen; the decoder is then unusable and
     the connection must be closed (as Kafka does).
     """
 
-    __slots__ = ("max_frame_bytes", "_prefix", "_parts", "_have", "_need", "_frame", "_spares")
+    __slots__ = ("max_frame_bytes", "_prefix", "_parts", "_have", "_need", "_frame")
 
-    def __init__(self, max_frame_bytes: int = 104857600, spares: SpareBuffers | None = None) -> None:
+    def __init__(self, max_frame_bytes: int = 104857600) -> None:
         if max_frame_bytes < 0:
             raise ValueError(f"max_frame_bytes must be >= 0, got {max_frame_bytes}")
         self.max_frame_bytes = max_frame_bytes
@@ -106,7 +53,6 @@ class FrameDecoder:
         self._have = 0               # bytes in _parts
         self._need = -1              # payload size being assembled, -1 while reading a prefix
         self._frame: bytearray | None = None   # a large payload being assembled in place
-        self._spares = spares
 
     @property
     def buffered(self) -> int:
@@ -163,7 +109,7 @@ class FrameDecoder:
                     continue
                 self._need = size
                 if LARGE_FRAME_BYTES <= size <= IN_PLACE_MAX_BYTES:
-                    self._frame = bytearray(size) if self._spares is None else self._spares.take(size)
+                    self._frame = bytearray(size)
             # -- assembling a payload that spans chunks
             take = min(self._need - self._have, end - pos)
             if take:
@@ -179,8 +125,6 @@ class FrameDecoder:
                 return frames
             if self._frame is not None:
                 frames.append(self._frame)      # type: ignore[arg-type]
-                if self._spares is not None:
-                    self._spares.keep(self._frame)
                 self._frame = None
             else:
                 parts = self._parts
@@ -211,8 +155,6 @@ class FrameDecoder:
         if self._have < self._need:
             return []
         frame = self._frame
-        if self._spares is not None:
-            self._spares.keep(frame)
         self._frame = None
         self._have = 0
         self._need = -1

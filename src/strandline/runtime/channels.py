@@ -17,7 +17,7 @@ from typing import Callable
 
 from strandline.broker.effects import BrokerSend
 from strandline.protocol.frames import FrameDecoder, ProtocolError
-from strandline.runtime.framed import SPARES, FramedProtocol
+from strandline.runtime.framed import FramedProtocol
 
 log = logging.getLogger("strandline.broker")
 
@@ -31,7 +31,7 @@ class _Channel(FramedProtocol):
         self.key = key
         self.address = (host, port)
         self.transport: asyncio.Transport | None = None
-        self.decoder = FrameDecoder(MAX_RESPONSE_BYTES, SPARES)
+        self.decoder = FrameDecoder(MAX_RESPONSE_BYTES)
         self.waiting: collections.OrderedDict[int, float] = collections.OrderedDict()   # token -> deadline
         self.backlog: list[bytes] = []
         self.closed = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from strandline.protocol.frames import FrameDecoder, ProtocolError, SpareBuffers
+from strandline.protocol.frames import FrameDecoder, ProtocolError
 
 
 class FramedProtocol(asyncio.BufferedProtocol):
@@ -87,6 +87,3 @@ MIN_RCVLOWAT = 64 * 1024
 
 #: Where sockets read (asyncio's own read size); one event loop thread uses it at a time.
 _READ_BUFFER = memoryview(bytearray(256 * 1024))
-#: The buffers of recent large frames, reused for later ones by the decoders of every connection
-#: (the broker's clients' and its own to other brokers), also from one thread at a time.
-SPARES = SpareBuffers()

@@ -30,7 +30,7 @@ from strandline.log.disk import FileRegion
 from strandline.runtime.disk import flush_ledger, fsync_directory
 from strandline.runtime.channels import BrokerChannels
 from strandline.protocol.frames import FrameDecoder, ProtocolError
-from strandline.runtime.framed import SPARES, FramedProtocol
+from strandline.runtime.framed import FramedProtocol
 from strandline.runtime.loggers import set_logger_level
 from strandline.runtime.monitoring import request_name
 
@@ -140,7 +140,7 @@ class Connection(FramedProtocol):
     def __init__(self, shell: "BrokerShell", conn_id: int) -> None:
         self.shell = shell
         self.conn_id = conn_id
-        self.decoder = FrameDecoder(shell.max_request_bytes, SPARES)
+        self.decoder = FrameDecoder(shell.max_request_bytes)
         self.queue: collections.deque = collections.deque()
         self.queued_bytes = 0                                       # of the frames in the queue
         self.arrivals: collections.deque = collections.deque()      # when each queued frame came
