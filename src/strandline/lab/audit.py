@@ -78,7 +78,7 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
         # the tables read more than once are cached for the audit, and dropped at its end
         ops = cached(_load(spark, run_dirs, "ops.parquet"))
         records = _load(spark, run_dirs, "records.parquet")
-        batches = _load(spark, run_dirs, "batches.parquet")
+        batches = cached(_load(spark, run_dirs, "batches.parquet"))
         final = cached(_load(spark, run_dirs, "final.parquet"))
 
         # what a consumer reads after healing: the final leader's records below its high watermark
@@ -106,8 +106,8 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
         leader_batches = (batches.join(final, ["run", "partition"]).where(F.col("broker") == F.col("leader"))
                           .select("run", "partition", "base_offset", F.col("digest").alias("leader_digest")))
         below_hw = batches.join(final, ["run", "partition"]).where(F.col("last_offset") < F.col("high_watermark"))
-        divergent = (below_hw.join(leader_batches, ["run", "partition", "base_offset"], "left")
-                     .where(F.col("leader_digest").isNull() | (F.col("leader_digest") != F.col("digest"))))
+        divergent = cached(below_hw.join(leader_batches, ["run", "partition", "base_offset"], "left")
+                           .where(F.col("leader_digest").isNull() | (F.col("leader_digest") != F.col("digest"))))
 
         # Every figure in one Spark job (each action costs the job's scheduling, about half a
         # second here): rows of (run, what, key, count, ms), ``what`` naming the figure.
