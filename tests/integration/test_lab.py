@@ -98,8 +98,8 @@ def test_dur_3_on_loopback_as_a_user_without_root_runs_it(tmp_path, spark):
     ok, line = verdict(scenario, info, result, history.read_views(run_dir))
     assert info["network"] == "loopback" and info["error"] is None, line
     low, high = ephemeral_range()
-    listeners = [line.split("=", 1)[1] for path in run_dir.glob("broker-*/server.properties")
-                 for line in path.read_text().splitlines() if line.startswith("listeners=")]
+    listeners = [entry.split("=", 1)[1] for path in run_dir.glob("broker-*/server.properties")
+                 for entry in path.read_text().splitlines() if entry.startswith("listeners=")]
     assert len(listeners) == 3
     for listener in listeners:
         host, port = listener.removeprefix("PLAINTEXT://").rsplit(":", 1)
