@@ -49,6 +49,7 @@ test-unit: $(VENV)/.test-installed
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/load.py
 	$(BIN)/python benchmarks/replication_cpu.py --runs 3
+	$(BIN)/python benchmarks/replication_floor.py --runs 3
 	$(BIN)/python benchmarks/produce_consume.py
 	$(BIN)/python benchmarks/replicated_produce.py
 	$(BIN)/python benchmarks/compaction_latency.py

@@ -6,7 +6,9 @@ records, `--processes` client processes) runs saturated, then paced; each run pr
 generator's final line, each broker's CPU time per MB produced (user + system, from /proc, and
 each of the two: system time is mostly the kernel's copies into the page cache and the sockets,
 which `page_cache_write.py` measures alone) and its share of a core, and how busy the whole
-machine was. A benchmark, not a test:
+machine was. It starts by timing a pure-Python loop, since user time follows how fast the
+machine runs Python that day; `replication_floor.py` measures what the copies and the CRC alone
+cost. A benchmark, not a test:
 
     .venv/bin/python benchmarks/replication_cpu.py [--num-records 1000000] [--paced-rate 10]
         [--processes 2] [--runs 1]
@@ -47,6 +49,16 @@ def machine() -> tuple[int, int]:
     with open("/proc/stat") as f:
         values = list(map(int, f.readline().split()[1:]))
     return sum(values) - values[3] - values[4], sum(values)
+
+
+def python_speed() -> float:
+    """CPU seconds of a pure-Python loop of 10 million additions: how fast this machine runs Python
+    now (the same VM has taken 0.8 to 2.0 s on different days), to compare user times across days."""
+    start = time.process_time()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return time.process_time() - start
 
 
 def leader_of(bootstrap: str, topic: str) -> int:
@@ -121,6 +133,7 @@ def main() -> int:
     parser.add_argument("--zookeeper-port", type=int, default=32381)
     args = parser.parse_args()
     pc.TOPIC_OPTIONS[:] = ["--replication-factor", "3", "--config", "min.insync.replicas=2"]
+    print(f"this machine's Python speed: 10 million additions in {python_speed():.2f} s of CPU", flush=True)
     for paced in (False, True):
         title = f"paced at {args.paced_rate:g} MB/s" if paced else f"saturated, {args.num_records} records"
         print(f"bench produce, acks=all, RF=3, one partition, {args.processes} processes, {title}:", flush=True)
