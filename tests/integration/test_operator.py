@@ -68,6 +68,18 @@ def test_up_prints_and_records_each_brokers_metrics_address(op):
     assert value(op, 1, "kafka_server_replicamanager_partitioncount") >= 0
 
 
+def test_each_broker_shows_its_process_and_its_garbage_collector(op):
+    """A broker's own resources by prometheus_client's names, and its collector's pauses: start-up's
+    objects were collected once (a generation-2 pause) and then frozen out of later collections."""
+    for b in (1, 2, 3):
+        samples = scrape(op, b)
+        assert samples[("process_resident_memory_bytes", ())] > 10_000_000
+        assert samples[("process_cpu_seconds_total", ())] > 0
+        assert samples[("python_gc_frozen_objects", ())] > 10_000
+        assert samples[("python_gc_collection_seconds_count", (("generation", "2"),))] >= 1
+        assert samples[("python_gc_collection_seconds_sum", (("generation", "2"),))] > 0
+
+
 def test_produced_records_are_counted_once_by_their_leaders(op):
     create_topic(op, "counted", partitions=3, min_isr=2)
     before = sum(value(op, b, "kafka_server_brokertopicmetrics_messagesin_total", topic="counted") for b in (1, 2, 3))

@@ -307,6 +307,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
 
     watch_session(store, loop, shell, register_again)
     running.started = True
+    freeze_start_up_objects()
     if stopper.failure is None:
         log.info("Broker %d serving on %s:%d (controller %d, epoch %d)", broker_id, adv.host, adv.port,
                  controller_id, controller_epoch)
@@ -404,6 +405,19 @@ def tune_garbage_collector() -> None:
     """
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+
+
+def freeze_start_up_objects() -> None:
+    """Leave what start-up made (modules, classes, protocol schemas, the configuration: most of the
+    heap) out of every later collection: collect once, then ``gc.freeze()`` it.
+
+    A full collection looks at every tracked object; without this, the first one while the broker
+    serves (gen2, once start-up's young collections have added up) stopped the event loop for 20-48
+    ms at 10 MB/s, mostly walking start-up's objects, and each later one walks them again. Frozen
+    objects are still freed by reference counting; only a reference cycle among them would stay.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def run_broker(config: BrokerConfig) -> int:

@@ -1,8 +1,9 @@
 """The broker's HTTP endpoint for operators: ``/metrics`` (Prometheus) and ``/status`` (JSON).
 
 It runs on the broker's own event loop (aiohttp), so reading the core never races with the
-events that change it. ``/metrics`` serves the families of :mod:`strandline.broker.metrics` and
-the request-time histograms the shell measures, in Prometheus' text format (prometheus_client).
+events that change it. ``/metrics`` serves the families of :mod:`strandline.broker.metrics`, the
+request-time histograms the shell measures and the process's own (CPU, memory, the garbage
+collector's pauses), in Prometheus' text format (prometheus_client).
 ``/status`` serves :func:`strandline.broker.status.status` plus this broker's recent cluster
 events (leader changes, ISR shrinks and expansions, broker deaths, offline partitions), newest
 last; ``/status?since=<seq>`` returns only the events after ``seq``.
@@ -10,14 +11,17 @@ last; ``/status?since=<seq>`` returns only the events after ``seq``.
 
 from __future__ import annotations
 
+import bisect
 import collections
+import gc
 import logging
 import time
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import Metric
+from prometheus_client import (CollectorRegistry, GCCollector, Histogram, ProcessCollector, disable_created_metrics,
+                               generate_latest)
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from strandline.broker import metrics as core_metrics
@@ -27,6 +31,8 @@ from strandline.protocol.api import ApiKey
 #: request times in ms, from 0.5 ms to long-poll fetches
 BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 EVENTS_KEPT = 1000
+#: garbage collector pauses in seconds, from 0.1 ms to a second
+GC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 log = logging.getLogger("strandline.broker")
 
@@ -66,6 +72,51 @@ class RequestMetrics:
         if child is None:
             child = self._by_name[name] = self.histogram.labels(request=name)
         child.observe((now - arrived) * 1000.0)
+
+
+class GcMetrics:
+    """The interpreter's garbage collections, as a JVM's reach Prometheus (the JMX exporter's
+    ``jvm_gc_collection_seconds``): ``python_gc_collection_seconds``, each collection's pause by
+    generation (the event loop, and so every request, waits it out), and
+    ``python_gc_frozen_objects``, the objects start-up left out of every collection
+    (``broker_main.freeze_start_up_objects``).
+
+    The pauses are counted in plain lists by a ``gc.callbacks`` hook, which may run in any thread
+    and in the middle of any allocation: it takes no lock and calls into no metrics library."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._started = 0.0
+        self._counts = [[0] * (len(GC_BUCKETS_S) + 1) for _ in range(3)]     # per generation; the last: +Inf
+        self._sums = [0.0, 0.0, 0.0]
+        registry.register(self)
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._started
+        generation = info["generation"]
+        self._sums[generation] += pause
+        self._counts[generation][bisect.bisect_left(GC_BUCKETS_S, pause)] += 1
+
+    def collect(self):
+        pauses = HistogramMetricFamily("python_gc_collection_seconds", "Pauses of the garbage collector, in seconds.",
+                                       labels=["generation"])
+        for generation in range(3):
+            buckets, total = [], 0
+            for bound, count in zip([*map(str, GC_BUCKETS_S), "+Inf"], self._counts[generation]):
+                total += count
+                buckets.append((bound, total))
+            pauses.add_metric([str(generation)], buckets, self._sums[generation])
+        yield pauses
+        yield GaugeMetricFamily("python_gc_frozen_objects",
+                                "Objects left out of every garbage collection (frozen after start-up).",
+                                value=gc.get_freeze_count())
+
+    def close(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
 
 
 class Timeline:
@@ -111,6 +162,10 @@ class Monitoring:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(CoreCollector(broker))
         self.requests = RequestMetrics(self.registry)
+        # the process's CPU, memory and open files, and its collections, by prometheus_client's names
+        ProcessCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.gc = GcMetrics(self.registry)
         self.timeline = Timeline(broker.broker_id)
         self.runner: web.AppRunner | None = None
         self.address: tuple[str, int] | None = None
@@ -153,6 +208,7 @@ class Monitoring:
         self.address = tuple(self.runner.addresses[0][:2])
 
     async def close(self) -> None:
+        self.gc.close()
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
