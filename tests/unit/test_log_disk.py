@@ -226,3 +226,51 @@ def test_logs_of_many_partitions_work_under_a_small_descriptor_limit(tmp_path):
         assert b"v5-%d" % p in bytes(data) and b"v0-%d" % p in bytes(data)
         assert len(disk.open_files) <= 8
     logs.shutdown()
+
+
+def allocated(path: str) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def test_a_log_segments_blocks_are_reserved_ahead_of_its_appends_and_its_size_is_what_was_written(tmp_path):
+    """Appends to a segment go into blocks reserved beforehand (``fallocate`` keeping the size), so
+    that they do not wait on the kernel's block allocation while writeback holds it; the file's
+    size and bytes are exactly what was appended, and an index file gets no reservation."""
+    from strandline.runtime.disk import MAX_RESERVE_BYTES, MIN_RESERVE_BYTES, Preallocator
+
+    pre = Preallocator()
+    if not pre.available:
+        pytest.skip("this libc has no fallocate")
+    disk = OsDisk(preallocator=pre)
+    log, index = (str(tmp_path / name) for name in ("00000000000000000000.log", "00000000000000000000.index"))
+    f, g = disk.open(log), disk.open(index)
+    chunks = [os.urandom(10_000) for _ in range(30)]
+    for c in chunks:
+        f.append(c)
+        g.append(c[:16])
+    assert pre.drain(10)
+    if pre.failed:
+        pytest.skip(f"the file system of {tmp_path} cannot reserve blocks (fallocate)")
+    written = 300_000
+    assert os.path.getsize(log) == f.size() == written
+    assert f.read(0, written) == b"".join(chunks)
+    assert allocated(log) >= written + min(written, MAX_RESERVE_BYTES) // 2     # reserved beyond its end
+    assert allocated(index) < 30 * 16 + MIN_RESERVE_BYTES                      # no reservation
+    f.truncate(50_000)                                                          # frees what was reserved
+    assert os.path.getsize(log) == 50_000 and allocated(log) < 50_000 + 8192
+    f.append(b"x" * 100)
+    assert pre.drain(10)
+    assert allocated(log) >= 50_100 + MIN_RESERVE_BYTES // 2
+    assert f.read(50_000, 200) == b"x" * 100
+
+
+def test_a_segment_gone_before_its_reservation_is_skipped(tmp_path):
+    from strandline.runtime.disk import Preallocator
+
+    pre = Preallocator()
+    if not pre.available:
+        pytest.skip("this libc has no fallocate")
+    path = str(tmp_path / "gone.log")
+    pre.reserve(path, 0, 1 << 20)                     # never created
+    assert pre.drain(10)
+    assert pre.failed == 1 and pre.reserved == 0 and not os.path.exists(path)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import fcntl
 import os
+import queue
 import shutil
+import threading
 from collections import OrderedDict
 
 _REOPEN_FLAGS = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
@@ -103,6 +107,99 @@ def default_max_open_files() -> int:
     return max(16, soft // 2)
 
 
+#: A log segment's blocks are reserved ahead of its appends by as much as it holds, from
+#: ``MIN_RESERVE_BYTES`` to ``MAX_RESERVE_BYTES`` (:class:`Preallocator`).
+MIN_RESERVE_BYTES = 64 * 1024
+MAX_RESERVE_BYTES = 4 * 1024 * 1024
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+def _libc_fallocate():
+    """libc's ``fallocate(fd, mode, offset, len)``, or None where there is none (not Linux/glibc)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fallocate = libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong)
+    fallocate.restype = ctypes.c_int
+    return fallocate
+
+
+class Preallocator:
+    """Reserves the disk blocks of a log segment ahead of its appends, on a thread of its own.
+
+    On ext4 (and other file systems that allocate blocks lazily), an append beyond the blocks a
+    file has makes the kernel reserve new ones under the file's allocation lock, which writeback
+    holds while it allocates the blocks of the data it is writing out. The kernel writes dirty data
+    out once it is 30 s old (``vm.dirty_expire_centisecs``), hundreds of megabytes at a time under
+    steady load, and meanwhile every append to that segment waited: in a minute at 10 MB/s,
+    ``pwrite`` calls of the event loop took up to 340 ms, and every request of the broker waited
+    with them. Appends into blocks reserved beforehand with ``fallocate(FALLOC_FL_KEEP_SIZE)`` take
+    no such lock; the file's size, and so everything that reads it, stays what was written.
+    ``fallocate`` holds the file's own lock while it allocates, so an append may wait for it: the
+    reservations are small (``MAX_RESERVE_BYTES``), which keeps that wait short (16 MiB at a time
+    kept appends waiting up to 36 ms, 64 MiB up to 88 ms; 4 MiB, 4 ms at most in two runs).
+
+    The reservation runs on this thread, which opens the file by its path: the event loop never
+    waits for it, and it never writes a byte (``fallocate`` leaves data as it is, and a file
+    deleted or cut meanwhile only loses or frees blocks beyond its end). Where the file system or
+    libc has no ``fallocate``, nothing is reserved and appends go on as before."""
+
+    def __init__(self) -> None:
+        self._fallocate = _libc_fallocate()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.reserved = 0           # bytes reserved so far
+        self.failed = 0             # reservations the file system refused (or files gone)
+
+    @property
+    def available(self) -> bool:
+        return self._fallocate is not None
+
+    def reserve(self, path: str, offset: int, length: int) -> None:
+        """Have ``length`` bytes from ``offset`` of ``path`` reserved, soon."""
+        self._put((path, offset, length, None))
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until what was asked for so far is done (False: not within ``timeout`` seconds)."""
+        done = threading.Event()
+        self._put(("", 0, 0, done))
+        return done.wait(timeout)
+
+    def _put(self, item: tuple) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="strandline-preallocator", daemon=True)
+                    self._thread.start()
+        self._queue.put(item)
+
+    def _run(self) -> None:
+        while True:
+            path, offset, length, done = self._queue.get()
+            if done is not None:
+                done.set()
+                continue
+            try:
+                fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                self.failed += 1          # deleted or renamed meanwhile: nothing to reserve
+                continue
+            try:
+                if self._fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+                    self.reserved += length
+                else:
+                    self.failed += 1      # ENOSPC, EOPNOTSUPP: the appends allocate as they go
+            finally:
+                os.close(fd)
+
+
+#: The process's preallocator (its thread starts with the first reservation).
+PREALLOCATOR = Preallocator()
+
+
 class OpenFiles:
     """The descriptors of the files a disk has open, least recently used first.
 
@@ -141,15 +238,21 @@ class OpenFiles:
 class OsFile:
     """One file: appends with ``os.pwrite`` at the size kept in memory, reads with ``os.pread``.
 
-    Its descriptor comes and goes with ``OpenFiles``: the path and the size are what it keeps."""
+    Its descriptor comes and goes with ``OpenFiles``: the path and the size are what it keeps.
+    Given a :class:`Preallocator`, it has the blocks ahead of its appends reserved: as many as it
+    holds, from ``MIN_RESERVE_BYTES`` to ``MAX_RESERVE_BYTES``, asked for again once the appends
+    are halfway through them."""
 
-    __slots__ = ("_fd", "_size", "path", "_open_files", "__weakref__")
+    __slots__ = ("_fd", "_size", "_reserved", "_preallocator", "path", "_open_files", "__weakref__")
 
-    def __init__(self, path: str, open_files: OpenFiles | None = None) -> None:
+    def __init__(self, path: str, open_files: OpenFiles | None = None,
+                 preallocator: Preallocator | None = None) -> None:
         self.path = path
         self._open_files = open_files if open_files is not None else OpenFiles(1 << 30)
         self._fd = -1
         self._size = os.fstat(self._open(_OPEN_FLAGS)).st_size
+        self._reserved = self._size           # where the blocks asked for end
+        self._preallocator = preallocator if preallocator is not None and preallocator.available else None
         if flush_ledger() is not None:
             flush_ledger().opened(path, self._size)
 
@@ -190,7 +293,13 @@ class OsFile:
                     if n <= 0:
                         raise OSError(f"short write to {self.path}")
                     written += n
-        self._size = position + total
+        end = self._size = position + total
+        if self._preallocator is not None:
+            ahead = min(max(end, MIN_RESERVE_BYTES), MAX_RESERVE_BYTES)
+            if end + ahead // 2 > self._reserved:
+                start = max(end, self._reserved)
+                self._reserved = end + ahead
+                self._preallocator.reserve(self.path, start, self._reserved - start)
         return position
 
     def read(self, position: int, size: int) -> bytes:
@@ -202,8 +311,8 @@ class OsFile:
         return self._size
 
     def truncate(self, size: int) -> None:
-        os.ftruncate(self.fd, size)
-        self._size = size
+        os.ftruncate(self.fd, size)               # frees the blocks reserved beyond it too
+        self._size = self._reserved = size
         if flush_ledger() is not None:
             flush_ledger().truncated(self.path, size)
 
@@ -249,11 +358,13 @@ class OsDisk:
     """The real disk. At most ``max_open_files`` of the files opened through it hold a descriptor at
     once (:class:`OpenFiles`); by default half the process's open-file limit."""
 
-    def __init__(self, max_open_files: int | None = None) -> None:
+    def __init__(self, max_open_files: int | None = None, preallocator: Preallocator | None = None) -> None:
         self.open_files = OpenFiles(max_open_files if max_open_files is not None else default_max_open_files())
+        self.preallocator = preallocator if preallocator is not None else PREALLOCATOR
 
     def open(self, path: str) -> OsFile:
-        return OsFile(path, self.open_files)
+        """A log segment (``.log``) has its blocks reserved ahead of its appends (:class:`Preallocator`)."""
+        return OsFile(path, self.open_files, self.preallocator if path.endswith(".log") else None)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
