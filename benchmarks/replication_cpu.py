@@ -6,12 +6,12 @@ records, `--processes` client processes) runs saturated, then paced; each run pr
 generator's final line, each broker's CPU time per MB produced (user + system, from /proc, and
 each of the two: system time is mostly the kernel's copies into the page cache and the sockets,
 which `page_cache_write.py` measures alone) and its share of a core, and how busy the whole
-machine was. It starts by timing a pure-Python loop, since user time follows how fast the
-machine runs Python that day; `replication_floor.py` measures what the copies and the CRC alone
-cost. A benchmark, not a test:
+machine was; `replication_floor.py` measures what the copies and the CRC alone cost. The paced
+run lasts a minute by default, long enough for the kernel to start writing back what the brokers
+wrote (data 30 s old). A benchmark, not a test:
 
     .venv/bin/python benchmarks/replication_cpu.py [--num-records 1000000] [--paced-rate 10]
-        [--processes 2] [--runs 1]
+        [--paced-seconds 60] [--processes 2] [--runs 1]
 
 It starts its own `strandline up --brokers 3` (without the web console) in a temporary directory
 for each run and stops it.
@@ -49,16 +49,6 @@ def machine() -> tuple[int, int]:
     with open("/proc/stat") as f:
         values = list(map(int, f.readline().split()[1:]))
     return sum(values) - values[3] - values[4], sum(values)
-
-
-def python_speed() -> float:
-    """CPU seconds of a pure-Python loop of 10 million additions: how fast this machine runs Python
-    now (the same VM has taken 0.8 to 2.0 s on different days), to compare user times across days."""
-    start = time.process_time()
-    total = 0
-    for i in range(10_000_000):
-        total += i
-    return time.process_time() - start
 
 
 def leader_of(bootstrap: str, topic: str) -> int:
@@ -125,7 +115,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-records", type=int, default=1_000_000, help="records of the saturated run")
     parser.add_argument("--paced-rate", type=float, default=10.0, help="offered MB/s of the paced run")
-    parser.add_argument("--paced-seconds", type=float, default=10.0)
+    parser.add_argument("--paced-seconds", type=float, default=60.0,
+                        help="long enough for the kernel to write back data (30 s old) while the load goes on")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--runs", type=int, default=1, help="runs of each kind (medians are printed)")
     parser.add_argument("--no-metrics", action="store_true", help="brokers without their metrics endpoint")
@@ -133,7 +124,6 @@ def main() -> int:
     parser.add_argument("--zookeeper-port", type=int, default=32381)
     args = parser.parse_args()
     pc.TOPIC_OPTIONS[:] = ["--replication-factor", "3", "--config", "min.insync.replicas=2"]
-    print(f"this machine's Python speed: 10 million additions in {python_speed():.2f} s of CPU", flush=True)
     for paced in (False, True):
         title = f"paced at {args.paced_rate:g} MB/s" if paced else f"saturated, {args.num_records} records"
         print(f"bench produce, acks=all, RF=3, one partition, {args.processes} processes, {title}:", flush=True)
