@@ -228,19 +228,53 @@ def test_logs_of_many_partitions_work_under_a_small_descriptor_limit(tmp_path):
     logs.shutdown()
 
 
+
 def allocated(path: str) -> int:
     return os.stat(path).st_blocks * 512
 
 
-def test_a_log_segments_blocks_are_reserved_ahead_of_its_appends_and_its_size_is_what_was_written(tmp_path):
-    """Appends to a segment go into blocks reserved beforehand (``fallocate`` keeping the size), so
-    that they do not wait on the kernel's block allocation while writeback holds it; the file's
-    size and bytes are exactly what was appended, and an index file gets no reservation."""
-    from strandline.runtime.disk import MAX_RESERVE_BYTES, MIN_RESERVE_BYTES, Preallocator
+def unreserved(path: str, size: int) -> bool:
+    """At most what ``size`` bytes take in whole blocks, and a block of the file's extent tree."""
+    block = os.statvfs(path).f_frsize
+    return allocated(path) <= -(-size // block) * block + 2 * block
+
+
+@pytest.fixture
+def pre(tmp_path):
+    """A preallocator of its own, where ``tmp_path``'s file system really reserves blocks ahead."""
+    from strandline.runtime.disk import MIN_RESERVE_BYTES, Preallocator
 
     pre = Preallocator()
     if not pre.available:
         pytest.skip("this libc has no fallocate")
+    probe = OsDisk(preallocator=pre).open(str(tmp_path / "probe.log"))
+    probe.append(b"x")
+    assert pre.drain(10)
+    if allocated(probe.path) < MIN_RESERVE_BYTES // 2:
+        pytest.skip(f"the file system of {tmp_path} reserves no blocks ahead (fallocate with FALLOC_FL_KEEP_SIZE)")
+    probe.close()
+    pre.failed = pre.reserved = 0
+    return pre
+
+
+def read_from_disk(path: str) -> bytes:
+    """The file's bytes once on the disk, not from the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return os.pread(fd, os.fstat(fd).st_size, 0)
+    finally:
+        os.close(fd)
+
+
+def test_a_log_segments_blocks_are_reserved_ahead_of_its_appends_and_its_size_is_what_was_written(tmp_path, pre):
+    """Appends to a segment go into blocks reserved beforehand (``fallocate`` keeping the size), so
+    that they do not wait on the kernel's block allocation while writeback holds it; the file's
+    size and bytes are exactly what was appended, and an index file gets no reservation."""
+    from strandline.runtime.disk import MAX_RESERVE_BYTES, MIN_RESERVE_BYTES
+
+    block = os.statvfs(tmp_path).f_frsize
     disk = OsDisk(preallocator=pre)
     log, index = (str(tmp_path / name) for name in ("00000000000000000000.log", "00000000000000000000.index"))
     f, g = disk.open(log), disk.open(index)
@@ -248,29 +282,72 @@ def test_a_log_segments_blocks_are_reserved_ahead_of_its_appends_and_its_size_is
     for c in chunks:
         f.append(c)
         g.append(c[:16])
-    assert pre.drain(10)
-    if pre.failed:
-        pytest.skip(f"the file system of {tmp_path} cannot reserve blocks (fallocate)")
+    assert pre.drain(10) and pre.failed == 0
     written = 300_000
     assert os.path.getsize(log) == f.size() == written
-    assert f.read(0, written) == b"".join(chunks)
+    assert read_from_disk(log) == b"".join(chunks)
     assert allocated(log) >= written + min(written, MAX_RESERVE_BYTES) // 2     # reserved beyond its end
-    assert allocated(index) < 30 * 16 + MIN_RESERVE_BYTES                      # no reservation
+    assert allocated(index) < 30 * 16 + block + MIN_RESERVE_BYTES // 2         # no reservation
     f.truncate(50_000)                                                          # frees what was reserved
-    assert os.path.getsize(log) == 50_000 and allocated(log) < 50_000 + 8192
+    assert os.path.getsize(log) == 50_000 and unreserved(log, 50_000)
     f.append(b"x" * 100)
     assert pre.drain(10)
     assert allocated(log) >= 50_100 + MIN_RESERVE_BYTES // 2
-    assert f.read(50_000, 200) == b"x" * 100
+    assert read_from_disk(log) == b"".join(chunks)[:50_000] + b"x" * 100
 
 
-def test_a_segment_gone_before_its_reservation_is_skipped(tmp_path):
-    from strandline.runtime.disk import Preallocator
+def test_a_rolled_segment_gives_its_reserved_blocks_back(tmp_path, pre):
+    """Once the log rolls past a segment, no more appends come: what was reserved beyond its end
+    is given back (as Kafka trims a preallocated segment), and the active one keeps reserving."""
+    from strandline.log.config import LogConfig
+    from strandline.log.log import Log
+    from tests.unit.batches import make_batch
 
-    pre = Preallocator()
-    if not pre.available:
-        pytest.skip("this libc has no fallocate")
-    path = str(tmp_path / "gone.log")
-    pre.reserve(path, 0, 1 << 20)                     # never created
+    log = Log.open(OsDisk(preallocator=pre), str(tmp_path / "t-0"), "t", 0, LogConfig(segment_bytes=200_000),
+                   needs_recovery=False)
+    for i in range(60):
+        log.append_as_leader(make_batch([os.urandom(10_000)], timestamp_ms=1000 + i), 0, 1000 + i)
     assert pre.drain(10)
-    assert pre.failed == 1 and pre.reserved == 0 and not os.path.exists(path)
+    assert len(log.segments) >= 3
+    for segment in log.segments[:-1]:
+        size = os.path.getsize(segment.log_path)
+        assert 150_000 < size <= 200_000 + 11_000
+        assert unreserved(segment.log_path, size), segment.log_path
+    active = log.segments[-1].log_path
+    assert not unreserved(active, os.path.getsize(active))
+    log.close()
+    assert unreserved(active, os.path.getsize(active))                  # closed: given back too
+
+
+def test_a_reservation_asked_for_before_a_cut_or_for_a_replaced_file_is_not_made(tmp_path, pre):
+    """The thread checks, under the file's lock, that nothing cut the file since the reservation
+    was asked for, and that the path is still the same file: a reservation never outlives a cut
+    or lands on another file (and so never holds space nothing will give back)."""
+    from strandline.runtime.disk import MIN_RESERVE_BYTES
+
+    disk = OsDisk(preallocator=pre)
+    path = str(tmp_path / "00000000000000000000.log")
+    f = disk.open(path)
+    with f.reserve_lock:                     # the thread cannot reserve until the cut below
+        f.append(os.urandom(3 << 20))        # asks for a reservation beyond 3 MiB
+        epoch = f.reserve_epoch
+    f.truncate(0)
+    assert f.reserve_epoch == epoch + 1
+    assert pre.drain(10) and pre.failed == 1 and pre.reserved == 0
+    assert os.path.getsize(path) == 0 and unreserved(path, 0)
+    # the path taken by another file before the thread got to it
+    g = disk.open(str(tmp_path / "00000000000000000001.log"))
+    with g.reserve_lock:
+        g.append(b"y" * 100)
+        os.replace(path, g.path)             # another file now has g's path
+    assert pre.drain(10) and pre.failed == 2 and pre.reserved == 0
+    assert unreserved(g.path, 100) and allocated(g.path) < MIN_RESERVE_BYTES // 2
+
+
+def test_a_segment_gone_before_its_reservation_is_skipped(tmp_path, pre):
+    f = OsDisk(preallocator=pre).open(str(tmp_path / "gone.log"))
+    with f.reserve_lock:
+        f.append(b"z" * 100)
+        os.remove(f.path)
+    assert pre.drain(10)
+    assert pre.failed == 1 and pre.reserved == 0 and not pre.errors and not os.path.exists(f.path)

@@ -24,6 +24,9 @@ class FileHandle(Protocol):
     def truncate(self, size: int) -> None:
         """Cut the file to ``size`` bytes."""
 
+    def trim(self) -> None:
+        """Give back disk space held beyond the end for appends to come (no more are expected)."""
+
     def flush(self) -> None:
         """fsync: what was written so far survives a power loss."""
 

@@ -507,6 +507,7 @@ class LogSegment:
         index entries; returns the paths of the files an fsync must make durable (the log's
         asynchronous roll flush, :meth:`sealed_flushed` once done)."""
         self._append_final_time_entry()
+        self.log.trim()                 # no more appends: the blocks reserved beyond its end go back
         paths = [self.log_path] if self._dirty else []
         return paths + [index.path for index in (self.offset_index, self.time_index, self.txn_index)
                         if index.unflushed()]
@@ -524,6 +525,7 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """The log rolled past this segment: record its max timestamp, flush, free index handles."""
         self._append_final_time_entry()
+        self.log.trim()
         self.flush()
         self.offset_index.close()
         self.time_index.close()
@@ -535,6 +537,7 @@ class LogSegment:
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
+        self.log.trim()
         self.log.close()
 
     def delete(self) -> None:

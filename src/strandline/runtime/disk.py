@@ -6,6 +6,7 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import logging
 import os
 import queue
 import shutil
@@ -113,6 +114,8 @@ MIN_RESERVE_BYTES = 64 * 1024
 MAX_RESERVE_BYTES = 4 * 1024 * 1024
 _FALLOC_FL_KEEP_SIZE = 1
 
+log = logging.getLogger("strandline.broker")
+
 
 def _libc_fallocate():
     """libc's ``fallocate(fd, mode, offset, len)``, or None where there is none (not Linux/glibc)."""
@@ -127,7 +130,7 @@ def _libc_fallocate():
 
 
 class Preallocator:
-    """Reserves the disk blocks of a log segment ahead of its appends, on a thread of its own.
+    """Reserves the disk blocks of log segments ahead of their appends, on a thread of its own.
 
     On ext4 (and other file systems that allocate blocks lazily), an append beyond the blocks a
     file has makes the kernel reserve new ones under the file's allocation lock, which writeback
@@ -141,31 +144,38 @@ class Preallocator:
     reservations are small (``MAX_RESERVE_BYTES``), which keeps that wait short (16 MiB at a time
     kept appends waiting up to 36 ms, 64 MiB up to 88 ms; 4 MiB, 4 ms at most in two runs).
 
-    The reservation runs on this thread, which opens the file by its path: the event loop never
-    waits for it, and it never writes a byte (``fallocate`` leaves data as it is, and a file
-    deleted or cut meanwhile only loses or frees blocks beyond its end). Where the file system or
-    libc has no ``fallocate``, nothing is reserved and appends go on as before."""
+    The thread opens the file by its path and reserves only if it is still the same file (device
+    and inode) and nothing cut or trimmed it since the reservation was asked for (the file's
+    ``reserve_epoch``, checked under the file's ``reserve_lock``, which a cut holds too): it never
+    writes a byte, and a reservation never lands on a file that took another's path or outlives a
+    cut. A file system without ``fallocate`` is not asked again; any other failure is counted
+    (``failed``) and the appends allocate as they go."""
 
     def __init__(self) -> None:
         self._fallocate = _libc_fallocate()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._unsupported: set[int] = set()     # devices whose file system has no fallocate
         self.reserved = 0           # bytes reserved so far
-        self.failed = 0             # reservations the file system refused (or files gone)
+        self.failed = 0             # reservations not made: refused, or the file gone, cut or replaced
+        self.errors: list[str] = []  # the first few unexpected errors, for the log and the tests
 
     @property
     def available(self) -> bool:
         return self._fallocate is not None
 
-    def reserve(self, path: str, offset: int, length: int) -> None:
-        """Have ``length`` bytes from ``offset`` of ``path`` reserved, soon."""
-        self._put((path, offset, length, None))
+    def reserve(self, file: "OsFile", offset: int, length: int) -> None:
+        """Have ``length`` bytes from ``offset`` of ``file`` reserved, soon."""
+        self._put((file, file.reserve_epoch, offset, length))
+
+    def supports(self, device: int) -> bool:
+        return device not in self._unsupported
 
     def drain(self, timeout: float) -> bool:
         """Wait until what was asked for so far is done (False: not within ``timeout`` seconds)."""
         done = threading.Event()
-        self._put(("", 0, 0, done))
+        self._put((done, 0, 0, 0))
         return done.wait(timeout)
 
     def _put(self, item: tuple) -> None:
@@ -178,20 +188,42 @@ class Preallocator:
 
     def _run(self) -> None:
         while True:
-            path, offset, length, done = self._queue.get()
-            if done is not None:
-                done.set()
+            file, epoch, offset, length = self._queue.get()
+            if isinstance(file, threading.Event):
+                file.set()
                 continue
             try:
-                fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+                self._reserve(file, epoch, offset, length)
+            except Exception as exc:        # never the end of the thread: the appends go on without
+                self.failed += 1
+                if len(self.errors) < 10:
+                    self.errors.append(f"{file.path}: {exc!r}")
+                    log.warning("Reserving blocks ahead of appends to %s failed: %r", file.path, exc)
+
+    def _reserve(self, file: "OsFile", epoch: int, offset: int, length: int) -> None:
+        device, inode = file.identity
+        if device in self._unsupported:
+            return
+        with file.reserve_lock:
+            if file.reserve_epoch != epoch:
+                self.failed += 1            # cut, trimmed or closed since: reserve nothing
+                return
+            try:
+                fd = os.open(file.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError:
-                self.failed += 1          # deleted or renamed meanwhile: nothing to reserve
-                continue
+                self.failed += 1            # deleted or renamed meanwhile
+                return
             try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) != (device, inode):
+                    self.failed += 1        # another file took the path
+                    return
                 if self._fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
                     self.reserved += length
-                else:
-                    self.failed += 1      # ENOSPC, EOPNOTSUPP: the appends allocate as they go
+                    return
+                self.failed += 1
+                if ctypes.get_errno() in (errno.EOPNOTSUPP, errno.ENOSYS):
+                    self._unsupported.add(device)
             finally:
                 os.close(fd)
 
@@ -241,18 +273,26 @@ class OsFile:
     Its descriptor comes and goes with ``OpenFiles``: the path and the size are what it keeps.
     Given a :class:`Preallocator`, it has the blocks ahead of its appends reserved: as many as it
     holds, from ``MIN_RESERVE_BYTES`` to ``MAX_RESERVE_BYTES``, asked for again once the appends
-    are halfway through them."""
+    are halfway through them; :meth:`trim` gives back what was reserved beyond its end."""
 
-    __slots__ = ("_fd", "_size", "_reserved", "_preallocator", "path", "_open_files", "__weakref__")
+    __slots__ = ("_fd", "_size", "_reserved", "_preallocator", "identity", "reserve_epoch", "reserve_lock",
+                 "path", "_open_files", "__weakref__")
 
     def __init__(self, path: str, open_files: OpenFiles | None = None,
                  preallocator: Preallocator | None = None) -> None:
         self.path = path
         self._open_files = open_files if open_files is not None else OpenFiles(1 << 30)
         self._fd = -1
-        self._size = os.fstat(self._open(_OPEN_FLAGS)).st_size
+        st = os.fstat(self._open(_OPEN_FLAGS))
+        self._size = st.st_size
+        self.identity = (st.st_dev, st.st_ino)
         self._reserved = self._size           # where the blocks asked for end
-        self._preallocator = preallocator if preallocator is not None and preallocator.available else None
+        self.reserve_epoch = 0                # raised by a cut, a trim or the close: older requests are void
+        self._preallocator = None
+        self.reserve_lock = None
+        if preallocator is not None and preallocator.available and preallocator.supports(st.st_dev):
+            self._preallocator = preallocator
+            self.reserve_lock = threading.Lock()
         if flush_ledger() is not None:
             flush_ledger().opened(path, self._size)
 
@@ -299,7 +339,7 @@ class OsFile:
             if end + ahead // 2 > self._reserved:
                 start = max(end, self._reserved)
                 self._reserved = end + ahead
-                self._preallocator.reserve(self.path, start, self._reserved - start)
+                self._preallocator.reserve(self, start, self._reserved - start)
         return position
 
     def read(self, position: int, size: int) -> bytes:
@@ -311,7 +351,12 @@ class OsFile:
         return self._size
 
     def truncate(self, size: int) -> None:
-        os.ftruncate(self.fd, size)               # frees the blocks reserved beyond it too
+        if self.reserve_lock is None:
+            os.ftruncate(self.fd, size)
+        else:
+            with self.reserve_lock:               # no reservation asked for before lands after the cut
+                self.reserve_epoch += 1
+                os.ftruncate(self.fd, size)       # which frees the blocks reserved beyond it too
         self._size = self._reserved = size
         if flush_ledger() is not None:
             flush_ledger().truncated(self.path, size)
@@ -321,7 +366,21 @@ class OsFile:
         if flush_ledger() is not None:
             flush_ledger().durable(self.path, self._size)
 
+    def trim(self) -> None:
+        """Give back the blocks reserved beyond the end (a segment the log rolled past, or one closed
+        at shutdown); the next append reserves again."""
+        if self.reserve_lock is None or self._fd == _CLOSED:
+            return
+        with self.reserve_lock:
+            self.reserve_epoch += 1
+            if self._reserved > self._size:
+                fd = self.fd
+                if os.fstat(fd).st_size == self._size:
+                    os.ftruncate(fd, self._size)    # the same size: only the blocks beyond it go
+            self._reserved = self._size
+
     def close(self) -> None:
+        self.reserve_epoch += 1                    # nothing more to reserve in it
         self._open_files.closed(self)
         self._close_fd()
         self._fd = _CLOSED

@@ -64,6 +64,9 @@ class MemoryHandle:
             data.extend(bytes(size - len(data)))
         self.file.flushed = min(self.file.flushed, size)
 
+    def trim(self) -> None:
+        """Nothing is held beyond the end in memory."""
+
     def flush(self) -> None:
         self._check()
         self.file.flushed = len(self.file.data)
