@@ -279,6 +279,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     if monitoring is None:
         v["metrics.port"] = 0     # what DescribeConfigs reports: no endpoint
     shell = running.shell = BrokerShell(broker, store, v["socket.request.max.bytes"], stopper, monitoring)
+    freeze_start_up_objects()           # its one full collection before anyone is served
     await shell.listen(config.listener.host, config.listener.port)
     if monitoring is not None:
         try:
@@ -307,7 +308,6 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
 
     watch_session(store, loop, shell, register_again)
     running.started = True
-    freeze_start_up_objects()
     if stopper.failure is None:
         log.info("Broker %d serving on %s:%d (controller %d, epoch %d)", broker_id, adv.host, adv.port,
                  controller_id, controller_epoch)
@@ -408,12 +408,14 @@ def tune_garbage_collector() -> None:
 
 
 def freeze_start_up_objects() -> None:
-    """Leave what start-up made (modules, classes, protocol schemas, the configuration: most of the
-    heap) out of every later collection: collect once, then ``gc.freeze()`` it.
+    """Leave what start-up made (modules, classes, protocol schemas, the configuration, the logs
+    loaded: most of the heap) out of every later collection: collect once, then ``gc.freeze()`` it,
+    before the broker listens.
 
     A full collection looks at every tracked object; without this, the first one while the broker
-    serves (gen2, once start-up's young collections have added up) stopped the event loop for 20-48
-    ms at 10 MB/s, mostly walking start-up's objects, and each later one walks them again. Frozen
+    serves (gen2, once start-up's young collections have added up) stopped the event loop for 20-100
+    ms at 10 MB/s, mostly walking start-up's objects (1-22 ms with them frozen), and each later one
+    walks them again. Frozen
     objects are still freed by reference counting; only a reference cycle among them would stay.
     """
     gc.collect()
