@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test test-unit bench lab kcat browser clean
+.PHONY: run test test-unit bench lab kcat browser nftables clean
 
 $(VENV)/.python-ok:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Strandline needs Python 3.11 or newer; found " + sys.version.split()[0])'
@@ -40,7 +40,15 @@ browser:
 	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } \
 	  || echo "chromium could not be installed; the console's browser test will be skipped"; }
 
-test: $(VENV)/.test-installed kcat browser
+# Debian's nftables for the lab's network partitions (root only: namespaces and firewall rules need
+# it); skipped (and the partition scenarios skip) where it cannot be installed.
+nftables:
+	@command -v nft >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || { \
+	  { apt-get install -y -q nftables >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nftables >/dev/null 2>&1; }; } \
+	  || echo "nftables could not be installed; the lab's network partition scenarios will be skipped"; }
+
+test: $(VENV)/.test-installed kcat browser nftables
 	$(BIN)/python -m pytest -q -rs
 
 test-unit: $(VENV)/.test-installed
@@ -60,7 +68,7 @@ bench: $(VENV)/.test-installed
 
 # SAFE-1 on real processes: TRIALS random fault mixes (partitions need root), then the table.
 TRIALS ?= 20
-lab: $(VENV)/.test-installed
+lab: $(VENV)/.test-installed nftables
 	$(BIN)/strandline lab run SAFE --trials $(TRIALS) --data-dir lab-runs
 
 clean:
