@@ -415,8 +415,8 @@ def freeze_start_up_objects() -> None:
     A full collection looks at every tracked object; without this, the first one while the broker
     serves (gen2, once start-up's young collections have added up) stopped the event loop for 20-100
     ms at 10 MB/s, mostly walking start-up's objects (1-22 ms with them frozen), and each later one
-    walks them again. Frozen
-    objects are still freed by reference counting; only a reference cycle among them would stay.
+    walks them again. Frozen objects are still freed by reference counting; only a reference cycle
+    among them would stay.
     """
     gc.collect()
     gc.freeze()
