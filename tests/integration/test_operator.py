@@ -103,6 +103,9 @@ def test_produced_records_are_counted_once_by_their_leaders(op):
     produce_requests = sum(value(op, b, "kafka_network_requestmetrics_totaltimems_count", request="Produce")
                            for b in (1, 2, 3))
     assert produce_requests >= 3         # at least one per partition leader
+    for b in (1, 2, 3):                  # each replica's segment had its blocks reserved ahead of the appends
+        assert value(op, b, "strandline_log_segment_preallocated_bytes_total") > 0
+        assert value(op, b, "strandline_log_segment_preallocation_failures_total") == 0
 
 
 def test_a_killed_follower_shows_as_an_isr_shrink_and_under_replicated_partitions_then_recovers(op):

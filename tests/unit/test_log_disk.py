@@ -253,7 +253,7 @@ def pre(tmp_path):
     if allocated(probe.path) < MIN_RESERVE_BYTES // 2:
         pytest.skip(f"the file system of {tmp_path} reserves no blocks ahead (fallocate with FALLOC_FL_KEEP_SIZE)")
     probe.close()
-    pre.failed = pre.reserved = 0
+    pre.failed = pre.skipped = pre.reserved = 0
     return pre
 
 
@@ -333,14 +333,14 @@ def test_a_reservation_asked_for_before_a_cut_or_for_a_replaced_file_is_not_made
         epoch = f.reserve_epoch
     f.truncate(0)
     assert f.reserve_epoch == epoch + 1
-    assert pre.drain(10) and pre.failed == 1 and pre.reserved == 0
+    assert pre.drain(10) and pre.skipped == 1 and pre.reserved == 0 and pre.failed == 0
     assert os.path.getsize(path) == 0 and unreserved(path, 0)
     # the path taken by another file before the thread got to it
     g = disk.open(str(tmp_path / "00000000000000000001.log"))
     with g.reserve_lock:
         g.append(b"y" * 100)
         os.replace(path, g.path)             # another file now has g's path
-    assert pre.drain(10) and pre.failed == 2 and pre.reserved == 0
+    assert pre.drain(10) and pre.skipped == 2 and pre.reserved == 0 and pre.failed == 0
     assert unreserved(g.path, 100) and allocated(g.path) < MIN_RESERVE_BYTES // 2
 
 
@@ -350,4 +350,35 @@ def test_a_segment_gone_before_its_reservation_is_skipped(tmp_path, pre):
         f.append(b"z" * 100)
         os.remove(f.path)
     assert pre.drain(10)
-    assert pre.failed == 1 and pre.reserved == 0 and not pre.errors and not os.path.exists(f.path)
+    assert pre.skipped == 1 and pre.reserved == 0 and pre.failed == 0 and not pre.errors and not os.path.exists(f.path)
+
+
+def test_a_refused_reservation_is_counted_logged_and_shown_on_metrics_and_the_appends_go_on(tmp_path, pre, caplog):
+    """A full disk refuses ``fallocate`` (ENOSPC): the refusal is counted apart from reservations
+    merely skipped, logged with its reason, and on /metrics; the appends themselves carry on."""
+    import ctypes
+    import errno
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from strandline.runtime.monitoring import PreallocatorCollector
+
+    def full_disk(fd, mode, offset, length):
+        ctypes.set_errno(errno.ENOSPC)
+        return -1
+
+    pre._fallocate = full_disk
+    f = OsDisk(preallocator=pre).open(str(tmp_path / "00000000000000000000.log"))
+    with caplog.at_level("WARNING", logger="strandline"):
+        f.append(b"a" * 1000)
+        assert pre.drain(10)
+    assert pre.failed == 1 and pre.skipped == 0 and pre.reserved == 0
+    assert "No space left on device (ENOSPC)" in pre.errors[0]
+    assert any("No space left on device" in r.getMessage() for r in caplog.records)
+    f.append(b"b" * 1000)
+    assert read_from_disk(f.path) == b"a" * 1000 + b"b" * 1000
+    registry = CollectorRegistry()
+    registry.register(PreallocatorCollector(pre))
+    text = generate_latest(registry).decode()
+    assert "strandline_log_segment_preallocation_failures_total 1.0" in text
+    assert "strandline_log_segment_preallocated_bytes_total 0.0" in text

@@ -148,8 +148,9 @@ class Preallocator:
     and inode) and nothing cut or trimmed it since the reservation was asked for (the file's
     ``reserve_epoch``, checked under the file's ``reserve_lock``, which a cut holds too): it never
     writes a byte, and a reservation never lands on a file that took another's path or outlives a
-    cut. A file system without ``fallocate`` is not asked again; any other failure is counted
-    (``failed``) and the appends allocate as they go."""
+    cut. A file system without ``fallocate`` is not asked again; any other refusal (a full disk:
+    ``ENOSPC``) is counted (``failed``), the first few are logged, and the appends allocate as they
+    go. ``/metrics`` shows the counters (``strandline_log_segment_preallocat*``)."""
 
     def __init__(self) -> None:
         self._fallocate = _libc_fallocate()
@@ -158,8 +159,9 @@ class Preallocator:
         self._lock = threading.Lock()
         self._unsupported: set[int] = set()     # devices whose file system has no fallocate
         self.reserved = 0           # bytes reserved so far
-        self.failed = 0             # reservations not made: refused, or the file gone, cut or replaced
-        self.errors: list[str] = []  # the first few unexpected errors, for the log and the tests
+        self.skipped = 0            # reservations no longer wanted: the file cut, trimmed, gone or replaced
+        self.failed = 0             # reservations refused (fallocate's error) or failing unexpectedly
+        self.errors: list[str] = []  # the first few failures, for the log and the tests
 
     @property
     def available(self) -> bool:
@@ -195,10 +197,13 @@ class Preallocator:
             try:
                 self._reserve(file, epoch, offset, length)
             except Exception as exc:        # never the end of the thread: the appends go on without
-                self.failed += 1
-                if len(self.errors) < 10:
-                    self.errors.append(f"{file.path}: {exc!r}")
-                    log.warning("Reserving blocks ahead of appends to %s failed: %r", file.path, exc)
+                self._fail(file, repr(exc))
+
+    def _fail(self, file: "OsFile", reason: str) -> None:
+        self.failed += 1
+        if len(self.errors) < 10:
+            self.errors.append(f"{file.path}: {reason}")
+            log.warning("Reserving blocks ahead of appends to %s failed: %s", file.path, reason)
 
     def _reserve(self, file: "OsFile", epoch: int, offset: int, length: int) -> None:
         device, inode = file.identity
@@ -206,24 +211,26 @@ class Preallocator:
             return
         with file.reserve_lock:
             if file.reserve_epoch != epoch:
-                self.failed += 1            # cut, trimmed or closed since: reserve nothing
+                self.skipped += 1           # cut, trimmed or closed since: reserve nothing
                 return
             try:
                 fd = os.open(file.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError:
-                self.failed += 1            # deleted or renamed meanwhile
+                self.skipped += 1           # deleted or renamed meanwhile
                 return
             try:
                 st = os.fstat(fd)
                 if (st.st_dev, st.st_ino) != (device, inode):
-                    self.failed += 1        # another file took the path
+                    self.skipped += 1       # another file took the path
                     return
                 if self._fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
                     self.reserved += length
                     return
-                self.failed += 1
-                if ctypes.get_errno() in (errno.EOPNOTSUPP, errno.ENOSYS):
-                    self._unsupported.add(device)
+                code = ctypes.get_errno()
+                if code in (errno.EOPNOTSUPP, errno.ENOSYS):
+                    self._unsupported.add(device)   # not an error: this file system allocates as it goes
+                    return
+                self._fail(file, f"fallocate: {os.strerror(code)} ({errno.errorcode.get(code, code)})")
             finally:
                 os.close(fd)
 

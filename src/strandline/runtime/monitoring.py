@@ -21,12 +21,13 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import (CollectorRegistry, GCCollector, Histogram, ProcessCollector, disable_created_metrics,
                                generate_latest)
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from strandline.broker import metrics as core_metrics
 from strandline.broker.status import status
 from strandline.protocol.api import ApiKey
+from strandline.runtime.disk import PREALLOCATOR
 
 #: request times in ms, from 0.5 ms to long-poll fetches
 BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
@@ -154,6 +155,24 @@ class CoreCollector:
             yield metric
 
 
+class PreallocatorCollector:
+    """The counters of the process's segment block reservations (:class:`~strandline.runtime.disk.Preallocator`)."""
+
+    def __init__(self, preallocator: Any) -> None:
+        self.preallocator = preallocator
+
+    def collect(self):
+        pre = self.preallocator
+        yield CounterMetricFamily("strandline_log_segment_preallocated_bytes",
+                                  "Disk blocks reserved ahead of log segment appends, in bytes.", value=pre.reserved)
+        yield CounterMetricFamily("strandline_log_segment_preallocations_skipped",
+                                  "Reservations no longer wanted once made: the segment cut, rolled, deleted or "
+                                  "replaced first.", value=pre.skipped)
+        yield CounterMetricFamily("strandline_log_segment_preallocation_failures",
+                                  "Reservations the file system refused (a full disk) or that failed; the appends "
+                                  "allocate as they go.", value=pre.failed)
+
+
 class Monitoring:
     """The registry, the timeline and the HTTP server of one broker."""
 
@@ -166,6 +185,7 @@ class Monitoring:
         ProcessCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         self.gc = GcMetrics(self.registry)
+        self.registry.register(PreallocatorCollector(PREALLOCATOR))
         self.timeline = Timeline(broker.broker_id)
         self.runner: web.AppRunner | None = None
         self.address: tuple[str, int] | None = None
