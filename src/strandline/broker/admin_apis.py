@@ -20,7 +20,7 @@ from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.offsets_topic import INTERNAL_TOPICS
 from strandline.protocol.api import ApiKey, RequestHeader
-from strandline.security.acl import AclOperation, ResourceType
+from strandline.security.acl import AclOperation
 
 
 class AdminApis:
@@ -30,9 +30,6 @@ class AdminApis:
         self.metadata = metadata
         self.controller = controller
         self.authorizer = authorizer
-
-    def _topic_allowed(self, conn_id: int, op: AclOperation, name: str) -> bool:
-        return self.authorizer.allows(conn_id, op, ResourceType.TOPIC, name)
 
     def handlers(self) -> dict[int, Callable]:
         return {ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
@@ -70,7 +67,7 @@ class AdminApis:
             if not_controller:
                 result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
                 continue
-            if not may_create_any and not self._topic_allowed(conn_id, AclOperation.CREATE, name):
+            if not may_create_any and not self.authorizer.allows_topic(conn_id, AclOperation.CREATE, name):
                 result["error_code"], result["error_message"] = ErrorCode.topic_authorization_failed, \
                     "Authorization failed."
                 continue
@@ -109,7 +106,7 @@ class AdminApis:
             if not self.controller.is_active:
                 result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
                 continue
-            if name is not None and not self._topic_allowed(conn_id, AclOperation.DELETE, name):
+            if name is not None and not self.authorizer.allows_topic(conn_id, AclOperation.DELETE, name):
                 result["error_code"] = ErrorCode.topic_authorization_failed
                 continue
             topic_id = self.controller.topic_id(name)
@@ -148,7 +145,7 @@ class AdminApis:
             if not self.controller.is_active:
                 result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
                 continue
-            if not self._topic_allowed(conn_id, AclOperation.ALTER, name):
+            if not self.authorizer.allows_topic(conn_id, AclOperation.ALTER, name):
                 result["error_code"], result["error_message"] = ErrorCode.topic_authorization_failed, \
                     "The topic authorization is failed."
                 continue

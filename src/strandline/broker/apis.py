@@ -1,10 +1,11 @@
 """The request router (Kafka's KafkaApis): decode each request, hand it to the component that
 owns what it asks about, encode the answer.
 
-Produce, Fetch, ListOffsets and OffsetForLeaderEpoch go to the :class:`ReplicaManager`; the
-controller's LeaderAndIsr, UpdateMetadata and StopReplica to the replica manager too, and
-ControlledShutdown to the :class:`Controller`; the admin and group APIs to their handlers
-(:mod:`strandline.broker.admin_apis`, :mod:`strandline.broker.group_apis`). Metadata answers from
+Produce and Fetch go to the :class:`ReplicaManager`; the controller's LeaderAndIsr,
+UpdateMetadata and StopReplica to the replica manager too, and ControlledShutdown to the
+:class:`Controller`; the other APIs to their handlers (:mod:`strandline.broker.log_apis` for
+ListOffsets, OffsetForLeaderEpoch and the log admin APIs, :mod:`strandline.broker.admin_apis`,
+:mod:`strandline.broker.group_apis`, ...). Metadata answers from
 the broker's metadata cache. A client's request other than ApiVersions waits until the broker has
 loaded the cluster (:meth:`KafkaApis.metadata_loaded`).
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -25,6 +25,7 @@ from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.config_apis import ConfigApis
 from strandline.broker.effects import Close, Send
 from strandline.broker.group_apis import GroupApis
+from strandline.broker.log_apis import LogApis
 from strandline.broker.producer_ids import ProducerIdManager
 from strandline.broker.txn_apis import TxnApis
 from strandline.broker.wire import duration_ms, response
@@ -35,22 +36,11 @@ from strandline.protocol import api, control
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.protocol.frames import ProtocolError
 from strandline.protocol.hot_readers import decode_produce_request
-from strandline.protocol.records import UndecodableRecordsError
 from strandline.replication.fetch_session import FetchContext, FetchSessionCache
 from strandline.replication.replica_manager import ReplicaManager
 from strandline.security.acl import AclOperation, ResourceType
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4            # KIP-405: without tiered storage, the log start offset
-LATEST_TIERED_TIMESTAMP = -5             # KIP-1005 and KIP-1023 (-6): nothing is tiered, so no offset
-EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
-CONSUMER_REPLICA_ID = -1
 TOPIC_ID_PRODUCE = 13                    # Produce v13+ names topics by id (KIP-516)
-#: ListOffsets from a debugging tool: any replica answers, leader or follower (Kafka's
-#: ``ListOffsetsRequest.DEBUGGING_REPLICA_ID``); LATEST is that replica's log end offset.
-DEBUGGING_REPLICA_ID = -2
 UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648     # KIP-430: not asked for
 _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -69,6 +59,7 @@ class KafkaApis:
     fetch_sessions: FetchSessionCache
     authorizer: AclAuthorizer
     txn_apis: TxnApis
+    log_apis: LogApis
     _topic_ids: dict[str, Any] = field(default_factory=dict)      # by name, every topic id seen by Fetch v13+
     _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
 
@@ -78,27 +69,19 @@ class KafkaApis:
             ApiKey.METADATA: self._metadata,
             ApiKey.PRODUCE: self._produce,
             ApiKey.FETCH: self._fetch,
-            ApiKey.LIST_OFFSETS: self._list_offsets,
-            ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
-            ApiKey.DELETE_RECORDS: self._delete_records,
-            ApiKey.DESCRIBE_LOG_DIRS: self._describe_log_dirs,
-            ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
-            ApiKey.ALTER_REPLICA_LOG_DIRS: self._alter_replica_log_dirs,
             **self.authorizer.handlers(),
             **self.txn_apis.handlers(),
+            **self.log_apis.handlers(),
             **self.admin_apis.handlers(),
             **self.config_apis.handlers(),
             **self.group_apis.handlers(),
         }
 
-    def _topic_allowed(self, conn_id: int, op: AclOperation, name: str | None) -> bool:
-        return name is not None and self.authorizer.allows(conn_id, op, ResourceType.TOPIC, name)
-
     def _may_create(self, conn_id: int, name: str) -> bool:
         """Kafka's rule for creating a topic: CREATE on the cluster, or on the topic."""
         return self.authorizer.allows_cluster(conn_id, AclOperation.CREATE) or \
-            self._topic_allowed(conn_id, AclOperation.CREATE, name)
+            self.authorizer.allows_topic(conn_id, AclOperation.CREATE, name)
 
     def metadata_loaded(self, now_ms: int) -> list:
         """The broker knows the cluster: serve the client requests that waited for it."""
@@ -186,7 +169,8 @@ class KafkaApis:
             self.config["auto.create.topics.enable"]
         # a topic the client may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED when named (whether it
         # exists or not), left out of "every topic"; one it may not create is not created
-        denied = {n for n in names or () if n is not None and not self._topic_allowed(conn_id, AclOperation.DESCRIBE, n)}
+        allows = self.authorizer.allows_topic
+        denied = {n for n in names or () if n is not None and not allows(conn_id, AclOperation.DESCRIBE, n)}
         missing = [n for n in (names or ()) if n not in self.metadata.topics and topic_name_error(n) is None
                    and n not in denied]
         if missing and allow_auto:
@@ -227,7 +211,7 @@ class KafkaApis:
                 topics.append({"error_code": ErrorCode.topic_authorization_failed, "name": name,
                                "topic_id": uuid.UUID(int=0), "partitions": []})
                 continue
-            if names is None and not self._topic_allowed(shown.conn_id, AclOperation.DESCRIBE, name):
+            if names is None and not self.authorizer.allows_topic(shown.conn_id, AclOperation.DESCRIBE, name):
                 continue
             topic = md.topics.get(name)
             if topic is None:
@@ -297,7 +281,7 @@ class KafkaApis:
             else:
                 name = topic_data.name
                 topic = self.metadata.topics.get(name)
-            writable = not checking or self._topic_allowed(conn_id, AclOperation.WRITE, name)
+            writable = not checking or self.authorizer.allows_topic(conn_id, AclOperation.WRITE, name)
             for pdata in topic_data.partition_data:
                 key = (name, pdata.index)
                 if not writable:
@@ -421,7 +405,8 @@ class KafkaApis:
             if self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
                 return wanted, []
             return [], [(name, p.partition) for name, p in wanted]
-        readable = {name: self._topic_allowed(conn_id, AclOperation.READ, name) for name in {n for n, _ in wanted}}
+        allows = self.authorizer.allows_topic
+        readable = {name: allows(conn_id, AclOperation.READ, name) for name in {n for n, _ in wanted}}
         return ([(n, p) for n, p in wanted if readable[n]],
                 [(n, p.partition) for n, p in wanted if not readable[n]])
 
@@ -436,7 +421,7 @@ class KafkaApis:
         if replica_id >= 0:
             refused = [] if self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION) else keys
         else:
-            readable = {n: self._topic_allowed(conn_id, AclOperation.READ, n) for n in {k[0] for k in keys}}
+            readable = {n: self.authorizer.allows_topic(conn_id, AclOperation.READ, n) for n in {k[0] for k in keys}}
             refused = [k for k in keys if not readable[k[0]]]
         for key in refused:
             session.forget(key)
@@ -498,162 +483,6 @@ class KafkaApis:
         body = {"throttle_time": 0, "error_code": context.error, "session_id": context.session_id,
                 "responses": topics}
         return Send(conn_id, api.encode_fetch_response(header, body))
-
-    # -- DeleteRecords, DescribeLogDirs, DescribeProducers (each broker for its own replicas)
-
-    def _delete_records(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        wanted = list({(t.name, p.partition_index): (t.name, p.partition_index, p.offset)
-                       for t in request.topics for p in t.partitions}.values())
-        denied = {name for name, _, _ in wanted if not self._topic_allowed(conn_id, AclOperation.DELETE, name)}
-
-        def respond(results: dict) -> list:
-            topics: dict[str, list] = {}
-            for name, index, _ in wanted:
-                code, low = (ErrorCode.topic_authorization_failed, -1) if name in denied else results[(name, index)]
-                topics.setdefault(name, []).append({"partition_index": index, "low_watermark": low,
-                                                    "error_code": code})
-            return [response(conn_id, header, {"throttle_time": 0, "topics": [
-                {"name": n, "partitions": ps} for n, ps in topics.items()]})]
-
-        return self.replicas.log_admin.delete_records(conn_id, [w for w in wanted if w[0] not in denied],
-                                                      duration_ms(request.timeout), respond, now_ms)
-
-    def _describe_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        wanted = None if request.topics is None else \
-            {t.topic: list(t.partitions) for t in request.topics}
-        if not self.authorizer.allows_cluster(conn_id, AclOperation.DESCRIBE):
-            return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
-                                               "results": []})]
-        return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
-                                           "results": self.replicas.log_admin.describe_log_dirs(wanted)})]
-
-    def _describe_producers(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        topics = []
-        for t in request.topics:
-            parts = []
-            for index in t.partition_indexes:
-                topic = self.metadata.topics.get(t.name)
-                partition = self.replicas.partitions.get((t.name, index))
-                entry = {"partition_index": index, "error_code": ErrorCode.none, "error_message": None,
-                         "active_producers": []}
-                if not self._topic_allowed(conn_id, AclOperation.READ, t.name):
-                    entry["error_code"] = ErrorCode.topic_authorization_failed
-                elif topic is None or index not in topic.assignment:
-                    entry["error_code"] = ErrorCode.unknown_topic_or_partition
-                elif partition is None or not partition.is_leader:
-                    entry["error_code"] = ErrorCode.not_leader_or_follower
-                else:
-                    entry["active_producers"] = [
-                        {"producer_id": pid, "producer_epoch": p.epoch, "last_sequence": p.last_seq,
-                         "last_timestamp": p.batches[-1].timestamp if p.batches else -1,
-                         "coordinator_epoch": p.coordinator_epoch,
-                         "current_txn_start_offset": p.current_txn_first_offset}
-                        for pid, p in sorted(partition.producer_state.producers.items())]
-                parts.append(entry)
-            topics.append({"name": t.name, "partitions": parts})
-        return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
-
-    def _alter_replica_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        results: dict[str, list] = {}
-        allowed = self.authorizer.allows_cluster(conn_id, AclOperation.ALTER)
-        for d in request.dirs:
-            for t in d.topics:
-                for index in t.partitions:
-                    code = self.replicas.log_admin.check_log_dir_move(t.name, index, d.path) if allowed \
-                        else ErrorCode.cluster_authorization_failed
-                    results.setdefault(t.name, []).append({"partition_index": index, "error_code": code})
-        return [response(conn_id, header, {"throttle_time": 0, "results": [
-            {"topic_name": n, "partitions": ps} for n, ps in results.items()]})]
-
-    # -- ListOffsets
-
-    def _list_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        replica_id = request.replica_id
-        named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
-        topics = []
-        for t in request.topics:
-            parts = []
-            for p in t.partitions:
-                if replica_id == DEBUGGING_REPLICA_ID:
-                    partition = self.replicas.partitions.get((t.name, p.partition_index))
-                    error = self.replicas.not_served(t.name, p.partition_index) if partition is None else None
-                else:
-                    partition, error = self.replicas.leader_partition(t.name, p.partition_index)
-                entry = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
-                         "timestamp": -1, "offset": -1, "leader_epoch": -1}
-                if not self._topic_allowed(conn_id, AclOperation.DESCRIBE, t.name):
-                    entry["error_code"] = ErrorCode.topic_authorization_failed
-                    parts.append(entry)
-                    continue
-                if named[(t.name, p.partition_index)] > 1:    # as Kafka 2.8: each is answered once
-                    entry["error_code"] = ErrorCode.invalid_request
-                    parts.append(entry)
-                    continue
-                if partition is None:
-                    entry["error_code"] = error
-                    parts.append(entry)
-                    continue
-                error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                if error is not ErrorCode.none:
-                    entry["error_code"] = error
-                    parts.append(entry)
-                    continue
-                log = partition.log
-                limit = partition.high_watermark if replica_id == CONSUMER_REPLICA_ID else log.log_end_offset
-                if replica_id == CONSUMER_REPLICA_ID and getattr(request, "isolation_level", 0) == 1:
-                    limit = partition.last_stable_offset()      # read_committed: decided transactions only
-                ts = p.timestamp
-                if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-                    entry["offset"] = log.log_start_offset
-                elif ts in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
-                    pass
-                elif ts == LATEST_TIMESTAMP:
-                    entry["offset"] = limit
-                else:
-                    try:
-                        found = (log.find_max_timestamp(limit) if ts == MAX_TIMESTAMP
-                                 else log.find_offset_by_timestamp(ts))
-                    except UndecodableRecordsError:
-                        entry["error_code"] = ErrorCode.corrupt_message
-                        parts.append(entry)
-                        continue
-                    if found is not None and found[0] < limit:
-                        entry["offset"], entry["timestamp"] = found
-                if entry["offset"] >= 0:
-                    # Kafka: the current epoch for LATEST, else the epoch of the batch found
-                    entry["leader_epoch"] = (partition.leader_epoch if ts == LATEST_TIMESTAMP
-                                             else log.leader_epoch_cache.epoch_for_offset(entry["offset"]))
-                parts.append(entry)
-            topics.append({"name": t.name, "partitions": parts})
-        return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
-
-    # -- OffsetForLeaderEpoch
-
-    def _offset_for_leader_epoch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        topics = []
-        # Kafka's rule: CLUSTER_ACTION on the cluster (a follower), else DESCRIBE on the topic
-        cluster_action = self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION)
-        for t in request.topics:
-            parts = []
-            allowed = cluster_action or self._topic_allowed(conn_id, AclOperation.DESCRIBE, t.topic)
-            for p in t.partitions:
-                partition, error = self.replicas.leader_partition(t.topic, p.partition)
-                entry = {"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
-                if not allowed:
-                    entry["error_code"] = ErrorCode.topic_authorization_failed
-                elif partition is None:
-                    entry["error_code"] = error
-                else:
-                    error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                    if error is not ErrorCode.none:
-                        entry["error_code"] = error
-                    else:
-                        epoch, end = partition.log.leader_epoch_cache.end_offset_for(
-                            p.leader_epoch, partition.log.log_end_offset)
-                        entry["leader_epoch"], entry["end_offset"] = epoch, end
-                parts.append(entry)
-            topics.append({"topic": t.topic, "partitions": parts})
-        return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
 
     # -- InitProducerId
 

@@ -72,6 +72,11 @@ class AclAuthorizer:
             return False
         return self.cache.authorize(ANONYMOUS, self._hosts.get(conn_id, ""), operation, resource_type, name)
 
+    def allows_topic(self, conn_id: int, operation: AclOperation, name: str | None) -> bool:
+        """May the client do ``operation`` on the topic ``name``? Never on a topic without a name
+        (one named only by an id this broker does not know)."""
+        return name is not None and self.allows(conn_id, operation, ResourceType.TOPIC, name)
+
     def allows_cluster(self, conn_id: int, operation: AclOperation) -> bool:
         return self.allows(conn_id, operation, ResourceType.CLUSTER, "kafka-cluster")
 

@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.broker.admin_apis import AdminApis
 from strandline.broker.apis import KafkaApis
+from strandline.broker.log_apis import LogApis
 from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.config import BrokerConfig
@@ -105,7 +106,8 @@ class Broker:
                                         self.authorizer, txn_apis),
                               AdminApis(config, self.metadata, self.controller, self.authorizer),
                               ConfigApis(config, self.metadata, self.outbox, self.authorizer, BrokerLoggers(loggers)),
-                              FetchSessionCache(config, rng), self.authorizer, txn_apis)
+                              FetchSessionCache(config, rng), self.authorizer, txn_apis,
+                              LogApis(self.metadata, self.replica_manager, self.authorizer))
         self.cleaner = LogCleaner(log_manager)
         self._configure_cleaner()
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,

@@ -65,9 +65,6 @@ class GroupApis:
     def _group_allowed(self, conn_id: int, op: AclOperation, group_id: str) -> bool:
         return self.authorizer.allows(conn_id, op, ResourceType.GROUP, group_id)
 
-    def _topic_allowed(self, conn_id: int, op: AclOperation, name: str) -> bool:
-        return self.authorizer.allows(conn_id, op, ResourceType.TOPIC, name)
-
     def _refused(self, conn_id: int, header: RequestHeader, request: Any, fields: dict | None = None) -> list | None:
         """GROUP_AUTHORIZATION_FAILED for a membership request on a group the client may not READ."""
         if self._group_allowed(conn_id, AclOperation.READ, request.group_id):
@@ -194,7 +191,7 @@ class GroupApis:
             for p in t.partitions:
                 if not group_allowed:
                     unknown[(t.name, p.partition_index)] = ErrorCode.group_authorization_failed
-                elif not self._topic_allowed(conn_id, AclOperation.READ, t.name):
+                elif not self.authorizer.allows_topic(conn_id, AclOperation.READ, t.name):
                     unknown[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
                 elif t.name in topics and p.partition_index in topics[t.name].assignment:
                     offsets.append((t.name, p.partition_index, p.committed_offset,
@@ -231,7 +228,7 @@ class GroupApis:
             key = (name, p.partition_index)
             if denied_all is not None:
                 errors[key] = denied_all
-            elif not self._topic_allowed(conn_id, AclOperation.READ, name):
+            elif not self.authorizer.allows_topic(conn_id, AclOperation.READ, name):
                 errors[key] = ErrorCode.topic_authorization_failed
             elif name not in topics or p.partition_index not in topics[name].assignment:
                 errors[key] = ErrorCode.unknown_topic_or_partition
@@ -267,7 +264,8 @@ class GroupApis:
                     {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
                      "error_code": ErrorCode.group_authorization_failed} for i in indexes]}
                 for name, indexes in wanted]
-        denied = {name for name, _ in wanted or () if not self._topic_allowed(conn_id, AclOperation.DESCRIBE, name)}
+        allows = self.authorizer.allows_topic
+        denied = {name for name, _ in wanted or () if not allows(conn_id, AclOperation.DESCRIBE, name)}
         if denied:
             wanted = [(name, indexes) for name, indexes in wanted or () if name not in denied]
         error, found = self.groups.fetch_offsets(group_id, wanted)
@@ -275,7 +273,7 @@ class GroupApis:
         by_topic: dict[str, list] = {}
         if error is ErrorCode.none:
             for (name, index), value in sorted(found.items()):
-                if topics is None and not self._topic_allowed(conn_id, AclOperation.DESCRIBE, name):
+                if topics is None and not self.authorizer.allows_topic(conn_id, AclOperation.DESCRIBE, name):
                     continue
                 if (name, index) in unstable:
                     by_topic.setdefault(name, []).append({
@@ -372,7 +370,7 @@ class GroupApis:
         if not self._group_allowed(conn_id, AclOperation.DELETE, request.group_id):
             return [response(conn_id, header, {"error_code": ErrorCode.group_authorization_failed,
                                                "throttle_time": 0, "topics": []})]
-        denied = {name for name, _ in wanted if not self._topic_allowed(conn_id, AclOperation.READ, name)}
+        denied = {name for name, _ in wanted if not self.authorizer.allows_topic(conn_id, AclOperation.READ, name)}
 
         def done(error: ErrorCode, errors: dict, when_ms: int) -> list:
             topics: dict[str, list] = {}

@@ -1,0 +1,203 @@
+"""The requests about partitions' logs other than Produce and Fetch, each answered by this broker
+for its own replicas: ListOffsets, OffsetForLeaderEpoch, DeleteRecords, DescribeLogDirs,
+AlterReplicaLogDirs and DescribeProducers (Kafka's KafkaApis handles them beside Produce and Fetch).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.authorizer import AclAuthorizer
+from strandline.broker.wire import duration_ms, response
+from strandline.coordination.metadata import MetadataCache
+from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.records import UndecodableRecordsError
+from strandline.replication.replica_manager import ReplicaManager
+from strandline.security.acl import AclOperation
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4            # KIP-405: without tiered storage, the log start offset
+LATEST_TIERED_TIMESTAMP = -5             # KIP-1005 and KIP-1023 (-6): nothing is tiered, so no offset
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
+CONSUMER_REPLICA_ID = -1
+#: ListOffsets from a debugging tool: any replica answers, leader or follower (Kafka's
+#: ``ListOffsetsRequest.DEBUGGING_REPLICA_ID``); LATEST is that replica's log end offset.
+DEBUGGING_REPLICA_ID = -2
+
+
+class LogApis:
+    def __init__(self, metadata: MetadataCache, replicas: ReplicaManager, authorizer: AclAuthorizer) -> None:
+        self.metadata = metadata
+        self.replicas = replicas
+        self.authorizer = authorizer
+
+    def handlers(self) -> dict[int, Callable]:
+        return {
+            ApiKey.LIST_OFFSETS: self._list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
+            ApiKey.DELETE_RECORDS: self._delete_records,
+            ApiKey.DESCRIBE_LOG_DIRS: self._describe_log_dirs,
+            ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
+            ApiKey.ALTER_REPLICA_LOG_DIRS: self._alter_replica_log_dirs,
+        }
+
+    # -- DeleteRecords, DescribeLogDirs, DescribeProducers (each broker for its own replicas)
+
+    def _delete_records(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        wanted = list({(t.name, p.partition_index): (t.name, p.partition_index, p.offset)
+                       for t in request.topics for p in t.partitions}.values())
+        denied = {name for name, _, _ in wanted if not self.authorizer.allows_topic(conn_id, AclOperation.DELETE, name)}
+
+        def respond(results: dict) -> list:
+            topics: dict[str, list] = {}
+            for name, index, _ in wanted:
+                code, low = (ErrorCode.topic_authorization_failed, -1) if name in denied else results[(name, index)]
+                topics.setdefault(name, []).append({"partition_index": index, "low_watermark": low,
+                                                    "error_code": code})
+            return [response(conn_id, header, {"throttle_time": 0, "topics": [
+                {"name": n, "partitions": ps} for n, ps in topics.items()]})]
+
+        return self.replicas.log_admin.delete_records(conn_id, [w for w in wanted if w[0] not in denied],
+                                                      duration_ms(request.timeout), respond, now_ms)
+
+    def _describe_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        wanted = None if request.topics is None else \
+            {t.topic: list(t.partitions) for t in request.topics}
+        if not self.authorizer.allows_cluster(conn_id, AclOperation.DESCRIBE):
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                                               "results": []})]
+        return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
+                                           "results": self.replicas.log_admin.describe_log_dirs(wanted)})]
+
+    def _describe_producers(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        topics = []
+        for t in request.topics:
+            parts = []
+            for index in t.partition_indexes:
+                topic = self.metadata.topics.get(t.name)
+                partition = self.replicas.partitions.get((t.name, index))
+                entry = {"partition_index": index, "error_code": ErrorCode.none, "error_message": None,
+                         "active_producers": []}
+                if not self.authorizer.allows_topic(conn_id, AclOperation.READ, t.name):
+                    entry["error_code"] = ErrorCode.topic_authorization_failed
+                elif topic is None or index not in topic.assignment:
+                    entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                elif partition is None or not partition.is_leader:
+                    entry["error_code"] = ErrorCode.not_leader_or_follower
+                else:
+                    entry["active_producers"] = [
+                        {"producer_id": pid, "producer_epoch": p.epoch, "last_sequence": p.last_seq,
+                         "last_timestamp": p.batches[-1].timestamp if p.batches else -1,
+                         "coordinator_epoch": p.coordinator_epoch,
+                         "current_txn_start_offset": p.current_txn_first_offset}
+                        for pid, p in sorted(partition.producer_state.producers.items())]
+                parts.append(entry)
+            topics.append({"name": t.name, "partitions": parts})
+        return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
+
+    def _alter_replica_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        results: dict[str, list] = {}
+        allowed = self.authorizer.allows_cluster(conn_id, AclOperation.ALTER)
+        for d in request.dirs:
+            for t in d.topics:
+                for index in t.partitions:
+                    code = self.replicas.log_admin.check_log_dir_move(t.name, index, d.path) if allowed \
+                        else ErrorCode.cluster_authorization_failed
+                    results.setdefault(t.name, []).append({"partition_index": index, "error_code": code})
+        return [response(conn_id, header, {"throttle_time": 0, "results": [
+            {"topic_name": n, "partitions": ps} for n, ps in results.items()]})]
+
+    # -- ListOffsets
+
+    def _list_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        replica_id = request.replica_id
+        named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                if replica_id == DEBUGGING_REPLICA_ID:
+                    partition = self.replicas.partitions.get((t.name, p.partition_index))
+                    error = self.replicas.not_served(t.name, p.partition_index) if partition is None else None
+                else:
+                    partition, error = self.replicas.leader_partition(t.name, p.partition_index)
+                entry = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
+                         "timestamp": -1, "offset": -1, "leader_epoch": -1}
+                if not self.authorizer.allows_topic(conn_id, AclOperation.DESCRIBE, t.name):
+                    entry["error_code"] = ErrorCode.topic_authorization_failed
+                    parts.append(entry)
+                    continue
+                if named[(t.name, p.partition_index)] > 1:    # as Kafka 2.8: each is answered once
+                    entry["error_code"] = ErrorCode.invalid_request
+                    parts.append(entry)
+                    continue
+                if partition is None:
+                    entry["error_code"] = error
+                    parts.append(entry)
+                    continue
+                error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                if error is not ErrorCode.none:
+                    entry["error_code"] = error
+                    parts.append(entry)
+                    continue
+                log = partition.log
+                limit = partition.high_watermark if replica_id == CONSUMER_REPLICA_ID else log.log_end_offset
+                if replica_id == CONSUMER_REPLICA_ID and getattr(request, "isolation_level", 0) == 1:
+                    limit = partition.last_stable_offset()      # read_committed: decided transactions only
+                ts = p.timestamp
+                if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                    entry["offset"] = log.log_start_offset
+                elif ts in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+                    pass
+                elif ts == LATEST_TIMESTAMP:
+                    entry["offset"] = limit
+                else:
+                    try:
+                        found = (log.find_max_timestamp(limit) if ts == MAX_TIMESTAMP
+                                 else log.find_offset_by_timestamp(ts))
+                    except UndecodableRecordsError:
+                        entry["error_code"] = ErrorCode.corrupt_message
+                        parts.append(entry)
+                        continue
+                    if found is not None and found[0] < limit:
+                        entry["offset"], entry["timestamp"] = found
+                if entry["offset"] >= 0:
+                    # Kafka: the current epoch for LATEST, else the epoch of the batch found
+                    entry["leader_epoch"] = (partition.leader_epoch if ts == LATEST_TIMESTAMP
+                                             else log.leader_epoch_cache.epoch_for_offset(entry["offset"]))
+                parts.append(entry)
+            topics.append({"name": t.name, "partitions": parts})
+        return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
+
+    # -- OffsetForLeaderEpoch
+
+    def _offset_for_leader_epoch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        topics = []
+        # Kafka's rule: CLUSTER_ACTION on the cluster (a follower), else DESCRIBE on the topic
+        cluster_action = self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION)
+        for t in request.topics:
+            parts = []
+            allowed = cluster_action or self.authorizer.allows_topic(conn_id, AclOperation.DESCRIBE, t.topic)
+            for p in t.partitions:
+                partition, error = self.replicas.leader_partition(t.topic, p.partition)
+                entry = {"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+                if not allowed:
+                    entry["error_code"] = ErrorCode.topic_authorization_failed
+                elif partition is None:
+                    entry["error_code"] = error
+                else:
+                    error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                    if error is not ErrorCode.none:
+                        entry["error_code"] = error
+                    else:
+                        epoch, end = partition.log.leader_epoch_cache.end_offset_for(
+                            p.leader_epoch, partition.log.log_end_offset)
+                        entry["leader_epoch"], entry["end_offset"] = epoch, end
+                parts.append(entry)
+            topics.append({"topic": t.topic, "partitions": parts})
+        return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
