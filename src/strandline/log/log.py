@@ -5,15 +5,8 @@ epoch into the batches in place) or as follower (keeping the leader's offsets), 
 stored batches, rolling, retention, truncation, flushing and recovery. Time comes in as
 ``now_ms`` arguments; every file goes through a ``Disk``.
 
-Recovery on open (``needs_recovery``, reference/kafka_replication.md §5.3): every segment from
-the one containing the recovery point on is re-read with CRC checks (``LogSegment.recover``);
-the first one found torn or corrupt is cut at its last valid batch and all later segments are
-deleted. Without recovery nothing is scanned: only the tail of the active segment, from its last
-index entry, is read to find the log end offset.
-
-Before that, a log cleaner's interrupted swap is completed: a ``<base>.log.swap`` file replaces the
-segments it covers (``log.cleaning``), and other leftovers (``.cleaned``, ``.deleted``, ``.tmp``)
-are deleted.
+Opening a log (``log.loader``) completes a log cleaner's interrupted swap and recovers the
+segments from the recovery point on (only the active segment's tail after a clean shutdown).
 
 Producer state (``log.producer_state``: idempotence, open transactions, the last stable offset)
 is kept by every replica's log as it appends. The log writes it to a ``<offset>.snapshot`` file
@@ -31,19 +24,16 @@ import os.path
 from bisect import bisect_right
 from typing import Callable, Iterator, NamedTuple
 
+from strandline.log import retention, swap, time_lookup
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk, FileRegion
 from strandline.log.epoch import LeaderEpochCache
+from strandline.log.loader import load_segments, new_recovery_stats, rebuild_producer_state
 from strandline.log.producer_snapshots import ProducerSnapshots
-from strandline.log.producer_state import AbortedTxn, ProducerStateManager, snapshot_offset
-from strandline.log.segment import (INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BatchInfo,
-                                    CorruptRecordError, LogSegment, file_prefix, segment_paths)
-from strandline.log.txn_index import TXN_INDEX_SUFFIX
+from strandline.log.producer_state import AbortedTxn, ProducerStateManager
+from strandline.log.segment import INT32_MAX, BatchInfo, CorruptRecordError, LogSegment
 from strandline.protocol.markers import CONTROL_BIT, read_marker
 from strandline.protocol.records import BatchHeader, crc_ok, iter_batches, stamp
-
-CLEAN_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
-SWAP_LOG_SUFFIX = LOG_SUFFIX + ".swap"
 
 
 class AppendInfo(NamedTuple):
@@ -57,23 +47,6 @@ class AppendInfo(NamedTuple):
 
 class OffsetOutOfOrder(ValueError):
     """A follower append does not start at the log end offset, or its offsets go backwards."""
-
-
-def partition_dir_name(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
-
-
-def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
-    """``("my-topic", 3)`` from ``"my-topic-3"``; None for names that are not partition dirs."""
-    topic, sep, index = name.rpartition("-")
-    if not sep or not topic or not index.isdigit():
-        return None
-    return topic, int(index)
-
-
-def _new_stats() -> dict[str, int]:
-    return {"segments_recovered": 0, "batches_scanned": 0, "bytes_truncated": 0,
-            "segments_deleted": 0, "indexes_rebuilt": 0, "producer_batches_replayed": 0}
 
 
 class Log:
@@ -94,7 +67,7 @@ class Log:
         #: the highest recovery point this log had (or was opened with): the recovery-point
         #: checkpoint on disk may still say as much after a truncation below it
         self.highest_recovery_point = self._recovery_point
-        self.recovery_stats = _new_stats()
+        self.recovery_stats = new_recovery_stats()
         self._last_flush_ms = now_ms
         self._now_ms = now_ms
         self.closed = False
@@ -118,89 +91,22 @@ class Log:
     def open(cls, disk: Disk, dir: str, topic: str, partition: int, config: LogConfig, *,
              recovery_point: int = 0, log_start_offset: int = 0, needs_recovery: bool = True,
              now_ms: int = 0) -> "Log":
-        disk.makedirs(dir)
-        names = disk.listdir(dir)
-        bases = []
-        swaps = []
-        for name in names:
-            if name.endswith(SWAP_LOG_SUFFIX) and name[:-len(SWAP_LOG_SUFFIX)].isdigit():
-                swaps.append(int(name[:-len(SWAP_LOG_SUFFIX)]))
-            elif name.endswith(CLEAN_SUFFIXES):
-                disk.remove(os.path.join(dir, name))
-            elif name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit():
-                bases.append(int(name[:-len(LOG_SUFFIX)]))
-        for base in sorted(swaps):
-            bases = _complete_swap(disk, dir, base, config, bases, now_ms)
-        if swaps:
-            names = disk.listdir(dir)
-        base_set = set(bases)
-        txn_indexes = set()
-        snapshots = []
-        for name in names:  # indexes whose segment is gone
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                stem = name[:-len(suffix)]
-                if name.endswith(suffix) and stem.isdigit():
-                    if int(stem) not in base_set:
-                        disk.remove(os.path.join(dir, name))
-                    elif suffix == TXN_INDEX_SUFFIX:
-                        txn_indexes.add(int(stem))
-            offset = snapshot_offset(name)
-            if offset is not None:
-                snapshots.append(offset)
-        bases.sort()
-        segments = [LogSegment.open(disk, dir, base, config, now_ms, txn_index=base in txn_indexes)
-                    for base in bases]
-        cache = LeaderEpochCache(disk, dir)
-        stats = _new_stats()
-
-        if segments and needs_recovery:
-            first = max(bisect_right(bases, recovery_point) - 1, 0)
-            on_batch = _epoch_assigner(cache)
-            for i in range(first, len(segments)):
-                segment = segments[i]
-                truncated = segment.recover(on_batch)
-                segment.flush(force=True)
-                stats["segments_recovered"] += 1
-                stats["batches_scanned"] += segment.recovered_batches
-                stats["bytes_truncated"] += truncated
-                if truncated:
-                    for later in segments[i + 1:]:
-                        later.delete()
-                        stats["segments_deleted"] += 1
-                    del segments[i + 1:]
-                    break
-            if stats["segments_recovered"]:
-                disk.fsync_dir(dir)
-        elif segments:
-            active = segments[-1]
-            truncated = active.load_tail()
-            stats["bytes_truncated"] += truncated
-            if truncated:
-                stats["batches_scanned"] += active.recovered_batches
-                stats["segments_recovered"] += 1
-        for segment in segments:
-            stats["indexes_rebuilt"] += segment.index_rebuilds
-
-        if not segments:
-            segments = [LogSegment.create(disk, dir, log_start_offset, config, now_ms)]
-        log_start_offset = max(log_start_offset, segments[0].base_offset)
-        if segments[-1].next_offset < log_start_offset:
-            # Everything left is below the log start offset (Kafka's recoverLog): start afresh.
-            for segment in segments:
-                segment.delete()
-                stats["segments_deleted"] += 1
-            segments = [LogSegment.create(disk, dir, log_start_offset, config, now_ms)]
-        log = cls(disk, dir, topic, partition, config, segments, cache,
-                  log_start_offset=log_start_offset, now_ms=now_ms)
+        """Open the log in ``dir`` (created if missing), recovering it when ``needs_recovery``
+        (see ``log.loader``), and load its producer state."""
+        loaded = load_segments(disk, dir, config, recovery_point=recovery_point, log_start_offset=log_start_offset,
+                               needs_recovery=needs_recovery, now_ms=now_ms)
+        cache, stats = loaded.leader_epoch_cache, loaded.stats
+        log = cls(disk, dir, topic, partition, config, loaded.segments, cache,
+                  log_start_offset=loaded.log_start_offset, now_ms=now_ms)
         cache.truncate_from_end(log.log_end_offset)
         cache.truncate_from_start(log.log_start_offset)
         log.recovery_stats = stats
         log.highest_recovery_point = max(log.highest_recovery_point, recovery_point)
-        log.snapshots = ProducerSnapshots(disk, dir, snapshots)
-        log._load_producer_state()
+        log.snapshots = ProducerSnapshots(disk, dir, loaded.snapshot_offsets)
+        rebuild_producer_state(log)
         log.producer_state.remove_expired(now_ms, config.producer_id_expiration_ms)
         stats["producer_batches_replayed"] = log.replayed_batches
-        if names:
+        if loaded.found_files:
             log._sync_dir_if_new()
         else:
             # a new, empty log: its directory entries become durable with its first flush (nothing
@@ -234,8 +140,12 @@ class Log:
     def unflushed_messages(self) -> int:
         return self.log_end_offset - self.recovery_point
 
-    def _segment_index(self, offset: int) -> int:
+    def segment_index(self, offset: int) -> int:
+        """Where in ``segments`` the segment holding ``offset`` is (the first one for an offset below it)."""
         return max(bisect_right(self._bases, offset) - 1, 0)
+
+    def segment_of(self, offset: int) -> LogSegment:
+        return self.segments[self.segment_index(offset)]
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
         self.segments = segments
@@ -444,50 +354,18 @@ class Log:
         marker = read_marker(records, pos, header) if header.attributes & CONTROL_BIT else None
         aborted = self.producer_state.update(header, offset, header.max_timestamp, marker)
         if aborted is not None:
-            self._segment_of(aborted.last_offset).txn_index.append(aborted)
-
-    def _segment_of(self, offset: int) -> LogSegment:
-        return self.segments[self._segment_index(offset)]
+            self.segment_of(aborted.last_offset).txn_index.append(aborted)
 
     def _take_snapshot(self, offset: int, sync: bool = False) -> str:
         """Write the producer state as of ``offset``; fsynced when ``sync`` (one above the log end
         offset after a crash is deleted on open)."""
         return self.snapshots.take(offset, self.producer_state.snapshot(), sync)
 
-    def _load_producer_state(self) -> None:
-        """From the latest good snapshot at or below the log end offset, then the batches after it;
-        from the log's start without one."""
-        first = self.segments[0].base_offset
-        self.snapshots.delete(lambda o: first <= o <= self.log_end_offset)
-        start = self.snapshots.load_latest(self.producer_state)
-        self._replay_producers(first if start is None else start)
-
-    def _replay_producers(self, start: int) -> None:
-        """Apply the batches from ``start`` to the log end to the producer state, rewriting the
-        transaction index entries of the aborts among them."""
-        rewritten = [s for s in self.segments[self._segment_index(start):] if s.txn_index.entries]
-        for segment in rewritten:
-            segment.txn_index.truncate_to(start)
-        if start >= self.log_end_offset:
-            return
-        for header in self.iter_batch_headers(max(start, self.segments[0].base_offset)):
-            self.replayed_batches += 1
-            if header.producer_id < 0:
-                continue
-            marker = self.marker_of(header) if header.attributes & CONTROL_BIT else None
-            aborted = self.producer_state.update(header, header.base_offset, header.max_timestamp, marker)
-            if aborted is not None:
-                segment = self._segment_of(aborted.last_offset)
-                segment.txn_index.append(aborted)
-                rewritten.append(segment)
-        for segment in rewritten:
-            segment.txn_index.flush()
-
     def marker_of(self, header: BatchHeader) -> tuple[int, int] | None:
         """``(marker type, coordinator epoch)`` of the control batch ``header`` of this log (read
         from its segment, below the log start offset too); None for another control record."""
-        data, _ = self._segment_of(header.base_offset).read(header.base_offset, header.size,
-                                                            header.base_offset + 1)
+        data, _ = self.segment_of(header.base_offset).read(header.base_offset, header.size,
+                                                           header.base_offset + 1)
         return read_marker(bytes(data), 0, header) if data else None
 
     def expire_producers(self, now_ms: int) -> int:
@@ -507,7 +385,7 @@ class Log:
         begins before ``end``. The search stops at an abort decided with a last stable offset
         at or beyond ``end``: no later abort can have begun before it."""
         found = []
-        for segment in self.segments[self._segment_index(start):]:
+        for segment in self.segments[self.segment_index(start):]:
             for txn in segment.txn_index.entries:
                 if txn.last_offset >= start and txn.first_offset < end:
                     found.append(txn)
@@ -534,7 +412,7 @@ class Log:
         parts: list[bytes] = []
         remaining = max_bytes
         segments = self.segments
-        for i in range(self._segment_index(offset), len(segments)):
+        for i in range(self.segment_index(offset), len(segments)):
             # only the active segment's tail may be a region: a read that goes on into the next
             # segment is whole (a region would end the answer there, short of a large min_bytes)
             data, exhausted = segments[i].read(offset, remaining, max_offset, min_one_batch and not parts,
@@ -550,43 +428,20 @@ class Log:
 
     def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches from the one containing ``from_offset`` to the end (61 bytes each)."""
-        for segment in list(self.segments[self._segment_index(from_offset):]):
+        for segment in list(self.segments[self.segment_index(from_offset):]):
             yield from segment.iter_headers(from_offset)
 
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record from the log start offset whose timestamp is
         >= ``timestamp``. Raises UndecodableRecordsError if that batch's records do not decode."""
-        for segment in self.segments[self._segment_index(self.log_start_offset):]:
-            if segment.max_timestamp >= timestamp:
-                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
-                if found is not None:
-                    return found
-        return None
+        return time_lookup.find_offset_by_timestamp(self, timestamp)
 
     def find_max_timestamp(self, below: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record holding the largest timestamp among the
         batches from the log start offset with base offset < ``below`` (Kafka's MAX_TIMESTAMP and
         offsetOfMaxTimestamp). Segments wholly in that range answer from what they keep, so only
         the first and the last are read. Raises UndecodableRecordsError as find_offset_by_timestamp."""
-        best: tuple[int, int, LogSegment] | None = None     # (timestamp, offset in its batch, segment)
-        for segment in self.segments[self._segment_index(self.log_start_offset):]:
-            if segment.base_offset >= below:
-                break
-            if segment.base_offset >= self.log_start_offset and segment.next_offset <= below:
-                found = (segment.max_timestamp, segment.offset_of_max_timestamp)
-            else:
-                found = (-1, -1)
-                for h in segment.iter_headers(self.log_start_offset):
-                    if h.base_offset >= below:
-                        break
-                    if h.max_timestamp > found[0]:
-                        found = (h.max_timestamp, h.base_offset + h.last_offset_delta)
-            if found[1] >= 0 and (best is None or found[0] > best[0]):
-                best = (found[0], found[1], segment)
-        if best is None:
-            return None
-        timestamp, offset, segment = best
-        return segment.offset_of_timestamp(offset, timestamp), timestamp
+        return time_lookup.find_max_timestamp(self, below)
 
     def epoch_for_offset(self, offset: int) -> int:
         return self.leader_epoch_cache.epoch_for_offset(offset)
@@ -616,7 +471,7 @@ class Log:
         self.log_end_offset = active.next_offset
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
-        self._load_producer_state()
+        rebuild_producer_state(self)
         self._offsets_changed()
         return True
 
@@ -654,28 +509,10 @@ class Log:
     def replace_segments(self, old: list[LogSegment], cleaned_path: str, now_ms: int,
                          removed_markers: set[int] | None = None) -> LogSegment:
         """Swap a log cleaner's fsynced ``cleaned_path`` in for the consecutive segments ``old``
-        (see ``log.cleaning``): rename it to ``<base>.log.swap`` (the commit point), delete the old
+        (``log.swap``): rename it to ``<base>.log.swap`` (the commit point), delete the old
         segments' files, rename the swap file to ``<base>.log``. The new segment's transaction
         index holds the old ones' entries but those of the abort markers in ``removed_markers``."""
-        first = self.segments.index(old[0])
-        if self.segments[first:first + len(old)] != old or first + len(old) >= len(self.segments):
-            raise ValueError(f"segments to replace are not consecutive inactive segments of {self!r}")
-        base = old[0].base_offset
-        log_path = old[0].log_path
-        swap_path = log_path + ".swap"
-        aborted = [txn for segment in old for txn in segment.txn_index.entries
-                   if not removed_markers or txn.last_offset not in removed_markers]
-        self.disk.rename(cleaned_path, swap_path)
-        self.disk.fsync_dir(self.dir)
-        for segment in old:
-            segment.delete()
-        self.disk.rename(swap_path, log_path)
-        self.disk.fsync_dir(self.dir)
-        new = LogSegment.open(self.disk, self.dir, base, self.config, now_ms, txn_index=False)
-        new.txn_index.extend(aborted)
-        new.txn_index.flush()
-        self._set_segments(self.segments[:first] + [new] + self.segments[first + len(old):])
-        return new
+        return swap.replace_segments(self, old, cleaned_path, now_ms, removed_markers)
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up (DeleteRecords); segments below go at the next retention run."""
@@ -717,56 +554,13 @@ class Log:
     # -- retention ---------------------------------------------------------------------------
 
     def delete_old_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
-        """Retention: segments below the log start offset, and when the cleanup policy has
-        ``delete`` those older than retention.ms or beyond retention.bytes, oldest first; never the active segment, nor (when given) a segment with
-        data at or above ``high_watermark``. Moves the log start offset; returns segments deleted.
+        """Retention (``log.retention``): segments below the log start offset, and when the cleanup
+        policy has ``delete`` those older than retention.ms or beyond retention.bytes, oldest first;
+        never the active segment, nor (when given) a segment with data at or above
+        ``high_watermark``. Moves the log start offset; returns segments deleted.
         """
         self._now_ms = now_ms
-        deleted = self._delete_prefix(lambda s: False, high_watermark, below_start=True)
-        if not self.config.deletes:         # cleanup.policy=compact: only the log start offset deletes
-            return deleted
-        if self.config.retention_ms >= 0:
-            retention_ms = self.config.retention_ms
-            deleted += self._delete_prefix(lambda s: now_ms - s.max_timestamp > retention_ms, high_watermark)
-        if self.config.retention_bytes >= 0:
-            excess = self.size_in_bytes - self.config.retention_bytes
-
-            def over(segment: LogSegment) -> bool:
-                nonlocal excess
-                if excess - segment.size >= 0:
-                    excess -= segment.size
-                    return True
-                return False
-            deleted += self._delete_prefix(over, high_watermark)
-        return deleted
-
-    def _delete_prefix(self, predicate, high_watermark: int | None, below_start: bool = False) -> int:
-        upper = self.log_end_offset if high_watermark is None else min(high_watermark, self.log_end_offset)
-        count = 0
-        segments = self.segments
-        while count < len(segments) - 1:
-            next_base = segments[count + 1].base_offset
-            if next_base > upper:
-                break
-            if below_start:
-                if next_base > self.log_start_offset:
-                    break
-            elif not predicate(segments[count]):
-                break
-            count += 1
-        if count == 0:
-            return 0
-        for segment in segments[:count]:
-            segment.delete()
-        self._set_segments(segments[count:])
-        first = self.segments[0].base_offset
-        self.snapshots.delete(lambda o: o >= first)
-        new_start = self.segments[0].base_offset
-        if new_start > self.log_start_offset:
-            self.log_start_offset = new_start
-            self.leader_epoch_cache.truncate_from_start(new_start)
-            self._offsets_changed()
-        return count
+        return retention.delete_old_segments(self, now_ms, high_watermark)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -788,38 +582,3 @@ class Log:
         return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
                 f"end={self.log_end_offset}, segments={len(self.segments)})")
 
-
-def _complete_swap(disk: Disk, dir: str, base: int, config: LogConfig, bases: list[int], now_ms: int) -> list[int]:
-    """Finish a cleaner's swap found on open: the ``<base>.log.swap`` file (fsynced before it got
-    that name) replaces every segment whose base offset lies in the offsets it covers; returns
-    the segment base offsets left."""
-    swap_path = os.path.join(dir, file_prefix(base) + SWAP_LOG_SUFFIX)
-    swap = LogSegment(disk, dir, base, config, disk.open(swap_path), created_ms=now_ms, new=False)
-    size = swap.log.size()
-    next_offset, end = base, 0
-    for pos, h in swap._iter_headers(0, check_crc=True):
-        next_offset, end = h.base_offset + h.last_offset_delta + 1, pos + h.size
-    swap.log.close()
-    if end != size:
-        raise CorruptRecordError(f"{swap_path} is not whole ({end} of {size} bytes are valid batches): "
-                                 f"an interrupted log cleaning cannot be completed")
-    replaced = [b for b in bases if base <= b < next_offset]
-    for old in replaced + [base]:
-        # the transaction index goes too: the entries of the cleaned range are of aborts whose
-        # records the cleaner removed (nothing left to hide), and one whose marker it removed
-        # would hide that producer's later records from read_committed readers
-        for path in segment_paths(dir, old) + (os.path.join(dir, file_prefix(old) + TXN_INDEX_SUFFIX),):
-            if disk.exists(path):
-                disk.remove(path)
-    disk.rename(swap_path, segment_paths(dir, base)[0])
-    disk.fsync_dir(dir)
-    return sorted({b for b in bases if b not in replaced} | {base})
-
-
-def _epoch_assigner(cache: LeaderEpochCache):
-    """Recovery re-learns only epochs above the latest known one (Kafka's LogSegment.recover)."""
-    def on_batch(header: BatchHeader) -> None:
-        epoch = header.partition_leader_epoch
-        if epoch >= 0 and epoch > cache.latest_epoch:
-            cache.assign(epoch, header.base_offset)
-    return on_batch

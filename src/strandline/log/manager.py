@@ -20,7 +20,8 @@ from typing import NamedTuple
 from strandline.log import checkpoint
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk
-from strandline.log.log import Log, parse_partition_dir_name, partition_dir_name
+from strandline.log.loader import parse_partition_dir_name, partition_dir_name
+from strandline.log.log import Log
 from strandline.log.segment import LogSegment
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"

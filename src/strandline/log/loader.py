@@ -1,0 +1,185 @@
+"""Opening a partition's log directory (Kafka's ``LogLoader``): the segments ``Log.open`` starts with,
+and the producer state it rebuilds.
+
+Recovery on open (``needs_recovery``, reference/kafka_replication.md §5.3): every segment from
+the one containing the recovery point on is re-read with CRC checks (``LogSegment.recover``);
+the first one found torn or corrupt is cut at its last valid batch and all later segments are
+deleted. Without recovery nothing is scanned: only the tail of the active segment, from its last
+index entry, is read to find the log end offset.
+
+Before that, a log cleaner's interrupted swap is completed: a ``<base>.log.swap`` file replaces the
+segments it covers (``log.swap``), and other leftovers (``.cleaned``, ``.deleted``, ``.tmp``)
+are deleted.
+
+The producer state is rebuilt on open, and after a truncation, from the latest good snapshot at or
+below the log end offset and the batches after it (Kafka's ``rebuildProducerState``).
+"""
+
+from __future__ import annotations
+
+import os.path
+from bisect import bisect_right
+from typing import TYPE_CHECKING, NamedTuple
+
+from strandline.log.config import LogConfig
+from strandline.log.disk import Disk
+from strandline.log.epoch import LeaderEpochCache
+from strandline.log.producer_state import snapshot_offset
+from strandline.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from strandline.log.swap import SWAP_LOG_SUFFIX, complete_swap
+from strandline.log.txn_index import TXN_INDEX_SUFFIX
+from strandline.protocol.markers import CONTROL_BIT
+from strandline.protocol.records import BatchHeader
+
+if TYPE_CHECKING:
+    from strandline.log.log import Log
+
+CLEAN_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
+    """``("my-topic", 3)`` from ``"my-topic-3"``; None for names that are not partition dirs."""
+    topic, sep, index = name.rpartition("-")
+    if not sep or not topic or not index.isdigit():
+        return None
+    return topic, int(index)
+
+
+class LoadedSegments(NamedTuple):
+    """What ``load_segments`` found (and recovered) in a log directory."""
+    segments: list[LogSegment]
+    leader_epoch_cache: LeaderEpochCache
+    log_start_offset: int
+    snapshot_offsets: list[int]         # of the producer snapshot files found
+    stats: dict[str, int]               # the log's ``recovery_stats``
+    found_files: bool                   # False: the directory was new (or empty)
+
+
+def new_recovery_stats() -> dict[str, int]:
+    return {"segments_recovered": 0, "batches_scanned": 0, "bytes_truncated": 0,
+            "segments_deleted": 0, "indexes_rebuilt": 0, "producer_batches_replayed": 0}
+
+
+def load_segments(disk: Disk, dir: str, config: LogConfig, *, recovery_point: int, log_start_offset: int,
+                  needs_recovery: bool, now_ms: int) -> LoadedSegments:
+    """Complete an interrupted swap, delete leftovers and indexes without a segment, open the
+    segments and recover them (from the one holding ``recovery_point``, or only the active
+    segment's tail without ``needs_recovery``); a log with no segment, or with nothing at or
+    above ``log_start_offset``, starts with one empty segment there."""
+    disk.makedirs(dir)
+    names = disk.listdir(dir)
+    bases = []
+    swaps = []
+    for name in names:
+        if name.endswith(SWAP_LOG_SUFFIX) and name[:-len(SWAP_LOG_SUFFIX)].isdigit():
+            swaps.append(int(name[:-len(SWAP_LOG_SUFFIX)]))
+        elif name.endswith(CLEAN_SUFFIXES):
+            disk.remove(os.path.join(dir, name))
+        elif name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit():
+            bases.append(int(name[:-len(LOG_SUFFIX)]))
+    for base in sorted(swaps):
+        bases = complete_swap(disk, dir, base, config, bases, now_ms)
+    if swaps:
+        names = disk.listdir(dir)
+    base_set = set(bases)
+    txn_indexes = set()
+    snapshots = []
+    for name in names:  # indexes whose segment is gone
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+            stem = name[:-len(suffix)]
+            if name.endswith(suffix) and stem.isdigit():
+                if int(stem) not in base_set:
+                    disk.remove(os.path.join(dir, name))
+                elif suffix == TXN_INDEX_SUFFIX:
+                    txn_indexes.add(int(stem))
+        offset = snapshot_offset(name)
+        if offset is not None:
+            snapshots.append(offset)
+    bases.sort()
+    segments = [LogSegment.open(disk, dir, base, config, now_ms, txn_index=base in txn_indexes)
+                for base in bases]
+    cache = LeaderEpochCache(disk, dir)
+    stats = new_recovery_stats()
+
+    if segments and needs_recovery:
+        first = max(bisect_right(bases, recovery_point) - 1, 0)
+        on_batch = _epoch_assigner(cache)
+        for i in range(first, len(segments)):
+            segment = segments[i]
+            truncated = segment.recover(on_batch)
+            segment.flush(force=True)
+            stats["segments_recovered"] += 1
+            stats["batches_scanned"] += segment.recovered_batches
+            stats["bytes_truncated"] += truncated
+            if truncated:
+                for later in segments[i + 1:]:
+                    later.delete()
+                    stats["segments_deleted"] += 1
+                del segments[i + 1:]
+                break
+        if stats["segments_recovered"]:
+            disk.fsync_dir(dir)
+    elif segments:
+        active = segments[-1]
+        truncated = active.load_tail()
+        stats["bytes_truncated"] += truncated
+        if truncated:
+            stats["batches_scanned"] += active.recovered_batches
+            stats["segments_recovered"] += 1
+    for segment in segments:
+        stats["indexes_rebuilt"] += segment.index_rebuilds
+
+    if not segments:
+        segments = [LogSegment.create(disk, dir, log_start_offset, config, now_ms)]
+    log_start_offset = max(log_start_offset, segments[0].base_offset)
+    if segments[-1].next_offset < log_start_offset:
+        # Everything left is below the log start offset (Kafka's recoverLog): start afresh.
+        for segment in segments:
+            segment.delete()
+            stats["segments_deleted"] += 1
+        segments = [LogSegment.create(disk, dir, log_start_offset, config, now_ms)]
+    return LoadedSegments(segments, cache, log_start_offset, snapshots, stats, bool(names))
+
+
+def rebuild_producer_state(log: Log) -> None:
+    """From the latest good snapshot at or below the log end offset, then the batches after it;
+    from the log's start without one."""
+    first = log.segments[0].base_offset
+    log.snapshots.delete(lambda o: first <= o <= log.log_end_offset)
+    start = log.snapshots.load_latest(log.producer_state)
+    _replay_producers(log, first if start is None else start)
+
+
+def _replay_producers(log: Log, start: int) -> None:
+    """Apply the batches from ``start`` to the log end to the producer state, rewriting the
+    transaction index entries of the aborts among them."""
+    rewritten = [s for s in log.segments[log.segment_index(start):] if s.txn_index.entries]
+    for segment in rewritten:
+        segment.txn_index.truncate_to(start)
+    if start >= log.log_end_offset:
+        return
+    for header in log.iter_batch_headers(max(start, log.segments[0].base_offset)):
+        log.replayed_batches += 1
+        if header.producer_id < 0:
+            continue
+        marker = log.marker_of(header) if header.attributes & CONTROL_BIT else None
+        aborted = log.producer_state.update(header, header.base_offset, header.max_timestamp, marker)
+        if aborted is not None:
+            segment = log.segment_of(aborted.last_offset)
+            segment.txn_index.append(aborted)
+            rewritten.append(segment)
+    for segment in rewritten:
+        segment.txn_index.flush()
+
+
+def _epoch_assigner(cache: LeaderEpochCache):
+    """Recovery re-learns only epochs above the latest known one (Kafka's LogSegment.recover)."""
+    def on_batch(header: BatchHeader) -> None:
+        epoch = header.partition_leader_epoch
+        if epoch >= 0 and epoch > cache.latest_epoch:
+            cache.assign(epoch, header.base_offset)
+    return on_batch
