@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from kio.schema.errors import ErrorCode
 
 from strandline.replication.fetch_session import (FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache, SessionHandler,
-                                                  next_epoch)
+                                                  SessionPartition, next_epoch)
 from tests.unit.batches import make_batch
 from tests.unit.test_leader_replication import LAG, follower_fetch, partition, produce, replicated
 
@@ -313,8 +313,6 @@ def test_a_parked_session_fetch_that_nothing_touched_expires_without_a_second_sc
     """A long-poll session fetch of quiet partitions parks; at expiry, when no append, HW move or
     control request touched it, it answers what it had, without looking at every partition again;
     a LeaderAndIsr meanwhile (a change no watch key announces) makes it look again."""
-    from strandline.replication.replica_manager import ReplicaManager
-
     h = replicated()
     produce(h, acks=1, values=[b"a"])
     h.response(0, 7)
@@ -322,8 +320,8 @@ def test_a_parked_session_fetch_that_nothing_touched_expires_without_a_second_sc
     sid = session_fetch(h, 2, 1, 0, INITIAL_EPOCH).session_id
     session_fetch(h, 2, None, sid, 1)                       # hears the HW its fetch moved
     scans = []
-    real = ReplicaManager._quiet
-    monkeypatch.setattr(ReplicaManager, "_quiet", lambda self, *a: scans.append(a[3]) or real(self, *a))
+    real = SessionPartition.quiet
+    monkeypatch.setattr(SessionPartition, "quiet", lambda self, *a: scans.append(a[2]) or real(self, *a))
 
     def parked_fetch(epoch: int):
         body = h.fetch_body("r", 0, max_wait=500)

@@ -58,10 +58,10 @@ class Counting:
 
     def __init__(self, monkeypatch) -> None:
         from strandline.replication.partition import Partition
-        from strandline.replication.replica_manager import ReplicaManager
+        from strandline.replication.fetch_session import SessionPartition
         self.quiet = 0
         self.reads = 0
-        quiet, read = ReplicaManager._quiet, Partition.read_records
+        quiet, read = SessionPartition.quiet, Partition.read_records
 
         def counted_quiet(rm, *a):
             self.quiet += 1
@@ -70,7 +70,7 @@ class Counting:
         def counted_read(p, *a, **k):
             self.reads += 1
             return read(p, *a, **k)
-        monkeypatch.setattr(ReplicaManager, "_quiet", counted_quiet)
+        monkeypatch.setattr(SessionPartition, "quiet", counted_quiet)
         monkeypatch.setattr(Partition, "read_records", counted_read)
 
     def clear(self) -> None:

@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.replication.partition import FetchClock
+from strandline.replication.partition import FetchClock, Partition
 
 NO_SESSION = 0
 INITIAL_EPOCH = 0
@@ -81,6 +81,31 @@ class SessionPartition:
         self.leader_log_start_offset = entry["log_start_offset"]
         self.last_stable_offset = entry["last_stable_offset"]
         return bool(news)
+
+
+    def quiet(self, partition: Partition, replica_id: int, arriving: bool, deletes_waiting: bool, now_ms: int) -> bool:
+        """Whether reading this partition would be for nothing: this broker leads it in the epoch
+        the fetcher knows, the fetcher is where the readable end is (the HW for a consumer, the LEO
+        for a follower), and it has heard the current high watermark and log start offset. A
+        follower's fetch arriving so still counts for the ISR
+        (:meth:`Partition.caught_up_follower_fetched`)."""
+        hw = partition.high_watermark
+        if (self.high_watermark != hw or self.last_stable_offset != hw
+                or partition.leader_id != partition.local_broker_id
+                or self.leader_log_start_offset != partition.log.log_start_offset
+                or (self.current_leader_epoch >= 0 and self.current_leader_epoch != partition.leader_epoch)):
+            return False
+        if replica_id < 0:
+            return self.fetch_offset == hw
+        leo = partition.log.log_end_offset
+        if not arriving:
+            return self.fetch_offset == leo
+        # the full update also recomputes the HW (a lagging replica outside the ISR may have stopped
+        # holding it back) and re-checks DeleteRecords waiting on followers: quick only when the HW
+        # is at the LEO and nothing waits
+        if hw != leo or deletes_waiting:
+            return False
+        return partition.caught_up_follower_fetched(replica_id, self.fetch_offset, self.log_start_offset, now_ms)
 
 
 def session_partition(p: Any, seq: int = 0) -> SessionPartition:
@@ -135,7 +160,7 @@ class ChangeJournal:
 class SessionScan:
     """What the leader saw at a session's last Fetch: who read (replica id, isolation level), the
     journal's position and epoch before it looked, and the partitions that were not quiet
-    (:meth:`ReplicaManager._quiet`), which it looks at again each time. Every other partition of
+    (:meth:`SessionPartition.quiet`), which it looks at again each time. Every other partition of
     the session was quiet and nothing changed it since, so it still is."""
 
     reader: tuple[int, int]
@@ -164,6 +189,21 @@ class FetchSession:
         """Leave ``key`` out of the session (its fetcher forgot it, or may no longer fetch it)."""
         if self.partitions.pop(key, None) is not None:
             self.dropped.append(key)
+
+    def keys_to_read(self, journal: ChangeJournal, scan: SessionScan | None, named: Iterable[Key] = ()) -> list[Key]:
+        """The session's partitions the leader reads, in the session's order (the order a full read
+        takes): every one when ``scan`` is None or the journal cannot say what changed since it;
+        else those not quiet at ``scan``, those changed since, and ``named``."""
+        parts = self.partitions
+        changed = journal.since(scan.position, scan.epoch) if scan is not None else None
+        if changed is None:
+            return list(parts)
+        keys = set(scan.unsettled)          # type: ignore[union-attr]
+        keys.update(changed)
+        keys.update(named)
+        present = [key for key in keys if key in parts]
+        present.sort(key=lambda key: parts[key].seq)
+        return present
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """``LogAdmin``: the admin operations on this broker's logs (Kafka keeps them in its
 ReplicaManager): DeleteRecords with its purgatory (an answer waits until every live replica has
-moved its log start offset), DescribeLogDirs, and the AlterReplicaLogDirs check. Pure: it returns
-effects; time comes in as ``now_ms``."""
+moved its log start offset), DescribeLogDirs, the AlterReplicaLogDirs check, and reading a whole
+replica (what a coordinator loads its state from). Pure: it returns effects; time comes in as
+``now_ms``."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ class LogAdmin:
         self.metadata = metadata
         self.start_moved = start_moved   # told when a leader's log start offset moved
         self.purgatory = Purgatory()     # DeleteRecords waiting on followers' log start offsets
+
+    def read_log(self, topic: str, index: int) -> bytes:
+        """Every record batch of this broker's replica of a partition (empty if it has none)."""
+        partition = self.partitions.get((topic, index))
+        if partition is None or not partition.log.log_end_offset:
+            return b""
+        log = partition.log
+        return log.read(log.log_start_offset, 1 << 40, max_offset=log.log_end_offset)
 
     def delete_records(self, conn_id: int, wanted: list[tuple[str, int, int]], timeout_ms: int,
                        respond: Callable[[dict[tuple[str, int], tuple[ErrorCode, int]]], list], now_ms: int) -> list:

@@ -275,6 +275,20 @@ class Partition:
         replica.last_fetch_time_ms = now_ms
         return True
 
+    def take_quiet_clock(self, replica_id: int, clock: FetchClock | None) -> bool:
+        """Before a follower's fetch of this partition is looked at: its replica state takes back
+        the times a session's quiet clock gave it. True when that was another session's clock (a
+        replaced one, or the same follower fetching this partition otherwise): that session must
+        look at the partition again."""
+        replica = self.remote_replicas.get(replica_id)
+        return replica is not None and replica.quiet_clock is not None and replica.detach_clock() is not clock
+
+    def release_quiet_clock(self, replica_id: int, clock: FetchClock) -> None:
+        """The session of ``clock`` forgot this partition: its follower's fetches of it count no more."""
+        replica = self.remote_replicas.get(replica_id)
+        if replica is not None and replica.quiet_clock is clock:
+            replica.detach_clock()
+
     def low_watermark(self, alive: set[int]) -> int:
         """The lowest log start offset of the replicas of ``alive`` brokers that reported one, this
         leader's included (Kafka's lowWatermarkIfLeader): what DeleteRecords waits for."""

@@ -4,7 +4,8 @@ It applies the controller's decisions (LeaderAndIsr: become leader or follower; 
 metadata cache; StopReplica), reads records for consumers and followers, holds the fetch purgatory
 (long-poll fetches), and checkpoints high watermarks. Appends as leader and acks=all waits are its
 :class:`LeaderWrites`', ISR changes its :class:`IsrManager`'s, the follower side its
-:class:`ReplicaFetcherManager`'s. Pure: it returns effects; time comes in as ``now_ms``.
+:class:`ReplicaFetcherManager`'s, DeleteRecords and whole-replica reads its :class:`LogAdmin`'s. Pure:
+it returns effects; time comes in as ``now_ms``.
 """
 
 from __future__ import annotations
@@ -392,14 +393,6 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ reads
 
-    def read_log(self, topic: str, index: int) -> bytes:
-        """Every record batch of this broker's replica of a partition (empty if it has none)."""
-        partition = self.partitions.get((topic, index))
-        if partition is None or not partition.log.log_end_offset:
-            return b""
-        log = partition.log
-        return log.read(log.log_start_offset, 1 << 40, max_offset=log.log_end_offset)
-
     def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                        isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int,
                        session: FetchSession | None = None) -> list:
@@ -410,7 +403,7 @@ class ReplicaManager:
         ``session``: given for an incremental fetch session (``wanted`` then holds only the
         partitions this Fetch named, as ``SessionPartition``s, which remember what their fetcher last
         heard). The leader looks only at the session's partitions that the journal says changed
-        since its last Fetch, those named, and those that were not quiet then (:meth:`_quiet`): a
+        since its last Fetch, those named, and those that were not quiet then (:meth:`SessionPartition.quiet`): a
         quiet partition has nothing to read and no news, and is left out of the answer. So an idle
         session costs nothing per partition; a follower's quiet partitions still count its fetch
         for the ISR, through the session's :class:`FetchClock`."""
@@ -432,12 +425,13 @@ class ReplicaManager:
             by_topic: dict[str, list] = {}
             order: list[str] = []
             clock = session.clock if session is not None and arrival and follower else None
+            deletes_waiting = len(self.log_admin.purgatory) > 0
             for key, name, p in keyed:
                 partition = partitions.get(key)
-                if clock is not None and partition is not None:
-                    self._take_clock(partition, key, replica_id, clock)
+                if clock is not None and partition is not None and partition.take_quiet_clock(replica_id, clock):
+                    journal.add(key)
                 if session is not None:
-                    if partition is not None and self._quiet(partition, p, replica_id, arrival, at_ms):
+                    if partition is not None and p.quiet(partition, replica_id, arrival, deletes_waiting, at_ms):
                         if clock is not None:
                             partition.remote_replicas[replica_id].quiet_clock = clock
                         continue
@@ -498,19 +492,15 @@ class ReplicaManager:
             if session.dropped:
                 if follower:
                     for key in session.dropped:
-                        self._release_clock(key, replica_id, session.clock)
+                        partition = partitions.get(key)
+                        if partition is not None:
+                            partition.release_quiet_clock(replica_id, session.clock)
                 session.dropped.clear()
             reader = (replica_id, isolation)
             scan = session.scan
-            changed = journal.since(scan.position, scan.epoch) if scan is not None and scan.reader == reader else None
+            keys = session.keys_to_read(journal, scan if scan is not None and scan.reader == reader else None,
+                                        ((name, p.partition) for name, p in wanted))
             position, epoch = journal.position, journal.epoch     # what changes from here on counts next time
-            if changed is None:
-                keys: Iterable = list(parts)
-            else:
-                keys = set(scan.unsettled)          # type: ignore[union-attr]
-                keys.update(changed)
-                keys.update((name, p.partition) for name, p in wanted)
-                keys = self._in_session_order(parts, keys)
             unquiet: list = []
             topics, total, errors = read(((key, key[0], parts[key]) for key in keys if key in parts), now_ms,
                                          True, unquiet)
@@ -536,16 +526,9 @@ class ReplicaManager:
                 topics, total, errors = read(everything(), when_ms, False, None)
             else:
                 # what was not quiet on arrival, and what changed since
-                changed = journal.since(scan.position, scan.epoch)
                 parts = session.partitions
-                if changed is None:
-                    keys: Iterable = list(parts)
-                else:
-                    keys = set(scan.unsettled)
-                    keys.update(changed)
-                    keys = self._in_session_order(parts, keys)
-                topics, total, errors = read(((key, key[0], parts[key]) for key in keys if key in parts), when_ms,
-                                             False, None)
+                topics, total, errors = read(((key, key[0], parts[key]) for key in session.keys_to_read(journal, scan)
+                                              if key in parts), when_ms, False, None)
             if expired or total >= min_bytes or errors:
                 return respond(topics)
             return None
@@ -558,53 +541,6 @@ class ReplicaManager:
                                                         tuple((name, p.partition) for name, p in wanted),
                                                         try_complete))
         return effects
-
-    @staticmethod
-    def _in_session_order(parts: dict, keys: set) -> list:
-        """``keys`` of the session's partitions, in the session's order (the order a full read takes)."""
-        present = [key for key in keys if key in parts]
-        present.sort(key=lambda key: parts[key].seq)
-        return present
-
-    def _take_clock(self, partition: Partition, key: tuple[str, int], replica_id: int,
-                    clock: FetchClock | None) -> None:
-        """Before a follower's fetch of a partition is looked at: its replica state takes back the
-        times a session's quiet clock gave it. Another session's clock (a replaced one, or the same
-        follower fetching this partition otherwise) makes that session look at the partition again."""
-        replica = partition.remote_replicas.get(replica_id)
-        if replica is not None and replica.quiet_clock is not None:
-            if replica.detach_clock() is not clock:
-                self.journal.add(key)
-
-    def _release_clock(self, key: tuple[str, int], replica_id: int, clock: FetchClock) -> None:
-        """A partition forgotten by a session: its follower's fetches of it count no more."""
-        partition = self.partitions.get(key)
-        replica = partition.remote_replicas.get(replica_id) if partition is not None else None
-        if replica is not None and replica.quiet_clock is clock:
-            replica.detach_clock()
-
-    def _quiet(self, partition: Partition, sp: Any, replica_id: int, arriving: bool, now_ms: int) -> bool:
-        """Whether a session partition would be read for nothing: this broker leads it in the
-        epoch its fetcher knows, the fetcher is where the readable end is (the HW for a consumer, the
-        LEO for a follower), and it has heard the current high watermark and log start offset. A
-        follower's fetch arriving so still counts for the ISR
-        (:meth:`Partition.caught_up_follower_fetched`)."""
-        hw = partition.high_watermark
-        if (sp.high_watermark != hw or sp.last_stable_offset != hw or partition.leader_id != partition.local_broker_id
-                or sp.leader_log_start_offset != partition.log.log_start_offset
-                or (sp.current_leader_epoch >= 0 and sp.current_leader_epoch != partition.leader_epoch)):
-            return False
-        if replica_id < 0:
-            return sp.fetch_offset == hw
-        leo = partition.log.log_end_offset
-        if not arriving:
-            return sp.fetch_offset == leo
-        # the full update also recomputes the HW (a lagging replica outside the ISR may have stopped
-        # holding it back) and re-checks DeleteRecords waiting on followers: quick only when the HW
-        # is at the LEO and nothing waits
-        if hw != leo or len(self.log_admin.purgatory):
-            return False
-        return partition.caught_up_follower_fetched(replica_id, sp.fetch_offset, sp.log_start_offset, now_ms)
 
     def _throttled(self, name: str, index: int, key: str, broker_id: int) -> bool:
         topic = self.metadata.topics.get(name)
@@ -623,7 +559,8 @@ class ReplicaManager:
             partition = self.partitions.get(key)
             if partition is None or not partition.is_leader:
                 continue
-            self._take_clock(partition, key, follower_id, clock)
+            if partition.take_quiet_clock(follower_id, clock):
+                self.journal.add(key)
             if partition.update_follower_fetch_state(follower_id, p.fetch_offset, now_ms,
                                                      getattr(p, "log_start_offset", -1)):
                 advanced.append((name, p.partition))
@@ -640,15 +577,6 @@ class ReplicaManager:
         return self.writes.purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
 
     # ------------------------------------------------------------------ time and connections
-
-    def maybe_shrink_isrs(self, now_ms: int) -> list:
-        return self.isr_manager.maybe_shrink_isrs(now_ms)
-
-    def maybe_propagate_isr_changes(self, now_ms: int) -> list:
-        return self.isr_manager.maybe_propagate_isr_changes(now_ms)
-
-    def maybe_send_fetches(self, now_ms: int) -> list:
-        return self.fetcher_manager.maybe_send_fetches(now_ms)
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.writes.purgatory.next_deadline(),
