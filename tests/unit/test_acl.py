@@ -14,7 +14,7 @@ from strandline.broker.effects import Send, ZkRequest
 from strandline.broker.outbox import Outbox
 from strandline.coordination.cluster_state import read_acls
 from strandline.coordination.store import Create
-from strandline.coordination.znodes import ACL_PATHS, AclChangeNotificationZNode, AclZNode
+from strandline.coordination.acl_znodes import ACL_PATHS, AclChangeNotificationZNode, AclZNode
 from strandline.security.acl import (
     AccessControlEntry as Ace, AclBindingFilter, AclCache, AclError, AclOperation as Op, AclPermissionType as Perm,
     PatternType, ResourcePattern, ResourceType, binding_from_request)

@@ -25,7 +25,7 @@ from strandline.broker.effects import Log
 from strandline.broker.outbox import Outbox
 from strandline.broker.wire import response
 from strandline.coordination.store import Create, Delete, GetData, SetData, ZkError
-from strandline.coordination.znodes import AclChangeNotificationZNode, AclZNode
+from strandline.coordination.acl_znodes import AclChangeNotificationZNode, AclZNode
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.security.acl import (
     ANONYMOUS, AccessControlEntry, AclBinding, AclBindingFilter, AclCache, AclError, AclOperation, PatternType,

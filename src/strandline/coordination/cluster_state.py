@@ -6,6 +6,7 @@ import logging
 import uuid
 
 from strandline.broker.config import ConfigError, parse_topic_configs
+from strandline.coordination.acl_znodes import AclZNode
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import znodes
 from strandline.coordination.store import CoordinationStore, GetChildren, GetData, ZkError
@@ -72,20 +73,20 @@ def read_acls(store: CoordinationStore) -> dict[ResourcePattern, frozenset[Acces
     skipped with a warning, as Kafka's authorizer skips it)."""
     acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
     for pattern_type in (PatternType.LITERAL, PatternType.PREFIXED):
-        [types] = store.execute([GetChildren(znodes.AclZNode.root(pattern_type))])
+        [types] = store.execute([GetChildren(AclZNode.root(pattern_type))])
         for type_name in types.children:
             try:
-                resource_type = znodes.AclZNode.resource_type(type_name)
+                resource_type = AclZNode.resource_type(type_name)
             except ValueError as exc:
-                log.warning("Ignoring ACLs under %s: %s", znodes.AclZNode.root(pattern_type), exc)
+                log.warning("Ignoring ACLs under %s: %s", AclZNode.root(pattern_type), exc)
                 continue
-            [names] = store.execute([GetChildren(znodes.AclZNode.type_path(pattern_type, resource_type))])
+            [names] = store.execute([GetChildren(AclZNode.type_path(pattern_type, resource_type))])
             patterns = [ResourcePattern(resource_type, name, pattern_type) for name in names.children]
-            for pattern, res in zip(patterns, store.execute([GetData(znodes.AclZNode.path(p)) for p in patterns])):
+            for pattern, res in zip(patterns, store.execute([GetData(AclZNode.path(p)) for p in patterns])):
                 if res.error is not ZkError.NONE:
                     continue
                 try:
-                    entries = znodes.AclZNode.decode(res.data, znodes.AclZNode.path(pattern))
+                    entries = AclZNode.decode(res.data, AclZNode.path(pattern))
                 except ValueError as exc:
                     log.warning("Ignoring ACLs: %s", exc)
                     continue

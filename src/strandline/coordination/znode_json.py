@@ -74,3 +74,15 @@ class FixedPathZNode:
     @classmethod
     def path(cls) -> str:
         return cls.PATH
+
+
+class SequentialZNode:
+    """A znode whose children ZooKeeper names ``<PREFIX><10 digits>`` as they are created."""
+
+    PREFIX = ""
+
+    @classmethod
+    def sequence(cls, child: str) -> int | None:
+        """The sequence number of a child's name, None for a name that is not ``PREFIX`` and digits."""
+        digits = child[len(cls.PREFIX):]
+        return int(digits) if child.startswith(cls.PREFIX) and digits.isdigit() else None

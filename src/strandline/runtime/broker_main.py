@@ -19,7 +19,7 @@ from strandline.broker.dynamic_config import apply_dynamic_broker_configs
 from strandline.coordination.cluster_state import read_acls, read_cluster_state, read_dynamic_broker_configs
 from strandline.broker.config import BrokerConfig
 from strandline.coordination.znodes import BrokerInfo
-from strandline.coordination import zk_layout
+from strandline.coordination import acl_znodes, zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.errors import StrandlineError
@@ -137,7 +137,7 @@ def watch_config_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, she
 
 def watch_acl_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed ``/kafka-acl-changes`` and ``/kafka-acl-extended-changes`` to the core's authorizer."""
-    for root in (znodes.AclChangeNotificationZNode.LITERAL, znodes.AclChangeNotificationZNode.EXTENDED):
+    for root in (acl_znodes.AclChangeNotificationZNode.LITERAL, acl_znodes.AclChangeNotificationZNode.EXTENDED):
         what = f"the {root} watch"
 
         def on_children(children: list[str], root: str = root) -> None:  # kazoo's thread (the first call: ours)
@@ -270,7 +270,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
                  now_ms() - began, logs.recovery_stats)
     broker = running.broker = Broker(config, logs, rng=random.Random(), now_ms=now_ms(), loggers=current_loggers())
     if broker.authorizer.enabled:       # every ACL is known before the first client is served
-        await asyncio.to_thread(store.ensure_paths, znodes.ACL_PATHS)
+        await asyncio.to_thread(store.ensure_paths, acl_znodes.ACL_PATHS)
         broker.authorizer.load(await asyncio.to_thread(read_acls, store))
     adv = config.advertised
     me = BrokerInfo(broker_id, adv.host, adv.port, v["broker.rack"])
