@@ -4,7 +4,8 @@ A group belongs to the leader of partition ``abs(hash(group)) % offsets.topic.nu
 ``__consumer_offsets``. Its state lives in memory and every change that must survive is written
 to that partition first (acks=all through the ISR); a broker that becomes the partition's
 leader rebuilds its groups by reading the partition. Clients' assignors run on the clients: the
-coordinator carries their protocol metadata and assignments as opaque bytes.
+coordinator carries their protocol metadata and assignments as opaque bytes. The rebalance's
+transitions of a group, and the answers to its waiting members, are in ``group.rebalance``.
 
 Pure: requests arrive with a ``respond(body) -> effects`` callback and the current time; writes
 go through the ``append(partition, records, done, now_ms, producer=None)`` function the broker
@@ -22,6 +23,8 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.effects import Log
 from strandline.group import records as rec
 from strandline.group.model import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, Group, Member, Respond
+from strandline.group.rebalance import (answer_join, answer_sync, common_protocols, maybe_complete_join,
+                                        prepare_rebalance, remove_members, select_protocol)
 from strandline.group.static_members import rejoin_stable
 
 __all__ = ["COMPLETING", "DEAD", "EMPTY", "PREPARING", "STABLE", "Group", "GroupCoordinator", "Member", "Respond"]
@@ -106,8 +109,8 @@ class GroupCoordinator:
         for group_id in [g for g in self.groups if self.partition_of(g) == partition]:
             group = self.groups.pop(group_id)
             for m in group.members.values():
-                effects += self._answer_join(m, {"error_code": ErrorCode.not_coordinator})
-                effects += self._answer_sync(m, ErrorCode.not_coordinator)
+                effects += answer_join(m, {"error_code": ErrorCode.not_coordinator})
+                effects += answer_sync(m, ErrorCode.not_coordinator)
         return effects
 
     # ------------------------------------------------------------------ persistence
@@ -145,7 +148,7 @@ class GroupCoordinator:
         if not req["protocol_type"] or not protocols:
             return fail(ErrorCode.inconsistent_group_protocol)
         if group.members and (req["protocol_type"] != group.protocol_type or
-                              not self._common_protocols(group, {n for n, _ in protocols}, exclude=member_id)):
+                              not common_protocols(group, {n for n, _ in protocols}, exclude=member_id)):
             return fail(ErrorCode.inconsistent_group_protocol)
         if len(group.members) >= self.config["group.max.size"] and member_id not in group.members:
             return fail(ErrorCode.group_max_size_reached)
@@ -182,7 +185,7 @@ class GroupCoordinator:
         member.join_respond, member.join_version = respond, req["version"]
         member.heartbeat_deadline_ms = now_ms + session
         group.protocol_type = req["protocol_type"]
-        if rejoined is not None and group.state == STABLE and self._select_protocol(group) == group.protocol:
+        if rejoined is not None and group.state == STABLE and select_protocol(group) == group.protocol:
             return rejoin_stable(group, member, *rejoined, self._persist_group, now_ms)
         effects: list = []
         if group.state in (EMPTY, STABLE, COMPLETING):
@@ -193,94 +196,8 @@ class GroupCoordinator:
             effects.append(Log("info", f"Preparing to rebalance group {group_id} in state {group.state} with old "
                                        f"generation {group.generation} (__consumer_offsets-"
                                        f"{self.partition_of(group_id)}) (reason: {why})"))
-            effects += self._prepare_rebalance(group, now_ms)
-        return effects + self._maybe_complete_join(group, now_ms)
-
-    @staticmethod
-    def _common_protocols(group: Group, offered: set[str], exclude: str = "") -> set[str]:
-        common = set(offered)
-        for m in group.members.values():
-            if m.member_id != exclude:
-                common &= {n for n, _ in m.protocols}
-        return common
-
-    def _select_protocol(self, group: Group) -> str:
-        """The protocol the members' votes choose: each votes for its first common one."""
-        votes: dict[str, int] = {}
-        common = self._common_protocols(group, {n for n, _ in next(iter(group.members.values())).protocols})
-        for m in group.members.values():
-            choice = next(n for n, _ in m.protocols if n in common)
-            votes[choice] = votes.get(choice, 0) + 1
-        return max(sorted(votes), key=lambda n: votes[n])
-
-    def _prepare_rebalance(self, group: Group, now_ms: int) -> list:
-        effects: list = []
-        if group.state == COMPLETING:
-            for m in group.members.values():
-                m.assignment = b""
-                effects += self._answer_sync(m, ErrorCode.rebalance_in_progress)
-        initial = group.state == EMPTY
-        group.state = PREPARING
-        timeout = max([m.rebalance_timeout_ms for m in group.members.values()] or [0])
-        delay = min(self.config["group.initial.rebalance.delay.ms"], timeout) if initial else timeout
-        group.join_deadline_ms = now_ms + delay
-        group.initial_delay = initial
-        return effects
-
-    def _maybe_complete_join(self, group: Group, now_ms: int) -> list:
-        if group.state != PREPARING:
-            return []
-        everyone = all(m.join_respond is not None for m in group.members.values()) and not group.pending
-        delay_over = group.join_deadline_ms is not None and now_ms >= group.join_deadline_ms
-        if delay_over or (everyone and not group.initial_delay):
-            return self._complete_join(group, now_ms)
-        return []
-
-    def _complete_join(self, group: Group, now_ms: int) -> list:
-        for member_id in [m for m, mem in group.members.items() if mem.join_respond is None]:
-            del group.members[member_id]
-        group.pending.clear()
-        group.join_deadline_ms = None
-        group.generation += 1
-        group.state_timestamp = now_ms
-        if not group.members:
-            group.state, group.protocol, group.leader = EMPTY, None, None
-            return self._persist_group(group, now_ms, lambda error, t: [])
-        group.protocol = self._select_protocol(group)
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
-        group.state = COMPLETING
-        effects: list = []
-        everyone = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                     "metadata": m.metadata_for(group.protocol)} for m in group.members.values()]
-        for m in group.members.values():
-            m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
-            effects += self._answer_join(m, {
-                "error_code": ErrorCode.none, "generation_id": group.generation, "protocol_type": group.protocol_type,
-                "protocol_name": group.protocol, "leader": group.leader, "member_id": m.member_id,
-                "members": everyone if m.member_id == group.leader else []})
-        return effects
-
-    @staticmethod
-    def _answer_join(member: Member, body: dict) -> list:
-        respond, member.join_respond = member.join_respond, None
-        if respond is None:
-            return []
-        body.setdefault("generation_id", -1)
-        body.setdefault("protocol_name", None)
-        body.setdefault("leader", "")
-        body.setdefault("member_id", member.member_id)
-        body.setdefault("members", [])
-        return respond(body)
-
-    @staticmethod
-    def _answer_sync(member: Member, code: ErrorCode, assignment: bytes = b"", group: Group | None = None) -> list:
-        respond, member.sync_respond = member.sync_respond, None
-        if respond is None:
-            return []
-        return respond({"error_code": code, "assignment": assignment,
-                        "protocol_type": group.protocol_type if group else None,
-                        "protocol_name": group.protocol if group else None})
+            effects += prepare_rebalance(group, self.config, now_ms)
+        return effects + maybe_complete_join(group, now_ms, self._persist_group)
 
     # ------------------------------------------------------------------ SyncGroup
 
@@ -324,11 +241,11 @@ class GroupCoordinator:
             if error is not ErrorCode.none:
                 for m in group.members.values():
                     m.assignment = b""
-                    effects += self._answer_sync(m, error)
-                return effects + self._prepare_rebalance(group, when_ms)
+                    effects += answer_sync(m, error)
+                return effects + prepare_rebalance(group, self.config, when_ms)
             group.state = STABLE
             for m in group.members.values():
-                effects += self._answer_sync(m, ErrorCode.none, m.assignment, group)
+                effects += answer_sync(m, ErrorCode.none, m.assignment, group)
             return effects
 
         return self._persist_group(group, now_ms, persisted)
@@ -380,25 +297,11 @@ class GroupCoordinator:
                             "error_code": ErrorCode.none})
         effects: list = []
         if group is not None and removed:
-            effects += self._remove_members(group, removed, now_ms)
+            effects += remove_members(group, removed, now_ms, self.config, self._persist_group)
         top = ErrorCode.none
         if len(leaving) == 1 and results and results[0]["error_code"] is not ErrorCode.none:
             top = results[0]["error_code"]
         return effects + respond({"error_code": top, "members": results})
-
-    def _remove_members(self, group: Group, members: list[Member], now_ms: int) -> list:
-        effects: list = []
-        for m in members:
-            group.members.pop(m.member_id, None)
-            effects += self._answer_join(m, {"error_code": ErrorCode.unknown_member_id})
-            effects += self._answer_sync(m, ErrorCode.unknown_member_id)
-        if group.leader not in group.members:
-            group.leader = None
-        if group.state in (STABLE, COMPLETING):
-            effects += self._prepare_rebalance(group, now_ms)
-        if group.state == PREPARING and not group.members:
-            return effects + self._complete_join(group, now_ms)
-        return effects + self._maybe_complete_join(group, now_ms)
 
     def tick(self, now_ms: int) -> list:
         effects: list = []
@@ -409,8 +312,8 @@ class GroupCoordinator:
             expired = [m for m in group.members.values()
                        if m.heartbeat_deadline_ms <= now_ms and m.join_respond is None]
             if expired:
-                effects += self._remove_members(group, expired, now_ms)
-            effects += self._maybe_complete_join(group, now_ms)
+                effects += remove_members(group, expired, now_ms, self.config, self._persist_group)
+            effects += maybe_complete_join(group, now_ms, self._persist_group)
         return effects
 
     def next_deadline_ms(self) -> int | None:
