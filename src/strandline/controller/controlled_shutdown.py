@@ -1,0 +1,86 @@
+"""Controlled shutdown (SPEC CTL-9; Kafka's KafkaController.doControlledShutdown): the controller
+moves a stopping broker's leaderships to other ISR members, then stops its other replicas and
+takes it out of their ISRs, and answers with the partitions it still leads."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.effects import Log
+from strandline.coordination.metadata import TopicMetadata
+from strandline.protocol import control
+
+if TYPE_CHECKING:
+    from strandline.controller.controller import Controller
+
+Key = tuple[str, int]
+
+
+def controlled_shutdown(controller: Controller, broker_id: int, broker_epoch: int, respond: Callable[[dict], list],
+                        now_ms: int) -> list:
+    """The controller moves a stopping broker's leaderships to other ISR members and takes it
+    out of the ISRs it follows; it answers with the partitions it still leads (no other ISR
+    member could take them). A request from an earlier registration of the broker than the one
+    the controller knows is refused (KIP-380), and the StopReplica that ends a shutdown is
+    addressed to the registration that asked, so that a broker restarted meanwhile refuses it."""
+    ctx = controller.ctx
+    if ctx is None:
+        return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
+    if broker_id not in ctx.live_brokers:
+        return respond({"error_code": ErrorCode.broker_not_available, "remaining_partitions": []})
+    if 0 <= broker_epoch < ctx.broker_epochs.get(broker_id, -1):
+        return respond({"error_code": ErrorCode.stale_broker_epoch, "remaining_partitions": []})
+    ctx.shutting_down.add(broker_id)
+    # as Kafka, partitions with a single replica are left alone
+    keys = [(t.name, i) for t, i in ctx.all_partitions()
+            if i in t.states and len(t.assignment[i]) > 1
+            and (t.states[i].leader == broker_id or broker_id in t.states[i].isr)]
+
+    def could_move_later(t: TopicMetadata, i: int) -> bool:
+        """Retrying helps only if another replica is up (it may yet catch up)."""
+        up = set(ctx.live_brokers) - ctx.shutting_down
+        return any(r != broker_id and r in up for r in t.assignment[i])
+
+    # as Kafka's doControlledShutdown: first new leaders for the partitions it leads; then it stops
+    # fetching those it follows and leaves their ISRs (stopped first, so that no leader takes it
+    # back in), so that its leaderships move without waiting for the rest
+    led = [k for k in keys if ctx.topics[k[0]].states[k[1]].leader == broker_id]
+    followed = [k for k in keys if ctx.topics[k[0]].states[k[1]].leader != broker_id]
+    stopped: set[Key] = set()
+
+    def stop_replicas(parts: list[Key], when_ms: int) -> list:
+        stopped.update(parts)
+        by_topic: dict[str, list[int]] = {}
+        for name, index in parts:
+            by_topic.setdefault(name, []).append(index)
+        body = {**controller.channel.header(ctx), "delete_partitions": False,
+                "topics": [{"name": n, "partition_indexes": p} for n, p in by_topic.items()]}
+        if broker_epoch >= 0:
+            body["broker_epoch"] = broker_epoch
+        return controller.channel.send(ctx, broker_id, control.STOP_REPLICA, body, when_ms)
+
+    def shrink(when_ms: int) -> list:
+        if not controller.in_office(ctx):
+            return done(when_ms)
+        effects = stop_replicas(followed, when_ms) if followed else []
+        return effects + controller.elections.elect(ctx, followed, {broker_id}, when_ms, done)
+
+    def done(when_ms: int) -> list:
+        if not controller.in_office(ctx):          # deposed meanwhile: the broker asks the new one
+            return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
+        remaining = [{"topic_name": t.name, "partition_index": i} for t, i in ctx.all_partitions()
+                     if i in t.states and t.states[i].leader == broker_id and len(t.assignment[i]) > 1
+                     and could_move_later(t, i)]
+        # it stops fetching the rest too (those whose leadership moved away from it)
+        stop = [(t.name, i) for t, i in ctx.all_partitions()
+                if broker_id in t.assignment[i] and t.states.get(i) and t.states[i].leader != broker_id
+                and (t.name, i) not in stopped]
+        effects: list = [Log("info", f"Controlled shutdown of broker {broker_id}: {len(keys)} partition(s) "
+                                     f"moved or shrunk, {len(remaining)} remaining")]
+        if stop:
+            effects.extend(stop_replicas(stop, when_ms))
+        return effects + respond({"error_code": ErrorCode.none, "remaining_partitions": remaining})
+
+    return controller.elections.elect(ctx, led, {broker_id}, now_ms, shrink)
