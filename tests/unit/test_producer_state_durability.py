@@ -58,7 +58,7 @@ def test_a_power_loss_right_after_a_clean_shutdown_keeps_open_transactions_and_p
     fsynced, log.py _take_snapshot), then the durable ``.kafka_cleanshutdown``. A power loss
     before the OS writes the snapshot back leaves a clean-shutdown marker and an empty snapshot:
     the open is 'clean', the snapshot fails its check and is deleted, and with no snapshot left a
-    clean open replays nothing (log.py _load_producer_state: ``if clean: return``). The open
+    clean open replays nothing (the producer state's load on open: ``if clean: return``). The open
     transaction is forgotten: the last stable offset jumps over undecided records, and the
     idempotent producer's retry is appended a second time."""
     disk = MemoryDisk(strict_dirs=True)
@@ -122,7 +122,7 @@ def test_a_kill_in_the_cleaners_swap_leaves_no_txnindex_entry_of_a_removed_abort
     """Pass 2 removes the abort marker at 1 and (Log.replace_segments) filters its .txnindex entry,
     but the .txnindex is not part of the swap: the old segment's ``<base>.txnindex`` is deleted
     with the old segment and rewritten only after the ``.log.swap -> .log`` rename. Killed after
-    the commit point, Log.open's _complete_swap keeps the old ``00..0.txnindex`` (it removes only
+    the commit point, completing the swap on open (``log.swap.complete_swap``) kept the old ``00..0.txnindex`` (it removes only
     .log/.index/.timeindex), so the entry (pid 5, first 0, marker 1) stays while the marker is
     gone. A read_committed client then marks pid 5 aborted at offset 0 and never meets the abort
     marker that would clear it: the committed record at 2 is hidden."""

@@ -9,13 +9,12 @@ Opening a log (``log.loader``) completes a log cleaner's interrupted swap and re
 segments from the recovery point on (only the active segment's tail after a clean shutdown).
 
 Producer state (``log.producer_state``: idempotence, open transactions, the last stable offset)
-is kept by every replica's log as it appends. The log writes it to a ``<offset>.snapshot`` file
-when it rolls a segment (fsynced, before the recovery point passes it) and when it closes (unless
-it is empty), and loads it on open from the latest good snapshot at or below the log end offset,
-replaying only the batches after it; without one it replays from its start. A truncation reloads
-the state the same way. Producers idle past ``producer.id.expiration.ms`` are forgotten on open
-and by the periodic retention check. Each abort marker appended adds an entry to its segment's
-``.txnindex``; a replay rewrites the entries of what it replays.
+is kept by every replica's log as it appends, written to a ``<offset>.snapshot`` file when a
+segment rolls (fsynced, before the recovery point passes it) and on close (unless empty), and
+loaded on open and after a truncation from the latest good snapshot at or below the log end
+offset, replaying only the batches after it (``log.loader``). Producers idle past
+``producer.id.expiration.ms`` are forgotten on open and by the periodic retention check. Each
+abort marker appended adds an entry to its segment's ``.txnindex``.
 """
 
 from __future__ import annotations
@@ -78,8 +77,7 @@ class Log:
         #: manager's change journal: fetch sessions look only at partitions that changed)
         self.offsets_listener: Callable[[tuple[str, int]], None] | None = None
         #: handed ``(log, base offset, old segment, paths of its files and the roll's snapshot)`` at
-        #: each roll, to fsync them away from the caller (the log manager's asynchronous roll
-        #: flushes); None: flush at once
+        #: each roll, to fsync them away from the caller (LogManager's roll flushes); None: at once
         self.roll_listener: Callable[["Log", int, LogSegment, list], None] | None = None
         self.producer_state = ProducerStateManager()
         self.snapshots = ProducerSnapshots(disk, dir)
@@ -512,7 +510,12 @@ class Log:
         (``log.swap``): rename it to ``<base>.log.swap`` (the commit point), delete the old
         segments' files, rename the swap file to ``<base>.log``. The new segment's transaction
         index holds the old ones' entries but those of the abort markers in ``removed_markers``."""
-        return swap.replace_segments(self, old, cleaned_path, now_ms, removed_markers)
+        first = self.segments.index(old[0])
+        if self.segments[first:first + len(old)] != old or first + len(old) >= len(self.segments):
+            raise ValueError(f"segments to replace are not consecutive inactive segments of {self!r}")
+        new = swap.swap_in(self.disk, self.dir, self.config, old, cleaned_path, now_ms, removed_markers)
+        self._set_segments(self.segments[:first] + [new] + self.segments[first + len(old):])
+        return new
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up (DeleteRecords); segments below go at the next retention run."""
@@ -556,11 +559,24 @@ class Log:
     def delete_old_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Retention (``log.retention``): segments below the log start offset, and when the cleanup
         policy has ``delete`` those older than retention.ms or beyond retention.bytes, oldest first;
-        never the active segment, nor (when given) a segment with data at or above
-        ``high_watermark``. Moves the log start offset; returns segments deleted.
-        """
+        never the active segment, nor (when given) one with data at or above ``high_watermark``."""
         self._now_ms = now_ms
         return retention.delete_old_segments(self, now_ms, high_watermark)
+
+    def delete_oldest_segments(self, count: int) -> int:
+        """Delete the ``count`` oldest segments (never the active one) and their producer snapshots;
+        the log start offset moves up to the first segment left. Returns ``count``."""
+        if count <= 0:
+            return 0
+        if count >= len(self.segments):
+            raise ValueError(f"cannot delete the active segment of {self!r}")
+        for segment in self.segments[:count]:
+            segment.delete()
+        self._set_segments(self.segments[count:])
+        first = self.segments[0].base_offset
+        self.snapshots.delete(lambda o: o >= first)
+        self.maybe_increment_log_start_offset(first)
+        return count
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -19,12 +19,13 @@ if TYPE_CHECKING:
 
 def delete_old_segments(log: Log, now_ms: int, high_watermark: int | None) -> int:
     """The segments retention deletes from ``log`` now; returns how many."""
-    deleted = _delete_prefix(log, lambda s: False, high_watermark, below_start=True)
+    deleted = log.delete_oldest_segments(_prefix(log, lambda s: False, high_watermark, below_start=True))
     if not log.config.deletes:         # cleanup.policy=compact: only the log start offset deletes
         return deleted
     if log.config.retention_ms >= 0:
         retention_ms = log.config.retention_ms
-        deleted += _delete_prefix(log, lambda s: now_ms - s.max_timestamp > retention_ms, high_watermark)
+        deleted += log.delete_oldest_segments(
+            _prefix(log, lambda s: now_ms - s.max_timestamp > retention_ms, high_watermark))
     if log.config.retention_bytes >= 0:
         excess = log.size_in_bytes - log.config.retention_bytes
 
@@ -34,11 +35,14 @@ def delete_old_segments(log: Log, now_ms: int, high_watermark: int | None) -> in
                 excess -= segment.size
                 return True
             return False
-        deleted += _delete_prefix(log, over, high_watermark)
+        deleted += log.delete_oldest_segments(_prefix(log, over, high_watermark))
     return deleted
 
 
-def _delete_prefix(log: Log, predicate, high_watermark: int | None, below_start: bool = False) -> int:
+def _prefix(log: Log, predicate, high_watermark: int | None, below_start: bool = False) -> int:
+    """How many of the oldest segments go: those ``predicate`` holds for (or, ``below_start``, that
+    end at or below the log start offset), never the active one nor one with data at or above the
+    high watermark."""
     upper = log.log_end_offset if high_watermark is None else min(high_watermark, log.log_end_offset)
     count = 0
     segments = log.segments
@@ -52,16 +56,4 @@ def _delete_prefix(log: Log, predicate, high_watermark: int | None, below_start:
         elif not predicate(segments[count]):
             break
         count += 1
-    if count == 0:
-        return 0
-    for segment in segments[:count]:
-        segment.delete()
-    log._set_segments(segments[count:])
-    first = log.segments[0].base_offset
-    log.snapshots.delete(lambda o: o >= first)
-    new_start = log.segments[0].base_offset
-    if new_start > log.log_start_offset:
-        log.log_start_offset = new_start
-        log.leader_epoch_cache.truncate_from_start(new_start)
-        log._offsets_changed()
     return count

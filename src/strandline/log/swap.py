@@ -10,41 +10,33 @@ replaces every segment whose base offset lies in the offsets it covers.
 from __future__ import annotations
 
 import os.path
-from typing import TYPE_CHECKING
 
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk
 from strandline.log.segment import LOG_SUFFIX, CorruptRecordError, LogSegment, file_prefix, segment_paths
 from strandline.log.txn_index import TXN_INDEX_SUFFIX
 
-if TYPE_CHECKING:
-    from strandline.log.log import Log
-
 SWAP_LOG_SUFFIX = LOG_SUFFIX + ".swap"
 
 
-def replace_segments(log: Log, old: list[LogSegment], cleaned_path: str, now_ms: int,
-                     removed_markers: set[int] | None) -> LogSegment:
-    """Put the fsynced ``cleaned_path`` in place of ``log``'s consecutive inactive segments ``old``;
-    returns the new segment (see ``Log.replace_segments``)."""
-    first = log.segments.index(old[0])
-    if log.segments[first:first + len(old)] != old or first + len(old) >= len(log.segments):
-        raise ValueError(f"segments to replace are not consecutive inactive segments of {log!r}")
+def swap_in(disk: Disk, dir: str, config: LogConfig, old: list[LogSegment], cleaned_path: str, now_ms: int,
+            removed_markers: set[int] | None) -> LogSegment:
+    """Put the fsynced ``cleaned_path`` in place of the consecutive segments ``old`` on disk; returns
+    the new segment (see ``Log.replace_segments``)."""
     base = old[0].base_offset
     log_path = old[0].log_path
     swap_path = log_path + ".swap"
     aborted = [txn for segment in old for txn in segment.txn_index.entries
                if not removed_markers or txn.last_offset not in removed_markers]
-    log.disk.rename(cleaned_path, swap_path)
-    log.disk.fsync_dir(log.dir)
+    disk.rename(cleaned_path, swap_path)
+    disk.fsync_dir(dir)
     for segment in old:
         segment.delete()
-    log.disk.rename(swap_path, log_path)
-    log.disk.fsync_dir(log.dir)
-    new = LogSegment.open(log.disk, log.dir, base, log.config, now_ms, txn_index=False)
+    disk.rename(swap_path, log_path)
+    disk.fsync_dir(dir)
+    new = LogSegment.open(disk, dir, base, config, now_ms, txn_index=False)
     new.txn_index.extend(aborted)
     new.txn_index.flush()
-    log._set_segments(log.segments[:first] + [new] + log.segments[first + len(old):])
     return new
 
 
