@@ -341,3 +341,19 @@ def test_a_parked_session_fetch_that_nothing_touched_expires_without_a_second_sc
     h.broker.replica_manager.note_state_change()            # e.g. a LeaderAndIsr while it waits
     h.tick(600)
     assert h.response(1, 11, conn=102).responses == () and scans == [False]     # looked at again
+
+
+def test_a_partition_a_fetch_names_again_is_read_though_nothing_changed_it():
+    """An incremental Fetch that names a quiet partition again (its fetcher's position moved, e.g.
+    after a truncation) is read on arrival, though the change journal has nothing for it."""
+    h = replicated()
+    produce(h, acks=1, values=[b"a"])
+    h.response(0, 7)
+    follower_fetch(h, 3, 1)
+    sid = session_fetch(h, 2, 1, 0, INITIAL_EPOCH).session_id
+    session_fetch(h, 2, None, sid, 1)                           # hears the HW its fetch moved
+    assert session_fetch(h, 2, None, sid, 2).responses == ()   # quiet, settled
+    again = session_fetch(h, 2, 0, sid, 3)                      # named again, from offset 0
+    assert again.error_code == ErrorCode.none
+    assert [len(p.records) > 0 for t in again.responses for p in t.partitions] == [True]
+

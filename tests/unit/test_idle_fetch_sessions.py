@@ -63,9 +63,9 @@ class Counting:
         self.reads = 0
         quiet, read = SessionPartition.quiet, Partition.read_records
 
-        def counted_quiet(rm, *a):
+        def counted_quiet(sp, *a):
             self.quiet += 1
-            return quiet(rm, *a)
+            return quiet(sp, *a)
 
         def counted_read(p, *a, **k):
             self.reads += 1

@@ -81,7 +81,7 @@ class Broker:
         self.controller = Controller(config, self.outbox, rng=rng, new_uuid=new_uuid,
                                      deliver_locally=self._deliver_control, controller_seen=self._controller_seen)
         self.offsets_topic = OffsetsTopic(config, self.replica_manager.writes.append_internal,
-                                          self.replica_manager.log_admin.read_log)
+                                          self.replica_manager.read_log)
         self.groups = GroupCoordinator(config, self.offsets_topic.append, lambda: str(new_uuid()))
         self.replica_manager.leadership_listeners.append(
             lambda topic, index, leader, t: self.offsets_topic.on_leadership(self.groups, topic, index, leader, t))
@@ -91,7 +91,7 @@ class Broker:
         self.authorizer = AclAuthorizer(config, self.outbox)
         producer_ids = ProducerIdManager(self.broker_id, self.outbox)
         self.transaction_state = TransactionStateTopic(config, self.replica_manager.writes.append_internal,
-                                                       self.replica_manager.log_admin.read_log)
+                                                       self.replica_manager.read_log)
         markers = TransactionMarkers(config, self.metadata, self.outbox)
         self.transactions = TransactionCoordinator(config, self.transaction_state.append,
                                                    producer_ids.generate_producer_id, markers.send, self.outbox.after)
@@ -321,7 +321,7 @@ class Broker:
             if task.next_ms <= now_ms:
                 task.next_ms = now_ms + task.interval_ms
                 effects.extend(self._run_task(task.name, now_ms))
-        effects.extend(self.replica_manager.fetcher_manager.maybe_send_fetches(now_ms))
+        effects.extend(self.replica_manager.maybe_send_fetches(now_ms))
         effects.extend(self.groups.tick(now_ms))
         effects.extend(FlushFiles(f.paths, f.token) for f in self.logs.take_roll_flushes())
         effects.extend(_written(self.logs.take_checkpoints_due()))
@@ -347,9 +347,9 @@ class Broker:
         elif name == "log-flush":
             self.logs.flush_dirty(now_ms)
         elif name == "isr-expiration":
-            return replicas.isr_manager.maybe_shrink_isrs(now_ms)
+            return replicas.maybe_shrink_isrs(now_ms)
         elif name == "isr-change-propagation":
-            return replicas.isr_manager.maybe_propagate_isr_changes(now_ms)
+            return replicas.maybe_propagate_isr_changes(now_ms)
         elif name == "auto-leader-rebalance":
             return self.controller.check_leader_imbalance(now_ms)
         elif name == "offsets-retention":

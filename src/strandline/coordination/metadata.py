@@ -9,8 +9,12 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
+from strandline.broker.config import ConfigError, parse_topic_configs
+from strandline.broker.effects import Log
+from strandline.coordination import znodes
+from strandline.coordination.store import GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo, LeaderAndIsr
 
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -55,3 +59,29 @@ class MetadataCache:
 
     def live_broker_ids(self) -> list[int]:
         return sorted(self.brokers)
+
+    def load_topics(self, names: list[str], then: Callable[[int], list]) -> tuple[list, Callable[[list, int], list]]:
+        """The ZooKeeper reads of topics' assignment, id and configs, and what takes their results
+        into the cache (topics it knows by then are left as they are) and then calls ``then``."""
+        ops = []
+        for name in names:
+            ops += [GetData(znodes.TopicZNode.path(name)), GetData(znodes.ConfigEntityZNode.path("topics", name))]
+
+        def on_result(results: list, when_ms: int) -> list:
+            effects: list = []
+            for i, name in enumerate(names):
+                topic_res, config_res = results[2 * i], results[2 * i + 1]
+                if topic_res.error is not ZkError.NONE or name in self.topics:
+                    continue
+                assignment, topic_id = znodes.TopicZNode.decode(topic_res.data)
+                configs: dict[str, Any] = {}
+                if config_res.error is ZkError.NONE and config_res.data:
+                    try:
+                        configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(config_res.data))
+                    except ConfigError as exc:
+                        effects.append(Log("warning", f"Ignoring bad config of topic {name}: {exc}"))
+                self.topics[name] = TopicMetadata(
+                    name, topic_id or uuid.UUID(int=0), {int(p): tuple(r) for p, r in assignment.items()}, {}, configs)
+            return effects + then(when_ms)
+
+        return ops, on_result

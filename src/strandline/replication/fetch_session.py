@@ -82,7 +82,6 @@ class SessionPartition:
         self.last_stable_offset = entry["last_stable_offset"]
         return bool(news)
 
-
     def quiet(self, partition: Partition, replica_id: int, arriving: bool, deletes_waiting: bool, now_ms: int) -> bool:
         """Whether reading this partition would be for nothing: this broker leads it in the epoch
         the fetcher knows, the fetcher is where the readable end is (the HW for a consumer, the LEO

@@ -283,6 +283,10 @@ class Partition:
         replica = self.remote_replicas.get(replica_id)
         return replica is not None and replica.quiet_clock is not None and replica.detach_clock() is not clock
 
+    def attach_quiet_clock(self, replica_id: int, clock: FetchClock) -> None:
+        """A follower's session left this partition settled: its later fetches count through ``clock``."""
+        self.remote_replicas[replica_id].quiet_clock = clock
+
     def release_quiet_clock(self, replica_id: int, clock: FetchClock) -> None:
         """The session of ``clock`` forgot this partition: its follower's fetches of it count no more."""
         replica = self.remote_replicas.get(replica_id)

@@ -10,17 +10,13 @@ it returns effects; time comes in as ``now_ms``.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.config import ConfigError, parse_topic_configs
 from strandline.broker.effects import Log
 from strandline.broker.outbox import Outbox
-from strandline.coordination import znodes
 from strandline.coordination.metadata import LeaderAndIsr, MetadataCache, TopicMetadata
-from strandline.coordination.store import GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
 from strandline.protocol import control
@@ -185,7 +181,7 @@ class ReplicaManager:
                 self.loading_topics.difference_update(missing)
                 effects, answer = self.apply_control(api_key, body, when_ms)
                 return effects + respond(answer)
-            return self._load_topics(missing, loaded)
+            return [self.outbox.zk(*self.metadata.load_topics(missing, loaded))]
         effects, answer = self.apply_control(api_key, body, now_ms)
         return effects + respond(answer)
 
@@ -220,7 +216,7 @@ class ReplicaManager:
 
     def learn_topics(self, topics: Iterable[TopicMetadata]) -> None:
         """Topics as the controller knows them (its own requests to this broker): their
-        assignment, id and configs, as :meth:`_load_topics` would read them."""
+        assignment, id and configs, as :meth:`MetadataCache.load_topics` would read them."""
         for topic in topics:
             if topic.name not in self.metadata.topics:
                 self.metadata.topics[topic.name] = TopicMetadata(topic.name, topic.topic_id, dict(topic.assignment),
@@ -247,32 +243,6 @@ class ReplicaManager:
             if partition is not None and partition.log.config != log_config:
                 partition.log.update_config(log_config)
                 partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
-
-    def _load_topics(self, names: list[str], then: Callable[[int], list]) -> list:
-        """Read topics' assignment, id and configs from ZooKeeper into the metadata cache."""
-        ops = []
-        for name in names:
-            ops += [GetData(znodes.TopicZNode.path(name)), GetData(znodes.ConfigEntityZNode.path("topics", name))]
-
-        def on_result(results: list, when_ms: int) -> list:
-            effects: list = []
-            for i, name in enumerate(names):
-                topic_res, config_res = results[2 * i], results[2 * i + 1]
-                if topic_res.error is not ZkError.NONE or name in self.metadata.topics:
-                    continue
-                assignment, topic_id = znodes.TopicZNode.decode(topic_res.data)
-                configs: dict[str, Any] = {}
-                if config_res.error is ZkError.NONE and config_res.data:
-                    try:
-                        configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(config_res.data))
-                    except ConfigError as exc:
-                        effects.append(Log("warning", f"Ignoring bad config of topic {name}: {exc}"))
-                self.metadata.topics[name] = TopicMetadata(
-                    name, topic_id or uuid.UUID(int=0), {int(p): tuple(r) for p, r in assignment.items()},
-                    {}, configs)
-            return effects + then(when_ms)
-
-        return [self.outbox.zk(ops, on_result)]
 
     def become_leader_or_follower(self, body: dict, now_ms: int) -> tuple[list, dict]:
         effects: list = []
@@ -393,6 +363,9 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ reads
 
+    def read_log(self, topic: str, index: int) -> bytes:
+        return self.log_admin.read_log(topic, index)
+
     def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                        isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int,
                        session: FetchSession | None = None) -> list:
@@ -400,13 +373,11 @@ class ReplicaManager:
         a fetch with too little data waits up to ``max_wait_ms`` for appends (REP-2). A follower's
         fetch also reports its progress (:meth:`_follower_fetched`).
 
-        ``session``: given for an incremental fetch session (``wanted`` then holds only the
-        partitions this Fetch named, as ``SessionPartition``s, which remember what their fetcher last
-        heard). The leader looks only at the session's partitions that the journal says changed
-        since its last Fetch, those named, and those that were not quiet then (:meth:`SessionPartition.quiet`): a
-        quiet partition has nothing to read and no news, and is left out of the answer. So an idle
-        session costs nothing per partition; a follower's quiet partitions still count its fetch
-        for the ISR, through the session's :class:`FetchClock`."""
+        ``session``: an incremental fetch session (``wanted`` then holds only the partitions this
+        Fetch named). Only the partitions :meth:`FetchSession.keys_to_read` names are looked at; a
+        quiet one (:meth:`SessionPartition.quiet`) is left out of the answer, so an idle session
+        costs nothing per partition, and a follower's fetch still counts for the ISR through the
+        session's :class:`FetchClock`."""
         committed_only = replica_id < 0
         read_committed = committed_only and isolation == 1
         served: list = []     # the partitions read without error, for a follower's progress
@@ -425,7 +396,7 @@ class ReplicaManager:
             by_topic: dict[str, list] = {}
             order: list[str] = []
             clock = session.clock if session is not None and arrival and follower else None
-            deletes_waiting = len(self.log_admin.purgatory) > 0
+            deletes_waiting = clock is not None and len(self.log_admin.purgatory) > 0
             for key, name, p in keyed:
                 partition = partitions.get(key)
                 if clock is not None and partition is not None and partition.take_quiet_clock(replica_id, clock):
@@ -433,7 +404,7 @@ class ReplicaManager:
                 if session is not None:
                     if partition is not None and p.quiet(partition, replica_id, arrival, deletes_waiting, at_ms):
                         if clock is not None:
-                            partition.remote_replicas[replica_id].quiet_clock = clock
+                            partition.attach_quiet_clock(replica_id, clock)
                         continue
                     if unquiet is not None:
                         unquiet.append(key)
@@ -577,6 +548,15 @@ class ReplicaManager:
         return self.writes.purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
 
     # ------------------------------------------------------------------ time and connections
+
+    def maybe_shrink_isrs(self, now_ms: int) -> list:
+        return self.isr_manager.maybe_shrink_isrs(now_ms)
+
+    def maybe_propagate_isr_changes(self, now_ms: int) -> list:
+        return self.isr_manager.maybe_propagate_isr_changes(now_ms)
+
+    def maybe_send_fetches(self, now_ms: int) -> list:
+        return self.fetcher_manager.maybe_send_fetches(now_ms)
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.writes.purgatory.next_deadline(),
