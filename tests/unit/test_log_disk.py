@@ -382,3 +382,35 @@ def test_a_refused_reservation_is_counted_logged_and_shown_on_metrics_and_the_ap
     text = generate_latest(registry).decode()
     assert "strandline_log_segment_preallocation_failures_total 1.0" in text
     assert "strandline_log_segment_preallocated_bytes_total 0.0" in text
+
+
+def test_a_file_system_without_fallocate_is_shown_on_metrics_and_not_asked_again(tmp_path, pre):
+    """EOPNOTSUPP is no failure: that device's segments reserve nothing from then on, and /metrics
+    tells such a broker apart from an idle one."""
+    import ctypes
+    import errno
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from strandline.runtime.monitoring import PreallocatorCollector
+
+    calls = []
+
+    def no_fallocate(fd, mode, offset, length):
+        calls.append(offset)
+        ctypes.set_errno(errno.EOPNOTSUPP)
+        return -1
+
+    pre._fallocate = no_fallocate
+    disk = OsDisk(preallocator=pre)
+    f = disk.open(str(tmp_path / "00000000000000000000.log"))
+    f.append(b"a" * 1000)
+    assert pre.drain(10)
+    f.append(os.urandom(3 << 20))                       # would ask for more, on another file system
+    g = disk.open(str(tmp_path / "00000000000000000001.log"))
+    g.append(b"b" * 1000)
+    assert pre.drain(10)
+    assert len(calls) == 1 and pre.failed == 0 and pre.unsupported_devices == 1
+    registry = CollectorRegistry()
+    registry.register(PreallocatorCollector(pre))
+    assert "strandline_log_segment_preallocation_unsupported_devices 1.0" in generate_latest(registry).decode()

@@ -167,6 +167,11 @@ class Preallocator:
     def available(self) -> bool:
         return self._fallocate is not None
 
+    @property
+    def unsupported_devices(self) -> int:
+        """Devices found to have a file system without ``fallocate`` (its segments reserve nothing)."""
+        return len(self._unsupported)
+
     def reserve(self, file: "OsFile", offset: int, length: int) -> None:
         """Have ``length`` bytes from ``offset`` of ``file`` reserved, soon."""
         self._put((file, file.reserve_epoch, offset, length))
@@ -195,9 +200,11 @@ class Preallocator:
                 file.set()
                 continue
             try:
-                self._reserve(file, epoch, offset, length)
+                failure = self._reserve(file, epoch, offset, length)
             except Exception as exc:        # never the end of the thread: the appends go on without
-                self._fail(file, repr(exc))
+                failure = repr(exc)
+            if failure is not None:
+                self._fail(file, failure)
 
     def _fail(self, file: "OsFile", reason: str) -> None:
         self.failed += 1
@@ -205,32 +212,35 @@ class Preallocator:
             self.errors.append(f"{file.path}: {reason}")
             log.warning("Reserving blocks ahead of appends to %s failed: %s", file.path, reason)
 
-    def _reserve(self, file: "OsFile", epoch: int, offset: int, length: int) -> None:
+    def _reserve(self, file: "OsFile", epoch: int, offset: int, length: int) -> str | None:
+        """Reserve, unless the reservation is no longer wanted; why it failed, if it did."""
         device, inode = file.identity
         if device in self._unsupported:
-            return
+            return None
         with file.reserve_lock:
             if file.reserve_epoch != epoch:
                 self.skipped += 1           # cut, trimmed or closed since: reserve nothing
-                return
+                return None
             try:
                 fd = os.open(file.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError:
                 self.skipped += 1           # deleted or renamed meanwhile
-                return
+                return None
             try:
                 st = os.fstat(fd)
                 if (st.st_dev, st.st_ino) != (device, inode):
                     self.skipped += 1       # another file took the path
-                    return
+                    return None
                 if self._fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
                     self.reserved += length
-                    return
+                    return None
                 code = ctypes.get_errno()
                 if code in (errno.EOPNOTSUPP, errno.ENOSYS):
                     self._unsupported.add(device)   # not an error: this file system allocates as it goes
-                    return
-                self._fail(file, f"fallocate: {os.strerror(code)} ({errno.errorcode.get(code, code)})")
+                    log.info("The file system of %s cannot reserve blocks ahead (fallocate); appends there "
+                             "allocate as they go", file.path)
+                    return None
+                return f"fallocate: {os.strerror(code)} ({errno.errorcode.get(code, code)})"
             finally:
                 os.close(fd)
 

@@ -166,11 +166,14 @@ class PreallocatorCollector:
         yield CounterMetricFamily("strandline_log_segment_preallocated_bytes",
                                   "Disk blocks reserved ahead of log segment appends, in bytes.", value=pre.reserved)
         yield CounterMetricFamily("strandline_log_segment_preallocations_skipped",
-                                  "Reservations no longer wanted once made: the segment cut, rolled, deleted or "
-                                  "replaced first.", value=pre.skipped)
+                                  "Reservations not made: the segment was cut, rolled, deleted or replaced before "
+                                  "the reservation thread reached it.", value=pre.skipped)
         yield CounterMetricFamily("strandline_log_segment_preallocation_failures",
                                   "Reservations the file system refused (a full disk) or that failed; the appends "
                                   "allocate as they go.", value=pre.failed)
+        yield GaugeMetricFamily("strandline_log_segment_preallocation_unsupported_devices",
+                                "Devices whose file system cannot reserve blocks ahead (no fallocate): their "
+                                "segments reserve nothing.", value=pre.unsupported_devices)
 
 
 class Monitoring:
