@@ -48,8 +48,10 @@ nftables:
 	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nftables >/dev/null 2>&1; }; } \
 	  || echo "nftables could not be installed; the lab's network partition scenarios will be skipped"; }
 
+# Two workers: the integration tests one after another on one (they wait on real processes most of
+# the time), the unit tests beside them (tests/conftest.py groups them so).
 test: $(VENV)/.test-installed kcat browser nftables
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n 2 --dist loadgroup
 
 test-unit: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q tests/unit
