@@ -309,16 +309,23 @@ def test_a_caught_up_follower_takes_the_full_update_while_the_hw_is_below_the_le
     assert len(updates) == 1                                       # the full update, not the quick one
 
 
-def test_a_parked_session_fetch_that_nothing_touched_expires_without_a_second_scan(monkeypatch):
-    """A long-poll session fetch of quiet partitions parks; at expiry, when no append, HW move or
-    control request touched it, it answers what it had, without looking at every partition again;
-    a LeaderAndIsr meanwhile (a change no watch key announces) makes it look again."""
+def settled_session():
+    """Follower 2 in a session of one partition, caught up at offset 1 and told the HW its fetch
+    moved (follower 3 fetched too): the harness and the session id, at epoch 2 next."""
     h = replicated()
     produce(h, acks=1, values=[b"a"])
     h.response(0, 7)
     follower_fetch(h, 3, 1)
     sid = session_fetch(h, 2, 1, 0, INITIAL_EPOCH).session_id
     session_fetch(h, 2, None, sid, 1)                       # hears the HW its fetch moved
+    return h, sid
+
+
+def test_a_parked_session_fetch_that_nothing_touched_expires_without_a_second_scan(monkeypatch):
+    """A long-poll session fetch of quiet partitions parks; at expiry, when no append, HW move or
+    control request touched it, it answers what it had, without looking at every partition again;
+    a LeaderAndIsr meanwhile (a change no watch key announces) makes it look again."""
+    h, sid = settled_session()
     scans = []
     real = SessionPartition.quiet
     monkeypatch.setattr(SessionPartition, "quiet", lambda self, *a: scans.append(a[2]) or real(self, *a))
@@ -346,12 +353,7 @@ def test_a_parked_session_fetch_that_nothing_touched_expires_without_a_second_sc
 def test_a_partition_a_fetch_names_again_is_read_though_nothing_changed_it():
     """An incremental Fetch that names a quiet partition again (its fetcher's position moved, e.g.
     after a truncation) is read on arrival, though the change journal has nothing for it."""
-    h = replicated()
-    produce(h, acks=1, values=[b"a"])
-    h.response(0, 7)
-    follower_fetch(h, 3, 1)
-    sid = session_fetch(h, 2, 1, 0, INITIAL_EPOCH).session_id
-    session_fetch(h, 2, None, sid, 1)                           # hears the HW its fetch moved
+    h, sid = settled_session()
     assert session_fetch(h, 2, None, sid, 2).responses == ()   # quiet, settled
     again = session_fetch(h, 2, 0, sid, 3)                      # named again, from offset 0
     assert again.error_code == ErrorCode.none
