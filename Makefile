@@ -48,10 +48,17 @@ nftables:
 	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nftables >/dev/null 2>&1; }; } \
 	  || echo "nftables could not be installed; the lab's network partition scenarios will be skipped"; }
 
-# Two workers: the integration tests one after another on one (they wait on real processes most of
-# the time), the unit tests beside them (tests/conftest.py groups them so).
+# The unit tests (in-process, CPU-bound) run beside the integration tests (real processes, which
+# they mostly wait on); the unit tests' report follows the integration tests'.
 test: $(VENV)/.test-installed kcat browser nftables
-	$(BIN)/python -m pytest -q -rs -n 2 --dist loadgroup
+	@unit_log=$$(mktemp); \
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/unit > $$unit_log 2>&1 & unit=$$!; \
+	trap 'kill $$unit 2>/dev/null; rm -f $$unit_log' INT TERM; \
+	echo "pytest tests/integration (tests/unit runs beside it)"; \
+	$(BIN)/python -m pytest -q -rs tests/integration; integration=$$?; \
+	wait $$unit; unit_status=$$?; \
+	echo "pytest tests/unit:"; cat $$unit_log; rm -f $$unit_log; \
+	[ $$integration = 0 ] && [ $$unit_status = 0 ]
 
 test-unit: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q tests/unit

@@ -132,12 +132,3 @@ def cluster(tmp_path_factory):
     yield c
     c.stop()
 
-
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) every integration test goes
-    to the same worker, in order: those tests start real clusters, Spark sessions and the lab's
-    network namespaces, share them per module, and time faults against them; the unit tests
-    share out the rest of the time."""
-    for item in items:
-        if "integration" in item.path.parts:
-            item.add_marker(pytest.mark.xdist_group("integration"))
