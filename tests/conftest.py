@@ -131,4 +131,3 @@ def cluster(tmp_path_factory):
     c.start()
     yield c
     c.stop()
-
