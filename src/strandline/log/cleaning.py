@@ -64,7 +64,6 @@ if TYPE_CHECKING:
     from strandline.log.log import Log
 
 CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
 READ_CHUNK = 1 << 20                 # bytes read from a segment at a time
 #: the work a pass does between two yields, counted as the bytes it reads plus BATCH_WORK per batch:
 #: a batch costs about as much as 1.25 KiB of reading (benchmarks/offsets_load.py: 6.5 us per batch
