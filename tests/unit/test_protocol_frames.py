@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import struct
-import sys
 import time
 
 import pytest
@@ -103,67 +102,6 @@ def test_a_large_frame_is_read_straight_into_its_own_buffer():
     assert decoder.feed(stream[4 + len(payload):]) == [b"next"]
     with pytest.raises(ValueError):
         decoder.filled(1)                                 # nothing is pending
-
-
-def read_into(buffer: bytearray, data: bytes) -> int:
-    """What a socket's ``recv_into(buffer)`` does with ``data`` waiting: bytes read."""
-    n = min(len(buffer), len(data))
-    buffer[:n] = data[:n]
-    return n
-
-
-def test_a_large_frame_that_begins_a_read_buffer_stays_in_it():
-    """``feed_buffer``: a large frame at the start of the buffer a socket read into is handed out
-    as a view of that buffer (no copy, no buffer of its own); its rest is read straight after it;
-    what follows it is decoded as ``feed`` decodes (copied), so the buffer holds only the frame."""
-    payload = bytes(range(256)) * 400                     # 102,400 bytes
-    stream = framed(payload) + framed(b"next") + b"\x00\x00"
-    buffer = bytearray(200_000)
-    decoder = FrameDecoder(1 << 20)
-    assert decoder.feed_buffer(buffer, read_into(buffer, stream[:1000])) == []
-    target = decoder.pending_buffer()
-    assert target.obj is buffer and len(target) == len(payload) - 996 and decoder.buffered == 1000
-    target[:] = stream[1000:4 + len(payload)]
-    (frame,) = decoder.filled(len(target))
-    assert type(frame) is memoryview and frame.obj is buffer and frame == payload and not frame.readonly
-
-    whole = bytearray(200_000)                            # the frame and more, in one read
-    frames = decoder.feed_buffer(whole, read_into(whole, stream))
-    assert [bytes(f) for f in frames] == [payload, b"next"] and frames[0].obj is whole
-    assert type(frames[1]) is bytes and decoder.buffered == 2
-    assert decoder.feed(b"\x00\x01z") == [b"z"]
-
-
-def test_what_feed_buffer_does_not_keep_in_place_it_copies():
-    """Small frames, a large frame that does not begin the buffer or does not fit in it, and reads
-    that continue a frame are decoded by ``feed``: none of them keeps a reference to the buffer."""
-    small, large = b"s" * 100, bytes(range(256)) * 300    # 76,800 bytes
-    cases = [framed(small) + framed(small),                # small frames
-             framed(small) + framed(large),                # a large frame after a small one
-             framed(large)]                                # a large frame the buffer cannot hold
-    for stream in cases:
-        buffer = bytearray(70_000)
-        decoder = FrameDecoder(1 << 20)
-        frames = decoder.feed_buffer(buffer, read_into(buffer, stream))
-        while decoder.buffered:
-            rest = stream[len(stream) - decoder.pending_bytes():]
-            frames += decoder.filled(read_into(decoder.pending_buffer(), rest))
-        assert [bytes(f) for f in frames] == [bytes(f) for f in FrameDecoder(1 << 20).feed(stream)]
-        assert all(getattr(f, "obj", None) is not buffer for f in frames)
-        assert sys.getrefcount(buffer) == 2, "the decoder or a frame still refers to the buffer"
-    decoder = FrameDecoder(1 << 20)
-    assert decoder.feed(b"\x00\x00") == []               # half a size prefix held back
-    buffer = bytearray(80_000)
-    assert decoder.feed_buffer(buffer, read_into(buffer, b"\x00\x03abc")) == [b"abc"]
-    assert sys.getrefcount(buffer) == 2
-
-
-def test_feed_buffer_refuses_an_oversized_frame_as_feed_does():
-    buffer = bytearray(1000)
-    with pytest.raises(ProtocolError):
-        FrameDecoder(100).feed_buffer(buffer, read_into(buffer, struct.pack(">i", 101)))
-    with pytest.raises(ProtocolError):
-        FrameDecoder(100).feed_buffer(buffer, read_into(buffer, struct.pack(">i", -1)))
 
 
 def test_buffered_counts_held_back_bytes():

@@ -1,6 +1,5 @@
 """FramedProtocol on a real loopback connection: frames of every size, large ones read straight
-into their own buffer or into a reused read buffer, arrive whole and in order however the sender
-splits them."""
+into their own buffer, arrive whole and in order however the sender splits them."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import socket
 import struct
 
 from strandline.protocol.frames import LARGE_FRAME_BYTES, FrameDecoder, ProtocolError
-from strandline.runtime.framed import FRAME_BUFFER_COUNT, MAX_RCVLOWAT, FramedProtocol, frame_buffers
+from strandline.runtime.framed import MAX_RCVLOWAT, FramedProtocol
 
 
 class Collector(FramedProtocol):
@@ -135,57 +134,3 @@ def test_a_frame_larger_than_the_low_water_mark_and_a_sender_that_stalls_mid_fra
     cuts = [0, 70_000, MAX_RCVLOWAT + 60_000, len(payload) - 10, len(stream)]
     protocol = deliver([stream[a:b] for a, b in zip(cuts, cuts[1:])], 2, 0.2)
     assert [bytes(f) for f in protocol.frames] == [payload, b"ok"]
-
-
-class OneAtATime(Collector):
-    """Keeps the first ``hold`` frames; of the others only their bytes and the id of the buffer
-    they are a view of (None: a buffer of their own)."""
-
-    def __init__(self, hold: int) -> None:
-        self.decoder = FrameDecoder(1 << 24)
-        self.held: list = []
-        self.seen: list[tuple[bytes, int | None]] = []
-        self.hold = hold
-        self.arrived: asyncio.Queue = asyncio.Queue()
-
-    def frames_received(self, frames: list) -> None:
-        for frame in frames:
-            if len(self.held) < self.hold:
-                self.held.append(frame)
-            self.seen.append((bytes(frame), id(frame.obj) if type(frame) is memoryview else None))
-            self.arrived.put_nowait(None)
-
-
-def test_large_frames_stay_in_reused_read_buffers_and_a_held_one_is_never_read_over():
-    """Frames of 100 KB to 1 MB, each sent once the one before arrived, come as views of this
-    thread's FrameBuffers (no buffer of their own, no copy). A buffer is read into again once its
-    frame is let go; the buffers of the two frames still held are not, and those keep their bytes."""
-    rng = random.Random(11)
-    payloads = [bytes([i]) * rng.choice((100_000, 500_000, 1_000_000)) for i in range(12)]
-
-    async def run() -> OneAtATime:
-        loop = asyncio.get_running_loop()
-        listener = socket.create_server(("127.0.0.1", 0))
-        client = socket.create_connection(listener.getsockname())
-        accepted, _ = listener.accept()
-        listener.close()
-        client.setblocking(False)
-        transport, protocol = await loop.connect_accepted_socket(lambda: OneAtATime(2), accepted)
-        for payload in payloads:
-            await loop.sock_sendall(client, struct.pack(">i", len(payload)) + payload)
-            await asyncio.wait_for(protocol.arrived.get(), 5)
-        transport.close()
-        client.close()
-        return protocol
-
-    protocol = asyncio.run(run())
-    pool = frame_buffers()
-    assert [data for data, _ in protocol.seen] == payloads
-    assert [bytes(f) for f in protocol.held] == payloads[:2]
-    used = [buffer for _, buffer in protocol.seen]
-    assert set(used) <= {id(b) for b in pool.buffers}, "a frame was not read in place"
-    held = {id(f.obj) for f in protocol.held}
-    assert len(held) == 2 and not held & set(used[2:])
-    assert len(set(used[2:])) <= FRAME_BUFFER_COUNT - 2
-    protocol.held.clear()
-    assert pool.free() >= 0

@@ -52,7 +52,7 @@ class FrameDecoder:
         self._parts: list = []       # pieces of the payload being assembled
         self._have = 0               # bytes in _parts
         self._need = -1              # payload size being assembled, -1 while reading a prefix
-        self._frame: bytearray | memoryview | None = None   # a large payload being assembled in place
+        self._frame: bytearray | None = None   # a large payload being assembled in place
 
     @property
     def buffered(self) -> int:
@@ -134,30 +134,6 @@ class FrameDecoder:
             self._need = -1
             if pos == end:
                 return frames
-
-    def feed_buffer(self, buffer: bytearray, nbytes: int) -> list:
-        """Consume the ``nbytes`` a read put at the start of ``buffer``, as :meth:`feed` does, but
-        hand out a large frame (``LARGE_FRAME_BYTES`` or more) that begins ``buffer`` and fits in
-        it as a ``memoryview`` of ``buffer`` itself, neither copied out of it nor assembled in a
-        buffer of its own (whose allocation zeroes it first): the rest of such a frame is read
-        straight into place (:meth:`pending_buffer`). ``buffer`` then holds that frame until it is
-        released; nothing else of it is kept (what follows the frame is copied, as :meth:`feed`
-        copies). Anything else is decoded by :meth:`feed`."""
-        view = memoryview(buffer)
-        if self._need >= 0 or self._prefix or nbytes < 4:
-            return self.feed(view[:nbytes])
-        size = self._check(_SIZE.unpack_from(view, 0)[0])
-        if size < LARGE_FRAME_BYTES or size + 4 > len(view):
-            return self.feed(view[:nbytes])
-        frame = view[4:4 + size]
-        if nbytes < size + 4:
-            self._frame = frame                 # type: ignore[assignment]
-            self._have = nbytes - 4
-            self._need = size
-            return []
-        if nbytes == size + 4:
-            return [frame]
-        return [frame] + self.feed(view[size + 4:nbytes])
 
     def pending_buffer(self) -> memoryview | None:
         """The unfilled rest of a large frame being assembled in place, for a socket to read into

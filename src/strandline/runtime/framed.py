@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
-import threading
 
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 
@@ -14,11 +12,9 @@ class FramedProtocol(asyncio.BufferedProtocol):
     """Feeds what arrives to ``decoder``: ``frames_received`` gets the frames each read completes
     (perhaps none); input that is not a valid frame goes to ``malformed`` instead.
 
-    A read that begins a frame goes into a free buffer of the thread's :class:`FrameBuffers`: a
-    large frame that starts there stays there (``FrameDecoder.feed_buffer``), and the rest of it is
-    read straight after it (``FrameDecoder.pending_buffer``): no copy, no join, and no buffer of its
-    own to allocate and zero. Other reads go into one buffer shared by every connection of the loop
-    (the decoder copies what it keeps before the next read).
+    Reads go into one buffer shared by every connection of the loop (the decoder copies what it
+    keeps before the next read), except the rest of a large frame, which the socket reads straight
+    into the frame's own buffer (``FrameDecoder.pending_buffer``): no copy, no join.
 
     While such a rest (of at least ``MIN_RCVLOWAT``) is awaited, the socket's ``SO_RCVLOWAT`` is
     that rest (at most ``MAX_RCVLOWAT``), so the loop is woken once when it has all arrived, not
@@ -30,33 +26,20 @@ class FramedProtocol(asyncio.BufferedProtocol):
 
     decoder: FrameDecoder
     transport: asyncio.BaseTransport | None = None
-    _read_into = -1                 # where the last read went: _DIRECT, _SHARED or a FrameBuffers index
+    _direct = False
     _lowat = 1                      # the SO_RCVLOWAT this protocol last set on its socket
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        decoder = self.decoder
-        view = decoder.pending_buffer()
+        view = self.decoder.pending_buffer()
         if view is not None:
-            self._read_into = _DIRECT
+            self._direct = True
             return view
-        if not decoder.buffered:
-            pool = frame_buffers()
-            index = pool.free()
-            if index >= 0:
-                self._read_into = index
-                return memoryview(pool.buffers[index])   # a reader may read into slices of it
-        self._read_into = _SHARED
+        self._direct = False
         return _READ_BUFFER
 
     def buffer_updated(self, nbytes: int) -> None:
-        into = self._read_into
         try:
-            if into == _DIRECT:
-                frames = self.decoder.filled(nbytes)
-            elif into == _SHARED:
-                frames = self.decoder.feed(_READ_BUFFER[:nbytes])
-            else:
-                frames = self.decoder.feed_buffer(frame_buffers().buffers[into], nbytes)
+            frames = self.decoder.filled(nbytes) if self._direct else self.decoder.feed(_READ_BUFFER[:nbytes])
         except ProtocolError as exc:
             self.malformed(exc)
             return
@@ -102,49 +85,5 @@ class FramedProtocol(asyncio.BufferedProtocol):
 MAX_RCVLOWAT = 1 << 20
 MIN_RCVLOWAT = 64 * 1024
 
-#: Where sockets read (asyncio's own read size) when no frame buffer is free; one event loop
-#: thread uses it at a time.
+#: Where sockets read (asyncio's own read size); one event loop thread uses it at a time.
 _READ_BUFFER = memoryview(bytearray(256 * 1024))
-
-
-class FrameBuffers:
-    """A few read buffers, each large enough for a Produce request or a follower's Fetch answer of
-    the default sizes (``message.max.bytes``, ``replica.fetch.max.bytes``: 1 MiB), reused once
-    nothing refers to them: a large frame handed out as a view of one keeps it, and it is free
-    again when the last view of it goes (its reference count says so). A large frame read this way
-    costs neither a buffer of its own (allocated and zeroed: a megabyte per Produce request or
-    Fetch answer) nor a copy of its first part out of the shared read buffer."""
-
-    def __init__(self, count: int, size: int) -> None:
-        self.buffers = [bytearray(size) for _ in range(count)]
-
-    def free(self) -> int:
-        """The index of a buffer nothing else refers to, or -1."""
-        buffers = self.buffers
-        for index in range(len(buffers)):
-            # referred to by the list, the call's argument and nothing else
-            if sys.getrefcount(buffers[index]) == 2:
-                return index
-        return -1
-
-
-#: Frame buffers per thread, and the size of each: 1 MiB of records and room for the fields of
-#: the request or answer around them.
-FRAME_BUFFER_COUNT = 4
-FRAME_BUFFER_BYTES = (1 << 20) + 64 * 1024
-
-_local = threading.local()
-
-
-def frame_buffers() -> FrameBuffers:
-    """This thread's frame buffers: a read takes one and is done with it (or a frame holds it)
-    before the thread's next read, so an event loop in another thread needs its own."""
-    pool = getattr(_local, "pool", None)
-    if pool is None:
-        pool = _local.pool = FrameBuffers(FRAME_BUFFER_COUNT, FRAME_BUFFER_BYTES)
-    return pool
-
-
-_DIRECT = -2    # the rest of a large frame, read into place
-_SHARED = -1    # _READ_BUFFER
-
