@@ -9,6 +9,7 @@ import os
 
 from strandline.log.cleaning import Cleaning
 from strandline.log.config import LogConfig
+from strandline.log.loader import restore_unreplicated_transactions
 from strandline.log.log import Log
 from strandline.log.manager import LogManager
 from strandline.protocol.markers import build_marker
@@ -240,3 +241,36 @@ def test_after_a_power_loss_recovery_replays_from_the_last_rolls_snapshot():
                    needs_recovery=True, now_ms=0)
     assert log.log_end_offset == 1000                    # every batch was flushed
     assert log.replayed_batches <= 20, f"{log.replayed_batches} batch headers replayed after a power loss"
+
+
+# -- 7. a marker above the high watermark across a clean restart -------------------------------
+
+def test_a_marker_above_the_high_watermark_holds_the_last_stable_offset_after_a_clean_restart():
+    """KIP-98: a transaction is stable once its marker is below the high watermark. A clean
+    shutdown's snapshot (at the log end offset) keeps producers and open transactions, not the
+    transactions decided by a marker the high watermark has not passed: after a restart the last
+    stable offset jumped over pid 2's aborted batch to the high watermark, and a read_committed
+    answer showed it as decided (the explorer, seed 990028 of config txn: a restarted leader
+    answered LSO 3 over an abort marker at 4, its HW 4). Reopened, with the high watermark known
+    again, the state is replayed from a snapshot at or below it."""
+    disk = MemoryDisk(strict_dirs=True)
+    disk.makedirs("/data")
+    config = LogConfig(segment_bytes=1 << 20)
+    logs = LogManager(disk, ["/data"], config)
+    logs.startup(0)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    log.append_as_leader(batch(2, 0, 0, transactional=True), 0, 0)      # 0: pid 2's transaction
+    log.append_as_leader(batch(), 0, 0)                                  # 1
+    log.append_as_leader(build_marker(2, 0, False, 0, T0), 0, 0)        # 2: its abort marker
+    log.append_as_leader(batch(), 0, 0)                                  # 3
+    assert log.last_stable_offset(2) == 0                                # the marker is not below HW 2
+    logs.shutdown()
+    logs = LogManager(disk, ["/data"], config)
+    logs.startup(0)
+    log = logs.get_log("t", 0)
+    assert not restore_unreplicated_transactions(log, 3, 0)              # no marker at or above 3: nothing
+    assert log.last_stable_offset(2) == 2                                 # (the state the snapshot gave)
+    assert restore_unreplicated_transactions(log, 2, 0)                  # the HW as checkpointed
+    assert log.last_stable_offset(2) == 0
+    assert log.last_stable_offset(3) == 3                                # the HW passed the marker
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in log.collect_aborted_txns(0, 4)] == [(2, 0, 2)]

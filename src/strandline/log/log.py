@@ -8,13 +8,12 @@ stored batches, rolling, retention, truncation, flushing and recovery. Time come
 Opening a log (``log.loader``) completes a log cleaner's interrupted swap and recovers the
 segments from the recovery point on (only the active segment's tail after a clean shutdown).
 
-Producer state (``log.producer_state``: idempotence, open transactions, the last stable offset)
-is kept by every replica's log as it appends, written to a ``<offset>.snapshot`` file when a
-segment rolls (fsynced, before the recovery point passes it) and on close (unless empty), and
-loaded on open and after a truncation from the latest good snapshot at or below the log end
-offset, replaying only the batches after it (``log.loader``). Producers idle past
-``producer.id.expiration.ms`` are forgotten on open and by the periodic retention check. Each
-abort marker appended adds an entry to its segment's ``.txnindex``.
+Producer state (``log.producer_state``: idempotence, transactions, the last stable offset) is
+kept as the log appends, snapshotted (``<offset>.snapshot``) when a segment rolls and on close,
+and loaded on open and truncation from the latest good snapshot at or below the log end offset
+(at or below the high watermark once that is known, when a marker lies above it), replaying the
+batches after it (``log.loader``). Each abort marker adds an entry to its segment's ``.txnindex``.
+Producers idle past ``producer.id.expiration.ms`` are forgotten on open and by retention checks.
 """
 
 from __future__ import annotations

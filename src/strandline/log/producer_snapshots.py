@@ -51,15 +51,17 @@ class ProducerSnapshots:
                 self.disk.remove(path)
             self.offsets.remove(offset)
 
-    def load_latest(self, state: ProducerStateManager) -> int | None:
-        """Load the latest good snapshot into ``state`` (corrupt ones are deleted); its offset, or
-        None without one (``state`` is then empty)."""
+    def load_latest(self, state: ProducerStateManager, at_most: int | None = None) -> int | None:
+        """Load the latest good snapshot (at or below ``at_most`` when given) into ``state``
+        (corrupt ones are deleted); its offset, or None without one (``state`` is then empty)."""
         state.clear()
-        while self.offsets:
-            offset = self.offsets[-1]
+        while True:
+            offsets = [o for o in self.offsets if at_most is None or o <= at_most]
+            if not offsets:
+                return None
+            offset = offsets[-1]
             try:
                 state.load(self.disk.read_file(self.path(offset)))
                 return offset
             except CorruptSnapshotError:
                 self.delete(lambda o, bad=offset: o != bad)
-        return None
