@@ -14,6 +14,8 @@ from strandline.log.log import Log
 from strandline.log.manager import LogManager
 from strandline.protocol.markers import build_marker
 from strandline.protocol.records import compute_crc, read_header
+from strandline.replication.fetcher_manager import ReplicaFetcherManager
+from strandline.replication.partition import Partition
 from strandline.sim.disk import MemoryDisk
 from strandline.sim.txn_workload import read_committed_view
 from tests.unit.batches import keyed_batch, make_batch
@@ -274,3 +276,23 @@ def test_a_marker_above_the_high_watermark_holds_the_last_stable_offset_after_a_
     assert log.last_stable_offset(2) == 0
     assert log.last_stable_offset(3) == 3                                # the HW passed the marker
     assert [(t.producer_id, t.first_offset, t.last_offset) for t in log.collect_aborted_txns(0, 4)] == [(2, 0, 2)]
+
+
+def test_a_marker_above_the_high_watermark_holds_the_last_stable_offset_after_a_follower_truncates():
+    """The same after a follower's truncation, which reloads the producer state from the latest
+    snapshot at or below the new log end offset: a segment rolled after an abort marker the high
+    watermark had not passed left a snapshot above it, and the reload from that snapshot forgot
+    the marker's transaction (the last stable offset jumped to the high watermark)."""
+    disk = MemoryDisk(strict_dirs=True)
+    log = Log.open(disk, "/data/t-0", "t", 0, LogConfig(segment_bytes=1 << 20), needs_recovery=False, now_ms=T0)
+    log.append_as_leader(batch(2, 0, 0, transactional=True), 0, T0)    # 0: pid 2's transaction
+    log.append_as_leader(build_marker(2, 0, False, 0, T0), 0, T0)      # 1: its abort marker
+    log.roll(now_ms=T0)                                                  # a snapshot at 2
+    for _ in range(3):
+        log.append_as_leader(batch(), 0, T0)                             # 2, 3, 4
+    partition = Partition("t", 0, 1, log, replica_lag_time_max_ms=30_000)
+    partition.high_watermark = 1                                         # the marker is not below it
+    assert log.last_stable_offset(1) == 0
+    ReplicaFetcherManager.truncate(object.__new__(ReplicaFetcherManager), partition, 3, "diverged")
+    assert log.log_end_offset == 3 and partition.high_watermark == 1
+    assert log.last_stable_offset(1) == 0

@@ -154,20 +154,22 @@ def rebuild_producer_state(log: Log) -> None:
     _replay_producers(log, first if start is None else start)
 
 
-def restore_unreplicated_transactions(log: Log, high_watermark: int, now_ms: int) -> bool:
-    """Once the high watermark is known again after an open: the transactions decided by a marker
-    at or above it are unreplicated again in the producer state, which keeps the last stable offset
-    at their first offset until the high watermark passes the marker (KIP-98). A snapshot keeps
-    producers and open transactions, not these; so when such a marker is there, the state is
-    replayed from the latest snapshot at or below the high watermark (from the log's start
-    without one). True when it was replayed."""
+def restore_unreplicated_transactions(log: Log, high_watermark: int, now_ms: int | None = None) -> bool:
+    """After the producer state was loaded from a snapshot (an open, a truncation), with the high
+    watermark known: the transactions decided by a marker at or above it are unreplicated again,
+    which keeps the last stable offset at their first offset until the high watermark passes the
+    marker (KIP-98). A snapshot keeps producers and open transactions, not these; so when such a
+    marker is there, the state is replayed from the latest snapshot at or below the high watermark
+    (from the log's start without one), and with ``now_ms`` (an open) idle producers are forgotten
+    again. True when it was replayed."""
     if not any(header.base_offset >= high_watermark and header.attributes & CONTROL_BIT and header.producer_id >= 0
                for header in log.iter_batch_headers(max(high_watermark, log.segments[0].base_offset))):
         return False
     start = log.snapshots.load_latest(log.producer_state, at_most=high_watermark)
     _replay_producers(log, log.segments[0].base_offset if start is None else start)
     log.producer_state.on_high_watermark_updated(high_watermark)
-    log.expire_producers(now_ms)
+    if now_ms is not None:
+        log.expire_producers(now_ms)
     return True
 
 

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.effects import Log
 from strandline.broker.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache
+from strandline.log.loader import restore_unreplicated_transactions
 from strandline.log.log import OffsetOutOfOrder
 from strandline.log.segment import CorruptRecordError
 from strandline.protocol import api
@@ -79,6 +80,7 @@ class ReplicaFetcherManager:
         before = log.log_end_offset
         log.truncate_to(offset)
         partition.high_watermark = min(partition.high_watermark, log.log_end_offset)
+        restore_unreplicated_transactions(log, partition.high_watermark)
         return [Log("info", f"Truncated {partition.topic}-{partition.index} from {before} to "
                             f"{log.log_end_offset}: {why}")]
 
