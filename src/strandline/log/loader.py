@@ -12,7 +12,10 @@ segments it covers (``log.swap``), and other leftovers (``.cleaned``, ``.deleted
 are deleted.
 
 The producer state is rebuilt on open, and after a truncation, from the latest good snapshot at or
-below the log end offset and the batches after it (Kafka's ``rebuildProducerState``).
+below the log end offset and the batches after it (Kafka's ``rebuildProducerState``); once the
+high watermark is known, from the latest at or below it when a transaction marker lies above it
+(``restore_unreplicated_transactions``: a snapshot does not keep the transactions such markers
+decided, which hold the last stable offset until the high watermark passes them).
 """
 
 from __future__ import annotations
@@ -162,11 +165,14 @@ def restore_unreplicated_transactions(log: Log, high_watermark: int, now_ms: int
     marker is there, the state is replayed from the latest snapshot at or below the high watermark
     (from the log's start without one), and with ``now_ms`` (an open) idle producers are forgotten
     again. True when it was replayed."""
+    first = log.segments[0].base_offset
     if not any(header.base_offset >= high_watermark and header.attributes & CONTROL_BIT and header.producer_id >= 0
-               for header in log.iter_batch_headers(max(high_watermark, log.segments[0].base_offset))):
+               for header in log.iter_batch_headers(max(high_watermark, first))):
         return False
-    start = log.snapshots.load_latest(log.producer_state, at_most=high_watermark)
-    _replay_producers(log, log.segments[0].base_offset if start is None else start)
+    # not below the first segment's base: a snapshot there holds what deleted segments told (open
+    # transactions, producers), which no replay of the log can tell again
+    start = log.snapshots.load_latest(log.producer_state, at_most=max(high_watermark, first))
+    _replay_producers(log, first if start is None else start)
     log.producer_state.on_high_watermark_updated(high_watermark)
     if now_ms is not None:
         log.expire_producers(now_ms)
