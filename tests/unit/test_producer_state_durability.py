@@ -48,6 +48,16 @@ def clean(log: Log, now_ms: int, first_dirty: int = 0) -> Cleaning:
     return cleaning
 
 
+def started_log() -> tuple[MemoryDisk, LogConfig, LogManager, Log]:
+    """A log manager on an empty in-memory disk, started, and its new log ``t-0``."""
+    disk = MemoryDisk(strict_dirs=True)
+    disk.makedirs("/data")
+    config = LogConfig(segment_bytes=1 << 20)
+    logs = LogManager(disk, ["/data"], config)
+    logs.startup(0)
+    return disk, config, logs, logs.get_or_create_log("t", 0, now_ms=0)
+
+
 def committed_view(log: Log, start: int, lso: int):
     data = bytes(log.read(start, 1 << 24, max_offset=lso))
     aborted = [(t.producer_id, t.first_offset) for t in log.collect_aborted_txns(start, lso)]
@@ -64,12 +74,7 @@ def test_a_power_loss_right_after_a_clean_shutdown_keeps_open_transactions_and_p
     clean open replays nothing (the producer state's load on open: ``if clean: return``). The open
     transaction is forgotten: the last stable offset jumps over undecided records, and the
     idempotent producer's retry is appended a second time."""
-    disk = MemoryDisk(strict_dirs=True)
-    disk.makedirs("/data")
-    config = LogConfig(segment_bytes=1 << 20)
-    logs = LogManager(disk, ["/data"], config)
-    logs.startup(0)
-    log = logs.get_or_create_log("t", 0, now_ms=0)
+    disk, config, logs, log = started_log()
     log.append_as_leader(batch(), 0, 0)                                  # 0
     log.append_as_leader(batch(7, 0, 0, transactional=True), 0, 0)       # 1: pid 7's transaction opens
     log.append_as_leader(batch(8, 0, 0), 0, 0)                           # 2: idempotent pid 8, seq 0
@@ -255,12 +260,7 @@ def test_a_marker_above_the_high_watermark_holds_the_last_stable_offset_after_a_
     answer showed it as decided (the explorer, seed 990028 of config txn: a restarted leader
     answered LSO 3 over an abort marker at 4, its HW 4). Reopened, with the high watermark known
     again, the state is replayed from a snapshot at or below it."""
-    disk = MemoryDisk(strict_dirs=True)
-    disk.makedirs("/data")
-    config = LogConfig(segment_bytes=1 << 20)
-    logs = LogManager(disk, ["/data"], config)
-    logs.startup(0)
-    log = logs.get_or_create_log("t", 0, now_ms=0)
+    disk, config, logs, log = started_log()
     log.append_as_leader(batch(2, 0, 0, transactional=True), 0, 0)      # 0: pid 2's transaction
     log.append_as_leader(batch(), 0, 0)                                  # 1
     log.append_as_leader(build_marker(2, 0, False, 0, T0), 0, 0)        # 2: its abort marker
