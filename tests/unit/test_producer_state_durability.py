@@ -296,3 +296,35 @@ def test_a_marker_above_the_high_watermark_holds_the_last_stable_offset_after_a_
     ReplicaFetcherManager.truncate(object.__new__(ReplicaFetcherManager), partition, 3, "diverged")
     assert log.log_end_offset == 3 and partition.high_watermark == 1
     assert log.last_stable_offset(1) == 0
+
+
+# -- 8. what the load replayed is not replayed again -------------------------------------------
+
+def test_a_marker_the_load_replayed_above_the_high_watermark_is_not_replayed_again():
+    """The restore looks only below where the load's replay began (``producer_state_start``): a
+    marker at or above it is in the state already. A follower's truncation that reloads from a
+    snapshot at or below the high watermark, with an abort marker above it, reads each batch once
+    (it read them twice), and so does an open after a crash, which replays from the last roll's
+    snapshot; the last stable offset holds at the transaction's first offset either way."""
+    disk = MemoryDisk(strict_dirs=True)
+    config = LogConfig(segment_bytes=1 << 20)
+    log = Log.open(disk, "/data/t-0", "t", 0, config, needs_recovery=False, now_ms=T0)
+    log.append_as_leader(batch(), 0, T0)                                 # 0
+    log.roll(now_ms=T0)                                                  # a snapshot at 1
+    log.append_as_leader(batch(2, 0, 0, transactional=True), 0, T0)    # 1: pid 2's transaction
+    log.append_as_leader(build_marker(2, 0, False, 0, T0), 0, T0)      # 2: its abort marker
+    for _ in range(3):
+        log.append_as_leader(batch(), 0, T0)                             # 3, 4, 5
+    partition = Partition("t", 0, 1, log, replica_lag_time_max_ms=30_000)
+    partition.high_watermark = 2                                         # the marker is not below it
+    before = log.replayed_batches
+    ReplicaFetcherManager.truncate(object.__new__(ReplicaFetcherManager), partition, 4, "diverged")
+    assert log.log_end_offset == 4 and log.producer_state_start == 1
+    assert log.replayed_batches - before == 3                            # 1, 2 and 3, once
+    assert log.last_stable_offset(2) == 1
+    log.flush(log.log_end_offset)
+    log = Log.open(disk, "/data/t-0", "t", 0, config, needs_recovery=True, now_ms=T0)   # no close: a crash
+    assert log.producer_state_start == 1 and log.replayed_batches == 3
+    assert not restore_unreplicated_transactions(log, 2, T0)
+    assert log.replayed_batches == 3 and log.last_stable_offset(2) == 1
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in log.collect_aborted_txns(0, 4)] == [(2, 1, 2)]

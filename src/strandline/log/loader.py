@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os.path
 from bisect import bisect_right
+from itertools import takewhile
 from typing import TYPE_CHECKING, NamedTuple
 
 from strandline.log.config import LogConfig
@@ -154,25 +155,30 @@ def rebuild_producer_state(log: Log) -> None:
     first = log.segments[0].base_offset
     log.snapshots.delete(lambda o: first <= o <= log.log_end_offset)
     start = log.snapshots.load_latest(log.producer_state)
-    _replay_producers(log, first if start is None else start)
+    log.producer_state_start = first if start is None else start
+    _replay_producers(log, log.producer_state_start)
 
 
 def restore_unreplicated_transactions(log: Log, high_watermark: int, now_ms: int | None = None) -> bool:
     """After the producer state was loaded from a snapshot (an open, a truncation), with the high
     watermark known: the transactions decided by a marker at or above it are unreplicated again,
     which keeps the last stable offset at their first offset until the high watermark passes the
-    marker (KIP-98). A snapshot keeps producers and open transactions, not these; so when such a
-    marker is there, the state is replayed from the latest snapshot at or below the high watermark
-    (from the log's start without one), and with ``now_ms`` (an open) idle producers are forgotten
-    again. True when it was replayed."""
+    marker (KIP-98). A snapshot keeps producers and open transactions, not these; the markers the
+    load replayed (from ``log.producer_state_start`` on) are in the state already. So when a marker
+    lies at or above the high watermark and below that start, the state is replayed from the
+    latest snapshot at or below the high watermark (from the log's start without one), and with
+    ``now_ms`` (an open) idle producers are forgotten again. True when it was replayed."""
     first = log.segments[0].base_offset
-    if not any(header.base_offset >= high_watermark and header.attributes & CONTROL_BIT and header.producer_id >= 0
-               for header in log.iter_batch_headers(max(high_watermark, first))):
+    low, high = max(high_watermark, first), log.producer_state_start
+    if low >= high or not any(header.attributes & CONTROL_BIT and header.producer_id >= 0 and header.base_offset >= low
+                              for header in takewhile(lambda h: h.base_offset < high,
+                                                      log.iter_batch_headers(low))):
         return False
     # not below the first segment's base: a snapshot there holds what deleted segments told (open
     # transactions, producers), which no replay of the log can tell again
-    start = log.snapshots.load_latest(log.producer_state, at_most=max(high_watermark, first))
-    _replay_producers(log, first if start is None else start)
+    start = log.snapshots.load_latest(log.producer_state, at_most=low)
+    log.producer_state_start = first if start is None else start
+    _replay_producers(log, log.producer_state_start)
     log.producer_state.on_high_watermark_updated(high_watermark)
     if now_ms is not None:
         log.expire_producers(now_ms)

@@ -10,9 +10,8 @@ segments from the recovery point on (only the active segment's tail after a clea
 
 Producer state (``log.producer_state``: idempotence, transactions, the last stable offset) is
 kept as the log appends, snapshotted (``<offset>.snapshot``) when a segment rolls and on close,
-and loaded on open and truncation from the latest good snapshot at or below the log end offset
-(at or below the high watermark once that is known, when a marker lies above it), replaying the
-batches after it (``log.loader``). Each abort marker adds an entry to its segment's ``.txnindex``.
+and loaded on open and truncation from a snapshot, replaying the batches after it (``log.loader``
+says which). Each abort marker adds an entry to its segment's ``.txnindex``.
 Producers idle past ``producer.id.expiration.ms`` are forgotten on open and by retention checks.
 """
 
@@ -81,6 +80,7 @@ class Log:
         self.producer_state = ProducerStateManager()
         self.snapshots = ProducerSnapshots(disk, dir)
         self.replayed_batches = 0               # batch headers read to load the producer state
+        self.producer_state_start = 0           # where its replay began (loader.restore_unreplicated_transactions)
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -483,6 +483,7 @@ class Log:
         self.log_start_offset = self.log_end_offset = self.recovery_point = offset
         self.snapshots.delete(lambda o: False)
         self.producer_state.clear()
+        self.producer_state_start = offset
         self._offsets_changed()
 
     def _offsets_changed(self) -> None:
