@@ -178,33 +178,37 @@ class LogSegment:
         is 2, its offsets go forward and fit the segment (and its CRC-32C matches, if asked).
         """
         size = self.log.size()
+        read = self.log.read
         pos = position
         buf = b""
         buf_start = pos
+        buf_len = 0
         expected = self.base_offset
+        highest = self.base_offset + INT32_MAX
         while pos + HEADER_SIZE <= size:
             rel = pos - buf_start
-            if len(buf) - rel < HEADER_SIZE:
-                buf = self.log.read(pos, max(HEADER_SIZE, min(chunk, size - pos)))
-                buf_start, rel = pos, 0
-                if len(buf) < HEADER_SIZE:
+            if buf_len - rel < HEADER_SIZE:
+                buf = read(pos, max(HEADER_SIZE, min(chunk, size - pos)))
+                buf_start, rel, buf_len = pos, 0, len(buf)
+                if buf_len < HEADER_SIZE:
                     return
             h = read_header(buf, rel)
-            batch_size = LOG_OVERHEAD + h.batch_length
-            if (h.batch_length < MIN_BATCH_LENGTH or pos + batch_size > size or h.magic != 2
-                    or h.base_offset < expected or h.last_offset_delta < 0
-                    or h.base_offset + h.last_offset_delta - self.base_offset > INT32_MAX):
+            # base offset, batch length, magic, last offset delta: by index, the walk's hot path
+            base, length, magic, delta = h[0], h[1], h[3], h[6]
+            batch_size = LOG_OVERHEAD + length
+            if (length < MIN_BATCH_LENGTH or pos + batch_size > size or magic != 2 or base < expected
+                    or delta < 0 or base + delta > highest):
                 return
             if check_crc:
-                if len(buf) - rel < batch_size:
-                    buf = self.log.read(pos, max(batch_size, min(chunk, size - pos)))
-                    buf_start, rel = pos, 0
-                    if len(buf) < batch_size:
+                if buf_len - rel < batch_size:
+                    buf = read(pos, max(batch_size, min(chunk, size - pos)))
+                    buf_start, rel, buf_len = pos, 0, len(buf)
+                    if buf_len < batch_size:
                         return
                 if not crc_ok(buf, rel, h):
                     return
             yield pos, h
-            expected = h.base_offset + h.last_offset_delta + 1
+            expected = base + delta + 1
             pos += batch_size
 
     def iter_headers(self, from_offset: int | None = None) -> Iterator[BatchHeader]:
@@ -213,9 +217,14 @@ class LogSegment:
         if from_offset is not None:
             self._ensure_indexes()
             position = self.offset_index.lookup(from_offset)[1]
-        for _, h in self._iter_headers(position):
-            if from_offset is None or h.base_offset + h.last_offset_delta >= from_offset:
-                yield h
+        walk = self._iter_headers(position)
+        if from_offset is not None:
+            for _, h in walk:
+                if h.base_offset + h.last_offset_delta >= from_offset:
+                    yield h
+                    break
+        for _, h in walk:
+            yield h
 
     def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``."""

@@ -100,9 +100,9 @@ class BatchHeader(NamedTuple):
         return self.producer_id >= 0
 
 
-def read_header(buf, pos: int = 0) -> BatchHeader:
+def read_header(buf, pos: int = 0, _unpack=_HEADER.unpack_from, _new=tuple.__new__) -> BatchHeader:
     """Parse the batch header at ``pos``; the caller ensures 61 bytes are there."""
-    return BatchHeader._make(_HEADER.unpack_from(buf, pos))
+    return _new(BatchHeader, _unpack(buf, pos))
 
 
 def peek_size(buf, pos: int = 0) -> int:
