@@ -29,6 +29,15 @@ def test_transactions_stay_atomic_under_random_faults(seed):
     assert result.faults > 10
 
 
+def test_ctl_11_an_election_written_while_a_move_completes_is_not_sent_with_the_new_replicas():
+    """Seed 1220026 of ``sim explore --config txn --reassign`` once caught a controller sending an
+    ISR outside a partition's replicas: an election decided while a move was under way (ISR
+    [3, 2, 4] of replicas [1, 4, 2, 3]) had its write answered late, after the move's end had
+    narrowed the replicas to [1, 4, 2]; the state was sent as written, with the new replicas."""
+    result = run_seed(1220026, "txn", reassign=True)
+    assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
+
+
 def test_a_deposed_coordinator_acknowledges_nothing_from_memory():
     """Seed 39 without power loss once caught a coordinator cut off from ZooKeeper and the other
     brokers, deposed without knowing it, acknowledging AddPartitionsToTxn from its stale state; the

@@ -19,7 +19,7 @@ from strandline.broker.outbox import Outbox
 from strandline.controller.channel import ControllerChannel, LocalDelivery
 from strandline.controller.context import ControllerContext, TopicCreated
 from strandline.controller.controlled_shutdown import controlled_shutdown
-from strandline.controller.elections import PartitionElections, offline_partition_election, within_assignment
+from strandline.controller.elections import PartitionElections, decide_within, offline_partition_election
 from strandline.controller.reassignment import PartitionReassignments
 from strandline.controller.topics import TopicChanges
 from strandline.coordination import zk_layout, znodes
@@ -381,8 +381,8 @@ class Controller:
             if current.leader >= 0:
                 return None
             replicas = topic.assignment[index]
-            return offline_partition_election(replicas, within_assignment(replicas, current), live, dead,
-                                              ctx.shutting_down, True, ctx.epoch)
+            return decide_within(replicas, current, ctx.epoch, lambda view: offline_partition_election(
+                replicas, view, live, dead, ctx.shutting_down, True, ctx.epoch))
 
         def done(when_ms: int) -> list:
             results: dict[Key, tuple[ErrorCode, str | None]] = {}

@@ -82,6 +82,24 @@ def within_assignment(replicas: tuple[int, ...], current: LeaderAndIsr) -> Leade
     return dataclasses.replace(current, leader=leader, isr=kept)
 
 
+def is_within(replicas: tuple[int, ...], state: LeaderAndIsr) -> bool:
+    """Whether ``state`` names only assigned replicas (its ISR, and its leader if it has one)."""
+    return set(state.isr) <= set(replicas) and (state.leader < 0 or state.leader in replicas)
+
+
+def decide_within(replicas: tuple[int, ...], current: LeaderAndIsr, controller_epoch: int,
+                  rule: Callable[[LeaderAndIsr], "tuple[LeaderAndIsr, bool] | None"]) -> tuple[LeaderAndIsr, bool] | None:
+    """``rule`` applied to the state as :func:`within_assignment` shows it. Where the rule changes
+    nothing but that view left out replicas no longer assigned, the view is the next state, in a
+    new epoch: a state naming them is never kept, and so never sent with the narrowed replicas."""
+    view = within_assignment(replicas, current)
+    decided = rule(view)
+    if decided is None and view is not current:
+        return LeaderAndIsr(view.leader, current.leader_epoch + 1, view.isr, controller_epoch,
+                            current.zk_version), False
+    return decided
+
+
 class PartitionElections:
     """Elections of one controller; every call names the term (``ctx``) it acts for."""
 
@@ -98,16 +116,16 @@ class PartitionElections:
                    dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
             unclean = bool(config.topic_value(topic.configs, "unclean.leader.election.enable"))
             replicas = topic.assignment[index]
-            return offline_partition_election(replicas, within_assignment(replicas, current), live, dead,
-                                              ctx.shutting_down, unclean, ctx.epoch)
+            return decide_within(replicas, current, ctx.epoch, lambda view: offline_partition_election(
+                replicas, view, live, dead, ctx.shutting_down, unclean, ctx.epoch))
         return decide
 
     def preferred_rule(self, ctx: ControllerContext) -> Decide:
         def decide(topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
                    dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
             replicas = topic.assignment[index]
-            return preferred_replica_election(replicas, within_assignment(replicas, current), live,
-                                              ctx.shutting_down, ctx.epoch)
+            return decide_within(replicas, current, ctx.epoch, lambda view: preferred_replica_election(
+                replicas, view, live, ctx.shutting_down, ctx.epoch))
         return decide
 
     # ------------------------------------------------------------------ brokers owed a state
@@ -256,11 +274,16 @@ class PartitionElections:
                 return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
                     outbox.after(at_ms + CONTROL_RETRY_MS,
                                  lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True))
-            changed, out = [], []
+            changed, out, narrowed = [], [], []
             for (key, state, before), res in zip(planned, written[skip:]):
                 topic = ctx.topics.get(key[0])
                 if topic is not None:
                     topic.states[key[1]] = dataclasses.replace(state, zk_version=res.version)
+                    if not is_within(topic.assignment[key[1]], state):
+                        # a reassignment narrowed the replicas while this state was written: it is
+                        # elected again from the narrowed view, not sent as it is (CTL-11)
+                        narrowed.append(key)
+                        continue
                     changed.append((topic, key[1]))
                     if state.leader >= 0:
                         moved = state.leader != before.leader
@@ -279,8 +302,11 @@ class PartitionElections:
                                                   f"ISR {list(state.isr)} can lead it (epoch "
                                                   f"{state.leader_epoch})", "offline", key))
             out.extend(channel.send_partition_states(ctx, changed, None, False, at_ms))
-            out.extend(self.elections_ended(ctx, written_keys, at_ms, announced=True))
-            out.extend(revisit([(key, state) for key, state, _ in planned], at_ms))
+            out.extend(self.elections_ended(ctx, [k for k in written_keys if k not in narrowed], at_ms,
+                                            announced=True))
+            out.extend(revisit([(key, state) for key, state, _ in planned if key not in narrowed], at_ms))
+            if narrowed:
+                out.extend(self.elect(ctx, narrowed, dead, at_ms, None, decide, True))
             return out + done(at_ms)
 
         return outbox.zk(fenced, on_written, transaction=True)
