@@ -270,9 +270,9 @@ def test_a_marker_above_the_high_watermark_holds_the_last_stable_offset_after_a_
     logs = LogManager(disk, ["/data"], config)
     logs.startup(0)
     log = logs.get_log("t", 0)
-    assert not restore_unreplicated_transactions(log, 3, 0)              # no marker at or above 3: nothing
+    assert not restore_unreplicated_transactions(log, 3)              # no marker at or above 3: nothing
     assert log.last_stable_offset(2) == 2                                 # (the state the snapshot gave)
-    assert restore_unreplicated_transactions(log, 2, 0)                  # the HW as checkpointed
+    assert restore_unreplicated_transactions(log, 2)                  # the HW as checkpointed
     assert log.last_stable_offset(2) == 0
     assert log.last_stable_offset(3) == 3                                # the HW passed the marker
     assert [(t.producer_id, t.first_offset, t.last_offset) for t in log.collect_aborted_txns(0, 4)] == [(2, 0, 2)]
@@ -325,6 +325,6 @@ def test_a_marker_the_load_replayed_above_the_high_watermark_is_not_replayed_aga
     log.flush(log.log_end_offset)
     log = Log.open(disk, "/data/t-0", "t", 0, config, needs_recovery=True, now_ms=T0)   # no close: a crash
     assert log.producer_state_start == 1 and log.replayed_batches == 3
-    assert not restore_unreplicated_transactions(log, 2, T0)
+    assert not restore_unreplicated_transactions(log, 2)
     assert log.replayed_batches == 3 and log.last_stable_offset(2) == 1
     assert [(t.producer_id, t.first_offset, t.last_offset) for t in log.collect_aborted_txns(0, 4)] == [(2, 1, 2)]

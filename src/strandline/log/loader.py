@@ -12,10 +12,10 @@ segments it covers (``log.swap``), and other leftovers (``.cleaned``, ``.deleted
 are deleted.
 
 The producer state is rebuilt on open, and after a truncation, from the latest good snapshot at or
-below the log end offset and the batches after it (Kafka's ``rebuildProducerState``); once the
-high watermark is known, from the latest at or below it when a transaction marker lies above it
-(``restore_unreplicated_transactions``: a snapshot does not keep the transactions such markers
-decided, which hold the last stable offset until the high watermark passes them).
+below the log end offset and the batches after it (Kafka's ``rebuildProducerState``). Once the
+high watermark is known, ``restore_unreplicated_transactions`` puts back the transactions decided
+by a marker above it that the snapshot does not keep, which hold the last stable offset until the
+high watermark passes them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk
 from strandline.log.epoch import LeaderEpochCache
-from strandline.log.producer_state import snapshot_offset
+from strandline.log.producer_state import ProducerStateManager, snapshot_offset
 from strandline.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 from strandline.log.swap import SWAP_LOG_SUFFIX, complete_swap
 from strandline.log.txn_index import TXN_INDEX_SUFFIX
@@ -159,30 +159,61 @@ def rebuild_producer_state(log: Log) -> None:
     _replay_producers(log, log.producer_state_start)
 
 
-def restore_unreplicated_transactions(log: Log, high_watermark: int, now_ms: int | None = None) -> bool:
+#: How far below the high watermark (in offsets) the restore first looks for each producer's
+#: earlier marker; eight times as far each time one is not found, down to a snapshot
+RESTORE_WINDOW = 1024
+
+
+def restore_unreplicated_transactions(log: Log, high_watermark: int) -> bool:
     """After the producer state was loaded from a snapshot (an open, a truncation), with the high
     watermark known: the transactions decided by a marker at or above it are unreplicated again,
     which keeps the last stable offset at their first offset until the high watermark passes the
     marker (KIP-98). A snapshot keeps producers and open transactions, not these; the markers the
-    load replayed (from ``log.producer_state_start`` on) are in the state already. So when a marker
-    lies at or above the high watermark and below that start, the state is replayed from the
-    latest snapshot at or below the high watermark (from the log's start without one), and with
-    ``now_ms`` (an open) idle producers are forgotten again. True when it was replayed."""
+    load replayed (from ``log.producer_state_start`` on) are in the state already. For a marker
+    at or above the high watermark and below that start, its transaction's first offset is found
+    by replaying, into a state of its own, the batches from a point where it is known: past an
+    earlier marker of the same producer (looked for in a window below the high watermark that
+    widens until each is found), else from the latest snapshot at or below the high watermark.
+    True when it restored one."""
     first = log.segments[0].base_offset
     low, high = max(high_watermark, first), log.producer_state_start
-    if low >= high or not any(header.attributes & CONTROL_BIT and header.producer_id >= 0 and header.base_offset >= low
-                              for header in takewhile(lambda h: h.base_offset < high,
-                                                      log.iter_batch_headers(low))):
+    if low >= high:
         return False
-    # not below the first segment's base: a snapshot there holds what deleted segments told (open
-    # transactions, producers), which no replay of the log can tell again
-    start = log.snapshots.load_latest(log.producer_state, at_most=low)
-    log.producer_state_start = first if start is None else start
-    _replay_producers(log, log.producer_state_start)
-    log.producer_state.on_high_watermark_updated(high_watermark)
-    if now_ms is not None:
-        log.expire_producers(now_ms)
+    pids = {h.producer_id for h in _headers(log, low, high)
+            if h.attributes & CONTROL_BIT and h.producer_id >= 0 and h.base_offset >= low}
+    if not pids:
+        return False
+    floor = max([o for o in log.snapshots.offsets if o <= low], default=first)
+    window = RESTORE_WINDOW
+    while True:
+        state = ProducerStateManager()
+        start = low - window
+        unresolved = set(pids)
+        if start <= floor:
+            # not below the first segment's base: a snapshot there holds what deleted segments
+            # told (open transactions, producers), which no replay of the log can tell again
+            loaded = log.snapshots.load_latest(state, at_most=low)
+            start, unresolved = first if loaded is None else loaded, set()
+        for header in _headers(log, max(start, first), high):
+            if header.base_offset >= low and unresolved:
+                break
+            if header.producer_id < 0:
+                continue
+            marker = log.marker_of(header) if header.attributes & CONTROL_BIT else None
+            if marker is not None and header.base_offset < low:
+                unresolved.discard(header.producer_id)
+            state.update(header, header.base_offset, header.max_timestamp, marker)
+        if not unresolved:
+            break
+        window *= 8
+    restored = [(marker, first_offset) for marker, first_offset in state.unreplicated if marker >= low]
+    log.producer_state.unreplicated.extendleft(reversed(restored))
     return True
+
+
+def _headers(log: Log, start: int, end: int):
+    """Headers of the batches from the one containing ``start`` up to ``end``."""
+    return takewhile(lambda h: h.base_offset < end, log.iter_batch_headers(start))
 
 
 def _replay_producers(log: Log, start: int) -> None:

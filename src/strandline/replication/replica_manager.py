@@ -97,7 +97,7 @@ class ReplicaManager:
         partition = Partition(topic.name, index, self.broker_id, log,
                               replica_lag_time_max_ms=config["replica.lag.time.max.ms"])
         partition.high_watermark = min(max(hws.get(key, 0), log.log_start_offset), log.log_end_offset)
-        restore_unreplicated_transactions(log, partition.high_watermark, now_ms)
+        restore_unreplicated_transactions(log, partition.high_watermark)
         partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
         log.offsets_listener = self.journal.add
         self.partitions[key] = partition
