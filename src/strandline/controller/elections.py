@@ -281,7 +281,8 @@ class PartitionElections:
                     topic.states[key[1]] = dataclasses.replace(state, zk_version=res.version)
                     if not is_within(topic.assignment[key[1]], state):
                         # a reassignment narrowed the replicas while this state was written: it is
-                        # elected again from the narrowed view, not sent as it is (CTL-11)
+                        # elected again (by the offline rule, which writes the narrowed view), not
+                        # sent as it is (CTL-11)
                         narrowed.append(key)
                         continue
                     changed.append((topic, key[1]))
@@ -306,7 +307,7 @@ class PartitionElections:
                                             announced=True))
             out.extend(revisit([(key, state) for key, state, _ in planned if key not in narrowed], at_ms))
             if narrowed:
-                out.extend(self.elect(ctx, narrowed, dead, at_ms, None, decide, True))
+                out.extend(self.elect(ctx, narrowed, dead, at_ms, None, None, True))
             return out + done(at_ms)
 
         return outbox.zk(fenced, on_written, transaction=True)
