@@ -174,6 +174,7 @@ def restore_unreplicated_transactions(log: Log, high_watermark: int) -> bool:
     by replaying, into a state of its own, the batches from a point where it is known: past an
     earlier marker of the same producer (looked for in a window below the high watermark that
     widens until each is found), else from the latest snapshot at or below the high watermark.
+    It runs straight after the load, before anything prunes the state at a high watermark.
     True when it restored one."""
     first = log.segments[0].base_offset
     low, high = max(high_watermark, first), log.producer_state_start
