@@ -173,6 +173,35 @@ def test_a_static_member_rejoins_under_its_instance_id_and_deleting_a_live_group
     assert deleted.results[0].error_code == ErrorCode.non_empty_group
 
 
+def test_a_static_member_replaced_by_a_newer_instance_is_fenced():
+    """Two consumers with the same group.instance.id: the one that joined last holds it, and the
+    other's Heartbeat, SyncGroup, OffsetCommit and JoinGroup under its old member id are answered
+    FENCED_INSTANCE_ID (fatal to it) rather than UNKNOWN_MEMBER_ID, after which it would rejoin
+    and take the instance back, the two taking turns for good (librdkafka's test 0102
+    do_test_fenced_member_classic)."""
+    c = cluster()
+    create_t(c)
+    coord = coordinator(c, "fence")
+    body = dict(join_body("fence"), group_instance_id="host-a")
+    old = c.call(coord, 11, 5, body, "a").member_id
+    c.call(coord, 14, 3, {"group_id": "fence", "generation_id": 1, "member_id": old, "group_instance_id": "host-a",
+                          "assignments": [{"member_id": old, "assignment": b"mine"}]}, "a")
+    new = c.call(coord, 11, 5, body, "a2")
+    assert new.error_code == ErrorCode.none and new.member_id != old
+    mine = {"group_id": "fence", "generation_id": new.generation_id, "member_id": old, "group_instance_id": "host-a"}
+    assert c.call(coord, 12, 3, mine, "a").error_code == ErrorCode.fenced_instance_id
+    assert c.call(coord, 14, 3, {**mine, "assignments": []}, "a").error_code == ErrorCode.fenced_instance_id
+    commit = {**mine, "generation_id_or_member_epoch": mine["generation_id"], "retention_time": -1,
+              "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5,
+                                                       "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
+    del commit["generation_id"]
+    assert c.call(coord, 8, 7, commit, "a").topics[0].partitions[0].error_code == ErrorCode.fenced_instance_id
+    assert c.call(coord, 11, 5, dict(body, member_id=old), "a").error_code == ErrorCode.fenced_instance_id
+    # the instance that holds it goes on as before
+    hb = c.call(coord, 12, 3, {**mine, "member_id": new.member_id}, "a2")
+    assert hb.error_code in (ErrorCode.none, ErrorCode.rebalance_in_progress)
+
+
 def test_offsets_of_an_empty_group_expire_after_the_retention():
     c = SimCluster((1, 2, 3), **{"offsets.topic.num.partitions": "3", "offsets.retention.minutes": "1",
                                  "offsets.retention.check.interval.ms": "1000"})

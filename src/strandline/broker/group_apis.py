@@ -158,6 +158,7 @@ class GroupApis:
         if refused is not None:
             return refused
         req = {"group_id": request.group_id, "generation_id": request.generation_id, "member_id": request.member_id,
+               "group_instance_id": getattr(request, "group_instance_id", None),
                "protocol_type": getattr(request, "protocol_type", None),
                "protocol_name": getattr(request, "protocol_name", None),
                "assignments": [{"member_id": a.member_id, "assignment": a.assignment} for a in request.assignments]}
@@ -167,7 +168,8 @@ class GroupApis:
         refused = self._refused(conn_id, header, request)
         if refused is not None:
             return refused
-        req = {"group_id": request.group_id, "generation_id": request.generation_id, "member_id": request.member_id}
+        req = {"group_id": request.group_id, "generation_id": request.generation_id, "member_id": request.member_id,
+               "group_instance_id": getattr(request, "group_instance_id", None)}
         return self.groups.heartbeat(req, self._group_respond(conn_id, header, lambda b: b), now_ms)
 
     def _leave_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
@@ -199,7 +201,7 @@ class GroupApis:
                 else:  # as Kafka: that partition is refused, the others are committed
                     unknown[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
         req = {"group_id": request.group_id, "generation_id": generation, "member_id": request.member_id,
-               "offsets": offsets}
+               "group_instance_id": getattr(request, "group_instance_id", None), "offsets": offsets}
 
         def respond(results: dict) -> list:
             by_topic: dict[str, list] = {}
@@ -249,7 +251,8 @@ class GroupApis:
         return self.groups.txn_commit({
             "group_id": request.group_id, "producer_id": request.producer_id,
             "producer_epoch": request.producer_epoch, "generation_id": getattr(request, "generation_id", -1),
-            "member_id": getattr(request, "member_id", ""), "offsets": offsets}, respond, now_ms)
+            "member_id": getattr(request, "member_id", ""),
+            "group_instance_id": getattr(request, "group_instance_id", None), "offsets": offsets}, respond, now_ms)
 
     def _offset_fetch_group(self, conn_id: int, group_id: str, topics: Any,
                             require_stable: bool = False) -> tuple[ErrorCode, list]:

@@ -170,6 +170,8 @@ class GroupCoordinator:
                 return fail(ErrorCode.member_id_required, new_id)
             else:
                 member_id = new_id
+        elif group.fenced(member_id, instance_id):
+            return fail(ErrorCode.fenced_instance_id)
         elif member_id not in group.members:
             if member_id not in group.pending:
                 return fail(ErrorCode.unknown_member_id)
@@ -210,6 +212,8 @@ class GroupCoordinator:
         if not self.owns(group_id):
             return fail(ErrorCode.not_coordinator)
         group = self.groups.get(group_id)
+        if group is not None and group.fenced(member_id, req.get("group_instance_id")):
+            return fail(ErrorCode.fenced_instance_id)
         if group is None or member_id not in group.members:
             return fail(ErrorCode.unknown_member_id)
         if req["generation_id"] != group.generation:
@@ -261,6 +265,8 @@ class GroupCoordinator:
         if not self.owns(group_id):
             return respond({"error_code": ErrorCode.not_coordinator})
         group = self.groups.get(group_id)
+        if group is not None and group.fenced(member_id, req.get("group_instance_id")):
+            return respond({"error_code": ErrorCode.fenced_instance_id})
         if group is None or member_id not in group.members or group.state in (EMPTY, DEAD):
             return respond({"error_code": ErrorCode.unknown_member_id})
         member = group.members[member_id]
@@ -350,6 +356,8 @@ class GroupCoordinator:
             if generation >= 0 or member_id:
                 return all_failed(ErrorCode.illegal_generation if generation >= 0 else ErrorCode.unknown_member_id)
             group = self.groups[group_id] = Group(group_id)
+        elif group.fenced(member_id, req.get("group_instance_id")):
+            return all_failed(ErrorCode.fenced_instance_id)
         elif generation < 0 and group.state == EMPTY:
             pass                                    # a standalone consumer (assign()) commits
         elif group.state == COMPLETING:
@@ -394,6 +402,8 @@ class GroupCoordinator:
             return respond({tp: ErrorCode.not_coordinator for tp, *_ in wanted})
         group = self.groups.get(group_id)
         generation, member_id = req.get("generation_id", -1), req.get("member_id", "")
+        if group is not None and group.fenced(member_id, req.get("group_instance_id")):
+            return respond({tp: ErrorCode.fenced_instance_id for tp, *_ in wanted})
         if group is not None and generation >= 0 and group.members:
             code = None
             if member_id not in group.members:

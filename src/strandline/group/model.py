@@ -70,3 +70,9 @@ class Group:
         if instance_id is None:
             return None
         return next((m for m in self.members.values() if m.group_instance_id == instance_id), None)
+
+    def fenced(self, member_id: str, instance_id: str | None) -> bool:
+        """Whether ``instance_id`` is a static member of the group under another member id: a newer
+        instance replaced the one asking (Kafka's isStaticMemberFenced: FENCED_INSTANCE_ID)."""
+        static = self.static_member(instance_id)
+        return static is not None and static.member_id != member_id
