@@ -357,8 +357,7 @@ class KafkaApis:
         for named, key, indexes in shape:
             parts = []
             for index in indexes:
-                error, base, append_time, lso, message = results[(key, index)]
-                parts.append((index, error, base, append_time, lso, message))
+                parts.append((index, *results[(key, index)]))      # error, base, time, lso, message[, record errors]
             topics.append((named, parts))
         return api.encode_produce_response(header, topics)
 

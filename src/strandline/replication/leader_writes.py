@@ -34,7 +34,8 @@ class LeaderWrites:
     def append_to_leader(self, topic: TopicMetadata, index: int, records: bytes, acks: int,
                          now_ms: int, transactional: bool = False) -> tuple[list, int | None]:
         """Validate and append one partition's batch as leader. Returns the produce result
-        ``[error, base offset, log append time, log start offset, message]`` and, when acks=all,
+        ``[error, base offset, log append time, log start offset, message]`` (and the records refused,
+        ``(index, message)`` each, after them when there are any) and, when acks=all,
         the offset the high watermark must reach. ``transactional``: the request names a
         transactional id (Kafka refuses transactional records without one)."""
         partition = self.partitions.get((topic.name, index))
@@ -56,7 +57,8 @@ class LeaderWrites:
         if checked.error is ErrorCode.none and log_config.compacts:
             checked = check_keys(records, checked.header, topic.name, index)
         if checked.error is not ErrorCode.none:
-            return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
+            return [checked.error, -1, -1, partition.log_start_offset, checked.message,
+                    *((checked.record_errors,) if checked.record_errors else ())], None
         header = checked.header
         min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
         if records.__class__ is not memoryview or records.readonly:

@@ -24,6 +24,8 @@ class Validated(NamedTuple):
     error: ErrorCode
     header: BatchHeader | None
     message: str | None = None
+    #: ``(index of the record in its batch, message)`` of each record refused (KIP-467)
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 NO_TIMESTAMP = -1
@@ -90,13 +92,18 @@ def apply_compression_type(records: bytes, header: BatchHeader, compression_type
 
 
 def check_keys(records, header: BatchHeader, topic: str, partition: int) -> Validated:
-    """A compacted topic's batch: INVALID_RECORD unless every record has a key (or the records
-    do not decode: CORRUPT_MESSAGE)."""
+    """A compacted topic's batch: INVALID_RECORD unless every record has a key, naming each record
+    without one (KIP-467's record errors, so that a client fails those and retries the others, as
+    Kafka's LogValidator does); CORRUPT_MESSAGE if the records do not decode."""
     try:
-        for record in iter_records(records, 0, header):
-            if record.key is None:
-                return Validated(ErrorCode.invalid_record, None, (
-                    f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}."))
+        keyless = [i for i, record in enumerate(iter_records(records, 0, header)) if record.key is None]
     except UndecodableRecordsError as exc:
         return Validated(ErrorCode.corrupt_message, None, str(exc))
-    return Validated(ErrorCode.none, header)
+    if not keyless:
+        return Validated(ErrorCode.none, header)
+    why = f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
+    errors = tuple((i, why) for i in keyless)
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{why}')" for i, _ in errors[:3])
+    return Validated(ErrorCode.invalid_record, None, (
+        f"One or more records have been rejected due to {len(errors)} record errors in total, and only "
+        f"showing the first three errors at most: [{shown}]"), errors)
