@@ -124,8 +124,16 @@ class PartitionElections:
         def decide(topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
                    dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
             replicas = topic.assignment[index]
-            return decide_within(replicas, current, ctx.epoch, lambda view: preferred_replica_election(
-                replicas, view, live, ctx.shutting_down, ctx.epoch))
+
+            def rule(view: LeaderAndIsr) -> tuple[LeaderAndIsr, bool] | None:
+                decided = preferred_replica_election(replicas, view, live, ctx.shutting_down, ctx.epoch)
+                if decided is None and view.leader < 0 <= current.leader:
+                    # the leader is no longer assigned and the preferred replica cannot lead: the
+                    # next live ISR member does, as when a leader dies, rather than nobody
+                    return offline_partition_election(replicas, view, live, dead, ctx.shutting_down, False,
+                                                      ctx.epoch)
+                return decided
+            return decide_within(replicas, current, ctx.epoch, rule)
         return decide
 
     # ------------------------------------------------------------------ brokers owed a state
@@ -279,13 +287,13 @@ class PartitionElections:
                 topic = ctx.topics.get(key[0])
                 if topic is not None:
                     topic.states[key[1]] = dataclasses.replace(state, zk_version=res.version)
-                    if not is_within(topic.assignment[key[1]], state):
+                    if is_within(topic.assignment[key[1]], state):
+                        changed.append((topic, key[1]))
+                    else:
                         # a reassignment narrowed the replicas while this state was written: it is
                         # elected again (by the offline rule, which writes the narrowed view), not
                         # sent as it is (CTL-11)
                         narrowed.append(key)
-                        continue
-                    changed.append((topic, key[1]))
                     if state.leader >= 0:
                         moved = state.leader != before.leader
                         # counted once written: a lost race is decided (and written) again
