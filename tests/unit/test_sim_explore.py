@@ -27,7 +27,7 @@ def test_safe_1_no_invariant_breaks_under_random_faults(seed):
     assert result.acked > 0 and result.faults > 10
 
 
-@pytest.mark.parametrize("seed", [3, 7, 11, 1016, 1060, 1088, 1147, 1198])
+@pytest.mark.parametrize("seed", [3, 7, 11, 1016, 1060, 1088, 1147, 1198, 1320029])
 def test_ctl_11_safe_1_holds_while_partitions_move_under_random_faults(seed):
     """CTL-11 under the explorer's faults (sim explore --reassign): seeds 3 and 7 once caught a
     completing move letting an election write an ISR outside the new replicas, seed 11 a move
@@ -35,7 +35,9 @@ def test_ctl_11_safe_1_holds_while_partitions_move_under_random_faults(seed):
     dropped replicas still in the ISR, seed 1060 a new controller resuming a move without telling
     the replicas in a new epoch, seed 1088 a leader no longer assigned kept as leader, seed 1147
     a move ended although its election had written nothing, seed 1198 a move ZooKeeper recorded
-    while its answer was lost, never followed."""
+    while its answer was lost, never followed, seed 1320029 a cancelled move ended by a controller
+    cut from ZooKeeper: its election read nothing, and the ISR the controller held (without the
+    replica being removed, which its leader had added meanwhile) passed for the one it wrote."""
     result = run_seed(seed, "safe", reassign=True)
     assert result.ok, f"seed {seed}: {result.all_violations}\n" + "\n".join(result.trace)
     assert result.acked > 0 and result.faults > 10

@@ -259,6 +259,7 @@ class PartitionReassignments:
         ctx.completing.add(key)
         topic.assignment[index] = target
         blocked: list[bool] = []
+        proposed: list[LeaderAndIsr] = []         # what this election decided, each time it read
 
         def decide(t: TopicMetadata, i: int, current: LeaderAndIsr, live: set[int],
                    dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
@@ -269,11 +270,17 @@ class PartitionReassignments:
             eligible = [r for r in isr if r in live and r not in ctx.shutting_down]
             leader = current.leader if current.leader in isr and current.leader in live else \
                 next(iter(eligible), -1)
-            return LeaderAndIsr(leader, current.leader_epoch + 1, isr, ctx.epoch, current.zk_version), False
+            proposed.append(LeaderAndIsr(leader, current.leader_epoch + 1, isr, ctx.epoch, current.zk_version))
+            return proposed[-1], False
 
         def elected(when_ms: int) -> list:
+            # written by this election: the state the controller holds is the last one it decided
+            # (an election whose reads got no answer ends at once, its retry going on without us,
+            # and the state held then may be one that ZooKeeper no longer has)
             state = topic.states.get(index)
-            written = state is not None and set(state.isr) <= set(target) and state.leader in (-1, *target)
+            written = state is not None and bool(proposed) and \
+                (state.leader, state.leader_epoch, state.isr) == \
+                (proposed[-1].leader, proposed[-1].leader_epoch, proposed[-1].isr)
             if blocked or not written:
                 # no state within the targets was written (none could be, or ZooKeeper did not
                 # answer and the election goes on without us): nothing is removed yet
