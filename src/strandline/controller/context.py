@@ -39,7 +39,8 @@ class ControllerContext:
     pending_brokers: tuple[dict, dict] | None = None
     #: partition reassignments in progress: (target replicas, original replicas) per partition
     reassigning: dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
-    completing: set[tuple[str, int]] = field(default_factory=set)   # being finished now
+    #: moves being finished now: the replicas each partition had before its end narrowed them
+    completing: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     #: writes of topic znodes, one at a time per topic (each written from the state then current)
     topic_writes: dict[str, collections.deque] = field(default_factory=dict)
     topic_writing: set[str] = field(default_factory=set)

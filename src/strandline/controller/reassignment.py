@@ -256,7 +256,7 @@ class PartitionReassignments:
         index = key[1]
         before = topic.assignment[index]
         leaving = [r for r in before if r not in target]
-        ctx.completing.add(key)
+        ctx.completing[key] = before
         topic.assignment[index] = target
         blocked: list[bool] = []
         proposed: list[LeaderAndIsr] = []         # what this election decided, each time it read
@@ -285,20 +285,20 @@ class PartitionReassignments:
                 # no state within the targets was written (none could be, or ZooKeeper did not
                 # answer and the election goes on without us): nothing is removed yet
                 topic.assignment[index] = before
-                ctx.completing.discard(key)
+                ctx.completing.pop(key, None)
                 why = f"no replica of {list(target)} is in the ISR" if blocked else "its new state is not written yet"
                 return [Log("warning", f"Reassignment of {key[0]}-{index} waits: {why}")] + \
                     self._retry(ctx, key, when_ms)
 
             def recorded(at_ms: int) -> list:
-                ctx.completing.discard(key)
+                ctx.completing.pop(key, None)
                 if ctx.reassigning.get(key, (None,))[0] == target:
                     ctx.reassigning.pop(key)
                 return [Log("info", f"Reassignment of {key[0]}-{index} done: replicas {list(target)}")] + \
                     self.forget_requested(ctx, [key], at_ms)
 
             def failed(code: ErrorCode, message: str | None, at_ms: int) -> list:
-                ctx.completing.discard(key)
+                ctx.completing.pop(key, None)
                 return [Log("warning", f"Recording the reassignment of {key[0]}-{index} failed: {message}")] + \
                     self._retry(ctx, key, at_ms)
 
@@ -345,7 +345,10 @@ class PartitionReassignments:
             if not controller.in_office(ctx):
                 ctx.topic_writing.discard(name)
                 return failed(ErrorCode.not_controller, "This broker is no longer the controller", at_ms)
-            assignment = {**topic.assignment, index: replicas}
+            # a partition whose move is ending keeps the replicas recorded for it until that end
+            # is written: its narrowed assignment is the controller's alone until then
+            assignment = {p: ctx.completing.get((name, p), r) for p, r in topic.assignment.items()}
+            assignment[index] = replicas
             adding_all = {p: r for p, r in topic.adding.items() if p != index}
             removing_all = {p: r for p, r in topic.removing.items() if p != index}
             if adding:
