@@ -6,6 +6,7 @@ fetches, late results, followers that do not flush) or one loss case of the seed
 
 from __future__ import annotations
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from strandline.coordination.store import Create, GetData, SetData
@@ -221,6 +222,25 @@ def test_isr_6_a_failed_isr_change_notification_is_written_again():
         isinstance(op, Create) and "isr_change_notification" in op.path for op in ops) else None
     stall(c, 2, "p", 3)
     c.advance(15000)
+    assert c.state("p").isr == (2, 1)
+    assert c.brokers[1].core.metadata.topics["p"].states[0].isr == (2, 1)
+
+
+@pytest.mark.parametrize("read", ["/isr_change_notification/", "/topics/p/partitions/0/state"])
+def test_isr_6_a_read_the_controller_got_no_answer_for_is_made_again(read):
+    """The controller reads the notifications, then the state of each partition they list, and
+    deletes the notifications: a read whose answer is lost must be made again, or the brokers
+    never hear of the new ISR (and a move waiting for its targets to join the ISR never ends:
+    sim seed 1360054, safe --reassign)."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "p", [2, 3, 1], min_isr=1)
+    controller = c.controller_id
+    faults = iter(["not-applied"])
+    c.zk_fault = lambda b, ops: next(faults, None) if b == controller and any(
+        isinstance(op, GetData) and read in op.path for op in ops) else None
+    stall(c, 2, "p", 3)
+    c.advance(15000)
+    assert next(faults, "used") == "used"
     assert c.state("p").isr == (2, 1)
     assert c.brokers[1].core.metadata.topics["p"].states[0].isr == (2, 1)
 

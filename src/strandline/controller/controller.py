@@ -286,44 +286,71 @@ class Controller:
     def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:
         """ISR-6, the controller's side: leaders list partitions whose ISR they changed under
         ``/isr_change_notification``; the controller reads their state, tells every broker
-        (UpdateMetadata) and deletes the notifications."""
+        (UpdateMetadata) and deletes the notifications. A read ZooKeeper did not answer is made
+        again (a notification is deleted only once read, its partitions' state only counts once
+        read), as Kafka's ZooKeeper client resends a request until its session ends."""
         ctx = self.ctx
         if ctx is None or not children:
             return []
         paths = [f"{znodes.IsrChangeNotificationZNode.path()}/{child}" for child in children]
 
         def on_read(results: list, when_ms: int) -> list:
+            if not self.in_office(ctx):
+                return []
             keys: set[Key] = set()
-            for path, res in zip(paths, results):
-                if res.error is ZkError.NONE and res.data:
+            read: list[str] = []
+            unanswered: list[str] = []
+            for child, path, res in zip(children, paths, results):
+                if res.error is ZkError.NONE:
+                    read.append(path)
                     try:
                         keys.update(znodes.IsrChangeNotificationSequenceZNode.decode(res.data, path))
                     except Exception:  # a malformed notification is dropped, as Kafka does
                         pass
-            ordered = sorted(k for k in keys if k[0] in ctx.topics)
-            effects = [self.outbox.zk([Delete(path) for path in paths], lambda r, t: [])]
-            if not ordered:
-                return effects
-
-            def on_states(states: list, at_ms: int) -> list:
-                if not self.in_office(ctx):
-                    return []
-                parts = []
-                for (name, index), res in zip(ordered, states):
-                    topic = ctx.topics.get(name)
-                    if topic is not None and res.error is ZkError.NONE:
-                        topic.states[index] = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
-                        parts.append((topic, index))
-                body = self.channel.update_metadata_body(ctx, parts)
-                out: list = []
-                for broker_id in sorted(ctx.live_brokers):
-                    out.extend(self.channel.send(ctx, broker_id, control.UPDATE_METADATA, body, at_ms))
-                return out + self.reassignments.maybe_complete(ctx, [(t.name, i) for t, i in parts], at_ms)
-
-            reads = [GetData(znodes.TopicPartitionStateZNode.path(n, i)) for n, i in ordered]
-            return effects + [self.outbox.zk(reads, on_states)]
+                elif res.error is not ZkError.NO_NODE:
+                    unanswered.append(child)
+            effects = [self.outbox.zk([Delete(path) for path in read], lambda r, t: [])] if read else []
+            if unanswered:
+                effects += self.outbox.after(when_ms + CONTROLLER_RETRY_MS,
+                                             lambda t: self.on_isr_change_notifications(unanswered, t))
+            return effects + self._read_partition_states(ctx, sorted(k for k in keys if k[0] in ctx.topics), when_ms)
 
         return [self.outbox.zk([GetData(p) for p in paths], on_read)]
+
+    def _read_partition_states(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list:
+        """Read the state znodes of ``keys``, tell every broker, and look whether a move can end;
+        the reads ZooKeeper did not answer are made again."""
+        if not keys:
+            return []
+
+        def on_states(states: list, at_ms: int) -> list:
+            if not self.in_office(ctx):
+                return []
+            parts = []
+            unanswered: list[Key] = []
+            for (name, index), res in zip(keys, states):
+                topic = ctx.topics.get(name)
+                if topic is None or res.error is ZkError.NO_NODE:
+                    continue
+                if res.error is ZkError.NONE:
+                    topic.states[index] = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
+                    parts.append((topic, index))
+                else:
+                    unanswered.append((name, index))
+            out: list = []
+            if unanswered:
+                out += self.outbox.after(at_ms + CONTROLLER_RETRY_MS,
+                                         lambda t: self._read_partition_states(ctx, unanswered, t)
+                                         if self.in_office(ctx) else [])
+            if not parts:
+                return out
+            body = self.channel.update_metadata_body(ctx, parts)
+            for broker_id in sorted(ctx.live_brokers):
+                out.extend(self.channel.send(ctx, broker_id, control.UPDATE_METADATA, body, at_ms))
+            return out + self.reassignments.maybe_complete(ctx, [(t.name, i) for t, i in parts], at_ms)
+
+        reads = [GetData(znodes.TopicPartitionStateZNode.path(n, i)) for n, i in keys]
+        return [self.outbox.zk(reads, on_states)]
 
     # ------------------------------------------------------------------ controlled shutdown (CTL-9)
 
