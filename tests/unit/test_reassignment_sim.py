@@ -177,3 +177,26 @@ def test_ctl_11_the_admin_reassign_partitions_znode_starts_moves_and_goes_once_t
     assert ongoing(c) == {} and stored(c, "z").partitions == {0: (2, 3), 1: (1, 3)}
     [res] = c.zk.execute([GetData(path)])
     assert res.error.name == "NO_NODE"
+
+
+def test_ctl_11_a_new_controller_whose_read_of_the_admin_reassign_partitions_znode_got_no_answer_reads_it_again():
+    """A controller reads ``/admin/reassign_partitions`` when it takes office: a read ZooKeeper
+    did not answer is made again, or the moves it lists never start."""
+    from strandline.coordination.store import Create
+
+    c = SimCluster((1, 2, 3, 4), latency_ms=1, **FAST)
+    create(c, "y", [1, 2])
+    assert produce(c, 1, "y", [b"x"]).error_code == ErrorCode.none
+    first = c.controller_id
+    path = znodes.ReassignPartitionsZNode.path()
+    faults = iter(["not-applied"])
+    c.zk_fault = lambda b, ops: next(faults, None) if b != first and any(
+        isinstance(op, GetData) and op.path == path for op in ops) else None
+    c.pause(first)            # its watch is held: the move is left to the next controller
+    c.tool_zk([Create(path, znodes.ReassignPartitionsZNode.encode({("y", 0): [3, 4]}), make_parents=True)])
+    c.crash(first)
+    c.advance(LAG_MS * 3)
+    assert c.controller_id not in (-1, first)
+    c.advance(10_000)
+    assert next(faults, "used") == "used"
+    assert stored(c, "y").partitions == {0: (3, 4)}

@@ -565,8 +565,11 @@ class Controller:
     def _read_reassign_partitions_node(self, ctx: ControllerContext, now_ms: int) -> list:
         def on_read(results: list, when_ms: int) -> list:
             [res] = results
-            if res.error is not ZkError.NONE or not self.in_office(ctx):
+            if not self.in_office(ctx) or res.error is ZkError.NO_NODE:
                 return []
+            if res.error is not ZkError.NONE:          # no answer: read it again
+                return self.outbox.after(when_ms + CONTROLLER_RETRY_MS,
+                                         lambda t: self._read_reassign_partitions_node(ctx, t))
             try:
                 moves = znodes.ReassignPartitionsZNode.decode(res.data)
             except ValueError as exc:
