@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.dynamic_config import CHANGE_EXPIRATION_MS
@@ -309,3 +310,28 @@ def test_create_partitions_with_fewer_live_brokers_than_replicas_is_refused_and_
     assert result.error_code == ErrorCode.invalid_replication_factor, result
     [res] = c.zk.execute([GetData("/brokers/topics/g")])
     assert list(json.loads(res.data)["partitions"]) == ["0"]
+
+
+@pytest.mark.parametrize("read", ["/config/changes/", "/config/topics/m", "/config/brokers/"])
+def test_a_config_read_zookeeper_did_not_answer_is_made_again(read):
+    """A broker reads each change notification, then the entity it names: a read whose answer is
+    lost is made again (as Kafka's ZooKeeper client resends it), or that broker keeps the old
+    value (here the topic's ``min.insync.replicas``, which decides what acks=all waits for, or the
+    cluster-wide ``log.retention.ms``) until the next change."""
+    c = SimCluster((1, 2, 3), latency_ms=1)
+    create(c, "m", [1, 2, 3])
+    faults = iter(["not-applied"])
+    c.zk_fault = lambda b, ops: next(faults, None) if b == 2 and any(
+        isinstance(op, GetData) and read in op.path for op in ops) else None
+    if read == "/config/brokers/":
+        rtype, name, key, value = BROKER, "", "log.retention.ms", 1000
+    else:
+        rtype, name, key, value = TOPIC, "m", "min.insync.replicas", 3
+    body = {"resources": [{"resource_type": rtype, "resource_name": name, "configs": [
+        {"name": key, "config_operation": SET, "value": str(value)}]}], "validate_only": False}
+    assert c.call(1, 44, 1, body).responses[0].error_code == ErrorCode.none
+    c.advance(5000)
+    assert next(faults, "used") == "used"
+    cores = [c.brokers[b].core for b in (1, 2, 3)]
+    assert [core.config.topic_value(core.metadata.topics["m"].configs, key) if rtype == TOPIC
+            else core.config[key] for core in cores] == [value] * 3

@@ -37,6 +37,7 @@ from strandline.coordination.store import Delete, GetData, ZkError
 DEFAULT_ENTITY = "<default>"
 #: Kafka's ``changeExpirationMs`` for config change notifications.
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+RETRY_MS = 1000                 # read again after ZooKeeper failed to answer
 _NOTIFICATION = znodes.ConfigEntityChangeNotificationSequenceZNode
 
 
@@ -208,12 +209,14 @@ class DynamicConfigManager:
             effects: list = []
             entities: dict[tuple[str, str], None] = {}
             expired = []
+            unread = []
             for (seq, child), result in zip(new, results):
                 if result.error is ZkError.NO_NODE:
                     continue
                 if result.error is not ZkError.NONE:
-                    # read again when the watch next fires (it does after a reconnect)
+                    # read again shortly, as Kafka's ZooKeeper client resends a request
                     self.last_seen = min(self.last_seen, seq - 1)
+                    unread.append(child)
                     continue
                 try:
                     entities[_NOTIFICATION.decode(result.data, child)] = None
@@ -225,6 +228,8 @@ class DynamicConfigManager:
                 effects.append(self.outbox.zk(expired, lambda results, t: []))
             for entity_type, name in entities:
                 effects.extend(self.reload(entity_type, name, when_ms))
+            if unread:
+                effects.extend(self.outbox.after(when_ms + RETRY_MS, lambda t: self.on_config_changes(unread, t)))
             return effects
 
         return [self.outbox.zk([GetData(_NOTIFICATION.path(child)) for _, child in new], on_read)]
@@ -237,8 +242,10 @@ class DynamicConfigManager:
 
             def on_topic(results: list, when_ms: int) -> list:
                 [result] = results
-                if result.error not in (ZkError.NONE, ZkError.NO_NODE) or name not in self.metadata.topics:
+                if name not in self.metadata.topics:
                     return []
+                if result.error not in (ZkError.NONE, ZkError.NO_NODE):      # no answer: read it again
+                    return self.outbox.after(when_ms + RETRY_MS, lambda t: self.reload(entity_type, name, t))
                 try:
                     configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(result.data, "topics", name))
                 except (ConfigError, ValueError) as exc:
@@ -257,7 +264,8 @@ class DynamicConfigManager:
         def on_read(results: list, when_ms: int) -> list:
             if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in results):
                 return [Log("warning", "Could not read the dynamic broker configs from ZooKeeper "
-                                       f"({', '.join(r.error.name for r in results)}); they apply at the next change")]
+                                       f"({', '.join(r.error.name for r in results)}); trying again")] + \
+                    self.outbox.after(when_ms + RETRY_MS, self.reload_broker)
             layers = []
             for result, who in zip(results, (DEFAULT_ENTITY, self.config.broker_id)):
                 try:
