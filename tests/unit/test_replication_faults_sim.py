@@ -245,6 +245,25 @@ def test_isr_6_a_read_the_controller_got_no_answer_for_is_made_again(read):
     assert c.brokers[1].core.metadata.topics["p"].states[0].isr == (2, 1)
 
 
+@pytest.mark.parametrize("read", ["/brokers/topics/n", "/config/topics/n"])
+def test_a_topic_read_zookeeper_did_not_answer_is_made_again_before_the_broker_takes_its_role(read):
+    """A broker told about a topic it does not know reads its assignment and configs first: a read
+    whose answer is lost is made again. Taking the role without them would lose the partition, or
+    run it on the broker's defaults (``min.insync.replicas`` 1 where the topic asks 2: acks=all
+    acknowledged by the leader alone)."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    leader = next(b for b in (1, 2, 3) if b != c.controller_id)
+    faults = iter(["not-applied"])
+    c.zk_fault = lambda b, ops: next(faults, None) if b == leader and any(
+        isinstance(op, GetData) and op.path == read for op in ops) else None
+    create(c, "n", [leader, *(b for b in (1, 2, 3) if b != leader)], min_isr=2)
+    c.advance(5000)
+    assert next(faults, "used") == "used"
+    core = c.brokers[leader].core
+    assert core.config.topic_value(core.metadata.topics["n"].configs, "min.insync.replicas") == 2
+    assert c.partition(leader, "n").is_leader
+
+
 # ---------------------------------------------------------------------------- durability (DUR-3, LOSS-6)
 
 

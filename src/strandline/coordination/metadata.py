@@ -60,18 +60,24 @@ class MetadataCache:
     def live_broker_ids(self) -> list[int]:
         return sorted(self.brokers)
 
-    def load_topics(self, names: list[str], then: Callable[[int], list]) -> tuple[list, Callable[[list, int], list]]:
+    def load_topics(self, names: list[str], then: Callable[[int, list[str]], list]
+                    ) -> tuple[list, Callable[[list, int], list]]:
         """The ZooKeeper reads of topics' assignment, id and configs, and what takes their results
-        into the cache (topics it knows by then are left as they are) and then calls ``then``."""
+        into the cache (topics it knows by then are left as they are) and then calls
+        ``then(now_ms, unread)``: ``unread`` names the topics ZooKeeper did not answer for."""
         ops = []
         for name in names:
             ops += [GetData(znodes.TopicZNode.path(name)), GetData(znodes.ConfigEntityZNode.path("topics", name))]
 
         def on_result(results: list, when_ms: int) -> list:
             effects: list = []
+            unread: list[str] = []
             for i, name in enumerate(names):
                 topic_res, config_res = results[2 * i], results[2 * i + 1]
-                if topic_res.error is not ZkError.NONE or name in self.topics:
+                if name in self.topics or topic_res.error is ZkError.NO_NODE:
+                    continue
+                if topic_res.error is not ZkError.NONE or config_res.error not in (ZkError.NONE, ZkError.NO_NODE):
+                    unread.append(name)
                     continue
                 assignment, topic_id = znodes.TopicZNode.decode(topic_res.data)
                 configs: dict[str, Any] = {}
@@ -82,6 +88,6 @@ class MetadataCache:
                         effects.append(Log("warning", f"Ignoring bad config of topic {name}: {exc}"))
                 self.topics[name] = TopicMetadata(
                     name, topic_id or uuid.UUID(int=0), {int(p): tuple(r) for p, r in assignment.items()}, {}, configs)
-            return effects + then(when_ms)
+            return effects + then(when_ms, unread)
 
         return ops, on_result

@@ -33,6 +33,7 @@ from strandline.replication.topic_stats import BrokerTopicStats
 from strandline.replication.truncation import legacy_truncation_offset
 
 LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
+TOPIC_READ_RETRY_MS = 500       # read an unknown topic again while ZooKeeper cannot answer
 
 #: ``listener(topic, index, leader, now_ms)``: this broker became leader (True) or stopped leading.
 LeadershipListener = Callable[[str, int, bool, int], list]
@@ -179,7 +180,10 @@ class ReplicaManager:
         if missing:
             self.loading_topics.update(missing)
 
-            def loaded(when_ms: int) -> list:
+            def loaded(when_ms: int, unread: list[str]) -> list:
+                if unread:         # ZooKeeper did not answer: read them again, as Kafka's client resends
+                    return self.outbox.after(when_ms + TOPIC_READ_RETRY_MS, lambda t: [
+                        self.outbox.zk(*self.metadata.load_topics(unread, loaded))])
                 self.loading_topics.difference_update(missing)
                 effects, answer = self.apply_control(api_key, body, when_ms)
                 return effects + respond(answer)
