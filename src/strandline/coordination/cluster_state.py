@@ -9,27 +9,44 @@ from strandline.broker.config import ConfigError, parse_topic_configs
 from strandline.coordination.acl_znodes import AclZNode
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import znodes
-from strandline.coordination.store import CoordinationStore, GetChildren, GetData, ZkError
+from strandline.coordination.store import CoordinationStore, GetChildren, GetData, OpResult, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.security.acl import AccessControlEntry, PatternType, ResourcePattern
 
 log = logging.getLogger("strandline.broker")
 
 
+class ZooKeeperUnanswered(Exception):
+    """ZooKeeper did not answer a read (the connection dropped): the cluster read is made again."""
+
+
+def _answered(path: str, res: OpResult) -> OpResult:
+    """``res`` unless ZooKeeper did not answer (a missing node is an answer)."""
+    if res.error not in (ZkError.NONE, ZkError.NO_NODE):
+        raise ZooKeeperUnanswered(f"ZooKeeper did not answer the read of {path} ({res.error.name})")
+    return res
+
+
+def _read(store: CoordinationStore, ops: list) -> list[OpResult]:
+    return [_answered(op.path, res) for op, res in zip(ops, store.execute(ops))]
+
+
 def read_cluster_state(store: CoordinationStore) -> tuple[dict[int, BrokerInfo], dict[str, TopicMetadata]]:
-    """Read live brokers and every topic (assignment, partition states, configs) from ZooKeeper."""
+    """Read live brokers and every topic (assignment, partition states, configs) from ZooKeeper.
+    Raises :class:`ZooKeeperUnanswered` when a read got no answer: a topic, config or state left
+    out would pass for one that does not exist."""
     brokers: dict[int, BrokerInfo] = {}
-    [ids] = store.execute([GetChildren(znodes.BrokerIdsZNode.path())])
+    [ids] = _read(store, [GetChildren(znodes.BrokerIdsZNode.path())])
     for child in ids.children:
-        [res] = store.execute([GetData(znodes.BrokerIdZNode.path(int(child)))])
+        [res] = _read(store, [GetData(znodes.BrokerIdZNode.path(int(child)))])
         if res.error is ZkError.NONE:
             info = znodes.BrokerIdZNode.decode(res.data, int(child))
             brokers[info.id] = info
     topics: dict[str, TopicMetadata] = {}
-    [names] = store.execute([GetChildren(znodes.TopicsZNode.path())])
+    [names] = _read(store, [GetChildren(znodes.TopicsZNode.path())])
     for name in names.children:
-        topic_res, config_res = store.execute([GetData(znodes.TopicZNode.path(name)),
-                                               GetData(znodes.ConfigEntityZNode.path("topics", name))])
+        topic_res, config_res = _read(store, [GetData(znodes.TopicZNode.path(name)),
+                                              GetData(znodes.ConfigEntityZNode.path("topics", name))])
         if topic_res.error is not ZkError.NONE:
             continue
         decoded = znodes.TopicZNode.decode(topic_res.data)
@@ -42,7 +59,7 @@ def read_cluster_state(store: CoordinationStore) -> tuple[dict[int, BrokerInfo],
                 log.warning("Ignoring bad config of topic %s: %s", name, exc)
         states = {}
         paths = [GetData(znodes.TopicPartitionStateZNode.path(name, p)) for p in sorted(assignment)]
-        for p, res in zip(sorted(assignment), store.execute(paths)):
+        for p, res in zip(sorted(assignment), _read(store, paths)):
             if res.error is ZkError.NONE:
                 states[p] = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
         topics[name] = TopicMetadata(name, topic_id or uuid.UUID(int=0),

@@ -11,12 +11,14 @@ import random
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from strandline.broker.broker import Broker
 from strandline.broker.dynamic_config import apply_dynamic_broker_configs
-from strandline.coordination.cluster_state import read_acls, read_cluster_state, read_dynamic_broker_configs
+from strandline.coordination.cluster_state import (ZooKeeperUnanswered, read_acls, read_cluster_state,
+                                                  read_dynamic_broker_configs)
 from strandline.broker.config import BrokerConfig
 from strandline.coordination.znodes import BrokerInfo
 from strandline.coordination import acl_znodes, zk_layout
@@ -244,6 +246,19 @@ class Running:
     started: bool = False
 
 
+async def _read_cluster_state(store: KazooStore, patience_s: float) -> tuple:
+    """The cluster as ZooKeeper has it; a read it did not answer is made again for ``patience_s``."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return await asyncio.to_thread(read_cluster_state, store)
+        except ZooKeeperUnanswered as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("%s; reading the cluster again", exc)
+            await asyncio.sleep(1.0)
+
+
 async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, running: Running) -> None:
     """Open the ZooKeeper session, load the logs, listen, register, elect, load the cluster, watch."""
     loop = asyncio.get_running_loop()
@@ -252,7 +267,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     await asyncio.to_thread(store.start, v["zookeeper.connection.timeout.ms"] / 1000.0)
     await asyncio.to_thread(store.ensure_persistent_paths)
     cluster_id = await asyncio.to_thread(get_or_create_cluster_id, store)
-    brokers, topics = await asyncio.to_thread(read_cluster_state, store)
+    brokers, topics = await _read_cluster_state(store, v["zookeeper.session.timeout.ms"] / 1000.0)
     dynamic = await asyncio.to_thread(read_dynamic_broker_configs, store, broker_id)
     changed, warnings = apply_dynamic_broker_configs(config, *dynamic)
     for warning in warnings:
