@@ -200,3 +200,90 @@ def test_ctl_11_a_new_controller_whose_read_of_the_admin_reassign_partitions_zno
     c.advance(10_000)
     assert next(faults, "used") == "used"
     assert stored(c, "y").partitions == {0: (3, 4)}
+
+
+
+def add_partitions(c: SimCluster, topic: str, count: int, client: str = "adder") -> None:
+    body = {"topics": [{"name": topic, "count": count, "assignments": None}], "timeout_ms": 30000,
+            "validate_only": False}
+    c.request(c.controller_id, 37, 1, body, client=client)
+
+
+def topic_write(ops: list) -> bool:
+    from strandline.coordination.store import SetData
+    return any(isinstance(op, SetData) and op.path == znodes.TopicZNode.path("w") for op in ops)
+
+
+@pytest.mark.parametrize("fault", ["applied-reply-lost", "not-applied"])
+def test_partitions_added_while_zookeeper_lost_the_answer_are_followed_or_not_there(fault):
+    """CreatePartitions whose ZooKeeper answer is lost: the controller reads the topic back and
+    follows what ZooKeeper has. Added: the answer says so, the new partition gets a leader and a
+    retry is told it exists; not added: the answer is an error and a retry adds it."""
+    c = SimCluster((1, 2, 3), latency_ms=1, **FAST)
+    create(c, "w", [1, 2])
+    ctl = c.controller_id
+    faults = iter([fault])
+    c.zk_fault = lambda b, ops: next(faults, None) if b == ctl and topic_write(ops) else None
+    add_partitions(c, "w", 2)
+    c.advance(5000)
+    assert next(faults, "used") == "used"
+    applied = fault == "applied-reply-lost"
+    first = c.response(ctl, 37, 1, client="adder").results[0]
+    assert first.error_code == (ErrorCode.none if applied else ErrorCode.unknown_server_error), first
+    add_partitions(c, "w", 2, client="retry")
+    c.advance(5000)
+    retry = c.response(ctl, 37, 1, client="retry").results[0]
+    assert retry.error_code == (ErrorCode.invalid_partitions if applied else ErrorCode.none), retry
+    assert set(stored(c, "w").partitions) == {0, 1}
+    assert all(c.partition(b, "w", 1) is not None for b in stored(c, "w").partitions[1])
+    assert c.state("w", 1).leader in stored(c, "w").partitions[1]
+
+
+@pytest.mark.parametrize("fault", ["applied-reply-lost", "not-applied"])
+def test_a_topic_created_while_zookeeper_lost_the_answer_is_followed_or_not_there(fault):
+    """CreateTopics whose ZooKeeper answer is lost: the controller reads the topic back. Created:
+    the answer says so and its partitions get leaders; not created: a retry creates it."""
+    from strandline.coordination.store import Create
+    c = SimCluster((1, 2, 3), latency_ms=1, **FAST)
+    ctl = c.controller_id
+    faults = iter([fault])
+    c.zk_fault = lambda b, ops: next(faults, None) if b == ctl and any(
+        isinstance(op, Create) and op.path == znodes.TopicZNode.path("v") for op in ops) else None
+    body = {"topics": [{"name": "v", "num_partitions": 2, "replication_factor": 2, "assignments": [],
+                        "configs": []}], "timeout": 30000, "validate_only": False}
+    c.request(ctl, 19, 5, body, client="creator")
+    c.advance(5000)
+    assert next(faults, "used") == "used"
+    applied = fault == "applied-reply-lost"
+    first = c.response(ctl, 19, 5, client="creator").topics[0]
+    assert first.error_code == (ErrorCode.none if applied else ErrorCode.unknown_server_error), first
+    c.request(ctl, 19, 5, body, client="retry")
+    c.advance(5000)
+    retry = c.response(ctl, 19, 5, client="retry").topics[0]
+    assert retry.error_code == (ErrorCode.topic_already_exists if applied else ErrorCode.none), retry
+    for index, replicas in stored(c, "v").partitions.items():
+        assert c.state("v", index).leader in replicas
+        assert all(c.partition(b, "v", index) is not None for b in replicas)
+
+
+def test_ctl_11_a_move_asked_for_while_partitions_are_being_added_keeps_the_new_partitions():
+    """CreatePartitions, whose ZooKeeper answer is lost and its write applied late, and a move of
+    another partition of the same topic asked for meanwhile: the topic znode must end with the
+    new partition and the move, each write made from the assignment the one before it left."""
+    c = SimCluster((1, 2, 3), latency_ms=1, **FAST)
+    create(c, "w", [1, 2])
+    ctl = c.controller_id
+    faults = iter([("applied-late", 500)])
+    c.zk_fault = lambda b, ops: next(faults, None) if b == ctl and topic_write(ops) else None
+    add_partitions(c, "w", 2)
+    c.advance(5)
+    c.request(ctl, 45, 0, {"timeout": 30000, "topics": [{"name": "w", "partitions": [
+        {"partition_index": 0, "replicas": [2, 3]}]}]}, client="mover")
+    c.advance(10_000)
+    assert next(faults, "used") == "used"
+    added = c.response(ctl, 37, 1, client="adder").results[0]
+    moved = c.response(ctl, 45, 0, client="mover").responses[0].partitions[0]
+    assert (added.error_code, moved.error_code) == (ErrorCode.none, ErrorCode.none), (added, moved)
+    assert ongoing(c) == {}
+    assert stored(c, "w").partitions == {0: (2, 3), 1: (2, 3)}
+    assert c.state("w", 1).leader in (2, 3)

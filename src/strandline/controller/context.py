@@ -52,3 +52,22 @@ class ControllerContext:
 
     def live_broker_ids(self) -> list[int]:
         return sorted(self.live_brokers)
+
+    def queue_topic_write(self, name: str, write: Callable[[int], list], now_ms: int) -> list:
+        """Run ``write(now_ms)`` once no other write of topic ``name``'s znode is in flight; the
+        write calls :meth:`topic_write_done` once its outcome is known."""
+        self.topic_writes.setdefault(name, collections.deque()).append(write)
+        return self._next_topic_write(name, now_ms)
+
+    def topic_write_done(self, name: str, now_ms: int) -> list:
+        self.topic_writing.discard(name)
+        return self._next_topic_write(name, now_ms)
+
+    def _next_topic_write(self, name: str, now_ms: int) -> list:
+        queue = self.topic_writes.get(name)
+        if name in self.topic_writing or not queue:
+            if queue is not None and not queue:
+                del self.topic_writes[name]
+            return []
+        self.topic_writing.add(name)
+        return queue.popleft()(now_ms)

@@ -12,7 +12,6 @@ back to ORS at once, stopping the replicas that were being added.
 
 from __future__ import annotations
 
-import collections
 from typing import TYPE_CHECKING, Callable
 
 from kio.schema.errors import ErrorCode
@@ -343,8 +342,8 @@ class PartitionReassignments:
 
         def write(at_ms: int) -> list:
             if not controller.in_office(ctx):
-                ctx.topic_writing.discard(name)
-                return failed(ErrorCode.not_controller, "This broker is no longer the controller", at_ms)
+                return failed(ErrorCode.not_controller, "This broker is no longer the controller", at_ms) + \
+                    ctx.topic_write_done(name, at_ms)
             # a partition whose move is ending keeps the replicas recorded for it until that end
             # is written: its narrowed assignment is the controller's alone until then
             assignment = {p: ctx.completing.get((name, p), r) for p, r in topic.assignment.items()}
@@ -370,16 +369,8 @@ class PartitionReassignments:
                     topic.assignment[index] = replicas
                     topic.adding, topic.removing = adding_all, removing_all
                     effects = then(when_ms)
-                return effects + self._next_write(ctx, name, when_ms)
+                return effects + ctx.topic_write_done(name, when_ms)
 
             return [controller.outbox.zk(ops, on_result, transaction=True)]
 
-        ctx.topic_writes.setdefault(name, collections.deque()).append(write)
-        return self._next_write(ctx, name, now_ms)
-
-    def _next_write(self, ctx: ControllerContext, name: str, now_ms: int) -> list:
-        queue = ctx.topic_writes.get(name)
-        if name in ctx.topic_writing or not queue:
-            return []
-        ctx.topic_writing.add(name)
-        return queue.popleft()(now_ms)
+        return ctx.queue_topic_write(name, write, now_ms)

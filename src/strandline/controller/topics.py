@@ -21,11 +21,13 @@ from strandline.controller.assignment import InvalidReplicationFactor, assign_re
 from strandline.controller.context import ControllerContext, TopicCreated
 from strandline.coordination import zk_layout, znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata, topic_name_error
-from strandline.coordination.store import Create, SetData, ZkError
+from strandline.coordination.store import Create, GetData, OpResult, SetData, ZkError
 from strandline.protocol import control
 
 if TYPE_CHECKING:
     from strandline.controller.controller import Controller
+
+READ_BACK_RETRY_MS = 1000       # read a topic again while ZooKeeper cannot answer
 
 
 class TopicChanges:
@@ -104,17 +106,16 @@ class TopicChanges:
         ctx.creating[plan.name] = [done]
         ops = controller.fenced(ctx, zk_layout.create_topic_ops(plan, ctx.epoch))
 
-        def on_result(results: list, when_ms: int) -> list:
+        def finish(failed: ZkError | None, when_ms: int) -> list:
             waiters = ctx.creating.pop(plan.name, [])
-            failed = next((r for r in results if r.error is not ZkError.NONE), None)
             effects: list = []
             if failed is not None:
-                if failed.error is ZkError.NODE_EXISTS:
+                if failed is ZkError.NODE_EXISTS:
                     error, message = ErrorCode.topic_already_exists, f"Topic '{plan.name}' already exists."
-                elif failed.error is ZkError.BAD_VERSION:
+                elif failed is ZkError.BAD_VERSION:
                     error, message = ErrorCode.not_controller, "This broker is no longer the controller"
                 else:
-                    error, message = ErrorCode.unknown_server_error, f"ZooKeeper error {failed.error.name}"
+                    error, message = ErrorCode.unknown_server_error, f"ZooKeeper error {failed.name}"
                 effects.append(Log("warning", f"Creating topic {plan.name} failed: {message}"))
             else:
                 ctx.topics[plan.name] = plan
@@ -128,6 +129,20 @@ class TopicChanges:
                 effects.extend(waiter(error, message, when_ms))
             return effects
 
+        def read_back(res: OpResult | None, when_ms: int) -> list:
+            if res is None:
+                return finish(ZkError.BAD_VERSION, when_ms)
+            if res.error is ZkError.NO_NODE:
+                return finish(ZkError.CONNECTION_LOSS, when_ms)          # not written: the client retries
+            ours = znodes.TopicZNode.decode(res.data).topic_id == plan.topic_id
+            return finish(None if ours else ZkError.NODE_EXISTS, when_ms)
+
+        def on_result(results: list, when_ms: int) -> list:
+            failed = next((r.error for r in results if r.error is not ZkError.NONE), None)
+            if failed is ZkError.CONNECTION_LOSS:       # written or not: ZooKeeper's copy says which
+                return self._read_topic(ctx, plan.name, when_ms, read_back)
+            return finish(failed, when_ms)
+
         return [controller.outbox.zk(ops, on_result, transaction=True)]
 
     def add_partitions(self, ctx: ControllerContext, name: str, count: int,
@@ -136,8 +151,22 @@ class TopicChanges:
         """CreatePartitions (Kafka's createPartitions with the controller's onNewPartitionCreation):
         grow ``name`` to ``count`` partitions, placed as a new topic's would continue from
         partition 0's first replica, or as ``manual`` says; the topic znode and the new
-        partitions' states are written in one fenced transaction, then announced."""
+        partitions' states are written in one fenced transaction, then announced. It waits its
+        turn among the writes of the topic's znode (a move's), and is planned from the
+        assignment the one before it left."""
+        def attempt(at_ms: int) -> list:
+            def answer(code: ErrorCode, message: str | None, when_ms: int) -> list:
+                return done(code, message, when_ms) + ctx.topic_write_done(name, when_ms)
+            return self._add_partitions(ctx, name, count, manual, validate_only, answer, at_ms)
+
+        return ctx.queue_topic_write(name, attempt, now_ms)
+
+    def _add_partitions(self, ctx: ControllerContext, name: str, count: int,
+                       manual: list[tuple[int, ...]] | None, validate_only: bool,
+                       done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
         topic = ctx.topics.get(name)
+        if not self.controller.in_office(ctx):
+            return done(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
         if topic is None or name in ctx.creating:
             return done(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.", now_ms)
         if any(k[0] == name for k in ctx.reassigning):
@@ -201,12 +230,7 @@ class TopicChanges:
             return done(ErrorCode.none, None, now_ms)
         controller = self.controller
 
-        def on_result(results: list, when_ms: int) -> list:
-            failed = next((r for r in results if r.error is not ZkError.NONE), None)
-            if failed is not None:
-                if failed.error is ZkError.BAD_VERSION:
-                    return done(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
-                return done(ErrorCode.unknown_server_error, f"ZooKeeper error {failed.error.name}", when_ms)
+        def applied(when_ms: int) -> list:
             current = ctx.topics.get(name)
             effects: list = [Log("info", f"Added partitions {sorted(added)} to topic {name}: {added}")]
             if current is not None:
@@ -217,7 +241,43 @@ class TopicChanges:
                     effects.extend(controller.channel.send_partition_states(ctx, parts, None, True, when_ms))
             return effects + done(ErrorCode.none, None, when_ms)
 
+        def read_back(res: OpResult | None, when_ms: int) -> list:
+            if res is None:
+                return done(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
+            if res.error is ZkError.NONE:
+                written = znodes.TopicZNode.decode(res.data).partitions
+                if all(tuple(written.get(p, ())) == r for p, r in added.items()):
+                    return applied(when_ms)
+            return done(ErrorCode.unknown_server_error, "ZooKeeper error CONNECTION_LOSS", when_ms)
+
+        def on_result(results: list, when_ms: int) -> list:
+            failed = next((r for r in results if r.error is not ZkError.NONE), None)
+            if failed is None:
+                return applied(when_ms)
+            if failed.error is ZkError.CONNECTION_LOSS:       # written or not: ZooKeeper's copy says which
+                return self._read_topic(ctx, name, when_ms, read_back)
+            if failed.error is ZkError.BAD_VERSION:
+                return done(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
+            return done(ErrorCode.unknown_server_error, f"ZooKeeper error {failed.error.name}", when_ms)
+
         return [controller.outbox.zk(ops, on_result, transaction=True)]
+
+    def _read_topic(self, ctx: ControllerContext, name: str, now_ms: int,
+                    then: Callable[[OpResult | None, int], list]) -> list:
+        """Read topic ``name``'s znode until ZooKeeper answers, then ``then(result, now_ms)``
+        (``result`` None once this broker is no longer the controller)."""
+        controller = self.controller
+
+        def on_read(results: list, when_ms: int) -> list:
+            [res] = results
+            if not controller.in_office(ctx):
+                return then(None, when_ms)
+            if res.error not in (ZkError.NONE, ZkError.NO_NODE):
+                return controller.outbox.after(when_ms + READ_BACK_RETRY_MS,
+                                               lambda t: self._read_topic(ctx, name, t, then))
+            return then(res, when_ms)
+
+        return [controller.outbox.zk([GetData(znodes.TopicZNode.path(name))], on_read)]
 
     def delete(self, ctx: ControllerContext, name: str, done: Callable[[ErrorCode, str | None, int], list],
                now_ms: int) -> list:
