@@ -14,7 +14,9 @@ from strandline.log.cleaning import Cleaning
 from strandline.log.log import Log
 from strandline.protocol.records import iter_batches
 from strandline.protocol.records import iter_records as iter_batch_records
-from strandline.sim.explore import CONFIGS, Explorer, run_seed
+from strandline.coordination import znodes
+from strandline.coordination.store import SetData
+from strandline.sim.explore import CONFIGS, TOPIC, Explorer, run_seed
 from tests.conftest import strandline_cmd
 
 SAFE_SEEDS = range(1, 31)
@@ -41,6 +43,33 @@ def test_ctl_11_safe_1_holds_while_partitions_move_under_random_faults(seed):
     result = run_seed(seed, "safe", reassign=True)
     assert result.ok, f"seed {seed}: {result.all_violations}\n" + "\n".join(result.trace)
     assert result.acked > 0 and result.faults > 10
+
+
+@pytest.mark.parametrize("seed", [3, 5])
+def test_ctl_11_partitions_added_while_partitions_move_under_random_faults(seed):
+    """CreatePartitions racing moves and faults (sim explore --reassign --add-partitions): the
+    new partitions end listed in the topic znode, each led by a full ISR."""
+    explorer = Explorer(seed, CONFIGS["safe"], reassign=True, add_partitions=True)
+    result = explorer.run()
+    assert result.ok, f"seed {seed}: {result.all_violations}\n" + "\n".join(result.trace)
+    assert len(explorer._assignment()[0]) > explorer.partitions
+
+
+def test_the_partition_check_catches_a_partition_the_topic_znode_lost(monkeypatch):
+    """The final check can fail: a topic znode written without a partition whose own znodes
+    exist (as a write made from a stale assignment leaves it) is caught."""
+    real_check = Explorer._check_partition_znodes
+
+    def lose_the_last_partition(self):
+        assignment, _ = self._assignment()
+        del assignment[max(assignment)]
+        self.sim.tool_zk([SetData(znodes.TopicZNode.path(TOPIC), znodes.TopicZNode.encode(assignment))])
+        real_check(self)
+
+    monkeypatch.setattr(Explorer, "_check_partition_znodes", lose_the_last_partition)
+    result = run_seed(3, "safe", reassign=True, add_partitions=True)
+    assert any(v.startswith("the topic znode lists every partition") for v in result.all_violations), \
+        result.all_violations
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 21, 41, 46, 114, 187])
@@ -141,12 +170,18 @@ def test_a_seed_replays_exactly():
 
 
 def test_the_command_prints_failing_seeds_and_a_total_and_fails_when_any_seed_breaks():
-    lossy = subprocess.run(strandline_cmd("sim", "explore", "--seeds", "2", "--config", "acks1"),
-                           capture_output=True, text=True, timeout=300)
+    lossy = subprocess.run(strandline_cmd("sim", "explore", "--seeds", "2", "--config", "acks1",
+                                          "--duration-ms", "30000"), capture_output=True, text=True, timeout=300)
     lines = lossy.stdout.strip().splitlines()
     assert lossy.returncode == 1
     assert lines[-1] == "2 seeds, 2 violations"
-    assert all(line.startswith("seed ") and "replay: strandline sim replay" in line for line in lines[:-1])
+    # each line says how to replay its seed, with every option the run had
+    assert all(line.startswith("seed ") and line.endswith("--config acks1 --duration-ms 30000)")
+               for line in lines[:-1]), lines
+    line_seed = int(lines[0].split()[1])
+    replay = subprocess.run(strandline_cmd("sim", "replay", str(line_seed), "--config", "acks1", "--duration-ms",
+                                           "30000"), capture_output=True, text=True, timeout=300)
+    assert replay.returncode == 1 and "violation: acknowledged writes survive" in replay.stdout
     safe = subprocess.run(strandline_cmd("sim", "explore", "--seeds", "1", "--first-seed", "3",
                                          "--duration-ms", "20000"), capture_output=True, text=True, timeout=300)
     assert safe.returncode == 0 and safe.stdout.strip() == "1 seeds, 0 violations"

@@ -14,27 +14,34 @@ from strandline.sim.configs import CONFIGS
 if TYPE_CHECKING:
     from strandline.sim.explore import RunResult
 
+DEFAULT_DURATION_MS = 60000
 
-def _run(job: tuple[int, str, int, bool]) -> RunResult:
+
+def _run(job: tuple[int, str, int, bool, bool]) -> RunResult:
     from strandline.sim.explore import run_seed
 
-    seed, config, duration_ms, reassign = job
-    return run_seed(seed, config, duration_ms=duration_ms, reassign=reassign)
+    seed, config, duration_ms, reassign, add_partitions = job
+    return run_seed(seed, config, duration_ms=duration_ms, reassign=reassign, add_partitions=add_partitions)
 
 
-def _line(result: RunResult, reassign: bool = False) -> str:
-    flag = " --reassign" if reassign else ""
+def _flags(args: argparse.Namespace) -> str:
+    """The options a replay of a seed needs besides ``--config``."""
+    return ((" --reassign" if args.reassign else "") + (" --add-partitions" if args.add_partitions else "")
+            + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
+
+
+def _line(result: RunResult, flags: str = "") -> str:
     first_is_loss = result.violation is not None and result.violation.invariant == "acknowledged writes survive"
     lost = f"; {result.lost} acknowledged batch(es) lost" if result.lost and not first_is_loss else ""
     return (f"seed {result.seed} [{result.config}]: {result.violation}{lost} "
-            f"(replay: strandline sim replay {result.seed} --config {result.config}{flag})")
+            f"(replay: strandline sim replay {result.seed} --config {result.config}{flags})")
 
 
 def explore(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print("strandline sim explore: --seeds must be at least 1", file=sys.stderr)
         return 2
-    jobs = [(seed, args.config, args.duration_ms, args.reassign)
+    jobs = [(seed, args.config, args.duration_ms, args.reassign, args.add_partitions)
             for seed in range(args.first_seed, args.first_seed + args.seeds)]
     started = time.perf_counter()
     violations = 0
@@ -46,7 +53,7 @@ def explore(args: argparse.Namespace) -> int:
             busy += result.wall_s
             if not result.ok:
                 violations += 1
-                print(_line(result, args.reassign), flush=True)
+                print(_line(result, _flags(args)), flush=True)
     finally:
         if pool is not None:
             pool.terminate()
@@ -60,7 +67,8 @@ def explore(args: argparse.Namespace) -> int:
 def replay(args: argparse.Namespace) -> int:
     from strandline.sim.explore import run_seed
 
-    result = run_seed(args.seed, args.config, duration_ms=args.duration_ms, reassign=args.reassign)
+    result = run_seed(args.seed, args.config, duration_ms=args.duration_ms, reassign=args.reassign,
+                      add_partitions=args.add_partitions)
     print(f"seed {result.seed} [{result.config}]: {result.acked} acknowledged batches, {result.faults} faults, "
           f"{result.events} events, {result.simulated_ms / 1000:.1f} simulated s in {result.wall_s:.2f} s")
     if result.transactions:
@@ -89,14 +97,20 @@ def add_parser(sub) -> None:
                     help="safe (SPEC SAFE-1: must lose nothing), compact (SAFE-1 on a compacted topic), txn "
                          "(SAFE-1 with transactional producers and read_committed readers) or a "
                          "configuration that loses data: acks1, unclean, legacy (default safe)")
-    ex.add_argument("--duration-ms", type=int, default=60000, help="simulated time of faults per seed (default 60000)")
+    ex.add_argument("--duration-ms", type=int, default=DEFAULT_DURATION_MS,
+                    help=f"simulated time of faults per seed (default {DEFAULT_DURATION_MS})")
     ex.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
     ex.add_argument("--reassign", action="store_true",
                     help="also move partitions between brokers (four brokers, three replicas; CTL-11)")
+    ex.add_argument("--add-partitions", action="store_true",
+                    help="also add partitions to the topic now and then (CreatePartitions, up to "
+                         "three), racing the faults and any moves")
     ex.set_defaults(func=explore)
     rp = ssub.add_parser("replay", help="run one seed again and print the violation and the last events")
     rp.add_argument("seed", type=int, help="the seed to play again")
     rp.add_argument("--config", choices=configs, default="safe", help="the configuration it ran with")
-    rp.add_argument("--duration-ms", type=int, default=60000, help="simulated time of faults")
+    rp.add_argument("--duration-ms", type=int, default=DEFAULT_DURATION_MS, help="simulated time of faults")
     rp.add_argument("--reassign", action="store_true", help="with the reassignments of `sim explore --reassign`")
+    rp.add_argument("--add-partitions", action="store_true", help="with the partitions `sim explore "
+                                                                  "--add-partitions` adds")
     rp.set_defaults(func=replay)

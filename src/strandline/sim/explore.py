@@ -31,7 +31,7 @@ from typing import Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.coordination import znodes
-from strandline.coordination.store import GetData
+from strandline.coordination.store import GetChildren, GetData
 from strandline.protocol.api import ApiKey
 from strandline.sim.checker import Invariants, Violation
 from strandline.sim.configs import CONFIGS, ExploreConfig  # noqa: F401  (part of this module's interface)
@@ -46,6 +46,7 @@ TXN_PRODUCERS = 3
 TXN_STATE = "__transaction_state"
 SESSION_TIMEOUT_MS = 6000
 LAG_TIME_MS = 3000
+MAX_ADDED_PARTITIONS = 3      # partitions the nemesis adds to the topic at most (--add-partitions)
 
 
 @dataclass
@@ -79,8 +80,11 @@ class _Fault:
 
 class Explorer:
     def __init__(self, seed: int, config: ExploreConfig, *, brokers: int = 3, partitions: int = 3,
-                 duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False) -> None:
+                 duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False,
+                 add_partitions: bool = False) -> None:
         self.seed = seed
+        # with added partitions: CreatePartitions now and then, racing the moves and the faults
+        self.add_partitions = add_partitions
         # with reassignments: four brokers, three replicas each, moved about by the nemesis (CTL-11)
         self.reassign = reassign
         if reassign:
@@ -286,6 +290,8 @@ class Explorer:
                 kinds += ["power-loss", "power-loss"]
         if self.reassign:
             kinds += ["reassign", "reassign"]
+        if self.add_partitions:
+            kinds += ["add-partitions"]
         kind = rng.choice(kinds)
         a, b = rng.sample(ids, 2)
         duration = int(rng.choice((rng.uniform(100, 3000), rng.uniform(3000, 15000))))
@@ -299,6 +305,9 @@ class Explorer:
             return
         if kind == "reassign":
             self._reassign(rng.randrange(self.partitions), rng)
+            return
+        if kind == "add-partitions":
+            self._add_partition()
             return
         if kind == "flaky-zk":
             target = rng.choice(ids)
@@ -375,6 +384,34 @@ class Explorer:
             {"partition_index": index, "replicas": target}]}]}
         sim.request(controller, ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body, "admin")
 
+    def _add_partition(self) -> None:
+        """Ask the controller for one more partition of the topic (at most
+        ``MAX_ADDED_PARTITIONS`` in a run); the answer is not awaited, and a refusal (a move of
+        the topic in progress) is part of the run. Nobody writes to the new partitions: the final
+        checks want each led by a full ISR and listed in the topic znode."""
+        sim = self.sim
+        controller = sim.controller_id
+        if controller < 0 or sim.brokers[controller].core is None:
+            return
+        count = len(self._assignment()[0]) + 1
+        if count > self.partitions + MAX_ADDED_PARTITIONS:
+            return
+        self.note(f"nemesis: grow the topic to {count} partitions")
+        body = {"topics": [{"name": TOPIC, "count": count, "assignments": None}], "timeout_ms": 30000,
+                "validate_only": False}
+        sim.request(controller, ApiKey.CREATE_PARTITIONS, 1, body, "admin")
+
+    def _check_partition_znodes(self) -> None:
+        """Every partition with znodes of its own is in its topic's znode, and the other way round."""
+        for topic in self.topics:
+            assignment, _ = self._assignment(topic)
+            [res] = self.sim.zk.execute([GetChildren(znodes.TopicPartitionsZNode.path(topic))])
+            found = {int(child) for child in res.children}
+            if found != set(assignment):
+                raise Violation("the topic znode lists every partition",
+                                f"{topic}: the topic znode lists {sorted(assignment)}, the partition znodes are "
+                                f"{sorted(found)}", self.sim.now)
+
     def _assignment(self, topic: str = TOPIC) -> tuple[dict[int, tuple[int, ...]], bool]:
         """The assignment ZooKeeper holds, and whether a reassignment is still recorded there."""
         [res] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(topic))])
@@ -447,7 +484,7 @@ class Explorer:
             assignment, moving = self._assignment(topic)
             if moving:
                 return False
-            for index in range(self.partitions):
+            for index in sorted(assignment):
                 state = sim.state(topic, index)
                 replicas = set(assignment[index])
                 if state.leader < 0 or set(state.isr) != replicas:
@@ -466,7 +503,7 @@ class Explorer:
             return False
         for topic in self.topics:
             assignment, _ = self._assignment(topic)
-            for index in range(self.partitions):
+            for index in sorted(assignment):
                 ends = set()
                 for b in assignment[index]:
                     p = self.sim.partition(b, topic, index)
@@ -497,6 +534,7 @@ class Explorer:
                                 + self._describe(), sim.now)
             sim.advance(100)
         self.note("converged: every ISR is full")
+        self._check_partition_znodes()
         for hose in hoses:
             hose.stopped = True
         for producer in self.producers:
@@ -513,7 +551,7 @@ class Explorer:
     def _describe(self) -> str:
         parts = []
         for topic in self.topics:
-            for index in range(self.partitions):
+            for index in sorted(self._assignment(topic)[0]):
                 state = self.sim.state(topic, index)
                 views = []
                 for b in sorted(self.sim.brokers):
