@@ -276,7 +276,7 @@ def test_a_zombie_reinitializing_with_a_stale_epoch_is_fenced_and_the_live_produ
 
 def test_read_committed_through_the_broker_core_stops_at_the_lso_and_reports_the_abort():
     """Produce (transactional), Fetch and ListOffsets read_committed, WriteTxnMarkers, as the
-    broker core serves them."""
+    broker core serves them; a read_uncommitted Fetch reports the same last stable offset."""
     from tests.unit.test_broker_core import Harness
     from tests.unit.batches import make_batch
     from strandline.protocol.records import compute_crc
@@ -292,9 +292,9 @@ def test_read_committed_through_the_broker_core_stops_at_the_lso_and_reports_the
     h.call(0, 7, {"transactional_id": "tx", "acks": -1, "timeout": 1000, "topic_data": [
         {"name": "t", "partition_data": [{"index": 0, "records": bytes(txn)}]}]})
 
-    def fetch_committed():
+    def fetch_committed(isolation_level: int = 1):
         body = h.fetch_body("t", 0)
-        body["isolation_level"] = 1
+        body["isolation_level"] = isolation_level
         return h.call(1, 11, body).responses[0].partitions[0]
 
     def latest_committed() -> int:
@@ -304,6 +304,10 @@ def test_read_committed_through_the_broker_core_stops_at_the_lso_and_reports_the
 
     open_ = fetch_committed()
     assert (open_.high_watermark, open_.last_stable_offset) == (3, 1) and latest_committed() == 1
+    # read_uncommitted gets the open transaction's records, and the same last stable offset
+    # (Kafka reports the partition's, whatever the isolation level)
+    uncommitted = fetch_committed(isolation_level=0)
+    assert (uncommitted.high_watermark, uncommitted.last_stable_offset) == (3, 1)
     marked = h.call(27, 1, {"markers": [{"producer_id": 7, "producer_epoch": 0, "transaction_result": False,
                                          "coordinator_epoch": 0, "topics": [{"name": "t", "partition_indexes": [0]}]}]})
     assert marked.markers[0].topics[0].partitions[0].error_code == ErrorCode.none

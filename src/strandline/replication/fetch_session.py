@@ -89,7 +89,8 @@ class SessionPartition:
         follower's fetch arriving so still counts for the ISR
         (:meth:`Partition.caught_up_follower_fetched`)."""
         hw = partition.high_watermark
-        if (self.high_watermark != hw or self.last_stable_offset != hw
+        if (self.high_watermark != hw
+                or (self.last_stable_offset != hw and self.last_stable_offset != partition.last_stable_offset())
                 or partition.leader_id != partition.local_broker_id
                 or self.leader_log_start_offset != partition.log.log_start_offset
                 or (self.current_leader_epoch >= 0 and self.current_leader_epoch != partition.leader_epoch)):

@@ -441,9 +441,10 @@ class ReplicaManager:
                         served.append((name, p))
                     entry["high_watermark"] = result.high_watermark
                     entry["last_stable_offset"] = result.high_watermark
+                    if result.error is ErrorCode.none:
+                        # the partition's, whatever the isolation level (as Kafka reports it)
+                        entry["last_stable_offset"] = lso = partition.last_stable_offset()
                     if read_committed and result.error is ErrorCode.none:
-                        lso = partition.last_stable_offset()
-                        entry["last_stable_offset"] = lso
                         entry["aborted_transactions"] = [
                             (txn.producer_id, txn.first_offset)
                             for txn in partition.log.collect_aborted_txns(p.fetch_offset, lso)]
