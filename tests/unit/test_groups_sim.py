@@ -276,3 +276,31 @@ def test_a_plain_commit_written_after_a_transactions_offset_outlives_its_commit_
                     "coordinator")
     assert marked.markers[0].topics[0].partitions[0].error_code == ErrorCode.none
     assert c.call(new, 9, 7, fetch, "a").topics[0].partitions[0].committed_offset == 20
+
+
+def test_a_member_told_its_id_stays_pending_when_a_generation_completes_without_it():
+    """KIP-394: two members are each told their id (MEMBER_ID_REQUIRED); the first rejoins and,
+    with no initial delay, completes a generation alone. The second, pending until its session
+    times out (Kafka keeps it), then joins with its id: it is taken in and starts the next
+    rebalance (the first's SyncGroup hears REBALANCE_IN_PROGRESS), not told UNKNOWN_MEMBER_ID."""
+    c = cluster()
+    create_t(c)
+    coord = coordinator(c, "p")
+    first_a = c.call(coord, 11, 5, join_body("p"), "a")
+    first_b = c.call(coord, 11, 5, join_body("p"), "b")
+    assert first_a.error_code == first_b.error_code == ErrorCode.member_id_required
+    a, b = first_a.member_id, first_b.member_id
+    c.request(coord, 11, 5, join_body("p", a), "a")
+    c.advance(20)
+    ja = c.response(coord, 11, 5, "a")
+    assert ja.error_code == ErrorCode.none and ja.generation_id == 1 and ja.leader == a
+    c.request(coord, 11, 5, join_body("p", b), "b")
+    c.advance(20)
+    assert c.response(coord, 11, 5, "b") is None                     # waits for the next generation
+    sync = c.call(coord, 14, 3, {"group_id": "p", "generation_id": 1, "member_id": a, "group_instance_id": None,
+                                 "assignments": [{"member_id": a, "assignment": b"all"}]}, "a")
+    assert sync.error_code == ErrorCode.rebalance_in_progress
+    c.request(coord, 11, 5, join_body("p", a), "a")
+    c.advance(20)
+    ja, jb = c.response(coord, 11, 5, "a"), c.response(coord, 11, 5, "b")
+    assert ja.generation_id == jb.generation_id == 2 and {m.member_id for m in ja.members} == {a, b}

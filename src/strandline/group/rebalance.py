@@ -91,10 +91,11 @@ def maybe_complete_join(group: Group, now_ms: int, persist: Persist) -> list:
 
 def complete_join(group: Group, now_ms: int, persist: Persist) -> list:
     """Members that did not rejoin leave; a new generation: the leader gets every member's metadata,
-    everyone the answer to its JoinGroup (an empty group is persisted as Empty)."""
+    everyone the answer to its JoinGroup (an empty group is persisted as Empty). Members told their
+    id that have not joined with it stay pending until their session times out, as in Kafka: one
+    joining later starts the next rebalance."""
     for member_id in [m for m, mem in group.members.items() if mem.join_respond is None]:
         del group.members[member_id]
-    group.pending.clear()
     group.join_deadline_ms = None
     group.generation += 1
     group.state_timestamp = now_ms
