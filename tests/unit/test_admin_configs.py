@@ -335,3 +335,18 @@ def test_a_config_read_zookeeper_did_not_answer_is_made_again(read):
     cores = [c.brokers[b].core for b in (1, 2, 3)]
     assert [core.config.topic_value(core.metadata.topics["m"].configs, key) if rtype == TOPIC
             else core.config[key] for core in cores] == [value] * 3
+
+
+def test_a_dynamic_broker_config_takes_custom_keys_as_kafka_does():
+    """Kafka accepts keys that are no broker config in a dynamic broker config (its
+    customPropsAllowed): they are stored and left unused. A read-only key is still refused."""
+    h = Harness()
+    assert alter(h, BROKER, "1", [("cleanup.policy", SET, "delete"), ("log.retention.ms", SET, "5000")]) \
+        .error_code == ErrorCode.none
+    assert alter(h, BROKER, "", [("my.custom.key", SET, "x")]).error_code == ErrorCode.none
+    [entity] = h.zk.execute([GetData("/config/brokers/1")])
+    assert json.loads(entity.data)["config"] == {"cleanup.policy": "delete", "log.retention.ms": "5000"}
+    notify(h)
+    assert h.config["log.retention.ms"] == 5000
+    assert alter(h, BROKER, "1", [("my.key", SET, "y"), ("broker.id", SET, "2")]).error_code == \
+        ErrorCode.invalid_request

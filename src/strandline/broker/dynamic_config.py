@@ -59,12 +59,17 @@ class ConfigSource(enum.IntEnum):
 _DEFAULTS: dict[str, str] = {k: t for k, spec in BROKER_KEYS.items() if (t := config_text(spec.default)) is not None}
 
 
+def _known(props: dict[str, str]) -> dict[str, str]:
+    """The broker keys of ``props``; the others are custom entries, which Kafka accepts in a
+    dynamic broker config (``customPropsAllowed``), stores and leaves unused."""
+    return {k: v for k, v in props.items() if k in BROKER_KEYS}
+
+
 def validate_broker_update(config: BrokerConfig, props: dict[str, str], per_broker: bool) -> None:
-    """Refuse (ConfigError, one line) a dynamic broker config that Kafka would refuse: an unknown
-    key, a read-only key, a bad value, or a combination the broker could not start with."""
-    unknown = sorted(k for k in props if k not in BROKER_KEYS)
-    if unknown:
-        raise ConfigError(f"Unknown configuration key(s) {', '.join(unknown)}")
+    """Refuse (ConfigError, one line) a dynamic broker config that Kafka would refuse: a read-only
+    key, a bad value, or a combination the broker could not start with. Keys that are no broker
+    config at all pass, as custom entries."""
+    props = _known(props)
     fixed = sorted(k for k in props if k not in DYNAMIC_BROKER_KEYS)
     if fixed:
         raise ConfigError(f"Cannot update these configs dynamically: {', '.join(fixed)}")
@@ -74,8 +79,8 @@ def validate_broker_update(config: BrokerConfig, props: dict[str, str], per_brok
                           f"{', '.join(own)}")
     for key, raw in props.items():
         BROKER_KEYS[key].parse(raw)
-    default = props if not per_broker else config.dynamic_default
-    broker = props if per_broker else config.dynamic_broker
+    default = props if not per_broker else _known(config.dynamic_default)
+    broker = props if per_broker else _known(config.dynamic_broker)
     BrokerConfig.from_properties({**config.originals, **default, **broker}, require_zookeeper=False)
 
 
@@ -89,7 +94,7 @@ def apply_dynamic_broker_configs(config: BrokerConfig, default: dict[str, str], 
 
     def usable(layer: dict[str, str], where: str, per_broker: bool) -> dict[str, str]:
         kept = {}
-        for key, raw in layer.items():
+        for key, raw in _known(layer).items():
             try:
                 validate_broker_update(config, {key: raw}, per_broker)
             except ConfigError as exc:
