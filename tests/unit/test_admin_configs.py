@@ -11,7 +11,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.dynamic_config import CHANGE_EXPIRATION_MS
-from strandline.coordination.store import Create, GetChildren, GetData
+from strandline.broker.effects import ZkRequest
+from strandline.coordination.store import Create, GetChildren, GetData, OpResult, ZkError
 from strandline.sim.cluster import SimCluster
 from tests.unit.batches import keyed_batch, make_batch
 from tests.unit.test_broker_core import Harness
@@ -350,3 +351,47 @@ def test_a_dynamic_broker_config_takes_custom_keys_as_kafka_does():
     assert h.config["log.retention.ms"] == 5000
     assert alter(h, BROKER, "1", [("my.key", SET, "y"), ("broker.id", SET, "2")]).error_code == \
         ErrorCode.invalid_request
+
+
+def test_a_config_notification_whose_reads_kept_failing_is_read_once_zookeeper_answers():
+    """Two change notifications, each first read in its own watch event, both unanswered; the
+    second's read then succeeds first. The first must still be read: no retry may skip it as
+    already seen."""
+    h = Harness()
+    h.create("a")
+    h.create("b")
+    manager = h.broker.dynamic_config
+    reads: list = []                        # (token, paths) of the notification reads sent
+
+    def send(effects):
+        for effect in effects:
+            if isinstance(effect, ZkRequest) and any("/config/changes/" in op.path for op in effect.ops):
+                reads.append((effect.token, [op.path for op in effect.ops]))
+            else:
+                h.run([effect])
+
+    def answer(token_paths, lost: bool):
+        token, paths = token_paths
+        results = [OpResult(ZkError.CONNECTION_LOSS)] * len(paths) if lost else h.zk.execute(
+            [GetData(p) for p in paths])
+        send(h.broker.outbox.on_zk_result(token, results, h.now))
+
+    for name, value in (("a", "1000"), ("b", "2000")):
+        assert alter(h, TOPIC, name, [("retention.ms", SET, value)]).error_code == ErrorCode.none
+    first, second = children(h)
+    send(manager.on_config_changes([first], h.now))            # the first watch event
+    send(manager.on_config_changes([first, second], h.now))    # the second, before the first's answer
+    answer(reads.pop(0), lost=True)
+    h.now += 500
+    answer(reads.pop(0), lost=True)
+    lost_again = 1                      # the first's retry is lost once more, the second's is answered
+    for _ in range(10):
+        h.now += 500
+        send(h.broker.outbox.tick(h.now))
+        while reads:
+            token, paths = reads.pop(0)
+            lose = paths == [f"/config/changes/{first}"] and lost_again > 0
+            lost_again -= lose
+            answer((token, paths), lost=lose)
+    assert h.broker.partitions[("a", 0)].log.config.retention_ms == 1000
+    assert h.broker.partitions[("b", 0)].log.config.retention_ms == 2000

@@ -233,8 +233,8 @@ class DynamicConfigManager:
                 effects.append(self.outbox.zk(expired, lambda results, t: []))
             for entity_type, name in entities:
                 effects.extend(self.reload(entity_type, name, when_ms))
-            if unread:
-                effects.extend(self.outbox.after(when_ms + RETRY_MS, lambda t: self.on_config_changes(unread, t)))
+            if unread:          # every child again: those above the lowered last seen are read once more
+                effects.extend(self.outbox.after(when_ms + RETRY_MS, lambda t: self.on_config_changes(children, t)))
             return effects
 
         return [self.outbox.zk([GetData(_NOTIFICATION.path(child)) for _, child in new], on_read)]
