@@ -287,3 +287,23 @@ def test_ctl_11_a_move_asked_for_while_partitions_are_being_added_keeps_the_new_
     assert ongoing(c) == {}
     assert stored(c, "w").partitions == {0: (2, 3), 1: (2, 3)}
     assert c.state("w", 1).leader in (2, 3)
+
+
+def test_ctl_11_a_move_zookeeper_recorded_without_answering_is_read_back_before_the_topics_next_write():
+    """A move's topic znode write is applied but its answer lost, while CreatePartitions waits
+    behind it: the controller reads the znode back first, follows the move (so the partitions are
+    refused while it goes on) and completes it; it never leaves a move recorded in ZooKeeper that
+    it does not follow."""
+    c = SimCluster((1, 2, 3), latency_ms=1, **FAST)
+    create(c, "w", [1, 2])
+    ctl = c.controller_id
+    faults = iter(["applied-reply-lost", "not-applied"])
+    c.zk_fault = lambda b, ops: next(faults, None) if b == ctl and topic_write(ops) else None
+    c.request(ctl, 45, 0, {"timeout": 30000, "topics": [{"name": "w", "partitions": [
+        {"partition_index": 0, "replicas": [2, 3]}]}]}, client="mover")
+    add_partitions(c, "w", 2)
+    c.advance(10_000)
+    added = c.response(ctl, 37, 1, client="adder").results[0]
+    assert added.error_code == ErrorCode.reassignment_in_progress, added
+    assert ongoing(c) == {}
+    assert stored(c, "w").partitions == {0: (2, 3)} and not stored(c, "w").adding_replicas

@@ -53,10 +53,12 @@ class ControllerContext:
     def live_broker_ids(self) -> list[int]:
         return sorted(self.live_brokers)
 
-    def queue_topic_write(self, name: str, write: Callable[[int], list], now_ms: int) -> list:
-        """Run ``write(now_ms)`` once no other write of topic ``name``'s znode is in flight; the
-        write calls :meth:`topic_write_done` once its outcome is known."""
-        self.topic_writes.setdefault(name, collections.deque()).append(write)
+    def queue_topic_write(self, name: str, write: Callable[[int], list], now_ms: int, first: bool = False) -> list:
+        """Run ``write(now_ms)`` once no other write of topic ``name``'s znode is in flight (before
+        those waiting, if ``first``); the write calls :meth:`topic_write_done` once its outcome is
+        known."""
+        queue = self.topic_writes.setdefault(name, collections.deque())
+        queue.appendleft(write) if first else queue.append(write)
         return self._next_topic_write(name, now_ms)
 
     def topic_write_done(self, name: str, now_ms: int) -> list:

@@ -189,26 +189,28 @@ class PartitionReassignments:
         return effects
 
     def _read_back(self, ctx: ControllerContext, name: str, now_ms: int) -> list:
-        """A topic znode write got no answer (it may have been applied): read the znode and follow
-        whatever move it records."""
+        """A topic znode write got no answer (it may have been applied): read the znode before the
+        topic's next write (none may be made from a view without it) and follow whatever move it
+        records."""
         controller = self.controller
 
-        def on_read(results: list, when_ms: int) -> list:
-            [res] = results
-            topic = ctx.topics.get(name)
-            if not controller.in_office(ctx) or topic is None:
-                return []
-            if res.error is not ZkError.NONE:
-                return controller.outbox.after(when_ms + RETRY_MS, lambda t: self._read_back(ctx, name, t))
-            if name in ctx.topic_writing or ctx.topic_writes.get(name):
-                return []          # a write of ours is on its way; its answer decides
-            decoded = znodes.TopicZNode.decode(res.data, name)
-            topic.assignment.update({p: tuple(r) for p, r in decoded.partitions.items()})
-            topic.adding = {p: tuple(r) for p, r in (decoded.adding_replicas or {}).items() if r}
-            topic.removing = {p: tuple(r) for p, r in (decoded.removing_replicas or {}).items() if r}
-            return self.resume(ctx, when_ms, [topic])
+        def read(at_ms: int) -> list:
+            def on_read(results: list, when_ms: int) -> list:
+                [res] = results
+                topic = ctx.topics.get(name)
+                if not controller.in_office(ctx) or topic is None:
+                    return ctx.topic_write_done(name, when_ms)
+                if res.error is not ZkError.NONE:     # no answer again: read again, still in its turn
+                    return controller.outbox.after(when_ms + RETRY_MS, read)
+                decoded = znodes.TopicZNode.decode(res.data, name)
+                topic.assignment.update({p: tuple(r) for p, r in decoded.partitions.items()})
+                topic.adding = {p: tuple(r) for p, r in (decoded.adding_replicas or {}).items() if r}
+                topic.removing = {p: tuple(r) for p, r in (decoded.removing_replicas or {}).items() if r}
+                return self.resume(ctx, when_ms, [topic]) + ctx.topic_write_done(name, when_ms)
 
-        return [controller.outbox.zk([GetData(znodes.TopicZNode.path(name))], on_read)]
+            return [controller.outbox.zk([GetData(znodes.TopicZNode.path(name))], on_read)]
+
+        return ctx.queue_topic_write(name, read, now_ms, first=True)
 
     # ------------------------------------------------------------------ /admin/reassign_partitions
 
@@ -358,7 +360,6 @@ class PartitionReassignments:
             ops = controller.fenced(ctx, [SetData(znodes.TopicZNode.path(name), data)])
 
             def on_result(results: list, when_ms: int) -> list:
-                ctx.topic_writing.discard(name)
                 error = results[0].error
                 if error is not ZkError.NONE:
                     code = ErrorCode.not_controller if error is ZkError.BAD_VERSION else ErrorCode.unknown_server_error
