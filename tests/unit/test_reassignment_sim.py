@@ -279,7 +279,12 @@ def test_ctl_11_a_move_asked_for_while_partitions_are_being_added_keeps_the_new_
     c.advance(5)
     c.request(ctl, 45, 0, {"timeout": 30000, "topics": [{"name": "w", "partitions": [
         {"partition_index": 0, "replicas": [2, 3]}]}]}, client="mover")
-    c.advance(10_000)
+    state_path = znodes.TopicPartitionStateZNode.path("w", 1)
+    for _ in range(1000):         # never a partition with znodes of its own that the topic znode lacks
+        c.advance(10)
+        [state] = c.zk.execute([GetData(state_path)])
+        assert state.error.name == "NO_NODE" or 1 in stored(c, "w").partitions, \
+            f"partition 1 is missing from the topic znode at {c.now}: {stored(c, 'w')}"
     assert next(faults, "used") == "used"
     added = c.response(ctl, 37, 1, client="adder").results[0]
     moved = c.response(ctl, 45, 0, client="mover").responses[0].partitions[0]
