@@ -3,11 +3,13 @@ ZooKeeper did not answer must not pass for a node that is not there."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from strandline.coordination import znodes
 from strandline.coordination.cluster_state import ZooKeeperUnanswered, read_cluster_state
-from strandline.coordination.store import Create, GetData, OpResult, ZkError
+from strandline.coordination.store import Create, GetChildren, GetData, OpResult, ZkError
 from strandline.sim.zookeeper import MemoryZooKeeper
 
 
@@ -39,3 +41,43 @@ def test_a_read_zookeeper_did_not_answer_raises_rather_than_leaving_the_topic_or
     zk.lost = "/nothing"
     _, topics = read_cluster_state(zk)
     assert topics["t"].states[0].isr == (1, 2) and topics["t"].configs["min.insync.replicas"] == 2
+
+
+class Registrations(MemoryZooKeeper):
+    """ZooKeeper with broker registrations, read as the shell reads them (kazoo's ``get`` with the
+    znode's stat), and the answers to some paths lost."""
+
+    def __init__(self, lost: set[str]) -> None:
+        super().__init__()
+        self.lost = lost
+        self.client = self
+
+    def execute(self, ops, session: int = 0):
+        return [OpResult(ZkError.CONNECTION_LOSS) if isinstance(op, GetChildren) and op.path in self.lost else res
+                for op, res in zip(ops, super().execute(ops, session))]
+
+    def get(self, path: str):
+        from kazoo.exceptions import ConnectionLoss, NoNodeError
+        if path in self.lost:
+            raise ConnectionLoss()
+        [res] = super().execute([GetData(path)])
+        if res.error is ZkError.NO_NODE:
+            raise NoNodeError()
+        return res.data, SimpleNamespace(czxid=self.czxid[path])
+
+
+@pytest.mark.parametrize("lost", [znodes.BrokerIdsZNode.path(), znodes.BrokerIdZNode.path(2)])
+def test_a_new_controllers_read_of_the_live_brokers_raises_rather_than_leaving_a_broker_out(lost):
+    """A broker left out of a new controller's view passes for dead: every partition it leads
+    gets a new leader (or none), and nothing under /brokers/ids changes to set it right."""
+    from strandline.runtime.broker_main import read_full_cluster_state
+
+    zk = Registrations({lost})
+    for b in (1, 2):
+        zk.execute([Create(znodes.BrokerIdZNode.path(b), znodes.BrokerIdZNode.encode(b, "127.0.0.1", 9091 + b, None, 0),
+                           make_parents=True)])
+    with pytest.raises(ZooKeeperUnanswered):
+        read_full_cluster_state(zk)
+    zk.lost = set()
+    brokers, _, epochs = read_full_cluster_state(zk)
+    assert sorted(brokers) == sorted(epochs) == [1, 2]

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kazoo.exceptions import NoNodeError
+
 from strandline.broker.broker import Broker
 from strandline.broker.dynamic_config import apply_dynamic_broker_configs
 from strandline.coordination.cluster_state import (ZooKeeperUnanswered, read_acls, read_cluster_state,
@@ -38,25 +40,39 @@ READY_PREFIX = "strandline broker ready"
 
 
 def read_live_brokers(store: KazooStore, children: list[str]) -> tuple[dict[int, BrokerInfo], dict[int, int]]:
-    """Registrations under ``/brokers/ids`` and their broker epochs (the znode's czxid, as Kafka)."""
+    """Registrations under ``/brokers/ids`` and their broker epochs (the znode's czxid, as Kafka).
+    Raises :class:`ZooKeeperUnanswered` when a read got no answer: a broker left out would pass for
+    one that is gone."""
     brokers: dict[int, BrokerInfo] = {}
     epochs: dict[int, int] = {}
     for child in children:
+        path = znodes.BrokerIdZNode.path(int(child))
         try:
-            data, stat = store.client.get(znodes.BrokerIdZNode.path(int(child)))
-        except Exception:  # gone since the listing, or ZooKeeper unreachable: the next event tells
+            data, stat = store.client.get(path)
+        except NoNodeError:     # gone since the listing: the children watch reports it
             continue
+        except Exception as exc:
+            raise ZooKeeperUnanswered(f"ZooKeeper did not answer the read of {path} ({type(exc).__name__})") from exc
         info = znodes.BrokerIdZNode.decode(data, int(child))
         brokers[info.id] = info
         epochs[info.id] = stat.czxid
     return brokers, epochs
 
 
+def list_live_brokers(store: KazooStore) -> tuple[dict[int, BrokerInfo], dict[int, int]]:
+    """:func:`read_live_brokers` of every child of ``/brokers/ids``."""
+    path = znodes.BrokerIdsZNode.path()
+    [ids] = store.execute([GetChildren(path)])
+    if ids.error is not ZkError.NONE:
+        raise ZooKeeperUnanswered(f"ZooKeeper did not answer the read of {path} ({ids.error.name})")
+    return read_live_brokers(store, sorted(ids.children))
+
+
 def read_full_cluster_state(store: KazooStore) -> tuple:
-    """(brokers, topics, broker epochs) for a newly elected controller."""
+    """(brokers, topics, broker epochs) for a newly elected controller; raises
+    :class:`ZooKeeperUnanswered` (the shell reads again) rather than leave anything out."""
     _, topics = read_cluster_state(store)
-    [ids] = store.execute([GetChildren(znodes.BrokerIdsZNode.path())])
-    brokers, epochs = read_live_brokers(store, list(ids.children))
+    brokers, epochs = list_live_brokers(store)
     return brokers, topics, epochs
 
 
@@ -97,10 +113,19 @@ def watch_brokers(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
     watched: set[str] = set()           # ids with a data watch (it follows the znode across re-registrations)
     lock = threading.Lock()
 
-    def report() -> None:
-        [ids] = store.execute([GetChildren(znodes.BrokerIdsZNode.path())])
-        brokers, epochs = read_live_brokers(store, sorted(ids.children))
+    def deliver(read: Callable[[], tuple]) -> None:
+        try:
+            brokers, epochs = read()
+        except ZooKeeperUnanswered as exc:      # not "no brokers": read them all again shortly
+            log.warning("%s; reading the live brokers again in 1 s", exc)
+            retry = threading.Timer(1.0, from_kazoo(loop, shell, what, report))
+            retry.daemon = True
+            retry.start()
+            return
         to_loop(loop, shell.run, what, lambda: shell.broker.on_brokers_changed(brokers, epochs, now_ms()))
+
+    def report() -> None:
+        deliver(lambda: list_live_brokers(store))
 
     def watch_registration(child: str) -> None:
         """A broker that rewrites its registration (a new advertised listener) is a broker
@@ -116,8 +141,7 @@ def watch_brokers(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
         store.watch_data(znodes.BrokerIdZNode.path(int(child)), from_kazoo(loop, shell, what, on_data))
 
     def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
-        brokers, epochs = read_live_brokers(store, children)
-        to_loop(loop, shell.run, what, lambda: shell.broker.on_brokers_changed(brokers, epochs, now_ms()))
+        deliver(lambda: read_live_brokers(store, children))
         with lock:
             fresh = [c for c in children if c not in watched]
             watched.update(fresh)
