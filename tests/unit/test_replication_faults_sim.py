@@ -602,3 +602,39 @@ def test_ctl_9_a_controlled_shutdown_finished_after_the_broker_restarted_does_no
     c.advance(3 * LAG_MS)
     assert c.partition(2, "s").log_end_offset == 2
     assert sorted(c.state("s").isr) == [1, 2, 3]
+
+
+def test_control_requests_that_come_while_a_topic_loads_apply_after_it_in_the_controllers_order():
+    """An UpdateMetadata naming a topic this broker does not know waits for ZooKeeper (here a
+    lost answer, read again); a later one must wait behind it, or the earlier, applied last,
+    undoes it (here: a live broker list that is no longer true)."""
+    from tests.unit.test_broker_core import Harness
+    from strandline.coordination import znodes
+    from strandline.coordination.store import OpResult, ZkError
+
+    h = Harness(brokers=(1, 2))
+    h.zk.execute([Create(znodes.TopicZNode.path("t"), znodes.TopicZNode.encode({0: [1, 2]}), make_parents=True)])
+    real_run, lost = h.zk.run, [True]
+
+    def run(ops, transaction=False):
+        if lost and any(getattr(op, "path", "") == znodes.TopicZNode.path("t") for op in ops):
+            lost.pop()
+            return [OpResult(ZkError.CONNECTION_LOSS)] * len(ops)
+        return real_run(ops, transaction)
+
+    h.zk.run = run
+    answers: list[str] = []
+    header = {"controller_id": 1, "controller_epoch": 1, "broker_epoch": -1}
+    live = [{"id": b, "endpoints": [{"port": 9091 + b, "host": "127.0.0.1", "listener": "PLAINTEXT",
+                                     "security_protocol": 0}], "rack": None} for b in (1, 2)]
+    first = {**header, "live_brokers": live, "topic_states": [{"topic_name": "t", "partition_states": [
+        {"partition_index": 0, "controller_epoch": 1, "leader": 2, "leader_epoch": 0, "isr": [2, 1],
+         "zk_version": 0, "replicas": [1, 2], "offline_replicas": []}]}]}
+    second = {**header, "live_brokers": live[:1], "topic_states": []}
+    manager = h.broker.replica_manager
+    h.run(manager.handle_control(6, first, lambda answer: answers.append("first") or [], h.now))
+    h.run(manager.handle_control(6, second, lambda answer: answers.append("second") or [], h.now))
+    assert answers == []
+    h.tick(1000)
+    assert answers == ["first", "second"] and not lost
+    assert sorted(h.broker.metadata.brokers) == [1]

@@ -61,6 +61,8 @@ class ReplicaManager:
         self.heard_from_controller = False
         self.shutting_down = False         # asked the controller for a controlled shutdown
         self.loading_topics: set[str] = set()      # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
+        #: control requests that came while one waits on ZooKeeper (None: none waits)
+        self._held_control: list[tuple[int, dict, Callable[[dict], list]]] | None = None
         self.leadership_listeners: list[LeadershipListener] = []
         self._hw_checkpoint: dict | None = None
         self.isr_manager = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms)
@@ -168,25 +170,35 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ the controller's requests
 
-    def handle_control(self, api_key: int, body: dict, respond: Callable[[dict], list], now_ms: int) -> list:
+    def handle_control(self, api_key: int, body: dict, respond: Callable[[dict], list], now_ms: int,
+                       load: bool = True) -> list:
         """LeaderAndIsr, UpdateMetadata or StopReplica from the controller: requests of an older
         controller epoch, or addressed to an earlier registration of this broker (KIP-380), are
-        refused; topics this broker does not know yet are read from ZooKeeper first."""
+        refused; topics this broker does not know yet are read from ZooKeeper first, and the
+        requests that come meanwhile wait, so that they apply in the controller's order."""
+        if self._held_control is not None and load:
+            self._held_control.append((api_key, body, respond))
+            return []
         if body["controller_epoch"] < self.controller_epoch:
             return respond(_control_error(api_key, ErrorCode.stale_controller_epoch))
         if 0 <= body["broker_epoch"] < self.broker_epoch():
             return respond(_control_error(api_key, ErrorCode.stale_broker_epoch))
-        missing = self._unknown_topics(api_key, body)
+        missing = self._unknown_topics(api_key, body) if load else []
         if missing:
             self.loading_topics.update(missing)
+            self._held_control = []
 
             def loaded(when_ms: int, unread: list[str]) -> list:
                 if unread:         # ZooKeeper did not answer: read them again, as Kafka's client resends
                     return self.outbox.after(when_ms + TOPIC_READ_RETRY_MS, lambda t: [
                         self.outbox.zk(*self.metadata.load_topics(unread, loaded))])
                 self.loading_topics.difference_update(missing)
-                effects, answer = self.apply_control(api_key, body, when_ms)
-                return effects + respond(answer)
+                held, self._held_control = self._held_control, None
+                # the epochs are checked again: a newer controller may have spoken meanwhile
+                effects = self.handle_control(api_key, body, respond, when_ms, load=False)
+                for args in held or ():
+                    effects += self.handle_control(*args, when_ms)
+                return effects
             return [self.outbox.zk(*self.metadata.load_topics(missing, loaded))]
         effects, answer = self.apply_control(api_key, body, now_ms)
         return effects + respond(answer)
