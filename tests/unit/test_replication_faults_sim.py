@@ -6,6 +6,8 @@ fetches, late results, followers that do not flush) or one loss case of the seed
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from kio.schema.errors import ErrorCode
 
@@ -638,3 +640,30 @@ def test_control_requests_that_come_while_a_topic_loads_apply_after_it_in_the_co
     h.tick(1000)
     assert answers == ["first", "second"] and not lost
     assert sorted(h.broker.metadata.brokers) == [1]
+
+
+def test_a_topic_known_from_zookeeper_but_not_yet_from_update_metadata_is_not_listed_leaderless():
+    """A broker reads a topic new to it from ZooKeeper when a LeaderAndIsr names it; its
+    partitions' states come with the UpdateMetadata after. Until then Metadata answers as Kafka's
+    cache does for a topic it does not hold yet (LEADER_NOT_AVAILABLE when the request may create
+    it, else UNKNOWN_TOPIC_OR_PARTITION; left out of "every topic"), not with a topic whose
+    partitions all lack a leader, which some clients take as final."""
+    from tests.unit.test_broker_core import Harness
+    from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
+
+    h = Harness(brokers=(1, 2))
+    h.broker.metadata.topics["n"] = TopicMetadata("n", uuid.UUID(int=7), {0: (1, 2), 1: (2, 1)}, {}, {})
+
+    def metadata(names, auto):
+        body = {"topics": None if names is None else [{"name": n} for n in names],
+                "allow_auto_topic_creation": auto, "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False}
+        return {t.name: t for t in h.call(3, 8, body).topics}
+
+    assert metadata(["n"], True)["n"].error_code == ErrorCode.leader_not_available
+    assert metadata(["n"], False)["n"].error_code == ErrorCode.unknown_topic_or_partition
+    assert "n" not in metadata(None, False)
+    assert not metadata(["n"], True)["n"].partitions
+    h.broker.metadata.topics["n"].states[0] = LeaderAndIsr(1, 0, (1, 2), 1, 0)
+    [partition] = metadata(["n"], False)["n"].partitions       # only what UpdateMetadata told
+    assert (partition.partition_index, partition.leader_id, partition.error_code) == (0, 1, ErrorCode.none)

@@ -177,7 +177,7 @@ class KafkaApis:
             denied.update(n for n in missing if not self._may_create(conn_id, n))
             missing = [n for n in missing if n not in denied]
         shown = _MetadataView(conn_id, denied, bool(getattr(request, "include_topic_authorized_operations", False)),
-                              bool(getattr(request, "include_cluster_authorized_operations", False)))
+                              bool(getattr(request, "include_cluster_authorized_operations", False)), allow_auto)
         if missing and allow_auto:
             pending = set(missing)
             outcomes: dict[str, ErrorCode] = {}
@@ -214,6 +214,14 @@ class KafkaApis:
             if names is None and not self.authorizer.allows_topic(shown.conn_id, AclOperation.DESCRIBE, name):
                 continue
             topic = md.topics.get(name)
+            if topic is not None and not topic.states:
+                # read from ZooKeeper for a LeaderAndIsr, but no UpdateMetadata yet: Kafka's cache
+                # does not hold it until then (a topic being created, to a client)
+                if names is None:
+                    continue
+                error = ErrorCode.leader_not_available if shown.auto_create else ErrorCode.unknown_topic_or_partition
+                topics.append({"error_code": error, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []})
+                continue
             if topic is None:
                 invalid = topic_name_error(name)
                 creation = (creations or {}).get(name)
@@ -231,12 +239,14 @@ class KafkaApis:
             for index in sorted(topic.assignment):
                 replicas = list(topic.assignment[index])
                 state = topic.states.get(index)
-                leader = state.leader if state else -1
+                if state is None:       # added, but no UpdateMetadata for it yet: not in Kafka's cache either
+                    continue
+                leader = state.leader
                 error = ErrorCode.none if leader >= 0 and leader in md.brokers else ErrorCode.leader_not_available
                 partitions.append({
                     "error_code": error, "partition_index": index, "leader_id": leader,
-                    "leader_epoch": state.leader_epoch if state else -1,
-                    "replica_nodes": replicas, "isr_nodes": list(state.isr) if state else [],
+                    "leader_epoch": state.leader_epoch,
+                    "replica_nodes": replicas, "isr_nodes": list(state.isr),
                     "offline_replicas": [r for r in replicas if r not in md.brokers],
                 })
             topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": topic.topic_id,
@@ -523,6 +533,7 @@ class _MetadataView:
     denied: set[str]
     topic_operations: bool
     cluster_operations: bool
+    auto_create: bool = False           # the request may create the topics it names
 
 
 def _has_idempotent_batches(request: Any) -> bool:
