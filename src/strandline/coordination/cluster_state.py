@@ -20,7 +20,7 @@ class ZooKeeperUnanswered(Exception):
     """ZooKeeper did not answer a read (the connection dropped): the cluster read is made again."""
 
 
-def _answered(path: str, res: OpResult) -> OpResult:
+def answered(path: str, res: OpResult) -> OpResult:
     """``res`` unless ZooKeeper did not answer (a missing node is an answer)."""
     if res.error not in (ZkError.NONE, ZkError.NO_NODE):
         raise ZooKeeperUnanswered(f"ZooKeeper did not answer the read of {path} ({res.error.name})")
@@ -28,7 +28,7 @@ def _answered(path: str, res: OpResult) -> OpResult:
 
 
 def _read(store: CoordinationStore, ops: list) -> list[OpResult]:
-    return [_answered(op.path, res) for op, res in zip(ops, store.execute(ops))]
+    return [answered(op.path, res) for op, res in zip(ops, store.execute(ops))]
 
 
 def read_cluster_state(store: CoordinationStore) -> tuple[dict[int, BrokerInfo], dict[str, TopicMetadata]]:

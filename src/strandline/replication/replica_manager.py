@@ -196,7 +196,7 @@ class ReplicaManager:
                 held, self._held_control = self._held_control, None
                 # the epochs are checked again: a newer controller may have spoken meanwhile
                 effects = self.handle_control(api_key, body, respond, when_ms, load=False)
-                for args in held or ():
+                for args in held:
                     effects += self.handle_control(*args, when_ms)
                 return effects
             return [self.outbox.zk(*self.metadata.load_topics(missing, loaded))]

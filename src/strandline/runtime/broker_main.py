@@ -19,7 +19,7 @@ from kazoo.exceptions import NoNodeError
 
 from strandline.broker.broker import Broker
 from strandline.broker.dynamic_config import apply_dynamic_broker_configs
-from strandline.coordination.cluster_state import (ZooKeeperUnanswered, read_acls, read_cluster_state,
+from strandline.coordination.cluster_state import (ZooKeeperUnanswered, answered, read_acls, read_cluster_state,
                                                   read_dynamic_broker_configs)
 from strandline.broker.config import BrokerConfig
 from strandline.coordination.znodes import BrokerInfo
@@ -63,9 +63,7 @@ def list_live_brokers(store: KazooStore) -> tuple[dict[int, BrokerInfo], dict[in
     """:func:`read_live_brokers` of every child of ``/brokers/ids``."""
     path = znodes.BrokerIdsZNode.path()
     [ids] = store.execute([GetChildren(path)])
-    if ids.error is not ZkError.NONE:
-        raise ZooKeeperUnanswered(f"ZooKeeper did not answer the read of {path} ({ids.error.name})")
-    return read_live_brokers(store, sorted(ids.children))
+    return read_live_brokers(store, sorted(answered(path, ids).children))
 
 
 def read_full_cluster_state(store: KazooStore) -> tuple:
