@@ -54,7 +54,7 @@ class Harness:
                     effect.token, self.zk.run(effect.ops, effect.transaction), self.now))
             elif isinstance(effect, ReadClusterState):      # the controller reads the cluster
                 _, topics = read_cluster_state(self.zk)
-                pending.extend(self.broker.on_zk_result(effect.token, (self.brokers, topics, {}), self.now))
+                pending.extend(self.broker.on_zk_result(effect.token, (self.brokers, topics, {}, None), self.now))
             elif isinstance(effect, (Send, Close)):
                 self.sent.setdefault(effect.conn_id, []).append(effect)
             elif isinstance(effect, Log):

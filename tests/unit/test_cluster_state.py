@@ -70,14 +70,55 @@ class Registrations(MemoryZooKeeper):
 def test_a_new_controllers_read_of_the_live_brokers_raises_rather_than_leaving_a_broker_out(lost):
     """A broker left out of a new controller's view passes for dead: every partition it leads
     gets a new leader (or none), and nothing under /brokers/ids changes to set it right."""
-    from strandline.runtime.broker_main import read_full_cluster_state
+    from strandline.runtime.live_brokers import BrokerListings, read_full_cluster_state
 
     zk = Registrations({lost})
     for b in (1, 2):
         zk.execute([Create(znodes.BrokerIdZNode.path(b), znodes.BrokerIdZNode.encode(b, "127.0.0.1", 9091 + b, None, 0),
                            make_parents=True)])
+    listings = BrokerListings(zk)
     with pytest.raises(ZooKeeperUnanswered):
-        read_full_cluster_state(zk)
+        read_full_cluster_state(zk, listings)
     zk.lost = set()
-    brokers, _, epochs = read_full_cluster_state(zk)
+    brokers, _, epochs, listing = read_full_cluster_state(zk, listings)
     assert sorted(brokers) == sorted(epochs) == [1, 2]
+    assert listing == 1 and listings.read()[2] == 2
+
+
+def test_ctl_2_a_broker_listing_older_than_a_new_controllers_load_is_not_applied_after_it():
+    """The /brokers/ids watch, its retries and a new controller's load of the cluster read the
+    live brokers on different threads. A listing read before the load but delivered while it is
+    under way used to be applied after it: a broker that had joined since passed for gone and
+    lost its leaderships (seen at start-up as "gone [1]", then "new [1]" 2 ms later). Each listing
+    carries its number in the order it was read; an older one is not applied."""
+    from kio.schema.errors import ErrorCode
+
+    from strandline.broker.effects import Log, ReadClusterState
+    from tests.unit.test_broker_core import Harness
+
+    h = Harness(brokers=(1, 2, 3))
+    created = h.call(19, 4, {"topics": [{"name": "t", "num_partitions": -1, "replication_factor": -1,
+                                         "assignments": [{"partition_index": 0, "broker_ids": [3, 1]}],
+                                         "configs": []}], "timeout": 1000, "validate_only": False})
+    assert created.topics[0].error_code == ErrorCode.none
+    state_path = znodes.TopicPartitionStateZNode.path("t", 0)
+    assert znodes.TopicPartitionStateZNode.decode(h.zk.nodes[state_path][0]).leader == 3
+
+    # broker 1 takes office again (a new term): its load is under way
+    [read] = [e for e in h.broker.controller.become_controller(h.broker.controller_epoch + 1, None, "test")
+              if isinstance(e, ReadClusterState)]
+    older = {b: h.brokers[b] for b in (1, 2)}      # read before broker 3 registered
+    assert h.broker.on_brokers_changed(older, {}, h.now, 1) == []
+    _, topics = read_cluster_state(h.zk)
+    h.logs.clear()
+    h.run(h.broker.on_zk_result(read.token, (h.brokers, topics, {}, 2), h.now))
+    assert not [e.message for e in h.logs if isinstance(e, Log) and "gone [3]" in e.message]
+    assert znodes.TopicPartitionStateZNode.decode(h.zk.nodes[state_path][0]).leader == 3
+    assert sorted(h.broker.controller.ctx.live_brokers) == [1, 2, 3]
+
+    # a newer listing is applied, whenever it comes
+    h.run(h.broker.on_brokers_changed(older, {}, h.now, 3))
+    assert sorted(h.broker.controller.ctx.live_brokers) == [1, 2]
+    assert znodes.TopicPartitionStateZNode.decode(h.zk.nodes[state_path][0]).leader == 1
+    h.run(h.broker.on_brokers_changed(dict(h.brokers), {}, h.now, 2))      # an older one is not
+    assert sorted(h.broker.controller.ctx.live_brokers) == [1, 2]

@@ -114,7 +114,7 @@ def test_a_fetch_answer_with_an_unknown_error_code_backs_the_fetcher_off_instead
                 pending.extend(h.broker.on_zk_result(e.token, h.zk.run(e.ops, e.transaction), h.now))
             elif isinstance(e, ReadClusterState):
                 _, topics = read_cluster_state(h.zk)
-                pending.extend(h.broker.on_zk_result(e.token, (h.brokers, topics, {}), h.now))
+                pending.extend(h.broker.on_zk_result(e.token, (h.brokers, topics, {}, None), h.now))
             else:
                 run([e])
     h.run = capture

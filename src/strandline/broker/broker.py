@@ -225,9 +225,11 @@ class Broker:
     def on_session_lost(self, now_ms: int) -> list:
         return self.controller.on_session_lost(now_ms)
 
-    def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int) -> list:
-        """The children of ``/brokers/ids`` changed, with each registration's czxid."""
-        return self.controller.on_brokers_changed(brokers, epochs, now_ms)
+    def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int,
+                           listing: int | None = None) -> list:
+        """The children of ``/brokers/ids`` changed, with each registration's czxid; ``listing``
+        numbers the shell's reads of them in the order they were made."""
+        return self.controller.on_brokers_changed(brokers, epochs, now_ms, listing)
 
     def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:
         return self.controller.on_isr_change_notifications(children, now_ms)

@@ -106,6 +106,8 @@ class BrokerSend:
 @dataclass(frozen=True, slots=True)
 class ReadClusterState:
     """Read the whole cluster from ZooKeeper (what a newly elected controller needs): the result,
-    ``(brokers, topics, broker_epochs)``, goes to ``Broker.on_zk_result(token, result)``."""
+    ``(brokers, topics, broker_epochs, listing)``, goes to ``Broker.on_zk_result(token, result)``;
+    ``listing`` numbers its read of the live brokers among the shell's others (see
+    ``Broker.on_brokers_changed``), None when unnumbered."""
 
     token: int

@@ -36,7 +36,10 @@ class ControllerContext:
     electing: collections.Counter = field(default_factory=collections.Counter)
     owed_states: dict[tuple[str, int], set[int]] = field(default_factory=dict)
     #: a broker change that came while the cluster was being read, handled right after
-    pending_brokers: tuple[dict, dict] | None = None
+    pending_brokers: tuple[dict, dict, int | None] | None = None
+    #: the number of the newest listing of the live brokers applied (the shell numbers them in
+    #: the order they were read): an older one, delivered late, is not applied
+    brokers_listing: int | None = None
     #: partition reassignments in progress: (target replicas, original replicas) per partition
     reassigning: dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     #: moves being finished now: the replicas each partition had before its end narrowed them
@@ -52,6 +55,20 @@ class ControllerContext:
 
     def live_broker_ids(self) -> list[int]:
         return sorted(self.live_brokers)
+
+    def hold_brokers(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], listing: int | None) -> None:
+        """Keep a broker change that came while the cluster is read (the newest, if several)."""
+        held = self.pending_brokers
+        if held is None or not _older(listing, held[2]):
+            self.pending_brokers = (dict(brokers), dict(epochs), listing)
+
+    def newer_listing(self, listing: int | None) -> bool:
+        """Whether a listing of the live brokers is newer than the last applied (then it is the
+        last applied); an unnumbered one (None) always is."""
+        if _older(listing, self.brokers_listing):
+            return False
+        self.brokers_listing = listing if listing is not None else self.brokers_listing
+        return True
 
     def queue_topic_write(self, name: str, write: Callable[[int], list], now_ms: int, first: bool = False) -> list:
         """Run ``write(now_ms)`` once no other write of topic ``name``'s znode is in flight (before
@@ -73,3 +90,8 @@ class ControllerContext:
             return []
         self.topic_writing.add(name)
         return queue.popleft()(now_ms)
+
+
+def _older(listing: int | None, than: int | None) -> bool:
+    """Whether a listing of the live brokers was read no later than listing ``than``."""
+    return listing is not None and than is not None and listing <= than

@@ -173,7 +173,7 @@ class Controller:
         state of its partitions, then elect leaders for partitions whose leader is gone."""
         if not self.in_office(ctx):
             return []
-        brokers, topics, epochs = state
+        brokers, topics, epochs, ctx.brokers_listing = state
         ctx.live_brokers = dict(brokers)
         ctx.broker_epochs = dict(epochs)
         ctx.topics = dict(topics)
@@ -189,7 +189,7 @@ class Controller:
         effects += self._read_reassign_partitions_node(ctx, now_ms)
         pending, ctx.pending_brokers = ctx.pending_brokers, None
         if pending is not None:
-            effects += self.on_brokers_changed(pending[0], pending[1], now_ms)
+            effects += self.on_brokers_changed(*pending[:2], now_ms, pending[2])
         return effects
 
     def fenced(self, ctx: ControllerContext, ops: list) -> list:
@@ -218,8 +218,11 @@ class Controller:
 
     # ------------------------------------------------------------------ brokers coming and going (CTL-2, CTL-6, CTL-7)
 
-    def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int) -> list:
+    def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int,
+                           listing: int | None = None) -> list:
         """The children of ``/brokers/ids`` changed, or a registration (a broker modification).
+        ``listing`` numbers the reads of the live brokers in the order they were made (None: no
+        order known): one older than what the controller already applied is stale and ignored.
 
         A broker gone is dead (new leaders, out of the ISRs); one registered again with a new epoch (czxid)
         *bounced*: dead, then new, as in Kafka, so it never resumes a leadership with a log that may have
@@ -229,7 +232,9 @@ class Controller:
             return []
         if not ctx.ready:   # a new controller first loads the cluster from ZooKeeper (Kafka's controller
             # handles its failover event before any broker change); this change is handled right after
-            ctx.pending_brokers = (dict(brokers), dict(epochs))
+            ctx.hold_brokers(brokers, epochs, listing)
+            return []
+        if not ctx.newer_listing(listing):
             return []
         known, seen = ctx.live_brokers, ctx.broker_epochs
         bounced = {b for b in brokers if b in seen and seen[b] != epochs.get(b)}

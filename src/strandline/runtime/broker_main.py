@@ -15,17 +15,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kazoo.exceptions import NoNodeError
-
 from strandline.broker.broker import Broker
 from strandline.broker.dynamic_config import apply_dynamic_broker_configs
-from strandline.coordination.cluster_state import (ZooKeeperUnanswered, answered, read_acls, read_cluster_state,
+from strandline.coordination.cluster_state import (ZooKeeperUnanswered, read_acls, read_cluster_state,
                                                   read_dynamic_broker_configs)
 from strandline.broker.config import BrokerConfig
 from strandline.coordination.znodes import BrokerInfo
 from strandline.coordination import acl_znodes, zk_layout
 from strandline.coordination import znodes
-from strandline.coordination.store import GetChildren, GetData, ZkError
+from strandline.coordination.store import GetData, ZkError
 from strandline.errors import StrandlineError
 from strandline.log.manager import LogManager
 from strandline.runtime.disk import DirectoryLock, OsDisk
@@ -37,41 +35,6 @@ from strandline.runtime.zk import KazooStore
 log = logging.getLogger("strandline.broker")
 
 READY_PREFIX = "strandline broker ready"
-
-
-def read_live_brokers(store: KazooStore, children: list[str]) -> tuple[dict[int, BrokerInfo], dict[int, int]]:
-    """Registrations under ``/brokers/ids`` and their broker epochs (the znode's czxid, as Kafka).
-    Raises :class:`ZooKeeperUnanswered` when a read got no answer: a broker left out would pass for
-    one that is gone."""
-    brokers: dict[int, BrokerInfo] = {}
-    epochs: dict[int, int] = {}
-    for child in children:
-        path = znodes.BrokerIdZNode.path(int(child))
-        try:
-            data, stat = store.client.get(path)
-        except NoNodeError:     # gone since the listing: the children watch reports it
-            continue
-        except Exception as exc:
-            raise ZooKeeperUnanswered(f"ZooKeeper did not answer the read of {path} ({type(exc).__name__})") from exc
-        info = znodes.BrokerIdZNode.decode(data, int(child))
-        brokers[info.id] = info
-        epochs[info.id] = stat.czxid
-    return brokers, epochs
-
-
-def list_live_brokers(store: KazooStore) -> tuple[dict[int, BrokerInfo], dict[int, int]]:
-    """:func:`read_live_brokers` of every child of ``/brokers/ids``."""
-    path = znodes.BrokerIdsZNode.path()
-    [ids] = store.execute([GetChildren(path)])
-    return read_live_brokers(store, sorted(answered(path, ids).children))
-
-
-def read_full_cluster_state(store: KazooStore) -> tuple:
-    """(brokers, topics, broker epochs) for a newly elected controller; raises
-    :class:`ZooKeeperUnanswered` (the shell reads again) rather than leave anything out."""
-    _, topics = read_cluster_state(store)
-    brokers, epochs = list_live_brokers(store)
-    return brokers, topics, epochs
 
 
 def from_kazoo(loop: asyncio.AbstractEventLoop, shell: BrokerShell, what: str, callback: Callable) -> Callable:
@@ -111,19 +74,18 @@ def watch_brokers(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
     watched: set[str] = set()           # ids with a data watch (it follows the znode across re-registrations)
     lock = threading.Lock()
 
-    def deliver(read: Callable[[], tuple]) -> None:
+    def report() -> None:
+        """Read the live brokers (afresh: a watch event's own list may be older than a listing
+        read since) and hand them to the core with their listing's number."""
         try:
-            brokers, epochs = read()
+            brokers, epochs, listing = shell.broker_listings.read()
         except ZooKeeperUnanswered as exc:      # not "no brokers": read them all again shortly
             log.warning("%s; reading the live brokers again in 1 s", exc)
             retry = threading.Timer(1.0, from_kazoo(loop, shell, what, report))
             retry.daemon = True
             retry.start()
             return
-        to_loop(loop, shell.run, what, lambda: shell.broker.on_brokers_changed(brokers, epochs, now_ms()))
-
-    def report() -> None:
-        deliver(lambda: list_live_brokers(store))
+        to_loop(loop, shell.run, what, lambda: shell.broker.on_brokers_changed(brokers, epochs, now_ms(), listing))
 
     def watch_registration(child: str) -> None:
         """A broker that rewrites its registration (a new advertised listener) is a broker
@@ -139,7 +101,7 @@ def watch_brokers(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
         store.watch_data(znodes.BrokerIdZNode.path(int(child)), from_kazoo(loop, shell, what, on_data))
 
     def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
-        deliver(lambda: read_live_brokers(store, children))
+        report()
         with lock:
             fresh = [c for c in children if c not in watched]
             watched.update(fresh)

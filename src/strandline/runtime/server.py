@@ -31,6 +31,7 @@ from strandline.runtime.disk import flush_ledger, fsync_directory
 from strandline.runtime.channels import BrokerChannels
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 from strandline.runtime.framed import FramedProtocol
+from strandline.runtime.live_brokers import BrokerListings, read_full_cluster_state
 from strandline.runtime.loggers import set_logger_level
 from strandline.runtime.monitoring import request_name
 
@@ -348,6 +349,7 @@ class BrokerShell:
         self.request_metrics = monitoring.requests if monitoring is not None else None
         self.timeline = monitoring.timeline if monitoring is not None else None
         self.store = store
+        self.broker_listings = BrokerListings(store)      # every read of /brokers/ids, numbered
         self.stopper = stopper
         self.max_request_bytes = max_request_bytes
         self.loop = asyncio.get_running_loop()
@@ -430,10 +432,8 @@ class BrokerShell:
         task.add_done_callback(done)
 
     async def _read_cluster_state(self, token: int) -> None:
-        from strandline.runtime.broker_main import read_full_cluster_state
-
         try:
-            state = await asyncio.to_thread(read_full_cluster_state, self.store)
+            state = await asyncio.to_thread(read_full_cluster_state, self.store, self.broker_listings)
         except Exception as exc:  # ZooKeeper unreachable: the controller cannot start; say so, try later
             log.warning("Reading the cluster state from ZooKeeper failed: %s", exc)
             self.loop.call_later(1.0, lambda: self.spawn("reading the cluster state from ZooKeeper",

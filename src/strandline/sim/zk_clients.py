@@ -124,10 +124,10 @@ class SimZkClients:
             if not self.reachable(node) or node.incarnation != incarnation:
                 self.sim._schedule(1000, read)          # the shell retries every second
                 return
-            brokers, topics = read_cluster_state(self.sim.zk)
-            epochs = {b: self.sim.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
+            _, topics = read_cluster_state(self.sim.zk)
+            brokers, epochs, listing = self.live_brokers()
             self.sim._run_on(node.id, incarnation, self.sim.zk_latency_ms,
-                         lambda core, t: core.on_zk_result(token, (brokers, topics, epochs), t))
+                         lambda core, t: core.on_zk_result(token, (brokers, topics, epochs, listing), t))
         read()
 
     def _watchers(self) -> list[SimBroker]:
@@ -136,11 +136,7 @@ class SimZkClients:
     def brokers_changed(self) -> None:
         """What each shell's ``/brokers/ids`` watch reports (a broker out of reach hears it later)."""
         for node in self._watchers():
-            def deliver(core: Broker, t: int) -> list:
-                brokers, _ = read_cluster_state(self.sim.zk)
-                epochs = {b: self.sim.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
-                return core.on_brokers_changed(dict(brokers), dict(epochs), t)
-            self._watch_event(node, deliver)
+            self._watch_event(node, self.report_brokers)
 
     def controller_changed(self) -> None:
         """What each shell's ``/controller`` watch reports."""
@@ -221,7 +217,7 @@ class SimZkClients:
         if node.session_expired:
             self.new_session(node)
         else:
-            self._watch_event(node, lambda core, t: core.on_brokers_changed(*self.live_brokers(), t))
+            self._watch_event(node, self.report_brokers)
             self._watch_event(node, lambda core, t: core.on_controller_changed(self.controller_id_or_none(), t))
             self._watch_event(node, lambda core, t: core.on_isr_change_notifications(
                 list(self.sim.zk.children(ISR_CHANGES)), t))
@@ -243,9 +239,17 @@ class SimZkClients:
         if created.error is ZkError.NONE and node.core is not None:
             node.core.on_registered(self.sim.zk.czxid[path])
 
-    def live_brokers(self) -> tuple[dict, dict]:
+    def report_brokers(self, core: Broker, now_ms: int) -> list:
+        """What a shell's ``/brokers/ids`` watch hands its core: the live brokers read now."""
+        brokers, epochs, listing = self.live_brokers()
+        return core.on_brokers_changed(brokers, epochs, now_ms, listing)
+
+    def live_brokers(self) -> tuple[dict, dict, int]:
+        """(brokers, broker epochs, listing number): ZooKeeper's count of writes so far orders the
+        listings as a shell's numbers do."""
         brokers, _ = read_cluster_state(self.sim.zk)
-        return dict(brokers), {b: self.sim.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
+        epochs = {b: self.sim.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
+        return dict(brokers), epochs, self.sim.zk.changes
 
     def controller_id_or_none(self) -> int | None:
         [ctl] = self.sim.zk.execute([GetData(CONTROLLER)])
