@@ -353,6 +353,26 @@ def test_a_dynamic_broker_config_takes_custom_keys_as_kafka_does():
         ErrorCode.invalid_request
 
 
+def test_describe_configs_lists_custom_broker_keys_as_kafka_does():
+    """A custom entry of a dynamic broker config is described as Kafka describes a key it has no
+    type for: sensitive (no value), read-only, type UNKNOWN, with the layer it is set in."""
+    h = Harness()
+    assert alter(h, BROKER, "1", [("cleanup.policy", SET, "delete")]).error_code == ErrorCode.none
+    assert alter(h, BROKER, "", [("my.custom.key", SET, "x"), ("log.retention.ms", SET, "5000")]).error_code \
+        == ErrorCode.none
+    notify(h)
+    broker = describe(h, BROKER, "1")
+    for name, source in (("cleanup.policy", 2), ("my.custom.key", 3)):
+        entry = broker[name]
+        assert (entry.value, entry.is_sensitive, entry.read_only, entry.config_source, entry.config_type) == \
+            (None, True, True, source, 0), entry
+        assert [(s.name, s.value, s.source) for s in entry.synonyms] == [(name, None, source)]
+    assert broker["log.retention.ms"].value == "5000"
+    default = describe(h, BROKER, "")
+    assert sorted(default) == ["log.retention.ms", "my.custom.key"]
+    assert (default["my.custom.key"].value, default["my.custom.key"].config_source) == (None, 3)
+
+
 def test_a_config_notification_whose_reads_kept_failing_is_read_once_zookeeper_answers():
     """Two change notifications, each first read in its own watch event, both unanswered; the
     second's read then succeeds first. The first must still be read: no retry may skip it as

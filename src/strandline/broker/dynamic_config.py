@@ -65,6 +65,11 @@ def _known(props: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in props.items() if k in BROKER_KEYS}
 
 
+def _custom(props: dict[str, str]) -> dict[str, str]:
+    """The custom entries of ``props``: kept in the dynamic layers for DescribeConfigs."""
+    return {k: v for k, v in props.items() if k not in BROKER_KEYS}
+
+
 def validate_broker_update(config: BrokerConfig, props: dict[str, str], per_broker: bool) -> None:
     """Refuse (ConfigError, one line) a dynamic broker config that Kafka would refuse: a read-only
     key, a bad value, or a combination the broker could not start with. Keys that are no broker
@@ -88,8 +93,8 @@ def apply_dynamic_broker_configs(config: BrokerConfig, default: dict[str, str], 
                                  ) -> tuple[set[str], list[str]]:
     """Make ``default`` (``/config/brokers/<default>``) and ``broker`` (``/config/brokers/<id>``)
     the dynamic layers of ``config`` and recompute its effective values in place. Entries a broker
-    cannot take (written by another tool) are skipped. Returns the keys whose effective value
-    changed and one warning per skipped entry."""
+    cannot take (written by another tool) are skipped; custom entries are kept in the layers, unused.
+    Returns the keys whose effective value changed and one warning per skipped entry."""
     warnings: list[str] = []
 
     def usable(layer: dict[str, str], where: str, per_broker: bool) -> dict[str, str]:
@@ -103,15 +108,16 @@ def apply_dynamic_broker_configs(config: BrokerConfig, default: dict[str, str], 
             kept[key] = raw
         return kept
 
+    custom = (_custom(default), _custom(broker))
     default, broker = usable(default, DEFAULT_ENTITY, False), usable(broker, "this broker's entry", True)
     try:
         fresh = BrokerConfig.from_properties({**config.originals, **default, **broker}, require_zookeeper=False)
     except ConfigError as exc:
         return set(), [f"Ignoring dynamic broker configs {default} {broker}: {exc}"]
     config.dynamic_default.clear()
-    config.dynamic_default.update(default)
+    config.dynamic_default.update({**default, **custom[0]})
     config.dynamic_broker.clear()
-    config.dynamic_broker.update(broker)
+    config.dynamic_broker.update({**broker, **custom[1]})
     changed = {k for k, v in fresh.values.items() if config.values.get(k) != v}
     for key in changed:
         config.values[key] = fresh.values[key]
@@ -137,10 +143,10 @@ def _synonyms(config: BrokerConfig, name: str, names: tuple[str, ...]) -> list[d
 
 
 def _entry(name: str, value: str | None, synonyms: list[dict], read_only: bool, type_id: int, doc: str,
-           include_synonyms: bool, include_docs: bool) -> dict:
+           include_synonyms: bool, include_docs: bool, sensitive: bool = False) -> dict:
     source = synonyms[0]["source"] if synonyms else int(ConfigSource.DEFAULT_CONFIG)
     return {"name": name, "value": value, "read_only": read_only, "config_source": source,
-            "is_default": source == ConfigSource.DEFAULT_CONFIG, "is_sensitive": False,
+            "is_default": source == ConfigSource.DEFAULT_CONFIG, "is_sensitive": sensitive,
             "synonyms": synonyms if include_synonyms else [], "config_type": type_id,
             "documentation": (doc or None) if include_docs else None}
 
@@ -166,12 +172,20 @@ def describe_topic(config: BrokerConfig, overrides: dict[str, Any], keys: Any, i
 
 def describe_broker(config: BrokerConfig, per_broker: bool, keys: Any, include_synonyms: bool,
                     include_docs: bool) -> list[dict]:
-    """This broker's configs (``per_broker``), or the cluster-wide dynamic defaults."""
+    """This broker's configs (``per_broker``), or the cluster-wide dynamic defaults. A custom
+    entry is described as Kafka describes a key it has no type for: sensitive (no value), read-only,
+    type UNKNOWN."""
     entries = []
-    names = list(BROKER_KEYS) if per_broker else list(config.dynamic_default)
+    layers = (config.dynamic_broker, config.dynamic_default) if per_broker else (config.dynamic_default,)
+    custom = [n for n in dict.fromkeys(k for layer in layers for k in layer) if n not in BROKER_KEYS]
+    names = list(BROKER_KEYS) + custom if per_broker else list(config.dynamic_default)
     for name in _wanted(keys, names):
         spec = BROKER_KEYS.get(name)
         if spec is None:
+            synonyms = [{"name": name, "value": None, "source": int(source)} for layer, source in (
+                (config.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)) if layer in layers and name in layer]
+            entries.append(_entry(name, None, synonyms, True, 0, "", include_synonyms, include_docs, sensitive=True))
             continue
         synonyms = _synonyms(config, name, broker_synonyms(name))
         if per_broker:

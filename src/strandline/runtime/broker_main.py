@@ -258,7 +258,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
         log.warning("%s", warning)
     if changed:
         log.info("Dynamic broker configs in effect: %s", ", ".join(f"{k}={v}" for k, v in sorted(
-            {**config.dynamic_default, **config.dynamic_broker}.items())))
+            {**config.dynamic_default, **config.dynamic_broker}.items()) if k in config.values))
     logs = LogManager(OsDisk(), v["log.dirs"], config.log_config())
     began = now_ms()
     await asyncio.to_thread(logs.startup, began, {n: config.log_config(t.configs) for n, t in topics.items()})
