@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.errors import StrandlineError
 from strandline.runtime.client import KafkaConnection
+from strandline.uuids import uuid_to_base64
 from tests.conftest import Cluster, free_ports, poll_until, run_cli, strandline_cmd
 from tests.integration.replication_helpers import METADATA, Writer, address, consume, create_topic
 
@@ -80,6 +81,14 @@ def test_ctl_8_up_again_on_the_same_data_twice_gets_full_isrs_and_acks_all_write
         got = {value for _, _, value in consume(c.bootstrap, "tour", PARTITIONS, len(acked))}
         missing = [v for v in acked if v not in got]
         assert missing == [], f"{len(missing)} acknowledged records lost, e.g. {missing[:3]}"
+        # every replica's log records the topic's id (KIP-516), kept across the restarts
+        with KafkaConnection(c.bootstrap, timeout_s=5) as conn:
+            topic_id = conn.request(METADATA, 10, {"topics": [{"name": "tour"}],
+                                                   "allow_auto_topic_creation": False}).topics[0].topic_id
+        expected = f"version: 0\ntopic_id: {uuid_to_base64(topic_id)}\n"
+        files = [c.data_dir / f"broker-{b}" / "logs" / f"tour-{p}" / "partition.metadata"
+                 for b in (1, 2, 3) for p in range(PARTITIONS)]
+        assert [f.read_text() for f in files] == [expected] * len(files)
     finally:
         c.stop()
 

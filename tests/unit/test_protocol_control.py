@@ -1,9 +1,10 @@
-"""The controller's requests in Kafka 2.x layouts (LeaderAndIsr v2, UpdateMetadata v5, StopReplica v1)
-and how a broker treats bad or stale ones (CTL-4)."""
+"""The controller's requests in Kafka 2.8/3.x layouts (LeaderAndIsr v5, UpdateMetadata v7, StopReplica
+v1) and how a broker treats bad or stale ones (CTL-4)."""
 
 from __future__ import annotations
 
 import struct
+import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -13,32 +14,43 @@ from strandline.protocol import control
 from strandline.protocol.frames import ProtocolError
 from tests.unit.test_broker_core import Harness
 
+TOPIC_ID = uuid.UUID("0123456789abcdef0123456789abcdef")
 LEADER_AND_ISR = {
-    "controller_id": 1, "controller_epoch": 7, "broker_epoch": 42,
-    "topic_states": [{"topic_name": "t", "partition_states": [
+    "controller_id": 1, "controller_epoch": 7, "broker_epoch": 42, "type": 0,
+    "topic_states": [{"topic_name": "t", "topic_id": TOPIC_ID, "partition_states": [
         {"partition_index": 0, "controller_epoch": 7, "leader": 2, "leader_epoch": 3, "isr": [2, 1],
-         "zk_version": 5, "replicas": [2, 1, 3], "is_new": False}]}],
+         "zk_version": 5, "replicas": [2, 1, 3], "adding_replicas": [3], "removing_replicas": [], "is_new": False}]}],
     "live_leaders": [{"broker_id": 2, "host_name": "127.0.0.1", "port": 9093}],
 }
 
 
-def test_leader_and_isr_v2_bytes_follow_kafkas_layout():
+def test_leader_and_isr_v5_bytes_follow_kafkas_layout():
+    """Flexible (KIP-482): the v2 request header, compact strings and arrays (length + 1 as an
+    unsigned varint), an empty tagged-field section after each struct; the topic id (KIP-516)."""
     frame = control.encode_request(control.LEADER_AND_ISR, 99, "ctl", LEADER_AND_ISR)
-    expected = (struct.pack(">hhih", 4, 2, 99, 3) + b"ctl"
-                + struct.pack(">iiq", 1, 7, 42)
-                + struct.pack(">i", 1) + struct.pack(">h", 1) + b"t"
-                + struct.pack(">i", 1) + struct.pack(">iiii", 0, 7, 2, 3)
-                + struct.pack(">iii", 2, 2, 1) + struct.pack(">i", 5) + struct.pack(">iiii", 3, 2, 1, 3) + b"\0"
-                + struct.pack(">i", 1) + struct.pack(">ih", 2, 9) + b"127.0.0.1" + struct.pack(">i", 9093))
+    expected = (struct.pack(">hhih", 4, 5, 99, 3) + b"ctl" + b"\0"
+                + struct.pack(">iiqb", 1, 7, 42, 0)
+                + b"\2" + b"\2t" + TOPIC_ID.bytes
+                + b"\2" + struct.pack(">iiii", 0, 7, 2, 3)
+                + b"\3" + struct.pack(">ii", 2, 1) + struct.pack(">i", 5) + b"\4" + struct.pack(">iii", 2, 1, 3)
+                + b"\2" + struct.pack(">i", 3) + b"\1" + b"\0" + b"\0" + b"\0"
+                + b"\2" + struct.pack(">i", 2) + b"\x0a" + b"127.0.0.1" + struct.pack(">i", 9093) + b"\0"
+                + b"\0")
     assert frame == expected
-    assert control.decode_request(frame) == (4, 2, 99, "ctl", LEADER_AND_ISR)
+    assert control.decode_request(frame) == (4, 5, 99, "ctl", LEADER_AND_ISR)
+    answer = {"error_code": 0, "topics": [{"topic_id": TOPIC_ID, "partition_errors": [
+        {"partition_index": 0, "error_code": 11}]}]}
+    response = control.encode_response(control.LEADER_AND_ISR, 99, answer)
+    assert response == (struct.pack(">i", 99) + b"\0" + struct.pack(">h", 0) + b"\2" + TOPIC_ID.bytes
+                        + b"\2" + struct.pack(">ih", 0, 11) + b"\0" + b"\0" + b"\0")
+    assert control.decode_response(control.LEADER_AND_ISR, response) == answer
 
 
 @pytest.mark.parametrize("api_key", [control.UPDATE_METADATA, control.STOP_REPLICA])
 def test_other_control_requests_round_trip(api_key):
     body = {control.UPDATE_METADATA: {
         "controller_id": 1, "controller_epoch": 2, "broker_epoch": -1,
-        "topic_states": [{"topic_name": "t", "partition_states": [
+        "topic_states": [{"topic_name": "t", "topic_id": TOPIC_ID, "partition_states": [
             {"partition_index": 1, "controller_epoch": 2, "leader": -2, "leader_epoch": 0, "isr": [],
              "zk_version": 0, "replicas": [], "offline_replicas": [3]}]}],
         "live_brokers": [{"id": 1, "endpoints": [{"port": 9092, "host": "h", "listener": "PLAINTEXT",
@@ -58,8 +70,8 @@ def test_truncated_or_oversized_control_frames_are_refused():
     for bad in (frame[:-3], frame[:10] + struct.pack(">iiq", 1, 7, 1) + struct.pack(">i", 1 << 30)):
         with pytest.raises(ProtocolError):
             control.decode_request(bad)
-    with pytest.raises(ProtocolError, match="version 3 is not supported"):
-        control.decode_request(struct.pack(">hhih", 4, 3, 1, -1))
+    with pytest.raises(ProtocolError, match="version 2 is not supported"):
+        control.decode_request(struct.pack(">hhih", 4, 2, 1, -1))
 
 
 @pytest.mark.parametrize("api_key", sorted(control.SCHEMAS))

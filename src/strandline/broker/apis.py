@@ -138,12 +138,7 @@ class KafkaApis:
             return [Send(conn_id, [len(data).to_bytes(4, "big"), data])]
 
         if not self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
-            refused = {"error_code": int(ErrorCode.cluster_authorization_failed)}
-            if api_key == control.CONTROLLED_SHUTDOWN:
-                refused["remaining_partitions"] = []
-            elif api_key != control.UPDATE_METADATA:
-                refused["partition_errors"] = []
-            return respond(refused)
+            return respond(control.error_answer(api_key, int(ErrorCode.cluster_authorization_failed)))
         if api_key == control.CONTROLLED_SHUTDOWN:
             return self.controller.on_controlled_shutdown(body["broker_id"], body.get("broker_epoch", -1), respond, now_ms)
         return self.replicas.handle_control(api_key, body, respond, now_ms)

@@ -12,6 +12,7 @@ refuses it with STALE_BROKER_EPOCH).
 
 from __future__ import annotations
 
+import uuid
 from typing import Callable
 
 from kio.schema.errors import ErrorCode
@@ -47,26 +48,33 @@ class ControllerChannel:
     def leader_and_isr_body(self, ctx: ControllerContext, parts: list[tuple[TopicMetadata, int]],
                             is_new: bool) -> dict:
         by_topic: dict[str, list] = {}
+        ids: dict[str, uuid.UUID] = {}
         leaders: set[int] = set()
         for topic, index in parts:
             state = topic.states[index]
             leaders.add(state.leader)
+            ids[topic.name] = topic.topic_id
             by_topic.setdefault(topic.name, []).append({
                 "partition_index": index, "controller_epoch": state.controller_epoch,
                 "leader": state.leader, "leader_epoch": state.leader_epoch, "isr": list(state.isr),
-                "zk_version": state.zk_version, "replicas": list(topic.assignment[index]), "is_new": is_new})
+                "zk_version": state.zk_version, "replicas": list(topic.assignment[index]),
+                "adding_replicas": list(topic.adding.get(index, ())),
+                "removing_replicas": list(topic.removing.get(index, ())), "is_new": is_new})
         brokers = ctx.live_brokers
         live_leaders = [{"broker_id": b, "host_name": brokers[b].host, "port": brokers[b].port}
                         for b in sorted(leaders) if b in brokers]
-        return {**self.header(ctx),
-                "topic_states": [{"topic_name": n, "partition_states": p} for n, p in by_topic.items()],
+        return {**self.header(ctx), "type": 0,
+                "topic_states": [{"topic_name": n, "topic_id": ids[n], "partition_states": p}
+                                 for n, p in by_topic.items()],
                 "live_leaders": live_leaders}
 
     def update_metadata_body(self, ctx: ControllerContext, parts: list[tuple[TopicMetadata, int]],
                              deleted: list[tuple[str, int]] = ()) -> dict:
         brokers = ctx.live_brokers
         by_topic: dict[str, list] = {}
+        ids = {name: uuid.UUID(int=0) for name, _ in deleted}
         for topic, index in parts:
+            ids[topic.name] = topic.topic_id
             state = topic.states.get(index) or LeaderAndIsr(-1, -1, ())
             replicas = list(topic.assignment[index])
             by_topic.setdefault(topic.name, []).append({
@@ -82,7 +90,8 @@ class ControllerChannel:
                                             "security_protocol": 0}], "rack": b.rack}
                 for b in brokers.values()]
         return {**self.header(ctx),
-                "topic_states": [{"topic_name": n, "partition_states": p} for n, p in by_topic.items()],
+                "topic_states": [{"topic_name": n, "topic_id": ids[n], "partition_states": p}
+                                 for n, p in by_topic.items()],
                 "live_brokers": live}
 
     # ------------------------------------------------------------------ sending
@@ -131,7 +140,8 @@ class ControllerChannel:
                 answer = control.decode_response(api_key, frame)
             except Exception as exc:
                 return [Log("warning", f"Bad {control.NAMES[api_key]} response from broker {broker_id}: {exc}")]
-            errors = [e for e in answer.get("partition_errors", ()) if e["error_code"]]
+            errors = [e for e in answer.get("partition_errors", ()) if e["error_code"]] + [
+                e for t in answer.get("topics", ()) for e in t["partition_errors"] if e["error_code"]]
             if answer["error_code"] or errors:
                 # a broker that already has a state answers STALE_CONTROLLER_EPOCH for it, and a
                 # broker that restarted since the request was addressed STALE_BROKER_EPOCH: routine

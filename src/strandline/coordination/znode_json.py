@@ -3,10 +3,11 @@ that names the znode on malformed data, and Kafka's base64 UUIDs (cluster and to
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from typing import Any, Callable, TypeVar
+
+from strandline.uuids import uuid_from_base64, uuid_to_base64  # noqa: F401  (part of this module's interface)
 
 T = TypeVar("T")
 
@@ -44,21 +45,6 @@ def int_list(value: Any) -> tuple[int, ...]:
     if not isinstance(value, list):
         raise TypeError(f"expected a list of integers, got {value!r}")
     return tuple(json_int(v) for v in value)
-
-
-def uuid_to_base64(value: uuid.UUID) -> str:
-    """Kafka's ``Uuid.toString()``: URL-safe base64 of the 16 bytes, without padding (22 chars)."""
-    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
-
-
-def uuid_from_base64(text: str) -> uuid.UUID:
-    """Kafka's ``Uuid.fromString()``; ValueError unless ``text`` is 22 base64url characters of 16 bytes."""
-    if not isinstance(text, str) or len(text) != 22:
-        raise ValueError(f"not a base64 UUID: {text!r}")
-    raw = base64.urlsafe_b64decode(text + "==")
-    if len(raw) != 16:
-        raise ValueError(f"not a base64 UUID: {text!r}")
-    return uuid.UUID(bytes=raw)
 
 
 def new_cluster_id(value: uuid.UUID | None = None) -> str:

@@ -61,9 +61,9 @@ class Log:
         self.log_start_offset = log_start_offset
         self.log_end_offset = segments[-1].next_offset
         self._recovery_point = self.log_end_offset
-        #: the highest recovery point this log had (or was opened with): the recovery-point
-        #: checkpoint on disk may still say as much after a truncation below it
+        #: the highest recovery point it had or was opened with (the checkpoint may still say so)
         self.highest_recovery_point = self._recovery_point
+        self.topic_id = None        # its topic's id (a uuid.UUID) once known: partition.metadata (KIP-516)
         self.recovery_stats = new_recovery_stats()
         self._last_flush_ms = now_ms
         self._now_ms = now_ms

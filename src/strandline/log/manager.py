@@ -15,9 +15,11 @@ Partition directories are ``<topic>-<partition>`` (topics may contain ``-``).
 from __future__ import annotations
 
 import os.path
+import uuid
 from typing import NamedTuple
 
 from strandline.log import checkpoint
+from strandline.log.partition_metadata import read_topic_id, write_topic_id
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk
 from strandline.log.loader import parse_partition_dir_name, partition_dir_name
@@ -124,6 +126,7 @@ class LogManager:
                                recovery_point=recovery_points.get(parsed, 0),
                                log_start_offset=start_offsets.get(parsed, 0),
                                needs_recovery=not clean, now_ms=now_ms)
+                log.topic_id = read_topic_id(self.disk, log.dir)
                 self.logs[parsed] = log
                 self.dir_of[parsed] = log_dir
                 self._logs_in_dir[log_dir] += 1
@@ -170,6 +173,7 @@ class LogManager:
         self.disk.makedirs(log_dir)
         log = Log.open(self.disk, os.path.join(log_dir, partition_dir_name(topic, partition)), topic,
                        partition, config, needs_recovery=False, now_ms=now_ms)
+        log.topic_id = read_topic_id(self.disk, log.dir)
         if self._defer_roll_flushes:
             log.roll_listener = self._rolled
         log.highest_recovery_point = max(log.highest_recovery_point,
@@ -178,6 +182,11 @@ class LogManager:
         self.dir_of[key] = log_dir
         self._logs_in_dir[log_dir] += 1
         return log
+
+    def assign_topic_id(self, log: Log, topic_id: uuid.UUID) -> None:
+        """Record the id of the topic ``log`` belongs to (``partition.metadata``)."""
+        write_topic_id(self.disk, log.dir, topic_id)
+        log.topic_id = topic_id
 
     def delete_log(self, topic: str, partition: int) -> bool:
         key = (topic, partition)

@@ -3,18 +3,22 @@ broker's ControlledShutdown request to the controller.
 
 Brokers of a ZooKeeper-mode Kafka 2.x cluster receive these from the controller on their client
 port. The kio schemas are generated from Kafka 4.x, which dropped them, so they are encoded here
-by hand in Kafka 2.x's layouts (non-flexible versions): LeaderAndIsr v2, UpdateMetadata v5,
-StopReplica v1 and ControlledShutdown v3, with the v1 request header and v0 response header. Only Strandline's controller
-sends them; a broker answers other versions with an error, never by guessing.
+by hand in Kafka 2.8/3.x's layouts: LeaderAndIsr v5 and UpdateMetadata v7 (flexible, with topic
+ids: a broker tells a topic from an earlier, deleted topic of the same name), StopReplica v1 and
+ControlledShutdown v3 (non-flexible: the v1 request header and v0 response header; a flexible
+version has the v2 request header and v1 response header, compact strings and arrays and empty
+tagged fields). Only Strandline's controller sends them; a broker answers other
+versions with an error, never by guessing.
 
 A schema is a tuple of fields; a field is ``(name, type)`` where type is one of ``int8``,
-``int16``, ``int32``, ``int64``, ``bool``, ``string``, ``nullable_string``, ``int32s`` (an array
-of int32) or a nested schema tuple (an array of structs).
+``int16``, ``int32``, ``int64``, ``bool``, ``uuid``, ``string``, ``nullable_string``, ``int32s``
+(an array of int32) or a nested schema tuple (an array of structs).
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import Any
 
 from strandline.protocol.frames import ProtocolError
@@ -32,10 +36,16 @@ _PARTITION_STATE = (
     ("leader_epoch", "int32"), ("isr", "int32s"), ("zk_version", "int32"), ("replicas", "int32s"),
 )
 
-LEADER_AND_ISR_PARTITION = _PARTITION_STATE + (("is_new", "bool"),)
+LEADER_AND_ISR_PARTITION = _PARTITION_STATE + (
+    ("adding_replicas", "int32s"), ("removing_replicas", "int32s"), ("is_new", "bool"))
 LEADER_AND_ISR_REQUEST = _CONTROLLER_HEADER + (
-    ("topic_states", (("topic_name", "string"), ("partition_states", LEADER_AND_ISR_PARTITION))),
+    ("type", "int8"),
+    ("topic_states", (("topic_name", "string"), ("topic_id", "uuid"), ("partition_states", LEADER_AND_ISR_PARTITION))),
     ("live_leaders", (("broker_id", "int32"), ("host_name", "string"), ("port", "int32"))),
+)
+LEADER_AND_ISR_RESPONSE = (
+    ("error_code", "int16"),
+    ("topics", (("topic_id", "uuid"), ("partition_errors", (("partition_index", "int32"), ("error_code", "int16"))))),
 )
 PARTITION_ERRORS_RESPONSE = (
     ("error_code", "int16"),
@@ -43,7 +53,7 @@ PARTITION_ERRORS_RESPONSE = (
 )
 UPDATE_METADATA_PARTITION = _PARTITION_STATE + (("offline_replicas", "int32s"),)
 UPDATE_METADATA_REQUEST = _CONTROLLER_HEADER + (
-    ("topic_states", (("topic_name", "string"), ("partition_states", UPDATE_METADATA_PARTITION))),
+    ("topic_states", (("topic_name", "string"), ("topic_id", "uuid"), ("partition_states", UPDATE_METADATA_PARTITION))),
     ("live_brokers", (("id", "int32"),
                       ("endpoints", (("port", "int32"), ("host", "string"), ("listener", "string"),
                                      ("security_protocol", "int16"))),
@@ -63,11 +73,13 @@ CONTROLLED_SHUTDOWN_RESPONSE = (
 
 # api key -> (version, request schema, response schema)
 SCHEMAS: dict[int, tuple[int, tuple, tuple]] = {
-    LEADER_AND_ISR: (2, LEADER_AND_ISR_REQUEST, PARTITION_ERRORS_RESPONSE),
-    UPDATE_METADATA: (5, UPDATE_METADATA_REQUEST, UPDATE_METADATA_RESPONSE),
+    LEADER_AND_ISR: (5, LEADER_AND_ISR_REQUEST, LEADER_AND_ISR_RESPONSE),
+    UPDATE_METADATA: (7, UPDATE_METADATA_REQUEST, UPDATE_METADATA_RESPONSE),
     STOP_REPLICA: (1, STOP_REPLICA_REQUEST, PARTITION_ERRORS_RESPONSE),
     CONTROLLED_SHUTDOWN: (3, CONTROLLED_SHUTDOWN_REQUEST, CONTROLLED_SHUTDOWN_RESPONSE),
 }
+#: the APIs whose version here is flexible (KIP-482)
+FLEXIBLE = frozenset({LEADER_AND_ISR, UPDATE_METADATA})
 NAMES = {LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica", UPDATE_METADATA: "UpdateMetadata",
          CONTROLLED_SHUTDOWN: "ControlledShutdown"}
 
@@ -77,40 +89,98 @@ _I16 = _FIXED["int16"]
 _I32 = _FIXED["int32"]
 
 
-def _encode(schema: tuple, value: dict, out: bytearray) -> None:
+def _uvarint(n: int, out: bytearray) -> None:
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise ProtocolError("truncated or oversized varint")
+        b = buf[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return n, pos
+        shift += 7
+
+
+def _skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+    count, pos = _read_uvarint(buf, pos)
+    for _ in range(count):
+        _, pos = _read_uvarint(buf, pos)
+        size, pos = _read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise ProtocolError("truncated tagged field")
+    return pos
+
+
+def _length(n: int, out: bytearray, flexible: bool, string: bool) -> None:
+    """The length of a string or an array (-1: null)."""
+    if flexible:
+        _uvarint(n + 1, out)
+    else:
+        out.extend((_I16 if string else _I32).pack(n))
+
+
+def _encode(schema: tuple, value: dict, out: bytearray, flexible: bool = False) -> None:
     for name, kind in schema:
         v = value[name]
         fixed = _FIXED.get(kind) if isinstance(kind, str) else None
         if fixed is not None:
             out += fixed.pack(v)
+        elif kind == "uuid":
+            out += v.bytes
         elif kind == "string" or kind == "nullable_string":
             if v is None:
                 if kind == "string":
                     raise ValueError(f"{name} must not be null")
-                out += _I16.pack(-1)
+                _length(-1, out, flexible, True)
             else:
                 data = v.encode()
-                out += _I16.pack(len(data)) + data
+                _length(len(data), out, flexible, True)
+                out += data
         elif kind == "int32s":
-            out += _I32.pack(len(v))
+            _length(len(v), out, flexible, False)
             for x in v:
                 out += _I32.pack(x)
         else:
-            out += _I32.pack(len(v))
+            _length(len(v), out, flexible, False)
             for item in v:
-                _encode(kind, item, out)
+                _encode(kind, item, out, flexible)
+    if flexible:
+        out.append(0)                   # no tagged fields
 
 
-def _decode(schema: tuple, buf: bytes | memoryview, pos: int) -> tuple[dict, int]:
+def _decode(schema: tuple, buf: bytes | memoryview, pos: int, flexible: bool = False) -> tuple[dict, int]:
     value: dict[str, Any] = {}
     for name, kind in schema:
         fixed = _FIXED.get(kind) if isinstance(kind, str) else None
         if fixed is not None:
             value[name] = fixed.unpack_from(buf, pos)[0]
             pos += fixed.size
+            continue
+        if kind == "uuid":
+            if pos + 16 > len(buf):
+                raise ProtocolError(f"truncated {name}")
+            value[name] = uuid.UUID(bytes=bytes(buf[pos:pos + 16]))
+            pos += 16
+            continue
+        if flexible:
+            n, pos = _read_uvarint(buf, pos)
+            n -= 1
         elif kind == "string" or kind == "nullable_string":
             n = _I16.unpack_from(buf, pos)[0]
             pos += 2
+        else:
+            n = _I32.unpack_from(buf, pos)[0]
+            pos += 4
+        if kind == "string" or kind == "nullable_string":
             if n < 0:
                 if kind == "string":
                     raise ProtocolError(f"null {name}")
@@ -120,30 +190,44 @@ def _decode(schema: tuple, buf: bytes | memoryview, pos: int) -> tuple[dict, int
                     raise ProtocolError(f"truncated {name}")
                 value[name] = bytes(buf[pos:pos + n]).decode()
                 pos += n
+            continue
+        if n < 0 or n > len(buf) - pos:
+            raise ProtocolError(f"bad length {n} of {name}")
+        if kind == "int32s":
+            value[name] = list(struct.unpack_from(f">{n}i", buf, pos))
+            pos += 4 * n
         else:
-            n = _I32.unpack_from(buf, pos)[0]
-            pos += 4
-            if n < 0 or n > len(buf) - pos:
-                raise ProtocolError(f"bad length {n} of {name}")
-            if kind == "int32s":
-                value[name] = list(struct.unpack_from(f">{n}i", buf, pos))
-                pos += 4 * n
-            else:
-                items = []
-                for _ in range(n):
-                    item, pos = _decode(kind, buf, pos)
-                    items.append(item)
-                value[name] = items
+            items = []
+            for _ in range(n):
+                item, pos = _decode(kind, buf, pos, flexible)
+                items.append(item)
+            value[name] = items
+    if flexible:
+        pos = _skip_tagged_fields(buf, pos)
     return value, pos
 
 
+def error_answer(api_key: int, code: int) -> dict:
+    """The answer to a request refused as a whole with error ``code``."""
+    if api_key == UPDATE_METADATA:
+        return {"error_code": code}
+    if api_key == LEADER_AND_ISR:
+        return {"error_code": code, "topics": []}
+    if api_key == CONTROLLED_SHUTDOWN:
+        return {"error_code": code, "remaining_partitions": []}
+    return {"error_code": code, "partition_errors": []}
+
+
 def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict) -> bytes:
-    """A request frame (without the size prefix): v1 header, then the body."""
+    """A request frame (without the size prefix): the v1 header (v2 for a flexible version), then the body."""
     version, schema, _ = SCHEMAS[api_key]
     out = bytearray(struct.pack(">hhi", api_key, version, correlation_id))
     cid = client_id.encode()
     out += _I16.pack(len(cid)) + cid
-    _encode(schema, body, out)
+    flexible = api_key in FLEXIBLE
+    if flexible:
+        out.append(0)                   # the header's tagged fields
+    _encode(schema, body, out, flexible)
     return bytes(out)
 
 
@@ -159,7 +243,10 @@ def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None
         n = _I16.unpack_from(frame, 8)[0]
         pos = 10 + max(n, 0)
         client_id = bytes(frame[10:pos]).decode() if n >= 0 else None
-        body, _ = _decode(expected[1], frame, pos)
+        flexible = api_key in FLEXIBLE
+        if flexible:
+            pos = _skip_tagged_fields(frame, pos)
+        body, _ = _decode(expected[1], frame, pos, flexible)
     except (struct.error, UnicodeDecodeError) as exc:
         raise ProtocolError(f"malformed control request: {exc}") from None
     return api_key, version, correlation_id, client_id, body
@@ -168,15 +255,19 @@ def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None
 def encode_response(api_key: int, correlation_id: int, body: dict) -> bytes:
     _, _, schema = SCHEMAS[api_key]
     out = bytearray(_I32.pack(correlation_id))
-    _encode(schema, body, out)
+    flexible = api_key in FLEXIBLE
+    if flexible:
+        out.append(0)                   # the v1 response header's tagged fields
+    _encode(schema, body, out, flexible)
     return bytes(out)
 
 
 def decode_response(api_key: int, frame: bytes | memoryview) -> dict:
     """The body of a control response frame (correlation id first)."""
     _, _, schema = SCHEMAS[api_key]
+    flexible = api_key in FLEXIBLE
     try:
-        body, end = _decode(schema, frame, 4)
+        body, end = _decode(schema, frame, _skip_tagged_fields(frame, 4) if flexible else 4, flexible)
     except (struct.error, UnicodeDecodeError) as exc:
         raise ProtocolError(f"malformed {NAMES[api_key]} response: {exc}") from None
     if end != len(frame):

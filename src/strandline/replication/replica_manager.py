@@ -1,8 +1,8 @@
 """``ReplicaManager``: the partitions this broker hosts (Kafka's ReplicaManager).
 
 It applies the controller's decisions (LeaderAndIsr: become leader or follower; UpdateMetadata: the
-metadata cache; StopReplica), reads records for consumers and followers, holds the fetch purgatory
-(long-poll fetches), and checkpoints high watermarks. Appends as leader and acks=all waits are its
+metadata cache; StopReplica; in its :class:`ControllerRequests` half), reads records for consumers
+and followers, holds the fetch purgatory (long-poll fetches), and checkpoints high watermarks. Appends as leader and acks=all waits are its
 :class:`LeaderWrites`', ISR changes its :class:`IsrManager`'s, the follower side its
 :class:`ReplicaFetcherManager`'s, DeleteRecords and whole-replica reads its :class:`LogAdmin`'s. Pure:
 it returns effects; time comes in as ``now_ms``.
@@ -16,11 +16,11 @@ from kio.schema.errors import ErrorCode
 
 from strandline.broker.effects import Log
 from strandline.broker.outbox import Outbox
-from strandline.coordination.metadata import LeaderAndIsr, MetadataCache, TopicMetadata
+from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.loader import restore_unreplicated_transactions
 from strandline.log.manager import LogManager
-from strandline.protocol import control
+from strandline.replication.controller_requests import ControllerRequests
 from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionScan
 from strandline.replication.fetcher_manager import ReplicaFetcherManager
 from strandline.replication.isr_manager import IsrManager
@@ -29,17 +29,14 @@ from strandline.replication.log_admin import LogAdmin
 from strandline.replication.partition import FetchClock, Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
 from strandline.replication.quota import ReplicationQuota, throttled
+from strandline.replication.topic_ids import stale_log
 from strandline.replication.topic_stats import BrokerTopicStats
-from strandline.replication.truncation import legacy_truncation_offset
-
-LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
-TOPIC_READ_RETRY_MS = 500       # read an unknown topic again while ZooKeeper cannot answer
 
 #: ``listener(topic, index, leader, now_ms)``: this broker became leader (True) or stopped leading.
 LeadershipListener = Callable[[str, int, bool, int], list]
 
 
-class ReplicaManager:
+class ReplicaManager(ControllerRequests):
     def __init__(self, config: Any, logs: LogManager, metadata: MetadataCache, outbox: Outbox,
                  broker_epoch: Callable[[], int], now_ms: int) -> None:
         self.config = config
@@ -57,6 +54,8 @@ class ReplicaManager:
         self.writes = LeaderWrites(config, metadata, self.partitions, self.fetch_purgatory)
         self.leader_quota = ReplicationQuota(lambda: config["leader.replication.throttled.rate"])
         self.controller_epoch = 0          # the newest controller epoch this broker has heard from
+        self.recreated: set[str] = set()   # topics read again for another topic id (topic_ids)
+        self.deleted_stale: list[str] = []  # logs of earlier topics deleted, not reported yet
         self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
         self.heard_from_controller = False
         self.shutting_down = False         # asked the controller for a controlled shutdown
@@ -96,6 +95,12 @@ class ReplicaManager:
         config = self.config
         log_config = config.log_config(topic.configs)
         log = self.logs.get_or_create_log(topic.name, index, log_config, now_ms)
+        if stale_log(log.topic_id, topic):      # a log of an earlier topic of that name (topic_ids)
+            self.logs.delete_log(topic.name, index)
+            self.deleted_stale.append(f"{topic.name}-{index} (topic id {log.topic_id}, now {topic.topic_id})")
+            log = self.logs.get_or_create_log(topic.name, index, log_config, now_ms)
+        if log.topic_id is None and topic.topic_id.int:
+            self.logs.assign_topic_id(log, topic.topic_id)
         hws = self._high_watermarks()
         partition = Partition(topic.name, index, self.broker_id, log,
                               replica_lag_time_max_ms=config["replica.lag.time.max.ms"])
@@ -135,7 +140,7 @@ class ReplicaManager:
             if topic is None or index not in topic.assignment or self.broker_id not in topic.assignment[index]:
                 self.logs.delete_log(name, index)
                 effects.append(Log("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
-        return effects
+        return effects + self._stale_logs_deleted()
 
     def leader_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
         """The partition if this broker leads it, else why not (Kafka's getPartitionOrError)."""
@@ -167,217 +172,6 @@ class ReplicaManager:
 
     def checkpoint_high_watermarks(self) -> None:
         self.logs.write_checkpoints(self.high_watermark_checkpoints())
-
-    # ------------------------------------------------------------------ the controller's requests
-
-    def handle_control(self, api_key: int, body: dict, respond: Callable[[dict], list], now_ms: int,
-                       load: bool = True) -> list:
-        """LeaderAndIsr, UpdateMetadata or StopReplica from the controller: requests of an older
-        controller epoch, or addressed to an earlier registration of this broker (KIP-380), are
-        refused; topics this broker does not know yet are read from ZooKeeper first, and the
-        requests that come meanwhile wait, so that they apply in the controller's order."""
-        if self._held_control is not None and load:
-            self._held_control.append((api_key, body, respond))
-            return []
-        if body["controller_epoch"] < self.controller_epoch:
-            return respond(_control_error(api_key, ErrorCode.stale_controller_epoch))
-        if 0 <= body["broker_epoch"] < self.broker_epoch():
-            return respond(_control_error(api_key, ErrorCode.stale_broker_epoch))
-        missing = self._unknown_topics(api_key, body) if load else []
-        if missing:
-            self.loading_topics.update(missing)
-            self._held_control = []
-
-            def loaded(when_ms: int, unread: list[str]) -> list:
-                if unread:         # ZooKeeper did not answer: read them again, as Kafka's client resends
-                    return self.outbox.after(when_ms + TOPIC_READ_RETRY_MS, lambda t: [
-                        self.outbox.zk(*self.metadata.load_topics(unread, loaded))])
-                self.loading_topics.difference_update(missing)
-                held, self._held_control = self._held_control, None
-                # the epochs are checked again: a newer controller may have spoken meanwhile
-                effects = self.handle_control(api_key, body, respond, when_ms, load=False)
-                for args in held:
-                    effects += self.handle_control(*args, when_ms)
-                return effects
-            return [self.outbox.zk(*self.metadata.load_topics(missing, loaded))]
-        effects, answer = self.apply_control(api_key, body, now_ms)
-        return effects + respond(answer)
-
-    def note_state_change(self) -> None:
-        """A partition changed in a way no watch key announces (a role, an epoch, a log start offset)."""
-        self.state_changes += 1
-        self.journal.everything_changed()
-
-    def apply_control(self, api_key: int, body: dict, now_ms: int) -> tuple[list, dict]:
-        """Carry out a control request (the controller's own ones come straight here)."""
-        self.heard_from_controller = True
-        self.state_changes += 1
-        self.journal.everything_changed()
-        if body["controller_epoch"] > self.controller_epoch or self.metadata.controller_id < 0:
-            self.controller_epoch = body["controller_epoch"]
-            self.metadata.controller_id = body["controller_id"]
-        if api_key == control.LEADER_AND_ISR:
-            return self.become_leader_or_follower(body, now_ms)
-        if api_key == control.UPDATE_METADATA:
-            return self.maybe_update_metadata_cache(body, now_ms), {"error_code": ErrorCode.none}
-        return self.stop_replicas(body, now_ms)
-
-    def _unknown_topics(self, api_key: int, body: dict) -> list[str]:
-        if api_key == control.STOP_REPLICA:
-            return []
-        names = []
-        for ts in body["topic_states"]:
-            if ts["topic_name"] not in self.metadata.topics and any(p["leader"] != LEADER_DURING_DELETE
-                                                                    for p in ts["partition_states"]):
-                names.append(ts["topic_name"])
-        return names
-
-    def learn_topics(self, topics: Iterable[TopicMetadata]) -> None:
-        """Topics as the controller knows them (its own requests to this broker): their
-        assignment, id and configs, as :meth:`MetadataCache.load_topics` would read them."""
-        for topic in topics:
-            if topic.name not in self.metadata.topics:
-                self.metadata.topics[topic.name] = TopicMetadata(topic.name, topic.topic_id, dict(topic.assignment),
-                                                                 {}, dict(topic.configs))
-
-    def update_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
-        """A topic's overrides changed: the metadata cache and its local logs take them now."""
-        topic = self.metadata.topics.get(name)
-        if topic is None:
-            return
-        topic.configs = dict(configs)
-        self._apply_log_config(topic)
-
-    def refresh_log_configs(self) -> None:
-        """The broker's log defaults changed: every log takes its topic's overrides over them."""
-        self.logs.default_config = self.config.log_config()
-        for topic in self.metadata.topics.values():
-            self._apply_log_config(topic)
-
-    def _apply_log_config(self, topic: TopicMetadata) -> None:
-        log_config = self.config.log_config(topic.configs)
-        for index in topic.assignment:
-            partition = self.partitions.get((topic.name, index))
-            if partition is not None and partition.log.config != log_config:
-                partition.log.update_config(log_config)
-                partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
-
-    def become_leader_or_follower(self, body: dict, now_ms: int) -> tuple[list, dict]:
-        effects: list = []
-        errors: list[dict] = []
-        changed: list[tuple[str, int]] = []
-        for leader in body["live_leaders"]:
-            if leader["broker_id"] not in self.metadata.brokers:
-                self.metadata.brokers[leader["broker_id"]] = BrokerInfo(
-                    leader["broker_id"], leader["host_name"], leader["port"])
-        for ts in body["topic_states"]:
-            name = ts["topic_name"]
-            topic = self.metadata.topics.get(name)
-            for ps in ts["partition_states"]:
-                index = ps["partition_index"]
-                replicas = tuple(ps["replicas"])
-                code = ErrorCode.none
-                if topic is None or self.broker_id not in replicas:
-                    code = ErrorCode.unknown_topic_or_partition
-                else:
-                    partition = self.open_partition(topic, index, now_ms)
-                    if ps["leader_epoch"] <= partition.leader_epoch:
-                        code = ErrorCode.stale_controller_epoch
-                    else:
-                        state = LeaderAndIsr(ps["leader"], ps["leader_epoch"], tuple(ps["isr"]),
-                                             ps["controller_epoch"], ps["zk_version"])
-                        topic.assignment[index] = replicas
-                        if state.leader == self.broker_id:
-                            effects.extend(self._make_leader(partition, state, replicas, now_ms))
-                        else:
-                            effects.extend(self._make_follower(partition, state, replicas, now_ms))
-                        changed.append((name, index))
-                errors.append({"topic_name": name, "partition_index": index, "error_code": code})
-        if changed:
-            effects.extend(self.writes.purgatory.check_keys(changed, now_ms))
-            effects.extend(self.fetch_purgatory.check_keys(changed, now_ms))
-        effects.extend(self.fetcher_manager.maybe_send_fetches(now_ms))
-        return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
-
-    def _leadership_changed(self, partition: Partition, leader: bool, now_ms: int) -> list:
-        effects: list = []
-        for listener in self.leadership_listeners:
-            effects.extend(listener(partition.topic, partition.index, leader, now_ms))
-        return effects
-
-    def _make_leader(self, partition: Partition, state: LeaderAndIsr, replicas: tuple[int, ...],
-                     now_ms: int) -> list:
-        key = (partition.topic, partition.index)
-        self.fetcher_manager.remove_partitions([key])
-        partition.make_leader(state, replicas, now_ms)
-        return [Log("info", f"Leader of {key[0]}-{key[1]} in epoch {state.leader_epoch}, ISR {list(state.isr)}, "
-                            f"LEO {partition.log_end_offset}, HW {partition.high_watermark}")] + \
-            self._leadership_changed(partition, True, now_ms)
-
-    def _make_follower(self, partition: Partition, state: LeaderAndIsr, replicas: tuple[int, ...],
-                       now_ms: int) -> list:
-        key = (partition.topic, partition.index)
-        self.fetcher_manager.remove_partitions([key])
-        partition.make_follower(state, replicas)
-        effects: list = self._leadership_changed(partition, False, now_ms)
-        effects.append(Log("info", f"Follower of {key[0]}-{key[1]} in epoch {state.leader_epoch}, "
-                                   f"leader {state.leader}, LEO {partition.log_end_offset}"))
-        if state.leader < 0 or self.shutting_down:
-            return effects
-        truncating = True
-        if self.config["replication.truncation"] == "high-watermark":
-            effects.extend(self.fetcher_manager.truncate(partition, legacy_truncation_offset(
-                partition.high_watermark, partition.log_end_offset), "its high watermark (legacy mode)"))
-            truncating = False
-        self.fetcher_manager.add_partition(key, state.leader, state.leader_epoch, truncating)
-        return effects
-
-    def maybe_update_metadata_cache(self, body: dict, now_ms: int) -> list:
-        md = self.metadata
-        brokers = {}
-        for b in body["live_brokers"]:
-            ep = b["endpoints"][0] if b["endpoints"] else {"host": "", "port": -1}
-            brokers[b["id"]] = BrokerInfo(b["id"], ep["host"], ep["port"], b["rack"])
-        md.brokers = brokers
-        effects: list = []
-        for ts in body["topic_states"]:
-            name = ts["topic_name"]
-            for ps in ts["partition_states"]:
-                if ps["leader"] == LEADER_DURING_DELETE:
-                    if md.topics.pop(name, None) is not None:
-                        self.topic_stats.remove_topic(name)
-                        effects.append(Log("info", f"Topic {name} deleted from the metadata cache"))
-                    break
-                topic = md.topics.get(name)
-                if topic is None:
-                    continue
-                index = ps["partition_index"]
-                cached = topic.states.get(index)
-                if cached is not None and (ps["leader_epoch"], ps["zk_version"]) < (cached.leader_epoch,
-                                                                                     cached.zk_version):
-                    continue        # older than what we know (a late or replayed UpdateMetadata)
-                topic.assignment[index] = tuple(ps["replicas"])
-                topic.states[index] = LeaderAndIsr(
-                    ps["leader"], ps["leader_epoch"], tuple(ps["isr"]), ps["controller_epoch"], ps["zk_version"])
-        return effects + self.fetcher_manager.maybe_send_fetches(now_ms)
-
-    def stop_replicas(self, body: dict, now_ms: int) -> tuple[list, dict]:
-        effects: list = []
-        errors = []
-        keys = [(t["name"], i) for t in body["topics"] for i in t["partition_indexes"]]
-        self.fetcher_manager.remove_partitions(keys)
-        for key in keys:
-            partition = self.partitions.get(key)
-            if partition is not None and partition.is_leader:
-                effects.extend(self._leadership_changed(partition, False, now_ms))
-            if partition is not None and body["delete_partitions"]:
-                del self.partitions[key]
-                self.logs.delete_log(*key)
-                effects.append(Log("info", f"Deleted log of {key[0]}-{key[1]}"))
-            errors.append({"topic_name": key[0], "partition_index": key[1], "error_code": ErrorCode.none})
-        effects.extend(self.writes.purgatory.check_keys(keys, now_ms))
-        effects.extend(self.fetch_purgatory.check_keys(keys, now_ms))
-        return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
 
     # ------------------------------------------------------------------ reads
 
@@ -592,8 +386,3 @@ class ReplicaManager:
         self.fetch_purgatory.cancel_connection(conn_id)
         self.log_admin.connection_closed(conn_id)
 
-
-def _control_error(api_key: int, code: ErrorCode) -> dict:
-    if api_key == control.UPDATE_METADATA:
-        return {"error_code": code}
-    return {"error_code": code, "partition_errors": []}

@@ -1,0 +1,125 @@
+"""A topic deleted while a broker could not hear of it, then created again under the same name:
+that broker's logs of the deleted topic must never become replicas of the new one (SAFE-1).
+
+The new topic's LeaderAndIsr names its topic id (KIP-516); each log records the id of its topic
+in ``partition.metadata``. Before the fix, a broker paused through the deletion kept the old
+log, and the new topic's leader, ahead of it, had it keep the old records under the new
+topic's offsets, in the ISR: had it become leader, acknowledged writes would have been lost.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from strandline.log.partition_metadata import FILE, read_topic_id, write_topic_id
+from strandline.sim.cluster import LOG_DIR, SimCluster
+from strandline.sim.disk import MemoryDisk
+from tests.unit.test_replication_sim import LAG_MS, create, produce, values_on
+
+
+def delete(c: SimCluster, name: str) -> None:
+    resp = c.call(c.controller_id, 20, 4, {"topic_names": [name], "timeout_ms": 5000})
+    assert resp.responses[0].error_code == ErrorCode.none, resp
+
+
+def cluster(logs: list[str]) -> SimCluster:
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS), "zookeeper.session.timeout.ms": "6000"})
+    c.on_log = lambda broker, level, message: logs.append(f"{broker} {message}")
+    create(c, "t", [1, 2, 3], min_isr=2)
+    for i in range(5):
+        assert produce(c, 1, "t", [b"old%d" % i]).error_code == ErrorCode.none
+    c.advance(500)
+    assert values_on(c, 3, "t") == [b"old%d" % i for i in range(5)]
+    return c
+
+
+def write_new_topic_ahead_of_broker_3(c: SimCluster) -> list[bytes]:
+    """The topic again, its leader 1 six records ahead of broker 3 (cut off meanwhile), then healed."""
+    c.partition_brokers([3], [1, 2])
+    create(c, "t", [1, 2, 3], min_isr=2)
+    new = [b"new%d" % i for i in range(6)]
+    for value in new:
+        assert produce(c, 1, "t", [value], within_ms=20000).error_code == ErrorCode.none
+    c.heal_all_links()
+    c.advance(5000)
+    return new
+
+
+def test_safe_1_a_broker_paused_through_a_topics_deletion_keeps_none_of_it_in_the_topic_made_again():
+    logs: list[str] = []
+    c = cluster(logs)
+    c.pause(3)                      # its session expires: the deletion goes on without it
+    c.advance(8000)
+    delete(c, "t")
+    c.advance(1000)
+    c.resume(3)                     # it registers again, still holding the deleted topic's log
+    c.advance(3000)
+    new = write_new_topic_ahead_of_broker_3(c)
+    assert set(c.state("t").isr) == {1, 2, 3}
+    assert values_on(c, 1, "t") == values_on(c, 2, "t") == values_on(c, 3, "t") == new
+    assert any(line.startswith("3 Deleted log of t-0") and "earlier topic" in line for line in logs), logs
+
+
+def test_safe_1_a_log_of_a_deleted_topic_found_at_start_up_is_not_taken_for_the_new_topics():
+    """Broker 3 is cut off from the controller (still registered) through the deletion and the new
+    topic's creation, killed before either reaches it, and started again: its log on disk records
+    the old topic's id, ZooKeeper assigns it the new topic's partition."""
+    logs: list[str] = []
+    c = cluster(logs)
+    c.partition_brokers([3], [1, 2])
+    delete(c, "t")
+    create(c, "t", [1, 2, 3], min_isr=2)
+    c.crash(3, lose_unflushed=False)
+    new = [b"new%d" % i for i in range(6)]
+    for value in new:
+        assert produce(c, 1, "t", [value], within_ms=20000).error_code == ErrorCode.none
+    c.heal_all_links()
+    c.start(3)
+    c.advance(5000)
+    assert set(c.state("t").isr) == {1, 2, 3}
+    assert values_on(c, 1, "t") == values_on(c, 2, "t") == values_on(c, 3, "t") == new
+    assert any(line.startswith("3 Deleted log of t-0") and "earlier topic" in line for line in logs), logs
+
+
+def test_partition_metadata_is_kafkas_file_and_a_torn_one_reads_as_no_id():
+    disk = MemoryDisk()
+    disk.makedirs(f"{LOG_DIR}/t-0")
+    topic_id = uuid.UUID("0123456789abcdef0123456789abcdef")
+    assert read_topic_id(disk, f"{LOG_DIR}/t-0") is None
+    write_topic_id(disk, f"{LOG_DIR}/t-0", topic_id)
+    assert disk.read_file(f"{LOG_DIR}/t-0/{FILE}") == b"version: 0\ntopic_id: ASNFZ4mrze8BI0VniavN7w\n"
+    assert read_topic_id(disk, f"{LOG_DIR}/t-0") == topic_id
+    for torn in (b"version: 0\ntopic_id: ASNF", b"", b"version: 1\ntopic_id: ASNFZ4mrze8BI0VniavN7w\n", b"\xff"):
+        disk.write_file_atomic(f"{LOG_DIR}/t-0/{FILE}", torn)
+        assert read_topic_id(disk, f"{LOG_DIR}/t-0") is None
+
+
+def test_a_broker_that_missed_a_topics_deletion_reports_the_new_topics_id():
+    """Broker 3 hosts no replica of the topic; paused through its deletion, it kept the topic in
+    its metadata. When the topic is made again, UpdateMetadata names the new id: broker 3 reads
+    the topic again and answers Metadata with the new id (a client fetching by topic id, KIP-516,
+    would otherwise ask for a topic the leader does not know)."""
+    c = SimCluster((1, 2, 3), **{"zookeeper.session.timeout.ms": "6000"})
+    create(c, "t", [1, 2])
+
+    def topic_id_on(broker: int):
+        resp = c.call(broker, 3, 12, {"topics": [{"topic_id": None, "name": "t"}], "allow_auto_topic_creation": False,
+                                      "include_topic_authorized_operations": False})
+        [topic] = resp.topics
+        return topic.topic_id if topic.error_code == ErrorCode.none else topic.error_code
+
+    old = topic_id_on(1)
+    assert topic_id_on(3) == old
+    c.pause(3)
+    c.advance(8000)
+    delete(c, "t")
+    c.advance(1000)
+    c.resume(3)
+    c.advance(3000)
+    create(c, "t", [1, 2])
+    c.advance(1000)
+    new = topic_id_on(1)
+    assert new != old
+    assert topic_id_on(3) == new
