@@ -1,5 +1,5 @@
 """The controller's requests in Kafka 2.8/3.x layouts (LeaderAndIsr v5, UpdateMetadata v7, StopReplica
-v1) and how a broker treats bad or stale ones (CTL-4)."""
+v3) and how a broker treats bad or stale ones (CTL-4)."""
 
 from __future__ import annotations
 
@@ -55,8 +55,10 @@ def test_other_control_requests_round_trip(api_key):
              "zk_version": 0, "replicas": [], "offline_replicas": [3]}]}],
         "live_brokers": [{"id": 1, "endpoints": [{"port": 9092, "host": "h", "listener": "PLAINTEXT",
                                                   "security_protocol": 0}], "rack": None}]},
-        control.STOP_REPLICA: {"controller_id": 1, "controller_epoch": 2, "broker_epoch": -1,
-                               "delete_partitions": True, "topics": [{"name": "t", "partition_indexes": [0, 2]}]},
+        control.STOP_REPLICA: {"controller_id": 1, "controller_epoch": 2, "broker_epoch": -1, "topic_states": [
+            {"topic_name": "t", "partition_states": [{"partition_index": 0, "leader_epoch": 4, "delete_partition": True},
+                                                     {"partition_index": 2, "leader_epoch": -2,
+                                                      "delete_partition": False}]}]},
     }[api_key]
     frame = control.encode_request(api_key, 5, "c", body)
     assert control.decode_request(frame)[4] == body
@@ -80,8 +82,7 @@ def test_trailing_bytes_after_a_control_request_are_ignored(api_key):
     body = {control.LEADER_AND_ISR: LEADER_AND_ISR,
             control.UPDATE_METADATA: {"controller_id": 1, "controller_epoch": 2, "broker_epoch": 3,
                                       "topic_states": [], "live_brokers": []},
-            control.STOP_REPLICA: {"controller_id": 1, "controller_epoch": 2, "broker_epoch": 3,
-                                   "delete_partitions": False, "topics": []},
+            control.STOP_REPLICA: {"controller_id": 1, "controller_epoch": 2, "broker_epoch": 3, "topic_states": []},
             control.CONTROLLED_SHUTDOWN: {"broker_id": 2, "broker_epoch": 9}}[api_key]
     frame = control.encode_request(api_key, 5, "c", body)
     for extra in (b"\0", b"\1\2\3", b"\xff" * 40):
@@ -104,3 +105,38 @@ def test_ctl_4_a_request_from_an_older_controller_epoch_is_refused():
     answer = control.decode_response(control.LEADER_AND_ISR, b"".join(bytes(b) for b in send.buffers)[4:])
     assert answer["error_code"] == ErrorCode.stale_controller_epoch
     assert ("t", 0) not in h.broker.partitions
+
+
+def test_ctl_4_a_stop_replica_older_than_the_replicas_leader_epoch_is_fenced():
+    """KIP-570: StopReplica v3 names each partition's leader epoch. A StopReplica (a move took the
+    replica away) retried late, after a LeaderAndIsr of a newer epoch (the move brought it back),
+    must not stop or delete the replica the controller counts on; the deletion of a topic (epoch
+    -2) and a request of the current epoch or newer stop it."""
+    h = Harness()
+    assert h.create("s").error_code == ErrorCode.none
+    topic_id = h.broker.metadata.topics["s"].topic_id
+    epoch = h.broker.controller_epoch
+    rm = h.broker.replica_manager
+
+    def control_request(api_key, body):
+        answers = []
+        h.run(rm.handle_control(api_key, {"controller_id": 1, "controller_epoch": epoch, "broker_epoch": -1, **body},
+                                lambda answer: answers.append(answer) or [], h.now))
+        return answers[0]
+
+    def stop(leader_epoch, delete=True):
+        return control_request(control.STOP_REPLICA, {"topic_states": [{"topic_name": "s", "partition_states": [
+            {"partition_index": 0, "leader_epoch": leader_epoch, "delete_partition": delete}]}]})
+
+    answer = control_request(control.LEADER_AND_ISR, {"type": 0, "live_leaders": [], "topic_states": [{
+        "topic_name": "s", "topic_id": topic_id, "partition_states": [{
+            "partition_index": 0, "controller_epoch": epoch, "leader": 1, "leader_epoch": 3, "isr": [1],
+            "zk_version": 1, "replicas": [1], "adding_replicas": [], "removing_replicas": [], "is_new": False}]}]})
+    assert answer["topics"][0]["partition_errors"][0]["error_code"] == ErrorCode.none
+    assert h.broker.partitions[("s", 0)].leader_epoch == 3
+    assert stop(2)["partition_errors"][0]["error_code"] == ErrorCode.fenced_leader_epoch
+    assert h.broker.partitions[("s", 0)].is_leader and ("s", 0) in h.broker.logs.logs
+    assert stop(3, delete=False)["partition_errors"][0]["error_code"] == ErrorCode.none
+    assert ("s", 0) in h.broker.partitions and ("s", 0) in h.broker.logs.logs
+    assert stop(-2)["partition_errors"][0]["error_code"] == ErrorCode.none      # the topic's deletion
+    assert ("s", 0) not in h.broker.partitions and ("s", 0) not in h.broker.logs.logs

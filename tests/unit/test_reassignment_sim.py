@@ -312,3 +312,36 @@ def test_ctl_11_a_move_zookeeper_recorded_without_answering_is_read_back_before_
     assert added.error_code == ErrorCode.reassignment_in_progress, added
     assert ongoing(c) == {}
     assert stored(c, "w").partitions == {0: (2, 3)} and not stored(c, "w").adding_replicas
+
+
+def test_ctl_11_a_stop_replica_retried_after_the_replica_moved_back_does_not_delete_it():
+    """KIP-570. A move takes partition r-0 off broker 3 while the controller cannot reach it: the
+    StopReplica (delete) times out and waits for its retry. The link heals and a second move gives
+    the replica back to broker 3 before that retry: the StopReplica then arrives after the newer
+    LeaderAndIsr. Without leader epochs in StopReplica, broker 3 deleted the replica the controller
+    had just given it, and a stale LeaderAndIsr made it a follower again in an older epoch."""
+    c = SimCluster((1, 2, 3, 4), latency_ms=1, **FAST)
+    logs: list[tuple[int, int, str]] = []
+    c.on_log = lambda broker, level, message: logs.append((c.now, broker, message))
+    create(c, "r", [1, 2, 3], min_isr=2)
+    written = [b"v%d" % i for i in range(5)]
+    for value in written:
+        assert produce(c, 1, "r", [value]).error_code == ErrorCode.none
+    c.cut_link(1, 3)
+    assert reassign(c, "r", [1, 2, 4]).error_code == ErrorCode.none
+    deadline = c.now + 20_000
+    while ongoing(c) and c.now < deadline:
+        c.advance(10)
+    assert ongoing(c) == {}
+    c.advance(2050)                 # the StopReplica to broker 3 timed out; its retry comes in 1 s
+    c.heal_link(1, 3)
+    c.advance(50)
+    back = c.now
+    assert reassign(c, "r", [1, 2, 3]).error_code == ErrorCode.none
+    c.advance(10_000)
+    assert ongoing(c) == {} and set(c.state("r").isr) == {1, 2, 3}
+    after = [(broker, message) for t, broker, message in logs if t >= back]
+    assert (3, "Deleted log of r-0") not in after
+    assert any(b == 1 and "StopReplica" in m and "'error_code': 74" in m for b, m in after), after
+    epochs = [int(m.split("epoch ")[1].split(",")[0]) for b, m in after if b == 3 and m.startswith("Follower of r-0")]
+    assert epochs == sorted(epochs) and values_on(c, 3, "r") == written

@@ -68,6 +68,20 @@ class ControllerChannel:
                                  for n, p in by_topic.items()],
                 "live_leaders": live_leaders}
 
+    def stop_replica_body(self, ctx: ControllerContext, parts: list[tuple[str, int]], delete: bool,
+                          deleting_topic: bool = False) -> dict:
+        """StopReplica v3 for ``parts``, each with the leader epoch the controller knows (KIP-570),
+        or -2 for a topic being deleted."""
+        by_topic: dict[str, list] = {}
+        for name, index in parts:
+            topic = ctx.topics.get(name)
+            state = topic.states.get(index) if topic is not None else None
+            epoch = control.EPOCH_DURING_DELETE if deleting_topic else state.leader_epoch if state is not None else -1
+            by_topic.setdefault(name, []).append(
+                {"partition_index": index, "leader_epoch": epoch, "delete_partition": delete})
+        return {**self.header(ctx), "topic_states": [{"topic_name": n, "partition_states": p}
+                                                     for n, p in by_topic.items()]}
+
     def update_metadata_body(self, ctx: ControllerContext, parts: list[tuple[TopicMetadata, int]],
                              deleted: list[tuple[str, int]] = ()) -> dict:
         brokers = ctx.live_brokers

@@ -52,11 +52,7 @@ def controlled_shutdown(controller: Controller, broker_id: int, broker_epoch: in
 
     def stop_replicas(parts: list[Key], when_ms: int) -> list:
         stopped.update(parts)
-        by_topic: dict[str, list[int]] = {}
-        for name, index in parts:
-            by_topic.setdefault(name, []).append(index)
-        body = {**controller.channel.header(ctx), "delete_partitions": False,
-                "topics": [{"name": n, "partition_indexes": p} for n, p in by_topic.items()]}
+        body = controller.channel.stop_replica_body(ctx, parts, False)
         if broker_epoch >= 0:
             body["broker_epoch"] = broker_epoch
         return controller.channel.send(ctx, broker_id, control.STOP_REPLICA, body, when_ms)

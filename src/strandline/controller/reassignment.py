@@ -328,9 +328,8 @@ class PartitionReassignments:
         effects: list = []
         for broker_id in sorted(set(brokers)):
             if broker_id in ctx.live_brokers:
-                body = {**channel.header(ctx), "delete_partitions": True,
-                        "topics": [{"name": key[0], "partition_indexes": [key[1]]}]}
-                effects.extend(channel.send(ctx, broker_id, control.STOP_REPLICA, body, now_ms))
+                effects.extend(channel.send(ctx, broker_id, control.STOP_REPLICA,
+                                            channel.stop_replica_body(ctx, [key], True), now_ms))
         return effects
 
     def _write_assignment(self, ctx: ControllerContext, topic: TopicMetadata, index: int, replicas: tuple[int, ...],

@@ -309,8 +309,7 @@ class TopicChanges:
                 per_broker.setdefault(replica, []).append(index)
         for broker_id, indexes in sorted(per_broker.items()):
             if broker_id in ctx.live_brokers:
-                body = {**channel.header(ctx), "delete_partitions": True,
-                        "topics": [{"name": name, "partition_indexes": sorted(indexes)}]}
+                body = channel.stop_replica_body(ctx, [(name, i) for i in sorted(indexes)], True, deleting_topic=True)
                 effects.extend(channel.send(ctx, broker_id, control.STOP_REPLICA, body, now_ms))
         body = channel.update_metadata_body(ctx, [], [(name, index) for index in sorted(topic.assignment)])
         del ctx.topics[name]

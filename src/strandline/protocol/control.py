@@ -3,11 +3,12 @@ broker's ControlledShutdown request to the controller.
 
 Brokers of a ZooKeeper-mode Kafka 2.x cluster receive these from the controller on their client
 port. The kio schemas are generated from Kafka 4.x, which dropped them, so they are encoded here
-by hand in Kafka 2.8/3.x's layouts: LeaderAndIsr v5 and UpdateMetadata v7 (flexible, with topic
-ids: a broker tells a topic from an earlier, deleted topic of the same name), StopReplica v1 and
-ControlledShutdown v3 (non-flexible: the v1 request header and v0 response header; a flexible
-version has the v2 request header and v1 response header, compact strings and arrays and empty
-tagged fields). Only Strandline's controller sends them; a broker answers other
+by hand in Kafka 2.8/3.x's layouts: LeaderAndIsr v5 and UpdateMetadata v7 (with topic ids: a
+broker tells a topic from an earlier, deleted topic of the same name) and StopReplica v3 (with each
+partition's leader epoch, KIP-570: one retried late does not stop a replica a newer epoch gave the
+broker back), all flexible (the v2 request header and v1 response header, compact strings and
+arrays, empty tagged fields); ControlledShutdown v3 is not (the v1 request header, v0 response
+header). Only Strandline's controller sends them; a broker answers other
 versions with an error, never by guessing.
 
 A schema is a tuple of fields; a field is ``(name, type)`` where type is one of ``int8``,
@@ -61,9 +62,11 @@ UPDATE_METADATA_REQUEST = _CONTROLLER_HEADER + (
 )
 UPDATE_METADATA_RESPONSE = (("error_code", "int16"),)
 STOP_REPLICA_REQUEST = _CONTROLLER_HEADER + (
-    ("delete_partitions", "bool"),
-    ("topics", (("name", "string"), ("partition_indexes", "int32s"))),
+    ("topic_states", (("topic_name", "string"), ("partition_states", (
+        ("partition_index", "int32"), ("leader_epoch", "int32"), ("delete_partition", "bool"))))),
 )
+#: StopReplica's leader epoch for a partition of a topic being deleted: stop it whatever its epoch
+EPOCH_DURING_DELETE = -2
 
 CONTROLLED_SHUTDOWN_REQUEST = (("broker_id", "int32"), ("broker_epoch", "int64"))
 CONTROLLED_SHUTDOWN_RESPONSE = (
@@ -75,11 +78,11 @@ CONTROLLED_SHUTDOWN_RESPONSE = (
 SCHEMAS: dict[int, tuple[int, tuple, tuple]] = {
     LEADER_AND_ISR: (5, LEADER_AND_ISR_REQUEST, LEADER_AND_ISR_RESPONSE),
     UPDATE_METADATA: (7, UPDATE_METADATA_REQUEST, UPDATE_METADATA_RESPONSE),
-    STOP_REPLICA: (1, STOP_REPLICA_REQUEST, PARTITION_ERRORS_RESPONSE),
+    STOP_REPLICA: (3, STOP_REPLICA_REQUEST, PARTITION_ERRORS_RESPONSE),
     CONTROLLED_SHUTDOWN: (3, CONTROLLED_SHUTDOWN_REQUEST, CONTROLLED_SHUTDOWN_RESPONSE),
 }
 #: the APIs whose version here is flexible (KIP-482)
-FLEXIBLE = frozenset({LEADER_AND_ISR, UPDATE_METADATA})
+FLEXIBLE = frozenset({LEADER_AND_ISR, UPDATE_METADATA, STOP_REPLICA})
 NAMES = {LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica", UPDATE_METADATA: "UpdateMetadata",
          CONTROLLED_SHUTDOWN: "ControlledShutdown"}
 

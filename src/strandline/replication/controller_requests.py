@@ -173,8 +173,9 @@ class ControllerRequests:
         stale = [i for (n, i), p in self.partitions.items() if n == topic.name and stale_log(p.log.topic_id, topic)]
         self.deleted_stale += [f"{topic.name}-{i} (topic id {self.partitions[(topic.name, i)].log.topic_id}, now "
                                f"{topic.topic_id})" for i in stale]
-        return self.stop_replicas({"delete_partitions": True, "topics": [
-            {"name": topic.name, "partition_indexes": stale}]}, now_ms)[0] if stale else []
+        return self.stop_replicas({"topic_states": [{"topic_name": topic.name, "partition_states": [
+            {"partition_index": i, "leader_epoch": control.EPOCH_DURING_DELETE, "delete_partition": True}
+            for i in stale]}]}, now_ms)[0] if stale else []
 
     def _leadership_changed(self, partition: Partition, leader: bool, now_ms: int) -> list:
         effects: list = []
@@ -241,19 +242,34 @@ class ControllerRequests:
         return effects + self._stale_logs_deleted() + self.fetcher_manager.maybe_send_fetches(now_ms)
 
     def stop_replicas(self, body: dict, now_ms: int) -> tuple[list, dict]:
+        """Stop fetching for (and delete, if asked) each partition named, unless the request names
+        an older leader epoch than the replica's (KIP-570: a StopReplica retried late, after a
+        LeaderAndIsr of a newer epoch gave the replica back, is answered FENCED_LEADER_EPOCH).
+        A topic's deletion names epoch -2: its partitions stop whatever their epoch."""
         effects: list = []
         errors = []
-        keys = [(t["name"], i) for t in body["topics"] for i in t["partition_indexes"]]
+        stopped: list[tuple[tuple[str, int], bool]] = []
+        for ts in body["topic_states"]:
+            for ps in ts["partition_states"]:
+                key = (ts["topic_name"], ps["partition_index"])
+                partition = self.partitions.get(key)
+                asked = ps["leader_epoch"]
+                code = ErrorCode.none
+                if partition is not None and 0 <= asked < partition.leader_epoch:
+                    code = ErrorCode.fenced_leader_epoch
+                else:
+                    stopped.append((key, ps["delete_partition"]))
+                errors.append({"topic_name": key[0], "partition_index": key[1], "error_code": code})
+        keys = [key for key, _ in stopped]
         self.fetcher_manager.remove_partitions(keys)
-        for key in keys:
+        for key, delete in stopped:
             partition = self.partitions.get(key)
             if partition is not None and partition.is_leader:
                 effects.extend(self._leadership_changed(partition, False, now_ms))
-            if partition is not None and body["delete_partitions"]:
+            if partition is not None and delete:
                 del self.partitions[key]
                 self.logs.delete_log(*key)
                 effects.append(Log("info", f"Deleted log of {key[0]}-{key[1]}"))
-            errors.append({"topic_name": key[0], "partition_index": key[1], "error_code": ErrorCode.none})
         effects.extend(self.writes.purgatory.check_keys(keys, now_ms))
         effects.extend(self.fetch_purgatory.check_keys(keys, now_ms))
         return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
