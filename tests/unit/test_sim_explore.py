@@ -72,6 +72,29 @@ def test_the_partition_check_catches_a_partition_the_topic_znode_lost(monkeypatc
         result.all_violations
 
 
+@pytest.mark.parametrize("seed", [101, 137])
+def test_safe_1_a_topic_deleted_and_made_again_under_random_faults(seed):
+    """sim explore --reassign --recreate: a second topic, written all along, is deleted and made
+    again amid the faults and moves; at the end its replicas hold exactly their leader's log.
+    Seed 137 once caught brokers that missed a deletion keeping the old topic's replicas, in
+    epochs above the new topic's: they refused its LeaderAndIsr, and it never got a full ISR."""
+    explorer = Explorer(seed, CONFIGS["safe"], reassign=True, recreate=True)
+    result = explorer.run()
+    assert result.ok, f"seed {seed}: {result.all_violations}\n" + "\n".join(result.trace)
+    assert explorer.scratch_requests >= 3
+
+
+def test_without_topic_ids_a_broker_keeps_the_replicas_of_a_deleted_topic(monkeypatch):
+    """The recreate check can fail: with the brokers' topic id checks off, seed 137 is caught."""
+    from strandline.replication import controller_requests, replica_manager
+    monkeypatch.setattr(controller_requests, "other_topic", lambda known, topic_state: False)
+    monkeypatch.setattr(controller_requests, "stale_log", lambda log_topic_id, topic: False)
+    monkeypatch.setattr(replica_manager, "stale_log", lambda log_topic_id, topic: False)
+    result = run_seed(137, "safe", reassign=True, recreate=True)
+    assert any(v.startswith("the cluster converges") and "scratch-0" in v for v in result.all_violations), \
+        result.all_violations
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 21, 41, 46, 114, 187])
 def test_safe_1_holds_on_a_compacted_topic_whose_replicas_clean_under_random_faults(seed):
     """SAFE-1 with `cleanup.policy=compact` (sim explore --config compact): every replica's log

@@ -17,16 +17,18 @@ if TYPE_CHECKING:
 DEFAULT_DURATION_MS = 60000
 
 
-def _run(job: tuple[int, str, int, bool, bool]) -> RunResult:
+def _run(job: tuple[int, str, int, bool, bool, bool]) -> RunResult:
     from strandline.sim.explore import run_seed
 
-    seed, config, duration_ms, reassign, add_partitions = job
-    return run_seed(seed, config, duration_ms=duration_ms, reassign=reassign, add_partitions=add_partitions)
+    seed, config, duration_ms, reassign, add_partitions, recreate = job
+    return run_seed(seed, config, duration_ms=duration_ms, reassign=reassign, add_partitions=add_partitions,
+                    recreate=recreate)
 
 
 def _flags(args: argparse.Namespace) -> str:
     """The options a replay of a seed needs besides ``--config``."""
     return ((" --reassign" if args.reassign else "") + (" --add-partitions" if args.add_partitions else "")
+            + (" --recreate" if args.recreate else "")
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
 
@@ -41,7 +43,7 @@ def explore(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print("strandline sim explore: --seeds must be at least 1", file=sys.stderr)
         return 2
-    jobs = [(seed, args.config, args.duration_ms, args.reassign, args.add_partitions)
+    jobs = [(seed, args.config, args.duration_ms, args.reassign, args.add_partitions, args.recreate)
             for seed in range(args.first_seed, args.first_seed + args.seeds)]
     started = time.perf_counter()
     violations = 0
@@ -68,7 +70,7 @@ def replay(args: argparse.Namespace) -> int:
     from strandline.sim.explore import run_seed
 
     result = run_seed(args.seed, args.config, duration_ms=args.duration_ms, reassign=args.reassign,
-                      add_partitions=args.add_partitions)
+                      add_partitions=args.add_partitions, recreate=args.recreate)
     print(f"seed {result.seed} [{result.config}]: {result.acked} acknowledged batches, {result.faults} faults, "
           f"{result.events} events, {result.simulated_ms / 1000:.1f} simulated s in {result.wall_s:.2f} s")
     if result.transactions:
@@ -105,6 +107,9 @@ def add_parser(sub) -> None:
     ex.add_argument("--add-partitions", action="store_true",
                     help="also add partitions to the topic now and then (CreatePartitions, up to "
                          "three), racing the faults and any moves")
+    ex.add_argument("--recreate", action="store_true",
+                    help="also delete a second topic, written all along, and create it again now and then; "
+                         "at the end its replicas must hold exactly their leader's log")
     ex.set_defaults(func=explore)
     rp = ssub.add_parser("replay", help="run one seed again and print the violation and the last events")
     rp.add_argument("seed", type=int, help="the seed to play again")
@@ -113,4 +118,6 @@ def add_parser(sub) -> None:
     rp.add_argument("--reassign", action="store_true", help="with the reassignments of `sim explore --reassign`")
     rp.add_argument("--add-partitions", action="store_true", help="with the partitions `sim explore "
                                                                   "--add-partitions` adds")
+    rp.add_argument("--recreate", action="store_true", help="with the topic `sim explore --recreate` deletes "
+                                                            "and creates again")
     rp.set_defaults(func=replay)

@@ -47,6 +47,8 @@ TXN_STATE = "__transaction_state"
 SESSION_TIMEOUT_MS = 6000
 LAG_TIME_MS = 3000
 MAX_ADDED_PARTITIONS = 3      # partitions the nemesis adds to the topic at most (--add-partitions)
+SCRATCH = "scratch"           # the topic the nemesis deletes and creates again (--recreate)
+SCRATCH_PARTITIONS = 2
 
 
 @dataclass
@@ -81,8 +83,12 @@ class _Fault:
 class Explorer:
     def __init__(self, seed: int, config: ExploreConfig, *, brokers: int = 3, partitions: int = 3,
                  duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False,
-                 add_partitions: bool = False) -> None:
+                 add_partitions: bool = False, recreate: bool = False) -> None:
         self.seed = seed
+        # with a second topic, written all along, that the nemesis deletes and creates again
+        self.recreate = recreate
+        self.scratch_writers: list[Firehose] = []
+        self.scratch_requests = 0     # deletions and creations of the scratch topic asked for
         # with added partitions: CreatePartitions now and then, racing the moves and the faults
         self.add_partitions = add_partitions
         # with reassignments: four brokers, three replicas each, moved about by the nemesis (CTL-11)
@@ -157,6 +163,7 @@ class Explorer:
                 final = self._end_transactions()
             self.sim.after_event = None
             lost = self.invariants.final_check(self.history)
+            self._check_scratch_replicas()
             if self.txn_checker is not None:
                 self.more_invariants[0].final_check(History())
                 self.txn_checker.final_check(final, {tp: self._leader_log(tp) for tp in final.views})
@@ -196,9 +203,16 @@ class Explorer:
         body = {"topics": [{"name": topic, "num_partitions": self.partitions, "replication_factor": self.replication_factor,
                             "assignments": [], "configs": configs} for topic in self.topics],
                 "timeout": 1000, "validate_only": False}
+        if self.recreate:
+            body["topics"].append(self._scratch_topic())
         resp = sim.call(sim.controller_id, ApiKey.CREATE_TOPICS, 5, body, "admin")
         assert all(t.error_code == ErrorCode.none for t in resp.topics), resp
         sim.advance(100)
+        for index in range(SCRATCH_PARTITIONS if self.recreate else 0):
+            writer = Firehose(sim, History(), f"s{index}", SCRATCH, index, random.Random(self.rng.random()),
+                              interval_ms=100)
+            self.scratch_writers.append(writer)
+            writer.start()
         if self.config.transactions:
             self._setup_transactions()
             return
@@ -292,6 +306,8 @@ class Explorer:
             kinds += ["reassign", "reassign"]
         if self.add_partitions:
             kinds += ["add-partitions"]
+        if self.recreate:
+            kinds += ["recreate"]
         kind = rng.choice(kinds)
         a, b = rng.sample(ids, 2)
         duration = int(rng.choice((rng.uniform(100, 3000), rng.uniform(3000, 15000))))
@@ -308,6 +324,9 @@ class Explorer:
             return
         if kind == "add-partitions":
             self._add_partition()
+            return
+        if kind == "recreate":
+            self._recreate_scratch()
             return
         if kind == "flaky-zk":
             target = rng.choice(ids)
@@ -401,9 +420,52 @@ class Explorer:
                 "validate_only": False}
         sim.request(controller, ApiKey.CREATE_PARTITIONS, 1, body, "admin")
 
+    def _scratch_topic(self) -> dict:
+        return {"name": SCRATCH, "num_partitions": SCRATCH_PARTITIONS, "replication_factor": self.replication_factor,
+                "assignments": [], "configs": [{"name": k, "value": v} for k, v in self.config.topic]}
+
+    def _recreate_scratch(self) -> None:
+        """Delete the scratch topic, or create it again if it is gone; the answer is not awaited
+        (a refusal, such as too few live brokers for its replicas, is part of the run)."""
+        sim = self.sim
+        controller = sim.controller_id
+        if controller < 0 or sim.brokers[controller].core is None:
+            return
+        self.scratch_requests += 1
+        if self._exists(SCRATCH):
+            self.note(f"nemesis: delete topic {SCRATCH}")
+            sim.request(controller, ApiKey.DELETE_TOPICS, 4, {"topic_names": [SCRATCH], "timeout_ms": 30000}, "admin")
+        else:
+            self.note(f"nemesis: create topic {SCRATCH} again")
+            sim.request(controller, ApiKey.CREATE_TOPICS, 5, {"topics": [self._scratch_topic()], "timeout": 30000,
+                                                              "validate_only": False}, "admin")
+
+    def _exists(self, topic: str) -> bool:
+        [res] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(topic))])
+        return res.data is not None
+
+    def _checked_topics(self) -> list[str]:
+        """The topics the final checks look at: the scratch topic only if it exists then."""
+        return self.topics + ([SCRATCH] if self.recreate and self._exists(SCRATCH) else [])
+
+    def _check_scratch_replicas(self) -> None:
+        """Every replica of the scratch topic (if it exists) holds exactly its leader's log: none
+        keeps records of an earlier topic of that name."""
+        if not self.recreate or not self._exists(SCRATCH):
+            return
+        assignment, _ = self._assignment(SCRATCH)
+        for index in sorted(assignment):
+            leader = self.sim.state(SCRATCH, index).leader
+            expected = self.sim.log_bytes(leader, SCRATCH, index)
+            for broker in assignment[index]:
+                if self.sim.log_bytes(broker, SCRATCH, index) != expected:
+                    raise Violation("the replicas of a topic made again agree",
+                                    f"{SCRATCH}-{index} on broker {broker} differs from its leader {leader}'s "
+                                    f"log: " + self._describe(), self.sim.now)
+
     def _check_partition_znodes(self) -> None:
         """Every partition with znodes of its own is in its topic's znode, and the other way round."""
-        for topic in self.topics:
+        for topic in self._checked_topics():
             assignment, _ = self._assignment(topic)
             [res] = self.sim.zk.execute([GetChildren(znodes.TopicPartitionsZNode.path(topic))])
             found = {int(child) for child in res.children}
@@ -480,7 +542,7 @@ class Explorer:
         live = self._live()
         if len(live) != len(sim.brokers):
             return False
-        for topic in self.topics:
+        for topic in self._checked_topics():
             assignment, moving = self._assignment(topic)
             if moving:
                 return False
@@ -501,7 +563,7 @@ class Explorer:
     def _quiescent(self) -> bool:
         if not all(p.idle for p in self.producers):
             return False
-        for topic in self.topics:
+        for topic in self._checked_topics():
             assignment, _ = self._assignment(topic)
             for index in sorted(assignment):
                 ends = set()
@@ -535,7 +597,7 @@ class Explorer:
             sim.advance(100)
         self.note("converged: every ISR is full")
         self._check_partition_znodes()
-        for hose in hoses:
+        for hose in hoses + self.scratch_writers:
             hose.stopped = True
         for producer in self.producers:
             producer.stop()
@@ -550,7 +612,7 @@ class Explorer:
 
     def _describe(self) -> str:
         parts = []
-        for topic in self.topics:
+        for topic in self._checked_topics():
             for index in sorted(self._assignment(topic)[0]):
                 state = self.sim.state(topic, index)
                 views = []
