@@ -140,3 +140,23 @@ def test_ctl_4_a_stop_replica_older_than_the_replicas_leader_epoch_is_fenced():
     assert ("s", 0) in h.broker.partitions and ("s", 0) in h.broker.logs.logs
     assert stop(-2)["partition_errors"][0]["error_code"] == ErrorCode.none      # the topic's deletion
     assert ("s", 0) not in h.broker.partitions and ("s", 0) not in h.broker.logs.logs
+
+
+def test_a_deletion_in_update_metadata_naming_another_topic_id_leaves_the_topic():
+    """UpdateMetadata marks a deleted topic's partitions (leader -2) under the deleted topic's id;
+    a broker that already knows a topic made again under that name keeps it."""
+    h = Harness()
+    assert h.create("s").error_code == ErrorCode.none
+    epoch = h.broker.controller_epoch
+
+    def deletion(topic_id):
+        body = {"controller_id": 1, "controller_epoch": epoch, "broker_epoch": -1, "live_brokers": [],
+                "topic_states": [{"topic_name": "s", "topic_id": topic_id, "partition_states": [
+                    {"partition_index": 0, "controller_epoch": epoch, "leader": -2, "leader_epoch": 0, "isr": [],
+                     "zk_version": 0, "replicas": [], "offline_replicas": []}]}]}
+        h.run(h.broker.replica_manager.handle_control(control.UPDATE_METADATA, body, lambda answer: [], h.now))
+
+    deletion(uuid.UUID(int=7))
+    assert "s" in h.broker.metadata.topics
+    deletion(h.broker.metadata.topics["s"].topic_id)
+    assert "s" not in h.broker.metadata.topics

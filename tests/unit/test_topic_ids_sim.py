@@ -123,3 +123,35 @@ def test_a_broker_that_missed_a_topics_deletion_reports_the_new_topics_id():
     new = topic_id_on(1)
     assert new != old
     assert topic_id_on(3) == new
+
+
+def test_a_deletion_retried_after_the_topic_was_made_again_leaves_the_new_topic_alone():
+    """The controller cannot reach broker 3 when it deletes the topic: its StopReplica and
+    UpdateMetadata time out and wait for their retries. The link heals and the topic is made
+    again before those retries: sent as they were, they arrived after the new topic's LeaderAndIsr,
+    deleted broker 3's replica of the new topic and dropped the topic from its metadata. A retry
+    now leaves out what the deletion said of a topic made again since (and a broker ignores a
+    deletion naming another topic id than its own)."""
+    from tests.unit.test_reassignment_sim import FAST
+
+    c = SimCluster((1, 2, 3), latency_ms=1, **FAST)
+    logs: list[tuple[int, int, str]] = []
+    c.on_log = lambda broker, level, message: logs.append((c.now, broker, message))
+    create(c, "t", [1, 2, 3], min_isr=2)
+    for i in range(3):
+        assert produce(c, 1, "t", [b"old%d" % i]).error_code == ErrorCode.none
+    c.cut_link(1, 3)
+    delete(c, "t")
+    c.advance(2050)                 # the deletion's requests to broker 3 timed out
+    c.heal_link(1, 3)
+    c.advance(50)
+    create(c, "t", [1, 2, 3], min_isr=2)
+    made_again = c.now
+    new = [b"new%d" % i for i in range(3)]
+    for value in new:
+        assert produce(c, 1, "t", [value], within_ms=5000).error_code == ErrorCode.none
+    c.advance(5000)
+    assert set(c.state("t").isr) == {1, 2, 3} and values_on(c, 3, "t") == new
+    after = [message for t, broker, message in logs if broker == 3 and t > made_again]
+    assert "Deleted log of t-0" not in after and "Topic t deleted from the metadata cache" not in after, after
+    assert "t" in c.brokers[3].core.metadata.topics

@@ -86,7 +86,7 @@ class ControllerChannel:
                              deleted: list[tuple[str, int]] = ()) -> dict:
         brokers = ctx.live_brokers
         by_topic: dict[str, list] = {}
-        ids = {name: uuid.UUID(int=0) for name, _ in deleted}
+        ids = {name: ctx.topics[name].topic_id if name in ctx.topics else uuid.UUID(int=0) for name, _ in deleted}
         for topic, index in parts:
             ids[topic.name] = topic.topic_id
             state = topic.states.get(index) or LeaderAndIsr(-1, -1, ())
@@ -134,6 +134,23 @@ class ControllerChannel:
             effects.extend(self.send(ctx, broker_id, control.UPDATE_METADATA, body, now_ms))
         return effects
 
+    def _resend(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int) -> list:
+        """Send again a request that got no answer, without what a topic's deletion said of a topic
+        made again since under that name: sent late, after the new topic's LeaderAndIsr, it would
+        delete the new topic's replica (StopReplica) or drop it from the broker's metadata."""
+        def deleted(ps: dict) -> bool:
+            return ps.get("leader_epoch") == control.EPOCH_DURING_DELETE if api_key == control.STOP_REPLICA \
+                else ps.get("leader") == LEADER_DURING_DELETE
+        topic_states = []
+        for ts in body.get("topic_states", ()):
+            kept = [ps for ps in ts["partition_states"] if not (ts["topic_name"] in ctx.topics and deleted(ps))]
+            if kept:
+                topic_states.append({**ts, "partition_states": kept})
+        if api_key == control.STOP_REPLICA and not topic_states:
+            return []
+        return self.send(ctx, broker_id, api_key, {**body, "topic_states": topic_states}
+                         if "topic_states" in body else body, now_ms)
+
     def send(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int) -> list:
         """Send a control request, or hand it to this broker's own replica manager."""
         if broker_id == self.broker_id:
@@ -147,8 +164,8 @@ class ControllerChannel:
         def on_response(frame: bytes | None, when_ms: int) -> list:
             if frame is None:
                 if self.in_office(ctx) and broker_id in ctx.live_brokers:
-                    return self.outbox.after(when_ms + CONTROL_RETRY_MS,
-                                             lambda t: self.send(ctx, broker_id, api_key, body, t))
+                    return self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(ctx, broker_id,
+                                                                                                api_key, body, t))
                 return []
             try:
                 answer = control.decode_response(api_key, frame)

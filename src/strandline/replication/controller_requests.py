@@ -83,11 +83,12 @@ class ControllerRequests:
         names = []
         for ts in body["topic_states"]:
             name = ts["topic_name"]
+            if not any(p["leader"] != LEADER_DURING_DELETE for p in ts["partition_states"]):
+                continue                # a deletion: nothing to read
             if other_topic(self.metadata.topics.get(name), ts):     # read it again (topic_ids)
                 del self.metadata.topics[name]
                 self.recreated.add(name)
-            if name not in self.metadata.topics and any(p["leader"] != LEADER_DURING_DELETE
-                                                        for p in ts["partition_states"]):
+            if name not in self.metadata.topics:
                 names.append(name)
         return names
 
@@ -222,6 +223,8 @@ class ControllerRequests:
             name = ts["topic_name"]
             for ps in ts["partition_states"]:
                 if ps["leader"] == LEADER_DURING_DELETE:
+                    if other_topic(md.topics.get(name), ts):    # (the deletion of an earlier topic of that name)
+                        break
                     if md.topics.pop(name, None) is not None:
                         self.topic_stats.remove_topic(name)
                         effects.append(Log("info", f"Topic {name} deleted from the metadata cache"))
