@@ -72,12 +72,16 @@ def test_the_partition_check_catches_a_partition_the_topic_znode_lost(monkeypatc
         result.all_violations
 
 
-@pytest.mark.parametrize("seed", [101, 137])
+@pytest.mark.parametrize("seed", [101, 105, 137, 140])
 def test_safe_1_a_topic_deleted_and_made_again_under_random_faults(seed):
     """sim explore --reassign --recreate: a second topic, written all along, is deleted and made
-    again amid the faults and moves; at the end its replicas hold exactly their leader's log.
-    Seed 137 once caught brokers that missed a deletion keeping the old topic's replicas, in
-    epochs above the new topic's: they refused its LeaderAndIsr, and it never got a full ISR."""
+    again amid the faults and moves; at the end its replicas hold exactly their leader's log, or,
+    if it is deleted, no broker holds it. Seed 137 once caught brokers that missed a deletion
+    keeping the old topic's replicas, in epochs above the new topic's: they refused its
+    LeaderAndIsr, and it never got a full ISR. Seed 105 caught a deletion whose controller lost
+    office before telling the brokers (every broker kept the topic) and, on the way to its fix,
+    an election of a deleted topic's partition announcing the partition of a topic made again
+    under that name, with fewer partitions (the controller raised KeyError)."""
     explorer = Explorer(seed, CONFIGS["safe"], reassign=True, recreate=True)
     result = explorer.run()
     assert result.ok, f"seed {seed}: {result.all_violations}\n" + "\n".join(result.trace)
@@ -85,13 +89,16 @@ def test_safe_1_a_topic_deleted_and_made_again_under_random_faults(seed):
 
 
 def test_without_topic_ids_a_broker_keeps_the_replicas_of_a_deleted_topic(monkeypatch):
-    """The recreate check can fail: with the brokers' topic id checks off, seed 137 is caught."""
+    """The recreate check can fail: with the brokers' topic id checks off (and a broker whose
+    session was lost not looking for deleted topics), seed 140 is caught with a replica of the
+    topic made again that holds records of the deleted one."""
     from strandline.replication import controller_requests, replica_manager
+    monkeypatch.setattr(replica_manager.ReplicaManager, "forget_deleted_topics", lambda self, now_ms: [])
     monkeypatch.setattr(controller_requests, "other_topic", lambda known, topic_state: False)
     monkeypatch.setattr(controller_requests, "stale_log", lambda log_topic_id, topic: False)
     monkeypatch.setattr(replica_manager, "stale_log", lambda log_topic_id, topic: False)
-    result = run_seed(137, "safe", reassign=True, recreate=True)
-    assert any(v.startswith("the cluster converges") and "scratch-0" in v for v in result.all_violations), \
+    result = run_seed(140, "safe", reassign=True, recreate=True)
+    assert any(v.startswith("the replicas of a topic made again agree") for v in result.all_violations), \
         result.all_violations
 
 
@@ -109,9 +116,11 @@ def test_safe_1_holds_on_a_compacted_topic_whose_replicas_clean_under_random_fau
     assert all(any("Cleaned log events-" in line for line in node.log) for node in explorer.sim.brokers.values())
 
 
-@pytest.mark.parametrize("seed", [41, 46])
+@pytest.mark.parametrize("seed", [41])
 def test_without_the_first_batch_of_each_epoch_kept_a_replica_keeps_never_committed_records(seed, monkeypatch):
-    """What the `compact` configuration found (11 of its first 200 seeds): a cleaner that lets the
+    """What the `compact` configuration found (11 of its first 200 seeds then; of seeds 1-239,
+    only 41 still meets it since later changes to the controller and the brokers shifted each
+    seed's schedule): a cleaner that lets the
     first batch of a leader epoch vanish makes a follower fetching across the gap learn a later
     start for that epoch; once leader, it answers OffsetsForLeaderEpoch with it, and a returning
     replica keeps records of an older epoch, never committed, below its high watermark."""

@@ -59,7 +59,8 @@ def test_safe_1_a_broker_paused_through_a_topics_deletion_keeps_none_of_it_in_th
     new = write_new_topic_ahead_of_broker_3(c)
     assert set(c.state("t").isr) == {1, 2, 3}
     assert values_on(c, 1, "t") == values_on(c, 2, "t") == values_on(c, 3, "t") == new
-    assert any(line.startswith("3 Deleted log of t-0") and "earlier topic" in line for line in logs), logs
+    # its new session found the topic gone (before that, the new topic's id told its log apart)
+    assert "3 Topic t was deleted while this broker's ZooKeeper session was lost" in logs, logs
 
 
 def test_safe_1_a_log_of_a_deleted_topic_found_at_start_up_is_not_taken_for_the_new_topics():
@@ -155,3 +156,47 @@ def test_a_deletion_retried_after_the_topic_was_made_again_leaves_the_new_topic_
     after = [message for t, broker, message in logs if broker == 3 and t > made_again]
     assert "Deleted log of t-0" not in after and "Topic t deleted from the metadata cache" not in after, after
     assert "t" in c.brokers[3].core.metadata.topics
+
+
+def test_a_deletion_whose_controller_lost_office_before_telling_the_brokers_is_finished_by_the_next():
+    """The controller's session expires after ZooKeeper removed the topic's znodes but before
+    their answer reached it: it could no longer tell the brokers, and no other controller knew of
+    the deletion, so every broker went on serving a topic ZooKeeper no longer had (found by sim
+    explore --recreate, seed 105). The deletion is recorded under /admin/delete_topics first; the
+    next controller tells the brokers and removes the record."""
+    from strandline.coordination import znodes as zn
+    from strandline.coordination.store import Delete
+
+    c = SimCluster((1, 2, 3), **{"zookeeper.session.timeout.ms": "6000"})
+    create(c, "t", [1, 2, 3])
+    assert produce(c, 1, "t", [b"x"]).error_code == ErrorCode.none
+    old = c.controller_id
+    c.zk_fault = lambda broker, ops: ("reply-delayed", 20000) if broker == old and any(
+        isinstance(op, Delete) and op.path == zn.TopicZNode.path("t") for op in ops) else None
+    c.request(old, 20, 4, {"topic_names": ["t"], "timeout_ms": 30000}, "admin")
+    c.advance(100)
+    assert zn.TopicZNode.path("t") not in c.zk.nodes and zn.DeleteTopicsTopicZNode.path("t") in c.zk.nodes
+    c.expire_session(old)
+    c.advance(25000)
+    assert c.controller_id != old
+    holding = [b for b, node in c.brokers.items()
+               if "t" in node.core.metadata.topics or any(k[0] == "t" for k in node.core.partitions)]
+    assert holding == []
+    assert zn.DeleteTopicsTopicZNode.path("t") not in c.zk.nodes
+
+
+def test_a_broker_whose_session_was_lost_through_a_deletion_forgets_the_topic():
+    """Broker 3 is paused past its session timeout while the topic is deleted: the controller
+    tells only the brokers registered then. When its new session opens, broker 3 finds the topic
+    gone from ZooKeeper, and drops it and its replica (found by sim explore --recreate)."""
+    logs: list[str] = []
+    c = cluster(logs)
+    c.pause(3)
+    c.advance(8000)
+    delete(c, "t")
+    c.advance(1000)
+    c.resume(3)
+    c.advance(3000)
+    assert "t" not in c.brokers[3].core.metadata.topics and c.partition(3, "t") is None
+    assert ("t", 0) not in c.brokers[3].core.logs.logs
+    assert any(line == "3 Topic t was deleted while this broker's ZooKeeper session was lost" for line in logs), logs

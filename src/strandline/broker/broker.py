@@ -223,7 +223,7 @@ class Broker:
         return self.controller.on_controller_changed(controller_id, now_ms)
 
     def on_session_lost(self, now_ms: int) -> list:
-        return self.controller.on_session_lost(now_ms)
+        return self.controller.on_session_lost(now_ms) + self.replica_manager.forget_deleted_topics(now_ms)
 
     def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int,
                            listing: int | None = None) -> list:

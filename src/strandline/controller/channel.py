@@ -134,7 +134,8 @@ class ControllerChannel:
             effects.extend(self.send(ctx, broker_id, control.UPDATE_METADATA, body, now_ms))
         return effects
 
-    def _resend(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int) -> list:
+    def _resend(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int,
+                done: Callable[[int], list] | None = None) -> list:
         """Send again a request that got no answer, without what a topic's deletion said of a topic
         made again since under that name: sent late, after the new topic's LeaderAndIsr, it would
         delete the new topic's replica (StopReplica) or drop it from the broker's metadata."""
@@ -147,43 +148,50 @@ class ControllerChannel:
             if kept:
                 topic_states.append({**ts, "partition_states": kept})
         if api_key == control.STOP_REPLICA and not topic_states:
-            return []
+            return done(now_ms) if done is not None else []
         return self.send(ctx, broker_id, api_key, {**body, "topic_states": topic_states}
-                         if "topic_states" in body else body, now_ms)
+                         if "topic_states" in body else body, now_ms, done)
 
-    def send(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int) -> list:
-        """Send a control request, or hand it to this broker's own replica manager."""
+    def send(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int,
+             done: Callable[[int], list] | None = None) -> list:
+        """Send a control request, or hand it to this broker's own replica manager. ``done(now_ms)``
+        (if given) once the broker answered, or is no longer live, while this controller is in office."""
         if broker_id == self.broker_id:
             named = {ts["topic_name"] for ts in body.get("topic_states", ())}
-            return self.deliver_locally(api_key, body, {n: ctx.topics[n] for n in named if n in ctx.topics}, now_ms)
+            effects = self.deliver_locally(api_key, body, {n: ctx.topics[n] for n in named if n in ctx.topics}, now_ms)
+            return effects + (done(now_ms) if done is not None else [])
         # KIP-380: addressed to the broker's registration the controller knows; a later life of
         # that broker refuses it (a retry must not reach a broker that restarted meanwhile)
         if body["broker_epoch"] < 0:       # a retry keeps the registration it was first addressed to
             body = {**body, "broker_epoch": ctx.broker_epochs.get(broker_id, -1)}
 
         def on_response(frame: bytes | None, when_ms: int) -> list:
-            if frame is None:
-                if self.in_office(ctx) and broker_id in ctx.live_brokers:
-                    return self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(ctx, broker_id,
-                                                                                                api_key, body, t))
-                return []
-            try:
-                answer = control.decode_response(api_key, frame)
-            except Exception as exc:
-                return [Log("warning", f"Bad {control.NAMES[api_key]} response from broker {broker_id}: {exc}")]
-            errors = [e for e in answer.get("partition_errors", ()) if e["error_code"]] + [
-                e for t in answer.get("topics", ()) for e in t["partition_errors"] if e["error_code"]]
-            if answer["error_code"] or errors:
-                # a broker that already has a state answers STALE_CONTROLLER_EPOCH for it, and a
-                # broker that restarted since the request was addressed STALE_BROKER_EPOCH: routine
-                routine = answer["error_code"] == ErrorCode.stale_broker_epoch or not answer["error_code"] and all(
-                    e["error_code"] == ErrorCode.stale_controller_epoch for e in errors)
-                return [Log("info" if routine else "warning",
-                            f"Broker {broker_id} answered {control.NAMES[api_key]} with error {answer['error_code']} "
-                            f"{errors[:5]}{' (states it already had)' if routine else ''}")]
-            return []
+            if frame is None and self.in_office(ctx) and broker_id in ctx.live_brokers:
+                return self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(ctx, broker_id,
+                                                                                            api_key, body, t, done))
+            effects = self._answered(broker_id, api_key, frame) if frame is not None else []
+            return effects + (done(when_ms) if done is not None and self.in_office(ctx) else [])
 
         client_id = f"strandline-controller-{self.broker_id}"
         return self.outbox.send(ctx.live_brokers.get(broker_id), "controller",
                                 lambda cid: control.encode_request(api_key, cid, client_id, body),
                                 on_response, now_ms)
+
+    @staticmethod
+    def _answered(broker_id: int, api_key: int, frame: bytes) -> list:
+        """What an answer to a control request says (logged when it names errors)."""
+        try:
+            answer = control.decode_response(api_key, frame)
+        except Exception as exc:
+            return [Log("warning", f"Bad {control.NAMES[api_key]} response from broker {broker_id}: {exc}")]
+        errors = [e for e in answer.get("partition_errors", ()) if e["error_code"]] + [
+            e for t in answer.get("topics", ()) for e in t["partition_errors"] if e["error_code"]]
+        if answer["error_code"] or errors:
+            # a broker that already has a state answers STALE_CONTROLLER_EPOCH for it, and a
+            # broker that restarted since the request was addressed STALE_BROKER_EPOCH: routine
+            routine = answer["error_code"] == ErrorCode.stale_broker_epoch or not answer["error_code"] and all(
+                e["error_code"] == ErrorCode.stale_controller_epoch for e in errors)
+            return [Log("info" if routine else "warning",
+                        f"Broker {broker_id} answered {control.NAMES[api_key]} with error {answer['error_code']} "
+                        f"{errors[:5]}{' (states it already had)' if routine else ''}")]
+        return []

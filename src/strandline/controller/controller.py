@@ -19,6 +19,7 @@ from strandline.broker.outbox import Outbox
 from strandline.controller.channel import ControllerChannel, LocalDelivery
 from strandline.controller.context import ControllerContext, TopicCreated
 from strandline.controller.controlled_shutdown import controlled_shutdown
+from strandline.controller.deletion import TopicDeletions
 from strandline.controller.elections import PartitionElections, decide_within, offline_partition_election
 from strandline.controller.reassignment import PartitionReassignments
 from strandline.controller.topics import TopicChanges
@@ -50,6 +51,7 @@ class Controller:
         self.channel = ControllerChannel(self.broker_id, outbox, deliver_locally, self.in_office)
         self.elections = PartitionElections(self)
         self.topics = TopicChanges(self)
+        self.deletions = TopicDeletions(self)
         self.reassignments = PartitionReassignments(self)
 
     @property
@@ -186,7 +188,7 @@ class Controller:
         effects += self.elections.elect(ctx, affected, dead, now_ms)
         effects += self.reassignments.resume(ctx, now_ms)
         ctx.ready = True
-        effects += self._read_reassign_partitions_node(ctx, now_ms)
+        effects += self._read_reassign_partitions_node(ctx, now_ms) + self.deletions.resume(ctx, now_ms)
         pending, ctx.pending_brokers = ctx.pending_brokers, None
         if pending is not None:
             effects += self.on_brokers_changed(*pending[:2], now_ms, pending[2])
@@ -590,4 +592,4 @@ class Controller:
     def delete_topic(self, name: str, done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
         if self.ctx is None:
             return done(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
-        return self.topics.delete(self.ctx, name, done, now_ms)
+        return self.deletions.delete(self.ctx, name, done, now_ms)

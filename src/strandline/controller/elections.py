@@ -161,8 +161,9 @@ class PartitionElections:
                 continue
             del ctx.electing[key]
             brokers = ctx.owed_states.pop(key, None)
-            topic = ctx.topics.get(key[0])
-            if brokers and topic is not None and self.controller.in_office(ctx) and not announced:
+            topic = ctx.topics.get(key[0])        # (perhaps a topic made again since under that name)
+            if brokers and topic is not None and key[1] in topic.assignment and self.controller.in_office(ctx) \
+                    and not announced:
                 per_brokers.setdefault(frozenset(brokers), []).append((topic, key[1]))
         effects: list = []
         for brokers, parts in per_brokers.items():

@@ -1,11 +1,9 @@
-"""Creating and deleting topics, the controller's side (SPEC ASG-1..ASG-3; Kafka's
-AdminZkClient.createTopic with the controller's onNewPartitionCreation, and its
-TopicDeletionManager).
+"""Creating topics, the controller's side (SPEC ASG-1..ASG-3; Kafka's
+AdminZkClient.createTopic with the controller's onNewPartitionCreation).
 
 A topic is planned against the live brokers (name, partition count, replication factor, configs,
 the size of its znodes), written in one fenced ZooKeeper transaction with every partition's first
-state, then announced to the brokers. Deleting removes its znodes, then tells the replicas to
-delete their logs (StopReplica) and every broker to forget it (UpdateMetadata).
+state, then announced to the brokers. Deleting: :mod:`strandline.controller.deletion`.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from strandline.controller.context import ControllerContext, TopicCreated
 from strandline.coordination import zk_layout, znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata, topic_name_error
 from strandline.coordination.store import Create, GetData, OpResult, SetData, ZkError
-from strandline.protocol import control
 
 if TYPE_CHECKING:
     from strandline.controller.controller import Controller
@@ -278,41 +275,3 @@ class TopicChanges:
             return then(res, when_ms)
 
         return [controller.outbox.zk([GetData(znodes.TopicZNode.path(name))], on_read)]
-
-    def delete(self, ctx: ControllerContext, name: str, done: Callable[[ErrorCode, str | None, int], list],
-               now_ms: int) -> list:
-        """Remove the topic's znodes; once they are gone, drop it from the cluster."""
-        def on_result(results: list, when_ms: int) -> list:
-            failed = next((r for r in results if r.error not in (ZkError.NONE, ZkError.NO_NODE)), None)
-            if failed is not None:
-                return done(ErrorCode.unknown_server_error, f"ZooKeeper error {failed.error.name}", when_ms)
-            return self._drop(ctx, name, when_ms) + done(ErrorCode.none, None, when_ms)
-
-        return [self.controller.outbox.zk(zk_layout.delete_topic_ops(name), on_result)]
-
-    def _drop(self, ctx: ControllerContext, name: str, now_ms: int) -> list:
-        """After the znodes are gone: StopReplica(delete) to the replicas, and UpdateMetadata
-        marking the partitions deleted to every broker (this one included)."""
-        topic = ctx.topics.get(name)
-        if topic is None:
-            return []
-        effects: list = [Log("info", f"Deleted topic {name}")]
-        for key in [k for k in ctx.reassigning if k[0] == name]:
-            del ctx.reassigning[key]
-        if not self.controller.in_office(ctx):
-            del ctx.topics[name]
-            return effects
-        channel = self.controller.channel
-        per_broker: dict[int, list[int]] = {}
-        for index, replicas in topic.assignment.items():
-            for replica in replicas:
-                per_broker.setdefault(replica, []).append(index)
-        for broker_id, indexes in sorted(per_broker.items()):
-            if broker_id in ctx.live_brokers:
-                body = channel.stop_replica_body(ctx, [(name, i) for i in sorted(indexes)], True, deleting_topic=True)
-                effects.extend(channel.send(ctx, broker_id, control.STOP_REPLICA, body, now_ms))
-        body = channel.update_metadata_body(ctx, [], [(name, index) for index in sorted(topic.assignment)])
-        del ctx.topics[name]
-        for broker_id in sorted(ctx.live_brokers):
-            effects.extend(channel.send(ctx, broker_id, control.UPDATE_METADATA, body, now_ms))
-        return effects

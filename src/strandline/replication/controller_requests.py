@@ -11,7 +11,9 @@ from typing import Any, Callable, Iterable
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.effects import Log
+from strandline.coordination import znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
+from strandline.coordination.store import GetChildren, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.protocol import control
 from strandline.replication.partition import Partition
@@ -162,6 +164,34 @@ class ControllerRequests:
             effects.extend(self.fetch_purgatory.check_keys(changed, now_ms))
         effects.extend(self.fetcher_manager.maybe_send_fetches(now_ms))
         return effects + self._stale_logs_deleted(), leader_and_isr_answer(body, errors)
+
+    def forget_deleted_topics(self, now_ms: int) -> list:
+        """After this broker's ZooKeeper session was lost: it may have missed a topic's deletion
+        (the controller tells the brokers registered then). The topics it knows that ZooKeeper no
+        longer has are dropped from its metadata and their replicas deleted, as the StopReplica and
+        UpdateMetadata it missed would have; one it learned of since the read was sent is left."""
+        known = dict(self.metadata.topics)
+
+        def on_children(results: list, when_ms: int) -> list:
+            [res] = results
+            if res.error is not ZkError.NONE:     # read again, as Kafka's ZooKeeper client resends
+                return self.outbox.after(when_ms + TOPIC_READ_RETRY_MS, self.forget_deleted_topics)
+            present = set(res.children)
+            effects: list = []
+            for name, topic in known.items():
+                if name in present or self.metadata.topics.get(name) is not topic:
+                    continue
+                del self.metadata.topics[name]
+                self.topic_stats.remove_topic(name)
+                effects.append(Log("info", f"Topic {name} was deleted while this broker's ZooKeeper session was lost"))
+                local = [i for (n, i) in self.partitions if n == name]
+                if local:
+                    effects += self.stop_replicas({"topic_states": [{"topic_name": name, "partition_states": [
+                        {"partition_index": i, "leader_epoch": control.EPOCH_DURING_DELETE, "delete_partition": True}
+                        for i in local]}]}, when_ms)[0]
+            return effects
+
+        return [self.outbox.zk([GetChildren(znodes.TopicsZNode.path())], on_children)]
 
     def _stale_logs_deleted(self) -> list:
         said, self.deleted_stale = self.deleted_stale, []

@@ -421,8 +421,10 @@ class Explorer:
         sim.request(controller, ApiKey.CREATE_PARTITIONS, 1, body, "admin")
 
     def _scratch_topic(self) -> dict:
+        """Never compacted: each replica's cleaner would rewrite its log in its own time."""
         return {"name": SCRATCH, "num_partitions": SCRATCH_PARTITIONS, "replication_factor": self.replication_factor,
-                "assignments": [], "configs": [{"name": k, "value": v} for k, v in self.config.topic]}
+                "assignments": [], "configs": [{"name": k, "value": v} for k, v in self.config.topic
+                                               if k != "cleanup.policy"]}
 
     def _recreate_scratch(self) -> None:
         """Delete the scratch topic, or create it again if it is gone; the answer is not awaited
@@ -450,8 +452,15 @@ class Explorer:
 
     def _check_scratch_replicas(self) -> None:
         """Every replica of the scratch topic (if it exists) holds exactly its leader's log: none
-        keeps records of an earlier topic of that name."""
-        if not self.recreate or not self._exists(SCRATCH):
+        keeps records of an earlier topic of that name. If it is deleted, no broker still serves it."""
+        if not self.recreate:
+            return
+        if not self._exists(SCRATCH):
+            ghosts = sorted(b for b, node in self.sim.brokers.items() if node.core is not None and (
+                SCRATCH in node.core.metadata.topics or any(k[0] == SCRATCH for k in node.core.partitions)))
+            if ghosts:
+                raise Violation("a deleted topic is gone", f"brokers {ghosts} still hold topic {SCRATCH}, "
+                                "deleted in ZooKeeper", self.sim.now)
             return
         assignment, _ = self._assignment(SCRATCH)
         for index in sorted(assignment):

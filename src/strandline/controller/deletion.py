@@ -1,0 +1,178 @@
+"""Deleting topics, the controller's side (Kafka's TopicDeletionManager, in ZooKeeper mode).
+
+A deletion first records itself under ``/admin/delete_topics/<t>`` (the topic's id and partition
+count), then removes the topic's znodes, then tells every live broker: StopReplica deleting the
+partitions (leader epoch -2), UpdateMetadata marking them deleted. It removes its record once each
+of those brokers has answered, or is gone. A controller that takes office resumes every deletion
+recorded: one whose controller lost its office before the brokers heard of it would otherwise leave
+them serving a topic ZooKeeper no longer has. A record without data is what Kafka's own tools write
+to ask for a deletion: the topic it names is deleted.
+
+The brokers are told of the topic's id (UpdateMetadata) and a StopReplica retried after a topic of
+the same name was made again leaves that topic out (:meth:`ControllerChannel._resend`), so that a
+late deletion never touches a newer topic; a broker down meanwhile deletes the logs at start-up.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.broker.effects import Log
+from strandline.controller.context import ControllerContext
+from strandline.coordination import zk_layout, znodes
+from strandline.coordination.store import Create, Delete, GetChildren, GetData, SetData, ZkError
+from strandline.protocol import control
+
+if TYPE_CHECKING:
+    from strandline.controller.controller import Controller
+
+RETRY_MS = 1000             # write or read again after ZooKeeper failed to answer
+_RECORD = znodes.DeleteTopicsTopicZNode
+
+
+class TopicDeletions:
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def delete(self, ctx: ControllerContext, name: str, done: Callable[[ErrorCode, str | None, int], list],
+               now_ms: int) -> list:
+        """Record the deletion, remove the topic's znodes, drop it from the cluster and tell the
+        brokers; ``done`` once the controller's own broker has dropped it (the others hear of it
+        as their answers come)."""
+        topic = ctx.topics.get(name)
+        if topic is None:
+            return done(ErrorCode.unknown_topic_or_partition, None, now_ms)
+        topic_id, partitions = topic.topic_id, max(topic.assignment, default=-1) + 1
+
+        def recorded(when_ms: int, version: int) -> list:
+            def removed(at_ms: int) -> list:
+                if ctx.topics.get(name) is not topic:        # deleted meanwhile by a request like this one
+                    return done(ErrorCode.none, None, at_ms)
+                del ctx.topics[name]
+                for key in [k for k in ctx.reassigning if k[0] == name]:
+                    del ctx.reassigning[key]
+                effects = [Log("info", f"Deleted topic {name}")]
+                return effects + self._tell_brokers(ctx, name, topic_id, partitions, version, at_ms) + \
+                    done(ErrorCode.none, None, at_ms)
+            return self._remove_znodes(ctx, name, removed, done, when_ms)
+
+        return self._record(ctx, name, _RECORD.encode(topic_id, partitions), recorded, done, now_ms)
+
+    def resume(self, ctx: ControllerContext, now_ms: int) -> list:
+        """On taking office: carry on every deletion recorded under ``/admin/delete_topics``."""
+        controller = self.controller
+
+        def on_children(results: list, when_ms: int) -> list:
+            if not controller.in_office(ctx):
+                return []
+            [res] = results
+            if res.error is ZkError.NO_NODE or (res.error is ZkError.NONE and not res.children):
+                return []
+            if res.error is not ZkError.NONE:
+                return controller.outbox.after(when_ms + RETRY_MS, lambda t: self.resume(ctx, t)
+                                               if controller.in_office(ctx) else [])
+            children = list(res.children)
+
+            def on_records(records: list, at_ms: int) -> list:
+                if not controller.in_office(ctx):
+                    return []
+                if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in records):
+                    return controller.outbox.after(at_ms + RETRY_MS, lambda t: self.resume(ctx, t)
+                                                   if controller.in_office(ctx) else [])
+                effects: list = []
+                for name, record in zip(children, records):
+                    if record.error is ZkError.NONE:
+                        effects += self._resume_one(ctx, name, record.data, record.version, at_ms)
+                return effects
+
+            return [controller.outbox.zk([GetData(_RECORD.path(n)) for n in children], on_records)]
+
+        return [controller.outbox.zk([GetChildren(znodes.DeleteTopicsZNode.path())], on_children)]
+
+    def _resume_one(self, ctx: ControllerContext, name: str, data: bytes | None, version: int, now_ms: int) -> list:
+        try:
+            recorded = _RECORD.decode(data, name)
+        except ValueError as exc:
+            return [Log("warning", f"Ignoring the deletion of topic {name} recorded in ZooKeeper: {exc}")]
+        topic = ctx.topics.get(name)
+        if recorded is None or (topic is not None and topic.topic_id == recorded[0]):
+            if topic is None:                       # a request for a topic that is not there (any more)
+                return self._forget(ctx, name, version)
+            return [Log("info", f"Resuming the deletion of topic {name}")] + \
+                self.delete(ctx, name, lambda error, message, t: [], now_ms)
+        if topic is not None:                       # made again since: the deletion is long done
+            return self._forget(ctx, name, version)
+        topic_id, partitions = recorded
+        return [Log("info", f"Telling the brokers again of the deletion of topic {name}")] + \
+            self._tell_brokers(ctx, name, topic_id, partitions, version, now_ms)
+
+    def _tell_brokers(self, ctx: ControllerContext, name: str, topic_id: uuid.UUID, partitions: int,
+                      version: int, now_ms: int) -> list:
+        """StopReplica deleting every partition, and UpdateMetadata marking them deleted, to every
+        live broker (any may still hold the topic); forget the record once all have answered."""
+        channel = self.controller.channel
+        parts = [(name, i) for i in range(partitions)]
+        stop = channel.stop_replica_body(ctx, parts, True, deleting_topic=True)
+        metadata = channel.update_metadata_body(ctx, [], parts)
+        for ts in metadata["topic_states"]:
+            ts["topic_id"] = topic_id
+        waiting = {(b, api) for b in ctx.live_brokers for api in (control.STOP_REPLICA, control.UPDATE_METADATA)}
+
+        def answered(broker_id: int, api_key: int) -> Callable[[int], list]:
+            def on_done(when_ms: int) -> list:
+                waiting.discard((broker_id, api_key))
+                return [] if waiting else self._forget(ctx, name, version)
+            return on_done
+
+        effects: list = []
+        for broker_id in sorted(ctx.live_brokers, key=lambda b: b == channel.broker_id):
+            effects += channel.send(ctx, broker_id, control.STOP_REPLICA, stop, now_ms,
+                                    answered(broker_id, control.STOP_REPLICA))
+            effects += channel.send(ctx, broker_id, control.UPDATE_METADATA, metadata, now_ms,
+                                    answered(broker_id, control.UPDATE_METADATA))
+        return effects
+
+    # -- ZooKeeper
+
+    def _record(self, ctx: ControllerContext, name: str, data: bytes, then: Callable[[int, int], list],
+                failed: Callable[[ErrorCode, str | None, int], list], now_ms: int, exists: bool = False) -> list:
+        """Write the deletion's record (over one left by an earlier deletion of that name)."""
+        controller = self.controller
+        op = SetData(_RECORD.path(name), data) if exists else Create(_RECORD.path(name), data, make_parents=True)
+
+        def on_result(results: list, when_ms: int) -> list:
+            if not controller.in_office(ctx):
+                return failed(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
+            error = results[0].error
+            if error is ZkError.NONE:
+                return then(when_ms, results[0].version)
+            if error in (ZkError.NODE_EXISTS, ZkError.NO_NODE):
+                return self._record(ctx, name, data, then, failed, when_ms, exists=error is ZkError.NODE_EXISTS)
+            return controller.outbox.after(when_ms + RETRY_MS, lambda t: self._record(ctx, name, data, then, failed, t,
+                                                                                      exists))
+        return [controller.outbox.zk([op], on_result)]
+
+    def _remove_znodes(self, ctx: ControllerContext, name: str, then: Callable[[int], list],
+                       failed: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+        """Delete the topic's znodes (again, until ZooKeeper answers: each delete may be repeated)."""
+        controller = self.controller
+
+        def on_result(results: list, when_ms: int) -> list:
+            if not controller.in_office(ctx):       # the next controller finishes it from the record
+                return failed(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
+            if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in results):
+                return controller.outbox.after(when_ms + RETRY_MS,
+                                               lambda t: self._remove_znodes(ctx, name, then, failed, t))
+            return then(when_ms)
+        return [controller.outbox.zk(zk_layout.delete_topic_ops(name), on_result)]
+
+    def _forget(self, ctx: ControllerContext, name: str, version: int) -> list:
+        """Delete the deletion's record, unless a later deletion of that name wrote it over since (a
+        record left by a lost answer is read by the next controller, which tells the brokers again,
+        harmlessly)."""
+        if not self.controller.in_office(ctx):
+            return []
+        return [self.controller.outbox.zk([Delete(_RECORD.path(name), version)], lambda results, when_ms: [])]
