@@ -85,7 +85,7 @@ def test_safe_1_a_topic_deleted_and_made_again_under_random_faults(seed):
     explorer = Explorer(seed, CONFIGS["safe"], reassign=True, recreate=True)
     result = explorer.run()
     assert result.ok, f"seed {seed}: {result.all_violations}\n" + "\n".join(result.trace)
-    assert explorer.scratch_requests >= 3
+    assert explorer.scratch.requests >= 3
 
 
 def test_without_topic_ids_a_broker_keeps_the_replicas_of_a_deleted_topic(monkeypatch):

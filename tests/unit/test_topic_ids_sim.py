@@ -24,6 +24,16 @@ def delete(c: SimCluster, name: str) -> None:
     assert resp.responses[0].error_code == ErrorCode.none, resp
 
 
+def miss_the_deletion(c: SimCluster) -> None:
+    """Broker 3 paused past its session timeout while topic t is deleted, then resumed."""
+    c.pause(3)
+    c.advance(8000)
+    delete(c, "t")
+    c.advance(1000)
+    c.resume(3)
+    c.advance(3000)
+
+
 def cluster(logs: list[str]) -> SimCluster:
     c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS), "zookeeper.session.timeout.ms": "6000"})
     c.on_log = lambda broker, level, message: logs.append(f"{broker} {message}")
@@ -50,12 +60,7 @@ def write_new_topic_ahead_of_broker_3(c: SimCluster) -> list[bytes]:
 def test_safe_1_a_broker_paused_through_a_topics_deletion_keeps_none_of_it_in_the_topic_made_again():
     logs: list[str] = []
     c = cluster(logs)
-    c.pause(3)                      # its session expires: the deletion goes on without it
-    c.advance(8000)
-    delete(c, "t")
-    c.advance(1000)
-    c.resume(3)                     # it registers again, still holding the deleted topic's log
-    c.advance(3000)
+    miss_the_deletion(c)            # it registers again, having held the deleted topic's log
     new = write_new_topic_ahead_of_broker_3(c)
     assert set(c.state("t").isr) == {1, 2, 3}
     assert values_on(c, 1, "t") == values_on(c, 2, "t") == values_on(c, 3, "t") == new
@@ -113,12 +118,7 @@ def test_a_broker_that_missed_a_topics_deletion_reports_the_new_topics_id():
 
     old = topic_id_on(1)
     assert topic_id_on(3) == old
-    c.pause(3)
-    c.advance(8000)
-    delete(c, "t")
-    c.advance(1000)
-    c.resume(3)
-    c.advance(3000)
+    miss_the_deletion(c)
     create(c, "t", [1, 2])
     c.advance(1000)
     new = topic_id_on(1)
@@ -191,12 +191,7 @@ def test_a_broker_whose_session_was_lost_through_a_deletion_forgets_the_topic():
     gone from ZooKeeper, and drops it and its replica (found by sim explore --recreate)."""
     logs: list[str] = []
     c = cluster(logs)
-    c.pause(3)
-    c.advance(8000)
-    delete(c, "t")
-    c.advance(1000)
-    c.resume(3)
-    c.advance(3000)
+    miss_the_deletion(c)
     assert "t" not in c.brokers[3].core.metadata.topics and c.partition(3, "t") is None
     assert ("t", 0) not in c.brokers[3].core.logs.logs
     assert any(line == "3 Topic t was deleted while this broker's ZooKeeper session was lost" for line in logs), logs

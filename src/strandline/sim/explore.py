@@ -36,6 +36,7 @@ from strandline.protocol.api import ApiKey
 from strandline.sim.checker import Invariants, Violation
 from strandline.sim.configs import CONFIGS, ExploreConfig  # noqa: F401  (part of this module's interface)
 from strandline.sim.cluster import SimCluster
+from strandline.sim.scratch import SCRATCH, ScratchTopic, exists
 from strandline.sim.txn_checker import FinalRead, TxnChecker
 from strandline.sim.txn_workload import TXN_TIMEOUT_MS, ReadCommittedConsumer, TxnHistory, TxnProducer
 from strandline.sim.workload import Consumer, Firehose, History, Producer
@@ -47,8 +48,6 @@ TXN_STATE = "__transaction_state"
 SESSION_TIMEOUT_MS = 6000
 LAG_TIME_MS = 3000
 MAX_ADDED_PARTITIONS = 3      # partitions the nemesis adds to the topic at most (--add-partitions)
-SCRATCH = "scratch"           # the topic the nemesis deletes and creates again (--recreate)
-SCRATCH_PARTITIONS = 2
 
 
 @dataclass
@@ -87,8 +86,6 @@ class Explorer:
         self.seed = seed
         # with a second topic, written all along, that the nemesis deletes and creates again
         self.recreate = recreate
-        self.scratch_writers: list[Firehose] = []
-        self.scratch_requests = 0     # deletions and creations of the scratch topic asked for
         # with added partitions: CreatePartitions now and then, racing the moves and the faults
         self.add_partitions = add_partitions
         # with reassignments: four brokers, three replicas each, moved about by the nemesis (CTL-11)
@@ -119,6 +116,7 @@ class Explorer:
                               jitter_ms=3 * self.latency_ms, seed=seed, zk_latency_ms=1, zk_failure_delay_ms=3000,
                               **broker_config)
         self.sim.on_log = self._on_log
+        self.scratch = ScratchTopic(self.sim, self.replication_factor, config.topic, self.note) if recreate else None
         self.history = History()
         self.invariants = Invariants(self.sim, TOPIC, partitions, checked_acks=config.checked_acks,
                                      no_duplicates=config.name in ("safe", "txn"), compacted=config.compacted)
@@ -163,7 +161,8 @@ class Explorer:
                 final = self._end_transactions()
             self.sim.after_event = None
             lost = self.invariants.final_check(self.history)
-            self._check_scratch_replicas()
+            if self.scratch is not None:
+                self.scratch.check(lambda topic: self._assignment(topic)[0], self._describe)
             if self.txn_checker is not None:
                 self.more_invariants[0].final_check(History())
                 self.txn_checker.final_check(final, {tp: self._leader_log(tp) for tp in final.views})
@@ -203,16 +202,13 @@ class Explorer:
         body = {"topics": [{"name": topic, "num_partitions": self.partitions, "replication_factor": self.replication_factor,
                             "assignments": [], "configs": configs} for topic in self.topics],
                 "timeout": 1000, "validate_only": False}
-        if self.recreate:
-            body["topics"].append(self._scratch_topic())
+        if self.scratch is not None:
+            body["topics"].append(self.scratch.creatable())
         resp = sim.call(sim.controller_id, ApiKey.CREATE_TOPICS, 5, body, "admin")
         assert all(t.error_code == ErrorCode.none for t in resp.topics), resp
         sim.advance(100)
-        for index in range(SCRATCH_PARTITIONS if self.recreate else 0):
-            writer = Firehose(sim, History(), f"s{index}", SCRATCH, index, random.Random(self.rng.random()),
-                              interval_ms=100)
-            self.scratch_writers.append(writer)
-            writer.start()
+        if self.scratch is not None:
+            self.scratch.start_writers(self.rng)
         if self.config.transactions:
             self._setup_transactions()
             return
@@ -326,7 +322,7 @@ class Explorer:
             self._add_partition()
             return
         if kind == "recreate":
-            self._recreate_scratch()
+            self.scratch.recreate()
             return
         if kind == "flaky-zk":
             target = rng.choice(ids)
@@ -420,57 +416,9 @@ class Explorer:
                 "validate_only": False}
         sim.request(controller, ApiKey.CREATE_PARTITIONS, 1, body, "admin")
 
-    def _scratch_topic(self) -> dict:
-        """Never compacted: each replica's cleaner would rewrite its log in its own time."""
-        return {"name": SCRATCH, "num_partitions": SCRATCH_PARTITIONS, "replication_factor": self.replication_factor,
-                "assignments": [], "configs": [{"name": k, "value": v} for k, v in self.config.topic
-                                               if k != "cleanup.policy"]}
-
-    def _recreate_scratch(self) -> None:
-        """Delete the scratch topic, or create it again if it is gone; the answer is not awaited
-        (a refusal, such as too few live brokers for its replicas, is part of the run)."""
-        sim = self.sim
-        controller = sim.controller_id
-        if controller < 0 or sim.brokers[controller].core is None:
-            return
-        self.scratch_requests += 1
-        if self._exists(SCRATCH):
-            self.note(f"nemesis: delete topic {SCRATCH}")
-            sim.request(controller, ApiKey.DELETE_TOPICS, 4, {"topic_names": [SCRATCH], "timeout_ms": 30000}, "admin")
-        else:
-            self.note(f"nemesis: create topic {SCRATCH} again")
-            sim.request(controller, ApiKey.CREATE_TOPICS, 5, {"topics": [self._scratch_topic()], "timeout": 30000,
-                                                              "validate_only": False}, "admin")
-
-    def _exists(self, topic: str) -> bool:
-        [res] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(topic))])
-        return res.data is not None
-
     def _checked_topics(self) -> list[str]:
         """The topics the final checks look at: the scratch topic only if it exists then."""
-        return self.topics + ([SCRATCH] if self.recreate and self._exists(SCRATCH) else [])
-
-    def _check_scratch_replicas(self) -> None:
-        """Every replica of the scratch topic (if it exists) holds exactly its leader's log: none
-        keeps records of an earlier topic of that name. If it is deleted, no broker still serves it."""
-        if not self.recreate:
-            return
-        if not self._exists(SCRATCH):
-            ghosts = sorted(b for b, node in self.sim.brokers.items() if node.core is not None and (
-                SCRATCH in node.core.metadata.topics or any(k[0] == SCRATCH for k in node.core.partitions)))
-            if ghosts:
-                raise Violation("a deleted topic is gone", f"brokers {ghosts} still hold topic {SCRATCH}, "
-                                "deleted in ZooKeeper", self.sim.now)
-            return
-        assignment, _ = self._assignment(SCRATCH)
-        for index in sorted(assignment):
-            leader = self.sim.state(SCRATCH, index).leader
-            expected = self.sim.log_bytes(leader, SCRATCH, index)
-            for broker in assignment[index]:
-                if self.sim.log_bytes(broker, SCRATCH, index) != expected:
-                    raise Violation("the replicas of a topic made again agree",
-                                    f"{SCRATCH}-{index} on broker {broker} differs from its leader {leader}'s "
-                                    f"log: " + self._describe(), self.sim.now)
+        return self.topics + ([SCRATCH] if self.scratch is not None and exists(self.sim, SCRATCH) else [])
 
     def _check_partition_znodes(self) -> None:
         """Every partition with znodes of its own is in its topic's znode, and the other way round."""
@@ -606,8 +554,10 @@ class Explorer:
             sim.advance(100)
         self.note("converged: every ISR is full")
         self._check_partition_znodes()
-        for hose in hoses + self.scratch_writers:
+        for hose in hoses:
             hose.stopped = True
+        if self.scratch is not None:
+            self.scratch.stop_writers()
         for producer in self.producers:
             producer.stop()
         for consumer in self.consumers:
