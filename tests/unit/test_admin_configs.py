@@ -415,3 +415,14 @@ def test_a_config_notification_whose_reads_kept_failing_is_read_once_zookeeper_a
             answer((token, paths), lost=lose)
     assert h.broker.partitions[("a", 0)].log.config.retention_ms == 1000
     assert h.broker.partitions[("b", 0)].log.config.retention_ms == 2000
+
+
+def test_a_custom_key_set_for_the_cluster_and_a_broker_is_described_for_the_cluster_as_a_default():
+    """Describing the cluster-wide default entity shows the default layer only, even when the
+    broker's own layer holds the same entries (the layers were told apart by value)."""
+    h = Harness()
+    assert alter(h, BROKER, "", [("my.custom.key", SET, "x")]).error_code == ErrorCode.none
+    assert alter(h, BROKER, "1", [("my.custom.key", SET, "x")]).error_code == ErrorCode.none
+    notify(h)
+    entry = describe(h, BROKER, "")["my.custom.key"]
+    assert entry.config_source == 3 and [(s.name, s.source) for s in entry.synonyms] == [("my.custom.key", 3)]

@@ -160,3 +160,31 @@ def test_a_deletion_in_update_metadata_naming_another_topic_id_leaves_the_topic(
     assert "s" in h.broker.metadata.topics
     deletion(h.broker.metadata.topics["s"].topic_id)
     assert "s" not in h.broker.metadata.topics
+
+
+def test_update_metadata_v7_stop_replica_v3_and_controlled_shutdown_v3_bytes_follow_kafkas_layouts():
+    """Field order and encodings of Kafka's UpdateMetadataRequest v7, StopReplicaRequest v3 and
+    ControlledShutdownRequest v3 (all flexible)."""
+    update = {"controller_id": 1, "controller_epoch": 2, "broker_epoch": 3, "topic_states": [
+        {"topic_name": "t", "topic_id": TOPIC_ID, "partition_states": [
+            {"partition_index": 0, "controller_epoch": 2, "leader": 1, "leader_epoch": 4, "isr": [1],
+             "zk_version": 5, "replicas": [1], "offline_replicas": []}]}],
+        "live_brokers": [{"id": 1, "endpoints": [{"port": 9092, "host": "h", "listener": "PLAINTEXT",
+                                                  "security_protocol": 0}], "rack": None}]}
+    assert control.encode_request(control.UPDATE_METADATA, 7, "c", update) == (
+        struct.pack(">hhih", 6, 7, 7, 1) + b"c" + b"\0" + struct.pack(">iiq", 1, 2, 3)
+        + b"\2" + b"\2t" + TOPIC_ID.bytes + b"\2" + struct.pack(">iiii", 0, 2, 1, 4) + b"\2" + struct.pack(">i", 1)
+        + struct.pack(">i", 5) + b"\2" + struct.pack(">i", 1) + b"\1" + b"\0" + b"\0"
+        + b"\2" + struct.pack(">i", 1) + b"\2" + struct.pack(">i", 9092) + b"\2h" + b"\x0aPLAINTEXT"
+        + struct.pack(">h", 0) + b"\0" + b"\0" + b"\0" + b"\0")
+    stop = {"controller_id": 1, "controller_epoch": 2, "broker_epoch": 3, "topic_states": [
+        {"topic_name": "t", "partition_states": [{"partition_index": 0, "leader_epoch": 4, "delete_partition": True}]}]}
+    assert control.encode_request(control.STOP_REPLICA, 7, "c", stop) == (
+        struct.pack(">hhih", 5, 3, 7, 1) + b"c" + b"\0" + struct.pack(">iiq", 1, 2, 3)
+        + b"\2" + b"\2t" + b"\2" + struct.pack(">ii?", 0, 4, True) + b"\0" + b"\0" + b"\0")
+    shutdown = {"broker_id": 2, "broker_epoch": 9}
+    assert control.encode_request(control.CONTROLLED_SHUTDOWN, 7, "c", shutdown) == (
+        struct.pack(">hhih", 7, 3, 7, 1) + b"c" + b"\0" + struct.pack(">iq", 2, 9) + b"\0")
+    answer = {"error_code": 0, "remaining_partitions": [{"topic_name": "t", "partition_index": 1}]}
+    assert control.encode_response(control.CONTROLLED_SHUTDOWN, 7, answer) == (
+        struct.pack(">i", 7) + b"\0" + struct.pack(">h", 0) + b"\2" + b"\2t" + struct.pack(">i", 1) + b"\0" + b"\0")

@@ -195,3 +195,90 @@ def test_a_broker_whose_session_was_lost_through_a_deletion_forgets_the_topic():
     assert "t" not in c.brokers[3].core.metadata.topics and c.partition(3, "t") is None
     assert ("t", 0) not in c.brokers[3].core.logs.logs
     assert any(line == "3 Topic t was deleted while this broker's ZooKeeper session was lost" for line in logs), logs
+
+
+def test_a_moves_stop_replica_retried_after_the_topic_was_made_again_leaves_the_new_replica():
+    """A move takes r-0 off broker 3 while the controller cannot reach it: its StopReplica
+    (delete, the old topic's leader epoch) waits for a retry. The topic is deleted, the link heals
+    and the topic is made again with broker 3 leading: the new topic's epochs start at 0 again, so
+    the epoch did not fence the retry, and broker 3 deleted the new leader's log (the partition
+    had no leader for good). A retry now leaves out a topic made again (another topic id)."""
+    from tests.unit.test_reassignment_sim import FAST, ongoing, reassign
+
+    c = SimCluster((1, 2, 3, 4), latency_ms=1, **FAST)
+    create(c, "r", [1, 2, 3], min_isr=2)
+    for i in range(5):
+        assert produce(c, 1, "r", [b"v%d" % i]).error_code == ErrorCode.none
+    c.cut_link(1, 3)
+    assert reassign(c, "r", [1, 2, 4]).error_code == ErrorCode.none
+    deadline = c.now + 20_000
+    while ongoing(c) and c.now < deadline:
+        c.advance(10)
+    assert ongoing(c) == {}
+    delete(c, "r")
+    c.advance(2050)                 # the StopReplica to broker 3 timed out; its retry comes in 1 s
+    c.heal_link(1, 3)
+    c.advance(50)
+    create(c, "r", [3, 1, 2], min_isr=2)
+    new = [b"new%d" % i for i in range(3)]
+    for value in new:
+        assert produce(c, 3, "r", [value], within_ms=5000).error_code == ErrorCode.none
+    c.advance(5000)
+    assert c.state("r").leader == 3 and c.partition(3, "r") is not None
+    assert values_on(c, 3, "r") == values_on(c, 1, "r") == new
+    assert produce(c, 3, "r", [b"later"], within_ms=5000).error_code == ErrorCode.none
+
+
+def test_a_move_write_queued_before_a_deletion_does_not_write_over_the_topic_made_again():
+    """Two moves of topic t: the first's topic znode write waits for ZooKeeper's answer, the second
+    waits its turn behind it. The topic is deleted and made again meanwhile: the second write,
+    planned from the deleted topic, wrote its assignment and id over the new topic's znode. The
+    deletion now waits its turn among the topic's writes, and a write whose topic is gone is
+    answered UNKNOWN_TOPIC_OR_PARTITION."""
+    from strandline.coordination import znodes as zn
+    from strandline.coordination.store import SetData
+    from tests.unit.test_reassignment_sim import FAST, ongoing, stored
+
+    c = SimCluster((1, 2, 3, 4), latency_ms=1, **FAST)
+    create(c, "t", [1, 2], partitions=2)
+    delayed: list[bool] = []
+
+    def fault(broker, ops):
+        if not delayed and any(isinstance(op, SetData) and op.path == zn.TopicZNode.path("t") for op in ops):
+            delayed.append(True)
+            return ("reply-delayed", 5000)
+        return None
+    c.zk_fault = fault
+
+    def move(index, replicas):
+        return {"timeout": 30000, "topics": [{"name": "t", "partitions": [
+            {"partition_index": index, "replicas": replicas}]}]}
+    c.request(c.controller_id, 45, 0, move(0, [2, 3]), "admin")
+    c.advance(20)
+    c.request(c.controller_id, 45, 0, move(1, [3, 4]), "admin")       # queued behind the first write
+    c.advance(20)
+    c.call(c.controller_id, 20, 4, {"topic_names": ["t"], "timeout_ms": 30000}, "deleter", within_ms=10_000)
+    create(c, "t", [1, 2], partitions=2)
+    new_id = c.brokers[c.controller_id].core.controller.ctx.topics["t"].topic_id
+    c.advance(10_000)
+    znode = stored(c, "t")
+    assert znode.topic_id == new_id and dict(znode.partitions) == {0: (1, 2), 1: (1, 2)}
+    assert ongoing(c) == {}
+
+
+def test_two_deletions_of_a_topic_at_once_both_answered_and_no_record_left():
+    """Two DeleteTopics of t at once: the second waits for the first's deletion; both are answered,
+    and the deletion's record under /admin/delete_topics goes once every broker heard of it."""
+    from strandline.coordination import znodes as zn
+    from tests.unit.test_reassignment_sim import FAST
+
+    c = SimCluster((1, 2, 3), latency_ms=1, **FAST)
+    create(c, "t", [1, 2, 3])
+    body = {"topic_names": ["t"], "timeout_ms": 5000}
+    c.request(c.controller_id, 20, 4, body, "admin-a")
+    c.request(c.controller_id, 20, 4, body, "admin-b")
+    c.advance(5000)
+    for client in ("admin-a", "admin-b"):
+        assert c.response(c.controller_id, 20, 4, client).responses[0].error_code == ErrorCode.none
+    assert zn.TopicZNode.path("t") not in c.zk.nodes
+    assert zn.DeleteTopicsTopicZNode.path("t") not in c.zk.nodes

@@ -171,10 +171,14 @@ class Broker:
                                                              "won the controller election while starting"))
         return effects + self.apis.metadata_loaded(now_ms)
 
-    def on_registered(self, broker_epoch: int) -> None:
+    def on_registered(self, broker_epoch: int, now_ms: int = 0) -> list:
         """The shell (re)registered this broker in ZooKeeper: control requests addressed to an
-        earlier registration are refused from now on (STALE_BROKER_EPOCH)."""
+        earlier registration are refused from now on (STALE_BROKER_EPOCH). Registered again after
+        its session was lost, it looks for topics deleted meanwhile (the controller told only the
+        brokers registered then): read once registered, no deletion can fall between the two."""
+        again = self.broker_epoch >= 0 and broker_epoch != self.broker_epoch
         self.broker_epoch = broker_epoch
+        return self.replica_manager.forget_deleted_topics(now_ms) if again else []
 
     def begin_controlled_shutdown(self, now_ms: int) -> list:
         """Ask the controller to move this broker's leaderships away before it stops;
@@ -223,7 +227,7 @@ class Broker:
         return self.controller.on_controller_changed(controller_id, now_ms)
 
     def on_session_lost(self, now_ms: int) -> list:
-        return self.controller.on_session_lost(now_ms) + self.replica_manager.forget_deleted_topics(now_ms)
+        return self.controller.on_session_lost(now_ms)
 
     def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int,
                            listing: int | None = None) -> list:

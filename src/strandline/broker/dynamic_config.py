@@ -184,7 +184,8 @@ def describe_broker(config: BrokerConfig, per_broker: bool, keys: Any, include_s
         if spec is None:
             synonyms = [{"name": name, "value": None, "source": int(source)} for layer, source in (
                 (config.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
-                (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)) if layer in layers and name in layer]
+                (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+                if any(layer is shown for shown in layers) and name in layer]
             entries.append(_entry(name, None, synonyms, True, 0, "", include_synonyms, include_docs, sensitive=True))
             continue
         synonyms = _synonyms(config, name, broker_synonyms(name))

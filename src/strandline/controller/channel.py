@@ -73,13 +73,16 @@ class ControllerChannel:
         """StopReplica v3 for ``parts``, each with the leader epoch the controller knows (KIP-570),
         or -2 for a topic being deleted."""
         by_topic: dict[str, list] = {}
+        ids: dict[str, uuid.UUID | None] = {}
         for name, index in parts:
             topic = ctx.topics.get(name)
             state = topic.states.get(index) if topic is not None else None
+            ids[name] = topic.topic_id if topic is not None else None
             epoch = control.EPOCH_DURING_DELETE if deleting_topic else state.leader_epoch if state is not None else -1
             by_topic.setdefault(name, []).append(
                 {"partition_index": index, "leader_epoch": epoch, "delete_partition": delete})
-        return {**self.header(ctx), "topic_states": [{"topic_name": n, "partition_states": p}
+        # the topic id is not sent (StopReplica has none): a retry checks it (_resend)
+        return {**self.header(ctx), "topic_states": [{"topic_name": n, "topic_id": ids[n], "partition_states": p}
                                                      for n, p in by_topic.items()]}
 
     def update_metadata_body(self, ctx: ControllerContext, parts: list[tuple[TopicMetadata, int]],
@@ -136,15 +139,20 @@ class ControllerChannel:
 
     def _resend(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int,
                 done: Callable[[int], list] | None = None) -> list:
-        """Send again a request that got no answer, without what a topic's deletion said of a topic
-        made again since under that name: sent late, after the new topic's LeaderAndIsr, it would
-        delete the new topic's replica (StopReplica) or drop it from the broker's metadata."""
-        def deleted(ps: dict) -> bool:
+        """Send again a request that got no answer, without what no longer holds: what a topic's
+        deletion said of a topic made again since under that name, and what it said of a topic
+        since deleted or made again (another topic id). Sent late, after the newer topic's
+        LeaderAndIsr, such a StopReplica would delete the newer topic's replica (StopReplica names
+        no topic id), an UpdateMetadata would drop it from the broker's metadata."""
+        def deletion(ps: dict) -> bool:
             return ps.get("leader_epoch") == control.EPOCH_DURING_DELETE if api_key == control.STOP_REPLICA \
                 else ps.get("leader") == LEADER_DURING_DELETE
         topic_states = []
         for ts in body.get("topic_states", ()):
-            kept = [ps for ps in ts["partition_states"] if not (ts["topic_name"] in ctx.topics and deleted(ps))]
+            current = ctx.topics.get(ts["topic_name"])
+            named = ts.get("topic_id")
+            same = current is not None and (named is None or not named.int or current.topic_id == named)
+            kept = [ps for ps in ts["partition_states"] if (current is None if deletion(ps) else same)]
             if kept:
                 topic_states.append({**ts, "partition_states": kept})
         if api_key == control.STOP_REPLICA and not topic_states:

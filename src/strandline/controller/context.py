@@ -47,6 +47,8 @@ class ControllerContext:
     #: writes of topic znodes, one at a time per topic (each written from the state then current)
     topic_writes: dict[str, collections.deque] = field(default_factory=dict)
     topic_writing: set[str] = field(default_factory=set)
+    #: topics being deleted, and what each deletion asked for waits for (controller.deletion)
+    deleting: dict[str, list[TopicCreated]] = field(default_factory=dict)
     #: the moves /admin/reassign_partitions asks for, removed from it as each is done
     zk_requested: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
 

@@ -45,21 +45,34 @@ class TopicDeletions:
         topic = ctx.topics.get(name)
         if topic is None:
             return done(ErrorCode.unknown_topic_or_partition, None, now_ms)
+        if name in ctx.deleting:                # another request's deletion of it is under way
+            ctx.deleting[name].append(done)
+            return []
+        ctx.deleting[name] = [done]
         topic_id, partitions = topic.topic_id, max(topic.assignment, default=-1) + 1
+
+        def finish(error: ErrorCode, message: str | None, when_ms: int) -> list:
+            effects: list = []
+            for waiting in ctx.deleting.pop(name, ()):
+                effects += waiting(error, message, when_ms)
+            return effects
 
         def recorded(when_ms: int, version: int) -> list:
             def removed(at_ms: int) -> list:
-                if ctx.topics.get(name) is not topic:        # deleted meanwhile by a request like this one
-                    return done(ErrorCode.none, None, at_ms)
                 del ctx.topics[name]
                 for key in [k for k in ctx.reassigning if k[0] == name]:
                     del ctx.reassigning[key]
                 effects = [Log("info", f"Deleted topic {name}")]
                 return effects + self._tell_brokers(ctx, name, topic_id, partitions, version, at_ms) + \
-                    done(ErrorCode.none, None, at_ms)
-            return self._remove_znodes(ctx, name, removed, done, when_ms)
+                    finish(ErrorCode.none, None, at_ms) + ctx.topic_write_done(name, at_ms)
 
-        return self._record(ctx, name, _RECORD.encode(topic_id, partitions), recorded, done, now_ms)
+            def failed(error: ErrorCode, message: str | None, at_ms: int) -> list:
+                return finish(error, message, at_ms) + ctx.topic_write_done(name, at_ms)
+
+            # in its turn among the writes of the topic's znode (a move's, a CreatePartitions)
+            return ctx.queue_topic_write(name, lambda t: self._remove_znodes(ctx, name, removed, failed, t), when_ms)
+
+        return self._record(ctx, name, _RECORD.encode(topic_id, partitions), recorded, finish, now_ms)
 
     def resume(self, ctx: ControllerContext, now_ms: int) -> list:
         """On taking office: carry on every deletion recorded under ``/admin/delete_topics``."""

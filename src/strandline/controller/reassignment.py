@@ -130,6 +130,8 @@ class PartitionReassignments:
         removing = tuple(r for r in replicas if r not in target)
 
         def written(when_ms: int) -> list:
+            if ctx.topics.get(key[0]) is not topic:  # deleted meanwhile (perhaps made again)
+                return done(ErrorCode.unknown_topic_or_partition, f"The topic '{key[0]}' was deleted", when_ms)
             ctx.reassigning[key] = (target, origin)
             effects: list = [Log("info", f"Reassigning {key[0]}-{index}: {list(origin)} -> {list(target)} "
                                          f"(adding {list(adding)}, removing {list(removing)})")]
@@ -344,6 +346,9 @@ class PartitionReassignments:
         def write(at_ms: int) -> list:
             if not controller.in_office(ctx):
                 return failed(ErrorCode.not_controller, "This broker is no longer the controller", at_ms) + \
+                    ctx.topic_write_done(name, at_ms)
+            if ctx.topics.get(name) is not topic:    # deleted while this write waited (perhaps made again)
+                return failed(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' was deleted", at_ms) + \
                     ctx.topic_write_done(name, at_ms)
             # a partition whose move is ending keeps the replicas recorded for it until that end
             # is written: its narrowed assignment is the controller's alone until then

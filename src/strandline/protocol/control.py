@@ -6,9 +6,8 @@ port. The kio schemas are generated from Kafka 4.x, which dropped them, so they 
 by hand in Kafka 2.8/3.x's layouts: LeaderAndIsr v5 and UpdateMetadata v7 (with topic ids: a
 broker tells a topic from an earlier, deleted topic of the same name) and StopReplica v3 (with each
 partition's leader epoch, KIP-570: one retried late does not stop a replica a newer epoch gave the
-broker back), all flexible (the v2 request header and v1 response header, compact strings and
-arrays, empty tagged fields); ControlledShutdown v3 is not (the v1 request header, v0 response
-header). Only Strandline's controller sends them; a broker answers other
+broker back), and ControlledShutdown v3, all flexible (the v2 request header and v1 response
+header, compact strings and arrays, empty tagged fields). Only Strandline's controller sends them; a broker answers other
 versions with an error, never by guessing.
 
 A schema is a tuple of fields; a field is ``(name, type)`` where type is one of ``int8``,
@@ -82,7 +81,7 @@ SCHEMAS: dict[int, tuple[int, tuple, tuple]] = {
     CONTROLLED_SHUTDOWN: (3, CONTROLLED_SHUTDOWN_REQUEST, CONTROLLED_SHUTDOWN_RESPONSE),
 }
 #: the APIs whose version here is flexible (KIP-482)
-FLEXIBLE = frozenset({LEADER_AND_ISR, UPDATE_METADATA, STOP_REPLICA})
+FLEXIBLE = frozenset({LEADER_AND_ISR, UPDATE_METADATA, STOP_REPLICA, CONTROLLED_SHUTDOWN})
 NAMES = {LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica", UPDATE_METADATA: "UpdateMetadata",
          CONTROLLED_SHUTDOWN: "ControlledShutdown"}
 

@@ -166,10 +166,11 @@ class ControllerRequests:
         return effects + self._stale_logs_deleted(), leader_and_isr_answer(body, errors)
 
     def forget_deleted_topics(self, now_ms: int) -> list:
-        """After this broker's ZooKeeper session was lost: it may have missed a topic's deletion
-        (the controller tells the brokers registered then). The topics it knows that ZooKeeper no
-        longer has are dropped from its metadata and their replicas deleted, as the StopReplica and
-        UpdateMetadata it missed would have; one it learned of since the read was sent is left."""
+        """Registered again after this broker's ZooKeeper session was lost: it may have missed a
+        topic's deletion (the controller tells the brokers registered then). The topics it knows
+        that ZooKeeper no longer has are dropped from its metadata and their replicas deleted, as
+        the StopReplica and UpdateMetadata it missed would have; one it learned of since the read
+        was sent is left."""
         known = dict(self.metadata.topics)
 
         def on_children(results: list, when_ms: int) -> list:

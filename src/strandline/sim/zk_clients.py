@@ -237,7 +237,7 @@ class SimZkClients:
         [created] = self.sim.zk.execute([Create(path, znodes.BrokerIdZNode.encode(node.id, adv.host, adv.port, None,
                                                                               self.sim.now), ephemeral=True)], node.session)
         if created.error is ZkError.NONE and node.core is not None:
-            node.core.on_registered(self.sim.zk.czxid[path])
+            self.sim._apply(node, node.core.on_registered(self.sim.zk.czxid[path], self.sim._at(node)))
 
     def report_brokers(self, core: Broker, now_ms: int) -> list:
         """What a shell's ``/brokers/ids`` watch hands its core: the live brokers read now."""
