@@ -314,6 +314,17 @@ def test_ctl_11_a_move_zookeeper_recorded_without_answering_is_read_back_before_
     assert stored(c, "w").partitions == {0: (2, 3)} and not stored(c, "w").adding_replicas
 
 
+def move_r_0_off_broker_3_while_the_controller_cannot_reach_it(c: SimCluster) -> None:
+    """Move r-0 from [1, 2, 3] to [1, 2, 4] with the link from the controller (1) to broker 3 cut:
+    the move ends, and its StopReplica to broker 3 waits for an answer."""
+    c.cut_link(1, 3)
+    assert reassign(c, "r", [1, 2, 4]).error_code == ErrorCode.none
+    deadline = c.now + 20_000
+    while ongoing(c) and c.now < deadline:
+        c.advance(10)
+    assert ongoing(c) == {}
+
+
 def test_ctl_11_a_stop_replica_retried_after_the_replica_moved_back_does_not_delete_it():
     """KIP-570. A move takes partition r-0 off broker 3 while the controller cannot reach it: the
     StopReplica (delete) times out and waits for its retry. The link heals and a second move gives
@@ -327,12 +338,7 @@ def test_ctl_11_a_stop_replica_retried_after_the_replica_moved_back_does_not_del
     written = [b"v%d" % i for i in range(5)]
     for value in written:
         assert produce(c, 1, "r", [value]).error_code == ErrorCode.none
-    c.cut_link(1, 3)
-    assert reassign(c, "r", [1, 2, 4]).error_code == ErrorCode.none
-    deadline = c.now + 20_000
-    while ongoing(c) and c.now < deadline:
-        c.advance(10)
-    assert ongoing(c) == {}
+    move_r_0_off_broker_3_while_the_controller_cannot_reach_it(c)
     c.advance(2050)                 # the StopReplica to broker 3 timed out; its retry comes in 1 s
     c.heal_link(1, 3)
     c.advance(50)

@@ -203,18 +203,13 @@ def test_a_moves_stop_replica_retried_after_the_topic_was_made_again_leaves_the_
     and the topic is made again with broker 3 leading: the new topic's epochs start at 0 again, so
     the epoch did not fence the retry, and broker 3 deleted the new leader's log (the partition
     had no leader for good). A retry now leaves out a topic made again (another topic id)."""
-    from tests.unit.test_reassignment_sim import FAST, ongoing, reassign
+    from tests.unit.test_reassignment_sim import FAST, move_r_0_off_broker_3_while_the_controller_cannot_reach_it
 
     c = SimCluster((1, 2, 3, 4), latency_ms=1, **FAST)
     create(c, "r", [1, 2, 3], min_isr=2)
     for i in range(5):
         assert produce(c, 1, "r", [b"v%d" % i]).error_code == ErrorCode.none
-    c.cut_link(1, 3)
-    assert reassign(c, "r", [1, 2, 4]).error_code == ErrorCode.none
-    deadline = c.now + 20_000
-    while ongoing(c) and c.now < deadline:
-        c.advance(10)
-    assert ongoing(c) == {}
+    move_r_0_off_broker_3_while_the_controller_cannot_reach_it(c)
     delete(c, "r")
     c.advance(2050)                 # the StopReplica to broker 3 timed out; its retry comes in 1 s
     c.heal_link(1, 3)

@@ -59,7 +59,7 @@ class TopicDeletions:
 
         def recorded(when_ms: int, version: int) -> list:
             def removed(at_ms: int) -> list:
-                del ctx.topics[name]
+                ctx.topics.pop(name, None)
                 for key in [k for k in ctx.reassigning if k[0] == name]:
                     del ctx.reassigning[key]
                 effects = [Log("info", f"Deleted topic {name}")]

@@ -98,9 +98,13 @@ class ControllerRequests:
         """Topics as the controller knows them (its own requests to this broker): their
         assignment, id and configs, as :meth:`MetadataCache.load_topics` would read them."""
         for topic in topics:
-            if topic.name not in self.metadata.topics:
-                self.metadata.topics[topic.name] = TopicMetadata(topic.name, topic.topic_id, dict(topic.assignment),
-                                                                 {}, dict(topic.configs))
+            known = self.metadata.topics.get(topic.name)
+            if known is not None and known.topic_id.int and known.topic_id != topic.topic_id:
+                self.recreated.add(topic.name)     # an earlier topic of that name (topic_ids)
+            elif known is not None:
+                continue
+            self.metadata.topics[topic.name] = TopicMetadata(topic.name, topic.topic_id, dict(topic.assignment),
+                                                             {}, dict(topic.configs))
 
     def update_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
         """A topic's overrides changed: the metadata cache and its local logs take them now."""
