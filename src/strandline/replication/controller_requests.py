@@ -190,10 +190,7 @@ class ControllerRequests:
                 self.topic_stats.remove_topic(name)
                 effects.append(Log("info", f"Topic {name} was deleted while this broker's ZooKeeper session was lost"))
                 local = [i for (n, i) in self.partitions if n == name]
-                if local:
-                    effects += self.stop_replicas({"topic_states": [{"topic_name": name, "partition_states": [
-                        {"partition_index": i, "leader_epoch": control.EPOCH_DURING_DELETE, "delete_partition": True}
-                        for i in local]}]}, when_ms)[0]
+                effects += self._delete_replicas(name, local, when_ms)
             return effects
 
         return [self.outbox.zk([GetChildren(znodes.TopicsZNode.path())], on_children)]
@@ -209,9 +206,15 @@ class ControllerRequests:
         stale = [i for (n, i), p in self.partitions.items() if n == topic.name and stale_log(p.log.topic_id, topic)]
         self.deleted_stale += [f"{topic.name}-{i} (topic id {self.partitions[(topic.name, i)].log.topic_id}, now "
                                f"{topic.topic_id})" for i in stale]
-        return self.stop_replicas({"topic_states": [{"topic_name": topic.name, "partition_states": [
+        return self._delete_replicas(topic.name, stale, now_ms)
+
+    def _delete_replicas(self, name: str, indexes: list[int], now_ms: int) -> list:
+        """Stop and delete the local replicas ``indexes`` of topic ``name``, as a topic's deletion does."""
+        if not indexes:
+            return []
+        return self.stop_replicas({"topic_states": [{"topic_name": name, "partition_states": [
             {"partition_index": i, "leader_epoch": control.EPOCH_DURING_DELETE, "delete_partition": True}
-            for i in stale]}]}, now_ms)[0] if stale else []
+            for i in indexes]}]}, now_ms)[0]
 
     def _leadership_changed(self, partition: Partition, leader: bool, now_ms: int) -> list:
         effects: list = []
