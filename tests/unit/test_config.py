@@ -98,3 +98,13 @@ group.initial.rebalance.delay.ms=0
     assert c["security.inter.broker.protocol"] == "PLAINTEXT"
     with pytest.raises(ConfigError, match="security.inter.broker.protocol"):
         cfg(**{"security.inter.broker.protocol": "SSL"})
+
+
+def test_replica_selector_class_takes_kafkas_rack_aware_selector_or_none():
+    base = {"broker.id": "1", "zookeeper.connect": "x:1"}
+    assert BrokerConfig.from_properties(base)["replica.selector.class"] is None
+    rack_aware = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+    assert BrokerConfig.from_properties({**base, "replica.selector.class": rack_aware})[
+        "replica.selector.class"] == rack_aware
+    with pytest.raises(ConfigError, match="replica.selector.class.*RackAwareReplicaSelector"):
+        BrokerConfig.from_properties({**base, "replica.selector.class": "com.example.NearestReplica"})

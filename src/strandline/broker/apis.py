@@ -397,7 +397,8 @@ class KafkaApis:
             return [self._fetch_response(conn_id, header, topics, context)]
 
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
-                                            context.wanted, respond, now_ms, context.session_keys)
+                                            context.wanted, respond, now_ms, context.session_keys,
+                                            _client_rack(header, request))
 
     def _fetch_allowed(self, conn_id: int, replica_id: int, wanted: list) -> tuple[list, list[tuple[str, int]]]:
         """Split a fetch's partitions into those the client may fetch and those it may not: a
@@ -481,7 +482,8 @@ class KafkaApis:
             return [self._fetch_response(conn_id, header, by_id, context)]
 
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
-                                            context.wanted, respond, now_ms, context.session_keys)
+                                            context.wanted, respond, now_ms, context.session_keys,
+                                            _client_rack(header, request))
 
     def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list, context: FetchContext) -> Send:
         body = {"throttle_time": 0, "error_code": context.error, "session_id": context.session_id,
@@ -548,6 +550,14 @@ def _has_idempotent_batches(request: Any) -> bool:
                     break                   # malformed: validation refuses the batch
                 pos += 12 + length
     return False
+
+
+def _client_rack(header: RequestHeader, request: Any) -> str | None:
+    """A Fetch's client rack (KIP-392): v11+ name one, "" for none; None before v11, whose
+    consumers only leaders serve (Kafka's ``fetchOnlyFromLeader``)."""
+    if header.api_version < 11:
+        return None
+    return getattr(request, "rack_id", "") or ""
 
 
 def _fetch_denied(denied: list[tuple[str, int]]) -> list[dict]:

@@ -77,6 +77,16 @@ def _authorizer(key: str, raw: str, text: str) -> None:
                           f"{ACL_AUTHORIZERS[0]} (ACLs in ZooKeeper), or none (empty)")
 
 
+#: ``replica.selector.class`` values Strandline serves (KIP-392): Kafka's rack-aware selector
+REPLICA_SELECTORS = ("org.apache.kafka.common.replica.RackAwareReplicaSelector",)
+
+
+def _replica_selector(key: str, raw: str, text: str) -> None:
+    if text and text not in REPLICA_SELECTORS:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: the available selector is "
+                          f"{REPLICA_SELECTORS[0]}, or none (empty: consumers read from leaders only)")
+
+
 def _super_users(key: str, raw: str, text: str) -> None:
     for principal in (p.strip() for p in text.split(";")):
         kind, sep, name = principal.partition(":")
@@ -216,6 +226,10 @@ BROKER_KEYS: dict[str, Key] = _keys(
     Key("replica.fetch.max.bytes", "int", 1048576, lo=0),
     Key("replica.fetch.response.max.bytes", "int", 10485760, lo=0),
     Key("replica.fetch.backoff.ms", "int", 1000, lo=0),
+    Key("replica.selector.class", "string", None, validator=_replica_selector,
+        doc="Set to Kafka's RackAwareReplicaSelector, consumers that name a rack (client.rack) are sent "
+            "to a replica in it, and followers serve consumers' fetches (v11+) up to their high "
+            "watermark (KIP-392). Unset, only leaders serve consumers."),
     Key("replica.socket.timeout.ms", "int", 30000, lo=1),
     Key("controller.socket.timeout.ms", "int", 30000, lo=1),
     Key("replica.high.watermark.checkpoint.interval.ms", "long", 5000, lo=1),

@@ -71,9 +71,10 @@ class SessionPartition:
         self.last_fetched_epoch = getattr(p, "last_fetched_epoch", -1)
 
     def must_answer(self, entry: dict) -> bool:
-        """Whether an incremental answer carries this partition (records, an error, news), and
-        remember what the fetcher hears."""
+        """Whether an incremental answer carries this partition (records, an error, news, a
+        replica to read from instead), and remember what the fetcher hears."""
         news = (entry["records"] or entry["error_code"] != ErrorCode.none
+                or entry.get("preferred_read_replica", -1) >= 0
                 or entry["high_watermark"] != self.high_watermark
                 or entry["log_start_offset"] != self.leader_log_start_offset
                 or entry["last_stable_offset"] != self.last_stable_offset)

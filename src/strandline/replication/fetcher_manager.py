@@ -360,6 +360,8 @@ class ReplicaFetcherManager:
         if new_hw > partition.high_watermark:
             partition.high_watermark = new_hw
             log.producer_state.on_high_watermark_updated(new_hw)
+            if not records:
+                moved.append(key)       # consumers waiting at this follower (KIP-392) may read on
         if answer.log_start_offset > log.log_start_offset:
             log.maybe_increment_log_start_offset(min(answer.log_start_offset, log.log_end_offset))
         return []

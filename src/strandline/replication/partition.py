@@ -365,10 +365,12 @@ class Partition:
     # -- reads -------------------------------------------------------------------------------
 
     def read_records(self, fetch_offset: int, max_bytes: int, current_leader_epoch: int,
-                     *, committed_only: bool, min_one_batch: bool, stable_only: bool = False) -> ReadResult:
+                     *, committed_only: bool, min_one_batch: bool, stable_only: bool = False,
+                     leader_only: bool = True) -> ReadResult:
         """Read whole batches for a consumer (below HW; below the last stable offset when
-        ``stable_only``, read_committed) or a follower (below LEO)."""
-        if not self.is_leader:
+        ``stable_only``, read_committed) or a follower (below LEO). A follower's replica serves a
+        consumer too when not ``leader_only`` (KIP-392), below its own high watermark."""
+        if leader_only and not self.is_leader:
             return ReadResult(ErrorCode.not_leader_or_follower)
         error = self.check_leader_epoch(current_leader_epoch)
         if error is not ErrorCode.none:

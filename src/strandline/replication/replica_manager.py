@@ -29,6 +29,7 @@ from strandline.replication.log_admin import LogAdmin
 from strandline.replication.partition import FetchClock, Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
 from strandline.replication.quota import ReplicationQuota, throttled
+from strandline.replication.replica_selector import preferred_read_replica
 from strandline.replication.topic_ids import stale_log
 from strandline.replication.topic_stats import BrokerTopicStats
 
@@ -53,6 +54,8 @@ class ReplicaManager(ControllerRequests):
         self.fetch_purgatory.listener = self.journal.extend
         self.writes = LeaderWrites(config, metadata, self.partitions, self.fetch_purgatory)
         self.leader_quota = ReplicationQuota(lambda: config["leader.replication.throttled.rate"])
+        #: ``replica.selector.class`` is set: consumers may read from followers (KIP-392)
+        self.replica_selector = bool(config["replica.selector.class"])
         self.controller_epoch = 0          # the newest controller epoch this broker has heard from
         self.recreated: set[str] = set()   # topics read again for another topic id (topic_ids)
         self.deleted_stale: list[str] = []  # logs of earlier topics deleted, not reported yet
@@ -180,10 +183,15 @@ class ReplicaManager(ControllerRequests):
 
     def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                        isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int,
-                       session: FetchSession | None = None) -> list:
+                       session: FetchSession | None = None, client_rack: str | None = None) -> list:
         """Read whole batches for a consumer (below the HW) or a follower (below the LEO, REP-1);
         a fetch with too little data waits up to ``max_wait_ms`` for appends (REP-2). A follower's
         fetch also reports its progress (:meth:`_follower_fetched`).
+
+        ``client_rack``: a consumer's rack, from Fetch v11+ (None before). With
+        ``replica.selector.class`` set, such a consumer is sent to a replica in its rack
+        (:func:`preferred_read_replica`), and a follower serves it (KIP-392); unset, only leaders
+        serve consumers (CLI-2).
 
         ``session``: an incremental fetch session (``wanted`` then holds only the partitions this
         Fetch named). Only the partitions :meth:`FetchSession.keys_to_read` names are looked at; a
@@ -197,12 +205,15 @@ class ReplicaManager(ControllerRequests):
         partitions = self.partitions
         journal = self.journal
         follower = replica_id >= 0
+        from_any_replica = not follower and client_rack is not None and self.replica_selector
+        rack = client_rack if from_any_replica else ""
+        brokers = self.metadata.brokers
 
         def read(keyed: Iterable, at_ms: int, arrival: bool, unquiet: list | None) -> tuple[list, int, bool]:
             """Read ``keyed`` ((key, name, partition request) in order); in a session, those quiet
             are left out, and the others' keys go to ``unquiet``."""
             total = 0
-            errors = False
+            urgent = False      # an error or a preferred read replica: answered at once
             served.clear()
             budget = max_bytes
             by_topic: dict[str, list] = {}
@@ -229,7 +240,14 @@ class ReplicaManager(ControllerRequests):
                          "preferred_read_replica": -1, "records": b""}
                 if partition is None:
                     entry["error_code"] = self.not_served(name, p.partition)
-                    errors = errors or not arriving
+                    urgent = urgent or not arriving
+                elif rack and partition.is_leader and (elsewhere := preferred_read_replica(
+                        partition, p.fetch_offset, rack, brokers, at_ms)) >= 0:
+                    # the consumer reads from a replica in its rack: no records, the leader's offsets
+                    entry.update(preferred_read_replica=elsewhere, high_watermark=partition.high_watermark,
+                                 last_stable_offset=partition.last_stable_offset(),
+                                 log_start_offset=partition.log.log_start_offset)
+                    urgent = True
                 else:
                     # an out-of-sync follower of a throttled replica gets no data while over the rate
                     throttle = follower and replica_id not in partition.isr and self._throttled(
@@ -238,11 +256,11 @@ class ReplicaManager(ControllerRequests):
                     result = partition.read_records(
                         p.fetch_offset, limit, getattr(p, "current_leader_epoch", -1),
                         committed_only=committed_only, min_one_batch=total == 0 and limit > 0,
-                        stable_only=read_committed)
+                        stable_only=read_committed, leader_only=not from_any_replica)
                     if throttle:
                         quota.record(len(result.records), at_ms)
                     entry["error_code"] = result.error
-                    errors = errors or (result.error is not ErrorCode.none and not arriving)
+                    urgent = urgent or (result.error is not ErrorCode.none and not arriving)
                     if result.error is ErrorCode.none:
                         served.append((name, p))
                     entry["high_watermark"] = result.high_watermark
@@ -263,13 +281,13 @@ class ReplicaManager(ControllerRequests):
                     order.append(name)
                 by_topic[name].append(entry)
             topics = [{"topic": name, "partitions": by_topic[name]} for name in order]
-            return topics, total, errors
+            return topics, total, urgent
 
         seen = self.state_changes           # before the arrival's scan: what changes after it counts
         if session is None:
             def everything() -> Iterable:
                 return (((name, p.partition), name, p) for name, p in wanted)
-            topics, total, errors = read(everything(), now_ms, True, None)
+            topics, total, urgent = read(everything(), now_ms, True, None)
             waits = bool(wanted)
         else:
             parts = session.partitions
@@ -286,7 +304,7 @@ class ReplicaManager(ControllerRequests):
                                         ((name, p.partition) for name, p in wanted))
             position, epoch = journal.position, journal.epoch     # what changes from here on counts next time
             unquiet: list = []
-            topics, total, errors = read(((key, key[0], parts[key]) for key in keys if key in parts), now_ms,
+            topics, total, urgent = read(((key, key[0], parts[key]) for key in keys if key in parts), now_ms,
                                          True, unquiet)
             session.clock.ms = now_ms
             scan = session.scan = SessionScan(reader, position, epoch, frozenset(unquiet))
@@ -295,7 +313,7 @@ class ReplicaManager(ControllerRequests):
         if follower:
             effects = self._follower_fetched(replica_id, list(served), now_ms,
                                              session.clock if session is not None else None)
-        if max_wait_ms <= 0 or total >= min_bytes or errors or not waits:
+        if max_wait_ms <= 0 or total >= min_bytes or urgent or not waits:
             return effects + respond(topics)
 
         # a session fetch that expires untouched (no key checked, no change no key announces) has
@@ -307,13 +325,13 @@ class ReplicaManager(ControllerRequests):
                 return respond(arrived)
             touched[0] = True
             if session is None:
-                topics, total, errors = read(everything(), when_ms, False, None)
+                topics, total, urgent = read(everything(), when_ms, False, None)
             else:
                 # what was not quiet on arrival, and what changed since
                 parts = session.partitions
-                topics, total, errors = read(((key, key[0], parts[key]) for key in session.keys_to_read(journal, scan)
+                topics, total, urgent = read(((key, key[0], parts[key]) for key in session.keys_to_read(journal, scan)
                                               if key in parts), when_ms, False, None)
-            if expired or total >= min_bytes or errors:
+            if expired or total >= min_bytes or urgent:
                 return respond(topics)
             return None
 

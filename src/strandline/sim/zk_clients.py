@@ -232,10 +232,11 @@ class SimZkClients:
         self.controller_changed()
 
     def register(self, node: SimBroker) -> None:
-        adv = self.sim.broker_config(node.id).advertised
+        config = self.sim.broker_config(node.id)
+        adv = config.advertised
         path = znodes.BrokerIdZNode.path(node.id)
-        [created] = self.sim.zk.execute([Create(path, znodes.BrokerIdZNode.encode(node.id, adv.host, adv.port, None,
-                                                                              self.sim.now), ephemeral=True)], node.session)
+        data = znodes.BrokerIdZNode.encode(node.id, adv.host, adv.port, config["broker.rack"], self.sim.now)
+        [created] = self.sim.zk.execute([Create(path, data, ephemeral=True)], node.session)
         if created.error is ZkError.NONE and node.core is not None:
             self.sim._apply(node, node.core.on_registered(self.sim.zk.czxid[path], self.sim._at(node)))
 
