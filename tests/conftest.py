@@ -42,6 +42,7 @@ class Cluster:
     base_port: int
     zk_port: int
     overrides: list[str] = field(default_factory=list)
+    racks: str = ""          # `strandline up --racks`
     proc: subprocess.Popen | None = None
     bootstrap: str = ""
 
@@ -50,6 +51,8 @@ class Cluster:
                              "--base-port", str(self.base_port), "--zookeeper-port", str(self.zk_port))
         for item in self.overrides:
             cmd += ["--override", item]
+        if self.racks:
+            cmd += ["--racks", self.racks]
         self.log = open(self.data_dir.parent / f"{self.data_dir.name}-up.log", "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL)
         self.bootstrap = wait_for_line(self.proc, "bootstrap.servers=", timeout).split("=", 1)[1].strip()

@@ -45,6 +45,15 @@ def test_up_refuses_a_cluster_without_brokers(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+def test_up_refuses_an_empty_rack_name_or_two_ways_of_setting_racks(tmp_path):
+    result = run_cli("up", "--racks", "r1,,r3", "--data-dir", str(tmp_path / "never"))
+    assert result.returncode == 2 and "--racks 'r1,,r3': a rack name is empty" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = run_cli("up", "--racks", "r1", "--override", "broker.rack=r2", "--data-dir", str(tmp_path / "never"))
+    assert result.returncode == 2 and "--racks and --override broker.rack" in result.stderr
+    assert not (tmp_path / "never").exists()
+
+
 def test_broker_reports_an_unreachable_zookeeper(tmp_path):
     port = free_ports(1)[0]
     result = run_cli("broker", "--override", "broker.id=1", "--override", f"zookeeper.connect=127.0.0.1:{port}",

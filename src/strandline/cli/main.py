@@ -48,8 +48,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         BROKER_KEYS[key].parse(_)
     if args.brokers < 1:
         raise ConfigError("--brokers must be at least 1")
+    racks = args.racks.split(",") if args.racks is not None else None
+    if racks is not None and not all(r.strip() for r in racks):
+        raise ConfigError(f"--racks {args.racks!r}: a rack name is empty (give names separated by commas)")
+    if racks is not None and any(item.startswith("broker.rack=") for item in args.override or []):
+        raise ConfigError("--racks and --override broker.rack=... both set the brokers' racks: give one")
     return run_up(args.brokers, args.data_dir, args.base_port, args.zookeeper, args.zookeeper_port,
-                  args.override or [], args.console_port)
+                  args.override or [], args.console_port, [r.strip() for r in racks] if racks else None)
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
@@ -138,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--zookeeper", metavar="HOST:PORT", help="use this ZooKeeper instead of an embedded one")
     up.add_argument("--zookeeper-port", type=int, default=2181, help="port of the embedded ZooKeeper")
     up.add_argument("--override", action="append", metavar="KEY=VALUE", help="configuration for every broker")
+    up.add_argument("--racks", metavar="RACK,RACK,...",
+                    help="broker N's broker.rack is the Nth name (the list repeats when shorter)")
     up.add_argument("--console-port", type=int, default=8080,
                     help="port of the web console (another free port if it is taken; 0: no console)")
     up.set_defaults(func=cmd_up)

@@ -41,26 +41,28 @@ def _die_with_parent() -> None:
         pass
 
 
-def broker_properties(broker_id: int, port: int, log_dir: Path, zk_connect: str) -> str:
+def broker_properties(broker_id: int, port: int, log_dir: Path, zk_connect: str, rack: str | None = None) -> str:
     return "\n".join([
         "# Written by `strandline up`; extra settings come from --override.",
         f"broker.id={broker_id}",
         f"listeners=PLAINTEXT://127.0.0.1:{port}",
         f"log.dirs={log_dir}",
         f"zookeeper.connect={zk_connect}",
+        *([f"broker.rack={rack}"] if rack else []),
         "",
     ])
 
 
 class BrokerProcess:
-    def __init__(self, broker_id: int, port: int, root: Path, zk_connect: str, overrides: list[str]) -> None:
+    def __init__(self, broker_id: int, port: int, root: Path, zk_connect: str, overrides: list[str],
+                 rack: str | None = None) -> None:
         self.id = broker_id
         self.port = port
         self.dir = root / f"broker-{broker_id}"
         self.log_dir = self.dir / "logs"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.dir / "server.properties"
-        self.config_path.write_text(broker_properties(broker_id, port, self.log_dir, zk_connect))
+        self.config_path.write_text(broker_properties(broker_id, port, self.log_dir, zk_connect, rack))
         self.overrides = overrides
         self.proc: subprocess.Popen | None = None
         self.exit_reported = False
@@ -228,7 +230,9 @@ def start_console(bootstrap: str, port: int, root: Path) -> tuple[subprocess.Pop
 
 
 def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | None,
-           zookeeper_port: int, overrides: list[str], console_port: int = 0) -> int:
+           zookeeper_port: int, overrides: list[str], console_port: int = 0, racks: list[str] | None = None) -> int:
+    """Run a cluster until SIGINT or SIGTERM. ``racks``: broker N's ``broker.rack`` is the Nth, the
+    list read again from its start when there are more brokers than racks."""
     root = Path(data_dir).resolve()
     lock = lock_data_dir(root)
     (root / "cluster.json").unlink(missing_ok=True)    # a previous run's: its pids are not ours
@@ -256,7 +260,8 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
             zk_connect = zk.connect_string
             zk_info = {"connect": zk_connect, "pid": zk.pid}
         for i in range(num_brokers):
-            b = BrokerProcess(i + 1, base_port + i, root, zk_connect, overrides)
+            b = BrokerProcess(i + 1, base_port + i, root, zk_connect, overrides,
+                              racks[i % len(racks)] if racks else None)
             brokers.append(b)
             b.start()
         wait_ready(brokers, BROKER_START_TIMEOUT_S)
