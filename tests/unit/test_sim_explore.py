@@ -102,6 +102,40 @@ def test_without_topic_ids_a_broker_keeps_the_replicas_of_a_deleted_topic(monkey
         result.all_violations
 
 
+def test_rep_4_consumers_reading_from_followers_see_committed_records_only():
+    """``--rack-reads``: the consumers read from followers (KIP-392) under the faults, and what
+    they read stays in the final log; the run serves them from followers, not only leaders."""
+    from strandline.sim import workload
+    served: list[bool] = []         # per consumer fetch: sent to a replica a leader named
+    target = workload.ReadReplicas.target
+
+    def counted(self, key, leader):
+        broker, named = target(self, key, leader)
+        served.append(named)
+        return broker, named
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workload.ReadReplicas, "target", counted)
+        result = run_seed(2, "safe", duration_ms=30000, rack_reads=True)
+    assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
+    assert served.count(True) > 20 and served.count(False) > 20
+
+
+def test_a_follower_serving_consumers_past_its_high_watermark_is_caught(monkeypatch):
+    """The checks can fail with ``--rack-reads``: followers that serve consumers up to their log
+    end instead of their high watermark (REP-4 broken) hand out records later truncated, and
+    seed 1 is caught."""
+    from strandline.replication.partition import Partition
+    read = Partition.read_records
+
+    def past_the_hw(self, *args, committed_only, leader_only=True, **kw):
+        return read(self, *args, committed_only=committed_only and (self.is_leader or leader_only),
+                    leader_only=leader_only, **kw)
+    monkeypatch.setattr(Partition, "read_records", past_the_hw)
+    result = run_seed(1, "safe", duration_ms=30000, rack_reads=True)
+    assert any(v.startswith(("consumed records survive", "consumers never see a record change"))
+               for v in result.all_violations), result.all_violations
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 21, 41, 46, 114, 187])
 def test_safe_1_holds_on_a_compacted_topic_whose_replicas_clean_under_random_faults(seed):
     """SAFE-1 with `cleanup.policy=compact` (sim explore --config compact): every replica's log

@@ -17,18 +17,18 @@ if TYPE_CHECKING:
 DEFAULT_DURATION_MS = 60000
 
 
-def _run(job: tuple[int, str, int, bool, bool, bool]) -> RunResult:
+def _run(job: tuple[int, str, int, bool, bool, bool, bool]) -> RunResult:
     from strandline.sim.explore import run_seed
 
-    seed, config, duration_ms, reassign, add_partitions, recreate = job
+    seed, config, duration_ms, reassign, add_partitions, recreate, rack_reads = job
     return run_seed(seed, config, duration_ms=duration_ms, reassign=reassign, add_partitions=add_partitions,
-                    recreate=recreate)
+                    recreate=recreate, rack_reads=rack_reads)
 
 
 def _flags(args: argparse.Namespace) -> str:
     """The options a replay of a seed needs besides ``--config``."""
     return ((" --reassign" if args.reassign else "") + (" --add-partitions" if args.add_partitions else "")
-            + (" --recreate" if args.recreate else "")
+            + (" --recreate" if args.recreate else "") + (" --rack-reads" if args.rack_reads else "")
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
 
@@ -43,8 +43,8 @@ def explore(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print("strandline sim explore: --seeds must be at least 1", file=sys.stderr)
         return 2
-    jobs = [(seed, args.config, args.duration_ms, args.reassign, args.add_partitions, args.recreate)
-            for seed in range(args.first_seed, args.first_seed + args.seeds)]
+    jobs = [(seed, args.config, args.duration_ms, args.reassign, args.add_partitions, args.recreate,
+             args.rack_reads) for seed in range(args.first_seed, args.first_seed + args.seeds)]
     started = time.perf_counter()
     violations = 0
     busy = 0.0
@@ -70,7 +70,7 @@ def replay(args: argparse.Namespace) -> int:
     from strandline.sim.explore import run_seed
 
     result = run_seed(args.seed, args.config, duration_ms=args.duration_ms, reassign=args.reassign,
-                      add_partitions=args.add_partitions, recreate=args.recreate)
+                      add_partitions=args.add_partitions, recreate=args.recreate, rack_reads=args.rack_reads)
     print(f"seed {result.seed} [{result.config}]: {result.acked} acknowledged batches, {result.faults} faults, "
           f"{result.events} events, {result.simulated_ms / 1000:.1f} simulated s in {result.wall_s:.2f} s")
     if result.transactions:
@@ -110,6 +110,10 @@ def add_parser(sub) -> None:
     ex.add_argument("--recreate", action="store_true",
                     help="also delete a second topic, written all along, and create it again now and then; "
                          "at the end its replicas must hold exactly their leader's log")
+    ex.add_argument("--rack-reads", action="store_true",
+                    help="put each broker in its own rack and the consumers in racks r2 and r3, with "
+                         "replica.selector.class set: they read from followers whenever the leader is "
+                         "elsewhere (KIP-392)")
     ex.set_defaults(func=explore)
     rp = ssub.add_parser("replay", help="run one seed again and print the violation and the last events")
     rp.add_argument("seed", type=int, help="the seed to play again")
@@ -120,4 +124,6 @@ def add_parser(sub) -> None:
                                                                   "--add-partitions` adds")
     rp.add_argument("--recreate", action="store_true", help="with the topic `sim explore --recreate` deletes "
                                                             "and creates again")
+    rp.add_argument("--rack-reads", action="store_true", help="with the consumers of `sim explore --rack-reads`, "
+                                                              "reading from followers")
     rp.set_defaults(func=replay)

@@ -33,6 +33,7 @@ from kio.schema.errors import ErrorCode
 from strandline.coordination import znodes
 from strandline.coordination.store import GetChildren, GetData
 from strandline.protocol.api import ApiKey
+from strandline.broker.config import REPLICA_SELECTORS
 from strandline.sim.checker import Invariants, Violation
 from strandline.sim.configs import CONFIGS, ExploreConfig  # noqa: F401  (part of this module's interface)
 from strandline.sim.cluster import SimCluster
@@ -79,11 +80,17 @@ class _Fault:
     healed: bool = False
 
 
+RACK_AWARE = REPLICA_SELECTORS[0]
+
+
 class Explorer:
     def __init__(self, seed: int, config: ExploreConfig, *, brokers: int = 3, partitions: int = 3,
                  duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False,
-                 add_partitions: bool = False, recreate: bool = False) -> None:
+                 add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False) -> None:
         self.seed = seed
+        # with racks: broker N in rack rN, and consumers in racks r2 and r3 read from the replica
+        # there whenever the leader is elsewhere (KIP-392): a follower serves them below its HW
+        self.rack_reads = rack_reads
         # with a second topic, written all along, that the nemesis deletes and creates again
         self.recreate = recreate
         # with added partitions: CreatePartitions now and then, racing the moves and the faults
@@ -109,12 +116,16 @@ class Explorer:
             "log.flush.on.ack": "true" if self.flush_on_ack else "false",
             **config.broker,
         }
+        racks = {}
+        if rack_reads:
+            broker_config["replica.selector.class"] = RACK_AWARE
+            racks = {str(b): {"broker.rack": f"r{b}"} for b in range(1, brokers + 1)}
         self.trace: collections.deque[str] = collections.deque(maxlen=40)
         # most runs on a LAN; some across zones far apart, where fetches take long round trips
         self.latency_ms = self.rng.choice((1, 1, 1, 1, 1, 1, 1, 10, 10, 10))
         self.sim = SimCluster(tuple(range(1, brokers + 1)), latency_ms=self.latency_ms,
                               jitter_ms=3 * self.latency_ms, seed=seed, zk_latency_ms=1, zk_failure_delay_ms=3000,
-                              **broker_config)
+                              overrides=racks, **broker_config)
         self.sim.on_log = self._on_log
         self.scratch = ScratchTopic(self.sim, self.replication_factor, config.topic, self.note) if recreate else None
         self.history = History()
@@ -223,10 +234,20 @@ class Explorer:
             self.producers.append(producer)
         self.consumers.append(Consumer(sim, self.history, "c1", TOPIC, self.partitions,
                                        random.Random(self.rng.random()),
-                                       on_record=lambda p, o, v: self.invariants.on_consumed(self.history, p, o, v)))
+                                       on_record=lambda p, o, v: self.invariants.on_consumed(self.history, p, o, v),
+                                       rack=self._rack("r2")))
+        if self.rack_reads:
+            self.consumers.append(Consumer(sim, self.history, "c2", TOPIC, self.partitions,
+                                           random.Random(self.rng.random()),
+                                           on_record=lambda p, o, v: self.invariants.on_consumed(self.history, p, o, v),
+                                           rack="r3"))
         self.history.on_ack = self.invariants.on_ack
         for client in self.producers + self.consumers:
             client.start()
+
+    def _rack(self, rack: str) -> str:
+        """A consumer's rack: ``rack`` with ``rack_reads``, else none (it reads from leaders)."""
+        return rack if self.rack_reads else ""
 
     def _setup_transactions(self) -> None:
         """A plain idempotent acks=all producer and a plain consumer on the first topic, transactional
@@ -242,9 +263,10 @@ class Explorer:
                                               random.Random(self.rng.random()), note=self.note))
         self.consumers.append(Consumer(sim, self.history, "c1", TOPIC, self.partitions,
                                        random.Random(self.rng.random()),
-                                       on_record=lambda p, o, v: self.invariants.on_consumed(self.history, p, o, v)))
+                                       on_record=lambda p, o, v: self.invariants.on_consumed(self.history, p, o, v),
+                                       rack=self._rack("r2")))
         self.consumers.append(ReadCommittedConsumer(sim, "rc1", topics, random.Random(self.rng.random()),
-                                                    self.txn_checker.on_fetch))
+                                                    self.txn_checker.on_fetch, rack=self._rack("r3")))
         self.history.on_ack = self.invariants.on_ack
         for client in self.producers + self.consumers:
             client.start()

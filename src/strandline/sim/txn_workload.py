@@ -44,7 +44,7 @@ from strandline.protocol.api import ApiKey
 from strandline.protocol.markers import ABORT_MARKER, marker_type
 from strandline.protocol.records import iter_batches, iter_records
 from strandline.sim.cluster import SimCluster
-from strandline.sim.workload import _RETRIABLE, RETRY_BACKOFF_MS, _Client
+from strandline.sim.workload import _RETRIABLE, RETRY_BACKOFF_MS, ReadReplicas, _Client
 
 TXN_TIMEOUT_MS = 10000          # transaction.timeout.ms of the producers
 DELIVERY_TIMEOUT_MS = 8000      # a batch (or AddPartitionsToTxn) retried this long, then abortable
@@ -488,15 +488,17 @@ def read_committed_view(records: bytes | None, aborted: list[tuple[int, int]] | 
 
 class ReadCommittedConsumer(_MultiTopicClient):
     """Reads every partition of the topics from its start with isolation_level=1, one fetch at a
-    time, as a consumer does; ``on_fetch(tp, view, high_watermark, last_stable_offset)``."""
+    time, as a consumer does; ``on_fetch(tp, view, high_watermark, last_stable_offset)``. From a
+    replica in its rack when the leader names one (``rack``, KIP-392)."""
 
     def __init__(self, sim: SimCluster, name: str, topics: dict[str, int], rng: random.Random,
-                 on_fetch: Callable[[TP, Visible, int, int], None]) -> None:
+                 on_fetch: Callable[[TP, Visible, int, int], None], rack: str = "") -> None:
         super().__init__(sim, name, topics, rng)
         self.order = [(t, p) for t in sorted(topics) for p in range(topics[t])]
         self.positions = {tp: 0 for tp in self.order}
         self.on_fetch = on_fetch
         self.next = 0
+        self.replicas = ReadReplicas(rack)
 
     def start(self) -> None:
         self.later(self.rng.randint(0, 100), self.step)
@@ -508,15 +510,20 @@ class ReadCommittedConsumer(_MultiTopicClient):
         if leader is None:
             self.refresh_metadata(self.step)
             return
-        body = fetch_body(tp, self.positions[tp], max_wait_ms=100)
+        body = fetch_body(tp, self.positions[tp], max_wait_ms=100, rack=self.replicas.rack)
+        target, named = self.replicas.target(tp, leader)
 
         def on_answer(resp) -> None:
-            if resp is None:
+            answer = resp.responses[0].partitions[0] if resp is not None else None
+            error = ErrorCode(int(answer.error_code)) if answer is not None else None
+            if self.replicas.redirected(tp, answer, error, named):
+                self.next = self.order.index(tp)        # the same partition, elsewhere
+                self.later(RETRY_BACKOFF_MS if named else 0, self.step)
+                return
+            if answer is None:
                 self.tp_leaders.pop(tp, None)
                 self.later(RETRY_BACKOFF_MS, self.step)
                 return
-            answer = resp.responses[0].partitions[0]
-            error = ErrorCode(int(answer.error_code))
             if error is ErrorCode.offset_out_of_range:
                 self.positions[tp] = max(0, int(answer.log_start_offset))
             elif error is not ErrorCode.none:
@@ -528,12 +535,12 @@ class ReadCommittedConsumer(_MultiTopicClient):
                 if view.next_offset > self.positions[tp]:
                     self.positions[tp] = view.next_offset
             self.later(0 if error is ErrorCode.none else RETRY_BACKOFF_MS, self.step)
-        self.send(leader, ApiKey.FETCH, FETCH_VERSION, body, on_answer)
+        self.send(target, ApiKey.FETCH, FETCH_VERSION, body, on_answer)
 
 
-def fetch_body(tp: TP, offset: int, max_wait_ms: int = 0) -> dict:
+def fetch_body(tp: TP, offset: int, max_wait_ms: int = 0, rack: str = "") -> dict:
     return {"replica_id": -1, "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 1,
-            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": rack,
             "topics": [{"topic": tp[0], "partitions": [{
                 "partition": tp[1], "current_leader_epoch": -1, "fetch_offset": offset,
                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}

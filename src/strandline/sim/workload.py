@@ -302,16 +302,48 @@ class Firehose(_Client):
         self.step()
 
 
+class ReadReplicas:
+    """Where a consumer in ``rack`` fetches each partition from (KIP-392), as librdkafka and the
+    Java consumer do: the replica a leader named in a Fetch answer, until that replica answers
+    with an error or not at all; the leader before and after. An empty ``rack``: the leader."""
+
+    def __init__(self, rack: str = "") -> None:
+        self.rack = rack
+        self.named: dict = {}
+
+    def target(self, key: object, leader: int) -> tuple[int, bool]:
+        """The broker to fetch ``key`` from, and whether it is a replica a leader named."""
+        named = self.named.get(key)
+        return (leader, False) if named is None else (named, True)
+
+    def redirected(self, key: object, answer: object | None, error: ErrorCode | None, named: bool) -> bool:
+        """Take in a Fetch answer (None: none came); True when it only sends the consumer elsewhere
+        (to the replica named, or back to the leader after the named replica failed it): the
+        consumer then fetches again there (at once, or after a backoff for a failure), its
+        position unchanged."""
+        if named and (answer is None or error is not ErrorCode.none):
+            del self.named[key]
+            return True
+        replica = -1 if answer is None or error is not ErrorCode.none else int(answer.preferred_read_replica)
+        if replica >= 0:
+            self.named[key] = replica
+            return True
+        return False
+
+
 class Consumer(_Client):
-    """Reads every partition from the start, below the high watermark, as a consumer does."""
+    """Reads every partition from the start, below the high watermark, as a consumer does; from
+    a replica in its rack when the leader names one (``rack``, KIP-392)."""
 
     def __init__(self, sim: SimCluster, history: History, name: str, topic: str, partitions: int,
-                 rng: random.Random, on_record: Callable[[int, int, bytes], None] | None = None) -> None:
+                 rng: random.Random, on_record: Callable[[int, int, bytes], None] | None = None,
+                 rack: str = "") -> None:
         super().__init__(sim, name, topic, partitions, rng)
         self.history = history
         self.positions = {p: 0 for p in range(partitions)}
         self.on_record = on_record
         self.next_partition = 0
+        self.replicas = ReadReplicas(rack)
 
     def start(self) -> None:
         self.later(self.rng.randint(0, 100), self.step)
@@ -324,17 +356,22 @@ class Consumer(_Client):
             self.refresh_metadata(self.step)
             return
         body = {"replica_id": -1, "max_wait": 200, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": self.replicas.rack,
                 "topics": [{"topic": self.topic, "partitions": [{
                     "partition": partition, "current_leader_epoch": -1, "fetch_offset": self.positions[partition],
                     "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}
+        target, named = self.replicas.target(partition, leader)
 
         def on_answer(resp) -> None:
-            if resp is None:
+            answer = resp.responses[0].partitions[0] if resp is not None else None
+            error = ErrorCode(int(answer.error_code)) if answer is not None else None
+            if self.replicas.redirected(partition, answer, error, named):
+                self.next_partition = partition         # the same partition, elsewhere
+                self.later(RETRY_BACKOFF_MS if named else 0, self.step)
+                return
+            if answer is None:
                 self.retry(partition)
                 return
-            answer = resp.responses[0].partitions[0]
-            error = ErrorCode(int(answer.error_code))
             if error is ErrorCode.offset_out_of_range:
                 self.positions[partition] = max(0, int(answer.log_start_offset))
             elif error is not ErrorCode.none:
@@ -349,4 +386,4 @@ class Consumer(_Client):
                     seen.setdefault(offset, value)
                     self.positions[partition] = offset + 1
             self.later(0 if error is ErrorCode.none else RETRY_BACKOFF_MS, self.step)
-        self.send(leader, ApiKey.FETCH, 11, body, on_answer)
+        self.send(target, ApiKey.FETCH, 11, body, on_answer)
