@@ -89,6 +89,29 @@ def test_safe_1_a_log_of_a_deleted_topic_found_at_start_up_is_not_taken_for_the_
     assert any(line.startswith("3 Deleted log of t-0") and "earlier topic" in line for line in logs), logs
 
 
+def test_safe_1_a_power_loss_keeps_the_topic_id_of_a_log_whose_records_it_keeps():
+    """``partition.metadata`` is written without an fsync and made durable with the log's first
+    flush. Broker 3 flushed its records of topic t; cut off from the controller, it misses t's
+    deletion and creation, then loses power. Its log keeps the records, so it must keep t's id:
+    before, the file came back empty, the log took the new topic's id at start-up, and broker 3
+    held the deleted topic's records as the new topic's."""
+    logs: list[str] = []
+    c = cluster(logs)
+    c.partition(3, "t").log.flush(c.now)           # a roll, flush.ms, a clean shutdown...
+    c.partition_brokers([3], [1, 2])
+    delete(c, "t")
+    create(c, "t", [1, 2, 3], min_isr=2)
+    c.crash(3, lose_unflushed=True)
+    new = [b"new%d" % i for i in range(6)]
+    for value in new:
+        assert produce(c, 1, "t", [value], within_ms=20000).error_code == ErrorCode.none
+    c.heal_all_links()
+    c.start(3)
+    c.advance(5000)
+    assert set(c.state("t").isr) == {1, 2, 3}
+    assert values_on(c, 1, "t") == values_on(c, 2, "t") == values_on(c, 3, "t") == new
+
+
 def test_partition_metadata_is_kafkas_file_and_a_torn_one_reads_as_no_id():
     disk = MemoryDisk()
     disk.makedirs(f"{LOG_DIR}/t-0")

@@ -1,18 +1,18 @@
 """The log of one partition: a directory ``<log dir>/<topic>-<partition>`` of segments.
 
-Kafka's ``Log`` without the locks: appends as leader (assigning offsets and stamping the leader
-epoch into the batches in place) or as follower (keeping the leader's offsets), reads of whole
-stored batches, rolling, retention, truncation, flushing and recovery. Time comes in as
-``now_ms`` arguments; every file goes through a ``Disk``.
+Kafka's ``Log`` without the locks: appends as leader (assigning offsets and stamping the leader epoch
+into the batches in place) or as follower (keeping the leader's offsets), reads of whole stored
+batches, rolling, retention, truncation, flushing and recovery. Time comes in as ``now_ms``
+arguments; every file goes through a ``Disk``.
 
 Opening a log (``log.loader``) completes a log cleaner's interrupted swap and recovers the
 segments from the recovery point on (only the active segment's tail after a clean shutdown).
 
-Producer state (``log.producer_state``: idempotence, transactions, the last stable offset) is
-kept as the log appends, snapshotted (``<offset>.snapshot``) when a segment rolls and on close,
-and loaded on open and truncation from a snapshot, replaying the batches after it (``log.loader``
-says which). Each abort marker adds an entry to its segment's ``.txnindex``.
-Producers idle past ``producer.id.expiration.ms`` are forgotten on open and by retention checks.
+Producer state (``log.producer_state``: idempotence, transactions, the last stable offset) is kept
+as the log appends, snapshotted (``<offset>.snapshot``) when a segment rolls and on close, and
+loaded on open and truncation from a snapshot, replaying the batches after it (``log.loader`` says
+which). Each abort marker adds an entry to its segment's ``.txnindex``. Producers idle past
+``producer.id.expiration.ms`` are forgotten on open and by retention checks.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from strandline.log.config import LogConfig
 from strandline.log.disk import Disk, FileRegion
 from strandline.log.epoch import LeaderEpochCache
 from strandline.log.loader import load_segments, new_recovery_stats, rebuild_producer_state
+from strandline.log.partition_metadata import sync_topic_id
 from strandline.log.producer_snapshots import ProducerSnapshots
 from strandline.log.producer_state import AbortedTxn, ProducerStateManager
 from strandline.log.segment import INT32_MAX, BatchInfo, CorruptRecordError, LogSegment
@@ -64,6 +65,7 @@ class Log:
         #: the highest recovery point it had or was opened with (the checkpoint may still say so)
         self.highest_recovery_point = self._recovery_point
         self.topic_id = None        # its topic's id (a uuid.UUID) once known: partition.metadata (KIP-516)
+        self.topic_id_unsynced = False      # partition.metadata is written, durable with the next flush
         self.recovery_stats = new_recovery_stats()
         self._last_flush_ms = now_ms
         self._now_ms = now_ms
@@ -106,9 +108,8 @@ class Log:
         if loaded.found_files:
             log._sync_dir_if_new()
         else:
-            # a new, empty log: its directory entries become durable with its first flush (nothing
-            # in it needs to survive a power loss before that), so creating thousands of partitions
-            # costs no fsync each
+            # a new, empty log: its directory entries become durable with its first flush (nothing in
+            # it needs to survive a power loss before that): creating thousands of partitions costs no fsync each
             log.parent_unsynced = True
         return log
 
@@ -133,10 +134,6 @@ class Log:
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
-    @property
-    def unflushed_messages(self) -> int:
-        return self.log_end_offset - self.recovery_point
-
     def segment_index(self, offset: int) -> int:
         """Where in ``segments`` the segment holding ``offset`` is (the first one for an offset below it)."""
         return max(bisect_right(self._bases, offset) - 1, 0)
@@ -155,7 +152,10 @@ class Log:
             self.disk.fsync_dir(os.path.dirname(self.dir))
             self.parent_unsynced = False
         new = [s for s in self.segments if s.new]
-        if new:
+        if new or self.topic_id_unsynced:
+            if self.topic_id_unsynced:          # with the records it holds (its entry: just below)
+                sync_topic_id(self.disk, self.dir)
+                self.topic_id_unsynced = False
             self.disk.fsync_dir(self.dir)
             for s in new:
                 s.new = False

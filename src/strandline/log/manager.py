@@ -187,6 +187,7 @@ class LogManager:
         """Record the id of the topic ``log`` belongs to (``partition.metadata``)."""
         write_topic_id(self.disk, log.dir, topic_id)
         log.topic_id = topic_id
+        log.topic_id_unsynced = True
 
     def delete_log(self, topic: str, partition: int) -> bool:
         key = (topic, partition)

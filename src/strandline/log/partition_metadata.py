@@ -14,8 +14,10 @@ The format is Kafka's::
     topic_id: <the id in base64, URL-safe, without padding>
 
 It is written without an fsync, as creating thousands of partitions must not cost thousands of
-fsyncs: a file lost to a power failure, or torn, reads as no id, and the log takes the id the
-controller names next (Kafka's ``checkOrSetTopicId``).
+fsyncs, and made durable with the log's first flush (:meth:`Log._sync_dir_if_new`, as Kafka's
+``maybeFlush``), with the records the log holds: a log whose flushed records survive a power
+loss keeps its id. A file lost before that (the log holds nothing durable), or torn, reads as no id,
+and the log takes the id the controller names next (Kafka's ``checkOrSetTopicId``).
 """
 
 from __future__ import annotations
@@ -48,5 +50,14 @@ def write_topic_id(disk: Disk, log_dir: str, topic_id: uuid.UUID) -> None:
     try:
         handle.truncate(0)
         handle.append(f"version: 0\ntopic_id: {uuid_to_base64(topic_id)}\n".encode())
+    finally:
+        handle.close()
+
+
+def sync_topic_id(disk: Disk, log_dir: str) -> None:
+    """fsync ``partition.metadata`` (its directory entry is the caller's to fsync)."""
+    handle = disk.open(os.path.join(log_dir, FILE))
+    try:
+        handle.flush()
     finally:
         handle.close()
