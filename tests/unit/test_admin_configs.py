@@ -179,6 +179,31 @@ def test_delete_records_answers_once_every_live_replica_moved_its_log_start_offs
     assert c.partition(1, "d").log.log_start_offset == 4
 
 
+def test_a_follower_starting_again_at_a_log_start_offset_inside_a_batch_catches_up():
+    """DeleteRecords moved the log start offset into a batch (offsets 6-8, start 7) while broker 3
+    was down, below it. Back, broker 3 starts its log again at the leader's log start offset and
+    fetches from there; the leader answers with the whole batch, which begins below it. Before,
+    the follower refused that batch on every fetch and never rejoined the ISR; now its empty log
+    starts at the batch's base offset instead (Kafka's KAFKA-6975)."""
+    c = SimCluster((1, 2, 3), latency_ms=1, **{"replica.lag.time.max.ms": "10000"})
+    create(c, "d", [1, 2, 3])
+    assert produce(c, 1, "d", [b"a0", b"a1", b"a2"]).error_code == ErrorCode.none
+    c.advance(600)
+    c.crash(3, lose_unflushed=False)
+    for i in range(3):
+        assert produce(c, 1, "d", [b"b%d_%d" % (i, j) for j in range(3)], within_ms=20000).error_code == \
+            ErrorCode.none
+    assert delete_records(c, 1, "d", 7, timeout_ms=100).error_code == ErrorCode.request_timed_out   # 3 is down
+    c.start(3)
+    c.advance(5000)
+    assert set(c.state("d").isr) == {1, 2, 3}
+    assert [c.partition(b, "d").log.log_start_offset for b in (1, 2, 3)] == [7, 7, 7]
+    assert c.log_bytes(3, "d") == c.log_bytes(1, "d")
+    assert produce(c, 1, "d", [b"c"]).error_code == ErrorCode.none
+    c.advance(600)
+    assert c.log_bytes(3, "d") == c.log_bytes(1, "d")
+
+
 def elect_unclean(c: SimCluster, topic: str):
     body = {"election_type": 1, "topic_partitions": [{"topic": topic, "partitions": [0]}], "timeout": 1000}
     return c.call(c.controller_id, 43, 2, body).replica_election_results[0].partition_result[0]

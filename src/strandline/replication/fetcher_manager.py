@@ -24,6 +24,7 @@ from strandline.protocol import api
 from strandline.protocol.api import ApiKey
 from strandline.protocol.hot_readers import FETCH_RESPONSE_VERSION, decode_fetch_response
 from strandline.protocol.hot_responses import FETCH_REQUEST_VERSION, encode_fetch_request
+from strandline.protocol.records import iter_batches
 from strandline.replication.fetch_session import INITIAL_EPOCH, ChangeJournal
 from strandline.replication.fetcher import PartitionFetchState, ReplicaFetcher
 from strandline.replication.partition import Partition
@@ -346,6 +347,8 @@ class ReplicaFetcherManager:
         records = answer.records
         if records:
             try:
+                if (base := _starts_inside(log, records)) is not None:
+                    log.truncate_fully_and_start_at(base)
                 log.append_as_follower(records, now_ms)
             except (CorruptRecordError, OffsetOutOfOrder) as exc:
                 return self._delay_partition(fetcher, key, state, None, now_ms, str(exc))
@@ -379,3 +382,17 @@ class ReplicaFetcherManager:
         fetcher.session.failed()
         fetcher.backoff_until_ms = now_ms + self.config["replica.fetch.backoff.ms"]
         return []
+
+
+def _starts_inside(log: Any, records: bytes) -> int | None:
+    """The base offset of the first batch fetched when it begins below an empty log's start and
+    holds it: the leader's log start offset lies inside that batch (DeleteRecords). The follower,
+    which started its log again there, then starts it at the batch's base offset and keeps the
+    whole batch, as Kafka does (KAFKA-6975); its log start offset follows the leader's next answer."""
+    start = log.log_end_offset
+    if start != log.log_start_offset:
+        return None
+    for _, header in iter_batches(records):
+        return header.base_offset if header.base_offset < start <= header.base_offset + header.last_offset_delta \
+            else None
+    return None
