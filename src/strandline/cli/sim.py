@@ -17,18 +17,24 @@ if TYPE_CHECKING:
 DEFAULT_DURATION_MS = 60000
 
 
-def _run(job: tuple[int, str, int, bool, bool, bool, bool]) -> RunResult:
+#: the options of ``sim explore`` that add to a run, as ``run_seed`` names them
+RUN_OPTIONS = ("reassign", "add_partitions", "recreate", "rack_reads", "delete_records")
+
+
+def _run(job: tuple[int, str, int, dict[str, bool]]) -> RunResult:
     from strandline.sim.explore import run_seed
 
-    seed, config, duration_ms, reassign, add_partitions, recreate, rack_reads = job
-    return run_seed(seed, config, duration_ms=duration_ms, reassign=reassign, add_partitions=add_partitions,
-                    recreate=recreate, rack_reads=rack_reads)
+    seed, config, duration_ms, options = job
+    return run_seed(seed, config, duration_ms=duration_ms, **options)
+
+
+def _options(args: argparse.Namespace) -> dict[str, bool]:
+    return {name: getattr(args, name) for name in RUN_OPTIONS}
 
 
 def _flags(args: argparse.Namespace) -> str:
     """The options a replay of a seed needs besides ``--config``."""
-    return ((" --reassign" if args.reassign else "") + (" --add-partitions" if args.add_partitions else "")
-            + (" --recreate" if args.recreate else "") + (" --rack-reads" if args.rack_reads else "")
+    return ("".join(f" --{name.replace('_', '-')}" for name in RUN_OPTIONS if getattr(args, name))
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
 
@@ -43,8 +49,8 @@ def explore(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print("strandline sim explore: --seeds must be at least 1", file=sys.stderr)
         return 2
-    jobs = [(seed, args.config, args.duration_ms, args.reassign, args.add_partitions, args.recreate,
-             args.rack_reads) for seed in range(args.first_seed, args.first_seed + args.seeds)]
+    jobs = [(seed, args.config, args.duration_ms, _options(args))
+            for seed in range(args.first_seed, args.first_seed + args.seeds)]
     started = time.perf_counter()
     violations = 0
     busy = 0.0
@@ -69,8 +75,7 @@ def explore(args: argparse.Namespace) -> int:
 def replay(args: argparse.Namespace) -> int:
     from strandline.sim.explore import run_seed
 
-    result = run_seed(args.seed, args.config, duration_ms=args.duration_ms, reassign=args.reassign,
-                      add_partitions=args.add_partitions, recreate=args.recreate, rack_reads=args.rack_reads)
+    result = run_seed(args.seed, args.config, duration_ms=args.duration_ms, **_options(args))
     print(f"seed {result.seed} [{result.config}]: {result.acked} acknowledged batches, {result.faults} faults, "
           f"{result.events} events, {result.simulated_ms / 1000:.1f} simulated s in {result.wall_s:.2f} s")
     if result.transactions:
@@ -114,6 +119,9 @@ def add_parser(sub) -> None:
                     help="put each broker in its own rack and the consumers in racks r2 and r3, with "
                          "replica.selector.class set: they read from followers whenever the leader is "
                          "elsewhere (KIP-392)")
+    ex.add_argument("--delete-records", action="store_true",
+                    help="also delete records now and then (DeleteRecords below an offset under the high "
+                         "watermark); the checks then look only above the highest offset asked")
     ex.set_defaults(func=explore)
     rp = ssub.add_parser("replay", help="run one seed again and print the violation and the last events")
     rp.add_argument("seed", type=int, help="the seed to play again")
@@ -126,4 +134,6 @@ def add_parser(sub) -> None:
                                                             "and creates again")
     rp.add_argument("--rack-reads", action="store_true", help="with the consumers of `sim explore --rack-reads`, "
                                                               "reading from followers")
+    rp.add_argument("--delete-records", action="store_true", help="with the DeleteRecords of `sim explore "
+                                                                  "--delete-records`")
     rp.set_defaults(func=replay)

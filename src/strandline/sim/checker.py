@@ -74,6 +74,7 @@ class Invariants:
         partitions = self.partitions
         self.committed: list[dict[int, tuple[int, int]]] = [{} for _ in range(partitions)]   # base -> (next, crc)
         self.committed_end = [0] * partitions
+        self.deleted = [0] * partitions         # DeleteRecords asked: the records below may be gone
         self.records: list[dict[int, tuple[bytes | None, bytes | None]]] = [{} for _ in range(partitions)]  # compacted
         self.newest: list[dict[bytes | None, int]] = [{} for _ in range(partitions)]    # key -> newest committed offset
         self.record_offsets: list[list[int]] = [[] for _ in range(partitions)]           # of ``records``, sorted
@@ -274,6 +275,11 @@ class Invariants:
             self.fail("consumers never see a record change",
                       f"partition {partition} offset {offset} read as {seen.decode()} and later as {value.decode()}")
 
+    def records_deleted(self, index: int, offset: int) -> None:
+        """DeleteRecords was asked of partition ``index`` below ``offset``: from now on the records
+        below it may be gone from every replica, and the final checks look only above it."""
+        self.deleted[index] = max(self.deleted[index], offset)
+
     # ------------------------------------------------------------------ at the end
 
     def final_check(self, history: History) -> int:
@@ -283,14 +289,20 @@ class Invariants:
         [topic] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(self.topic))])
         assignment = znodes.TopicZNode.decode(topic.data).partitions
         for index in range(self.partitions):
-            copies = {}
+            logs = {}
             for node in self.sim.brokers.values():
                 if self.assigned_only and node.id not in assignment[index]:
                     continue
                 partition = node.core.partitions.get((self.topic, index)) if node.core is not None else None
                 if partition is not None:
-                    copies[node.id] = self.sim.log_bytes(node.id, self.topic, index)
+                    logs[node.id] = partition.log
                     self._check_committed(node.id, node.incarnation, index, partition)
+            # from the highest log start offset: a follower keeps a start a leader that restarted
+            # since forgot (not yet checkpointed), as in Kafka; without DeleteRecords every start is 0
+            start = max((log.log_start_offset for log in logs.values()), default=0)
+            copies = {b: log.read(start, 1 << 30, max_offset=log.log_end_offset) if log.log_end_offset > start
+                      else b"" for b, log in logs.items()}
+            deleted = self.deleted[index]
             leader = self.sim.state(self.topic, index).leader
             data = copies.get(leader, next(iter(copies.values()), b""))
             if self.compacted:
@@ -302,10 +314,11 @@ class Invariants:
             final = {offset: value for offset, _, value in iter_records(data)}
             for ack in history.acked:
                 if ack.partition == index and ack.acks in self.checked_acks and \
-                        any(final.get(ack.base_offset + i) != v for i, v in enumerate(ack.values)):
+                        any(final.get(ack.base_offset + i) != v for i, v in enumerate(ack.values)
+                            if ack.base_offset + i >= deleted):
                     lost += 1
             for offset, value in history.consumed.get(index, {}).items():
-                if final.get(offset) != value:
+                if offset >= deleted and final.get(offset) != value:
                     self.fail("consumed records survive", f"partition {index} offset {offset}: a consumer read "
                                                           f"{value.decode()}, the final log has "
                                                           f"{(final.get(offset) or b'nothing').decode()}")

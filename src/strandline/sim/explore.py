@@ -34,6 +34,7 @@ from strandline.coordination import znodes
 from strandline.coordination.store import GetChildren, GetData
 from strandline.protocol.api import ApiKey
 from strandline.broker.config import REPLICA_SELECTORS
+from strandline.sim.admin_nemesis import AdminNemesis
 from strandline.sim.checker import Invariants, Violation
 from strandline.sim.configs import CONFIGS, ExploreConfig  # noqa: F401  (part of this module's interface)
 from strandline.sim.cluster import SimCluster
@@ -48,7 +49,6 @@ TXN_PRODUCERS = 3
 TXN_STATE = "__transaction_state"
 SESSION_TIMEOUT_MS = 6000
 LAG_TIME_MS = 3000
-MAX_ADDED_PARTITIONS = 3      # partitions the nemesis adds to the topic at most (--add-partitions)
 
 
 @dataclass
@@ -86,8 +86,11 @@ RACK_AWARE = REPLICA_SELECTORS[0]
 class Explorer:
     def __init__(self, seed: int, config: ExploreConfig, *, brokers: int = 3, partitions: int = 3,
                  duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False,
-                 add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False) -> None:
+                 add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False,
+                 delete_records: bool = False) -> None:
         self.seed = seed
+        # with DeleteRecords now and then: the records below may be gone (from the checks too)
+        self.delete_records = delete_records
         # with racks: broker N in rack rN, and consumers in racks r2 and r3 read from the replica
         # there whenever the leader is elsewhere (KIP-392): a follower serves them below its HW
         self.rack_reads = rack_reads
@@ -128,6 +131,8 @@ class Explorer:
                               overrides=racks, **broker_config)
         self.sim.on_log = self._on_log
         self.scratch = ScratchTopic(self.sim, self.replication_factor, config.topic, self.note) if recreate else None
+        self.admin = AdminNemesis(self.sim, TOPIC, partitions, self.replication_factor, self.note,
+                                  lambda: len(self._assignment()[0]))
         self.history = History()
         self.invariants = Invariants(self.sim, TOPIC, partitions, checked_acks=config.checked_acks,
                                      no_duplicates=config.name in ("safe", "txn"), compacted=config.compacted)
@@ -326,6 +331,8 @@ class Explorer:
             kinds += ["add-partitions"]
         if self.recreate:
             kinds += ["recreate"]
+        if self.delete_records:
+            kinds += ["delete-records", "delete-records", "delete-records"]
         kind = rng.choice(kinds)
         a, b = rng.sample(ids, 2)
         duration = int(rng.choice((rng.uniform(100, 3000), rng.uniform(3000, 15000))))
@@ -338,10 +345,16 @@ class Explorer:
                 self.note(f"nemesis: clock of broker {target} steps {delta:+d} ms")
             return
         if kind == "reassign":
-            self._reassign(rng.randrange(self.partitions), rng)
+            self.admin.reassign(rng.randrange(self.partitions), rng)
             return
         if kind == "add-partitions":
-            self._add_partition()
+            self.admin.add_partition()
+            return
+        if kind == "delete-records":
+            index = rng.randrange(self.partitions)
+            offset = self.admin.delete_records(index, rng)
+            if offset is not None:
+                self.invariants.records_deleted(index, offset)
             return
         if kind == "recreate":
             self.scratch.recreate()
@@ -403,40 +416,6 @@ class Explorer:
                 sim.crash(target, lose_unflushed=power, expire_at_once=False)
                 self._fault(f"broker {target} {'lost power' if power else 'killed (SIGKILL)'}", duration,
                             lambda: self._restart(target), brokers={target})
-
-    def _reassign(self, index: int, rng: random.Random) -> None:
-        """Ask the controller to move a partition to three brokers (or, now and then, to cancel
-        its move); the answer is not awaited, and a refusal is part of the run."""
-        sim = self.sim
-        controller = sim.controller_id
-        if controller < 0 or sim.brokers[controller].core is None:
-            return
-        if rng.random() < 0.2:
-            target = None
-            self.note(f"nemesis: cancel the reassignment of partition {index}")
-        else:
-            target = rng.sample(sorted(sim.brokers), self.replication_factor)
-            self.note(f"nemesis: reassign partition {index} to {target}")
-        body = {"timeout": 30000, "topics": [{"name": TOPIC, "partitions": [
-            {"partition_index": index, "replicas": target}]}]}
-        sim.request(controller, ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body, "admin")
-
-    def _add_partition(self) -> None:
-        """Ask the controller for one more partition of the topic (at most
-        ``MAX_ADDED_PARTITIONS`` in a run); the answer is not awaited, and a refusal (a move of
-        the topic in progress) is part of the run. Nobody writes to the new partitions: the final
-        checks want each led by a full ISR and listed in the topic znode."""
-        sim = self.sim
-        controller = sim.controller_id
-        if controller < 0 or sim.brokers[controller].core is None:
-            return
-        count = len(self._assignment()[0]) + 1
-        if count > self.partitions + MAX_ADDED_PARTITIONS:
-            return
-        self.note(f"nemesis: grow the topic to {count} partitions")
-        body = {"topics": [{"name": TOPIC, "count": count, "assignments": None}], "timeout_ms": 30000,
-                "validate_only": False}
-        sim.request(controller, ApiKey.CREATE_PARTITIONS, 1, body, "admin")
 
     def _checked_topics(self) -> list[str]:
         """The topics the final checks look at: the scratch topic only if it exists then."""
