@@ -179,6 +179,23 @@ def test_delete_records_answers_once_every_live_replica_moved_its_log_start_offs
     assert c.partition(1, "d").log.log_start_offset == 4
 
 
+def test_delete_records_of_a_compacted_topic_is_a_policy_violation():
+    c = SimCluster((1,))
+    create(c, "table", [1], configs={"cleanup.policy": "compact"})
+    create(c, "both", [1], configs={"cleanup.policy": "compact,delete"})
+    for topic in ("table", "both"):
+        c.request(1, 0, 7, {"transactional_id": None, "acks": 1, "timeout": 1000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": bytes(keyed_batch(
+                [(b"k%d" % i, b"v%d" % i) for i in range(3)]))}]}]}, "producer")
+        c.advance(10)
+        assert c.response(1, 0, 7, "producer").responses[0].partition_responses[0].error_code == ErrorCode.none
+    refused = delete_records(c, 1, "table", 2)
+    assert (refused.error_code, refused.low_watermark) == (ErrorCode.policy_violation, -1)
+    assert c.partition(1, "table").log.log_start_offset == 0
+    assert delete_records(c, 1, "both", 2).error_code == ErrorCode.none
+    assert c.partition(1, "both").log.log_start_offset == 2
+
+
 def test_a_follower_starting_again_at_a_log_start_offset_inside_a_batch_catches_up():
     """DeleteRecords moved the log start offset into a batch (offsets 6-8, start 7) while broker 3
     was down, below it. Back, broker 3 starts its log again at the leader's log start offset and

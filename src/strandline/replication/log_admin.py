@@ -37,7 +37,7 @@ class LogAdmin:
                        respond: Callable[[dict[tuple[str, int], tuple[ErrorCode, int]]], list], now_ms: int) -> list:
         """DeleteRecords (Kafka's ReplicaManager.deleteRecords): on each partition this broker
         leads, move the log start offset up to the offset asked (-1: the high watermark; beyond it
-        OFFSET_OUT_OF_RANGE), then wait until every live replica has moved its own (followers learn
+        OFFSET_OUT_OF_RANGE; POLICY_VIOLATION without ``delete`` in its cleanup.policy), then wait until every live replica has moved its own (followers learn
         it from their fetches) or ``timeout_ms`` passes (REQUEST_TIMED_OUT). ``respond`` gets
         (error, low watermark) per partition."""
         results: dict[tuple[str, int], tuple[ErrorCode, int]] = {}
@@ -50,6 +50,8 @@ class LogAdmin:
                 results[key] = (ErrorCode.unknown_topic_or_partition, -1)
             elif partition is None or not partition.is_leader:
                 results[key] = (ErrorCode.not_leader_or_follower, -1)
+            elif not partition.log.config.deletes:
+                results[key] = (ErrorCode.policy_violation, -1)     # a compacted topic's (Kafka's rule)
             else:
                 target = partition.high_watermark if offset == -1 else offset
                 if target < 0 or target > partition.high_watermark:
