@@ -273,3 +273,13 @@ def test_the_command_prints_failing_seeds_and_a_total_and_fails_when_any_seed_br
                                          "--duration-ms", "20000"), capture_output=True, text=True, timeout=300)
     assert safe.returncode == 0 and safe.stdout.strip() == "1 seeds, 0 violations"
     assert "seeds per second per core" in safe.stderr
+
+
+def test_delete_records_with_transactions_is_refused_in_one_line():
+    for action in (("explore", "--seeds", "1"), ("replay", "7")):
+        refused = subprocess.run(strandline_cmd("sim", *action, "--config", "txn", "--delete-records"),
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and not refused.stdout
+        assert refused.stderr.strip().splitlines() == [
+            f"strandline sim {action[0]}: --delete-records runs without transactions (its checks do not follow "
+            "deleted transactional records)"]

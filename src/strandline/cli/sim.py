@@ -45,9 +45,19 @@ def _line(result: RunResult, flags: str = "") -> str:
             f"(replay: strandline sim replay {result.seed} --config {result.config}{flags})")
 
 
+def _refused(args: argparse.Namespace) -> str | None:
+    """Why this combination of options cannot run, if it cannot."""
+    if args.delete_records and CONFIGS[args.config].transactions:
+        return "--delete-records runs without transactions (its checks do not follow deleted transactional records)"
+    return None
+
+
 def explore(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print("strandline sim explore: --seeds must be at least 1", file=sys.stderr)
+        return 2
+    if (why := _refused(args)) is not None:
+        print(f"strandline sim explore: {why}", file=sys.stderr)
         return 2
     jobs = [(seed, args.config, args.duration_ms, _options(args))
             for seed in range(args.first_seed, args.first_seed + args.seeds)]
@@ -75,6 +85,9 @@ def explore(args: argparse.Namespace) -> int:
 def replay(args: argparse.Namespace) -> int:
     from strandline.sim.explore import run_seed
 
+    if (why := _refused(args)) is not None:
+        print(f"strandline sim replay: {why}", file=sys.stderr)
+        return 2
     result = run_seed(args.seed, args.config, duration_ms=args.duration_ms, **_options(args))
     print(f"seed {result.seed} [{result.config}]: {result.acked} acknowledged batches, {result.faults} faults, "
           f"{result.events} events, {result.simulated_ms / 1000:.1f} simulated s in {result.wall_s:.2f} s")
