@@ -183,9 +183,18 @@ class TopicDeletions:
         return [controller.outbox.zk(zk_layout.delete_topic_ops(name), on_result)]
 
     def _forget(self, ctx: ControllerContext, name: str, version: int) -> list:
-        """Delete the deletion's record, unless a later deletion of that name wrote it over since (a
-        record left by a lost answer is read by the next controller, which tells the brokers again,
-        harmlessly)."""
-        if not self.controller.in_office(ctx):
+        """Delete the deletion's record, unless a later deletion of that name wrote it over since
+        (that one forgets it in its turn); the topic may then be made again. Asked again while
+        ZooKeeper does not answer: a record left behind would refuse the topic's creation until the
+        next controller's office."""
+        controller = self.controller
+        if not controller.in_office(ctx):
             return []
-        return [self.controller.outbox.zk([Delete(_RECORD.path(name), version)], lambda results, when_ms: [])]
+
+        def on_result(results: list, when_ms: int) -> list:
+            error = results[0].error
+            if error in (ZkError.NONE, ZkError.NO_NODE, ZkError.BAD_VERSION):
+                return []
+            return controller.outbox.after(when_ms + RETRY_MS, lambda t: self._forget(ctx, name, version))
+
+        return [controller.outbox.zk([Delete(_RECORD.path(name), version)], on_result)]

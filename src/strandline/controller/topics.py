@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from strandline.controller.controller import Controller
 
 READ_BACK_RETRY_MS = 1000       # read a topic again while ZooKeeper cannot answer
+_MARKED_FOR_DELETION = "Topic '{}' is marked for deletion."
 
 
 class TopicChanges:
@@ -42,6 +43,8 @@ class TopicChanges:
             return ErrorCode.invalid_topic_exception, invalid
         if name in ctx.topics or name in ctx.creating:
             return ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
+        if name in ctx.deleting:
+            return ErrorCode.topic_already_exists, _MARKED_FOR_DELETION.format(name)
         try:
             configs = parse_topic_configs(raw_configs)
         except ConfigError as exc:
@@ -102,13 +105,15 @@ class TopicChanges:
             plan.states[index] = LeaderAndIsr(leader, 0, alive, ctx.epoch, 0)
         ctx.creating[plan.name] = [done]
         ops = controller.fenced(ctx, zk_layout.create_topic_ops(plan, ctx.epoch))
+        record = znodes.DeleteTopicsTopicZNode.path(plan.name)     # the creation fails while it is there
 
-        def finish(failed: ZkError | None, when_ms: int) -> list:
+        def finish(failed: ZkError | None, when_ms: int, marked: bool = False) -> list:
             waiters = ctx.creating.pop(plan.name, [])
             effects: list = []
             if failed is not None:
                 if failed is ZkError.NODE_EXISTS:
-                    error, message = ErrorCode.topic_already_exists, f"Topic '{plan.name}' already exists."
+                    error, message = ErrorCode.topic_already_exists, (
+                        _MARKED_FOR_DELETION.format(plan.name) if marked else f"Topic '{plan.name}' already exists.")
                 elif failed is ZkError.BAD_VERSION:
                     error, message = ErrorCode.not_controller, "This broker is no longer the controller"
                 else:
@@ -134,10 +139,15 @@ class TopicChanges:
             ours = znodes.TopicZNode.decode(res.data).topic_id == plan.topic_id
             return finish(None if ours else ZkError.NODE_EXISTS, when_ms)
 
+        def on_record(results: list, when_ms: int) -> list:
+            return finish(ZkError.NODE_EXISTS, when_ms, marked=results[0].error is ZkError.NONE)
+
         def on_result(results: list, when_ms: int) -> list:
             failed = next((r.error for r in results if r.error is not ZkError.NONE), None)
             if failed is ZkError.CONNECTION_LOSS:       # written or not: ZooKeeper's copy says which
                 return self._read_topic(ctx, plan.name, when_ms, read_back)
+            if failed is ZkError.NODE_EXISTS:           # the topic, or the record of its deletion
+                return [controller.outbox.zk([GetData(record)], on_record)]
             return finish(failed, when_ms)
 
         return [controller.outbox.zk(ops, on_result, transaction=True)]

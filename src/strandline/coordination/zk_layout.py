@@ -27,8 +27,16 @@ _OPEN_ACL = 4 + 4 + 4 + len("world") + 4 + len("anyone")
 
 
 def create_topic_ops(topic: TopicMetadata, controller_epoch: int) -> list:
-    """One transaction creating the topic, its config and every partition's state."""
+    """One transaction creating the topic, its config and every partition's state; it fails
+    (NODE_EXISTS) while a deletion of the name is recorded under ``/admin/delete_topics``, whose
+    znode it creates and deletes again (Kafka's "marked for deletion": a broker that has not heard
+    of that deletion may still lead the old topic's partitions and write their state znodes, which
+    the new topic's would be, the same paths with versions from 0 again, and such a write, meant for
+    the old topic, would land on the new one)."""
+    record = znodes.DeleteTopicsTopicZNode.path(topic.name)
     ops: list = [
+        Create(record),
+        Delete(record),
         Create(znodes.TopicZNode.path(topic.name),
                znodes.TopicZNode.encode({p: list(r) for p, r in topic.assignment.items()}, topic.topic_id)),
         Create(znodes.ConfigEntityZNode.path("topics", topic.name),
