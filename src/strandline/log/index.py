@@ -24,6 +24,7 @@ from bisect import bisect_left, bisect_right
 from itertools import islice
 
 from strandline.log.disk import Disk, FileHandle
+from strandline.protocol.buffers import Buffer
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -91,7 +92,7 @@ class _IndexFile:
     def reset(self) -> None:
         self.truncate_to(self.base_offset)
 
-    def _read_entries(self) -> bytes | None:
+    def _read_entries(self) -> Buffer | None:
         """The file's bytes, with both columns emptied; None if it does not hold whole entries."""
         data = self._read()
         self._clear()
@@ -121,7 +122,7 @@ class _IndexFile:
             handle.truncate(entries * self.entry_size)
             self._dirty = True
 
-    def _read(self) -> bytes:
+    def _read(self) -> Buffer:
         self.write_pending()
         if self._handle is not None:
             return self._handle.read(0, self._handle.size())
