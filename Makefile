@@ -13,22 +13,14 @@ $(VENV)/.python-ok:
 	@touch $@
 
 $(VENV)/.installed: $(VENV)/.python-ok pyproject.toml
-	$(BIN)/python -m pip install -q -e '.[speedups]'
-	@touch $@
-
-# The replication hot path compiled with mypyc (strandline/speedups.py), again whenever a source of
-# its packages changes; without a C compiler the build says so and the broker runs the source.
-SPEEDUPS_SOURCES := $(wildcard src/strandline/protocol/*.py src/strandline/replication/*.py \
-                              src/strandline/log/*.py) src/strandline/speedups.py
-$(VENV)/.speedups: $(VENV)/.installed $(SPEEDUPS_SOURCES)
-	@PYTHONWARNINGS=ignore $(BIN)/strandline speedups build
+	$(BIN)/python -m pip install -q -e .
 	@touch $@
 
 $(VENV)/.test-installed: $(VENV)/.installed pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $@
 
-run: $(VENV)/.speedups
+run: $(VENV)/.installed
 	$(BIN)/strandline up $(ARGS)
 
 # Debian's kcat for the kcat tests; skipped (and those tests skip) where it cannot be installed.
@@ -57,15 +49,10 @@ nftables:
 	  || echo "nftables could not be installed; the lab's network partition scenarios will be skipped"; }
 
 # The unit tests (in-process, CPU-bound) run beside the integration tests (real processes, which
-# they mostly wait on); the unit tests' report follows the integration tests'. They run twice, one
-# run after the other: with the compiled hot path (less the tests that replace one of its methods,
-# which compiled callers never call) and as source, as a machine without a C compiler runs it.
-test: $(VENV)/.test-installed $(VENV)/.speedups kcat browser nftables
+# they mostly wait on); the unit tests' report follows the integration tests'.
+test: $(VENV)/.test-installed kcat browser nftables
 	@unit_log=$$(mktemp); \
-	( $(BIN)/python -m pytest -q -rs -p no:cacheprovider -m 'not source_only' tests/unit; compiled=$$?; \
-	  echo "pytest tests/unit as source (STRANDLINE_PURE_PYTHON=1):"; \
-	  STRANDLINE_PURE_PYTHON=1 $(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/unit; source=$$?; \
-	  [ $$compiled = 0 ] && [ $$source = 0 ] ) > $$unit_log 2>&1 & unit=$$!; \
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/unit > $$unit_log 2>&1 & unit=$$!; \
 	trap 'kill $$unit 2>/dev/null; rm -f $$unit_log' INT TERM; \
 	echo "pytest tests/integration (tests/unit runs beside it)"; \
 	$(BIN)/python -m pytest -q -rs tests/integration; integration=$$?; \
@@ -73,11 +60,10 @@ test: $(VENV)/.test-installed $(VENV)/.speedups kcat browser nftables
 	echo "pytest tests/unit:"; cat $$unit_log; rm -f $$unit_log; \
 	[ $$integration = 0 ] && [ $$unit_status = 0 ]
 
-test-unit: $(VENV)/.test-installed $(VENV)/.speedups
-	$(BIN)/python -m pytest -q -m 'not source_only' tests/unit
-	STRANDLINE_PURE_PYTHON=1 $(BIN)/python -m pytest -q tests/unit
+test-unit: $(VENV)/.test-installed
+	$(BIN)/python -m pytest -q tests/unit
 
-bench: $(VENV)/.test-installed $(VENV)/.speedups
+bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/load.py
 	$(BIN)/python benchmarks/replication_cpu.py --runs 3
 	$(BIN)/python benchmarks/replication_floor.py --runs 3
@@ -91,7 +77,7 @@ bench: $(VENV)/.test-installed $(VENV)/.speedups
 
 # SAFE-1 on real processes: TRIALS random fault mixes (partitions need root), then the table.
 TRIALS ?= 20
-lab: $(VENV)/.test-installed $(VENV)/.speedups nftables
+lab: $(VENV)/.test-installed nftables
 	$(BIN)/strandline lab run SAFE --trials $(TRIALS) --data-dir lab-runs
 
 clean:

@@ -4,7 +4,6 @@ as fetched (so its follower stays in the ISR)."""
 
 from __future__ import annotations
 
-import pytest
 import random
 from types import SimpleNamespace
 
@@ -223,7 +222,6 @@ def test_a_v13_session_survives_the_deletion_of_its_topic():
     assert not h.broker.apis.fetch_sessions.sessions[first.session_id].partitions
 
 
-@pytest.mark.source_only       # replaces a method of the compiled hot path
 def test_an_idle_session_fetch_reads_no_partition_yet_keeps_its_follower_caught_up(monkeypatch):
     """An incremental Fetch naming nothing, from a follower of the ISR at the leader's LEO that has
     heard the current HW, reads no log: only the follower's fetch times move (ISR-2 rule (a)). The
@@ -291,7 +289,6 @@ def test_every_quiet_partition_of_a_fetch_counts_for_the_isr_even_after_one_with
     assert h.broker.partitions[("r", 1)].remote_replicas[2].last_caught_up_time_ms == h.now
 
 
-@pytest.mark.source_only       # replaces a method of the compiled hot path
 def test_a_caught_up_follower_takes_the_full_update_while_the_hw_is_below_the_leo(monkeypatch):
     """The full update recomputes the HW (a replica outside the ISR may have stopped holding it
     back as time passed): a follower's idle fetch takes the quick path only when the HW is at the
@@ -324,7 +321,6 @@ def settled_session():
     return h, sid
 
 
-@pytest.mark.source_only       # replaces a method of the compiled hot path
 def test_a_parked_session_fetch_that_nothing_touched_expires_without_a_second_scan(monkeypatch):
     """A long-poll session fetch of quiet partitions parks; at expiry, when no append, HW move or
     control request touched it, it answers what it had, without looking at every partition again;

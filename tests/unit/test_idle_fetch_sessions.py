@@ -9,7 +9,6 @@ quiet partitions count its fetches for the ISR; a follower dropped from the ISR 
 
 from __future__ import annotations
 
-import pytest
 from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
@@ -92,7 +91,6 @@ def idle_sessions(h: Harness, n: int = MANY) -> dict[int, int]:
     return ids
 
 
-@pytest.mark.source_only       # replaces a method of the compiled hot path
 def test_an_idle_fetch_of_a_large_session_looks_at_no_partition_yet_keeps_its_follower_in_the_isr(monkeypatch):
     h = many()
     ids = idle_sessions(h)
@@ -122,7 +120,6 @@ def _produce(h: Harness, index: int, acks: int = 1) -> None:
         {"name": "r", "partition_data": [{"index": index, "records": bytes(make_batch([b"x"]))}]}]}, conn=1)
 
 
-@pytest.mark.source_only       # replaces a method of the compiled hot path
 def test_news_of_one_partition_in_a_large_idle_session_is_answered(monkeypatch):
     """A new HW (moved by the other follower's fetch) and a new log start offset (DeleteRecords)
     are news for a partition nobody names: answered, and nothing else is."""
@@ -157,7 +154,6 @@ def test_news_of_one_partition_in_a_large_idle_session_is_answered(monkeypatch):
     assert named(fetch(h, 3, {}, ids[3], 9)) == {} and looks.quiet == 0
 
 
-@pytest.mark.source_only       # replaces a method of the compiled hot path
 def test_a_parked_fetch_of_a_large_idle_session_wakes_for_a_record_in_any_partition(monkeypatch):
     h = many()
     ids = idle_sessions(h)
@@ -265,7 +261,6 @@ def test_the_change_journal_sends_readers_that_fell_behind_or_missed_a_global_ch
     assert journal.since(journal.position, epoch) is None
 
 
-@pytest.mark.source_only       # replaces a method of the compiled hot path
 def test_the_follower_builds_an_idle_fetch_without_looking_at_its_partitions(monkeypatch):
     """In the simulator: a follower of many partitions names none in its idle Fetches and never
     builds one from every partition (ReplicaFetcher.ready, SessionHandler.build); a record in any

@@ -88,7 +88,6 @@ def test_safe_1_a_topic_deleted_and_made_again_under_random_faults(seed):
     assert explorer.scratch.requests >= 3
 
 
-@pytest.mark.source_only       # replaces a method of the compiled hot path
 def test_without_topic_ids_a_broker_keeps_the_replicas_of_a_deleted_topic(monkeypatch):
     """The recreate check can fail: with the brokers' topic id checks off (and a broker whose
     session was lost not looking for deleted topics), seed 140 is caught with a replica of the
@@ -142,7 +141,6 @@ def test_rep_4_consumers_reading_from_followers_see_committed_records_only():
     assert served.count(True) > 20 and served.count(False) > 20
 
 
-@pytest.mark.source_only       # replaces a method of the compiled hot path
 def test_a_follower_serving_consumers_past_its_high_watermark_is_caught(monkeypatch):
     """The checks can fail with ``--rack-reads``: followers that serve consumers up to their log
     end instead of their high watermark (REP-4 broken) hand out records later truncated, and

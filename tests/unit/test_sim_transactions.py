@@ -67,7 +67,6 @@ def test_a_transactional_seed_replays_exactly():
     assert runs[0].trace == runs[1].trace
 
 
-@pytest.mark.source_only       # replaces a method of the compiled hot path
 def test_the_checker_catches_a_last_stable_offset_that_passes_open_transactions(monkeypatch):
     """read_committed reads up to the high watermark, open transactions and all."""
     monkeypatch.setattr(Partition, "last_stable_offset", lambda self: self.high_watermark)

@@ -39,7 +39,6 @@ from strandline.protocol.hot_readers import decode_produce_request
 from strandline.replication.fetch_session import FetchContext, FetchSessionCache
 from strandline.replication.replica_manager import ReplicaManager
 from strandline.security.acl import AclOperation, ResourceType
-from strandline.protocol.buffers import Buffer
 
 TOPIC_ID_PRODUCE = 13                    # Produce v13+ names topics by id (KIP-516)
 UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648     # KIP-430: not asked for
@@ -62,7 +61,7 @@ class KafkaApis:
     txn_apis: TxnApis
     log_apis: LogApis
     _topic_ids: dict[str, Any] = field(default_factory=dict)      # by name, every topic id seen by Fetch v13+
-    _before_load: list[tuple[int, Buffer]] | None = field(default_factory=list)  # client requests until loaded
+    _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
 
     def __post_init__(self) -> None:
         self._handlers: dict[int, Callable] = {
@@ -97,7 +96,7 @@ class KafkaApis:
             self._before_load = [(c, frame) for c, frame in self._before_load if c != conn_id]
         self.group_apis.connection_closed(conn_id)
 
-    def handle_request(self, conn_id: int, frame: Buffer, now_ms: int) -> list:
+    def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
         """Decode and answer one request frame of connection ``conn_id``.
 
         The controller's requests are served as soon as the broker listens. A client's request
@@ -126,7 +125,7 @@ class KafkaApis:
             return [Close(conn_id, f"API key {header.api_key} is not handled")]
         return handler(conn_id, header, request, now_ms)
 
-    def _control_request(self, conn_id: int, frame: Buffer, now_ms: int) -> list:
+    def _control_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
         """LeaderAndIsr, UpdateMetadata, StopReplica (the replica manager's) and ControlledShutdown
         (the controller's)."""
         try:
@@ -573,4 +572,4 @@ def _fetch_denied(denied: list[tuple[str, int]]) -> list[dict]:
 
 def _valid_software_field(value: str | None) -> bool:
     """KIP-511: client software name and version must match ``[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?``."""
-    return value is not None and bool(value) and _SOFTWARE_FIELD.fullmatch(value) is not None
+    return bool(value) and _SOFTWARE_FIELD.fullmatch(value) is not None

@@ -228,19 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     console.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     partitions.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     records.add_parsers(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
-
-    speedups = sub.add_parser("speedups", help="compile the replication hot path with mypyc (make does), or say "
-                                               "whether this installation runs it compiled")
-    speedups.add_argument("action", choices=["build", "status"],
-                          help="build: compile it (a line says why not, if it cannot); status: compiled or source")
-    speedups.set_defaults(func=cmd_speedups)
     return parser
-
-
-def cmd_speedups(args: argparse.Namespace) -> int:
-    from strandline import speedups
-
-    return speedups.main([args.action])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,6 @@ from bisect import bisect_left, bisect_right
 from itertools import islice
 
 from strandline.log.disk import Disk, FileHandle
-from strandline.protocol.buffers import Buffer
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -92,7 +91,7 @@ class _IndexFile:
     def reset(self) -> None:
         self.truncate_to(self.base_offset)
 
-    def _read_entries(self) -> Buffer | None:
+    def _read_entries(self) -> bytes | None:
         """The file's bytes, with both columns emptied; None if it does not hold whole entries."""
         data = self._read()
         self._clear()
@@ -122,7 +121,7 @@ class _IndexFile:
             handle.truncate(entries * self.entry_size)
             self._dirty = True
 
-    def _read(self) -> Buffer:
+    def _read(self) -> bytes:
         self.write_pending()
         if self._handle is not None:
             return self._handle.read(0, self._handle.size())

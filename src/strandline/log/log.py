@@ -18,7 +18,6 @@ which). Each abort marker adds an entry to its segment's ``.txnindex``. Producer
 from __future__ import annotations
 
 import os.path
-import uuid
 from bisect import bisect_right
 from typing import Callable, Iterator, NamedTuple
 
@@ -33,7 +32,6 @@ from strandline.log.producer_state import AbortedTxn, ProducerStateManager
 from strandline.log.segment import INT32_MAX, BatchInfo, CorruptRecordError, LogSegment
 from strandline.protocol.markers import CONTROL_BIT, read_marker
 from strandline.protocol.records import BatchHeader, crc_ok, iter_batches, stamp
-from strandline.protocol.buffers import Buffer
 
 
 class AppendInfo(NamedTuple):
@@ -66,7 +64,7 @@ class Log:
         self._recovery_point = self.log_end_offset
         #: the highest recovery point it had or was opened with (the checkpoint may still say so)
         self.highest_recovery_point = self._recovery_point
-        self.topic_id: uuid.UUID | None = None     # its topic's id once known: partition.metadata (KIP-516)
+        self.topic_id = None        # its topic's id (a uuid.UUID) once known: partition.metadata (KIP-516)
         self.topic_id_unsynced = False      # partition.metadata is written, durable with the next flush
         self.recovery_stats = new_recovery_stats()
         self._last_flush_ms = now_ms
@@ -169,7 +167,7 @@ class Log:
 
     # -- appends -----------------------------------------------------------------------------
 
-    def append_as_leader(self, records: Buffer, leader_epoch: int, now_ms: int) -> AppendInfo:
+    def append_as_leader(self, records: bytearray, leader_epoch: int, now_ms: int) -> AppendInfo:
         """Assign offsets from the log end offset and stamp ``leader_epoch`` into every batch.
 
         ``records`` holds one or more complete, already validated v2 batches; it is changed in
@@ -317,11 +315,7 @@ class Log:
         listener = self.roll_listener
         if base <= self.highest_recovery_point:
             listener = None
-        paths: list[str] = []
-        if listener is not None:
-            paths = old.seal()
-        else:
-            old.on_become_inactive()
+        paths = old.seal() if listener is not None else old.on_become_inactive()
         segment = LogSegment.create(self.disk, self.dir, base, self.config, now)
         self._set_segments(self.segments + [segment])
         # fsynced before the recovery point passes it: here, or by the roll's flush (a torn one is
@@ -399,7 +393,7 @@ class Log:
     # -- reads -------------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
-             min_one_batch: bool = True, regions: bool = False) -> Buffer | FileRegion:
+             min_one_batch: bool = True, regions: bool = False) -> bytes | FileRegion:
         """Whole stored batches from the one containing ``offset``, across segments.
 
         At most ``max_bytes`` in all (except one whole first batch when ``min_one_batch``), and
@@ -412,7 +406,7 @@ class Log:
                              f"[{self.log_start_offset}, {self.log_end_offset}]")
         if offset == self.log_end_offset:
             return b""
-        parts: list[Buffer | FileRegion] = []
+        parts: list[bytes] = []
         remaining = max_bytes
         segments = self.segments
         for i in range(self.segment_index(offset), len(segments)):
@@ -427,7 +421,7 @@ class Log:
                 break
         if len(parts) == 1:
             return parts[0]
-        return b"".join([p.read() if isinstance(p, FileRegion) else p for p in parts])
+        return b"".join([p.read() if p.__class__ is FileRegion else p for p in parts])
 
     def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches from the one containing ``from_offset`` to the end (61 bytes each)."""

@@ -25,7 +25,6 @@ from strandline.log.disk import Disk, FileHandle, FileRegion
 from strandline.log.index import OffsetIndex, TimeIndex
 from strandline.log.txn_index import TransactionIndex
 from strandline.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, iter_records, read_header
-from strandline.protocol.buffers import Buffer
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -418,7 +417,7 @@ class LogSegment:
 
     def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
              min_one_batch: bool = True, max_position: int | None = None,
-             regions: bool = False) -> tuple[Buffer | FileRegion, bool]:
+             regions: bool = False) -> tuple[bytes | FileRegion, bool]:
         """Whole batches from the one containing ``start_offset``.
 
         At most ``max_bytes`` (but the first batch whole when ``min_one_batch``), only batches

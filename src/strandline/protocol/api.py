@@ -30,7 +30,6 @@ from strandline.protocol.hot_responses import (  # noqa: F401  (part of this mod
     encode_produce_response,
 )
 from strandline.protocol.shapes import Malformed, shape_walker
-from strandline.protocol.buffers import Buffer
 
 _I32 = struct.Struct(">i")
 
@@ -184,7 +183,7 @@ class UnsupportedApiVersions(Exception):
 _PEEK = struct.Struct(">hhi")
 
 
-def peek_header(frame: Buffer) -> tuple[int, int, int]:
+def peek_header(frame: bytes) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) from the first 8 bytes of a request frame."""
     if len(frame) < 8:
         raise ProtocolError(f"request of {len(frame)} bytes is shorter than a request header (8)")
@@ -199,7 +198,7 @@ def _readers(api_key: int, api_version: int):
             entity_reader(header_cls), entity_reader(req_cls))
 
 
-def _client_id_or_none(frame: Buffer) -> str | None:
+def _client_id_or_none(frame: bytes) -> str | None:
     """Best-effort client_id (a legacy nullable string in every request header version)."""
     try:
         (length,) = struct.unpack_from(">h", frame, 8)
@@ -210,7 +209,7 @@ def _client_id_or_none(frame: Buffer) -> str | None:
         return None
 
 
-def decode_request(frame: Buffer) -> tuple[RequestHeader, Any]:
+def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     """Decode one request frame (without its size prefix) into (header, kio request object).
 
     Raises :class:`ProtocolError` for an unknown API key, a version we do not support, or any
@@ -222,7 +221,7 @@ def decode_request(frame: Buffer) -> tuple[RequestHeader, Any]:
     api_key, api_version, correlation_id = peek_header(frame)
     if type(frame) is not bytes:
         # kio's native reader refuses writable buffers (bytearray): hand it a read-only view
-        frame = memoryview(frame).toreadonly()  # type: ignore[assignment]
+        frame = memoryview(frame).toreadonly()
     supported = SUPPORTED.get(api_key)
     if supported is None:
         raise ProtocolError(f"unknown or unsupported API key {api_key} (version {api_version})")
@@ -253,7 +252,7 @@ def decode_request(frame: Buffer) -> tuple[RequestHeader, Any]:
     return RequestHeader(api_key, api_version, correlation_id, header.client_id), body
 
 
-def _read_with_kio(read_header: Any, read_body: Any, frame: Buffer, api_key: int, api_version: int,
+def _read_with_kio(read_header: Any, read_body: Any, frame: bytes | memoryview, api_key: int, api_version: int,
                    kind: str) -> tuple[Any, Any]:
     """A frame's header and body as kio reads them; malformed content is a :class:`ProtocolError`
     (named only then: this runs for every request)."""
@@ -318,7 +317,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     return buf.getvalue()
 
 
-def decode_response(api_key: int, api_version: int, frame: Buffer) -> Any:
+def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> Any:
     """The kio body of a response frame (without its size prefix)."""
     *_, read_header, read_body = _request_codec(api_key, api_version)
     if type(frame) is not bytes:

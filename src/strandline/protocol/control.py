@@ -233,7 +233,7 @@ def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict
     return bytes(out)
 
 
-def decode_request(frame: bytes | bytearray | memoryview) -> tuple[int, int, int, str | None, dict]:
+def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None, dict]:
     """(api_key, version, correlation_id, client_id, body) of a control request frame; bytes after
     the body are ignored, as for every API."""
     try:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import struct
 
-from strandline.protocol.buffers import Buffer
-
 _SIZE = struct.Struct(">i")
 
 #: A spanning frame at least this large is assembled in place (see :class:`FrameDecoder`).
@@ -69,12 +67,12 @@ class FrameDecoder:
                 f"frame size {size} exceeds socket.request.max.bytes {self.max_frame_bytes}")
         return size
 
-    def feed(self, data: Buffer) -> list[Buffer]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Consume ``data``; return the frames it completes, in order (possibly none)."""
         end = len(data)
         if not end:
             return []
-        frames: list[Buffer] = []
+        frames: list[bytes] = []
         owned = type(data) is bytes     # bytes may be kept by reference; others are copied
         view = memoryview(data)
         if view.ndim != 1 or view.itemsize != 1:
@@ -137,7 +135,7 @@ class FrameDecoder:
             if pos == end:
                 return frames
 
-    def pending_buffer(self) -> Buffer | None:
+    def pending_buffer(self) -> memoryview | None:
         """The unfilled rest of a large frame being assembled in place, for a socket to read into
         directly (then call :meth:`filled`); None when no such frame is under way."""
         if self._frame is None:

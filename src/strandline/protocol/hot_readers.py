@@ -21,7 +21,6 @@ from typing import NamedTuple
 from kio.schema.errors import ErrorCode
 
 from strandline.protocol.shapes import Malformed, _read_uvarint
-from strandline.protocol.buffers import Buffer
 
 _HEAD = struct.Struct(">hhih")      # api key, api version, correlation id, client id length
 _I16 = struct.Struct(">h")
@@ -34,8 +33,8 @@ TOPIC_ID_VERSION = 13                   # topics named by id (KIP-516), not by n
 
 
 class PartitionProduceData(NamedTuple):
-    index: int  # type: ignore[assignment]
-    records: Buffer | None
+    index: int
+    records: memoryview | None
 
 
 class TopicProduceData(NamedTuple):
@@ -55,7 +54,7 @@ class _Bad(Exception):
     """Not a frame this reader takes: kio decodes it instead."""
 
 
-def _length(view: Buffer, pos: int, flexible: bool, fixed: struct.Struct) -> tuple[int, int]:
+def _length(view: memoryview, pos: int, flexible: bool, fixed: struct.Struct) -> tuple[int, int]:
     """A string, bytes or array length: compact (unsigned varint of length + 1) when flexible,
     else ``fixed`` (int16 or int32); -1 is null."""
     if flexible:
@@ -64,14 +63,14 @@ def _length(view: Buffer, pos: int, flexible: bool, fixed: struct.Struct) -> tup
     return fixed.unpack_from(view, pos)[0], pos + fixed.size
 
 
-def _no_tags(view: Buffer, pos: int) -> int:
+def _no_tags(view: memoryview, pos: int) -> int:
     """A tagged-field section: only an empty one is taken (Produce defines no tagged fields)."""
     if view[pos] != 0:
         raise _Bad()
     return pos + 1
 
 
-def decode_produce_request(frame: Buffer) -> tuple[int, int, str | None, ProduceRequest] | None:
+def decode_produce_request(frame: bytes | bytearray) -> tuple[int, int, str | None, ProduceRequest] | None:
     """``(api_version, correlation_id, client_id, request)`` of a Produce v3-v13 frame (without
     its size prefix), or None when the frame is anything else or not exactly that layout."""
     try:
@@ -80,14 +79,14 @@ def decode_produce_request(frame: Buffer) -> tuple[int, int, str | None, Produce
         return None
 
 
-def _string(view: Buffer, pos: int, size: int) -> tuple[str, int]:
+def _string(view: memoryview, pos: int, size: int) -> tuple[str, int]:
     end = pos + size
     if size < 0 or end > len(view):
         raise _Bad()
     return str(view[pos:end], "utf-8"), end
 
 
-def _decode(view: Buffer) -> tuple[int, int, str | None, ProduceRequest]:
+def _decode(view: memoryview) -> tuple[int, int, str | None, ProduceRequest]:
     end = len(view)
     api_key, version, correlation_id, size = _HEAD.unpack_from(view, 0)
     if api_key != PRODUCE or not FIRST_VERSION <= version <= LAST_VERSION:
@@ -136,7 +135,7 @@ def _decode(view: Buffer) -> tuple[int, int, str | None, ProduceRequest]:
                 stop = pos + size
                 if stop > end:
                     raise _Bad()
-                records: Buffer | None = view[pos:stop]
+                records: memoryview | None = view[pos:stop]
                 pos = stop
             elif size == -1:
                 records = None
@@ -172,7 +171,7 @@ class FetchedPartition(NamedTuple):
     log_start_offset: int
     aborted_transactions: list[tuple[int, int]] | None
     preferred_read_replica: int
-    records: Buffer | None
+    records: memoryview | None
 
 
 class FetchedTopic(NamedTuple):
@@ -187,7 +186,7 @@ class FetchResponse(NamedTuple):
     responses: list[FetchedTopic]
 
 
-def decode_fetch_response(frame: Buffer) -> FetchResponse | None:
+def decode_fetch_response(frame: bytes | bytearray) -> FetchResponse | None:
     """A Fetch v11 response frame (correlation id first, no size prefix), or None when it is not
     exactly that layout."""
     try:
@@ -196,7 +195,7 @@ def decode_fetch_response(frame: Buffer) -> FetchResponse | None:
         return None
 
 
-def _decode_fetch(view: Buffer) -> FetchResponse:
+def _decode_fetch(view: memoryview) -> FetchResponse:
     end = len(view)
     _, throttle, error, session_id, count = _FETCH_HEAD.unpack_from(view, 0)
     error = ErrorCode(error)        # a code this version does not know: ValueError, kio decides
@@ -226,7 +225,7 @@ def _decode_fetch(view: Buffer) -> FetchResponse:
                 raise _Bad()
             replica, size = struct.unpack_from(">ii", view, pos)
             pos += 8
-            records: Buffer | None = None
+            records: memoryview | None = None
             if size >= 0:
                 stop = pos + size
                 if stop > end:

@@ -248,7 +248,7 @@ class PartitionProduceResult(NamedTuple):
     ``current_leader`` (leader_id, leader_epoch) is the v10 tagged field (KIP-951).
     """
 
-    index: int  # type: ignore[assignment]
+    index: int
     error_code: int
     base_offset: int
     log_append_time: int = -1

@@ -29,7 +29,6 @@ from typing import Iterator, NamedTuple
 
 import cramjam
 import crc32c
-from strandline.protocol.buffers import Buffer
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes before batchLength counts
@@ -142,13 +141,13 @@ def iter_batches(buf, pos: int = 0, end: int | None = None) -> Iterator[tuple[in
         pos += size
 
 
-def stamp(buf: Buffer, pos: int, base_offset: int, leader_epoch: int) -> None:
+def stamp(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:
     """Set base offset and partition leader epoch: both lie outside the CRC."""
     _OFFSET.pack_into(buf, pos, base_offset)
     _EPOCH.pack_into(buf, pos + LOG_OVERHEAD, leader_epoch)
 
 
-def set_base_offset(buf: Buffer, pos: int, base_offset: int) -> None:
+def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
     _OFFSET.pack_into(buf, pos, base_offset)
 
 
@@ -157,7 +156,7 @@ _TS = struct.Struct(">q")
 _CRC = struct.Struct(">I")
 
 
-def set_log_append_time(buf: Buffer, pos: int, header: BatchHeader, now_ms: int) -> None:
+def set_log_append_time(buf: bytearray, pos: int, header: BatchHeader, now_ms: int) -> None:
     """Mark a batch LogAppendTime with ``now_ms`` as its max timestamp, then re-compute its CRC."""
     _ATTRS.pack_into(buf, pos + 21, header.attributes | TIMESTAMP_TYPE_BIT)
     _TS.pack_into(buf, pos + 35, now_ms)
@@ -173,12 +172,12 @@ class UndecodableRecordsError(ValueError):
     """A batch whose records cannot be decoded (its CRC covers them, but nothing checked their layout)."""
 
 
-def decompress(codec: int, data: Buffer) -> Buffer:
+def decompress(codec: int, data: bytes) -> bytes:
     """The records of a batch compressed with ``codec`` (1 gzip, 2 snappy, 3 lz4, 4 zstd)."""
     if codec == 1:
         return bytes(cramjam.gzip.decompress(data))
     if codec == 2:
-        if data[:len(_XERIAL)] == _XERIAL:                 # snappy-java's framing (Java producers)
+        if data.startswith(_XERIAL):                 # snappy-java's framing (Java producers)
             out = bytearray()
             pos = 16
             while pos < len(data):
@@ -198,7 +197,7 @@ _XERIAL_HEADER = _XERIAL + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 
 
-def compress(codec: int, data: Buffer) -> Buffer:
+def compress(codec: int, data: bytes) -> bytes:
     """``data`` compressed as Kafka's producers do for ``codec`` (1 gzip, 2 snappy in snappy-java's
     framing, 3 an LZ4 frame of independent blocks, 4 zstd); 0 leaves it as it is."""
     if codec == 0:
@@ -219,7 +218,7 @@ def compress(codec: int, data: Buffer) -> Buffer:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def rebuild(batch, header: BatchHeader, raw_records, codec: int, count: int | None = None) -> Buffer:
+def rebuild(batch, header: BatchHeader, raw_records, codec: int, count: int | None = None) -> bytearray:
     """The batch's header with ``raw_records`` (the records section, uncompressed) compressed with
     ``codec``: offsets, timestamps, the producer's id, epoch and sequence are kept; the length, the
     codec bits, the record count (when given) and the CRC are rewritten."""
@@ -233,7 +232,7 @@ def rebuild(batch, header: BatchHeader, raw_records, codec: int, count: int | No
     return out
 
 
-def recompress(batch, header: BatchHeader, codec: int) -> Buffer:
+def recompress(batch, header: BatchHeader, codec: int) -> bytearray:
     """The batch with its records compressed with ``codec`` instead (a topic's
     ``compression.type``): the records themselves are unchanged."""
     body = bytes(memoryview(batch)[HEADER_SIZE:header.size])
@@ -266,11 +265,11 @@ def read_varint(buf, pos: int) -> tuple[int, int]:
 class Record(NamedTuple):
     offset: int
     timestamp: int
-    key: Buffer | None
-    value: Buffer | None
+    key: bytes | None
+    value: bytes | None
 
 
-def records_section(buf, pos: int, header: BatchHeader) -> tuple[Buffer, int, int]:
+def records_section(buf, pos: int, header: BatchHeader) -> tuple[bytes | memoryview, int, int]:
     """``(data, start, stop)``: where the records of the batch at ``pos`` lie, decompressed if need be."""
     if header.compression:
         data = decompress(header.compression, bytes(buf[pos + HEADER_SIZE:pos + header.size]))
@@ -278,7 +277,7 @@ def records_section(buf, pos: int, header: BatchHeader) -> tuple[Buffer, int, in
     return buf, pos + HEADER_SIZE, pos + header.size
 
 
-def walk_records(data, p: int, stop: int, count: int) -> Iterator[tuple[int, int, int, int, Buffer | None, int, int]]:
+def walk_records(data, p: int, stop: int, count: int) -> Iterator[tuple[int, int, int, int, bytes | None, int, int]]:
     """``(start, end, timestamp delta, offset delta, key, value position, value length)`` of each of
     ``count`` records laid out in ``data[p:stop]``; a null value has length -1. Raises ValueError,
     IndexError or struct.error when they do not fit."""

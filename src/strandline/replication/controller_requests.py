@@ -27,8 +27,6 @@ TOPIC_READ_RETRY_MS = 500       # read an unknown topic again while ZooKeeper ca
 class ControllerRequests:
     """Mixed into :class:`strandline.replication.replica_manager.ReplicaManager`, whose state it uses."""
 
-    _held_control: list[tuple[int, dict, Callable[[dict], list]]] | None
-
     def handle_control(self, api_key: int, body: dict, respond: Callable[[dict], list], now_ms: int,
                        load: bool = True) -> list:
         """LeaderAndIsr, UpdateMetadata or StopReplica from the controller: requests of an older

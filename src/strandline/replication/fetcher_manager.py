@@ -32,7 +32,6 @@ from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.purgatory import Purgatory
 from strandline.replication.topic_stats import BrokerTopicStats
 from strandline.replication.truncation import after_offsets_for_leader_epoch
-from strandline.protocol.buffers import Buffer
 
 FETCH_VERSION = 11
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3
@@ -201,7 +200,7 @@ class ReplicaFetcherManager:
         """One request of a fetcher to its leader; a failed connection or a bad answer backs it off."""
         fetcher.in_flight = True
 
-        def on_frame(frame: Buffer | None, when_ms: int) -> list:
+        def on_frame(frame: bytes | None, when_ms: int) -> list:
             fetcher.in_flight = False
             if frame is None:
                 return self._fetcher_failed(fetcher, when_ms)
@@ -286,7 +285,7 @@ class ReplicaFetcherManager:
                 positions[key] = (state.leader_epoch, log.log_end_offset, log.log_start_offset, max_bytes)
             # an incremental fetch session (KIP-227): only the partitions whose position changed are named
             session_id, epoch, named, forgotten = fetcher.session.build(positions)
-            asked_at = positions.get  # type: ignore[assignment]
+            asked_at = positions.get
         self._built(fetcher, now_ms, journal_position, journal_epoch, incremental is None)
         by_topic: dict[str, list] = {}
         for (topic, index), (leader_epoch, fetch_offset, log_start_offset, _) in named.items():
@@ -385,7 +384,7 @@ class ReplicaFetcherManager:
         return []
 
 
-def _starts_inside(log: Any, records: Buffer) -> int | None:
+def _starts_inside(log: Any, records: bytes) -> int | None:
     """The base offset of the first batch fetched when it begins below an empty log's start and
     holds it: the leader's log start offset lies inside that batch (DeleteRecords). The follower,
     which started its log again there, then starts it at the batch's base offset and keeps the

@@ -20,7 +20,6 @@ from strandline.protocol.records import read_header
 from strandline.replication.partition import Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
 from strandline.replication.validation import apply_compression_type, check_keys, validate_produce_records
-from strandline.protocol.buffers import Buffer
 
 
 class LeaderWrites:
@@ -32,7 +31,7 @@ class LeaderWrites:
         self.fetch_purgatory = fetch_purgatory
         self.purgatory = Purgatory()            # the produce purgatory: acks=all answers waiting on the HW
 
-    def append_to_leader(self, topic: TopicMetadata, index: int, records: Buffer, acks: int,
+    def append_to_leader(self, topic: TopicMetadata, index: int, records: bytes, acks: int,
                          now_ms: int, transactional: bool = False) -> tuple[list, int | None]:
         """Validate and append one partition's batch as leader. Returns the produce result
         ``[error, base offset, log append time, log start offset, message]`` (and the records refused,
@@ -47,7 +46,7 @@ class LeaderWrites:
             records, log_config.max_message_bytes,
             log_config.message_timestamp_difference_max_ms if log_config.message_timestamp_type == "CreateTime"
             and log_config.message_timestamp_difference_max_ms < LONG_MAX else None, now_ms)
-        if checked.error is not ErrorCode.none or checked.header is None:
+        if checked.error is not ErrorCode.none:
             return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
         if checked.header.is_transactional and not transactional:
             return [ErrorCode.transactional_id_authorization_failed, -1, -1, partition.log_start_offset,
@@ -55,12 +54,12 @@ class LeaderWrites:
         records, checked = apply_compression_type(records, checked.header,
                                                   self.config.topic_value(topic.configs, "compression.type"),
                                                   log_config.max_message_bytes)
-        if checked.error is ErrorCode.none and checked.header is not None and log_config.compacts:
+        if checked.error is ErrorCode.none and log_config.compacts:
             checked = check_keys(records, checked.header, topic.name, index)
-        header = checked.header
-        if checked.error is not ErrorCode.none or header is None:
+        if checked.error is not ErrorCode.none:
             return [checked.error, -1, -1, partition.log_start_offset, checked.message,
                     *((checked.record_errors,) if checked.record_errors else ())], None
+        header = checked.header
         min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
         if records.__class__ is not memoryview or records.readonly:
             records = bytearray(records)        # stamped in place: a copy unless it is the request's own buffer
@@ -118,7 +117,7 @@ class LeaderWrites:
         batch = build_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
         return self.append_internal(topic, index, batch, self.config["request.timeout.ms"], done, now_ms)
 
-    def append_internal(self, topic: str, index: int, batch: Buffer, timeout_ms: int,
+    def append_internal(self, topic: str, index: int, batch: bytearray, timeout_ms: int,
                         done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
         """A batch the broker writes itself (``__consumer_offsets``), acks=all: ``done(error)``
         once the ISR has it, NOT_LEADER_OR_FOLLOWER when this broker does not lead the partition."""

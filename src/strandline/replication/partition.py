@@ -18,7 +18,6 @@ from strandline.log.disk import FileRegion
 from strandline.log.log import Log
 from strandline.log.producer_state import BatchMetadata, ProducerStateManager
 from strandline.protocol.records import BatchHeader, set_log_append_time
-from strandline.protocol.buffers import Buffer
 
 NO_LEADER = -1
 
@@ -99,7 +98,7 @@ class LeaderAppend(NamedTuple):
 
 class ReadResult(NamedTuple):
     error: ErrorCode
-    records: Buffer | FileRegion = b""   # a FileRegion: a segment's tail for the shell to sendfile
+    records: bytes | FileRegion = b""   # a FileRegion: a segment's tail for the shell to sendfile
     high_watermark: int = -1
     log_start_offset: int = -1
     log_end_offset: int = -1
@@ -341,7 +340,7 @@ class Partition:
 
     # -- leader append -------------------------------------------------------------------
 
-    def append_records_to_leader(self, records: Buffer, header: BatchHeader, required_acks: int,
+    def append_records_to_leader(self, records: bytearray, header: BatchHeader, required_acks: int,
                                  min_insync_replicas: int, now_ms: int) -> LeaderAppend:
         """Append one validated batch as leader, with idempotence and min.insync.replicas checks."""
         if not self.accepts_writes:

@@ -32,7 +32,6 @@ from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.replica_selector import preferred_read_replica
 from strandline.replication.topic_ids import stale_log
 from strandline.replication.topic_stats import BrokerTopicStats
-from strandline.protocol.buffers import Buffer
 
 #: ``listener(topic, index, leader, now_ms)``: this broker became leader (True) or stopped leading.
 LeadershipListener = Callable[[str, int, bool, int], list]
@@ -140,8 +139,8 @@ class ReplicaManager(ControllerRequests):
                 if self.broker_id in replicas:
                     self.open_partition(topic, index, now_ms)
         for (name, index) in list(self.logs.logs):
-            known = topics.get(name)
-            if known is None or index not in known.assignment or self.broker_id not in known.assignment[index]:
+            topic = topics.get(name)
+            if topic is None or index not in topic.assignment or self.broker_id not in topic.assignment[index]:
                 self.logs.delete_log(name, index)
                 effects.append(Log("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
         return effects + self._stale_logs_deleted()
@@ -179,7 +178,7 @@ class ReplicaManager(ControllerRequests):
 
     # ------------------------------------------------------------------ reads
 
-    def read_log(self, topic: str, index: int) -> Buffer:
+    def read_log(self, topic: str, index: int) -> bytes:
         return self.log_admin.read_log(topic, index)
 
     def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,

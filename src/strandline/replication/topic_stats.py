@@ -13,7 +13,6 @@ from collections import defaultdict
 from kio.schema.errors import ErrorCode
 
 from strandline.protocol.records import HEADER_SIZE
-from strandline.protocol.buffers import Buffer
 
 RECORDS_COUNT = HEADER_SIZE - 4     # the offset of a v2 batch's record count
 UNKNOWN = (ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id)
@@ -33,7 +32,7 @@ class BrokerTopicStats:
         self.topics[topic][key] += n
         self.total[key] += n
 
-    def produced(self, topic: str, records: Buffer | None, error: ErrorCode) -> None:
+    def produced(self, topic: str, records: bytes | None, error: ErrorCode) -> None:
         """One partition's record batch of a Produce request, appended or refused with ``error``
         (bytes rejected: refused for their size, as Kafka counts them)."""
         size = len(records) if records else 0
@@ -42,7 +41,7 @@ class BrokerTopicStats:
             self._add(topic, "failedproducerequests", 1)
             if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
                 self._add(topic, "bytesrejected", size)
-        elif records is not None:
+        else:
             self._add(topic, "bytesin", size)
             # the batch's record count (the header's last field), as validated on append
             self._add(topic, "messagesin", int.from_bytes(records[RECORDS_COUNT:HEADER_SIZE], "big"))

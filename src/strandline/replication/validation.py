@@ -18,7 +18,6 @@ from kio.schema.errors import ErrorCode
 
 from strandline.protocol.records import (HEADER_SIZE, LOG_OVERHEAD, BatchHeader, UndecodableRecordsError, crc_ok,
                                          iter_records, read_header, recompress)
-from strandline.protocol.buffers import Buffer
 
 
 class Validated(NamedTuple):
@@ -74,8 +73,8 @@ def validate_produce_records(records, max_message_bytes: int, max_timestamp_diff
     return Validated(ErrorCode.none, header)
 
 
-def apply_compression_type(records: Buffer, header: BatchHeader, compression_type: str,
-                           max_message_bytes: int) -> tuple[Buffer, Validated]:
+def apply_compression_type(records: bytes, header: BatchHeader, compression_type: str,
+                           max_message_bytes: int) -> tuple[bytes, Validated]:
     """The batch as it is stored under ``compression.type``: unchanged when the codec matches
     (or is ``producer``), else recompressed; CORRUPT_MESSAGE when it cannot be decompressed,
     MESSAGE_TOO_LARGE when the recompressed batch exceeds ``max.message.bytes``."""

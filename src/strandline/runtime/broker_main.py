@@ -24,7 +24,6 @@ from strandline.coordination.znodes import BrokerInfo
 from strandline.coordination import acl_znodes, zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData, ZkError
-from strandline import speedups
 from strandline.errors import StrandlineError
 from strandline.log.manager import LogManager
 from strandline.runtime.disk import DirectoryLock, OsDisk
@@ -429,7 +428,6 @@ def run_broker(config: BrokerConfig) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    log.info("The replication hot path runs %s", speedups.describe())
     profile_path = os.environ.get("STRANDLINE_PROFILE")
     try:
         if profile_path:
