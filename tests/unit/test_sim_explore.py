@@ -90,9 +90,16 @@ def test_safe_1_a_topic_deleted_and_made_again_under_random_faults(seed):
 
 def test_without_topic_ids_a_broker_keeps_the_replicas_of_a_deleted_topic(monkeypatch):
     """The recreate check can fail: with the brokers' topic id checks off (and a broker whose
-    session was lost not looking for deleted topics), seed 140 is caught with a replica of the
-    topic made again that holds records of the deleted one."""
+    session was lost not looking for deleted topics), a topic made again while its deletion is
+    recorded and no deletion resumed, seed 140 is caught with a replica of the topic made again
+    that holds records of the deleted one."""
+    from strandline.controller.deletion import TopicDeletions
+    from strandline.coordination import zk_layout, znodes
     from strandline.replication import controller_requests, replica_manager
+    monkeypatch.setattr(TopicDeletions, "resume", lambda self, ctx, now_ms: [])
+    creation = zk_layout.create_topic_ops
+    monkeypatch.setattr(zk_layout, "create_topic_ops", lambda topic, epoch: [
+        op for op in creation(topic, epoch) if op.path != znodes.DeleteTopicsTopicZNode.path(topic.name)])
     monkeypatch.setattr(replica_manager.ReplicaManager, "forget_deleted_topics", lambda self, now_ms: [])
     monkeypatch.setattr(controller_requests, "other_topic", lambda known, topic_state: False)
     monkeypatch.setattr(controller_requests, "stale_log", lambda log_topic_id, topic: False)

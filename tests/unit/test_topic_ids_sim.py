@@ -17,7 +17,7 @@ from strandline.coordination.store import ZkError
 from strandline.log.partition_metadata import FILE, read_topic_id, write_topic_id
 from strandline.sim.cluster import LOG_DIR, SimCluster
 from strandline.sim.disk import MemoryDisk
-from tests.unit.test_replication_sim import LAG_MS, create, produce, values_on
+from tests.unit.test_replication_sim import LAG_MS, create, produce, produce_request, values_on
 
 
 def delete(c: SimCluster, name: str) -> None:
@@ -358,3 +358,42 @@ def test_a_topic_is_not_made_again_while_a_broker_that_led_it_has_not_heard_of_i
     assert (state.leader, tuple(state.isr)) == (other, (other,)), state
     assert produce(c, other, "t", [b"new"]).error_code == ErrorCode.none
     assert values_on(c, other, "t") == [b"new"]
+
+
+def test_a_topic_is_not_made_again_while_a_broker_that_led_it_is_paused_past_its_session():
+    """The leader of t-0 is paused past its ZooKeeper session while t is deleted: no longer live,
+    the deletion did not wait for it, and t was made again at once. Resumed, the old leader shrank
+    the old ISR (a producer had written to it just before the pause) with a write conditioned on
+    the state znode's version, and it landed on the new topic's state (found by sim explore, seed
+    4600247). As Kafka's deletion waits for every replica, the record stays until the paused
+    broker has registered again and answered; the topic is not made again before."""
+    from strandline.coordination import znodes as zn
+
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS), "zookeeper.session.timeout.ms": "6000"})
+    controller = c.controller_id
+    leader, other = [b for b in (1, 2, 3) if b != controller][:2]
+    create(c, "t", [leader, controller, other])
+    assert produce(c, leader, "t", [b"old"]).error_code == ErrorCode.none
+    c.partition_brokers([leader])               # its followers stop hearing from it
+    produce_request(c, leader, "t", [b"late"], acks=1)
+    c.advance(10)
+    c.pause(leader)
+    c.heal_all_links()
+    c.advance(8000)                             # its session expired: it is not live
+    assert leader not in c.brokers[controller].core.controller.ctx.live_brokers
+    delete(c, "t")
+    c.advance(1000)
+    body = {"topics": [{"name": "t", "num_partitions": -1, "replication_factor": -1,
+                        "assignments": [{"partition_index": 0, "broker_ids": [other]}], "configs": []}],
+            "timeout": 1000, "validate_only": False}
+    refused = c.call(controller, 19, 5, body).topics[0]
+    assert refused.error_code == ErrorCode.topic_already_exists and "marked for deletion" in refused.error_message
+    c.resume(leader)                            # it shrinks its old ISR at once, then registers again
+    deadline = c.now + 20000
+    while zn.DeleteTopicsTopicZNode.path("t") in c.zk.nodes and c.now < deadline:
+        c.advance(100)
+    assert zn.DeleteTopicsTopicZNode.path("t") not in c.zk.nodes
+    assert c.call(controller, 19, 5, body).topics[0].error_code == ErrorCode.none
+    c.advance(3 * LAG_MS)
+    state = c.state("t")
+    assert (state.leader, tuple(state.isr)) == (other, (other,)), state

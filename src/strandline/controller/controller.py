@@ -288,6 +288,10 @@ class Controller:
                 return elections.elect(ctx, offline, gone, when_ms, announce)
             return announce(when_ms)
 
+        # a broker back may hold replicas of a topic deleted while it was gone: it hears of that deletion
+        # now, whose record waits for it (controller.deletion)
+        if new:
+            effects.extend(self.deletions.resume(ctx, now_ms))
         return effects + elections.elect(ctx, [(t.name, i) for t, i in affected], dead, now_ms, elected)
 
     def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:

@@ -3,7 +3,10 @@
 A deletion first records itself under ``/admin/delete_topics/<t>`` (the topic's id and partition
 count), then removes the topic's znodes, then tells every live broker: StopReplica deleting the
 partitions (leader epoch -2), UpdateMetadata marking them deleted. It removes its record once each
-of those brokers has answered, or is gone. A controller that takes office resumes every deletion
+of those brokers has answered, or is gone, and every broker that held a replica of the topic has
+answered, as Kafka waits for every replica: one that was not live hears of the deletion when it
+registers again. Until then the topic is not made again (``zk_layout.create_topic_ops``). A
+controller that takes office, or sees a broker return, resumes every deletion
 recorded: one whose controller lost its office before the brokers heard of it would otherwise leave
 them serving a topic ZooKeeper no longer has. A record without data is what Kafka's own tools write
 to ask for a deletion: the topic it names is deleted.
@@ -50,6 +53,9 @@ class TopicDeletions:
             return []
         ctx.deleting[name] = [done]
         topic_id, partitions = topic.topic_id, max(topic.assignment, default=-1) + 1
+        replicas = tuple(sorted({b for r in topic.assignment.values() for b in r} |
+                                {b for (t, _), moves in ctx.reassigning.items() if t == name
+                                 for replica_set in moves for b in replica_set}))
 
         def finish(error: ErrorCode, message: str | None, when_ms: int) -> list:
             effects: list = []
@@ -63,7 +69,7 @@ class TopicDeletions:
                 for key in [k for k in ctx.reassigning if k[0] == name]:
                     del ctx.reassigning[key]
                 effects = [Log("info", f"Deleted topic {name}")]
-                return effects + self._tell_brokers(ctx, name, topic_id, partitions, version, at_ms) + \
+                return effects + self._tell_brokers(ctx, name, topic_id, partitions, replicas, version, at_ms) + \
                     finish(ErrorCode.none, None, at_ms) + ctx.topic_write_done(name, at_ms)
 
             def failed(error: ErrorCode, message: str | None, at_ms: int) -> list:
@@ -72,10 +78,11 @@ class TopicDeletions:
             # in its turn among the writes of the topic's znode (a move's, a CreatePartitions)
             return ctx.queue_topic_write(name, lambda t: self._remove_znodes(ctx, name, removed, failed, t), when_ms)
 
-        return self._record(ctx, name, _RECORD.encode(topic_id, partitions), recorded, finish, now_ms)
+        return self._record(ctx, name, _RECORD.encode(topic_id, partitions, replicas), recorded, finish, now_ms)
 
     def resume(self, ctx: ControllerContext, now_ms: int) -> list:
-        """On taking office: carry on every deletion recorded under ``/admin/delete_topics``."""
+        """On taking office, or when a broker returns: carry on every deletion recorded under
+        ``/admin/delete_topics``."""
         controller = self.controller
 
         def on_children(results: list, when_ms: int) -> list:
@@ -118,24 +125,31 @@ class TopicDeletions:
                 self.delete(ctx, name, lambda error, message, t: [], now_ms)
         if topic is not None:                       # made again since: the deletion is long done
             return self._forget(ctx, name, version)
-        topic_id, partitions = recorded
+        topic_id, partitions, replicas = recorded
         return [Log("info", f"Telling the brokers again of the deletion of topic {name}")] + \
-            self._tell_brokers(ctx, name, topic_id, partitions, version, now_ms)
+            self._tell_brokers(ctx, name, topic_id, partitions, replicas, version, now_ms)
 
     def _tell_brokers(self, ctx: ControllerContext, name: str, topic_id: uuid.UUID, partitions: int,
-                      version: int, now_ms: int) -> list:
+                      replicas: tuple[int, ...], version: int, now_ms: int) -> list:
         """StopReplica deleting every partition, and UpdateMetadata marking them deleted, to every
-        live broker (any may still hold the topic); forget the record once all have answered."""
+        live broker (any may still hold the topic); forget the record once all have answered and
+        every broker that held a replica has (as Kafka's deletion waits for every replica): one
+        not live now hears of it when the controller sees it register again (:meth:`resume`).
+        Until then the topic is not made again, so that such a broker, still leading the old
+        partitions after a pause, cannot write their state over a new topic's."""
         channel = self.controller.channel
         parts = [(name, i) for i in range(partitions)]
         stop = channel.stop_replica_body(ctx, parts, True, deleting_topic=True)
         metadata = channel.update_metadata_body(ctx, [], parts)
         for ts in metadata["topic_states"]:
             ts["topic_id"] = topic_id
-        waiting = {(b, api) for b in ctx.live_brokers for api in (control.STOP_REPLICA, control.UPDATE_METADATA)}
+        waiting = {(b, api) for b in set(ctx.live_brokers) | set(replicas)
+                   for api in (control.STOP_REPLICA, control.UPDATE_METADATA)}
 
         def answered(broker_id: int, api_key: int) -> Callable[[int], list]:
             def on_done(when_ms: int) -> list:
+                if broker_id in replicas and broker_id not in ctx.live_brokers:
+                    return []           # it died before answering: told again when it is back
                 waiting.discard((broker_id, api_key))
                 return [] if waiting else self._forget(ctx, name, version)
             return on_done

@@ -467,29 +467,33 @@ class DeleteTopicsZNode:
 class DeleteTopicsTopicZNode:
     """``/admin/delete_topics/<t>``: a deletion of topic ``t``. Kafka's tools write it without
     data to ask for one; Strandline's controller records its own deletions in it as
-    ``{"version":1,"topic_id":"<base64>","partitions":N}`` until every broker has heard of them."""
+    ``{"version":1,"topic_id":"<base64>","partitions":N,"replicas":[...]}`` until every live broker
+    and every broker that held a replica of it has heard of them."""
 
     @staticmethod
     def path(topic: str) -> str:
         return f"/admin/delete_topics/{topic}"
 
     @staticmethod
-    def encode(topic_id: uuid.UUID | None = None, partitions: int = 0) -> bytes:
+    def encode(topic_id: uuid.UUID | None = None, partitions: int = 0, replicas: tuple[int, ...] = ()) -> bytes:
         if topic_id is None:
             return b""
-        return _json({"version": 1, "topic_id": uuid_to_base64(topic_id), "partitions": partitions})
+        return _json({"version": 1, "topic_id": uuid_to_base64(topic_id), "partitions": partitions,
+                      "replicas": sorted(replicas)})
 
     @staticmethod
-    def decode(data: bytes | None, topic: str = "<t>") -> tuple[uuid.UUID, int] | None:
-        """(topic id, partition count) of a deletion the controller recorded; None for a request without data."""
+    def decode(data: bytes | None, topic: str = "<t>") -> tuple[uuid.UUID, int, tuple[int, ...]] | None:
+        """(topic id, partition count, the brokers that held its replicas) of a deletion the
+        controller recorded; None for a request without data."""
         if not data:
             return None
 
-        def parse(obj: Any) -> tuple[uuid.UUID, int]:
+        def parse(obj: Any) -> tuple[uuid.UUID, int, tuple[int, ...]]:
             obj = _object(obj)
             if _int(obj["version"]) != 1:
                 raise ValueError(f"unsupported topic deletion version {obj['version']}")
-            return uuid_from_base64(obj["topic_id"]), _int(obj["partitions"])
+            return (uuid_from_base64(obj["topic_id"]), _int(obj["partitions"]),
+                    tuple(_int(b) for b in obj.get("replicas", ())))
         return _decode(DeleteTopicsTopicZNode.path(topic), data, parse)
 
 
