@@ -321,7 +321,8 @@ def test_two_deletions_of_a_topic_at_once_both_answered_and_no_record_left():
 
 
 def test_a_topic_is_not_made_again_while_a_broker_that_led_it_has_not_heard_of_its_deletion():
-    """The controller cannot reach the leader of t-0 when it deletes t. Made again at once (as a
+    """ISR-5 across a topic's deletion: the leader's compare-and-set must not succeed on another
+    topic's state. The controller cannot reach the leader of t-0 when it deletes t. Made again at once (as a
     client's Metadata auto-creates it), the new topic's partition state was znode version 0, as the
     old one's had been: the old leader, its followers gone, shrank the old ISR with a write
     conditioned on that version, and it landed on the new topic, naming a leader that holds no
@@ -361,7 +362,8 @@ def test_a_topic_is_not_made_again_while_a_broker_that_led_it_has_not_heard_of_i
 
 
 def test_a_topic_is_not_made_again_while_a_broker_that_led_it_is_paused_past_its_session():
-    """The leader of t-0 is paused past its ZooKeeper session while t is deleted: no longer live,
+    """ISR-5 across a topic's deletion, continued. The leader of t-0 is paused past its ZooKeeper
+    session while t is deleted: no longer live,
     the deletion did not wait for it, and t was made again at once. Resumed, the old leader shrank
     the old ISR (a producer had written to it just before the pause) with a write conditioned on
     the state znode's version, and it landed on the new topic's state (found by sim explore, seed
