@@ -194,7 +194,9 @@ def test_create_partitions_grows_a_topic_and_refuses_what_kafka_refuses(cluster,
     assert error_of(grow(3, [[1, 2, 3]])) == "INVALID_REPLICA_ASSIGNMENT"
     missing = admin.create_partitions([NewPartitions("no-such-topic", 3)])["no-such-topic"]
     assert error_of(missing) == "UNKNOWN_TOPIC_OR_PART"
-    assert len(admin.list_topics(name, timeout=10).topics[name].partitions) == 2
+    # (the broker the client asks may hear of the new topic a moment after the controller answered)
+    poll_until(lambda: len(admin.list_topics(name, timeout=10).topics[name].partitions) == 2, 20,
+               message="the topic keeps its 2 partitions")
 
     assert error_of(grow(4)) == "NONE"
     result = run_cli("topics", "alter", "--bootstrap-server", cluster.bootstrap, "--topic", name, "--partitions", "5")
