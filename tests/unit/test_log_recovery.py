@@ -377,11 +377,13 @@ def test_random_crashes_never_lose_flushed_data_or_leave_corruption(seed):
     manager.startup(0)
     log = manager.get_or_create_log("t", 0, config, 0)
     written: dict[int, bytes] = {}     # base offset -> stored batch
+    epoch = 0                          # a partition's leader epochs only grow
     for _ in range(12):
         for _ in range(rng.randrange(1, 30)):
             values = [bytes([rng.randrange(256)]) * rng.randrange(1, 300) for _ in range(rng.randrange(1, 4))]
             batch = make_batch(values, timestamp_ms=rng.randrange(10**6))
-            info = log.append_as_leader(batch, rng.randrange(3), 0)
+            epoch += rng.random() < 0.2
+            info = log.append_as_leader(batch, epoch, 0)
             written[info.first_offset] = bytes(batch)
             if rng.random() < 0.1:
                 log.flush()

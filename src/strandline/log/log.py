@@ -98,6 +98,8 @@ class Log:
         log = cls(disk, dir, topic, partition, config, loaded.segments, cache,
                   log_start_offset=loaded.log_start_offset, now_ms=now_ms)
         cache.truncate_from_end(log.log_end_offset)
+        if log._epochs_cut_above_start():
+            log.log_start_offset = cache.entries[0][1]
         cache.truncate_from_start(log.log_start_offset)
         log.recovery_stats = stats
         log.highest_recovery_point = max(log.highest_recovery_point, recovery_point)
@@ -112,6 +114,24 @@ class Log:
             # it needs to survive a power loss before that): creating thousands of partitions costs no fsync each
             log.parent_unsynced = True
         return log
+
+    def _epochs_cut_above_start(self) -> bool:
+        """Whether the leader-epoch checkpoint records a move of the log start offset that the
+        log-start-offset checkpoint (written every log.flush.start.offset.checkpoint.interval.ms)
+        missed: its first epoch starts above the log start, and the batch just below that start
+        belongs to that epoch or an earlier one. A move of the log start (DeleteRecords, or a
+        follower taking its leader's) moves the first epoch's start up to it; an epoch appended
+        after higher ones (never from a leader, whose epochs only grow) drops them and also starts
+        above the log start, but the batch below it is of a higher epoch. The records below were
+        deleted: served again, the offsets there would have no epoch, and a follower asking about
+        an earlier epoch would be told it ends at the first epoch's start and keep its own records
+        there, never committed."""
+        entries = self.leader_epoch_cache.entries
+        if not entries or entries[0][1] <= self.log_start_offset:
+            return False
+        first_epoch, first_start = entries[0]
+        below = next(iter(self.iter_batch_headers(first_start - 1)), None)
+        return below is not None and below.base_offset < first_start and below.partition_leader_epoch <= first_epoch
 
     # -- state -------------------------------------------------------------------------------
 
