@@ -344,6 +344,19 @@ class ReplicaFetcherManager:
             return []
         if error is not ErrorCode.none:
             return self._delay_partition(fetcher, key, state, error, now_ms)
+        if log.log_start_offset < log.log_end_offset <= answer.log_start_offset:
+            # Everything this replica holds lies below the leader's log start offset: deleted there
+            # (DeleteRecords), and perhaps never the leader's own. The leader's epoch cache starts at
+            # its log start, so its answer about an epoch before that could only say "ends at the
+            # log start": records this replica wrote in such an epoch, never committed, would stay
+            # below it, and come back with an old log start after a restart. Start afresh here.
+            dropped = (log.log_start_offset, log.log_end_offset)
+            log.truncate_fully_and_start_at(log.log_end_offset)
+            started_afresh = [Log("info", f"{key[0]}-{key[1]} holds only offsets {dropped[0]}-{dropped[1] - 1}, below "
+                                          f"the leader's log start offset {answer.log_start_offset}: starts afresh "
+                                          f"at {dropped[1]}")]
+        else:
+            started_afresh = []
         records = answer.records
         if records:
             try:
@@ -351,7 +364,7 @@ class ReplicaFetcherManager:
                     log.truncate_fully_and_start_at(base)
                 log.append_as_follower(records, now_ms)
             except (CorruptRecordError, OffsetOutOfOrder) as exc:
-                return self._delay_partition(fetcher, key, state, None, now_ms, str(exc))
+                return started_afresh + self._delay_partition(fetcher, key, state, None, now_ms, str(exc))
             self.topic_stats.replicated_in(key[0], len(records))
             topic = self.metadata.topics.get(key[0])
             if self.config.topic_value(topic.configs if topic else {}, "flush.on.ack"):
@@ -367,7 +380,7 @@ class ReplicaFetcherManager:
                 moved.append(key)       # consumers waiting at this follower (KIP-392) may read on
         if answer.log_start_offset > log.log_start_offset:
             log.maybe_increment_log_start_offset(min(answer.log_start_offset, log.log_end_offset))
-        return []
+        return started_afresh
 
     def _delay_partition(self, fetcher: ReplicaFetcher, key: tuple[str, int], state: PartitionFetchState,
                          error: ErrorCode | None, now_ms: int, message: str = "") -> list:
