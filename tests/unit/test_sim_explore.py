@@ -130,6 +130,83 @@ def test_delete_records_catches_a_follower_stuck_below_a_log_start_offset_inside
     assert any(v.startswith("the cluster converges") for v in result.all_violations), result.all_violations
 
 
+FULL_MENU = dict(reassign=True, add_partitions=True, recreate=True, rack_reads=True, delete_records=True)
+
+
+def _lines_logged(explorer: Explorer) -> list[str]:
+    """Every line the brokers log during the explorer's run (the trace keeps only the last 40)."""
+    lines: list[str] = []
+    note = explorer.sim.on_log
+
+    def on_log(broker_id: int, level: str, message: str) -> None:
+        lines.append(message)
+        note(broker_id, level, message)
+    explorer.sim.on_log = on_log
+    return lines
+
+
+@pytest.mark.parametrize("seed, options", [(7700046, {}), (7700085, FULL_MENU),
+                                           (7700089, FULL_MENU), (7700097, FULL_MENU)])
+def test_a_follower_holding_only_records_below_its_leader_log_start_starts_afresh(seed, options):
+    """``--delete-records``: a follower back with records of an epoch its leader's epoch cache no
+    longer knows (DeleteRecords cut it from the start) hears that the epoch ends at the leader's
+    log start offset, and keeps what it holds below it. Seeds 7700046, 7700085, 7700089 and
+    7700097 caught such records, never committed, kept below the follower's high watermark, and
+    seed 7700022 a follower that then refused the batch holding the leader's log start on every
+    fetch and never rejoined the ISR. It now starts its log afresh there
+    (test_delete_records_sim.py plays both step by step); each run still meets the case."""
+    explorer = Explorer(seed, CONFIGS["safe"], **{"delete_records": True, **options})
+    lines = _lines_logged(explorer)
+    result = explorer.run()
+    assert result.ok, f"seed {seed}: {result.all_violations}\n" + "\n".join(result.trace)
+    assert any("below the leader's log start offset" in line and "starts afresh" in line for line in lines)
+
+
+@pytest.mark.parametrize("seed, options", [(7700057, FULL_MENU), (7700022, {})])
+def test_a_broker_restarted_before_its_log_start_checkpoint_keeps_deleted_records_deleted(seed, options,
+                                                                                         monkeypatch):
+    """Seed 7700057 (the full menu): a broker restarted at once after DeleteRecords found its
+    leader-epoch checkpoint cut at 4 and its log-start-offset checkpoint still at 0; it led again
+    with its log from 0 and told a follower back with records of epoch 0 that the epoch ended at 4:
+    the follower kept three of its own records below a high watermark and a consumer read one.
+    Seed 7700022 (``--delete-records``) left a follower, cut the same way, refusing on every fetch
+    the batch that held its leader's log start, never back in the ISR. The log now starts where
+    its epochs begin (test_delete_records_sim.py plays it step by step); each run still restarts
+    a log whose epochs begin above its checkpointed start."""
+    raised: list[tuple[str, int, int]] = []
+    real_open = Log.open.__func__
+
+    def open_log(cls, *args, **kwargs):
+        log = real_open(cls, *args, **kwargs)
+        if log.log_start_offset > kwargs.get("log_start_offset", 0):
+            raised.append((log.topic, kwargs.get("log_start_offset", 0), log.log_start_offset))
+        return log
+    monkeypatch.setattr(Log, "open", classmethod(open_log))
+    result = run_seed(seed, "safe", **{"delete_records": True, **options})
+    assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
+    assert any(topic == "events" for topic, _, _ in raised), raised
+
+
+def test_the_explorer_checks_a_deleted_topic_once_its_deletion_is_done(monkeypatch):
+    """Seed 7700106 (the full menu) ended with every ISR full while the controller still waited to
+    remove a deleted topic's znodes again (ZooKeeper had lost its answer): the check that no broker
+    holds a deleted topic ran before the deletion was done. The explorer now waits for every
+    deletion recorded under /admin/delete_topics (within its time to converge) before it checks;
+    the run still ends with a deletion under way when the ISRs are full."""
+    pending: list[list[str]] = []
+    real = Explorer._deletions
+
+    def deletions(self):
+        found = real(self)
+        if found and self._full_isr():
+            pending.append(found)
+        return found
+    monkeypatch.setattr(Explorer, "_deletions", deletions)
+    result = run_seed(7700106, "safe", **FULL_MENU)
+    assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
+    assert ["scratch"] in pending
+
+
 def test_rep_4_consumers_reading_from_followers_see_committed_records_only():
     """``--rack-reads``: the consumers read from followers (KIP-392) under the faults, and what
     they read stays in the final log; the run serves them from followers, not only leaders."""

@@ -31,7 +31,7 @@ from typing import Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.coordination import znodes
-from strandline.coordination.store import GetChildren, GetData
+from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.protocol.api import ApiKey
 from strandline.broker.config import REPLICA_SELECTORS
 from strandline.sim.admin_nemesis import AdminNemesis
@@ -518,6 +518,12 @@ class Explorer:
                     return False
         return True
 
+    def _deletions(self) -> list[str]:
+        """The topics whose deletion ZooKeeper still records (``/admin/delete_topics``): the
+        controller has not heard from every broker that held a replica of them."""
+        [res] = self.sim.zk.execute([GetChildren(znodes.DeleteTopicsZNode.path())])
+        return sorted(res.children) if res.error is ZkError.NONE else []
+
     def _quiescent(self) -> bool:
         if not all(p.idle for p in self.producers):
             return False
@@ -548,8 +554,11 @@ class Explorer:
                     hoses.append(Firehose(sim, self.history, f"f{index}1", TOPIC, index,
                                           random.Random(self.rng.random())))
                     hoses[-1].start()
-        while not self._full_isr():
+        while not self._full_isr() or self._deletions():
             if sim.now >= deadline:
+                if self._full_isr():
+                    raise Violation("the cluster converges", f"the deletion of {self._deletions()} not done within "
+                                    f"{self.converge_ms} ms of healing: " + self._describe(), sim.now)
                 raise Violation("the cluster converges", f"no full ISR within {self.converge_ms} ms of healing: "
                                 + self._describe(), sim.now)
             sim.advance(100)
