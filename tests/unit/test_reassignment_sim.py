@@ -351,3 +351,37 @@ def test_ctl_11_a_stop_replica_retried_after_the_replica_moved_back_does_not_del
     assert any(b == 1 and "StopReplica" in m and "'error_code': 74" in m for b, m in after), after
     epochs = [int(m.split("epoch ")[1].split(",")[0]) for b, m in after if b == 3 and m.startswith("Follower of r-0")]
     assert epochs == sorted(epochs) and values_on(c, 3, "r") == written
+
+
+def test_ctl_11_a_move_ends_when_the_controller_writes_an_isr_holding_its_targets():
+    """A move to [1, 3, 4] waits for broker 4 in the ISR. Leader 2 adds it, but ZooKeeper loses its
+    answer and no read of the state comes back: the leader never learns its change was applied,
+    so it writes no ISR change notification. A preferred leader election then writes that ISR
+    (leadership to 1) itself: the controller ends the move there, as Kafka's controller, which
+    watches the state znode of each partition being moved, does. Before, the move waited for an
+    ISR change notification that never came (sim explore --config acks1 seed 1, 30 s)."""
+    c = SimCluster((1, 2, 3, 4), latency_ms=1, **FAST)
+    assert c.controller_id == 1
+    create(c, "w", [2, 1, 3], min_isr=1)
+    assert produce(c, 2, "w", [b"v0"]).error_code == ErrorCode.none
+    state_path = znodes.TopicPartitionStateZNode.path("w", 0)
+    lost: list[str] = []
+
+    def leader_loses_answers(broker_id, ops):
+        if broker_id == 2 and any(getattr(op, "path", None) == state_path for op in ops):
+            lost.append(type(ops[0]).__name__)
+            return "applied-reply-lost" if type(ops[0]).__name__ == "SetData" else "not-applied"
+        return None
+    c.zk_fault = leader_loses_answers
+    assert reassign(c, "w", [1, 3, 4]).error_code == ErrorCode.none
+    c.advance(3000)
+    assert "SetData" in lost and "GetData" in lost        # the expansion applied, unknown to the leader
+    assert 4 in c.state("w").isr and ("w", 0) in ongoing(c)
+    resp = c.call(c.controller_id, 43, 2, {"election_type": 0, "topic_partitions": [
+        {"topic": "w", "partitions": [0]}], "timeout_ms": 30000})
+    assert resp.error_code == ErrorCode.none, resp
+    c.zk_fault = None
+    c.advance(3000)
+    assert ongoing(c) == {}
+    assert stored(c, "w").partitions == {0: (1, 3, 4)}
+    assert c.partition(2, "w") is None

@@ -234,6 +234,9 @@ class PartitionElections:
                     ctx, [(ctx.topics[k[0]], k[1]) for k, _ in settled], None, False, when_ms))
             effects.extend(self.elections_ended(ctx, [key for key, _ in settled], when_ms, announced=retry))
             effects.extend(revisit(settled, when_ms))
+            # a move waiting for its targets to join the ISR looks at every state read (Kafka's
+            # controller watches the state znode of each partition being moved)
+            effects.extend(controller.reassignments.maybe_complete(ctx, [key for key, _ in settled], when_ms))
             if unread:       # ZooKeeper did not answer: read those again (and announce what was decided)
                 effects.extend(outbox.after(when_ms + CONTROL_RETRY_MS,
                                             lambda t: self.elect(ctx, unread, dead, t, None, decide, True)
@@ -317,6 +320,8 @@ class PartitionElections:
             out.extend(revisit([(key, state) for key, state, _ in planned if key not in narrowed], at_ms))
             if narrowed:
                 out.extend(self.elect(ctx, narrowed, dead, at_ms, None, None, True))
+            out.extend(controller.reassignments.maybe_complete(ctx, [k for k in written_keys if k not in narrowed],
+                                                               at_ms))
             return out + done(at_ms)
 
         return outbox.zk(fenced, on_written, transaction=True)
