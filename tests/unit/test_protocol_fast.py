@@ -271,3 +271,18 @@ def test_the_hand_written_fetch_request_is_byte_identical_to_kio():
         cid = rng.randrange(-(1 << 31), 1 << 31)
         assert encode_fetch_request(cid, "strandline-replica-fetcher-2", body) == encode_request(
             ApiKey.FETCH, FETCH_REQUEST_VERSION, cid, "strandline-replica-fetcher-2", body)
+
+
+def test_the_hand_written_produce_request_is_byte_identical_to_kio():
+    from strandline.protocol.api import ApiKey, encode_request
+    from strandline.protocol.hot_responses import PRODUCE_REQUEST_VERSION, encode_produce_request
+    rng = random.Random(22)
+    for _ in range(50):
+        topics = [{"name": f"t{t}-ü", "partition_data": [
+            {"index": rng.randrange(1 << 16), "records": rng.choice((None, b"", rng.randbytes(rng.randrange(200))))}
+            for _ in range(rng.randrange(0, 4))]} for t in range(rng.randrange(0, 4))]
+        body = {"transactional_id": rng.choice((None, "", "tx-1")), "acks": rng.choice((-1, 0, 1)),
+                "timeout": rng.randrange(0, 1 << 31), "topic_data": topics}
+        cid = rng.randrange(-(1 << 31), 1 << 31)
+        assert encode_produce_request(cid, "p1", body) == encode_request(ApiKey.PRODUCE, PRODUCE_REQUEST_VERSION,
+                                                                          cid, "p1", body)
