@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from strandline.sim.configs import CONFIGS
+from strandline.sim.menu import EVERYTHING, KEYWORDS, run_options
 
 if TYPE_CHECKING:
     from strandline.sim.explore import RunResult
@@ -17,24 +18,35 @@ if TYPE_CHECKING:
 DEFAULT_DURATION_MS = 60000
 
 
-#: the options of ``sim explore`` that add to a run, as ``run_seed`` names them
-RUN_OPTIONS = ("reassign", "add_partitions", "recreate", "rack_reads", "delete_records")
+#: the opt-in flags of earlier versions (a run then has exactly the admin requests and workload
+#: options named), kept so that their replay lines replay the same runs
+OPT_IN_FLAGS = ("reassign", "add_partitions", "recreate", "rack_reads", "delete_records")
 
 
-def _run(job: tuple[int, str, int, dict[str, bool]]) -> RunResult:
+def _run(job: tuple[int, str, int, dict]) -> RunResult:
     from strandline.sim.explore import run_seed
 
     seed, config, duration_ms, options = job
     return run_seed(seed, config, duration_ms=duration_ms, **options)
 
 
-def _options(args: argparse.Namespace) -> dict[str, bool]:
-    return {name: getattr(args, name) for name in RUN_OPTIONS}
+def _without(args: argparse.Namespace) -> set[str]:
+    """What the run leaves out of the menu: ``--without``, or, with the opt-in flags of earlier
+    versions, every admin request and workload option not named."""
+    without = {name.strip() for part in args.without or () for name in part.split(",") if name.strip()}
+    if any(getattr(args, flag) for flag in OPT_IN_FLAGS):
+        without |= {name for name, keyword in KEYWORDS.items() if not getattr(args, keyword)}
+    return without
+
+
+def _options(args: argparse.Namespace) -> dict:
+    return run_options(_without(args))
 
 
 def _flags(args: argparse.Namespace) -> str:
     """The options a replay of a seed needs besides ``--config``."""
-    return ("".join(f" --{name.replace('_', '-')}" for name in RUN_OPTIONS if getattr(args, name))
+    without = sorted(_without(args), key=EVERYTHING.index)
+    return ((f" --without {','.join(without)}" if without else "")
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
 
@@ -47,8 +59,14 @@ def _line(result: RunResult, flags: str = "") -> str:
 
 def _refused(args: argparse.Namespace) -> str | None:
     """Why this combination of options cannot run, if it cannot."""
-    if args.delete_records and CONFIGS[args.config].transactions:
-        return "--delete-records runs without transactions (its checks do not follow deleted transactional records)"
+    try:
+        _options(args)
+    except ValueError as exc:
+        return f"--without: {exc}"
+    if getattr(args, "spark", False) and args.processes > 1:
+        return "--spark and --processes are two ways to run seeds at once: give one"
+    if getattr(args, "master", None) and not args.spark:
+        return "--master goes with --spark"
     return None
 
 
@@ -66,7 +84,11 @@ def explore(args: argparse.Namespace) -> int:
     busy = 0.0
     pool = multiprocessing.Pool(args.processes) if args.processes > 1 else None
     try:
-        results = pool.imap(_run, jobs) if pool is not None else map(_run, jobs)
+        if args.spark:
+            from strandline.sim import on_spark
+            results = on_spark.run(jobs, args.master)
+        else:
+            results = pool.imap(_run, jobs) if pool is not None else map(_run, jobs)
         for result in results:
             busy += result.wall_s
             if not result.ok:
@@ -109,8 +131,10 @@ def add_parser(sub) -> None:
     ssub = sim.add_subparsers(dest="action", required=True)
     configs = sorted(CONFIGS)
     ex = ssub.add_parser("explore", help="run seeds; print each one that breaks an invariant",
-                         description="Each seed is one run of a 3-broker cluster under random faults with "
-                                     "producers and a consumer; invariants are checked after every event.")
+                         description="Each seed is one run of a cluster (four brokers, three replicas per "
+                                     "partition) under random faults and an operator's requests, with producers "
+                                     "and consumers; invariants are checked after every event. Every family of "
+                                     "faults and requests is on unless --without names it.")
     ex.add_argument("--seeds", type=int, required=True, help="how many seeds")
     ex.add_argument("--first-seed", type=int, default=1, help="the first seed (default 1)")
     ex.add_argument("--config", choices=configs, default="safe",
@@ -119,34 +143,25 @@ def add_parser(sub) -> None:
                          "configuration that loses data: acks1, unclean, legacy (default safe)")
     ex.add_argument("--duration-ms", type=int, default=DEFAULT_DURATION_MS,
                     help=f"simulated time of faults per seed (default {DEFAULT_DURATION_MS})")
-    ex.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
-    ex.add_argument("--reassign", action="store_true",
-                    help="also move partitions between brokers (four brokers, three replicas; CTL-11)")
-    ex.add_argument("--add-partitions", action="store_true",
-                    help="also add partitions to the topic now and then (CreatePartitions, up to "
-                         "three), racing the faults and any moves")
-    ex.add_argument("--recreate", action="store_true",
-                    help="also delete a second topic, written all along, and create it again now and then; "
-                         "at the end its replicas must hold exactly their leader's log")
-    ex.add_argument("--rack-reads", action="store_true",
-                    help="put each broker in its own rack and the consumers in racks r2 and r3, with "
-                         "replica.selector.class set: they read from followers whenever the leader is "
-                         "elsewhere (KIP-392)")
-    ex.add_argument("--delete-records", action="store_true",
-                    help="also delete records now and then (DeleteRecords below an offset under the high "
-                         "watermark); the checks then look only above the highest offset asked")
+    ex.add_argument("--processes", type=int, default=1, help="worker processes on this machine (default 1)")
+    ex.add_argument("--spark", action="store_true",
+                    help="run the seeds as Spark tasks: local mode on every core, or the cluster --master names")
+    ex.add_argument("--master", help="with --spark: the Spark master URL (default local[*])")
+    _menu_arguments(ex)
     ex.set_defaults(func=explore)
     rp = ssub.add_parser("replay", help="run one seed again and print the violation and the last events")
     rp.add_argument("seed", type=int, help="the seed to play again")
     rp.add_argument("--config", choices=configs, default="safe", help="the configuration it ran with")
     rp.add_argument("--duration-ms", type=int, default=DEFAULT_DURATION_MS, help="simulated time of faults")
-    rp.add_argument("--reassign", action="store_true", help="with the reassignments of `sim explore --reassign`")
-    rp.add_argument("--add-partitions", action="store_true", help="with the partitions `sim explore "
-                                                                  "--add-partitions` adds")
-    rp.add_argument("--recreate", action="store_true", help="with the topic `sim explore --recreate` deletes "
-                                                            "and creates again")
-    rp.add_argument("--rack-reads", action="store_true", help="with the consumers of `sim explore --rack-reads`, "
-                                                              "reading from followers")
-    rp.add_argument("--delete-records", action="store_true", help="with the DeleteRecords of `sim explore "
-                                                                  "--delete-records`")
+    _menu_arguments(rp)
     rp.set_defaults(func=replay)
+
+
+def _menu_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--without", action="append", metavar="NAME[,NAME...]",
+                        help="leave out of the run: " + ", ".join(EVERYTHING) + " (a run has all of them "
+                             "by default: faults of the machines, an operator's requests, consumers reading "
+                             "from followers)")
+    for flag in OPT_IN_FLAGS:        # earlier versions' opt-in form: exactly the requests named
+        parser.add_argument(f"--{flag.replace('_', '-')}", action="store_true", help=argparse.SUPPRESS)
+

@@ -187,7 +187,10 @@ class Invariants:
         """The compacted topic's records of a replica below its high watermark: each one the
         committed record at its offset, or the first seen there."""
         records, newest, offsets = self.records[index], self.newest[index], self.record_offsets[index]
-        start = replica.verified
+        start = max(replica.verified, log.log_start_offset)     # DeleteRecords: gone below the log start
+        if start >= hw:
+            replica.verified = max(replica.verified, start)
+            return
         held: set[int] = set()
         data = log.read(start, 1 << 40, max_offset=hw)
         for pos, header in iter_batches(data):
@@ -356,12 +359,14 @@ class Invariants:
             return final.get(offset) == value or (offset not in final and found is not None and found[0] > offset)
 
         lost = 0
+        deleted = self.deleted[index]
         for ack in history.acked:
             if ack.partition == index and ack.acks in self.checked_acks and \
-                    not all(kept(ack.base_offset + i, v) for i, v in enumerate(ack.values)):
+                    not all(kept(ack.base_offset + i, v) for i, v in enumerate(ack.values)
+                            if ack.base_offset + i >= deleted):
                 lost += 1
         for offset, value in history.consumed.get(index, {}).items():
-            if not kept(offset, value):
+            if offset >= deleted and not kept(offset, value):
                 self.fail("consumed records survive", f"partition {index} offset {offset}: a consumer read "
                                                       f"{value.decode()}, which the final log neither holds nor "
                                                       f"supersedes")

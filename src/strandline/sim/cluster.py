@@ -125,8 +125,11 @@ class SimCluster:
 
     # ------------------------------------------------------------------ scheduling
 
-    def _schedule(self, delay_ms: int, action: Callable[[], None]) -> None:
+    def schedule_in(self, delay_ms: int, action: Callable[[], None]) -> None:
+        """Run ``action()`` ``delay_ms`` from now (simulated time)."""
         self.schedule_at(self.now + delay_ms, action)
+
+    _schedule = schedule_in
 
     def schedule_at(self, when_ms: int, action: Callable[[], None]) -> None:
         self._seq += 1
@@ -417,6 +420,11 @@ class SimCluster:
         finally:
             zkc.brokers_changed = notify
         self.start(broker_id)
+
+    def begin_controlled_shutdown(self, broker_id: int) -> None:
+        """What SIGTERM starts: the broker asks the controller to move its leaderships away."""
+        node = self.brokers[broker_id]
+        self._apply(node, node.core.begin_controlled_shutdown(self._at(node)))
 
     def shutdown(self, broker_id: int) -> None:
         """A clean stop: high watermarks checkpointed, logs flushed, the session closed."""

@@ -26,11 +26,11 @@ import collections
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
 from strandline.coordination import znodes
+from strandline.group.records import iter_records as iter_values
 from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.protocol.api import ApiKey
 from strandline.broker.config import REPLICA_SELECTORS
@@ -38,6 +38,8 @@ from strandline.sim.admin_nemesis import AdminNemesis
 from strandline.sim.checker import Invariants, Violation
 from strandline.sim.configs import CONFIGS, ExploreConfig  # noqa: F401  (part of this module's interface)
 from strandline.sim.cluster import SimCluster
+from strandline.sim.menu import FAULT_FAMILIES, FULL_MENU  # noqa: F401  (FULL_MENU: part of this module's interface)
+from strandline.sim.nemesis import Nemesis, live_brokers
 from strandline.sim.scratch import SCRATCH, ScratchTopic, exists
 from strandline.sim.txn_checker import FinalRead, TxnChecker
 from strandline.sim.txn_workload import TXN_TIMEOUT_MS, ReadCommittedConsumer, TxnHistory, TxnProducer
@@ -71,15 +73,6 @@ class RunResult:
         return self.violation is None
 
 
-@dataclass
-class _Fault:
-    description: str
-    heal: Callable[[], None]
-    brokers: frozenset[int] = frozenset()
-    network: bool = False
-    healed: bool = False
-
-
 RACK_AWARE = REPLICA_SELECTORS[0]
 
 
@@ -87,7 +80,7 @@ class Explorer:
     def __init__(self, seed: int, config: ExploreConfig, *, brokers: int = 3, partitions: int = 3,
                  duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False,
                  add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False,
-                 delete_records: bool = False) -> None:
+                 delete_records: bool = False, without: frozenset[str] | set[str] = frozenset()) -> None:
         self.seed = seed
         # with DeleteRecords now and then: the records below may be gone (from the checks too)
         self.delete_records = delete_records
@@ -152,8 +145,15 @@ class Explorer:
             # the final check compares the assigned replicas only: a broker that was down when a
             # move took its replica away keeps a stray log, as in Kafka
             self.invariants.assigned_only = True
-        self.faults: list[_Fault] = []
-        self.fault_count = 0
+        unknown = set(without) - set(FAULT_FAMILIES)
+        if unknown:
+            raise ValueError(f"unknown fault families {sorted(unknown)} (known: {', '.join(FAULT_FAMILIES)})")
+        admin_on = {"reassign": reassign, "add-partitions": add_partitions, "recreate": recreate,
+                    "delete-records": delete_records}
+        families = frozenset(FAULT_FAMILIES) - set(without) | {name for name, on in admin_on.items() if on}
+        self.nemesis = Nemesis(self.sim, self.rng, self.note, families=families, partitions=partitions,
+                               flush_on_ack=self.flush_on_ack, admin=self.admin, scratch=self.scratch,
+                               records_deleted=self._records_deleted)
         self.start_ms = self.sim.now
         self.producers: list[Producer] = []
         self.consumers: list[Consumer] = []
@@ -171,7 +171,7 @@ class Explorer:
             self.sim.after_event = self._after_event if self.more_invariants else self.invariants.after_event
             self._nemesis_step()
             self.sim.advance(self.duration_ms)
-            self._heal_everything()
+            self.nemesis.heal_everything()
             self._converge()
             if self.txn_checker is not None:
                 final = self._end_transactions()
@@ -188,7 +188,7 @@ class Explorer:
         violations = self.invariants.violations
         return RunResult(self.seed, self.config.name, violations[0] if violations else None,
                          self.first_trace or list(self.trace), len(self.history.acked), lost,
-                         self.invariants.events, self.fault_count, self.sim.now - self.start_ms,
+                         self.invariants.events, self.nemesis.count, self.sim.now - self.start_ms,
                          time.perf_counter() - started, [str(v) for v in violations],
                          self.txn_history.counts() if self.txn_history is not None else {})
 
@@ -214,7 +214,10 @@ class Explorer:
 
     def _setup(self) -> None:
         sim = self.sim
-        configs = [{"name": k, "value": v} for k, v in self.config.topic]
+        topic_configs = dict(self.config.topic)
+        if self.delete_records and self.config.compacted:
+            topic_configs["cleanup.policy"] = "compact,delete"      # Kafka refuses DeleteRecords otherwise
+        configs = [{"name": k, "value": v} for k, v in topic_configs.items()]
         body = {"topics": [{"name": topic, "num_partitions": self.partitions, "replication_factor": self.replication_factor,
                             "assignments": [], "configs": configs} for topic in self.topics],
                 "timeout": 1000, "validate_only": False}
@@ -300,122 +303,26 @@ class Explorer:
     # ------------------------------------------------------------------ the nemesis
 
     def _live(self) -> list[int]:
-        return [b for b, n in self.sim.brokers.items() if n.core is not None and not n.waiting_to_register]
-
-    def _down(self) -> set[int]:
-        return {b for f in self.faults if not f.healed for b in f.brokers}
+        return live_brokers(self.sim)
 
     def _nemesis_step(self) -> None:
         if self.sim.now - self.start_ms >= self.duration_ms:
             return
-        self._inject()
-        self.sim._schedule(int(self.rng.expovariate(1 / 1500)) + 50, self._nemesis_step)
+        self.nemesis.step()
+        self.sim.schedule_in(int(self.rng.expovariate(1 / 1500)) + 50, self._nemesis_step)
 
-    def _inject(self) -> None:
-        rng, sim = self.rng, self.sim
-        ids = sorted(sim.brokers)
-        active_network = sum(1 for f in self.faults if f.network and not f.healed)
-        down = self._down()
-        candidates = [b for b in self._live() if b not in down]
-        controller = sim.controller_id
-        kinds = ["clock", "flaky-zk", "slow-link"]
-        if active_network < 2:
-            kinds += ["one-way", "both-ways", "zk-cut", "isolate", "isolate", "controller-cut"]
-        if candidates and len(down) < 2:
-            kinds += ["kill", "kill", "pause", "pause", "stop", "bounce"]
-            if self.flush_on_ack:
-                kinds += ["power-loss", "power-loss"]
-        if self.reassign:
-            kinds += ["reassign", "reassign"]
-        if self.add_partitions:
-            kinds += ["add-partitions"]
-        if self.recreate:
-            kinds += ["recreate"]
-        if self.delete_records:
-            kinds += ["delete-records", "delete-records", "delete-records"]
-        kind = rng.choice(kinds)
-        a, b = rng.sample(ids, 2)
-        duration = int(rng.choice((rng.uniform(100, 3000), rng.uniform(3000, 15000))))
-        self.fault_count += 1
-        if kind == "clock":
-            target = rng.choice(ids)
-            delta = rng.randint(-2000, 2000)
-            if abs(sim.brokers[target].clock_offset_ms + delta) <= 5000:
-                sim.step_clock(target, delta)
-                self.note(f"nemesis: clock of broker {target} steps {delta:+d} ms")
-            return
-        if kind == "reassign":
-            self.admin.reassign(rng.randrange(self.partitions), rng)
-            return
-        if kind == "add-partitions":
-            self.admin.add_partition()
-            return
-        if kind == "delete-records":
-            index = rng.randrange(self.partitions)
-            offset = self.admin.delete_records(index, rng)
-            if offset is not None:
-                self.invariants.records_deleted(index, offset)
-            return
-        if kind == "recreate":
-            self.scratch.recreate()
-            return
-        if kind == "flaky-zk":
-            target = rng.choice(ids)
-            sim.zk_flaky[target] = 0.5
-            self._fault(f"ZooKeeper requests of broker {target} flaky", duration,
-                        lambda: sim.zk_flaky.pop(target, None))
-        elif kind == "slow-link":
-            extra = rng.randint(20, 200)
-            sim.slow[(a, b)] = extra
-            self._fault(f"link {a}->{b} slow (+{extra} ms)", duration, lambda: sim.slow.pop((a, b), None),
-                        network=True)
-        elif kind == "one-way":
-            sim.cut_link(a, b)
-            self._fault(f"link {a}->{b} cut (one way)", duration, lambda: sim.heal_link(a, b), network=True)
-        elif kind == "both-ways":
-            sim.cut_link(a, b)
-            sim.cut_link(b, a)
-            self._fault(f"link {a}<->{b} cut", duration, lambda: (sim.heal_link(a, b), sim.heal_link(b, a)),
-                        network=True)
-        elif kind == "zk-cut":
-            target = rng.choice(ids)
-            sim.cut_from_zookeeper(target)
-            self._fault(f"broker {target} cut from ZooKeeper", duration, lambda: sim.heal_zookeeper(target),
-                        network=True)
-        elif kind == "isolate":
-            target = rng.choice(ids)
-            sim.cut_off(target)
-            self._fault(f"broker {target} isolated (ZooKeeper and brokers)", duration, lambda: sim.heal(target),
-                        network=True)
-        elif kind == "controller-cut":
-            if controller < 0:
-                return
-            others = [x for x in ids if x != controller]
-            if rng.random() < 0.5:
-                sim.partition_brokers([controller], others)
-                self._fault(f"controller {controller} cut from the other brokers", duration,
-                            lambda: [(sim.heal_link(controller, o), sim.heal_link(o, controller)) for o in others],
-                            network=True)
-            else:
-                sim.cut_from_zookeeper(controller)
-                self._fault(f"controller {controller} cut from ZooKeeper", duration,
-                            lambda: sim.heal_zookeeper(controller), network=True)
-        else:
-            target = rng.choice(candidates)
-            if kind == "pause":
-                sim.pause(target)
-                self._fault(f"broker {target} paused (SIGSTOP)", duration, lambda: sim.resume(target),
-                            brokers={target})
-            elif kind == "bounce":
-                sim.bounce(target, lose_unflushed=self.flush_on_ack and rng.random() < 0.5)
-                self.note(f"nemesis: broker {target} restarted at once")
-            elif kind == "stop":
-                self._stop(target, duration)
-            else:
-                power = kind == "power-loss"
-                sim.crash(target, lose_unflushed=power, expire_at_once=False)
-                self._fault(f"broker {target} {'lost power' if power else 'killed (SIGKILL)'}", duration,
-                            lambda: self._restart(target), brokers={target})
+    def _records_deleted(self, index: int, offset: int) -> None:
+        """The nemesis asked for the records of ``TOPIC``-``index`` below ``offset`` to be deleted:
+        the checks look only above it from now on (what the leader holds below it is committed:
+        the nemesis asks below the high watermark)."""
+        self.invariants.records_deleted(index, offset)
+        if self.txn_checker is not None:
+            leader = self.sim.state(TOPIC, index).leader
+            partition = self.sim.partition(leader, TOPIC, index) if leader >= 0 else None
+            log = partition.log if partition is not None else None
+            below = log.read(log.log_start_offset, 1 << 30, max_offset=offset) \
+                if log is not None and log.log_start_offset < min(offset, log.log_end_offset) else b""
+            self.txn_checker.records_deleted((TOPIC, index), offset, {v for o, _, v in iter_values(below) if o < offset and v is not None})
 
     def _checked_topics(self) -> list[str]:
         """The topics the final checks look at: the scratch topic only if it exists then."""
@@ -437,61 +344,6 @@ class Explorer:
         [res] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(topic))])
         decoded = znodes.TopicZNode.decode(res.data)
         return decoded.partitions, bool(decoded.adding_replicas or decoded.removing_replicas)
-
-    def _fault(self, description: str, duration_ms: int, heal: Callable[[], object], *,
-               brokers: set[int] = frozenset(), network: bool = False) -> None:
-        fault = _Fault(description, lambda: None, frozenset(brokers), network)
-
-        def do_heal() -> None:
-            if not fault.healed:
-                fault.healed = True
-                heal()
-                self.note(f"nemesis: healed: {description}")
-        fault.heal = do_heal
-        self.faults.append(fault)
-        self.note(f"nemesis: {description} for {duration_ms} ms")
-        self.sim._schedule(duration_ms, do_heal)
-
-    def _restart(self, broker_id: int) -> None:
-        if self.sim.brokers[broker_id].core is None:
-            self.sim.start(broker_id)
-
-    def _stop(self, broker_id: int, down_ms: int) -> None:
-        """SIGTERM: a controlled shutdown (bounded), then a clean stop; back after ``down_ms``."""
-        sim = self.sim
-        node = sim.brokers[broker_id]
-        incarnation = node.incarnation
-        sim._apply(node, node.core.begin_controlled_shutdown(sim._at(node)))
-        deadline = sim.now + 10000
-
-        def poll() -> None:
-            if node.incarnation != incarnation or node.core is None:
-                return
-            if node.core.controlled_shutdown_done or sim.now >= deadline:
-                if node.paused:
-                    sim.resume(broker_id)
-                sim.shutdown(broker_id)
-                self._fault(f"broker {broker_id} stopped (SIGTERM)", down_ms, lambda: self._restart(broker_id),
-                            brokers={broker_id})
-            else:
-                sim._schedule(50, poll)
-        self.note(f"nemesis: broker {broker_id} begins a controlled shutdown")
-        poll()
-
-    def _heal_everything(self) -> None:
-        self.note("nemesis: healing every fault")
-        for fault in list(self.faults):
-            fault.heal()
-        sim = self.sim
-        sim.heal_all_links()
-        sim.zk_flaky.clear()
-        for broker_id in sorted(sim.brokers):
-            sim.heal_zookeeper(broker_id)
-            node = sim.brokers[broker_id]
-            if node.paused:
-                sim.resume(broker_id)
-            if node.core is None:
-                sim.start(broker_id)
 
     # ------------------------------------------------------------------ convergence
 

@@ -19,6 +19,11 @@ from its leader with ``isolation_level=1``, aborted transactions dropped as a cl
   invisible;
 - no record appears twice; every record read during the run is still at its offset;
 - every acknowledged acks=all record of the plain producers is visible.
+
+With DeleteRecords (``sim explore``'s ``delete-records``), a record below an offset the nemesis
+asked to delete may be gone: :meth:`TxnChecker.records_deleted` learns the offset and the records
+the partition's leader held below it (committed: the nemesis asks below the high watermark), and
+only those are excused from the final checks.
 """
 
 from __future__ import annotations
@@ -53,6 +58,13 @@ class TxnChecker:
     consumed: dict[TP, dict[int, bytes]] = field(default_factory=dict)
     fetched: dict[tuple[TP, int], tuple[int, int]] = field(default_factory=dict)   # (tp, base) -> (pid, lowest hw)
     reads: int = 0
+    deleted: dict[TP, int] = field(default_factory=dict)            # the highest offset DeleteRecords asked
+    deletable: set[bytes] = field(default_factory=set)              # records that were below it
+
+    def records_deleted(self, tp: TP, offset: int, values: set[bytes]) -> None:
+        """DeleteRecords of ``tp`` below ``offset`` was asked; ``values`` were the records there."""
+        self.deleted[tp] = max(self.deleted.get(tp, 0), offset)
+        self.deletable |= values
 
     # -- while the run goes
 
@@ -98,6 +110,9 @@ class TxnChecker:
                 answer = resp.responses[0].partitions[0]
                 error = ErrorCode(int(answer.error_code))
                 lso, hw = int(answer.last_stable_offset), int(answer.high_watermark)
+                if error is ErrorCode.offset_out_of_range and int(answer.log_start_offset) > position:
+                    position = int(answer.log_start_offset)         # the records below were deleted
+                    continue
                 if error is ErrorCode.none:
                     view = read_committed_view(answer.records, _aborted(answer), lso)
                     if view.above_lso:
@@ -137,7 +152,7 @@ class TxnChecker:
         for tp, seen in sorted(self.consumed.items()):
             final_at = dict(final.views.get(tp, ()))
             for offset, value in sorted(seen.items()):
-                if final_at.get(offset) != value:
+                if final_at.get(offset) != value and not (offset < self.deleted.get(tp, 0) and offset not in final_at):
                     self.fail("read_committed records stay",
                               f"{tp[0]}-{tp[1]} offset {offset}: read committed as {value.decode()} during the run, "
                               f"the final read has {(final_at.get(offset) or b'nothing').decode()}")
@@ -145,8 +160,10 @@ class TxnChecker:
         for ack in self.plain.acked:
             if ack.acks != -1:
                 continue
-            final_at = dict(final.views.get((self.plain_topic, ack.partition), ()))
-            if any(final_at.get(ack.base_offset + i) != v for i, v in enumerate(ack.values)):
+            tp = (self.plain_topic, ack.partition)
+            final_at = dict(final.views.get(tp, ()))
+            if any(final_at.get(ack.base_offset + i) != v for i, v in enumerate(ack.values)
+                   if ack.base_offset + i >= self.deleted.get(tp, 0)):
                 self.fail("acknowledged writes are visible to read_committed",
                           f"{self.plain_topic}-{ack.partition}: {ack.values[0].decode()} acknowledged at offset "
                           f"{ack.base_offset} is not in the final read_committed read")
@@ -170,6 +187,8 @@ class TxnChecker:
                 offsets = []
                 for v in vs:
                     at = [o for t, o in where.get(v, ()) if t == tp]
+                    if not at and v in self.deletable:
+                        continue                        # deleted (DeleteRecords)
                     if not at:
                         self.fail(invariant, f"{v.decode()} of {txn.describe()} is not visible in {tp[0]}-{tp[1]} "
                                              f"({len(visible)} of its {len(values)} record(s) are)")
@@ -184,9 +203,11 @@ class TxnChecker:
         """Every transactional batch a read_committed fetch returned had its marker below that
         answer's high watermark."""
         markers: dict[TP, dict[int, list[int]]] = {}
+        first: dict[TP, int] = {}           # the first batch the final log holds (DeleteRecords: not 0)
         for tp, data in logs.items():
             per_pid: dict[int, list[int]] = {}
             for _, header in iter_batches(data):
+                first.setdefault(tp, header.base_offset)
                 if header.is_control and header.is_transactional:
                     per_pid.setdefault(header.producer_id, []).append(header.base_offset)
             markers[tp] = per_pid
@@ -194,6 +215,8 @@ class TxnChecker:
             ends = markers.get(tp, {}).get(pid, [])
             i = bisect_right(ends, base)
             marker = ends[i] if i < len(ends) else None
+            if base < first.get(tp, self.deleted.get(tp, 0)):
+                continue        # deleted (DeleteRecords): its marker may be too, and the next one found another's
             if marker is None or marker >= hw:
                 self.fail("read_committed shows only decided transactions",
                           f"{tp[0]}-{tp[1]}: a read_committed fetch returned the batch at {base} of producer {pid} "
