@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from strandline.sim.explore import RunResult
 
 DEFAULT_DURATION_MS = 60000
+DEFAULT_LOAD = "mixed"
 
 
 #: the opt-in flags of earlier versions (a run then has exactly the admin requests and workload
@@ -40,13 +41,14 @@ def _without(args: argparse.Namespace) -> set[str]:
 
 
 def _options(args: argparse.Namespace) -> dict:
-    return run_options(_without(args))
+    return {**run_options(_without(args)), "load": args.load}
 
 
 def _flags(args: argparse.Namespace) -> str:
     """The options a replay of a seed needs besides ``--config``."""
     without = sorted(_without(args), key=EVERYTHING.index)
     return ((f" --without {','.join(without)}" if without else "")
+            + (f" --load {args.load}" if args.load != DEFAULT_LOAD else "")
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
 
@@ -158,6 +160,10 @@ def add_parser(sub) -> None:
 
 
 def _menu_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--load", choices=("mixed", "heavy", "medium", "light"), default=DEFAULT_LOAD,
+                        help="how hard the clients write: heavy (a batch every 10-120 ms per producer), medium "
+                             "(30-360 ms), light (90-1080 ms), or mixed (default: each seed draws one, a quarter "
+                             "heavy, a quarter medium, half light)")
     parser.add_argument("--without", action="append", metavar="NAME[,NAME...]",
                         help="leave out of the run: " + ", ".join(EVERYTHING) + " (a run has all of them "
                              "by default: faults of the machines, an operator's requests, consumers reading "

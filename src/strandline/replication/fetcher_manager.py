@@ -344,12 +344,7 @@ class ReplicaFetcherManager:
             return []
         if error is not ErrorCode.none:
             return self._delay_partition(fetcher, key, state, error, now_ms)
-        if log.log_start_offset < log.log_end_offset <= answer.log_start_offset:
-            # Everything this replica holds lies below the leader's log start offset: deleted there
-            # (DeleteRecords), and perhaps never the leader's own. The leader's epoch cache starts at
-            # its log start, so its answer about an epoch before that could only say "ends at the
-            # log start": records this replica wrote in such an epoch, never committed, would stay
-            # below it, and come back with an old log start after a restart. Start afresh here.
+        if _all_below_leader_start(log, answer.log_start_offset):
             dropped = (log.log_start_offset, log.log_end_offset)
             log.truncate_fully_and_start_at(log.log_end_offset)
             started_afresh = [Log("info", f"{key[0]}-{key[1]} holds only offsets {dropped[0]}-{dropped[1] - 1}, below "
@@ -395,6 +390,15 @@ class ReplicaFetcherManager:
         fetcher.session.failed()
         fetcher.backoff_until_ms = now_ms + self.config["replica.fetch.backoff.ms"]
         return []
+
+
+def _all_below_leader_start(log: Any, leader_log_start_offset: int) -> bool:
+    """Whether everything this replica holds lies below the leader's log start offset: deleted
+    there (DeleteRecords), and perhaps never the leader's own. The leader's epoch cache starts at
+    its log start, so its answer about an epoch before that could only say "ends at the log
+    start": records this replica wrote in such an epoch, never committed, would stay below it,
+    and come back with an old log start after a restart. The replica starts its log afresh."""
+    return log.log_start_offset < log.log_end_offset <= leader_log_start_offset
 
 
 def _starts_inside(log: Any, records: bytes) -> int | None:

@@ -43,7 +43,7 @@ from strandline.sim.nemesis import Nemesis, live_brokers
 from strandline.sim.scratch import SCRATCH, ScratchTopic, exists
 from strandline.sim.txn_checker import FinalRead, TxnChecker
 from strandline.sim.txn_workload import TXN_TIMEOUT_MS, ReadCommittedConsumer, TxnHistory, TxnProducer
-from strandline.sim.workload import Consumer, Firehose, History, Producer
+from strandline.sim.workload import Consumer, Firehose, History, Producer, load_of
 
 TOPIC = "events"
 LEDGER = "ledger"             # the transactional configuration's second topic
@@ -80,8 +80,11 @@ class Explorer:
     def __init__(self, seed: int, config: ExploreConfig, *, brokers: int = 3, partitions: int = 3,
                  duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False,
                  add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False,
-                 delete_records: bool = False, without: frozenset[str] | set[str] = frozenset()) -> None:
+                 delete_records: bool = False, without: frozenset[str] | set[str] = frozenset(),
+                 load: str = "heavy") -> None:
         self.seed = seed
+        # how hard the clients write (drawn from the seed for "mixed")
+        self.load = load_of(seed, load)
         # with DeleteRecords now and then: the records below may be gone (from the checks too)
         self.delete_records = delete_records
         # with racks: broker N in rack rN, and consumers in racks r2 and r3 read from the replica
@@ -227,7 +230,7 @@ class Explorer:
         assert all(t.error_code == ErrorCode.none for t in resp.topics), resp
         sim.advance(100)
         if self.scratch is not None:
-            self.scratch.start_writers(self.rng)
+            self.scratch.start_writers(self.rng, self.load.scratch_interval_ms)
         if self.config.transactions:
             self._setup_transactions()
             return
@@ -238,7 +241,8 @@ class Explorer:
         for n, (acks, idempotent) in enumerate(specs, 1):
             name = f"{'i' if idempotent else 'p'}{n}{'a' if acks == -1 else '1'}"
             producer = Producer(sim, self.history, name, TOPIC, self.partitions, random.Random(self.rng.random()),
-                                acks=acks, idempotent=idempotent, keyed=self.config.compacted)
+                                acks=acks, idempotent=idempotent, keyed=self.config.compacted,
+                                think_ms=self.load.think_ms)
             self.producers.append(producer)
         self.consumers.append(Consumer(sim, self.history, "c1", TOPIC, self.partitions,
                                        random.Random(self.rng.random()),
@@ -265,10 +269,12 @@ class Explorer:
         self.txn_checker = TxnChecker(sim, self.txn_history, self.history, TOPIC, self.invariants.fail)
         topics = {t: self.partitions for t in self.topics}
         self.producers.append(Producer(sim, self.history, "i1a", TOPIC, self.partitions,
-                                       random.Random(self.rng.random()), acks=-1, idempotent=True))
+                                       random.Random(self.rng.random()), acks=-1, idempotent=True,
+                                       think_ms=self.load.think_ms))
         for n in range(1, TXN_PRODUCERS + 1):
             self.producers.append(TxnProducer(sim, self.txn_history, f"t{n}", topics,
-                                              random.Random(self.rng.random()), note=self.note))
+                                              random.Random(self.rng.random()), note=self.note,
+                                              think_ms=self.load.txn_think_ms))
         self.consumers.append(Consumer(sim, self.history, "c1", TOPIC, self.partitions,
                                        random.Random(self.rng.random()),
                                        on_record=lambda p, o, v: self.invariants.on_consumed(self.history, p, o, v),

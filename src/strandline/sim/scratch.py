@@ -43,11 +43,11 @@ class ScratchTopic:
         return {"name": SCRATCH, "num_partitions": SCRATCH_PARTITIONS, "replication_factor": self.replication_factor,
                 "assignments": [], "configs": [{"name": k, "value": v} for k, v in self.configs]}
 
-    def start_writers(self, rng: random.Random) -> None:
-        """An acks=1 write to each partition every 100 ms, whatever topic of that name exists then."""
+    def start_writers(self, rng: random.Random, interval_ms: int = 100) -> None:
+        """An acks=1 write to each partition every ``interval_ms``, whatever topic of that name exists then."""
         for index in range(SCRATCH_PARTITIONS):
             writer = Firehose(self.sim, History(), f"s{index}", SCRATCH, index, random.Random(rng.random()),
-                              interval_ms=100)
+                              interval_ms=interval_ms)
             self.writers.append(writer)
             writer.start()
 

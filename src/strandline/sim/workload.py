@@ -51,6 +51,34 @@ _RETRIABLE = {ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, 
 
 
 @dataclass(frozen=True)
+class Load:
+    """How hard a run's clients write: a producer's pause between batches, the scratch topic's
+    writers' interval (``recreate``) and a transactional producer's pause."""
+
+    name: str
+    think_ms: tuple[int, int]
+    scratch_interval_ms: int
+    txn_think_ms: tuple[int, int]
+
+
+LOADS = {load.name: load for load in (
+    Load("heavy", (10, 120), 100, (10, 200)),
+    Load("medium", (30, 360), 300, (30, 600)),
+    Load("light", (90, 1080), 900, (90, 1800)),
+)}
+#: ``mixed`` (the default): each seed draws its load, a quarter heavy, a quarter medium, half light
+MIXED = ("heavy", "medium", "light", "light")
+
+
+def load_of(seed: int, load: str) -> Load:
+    """The load of ``seed``'s run: ``load`` by name, or drawn from the seed for ``mixed`` (from a
+    random source of its own, so that the run's other draws do not depend on it)."""
+    if load == "mixed":
+        return LOADS[random.Random(f"load-{seed}").choice(MIXED)]
+    return LOADS[load]
+
+
+@dataclass(frozen=True)
 class Ack:
     """An acknowledged batch: where the leader said it put it."""
 
