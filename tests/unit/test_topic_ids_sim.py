@@ -399,3 +399,44 @@ def test_a_topic_is_not_made_again_while_a_broker_that_led_it_is_paused_past_its
     c.advance(3 * LAG_MS)
     state = c.state("t")
     assert (state.leader, tuple(state.isr)) == (other, (other,)), state
+
+
+def test_a_controller_that_lost_its_office_while_recording_a_deletion_writes_nothing_after():
+    """Controller 1, cut from ZooKeeper and the brokers, is asked to delete t and tries to record
+    the deletion again every second; its session expires and broker 2 or 3 takes office. Healed, it
+    learns it lost its office, yet its next retry wrote the record (through its new session), and no
+    controller carried the deletion out: the topic could not be made again, ever (sim explore seed
+    1000041, full menu). Its retries now stop with its office, and its writes carry the controller
+    epoch's check: nothing is recorded, the client is told NOT_CONTROLLER, and t stays."""
+    from strandline.coordination import znodes as zn
+
+    c = SimCluster((1, 2, 3), **{"zookeeper.session.timeout.ms": "6000"})
+    create(c, "t", [2, 3])
+    old = c.controller_id
+    assert old == 1
+    c.cut_off(old)
+    c.request(old, 20, 4, {"topic_names": ["t"], "timeout_ms": 30000}, "admin")
+    c.advance(9000)
+    assert c.controller_id not in (-1, old)
+    c.heal(old)
+    c.advance(5000)
+    answer = c.response(old, 20, 4, "admin")
+    assert answer is not None and answer.responses[0].error_code == ErrorCode.not_controller, answer
+    assert zn.DeleteTopicsTopicZNode.path("t") not in c.zk.nodes
+    assert zn.TopicZNode.path("t") in c.zk.nodes
+
+
+def test_a_deletion_recorded_by_a_tool_is_carried_out_at_once():
+    """Kafka's own tools (kafka-topics --zookeeper --delete) ask for a deletion by writing
+    /admin/delete_topics/<t>: the controller watches those records (Kafka's TopicDeletionHandler)
+    and deletes the topic then, not at its next change of office."""
+    from strandline.coordination import znodes as zn
+    from strandline.coordination.store import Create
+
+    c = SimCluster((1, 2, 3), **{"zookeeper.session.timeout.ms": "6000"})
+    create(c, "t", [2, 3])
+    assert produce(c, 2, "t", [b"x"]).error_code == ErrorCode.none
+    c.tool_zk([Create(zn.DeleteTopicsTopicZNode.path("t"), b"", make_parents=True)])
+    c.advance(1000)
+    assert zn.TopicZNode.path("t") not in c.zk.nodes and zn.DeleteTopicsTopicZNode.path("t") not in c.zk.nodes
+    assert [b for b, node in c.brokers.items() if any(k[0] == "t" for k in node.core.partitions)] == []

@@ -238,6 +238,10 @@ class Broker:
     def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:
         return self.controller.on_isr_change_notifications(children, now_ms)
 
+    def on_delete_topics_changed(self, children: list[str], now_ms: int) -> list:
+        """The children of ``/admin/delete_topics`` changed (only the controller acts)."""
+        return self.controller.on_delete_topics_changed(children, now_ms)
+
     def on_reassign_partitions_changed(self, data: bytes | None, now_ms: int) -> list:
         """``/admin/reassign_partitions`` changed (None: it does not exist); only the controller acts."""
         if data is None:

@@ -49,6 +49,7 @@ class ControllerContext:
     topic_writing: set[str] = field(default_factory=set)
     #: topics being deleted, and what each deletion asked for waits for (controller.deletion)
     deleting: dict[str, list[TopicCreated]] = field(default_factory=dict)
+    deletions_told: set[str] = field(default_factory=set)     # deletions whose brokers are being told
     #: the moves /admin/reassign_partitions asks for, removed from it as each is done
     zk_requested: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
 

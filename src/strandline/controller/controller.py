@@ -294,6 +294,14 @@ class Controller:
             effects.extend(self.deletions.resume(ctx, now_ms))
         return effects + elections.elect(ctx, [(t.name, i) for t, i in affected], dead, now_ms, elected)
 
+    def on_delete_topics_changed(self, children: list[str], now_ms: int) -> list:
+        """The children of ``/admin/delete_topics`` changed: a deletion recorded there that this
+        controller is not carrying out is taken up."""
+        ctx = self.ctx
+        if ctx is None or not ctx.ready or not self.in_office(ctx) or not children:
+            return []          # a controller reads them when it takes office
+        return self.deletions.on_records_changed(ctx, children, now_ms)
+
     def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:
         """ISR-6, the controller's side: leaders list partitions whose ISR they changed under
         ``/isr_change_notification``; the controller reads their state, tells every broker

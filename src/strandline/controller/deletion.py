@@ -80,9 +80,9 @@ class TopicDeletions:
 
         return self._record(ctx, name, _RECORD.encode(topic_id, partitions, replicas), recorded, finish, now_ms)
 
-    def resume(self, ctx: ControllerContext, now_ms: int) -> list:
+    def resume(self, ctx: ControllerContext, now_ms: int, only: list[str] | None = None) -> list:
         """On taking office, or when a broker returns: carry on every deletion recorded under
-        ``/admin/delete_topics``."""
+        ``/admin/delete_topics`` (``only`` those named)."""
         controller = self.controller
 
         def on_children(results: list, when_ms: int) -> list:
@@ -92,15 +92,17 @@ class TopicDeletions:
             if res.error is ZkError.NO_NODE or (res.error is ZkError.NONE and not res.children):
                 return []
             if res.error is not ZkError.NONE:
-                return controller.outbox.after(when_ms + RETRY_MS, lambda t: self.resume(ctx, t)
+                return controller.outbox.after(when_ms + RETRY_MS, lambda t: self.resume(ctx, t, only)
                                                if controller.in_office(ctx) else [])
-            children = list(res.children)
+            children = [c for c in res.children if only is None or c in only]
+            if not children:
+                return []
 
             def on_records(records: list, at_ms: int) -> list:
                 if not controller.in_office(ctx):
                     return []
                 if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in records):
-                    return controller.outbox.after(at_ms + RETRY_MS, lambda t: self.resume(ctx, t)
+                    return controller.outbox.after(at_ms + RETRY_MS, lambda t: self.resume(ctx, t, only)
                                                    if controller.in_office(ctx) else [])
                 effects: list = []
                 for name, record in zip(children, records):
@@ -111,6 +113,15 @@ class TopicDeletions:
             return [controller.outbox.zk([GetData(_RECORD.path(n)) for n in children], on_records)]
 
         return [controller.outbox.zk([GetChildren(znodes.DeleteTopicsZNode.path())], on_children)]
+
+    def on_records_changed(self, ctx: ControllerContext, children: list[str], now_ms: int) -> list:
+        """The children of ``/admin/delete_topics`` changed (Kafka's TopicDeletionHandler): a
+        record that no deletion of this controller is carrying out (one Kafka's tools wrote, or
+        one left by a controller that lost its office) is taken up at once."""
+        if any(name not in ctx.deleting and name not in ctx.deletions_told for name in children):
+            return self.resume(ctx, now_ms, only=[n for n in children
+                                                  if n not in ctx.deleting and n not in ctx.deletions_told])
+        return []
 
     def _resume_one(self, ctx: ControllerContext, name: str, data: bytes | None, version: int, now_ms: int) -> list:
         try:
@@ -138,6 +149,7 @@ class TopicDeletions:
         Until then the topic is not made again, so that such a broker, still leading the old
         partitions after a pause, cannot write their state over a new topic's."""
         channel = self.controller.channel
+        ctx.deletions_told.add(name)
         parts = [(name, i) for i in range(partitions)]
         stop = channel.stop_replica_body(ctx, parts, True, deleting_topic=True)
         metadata = channel.update_metadata_body(ctx, [], parts)
@@ -168,24 +180,33 @@ class TopicDeletions:
                 failed: Callable[[ErrorCode, str | None, int], list], now_ms: int, exists: bool = False) -> list:
         """Write the deletion's record (over one left by an earlier deletion of that name)."""
         controller = self.controller
+        if not controller.in_office(ctx):       # a retry after this broker lost its office
+            return failed(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
         op = SetData(_RECORD.path(name), data) if exists else Create(_RECORD.path(name), data, make_parents=True)
+        ops = controller.fenced(ctx, [op])
 
         def on_result(results: list, when_ms: int) -> list:
             if not controller.in_office(ctx):
                 return failed(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
-            error = results[0].error
+            error = results[-1].error
             if error is ZkError.NONE:
-                return then(when_ms, results[0].version)
+                return then(when_ms, results[-1].version)
             if error in (ZkError.NODE_EXISTS, ZkError.NO_NODE):
                 return self._record(ctx, name, data, then, failed, when_ms, exists=error is ZkError.NODE_EXISTS)
+            if error is ZkError.BAD_VERSION:        # the controller epoch moved on: no longer in office
+                return controller.check_still_controller(
+                    ctx, lambda t: self._record(ctx, name, data, then, failed, t, exists), when_ms,
+                    lambda: failed(ErrorCode.not_controller, "This broker is no longer the controller", when_ms))
             return controller.outbox.after(when_ms + RETRY_MS, lambda t: self._record(ctx, name, data, then, failed, t,
                                                                                       exists))
-        return [controller.outbox.zk([op], on_result)]
+        return [controller.outbox.zk(ops, on_result, transaction=True)]
 
     def _remove_znodes(self, ctx: ControllerContext, name: str, then: Callable[[int], list],
                        failed: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
         """Delete the topic's znodes (again, until ZooKeeper answers: each delete may be repeated)."""
         controller = self.controller
+        if not controller.in_office(ctx):           # a retry after this broker lost its office
+            return failed(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
 
         def on_result(results: list, when_ms: int) -> list:
             if not controller.in_office(ctx):       # the next controller finishes it from the record
@@ -206,9 +227,11 @@ class TopicDeletions:
             return []
 
         def on_result(results: list, when_ms: int) -> list:
-            error = results[0].error
+            error = results[-1].error
             if error in (ZkError.NONE, ZkError.NO_NODE, ZkError.BAD_VERSION):
-                return []
+                ctx.deletions_told.discard(name)
+                return []       # gone, written over by a later deletion, or this broker no longer in office
             return controller.outbox.after(when_ms + RETRY_MS, lambda t: self._forget(ctx, name, version))
 
-        return [controller.outbox.zk([Delete(_RECORD.path(name), version)], on_result)]
+        return [controller.outbox.zk(controller.fenced(ctx, [Delete(_RECORD.path(name), version)]), on_result,
+                                     transaction=True)]

@@ -143,6 +143,16 @@ def watch_reassign_partitions(store: KazooStore, loop: asyncio.AbstractEventLoop
     store.watch_data(znodes.ReassignPartitionsZNode.path(), from_kazoo(loop, shell, what, on_data))
 
 
+def watch_delete_topics(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
+    """Feed ``/admin/delete_topics`` to the core (the controller takes up a deletion recorded there)."""
+    what = "the /admin/delete_topics watch"
+
+    def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
+        to_loop(loop, shell.run, what, lambda: shell.broker.on_delete_topics_changed(list(children), now_ms()))
+
+    store.watch_children(znodes.DeleteTopicsZNode.path(), from_kazoo(loop, shell, what, on_children))
+
+
 def watch_isr_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed ``/isr_change_notification`` to the core (the controller propagates ISR changes, ISR-6)."""
     what = "the /isr_change_notification watch"
@@ -297,6 +307,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     await asyncio.to_thread(watch_isr_changes, store, loop, shell)
     await asyncio.to_thread(watch_config_changes, store, loop, shell)
     await asyncio.to_thread(watch_reassign_partitions, store, loop, shell)
+    await asyncio.to_thread(watch_delete_topics, store, loop, shell)
     if broker.authorizer.enabled:
         await asyncio.to_thread(watch_acl_changes, store, loop, shell)
     await asyncio.to_thread(watch_controller, store, loop, shell)

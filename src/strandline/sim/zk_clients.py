@@ -28,6 +28,7 @@ CONTROLLER = znodes.ControllerZNode.path()
 BROKER_IDS = znodes.BrokerIdsZNode.path()
 CONFIG_CHANGES = znodes.ConfigEntityChangeNotificationZNode.path()
 REASSIGN = znodes.ReassignPartitionsZNode.path()
+DELETE_TOPICS = znodes.DeleteTopicsZNode.path()
 
 
 class SimZkClients:
@@ -116,6 +117,8 @@ class SimZkClients:
             self.config_changes_notified()
         if REASSIGN in paths:
             self.reassign_partitions_changed()
+        if any(p.startswith(DELETE_TOPICS + "/") for p in paths):
+            self.delete_topics_changed()
 
     def read_cluster_state(self, node: SimBroker, token: int) -> None:
         incarnation = node.incarnation
@@ -158,6 +161,12 @@ class SimZkClients:
         for node in self._watchers():
             self._watch_event(node, lambda core, t: core.on_reassign_partitions_changed(
                 self.sim.zk.nodes.get(REASSIGN, (None,))[0], t))
+
+    def delete_topics_changed(self) -> None:
+        """What each shell's ``/admin/delete_topics`` watch reports."""
+        for node in self._watchers():
+            self._watch_event(node, lambda core, t: core.on_delete_topics_changed(
+                list(self.sim.zk.children(DELETE_TOPICS)), t))
 
     def config_changes_notified(self) -> None:
         """What each shell's ``/config/changes`` watch reports."""
