@@ -286,3 +286,64 @@ def test_the_hand_written_produce_request_is_byte_identical_to_kio():
         cid = rng.randrange(-(1 << 31), 1 << 31)
         assert encode_produce_request(cid, "p1", body) == encode_request(ApiKey.PRODUCE, PRODUCE_REQUEST_VERSION,
                                                                           cid, "p1", body)
+
+
+def test_the_hand_written_metadata_response_is_byte_identical_to_kio():
+    import uuid
+
+    from strandline.protocol.api import ApiKey, RequestHeader, encode_response
+    from strandline.protocol.hot_responses import encode_metadata_response
+    rng = random.Random(23)
+
+    def maybe(d: dict, key: str, value) -> None:
+        if rng.random() < 0.8:
+            d[key] = value
+
+    for _ in range(400):
+        version = rng.randrange(0, 14)
+        brokers = []
+        for _ in range(rng.randrange(0, 4)):
+            b = {"node_id": rng.randrange(1 << 20), "host": rng.choice(("localhost", "h-ü", "")),
+                 "port": rng.randrange(1 << 16)}
+            maybe(b, "rack", rng.choice((None, "", "r1")))
+            brokers.append(b)
+        topics = []
+        for _ in range(rng.randrange(0, 4)):
+            t = {"error_code": rng.choice((0, 3, 5, 29)), "name": rng.choice(("t", "événements", "")),
+                 "partitions": []}
+            maybe(t, "topic_id", uuid.UUID(int=rng.randrange(1 << 128)))
+            maybe(t, "is_internal", rng.random() < 0.3)
+            maybe(t, "topic_authorized_operations", rng.choice((-2147483648, 0, 1234)))
+            for _ in range(rng.randrange(0, 4)):
+                p = {"error_code": rng.choice((0, 5)), "partition_index": rng.randrange(1000),
+                     "leader_id": rng.randrange(-1, 5)}
+                maybe(p, "leader_epoch", rng.randrange(-1, 1 << 20))
+                maybe(p, "replica_nodes", [rng.randrange(10) for _ in range(rng.randrange(4))])
+                maybe(p, "isr_nodes", [rng.randrange(10) for _ in range(rng.randrange(4))])
+                maybe(p, "offline_replicas", [rng.randrange(10) for _ in range(rng.randrange(3))])
+                t["partitions"].append(p)
+            topics.append(t)
+        body = {"brokers": brokers, "topics": topics}
+        maybe(body, "cluster_id", rng.choice((None, "sim-cluster")))
+        maybe(body, "controller_id", rng.randrange(-1, 5))
+        maybe(body, "throttle_time", rng.randrange(0, 1000))
+        maybe(body, "cluster_authorized_operations", rng.choice((-2147483648, 77)))
+        maybe(body, "error_code", rng.choice((0, 31)))
+        header = RequestHeader(ApiKey.METADATA, version, rng.randrange(1 << 31), "c")
+        assert encode_metadata_response(header, body) == encode_response(header, body), (version, body)
+
+
+def test_the_hand_written_metadata_request_is_byte_identical_to_kio():
+    from strandline.protocol.api import ApiKey, encode_request
+    from strandline.protocol.hot_responses import METADATA_REQUEST_VERSION, encode_metadata_request
+    rng = random.Random(24)
+    for _ in range(100):
+        topics = None if rng.random() < 0.2 else [{"name": rng.choice(("t", "événements", "x" * 200))}
+                                                  for _ in range(rng.randrange(0, 4))]
+        body = {"topics": topics, "allow_auto_topic_creation": rng.random() < 0.5,
+                "include_cluster_authorized_operations": rng.random() < 0.5,
+                "include_topic_authorized_operations": rng.random() < 0.5}
+        cid = rng.randrange(-(1 << 31), 1 << 31)
+        client = rng.choice(("p1", "", "ü" * 40))
+        assert encode_metadata_request(cid, client, body) == encode_request(ApiKey.METADATA, METADATA_REQUEST_VERSION,
+                                                                             cid, client, body)

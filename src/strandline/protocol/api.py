@@ -5,7 +5,8 @@ Requests are decoded with kio's native reader (:func:`decode_request`) once thei
 kio dataclasses of the request's version by :func:`~strandline.protocol.build.build` (keys a
 version lacks are ignored, missing fields get their defaults), so request handlers are
 version-agnostic (:func:`encode_response`). The two hot responses, Fetch and Produce, have
-hand-written encoders (:mod:`strandline.protocol.hot_responses`), re-exported here.
+hand-written encoders (:mod:`strandline.protocol.hot_responses`), re-exported here; Metadata answers
+go through its hand-written encoder too.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from strandline.protocol.hot_responses import (  # noqa: F401  (part of this mod
     PartitionData,
     PartitionProduceResult,
     encode_fetch_response,
+    encode_metadata_response,
     encode_produce_response,
 )
 from strandline.protocol.shapes import Malformed, shape_walker
@@ -284,6 +286,8 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
 
     ``body`` is a kio response dataclass of that version or a dict (see :func:`build`).
     """
+    if header.api_key == ApiKey.METADATA and isinstance(body, dict):
+        return encode_metadata_response(header, body)
     resp_cls, header_cls, write_header, write_body = _writers(header.api_key, header.api_version)
     obj = build(resp_cls, body)
     buf = io.BytesIO()

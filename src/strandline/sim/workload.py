@@ -23,8 +23,8 @@ from kio.schema.errors import ErrorCode
 from strandline.group.records import build_batch, iter_records
 from strandline.protocol import api
 from strandline.protocol.api import ApiKey
-from strandline.protocol.hot_responses import (FETCH_REQUEST_VERSION, PRODUCE_REQUEST_VERSION, encode_fetch_request,
-                                               encode_produce_request)
+from strandline.protocol.hot_responses import (FETCH_REQUEST_VERSION, METADATA_REQUEST_VERSION, PRODUCE_REQUEST_VERSION,
+                                               encode_fetch_request, encode_metadata_request, encode_produce_request)
 from strandline.protocol.records import read_header
 from strandline.sim.cluster import SimCluster
 
@@ -41,7 +41,8 @@ def key_of(value: bytes) -> bytes:
     return b"u" + value if counter % 2 else b"k%d" % (counter // 2 % KEYS)
 #: the clients' most frequent requests, encoded without kio's general writer (byte-identical)
 _FAST_ENCODERS = {(ApiKey.PRODUCE, PRODUCE_REQUEST_VERSION): encode_produce_request,
-                  (ApiKey.FETCH, FETCH_REQUEST_VERSION): encode_fetch_request}
+                  (ApiKey.FETCH, FETCH_REQUEST_VERSION): encode_fetch_request,
+                  (ApiKey.METADATA, METADATA_REQUEST_VERSION): encode_metadata_request}
 _RESET_PRODUCER = {ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id,
                    ErrorCode.invalid_producer_epoch}
 _RETRIABLE = {ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition,
