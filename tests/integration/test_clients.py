@@ -161,9 +161,10 @@ def test_aiokafka_round_trip(cluster, codec):
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
             got = []
-            while len(got) < N:
-                batch = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=1000), 30)
-                got.extend(batch.get(tp, []))
+            async with asyncio.timeout(60):
+                while len(got) < N:
+                    batch = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=1000), 30)
+                    got.extend(batch.get(tp, []))
         finally:
             await consumer.stop()
         for i, msg in enumerate(got):
