@@ -75,6 +75,11 @@ def test_loss_scenarios_show_their_loss_on_real_processes(name, tmp_path, spark)
     assert info["error"] is None, line
     assert result["lost"] > 0 and ok, line
     assert result["unexpected"] == 0 and result["duplicated"] == 0, line
+    if name in ("NET-4", "LOSS-3"):          # the measured span beside the bound and what it is made of
+        assert re.search(r"the last lost write was acknowledged \d+\.\d\d s (after|before) broker \d's election, "
+                         r"within the bound of 7\.50 s \(2000 ms replica\.lag\.time\.max\.ms", line), line
+    if name == "LOSS-6":                     # what was counted: the writes acknowledged before the disk loss
+        assert re.search(r"(\d+) of \1 writes acknowledged before the disk loss lost \(all of them\)", line), line
 
 
 @pytest.mark.parametrize("name", ["EPO-3-divergence", "EPO-3-divergence-legacy"])
