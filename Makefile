@@ -4,7 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test test-unit bench lab kcat browser nftables clean
+.PHONY: run test test-unit bench lab kcat browser nftables iproute2 clean
+
+# A test prerequisite that could not be installed fails `make test` under CI=true (.ci/run sets
+# it); elsewhere its tests skip, each saying why. $(call require,COMMAND,PACKAGE)
+require = command -v $(1) >/dev/null 2>&1 || [ "$$CI" != true ] || { \
+  echo "CI=true: $(2) could not be installed: make test fails rather than skip its tests"; exit 1; }
 
 $(VENV)/.python-ok:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Strandline needs Python 3.11 or newer; found " + sys.version.split()[0])'
@@ -23,34 +28,47 @@ $(VENV)/.test-installed: $(VENV)/.installed pyproject.toml
 run: $(VENV)/.installed
 	$(BIN)/strandline up $(ARGS)
 
-# Debian's kcat for the kcat tests; skipped (and those tests skip) where it cannot be installed.
+# Debian's kcat for the kcat tests; skipped (and those tests skip) where it cannot be installed,
+# except under CI=true.
 kcat:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
 	  { $$SUDO apt-get install -y -q kcat >/dev/null 2>&1 || \
 	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q kcat >/dev/null 2>&1; }; } \
 	  || echo "kcat could not be installed; the kcat tests will be skipped"; }
+	@$(call require,kcat,kcat)
 
 # Debian's Chromium and ChromeDriver for the console's browser test; skipped (and that test skips) where
-# they cannot be installed.
+# they cannot be installed, except under CI=true.
 browser:
 	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
 	  { $$SUDO apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
 	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } \
 	  || echo "chromium could not be installed; the console's browser test will be skipped"; }
+	@$(call require,chromium,chromium)
+	@$(call require,chromedriver,chromium-driver)
 
-# Debian's nftables for the lab's network partitions (root only: namespaces and firewall rules need
-# it); skipped (and the partition scenarios skip) where it cannot be installed.
+# Debian's nftables and iproute2 (`nft` and `ip`) for the lab's network partitions (root only:
+# namespaces and firewall rules need it); skipped (and the partition scenarios skip) where they
+# cannot be installed, except under CI=true.
 nftables:
 	@command -v nft >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || { \
 	  { apt-get install -y -q nftables >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nftables >/dev/null 2>&1; }; } \
 	  || echo "nftables could not be installed; the lab's network partition scenarios will be skipped"; }
+	@$(call require,nft,nftables)
+
+iproute2:
+	@command -v ip >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || { \
+	  { apt-get install -y -q iproute2 >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q iproute2 >/dev/null 2>&1; }; } \
+	  || echo "iproute2 could not be installed; the lab's network partition scenarios will be skipped"; }
+	@$(call require,ip,iproute2)
 
 # The unit tests (in-process, CPU-bound) run beside the integration tests (real processes, which
 # they mostly wait on); the unit tests' report follows the integration tests'.
-test: $(VENV)/.test-installed kcat browser nftables
+test: $(VENV)/.test-installed kcat browser nftables iproute2
 	@unit_log=$$(mktemp); \
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/unit > $$unit_log 2>&1 & unit=$$!; \
 	trap 'kill $$unit 2>/dev/null; rm -f $$unit_log' INT TERM; \
@@ -77,7 +95,7 @@ bench: $(VENV)/.test-installed
 
 # SAFE-1 on real processes: TRIALS random fault mixes (partitions need root), then the table.
 TRIALS ?= 20
-lab: $(VENV)/.test-installed nftables
+lab: $(VENV)/.test-installed nftables iproute2
 	$(BIN)/strandline lab run SAFE --trials $(TRIALS) --data-dir lab-runs
 
 clean:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from strandline.protocol.records import iter_batches
+from tests.conftest import missing_prerequisite
 
 pytestmark = pytest.mark.integration
 
@@ -160,9 +161,10 @@ def test_aiokafka_round_trip(cluster, codec):
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
             got = []
-            while len(got) < N:
-                batch = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=1000), 30)
-                got.extend(batch.get(tp, []))
+            async with asyncio.timeout(60):
+                while len(got) < N:
+                    batch = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=1000), 30)
+                    got.extend(batch.get(tp, []))
         finally:
             await consumer.stop()
         for i, msg in enumerate(got):
@@ -174,9 +176,10 @@ def test_aiokafka_round_trip(cluster, codec):
     assert_stored_as_sent(cluster, topic, codec)
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 @pytest.mark.parametrize("codec", ["none", "snappy", "zstd"])
 def test_kcat_round_trip(cluster, codec):
+    if shutil.which("kcat") is None:
+        missing_prerequisite("kcat is not installed (make kcat installs it)")
     topic = f"kcat-{codec}"  # created by kcat's Metadata request (auto.create.topics.enable=true)
     lines = [f"k{i}:v{i}-{'x' * (i % 50)}" for i in range(N)]
     produced = subprocess.run(["kcat", "-b", cluster.bootstrap, "-t", topic, "-P", "-K:", "-z", codec,

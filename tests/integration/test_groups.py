@@ -6,12 +6,13 @@ quickly, and the ZooKeeper session is short so a killed coordinator is replaced 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 
 import pytest
 
-from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.conftest import Cluster, free_ports, missing_prerequisite, poll_until, run_cli
 from tests.integration.replication_helpers import create_topic
 
 SESSION_MS = 4000
@@ -84,13 +85,17 @@ def test_con_1_manual_commits_redeliver_only_what_was_not_committed(gc):
     first = consumer(gc.bootstrap, "workers")
     first.subscribe(["work"])
     processed = []
-    while len(processed) < 200:
+    last_commit = 0
+    deadline = time.monotonic() + 60
+    while len(processed) < 200 and time.monotonic() < deadline:
         batch = first.consume(num_messages=50, timeout=1)
         processed += [m.value() for m in batch if m.error() is None]
-        if len(processed) <= 150:
+        if processed and len(processed) <= 150:
             first.commit(asynchronous=False)                # processed, then committed
+            last_commit = len(processed)
+    assert processed == values[:len(processed)] and len(processed) >= 200, len(processed)
     committed = first.committed([TopicPartition("work", 0)], timeout=10)[0].offset
-    assert committed == 150 or committed == len(processed[:150]) and committed > 0
+    assert committed == last_commit and 0 < committed <= 150, (committed, last_commit)
     first.close()                                           # dies: the last batch is not committed
     second = consumer(gc.bootstrap, "workers")
     second.subscribe(["work"])
@@ -115,8 +120,10 @@ def test_con_1_the_group_survives_the_death_of_its_coordinator(gc):
     c1 = consumer(gc.bootstrap, "survivors")
     c1.subscribe(["survive"])
     got = []
-    while len(got) < 40:
+    deadline = time.monotonic() + 60
+    while len(got) < 40 and time.monotonic() < deadline:
         got += [m for m in c1.consume(num_messages=40, timeout=1) if m.error() is None]
+    assert len(got) >= 40, len(got)
     c1.commit(offsets=[TopicPartition("survive", 0, 40)], asynchronous=False)
     c1.close()
     with KafkaConnection(gc.bootstrap.split(",")[0]) as conn:
@@ -158,14 +165,16 @@ def test_con_2_replay_by_offset_and_by_timestamp(gc):
     c = consumer(gc.bootstrap, "replayer")
     c.assign([TopicPartition("replay", 0, 5)])              # seek to an offset
     got = []
-    while len(got) < 15:
+    deadline = time.monotonic() + 30
+    while len(got) < 15 and time.monotonic() < deadline:
         got += [m.value() for m in c.consume(num_messages=20, timeout=1) if m.error() is None]
-    assert got[0] == b"early-5"
+    assert got[:15] == [b"early-%d" % i for i in range(5, 10)] + [b"late-%d" % i for i in range(10)], got
     [found] = c.offsets_for_times([TopicPartition("replay", 0, middle)], timeout=10)
     assert found.offset == 10
     c.assign([TopicPartition("replay", 0, found.offset)])    # seek to a timestamp
     late = []
-    while len(late) < 10:
+    deadline = time.monotonic() + 30
+    while len(late) < 10 and time.monotonic() < deadline:
         late += [m.value() for m in c.consume(num_messages=20, timeout=1) if m.error() is None]
     c.close()
     assert late == [b"late-%d" % i for i in range(10)]
@@ -208,6 +217,8 @@ def test_kafka_python_and_aiokafka_and_kcat_consume_in_groups(gc):
             await c.stop()
 
     assert sorted(asyncio.run(aio())) == sorted(values)
+    if shutil.which("kcat") is None:
+        missing_prerequisite("kcat is not installed (make kcat installs it)")
     kcat = subprocess.run(["kcat", "-b", gc.bootstrap, "-G", "kcat-group", "-o", "beginning", "-c", str(len(values)),
                            "-f", "%s\n", "-X", "session.timeout.ms=6000", "clients"],
                           capture_output=True, text=True, timeout=60)
@@ -225,8 +236,10 @@ def test_groups_command_lists_describes_and_resets_offsets(gc):
     c = consumer(gc.bootstrap, "watched", **{"client.id": "watcher"})
     c.subscribe(["lagging"])
     got = []
-    while len(got) < 10:
+    deadline = time.monotonic() + 60
+    while len(got) < 10 and time.monotonic() < deadline:
         got += [m for m in c.consume(num_messages=10, timeout=1) if m.error() is None]
+    assert len(got) == 10, len(got)
     c.commit(offsets=[TopicPartition("lagging", 0, 4)], asynchronous=False)
     bootstrap = gc.bootstrap.split(",")[0]
     listed = run_cli("groups", "list", "--bootstrap-server", bootstrap)

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import Cluster, free_ports, poll_until, run_cli, strandline_cmd
+from tests.conftest import Cluster, free_ports, missing_prerequisite, poll_until, run_cli, strandline_cmd
 from tests.integration.replication_helpers import create_topic
 
 LAG_MS = 1500
@@ -52,7 +52,29 @@ def scrape(c: Cluster, broker_id: int) -> dict[tuple[str, tuple], float]:
 
 
 def value(c: Cluster, broker_id: int, name: str, **labels: str) -> float:
+    """A sample's value, 0.0 when the broker exports no such sample (a counter of a topic not yet
+    written); :func:`sample` where the sample must be there."""
     return scrape(c, broker_id).get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def sample(c: Cluster, broker_id: int, name: str, **labels: str) -> float:
+    """A sample the broker must export: absent, the test fails (where :func:`value` reads 0.0)."""
+    samples = scrape(c, broker_id)
+    key = (name, tuple(sorted(labels.items())))
+    assert key in samples, f"broker {broker_id} exports no {name}{labels or ''}"
+    return samples[key]
+
+
+def replicas_held(c: Cluster) -> dict[int, int]:
+    """Broker -> how many partitions it holds a replica of, as the cluster's metadata says."""
+    from strandline.runtime.client import KafkaConnection
+
+    with KafkaConnection(c.bootstrap.split(",")[0], timeout_s=5) as conn:
+        meta = conn.request(3, 9, {"topics": None, "allow_auto_topic_creation": False,
+                                   "include_cluster_authorized_operations": False,
+                                   "include_topic_authorized_operations": False})
+    replicas = [int(r) for t in meta.topics for p in t.partitions for r in p.replica_nodes]
+    return {b: replicas.count(b) for b in (1, 2, 3)}
 
 
 def broker_status(c: Cluster, broker_id: int, since: int = 0) -> dict:
@@ -65,7 +87,8 @@ def test_up_prints_and_records_each_brokers_metrics_address(op):
     assert urls == [f"http://127.0.0.1:{op.base_port + 1000 + i}" for i in range(3)]
     up_out = (op.data_dir.parent / f"{op.data_dir.name}-up.log").read_text()
     assert "Traceback" not in up_out
-    assert value(op, 1, "kafka_server_replicamanager_partitioncount") >= 0
+    # every broker exports its partition count: the partitions it holds a replica of
+    assert {b: sample(op, b, "kafka_server_replicamanager_partitioncount") for b in (1, 2, 3)} == replicas_held(op)
 
 
 def test_each_broker_shows_its_process_and_its_garbage_collector(op):
@@ -82,6 +105,11 @@ def test_each_broker_shows_its_process_and_its_garbage_collector(op):
 
 def test_produced_records_are_counted_once_by_their_leaders(op):
     create_topic(op, "counted", partitions=3, min_isr=2)
+    # each broker counts the partitions it holds a replica of (the 3 of counted, with replication factor 3)
+    held = replicas_held(op)
+    assert all(held[b] >= 3 for b in (1, 2, 3)), held
+    poll_until(lambda: {b: sample(op, b, "kafka_server_replicamanager_partitioncount") for b in (1, 2, 3)} == held,
+               10, message=f"partition counts {held}")
     before = sum(value(op, b, "kafka_server_brokertopicmetrics_messagesin_total", topic="counted") for b in (1, 2, 3))
     producer = Producer({"bootstrap.servers": op.bootstrap, "acks": "all", "linger.ms": 5})
     for i in range(500):
@@ -104,8 +132,8 @@ def test_produced_records_are_counted_once_by_their_leaders(op):
                            for b in (1, 2, 3))
     assert produce_requests >= 3         # at least one per partition leader
     for b in (1, 2, 3):                  # each replica's segment had its blocks reserved ahead of the appends
-        assert value(op, b, "strandline_log_segment_preallocated_bytes_total") > 0
-        assert value(op, b, "strandline_log_segment_preallocation_failures_total") == 0
+        assert sample(op, b, "strandline_log_segment_preallocated_bytes_total") > 0
+        assert sample(op, b, "strandline_log_segment_preallocation_failures_total") == 0
 
 
 def test_a_killed_follower_shows_as_an_isr_shrink_and_under_replicated_partitions_then_recovers(op):
@@ -374,7 +402,8 @@ def browser(tmp_path_factory):
     import os
 
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip("no Chromium and ChromeDriver (Debian packages chromium and chromium-driver)")
+        missing_prerequisite("no Chromium and ChromeDriver (Debian packages chromium and chromium-driver; "
+                             "make browser installs them)")
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 

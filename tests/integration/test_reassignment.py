@@ -1,6 +1,6 @@
 """CTL-11 on real processes: while a producer writes with acks=all, every replica of a
 6-partition topic moves to other brokers and its replication factor goes from 2 to 3. No
-acknowledged write is lost, acknowledgements never pause for a second, and the new replicas hold
+acknowledged write is lost, acknowledgements never pause for long, and the new replicas hold
 byte-identical logs; the old ones are deleted."""
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ from tests.conftest import Cluster, free_ports, poll_until, run_cli
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 6
-MAX_ACK_GAP_S = 1.0
+# Leadership moves by the controller's election and LeaderAndIsr, and the producer follows within
+# its metadata refresh (tens of ms when idle). A write that waited for a new replica to catch up
+# or for a broker's session would pause for replica.lag.time.max.ms or zookeeper.session.timeout.ms
+# (30 s and 18 s here, Kafka's defaults): 5 s separates the two on a shared 2-core machine.
+MAX_ACK_GAP_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +56,8 @@ def test_ctl_11_a_move_under_acks_all_load_loses_nothing_and_leaves_identical_re
 
     acked: list[tuple[int, int, bytes, float]] = []
     failed: list[str] = []
+    unflushed: list[int] = []                                # what flush() left unsent, per writer run
+    crashed: list[str] = []                                  # an exception in the writer fails no test by itself
     stop = threading.Event()
 
     def produce() -> None:
@@ -65,12 +71,15 @@ def test_ctl_11_a_move_under_acks_all_load_loses_nothing_and_leaves_identical_re
                 failed.append(str(err))
         i = 0
         deadline = time.monotonic() + 120                    # bounded even if the test body fails
-        while not stop.is_set() and time.monotonic() < deadline:
-            for _ in range(20):
-                producer.produce(topic, b"v%08d" % i, partition=i % PARTITIONS, on_delivery=delivered)
-                i += 1
-            producer.poll(0.01)
-        assert producer.flush(60) == 0
+        try:
+            while not stop.is_set() and time.monotonic() < deadline:
+                for _ in range(20):
+                    producer.produce(topic, b"v%08d" % i, partition=i % PARTITIONS, on_delivery=delivered)
+                    i += 1
+                producer.poll(0.01)
+        except Exception as exc:                             # noqa: BLE001 - reported by the test's thread
+            crashed.append(repr(exc))
+        unflushed.append(producer.flush(60))
 
     writer = threading.Thread(target=produce, daemon=True)
     writer.start()
@@ -91,6 +100,7 @@ def test_ctl_11_a_move_under_acks_all_load_loses_nothing_and_leaves_identical_re
     stop.set()
     writer.join(90)
     assert not writer.is_alive()
+    assert crashed == [] and unflushed == [0], (crashed, unflushed)
     assert failed == []
 
     times = sorted(t for *_, t in acked)

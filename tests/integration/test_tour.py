@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from strandline.runtime.ports import ephemeral_range, port_free
-from tests.conftest import ROOT, free_ports, pid_alive, poll_until
+from tests.conftest import ROOT, free_ports, missing_prerequisite, pid_alive, poll_until
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def make_run(tmp_path_factory):
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     if shutil.which("kcat") is None:
-        pytest.skip("kcat is not installed (make kcat installs it); the tour uses it")
+        missing_prerequisite("kcat is not installed (make kcat installs it); the tour uses it")
     data = tmp_path_factory.mktemp("tour") / "data"
     base, zk, console = tour_ports()
     args = f"--data-dir {data} --base-port {base} --zookeeper-port {zk} --console-port {console}"

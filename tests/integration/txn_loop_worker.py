@@ -16,13 +16,16 @@ kill it at a chosen moment:
   transaction is open);
 - ``COMMITTED n p=offset ...`` once it committed, with the offsets it committed.
 
-It runs until killed; an error ends it with status 3 and the error on stderr.
+It runs until killed, at most ``LIFETIME_S`` (then it ends with status 4: the test that should
+have killed it did not); an error ends it with status 3 and the error on stderr.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+
+LIFETIME_S = 300
 
 
 def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: str, pause_ms: str) -> None:
@@ -44,7 +47,8 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
         consumer.subscribe([source])
         say("READY")
         n = 0
-        while True:
+        deadline = time.monotonic() + LIFETIME_S
+        while time.monotonic() < deadline:
             msgs = [m for m in consumer.consume(10, 0.2) if m.error() is None]
             if not msgs:
                 continue
@@ -66,6 +70,8 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
     except KafkaException as exc:
         sys.stderr.write(f"worker error: {exc.args[0]!r}\n")
         sys.exit(3)
+    sys.stderr.write(f"worker error: not killed within {LIFETIME_S} s\n")
+    sys.exit(4)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ def test_net_7_a_controller_cut_from_the_brokers_cannot_deliver_a_leader_change_
     assert c.controller_id == 1
     create(c, "c", [2, 3, 4], min_isr=2)
     acked = [v for v in (b"m1", b"m2") if produce(c, 2, "c", [v]).error_code == ErrorCode.none]
+    assert acked == [b"m1", b"m2"]                            # before any fault: both acknowledged
     c.partition_brokers([1], [2, 3, 4])
     c.crash(2)
     c.advance(100)

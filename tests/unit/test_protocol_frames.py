@@ -153,5 +153,12 @@ def test_100_mb_frame_in_64_kib_chunks_is_linear():
     elapsed = time.perf_counter() - started
     assert len(out) == 2 and out[1] == b"next"
     assert out[0] == payload
-    # one join of 100 MB takes ~0.05 s; a quadratic decoder would copy ~80 GB
-    assert elapsed < 2.0, elapsed
+    # Against one copy of the payload on this machine (its fastest of three): the decoder takes
+    # about two (its first touch of fresh memory up to ten); a quadratic decoder copies ~84 GB,
+    # some 800 copies. 40 copies' time leaves room for a shared machine's noise, not for that.
+    copies = []
+    for _ in range(3):
+        began = time.perf_counter()
+        bytearray(payload)
+        copies.append(time.perf_counter() - began)
+    assert elapsed < 40 * min(copies) + 0.5, (elapsed, min(copies))

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData
 from strandline.sim.cluster import SimCluster
+from tests.unit.test_replication_faults_sim import inject
 from tests.unit.test_replication_sim import LAG_MS, create, produce, values_on
 
 FAST = {"replica.lag.time.max.ms": str(LAG_MS), "replica.socket.timeout.ms": "2000",
@@ -303,11 +304,12 @@ def test_ctl_11_a_move_zookeeper_recorded_without_answering_is_read_back_before_
     create(c, "w", [1, 2])
     ctl = c.controller_id
     faults = iter(["applied-reply-lost", "not-applied"])
-    c.zk_fault = lambda b, ops: next(faults, None) if b == ctl and topic_write(ops) else None
+    fired = inject(c, lambda b, ops: next(faults, None) if b == ctl and topic_write(ops) else None)
     c.request(ctl, 45, 0, {"timeout": 30000, "topics": [{"name": "w", "partitions": [
         {"partition_index": 0, "replicas": [2, 3]}]}]}, client="mover")
     add_partitions(c, "w", 2)
     c.advance(10_000)
+    assert fired == [(ctl, "applied-reply-lost"), (ctl, "not-applied")]
     added = c.response(ctl, 37, 1, client="adder").results[0]
     assert added.error_code == ErrorCode.reassignment_in_progress, added
     assert ongoing(c) == {}

@@ -7,6 +7,7 @@ fetches, late results, followers that do not flush) or one loss case of the seed
 from __future__ import annotations
 
 import uuid
+from typing import Any, Callable
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -16,6 +17,21 @@ from strandline.sim.cluster import SimCluster
 from tests.unit.test_replication_sim import LAG_MS, create, produce, produce_request, values_on
 
 FETCH = 1
+
+
+def inject(c: SimCluster, fault: Callable[[int, list], Any]) -> list[tuple[int, Any]]:
+    """Install ``fault`` as the cluster's ZooKeeper fault (:attr:`SimCluster.zk_fault`) and return
+    the list it fills with ``(broker, fault)`` for every request it faulted: a test asserts that
+    its fault fired, or it shows nothing about the fault."""
+    fired: list[tuple[int, Any]] = []
+
+    def counted(broker_id: int, ops: list) -> Any:
+        answer = fault(broker_id, ops)
+        if answer is not None:
+            fired.append((broker_id, answer))
+        return answer
+    c.zk_fault = counted
+    return fired
 
 
 def state_write(broker_id: int, topic: str):
@@ -72,14 +88,16 @@ def test_isr_5_an_isr_expansion_applied_although_zookeeper_answered_connection_l
     stall(c, 2, "u", 4)
     assert c.state("u").isr == (2, 3)
     expansion = state_write(2, "u")
-    c.zk_fault = lambda b, ops: "applied-reply-lost" if expansion(b, ops) else None
+    fired = inject(c, lambda b, ops: "applied-reply-lost" if expansion(b, ops) else None)
     c.resume(4)
     c.advance(20)
+    assert fired == [(2, "applied-reply-lost")]
     assert set(c.state("u").isr) == {2, 3, 4}                # applied, whatever the leader heard
     c.zk_fault = None
     c.pause(4)                                                # 4 stalls again, still in the ISR...
     c.advance(LAG_MS + 100)                                   # ...for longer than the lag time
     acked = produce_many(c, 2, "u", [b"w%d" % i for i in range(5)])
+    assert len(acked) == 5                                    # once 4 left the ISR (2 and 3 have them)
     c.crash(2)
     c.resume(4)
     c.advance(3000)
@@ -96,9 +114,10 @@ def test_isr_5_an_isr_write_that_was_not_applied_leaves_the_leader_serving_and_i
     create(c, "n", [1, 2, 3], min_isr=2)
     shrink = state_write(1, "n")
     faults = iter(["not-applied"])
-    c.zk_fault = lambda b, ops: next(faults, None) if shrink(b, ops) else None
+    fired = inject(c, lambda b, ops: next(faults, None) if shrink(b, ops) else None)
     stall(c, 1, "n", 3)
     c.advance(LAG_MS)
+    assert fired == [(1, "not-applied")]
     assert c.state("n").isr == (1, 2)
     assert c.partition(1, "n").isr == (1, 2)
     assert produce(c, 1, "n", [b"m1"]).error_code == ErrorCode.none
@@ -130,9 +149,10 @@ def test_isr_5_a_late_isr_write_result_does_not_overwrite_a_newer_state():
     stall(c, 2, "l", 4)
     assert c.state("l").isr == (2, 3)
     expansion = state_write(2, "l")
-    c.zk_fault = lambda b, ops: ("reply-delayed", 300) if expansion(b, ops) else None
+    fired = inject(c, lambda b, ops: ("reply-delayed", 300) if expansion(b, ops) else None)
     c.resume(4)
     c.advance(20)
+    assert fired == [(2, ("reply-delayed", 300))]
     assert set(c.state("l").isr) == {2, 3, 4}                 # applied; the answer is on its way
     c.zk_fault = None
     c.crash(3)                                                # the controller removes 3: epoch + 1
@@ -220,10 +240,11 @@ def test_isr_6_a_failed_isr_change_notification_is_written_again():
     c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
     create(c, "p", [2, 3, 1], min_isr=1)
     faults = iter(["not-applied"])
-    c.zk_fault = lambda b, ops: next(faults, None) if b == 2 and any(
-        isinstance(op, Create) and "isr_change_notification" in op.path for op in ops) else None
+    fired = inject(c, lambda b, ops: next(faults, None) if b == 2 and any(
+        isinstance(op, Create) and "isr_change_notification" in op.path for op in ops) else None)
     stall(c, 2, "p", 3)
     c.advance(15000)
+    assert fired == [(2, "not-applied")]
     assert c.state("p").isr == (2, 1)
     assert c.brokers[1].core.metadata.topics["p"].states[0].isr == (2, 1)
 
@@ -337,10 +358,11 @@ def test_ctl_3_a_broker_whose_election_was_applied_but_not_answered_acts_as_cont
     c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
     create(c, "c", [3, 2], min_isr=1)
     election = lambda b, ops: any(isinstance(op, Create) and op.path == "/controller" for op in ops)  # noqa: E731
-    c.zk_fault = lambda b, ops: "applied-reply-lost" if b == 2 and election(b, ops) else None
+    fired = inject(c, lambda b, ops: "applied-reply-lost" if b == 2 and election(b, ops) else None)
     c.crash(1)
     c.advance(100)
     c.zk_fault = None
+    assert fired == [(2, "applied-reply-lost")]
     assert c.controller_id == 2
     c.crash(3)                                                # the leader of c-0 dies: broker 2 must take over
     c.advance(100)
@@ -352,9 +374,10 @@ def test_ctl_3_a_broker_that_could_not_read_the_controller_epoch_runs_again():
     create(c, "e", [2, 3], min_isr=1)
     reads = iter([2, 3])
     epoch_read = lambda ops: any(op.path == "/controller_epoch" and type(op).__name__ == "GetData" for op in ops)  # noqa: E731
-    c.zk_fault = lambda b, ops: "not-applied" if epoch_read(ops) and b == next(reads, None) else None
+    fired = inject(c, lambda b, ops: "not-applied" if epoch_read(ops) and b == next(reads, None) else None)
     c.crash(1)
     c.advance(3000)
+    assert fired == [(2, "not-applied"), (3, "not-applied")]       # each one's first read of the epoch
     assert c.controller_id in (2, 3)
     assert c.brokers[c.controller_id].core.is_controller
 
@@ -369,9 +392,10 @@ def test_ctl_6_a_leader_election_applied_although_zookeeper_answered_connection_
     election = lambda b, ops: b == 1 and any(isinstance(op, SetData) and op.path.endswith("/w/partitions/0/state")  # noqa: E731
                                              for op in ops)
     faults = iter(["applied-reply-lost"])
-    c.zk_fault = lambda b, ops: next(faults, None) if election(b, ops) else None
+    fired = inject(c, lambda b, ops: next(faults, None) if election(b, ops) else None)
     c.crash(2)
     c.advance(2000)
+    assert fired == [(1, "applied-reply-lost")]
     assert c.state("w").leader == 3
     assert c.partition(3, "w").is_leader
     assert produce(c, 3, "w", [b"m2"]).error_code == ErrorCode.none
@@ -382,11 +406,20 @@ def test_ctl_6_a_controller_that_cannot_read_a_state_back_reads_it_again():
     c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
     create(c, "r", [2, 3], min_isr=1)
     state_path = "/brokers/topics/r/partitions/0/state"
-    faults = {SetData: iter(["applied-reply-lost"]), GetData: iter(["not-applied"])}
-    c.zk_fault = lambda b, ops: next(faults[type(ops[-1])], None) if b == 1 and type(ops[-1]) in faults and \
-        ops[-1].path == state_path else None
+    write_faults, read_faults = iter(["applied-reply-lost"]), iter(["not-applied"])
+
+    def fault(b: int, ops: list):
+        if b != 1 or getattr(ops[-1], "path", None) != state_path:
+            return None
+        if isinstance(ops[-1], SetData):
+            return next(write_faults, None)
+        if isinstance(ops[-1], GetData) and fired:             # a read after the write's lost answer
+            return next(read_faults, None)
+        return None
+    fired = inject(c, fault)
     c.crash(2)
     c.advance(3000)
+    assert fired == [(1, "applied-reply-lost"), (1, "not-applied")]
     assert c.state("r").leader == 3 and c.partition(3, "r").is_leader
 
 
@@ -423,9 +456,10 @@ def test_ctl_7_a_broker_back_while_the_controller_writes_its_partition_offline_i
     offline = lambda b, ops: b == 1 and any(isinstance(op, SetData) and op.path.endswith("/q/partitions/0/state")  # noqa: E731
                                             for op in ops)
     faults = iter([("reply-delayed", 300)])
-    c.zk_fault = lambda b, ops: next(faults, None) if offline(b, ops) else None
+    fired = inject(c, lambda b, ops: next(faults, None) if offline(b, ops) else None)
     c.crash(2)
     c.advance(50)
+    assert fired == [(1, ("reply-delayed", 300))]
     assert c.state("q").leader == -1
     c.start(2)
     c.advance(2000)
@@ -486,10 +520,11 @@ def test_ctl_4_a_controller_deposed_while_it_reads_partition_states_writes_nothi
                 isinstance(op, SetData) and op.path.endswith("/state") for op in ops):
             deposed_writes.append(ops)
         return next(faults, None) if reads(b, ops) else None
-    c.zk_fault = fault
+    fired = inject(c, fault)
     node = c.brokers[3]
     c._apply(node, node.core.begin_controlled_shutdown(c._at(node)))   # controller 1 reads z-0 to move it...
     c.advance(10)
+    assert fired == [(1, ("reply-delayed", 300))]
     c.expire_session(1)                                       # ...and loses office meanwhile
     c.advance(2000)
     assert c.controller_id == 2 and not c.brokers[1].core.is_controller
@@ -512,9 +547,10 @@ def test_ctl_7_a_broker_back_while_its_partition_is_being_elected_gets_the_decid
     offline = lambda b, ops: b == 1 and any(isinstance(op, SetData) and op.path.endswith("/v/partitions/0/state")  # noqa: E731
                                             for op in ops)
     faults = iter([("applied-late", 300)])
-    c.zk_fault = lambda b, ops: next(faults, None) if offline(b, ops) else None
+    fired = inject(c, lambda b, ops: next(faults, None) if offline(b, ops) else None)
     c.crash(2)
     c.advance(50)
+    assert fired == [(1, ("applied-late", 300))]
     c.start(2)
     c.brokers[2].log.clear()
     c.advance(3000)
@@ -536,9 +572,10 @@ def test_ctl_7_a_broker_back_while_its_partition_is_being_elected_gets_the_state
     reads = lambda b, ops: b == 1 and any(isinstance(op, GetData) and op.path.endswith("/w/partitions/0/state")  # noqa: E731
                                           for op in ops)
     faults = iter([("reply-delayed", 300)])
-    c.zk_fault = lambda b, ops: next(faults, None) if reads(b, ops) else None
+    fired = inject(c, lambda b, ops: next(faults, None) if reads(b, ops) else None)
     c.crash(3)
     c.advance(50)
+    assert fired == [(1, ("reply-delayed", 300))]
     c.start(3)
     c.advance(3000)
     assert c.partition(3, "w").leader_epoch == c.state("w").leader_epoch
@@ -593,10 +630,11 @@ def test_ctl_9_a_controlled_shutdown_finished_after_the_broker_restarted_does_no
     assert c.controller_id == 1
     create(c, "s", [1, 2, 3])
     assert produce(c, 1, "s", [b"m0"]).error_code == ErrorCode.none
-    c.zk_fault = lambda b, ops: ("reply-delayed", 300) if state_write(1, "s")(b, ops) else None
+    fired = inject(c, lambda b, ops: ("reply-delayed", 300) if state_write(1, "s")(b, ops) else None)
     node = c.brokers[2]
     c._apply(node, node.core.begin_controlled_shutdown(c.now))
     c.advance(20)                                   # the controller is writing 2 out of the ISR
+    assert fired == [(1, ("reply-delayed", 300))]
     c.bounce(2, lose_unflushed=False)               # and 2 is back before it has finished
     c.advance(400)
     c.zk_fault = None

@@ -17,6 +17,7 @@ from strandline.coordination.store import ZkError
 from strandline.log.partition_metadata import FILE, read_topic_id, write_topic_id
 from strandline.sim.cluster import LOG_DIR, SimCluster
 from strandline.sim.disk import MemoryDisk
+from tests.unit.test_replication_faults_sim import inject
 from tests.unit.test_replication_sim import LAG_MS, create, produce, produce_request, values_on
 
 
@@ -210,10 +211,11 @@ def test_a_deletion_whose_controller_lost_office_before_telling_the_brokers_is_f
     create(c, "t", [1, 2, 3])
     assert produce(c, 1, "t", [b"x"]).error_code == ErrorCode.none
     old = c.controller_id
-    c.zk_fault = lambda broker, ops: ("reply-delayed", 20000) if broker == old and any(
-        isinstance(op, Delete) and op.path == zn.TopicZNode.path("t") for op in ops) else None
+    fired = inject(c, lambda broker, ops: ("reply-delayed", 20000) if broker == old and any(
+        isinstance(op, Delete) and op.path == zn.TopicZNode.path("t") for op in ops) else None)
     c.request(old, 20, 4, {"topic_names": ["t"], "timeout_ms": 30000}, "admin")
     c.advance(100)
+    assert fired == [(old, ("reply-delayed", 20000))]
     assert zn.TopicZNode.path("t") not in c.zk.nodes and zn.DeleteTopicsTopicZNode.path("t") in c.zk.nodes
     c.expire_session(old)
     c.advance(25000)
@@ -283,13 +285,14 @@ def test_a_move_write_queued_before_a_deletion_does_not_write_over_the_topic_mad
             delayed.append(True)
             return ("reply-delayed", 5000)
         return None
-    c.zk_fault = fault
+    fired = inject(c, fault)
 
     def move(index, replicas):
         return {"timeout": 30000, "topics": [{"name": "t", "partitions": [
             {"partition_index": index, "replicas": replicas}]}]}
     c.request(c.controller_id, 45, 0, move(0, [2, 3]), "admin")
     c.advance(20)
+    assert fired == [(c.controller_id, ("reply-delayed", 5000))]       # the first move's write waits
     c.request(c.controller_id, 45, 0, move(1, [3, 4]), "admin")       # queued behind the first write
     c.advance(20)
     c.call(c.controller_id, 20, 4, {"topic_names": ["t"], "timeout_ms": 30000}, "deleter", within_ms=10_000)

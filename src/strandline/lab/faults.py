@@ -5,7 +5,7 @@ did not go as written), and heal what they broke."""
 from __future__ import annotations
 
 from strandline.lab.network import ZOOKEEPER
-from strandline.lab.run import LAG_MS, SESSION_MS, LabError, Run
+from strandline.lab.run import SESSION_MS, LabError, Run
 
 
 def net_1(run: Run) -> None:
@@ -45,13 +45,41 @@ def net_3(run: Run) -> None:
     run.wait_isr(leader, set(run.cluster.brokers), timeout_s=60)
 
 
+#: What a producer's delivery callback may lag behind the broker's answer: the lab's producers
+#: poll every 2.5 ms; the rest is room for a busy machine.
+CLIENT_ACK_MS = 500
+
+
+def split_brain_bound_ms(config: dict) -> tuple[int, list[tuple[int, str]]]:
+    """NET-4 / LOSS-3: how long after the new leader's election the deposed leader, cut from
+    ZooKeeper, may still acknowledge writes, and what that bound is made of, from the brokers'
+    configuration. The new leader stops fetching from the old one when it takes its role (before
+    the lab samples it as leader); the old leader counts it out of sync once it has not caught up
+    for ``replica.lag.time.max.ms``, notices at its next ISR check (every half of that), and
+    acknowledges until its ISR write fails, which ZooKeeper's client reports at the latest after
+    ``zookeeper.connection.timeout.ms`` (default: the session timeout). The producer records the
+    acknowledgement a moment after the broker sent it."""
+    lag = int(config["replica.lag.time.max.ms"])
+    zk = int(config.get("zookeeper.connection.timeout.ms") or config["zookeeper.session.timeout.ms"])
+    parts = [(lag, "replica.lag.time.max.ms until the deposed leader counts the new one out of sync"),
+             (max(1, lag // 2), "until its next ISR check (every half of that)"),
+             (zk, "zookeeper.connection.timeout.ms until its ISR write fails"),
+             (CLIENT_ACK_MS, "for the producer to record the acknowledgement")]
+    return sum(ms for ms, _ in parts), parts
+
+
 def net_4(run: Run) -> None:
+    """The leader cut from ZooKeeper: a new leader is elected; the old one acknowledges acks=1
+    writes until its ISR change fails. The cut lasts 2 s beyond :func:`split_brain_bound_ms` after
+    the election, so that a deposed leader acknowledging for as long as the cut lasts is seen
+    beyond the bound."""
     leader = run.leader()
     fault = run.begin(f"leader {leader} cut from ZooKeeper", [leader])
     run.network.cut_both(leader, ZOOKEEPER)
     new = run.wait_new_leader(leader, timeout_s=SESSION_MS / 1000 + 20)
     run.notes.append(f"broker {new} elected while broker {leader} still led in its own view")
-    run.hold(LAG_MS / 1000 + 2)                 # the old leader acks acks=1 until its ISR change fails
+    bound_ms, _ = split_brain_bound_ms(run.cluster.overrides)
+    run.hold(bound_ms / 1000 + 2)
     run.network.heal()
     run.end(fault)
     run.wait_isr(new, set(run.cluster.brokers), timeout_s=60)

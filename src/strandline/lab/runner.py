@@ -179,33 +179,35 @@ def verdict(scenario: Scenario, info: dict, result: dict, views: list | None = N
     if info.get("error"):
         return False, f"{scenario.name}: the run did not go as written ({info['error']}); not audited"
     if scenario.expect == "loss":
-        ok = lost > 0
+        expected_ok = lost > 0
     elif scenario.expect == "divergence":
-        ok = divergent > 0
+        expected_ok = divergent > 0
     elif scenario.expect == "no-divergence":
-        ok = divergent == 0
+        expected_ok = divergent == 0
     else:
-        ok = lost == 0 and divergent == 0
-    beyond = scenario.check(info, result, views) if scenario.check is not None else None
-    ok = ok and beyond is None
-    detail = f"{lost} lost"
+        expected_ok = lost == 0 and divergent == 0
+    broken = [f"{result[k]} {k}" for k in scenario.promised_zero() if result[k]]
+    finding = scenario.check(info, result, views) if scenario.check is not None else None
+    acked = result["ops"].get("ok", 0)
+    detail = f"{lost} lost of {acked} acknowledged"
     if lost and scenario.bound:
         detail += f" ({scenario.bound})"
     if divergent:
         detail += f", {divergent} divergent batches on {', '.join(result['divergent_replicas'])}"
-    if result["duplicated"] or result["reordered"] or result["unexpected"]:
-        detail += (f", {result['duplicated']} duplicated, {result['reordered']} reordered, "
-                   f"{result['unexpected']} unexpected")
-    acked = result["ops"].get("ok", 0)
-    detail += f" of {acked} acknowledged"
-    if beyond:
-        tail = f"NOT as the seed says: {beyond}"
-    elif ok:
-        tail = "as the seed says"
-    else:
-        expected = {"loss": "a loss", "no-loss": "no loss", "divergence": "divergent replicas",
-                    "no-divergence": "identical replicas"}[scenario.expect]
-        tail = f"NOT as the seed says (expected {expected})"
+    detail += f", {result['duplicated']} duplicated, {result['reordered']} reordered, {result['unexpected']} unexpected"
+    if finding is not None:
+        detail += f"; {finding.words}"
+    problems = []
+    if not expected_ok:
+        problems.append("expected " + {"loss": "a loss", "no-loss": "no loss", "divergence": "divergent replicas",
+                                       "no-divergence": "identical replicas"}[scenario.expect])
+    if broken:
+        promise = "every record read was sent" + (", once and in its producer's order" if scenario.idempotence else "")
+        problems.append(f"{', '.join(broken)}, where the scenario promises {promise}")
+    if finding is not None and finding.problem:
+        problems.append(finding.problem)
+    ok = not problems
+    tail = "as the seed says" if ok else f"NOT as the seed says: {'; '.join(problems)}"
     return ok, f"{scenario.name}: {scenario.expectation}: {detail} - {tail}"
 
 
@@ -227,6 +229,8 @@ def run_scenario(name: str, seed: int | None, data_dir: str | None, trials: int 
     if scenario.needs_network and reason:
         _say(f"{scenario.name}: skipped: {reason}")
         return NOT_RUN
+    if scenario is SAFE and reason:
+        _say(f"{scenario.name}: no network partitions among the faults: {reason}")
     _interruptible()
     seed = seed if seed is not None else random.randrange(1 << 31)
     stamp = time.strftime("%Y%m%d-%H%M%S")

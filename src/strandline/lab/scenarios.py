@@ -5,7 +5,10 @@ The lab heals, waits until the replicas agree, reads every log and audits the hi
 verdict compares the audit with the expectation: ``loss`` (acknowledged writes must be lost: the
 run shows it), ``no-loss`` (not one acknowledged write may be lost, and no replica may differ
 below the high watermark), ``divergence`` / ``no-divergence`` (replicas must, or must not, differ
-below the high watermark). A scenario's ``check`` adds what the seed says beyond the count.
+below the high watermark). Whatever the expectation, the counts a scenario promises to be 0
+(:meth:`Scenario.promised_zero`: records no producer sent; with an idempotent producer, records
+written twice or out of order) must be 0. A scenario's ``check`` adds what the seed says beyond
+the count, and the numbers it measured.
 """
 
 
@@ -15,15 +18,24 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from strandline.lab.faults import (epo_3, epo_3_divergence, loss_1, loss_2, loss_4, loss_5, loss_6, net_1, net_2,
-                                   net_3, net_4, net_5, net_6, net_6_shrunk, net_7, net_8, safe_trial)
+                                   net_3, net_4, net_5, net_6, net_6_shrunk, net_7, net_8, safe_trial,
+                                   split_brain_bound_ms)
 from strandline.lab.run import LAB_BROKER_CONFIG, LabError, Run
+
+
+@dataclass
+class Finding:
+    """What a scenario's own check measured in a run, printed with the verdict's count, and why the
+    outcome is not the one the seed describes (None when it is)."""
+    words: str
+    problem: str | None = None
 
 
 @dataclass
 class Scenario:
     name: str
     summary: str                     # one line, from the seeds
-    expect: str                      # "loss" | "no-loss"
+    expect: str                      # "loss" | "no-loss" | "divergence" | "no-divergence"
     expectation: str                 # how the verdict line describes the expected outcome
     drive: Callable[["Run"], None]
     acks: str = "all"
@@ -35,52 +47,84 @@ class Scenario:
     topic_config: dict[str, str] = field(default_factory=dict)
     producer_config: dict = field(default_factory=dict)
     bound: str = ""                  # what bounds the loss, printed after the count
-    check: Callable[[dict, dict, list], str | None] | None = None
-    """``check(run info, audit result, sampled views)``: why the outcome is not the one the seed
-    describes, beyond the count (e.g. a loss that outlasted its bound), or None."""
+    check: Callable[[dict, dict, list], Finding | None] | None = None
+    """``check(run info, audit result, sampled views)``: what the run measured beyond the count
+    (e.g. how long after an election lost writes were acknowledged, against their bound) and
+    whether that is what the seed describes; None when there is nothing to say."""
+
+    def promised_zero(self) -> tuple[str, ...]:
+        """The audit's counts this scenario promises to be 0 whatever its faults: no record that no
+        producer sent, and with an idempotent producer no record written twice or out of its
+        producer's order."""
+        return (("duplicated", "reordered") if self.idempotence else ()) + ("unexpected",)
 
 
-def total_loss(info: dict) -> str | None:
+def _seconds(ms: float) -> str:
+    return f"{ms / 1000:.2f} s"
+
+
+def disk_loss_account(acked: list[tuple[float, str]], kept: set[str], lost_at_ms: float) -> Finding:
+    """LOSS-6 from the producers' acknowledgements (``(time_ms, value)``), the values the final
+    leader holds below its high watermark, and the moment the leader lost its disk: every write
+    acknowledged before that moment must be gone (its only copy was on that disk, and the
+    followers truncated to the empty log); the words say how many of them were, and how many
+    written after it were lost."""
+    before = {v for t, v in acked if t < lost_at_ms}
+    after = {v for t, v in acked if t >= lost_at_ms} - before
+    if not before:
+        return Finding("no write was acknowledged before the disk loss",
+                       "nothing was acknowledged before the disk was lost")
+    survived = len(before & kept)
+    words = f"{len(before) - survived} of {len(before)} writes acknowledged before the disk loss lost"
+    words += f", {survived} survived" if survived else " (all of them)"
+    words += f"; {len(after - kept)} of {len(after)} acknowledged after it lost"
+    problem = f"{survived} of {len(before)} writes acknowledged before the disk loss survived" if survived else None
+    return Finding(words, problem)
+
+
+def total_loss(info: dict, result: dict | None = None, views: list | None = None) -> Finding:
     """LOSS-6: not one write acknowledged before the leader lost its disk may survive."""
     import pyarrow.parquet as pq
     from pathlib import Path
 
     run_dir = Path(info["run_dir"])
     lost_at = next(f["start_ms"] for f in info["faults"] if "disk" in f["label"])
-    acked = {r["value"] for r in pq.read_table(run_dir / "ops.parquet").to_pylist()
-             if r["type"] == "ok" and r["time_ms"] < lost_at}
+    acked = [(r["time_ms"], r["value"]) for r in pq.read_table(run_dir / "ops.parquet").to_pylist()
+             if r["type"] == "ok"]
     final = {r["partition"]: r for r in pq.read_table(run_dir / "final.parquet").to_pylist()}
     kept = {r["value"] for r in pq.read_table(run_dir / "records.parquet").to_pylist()
             if r["partition"] in final and r["broker"] == final[r["partition"]]["leader"]
             and r["offset"] < final[r["partition"]]["high_watermark"]}
-    survivors = len(acked & kept)
-    if not acked:
-        return "nothing was acknowledged before the disk was lost"
-    return f"{survivors} of {len(acked)} writes acknowledged before the disk loss survived" if survivors else None
+    return disk_loss_account(acked, kept, lost_at)
 
 
-
-def split_brain_bound(info: dict, result: dict, views: list) -> str | None:
-    """NET-4 / LOSS-3: the deposed leader acknowledges only until its first ISR change fails, which
-    it attempts once the followers have not fetched for replica.lag.time.max.ms (its check runs
-    every half of that). Every lost write must have been acknowledged within that bound of the new
-    leader's election (plus the sampler's period)."""
+def split_brain_bound(info: dict, result: dict, views: list) -> Finding | None:
+    """NET-4 / LOSS-3: the last lost write must have been acknowledged within
+    :func:`~strandline.lab.faults.split_brain_bound_ms` of the new leader's election (as first
+    sampled: the new leader stopped fetching from the old one by then). The words give the
+    measured span next to the bound and what the bound is made of."""
     if not result["lost"]:
         return None
     first_leader = next((v for v in views if v["state"] == "up" and v["leader"] >= 0), None)
     if first_leader is None:
-        return "no leader was ever sampled"
+        return Finding("no leader was ever sampled", "no leader was ever sampled")
     old = first_leader["leader"]
-    elected = next((v["time_ms"] for v in views if v["state"] == "up" and v["leader"] == v["broker"] != old), None)
-    if elected is None:
-        return "no new leader was sampled"
-    lag = int(info["broker_config"]["replica.lag.time.max.ms"])
-    bound_ms = 1.5 * lag + 1000
+    new = next((v for v in views if v["state"] == "up" and v["leader"] == v["broker"] != old), None)
+    if new is None:
+        return Finding("no new leader was sampled", "no new leader was sampled")
+    elected = new["time_ms"]
+    bound_ms, parts = split_brain_bound_ms(info["broker_config"])
     late = result["lost_acked_last_ms"] - elected
+    when = f"{_seconds(late)} after" if late >= 0 else f"{_seconds(-late)} before"
+    made_of = " + ".join(f"{ms} ms {what}" for ms, what in parts)
+    within = "within" if late <= bound_ms else "beyond"
+    words = (f"the last lost write was acknowledged {when} broker {new['broker']}'s election, {within} the bound "
+             f"of {_seconds(bound_ms)} ({made_of})")
+    problem = None
     if late > bound_ms:
-        return (f"the deposed leader acknowledged lost writes until {late / 1000:.1f} s after the new leader's "
-                f"election, beyond replica.lag.time.max.ms ({lag} ms) and its check")
-    return None
+        problem = (f"the deposed leader acknowledged lost writes until {_seconds(late)} after the new leader's "
+                   f"election, beyond the bound of {_seconds(bound_ms)}")
+    return Finding(words, problem)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -92,8 +136,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "no-loss", "a follower without ZooKeeper is dropped from the ISR and rejoins", net_3, needs_network=True),
     Scenario("NET-4", "the leader cut from ZooKeeper: a new leader is elected; the old one acks acks=1 briefly",
              "loss", "expected loss of acks=1 writes acknowledged by the deposed leader", net_4,
-             acks="1", idempotence=False, min_isr=1, needs_network=True, bound="bounded by replica.lag.time.max.ms",
-             check=split_brain_bound),
+             acks="1", idempotence=False, min_isr=1, needs_network=True, check=split_brain_bound),
     Scenario("NET-5", "a follower fully isolated: it leaves the ISR and rejoins after healing",
              "no-loss", "an isolated follower leaves the ISR and rejoins", net_5, needs_network=True),
     Scenario("NET-6", "the leader fully isolated: a new leader is elected; acks=all with min.insync.replicas=2 loses nothing",
@@ -134,8 +177,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              min_isr=1, unclean=True, idempotence=False, bound="everything written after the new leader fell out of the ISR"),
     Scenario("LOSS-3", "acks=1 and the leader cut from ZooKeeper (a short split brain): loss",
              "loss", "expected loss of acks=1 writes acknowledged during the split brain", net_4,
-             acks="1", idempotence=False, min_isr=1, needs_network=True, bound="bounded by replica.lag.time.max.ms",
-             check=split_brain_bound),
+             acks="1", idempotence=False, min_isr=1, needs_network=True, check=split_brain_bound),
     Scenario("LOSS-4", "the ISR shrunk to the leader, min.insync.replicas=1, the leader isolated: loss even with acks=all",
              "loss", "expected loss of acks=all writes acknowledged by a leader alone in its ISR", loss_4,
              min_isr=1, unclean=True, idempotence=False, needs_network=True),
@@ -146,8 +188,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "no-loss", "no acknowledged write lost to a power loss of every replica with flush.on.ack", loss_5,
              topic_config={"flush.on.ack": "true"}),
     Scenario("LOSS-6", "the ISR shrunk to the leader alone, then the leader loses its disk: total loss",
-             "loss", "expected loss of every acknowledged write (KIP-966's case, even with min.insync.replicas=2)",
-             loss_6, needs_network=True, check=lambda info, result, views: total_loss(info)),
+             "loss", "expected loss of every write acknowledged before the leader lost its disk (KIP-966's case, "
+             "even with min.insync.replicas=2)", loss_6, needs_network=True, check=total_loss),
 ]}
 
 
@@ -155,4 +197,4 @@ SAFE = Scenario("SAFE", "random mixes of kills, pauses, partitions and controlle
                 "no-loss", "no acknowledged write lost under acks=all, min.insync.replicas=2, no unclean election",
                 safe_trial)
 
-__all__ = ["SCENARIOS", "SAFE", "Scenario", "Run", "LabError", "LAB_BROKER_CONFIG"]
+__all__ = ["SCENARIOS", "SAFE", "Scenario", "Finding", "Run", "LabError", "LAB_BROKER_CONFIG"]

@@ -3,19 +3,24 @@
 Per partition, two panels over the run's time (seconds since the workload started):
 
 * **roles**: one lane per replica, coloured by what that broker says it is (leader, follower in
-  the ISR, follower out of the ISR) or by why it cannot say (paused, down, unreachable);
+  the ISR, follower out of the ISR) or by why it cannot say (paused, down, unreachable); where
+  two brokers say they lead at once (a split brain) their lanes are outlined over that stretch
+  of time and the band above the lanes names them;
 * **offsets**: each replica's log end offset, the leader's high watermark (and a follower's, as it
   checkpointed it), and every acknowledged write that was lost, marked where and when it was
   acknowledged.
 
-Fault windows are shaded across both panels and named in the legend. The HTML page holds the
-figure as inline SVG plus the verdict, the faults and the first lost writes: it needs no network.
+The offsets' legend stands right of the panels, off the data. Fault windows are shaded across
+both panels and named below them, after the colours of the roles drawn (only those). The HTML
+page holds the figure as inline SVG plus the verdict, the faults and the first lost writes: it
+needs no network.
 """
 
 from __future__ import annotations
 
 import html
 import io
+import math
 from pathlib import Path
 
 ROLE_COLOURS = {
@@ -23,6 +28,9 @@ ROLE_COLOURS = {
     "paused": "#f59f00", "down": "#c92a2a", "unreachable": "#e599f7",
 }
 FAULT_COLOURS = ["#ffe066", "#ffc9c9", "#d0bfff", "#99e9f2", "#b2f2bb"]
+SPLIT_BRAIN_COLOUR = "#e03131"
+SPLIT_BRAIN_GID = "split-brain"
+SAMPLE_MS = 200          # how long a broker's last sampled view is drawn when none follows
 
 
 def _role(view: dict, isr_of_leader: set[int]) -> str:
@@ -33,8 +41,35 @@ def _role(view: dict, isr_of_leader: set[int]) -> str:
     return "isr" if view["broker"] in isr_of_leader else "out-of-isr"
 
 
-def draw(run_dir: Path, info: dict, views: list[dict], result: dict, verdict_line: str) -> tuple[Path, Path]:
-    """Write timeline.png and timeline.html into ``run_dir``; returns both paths."""
+def split_brains(views: list[dict], partition: int = 0) -> list[tuple[float, float, tuple[int, ...]]]:
+    """``[(start_ms, end_ms, brokers)]``: the stretches of time during which two or more brokers
+    each said, in their latest sampled view, that they led ``partition``."""
+    pviews = sorted((v for v in views if v["partition"] == partition), key=lambda v: v["time_ms"])
+    if not pviews:
+        return []
+    claims: dict[int, bool] = {}
+    out: list[tuple[float, float, tuple[int, ...]]] = []
+    current: tuple[int, ...] = ()
+    since = 0.0
+    for v in pviews:
+        claims[v["broker"]] = v["state"] == "up" and v["leader"] == v["broker"]
+        leaders = tuple(sorted(b for b, leads in claims.items() if leads))
+        now = leaders if len(leaders) > 1 else ()
+        if now != current:
+            if current:
+                out.append((since, v["time_ms"], current))
+            current, since = now, v["time_ms"]
+    if current:
+        out.append((since, pviews[-1]["time_ms"] + SAMPLE_MS, current))
+    return out
+
+
+def _names(brokers: tuple[int, ...]) -> str:
+    return ", ".join(str(b) for b in brokers[:-1]) + f" and {brokers[-1]}"
+
+
+def figure(info: dict, views: list[dict], result: dict, verdict_line: str):
+    """The run's figure (a matplotlib Figure; the caller closes it)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -43,9 +78,12 @@ def draw(run_dir: Path, info: dict, views: list[dict], result: dict, verdict_lin
     t0 = info.get("started_ms") or (views[0]["time_ms"] if views else 0.0)
     partitions = int(info.get("partitions", 1))
     brokers = sorted({v["broker"] for v in views}) or [1, 2, 3]
-    fig, axes = plt.subplots(2 * partitions, 1, figsize=(12, 4.2 * partitions), sharex=True,
+    faults = [f for f in info.get("faults", []) if f.get("start_ms") is not None]
+    width = 14.0
+    fig, axes = plt.subplots(2 * partitions, 1, figsize=(width, 4.6 * partitions), sharex=True,
                              gridspec_kw={"height_ratios": [1, 1.6] * partitions}, squeeze=False)
     end = max((v["time_ms"] for v in views), default=t0) - t0
+    drawn_roles: set[str] = set()
     for p in range(partitions):
         lanes, offsets = axes[2 * p][0], axes[2 * p + 1][0]
         pviews = [v for v in views if v["partition"] == p]
@@ -61,8 +99,9 @@ def draw(run_dir: Path, info: dict, views: list[dict], result: dict, verdict_lin
             seq = by_broker.get(b, [])
             for a, nxt in zip(seq, seq[1:] + [None]):
                 start = (a["time_ms"] - t0) / 1000
-                stop = ((nxt["time_ms"] if nxt else a["time_ms"] + 200) - t0) / 1000
+                stop = ((nxt["time_ms"] if nxt else a["time_ms"] + SAMPLE_MS) - t0) / 1000
                 lanes.broken_barh([(start, stop - start)], (row - 0.4, 0.8), color=ROLE_COLOURS[a["role"]])
+                drawn_roles.add(a["role"])
             xs = [(v["time_ms"] - t0) / 1000 for v in seq if v["leo"] >= 0]
             ys = [v["leo"] for v in seq if v["leo"] >= 0]
             [line] = offsets.step(xs, ys, where="post", linewidth=1.2, label=f"LEO of broker {b}")
@@ -79,39 +118,64 @@ def draw(run_dir: Path, info: dict, views: list[dict], result: dict, verdict_lin
             offsets.scatter([(r["acked_ms"] - t0) / 1000 for r in lost], [r["offset"] for r in lost], marker="x",
                             color="#e03131", s=14, zorder=5,
                             label=f"lost acknowledged write ({result['lost']} in all)" if p == 0 else None)
+        # the lanes, and above them a band kept free of bars for naming a split brain
+        band = len(brokers) - 0.4
         lanes.set_yticks(range(len(brokers)), [f"broker {b}" for b in brokers])
-        lanes.set_ylim(-0.6, len(brokers) - 0.4)
+        lanes.set_ylim(-0.6, band + 0.9)
+        lanes.axhline(band + 0.1, color="#868e96", linewidth=0.5)
+        for start_ms, stop_ms, both in split_brains(views, p):
+            start, stop = (start_ms - t0) / 1000, (stop_ms - t0) / 1000
+            for b in both:                  # the leaders' own lanes, outlined over that stretch
+                lanes.broken_barh([(start, stop - start)], (brokers.index(b) - 0.45, 0.9), facecolor="none",
+                                  edgecolor=SPLIT_BRAIN_COLOUR, linewidth=1.5, zorder=3)
+            lanes.plot([start, stop], [band + 0.3] * 2, color=SPLIT_BRAIN_COLOUR, linewidth=3,
+                       solid_capstyle="butt", gid=SPLIT_BRAIN_GID)
+            lanes.text((start + stop) / 2, band + 0.45, f"split brain: brokers {_names(both)} both lead",
+                       ha="center", va="bottom", fontsize=8, color=SPLIT_BRAIN_COLOUR, gid=SPLIT_BRAIN_GID)
         lanes.set_title(f"{info['scenario']} - partition {info.get('topic', 'lab')}-{p}", loc="left", fontsize=10)
         offsets.set_ylabel("offset")
         offsets.grid(alpha=0.3)
-        for i, f in enumerate(info.get("faults", [])):
-            if f.get("start_ms") is None:
-                continue
+        for i, f in enumerate(faults):
             start = (f["start_ms"] - t0) / 1000
             stop = ((f["end_ms"] or (t0 + end * 1000)) - t0) / 1000
             for ax in (lanes, offsets):
                 ax.axvspan(start, stop, color=FAULT_COLOURS[i % len(FAULT_COLOURS)], alpha=0.35, zorder=0)
-        offsets.legend(loc="upper left", fontsize=7, ncol=2)
-    role_legend = [Patch(color=c, label=k) for k, c in ROLE_COLOURS.items()]
+        offsets.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, fontsize=7, frameon=False)
+    role_legend = [Patch(color=c, label=k) for k, c in ROLE_COLOURS.items() if k in drawn_roles]
     fault_legend = [Patch(color=FAULT_COLOURS[i % len(FAULT_COLOURS)], alpha=0.35, label=f["label"])
-                    for i, f in enumerate(info.get("faults", []))]
+                    for i, f in enumerate(faults)]
     axes[-1][0].set_xlabel("seconds since the workload started")
-    # below the panels: the roles' colours, then one line per fault, then the verdict
-    height = fig.get_figheight()
-    legend_in = 0.22 * (2 + len(fault_legend)) + 0.45
-    fig.set_figheight(height + legend_in)
-    fig.legend(handles=role_legend, loc="lower center", ncol=len(role_legend), fontsize=7, frameon=False,
-               bbox_to_anchor=(0.5, (0.22 * (1 + len(fault_legend)) + 0.3) / (height + legend_in)))
+    # below the panels, in inches from the bottom: the verdict, one line per fault, the roles' colours
+    verdict_lines = max(1, math.ceil(len(verdict_line) / 190))
+    verdict_in = 0.1 + 0.17 * verdict_lines
+    faults_in = 0.2 * len(fault_legend)
+    roles_in = 0.3 if role_legend else 0.0
+    below = verdict_in + faults_in + roles_in
+    height = fig.get_figheight() + below
+    fig.set_figheight(height)
+    fig.text(0.5, 0.1 / height, verdict_line, ha="center", va="bottom", fontsize=8, wrap=True)
     if fault_legend:
-        fig.legend(handles=fault_legend, loc="lower center", ncol=1, fontsize=7, frameon=False,
-                   bbox_to_anchor=(0.5, 0.3 / (height + legend_in)))
-    fig.text(0.5, 0.01, verdict_line, ha="center", va="bottom", fontsize=8, wrap=True)
-    fig.tight_layout(rect=(0, (legend_in + 0.1) / (height + legend_in), 1, 1))
-    png = run_dir / "timeline.png"
-    fig.savefig(png, dpi=110)
-    svg = io.StringIO()
-    fig.savefig(svg, format="svg")
-    plt.close(fig)
+        fig.legend(handles=fault_legend, loc="lower center", ncol=1, fontsize=7, frameon=False, borderaxespad=0,
+                   bbox_to_anchor=(0.5, (verdict_in + 0.05) / height))
+    if role_legend:
+        fig.legend(handles=role_legend, loc="lower center", ncol=len(role_legend), fontsize=7, frameon=False,
+                   borderaxespad=0, bbox_to_anchor=(0.5, (verdict_in + faults_in + 0.05) / height))
+    fig.tight_layout(rect=(0, (below + 0.05) / height, 0.82, 1))
+    return fig
+
+
+def draw(run_dir: Path, info: dict, views: list[dict], result: dict, verdict_line: str) -> tuple[Path, Path]:
+    """Write timeline.png and timeline.html into ``run_dir``; returns both paths."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(info, views, result, verdict_line)
+    try:
+        png = run_dir / "timeline.png"
+        fig.savefig(png, dpi=110)
+        svg = io.StringIO()
+        fig.savefig(svg, format="svg")
+    finally:
+        plt.close(fig)
     page = run_dir / "timeline.html"
     page.write_text(_page(info, result, verdict_line, svg.getvalue()))
     return png, page
