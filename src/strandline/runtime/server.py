@@ -10,6 +10,12 @@ Every event reaches the core through :meth:`BrokerShell.run`. An exception there
 the shell or in any callback of the loop is not an outcome the broker can go on from (the core's
 expected outcomes are error codes, ZooKeeper's are ``ZkError`` results): :class:`Stopper` logs it
 as one ERROR line and the broker stops, exiting non-zero.
+
+A client's request cannot stop the broker that way: the request router
+(:meth:`strandline.broker.apis.KafkaApis.handle_request`) answers a request whose handling fails
+with UNKNOWN_SERVER_ERROR, or closes its connection when its frame cannot be parsed, and lets
+only a :class:`~strandline.errors.BrokenInvariant` of the broker's own state, a failing disk
+(``OSError``) or ``MemoryError`` through (``STOPS_THE_BROKER``).
 """
 
 from __future__ import annotations
