@@ -24,6 +24,7 @@ import asyncio
 import collections
 import logging
 import os
+import re
 import time
 import traceback
 from typing import Any, Callable
@@ -45,6 +46,7 @@ from strandline.runtime.monitoring import request_name
 DISCONNECTED_ZK_ANSWER_S = 0.1
 
 log = logging.getLogger("strandline.broker")
+_NUMBERS = re.compile(r"\d+")
 
 #: A connection stops being read while it has this many requests waiting behind the one being
 #: answered, or this many bytes of them: a producer pipelining megabyte requests (librdkafka's
@@ -232,7 +234,8 @@ class Connection(FramedProtocol):
 
     def close(self, reason: str) -> None:
         if self.transport is not None:
-            log.info("Closing connection %s from %s: %s", self.conn_id, self.peer, reason)
+            log.info("Closing connection %s from %s: %s", self.conn_id, self.peer, reason,
+                     extra={"kind": "closing a connection: " + _NUMBERS.sub("#", reason.split(":", 1)[0])[:100]})
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -416,7 +419,8 @@ class BrokerShell:
             elif isinstance(effect, SetLoggerLevel):
                 set_logger_level(effect)
             elif isinstance(effect, Log):
-                log.log(logging.getLevelName(effect.level.upper()), "%s", effect.message)
+                log.log(logging.getLevelName(effect.level.upper()), "%s", effect.message,
+                        extra={"kind": effect.kind} if effect.kind else None)
                 if effect.event is not None and self.timeline is not None:
                     self.timeline.record(effect.event, effect.message, effect.partition, effect.level)
             else:
