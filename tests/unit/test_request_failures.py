@@ -4,6 +4,8 @@ serving everyone else; only a broken invariant of its own state (or its disk fai
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from kio.schema.errors import ErrorCode
 
@@ -105,3 +107,46 @@ def test_a_broken_invariant_a_failing_disk_or_no_memory_stops_the_broker(exc):
     with pytest.raises(type(exc)):
         h.broker.handle_request(3, request_frame(METADATA, 4, body={"topics": None,
                                                                    "allow_auto_topic_creation": False}), h.now)
+
+
+# -- handlers the fuzzer found wanting
+
+CREATE_PARTITIONS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 37, 33, 44
+
+
+def test_growing_a_topic_to_two_billion_partitions_is_refused_before_any_planning():
+    """The fuzzer's CreatePartitions with count 2147483647 had the controller plan that many
+    partitions: the broker stopped answering and grew past 5 GB."""
+    h = Harness()
+    h.create("t", partitions=1)
+    started = time.perf_counter()
+    resp = h.call(CREATE_PARTITIONS, 3, {"topics": [{"name": "t", "count": 0x7FFFFFFF, "assignments": None}],
+                                         "timeout": 1000, "validate_only": False})
+    assert time.perf_counter() - started < 5
+    assert resp.results[0].error_code == ErrorCode.invalid_partitions
+    assert "above the limit" in resp.results[0].error_message
+    assert h.call(CREATE_PARTITIONS, 3, {"topics": [{"name": "t", "count": 3, "assignments": None}],
+                                         "timeout": 1000, "validate_only": False}).results[0].error_code == \
+        ErrorCode.none
+
+
+@pytest.mark.parametrize("api_key,version,body", [
+    (CREATE_PARTITIONS, 3, lambda n: {"topics": [{"name": "t", "count": 2, "assignments": None}] * n,
+                                      "timeout": 1000, "validate_only": True}),
+    (ALTER_CONFIGS, 2, lambda n: {"resources": [{"resource_type": 2, "resource_name": "t", "configs": []}] * n,
+                                  "validate_only": True}),
+    (INCREMENTAL_ALTER_CONFIGS, 1, lambda n: {"resources": [{"resource_type": 2, "resource_name": "t",
+                                                             "configs": []}] * n, "validate_only": True}),
+], ids=["CreatePartitions", "AlterConfigs", "IncrementalAlterConfigs"])
+def test_a_request_naming_one_resource_many_times_is_answered_at_once(api_key, version, body):
+    """Duplicates were found by counting each name in the whole list, and the answer waited by
+    looking at every resource after each one: the time grew with the square of the entries (40,000
+    of them, a 400 kB request, took about a minute)."""
+    h = Harness()
+    h.create("t", partitions=1)
+    frame = h.frame(api_key, version, body(40_000))
+    started = time.perf_counter()
+    h.run(h.broker.handle_request(1, frame, h.now))
+    assert time.perf_counter() - started < 15
+    resp = h.response(api_key, version)
+    assert len(resp.results if api_key == CREATE_PARTITIONS else resp.responses) == 40_000
