@@ -5,6 +5,7 @@ serving everyone else; only a broken invariant of its own state (or its disk fai
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -150,3 +151,18 @@ def test_a_request_naming_one_resource_many_times_is_answered_at_once(api_key, v
     assert time.perf_counter() - started < 15
     resp = h.response(api_key, version)
     assert len(resp.results if api_key == CREATE_PARTITIONS else resp.responses) == 40_000
+
+
+def test_a_produce_v13_naming_the_zero_topic_id_is_answered_unknown_topic_id():
+    """kio reads a zero topic id as None (the frame goes to kio when the fast reader declines it,
+    here for its trailing bytes): the answer's encoder failed on it (found by the fuzzer)."""
+    h = Harness()
+    h.create("t", partitions=1)
+    body = {"transactional_id": None, "acks": 1, "timeout": 1000, "topic_data": [
+        {"topic_id": uuid.UUID(int=0), "partition_data": [{"index": 0, "records": b""}]}]}
+    frame = request_frame(PRODUCE, 13, correlation_id=5, body=body) + b"\0\0\0"
+    effects = h.broker.handle_request(3, frame, h.now)
+    assert [type(e) for e in effects] == [Send]
+    _, resp = read_response(b"".join(bytes(b) for b in effects[0].buffers), PRODUCE, 13)
+    assert [(p.index, p.error_code) for t in resp.responses for p in t.partition_responses] == \
+        [(0, ErrorCode.unknown_topic_id)]

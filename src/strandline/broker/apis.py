@@ -390,7 +390,8 @@ class KafkaApis:
         answers with, the :meth:`_produce_key` its results are kept under (as it was when the
         request came), and its partition indexes."""
         by_topic_id = header.api_version >= TOPIC_ID_PRODUCE
-        return [(t.topic_id if by_topic_id else t.name, self._produce_key(t, by_id),
+        # kio reads a zero topic id as None; the answer names it as it came, zero
+        return [((t.topic_id or uuid.UUID(int=0)) if by_topic_id else t.name, self._produce_key(t, by_id),
                  [p.index for p in t.partition_data]) for t in request.topic_data]
 
     def _encode_produce(self, header: RequestHeader, shape: list, results: dict) -> bytes:
