@@ -188,3 +188,59 @@ def test_the_shape_check_ends_where_kio_ends_when_a_one_byte_varint_is_written_l
                 assert walked == at + read, f"shape check ends at {walked}, kio at {at + read}: {long.hex()}"
                 assert _forbidden_null(body) is None, f"{_forbidden_null(body)} is null in {long.hex()}"
     assert compared > 1000
+
+
+# -- what the fuzzer calls a hang
+
+def _exchange_with(server_behaviour, stream: bytes):
+    import asyncio
+
+    from strandline.fuzz.run import exchange
+
+    async def main():
+        async def handle(reader, writer):
+            await server_behaviour(reader, writer)
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return await exchange("127.0.0.1", port, stream, 1 << 20, hang_timeout_s=0.5)
+        finally:
+            server.close()
+
+    return asyncio.run(main())
+
+
+def _api_versions(correlation_id: int) -> bytes:
+    frame = request_frame(18, 0, correlation_id, load_request_schema(18, 0)())
+    return struct.pack(">i", len(frame)) + frame
+
+
+def test_a_request_with_no_answer_and_no_close_is_a_hang_and_an_answer_or_a_close_is_not():
+    import asyncio
+
+    async def silent(reader, writer):
+        await reader.read(1 << 16)
+        await asyncio.sleep(2)
+
+    async def closes(reader, writer):
+        await reader.read(1 << 16)
+        writer.close()
+
+    async def answers(reader, writer):
+        data = b""
+        while len(data) < 2 * len(_api_versions(1)):
+            data += await reader.read(1 << 16)
+        for correlation_id in (1, 2):
+            writer.write(struct.pack(">ii", 4, correlation_id))
+        await writer.drain()
+        await asyncio.sleep(2)
+
+    stream = _api_versions(1) + _api_versions(2)
+    hung = _exchange_with(silent, stream)
+    assert hung.hang and "no answer and no close" in hung.hang
+    assert _exchange_with(closes, stream).hang is None
+    assert _exchange_with(answers, stream).hang is None
+    # a frame the broker still waits the rest of is no hang
+    assert _exchange_with(silent, stream[:-3]).hang is not None      # the first one is whole: a hang
+    assert _exchange_with(silent, _api_versions(1)[:-3]).hang is None

@@ -310,13 +310,10 @@ async def exchange(host: str, port: int, stream: bytes, max_frame_bytes: int, ha
                 head = await asyncio.wait_for(reader.readexactly(4), left)
                 (size,) = struct.unpack(">i", head)
                 body = await asyncio.wait_for(reader.readexactly(size), max(deadline - time.monotonic(), 0.001))
-            except asyncio.IncompleteReadError:
-                closed = True
+            except asyncio.TimeoutError:       # first: in Python 3.11 it is an OSError
                 break
-            except (ConnectionError, OSError):
+            except (asyncio.IncompleteReadError, OSError):
                 closed = True
-                break
-            except asyncio.TimeoutError:
                 break
             if len(body) >= 4:
                 (corr,) = struct.unpack_from(">i", body)
@@ -335,7 +332,7 @@ async def exchange(host: str, port: int, stream: bytes, max_frame_bytes: int, ha
         return Outcome(parked=True)
     if ending == "bad size" and not waiting:
         return Outcome()
-    return Outcome(hang=f"no answer and no close within {hang_timeout_s:.0f} s to frame {blocker.frame.hex()}")
+    return Outcome(hang=f"no answer and no close within {hang_timeout_s:g} s to frame {blocker.frame.hex()}")
 
 
 # -- the run ------------------------------------------------------------------------------------
