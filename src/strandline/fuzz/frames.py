@@ -22,6 +22,7 @@ import random
 import struct
 import uuid
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from kio.index import load_request_schema
@@ -85,19 +86,38 @@ def _records(rng: random.Random) -> bytes:
     return rng.randbytes(rng.randrange(1, 80))
 
 
-def _value(rng: random.Random, field: dataclasses.Field, depth: int) -> Any:
-    kind = classify_field(field)
-    nullable = is_optional(field)
+_ENTITY_TUPLE, _ENTITY, _PRIMITIVE_TUPLE, _PRIMITIVE = range(4)
+
+
+@lru_cache(maxsize=None)
+def _plan(cls: type) -> tuple:
+    """(name, shape, inner class or kafka type, nullable) of each untagged field of ``cls``."""
+    plan = []
+    for field in dataclasses.fields(cls):
+        if "tag" in field.metadata:
+            continue
+        kind = classify_field(field)
+        if isinstance(kind, EntityTupleField):
+            plan.append((field.name, _ENTITY_TUPLE, kind.type_, is_optional(field)))
+        elif isinstance(kind, EntityField):
+            plan.append((field.name, _ENTITY, kind.type_, is_optional(field)))
+        elif isinstance(kind, PrimitiveTupleField):
+            plan.append((field.name, _PRIMITIVE_TUPLE, field.metadata["kafka_type"], is_optional(field)))
+        else:
+            plan.append((field.name, _PRIMITIVE, field.metadata["kafka_type"], is_optional(field)))
+    return tuple(plan)
+
+
+def _value(rng: random.Random, name: str, shape: int, what: Any, nullable: bool, depth: int) -> Any:
     if nullable and rng.random() < 0.1:
         return None
-    if isinstance(kind, EntityTupleField):
-        return tuple(random_entity(rng, kind.type_, depth + 1) for _ in range(rng.choice((0, 1, 1, 2, 3))))
-    if isinstance(kind, EntityField):
-        return random_entity(rng, kind.type_, depth + 1)
-    kafka_type = field.metadata["kafka_type"]
-    if isinstance(kind, PrimitiveTupleField):
-        return tuple(_primitive(rng, kafka_type, field.name) for _ in range(rng.choice((0, 1, 2))))
-    return _primitive(rng, kafka_type, field.name)
+    if shape == _ENTITY_TUPLE:
+        return tuple(random_entity(rng, what, depth + 1) for _ in range(rng.choice((0, 1, 1, 2, 3))))
+    if shape == _ENTITY:
+        return random_entity(rng, what, depth + 1)
+    if shape == _PRIMITIVE_TUPLE:
+        return tuple(_primitive(rng, what, name) for _ in range(rng.choice((0, 1, 2))))
+    return _primitive(rng, what, name)
 
 
 def _primitive(rng: random.Random, kafka_type: str, name: str) -> Any:
@@ -126,28 +146,29 @@ def _primitive(rng: random.Random, kafka_type: str, name: str) -> Any:
 
 def random_entity(rng: random.Random, cls: type, depth: int = 0) -> Any:
     """A kio entity of ``cls`` with random untagged fields (tagged ones keep their defaults)."""
-    kwargs = {}
-    for field in dataclasses.fields(cls):
-        if "tag" in field.metadata:
-            continue
-        kwargs[field.name] = _value(rng, field, depth)
-    return cls(**kwargs)
+    return cls(**{name: _value(rng, name, shape, what, nullable, depth) for name, shape, what, nullable in _plan(cls)})
 
 
 def request_frame(api_key: int, version: int, correlation_id: int, body: Any, client_id: str | None = "fuzz") -> bytes:
     """A request frame (without its size prefix): kio's header of the version, then ``body``."""
+    req_cls, header_cls, write_header, write_body = _writers(api_key, version)
+    buf = io.BytesIO()
+    write_header(buf, header_cls(request_api_key=api_key, request_api_version=version,
+                                 correlation_id=correlation_id, client_id=client_id))
+    write_body(buf, body)
+    return buf.getvalue()
+
+
+@lru_cache(maxsize=None)
+def _writers(api_key: int, version: int) -> tuple:
     req_cls = load_request_schema(api_key, version)
     header_cls = req_cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(request_api_key=api_key, request_api_version=version,
-                                              correlation_id=correlation_id, client_id=client_id))
-    entity_writer(req_cls)(buf, body)
-    return buf.getvalue()
+    return req_cls, header_cls, entity_writer(header_cls), entity_writer(req_cls)
 
 
 def valid_frame(rng: random.Random, api_key: int, version: int, correlation_id: int = 0) -> bytes:
     """A well-formed request of ``api_key`` v``version`` with random contents."""
-    return request_frame(api_key, version, correlation_id, random_entity(rng, load_request_schema(api_key, version)))
+    return request_frame(api_key, version, correlation_id, random_entity(rng, _writers(api_key, version)[0]))
 
 
 # -- mutations --------------------------------------------------------------------------------
