@@ -15,6 +15,8 @@ def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstra
                                     "exits non-zero when a broker dies, a request hangs or a client check fails")
     p.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help)
     p.add_argument("--minutes", type=float, default=1.0, metavar="M", help="how long to fuzz")
+    p.add_argument("--max-frames", type=int, default=None, metavar="N",
+                   help="stop once N frames are sent, if that comes before --minutes")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="the run's seed (default: a new one, printed)")
     p.add_argument("--record-dir", default="fuzz-records", metavar="DIR",
                    help="where the run's record file (every connection's bytes) goes")
@@ -43,4 +45,5 @@ def run(args: argparse.Namespace) -> int:
         raise StrandlineError("--concurrency must be at least 1")
     seed = args.seed if args.seed is not None else fuzz.new_seed()
     return asyncio.run(fuzz.fuzz(args.bootstrap_server, args.minutes, seed, args.record_dir, args.concurrency,
-                                 args.hang_timeout, args.max_request_bytes, args.inter_broker))
+                                 args.hang_timeout, args.max_request_bytes, args.inter_broker,
+                                 args.max_frames))

@@ -353,7 +353,9 @@ def _connection_rng(seed: int, conn_no: int) -> random.Random:
 
 async def fuzz(bootstrap: str, minutes: float, seed: int, record_dir: str, concurrency: int = 32,
                hang_timeout_s: float = 10.0, max_frame_bytes: int = 104857600, inter_broker: bool = False,
-               out=sys.stdout) -> int:
+               max_frames: int | None = None, out=sys.stdout) -> int:
+    """Fuzz for ``minutes`` (or until ``max_frames`` are sent); 0 when no broker died, no request
+    hung and every check passed, else 1."""
     brokers, versions = await asyncio.to_thread(discover, bootstrap)
     check_topic = f"strandline-fuzz-check-{seed}"
     await asyncio.to_thread(create_check_topic, bootstrap, check_topic, min(3, len(brokers)))
@@ -373,7 +375,11 @@ async def fuzz(bootstrap: str, minutes: float, seed: int, record_dir: str, concu
 
     async def worker() -> None:
         nonlocal next_conn
+        nonlocal stop_at
         while time.monotonic() < stop_at:
+            if max_frames is not None and totals.frames >= max_frames:
+                stop_at = time.monotonic()
+                break
             conn_no = next_conn
             next_conn += 1
             rng = _connection_rng(seed, conn_no)
@@ -421,7 +427,11 @@ async def fuzz(bootstrap: str, minutes: float, seed: int, record_dir: str, concu
     last_frames = 0
     try:
         while time.monotonic() < stop_at:
-            await asyncio.sleep(min(60.0, max(stop_at - time.monotonic(), 0.0)))
+            minute_end = time.monotonic() + 60.0
+            while time.monotonic() < min(minute_end, stop_at):
+                await asyncio.sleep(min(1.0, max(min(minute_end, stop_at) - time.monotonic(), 0.0)))
+            if time.monotonic() < minute_end:   # stopped before the minute was over: checked below
+                break
             minute += 1
             frames_now = totals.frames
             elapsed = time.monotonic() - started
@@ -436,7 +446,7 @@ async def fuzz(bootstrap: str, minutes: float, seed: int, record_dir: str, concu
         for task in tasks:
             task.cancel()
         recorder.close()
-    if minutes * 60 % 60:                                  # a last check for a run not a whole number of minutes
+    if time.monotonic() - started - minute * 60 > 1:         # a last check for the part after the last minute
         await check("the end")
     elapsed = time.monotonic() - started
     ok = not dead and not totals.hangs and not failed_checks
