@@ -8,6 +8,15 @@ ListOffsets, OffsetForLeaderEpoch and the log admin APIs, :mod:`strandline.broke
 :mod:`strandline.broker.group_apis`, ...). Metadata answers from
 the broker's metadata cache. A client's request other than ApiVersions waits until the broker has
 loaded the cluster (:meth:`KafkaApis.metadata_loaded`).
+
+A malformed request never stops a broker. A frame that cannot be parsed (truncated, an unknown
+API or version, a null where the schema allows none) closes its connection, as Kafka does; an
+exception while a parsed request is handled (a handler's bug) answers that request with
+UNKNOWN_SERVER_ERROR in every part, or closes its connection when no answer can be built, with one
+ERROR line (rate-limited by the shell). The broker goes on serving everyone else. Only
+:data:`STOPS_THE_BROKER` propagates to the shell, which stops the broker: a
+:class:`~strandline.errors.BrokenInvariant` (its own state broke a rule it must keep), ``OSError``
+(its storage failed) and ``MemoryError``.
 """
 
 from __future__ import annotations
