@@ -244,3 +244,19 @@ def test_a_request_with_no_answer_and_no_close_is_a_hang_and_an_answer_or_a_clos
     # a frame the broker still waits the rest of is no hang
     assert _exchange_with(silent, stream[:-3]).hang is not None      # the first one is whole: a hang
     assert _exchange_with(silent, _api_versions(1)[:-3]).hang is None
+
+
+def test_a_frame_size_the_broker_must_refuse_without_a_close_is_a_hang():
+    import asyncio
+
+    async def silent(reader, writer):
+        await reader.read(1 << 16)
+        await asyncio.sleep(2)
+
+    async def closes(reader, writer):
+        await reader.read(1 << 16)
+        writer.close()
+
+    bad = struct.pack(">i", -1) + b"junk"
+    assert "no close" in _exchange_with(silent, bad).hang
+    assert _exchange_with(closes, bad).hang is None

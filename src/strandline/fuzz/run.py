@@ -291,7 +291,7 @@ async def exchange(host: str, port: int, stream: bytes, max_frame_bytes: int, ha
     except (OSError, asyncio.TimeoutError):
         return Outcome(refused=True)
     seen, ending = frames_seen(stream, max_frame_bytes)
-    answered: set[int] = set()
+    silent = [_silent(e.frame) for e in seen]
     last_index = -1
     index_of = {e.correlation_id: i for i, e in enumerate(seen) if e.correlation_id is not None}
     closed = False
@@ -299,8 +299,7 @@ async def exchange(host: str, port: int, stream: bytes, max_frame_bytes: int, ha
         writer.write(stream)
         deadline = time.monotonic() + hang_timeout_s
         while True:
-            waiting = [i for i in range(last_index + 1, len(seen)) if not _silent(seen[i].frame)] \
-                if last_index + 1 < len(seen) else []
+            waiting = [i for i in range(last_index + 1, len(seen)) if not silent[i]]
             if not waiting and ending != "bad size":
                 break
             left = deadline - time.monotonic()
@@ -317,21 +316,20 @@ async def exchange(host: str, port: int, stream: bytes, max_frame_bytes: int, ha
                 break
             if len(body) >= 4:
                 (corr,) = struct.unpack_from(">i", body)
-                answered.add(corr)
                 if corr in index_of:
                     last_index = max(last_index, index_of[corr])
     finally:
         writer.transport.abort()
     if closed:
         return Outcome()
-    waiting = [i for i in range(last_index + 1, len(seen)) if not _silent(seen[i].frame)]
+    waiting = [i for i in range(last_index + 1, len(seen)) if not silent[i]]
     if not waiting:
+        if ending == "bad size":
+            return Outcome(hang=f"no close within {hang_timeout_s:g} s after a frame size the broker must refuse")
         return Outcome()
     blocker = seen[waiting[0]]
     if _may_wait(blocker.frame, hang_timeout_s):
         return Outcome(parked=True)
-    if ending == "bad size" and not waiting:
-        return Outcome()
     return Outcome(hang=f"no answer and no close within {hang_timeout_s:g} s to frame {blocker.frame.hex()}")
 
 
