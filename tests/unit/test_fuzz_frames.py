@@ -260,3 +260,21 @@ def test_a_frame_size_the_broker_must_refuse_without_a_close_is_a_hang():
     bad = struct.pack(">i", -1) + b"junk"
     assert "no close" in _exchange_with(silent, bad).hang
     assert _exchange_with(closes, bad).hang is None
+
+
+def test_a_record_reads_back_every_connection_in_order_and_a_cut_one_what_it_holds(tmp_path):
+    from strandline.fuzz.run import Recorder, read_record
+
+    path = str(tmp_path / "run.rec.gz")
+    recorder = Recorder(path, {"seed": 7})
+    streams = [(n, n % 3, bytes([n]) * (n * 10)) for n in range(50)]
+    for conn_no, broker, stream in streams:
+        recorder.write(conn_no, broker, stream)
+    recorder.close()
+    meta, connections = read_record(path)
+    assert meta == {"seed": 7} and list(connections) == streams
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[:len(data) // 2])            # the fuzzer was killed while writing
+    _, connections = read_record(path)
+    held = list(connections)
+    assert held == streams[:len(held)]
