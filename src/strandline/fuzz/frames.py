@@ -171,6 +171,20 @@ def valid_frame(rng: random.Random, api_key: int, version: int, correlation_id: 
     return request_frame(api_key, version, correlation_id, random_entity(rng, _writers(api_key, version)[0]))
 
 
+def long_frame(rng: random.Random, api_key: int, version: int, correlation_id: int = 0) -> bytes:
+    """A well-formed request whose first array of entities holds one element thousands of times:
+    a handler whose work grows faster than its request shows it as a hang."""
+    req_cls = _writers(api_key, version)[0]
+    body = random_entity(rng, req_cls)
+    arrays = [name for name, shape, _, _ in _plan(req_cls) if shape == _ENTITY_TUPLE]
+    for name in arrays:
+        items = getattr(body, name)
+        if items:
+            body = dataclasses.replace(body, **{name: items[:1] * rng.choice((1000, 1000, 5000, 20000))})
+            break
+    return request_frame(api_key, version, correlation_id, body)
+
+
 # -- mutations --------------------------------------------------------------------------------
 
 def _overlong_varint(rng: random.Random, data: bytearray) -> None:
@@ -338,6 +352,8 @@ class FrameMaker:
         if r < 0.3:
             key = rng.choice(list(self.versions))
             lo, hi = self.versions[key]
+            if rng.random() < 0.0005:
+                return "structured", long_frame(rng, key, rng.randint(lo, hi))
             return "structured", valid_frame(rng, key, rng.randint(lo, hi))
         if r < 0.85:
             base = rng.choice(self.pool)
