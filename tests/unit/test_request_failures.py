@@ -12,6 +12,8 @@ from kio.schema.errors import ErrorCode
 
 from strandline.broker.effects import Close, Log, Send
 from strandline.errors import BrokenInvariant
+from strandline.log.checkpoint import MalformedCheckpoint
+from strandline.log.txn_index import CorruptIndexError
 from strandline.protocol.api import decode_request
 from strandline.protocol.frames import ProtocolError
 from tests.unit.test_broker_core import Harness
@@ -101,7 +103,9 @@ def test_a_failed_acks_0_produce_closes_its_connection():
 
 
 @pytest.mark.parametrize("exc", [BrokenInvariant("segments overlap"), OSError(5, "Input/output error"),
-                                 MemoryError()], ids=["invariant", "disk", "memory"])
+                                 MemoryError(), MalformedCheckpoint("malformed checkpoint file /d/x: bad"),
+                                 CorruptIndexError("transaction index /d/x of 3 bytes is not whole entries")],
+                         ids=["invariant", "disk", "memory", "checkpoint", "txn-index"])
 def test_a_broken_invariant_a_failing_disk_or_no_memory_stops_the_broker(exc):
     h = Harness()
     _failing(h, METADATA, exc)
