@@ -306,6 +306,8 @@ class Exchange:
                 break
             self.h.tick(1 << 31)
         assert self.conn in self.h.sent, f"no answer to {api_name(api_key)} v{version} {what}"
+        failed = [log.message for log in self.h.logs if log.kind == "request failed"]
+        assert not failed, f"{api_name(api_key)} v{version} {what}: {failed[0]}"   # answered, but by the router's net
         self.check()
 
     def check(self) -> None:

@@ -8,6 +8,7 @@ the answer once every part is decided. The decisions themselves live in ``contro
 
 from __future__ import annotations
 
+import collections
 import uuid
 from typing import Any, Callable
 
@@ -135,7 +136,7 @@ class AdminApis:
         def respond() -> Send:
             return response(conn_id, header, {"throttle_time": 0, "results": [results[n] for n in names]})
 
-        duplicates = {n for n in names if names.count(n) > 1}
+        duplicates = {n for n, times in collections.Counter(names).items() if times > 1}
         for spec in request.topics:
             name, result = spec.name, results[spec.name]
             if name in duplicates:

@@ -8,11 +8,21 @@ ListOffsets, OffsetForLeaderEpoch and the log admin APIs, :mod:`strandline.broke
 :mod:`strandline.broker.group_apis`, ...). Metadata answers from
 the broker's metadata cache. A client's request other than ApiVersions waits until the broker has
 loaded the cluster (:meth:`KafkaApis.metadata_loaded`).
+
+A malformed request never stops a broker. A frame that cannot be parsed (truncated, an unknown
+API or version, a null where the schema allows none) closes its connection, as Kafka does; an
+exception while a parsed request is handled (a handler's bug) answers that request with
+UNKNOWN_SERVER_ERROR in every part, or closes its connection when no answer can be built, with one
+ERROR line (rate-limited by the shell). The broker goes on serving everyone else. Only
+:data:`STOPS_THE_BROKER` propagates to the shell, which stops the broker: a
+:class:`~strandline.errors.BrokenInvariant` (its own state broke a rule it must keep), ``OSError``
+(its storage failed) and ``MemoryError``.
 """
 
 from __future__ import annotations
 
 import re
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -23,13 +33,14 @@ from strandline.broker.admin_apis import AdminApis
 from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.config_apis import ConfigApis
-from strandline.broker.effects import Close, Send
+from strandline.broker.effects import Close, Log, Send
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.log_apis import LogApis
 from strandline.broker.producer_ids import ProducerIdManager
 from strandline.broker.txn_apis import TxnApis
 from strandline.broker.wire import duration_ms, response
 from strandline.controller.controller import Controller
+from strandline.errors import BrokenInvariant
 from strandline.coordination.metadata import MetadataCache, topic_name_error
 from strandline.group.offsets_topic import INTERNAL_TOPICS
 from strandline.protocol import api, control
@@ -42,6 +53,9 @@ from strandline.security.acl import AclOperation, ResourceType
 
 TOPIC_ID_PRODUCE = 13                    # Produce v13+ names topics by id (KIP-516)
 UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648     # KIP-430: not asked for
+#: What stops the broker when it escapes a request's handling: a broken invariant of its own state,
+#: its storage failing (Kafka takes a failed log directory offline; this broker has one), memory.
+STOPS_THE_BROKER = (BrokenInvariant, OSError, MemoryError)
 _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -101,7 +115,38 @@ class KafkaApis:
 
         The controller's requests are served as soon as the broker listens. A client's request
         other than ApiVersions waits until :meth:`load_metadata`: before it the broker knows no
-        brokers, controller or topics, and clients take such an answer for the cluster's state."""
+        brokers, controller or topics, and clients take such an answer for the cluster's state.
+
+        A request fails alone. A frame that cannot be parsed closes its connection (Kafka's
+        ``InvalidRequestException``); any other exception while it is handled answers it with
+        UNKNOWN_SERVER_ERROR in every part (:func:`~strandline.protocol.api.error_response`; an
+        acks=0 produce, which has no answer, closes its connection), with one ERROR line, as
+        Kafka's ``handleError``; the broker goes on serving everyone else. Only what
+        :data:`STOPS_THE_BROKER` names propagates and stops it: a
+        :class:`~strandline.errors.BrokenInvariant` of its own state, a failing disk, no memory."""
+        try:
+            return self._dispatch(conn_id, frame, now_ms)
+        except STOPS_THE_BROKER:
+            raise
+        except Exception as exc:
+            return self._request_failed(conn_id, frame, exc)
+
+    def _request_failed(self, conn_id: int, frame: bytes, exc: Exception) -> list:
+        try:
+            header, request = api.decode_request(frame)
+        except Exception:                   # not even its header: nothing to answer it with
+            header = request = None
+        where = describe_exception(exc)
+        what = api.api_name(header.api_key) + f" v{header.api_version}" if header is not None else "a request"
+        line = Log("error", f"Error handling {what} of connection {conn_id}: {where}", kind="request failed")
+        if header is None or (header.api_key == ApiKey.PRODUCE and getattr(request, "acks", None) == 0):
+            return [line, Close(conn_id, f"handling the request failed: {where}")]
+        answer = api.error_response(header, request, ErrorCode.unknown_server_error)
+        if answer is None:
+            return [line, Close(conn_id, f"handling the request failed: {where}")]
+        return [line, Send(conn_id, [answer])]
+
+    def _dispatch(self, conn_id: int, frame: bytes, now_ms: int) -> list:
         api_key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
         if api_key in control.SCHEMAS:
             return self._control_request(conn_id, frame, now_ms)
@@ -354,7 +399,8 @@ class KafkaApis:
         answers with, the :meth:`_produce_key` its results are kept under (as it was when the
         request came), and its partition indexes."""
         by_topic_id = header.api_version >= TOPIC_ID_PRODUCE
-        return [(t.topic_id if by_topic_id else t.name, self._produce_key(t, by_id),
+        # kio reads a zero topic id as None; the answer names it as it came, zero
+        return [((t.topic_id or uuid.UUID(int=0)) if by_topic_id else t.name, self._produce_key(t, by_id),
                  [p.index for p in t.partition_data]) for t in request.topic_data]
 
     def _encode_produce(self, header: RequestHeader, shape: list, results: dict) -> bytes:
@@ -573,3 +619,11 @@ def _fetch_denied(denied: list[tuple[str, int]]) -> list[dict]:
 def _valid_software_field(value: str | None) -> bool:
     """KIP-511: client software name and version must match ``[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?``."""
     return bool(value) and _SOFTWARE_FIELD.fullmatch(value) is not None
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message (at file:line in function)`` of where ``exc`` was raised: one line."""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} in {frames[-1].name})" \
+        if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"

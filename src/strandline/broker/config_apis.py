@@ -10,6 +10,7 @@ INVALID_REQUEST, an unknown topic UNKNOWN_TOPIC_OR_PARTITION.
 
 from __future__ import annotations
 
+import collections
 import enum
 from typing import Any, Callable
 
@@ -189,7 +190,7 @@ class ConfigApis:
     def _incremental_alter_configs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         def plan(resource: Any) -> Callable[[dict[str, str]], dict[str, str]]:
             names = [c.name for c in resource.configs]
-            duplicates = sorted({n for n in names if names.count(n) > 1})
+            duplicates = sorted(n for n, times in collections.Counter(names).items() if times > 1)
             if duplicates:
                 raise _Refused(ErrorCode.invalid_request, f"Error due to duplicate config keys : {','.join(duplicates)}")
             nulls = [f"{_op_name(c.config_operation)}:{c.name}" for c in resource.configs
@@ -242,7 +243,7 @@ class ConfigApis:
         carried out (in memory, at once)."""
         self._logger_broker(resource.resource_name, describing=False)
         names = [c.name for c in resource.configs]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        duplicates = sorted(n for n, times in collections.Counter(names).items() if times > 1)
         if duplicates:
             raise _Refused(ErrorCode.invalid_request, f"Error due to duplicate config keys : {','.join(duplicates)}")
         ops = [(c.config_operation, c.name, c.value) for c in resource.configs]
@@ -268,10 +269,13 @@ class ConfigApis:
                  "resource_name": r.resource_name}
                 for r, (code, message) in zip(request.resources, outcomes)]})]
 
+        left = [0]                  # resources still to decide, once the first pass is over
+
         def finisher(i: int) -> Done:
             def done(code: ErrorCode, message: str | None, when_ms: int) -> list:
                 outcomes[i] = (code, message)
-                return respond() if all(o is not None for o in outcomes) else []
+                left[0] -= 1
+                return respond() if left[0] == 0 else []
             return done
 
         for i, resource in enumerate(request.resources):
@@ -302,6 +306,7 @@ class ConfigApis:
         if not starts:
             return done_at_once + respond()
         effects: list = done_at_once
+        left[0] = len(starts)
         for start in starts:
             effects.extend(start())
         return effects

@@ -219,13 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
     alter.add_argument("--partitions", type=int, required=True, help="the new partition count (only grows)")
     topics.set_defaults(func=cmd_topics)
 
-    from strandline.cli import acls, bench, clients, configs, console, partitions, records, transactions
+    from strandline.cli import acls, bench, clients, configs, console, fuzz, partitions, records, transactions
     acls.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     transactions.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     bench.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     clients.add_parsers(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     configs.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     console.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
+    fuzz.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     partitions.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     records.add_parsers(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     return parser

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.effects import Log
 from strandline.broker.outbox import Outbox
 from strandline.controller.channel import ControllerChannel, LocalDelivery
+from strandline.errors import BrokenInvariant
 from strandline.controller.context import ControllerContext, TopicCreated
 from strandline.controller.controlled_shutdown import controlled_shutdown
 from strandline.controller.deletion import TopicDeletions
@@ -198,7 +199,7 @@ class Controller:
         """Controller writes carry a check of /controller_epoch's version: a controller that lost
         its office cannot write (Kafka's zkVersion check of the controller epoch, CTL-3)."""
         if not self.in_office(ctx):
-            raise RuntimeError("a broker that is not the controller tried to write the controller's state")
+            raise BrokenInvariant("a broker that is not the controller tried to write the controller's state")
         if ctx.epoch_version is None:      # a core driven by a test that does not track the epoch's znode
             return ops
         return [CheckVersion(znodes.ControllerEpochZNode.path(), ctx.epoch_version)] + list(ops)

@@ -187,6 +187,16 @@ class TopicChanges:
             return done(ErrorCode.invalid_partitions, f"Topic already has {old} partitions.", now_ms)
         live = ctx.live_broker_ids()
         rf = len(topic.assignment[0]) if topic.assignment else 1
+        if live:
+            # checked before planning, as a creation's: the work grows with the partitions, and the
+            # znodes must fit (a topic that could be created with ``count`` partitions can grow to it)
+            limit = zk_layout.max_partitions(topic, max(rf, 1), live, ctx.epoch, self.controller.fenced(ctx, []),
+                                             zk_layout.chroot(self.controller.config["zookeeper.connect"]))
+            if count > limit:
+                return done(ErrorCode.invalid_partitions, (
+                    f"Number of partitions {count} is above the limit of {limit} for topic '{name}' with "
+                    f"replication factor {rf}: its znodes must fit in one ZooKeeper request of at most "
+                    f"{zk_layout.JUTE_MAXBUFFER} bytes (jute.maxbuffer)"), now_ms)
         if manual is not None:
             unknown = sorted({b for r in manual for b in r} - set(live))
             if unknown:

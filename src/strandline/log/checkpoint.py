@@ -15,14 +15,20 @@ Leader epochs (``leader-epoch-checkpoint``, one per partition directory)::
 
 Writes go through ``Disk.write_file_atomic`` (``.tmp``, fsync, rename, fsync the directory). A
 read of a malformed file (wrong version, count not matching the entries, bad entry) raises a
-``ValueError`` naming the file, like Kafka's ``IOException`` that takes the log dir offline.
+:class:`MalformedCheckpoint` naming the file, like Kafka's ``IOException`` that takes the log dir
+offline: the broker's own state is broken, so it stops (even while it handles a request).
 """
 
 from __future__ import annotations
 
+from strandline.errors import BrokenInvariant
 from strandline.log.disk import Disk
 
 VERSION = 0
+
+
+class MalformedCheckpoint(BrokenInvariant, ValueError):
+    """A checkpoint file of this broker's that cannot be read."""
 
 
 def _entries(disk: Disk, path: str, fields: int) -> list[list[str]] | None:
@@ -31,26 +37,26 @@ def _entries(disk: Disk, path: str, fields: int) -> list[list[str]] | None:
     try:
         text = disk.read_file(path).decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"malformed checkpoint file {path}: not UTF-8 text") from None
+        raise MalformedCheckpoint(f"malformed checkpoint file {path}: not UTF-8 text") from None
     lines = text.splitlines()
     while lines and not lines[-1].strip():  # tolerate trailing blank lines only
         lines.pop()
     if len(lines) < 2:
-        raise ValueError(f"malformed checkpoint file {path}: missing version or count line")
+        raise MalformedCheckpoint(f"malformed checkpoint file {path}: missing version or count line")
     if lines[0].strip() != str(VERSION):
-        raise ValueError(f"malformed checkpoint file {path}: unrecognized version {lines[0].strip()!r}")
+        raise MalformedCheckpoint(f"malformed checkpoint file {path}: unrecognized version {lines[0].strip()!r}")
     try:
         count = int(lines[1].strip())
     except ValueError:
-        raise ValueError(f"malformed checkpoint file {path}: bad entry count {lines[1].strip()!r}") from None
+        raise MalformedCheckpoint(f"malformed checkpoint file {path}: bad entry count {lines[1].strip()!r}") from None
     body = lines[2:]
     if count != len(body):
-        raise ValueError(f"malformed checkpoint file {path}: expected {count} entries, found {len(body)}")
+        raise MalformedCheckpoint(f"malformed checkpoint file {path}: expected {count} entries, found {len(body)}")
     entries = []
     for number, line in enumerate(body, start=3):
         parts = line.split()
         if len(parts) != fields:
-            raise ValueError(f"malformed checkpoint file {path}: line {number} {line!r} "
+            raise MalformedCheckpoint(f"malformed checkpoint file {path}: line {number} {line!r} "
                              f"should have {fields} fields")
         entries.append(parts)
     return entries
@@ -60,7 +66,7 @@ def _int(path: str, value: str, line: list[str]) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"malformed checkpoint file {path}: bad number in {' '.join(line)!r}") from None
+        raise MalformedCheckpoint(f"malformed checkpoint file {path}: bad number in {' '.join(line)!r}") from None
 
 
 def offsets_text(offsets: dict[tuple[str, int], int]) -> bytes:

@@ -21,6 +21,7 @@ import os.path
 from bisect import bisect_right
 from typing import Callable, Iterator, NamedTuple
 
+from strandline.errors import BrokenInvariant
 from strandline.log import retention, swap, time_lookup
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk, FileRegion
@@ -532,7 +533,7 @@ class Log:
         index holds the old ones' entries but those of the abort markers in ``removed_markers``."""
         first = self.segments.index(old[0])
         if self.segments[first:first + len(old)] != old or first + len(old) >= len(self.segments):
-            raise ValueError(f"segments to replace are not consecutive inactive segments of {self!r}")
+            raise BrokenInvariant(f"segments to replace are not consecutive inactive segments of {self!r}")
         new = swap.swap_in(self.disk, self.dir, self.config, old, cleaned_path, now_ms, removed_markers)
         self._set_segments(self.segments[:first] + [new] + self.segments[first + len(old):])
         return new
@@ -589,7 +590,7 @@ class Log:
         if count <= 0:
             return 0
         if count >= len(self.segments):
-            raise ValueError(f"cannot delete the active segment of {self!r}")
+            raise BrokenInvariant(f"cannot delete the active segment of {self!r}")
         for segment in self.segments[:count]:
             segment.delete()
         self._set_segments(self.segments[count:])

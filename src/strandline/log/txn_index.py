@@ -16,6 +16,7 @@ from __future__ import annotations
 import os.path
 import struct
 
+from strandline.errors import BrokenInvariant
 from strandline.log.disk import Disk, FileHandle
 from strandline.log.producer_state import AbortedTxn
 
@@ -25,8 +26,8 @@ ENTRY_SIZE = _ENTRY.size                 # 34
 VERSION = 0
 
 
-class CorruptIndexError(ValueError):
-    """A transaction index whose size or entry versions are wrong."""
+class CorruptIndexError(BrokenInvariant, ValueError):
+    """A transaction index whose size or entry versions are wrong: this broker's own file is broken."""
 
 
 def encode(txn: AbortedTxn) -> bytes:

@@ -11,6 +11,7 @@ go through its hand-written encoder too.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import io
 import struct
@@ -21,6 +22,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import EntityTupleField, classify_field  # private kio API (see build())
 
 from strandline.protocol.build import build  # noqa: F401  (part of this module's interface)
 from strandline.protocol.frames import ProtocolError
@@ -342,3 +344,42 @@ def api_versions_fallback(correlation_id: int) -> bytes:
     body["error_code"] = ErrorCode.unsupported_version
     return encode_response(RequestHeader(ApiKey.API_VERSIONS, 0, correlation_id, None), body)
 
+
+
+# -- the answer to a request that failed --------------------------------------------------------
+
+def error_response(header: RequestHeader, request: Any, code: int) -> bytes | None:
+    """A framed response to ``request`` (its kio object) that answers every part of it ``code``,
+    as Kafka's ``AbstractRequest.getErrorResponse`` does: each ``error_code`` of the response is
+    ``code``, and each array of entities mirrors the request's array in the same place (the
+    first response array answers the first request array, ...), keeping the fields both share
+    (a topic's name, a partition's index). None when no such response can be built: the
+    connection is then closed."""
+    try:
+        resp_cls = response_class(header.api_key, header.api_version)
+        return encode_response(header, _mirror(resp_cls, request, int(code)))
+    except Exception:               # a request too odd to mirror: closing the connection answers it
+        return None
+
+
+def _entity_arrays(cls: type) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if "tag" not in f.metadata
+            and isinstance(classify_field(f), EntityTupleField)]
+
+
+def _mirror(resp_cls: type, request: Any, code: int) -> dict:
+    body: dict = {}
+    req_arrays = _entity_arrays(type(request)) if dataclasses.is_dataclass(request) else []
+    for i, field in enumerate(_entity_arrays(resp_cls)):
+        items = getattr(request, req_arrays[i].name, None) if i < len(req_arrays) else None
+        inner = classify_field(field).type_
+        body[field.name] = [_mirror(inner, item, code) for item in items or ()]
+    for field in dataclasses.fields(resp_cls):
+        if field.name in body or "tag" in field.metadata:
+            continue
+        if field.name == "error_code":
+            body[field.name] = code
+        elif not isinstance(classify_field(field), EntityTupleField) and hasattr(request, field.name) and \
+                field.metadata.get("kafka_type") not in ("bytes", "records"):
+            body[field.name] = getattr(request, field.name)
+    return body

@@ -203,8 +203,10 @@ class _ShapeCompiler:
         if kafka_type not in ("string", "bytes", "records"):
             raise TypeError(f"no shape walker for kafka type {kafka_type!r}")
         if flexible:
+            # a null may come as a longer varint of 0 (80 00): kio and Kafka read it as null and
+            # go on after it, so the walk must too (it went back one byte and checked other bytes)
             code = ["n = buf[pos]", "if n < 128:", "    pos += n or 1", "else:",
-                    "    n, pos = _uv(buf, pos, end)", "    pos += n - 1"]
+                    "    n, pos = _uv(buf, pos, end)", "    if n:", "        pos += n - 1"]
             return code + (["if n == 0:", refuse_null] if refuse_null else []), 0, 1
         if kafka_type == "string":
             code = ["n = _I16(buf, pos)[0]", "if n > 0:", "    pos += 2 + n", "elif n < -1:",

@@ -383,7 +383,8 @@ class ReplicaFetcherManager:
         if error in _RETRIABLE_QUIETLY:
             return []
         what = error.name if error is not None else message
-        return [Log("warning", f"Fetching {key[0]}-{key[1]} from broker {fetcher.leader_id} failed: {what}")]
+        return [Log("warning", f"Fetching {key[0]}-{key[1]} from broker {fetcher.leader_id} failed: {what}",
+                    kind=f"fetching from broker {fetcher.leader_id} failed")]
 
     def _fetcher_failed(self, fetcher: ReplicaFetcher, now_ms: int) -> list:
         """No usable answer: back off, then a full fetch that replaces the session."""

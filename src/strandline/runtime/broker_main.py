@@ -28,7 +28,7 @@ from strandline.errors import StrandlineError
 from strandline.log.manager import LogManager
 from strandline.runtime.disk import DirectoryLock, OsDisk
 from strandline.runtime.monitoring import Monitoring
-from strandline.runtime.loggers import current_loggers, register_level_names
+from strandline.runtime.loggers import current_loggers, install_repeat_limiter, register_level_names
 from strandline.runtime.server import BrokerShell, Stopper, describe, now_ms
 from strandline.runtime.zk import KazooStore
 
@@ -439,6 +439,7 @@ def run_broker(config: BrokerConfig) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    install_repeat_limiter()                            # a line repeated many times is counted, not repeated
     profile_path = os.environ.get("STRANDLINE_PROFILE")
     try:
         if profile_path:

@@ -135,7 +135,8 @@ class BrokerChannels:
         if self.channels.get(channel.key) is channel:
             del self.channels[channel.key]
         if channel.waiting:
-            log.info("Connection to broker %d (%s) failed: %s", channel.key[0], channel.key[1], reason)
+            log.info("Connection to broker %d (%s) failed: %s", channel.key[0], channel.key[1], reason,
+                     extra={"kind": f"connection to broker {channel.key[0]} ({channel.key[1]}) failed"})
         waiting = list(channel.waiting)
         channel.waiting.clear()
         for token in waiting:

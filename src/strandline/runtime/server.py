@@ -10,6 +10,12 @@ Every event reaches the core through :meth:`BrokerShell.run`. An exception there
 the shell or in any callback of the loop is not an outcome the broker can go on from (the core's
 expected outcomes are error codes, ZooKeeper's are ``ZkError`` results): :class:`Stopper` logs it
 as one ERROR line and the broker stops, exiting non-zero.
+
+A client's request cannot stop the broker that way: the request router
+(:meth:`strandline.broker.apis.KafkaApis.handle_request`) answers a request whose handling fails
+with UNKNOWN_SERVER_ERROR, or closes its connection when its frame cannot be parsed, and lets
+only a :class:`~strandline.errors.BrokenInvariant` of the broker's own state, a failing disk
+(``OSError``) or ``MemoryError`` through (``STOPS_THE_BROKER``).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import asyncio
 import collections
 import logging
 import os
+import re
 import time
 import traceback
 from typing import Any, Callable
@@ -39,6 +46,7 @@ from strandline.runtime.monitoring import request_name
 DISCONNECTED_ZK_ANSWER_S = 0.1
 
 log = logging.getLogger("strandline.broker")
+_NUMBERS = re.compile(r"\d+")
 
 #: A connection stops being read while it has this many requests waiting behind the one being
 #: answered, or this many bytes of them: a producer pipelining megabyte requests (librdkafka's
@@ -226,7 +234,8 @@ class Connection(FramedProtocol):
 
     def close(self, reason: str) -> None:
         if self.transport is not None:
-            log.info("Closing connection %s from %s: %s", self.conn_id, self.peer, reason)
+            log.info("Closing connection %s from %s: %s", self.conn_id, self.peer, reason,
+                     extra={"kind": "closing a connection: " + _NUMBERS.sub("#", reason.split(":", 1)[0])[:100]})
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -410,7 +419,8 @@ class BrokerShell:
             elif isinstance(effect, SetLoggerLevel):
                 set_logger_level(effect)
             elif isinstance(effect, Log):
-                log.log(logging.getLevelName(effect.level.upper()), "%s", effect.message)
+                log.log(logging.getLevelName(effect.level.upper()), "%s", effect.message,
+                        extra={"kind": effect.kind} if effect.kind else None)
                 if effect.event is not None and self.timeline is not None:
                     self.timeline.record(effect.event, effect.message, effect.partition, effect.level)
             else:
