@@ -11,7 +11,6 @@ import dataclasses
 
 import pytest
 
-from strandline.controller import elections
 from strandline.controller.reassignment import PartitionReassignments
 from strandline.log.log import Log
 from strandline.replication.leader_writes import LeaderWrites
@@ -61,36 +60,6 @@ def _writes_over_an_ending_move(monkeypatch) -> list[tuple]:
             del ctx.queue_topic_write
     monkeypatch.setattr(PartitionReassignments, "_write_assignment", write_assignment)
     return seen
-
-
-def _narrowed_election_writes(monkeypatch) -> list[tuple]:
-    """Every election write whose answer came after a move's end had narrowed the replicas, so
-    that the state written names a replica no longer assigned (elections.is_within false)."""
-    seen: list[tuple] = []
-    real = elections.is_within
-
-    def is_within(replicas, state):
-        within = real(replicas, state)
-        if not within:
-            seen.append((replicas, state.isr))
-        return within
-    monkeypatch.setattr(elections, "is_within", is_within)
-    return seen
-
-
-def test_ctl_11_an_election_written_while_a_move_completes_is_not_sent_with_the_new_replicas(monkeypatch):
-    """Seed 1220026 of ``sim explore --config txn --reassign`` once caught a controller sending an
-    ISR outside a partition's replicas: an election decided while a move was under way (ISR
-    [3, 2, 4] of replicas [1, 4, 2, 3]) had its write answered late, after the move's end had
-    narrowed the replicas to [1, 4, 2]; the state was sent as written, with the new replicas. The
-    state is now elected again from the narrowed view (test_elections_within.py has the rules).
-    The explorer has changed since and seed 1220026 no longer makes such a write; seed 1220064
-    does (ISR [1, 3, 2, 4] written for replicas narrowed to [4, 1, 3]), and without the new
-    election it fails as 1220026 did ('ISR (1, 3, 2, 4) on broker 1 is not within the replicas')."""
-    narrowed = _narrowed_election_writes(monkeypatch)
-    result = run_seed(1220064, "txn", reassign=True)
-    assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
-    assert narrowed, "seed 1220064 no longer has an election write answered after a move narrowed the replicas"
 
 
 def test_ctl_11_a_move_written_while_another_partitions_move_ends_keeps_its_recorded_replicas(monkeypatch):
