@@ -299,10 +299,12 @@ class Broker:
         """The controller's requests to this broker: handled as if they came over the network,
         except that the topics they name need not be read from ZooKeeper."""
         self.replica_manager.learn_topics(topics.values())
-        return self.replica_manager.handle_control(api_key, body, lambda answer: [], now_ms)
+        return self.replica_manager.handle_control(api_key, body, lambda answer: [], now_ms, local=True)
 
     def _controller_seen(self, controller_id: int | None) -> None:
-        """The metadata cache names the controller as soon as this broker knows it."""
+        """The metadata cache names the controller as soon as this broker knows it; the replica
+        manager takes requests from it only."""
+        self.replica_manager.controller_seen(controller_id)
         if controller_id is not None:
             self.metadata.controller_id = controller_id
         elif self.metadata.controller_id == self.broker_id:
