@@ -38,7 +38,7 @@ from strandline.broker.group_apis import GroupApis
 from strandline.broker.outbox import Outbox
 from strandline.broker.producer_ids import ProducerIdManager
 from strandline.broker.shutdown import ControlledShutdown
-from strandline.broker.txn_apis import TransactionMarkers, TransactionStateTopic, TxnApis
+from strandline.broker.txn_apis import TXN_TOPIC, TransactionMarkers, TransactionStateTopic, TxnApis
 from strandline.controller.controller import Controller
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
@@ -92,6 +92,8 @@ class Broker:
         producer_ids = ProducerIdManager(self.broker_id, self.outbox)
         self.transaction_state = TransactionStateTopic(config, self.replica_manager.writes.append_internal,
                                                        self.replica_manager.read_log)
+        self.auto_topics.internal = {OFFSETS_TOPIC: self.offsets_topic.creation,
+                                     TXN_TOPIC: self.transaction_state.creation}
         markers = TransactionMarkers(config, self.metadata, self.outbox)
         self.transactions = TransactionCoordinator(config, self.transaction_state.append,
                                                    producer_ids.generate_producer_id, markers.send, self.outbox.after)
