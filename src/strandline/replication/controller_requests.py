@@ -66,10 +66,11 @@ class ControllerRequests:
         - STALE_CONTROLLER_EPOCH: an older controller epoch than one this broker heard from (Kafka).
         - STALE_BROKER_EPOCH: addressed to another registration of this broker than its current one
           (KIP-380). Kafka refuses only an earlier one; here a later one, the unknown epoch -1 and
-          any request before this broker registered are refused too: a request from anyone but
-          the controller, which addresses each broker's registration as it read it from ZooKeeper.
-          A broker that registered a moment ago may hear of its new epoch after the controller;
-          the controller sends the request again (ControllerChannel), until the broker knows it.
+          any request before this broker registered are refused too: only the controller, which
+          addresses each broker's registration as it read it from ZooKeeper, sends them, and a
+          client must not move leaderships. A broker that registered a moment ago may hear of its
+          new epoch after the controller; the controller sends the request again
+          (ControllerChannel) until the broker knows it.
         - STALE_CONTROLLER_EPOCH too when the request names another controller than the one this
           broker knows from ZooKeeper (``/controller``): a controller that just took office may be
           refused until this broker's watch tells it of the new controller; it sends again.
