@@ -67,7 +67,8 @@ def test_cli_1_api_versions_and_the_controllers_requests_are_served_before_the_c
     [versions] = sends(broker.handle_request(7, api.encode_request(API_VERSIONS, 3, 1, "client", {
         "client_software_name": "librdkafka", "client_software_version": "2.16.0"}), NOW), 7)
     assert api.decode_response(API_VERSIONS, 3, versions).error_code == ErrorCode.none
-    body = {"controller_id": 1, "controller_epoch": 5, "broker_epoch": -1, "topic_states": [],
+    broker.on_registered(0x1000000a2, NOW)       # registered, as the shell does before loading the cluster
+    body = {"controller_id": 1, "controller_epoch": 5, "broker_epoch": 0x1000000a2, "topic_states": [],
             "live_brokers": [{"id": b.id, "endpoints": [{"port": b.port, "host": b.host, "listener": "PLAINTEXT",
                                                          "security_protocol": 0}], "rack": None}
                              for b in BROKERS.values()]}

@@ -108,3 +108,22 @@ def test_replica_selector_class_takes_kafkas_rack_aware_selector_or_none():
         "replica.selector.class"] == rack_aware
     with pytest.raises(ConfigError, match="replica.selector.class.*RackAwareReplicaSelector"):
         BrokerConfig.from_properties({**base, "replica.selector.class": "com.example.NearestReplica"})
+
+
+@pytest.mark.parametrize("brokers, factor", [(1, 1), (2, 2), (3, 3), (5, 3)])
+def test_strandline_up_gives_small_clusters_internal_topics_they_can_create(brokers, factor):
+    """The internal topics are created with their replication factor or not at all: `strandline up
+    --brokers N` with N < 3 sets both keys to N (Kafka's single-broker server.properties sets them
+    to 1), and leaves Kafka's default 3 otherwise; an --override still wins."""
+    from pathlib import Path
+
+    from strandline.broker.config import load_broker_config
+    from strandline.runtime.cluster import broker_properties
+
+    text = broker_properties(1, 9092, Path("/data/logs"), "127.0.0.1:2181", cluster_size=brokers)
+    config = load_broker_config("server.properties", [], reader=lambda path: text)
+    assert config["offsets.topic.replication.factor"] == factor
+    assert config["transaction.state.log.replication.factor"] == factor
+    overridden = load_broker_config("server.properties", ["offsets.topic.replication.factor=2"],
+                                    reader=lambda path: text)
+    assert overridden["offsets.topic.replication.factor"] == 2

@@ -15,6 +15,7 @@ from strandline.protocol.frames import ProtocolError
 from tests.unit.test_broker_core import Harness
 
 TOPIC_ID = uuid.UUID("0123456789abcdef0123456789abcdef")
+EPOCH = 0x100000042              # the Harness broker's registration (the czxid of /brokers/ids/1)
 LEADER_AND_ISR = {
     "controller_id": 1, "controller_epoch": 7, "broker_epoch": 42, "type": 0,
     "topic_states": [{"topic_name": "t", "topic_id": TOPIC_ID, "partition_states": [
@@ -113,6 +114,7 @@ def test_ctl_4_a_stop_replica_older_than_the_replicas_leader_epoch_is_fenced():
     must not stop or delete the replica the controller counts on; the deletion of a topic (epoch
     -2) and a request of the current epoch or newer stop it."""
     h = Harness()
+    h.run(h.broker.on_registered(EPOCH, h.now))
     assert h.create("s").error_code == ErrorCode.none
     topic_id = h.broker.metadata.topics["s"].topic_id
     epoch = h.broker.controller_epoch
@@ -120,8 +122,8 @@ def test_ctl_4_a_stop_replica_older_than_the_replicas_leader_epoch_is_fenced():
 
     def control_request(api_key, body):
         answers = []
-        h.run(rm.handle_control(api_key, {"controller_id": 1, "controller_epoch": epoch, "broker_epoch": -1, **body},
-                                lambda answer: answers.append(answer) or [], h.now))
+        h.run(rm.handle_control(api_key, {"controller_id": 1, "controller_epoch": epoch, "broker_epoch": EPOCH,
+                                          **body}, lambda answer: answers.append(answer) or [], h.now))
         return answers[0]
 
     def stop(leader_epoch, delete=True):
@@ -146,11 +148,12 @@ def test_a_deletion_in_update_metadata_naming_another_topic_id_leaves_the_topic(
     """UpdateMetadata marks a deleted topic's partitions (leader -2) under the deleted topic's id;
     a broker that already knows a topic made again under that name keeps it."""
     h = Harness()
+    h.run(h.broker.on_registered(EPOCH, h.now))
     assert h.create("s").error_code == ErrorCode.none
     epoch = h.broker.controller_epoch
 
     def deletion(topic_id):
-        body = {"controller_id": 1, "controller_epoch": epoch, "broker_epoch": -1, "live_brokers": [],
+        body = {"controller_id": 1, "controller_epoch": epoch, "broker_epoch": EPOCH, "live_brokers": [],
                 "topic_states": [{"topic_name": "s", "topic_id": topic_id, "partition_states": [
                     {"partition_index": 0, "controller_epoch": epoch, "leader": -2, "leader_epoch": 0, "isr": [],
                      "zk_version": 0, "replicas": [], "offline_replicas": []}]}]}
@@ -188,3 +191,46 @@ def test_update_metadata_v7_stop_replica_v3_and_controlled_shutdown_v3_bytes_fol
     answer = {"error_code": 0, "remaining_partitions": [{"topic_name": "t", "partition_index": 1}]}
     assert control.encode_response(control.CONTROLLED_SHUTDOWN, 7, answer) == (
         struct.pack(">i", 7) + b"\0" + struct.pack(">h", 0) + b"\2" + b"\2t" + struct.pack(">i", 1) + b"\0" + b"\0")
+
+
+def test_controlled_shutdown_v0_to_v2_are_read_in_kafkas_layouts_and_answered_in_theirs():
+    """Kafka's ControlledShutdownRequest v0 has the v0 request header (no client id), v1 the v1
+    header, v2 adds the broker epoch (KIP-380); none is flexible, nor are their responses. They are
+    read so that the controller can refuse them with an error code (v0 and v1 carry no epoch)."""
+    frames = {0: struct.pack(">hhii", 7, 0, 5, 2),
+              1: struct.pack(">hhih", 7, 1, 5, 1) + b"c" + struct.pack(">i", 2),
+              2: struct.pack(">hhih", 7, 2, 5, 1) + b"c" + struct.pack(">iq", 2, 9)}
+    bodies = {0: {"broker_id": 2}, 1: {"broker_id": 2}, 2: {"broker_id": 2, "broker_epoch": 9}}
+    for version, frame in frames.items():
+        assert control.encode_request(control.CONTROLLED_SHUTDOWN, 5, "c", bodies[version], version) == frame
+        assert control.decode_request(frame) == (7, version, 5, None if version == 0 else "c", bodies[version])
+        answer = {"error_code": 77, "remaining_partitions": [{"topic_name": "t", "partition_index": 1}]}
+        response = control.encode_response(control.CONTROLLED_SHUTDOWN, 5, answer, version)
+        assert response == struct.pack(">ihi", 5, 77, 1) + struct.pack(">h", 1) + b"t" + struct.pack(">i", 1)
+        assert control.decode_response(control.CONTROLLED_SHUTDOWN, response, version) == answer
+    with pytest.raises(ProtocolError, match="version 4"):
+        control.decode_request(struct.pack(">hhih", 7, 4, 5, -1))
+
+
+def test_ctl_9_controlled_shutdown_without_the_brokers_current_epoch_is_refused():
+    """The single-broker harness is its own controller: v0, v1 (no epoch), v2 and v3 naming -1 or
+    another epoch are answered STALE_BROKER_EPOCH in their own version; the current one is taken."""
+    h = Harness()
+    h.run(h.broker.on_registered(EPOCH, h.now))
+    h.broker.controller.ctx.broker_epochs[1] = EPOCH       # as the controller read /brokers/ids/1
+    assert h.create("s").error_code == ErrorCode.none
+
+    def shutdown(version, body):
+        effects = h.broker.handle_request(7, control.encode_request(control.CONTROLLED_SHUTDOWN, 1, "c", body,
+                                                                    version), h.now)
+        [send] = [e for e in effects if isinstance(e, Send)]
+        frame = b"".join(bytes(b) for b in send.buffers)[4:]
+        return control.decode_response(control.CONTROLLED_SHUTDOWN, frame, version)["error_code"]
+
+    for version, body in [(0, {"broker_id": 1}), (1, {"broker_id": 1}), (2, {"broker_id": 1, "broker_epoch": -1}),
+                          (3, {"broker_id": 1, "broker_epoch": EPOCH - 1}), (3, {"broker_id": 1, "broker_epoch": -1}),
+                          (3, {"broker_id": 2, "broker_epoch": EPOCH})]:
+        assert shutdown(version, body) == ErrorCode.stale_broker_epoch, (version, body)
+        assert not h.broker.controller.ctx.shutting_down
+    assert shutdown(2, {"broker_id": 1, "broker_epoch": EPOCH}) == ErrorCode.none
+    assert h.broker.controller.ctx.shutting_down == {1}

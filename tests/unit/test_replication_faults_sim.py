@@ -664,7 +664,8 @@ def test_control_requests_that_come_while_a_topic_loads_apply_after_it_in_the_co
 
     h.zk.run = run
     answers: list[str] = []
-    header = {"controller_id": 1, "controller_epoch": 1, "broker_epoch": -1}
+    h.run(h.broker.on_registered(0x100000042, h.now))
+    header = {"controller_id": 1, "controller_epoch": 1, "broker_epoch": 0x100000042}
     live = [{"id": b, "endpoints": [{"port": 9091 + b, "host": "127.0.0.1", "listener": "PLAINTEXT",
                                      "security_protocol": 0}], "rack": None} for b in (1, 2)]
     first = {**header, "live_brokers": live, "topic_states": [{"topic_name": "t", "partition_states": [

@@ -174,17 +174,20 @@ class KafkaApis:
         """LeaderAndIsr, UpdateMetadata, StopReplica (the replica manager's) and ControlledShutdown
         (the controller's)."""
         try:
-            api_key, _, correlation_id, _, body = control.decode_request(frame)
+            api_key, version, correlation_id, _, body = control.decode_request(frame)
         except Exception as exc:
             return [Close(conn_id, f"malformed control request: {exc}")]
 
         def respond(answer: dict) -> list:
-            data = control.encode_response(api_key, correlation_id, answer)
+            data = control.encode_response(api_key, correlation_id, answer, version)
             return [Send(conn_id, [len(data).to_bytes(4, "big"), data])]
 
         if not self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
             return respond(control.error_answer(api_key, int(ErrorCode.cluster_authorization_failed)))
         if api_key == control.CONTROLLED_SHUTDOWN:
+            # v0 and v1 carry no broker epoch: -1, which the controller refuses (STALE_BROKER_EPOCH).
+            # Strandline's brokers send v3; without authentication an older request cannot be told
+            # from a client's forgery, and it would move the named broker's leaderships away.
             return self.controller.on_controlled_shutdown(body["broker_id"], body.get("broker_epoch", -1), respond, now_ms)
         return self.replicas.handle_control(api_key, body, respond, now_ms)
 

@@ -38,7 +38,7 @@ from strandline.broker.group_apis import GroupApis
 from strandline.broker.outbox import Outbox
 from strandline.broker.producer_ids import ProducerIdManager
 from strandline.broker.shutdown import ControlledShutdown
-from strandline.broker.txn_apis import TransactionMarkers, TransactionStateTopic, TxnApis
+from strandline.broker.txn_apis import TXN_TOPIC, TransactionMarkers, TransactionStateTopic, TxnApis
 from strandline.controller.controller import Controller
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
@@ -92,6 +92,8 @@ class Broker:
         producer_ids = ProducerIdManager(self.broker_id, self.outbox)
         self.transaction_state = TransactionStateTopic(config, self.replica_manager.writes.append_internal,
                                                        self.replica_manager.read_log)
+        self.auto_topics.internal = {OFFSETS_TOPIC: self.offsets_topic.creation,
+                                     TXN_TOPIC: self.transaction_state.creation}
         markers = TransactionMarkers(config, self.metadata, self.outbox)
         self.transactions = TransactionCoordinator(config, self.transaction_state.append,
                                                    producer_ids.generate_producer_id, markers.send, self.outbox.after)
@@ -303,10 +305,12 @@ class Broker:
         """The controller's requests to this broker: handled as if they came over the network,
         except that the topics they name need not be read from ZooKeeper."""
         self.replica_manager.learn_topics(topics.values())
-        return self.replica_manager.handle_control(api_key, body, lambda answer: [], now_ms)
+        return self.replica_manager.handle_control(api_key, body, lambda answer: [], now_ms, local=True)
 
     def _controller_seen(self, controller_id: int | None) -> None:
-        """The metadata cache names the controller as soon as this broker knows it."""
+        """The metadata cache names the controller as soon as this broker knows it; the replica
+        manager takes requests from it only."""
+        self.replica_manager.controller_seen(controller_id)
         if controller_id is not None:
             self.metadata.controller_id = controller_id
         elif self.metadata.controller_id == self.broker_id:

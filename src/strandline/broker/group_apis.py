@@ -57,8 +57,7 @@ class GroupApis:
     def _ensure_offsets_topic(self, now_ms: int) -> list:
         if OFFSETS_TOPIC in self.metadata.topics or self.auto_topics.pending(OFFSETS_TOPIC):
             return []
-        partitions, rf, configs = self.offsets.creation(len(self.metadata.live_broker_ids()))
-        return self.auto_topics.create(OFFSETS_TOPIC, offsets_topic_created, now_ms, partitions, rf, configs)
+        return self.auto_topics.create(OFFSETS_TOPIC, offsets_topic_created, now_ms)
 
     # ------------------------------------------------------------------ authorizing
 
@@ -394,7 +393,8 @@ class GroupApis:
 
 def offsets_topic_created(error: ErrorCode, message: str | None, when_ms: int) -> list:
     """The end of this broker's request to create ``__consumer_offsets``. Another broker creating it
-    first (TOPIC_ALREADY_EXISTS, a race of two coordinators' first requests) is as good as done."""
-    if error in (ErrorCode.none, ErrorCode.topic_already_exists):
+    first (TOPIC_ALREADY_EXISTS, a race of two coordinators' first requests) is as good as done; too
+    few brokers alive (INVALID_REPLICATION_FACTOR), the creation manager said so."""
+    if error in (ErrorCode.none, ErrorCode.topic_already_exists, ErrorCode.invalid_replication_factor):
         return []
     return [Log("warning", f"Creating {OFFSETS_TOPIC} failed: {error.name} {message or ''}")]

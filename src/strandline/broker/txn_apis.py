@@ -1,7 +1,8 @@
 """The transaction APIs on the wire, and what connects the transaction coordinator to the broker.
 
 - FindCoordinator with key type 1 names the leader of the transactional id's
-  ``__transaction_state`` partition (the topic is created on first use: 50 partitions, compacted).
+  ``__transaction_state`` partition (the topic is created on first use: 50 partitions, compacted,
+  ``transaction.state.log.replication.factor`` replicas once that many brokers are alive).
 - InitProducerId with a ``transactional.id``, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn go to
   :class:`strandline.transaction.coordinator.TransactionCoordinator`.
 - WriteTxnMarkers: a partition leader appends a coordinator's commit or abort markers.
@@ -45,9 +46,11 @@ class TransactionStateTopic:
         batch = rec.build_state_batch(records, now_ms)
         return self.append_internal(TXN_TOPIC, index, batch, self.config["request.timeout.ms"], done, now_ms)
 
-    def creation(self, live_brokers: int) -> tuple[int, int, dict[str, str]]:
+    def creation(self) -> tuple[int, int, dict[str, str]]:
+        """Partitions, replication factor and configs to create the topic with (it is not created
+        while fewer brokers are alive than the replication factor, as in Kafka)."""
         cfg = self.config
-        rf = max(1, min(cfg["transaction.state.log.replication.factor"], live_brokers))
+        rf = cfg["transaction.state.log.replication.factor"]
         configs = {"cleanup.policy": "compact", "compression.type": "uncompressed",
                    "min.insync.replicas": str(min(cfg["transaction.state.log.min.isr"], rf)),
                    "segment.bytes": str(cfg["transaction.state.log.segment.bytes"])}
@@ -176,8 +179,7 @@ class TxnApis:
             answer["error_code"] = ErrorCode.coordinator_not_available
             if self.auto_topics.pending(TXN_TOPIC):
                 return answer, []
-            partitions, rf, configs = self.state_topic.creation(len(self.metadata.live_broker_ids()))
-            return answer, self.auto_topics.create(TXN_TOPIC, _created, now_ms, partitions, rf, configs)
+            return answer, self.auto_topics.create(TXN_TOPIC, _created, now_ms)
         state = topic.states.get(self.coordinator.partition_of(transactional_id))
         node = self.metadata.brokers.get(state.leader) if state else None
         if node is None:
@@ -350,6 +352,8 @@ def _error_answer(conn_id: int, header: RequestHeader) -> Callable[[ErrorCode], 
 
 
 def _created(error: ErrorCode, message: str | None, when_ms: int) -> list:
-    if error in (ErrorCode.none, ErrorCode.topic_already_exists):
+    """Another broker creating it first is as good as done; too few brokers alive, the creation
+    manager said so."""
+    if error in (ErrorCode.none, ErrorCode.topic_already_exists, ErrorCode.invalid_replication_factor):
         return []
     return [Log("warning", f"Creating {TXN_TOPIC} failed: {error.name} {message or ''}")]

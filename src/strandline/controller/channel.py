@@ -7,7 +7,11 @@ should see it) and StopReplica. They go batched, one request per broker; the con
 share goes through the same handling as a request that came over the network. A request that got
 no answer is sent again while the broker is alive and this controller still in office, addressed
 to the broker's registration it was first sent to (KIP-380: a broker that registered again since
-refuses it with STALE_BROKER_EPOCH).
+refuses it with STALE_BROKER_EPOCH). A request the broker refused as a whole with
+STALE_BROKER_EPOCH or STALE_CONTROLLER_EPOCH is sent again too while that registration is the
+broker's current one and this controller is in office: the broker refuses requests from anyone but
+the controller it read in ``/controller``, to its registration as it knows it, and it may learn of
+a new controller, or of its own new registration, a moment after the controller spoke to it.
 """
 
 from __future__ import annotations
@@ -103,13 +107,16 @@ class ControllerChannel:
                 "partition_index": index, "controller_epoch": ctx.epoch,
                 "leader": LEADER_DURING_DELETE, "leader_epoch": 0, "isr": [], "zk_version": 0,
                 "replicas": [], "offline_replicas": []})
-        live = [{"id": b.id, "endpoints": [{"port": b.port, "host": b.host, "listener": "PLAINTEXT",
-                                            "security_protocol": 0}], "rack": b.rack}
-                for b in brokers.values()]
         return {**self.header(ctx),
                 "topic_states": [{"topic_name": n, "topic_id": ids[n], "partition_states": p}
                                  for n, p in by_topic.items()],
-                "live_brokers": live}
+                "live_brokers": self._live_brokers(ctx)}
+
+    @staticmethod
+    def _live_brokers(ctx: ControllerContext) -> list[dict]:
+        return [{"id": b.id, "endpoints": [{"port": b.port, "host": b.host, "listener": "PLAINTEXT",
+                                            "security_protocol": 0}], "rack": b.rack}
+                for b in ctx.live_brokers.values()]
 
     # ------------------------------------------------------------------ sending
 
@@ -138,12 +145,15 @@ class ControllerChannel:
         return effects
 
     def _resend(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int,
-                done: Callable[[int], list] | None = None) -> list:
-        """Send again a request that got no answer, without what no longer holds: what a topic's
+                done: Callable[[int], list] | None = None, refusals: int = 0) -> list:
+        """Send again a request that got no answer (or was refused as a whole, ``refusals`` times
+        so far), without what no longer holds: what a topic's
         deletion said of a topic made again since under that name, and what it said of a topic
         since deleted or made again (another topic id). Sent late, after the newer topic's
         LeaderAndIsr, such a StopReplica would delete the newer topic's replica (StopReplica names
-        no topic id), an UpdateMetadata would drop it from the broker's metadata."""
+        no topic id), an UpdateMetadata would drop it from the broker's metadata. An UpdateMetadata
+        names the brokers alive now: the broker may have taken a later one meanwhile, whose brokers
+        it must not replace by older ones."""
         def deletion(ps: dict) -> bool:
             return ps.get("leader_epoch") == control.EPOCH_DURING_DELETE if api_key == control.STOP_REPLICA \
                 else ps.get("leader") == LEADER_DURING_DELETE
@@ -157,11 +167,13 @@ class ControllerChannel:
                 topic_states.append({**ts, "partition_states": kept})
         if api_key == control.STOP_REPLICA and not topic_states:
             return done(now_ms) if done is not None else []
-        return self.send(ctx, broker_id, api_key, {**body, "topic_states": topic_states}
-                         if "topic_states" in body else body, now_ms, done)
+        again = {**body, "topic_states": topic_states} if "topic_states" in body else dict(body)
+        if api_key == control.UPDATE_METADATA:
+            again["live_brokers"] = self._live_brokers(ctx)
+        return self.send(ctx, broker_id, api_key, again, now_ms, done, refusals)
 
     def send(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int,
-             done: Callable[[int], list] | None = None) -> list:
+             done: Callable[[int], list] | None = None, refusals: int = 0) -> list:
         """Send a control request, or hand it to this broker's own replica manager. ``done(now_ms)``
         (if given) once the broker answered, or is no longer live, while this controller is in office."""
         if broker_id == self.broker_id:
@@ -174,9 +186,17 @@ class ControllerChannel:
             body = {**body, "broker_epoch": ctx.broker_epochs.get(broker_id, -1)}
 
         def on_response(frame: bytes | None, when_ms: int) -> list:
-            if frame is None and self.in_office(ctx) and broker_id in ctx.live_brokers:
-                return self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(ctx, broker_id,
-                                                                                            api_key, body, t, done))
+            again = self.in_office(ctx) and broker_id in ctx.live_brokers
+            if frame is None and again:
+                return self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(
+                    ctx, broker_id, api_key, body, t, done, refusals))
+            refused = self._refused(api_key, frame) if frame is not None else None
+            if refused is not None and again and ctx.broker_epochs.get(broker_id) == body["broker_epoch"]:
+                # not yet known there as the controller, or as the registration it addressed: again
+                said = [] if refusals else [Log("info", f"Broker {broker_id} refused {control.NAMES[api_key]} with "
+                                                        f"{refused.name.upper()}; sending it again until it takes it")]
+                return said + self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(
+                    ctx, broker_id, api_key, body, t, done, refusals + 1))
             effects = self._answered(broker_id, api_key, frame) if frame is not None else []
             return effects + (done(when_ms) if done is not None and self.in_office(ctx) else [])
 
@@ -184,6 +204,17 @@ class ControllerChannel:
         return self.outbox.send(ctx.live_brokers.get(broker_id), "controller",
                                 lambda cid: control.encode_request(api_key, cid, client_id, body),
                                 on_response, now_ms)
+
+    @staticmethod
+    def _refused(api_key: int, frame: bytes) -> ErrorCode | None:
+        """The error a broker refused a whole request with, when it is one a retry may get past."""
+        try:
+            code = control.decode_response(api_key, frame)["error_code"]
+        except Exception:
+            return None
+        if code in (ErrorCode.stale_broker_epoch, ErrorCode.stale_controller_epoch):
+            return ErrorCode(code)
+        return None
 
     @staticmethod
     def _answered(broker_id: int, api_key: int, frame: bytes) -> list:

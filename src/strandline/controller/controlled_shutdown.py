@@ -22,15 +22,16 @@ def controlled_shutdown(controller: Controller, broker_id: int, broker_epoch: in
                         now_ms: int) -> list:
     """The controller moves a stopping broker's leaderships to other ISR members and takes it
     out of the ISRs it follows; it answers with the partitions it still leads (no other ISR
-    member could take them). A request from an earlier registration of the broker than the one
-    the controller knows is refused (KIP-380), and the StopReplica that ends a shutdown is
+    member could take them). The request must name a live broker and its current registration
+    (the czxid of its ``/brokers/ids`` znode, KIP-380): anything else is refused with
+    STALE_BROKER_EPOCH, an earlier registration's request as in Kafka, and beyond Kafka one naming
+    an unknown epoch (-1, as v0 and v1 do), a later one or a broker that is not registered, so that
+    a client cannot move a broker's leaderships away. The StopReplica that ends a shutdown is
     addressed to the registration that asked, so that a broker restarted meanwhile refuses it."""
     ctx = controller.ctx
     if ctx is None:
         return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
-    if broker_id not in ctx.live_brokers:
-        return respond({"error_code": ErrorCode.broker_not_available, "remaining_partitions": []})
-    if 0 <= broker_epoch < ctx.broker_epochs.get(broker_id, -1):
+    if broker_id not in ctx.live_brokers or broker_epoch < 0 or broker_epoch != ctx.broker_epochs.get(broker_id):
         return respond({"error_code": ErrorCode.stale_broker_epoch, "remaining_partitions": []})
     ctx.shutting_down.add(broker_id)
     # as Kafka, partitions with a single replica are left alone

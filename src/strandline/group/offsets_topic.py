@@ -3,7 +3,8 @@
 The group coordinator writes each change that must survive (a group's membership, committed
 offsets) as records of the offsets partition its group maps to, acks=all through that partition's
 ISR; the broker leading a partition coordinates its groups, and rebuilds them from it when it
-becomes leader. The topic is created on first use with Kafka's configs (``cleanup.policy=compact``,
+becomes leader. The topic is created on first use, with ``offsets.topic.replication.factor``
+replicas once that many brokers are alive, and Kafka's configs (``cleanup.policy=compact``,
 ``segment.bytes`` from ``offsets.topic.segment.bytes``, ``compression.type=producer``): the log
 cleaner keeps the newest record of each group and each committed offset, and a tombstone (an
 expired or deleted offset, a deleted group) for ``delete.retention.ms``, so a new coordinator
@@ -58,10 +59,11 @@ class OffsetsTopic:
         return self.append_internal(OFFSETS_TOPIC, index, batch, self.config["offsets.commit.timeout.ms"],
                                     mapped, now_ms)
 
-    def creation(self, live_brokers: int) -> tuple[int, int, dict[str, str]]:
-        """Partitions, replication factor and configs to create the topic with."""
+    def creation(self) -> tuple[int, int, dict[str, str]]:
+        """Partitions, replication factor and configs to create the topic with (it is not created
+        while fewer brokers are alive than the replication factor, as in Kafka)."""
         cfg = self.config
-        rf = max(1, min(cfg["offsets.topic.replication.factor"], live_brokers))
+        rf = cfg["offsets.topic.replication.factor"]
         configs = {"cleanup.policy": "compact", "compression.type": "producer",
                    "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
         return cfg["offsets.topic.num.partitions"], rf, configs

@@ -8,7 +8,9 @@ broker tells a topic from an earlier, deleted topic of the same name) and StopRe
 partition's leader epoch, KIP-570: one retried late does not stop a replica a newer epoch gave the
 broker back), and ControlledShutdown v3, all flexible (the v2 request header and v1 response
 header, compact strings and arrays, empty tagged fields). Only Strandline's controller sends them; a broker answers other
-versions with an error, never by guessing.
+versions with an error, never by guessing. ControlledShutdown is also read in v0-v2 (v0 has the v0
+request header, without a client id; v2 adds the broker epoch), so that the controller can answer
+an older request with an error code rather than by closing the connection.
 
 A schema is a tuple of fields; a field is ``(name, type)`` where type is one of ``int8``,
 ``int16``, ``int32``, ``int64``, ``bool``, ``uuid``, ``string``, ``nullable_string``, ``int32s``
@@ -68,6 +70,7 @@ STOP_REPLICA_REQUEST = _CONTROLLER_HEADER + (
 EPOCH_DURING_DELETE = -2
 
 CONTROLLED_SHUTDOWN_REQUEST = (("broker_id", "int32"), ("broker_epoch", "int64"))
+CONTROLLED_SHUTDOWN_REQUEST_V0 = (("broker_id", "int32"),)        # v0 and v1: no broker epoch (KIP-380)
 CONTROLLED_SHUTDOWN_RESPONSE = (
     ("error_code", "int16"),
     ("remaining_partitions", (("topic_name", "string"), ("partition_index", "int32"))),
@@ -82,6 +85,12 @@ SCHEMAS: dict[int, tuple[int, tuple, tuple]] = {
 }
 #: the APIs whose version here is flexible (KIP-482)
 FLEXIBLE = frozenset({LEADER_AND_ISR, UPDATE_METADATA, STOP_REPLICA, CONTROLLED_SHUTDOWN})
+#: older versions read too: (api key, version) -> request schema (not flexible, same response fields)
+OLDER: dict[tuple[int, int], tuple] = {
+    (CONTROLLED_SHUTDOWN, 0): CONTROLLED_SHUTDOWN_REQUEST_V0,
+    (CONTROLLED_SHUTDOWN, 1): CONTROLLED_SHUTDOWN_REQUEST_V0,
+    (CONTROLLED_SHUTDOWN, 2): CONTROLLED_SHUTDOWN_REQUEST,
+}
 NAMES = {LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica", UPDATE_METADATA: "UpdateMetadata",
          CONTROLLED_SHUTDOWN: "ControlledShutdown"}
 
@@ -220,13 +229,25 @@ def error_answer(api_key: int, code: int) -> dict:
     return {"error_code": code, "partition_errors": []}
 
 
-def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict) -> bytes:
-    """A request frame (without the size prefix): the v1 header (v2 for a flexible version), then the body."""
-    version, schema, _ = SCHEMAS[api_key]
+def _version(api_key: int, version: int | None) -> tuple[int, tuple, bool]:
+    """(version, request schema, flexible) of ``api_key`` in ``version`` (None: the newest)."""
+    newest, schema, _ = SCHEMAS[api_key]
+    if version is None or version == newest:
+        return newest, schema, api_key in FLEXIBLE
+    older = OLDER.get((api_key, version))
+    if older is None:
+        raise ProtocolError(f"{NAMES.get(api_key, api_key)} version {version} is not supported")
+    return version, older, False
+
+
+def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict, version: int | None = None) -> bytes:
+    """A request frame (without the size prefix): the v1 header (v2 for a flexible version, v0 for
+    ControlledShutdown v0), then the body; ``version`` None: the newest."""
+    version, schema, flexible = _version(api_key, version)
     out = bytearray(struct.pack(">hhi", api_key, version, correlation_id))
-    cid = client_id.encode()
-    out += _I16.pack(len(cid)) + cid
-    flexible = api_key in FLEXIBLE
+    if not (api_key == CONTROLLED_SHUTDOWN and version == 0):
+        cid = client_id.encode()
+        out += _I16.pack(len(cid)) + cid
     if flexible:
         out.append(0)                   # the header's tagged fields
     _encode(schema, body, out, flexible)
@@ -239,35 +260,39 @@ def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None
     try:
         api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 0)
         expected = SCHEMAS.get(api_key)
-        if expected is None or expected[0] != version:
+        if expected is None or expected[0] != version and (api_key, version) not in OLDER:
             raise ProtocolError(f"{NAMES.get(api_key, api_key)} version {version} is not supported "
                                 f"(supported: {expected[0] if expected else 'none'})")
-        n = _I16.unpack_from(frame, 8)[0]
-        pos = 10 + max(n, 0)
-        client_id = bytes(frame[10:pos]).decode() if n >= 0 else None
-        flexible = api_key in FLEXIBLE
+        _, schema, flexible = _version(api_key, version)
+        if api_key == CONTROLLED_SHUTDOWN and version == 0:
+            pos, client_id = 8, None    # the v0 request header: no client id
+        else:
+            n = _I16.unpack_from(frame, 8)[0]
+            pos = 10 + max(n, 0)
+            client_id = bytes(frame[10:pos]).decode() if n >= 0 else None
         if flexible:
             pos = _skip_tagged_fields(frame, pos)
-        body, _ = _decode(expected[1], frame, pos, flexible)
+        body, _ = _decode(schema, frame, pos, flexible)
     except (struct.error, UnicodeDecodeError) as exc:
         raise ProtocolError(f"malformed control request: {exc}") from None
     return api_key, version, correlation_id, client_id, body
 
 
-def encode_response(api_key: int, correlation_id: int, body: dict) -> bytes:
+def encode_response(api_key: int, correlation_id: int, body: dict, version: int | None = None) -> bytes:
+    """A response frame (without the size prefix) to a request of ``version`` (None: the newest)."""
     _, _, schema = SCHEMAS[api_key]
     out = bytearray(_I32.pack(correlation_id))
-    flexible = api_key in FLEXIBLE
+    flexible = _version(api_key, version)[2]
     if flexible:
         out.append(0)                   # the v1 response header's tagged fields
     _encode(schema, body, out, flexible)
     return bytes(out)
 
 
-def decode_response(api_key: int, frame: bytes | memoryview) -> dict:
-    """The body of a control response frame (correlation id first)."""
+def decode_response(api_key: int, frame: bytes | memoryview, version: int | None = None) -> dict:
+    """The body of a control response frame (correlation id first) to a request of ``version``."""
     _, _, schema = SCHEMAS[api_key]
-    flexible = api_key in FLEXIBLE
+    flexible = _version(api_key, version)[2]
     try:
         body, end = _decode(schema, frame, _skip_tagged_fields(frame, 4) if flexible else 4, flexible)
     except (struct.error, UnicodeDecodeError) as exc:

@@ -28,18 +28,18 @@ class ControllerRequests:
     """Mixed into :class:`strandline.replication.replica_manager.ReplicaManager`, whose state it uses."""
 
     def handle_control(self, api_key: int, body: dict, respond: Callable[[dict], list], now_ms: int,
-                       load: bool = True) -> list:
-        """LeaderAndIsr, UpdateMetadata or StopReplica from the controller: requests of an older
-        controller epoch, or addressed to an earlier registration of this broker (KIP-380), are
-        refused; topics this broker does not know yet are read from ZooKeeper first, and the
-        requests that come meanwhile wait, so that they apply in the controller's order."""
+                       load: bool = True, local: bool = False) -> list:
+        """LeaderAndIsr, UpdateMetadata or StopReplica from the controller (``local``: this broker's
+        own controller, in-process): a request that does not come from the current controller to
+        this broker's current registration is refused (:meth:`refusal`); topics this broker does
+        not know yet are read from ZooKeeper first, and the requests that come meanwhile wait, so
+        that they apply in the controller's order."""
         if self._held_control is not None and load:
-            self._held_control.append((api_key, body, respond))
+            self._held_control.append((api_key, body, respond, local))
             return []
-        if body["controller_epoch"] < self.controller_epoch:
-            return respond(control.error_answer(api_key, ErrorCode.stale_controller_epoch))
-        if 0 <= body["broker_epoch"] < self.broker_epoch():
-            return respond(control.error_answer(api_key, ErrorCode.stale_broker_epoch))
+        refused = self.refusal(body, local)
+        if refused is not None:
+            return respond(control.error_answer(api_key, refused))
         missing = self._unknown_topics(api_key, body) if load else []
         if missing:
             self.loading_topics.update(missing)
@@ -52,13 +52,49 @@ class ControllerRequests:
                 self.loading_topics.difference_update(missing)
                 held, self._held_control = self._held_control, None
                 # the epochs are checked again: a newer controller may have spoken meanwhile
-                effects = self.handle_control(api_key, body, respond, when_ms, load=False)
-                for args in held:
-                    effects += self.handle_control(*args, when_ms)
+                effects = self.handle_control(api_key, body, respond, when_ms, load=False, local=local)
+                for held_key, held_body, held_respond, held_local in held:
+                    effects += self.handle_control(held_key, held_body, held_respond, when_ms, local=held_local)
                 return effects
             return [self.outbox.zk(*self.metadata.load_topics(missing, loaded))]
         effects, answer = self.apply_control(api_key, body, now_ms)
         return effects + respond(answer)
+
+    def refusal(self, body: dict, local: bool = False) -> ErrorCode | None:
+        """Why a control request is refused as a whole, None if it is not.
+
+        - STALE_CONTROLLER_EPOCH: an older controller epoch than one this broker heard from (Kafka).
+        - STALE_BROKER_EPOCH: addressed to another registration of this broker than its current one
+          (KIP-380). Kafka refuses only an earlier one; here a later one, the unknown epoch -1 and
+          any request before this broker registered are refused too: only the controller, which
+          addresses each broker's registration as it read it from ZooKeeper, sends them, and a
+          client must not move leaderships. A broker that registered a moment ago may hear of its
+          new epoch after the controller; the controller sends the request again
+          (ControllerChannel) until the broker knows it.
+        - STALE_CONTROLLER_EPOCH too when the request names another controller than the one this
+          broker knows from ZooKeeper (``/controller``): a controller that just took office may be
+          refused until this broker's watch tells it of the new controller; it sends again.
+
+        The controller's own requests to this broker (``local``) are checked for their epoch only."""
+        if body["controller_epoch"] < self.controller_epoch:
+            return ErrorCode.stale_controller_epoch
+        if local:
+            return None
+        own = self.broker_epoch()
+        if own < 0 or body["broker_epoch"] != own:
+            return ErrorCode.stale_broker_epoch
+        if self.zk_controller_id >= 0 and body["controller_id"] != self.zk_controller_id:
+            return ErrorCode.stale_controller_epoch
+        return None
+
+    def controller_seen(self, controller_id: int | None) -> None:
+        """``/controller`` names ``controller_id`` (None: this broker is no longer the controller, and
+        does not know who is)."""
+        self._controller_watched = True
+        if controller_id is not None:
+            self.zk_controller_id = controller_id
+        elif self.zk_controller_id == self.broker_id:
+            self.zk_controller_id = -1
 
     def note_state_change(self) -> None:
         """A partition changed in a way no watch key announces (a role, an epoch, a log start offset)."""

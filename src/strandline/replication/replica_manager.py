@@ -60,6 +60,10 @@ class ReplicaManager(ControllerRequests):
         self.recreated: set[str] = set()   # topics read again for another topic id (topic_ids)
         self.deleted_stale: list[str] = []  # logs of earlier topics deleted, not reported yet
         self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
+        #: the controller as ``/controller`` names it, as far as this broker read (-1: not known);
+        #: the controller's requests must come from it (:meth:`refusal`)
+        self.zk_controller_id = -1
+        self._controller_watched = False   # zk_controller_id came from the watch, newer than start-up's read
         self.heard_from_controller = False
         self.shutting_down = False         # asked the controller for a controlled shutdown
         self.loading_topics: set[str] = set()      # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
@@ -122,6 +126,8 @@ class ReplicaManager(ControllerRequests):
         the controller's LeaderAndIsr."""
         md = self.metadata
         md.cluster_id = cluster_id
+        if not self._controller_watched:
+            self.zk_controller_id = controller_id
         if self.heard_from_controller:
             for name, topic in topics.items():
                 md.topics.setdefault(name, topic)

@@ -41,7 +41,18 @@ def _die_with_parent() -> None:
         pass
 
 
-def broker_properties(broker_id: int, port: int, log_dir: Path, zk_connect: str, rack: str | None = None) -> str:
+#: the internal topics' replication factor keys (default 3), and Kafka's own default
+INTERNAL_REPLICATION_KEYS = ("offsets.topic.replication.factor", "transaction.state.log.replication.factor")
+INTERNAL_REPLICATION_DEFAULT = 3
+
+
+def broker_properties(broker_id: int, port: int, log_dir: Path, zk_connect: str, rack: str | None = None,
+                      cluster_size: int = INTERNAL_REPLICATION_DEFAULT) -> str:
+    """A broker's ``server.properties``. In a cluster of fewer than 3 brokers the internal topics
+    get one replica per broker (as Kafka's single-broker ``config/server.properties`` sets both keys
+    to 1): they are never created with fewer replicas than their replication factor."""
+    small = [f"{key}={cluster_size}" for key in INTERNAL_REPLICATION_KEYS] \
+        if 0 < cluster_size < INTERNAL_REPLICATION_DEFAULT else []
     return "\n".join([
         "# Written by `strandline up`; extra settings come from --override.",
         f"broker.id={broker_id}",
@@ -49,20 +60,21 @@ def broker_properties(broker_id: int, port: int, log_dir: Path, zk_connect: str,
         f"log.dirs={log_dir}",
         f"zookeeper.connect={zk_connect}",
         *([f"broker.rack={rack}"] if rack else []),
+        *small,
         "",
     ])
 
 
 class BrokerProcess:
     def __init__(self, broker_id: int, port: int, root: Path, zk_connect: str, overrides: list[str],
-                 rack: str | None = None) -> None:
+                 rack: str | None = None, cluster_size: int = INTERNAL_REPLICATION_DEFAULT) -> None:
         self.id = broker_id
         self.port = port
         self.dir = root / f"broker-{broker_id}"
         self.log_dir = self.dir / "logs"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.dir / "server.properties"
-        self.config_path.write_text(broker_properties(broker_id, port, self.log_dir, zk_connect, rack))
+        self.config_path.write_text(broker_properties(broker_id, port, self.log_dir, zk_connect, rack, cluster_size))
         self.overrides = overrides
         self.proc: subprocess.Popen | None = None
         self.exit_reported = False
@@ -261,7 +273,7 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
             zk_info = {"connect": zk_connect, "pid": zk.pid}
         for i in range(num_brokers):
             b = BrokerProcess(i + 1, base_port + i, root, zk_connect, overrides,
-                              racks[i % len(racks)] if racks else None)
+                              racks[i % len(racks)] if racks else None, num_brokers)
             brokers.append(b)
             b.start()
         wait_ready(brokers, BROKER_START_TIMEOUT_S)
