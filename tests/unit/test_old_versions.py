@@ -345,3 +345,16 @@ KAFKA_2_8 = {
 def test_the_produce_fetch_and_list_offsets_ranges_reach_kafka_2_8s():
     for key in (0, 1, 2):
         assert SUPPORTED[key][0] <= KAFKA_2_8[key][0] and SUPPORTED[key][1] >= KAFKA_2_8[key][1]
+
+
+def test_batches_without_timestamps_past_the_index_interval_are_appended():
+    """Message format v0 has no timestamps (NO_TIMESTAMP, -1), nor may a batch v2 (CreateTime -1).
+    Kafka's time index takes no entry while every timestamp is -1; Strandline's used to try one at
+    offset -1 once index.interval.bytes (4096) had been written, failing every later produce."""
+    h = Harness()
+    h.create("untimed")
+    for i in range(8):
+        h.produce("untimed", make_batch([b"x" * 1000], timestamp_ms=-1))
+        assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.none, i
+    for i in range(8):
+        assert produce_old(h, 0, "untimed", message_set(0, 0, [(None, None, b"y" * 1000)]))[:3] == (0, 0, 8 + i)
