@@ -358,3 +358,36 @@ def test_batches_without_timestamps_past_the_index_interval_are_appended():
         assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.none, i
     for i in range(8):
         assert produce_old(h, 0, "untimed", message_set(0, 0, [(None, None, b"y" * 1000)]))[:3] == (0, 0, 8 + i)
+
+
+def test_create_delete_topics_offset_for_leader_epoch_and_describe_log_dirs_old_versions():
+    """CreateTopics v0-v1, DeleteTopics v0, OffsetForLeaderEpoch v0-v1 and DescribeLogDirs v0 in
+    kafka-python's encoding, as Kafka 2.8 serves them."""
+    from kafka.protocol.old.admin import (CreateTopicsRequest_v0, CreateTopicsRequest_v1, CreateTopicsResponse_v0,
+                                          CreateTopicsResponse_v1, DeleteTopicsRequest_v0, DeleteTopicsResponse_v0,
+                                          DescribeLogDirsResponse_v0)
+    from kafka.protocol.old.offset_for_leader_epoch import (OffsetForLeaderEpochRequest_v0,
+                                                            OffsetForLeaderEpochRequest_v1,
+                                                            OffsetForLeaderEpochResponse_v0,
+                                                            OffsetForLeaderEpochResponse_v1)
+    h = Harness()
+    body = call_old(h, CreateTopicsRequest_v0([("a", 1, 1, [], [])], 1000), CreateTopicsResponse_v0)
+    assert body.topics == [("a", 0)]
+    body = call_old(h, CreateTopicsRequest_v1([("b", 1, 1, [], []), ("a", 1, 1, [], [])], 1000, False),
+                    CreateTopicsResponse_v1)
+    assert [(n, e) for n, e, _ in body.topics] == [("b", 0), ("a", ErrorCode.topic_already_exists)]
+    assert "b" in h.broker.metadata.topics
+    produce_old(h, 0, "a", message_set(0, 0, ITEMS))
+    body = call_old(h, OffsetForLeaderEpochRequest_v0([("a", [(0, 0)])]), OffsetForLeaderEpochResponse_v0)
+    assert body.topics == [("a", [(0, 0, 4)])]                     # error, partition, end offset
+    body = call_old(h, OffsetForLeaderEpochRequest_v1([("a", [(0, 0)])]), OffsetForLeaderEpochResponse_v1)
+    assert body.topics == [("a", [(0, 0, 0, 4)])]                  # error, partition, leader epoch, end offset
+    # kafka-python's DescribeLogDirs v0 request has partitions as one int32, not an array: by hand
+    frame = struct.pack(">hhih", 35, 0, 77, 1) + b"x" + struct.pack(">ih", 1, 1) + b"a" + struct.pack(">ii", 1, 0)
+    h.run(h.broker.handle_request(1, frame, h.now))
+    out = b"".join(bytes(b) for b in h.sent[1].pop(0).buffers)
+    body = DescribeLogDirsResponse_v0.decode(io.BytesIO(out), header=True, framed=True)
+    [(error, log_dir, topics)] = body.results
+    assert (error, log_dir, [t[0] for t in topics]) == (0, "/data/logs", ["a"])
+    body = call_old(h, DeleteTopicsRequest_v0(["b"], 1000), DeleteTopicsResponse_v0)
+    assert [tuple(r) for r in body.responses] == [("b", 0)]

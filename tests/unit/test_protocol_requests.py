@@ -22,17 +22,17 @@ VERSIONS = list(versions_with_schemas())
 def test_the_advertised_table():
     assert SUPPORTED == {
         ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 13), ApiKey.PRODUCE: (0, 13),
-        ApiKey.FETCH: (0, 16), ApiKey.LIST_OFFSETS: (0, 11), ApiKey.CREATE_TOPICS: (2, 7),
-        ApiKey.DELETE_TOPICS: (1, 6), ApiKey.INIT_PRODUCER_ID: (0, 5),
-        ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4), ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.ELECT_LEADERS: (0, 2),
+        ApiKey.FETCH: (0, 16), ApiKey.LIST_OFFSETS: (0, 11), ApiKey.CREATE_TOPICS: (0, 7),
+        ApiKey.DELETE_TOPICS: (0, 6), ApiKey.INIT_PRODUCER_ID: (0, 5),
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4), ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.ELECT_LEADERS: (0, 2),
         ApiKey.JOIN_GROUP: (0, 9), ApiKey.SYNC_GROUP: (0, 5), ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5),
         ApiKey.OFFSET_COMMIT: (2, 9), ApiKey.OFFSET_FETCH: (1, 9), ApiKey.LIST_GROUPS: (0, 5),
         ApiKey.DESCRIBE_GROUPS: (0, 6), ApiKey.DELETE_GROUPS: (0, 2),
         ApiKey.DESCRIBE_CONFIGS: (1, 4), ApiKey.ALTER_CONFIGS: (0, 2), ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-        ApiKey.CREATE_PARTITIONS: (0, 3), ApiKey.DELETE_RECORDS: (0, 2), ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+        ApiKey.CREATE_PARTITIONS: (0, 3), ApiKey.DELETE_RECORDS: (0, 2), ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
         ApiKey.DESCRIBE_PRODUCERS: (0, 0), ApiKey.OFFSET_DELETE: (0, 0),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0), ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-        ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2), ApiKey.DESCRIBE_ACLS: (1, 3), ApiKey.CREATE_ACLS: (1, 3),
+        ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2), ApiKey.DESCRIBE_ACLS: (1, 3), ApiKey.CREATE_ACLS: (1, 3),
         ApiKey.DELETE_ACLS: (1, 3), ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3), ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
         ApiKey.END_TXN: (0, 3), ApiKey.WRITE_TXN_MARKERS: (1, 1), ApiKey.TXN_OFFSET_COMMIT: (0, 3),
         ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 0)}

@@ -93,8 +93,9 @@ class ApiKey(enum.IntEnum):
 # Advertised version ranges {api_key: (min, max)}; every range overlaps what kafka-python
 # 3.0.12, confluent-kafka 2.16 (librdkafka 2.16), aiokafka 0.14 and kcat 1.7.1 (librdkafka 2.0.2)
 # use, and kio 0.6.5 has request and response schemas for every version in it, except:
-#  * Produce v0-v2, Fetch v0-v3 and ListOffsets v0 (Kafka 2.8 serves them; kio, from Kafka 4.x,
-#    lacks them): their schemas are derived in strandline.protocol.old_versions. Message sets of
+#  * Produce v0-v2, Fetch v0-v3, ListOffsets v0, CreateTopics v0-v1, DeleteTopics v0,
+#    OffsetForLeaderEpoch v0-v1, AlterReplicaLogDirs v0, DescribeLogDirs v0 (Kafka 2.8 serves them;
+#    kio, from Kafka 4.x, lacks them): their schemas are derived in strandline.protocol.old_versions. Message sets of
 #    format v0 and v1 are converted to record batches v2 on produce and back on fetch
 #    (strandline.protocol.legacy_records).
 #  * Fetch 13-16 and Produce 13 address topics by id (KIP-516); librdkafka 2.16 uses Fetch 16.
@@ -110,10 +111,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (0, 11),
     ApiKey.METADATA: (0, 13),
     ApiKey.API_VERSIONS: (0, 4),
-    ApiKey.CREATE_TOPICS: (2, 7),
-    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.JOIN_GROUP: (0, 9),
@@ -130,12 +131,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_RECORDS: (0, 2),
-    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-    ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 3),

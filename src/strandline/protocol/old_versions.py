@@ -1,5 +1,6 @@
 """Schemas of the API versions Kafka 2.8 serves that kio (generated from Kafka 4.x, which dropped
-them, KIP-896) lacks: Produce v0-v2, Fetch v0-v3, ListOffsets v0, ...
+them, KIP-896) lacks: Produce v0-v2, Fetch v0-v3, ListOffsets v0, CreateTopics v0-v1, DeleteTopics
+v0, OffsetForLeaderEpoch v0-v1, AlterReplicaLogDirs v0 and DescribeLogDirs v0.
 
 Each is derived from the oldest version kio has, as the message's JSON in Kafka 2.8 describes the
 difference (``clients/src/main/resources/common/message/*.json``): fields dropped, fields added,
@@ -139,11 +140,57 @@ def _list_offsets_response(v: int) -> type:
     return derive(base, v, nested={"topics": derive(topic, v, nested={"partitions": p})})
 
 
+def _as_of(api_key: int, base: int, kind: str = "request") -> Callable[[int], type]:
+    """The schema of version ``base`` under an older number (the fields did not change)."""
+    load = load_request_schema if kind == "request" else load_response_schema
+    return lambda v: derive(load(api_key, base), v)
+
+
+def _without_throttle(api_key: int, base: int, *, also: dict[str, tuple[str, ...]] | None = None
+                      ) -> Callable[[int], type]:
+    """Version ``base``'s response without its throttle time (added in a later version), and
+    without the fields ``also`` names for an entity array (its name: the fields dropped)."""
+    def make(v: int) -> type:
+        cls = load_response_schema(api_key, base)
+        nested = {}
+        for array, dropped in (also or {}).items():
+            topic = _array_element(cls, array)
+            inner_name = next(f.name for f in dataclasses.fields(topic) if f.name in ("partitions",))
+            inner = derive(_array_element(topic, inner_name), v, drop=dropped)
+            nested[array] = derive(topic, v, nested={inner_name: inner})
+        return derive(cls, v, drop=("throttle_time",), nested=nested)
+    return make
+
+
+def _create_topics_request(v: int) -> type:
+    return derive(load_request_schema(19, 2), v, drop=() if v >= 1 else ("validate_only",))
+
+
+def _create_topics_response(v: int) -> type:
+    base = load_response_schema(19, 2)
+    topic = _array_element(base, "topics")
+    t = derive(topic, v, drop=() if v >= 1 else ("error_message",))
+    return derive(base, v, drop=("throttle_time",), nested={"topics": t})
+
+
+def _offset_for_leader_epoch_request(v: int) -> type:
+    base = load_request_schema(23, 2)
+    topic = _array_element(base, "topics")
+    p = derive(_array_element(topic, "partitions"), v, drop=("current_leader_epoch",))
+    return derive(base, v, nested={"topics": derive(topic, v, nested={"partitions": p})})
+
+
 #: (api key, version) -> (request schema maker, response schema maker)
 DERIVED: dict[tuple[int, int], tuple[Callable[[int], type], Callable[[int], type]]] = {
     **{(0, v): (_produce_request, _produce_response) for v in (0, 1, 2)},
     **{(1, v): (_fetch_request, _fetch_response) for v in (0, 1, 2, 3)},
     (2, 0): (_list_offsets_request, _list_offsets_response),
+    **{(19, v): (_create_topics_request, _create_topics_response) for v in (0, 1)},
+    (20, 0): (_as_of(20, 1), _without_throttle(20, 1)),
+    **{(23, v): (_offset_for_leader_epoch_request,
+                 _without_throttle(23, 2, also={} if v >= 1 else {"topics": ("leader_epoch",)})) for v in (0, 1)},
+    (34, 0): (_as_of(34, 1), _as_of(34, 1, "response")),
+    (35, 0): (_as_of(35, 1), _as_of(35, 1, "response")),
 }
 
 
