@@ -11,7 +11,7 @@ import random
 import struct
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
+from strandline.protocol.old_versions import request_schema as load_request_schema, response_schema as load_response_schema  # kio's, and the versions kio lacks
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 

@@ -9,7 +9,7 @@ import struct
 import uuid
 
 import pytest
-from kio.index import load_request_schema
+from strandline.protocol.old_versions import request_schema as load_request_schema  # kio's, and the versions kio lacks
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.effects import Close, Send, ZkRequest

@@ -10,7 +10,7 @@ import struct
 import time
 
 import pytest
-from kio.index import load_request_schema
+from strandline.protocol.old_versions import request_schema as load_request_schema  # kio's, and the versions kio lacks
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from strandline.fuzz.frames import (NAMES, FrameMaker, frames_seen, harmless, mutate, random_frame, request_frame,

@@ -8,7 +8,7 @@ import random
 import struct
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
+from strandline.protocol.old_versions import request_schema as load_request_schema, response_schema as load_response_schema  # kio's, and the versions kio lacks
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
@@ -53,12 +53,15 @@ def test_every_advertised_version_round_trips(api_key, version):
         api.decode_request(frame[:-1] if len(frame) > 8 else frame[:7])
 
 
-def test_produce_below_v3_is_advertised_but_refused():
-    """librdkafka 2.0 gates gzip/snappy on Produce v0 being listed; v0-2 requests are refused."""
+def test_produce_below_v3_is_advertised_and_decoded():
+    """librdkafka 2.0 gates gzip/snappy on Produce v0 being listed; v0-2 requests (no
+    transactional id) are served, as Kafka 2.8 serves them."""
     assert SUPPORTED[ApiKey.PRODUCE][0] == 0
-    frame = struct.pack(">hhih", 0, 1, 9, 1) + b"x" + b"\x00" * 10
-    with pytest.raises(ProtocolError, match="not supported"):
-        api.decode_request(frame)
+    frame = struct.pack(">hhih", 0, 1, 9, 1) + b"x" + struct.pack(">hii", -1, 1500, 0)
+    header, body = api.decode_request(frame)
+    assert (header.api_version, header.correlation_id, header.client_id) == (1, 9, "x")
+    assert (body.acks, body.timeout.total_seconds(), body.topic_data) == (-1, 1.5, ())
+    assert not hasattr(body, "transactional_id")
 
 
 def test_api_versions_above_our_max_get_the_kip_511_fallback():

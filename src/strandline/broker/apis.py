@@ -41,17 +41,22 @@ from strandline.broker.txn_apis import TxnApis
 from strandline.broker.wire import duration_ms, response
 from strandline.controller.controller import Controller
 from strandline.errors import BrokenInvariant
+from strandline.log.disk import FileRegion
 from strandline.coordination.metadata import MetadataCache, topic_name_error
 from strandline.group.offsets_topic import INTERNAL_TOPICS
 from strandline.protocol import api, control
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.protocol.frames import ProtocolError
 from strandline.protocol.hot_readers import decode_produce_request
+from strandline.protocol.legacy_records import UnsupportedCompression, down_convert
+from strandline.protocol.records import UndecodableRecordsError
 from strandline.replication.fetch_session import FetchContext, FetchSessionCache
 from strandline.replication.replica_manager import ReplicaManager
 from strandline.security.acl import AclOperation, ResourceType
 
 TOPIC_ID_PRODUCE = 13                    # Produce v13+ names topics by id (KIP-516)
+LEGACY_PRODUCE_BELOW = 3                 # Produce v0-v2 may carry message sets of format v0 and v1
+DOWN_CONVERTED_FETCH_BELOW = 4           # Fetch v0-v3 read message sets of format v0 (v0-v1) and v1 (v2-v3)
 UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648     # KIP-430: not asked for
 #: What stops the broker when it escapes a request's handling: a broken invariant of its own state,
 #: its storage failing (Kafka takes a failed log directory offline; this broker has one), memory.
@@ -306,8 +311,9 @@ class KafkaApis:
 
     def _produce(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         acks = request.acks
-        if request.transactional_id is not None and not self.authorizer.allows(
-                conn_id, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        transactional_id = getattr(request, "transactional_id", None)     # v3+
+        if transactional_id is not None and not self.authorizer.allows(
+                conn_id, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
             code = ErrorCode.transactional_id_authorization_failed
             return self._produce_all_failed(conn_id, header, request, code)
         if acks not in (-1, 0, 1):
@@ -322,6 +328,7 @@ class KafkaApis:
         effects: list = []
         any_error = False
         by_id = self._topics_by_id() if header.api_version >= TOPIC_ID_PRODUCE else None
+        legacy = header.api_version < LEGACY_PRODUCE_BELOW
         for topic_data in request.topic_data:
             if by_id is not None:   # v13+: an id this broker does not know is UNKNOWN_TOPIC_ID
                 topic = by_id.get(topic_data.topic_id)
@@ -353,9 +360,17 @@ class KafkaApis:
                                     f"Cannot append to internal topic {name}"]
                     any_error = True
                     continue
+                records = pdata.records
+                if legacy:      # v0-v2: a message set of format v0 or v1 is stored as a record batch v2
+                    records, early = self.replicas.writes.up_convert(topic, pdata.index, records, now_ms)
+                    if early is not None:
+                        results[key] = early
+                        self.replicas.topic_stats.produced(name, pdata.records if early[0] else b"", early[0])
+                        any_error = any_error or early[0] is not ErrorCode.none
+                        continue
                 results[key], required = self.replicas.writes.append_to_leader(
-                    topic, pdata.index, pdata.records, acks, now_ms, request.transactional_id is not None)
-                self.replicas.topic_stats.produced(name, pdata.records, results[key][0])
+                    topic, pdata.index, records, acks, now_ms, transactional_id is not None)
+                self.replicas.topic_stats.produced(name, records, results[key][0])
                 if results[key][0] is not ErrorCode.none:
                     any_error = True
                     continue
@@ -440,6 +455,8 @@ class KafkaApis:
 
         def respond(topics: list) -> list:
             topics = context.answer(topics)
+            if header.api_version < DOWN_CONVERTED_FETCH_BELOW:
+                self._down_convert(topics, header.api_version, wanted, replica_id >= 0)
             self.replicas.topic_stats.fetched(topics, replica_id >= 0)
             if denied:
                 topics += _fetch_denied(denied)
@@ -448,6 +465,38 @@ class KafkaApis:
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
                                             context.wanted, respond, now_ms, context.session_keys,
                                             _client_rack(header, request))
+
+    def _down_convert(self, topics: list, version: int, wanted: list, follower: bool) -> None:
+        """Fetch v0-v3: each partition's stored batches as a message set of format v0 (Fetch
+        v0-v1) or v1 (v2-v3), in place, as Kafka's ``handleFetchRequest`` (``maybeConvertFetchedData``)
+        answers: UNSUPPORTED_COMPRESSION_TYPE for a topic whose ``compression.type`` is zstd
+        (Fetch before v10) or a zstd batch; UNSUPPORTED_VERSION to a consumer when records would
+        need converting and the topic's ``message.downconversion.enable`` is false. The converted
+        set holds at most as many bytes as were read, but at least its first batch whole."""
+        to_magic = 0 if version <= 1 else 1
+        offsets = {(name, p.partition): p.fetch_offset for name, p in wanted}
+        for t in topics:
+            name = t["topic"]
+            known = self.metadata.topics.get(name)
+            configs = known.configs if known is not None else {}
+            for entry in t["partitions"]:
+                records = entry.get("records")
+                if self.config.topic_value(configs, "compression.type") == "zstd":
+                    _fetch_error(entry, ErrorCode.unsupported_compression_type)
+                    continue
+                if not records:
+                    continue
+                if not follower and not self.config.topic_value(configs, "message.downconversion.enable"):
+                    _fetch_error(entry, ErrorCode.unsupported_version)
+                    continue
+                data = records.read() if records.__class__ is FileRegion else records
+                try:
+                    entry["records"] = down_convert(data, to_magic, offsets.get((name, entry["partition_index"]), 0),
+                                                    len(data))
+                except UnsupportedCompression:
+                    _fetch_error(entry, ErrorCode.unsupported_compression_type)
+                except UndecodableRecordsError:
+                    _fetch_error(entry, ErrorCode.corrupt_message)
 
     def _fetch_allowed(self, conn_id: int, replica_id: int, wanted: list) -> tuple[list, list[tuple[str, int]]]:
         """Split a fetch's partitions into those the client may fetch and those it may not: a
@@ -607,6 +656,11 @@ def _client_rack(header: RequestHeader, request: Any) -> str | None:
     if header.api_version < 11:
         return None
     return getattr(request, "rack_id", "") or ""
+
+
+def _fetch_error(entry: dict, code: ErrorCode) -> None:
+    """A Fetch response partition answered ``code`` alone (Kafka's ``errorResponse``)."""
+    entry.update(error_code=code, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
 
 
 def _fetch_denied(denied: list[tuple[str, int]]) -> list[dict]:

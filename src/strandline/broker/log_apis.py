@@ -116,6 +116,8 @@ class LogApis:
 
     def _list_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         replica_id = request.replica_id
+        if header.api_version == 0:
+            return self._list_offsets_v0(conn_id, header, request, now_ms)
         named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
         topics = []
         for t in request.topics:
@@ -174,6 +176,43 @@ class LogApis:
             topics.append({"name": t.name, "partitions": parts})
         return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
 
+    def _list_offsets_v0(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        """ListOffsets v0: up to ``max_num_offsets`` offsets at or before ``timestamp``, newest
+        first (``old_style_offsets``), as Kafka 2.8's ``handleListOffsetRequestV0``: the start of
+        each segment (not below the log start offset) and, after a non-empty last segment, the log
+        end offset stamped now; LATEST (-1) starts from the last of them, EARLIEST (-2) from the
+        first, a time from the last whose segment was last written at or before it. Kafka dates a
+        segment by its file's modification time; here it is the segment's largest record
+        timestamp (its creation time while it holds none). Offsets above the high watermark are
+        replaced by the high watermark, except for a debugging tool's request (replica -2)."""
+        replica_id = request.replica_id
+        topics = []
+        for t in request.topics:
+            parts = []
+            allowed = self.authorizer.allows_topic(conn_id, AclOperation.DESCRIBE, t.name)
+            for p in t.partitions:
+                entry = {"partition_index": p.partition_index, "error_code": ErrorCode.none, "old_style_offsets": []}
+                parts.append(entry)
+                if not allowed:
+                    entry["error_code"] = ErrorCode.topic_authorization_failed
+                    continue
+                if replica_id == CONSUMER_REPLICA_ID:
+                    partition, error = self.replicas.leader_partition(t.name, p.partition_index)
+                else:
+                    partition = self.replicas.partitions.get((t.name, p.partition_index))
+                    error = self.replicas.not_served(t.name, p.partition_index) if partition is None else None
+                if partition is None:
+                    entry["error_code"] = error
+                    continue
+                offsets = legacy_offsets_before(partition.log, p.timestamp, p.max_num_offsets, now_ms)
+                if replica_id != DEBUGGING_REPLICA_ID:
+                    hw = partition.high_watermark
+                    if any(o > hw for o in offsets):
+                        offsets = [hw] + [o for o in offsets if o <= hw]
+                entry["old_style_offsets"] = offsets
+            topics.append({"name": t.name, "partitions": parts})
+        return [response(conn_id, header, {"topics": topics})]
+
     # -- OffsetForLeaderEpoch
 
     def _offset_for_leader_epoch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
@@ -201,3 +240,22 @@ class LogApis:
                 parts.append(entry)
             topics.append({"topic": t.topic, "partitions": parts})
         return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
+
+
+def legacy_offsets_before(log: Any, timestamp: int, max_num_offsets: int, now_ms: int) -> list[int]:
+    """Kafka 2.8's ``Log.legacyFetchOffsetsBefore`` (ListOffsets v0), newest offset first."""
+    segments = list(log.segments)
+    marks = [(max(s.base_offset, log.log_start_offset), s.max_timestamp if s.max_timestamp >= 0 else s.created_ms)
+             for s in segments]
+    if segments and segments[-1].size > 0:
+        marks.append((log.log_end_offset, now_ms))
+    if timestamp == LATEST_TIMESTAMP:
+        start = len(marks) - 1
+    elif timestamp == EARLIEST_TIMESTAMP:
+        start = 0
+    else:
+        start = len(marks) - 1
+        while start >= 0 and marks[start][1] > timestamp:
+            start -= 1
+    count = max(0, min(max_num_offsets, start + 1))
+    return sorted((marks[start - j][0] for j in range(count)), reverse=True)

@@ -25,7 +25,7 @@ from datetime import timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from kio.index import load_request_schema
+from strandline.protocol.old_versions import request_schema as load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveTupleField, classify_field,

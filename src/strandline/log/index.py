@@ -28,6 +28,7 @@ from strandline.log.disk import Disk, FileHandle
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _INT32_MAX = 2**31 - 1
+NO_TIMESTAMP = -1
 _NATIVE_LITTLE_ENDIAN = struct.pack("=i", 1) == struct.pack("<i", 1)
 
 
@@ -241,8 +242,10 @@ class TimeIndex(_IndexFile):
         return [(t, self.base_offset + r) for t, r in zip(self._timestamps, self._relative)]
 
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> bool:
-        """Add ``(timestamp, offset)`` if the timestamp is above the last entry's."""
-        if self._timestamps and timestamp <= self._timestamps[-1]:
+        """Add ``(timestamp, offset)`` if the timestamp is above the last entry's, or (an empty
+        index) above NO_TIMESTAMP (-1): records without timestamps (message format v0, or a batch
+        v2 sent without) make no entry, as in Kafka's ``TimeIndex.maybeAppend``."""
+        if timestamp <= (self._timestamps[-1] if self._timestamps else NO_TIMESTAMP):
             return False
         if not skip_full_check and self.is_full:
             return False

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from strandline.protocol.old_versions import request_schema as load_request_schema
+from strandline.protocol.old_versions import response_schema as load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityTupleField, classify_field  # private kio API (see build())
@@ -92,11 +93,11 @@ class ApiKey(enum.IntEnum):
 # Advertised version ranges {api_key: (min, max)}; every range overlaps what kafka-python
 # 3.0.12, confluent-kafka 2.16 (librdkafka 2.16), aiokafka 0.14 and kcat 1.7.1 (librdkafka 2.0.2)
 # use, and kio 0.6.5 has request and response schemas for every version in it, except:
-#  * Produce is advertised from v0 although kio (and we) only speak v3+: librdkafka <= 2.11.0
-#    (kcat links 2.0.2) silently stops compressing with gzip, snappy and lz4 unless the broker's
-#    Produce range reaches down to v0 (rd_kafka_msgset_writer_select_MsgVersion asks
-#    ApiVersion_supported(Produce, 0, 0)). v0-v2 requests are refused like any unsupported
-#    version; no client sends them to a broker that offers v3+.
+#  * Produce v0-v2, Fetch v0-v3, ListOffsets v0, CreateTopics v0-v1, DeleteTopics v0,
+#    OffsetForLeaderEpoch v0-v1, AlterReplicaLogDirs v0, DescribeLogDirs v0 (Kafka 2.8 serves them;
+#    kio, from Kafka 4.x, lacks them): their schemas are derived in strandline.protocol.old_versions. Message sets of
+#    format v0 and v1 are converted to record batches v2 on produce and back on fetch
+#    (strandline.protocol.legacy_records).
 #  * Fetch 13-16 and Produce 13 address topics by id (KIP-516); librdkafka 2.16 uses Fetch 16.
 #  * Produce 12 (KIP-890) only changes what a transactional produce means; transactional
 #    produces are refused here, so v11 and v12 answer as v10.
@@ -106,14 +107,14 @@ class ApiKey(enum.IntEnum):
 # consumer groups exist it answers COORDINATOR_NOT_AVAILABLE. v4+ is the batched form.
 SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 13),
-    ApiKey.FETCH: (4, 16),
-    ApiKey.LIST_OFFSETS: (1, 11),
+    ApiKey.FETCH: (0, 16),
+    ApiKey.LIST_OFFSETS: (0, 11),
     ApiKey.METADATA: (0, 13),
     ApiKey.API_VERSIONS: (0, 4),
-    ApiKey.CREATE_TOPICS: (2, 7),
-    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.JOIN_GROUP: (0, 9),
@@ -130,12 +131,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_RECORDS: (0, 2),
-    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-    ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 3),

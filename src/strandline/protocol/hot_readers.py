@@ -1,5 +1,5 @@
 """Hand-written readers for the two hot messages, which never copy record bytes: the Produce
-request (v3-v13) a leader receives and the Fetch response (v11) a follower receives.
+request (v0-v13) a leader receives and the Fetch response (v11) a follower receives.
 
 kio copies every partition's records into a new ``bytes``; the leader then needs a mutable copy
 to stamp offsets and its leader epoch into the batches. These readers instead hand out each
@@ -28,7 +28,8 @@ _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 
 PRODUCE = 0
-FIRST_VERSION, LAST_VERSION = 3, 13     # the Produce versions read here (v9+ flexible)
+FIRST_VERSION, LAST_VERSION = 0, 13     # the Produce versions read here (v9+ flexible)
+TRANSACTIONAL_ID_VERSION = 3            # v0-v2 have no transactional id
 TOPIC_ID_VERSION = 13                   # topics named by id (KIP-516), not by name
 
 
@@ -71,7 +72,7 @@ def _no_tags(view: memoryview, pos: int) -> int:
 
 
 def decode_produce_request(frame: bytes | bytearray) -> tuple[int, int, str | None, ProduceRequest] | None:
-    """``(api_version, correlation_id, client_id, request)`` of a Produce v3-v13 frame (without
+    """``(api_version, correlation_id, client_id, request)`` of a Produce v0-v13 frame (without
     its size prefix), or None when the frame is anything else or not exactly that layout."""
     try:
         return _decode(memoryview(frame))
@@ -100,12 +101,13 @@ def _decode(view: memoryview) -> tuple[int, int, str | None, ProduceRequest]:
     flexible = version >= 9
     if flexible:
         pos = _no_tags(view, pos)
-    size, pos = _length(view, pos, flexible, _I16)
     transactional_id = None
-    if size >= 0:
-        transactional_id, pos = _string(view, pos, size)
-    elif size != -1:
-        raise _Bad()
+    if version >= TRANSACTIONAL_ID_VERSION:
+        size, pos = _length(view, pos, flexible, _I16)
+        if size >= 0:
+            transactional_id, pos = _string(view, pos, size)
+        elif size != -1:
+            raise _Bad()
     acks, timeout = _ACKS_TIMEOUT.unpack_from(view, pos)
     pos += _ACKS_TIMEOUT.size
     count, pos = _length(view, pos, flexible, _I32)

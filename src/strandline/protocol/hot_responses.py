@@ -121,7 +121,7 @@ def _fetch_args_from_body(body: Mapping) -> tuple:
 
 def encode_fetch_response(header: RequestHeader, throttle_ms: Any = 0, error_code: int = 0,
                           session_id: int = 0, topics: Sequence = ()) -> list:
-    """A framed Fetch v4..v16 response as a list of buffers, for ``transport.writelines``.
+    """A framed Fetch v0..v16 response as a list of buffers, for ``transport.writelines``.
 
     ``topics`` is a list of ``(topic, [PartitionData | dict | tuple, ...])``: the topic's name up
     to v12, its id (a UUID) from v13 (KIP-516). The record
@@ -136,7 +136,9 @@ def encode_fetch_response(header: RequestHeader, throttle_ms: Any = 0, error_cod
         throttle_ms = round(throttle_ms.total_seconds() * 1000)
     v = header.api_version
     if not 4 <= v <= 16:
-        raise ValueError(f"encode_fetch_response handles Fetch v4-v16, not v{v}")
+        if 0 <= v <= 3:
+            return [_encode_old_fetch_response(header, throttle_ms, topics)]
+        raise ValueError(f"encode_fetch_response handles Fetch v0-v16, not v{v}")
     by_id = v >= 13
     flexible = v >= 12
     fixed, common = _fetch_partition_structs(v)
@@ -225,6 +227,34 @@ def encode_fetch_response(header: RequestHeader, throttle_ms: Any = 0, error_cod
     return parts
 
 
+def _encode_old_fetch_response(header: RequestHeader, throttle_ms: int, topics: Sequence) -> bytes:
+    """Fetch v0-v3: per partition only its index, error, high watermark and records (a legacy
+    message set); a throttle time from v1. One buffer: the records were converted for it."""
+    out = bytearray(b"\0\0\0\0")
+    out += _I32.pack(header.correlation_id)
+    if header.api_version >= 1:
+        out += _I32.pack(throttle_ms)
+    out += _I32.pack(len(topics))
+    for name, partitions in topics:
+        out += _string(name, False)
+        out += _I32.pack(len(partitions))
+        for p in partitions:
+            p = _partition_from(p)
+            records = p.records
+            if records.__class__ is list or records.__class__ is tuple:
+                records = b"".join(bytes(r) for r in records)
+            elif records is not None and not isinstance(records, (bytes, bytearray, memoryview)):
+                records = bytes(records)
+            out += struct.pack(">ihq", p.partition_index, p.error_code, p.high_watermark)
+            if records is None:
+                out += _I32.pack(-1)
+            else:
+                out += _I32.pack(len(records))
+                out += records
+    _I32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
 def _fetch_partition_tags(diverging: Any, leader: Any) -> bytes:
     if diverging is not None and tuple(diverging) == (-1, -1):
         diverging = None
@@ -260,7 +290,8 @@ class PartitionProduceResult(NamedTuple):
 
 def encode_produce_response(header: RequestHeader, topics: Sequence, throttle_ms: int = 0,
                             node_endpoints: Sequence = ()) -> bytes:
-    """A framed Produce v3..v13 response, byte-identical to kio's encoding.
+    """A framed Produce v0..v13 response, byte-identical to kio's encoding (v0-v2: to the encoding
+    of the schemas :mod:`strandline.protocol.old_versions` derives).
 
     ``topics`` is ``[(name, [(index, error_code, base_offset, log_append_time,
     log_start_offset[, error_message[, record_errors[, current_leader]]]), ...]), ...]``.
@@ -268,8 +299,8 @@ def encode_produce_response(header: RequestHeader, topics: Sequence, throttle_ms
     topic is its id (a ``uuid.UUID`` in place of the name).
     """
     v = header.api_version
-    if not 3 <= v <= 13:
-        raise ValueError(f"encode_produce_response handles Produce v3-v13, not v{v}")
+    if not 0 <= v <= 13:
+        raise ValueError(f"encode_produce_response handles Produce v0-v13, not v{v}")
     flexible = v >= 9
     out = bytearray(b"\0\0\0\0")
     out += _I32.pack(header.correlation_id)
@@ -281,6 +312,9 @@ def encode_produce_response(header: RequestHeader, topics: Sequence, throttle_ms
         out += _array_len(len(partitions), flexible)
         for p in partitions:
             n = len(p)
+            if v < 2:       # v0-v1: no log append time
+                out += struct.pack(">ihq", p[0], p[1], p[2])
+                continue
             out += struct.pack(">ihqq", p[0], p[1], p[2], p[3])
             if v >= 5:
                 out += _I64.pack(p[4])
@@ -301,7 +335,8 @@ def encode_produce_response(header: RequestHeader, topics: Sequence, throttle_ms
                     out += b"\x00"
         if flexible:
             out += b"\x00"
-    out += _I32.pack(throttle_ms)
+    if v >= 1:
+        out += _I32.pack(throttle_ms)
     if flexible:
         if v >= 10 and node_endpoints:
             tag = bytearray(_array_len(len(node_endpoints), True))

@@ -2,7 +2,8 @@
 produce purgatory).
 
 :meth:`LeaderWrites.append_to_leader` validates one partition's batch (``validation``: the batch
-itself, ``compression.type``, keys in a compacted topic) and appends it; :meth:`await_replication`
+itself, ``compression.type``, keys in a compacted topic) and appends it, after
+:meth:`~LeaderWrites.up_convert` made one of a Produce v0-v2 message set of format v0 or v1; :meth:`await_replication`
 parks an acks=all answer until the high watermark passes it; :meth:`append_internal` is the
 broker's own acks=all write (``__consumer_offsets``). Pure: it returns effects.
 """
@@ -15,11 +16,12 @@ from kio.schema.errors import ErrorCode
 
 from strandline.broker.config import LONG_MAX
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
+from strandline.protocol.legacy_records import first_magic, up_convert
 from strandline.protocol.markers import build_marker
 from strandline.protocol.records import read_header
 from strandline.replication.partition import Partition
 from strandline.replication.purgatory import DelayedOperation, Purgatory
-from strandline.replication.validation import apply_compression_type, check_keys, validate_produce_records
+from strandline.replication.validation import CODECS, apply_compression_type, check_keys, validate_produce_records
 
 
 class LeaderWrites:
@@ -70,6 +72,35 @@ class LeaderWrites:
             partition.log.flush()
         result = [ErrorCode.none, outcome.base_offset, outcome.log_append_time, partition.log_start_offset, None]
         return result, (outcome.last_offset + 1 if acks == -1 else None)
+
+    def up_convert(self, topic: TopicMetadata, index: int, records, now_ms: int) -> tuple[Any, list | None]:
+        """A Produce v0-v2 request's records for :meth:`append_to_leader`: a message set of format
+        v0 or v1 becomes one record batch v2 (Kafka's ``LogValidator`` up-conversion, checking what
+        it checks), anything else is returned as it is. Returns ``(records, None)``, or ``(None,
+        result)`` when the produce is answered at once: an error, or NONE with base offset -1 for
+        a message set with no complete message (Kafka appends nothing)."""
+        magic = first_magic(records)
+        if records is not None and len(records) > 0 and magic not in (0, 1):
+            return records, None
+        partition = self.partitions.get((topic.name, index))
+        if partition is None or not partition.is_leader:
+            return None, [ErrorCode.not_leader_or_follower, -1, -1, -1, None]
+        if records is None:
+            return records, None            # refused by validation, as in any version
+        log_config = partition.log.config
+        converted = up_convert(
+            records, max_message_bytes=log_config.max_message_bytes,
+            target_codec=CODECS[self.config.topic_value(topic.configs, "compression.type")],
+            compacted=log_config.compacts,
+            max_timestamp_difference_ms=log_config.message_timestamp_difference_max_ms
+            if log_config.message_timestamp_type == "CreateTime" else None,
+            now_ms=now_ms, where=f"{topic.name}-{index}")
+        if converted.error is not ErrorCode.none:
+            return None, [converted.error, -1, -1, partition.log_start_offset, converted.message,
+                          *((converted.record_errors,) if converted.record_errors else ())]
+        if converted.batch is None:
+            return None, [ErrorCode.none, -1, -1, partition.log_start_offset, None]
+        return converted.batch, None
 
     def appended(self, keys: list[tuple[str, int]], now_ms: int) -> list:
         """New records: long-polling fetches of these partitions may complete."""

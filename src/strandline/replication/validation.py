@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from strandline.protocol.records import (HEADER_SIZE, LOG_OVERHEAD, BatchHeader, UndecodableRecordsError, crc_ok,
+from strandline.protocol.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, BatchHeader, UndecodableRecordsError, crc_ok,
                                          iter_records, read_header, recompress)
 
 
@@ -40,6 +40,10 @@ def validate_produce_records(records, max_message_bytes: int, max_timestamp_diff
     if records is None or len(records) == 0:
         return Validated(ErrorCode.invalid_record, None, "no record batch")
     size = len(records)
+    if size > MAGIC_OFFSET and records[MAGIC_OFFSET] != 2:
+        # Kafka's ProduceRequest.validateRecords (v3+), whatever the set's length
+        return Validated(ErrorCode.invalid_record, None, f"record batch magic {records[MAGIC_OFFSET]} is not 2: "
+                                                         "Produce v3+ carries record batches of magic 2 only")
     if size < HEADER_SIZE:
         return Validated(ErrorCode.corrupt_message, None, f"record batch of {size} bytes is shorter than its header")
     header = read_header(records, 0)
