@@ -5,7 +5,7 @@ against one Strandline cluster for the whole module (started with Kafka's ZooKee
 ``allow.everyone.if.no.acl.found=true``, so that kafka-acls has an authorizer to talk to).
 
 What each tool proves, and the differences that are kept, are listed in docs/compatibility.md.
-Skipped, one line per Kafka line, where Maven Central cannot be reached (tests/integration/kafka_reference.py).
+Skipped, in one line, where Maven Central cannot be reached (tests/integration/kafka_reference.py).
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ import pytest
 
 from strandline.reference import KafkaDist
 from tests.conftest import Cluster, free_ports, poll_until
-from tests.integration.kafka_reference import LINES, kafka_or_skip
+from tests.integration.kafka_reference import LINES, dist, kafka_lines_or_skip
 
 pytestmark = pytest.mark.integration
+
+KAFKA = kafka_lines_or_skip()
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=LINES)
 def kafka(request) -> KafkaDist:
-    return kafka_or_skip(request.param)
+    return dist(KAFKA, request.param)
 
 
 @pytest.fixture(scope="module")

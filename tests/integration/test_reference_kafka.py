@@ -3,7 +3,7 @@ the way `strandline up` runs Strandline's: Kafka 3.9 on the embedded ZooKeeper u
 own, Kafka 4.x on KRaft with combined broker and controller nodes. confluent-kafka produces a record
 with a key and a header and reads it back; Ctrl-C (SIGINT) stops every JVM by its PID.
 
-Skipped, one line each, where Maven Central cannot be reached (see tests/integration/kafka_reference.py)."""
+Skipped, in one line, where Maven Central cannot be reached (see tests/integration/kafka_reference.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ import uuid
 import pytest
 
 from tests.conftest import free_ports, pid_alive, poll_until, strandline_cmd, wait_for_line
-from tests.integration.kafka_reference import LINES, kafka_or_skip
+from tests.integration.kafka_reference import LINES, dist, kafka_lines_or_skip
 
 pytestmark = pytest.mark.integration
+
+KAFKA = kafka_lines_or_skip()
 
 
 def produce_and_consume(bootstrap: str) -> tuple:
@@ -46,7 +48,7 @@ def produce_and_consume(bootstrap: str) -> tuple:
 
 @pytest.mark.parametrize("line", LINES)
 def test_reference_up_runs_a_real_kafka_that_confluent_kafka_uses(line, tmp_path):
-    dist = kafka_or_skip(line)
+    kafka = dist(KAFKA, line)
     ports = free_ports(3)
     data = tmp_path / "data"
     cmd = strandline_cmd("reference", "up", "--kafka", line, "--brokers", "1", "--data-dir", str(data),
@@ -59,10 +61,10 @@ def test_reference_up_runs_a_real_kafka_that_confluent_kafka_uses(line, tmp_path
         bootstrap = wait_for_line(proc, "bootstrap.servers=", 180).split("=", 1)[1].strip()
         assert bootstrap == f"127.0.0.1:{ports[0]}"
         info = json.loads((data / "reference.json").read_text())
-        assert info["kafka"] == dist.version
+        assert info["kafka"] == kafka.version
         [node] = info["nodes"]
         assert pid_alive(node["pid"])
-        if dist.zookeeper:       # its own chroot on the embedded ZooKeeper
+        if kafka.zookeeper:      # its own chroot on the embedded ZooKeeper
             from kazoo.client import KazooClient
 
             assert info["zookeeper"] == f"127.0.0.1:{ports[2]}/kafka-3.9"

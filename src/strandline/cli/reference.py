@@ -63,8 +63,12 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "up":
         from strandline.reference.cluster import run_reference_up
 
+        from strandline.reference import normalize_line
+
         if args.brokers < 1:
             raise StrandlineError("--brokers must be at least 1")
+        if args.zookeeper and normalize_line(args.kafka) != "3.9":
+            raise StrandlineError("--zookeeper is for Kafka 3.9: Kafka 4.x runs on KRaft, without ZooKeeper")
         return run_reference_up(args.kafka, args.brokers, args.data_dir, args.base_port, args.zookeeper,
                                 args.zookeeper_port, args.override or [])
     raise StrandlineError(f"unknown action {args.action}")
