@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test test-unit bench lab kcat browser nftables iproute2 clean
+.PHONY: run test test-unit bench lab kcat browser nftables iproute2 maven clean
 
 # A test prerequisite that could not be installed fails `make test` under CI=true (.ci/run sets
 # it); elsewhere its tests skip, each saying why. $(call require,COMMAND,PACKAGE)
@@ -38,6 +38,17 @@ kcat:
 	  || echo "kcat could not be installed; the kcat tests will be skipped"; }
 	@$(call require,kcat,kcat)
 
+# Debian's Maven, which fetches Apache Kafka's jars from Maven Central for the tests that run Kafka
+# itself next to Strandline (strandline reference); skipped (and those tests skip) where it cannot be
+# installed, except under CI=true.
+maven:
+	@command -v mvn >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+	  { $$SUDO apt-get install -y -q maven >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q maven >/dev/null 2>&1; }; } \
+	  || echo "maven could not be installed; the tests that run Apache Kafka will be skipped"; }
+	@$(call require,mvn,maven)
+
 # Debian's Chromium and ChromeDriver for the console's browser test; skipped (and that test skips) where
 # they cannot be installed, except under CI=true.
 browser:
@@ -68,7 +79,7 @@ iproute2:
 
 # The unit tests (in-process, CPU-bound) run beside the integration tests (real processes, which
 # they mostly wait on); the unit tests' report follows the integration tests'.
-test: $(VENV)/.test-installed kcat browser nftables iproute2
+test: $(VENV)/.test-installed kcat browser nftables iproute2 maven
 	@unit_log=$$(mktemp); \
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/unit > $$unit_log 2>&1 & unit=$$!; \
 	trap 'kill $$unit 2>/dev/null; rm -f $$unit_log' INT TERM; \

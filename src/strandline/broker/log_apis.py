@@ -87,7 +87,7 @@ class LogApis:
                     entry["error_code"] = ErrorCode.topic_authorization_failed
                 elif topic is None or index not in topic.assignment:
                     entry["error_code"] = ErrorCode.unknown_topic_or_partition
-                elif partition is None or not partition.is_leader:
+                elif partition is None:      # any replica answers from its own log, as Kafka's does
                     entry["error_code"] = ErrorCode.not_leader_or_follower
                 else:
                     entry["active_producers"] = [

@@ -190,9 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP)
     groups.set_defaults(func=cmd_groups)
 
-    from strandline.cli import lab, sim
+    from strandline.cli import lab, reference, sim
     sim.add_parser(sub)
     lab.add_parser(sub)
+    reference.add_parser(sub)
 
     topics = sub.add_parser("topics", help="create, list, describe and delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)

@@ -1,0 +1,48 @@
+"""Apache Kafka's own jars for the tests that run Kafka next to Strandline.
+
+:func:`kafka_lines_or_skip` fetches every Kafka line (once, into ~/.cache/strandline) when a test
+module is collected, or skips the whole module with one line. Where Maven Central cannot be
+reached at all (no network), the tests skip, under CI=true too: nothing on the machine is missing,
+and the jars cannot be had. Any other failure to
+fetch (no Maven, an artifact refused, a broken cache) is a missing prerequisite: a skip
+elsewhere, a failure under CI=true (.ci/run).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from strandline.reference import KafkaDist, KafkaFetchError, ensure_kafka
+
+#: The Kafka lines every Kafka test runs with: 3.9 (ZooKeeper) and the newest 4.x the pom pins.
+LINES = ("3.9", "4")
+
+
+def kafka_lines_or_skip() -> dict[str, KafkaDist | str]:
+    """Each line's Kafka, for a test module's top level: the module skips (one line) when it cannot
+    be had. Under CI=true, unless Maven Central cannot be reached at all, a line that could not be
+    fetched maps to the reason instead, and :func:`dist` fails each test that needs it (the other
+    modules still run)."""
+    dists: dict[str, KafkaDist | str] = {}
+    for line in LINES:
+        try:
+            dists[line] = ensure_kafka(line)
+        except KafkaFetchError as exc:
+            if exc.unreachable:
+                pytest.skip(f"Maven Central cannot be reached, so Kafka {line}'s jars cannot be fetched: {exc}",
+                            allow_module_level=True)
+            reason = f"Kafka {line}'s jars could not be fetched: {exc}"
+            if os.environ.get("CI") != "true":
+                pytest.skip(reason, allow_module_level=True)
+            dists[line] = f"{reason} (CI=true: the suite's prerequisites must be installed)"
+    return dists
+
+
+def dist(dists: dict[str, KafkaDist | str], line: str) -> KafkaDist:
+    """The line's Kafka; the test fails with the fetch's reason where it could not be had (CI=true)."""
+    value = dists[line]
+    if isinstance(value, str):
+        pytest.fail(value, pytrace=False)
+    return value
