@@ -105,9 +105,14 @@ def test_each_broker_shows_its_process_and_its_garbage_collector(op):
 
 def test_produced_records_are_counted_once_by_their_leaders(op):
     create_topic(op, "counted", partitions=3, min_isr=2)
-    # each broker counts the partitions it holds a replica of (the 3 of counted, with replication factor 3)
-    held = replicas_held(op)
-    assert all(held[b] >= 3 for b in (1, 2, 3)), held
+    # each broker counts the partitions it holds a replica of (the 3 of counted, with replication factor 3);
+    # the broker asked for metadata may hear of the new topic a moment after the controller answered
+    held: dict[int, int] = {}
+
+    def every_broker_holds_three() -> bool:
+        held.update(replicas_held(op))
+        return all(held[b] >= 3 for b in (1, 2, 3))
+    poll_until(every_broker_holds_three, 10, message="the new topic's replicas in the metadata")
     poll_until(lambda: {b: sample(op, b, "kafka_server_replicamanager_partitioncount") for b in (1, 2, 3)} == held,
                10, message=f"partition counts {held}")
     before = sum(value(op, b, "kafka_server_brokertopicmetrics_messagesin_total", topic="counted") for b in (1, 2, 3))
