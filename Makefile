@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test test-unit bench lab kcat browser nftables iproute2 maven clean
+.PHONY: run test test-unit lint bench lab kcat browser nftables iproute2 maven clean
 
 # A test prerequisite that could not be installed fails `make test` under CI=true (.ci/run sets
 # it); elsewhere its tests skip, each saying why. $(call require,COMMAND,PACKAGE)
@@ -24,6 +24,14 @@ $(VENV)/.installed: $(VENV)/.python-ok pyproject.toml
 $(VENV)/.test-installed: $(VENV)/.installed pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $@
+
+$(VENV)/.lint-installed: $(VENV)/.installed pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[lint]'
+	@touch $@
+
+# ruff: pyflakes, bugbear and complexity, configured in pyproject.toml
+lint: $(VENV)/.lint-installed
+	$(BIN)/ruff check --no-cache .
 
 run: $(VENV)/.installed
 	$(BIN)/strandline up $(ARGS)

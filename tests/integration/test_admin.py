@@ -265,7 +265,7 @@ def test_describe_log_dirs_reports_each_replica(cluster, admin):
 
     name = new_topic(admin, partitions=1, rf=3)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
-    for i in range(50):
+    for _i in range(50):
         producer.produce(name, b"v" * 100, partition=0)
     assert producer.flush(30) == 0
     client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)

@@ -106,7 +106,7 @@ def test_internal_topics_wait_for_enough_brokers_then_get_three_replicas(fc):
     poll_until(lambda: sorted(b.node_id for b in metadata(fc, 1, []).brokers) == [1, 2, 3], 30,
                message="broker 1 sees broker 3 back")
     for key_type in (0, 1):
-        poll_until(lambda: find_coordinator(fc, 1, key_type).error_code == ErrorCode.none, 30,
+        poll_until(lambda: find_coordinator(fc, 1, key_type).error_code == ErrorCode.none, 30,  # noqa: B023
                    message=f"a coordinator for key type {key_type}")
     for topic in metadata(fc, 1, names).topics:
         assert topic.error_code == ErrorCode.none and len(topic.partitions) == 3, topic

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import Cluster, free_ports, pid_alive, poll_until, run_cli
+from tests.conftest import Cluster, free_ports, pid_alive, run_cli
 
 pytestmark = pytest.mark.integration
 

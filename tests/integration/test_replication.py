@@ -53,7 +53,7 @@ def test_acks_all_records_are_byte_identical_on_every_replica(rf3):
     assert producer.flush(60) == 0
     assert not errors and len(acked) == 6000
     for partition in range(3):
-        poll_until(lambda: replicas_identical(rf3, "same", partition), 30,
+        poll_until(lambda: replicas_identical(rf3, "same", partition), 30,  # noqa: B023
                    message=f"identical replicas of same-{partition}")
     got = consume(rf3.bootstrap, "same", 3, 6000)
     assert sorted(v for _, _, v in got) == sorted(acked)

@@ -324,7 +324,7 @@ def test_sigkill_of_the_coordinator_and_of_a_leader_in_the_middle_of_commits(clu
     assert not worker.is_alive()
     seen = read_all(cluster.bootstrap, {topic: 3}, "read_committed", timeout_s=60)
     per_round: dict[int, int] = {}
-    for (_, p), values in seen.items():
+    for (_, _p), values in seen.items():
         assert [int(v) for v in values] == sorted(int(v) for v in values)          # in order
         for v in values:
             per_round[int(v)] = per_round.get(int(v), 0) + 1
@@ -444,7 +444,7 @@ def test_a_consume_transform_produce_process_sigkilled_20_times_gives_every_inpu
                 seen = "any"
             else:                                            # after some commits, anywhere in the loop
                 wanted = rng.randint(1, 3)
-                seen = worker.until(lambda line: line.startswith("COMMITTED") and int(line.split()[1]) + 1 >= wanted,
+                seen = worker.until(lambda line: line.startswith("COMMITTED") and int(line.split()[1]) + 1 >= wanted,  # noqa: B023
                                     deadline)
                 worker.until(lambda line: False, time.monotonic() + rng.uniform(0, 0.2))
             assert seen is not None, f"kill {kill} (mode {mode}): the worker never got there, seed {seed}"

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from strandline.broker.authorizer import AclAuthorizer
-from strandline.broker.config import BrokerConfig
-from strandline.broker.effects import Send, ZkRequest
-from strandline.broker.outbox import Outbox
+from strandline.core.config import BrokerConfig
+from strandline.core.effects import Send, ZkRequest
+from strandline.core.outbox import Outbox
 from strandline.coordination.cluster_state import read_acls
 from strandline.coordination.store import Create
 from strandline.coordination.acl_znodes import ACL_PATHS, AclChangeNotificationZNode, AclZNode

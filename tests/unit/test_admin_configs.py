@@ -11,7 +11,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.dynamic_config import CHANGE_EXPIRATION_MS
-from strandline.broker.effects import ZkRequest
+from strandline.core.effects import ZkRequest
 from strandline.coordination.store import Create, GetChildren, GetData, OpResult, ZkError
 from strandline.sim.cluster import SimCluster
 from tests.unit.batches import keyed_batch, make_batch

@@ -16,9 +16,9 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from strandline.broker.broker import Broker
-from strandline.broker.config import BrokerConfig
+from strandline.core.config import BrokerConfig
 from strandline.coordination.cluster_state import read_cluster_state
-from strandline.broker.effects import Close, Log, ReadClusterState, Send, ZkRequest
+from strandline.core.effects import Close, LogLine, ReadClusterState, Send, ZkRequest
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
 from strandline.protocol.api import build
@@ -41,7 +41,7 @@ class Harness:
         self.brokers = {b: BrokerInfo(b, "127.0.0.1", 9091 + b) for b in brokers}
         self.correlation = 0
         self.sent: dict[int, list] = {}
-        self.logs: list[Log] = []
+        self.logs: list[LogLine] = []
         self.run(self.broker.load_metadata("cluster", self.brokers, {}, 1, 1, self.now))
 
     def run(self, effects):
@@ -57,7 +57,7 @@ class Harness:
                 pending.extend(self.broker.on_zk_result(effect.token, (self.brokers, topics, {}, None), self.now))
             elif isinstance(effect, (Send, Close)):
                 self.sent.setdefault(effect.conn_id, []).append(effect)
-            elif isinstance(effect, Log):
+            elif isinstance(effect, LogLine):
                 self.logs.append(effect)
 
     def frame(self, api_key, version, body) -> bytes:
@@ -360,7 +360,7 @@ def test_the_high_watermark_checkpoint_is_not_written_before_a_partition_has_rea
     and learns its partitions; meanwhile the 5 s checkpoint task wrote an empty
     replication-offset-checkpoint, erasing every high watermark before anything had read it. It
     starts once a partition has been opened (Kafka: at the first LeaderAndIsr)."""
-    from strandline.broker.effects import WriteCheckpoint
+    from strandline.core.effects import WriteCheckpoint
     from strandline.log import checkpoint
 
     disk = MemoryDisk()
@@ -392,7 +392,7 @@ def test_the_high_watermark_checkpoint_is_not_written_before_a_partition_has_rea
 def test_a_deleted_log_has_its_checkpoint_entries_rewritten_at_the_next_tick():
     """Kafka checkpoints a log dir when it deletes a log: an entry left behind would apply to a log
     created again under the same name after a crash (a stale log start empties it)."""
-    from strandline.broker.effects import WriteCheckpoint
+    from strandline.core.effects import WriteCheckpoint
 
     disk = MemoryDisk()
     config = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "zk:2181",

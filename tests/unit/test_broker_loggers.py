@@ -8,7 +8,7 @@ import logging
 import pytest
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import SetLoggerLevel
+from strandline.core.effects import SetLoggerLevel
 from strandline.broker.loggers import DYNAMIC_BROKER_LOGGER_CONFIG
 from strandline.runtime.loggers import current_loggers, register_level_names, set_logger_level
 from tests.unit.test_broker_core import Harness

@@ -12,7 +12,7 @@ import pytest
 from strandline.protocol.old_versions import request_schema as load_request_schema  # kio's, and the versions kio lacks
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Close, Send, ZkRequest
+from strandline.core.effects import Close, Send, ZkRequest
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import zk_layout
 from strandline.coordination import znodes

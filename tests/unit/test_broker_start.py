@@ -13,8 +13,8 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.broker import Broker
-from strandline.broker.config import BrokerConfig
-from strandline.broker.effects import Send
+from strandline.core.config import BrokerConfig
+from strandline.core.effects import Send
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager

@@ -93,7 +93,7 @@ def test_ctl_2_a_broker_listing_older_than_a_new_controllers_load_is_not_applied
     carries its number in the order it was read; an older one is not applied."""
     from kio.schema.errors import ErrorCode
 
-    from strandline.broker.effects import Log, ReadClusterState
+    from strandline.core.effects import LogLine, ReadClusterState
     from tests.unit.test_broker_core import Harness
 
     h = Harness(brokers=(1, 2, 3))
@@ -112,7 +112,7 @@ def test_ctl_2_a_broker_listing_older_than_a_new_controllers_load_is_not_applied
     _, topics = read_cluster_state(h.zk)
     h.logs.clear()
     h.run(h.broker.on_zk_result(read.token, (h.brokers, topics, {}, 2), h.now))
-    assert not [e.message for e in h.logs if isinstance(e, Log) and "gone [3]" in e.message]
+    assert not [e.message for e in h.logs if isinstance(e, LogLine) and "gone [3]" in e.message]
     assert znodes.TopicPartitionStateZNode.decode(h.zk.nodes[state_path][0]).leader == 3
     assert sorted(h.broker.controller.ctx.live_brokers) == [1, 2, 3]
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from strandline.broker.config import BrokerConfig, ConfigError, parse_properties, parse_topic_configs
+from strandline.core.config import BrokerConfig, ConfigError, parse_properties, parse_topic_configs
 
 
 def cfg(**extra):
@@ -117,7 +117,7 @@ def test_strandline_up_gives_small_clusters_internal_topics_they_can_create(brok
     to 1), and leaves Kafka's default 3 otherwise; an --override still wins."""
     from pathlib import Path
 
-    from strandline.broker.config import load_broker_config
+    from strandline.core.config import load_broker_config
     from strandline.runtime.cluster import broker_properties
 
     text = broker_properties(1, 9092, Path("/data/logs"), "127.0.0.1:2181", cluster_size=brokers)

@@ -239,7 +239,7 @@ def test_a_broker_that_learns_of_its_new_registration_after_the_controller_gets_
     assert told == [registration(c, target)] and core.broker_epoch != told[0]
     assert all(target not in c.state(TOPIC, p).isr for p in range(PARTITIONS))
     del core.on_registered
-    c._apply(node, core.on_registered(told[0], c._at(node)))
+    c.apply(node, core.on_registered(told[0], c.clock_of(node)))
     c.advance(3000)
     assert all(set(c.state(TOPIC, p).isr) == {1, 2, 3} for p in range(PARTITIONS))
     leaders = {p: c.state(TOPIC, p) for p in range(PARTITIONS)}

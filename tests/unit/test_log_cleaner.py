@@ -47,7 +47,7 @@ def latest(expected: list[tuple[int, bytes | None, bytes | None]], below: int) -
     """What compaction must keep of ``expected`` below ``below``: the newest record of each key, in
     offset order, then everything from ``below`` on."""
     newest = {}
-    for offset, key, value in expected:
+    for offset, key, _value in expected:
         if offset < below:
             newest[key] = offset
     return [r for r in expected if r[0] >= below or newest[r[1]] == r[0]]

@@ -24,7 +24,7 @@ from kafka.protocol.old.produce import ProduceRequest_v0, ProduceRequest_v1, Pro
 from kafka.protocol.old.produce import ProduceResponse_v0, ProduceResponse_v1, ProduceResponse_v2, ProduceResponse_v3
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Send
+from strandline.core.effects import Send
 from strandline.protocol.api import SUPPORTED
 from strandline.protocol.legacy_records import UnsupportedCompression, down_convert, up_convert
 from strandline.protocol.records import crc_ok, iter_batches, iter_records

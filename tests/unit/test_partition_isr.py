@@ -17,7 +17,7 @@ LAG = 10_000
 def leader(isr=(1, 2, 3), now=0, preload=0) -> Partition:
     log = Log.open(MemoryDisk(), "/logs/t-0", "t", 0, LogConfig(), needs_recovery=False)
     p = Partition("t", 0, 1, log, replica_lag_time_max_ms=LAG)
-    for i in range(preload):
+    for _i in range(preload):
         log.append_as_leader(make_batch([b"old"]), 0, now)
     p.make_leader(LeaderAndIsr(1, 1, tuple(isr)), (1, 2, 3), now)
     return p

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Close, Send
+from strandline.core.effects import Close, Send
 from strandline.protocol import control
 from strandline.protocol.frames import ProtocolError
 from tests.unit.test_broker_core import Harness

@@ -101,9 +101,9 @@ def test_fetch_random_bodies_byte_identical_to_kio(version):
     header = RequestHeader(1, version, 1, None)
     for _ in range(40):
         topics = []
-        for t in range(rng.randrange(0, 4)):
+        for _t in range(rng.randrange(0, 4)):
             parts = []
-            for p in range(rng.randrange(0, 5)):
+            for _p in range(rng.randrange(0, 5)):
                 records = rng.choice([b"", None, BLOB[:rng.randrange(0, 3000)],
                                       [BLOB[:rng.randrange(0, 200)] for _ in range(rng.randrange(0, 4))]])
                 aborted = rng.choice([None, [], [(rng.randrange(2**40), rng.randrange(2**40))]])

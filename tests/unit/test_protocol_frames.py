@@ -48,7 +48,7 @@ def test_random_splits():
     rng = random.Random(1)
     for _ in range(60):
         choices = rng.sample((1, 2, 3, 4, 5, 7, 100, 4096, 65536), 3)
-        assert feed_in(FrameDecoder(1 << 20), STREAM, lambda: rng.choice(choices)) == PAYLOADS
+        assert feed_in(FrameDecoder(1 << 20), STREAM, lambda: rng.choice(choices)) == PAYLOADS  # noqa: B023
 
 
 def test_every_single_split_point():

@@ -19,7 +19,7 @@ from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTuple
 from kio.serial.readers import tz_aware_from_i64
 from kio.static.constants import uuid_zero
 
-from strandline.broker.effects import Close
+from strandline.core.effects import Close
 from strandline.protocol.api import SUPPORTED, UnsupportedApiVersions, api_name, decode_request
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 

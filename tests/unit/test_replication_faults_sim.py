@@ -475,7 +475,7 @@ def test_ctl_4_a_control_request_addressed_to_a_broker_that_restarted_meanwhile_
     assert produce(c, 2, "k", [b"m1"]).error_code == ErrorCode.none
     node = c.brokers[3]
     c.cut_link(1, 3)                                          # the controller's requests wait...
-    c._apply(node, node.core.begin_controlled_shutdown(c._at(node)))
+    c.apply(node, node.core.begin_controlled_shutdown(c.clock_of(node)))
     c.advance(50)
     c.bounce(3, lose_unflushed=False)                         # ...and the broker restarts meanwhile
     c.heal_link(1, 3)
@@ -522,7 +522,7 @@ def test_ctl_4_a_controller_deposed_while_it_reads_partition_states_writes_nothi
         return next(faults, None) if reads(b, ops) else None
     fired = inject(c, fault)
     node = c.brokers[3]
-    c._apply(node, node.core.begin_controlled_shutdown(c._at(node)))   # controller 1 reads z-0 to move it...
+    c.apply(node, node.core.begin_controlled_shutdown(c.clock_of(node)))   # controller 1 reads z-0 to move it...
     c.advance(10)
     assert fired == [(1, ("reply-delayed", 300))]
     c.expire_session(1)                                       # ...and loses office meanwhile
@@ -632,7 +632,7 @@ def test_ctl_9_a_controlled_shutdown_finished_after_the_broker_restarted_does_no
     assert produce(c, 1, "s", [b"m0"]).error_code == ErrorCode.none
     fired = inject(c, lambda b, ops: ("reply-delayed", 300) if state_write(1, "s")(b, ops) else None)
     node = c.brokers[2]
-    c._apply(node, node.core.begin_controlled_shutdown(c.now))
+    c.apply(node, node.core.begin_controlled_shutdown(c.now))
     c.advance(20)                                   # the controller is writing 2 out of the ISR
     assert fired == [(1, ("reply-delayed", 300))]
     c.bounce(2, lose_unflushed=False)               # and 2 is back before it has finished

@@ -404,7 +404,7 @@ def test_ctl_9_controlled_shutdown_moves_leadership_before_the_broker_stops():
     create(c, "cs", [2, 3, 1], min_isr=2, partitions=2)
     assert produce(c, 2, "cs", [b"m1"]).error_code == ErrorCode.none
     node = c.brokers[2]
-    c._apply(node, node.core.begin_controlled_shutdown(c.now))
+    c.apply(node, node.core.begin_controlled_shutdown(c.now))
     c.advance(10)
     assert node.core.controlled_shutdown_done
     state = c.state("cs")
@@ -436,7 +436,7 @@ def test_ctl_9_leaderships_move_first_and_the_stopping_broker_is_taken_back_into
 
     c.zk_fault = watch
     node = c.brokers[2]
-    c._apply(node, node.core.begin_controlled_shutdown(c.now))
+    c.apply(node, node.core.begin_controlled_shutdown(c.now))
     c.advance(10)
     assert node.core.controlled_shutdown_done
     assert writes == [{"led"}, {"followed"}]
@@ -458,7 +458,7 @@ def test_ctl_9_a_partition_no_one_else_can_lead_yet_is_reported_and_retried():
     c.advance(LAG_MS + 600)
     assert c.state("solo").isr == (2,)
     node = c.brokers[2]
-    c._apply(node, node.core.begin_controlled_shutdown(c.now))
+    c.apply(node, node.core.begin_controlled_shutdown(c.now))
     c.advance(10)
     assert not node.core.controlled_shutdown_done                # retrying
     c.advance(200)
@@ -474,7 +474,7 @@ def test_ctl_9_a_single_replica_or_a_last_survivor_does_not_wait():
     c.crash(1, lose_unflushed=False)
     c.settle()
     node = c.brokers[2]
-    c._apply(node, node.core.begin_controlled_shutdown(c.now))
+    c.apply(node, node.core.begin_controlled_shutdown(c.now))
     c.advance(10)
     assert node.core.controlled_shutdown_done
 
@@ -572,7 +572,7 @@ def test_a_broker_keeps_what_the_controller_told_it_before_it_finished_starting(
     c.start(3)
     c.settle()
     assert sorted(core.metadata.brokers) == [1, 2, 3]
-    c._apply(node, core.load_metadata("sim-cluster", stale, {}, 1, 1, c.now))
+    c.apply(node, core.load_metadata("sim-cluster", stale, {}, 1, 1, c.now))
     assert sorted(core.metadata.brokers) == [1, 2, 3]
 
 

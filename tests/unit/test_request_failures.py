@@ -10,7 +10,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Close, Log, Send
+from strandline.core.effects import Close, LogLine, Send
 from strandline.errors import BrokenInvariant
 from strandline.log.checkpoint import MalformedCheckpoint
 from strandline.log.txn_index import CorruptIndexError
@@ -70,7 +70,7 @@ def test_an_error_in_a_handler_answers_unknown_server_error_and_the_broker_serve
             {"name": "t", "partitions": [{"partition_index": 0, "timestamp": -1},
                                          {"partition_index": 1, "timestamp": -1}]}]})
     effects = h.broker.handle_request(3, frame, h.now)
-    logs = [e for e in effects if isinstance(e, Log)]
+    logs = [e for e in effects if isinstance(e, LogLine)]
     assert len(logs) == 1 and logs[0].level == "error" and logs[0].kind == "request failed"
     assert "Boom: a handler's bug (at test_request_failures.py" in logs[0].message
     (send,) = [e for e in effects if isinstance(e, Send)]
@@ -99,7 +99,7 @@ def test_a_failed_acks_0_produce_closes_its_connection():
     frame = request_frame(PRODUCE, 7, body={"transactional_id": None, "acks": 0, "timeout": 1000, "topic_data": [
         {"name": "t", "partition_data": [{"index": 0, "records": b""}]}]})
     effects = h.broker.handle_request(3, frame, h.now)
-    assert [type(e) for e in effects] == [Log, Close]
+    assert [type(e) for e in effects] == [LogLine, Close]
 
 
 @pytest.mark.parametrize("exc", [BrokenInvariant("segments overlap"), OSError(5, "Input/output error"),

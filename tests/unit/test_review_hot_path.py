@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from strandline.broker.broker import Broker
-from strandline.broker.config import BrokerConfig
+from strandline.core.config import BrokerConfig
 from strandline.log.manager import LogManager
 from strandline.runtime.disk import OsDisk
 from strandline.sim.zookeeper import MemoryZooKeeper
@@ -87,9 +87,10 @@ def unknown_error_fetch_answer(correlation_id: int) -> bytes:
 def test_the_fetch_reader_refuses_what_kio_refuses():
     from strandline.protocol import api
     from strandline.protocol.api import ApiKey
+    from strandline.protocol.frames import ProtocolError
     from strandline.protocol.hot_readers import decode_fetch_response
     frame = unknown_error_fetch_answer(7)
-    with pytest.raises(Exception):
+    with pytest.raises(ProtocolError):
         api.decode_response(ApiKey.FETCH, 11, frame)       # kio: not a valid ErrorCode
     assert decode_fetch_response(frame) is None
 
@@ -97,13 +98,13 @@ def test_the_fetch_reader_refuses_what_kio_refuses():
 def test_a_fetch_answer_with_an_unknown_error_code_backs_the_fetcher_off_instead_of_raising():
     """With kio the follower logs 'Bad FETCH answer' and backs off; the hand reader hands the raw
     code on and ErrorCode(9999) raises out of the core (the shell stops the broker)."""
-    from strandline.broker.effects import BrokerSend
+    from strandline.core.effects import BrokerSend
     h = Harness(brokers=(1, 2))
     sends = []
     run = h.run
 
     def capture(effects):
-        from strandline.broker.effects import ReadClusterState, ZkRequest
+        from strandline.core.effects import ReadClusterState, ZkRequest
         from strandline.coordination.cluster_state import read_cluster_state
         pending = list(effects)
         while pending:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from strandline.broker.effects import WriteCheckpoint, ZkRequest
+from strandline.core.effects import WriteCheckpoint, ZkRequest
 from strandline.coordination.store import GetData, ZkError
 from strandline.runtime.server import BrokerShell, Stopper
 from strandline.runtime.zk import KazooStore
@@ -222,7 +222,7 @@ def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, 
     """FlushFiles: the fsyncs run on a worker thread while the loop goes on, each file opened by its
     path when its turn comes (one the log closed meanwhile is still flushed; one deleted is
     skipped, its directory synced); then the core hears of it on the loop, in the order given."""
-    from strandline.broker.effects import FlushFiles
+    from strandline.core.effects import FlushFiles
     from strandline.runtime.disk import OsFile
 
     started, release = threading.Event(), threading.Event()
@@ -279,7 +279,7 @@ def test_a_rolled_segment_is_flushed_off_the_event_loop_then_reported(tmp_path, 
 def test_a_segment_flush_that_fails_stops_the_broker_with_one_line(tmp_path, monkeypatch, caplog, fails):
     """An I/O error, or no descriptor left to open the file with (EMFILE), is not a deleted file:
     the broker stops rather than report the segment durable."""
-    from strandline.broker.effects import FlushFiles
+    from strandline.core.effects import FlushFiles
     from strandline.runtime.disk import OsFile
 
     f = OsFile(str(tmp_path / "0.log"))

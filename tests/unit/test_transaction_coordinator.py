@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.config import BrokerConfig
+from strandline.core.config import BrokerConfig
 from strandline.protocol.records import iter_batches, iter_records, read_header
 from strandline.transaction import records as rec
 from strandline.transaction.coordinator import TransactionCoordinator

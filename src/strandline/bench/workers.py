@@ -85,7 +85,7 @@ def run_workers(target: Callable[..., None], jobs: list[tuple], verb: str, progr
                 msg = None
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
-                    raise StrandlineError(f"a {verb} worker stopped with exit code {dead[0].exitcode}")
+                    raise StrandlineError(f"a {verb} worker stopped with exit code {dead[0].exitcode}") from None
             if msg is not None:
                 if msg[0] == "window":
                     outcome.total.add(msg[2])
@@ -122,7 +122,7 @@ def _get(q: Any, procs: list, deadline: float) -> tuple:
         except queue_module.Empty:
             dead = [p for p in procs if p.exitcode not in (None, 0)]
             if dead:
-                raise StrandlineError(f"a worker stopped with exit code {dead[0].exitcode} before it was ready")
+                raise StrandlineError(f"a worker stopped with exit code {dead[0].exitcode} before it was ready") from None
             if time.monotonic() > deadline:
                 raise StrandlineError("the workers were not ready in time") from None
             continue

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.authorizer import AclAuthorizer
-from strandline.broker.effects import Send
+from strandline.core.effects import Send
 from strandline.broker.wire import response
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache

@@ -33,7 +33,7 @@ from strandline.broker.admin_apis import AdminApis
 from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.config_apis import ConfigApis
-from strandline.broker.effects import Close, Log, Send
+from strandline.core.effects import Close, LogLine, Send
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.log_apis import LogApis
 from strandline.broker.producer_ids import ProducerIdManager
@@ -143,7 +143,7 @@ class KafkaApis:
             header = request = None
         where = describe_exception(exc)
         what = api.api_name(header.api_key) + f" v{header.api_version}" if header is not None else "a request"
-        line = Log("error", f"Error handling {what} of connection {conn_id}: {where}", kind="request failed")
+        line = LogLine("error", f"Error handling {what} of connection {conn_id}: {where}", kind="request failed")
         if header is None or (header.api_key == ApiKey.PRODUCE and getattr(request, "acks", None) == 0):
             return [line, Close(conn_id, f"handling the request failed: {where}")]
         answer = api.error_response(header, request, ErrorCode.unknown_server_error)

@@ -20,9 +20,9 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.config import ACL_AUTHORIZERS
-from strandline.broker.effects import Log
-from strandline.broker.outbox import Outbox
+from strandline.core.config import ACL_AUTHORIZERS
+from strandline.core.effects import LogLine
+from strandline.core.outbox import Outbox
 from strandline.broker.wire import response
 from strandline.coordination.store import Create, Delete, GetData, SetData, ZkError
 from strandline.coordination.acl_znodes import AclChangeNotificationZNode, AclZNode
@@ -119,7 +119,7 @@ class AclAuthorizer:
                 try:
                     patterns[AclChangeNotificationZNode.decode(root, result.data, child)] = None
                 except ValueError as exc:
-                    effects.append(Log("warning", f"Ignoring ACL change notification {child}: {exc}"))
+                    effects.append(LogLine("warning", f"Ignoring ACL change notification {child}: {exc}"))
                 if result.ctime_ms and when_ms - result.ctime_ms > CHANGE_EXPIRATION_MS:
                     expired.append(Delete(f"{root}/{child}"))
             if expired:
@@ -144,11 +144,11 @@ class AclAuthorizer:
                     try:
                         self.cache.set(pattern, AclZNode.decode(result.data, AclZNode.path(pattern)))
                     except ValueError as exc:
-                        effects.append(Log("warning", f"Ignoring the ACLs of {AclZNode.path(pattern)}: {exc}"))
+                        effects.append(LogLine("warning", f"Ignoring the ACLs of {AclZNode.path(pattern)}: {exc}"))
                 else:
                     unread.append(pattern)
             if unread:              # read again shortly, as Kafka retries until ZooKeeper answers
-                effects.append(Log("warning", f"Could not read the ACLs of {len(unread)} resource(s) from ZooKeeper "
+                effects.append(LogLine("warning", f"Could not read the ACLs of {len(unread)} resource(s) from ZooKeeper "
                                               f"({results[0].error.name}); trying again"))
                 effects.extend(self.outbox.after(when_ms + RETRY_MS, lambda t: [self._reload(unread)]))
             return effects
@@ -258,12 +258,12 @@ class AclAuthorizer:
 
         def finisher(pattern: ResourcePattern) -> Callable[[ErrorCode, str | None, frozenset, int], list]:
             def done(code: ErrorCode, message: str | None, _: frozenset, when_ms: int) -> list:
-                for i, entry in wanted[pattern]:
+                for i, _entry in wanted[pattern]:
                     results[i] = {"error_code": code, "error_message": message}
                 pending.discard(pattern)
                 out: list = []
                 if code is ErrorCode.none:
-                    out.append(Log("info", f"Added ACLs for {AclZNode.path(pattern)}: " + ", ".join(
+                    out.append(LogLine("info", f"Added ACLs for {AclZNode.path(pattern)}: " + ", ".join(
                         f"{e.permission.name} {e.principal} {e.operation.name} from {e.host}"
                         for _, e in wanted[pattern])))
                 return out + (respond() if not pending else [])

@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
-from strandline.broker.outbox import Outbox
+from strandline.core.effects import LogLine
+from strandline.core.outbox import Outbox
 from strandline.controller.context import TopicCreated
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
@@ -78,7 +78,7 @@ class AutoTopicCreationManager:
         message = (f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' for "
                    f"the topic '{name}' (configured via '{REPLICATION_KEYS.get(name, 'default.replication.factor')}'). "
                    "This error can be ignored if the cluster is starting up and not all brokers are up yet.")
-        said = [] if name in self._too_few else [Log("warning", message)]
+        said = [] if name in self._too_few else [LogLine("warning", message)]
         self._too_few.add(name)
         return said + done(ErrorCode.invalid_replication_factor, message, now_ms)
 

@@ -11,8 +11,8 @@ It builds the components, each owning its state, and wires them through a few na
 
 ``Broker`` never touches a socket, a clock or ZooKeeper itself. The shell (``runtime/``) or the
 simulator (``sim/``) feeds it events with the current time and carries out the effects it returns
-(:mod:`strandline.broker.effects`); answers to what a component asked for come back through the
-shared :class:`~strandline.broker.outbox.Outbox`. Every transition runs to completion without
+(:mod:`strandline.core.effects`); answers to what a component asked for come back through the
+shared :class:`~strandline.core.outbox.Outbox`. Every transition runs to completion without
 awaiting, so no locks are needed.
 """
 
@@ -29,13 +29,13 @@ from strandline.broker.apis import KafkaApis
 from strandline.broker.log_apis import LogApis
 from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
-from strandline.broker.config import BrokerConfig
+from strandline.core.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
 from strandline.broker.loggers import BrokerLoggers
 from strandline.broker.dynamic_config import DynamicConfigManager
-from strandline.broker.effects import FlushFiles, Log, WriteCheckpoint
+from strandline.core.effects import FlushFiles, LogLine, WriteCheckpoint
 from strandline.broker.group_apis import GroupApis
-from strandline.broker.outbox import Outbox
+from strandline.core.outbox import Outbox
 from strandline.broker.producer_ids import ProducerIdManager
 from strandline.broker.shutdown import ControlledShutdown
 from strandline.broker.txn_apis import TXN_TOPIC, TransactionMarkers, TransactionStateTopic, TxnApis
@@ -212,7 +212,7 @@ class Broker:
         self.replica_manager.connection_closed(conn_id)
 
     def on_files_flushed(self, token: int, now_ms: int) -> list:
-        """The :class:`~strandline.broker.effects.FlushFiles` ``token`` is done: the log's recovery
+        """The :class:`~strandline.core.effects.FlushFiles` ``token`` is done: the log's recovery
         point passes the rolled segment."""
         self.logs.roll_flushed(token)
         return []
@@ -221,7 +221,7 @@ class Broker:
         return self.outbox.on_zk_result(token, results, now_ms)
 
     def on_broker_response(self, token: int, frame: bytes | None, now_ms: int) -> list:
-        """The answer to a :class:`~strandline.broker.effects.BrokerSend` (None: no answer)."""
+        """The answer to a :class:`~strandline.core.effects.BrokerSend` (None: no answer)."""
         return self.outbox.on_broker_response(token, frame, now_ms)
 
     def on_controller_changed(self, controller_id: int | None, now_ms: int) -> list:
@@ -251,7 +251,7 @@ class Broker:
         try:
             moves = znodes.ReassignPartitionsZNode.decode(data)
         except ValueError as exc:
-            return [Log("warning", f"Ignoring {znodes.ReassignPartitionsZNode.path()}: {exc}")]
+            return [LogLine("warning", f"Ignoring {znodes.ReassignPartitionsZNode.path()}: {exc}")]
         return self.controller.on_reassign_partitions_node(moves, now_ms)
 
     def on_acl_changes(self, root: str, children: list[str], now_ms: int) -> list:
@@ -264,7 +264,7 @@ class Broker:
 
     def _topic_config_changed(self, name: str, configs: dict, now_ms: int) -> list:
         self.replica_manager.update_topic_configs(name, configs)
-        return [Log("info", f"Topic {name} config now {configs or '(broker defaults)'}")] + \
+        return [LogLine("info", f"Topic {name} config now {configs or '(broker defaults)'}")] + \
             self.controller.on_topic_config_changed(name, configs, now_ms)
 
     def _configure_cleaner(self) -> None:
@@ -294,9 +294,9 @@ class Broker:
         def written(results: list, when_ms: int) -> list:
             error = results[0].error
             if error is ZkError.NONE:
-                return [Log("info", f"Updated broker {self.broker_id} at path {path} with addresses: "
+                return [LogLine("info", f"Updated broker {self.broker_id} at path {path} with addresses: "
                                     f"{adv.name}://{adv.host}:{adv.port}")]
-            return [Log("warning", f"Could not update broker {self.broker_id} at path {path}: {error.name}; "
+            return [LogLine("warning", f"Could not update broker {self.broker_id} at path {path}: {error.name}; "
                                    f"the new address is registered when the broker next registers")]
 
         return [self.outbox.zk([SetData(path, data)], written)]
@@ -340,7 +340,7 @@ class Broker:
         effects.extend(FlushFiles(f.paths, f.token) for f in self.logs.take_roll_flushes())
         effects.extend(_written(self.logs.take_checkpoints_due()))
         if self.logs.started:
-            effects.extend(Log("info", line) for line in self.cleaner.tick(now_ms, self._high_watermark_of))
+            effects.extend(LogLine("info", line) for line in self.cleaner.tick(now_ms, self._high_watermark_of))
             effects.extend(_written(self.cleaner.take_checkpoint_writes()))
         return effects
 
@@ -357,7 +357,7 @@ class Broker:
             deleted = self.logs.cleanup(now_ms, {k: p.high_watermark for k, p in replicas.partitions.items()})
             if deleted:
                 self.replica_manager.note_state_change()      # log start offsets moved
-                return [Log("info", f"Retention deleted {deleted} log segment(s)")]
+                return [LogLine("info", f"Retention deleted {deleted} log segment(s)")]
         elif name == "log-flush":
             self.logs.flush_dirty(now_ms)
         elif name == "isr-expiration":

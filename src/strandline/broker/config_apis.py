@@ -17,12 +17,12 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.authorizer import AclAuthorizer
-from strandline.broker.config import (BROKER_KEYS, TOPIC_KEYS, BrokerConfig, ConfigError, config_text,
+from strandline.core.config import (BROKER_KEYS, TOPIC_KEYS, BrokerConfig, ConfigError, config_text,
                                       parse_topic_configs)
 from strandline.broker.dynamic_config import DEFAULT_ENTITY, describe_broker, describe_topic, validate_broker_update
-from strandline.broker.effects import Log
+from strandline.core.effects import LogLine
 from strandline.broker.loggers import BrokerLoggers, LoggerRefused
-from strandline.broker.outbox import Outbox
+from strandline.core.outbox import Outbox
 from strandline.broker.wire import response
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, topic_name_error
@@ -361,7 +361,7 @@ class ConfigApis:
                 error = written[0].error
                 if error is ZkError.NONE:
                     shown = ", ".join(f"{k}={v}" for k, v in sorted(props.items())) or "(none)"
-                    return [Log("info", f"Updated config of {entity_type}/{name}: {shown}")] + \
+                    return [LogLine("info", f"Updated config of {entity_type}/{name}: {shown}")] + \
                         done(ErrorCode.none, None, at_ms)
                 if error in (ZkError.BAD_VERSION, ZkError.NODE_EXISTS, ZkError.NO_NODE) and attempts > 1:
                     return self._change_entity(entity_type, name, compute, check, validate_only, done, at_ms,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Callable
 
-from strandline.broker.config import (
+from strandline.core.config import (
     BROKER_KEYS,
     DYNAMIC_BROKER_KEYS,
     TOPIC_KEYS,
@@ -28,8 +28,8 @@ from strandline.broker.config import (
     config_text,
     parse_topic_configs,
 )
-from strandline.broker.effects import Log
-from strandline.broker.outbox import Outbox
+from strandline.core.effects import LogLine
+from strandline.core.outbox import Outbox
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache
 from strandline.coordination.store import Delete, GetData, ZkError
@@ -241,7 +241,7 @@ class DynamicConfigManager:
                 try:
                     entities[_NOTIFICATION.decode(result.data, child)] = None
                 except ValueError as exc:
-                    effects.append(Log("warning", f"Ignoring config change notification {child}: {exc}"))
+                    effects.append(LogLine("warning", f"Ignoring config change notification {child}: {exc}"))
                 if result.ctime_ms and when_ms - result.ctime_ms > CHANGE_EXPIRATION_MS:
                     expired.append(Delete(_NOTIFICATION.path(child)))
             if expired:
@@ -269,7 +269,7 @@ class DynamicConfigManager:
                 try:
                     configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(result.data, "topics", name))
                 except (ConfigError, ValueError) as exc:
-                    return [Log("warning", f"Ignoring bad config of topic {name}: {exc}")]
+                    return [LogLine("warning", f"Ignoring bad config of topic {name}: {exc}")]
                 return self.on_topic_config(name, configs, when_ms)
 
             return [self.outbox.zk([GetData(znodes.ConfigEntityZNode.path("topics", name))], on_topic)]
@@ -283,7 +283,7 @@ class DynamicConfigManager:
 
         def on_read(results: list, when_ms: int) -> list:
             if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in results):
-                return [Log("warning", "Could not read the dynamic broker configs from ZooKeeper "
+                return [LogLine("warning", "Could not read the dynamic broker configs from ZooKeeper "
                                        f"({', '.join(r.error.name for r in results)}); trying again")] + \
                     self.outbox.after(when_ms + RETRY_MS, self.reload_broker)
             layers = []
@@ -292,11 +292,11 @@ class DynamicConfigManager:
                     layers.append(znodes.ConfigEntityZNode.decode(result.data, "brokers", who)
                                   if result.error is ZkError.NONE else {})
                 except ValueError as exc:
-                    return [Log("warning", f"Ignoring dynamic broker configs: {exc}")]
+                    return [LogLine("warning", f"Ignoring dynamic broker configs: {exc}")]
             changed, warnings = apply_dynamic_broker_configs(self.config, layers[0], layers[1])
-            effects: list = [Log("warning", w) for w in warnings]
+            effects: list = [LogLine("warning", w) for w in warnings]
             if changed:
-                effects.append(Log("info", "Dynamic broker configs now in effect: "
+                effects.append(LogLine("info", "Dynamic broker configs now in effect: "
                                            + ", ".join(f"{k}={config_text(self.config.values[k])}"
                                                        for k in sorted(changed))))
                 effects.extend(self.on_broker_config(changed, when_ms))

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
-from strandline.broker.effects import Log
+from strandline.core.effects import LogLine
 from strandline.broker.txn_apis import TxnApis, fenced_as
 from strandline.broker.wire import duration_ms, response
 from strandline.coordination.metadata import MetadataCache
@@ -397,4 +397,4 @@ def offsets_topic_created(error: ErrorCode, message: str | None, when_ms: int) -
     few brokers alive (INVALID_REPLICATION_FACTOR), the creation manager said so."""
     if error in (ErrorCode.none, ErrorCode.topic_already_exists, ErrorCode.invalid_replication_factor):
         return []
-    return [Log("warning", f"Creating {OFFSETS_TOPIC} failed: {error.name} {message or ''}")]
+    return [LogLine("warning", f"Creating {OFFSETS_TOPIC} failed: {error.name} {message or ''}")]

@@ -2,7 +2,7 @@
 
 The core keeps the table (logger name -> its own level, or None when it inherits one); the shell
 hands it the loggers that exist when the broker starts and carries out every change as a
-:class:`~strandline.broker.effects.SetLoggerLevel` effect on its Python loggers (the simulator, whose brokers share one
+:class:`~strandline.core.effects.SetLoggerLevel` effect on its Python loggers (the simulator, whose brokers share one
 process, leaves them alone). As in Kafka the levels are not persisted: a restart starts from the
 configured ones. Levels use log4j's names; ``root`` is the root logger.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log, SetLoggerLevel
+from strandline.core.effects import LogLine, SetLoggerLevel
 
 ROOT_LOGGER = "root"
 LEVELS = ("FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE")
@@ -94,8 +94,8 @@ class BrokerLoggers:
         for op, name, level in ops:
             if op == 0:
                 self.levels[name] = level
-                effects += [Log("info", f"Updating the log level of {name} to {level}"), SetLoggerLevel(name, level)]
+                effects += [LogLine("info", f"Updating the log level of {name} to {level}"), SetLoggerLevel(name, level)]
             else:
                 self.levels[name] = None
-                effects += [Log("info", f"Unset the log level of {name}"), SetLoggerLevel(name, None)]
+                effects += [LogLine("info", f"Unset the log level of {name}"), SetLoggerLevel(name, None)]
         return effects

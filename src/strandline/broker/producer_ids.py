@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from strandline.broker.outbox import Outbox
+from strandline.core.outbox import Outbox
 from strandline.coordination import zk_layout
 from strandline.coordination.store import ZkError
 

@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
-from strandline.broker.outbox import Outbox
+from strandline.core.effects import LogLine
+from strandline.core.outbox import Outbox
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
 from strandline.protocol import control
@@ -42,13 +42,13 @@ class ControlledShutdown:
         def on_answer(answer: dict | None, when_ms: int) -> list:
             if answer is not None and answer["error_code"] == ErrorCode.none and not answer["remaining_partitions"]:
                 self.done = True
-                return [Log("info", "Controlled shutdown succeeded")]
+                return [LogLine("info", "Controlled shutdown succeeded")]
             why = "no answer" if answer is None else \
                 f"error {answer['error_code']}, {len(answer['remaining_partitions'])} partition(s) remaining"
             if retries_left <= 0:
                 self.done = True
-                return [Log("warning", f"Controlled shutdown failed ({why}); stopping anyway")]
-            return [Log("info", f"Controlled shutdown not complete ({why}); retrying")] + \
+                return [LogLine("warning", f"Controlled shutdown failed ({why}); stopping anyway")]
+            return [LogLine("info", f"Controlled shutdown not complete ({why}); retrying")] + \
                 self.outbox.after(when_ms + self.config["controlled.shutdown.retry.backoff.ms"],
                                   lambda t: self._attempt(retries_left - 1, t))
 

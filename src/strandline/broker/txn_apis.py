@@ -18,8 +18,8 @@ from kio.schema.errors import ErrorCode
 
 from strandline.broker.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
-from strandline.broker.effects import Log
-from strandline.broker.outbox import Outbox
+from strandline.core.effects import LogLine
+from strandline.core.outbox import Outbox
 from strandline.broker.wire import duration_ms, response
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.records import iter_records
@@ -356,4 +356,4 @@ def _created(error: ErrorCode, message: str | None, when_ms: int) -> list:
     manager said so."""
     if error in (ErrorCode.none, ErrorCode.topic_already_exists, ErrorCode.invalid_replication_factor):
         return []
-    return [Log("warning", f"Creating {TXN_TOPIC} failed: {error.name} {message or ''}")]
+    return [LogLine("warning", f"Creating {TXN_TOPIC} failed: {error.name} {message or ''}")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from strandline.broker.effects import Send
+from strandline.core.effects import Send
 from strandline.protocol import api
 from strandline.protocol.api import RequestHeader
 

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from strandline.broker.config import ConfigError, load_broker_config
+from strandline.core.config import ConfigError, load_broker_config
 from strandline.errors import StrandlineError
 
 #: The brokers of `strandline up` (and `make run`) with its default base port: any one that is up will do.
@@ -38,7 +38,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from strandline.broker.config import parse_override, BROKER_KEYS
+    from strandline.core.config import parse_override, BROKER_KEYS
     from strandline.runtime.cluster import run_up
 
     for item in args.override or []:

@@ -8,7 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.config import parse_override
+from strandline.core.config import parse_override
 from strandline.coordination.znodes import uuid_to_base64
 from strandline.errors import StrandlineError
 from strandline.runtime.client import KafkaConnection

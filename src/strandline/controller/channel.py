@@ -21,8 +21,8 @@ from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
-from strandline.broker.outbox import Outbox
+from strandline.core.effects import LogLine
+from strandline.core.outbox import Outbox
 from strandline.controller.context import ControllerContext
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
 from strandline.protocol import control
@@ -193,7 +193,7 @@ class ControllerChannel:
             refused = self._refused(api_key, frame) if frame is not None else None
             if refused is not None and again and ctx.broker_epochs.get(broker_id) == body["broker_epoch"]:
                 # not yet known there as the controller, or as the registration it addressed: again
-                said = [] if refusals else [Log("info", f"Broker {broker_id} refused {control.NAMES[api_key]} with "
+                said = [] if refusals else [LogLine("info", f"Broker {broker_id} refused {control.NAMES[api_key]} with "
                                                         f"{refused.name.upper()}; sending it again until it takes it")]
                 return said + self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(
                     ctx, broker_id, api_key, body, t, done, refusals + 1))
@@ -222,7 +222,7 @@ class ControllerChannel:
         try:
             answer = control.decode_response(api_key, frame)
         except Exception as exc:
-            return [Log("warning", f"Bad {control.NAMES[api_key]} response from broker {broker_id}: {exc}")]
+            return [LogLine("warning", f"Bad {control.NAMES[api_key]} response from broker {broker_id}: {exc}")]
         errors = [e for e in answer.get("partition_errors", ()) if e["error_code"]] + [
             e for t in answer.get("topics", ()) for e in t["partition_errors"] if e["error_code"]]
         if answer["error_code"] or errors:
@@ -230,7 +230,7 @@ class ControllerChannel:
             # broker that restarted since the request was addressed STALE_BROKER_EPOCH: routine
             routine = answer["error_code"] == ErrorCode.stale_broker_epoch or not answer["error_code"] and all(
                 e["error_code"] == ErrorCode.stale_controller_epoch for e in errors)
-            return [Log("info" if routine else "warning",
+            return [LogLine("info" if routine else "warning",
                         f"Broker {broker_id} answered {control.NAMES[api_key]} with error {answer['error_code']} "
                         f"{errors[:5]}{' (states it already had)' if routine else ''}")]
         return []

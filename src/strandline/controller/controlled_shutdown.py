@@ -4,21 +4,20 @@ takes it out of their ISRs, and answers with the partitions it still leads."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
+from strandline.controller.elections import PartitionElections
+from strandline.controller.office import Office
+from strandline.core.effects import LogLine
 from strandline.coordination.metadata import TopicMetadata
 from strandline.protocol import control
-
-if TYPE_CHECKING:
-    from strandline.controller.controller import Controller
 
 Key = tuple[str, int]
 
 
-def controlled_shutdown(controller: Controller, broker_id: int, broker_epoch: int, respond: Callable[[dict], list],
+def controlled_shutdown(office: Office, elections: PartitionElections, broker_id: int, broker_epoch: int, respond: Callable[[dict], list],
                         now_ms: int) -> list:
     """The controller moves a stopping broker's leaderships to other ISR members and takes it
     out of the ISRs it follows; it answers with the partitions it still leads (no other ISR
@@ -28,7 +27,7 @@ def controlled_shutdown(controller: Controller, broker_id: int, broker_epoch: in
     an unknown epoch (-1, as v0 and v1 do), a later one or a broker that is not registered, so that
     a client cannot move a broker's leaderships away. The StopReplica that ends a shutdown is
     addressed to the registration that asked, so that a broker restarted meanwhile refuses it."""
-    ctx = controller.ctx
+    ctx = office.ctx
     if ctx is None:
         return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
     if broker_id not in ctx.live_brokers or broker_epoch < 0 or broker_epoch != ctx.broker_epochs.get(broker_id):
@@ -53,19 +52,19 @@ def controlled_shutdown(controller: Controller, broker_id: int, broker_epoch: in
 
     def stop_replicas(parts: list[Key], when_ms: int) -> list:
         stopped.update(parts)
-        body = controller.channel.stop_replica_body(ctx, parts, False)
+        body = office.channel.stop_replica_body(ctx, parts, False)
         if broker_epoch >= 0:
             body["broker_epoch"] = broker_epoch
-        return controller.channel.send(ctx, broker_id, control.STOP_REPLICA, body, when_ms)
+        return office.channel.send(ctx, broker_id, control.STOP_REPLICA, body, when_ms)
 
     def shrink(when_ms: int) -> list:
-        if not controller.in_office(ctx):
+        if not office.in_office(ctx):
             return done(when_ms)
         effects = stop_replicas(followed, when_ms) if followed else []
-        return effects + controller.elections.elect(ctx, followed, {broker_id}, when_ms, done)
+        return effects + elections.elect(ctx, followed, {broker_id}, when_ms, done)
 
     def done(when_ms: int) -> list:
-        if not controller.in_office(ctx):          # deposed meanwhile: the broker asks the new one
+        if not office.in_office(ctx):          # deposed meanwhile: the broker asks the new one
             return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
         remaining = [{"topic_name": t.name, "partition_index": i} for t, i in ctx.all_partitions()
                      if i in t.states and t.states[i].leader == broker_id and len(t.assignment[i]) > 1
@@ -74,10 +73,10 @@ def controlled_shutdown(controller: Controller, broker_id: int, broker_epoch: in
         stop = [(t.name, i) for t, i in ctx.all_partitions()
                 if broker_id in t.assignment[i] and t.states.get(i) and t.states[i].leader != broker_id
                 and (t.name, i) not in stopped]
-        effects: list = [Log("info", f"Controlled shutdown of broker {broker_id}: {len(keys)} partition(s) "
+        effects: list = [LogLine("info", f"Controlled shutdown of broker {broker_id}: {len(keys)} partition(s) "
                                      f"moved or shrunk, {len(remaining)} remaining")]
         if stop:
             effects.extend(stop_replicas(stop, when_ms))
         return effects + respond({"error_code": ErrorCode.none, "remaining_partitions": remaining})
 
-    return controller.elections.elect(ctx, led, {broker_id}, now_ms, shrink)
+    return elections.elect(ctx, led, {broker_id}, now_ms, shrink)

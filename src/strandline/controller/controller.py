@@ -14,19 +14,19 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
-from strandline.broker.outbox import Outbox
-from strandline.controller.channel import ControllerChannel, LocalDelivery
-from strandline.errors import BrokenInvariant
+from strandline.core.effects import LogLine
+from strandline.core.outbox import Outbox
+from strandline.controller.channel import LocalDelivery
 from strandline.controller.context import ControllerContext, TopicCreated
 from strandline.controller.controlled_shutdown import controlled_shutdown
 from strandline.controller.deletion import TopicDeletions
+from strandline.controller.office import Office
 from strandline.controller.elections import PartitionElections, decide_within, offline_partition_election
 from strandline.controller.reassignment import PartitionReassignments
 from strandline.controller.topics import TopicChanges
 from strandline.coordination import zk_layout, znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
-from strandline.coordination.store import CheckVersion, Delete, GetData, ZkError
+from strandline.coordination.store import Delete, GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.protocol import control
 
@@ -47,13 +47,24 @@ class Controller:
         #: ``controller_seen(id)``: who the controller is, as this broker learned it (None: no
         #: longer this broker)
         self.controller_seen = controller_seen
-        self.ctx: ControllerContext | None = None
         self._running = False            # an election (or reading the epoch won) is in flight
-        self.channel = ControllerChannel(self.broker_id, outbox, deliver_locally, self.in_office)
-        self.elections = PartitionElections(self)
-        self.topics = TopicChanges(self)
-        self.deletions = TopicDeletions(self)
-        self.reassignments = PartitionReassignments(self)
+        self.office = Office(config, outbox, rng=rng, new_uuid=new_uuid, deliver_locally=deliver_locally,
+                             resign=self.resign)
+        self.channel = self.office.channel
+        self.elections = PartitionElections(self.office)
+        self.topics = TopicChanges(self.office)
+        self.deletions = TopicDeletions(self.office)
+        self.reassignments = PartitionReassignments(self.office, self.elections)
+        self.elections.moves_settled = self.reassignments.maybe_complete
+
+    @property
+    def ctx(self) -> ControllerContext | None:
+        """The current term, None when this broker is not the controller (held by its office)."""
+        return self.office.ctx
+
+    @ctx.setter
+    def ctx(self, ctx: ControllerContext | None) -> None:
+        self.office.ctx = ctx
 
     @property
     def is_active(self) -> bool:
@@ -66,7 +77,7 @@ class Controller:
 
     def in_office(self, ctx: ControllerContext) -> bool:
         """Whether ``ctx`` is the current term (the broker did not resign or take office again)."""
-        return self.ctx is ctx
+        return self.office.ctx is ctx
 
     # ------------------------------------------------------------------ electing the controller (CTL-1, CTL-3, NET-8)
 
@@ -91,7 +102,7 @@ class Controller:
     def resign(self, why: str) -> list:
         self.ctx = None
         self.controller_seen(None)
-        return [Log("warning", f"Broker {self.broker_id} is no longer the controller: {why}")]
+        return [LogLine("warning", f"Broker {self.broker_id} is no longer the controller: {why}")]
 
     def _run_for_controller(self, now_ms: int) -> list:
         """Kafka's election: create the ephemeral /controller and bump /controller_epoch in one
@@ -104,7 +115,7 @@ class Controller:
 
         def failed(why: str, when_ms: int) -> list:
             self._running = False
-            return [Log("warning", f"Running for controller failed ({why}); trying again")] + \
+            return [LogLine("warning", f"Running for controller failed ({why}); trying again")] + \
                 self.outbox.after(when_ms + CONTROLLER_RETRY_MS,
                                   lambda t: [] if self.is_active else self._run_for_controller(t))
 
@@ -156,7 +167,7 @@ class Controller:
             if self.is_active:
                 return []
             if res.error is not ZkError.NONE:
-                return [Log("warning", f"Cannot read the controller epoch: {res.error.name}; trying again")] + \
+                return [LogLine("warning", f"Cannot read the controller epoch: {res.error.name}; trying again")] + \
                     self.outbox.after(when_ms + CONTROLLER_RETRY_MS,
                                       lambda t: [] if self.is_active else self._take_office(t))
             return self.become_controller(znodes.ControllerEpochZNode.decode(res.data), res.version,
@@ -169,7 +180,7 @@ class Controller:
         ctx = self.ctx = ControllerContext(epoch, epoch_version)
         self.controller_seen(self.broker_id)
         read = self.outbox.read_cluster_state(lambda state, now_ms: self._on_cluster_read(ctx, state, now_ms))
-        return [Log("info", f"Broker {self.broker_id} {why} (epoch {epoch})"), read]
+        return [LogLine("info", f"Broker {self.broker_id} {why} (epoch {epoch})"), read]
 
     def _on_cluster_read(self, ctx: ControllerContext, state: tuple, now_ms: int) -> list:
         """Kafka's onControllerFailover: start from ZooKeeper's view, tell every live broker the
@@ -180,7 +191,7 @@ class Controller:
         ctx.live_brokers = dict(brokers)
         ctx.broker_epochs = dict(epochs)
         ctx.topics = dict(topics)
-        effects: list = [Log("info", f"Broker {self.broker_id} is the controller (epoch {ctx.epoch})")]
+        effects: list = [LogLine("info", f"Broker {self.broker_id} is the controller (epoch {ctx.epoch})")]
         effects += self.channel.send_partition_states(ctx, ctx.all_partitions(), None, False, now_ms)
         live = set(brokers)
         affected = [(t.name, i) for t, i in ctx.all_partitions()
@@ -196,28 +207,11 @@ class Controller:
         return effects
 
     def fenced(self, ctx: ControllerContext, ops: list) -> list:
-        """Controller writes carry a check of /controller_epoch's version: a controller that lost
-        its office cannot write (Kafka's zkVersion check of the controller epoch, CTL-3)."""
-        if not self.in_office(ctx):
-            raise BrokenInvariant("a broker that is not the controller tried to write the controller's state")
-        if ctx.epoch_version is None:      # a core driven by a test that does not track the epoch's znode
-            return ops
-        return [CheckVersion(znodes.ControllerEpochZNode.path(), ctx.epoch_version)] + list(ops)
+        return self.office.fenced(ctx, ops)
 
     def check_still_controller(self, ctx: ControllerContext, then: Callable[[int], list], now_ms: int,
                                given_up: Callable[[], object] = lambda: None) -> list:
-        """After a fenced write failed: resign if /controller_epoch moved on (``given_up()``),
-        else go on."""
-        def on_epoch(results: list, when_ms: int) -> list:
-            res = results[0]
-            if not self.in_office(ctx):
-                given_up()
-                return []
-            if res.error is ZkError.NONE and res.version != ctx.epoch_version:
-                given_up()
-                return self.resign(f"the controller epoch is now {znodes.ControllerEpochZNode.decode(res.data)}")
-            return then(when_ms)
-        return [self.outbox.zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]
+        return self.office.check_still_controller(ctx, then, now_ms, given_up)
 
     # ------------------------------------------------------------------ brokers coming and going (CTL-2, CTL-6, CTL-7)
 
@@ -245,13 +239,13 @@ class Controller:
         gone = set(known) - set(brokers)
         ctx.broker_epochs = dict(epochs)
         ctx.shutting_down -= gone | new
-        modified = [Log("info", f"Updated broker metadata: {known[b]} -> {info}")
+        modified = [LogLine("info", f"Updated broker metadata: {known[b]} -> {info}")
                     for b, info in sorted(brokers.items()) if known.get(b, info) != info]
         ctx.live_brokers = dict(brokers)
         if not new and not gone:
             return modified + (self.channel.send_partition_states(ctx, [], None, False, now_ms) if modified else [])
         dead = gone | bounced
-        effects: list = [Log("warning" if dead else "info", f"Live brokers now {sorted(brokers)} (new "
+        effects: list = [LogLine("warning" if dead else "info", f"Live brokers now {sorted(brokers)} (new "
                              f"{sorted(new - bounced)}, restarted {sorted(bounced)}, gone {sorted(gone)})",
                              "broker_gone" if dead else "broker_joined")]
         channel, elections = self.channel, self.elections
@@ -377,7 +371,7 @@ class Controller:
     def on_controlled_shutdown(self, broker_id: int, broker_epoch: int, respond: Callable[[dict], list],
                                now_ms: int) -> list:
         """A broker asks to stop (:func:`~strandline.controller.controlled_shutdown.controlled_shutdown`)."""
-        return controlled_shutdown(self, broker_id, broker_epoch, respond, now_ms)
+        return controlled_shutdown(self.office, self.elections, broker_id, broker_epoch, respond, now_ms)
 
     # ------------------------------------------------------------------ preferred leaders (CTL-10, ASG-4)
 
@@ -512,7 +506,7 @@ class Controller:
                 keys += [k for k in parts if ctx.topics[k[0]].states[k[1]].leader != broker]
         if not keys:
             return []
-        return [Log("info", f"Leader imbalance: electing preferred leaders for {len(keys)} partition(s)")] + \
+        return [LogLine("info", f"Leader imbalance: electing preferred leaders for {len(keys)} partition(s)")] + \
             self.elections.elect(ctx, keys, set(), now_ms, None, self.elections.preferred_rule(ctx))
 
     # ------------------------------------------------------------------ topics (ASG-1..ASG-3)
@@ -593,7 +587,7 @@ class Controller:
             try:
                 moves = znodes.ReassignPartitionsZNode.decode(res.data)
             except ValueError as exc:
-                return [Log("warning", f"Ignoring {znodes.ReassignPartitionsZNode.path()}: {exc}")]
+                return [LogLine("warning", f"Ignoring {znodes.ReassignPartitionsZNode.path()}: {exc}")]
             return self.reassignments.on_requested(ctx, moves, when_ms)
 
         return [self.outbox.zk([GetData(znodes.ReassignPartitionsZNode.path())], on_read)]

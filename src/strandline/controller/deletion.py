@@ -19,26 +19,24 @@ late deletion never touches a newer topic; a broker down meanwhile deletes the l
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
+from strandline.core.effects import LogLine
+from strandline.controller.office import Office
 from strandline.controller.context import ControllerContext
 from strandline.coordination import zk_layout, znodes
 from strandline.coordination.store import Create, Delete, GetChildren, GetData, SetData, ZkError
 from strandline.protocol import control
-
-if TYPE_CHECKING:
-    from strandline.controller.controller import Controller
 
 RETRY_MS = 1000             # write or read again after ZooKeeper failed to answer
 _RECORD = znodes.DeleteTopicsTopicZNode
 
 
 class TopicDeletions:
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+    def __init__(self, office: Office) -> None:
+        self.office = office
 
     def delete(self, ctx: ControllerContext, name: str, done: Callable[[ErrorCode, str | None, int], list],
                now_ms: int) -> list:
@@ -68,7 +66,7 @@ class TopicDeletions:
                 ctx.topics.pop(name, None)
                 for key in [k for k in ctx.reassigning if k[0] == name]:
                     del ctx.reassigning[key]
-                effects = [Log("info", f"Deleted topic {name}")]
+                effects = [LogLine("info", f"Deleted topic {name}")]
                 return effects + self._tell_brokers(ctx, name, topic_id, partitions, replicas, version, at_ms) + \
                     finish(ErrorCode.none, None, at_ms) + ctx.topic_write_done(name, at_ms)
 
@@ -83,36 +81,36 @@ class TopicDeletions:
     def resume(self, ctx: ControllerContext, now_ms: int, only: list[str] | None = None) -> list:
         """On taking office, or when a broker returns: carry on every deletion recorded under
         ``/admin/delete_topics`` (``only`` those named)."""
-        controller = self.controller
+        office = self.office
 
         def on_children(results: list, when_ms: int) -> list:
-            if not controller.in_office(ctx):
+            if not office.in_office(ctx):
                 return []
             [res] = results
             if res.error is ZkError.NO_NODE or (res.error is ZkError.NONE and not res.children):
                 return []
             if res.error is not ZkError.NONE:
-                return controller.outbox.after(when_ms + RETRY_MS, lambda t: self.resume(ctx, t, only)
-                                               if controller.in_office(ctx) else [])
+                return office.outbox.after(when_ms + RETRY_MS, lambda t: self.resume(ctx, t, only)
+                                               if office.in_office(ctx) else [])
             children = [c for c in res.children if only is None or c in only]
             if not children:
                 return []
 
             def on_records(records: list, at_ms: int) -> list:
-                if not controller.in_office(ctx):
+                if not office.in_office(ctx):
                     return []
                 if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in records):
-                    return controller.outbox.after(at_ms + RETRY_MS, lambda t: self.resume(ctx, t, only)
-                                                   if controller.in_office(ctx) else [])
+                    return office.outbox.after(at_ms + RETRY_MS, lambda t: self.resume(ctx, t, only)
+                                                   if office.in_office(ctx) else [])
                 effects: list = []
                 for name, record in zip(children, records):
                     if record.error is ZkError.NONE:
                         effects += self._resume_one(ctx, name, record.data, record.version, at_ms)
                 return effects
 
-            return [controller.outbox.zk([GetData(_RECORD.path(n)) for n in children], on_records)]
+            return [office.outbox.zk([GetData(_RECORD.path(n)) for n in children], on_records)]
 
-        return [controller.outbox.zk([GetChildren(znodes.DeleteTopicsZNode.path())], on_children)]
+        return [office.outbox.zk([GetChildren(znodes.DeleteTopicsZNode.path())], on_children)]
 
     def on_records_changed(self, ctx: ControllerContext, children: list[str], now_ms: int) -> list:
         """The children of ``/admin/delete_topics`` changed (Kafka's TopicDeletionHandler): a
@@ -127,17 +125,17 @@ class TopicDeletions:
         try:
             recorded = _RECORD.decode(data, name)
         except ValueError as exc:
-            return [Log("warning", f"Ignoring the deletion of topic {name} recorded in ZooKeeper: {exc}")]
+            return [LogLine("warning", f"Ignoring the deletion of topic {name} recorded in ZooKeeper: {exc}")]
         topic = ctx.topics.get(name)
         if recorded is None or (topic is not None and topic.topic_id == recorded[0]):
             if topic is None:                       # a request for a topic that is not there (any more)
                 return self._forget(ctx, name, version)
-            return [Log("info", f"Resuming the deletion of topic {name}")] + \
+            return [LogLine("info", f"Resuming the deletion of topic {name}")] + \
                 self.delete(ctx, name, lambda error, message, t: [], now_ms)
         if topic is not None:                       # made again since: the deletion is long done
             return self._forget(ctx, name, version)
         topic_id, partitions, replicas = recorded
-        return [Log("info", f"Telling the brokers again of the deletion of topic {name}")] + \
+        return [LogLine("info", f"Telling the brokers again of the deletion of topic {name}")] + \
             self._tell_brokers(ctx, name, topic_id, partitions, replicas, version, now_ms)
 
     def _tell_brokers(self, ctx: ControllerContext, name: str, topic_id: uuid.UUID, partitions: int,
@@ -148,7 +146,7 @@ class TopicDeletions:
         not live now hears of it when the controller sees it register again (:meth:`resume`).
         Until then the topic is not made again, so that such a broker, still leading the old
         partitions after a pause, cannot write their state over a new topic's."""
-        channel = self.controller.channel
+        channel = self.office.channel
         ctx.deletions_told.add(name)
         parts = [(name, i) for i in range(partitions)]
         stop = channel.stop_replica_body(ctx, parts, True, deleting_topic=True)
@@ -179,14 +177,14 @@ class TopicDeletions:
     def _record(self, ctx: ControllerContext, name: str, data: bytes, then: Callable[[int, int], list],
                 failed: Callable[[ErrorCode, str | None, int], list], now_ms: int, exists: bool = False) -> list:
         """Write the deletion's record (over one left by an earlier deletion of that name)."""
-        controller = self.controller
-        if not controller.in_office(ctx):       # a retry after this broker lost its office
+        office = self.office
+        if not office.in_office(ctx):       # a retry after this broker lost its office
             return failed(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
         op = SetData(_RECORD.path(name), data) if exists else Create(_RECORD.path(name), data, make_parents=True)
-        ops = controller.fenced(ctx, [op])
+        ops = office.fenced(ctx, [op])
 
         def on_result(results: list, when_ms: int) -> list:
-            if not controller.in_office(ctx):
+            if not office.in_office(ctx):
                 return failed(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
             error = results[-1].error
             if error is ZkError.NONE:
@@ -194,36 +192,36 @@ class TopicDeletions:
             if error in (ZkError.NODE_EXISTS, ZkError.NO_NODE):
                 return self._record(ctx, name, data, then, failed, when_ms, exists=error is ZkError.NODE_EXISTS)
             if error is ZkError.BAD_VERSION:        # the controller epoch moved on: no longer in office
-                return controller.check_still_controller(
+                return office.check_still_controller(
                     ctx, lambda t: self._record(ctx, name, data, then, failed, t, exists), when_ms,
                     lambda: failed(ErrorCode.not_controller, "This broker is no longer the controller", when_ms))
-            return controller.outbox.after(when_ms + RETRY_MS, lambda t: self._record(ctx, name, data, then, failed, t,
+            return office.outbox.after(when_ms + RETRY_MS, lambda t: self._record(ctx, name, data, then, failed, t,
                                                                                       exists))
-        return [controller.outbox.zk(ops, on_result, transaction=True)]
+        return [office.outbox.zk(ops, on_result, transaction=True)]
 
     def _remove_znodes(self, ctx: ControllerContext, name: str, then: Callable[[int], list],
                        failed: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
         """Delete the topic's znodes (again, until ZooKeeper answers: each delete may be repeated)."""
-        controller = self.controller
-        if not controller.in_office(ctx):           # a retry after this broker lost its office
+        office = self.office
+        if not office.in_office(ctx):           # a retry after this broker lost its office
             return failed(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
 
         def on_result(results: list, when_ms: int) -> list:
-            if not controller.in_office(ctx):       # the next controller finishes it from the record
+            if not office.in_office(ctx):       # the next controller finishes it from the record
                 return failed(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
             if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in results):
-                return controller.outbox.after(when_ms + RETRY_MS,
+                return office.outbox.after(when_ms + RETRY_MS,
                                                lambda t: self._remove_znodes(ctx, name, then, failed, t))
             return then(when_ms)
-        return [controller.outbox.zk(zk_layout.delete_topic_ops(name), on_result)]
+        return [office.outbox.zk(zk_layout.delete_topic_ops(name), on_result)]
 
     def _forget(self, ctx: ControllerContext, name: str, version: int) -> list:
         """Delete the deletion's record, unless a later deletion of that name wrote it over since
         (that one forgets it in its turn); the topic may then be made again. Asked again while
         ZooKeeper does not answer: a record left behind would refuse the topic's creation until the
         next controller's office."""
-        controller = self.controller
-        if not controller.in_office(ctx):
+        office = self.office
+        if not office.in_office(ctx):
             return []
 
         def on_result(results: list, when_ms: int) -> list:
@@ -231,7 +229,7 @@ class TopicDeletions:
             if error in (ZkError.NONE, ZkError.NO_NODE, ZkError.BAD_VERSION):
                 ctx.deletions_told.discard(name)
                 return []       # gone, written over by a later deletion, or this broker no longer in office
-            return controller.outbox.after(when_ms + RETRY_MS, lambda t: self._forget(ctx, name, version))
+            return office.outbox.after(when_ms + RETRY_MS, lambda t: self._forget(ctx, name, version))
 
-        return [controller.outbox.zk(controller.fenced(ctx, [Delete(_RECORD.path(name), version)]), on_result,
+        return [office.outbox.zk(office.fenced(ctx, [Delete(_RECORD.path(name), version)]), on_result,
                                      transaction=True)]

@@ -11,17 +11,15 @@ answer that never came, a write applied late, brokers coming or going meanwhile)
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from strandline.broker.effects import Log
+from strandline.core.effects import LogLine
 from strandline.controller.channel import CONTROL_RETRY_MS
+from strandline.controller.office import Office
 from strandline.controller.context import ControllerContext
 from strandline.coordination import zk_layout, znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
 from strandline.coordination.store import GetData, ZkError
-
-if TYPE_CHECKING:
-    from strandline.controller.controller import Controller
 
 Key = tuple[str, int]
 #: ``decide(topic, index, current, live, dead)``: the next state and whether it is unclean, or None.
@@ -103,14 +101,17 @@ def decide_within(replicas: tuple[int, ...], current: LeaderAndIsr, controller_e
 class PartitionElections:
     """Elections of one controller; every call names the term (``ctx``) it acts for."""
 
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+    def __init__(self, office: Office) -> None:
+        self.office = office
+        #: ``moves_settled(ctx, keys, now_ms)``: leaders and ISRs of ``keys`` were written; a
+        #: reassignment of theirs may be complete (the controller wires its reassignments here)
+        self.moves_settled: Callable[[ControllerContext, list[Key], int], list] = lambda ctx, keys, now_ms: []
         # Kafka's ControllerStats (their counts): leaders written, and those chosen outside the ISR
         self.leader_elections = 0
         self.unclean_leader_elections = 0
 
     def offline_rule(self, ctx: ControllerContext) -> Decide:
-        config = self.controller.config
+        config = self.office.config
 
         def decide(topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
                    dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
@@ -162,12 +163,12 @@ class PartitionElections:
             del ctx.electing[key]
             brokers = ctx.owed_states.pop(key, None)
             topic = ctx.topics.get(key[0])        # (perhaps a topic made again since under that name)
-            if brokers and topic is not None and key[1] in topic.assignment and self.controller.in_office(ctx) \
+            if brokers and topic is not None and key[1] in topic.assignment and self.office.in_office(ctx) \
                     and not announced:
                 per_brokers.setdefault(frozenset(brokers), []).append((topic, key[1]))
         effects: list = []
         for brokers, parts in per_brokers.items():
-            effects.extend(self.controller.channel.send_partition_states(ctx, parts, set(brokers), False, now_ms,
+            effects.extend(self.office.channel.send_partition_states(ctx, parts, set(brokers), False, now_ms,
                                                                          metadata_to=set(brokers)))
         return effects
 
@@ -186,8 +187,8 @@ class PartitionElections:
         ended, and what it held may be gone); once written, a state that brokers coming or going
         made stale (offline although an ISR member is back, led by a broker now gone) is elected
         again. ``decide`` defaults to the offline-partition rule."""
-        controller = self.controller
-        outbox, channel = controller.outbox, controller.channel
+        office = self.office
+        outbox, channel = office.outbox, office.channel
         rule = decide or self.offline_rule(ctx)
         if not retry:
             ctx.electing.update(keys)
@@ -203,7 +204,7 @@ class PartitionElections:
             return self.elect(ctx, stale, set(), when_ms) if stale else []
 
         def on_read(results: list, when_ms: int) -> list:
-            if not controller.in_office(ctx):   # deposed while reading: a write now would not be fenced
+            if not office.in_office(ctx):   # deposed while reading: a write now would not be fenced
                 self.elections_ended(ctx, keys, when_ms)
                 return done(when_ms) if done else []
             live = set(ctx.live_brokers)
@@ -224,7 +225,7 @@ class PartitionElections:
                     continue
                 state, unclean = decided
                 if unclean:
-                    effects.append(Log("warning", f"Unclean leader election for {key[0]}-{key[1]}: broker "
+                    effects.append(LogLine("warning", f"Unclean leader election for {key[0]}-{key[1]}: broker "
                                                   f"{state.leader} was not in the ISR {list(current.isr)}; "
                                                   f"records acknowledged by the old ISR may be lost"))
                 planned.append((key, state, current))
@@ -236,16 +237,16 @@ class PartitionElections:
             effects.extend(revisit(settled, when_ms))
             # a move waiting for its targets to join the ISR looks at every state read (Kafka's
             # controller watches the state znode of each partition being moved)
-            effects.extend(controller.reassignments.maybe_complete(ctx, [key for key, _ in settled], when_ms))
+            effects.extend(self.moves_settled(ctx, [key for key, _ in settled], when_ms))
             if unread:       # ZooKeeper did not answer: read those again (and announce what was decided)
                 effects.extend(outbox.after(when_ms + CONTROL_RETRY_MS,
                                             lambda t: self.elect(ctx, unread, dead, t, None, decide, True)
-                                            if controller.in_office(ctx) else self.elections_ended(ctx, unread, t)))
+                                            if office.in_office(ctx) else self.elections_ended(ctx, unread, t)))
             if not writes:
                 return effects + (done(when_ms) if done else [])
             # one fenced transaction per run of states that fits ZooKeeper's request limit
-            root = zk_layout.chroot(controller.config["zookeeper.connect"])
-            fence = controller.fenced(ctx, [])
+            root = zk_layout.chroot(office.config["zookeeper.connect"])
+            fence = office.fenced(ctx, [])
             runs = zk_layout.split_multi(writes, fence, root)
             left = [len(runs)]
 
@@ -267,23 +268,23 @@ class PartitionElections:
                       revisit: Callable[[list, int], list]) -> object:
         """Write the elected states of ``planned`` ((key, state, state before)) in one fenced
         transaction, then install and announce them; a lost race is read and elected again."""
-        controller = self.controller
-        outbox, channel = controller.outbox, controller.channel
-        fenced = controller.fenced(ctx, writes)
+        office = self.office
+        outbox, channel = office.outbox, office.channel
+        fenced = office.fenced(ctx, writes)
         skip = len(fenced) - len(writes)
         written_keys = [key for key, _, _ in planned]
 
         def on_written(written: list, at_ms: int) -> list:
-            if not controller.in_office(ctx):
+            if not office.in_office(ctx):
                 self.elections_ended(ctx, written_keys, at_ms)
                 return done(at_ms)
             if written and written[0].error is not ZkError.NONE:
                 # a state changed under us, or our epoch is no longer current: check, re-read, retry
                 if written[0].error is ZkError.BAD_VERSION:
-                    return controller.check_still_controller(
+                    return office.check_still_controller(
                         ctx, lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True), at_ms,
                         lambda: self.elections_ended(ctx, written_keys, at_ms))
-                return [Log("warning", f"Writing partition states failed: {written[0].error.name}")] + \
+                return [LogLine("warning", f"Writing partition states failed: {written[0].error.name}")] + \
                     outbox.after(at_ms + CONTROL_RETRY_MS,
                                  lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True))
             changed, out, narrowed = [], [], []
@@ -304,14 +305,14 @@ class PartitionElections:
                         unclean = moved and state.leader not in before.isr
                         self.leader_elections += moved
                         self.unclean_leader_elections += unclean
-                        out.append(Log("warning" if unclean else "info",
+                        out.append(LogLine("warning" if unclean else "info",
                                        f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
                                        f"{state.leader_epoch}, ISR {list(state.isr)}"
                                        + (" (unclean: outside the last ISR)" if unclean else ""),
                                        "unclean" if unclean else "leader" if moved else "isr_shrink"
                                        if len(state.isr) < len(before.isr) else None, key))
                     else:
-                        out.append(Log("warning", f"{key[0]}-{key[1]} is offline: no live broker of its "
+                        out.append(LogLine("warning", f"{key[0]}-{key[1]} is offline: no live broker of its "
                                                   f"ISR {list(state.isr)} can lead it (epoch "
                                                   f"{state.leader_epoch})", "offline", key))
             out.extend(channel.send_partition_states(ctx, changed, None, False, at_ms))
@@ -320,7 +321,7 @@ class PartitionElections:
             out.extend(revisit([(key, state) for key, state, _ in planned if key not in narrowed], at_ms))
             if narrowed:
                 out.extend(self.elect(ctx, narrowed, dead, at_ms, None, None, True))
-            out.extend(controller.reassignments.maybe_complete(ctx, [k for k in written_keys if k not in narrowed],
+            out.extend(self.moves_settled(ctx, [k for k in written_keys if k not in narrowed],
                                                                at_ms))
             return out + done(at_ms)
 

@@ -12,19 +12,18 @@ back to ORS at once, stopping the replicas that were being added.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
+from strandline.core.effects import LogLine
+from strandline.controller.elections import PartitionElections
+from strandline.controller.office import Office
 from strandline.controller.context import ControllerContext
 from strandline.coordination import znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
 from strandline.coordination.store import Delete, GetData, SetData, ZkError
 from strandline.protocol import control
-
-if TYPE_CHECKING:
-    from strandline.controller.controller import Controller
 
 Key = tuple[str, int]
 RETRY_MS = 1000
@@ -36,8 +35,9 @@ def _distinct(replicas) -> tuple[int, ...]:
 
 
 class PartitionReassignments:
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+    def __init__(self, office: Office, elections: PartitionElections) -> None:
+        self.office = office
+        self.elections = elections
 
     # ------------------------------------------------------------------ requests
 
@@ -133,7 +133,7 @@ class PartitionReassignments:
             if ctx.topics.get(key[0]) is not topic:  # deleted meanwhile (perhaps made again)
                 return done(ErrorCode.unknown_topic_or_partition, f"The topic '{key[0]}' was deleted", when_ms)
             ctx.reassigning[key] = (target, origin)
-            effects: list = [Log("info", f"Reassigning {key[0]}-{index}: {list(origin)} -> {list(target)} "
+            effects: list = [LogLine("info", f"Reassigning {key[0]}-{index}: {list(origin)} -> {list(target)} "
                                          f"(adding {list(adding)}, removing {list(removing)})")]
             effects += self._new_epoch(ctx, key, when_ms, lambda t: self.maybe_complete(ctx, [key], t))
             return effects + done(ErrorCode.none, None, when_ms)
@@ -185,7 +185,7 @@ class PartitionReassignments:
             return []
         # the replicas may never have heard of RS (the last controller may have died first): tell
         # them again in a new leader epoch, as phase one does, then look whether the move can end
-        effects: list = [Log("info", f"Resuming the reassignment of {len(keys)} partition(s)")]
+        effects: list = [LogLine("info", f"Resuming the reassignment of {len(keys)} partition(s)")]
         for key in keys:
             effects += self._new_epoch(ctx, key, now_ms, lambda t, key=key: self.maybe_complete(ctx, [key], t))
         return effects
@@ -194,23 +194,23 @@ class PartitionReassignments:
         """A topic znode write got no answer (it may have been applied): read the znode before the
         topic's next write (none may be made from a view without it) and follow whatever move it
         records."""
-        controller = self.controller
+        office = self.office
 
         def read(at_ms: int) -> list:
             def on_read(results: list, when_ms: int) -> list:
                 [res] = results
                 topic = ctx.topics.get(name)
-                if not controller.in_office(ctx) or topic is None:
+                if not office.in_office(ctx) or topic is None:
                     return ctx.topic_write_done(name, when_ms)
                 if res.error is not ZkError.NONE:     # no answer again: read again, still in its turn
-                    return controller.outbox.after(when_ms + RETRY_MS, read)
+                    return office.outbox.after(when_ms + RETRY_MS, read)
                 decoded = znodes.TopicZNode.decode(res.data, name)
                 topic.assignment.update({p: tuple(r) for p, r in decoded.partitions.items()})
                 topic.adding = {p: tuple(r) for p, r in (decoded.adding_replicas or {}).items() if r}
                 topic.removing = {p: tuple(r) for p, r in (decoded.removing_replicas or {}).items() if r}
                 return self.resume(ctx, when_ms, [topic]) + ctx.topic_write_done(name, when_ms)
 
-            return [controller.outbox.zk([GetData(znodes.TopicZNode.path(name))], on_read)]
+            return [office.outbox.zk([GetData(znodes.TopicZNode.path(name))], on_read)]
 
         return ctx.queue_topic_write(name, read, now_ms, first=True)
 
@@ -228,7 +228,7 @@ class PartitionReassignments:
         def respond(results: dict, when_ms: int) -> list:
             finished = [key for key, (code, _) in results.items()
                         if code is not ErrorCode.none or key not in ctx.reassigning]
-            logs = [Log("warning", f"/admin/reassign_partitions: {key[0]}-{key[1]} refused: {code.name}"
+            logs = [LogLine("warning", f"/admin/reassign_partitions: {key[0]}-{key[1]} refused: {code.name}"
                                    + (f" ({message})" if message else ""))
                     for key, (code, message) in sorted(results.items()) if code is not ErrorCode.none]
             return logs + self.forget_requested(ctx, finished, when_ms)
@@ -238,7 +238,7 @@ class PartitionReassignments:
     def forget_requested(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list:
         """Take ``keys`` out of ``/admin/reassign_partitions`` (delete it once empty)."""
         done = [key for key in keys if key in ctx.zk_requested]
-        if not done or not self.controller.in_office(ctx):
+        if not done or not self.office.in_office(ctx):
             return []
         for key in done:
             del ctx.zk_requested[key]
@@ -247,7 +247,7 @@ class PartitionReassignments:
             op = SetData(path, znodes.ReassignPartitionsZNode.encode(ctx.zk_requested))
         else:
             op = Delete(path)
-        return [self.controller.outbox.zk(self.controller.fenced(ctx, [op]), lambda results, t: [],
+        return [self.office.outbox.zk(self.office.fenced(ctx, [op]), lambda results, t: [],
                                           transaction=True)]
 
     # ------------------------------------------------------------------ steps
@@ -290,43 +290,43 @@ class PartitionReassignments:
                 topic.assignment[index] = before
                 ctx.completing.pop(key, None)
                 why = f"no replica of {list(target)} is in the ISR" if blocked else "its new state is not written yet"
-                return [Log("warning", f"Reassignment of {key[0]}-{index} waits: {why}")] + \
+                return [LogLine("warning", f"Reassignment of {key[0]}-{index} waits: {why}")] + \
                     self._retry(ctx, key, when_ms)
 
             def recorded(at_ms: int) -> list:
                 ctx.completing.pop(key, None)
                 if ctx.reassigning.get(key, (None,))[0] == target:
                     ctx.reassigning.pop(key)
-                return [Log("info", f"Reassignment of {key[0]}-{index} done: replicas {list(target)}")] + \
+                return [LogLine("info", f"Reassignment of {key[0]}-{index} done: replicas {list(target)}")] + \
                     self.forget_requested(ctx, [key], at_ms)
 
             def failed(code: ErrorCode, message: str | None, at_ms: int) -> list:
                 ctx.completing.pop(key, None)
-                return [Log("warning", f"Recording the reassignment of {key[0]}-{index} failed: {message}")] + \
+                return [LogLine("warning", f"Recording the reassignment of {key[0]}-{index} failed: {message}")] + \
                     self._retry(ctx, key, at_ms)
 
             effects = self._stop_replicas(ctx, key, leaving, when_ms)
             return effects + self._write_assignment(ctx, topic, index, target, (), (), when_ms, recorded, failed)
 
-        return self.controller.elections.elect(ctx, [key], set(), now_ms, elected, decide)
+        return self.elections.elect(ctx, [key], set(), now_ms, elected, decide)
 
     def _retry(self, ctx: ControllerContext, key: Key, now_ms: int) -> list:
         """Look again at a move whose end was put off (its targets left the ISR meanwhile, or
         ZooKeeper did not answer)."""
-        controller = self.controller
-        return controller.outbox.after(now_ms + RETRY_MS, lambda t: self.maybe_complete(ctx, [key], t)
-                                       if controller.in_office(ctx) else [])
+        office = self.office
+        return office.outbox.after(now_ms + RETRY_MS, lambda t: self.maybe_complete(ctx, [key], t)
+                                       if office.in_office(ctx) else [])
 
     def _new_epoch(self, ctx: ControllerContext, key: Key, now_ms: int, then: Callable[[int], list]) -> list:
         def decide(t: TopicMetadata, i: int, current: LeaderAndIsr, live: set[int],
                    dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
             return LeaderAndIsr(current.leader, current.leader_epoch + 1, current.isr, ctx.epoch,
                                 current.zk_version), False
-        return self.controller.elections.elect(ctx, [key], set(), now_ms, then, decide)
+        return self.elections.elect(ctx, [key], set(), now_ms, then, decide)
 
     def _stop_replicas(self, ctx: ControllerContext, key: Key, brokers: list[int], now_ms: int) -> list:
         """StopReplica with deletion to the live brokers of ``brokers``: their replica is gone."""
-        channel = self.controller.channel
+        channel = self.office.channel
         effects: list = []
         for broker_id in sorted(set(brokers)):
             if broker_id in ctx.live_brokers:
@@ -341,10 +341,10 @@ class PartitionReassignments:
         removed), fenced by the controller epoch; then update the context. The writes of one topic
         go one at a time, each from the assignment then current, so that none undoes another."""
         name = topic.name
-        controller = self.controller
+        office = self.office
 
         def write(at_ms: int) -> list:
-            if not controller.in_office(ctx):
+            if not office.in_office(ctx):
                 return failed(ErrorCode.not_controller, "This broker is no longer the controller", at_ms) + \
                     ctx.topic_write_done(name, at_ms)
             if ctx.topics.get(name) is not topic:    # deleted while this write waited (perhaps made again)
@@ -361,7 +361,7 @@ class PartitionReassignments:
             if removing:
                 removing_all[index] = removing
             data = znodes.TopicZNode.encode(assignment, topic.topic_id, adding_all, removing_all)
-            ops = controller.fenced(ctx, [SetData(znodes.TopicZNode.path(name), data)])
+            ops = office.fenced(ctx, [SetData(znodes.TopicZNode.path(name), data)])
 
             def on_result(results: list, when_ms: int) -> list:
                 error = results[0].error
@@ -376,6 +376,6 @@ class PartitionReassignments:
                     effects = then(when_ms)
                 return effects + ctx.topic_write_done(name, when_ms)
 
-            return [controller.outbox.zk(ops, on_result, transaction=True)]
+            return [office.outbox.zk(ops, on_result, transaction=True)]
 
         return ctx.queue_topic_write(name, write, now_ms)

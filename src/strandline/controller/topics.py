@@ -9,35 +9,33 @@ state, then announced to the brokers. Deleting: :mod:`strandline.controller.dele
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.config import ConfigError, parse_topic_configs
-from strandline.broker.effects import Log
+from strandline.core.config import ConfigError, parse_topic_configs
+from strandline.core.effects import LogLine
 from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas, check_replication_factor
+from strandline.controller.office import Office
 from strandline.controller.context import ControllerContext, TopicCreated
 from strandline.coordination import zk_layout, znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata, topic_name_error
 from strandline.coordination.store import Create, GetData, OpResult, SetData, ZkError
-
-if TYPE_CHECKING:
-    from strandline.controller.controller import Controller
 
 READ_BACK_RETRY_MS = 1000       # read a topic again while ZooKeeper cannot answer
 _MARKED_FOR_DELETION = "Topic '{}' is marked for deletion."
 
 
 class TopicChanges:
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+    def __init__(self, office: Office) -> None:
+        self.office = office
 
     def plan(self, ctx: ControllerContext, name: str, num_partitions: int, replication_factor: int,
              manual: dict[int, tuple[int, ...]], raw_configs: dict[str, str | None]
              ) -> TopicMetadata | tuple[ErrorCode, str]:
         """The topic to create, or why it cannot be. -1 partitions or replication factor: the
         broker's defaults; ``manual``: an explicit assignment."""
-        config = self.controller.config
+        config = self.office.config
         invalid = topic_name_error(name)
         if invalid:
             return ErrorCode.invalid_topic_exception, invalid
@@ -77,7 +75,7 @@ class TopicChanges:
             return ErrorCode.invalid_replication_factor, str(exc)
         # checked before planning: the work grows with the partitions, and the znodes must fit
         limit = zk_layout.max_partitions(TopicMetadata(name, uuid.UUID(int=0), {}, {}, configs), replication_factor,
-                                         live, ctx.epoch, self.controller.fenced(ctx, []),
+                                         live, ctx.epoch, self.office.fenced(ctx, []),
                                          zk_layout.chroot(config["zookeeper.connect"]))
         if num_partitions > limit:
             return ErrorCode.invalid_partitions, (
@@ -89,22 +87,22 @@ class TopicChanges:
         else:
             n = len(live)
             racks = {b: ctx.live_brokers[b].rack for b in live}
-            rng = self.controller.rng
+            rng = self.office.rng
             raw = assign_replicas(live, num_partitions, replication_factor,
                                   rng.randrange(n), rng.randrange(n), racks=racks)
             assignment = {p: tuple(r) for p, r in raw.items()}
-        return TopicMetadata(name, self.controller.new_uuid(), assignment, {}, configs)
+        return TopicMetadata(name, self.office.new_uuid(), assignment, {}, configs)
 
     def create(self, ctx: ControllerContext, plan: TopicMetadata, done: TopicCreated, now_ms: int) -> list:
         """Write the topic's znodes in one transaction, then announce its partitions."""
-        controller = self.controller
+        office = self.office
         live = set(ctx.live_broker_ids())
         for index, replicas in plan.assignment.items():
             alive = tuple(r for r in replicas if r in live)
             leader = alive[0] if alive else -1
             plan.states[index] = LeaderAndIsr(leader, 0, alive, ctx.epoch, 0)
         ctx.creating[plan.name] = [done]
-        ops = controller.fenced(ctx, zk_layout.create_topic_ops(plan, ctx.epoch))
+        ops = office.fenced(ctx, zk_layout.create_topic_ops(plan, ctx.epoch))
         record = znodes.DeleteTopicsTopicZNode.path(plan.name)     # the creation fails while it is there
 
         def finish(failed: ZkError | None, when_ms: int, marked: bool = False) -> list:
@@ -118,13 +116,13 @@ class TopicChanges:
                     error, message = ErrorCode.not_controller, "This broker is no longer the controller"
                 else:
                     error, message = ErrorCode.unknown_server_error, f"ZooKeeper error {failed.name}"
-                effects.append(Log("warning", f"Creating topic {plan.name} failed: {message}"))
+                effects.append(LogLine("warning", f"Creating topic {plan.name} failed: {message}"))
             else:
                 ctx.topics[plan.name] = plan
-                if controller.in_office(ctx):
+                if office.in_office(ctx):
                     parts = [(plan, index) for index in sorted(plan.assignment)]
-                    effects.extend(controller.channel.send_partition_states(ctx, parts, None, True, when_ms))
-                effects.append(Log("info", f"Created topic {plan.name} with {plan.num_partitions} partition(s), "
+                    effects.extend(office.channel.send_partition_states(ctx, parts, None, True, when_ms))
+                effects.append(LogLine("info", f"Created topic {plan.name} with {plan.num_partitions} partition(s), "
                                            f"assignment {dict(plan.assignment)}"))
                 error, message = ErrorCode.none, None
             for waiter in waiters:
@@ -147,10 +145,10 @@ class TopicChanges:
             if failed is ZkError.CONNECTION_LOSS:       # written or not: ZooKeeper's copy says which
                 return self._read_topic(ctx, plan.name, when_ms, read_back)
             if failed is ZkError.NODE_EXISTS:           # the topic, or the record of its deletion
-                return [controller.outbox.zk([GetData(record)], on_record)]
+                return [office.outbox.zk([GetData(record)], on_record)]
             return finish(failed, when_ms)
 
-        return [controller.outbox.zk(ops, on_result, transaction=True)]
+        return [office.outbox.zk(ops, on_result, transaction=True)]
 
     def add_partitions(self, ctx: ControllerContext, name: str, count: int,
                        manual: list[tuple[int, ...]] | None, validate_only: bool,
@@ -168,11 +166,11 @@ class TopicChanges:
 
         return ctx.queue_topic_write(name, attempt, now_ms)
 
-    def _add_partitions(self, ctx: ControllerContext, name: str, count: int,
+    def _add_partitions(self, ctx: ControllerContext, name: str, count: int,  # noqa: C901  (one read-decide-write, its checks in Kafka's order)
                        manual: list[tuple[int, ...]] | None, validate_only: bool,
                        done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
         topic = ctx.topics.get(name)
-        if not self.controller.in_office(ctx):
+        if not self.office.in_office(ctx):
             return done(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
         if topic is None or name in ctx.creating:
             return done(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.", now_ms)
@@ -190,8 +188,8 @@ class TopicChanges:
         if live:
             # checked before planning, as a creation's: the work grows with the partitions, and the
             # znodes must fit (a topic that could be created with ``count`` partitions can grow to it)
-            limit = zk_layout.max_partitions(topic, max(rf, 1), live, ctx.epoch, self.controller.fenced(ctx, []),
-                                             zk_layout.chroot(self.controller.config["zookeeper.connect"]))
+            limit = zk_layout.max_partitions(topic, max(rf, 1), live, ctx.epoch, self.office.fenced(ctx, []),
+                                             zk_layout.chroot(self.office.config["zookeeper.connect"]))
             if count > limit:
                 return done(ErrorCode.invalid_partitions, (
                     f"Number of partitions {count} is above the limit of {limit} for topic '{name}' with "
@@ -236,8 +234,8 @@ class TopicChanges:
             ops.append(Create(znodes.TopicPartitionZNode.path(name, index)))
             ops.append(Create(znodes.TopicPartitionStateZNode.path(name, index),
                               znodes.TopicPartitionStateZNode.encode(states[index])))
-        ops = self.controller.fenced(ctx, ops)
-        root = zk_layout.chroot(self.controller.config["zookeeper.connect"])
+        ops = self.office.fenced(ctx, ops)
+        root = zk_layout.chroot(self.office.config["zookeeper.connect"])
         size = zk_layout.multi_size(ops, root)
         if size > zk_layout.JUTE_MAXBUFFER:
             return done(ErrorCode.invalid_partitions, f"Adding {count - old} partitions to topic '{name}' needs more "
@@ -245,17 +243,17 @@ class TopicChanges:
                                                       f"bytes (jute.maxbuffer); add fewer at a time", now_ms)
         if validate_only:
             return done(ErrorCode.none, None, now_ms)
-        controller = self.controller
+        office = self.office
 
         def applied(when_ms: int) -> list:
             current = ctx.topics.get(name)
-            effects: list = [Log("info", f"Added partitions {sorted(added)} to topic {name}: {added}")]
+            effects: list = [LogLine("info", f"Added partitions {sorted(added)} to topic {name}: {added}")]
             if current is not None:
                 current.assignment.update(added)
                 current.states.update(states)
-                if controller.in_office(ctx):
+                if office.in_office(ctx):
                     parts = [(current, index) for index in sorted(added)]
-                    effects.extend(controller.channel.send_partition_states(ctx, parts, None, True, when_ms))
+                    effects.extend(office.channel.send_partition_states(ctx, parts, None, True, when_ms))
             return effects + done(ErrorCode.none, None, when_ms)
 
         def read_back(res: OpResult | None, when_ms: int) -> list:
@@ -277,21 +275,21 @@ class TopicChanges:
                 return done(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
             return done(ErrorCode.unknown_server_error, f"ZooKeeper error {failed.error.name}", when_ms)
 
-        return [controller.outbox.zk(ops, on_result, transaction=True)]
+        return [office.outbox.zk(ops, on_result, transaction=True)]
 
     def _read_topic(self, ctx: ControllerContext, name: str, now_ms: int,
                     then: Callable[[OpResult | None, int], list]) -> list:
         """Read topic ``name``'s znode until ZooKeeper answers, then ``then(result, now_ms)``
         (``result`` None once this broker is no longer the controller)."""
-        controller = self.controller
+        office = self.office
 
         def on_read(results: list, when_ms: int) -> list:
             [res] = results
-            if not controller.in_office(ctx):
+            if not office.in_office(ctx):
                 return then(None, when_ms)
             if res.error not in (ZkError.NONE, ZkError.NO_NODE):
-                return controller.outbox.after(when_ms + READ_BACK_RETRY_MS,
+                return office.outbox.after(when_ms + READ_BACK_RETRY_MS,
                                                lambda t: self._read_topic(ctx, name, t, then))
             return then(res, when_ms)
 
-        return [controller.outbox.zk([GetData(znodes.TopicZNode.path(name))], on_read)]
+        return [office.outbox.zk([GetData(znodes.TopicZNode.path(name))], on_read)]

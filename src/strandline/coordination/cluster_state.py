@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
+from typing import Callable
 
-from strandline.broker.config import ConfigError, parse_topic_configs
+from strandline.core.config import ConfigError, parse_topic_configs
 from strandline.coordination.acl_znodes import AclZNode
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import znodes
@@ -13,7 +13,12 @@ from strandline.coordination.store import CoordinationStore, GetChildren, GetDat
 from strandline.coordination.znodes import BrokerInfo
 from strandline.security.acl import AccessControlEntry, PatternType, ResourcePattern
 
-log = logging.getLogger("strandline.broker")
+#: Where a reader says what it skipped: the shell passes its logger's ``warning``.
+Warn = Callable[[str], None]
+
+
+def _unsaid(line: str) -> None:
+    """The default :data:`Warn`: a reader whose caller keeps no log (the simulator)."""
 
 
 class ZooKeeperUnanswered(Exception):
@@ -31,7 +36,7 @@ def _read(store: CoordinationStore, ops: list) -> list[OpResult]:
     return [answered(op.path, res) for op, res in zip(ops, store.execute(ops))]
 
 
-def read_cluster_state(store: CoordinationStore) -> tuple[dict[int, BrokerInfo], dict[str, TopicMetadata]]:
+def read_cluster_state(store: CoordinationStore, warn: Warn = _unsaid) -> tuple[dict[int, BrokerInfo], dict[str, TopicMetadata]]:
     """Read live brokers and every topic (assignment, partition states, configs) from ZooKeeper.
     Raises :class:`ZooKeeperUnanswered` when a read got no answer: a topic, config or state left
     out would pass for one that does not exist."""
@@ -56,7 +61,7 @@ def read_cluster_state(store: CoordinationStore) -> tuple[dict[int, BrokerInfo],
             try:
                 configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(config_res.data))
             except ConfigError as exc:
-                log.warning("Ignoring bad config of topic %s: %s", name, exc)
+                warn(f"Ignoring bad config of topic {name}: {exc}")
         states = {}
         paths = [GetData(znodes.TopicPartitionStateZNode.path(name, p)) for p in sorted(assignment)]
         for p, res in zip(sorted(assignment), _read(store, paths)):
@@ -69,7 +74,7 @@ def read_cluster_state(store: CoordinationStore) -> tuple[dict[int, BrokerInfo],
     return brokers, topics
 
 
-def read_dynamic_broker_configs(store: CoordinationStore, broker_id: int) -> tuple[dict[str, str], dict[str, str]]:
+def read_dynamic_broker_configs(store: CoordinationStore, broker_id: int, warn: Warn = _unsaid) -> tuple[dict[str, str], dict[str, str]]:
     """The dynamic broker configs a starting broker applies: ``/config/brokers/<default>`` and
     ``/config/brokers/<broker_id>`` (missing or unreadable: empty)."""
     layers = []
@@ -80,12 +85,12 @@ def read_dynamic_broker_configs(store: CoordinationStore, broker_id: int) -> tup
             try:
                 config = znodes.ConfigEntityZNode.decode(res.data, "brokers", name)
             except ValueError as exc:
-                log.warning("Ignoring dynamic broker configs: %s", exc)
+                warn(f"Ignoring dynamic broker configs: {exc}")
         layers.append(config)
     return layers[0], layers[1]
 
 
-def read_acls(store: CoordinationStore) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+def read_acls(store: CoordinationStore, warn: Warn = _unsaid) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
     """Every ACL under ``/kafka-acl`` and ``/kafka-acl-extended/prefixed`` (an unreadable node is
     skipped with a warning, as Kafka's authorizer skips it)."""
     acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
@@ -95,7 +100,7 @@ def read_acls(store: CoordinationStore) -> dict[ResourcePattern, frozenset[Acces
             try:
                 resource_type = AclZNode.resource_type(type_name)
             except ValueError as exc:
-                log.warning("Ignoring ACLs under %s: %s", AclZNode.root(pattern_type), exc)
+                warn(f"Ignoring ACLs under {AclZNode.root(pattern_type)}: {exc}")
                 continue
             [names] = store.execute([GetChildren(AclZNode.type_path(pattern_type, resource_type))])
             patterns = [ResourcePattern(resource_type, name, pattern_type) for name in names.children]
@@ -105,7 +110,7 @@ def read_acls(store: CoordinationStore) -> dict[ResourcePattern, frozenset[Acces
                 try:
                     entries = AclZNode.decode(res.data, AclZNode.path(pattern))
                 except ValueError as exc:
-                    log.warning("Ignoring ACLs: %s", exc)
+                    warn(f"Ignoring ACLs: {exc}")
                     continue
                 if entries:
                     acls[pattern] = entries

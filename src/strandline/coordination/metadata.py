@@ -11,8 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from strandline.broker.config import ConfigError, parse_topic_configs
-from strandline.broker.effects import Log
+from strandline.core.config import ConfigError, parse_topic_configs
+from strandline.core.effects import LogLine
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData, ZkError
 from strandline.coordination.znodes import BrokerInfo, LeaderAndIsr
@@ -85,7 +85,7 @@ class MetadataCache:
                     try:
                         configs = parse_topic_configs(znodes.ConfigEntityZNode.decode(config_res.data))
                     except ConfigError as exc:
-                        effects.append(Log("warning", f"Ignoring bad config of topic {name}: {exc}"))
+                        effects.append(LogLine("warning", f"Ignoring bad config of topic {name}: {exc}"))
                 self.topics[name] = TopicMetadata(
                     name, topic_id or uuid.UUID(int=0), {int(p): tuple(r) for p, r in assignment.items()}, {}, configs)
             return effects + then(when_ms, unread)

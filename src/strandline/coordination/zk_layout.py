@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Iterable, Sequence
 
-from strandline.broker.config import config_text
+from strandline.core.config import config_text
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import znodes
 from strandline.coordination.store import CheckVersion, Create, Delete, GetData, SetData

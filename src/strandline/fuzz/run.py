@@ -28,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Iterator
+from typing import Iterator
 
 from strandline.fuzz.frames import FrameMaker, frames_seen, well_formed
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
+from strandline.core.effects import LogLine
 from strandline.group import records as rec
 from strandline.group.model import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, Group, Member, Respond
 from strandline.group.rebalance import (answer_join, answer_sync, common_protocols, maybe_complete_join,
@@ -195,7 +195,7 @@ class GroupCoordinator:
             why = (f"Adding new member {member_id} with group instance id {instance_id}; client reason: {reason}"
                    if created else f"Updating metadata for member {member_id} during {group.state}; "
                    f"client reason: {reason}")
-            effects.append(Log("info", f"Preparing to rebalance group {group_id} in state {group.state} with old "
+            effects.append(LogLine("info", f"Preparing to rebalance group {group_id} in state {group.state} with old "
                                        f"generation {group.generation} (__consumer_offsets-"
                                        f"{self.partition_of(group_id)}) (reason: {why})"))
             effects += prepare_rebalance(group, self.config, now_ms)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
+from strandline.core.effects import LogLine
 from strandline.group import records as rec
 from strandline.group.coordinator import GroupCoordinator
 
@@ -76,5 +76,5 @@ class OffsetsTopic:
         if not leader:
             return coordinator.unload_partition(index) if index in coordinator.owned else []
         count = coordinator.load_partition(index, rec.iter_log_records(self.read_log(topic, index)), now_ms)
-        return [Log("info", f"Coordinator of the groups of {OFFSETS_TOPIC}-{index} "
+        return [LogLine("info", f"Coordinator of the groups of {OFFSETS_TOPIC}-{index} "
                             f"({count} record(s) loaded)")] if count else []

@@ -26,7 +26,7 @@ back.
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 from dataclasses import asdict
 from typing import Callable, Iterator
 
@@ -84,14 +84,14 @@ class LogCleaner:
             return
         self._loaded = True
         for log_dir in self.logs.log_dirs:
-            path = os.path.join(log_dir, CLEANER_CHECKPOINT)
+            path = posixpath.join(log_dir, CLEANER_CHECKPOINT)
             self.checkpoints.update(checkpoint.read_offsets(self.logs.disk, path))
 
     def _write_checkpoint(self, log_dir: str) -> None:
         """Queue the log dir's checkpoint for the broker to write (``take_checkpoint_writes``)."""
         entries = {key: offset for key, offset in self.checkpoints.items()
                    if self.logs.dir_of.get(key) == log_dir}
-        self.checkpoint_writes[os.path.join(log_dir, CLEANER_CHECKPOINT)] = checkpoint.offsets_text(entries)
+        self.checkpoint_writes[posixpath.join(log_dir, CLEANER_CHECKPOINT)] = checkpoint.offsets_text(entries)
 
     def take_checkpoint_writes(self) -> list[tuple[str, bytes]]:
         """The ``cleaner-offset-checkpoint`` files due since the last call: ``(path, content)``."""

@@ -50,7 +50,7 @@ Offsets never change: compaction leaves gaps, which followers and consumers step
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
@@ -296,7 +296,7 @@ class Cleaning:
         log = self.log
         disk = log.disk
         base = group[0].base_offset
-        cleaned_path = os.path.join(log.dir, file_prefix(base) + LOG_SUFFIX + CLEANED_SUFFIX)
+        cleaned_path = posixpath.join(log.dir, file_prefix(base) + LOG_SUFFIX + CLEANED_SUFFIX)
         out = disk.open(cleaned_path)
         if out.size():
             out.truncate(0)

@@ -24,7 +24,7 @@ recovers the whole log). Moving the earliest entry up to the log start offset wa
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 
 from strandline.log import checkpoint
 from strandline.log.disk import Disk
@@ -40,7 +40,7 @@ class LeaderEpochCache:
 
     def __init__(self, disk: Disk, directory: str) -> None:
         self.disk = disk
-        self.path = os.path.join(directory, FILE_NAME)
+        self.path = posixpath.join(directory, FILE_NAME)
         self.entries: list[tuple[int, int]] = checkpoint.read_epochs(disk, self.path)
         self.written = disk.exists(self.path)
         self.unwritten = False

@@ -20,23 +20,21 @@ high watermark passes them.
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 from bisect import bisect_right
 from itertools import takewhile
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Iterator, NamedTuple, Protocol
 
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk
 from strandline.log.epoch import LeaderEpochCache
+from strandline.log.producer_snapshots import ProducerSnapshots
 from strandline.log.producer_state import ProducerStateManager, snapshot_offset
 from strandline.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 from strandline.log.swap import SWAP_LOG_SUFFIX, complete_swap
 from strandline.log.txn_index import TXN_INDEX_SUFFIX
 from strandline.protocol.markers import CONTROL_BIT
 from strandline.protocol.records import BatchHeader
-
-if TYPE_CHECKING:
-    from strandline.log.log import Log
 
 CLEAN_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 
@@ -82,7 +80,7 @@ def load_segments(disk: Disk, dir: str, config: LogConfig, *, recovery_point: in
         if name.endswith(SWAP_LOG_SUFFIX) and name[:-len(SWAP_LOG_SUFFIX)].isdigit():
             swaps.append(int(name[:-len(SWAP_LOG_SUFFIX)]))
         elif name.endswith(CLEAN_SUFFIXES):
-            disk.remove(os.path.join(dir, name))
+            disk.remove(posixpath.join(dir, name))
         elif name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit():
             bases.append(int(name[:-len(LOG_SUFFIX)]))
     for base in sorted(swaps):
@@ -97,7 +95,7 @@ def load_segments(disk: Disk, dir: str, config: LogConfig, *, recovery_point: in
             stem = name[:-len(suffix)]
             if name.endswith(suffix) and stem.isdigit():
                 if int(stem) not in base_set:
-                    disk.remove(os.path.join(dir, name))
+                    disk.remove(posixpath.join(dir, name))
                 elif suffix == TXN_INDEX_SUFFIX:
                     txn_indexes.add(int(stem))
         offset = snapshot_offset(name)
@@ -149,7 +147,28 @@ def load_segments(disk: Disk, dir: str, config: LogConfig, *, recovery_point: in
     return LoadedSegments(segments, cache, log_start_offset, snapshots, stats, bool(names))
 
 
-def rebuild_producer_state(log: Log) -> None:
+class ReplayedLog(Protocol):
+    """What rebuilding a producer state needs of a log (``strandline.log.log.Log`` has it)."""
+
+    segments: list[LogSegment]
+    snapshots: ProducerSnapshots
+    producer_state: ProducerStateManager
+    producer_state_start: int
+    replayed_batches: int
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]: ...
+
+    def segment_index(self, offset: int) -> int: ...
+
+    def segment_of(self, offset: int) -> LogSegment: ...
+
+    def marker_of(self, header: BatchHeader) -> tuple[int, int] | None: ...
+
+
+def rebuild_producer_state(log: ReplayedLog) -> None:
     """From the latest good snapshot at or below the log end offset, then the batches after it;
     from the log's start without one."""
     first = log.segments[0].base_offset
@@ -164,7 +183,7 @@ def rebuild_producer_state(log: Log) -> None:
 RESTORE_WINDOW = 1024
 
 
-def restore_unreplicated_transactions(log: Log, high_watermark: int) -> bool:
+def restore_unreplicated_transactions(log: ReplayedLog, high_watermark: int) -> bool:
     """After the producer state was loaded from a snapshot (an open, a truncation), with the high
     watermark known: the transactions decided by a marker at or above it are unreplicated again,
     which keeps the last stable offset at their first offset until the high watermark passes the
@@ -212,12 +231,12 @@ def restore_unreplicated_transactions(log: Log, high_watermark: int) -> bool:
     return True
 
 
-def _headers(log: Log, start: int, end: int):
+def _headers(log: ReplayedLog, start: int, end: int):
     """Headers of the batches from the one containing ``start`` up to ``end``."""
     return takewhile(lambda h: h.base_offset < end, log.iter_batch_headers(start))
 
 
-def _replay_producers(log: Log, start: int) -> None:
+def _replay_producers(log: ReplayedLog, start: int) -> None:
     """Apply the batches from ``start`` to the log end to the producer state, rewriting the
     transaction index entries of the aborts among them."""
     rewritten = [s for s in log.segments[log.segment_index(start):] if s.txn_index.entries]

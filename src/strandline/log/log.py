@@ -17,7 +17,7 @@ which). Each abort marker adds an entry to its segment's ``.txnindex``. Producer
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 from bisect import bisect_right
 from typing import Callable, Iterator, NamedTuple
 
@@ -170,7 +170,7 @@ class Log:
         if self.leader_epoch_cache.unwritten:
             self.leader_epoch_cache.write()
         if self.parent_unsynced:
-            self.disk.fsync_dir(os.path.dirname(self.dir))
+            self.disk.fsync_dir(posixpath.dirname(self.dir))
             self.parent_unsynced = False
         new = [s for s in self.segments if s.new]
         if new or self.topic_id_unsynced:
@@ -452,14 +452,14 @@ class Log:
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record from the log start offset whose timestamp is
         >= ``timestamp``. Raises UndecodableRecordsError if that batch's records do not decode."""
-        return time_lookup.find_offset_by_timestamp(self, timestamp)
+        return time_lookup.find_offset_by_timestamp(self.segments, self.log_start_offset, timestamp)
 
     def find_max_timestamp(self, below: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record holding the largest timestamp among the
         batches from the log start offset with base offset < ``below`` (Kafka's MAX_TIMESTAMP and
         offsetOfMaxTimestamp). Segments wholly in that range answer from what they keep, so only
         the first and the last are read. Raises UndecodableRecordsError as find_offset_by_timestamp."""
-        return time_lookup.find_max_timestamp(self, below)
+        return time_lookup.find_max_timestamp(self.segments, self.log_start_offset, below)
 
     def epoch_for_offset(self, offset: int) -> int:
         return self.leader_epoch_cache.epoch_for_offset(offset)
@@ -582,7 +582,8 @@ class Log:
         policy has ``delete`` those older than retention.ms or beyond retention.bytes, oldest first;
         never the active segment, nor (when given) one with data at or above ``high_watermark``."""
         self._now_ms = now_ms
-        return retention.delete_old_segments(self, now_ms, high_watermark)
+        return self.delete_oldest_segments(retention.segments_to_delete(
+            self.segments, self.config, self.log_start_offset, self.log_end_offset, now_ms, high_watermark))
 
     def delete_oldest_segments(self, count: int) -> int:
         """Delete the ``count`` oldest segments (never the active one) and their producer snapshots;

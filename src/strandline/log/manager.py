@@ -14,7 +14,7 @@ Partition directories are ``<topic>-<partition>`` (topics may contain ``-``).
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 import uuid
 from typing import NamedTuple
 
@@ -105,10 +105,10 @@ class LogManager:
         stats: dict[str, int] = {"logs_loaded": 0}
         for log_dir in self.log_dirs:
             self.disk.makedirs(log_dir)
-            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+            marker = posixpath.join(log_dir, CLEAN_SHUTDOWN_FILE)
             clean = self.disk.exists(marker)
-            recovery_points = checkpoint.read_offsets(self.disk, os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
-            start_offsets = checkpoint.read_offsets(self.disk, os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
+            recovery_points = checkpoint.read_offsets(self.disk, posixpath.join(log_dir, RECOVERY_POINT_CHECKPOINT))
+            start_offsets = checkpoint.read_offsets(self.disk, posixpath.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
             for key, offset in recovery_points.items():
                 if offset > self._checkpointed_recovery_points.get(key, -1):
                     self._checkpointed_recovery_points[key] = offset
@@ -121,7 +121,7 @@ class LogManager:
                 topic, partition = parsed
                 if not clean:
                     self.recovered_uncleanly = True
-                log = Log.open(self.disk, os.path.join(log_dir, name), topic, partition,
+                log = Log.open(self.disk, posixpath.join(log_dir, name), topic, partition,
                                topic_configs.get(topic, self.default_config),
                                recovery_point=recovery_points.get(parsed, 0),
                                log_start_offset=start_offsets.get(parsed, 0),
@@ -151,7 +151,7 @@ class LogManager:
         for log in self.logs.values():
             log.close()
         for log_dir in self.log_dirs:
-            self.disk.write_file_atomic(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
+            self.disk.write_file_atomic(posixpath.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
         self.started = False
 
     # -- logs --------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ class LogManager:
             return log
         log_dir = min(self.log_dirs, key=lambda d: self._logs_in_dir[d])
         self.disk.makedirs(log_dir)
-        log = Log.open(self.disk, os.path.join(log_dir, partition_dir_name(topic, partition)), topic,
+        log = Log.open(self.disk, posixpath.join(log_dir, partition_dir_name(topic, partition)), topic,
                        partition, config, needs_recovery=False, now_ms=now_ms)
         log.topic_id = read_topic_id(self.disk, log.dir)
         if self._defer_roll_flushes:
@@ -219,7 +219,7 @@ class LogManager:
         for key, log in self.logs.items():
             if log.recovery_point > remembered.get(key, -1):
                 remembered[key] = log.recovery_point
-        return [(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT),
+        return [(posixpath.join(log_dir, RECOVERY_POINT_CHECKPOINT),
                  checkpoint.offsets_text({key: log.recovery_point for key, log in self._logs_in(log_dir).items()}))
                 for log_dir in self.log_dirs]
 
@@ -234,13 +234,13 @@ class LogManager:
         return self.recovery_point_checkpoints() + self.log_start_offset_checkpoints()
 
     def log_start_offset_checkpoints(self) -> list[tuple[str, bytes]]:
-        return [(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
+        return [(posixpath.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
                  checkpoint.offsets_text({key: log.log_start_offset for key, log in self._logs_in(log_dir).items()}))
                 for log_dir in self.log_dirs]
 
     def high_watermark_checkpoints(self, high_watermarks: dict[TopicPartition, int]) -> list[tuple[str, bytes]]:
         """``replication-offset-checkpoint`` in each log dir, for the logs that dir holds."""
-        return [(os.path.join(log_dir, HIGH_WATERMARK_CHECKPOINT),
+        return [(posixpath.join(log_dir, HIGH_WATERMARK_CHECKPOINT),
                  checkpoint.offsets_text({key: hw for key, hw in high_watermarks.items()
                                           if self.dir_of.get(key) == log_dir}))
                 for log_dir in self.log_dirs]
@@ -259,7 +259,7 @@ class LogManager:
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         result: dict[TopicPartition, int] = {}
         for log_dir in self.log_dirs:
-            result.update(checkpoint.read_offsets(self.disk, os.path.join(log_dir, HIGH_WATERMARK_CHECKPOINT)))
+            result.update(checkpoint.read_offsets(self.disk, posixpath.join(log_dir, HIGH_WATERMARK_CHECKPOINT)))
         return result
 
     # -- periodic work -----------------------------------------------------------------------

@@ -22,7 +22,7 @@ and the log takes the id the controller names next (Kafka's ``checkOrSetTopicId`
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 import uuid
 
 from strandline.log.disk import Disk
@@ -33,7 +33,7 @@ FILE = "partition.metadata"
 
 def read_topic_id(disk: Disk, log_dir: str) -> uuid.UUID | None:
     """The topic id recorded in the log directory ``log_dir``; None if there is none (or it is unreadable)."""
-    path = os.path.join(log_dir, FILE)
+    path = posixpath.join(log_dir, FILE)
     if not disk.exists(path):
         return None
     try:
@@ -46,7 +46,7 @@ def read_topic_id(disk: Disk, log_dir: str) -> uuid.UUID | None:
 
 
 def write_topic_id(disk: Disk, log_dir: str, topic_id: uuid.UUID) -> None:
-    handle = disk.open(os.path.join(log_dir, FILE))
+    handle = disk.open(posixpath.join(log_dir, FILE))
     try:
         handle.truncate(0)
         handle.append(f"version: 0\ntopic_id: {uuid_to_base64(topic_id)}\n".encode())
@@ -56,7 +56,7 @@ def write_topic_id(disk: Disk, log_dir: str, topic_id: uuid.UUID) -> None:
 
 def sync_topic_id(disk: Disk, log_dir: str) -> None:
     """fsync ``partition.metadata`` (its directory entry is the caller's to fsync)."""
-    handle = disk.open(os.path.join(log_dir, FILE))
+    handle = disk.open(posixpath.join(log_dir, FILE))
     try:
         handle.flush()
     finally:

@@ -7,7 +7,7 @@ batches after it; a torn or corrupt one is deleted and an earlier one (or the lo
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 
 from strandline.log.disk import Disk
 from strandline.log.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
@@ -23,7 +23,7 @@ class ProducerSnapshots:
         self.offsets: list[int] = sorted(offsets or [])
 
     def path(self, offset: int) -> str:
-        return os.path.join(self.dir, file_prefix(offset) + SNAPSHOT_SUFFIX)
+        return posixpath.join(self.dir, file_prefix(offset) + SNAPSHOT_SUFFIX)
 
     def take(self, offset: int, content: bytes, sync: bool = False) -> str:
         """Write ``content`` as the snapshot at ``offset`` (``.tmp``, then renamed); fsynced when

@@ -16,9 +16,10 @@ and CRC, rebuilds both indexes and cuts the file at the first bad or torn batch 
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 import struct
-from typing import Callable, Iterator, NamedTuple
+from bisect import bisect_right
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk, FileHandle, FileRegion
@@ -53,12 +54,18 @@ class CorruptRecordError(ValueError):
     """A batch failed its size, magic or CRC check."""
 
 
+def segment_index(segments: Sequence["LogSegment"], offset: int) -> int:
+    """Where in ``segments`` (oldest first) the segment holding ``offset`` is (the first one for an
+    offset below it)."""
+    return max(bisect_right(segments, offset, key=lambda s: s.base_offset) - 1, 0)
+
+
 def file_prefix(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
 def segment_paths(directory: str, base_offset: int) -> tuple[str, str, str]:
-    prefix = os.path.join(directory, file_prefix(base_offset))
+    prefix = posixpath.join(directory, file_prefix(base_offset))
     return prefix + LOG_SUFFIX, prefix + INDEX_SUFFIX, prefix + TIME_INDEX_SUFFIX
 
 
@@ -405,7 +412,7 @@ class LogSegment:
         last_time = self.time_index.last_entry
         max_ts, max_off = last_time if last_time is not None else (-1, -1)
         _, index_position = self.offset_index.last_entry
-        for pos, h in self._iter_headers(index_position):
+        for _pos, h in self._iter_headers(index_position):
             if h.max_timestamp > max_ts:
                 max_ts, max_off = h.max_timestamp, h.base_offset + h.last_offset_delta
             self._next_offset = h.base_offset + h.last_offset_delta + 1

@@ -9,7 +9,7 @@ replaces every segment whose base offset lies in the offsets it covers.
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk
@@ -44,7 +44,7 @@ def complete_swap(disk: Disk, dir: str, base: int, config: LogConfig, bases: lis
     """Finish a cleaner's swap found on open: the ``<base>.log.swap`` file (fsynced before it got
     that name) replaces every segment whose base offset lies in the offsets it covers; returns
     the segment base offsets left."""
-    swap_path = os.path.join(dir, file_prefix(base) + SWAP_LOG_SUFFIX)
+    swap_path = posixpath.join(dir, file_prefix(base) + SWAP_LOG_SUFFIX)
     swap = LogSegment(disk, dir, base, config, disk.open(swap_path), created_ms=now_ms, new=False)
     size = swap.log.size()
     next_offset, end = base, 0
@@ -59,7 +59,7 @@ def complete_swap(disk: Disk, dir: str, base: int, config: LogConfig, bases: lis
         # the transaction index goes too: the entries of the cleaned range are of aborts whose
         # records the cleaner removed (nothing left to hide), and one whose marker it removed
         # would hide that producer's later records from read_committed readers
-        for path in segment_paths(dir, old) + (os.path.join(dir, file_prefix(old) + TXN_INDEX_SUFFIX),):
+        for path in segment_paths(dir, old) + (posixpath.join(dir, file_prefix(old) + TXN_INDEX_SUFFIX),):
             if disk.exists(path):
                 disk.remove(path)
     disk.rename(swap_path, segment_paths(dir, base)[0])

@@ -5,35 +5,34 @@ and searches its time index for the rest.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Sequence
 
-from strandline.log.segment import LogSegment
-
-if TYPE_CHECKING:
-    from strandline.log.log import Log
+from strandline.log.segment import LogSegment, segment_index
 
 
-def find_offset_by_timestamp(log: Log, timestamp: int) -> tuple[int, int] | None:
+def find_offset_by_timestamp(segments: Sequence[LogSegment], log_start_offset: int,
+                             timestamp: int) -> tuple[int, int] | None:
     """See ``Log.find_offset_by_timestamp``."""
-    for segment in log.segments[log.segment_index(log.log_start_offset):]:
+    for segment in segments[segment_index(segments, log_start_offset):]:
         if segment.max_timestamp >= timestamp:
-            found = segment.find_offset_by_timestamp(timestamp, log.log_start_offset)
+            found = segment.find_offset_by_timestamp(timestamp, log_start_offset)
             if found is not None:
                 return found
     return None
 
 
-def find_max_timestamp(log: Log, below: int) -> tuple[int, int] | None:
+def find_max_timestamp(segments: Sequence[LogSegment], log_start_offset: int,
+                       below: int) -> tuple[int, int] | None:
     """See ``Log.find_max_timestamp``."""
     best: tuple[int, int, LogSegment] | None = None     # (timestamp, offset in its batch, segment)
-    for segment in log.segments[log.segment_index(log.log_start_offset):]:
+    for segment in segments[segment_index(segments, log_start_offset):]:
         if segment.base_offset >= below:
             break
-        if segment.base_offset >= log.log_start_offset and segment.next_offset <= below:
+        if segment.base_offset >= log_start_offset and segment.next_offset <= below:
             found = (segment.max_timestamp, segment.offset_of_max_timestamp)
         else:
             found = (-1, -1)
-            for h in segment.iter_headers(log.log_start_offset):
+            for h in segment.iter_headers(log_start_offset):
                 if h.base_offset >= below:
                     break
                 if h.max_timestamp > found[0]:

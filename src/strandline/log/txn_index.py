@@ -13,7 +13,7 @@ entries of everything it replays after an unclean shutdown.
 
 from __future__ import annotations
 
-import os.path
+import posixpath
 import struct
 
 from strandline.errors import BrokenInvariant
@@ -49,7 +49,7 @@ def decode(data: bytes, path: str = "") -> list[AbortedTxn]:
 class TransactionIndex:
     def __init__(self, disk: Disk, directory: str, base_offset: int, *, exists: bool | None = None) -> None:
         self.disk = disk
-        self.path = os.path.join(directory, f"{base_offset:020d}{TXN_INDEX_SUFFIX}")
+        self.path = posixpath.join(directory, f"{base_offset:020d}{TXN_INDEX_SUFFIX}")
         self._exists = exists              # None: not looked at yet
         self._entries: list[AbortedTxn] | None = None if exists is not False else []
         self._handle: FileHandle | None = None

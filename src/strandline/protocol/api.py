@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import io
 import struct
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -27,6 +25,7 @@ from kio.serial._introspect import EntityTupleField, classify_field  # private k
 
 from strandline.protocol.build import build  # noqa: F401  (part of this module's interface)
 from strandline.protocol.frames import ProtocolError
+from strandline.protocol.header import RequestHeader
 from strandline.protocol.hot_responses import (  # noqa: F401  (part of this module's interface)
     PartitionData,
     PartitionProduceResult,
@@ -164,14 +163,6 @@ def api_name(api_key: int) -> str:
         return f"API key {api_key}"
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-
-
 class UnsupportedApiVersions(Exception):
     """An ApiVersions request newer than we know (KIP-511).
 
@@ -284,6 +275,14 @@ def response_class(api_key: int, api_version: int) -> type:
     return _writers(api_key, api_version)[0]
 
 
+class _Buffer(bytearray):
+    """What kio's writers write into: bytes in memory, grown by ``write``."""
+
+    def write(self, data: bytes) -> int:
+        self += data
+        return len(data)
+
+
 def encode_response(header: RequestHeader, body: Any) -> bytes:
     """A framed response (int32 size, response header, body) for ``header``'s API and version.
 
@@ -293,13 +292,11 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
         return encode_metadata_response(header, body)
     resp_cls, header_cls, write_header, write_body = _writers(header.api_key, header.api_version)
     obj = build(resp_cls, body)
-    buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
+    buf = _Buffer(b"\0\0\0\0")
     write_header(buf, header_cls(correlation_id=header.correlation_id))
     write_body(buf, obj)
-    with buf.getbuffer() as data:
-        _I32.pack_into(data, 0, len(data) - 4)
-    return buf.getvalue()
+    _I32.pack_into(buf, 0, len(buf) - 4)
+    return bytes(buf)
 
 
 # -- requests this broker sends (forwarding, replica fetching) ----------------------------------
@@ -318,10 +315,10 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     req_cls, header_cls, write_header, write_body, _, _ = _request_codec(api_key, api_version)
     header = build(header_cls, {"request_api_key": api_key, "request_api_version": api_version,
                                 "correlation_id": correlation_id, "client_id": client_id})
-    buf = io.BytesIO()
+    buf = _Buffer()
     write_header(buf, header)
     write_body(buf, build(req_cls, body))
-    return buf.getvalue()
+    return bytes(buf)
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> Any:

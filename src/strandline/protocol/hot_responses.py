@@ -10,12 +10,9 @@ import struct
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-
-
-if TYPE_CHECKING:
-    from strandline.protocol.api import RequestHeader
+from strandline.protocol.header import RequestHeader
 
 # -- hand-written encoders for the hot responses ----------------------------------------------
 
@@ -119,7 +116,7 @@ def _fetch_args_from_body(body: Mapping) -> tuple:
             topics)
 
 
-def encode_fetch_response(header: RequestHeader, throttle_ms: Any = 0, error_code: int = 0,
+def encode_fetch_response(header: RequestHeader, throttle_ms: Any = 0, error_code: int = 0,  # noqa: C901  (the hot path: every version's fields in one loop, without calls)
                           session_id: int = 0, topics: Sequence = ()) -> list:
     """A framed Fetch v0..v16 response as a list of buffers, for ``transport.writelines``.
 

@@ -207,7 +207,7 @@ class UpConverted(NamedTuple):
     record_errors: tuple[tuple[int, str], ...] = ()
 
 
-def up_convert(records, *, max_message_bytes: int, target_codec: int | None, compacted: bool,
+def up_convert(records, *, max_message_bytes: int, target_codec: int | None, compacted: bool,  # noqa: C901  (every message format and codec in one pass over the batch)
                max_timestamp_difference_ms: int | None, now_ms: int, where: str) -> UpConverted:
     """A Produce v0-v2 message set of magic 0 or 1 as one record batch v2, checked as Kafka's
     ``Log.analyzeAndValidateRecords`` and ``LogValidator`` check it.
@@ -366,7 +366,7 @@ def down_convert(data, to_magic: int, fetch_offset: int, limit: int) -> bytes:
         attrs = TIMESTAMP_TYPE_BIT if log_append_time else 0
 
         def ts(record) -> int:
-            return header.max_timestamp if log_append_time else record.timestamp
+            return header.max_timestamp if log_append_time else record.timestamp  # noqa: B023  (called within this iteration)
 
         if not codec:
             converted = b"".join(encode_message(r.offset, to_magic, attrs, ts(r), r.key, r.value) for r in records)

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
+from strandline.core.effects import LogLine
 from strandline.coordination import znodes
 from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
 from strandline.coordination.store import GetChildren, ZkError
@@ -224,7 +224,7 @@ class ControllerRequests:
                     continue
                 del self.metadata.topics[name]
                 self.topic_stats.remove_topic(name)
-                effects.append(Log("info", f"Topic {name} was deleted while this broker's ZooKeeper session was lost"))
+                effects.append(LogLine("info", f"Topic {name} was deleted while this broker's ZooKeeper session was lost"))
                 local = [i for (n, i) in self.partitions if n == name]
                 effects += self._delete_replicas(name, local, when_ms)
             return effects
@@ -233,7 +233,7 @@ class ControllerRequests:
 
     def _stale_logs_deleted(self) -> list:
         said, self.deleted_stale = self.deleted_stale, []
-        return [Log("warning", f"Deleted log of {what}: it belongs to an earlier topic of that name") for what in said]
+        return [LogLine("warning", f"Deleted log of {what}: it belongs to an earlier topic of that name") for what in said]
 
     def _drop_stale_replicas(self, topic: TopicMetadata, now_ms: int) -> list:
         """Once a topic was read again for another id: delete the local replicas of its name whose
@@ -263,7 +263,7 @@ class ControllerRequests:
         key = (partition.topic, partition.index)
         self.fetcher_manager.remove_partitions([key])
         partition.make_leader(state, replicas, now_ms)
-        return [Log("info", f"Leader of {key[0]}-{key[1]} in epoch {state.leader_epoch}, ISR {list(state.isr)}, "
+        return [LogLine("info", f"Leader of {key[0]}-{key[1]} in epoch {state.leader_epoch}, ISR {list(state.isr)}, "
                             f"LEO {partition.log_end_offset}, HW {partition.high_watermark}")] + \
             self._leadership_changed(partition, True, now_ms)
 
@@ -273,7 +273,7 @@ class ControllerRequests:
         self.fetcher_manager.remove_partitions([key])
         partition.make_follower(state, replicas)
         effects: list = self._leadership_changed(partition, False, now_ms)
-        effects.append(Log("info", f"Follower of {key[0]}-{key[1]} in epoch {state.leader_epoch}, "
+        effects.append(LogLine("info", f"Follower of {key[0]}-{key[1]} in epoch {state.leader_epoch}, "
                                    f"leader {state.leader}, LEO {partition.log_end_offset}"))
         if state.leader < 0 or self.shutting_down:
             return effects
@@ -301,7 +301,7 @@ class ControllerRequests:
                         break
                     if md.topics.pop(name, None) is not None:
                         self.topic_stats.remove_topic(name)
-                        effects.append(Log("info", f"Topic {name} deleted from the metadata cache"))
+                        effects.append(LogLine("info", f"Topic {name} deleted from the metadata cache"))
                     break
                 topic = md.topics.get(name)
                 if topic is None or other_topic(topic, ts):     # (the states of a topic since deleted)
@@ -346,7 +346,7 @@ class ControllerRequests:
             if partition is not None and delete:
                 del self.partitions[key]
                 self.logs.delete_log(*key)
-                effects.append(Log("info", f"Deleted log of {key[0]}-{key[1]}"))
+                effects.append(LogLine("info", f"Deleted log of {key[0]}-{key[1]}"))
         effects.extend(self.writes.purgatory.check_keys(keys, now_ms))
         effects.extend(self.fetch_purgatory.check_keys(keys, now_ms))
         return effects, {"error_code": ErrorCode.none, "partition_errors": errors}

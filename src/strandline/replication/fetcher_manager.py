@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
-from strandline.broker.outbox import Outbox
+from strandline.core.effects import LogLine
+from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache
 from strandline.log.loader import restore_unreplicated_transactions
 from strandline.log.log import OffsetOutOfOrder
@@ -82,7 +82,7 @@ class ReplicaFetcherManager:
         log.truncate_to(offset)
         partition.high_watermark = min(partition.high_watermark, log.log_end_offset)
         restore_unreplicated_transactions(log, partition.high_watermark)
-        return [Log("info", f"Truncated {partition.topic}-{partition.index} from {before} to "
+        return [LogLine("info", f"Truncated {partition.topic}-{partition.index} from {before} to "
                             f"{log.log_end_offset}: {why}")]
 
     def _with_leader(self) -> list[ReplicaFetcher]:
@@ -211,7 +211,7 @@ class ReplicaFetcherManager:
                 if resp is None:        # not the hand-read layout: kio reads it (and names what is wrong)
                     resp = api.decode_response(api_key, version, frame)
             except Exception as exc:
-                return [Log("warning", f"Bad {api.api_name(api_key)} answer from broker {fetcher.leader_id}: {exc}")] \
+                return [LogLine("warning", f"Bad {api.api_name(api_key)} answer from broker {fetcher.leader_id}: {exc}")] \
                     + self._fetcher_failed(fetcher, when_ms)
             return on_response(resp, when_ms)
 
@@ -338,7 +338,7 @@ class ReplicaFetcherManager:
             if fetch_offset < answer.log_start_offset:
                 log.truncate_fully_and_start_at(answer.log_start_offset)
                 partition.high_watermark = answer.log_start_offset
-                return [Log("info", f"{key[0]}-{key[1]} restarts at the leader's log start offset "
+                return [LogLine("info", f"{key[0]}-{key[1]} restarts at the leader's log start offset "
                                     f"{answer.log_start_offset}")]
             fetcher.set_truncating(key, state, True)
             return []
@@ -347,7 +347,7 @@ class ReplicaFetcherManager:
         if _all_below_leader_start(log, answer.log_start_offset):
             dropped = (log.log_start_offset, log.log_end_offset)
             log.truncate_fully_and_start_at(log.log_end_offset)
-            started_afresh = [Log("info", f"{key[0]}-{key[1]} holds only offsets {dropped[0]}-{dropped[1] - 1}, below "
+            started_afresh = [LogLine("info", f"{key[0]}-{key[1]} holds only offsets {dropped[0]}-{dropped[1] - 1}, below "
                                           f"the leader's log start offset {answer.log_start_offset}: starts afresh "
                                           f"at {dropped[1]}")]
         else:
@@ -383,7 +383,7 @@ class ReplicaFetcherManager:
         if error in _RETRIABLE_QUIETLY:
             return []
         what = error.name if error is not None else message
-        return [Log("warning", f"Fetching {key[0]}-{key[1]} from broker {fetcher.leader_id} failed: {what}",
+        return [LogLine("warning", f"Fetching {key[0]}-{key[1]} from broker {fetcher.leader_id} failed: {what}",
                     kind=f"fetching from broker {fetcher.leader_id} failed")]
 
     def _fetcher_failed(self, fetcher: ReplicaFetcher, now_ms: int) -> list:

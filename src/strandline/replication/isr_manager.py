@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from strandline.broker.effects import Log
-from strandline.broker.outbox import Outbox
+from strandline.core.effects import LogLine
+from strandline.core.outbox import Outbox
 from strandline.coordination import zk_layout
 from strandline.coordination import znodes
 from strandline.coordination.metadata import LeaderAndIsr, MetadataCache
@@ -95,12 +95,12 @@ class IsrManager:
             if current.zk_version == state.zk_version:
                 partition.pending_isr = None
                 partition.isr_outcome_unknown = False
-                return [Log("warning", f"ISR change of {key[0]}-{key[1]} to {list(state.isr)} was not applied; "
+                return [LogLine("warning", f"ISR change of {key[0]}-{key[1]} to {list(state.isr)} was not applied; "
                                     f"ZooKeeper still holds version {current.zk_version}")]
             partition.pending_isr = None
             partition.isr_outcome_unknown = False
             partition.isr_update_failed = True
-            return [Log("warning", f"Cached zkVersion {state.zk_version} of {key[0]}-{key[1]} is not the one in "
+            return [LogLine("warning", f"Cached zkVersion {state.zk_version} of {key[0]}-{key[1]} is not the one in "
                                    f"ZooKeeper ({current.zk_version}: leader {current.leader}, epoch "
                                    f"{current.leader_epoch}, ISR {list(current.isr)}); skip updating ISR and "
                                    f"acknowledge no write until the controller says this broker's role")] + \
@@ -123,7 +123,7 @@ class IsrManager:
         if topic is not None:
             topic.states[key[1]] = dataclasses.replace(state, zk_version=zk_version)
         shrunk = len(state.isr) < len(old_isr)
-        effects: list = [Log("warning" if shrunk else "info",
+        effects: list = [LogLine("warning" if shrunk else "info",
                              f"ISR of {key[0]}-{key[1]} {'shrank' if shrunk else 'changed'} from {list(old_isr)} "
                              f"to {list(state.isr)}",
                              "isr_shrink" if shrunk else "isr_expand" if len(state.isr) > len(old_isr) else None, key)]
@@ -159,6 +159,6 @@ class IsrManager:
                 return []
             # not written (or not known to be): tell again on the next round; a duplicate is harmless
             self._change_set.update(changed)
-            return [Log("warning", f"Writing the ISR change notification failed ({results[0].error.name}); "
+            return [LogLine("warning", f"Writing the ISR change notification failed ({results[0].error.name}); "
                                    f"will write it again")]
         return [self.outbox.zk([zk_layout.isr_change_notification(changed)], on_result)]

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.config import LONG_MAX
+from strandline.core.config import LONG_MAX
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.protocol.legacy_records import first_magic, up_convert
 from strandline.protocol.markers import build_marker

@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
-from strandline.broker.outbox import Outbox
+from strandline.core.effects import LogLine
+from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.loader import restore_unreplicated_transactions
@@ -148,7 +148,7 @@ class ReplicaManager(ControllerRequests):
             topic = topics.get(name)
             if topic is None or index not in topic.assignment or self.broker_id not in topic.assignment[index]:
                 self.logs.delete_log(name, index)
-                effects.append(Log("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
+                effects.append(LogLine("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
         return effects + self._stale_logs_deleted()
 
     def leader_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
@@ -187,7 +187,7 @@ class ReplicaManager(ControllerRequests):
     def read_log(self, topic: str, index: int) -> bytes:
         return self.log_admin.read_log(topic, index)
 
-    def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
+    def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,  # noqa: C901  (to be split into a named DelayedFetch and result types)
                        isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int,
                        session: FetchSession | None = None, client_rack: str | None = None) -> list:
         """Read whole batches for a consumer (below the HW) or a follower (below the LEO, REP-1);

@@ -19,7 +19,7 @@ from strandline.broker.broker import Broker
 from strandline.broker.dynamic_config import apply_dynamic_broker_configs
 from strandline.coordination.cluster_state import (ZooKeeperUnanswered, read_acls, read_cluster_state,
                                                   read_dynamic_broker_configs)
-from strandline.broker.config import BrokerConfig
+from strandline.core.config import BrokerConfig
 from strandline.coordination.znodes import BrokerInfo
 from strandline.coordination import acl_znodes, zk_layout
 from strandline.coordination import znodes
@@ -245,7 +245,7 @@ async def _read_cluster_state(store: KazooStore, patience_s: float) -> tuple:
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            return await asyncio.to_thread(read_cluster_state, store)
+            return await asyncio.to_thread(read_cluster_state, store, log.warning)
         except ZooKeeperUnanswered as exc:
             if time.monotonic() > deadline:
                 raise
@@ -262,7 +262,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     await asyncio.to_thread(store.ensure_persistent_paths)
     cluster_id = await asyncio.to_thread(get_or_create_cluster_id, store)
     brokers, topics = await _read_cluster_state(store, v["zookeeper.session.timeout.ms"] / 1000.0)
-    dynamic = await asyncio.to_thread(read_dynamic_broker_configs, store, broker_id)
+    dynamic = await asyncio.to_thread(read_dynamic_broker_configs, store, broker_id, log.warning)
     changed, warnings = apply_dynamic_broker_configs(config, *dynamic)
     for warning in warnings:
         log.warning("%s", warning)
@@ -280,7 +280,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     broker = running.broker = Broker(config, logs, rng=random.Random(), now_ms=now_ms(), loggers=current_loggers())
     if broker.authorizer.enabled:       # every ACL is known before the first client is served
         await asyncio.to_thread(store.ensure_paths, acl_znodes.ACL_PATHS)
-        broker.authorizer.load(await asyncio.to_thread(read_acls, store))
+        broker.authorizer.load(await asyncio.to_thread(read_acls, store, log.warning))
     adv = config.advertised
     me = BrokerInfo(broker_id, adv.host, adv.port, v["broker.rack"])
     brokers[broker_id] = me

@@ -15,7 +15,7 @@ import logging
 import socket
 from typing import Callable
 
-from strandline.broker.effects import BrokerSend
+from strandline.core.effects import BrokerSend
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 from strandline.runtime.framed import FramedProtocol
 

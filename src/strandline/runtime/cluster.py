@@ -186,7 +186,7 @@ def wait_for_membership(brokers: list[BrokerProcess], timeout_s: float) -> None:
     progress = Waiting("strandline up: waiting for every broker to learn of all the others")
     for b in brokers:
         while True:
-            progress.tick(lambda: f"broker {b.id} does not list them all yet")
+            progress.tick(lambda: f"broker {b.id} does not list them all yet")  # noqa: B023  (called at once)
             try:
                 with KafkaConnection(f"127.0.0.1:{b.port}", timeout_s=5.0) as conn:
                     resp = conn.request(3, 10, {"topics": [], "allow_auto_topic_creation": False})
@@ -495,8 +495,9 @@ def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float 
             break
         if session_ends is None:
             session_ends = _old_session_deadline(log_path, log_start)
-        progress.tick(lambda: f"its previous ZooKeeper session expires within {max(session_ends - time.monotonic(), 0):.0f} s "
-                      f"(zookeeper.session.timeout.ms); then it registers again" if session_ends is not None else None)
+        progress.tick(lambda ends=session_ends: f"its previous ZooKeeper session expires within "
+                      f"{max(ends - time.monotonic(), 0):.0f} s (zookeeper.session.timeout.ms); then it registers "
+                      f"again" if ends is not None else None)
         if proc.poll() is not None:
             tail = (broker_dir / "broker.log").read_text(errors="replace").strip().splitlines()[-1:]
             raise StrandlineError(f"broker {broker_id} exited with code {proc.returncode}: {' '.join(tail)}")

@@ -10,6 +10,7 @@ on its own event thread when it handles each change, never sees them out of orde
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from kazoo.exceptions import NoNodeError
@@ -19,6 +20,8 @@ from strandline.coordination.cluster_state import ZooKeeperUnanswered, answered,
 from strandline.coordination.store import GetChildren
 from strandline.coordination.znodes import BrokerInfo
 from strandline.runtime.zk import KazooStore
+
+log = logging.getLogger("strandline.broker")
 
 
 def read_live_brokers(store: KazooStore, children: list[str]) -> tuple[dict[int, BrokerInfo], dict[int, int]]:
@@ -67,6 +70,6 @@ class BrokerListings:
 def read_full_cluster_state(store: KazooStore, listings: BrokerListings) -> tuple:
     """(brokers, topics, broker epochs, listing number) for a newly elected controller; raises
     :class:`ZooKeeperUnanswered` (the shell reads again) rather than leave anything out."""
-    _, topics = read_cluster_state(store)
+    _, topics = read_cluster_state(store, log.warning)
     brokers, epochs, listing = listings.read()
     return brokers, topics, epochs, listing

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Callable
 
-from strandline.broker.effects import SetLoggerLevel
+from strandline.core.effects import SetLoggerLevel
 from strandline.broker.loggers import PYTHON_LEVELS, ROOT_LOGGER, level_name
 
 

@@ -30,7 +30,7 @@ import traceback
 from typing import Any, Callable
 
 from strandline.broker.broker import Broker
-from strandline.broker.effects import (BrokerSend, Close, FlushFiles, Log, ReadClusterState, Send, SetLoggerLevel,
+from strandline.core.effects import (BrokerSend, Close, FlushFiles, LogLine, ReadClusterState, Send, SetLoggerLevel,
                                        WriteCheckpoint, ZkRequest)
 from strandline.coordination.store import OpResult, ZkError
 from strandline.log.disk import FileRegion
@@ -192,7 +192,7 @@ class Connection(FramedProtocol):
                 self.current = (request_name(frame), self.arrivals.popleft())
             self.busy = True
             shell.run(f"handling a request from {self.peer}",
-                      lambda: shell.broker.handle_request(self.conn_id, frame, now_ms()))
+                      lambda: shell.broker.handle_request(self.conn_id, frame, now_ms()))  # noqa: B023  (run at once)
         if self.transport is None:
             return
         if self.reading:
@@ -418,7 +418,7 @@ class BrokerShell:
                 self.segment_flusher.flush(effect)
             elif isinstance(effect, SetLoggerLevel):
                 set_logger_level(effect)
-            elif isinstance(effect, Log):
+            elif isinstance(effect, LogLine):
                 log.log(logging.getLevelName(effect.level.upper()), "%s", effect.message,
                         extra={"kind": effect.kind} if effect.kind else None)
                 if effect.event is not None and self.timeline is not None:

@@ -497,7 +497,7 @@ class KazooStore:
                 continue
             gone = threading.Event()
             try:
-                stat = self._wait(self.client.exists_async(path, watch=lambda event: gone.set()))
+                stat = self._wait(self.client.exists_async(path, watch=lambda event, gone=gone: gone.set()))
             except ZK_FAILURES:
                 stat = None
                 gone.set()

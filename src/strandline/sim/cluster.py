@@ -21,16 +21,14 @@ random faults at it:
 from __future__ import annotations
 
 import collections
-import heapq
 import random
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from strandline.broker.broker import Broker
 from strandline.coordination.cluster_state import read_cluster_state
-from strandline.broker.config import BrokerConfig
-from strandline.broker.effects import (BrokerSend, Close, FlushFiles, Log, ReadClusterState, Send, SetLoggerLevel,
+from strandline.core.config import BrokerConfig
+from strandline.core.effects import (BrokerSend, Close, FlushFiles, LogLine, ReadClusterState, Send, SetLoggerLevel,
                                        WriteCheckpoint, ZkRequest)
 from strandline.coordination import zk_layout
 from strandline.coordination import znodes
@@ -38,13 +36,14 @@ from strandline.coordination.store import Create, GetData, ZkError
 from strandline.log.manager import LogManager
 from strandline.protocol import api
 from strandline.sim.disk import MemoryDisk
-from strandline.sim.network import Channel, ServerConn, SimNetwork
+from strandline.sim.network import Channel, SimNetwork
+from strandline.sim.node import STALE, SimBroker
+from strandline.sim.scheduler import Scheduler
 from strandline.sim.zk_clients import SimZkClients
 from strandline.sim.zookeeper import MemoryZooKeeper
 
 START_MS = 1_700_000_000_000
 LOG_DIR = "/data/logs"
-_STALE = object()
 #: How long after a roll its segment's fsync completes (the shell's worker thread)
 ROLL_FLUSH_DELAY_MS = 20
 
@@ -57,48 +56,13 @@ def _flushed(core: Broker, effect: FlushFiles, now_ms: int) -> list:
     return core.on_files_flushed(effect.token, now_ms)
 
 
-@dataclass
-class SimBroker:
-    id: int
-    disk: MemoryDisk
-    core: Broker | None = None
-    session: int = 0
-    incarnation: int = 0
-    paused: bool = False
-    clock_offset_ms: int = 0
-    held: list = field(default_factory=list)
-    conns: dict[int, ServerConn] = field(default_factory=dict)
-    by_peer: dict[tuple, int] = field(default_factory=dict)
-    next_conn: int = 1
-    log: list[str] = field(default_factory=list)
-    events: list[tuple[str, tuple[str, int] | None]] = field(default_factory=list)   # the timeline's (kind, partition)
-    zk_lost_at: int | None = None    # since when ZooKeeper has not heard from it (cut, paused)
-    session_expired: bool = False    # ZooKeeper expired its session; it learns so on reconnecting
-    waiting_to_register: bool = False
-    deadline: Any = _STALE           # cached next timer (sim clock), or _STALE
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # whatever changes how the broker runs makes its cached deadline stale
-        if name in ("core", "paused", "clock_offset_ms"):
-            object.__setattr__(self, "deadline", _STALE)
-        object.__setattr__(self, name, value)
-
-    def forget_deadline(self) -> None:
-        """Something reached the broker: its next timer must be asked again."""
-        object.__setattr__(self, "deadline", _STALE)
-
-    @property
-    def alive(self) -> bool:
-        return self.core is not None
-
-
 class SimCluster:
     def __init__(self, broker_ids=(1, 2, 3), *, latency_ms: int = 0, seed: int = 1,
                  overrides: dict[str, dict[str, str]] | None = None, jitter_ms: int = 0,
                  zk_latency_ms: int = 0, zk_failure_delay_ms: int = 0, **config: str) -> None:
         self.zk = MemoryZooKeeper()
-        self.now = START_MS
-        self.zk.clock = lambda: self.now
+        self.scheduler = Scheduler(START_MS)
+        self.zk.clock = lambda: self.scheduler.now
         self.latency_ms = latency_ms
         self.jitter_ms = jitter_ms
         self.zk_latency_ms = zk_latency_ms
@@ -107,8 +71,6 @@ class SimCluster:
         self.rng = random.Random(seed)
         self.config = dict(config)
         self.overrides = overrides or {}
-        self.events: list[tuple[int, int, Callable[[], None]]] = []
-        self._seq = 0
         self.brokers: dict[int, SimBroker] = {}
         self.inbox: dict[tuple[int, str], collections.deque] = collections.defaultdict(collections.deque)
         self._correlation = 0
@@ -125,21 +87,27 @@ class SimCluster:
 
     # ------------------------------------------------------------------ scheduling
 
+    @property
+    def now(self) -> int:
+        """The simulated time (ms since the epoch)."""
+        return self.scheduler.now
+
+    @now.setter
+    def now(self, ms: int) -> None:
+        self.scheduler.now = ms
+
     def schedule_in(self, delay_ms: int, action: Callable[[], None]) -> None:
         """Run ``action()`` ``delay_ms`` from now (simulated time)."""
-        self.schedule_at(self.now + delay_ms, action)
-
-    _schedule = schedule_in
+        self.scheduler.schedule_at(self.scheduler.now + delay_ms, action)
 
     def schedule_at(self, when_ms: int, action: Callable[[], None]) -> None:
-        self._seq += 1
-        heapq.heappush(self.events, (when_ms, self._seq, action))
+        self.scheduler.schedule_at(when_ms, action)
 
-    def _at(self, node: SimBroker) -> int:
+    def clock_of(self, node: SimBroker) -> int:
         """The time on a broker's own clock."""
-        return self.now + node.clock_offset_ms
+        return self.scheduler.now + node.clock_offset_ms
 
-    def _run_on(self, broker_id: int, incarnation: int, delay_ms: int, action: Callable[[Broker, int], list]) -> None:
+    def run_on(self, broker_id: int, incarnation: int, delay_ms: int, action: Callable[[Broker, int], list]) -> None:
         """Run ``action(core, now)`` on a broker later, unless it crashed meanwhile; held while paused."""
         def run() -> None:
             node = self.brokers.get(broker_id)
@@ -148,11 +116,11 @@ class SimCluster:
             if node.paused:
                 node.held.append(run)
                 return
-            self._apply(node, action(node.core, self._at(node)))
-        self._schedule(delay_ms, run)
+            self.apply(node, action(node.core, self.clock_of(node)))
+        self.schedule_in(delay_ms, run)
 
     def _to_broker(self, broker_id: int, incarnation: int, delay_ms: int, action: Callable[[Broker], list]) -> None:
-        self._run_on(broker_id, incarnation, delay_ms, lambda core, _: action(core))
+        self.run_on(broker_id, incarnation, delay_ms, lambda core, _: action(core))
 
     def _event_done(self) -> None:
         if self.after_event is not None:
@@ -160,10 +128,11 @@ class SimCluster:
 
     def settle(self, max_events: int = 1_000_000) -> None:
         """Deliver everything due now, without moving the clock."""
+        pop_due = self.scheduler.pop_due
         for _ in range(max_events):
-            if not self.events or self.events[0][0] > self.now:
+            action = pop_due()
+            if action is None:
                 return
-            _, _, action = heapq.heappop(self.events)
             action()
             self._event_done()
         raise RuntimeError("the simulation does not settle")
@@ -171,7 +140,7 @@ class SimCluster:
     def _next_deadline(self, node: SimBroker) -> int | None:
         """When the broker's next timer falls due, on the simulation's clock (cached until an event
         reaches the broker)."""
-        if node.deadline is _STALE:
+        if node.deadline is STALE:
             d = node.core.next_deadline_ms() if node.core is not None and not node.paused else None
             node.deadline = None if d is None else d - node.clock_offset_ms
         return node.deadline
@@ -181,7 +150,8 @@ class SimCluster:
         target = self.now + ms
         while True:
             self.settle()
-            due = [e[0] for e in self.events[:1]]
+            first = self.scheduler.next_at()
+            due = [] if first is None else [first]
             for node in self.brokers.values():
                 d = self._next_deadline(node)
                 if d is not None:
@@ -195,7 +165,7 @@ class SimCluster:
             for node in list(self.brokers.values()):
                 d = self._next_deadline(node)
                 if d is not None and d <= self.now:
-                    self._apply(node, node.core.tick(self._at(node)))
+                    self.apply(node, node.core.tick(self.clock_of(node)))
                     self._event_done()
 
     # ------------------------------------------------------------------ the network
@@ -228,8 +198,8 @@ class SimCluster:
 
     # ------------------------------------------------------------------ effects (what the shell does)
 
-    def _apply(self, node: SimBroker, effects: list) -> None:
-        node.deadline = _STALE
+    def apply(self, node: SimBroker, effects: list) -> None:
+        node.deadline = STALE
         self.touched.add(node.id)
         for effect in effects:
             if isinstance(effect, Send):
@@ -247,11 +217,11 @@ class SimCluster:
             elif isinstance(effect, FlushFiles):
                 # a worker thread's fsync, done a little later (a power loss before it loses the files'
                 # unflushed bytes), then reported; a crash of the broker meanwhile drops both
-                self._run_on(node.id, node.incarnation, ROLL_FLUSH_DELAY_MS,
+                self.run_on(node.id, node.incarnation, ROLL_FLUSH_DELAY_MS,
                              lambda core, now, e=effect: _flushed(core, e, now))
             elif isinstance(effect, SetLoggerLevel):
                 pass                # the simulated brokers share this process's loggers: left alone
-            elif isinstance(effect, Log):
+            elif isinstance(effect, LogLine):
                 node.log.append(f"{effect.level} {effect.message}")
                 if effect.event is not None:
                     node.events.append((effect.event, effect.partition))
@@ -319,10 +289,10 @@ class SimCluster:
         config = self.broker_config(broker_id)
         _, topics = read_cluster_state(self.zk)
         logs = LogManager(node.disk, [LOG_DIR], config.log_config())
-        logs.startup(self._at(node), {n: config.log_config(t.configs) for n, t in topics.items()})
+        logs.startup(self.clock_of(node), {n: config.log_config(t.configs) for n, t in topics.items()})
         rng = random.Random(self.seed * 1000 + broker_id)
         core = Broker(config, logs, rng=rng, new_uuid=lambda: uuid.UUID(int=rng.getrandbits(128)),
-                      now_ms=self._at(node))
+                      now_ms=self.clock_of(node))
         self.zk_clients.open_session(node)
         node.zk_lost_at = None
         node.incarnation += 1
@@ -343,7 +313,7 @@ class SimCluster:
         if old.error is ZkError.NONE or not self.zk_clients.reachable(node):
             node.waiting_to_register = True           # the old session's node is still there
             incarnation = node.incarnation
-            self._schedule(200, lambda: node.incarnation == incarnation and node.core is not None
+            self.schedule_in(200, lambda: node.incarnation == incarnation and node.core is not None
                            and self._finish_start(node))
             return
         node.waiting_to_register = False
@@ -352,8 +322,8 @@ class SimCluster:
         self.zk_clients.register(node)
         controller_id, epoch, version = self._elect(node.id, node.session)
         brokers, topics = read_cluster_state(self.zk)
-        self._apply(node, node.core.load_metadata("sim-cluster", brokers, topics, controller_id, epoch,
-                                                  self._at(node), version))
+        self.apply(node, node.core.load_metadata("sim-cluster", brokers, topics, controller_id, epoch,
+                                                  self.clock_of(node), version))
         self.zk_clients.brokers_changed()
         if controller_id == node.id:
             self.zk_clients.controller_changed()
@@ -407,7 +377,7 @@ class SimCluster:
         if expire_at_once:
             self.zk_clients.expire(node)
         else:        # the process is gone: nothing renews its session, which ends after the timeout
-            self._schedule(self.session_timeout_ms,
+            self.schedule_in(self.session_timeout_ms,
                            lambda session=node.session: self.zk_clients.expire_session(session))
 
     def bounce(self, broker_id: int, *, lose_unflushed: bool = True) -> None:
@@ -424,7 +394,7 @@ class SimCluster:
     def begin_controlled_shutdown(self, broker_id: int) -> None:
         """What SIGTERM starts: the broker asks the controller to move its leaderships away."""
         node = self.brokers[broker_id]
-        self._apply(node, node.core.begin_controlled_shutdown(self._at(node)))
+        self.apply(node, node.core.begin_controlled_shutdown(self.clock_of(node)))
 
     def shutdown(self, broker_id: int) -> None:
         """A clean stop: high watermarks checkpointed, logs flushed, the session closed."""
@@ -446,7 +416,7 @@ class SimCluster:
         node.paused = False
         held, node.held = node.held, []
         for action in held:
-            self._schedule(0, action)
+            self.schedule_in(0, action)
         for conn_id in list(node.conns):
             self.net.pump(node, conn_id)
         self.zk_clients.regain_contact(node)

@@ -33,7 +33,7 @@ from strandline.coordination import znodes
 from strandline.group.records import iter_records as iter_values
 from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.protocol.api import ApiKey
-from strandline.broker.config import REPLICA_SELECTORS
+from strandline.core.config import REPLICA_SELECTORS
 from strandline.sim.admin_nemesis import AdminNemesis
 from strandline.sim.checker import Invariants, Violation
 from strandline.sim.configs import CONFIGS, ExploreConfig  # noqa: F401  (part of this module's interface)

@@ -11,24 +11,13 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from strandline.broker.effects import BrokerSend, Send
-
-if TYPE_CHECKING:
-    from strandline.sim.cluster import SimBroker, SimCluster
+from strandline.core.effects import BrokerSend, Send
+from strandline.sim.node import ServerConn, SimBroker
+from strandline.sim.world import SimWorld
 
 CLIENT = "client"
-
-
-@dataclass
-class ServerConn:
-    """A connection a broker accepted: requests are answered one at a time, in order."""
-
-    peer: tuple                    # ("client", name, gen) or ("broker", source id, channel, gen)
-    queue: collections.deque = field(default_factory=collections.deque)   # (frame, reply_to)
-    reply_to: Callable[[bytes], None] | None = None                       # of the request in hand
-    busy: bool = False
 
 
 @dataclass(eq=False)
@@ -46,7 +35,7 @@ class Channel:
 
 
 class SimNetwork:
-    def __init__(self, sim: SimCluster) -> None:
+    def __init__(self, sim: SimWorld) -> None:
         self.sim = sim
         self.cut: set[tuple[Any, Any]] = set()             # directed links that drop (held) messages
         self.slow: dict[tuple[Any, Any], int] = {}          # extra latency of a directed link
@@ -114,7 +103,7 @@ class SimNetwork:
         while conn is not None and not conn.busy and conn.queue and node.core is not None and not node.paused:
             frame, conn.reply_to = conn.queue.popleft()
             conn.busy = True
-            self.sim._apply(node, node.core.handle_request(conn_id, frame, self.sim._at(node)))
+            self.sim.apply(node, node.core.handle_request(conn_id, frame, self.sim.clock_of(node)))
             conn = node.conns.get(conn_id)
 
     def server_conn(self, node: SimBroker, peer: tuple) -> int:
@@ -175,7 +164,7 @@ class SimNetwork:
             def timed_out() -> None:
                 if not channel.closed and request_id in channel.waiting:
                     self.close_channel(channel, "request timed out")
-            self.sim._schedule(timeout_ms, timed_out)
+            self.sim.schedule_in(timeout_ms, timed_out)
         peer = ("client", channel.src[1], channel.gen) if src == CLIENT else \
             ("broker", channel.src, channel.name, channel.gen)
 
@@ -233,7 +222,7 @@ class SimNetwork:
         token, incarnation = effect.token, node.incarnation
 
         def on_answer(frame: bytes | None) -> None:
-            self.sim._run_on(node.id, incarnation, 0, lambda core, t: core.on_broker_response(token, frame, t))
+            self.sim.run_on(node.id, incarnation, 0, lambda core, t: core.on_broker_response(token, frame, t))
         self.request(channel, token, effect.frame, on_answer, effect.timeout_ms)
 
     def reset_broker(self, broker_id: int) -> None:

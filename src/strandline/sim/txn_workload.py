@@ -178,7 +178,7 @@ class TxnProducer(_MultiTopicClient):
 
     def later(self, delay_ms: int, action: Callable[[], None]) -> None:
         life = self.life
-        self.sim._schedule(delay_ms, lambda: None if self.stopped or self.life != life else action())
+        self.sim.schedule_in(delay_ms, lambda: None if self.stopped or self.life != life else action())
 
     def start(self) -> None:
         self.later(self.rng.randint(0, self.think_ms[1]), self.step)

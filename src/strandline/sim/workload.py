@@ -125,7 +125,7 @@ class _Client:
         self.refreshed_ms = -RETRY_BACKOFF_MS
 
     def later(self, delay_ms: int, action: Callable[[], None]) -> None:
-        self.sim._schedule(delay_ms, lambda: None if self.stopped else action())
+        self.sim.schedule_in(delay_ms, lambda: None if self.stopped else action())
 
     def step(self) -> None:
         """The client's next move (each kind of client has its own)."""

@@ -12,16 +12,16 @@ brokers and ZooKeeper it uses.
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from strandline.broker.broker import Broker
-from strandline.broker.effects import ZkRequest
+from strandline.core.effects import ZkRequest
 from strandline.coordination import znodes
 from strandline.coordination.cluster_state import read_cluster_state
 from strandline.coordination.store import Create, GetData, OpResult, ZkError
 
-if TYPE_CHECKING:
-    from strandline.sim.cluster import SimBroker, SimCluster
+from strandline.sim.node import SimBroker
+from strandline.sim.world import SimWorld
 
 ISR_CHANGES = znodes.IsrChangeNotificationZNode.path()
 CONTROLLER = znodes.ControllerZNode.path()
@@ -32,7 +32,7 @@ DELETE_TOPICS = znodes.DeleteTopicsZNode.path()
 
 
 class SimZkClients:
-    def __init__(self, sim: SimCluster) -> None:
+    def __init__(self, sim: SimWorld) -> None:
         self.sim = sim
         self.cut_brokers: set[int] = set()                  # brokers that cannot reach ZooKeeper
         self.flaky: dict[int, float] = {}                   # broker -> chance a ZooKeeper request fails
@@ -59,7 +59,7 @@ class SimZkClients:
         ops, transaction = list(effect.ops), effect.transaction
 
         def reply(results: list, delay_ms: int) -> None:
-            self.sim._run_on(node.id, incarnation, delay_ms,
+            self.sim.run_on(node.id, incarnation, delay_ms,
                          lambda core, t: core.on_zk_result(token, results, t))
 
         def lost() -> list:
@@ -103,7 +103,7 @@ class SimZkClients:
         if when_ms <= self.sim.now:
             action()
         else:
-            self.sim._schedule(when_ms - self.sim.now, action)
+            self.sim.schedule_in(when_ms - self.sim.now, action)
 
     def notify_watches(self, ops: list) -> None:
         paths = [op.path for op in ops if not isinstance(op, GetData) and hasattr(op, "path")]
@@ -125,11 +125,11 @@ class SimZkClients:
 
         def read() -> None:
             if not self.reachable(node) or node.incarnation != incarnation:
-                self.sim._schedule(1000, read)          # the shell retries every second
+                self.sim.schedule_in(1000, read)          # the shell retries every second
                 return
             _, topics = read_cluster_state(self.sim.zk)
             brokers, epochs, listing = self.live_brokers()
-            self.sim._run_on(node.id, incarnation, self.sim.zk_latency_ms,
+            self.sim.run_on(node.id, incarnation, self.sim.zk_latency_ms,
                          lambda core, t: core.on_zk_result(token, (brokers, topics, epochs, listing), t))
         read()
 
@@ -184,8 +184,8 @@ class SimZkClients:
                 return
             if not self.reachable(node):
                 return            # it reads again when it reconnects (see regain_contact)
-            self.sim._apply(node, deliver(node.core, self.sim._at(node)))
-        self.sim._schedule(self.sim.zk_latency_ms, arrive)
+            self.sim.apply(node, deliver(node.core, self.sim.clock_of(node)))
+        self.sim.schedule_in(self.sim.zk_latency_ms, arrive)
 
     # -- ZooKeeper sessions
 
@@ -198,7 +198,7 @@ class SimZkClients:
         def expire() -> None:
             if node.zk_lost_at == lost_at and node.session == session and not node.session_expired:
                 self.expire(node)
-        self.sim._schedule(self.sim.session_timeout_ms, expire)
+        self.sim.schedule_in(self.sim.session_timeout_ms, expire)
 
     def expire(self, node: SimBroker) -> None:
         node.session_expired = True
@@ -235,7 +235,7 @@ class SimZkClients:
 
     def new_session(self, node: SimBroker) -> None:
         self.open_session(node)
-        self.sim._run_on(node.id, node.incarnation, 0, lambda core, t: core.on_session_lost(t))
+        self.sim.run_on(node.id, node.incarnation, 0, lambda core, t: core.on_session_lost(t))
         self.register(node)
         self.brokers_changed()
         self.controller_changed()
@@ -247,7 +247,7 @@ class SimZkClients:
         data = znodes.BrokerIdZNode.encode(node.id, adv.host, adv.port, config["broker.rack"], self.sim.now)
         [created] = self.sim.zk.execute([Create(path, data, ephemeral=True)], node.session)
         if created.error is ZkError.NONE and node.core is not None:
-            self.sim._apply(node, node.core.on_registered(self.sim.zk.czxid[path], self.sim._at(node)))
+            self.sim.apply(node, node.core.on_registered(self.sim.zk.czxid[path], self.sim.clock_of(node)))
 
     def report_brokers(self, core: Broker, now_ms: int) -> list:
         """What a shell's ``/brokers/ids`` watch hands its core: the live brokers read now."""

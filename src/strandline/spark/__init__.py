@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from strandline.spark.options import OptionError
 
-class OptionError(ValueError):
-    """A bad or contradictory option of the ``strandline`` data source, named in the message;
-    raised when the query starts."""
+__all__ = ["OptionError", "register"]
 
 
 def register(spark: Any) -> None:

@@ -190,7 +190,7 @@ class StrandlineClient:
     # -- producing
 
     def init_producer_id(self) -> tuple[int, int]:
-        for attempt in range(RETRIES):
+        for _attempt in range(RETRIES):
             address = next(iter(self.brokers.values()), self.bootstrap[0])
             try:
                 resp = self._request(address, INIT_PRODUCER_ID, 3, {"transactional_id": None, "transaction_timeout": 60000,

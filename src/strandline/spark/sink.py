@@ -25,7 +25,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from strandline.group.records import varint
-from strandline.spark import OptionError
+from strandline.spark.options import OptionError
 from strandline.spark.client import StrandlineClient, TransactionalProducer, committed_offset
 
 NAME = "strandline"

@@ -23,7 +23,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
-from strandline.spark import OptionError
+from strandline.spark.options import OptionError
 from strandline.spark.client import EARLIEST, LATEST, StrandlineClient
 from strandline.spark.decode import Columns, decode_into
 from strandline.spark.sink import NAME, StrandlineBatchWriter, StrandlineStreamWriter, writing

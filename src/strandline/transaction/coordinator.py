@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.effects import Log
+from strandline.core.effects import LogLine
 from strandline.transaction import records as rec
 from strandline.transaction.records import MAX_PRODUCER_EPOCH, TransactionMetadata, TransactionState as S
 
@@ -75,7 +75,7 @@ class TransactionCoordinator:
                 transactional_id = rec.decode_key(key)
                 loaded[transactional_id] = None if value is None else rec.decode_value(transactional_id, value)
             except (ValueError, IndexError, struct.error) as exc:
-                return [Log("warning",
+                return [LogLine("warning",
                             f"Skipping an unreadable record of {rec.TRANSACTION_STATE_TOPIC}-{index}: {exc}")]
         self.owned[index] = coordinator_epoch
         effects: list = []
@@ -87,7 +87,7 @@ class TransactionCoordinator:
             if m.state in PREPARED:
                 effects.extend(self._resume_prepared(m, coordinator_epoch, now_ms))
         if loaded:
-            effects.append(Log("info", f"Coordinator of the transactions of {rec.TRANSACTION_STATE_TOPIC}-{index} "
+            effects.append(LogLine("info", f"Coordinator of the transactions of {rec.TRANSACTION_STATE_TOPIC}-{index} "
                                        f"({len(loaded)} transactional id(s) loaded)"))
         return effects
 
@@ -307,7 +307,7 @@ class TransactionCoordinator:
                 if error is ErrorCode.none or not current():
                     return []
                 self.pending.add(m.transactional_id)
-                return [Log("warning", f"Could not record the end of transaction {m.transactional_id} "
+                return [LogLine("warning", f"Could not record the end of transaction {m.transactional_id} "
                                        f"({error.name}); trying again")] + \
                     self.after(at_ms + RETRY_MS, record_end)
 
@@ -330,7 +330,7 @@ class TransactionCoordinator:
         for m in list(self.transactions.values()):
             if m.state is S.ONGOING and m.transactional_id not in self.pending and \
                     m.start_ms >= 0 and m.start_ms + m.timeout_ms < now_ms:
-                effects.append(Log("info", f"Aborting transaction {m.transactional_id} (producer id {m.producer_id}), "
+                effects.append(LogLine("info", f"Aborting transaction {m.transactional_id} (producer id {m.producer_id}), "
                                            f"open longer than its timeout of {m.timeout_ms} ms"))
                 effects.extend(self._fence_and_abort(m, now_ms))
         return effects

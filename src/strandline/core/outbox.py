@@ -10,13 +10,25 @@ broker's response, a timer) register a callback here under a token; the shell ha
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
-from strandline.broker.effects import BrokerSend, ReadClusterState, ZkRequest
-from strandline.coordination.znodes import BrokerInfo
+from strandline.core.effects import BrokerSend, ReadClusterState, ZkRequest
 
 #: Kafka's request timeout per channel; ``request.timeout.ms`` for the others.
 TIMEOUT_KEYS = {"fetcher": "replica.socket.timeout.ms", "controller": "controller.socket.timeout.ms"}
+
+
+class BrokerAddress(Protocol):
+    """Where another broker listens (``strandline.coordination.znodes.BrokerInfo`` is one)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
 
 
 class Outbox:
@@ -52,7 +64,7 @@ class Outbox:
 
     # -- other brokers
 
-    def send(self, broker: BrokerInfo | None, channel: str, frame_for: Callable[[int], bytes],
+    def send(self, broker: BrokerAddress | None, channel: str, frame_for: Callable[[int], bytes],
              callback: Callable[[bytes | None, int], list], now_ms: int) -> list:
         """One request to another broker; ``frame_for(correlation_id)`` encodes it. ``callback``
         gets the response frame, or None when the broker is unknown, the connection failed or no

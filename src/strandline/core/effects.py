@@ -38,7 +38,7 @@ class ZkRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class Log:
+class LogLine:
     """A line for the broker's log. ``event`` names a cluster event worth a place on the operator's
     timeline (``leader``, ``offline``, ``unclean``, ``isr_shrink``, ``isr_expand``, ``broker_gone``,
     ``broker_joined``), with the partition it concerns, if any. ``kind`` names what a line that may

@@ -1,0 +1,64 @@
+"""The controller's term of office: what its parts (elections, topic changes, deletions,
+reassignments, controlled shutdown) share and nothing more.
+
+A term is the :class:`ControllerContext` the broker read when it won ``/controller``; every part
+names the term it acts for, and :meth:`Office.in_office` tells whether that term still runs (the
+broker neither resigned nor took office again). Writes to ZooKeeper go through
+:meth:`Office.fenced`, which checks ``/controller_epoch``'s version the term was elected with, so a
+deposed controller cannot write (Kafka's zkVersion check, SPEC CTL-3).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable
+
+from strandline.controller.channel import ControllerChannel, LocalDelivery
+from strandline.controller.context import ControllerContext
+from strandline.coordination import znodes
+from strandline.coordination.store import CheckVersion, GetData, ZkError
+from strandline.core.outbox import Outbox
+from strandline.errors import BrokenInvariant
+
+
+class Office:
+    def __init__(self, config: Any, outbox: Outbox, *, rng: Any, new_uuid: Callable[[], uuid.UUID],
+                 deliver_locally: LocalDelivery, resign: Callable[[str], list]) -> None:
+        self.config = config
+        self.broker_id: int = config.broker_id
+        self.outbox = outbox
+        self.rng = rng
+        self.new_uuid = new_uuid
+        #: ``resign(why)``: the broker leaves office (its effects)
+        self.resign = resign
+        #: the current term, None when this broker is not the controller
+        self.ctx: ControllerContext | None = None
+        self.channel = ControllerChannel(self.broker_id, outbox, deliver_locally, self.in_office)
+
+    def in_office(self, ctx: ControllerContext) -> bool:
+        """Whether ``ctx`` is the current term (the broker did not resign or take office again)."""
+        return self.ctx is ctx
+
+    def fenced(self, ctx: ControllerContext, ops: list) -> list:
+        """Controller writes carry a check of /controller_epoch's version: a controller that lost
+        its office cannot write (Kafka's zkVersion check of the controller epoch, CTL-3)."""
+        if not self.in_office(ctx):
+            raise BrokenInvariant("a broker that is not the controller tried to write the controller's state")
+        if ctx.epoch_version is None:      # a core driven by a test that does not track the epoch's znode
+            return ops
+        return [CheckVersion(znodes.ControllerEpochZNode.path(), ctx.epoch_version)] + list(ops)
+
+    def check_still_controller(self, ctx: ControllerContext, then: Callable[[int], list], now_ms: int,
+                               given_up: Callable[[], object] = lambda: None) -> list:
+        """After a fenced write failed: resign if /controller_epoch moved on (``given_up()``),
+        else go on."""
+        def on_epoch(results: list, when_ms: int) -> list:
+            res = results[0]
+            if not self.in_office(ctx):
+                given_up()
+                return []
+            if res.error is ZkError.NONE and res.version != ctx.epoch_version:
+                given_up()
+                return self.resign(f"the controller epoch is now {znodes.ControllerEpochZNode.decode(res.data)}")
+            return then(when_ms)
+        return [self.outbox.zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]
