@@ -50,7 +50,10 @@ class DocsError(Exception):
 
 def _cell(text: object) -> str:
     """Text for one cell of a Markdown table."""
-    return html.escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
+    text = html.escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
+    # emphasis characters are literal outside code spans (the odd-numbered pieces between backticks)
+    pieces = text.split("`")
+    return "`".join(re.sub(r"([*_])", r"\\\1", p) if i % 2 == 0 else p for i, p in enumerate(pieces))
 
 
 def _code(text: object) -> str:
@@ -309,6 +312,17 @@ PARTS = {
 }
 
 
+CODE_SPAN = re.compile(r"`[^`\n]*`")
+
+
+def table_code_pipes(markdown: str) -> str:
+    """A pipe in a code span of a table row is written ``\\|`` for GitHub, where it would end the
+    cell; Python-Markdown keeps code spans whole and would show the backslash: drop it."""
+    def row(line: str) -> str:
+        return CODE_SPAN.sub(lambda m: m.group(0).replace("\\|", "|"), line) if line.startswith("|") else line
+    return "\n".join(row(line) for line in markdown.split("\n"))
+
+
 def render(markdown: str, src_path: str) -> str:
     """A page's Markdown with its markers replaced (and, for the requirements page, its tests)."""
     def part(match: re.Match) -> str:
@@ -320,7 +334,7 @@ def render(markdown: str, src_path: str) -> str:
     markdown = MARKER.sub(part, markdown)
     if Path(src_path).name == "requirements.md":
         markdown = requirements_with_tests(markdown)
-    return markdown
+    return table_code_pipes(markdown)
 
 
 def on_page_markdown(markdown, page, config, files, **kwargs):

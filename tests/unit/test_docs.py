@@ -117,3 +117,8 @@ def test_the_readme_is_short_and_its_links_lead_to_pages_that_exist():
         if not link.startswith("http"):
             assert (ROOT / link).exists(), link
     assert "../" not in readme and "SPEC.md" not in readme and "DESIGN.md" not in readme
+
+
+def test_a_pipe_escaped_for_github_in_a_tables_code_span_loses_its_backslash_and_nothing_else():
+    assert hooks.table_code_pipes("| `a\\|b` | c\\|d |\n`e\\|f`") == "| `a|b` | c\\|d |\n`e\\|f`"
+    assert hooks._cell("run *one* `x_y*` a_b") == "run \\*one\\* `x_y*` a\\_b"
