@@ -62,15 +62,22 @@ def _code(text: object) -> str:
 
 # ---------------------------------------------------------------- configuration
 
+def key_cell(name: str) -> str:
+    """A configuration key for a table's first column: code that may wrap after a dot only."""
+    return "<code>" + html.escape(name).replace(".", ".<wbr>") + "</code>"
+
+
 def _default_text(key) -> str:
     from strandline.broker.config import LONG_MAX, INT_MAX, config_text
 
     if key.default is None:
         return "(none)"
     if key.default == LONG_MAX and key.kind in ("long", "int"):
-        return "9223372036854775807 (Long.MAX_VALUE)"
+        return "Long.MAX_VALUE"
     if key.default == INT_MAX and key.kind in ("long", "int"):
-        return "2147483647 (Integer.MAX_VALUE)"
+        return "Integer.MAX_VALUE"
+    if key.kind == "double" and key.default == 1.7976931348623157e308:
+        return "Double.MAX_VALUE"
     text = config_text(key.default)
     return '""' if text == "" else text
 
@@ -104,7 +111,7 @@ def broker_config_table() -> str:
     for name in sorted(BROKER_KEYS):
         key = BROKER_KEYS[name]
         notes = key.doc or DERIVED.get(name, "")
-        rows.append(f"| {_code(name)} | {key.kind} | {_cell(_default_text(key))} | {_cell(_valid_text(key))} "
+        rows.append(f"| {key_cell(name)} | {key.kind} | {_cell(_default_text(key))} | {_cell(_valid_text(key))} "
                     f"| {'yes' if name in DYNAMIC_BROKER_KEYS else 'read-only'} | {_cell(notes)} |")
     return "\n".join(rows)
 
@@ -115,7 +122,7 @@ def topic_config_table() -> str:
     rows = ["| topic key | type | default from broker key | valid values |", "|---|---|---|---|"]
     for name in sorted(TOPIC_KEYS):
         broker_key, key = TOPIC_KEYS[name]
-        rows.append(f"| {_code(name)} | {key.kind} | {_code(broker_key) if broker_key else '(none: empty)'} "
+        rows.append(f"| {key_cell(name)} | {key.kind} | {_code(broker_key) if broker_key else '(none: empty)'} "
                     f"| {_cell(_valid_text(key))} |")
     return "\n".join(rows)
 
