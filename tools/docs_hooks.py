@@ -21,6 +21,7 @@ import ast
 import html
 import os
 import re
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -141,9 +142,6 @@ def _subcommands(parser):
 
 def commands() -> list[tuple[str, object, str | None]]:
     """Every leaf command of ``strandline``: (its words, its parser, its one-line help)."""
-    os.environ.pop("STRANDLINE_BOOTSTRAP_SERVERS", None)
-    os.environ.pop("STRANDLINE_DATA_DIR", None)
-    os.environ["COLUMNS"] = "100"            # argparse wraps usage lines to the terminal's width
     from strandline.cli.main import build_parser
 
     found = []
@@ -157,6 +155,24 @@ def commands() -> list[tuple[str, object, str | None]]:
 
     walk("strandline", build_parser(), None)
     return found
+
+
+@contextmanager
+def _plain_environment():
+    """Defaults as they are without STRANDLINE_* variables, usage lines 100 columns wide (argparse
+    wraps them to the terminal's width); the environment as it was afterwards."""
+    saved = {k: os.environ.get(k) for k in ("STRANDLINE_BOOTSTRAP_SERVERS", "STRANDLINE_DATA_DIR", "COLUMNS")}
+    os.environ.pop("STRANDLINE_BOOTSTRAP_SERVERS", None)
+    os.environ.pop("STRANDLINE_DATA_DIR", None)
+    os.environ["COLUMNS"] = "100"
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _option_rows(parser) -> list[str]:
@@ -183,6 +199,11 @@ def _option_rows(parser) -> list[str]:
 
 
 def cli_reference() -> str:
+    with _plain_environment():
+        return _cli_reference()
+
+
+def _cli_reference() -> str:
     parts = []
     for words, parser, help_text in commands():
         parts.append(f"### `{words}`\n")
