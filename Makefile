@@ -32,7 +32,7 @@ $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 # The docs site (mkdocs.yml, docs/, tools/docs_hooks.py) into build/site/; --strict: a broken link,
 # a page left out of the nav or a generated table that cannot be written fails the build.
 docs: $(VENV)/.docs-installed
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 run: $(VENV)/.installed
 	$(BIN)/strandline up $(ARGS)
