@@ -365,6 +365,10 @@ def render(markdown: str, src_path: str) -> str:
     return table_code_pipes(markdown)
 
 
+def on_pre_build(config, **kwargs):
+    tests_naming.cache_clear()      # `mkdocs serve` builds again when tests change
+
+
 def on_page_markdown(markdown, page, config, files, **kwargs):
     try:
         return render(markdown, page.file.src_path)
