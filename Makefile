@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test test-unit lint bench lab kcat browser nftables iproute2 maven clean
+.PHONY: run test test-unit lint docs bench lab kcat browser nftables iproute2 maven clean
 
 # A test prerequisite that could not be installed fails `make test` under CI=true (.ci/run sets
 # it); elsewhere its tests skip, each saying why. $(call require,COMMAND,PACKAGE)
@@ -32,6 +32,15 @@ $(VENV)/.lint-installed: $(VENV)/.installed pyproject.toml
 # ruff: pyflakes, bugbear and complexity, configured in pyproject.toml
 lint: $(VENV)/.lint-installed
 	$(BIN)/ruff check --no-cache .
+
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	@touch $@
+
+# The docs site (mkdocs.yml, docs/, tools/docs_hooks.py) into build/site/; --strict: a broken link,
+# a page left out of the nav or a generated table that cannot be written fails the build.
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 run: $(VENV)/.installed
 	$(BIN)/strandline up $(ARGS)
@@ -86,8 +95,9 @@ iproute2:
 	@$(call require,ip,iproute2)
 
 # The unit tests (in-process, CPU-bound) run beside the integration tests (real processes, which
-# they mostly wait on); the unit tests' report follows the integration tests'.
-test: $(VENV)/.test-installed kcat browser nftables iproute2 maven
+# they mostly wait on); the unit tests' report follows the integration tests'. The docs site is
+# built first (a few seconds), so that a change that breaks it fails the suite.
+test: $(VENV)/.test-installed docs kcat browser nftables iproute2 maven
 	@unit_log=$$(mktemp); \
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/unit > $$unit_log 2>&1 & unit=$$!; \
 	trap 'kill $$unit 2>/dev/null; rm -f $$unit_log' INT TERM; \
