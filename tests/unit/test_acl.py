@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from strandline.broker.authorizer import AclAuthorizer
+from strandline.security.authorizer import AclAuthorizer
 from strandline.core.config import BrokerConfig
 from strandline.core.effects import Send, ZkRequest
 from strandline.core.outbox import Outbox

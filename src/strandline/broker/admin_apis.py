@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.authorizer import AclAuthorizer
+from strandline.security.authorizer import AclAuthorizer
 from strandline.core.effects import Send
-from strandline.broker.wire import response
+from strandline.core.wire import response
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.offsets_topic import INTERNAL_TOPICS

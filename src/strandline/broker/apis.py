@@ -30,15 +30,15 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.admin_apis import AdminApis
-from strandline.broker.authorizer import AclAuthorizer
+from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.broker.config_apis import ConfigApis
 from strandline.core.effects import Close, LogLine, Send
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.log_apis import LogApis
-from strandline.broker.producer_ids import ProducerIdManager
+from strandline.transaction.producer_ids import ProducerIdManager
 from strandline.broker.txn_apis import TxnApis
-from strandline.broker.wire import duration_ms, response
+from strandline.core.wire import duration_ms, response
 from strandline.controller.controller import Controller
 from strandline.errors import BrokenInvariant
 from strandline.log.disk import FileRegion

@@ -6,7 +6,7 @@ It builds the components, each owning its state, and wires them through a few na
 - :class:`~strandline.controller.controller.Controller`: the controller role;
 - :class:`~strandline.group.coordinator.GroupCoordinator` with its
   :class:`~strandline.group.offsets_topic.OffsetsTopic`: consumer groups;
-- :class:`~strandline.broker.authorizer.AclAuthorizer`: ACLs and who may do what;
+- :class:`~strandline.security.authorizer.AclAuthorizer`: ACLs and who may do what;
 - :class:`~strandline.broker.apis.KafkaApis`: the request router.
 
 ``Broker`` never touches a socket, a clock or ZooKeeper itself. The shell (``runtime/``) or the
@@ -27,7 +27,7 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.admin_apis import AdminApis
 from strandline.broker.apis import KafkaApis
 from strandline.broker.log_apis import LogApis
-from strandline.broker.authorizer import AclAuthorizer
+from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.core.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
@@ -36,9 +36,11 @@ from strandline.broker.dynamic_config import DynamicConfigManager
 from strandline.core.effects import FlushFiles, LogLine, WriteCheckpoint
 from strandline.broker.group_apis import GroupApis
 from strandline.core.outbox import Outbox
-from strandline.broker.producer_ids import ProducerIdManager
+from strandline.transaction.producer_ids import ProducerIdManager
 from strandline.broker.shutdown import ControlledShutdown
-from strandline.broker.txn_apis import TXN_TOPIC, TransactionMarkers, TransactionStateTopic, TxnApis
+from strandline.broker.txn_apis import TxnApis
+from strandline.transaction.markers import TransactionMarkers
+from strandline.transaction.state_topic import TXN_TOPIC, TransactionStateTopic
 from strandline.controller.controller import Controller
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, TopicMetadata

@@ -16,14 +16,14 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.authorizer import AclAuthorizer
+from strandline.security.authorizer import AclAuthorizer
 from strandline.core.config import (BROKER_KEYS, TOPIC_KEYS, BrokerConfig, ConfigError, config_text,
                                       parse_topic_configs)
 from strandline.broker.dynamic_config import DEFAULT_ENTITY, describe_broker, describe_topic, validate_broker_update
 from strandline.core.effects import LogLine
 from strandline.broker.loggers import BrokerLoggers, LoggerRefused
 from strandline.core.outbox import Outbox
-from strandline.broker.wire import response
+from strandline.core.wire import response
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, topic_name_error
 from strandline.coordination.store import Create, GetData, SetData, ZkError

@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.authorizer import AclAuthorizer
+from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.core.effects import LogLine
 from strandline.broker.txn_apis import TxnApis, fenced_as
-from strandline.broker.wire import duration_ms, response
+from strandline.core.wire import duration_ms, response
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.coordinator import DEAD, GroupCoordinator
 from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic

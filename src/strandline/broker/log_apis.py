@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.authorizer import AclAuthorizer
-from strandline.broker.wire import duration_ms, response
+from strandline.security.authorizer import AclAuthorizer
+from strandline.core.wire import duration_ms, response
 from strandline.coordination.metadata import MetadataCache
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.protocol.records import UndecodableRecordsError

@@ -1,4 +1,4 @@
-"""The transaction APIs on the wire, and what connects the transaction coordinator to the broker.
+"""The transaction APIs on the wire.
 
 - FindCoordinator with key type 1 names the leader of the transactional id's
   ``__transaction_state`` partition (the topic is created on first use: 50 partitions, compacted,
@@ -6,8 +6,8 @@
 - InitProducerId with a ``transactional.id``, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn go to
   :class:`strandline.transaction.coordinator.TransactionCoordinator`.
 - WriteTxnMarkers: a partition leader appends a coordinator's commit or abort markers.
-- :class:`TransactionMarkers` sends those markers to each partition's leader, again after an
-  error, until every partition has them (Kafka's TransactionMarkerChannelManager).
+- :class:`strandline.transaction.markers.TransactionMarkers` sends those markers to each
+  partition's leader (Kafka's TransactionMarkerChannelManager).
 """
 
 from __future__ import annotations
@@ -16,131 +16,17 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.broker.authorizer import AclAuthorizer
+from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.core.effects import LogLine
-from strandline.core.outbox import Outbox
-from strandline.broker.wire import duration_ms, response
+from strandline.core.wire import duration_ms, response
 from strandline.coordination.metadata import MetadataCache
-from strandline.group.records import iter_records
-from strandline.protocol import api
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.security.acl import AclOperation, ResourceType
 from strandline.transaction import records as rec
 from strandline.transaction.coordinator import TransactionCoordinator
 
-TXN_TOPIC = rec.TRANSACTION_STATE_TOPIC
-MARKER_RETRY_MS = 100
-WRITE_TXN_MARKERS_VERSION = 1
-
-
-class TransactionStateTopic:
-    """``__transaction_state``: the coordinator's log (Kafka's TransactionStateManager, its storage)."""
-
-    def __init__(self, config: Any, append_internal: Callable, read_log: Callable[[str, int], bytes]) -> None:
-        self.config = config
-        self.append_internal = append_internal
-        self.read_log = read_log
-
-    def append(self, index: int, records: list, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
-        batch = rec.build_state_batch(records, now_ms)
-        return self.append_internal(TXN_TOPIC, index, batch, self.config["request.timeout.ms"], done, now_ms)
-
-    def creation(self) -> tuple[int, int, dict[str, str]]:
-        """Partitions, replication factor and configs to create the topic with (it is not created
-        while fewer brokers are alive than the replication factor, as in Kafka)."""
-        cfg = self.config
-        rf = cfg["transaction.state.log.replication.factor"]
-        configs = {"cleanup.policy": "compact", "compression.type": "uncompressed",
-                   "min.insync.replicas": str(min(cfg["transaction.state.log.min.isr"], rf)),
-                   "segment.bytes": str(cfg["transaction.state.log.segment.bytes"])}
-        return cfg["transaction.state.log.num.partitions"], rf, configs
-
-    def on_leadership(self, coordinator: TransactionCoordinator, topic: str, index: int, leader: bool,
-                      leader_epoch: int, now_ms: int) -> list:
-        if topic != TXN_TOPIC:
-            return []
-        if not leader:
-            return coordinator.unload_partition(index) if index in coordinator.owned else []
-        if index in coordinator.owned:
-            return []           # still the leader (a new leader epoch, e.g. the ISR changed): nothing to load
-        return coordinator.load_partition(index, leader_epoch, iter_records(self.read_log(topic, index)), now_ms)
-
-
-class TransactionMarkers:
-    """Has each partition's leader append a transaction's markers; ``done`` once all have."""
-
-    def __init__(self, config: Any, metadata: MetadataCache, outbox: Outbox) -> None:
-        self.config = config
-        self.metadata = metadata
-        self.outbox = outbox
-
-    def send(self, partitions: set, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-             done: Callable[[int], list], current: Callable[[], bool], now_ms: int) -> list:
-        """``current()``: whether this coordinator still completes this transaction; once not (it
-        lost the partition, or a leader fenced it), the markers are left to the new coordinator."""
-        left = set(partitions)
-        client_id = f"strandline-broker-{self.config.broker_id}"
-        fenced = False
-
-        def attempt(when_ms: int) -> list:
-            if fenced or not current():
-                return []
-            by_leader: dict[int, list[tuple[str, int]]] = {}
-            for name, index in sorted(left):
-                topic = self.metadata.topics.get(name)
-                if topic is None or index not in topic.assignment:
-                    left.discard((name, index))          # deleted meanwhile: nothing to mark
-                    continue
-                state = topic.states.get(index)
-                by_leader.setdefault(state.leader if state else -1, []).append((name, index))
-            if not left:
-                return done(when_ms)
-            effects: list = []
-            waiting = set(by_leader)
-
-            def sent_to(leader: int) -> Callable[[bytes | None, int], list]:
-                def on_response(frame: bytes | None, at_ms: int) -> list:
-                    nonlocal fenced
-                    waiting.discard(leader)
-                    if frame is not None:       # no answer: those partitions are tried again
-                        try:
-                            body = api.decode_response(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, frame)
-                        except Exception:
-                            body = None
-                        for t in body.markers[0].topics if body is not None else ():
-                            for p in t.partitions:
-                                code = ErrorCode(int(p.error_code))
-                                # written, or the topic is gone: done; fenced: a newer coordinator or
-                                # producer epoch owns it, stop (as Kafka); any other error: again
-                                if code is ErrorCode.none or t.name not in self.metadata.topics:
-                                    left.discard((t.name, p.partition_index))
-                                elif code in (ErrorCode.transaction_coordinator_fenced,
-                                              ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
-                                    fenced = True
-                    if waiting or fenced:
-                        return []
-                    if not left:
-                        return done(at_ms) if current() else []
-                    return self.outbox.after(at_ms + MARKER_RETRY_MS, attempt)
-                return on_response
-
-            for leader, keys in by_leader.items():
-                broker = self.metadata.brokers.get(leader)
-                by_topic: dict[str, list[int]] = {}
-                for name, index in keys:
-                    by_topic.setdefault(name, []).append(index)
-                body = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
-                                     "transaction_result": commit, "coordinator_epoch": coordinator_epoch,
-                                     "topics": [{"name": n, "partition_indexes": ix} for n, ix in by_topic.items()]}]}
-                effects.extend(self.outbox.send(
-                    broker, "txn-markers",
-                    lambda cid, body=body: api.encode_request(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION,
-                                                              cid, client_id, body),
-                    sent_to(leader), when_ms))
-            return effects
-
-        return attempt(now_ms)
+from strandline.transaction.state_topic import TXN_TOPIC, TransactionStateTopic
 
 
 class TxnApis:

@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from strandline.core.config import ACL_AUTHORIZERS
 from strandline.core.effects import LogLine
 from strandline.core.outbox import Outbox
-from strandline.broker.wire import response
+from strandline.core.wire import response
 from strandline.coordination.store import Create, Delete, GetData, SetData, ZkError
 from strandline.coordination.acl_znodes import AclChangeNotificationZNode, AclZNode
 from strandline.protocol.api import ApiKey, RequestHeader
