@@ -99,16 +99,16 @@ iproute2:
 # built first (a few seconds), so that a change that breaks it fails the suite.
 test: $(VENV)/.test-installed docs kcat browser nftables iproute2 maven
 	@unit_log=$$(mktemp); \
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/unit > $$unit_log 2>&1 & unit=$$!; \
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/unit tests/sim > $$unit_log 2>&1 & unit=$$!; \
 	trap 'kill $$unit 2>/dev/null; rm -f $$unit_log' INT TERM; \
-	echo "pytest tests/integration (tests/unit runs beside it)"; \
+	echo "pytest tests/integration (tests/unit and tests/sim run beside it)"; \
 	$(BIN)/python -m pytest -q -rs tests/integration; integration=$$?; \
 	wait $$unit; unit_status=$$?; \
-	echo "pytest tests/unit:"; cat $$unit_log; rm -f $$unit_log; \
+	echo "pytest tests/unit tests/sim:"; cat $$unit_log; rm -f $$unit_log; \
 	[ $$integration = 0 ] && [ $$unit_status = 0 ]
 
 test-unit: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q tests/unit tests/sim
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/load.py

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.unit.batches import make_batch  # noqa: E402
-from tests.unit.test_leader_replication import replicated  # noqa: E402
+from tests.unit.replication.test_leader_replication import replicated  # noqa: E402
 
 
 def copy_forever(mb: int) -> None:

@@ -133,12 +133,27 @@ def poll_until(predicate, timeout: float, interval: float = 0.05, message: str =
     raise TimeoutError(f"{message} not reached within {timeout} s")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """One single-broker cluster per test module."""
-    ports = free_ports(2)
-    c = Cluster(tmp_path_factory.mktemp("cluster") / "data", 1, ports[1], ports[0])
-    c.data_dir.mkdir(parents=True)
-    c.start()
-    yield c
-    c.stop()
+def new_cluster(parent: Path, brokers: int, *, overrides: list[str] | tuple[str, ...] = (), racks: str = "") -> Cluster:
+    """A cluster of ``brokers`` brokers (not started) with its data in ``parent/data``, on free
+    loopback ports: ZooKeeper's, then one per broker."""
+    ports = free_ports(brokers + 1)
+    data = parent / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    return Cluster(data, brokers, ports[1], ports[0], list(overrides), racks)
+
+
+def cluster_fixture(name: str, brokers: int = 3, *, overrides: list[str] | tuple[str, ...] = (), racks: str = "",
+                    start_timeout: float = 90):
+    """A module-scoped fixture: one cluster per test module, started before its first test and
+    stopped (by PID) after its last. ``cluster = cluster_fixture("acls", 3, overrides=[...])``."""
+    @pytest.fixture(scope="module")
+    def fixture(tmp_path_factory):
+        c = new_cluster(tmp_path_factory.mktemp(name), brokers, overrides=overrides, racks=racks)
+        c.start(start_timeout)
+        yield c
+        c.stop()
+    return fixture
+
+
+#: One single-broker cluster per test module, for the modules that need no other.
+cluster = cluster_fixture("cluster", 1)

@@ -12,7 +12,7 @@
 
 On the requirements page each ``### ID`` section gets the list of the tests that name the ID
 (found by reading ``tests/``), and the build fails when a test names an ID the page does not state.
-An unknown marker fails the build too. ``tests/unit/test_docs.py`` calls these functions directly.
+An unknown marker fails the build too. ``tests/unit/project/test_docs.py`` calls these functions directly.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ NOT_REQUIREMENTS = {
 }
 
 #: Test files whose IDs are examples, not claims: the tests of this page's generation.
-NOT_PROOFS = ("tests/unit/test_docs.py",)
+NOT_PROOFS = ("tests/unit/project/test_docs.py",)
 
 MARKER = re.compile(r"^<!-- strandline:([a-z-]+) -->$", re.MULTILINE)
 REQUIREMENT_HEADING = re.compile(r"^### ((?:%s)-\d{1,2}[a-z]?)\b" % "|".join(ID_FAMILIES))

@@ -12,24 +12,16 @@ import uuid
 
 import pytest
 
-from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.conftest import cluster_fixture, poll_until, run_cli
 
 pytestmark = pytest.mark.integration
 
 ANON = "User:ANONYMOUS"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    ports = free_ports(4)
-    c = Cluster(tmp_path_factory.mktemp("acls") / "data", 3, ports[1], ports[0],
-                overrides=["authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
-                           "allow.everyone.if.no.acl.found=true", "group.initial.rebalance.delay.ms=0",
-                           "offsets.topic.num.partitions=3"])
-    c.data_dir.mkdir(parents=True)
-    c.start()
-    yield c
-    c.stop()
+cluster = cluster_fixture("acls", 3, overrides=["authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
+                                                "allow.everyone.if.no.acl.found=true",
+                                                "group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3"])
 
 
 @pytest.fixture(scope="module")

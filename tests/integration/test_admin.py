@@ -10,22 +10,15 @@ import uuid
 
 import pytest
 
-from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.conftest import cluster_fixture, poll_until, run_cli
 
 pytestmark = pytest.mark.integration
 
 DEFAULT_CONFIG, DYNAMIC_TOPIC, DYNAMIC_DEFAULT_BROKER = 5, 1, 3
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    ports = free_ports(4)
-    c = Cluster(tmp_path_factory.mktemp("admin") / "data", 3, ports[1], ports[0],
-                overrides=["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3"])
-    c.data_dir.mkdir(parents=True)
-    c.start()
-    yield c
-    c.stop()
+cluster = cluster_fixture("admin", 3, overrides=["group.initial.rebalance.delay.ms=0",
+                                                 "offsets.topic.num.partitions=3"])
 
 
 @pytest.fixture(scope="module")

@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.conftest import cluster_fixture, poll_until, run_cli
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    ports = free_ports(4)
-    c = Cluster(tmp_path_factory.mktemp("dynamic") / "data", 3, ports[1], ports[0])
-    c.data_dir.mkdir(parents=True)
-    c.start()
-    yield c
-    c.stop()
+cluster = cluster_fixture("dynamic", 3)
 
 
 def loggers_cli(cluster, action: str, broker_id: int, *args: str):

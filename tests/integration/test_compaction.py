@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from strandline.group.records import iter_records
-from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.conftest import cluster_fixture, Cluster, poll_until, run_cli
 from tests.integration.replication_helpers import create_topic
 
 pytestmark = pytest.mark.integration
@@ -23,15 +23,7 @@ COMPACT = {"cleanup.policy": "compact", "segment.bytes": "20000", "min.cleanable
            "delete.retention.ms": "1500"}
 
 
-@pytest.fixture(scope="module")
-def cc(tmp_path_factory):
-    ports = free_ports(4)
-    data = tmp_path_factory.mktemp("compaction") / "data"
-    data.mkdir()
-    c = Cluster(data, 3, ports[1], ports[0], overrides=["log.cleaner.backoff.ms=200"])
-    c.start()
-    yield c
-    c.stop()
+cc = cluster_fixture("compaction", 3, overrides=["log.cleaner.backoff.ms=200"])
 
 
 def status(c: Cluster, broker_id: int) -> dict:

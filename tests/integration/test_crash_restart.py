@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from strandline.protocol.records import crc_ok, iter_batches
-from tests.conftest import Cluster, free_ports, pid_alive, poll_until, run_cli
+from tests.conftest import cluster_fixture, pid_alive, poll_until, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -21,16 +21,8 @@ TOPIC = "crash"
 SESSION_MS = "3000"
 
 
-@pytest.fixture(scope="module")
-def crash_cluster(tmp_path_factory):
-    ports = free_ports(2)
-    data = tmp_path_factory.mktemp("crash") / "data"
-    data.mkdir()
-    c = Cluster(data, 1, ports[1], ports[0], overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}",
-                                                        "log.segment.bytes=262144"])
-    c.start()
-    yield c
-    c.stop()
+crash_cluster = cluster_fixture("crash", 1, overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}",
+                                                       "log.segment.bytes=262144"])
 
 
 def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 60) -> dict:

@@ -16,21 +16,13 @@ from strandline.coordination import znodes
 from strandline.coordination.store import Create, ZkError
 from strandline.runtime.client import KafkaConnection
 from strandline.runtime.zk import KazooStore
-from tests.conftest import Cluster, free_ports, pid_alive, poll_until, run_cli, strandline_cmd, wait_for_line
+from tests.conftest import cluster_fixture, Cluster, free_ports, pid_alive, poll_until, run_cli, strandline_cmd, wait_for_line
 from tests.integration.replication_helpers import METADATA, address
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def running(tmp_path_factory):
-    ports = free_ports(3)
-    data = tmp_path_factory.mktemp("inuse") / "data"
-    data.mkdir()
-    c = Cluster(data, 2, ports[1], ports[0])
-    c.start()
-    yield c
-    c.stop()
+running = cluster_fixture("inuse", 2)
 
 
 def pids_and_answers(cluster: Cluster) -> tuple[dict[int, int], list[int]]:

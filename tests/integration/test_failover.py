@@ -12,11 +12,10 @@ import re
 import signal
 import time
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from strandline.runtime.client import KafkaConnection
-from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.conftest import cluster_fixture, Cluster, poll_until, run_cli
 from tests.integration.replication_helpers import (PRODUCE, Writer, address, consume, create_topic, current_leader,
                                                    leader_isr, max_gap_around)
 from tests.unit.batches import make_batch
@@ -25,17 +24,9 @@ SESSION_MS = 4000
 LAG_MS = 1000
 
 
-@pytest.fixture(scope="module")
-def fo(tmp_path_factory):
-    ports = free_ports(4)
-    data = tmp_path_factory.mktemp("failover") / "data"
-    data.mkdir()
-    c = Cluster(data, 3, ports[1], ports[0], overrides=[
-        f"zookeeper.session.timeout.ms={SESSION_MS}", f"replica.lag.time.max.ms={LAG_MS}",
-        "controlled.shutdown.retry.backoff.ms=500"])
-    c.start()
-    yield c
-    c.stop()
+fo = cluster_fixture("failover", 3, overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}",
+                                               f"replica.lag.time.max.ms={LAG_MS}",
+                                               "controlled.shutdown.retry.backoff.ms=500"])
 
 
 def cluster_cli(c: Cluster, action: str, broker_id: int) -> None:

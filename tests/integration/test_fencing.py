@@ -11,29 +11,20 @@ from __future__ import annotations
 import socket
 import struct
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from strandline.protocol import control
 from strandline.runtime.client import KafkaConnection
-from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.conftest import cluster_fixture, Cluster, poll_until, run_cli
 from tests.integration.replication_helpers import METADATA, address, create_topic
 
 PARTITIONS = 6
 FIND_COORDINATOR = 10
 
 
-@pytest.fixture(scope="module")
-def fc(tmp_path_factory):
-    ports = free_ports(4)
-    data = tmp_path_factory.mktemp("fencing") / "data"
-    data.mkdir()
-    c = Cluster(data, 3, ports[1], ports[0], overrides=[
-        "offsets.topic.num.partitions=3", "transaction.state.log.num.partitions=3",
-        "controlled.shutdown.retry.backoff.ms=500"])
-    c.start()
-    yield c
-    c.stop()
+fc = cluster_fixture("fencing", 3, overrides=["offsets.topic.num.partitions=3",
+                                              "transaction.state.log.num.partitions=3",
+                                              "controlled.shutdown.retry.backoff.ms=500"])
 
 
 def metadata(c: Cluster, broker_id: int, topics: list[str] | None):

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import Cluster, free_ports
+from tests.conftest import Cluster, cluster_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -19,15 +19,8 @@ RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 N = 2000
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    ports = free_ports(4)
-    c = Cluster(tmp_path_factory.mktemp("racks") / "data", 3, ports[1], ports[0], racks="r1,r2,r3",
-                overrides=[f"replica.selector.class={RACK_AWARE}"])
-    c.data_dir.mkdir(parents=True)
-    c.start(timeout=120)
-    yield c
-    c.stop()
+cluster = cluster_fixture("racks", 3, racks="r1,r2,r3", overrides=[f"replica.selector.class={RACK_AWARE}"],
+                          start_timeout=120)
 
 
 def bytes_out(c: Cluster, broker_id: int, topic: str) -> float:

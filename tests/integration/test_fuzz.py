@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import Cluster, free_ports, pid_alive, run_cli
+from tests.conftest import cluster_fixture, Cluster, pid_alive, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -19,15 +19,7 @@ FUZZ_MINUTES = 0.7
 SEED = 20261206
 
 
-@pytest.fixture(scope="module")
-def three(tmp_path_factory):
-    ports = free_ports(4)
-    data = tmp_path_factory.mktemp("fuzz") / "data"
-    data.mkdir()
-    c = Cluster(data, 3, ports[1], ports[0])
-    c.start()
-    yield c
-    c.stop()
+three = cluster_fixture("fuzz", 3)
 
 
 @pytest.fixture(scope="module")

@@ -10,25 +10,16 @@ import shutil
 import subprocess
 import time
 
-import pytest
 
-from tests.conftest import Cluster, free_ports, missing_prerequisite, poll_until, run_cli
+from tests.conftest import cluster_fixture, missing_prerequisite, poll_until, run_cli
 from tests.integration.replication_helpers import create_topic
 
 SESSION_MS = 4000
 
 
-@pytest.fixture(scope="module")
-def gc(tmp_path_factory):
-    ports = free_ports(4)
-    data = tmp_path_factory.mktemp("groups") / "data"
-    data.mkdir()
-    c = Cluster(data, 3, ports[1], ports[0], overrides=[
-        f"zookeeper.session.timeout.ms={SESSION_MS}", "group.initial.rebalance.delay.ms=200",
-        "replica.lag.time.max.ms=2000"])
-    c.start()
-    yield c
-    c.stop()
+gc = cluster_fixture("groups", 3, overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}",
+                                             "group.initial.rebalance.delay.ms=200",
+                                             "replica.lag.time.max.ms=2000"])
 
 
 def produce_values(bootstrap: str, topic: str, values: list[bytes], partition: int | None = None) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from strandline.reference import KafkaDist
-from tests.conftest import Cluster, free_ports, poll_until
+from tests.conftest import cluster_fixture, poll_until
 from tests.integration.kafka_reference import LINES, dist, kafka_lines_or_skip
 
 pytestmark = pytest.mark.integration
@@ -28,17 +28,10 @@ pytestmark = pytest.mark.integration
 KAFKA = kafka_lines_or_skip()
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    ports = free_ports(4)
-    c = Cluster(tmp_path_factory.mktemp("kafka-tools") / "data", 3, ports[1], ports[0],
-                overrides=["authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
-                           "allow.everyone.if.no.acl.found=true", "group.initial.rebalance.delay.ms=0",
-                           "offsets.topic.num.partitions=3", "transaction.state.log.num.partitions=3"])
-    c.data_dir.mkdir(parents=True)
-    c.start()
-    yield c
-    c.stop()
+cluster = cluster_fixture("kafka-tools", 3, overrides=["authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
+                                                       "allow.everyone.if.no.acl.found=true",
+                                                       "group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3",
+                                                       "transaction.state.log.num.partitions=3"])
 
 
 @pytest.fixture(scope="module", params=LINES)

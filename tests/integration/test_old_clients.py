@@ -12,7 +12,7 @@ import time
 import pytest
 
 from strandline.protocol.records import iter_batches
-from tests.conftest import Cluster, free_ports, run_cli
+from tests.conftest import cluster_fixture, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -21,14 +21,7 @@ OLD = {"0.8.2": (0, 8, 2), "0.9": (0, 9), "0.10.0": (0, 10, 0), "0.10.1": (0, 10
 FORMAT_V1 = {"0.10.0", "0.10.1"}            # the message format (and timestamps) of Produce v2 / Fetch v2+
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    ports = free_ports(4)
-    c = Cluster(tmp_path_factory.mktemp("old-clients") / "data", 3, ports[1], ports[0])
-    c.data_dir.mkdir(parents=True)
-    c.start()
-    yield c
-    c.stop()
+cluster = cluster_fixture("old-clients", 3)
 
 
 def create_topic(cluster, topic: str) -> None:

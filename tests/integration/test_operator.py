@@ -19,23 +19,15 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import Cluster, free_ports, missing_prerequisite, poll_until, run_cli, strandline_cmd
+from tests.conftest import cluster_fixture, Cluster, missing_prerequisite, poll_until, run_cli, strandline_cmd
 from tests.integration.replication_helpers import create_topic
 
 LAG_MS = 1500
 SESSION_MS = 15000
 
 
-@pytest.fixture(scope="module")
-def op(tmp_path_factory):
-    ports = free_ports(4)
-    data = tmp_path_factory.mktemp("operator") / "data"
-    data.mkdir()
-    c = Cluster(data, 3, ports[1], ports[0], overrides=[
-        f"zookeeper.session.timeout.ms={SESSION_MS}", f"replica.lag.time.max.ms={LAG_MS}"])
-    c.start()
-    yield c
-    c.stop()
+op = cluster_fixture("operator", 3, overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}",
+                                               f"replica.lag.time.max.ms={LAG_MS}"])
 
 
 def metrics_url(c: Cluster, broker_id: int) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.conftest import cluster_fixture, poll_until, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -24,14 +24,7 @@ PARTITIONS = 6
 MAX_ACK_GAP_S = 5.0
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    ports = free_ports(6)
-    c = Cluster(tmp_path_factory.mktemp("reassign") / "data", 5, ports[1], ports[0])
-    c.data_dir.mkdir(parents=True)
-    c.start(timeout=150)
-    yield c
-    c.stop()
+cluster = cluster_fixture("reassign", 5, start_timeout=150)
 
 
 def segment_bytes(log_dir: str, topic: str, partition: int) -> bytes:

@@ -11,11 +11,10 @@ import os
 import signal
 import time
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from strandline.runtime.client import KafkaConnection
-from tests.conftest import Cluster, free_ports, poll_until
+from tests.conftest import cluster_fixture, poll_until
 from tests.integration.replication_helpers import (PRODUCE, Writer, address, consume, create_topic, leader_isr,
                                                    partition_state, replicas_identical)
 from tests.unit.batches import make_batch
@@ -23,15 +22,7 @@ from tests.unit.batches import make_batch
 LAG_MS = 1000
 
 
-@pytest.fixture(scope="module")
-def rf3(tmp_path_factory):
-    ports = free_ports(4)
-    data = tmp_path_factory.mktemp("rf3") / "data"
-    data.mkdir()
-    c = Cluster(data, 3, ports[1], ports[0], overrides=[f"replica.lag.time.max.ms={LAG_MS}"])
-    c.start()
-    yield c
-    c.stop()
+rf3 = cluster_fixture("rf3", 3, overrides=[f"replica.lag.time.max.ms={LAG_MS}"])
 
 
 def test_acks_all_records_are_byte_identical_on_every_replica(rf3):

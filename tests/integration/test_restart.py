@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from strandline.errors import StrandlineError
 from strandline.runtime.client import KafkaConnection
 from strandline.uuids import uuid_to_base64
-from tests.conftest import Cluster, free_ports, poll_until, run_cli, strandline_cmd
+from tests.conftest import cluster_fixture, Cluster, free_ports, poll_until, run_cli, strandline_cmd
 from tests.integration.replication_helpers import METADATA, Writer, address, consume, create_topic
 
 pytestmark = pytest.mark.integration
@@ -93,15 +93,7 @@ def test_ctl_8_up_again_on_the_same_data_twice_gets_full_isrs_and_acks_all_write
         c.stop()
 
 
-@pytest.fixture(scope="module")
-def trio(tmp_path_factory):
-    ports = free_ports(4)
-    data = tmp_path_factory.mktemp("restart") / "data"
-    data.mkdir()
-    c = Cluster(data, 3, ports[1], ports[0], overrides=["zookeeper.session.timeout.ms=6000"])
-    c.start()
-    yield c
-    c.stop()
+trio = cluster_fixture("restart", 3, overrides=["zookeeper.session.timeout.ms=6000"])
 
 
 def probe_metadata(addr: str, topic: str, until) -> list:

@@ -11,34 +11,18 @@ import time
 
 import pytest
 
-from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.conftest import cluster_fixture, Cluster, poll_until, run_cli
 from tests.integration.replication_helpers import create_topic
 
 SESSION_MS = 4000
 
 
-@pytest.fixture(scope="module")
-def sc(tmp_path_factory):
-    ports = free_ports(4)
-    data = tmp_path_factory.mktemp("spark") / "data"
-    data.mkdir()
-    c = Cluster(data, 3, ports[1], ports[0], overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}",
-                                                        "log.retention.check.interval.ms=300",
-                                                        "log.cleaner.backoff.ms=200"])
-    c.start()
-    yield c
-    c.stop()
+sc = cluster_fixture("spark", 3, overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}",
+                                            "log.retention.check.interval.ms=300",
+                                            "log.cleaner.backoff.ms=200"])
 
 
-@pytest.fixture(scope="module")
-def no_auto_create(tmp_path_factory):
-    ports = free_ports(2)
-    data = tmp_path_factory.mktemp("strict") / "data"
-    data.mkdir()
-    c = Cluster(data, 1, ports[1], ports[0], overrides=["auto.create.topics.enable=false"])
-    c.start()
-    yield c
-    c.stop()
+no_auto_create = cluster_fixture("strict", 1, overrides=["auto.create.topics.enable=false"])
 
 
 @pytest.fixture(scope="module")

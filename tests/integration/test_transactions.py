@@ -13,21 +13,15 @@ import uuid
 
 import pytest
 
-from tests.conftest import Cluster, free_ports, poll_until, run_cli
+from tests.conftest import cluster_fixture, poll_until, run_cli
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    ports = free_ports(4)
-    c = Cluster(tmp_path_factory.mktemp("txn") / "data", 3, ports[1], ports[0],
-                overrides=["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3",
-                           "transaction.state.log.num.partitions=3", "zookeeper.session.timeout.ms=6000"])
-    c.data_dir.mkdir(parents=True)
-    c.start()
-    yield c
-    c.stop()
+cluster = cluster_fixture("txn", 3, overrides=["group.initial.rebalance.delay.ms=0",
+                                               "offsets.topic.num.partitions=3",
+                                               "transaction.state.log.num.partitions=3",
+                                               "zookeeper.session.timeout.ms=6000"])
 
 
 @pytest.fixture(scope="module")
