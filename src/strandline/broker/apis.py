@@ -203,7 +203,8 @@ class KafkaApis:
         name = getattr(request, "client_software_name", None)
         version = getattr(request, "client_software_version", None)
         if header.api_version >= 3 and not (_valid_software_field(name) and _valid_software_field(version)):
-            body["error_code"] = ErrorCode.invalid_request
+            # as Kafka's ApiVersionsRequest.getErrorResponse: the error, no API list
+            body["error_code"], body["api_keys"] = ErrorCode.invalid_request, []
         return [response(conn_id, header, body)]
 
     # -- Metadata
