@@ -163,9 +163,9 @@ class AdminApis:
                        for t in request.topics for p in t.partitions}.values())
 
         def respond(results: dict, when_ms: int, error: ErrorCode = ErrorCode.none,
-                    message: str | None = None) -> list:
+                    message: str | None = None, partitions: bool = True) -> list:
             by_topic: dict[str, list] = {}
-            for (name, index), _ in wanted:
+            for (name, index), _ in (wanted if partitions else ()):
                 code, text = results.get((name, index), (error, message))
                 by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code,
                                                       "error_message": text})
@@ -175,8 +175,8 @@ class AdminApis:
 
         if not self.authorizer.allows_cluster(conn_id, AclOperation.ALTER):
             return respond({}, now_ms, ErrorCode.cluster_authorization_failed, None)
-        if not self.controller.is_active:
-            return respond({}, now_ms, ErrorCode.not_controller, self._not_controller())
+        if not self.controller.is_active:   # as Kafka's controller callback: the error alone, no partitions
+            return respond({}, now_ms, ErrorCode.not_controller, self._not_controller(), partitions=False)
         return self.controller.alter_reassignments(wanted, now_ms, respond)
 
     def _list_reassignments(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
