@@ -15,6 +15,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.authorizer import AclAuthorizer
+from strandline.broker.dynamic_config import describe_topic
 from strandline.broker.effects import Send
 from strandline.broker.wire import response
 from strandline.controller.controller import Controller
@@ -80,8 +81,8 @@ class AdminApis:
                 continue
             result["num_partitions"] = plan.num_partitions
             result["replication_factor"] = len(plan.assignment[0])
-            result["configs"] = [{"name": k, "value": str(v), "read_only": False, "config_source": 1,
-                                  "is_sensitive": False} for k, v in sorted(plan.configs.items())]
+            # KIP-525: every config of the new topic, as DescribeConfigs would describe it
+            result["configs"] = describe_topic(self.config, plan.configs, None, False, False)
             if validate_only:
                 continue
             result["topic_id"] = plan.topic_id
