@@ -92,18 +92,39 @@ class AdminApis:
     # -- DeleteTopics
 
     def _delete_topics(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        """v6 names topics by name or by id (KIP-516), as Kafka 2.8: an id is resolved to the topic's
+        name, an unknown one is UNKNOWN_TOPIC_ID; each answer echoes the id it was asked with (zero
+        for a name)."""
+        zero = uuid.UUID(int=0)
+        results: dict[str, dict] = {}     # by name: the same answer for a name asked twice
+        answers: list[dict] = []          # in the request's order
+
+        def entry(name: str, topic_id: uuid.UUID) -> dict:
+            return results.setdefault(name, {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
+                                             "error_message": None})
+
         if header.api_version >= 6:
-            names = [t.name for t in request.topics]
+            by_id = {t.topic_id: t.name for t in self.metadata.topics.values()}
+            for t in request.topics:
+                topic_id = t.topic_id or zero           # kio reads the zero id as None
+                if t.name is not None and topic_id != zero:
+                    answers.append({"name": t.name, "topic_id": topic_id, "error_code": ErrorCode.invalid_request,
+                                    "error_message": "Topic name and topic ID can not both be specified."})
+                elif topic_id == zero:
+                    answers.append(entry(t.name, zero))
+                elif (name := by_id.get(topic_id)) is None:
+                    answers.append({"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id,
+                                    "error_message": None})
+                else:
+                    answers.append(entry(name, topic_id))
         else:
-            names = list(request.topic_names)
-        results = {n: {"name": n, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none, "error_message": None}
-                   for n in names}
+            answers = [entry(n, zero) for n in request.topic_names]
         starts: list[tuple[str, Callable]] = []
 
         def respond() -> Send:
-            return response(conn_id, header, {"throttle_time": 0, "responses": [results[n] for n in names]})
+            return response(conn_id, header, {"throttle_time": 0, "responses": answers})
 
-        for name in dict.fromkeys(names):
+        for name in list(results):
             result = results[name]
             if not self.controller.is_active:
                 result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
@@ -123,7 +144,6 @@ class AdminApis:
                 result["error_code"] = ErrorCode.invalid_topic_exception
                 result["error_message"] = f"Topic {name} is an internal topic and is not allowed to be deleted"
                 continue
-            result["topic_id"] = topic_id
             starts.append((name, lambda done, name=name: self.controller.delete_topic(name, done, now_ms)))
         return _all_then_respond(starts, results, respond, clear_topic_id=False)
 
