@@ -77,14 +77,14 @@ iproute2:
 	  || echo "iproute2 could not be installed; the lab's network partition scenarios will be skipped"; }
 	@$(call require,ip,iproute2)
 
-# The unit tests (in-process, CPU-bound) run beside the integration tests (real processes, which
-# they mostly wait on); the unit tests' report follows the integration tests'.
+# The unit tests (in-process, CPU-bound) run beside the integration and differential tests (real
+# processes, which they mostly wait on); the unit tests' report follows theirs.
 test: $(VENV)/.test-installed kcat browser nftables iproute2 maven
 	@unit_log=$$(mktemp); \
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/unit > $$unit_log 2>&1 & unit=$$!; \
 	trap 'kill $$unit 2>/dev/null; rm -f $$unit_log' INT TERM; \
-	echo "pytest tests/integration (tests/unit runs beside it)"; \
-	$(BIN)/python -m pytest -q -rs tests/integration; integration=$$?; \
+	echo "pytest tests/integration tests/differential (tests/unit runs beside them)"; \
+	$(BIN)/python -m pytest -q -rs tests/integration tests/differential; integration=$$?; \
 	wait $$unit; unit_status=$$?; \
 	echo "pytest tests/unit:"; cat $$unit_log; rm -f $$unit_log; \
 	[ $$integration = 0 ] && [ $$unit_status = 0 ]

@@ -22,6 +22,8 @@ from tests.differential import records as rec
 from tests.differential.runner import Case, Ctx, Step
 from tests.differential.wire import Raw
 
+P = "responses.0.partitions.0."     # a Fetch answer's only partition
+
 # -- the topic layout, the same on both clusters: explicit assignments, leaders = first replica ---
 LAYOUT: dict[str, tuple[list[list[int]], dict[str, str]]] = {
     "p1": ([[1, 2, 3]], {}),
@@ -44,6 +46,24 @@ KEPT: dict[str, str] = {
     "unknown-broker-assignment": "CreateTopics with a replica on a broker that is not registered: Kafka (ZooKeeper "
                                  "mode) creates the topic, which stays offline, and answers REQUEST_TIMED_OUT once the "
                                  "request's timeout has passed; Strandline refuses it with INVALID_REPLICA_ASSIGNMENT",
+    "fetch-error-offsets": "a Fetch answer's partition with an error (OFFSET_OUT_OF_RANGE here) carries the "
+                           "partition's high watermark, last stable and log start offsets in Strandline, -1 in Kafka",
+    "leaders-serve-consumers": "without replica.selector.class only leaders serve consumers (CLI-2); Kafka lets a "
+                               "follower serve Fetch v11+ (KIP-392) whatever the selector",
+    "fetch-session-resend": "an incremental fetch that moves a partition's fetch offset hears the partition again "
+                            "in Strandline (its high watermark and offsets); Kafka leaves it out when nothing changed",
+    "list-offsets-v0-by-time": "ListOffsets v0 by timestamp: Kafka dates each segment by its file's modification "
+                               "time, Strandline by its largest record timestamp",
+    "duplicate-append-time": "a duplicate idempotent batch: Kafka answers the first append's timestamp as "
+                             "log_append_time even in a CreateTime topic, Strandline -1 (the field means nothing there)",
+    "producer-last-timestamp": "DescribeProducers' last_timestamp after a transaction ended: Kafka takes the "
+                               "marker's (the coordinator's clock), Strandline keeps the last data batch's",
+    "reassignment-epochs": "a reassignment bumps the leader epoch once per phase in Kafka (3 here), once per "
+                           "leader change or ISR shrink in Strandline (2); both only grow",
+    "config-value-errors": "AlterConfigs/IncrementalAlterConfigs with a bad value (or APPEND to a non-list): "
+                           "INVALID_REQUEST as Kafka 2.8's ZkAdminManager answers; Kafka 3.9 answers INVALID_CONFIG",
+    "unknown-config-operation": "IncrementalAlterConfigs with an operation that does not exist: Kafka fails with "
+                                "UNKNOWN_SERVER_ERROR, Strandline answers INVALID_REQUEST",
     "not-served": "a version Strandline does not serve (docs/compatibility.md, API versions): Kafka answers, "
                   "Strandline closes the connection, as Kafka does for a version it does not serve",
     "no-sasl": "no SASL: SaslHandshake and SaslAuthenticate are not served (Kafka answers an error on a "
@@ -53,8 +73,8 @@ KEPT: dict[str, str] = {
     "no-scram": "no SCRAM credentials (they need SASL): the two APIs are not served",
     "zk-era-isr": "AlterIsr is not served: a Strandline leader writes its ISR to ZooKeeper (Kafka before 2.7)",
     "no-features": "UpdateFeatures is not served: Strandline has no finalized features",
-    "no-describe-cluster": "DescribeCluster is not served",
-    "api-versions": "ApiVersions lists Strandline's own table (docs/compatibility.md), not Kafka 3.9's",
+    "api-versions": "ApiVersions lists Strandline's own table (docs/compatibility.md), not Kafka 3.9's; v3's "
+                    "finalized_features_epoch is -1: Strandline has no finalized features (Kafka: 0)",
 }
 
 
@@ -187,10 +207,8 @@ def hw_is(n: int) -> Callable[[Any], bool]:
 
 
 def wait_replicated(topic: str, n: int, p: int = 0) -> list[Step]:
-    """Each replica's high watermark at ``n`` (Fetch v11 may read a follower): later reads of a
-    follower see what the leader acknowledged."""
-    return [Step(1, 11, fetch(topic, offset=0, p=p), (lambda b: lambda c: b)(b), compare=False, until=hw_is(n))
-            for b in LAYOUT[topic][0][p]]
+    """The leader's high watermark at ``n``: every replica in the ISR holds the ``n`` records."""
+    return [Step(1, 4, fetch(topic, offset=0, p=p), leader(topic, p), compare=False, until=hw_is(n))]
 
 
 # -- the corpus ---------------------------------------------------------------------------------
@@ -209,7 +227,7 @@ def build() -> list[Case]:
     # ApiVersions: the lists differ by design; everything else is compared
     cases += each("api-versions", 18, range(0, 4), {"client_software_name": "differential",
                                                    "client_software_version": "1.0"},
-                  kept=("api-versions", ("api_keys.*",)))
+                  kept=("api-versions", ("api_keys.*", "finalized_features_epoch")))
     cases += each("api-versions-bad-software-name", 18, [3], {"client_software_name": "no spaces allowed!",
                                                              "client_software_version": "1.0"})
 
@@ -243,13 +261,15 @@ def build() -> list[Case]:
     # Fetch, every version, from the leader; v0-v3 read down-converted message sets
     cases += each("fetch", 1, range(0, 13), fetch("p1"), leader("p1"))
     cases += each("fetch-middle", 1, [4, 12], fetch("p1", offset=5), leader("p1"))
-    cases += each("fetch-out-of-range", 1, [0, 4, 12], fetch("p1", offset=1000), leader("p1"))
+    cases += each("fetch-out-of-range", 1, [0, 4, 12], fetch("p1", offset=1000), leader("p1"),
+                  kept=("fetch-error-offsets", (f"{P}high_watermark", f"{P}last_stable_offset", f"{P}log_start_offset")))
     cases += each("fetch-unknown-topic", 1, [4, 12], fetch("nosuch"), broker(1))
-    cases += each("fetch-follower", 1, [4, 10, 11, 12], fetch("p1"), follower("p1"))
+    cases += each("fetch-follower", 1, [4, 10], fetch("p1"), follower("p1"))
+    cases += each("fetch-follower", 1, [11, 12], fetch("p1"), follower("p1"), kept=("leaders-serve-consumers", (f"{P}*",)))
     cases += each("fetch-outsider", 1, [11, 12], fetch("two"), outsider("two"))
     cases += each("fetch-epoch-too-new", 1, [9, 12], fetch("p1", epoch=7), leader("p1"))
     cases += each("fetch-max-bytes-small", 1, [3, 12], fetch("p1", max_bytes=10), leader("p1"))
-    add(Case("fetch-session-v12", [
+    add(Case("fetch-session-v12", kept=("fetch-session-resend", ("1.responses.0",)), steps=[
         Step(1, 12, fetch("p1", session_epoch=0), leader("p1"), label="full"),
         Step(1, 12, lambda c: fetch("p1", offset=18, session_id=c.answers["full"]["session_id"],
                                     session_epoch=1)(c), leader("p1")),
@@ -259,9 +279,10 @@ def build() -> list[Case]:
     cases += each("fetch-unknown-session", 1, [7, 12], fetch("p1", session_id=123456, session_epoch=3), leader("p1"))
 
     # ListOffsets, every version: earliest, latest, by timestamp; a follower; an unknown topic
-    for ts in (-2, -1, rec.TS):
-        cases += [Case(f"{c.name}-ts{ts}", c.steps) for c in each("list-offsets", 2, range(0, 7),
-                                                                  list_offsets("p1", ts), leader("p1"))]
+    for ts, label in ((-2, "earliest"), (-1, "latest"), (rec.TS, "timestamp")):
+        cases += [Case(f"list-offsets-{label}-v{v}", [Step(2, v, list_offsets("p1", ts), leader("p1"))],
+                       ("list-offsets-v0-by-time", ("topics.0.partitions.0.old_style_offsets.0",))
+                       if (v, label) == (0, "timestamp") else None) for v in range(0, 7)]
     cases += each("list-offsets-follower", 2, [0, 1, 6], list_offsets("p1", -1), follower("p1"))
     cases += each("list-offsets-unknown-topic", 2, [1, 6], list_offsets("nosuch", -1))
     cases += each("list-offsets-epoch-too-new", 2, [4, 6], list_offsets("p1", -1, epoch=9), leader("p1"))
@@ -319,7 +340,12 @@ def arr(*items: bytes) -> bytes:
 def _join(group: str, version: int, member: Callable[[Ctx], str] | str = "") -> Callable[[Ctx], dict]:
     return lambda c: {"group_id": c.t(group), "session_timeout": 10000, "rebalance_timeout": 10000,
                       "member_id": member(c) if callable(member) else member, "group_instance_id": None,
-                      "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"\0\1"}]}
+                      "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": subscription(c, "p1")}]}
+
+
+def subscription(c: Ctx, *topics: str) -> bytes:
+    """A consumer's subscription (ConsumerProtocolSubscription v0): the topics, no user data."""
+    return i16(0) + arr(*(s16(c.t(t)) for t in topics)) + i32(-1)
 
 
 def _member(label: str) -> Callable[[Ctx], str]:
@@ -390,7 +416,8 @@ def group_flow(i: int) -> Case:
 
 def groups() -> list[Case]:
     cases: list[Case] = []
-    cases += each("find-coordinator-group", 10, range(0, 4), lambda c: {"key": c.t("g0"), "key_type": 0})
+    cases += each("find-coordinator-group", 10, range(0, 4), lambda c: {"key": c.t("g0"), "key_type": 0},
+                  until=_coordinator_ready)
     cases += each("find-coordinator-bad-key-type", 10, [1, 3], lambda c: {"key": c.t("g0"), "key_type": 7})
     cases += [group_flow(i) for i in range(0, 8)]
     cases += each("heartbeat-unknown-group", 12, [0, 4], lambda c: {"group_id": c.t("nogroup"), "generation_id": 1,
@@ -412,7 +439,8 @@ def groups() -> list[Case]:
     cases += each("offset-fetch-unknown-group", 9, [1, 7], _fetch_offsets("nogroup"), coordinator("nogroup"))
     cases += each("offset-commit-not-coordinator", 8, [2, 8], _commit("simple2", 1), not_coordinator("simple2"))
     cases += each("offset-fetch-not-coordinator", 9, [1, 7], _fetch_offsets("simple2"), not_coordinator("simple2"))
-    cases += not_served("offset-commit", 8, [0, 1], Raw(s16("") + arr(), head=(("topics", "int32"),)))
+    cases += not_served("offset-commit", 8, [0], Raw(s16("") + arr(), head=(("topics", "int32"),)))
+    cases += not_served("offset-commit", 8, [1], Raw(s16("") + i32(-1) + s16("") + arr(), head=(("topics", "int32"),)))
     cases += not_served("offset-fetch", 9, [0], Raw(s16("") + arr(), head=(("topics", "int32"),)))
     cases += each("list-groups", 16, range(0, 5), {"states_filter": []}, lambda c: [1, 2, 3])
     # OffsetDelete: an empty group's offset, then unknown group and topic
@@ -447,6 +475,13 @@ def _init(txn: str | None, timeout: int = 60000, label: str | None = None) -> Ca
                       "producer_id": -1, "producer_epoch": -1}
 
 
+def _coordinator_ready(answer: Any) -> bool:
+    """Not COORDINATOR_LOAD_IN_PROGRESS nor COORDINATOR_NOT_AVAILABLE (an internal topic's
+    partition still being created or loaded) nor CONCURRENT_TRANSACTIONS (an earlier transaction's
+    markers still being written)."""
+    return isinstance(answer, dict) and answer.get("error_code") not in (14, 15, 51)
+
+
 def _pid(label: str) -> Callable[[Ctx], tuple[int, int]]:
     return lambda c: (c.answers[label]["producer_id"], c.answers[label]["producer_epoch"])
 
@@ -468,7 +503,7 @@ def txn_flow(i: int) -> Case:
                 "v3_and_below_topics": [{"name": c.t("txn"), "partitions": [0]}]}
 
     steps = [
-        Step(22, min(i, 4), _init(t), to, label="init", until=lambda a: a != "<connection closed>" and a["error_code"] != 51),
+        Step(22, min(i, 4), _init(t), to, label="init", until=_coordinator_ready),
         Step(24, i, add_partitions, to),
         Step(0, 9, lambda c: produce("txn", rec.transactional(f"t{i}".encode(), producer_id=_pid("init")(c)[0],
                                                               producer_epoch=_pid("init")(c)[1]), txn=t)(c),
@@ -489,15 +524,17 @@ def txn_flow(i: int) -> Case:
 
 def transactions() -> list[Case]:
     cases: list[Case] = []
-    cases += each("find-coordinator-txn", 10, range(1, 4), lambda c: {"key": c.t("t0"), "key_type": 1})
-    cases += each("init-producer-id-idempotent", 22, range(0, 5), _init(None))
-    cases += each("init-producer-id-bad-timeout", 22, [0, 4], _init("tbad", timeout=1 << 30), coordinator("tbad", 1))
+    cases += each("find-coordinator-txn", 10, range(1, 4), lambda c: {"key": c.t("t0"), "key_type": 1},
+                  until=_coordinator_ready)
+    cases += each("init-producer-id-idempotent", 22, range(0, 5), _init(None), until=_coordinator_ready)
+    cases += each("init-producer-id-bad-timeout", 22, [0, 4], _init("tbad", timeout=1 << 30), coordinator("tbad", 1),
+                  until=_coordinator_ready)
     cases += each("init-producer-id-not-coordinator", 22, [0, 4], _init("tbad"), not_coordinator("tbad", 1))
     cases += [txn_flow(i) for i in range(0, 4)]
     # a new InitProducerId fences the producer: its epoch's produce is refused
     cases.append(Case("txn-fenced-epoch", [
-        Step(22, 4, _init("tf"), coordinator("tf", 1), label="init", compare=False),
-        Step(22, 4, _init("tf"), coordinator("tf", 1), label="init2", until=lambda a: a["error_code"] != 51),
+        Step(22, 4, _init("tf"), coordinator("tf", 1), label="init", compare=False, until=_coordinator_ready),
+        Step(22, 4, _init("tf"), coordinator("tf", 1), label="init2", until=_coordinator_ready),
         Step(24, 3, lambda c: {"v3_and_below_transactional_id": c.t("tf"),
                                "v3_and_below_producer_id": _pid("init")(c)[0],
                                "v3_and_below_producer_epoch": _pid("init")(c)[1],
@@ -510,8 +547,9 @@ def transactions() -> list[Case]:
                                                       producer_epoch=_pid("init2")(c)[1], sequence=5))(c),
              leader("txn")),
     ]))
-    cases.append(Case("idempotent-produce", [
-        Step(22, 4, _init(None), label="init", compare=False),
+    cases.append(Case("idempotent-produce", kept=("duplicate-append-time",
+                                                  ("2.responses.0.partition_responses.0.log_append_time",)), steps=[
+        Step(22, 4, _init(None), label="init", compare=False, until=_coordinator_ready),
         Step(0, 9, lambda c: produce("two", rec.batch(b"i0", producer_id=_pid("init")(c)[0],
                                                       producer_epoch=_pid("init")(c)[1], sequence=0))(c),
              leader("two")),
@@ -522,10 +560,12 @@ def transactions() -> list[Case]:
                                                       producer_epoch=_pid("init")(c)[1], sequence=2))(c),
              leader("two")),
     ]))
+    last_ts = ("producer-last-timestamp", ("topics.0.partitions.0.active_producers.*.last_timestamp",))
     cases += each("describe-producers", 61, [0], lambda c: {"topics": [{"name": c.t("txn"), "partition_indexes": [0]}]},
-                  leader("txn"))
+                  leader("txn"), kept=last_ts)
     cases += each("describe-producers-follower", 61, [0],
-                  lambda c: {"topics": [{"name": c.t("txn"), "partition_indexes": [0]}]}, follower("txn"))
+                  lambda c: {"topics": [{"name": c.t("txn"), "partition_indexes": [0]}]}, follower("txn"),
+                  kept=last_ts)
     cases += each("describe-producers-outsider", 61, [0],
                   lambda c: {"topics": [{"name": c.t("two"), "partition_indexes": [0]}]}, outsider("two"))
     cases += each("write-txn-markers", 27, [1], {"markers": []}, leader("txn"))
@@ -586,7 +626,8 @@ def admin() -> list[Case]:
     cases += each("delete-records-follower", 21, [2], delete_records(4), follower("del"))
     cases += each("delete-records-unknown-topic", 21, [2], delete_records(1, "nosuch"))
     cases += each("list-offsets-after-delete-records", 2, [1, 6], list_offsets("del", -2), leader("del"))
-    cases += each("fetch-before-log-start", 1, [4, 12], fetch("del", offset=0), leader("del"))
+    cases += each("fetch-before-log-start", 1, [4, 12], fetch("del", offset=0), leader("del"),
+                  kept=("fetch-error-offsets", (f"{P}high_watermark", f"{P}last_stable_offset", f"{P}log_start_offset")))
     # CreatePartitions
     cases += [Case(f"create-partitions-v{v}", [
         Step(19, 5, create({"name": f"cp{v}", "assignments": [[1, 2, 3]]}), ctl, compare=False),
@@ -607,7 +648,7 @@ def admin() -> list[Case]:
     cases += each("elect-leaders-unclean", 43, [1, 2], lambda c: {
         "election_type": 1, "topic_partitions": [{"topic": c.t("p1"), "partitions": [0]}], "timeout": 30000}, ctl)
     # reassignments: "moving" goes from [1, 2] to [2, 3]
-    cases.append(Case("reassignment-v0", [
+    cases.append(Case("reassignment-v0", kept=("reassignment-epochs", ("4.topics.0.partitions.0.leader_epoch",)), steps=[
         Step(46, 0, {"timeout": 30000, "topics": None}, ctl),
         Step(45, 0, lambda c: {"timeout": 30000, "topics": [
             {"name": c.t("moving"), "partitions": [{"partition_index": 0, "replicas": [2, 3]},
@@ -723,7 +764,7 @@ def configs() -> list[Case]:
         Step(33, v, alter("cfg", {"no.such.config": "1"}), ctl_or_any()),
         Step(33, v, alter("nosuch", {"retention.ms": "1"}), ctl_or_any()),
         Step(33, v, alter("cfg", {"retention.ms": "1"}, validate_only=True), ctl_or_any()),
-    ]) for v in range(0, 3)]
+    ], ("config-value-errors", ("2.responses.0.error_code",))) for v in range(0, 3)]
 
     def incremental(name: str, ops: list[tuple[str, int, str | None]], validate_only: bool = False,
                     kind: int = TOPIC) -> Callable[[Ctx], dict]:
@@ -739,11 +780,13 @@ def configs() -> list[Case]:
         Step(32, 4, describe(TOPIC, cfg, keys), broker(1)),
         Step(44, v, incremental("cfg", [("retention.ms", 0, "soon")]), ctl_or_any()),
         Step(44, v, incremental("cfg", [("retention.ms", 2, "1")]), ctl_or_any()),
-        Step(44, v, incremental("cfg", [("retention.ms", 7, "1")]), ctl_or_any()),
         Step(44, v, incremental("cfg", [("retention.ms", 0, "1"), ("retention.ms", 1, None)]), ctl_or_any()),
         Step(44, v, incremental("nosuch", [("retention.ms", 0, "1")]), ctl_or_any()),
         Step(44, v, incremental("cfg", [("cleanup.policy", 0, "delete")]), ctl_or_any()),
-    ]) for v in range(0, 2)]
+    ], ("config-value-errors", ("5.responses.0.error_code", "6.responses.0.error_code"))) for v in range(0, 2)]
+    cases += each("incremental-alter-configs-unknown-operation", 44, [0, 1],
+                  incremental("cfg", [("retention.ms", 7, "1")]), ctl_or_any(),
+                  kept=("unknown-config-operation", ("responses.0.error_code",)))
     cases += each("incremental-alter-configs-broker", 44, [1], incremental(
         "=2", [("log.cleaner.threads", 0, "2"), ("log.retention.hours", 0, "1")], kind=BROKER), broker(2))
     cases += each("incremental-alter-configs-broker-validate", 44, [1], incremental(
@@ -763,20 +806,22 @@ def not_served_apis() -> list[Case]:
     cases += not_served("sasl-handshake", 17, [0, 1], {"mechanism": "PLAIN"}, "no-sasl")
     cases += not_served("sasl-authenticate", 36, range(0, 3), {"auth_bytes": b"\0a\0b"}, "no-sasl")
     # delegation tokens: v0 by hand, v1-v2 with kio
-    tok = (("throttle_time_ms", "int32"),)
     cases += not_served("create-delegation-token", 38, [0], Raw(arr() + i64(-1), head=(("error_code", "int16"),)),
                         "no-delegation-tokens")
-    cases += not_served("create-delegation-token", 38, [1, 2], {"renewers": [], "max_lifetime": -1},
+    cases += not_served("create-delegation-token", 38, [1], Raw(arr() + i64(-1)), "no-delegation-tokens")
+    cases += not_served("create-delegation-token", 38, [2], Raw(b"\1" + i64(-1) + b"\0", flexible=True),
                         "no-delegation-tokens")
     cases += not_served("renew-delegation-token", 39, [0], Raw(i32(1) + b"h" + i64(1000)), "no-delegation-tokens")
-    cases += not_served("renew-delegation-token", 39, [1, 2], {"hmac": b"h", "renew_period": 1000},
+    cases += not_served("renew-delegation-token", 39, [1], Raw(i32(1) + b"h" + i64(1000)), "no-delegation-tokens")
+    cases += not_served("renew-delegation-token", 39, [2], Raw(b"\2h" + i64(1000) + b"\0", flexible=True),
                         "no-delegation-tokens")
     cases += not_served("expire-delegation-token", 40, [0], Raw(i32(1) + b"h" + i64(1000)), "no-delegation-tokens")
-    cases += not_served("expire-delegation-token", 40, [1, 2], {"hmac": b"h", "expiry_time_period": 1000},
+    cases += not_served("expire-delegation-token", 40, [1], Raw(i32(1) + b"h" + i64(1000)), "no-delegation-tokens")
+    cases += not_served("expire-delegation-token", 40, [2], Raw(b"\2h" + i64(1000) + b"\0", flexible=True),
                         "no-delegation-tokens")
     cases += not_served("describe-delegation-token", 41, [0], Raw(i32(-1)), "no-delegation-tokens")
-    cases += not_served("describe-delegation-token", 41, [1, 2], {"owners": None}, "no-delegation-tokens")
-    del tok
+    cases += not_served("describe-delegation-token", 41, [1], Raw(i32(-1)), "no-delegation-tokens")
+    cases += not_served("describe-delegation-token", 41, [2], Raw(b"\0\0", flexible=True), "no-delegation-tokens")
     # client quotas: DescribeClientQuotas and AlterClientQuotas ("no-client-quotas")
     cases += not_served("describe-client-quotas", 48, [0, 1], {"components": [], "strict": False}, "no-client-quotas")
     cases += not_served("alter-client-quotas", 49, [0, 1], {"entries": [{
@@ -790,8 +835,8 @@ def not_served_apis() -> list[Case]:
                         "zk-era-isr", controller())
     cases += not_served("update-features", 57, [0], {"timeout": 30000, "feature_updates": []}, "no-features",
                         controller())
-    cases += not_served("describe-cluster", 60, [0], {"include_cluster_authorized_operations": False},
-                        "no-describe-cluster")
+    cases += each("describe-cluster", 60, [0], {"include_cluster_authorized_operations": False}, broker(2))
+    cases += each("describe-cluster-operations", 60, [0], {"include_cluster_authorized_operations": True}, broker(3))
     return cases
 
 

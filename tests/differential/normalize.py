@@ -62,6 +62,11 @@ RULES: list[tuple[int | None, str, Callable[[Any, Any], Any], str]] = [
     (10, "node_id", _opaque("coordinator"),
      "the coordinator is the leader of an internal topic's partition, placed by each controller from a "
      "random first broker"),
+    (10, "port", _opaque("coordinator"), "see node_id: the coordinator's port"),
+    (1, "aborted_transactions", lambda v, side: [] if v is None else v,
+     "null and an empty list both say: no aborted transaction in the range (Kafka 3.9 sends an empty list "
+     "with an error, Strandline null)"),
+    (None, "batch_index_error_message", _nothing, "error codes are compared, not each broker's wording"),
     (35, "log_dir", _opaque("log dir"), "each broker's log directory is a path of its own"),
     (35, "path", _opaque("log dir"), "each broker's log directory is a path of its own"),
     (None, "throttle_time", _throttle, "each broker throttles by its own quotas and load (none here: 0)"),
@@ -74,12 +79,45 @@ SORTS: list[tuple[int, str, tuple[str, ...], str]] = [
     (3, "partitions", ("partition_index",), "Metadata lists partitions in no defined order"),
     (3, "isr_nodes", (), "an ISR is a set: each leader keeps it in the order replicas joined"),
     (3, "offline_replicas", (), "a set"),
+    (61, "active_producers", ("producer_epoch", "last_sequence", "coordinator_epoch", "current_txn_start_offset"),
+     "DescribeProducers lists producers in no defined order (their ids differ: each cluster hands out its own)"),
+    (60, "brokers", ("broker_id",), "DescribeCluster lists brokers in no defined order"),
     (16, "groups", ("group_id",), "ListGroups lists groups in no defined order"),
     (15, "groups", ("group_id",), "DescribeGroups answers in no defined order"),
     (32, "configs", ("name",), "DescribeConfigs lists configs in no defined order"),
     (19, "configs", ("name",), "CreateTopics lists configs in no defined order"),
+    (37, "results", ("name",), "CreatePartitions answers in no defined order (Kafka: a hash map's)"),
+    (42, "results", ("group_id",), "DeleteGroups answers in no defined order (Kafka: a hash map's)"),
+    (43, "replica_election_results", ("topic",), "ElectLeaders answers in no defined order (Kafka: a hash map's)"),
+    (43, "partition_result", ("partition_id",), "likewise"),
+    (45, "responses", ("name",), "AlterPartitionReassignments answers in no defined order (Kafka: a hash map's)"),
+    (45, "partitions", ("partition_index",), "likewise"),
     (35, "partitions", ("partition_index",), "DescribeLogDirs lists partitions in no defined order"),
     (35, "topics", ("name",), "DescribeLogDirs lists topics in no defined order"),
+]
+
+
+#: topic configs Kafka 3.x added after 2.8 (tiered storage, KIP-405; compression levels, KIP-390;
+#: the split timestamp bounds, KIP-937): Kafka 3.9 lists them, a 2.8 broker (and Strandline) does not
+KAFKA_3_TOPIC_CONFIGS = frozenset({
+    "remote.storage.enable", "local.retention.ms", "local.retention.bytes", "remote.log.copy.disable",
+    "remote.log.delete.on.disable", "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    "message.timestamp.after.max.ms", "message.timestamp.before.max.ms"})
+
+#: topic configs left out of both sides' lists: Kafka 3.x's own (above); Strandline's own
+#: ``flush.on.ack`` (DUR-3, docs/configuration.md); ``message.format.version``, which Kafka 3.x pins
+#: to 3.0-IV1 (deprecated, KIP-724) where Kafka 2.8 and Strandline answer 2.8-IV1
+UNCOMPARED_TOPIC_CONFIGS = KAFKA_3_TOPIC_CONFIGS | {"flush.on.ack", "message.format.version"}
+
+
+def _uncompared_config(entry: Any) -> bool:
+    return isinstance(entry, dict) and entry.get("name") in UNCOMPARED_TOPIC_CONFIGS
+
+
+#: (API key, list field, what is left out of it, reason)
+FILTERS: list[tuple[int, str, Callable[[Any], bool], str]] = [
+    (19, "configs", _uncompared_config, "UNCOMPARED_TOPIC_CONFIGS"),
+    (32, "configs", _uncompared_config, "UNCOMPARED_TOPIC_CONFIGS"),
 ]
 
 
@@ -106,14 +144,18 @@ def normalize(api: int, version: int, answer: Any, ctx: Any) -> Any:
         answer = _merge_list_groups(answer, ctx)
     rules = {name: rule for key, name, rule, _ in RULES if key is None or key == api}
     sorts = {name: keys for key, name, keys, _ in SORTS if key == api}
-    return _walk(answer, rules, sorts, side)
+    filters = {name: drop for key, name, drop, _ in FILTERS if key == api}
+    return _walk(answer, rules, sorts, side, filters)
 
 
-def _walk(node: Any, rules: dict, sorts: dict, side: Any) -> Any:
+def _walk(node: Any, rules: dict, sorts: dict, side: Any, filters: dict | None = None) -> Any:
+    filters = filters or {}
     if isinstance(node, dict):
         out = {}
         for k, v in node.items():
-            v = _walk(v, rules, sorts, side)
+            if k in filters and isinstance(v, list):
+                v = [item for item in v if not filters[k](item)]
+            v = _walk(v, rules, sorts, side, filters)
             if k in rules and not isinstance(v, (dict, list)):
                 v = rules[k](v, side)
             if k in sorts and isinstance(v, list):
@@ -123,5 +165,5 @@ def _walk(node: Any, rules: dict, sorts: dict, side: Any) -> Any:
             out[k] = v
         return out
     if isinstance(node, list):
-        return [_walk(v, rules, sorts, side) for v in node]
+        return [_walk(v, rules, sorts, side, filters) for v in node]
     return node

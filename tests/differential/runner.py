@@ -161,11 +161,12 @@ def compare(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
 
 
 def unexplained(outcome: Outcome) -> tuple[list, list[str]]:
-    """(differences no kept pattern covers, kept patterns that matched no difference)."""
+    """(differences no kept pattern covers, the kept patterns when none matched a difference: a
+    kept difference that is gone is reported, so that it is taken off the list)."""
     patterns = outcome.case.kept[1] if outcome.case.kept else ()
     loose = [d for d in outcome.diffs if not any(fnmatch.fnmatchcase(d[0], p) for p in patterns)]
-    unused = [p for p in patterns if not any(fnmatch.fnmatchcase(d[0], p) for d in outcome.diffs)]
-    return loose, unused
+    matched = any(fnmatch.fnmatchcase(d[0], p) for p in patterns for d in outcome.diffs)
+    return loose, ([] if matched or not patterns else list(patterns))
 
 
 def describe(outcome: Outcome, limit: int = 12) -> str:

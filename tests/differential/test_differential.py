@@ -29,11 +29,17 @@ from tests.integration.kafka_reference import dist, kafka_lines_or_skip
 pytestmark = pytest.mark.integration
 
 KAFKA = kafka_lines_or_skip(("3.9",))
+#: under CI=true a fetch that reached Maven Central and failed leaves the reason here: then
+#: test_kafka_is_there fails with it, once, instead of every case
+FETCHED = not isinstance(KAFKA["3.9"], str)
+
+
+def test_kafka_is_there():
+    assert dist(KAFKA, "3.9").version.startswith("3.9")
 
 
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory):
-    dist(KAFKA, "3.9")
     root = tmp_path_factory.mktemp("differential")
     ports = free_ports(7)
     strandline = Cluster(root / "strandline", 3, ports[1], ports[0], overrides=list(SETTINGS))
@@ -53,6 +59,7 @@ def sides(tmp_path_factory):
         strandline.stop()
 
 
+@pytest.mark.skipif(not FETCHED, reason="Kafka 3.9 could not be fetched (test_kafka_is_there says why)")
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_differential(case, sides):
     kafka, strandline = sides
