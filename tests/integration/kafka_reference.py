@@ -20,13 +20,13 @@ from strandline.reference import KafkaDist, KafkaFetchError, ensure_kafka
 LINES = ("3.9", "4")
 
 
-def kafka_lines_or_skip() -> dict[str, KafkaDist | str]:
-    """Each line's Kafka, for a test module's top level: the module skips (one line) when it cannot
+def kafka_lines_or_skip(lines: tuple[str, ...] = LINES) -> dict[str, KafkaDist | str]:
+    """Each line's Kafka (of ``lines``), for a test module's top level: the module skips (one line) when it cannot
     be had. Under CI=true, unless Maven Central cannot be reached at all, a line that could not be
     fetched maps to the reason instead, and :func:`dist` fails each test that needs it (the other
     modules still run)."""
     dists: dict[str, KafkaDist | str] = {}
-    for line in LINES:
+    for line in lines:
         try:
             dists[line] = ensure_kafka(line)
         except KafkaFetchError as exc:

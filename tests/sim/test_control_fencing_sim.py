@@ -271,3 +271,32 @@ def test_a_broker_that_hears_of_a_new_controller_late_gets_its_requests_again():
         assert c.brokers[3].core.partitions[(TOPIC, p)].is_leader == (state.leader == 3)
     assert produce(c, c.state(TOPIC, 0).leader, TOPIC, [b"after"]).error_code == ErrorCode.none
     assert any("Broker 3 refused" in line and "STALE_CONTROLLER_EPOCH" in line for line in c.brokers[2].log)
+
+
+def test_ctl_4_a_stale_broker_epoch_is_named_before_a_stale_controller_epoch(fenced):
+    """A request both stale in its broker epoch and in its controller epoch is answered
+    STALE_BROKER_EPOCH, as Kafka's KafkaApis checks the broker epoch first (found by
+    tests/differential: leader-and-isr-stale, stop-replica-stale, update-metadata-stale)."""
+    c, stale = fenced
+    target = victim(c)
+    epoch = c.brokers[c.controller_id].core.controller_epoch
+    header = _header(c, target, controller_id=9, controller_epoch=epoch - 1, broker_epoch=0)
+    bodies = {control.LEADER_AND_ISR: {**header, "type": 0, "topic_states": [], "live_leaders": []},
+              control.STOP_REPLICA: {**header, "topic_states": []},
+              control.UPDATE_METADATA: {**header, "topic_states": [], "live_brokers": []}}
+    for api_key, body in bodies.items():
+        answer = control_call(c, target, api_key, body)
+        assert answer is not None and answer["error_code"] == ErrorCode.stale_broker_epoch, (api_key, answer)
+
+
+def test_ctl_9_controlled_shutdown_sent_to_a_broker_that_is_not_the_controller(fenced):
+    """Answered STALE_CONTROLLER_EPOCH ("the controller moved"), as Kafka's ControllerMovedException;
+    nothing moves (found by tests/differential: controlled-shutdown-not-controller)."""
+    c, stale = fenced
+    other = next(b for b in (1, 2, 3) if b != c.controller_id)
+    before = cluster_state(c)
+    answer = control_call(c, other, control.CONTROLLED_SHUTDOWN,
+                          {"broker_id": other, "broker_epoch": registration(c, other)})
+    assert answer == {"error_code": ErrorCode.stale_controller_epoch, "remaining_partitions": []}
+    c.advance(500)
+    assert cluster_state(c) == before

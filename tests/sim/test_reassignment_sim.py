@@ -387,3 +387,18 @@ def test_ctl_11_a_move_ends_when_the_controller_writes_an_isr_holding_its_target
     assert ongoing(c) == {}
     assert stored(c, "w").partitions == {0: (1, 3, 4)}
     assert c.partition(2, "w") is None
+
+
+def test_ctl_11_a_broker_that_is_not_the_controller_answers_the_error_alone():
+    """AlterPartitionReassignments sent to a broker that is not the controller: NOT_CONTROLLER at the
+    top level and no partitions, as Kafka's controller callback answers it (found by
+    tests/differential: reassignment-not-controller); nothing moves."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, "r", [1, 2])
+    before = stored(c, "r")
+    other = next(b for b in (1, 2, 3) if b != c.controller_id)
+    answer = c.call(other, 45, 0, {"timeout": 5000, "topics": [
+        {"name": "r", "partitions": [{"partition_index": 0, "replicas": [2, 3]}]}]})
+    assert (answer.error_code, list(answer.responses)) == (ErrorCode.not_controller, [])
+    c.advance(2000)
+    assert ongoing(c) == {} and stored(c, "r") == before

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.security.authorizer import AclAuthorizer
+from strandline.broker.dynamic_config import describe_topic
 from strandline.core.effects import Send
 from strandline.core.wire import response
 from strandline.controller.controller import Controller
@@ -80,8 +81,8 @@ class AdminApis:
                 continue
             result["num_partitions"] = plan.num_partitions
             result["replication_factor"] = len(plan.assignment[0])
-            result["configs"] = [{"name": k, "value": str(v), "read_only": False, "config_source": 1,
-                                  "is_sensitive": False} for k, v in sorted(plan.configs.items())]
+            # KIP-525: every config of the new topic, as DescribeConfigs would describe it
+            result["configs"] = describe_topic(self.config, plan.configs, None, False, False)
             if validate_only:
                 continue
             result["topic_id"] = plan.topic_id
@@ -91,18 +92,39 @@ class AdminApis:
     # -- DeleteTopics
 
     def _delete_topics(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        """v6 names topics by name or by id (KIP-516), as Kafka 2.8: an id is resolved to the topic's
+        name, an unknown one is UNKNOWN_TOPIC_ID; each answer echoes the id it was asked with (zero
+        for a name)."""
+        zero = uuid.UUID(int=0)
+        results: dict[str, dict] = {}     # by name: the same answer for a name asked twice
+        answers: list[dict] = []          # in the request's order
+
+        def entry(name: str, topic_id: uuid.UUID) -> dict:
+            return results.setdefault(name, {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
+                                             "error_message": None})
+
         if header.api_version >= 6:
-            names = [t.name for t in request.topics]
+            by_id = {t.topic_id: t.name for t in self.metadata.topics.values()}
+            for t in request.topics:
+                topic_id = t.topic_id or zero           # kio reads the zero id as None
+                if t.name is not None and topic_id != zero:
+                    answers.append({"name": t.name, "topic_id": topic_id, "error_code": ErrorCode.invalid_request,
+                                    "error_message": "Topic name and topic ID can not both be specified."})
+                elif topic_id == zero:
+                    answers.append(entry(t.name, zero))
+                elif (name := by_id.get(topic_id)) is None:
+                    answers.append({"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id,
+                                    "error_message": None})
+                else:
+                    answers.append(entry(name, topic_id))
         else:
-            names = list(request.topic_names)
-        results = {n: {"name": n, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.none, "error_message": None}
-                   for n in names}
+            answers = [entry(n, zero) for n in request.topic_names]
         starts: list[tuple[str, Callable]] = []
 
         def respond() -> Send:
-            return response(conn_id, header, {"throttle_time": 0, "responses": [results[n] for n in names]})
+            return response(conn_id, header, {"throttle_time": 0, "responses": answers})
 
-        for name in dict.fromkeys(names):
+        for name in list(results):
             result = results[name]
             if not self.controller.is_active:
                 result["error_code"], result["error_message"] = ErrorCode.not_controller, self._not_controller()
@@ -122,7 +144,6 @@ class AdminApis:
                 result["error_code"] = ErrorCode.invalid_topic_exception
                 result["error_message"] = f"Topic {name} is an internal topic and is not allowed to be deleted"
                 continue
-            result["topic_id"] = topic_id
             starts.append((name, lambda done, name=name: self.controller.delete_topic(name, done, now_ms)))
         return _all_then_respond(starts, results, respond, clear_topic_id=False)
 
@@ -163,9 +184,9 @@ class AdminApis:
                        for t in request.topics for p in t.partitions}.values())
 
         def respond(results: dict, when_ms: int, error: ErrorCode = ErrorCode.none,
-                    message: str | None = None) -> list:
+                    message: str | None = None, partitions: bool = True) -> list:
             by_topic: dict[str, list] = {}
-            for (name, index), _ in wanted:
+            for (name, index), _ in (wanted if partitions else ()):
                 code, text = results.get((name, index), (error, message))
                 by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code,
                                                       "error_message": text})
@@ -175,8 +196,8 @@ class AdminApis:
 
         if not self.authorizer.allows_cluster(conn_id, AclOperation.ALTER):
             return respond({}, now_ms, ErrorCode.cluster_authorization_failed, None)
-        if not self.controller.is_active:
-            return respond({}, now_ms, ErrorCode.not_controller, self._not_controller())
+        if not self.controller.is_active:   # as Kafka's controller callback: the error alone, no partitions
+            return respond({}, now_ms, ErrorCode.not_controller, self._not_controller(), partitions=False)
         return self.controller.alter_reassignments(wanted, now_ms, respond)
 
     def _list_reassignments(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:

@@ -86,6 +86,7 @@ class KafkaApis:
         self._handlers: dict[int, Callable] = {
             ApiKey.API_VERSIONS: self._api_versions,
             ApiKey.METADATA: self._metadata,
+            ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
             ApiKey.PRODUCE: self._produce,
             ApiKey.FETCH: self._fetch,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
@@ -203,8 +204,25 @@ class KafkaApis:
         name = getattr(request, "client_software_name", None)
         version = getattr(request, "client_software_version", None)
         if header.api_version >= 3 and not (_valid_software_field(name) and _valid_software_field(version)):
-            body["error_code"] = ErrorCode.invalid_request
+            # as Kafka's ApiVersionsRequest.getErrorResponse: the error, no API list
+            body["error_code"], body["api_keys"] = ErrorCode.invalid_request, []
         return [response(conn_id, header, body)]
+
+    # -- DescribeCluster (KIP-700)
+
+    def _describe_cluster(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        """The live brokers, the cluster id and the controller, as Metadata names them; the cluster's
+        authorized operations when asked for (0 without DESCRIBE on the cluster), as Kafka 2.8."""
+        md = self.metadata
+        operations = UNKNOWN_AUTHORIZED_OPERATIONS
+        if request.include_cluster_authorized_operations:
+            operations = self.authorizer.authorized_operations(conn_id, ResourceType.CLUSTER, "kafka-cluster") \
+                if self.authorizer.allows_cluster(conn_id, AclOperation.DESCRIBE) else 0
+        return [response(conn_id, header, {
+            "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "cluster_id": md.cluster_id,
+            "controller_id": md.controller_id,
+            "brokers": [{"broker_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in md.brokers.values()],
+            "cluster_authorized_operations": operations})]
 
     # -- Metadata
 

@@ -254,14 +254,16 @@ class GroupApis:
             "group_instance_id": getattr(request, "group_instance_id", None), "offsets": offsets}, respond, now_ms)
 
     def _offset_fetch_group(self, conn_id: int, group_id: str, topics: Any,
-                            require_stable: bool = False) -> tuple[ErrorCode, list]:
+                            require_stable: bool = False, partition_errors: bool = False) -> tuple[ErrorCode, list]:
         """A group's committed offsets: GROUP_AUTHORIZATION_FAILED unless the client may DESCRIBE the
         group; a topic it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED when named, left out when
         every topic is asked for. ``require_stable`` (KIP-447): a partition with offsets committed in
-        a transaction not ended yet is UNSTABLE_OFFSET_COMMIT, which clients retry."""
+        a transaction not ended yet is UNSTABLE_OFFSET_COMMIT, which clients retry. A group's error
+        is repeated in each partition asked for only with ``partition_errors`` (v0-v1, which have no
+        error of their own); v2+ answer it alone, no topics, as Kafka's getErrorResponse."""
         wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
         if not self._group_allowed(conn_id, AclOperation.DESCRIBE, group_id):
-            return ErrorCode.group_authorization_failed, [] if wanted is None else [
+            return ErrorCode.group_authorization_failed, [] if wanted is None or not partition_errors else [
                 {"name": name, "partitions": [
                     {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
                      "error_code": ErrorCode.group_authorization_failed} for i in indexes]}
@@ -286,7 +288,7 @@ class GroupApis:
                     "partition_index": index, "committed_offset": value.offset if value else -1,
                     "committed_leader_epoch": value.leader_epoch if value else -1,
                     "metadata": value.metadata if value else "", "error_code": ErrorCode.none})
-        elif wanted is not None:
+        elif wanted is not None and partition_errors:
             for name, indexes in wanted:
                 by_topic[name] = [{"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1,
                                    "metadata": "", "error_code": error} for i in indexes]
@@ -307,7 +309,8 @@ class GroupApis:
             body = {"throttle_time": 0, "groups": groups}
         else:
             error, topics = self._offset_fetch_group(conn_id, request.group_id, request.topics,
-                                                     bool(getattr(request, "require_stable", False)))
+                                                     bool(getattr(request, "require_stable", False)),
+                                                     header.api_version < 2)
             body = {"throttle_time": 0, "topics": topics, "error_code": error}
         return [response(conn_id, header, body)]
 

@@ -28,8 +28,8 @@ def controlled_shutdown(office: Office, elections: PartitionElections, broker_id
     a client cannot move a broker's leaderships away. The StopReplica that ends a shutdown is
     addressed to the registration that asked, so that a broker restarted meanwhile refuses it."""
     ctx = office.ctx
-    if ctx is None:
-        return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
+    if ctx is None:     # Kafka's ControllerMovedException: STALE_CONTROLLER_EPOCH, "The controller moved"
+        return respond({"error_code": ErrorCode.stale_controller_epoch, "remaining_partitions": []})
     if broker_id not in ctx.live_brokers or broker_epoch < 0 or broker_epoch != ctx.broker_epochs.get(broker_id):
         return respond({"error_code": ErrorCode.stale_broker_epoch, "remaining_partitions": []})
     ctx.shutting_down.add(broker_id)
@@ -65,7 +65,7 @@ def controlled_shutdown(office: Office, elections: PartitionElections, broker_id
 
     def done(when_ms: int) -> list:
         if not office.in_office(ctx):          # deposed meanwhile: the broker asks the new one
-            return respond({"error_code": ErrorCode.not_controller, "remaining_partitions": []})
+            return respond({"error_code": ErrorCode.stale_controller_epoch, "remaining_partitions": []})
         remaining = [{"topic_name": t.name, "partition_index": i} for t, i in ctx.all_partitions()
                      if i in t.states and t.states[i].leader == broker_id and len(t.assignment[i]) > 1
                      and could_move_later(t, i)]

@@ -311,13 +311,15 @@ BROKER_KEYS.update(_keys(
 #: use for); the others are read-only.
 DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset({
     "advertised.listeners",
-    "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.roll.jitter.ms", "log.roll.jitter.hours",
+    # a topic config's broker key (Kafka's DynamicLogConfig: LogConfig.TopicConfigSynonyms' values, so
+    # log.retention.ms but not its .minutes and .hours synonyms; not log.message.format.version)
+    "log.segment.bytes", "log.roll.ms", "log.roll.jitter.ms",
     "log.index.size.max.bytes", "log.flush.interval.messages", "log.flush.interval.ms", "log.retention.bytes",
-    "log.retention.ms", "log.retention.minutes", "log.retention.hours", "log.index.interval.bytes",
+    "log.retention.ms", "log.index.interval.bytes",
     "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
     "log.segment.delete.delay.ms", "log.cleaner.min.cleanable.ratio", "log.cleanup.policy",
     "unclean.leader.election.enable", "min.insync.replicas", "compression.type", "log.preallocate",
-    "log.message.format.version", "log.message.timestamp.type", "log.message.timestamp.difference.max.ms",
+    "log.message.timestamp.type", "log.message.timestamp.difference.max.ms",
     "log.message.downconversion.enable", "message.max.bytes", "log.flush.on.ack",
     "num.io.threads", "num.network.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
     "background.threads",

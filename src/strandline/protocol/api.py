@@ -109,6 +109,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (0, 16),
     ApiKey.LIST_OFFSETS: (0, 11),
     ApiKey.METADATA: (0, 13),
+    ApiKey.DESCRIBE_CLUSTER: (0, 0),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (0, 7),
     ApiKey.DELETE_TOPICS: (0, 6),

@@ -76,13 +76,14 @@ class ControllerRequests:
           refused until this broker's watch tells it of the new controller; it sends again.
 
         The controller's own requests to this broker (``local``) are checked for their epoch only."""
+        if not local:       # the broker epoch first, as Kafka's KafkaApis checks it before the controller's
+            own = self.broker_epoch()
+            if own < 0 or body["broker_epoch"] != own:
+                return ErrorCode.stale_broker_epoch
         if body["controller_epoch"] < self.controller_epoch:
             return ErrorCode.stale_controller_epoch
         if local:
             return None
-        own = self.broker_epoch()
-        if own < 0 or body["broker_epoch"] != own:
-            return ErrorCode.stale_broker_epoch
         if self.zk_controller_id >= 0 and body["controller_id"] != self.zk_controller_id:
             return ErrorCode.stale_controller_epoch
         return None

@@ -49,7 +49,7 @@ class LeaderWrites:
             log_config.message_timestamp_difference_max_ms if log_config.message_timestamp_type == "CreateTime"
             and log_config.message_timestamp_difference_max_ms < LONG_MAX else None, now_ms)
         if checked.error is not ErrorCode.none:
-            return [checked.error, -1, -1, partition.log_start_offset, checked.message], None
+            return [checked.error, -1, -1, -1 if checked.early else partition.log_start_offset, checked.message], None
         if checked.header.is_transactional and not transactional:
             return [ErrorCode.transactional_id_authorization_failed, -1, -1, partition.log_start_offset,
                     "transactional records need the producer's transactional id"], None

@@ -26,6 +26,9 @@ class Validated(NamedTuple):
     message: str | None = None
     #: ``(index of the record in its batch, message)`` of each record refused (KIP-467)
     record_errors: tuple[tuple[int, str], ...] = ()
+    #: refused before the log is asked (the request's shape, a corrupt or oversized batch): the
+    #: answer carries no log start offset (-1), as Kafka's
+    early: bool = False
 
 
 NO_TIMESTAMP = -1
@@ -38,27 +41,33 @@ def validate_produce_records(records, max_message_bytes: int, max_timestamp_diff
                              now_ms: int = 0) -> Validated:
     """Check the records of one partition in a Produce request (v3+: one v2 batch)."""
     if records is None or len(records) == 0:
-        return Validated(ErrorCode.invalid_record, None, "no record batch")
+        return Validated(ErrorCode.invalid_record, None, "no record batch", early=True)
     size = len(records)
+    if size > MAGIC_OFFSET and records[MAGIC_OFFSET] not in (0, 1, 2):
+        # Kafka's ByteBufferLogInputStream: a magic above the newest (or negative) is corrupt
+        magic = records[MAGIC_OFFSET] - 256 if records[MAGIC_OFFSET] > 127 else records[MAGIC_OFFSET]
+        return Validated(ErrorCode.corrupt_message, None, f"Invalid magic found in record: {magic}", early=True)
     if size > MAGIC_OFFSET and records[MAGIC_OFFSET] != 2:
         # Kafka's ProduceRequest.validateRecords (v3+), whatever the set's length
         return Validated(ErrorCode.invalid_record, None, f"record batch magic {records[MAGIC_OFFSET]} is not 2: "
-                                                         "Produce v3+ carries record batches of magic 2 only")
+                                                         "Produce v3+ carries record batches of magic 2 only",
+                         early=True)
     if size < HEADER_SIZE:
-        return Validated(ErrorCode.corrupt_message, None, f"record batch of {size} bytes is shorter than its header")
+        return Validated(ErrorCode.corrupt_message, None, f"record batch of {size} bytes is shorter than its header",
+                         early=True)
     header = read_header(records, 0)
-    if header.magic != 2:
-        return Validated(ErrorCode.invalid_record, None, f"record batch magic {header.magic} is not 2")
     batch_size = LOG_OVERHEAD + header.batch_length
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or batch_size > size:
-        return Validated(ErrorCode.corrupt_message, None, "record batch length does not match the bytes sent")
+        return Validated(ErrorCode.corrupt_message, None, "record batch length does not match the bytes sent",
+                         early=True)
     if batch_size < size:
-        return Validated(ErrorCode.invalid_record, None, "more than one record batch for a partition")
+        return Validated(ErrorCode.invalid_record, None, "more than one record batch for a partition", early=True)
     if batch_size > max_message_bytes:
         return Validated(ErrorCode.message_too_large, None,
-                         f"record batch of {batch_size} bytes exceeds max.message.bytes {max_message_bytes}")
+                         f"record batch of {batch_size} bytes exceeds max.message.bytes {max_message_bytes}",
+                         early=True)
     if not crc_ok(records, 0, header):
-        return Validated(ErrorCode.corrupt_message, None, "record batch CRC-32C mismatch")
+        return Validated(ErrorCode.corrupt_message, None, "record batch CRC-32C mismatch", early=True)
     if header.records_count <= 0 or header.last_offset_delta + 1 != header.records_count:
         return Validated(ErrorCode.invalid_record, None, "record count does not match the last offset delta")
     if header.is_control:

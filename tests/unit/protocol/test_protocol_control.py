@@ -100,7 +100,8 @@ def test_a_broker_closes_a_connection_that_sends_a_malformed_control_request_and
 
 def test_ctl_4_a_request_from_an_older_controller_epoch_is_refused():
     h = Harness()                                 # its controller epoch is 1
-    body = dict(LEADER_AND_ISR, controller_epoch=0)
+    h.run(h.broker.on_registered(EPOCH, h.now))   # its broker epoch is right: only the controller's is stale
+    body = dict(LEADER_AND_ISR, controller_epoch=0, broker_epoch=EPOCH)
     effects = h.broker.handle_request(7, control.encode_request(control.LEADER_AND_ISR, 1, "c", body), h.now)
     [send] = [e for e in effects if isinstance(e, Send)]
     answer = control.decode_response(control.LEADER_AND_ISR, b"".join(bytes(b) for b in send.buffers)[4:])
