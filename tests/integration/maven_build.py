@@ -15,13 +15,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from strandline.reference import UNREACHABLE, cache_root, maven_executable
+from strandline.reference import cache_root, maven_executable, maven_unreachable
 
 MAVEN_TIMEOUT_S = 900.0
 STAMP = "built.sha256"
@@ -72,10 +73,11 @@ def run_maven(pom: Path, goals: list[str], cache_name: str, properties: dict[str
         if done.returncode == 0:
             stamp.write_text(fingerprint + "\n")
             return MavenRun(out, None, output)
-    errors = [ln.strip() for ln in output.splitlines() if "[ERROR]" in ln and ln.strip() != "[ERROR]"]
-    first = (errors or output.strip().splitlines() or ["no output"])[0]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", output)            # Maven's colour codes
+    errors = [ln.strip() for ln in plain.splitlines() if "[ERROR]" in ln and ln.strip() != "[ERROR]"]
+    first = (errors or plain.strip().splitlines() or ["no output"])[0]
     return MavenRun(out, f"mvn {' '.join(goals)} failed on {pom}: {first[:400]}", output,
-                    bool(UNREACHABLE.search(output)))
+                    maven_unreachable(output))
 
 
 def skip_or_reason(run: MavenRun) -> Path | str:
