@@ -56,8 +56,9 @@ kcat:
 	@$(call require,kcat,kcat)
 
 # Debian's Maven, which fetches Apache Kafka's jars from Maven Central for the tests that run Kafka
-# itself next to Strandline (strandline reference); skipped (and those tests skip) where it cannot be
-# installed, except under CI=true.
+# itself next to Strandline (strandline reference), builds the Kafka Streams test application (with
+# the JDK's javac) and fetches Spark's Kafka connector (tests/integration/maven_build.py); skipped (and
+# those tests skip) where it cannot be installed, except under CI=true.
 maven:
 	@command -v mvn >/dev/null 2>&1 || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \

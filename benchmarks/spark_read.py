@@ -1,10 +1,15 @@
-"""Spark batch read and write throughput of the `strandline` data source (local[2]).
+"""Spark batch read and write throughput (local[2]): the `strandline` data source beside Spark's
+own Kafka connector (`format("kafka")`, spark-sql-kafka-0-10, fetched by Maven as
+tests/integration/spark_connector.py fetches it, into ~/.cache/strandline).
 
 Starts `strandline up --brokers 3`, fills a 6-partition topic with N records of 100 bytes
-(default 5 million), then times a batch read into Spark's `noop` sink and a DataFrame write of
-`--write-rows` rows. A benchmark, not a test:
+(default 5 million), then times batch reads of that topic into Spark's `noop` sink and DataFrame
+writes of `--write-rows` rows, through both formats in turn (kafka, strandline, kafka, ...: the
+same topic, the same records, interleaved runs), and prints both side by side. Where the connector
+cannot be fetched, one line says why and the strandline format is timed alone. A benchmark, not a
+test:
 
-    .venv/bin/python benchmarks/spark_read.py [--records 5000000] [--write-rows 1000000] [--profile]
+    .venv/bin/python benchmarks/spark_read.py [--records 5000000] [--write-rows 1000000] [--runs 3] [--profile]
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))       # tests.integration
 
 import produce_consume as pc  # noqa: E402
 
@@ -42,6 +48,28 @@ def fill(bootstrap: str, topic: str, records: int) -> float:
     return time.perf_counter() - start
 
 
+def rates(rows: int, times: list[float], unit: float, name: str) -> str:
+    """Best and median rows per second, and each run's seconds."""
+    median = sorted(times)[len(times) // 2]
+    return (f"{rows / min(times) / unit:.2f} {name} rows/s best, {rows / median / unit:.2f} {name} median "
+            f"({', '.join(f'{t:.2f}' for t in times)} s for {rows} rows)")
+
+
+def session():
+    """A local[2] SparkSession with Spark's Kafka connector on its classpath, and the formats to
+    time: ("kafka", "strandline"), or ("strandline",) with one line where the connector cannot be had."""
+    import pyspark
+
+    from tests.integration.spark_connector import connector_jars, fetch, session_with_connector
+
+    version, run = fetch(pyspark.__version__)
+    if run.failure is not None:
+        print(f"Spark's Kafka connector not timed: {run.failure}", flush=True)
+        return session_with_connector([], "strandline-bench"), ("strandline",)
+    print(f"spark {pyspark.__version__}, spark-sql-kafka-0-10 {version}", flush=True)
+    return session_with_connector(connector_jars(run.out), "strandline-bench"), ("kafka", "strandline")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=5_000_000)
@@ -60,32 +88,35 @@ def main() -> int:
         pc.create_topic(bootstrap, "sink", 6)
         seconds = fill(bootstrap, "bench", args.records)
         print(f"filled {args.records} records of 100 B in {seconds:.1f} s", flush=True)
-        from pyspark.sql import SparkSession
-
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-        read = spark.read.format("strandline").option("kafka.bootstrap.servers", bootstrap).option("subscribe", "bench")
-        read.load().limit(1).collect()                       # warm up the Python workers
-        times = []
+        spark, formats = session()
+        brokers = pc.broker_pids(tmp)
+        reads: dict[str, list[float]] = {fmt: [] for fmt in formats}
+        broker_cpu: dict[str, list[float]] = {fmt: [] for fmt in formats}
+        for fmt in formats:                                  # warm up the JVM's classes and the Python workers
+            spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("subscribe", "bench") \
+                .load().limit(1).collect()
         for _ in range(args.runs):
-            start = time.perf_counter()
-            read.load().write.format("noop").mode("overwrite").save()
-            times.append(time.perf_counter() - start)
-        best = min(times)
-        print(f"batch read: {args.records / best / 1e6:.2f} M rows/s best, {args.records / sorted(times)[len(times) // 2] / 1e6:.2f} "
-              f"M rows/s median ({', '.join(f'{t:.2f}' for t in times)} s for {args.records} rows)", flush=True)
+            for fmt in formats:
+                read = spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("subscribe", "bench")
+                cpu, start = pc.cpu_seconds(brokers), time.perf_counter()
+                read.load().write.format("noop").mode("overwrite").save()
+                reads[fmt].append(time.perf_counter() - start)
+                broker_cpu[fmt].append(pc.cpu_seconds(brokers) - cpu)
+        for fmt in formats:
+            print(f"batch read, {fmt:>10}: {rates(args.records, reads[fmt], 1e6, 'M')}; the brokers' CPU "
+                  f"{', '.join(f'{c:.2f}' for c in broker_cpu[fmt])} s", flush=True)
         rows = spark.range(args.write_rows).selectExpr("CAST(id AS STRING) AS key",
                                                        "repeat('x', 100) AS value").cache()
         rows.count()
-        times = []
+        writes: dict[str, list[float]] = {fmt: [] for fmt in formats}
         for _ in range(args.runs):
-            start = time.perf_counter()
-            rows.write.format("strandline").option("kafka.bootstrap.servers", bootstrap).option("topic", "sink") \
-                .mode("append").save()
-            times.append(time.perf_counter() - start)
-        best = min(times)
-        print(f"DataFrame write: {args.write_rows / best / 1e3:.0f} k rows/s best ({', '.join(f'{t:.2f}' for t in times)} s "
-              f"for {args.write_rows} rows)", flush=True)
+            for fmt in formats:
+                start = time.perf_counter()
+                rows.write.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("topic", "sink") \
+                    .mode("append").save()
+                writes[fmt].append(time.perf_counter() - start)
+        for fmt in formats:
+            print(f"DataFrame write, {fmt:>10}: {rates(args.write_rows, writes[fmt], 1e3, 'k')}", flush=True)
         spark.stop()
         if args.profile:
             from strandline.spark.source import RangePartition, Settings, read_range

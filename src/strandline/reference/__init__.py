@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 import zipfile
@@ -70,6 +71,27 @@ UNREACHABLE = re.compile(r"UnknownHostException|Unknown host|NoRouteToHostExcept
                          r"Network is unreachable|ConnectException|Connection refused|connect timed out|"
                          r"Connect to \S+ failed|Temporary failure in name resolution|"
                          r"Name or service not known|repo\.maven\.apache\.org: .*resolution", re.I)
+#: Maven Central, as Maven reaches it where no mirror is configured.
+CENTRAL = ("repo.maven.apache.org", 443)
+#: What quiet Maven prints, and no host, where a plugin could not be had: with no network and no
+#: plugin in the local repository, the download failures are warnings that -q hides.
+NO_PLUGIN = re.compile(r"No plugin found for prefix")
+
+
+def maven_central_reachable(timeout: float = 5.0) -> bool:
+    """Whether a TCP connection to Maven Central opens (name resolved, route, port open)."""
+    try:
+        socket.create_connection(CENTRAL, timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def maven_unreachable(output: str) -> bool:
+    """Whether a failed Maven run's output says that Maven Central could not be reached at all: a
+    host, route or connection refused in so many words, or no plugin found where Maven Central does
+    not answer a connection either."""
+    return bool(UNREACHABLE.search(output)) or (bool(NO_PLUGIN.search(output)) and not maven_central_reachable())
 
 # Tools log warnings and errors to stderr, as Kafka's tools-log4j.properties has them.
 TOOLS_LOG4J = """log4j.rootLogger=WARN, stderr
@@ -275,7 +297,7 @@ def ensure_kafka(line: str, quiet: bool = True) -> KafkaDist:
             errors = [ln.strip() for ln in output.splitlines() if "[ERROR]" in ln and ln.strip() != "[ERROR]"]
             first = errors[0] if errors else (output.strip().splitlines() or ["no output"])[-1]
             raise KafkaFetchError(f"mvn could not fetch Kafka {version} ({pom_path(line)}): {first[:300]}",
-                                  unreachable=bool(UNREACHABLE.search(output)))
+                                  unreachable=maven_unreachable(output))
         libs = home / "libs"
         if libs.exists():
             shutil.rmtree(libs)

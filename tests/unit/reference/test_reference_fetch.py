@@ -23,6 +23,7 @@ for arg in "$@"; do case "$arg" in -DoutputDirectory=*) out="${arg#-DoutputDirec
 case "$MODE" in
   ok) mkdir -p "$out" && cp "$JARS"/*.jar "$out"/ ;;
   offline) echo "[ERROR] Failed to execute goal on project kafka-4: Could not transfer artifact org.apache.kafka:kafka_2.13:pom:4.4.0 from/to central (https://repo.maven.apache.org/maven2): Unknown host repo.maven.apache.org: Temporary failure in name resolution"; exit 1 ;;
+  no-plugin) echo "[ERROR] No plugin found for prefix 'dependency' in the current project and in the plugin groups [org.apache.maven.plugins, org.codehaus.mojo] available from the repositories [local (/root/.m2/repository), central (https://repo.maven.apache.org/maven2)] -> [Help 1]"; exit 1 ;;
   missing) echo "[ERROR] Failed to execute goal on project kafka-4: Could not resolve dependencies for project strandline.reference:kafka-4:pom:1: Could not find artifact org.apache.kafka:kafka_2.13:jar:4.4.0 in central (https://repo.maven.apache.org/maven2)"; exit 1 ;;
 esac
 """
@@ -99,6 +100,21 @@ def test_no_network_is_told_apart_from_a_failed_fetch(fake_mvn, monkeypatch):
     assert not missing.value.unreachable and "Could not find artifact" in str(missing.value)
     assert "\n" not in str(missing.value)
     assert fetched("4") is None          # nothing half-fetched is taken for complete
+
+
+@pytest.mark.parametrize("reachable", [False, True], ids=["central-unreachable", "central-reachable"])
+def test_no_network_with_no_plugins_cached_is_told_apart_too(fake_mvn, monkeypatch, reachable):
+    """With an empty local repository and no network, quiet Maven names no host: it only finds no
+    plugin for the prefix 'dependency' (its download failures are warnings, which -q hides). Then
+    whether Maven Central answers a connection tells no network from a broken setup."""
+    import strandline.reference as reference
+
+    monkeypatch.setenv("MODE", "no-plugin")
+    monkeypatch.setattr(reference, "maven_central_reachable", lambda timeout=5.0: reachable, raising=False)
+    with pytest.raises(KafkaFetchError) as exc:
+        ensure_kafka("4")
+    assert exc.value.unreachable is not reachable, str(exc.value)
+    assert "No plugin found for prefix 'dependency'" in str(exc.value)
 
 
 def test_no_maven_is_one_clear_line(fake_mvn, monkeypatch):
