@@ -37,6 +37,7 @@ from strandline.broker.effects import Close, Log, Send
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.log_apis import LogApis
 from strandline.broker.producer_ids import ProducerIdManager
+from strandline.broker.quota_apis import QuotaApis
 from strandline.broker.txn_apis import TxnApis
 from strandline.broker.wire import duration_ms, response
 from strandline.controller.controller import Controller
@@ -79,6 +80,7 @@ class KafkaApis:
     authorizer: AclAuthorizer
     txn_apis: TxnApis
     log_apis: LogApis
+    quota_apis: QuotaApis
     _topic_ids: dict[str, Any] = field(default_factory=dict)      # by name, every topic id seen by Fetch v13+
     _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
 
@@ -95,6 +97,7 @@ class KafkaApis:
             **self.admin_apis.handlers(),
             **self.config_apis.handlers(),
             **self.group_apis.handlers(),
+            **self.quota_apis.handlers(),
         }
 
     def _may_create(self, conn_id: int, name: str) -> bool:

@@ -37,6 +37,7 @@ from strandline.broker.effects import FlushFiles, Log, WriteCheckpoint
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.outbox import Outbox
 from strandline.broker.producer_ids import ProducerIdManager
+from strandline.broker.quota_apis import QuotaApis
 from strandline.broker.shutdown import ControlledShutdown
 from strandline.broker.txn_apis import TXN_TOPIC, TransactionMarkers, TransactionStateTopic, TxnApis
 from strandline.controller.controller import Controller
@@ -109,11 +110,12 @@ class Broker:
                               AdminApis(config, self.metadata, self.controller, self.authorizer),
                               ConfigApis(config, self.metadata, self.outbox, self.authorizer, BrokerLoggers(loggers)),
                               FetchSessionCache(config, rng), self.authorizer, txn_apis,
-                              LogApis(self.metadata, self.replica_manager, self.authorizer))
+                              LogApis(self.metadata, self.replica_manager, self.authorizer),
+                              QuotaApis(self.outbox, self.authorizer))
         self.cleaner = LogCleaner(log_manager)
         self._configure_cleaner()
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
-                                                   self._broker_config_changed)
+                                                   self._broker_config_changed, self.apis.quota_apis.reload)
         v = config.values
         self.scheduled = [
             Scheduled("highwatermark-checkpoint", v["replica.high.watermark.checkpoint.interval.ms"], now_ms),
@@ -171,7 +173,7 @@ class Broker:
             # ZooKeeper, tell every broker, elect leaders for partitions that have none)
             effects.extend(self.controller.become_controller(controller_epoch, controller_epoch_version,
                                                              "won the controller election while starting"))
-        return effects + self.apis.metadata_loaded(now_ms)
+        return effects + self.apis.quota_apis.load(now_ms) + self.apis.metadata_loaded(now_ms)
 
     def on_registered(self, broker_epoch: int, now_ms: int = 0) -> list:
         """The shell (re)registered this broker in ZooKeeper: control requests addressed to an
