@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 from strandline.broker.quotas import (CONSUMER_BYTE_RATE, DEFAULT, PRODUCER_BYTE_RATE, ClientQuotaManager, Entity,
                                       QuotaRate, java_double, sanitize, desanitize)
 from strandline.coordination.store import Create, GetChildren, GetData
+from strandline.protocol import api
 from tests.unit.test_broker_core import Harness
 
 DESCRIBE, ALTER, SCRAM = 48, 49, 50
@@ -183,7 +184,7 @@ def test_every_broker_applies_a_change_when_notified():
     assert quotas.produce.resolve("ANONYMOUS", "p") == (("ANONYMOUS", "p"), 100_000.0)
     assert quotas.fetch.resolve("ANONYMOUS", "p") == (("", "p"), None)
     # a restarted broker reads every quota when it loads the cluster
-    h.run(quotas.load(h.now))
+    h.run(h.broker.load_client_quotas(h.now))
     assert quotas.produce.resolve("ANONYMOUS", "p")[1] == 100_000.0
 
 
@@ -226,3 +227,58 @@ def test_names_and_numbers_as_java_writes_them():
     assert desanitize("User%3ACN%3Da%20b%2CO%3D%2A%7E") == "User:CN=a b,O=*~"
     assert [java_double(v) for v in (1000.0, 1e7, 1.5e-4, 12.5, 0.001, 2.5e20)] == [
         "1000.0", "1.0E7", "1.5E-4", "12.5", "0.001", "2.5E20"]
+
+
+def _throttle_of(h: Harness, conn: int = 1) -> int:
+    return h.sent[conn][-1].throttle_ms
+
+
+def test_a_producer_over_its_quota_is_told_and_its_connection_muted():
+    """Kafka's produce quota: the request's bytes count; over the quota, the answer carries the
+    throttle time and the connection reads nothing more for that long (Send.throttle_ms)."""
+    from tests.unit.batches import make_batch
+
+    h = Harness()
+    h.create("t")
+    alter(h, [([("client-id", "test")], [(PRODUCER_BYTE_RATE, 1000.0)])])
+    h.run(h.broker.apis.quota_apis.load(h.now))
+    throttles = []
+    for _ in range(3):
+        h.produce("t", make_batch([b"x" * 4000]))
+        throttles.append(_throttle_of(h))
+        resp = h.response(0, 7)
+        assert resp.partition_responses if False else resp.responses[0].partition_responses[0].error_code == 0
+        assert resp.throttle_time.total_seconds() * 1000 == throttles[-1]
+    # ~4.1 KB each over 10 s: within 1 KB/s until the third; then (rate - 1000) / 1000 * 10 s
+    assert throttles[0] == 0 and throttles[1] == 0 and throttles[2] > 0, throttles
+    sizes = 3 * h.broker.apis._request_bytes
+    assert throttles[2] == round((sizes / 10.0 - 1000) / 1000 * 10_000)
+    # the same client id on another connection shares the rate; another client id has no quota
+    h.run(h.broker.handle_request(2, h.frame(0, 7, h.produce_body("t", make_batch([b"y" * 4000]))), h.now))
+    assert _throttle_of(h, 2) > throttles[2]
+    other = api.encode_request(0, 7, 99, "other", h.produce_body("t", make_batch([b"y" * 4000])))
+    h.run(h.broker.handle_request(3, other, h.now))
+    assert _throttle_of(h, 3) == 0
+
+
+def test_a_consumer_over_its_quota_gets_an_empty_answer_and_the_bytes_are_taken_back():
+    from tests.unit.batches import make_batch
+
+    h = Harness()
+    h.create("t")
+    for _ in range(4):
+        h.produce("t", make_batch([b"z" * 5000]))
+        h.response(0, 7)
+    alter(h, [([("user", "ANONYMOUS")], [(CONSUMER_BYTE_RATE, 1000.0)])])
+    h.run(h.broker.apis.quota_apis.load(h.now))
+    quota = h.broker.apis.quota_apis.fetch
+    assert quota.max_window_bytes("ANONYMOUS", "test") == 10_000
+    h.request(1, 11, h.fetch_body("t", 0))
+    first = h.response(1, 11)
+    got = len(first.responses[0].partitions[0].records)
+    assert 5000 < got <= 10_000 + 5100 and first.throttle_time.total_seconds() == 0    # at most one batch past the cap
+    h.request(1, 11, h.fetch_body("t", 2))
+    assert _throttle_of(h) > 0
+    second = h.response(1, 11)
+    assert second.responses == () and second.throttle_time.total_seconds() > 0
+    assert quota.sensors[("ANONYMOUS", "")].measure(h.now) == got / 10.0          # the refused bytes taken back

@@ -173,7 +173,12 @@ class Broker:
             # ZooKeeper, tell every broker, elect leaders for partitions that have none)
             effects.extend(self.controller.become_controller(controller_epoch, controller_epoch_version,
                                                              "won the controller election while starting"))
-        return effects + self.apis.quota_apis.load(now_ms) + self.apis.metadata_loaded(now_ms)
+        return effects + self.apis.metadata_loaded(now_ms)
+
+    def load_client_quotas(self, now_ms: int) -> list:
+        """Read every client quota from ZooKeeper and enforce them (the shell asks once the
+        cluster is loaded; changes come with ``/config/changes`` afterwards)."""
+        return self.apis.quota_apis.load(now_ms)
 
     def on_registered(self, broker_epoch: int, now_ms: int = 0) -> list:
         """The shell (re)registered this broker in ZooKeeper: control requests addressed to an
