@@ -249,6 +249,21 @@ def test_kafka_configs_adds_describes_and_deletes_user_and_client_quotas(kafka, 
                "--describe").stdout
     assert quota_lines(out)[f"{user_entity}, {client_entity}"] == {"request_percentage": "25.5"}, out
 
+    if kafka.zookeeper:
+        # Kafka's own ZooKeeper code (3.9's AdminZkClient, the layout of 2.8) reads what Strandline
+        # wrote, and writes SCRAM credentials that Strandline then describes
+        zk_base = ["--zookeeper", f"127.0.0.1:{cluster.zk_port}"]
+        out = tool(kafka, "kafka-configs", *zk_base, *users, "--describe").stdout     # 3.9: users or brokers only
+        line = next(x for x in out.splitlines() if x.startswith(f"Configs for user-principal '{user}' are "))
+        assert sorted(line.rsplit(" are ", 1)[1].split(",")) == ["consumer_byte_rate=2048",
+                                                                "producer_byte_rate=1024"], out
+        scrammed = unique(kafka, "scram")
+        tool(kafka, "kafka-configs", *zk_base, "--entity-type", "users", "--entity-name", scrammed, "--alter",
+             "--add-config", "SCRAM-SHA-512=[iterations=8192,password=pw]")
+        out = tool(kafka, "kafka-configs", *base, "--entity-type", "users", "--entity-name", scrammed,
+                   "--describe").stdout
+        assert f"SCRAM credential configs for user-principal '{scrammed}' are SCRAM-SHA-512=iterations=8192" in out, out
+        assert quota_lines(out) == {}
     tool(kafka, "kafka-configs", *base, *users, "--alter", "--delete-config", "producer_byte_rate")
     tool(kafka, "kafka-configs", *base, *clients, "--alter", "--delete-config", "producer_byte_rate")
     tool(kafka, "kafka-configs", *base, *users, *clients, "--alter", "--delete-config", "request_percentage")
