@@ -282,3 +282,37 @@ def test_a_consumer_over_its_quota_gets_an_empty_answer_and_the_bytes_are_taken_
     second = h.response(1, 11)
     assert second.responses == () and second.throttle_time.total_seconds() > 0
     assert quota.sensors[("ANONYMOUS", "")].measure(h.now) == got / 10.0          # the refused bytes taken back
+
+
+def test_a_throttled_connection_reads_nothing_more_until_its_throttle_time_has_passed():
+    """In the simulator (as in the shell): the answer over the quota goes out at once, with its
+    throttle time, and the connection's next request waits that long, as Kafka mutes the channel;
+    every broker learnt the quota from the change notification."""
+    from strandline.sim.cluster import SimCluster
+    from tests.unit.test_replication_sim import create, produce_request
+
+    c = SimCluster((1, 2))
+    create(c, "q", [1, 2])
+    resp = c.call(2, ALTER, 1, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "producer"}],
+                                             "ops": [{"key": PRODUCER_BYTE_RATE, "value": 1000.0, "remove": False}]}],
+                                "validate_only": False}, "admin")
+    assert resp.entries[0].error_code == ErrorCode.none
+    c.settle()
+    c.advance(100)
+    throttles = []
+    for _ in range(3):
+        produce_request(c, 1, "q", [b"x" * 4000])
+        c.settle()
+        waited = 0
+        while not c.inbox[(1, "producer")] and waited < 1000:
+            c.advance(1)
+            waited += 1
+        answer = c.response(1, 0, 7, "producer")
+        throttles.append(round(answer.throttle_time.total_seconds() * 1000))
+    assert throttles[:2] == [0, 0] and throttles[2] > 1000, throttles
+    produce_request(c, 1, "q", [b"y"])              # sent at once: the broker reads it only after the throttle
+    c.settle()
+    c.advance(throttles[2] - 100)
+    assert not c.inbox[(1, "producer")]
+    c.advance(400)
+    assert c.response(1, 0, 7, "producer").responses[0].partition_responses[0].error_code == ErrorCode.none
