@@ -316,3 +316,21 @@ def test_a_throttled_connection_reads_nothing_more_until_its_throttle_time_has_p
     assert not c.inbox[(1, "producer")]
     c.advance(400)
     assert c.response(1, 0, 7, "producer").responses[0].partition_responses[0].error_code == ErrorCode.none
+
+
+def test_a_throttled_full_fetch_keeps_no_new_session():
+    from tests.unit.batches import make_batch
+
+    h = Harness()
+    h.create("t")
+    for _ in range(3):
+        h.produce("t", make_batch([b"z" * 6000]))
+        h.response(0, 7)
+    alter(h, [([("client-id", "test")], [(CONSUMER_BYTE_RATE, 1000.0)])])
+    h.run(h.broker.load_client_quotas(h.now))
+    body = {**h.fetch_body("t", 0), "session_epoch": 0}          # a full fetch asking for a session
+    first = h.call(1, 11, body)
+    assert first.session_id != 0 and first.responses
+    second = h.call(1, 11, {**h.fetch_body("t", 1), "session_epoch": 0})
+    assert second.throttle_time.total_seconds() > 0 and second.responses == () and second.session_id == 0
+    assert list(h.broker.apis.fetch_sessions.sessions) == [first.session_id]

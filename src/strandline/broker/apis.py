@@ -502,7 +502,12 @@ class KafkaApis:
         if throttle <= 0:
             return None
         quota.unrecord(ANONYMOUS, client_id, size, when)
-        session_id = context.session_id if context.incremental else 0
+        if context.incremental:
+            session_id = context.session_id
+        else:               # a full fetch's new session is not kept: the client starts afresh, as Kafka's
+            session_id = 0
+            if context.session is not None:
+                self.fetch_sessions.sessions.pop(context.session.id, None)
         body = {"throttle_time": throttle, "error_code": ErrorCode.none, "session_id": session_id, "responses": []}
         return [Send(conn_id, api.encode_fetch_response(header, body), throttle)]
 
