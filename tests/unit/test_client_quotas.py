@@ -84,7 +84,9 @@ def test_alter_refuses_what_kafka_refuses_and_changes_nothing():
                         ([], [(PRODUCER_BYTE_RATE, 1.0)]),
                         ([("group", "g")], [(PRODUCER_BYTE_RATE, 1.0)]),
                         ([("user", "")], [(PRODUCER_BYTE_RATE, 1.0)]),
-                        ([("ip", "1.2.3.4")], [("connection_creation_rate", 1.0)])])
+                        ([("ip", "1.2.3.4")], [("connection_creation_rate", 1.0)]),
+                        ([("user", "..")], [(PRODUCER_BYTE_RATE, 1.0)]),
+                        ([("user", "u"), ("client-id", ".")], [(PRODUCER_BYTE_RATE, 1.0)])])
     assert [(code, message) for code, message, _ in results] == [
         (ErrorCode.invalid_request, "Invalid configuration key producer_byte_ratex"),
         (ErrorCode.invalid_request, "Configuration producer_byte_rate must be a LONG value"),
@@ -93,7 +95,9 @@ def test_alter_refuses_what_kafka_refuses_and_changes_nothing():
         (ErrorCode.invalid_request, "Invalid empty client quota entity"),
         (ErrorCode.invalid_request, "Unhandled client quota entity type: group"),
         (ErrorCode.invalid_request, "Empty user not supported"),
-        (ErrorCode.invalid_request, "IP quotas (connection_creation_rate) are not supported by Strandline")]
+        (ErrorCode.invalid_request, "IP quotas (connection_creation_rate) are not supported by Strandline"),
+        (ErrorCode.unknown_server_error, None),         # no znode is named . or .. (a relative path)
+        (ErrorCode.unknown_server_error, None)]
     assert h.zk.execute([GetChildren("/config/users")])[0].children == ()
     assert notifications(h) == []
 
@@ -165,10 +169,10 @@ def test_kafka_written_entries_are_read_and_other_keys_are_left_out():
     }).encode()), Create("/config/users/dave", b'{"version":1,"config":{"SCRAM-SHA-256":"salt=x,stored_key=y,'
                                                b'server_key=z,iterations=4096"}}')])
     assert describe(h, [("user", SPECIFIED, None)], True) == {(("user", "carol"),): {CONSUMER_BYTE_RATE: 1e7}}
-    resp = h.call(SCRAM, 0, {"users": [{"name": "carol"}, {"name": "erin"}, {"name": ""}]})
+    resp = h.call(SCRAM, 0, {"users": [{"name": "carol"}, {"name": "erin"}, {"name": ""}, {"name": ".."}]})
     assert [(r.user, r.error_code, [(i.mechanism, i.iterations) for i in r.credential_infos]) for r in resp.results] \
         == [("carol", ErrorCode.none, [(2, 8192)]), ("erin", ErrorCode.resource_not_found, []),
-            ("", ErrorCode.resource_not_found, [])]
+            ("", ErrorCode.resource_not_found, []), ("..", ErrorCode.unknown_server_error, [])]
     resp = h.call(SCRAM, 0, {"users": None})
     assert [(r.user, [(i.mechanism, i.iterations) for i in r.credential_infos]) for r in resp.results] == [
         ("carol", [(2, 8192)]), ("dave", [(1, 4096)])]

@@ -319,6 +319,8 @@ class QuotaApis:
             elif counts[user] > 1:
                 results[user] = _scram_error(user, ErrorCode.duplicate_resource, "Cannot describe SCRAM credentials "
                                              f"for the same user twice in a single request: {user}")
+            elif sanitize(user) in (".", ".."):       # no znode can have that name (Kafka: ZooKeeper refuses it)
+                results[user] = _scram_error(user, ErrorCode.unknown_server_error, None)
         asked = [u for u in counts if u not in results]
 
         def on_read(reads: list, when_ms: int) -> list:

@@ -69,8 +69,15 @@ def desanitize(name: str) -> str:
 
 
 def entity_name(name: str | None) -> str:
-    """A wire name as ZooKeeper keeps it: None (the default entity) is ``<default>``."""
-    return DEFAULT if name is None else sanitize(name)
+    """A wire name as ZooKeeper keeps it: None (the default entity) is ``<default>``. ``.`` and
+    ``..`` (which the encoding keeps) name no znode: ZooKeeper refuses such a path, and Kafka
+    answers UNKNOWN_SERVER_ERROR."""
+    if name is None:
+        return DEFAULT
+    stored = sanitize(name)
+    if stored in (".", ".."):
+        raise QuotaError(ErrorCode.unknown_server_error, None)
+    return stored
 
 
 def wire_name(stored: str) -> str | None:
