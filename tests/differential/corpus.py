@@ -69,10 +69,7 @@ KEPT: dict[str, str] = {
     "no-sasl": "no SASL: SaslHandshake and SaslAuthenticate are not served (Kafka answers an error on a "
                "PLAINTEXT listener)",
     "no-delegation-tokens": "no delegation tokens (they need SASL): the four APIs are not served",
-    # once Strandline serves client quotas: drop this entry and turn the two not_served(...,
-    # "no-client-quotas") lines of not_served_apis() into compared cases (each(...))
-    "no-client-quotas": "no client quotas: DescribeClientQuotas and AlterClientQuotas are not served",
-    "no-scram": "no SCRAM credentials (they need SASL): the two APIs are not served",
+    "no-scram": "no SCRAM credentials (they need SASL): AlterUserScramCredentials is not served",
     "zk-era-isr": "AlterIsr is not served: a Strandline leader writes its ISR to ZooKeeper (Kafka before 2.7)",
     "no-features": "UpdateFeatures is not served: Strandline has no finalized features",
     "api-versions": "ApiVersions lists Strandline's own table (docs/compatibility.md), not Kafka 3.9's; v3's "
@@ -820,13 +817,13 @@ def not_served_apis() -> list[Case]:
     cases += not_served("describe-delegation-token", 41, [0], Raw(i32(-1)), "no-delegation-tokens")
     cases += not_served("describe-delegation-token", 41, [1], Raw(i32(-1)), "no-delegation-tokens")
     cases += not_served("describe-delegation-token", 41, [2], Raw(b"\0\0", flexible=True), "no-delegation-tokens")
-    # client quotas: DescribeClientQuotas and AlterClientQuotas ("no-client-quotas")
-    cases += not_served("describe-client-quotas", 48, [0, 1], {"components": [], "strict": False}, "no-client-quotas")
-    cases += not_served("alter-client-quotas", 49, [0, 1], {"entries": [{
+    # client quotas: DescribeClientQuotas and AlterClientQuotas; SCRAM credentials are read (from the
+    # same znodes), not written
+    cases += each("describe-client-quotas", 48, [0, 1], {"components": [], "strict": False})
+    cases += each("alter-client-quotas", 49, [0, 1], {"entries": [{
         "entity": [{"entity_type": "client-id", "entity_name": "differential"}],
-        "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}], "validate_only": True},
-        "no-client-quotas")
-    cases += not_served("describe-user-scram-credentials", 50, [0], {"users": None}, "no-scram")
+        "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}], "validate_only": True})
+    cases += each("describe-user-scram-credentials", 50, [0], {"users": None})
     cases += not_served("alter-user-scram-credentials", 51, [0], {"deletions": [], "upsertions": []}, "no-scram")
     cases += not_served("alter-isr", 56, [0], Raw(i32(1) + i64(0) + b"\1\0", flexible=True,
                                                   head=(("throttle_time_ms", "int32"), ("error_code", "int16"))),

@@ -37,6 +37,7 @@ from strandline.core.effects import Close, LogLine, Send
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.log_apis import LogApis
 from strandline.transaction.producer_ids import ProducerIdManager
+from strandline.broker.quota_apis import QuotaApis
 from strandline.broker.txn_apis import TxnApis
 from strandline.core.wire import duration_ms, response
 from strandline.controller.controller import Controller
@@ -61,6 +62,9 @@ UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648     # KIP-430: not asked for
 #: What stops the broker when it escapes a request's handling: a broken invariant of its own state,
 #: its storage failing (Kafka takes a failed log directory offline; this broker has one), memory.
 STOPS_THE_BROKER = (BrokenInvariant, OSError, MemoryError)
+#: the user every connection's quotas are kept under: connections are PLAINTEXT, unauthenticated
+#: (Kafka's principal User:ANONYMOUS, sanitized)
+ANONYMOUS = "ANONYMOUS"
 _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -79,8 +83,11 @@ class KafkaApis:
     authorizer: AclAuthorizer
     txn_apis: TxnApis
     log_apis: LogApis
+    quota_apis: QuotaApis
     _topic_ids: dict[str, Any] = field(default_factory=dict)      # by name, every topic id seen by Fetch v13+
     _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
+    _request_bytes: int = 0             # the size of the request being handled (a produce's, for its quota)
+    _clock_ms: int = 0                  # the newest time a request came: when a delayed answer is sent
 
     def __post_init__(self) -> None:
         self._handlers: dict[int, Callable] = {
@@ -96,6 +103,7 @@ class KafkaApis:
             **self.admin_apis.handlers(),
             **self.config_apis.handlers(),
             **self.group_apis.handlers(),
+            **self.quota_apis.handlers(),
         }
 
     def _may_create(self, conn_id: int, name: str) -> bool:
@@ -154,6 +162,8 @@ class KafkaApis:
 
     def _dispatch(self, conn_id: int, frame: bytes, now_ms: int) -> list:
         api_key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
+        self._request_bytes = len(frame)
+        self._clock_ms = max(self._clock_ms, now_ms)
         if api_key in control.SCHEMAS:
             return self._control_request(conn_id, frame, now_ms)
         if self._before_load is not None and api_key != ApiKey.API_VERSIONS:
@@ -396,17 +406,23 @@ class KafkaApis:
                 if required is not None:
                     waiting[key] = required
         effects.extend(self.replicas.writes.appended(appended, now_ms))
+        request_bytes = self._request_bytes
         if acks == 0:
             if any_error:
                 return effects + [Close(conn_id, "acks=0 produce failed")]
-            return effects + [Send(conn_id, [])]
+            throttle = self.quota_apis.produce.record(ANONYMOUS, header.client_id or "", request_bytes, now_ms)
+            return effects + [Send(conn_id, [], throttle)]
 
         # what the answer names, kept apart from the request: an answer waiting for replication
         # does not keep the request's records (views of its frame) alive
         shape = self._produce_shape(header, request, by_id)
 
         def respond() -> list:
-            return [Send(conn_id, [self._encode_produce(header, shape, results)])]
+            # Kafka's produce quota: the request's bytes, recorded when it is answered; over the
+            # quota, the answer says for how long the client is throttled and the connection is muted
+            throttle = self.quota_apis.produce.record(ANONYMOUS, header.client_id or "", request_bytes,
+                                                      max(now_ms, self._clock_ms))
+            return [Send(conn_id, [self._encode_produce(header, shape, results, throttle)], throttle)]
 
         return effects + self.replicas.writes.await_replication(conn_id, waiting, results, duration_ms(request.timeout),
                                                          respond, now_ms)
@@ -439,14 +455,14 @@ class KafkaApis:
         return [((t.topic_id or uuid.UUID(int=0)) if by_topic_id else t.name, self._produce_key(t, by_id),
                  [p.index for p in t.partition_data]) for t in request.topic_data]
 
-    def _encode_produce(self, header: RequestHeader, shape: list, results: dict) -> bytes:
+    def _encode_produce(self, header: RequestHeader, shape: list, results: dict, throttle_ms: int = 0) -> bytes:
         topics = []
         for named, key, indexes in shape:
             parts = []
             for index in indexes:
                 parts.append((index, *results[(key, index)]))      # error, base, time, lso, message[, record errors]
             topics.append((named, parts))
-        return api.encode_produce_response(header, topics)
+        return api.encode_produce_response(header, topics, throttle_ms)
 
     # -- Fetch
 
@@ -458,6 +474,9 @@ class KafkaApis:
         max_wait_ms = duration_ms(request.max_wait)
         min_bytes = request.min_bytes
         max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), self.config["fetch.max.bytes"])
+        if replica_id < 0 and self.quota_apis.fetch.enabled:
+            # never more than the quota allows in its whole window (Kafka's maxQuotaWindowBytes)
+            max_bytes = int(min(max_bytes, self.quota_apis.fetch.max_window_bytes(ANONYMOUS, header.client_id or "")))
         isolation = getattr(request, "isolation_level", 0)
         if header.api_version >= 13:
             return self._fetch_by_topic_id(conn_id, header, request, replica_id, max_wait_ms, min_bytes, max_bytes,
@@ -472,6 +491,9 @@ class KafkaApis:
         denied += self._session_denied(conn_id, replica_id, context)
 
         def respond(topics: list) -> list:
+            throttled = self._fetch_throttle(conn_id, header, replica_id, topics, context, now_ms)
+            if throttled is not None:
+                return throttled
             topics = context.answer(topics)
             if header.api_version < DOWN_CONVERTED_FETCH_BELOW:
                 self._down_convert(topics, header.api_version, wanted, replica_id >= 0)
@@ -483,6 +505,29 @@ class KafkaApis:
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
                                             context.wanted, respond, now_ms, context.session_keys,
                                             _client_rack(header, request))
+
+    def _fetch_throttle(self, conn_id: int, header: RequestHeader, replica_id: int, topics: list,
+                        context: FetchContext, now_ms: int) -> list | None:
+        """Kafka's fetch quota for a consumer: the bytes read are recorded; over the quota they are
+        taken back and the answer is empty (no partition, the session unchanged; a full fetch's
+        session id 0), saying for how long the client is throttled, and the connection is muted."""
+        quota = self.quota_apis.fetch
+        if replica_id >= 0 or not quota.enabled:
+            return None
+        size = sum(len(entry["records"] or b"") for t in topics for entry in t["partitions"])
+        client_id, when = header.client_id or "", max(now_ms, self._clock_ms)
+        throttle = quota.record(ANONYMOUS, client_id, size, when)
+        if throttle <= 0:
+            return None
+        quota.unrecord(ANONYMOUS, client_id, size, when)
+        if context.incremental:
+            session_id = context.session_id
+        else:               # a full fetch's new session is not kept: the client starts afresh, as Kafka's
+            session_id = 0
+            if context.session is not None:
+                self.fetch_sessions.sessions.pop(context.session.id, None)
+        body = {"throttle_time": throttle, "error_code": ErrorCode.none, "session_id": session_id, "responses": []}
+        return [Send(conn_id, api.encode_fetch_response(header, body), throttle)]
 
     def _down_convert(self, topics: list, version: int, wanted: list, follower: bool) -> None:
         """Fetch v0-v3: each partition's stored batches as a message set of format v0 (Fetch
@@ -585,6 +630,9 @@ class KafkaApis:
         denied += self._session_denied(conn_id, replica_id, context)
 
         def respond(topics: list) -> list:
+            throttled = self._fetch_throttle(conn_id, header, replica_id, topics, context, now_ms)
+            if throttled is not None:
+                return throttled
             topics = context.answer(topics)
             self.replicas.topic_stats.fetched(topics, replica_id >= 0)
             if denied:

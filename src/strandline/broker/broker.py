@@ -37,6 +37,7 @@ from strandline.core.effects import FlushFiles, LogLine, WriteCheckpoint
 from strandline.broker.group_apis import GroupApis
 from strandline.core.outbox import Outbox
 from strandline.transaction.producer_ids import ProducerIdManager
+from strandline.broker.quota_apis import QuotaApis
 from strandline.broker.shutdown import ControlledShutdown
 from strandline.broker.txn_apis import TxnApis
 from strandline.transaction.markers import TransactionMarkers
@@ -111,11 +112,12 @@ class Broker:
                               AdminApis(config, self.metadata, self.controller, self.authorizer),
                               ConfigApis(config, self.metadata, self.outbox, self.authorizer, BrokerLoggers(loggers)),
                               FetchSessionCache(config, rng), self.authorizer, txn_apis,
-                              LogApis(self.metadata, self.replica_manager, self.authorizer))
+                              LogApis(self.metadata, self.replica_manager, self.authorizer),
+                              QuotaApis(self.outbox, self.authorizer))
         self.cleaner = LogCleaner(log_manager)
         self._configure_cleaner()
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
-                                                   self._broker_config_changed)
+                                                   self._broker_config_changed, self.apis.quota_apis.reload)
         v = config.values
         self.scheduled = [
             Scheduled("highwatermark-checkpoint", v["replica.high.watermark.checkpoint.interval.ms"], now_ms),
@@ -174,6 +176,11 @@ class Broker:
             effects.extend(self.controller.become_controller(controller_epoch, controller_epoch_version,
                                                              "won the controller election while starting"))
         return effects + self.apis.metadata_loaded(now_ms)
+
+    def load_client_quotas(self, now_ms: int) -> list:
+        """Read every client quota from ZooKeeper and enforce them (the shell asks once the
+        cluster is loaded; changes come with ``/config/changes`` afterwards)."""
+        return self.apis.quota_apis.load(now_ms)
 
     def on_registered(self, broker_epoch: int, now_ms: int = 0) -> list:
         """The shell (re)registered this broker in ZooKeeper: control requests addressed to an

@@ -209,8 +209,10 @@ class DynamicConfigManager:
     """Follows ``/config/changes`` and applies each changed entity's config."""
 
     def __init__(self, config: BrokerConfig, metadata: MetadataCache, outbox: Outbox,
-                 on_topic_config: TopicConfigListener, on_broker_config: BrokerConfigListener) -> None:
+                 on_topic_config: TopicConfigListener, on_broker_config: BrokerConfigListener,
+                 on_quota_entity: Callable[[str, str, int], list] | None = None) -> None:
         self.config = config
+        self.on_quota_entity = on_quota_entity
         self.metadata = metadata
         self.outbox = outbox
         self.on_topic_config = on_topic_config
@@ -275,6 +277,8 @@ class DynamicConfigManager:
             return [self.outbox.zk([GetData(znodes.ConfigEntityZNode.path("topics", name))], on_topic)]
         if entity_type == "brokers" and name in (DEFAULT_ENTITY, str(self.config.broker_id)):
             return self.reload_broker(now_ms)
+        if entity_type in ("users", "clients") and self.on_quota_entity is not None:
+            return self.on_quota_entity(entity_type, name, now_ms)   # client quotas
         return []
 
     def reload_broker(self, now_ms: int) -> list:

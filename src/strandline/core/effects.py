@@ -11,10 +11,13 @@ class Send:
     """Write ``buffers`` to connection ``conn_id``; this answers that connection's current request.
 
     An empty ``buffers`` list answers without a response (acks=0): the connection may go on.
+    ``throttle_ms``: the client went over its quota; read no further request of this connection
+    for that long after this answer (Kafka mutes a throttled client's channel).
     """
 
     conn_id: int
     buffers: Sequence[bytes | bytearray | memoryview] = ()
+    throttle_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ _NAME_SET = frozenset(NAMES)
 
 #: APIs whose well-formed request may create or change cluster state.
 CHANGING_APIS = frozenset({0, 3, 8, 10, 11, 19, 20, 21, 22, 24, 25, 26, 28, 30, 31, 33, 34, 37, 42, 43, 44,
-                           45, 47})
+                           45, 47, 49})
 
 _INT_RANGES = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint16": 16, "uint32": 32, "uint64": 64,
                "uint8": 8}

@@ -203,7 +203,7 @@ class Connection(FramedProtocol):
             self.reading = True
             self.transport.resume_reading()
 
-    def send(self, buffers: Any) -> None:
+    def send(self, buffers: Any, throttle_ms: int = 0) -> None:
         """Write a response. When nothing is buffered before it, it goes straight to the socket:
         runs of buffers with one writev each (the record bytes are not joined or copied, and an
         answer of several buffers costs one system call, not one each) and stored batches
@@ -223,7 +223,14 @@ class Connection(FramedProtocol):
                         transport.write(buf.read() if buf.__class__ is FileRegion else buf)
         except OSError as exc:  # a fetched region the segment no longer holds: no answer can be whole
             self.close(f"cannot send a response: {exc}")
+        if throttle_ms > 0:     # over its quota: the next request waits (Kafka mutes the channel)
+            self.shell.loop.call_later(throttle_ms / 1000, self.unthrottle)
+            return
         self.busy = False
+
+    def unthrottle(self) -> None:
+        self.busy = False
+        self.pump()
 
     def pause_writing(self) -> None:
         self.writable = False
@@ -399,7 +406,7 @@ class BrokerShell:
             if isinstance(effect, Send):
                 conn = self.connections.get(effect.conn_id)
                 if conn is not None:
-                    conn.send(effect.buffers)
+                    conn.send(effect.buffers, effect.throttle_ms)
                     if conn.queue:
                         self.loop.call_soon(conn.pump)
             elif isinstance(effect, Close):

@@ -92,10 +92,16 @@ class SimNetwork:
         if conn is None:
             return
         data = b"".join(bytes(b) for b in effect.buffers)
-        conn.busy = False
         reply_to, conn.reply_to = conn.reply_to, None
         if data and reply_to is not None:
             reply_to(data[4:])
+        if effect.throttle_ms > 0:      # a throttled client's connection reads nothing for that long
+            def unmute() -> None:
+                conn.busy = False
+                self.pump(node, effect.conn_id)
+            self.sim.schedule_in(effect.throttle_ms, unmute)
+            return
+        conn.busy = False
         self.pump(node, effect.conn_id)
 
     def pump(self, node: SimBroker, conn_id: int) -> None:

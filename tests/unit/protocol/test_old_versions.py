@@ -346,7 +346,7 @@ KAFKA_2_8 = {
 NOT_SERVED = {
     4: "all", 5: "all", 6: "all", 7: "all",        # inter-broker: not advertised, only the newest served
     8: (0, 1), 9: (0, 0), 27: (0, 0), 29: (0, 0), 30: (0, 0), 31: (0, 0), 32: (0, 0),
-    17: "all", 36: "all", 38: "all", 39: "all", 40: "all", 41: "all", 48: "all", 49: "all", 50: "all", 51: "all",
+    17: "all", 36: "all", 38: "all", 39: "all", 40: "all", 41: "all", 51: "all",
     56: "all", 57: "all",
 }
 

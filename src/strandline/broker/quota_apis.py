@@ -1,0 +1,359 @@
+"""DescribeClientQuotas, AlterClientQuotas and DescribeUserScramCredentials (Kafka 2.8's
+ZkAdminManager), and the quotas this broker enforces (:mod:`strandline.broker.quotas`).
+
+Any broker serves them, from ZooKeeper: a describe reads every user and client-id entity
+(``/config/users``, ``/config/clients`` and each user's ``clients``) and filters as Kafka does; an
+alter reads the entity, applies the operations, and writes it with its change notification in one
+transaction (compare-and-set on the entity's version, retried on a race; a (user, client id)
+entity's missing parents are created with an empty config). Every broker applies a change when
+``/config/changes`` names it, and reads every quota when it loads the cluster.
+
+DescribeClientQuotas needs DESCRIBE_CONFIGS on the cluster, AlterClientQuotas ALTER_CONFIGS,
+DescribeUserScramCredentials DESCRIBE (CLUSTER_AUTHORIZATION_FAILED otherwise). SCRAM credentials
+are only described (they may have been written by Kafka's tools into the same znodes):
+Strandline has no SASL listener and does not alter them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.security.authorizer import AclAuthorizer
+from strandline.core.effects import LogLine
+from strandline.core.outbox import Outbox
+from strandline.broker.quotas import (CONSUMER_BYTE_RATE, DEFAULT, PRODUCER_BYTE_RATE, ClientQuotaManager, Entity,
+                                      QuotaError, QuotaTree, apply_ops, describe, entity_of_path, parse_entity,
+                                      parse_filter, sanitize, scram_infos)
+from strandline.core.wire import response
+from strandline.coordination import znodes
+from strandline.coordination.store import Create, GetChildren, GetData, SetData, ZkError
+from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.security import acl
+
+_NOTIFICATION = znodes.ConfigEntityChangeNotificationSequenceZNode
+_ENTITY = znodes.ConfigEntityZNode
+RETRY_MS = 1000
+TreeDone = Callable[["QuotaTree | None", int], list]
+
+
+class _ZkFailed(Exception):
+    pass
+
+
+def _path(entity_type: str, name: str) -> str:
+    return _ENTITY.path(entity_type, name)
+
+
+def _config(result: Any, where: str) -> dict[str, str]:
+    if result.error is ZkError.NO_NODE:
+        return {}
+    if result.error is not ZkError.NONE:
+        raise _ZkFailed(f"ZooKeeper error {result.error.name} reading {where}")
+    try:
+        return _ENTITY.decode(result.data, "config", where)
+    except ValueError:
+        return {}               # not a config entity: nothing in it counts
+
+
+class QuotaApis:
+    def __init__(self, outbox: Outbox, authorizer: AclAuthorizer) -> None:
+        self.outbox = outbox
+        self.authorizer = authorizer
+        self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE)
+        self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE)
+
+    def handlers(self) -> dict[int, Callable]:
+        return {ApiKey.DESCRIBE_CLIENT_QUOTAS: self._describe_client_quotas,
+                ApiKey.ALTER_CLIENT_QUOTAS: self._alter_client_quotas,
+                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._describe_user_scram_credentials}
+
+    # -- reading every user and client-id entity
+
+    def read_tree(self, done: TreeDone) -> list:
+        """Read every stored user, client-id and (user, client id) config; ``done(None, t)`` when
+        ZooKeeper failed to answer."""
+        roots = [GetChildren(znodes.ConfigEntityTypeZNode.path("users")),
+                 GetChildren(znodes.ConfigEntityTypeZNode.path("clients"))]
+
+        def on_roots(results: list, when_ms: int) -> list:
+            if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in results):
+                return done(None, when_ms)
+            users, clients = (list(r.children) if r.error is ZkError.NONE else [] for r in results)
+            ops: list = [GetData(_path("users", u)) for u in users]
+            ops += [GetChildren(f"{_path('users', u)}/clients") for u in users]
+            ops += [GetData(_path("clients", c)) for c in clients]
+            if not ops:
+                return done(QuotaTree(), when_ms)
+
+            def on_entities(reads: list, at_ms: int) -> list:
+                tree = QuotaTree()
+                try:
+                    n = len(users)
+                    for u, read in zip(users, reads[:n]):
+                        tree.users[u] = _config(read, f"users/{u}")
+                    for c, read in zip(clients, reads[2 * n:]):
+                        tree.clients[c] = _config(read, f"clients/{c}")
+                    pairs = []
+                    for u, listing in zip(users, reads[n:2 * n]):
+                        if listing.error not in (ZkError.NONE, ZkError.NO_NODE):
+                            raise _ZkFailed(listing.error.name)
+                        pairs += [(u, c) for c in listing.children]
+                except _ZkFailed:
+                    return done(None, at_ms)
+                if not pairs:
+                    return done(tree, at_ms)
+
+                def on_pairs(pair_reads: list, end_ms: int) -> list:
+                    try:
+                        for (u, c), read in zip(pairs, pair_reads):
+                            if read.error is not ZkError.NO_NODE:
+                                tree.pairs[(u, c)] = _config(read, f"users/{u}/clients/{c}")
+                    except _ZkFailed:
+                        return done(None, end_ms)
+                    return done(tree, end_ms)
+
+                return [self.outbox.zk([GetData(_path("users", f"{u}/clients/{c}")) for u, c in pairs], on_pairs)]
+
+            return [self.outbox.zk(ops, on_entities)]
+
+        return [self.outbox.zk(roots, on_roots)]
+
+    # -- enforcement: what this broker applies
+
+    def load(self, now_ms: int) -> list:
+        """Read every quota (the broker loads the cluster), as Kafka's config handlers do at start."""
+        def done(tree: QuotaTree | None, when_ms: int) -> list:
+            if tree is None:
+                return [LogLine("warning", "Could not read the client quotas from ZooKeeper; trying again")] + \
+                    self.outbox.after(when_ms + RETRY_MS, self.load)
+            for manager in (self.produce, self.fetch):
+                manager.overrides.clear()
+            for u, props in tree.users.items():
+                self._apply(Entity(u, None), props)
+            for c, props in tree.clients.items():
+                self._apply(Entity(None, c), props)
+            for (u, c), props in tree.pairs.items():
+                self._apply(Entity(u, c), props)
+            return []
+
+        def guarded(tree: QuotaTree | None, when_ms: int) -> list:
+            try:
+                return done(tree, when_ms)
+            except QuotaError:
+                return [LogLine("warning", "Ignoring unreadable client quotas in ZooKeeper")]
+
+        try:
+            return self.read_tree(guarded)
+        except QuotaError:
+            return [LogLine("warning", "Ignoring unreadable client quotas in ZooKeeper")]
+
+    def _apply(self, entity: Entity, props: dict[str, str]) -> None:
+        self.produce.update(entity, props)
+        self.fetch.update(entity, props)
+
+    def reload(self, entity_type: str, name: str, now_ms: int) -> list:
+        """A change notification named ``entity_type/name``: read the entity and apply its quotas."""
+        entity = entity_of_path(entity_type, name)
+        if entity is None:
+            return []
+
+        def on_read(results: list, when_ms: int) -> list:
+            [read] = results
+            try:
+                props = _config(read, f"{entity_type}/{name}")
+            except _ZkFailed:
+                return self.outbox.after(when_ms + RETRY_MS, lambda t: self.reload(entity_type, name, t))
+            self._apply(entity, props)
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(props.items())) or "(none)"
+            return [LogLine("info", f"Client quotas of {entity_type}/{name} now {shown}")]
+
+        return [self.outbox.zk([GetData(_path(entity_type, name))], on_read)]
+
+    # -- DescribeClientQuotas
+
+    def _describe_client_quotas(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        def answer(code: ErrorCode, message: str | None, entries: list | None) -> list:
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": code, "error_message": message,
+                                               "entries": entries})]
+
+        if not self.authorizer.allows_cluster(conn_id, acl.AclOperation.DESCRIBE_CONFIGS):
+            return answer(ErrorCode.cluster_authorization_failed, None, None)
+        try:
+            user, client = parse_filter([(c.entity_type, c.match_type, c.match) for c in request.components])
+        except QuotaError as exc:
+            return answer(exc.code, exc.message, None)
+        strict = bool(request.strict)
+
+        def done(tree: QuotaTree | None, when_ms: int) -> list:
+            if tree is None:
+                return answer(ErrorCode.unknown_server_error, None, None)
+            try:
+                found = describe(user, client, strict, tree)
+            except QuotaError as exc:
+                return answer(exc.code, exc.message, None)
+            return answer(ErrorCode.none, None, [
+                {"entity": [{"entity_type": t, "entity_name": n} for t, n in parts],
+                 "values": [{"key": k, "value": v} for k, v in values.items()]} for parts, values in found])
+
+        try:
+            return self.read_tree(done)
+        except QuotaError as exc:
+            return answer(exc.code, exc.message, None)
+
+    # -- AlterClientQuotas
+
+    def _alter_client_quotas(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        entries = list(request.entries)
+        shown = [list(dict((e.entity_type, e.entity_name) for e in entry.entity).items()) for entry in entries]
+        outcomes: list[tuple[ErrorCode, str | None] | None] = [None] * len(entries)
+
+        def respond() -> list:
+            return [response(conn_id, header, {"throttle_time": 0, "entries": [
+                {"error_code": code, "error_message": message,
+                 "entity": [{"entity_type": t, "entity_name": n} for t, n in parts]}
+                for parts, (code, message) in zip(shown, outcomes)]})]  # type: ignore[misc]
+
+        if not self.authorizer.allows_cluster(conn_id, acl.AclOperation.ALTER_CONFIGS):
+            outcomes = [(ErrorCode.cluster_authorization_failed, None)] * len(entries)
+            return respond()
+        validate_only = bool(request.validate_only)
+        left = [0]
+        starts = []
+
+        def finisher(i: int) -> Callable[[ErrorCode, "str | None", int], list]:
+            def done(code: ErrorCode, message: str | None, when_ms: int) -> list:
+                outcomes[i] = (code, message)
+                left[0] -= 1
+                return respond() if left[0] == 0 else []
+            return done
+
+        for i, entry in enumerate(entries):
+            try:
+                entity = parse_entity(shown[i])
+            except QuotaError as exc:
+                outcomes[i] = (exc.code, exc.message)
+                continue
+            ops = [(op.key, None if op.remove else float(op.value)) for op in entry.ops]
+            starts.append(lambda i=i, entity=entity, ops=ops: self._change(entity, ops, validate_only, finisher(i)))
+        if not starts:
+            return respond()
+        left[0] = len(starts)
+        effects: list = []
+        for start in starts:
+            effects.extend(start())
+        return effects
+
+    def _change(self, entity: Entity, ops: list, validate_only: bool,
+                done: Callable[[ErrorCode, "str | None", int], list], attempts: int = 5) -> list:
+        entity_type, name = entity.config_type, entity.config_name
+        path = _path(entity_type, name)
+        parents = [] if entity.user is None or entity.client is None else \
+            [_path("users", entity.user), f"{_path('users', entity.user)}/clients"]
+
+        def on_read(results: list, when_ms: int) -> list:
+            read, parent_reads = results[0], results[1:]
+            if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in results):
+                return done(ErrorCode.unknown_server_error, None, when_ms)
+            try:
+                current = _ENTITY.decode(read.data, entity_type, name) if read.error is ZkError.NONE else {}
+            except ValueError:
+                current = {}                  # unreadable: replaced by what this request sets
+            try:
+                props = apply_ops(current, ops, entity)
+            except QuotaError as exc:
+                return done(exc.code, exc.message, when_ms)
+            if validate_only:
+                return done(ErrorCode.none, None, when_ms)
+            data = _ENTITY.encode(props)
+            writes: list = [Create(p, _ENTITY.encode({})) for p, r in zip(parents, parent_reads)
+                            if r.error is ZkError.NO_NODE]
+            writes.append(SetData(path, data, read.version) if read.error is ZkError.NONE else Create(path, data))
+            writes.append(Create(_NOTIFICATION.create_path(), _NOTIFICATION.encode(entity_type, name), sequential=True))
+
+            def on_written(written: list, at_ms: int) -> list:
+                error = written[0].error
+                if error is ZkError.NONE:
+                    shown = ", ".join(f"{k}={v}" for k, v in sorted(props.items())) or "(none)"
+                    return [LogLine("info", f"Updated client quotas of {entity_type}/{name}: {shown}")] + \
+                        done(ErrorCode.none, None, at_ms)
+                if error in (ZkError.BAD_VERSION, ZkError.NODE_EXISTS, ZkError.NO_NODE) and attempts > 1:
+                    return self._change(entity, ops, validate_only, done, attempts - 1)
+                return done(ErrorCode.unknown_server_error, None, at_ms)
+
+            return [self.outbox.zk(writes, on_written, transaction=True)]
+
+        return [self.outbox.zk([GetData(path)] + [GetData(p) for p in parents], on_read)]
+
+    # -- DescribeUserScramCredentials
+
+    def _describe_user_scram_credentials(self, conn_id: int, header: RequestHeader, request: Any,
+                                         now_ms: int) -> list:
+        def answer(code: ErrorCode, message: str | None, results: list) -> list:
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": code, "error_message": message,
+                                               "results": results})]
+
+        if not self.authorizer.allows_cluster(conn_id, acl.AclOperation.DESCRIBE):
+            return answer(ErrorCode.cluster_authorization_failed, None, [])
+        users = [u.name for u in request.users] if request.users else []
+        if not users:                 # every user with a credential, by its stored name, sorted
+            def on_all(tree: QuotaTree | None, when_ms: int) -> list:
+                if tree is None:
+                    return answer(ErrorCode.unknown_server_error, None, [])
+                results = []
+                for user, props in sorted(tree.users.items()):
+                    result = _scram_result(user, props, explicit=False)
+                    if result is not None:
+                        results.append(result)
+                return answer(ErrorCode.none, None, results)
+
+            return self.read_tree(on_all)
+        counts: dict[str, int] = {}
+        for user in users:
+            counts[user] = counts.get(user, 0) + 1
+        results: dict[str, dict] = {}
+        for user in counts:
+            if user == "":
+                results[user] = _scram_error(user, ErrorCode.resource_not_found, "Username must not be empty")
+            elif counts[user] > 1:
+                results[user] = _scram_error(user, ErrorCode.duplicate_resource, "Cannot describe SCRAM credentials "
+                                             f"for the same user twice in a single request: {user}")
+            elif sanitize(user) in (".", ".."):       # no znode can have that name (Kafka: ZooKeeper refuses it)
+                results[user] = _scram_error(user, ErrorCode.unknown_server_error, None)
+        asked = [u for u in counts if u not in results]
+
+        def on_read(reads: list, when_ms: int) -> list:
+            for user, read in zip(asked, reads):
+                try:
+                    props = _config(read, f"users/{sanitize(user)}")
+                    results[user] = _scram_result(user, props, explicit=True)  # type: ignore[assignment]
+                except (_ZkFailed, ValueError, KeyError):
+                    results[user] = _scram_error(user, ErrorCode.unknown_server_error, None)
+            return answer(ErrorCode.none, None, [results[u] for u in counts])
+
+        if not asked:
+            return on_read([], now_ms)
+        return [self.outbox.zk([GetData(_path("users", sanitize(u))) for u in asked], on_read)]
+
+
+def _scram_error(user: str, code: ErrorCode, message: str | None) -> dict:
+    return {"user": user, "error_code": code, "error_message": message, "credential_infos": []}
+
+
+def _scram_result(user: str, props: dict[str, str], explicit: bool) -> dict | None:
+    """Kafka's addToResultsIfHasScramCredential: the user's credentials; for a user asked by name
+    that has none, RESOURCE_NOT_FOUND."""
+    try:
+        infos = scram_infos(props)
+    except (ValueError, KeyError):
+        return _scram_error(user, ErrorCode.unknown_server_error, None)
+    if infos is None:
+        if not explicit:
+            return None
+        return _scram_error(user, ErrorCode.resource_not_found,
+                            f"Attempt to describe a user credential that does not exist: {user}")
+    return {"user": user, "error_code": ErrorCode.none, "error_message": None, "credential_infos": infos}
+
+
+__all__ = ["QuotaApis", "DEFAULT"]
