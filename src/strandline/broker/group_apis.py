@@ -18,7 +18,7 @@ from strandline.core.effects import LogLine
 from strandline.broker.txn_apis import TxnApis, fenced_as
 from strandline.core.wire import duration_ms, response
 from strandline.coordination.metadata import MetadataCache
-from strandline.group.coordinator import DEAD, GroupCoordinator
+from strandline.group.coordinator import GroupCoordinator, GroupState
 from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.security.acl import AclOperation, ResourceType
@@ -344,7 +344,7 @@ class GroupApis:
                 else -2147483648)})
         if header.api_version >= GROUP_ID_NOT_FOUND_VERSION:   # KIP-1043: a group that does not exist says so
             for g in groups:
-                if g["error_code"] is ErrorCode.none and g["group_state"] == DEAD:
+                if g["error_code"] is ErrorCode.none and g["group_state"] == GroupState.DEAD:
                     g["error_code"], g["error_message"] = ErrorCode.group_id_not_found, f"Group {g['group_id']} not found."
 
         return [response(conn_id, header, {"throttle_time": 0, "groups": groups})]

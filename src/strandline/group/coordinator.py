@@ -22,12 +22,12 @@ from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import LogLine
 from strandline.group import records as rec
-from strandline.group.model import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, Group, Member, Respond
+from strandline.group.model import Group, GroupState, Member, Respond
 from strandline.group.rebalance import (answer_join, answer_sync, common_protocols, maybe_complete_join,
                                         prepare_rebalance, remove_members, select_protocol)
 from strandline.group.static_members import rejoin_stable
 
-__all__ = ["COMPLETING", "DEAD", "EMPTY", "PREPARING", "STABLE", "Group", "GroupCoordinator", "Member", "Respond"]
+__all__ = ["Group", "GroupCoordinator", "GroupState", "Member", "Respond"]
 
 
 class GroupCoordinator:
@@ -80,7 +80,8 @@ class GroupCoordinator:
                     group = self.groups.get(decoded.group)
                     if group is not None:
                         group.members.clear()
-                        group.state, group.generation, group.protocol_type = DEAD, 0, None
+                        group.restore(GroupState.DEAD)
+                        group.generation, group.protocol_type = 0, None
                     continue
                 v = rec.decode_group_value(value)
                 group = self.groups.setdefault(decoded.group, Group(decoded.group))
@@ -90,14 +91,14 @@ class GroupCoordinator:
                     m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout,
                     m.session_timeout, v.protocol_type, [(v.protocol or "", m.subscription)], m.assignment,
                     heartbeat_deadline_ms=now_ms + m.session_timeout) for m in v.members}
-                group.state = STABLE if group.members else EMPTY
+                group.restore(GroupState.STABLE if group.members else GroupState.EMPTY)
         for group_id in [g for g, grp in self.groups.items()
-                         if grp.state == DEAD and not grp.offsets and not grp.pending_txn_offsets
+                         if grp.state is GroupState.DEAD and not grp.offsets and not grp.pending_txn_offsets
                          and self.partition_of(g) == partition]:
             del self.groups[group_id]
         for grp in self.groups.values():
-            if grp.state == DEAD:
-                grp.state = EMPTY
+            if grp.state is GroupState.DEAD:        # a group of offsets only (Kafka: a new Empty group)
+                grp.restore(GroupState.EMPTY)
         self.owned.add(partition)
         return count
 
@@ -108,6 +109,7 @@ class GroupCoordinator:
         effects: list = []
         for group_id in [g for g in self.groups if self.partition_of(g) == partition]:
             group = self.groups.pop(group_id)
+            group.transition_to(GroupState.DEAD)             # removed by partition emigration, as in Kafka
             for m in group.members.values():
                 effects += answer_join(m, {"error_code": ErrorCode.not_coordinator})
                 effects += answer_sync(m, ErrorCode.not_coordinator)
@@ -187,10 +189,10 @@ class GroupCoordinator:
         member.join_respond, member.join_version = respond, req["version"]
         member.heartbeat_deadline_ms = now_ms + session
         group.protocol_type = req["protocol_type"]
-        if rejoined is not None and group.state == STABLE and select_protocol(group) == group.protocol:
+        if rejoined is not None and group.state is GroupState.STABLE and select_protocol(group) == group.protocol:
             return rejoin_stable(group, member, *rejoined, self._persist_group, now_ms)
         effects: list = []
-        if group.state in (EMPTY, STABLE, COMPLETING):
+        if group.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             reason = req.get("reason") or "not provided"
             why = (f"Adding new member {member_id} with group instance id {instance_id}; client reason: {reason}"
                    if created else f"Updating metadata for member {member_id} during {group.state}; "
@@ -223,12 +225,12 @@ class GroupCoordinator:
             return fail(ErrorCode.inconsistent_group_protocol)
         member = group.members[member_id]
         member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
-        if group.state == PREPARING:
+        if group.state is GroupState.PREPARING_REBALANCE:
             return fail(ErrorCode.rebalance_in_progress)
-        if group.state == STABLE:
+        if group.state is GroupState.STABLE:
             return respond({"error_code": ErrorCode.none, "assignment": member.assignment,
                             "protocol_type": group.protocol_type, "protocol_name": group.protocol})
-        if group.state != COMPLETING:
+        if group.state is not GroupState.COMPLETING_REBALANCE:
             return fail(ErrorCode.unknown_member_id)
         member.sync_respond = respond
         if member_id != group.leader:
@@ -239,7 +241,7 @@ class GroupCoordinator:
         generation = group.generation
 
         def persisted(error: ErrorCode, when_ms: int) -> list:
-            if group.state != COMPLETING or group.generation != generation:
+            if group.state is not GroupState.COMPLETING_REBALANCE or group.generation != generation:
                 return []
             effects: list = []
             if error is not ErrorCode.none:
@@ -247,7 +249,7 @@ class GroupCoordinator:
                     m.assignment = b""
                     effects += answer_sync(m, error)
                 return effects + prepare_rebalance(group, self.config, when_ms)
-            group.state = STABLE
+            group.transition_to(GroupState.STABLE)
             for m in group.members.values():
                 effects += answer_sync(m, ErrorCode.none, m.assignment, group)
             return effects
@@ -267,10 +269,10 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None and group.fenced(member_id, req.get("group_instance_id")):
             return respond({"error_code": ErrorCode.fenced_instance_id})
-        if group is None or member_id not in group.members or group.state in (EMPTY, DEAD):
+        if group is None or member_id not in group.members or group.state in (GroupState.EMPTY, GroupState.DEAD):
             return respond({"error_code": ErrorCode.unknown_member_id})
         member = group.members[member_id]
-        if group.state == PREPARING:
+        if group.state is GroupState.PREPARING_REBALANCE:
             member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
             return respond({"error_code": ErrorCode.rebalance_in_progress})
         if req["generation_id"] != group.generation:
@@ -358,9 +360,9 @@ class GroupCoordinator:
             group = self.groups[group_id] = Group(group_id)
         elif group.fenced(member_id, req.get("group_instance_id")):
             return all_failed(ErrorCode.fenced_instance_id)
-        elif generation < 0 and group.state == EMPTY:
+        elif generation < 0 and group.state is GroupState.EMPTY:
             pass                                    # a standalone consumer (assign()) commits
-        elif group.state == COMPLETING:
+        elif group.state is GroupState.COMPLETING_REBALANCE:
             return all_failed(ErrorCode.rebalance_in_progress)
         elif member_id not in group.members:
             return all_failed(ErrorCode.unknown_member_id)
@@ -480,18 +482,18 @@ class GroupCoordinator:
                     "protocol_type": "", "protocol_data": "", "members": []}
         group = self.groups.get(group_id)
         if group is None:
-            return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": DEAD,
+            return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": GroupState.DEAD,
                     "protocol_type": "", "protocol_data": "", "members": []}
         return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": group.state,
                 "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
                 "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                              "client_id": m.client_id, "client_host": m.client_host,
-                             "member_metadata": m.metadata_for(group.protocol) if group.state == STABLE else b"",
-                             "member_assignment": m.assignment if group.state == STABLE else b""}
+                             "member_metadata": m.metadata_for(group.protocol) if group.state is GroupState.STABLE else b"",
+                             "member_assignment": m.assignment if group.state is GroupState.STABLE else b""}
                             for m in group.members.values()]}
 
     def list_groups(self) -> list[Group]:
-        return [g for g in self.groups.values() if self.owns(g.group_id) and g.state != DEAD]
+        return [g for g in self.groups.values() if self.owns(g.group_id) and g.state is not GroupState.DEAD]
 
     def delete(self, group_id: str, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
         if not self.owns(group_id):
@@ -499,13 +501,14 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return done(ErrorCode.group_id_not_found, now_ms)
-        if group.state != EMPTY:
+        if group.state is not GroupState.EMPTY:
             return done(ErrorCode.non_empty_group, now_ms)
         records = [(rec.offset_key(group_id, t, p), None) for t, p in group.offsets]
         records.append((rec.group_key(group_id), None))
 
         def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list:
-            if error is ErrorCode.none and self.groups.get(group_id) is group and group.state == EMPTY:
+            if error is ErrorCode.none and self.groups.get(group_id) is group and group.state is GroupState.EMPTY:
+                group.transition_to(GroupState.DEAD)
                 del self.groups[group_id]
             return done(error, when_ms)
 
@@ -519,10 +522,10 @@ class GroupCoordinator:
         if not self.owns(group_id):
             return done(ErrorCode.not_coordinator, {}, now_ms)
         group = self.groups.get(group_id)
-        if group is None or group.state == DEAD:
+        if group is None or group.state is GroupState.DEAD:
             return done(ErrorCode.group_id_not_found, {}, now_ms)
         subscribed: set[str] = set()
-        if group.state != EMPTY:
+        if group.state is not GroupState.EMPTY:
             if group.protocol_type != "consumer":
                 return done(ErrorCode.non_empty_group, {}, now_ms)
             for member in group.members.values():
@@ -548,7 +551,7 @@ class GroupCoordinator:
         retention = self.config["offsets.retention.minutes"] * 60_000
         effects: list = []
         for group in list(self.groups.values()):
-            if group.state != EMPTY or not self.owns(group.group_id):
+            if group.state is not GroupState.EMPTY or not self.owns(group.group_id):
                 continue
             old = [tp for tp, v in group.offsets.items() if v.commit_timestamp + retention <= now_ms]
             if not old:

@@ -1,14 +1,45 @@
-"""A classic group and its members as the group coordinator keeps them in memory."""
+"""A classic group and its members as the group coordinator keeps them in memory.
+
+A group's state is a :class:`GroupState`, and it changes only through :meth:`Group.transition_to`,
+which checks :data:`VALID_PREVIOUS_STATES` (Kafka's ``GroupState.validPreviousStates``) and raises
+:class:`~strandline.errors.BrokenInvariant` on a transition the table does not allow, as Kafka's
+``assertValidTransition`` throws.
+"""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Callable
 
+from strandline.errors import BrokenInvariant
 from strandline.group import records as rec
 
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
 Respond = Callable[[dict], list]
+
+
+class GroupState(enum.StrEnum):
+    """A classic group's states; each value is the name DescribeGroups and ListGroups answer with."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+#: the states a group may enter each state from (Kafka's ``GroupState.validPreviousStates``)
+VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.PREPARING_REBALANCE: frozenset({GroupState.STABLE, GroupState.COMPLETING_REBALANCE,
+                                               GroupState.EMPTY}),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.DEAD: frozenset({GroupState.STABLE, GroupState.PREPARING_REBALANCE,
+                                GroupState.COMPLETING_REBALANCE, GroupState.EMPTY, GroupState.DEAD}),
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+}
+#: the states a group is read back in from ``__consumer_offsets`` (Dead: its tombstone was read)
+RESTORED_STATES = frozenset({GroupState.EMPTY, GroupState.STABLE, GroupState.DEAD})
 
 
 @dataclass
@@ -34,7 +65,6 @@ class Member:
 @dataclass
 class Group:
     group_id: str
-    state: str = EMPTY
     generation: int = 0
     protocol_type: str | None = None
     protocol: str | None = None
@@ -52,6 +82,27 @@ class Group:
     join_deadline_ms: int | None = None
     initial_delay: bool = False                                    # an empty group waits for more joiners
     state_timestamp: int = -1
+    _state: GroupState = field(default=GroupState.EMPTY, init=False)
+
+    @property
+    def state(self) -> GroupState:
+        return self._state
+
+    def transition_to(self, state: GroupState) -> None:
+        """Move to ``state``: a transition :data:`VALID_PREVIOUS_STATES` does not allow is a broken
+        invariant of the coordinator (Kafka's ``assertValidTransition``)."""
+        if self._state not in VALID_PREVIOUS_STATES[state]:
+            raise BrokenInvariant(f"group {self.group_id} cannot move from {self._state} to {state}: "
+                                  f"{state} follows only {', '.join(sorted(VALID_PREVIOUS_STATES[state]))}")
+        self._state = state
+
+    def restore(self, state: GroupState) -> None:
+        """Take the state read back from ``__consumer_offsets`` while replaying it: not a
+        transition, as a record read later replaces the group read before it (Kafka's
+        ``GroupMetadata.loadGroup`` builds a new group in its initial state)."""
+        if state not in RESTORED_STATES:
+            raise BrokenInvariant(f"group {self.group_id} cannot be restored in state {state}")
+        self._state = state
 
     def install_offset(self, tp: tuple[str, int], value: rec.OffsetValue, position: int) -> bool:
         """A commit of ``tp`` appended at ``position`` of ``__consumer_offsets`` counts unless one

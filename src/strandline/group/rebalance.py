@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.group.model import COMPLETING, EMPTY, PREPARING, STABLE, Group, Member
+from strandline.group.model import Group, GroupState, Member
 
 Persist = Callable[[Group, int, Callable[[ErrorCode, int], list]], list]
 
@@ -64,12 +64,12 @@ def prepare_rebalance(group: Group, config: Any, now_ms: int) -> list:
     phase ends after the members' longest rebalance timeout (a group that was Empty: after
     group.initial.rebalance.delay.ms, if shorter)."""
     effects: list = []
-    if group.state == COMPLETING:
+    if group.state is GroupState.COMPLETING_REBALANCE:
         for m in group.members.values():
             m.assignment = b""
             effects += answer_sync(m, ErrorCode.rebalance_in_progress)
-    initial = group.state == EMPTY
-    group.state = PREPARING
+    initial = group.state is GroupState.EMPTY
+    group.transition_to(GroupState.PREPARING_REBALANCE)
     timeout = max([m.rebalance_timeout_ms for m in group.members.values()] or [0])
     delay = min(config["group.initial.rebalance.delay.ms"], timeout) if initial else timeout
     group.join_deadline_ms = now_ms + delay
@@ -80,7 +80,7 @@ def prepare_rebalance(group: Group, config: Any, now_ms: int) -> list:
 def maybe_complete_join(group: Group, now_ms: int, persist: Persist) -> list:
     """Complete the join phase when its deadline passed, or once every member has rejoined (unless
     the group was Empty: it waits out the initial delay)."""
-    if group.state != PREPARING:
+    if group.state is not GroupState.PREPARING_REBALANCE:
         return []
     everyone = all(m.join_respond is not None for m in group.members.values()) and not group.pending
     delay_over = group.join_deadline_ms is not None and now_ms >= group.join_deadline_ms
@@ -100,12 +100,13 @@ def complete_join(group: Group, now_ms: int, persist: Persist) -> list:
     group.generation += 1
     group.state_timestamp = now_ms
     if not group.members:
-        group.state, group.protocol, group.leader = EMPTY, None, None
+        group.transition_to(GroupState.EMPTY)
+        group.protocol, group.leader = None, None
         return persist(group, now_ms, lambda error, t: [])
     group.protocol = select_protocol(group)
     if group.leader not in group.members:
         group.leader = next(iter(group.members))
-    group.state = COMPLETING
+    group.transition_to(GroupState.COMPLETING_REBALANCE)
     effects: list = []
     everyone = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                  "metadata": m.metadata_for(group.protocol)} for m in group.members.values()]
@@ -128,8 +129,8 @@ def remove_members(group: Group, members: list[Member], now_ms: int, config: Any
         effects += answer_sync(m, ErrorCode.unknown_member_id)
     if group.leader not in group.members:
         group.leader = None
-    if group.state in (STABLE, COMPLETING):
+    if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
         effects += prepare_rebalance(group, config, now_ms)
-    if group.state == PREPARING and not group.members:
+    if group.state is GroupState.PREPARING_REBALANCE and not group.members:
         return effects + complete_join(group, now_ms, persist)
     return effects + maybe_complete_join(group, now_ms, persist)

@@ -15,6 +15,9 @@ answer CONCURRENT_TRANSACTIONS, which clients retry.
 - A transaction open longer than its ``transaction.timeout.ms`` is aborted the same way.
 - A broker that becomes leader of a ``__transaction_state`` partition replays it and completes
   every transaction it finds prepared.
+
+Every change of a transaction's state goes through ``TransactionMetadata.transition_to``, which
+checks Kafka's table of valid previous states (:mod:`strandline.transaction.metadata`).
 """
 
 from __future__ import annotations
@@ -209,8 +212,7 @@ class TransactionCoordinator:
 
     def _write_empty(self, base: TransactionMetadata, timeout_ms: int,
                      respond: Callable[[ErrorCode, int, int], list], now_ms: int) -> list:
-        new = dataclasses.replace(base, timeout_ms=timeout_ms, state=S.EMPTY, partitions=set(), update_ms=now_ms,
-                                  start_ms=-1)
+        new = base.transition_to(S.EMPTY, timeout_ms=timeout_ms, partitions=set(), update_ms=now_ms, start_ms=-1)
 
         def done(error: ErrorCode, when_ms: int) -> list:
             if error is not ErrorCode.none:
@@ -232,8 +234,8 @@ class TransactionCoordinator:
         assert m is not None
         if m.state is S.ONGOING and partitions <= m.partitions:
             return self._confirm(m, respond, now_ms)             # added already (a retry)
-        new = dataclasses.replace(m, state=S.ONGOING, partitions=m.partitions | partitions, update_ms=now_ms,
-                                  start_ms=m.start_ms if m.state is S.ONGOING else now_ms)
+        new = m.transition_to(S.ONGOING, partitions=m.partitions | partitions, update_ms=now_ms,
+                              start_ms=m.start_ms if m.state is S.ONGOING else now_ms)
         return self._write(new, lambda e, t: respond(_coordinator_error(e)), now_ms)
 
     # -- EndTxn
@@ -263,8 +265,7 @@ class TransactionCoordinator:
 
     def _prepare(self, m: TransactionMetadata, commit: bool, epoch: int,
                  answered: Callable[[ErrorCode, int], list], now_ms: int) -> list:
-        new = dataclasses.replace(m, producer_epoch=epoch, state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT,
-                                  update_ms=now_ms)
+        new = m.transition_to(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, producer_epoch=epoch, update_ms=now_ms)
 
         def prepared(error: ErrorCode, when_ms: int) -> list:
             effects = answered(error, when_ms)
@@ -300,8 +301,8 @@ class TransactionCoordinator:
             if not current():
                 self.pending.discard(m.transactional_id)
                 return []
-            done = dataclasses.replace(m, state=S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set(),
-                                       update_ms=when_ms)
+            done = m.transition_to(S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set(),
+                                   update_ms=when_ms)
 
             def written(error: ErrorCode, at_ms: int) -> list:
                 if error is ErrorCode.none or not current():

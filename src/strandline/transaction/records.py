@@ -7,13 +7,12 @@ tombstone. The markers that end a transaction are in :mod:`strandline.protocol.m
 
 from __future__ import annotations
 
-import enum
 import struct
-from dataclasses import dataclass, field
 
 from strandline.group.records import _Reader, _Writer, build_batch, partition_for
 from strandline.protocol.markers import (  # noqa: F401  (part of this module's API)
     ABORT_MARKER, COMMIT_MARKER, CONTROL_BIT, TRANSACTIONAL_BIT, build_marker, marker_type)
+from strandline.transaction.metadata import TransactionMetadata, TransactionState  # also this module's API
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 KEY_VERSION = 0
@@ -21,40 +20,6 @@ VALUE_VERSION = 0
 NO_PRODUCER_EPOCH = -1
 #: a producer epoch at this value cannot be bumped again: the producer gets a new id
 MAX_PRODUCER_EPOCH = 32767
-
-
-class TransactionState(enum.IntEnum):
-    """Kafka's ``TransactionState`` ids, as written in the log."""
-
-    EMPTY = 0
-    ONGOING = 1
-    PREPARE_COMMIT = 2
-    PREPARE_ABORT = 3
-    COMPLETE_COMMIT = 4
-    COMPLETE_ABORT = 5
-    DEAD = 6
-    PREPARE_EPOCH_FENCE = 7
-
-    @property
-    def kafka_name(self) -> str:
-        return "".join(w.capitalize() for w in self.name.split("_"))
-
-
-@dataclass(slots=True)
-class TransactionMetadata:
-    """One transactional id's state, as the coordinator keeps it and the log records it."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    timeout_ms: int
-    state: TransactionState = TransactionState.EMPTY
-    partitions: set[tuple[str, int]] = field(default_factory=set)
-    update_ms: int = -1
-    start_ms: int = -1
-    #: the epoch before a bump the producer asked for itself (KIP-360), so that a retry of that
-    #: InitProducerId gets the same answer; -1 after a bump that fenced another instance. Not logged.
-    last_epoch: int = field(default=-1, compare=False)
 
 
 def encode_key(transactional_id: str) -> bytes:
