@@ -345,7 +345,7 @@ KAFKA_2_8 = {
 #: what Kafka 2.8 advertises that Strandline does not (docs/compatibility.md, "API versions")
 NOT_SERVED = {
     4: "all", 5: "all", 6: "all", 7: "all",        # inter-broker: not advertised, only the newest served
-    8: (0, 1), 9: (0, 0), 27: (0, 0), 29: (0, 0), 30: (0, 0), 31: (0, 0), 32: (0, 0),
+    8: (0, 1), 9: (0, 0), 27: (0, 0),
     17: "all", 36: "all", 38: "all", 39: "all", 40: "all", 41: "all", 51: "all",
     56: "all", 57: "all",
 }
@@ -407,3 +407,54 @@ def test_create_delete_topics_offset_for_leader_epoch_and_describe_log_dirs_old_
     assert (error, log_dir, [t[0] for t in topics]) == (0, "/data/logs", ["a"])
     body = call_old(h, DeleteTopicsRequest_v0(["b"], 1000), DeleteTopicsResponse_v0)
     assert [tuple(r) for r in body.responses] == [("b", 0)]
+
+
+def test_acl_apis_v0_see_literal_patterns_only():
+    """DescribeAcls, CreateAcls and DeleteAcls v0 have no pattern type: every pattern they name,
+    create or match is LITERAL (Kafka 2.8's ``DescribeAclsRequest.normalizeAndValidate``: ANY
+    becomes LITERAL), so a PREFIXED ACL created by v1 is neither listed nor deleted by v0."""
+    from kafka.protocol.old.admin import (CreateAclsRequest_v0, CreateAclsResponse_v0, DeleteAclsRequest_v0,
+                                          DeleteAclsResponse_v0, DescribeAclsRequest_v0, DescribeAclsResponse_v0)
+    from strandline.coordination.acl_znodes import ACL_PATHS
+    from strandline.coordination.store import Create
+    h = Harness(**{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                   "allow.everyone.if.no.acl.found": "true"})
+    h.zk.execute([Create(path, make_parents=True) for path in ACL_PATHS])
+    h.broker.connection_opened(1, "127.0.0.1")
+    # TOPIC (2), READ (3), ALLOW (3); v0 creates a literal "orders"
+    body = call_old(h, CreateAclsRequest_v0([(2, "orders", "User:a", "*", 3, 3)]), CreateAclsResponse_v0)
+    assert [tuple(r) for r in body.results] == [(0, None)]
+    created = h.call(30, 1, {"creations": [{"resource_type": 2, "resource_name": "orders", "resource_pattern_type": 4,
+                                            "principal": "User:b", "host": "*", "operation": 3,
+                                            "permission_type": 3}]})
+    assert created.results[0].error_code == ErrorCode.none
+    everything = h.call(29, 1, {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+                                "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1})
+    assert sorted((r.resource_name, r.pattern_type) for r in everything.resources) == [("orders", 3), ("orders", 4)]
+    # ANY resource type (1), ANY operation and permission (1)
+    body = call_old(h, DescribeAclsRequest_v0(1, None, None, None, 1, 1), DescribeAclsResponse_v0)
+    assert (body.error_code, body.resources) == (0, [(2, "orders", [("User:a", "*", 3, 3)])])
+    body = call_old(h, DeleteAclsRequest_v0([(2, "orders", None, None, 1, 1)]), DeleteAclsResponse_v0)
+    assert body.filter_results == [(0, None, [(0, None, 2, "orders", "User:a", "*", 3, 3)])]
+    left = h.call(29, 1, {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+                          "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1})
+    assert [(r.resource_name, r.pattern_type, r.acls[0].principal) for r in left.resources] == [("orders", 4, "User:b")]
+
+
+def test_describe_configs_v0_answers_without_sources_and_synonyms():
+    """DescribeConfigs v0: ``is_default`` where v1 has the config source, no synonyms.
+    ``is_default`` is true for a value from the defaults, as Kafka up to 2.6 wrote it
+    (``configEntry.source == ConfigSource.DEFAULT_CONFIG``); Kafka 2.7+ never sets it (false)."""
+    from kafka.protocol.old.admin import DescribeConfigsRequest_v0, DescribeConfigsResponse_v0
+    h = Harness()
+    h.create("cfg", configs={"retention.ms": "600000"})
+    body = call_old(h, DescribeConfigsRequest_v0([(2, "cfg", ["retention.ms", "cleanup.policy"])]),
+                    DescribeConfigsResponse_v0)
+    [(error, message, rtype, name, configs)] = body.results
+    assert (error, rtype, name) == (0, 2, "cfg")
+    assert sorted(configs) == [("cleanup.policy", "delete", False, True, False),
+                               ("retention.ms", "600000", False, False, False)]
+    body = call_old(h, DescribeConfigsRequest_v0([(2, "nosuch", None)]), DescribeConfigsResponse_v0)
+    assert body.results[0][0] == ErrorCode.unknown_topic_or_partition
+    body = call_old(h, DescribeConfigsRequest_v0([(4, "1", ["log.retention.hours"])]), DescribeConfigsResponse_v0)
+    assert body.results[0][4] == [("log.retention.hours", "168", True, True, False)]
