@@ -431,14 +431,17 @@ def groups() -> list[Case]:
     cases += [Case(f"offset-commit-simple-v{v}", [Step(8, v, _commit(f"simple{v}", 7 + v), coordinator(f"simple{v}")),
                                                   Step(9, min(v, 7), _fetch_offsets(f"simple{v}"),
                                                        coordinator(f"simple{v}"))])
-              for v in range(2, 9)]
+              for v in range(0, 9)]
+    # v0 keeps offsets in ZooKeeper, on any broker; the coordinator (v1+) does not see them
+    cases.append(Case("offset-commit-zookeeper-v0", [
+        Step(8, 0, _commit("zk", 3), broker(1)), Step(9, 0, _fetch_offsets("zk"), broker(3)),
+        Step(8, 0, _commit("zk", 4, topic="nosuch"), broker(2)),
+        Step(9, 0, _fetch_offsets("zk", ["p1", "nosuch"]), broker(2)),
+        Step(9, 1, _fetch_offsets("zk"), coordinator("zk"))]))
     cases += each("offset-fetch-all", 9, range(2, 8), _fetch_offsets("simple2", None), coordinator("simple2"))
-    cases += each("offset-fetch-unknown-group", 9, [1, 7], _fetch_offsets("nogroup"), coordinator("nogroup"))
+    cases += each("offset-fetch-unknown-group", 9, [0, 1, 7], _fetch_offsets("nogroup"), coordinator("nogroup"))
     cases += each("offset-commit-not-coordinator", 8, [2, 8], _commit("simple2", 1), not_coordinator("simple2"))
     cases += each("offset-fetch-not-coordinator", 9, [1, 7], _fetch_offsets("simple2"), not_coordinator("simple2"))
-    cases += not_served("offset-commit", 8, [0], Raw(s16("") + arr(), head=(("topics", "int32"),)))
-    cases += not_served("offset-commit", 8, [1], Raw(s16("") + i32(-1) + s16("") + arr(), head=(("topics", "int32"),)))
-    cases += not_served("offset-fetch", 9, [0], Raw(s16("") + arr(), head=(("topics", "int32"),)))
     cases += each("list-groups", 16, range(0, 5), {"states_filter": []}, lambda c: [1, 2, 3])
     # OffsetDelete: an empty group's offset, then unknown group and topic
     cases.append(Case("offset-delete-v0", [

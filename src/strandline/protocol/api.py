@@ -96,7 +96,8 @@ class ApiKey(enum.IntEnum):
 # 3.0.12, confluent-kafka 2.16 (librdkafka 2.16), aiokafka 0.14 and kcat 1.7.1 (librdkafka 2.0.2)
 # use, and kio 0.6.5 has request and response schemas for every version in it, except:
 #  * Produce v0-v2, Fetch v0-v3, ListOffsets v0, CreateTopics v0-v1, DeleteTopics v0,
-#    OffsetForLeaderEpoch v0-v1, the ACL APIs' v0, DescribeConfigs v0, AlterReplicaLogDirs v0,
+#    OffsetForLeaderEpoch v0-v1, OffsetCommit v0-v1, OffsetFetch v0, the ACL APIs' v0,
+#    DescribeConfigs v0, AlterReplicaLogDirs v0,
 #    DescribeLogDirs v0 (Kafka 2.8 serves them;
 #    kio, from Kafka 4.x, lacks them): their schemas are derived in strandline.protocol.old_versions. Message sets of
 #    format v0 and v1 are converted to record batches v2 on produce and back on fetch
@@ -125,8 +126,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
-    ApiKey.OFFSET_COMMIT: (2, 9),
-    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.OFFSET_COMMIT: (0, 9),
+    ApiKey.OFFSET_FETCH: (0, 9),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.DELETE_GROUPS: (0, 2),

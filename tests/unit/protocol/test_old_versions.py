@@ -24,6 +24,7 @@ from kafka.protocol.old.produce import ProduceRequest_v0, ProduceRequest_v1, Pro
 from kafka.protocol.old.produce import ProduceResponse_v0, ProduceResponse_v1, ProduceResponse_v2, ProduceResponse_v3
 from kio.schema.errors import ErrorCode
 
+from strandline.coordination.store import GetData, SetData
 from strandline.core.effects import Send
 from strandline.protocol.api import SUPPORTED
 from strandline.protocol.legacy_records import UnsupportedCompression, down_convert, up_convert
@@ -345,7 +346,7 @@ KAFKA_2_8 = {
 #: what Kafka 2.8 advertises that Strandline does not (docs/compatibility.md, "API versions")
 NOT_SERVED = {
     4: "all", 5: "all", 6: "all", 7: "all",        # inter-broker: not advertised, only the newest served
-    8: (0, 1), 9: (0, 0), 27: (0, 0),
+    27: (0, 0),
     17: "all", 36: "all", 38: "all", 39: "all", 40: "all", 41: "all", 51: "all",
     56: "all", 57: "all",
 }
@@ -458,3 +459,90 @@ def test_describe_configs_v0_answers_without_sources_and_synonyms():
     assert body.results[0][0] == ErrorCode.unknown_topic_or_partition
     body = call_old(h, DescribeConfigsRequest_v0([(4, "1", ["log.retention.hours"])]), DescribeConfigsResponse_v0)
     assert body.results[0][4] == [("log.retention.hours", "168", True, True, False)]
+
+
+def test_offset_commit_and_fetch_v0_keep_offsets_in_zookeeper():
+    """OffsetCommit v0 writes ``/consumers/<group>/offsets/<topic>/<partition>`` (the offset in
+    decimal, no metadata) and OffsetFetch v0 reads it, on any broker, as Kafka 2.8's
+    ``zkClient.setOrCreateConsumerOffset`` / ``getConsumerOffset``; v1+ do not see them."""
+    from kafka.protocol.old.commit import (OffsetCommitRequest_v0, OffsetCommitResponse_v0, OffsetFetchRequest_v0,
+                                           OffsetFetchResponse_v0)
+    h = Harness(**{"offset.metadata.max.bytes": "10"})
+    h.create("t", partitions=2)
+
+    def commit(group, offsets, metadata=""):
+        body = call_old(h, OffsetCommitRequest_v0(group, [(t, [(p, o, metadata)]) for t, p, o in offsets]),
+                        OffsetCommitResponse_v0)
+        return {(t, p): e for t, ps in body.topics for p, e in ps}
+
+    def fetch(group, wanted):
+        body = call_old(h, OffsetFetchRequest_v0(group, [(t, [p]) for t, p in wanted]), OffsetFetchResponse_v0)
+        return {(t, p): (o, m, e) for t, ps in body.topics for p, o, m, e in ps}
+
+    assert fetch("g", [("t", 0)]) == {("t", 0): (-1, "", 0)}          # nothing committed: -1, no error
+    assert commit("g", [("t", 0, 42), ("t", 1, 7), ("nope", 0, 1), ("t", 9, 1)]) == {
+        ("t", 0): 0, ("t", 1): 0, ("nope", 0): ErrorCode.unknown_topic_or_partition,
+        ("t", 9): ErrorCode.unknown_topic_or_partition}
+    assert h.zk.run([GetData("/consumers/g/offsets/t/0")], False)[0].data == b"42"
+    assert commit("g", [("t", 0, 43)]) == {("t", 0): 0}                                  # set again
+    assert h.zk.run([GetData("/consumers/g/offsets/t/0")], False)[0].data == b"43"
+    assert commit("g", [("t", 1, 8)], metadata="x" * 11) == {("t", 1): ErrorCode.offset_metadata_too_large}
+    assert fetch("g", [("t", 0), ("t", 1), ("nope", 0)]) == {
+        ("t", 0): (43, "", 0), ("t", 1): (7, "", 0), ("nope", 0): (-1, "", 0)}
+    # a group name ZooKeeper refuses in a path: UNKNOWN_SERVER_ERROR, nothing written
+    assert commit("", [("t", 0, 1)]) == {("t", 0): ErrorCode.unknown_server_error}
+    assert commit("a/../b", [("t", 0, 1)]) == {("t", 0): ErrorCode.unknown_server_error}
+    assert fetch("", [("t", 0)]) == {("t", 0): (-1, "", ErrorCode.unknown_server_error)}
+    # a znode that holds no offset
+    h.zk.run([SetData("/consumers/g/offsets/t/1", b"seven")], False)
+    assert fetch("g", [("t", 1)]) == {("t", 1): (-1, "", ErrorCode.unknown_server_error)}
+    # v1+ read the group coordinator's offsets, not ZooKeeper's
+    assert h.call(9, 1, {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]}).topics[0] \
+        .partitions[0].error_code == ErrorCode.not_coordinator
+
+
+def test_offset_commit_v0_and_offset_fetch_v0_are_authorized_as_kafka():
+    from kafka.protocol.old.commit import (OffsetCommitRequest_v0, OffsetCommitResponse_v0, OffsetFetchRequest_v0,
+                                           OffsetFetchResponse_v0)
+    from strandline.security.acl import AccessControlEntry, AclOperation, AclPermissionType, PatternType
+    from strandline.security.acl import ResourcePattern, ResourceType
+    h = Harness(**{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                   "allow.everyone.if.no.acl.found": "true"})
+    h.create("t")
+    h.create("secret")
+    h.broker.connection_opened(1, "127.0.0.1")
+    deny = lambda op: AccessControlEntry("User:ANONYMOUS", "*", op, AclPermissionType.DENY)   # noqa: E731
+    h.broker.authorizer.load({
+        ResourcePattern(ResourceType.GROUP, "closed", PatternType.LITERAL): frozenset({deny(AclOperation.ALL)}),
+        ResourcePattern(ResourceType.TOPIC, "secret", PatternType.LITERAL): frozenset({deny(AclOperation.ALL)})})
+    body = call_old(h, OffsetCommitRequest_v0("open", [("t", [(0, 5, "")]), ("secret", [(0, 5, "")])]),
+                    OffsetCommitResponse_v0)
+    assert {t: ps[0][1] for t, ps in body.topics} == {"t": 0, "secret": ErrorCode.topic_authorization_failed}
+    body = call_old(h, OffsetCommitRequest_v0("closed", [("t", [(0, 5, "")])]), OffsetCommitResponse_v0)
+    assert body.topics == [("t", [(0, ErrorCode.group_authorization_failed)])]
+    body = call_old(h, OffsetFetchRequest_v0("open", [("t", [0]), ("secret", [0])]), OffsetFetchResponse_v0)
+    assert {t: ps[0] for t, ps in body.topics} == {"t": (0, 5, "", 0),
+                                                   "secret": (0, -1, "", ErrorCode.topic_authorization_failed)}
+    body = call_old(h, OffsetFetchRequest_v0("closed", [("t", [0])]), OffsetFetchResponse_v0)
+    assert body.topics == [("t", [(0, -1, "", ErrorCode.group_authorization_failed)])]
+
+
+def test_offset_commit_v1_goes_to_the_coordinator_with_its_commit_timestamp():
+    """v1: generation and member as v2+, and a commit timestamp per partition (-1: the broker's
+    time), which the stored offset carries (Kafka's OffsetAndMetadata.commitTimestamp)."""
+    from kafka.protocol.old.commit import (OffsetCommitRequest_v1, OffsetCommitResponse_v1, OffsetFetchRequest_v1,
+                                           OffsetFetchResponse_v1)
+    h = Harness(**{"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1"})
+    h.create("t", partitions=2)
+    h.call(10, 3, {"key": "g", "key_type": 0})      # creates __consumer_offsets
+    h.call(10, 3, {"key": "g", "key_type": 0})
+    body = call_old(h, OffsetCommitRequest_v1("g", -1, "", [("t", [(0, 11, NOW - 5000, "m0"), (1, 12, -1, "m1")])]),
+                    OffsetCommitResponse_v1)
+    assert sorted(p for _, ps in body.topics for p in ps) == [(0, 0), (1, 0)]
+    body = call_old(h, OffsetFetchRequest_v1("g", [("t", [0, 1])]), OffsetFetchResponse_v1)
+    assert sorted(p for _, ps in body.topics for p in ps) == [(0, 11, "m0", 0), (1, 12, "m1", 0)]
+    _, offsets = h.broker.groups.fetch_offsets("g", None)
+    assert (offsets[("t", 0)].commit_timestamp, offsets[("t", 1)].commit_timestamp) == (NOW - 5000, h.now)
+    # an unknown member of a group that has none: as v2+ (UNKNOWN_MEMBER_ID)
+    body = call_old(h, OffsetCommitRequest_v1("g", 1, "m", [("t", [(0, 1, -1, "")])]), OffsetCommitResponse_v1)
+    assert body.topics[0][1][0][1] == ErrorCode.unknown_member_id
