@@ -9,7 +9,8 @@ not seen by v1+, nor the other way round.
 
 Errors as Kafka answers them: a group the client may not READ (commit) or DESCRIBE (fetch) is
 GROUP_AUTHORIZATION_FAILED, a topic TOPIC_AUTHORIZATION_FAILED, a partition the cluster does not
-have UNKNOWN_TOPIC_OR_PARTITION (commit) or offset -1 without error (fetch), metadata longer than
+have UNKNOWN_TOPIC_OR_PARTITION, and so is (with offset -1) a partition without an offset in
+ZooKeeper (Kafka's ``OffsetFetchResponse.UNKNOWN_PARTITION``), metadata longer than
 ``offset.metadata.max.bytes`` OFFSET_METADATA_TOO_LARGE, and a ZooKeeper failure (or a group name
 ZooKeeper refuses in a path) UNKNOWN_SERVER_ERROR.
 """
@@ -132,7 +133,7 @@ class ZkOffsets:
             elif not self.authorizer.allows_topic(conn_id, AclOperation.DESCRIBE, tp[0]):
                 answer(tp, -1, ErrorCode.topic_authorization_failed)
             elif not self._known(*tp):
-                answer(tp, -1, ErrorCode.none)
+                answer(tp, -1, ErrorCode.unknown_topic_or_partition)
             elif not zk_path_ok(path):
                 answer(tp, -1, ErrorCode.unknown_server_error)
             else:
@@ -153,7 +154,7 @@ class ZkOffsets:
         def on_read(outcomes: list, when_ms: int) -> list:
             for (tp, path), outcome in zip(reads, outcomes):
                 if outcome.error is ZkError.NO_NODE:
-                    answer(tp, -1, ErrorCode.none)
+                    answer(tp, -1, ErrorCode.unknown_topic_or_partition)
                 elif not outcome.ok:
                     answer(tp, -1, ErrorCode.unknown_server_error)
                 else:

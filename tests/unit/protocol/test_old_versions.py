@@ -483,7 +483,8 @@ def test_offset_commit_and_fetch_v0_keep_offsets_in_zookeeper():
         body = call_old(h, OffsetFetchRequest_v0(group, [(t, [p]) for t, p in wanted]), OffsetFetchResponse_v0)
         return {(t, p): (o, m, e) for t, ps in body.topics for p, o, m, e in ps}
 
-    assert fetch("g", [("t", 0)]) == {("t", 0): (-1, "", 0)}          # nothing committed: -1, no error
+    # nothing committed: -1 and UNKNOWN_TOPIC_OR_PARTITION, as Kafka's OffsetFetchResponse.UNKNOWN_PARTITION
+    assert fetch("g", [("t", 0)]) == {("t", 0): (-1, "", ErrorCode.unknown_topic_or_partition)}
     assert commit("g", [("t", 0, 42), ("t", 1, 7), ("nope", 0, 1), ("t", 9, 1)]) == {
         ("t", 0): 0, ("t", 1): 0, ("nope", 0): ErrorCode.unknown_topic_or_partition,
         ("t", 9): ErrorCode.unknown_topic_or_partition}
@@ -492,7 +493,7 @@ def test_offset_commit_and_fetch_v0_keep_offsets_in_zookeeper():
     assert h.zk.run([GetData("/consumers/g/offsets/t/0")], False)[0].data == b"43"
     assert commit("g", [("t", 1, 8)], metadata="x" * 11) == {("t", 1): ErrorCode.offset_metadata_too_large}
     assert fetch("g", [("t", 0), ("t", 1), ("nope", 0)]) == {
-        ("t", 0): (43, "", 0), ("t", 1): (7, "", 0), ("nope", 0): (-1, "", 0)}
+        ("t", 0): (43, "", 0), ("t", 1): (7, "", 0), ("nope", 0): (-1, "", ErrorCode.unknown_topic_or_partition)}
     # a group name ZooKeeper refuses in a path: UNKNOWN_SERVER_ERROR, nothing written
     assert commit("", [("t", 0, 1)]) == {("t", 0): ErrorCode.unknown_server_error}
     assert commit("a/../b", [("t", 0, 1)]) == {("t", 0): ErrorCode.unknown_server_error}
