@@ -1,7 +1,10 @@
 """The API versions Kafka 2.8 serves that newer clients no longer send: Produce v0-v2 with message
 sets of format v0 and v1 (up-converted to record batches v2 on append, as Kafka's LogValidator),
-Fetch v0-v3 (the stored batches down-converted, as Kafka's RecordsUtil.downConvert) and ListOffsets
-v0 (``old_style_offsets``).
+Fetch v0-v3 (the stored batches down-converted, as Kafka's RecordsUtil.downConvert), ListOffsets
+v0 (``old_style_offsets``), CreateTopics, DeleteTopics, OffsetForLeaderEpoch and DescribeLogDirs'
+old versions, OffsetCommit v0-v1 and OffsetFetch v0 (v0 in ZooKeeper), WriteTxnMarkers v0, the ACL
+APIs' v0 and DescribeConfigs v0; and that ApiVersions lists a superset of Kafka 2.8's ranges but
+for the APIs named, with their reasons, in ``NOT_SERVED``.
 
 Message sets, requests and responses are built and read by kafka-python's own code (its legacy
 record builder and reader, and its hand-written protocol structs of the old versions), not by
