@@ -72,6 +72,8 @@ KEPT: dict[str, str] = {
     "no-scram": "no SCRAM credentials (they need SASL): AlterUserScramCredentials is not served",
     "zk-era-isr": "AlterIsr is not served: a Strandline leader writes its ISR to ZooKeeper (Kafka before 2.7)",
     "no-features": "UpdateFeatures is not served: Strandline has no finalized features",
+    "describe-configs-v0-is-default": "DescribeConfigs v0's is_default: true for a default value in Strandline, as "
+                                      "Kafka up to 2.6 wrote it; Kafka 2.7+ never sets the field (false)",
     "api-versions": "ApiVersions lists Strandline's own table (docs/compatibility.md), not Kafka 3.9's; v3's "
                     "finalized_features_epoch is -1: Strandline has no finalized features (Kafka: 0)",
 }
@@ -429,14 +431,17 @@ def groups() -> list[Case]:
     cases += [Case(f"offset-commit-simple-v{v}", [Step(8, v, _commit(f"simple{v}", 7 + v), coordinator(f"simple{v}")),
                                                   Step(9, min(v, 7), _fetch_offsets(f"simple{v}"),
                                                        coordinator(f"simple{v}"))])
-              for v in range(2, 9)]
+              for v in range(0, 9)]
+    # v0 keeps offsets in ZooKeeper, on any broker; the coordinator (v1+) does not see them
+    cases.append(Case("offset-commit-zookeeper-v0", [
+        Step(8, 0, _commit("zk", 3), broker(1)), Step(9, 0, _fetch_offsets("zk"), broker(3)),
+        Step(8, 0, _commit("zk", 4, topic="nosuch"), broker(2)),
+        Step(9, 0, _fetch_offsets("zk", ["nosuch"]), broker(2)),
+        Step(9, 1, _fetch_offsets("zk"), coordinator("zk"))]))
     cases += each("offset-fetch-all", 9, range(2, 8), _fetch_offsets("simple2", None), coordinator("simple2"))
-    cases += each("offset-fetch-unknown-group", 9, [1, 7], _fetch_offsets("nogroup"), coordinator("nogroup"))
+    cases += each("offset-fetch-unknown-group", 9, [0, 1, 7], _fetch_offsets("nogroup"), coordinator("nogroup"))
     cases += each("offset-commit-not-coordinator", 8, [2, 8], _commit("simple2", 1), not_coordinator("simple2"))
     cases += each("offset-fetch-not-coordinator", 9, [1, 7], _fetch_offsets("simple2"), not_coordinator("simple2"))
-    cases += not_served("offset-commit", 8, [0], Raw(s16("") + arr(), head=(("topics", "int32"),)))
-    cases += not_served("offset-commit", 8, [1], Raw(s16("") + i32(-1) + s16("") + arr(), head=(("topics", "int32"),)))
-    cases += not_served("offset-fetch", 9, [0], Raw(s16("") + arr(), head=(("topics", "int32"),)))
     cases += each("list-groups", 16, range(0, 5), {"states_filter": []}, lambda c: [1, 2, 3])
     # OffsetDelete: an empty group's offset, then unknown group and topic
     cases.append(Case("offset-delete-v0", [
@@ -563,8 +568,7 @@ def transactions() -> list[Case]:
                   kept=last_ts)
     cases += each("describe-producers-outsider", 61, [0],
                   lambda c: {"topics": [{"name": c.t("two"), "partition_indexes": [0]}]}, outsider("two"))
-    cases += each("write-txn-markers", 27, [1], {"markers": []}, leader("txn"))
-    cases += not_served("write-txn-markers", 27, [0], Raw(arr(), head=(("markers", "int32"),)))
+    cases += each("write-txn-markers", 27, [0, 1], {"markers": []}, leader("txn"))
     return cases
 
 
@@ -670,19 +674,13 @@ def admin() -> list[Case]:
     # ACLs: neither cluster has an authorizer
     acl = {"resource_type": 2, "resource_name": "x", "resource_pattern_type": 3, "principal": "User:a",
            "host": "*", "operation": 3, "permission_type": 3}
-    cases += each("describe-acls-no-authorizer", 29, [1, 2], {
+    cases += each("describe-acls-no-authorizer", 29, [0, 1, 2], {
         "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
         "host_filter": None, "operation": 1, "permission_type": 1})
-    cases += each("create-acls-no-authorizer", 30, [1, 2], {"creations": [acl]})
-    cases += each("delete-acls-no-authorizer", 31, [1, 2], {"filters": [{
+    cases += each("create-acls-no-authorizer", 30, [0, 1, 2], {"creations": [acl]})
+    cases += each("delete-acls-no-authorizer", 31, [0, 1, 2], {"filters": [{
         "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
         "host_filter": None, "operation": 1, "permission_type": 1}]})
-    cases += not_served("describe-acls", 29, [0], Raw(i8(1) + s16(None) + s16(None) + s16(None) + i8(1) + i8(1),
-                                                      head=(("throttle_time_ms", "int32"), ("error_code", "int16"))))
-    cases += not_served("create-acls", 30, [0], Raw(arr(i8(2) + s16("x") + s16("User:a") + s16("*") + i8(3) + i8(3)),
-                                                    head=(("throttle_time_ms", "int32"), ("results", "int32"))))
-    cases += not_served("delete-acls", 31, [0], Raw(arr(i8(1) + s16(None) + s16(None) + s16(None) + i8(1) + i8(1)),
-                                                    head=(("throttle_time_ms", "int32"), ("results", "int32"))))
     # the controller's own APIs, from a client: a stale broker epoch (v2+) or controller epoch
     cases += control_apis()
     return cases
@@ -744,8 +742,9 @@ def configs() -> list[Case]:
     cases += each("describe-configs-broker", 32, [1, 4], describe(BROKER, "2", bkeys, synonyms=True), broker(2))
     cases += each("describe-configs-other-broker", 32, [4], describe(BROKER, "3", bkeys), broker(2))
     cases += each("describe-configs-broker-default", 32, [4], describe(BROKER, "", bkeys), broker(2))
-    cases += not_served("describe-configs", 32, [0], Raw(arr(i8(TOPIC) + s16("x") + i32(-1)),
-                                                         head=(("throttle_time_ms", "int32"), ("results", "int32"))))
+    cases += each("describe-configs-topic", 32, [0], describe(TOPIC, cfg, keys),
+                  kept=("describe-configs-v0-is-default", ("results.0.configs.*.is_default",)))
+    cases += each("describe-configs-unknown-topic", 32, [0], describe(TOPIC, lambda c: c.t("nosuch"), keys))
 
     def alter(name: str, configs: dict[str, str], validate_only: bool = False, kind: int = TOPIC
               ) -> Callable[[Ctx], dict]:

@@ -5,11 +5,10 @@ A request body is one of:
   older versions :mod:`strandline.protocol.old_versions` derives), or, for the controller's APIs
   (LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown) in the versions
   :mod:`strandline.protocol.control` knows, with that module;
-* a kafka-python ``Struct`` (its hand-written structs of versions neither has: OffsetCommit v0-v1,
-  OffsetFetch v0, the ACL APIs' and DescribeConfigs' v0);
+* a kafka-python ``Struct`` (its hand-written structs of old versions);
 * a :class:`Raw` body: bytes laid out by hand, for the few versions no library here describes
-  (the controller's older versions, delegation tokens v0, WriteTxnMarkers v0, AlterIsr v0), whose
-  answers are read only as far as :attr:`Raw.head` says.
+  (the controller's older versions, delegation tokens v0, AlterIsr v0), whose answers are read
+  only as far as :attr:`Raw.head` says.
 
 Answers are decoded with the same schema and turned into trees (:func:`tree`): kio's enums become
 ints, UUIDs strings, durations milliseconds, and record sets lists of batches read by

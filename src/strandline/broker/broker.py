@@ -35,6 +35,7 @@ from strandline.broker.loggers import BrokerLoggers
 from strandline.broker.dynamic_config import DynamicConfigManager
 from strandline.core.effects import FlushFiles, LogLine, WriteCheckpoint
 from strandline.broker.group_apis import GroupApis
+from strandline.broker.zk_offsets import ZkOffsets
 from strandline.core.outbox import Outbox
 from strandline.transaction.producer_ids import ProducerIdManager
 from strandline.broker.quota_apis import QuotaApis
@@ -108,7 +109,8 @@ class Broker:
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, self.controller, self.auto_topics,
                               producer_ids,
                               GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics,
-                                        self.authorizer, txn_apis),
+                                        self.authorizer, txn_apis,
+                                        ZkOffsets(config, self.metadata, self.outbox, self.authorizer)),
                               AdminApis(config, self.metadata, self.controller, self.authorizer),
                               ConfigApis(config, self.metadata, self.outbox, self.authorizer, BrokerLoggers(loggers)),
                               FetchSessionCache(config, rng), self.authorizer, txn_apis,

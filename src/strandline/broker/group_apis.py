@@ -3,7 +3,8 @@ LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
 
 Each handler maps its request's versions onto :class:`strandline.group.coordinator.GroupCoordinator`
 and shapes the answer; FindCoordinator creates ``__consumer_offsets`` on first use. The rules
-of groups live in ``group/``.
+of groups live in ``group/``. OffsetCommit v0 and OffsetFetch v0 keep offsets in ZooKeeper
+(:mod:`strandline.broker.zk_offsets`), as Kafka 2.8.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.core.effects import LogLine
 from strandline.broker.txn_apis import TxnApis, fenced_as
+from strandline.broker.zk_offsets import ZkOffsets
 from strandline.core.wire import duration_ms, response
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.coordinator import GroupCoordinator, GroupState
@@ -29,8 +31,10 @@ GROUP_ID_NOT_FOUND_VERSION = 6      # DescribeGroups v6+
 
 class GroupApis:
     def __init__(self, metadata: MetadataCache, groups: GroupCoordinator, offsets: OffsetsTopic,
-                 auto_topics: AutoTopicCreationManager, authorizer: AclAuthorizer, txn_apis: TxnApis) -> None:
+                 auto_topics: AutoTopicCreationManager, authorizer: AclAuthorizer, txn_apis: TxnApis,
+                 zk_offsets: ZkOffsets) -> None:
         self.metadata = metadata
+        self.zk_offsets = zk_offsets
         self.authorizer = authorizer
         self.txn_apis = txn_apis
         self.groups = groups
@@ -184,9 +188,13 @@ class GroupApis:
     # ------------------------------------------------------------------ offsets
 
     def _offset_commit(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        """v0 writes to ZooKeeper; v1's commit timestamp, when set (not -1), is the offset's."""
+        if header.api_version == 0:
+            return self.zk_offsets.commit(conn_id, header, request, now_ms)
         generation = getattr(request, "generation_id_or_member_epoch", -1)
         topics = self.metadata.topics
         offsets, unknown = [], {}
+        stamps: dict[tuple[str, int], int] = {}
         group_allowed = self._group_allowed(conn_id, AclOperation.READ, request.group_id)
         for t in request.topics:
             for p in t.partitions:
@@ -197,10 +205,13 @@ class GroupApis:
                 elif t.name in topics and p.partition_index in topics[t.name].assignment:
                     offsets.append((t.name, p.partition_index, p.committed_offset,
                                     getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+                    if getattr(p, "commit_timestamp", -1) != -1:
+                        stamps[(t.name, p.partition_index)] = p.commit_timestamp
                 else:  # as Kafka: that partition is refused, the others are committed
                     unknown[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
         req = {"group_id": request.group_id, "generation_id": generation, "member_id": request.member_id,
-               "group_instance_id": getattr(request, "group_instance_id", None), "offsets": offsets}
+               "group_instance_id": getattr(request, "group_instance_id", None), "offsets": offsets,
+               "commit_timestamps": stamps}
 
         def respond(results: dict) -> list:
             by_topic: dict[str, list] = {}
@@ -300,6 +311,8 @@ class GroupApis:
         return error, [{"name": n, "partitions": p} for n, p in by_topic.items()]
 
     def _offset_fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        if header.api_version == 0:
+            return self.zk_offsets.fetch(conn_id, header, request, now_ms)
         if header.api_version >= 8:
             groups = []
             for g in request.groups:

@@ -27,7 +27,8 @@ from typing import Any, Protocol
 
 __all__ = [
     "BrokerIdZNode", "BrokerIdsZNode", "BrokerInfo", "BrokerSequenceIdZNode", "ClusterIdZNode",
-    "ConfigEntityChangeNotificationZNode", "ConfigEntityTypeZNode", "ConfigEntityZNode", "ControllerEpochZNode",
+    "ConfigEntityChangeNotificationZNode", "ConfigEntityTypeZNode", "ConfigEntityZNode", "ConsumerOffsetZNode",
+    "ControllerEpochZNode",
     "ControllerZNode", "DeleteTopicsTopicZNode", "DeleteTopicsZNode", "IsrChangeNotificationSequenceZNode",
     "IsrChangeNotificationZNode", "ConfigEntityChangeNotificationSequenceZNode", "LeaderAndIsr", "PERSISTENT_PATHS", "PreferredReplicaElectionZNode",
     "ProducerIdBlockZNode", "ReassignPartitionsZNode", "TopicAssignment", "TopicPartitionStateZNode", "TopicPartitionZNode",
@@ -555,6 +556,29 @@ class ClusterIdZNode(_FixedPathZNode):
             return cluster_id
 
         return _decode(ClusterIdZNode.path(), data, parse)
+
+
+# -- /consumers
+
+
+class ConsumerOffsetZNode:
+    """``/consumers/<group>/offsets/<topic>/<partition>``: an offset committed with OffsetCommit v0,
+    read by OffsetFetch v0 (Kafka's ``ConsumerOffset``), the offset in decimal ASCII."""
+
+    @staticmethod
+    def path(group: str, topic: str, partition: int) -> str:
+        return f"/consumers/{group}/offsets/{topic}/{partition}"
+
+    @staticmethod
+    def encode(offset: int) -> bytes:
+        return str(offset).encode()
+
+    @staticmethod
+    def decode(data: bytes | None, path: str = "/consumers/<group>/offsets/<topic>/<partition>") -> int:
+        try:
+            return int((data or b"").decode())
+        except (UnicodeDecodeError, ValueError):
+            raise ValueError(f"{path}: not an offset: {data!r}") from None
 
 
 #: The persistent paths Kafka makes sure exist at broker startup (``ZkData.PersistentZkPaths``, 2.6),

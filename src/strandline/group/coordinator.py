@@ -372,11 +372,12 @@ class GroupCoordinator:
         records = []
         values = {}
         limit = self.config["offset.metadata.max.bytes"]
+        stamps = req.get("commit_timestamps", {})       # OffsetCommit v1's, where the client set one
         for tp, offset, epoch, metadata in wanted:
             if metadata is not None and len(metadata.encode()) > limit:
                 results[tp] = ErrorCode.offset_metadata_too_large
                 continue
-            value = rec.OffsetValue(offset, epoch, metadata or "", now_ms)
+            value = rec.OffsetValue(offset, epoch, metadata or "", stamps.get(tp, now_ms))
             values[tp] = (value, len(records))
             records.append((rec.offset_key(group_id, tp[0], tp[1]), rec.offset_value(value)))
             results[tp] = ErrorCode.none

@@ -96,7 +96,9 @@ class ApiKey(enum.IntEnum):
 # 3.0.12, confluent-kafka 2.16 (librdkafka 2.16), aiokafka 0.14 and kcat 1.7.1 (librdkafka 2.0.2)
 # use, and kio 0.6.5 has request and response schemas for every version in it, except:
 #  * Produce v0-v2, Fetch v0-v3, ListOffsets v0, CreateTopics v0-v1, DeleteTopics v0,
-#    OffsetForLeaderEpoch v0-v1, AlterReplicaLogDirs v0, DescribeLogDirs v0 (Kafka 2.8 serves them;
+#    OffsetForLeaderEpoch v0-v1, OffsetCommit v0-v1, OffsetFetch v0, WriteTxnMarkers v0, the
+#    ACL APIs' v0, DescribeConfigs v0, AlterReplicaLogDirs v0,
+#    DescribeLogDirs v0 (Kafka 2.8 serves them;
 #    kio, from Kafka 4.x, lacks them): their schemas are derived in strandline.protocol.old_versions. Message sets of
 #    format v0 and v1 are converted to record batches v2 on produce and back on fetch
 #    (strandline.protocol.legacy_records).
@@ -124,12 +126,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
-    ApiKey.OFFSET_COMMIT: (2, 9),
-    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.OFFSET_COMMIT: (0, 9),
+    ApiKey.OFFSET_FETCH: (0, 9),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.DELETE_GROUPS: (0, 2),
-    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.CREATE_PARTITIONS: (0, 3),
@@ -146,10 +148,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 0),
-    ApiKey.WRITE_TXN_MARKERS: (1, 1),
-    ApiKey.DESCRIBE_ACLS: (1, 3),
-    ApiKey.CREATE_ACLS: (1, 3),
-    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.DESCRIBE_ACLS: (0, 3),
+    ApiKey.CREATE_ACLS: (0, 3),
+    ApiKey.DELETE_ACLS: (0, 3),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),

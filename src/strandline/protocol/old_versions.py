@@ -1,6 +1,8 @@
 """Schemas of the API versions Kafka 2.8 serves that kio (generated from Kafka 4.x, which dropped
-them, KIP-896) lacks: Produce v0-v2, Fetch v0-v3, ListOffsets v0, CreateTopics v0-v1, DeleteTopics
-v0, OffsetForLeaderEpoch v0-v1, AlterReplicaLogDirs v0 and DescribeLogDirs v0.
+them, KIP-896) lacks: Produce v0-v2, Fetch v0-v3, ListOffsets v0, OffsetCommit v0-v1, OffsetFetch
+v0, CreateTopics v0-v1, DeleteTopics v0, OffsetForLeaderEpoch v0-v1, WriteTxnMarkers v0,
+DescribeAcls, CreateAcls and DeleteAcls v0, DescribeConfigs v0, AlterReplicaLogDirs v0 and
+DescribeLogDirs v0.
 
 Each is derived from the oldest version kio has, as the message's JSON in Kafka 2.8 describes the
 difference (``clients/src/main/resources/common/message/*.json``): fields dropped, fields added,
@@ -180,6 +182,70 @@ def _offset_for_leader_epoch_request(v: int) -> type:
     return derive(base, v, nested={"topics": derive(topic, v, nested={"partitions": p})})
 
 
+def _acl_v0(api_key: int, kind: str) -> Callable[[int], type]:
+    """An ACL API's v0: v1 without the resource pattern type (every pattern is literal)."""
+    def make(v: int) -> type:
+        if kind == "request":
+            base = load_request_schema(api_key, 1)
+            if api_key == 29:
+                return derive(base, v, drop=("pattern_type_filter",))
+            array = "creations" if api_key == 30 else "filters"
+            dropped = "resource_pattern_type" if api_key == 30 else "pattern_type_filter"
+            return derive(base, v, nested={array: derive(_array_element(base, array), v, drop=(dropped,))})
+        base = load_response_schema(api_key, 1)
+        if api_key == 29:
+            resource = derive(_array_element(base, "resources"), v, drop=("pattern_type",))
+            return derive(base, v, nested={"resources": resource})
+        if api_key == 31:
+            result = _array_element(base, "filter_results")
+            acls = derive(_array_element(result, "matching_acls"), v, drop=("pattern_type",))
+            return derive(base, v, nested={"filter_results": derive(result, v, nested={"matching_acls": acls})})
+        return derive(base, v)
+    return make
+
+
+def _describe_configs_request(v: int) -> type:
+    return derive(load_request_schema(32, 1), v, drop=("include_synonyms",))
+
+
+def _describe_configs_response(v: int) -> type:
+    """v0: ``is_default`` where v1 has the config source, no synonyms."""
+    base = load_response_schema(32, 1)
+    result = _array_element(base, "results")
+    config = derive(_array_element(result, "configs"), v, drop=("config_source", "synonyms"),
+                    add=(_Added("is_default", bool, "bool", False, after="read_only"),))
+    return derive(base, v, nested={"results": derive(result, v, nested={"configs": config})})
+
+
+def _offset_commit_request(v: int) -> type:
+    """v0: group and offsets only; v1 adds the generation, the member id and a commit timestamp
+    per partition (-1: the broker's time); v2 drops the timestamp for a retention time."""
+    base = load_request_schema(8, 2)
+    topic = _array_element(base, "topics")
+    p = derive(_array_element(topic, "partitions"), v,
+               add=(_Added("commit_timestamp", i64, "int64", i64(-1), after="committed_offset"),) if v >= 1 else ())
+    drop = ("retention_time",) + (() if v >= 1 else ("generation_id_or_member_epoch", "member_id"))
+    return derive(base, v, drop=drop, nested={"topics": derive(topic, v, nested={"partitions": p})})
+
+
+def _rigid(cls: type, v: int, header: type) -> type:
+    """``cls`` (a flexible version) as the same fields in a version before flexible versions, its
+    entities too, with ``header`` as its header."""
+    nested = {}
+    for f in dataclasses.fields(cls):
+        if "tuple[" in str(f.type):
+            try:
+                inner = _array_element(cls, f.name)
+            except (IndexError, KeyError):
+                continue
+            if dataclasses.is_dataclass(inner):
+                nested[f.name] = _rigid(inner, v, header)
+    new = derive(cls, v, nested=nested, flexible=False)
+    if hasattr(cls, "__header_schema__"):
+        new.__header_schema__ = header
+    return new
+
+
 #: (api key, version) -> (request schema maker, response schema maker)
 DERIVED: dict[tuple[int, int], tuple[Callable[[int], type], Callable[[int], type]]] = {
     **{(0, v): (_produce_request, _produce_response) for v in (0, 1, 2)},
@@ -189,6 +255,12 @@ DERIVED: dict[tuple[int, int], tuple[Callable[[int], type], Callable[[int], type
     (20, 0): (_as_of(20, 1), _without_throttle(20, 1)),
     **{(23, v): (_offset_for_leader_epoch_request,
                  _without_throttle(23, 2, also={} if v >= 1 else {"topics": ("leader_epoch",)})) for v in (0, 1)},
+    **{(8, v): (_offset_commit_request, _as_of(8, 2, "response")) for v in (0, 1)},
+    (9, 0): (_as_of(9, 1), _as_of(9, 1, "response")),
+    (27, 0): (lambda v: _rigid(load_request_schema(27, 1), v, load_request_schema(29, 1).__header_schema__),
+              lambda v: _rigid(load_response_schema(27, 1), v, load_response_schema(29, 1).__header_schema__)),
+    **{(k, 0): (_acl_v0(k, "request"), _acl_v0(k, "response")) for k in (29, 30, 31)},
+    (32, 0): (_describe_configs_request, _describe_configs_response),
     (34, 0): (_as_of(34, 1), _as_of(34, 1, "response")),
     (35, 0): (_as_of(35, 1), _as_of(35, 1, "response")),
 }
