@@ -17,7 +17,6 @@ from kio.schema.errors import ErrorCode
 from strandline.core.effects import LogLine
 from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache
-from strandline.log.loader import restore_unreplicated_transactions
 from strandline.log.log import OffsetOutOfOrder
 from strandline.log.segment import CorruptRecordError
 from strandline.protocol import api
@@ -74,16 +73,11 @@ class ReplicaFetcherManager:
                 fetcher.remove(key)
 
     def truncate(self, partition: Partition, offset: int, why: str) -> list:
-        log = partition.log
-        if offset >= log.log_end_offset:
-            log.truncate_to(offset)            # the log stays; an empty last epoch goes (EPO-2)
+        before = partition.truncate_to(offset)
+        if before is None:
             return []
-        before = log.log_end_offset
-        log.truncate_to(offset)
-        partition.high_watermark = min(partition.high_watermark, log.log_end_offset)
-        restore_unreplicated_transactions(log, partition.high_watermark)
         return [LogLine("info", f"Truncated {partition.topic}-{partition.index} from {before} to "
-                            f"{log.log_end_offset}: {why}")]
+                            f"{partition.log_end_offset}: {why}")]
 
     def _with_leader(self) -> list[ReplicaFetcher]:
         """Fetchers whose leader's endpoint is known; the others wait for the metadata to name it
@@ -336,8 +330,7 @@ class ReplicaFetcherManager:
         log = partition.log
         if error is ErrorCode.offset_out_of_range:
             if fetch_offset < answer.log_start_offset:
-                log.truncate_fully_and_start_at(answer.log_start_offset)
-                partition.high_watermark = answer.log_start_offset
+                partition.truncate_fully_and_start_at(answer.log_start_offset)
                 return [LogLine("info", f"{key[0]}-{key[1]} restarts at the leader's log start offset "
                                     f"{answer.log_start_offset}")]
             fetcher.set_truncating(key, state, True)
@@ -366,13 +359,8 @@ class ReplicaFetcherManager:
                 # DUR-3: flushed before the next fetch reports this offset and lets the HW pass it
                 log.flush(now_ms)
             moved.append(key)
-        leader_hw = answer.high_watermark
-        new_hw = min(log.log_end_offset, leader_hw)
-        if new_hw > partition.high_watermark:
-            partition.high_watermark = new_hw
-            log.producer_state.on_high_watermark_updated(new_hw)
-            if not records:
-                moved.append(key)       # consumers waiting at this follower (KIP-392) may read on
+        if partition.update_follower_high_watermark(answer.high_watermark) and not records:
+            moved.append(key)           # consumers waiting at this follower (KIP-392) may read on
         if answer.log_start_offset > log.log_start_offset:
             log.maybe_increment_log_start_offset(min(answer.log_start_offset, log.log_end_offset))
         return started_afresh

@@ -18,7 +18,6 @@ from strandline.core.effects import LogLine
 from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
-from strandline.log.loader import restore_unreplicated_transactions
 from strandline.log.manager import LogManager
 from strandline.replication.controller_requests import ControllerRequests
 from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionScan
@@ -111,8 +110,7 @@ class ReplicaManager(ControllerRequests):
         hws = self._high_watermarks()
         partition = Partition(topic.name, index, self.broker_id, log,
                               replica_lag_time_max_ms=config["replica.lag.time.max.ms"])
-        partition.high_watermark = min(max(hws.get(key, 0), log.log_start_offset), log.log_end_offset)
-        restore_unreplicated_transactions(log, partition.high_watermark)
+        partition.restore_high_watermark(hws.get(key, 0))
         partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
         log.offsets_listener = self.journal.add
         self.partitions[key] = partition
