@@ -1,7 +1,7 @@
 """``ReplicaManager``: the partitions this broker hosts (Kafka's ReplicaManager).
 
 It applies the controller's decisions (LeaderAndIsr: become leader or follower; UpdateMetadata: the
-metadata cache; StopReplica; in its :class:`ControllerRequests` half), reads records for consumers
+metadata cache; StopReplica) through its :class:`ControllerRequests`, reads records for consumers
 and followers, holds the fetch purgatory (long-poll fetches), and checkpoints high watermarks. Appends as leader and acks=all waits are its
 :class:`LeaderWrites`', ISR changes its :class:`IsrManager`'s, the follower side its
 :class:`ReplicaFetcherManager`'s, DeleteRecords and whole-replica reads its :class:`LogAdmin`'s. Pure:
@@ -19,7 +19,7 @@ from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
-from strandline.replication.controller_requests import ControllerRequests
+from strandline.replication.controller_requests import ControllerRequests, LeadershipListener
 from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionScan
 from strandline.replication.fetcher_manager import ReplicaFetcherManager
 from strandline.replication.isr_manager import IsrManager
@@ -40,11 +40,7 @@ class ProduceEntry(NamedTuple):
     records: Any
 
 
-#: ``listener(topic, index, leader, now_ms)``: this broker became leader (True) or stopped leading.
-LeadershipListener = Callable[[str, int, bool, int], list]
-
-
-class ReplicaManager(ControllerRequests):
+class ReplicaManager:
     def __init__(self, config: Any, logs: LogManager, metadata: MetadataCache, outbox: Outbox,
                  broker_epoch: Callable[[], int], now_ms: int) -> None:
         self.config = config
@@ -64,20 +60,6 @@ class ReplicaManager(ControllerRequests):
         self.leader_quota = ReplicationQuota(lambda: config["leader.replication.throttled.rate"])
         #: ``replica.selector.class`` is set: consumers may read from followers (KIP-392)
         self.replica_selector = bool(config["replica.selector.class"])
-        self.controller_epoch = 0          # the newest controller epoch this broker has heard from
-        self.recreated: set[str] = set()   # topics read again for another topic id (topic_ids)
-        self.deleted_stale: list[str] = []  # logs of earlier topics deleted, not reported yet
-        self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
-        #: the controller as ``/controller`` names it, as far as this broker read (-1: not known);
-        #: the controller's requests must come from it (:meth:`refusal`)
-        self.zk_controller_id = -1
-        self._controller_watched = False   # zk_controller_id came from the watch, newer than start-up's read
-        self.heard_from_controller = False
-        self.shutting_down = False         # asked the controller for a controlled shutdown
-        self.loading_topics: set[str] = set()      # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
-        #: control requests that came while one waits on ZooKeeper (None: none waits)
-        self._held_control: list[tuple[int, dict, Callable[[dict], list]]] | None = None
-        self.leadership_listeners: list[LeadershipListener] = []
         self._hw_checkpoint: dict | None = None
         self.isr_manager = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms)
         self.isr_manager.partition_changed = self.journal.add
@@ -85,19 +67,75 @@ class ReplicaManager(ControllerRequests):
         self.fetcher_manager = ReplicaFetcherManager(config, self.partitions, metadata, outbox, self.fetch_purgatory,
                                                      self.topic_stats, journal=self.journal)
         self.log_admin = LogAdmin(self.partitions, logs, metadata, self.note_state_change)
+        self.controller_requests = ControllerRequests(self, config, metadata, outbox, self.fetcher_manager,
+                                                      self.topic_stats, broker_epoch)
+        #: told when this broker starts or stops leading a partition (the coordinators load or unload it)
+        self.leadership_listeners: list[LeadershipListener] = self.controller_requests.leadership_listeners
         #: Counts changes to partitions that a parked fetch's watch keys may not announce (roles,
         #: epochs, log start offsets, HW moves): a parked session fetch whose keys nobody touched
         #: and that saw none of them expires with the answer it had (:meth:`fetch_messages`).
         self.state_changes = 0
 
+    # ------------------------------------------------------------------ the controller's requests
+
+    def handle_control(self, api_key: int, body: dict, respond: Callable[[dict], list], now_ms: int,
+                       local: bool = False) -> list:
+        """LeaderAndIsr, UpdateMetadata or StopReplica (:meth:`ControllerRequests.handle_control`)."""
+        return self.controller_requests.handle_control(api_key, body, respond, now_ms, local=local)
+
+    def controller_seen(self, controller_id: int | None) -> None:
+        self.controller_requests.controller_seen(controller_id)
+
+    def learn_topics(self, topics: Iterable[TopicMetadata]) -> None:
+        self.controller_requests.learn_topics(topics)
+
+    def forget_deleted_topics(self, now_ms: int) -> list:
+        return self.controller_requests.forget_deleted_topics(now_ms)
+
     def begin_controlled_shutdown(self) -> None:
-        """From now on a partition this broker is told to follow (one whose leadership the
-        controller moves away from it) is not fetched: the old leader is caught up at once, and its
-        first Fetch would take it back into the ISR the controller just took it out of, to stall
-        acks=all writes there once it is gone (Kafka 3.3 keeps a replica in controlled shutdown out
-        of the ISR, KAFKA-14140). The partitions it already followed are fetched until the
-        controller's StopReplica."""
-        self.shutting_down = True
+        self.controller_requests.begin_controlled_shutdown()
+
+    @property
+    def controller_epoch(self) -> int:
+        """The newest controller epoch this broker has heard from."""
+        return self.controller_requests.controller_epoch
+
+    def note_state_change(self) -> None:
+        """A partition changed in a way no watch key announces (a role, an epoch, a log start offset)."""
+        self.state_changes += 1
+        self.journal.everything_changed()
+
+    def complete_delayed_requests(self, keys: list[tuple[str, int]], now_ms: int) -> list:
+        """Partitions changed role or went: the produce and fetch requests waiting on them may
+        complete (Kafka's completeDelayedFetchOrProduceRequests)."""
+        return self.produce_purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
+
+    def delete_partition(self, key: tuple[str, int]) -> None:
+        """Drop a local replica and delete its log."""
+        del self.partitions[key]
+        self.logs.delete_log(*key)
+
+    def update_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
+        """A topic's overrides changed: the metadata cache and its local logs take them now."""
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            return
+        topic.configs = dict(configs)
+        self._apply_log_config(topic)
+
+    def refresh_log_configs(self) -> None:
+        """The broker's log defaults changed: every log takes its topic's overrides over them."""
+        self.logs.default_config = self.config.log_config()
+        for topic in self.metadata.topics.values():
+            self._apply_log_config(topic)
+
+    def _apply_log_config(self, topic: TopicMetadata) -> None:
+        log_config = self.config.log_config(topic.configs)
+        for index in topic.assignment:
+            partition = self.partitions.get((topic.name, index))
+            if partition is not None and partition.log.config != log_config:
+                partition.log.update_config(log_config)
+                partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
 
     # ------------------------------------------------------------------ partitions and logs
 
@@ -112,7 +150,8 @@ class ReplicaManager(ControllerRequests):
         log = self.logs.get_or_create_log(topic.name, index, log_config, now_ms)
         if stale_log(log.topic_id, topic):      # a log of an earlier topic of that name (topic_ids)
             self.logs.delete_log(topic.name, index)
-            self.deleted_stale.append(f"{topic.name}-{index} (topic id {log.topic_id}, now {topic.topic_id})")
+            self.controller_requests.deleted_stale.append(
+                f"{topic.name}-{index} (topic id {log.topic_id}, now {topic.topic_id})")
             log = self.logs.get_or_create_log(topic.name, index, log_config, now_ms)
         if log.topic_id is None and topic.topic_id.int:
             self.logs.assign_topic_id(log, topic.topic_id)
@@ -131,21 +170,7 @@ class ReplicaManager(ControllerRequests):
         which can arrive between registration and this call, said something newer), open the
         replicas assigned to this broker and delete the logs of others. Leadership comes only from
         the controller's LeaderAndIsr."""
-        md = self.metadata
-        md.cluster_id = cluster_id
-        if not self._controller_watched:
-            self.zk_controller_id = controller_id
-        if self.heard_from_controller:
-            for name, topic in topics.items():
-                md.topics.setdefault(name, topic)
-            topics = md.topics
-            if controller_epoch > self.controller_epoch:
-                self.controller_epoch, md.controller_id = controller_epoch, controller_id
-        else:
-            md.brokers = dict(brokers)
-            md.controller_id = controller_id
-            self.controller_epoch = controller_epoch
-            md.topics = dict(topics)
+        topics = self.controller_requests.install_cluster(cluster_id, brokers, topics, controller_id, controller_epoch)
         effects: list = []
         for topic in topics.values():
             for index, replicas in sorted(topic.assignment.items()):
@@ -156,7 +181,7 @@ class ReplicaManager(ControllerRequests):
             if topic is None or index not in topic.assignment or self.broker_id not in topic.assignment[index]:
                 self.logs.delete_log(name, index)
                 effects.append(LogLine("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
-        return effects + self._stale_logs_deleted()
+        return effects + self.controller_requests.stale_logs_deleted()
 
     def leader_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
         """The partition if this broker leads it, else why not (Kafka's getPartitionOrError)."""
@@ -327,6 +352,7 @@ class ReplicaManager(ControllerRequests):
         order: list[str] = []
         clock = session.clock if session is not None and arrival and follower else None
         deletes_waiting = clock is not None and len(self.log_admin.purgatory) > 0
+        loading = self.controller_requests.loading_topics
         for key, name, p in keyed:
             partition = partitions.get(key)
             if clock is not None and partition is not None and partition.take_quiet_clock(replica_id, clock):
@@ -340,7 +366,7 @@ class ReplicaManager(ControllerRequests):
                     unquiet.append(key)
             # a follower may ask before this broker has applied the LeaderAndIsr that makes it
             # leader (it waits on ZooKeeper): the fetch waits for it instead of failing
-            arriving = follower and name in self.loading_topics
+            arriving = follower and name in loading
             if partition is None:
                 entry = _empty_fetch_entry(p.partition, params.isolation)
                 entry["error_code"] = self.not_served(name, p.partition)
