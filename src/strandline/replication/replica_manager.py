@@ -464,7 +464,7 @@ class ReplicaManager:
         if not keys:
             return []
         self.state_changes += 1     # (a fetch parked after reading the old HW is not watching yet)
-        return self.writes.purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
+        return self.complete_delayed_requests(keys, now_ms)
 
     # ------------------------------------------------------------------ time and connections
 
@@ -478,17 +478,17 @@ class ReplicaManager:
         return self.fetcher_manager.maybe_send_fetches(now_ms)
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.writes.purgatory.next_deadline(),
+        deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.produce_purgatory.next_deadline(),
                                  self.fetch_purgatory.next_deadline(), self.log_admin.next_deadline())
                      if d is not None]
         return min(deadlines) if deadlines else None
 
     def expire_delayed(self, now_ms: int) -> list:
-        return (self.writes.purgatory.expire(now_ms) + self.fetch_purgatory.expire(now_ms)
+        return (self.produce_purgatory.expire(now_ms) + self.fetch_purgatory.expire(now_ms)
                 + self.log_admin.expire(now_ms))
 
     def connection_closed(self, conn_id: int) -> None:
-        self.writes.purgatory.cancel_connection(conn_id)
+        self.produce_purgatory.cancel_connection(conn_id)
         self.fetch_purgatory.cancel_connection(conn_id)
         self.log_admin.connection_closed(conn_id)
 
