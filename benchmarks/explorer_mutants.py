@@ -29,8 +29,8 @@ from strandline.sim.menu import FULL_MENU  # noqa: E402
 
 
 def _follower_keeps_records_below_leader_start(mp: pytest.MonkeyPatch) -> None:
-    from strandline.replication import fetcher_manager
-    mp.setattr(fetcher_manager, "_all_below_leader_start", lambda log, start: False)
+    from strandline.replication import fetcher
+    mp.setattr(fetcher, "_all_below_leader_start", lambda log, start: False)
 
 
 def _log_start_ignores_epochs(mp: pytest.MonkeyPatch) -> None:
@@ -39,8 +39,8 @@ def _log_start_ignores_epochs(mp: pytest.MonkeyPatch) -> None:
 
 
 def _follower_refuses_batch_across_leader_start(mp: pytest.MonkeyPatch) -> None:
-    from strandline.replication import fetcher_manager
-    mp.setattr(fetcher_manager, "_starts_inside", lambda log, records: None)
+    from strandline.replication import fetcher
+    mp.setattr(fetcher, "_starts_inside", lambda log, records: None)
 
 
 def _followers_serve_past_their_hw(mp: pytest.MonkeyPatch) -> None:

@@ -126,8 +126,8 @@ def test_delete_records_under_faults_moves_log_start_offsets_and_loses_nothing_a
 def test_delete_records_catches_a_follower_stuck_below_a_log_start_offset_inside_a_batch(monkeypatch):
     """The same run without the fetcher's restart at the base offset of the batch holding the
     leader's log start offset (KAFKA-6975): a follower that fell behind is never back in the ISR."""
-    from strandline.replication import fetcher_manager
-    monkeypatch.setattr(fetcher_manager, "_starts_inside", lambda log, records: None)
+    from strandline.replication import fetcher
+    monkeypatch.setattr(fetcher, "_starts_inside", lambda log, records: None)
     result = run_seed(5, "safe", duration_ms=30000, delete_records=True)
     assert any(v.startswith("the cluster converges") for v in result.all_violations), result.all_violations
 

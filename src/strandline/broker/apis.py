@@ -52,7 +52,8 @@ from strandline.protocol.hot_readers import decode_produce_request
 from strandline.protocol.legacy_records import UnsupportedCompression, down_convert
 from strandline.protocol.records import UndecodableRecordsError
 from strandline.replication.fetch_session import FetchContext, FetchSessionCache
-from strandline.replication.replica_manager import ReplicaManager
+from strandline.replication.purgatory import ProduceResult
+from strandline.replication.replica_manager import ProduceEntry, ReplicaManager
 from strandline.security.acl import AclOperation, ResourceType
 
 TOPIC_ID_PRODUCE = 13                    # Produce v13+ names topics by id (KIP-516)
@@ -350,19 +351,17 @@ class KafkaApis:
         if checking and _has_idempotent_batches(request) and \
                 not self.authorizer.allows_cluster(conn_id, AclOperation.IDEMPOTENT_WRITE):
             return self._produce_all_failed(conn_id, header, request, ErrorCode.cluster_authorization_failed)
-        results: dict[tuple[str, int], list] = {}
-        waiting: dict[tuple[str, int], int] = {}
-        appended: list[tuple[str, int]] = []
+        results: dict[tuple[str, int], ProduceResult] = {}
+        entries: list[ProduceEntry] = []
         effects: list = []
         any_error = False
         by_id = self._topics_by_id() if header.api_version >= TOPIC_ID_PRODUCE else None
-        legacy = header.api_version < LEGACY_PRODUCE_BELOW
         for topic_data in request.topic_data:
             if by_id is not None:   # v13+: an id this broker does not know is UNKNOWN_TOPIC_ID
                 topic = by_id.get(topic_data.topic_id)
                 if topic is None:
                     for pdata in topic_data.partition_data:
-                        results[(topic_data.topic_id, pdata.index)] = [ErrorCode.unknown_topic_id, -1, -1, -1, None]
+                        results[(topic_data.topic_id, pdata.index)] = ProduceResult(ErrorCode.unknown_topic_id)
                     any_error = True
                     continue
                 name = topic.name
@@ -373,66 +372,52 @@ class KafkaApis:
             for pdata in topic_data.partition_data:
                 key = (name, pdata.index)
                 if not writable:
-                    results[key] = [ErrorCode.topic_authorization_failed, -1, -1, -1, None]
+                    results[key] = ProduceResult(ErrorCode.topic_authorization_failed)
                     any_error = True
                     continue
                 if topic is None or pdata.index not in topic.assignment:
-                    results[key] = [ErrorCode.unknown_topic_or_partition, -1, -1, -1, None]
+                    results[key] = ProduceResult(ErrorCode.unknown_topic_or_partition)
                     if topic is None and by_id is None and topic_name_error(name) is None and \
                             self.config["auto.create.topics.enable"] and self._may_create(conn_id, name):
                         effects.extend(self.auto_topics.create(name, lambda e, m, t: [], now_ms))
                     any_error = True
                     continue
                 if name in INTERNAL_TOPICS:
-                    results[key] = [ErrorCode.invalid_topic_exception, -1, -1, -1,
-                                    f"Cannot append to internal topic {name}"]
+                    results[key] = ProduceResult(ErrorCode.invalid_topic_exception,
+                                                 message=f"Cannot append to internal topic {name}")
                     any_error = True
                     continue
-                records = pdata.records
-                if legacy:      # v0-v2: a message set of format v0 or v1 is stored as a record batch v2
-                    records, early = self.replicas.writes.up_convert(topic, pdata.index, records, now_ms)
-                    if early is not None:
-                        results[key] = early
-                        self.replicas.topic_stats.produced(name, pdata.records if early[0] else b"", early[0])
-                        any_error = any_error or early[0] is not ErrorCode.none
-                        continue
-                results[key], required = self.replicas.writes.append_to_leader(
-                    topic, pdata.index, records, acks, now_ms, transactional_id is not None)
-                self.replicas.topic_stats.produced(name, records, results[key][0])
-                if results[key][0] is not ErrorCode.none:
-                    any_error = True
-                    continue
-                appended.append(key)
-                if required is not None:
-                    waiting[key] = required
-        effects.extend(self.replicas.writes.appended(appended, now_ms))
+                entries.append(ProduceEntry(topic, pdata.index, pdata.records))
         request_bytes = self._request_bytes
         if acks == 0:
-            if any_error:
-                return effects + [Close(conn_id, "acks=0 produce failed")]
-            throttle = self.quota_apis.produce.record(ANONYMOUS, header.client_id or "", request_bytes, now_ms)
-            return effects + [Send(conn_id, [], throttle)]
+            def respond(appended: dict) -> list:
+                if any_error or any(r.error is not ErrorCode.none for r in appended.values()):
+                    return [Close(conn_id, "acks=0 produce failed")]
+                throttle = self.quota_apis.produce.record(ANONYMOUS, header.client_id or "", request_bytes, now_ms)
+                return [Send(conn_id, [], throttle)]
+        else:
+            # what the answer names, kept apart from the request: an answer waiting for replication
+            # does not keep the request's records (views of its frame) alive
+            shape = self._produce_shape(header, request, by_id)
 
-        # what the answer names, kept apart from the request: an answer waiting for replication
-        # does not keep the request's records (views of its frame) alive
-        shape = self._produce_shape(header, request, by_id)
+            def respond(appended: dict) -> list:
+                results.update(appended)
+                # Kafka's produce quota: the request's bytes, recorded when it is answered; over the
+                # quota, the answer says for how long the client is throttled and the connection is muted
+                throttle = self.quota_apis.produce.record(ANONYMOUS, header.client_id or "", request_bytes,
+                                                          max(now_ms, self._clock_ms))
+                return [Send(conn_id, [self._encode_produce(header, shape, results, throttle)], throttle)]
 
-        def respond() -> list:
-            # Kafka's produce quota: the request's bytes, recorded when it is answered; over the
-            # quota, the answer says for how long the client is throttled and the connection is muted
-            throttle = self.quota_apis.produce.record(ANONYMOUS, header.client_id or "", request_bytes,
-                                                      max(now_ms, self._clock_ms))
-            return [Send(conn_id, [self._encode_produce(header, shape, results, throttle)], throttle)]
-
-        return effects + self.replicas.writes.await_replication(conn_id, waiting, results, duration_ms(request.timeout),
-                                                         respond, now_ms)
+        return effects + self.replicas.append_records(
+            conn_id, duration_ms(request.timeout), acks, entries, respond, now_ms,
+            transactional=transactional_id is not None, legacy=header.api_version < LEGACY_PRODUCE_BELOW)
 
     def _produce_all_failed(self, conn_id: int, header: RequestHeader, request: Any, code: ErrorCode) -> list:
         if request.acks == 0:
             return [Close(conn_id, f"acks=0 produce failed with {code.name}")]
         by_id = self._topics_by_id() if header.api_version >= TOPIC_ID_PRODUCE else None
         shape = self._produce_shape(header, request, by_id)
-        results = {(key, index): [code, -1, -1, -1, None] for _, key, indexes in shape for index in indexes}
+        results = {(key, index): ProduceResult(code) for _, key, indexes in shape for index in indexes}
         return [Send(conn_id, [self._encode_produce(header, shape, results)])]
 
     def _topics_by_id(self) -> dict:

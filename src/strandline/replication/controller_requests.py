@@ -1,22 +1,28 @@
 """The controller's requests to a broker's :class:`ReplicaManager` (Kafka's ReplicaManager, its
 controller-facing half): LeaderAndIsr (become leader or follower), UpdateMetadata (the metadata
 cache), StopReplica, and the topics a request names that the broker must read from ZooKeeper
-first. A mixin of :class:`ReplicaManager`, whose state it works on.
+first. A component of :class:`ReplicaManager`, which builds it: it keeps what it knows of the
+controller (its epoch, who it is, whether this broker heard from it), the requests held while
+topics are read, the topics recreated, and the listeners told of leaderships; of the replica
+manager it needs only :class:`HostedReplicas`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import LogLine
 from strandline.coordination import znodes
-from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
+from strandline.core.outbox import Outbox
+from strandline.coordination.metadata import LeaderAndIsr, MetadataCache, TopicMetadata
 from strandline.coordination.store import GetChildren, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.protocol import control
+from strandline.replication.fetcher_manager import ReplicaFetcherManager
 from strandline.replication.partition import Partition
+from strandline.replication.topic_stats import BrokerTopicStats
 from strandline.replication.topic_ids import leader_and_isr_answer, other_topic, stale_log
 from strandline.replication.truncation import legacy_truncation_offset
 
@@ -24,8 +30,85 @@ LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being 
 TOPIC_READ_RETRY_MS = 500       # read an unknown topic again while ZooKeeper cannot answer
 
 
+#: ``listener(topic, index, leader, now_ms)``: this broker became leader (True) or stopped leading.
+LeadershipListener = Callable[[str, int, bool, int], list]
+
+
+class HostedReplicas(Protocol):
+    """What :class:`ControllerRequests` needs of the replica manager: the partitions it hosts,
+    opening and deleting one, completing the requests waiting on partitions that changed, and
+    noting a change no watch key announces."""
+
+    @property
+    def partitions(self) -> Mapping[tuple[str, int], Partition]: ...
+
+    def open_partition(self, topic: TopicMetadata, index: int, now_ms: int) -> Partition: ...
+
+    def delete_partition(self, key: tuple[str, int]) -> None: ...
+
+    def complete_delayed_requests(self, keys: list[tuple[str, int]], now_ms: int) -> list: ...
+
+    def note_state_change(self) -> None: ...
+
+
 class ControllerRequests:
-    """Mixed into :class:`strandline.replication.replica_manager.ReplicaManager`, whose state it uses."""
+    """The controller's requests to one broker, applied to its :class:`HostedReplicas`."""
+
+    def __init__(self, replicas: HostedReplicas, config: Any, metadata: MetadataCache, outbox: Outbox,
+                 fetcher_manager: ReplicaFetcherManager, topic_stats: BrokerTopicStats,
+                 broker_epoch: Callable[[], int]) -> None:
+        self.replicas = replicas
+        self.config = config
+        self.broker_id = config.broker_id
+        self.metadata = metadata
+        self.outbox = outbox
+        self.fetcher_manager = fetcher_manager
+        self.topic_stats = topic_stats
+        self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
+        self.controller_epoch = 0          # the newest controller epoch this broker has heard from
+        self.recreated: set[str] = set()   # topics read again for another topic id (topic_ids)
+        self.deleted_stale: list[str] = []  # logs of earlier topics deleted, not reported yet
+        #: the controller as ``/controller`` names it, as far as this broker read (-1: not known);
+        #: the controller's requests must come from it (:meth:`refusal`)
+        self.zk_controller_id = -1
+        self._controller_watched = False   # zk_controller_id came from the watch, newer than start-up's read
+        self.heard_from_controller = False
+        self.shutting_down = False         # asked the controller for a controlled shutdown
+        self.loading_topics: set[str] = set()      # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
+        #: control requests that came while one waits on ZooKeeper (None: none waits)
+        self._held_control: list[tuple[int, dict, Callable[[dict], list], bool]] | None = None
+        self.leadership_listeners: list[LeadershipListener] = []
+
+    def install_cluster(self, cluster_id: str | None, brokers: dict[int, BrokerInfo],
+                        topics: dict[str, TopicMetadata], controller_id: int,
+                        controller_epoch: int) -> dict[str, TopicMetadata]:
+        """The cluster as read from ZooKeeper at start-up, unless the controller's requests (which
+        can arrive between registration and start-up) said something newer; returns the topics
+        then known."""
+        md = self.metadata
+        md.cluster_id = cluster_id
+        if not self._controller_watched:
+            self.zk_controller_id = controller_id
+        if self.heard_from_controller:
+            for name, topic in topics.items():
+                md.topics.setdefault(name, topic)
+            if controller_epoch > self.controller_epoch:
+                self.controller_epoch, md.controller_id = controller_epoch, controller_id
+            return md.topics
+        md.brokers = dict(brokers)
+        md.controller_id = controller_id
+        self.controller_epoch = controller_epoch
+        md.topics = dict(topics)
+        return topics
+
+    def begin_controlled_shutdown(self) -> None:
+        """From now on a partition this broker is told to follow (one whose leadership the
+        controller moves away from it) is not fetched: the old leader is caught up at once, and its
+        first Fetch would take it back into the ISR the controller just took it out of, to stall
+        acks=all writes there once it is gone (Kafka 3.3 keeps a replica in controlled shutdown out
+        of the ISR, KAFKA-14140). The partitions it already followed are fetched until the
+        controller's StopReplica."""
+        self.shutting_down = True
 
     def handle_control(self, api_key: int, body: dict, respond: Callable[[dict], list], now_ms: int,
                        load: bool = True, local: bool = False) -> list:
@@ -97,16 +180,10 @@ class ControllerRequests:
         elif self.zk_controller_id == self.broker_id:
             self.zk_controller_id = -1
 
-    def note_state_change(self) -> None:
-        """A partition changed in a way no watch key announces (a role, an epoch, a log start offset)."""
-        self.state_changes += 1
-        self.journal.everything_changed()
-
     def apply_control(self, api_key: int, body: dict, now_ms: int) -> tuple[list, dict]:
         """Carry out a control request (the controller's own ones come straight here)."""
         self.heard_from_controller = True
-        self.state_changes += 1
-        self.journal.everything_changed()
+        self.replicas.note_state_change()
         if body["controller_epoch"] > self.controller_epoch or self.metadata.controller_id < 0:
             self.controller_epoch = body["controller_epoch"]
             self.metadata.controller_id = body["controller_id"]
@@ -143,28 +220,6 @@ class ControllerRequests:
             self.metadata.topics[topic.name] = TopicMetadata(topic.name, topic.topic_id, dict(topic.assignment),
                                                              {}, dict(topic.configs))
 
-    def update_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
-        """A topic's overrides changed: the metadata cache and its local logs take them now."""
-        topic = self.metadata.topics.get(name)
-        if topic is None:
-            return
-        topic.configs = dict(configs)
-        self._apply_log_config(topic)
-
-    def refresh_log_configs(self) -> None:
-        """The broker's log defaults changed: every log takes its topic's overrides over them."""
-        self.logs.default_config = self.config.log_config()
-        for topic in self.metadata.topics.values():
-            self._apply_log_config(topic)
-
-    def _apply_log_config(self, topic: TopicMetadata) -> None:
-        log_config = self.config.log_config(topic.configs)
-        for index in topic.assignment:
-            partition = self.partitions.get((topic.name, index))
-            if partition is not None and partition.log.config != log_config:
-                partition.log.update_config(log_config)
-                partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
-
     def become_leader_or_follower(self, body: dict, now_ms: int) -> tuple[list, dict]:
         effects: list = []
         errors: list[dict] = []
@@ -187,7 +242,7 @@ class ControllerRequests:
                 elif other_topic(topic, ts):    # a request about a topic ZooKeeper no longer holds
                     code = ErrorCode.inconsistent_topic_id
                 else:
-                    partition = self.open_partition(topic, index, now_ms)
+                    partition = self.replicas.open_partition(topic, index, now_ms)
                     if ps["leader_epoch"] <= partition.leader_epoch:
                         code = ErrorCode.stale_controller_epoch
                     else:
@@ -201,10 +256,9 @@ class ControllerRequests:
                         changed.append((name, index))
                 errors.append({"topic_name": name, "partition_index": index, "error_code": code})
         if changed:
-            effects.extend(self.writes.purgatory.check_keys(changed, now_ms))
-            effects.extend(self.fetch_purgatory.check_keys(changed, now_ms))
+            effects.extend(self.replicas.complete_delayed_requests(changed, now_ms))
         effects.extend(self.fetcher_manager.maybe_send_fetches(now_ms))
-        return effects + self._stale_logs_deleted(), leader_and_isr_answer(body, errors)
+        return effects + self.stale_logs_deleted(), leader_and_isr_answer(body, errors)
 
     def forget_deleted_topics(self, now_ms: int) -> list:
         """Registered again after this broker's ZooKeeper session was lost: it may have missed a
@@ -226,13 +280,13 @@ class ControllerRequests:
                 del self.metadata.topics[name]
                 self.topic_stats.remove_topic(name)
                 effects.append(LogLine("info", f"Topic {name} was deleted while this broker's ZooKeeper session was lost"))
-                local = [i for (n, i) in self.partitions if n == name]
+                local = [i for (n, i) in self.replicas.partitions if n == name]
                 effects += self._delete_replicas(name, local, when_ms)
             return effects
 
         return [self.outbox.zk([GetChildren(znodes.TopicsZNode.path())], on_children)]
 
-    def _stale_logs_deleted(self) -> list:
+    def stale_logs_deleted(self) -> list:
         said, self.deleted_stale = self.deleted_stale, []
         return [LogLine("warning", f"Deleted log of {what}: it belongs to an earlier topic of that name") for what in said]
 
@@ -240,8 +294,9 @@ class ControllerRequests:
         """Once a topic was read again for another id: delete the local replicas of its name whose
         logs are of the earlier topic (topic_ids)."""
         self.recreated.discard(topic.name)
-        stale = [i for (n, i), p in self.partitions.items() if n == topic.name and stale_log(p.log.topic_id, topic)]
-        self.deleted_stale += [f"{topic.name}-{i} (topic id {self.partitions[(topic.name, i)].log.topic_id}, now "
+        partitions = self.replicas.partitions
+        stale = [i for (n, i), p in partitions.items() if n == topic.name and stale_log(p.log.topic_id, topic)]
+        self.deleted_stale += [f"{topic.name}-{i} (topic id {partitions[(topic.name, i)].log.topic_id}, now "
                                f"{topic.topic_id})" for i in stale]
         return self._delete_replicas(topic.name, stale, now_ms)
 
@@ -317,7 +372,7 @@ class ControllerRequests:
                 topic.assignment[index] = tuple(ps["replicas"])
                 topic.states[index] = LeaderAndIsr(
                     ps["leader"], ps["leader_epoch"], tuple(ps["isr"]), ps["controller_epoch"], ps["zk_version"])
-        return effects + self._stale_logs_deleted() + self.fetcher_manager.maybe_send_fetches(now_ms)
+        return effects + self.stale_logs_deleted() + self.fetcher_manager.maybe_send_fetches(now_ms)
 
     def stop_replicas(self, body: dict, now_ms: int) -> tuple[list, dict]:
         """Stop fetching for (and delete, if asked) each partition named, unless the request names
@@ -327,10 +382,11 @@ class ControllerRequests:
         effects: list = []
         errors = []
         stopped: list[tuple[tuple[str, int], bool]] = []
+        partitions = self.replicas.partitions
         for ts in body["topic_states"]:
             for ps in ts["partition_states"]:
                 key = (ts["topic_name"], ps["partition_index"])
-                partition = self.partitions.get(key)
+                partition = partitions.get(key)
                 asked = ps["leader_epoch"]
                 code = ErrorCode.none
                 if partition is not None and 0 <= asked < partition.leader_epoch:
@@ -341,13 +397,11 @@ class ControllerRequests:
         keys = [key for key, _ in stopped]
         self.fetcher_manager.remove_partitions(keys)
         for key, delete in stopped:
-            partition = self.partitions.get(key)
+            partition = partitions.get(key)
             if partition is not None and partition.is_leader:
                 effects.extend(self._leadership_changed(partition, False, now_ms))
             if partition is not None and delete:
-                del self.partitions[key]
-                self.logs.delete_log(*key)
+                self.replicas.delete_partition(key)
                 effects.append(LogLine("info", f"Deleted log of {key[0]}-{key[1]}"))
-        effects.extend(self.writes.purgatory.check_keys(keys, now_ms))
-        effects.extend(self.fetch_purgatory.check_keys(keys, now_ms))
+        effects.extend(self.replicas.complete_delayed_requests(keys, now_ms))
         return effects, {"error_code": ErrorCode.none, "partition_errors": errors}

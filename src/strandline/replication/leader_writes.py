@@ -1,11 +1,11 @@
-"""Appends as leader and the acks=all waits (Kafka's ReplicaManager.appendRecords and its
-produce purgatory).
+"""Appends as leader (Kafka's ReplicaManager.appendToLocalLog) and the produce purgatory.
 
 :meth:`LeaderWrites.append_to_leader` validates one partition's batch (``validation``: the batch
 itself, ``compression.type``, keys in a compacted topic) and appends it, after
-:meth:`~LeaderWrites.up_convert` made one of a Produce v0-v2 message set of format v0 or v1; :meth:`await_replication`
-parks an acks=all answer until the high watermark passes it; :meth:`append_internal` is the
-broker's own acks=all write (``__consumer_offsets``). Pure: it returns effects.
+:meth:`~LeaderWrites.up_convert` made one of a Produce v0-v2 message set of format v0 or v1;
+``ReplicaManager.append_records`` calls them and parks an acks=all answer in :attr:`purgatory`
+as a :class:`DelayedProduce`; :meth:`append_internal` is the broker's own acks=all write
+(``__consumer_offsets``). Pure: it returns effects.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from strandline.protocol.legacy_records import first_magic, up_convert
 from strandline.protocol.markers import build_marker
 from strandline.protocol.records import read_header
 from strandline.replication.partition import Partition
-from strandline.replication.purgatory import DelayedOperation, Purgatory
+from strandline.replication.purgatory import DelayedCall, ProduceResult, Purgatory
 from strandline.replication.validation import CODECS, apply_compression_type, check_keys, validate_produce_records
 
 
@@ -34,46 +34,45 @@ class LeaderWrites:
         self.purgatory = Purgatory()            # the produce purgatory: acks=all answers waiting on the HW
 
     def append_to_leader(self, topic: TopicMetadata, index: int, records: bytes, acks: int,
-                         now_ms: int, transactional: bool = False) -> tuple[list, int | None]:
-        """Validate and append one partition's batch as leader. Returns the produce result
-        ``[error, base offset, log append time, log start offset, message]`` (and the records refused,
-        ``(index, message)`` each, after them when there are any) and, when acks=all,
-        the offset the high watermark must reach. ``transactional``: the request names a
+                         now_ms: int, transactional: bool = False) -> tuple[ProduceResult, int | None]:
+        """Validate and append one partition's batch as leader. Returns its :class:`ProduceResult`
+        and, when acks=all, the offset the high watermark must reach. ``transactional``: the request names a
         transactional id (Kafka refuses transactional records without one)."""
         partition = self.partitions.get((topic.name, index))
         if partition is None or not partition.is_leader:
-            return [ErrorCode.not_leader_or_follower, -1, -1, -1, None], None
+            return ProduceResult(ErrorCode.not_leader_or_follower), None
         log_config = partition.log.config
         checked = validate_produce_records(
             records, log_config.max_message_bytes,
             log_config.message_timestamp_difference_max_ms if log_config.message_timestamp_type == "CreateTime"
             and log_config.message_timestamp_difference_max_ms < LONG_MAX else None, now_ms)
         if checked.error is not ErrorCode.none:
-            return [checked.error, -1, -1, -1 if checked.early else partition.log_start_offset, checked.message], None
+            return ProduceResult(checked.error, -1, -1, -1 if checked.early else partition.log_start_offset,
+                                 checked.message), None
         if checked.header.is_transactional and not transactional:
-            return [ErrorCode.transactional_id_authorization_failed, -1, -1, partition.log_start_offset,
-                    "transactional records need the producer's transactional id"], None
+            return ProduceResult(ErrorCode.transactional_id_authorization_failed, -1, -1, partition.log_start_offset,
+                                 "transactional records need the producer's transactional id"), None
         records, checked = apply_compression_type(records, checked.header,
                                                   self.config.topic_value(topic.configs, "compression.type"),
                                                   log_config.max_message_bytes)
         if checked.error is ErrorCode.none and log_config.compacts:
             checked = check_keys(records, checked.header, topic.name, index)
         if checked.error is not ErrorCode.none:
-            return [checked.error, -1, -1, partition.log_start_offset, checked.message,
-                    *((checked.record_errors,) if checked.record_errors else ())], None
+            return ProduceResult(checked.error, -1, -1, partition.log_start_offset, checked.message,
+                                 checked.record_errors or ()), None
         header = checked.header
         min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
         if records.__class__ is not memoryview or records.readonly:
             records = bytearray(records)        # stamped in place: a copy unless it is the request's own buffer
         outcome = partition.append_records_to_leader(records, header, acks, min_isr, now_ms)
         if outcome.error is not ErrorCode.none:
-            return [outcome.error, -1, -1, partition.log_start_offset, outcome.message], None
+            return ProduceResult(outcome.error, -1, -1, partition.log_start_offset, outcome.message), None
         if self.config.topic_value(topic.configs, "flush.on.ack"):
             partition.log.flush()
-        result = [ErrorCode.none, outcome.base_offset, outcome.log_append_time, partition.log_start_offset, None]
+        result = ProduceResult(ErrorCode.none, outcome.base_offset, outcome.log_append_time, partition.log_start_offset)
         return result, (outcome.last_offset + 1 if acks == -1 else None)
 
-    def up_convert(self, topic: TopicMetadata, index: int, records, now_ms: int) -> tuple[Any, list | None]:
+    def up_convert(self, topic: TopicMetadata, index: int, records, now_ms: int) -> tuple[Any, ProduceResult | None]:
         """A Produce v0-v2 request's records for :meth:`append_to_leader`: a message set of format
         v0 or v1 becomes one record batch v2 (Kafka's ``LogValidator`` up-conversion, checking what
         it checks), anything else is returned as it is. Returns ``(records, None)``, or ``(None,
@@ -84,7 +83,7 @@ class LeaderWrites:
             return records, None
         partition = self.partitions.get((topic.name, index))
         if partition is None or not partition.is_leader:
-            return None, [ErrorCode.not_leader_or_follower, -1, -1, -1, None]
+            return None, ProduceResult(ErrorCode.not_leader_or_follower)
         if records is None:
             return records, None            # refused by validation, as in any version
         log_config = partition.log.config
@@ -96,44 +95,16 @@ class LeaderWrites:
             if log_config.message_timestamp_type == "CreateTime" else None,
             now_ms=now_ms, where=f"{topic.name}-{index}")
         if converted.error is not ErrorCode.none:
-            return None, [converted.error, -1, -1, partition.log_start_offset, converted.message,
-                          *((converted.record_errors,) if converted.record_errors else ())]
+            return None, ProduceResult(converted.error, -1, -1, partition.log_start_offset, converted.message,
+                                       converted.record_errors or ())
         if converted.batch is None:
-            return None, [ErrorCode.none, -1, -1, partition.log_start_offset, None]
+            return None, ProduceResult(ErrorCode.none, -1, -1, partition.log_start_offset)
         return converted.batch, None
 
-    def appended(self, keys: list[tuple[str, int]], now_ms: int) -> list:
-        """New records: long-polling fetches of these partitions may complete."""
-        return self.fetch_purgatory.check_keys(keys, now_ms)
-
-    def await_replication(self, conn_id: int, waiting: dict[tuple[str, int], int], results: dict,
-                          timeout_ms: int, respond: Callable[[], list], now_ms: int) -> list:
-        """acks=all: answer once the high watermark of each partition reaches its offset (ACK-1),
-        NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile
-        (ACK-2), NOT_LEADER_OR_FOLLOWER when leadership moved, REQUEST_TIMED_OUT at the timeout."""
-        if not waiting or all(self.partitions[k].high_watermark >= off for k, off in waiting.items()):
-            return respond()
-
-        def try_complete(when_ms: int, expired: bool) -> list | None:
-            for key, required in list(waiting.items()):
-                partition = self.partitions.get(key)
-                if partition is None or not partition.is_leader or partition.isr_update_failed:
-                    results[key][0] = ErrorCode.not_leader_or_follower
-                    del waiting[key]
-                elif partition.high_watermark >= required:
-                    topic = self.metadata.topics.get(key[0])
-                    min_isr = self.config.topic_value(topic.configs if topic else {}, "min.insync.replicas")
-                    if len(partition.isr) < min_isr:
-                        results[key][0] = ErrorCode.not_enough_replicas_after_append
-                    del waiting[key]
-            if waiting and not expired:
-                return None
-            for key in waiting:
-                results[key][0] = ErrorCode.request_timed_out
-            return respond()
-
-        self.purgatory.watch(DelayedOperation(conn_id, now_ms + timeout_ms, tuple(waiting), try_complete))
-        return []
+    def min_insync_replicas(self, topic: str) -> int:
+        """The topic's ``min.insync.replicas`` as the metadata cache knows it now."""
+        known = self.metadata.topics.get(topic)
+        return self.config.topic_value(known.configs if known else {}, "min.insync.replicas")
 
     def write_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int, commit: bool,
                      coordinator_epoch: int, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
@@ -177,5 +148,5 @@ class LeaderWrites:
                 return done(ErrorCode.request_timed_out, when_ms)
             return None
 
-        self.purgatory.watch(DelayedOperation(-1, now_ms + timeout_ms, (key,), try_complete))
+        self.purgatory.watch(DelayedCall(-1, now_ms + timeout_ms, (key,), try_complete))
         return effects

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from strandline.coordination.metadata import MetadataCache
 from strandline.log.manager import LogManager
 from strandline.replication.partition import Partition
-from strandline.replication.purgatory import DelayedOperation, Purgatory
+from strandline.replication.purgatory import DelayedCall, Purgatory
 
 
 class LogAdmin:
@@ -80,7 +80,7 @@ class LogAdmin:
         done = try_complete(now_ms, False)
         if done is not None:
             return done
-        self.purgatory.watch(DelayedOperation(conn_id, now_ms + max(timeout_ms, 0), tuple(targets),
+        self.purgatory.watch(DelayedCall(conn_id, now_ms + max(timeout_ms, 0), tuple(targets),
                                                              try_complete))
         return []
 

@@ -1,7 +1,12 @@
 """``Partition``: the one owner of every per-partition replication rule on a broker.
 
 It holds the local log, the leader/follower role with its leader epoch, the assigned replicas
-and the ISR, and the high watermark; its log keeps the producer state (``log.producer_state``). It is pure: it never does
+and the ISR, and the high watermark; its log keeps the producer state (``log.producer_state``).
+It is the only writer of the high watermark: restored from the checkpoint
+(:meth:`Partition.restore_high_watermark`), moved by the ISR as leader
+(:meth:`Partition.maybe_increment_high_watermark`), taken from the leader as follower
+(:meth:`Partition.update_follower_high_watermark`), and cut with the log
+(:meth:`Partition.truncate_to`, :meth:`Partition.truncate_fully_and_start_at`). It is pure: it never does
 network I/O or reads a clock (time arrives as ``now_ms``), and expected outcomes are
 ``ErrorCode`` values, never exceptions.
 """
@@ -15,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.coordination.metadata import LeaderAndIsr
 from strandline.log.disk import FileRegion
+from strandline.log.loader import restore_unreplicated_transactions
 from strandline.log.log import Log
 from strandline.log.producer_state import BatchMetadata, ProducerStateManager
 from strandline.protocol.records import BatchHeader, set_log_append_time
@@ -214,6 +220,60 @@ class Partition:
         return ErrorCode.unknown_leader_epoch
 
     # -- high watermark --------------------------------------------------------------------
+
+    def restore_high_watermark(self, checkpointed: int) -> None:
+        """The high watermark read from ``replication-offset-checkpoint`` when the replica is
+        opened, kept within the log's offsets; the transactions above it are open again."""
+        log = self.log
+        self.high_watermark = min(max(checkpointed, log.log_start_offset), log.log_end_offset)
+        restore_unreplicated_transactions(log, self.high_watermark)
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
+        """A follower takes the high watermark its leader's Fetch answer names, up to its own log
+        end offset; it never moves back (Kafka's ``updateFollowerHighWatermark``). Returns whether
+        it moved."""
+        log = self.log
+        new_hw = min(log.log_end_offset, leader_high_watermark)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            log.producer_state.on_high_watermark_updated(new_hw)
+            return True
+        return False
+
+    def truncate_to(self, offset: int) -> int | None:
+        """A follower cuts its log at ``offset`` (Kafka's ``Partition.truncateTo``): the high
+        watermark follows the log end down, and transactions above it are open again. Returns
+        the log end offset before, or None when nothing above ``offset`` was cut (an empty last
+        epoch still goes, EPO-2)."""
+        log = self.log
+        if offset >= log.log_end_offset:
+            log.truncate_to(offset)
+            return None
+        before = log.log_end_offset
+        log.truncate_to(offset)
+        self.high_watermark = min(self.high_watermark, log.log_end_offset)
+        restore_unreplicated_transactions(log, self.high_watermark)
+        return before
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """A follower behind its leader's log start offset drops its log and starts it, and its
+        high watermark, at ``offset`` (Kafka's ``Partition.truncateFullyAndStartAt``)."""
+        self.log.truncate_fully_and_start_at(offset)
+        self.high_watermark = offset
+
+    def check_enough_replicas_reach_offset(self, required_offset: int, min_insync_replicas: int) -> tuple[bool, ErrorCode]:
+        """Whether an acks=all write that ends below ``required_offset`` is acknowledged (Kafka's
+        ``Partition.checkEnoughReplicasReachOffset``): (True, NONE) once the high watermark
+        reaches it (ACK-1), (True, NOT_ENOUGH_REPLICAS_AFTER_APPEND) when the ISR is smaller than
+        ``min_insync_replicas`` by then (ACK-2), (False, NONE) while it does not; (False,
+        NOT_LEADER_OR_FOLLOWER) when this broker no longer leads, or its view is stale (NET-4)."""
+        if not self.is_leader or self.isr_update_failed:
+            return False, ErrorCode.not_leader_or_follower
+        if self.high_watermark >= required_offset:
+            if len(self.isr) < min_insync_replicas:
+                return True, ErrorCode.not_enough_replicas_after_append
+            return True, ErrorCode.none
+        return False, ErrorCode.none
 
     def maybe_increment_high_watermark(self, now_ms: int) -> bool:
         """HW = min LEO over the (maximal) ISR and over followers caught up within the lag time

@@ -1,27 +1,68 @@
 """Delayed requests (Kafka's purgatory): acks=all produce and long-poll fetch.
 
-A delayed operation watches some partitions; it is re-checked when one of them changes (an
-append, a high-watermark move) and expires at its deadline. Completing it yields the response.
+A delayed operation watches some partitions; it is checked again when one of them changes (an
+append, a high-watermark move) and expires at its deadline. As Kafka's ``DelayedOperation``, it
+answers :meth:`~DelayedOperation.try_complete` (the effects that answer the request once it is
+complete, else None) and :meth:`~DelayedOperation.on_expiration` (the answer at its deadline),
+and both end in its ``on_complete``. :class:`DelayedProduce` (an acks=all write, Kafka's
+``DelayedProduce``) and :class:`DelayedFetch` (a long-polling fetch, Kafka's ``DelayedFetch``)
+are the two the replica manager parks; :class:`DelayedCall` is one given as a function (the
+broker's own writes, DeleteRecords).
 """
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Callable, Container, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, NamedTuple, Protocol
+
+from kio.schema.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from strandline.replication.fetch_session import FetchSession, SessionScan
+    from strandline.replication.partition import Partition
 
 
 SWEEP_MS = 30_000
 
 
-@dataclass(eq=False)
 class DelayedOperation:
-    conn_id: int
-    deadline_ms: int
-    keys: tuple[tuple[str, int], ...]
-    try_complete: Callable[[int, bool], list | None]
-    """Called with (now_ms, expired); returns the effects that answer the request, or None."""
-    completed: bool = False
+    """A request that waits in a :class:`Purgatory`: for ``keys`` (the partitions it watches) to
+    change, or until ``deadline_ms``; ``conn_id`` is the connection it answers (-1: none)."""
+
+    __slots__ = ("conn_id", "deadline_ms", "keys", "completed")
+
+    def __init__(self, conn_id: int, deadline_ms: int, keys: tuple[tuple[str, int], ...]) -> None:
+        self.conn_id = conn_id
+        self.deadline_ms = deadline_ms
+        self.keys = keys
+        self.completed = False
+
+    def try_complete(self, now_ms: int) -> list | None:
+        """The effects that answer the request if it can complete now, else None."""
+        raise NotImplementedError
+
+    def on_expiration(self, now_ms: int) -> list:
+        """The deadline passed: the effects that answer the request as it stands."""
+        raise NotImplementedError
+
+
+class DelayedCall(DelayedOperation):
+    """An operation given as one function ``check(now_ms, expired)``, which returns the effects
+    that answer it, or None while it waits (never None when ``expired``)."""
+
+    __slots__ = ("check",)
+
+    def __init__(self, conn_id: int, deadline_ms: int, keys: tuple[tuple[str, int], ...],
+                 check: Callable[[int, bool], list | None]) -> None:
+        super().__init__(conn_id, deadline_ms, keys)
+        self.check = check
+
+    def try_complete(self, now_ms: int) -> list | None:
+        return self.check(now_ms, False)
+
+    def on_expiration(self, now_ms: int) -> list:
+        return self.check(now_ms, True) or []
 
 
 @dataclass
@@ -78,7 +119,7 @@ class Purgatory:
         if self.groups and keys:
             for watched, op in list(self.groups):
                 if not op.completed and any(key in watched for key in keys):
-                    done = op.try_complete(now_ms, False)
+                    done = op.try_complete(now_ms)
                     if done is not None:
                         self._completed(op)
                         effects.extend(done)
@@ -89,7 +130,7 @@ class Purgatory:
                 continue
             for op in list(ops):
                 if not op.completed:
-                    done = op.try_complete(now_ms, False)
+                    done = op.try_complete(now_ms)
                     if done is not None:
                         self._completed(op)
                         effects.extend(done)
@@ -106,7 +147,7 @@ class Purgatory:
                 continue
             self._completed(op)
             expired = True
-            effects.extend(op.try_complete(now_ms, True) or ())
+            effects.extend(op.on_expiration(now_ms))
         if expired or len(heap) > 2 * self._live + 16:
             self._compact(now_ms)
         if expired and self.groups:
@@ -157,3 +198,156 @@ class Purgatory:
 
     def __len__(self) -> int:
         return self._live
+
+
+# ---------------------------------------------------------------------- produce
+
+class ProduceResult(NamedTuple):
+    """One partition's answer to a Produce request, in the order the answer encodes it."""
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    record_errors: tuple | list = ()    # (batch index, message) of each record refused
+
+
+class DelayedProduce(DelayedOperation):
+    """An acks=all write waiting for replication (Kafka's ``DelayedProduce``): each partition in
+    ``waiting`` (its offset the high watermark must reach) is decided by
+    :meth:`Partition.check_enough_replicas_reach_offset`: NONE (ACK-1), or
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile
+    (ACK-2); NOT_LEADER_OR_FOLLOWER when leadership moved; REQUEST_TIMED_OUT for those still
+    waiting at the deadline. ``respond(results)`` answers once every partition is decided."""
+
+    __slots__ = ("waiting", "results", "partitions", "min_insync_replicas", "respond")
+
+    def __init__(self, conn_id: int, deadline_ms: int, waiting: dict[tuple[str, int], int],
+                 results: dict[Any, ProduceResult], partitions: dict[tuple[str, int], Partition],
+                 min_insync_replicas: Callable[[str], int],
+                 respond: Callable[[dict[Any, ProduceResult]], list]) -> None:
+        super().__init__(conn_id, deadline_ms, tuple(waiting))
+        self.waiting = waiting
+        self.results = results
+        self.partitions = partitions
+        self.min_insync_replicas = min_insync_replicas
+        self.respond = respond
+
+    def _check(self) -> None:
+        waiting, results = self.waiting, self.results
+        for key, required in list(waiting.items()):
+            partition = self.partitions.get(key)
+            if partition is None:
+                has_enough, error = False, ErrorCode.not_leader_or_follower
+            else:
+                has_enough, error = partition.check_enough_replicas_reach_offset(
+                    required, self.min_insync_replicas(key[0]))
+            if error is not ErrorCode.none:
+                results[key] = results[key]._replace(error=error)
+                del waiting[key]
+            elif has_enough:
+                del waiting[key]
+
+    def try_complete(self, now_ms: int) -> list | None:
+        self._check()
+        if self.waiting:
+            return None
+        return self.on_complete()
+
+    def on_expiration(self, now_ms: int) -> list:
+        self._check()
+        results = self.results
+        for key in self.waiting:
+            results[key] = results[key]._replace(error=ErrorCode.request_timed_out)
+        return self.on_complete()
+
+    def on_complete(self) -> list:
+        return self.respond(self.results)
+
+
+# ---------------------------------------------------------------------- fetch
+
+class FetchParams(NamedTuple):
+    """What a Fetch asks, the same for each of its reads (Kafka's ``FetchParams``)."""
+    replica_id: int         # a follower's broker id; -1 (or below) for a consumer
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation: int          # 0 read_uncommitted, 1 read_committed
+    from_any_replica: bool  # a consumer that a follower may serve (KIP-392)
+    rack: str               # that consumer's rack ("" otherwise)
+    brokers: dict           # the brokers as the metadata named them when the Fetch came: a
+    #                         preferred read replica is one of them, in each of its reads
+
+
+class LogReadResult(NamedTuple):
+    """One read of a Fetch's partitions: the answer's topics (``[{"topic", "partitions"}]``), the
+    bytes read, whether it must be answered at once (an error, a preferred read replica), and
+    the partitions read without error ((name, partition request) each: a follower's progress)."""
+    topics: list
+    total: int
+    urgent: bool
+    served: list
+
+
+class LocalLogReader(Protocol):
+    """What a :class:`DelayedFetch` needs of the replica manager."""
+
+    journal: Any
+    state_changes: int
+
+    def read_from_local_log(self, params: FetchParams, keyed: Iterable, at_ms: int, arrival: bool,
+                            unquiet: list | None, session: FetchSession | None) -> LogReadResult: ...
+
+
+class DelayedFetch(DelayedOperation):
+    """A fetch that found less than ``min_bytes`` and waits for appends (Kafka's ``DelayedFetch``,
+    REP-2): it reads again whenever one of its partitions changes, and completes once it has
+    ``min_bytes`` or must answer at once, or at its deadline with what there is then.
+
+    A session fetch (``session``) reads what was not quiet on arrival and what changed since (its
+    ``scan``). One that expires untouched (no key checked, and no change no key announces since
+    ``seen``) answers what it read on arrival (``arrived``): its partitions were quiet or
+    answered then, and still are."""
+
+    __slots__ = ("reader", "params", "wanted", "session", "scan", "seen", "arrived", "touched", "respond")
+
+    def __init__(self, conn_id: int, deadline_ms: int, keys: tuple[tuple[str, int], ...], reader: LocalLogReader,
+                 params: FetchParams, wanted: list, session: FetchSession | None, scan: SessionScan | None,
+                 seen: int, arrived: list, respond: Callable[[list], list]) -> None:
+        super().__init__(conn_id, deadline_ms, keys)
+        self.reader = reader
+        self.params = params
+        self.wanted = wanted
+        self.session = session
+        self.scan = scan
+        self.seen = seen
+        self.arrived = arrived
+        self.touched = False
+        self.respond = respond
+
+    def _read(self, now_ms: int) -> LogReadResult:
+        session = self.session
+        if session is None:
+            keyed: Iterable = (((name, p.partition), name, p) for name, p in self.wanted)
+        else:
+            parts = session.partitions
+            keyed = ((key, key[0], parts[key]) for key in session.keys_to_read(self.reader.journal, self.scan)
+                     if key in parts)
+        return self.reader.read_from_local_log(self.params, keyed, now_ms, False, None, session)
+
+    def try_complete(self, now_ms: int) -> list | None:
+        self.touched = True
+        read = self._read(now_ms)
+        if read.total >= self.params.min_bytes or read.urgent:
+            return self.on_complete(read.topics)
+        return None
+
+    def on_expiration(self, now_ms: int) -> list:
+        if self.session is not None and not self.touched and self.reader.state_changes == self.seen:
+            return self.on_complete(self.arrived)
+        self.touched = True
+        return self.on_complete(self._read(now_ms).topics)
+
+    def on_complete(self, topics: list) -> list:
+        return self.respond(topics)

@@ -1,7 +1,7 @@
 """``ReplicaManager``: the partitions this broker hosts (Kafka's ReplicaManager).
 
 It applies the controller's decisions (LeaderAndIsr: become leader or follower; UpdateMetadata: the
-metadata cache; StopReplica; in its :class:`ControllerRequests` half), reads records for consumers
+metadata cache; StopReplica) through its :class:`ControllerRequests`, reads records for consumers
 and followers, holds the fetch purgatory (long-poll fetches), and checkpoints high watermarks. Appends as leader and acks=all waits are its
 :class:`LeaderWrites`', ISR changes its :class:`IsrManager`'s, the follower side its
 :class:`ReplicaFetcherManager`'s, DeleteRecords and whole-replica reads its :class:`LogAdmin`'s. Pure:
@@ -10,7 +10,7 @@ it returns effects; time comes in as ``now_ms``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -18,26 +18,29 @@ from strandline.core.effects import LogLine
 from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
-from strandline.log.loader import restore_unreplicated_transactions
 from strandline.log.manager import LogManager
-from strandline.replication.controller_requests import ControllerRequests
+from strandline.replication.controller_requests import ControllerRequests, LeadershipListener
 from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionScan
 from strandline.replication.fetcher_manager import ReplicaFetcherManager
 from strandline.replication.isr_manager import IsrManager
 from strandline.replication.leader_writes import LeaderWrites
 from strandline.replication.log_admin import LogAdmin
 from strandline.replication.partition import FetchClock, Partition
-from strandline.replication.purgatory import DelayedOperation, Purgatory
+from strandline.replication.purgatory import (DelayedFetch, DelayedProduce, FetchParams, LogReadResult, ProduceResult,
+                                              Purgatory)
 from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.replica_selector import preferred_read_replica
 from strandline.replication.topic_ids import stale_log
 from strandline.replication.topic_stats import BrokerTopicStats
 
-#: ``listener(topic, index, leader, now_ms)``: this broker became leader (True) or stopped leading.
-LeadershipListener = Callable[[str, int, bool, int], list]
+class ProduceEntry(NamedTuple):
+    """One partition of a Produce request for :meth:`ReplicaManager.append_records`."""
+    topic: TopicMetadata
+    index: int
+    records: Any
 
 
-class ReplicaManager(ControllerRequests):
+class ReplicaManager:
     def __init__(self, config: Any, logs: LogManager, metadata: MetadataCache, outbox: Outbox,
                  broker_epoch: Callable[[], int], now_ms: int) -> None:
         self.config = config
@@ -53,23 +56,10 @@ class ReplicaManager(ControllerRequests):
         self.fetch_purgatory = Purgatory()
         self.fetch_purgatory.listener = self.journal.extend
         self.writes = LeaderWrites(config, metadata, self.partitions, self.fetch_purgatory)
+        self.produce_purgatory = self.writes.purgatory    # acks=all answers waiting on the HW
         self.leader_quota = ReplicationQuota(lambda: config["leader.replication.throttled.rate"])
         #: ``replica.selector.class`` is set: consumers may read from followers (KIP-392)
         self.replica_selector = bool(config["replica.selector.class"])
-        self.controller_epoch = 0          # the newest controller epoch this broker has heard from
-        self.recreated: set[str] = set()   # topics read again for another topic id (topic_ids)
-        self.deleted_stale: list[str] = []  # logs of earlier topics deleted, not reported yet
-        self.broker_epoch = broker_epoch   # this broker's registration (czxid), KIP-380
-        #: the controller as ``/controller`` names it, as far as this broker read (-1: not known);
-        #: the controller's requests must come from it (:meth:`refusal`)
-        self.zk_controller_id = -1
-        self._controller_watched = False   # zk_controller_id came from the watch, newer than start-up's read
-        self.heard_from_controller = False
-        self.shutting_down = False         # asked the controller for a controlled shutdown
-        self.loading_topics: set[str] = set()      # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
-        #: control requests that came while one waits on ZooKeeper (None: none waits)
-        self._held_control: list[tuple[int, dict, Callable[[dict], list]]] | None = None
-        self.leadership_listeners: list[LeadershipListener] = []
         self._hw_checkpoint: dict | None = None
         self.isr_manager = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms)
         self.isr_manager.partition_changed = self.journal.add
@@ -77,19 +67,75 @@ class ReplicaManager(ControllerRequests):
         self.fetcher_manager = ReplicaFetcherManager(config, self.partitions, metadata, outbox, self.fetch_purgatory,
                                                      self.topic_stats, journal=self.journal)
         self.log_admin = LogAdmin(self.partitions, logs, metadata, self.note_state_change)
+        self.controller_requests = ControllerRequests(self, config, metadata, outbox, self.fetcher_manager,
+                                                      self.topic_stats, broker_epoch)
+        #: told when this broker starts or stops leading a partition (the coordinators load or unload it)
+        self.leadership_listeners: list[LeadershipListener] = self.controller_requests.leadership_listeners
         #: Counts changes to partitions that a parked fetch's watch keys may not announce (roles,
         #: epochs, log start offsets, HW moves): a parked session fetch whose keys nobody touched
         #: and that saw none of them expires with the answer it had (:meth:`fetch_messages`).
         self.state_changes = 0
 
+    # ------------------------------------------------------------------ the controller's requests
+
+    def handle_control(self, api_key: int, body: dict, respond: Callable[[dict], list], now_ms: int,
+                       local: bool = False) -> list:
+        """LeaderAndIsr, UpdateMetadata or StopReplica (:meth:`ControllerRequests.handle_control`)."""
+        return self.controller_requests.handle_control(api_key, body, respond, now_ms, local=local)
+
+    def controller_seen(self, controller_id: int | None) -> None:
+        self.controller_requests.controller_seen(controller_id)
+
+    def learn_topics(self, topics: Iterable[TopicMetadata]) -> None:
+        self.controller_requests.learn_topics(topics)
+
+    def forget_deleted_topics(self, now_ms: int) -> list:
+        return self.controller_requests.forget_deleted_topics(now_ms)
+
     def begin_controlled_shutdown(self) -> None:
-        """From now on a partition this broker is told to follow (one whose leadership the
-        controller moves away from it) is not fetched: the old leader is caught up at once, and its
-        first Fetch would take it back into the ISR the controller just took it out of, to stall
-        acks=all writes there once it is gone (Kafka 3.3 keeps a replica in controlled shutdown out
-        of the ISR, KAFKA-14140). The partitions it already followed are fetched until the
-        controller's StopReplica."""
-        self.shutting_down = True
+        self.controller_requests.begin_controlled_shutdown()
+
+    @property
+    def controller_epoch(self) -> int:
+        """The newest controller epoch this broker has heard from."""
+        return self.controller_requests.controller_epoch
+
+    def note_state_change(self) -> None:
+        """A partition changed in a way no watch key announces (a role, an epoch, a log start offset)."""
+        self.state_changes += 1
+        self.journal.everything_changed()
+
+    def complete_delayed_requests(self, keys: list[tuple[str, int]], now_ms: int) -> list:
+        """Partitions changed role or went: the produce and fetch requests waiting on them may
+        complete (Kafka's completeDelayedFetchOrProduceRequests)."""
+        return self.produce_purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
+
+    def delete_partition(self, key: tuple[str, int]) -> None:
+        """Drop a local replica and delete its log."""
+        del self.partitions[key]
+        self.logs.delete_log(*key)
+
+    def update_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
+        """A topic's overrides changed: the metadata cache and its local logs take them now."""
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            return
+        topic.configs = dict(configs)
+        self._apply_log_config(topic)
+
+    def refresh_log_configs(self) -> None:
+        """The broker's log defaults changed: every log takes its topic's overrides over them."""
+        self.logs.default_config = self.config.log_config()
+        for topic in self.metadata.topics.values():
+            self._apply_log_config(topic)
+
+    def _apply_log_config(self, topic: TopicMetadata) -> None:
+        log_config = self.config.log_config(topic.configs)
+        for index in topic.assignment:
+            partition = self.partitions.get((topic.name, index))
+            if partition is not None and partition.log.config != log_config:
+                partition.log.update_config(log_config)
+                partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
 
     # ------------------------------------------------------------------ partitions and logs
 
@@ -104,15 +150,15 @@ class ReplicaManager(ControllerRequests):
         log = self.logs.get_or_create_log(topic.name, index, log_config, now_ms)
         if stale_log(log.topic_id, topic):      # a log of an earlier topic of that name (topic_ids)
             self.logs.delete_log(topic.name, index)
-            self.deleted_stale.append(f"{topic.name}-{index} (topic id {log.topic_id}, now {topic.topic_id})")
+            self.controller_requests.deleted_stale.append(
+                f"{topic.name}-{index} (topic id {log.topic_id}, now {topic.topic_id})")
             log = self.logs.get_or_create_log(topic.name, index, log_config, now_ms)
         if log.topic_id is None and topic.topic_id.int:
             self.logs.assign_topic_id(log, topic.topic_id)
         hws = self._high_watermarks()
         partition = Partition(topic.name, index, self.broker_id, log,
                               replica_lag_time_max_ms=config["replica.lag.time.max.ms"])
-        partition.high_watermark = min(max(hws.get(key, 0), log.log_start_offset), log.log_end_offset)
-        restore_unreplicated_transactions(log, partition.high_watermark)
+        partition.restore_high_watermark(hws.get(key, 0))
         partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
         log.offsets_listener = self.journal.add
         self.partitions[key] = partition
@@ -124,21 +170,7 @@ class ReplicaManager(ControllerRequests):
         which can arrive between registration and this call, said something newer), open the
         replicas assigned to this broker and delete the logs of others. Leadership comes only from
         the controller's LeaderAndIsr."""
-        md = self.metadata
-        md.cluster_id = cluster_id
-        if not self._controller_watched:
-            self.zk_controller_id = controller_id
-        if self.heard_from_controller:
-            for name, topic in topics.items():
-                md.topics.setdefault(name, topic)
-            topics = md.topics
-            if controller_epoch > self.controller_epoch:
-                self.controller_epoch, md.controller_id = controller_epoch, controller_id
-        else:
-            md.brokers = dict(brokers)
-            md.controller_id = controller_id
-            self.controller_epoch = controller_epoch
-            md.topics = dict(topics)
+        topics = self.controller_requests.install_cluster(cluster_id, brokers, topics, controller_id, controller_epoch)
         effects: list = []
         for topic in topics.values():
             for index, replicas in sorted(topic.assignment.items()):
@@ -149,7 +181,7 @@ class ReplicaManager(ControllerRequests):
             if topic is None or index not in topic.assignment or self.broker_id not in topic.assignment[index]:
                 self.logs.delete_log(name, index)
                 effects.append(LogLine("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
-        return effects + self._stale_logs_deleted()
+        return effects + self.controller_requests.stale_logs_deleted()
 
     def leader_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
         """The partition if this broker leads it, else why not (Kafka's getPartitionOrError)."""
@@ -182,17 +214,60 @@ class ReplicaManager(ControllerRequests):
     def checkpoint_high_watermarks(self) -> None:
         self.logs.write_checkpoints(self.high_watermark_checkpoints())
 
+    # ------------------------------------------------------------------ writes
+
+    def append_records(self, conn_id: int, timeout_ms: int, acks: int, entries: list[ProduceEntry],
+                       respond: Callable[[dict[tuple[str, int], ProduceResult]], list], now_ms: int,
+                       transactional: bool = False, legacy: bool = False) -> list:
+        """A Produce request's partitions that passed the request's own checks (Kafka's
+        ``appendRecords``): append each as leader (after up-converting a v0-v2 message set when
+        ``legacy``), wake the fetches waiting on them, then ``respond(results)`` (a
+        :class:`ProduceResult` per partition): at once for acks=0 and 1, and for acks=all once
+        each partition's high watermark reaches its batch's end (a :class:`DelayedProduce` in the
+        produce purgatory, until ``timeout_ms``). ``transactional``: the request names a
+        transactional id."""
+        writes = self.writes
+        stats = self.topic_stats
+        results: dict[tuple[str, int], ProduceResult] = {}
+        waiting: dict[tuple[str, int], int] = {}
+        appended: list[tuple[str, int]] = []
+        for topic, index, records in entries:
+            key = (topic.name, index)
+            if legacy:      # v0-v2: a message set of format v0 or v1 is stored as a record batch v2
+                converted, early = writes.up_convert(topic, index, records, now_ms)
+                if early is not None:
+                    results[key] = early
+                    stats.produced(topic.name, records if early.error else b"", early.error)
+                    continue
+                records = converted
+            result, required = writes.append_to_leader(topic, index, records, acks, now_ms, transactional)
+            results[key] = result
+            stats.produced(topic.name, records, result.error)
+            if result.error is not ErrorCode.none:
+                continue
+            appended.append(key)
+            if required is not None:
+                waiting[key] = required
+        effects = self.fetch_purgatory.check_keys(appended, now_ms)    # new records: long polls may complete
+        partitions = self.partitions
+        if not waiting or all(partitions[k].high_watermark >= off for k, off in waiting.items()):
+            return effects + respond(results)
+        self.produce_purgatory.watch(DelayedProduce(conn_id, now_ms + timeout_ms, waiting, results, partitions,
+                                                    writes.min_insync_replicas, respond))
+        return effects
+
     # ------------------------------------------------------------------ reads
 
     def read_log(self, topic: str, index: int) -> bytes:
         return self.log_admin.read_log(topic, index)
 
-    def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,  # noqa: C901  (to be split into a named DelayedFetch and result types)
+    def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                        isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int,
                        session: FetchSession | None = None, client_rack: str | None = None) -> list:
-        """Read whole batches for a consumer (below the HW) or a follower (below the LEO, REP-1);
-        a fetch with too little data waits up to ``max_wait_ms`` for appends (REP-2). A follower's
-        fetch also reports its progress (:meth:`_follower_fetched`).
+        """Read whole batches for a consumer (below the HW) or a follower (below the LEO, REP-1)
+        (:meth:`read_from_local_log`); a fetch with too little data waits up to ``max_wait_ms``
+        for appends (REP-2) as a :class:`DelayedFetch` in the fetch purgatory. A follower's fetch
+        also reports its progress (:meth:`_follower_fetched`). ``respond(topics)`` answers.
 
         ``client_rack``: a consumer's rack, from Fetch v11+ (None before). With
         ``replica.selector.class`` set, such a consumer is sent to a replica in its rack
@@ -204,151 +279,158 @@ class ReplicaManager(ControllerRequests):
         quiet one (:meth:`SessionPartition.quiet`) is left out of the answer, so an idle session
         costs nothing per partition, and a follower's fetch still counts for the ISR through the
         session's :class:`FetchClock`."""
-        committed_only = replica_id < 0
-        read_committed = committed_only and isolation == 1
-        served: list = []     # the partitions read without error, for a follower's progress
-        quota = self.leader_quota
-        partitions = self.partitions
-        journal = self.journal
         follower = replica_id >= 0
         from_any_replica = not follower and client_rack is not None and self.replica_selector
-        rack = client_rack if from_any_replica else ""
-        brokers = self.metadata.brokers
-
-        def read(keyed: Iterable, at_ms: int, arrival: bool, unquiet: list | None) -> tuple[list, int, bool]:
-            """Read ``keyed`` ((key, name, partition request) in order); in a session, those quiet
-            are left out, and the others' keys go to ``unquiet``."""
-            total = 0
-            urgent = False      # an error or a preferred read replica: answered at once
-            served.clear()
-            budget = max_bytes
-            by_topic: dict[str, list] = {}
-            order: list[str] = []
-            clock = session.clock if session is not None and arrival and follower else None
-            deletes_waiting = clock is not None and len(self.log_admin.purgatory) > 0
-            for key, name, p in keyed:
-                partition = partitions.get(key)
-                if clock is not None and partition is not None and partition.take_quiet_clock(replica_id, clock):
-                    journal.add(key)
-                if session is not None:
-                    if partition is not None and p.quiet(partition, replica_id, arrival, deletes_waiting, at_ms):
-                        if clock is not None:
-                            partition.attach_quiet_clock(replica_id, clock)
-                        continue
-                    if unquiet is not None:
-                        unquiet.append(key)
-                # a follower may ask before this broker has applied the LeaderAndIsr that makes it
-                # leader (it waits on ZooKeeper): the fetch waits for it instead of failing
-                arriving = follower and name in self.loading_topics
-                entry = {"partition_index": p.partition, "error_code": ErrorCode.none, "high_watermark": -1,
-                         "last_stable_offset": -1, "log_start_offset": -1,
-                         "aborted_transactions": None if isolation == 0 else [],
-                         "preferred_read_replica": -1, "records": b""}
-                if partition is None:
-                    entry["error_code"] = self.not_served(name, p.partition)
-                    urgent = urgent or not arriving
-                elif rack and partition.is_leader and (elsewhere := preferred_read_replica(
-                        partition, p.fetch_offset, rack, brokers, at_ms)) >= 0:
-                    # the consumer reads from a replica in its rack: no records, the leader's offsets
-                    entry.update(preferred_read_replica=elsewhere, high_watermark=partition.high_watermark,
-                                 last_stable_offset=partition.last_stable_offset(),
-                                 log_start_offset=partition.log.log_start_offset)
-                    urgent = True
-                else:
-                    # an out-of-sync follower of a throttled replica gets no data while over the rate
-                    throttle = follower and replica_id not in partition.isr and self._throttled(
-                        name, p.partition, "leader.replication.throttled.replicas", self.broker_id)
-                    limit = 0 if throttle and quota.exceeded(at_ms) else min(p.partition_max_bytes, budget)
-                    result = partition.read_records(
-                        p.fetch_offset, limit, getattr(p, "current_leader_epoch", -1),
-                        committed_only=committed_only, min_one_batch=total == 0 and limit > 0,
-                        stable_only=read_committed, leader_only=not from_any_replica)
-                    if throttle:
-                        quota.record(len(result.records), at_ms)
-                    entry["error_code"] = result.error
-                    urgent = urgent or (result.error is not ErrorCode.none and not arriving)
-                    if result.error is ErrorCode.none:
-                        served.append((name, p))
-                    entry["high_watermark"] = result.high_watermark
-                    entry["last_stable_offset"] = result.high_watermark
-                    if result.error is ErrorCode.none:
-                        # the partition's, whatever the isolation level (as Kafka reports it)
-                        entry["last_stable_offset"] = lso = partition.last_stable_offset()
-                    if read_committed and result.error is ErrorCode.none:
-                        entry["aborted_transactions"] = [
-                            (txn.producer_id, txn.first_offset)
-                            for txn in partition.log.collect_aborted_txns(p.fetch_offset, lso)]
-                    entry["log_start_offset"] = result.log_start_offset
-                    entry["records"] = result.records
-                    total += len(result.records)
-                    budget = max(0, budget - len(result.records))
-                if name not in by_topic:
-                    by_topic[name] = []
-                    order.append(name)
-                by_topic[name].append(entry)
-            topics = [{"topic": name, "partitions": by_topic[name]} for name in order]
-            return topics, total, urgent
-
+        params = FetchParams(replica_id, max_wait_ms, min_bytes, max_bytes, isolation, from_any_replica,
+                             client_rack if from_any_replica else "", self.metadata.brokers)
         seen = self.state_changes           # before the arrival's scan: what changes after it counts
+        scan = None
         if session is None:
-            def everything() -> Iterable:
-                return (((name, p.partition), name, p) for name, p in wanted)
-            topics, total, urgent = read(everything(), now_ms, True, None)
+            read = self.read_from_local_log(params, (((name, p.partition), name, p) for name, p in wanted), now_ms,
+                                            True, None, None)
             waits = bool(wanted)
         else:
-            parts = session.partitions
-            if session.dropped:
-                if follower:
-                    for key in session.dropped:
-                        partition = partitions.get(key)
-                        if partition is not None:
-                            partition.release_quiet_clock(replica_id, session.clock)
-                session.dropped.clear()
-            reader = (replica_id, isolation)
-            scan = session.scan
-            keys = session.keys_to_read(journal, scan if scan is not None and scan.reader == reader else None,
-                                        ((name, p.partition) for name, p in wanted))
-            position, epoch = journal.position, journal.epoch     # what changes from here on counts next time
-            unquiet: list = []
-            topics, total, urgent = read(((key, key[0], parts[key]) for key in keys if key in parts), now_ms,
-                                         True, unquiet)
-            session.clock.ms = now_ms
-            scan = session.scan = SessionScan(reader, position, epoch, frozenset(unquiet))
-            waits = bool(parts)
+            read, scan = self._read_session(params, session, wanted, now_ms)
+            waits = bool(session.partitions)
         effects: list = []
         if follower:
-            effects = self._follower_fetched(replica_id, list(served), now_ms,
+            effects = self._follower_fetched(replica_id, list(read.served), now_ms,
                                              session.clock if session is not None else None)
-        if max_wait_ms <= 0 or total >= min_bytes or urgent or not waits:
-            return effects + respond(topics)
-
-        # a session fetch that expires untouched (no key checked, no change no key announces) has
-        # the answer it had on arrival: its partitions were quiet or answered then, and still are
-        touched, arrived = [False], topics
-
-        def try_complete(when_ms: int, expired: bool) -> list | None:
-            if expired and session is not None and not touched[0] and self.state_changes == seen:
-                return respond(arrived)
-            touched[0] = True
-            if session is None:
-                topics, total, urgent = read(everything(), when_ms, False, None)
-            else:
-                # what was not quiet on arrival, and what changed since
-                parts = session.partitions
-                topics, total, urgent = read(((key, key[0], parts[key]) for key in session.keys_to_read(journal, scan)
-                                              if key in parts), when_ms, False, None)
-            if expired or total >= min_bytes or urgent:
-                return respond(topics)
-            return None
-
+        if max_wait_ms <= 0 or read.total >= min_bytes or read.urgent or not waits:
+            return effects + respond(read.topics)
+        keys = () if session is not None else tuple((name, p.partition) for name, p in wanted)
+        delayed = DelayedFetch(conn_id, now_ms + max_wait_ms, keys, self, params, wanted, session, scan, seen,
+                               read.topics, respond)
         if session is not None:
-            self.fetch_purgatory.watch_all(DelayedOperation(conn_id, now_ms + max_wait_ms, (), try_complete),
-                                           session.partitions)
+            self.fetch_purgatory.watch_all(delayed, session.partitions)
         else:
-            self.fetch_purgatory.watch(DelayedOperation(conn_id, now_ms + max_wait_ms,
-                                                        tuple((name, p.partition) for name, p in wanted),
-                                                        try_complete))
+            self.fetch_purgatory.watch(delayed)
         return effects
+
+    def _read_session(self, params: FetchParams, session: FetchSession, wanted: list,
+                      now_ms: int) -> tuple[LogReadResult, SessionScan]:
+        """A session fetch's read on arrival: the partitions the session must look at, those that
+        stay quiet left out; the session's scan then records what it saw."""
+        replica_id = params.replica_id
+        partitions = self.partitions
+        journal = self.journal
+        parts = session.partitions
+        if session.dropped:
+            if replica_id >= 0:
+                for key in session.dropped:
+                    partition = partitions.get(key)
+                    if partition is not None:
+                        partition.release_quiet_clock(replica_id, session.clock)
+            session.dropped.clear()
+        reader = (replica_id, params.isolation)
+        scan = session.scan
+        keys = session.keys_to_read(journal, scan if scan is not None and scan.reader == reader else None,
+                                    ((name, p.partition) for name, p in wanted))
+        position, epoch = journal.position, journal.epoch     # what changes from here on counts next time
+        unquiet: list = []
+        read = self.read_from_local_log(params, ((key, key[0], parts[key]) for key in keys if key in parts), now_ms,
+                                        True, unquiet, session)
+        session.clock.ms = now_ms
+        scan = session.scan = SessionScan(reader, position, epoch, frozenset(unquiet))
+        return read, scan
+
+    def read_from_local_log(self, params: FetchParams, keyed: Iterable, at_ms: int, arrival: bool,
+                            unquiet: list | None, session: FetchSession | None) -> LogReadResult:
+        """Read ``keyed`` ((key, name, partition request) in order) for a Fetch (Kafka's
+        ``readFromLocalLog``), within its ``max_bytes``; in a session, those quiet are left out,
+        and the others' keys go to ``unquiet``. ``arrival``: the Fetch's first read (not a
+        :class:`DelayedFetch`'s later one)."""
+        replica_id = params.replica_id
+        follower = replica_id >= 0
+        partitions = self.partitions
+        journal = self.journal
+        total = 0
+        urgent = False      # an error or a preferred read replica: answered at once
+        served: list = []
+        budget = params.max_bytes
+        by_topic: dict[str, list] = {}
+        order: list[str] = []
+        clock = session.clock if session is not None and arrival and follower else None
+        deletes_waiting = clock is not None and len(self.log_admin.purgatory) > 0
+        loading = self.controller_requests.loading_topics
+        for key, name, p in keyed:
+            partition = partitions.get(key)
+            if clock is not None and partition is not None and partition.take_quiet_clock(replica_id, clock):
+                journal.add(key)
+            if session is not None:
+                if partition is not None and p.quiet(partition, replica_id, arrival, deletes_waiting, at_ms):
+                    if clock is not None:
+                        partition.attach_quiet_clock(replica_id, clock)
+                    continue
+                if unquiet is not None:
+                    unquiet.append(key)
+            # a follower may ask before this broker has applied the LeaderAndIsr that makes it
+            # leader (it waits on ZooKeeper): the fetch waits for it instead of failing
+            arriving = follower and name in loading
+            if partition is None:
+                entry = _empty_fetch_entry(p.partition, params.isolation)
+                entry["error_code"] = self.not_served(name, p.partition)
+                urgent = urgent or not arriving
+            else:
+                entry, size = self._read_partition(params, name, p, partition, min(p.partition_max_bytes, budget),
+                                                   total == 0, at_ms)
+                if entry["preferred_read_replica"] >= 0:
+                    urgent = True
+                else:
+                    if entry["error_code"] is ErrorCode.none:
+                        served.append((name, p))
+                    else:
+                        urgent = urgent or not arriving
+                    total += size
+                    budget = max(0, budget - size)
+            if name not in by_topic:
+                by_topic[name] = []
+                order.append(name)
+            by_topic[name].append(entry)
+        topics = [{"topic": name, "partitions": by_topic[name]} for name in order]
+        return LogReadResult(topics, total, urgent, served)
+
+    def _read_partition(self, params: FetchParams, name: str, p: Any, partition: Partition, limit: int,
+                        first: bool, at_ms: int) -> tuple[dict, int]:
+        """One partition's entry in a Fetch answer, and the bytes of records it holds; ``limit``:
+        what is left of the Fetch's bytes for it, ``first``: no partition before it read any."""
+        replica_id = params.replica_id
+        follower = replica_id >= 0
+        committed_only = not follower
+        read_committed = committed_only and params.isolation == 1
+        entry = _empty_fetch_entry(p.partition, params.isolation)
+        if params.rack and partition.is_leader and (elsewhere := preferred_read_replica(
+                partition, p.fetch_offset, params.rack, params.brokers, at_ms)) >= 0:
+            # the consumer reads from a replica in its rack: no records, the leader's offsets
+            entry.update(preferred_read_replica=elsewhere, high_watermark=partition.high_watermark,
+                         last_stable_offset=partition.last_stable_offset(),
+                         log_start_offset=partition.log.log_start_offset)
+            return entry, 0
+        # an out-of-sync follower of a throttled replica gets no data while over the rate
+        quota = self.leader_quota
+        throttle = follower and replica_id not in partition.isr and self._throttled(
+            name, p.partition, "leader.replication.throttled.replicas", self.broker_id)
+        if throttle and quota.exceeded(at_ms):
+            limit = 0
+        result = partition.read_records(
+            p.fetch_offset, limit, getattr(p, "current_leader_epoch", -1),
+            committed_only=committed_only, min_one_batch=first and limit > 0,
+            stable_only=read_committed, leader_only=not params.from_any_replica)
+        if throttle:
+            quota.record(len(result.records), at_ms)
+        entry["error_code"] = result.error
+        entry["high_watermark"] = result.high_watermark
+        entry["last_stable_offset"] = result.high_watermark
+        if result.error is ErrorCode.none:
+            # the partition's, whatever the isolation level (as Kafka reports it)
+            entry["last_stable_offset"] = lso = partition.last_stable_offset()
+            if read_committed:
+                entry["aborted_transactions"] = [
+                    (txn.producer_id, txn.first_offset)
+                    for txn in partition.log.collect_aborted_txns(p.fetch_offset, lso)]
+        entry["log_start_offset"] = result.log_start_offset
+        entry["records"] = result.records
+        return entry, len(result.records)
 
     def _throttled(self, name: str, index: int, key: str, broker_id: int) -> bool:
         topic = self.metadata.topics.get(name)
@@ -382,7 +464,7 @@ class ReplicaManager(ControllerRequests):
         if not keys:
             return []
         self.state_changes += 1     # (a fetch parked after reading the old HW is not watching yet)
-        return self.writes.purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
+        return self.complete_delayed_requests(keys, now_ms)
 
     # ------------------------------------------------------------------ time and connections
 
@@ -396,17 +478,24 @@ class ReplicaManager(ControllerRequests):
         return self.fetcher_manager.maybe_send_fetches(now_ms)
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.writes.purgatory.next_deadline(),
+        deadlines = [d for d in (self.fetcher_manager.next_deadline_ms(), self.produce_purgatory.next_deadline(),
                                  self.fetch_purgatory.next_deadline(), self.log_admin.next_deadline())
                      if d is not None]
         return min(deadlines) if deadlines else None
 
     def expire_delayed(self, now_ms: int) -> list:
-        return (self.writes.purgatory.expire(now_ms) + self.fetch_purgatory.expire(now_ms)
+        return (self.produce_purgatory.expire(now_ms) + self.fetch_purgatory.expire(now_ms)
                 + self.log_admin.expire(now_ms))
 
     def connection_closed(self, conn_id: int) -> None:
-        self.writes.purgatory.cancel_connection(conn_id)
+        self.produce_purgatory.cancel_connection(conn_id)
         self.fetch_purgatory.cancel_connection(conn_id)
         self.log_admin.connection_closed(conn_id)
 
+
+def _empty_fetch_entry(index: int, isolation: int) -> dict:
+    """A partition's entry in a Fetch answer before it is read: no records, unknown offsets."""
+    return {"partition_index": index, "error_code": ErrorCode.none, "high_watermark": -1,
+            "last_stable_offset": -1, "log_start_offset": -1,
+            "aborted_transactions": None if isolation == 0 else [],
+            "preferred_read_replica": -1, "records": b""}

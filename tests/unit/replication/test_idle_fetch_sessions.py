@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from kio.schema.errors import ErrorCode
 
 from strandline.replication.fetch_session import INITIAL_EPOCH, ChangeJournal
-from strandline.replication.purgatory import DelayedOperation, Purgatory
+from strandline.replication.purgatory import DelayedCall, Purgatory
 from tests.unit.batches import make_batch
 from tests.unit.broker.test_broker_core import Harness
 from tests.unit.replication.test_leader_replication import LAG
@@ -233,13 +233,13 @@ def test_purgatory_watch_all_follows_a_changing_container_and_tells_its_listener
     purgatory.listener = heard.extend
     watched = {("t", 0): None}
     done: list = []
-    op = DelayedOperation(1, 1000, (), lambda now, expired: done.append(now) or ["answer"])
+    op = DelayedCall(1, 1000, (), lambda now, expired: done.append(now) or ["answer"])
     purgatory.watch_all(op, watched)
     assert purgatory.check_keys([("t", 1)], 10) == [] and not done
     watched[("t", 1)] = None                               # joined the session while it waits
     assert purgatory.check_keys([("t", 1)], 20) == ["answer"] and done == [20]
     assert heard == [("t", 1), ("t", 1)] and not purgatory.groups and len(purgatory) == 0
-    late = DelayedOperation(1, 1000, (), lambda now, expired: ["late"] if expired else None)
+    late = DelayedCall(1, 1000, (), lambda now, expired: ["late"] if expired else None)
     purgatory.watch_all(late, watched)
     assert purgatory.check_keys([("t", 0)], 30) == [] and purgatory.expire(1000) == ["late"]
     assert not purgatory.groups

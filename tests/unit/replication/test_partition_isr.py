@@ -128,3 +128,49 @@ def test_hw_waits_for_a_recently_caught_up_follower_outside_the_isr():
     p.update_follower_fetch_state(2, 5, now_ms=200)  # rule (a)
     append(p, 2, now=300)
     assert p.high_watermark == 5                     # held at the follower's LEO, not the leader's 7
+
+
+def test_ack_1_ack_2_check_enough_replicas_reach_offset():
+    """ACK-1: an acks=all write is acknowledged once the HW reaches its end; ACK-2: NOT_ENOUGH_
+    REPLICAS_AFTER_APPEND when the ISR is smaller than min.insync.replicas by then; a broker that
+    no longer leads answers NOT_LEADER_OR_FOLLOWER."""
+    from kio.schema.errors import ErrorCode
+    p = leader(isr=(1, 2))
+    append(p, 3)
+    assert p.check_enough_replicas_reach_offset(3, 2) == (False, ErrorCode.none)
+    p.update_follower_fetch_state(2, 3, now_ms=0)
+    assert p.check_enough_replicas_reach_offset(3, 2) == (True, ErrorCode.none)
+    p.apply_isr((1,), 1, now_ms=0)
+    assert p.check_enough_replicas_reach_offset(3, 2) == (True, ErrorCode.not_enough_replicas_after_append)
+    p.make_follower(LeaderAndIsr(2, 2, (2,)), (1, 2, 3))
+    assert p.check_enough_replicas_reach_offset(3, 1) == (False, ErrorCode.not_leader_or_follower)
+
+
+def test_a_follower_takes_its_leaders_high_watermark_up_to_its_own_log_end():
+    p = leader()
+    append(p, 4)
+    p.make_follower(LeaderAndIsr(2, 2, (1, 2, 3)), (1, 2, 3))
+    assert p.update_follower_high_watermark(9) and p.high_watermark == 4     # not past its LEO
+    assert not p.update_follower_high_watermark(2) and p.high_watermark == 4  # never back
+    assert p.truncate_to(3) == 4 and p.high_watermark == 3                    # down with the log
+
+
+def test_only_the_partition_writes_a_partitions_high_watermark():
+    """The high watermark has one writer, :class:`Partition`: no module assigns another object's
+    ``high_watermark`` (each class may keep its own, as a fetch session keeps what it last sent)."""
+    import ast
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[3] / "src" / "strandline"
+    paths = sorted(root.rglob("*.py"))
+    assert len(paths) > 100, f"no source under {root}"      # the scan reads the tree, not an empty folder
+    writers = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                for t in ast.walk(target):
+                    if isinstance(t, ast.Attribute) and t.attr == "high_watermark" and not (
+                            isinstance(t.value, ast.Name) and t.value.id == "self"):
+                        writers.append(f"{path.relative_to(root)}:{t.lineno}")
+    assert writers == []

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from strandline.replication.purgatory import SWEEP_MS, DelayedOperation, Purgatory
+from strandline.replication.purgatory import SWEEP_MS, DelayedCall, Purgatory
 
 
-def op(keys, deadline: int, results: list, ready: set, conn: int = 1) -> DelayedOperation:
+def op(keys, deadline: int, results: list, ready: set, conn: int = 1) -> DelayedCall:
     def try_complete(now_ms: int, expired: bool):
         if expired or ready & set(keys):
             results.append((keys, now_ms, expired))
             return [("answer", tuple(keys))]
         return None
-    return DelayedOperation(conn, deadline, tuple(keys), try_complete)
+    return DelayedCall(conn, deadline, tuple(keys), try_complete)
 
 
 def test_an_operation_completes_once_by_key_or_by_expiry():
