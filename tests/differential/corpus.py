@@ -71,7 +71,6 @@ KEPT: dict[str, str] = {
     "no-delegation-tokens": "no delegation tokens (they need SASL): the four APIs are not served",
     "no-scram": "no SCRAM credentials (they need SASL): AlterUserScramCredentials is not served",
     "zk-era-isr": "AlterIsr is not served: a Strandline leader writes its ISR to ZooKeeper (Kafka before 2.7)",
-    "no-features": "UpdateFeatures is not served: Strandline has no finalized features",
     "describe-configs-v0-is-default": "DescribeConfigs v0's is_default: true for a default value in Strandline, as "
                                       "Kafka up to 2.6 wrote it; Kafka 2.7+ never sets the field (false)",
     "api-versions": "ApiVersions lists Strandline's own table (docs/compatibility.md), not Kafka 3.9's; v3's "
@@ -827,8 +826,9 @@ def not_served_apis() -> list[Case]:
     cases += not_served("alter-isr", 56, [0], Raw(i32(1) + i64(0) + b"\1\0", flexible=True,
                                                   head=(("throttle_time_ms", "int32"), ("error_code", "int16"))),
                         "zk-era-isr", controller())
-    cases += not_served("update-features", 57, [0], {"timeout": 30000, "feature_updates": []}, "no-features",
-                        controller())
+    cases += each("update-features", 57, [0], {"timeout": 30000, "feature_updates": []}, controller())
+    cases += each("update-features-not-controller", 57, [0], {"timeout": 30000, "feature_updates": []},
+                  lambda c: next(b for b in (1, 2, 3) if b != c.controller()))
     cases += each("describe-cluster", 60, [0], {"include_cluster_authorized_operations": False}, broker(2))
     cases += each("describe-cluster-operations", 60, [0], {"include_cluster_authorized_operations": True}, broker(3))
     return cases

@@ -356,7 +356,6 @@ NOT_SERVED = {
     41: "delegation tokens need SASL",
     51: "no SASL/SCRAM (comes with security)",
     56: "a leader writes its ISR to ZooKeeper, as Kafka before 2.7 (AlterPartition comes on its own)",
-    57: "no finalized features",
 }
 
 
