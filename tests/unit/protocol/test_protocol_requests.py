@@ -22,7 +22,8 @@ VERSIONS = list(versions_with_schemas())
 def test_the_advertised_table():
     assert SUPPORTED == {
         ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 13), ApiKey.DESCRIBE_CLUSTER: (0, 0), ApiKey.PRODUCE: (0, 13),
-        ApiKey.FETCH: (0, 16), ApiKey.LIST_OFFSETS: (0, 11), ApiKey.CREATE_TOPICS: (0, 7),
+        ApiKey.FETCH: (0, 16), ApiKey.LIST_OFFSETS: (0, 11), ApiKey.LEADER_AND_ISR: (0, 5),
+        ApiKey.STOP_REPLICA: (0, 3), ApiKey.UPDATE_METADATA: (0, 7), ApiKey.CONTROLLED_SHUTDOWN: (0, 3), ApiKey.CREATE_TOPICS: (0, 7),
         ApiKey.DELETE_TOPICS: (0, 6), ApiKey.INIT_PRODUCER_ID: (0, 5),
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4), ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.ELECT_LEADERS: (0, 2),
         ApiKey.JOIN_GROUP: (0, 9), ApiKey.SYNC_GROUP: (0, 5), ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5),
