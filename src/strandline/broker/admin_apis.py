@@ -1,5 +1,5 @@
 """The controller's admin APIs on the wire: CreateTopics, DeleteTopics, CreatePartitions,
-ElectLeaders (preferred and unclean).
+ElectLeaders (preferred and unclean), the partition reassignments, UpdateFeatures.
 
 Each handler checks what the request may ask of this broker (only the controller serves them,
 NOT_CONTROLLER elsewhere), hands each topic or partition to the :class:`Controller`, and shapes
