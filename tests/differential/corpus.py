@@ -43,6 +43,9 @@ KEPT: dict[str, str] = {
     "controlled-shutdown-v0-v1": "ControlledShutdown v0 and v1 carry no broker epoch: Strandline refuses them with "
                                  "STALE_BROKER_EPOCH (a forgery cannot be told apart); Kafka acts on them "
                                  "(here BROKER_NOT_AVAILABLE for an unknown broker)",
+    "no-broker-epoch": "LeaderAndIsr v0-v1, StopReplica v0, UpdateMetadata v0-v4 carry no broker epoch: Strandline "
+                       "refuses them with STALE_BROKER_EPOCH (a client's cannot be told from the controller's); "
+                       "Kafka takes them (here STALE_CONTROLLER_EPOCH for controller epoch 0)",
     "unknown-broker-assignment": "CreateTopics with a replica on a broker that is not registered: Kafka (ZooKeeper "
                                  "mode) creates the topic, which stays offline, and answers REQUEST_TIMED_OUT once the "
                                  "request's timeout has passed; Strandline refuses it with INVALID_REPLICA_ASSIGNMENT",
@@ -64,14 +67,11 @@ KEPT: dict[str, str] = {
                            "INVALID_REQUEST as Kafka 2.8's ZkAdminManager answers; Kafka 3.9 answers INVALID_CONFIG",
     "unknown-config-operation": "IncrementalAlterConfigs with an operation that does not exist: Kafka fails with "
                                 "UNKNOWN_SERVER_ERROR, Strandline answers INVALID_REQUEST",
-    "not-served": "a version Strandline does not serve (docs/compatibility.md, API versions): Kafka answers, "
-                  "Strandline closes the connection, as Kafka does for a version it does not serve",
     "no-sasl": "no SASL: SaslHandshake and SaslAuthenticate are not served (Kafka answers an error on a "
                "PLAINTEXT listener)",
     "no-delegation-tokens": "no delegation tokens (they need SASL): the four APIs are not served",
     "no-scram": "no SCRAM credentials (they need SASL): AlterUserScramCredentials is not served",
     "zk-era-isr": "AlterIsr is not served: a Strandline leader writes its ISR to ZooKeeper (Kafka before 2.7)",
-    "no-features": "UpdateFeatures is not served: Strandline has no finalized features",
     "describe-configs-v0-is-default": "DescribeConfigs v0's is_default: true for a default value in Strandline, as "
                                       "Kafka up to 2.6 wrote it; Kafka 2.7+ never sets the field (false)",
     "api-versions": "ApiVersions lists Strandline's own table (docs/compatibility.md), not Kafka 3.9's; v3's "
@@ -117,7 +117,7 @@ def each(name: str, api: int, versions: Iterable[int], body: Any, to=None, kept=
     return [one(name, api, v, body, to, kept, **kw) for v in versions]
 
 
-def not_served(name: str, api: int, versions: Iterable[int], body: Any, why: str = "not-served", to=None
+def not_served(name: str, api: int, versions: Iterable[int], body: Any, why: str, to=None
                ) -> list[Case]:
     """Versions Strandline does not serve: Kafka answers, Strandline closes the connection."""
     return each(name, api, versions, body, to, kept=(why, ("<answer>",)))
@@ -688,25 +688,21 @@ def admin() -> list[Case]:
 
 def control_apis() -> list[Case]:
     cases: list[Case] = []
-    head = (("error_code", "int16"),)
-    cases += not_served("leader-and-isr", 4, [0, 1], Raw(i32(9) + i32(0) + arr() + arr(), head=head))
-    cases += not_served("leader-and-isr", 4, [2, 3], Raw(i32(9) + i32(0) + i64(0) + arr() + arr(), head=head))
-    cases += not_served("leader-and-isr", 4, [4], Raw(i32(9) + i32(0) + i64(0) + b"\1\1\0", flexible=True,
-                                                      head=head))
-    cases += each("leader-and-isr-stale", 4, [5], {"controller_id": 9, "controller_epoch": 0, "broker_epoch": 0,
-                                                   "type": 0, "topic_states": [], "live_leaders": []})
-    cases += not_served("stop-replica", 5, [0], Raw(i32(9) + i32(0) + i8(0) + arr(), head=head))
-    cases += not_served("stop-replica", 5, [1], Raw(i32(9) + i32(0) + i64(0) + i8(0) + arr(), head=head))
-    cases += not_served("stop-replica", 5, [2], Raw(i32(9) + i32(0) + i64(0) + i8(0) + b"\1\0", flexible=True,
-                                                    head=head))
-    cases += each("stop-replica-stale", 5, [3], {"controller_id": 9, "controller_epoch": 0, "broker_epoch": 0,
-                                                 "topic_states": []})
-    cases += not_served("update-metadata", 6, range(0, 5), Raw(i32(9) + i32(0) + arr() + arr(), head=head))
-    cases += not_served("update-metadata", 6, [5], Raw(i32(9) + i32(0) + i64(0) + arr() + arr(), head=head))
-    cases += not_served("update-metadata", 6, [6], Raw(i32(9) + i32(0) + i64(0) + b"\1\1\0", flexible=True,
-                                                       head=head))
-    cases += each("update-metadata-stale", 6, [7], {"controller_id": 9, "controller_epoch": 0, "broker_epoch": 0,
-                                                    "topic_states": [], "live_brokers": []})
+    # one body per API with every version's fields (each version's schema keeps those it has); the
+    # versions without a broker epoch are refused by Strandline, taken by Kafka (the unknown epoch)
+    no_epoch = ("no-broker-epoch", ("error_code",))
+    lai = {"controller_id": 9, "controller_epoch": 0, "broker_epoch": 0, "type": 0, "ungrouped_partition_states": [],
+           "topic_states": [], "live_leaders": []}
+    cases += each("leader-and-isr-no-epoch", 4, [0, 1], lai, kept=no_epoch)
+    cases += each("leader-and-isr-stale", 4, range(2, 6), lai)
+    stop = {"controller_id": 9, "controller_epoch": 0, "broker_epoch": 0, "delete_partitions": False,
+            "ungrouped_partitions": [], "topics": [], "topic_states": []}
+    cases += each("stop-replica-no-epoch", 5, [0], stop, kept=no_epoch)
+    cases += each("stop-replica-stale", 5, range(1, 4), stop)
+    update = {"controller_id": 9, "controller_epoch": 0, "broker_epoch": 0, "ungrouped_partition_states": [],
+              "topic_states": [], "live_brokers": []}
+    cases += each("update-metadata-no-epoch", 6, range(0, 5), update, kept=no_epoch)
+    cases += each("update-metadata-stale", 6, range(5, 8), update)
     # ControlledShutdown of broker 99 (v0-v1 carry no broker epoch) and of broker 1 with a stale epoch
     cases.append(one("controlled-shutdown", 7, 0, Raw(i32(99), header_v0=True), controller(),
                      kept=("controlled-shutdown-v0-v1", ("error_code",))))
@@ -827,8 +823,9 @@ def not_served_apis() -> list[Case]:
     cases += not_served("alter-isr", 56, [0], Raw(i32(1) + i64(0) + b"\1\0", flexible=True,
                                                   head=(("throttle_time_ms", "int32"), ("error_code", "int16"))),
                         "zk-era-isr", controller())
-    cases += not_served("update-features", 57, [0], {"timeout": 30000, "feature_updates": []}, "no-features",
-                        controller())
+    cases += each("update-features", 57, [0], {"timeout": 30000, "feature_updates": []}, controller())
+    cases += each("update-features-not-controller", 57, [0], {"timeout": 30000, "feature_updates": []},
+                  lambda c: next(b for b in (1, 2, 3) if b != c.controller()))
     cases += each("describe-cluster", 60, [0], {"include_cluster_authorized_operations": False}, broker(2))
     cases += each("describe-cluster-operations", 60, [0], {"include_cluster_authorized_operations": True}, broker(3))
     return cases

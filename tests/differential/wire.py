@@ -7,7 +7,7 @@ A request body is one of:
   :mod:`strandline.protocol.control` knows, with that module;
 * a kafka-python ``Struct`` (its hand-written structs of old versions);
 * a :class:`Raw` body: bytes laid out by hand, for the few versions no library here describes
-  (the controller's older versions, delegation tokens v0, AlterIsr v0), whose answers are read
+  (ControlledShutdown v0-v2, delegation tokens v0, AlterIsr v0), whose answers are read
   only as far as :attr:`Raw.head` says.
 
 Answers are decoded with the same schema and turned into trees (:func:`tree`): kio's enums become

@@ -196,7 +196,8 @@ class KafkaApis:
             return [Close(conn_id, f"malformed control request: {exc}")]
 
         def respond(answer: dict) -> list:
-            data = control.encode_response(api_key, correlation_id, answer, version)
+            data = control.encode_response(api_key, correlation_id, control.downgrade_answer(api_key, version, answer),
+                                           version)
             return [Send(conn_id, [len(data).to_bytes(4, "big"), data])]
 
         if not self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
@@ -206,7 +207,12 @@ class KafkaApis:
             # Strandline's brokers send v3; without authentication an older request cannot be told
             # from a client's forgery, and it would move the named broker's leaderships away.
             return self.controller.on_controlled_shutdown(body["broker_id"], body.get("broker_epoch", -1), respond, now_ms)
-        return self.replicas.handle_control(api_key, body, respond, now_ms)
+        if not control.has_broker_epoch(api_key, version):
+            # LeaderAndIsr v0-v1, StopReplica v0, UpdateMetadata v0-v4 (before KIP-380): Kafka takes
+            # them (the unknown epoch); here, as ControlledShutdown v0-v1, they are refused: without
+            # a broker epoch a client's request cannot be told from the controller's.
+            return respond(control.error_answer(api_key, int(ErrorCode.stale_broker_epoch)))
+        return self.replicas.handle_control(api_key, control.upgrade(api_key, version, body), respond, now_ms)
 
     # -- ApiVersions
 

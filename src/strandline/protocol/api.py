@@ -86,6 +86,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -107,6 +108,9 @@ class ApiKey(enum.IntEnum):
 #    produces are refused here, so v11 and v12 answer as v10.
 #  * InitProducerId stops at v5 (PRODUCER_FENCED may be returned): v6 adds two-phase commit
 #    (KIP-939), which needs a transaction coordinator.
+#  * LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown (the controller's APIs,
+#    advertised as Kafka 2.8's ZooKeeper-mode brokers do) are encoded by hand in
+#    strandline.protocol.control, which kio (from Kafka 4.x, without ZooKeeper) lacks.
 # FindCoordinator is listed because librdkafka enables LZ4 only when it is advertised; until
 # consumer groups exist it answers COORDINATOR_NOT_AVAILABLE. v4+ is the batched form.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -114,6 +118,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (0, 16),
     ApiKey.LIST_OFFSETS: (0, 11),
     ApiKey.METADATA: (0, 13),
+    ApiKey.LEADER_AND_ISR: (0, 5),
+    ApiKey.STOP_REPLICA: (0, 3),
+    ApiKey.UPDATE_METADATA: (0, 7),
+    ApiKey.CONTROLLED_SHUTDOWN: (0, 3),
     ApiKey.DESCRIBE_CLUSTER: (0, 0),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (0, 7),
@@ -155,6 +163,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.UPDATE_FEATURES: (0, 0),
 }
 
 

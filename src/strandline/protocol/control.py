@@ -7,10 +7,14 @@ by hand in Kafka 2.8/3.x's layouts: LeaderAndIsr v5 and UpdateMetadata v7 (with 
 broker tells a topic from an earlier, deleted topic of the same name) and StopReplica v3 (with each
 partition's leader epoch, KIP-570: one retried late does not stop a replica a newer epoch gave the
 broker back), and ControlledShutdown v3, all flexible (the v2 request header and v1 response
-header, compact strings and arrays, empty tagged fields). Only Strandline's controller sends them; a broker answers other
-versions with an error, never by guessing. ControlledShutdown is also read in v0-v2 (v0 has the v0
-request header, without a client id; v2 adds the broker epoch), so that the controller can answer
-an older request with an error code rather than by closing the connection.
+header, compact strings and arrays, empty tagged fields). Only Strandline's controller sends them.
+
+A broker also reads the older versions a Kafka 2.8 broker serves (:data:`OLDER`: LeaderAndIsr
+v0-v4, StopReplica v0-v2, UpdateMetadata v0-v6, ControlledShutdown v0-v2; ControlledShutdown v0
+has the v0 request header, without a client id) and answers each in its own version. Those that
+carry the broker epoch (KIP-380) are taken in the newest version's shape (:func:`upgrade`,
+:func:`downgrade_answer`); the others are refused (STALE_BROKER_EPOCH), as without a broker epoch
+a client's request cannot be told from the controller's.
 
 A schema is a tuple of fields; a field is ``(name, type)`` where type is one of ``int8``,
 ``int16``, ``int32``, ``int64``, ``bool``, ``uuid``, ``string``, ``nullable_string``, ``int32s``
@@ -85,11 +89,74 @@ SCHEMAS: dict[int, tuple[int, tuple, tuple]] = {
 }
 #: the APIs whose version here is flexible (KIP-482)
 FLEXIBLE = frozenset({LEADER_AND_ISR, UPDATE_METADATA, STOP_REPLICA, CONTROLLED_SHUTDOWN})
-#: older versions read too: (api key, version) -> request schema (not flexible, same response fields)
-OLDER: dict[tuple[int, int], tuple] = {
-    (CONTROLLED_SHUTDOWN, 0): CONTROLLED_SHUTDOWN_REQUEST_V0,
-    (CONTROLLED_SHUTDOWN, 1): CONTROLLED_SHUTDOWN_REQUEST_V0,
-    (CONTROLLED_SHUTDOWN, 2): CONTROLLED_SHUTDOWN_REQUEST,
+
+# -- the older versions Kafka 2.8 serves (clients/src/main/resources/common/message/*.json) --------
+_LIVE_LEADERS = (("broker_id", "int32"), ("host_name", "string"), ("port", "int32"))
+_UNGROUPED_STATE = (("topic_name", "string"),) + _PARTITION_STATE     # v0-v1 (LeaderAndIsr), v0-v4 (UpdateMetadata)
+_LEADER_AND_ISR_V0 = (("controller_id", "int32"), ("controller_epoch", "int32"),
+                      ("ungrouped_partition_states", _UNGROUPED_STATE), ("live_leaders", _LIVE_LEADERS))
+_LEADER_AND_ISR_V1 = (("controller_id", "int32"), ("controller_epoch", "int32"),
+                      ("ungrouped_partition_states", _UNGROUPED_STATE + (("is_new", "bool"),)),
+                      ("live_leaders", _LIVE_LEADERS))
+
+
+def _leader_and_isr_grouped(partition: tuple) -> tuple:
+    """LeaderAndIsr v2-v4: the broker epoch, partitions grouped by topic (no topic id)."""
+    return _CONTROLLER_HEADER + (
+        ("topic_states", (("topic_name", "string"), ("partition_states", partition))),
+        ("live_leaders", _LIVE_LEADERS))
+
+
+_LEADER_AND_ISR_V2 = _leader_and_isr_grouped(_PARTITION_STATE + (("is_new", "bool"),))
+_LEADER_AND_ISR_V3 = _leader_and_isr_grouped(LEADER_AND_ISR_PARTITION)    # adding and removing replicas
+
+_STOP_REPLICA_V0 = (("controller_id", "int32"), ("controller_epoch", "int32"), ("delete_partitions", "bool"),
+                    ("ungrouped_partitions", (("topic_name", "string"), ("partition_index", "int32"))))
+_STOP_REPLICA_V1 = _CONTROLLER_HEADER + (("delete_partitions", "bool"),
+                                         ("topics", (("name", "string"), ("partition_indexes", "int32s"))))
+
+_ENDPOINT_V1 = (("port", "int32"), ("host", "string"), ("security_protocol", "int16"))
+_LIVE_BROKERS_V3 = UPDATE_METADATA_REQUEST[-1][1]
+
+
+def _update_metadata_ungrouped(partition: tuple, live_brokers: tuple) -> tuple:
+    """UpdateMetadata v0-v4: no broker epoch, every partition with its topic's name."""
+    return (("controller_id", "int32"), ("controller_epoch", "int32"),
+            ("ungrouped_partition_states", partition), ("live_brokers", live_brokers))
+
+
+_UPDATE_METADATA_V0 = _update_metadata_ungrouped(
+    _UNGROUPED_STATE, (("id", "int32"), ("v0_host", "string"), ("v0_port", "int32")))
+_UPDATE_METADATA_V1 = _update_metadata_ungrouped(_UNGROUPED_STATE, (("id", "int32"), ("endpoints", _ENDPOINT_V1)))
+_UPDATE_METADATA_V2 = _update_metadata_ungrouped(
+    _UNGROUPED_STATE, (("id", "int32"), ("endpoints", _ENDPOINT_V1), ("rack", "nullable_string")))
+_UPDATE_METADATA_V3 = _update_metadata_ungrouped(_UNGROUPED_STATE, _LIVE_BROKERS_V3)
+_UPDATE_METADATA_V4 = _update_metadata_ungrouped(_UNGROUPED_STATE + (("offline_replicas", "int32s"),),
+                                                 _LIVE_BROKERS_V3)
+_UPDATE_METADATA_V5 = _CONTROLLER_HEADER + (
+    ("topic_states", (("topic_name", "string"), ("partition_states", UPDATE_METADATA_PARTITION))),
+    ("live_brokers", _LIVE_BROKERS_V3))
+
+#: older versions read too: (api key, version) -> (request schema, response schema, flexible)
+OLDER: dict[tuple[int, int], tuple[tuple, tuple, bool]] = {
+    (LEADER_AND_ISR, 0): (_LEADER_AND_ISR_V0, PARTITION_ERRORS_RESPONSE, False),
+    (LEADER_AND_ISR, 1): (_LEADER_AND_ISR_V1, PARTITION_ERRORS_RESPONSE, False),
+    (LEADER_AND_ISR, 2): (_LEADER_AND_ISR_V2, PARTITION_ERRORS_RESPONSE, False),
+    (LEADER_AND_ISR, 3): (_LEADER_AND_ISR_V3, PARTITION_ERRORS_RESPONSE, False),
+    (LEADER_AND_ISR, 4): (_LEADER_AND_ISR_V3, PARTITION_ERRORS_RESPONSE, True),
+    (STOP_REPLICA, 0): (_STOP_REPLICA_V0, PARTITION_ERRORS_RESPONSE, False),
+    (STOP_REPLICA, 1): (_STOP_REPLICA_V1, PARTITION_ERRORS_RESPONSE, False),
+    (STOP_REPLICA, 2): (_STOP_REPLICA_V1, PARTITION_ERRORS_RESPONSE, True),
+    (UPDATE_METADATA, 0): (_UPDATE_METADATA_V0, UPDATE_METADATA_RESPONSE, False),
+    (UPDATE_METADATA, 1): (_UPDATE_METADATA_V1, UPDATE_METADATA_RESPONSE, False),
+    (UPDATE_METADATA, 2): (_UPDATE_METADATA_V2, UPDATE_METADATA_RESPONSE, False),
+    (UPDATE_METADATA, 3): (_UPDATE_METADATA_V3, UPDATE_METADATA_RESPONSE, False),
+    (UPDATE_METADATA, 4): (_UPDATE_METADATA_V4, UPDATE_METADATA_RESPONSE, False),
+    (UPDATE_METADATA, 5): (_UPDATE_METADATA_V5, UPDATE_METADATA_RESPONSE, False),
+    (UPDATE_METADATA, 6): (_UPDATE_METADATA_V5, UPDATE_METADATA_RESPONSE, True),
+    (CONTROLLED_SHUTDOWN, 0): (CONTROLLED_SHUTDOWN_REQUEST_V0, CONTROLLED_SHUTDOWN_RESPONSE, False),
+    (CONTROLLED_SHUTDOWN, 1): (CONTROLLED_SHUTDOWN_REQUEST_V0, CONTROLLED_SHUTDOWN_RESPONSE, False),
+    (CONTROLLED_SHUTDOWN, 2): (CONTROLLED_SHUTDOWN_REQUEST, CONTROLLED_SHUTDOWN_RESPONSE, False),
 }
 NAMES = {LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica", UPDATE_METADATA: "UpdateMetadata",
          CONTROLLED_SHUTDOWN: "ControlledShutdown"}
@@ -229,21 +296,64 @@ def error_answer(api_key: int, code: int) -> dict:
     return {"error_code": code, "partition_errors": []}
 
 
-def _version(api_key: int, version: int | None) -> tuple[int, tuple, bool]:
-    """(version, request schema, flexible) of ``api_key`` in ``version`` (None: the newest)."""
-    newest, schema, _ = SCHEMAS[api_key]
+def _version(api_key: int, version: int | None) -> tuple[int, tuple, tuple, bool]:
+    """(version, request schema, response schema, flexible) of ``api_key`` in ``version`` (None:
+    the newest)."""
+    newest, schema, response = SCHEMAS[api_key]
     if version is None or version == newest:
-        return newest, schema, api_key in FLEXIBLE
+        return newest, schema, response, api_key in FLEXIBLE
     older = OLDER.get((api_key, version))
     if older is None:
         raise ProtocolError(f"{NAMES.get(api_key, api_key)} version {version} is not supported")
-    return version, older, False
+    return (version,) + older
+
+
+def has_broker_epoch(api_key: int, version: int) -> bool:
+    """Whether ``api_key`` v``version`` carries the broker epoch (KIP-380: LeaderAndIsr v2+,
+    StopReplica v1+, UpdateMetadata v5+, ControlledShutdown v2+)."""
+    return any(name == "broker_epoch" for name, _ in _version(api_key, version)[1])
+
+
+def upgrade(api_key: int, version: int, body: dict) -> dict:
+    """An older request that carries the broker epoch in the newest version's shape: no topic
+    ids (the zero id: a topic is taken by its name, as Kafka's brokers take a request without
+    one), no replicas being added or removed (LeaderAndIsr v2), StopReplica's delete flag in each
+    partition with no leader epoch (-1: stop whatever the replica's epoch, as Kafka's
+    ``ReplicaManager.stopReplicas``)."""
+    newest = SCHEMAS[api_key][0]
+    if version == newest or api_key == CONTROLLED_SHUTDOWN:
+        return body
+    if not has_broker_epoch(api_key, version):
+        raise ValueError(f"{NAMES[api_key]} v{version} has no broker epoch: it is refused, not upgraded")
+    zero = uuid.UUID(int=0)
+    if api_key == STOP_REPLICA:
+        return {"controller_id": body["controller_id"], "controller_epoch": body["controller_epoch"],
+                "broker_epoch": body["broker_epoch"], "topic_states": [
+                    {"topic_name": t["name"], "partition_states": [
+                        {"partition_index": i, "leader_epoch": -1, "delete_partition": body["delete_partitions"]}
+                        for i in t["partition_indexes"]]} for t in body["topics"]]}
+    topics = [{"topic_name": t["topic_name"], "topic_id": zero, "partition_states": [
+        {"adding_replicas": [], "removing_replicas": [], **p} if api_key == LEADER_AND_ISR else p
+        for p in t["partition_states"]]} for t in body["topic_states"]]
+    if api_key == LEADER_AND_ISR:
+        return dict(body, type=0, topic_states=topics)
+    return dict(body, topic_states=topics)
+
+
+def downgrade_answer(api_key: int, version: int, answer: dict) -> dict:
+    """The newest version's answer in ``version``'s shape: LeaderAndIsr v0-v4 list each partition
+    with its topic's name, not grouped by topic id."""
+    if api_key != LEADER_AND_ISR or version >= SCHEMAS[api_key][0]:
+        return answer
+    return {"error_code": answer["error_code"], "partition_errors": [
+        {"topic_name": t["topic_name"], "partition_index": p["partition_index"], "error_code": p["error_code"]}
+        for t in answer["topics"] for p in t["partition_errors"]]}
 
 
 def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict, version: int | None = None) -> bytes:
     """A request frame (without the size prefix): the v1 header (v2 for a flexible version, v0 for
     ControlledShutdown v0), then the body; ``version`` None: the newest."""
-    version, schema, flexible = _version(api_key, version)
+    version, schema, _, flexible = _version(api_key, version)
     out = bytearray(struct.pack(">hhi", api_key, version, correlation_id))
     if not (api_key == CONTROLLED_SHUTDOWN and version == 0):
         cid = client_id.encode()
@@ -263,7 +373,7 @@ def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None
         if expected is None or expected[0] != version and (api_key, version) not in OLDER:
             raise ProtocolError(f"{NAMES.get(api_key, api_key)} version {version} is not supported "
                                 f"(supported: {expected[0] if expected else 'none'})")
-        _, schema, flexible = _version(api_key, version)
+        _, schema, _, flexible = _version(api_key, version)
         if api_key == CONTROLLED_SHUTDOWN and version == 0:
             pos, client_id = 8, None    # the v0 request header: no client id
         else:
@@ -280,9 +390,8 @@ def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None
 
 def encode_response(api_key: int, correlation_id: int, body: dict, version: int | None = None) -> bytes:
     """A response frame (without the size prefix) to a request of ``version`` (None: the newest)."""
-    _, _, schema = SCHEMAS[api_key]
+    _, _, schema, flexible = _version(api_key, version)
     out = bytearray(_I32.pack(correlation_id))
-    flexible = _version(api_key, version)[2]
     if flexible:
         out.append(0)                   # the v1 response header's tagged fields
     _encode(schema, body, out, flexible)
@@ -291,8 +400,7 @@ def encode_response(api_key: int, correlation_id: int, body: dict, version: int 
 
 def decode_response(api_key: int, frame: bytes | memoryview, version: int | None = None) -> dict:
     """The body of a control response frame (correlation id first) to a request of ``version``."""
-    _, _, schema = SCHEMAS[api_key]
-    flexible = _version(api_key, version)[2]
+    _, _, schema, flexible = _version(api_key, version)
     try:
         body, end = _decode(schema, frame, _skip_tagged_fields(frame, 4) if flexible else 4, flexible)
     except (struct.error, UnicodeDecodeError) as exc:

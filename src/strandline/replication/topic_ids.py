@@ -37,12 +37,13 @@ def stale_log(log_topic_id: uuid.UUID | None, topic: TopicMetadata) -> bool:
 
 
 def leader_and_isr_answer(body: dict, errors: list[dict]) -> dict:
-    """LeaderAndIsr v5's answer: the partition errors grouped by topic id."""
+    """LeaderAndIsr v5's answer: the partition errors grouped by topic id (each group also names
+    its topic, which v0-v4 answer in place of the id)."""
     ids = {ts["topic_name"]: ts.get("topic_id") or uuid.UUID(int=0) for ts in body["topic_states"]}
     topics: dict[str, list] = {}
     for e in errors:
         topics.setdefault(e["topic_name"], []).append(
             {"partition_index": e["partition_index"], "error_code": e["error_code"]})
     return {"error_code": ErrorCode.none,
-            "topics": [{"topic_id": ids[name], "partition_errors": parts} for name, parts in topics.items()]}
+            "topics": [{"topic_id": ids[name], "topic_name": name, "partition_errors": parts} for name, parts in topics.items()]}
 

@@ -348,15 +348,11 @@ KAFKA_2_8 = {
 
 #: what Kafka 2.8 advertises that Strandline does not, and why (docs/compatibility.md, "API versions")
 NOT_SERVED = {
-    4: "inter-broker: only the newest version, from Strandline's own controller, not advertised",
-    5: "inter-broker: likewise", 6: "inter-broker: likewise",
-    7: "inter-broker: every version answered, not advertised (v0-v1 refused: no broker epoch)",
     17: "no SASL listener (comes with security)", 36: "no SASL listener (comes with security)",
     38: "delegation tokens need SASL", 39: "delegation tokens need SASL", 40: "delegation tokens need SASL",
     41: "delegation tokens need SASL",
     51: "no SASL/SCRAM (comes with security)",
     56: "a leader writes its ISR to ZooKeeper, as Kafka before 2.7 (AlterPartition comes on its own)",
-    57: "no finalized features",
 }
 
 

@@ -73,8 +73,8 @@ def test_truncated_or_oversized_control_frames_are_refused():
     for bad in (frame[:-3], frame[:10] + struct.pack(">iiq", 1, 7, 1) + struct.pack(">i", 1 << 30)):
         with pytest.raises(ProtocolError):
             control.decode_request(bad)
-    with pytest.raises(ProtocolError, match="version 2 is not supported"):
-        control.decode_request(struct.pack(">hhih", 4, 2, 1, -1))
+    with pytest.raises(ProtocolError, match="version 6 is not supported"):
+        control.decode_request(struct.pack(">hhih", 4, 6, 1, -1))
 
 
 @pytest.mark.parametrize("api_key", sorted(control.SCHEMAS))

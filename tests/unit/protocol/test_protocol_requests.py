@@ -22,7 +22,8 @@ VERSIONS = list(versions_with_schemas())
 def test_the_advertised_table():
     assert SUPPORTED == {
         ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 13), ApiKey.DESCRIBE_CLUSTER: (0, 0), ApiKey.PRODUCE: (0, 13),
-        ApiKey.FETCH: (0, 16), ApiKey.LIST_OFFSETS: (0, 11), ApiKey.CREATE_TOPICS: (0, 7),
+        ApiKey.FETCH: (0, 16), ApiKey.LIST_OFFSETS: (0, 11), ApiKey.LEADER_AND_ISR: (0, 5),
+        ApiKey.STOP_REPLICA: (0, 3), ApiKey.UPDATE_METADATA: (0, 7), ApiKey.CONTROLLED_SHUTDOWN: (0, 3), ApiKey.CREATE_TOPICS: (0, 7),
         ApiKey.DELETE_TOPICS: (0, 6), ApiKey.INIT_PRODUCER_ID: (0, 5),
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4), ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.ELECT_LEADERS: (0, 2),
         ApiKey.JOIN_GROUP: (0, 9), ApiKey.SYNC_GROUP: (0, 5), ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5),
@@ -37,7 +38,7 @@ def test_the_advertised_table():
         ApiKey.END_TXN: (0, 3), ApiKey.WRITE_TXN_MARKERS: (0, 1), ApiKey.TXN_OFFSET_COMMIT: (0, 3),
         ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 0),
         ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1), ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
-        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0)}
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ApiKey.UPDATE_FEATURES: (0, 0)}
 
 
 @pytest.mark.parametrize("api_key,version", VERSIONS)
@@ -100,8 +101,8 @@ def test_produce_below_v3_is_advertised_and_served():
 def test_unknown_api_and_versions_outside_the_range():
     with pytest.raises(ProtocolError, match="unknown or unsupported API key 999"):
         decode_request(struct.pack(">hhih", 999, 0, 1, -1))
-    with pytest.raises(ProtocolError, match="unknown or unsupported API key 57"):  # UpdateFeatures: not served
-        decode_request(request_frame(57, 0))
+    with pytest.raises(ProtocolError, match="unknown or unsupported API key 56"):  # AlterIsr: not served
+        decode_request(struct.pack(">hhih", 56, 0, 1, -1))
     with pytest.raises(ProtocolError, match=r"FETCH version 17 is not supported \(supported: 0-16\)"):
         decode_request(request_frame(1, 17))
     with pytest.raises(ProtocolError, match="malformed FETCH v3 request"):     # served, but truncated
