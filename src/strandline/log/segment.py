@@ -343,7 +343,7 @@ class LogSegment:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def append(self, records, batches: list[BatchInfo], now_ms: int | None = None) -> int:
+    def append(self, records: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int | None = None) -> int:
         """Write whole batches with one append; add index entries. Returns the file position."""
         self._ensure_indexes()
         if self._next_offset is None:
