@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -98,7 +98,7 @@ class BrokerIdZNode:
     VERSION = 4
 
     @staticmethod
-    def path(broker_id: int) -> str:
+    def path(broker_id: int | str) -> str:
         return f"{BrokerIdsZNode.path()}/{broker_id}"
 
     @staticmethod
@@ -112,9 +112,9 @@ class BrokerIdZNode:
         return _json(obj)
 
     @staticmethod
-    def decode(data: bytes, broker_id: int | None = None) -> BrokerInfo:
+    def decode(data: bytes | None, broker_id: int | None = None) -> BrokerInfo:
         """``broker_id`` is the znode's name (``int(child)``); without it the result's ``id`` is -1."""
-        path = BrokerIdZNode.path(broker_id) if broker_id is not None else BrokerIdZNode.path("<id>")  # type: ignore[arg-type]
+        path = BrokerIdZNode.path(broker_id) if broker_id is not None else BrokerIdZNode.path("<id>")
 
         def parse(obj: Any) -> BrokerInfo:
             obj = _object(obj)
@@ -158,7 +158,7 @@ class TopicAssignment:
     adding_replicas: Mapping[int, tuple[int, ...]] | None = None
     removing_replicas: Mapping[int, tuple[int, ...]] | None = None
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter((self.partitions, self.topic_id))
 
 
@@ -192,7 +192,7 @@ class TopicZNode:
         return _json(obj)
 
     @staticmethod
-    def decode(data: bytes, topic: str | None = None) -> TopicAssignment:
+    def decode(data: bytes | None, topic: str | None = None) -> TopicAssignment:
         """``assignment, topic_id = TopicZNode.decode(data)``; ``topic`` only names the znode in errors."""
 
         def parse(obj: Any) -> TopicAssignment:
@@ -225,15 +225,22 @@ class TopicPartitionZNode:
     """``/brokers/topics/<t>/partitions/<p>`` (no data)."""
 
     @staticmethod
-    def path(topic: str, partition: int) -> str:
+    def path(topic: str, partition: int | str) -> str:
         return f"{TopicPartitionsZNode.path(topic)}/{partition}"
 
 
 class _HasLeaderAndIsr(Protocol):
-    leader: int
-    leader_epoch: int
-    isr: Iterable[int]
-    controller_epoch: int
+    @property
+    def leader(self) -> int: ...
+
+    @property
+    def leader_epoch(self) -> int: ...
+
+    @property
+    def isr(self) -> Iterable[int]: ...
+
+    @property
+    def controller_epoch(self) -> int: ...
 
 
 class TopicPartitionStateZNode:
@@ -246,7 +253,7 @@ class TopicPartitionStateZNode:
     """
 
     @staticmethod
-    def path(topic: str, partition: int) -> str:
+    def path(topic: str, partition: int | str) -> str:
         return f"{TopicPartitionZNode.path(topic, partition)}/state"
 
     @staticmethod
@@ -255,9 +262,9 @@ class TopicPartitionStateZNode:
                       "isr": [int(b) for b in state.isr], "controller_epoch": int(state.controller_epoch)})
 
     @staticmethod
-    def decode(data: bytes, zk_version: int = 0, topic: str | None = None,
+    def decode(data: bytes | None, zk_version: int = 0, topic: str | None = None,
                partition: int | None = None) -> LeaderAndIsr:
-        path = TopicPartitionStateZNode.path(topic or "<topic>", partition if partition is not None else "<p>")  # type: ignore[arg-type]
+        path = TopicPartitionStateZNode.path(topic or "<topic>", partition if partition is not None else "<p>")
 
         def parse(obj: Any) -> LeaderAndIsr:
             obj = _object(obj)

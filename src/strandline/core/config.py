@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from strandline.log.config import LogConfig
 
@@ -552,7 +552,7 @@ class BrokerConfig:
         return self.values[broker_key] if broker_key else TOPIC_KEYS[topic_key][1].default
 
 
-def parse_topic_configs(raw: dict[str, str | None]) -> dict[str, Any]:
+def parse_topic_configs(raw: Mapping[str, str | None]) -> dict[str, Any]:
     """Validate topic-level configs (CreateTopics / ``--config``); raises ConfigError."""
     parsed: dict[str, Any] = {}
     for key, value in raw.items():
