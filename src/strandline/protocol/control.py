@@ -77,7 +77,7 @@ CONTROLLED_SHUTDOWN_RESPONSE = (
 )
 
 # api key -> (version, request schema, response schema)
-SCHEMAS: dict[int, tuple[int, tuple, tuple]] = {
+SCHEMAS: dict[int, tuple[int, tuple[Any, ...], tuple[Any, ...]]] = {
     LEADER_AND_ISR: (5, LEADER_AND_ISR_REQUEST, LEADER_AND_ISR_RESPONSE),
     UPDATE_METADATA: (7, UPDATE_METADATA_REQUEST, UPDATE_METADATA_RESPONSE),
     STOP_REPLICA: (3, STOP_REPLICA_REQUEST, PARTITION_ERRORS_RESPONSE),
@@ -86,7 +86,7 @@ SCHEMAS: dict[int, tuple[int, tuple, tuple]] = {
 #: the APIs whose version here is flexible (KIP-482)
 FLEXIBLE = frozenset({LEADER_AND_ISR, UPDATE_METADATA, STOP_REPLICA, CONTROLLED_SHUTDOWN})
 #: older versions read too: (api key, version) -> request schema (not flexible, same response fields)
-OLDER: dict[tuple[int, int], tuple] = {
+OLDER: dict[tuple[int, int], tuple[Any, ...]] = {
     (CONTROLLED_SHUTDOWN, 0): CONTROLLED_SHUTDOWN_REQUEST_V0,
     (CONTROLLED_SHUTDOWN, 1): CONTROLLED_SHUTDOWN_REQUEST_V0,
     (CONTROLLED_SHUTDOWN, 2): CONTROLLED_SHUTDOWN_REQUEST,
@@ -139,7 +139,7 @@ def _length(n: int, out: bytearray, flexible: bool, string: bool) -> None:
         out.extend((_I16 if string else _I32).pack(n))
 
 
-def _encode(schema: tuple, value: dict, out: bytearray, flexible: bool = False) -> None:
+def _encode(schema: tuple[Any, ...], value: dict[str, Any], out: bytearray, flexible: bool = False) -> None:
     for name, kind in schema:
         v = value[name]
         fixed = _FIXED.get(kind) if isinstance(kind, str) else None
@@ -168,7 +168,8 @@ def _encode(schema: tuple, value: dict, out: bytearray, flexible: bool = False) 
         out.append(0)                   # no tagged fields
 
 
-def _decode(schema: tuple, buf: bytes | memoryview, pos: int, flexible: bool = False) -> tuple[dict, int]:
+def _decode(schema: tuple[Any, ...], buf: bytes | memoryview, pos: int, flexible: bool = False
+            ) -> tuple[dict[str, Any], int]:
     value: dict[str, Any] = {}
     for name, kind in schema:
         fixed = _FIXED.get(kind) if isinstance(kind, str) else None
@@ -218,7 +219,7 @@ def _decode(schema: tuple, buf: bytes | memoryview, pos: int, flexible: bool = F
     return value, pos
 
 
-def error_answer(api_key: int, code: int) -> dict:
+def error_answer(api_key: int, code: int) -> dict[str, Any]:
     """The answer to a request refused as a whole with error ``code``."""
     if api_key == UPDATE_METADATA:
         return {"error_code": code}
@@ -229,7 +230,7 @@ def error_answer(api_key: int, code: int) -> dict:
     return {"error_code": code, "partition_errors": []}
 
 
-def _version(api_key: int, version: int | None) -> tuple[int, tuple, bool]:
+def _version(api_key: int, version: int | None) -> tuple[int, tuple[Any, ...], bool]:
     """(version, request schema, flexible) of ``api_key`` in ``version`` (None: the newest)."""
     newest, schema, _ = SCHEMAS[api_key]
     if version is None or version == newest:
@@ -240,7 +241,8 @@ def _version(api_key: int, version: int | None) -> tuple[int, tuple, bool]:
     return version, older, False
 
 
-def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict, version: int | None = None) -> bytes:
+def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict[str, Any],
+                   version: int | None = None) -> bytes:
     """A request frame (without the size prefix): the v1 header (v2 for a flexible version, v0 for
     ControlledShutdown v0), then the body; ``version`` None: the newest."""
     version, schema, flexible = _version(api_key, version)
@@ -254,7 +256,7 @@ def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict
     return bytes(out)
 
 
-def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None, dict]:
+def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None, dict[str, Any]]:
     """(api_key, version, correlation_id, client_id, body) of a control request frame; bytes after
     the body are ignored, as for every API."""
     try:
@@ -278,7 +280,7 @@ def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None
     return api_key, version, correlation_id, client_id, body
 
 
-def encode_response(api_key: int, correlation_id: int, body: dict, version: int | None = None) -> bytes:
+def encode_response(api_key: int, correlation_id: int, body: dict[str, Any], version: int | None = None) -> bytes:
     """A response frame (without the size prefix) to a request of ``version`` (None: the newest)."""
     _, _, schema = SCHEMAS[api_key]
     out = bytearray(_I32.pack(correlation_id))
@@ -289,7 +291,7 @@ def encode_response(api_key: int, correlation_id: int, body: dict, version: int 
     return bytes(out)
 
 
-def decode_response(api_key: int, frame: bytes | memoryview, version: int | None = None) -> dict:
+def decode_response(api_key: int, frame: bytes | memoryview, version: int | None = None) -> dict[str, Any]:
     """The body of a control response frame (correlation id first) to a request of ``version``."""
     _, _, schema = SCHEMAS[api_key]
     flexible = _version(api_key, version)[2]

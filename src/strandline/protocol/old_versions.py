@@ -38,7 +38,8 @@ def derive(cls: type, version: int, *, drop: tuple[str, ...] = (), add: tuple[_A
     nested = nested or {}
     fields: list[tuple[str, Any, Any]] = []
 
-    def spec(name: str, type_: Any, metadata: dict, default: Any, default_factory: Any) -> tuple[str, Any, Any]:
+    def spec(name: str, type_: Any, metadata: dict[str, Any], default: Any,
+             default_factory: Any) -> tuple[str, Any, Any]:
         kwargs: dict[str, Any] = {"metadata": metadata}
         if default is not dataclasses.MISSING:
             kwargs["default"] = default
@@ -60,7 +61,7 @@ def derive(cls: type, version: int, *, drop: tuple[str, ...] = (), add: tuple[_A
         if f.name in nested:
             inner = nested[f.name]
             optional = "None" in str(type_)
-            type_ = (tuple[inner, ...] | None) if optional else tuple[inner, ...]
+            type_ = (tuple[inner, ...] | None) if optional else tuple[inner, ...]  # type: ignore[valid-type]  # a class made at run time
         fields.append(spec(f.name, type_, dict(f.metadata), f.default, f.default_factory))
         insert_after(f.name)
     namespace = {k: getattr(cls, k) for k in _CLASS_VARS if hasattr(cls, k)}
@@ -78,11 +79,13 @@ def _array_element(cls: type, name: str) -> type:
     for f in dataclasses.fields(cls):
         if f.name == name:
             t = f.type
-            args = getattr(t, "__args__", ())
+            args: tuple[Any, ...] = getattr(t, "__args__", ())
             for a in args:                          # tuple[X, ...] | None
                 if getattr(a, "__origin__", None) is tuple:
-                    return a.__args__[0]
-            return args[0]
+                    element: type = a.__args__[0]
+                    return element
+            only: type = args[0]
+            return only
     raise KeyError(name)
 
 
