@@ -33,9 +33,11 @@ $(VENV)/.lint-installed: $(VENV)/.installed pyproject.toml
 lint: $(VENV)/.lint-installed
 	$(BIN)/ruff check --no-cache .
 
-# mypy --strict over the packages listed in pyproject.toml's [tool.mypy] (the ones with no errors)
+# mypy --strict over the packages listed in pyproject.toml's [tool.mypy] (the ones with no errors);
+# each type: ignore there names its code and says why (tools/check_type_ignores.py)
 typecheck: $(VENV)/.lint-installed
 	$(BIN)/mypy --no-incremental
+	$(BIN)/python tools/check_type_ignores.py
 
 $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[docs]'
