@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 from strandline.core.config import config_text
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import znodes
-from strandline.coordination.store import CheckVersion, Create, Delete, GetData, SetData, TransactionOp
+from strandline.coordination.store import Create, Delete, GetData, SetData, TransactionOp
 from strandline.coordination.znodes import LeaderAndIsr
 
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
@@ -72,15 +72,15 @@ def multi_size(ops: Iterable[TransactionOp], root: str = "") -> int:
     return _REQUEST_HEADER + _MULTI_HEADER + sum(op_size(op, root) for op in ops)
 
 
-def split_multi(ops: Sequence[Create | SetData | CheckVersion], fence: Sequence[CheckVersion] = (),
-                root: str = "", limit: int | None = None) -> list[list[Create | SetData | CheckVersion]]:
+def split_multi(ops: Sequence[TransactionOp], fence: Sequence[TransactionOp] = (),
+                root: str = "", limit: int | None = None) -> list[list[TransactionOp]]:
     """``ops`` in consecutive runs that each fit one multi (after ``fence``) within ``limit`` bytes:
     a controller electing leaders for thousands of partitions at once writes them in several
     transactions, as one would be refused ("Len error")."""
     limit = JUTE_MAXBUFFER if limit is None else limit
     base = multi_size(fence, root)
-    runs: list[list[Create | SetData | CheckVersion]] = []
-    run: list[Create | SetData | CheckVersion] = []
+    runs: list[list[TransactionOp]] = []
+    run: list[TransactionOp] = []
     size = base
     for op in ops:
         cost = op_size(op, root)
@@ -95,7 +95,7 @@ def split_multi(ops: Sequence[Create | SetData | CheckVersion], fence: Sequence[
 
 
 def max_partitions(topic: TopicMetadata, replication_factor: int, broker_ids: Sequence[int],
-                   controller_epoch: int, fence: Sequence[CheckVersion] = (), root: str = "",
+                   controller_epoch: int, fence: Sequence[TransactionOp] = (), root: str = "",
                    limit: int = JUTE_MAXBUFFER) -> int:
     """The most partitions ``topic`` (its name, id and configs) can have for its creation multi
     (``fence`` then :func:`create_topic_ops`) to fit in ``limit`` bytes.

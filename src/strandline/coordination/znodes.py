@@ -369,7 +369,7 @@ class ControllerZNode(_FixedPathZNode):
         return _json({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
 
     @staticmethod
-    def decode(data: bytes) -> int:
+    def decode(data: bytes | None) -> int:
         """The controller's broker id."""
         return _decode(ControllerZNode.path(), data, lambda obj: _int(_object(obj)["brokerid"]))
 
@@ -385,9 +385,9 @@ class ControllerEpochZNode(_FixedPathZNode):
         return str(int(epoch)).encode("ascii")
 
     @staticmethod
-    def decode(data: bytes) -> int:
+    def decode(data: bytes | None) -> int:
         try:
-            text = bytes(data).decode("ascii").strip()
+            text = bytes(data).decode("ascii").strip()  # type: ignore[arg-type]  # None: TypeError, malformed below
             if not text.lstrip("-").isdigit():
                 raise ValueError
             return int(text)
@@ -459,7 +459,7 @@ class IsrChangeNotificationSequenceZNode:
         return _json({"version": 1, "partitions": _partition_list(partitions)})
 
     @staticmethod
-    def decode(data: bytes, path: str | None = None) -> tuple[tuple[str, int], ...]:
+    def decode(data: bytes | None, path: str | None = None) -> tuple[tuple[str, int], ...]:
         return _decode(path or IsrChangeNotificationSequenceZNode.path("<seq>"), data, _parse_partition_list)
 
 
@@ -531,7 +531,7 @@ class ReassignPartitionsZNode(_FixedPathZNode):
             {"topic": t, "partition": p, "replicas": [int(b) for b in r]} for (t, p), r in sorted(moves.items())]})
 
     @staticmethod
-    def decode(data: bytes) -> dict[tuple[str, int], tuple[int, ...]]:
+    def decode(data: bytes | None) -> dict[tuple[str, int], tuple[int, ...]]:
         def parse(obj: Any) -> dict[tuple[str, int], tuple[int, ...]]:
             return {(str(e["topic"]), _int(e["partition"])): _int_list(e["replicas"])
                     for e in _object(obj)["partitions"]}
