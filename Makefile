@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test test-unit lint docs bench lab kcat browser nftables iproute2 maven clean
+.PHONY: run test test-unit lint typecheck docs bench lab kcat browser nftables iproute2 maven clean
 
 # A test prerequisite that could not be installed fails `make test` under CI=true (.ci/run sets
 # it); elsewhere its tests skip, each saying why. $(call require,COMMAND,PACKAGE)
@@ -32,6 +32,12 @@ $(VENV)/.lint-installed: $(VENV)/.installed pyproject.toml
 # ruff: pyflakes, bugbear and complexity, configured in pyproject.toml
 lint: $(VENV)/.lint-installed
 	$(BIN)/ruff check --no-cache .
+
+# mypy --strict over the packages listed in pyproject.toml's [tool.mypy] (the ones with no errors);
+# each type: ignore there names its code and says why (tools/check_type_ignores.py)
+typecheck: $(VENV)/.lint-installed
+	$(BIN)/mypy --no-incremental
+	$(BIN)/python tools/check_type_ignores.py
 
 $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[docs]'

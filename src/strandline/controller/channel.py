@@ -17,14 +17,15 @@ a new controller, or of its own new registration, a moment after the controller 
 from __future__ import annotations
 
 import uuid
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.controller.context import ControllerContext
-from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
+from strandline.coordination.metadata import TopicMetadata
+from strandline.coordination.znodes import LeaderAndIsr
 from strandline.protocol import control
 
 LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
@@ -33,7 +34,7 @@ CONTROL_RETRY_MS = 500          # resend a control request after a failed connec
 #: ``deliver(api_key, body, topics, now_ms)``: hand a control request to this broker's own replica
 #: manager, with the topics it names as the controller knows them (they need not be read back from
 #: ZooKeeper, where the controller may just have written them).
-LocalDelivery = Callable[[int, dict, "dict[str, TopicMetadata]", int], list]
+LocalDelivery = Callable[[int, dict[str, Any], "dict[str, TopicMetadata]", int], list[Effect]]
 
 
 class ControllerChannel:
@@ -46,12 +47,12 @@ class ControllerChannel:
 
     # ------------------------------------------------------------------ request bodies
 
-    def header(self, ctx: ControllerContext) -> dict:
+    def header(self, ctx: ControllerContext) -> dict[str, Any]:
         return {"controller_id": self.broker_id, "controller_epoch": ctx.epoch, "broker_epoch": -1}
 
     def leader_and_isr_body(self, ctx: ControllerContext, parts: list[tuple[TopicMetadata, int]],
-                            is_new: bool) -> dict:
-        by_topic: dict[str, list] = {}
+                            is_new: bool) -> dict[str, Any]:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
         ids: dict[str, uuid.UUID] = {}
         leaders: set[int] = set()
         for topic, index in parts:
@@ -73,10 +74,10 @@ class ControllerChannel:
                 "live_leaders": live_leaders}
 
     def stop_replica_body(self, ctx: ControllerContext, parts: list[tuple[str, int]], delete: bool,
-                          deleting_topic: bool = False) -> dict:
+                          deleting_topic: bool = False) -> dict[str, Any]:
         """StopReplica v3 for ``parts``, each with the leader epoch the controller knows (KIP-570),
         or -2 for a topic being deleted."""
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
         ids: dict[str, uuid.UUID | None] = {}
         for name, index in parts:
             topic = ctx.topics.get(name)
@@ -90,9 +91,9 @@ class ControllerChannel:
                                                      for n, p in by_topic.items()]}
 
     def update_metadata_body(self, ctx: ControllerContext, parts: list[tuple[TopicMetadata, int]],
-                             deleted: list[tuple[str, int]] = ()) -> dict:
+                             deleted: Sequence[tuple[str, int]] = ()) -> dict[str, Any]:
         brokers = ctx.live_brokers
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
         ids = {name: ctx.topics[name].topic_id if name in ctx.topics else uuid.UUID(int=0) for name, _ in deleted}
         for topic, index in parts:
             ids[topic.name] = topic.topic_id
@@ -113,7 +114,7 @@ class ControllerChannel:
                 "live_brokers": self._live_brokers(ctx)}
 
     @staticmethod
-    def _live_brokers(ctx: ControllerContext) -> list[dict]:
+    def _live_brokers(ctx: ControllerContext) -> list[dict[str, Any]]:
         return [{"id": b.id, "endpoints": [{"port": b.port, "host": b.host, "listener": "PLAINTEXT",
                                             "security_protocol": 0}], "rack": b.rack}
                 for b in ctx.live_brokers.values()]
@@ -122,18 +123,18 @@ class ControllerChannel:
 
     def send_partition_states(self, ctx: ControllerContext, parts: list[tuple[TopicMetadata, int]],
                               to_brokers: set[int] | None, is_new: bool, now_ms: int,
-                              metadata_to: set[int] | None = None) -> list:
+                              metadata_to: set[int] | None = None) -> list[Effect]:
         """LeaderAndIsr for ``parts`` to their live replicas (only those in ``to_brokers`` when
         given), then UpdateMetadata for them to every live broker (or ``metadata_to``)."""
         live = set(ctx.live_brokers)
-        per_broker: dict[int, list] = {}
+        per_broker: dict[int, list[tuple[TopicMetadata, int]]] = {}
         for topic, index in parts:
             if index not in topic.states:
                 continue
             for replica in topic.assignment[index]:
                 if replica in live and (to_brokers is None or replica in to_brokers):
                     per_broker.setdefault(replica, []).append((topic, index))
-        effects: list = []
+        effects: list[Effect] = []
         # others first, so that a local follower's first fetch finds its leader informed; all
         # LeaderAndIsr before any UpdateMetadata, so that leaders serve before clients hear of them
         for broker_id in sorted(per_broker, key=lambda b: b == self.broker_id):
@@ -144,8 +145,8 @@ class ControllerChannel:
             effects.extend(self.send(ctx, broker_id, control.UPDATE_METADATA, body, now_ms))
         return effects
 
-    def _resend(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int,
-                done: Callable[[int], list] | None = None, refusals: int = 0) -> list:
+    def _resend(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict[str, Any], now_ms: int,
+                done: Callable[[int], list[Effect]] | None = None, refusals: int = 0) -> list[Effect]:
         """Send again a request that got no answer (or was refused as a whole, ``refusals`` times
         so far), without what no longer holds: what a topic's
         deletion said of a topic made again since under that name, and what it said of a topic
@@ -154,7 +155,7 @@ class ControllerChannel:
         no topic id), an UpdateMetadata would drop it from the broker's metadata. An UpdateMetadata
         names the brokers alive now: the broker may have taken a later one meanwhile, whose brokers
         it must not replace by older ones."""
-        def deletion(ps: dict) -> bool:
+        def deletion(ps: dict[str, Any]) -> bool:
             return ps.get("leader_epoch") == control.EPOCH_DURING_DELETE if api_key == control.STOP_REPLICA \
                 else ps.get("leader") == LEADER_DURING_DELETE
         topic_states = []
@@ -172,8 +173,8 @@ class ControllerChannel:
             again["live_brokers"] = self._live_brokers(ctx)
         return self.send(ctx, broker_id, api_key, again, now_ms, done, refusals)
 
-    def send(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict, now_ms: int,
-             done: Callable[[int], list] | None = None, refusals: int = 0) -> list:
+    def send(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict[str, Any], now_ms: int,
+             done: Callable[[int], list[Effect]] | None = None, refusals: int = 0) -> list[Effect]:
         """Send a control request, or hand it to this broker's own replica manager. ``done(now_ms)``
         (if given) once the broker answered, or is no longer live, while this controller is in office."""
         if broker_id == self.broker_id:
@@ -185,7 +186,7 @@ class ControllerChannel:
         if body["broker_epoch"] < 0:       # a retry keeps the registration it was first addressed to
             body = {**body, "broker_epoch": ctx.broker_epochs.get(broker_id, -1)}
 
-        def on_response(frame: bytes | None, when_ms: int) -> list:
+        def on_response(frame: bytes | None, when_ms: int) -> list[Effect]:
             again = self.in_office(ctx) and broker_id in ctx.live_brokers
             if frame is None and again:
                 return self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(
@@ -217,7 +218,7 @@ class ControllerChannel:
         return None
 
     @staticmethod
-    def _answered(broker_id: int, api_key: int, frame: bytes) -> list:
+    def _answered(broker_id: int, api_key: int, frame: bytes) -> list[Effect]:
         """What an answer to a control request says (logged when it names errors)."""
         try:
             answer = control.decode_response(api_key, frame)

@@ -15,11 +15,12 @@ from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
+from strandline.core.effects import Effect
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 
 #: ``done(error, message, now_ms)``: the outcome of creating a topic.
-TopicCreated = Callable[[ErrorCode, "str | None", int], list]
+TopicCreated = Callable[[ErrorCode, "str | None", int], list[Effect]]
 
 
 @dataclass
@@ -33,10 +34,10 @@ class ControllerContext:
     shutting_down: set[int] = field(default_factory=set)           # brokers in controlled shutdown
     creating: dict[str, list[TopicCreated]] = field(default_factory=dict)   # topics being written
     #: elections in flight per partition, and the brokers owed a partition's state once they end
-    electing: collections.Counter = field(default_factory=collections.Counter)
+    electing: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
     owed_states: dict[tuple[str, int], set[int]] = field(default_factory=dict)
     #: a broker change that came while the cluster was being read, handled right after
-    pending_brokers: tuple[dict, dict, int | None] | None = None
+    pending_brokers: tuple[dict[int, BrokerInfo], dict[int, int], int | None] | None = None
     #: the number of the newest listing of the live brokers applied (the shell numbers them in
     #: the order they were read): an older one, delivered late, is not applied
     brokers_listing: int | None = None
@@ -45,7 +46,7 @@ class ControllerContext:
     #: moves being finished now: the replicas each partition had before its end narrowed them
     completing: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     #: writes of topic znodes, one at a time per topic (each written from the state then current)
-    topic_writes: dict[str, collections.deque] = field(default_factory=dict)
+    topic_writes: dict[str, collections.deque[Callable[[int], list[Effect]]]] = field(default_factory=dict)
     topic_writing: set[str] = field(default_factory=set)
     #: topics being deleted, and what each deletion asked for waits for (controller.deletion)
     deleting: dict[str, list[TopicCreated]] = field(default_factory=dict)
@@ -73,7 +74,8 @@ class ControllerContext:
         self.brokers_listing = listing if listing is not None else self.brokers_listing
         return True
 
-    def queue_topic_write(self, name: str, write: Callable[[int], list], now_ms: int, first: bool = False) -> list:
+    def queue_topic_write(self, name: str, write: Callable[[int], list[Effect]], now_ms: int,
+                          first: bool = False) -> list[Effect]:
         """Run ``write(now_ms)`` once no other write of topic ``name``'s znode is in flight (before
         those waiting, if ``first``); the write calls :meth:`topic_write_done` once its outcome is
         known."""
@@ -81,11 +83,11 @@ class ControllerContext:
         queue.appendleft(write) if first else queue.append(write)
         return self._next_topic_write(name, now_ms)
 
-    def topic_write_done(self, name: str, now_ms: int) -> list:
+    def topic_write_done(self, name: str, now_ms: int) -> list[Effect]:
         self.topic_writing.discard(name)
         return self._next_topic_write(name, now_ms)
 
-    def _next_topic_write(self, name: str, now_ms: int) -> list:
+    def _next_topic_write(self, name: str, now_ms: int) -> list[Effect]:
         queue = self.topic_writes.get(name)
         if name in self.topic_writing or not queue:
             if queue is not None and not queue:

@@ -4,21 +4,22 @@ takes it out of their ISRs, and answers with the partitions it still leads."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
 from strandline.controller.elections import PartitionElections
 from strandline.controller.office import Office
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.coordination.metadata import TopicMetadata
 from strandline.protocol import control
 
 Key = tuple[str, int]
 
 
-def controlled_shutdown(office: Office, elections: PartitionElections, broker_id: int, broker_epoch: int, respond: Callable[[dict], list],
-                        now_ms: int) -> list:
+def controlled_shutdown(office: Office, elections: PartitionElections, broker_id: int, broker_epoch: int,
+                        respond: Callable[[dict[str, Any]], list[Effect]],
+                        now_ms: int) -> list[Effect]:
     """The controller moves a stopping broker's leaderships to other ISR members and takes it
     out of the ISRs it follows; it answers with the partitions it still leads (no other ISR
     member could take them). The request must name a live broker and its current registration
@@ -50,20 +51,20 @@ def controlled_shutdown(office: Office, elections: PartitionElections, broker_id
     followed = [k for k in keys if ctx.topics[k[0]].states[k[1]].leader != broker_id]
     stopped: set[Key] = set()
 
-    def stop_replicas(parts: list[Key], when_ms: int) -> list:
+    def stop_replicas(parts: list[Key], when_ms: int) -> list[Effect]:
         stopped.update(parts)
         body = office.channel.stop_replica_body(ctx, parts, False)
         if broker_epoch >= 0:
             body["broker_epoch"] = broker_epoch
         return office.channel.send(ctx, broker_id, control.STOP_REPLICA, body, when_ms)
 
-    def shrink(when_ms: int) -> list:
+    def shrink(when_ms: int) -> list[Effect]:
         if not office.in_office(ctx):
             return done(when_ms)
         effects = stop_replicas(followed, when_ms) if followed else []
         return effects + elections.elect(ctx, followed, {broker_id}, when_ms, done)
 
-    def done(when_ms: int) -> list:
+    def done(when_ms: int) -> list[Effect]:
         if not office.in_office(ctx):          # deposed meanwhile: the broker asks the new one
             return respond({"error_code": ErrorCode.stale_controller_epoch, "remaining_partitions": []})
         remaining = [{"topic_name": t.name, "partition_index": i} for t, i in ctx.all_partitions()
@@ -73,7 +74,7 @@ def controlled_shutdown(office: Office, elections: PartitionElections, broker_id
         stop = [(t.name, i) for t, i in ctx.all_partitions()
                 if broker_id in t.assignment[i] and t.states.get(i) and t.states[i].leader != broker_id
                 and (t.name, i) not in stopped]
-        effects: list = [LogLine("info", f"Controlled shutdown of broker {broker_id}: {len(keys)} partition(s) "
+        effects: list[Effect] = [LogLine("info", f"Controlled shutdown of broker {broker_id}: {len(keys)} partition(s) "
                                      f"moved or shrunk, {len(remaining)} remaining")]
         if stop:
             effects.extend(stop_replicas(stop, when_ms))

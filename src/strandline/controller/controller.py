@@ -10,11 +10,11 @@ the brokers through its :class:`ControllerChannel` and never writes ZooKeeper wi
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.controller.channel import LocalDelivery
 from strandline.controller.context import ControllerContext, TopicCreated
@@ -22,11 +22,12 @@ from strandline.controller.controlled_shutdown import controlled_shutdown
 from strandline.controller.deletion import TopicDeletions
 from strandline.controller.office import Office
 from strandline.controller.elections import PartitionElections, decide_within, offline_partition_election
-from strandline.controller.reassignment import PartitionReassignments
+from strandline.controller.reassignment import Outcome, PartitionReassignments
 from strandline.controller.topics import TopicChanges
 from strandline.coordination import zk_layout, znodes
-from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
-from strandline.coordination.store import Delete, GetData, ZkError
+from strandline.coordination.metadata import TopicMetadata
+from strandline.coordination.znodes import LeaderAndIsr
+from strandline.coordination.store import Delete, GetData, OpResult, TransactionOp, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.protocol import control
 
@@ -81,7 +82,7 @@ class Controller:
 
     # ------------------------------------------------------------------ electing the controller (CTL-1, CTL-3, NET-8)
 
-    def on_controller_changed(self, controller_id: int | None, now_ms: int) -> list:
+    def on_controller_changed(self, controller_id: int | None, now_ms: int) -> list[Effect]:
         """``/controller`` changed: None when it is gone (every broker then runs for it). When it
         names this broker although no election answer said so (the answer was lost after ZooKeeper
         applied it), this broker takes office: nobody else will run while the node exists."""
@@ -95,16 +96,16 @@ class Controller:
             return self._take_office(now_ms)
         return []
 
-    def on_session_lost(self, now_ms: int) -> list:
+    def on_session_lost(self, now_ms: int) -> list[Effect]:
         """The ZooKeeper session expired: a controller stops acting at once (NET-8)."""
         return self.resign("its ZooKeeper session expired") if self.is_active else []
 
-    def resign(self, why: str) -> list:
+    def resign(self, why: str) -> list[Effect]:
         self.ctx = None
         self.controller_seen(None)
         return [LogLine("warning", f"Broker {self.broker_id} is no longer the controller: {why}")]
 
-    def _run_for_controller(self, now_ms: int) -> list:
+    def _run_for_controller(self, now_ms: int) -> list[Effect]:
         """Kafka's election: create the ephemeral /controller and bump /controller_epoch in one
         transaction guarded by the epoch's version; the loser learns the winner from the watch.
         When ZooKeeper does not answer, run again after a while (an election applied without an
@@ -113,13 +114,13 @@ class Controller:
             return []
         self._running = True
 
-        def failed(why: str, when_ms: int) -> list:
+        def failed(why: str, when_ms: int) -> list[Effect]:
             self._running = False
             return [LogLine("warning", f"Running for controller failed ({why}); trying again")] + \
                 self.outbox.after(when_ms + CONTROLLER_RETRY_MS,
                                   lambda t: [] if self.is_active else self._run_for_controller(t))
 
-        def on_epoch(results: list, when_ms: int) -> list:
+        def on_epoch(results: list[OpResult], when_ms: int) -> list[Effect]:
             res = results[0]
             if res.error is ZkError.NO_NODE:
                 epoch, version = 0, -1
@@ -129,7 +130,7 @@ class Controller:
                 return failed(f"cannot read the controller epoch: {res.error.name}", when_ms)
             ops = zk_layout.controller_election_ops(self.broker_id, epoch + 1, version, when_ms)
 
-            def on_elected(elected: list, at_ms: int) -> list:
+            def on_elected(elected: list[OpResult], at_ms: int) -> list[Effect]:
                 error = next((r.error for r in elected if r.error is not ZkError.NONE), None)
                 if error in (ZkError.NODE_EXISTS, ZkError.BAD_VERSION):
                     self._running = False
@@ -143,9 +144,9 @@ class Controller:
 
         return [self.outbox.zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]
 
-    def _who_is_controller(self) -> list:
+    def _who_is_controller(self) -> list[Effect]:
         """Read /controller after an election this broker did not win by its own answer."""
-        def on_read(results: list, when_ms: int) -> list:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             res = results[0]
             if self.is_active:
                 return []
@@ -157,11 +158,11 @@ class Controller:
             return self.on_controller_changed(znodes.ControllerZNode.decode(res.data), when_ms)
         return [self.outbox.zk([GetData(znodes.ControllerZNode.path())], on_read)]
 
-    def _take_office(self, now_ms: int) -> list:
+    def _take_office(self, now_ms: int) -> list[Effect]:
         """/controller names this broker: read the epoch it was elected in, then act as controller."""
         self._running = True
 
-        def on_epoch(results: list, when_ms: int) -> list:
+        def on_epoch(results: list[OpResult], when_ms: int) -> list[Effect]:
             self._running = False
             res = results[0]
             if self.is_active:
@@ -175,14 +176,14 @@ class Controller:
 
         return [self.outbox.zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]
 
-    def become_controller(self, epoch: int, epoch_version: int | None, why: str) -> list:
+    def become_controller(self, epoch: int, epoch_version: int | None, why: str) -> list[Effect]:
         """Take office in ``epoch``: read the cluster from ZooKeeper, then act (:meth:`_on_cluster_read`)."""
         ctx = self.ctx = ControllerContext(epoch, epoch_version)
         self.controller_seen(self.broker_id)
         read = self.outbox.read_cluster_state(lambda state, now_ms: self._on_cluster_read(ctx, state, now_ms))
         return [LogLine("info", f"Broker {self.broker_id} {why} (epoch {epoch})"), read]
 
-    def _on_cluster_read(self, ctx: ControllerContext, state: tuple, now_ms: int) -> list:
+    def _on_cluster_read(self, ctx: ControllerContext, state: tuple[Any, ...], now_ms: int) -> list[Effect]:
         """Kafka's onControllerFailover: start from ZooKeeper's view, tell every live broker the
         state of its partitions, then elect leaders for partitions whose leader is gone."""
         if not self.in_office(ctx):
@@ -191,7 +192,7 @@ class Controller:
         ctx.live_brokers = dict(brokers)
         ctx.broker_epochs = dict(epochs)
         ctx.topics = dict(topics)
-        effects: list = [LogLine("info", f"Broker {self.broker_id} is the controller (epoch {ctx.epoch})")]
+        effects: list[Effect] = [LogLine("info", f"Broker {self.broker_id} is the controller (epoch {ctx.epoch})")]
         effects += self.channel.send_partition_states(ctx, ctx.all_partitions(), None, False, now_ms)
         live = set(brokers)
         affected = [(t.name, i) for t, i in ctx.all_partitions()
@@ -206,17 +207,17 @@ class Controller:
             effects += self.on_brokers_changed(*pending[:2], now_ms, pending[2])
         return effects
 
-    def fenced(self, ctx: ControllerContext, ops: list) -> list:
+    def fenced(self, ctx: ControllerContext, ops: Sequence[TransactionOp]) -> list[TransactionOp]:
         return self.office.fenced(ctx, ops)
 
-    def check_still_controller(self, ctx: ControllerContext, then: Callable[[int], list], now_ms: int,
-                               given_up: Callable[[], object] = lambda: None) -> list:
+    def check_still_controller(self, ctx: ControllerContext, then: Callable[[int], list[Effect]], now_ms: int,
+                               given_up: Callable[[], object] = lambda: None) -> list[Effect]:
         return self.office.check_still_controller(ctx, then, now_ms, given_up)
 
     # ------------------------------------------------------------------ brokers coming and going (CTL-2, CTL-6, CTL-7)
 
     def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int,
-                           listing: int | None = None) -> list:
+                           listing: int | None = None) -> list[Effect]:
         """The children of ``/brokers/ids`` changed, or a registration (a broker modification).
         ``listing`` numbers the reads of the live brokers in the order they were made (None: no
         order known): one older than what the controller already applied is stale and ignored.
@@ -245,7 +246,7 @@ class Controller:
         if not new and not gone:
             return modified + (self.channel.send_partition_states(ctx, [], None, False, now_ms) if modified else [])
         dead = gone | bounced
-        effects: list = [LogLine("warning" if dead else "info", f"Live brokers now {sorted(brokers)} (new "
+        effects: list[Effect] = [LogLine("warning" if dead else "info", f"Live brokers now {sorted(brokers)} (new "
                              f"{sorted(new - bounced)}, restarted {sorted(bounced)}, gone {sorted(gone)})",
                              "broker_gone" if dead else "broker_joined")]
         channel, elections = self.channel, self.elections
@@ -263,7 +264,7 @@ class Controller:
                                                      now_ms, metadata_to=new))
         before = {(t.name, i): t.states[i].leader_epoch for t, i in affected}
 
-        def announce(when_ms: int) -> list:
+        def announce(when_ms: int) -> list[Effect]:
             if not self.in_office(ctx):
                 return []
             # new brokers learn the partitions that an election did not just announce to them
@@ -273,7 +274,7 @@ class Controller:
             return channel.send_partition_states(ctx, elections.not_electing(ctx, unchanged, new), new, False,
                                                  when_ms, metadata_to=new) if new else []
 
-        def elected(when_ms: int) -> list:
+        def elected(when_ms: int) -> list[Effect]:
             if not self.in_office(ctx):
                 return []
             # a bounced broker was handled as dead; now it is new: it may lead what went offline (CTL-7)
@@ -289,7 +290,7 @@ class Controller:
             effects.extend(self.deletions.resume(ctx, now_ms))
         return effects + elections.elect(ctx, [(t.name, i) for t, i in affected], dead, now_ms, elected)
 
-    def on_delete_topics_changed(self, children: list[str], now_ms: int) -> list:
+    def on_delete_topics_changed(self, children: list[str], now_ms: int) -> list[Effect]:
         """The children of ``/admin/delete_topics`` changed: a deletion recorded there that this
         controller is not carrying out is taken up."""
         ctx = self.ctx
@@ -297,7 +298,7 @@ class Controller:
             return []          # a controller reads them when it takes office
         return self.deletions.on_records_changed(ctx, children, now_ms)
 
-    def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:
+    def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list[Effect]:
         """ISR-6, the controller's side: leaders list partitions whose ISR they changed under
         ``/isr_change_notification``; the controller reads their state, tells every broker
         (UpdateMetadata) and deletes the notifications. A read ZooKeeper did not answer is made
@@ -308,7 +309,7 @@ class Controller:
             return []
         paths = [f"{znodes.IsrChangeNotificationZNode.path()}/{child}" for child in children]
 
-        def on_read(results: list, when_ms: int) -> list:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             if not self.in_office(ctx):
                 return []
             keys: set[Key] = set()
@@ -323,7 +324,7 @@ class Controller:
                         pass
                 elif res.error is not ZkError.NO_NODE:
                     unanswered.append(child)
-            effects = [self.outbox.zk([Delete(path) for path in read], lambda r, t: [])] if read else []
+            effects: list[Effect] = [self.outbox.zk([Delete(path) for path in read], lambda r, t: [])] if read else []
             if unanswered:
                 effects += self.outbox.after(when_ms + CONTROLLER_RETRY_MS,
                                              lambda t: self.on_isr_change_notifications(unanswered, t))
@@ -331,13 +332,13 @@ class Controller:
 
         return [self.outbox.zk([GetData(p) for p in paths], on_read)]
 
-    def _read_partition_states(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list:
+    def _read_partition_states(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list[Effect]:
         """Read the state znodes of ``keys``, tell every broker, and look whether a move can end;
         the reads ZooKeeper did not answer are made again."""
         if not keys:
             return []
 
-        def on_states(states: list, at_ms: int) -> list:
+        def on_states(states: list[OpResult], at_ms: int) -> list[Effect]:
             if not self.in_office(ctx):
                 return []
             parts = []
@@ -351,7 +352,7 @@ class Controller:
                     parts.append((topic, index))
                 else:
                     unanswered.append((name, index))
-            out: list = []
+            out: list[Effect] = []
             if unanswered:
                 out += self.outbox.after(at_ms + CONTROLLER_RETRY_MS,
                                          lambda t: self._read_partition_states(ctx, unanswered, t)
@@ -368,15 +369,16 @@ class Controller:
 
     # ------------------------------------------------------------------ controlled shutdown (CTL-9)
 
-    def on_controlled_shutdown(self, broker_id: int, broker_epoch: int, respond: Callable[[dict], list],
-                               now_ms: int) -> list:
+    def on_controlled_shutdown(self, broker_id: int, broker_epoch: int,
+                               respond: Callable[[dict[str, Any]], list[Effect]],
+                               now_ms: int) -> list[Effect]:
         """A broker asks to stop (:func:`~strandline.controller.controlled_shutdown.controlled_shutdown`)."""
         return controlled_shutdown(self.office, self.elections, broker_id, broker_epoch, respond, now_ms)
 
     # ------------------------------------------------------------------ preferred leaders (CTL-10, ASG-4)
 
     def elect_preferred_leaders(self, wanted: list[Key] | None, now_ms: int,
-                                respond: Callable[[dict[Key, tuple[ErrorCode, str | None]], int], list]) -> list:
+                                respond: Callable[[dict[Key, Outcome], int], list[Effect]]) -> list[Effect]:
         """ElectLeaders (preferred): move leadership back to each partition's first assigned
         replica where it is alive and in the ISR (``wanted`` None: every partition).
         ``respond(results, now_ms)`` gets an outcome per partition: ELECTION_NOT_NEEDED for one
@@ -391,7 +393,7 @@ class Controller:
                    if (s := ctx.topics[k[0]].states.get(k[1])) is not None
                    and s.leader == ctx.topics[k[0]].assignment[k[1]][0]}
 
-        def done(when_ms: int) -> list:
+        def done(when_ms: int) -> list[Effect]:
             results = {}
             for k in keys:
                 results[k] = (ErrorCode.election_not_needed, None) if k in already and wanted is not None \
@@ -404,7 +406,7 @@ class Controller:
                                     self.elections.preferred_rule(ctx))
 
     def elect_unclean_leaders(self, wanted: list[Key] | None, now_ms: int,
-                              respond: Callable[[dict[Key, tuple[ErrorCode, str | None]], int], list]) -> list:
+                              respond: Callable[[dict[Key, Outcome], int], list[Effect]]) -> list[Effect]:
         """ElectLeaders (unclean, KIP-460): a partition without a leader gets one, from its ISR if
         a member is alive, else from any live assigned replica, whatever the topic's
         unclean.leader.election.enable. A partition that has a leader: ELECTION_NOT_NEEDED
@@ -425,7 +427,7 @@ class Controller:
             return decide_within(replicas, current, ctx.epoch, lambda view: offline_partition_election(
                 replicas, view, live, dead, ctx.shutting_down, True, ctx.epoch))
 
-        def done(when_ms: int) -> list:
+        def done(when_ms: int) -> list[Effect]:
             results: dict[Key, tuple[ErrorCode, str | None]] = {}
             for k in keys:
                 topic = ctx.topics.get(k[0])
@@ -443,7 +445,7 @@ class Controller:
 
         return self.elections.elect(ctx, [k for k in known if k not in led], set(), now_ms, done, decide)
 
-    def on_topic_config_changed(self, name: str, configs: dict[str, Any], now_ms: int) -> list:
+    def on_topic_config_changed(self, name: str, configs: dict[str, Any], now_ms: int) -> list[Effect]:
         """A topic's config changed (Kafka's TopicConfigHandler): the controller's copy follows, and
         a topic that now allows unclean leader election gets leaders for its offline partitions."""
         ctx = self.ctx
@@ -453,7 +455,7 @@ class Controller:
         topic.configs = dict(configs)
         return self.elect_offline_if_unclean([topic], now_ms)
 
-    def on_broker_config_changed(self, changed: set[str], now_ms: int) -> list:
+    def on_broker_config_changed(self, changed: set[str], now_ms: int) -> list[Effect]:
         """Dynamic broker configs changed: enabling unclean.leader.election.enable cluster-wide
         elects the offline partitions of topics without their own setting."""
         ctx = self.ctx
@@ -461,7 +463,7 @@ class Controller:
             return []
         return self.elect_offline_if_unclean(list(ctx.topics.values()), now_ms)
 
-    def elect_offline_if_unclean(self, topics: list[TopicMetadata], now_ms: int) -> list:
+    def elect_offline_if_unclean(self, topics: list[TopicMetadata], now_ms: int) -> list[Effect]:
         ctx = self.ctx
         if ctx is None or not ctx.ready or not self.in_office(ctx):
             return []
@@ -482,7 +484,7 @@ class Controller:
         return ErrorCode.preferred_leader_not_available, \
             f"Preferred replica {preferred} is not alive or not in the ISR {list(state.isr) if state else []}"
 
-    def check_leader_imbalance(self, now_ms: int) -> list:
+    def check_leader_imbalance(self, now_ms: int) -> list[Effect]:
         """auto.leader.rebalance.enable: per broker, when more than
         leader.imbalance.per.broker.percentage of the partitions it prefers are led elsewhere,
         move them back."""
@@ -519,13 +521,13 @@ class Controller:
             return ErrorCode.not_controller, "This broker is no longer the controller"
         return self.topics.plan(self.ctx, name, num_partitions, replication_factor, manual, configs)
 
-    def create_topic(self, plan: TopicMetadata, done: TopicCreated, now_ms: int) -> list:
+    def create_topic(self, plan: TopicMetadata, done: TopicCreated, now_ms: int) -> list[Effect]:
         if self.ctx is None:
             return done(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
         return self.topics.create(self.ctx, plan, done, now_ms)
 
     def create_topic_if_absent(self, name: str, num_partitions: int, replication_factor: int,
-                               configs: dict[str, str], done: TopicCreated, now_ms: int) -> list:
+                               configs: dict[str, str], done: TopicCreated, now_ms: int) -> list[Effect]:
         """Auto-creation: create the topic unless it exists; one being created answers when it is."""
         ctx = self.ctx
         if ctx is None:
@@ -552,7 +554,7 @@ class Controller:
         return len(self.ctx.live_brokers) if self.ctx is not None else 0
 
     def add_partitions(self, name: str, count: int, manual: list[tuple[int, ...]] | None, validate_only: bool,
-                       done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+                       done: Callable[[ErrorCode, str | None, int], list[Effect]], now_ms: int) -> list[Effect]:
         if self.ctx is None:
             return done(ErrorCode.not_controller, "This broker is not the controller", now_ms)
         return self.topics.add_partitions(self.ctx, name, count, manual, validate_only, done, now_ms)
@@ -560,13 +562,13 @@ class Controller:
     # ------------------------------------------------------------------ reassignment (CTL-11)
 
     def alter_reassignments(self, wanted: list[tuple[Key, tuple[int, ...] | None]], now_ms: int,
-                            respond: Callable[[dict, int], list]) -> list:
+                            respond: Callable[[dict[Key, Outcome], int], list[Effect]]) -> list[Effect]:
         ctx = self.ctx
         if ctx is None or not ctx.ready:
             return respond({k: (ErrorCode.not_controller, None) for k, _ in wanted}, now_ms)
         return self.reassignments.alter(ctx, wanted, now_ms, respond)
 
-    def on_reassign_partitions_node(self, moves: dict[Key, tuple[int, ...]] | None, now_ms: int) -> list:
+    def on_reassign_partitions_node(self, moves: dict[Key, tuple[int, ...]] | None, now_ms: int) -> list[Effect]:
         """``/admin/reassign_partitions`` was created or changed (None: it is gone)."""
         ctx = self.ctx
         if ctx is None or not ctx.ready or not self.in_office(ctx):
@@ -576,8 +578,8 @@ class Controller:
             return []
         return self.reassignments.on_requested(ctx, moves, now_ms)
 
-    def _read_reassign_partitions_node(self, ctx: ControllerContext, now_ms: int) -> list:
-        def on_read(results: list, when_ms: int) -> list:
+    def _read_reassign_partitions_node(self, ctx: ControllerContext, now_ms: int) -> list[Effect]:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             [res] = results
             if not self.in_office(ctx) or res.error is ZkError.NO_NODE:
                 return []
@@ -592,11 +594,13 @@ class Controller:
 
         return [self.outbox.zk([GetData(znodes.ReassignPartitionsZNode.path())], on_read)]
 
-    def list_reassignments(self, wanted: list[Key] | None) -> dict | None:
+    def list_reassignments(self, wanted: list[Key] | None
+                           ) -> dict[Key, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] | None:
         ctx = self.ctx
         return None if ctx is None else self.reassignments.ongoing(ctx, wanted)
 
-    def delete_topic(self, name: str, done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+    def delete_topic(self, name: str, done: Callable[[ErrorCode, str | None, int], list[Effect]],
+                     now_ms: int) -> list[Effect]:
         if self.ctx is None:
             return done(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
         return self.deletions.delete(self.ctx, name, done, now_ms)

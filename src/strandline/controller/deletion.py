@@ -23,11 +23,11 @@ from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.controller.office import Office
 from strandline.controller.context import ControllerContext
 from strandline.coordination import zk_layout, znodes
-from strandline.coordination.store import Create, Delete, GetChildren, GetData, SetData, ZkError
+from strandline.coordination.store import Create, Delete, GetChildren, GetData, OpResult, SetData, ZkError
 from strandline.protocol import control
 
 RETRY_MS = 1000             # write or read again after ZooKeeper failed to answer
@@ -38,8 +38,8 @@ class TopicDeletions:
     def __init__(self, office: Office) -> None:
         self.office = office
 
-    def delete(self, ctx: ControllerContext, name: str, done: Callable[[ErrorCode, str | None, int], list],
-               now_ms: int) -> list:
+    def delete(self, ctx: ControllerContext, name: str, done: Callable[[ErrorCode, str | None, int], list[Effect]],
+               now_ms: int) -> list[Effect]:
         """Record the deletion, remove the topic's znodes, drop it from the cluster and tell the
         brokers; ``done`` once the controller's own broker has dropped it (the others hear of it
         as their answers come)."""
@@ -55,14 +55,14 @@ class TopicDeletions:
                                 {b for (t, _), moves in ctx.reassigning.items() if t == name
                                  for replica_set in moves for b in replica_set}))
 
-        def finish(error: ErrorCode, message: str | None, when_ms: int) -> list:
-            effects: list = []
+        def finish(error: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
+            effects: list[Effect] = []
             for waiting in ctx.deleting.pop(name, ()):
                 effects += waiting(error, message, when_ms)
             return effects
 
-        def recorded(when_ms: int, version: int) -> list:
-            def removed(at_ms: int) -> list:
+        def recorded(when_ms: int, version: int) -> list[Effect]:
+            def removed(at_ms: int) -> list[Effect]:
                 ctx.topics.pop(name, None)
                 for key in [k for k in ctx.reassigning if k[0] == name]:
                     del ctx.reassigning[key]
@@ -70,7 +70,7 @@ class TopicDeletions:
                 return effects + self._tell_brokers(ctx, name, topic_id, partitions, replicas, version, at_ms) + \
                     finish(ErrorCode.none, None, at_ms) + ctx.topic_write_done(name, at_ms)
 
-            def failed(error: ErrorCode, message: str | None, at_ms: int) -> list:
+            def failed(error: ErrorCode, message: str | None, at_ms: int) -> list[Effect]:
                 return finish(error, message, at_ms) + ctx.topic_write_done(name, at_ms)
 
             # in its turn among the writes of the topic's znode (a move's, a CreatePartitions)
@@ -78,12 +78,12 @@ class TopicDeletions:
 
         return self._record(ctx, name, _RECORD.encode(topic_id, partitions, replicas), recorded, finish, now_ms)
 
-    def resume(self, ctx: ControllerContext, now_ms: int, only: list[str] | None = None) -> list:
+    def resume(self, ctx: ControllerContext, now_ms: int, only: list[str] | None = None) -> list[Effect]:
         """On taking office, or when a broker returns: carry on every deletion recorded under
         ``/admin/delete_topics`` (``only`` those named)."""
         office = self.office
 
-        def on_children(results: list, when_ms: int) -> list:
+        def on_children(results: list[OpResult], when_ms: int) -> list[Effect]:
             if not office.in_office(ctx):
                 return []
             [res] = results
@@ -96,13 +96,13 @@ class TopicDeletions:
             if not children:
                 return []
 
-            def on_records(records: list, at_ms: int) -> list:
+            def on_records(records: list[OpResult], at_ms: int) -> list[Effect]:
                 if not office.in_office(ctx):
                     return []
                 if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in records):
                     return office.outbox.after(at_ms + RETRY_MS, lambda t: self.resume(ctx, t, only)
                                                    if office.in_office(ctx) else [])
-                effects: list = []
+                effects: list[Effect] = []
                 for name, record in zip(children, records):
                     if record.error is ZkError.NONE:
                         effects += self._resume_one(ctx, name, record.data, record.version, at_ms)
@@ -112,7 +112,7 @@ class TopicDeletions:
 
         return [office.outbox.zk([GetChildren(znodes.DeleteTopicsZNode.path())], on_children)]
 
-    def on_records_changed(self, ctx: ControllerContext, children: list[str], now_ms: int) -> list:
+    def on_records_changed(self, ctx: ControllerContext, children: list[str], now_ms: int) -> list[Effect]:
         """The children of ``/admin/delete_topics`` changed (Kafka's TopicDeletionHandler): a
         record that no deletion of this controller is carrying out (one Kafka's tools wrote, or
         one left by a controller that lost its office) is taken up at once."""
@@ -121,7 +121,8 @@ class TopicDeletions:
                                                   if n not in ctx.deleting and n not in ctx.deletions_told])
         return []
 
-    def _resume_one(self, ctx: ControllerContext, name: str, data: bytes | None, version: int, now_ms: int) -> list:
+    def _resume_one(self, ctx: ControllerContext, name: str, data: bytes | None, version: int,
+                    now_ms: int) -> list[Effect]:
         try:
             recorded = _RECORD.decode(data, name)
         except ValueError as exc:
@@ -139,7 +140,7 @@ class TopicDeletions:
             self._tell_brokers(ctx, name, topic_id, partitions, replicas, version, now_ms)
 
     def _tell_brokers(self, ctx: ControllerContext, name: str, topic_id: uuid.UUID, partitions: int,
-                      replicas: tuple[int, ...], version: int, now_ms: int) -> list:
+                      replicas: tuple[int, ...], version: int, now_ms: int) -> list[Effect]:
         """StopReplica deleting every partition, and UpdateMetadata marking them deleted, to every
         live broker (any may still hold the topic); forget the record once all have answered and
         every broker that held a replica has (as Kafka's deletion waits for every replica): one
@@ -156,15 +157,15 @@ class TopicDeletions:
         waiting = {(b, api) for b in set(ctx.live_brokers) | set(replicas)
                    for api in (control.STOP_REPLICA, control.UPDATE_METADATA)}
 
-        def answered(broker_id: int, api_key: int) -> Callable[[int], list]:
-            def on_done(when_ms: int) -> list:
+        def answered(broker_id: int, api_key: int) -> Callable[[int], list[Effect]]:
+            def on_done(when_ms: int) -> list[Effect]:
                 if broker_id in replicas and broker_id not in ctx.live_brokers:
                     return []           # it died before answering: told again when it is back
                 waiting.discard((broker_id, api_key))
                 return [] if waiting else self._forget(ctx, name, version)
             return on_done
 
-        effects: list = []
+        effects: list[Effect] = []
         for broker_id in sorted(ctx.live_brokers, key=lambda b: b == channel.broker_id):
             effects += channel.send(ctx, broker_id, control.STOP_REPLICA, stop, now_ms,
                                     answered(broker_id, control.STOP_REPLICA))
@@ -174,8 +175,9 @@ class TopicDeletions:
 
     # -- ZooKeeper
 
-    def _record(self, ctx: ControllerContext, name: str, data: bytes, then: Callable[[int, int], list],
-                failed: Callable[[ErrorCode, str | None, int], list], now_ms: int, exists: bool = False) -> list:
+    def _record(self, ctx: ControllerContext, name: str, data: bytes, then: Callable[[int, int], list[Effect]],
+                failed: Callable[[ErrorCode, str | None, int], list[Effect]], now_ms: int,
+                exists: bool = False) -> list[Effect]:
         """Write the deletion's record (over one left by an earlier deletion of that name)."""
         office = self.office
         if not office.in_office(ctx):       # a retry after this broker lost its office
@@ -183,7 +185,7 @@ class TopicDeletions:
         op = SetData(_RECORD.path(name), data) if exists else Create(_RECORD.path(name), data, make_parents=True)
         ops = office.fenced(ctx, [op])
 
-        def on_result(results: list, when_ms: int) -> list:
+        def on_result(results: list[OpResult], when_ms: int) -> list[Effect]:
             if not office.in_office(ctx):
                 return failed(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
             error = results[-1].error
@@ -199,14 +201,14 @@ class TopicDeletions:
                                                                                       exists))
         return [office.outbox.zk(ops, on_result, transaction=True)]
 
-    def _remove_znodes(self, ctx: ControllerContext, name: str, then: Callable[[int], list],
-                       failed: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+    def _remove_znodes(self, ctx: ControllerContext, name: str, then: Callable[[int], list[Effect]],
+                       failed: Callable[[ErrorCode, str | None, int], list[Effect]], now_ms: int) -> list[Effect]:
         """Delete the topic's znodes (again, until ZooKeeper answers: each delete may be repeated)."""
         office = self.office
         if not office.in_office(ctx):           # a retry after this broker lost its office
             return failed(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
 
-        def on_result(results: list, when_ms: int) -> list:
+        def on_result(results: list[OpResult], when_ms: int) -> list[Effect]:
             if not office.in_office(ctx):       # the next controller finishes it from the record
                 return failed(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
             if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in results):
@@ -215,7 +217,7 @@ class TopicDeletions:
             return then(when_ms)
         return [office.outbox.zk(zk_layout.delete_topic_ops(name), on_result)]
 
-    def _forget(self, ctx: ControllerContext, name: str, version: int) -> list:
+    def _forget(self, ctx: ControllerContext, name: str, version: int) -> list[Effect]:
         """Delete the deletion's record, unless a later deletion of that name wrote it over since
         (that one forgets it in its turn); the topic may then be made again. Asked again while
         ZooKeeper does not answer: a record left behind would refuse the topic's creation until the
@@ -224,7 +226,7 @@ class TopicDeletions:
         if not office.in_office(ctx):
             return []
 
-        def on_result(results: list, when_ms: int) -> list:
+        def on_result(results: list[OpResult], when_ms: int) -> list[Effect]:
             error = results[-1].error
             if error in (ZkError.NONE, ZkError.NO_NODE, ZkError.BAD_VERSION):
                 ctx.deletions_told.discard(name)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine, ZkRequest
 from strandline.controller.channel import CONTROL_RETRY_MS
 from strandline.controller.office import Office
 from strandline.controller.context import ControllerContext
 from strandline.coordination import zk_layout, znodes
-from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
-from strandline.coordination.store import GetData, ZkError
+from strandline.coordination.metadata import TopicMetadata
+from strandline.coordination.znodes import LeaderAndIsr
+from strandline.coordination.store import GetData, OpResult, TransactionOp, ZkError
 
 Key = tuple[str, int]
 #: ``decide(topic, index, current, live, dead)``: the next state and whether it is unclean, or None.
@@ -105,7 +106,7 @@ class PartitionElections:
         self.office = office
         #: ``moves_settled(ctx, keys, now_ms)``: leaders and ISRs of ``keys`` were written; a
         #: reassignment of theirs may be complete (the controller wires its reassignments here)
-        self.moves_settled: Callable[[ControllerContext, list[Key], int], list] = lambda ctx, keys, now_ms: []
+        self.moves_settled: Callable[[ControllerContext, list[Key], int], list[Effect]] = lambda ctx, keys, now_ms: []
         # Kafka's ControllerStats (their counts): leaders written, and those chosen outside the ISR
         self.leader_elections = 0
         self.unclean_leader_elections = 0
@@ -151,12 +152,13 @@ class PartitionElections:
                 ready.append((topic, index))
         return ready
 
-    def elections_ended(self, ctx: ControllerContext, keys: list[Key], now_ms: int, announced: bool = False) -> list:
+    def elections_ended(self, ctx: ControllerContext, keys: list[Key], now_ms: int,
+                        announced: bool = False) -> list[Effect]:
         """Elections of ``keys`` ended: a partition no longer being elected is sent to the brokers
         that were not sent its old state meanwhile, unless the election ``announced`` its state to
         every broker (it wrote one, or found one decided on a retry)."""
         ctx.electing.subtract(keys)
-        per_brokers: dict[frozenset, list] = {}
+        per_brokers: dict[frozenset[int], list[tuple[TopicMetadata, int]]] = {}
         for key in keys:
             if ctx.electing[key] > 0:
                 continue
@@ -166,17 +168,17 @@ class PartitionElections:
             if brokers and topic is not None and key[1] in topic.assignment and self.office.in_office(ctx) \
                     and not announced:
                 per_brokers.setdefault(frozenset(brokers), []).append((topic, key[1]))
-        effects: list = []
-        for brokers, parts in per_brokers.items():
-            effects.extend(self.office.channel.send_partition_states(ctx, parts, set(brokers), False, now_ms,
-                                                                         metadata_to=set(brokers)))
+        effects: list[Effect] = []
+        for targets, parts in per_brokers.items():
+            effects.extend(self.office.channel.send_partition_states(ctx, parts, set(targets), False, now_ms,
+                                                                         metadata_to=set(targets)))
         return effects
 
     # ------------------------------------------------------------------ electing
 
     def elect(self, ctx: ControllerContext, keys: list[Key], dead: set[int], now_ms: int,
-              done: Callable[[int], list] | None = None, decide: Decide | None = None,
-              retry: bool = False) -> list:
+              done: Callable[[int], list[Effect]] | None = None, decide: Decide | None = None,
+              retry: bool = False) -> list[Effect]:
         """Re-read the partitions' state znodes, elect, and write each new state with compare-and-set
         on the version just read; a partition whose write lost a race, or whose read or write got no
         answer, is read and elected again (``retry``). A retry announces what it finds already
@@ -196,19 +198,23 @@ class PartitionElections:
             return done(now_ms) if done else []
         reads = [GetData(znodes.TopicPartitionStateZNode.path(t, i)) for t, i in keys]
 
-        def revisit(states: list[tuple[Key, LeaderAndIsr]], when_ms: int) -> list:
+        def revisit(states: list[tuple[Key, LeaderAndIsr]], when_ms: int) -> list[Effect]:
             eligible = set(ctx.live_brokers) - ctx.shutting_down
             stale = [key for key, state in states
                      if (state.leader < 0 and any(r in eligible for r in state.isr))
                      or (state.leader >= 0 and state.leader not in ctx.live_brokers)]
             return self.elect(ctx, stale, set(), when_ms) if stale else []
 
-        def on_read(results: list, when_ms: int) -> list:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             if not office.in_office(ctx):   # deposed while reading: a write now would not be fenced
                 self.elections_ended(ctx, keys, when_ms)
                 return done(when_ms) if done else []
             live = set(ctx.live_brokers)
-            planned, writes, effects, settled, unread = [], [], [], [], []
+            planned: list[tuple[Key, LeaderAndIsr, LeaderAndIsr]] = []
+            writes: list[TransactionOp] = []
+            effects: list[Effect] = []
+            settled: list[tuple[Key, LeaderAndIsr]] = []
+            unread: list[Key] = []
             for key, res in zip(keys, results):
                 topic = ctx.topics.get(key[0])
                 if topic is not None and res.error not in (ZkError.NONE, ZkError.NO_NODE):
@@ -250,7 +256,7 @@ class PartitionElections:
             runs = zk_layout.split_multi(writes, fence, root)
             left = [len(runs)]
 
-            def run_done(at_ms: int) -> list:
+            def run_done(at_ms: int) -> list[Effect]:
                 left[0] -= 1
                 return (done(at_ms) if done else []) if left[0] == 0 else []
 
@@ -263,9 +269,10 @@ class PartitionElections:
 
         return [outbox.zk(reads, on_read)]
 
-    def _write_states(self, ctx: ControllerContext, planned: list, writes: list, dead: set[int],
-                      decide: Decide | None, done: Callable[[int], list],
-                      revisit: Callable[[list, int], list]) -> object:
+    def _write_states(self, ctx: ControllerContext, planned: list[tuple[Key, LeaderAndIsr, LeaderAndIsr]],
+                      writes: list[TransactionOp], dead: set[int], decide: Decide | None,
+                      done: Callable[[int], list[Effect]],
+                      revisit: Callable[[list[tuple[Key, LeaderAndIsr]], int], list[Effect]]) -> ZkRequest:
         """Write the elected states of ``planned`` ((key, state, state before)) in one fenced
         transaction, then install and announce them; a lost race is read and elected again."""
         office = self.office
@@ -274,7 +281,7 @@ class PartitionElections:
         skip = len(fenced) - len(writes)
         written_keys = [key for key, _, _ in planned]
 
-        def on_written(written: list, at_ms: int) -> list:
+        def on_written(written: list[OpResult], at_ms: int) -> list[Effect]:
             if not office.in_office(ctx):
                 self.elections_ended(ctx, written_keys, at_ms)
                 return done(at_ms)
@@ -287,7 +294,9 @@ class PartitionElections:
                 return [LogLine("warning", f"Writing partition states failed: {written[0].error.name}")] + \
                     outbox.after(at_ms + CONTROL_RETRY_MS,
                                  lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True))
-            changed, out, narrowed = [], [], []
+            changed: list[tuple[TopicMetadata, int]] = []
+            out: list[Effect] = []
+            narrowed: list[Key] = []
             for (key, state, before), res in zip(planned, written[skip:]):
                 topic = ctx.topics.get(key[0])
                 if topic is not None:

@@ -11,19 +11,20 @@ deposed controller cannot write (Kafka's zkVersion check, SPEC CTL-3).
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+from strandline.core.effects import Effect
 from strandline.controller.channel import ControllerChannel, LocalDelivery
 from strandline.controller.context import ControllerContext
 from strandline.coordination import znodes
-from strandline.coordination.store import CheckVersion, GetData, ZkError
+from strandline.coordination.store import CheckVersion, GetData, OpResult, TransactionOp, ZkError
 from strandline.core.outbox import Outbox
 from strandline.errors import BrokenInvariant
 
 
 class Office:
     def __init__(self, config: Any, outbox: Outbox, *, rng: Any, new_uuid: Callable[[], uuid.UUID],
-                 deliver_locally: LocalDelivery, resign: Callable[[str], list]) -> None:
+                 deliver_locally: LocalDelivery, resign: Callable[[str], list[Effect]]) -> None:
         self.config = config
         self.broker_id: int = config.broker_id
         self.outbox = outbox
@@ -39,20 +40,20 @@ class Office:
         """Whether ``ctx`` is the current term (the broker did not resign or take office again)."""
         return self.ctx is ctx
 
-    def fenced(self, ctx: ControllerContext, ops: list) -> list:
+    def fenced(self, ctx: ControllerContext, ops: Sequence[TransactionOp]) -> list[TransactionOp]:
         """Controller writes carry a check of /controller_epoch's version: a controller that lost
         its office cannot write (Kafka's zkVersion check of the controller epoch, CTL-3)."""
         if not self.in_office(ctx):
             raise BrokenInvariant("a broker that is not the controller tried to write the controller's state")
         if ctx.epoch_version is None:      # a core driven by a test that does not track the epoch's znode
-            return ops
+            return list(ops)
         return [CheckVersion(znodes.ControllerEpochZNode.path(), ctx.epoch_version)] + list(ops)
 
-    def check_still_controller(self, ctx: ControllerContext, then: Callable[[int], list], now_ms: int,
-                               given_up: Callable[[], object] = lambda: None) -> list:
+    def check_still_controller(self, ctx: ControllerContext, then: Callable[[int], list[Effect]], now_ms: int,
+                               given_up: Callable[[], object] = lambda: None) -> list[Effect]:
         """After a fenced write failed: resign if /controller_epoch moved on (``given_up()``),
         else go on."""
-        def on_epoch(results: list, when_ms: int) -> list:
+        def on_epoch(results: list[OpResult], when_ms: int) -> list[Effect]:
             res = results[0]
             if not self.in_office(ctx):
                 given_up()

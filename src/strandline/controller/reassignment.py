@@ -12,17 +12,18 @@ back to ORS at once, stopping the replicas that were being added.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.controller.elections import PartitionElections
 from strandline.controller.office import Office
 from strandline.controller.context import ControllerContext
 from strandline.coordination import znodes
-from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata
-from strandline.coordination.store import Delete, GetData, SetData, ZkError
+from strandline.coordination.metadata import TopicMetadata
+from strandline.coordination.znodes import LeaderAndIsr
+from strandline.coordination.store import Delete, GetData, OpResult, SetData, ZkError
 from strandline.protocol import control
 
 Key = tuple[str, int]
@@ -30,7 +31,7 @@ RETRY_MS = 1000
 Outcome = tuple[ErrorCode, "str | None"]
 
 
-def _distinct(replicas) -> tuple[int, ...]:
+def _distinct(replicas: Iterable[int]) -> tuple[int, ...]:
     return tuple(dict.fromkeys(replicas))
 
 
@@ -63,7 +64,7 @@ class PartitionReassignments:
         return None
 
     def alter(self, ctx: ControllerContext, wanted: list[tuple[Key, tuple[int, ...] | None]], now_ms: int,
-              respond: Callable[[dict[Key, Outcome], int], list]) -> list:
+              respond: Callable[[dict[Key, Outcome], int], list[Effect]]) -> list[Effect]:
         """AlterPartitionReassignments: start (or replace, or cancel) each move; answer once each has
         been written to ZooKeeper, not when it ends."""
         results: dict[Key, Outcome] = {}
@@ -77,8 +78,8 @@ class PartitionReassignments:
         pending = {key for key, _ in started}
         answered = False
 
-        def finisher(key: Key) -> Callable[[ErrorCode, str | None, int], list]:
-            def done(code: ErrorCode, message: str | None, when_ms: int) -> list:
+        def finisher(key: Key) -> Callable[[ErrorCode, str | None, int], list[Effect]]:
+            def done(code: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
                 nonlocal answered
                 results[key] = (code, message)
                 pending.discard(key)
@@ -89,7 +90,7 @@ class PartitionReassignments:
             return done
 
         launched = False
-        effects: list = []
+        effects: list[Effect] = []
         for key, target in started:
             if target is None:
                 effects.extend(self.cancel(ctx, key, now_ms, finisher(key)))
@@ -101,7 +102,8 @@ class PartitionReassignments:
             effects.extend(respond(results, now_ms))
         return effects
 
-    def ongoing(self, ctx: ControllerContext, wanted: list[Key] | None) -> dict[Key, tuple]:
+    def ongoing(self, ctx: ControllerContext, wanted: list[Key] | None
+                ) -> dict[Key, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
         """ListPartitionReassignments: (replicas, adding, removing) of each move in progress."""
         found = {}
         for key in sorted(ctx.reassigning):
@@ -114,7 +116,7 @@ class PartitionReassignments:
     # ------------------------------------------------------------------ phases
 
     def start(self, ctx: ControllerContext, key: Key, target: tuple[int, ...], now_ms: int,
-              done: Callable[[ErrorCode, str | None, int], list]) -> list:
+              done: Callable[[ErrorCode, str | None, int], list[Effect]]) -> list[Effect]:
         """Phase one: assign RS = TRS + ORS, record what is added and removed, and tell RS in a new
         leader epoch."""
         topic = ctx.topics[key[0]]
@@ -129,20 +131,20 @@ class PartitionReassignments:
         adding = tuple(r for r in target if r not in origin)
         removing = tuple(r for r in replicas if r not in target)
 
-        def written(when_ms: int) -> list:
+        def written(when_ms: int) -> list[Effect]:
             if ctx.topics.get(key[0]) is not topic:  # deleted meanwhile (perhaps made again)
                 return done(ErrorCode.unknown_topic_or_partition, f"The topic '{key[0]}' was deleted", when_ms)
             ctx.reassigning[key] = (target, origin)
-            effects: list = [LogLine("info", f"Reassigning {key[0]}-{index}: {list(origin)} -> {list(target)} "
+            effects: list[Effect] = [LogLine("info", f"Reassigning {key[0]}-{index}: {list(origin)} -> {list(target)} "
                                          f"(adding {list(adding)}, removing {list(removing)})")]
             effects += self._new_epoch(ctx, key, when_ms, lambda t: self.maybe_complete(ctx, [key], t))
             return effects + done(ErrorCode.none, None, when_ms)
 
         return self._write_assignment(ctx, topic, index, replicas, adding, removing, now_ms, written, done)
 
-    def maybe_complete(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list:
+    def maybe_complete(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list[Effect]:
         """Phase two for each of ``keys`` whose target replicas are all in the ISR."""
-        effects: list = []
+        effects: list[Effect] = []
         for key in keys:
             move = ctx.reassigning.get(key)
             topic = ctx.topics.get(key[0])
@@ -154,7 +156,7 @@ class PartitionReassignments:
         return effects
 
     def cancel(self, ctx: ControllerContext, key: Key, now_ms: int,
-               done: Callable[[ErrorCode, str | None, int], list]) -> list:
+               done: Callable[[ErrorCode, str | None, int], list[Effect]]) -> list[Effect]:
         """Back to the original replicas at once: the ones being added stop."""
         origin = ctx.reassigning[key][1]
         topic = ctx.topics[key[0]]
@@ -165,7 +167,7 @@ class PartitionReassignments:
         ctx.reassigning[key] = (origin, origin)
         return self._finish(ctx, key, origin, now_ms) + done(ErrorCode.none, None, now_ms)
 
-    def resume(self, ctx: ControllerContext, now_ms: int, topics: list[TopicMetadata] | None = None) -> list:
+    def resume(self, ctx: ControllerContext, now_ms: int, topics: list[TopicMetadata] | None = None) -> list[Effect]:
         """Take over the moves the topic znodes record that this controller does not follow yet:
         all of them for a new controller, or those of ``topics`` read again after a write whose
         outcome ZooKeeper did not tell."""
@@ -185,19 +187,19 @@ class PartitionReassignments:
             return []
         # the replicas may never have heard of RS (the last controller may have died first): tell
         # them again in a new leader epoch, as phase one does, then look whether the move can end
-        effects: list = [LogLine("info", f"Resuming the reassignment of {len(keys)} partition(s)")]
+        effects: list[Effect] = [LogLine("info", f"Resuming the reassignment of {len(keys)} partition(s)")]
         for key in keys:
-            effects += self._new_epoch(ctx, key, now_ms, lambda t, key=key: self.maybe_complete(ctx, [key], t))
+            effects += self._new_epoch(ctx, key, now_ms, self._completer(ctx, key))
         return effects
 
-    def _read_back(self, ctx: ControllerContext, name: str, now_ms: int) -> list:
+    def _read_back(self, ctx: ControllerContext, name: str, now_ms: int) -> list[Effect]:
         """A topic znode write got no answer (it may have been applied): read the znode before the
         topic's next write (none may be made from a view without it) and follow whatever move it
         records."""
         office = self.office
 
-        def read(at_ms: int) -> list:
-            def on_read(results: list, when_ms: int) -> list:
+        def read(at_ms: int) -> list[Effect]:
+            def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
                 [res] = results
                 topic = ctx.topics.get(name)
                 if not office.in_office(ctx) or topic is None:
@@ -216,16 +218,17 @@ class PartitionReassignments:
 
     # ------------------------------------------------------------------ /admin/reassign_partitions
 
-    def on_requested(self, ctx: ControllerContext, moves: dict[Key, tuple[int, ...]], now_ms: int) -> list:
+    def on_requested(self, ctx: ControllerContext, moves: dict[Key, tuple[int, ...]], now_ms: int) -> list[Effect]:
         """The moves ``/admin/reassign_partitions`` lists (older tools write it): each not yet under
         way starts; one refused, or already done, leaves the node; the node goes once it is empty."""
         ctx.zk_requested = dict(moves)
-        wanted = [(key, target) for key, target in moves.items()
-                  if key not in ctx.reassigning or ctx.reassigning[key][0] != target]
+        wanted: list[tuple[Key, tuple[int, ...] | None]] = [
+            (key, target) for key, target in moves.items()
+            if key not in ctx.reassigning or ctx.reassigning[key][0] != target]
         if not wanted:
             return []
 
-        def respond(results: dict, when_ms: int) -> list:
+        def respond(results: dict[Key, Outcome], when_ms: int) -> list[Effect]:
             finished = [key for key, (code, _) in results.items()
                         if code is not ErrorCode.none or key not in ctx.reassigning]
             logs = [LogLine("warning", f"/admin/reassign_partitions: {key[0]}-{key[1]} refused: {code.name}"
@@ -235,7 +238,11 @@ class PartitionReassignments:
 
         return self.alter(ctx, wanted, now_ms, respond)
 
-    def forget_requested(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list:
+    def _completer(self, ctx: ControllerContext, key: Key) -> Callable[[int], list[Effect]]:
+        """``maybe_complete`` of ``key`` at a later time."""
+        return lambda t: self.maybe_complete(ctx, [key], t)
+
+    def forget_requested(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list[Effect]:
         """Take ``keys`` out of ``/admin/reassign_partitions`` (delete it once empty)."""
         done = [key for key in keys if key in ctx.zk_requested]
         if not done or not self.office.in_office(ctx):
@@ -243,6 +250,7 @@ class PartitionReassignments:
         for key in done:
             del ctx.zk_requested[key]
         path = znodes.ReassignPartitionsZNode.path()
+        op: SetData | Delete
         if ctx.zk_requested:
             op = SetData(path, znodes.ReassignPartitionsZNode.encode(ctx.zk_requested))
         else:
@@ -252,7 +260,7 @@ class PartitionReassignments:
 
     # ------------------------------------------------------------------ steps
 
-    def _finish(self, ctx: ControllerContext, key: Key, target: tuple[int, ...], now_ms: int) -> list:
+    def _finish(self, ctx: ControllerContext, key: Key, target: tuple[int, ...], now_ms: int) -> list[Effect]:
         """Assign TRS, move leadership into it in a new epoch with an ISR of target replicas only,
         stop the others, then record TRS alone."""
         topic = ctx.topics[key[0]]
@@ -276,7 +284,7 @@ class PartitionReassignments:
             proposed.append(LeaderAndIsr(leader, current.leader_epoch + 1, isr, ctx.epoch, current.zk_version))
             return proposed[-1], False
 
-        def elected(when_ms: int) -> list:
+        def elected(when_ms: int) -> list[Effect]:
             # written by this election: the state the controller holds is the last one it decided
             # (an election whose reads got no answer ends at once, its retry going on without us,
             # and the state held then may be one that ZooKeeper no longer has)
@@ -293,14 +301,14 @@ class PartitionReassignments:
                 return [LogLine("warning", f"Reassignment of {key[0]}-{index} waits: {why}")] + \
                     self._retry(ctx, key, when_ms)
 
-            def recorded(at_ms: int) -> list:
+            def recorded(at_ms: int) -> list[Effect]:
                 ctx.completing.pop(key, None)
                 if ctx.reassigning.get(key, (None,))[0] == target:
                     ctx.reassigning.pop(key)
                 return [LogLine("info", f"Reassignment of {key[0]}-{index} done: replicas {list(target)}")] + \
                     self.forget_requested(ctx, [key], at_ms)
 
-            def failed(code: ErrorCode, message: str | None, at_ms: int) -> list:
+            def failed(code: ErrorCode, message: str | None, at_ms: int) -> list[Effect]:
                 ctx.completing.pop(key, None)
                 return [LogLine("warning", f"Recording the reassignment of {key[0]}-{index} failed: {message}")] + \
                     self._retry(ctx, key, at_ms)
@@ -310,24 +318,25 @@ class PartitionReassignments:
 
         return self.elections.elect(ctx, [key], set(), now_ms, elected, decide)
 
-    def _retry(self, ctx: ControllerContext, key: Key, now_ms: int) -> list:
+    def _retry(self, ctx: ControllerContext, key: Key, now_ms: int) -> list[Effect]:
         """Look again at a move whose end was put off (its targets left the ISR meanwhile, or
         ZooKeeper did not answer)."""
         office = self.office
         return office.outbox.after(now_ms + RETRY_MS, lambda t: self.maybe_complete(ctx, [key], t)
                                        if office.in_office(ctx) else [])
 
-    def _new_epoch(self, ctx: ControllerContext, key: Key, now_ms: int, then: Callable[[int], list]) -> list:
+    def _new_epoch(self, ctx: ControllerContext, key: Key, now_ms: int,
+                   then: Callable[[int], list[Effect]]) -> list[Effect]:
         def decide(t: TopicMetadata, i: int, current: LeaderAndIsr, live: set[int],
                    dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
             return LeaderAndIsr(current.leader, current.leader_epoch + 1, current.isr, ctx.epoch,
                                 current.zk_version), False
         return self.elections.elect(ctx, [key], set(), now_ms, then, decide)
 
-    def _stop_replicas(self, ctx: ControllerContext, key: Key, brokers: list[int], now_ms: int) -> list:
+    def _stop_replicas(self, ctx: ControllerContext, key: Key, brokers: list[int], now_ms: int) -> list[Effect]:
         """StopReplica with deletion to the live brokers of ``brokers``: their replica is gone."""
         channel = self.office.channel
-        effects: list = []
+        effects: list[Effect] = []
         for broker_id in sorted(set(brokers)):
             if broker_id in ctx.live_brokers:
                 effects.extend(channel.send(ctx, broker_id, control.STOP_REPLICA,
@@ -336,14 +345,15 @@ class PartitionReassignments:
 
     def _write_assignment(self, ctx: ControllerContext, topic: TopicMetadata, index: int, replicas: tuple[int, ...],
                           adding: tuple[int, ...], removing: tuple[int, ...], now_ms: int,
-                          then: Callable[[int], list], failed: Callable[[ErrorCode, str | None, int], list]) -> list:
+                          then: Callable[[int], list[Effect]],
+                          failed: Callable[[ErrorCode, str | None, int], list[Effect]]) -> list[Effect]:
         """Write the topic znode with ``index`` assigned ``replicas`` (and what is being added and
         removed), fenced by the controller epoch; then update the context. The writes of one topic
         go one at a time, each from the assignment then current, so that none undoes another."""
         name = topic.name
         office = self.office
 
-        def write(at_ms: int) -> list:
+        def write(at_ms: int) -> list[Effect]:
             if not office.in_office(ctx):
                 return failed(ErrorCode.not_controller, "This broker is no longer the controller", at_ms) + \
                     ctx.topic_write_done(name, at_ms)
@@ -363,7 +373,7 @@ class PartitionReassignments:
             data = znodes.TopicZNode.encode(assignment, topic.topic_id, adding_all, removing_all)
             ops = office.fenced(ctx, [SetData(znodes.TopicZNode.path(name), data)])
 
-            def on_result(results: list, when_ms: int) -> list:
+            def on_result(results: list[OpResult], when_ms: int) -> list[Effect]:
                 error = results[0].error
                 if error is not ZkError.NONE:
                     code = ErrorCode.not_controller if error is ZkError.BAD_VERSION else ErrorCode.unknown_server_error

@@ -14,13 +14,14 @@ from typing import Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.core.config import ConfigError, parse_topic_configs
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas, check_replication_factor
 from strandline.controller.office import Office
 from strandline.controller.context import ControllerContext, TopicCreated
 from strandline.coordination import zk_layout, znodes
-from strandline.coordination.metadata import LeaderAndIsr, TopicMetadata, topic_name_error
-from strandline.coordination.store import Create, GetData, OpResult, SetData, ZkError
+from strandline.coordination.metadata import TopicMetadata, topic_name_error
+from strandline.coordination.znodes import LeaderAndIsr
+from strandline.coordination.store import Create, GetData, OpResult, SetData, TransactionOp, ZkError
 
 READ_BACK_RETRY_MS = 1000       # read a topic again while ZooKeeper cannot answer
 _MARKED_FOR_DELETION = "Topic '{}' is marked for deletion."
@@ -93,7 +94,7 @@ class TopicChanges:
             assignment = {p: tuple(r) for p, r in raw.items()}
         return TopicMetadata(name, self.office.new_uuid(), assignment, {}, configs)
 
-    def create(self, ctx: ControllerContext, plan: TopicMetadata, done: TopicCreated, now_ms: int) -> list:
+    def create(self, ctx: ControllerContext, plan: TopicMetadata, done: TopicCreated, now_ms: int) -> list[Effect]:
         """Write the topic's znodes in one transaction, then announce its partitions."""
         office = self.office
         live = set(ctx.live_broker_ids())
@@ -105,9 +106,9 @@ class TopicChanges:
         ops = office.fenced(ctx, zk_layout.create_topic_ops(plan, ctx.epoch))
         record = znodes.DeleteTopicsTopicZNode.path(plan.name)     # the creation fails while it is there
 
-        def finish(failed: ZkError | None, when_ms: int, marked: bool = False) -> list:
+        def finish(failed: ZkError | None, when_ms: int, marked: bool = False) -> list[Effect]:
             waiters = ctx.creating.pop(plan.name, [])
-            effects: list = []
+            effects: list[Effect] = []
             if failed is not None:
                 if failed is ZkError.NODE_EXISTS:
                     error, message = ErrorCode.topic_already_exists, (
@@ -129,7 +130,7 @@ class TopicChanges:
                 effects.extend(waiter(error, message, when_ms))
             return effects
 
-        def read_back(res: OpResult | None, when_ms: int) -> list:
+        def read_back(res: OpResult | None, when_ms: int) -> list[Effect]:
             if res is None:
                 return finish(ZkError.BAD_VERSION, when_ms)
             if res.error is ZkError.NO_NODE:
@@ -137,10 +138,10 @@ class TopicChanges:
             ours = znodes.TopicZNode.decode(res.data).topic_id == plan.topic_id
             return finish(None if ours else ZkError.NODE_EXISTS, when_ms)
 
-        def on_record(results: list, when_ms: int) -> list:
+        def on_record(results: list[OpResult], when_ms: int) -> list[Effect]:
             return finish(ZkError.NODE_EXISTS, when_ms, marked=results[0].error is ZkError.NONE)
 
-        def on_result(results: list, when_ms: int) -> list:
+        def on_result(results: list[OpResult], when_ms: int) -> list[Effect]:
             failed = next((r.error for r in results if r.error is not ZkError.NONE), None)
             if failed is ZkError.CONNECTION_LOSS:       # written or not: ZooKeeper's copy says which
                 return self._read_topic(ctx, plan.name, when_ms, read_back)
@@ -152,15 +153,15 @@ class TopicChanges:
 
     def add_partitions(self, ctx: ControllerContext, name: str, count: int,
                        manual: list[tuple[int, ...]] | None, validate_only: bool,
-                       done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+                       done: Callable[[ErrorCode, str | None, int], list[Effect]], now_ms: int) -> list[Effect]:
         """CreatePartitions (Kafka's createPartitions with the controller's onNewPartitionCreation):
         grow ``name`` to ``count`` partitions, placed as a new topic's would continue from
         partition 0's first replica, or as ``manual`` says; the topic znode and the new
         partitions' states are written in one fenced transaction, then announced. It waits its
         turn among the writes of the topic's znode (a move's), and is planned from the
         assignment the one before it left."""
-        def attempt(at_ms: int) -> list:
-            def answer(code: ErrorCode, message: str | None, when_ms: int) -> list:
+        def attempt(at_ms: int) -> list[Effect]:
+            def answer(code: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
                 return done(code, message, when_ms) + ctx.topic_write_done(name, when_ms)
             return self._add_partitions(ctx, name, count, manual, validate_only, answer, at_ms)
 
@@ -168,7 +169,7 @@ class TopicChanges:
 
     def _add_partitions(self, ctx: ControllerContext, name: str, count: int,  # noqa: C901  (one read-decide-write, its checks in Kafka's order)
                        manual: list[tuple[int, ...]] | None, validate_only: bool,
-                       done: Callable[[ErrorCode, str | None, int], list], now_ms: int) -> list:
+                       done: Callable[[ErrorCode, str | None, int], list[Effect]], now_ms: int) -> list[Effect]:
         topic = ctx.topics.get(name)
         if not self.office.in_office(ctx):
             return done(ErrorCode.not_controller, "This broker is no longer the controller", now_ms)
@@ -229,7 +230,8 @@ class TopicChanges:
             alive = tuple(r for r in replicas if r in live)
             states[index] = LeaderAndIsr(alive[0] if alive else -1, 0, alive, ctx.epoch, 0)
         assignment = {**topic.assignment, **added}
-        ops = [SetData(znodes.TopicZNode.path(name), znodes.TopicZNode.encode(assignment, topic.topic_id))]
+        ops: list[TransactionOp] = [SetData(znodes.TopicZNode.path(name),
+                                            znodes.TopicZNode.encode(assignment, topic.topic_id))]
         for index in sorted(added):
             ops.append(Create(znodes.TopicPartitionZNode.path(name, index)))
             ops.append(Create(znodes.TopicPartitionStateZNode.path(name, index),
@@ -245,9 +247,9 @@ class TopicChanges:
             return done(ErrorCode.none, None, now_ms)
         office = self.office
 
-        def applied(when_ms: int) -> list:
+        def applied(when_ms: int) -> list[Effect]:
             current = ctx.topics.get(name)
-            effects: list = [LogLine("info", f"Added partitions {sorted(added)} to topic {name}: {added}")]
+            effects: list[Effect] = [LogLine("info", f"Added partitions {sorted(added)} to topic {name}: {added}")]
             if current is not None:
                 current.assignment.update(added)
                 current.states.update(states)
@@ -256,7 +258,7 @@ class TopicChanges:
                     effects.extend(office.channel.send_partition_states(ctx, parts, None, True, when_ms))
             return effects + done(ErrorCode.none, None, when_ms)
 
-        def read_back(res: OpResult | None, when_ms: int) -> list:
+        def read_back(res: OpResult | None, when_ms: int) -> list[Effect]:
             if res is None:
                 return done(ErrorCode.not_controller, "This broker is no longer the controller", when_ms)
             if res.error is ZkError.NONE:
@@ -265,7 +267,7 @@ class TopicChanges:
                     return applied(when_ms)
             return done(ErrorCode.unknown_server_error, "ZooKeeper error CONNECTION_LOSS", when_ms)
 
-        def on_result(results: list, when_ms: int) -> list:
+        def on_result(results: list[OpResult], when_ms: int) -> list[Effect]:
             failed = next((r for r in results if r.error is not ZkError.NONE), None)
             if failed is None:
                 return applied(when_ms)
@@ -278,12 +280,12 @@ class TopicChanges:
         return [office.outbox.zk(ops, on_result, transaction=True)]
 
     def _read_topic(self, ctx: ControllerContext, name: str, now_ms: int,
-                    then: Callable[[OpResult | None, int], list]) -> list:
+                    then: Callable[[OpResult | None, int], list[Effect]]) -> list[Effect]:
         """Read topic ``name``'s znode until ZooKeeper answers, then ``then(result, now_ms)``
         (``result`` None once this broker is no longer the controller)."""
         office = self.office
 
-        def on_read(results: list, when_ms: int) -> list:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             [res] = results
             if not office.in_office(ctx):
                 return then(None, when_ms)

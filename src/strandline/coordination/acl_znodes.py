@@ -6,7 +6,7 @@ notifications that tell every broker to read them again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from strandline.coordination.znode_json import (
     SequentialZNode as _SequentialZNode, decode_json as _decode, json_bytes as _json, json_int as _int,
@@ -24,7 +24,10 @@ _ACL_OPERATION_NAMES = {op: "".join(w.capitalize() for w in op.name.split("_"))
 _ACL_PERMISSION_NAMES = {AclPermissionType.ALLOW: "Allow", AclPermissionType.DENY: "Deny"}
 
 
-def _by_name(names: Mapping[Any, str], text: Any, what: str) -> Any:
+_T = TypeVar("_T")
+
+
+def _by_name(names: Mapping[_T, str], text: Any, what: str) -> _T:
     """Kafka's ``fromString``: case-insensitive, underscores ignored."""
     wanted = str(text).replace("_", "").lower()
     for value, name in names.items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Callable
+from typing import Callable, Sequence
 
 from strandline.core.config import ConfigError, parse_topic_configs
 from strandline.coordination.acl_znodes import AclZNode
@@ -32,7 +32,7 @@ def answered(path: str, res: OpResult) -> OpResult:
     return res
 
 
-def _read(store: CoordinationStore, ops: list) -> list[OpResult]:
+def _read(store: CoordinationStore, ops: Sequence[GetData | GetChildren]) -> list[OpResult]:
     return [answered(op.path, res) for op, res in zip(ops, store.execute(ops))]
 
 

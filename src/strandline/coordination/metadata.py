@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from strandline.core.config import ConfigError, parse_topic_configs
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.coordination import znodes
-from strandline.coordination.store import GetData, ZkError
+from strandline.coordination.store import GetData, OpResult, ZkError
 from strandline.coordination.znodes import BrokerInfo, LeaderAndIsr
 
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -60,8 +60,8 @@ class MetadataCache:
     def live_broker_ids(self) -> list[int]:
         return sorted(self.brokers)
 
-    def load_topics(self, names: list[str], then: Callable[[int, list[str]], list]
-                    ) -> tuple[list, Callable[[list, int], list]]:
+    def load_topics(self, names: list[str], then: Callable[[int, list[str]], list[Effect]]
+                    ) -> tuple[list[GetData], Callable[[list[OpResult], int], list[Effect]]]:
         """The ZooKeeper reads of topics' assignment, id and configs, and what takes their results
         into the cache (topics it knows by then are left as they are) and then calls
         ``then(now_ms, unread)``: ``unread`` names the topics ZooKeeper did not answer for."""
@@ -69,8 +69,8 @@ class MetadataCache:
         for name in names:
             ops += [GetData(znodes.TopicZNode.path(name)), GetData(znodes.ConfigEntityZNode.path("topics", name))]
 
-        def on_result(results: list, when_ms: int) -> list:
-            effects: list = []
+        def on_result(results: list[OpResult], when_ms: int) -> list[Effect]:
+            effects: list[Effect] = []
             unread: list[str] = []
             for i, name in enumerate(names):
                 topic_res, config_res = results[2 * i], results[2 * i + 1]

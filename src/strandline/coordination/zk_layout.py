@@ -9,8 +9,8 @@ from typing import Iterable, Sequence
 from strandline.core.config import config_text
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import znodes
-from strandline.coordination.store import CheckVersion, Create, Delete, GetData, SetData
-from strandline.coordination.metadata import LeaderAndIsr
+from strandline.coordination.store import Create, Delete, GetData, SetData, TransactionOp
+from strandline.coordination.znodes import LeaderAndIsr
 
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 
@@ -26,7 +26,7 @@ _MULTI_HEADER = 9
 _OPEN_ACL = 4 + 4 + 4 + len("world") + 4 + len("anyone")
 
 
-def create_topic_ops(topic: TopicMetadata, controller_epoch: int) -> list:
+def create_topic_ops(topic: TopicMetadata, controller_epoch: int) -> list[TransactionOp]:
     """One transaction creating the topic, its config and every partition's state; it fails
     (NODE_EXISTS) while a deletion of the name is recorded under ``/admin/delete_topics``, whose
     znode it creates and deletes again (Kafka's "marked for deletion": a broker that has not heard
@@ -34,7 +34,7 @@ def create_topic_ops(topic: TopicMetadata, controller_epoch: int) -> list:
     the new topic's would be, the same paths with versions from 0 again, and such a write, meant for
     the old topic, would land on the new one)."""
     record = znodes.DeleteTopicsTopicZNode.path(topic.name)
-    ops: list = [
+    ops: list[TransactionOp] = [
         Create(record),
         Delete(record),
         Create(znodes.TopicZNode.path(topic.name),
@@ -57,30 +57,30 @@ def chroot(connect: str | None) -> str:
     return slash + path.rstrip("/") if path.strip("/") else ""
 
 
-def op_size(op: Create | SetData | CheckVersion, root: str = "") -> int:
+def op_size(op: TransactionOp, root: str = "") -> int:
     """Bytes one op adds to a multi (its header included)."""
     size = _MULTI_HEADER + 4 + len((root + op.path).encode())
     if isinstance(op, Create):
         return size + 4 + len(op.data) + _OPEN_ACL + 4      # data, ACL, flags
     if isinstance(op, SetData):
         return size + 4 + len(op.data) + 4                  # data, the version expected
-    return size + 4                                          # the version checked
+    return size + 4                                          # the version checked (or deleted)
 
 
-def multi_size(ops: Iterable[Create | SetData | CheckVersion], root: str = "") -> int:
+def multi_size(ops: Iterable[TransactionOp], root: str = "") -> int:
     """Bytes ZooKeeper reads for a multi of ``ops`` under chroot ``root``: what jute.maxbuffer bounds."""
     return _REQUEST_HEADER + _MULTI_HEADER + sum(op_size(op, root) for op in ops)
 
 
-def split_multi(ops: Sequence[Create | SetData | CheckVersion], fence: Sequence[CheckVersion] = (),
-                root: str = "", limit: int | None = None) -> list[list]:
+def split_multi(ops: Sequence[TransactionOp], fence: Sequence[TransactionOp] = (),
+                root: str = "", limit: int | None = None) -> list[list[TransactionOp]]:
     """``ops`` in consecutive runs that each fit one multi (after ``fence``) within ``limit`` bytes:
     a controller electing leaders for thousands of partitions at once writes them in several
     transactions, as one would be refused ("Len error")."""
     limit = JUTE_MAXBUFFER if limit is None else limit
     base = multi_size(fence, root)
-    runs: list[list] = []
-    run: list = []
+    runs: list[list[TransactionOp]] = []
+    run: list[TransactionOp] = []
     size = base
     for op in ops:
         cost = op_size(op, root)
@@ -95,7 +95,7 @@ def split_multi(ops: Sequence[Create | SetData | CheckVersion], fence: Sequence[
 
 
 def max_partitions(topic: TopicMetadata, replication_factor: int, broker_ids: Sequence[int],
-                   controller_epoch: int, fence: Sequence[CheckVersion] = (), root: str = "",
+                   controller_epoch: int, fence: Sequence[TransactionOp] = (), root: str = "",
                    limit: int = JUTE_MAXBUFFER) -> int:
     """The most partitions ``topic`` (its name, id and configs) can have for its creation multi
     (``fence`` then :func:`create_topic_ops`) to fit in ``limit`` bytes.
@@ -123,7 +123,7 @@ def max_partitions(topic: TopicMetadata, replication_factor: int, broker_ids: Se
     return count
 
 
-def delete_topic_ops(name: str) -> list:
+def delete_topic_ops(name: str) -> list[Delete]:
     return [Delete(znodes.TopicZNode.path(name), recursive=True),
             Delete(znodes.ConfigEntityZNode.path("topics", name))]
 
@@ -140,7 +140,7 @@ def next_producer_id_block_start(data: bytes | None) -> int:
     return int(block["block_end"]) + 1
 
 
-def claim_producer_id_block(broker_id: int, start: int, end: int, version: int):
+def claim_producer_id_block(broker_id: int, start: int, end: int, version: int) -> Create | SetData:
     data = json.dumps({"version": 1, "broker": broker_id, "block_start": str(start),
                        "block_end": str(end)}).encode()
     if version < 0:
@@ -148,7 +148,7 @@ def claim_producer_id_block(broker_id: int, start: int, end: int, version: int):
     return SetData(PRODUCER_ID_BLOCK_PATH, data, version)
 
 
-def controller_election_ops(broker_id: int, new_epoch: int, epoch_version: int, now_ms: int) -> list:
+def controller_election_ops(broker_id: int, new_epoch: int, epoch_version: int, now_ms: int) -> list[Create | SetData]:
     """Kafka's election multi-op: ephemeral /controller plus /controller_epoch bumped by one."""
     epoch_data = znodes.ControllerEpochZNode.encode(new_epoch)
     epoch_op = (Create(znodes.ControllerEpochZNode.path(), epoch_data) if epoch_version < 0
@@ -157,7 +157,7 @@ def controller_election_ops(broker_id: int, new_epoch: int, epoch_version: int, 
             epoch_op]
 
 
-def update_partition_state(topic: str, partition: int, state) -> SetData:
+def update_partition_state(topic: str, partition: int, state: LeaderAndIsr) -> SetData:
     """Compare-and-set of a partition's state znode on the version the writer last saw (ISR-5)."""
     return SetData(znodes.TopicPartitionStateZNode.path(topic, partition),
                    znodes.TopicPartitionStateZNode.encode(state), state.zk_version)

@@ -7,7 +7,7 @@ import json
 import uuid
 from typing import Any, Callable, TypeVar
 
-from strandline.uuids import uuid_from_base64, uuid_to_base64  # noqa: F401  (part of this module's interface)
+from strandline.uuids import uuid_from_base64 as uuid_from_base64, uuid_to_base64 as uuid_to_base64  # noqa: F401  (part of this module's interface)
 
 T = TypeVar("T")
 
@@ -30,12 +30,12 @@ def decode_json(path: str, data: bytes | None, parse: Callable[[Any], T]) -> T:
 
 def json_int(value: Any) -> int:
     """A JSON integer (not a bool, not a float with a fraction)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {value!r}")
-    return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise TypeError(f"expected an integer, got {value!r}")
 
 
-def json_object(value: Any) -> dict:
+def json_object(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise TypeError(f"expected a JSON object, got {value!r}")
     return value

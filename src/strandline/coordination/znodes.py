@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -99,7 +99,7 @@ class BrokerIdZNode:
     VERSION = 4
 
     @staticmethod
-    def path(broker_id: int) -> str:
+    def path(broker_id: int | str) -> str:
         return f"{BrokerIdsZNode.path()}/{broker_id}"
 
     @staticmethod
@@ -113,9 +113,9 @@ class BrokerIdZNode:
         return _json(obj)
 
     @staticmethod
-    def decode(data: bytes, broker_id: int | None = None) -> BrokerInfo:
+    def decode(data: bytes | None, broker_id: int | None = None) -> BrokerInfo:
         """``broker_id`` is the znode's name (``int(child)``); without it the result's ``id`` is -1."""
-        path = BrokerIdZNode.path(broker_id) if broker_id is not None else BrokerIdZNode.path("<id>")  # type: ignore[arg-type]
+        path = BrokerIdZNode.path(broker_id) if broker_id is not None else BrokerIdZNode.path("<id>")
 
         def parse(obj: Any) -> BrokerInfo:
             obj = _object(obj)
@@ -159,7 +159,7 @@ class TopicAssignment:
     adding_replicas: Mapping[int, tuple[int, ...]] | None = None
     removing_replicas: Mapping[int, tuple[int, ...]] | None = None
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter((self.partitions, self.topic_id))
 
 
@@ -193,7 +193,7 @@ class TopicZNode:
         return _json(obj)
 
     @staticmethod
-    def decode(data: bytes, topic: str | None = None) -> TopicAssignment:
+    def decode(data: bytes | None, topic: str | None = None) -> TopicAssignment:
         """``assignment, topic_id = TopicZNode.decode(data)``; ``topic`` only names the znode in errors."""
 
         def parse(obj: Any) -> TopicAssignment:
@@ -226,15 +226,22 @@ class TopicPartitionZNode:
     """``/brokers/topics/<t>/partitions/<p>`` (no data)."""
 
     @staticmethod
-    def path(topic: str, partition: int) -> str:
+    def path(topic: str, partition: int | str) -> str:
         return f"{TopicPartitionsZNode.path(topic)}/{partition}"
 
 
 class _HasLeaderAndIsr(Protocol):
-    leader: int
-    leader_epoch: int
-    isr: Iterable[int]
-    controller_epoch: int
+    @property
+    def leader(self) -> int: ...
+
+    @property
+    def leader_epoch(self) -> int: ...
+
+    @property
+    def isr(self) -> Iterable[int]: ...
+
+    @property
+    def controller_epoch(self) -> int: ...
 
 
 class TopicPartitionStateZNode:
@@ -247,7 +254,7 @@ class TopicPartitionStateZNode:
     """
 
     @staticmethod
-    def path(topic: str, partition: int) -> str:
+    def path(topic: str, partition: int | str) -> str:
         return f"{TopicPartitionZNode.path(topic, partition)}/state"
 
     @staticmethod
@@ -256,9 +263,9 @@ class TopicPartitionStateZNode:
                       "isr": [int(b) for b in state.isr], "controller_epoch": int(state.controller_epoch)})
 
     @staticmethod
-    def decode(data: bytes, zk_version: int = 0, topic: str | None = None,
+    def decode(data: bytes | None, zk_version: int = 0, topic: str | None = None,
                partition: int | None = None) -> LeaderAndIsr:
-        path = TopicPartitionStateZNode.path(topic or "<topic>", partition if partition is not None else "<p>")  # type: ignore[arg-type]
+        path = TopicPartitionStateZNode.path(topic or "<topic>", partition if partition is not None else "<p>")
 
         def parse(obj: Any) -> LeaderAndIsr:
             obj = _object(obj)
@@ -363,7 +370,7 @@ class ControllerZNode(_FixedPathZNode):
         return _json({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
 
     @staticmethod
-    def decode(data: bytes) -> int:
+    def decode(data: bytes | None) -> int:
         """The controller's broker id."""
         return _decode(ControllerZNode.path(), data, lambda obj: _int(_object(obj)["brokerid"]))
 
@@ -379,9 +386,9 @@ class ControllerEpochZNode(_FixedPathZNode):
         return str(int(epoch)).encode("ascii")
 
     @staticmethod
-    def decode(data: bytes) -> int:
+    def decode(data: bytes | None) -> int:
         try:
-            text = bytes(data).decode("ascii").strip()
+            text = bytes(data).decode("ascii").strip()  # type: ignore[arg-type]  # None: TypeError, malformed below
             if not text.lstrip("-").isdigit():
                 raise ValueError
             return int(text)
@@ -453,7 +460,7 @@ class IsrChangeNotificationSequenceZNode:
         return _json({"version": 1, "partitions": _partition_list(partitions)})
 
     @staticmethod
-    def decode(data: bytes, path: str | None = None) -> tuple[tuple[str, int], ...]:
+    def decode(data: bytes | None, path: str | None = None) -> tuple[tuple[str, int], ...]:
         return _decode(path or IsrChangeNotificationSequenceZNode.path("<seq>"), data, _parse_partition_list)
 
 
@@ -525,7 +532,7 @@ class ReassignPartitionsZNode(_FixedPathZNode):
             {"topic": t, "partition": p, "replicas": [int(b) for b in r]} for (t, p), r in sorted(moves.items())]})
 
     @staticmethod
-    def decode(data: bytes) -> dict[tuple[str, int], tuple[int, ...]]:
+    def decode(data: bytes | None) -> dict[tuple[str, int], tuple[int, ...]]:
         def parse(obj: Any) -> dict[tuple[str, int], tuple[int, ...]]:
             return {(str(e["topic"]), _int(e["partition"])): _int_list(e["replicas"])
                     for e in _object(obj)["partitions"]}

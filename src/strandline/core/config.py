@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from strandline.log.config import LogConfig
 
@@ -22,7 +22,7 @@ class ConfigError(ValueError):
     """A configuration key or value that is refused; the message is one line naming the key."""
 
 
-def _parse_int(key: str, raw: str, lo: int | None, hi: int | None) -> int:
+def _parse_int(key: str, raw: str, lo: float | None, hi: float | None) -> int:
     try:
         value = int(str(raw).strip())
     except ValueError:
@@ -490,15 +490,17 @@ class BrokerConfig:
 
     @property
     def broker_id(self) -> int:
-        return self.values["broker.id"]
+        broker_id: int = self.values["broker.id"]
+        return broker_id
 
     @property
     def listener(self) -> Listener:
-        return self.values["listeners"][0]
+        listener: Listener = self.values["listeners"][0]
+        return listener
 
     @property
     def advertised(self) -> Listener:
-        adv = self.values["advertised.listeners"][0]
+        adv: Listener = self.values["advertised.listeners"][0]
         if adv.host in ("0.0.0.0", "::", ""):
             return Listener(adv.name, "127.0.0.1", adv.port)
         return adv
@@ -550,7 +552,7 @@ class BrokerConfig:
         return self.values[broker_key] if broker_key else TOPIC_KEYS[topic_key][1].default
 
 
-def parse_topic_configs(raw: dict[str, str | None]) -> dict[str, Any]:
+def parse_topic_configs(raw: Mapping[str, str | None]) -> dict[str, Any]:
     """Validate topic-level configs (CreateTopics / ``--config``); raises ConfigError."""
     parsed: dict[str, Any] = {}
     for key, value in raw.items():

@@ -83,7 +83,7 @@ class FlushFiles:
     with ``Broker.on_files_flushed(token)``. A file deleted by then is skipped. Flushes complete in
     the order given; one that fails stops the broker (Kafka takes the log dir offline)."""
 
-    paths: tuple
+    paths: tuple[str, ...]
     token: int
 
 
@@ -117,3 +117,9 @@ class ReadClusterState:
     ``Broker.on_brokers_changed``), None when unnumbered."""
 
     token: int
+
+
+#: Everything the core may ask of its shell; the shell (:mod:`strandline.runtime.server`) and the
+#: simulator (:mod:`strandline.sim.cluster`) handle each of these.
+Effect = (Send | Close | ZkRequest | LogLine | SetLoggerLevel | WriteCheckpoint | FlushFiles | BrokerSend
+          | ReadClusterState)

@@ -10,9 +10,9 @@ broker's response, a timer) register a callback here under a token; the shell ha
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
-from strandline.core.effects import BrokerSend, ReadClusterState, ZkRequest
+from strandline.core.effects import BrokerSend, Effect, ReadClusterState, ZkRequest
 
 #: Kafka's request timeout per channel; ``request.timeout.ms`` for the others.
 TIMEOUT_KEYS = {"fetcher": "replica.socket.timeout.ms", "controller": "controller.socket.timeout.ms"}
@@ -35,9 +35,9 @@ class Outbox:
     def __init__(self, config: Any) -> None:
         self.config = config
         self._next_token = 1
-        self._zk_callbacks: dict[int, Callable[[Any, int], list]] = {}
-        self._broker_callbacks: dict[int, Callable[[bytes | None, int], list]] = {}
-        self._delayed: list[tuple[int, int, Callable[[int], list]]] = []
+        self._zk_callbacks: dict[int, Callable[[Any, int], list[Effect]]] = {}
+        self._broker_callbacks: dict[int, Callable[[bytes | None, int], list[Effect]]] = {}
+        self._delayed: list[tuple[int, int, Callable[[int], list[Effect]]]] = []
 
     def new_token(self) -> int:
         token = self._next_token
@@ -46,26 +46,27 @@ class Outbox:
 
     # -- ZooKeeper
 
-    def zk(self, ops: list, callback: Callable[[list, int], list], transaction: bool = False) -> ZkRequest:
+    def zk(self, ops: Sequence[Any], callback: Callable[[Any, int], list[Effect]],
+           transaction: bool = False) -> ZkRequest:
         """Run ``ops`` (a multi when ``transaction``); ``callback(results, now_ms)`` gets the results."""
         token = self.new_token()
         self._zk_callbacks[token] = callback
         return ZkRequest(token, ops, transaction)
 
-    def read_cluster_state(self, callback: Callable[[tuple, int], list]) -> ReadClusterState:
+    def read_cluster_state(self, callback: Callable[[Any, int], list[Effect]]) -> ReadClusterState:
         """Read the whole cluster; ``callback((brokers, topics, broker_epochs), now_ms)``."""
         token = self.new_token()
         self._zk_callbacks[token] = callback
         return ReadClusterState(token)
 
-    def on_zk_result(self, token: int, results: Any, now_ms: int) -> list:
+    def on_zk_result(self, token: int, results: Any, now_ms: int) -> list[Effect]:
         callback = self._zk_callbacks.pop(token, None)
         return callback(results, now_ms) if callback is not None else []
 
     # -- other brokers
 
     def send(self, broker: BrokerAddress | None, channel: str, frame_for: Callable[[int], bytes],
-             callback: Callable[[bytes | None, int], list], now_ms: int) -> list:
+             callback: Callable[[bytes | None, int], list[Effect]], now_ms: int) -> list[Effect]:
         """One request to another broker; ``frame_for(correlation_id)`` encodes it. ``callback``
         gets the response frame, or None when the broker is unknown, the connection failed or no
         answer came within the channel's request timeout."""
@@ -76,13 +77,13 @@ class Outbox:
         timeout_ms = self.config[TIMEOUT_KEYS.get(channel, "request.timeout.ms")]
         return [BrokerSend(token, broker.id, broker.host, broker.port, channel, frame_for(token), timeout_ms)]
 
-    def on_broker_response(self, token: int, frame: bytes | None, now_ms: int) -> list:
+    def on_broker_response(self, token: int, frame: bytes | None, now_ms: int) -> list[Effect]:
         callback = self._broker_callbacks.pop(token, None)
         return callback(frame, now_ms) if callback is not None else []
 
     # -- timers
 
-    def after(self, due_ms: int, action: Callable[[int], list]) -> list:
+    def after(self, due_ms: int, action: Callable[[int], list[Effect]]) -> list[Effect]:
         """Run ``action(now_ms)`` at ``due_ms`` (a retry or a backoff); returns no effects now."""
         heapq.heappush(self._delayed, (due_ms, self.new_token(), action))
         return []
@@ -90,8 +91,8 @@ class Outbox:
     def next_deadline_ms(self) -> int | None:
         return self._delayed[0][0] if self._delayed else None
 
-    def tick(self, now_ms: int) -> list:
-        effects: list = []
+    def tick(self, now_ms: int) -> list[Effect]:
+        effects: list[Effect] = []
         while self._delayed and self._delayed[0][0] <= now_ms:
             _, _, action = heapq.heappop(self._delayed)
             effects.extend(action(now_ms))

@@ -7,7 +7,7 @@ from typing import Any
 
 from strandline.core.effects import Send
 from strandline.protocol import api
-from strandline.protocol.api import RequestHeader
+from strandline.protocol.header import RequestHeader
 
 
 def response(conn_id: int, header: RequestHeader, body: Any) -> Send:

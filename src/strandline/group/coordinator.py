@@ -16,22 +16,25 @@ one in the log counts, as in Kafka).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.group import records as rec
-from strandline.group.model import Group, GroupState, Member, Respond
+from strandline.group.model import Append, Group, GroupState, Member, Respond
 from strandline.group.rebalance import (answer_join, answer_sync, common_protocols, maybe_complete_join,
                                         prepare_rebalance, remove_members, select_protocol)
 from strandline.group.static_members import rejoin_stable
 
 __all__ = ["Group", "GroupCoordinator", "GroupState", "Member", "Respond"]
 
+#: The answer to an offset commit, per partition.
+CommitRespond = Callable[[dict[tuple[str, int], ErrorCode]], list[Effect]]
+
 
 class GroupCoordinator:
-    def __init__(self, config: Any, append: Callable, new_member_suffix: Callable[[], str]) -> None:
+    def __init__(self, config: Any, append: Append, new_member_suffix: Callable[[], str]) -> None:
         self.config = config
         self.append = append
         self.new_member_suffix = new_member_suffix
@@ -47,11 +50,12 @@ class GroupCoordinator:
     def owns(self, group_id: str) -> bool:
         return self.partition_of(group_id) in self.owned
 
-    def load_partition(self, partition: int, records, now_ms: int) -> int:
+    def load_partition(self, partition: int, records: Iterable[tuple[Any, ...]], now_ms: int) -> int:
         """Become coordinator for the groups of an offsets partition: replay its records."""
         for group_id in [g for g in self.groups if self.partition_of(g) == partition]:
             del self.groups[group_id]
         count = 0
+        group: Group | None
         for item in records:
             position, key, value = item[:3]
             producer, marker = (item[3], item[4]) if len(item) == 5 else (-1, None)
@@ -102,11 +106,11 @@ class GroupCoordinator:
         self.owned.add(partition)
         return count
 
-    def unload_partition(self, partition: int) -> list:
+    def unload_partition(self, partition: int) -> list[Effect]:
         """No longer the leader of this offsets partition: forget its groups; waiting members are
         told NOT_COORDINATOR and find the new coordinator."""
         self.owned.discard(partition)
-        effects: list = []
+        effects: list[Effect] = []
         for group_id in [g for g in self.groups if self.partition_of(g) == partition]:
             group = self.groups.pop(group_id)
             group.transition_to(GroupState.DEAD)             # removed by partition emigration, as in Kafka
@@ -128,11 +132,11 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ JoinGroup
 
-    def join(self, req: dict, respond: Respond, now_ms: int) -> list:
+    def join(self, req: dict[str, Any], respond: Respond, now_ms: int) -> list[Effect]:
         group_id, member_id = req["group_id"], req["member_id"]
         instance_id = req.get("group_instance_id")
 
-        def fail(code: ErrorCode, mid: str = member_id) -> list:
+        def fail(code: ErrorCode, mid: str = member_id) -> list[Effect]:
             return respond({"error_code": code, "generation_id": -1, "protocol_name": None, "leader": "",
                             "member_id": mid, "members": []})
 
@@ -191,7 +195,7 @@ class GroupCoordinator:
         group.protocol_type = req["protocol_type"]
         if rejoined is not None and group.state is GroupState.STABLE and select_protocol(group) == group.protocol:
             return rejoin_stable(group, member, *rejoined, self._persist_group, now_ms)
-        effects: list = []
+        effects: list[Effect] = []
         if group.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             reason = req.get("reason") or "not provided"
             why = (f"Adding new member {member_id} with group instance id {instance_id}; client reason: {reason}"
@@ -205,10 +209,10 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ SyncGroup
 
-    def sync(self, req: dict, respond: Respond, now_ms: int) -> list:
+    def sync(self, req: dict[str, Any], respond: Respond, now_ms: int) -> list[Effect]:
         group_id, member_id = req["group_id"], req["member_id"]
 
-        def fail(code: ErrorCode) -> list:
+        def fail(code: ErrorCode) -> list[Effect]:
             return respond({"error_code": code, "assignment": b"", "protocol_type": None, "protocol_name": None})
 
         if not self.owns(group_id):
@@ -240,10 +244,10 @@ class GroupCoordinator:
             m.assignment = assignments.get(m.member_id, b"")
         generation = group.generation
 
-        def persisted(error: ErrorCode, when_ms: int) -> list:
+        def persisted(error: ErrorCode, when_ms: int) -> list[Effect]:
             if group.state is not GroupState.COMPLETING_REBALANCE or group.generation != generation:
                 return []
-            effects: list = []
+            effects: list[Effect] = []
             if error is not ErrorCode.none:
                 for m in group.members.values():
                     m.assignment = b""
@@ -256,13 +260,13 @@ class GroupCoordinator:
 
         return self._persist_group(group, now_ms, persisted)
 
-    def _persist_group(self, group: Group, now_ms: int, done: Callable[[ErrorCode, int], list]) -> list:
+    def _persist_group(self, group: Group, now_ms: int, done: Callable[[ErrorCode, int], list[Effect]]) -> list[Effect]:
         return self.append(self.partition_of(group.group_id), [self._group_record(group)],
                            lambda error, when_ms, _base_offset: done(error, when_ms), now_ms)
 
     # ------------------------------------------------------------------ Heartbeat, LeaveGroup, expiry
 
-    def heartbeat(self, req: dict, respond: Respond, now_ms: int) -> list:
+    def heartbeat(self, req: dict[str, Any], respond: Respond, now_ms: int) -> list[Effect]:
         group_id, member_id = req["group_id"], req["member_id"]
         if not self.owns(group_id):
             return respond({"error_code": ErrorCode.not_coordinator})
@@ -280,12 +284,12 @@ class GroupCoordinator:
         member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
         return respond({"error_code": ErrorCode.none})
 
-    def leave(self, group_id: str, leaving: list[tuple[str, str | None]], respond: Respond, now_ms: int) -> list:
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]], respond: Respond, now_ms: int) -> list[Effect]:
         if not self.owns(group_id):
             return respond({"error_code": ErrorCode.not_coordinator, "members": []})
         group = self.groups.get(group_id)
-        results = []
-        removed = []
+        results: list[dict[str, Any]] = []
+        removed: list[Member] = []
         for member_id, instance_id in leaving:
             member = None
             if group is not None:
@@ -303,7 +307,7 @@ class GroupCoordinator:
             removed.append(member)
             results.append({"member_id": member.member_id, "group_instance_id": instance_id,
                             "error_code": ErrorCode.none})
-        effects: list = []
+        effects: list[Effect] = []
         if group is not None and removed:
             effects += remove_members(group, removed, now_ms, self.config, self._persist_group)
         top = ErrorCode.none
@@ -311,8 +315,8 @@ class GroupCoordinator:
             top = results[0]["error_code"]
         return effects + respond({"error_code": top, "members": results})
 
-    def tick(self, now_ms: int) -> list:
-        effects: list = []
+    def tick(self, now_ms: int) -> list[Effect]:
+        effects: list[Effect] = []
         for group in list(self.groups.values()):
             for member_id, deadline in list(group.pending.items()):
                 if deadline <= now_ms:
@@ -344,11 +348,11 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ offsets
 
-    def commit(self, req: dict, respond: Callable[[dict[tuple[str, int], ErrorCode]], list], now_ms: int) -> list:
+    def commit(self, req: dict[str, Any], respond: CommitRespond, now_ms: int) -> list[Effect]:
         group_id, member_id, generation = req["group_id"], req["member_id"], req["generation_id"]
         wanted = [((t, p), off, epoch, meta) for t, p, off, epoch, meta in req["offsets"]]
 
-        def all_failed(code: ErrorCode) -> list:
+        def all_failed(code: ErrorCode) -> list[Effect]:
             return respond({tp: code for tp, *_ in wanted})
 
         if not self.owns(group_id):
@@ -369,7 +373,7 @@ class GroupCoordinator:
         elif generation != group.generation:
             return all_failed(ErrorCode.illegal_generation)
         results: dict[tuple[str, int], ErrorCode] = {}
-        records = []
+        records: list[rec.KeyValue] = []
         values = {}
         limit = self.config["offset.metadata.max.bytes"]
         stamps = req.get("commit_timestamps", {})       # OffsetCommit v1's, where the client set one
@@ -384,7 +388,7 @@ class GroupCoordinator:
         if not records:
             return respond(results)
 
-        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list:
+        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list[Effect]:
             for tp, (value, index) in values.items():
                 if error is ErrorCode.none:
                     # a transactional offset appended after this one and already committed stays
@@ -395,7 +399,7 @@ class GroupCoordinator:
 
         return self.append(self.partition_of(group_id), records, persisted, now_ms)
 
-    def txn_commit(self, req: dict, respond: Callable[[dict[tuple[str, int], ErrorCode]], list], now_ms: int) -> list:
+    def txn_commit(self, req: dict[str, Any], respond: CommitRespond, now_ms: int) -> list[Effect]:
         """TxnOffsetCommit: write offsets as part of a producer's transaction (a transactional batch
         of that producer id and epoch). They count once its commit marker reaches this partition
         (:meth:`end_txn`), never if it aborts."""
@@ -416,7 +420,8 @@ class GroupCoordinator:
             if code is not None:
                 return respond({tp: code for tp, *_ in wanted})
         results: dict[tuple[str, int], ErrorCode] = {}
-        records, values = [], {}
+        records: list[rec.KeyValue] = []
+        values: dict[tuple[str, int], tuple[rec.OffsetValue, int]] = {}
         limit = self.config["offset.metadata.max.bytes"]
         for tp, offset, leader_epoch, metadata in wanted:
             if metadata is not None and len(metadata.encode()) > limit:
@@ -429,7 +434,7 @@ class GroupCoordinator:
         if not records:
             return respond(results)
 
-        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list:
+        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list[Effect]:
             target = self.groups.setdefault(group_id, Group(group_id))
             for tp, (value, index) in values.items():
                 if error is ErrorCode.none:
@@ -477,7 +482,7 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ admin
 
-    def describe(self, group_id: str) -> dict:
+    def describe(self, group_id: str) -> dict[str, Any]:
         if not self.owns(group_id):
             return {"error_code": ErrorCode.not_coordinator, "group_id": group_id, "group_state": "",
                     "protocol_type": "", "protocol_data": "", "members": []}
@@ -496,7 +501,7 @@ class GroupCoordinator:
     def list_groups(self) -> list[Group]:
         return [g for g in self.groups.values() if self.owns(g.group_id) and g.state is not GroupState.DEAD]
 
-    def delete(self, group_id: str, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+    def delete(self, group_id: str, done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
         if not self.owns(group_id):
             return done(ErrorCode.not_coordinator, now_ms)
         group = self.groups.get(group_id)
@@ -507,7 +512,7 @@ class GroupCoordinator:
         records = [(rec.offset_key(group_id, t, p), None) for t, p in group.offsets]
         records.append((rec.group_key(group_id), None))
 
-        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list:
+        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list[Effect]:
             if error is ErrorCode.none and self.groups.get(group_id) is group and group.state is GroupState.EMPTY:
                 group.transition_to(GroupState.DEAD)
                 del self.groups[group_id]
@@ -516,7 +521,8 @@ class GroupCoordinator:
         return self.append(self.partition_of(group_id), records, persisted, now_ms)
 
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]],
-                       done: Callable[[ErrorCode, dict[tuple[str, int], ErrorCode], int], list], now_ms: int) -> list:
+                       done: Callable[[ErrorCode, dict[tuple[str, int], ErrorCode], int], list[Effect]],
+                       now_ms: int) -> list[Effect]:
         """OffsetDelete (KIP-496): drop a group's committed offsets of ``partitions`` unless its
         members consume those topics (GROUP_SUBSCRIBED_TO_TOPIC); an empty group may drop any.
         ``done(group error, partition errors, now_ms)``."""
@@ -537,7 +543,7 @@ class GroupCoordinator:
         if not doomed:
             return done(ErrorCode.none, errors, now_ms)
 
-        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list:
+        def persisted(error: ErrorCode, when_ms: int, base_offset: int) -> list[Effect]:
             if error is not ErrorCode.none:
                 return done(error, {}, when_ms)
             for tp in doomed:
@@ -547,10 +553,10 @@ class GroupCoordinator:
         return self.append(self.partition_of(group_id), [(rec.offset_key(group_id, t, p), None) for t, p in doomed],
                            persisted, now_ms)
 
-    def expire_offsets(self, now_ms: int) -> list:
+    def expire_offsets(self, now_ms: int) -> list[Effect]:
         """offsets.retention.minutes: an empty group's offsets older than the retention go."""
         retention = self.config["offsets.retention.minutes"] * 60_000
-        effects: list = []
+        effects: list[Effect] = []
         for group in list(self.groups.values()):
             if group.state is not GroupState.EMPTY or not self.owns(group.group_id):
                 continue
@@ -560,7 +566,7 @@ class GroupCoordinator:
             records = [(rec.offset_key(group.group_id, t, p), None) for t, p in old]
 
             def persisted(error: ErrorCode, when_ms: int, base_offset: int, group: Group = group,
-                          old: list = old) -> list:
+                          old: list[tuple[str, int]] = old) -> list[Effect]:
                 if error is ErrorCode.none:
                     for tp in old:
                         group.drop_offset(tp)

@@ -10,12 +10,24 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Protocol, Sequence
 
+from kio.schema.errors import ErrorCode
+
+from strandline.core.effects import Effect
 from strandline.errors import BrokenInvariant
 from strandline.group import records as rec
 
-Respond = Callable[[dict], list]
+Respond = Callable[[dict[str, Any]], list[Effect]]
+#: ``done(error, when_ms, base_offset)`` of an append to the offsets topic (-1 unless written).
+Appended = Callable[[ErrorCode, int, int], list[Effect]]
+#: ``append(partition, records, done, now_ms)``: write ``(key, value)`` records to an offsets partition.
+class Append(Protocol):
+    """``append(partition, records, done, now_ms, producer)``: write ``(key, value)`` records to an
+    offsets partition, as a transactional producer's batch when ``producer`` (id, epoch) is given."""
+
+    def __call__(self, index: int, records: Sequence[rec.KeyValue], done: Appended, now_ms: int,
+                 producer: tuple[int, int] | None = None) -> list[Effect]: ...
 
 
 class GroupState(enum.StrEnum):

@@ -13,22 +13,23 @@ replays only what is current.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.group import records as rec
 from strandline.group.coordinator import GroupCoordinator
+from strandline.group.model import Appended
 
 OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
 
 #: ``done(error, when_ms, base_offset)``: ``base_offset`` is where the batch lies (-1 unless written).
-Done = Callable[[ErrorCode, int, int], list]
+Done = Appended
 #: ``append_internal(topic, index, batch, timeout_ms, done(error, when_ms), now_ms)``: append as
 #: leader, acks=all.
-AppendInternal = Callable[[str, int, bytearray, int, Callable[[ErrorCode, int], list], int], list]
+AppendInternal = Callable[[str, int, bytearray, int, Callable[[ErrorCode, int], list[Effect]], int], list[Effect]]
 #: ``read_log(topic, index)``: every record batch of this broker's replica.
 ReadLog = Callable[[str, int], bytes]
 
@@ -39,12 +40,15 @@ class OffsetsTopic:
         self.append_internal = append_internal
         self.read_log = read_log
 
-    def append(self, index: int, records: list, done: Done, now_ms: int,
-               producer: tuple[int, int] | None = None) -> list:
+    def append(self, index: int, records: Sequence[rec.KeyValue], done: Done, now_ms: int,
+               producer: tuple[int, int] | None = None) -> list[Effect]:
         """Write records to an offsets partition this broker leads; ``done`` once the ISR has them,
         with the offset of the first: NOT_COORDINATOR when it does not lead it,
         COORDINATOR_NOT_AVAILABLE when too few replicas."""
-        def mapped(error: ErrorCode, when_ms: int) -> list:
+        batch = rec.build_batch(records, now_ms) if producer is None else \
+            rec.build_batch(records, now_ms, producer[0], producer[1], transactional=True)
+
+        def mapped(error: ErrorCode, when_ms: int) -> list[Effect]:
             if error is ErrorCode.none:
                 # the leader's append stamped the batch's base offset into it, in place
                 return done(error, when_ms, int.from_bytes(batch[0:8], "big", signed=True))
@@ -54,8 +58,6 @@ class OffsetsTopic:
                 return done(ErrorCode.not_coordinator, when_ms, -1)
             return done(ErrorCode.coordinator_not_available, when_ms, -1)
 
-        batch = rec.build_batch(records, now_ms) if producer is None else \
-            rec.build_batch(records, now_ms, producer[0], producer[1], transactional=True)
         return self.append_internal(OFFSETS_TOPIC, index, batch, self.config["offsets.commit.timeout.ms"],
                                     mapped, now_ms)
 
@@ -69,7 +71,7 @@ class OffsetsTopic:
         return cfg["offsets.topic.num.partitions"], rf, configs
 
     def on_leadership(self, coordinator: GroupCoordinator, topic: str, index: int, leader: bool,
-                      now_ms: int) -> list:
+                      now_ms: int) -> list[Effect]:
         """Loading and unloading the groups of an offsets partition as its leadership moves."""
         if topic != OFFSETS_TOPIC:
             return []

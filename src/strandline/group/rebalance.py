@@ -12,12 +12,13 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from strandline.core.effects import Effect
 from strandline.group.model import Group, GroupState, Member
 
-Persist = Callable[[Group, int, Callable[[ErrorCode, int], list]], list]
+Persist = Callable[[Group, int, Callable[[ErrorCode, int], list[Effect]]], list[Effect]]
 
 
-def answer_join(member: Member, body: dict) -> list:
+def answer_join(member: Member, body: dict[str, Any]) -> list[Effect]:
     """Answer the member's waiting JoinGroup, if any, with ``body`` (what it leaves out at its defaults)."""
     respond, member.join_respond = member.join_respond, None
     if respond is None:
@@ -30,7 +31,7 @@ def answer_join(member: Member, body: dict) -> list:
     return respond(body)
 
 
-def answer_sync(member: Member, code: ErrorCode, assignment: bytes = b"", group: Group | None = None) -> list:
+def answer_sync(member: Member, code: ErrorCode, assignment: bytes = b"", group: Group | None = None) -> list[Effect]:
     """Answer the member's waiting SyncGroup, if any."""
     respond, member.sync_respond = member.sync_respond, None
     if respond is None:
@@ -59,11 +60,11 @@ def select_protocol(group: Group) -> str:
     return max(sorted(votes), key=lambda n: votes[n])
 
 
-def prepare_rebalance(group: Group, config: Any, now_ms: int) -> list:
+def prepare_rebalance(group: Group, config: Any, now_ms: int) -> list[Effect]:
     """Into PreparingRebalance: members waiting in SyncGroup are told REBALANCE_IN_PROGRESS; the join
     phase ends after the members' longest rebalance timeout (a group that was Empty: after
     group.initial.rebalance.delay.ms, if shorter)."""
-    effects: list = []
+    effects: list[Effect] = []
     if group.state is GroupState.COMPLETING_REBALANCE:
         for m in group.members.values():
             m.assignment = b""
@@ -77,7 +78,7 @@ def prepare_rebalance(group: Group, config: Any, now_ms: int) -> list:
     return effects
 
 
-def maybe_complete_join(group: Group, now_ms: int, persist: Persist) -> list:
+def maybe_complete_join(group: Group, now_ms: int, persist: Persist) -> list[Effect]:
     """Complete the join phase when its deadline passed, or once every member has rejoined (unless
     the group was Empty: it waits out the initial delay)."""
     if group.state is not GroupState.PREPARING_REBALANCE:
@@ -89,7 +90,7 @@ def maybe_complete_join(group: Group, now_ms: int, persist: Persist) -> list:
     return []
 
 
-def complete_join(group: Group, now_ms: int, persist: Persist) -> list:
+def complete_join(group: Group, now_ms: int, persist: Persist) -> list[Effect]:
     """Members that did not rejoin leave; a new generation: the leader gets every member's metadata,
     everyone the answer to its JoinGroup (an empty group is persisted as Empty). Members told their
     id that have not joined with it stay pending until their session times out, as in Kafka: one
@@ -107,7 +108,7 @@ def complete_join(group: Group, now_ms: int, persist: Persist) -> list:
     if group.leader not in group.members:
         group.leader = next(iter(group.members))
     group.transition_to(GroupState.COMPLETING_REBALANCE)
-    effects: list = []
+    effects: list[Effect] = []
     everyone = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                  "metadata": m.metadata_for(group.protocol)} for m in group.members.values()]
     for m in group.members.values():
@@ -119,10 +120,10 @@ def complete_join(group: Group, now_ms: int, persist: Persist) -> list:
     return effects
 
 
-def remove_members(group: Group, members: list[Member], now_ms: int, config: Any, persist: Persist) -> list:
+def remove_members(group: Group, members: list[Member], now_ms: int, config: Any, persist: Persist) -> list[Effect]:
     """Members leave (LeaveGroup, or a session expired): their waiting answers say UNKNOWN_MEMBER_ID,
     and a Stable or CompletingRebalance group rebalances."""
-    effects: list = []
+    effects: list[Effect] = []
     for m in members:
         group.members.pop(m.member_id, None)
         effects += answer_join(m, {"error_code": ErrorCode.unknown_member_id})

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import crc32c
 
 from strandline.protocol.records import iter_batches, write_varint
 from strandline.protocol.records import iter_records as iter_batch_records
+
+#: A record of the offsets topic, ``(key, value)``; a None value is a tombstone.
+KeyValue = tuple[bytes, bytes | None]
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -62,8 +65,8 @@ class _Reader:
         self.data = data
         self.pos = 0
 
-    def _take(self, fmt: str):
-        v = struct.unpack_from(fmt, self.data, self.pos)[0]
+    def _take(self, fmt: str) -> int:
+        v: int = struct.unpack_from(fmt, self.data, self.pos)[0]
         self.pos += struct.calcsize(fmt)
         return v
 
@@ -205,7 +208,7 @@ def decode_group_value(data: bytes) -> GroupValue:
 varint = write_varint           # Kafka's zig-zag varint (ByteUtils.writeVarint)
 
 
-def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int, producer_id: int = -1,
+def build_batch(records: Sequence[KeyValue], timestamp_ms: int, producer_id: int = -1,
                 producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False) -> bytearray:
     """An uncompressed v2 batch of (key, value) records, from an idempotent producer when
     ``producer_id`` is set (part of its transaction when ``transactional``); the log stamps
@@ -223,14 +226,15 @@ def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int, pr
     return bytearray(struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc) + after_crc)
 
 
-def iter_records(data) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+def iter_records(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of every record in the v2 batches of ``data``."""
     for pos, h in iter_batches(data):
         for record in iter_batch_records(data, pos, h):
             yield record.offset, record.key, record.value
 
 
-def iter_log_records(data) -> Iterator[tuple[int, bytes | None, bytes | None, int, int | None]]:
+def iter_log_records(data: bytes | bytearray | memoryview
+                     ) -> Iterator[tuple[int, bytes | None, bytes | None, int, int | None]]:
     """``(offset, key, value, transactional producer id or -1, marker type or None)`` of every
     record of ``data``: what a coordinator replays, transactions included (a marker is a control
     record: ``marker type`` 0 abort, 1 commit)."""

@@ -10,25 +10,27 @@ as a follower. If persisting fails, the member gets its old id back and the join
 
 from __future__ import annotations
 
-from typing import Callable
-
 from kio.schema.errors import ErrorCode
 
+from strandline.core.effects import Effect
 from strandline.group.model import Group, Member
+from strandline.group.rebalance import Persist
 
 SKIP_ASSIGNMENT_VERSION = 9
 
 
-def rejoin_stable(group: Group, member: Member, old_id: str, old_leader: str | None, previous: tuple,
-                  persist: Callable, now_ms: int) -> list:
+def rejoin_stable(group: Group, member: Member, old_id: str, old_leader: str | None,
+                  previous: tuple[list[tuple[str, bytes]], int, int],
+                  persist: Persist, now_ms: int) -> list[Effect]:
     """Answer ``member``'s join without a rebalance. ``previous`` is its (protocols,
     session_timeout_ms, rebalance_timeout_ms) before this join, restored if persisting fails."""
     respond, member.join_respond = member.join_respond, None
+    assert respond is not None                      # the join being answered
     new_id = member.member_id
     skipping = member.join_version >= SKIP_ASSIGNMENT_VERSION
     generation = group.generation
 
-    def persisted(error: ErrorCode, when_ms: int) -> list:
+    def persisted(error: ErrorCode, when_ms: int) -> list[Effect]:
         base = {"generation_id": group.generation, "protocol_type": group.protocol_type,
                 "protocol_name": group.protocol}
         if error is not ErrorCode.none:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import asdict
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from strandline.log import checkpoint
 from strandline.log.cleaning import CleanerStats, Cleaning, CleaningAborted
@@ -56,7 +56,7 @@ class LogCleaner:
         self.checkpoints: dict[TopicPartition, int] = {}
         self._owners: dict[TopicPartition, Log] = {}        # the log each checkpoint entry is about
         self.tombstones_due_ms: dict[TopicPartition, int] = {}
-        self.last_pass: dict[TopicPartition, dict] = {}     # per log: what its last pass did
+        self.last_pass: dict[TopicPartition, dict[str, Any]] = {}     # per log: what its last pass did
         self.totals = CleanerStats()
         self.passes = 0
         self.aborted = 0
@@ -151,8 +151,9 @@ class LogCleaner:
         ratio = dirty / (clean + dirty) if clean + dirty else 0.0
         return first_dirty, end, ratio, dirty
 
-    def _grab_filthiest(self, now_ms: int, high_watermark_of: Callable[[TopicPartition], int | None]):
-        best = None
+    def _grab_filthiest(self, now_ms: int, high_watermark_of: Callable[[TopicPartition], int | None]
+                        ) -> tuple[float, TopicPartition, Log, int, int] | None:
+        best: tuple[float, TopicPartition, Log, int, int] | None = None
         for key, log in self.logs.logs.items():
             if not log.config.compacts or log.closed:
                 continue
@@ -210,6 +211,7 @@ class LogCleaner:
         except CleaningAborted as exc:
             return self._stop(now_ms, f"Log cleaning aborted: {exc}; it starts again later")
         self._next_ms = now_ms + max(1, round(done / WORK_PER_MS * (1 / DUTY - 1)))
+        assert self._cleaning is not None                   # set and cleared with self._job
         if self.io_max_bytes_per_second < 1e300:           # Kafka's default, Double.MaxValue: no limit
             read = self._cleaning.stats.bytes_read
             self._next_ms = max(self._next_ms, self._started_ms + int(read * 1000 / self.io_max_bytes_per_second))
@@ -265,10 +267,10 @@ class LogCleaner:
         self.tombstones_due_ms.pop(key, None)
         self.last_pass.pop(key, None)
 
-    def log_state(self, key: TopicPartition, log: Log, high_watermark: int) -> dict:
+    def log_state(self, key: TopicPartition, log: Log, high_watermark: int) -> dict[str, Any]:
         """The cleaner's view of one compacted log, for status and tools (it changes nothing)."""
         first_dirty, end, ratio, dirty = self.dirty_state(key, log, high_watermark, self._now_ms, peek=True)
-        state = {"last_cleaned_offset": first_dirty, "first_uncleanable_offset": end,
+        state: dict[str, Any] = {"last_cleaned_offset": first_dirty, "first_uncleanable_offset": end,
                  "dirty_ratio": round(ratio, 4), "dirty_bytes": dirty,
                  "cleaning": self._key == key}
         last = self.last_pass.get(key)

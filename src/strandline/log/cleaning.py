@@ -119,7 +119,8 @@ def segment_batches(segment: LogSegment) -> Iterator[tuple[int, BatchHeader, mem
 RawRecord = tuple[int, int, int, bytes | None, bool]     # start, end, offset, key, value is null
 
 
-def split_records(batch, header: BatchHeader) -> tuple[bytes | memoryview, list[RawRecord]]:
+def split_records(batch: bytes | bytearray | memoryview, header: BatchHeader
+                  ) -> tuple[bytes | bytearray | memoryview, list[RawRecord]]:
     """The batch's records section (decompressed) and, per record, ``(start, end, offset,
     key, value is null)`` within it. Raises UndecodableRecordsError when it does not decode."""
     try:
@@ -133,7 +134,8 @@ def split_records(batch, header: BatchHeader) -> tuple[bytes | memoryview, list[
             from None
 
 
-def rebuilt_batch(batch, header: BatchHeader, records: list[bytes | memoryview]) -> bytearray:
+def rebuilt_batch(batch: bytes | bytearray | memoryview, header: BatchHeader,
+                  records: list[bytes | bytearray | memoryview]) -> bytearray:
     """The batch with only ``records`` (raw, in order), in its own codec. No record at all: an
     empty batch without codec, as Kafka's cleaner writes one."""
     return rebuild(batch, header, b"".join(records), header.compression if records else 0, len(records))

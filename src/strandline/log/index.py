@@ -22,6 +22,7 @@ import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import islice
+from typing import Sequence
 
 from strandline.log.disk import Disk, FileHandle
 
@@ -36,11 +37,11 @@ class IndexOffsetOverflow(ValueError):
     """A relative offset or position does not fit in an int32 (the segment must roll)."""
 
 
-def _strictly_increasing(values) -> bool:
+def _strictly_increasing(values: Sequence[int]) -> bool:
     return all(map(operator.lt, values, islice(values, 1, None)))
 
 
-def _non_decreasing(values) -> bool:
+def _non_decreasing(values: Sequence[int]) -> bool:
     return all(map(operator.le, values, islice(values, 1, None)))
 
 
@@ -52,7 +53,7 @@ class _IndexFile:
     entry_size = 0
     #: The attribute names of the two columns, in the order of an entry in the file.
     _columns: tuple[str, str] = ("", "")
-    _relative: array
+    _relative: array[int]
 
     def __init__(self, disk: Disk, path: str, base_offset: int, max_index_size: int = 10485760) -> None:
         self.disk = disk
@@ -173,7 +174,7 @@ class OffsetIndex(_IndexFile):
 
     entry_size = 8
     _columns = ("_relative", "_positions")
-    _positions: array
+    _positions: array[int]
 
     @property
     def last_entry(self) -> tuple[int, int]:
@@ -228,7 +229,7 @@ class TimeIndex(_IndexFile):
 
     entry_size = 12
     _columns = ("_timestamps", "_relative")
-    _timestamps: array
+    _timestamps: array[int]
 
     @property
     def last_entry(self) -> tuple[int, int] | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import posixpath
 from bisect import bisect_right
 from itertools import takewhile
-from typing import Iterator, NamedTuple, Protocol
+from typing import Callable, Iterator, NamedTuple, Protocol
 
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk
@@ -231,7 +231,7 @@ def restore_unreplicated_transactions(log: ReplayedLog, high_watermark: int) -> 
     return True
 
 
-def _headers(log: ReplayedLog, start: int, end: int):
+def _headers(log: ReplayedLog, start: int, end: int) -> Iterator[BatchHeader]:
     """Headers of the batches from the one containing ``start`` up to ``end``."""
     return takewhile(lambda h: h.base_offset < end, log.iter_batch_headers(start))
 
@@ -258,7 +258,7 @@ def _replay_producers(log: ReplayedLog, start: int) -> None:
         segment.txn_index.flush()
 
 
-def _epoch_assigner(cache: LeaderEpochCache):
+def _epoch_assigner(cache: LeaderEpochCache) -> Callable[[BatchHeader], None]:
     """Recovery re-learns only epochs above the latest known one (Kafka's LogSegment.recover)."""
     def on_batch(header: BatchHeader) -> None:
         epoch = header.partition_leader_epoch

@@ -18,6 +18,7 @@ which). Each abort marker adds an entry to its segment's ``.txnindex``. Producer
 from __future__ import annotations
 
 import posixpath
+import uuid
 from bisect import bisect_right
 from typing import Callable, Iterator, NamedTuple
 
@@ -33,6 +34,9 @@ from strandline.log.producer_state import AbortedTxn, ProducerStateManager
 from strandline.log.segment import INT32_MAX, BatchInfo, CorruptRecordError, LogSegment
 from strandline.protocol.markers import CONTROL_BIT, read_marker
 from strandline.protocol.records import BatchHeader, crc_ok, iter_batches, stamp
+
+#: Batches as they arrive in a produce or fetch answer.
+Records = bytes | bytearray | memoryview
 
 
 class AppendInfo(NamedTuple):
@@ -65,7 +69,7 @@ class Log:
         self._recovery_point = self.log_end_offset
         #: the highest recovery point it had or was opened with (the checkpoint may still say so)
         self.highest_recovery_point = self._recovery_point
-        self.topic_id = None        # its topic's id (a uuid.UUID) once known: partition.metadata (KIP-516)
+        self.topic_id: uuid.UUID | None = None        # its topic's id (a uuid.UUID) once known: partition.metadata (KIP-516)
         self.topic_id_unsynced = False      # partition.metadata is written, durable with the next flush
         self.recovery_stats = new_recovery_stats()
         self._last_flush_ms = now_ms
@@ -79,7 +83,7 @@ class Log:
         self.offsets_listener: Callable[[tuple[str, int]], None] | None = None
         #: handed ``(log, base offset, old segment, paths of its files and the roll's snapshot)`` at
         #: each roll, to fsync them away from the caller (LogManager's roll flushes); None: at once
-        self.roll_listener: Callable[["Log", int, LogSegment, list], None] | None = None
+        self.roll_listener: Callable[["Log", int, LogSegment, list[str]], None] | None = None
         self.producer_state = ProducerStateManager()
         self.snapshots = ProducerSnapshots(disk, dir)
         self.replayed_batches = 0               # batch headers read to load the producer state
@@ -216,7 +220,7 @@ class Log:
         self.leader_epoch_cache.assign(leader_epoch, batches[0].base_offset)
         return self._append(records, batches, now_ms, producers)
 
-    def append_as_follower(self, records, now_ms: int | None = None) -> AppendInfo:
+    def append_as_follower(self, records: Records, now_ms: int | None = None) -> AppendInfo:
         """Append batches as the leader numbered them (first base offset >= log end offset: a
         compacted log has gaps).
 
@@ -256,7 +260,7 @@ class Log:
             self.leader_epoch_cache.assign(epoch, start)
         return self._append(records, batches, now_ms, producers)
 
-    def _append(self, records, batches: list[BatchInfo], now_ms: int | None,
+    def _append(self, records: Records, batches: list[BatchInfo], now_ms: int | None,
                 producers: list[tuple[int, BatchHeader, int]]) -> AppendInfo:
         first, last = batches[0].base_offset, batches[-1].last_offset
         if last - first > INT32_MAX:
@@ -278,7 +282,7 @@ class Log:
             self.flush(now_ms)
         return AppendInfo(first, last, max_ts, max_off, len(batches), len(records))
 
-    def _append_in_parts(self, records, batches: list[BatchInfo], now_ms: int | None,
+    def _append_in_parts(self, records: Records, batches: list[BatchInfo], now_ms: int | None,
                          producers: list[tuple[int, BatchHeader, int]]) -> AppendInfo:
         """Batches more than 2**31 offsets apart (a compacted leader's gap, read across its
         segments in one Fetch answer) go in parts, each spanning at most what one segment's
@@ -336,7 +340,10 @@ class Log:
         listener = self.roll_listener
         if base <= self.highest_recovery_point:
             listener = None
-        paths = old.seal() if listener is not None else old.on_become_inactive()
+        if listener is not None:
+            paths = old.seal()
+        else:
+            old.on_become_inactive()
         segment = LogSegment.create(self.disk, self.dir, base, self.config, now)
         self._set_segments(self.segments + [segment])
         # fsynced before the recovery point passes it: here, or by the roll's flush (a torn one is
@@ -368,7 +375,7 @@ class Log:
 
     # -- producer state ----------------------------------------------------------------------
 
-    def _track_producer(self, records, pos: int, header: BatchHeader, offset: int) -> None:
+    def _track_producer(self, records: Records, pos: int, header: BatchHeader, offset: int) -> None:
         marker = read_marker(records, pos, header) if header.attributes & CONTROL_BIT else None
         aborted = self.producer_state.update(header, offset, header.max_timestamp, marker)
         if aborted is not None:
@@ -427,7 +434,7 @@ class Log:
                              f"[{self.log_start_offset}, {self.log_end_offset}]")
         if offset == self.log_end_offset:
             return b""
-        parts: list[bytes] = []
+        parts: list[bytes | FileRegion] = []
         remaining = max_bytes
         segments = self.segments
         for i in range(self.segment_index(offset), len(segments)):
@@ -442,7 +449,7 @@ class Log:
                 break
         if len(parts) == 1:
             return parts[0]
-        return b"".join([p.read() if p.__class__ is FileRegion else p for p in parts])
+        return b"".join([p.read() if isinstance(p, FileRegion) else p for p in parts])
 
     def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches from the one containing ``from_offset`` to the end (61 bytes each)."""

@@ -41,7 +41,7 @@ class RollFlush(NamedTuple):
     offset: int
     segment: LogSegment
     truncations: int
-    paths: tuple
+    paths: tuple[str, ...]
 
 
 class LogManager:
@@ -79,7 +79,7 @@ class LogManager:
         for log in self.logs.values():
             log.roll_listener = self._rolled
 
-    def _rolled(self, log: Log, offset: int, segment: LogSegment, paths: list) -> None:
+    def _rolled(self, log: Log, offset: int, segment: LogSegment, paths: list[str]) -> None:
         self._next_roll_flush += 1
         self.roll_flushes_due.append(RollFlush(self._next_roll_flush, log, offset, segment, log.truncations,
                                                tuple(paths)))
@@ -131,8 +131,8 @@ class LogManager:
                 self.dir_of[parsed] = log_dir
                 self._logs_in_dir[log_dir] += 1
                 stats["logs_loaded"] += 1
-                for key, value in log.recovery_stats.items():
-                    stats[key] = stats.get(key, 0) + value
+                for stat, value in log.recovery_stats.items():
+                    stats[stat] = stats.get(stat, 0) + value
             if clean:
                 self.disk.remove(marker)
                 self.disk.fsync_dir(log_dir)

@@ -8,6 +8,7 @@ batches after it; a torn or corrupt one is deleted and an earlier one (or the lo
 from __future__ import annotations
 
 import posixpath
+from typing import Callable
 
 from strandline.log.disk import Disk
 from strandline.log.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
@@ -43,7 +44,7 @@ class ProducerSnapshots:
             self.offsets.sort()
         return path
 
-    def delete(self, keep) -> None:
+    def delete(self, keep: Callable[[int], bool]) -> None:
         """Delete every snapshot whose offset ``keep(offset)`` rejects."""
         for offset in [o for o in self.offsets if not keep(o)]:
             path = self.path(offset)
@@ -64,4 +65,8 @@ class ProducerSnapshots:
                 state.load(self.disk.read_file(self.path(offset)))
                 return offset
             except CorruptSnapshotError:
-                self.delete(lambda o, bad=offset: o != bad)
+                self.delete(_other_than(offset))
+
+
+def _other_than(bad: int) -> Callable[[int], bool]:
+    return lambda offset: offset != bad

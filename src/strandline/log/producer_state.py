@@ -58,7 +58,7 @@ class BatchMetadata:
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
-    batches: deque = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
     coordinator_epoch: int = -1          # of the last transaction marker
     current_txn_first_offset: int = -1   # of its open transaction; -1: none open
     last_timestamp: int = -1

@@ -264,14 +264,14 @@ class LogSegment:
         """One past the last offset in this segment (the base offset when empty)."""
         if self._next_offset is None:
             self.load_tail()
-        return self._next_offset  # type: ignore[return-value]
+        return self._next_offset  # type: ignore[return-value]  # load_tail() sets it
 
     @property
     def max_timestamp(self) -> int:
         """The largest batch max timestamp in the segment (-1 when empty)."""
         if self._max_timestamp is None:
             self._load_max_timestamp()
-        return self._max_timestamp  # type: ignore[return-value]
+        return self._max_timestamp  # type: ignore[return-value]  # _load_max_timestamp() sets it
 
     @property
     def offset_of_max_timestamp(self) -> int:
@@ -343,7 +343,7 @@ class LogSegment:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def append(self, records, batches: list[BatchInfo], now_ms: int | None = None) -> int:
+    def append(self, records: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int | None = None) -> int:
         """Write whole batches with one append; add index entries. Returns the file position."""
         self._ensure_indexes()
         if self._next_offset is None:

@@ -15,7 +15,7 @@ import dataclasses
 import enum
 import struct
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from strandline.protocol.old_versions import request_schema as load_request_schema
 from strandline.protocol.old_versions import response_schema as load_response_schema
@@ -197,7 +197,7 @@ class UnsupportedApiVersions(Exception):
 _PEEK = struct.Struct(">hhi")
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
+def peek_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) from the first 8 bytes of a request frame."""
     if len(frame) < 8:
         raise ProtocolError(f"request of {len(frame)} bytes is shorter than a request header (8)")
@@ -205,14 +205,14 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 
 
 @lru_cache(maxsize=None)
-def _readers(api_key: int, api_version: int):
-    req_cls = load_request_schema(api_key, api_version)
+def _readers(api_key: int, api_version: int) -> tuple[Callable[..., int], Callable[..., int], Any, Any]:
+    req_cls: Any = load_request_schema(api_key, api_version)
     header_cls = req_cls.__header_schema__
     return (shape_walker(header_cls), shape_walker(req_cls),
             entity_reader(header_cls), entity_reader(req_cls))
 
 
-def _client_id_or_none(frame: bytes) -> str | None:
+def _client_id_or_none(frame: bytes | bytearray | memoryview) -> str | None:
     """Best-effort client_id (a legacy nullable string in every request header version)."""
     try:
         (length,) = struct.unpack_from(">h", frame, 8)
@@ -223,7 +223,7 @@ def _client_id_or_none(frame: bytes) -> str | None:
         return None
 
 
-def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
+def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Any]:
     """Decode one request frame (without its size prefix) into (header, kio request object).
 
     Raises :class:`ProtocolError` for an unknown API key, a version we do not support, or any
@@ -282,8 +282,8 @@ def _read_with_kio(read_header: Any, read_body: Any, frame: bytes | memoryview, 
 # -- generic response encoding ----------------------------------------------------------------
 
 @lru_cache(maxsize=None)
-def _writers(api_key: int, api_version: int):
-    resp_cls = load_response_schema(api_key, api_version)
+def _writers(api_key: int, api_version: int) -> tuple[type, type, Any, Any]:
+    resp_cls: Any = load_response_schema(api_key, api_version)
     header_cls = resp_cls.__header_schema__  # ApiVersions: always response header v0 (kio)
     return resp_cls, header_cls, entity_writer(header_cls), entity_writer(resp_cls)
 
@@ -320,9 +320,9 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
 # -- requests this broker sends (forwarding, replica fetching) ----------------------------------
 
 @lru_cache(maxsize=None)
-def _request_codec(api_key: int, api_version: int):
-    req_cls = load_request_schema(api_key, api_version)
-    resp_cls = load_response_schema(api_key, api_version)
+def _request_codec(api_key: int, api_version: int) -> tuple[type, type, Any, Any, Any, Any]:
+    req_cls: Any = load_request_schema(api_key, api_version)
+    resp_cls: Any = load_response_schema(api_key, api_version)
     header_cls = req_cls.__header_schema__
     return (req_cls, header_cls, entity_writer(header_cls), entity_writer(req_cls),
             entity_reader(resp_cls.__header_schema__), entity_reader(resp_cls))
@@ -347,7 +347,7 @@ def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -
     return _read_with_kio(read_header, read_body, frame, api_key, api_version, "response")[1]
 
 
-def api_versions_body() -> dict:
+def api_versions_body() -> dict[str, Any]:
     """An ApiVersions response body (any version) advertising :data:`SUPPORTED`."""
     return {"error_code": ErrorCode.none, "throttle_time": 0,
             "api_keys": [{"api_key": int(k), "min_version": lo, "max_version": hi}
@@ -378,13 +378,13 @@ def error_response(header: RequestHeader, request: Any, code: int) -> bytes | No
         return None
 
 
-def _entity_arrays(cls: type) -> list[dataclasses.Field]:
+def _entity_arrays(cls: type) -> list[dataclasses.Field[Any]]:
     return [f for f in dataclasses.fields(cls) if "tag" not in f.metadata
             and isinstance(classify_field(f), EntityTupleField)]
 
 
-def _mirror(resp_cls: type, request: Any, code: int) -> dict:
-    body: dict = {}
+def _mirror(resp_cls: type, request: Any, code: int) -> dict[str, Any]:
+    body: dict[str, Any] = {}
     req_arrays = _entity_arrays(type(request)) if dataclasses.is_dataclass(request) else []
     for i, field in enumerate(_entity_arrays(resp_cls)):
         items = getattr(request, req_arrays[i].name, None) if i < len(req_arrays) else None

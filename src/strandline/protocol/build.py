@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from kio.schema.errors import ErrorCode
 from kio.serial._introspect import (  # private kio API (see the note in build())
@@ -50,7 +50,7 @@ def _to_uuid(value: Any) -> uuid.UUID:
     return uuid.UUID(str(value))
 
 
-def _datetime_converter(nullable: bool):
+def _datetime_converter(nullable: bool) -> Callable[[Any], Any]:
     def convert(value: Any) -> Any:
         if isinstance(value, datetime):
             return value
@@ -61,7 +61,7 @@ def _datetime_converter(nullable: bool):
     return convert
 
 
-def _primitive_converter(kafka_type: str, nullable: bool):
+def _primitive_converter(kafka_type: str, nullable: bool) -> Callable[[Any], Any] | None:
     if kafka_type == "error_code":
         return _to_error_code
     if kafka_type.startswith("timedelta"):
@@ -81,7 +81,7 @@ def _primitive_zero(kafka_type: str, nullable: bool) -> Any:
     if nullable:
         return None
     if kafka_type.startswith("datetime"):
-        return tz_aware_from_i64(-1)
+        return tz_aware_from_i64(-1)  # type: ignore[arg-type]  # kio's i64 is a marker subclass of int; it reads any int
     if kafka_type == "uuid":
         return uuid_zero
     if kafka_type == "string":
@@ -144,6 +144,7 @@ def build(cls: type, data: Any) -> Any:
     """
     if type(data) is cls:
         return data
+    get: Callable[[str, Any], Any]
     if isinstance(data, Mapping):
         get = data.get
     else:

@@ -81,7 +81,7 @@ CONTROLLED_SHUTDOWN_RESPONSE = (
 )
 
 # api key -> (version, request schema, response schema)
-SCHEMAS: dict[int, tuple[int, tuple, tuple]] = {
+SCHEMAS: dict[int, tuple[int, tuple[Any, ...], tuple[Any, ...]]] = {
     LEADER_AND_ISR: (5, LEADER_AND_ISR_REQUEST, LEADER_AND_ISR_RESPONSE),
     UPDATE_METADATA: (7, UPDATE_METADATA_REQUEST, UPDATE_METADATA_RESPONSE),
     STOP_REPLICA: (3, STOP_REPLICA_REQUEST, PARTITION_ERRORS_RESPONSE),
@@ -100,7 +100,7 @@ _LEADER_AND_ISR_V1 = (("controller_id", "int32"), ("controller_epoch", "int32"),
                       ("live_leaders", _LIVE_LEADERS))
 
 
-def _leader_and_isr_grouped(partition: tuple) -> tuple:
+def _leader_and_isr_grouped(partition: tuple[Any, ...]) -> tuple[Any, ...]:
     """LeaderAndIsr v2-v4: the broker epoch, partitions grouped by topic (no topic id)."""
     return _CONTROLLER_HEADER + (
         ("topic_states", (("topic_name", "string"), ("partition_states", partition))),
@@ -119,7 +119,7 @@ _ENDPOINT_V1 = (("port", "int32"), ("host", "string"), ("security_protocol", "in
 _LIVE_BROKERS_V3 = UPDATE_METADATA_REQUEST[-1][1]
 
 
-def _update_metadata_ungrouped(partition: tuple, live_brokers: tuple) -> tuple:
+def _update_metadata_ungrouped(partition: tuple[Any, ...], live_brokers: tuple[Any, ...]) -> tuple[Any, ...]:
     """UpdateMetadata v0-v4: no broker epoch, every partition with its topic's name."""
     return (("controller_id", "int32"), ("controller_epoch", "int32"),
             ("ungrouped_partition_states", partition), ("live_brokers", live_brokers))
@@ -138,7 +138,7 @@ _UPDATE_METADATA_V5 = _CONTROLLER_HEADER + (
     ("live_brokers", _LIVE_BROKERS_V3))
 
 #: older versions read too: (api key, version) -> (request schema, response schema, flexible)
-OLDER: dict[tuple[int, int], tuple[tuple, tuple, bool]] = {
+OLDER: dict[tuple[int, int], tuple[tuple[Any, ...], tuple[Any, ...], bool]] = {
     (LEADER_AND_ISR, 0): (_LEADER_AND_ISR_V0, PARTITION_ERRORS_RESPONSE, False),
     (LEADER_AND_ISR, 1): (_LEADER_AND_ISR_V1, PARTITION_ERRORS_RESPONSE, False),
     (LEADER_AND_ISR, 2): (_LEADER_AND_ISR_V2, PARTITION_ERRORS_RESPONSE, False),
@@ -206,7 +206,7 @@ def _length(n: int, out: bytearray, flexible: bool, string: bool) -> None:
         out.extend((_I16 if string else _I32).pack(n))
 
 
-def _encode(schema: tuple, value: dict, out: bytearray, flexible: bool = False) -> None:
+def _encode(schema: tuple[Any, ...], value: dict[str, Any], out: bytearray, flexible: bool = False) -> None:
     for name, kind in schema:
         v = value[name]
         fixed = _FIXED.get(kind) if isinstance(kind, str) else None
@@ -235,7 +235,8 @@ def _encode(schema: tuple, value: dict, out: bytearray, flexible: bool = False) 
         out.append(0)                   # no tagged fields
 
 
-def _decode(schema: tuple, buf: bytes | memoryview, pos: int, flexible: bool = False) -> tuple[dict, int]:
+def _decode(schema: tuple[Any, ...], buf: bytes | memoryview, pos: int, flexible: bool = False
+            ) -> tuple[dict[str, Any], int]:
     value: dict[str, Any] = {}
     for name, kind in schema:
         fixed = _FIXED.get(kind) if isinstance(kind, str) else None
@@ -285,7 +286,7 @@ def _decode(schema: tuple, buf: bytes | memoryview, pos: int, flexible: bool = F
     return value, pos
 
 
-def error_answer(api_key: int, code: int) -> dict:
+def error_answer(api_key: int, code: int) -> dict[str, Any]:
     """The answer to a request refused as a whole with error ``code``."""
     if api_key == UPDATE_METADATA:
         return {"error_code": code}
@@ -296,7 +297,7 @@ def error_answer(api_key: int, code: int) -> dict:
     return {"error_code": code, "partition_errors": []}
 
 
-def _version(api_key: int, version: int | None) -> tuple[int, tuple, tuple, bool]:
+def _version(api_key: int, version: int | None) -> tuple[int, tuple[Any, ...], tuple[Any, ...], bool]:
     """(version, request schema, response schema, flexible) of ``api_key`` in ``version`` (None:
     the newest)."""
     newest, schema, response = SCHEMAS[api_key]
@@ -314,7 +315,7 @@ def has_broker_epoch(api_key: int, version: int) -> bool:
     return any(name == "broker_epoch" for name, _ in _version(api_key, version)[1])
 
 
-def upgrade(api_key: int, version: int, body: dict) -> dict:
+def upgrade(api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
     """An older request that carries the broker epoch in the newest version's shape: no topic
     ids (the zero id: a topic is taken by its name, as Kafka's brokers take a request without
     one), no replicas being added or removed (LeaderAndIsr v2), StopReplica's delete flag in each
@@ -340,7 +341,7 @@ def upgrade(api_key: int, version: int, body: dict) -> dict:
     return dict(body, topic_states=topics)
 
 
-def downgrade_answer(api_key: int, version: int, answer: dict) -> dict:
+def downgrade_answer(api_key: int, version: int, answer: dict[str, Any]) -> dict[str, Any]:
     """The newest version's answer in ``version``'s shape: LeaderAndIsr v0-v4 list each partition
     with its topic's name, not grouped by topic id."""
     if api_key != LEADER_AND_ISR or version >= SCHEMAS[api_key][0]:
@@ -350,7 +351,8 @@ def downgrade_answer(api_key: int, version: int, answer: dict) -> dict:
         for t in answer["topics"] for p in t["partition_errors"]]}
 
 
-def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict, version: int | None = None) -> bytes:
+def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict[str, Any],
+                   version: int | None = None) -> bytes:
     """A request frame (without the size prefix): the v1 header (v2 for a flexible version, v0 for
     ControlledShutdown v0), then the body; ``version`` None: the newest."""
     version, schema, _, flexible = _version(api_key, version)
@@ -364,7 +366,7 @@ def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict
     return bytes(out)
 
 
-def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None, dict]:
+def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None, dict[str, Any]]:
     """(api_key, version, correlation_id, client_id, body) of a control request frame; bytes after
     the body are ignored, as for every API."""
     try:
@@ -388,7 +390,7 @@ def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None
     return api_key, version, correlation_id, client_id, body
 
 
-def encode_response(api_key: int, correlation_id: int, body: dict, version: int | None = None) -> bytes:
+def encode_response(api_key: int, correlation_id: int, body: dict[str, Any], version: int | None = None) -> bytes:
     """A response frame (without the size prefix) to a request of ``version`` (None: the newest)."""
     _, _, schema, flexible = _version(api_key, version)
     out = bytearray(_I32.pack(correlation_id))
@@ -398,7 +400,7 @@ def encode_response(api_key: int, correlation_id: int, body: dict, version: int 
     return bytes(out)
 
 
-def decode_response(api_key: int, frame: bytes | memoryview, version: int | None = None) -> dict:
+def decode_response(api_key: int, frame: bytes | memoryview, version: int | None = None) -> dict[str, Any]:
     """The body of a control response frame (correlation id first) to a request of ``version``."""
     _, _, schema, flexible = _version(api_key, version)
     try:

@@ -49,7 +49,7 @@ class FrameDecoder:
             raise ValueError(f"max_frame_bytes must be >= 0, got {max_frame_bytes}")
         self.max_frame_bytes = max_frame_bytes
         self._prefix = b""           # 0-3 bytes of a size prefix not yet complete
-        self._parts: list = []       # pieces of the payload being assembled
+        self._parts: list[bytes] = []  # pieces of the payload being assembled
         self._have = 0               # bytes in _parts
         self._need = -1              # payload size being assembled, -1 while reading a prefix
         self._frame: bytearray | None = None   # a large payload being assembled in place
@@ -67,12 +67,12 @@ class FrameDecoder:
                 f"frame size {size} exceeds socket.request.max.bytes {self.max_frame_bytes}")
         return size
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | bytearray]:
         """Consume ``data``; return the frames it completes, in order (possibly none)."""
         end = len(data)
         if not end:
             return []
-        frames: list[bytes] = []
+        frames: list[bytes | bytearray] = []
         owned = type(data) is bytes     # bytes may be kept by reference; others are copied
         view = memoryview(data)
         if view.ndim != 1 or view.itemsize != 1:
@@ -102,7 +102,7 @@ class FrameDecoder:
                 if end - pos >= size:
                     # the whole payload is in this chunk
                     if owned and pos == 4 and size == end - 4:
-                        frames.append(data[4:])  # type: ignore[arg-type]
+                        frames.append(data[4:])  # type: ignore[arg-type]  # owned: data is bytes
                     else:
                         frames.append(bytes(view[pos:pos + size]))
                     pos += size
@@ -116,7 +116,7 @@ class FrameDecoder:
                 if self._frame is not None:
                     self._frame[self._have:self._have + take] = view[pos:pos + take]
                 elif owned and pos == 0 and take == end:
-                    self._parts.append(data)
+                    self._parts.append(data)  # type: ignore[arg-type]  # owned: data is bytes
                 else:
                     self._parts.append(bytes(view[pos:pos + take]))
                 self._have += take
@@ -124,7 +124,7 @@ class FrameDecoder:
             if self._have < self._need:
                 return frames
             if self._frame is not None:
-                frames.append(self._frame)      # type: ignore[arg-type]
+                frames.append(self._frame)
                 self._frame = None
             else:
                 parts = self._parts
@@ -146,7 +146,7 @@ class FrameDecoder:
         """How much of a large frame being assembled in place is still to come (0: none is)."""
         return self._need - self._have if self._frame is not None else 0
 
-    def filled(self, nbytes: int) -> list:
+    def filled(self, nbytes: int) -> list[bytearray]:
         """``nbytes`` were written into the buffer :meth:`pending_buffer` gave: the frame, as a
         ``bytearray``, once it is whole (else nothing yet)."""
         if self._frame is None or nbytes < 0 or self._have + nbytes > self._need:

@@ -34,7 +34,7 @@ TOPIC_ID_VERSION = 13                   # topics named by id (KIP-516), not by n
 
 
 class PartitionProduceData(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # Kafka's field name; it shadows tuple.index on purpose
     records: memoryview | None
 
 

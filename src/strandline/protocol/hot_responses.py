@@ -110,14 +110,14 @@ def _fetch_partition_structs(version: int) -> tuple[struct.Struct, struct.Struct
     return struct.Struct(general), struct.Struct(common)
 
 
-def _fetch_args_from_body(body: Mapping) -> tuple:
+def _fetch_args_from_body(body: Mapping[str, Any]) -> tuple[Any, ...]:
     topics = [(t["topic_id"] if "topic_id" in t else t["topic"], t["partitions"]) for t in body.get("responses", ())]
     return (body.get("throttle_time", 0), body.get("error_code", 0), body.get("session_id", 0),
             topics)
 
 
 def encode_fetch_response(header: RequestHeader, throttle_ms: Any = 0, error_code: int = 0,  # noqa: C901  (the hot path: every version's fields in one loop, without calls)
-                          session_id: int = 0, topics: Sequence = ()) -> list:
+                          session_id: int = 0, topics: Sequence[Any] = ()) -> list[Any]:
     """A framed Fetch v0..v16 response as a list of buffers, for ``transport.writelines``.
 
     ``topics`` is a list of ``(topic, [PartitionData | dict | tuple, ...])``: the topic's name up
@@ -139,7 +139,7 @@ def encode_fetch_response(header: RequestHeader, throttle_ms: Any = 0, error_cod
     by_id = v >= 13
     flexible = v >= 12
     fixed, common = _fetch_partition_structs(v)
-    parts: list = []
+    parts: list[Any] = []
     head = bytearray(b"\0\0\0\0")  # size, filled in at the end
     head += _I32.pack(header.correlation_id)
     if flexible:
@@ -224,7 +224,7 @@ def encode_fetch_response(header: RequestHeader, throttle_ms: Any = 0, error_cod
     return parts
 
 
-def _encode_old_fetch_response(header: RequestHeader, throttle_ms: int, topics: Sequence) -> bytes:
+def _encode_old_fetch_response(header: RequestHeader, throttle_ms: int, topics: Sequence[Any]) -> bytes:
     """Fetch v0-v3: per partition only its index, error, high watermark and records (a legacy
     message set); a throttle time from v1. One buffer: the records were converted for it."""
     out = bytearray(b"\0\0\0\0")
@@ -275,7 +275,7 @@ class PartitionProduceResult(NamedTuple):
     ``current_leader`` (leader_id, leader_epoch) is the v10 tagged field (KIP-951).
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # Kafka's field name; it shadows tuple.index on purpose
     error_code: int
     base_offset: int
     log_append_time: int = -1
@@ -285,8 +285,8 @@ class PartitionProduceResult(NamedTuple):
     current_leader: tuple[int, int] | None = None
 
 
-def encode_produce_response(header: RequestHeader, topics: Sequence, throttle_ms: int = 0,
-                            node_endpoints: Sequence = ()) -> bytes:
+def encode_produce_response(header: RequestHeader, topics: Sequence[Any], throttle_ms: int = 0,
+                            node_endpoints: Sequence[Any] = ()) -> bytes:
     """A framed Produce v0..v13 response, byte-identical to kio's encoding (v0-v2: to the encoding
     of the schemas :mod:`strandline.protocol.old_versions` derives).
 
@@ -354,7 +354,7 @@ _FETCH_REQUEST = struct.Struct(">iiiibii")   # replica, max wait, min bytes, max
 _FETCH_REQUEST_PARTITION = struct.Struct(">iiqqi")
 
 
-def encode_fetch_request(correlation_id: int, client_id: str, body: Mapping) -> bytes:
+def encode_fetch_request(correlation_id: int, client_id: str, body: Mapping[str, Any]) -> bytes:
     """A Fetch v11 request frame without its size prefix, byte-identical to kio's, from the same
     body ``encode_request`` takes (the follower's: plain ints, topics named)."""
     out = bytearray(struct.pack(">hhi", 1, FETCH_REQUEST_VERSION, correlation_id))
@@ -386,7 +386,7 @@ PRODUCE_REQUEST_VERSION = 7
 _PRODUCE_REQUEST = struct.Struct(">hi")      # acks, timeout
 
 
-def encode_produce_request(correlation_id: int, client_id: str, body: Mapping) -> bytes:
+def encode_produce_request(correlation_id: int, client_id: str, body: Mapping[str, Any]) -> bytes:
     """A Produce v7 request frame without its size prefix, byte-identical to kio's, from the same
     body ``encode_request`` takes (topics named, records as bytes)."""
     out = bytearray(struct.pack(">hhi", 0, PRODUCE_REQUEST_VERSION, correlation_id))
@@ -421,7 +421,7 @@ def _int32_array(values: Sequence[int], flexible: bool) -> bytes:
     return _array_len(len(values), flexible) + struct.pack(f">{len(values)}i", *values)
 
 
-def encode_metadata_response(header: RequestHeader, body: Mapping) -> bytes:
+def encode_metadata_response(header: RequestHeader, body: Mapping[str, Any]) -> bytes:
     """A framed Metadata v0..v13 response, byte-identical to kio's, from the body
     ``encode_response`` takes (a dict: ``brokers``, ``cluster_id``, ``controller_id``, ``topics``
     with their ``partitions``, ``cluster_authorized_operations``, ``throttle_time`` in ms,
@@ -498,7 +498,7 @@ def _ms(value: Any) -> int:
 METADATA_REQUEST_VERSION = 9
 
 
-def encode_metadata_request(correlation_id: int, client_id: str, body: Mapping) -> bytes:
+def encode_metadata_request(correlation_id: int, client_id: str, body: Mapping[str, Any]) -> bytes:
     """A Metadata v9 request frame without its size prefix, byte-identical to kio's, from the same
     body ``encode_request`` takes (``topics``: ``[{"name": ...}]`` or None for every topic)."""
     out = bytearray(struct.pack(">hhi", 3, METADATA_REQUEST_VERSION, correlation_id))

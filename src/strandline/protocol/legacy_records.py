@@ -31,7 +31,7 @@ import cramjam
 import xxhash
 from kio.schema.errors import ErrorCode
 
-from strandline.protocol.records import (COMPRESSION_MASK, DECODE_ERRORS, HEADER_SIZE, LOG_OVERHEAD,
+from strandline.protocol.records import (Buffer, Record, COMPRESSION_MASK, DECODE_ERRORS, HEADER_SIZE, LOG_OVERHEAD,
                                          TIMESTAMP_TYPE_BIT, compress, compute_crc, decompress, iter_batches,
                                          iter_records, write_varint)
 
@@ -69,14 +69,15 @@ class CorruptMessage(ValueError):
     """A message set that cannot be read: Kafka's CorruptRecordException (CORRUPT_MESSAGE)."""
 
 
-def first_magic(records) -> int | None:
+def first_magic(records: Buffer | None) -> int | None:
     """The magic byte of the first entry of a message set or record batch, None when too short."""
     if records is None or len(records) <= LOG_OVERHEAD + 4:
         return None
-    return struct.unpack_from(">b", records, LOG_OVERHEAD + 4)[0]
+    magic: int = struct.unpack_from(">b", records, LOG_OVERHEAD + 4)[0]
+    return magic
 
 
-def _bytes_field(buf, pos: int, end: int) -> tuple[bytes | None, int]:
+def _bytes_field(buf: Buffer, pos: int, end: int) -> tuple[bytes | None, int]:
     if pos + 4 > end:
         raise CorruptMessage("a message's key or value length lies past its end")
     (n,) = _I32.unpack_from(buf, pos)
@@ -88,7 +89,7 @@ def _bytes_field(buf, pos: int, end: int) -> tuple[bytes | None, int]:
     return bytes(buf[pos:pos + n]), pos + n
 
 
-def iter_entries(buf, pos: int = 0, end: int | None = None) -> Iterator[LegacyMessage]:
+def iter_entries(buf: Buffer, pos: int = 0, end: int | None = None) -> Iterator[LegacyMessage]:
     """The entries of a legacy message set. A partial entry at the end is left out, as Kafka's
     log input stream does; an entry too small for a message, or of an unknown magic, raises
     :class:`CorruptMessage`."""
@@ -105,7 +106,7 @@ def iter_entries(buf, pos: int = 0, end: int | None = None) -> Iterator[LegacyMe
         pos = stop
 
 
-def read_message(buf, pos: int, stop: int) -> LegacyMessage:
+def read_message(buf: Buffer, pos: int, stop: int) -> LegacyMessage:
     """The entry lying in ``buf[pos:stop]``."""
     offset, size, crc, magic, attributes = _V0.unpack_from(buf, pos)
     if magic not in (0, 1):
@@ -207,7 +208,7 @@ class UpConverted(NamedTuple):
     record_errors: tuple[tuple[int, str], ...] = ()
 
 
-def up_convert(records, *, max_message_bytes: int, target_codec: int | None, compacted: bool,  # noqa: C901  (every message format and codec in one pass over the batch)
+def up_convert(records: Buffer, *, max_message_bytes: int, target_codec: int | None, compacted: bool,  # noqa: C901  (every message format and codec in one pass over the batch)
                max_timestamp_difference_ms: int | None, now_ms: int, where: str) -> UpConverted:
     """A Produce v0-v2 message set of magic 0 or 1 as one record batch v2, checked as Kafka's
     ``Log.analyzeAndValidateRecords`` and ``LogValidator`` check it.
@@ -342,7 +343,7 @@ class UnsupportedCompression(ValueError):
     """A zstd batch, which a message set of magic 0 or 1 cannot carry (UNSUPPORTED_COMPRESSION_TYPE)."""
 
 
-def down_convert(data, to_magic: int, fetch_offset: int, limit: int) -> bytes:
+def down_convert(data: Buffer, to_magic: int, fetch_offset: int, limit: int) -> bytes:
     """The stored record batches ``data`` as a legacy message set of ``to_magic`` (Kafka's
     ``RecordsUtil.downConvert``): one message per record of an uncompressed batch (those below
     ``fetch_offset`` left out), one wrapper message per compressed batch with the codec of the
@@ -365,7 +366,7 @@ def down_convert(data, to_magic: int, fetch_offset: int, limit: int) -> bytes:
         log_append_time = bool(header.attributes & TIMESTAMP_TYPE_BIT) and to_magic > 0
         attrs = TIMESTAMP_TYPE_BIT if log_append_time else 0
 
-        def ts(record) -> int:
+        def ts(record: Record) -> int:
             return header.max_timestamp if log_append_time else record.timestamp  # noqa: B023  (called within this iteration)
 
         if not codec:

@@ -8,7 +8,7 @@ import struct
 
 import crc32c
 
-from strandline.protocol.records import BatchHeader, iter_records, write_varint
+from strandline.protocol.records import BatchHeader, Buffer, iter_records, write_varint
 
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
@@ -35,7 +35,7 @@ def marker_type(key: bytes | None) -> int | None:
     return kind if version == 0 and kind in (ABORT_MARKER, COMMIT_MARKER) else None
 
 
-def read_marker(records, pos: int, header: BatchHeader) -> tuple[int, int] | None:
+def read_marker(records: Buffer, pos: int, header: BatchHeader) -> tuple[int, int] | None:
     """``(marker type, coordinator epoch)`` of the control batch at ``pos``; None for another
     kind of control record."""
     for record in iter_records(records, pos, header):

@@ -40,7 +40,8 @@ def derive(cls: type, version: int, *, drop: tuple[str, ...] = (), add: tuple[_A
     nested = nested or {}
     fields: list[tuple[str, Any, Any]] = []
 
-    def spec(name: str, type_: Any, metadata: dict, default: Any, default_factory: Any) -> tuple[str, Any, Any]:
+    def spec(name: str, type_: Any, metadata: dict[str, Any], default: Any,
+             default_factory: Any) -> tuple[str, Any, Any]:
         kwargs: dict[str, Any] = {"metadata": metadata}
         if default is not dataclasses.MISSING:
             kwargs["default"] = default
@@ -62,7 +63,7 @@ def derive(cls: type, version: int, *, drop: tuple[str, ...] = (), add: tuple[_A
         if f.name in nested:
             inner = nested[f.name]
             optional = "None" in str(type_)
-            type_ = (tuple[inner, ...] | None) if optional else tuple[inner, ...]
+            type_ = (tuple[inner, ...] | None) if optional else tuple[inner, ...]  # type: ignore[valid-type]  # a class made at run time
         fields.append(spec(f.name, type_, dict(f.metadata), f.default, f.default_factory))
         insert_after(f.name)
     namespace = {k: getattr(cls, k) for k in _CLASS_VARS if hasattr(cls, k)}
@@ -80,11 +81,13 @@ def _array_element(cls: type, name: str) -> type:
     for f in dataclasses.fields(cls):
         if f.name == name:
             t = f.type
-            args = getattr(t, "__args__", ())
+            args: tuple[Any, ...] = getattr(t, "__args__", ())
             for a in args:                          # tuple[X, ...] | None
                 if getattr(a, "__origin__", None) is tuple:
-                    return a.__args__[0]
-            return args[0]
+                    element: type = a.__args__[0]
+                    return element
+            only: type = args[0]
+            return only
     raise KeyError(name)
 
 
@@ -185,6 +188,7 @@ def _offset_for_leader_epoch_request(v: int) -> type:
 def _acl_v0(api_key: int, kind: str) -> Callable[[int], type]:
     """An ACL API's v0: v1 without the resource pattern type (every pattern is literal)."""
     def make(v: int) -> type:
+        base: type
         if kind == "request":
             base = load_request_schema(api_key, 1)
             if api_key == 29:
@@ -242,7 +246,7 @@ def _rigid(cls: type, v: int, header: type) -> type:
                 nested[f.name] = _rigid(inner, v, header)
     new = derive(cls, v, nested=nested, flexible=False)
     if hasattr(cls, "__header_schema__"):
-        new.__header_schema__ = header
+        new.__header_schema__ = header  # type: ignore[attr-defined]  # kio's schema classes name their header class so
     return new
 
 

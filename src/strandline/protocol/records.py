@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import cramjam
 import crc32c
@@ -34,6 +34,9 @@ HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes before batchLength counts
 MAGIC_OFFSET = 16
 CRC_START = 21
+
+#: Bytes that hold record batches: a request's, a log file's or a fetch answer's.
+Buffer = bytes | bytearray | memoryview
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET = struct.Struct(">q")
@@ -100,31 +103,33 @@ class BatchHeader(NamedTuple):
         return self.producer_id >= 0
 
 
-def read_header(buf, pos: int = 0, _unpack=_HEADER.unpack_from, _new=tuple.__new__) -> BatchHeader:
+def read_header(buf: Buffer, pos: int = 0, _unpack: Callable[[Buffer, int], tuple[Any, ...]] = _HEADER.unpack_from,
+                _new: Callable[..., BatchHeader] = tuple.__new__) -> BatchHeader:
     """Parse the batch header at ``pos``; the caller ensures 61 bytes are there."""
     return _new(BatchHeader, _unpack(buf, pos))
 
 
-def peek_size(buf, pos: int = 0) -> int:
+def peek_size(buf: Buffer, pos: int = 0) -> int:
     """Total size of the batch at ``pos`` from its first 12 bytes, or -1 if fewer are there."""
     if len(buf) - pos < LOG_OVERHEAD:
         return -1
-    return LOG_OVERHEAD + _LEN_PREFIX.unpack_from(buf, pos)[1]
+    length: int = _LEN_PREFIX.unpack_from(buf, pos)[1]
+    return LOG_OVERHEAD + length
 
 
-def crc_ok(buf, pos: int, header: BatchHeader) -> bool:
+def crc_ok(buf: Buffer, pos: int, header: BatchHeader) -> bool:
     """True when the stored CRC-32C matches bytes ``attributes .. end`` of the batch."""
     end = pos + header.size
     with memoryview(buf) as view:
         return crc32c.crc32c(view[pos + CRC_START:end]) == header.crc
 
 
-def compute_crc(buf, pos: int, size: int) -> int:
+def compute_crc(buf: Buffer, pos: int, size: int) -> int:
     with memoryview(buf) as view:
         return crc32c.crc32c(view[pos + CRC_START:pos + size])
 
 
-def iter_batches(buf, pos: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+def iter_batches(buf: Buffer, pos: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
     """Yield ``(position, header)`` for each complete batch in ``buf[pos:end]``.
 
     Stops at the first incomplete batch (a partial tail, as a fetch response may carry) or at
@@ -197,7 +202,7 @@ _XERIAL_HEADER = _XERIAL + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: Buffer) -> bytes:
     """``data`` compressed as Kafka's producers do for ``codec`` (1 gzip, 2 snappy in snappy-java's
     framing, 3 an LZ4 frame of independent blocks, 4 zstd); 0 leaves it as it is."""
     if codec == 0:
@@ -218,7 +223,7 @@ def compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def rebuild(batch, header: BatchHeader, raw_records, codec: int, count: int | None = None) -> bytearray:
+def rebuild(batch: Buffer, header: BatchHeader, raw_records: Buffer, codec: int, count: int | None = None) -> bytearray:
     """The batch's header with ``raw_records`` (the records section, uncompressed) compressed with
     ``codec``: offsets, timestamps, the producer's id, epoch and sequence are kept; the length, the
     codec bits, the record count (when given) and the CRC are rewritten."""
@@ -232,7 +237,7 @@ def rebuild(batch, header: BatchHeader, raw_records, codec: int, count: int | No
     return out
 
 
-def recompress(batch, header: BatchHeader, codec: int) -> bytearray:
+def recompress(batch: Buffer, header: BatchHeader, codec: int) -> bytearray:
     """The batch with its records compressed with ``codec`` instead (a topic's
     ``compression.type``): the records themselves are unchanged."""
     body = bytes(memoryview(batch)[HEADER_SIZE:header.size])
@@ -250,7 +255,7 @@ def write_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
+def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     """(value, next position) of the zig-zag varint at ``pos`` (Kafka's ByteUtils.readVarint)."""
     shift = result = 0
     while True:
@@ -269,7 +274,7 @@ class Record(NamedTuple):
     value: bytes | None
 
 
-def records_section(buf, pos: int, header: BatchHeader) -> tuple[bytes | memoryview, int, int]:
+def records_section(buf: Buffer, pos: int, header: BatchHeader) -> tuple[Buffer, int, int]:
     """``(data, start, stop)``: where the records of the batch at ``pos`` lie, decompressed if need be."""
     if header.compression:
         data = decompress(header.compression, bytes(buf[pos + HEADER_SIZE:pos + header.size]))
@@ -277,7 +282,8 @@ def records_section(buf, pos: int, header: BatchHeader) -> tuple[bytes | memoryv
     return buf, pos + HEADER_SIZE, pos + header.size
 
 
-def walk_records(data, p: int, stop: int, count: int) -> Iterator[tuple[int, int, int, int, bytes | None, int, int]]:
+def walk_records(data: Buffer, p: int, stop: int, count: int
+                 ) -> Iterator[tuple[int, int, int, int, bytes | None, int, int]]:
     """``(start, end, timestamp delta, offset delta, key, value position, value length)`` of each of
     ``count`` records laid out in ``data[p:stop]``; a null value has length -1. Raises ValueError,
     IndexError or struct.error when they do not fit."""
@@ -300,7 +306,7 @@ def walk_records(data, p: int, stop: int, count: int) -> Iterator[tuple[int, int
 DECODE_ERRORS = (IndexError, ValueError, struct.error, cramjam.DecompressionError)
 
 
-def iter_records(buf, pos: int, header: BatchHeader) -> Iterator[Record]:
+def iter_records(buf: Buffer, pos: int, header: BatchHeader) -> Iterator[Record]:
     """The records of the batch at ``pos`` in ``buf`` (its ``header``), decompressed if need be.
 
     In a LogAppendTime batch every record's timestamp is the batch's max timestamp, as Kafka reads

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 from kio.serial._introspect import (  # private kio API (see the note in build())
     EntityField,
@@ -39,6 +39,7 @@ class Malformed(Exception):
 _UNPACK_I8 = struct.Struct(">b").unpack_from
 _UNPACK_I16 = struct.Struct(">h").unpack_from
 _UNPACK_I32 = struct.Struct(">i").unpack_from
+_Buffer = bytes | bytearray | memoryview
 
 _FIXED_SIZES = {
     "int8": 1, "uint8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4,
@@ -47,7 +48,7 @@ _FIXED_SIZES = {
 }
 
 
-def _read_uvarint(buf, pos: int, end: int) -> tuple[int, int]:
+def _read_uvarint(buf: _Buffer, pos: int, end: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -65,28 +66,28 @@ def _read_uvarint(buf, pos: int, end: int) -> tuple[int, int]:
 
 # Elements of arrays of strings or bytes are never nullable in Kafka's schemas.
 
-def _skip_legacy_string(buf, pos: int, end: int) -> int:
-    (n,) = _UNPACK_I16(buf, pos)
+def _skip_legacy_string(buf: _Buffer, pos: int, end: int) -> int:
+    n: int = _UNPACK_I16(buf, pos)[0]
     if n < 0:
         raise Malformed(f"negative string length {n}" if n < -1 else "null array element")
     return pos + 2 + n
 
 
-def _skip_legacy_bytes(buf, pos: int, end: int) -> int:
-    (n,) = _UNPACK_I32(buf, pos)
+def _skip_legacy_bytes(buf: _Buffer, pos: int, end: int) -> int:
+    n: int = _UNPACK_I32(buf, pos)[0]
     if n < 0:
         raise Malformed(f"negative bytes length {n}" if n < -1 else "null array element")
     return pos + 4 + n
 
 
-def _skip_compact(buf, pos: int, end: int) -> int:
+def _skip_compact(buf: _Buffer, pos: int, end: int) -> int:
     n, pos = _read_uvarint(buf, pos, end)
     if not n:
         raise Malformed("null array element")
     return pos + n - 1
 
 
-def _walk_tags(buf, pos: int, end: int, tags: Mapping[int, Any]) -> int:
+def _walk_tags(buf: _Buffer, pos: int, end: int, tags: Mapping[int, Any]) -> int:
     count, pos = _read_uvarint(buf, pos, end)
     if count * 2 > end - pos:
         raise Malformed(f"{count} tagged fields cannot fit in the {max(end - pos, 0)} bytes left")
@@ -127,7 +128,7 @@ class _ShapeCompiler:
         done = self.entities.get(cls)
         if done is not None:
             return done
-        flexible = cls.__flexible__
+        flexible = cls.__flexible__  # type: ignore[attr-defined]  # every kio entity class has it
         is_header = cls.__name__ == "RequestHeader"
         body: list[str] = []
         tags: dict[int, Any] = {}
@@ -161,7 +162,7 @@ class _ShapeCompiler:
         self.entities[cls] = (name, min_size)
         return name, min_size
 
-    def _tag_walker(self, field: dataclasses.Field, flexible: bool):
+    def _tag_walker(self, field: dataclasses.Field[Any], flexible: bool) -> Callable[..., int]:
         code, size, _ = self._field(field, flexible, False, True)
         if code is None:
             code = [f"pos += {size}"]
@@ -169,9 +170,10 @@ class _ShapeCompiler:
         source = f"def {name}(buf, pos, end):\n" + "".join(f"    {line}\n" for line in code) + \
             "    return pos\n"
         exec(compile(source, f"<shape of tagged {field.name}>", "exec"), self.ns)
-        return self.ns[name]
+        walker: Callable[..., int] = self.ns[name]
+        return walker
 
-    def _field(self, field: dataclasses.Field, flexible: bool, is_header: bool,
+    def _field(self, field: dataclasses.Field[Any], flexible: bool, is_header: bool,
                is_tag: bool) -> tuple[list[str] | None, int, int]:
         """(lines | None if fixed-size, fixed size, minimum size) of one field, as kio lays it out."""
         kind = classify_field(field)
@@ -238,6 +240,7 @@ class _ShapeCompiler:
         if element_size is not None:
             code.append(f"    pos += n * {element_size}")
         else:
+            assert element is not None                  # given whenever element_size is not
             code.append("    for _ in range(n):")
             code += [f"        {line}" for line in element]
         return code, 0, (1 if flexible else 4)
@@ -246,5 +249,6 @@ class _ShapeCompiler:
 _SHAPES = _ShapeCompiler()
 
 
-def shape_walker(cls: type):
-    return _SHAPES.ns[_SHAPES.entity(cls)[0]]
+def shape_walker(cls: type) -> Callable[..., int]:
+    walker: Callable[..., int] = _SHAPES.ns[_SHAPES.entity(cls)[0]]
+    return walker

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeVar
 
 
 class ResourceType(enum.IntEnum):
@@ -121,7 +121,10 @@ class AclBinding:
     entry: AccessControlEntry
 
 
-def _enum(kind: type[enum.IntEnum], value: int) -> enum.IntEnum:
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def _enum(kind: type[_E], value: int) -> _E:
     try:
         return kind(value)
     except ValueError:

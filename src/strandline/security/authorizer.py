@@ -21,12 +21,13 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.core.config import ACL_AUTHORIZERS
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.core.wire import response
-from strandline.coordination.store import Create, Delete, GetData, SetData, ZkError
+from strandline.coordination.store import Create, Delete, GetData, OpResult, SetData, ZkError
 from strandline.coordination.acl_znodes import AclChangeNotificationZNode, AclZNode
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
 from strandline.security.acl import (
     ANONYMOUS, AccessControlEntry, AclBinding, AclBindingFilter, AclCache, AclError, AclOperation, PatternType,
     ResourcePattern, ResourceType, SUPPORTED_OPERATIONS, binding_from_request, parse_super_users)
@@ -36,8 +37,11 @@ NO_AUTHORIZER = "No Authorizer is configured on the broker"
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 _WRITE_ATTEMPTS = 10
 RETRY_MS = 1000
+#: The entries of one resource pattern.
+ACEs = frozenset[AccessControlEntry]
 
-def _binding_fields(binding: AclBinding) -> dict:
+
+def _binding_fields(binding: AclBinding) -> dict[str, Any]:
     p, e = binding.pattern, binding.entry
     return {"resource_type": int(p.resource_type), "resource_name": p.name, "pattern_type": int(p.pattern_type),
             "principal": e.principal, "host": e.host, "operation": int(e.operation),
@@ -93,7 +97,7 @@ class AclAuthorizer:
         for pattern, entries in acls.items():
             self.cache.set(pattern, entries)
 
-    def on_acl_changes(self, root: str, children: list[str], now_ms: int) -> list:
+    def on_acl_changes(self, root: str, children: list[str], now_ms: int) -> list[Effect]:
         """The children of ``/kafka-acl-changes`` or ``/kafka-acl-extended-changes`` (the shell's
         watch): re-read each resource a new notification names."""
         if not self.enabled:
@@ -104,8 +108,8 @@ class AclAuthorizer:
             return []
         self._last_seen[root] = new[-1][0]
 
-        def on_read(results: list, when_ms: int) -> list:
-            effects: list = []
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
+            effects: list[Effect] = []
             patterns: dict[ResourcePattern, None] = {}
             expired = []
             unread = False
@@ -134,8 +138,8 @@ class AclAuthorizer:
         return [self.outbox.zk([GetData(f"{root}/{child}") for _, child in new], on_read)]
 
     def _reload(self, patterns: list[ResourcePattern]) -> Any:
-        def on_read(results: list, when_ms: int) -> list:
-            effects: list = []
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
+            effects: list[Effect] = []
             unread = []
             for pattern, result in zip(patterns, results):
                 if result.error is ZkError.NO_NODE:
@@ -155,15 +159,15 @@ class AclAuthorizer:
 
         return self.outbox.zk([GetData(AclZNode.path(p)) for p in patterns], on_read)
 
-    def _update(self, pattern: ResourcePattern, change: Callable[[frozenset[AccessControlEntry]], frozenset],
-                done: Callable[[ErrorCode, str | None, frozenset, int], list], now_ms: int,
-                attempts: int = _WRITE_ATTEMPTS) -> list:
+    def _update(self, pattern: ResourcePattern, change: Callable[[ACEs], ACEs],
+                done: Callable[[ErrorCode, str | None, ACEs, int], list[Effect]], now_ms: int,
+                attempts: int = _WRITE_ATTEMPTS) -> list[Effect]:
         """Kafka's ``updateResourceAcls``: read the resource's ACLs, write ``change(current)`` back
         if it differs (conditionally on the version read, again on a race), with a change
         notification in the same transaction. ``done(error, message, current, now_ms)``."""
         path = AclZNode.path(pattern)
 
-        def on_read(results: list, when_ms: int) -> list:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             [read] = results
             if read.error not in (ZkError.NONE, ZkError.NO_NODE):
                 return done(ErrorCode.unknown_server_error, f"ZooKeeper error {read.error.name}", frozenset(), when_ms)
@@ -184,7 +188,7 @@ class AclAuthorizer:
             notify = Create(AclChangeNotificationZNode.create_path(pattern.pattern_type),
                             AclChangeNotificationZNode.encode(pattern), sequential=True)
 
-            def on_written(written: list, at_ms: int) -> list:
+            def on_written(written: list[OpResult], at_ms: int) -> list[Effect]:
                 error = written[0].error
                 if error is ZkError.NONE:
                     self.cache.set(pattern, wanted)
@@ -199,7 +203,7 @@ class AclAuthorizer:
 
     # -- the ACL APIs
 
-    def handlers(self) -> dict[int, Callable]:
+    def handlers(self) -> dict[int, Callable[[int, RequestHeader, Any, int], list[Effect]]]:
         return {ApiKey.DESCRIBE_ACLS: self._describe_acls, ApiKey.CREATE_ACLS: self._create_acls,
                 ApiKey.DELETE_ACLS: self._delete_acls}
 
@@ -207,8 +211,8 @@ class AclAuthorizer:
         """Version 0 has no pattern types: every pattern is literal."""
         return int(PatternType.LITERAL) if header.api_version == 0 else None
 
-    def _describe_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        def answer(code: ErrorCode, message: str | None, resources: list) -> list:
+    def _describe_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        def answer(code: ErrorCode, message: str | None, resources: list[dict[str, Any]]) -> list[Effect]:
             return [response(conn_id, header, {"throttle_time": 0, "error_code": code, "error_message": message,
                                                "resources": resources})]
 
@@ -220,7 +224,7 @@ class AclAuthorizer:
             flt = AclBindingFilter.from_request(request, self._pattern_type_of(header))
         except AclError as exc:
             return answer(ErrorCode.invalid_request, str(exc), [])
-        grouped: dict[ResourcePattern, list] = {}
+        grouped: dict[ResourcePattern, list[dict[str, Any]]] = {}
         for binding in self.cache.bindings(flt):
             e = binding.entry
             grouped.setdefault(binding.pattern, []).append(
@@ -230,10 +234,10 @@ class AclAuthorizer:
             {"resource_type": int(p.resource_type), "resource_name": p.name, "pattern_type": int(p.pattern_type),
              "acls": acls} for p, acls in grouped.items()])
 
-    def _create_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        results: list[dict | None] = [None] * len(request.creations)
+    def _create_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        results: list[dict[str, Any] | None] = [None] * len(request.creations)
 
-        def respond() -> list:
+        def respond() -> list[Effect]:
             return [response(conn_id, header, {"throttle_time": 0, "results": results})]
 
         if not self.enabled or not self.allows_cluster(conn_id, AclOperation.ALTER):
@@ -254,14 +258,14 @@ class AclAuthorizer:
         if not wanted:
             return respond()
         pending = set(wanted)
-        effects: list = []
+        effects: list[Effect] = []
 
-        def finisher(pattern: ResourcePattern) -> Callable[[ErrorCode, str | None, frozenset, int], list]:
-            def done(code: ErrorCode, message: str | None, _: frozenset, when_ms: int) -> list:
+        def finisher(pattern: ResourcePattern) -> Callable[[ErrorCode, str | None, ACEs, int], list[Effect]]:
+            def done(code: ErrorCode, message: str | None, _: ACEs, when_ms: int) -> list[Effect]:
                 for i, _entry in wanted[pattern]:
                     results[i] = {"error_code": code, "error_message": message}
                 pending.discard(pattern)
-                out: list = []
+                out: list[Effect] = []
                 if code is ErrorCode.none:
                     out.append(LogLine("info", f"Added ACLs for {AclZNode.path(pattern)}: " + ", ".join(
                         f"{e.permission.name} {e.principal} {e.operation.name} from {e.host}"
@@ -271,15 +275,15 @@ class AclAuthorizer:
 
         for pattern, entries in wanted.items():
             added = frozenset(e for _, e in entries)
-            effects.extend(self._update(pattern, lambda current, added=added: current | added, finisher(pattern),
+            effects.extend(self._update(pattern, _adding(added), finisher(pattern),
                                         now_ms))
         return effects
 
-    def _delete_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        results: list[dict] = [{"error_code": ErrorCode.none, "error_message": None, "matching_acls": []}
+    def _delete_acls(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        results: list[dict[str, Any]] = [{"error_code": ErrorCode.none, "error_message": None, "matching_acls": []}
                                for _ in request.filters]
 
-        def respond() -> list:
+        def respond() -> list[Effect]:
             return [response(conn_id, header, {"throttle_time": 0, "filter_results": results})]
 
         if not self.enabled or not self.allows_cluster(conn_id, AclOperation.ALTER):
@@ -302,15 +306,15 @@ class AclAuthorizer:
         if not patterns:
             return respond()
         pending = set(patterns)
-        effects: list = []
+        effects: list[Effect] = []
 
-        def remover(pattern: ResourcePattern) -> Callable[[frozenset], frozenset]:
-            def change(current: frozenset) -> frozenset:
+        def remover(pattern: ResourcePattern) -> Callable[[ACEs], ACEs]:
+            def change(current: ACEs) -> ACEs:
                 return frozenset(e for e in current if not any(f.matches_entry(e) for _, f in patterns[pattern]))
             return change
 
-        def finisher(pattern: ResourcePattern) -> Callable[[ErrorCode, str | None, frozenset, int], list]:
-            def done(code: ErrorCode, message: str | None, before: frozenset, when_ms: int) -> list:
+        def finisher(pattern: ResourcePattern) -> Callable[[ErrorCode, str | None, ACEs, int], list[Effect]]:
+            def done(code: ErrorCode, message: str | None, before: ACEs, when_ms: int) -> list[Effect]:
                 for entry in sorted(before):
                     # each deleted ACL is reported under the first filter that matched it, as Kafka
                     owner = next((i for i, f in patterns[pattern] if f.matches_entry(entry)), None)
@@ -332,3 +336,7 @@ def _all_supported(resource_type: ResourceType) -> int:
     for op in SUPPORTED_OPERATIONS.get(resource_type, ()):
         bits |= 1 << int(op)
     return bits
+
+
+def _adding(added: ACEs) -> Callable[[ACEs], ACEs]:
+    return lambda current: current | added

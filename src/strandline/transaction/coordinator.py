@@ -28,19 +28,21 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.transaction import records as rec
-from strandline.transaction.records import MAX_PRODUCER_EPOCH, TransactionMetadata, TransactionState as S
+from strandline.transaction.metadata import TransactionMetadata, TransactionState as S
+from strandline.transaction.records import MAX_PRODUCER_EPOCH
 
 #: ``append(index, records, done(error, now_ms), now_ms)``: write to a ``__transaction_state`` partition.
-Append = Callable[[int, list, Callable[[ErrorCode, int], list], int], list]
+Append = Callable[[int, list[tuple[bytes, bytes | None]], Callable[[ErrorCode, int], list[Effect]], int], list[Effect]]
 #: ``new_producer_id(callback(producer_id or -1, now_ms), now_ms)``
-NewProducerId = Callable[[Callable[[int, int], list], int], list]
+NewProducerId = Callable[[Callable[[int, int], list[Effect]], int], list[Effect]]
 #: ``send_markers(partitions, producer_id, producer_epoch, commit, coordinator_epoch, done(now_ms), current(),
 #: now_ms)``: ``current()`` says whether the markers are still this coordinator's to write
-SendMarkers = Callable[[set, int, int, bool, int, Callable[[int], list], Callable[[], bool], int], list]
+SendMarkers = Callable[[set[tuple[str, int]], int, int, bool, int, Callable[[int], list[Effect]], Callable[[], bool],
+                        int], list[Effect]]
 #: ``after(due_ms, action(now_ms))``: run ``action`` later (a retry)
-After = Callable[[int, Callable[[int], list]], list]
+After = Callable[[int, Callable[[int], list[Effect]]], list[Effect]]
 RETRY_MS = 100
 
 PREPARED = (S.PREPARE_COMMIT, S.PREPARE_ABORT)
@@ -67,7 +69,7 @@ class TransactionCoordinator:
     def coordinator_epoch(self, transactional_id: str) -> int | None:
         return self.owned.get(self.partition_of(transactional_id))
 
-    def load_partition(self, index: int, coordinator_epoch: int, records: Any, now_ms: int) -> list:
+    def load_partition(self, index: int, coordinator_epoch: int, records: Any, now_ms: int) -> list[Effect]:
         """Become coordinator of a partition: replay it (the newest value of each id wins), then
         finish every transaction that was prepared."""
         loaded: dict[str, TransactionMetadata | None] = {}
@@ -81,7 +83,7 @@ class TransactionCoordinator:
                 return [LogLine("warning",
                             f"Skipping an unreadable record of {rec.TRANSACTION_STATE_TOPIC}-{index}: {exc}")]
         self.owned[index] = coordinator_epoch
-        effects: list = []
+        effects: list[Effect] = []
         for transactional_id, m in loaded.items():
             if m is None:
                 self.transactions.pop(transactional_id, None)
@@ -94,14 +96,14 @@ class TransactionCoordinator:
                                        f"({len(loaded)} transactional id(s) loaded)"))
         return effects
 
-    def _resume_prepared(self, m: TransactionMetadata, coordinator_epoch: int, now_ms: int) -> list:
+    def _resume_prepared(self, m: TransactionMetadata, coordinator_epoch: int, now_ms: int) -> list[Effect]:
         """A transaction found prepared when loading: its Prepare record may be above the high
         watermark and vanish with the log's tail (the next coordinator would then see it ongoing
         and abort it after markers of a commit went out), so it is written again first, and its
         markers sent once that write is acknowledged."""
         index = self.partition_of(m.transactional_id)
 
-        def rewritten(error: ErrorCode, when_ms: int) -> list:
+        def rewritten(error: ErrorCode, when_ms: int) -> list[Effect]:
             if error is ErrorCode.none:
                 return self._complete(again, m.state is S.PREPARE_COMMIT, when_ms)
             if self.owned.get(index) != coordinator_epoch or self.transactions.get(m.transactional_id) is not m:
@@ -111,7 +113,7 @@ class TransactionCoordinator:
         again = dataclasses.replace(m, update_ms=now_ms)
         return self._write(again, rewritten, now_ms)
 
-    def unload_partition(self, index: int) -> list:
+    def unload_partition(self, index: int) -> list[Effect]:
         self.owned.pop(index, None)
         for transactional_id in [t for t in self.transactions if self.partition_of(t) == index]:
             del self.transactions[transactional_id]
@@ -120,14 +122,15 @@ class TransactionCoordinator:
 
     # -- writing a state change
 
-    def _write(self, new: TransactionMetadata, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+    def _write(self, new: TransactionMetadata, done: Callable[[ErrorCode, int], list[Effect]],
+               now_ms: int) -> list[Effect]:
         """Write ``new`` and make it the id's state once the ISR has it; ``done(error, now_ms)``."""
         transactional_id = new.transactional_id
         index = self.partition_of(transactional_id)
         epoch = self.owned.get(index)
         self.pending.add(transactional_id)
 
-        def written(error: ErrorCode, when_ms: int) -> list:
+        def written(error: ErrorCode, when_ms: int) -> list[Effect]:
             self.pending.discard(transactional_id)
             if self.owned.get(index) != epoch:      # no longer (or again) coordinator meanwhile
                 return done(ErrorCode.not_coordinator, when_ms)
@@ -137,7 +140,8 @@ class TransactionCoordinator:
 
         return self.append(index, [rec.state_record(new)], written, now_ms)
 
-    def _confirm(self, m: TransactionMetadata, respond: Callable[[ErrorCode], list], now_ms: int) -> list:
+    def _confirm(self, m: TransactionMetadata, respond: Callable[[ErrorCode], list[Effect]],
+                 now_ms: int) -> list[Effect]:
         """Answer a request the id's state already satisfies (partitions added already, an end
         retried) only once that state is written again: what this coordinator knows may be lost
         yet (loaded from records above the high watermark) or stale (a deposed leader of the
@@ -168,8 +172,8 @@ class TransactionCoordinator:
     # -- InitProducerId
 
     def init_producer_id(self, transactional_id: str, timeout_ms: int,
-                         respond: Callable[[ErrorCode, int, int], list], now_ms: int,
-                         expected: tuple[int, int] = (-1, -1)) -> list:
+                         respond: Callable[[ErrorCode, int, int], list[Effect]], now_ms: int,
+                         expected: tuple[int, int] = (-1, -1)) -> list[Effect]:
         """``expected``: the producer id and epoch a running producer re-initializes with (KIP-360,
         InitProducerId v3+); one that is not the current one (or its bump's retry) is a zombie:
         PRODUCER_FENCED, and the live producer keeps its epoch."""
@@ -180,7 +184,7 @@ class TransactionCoordinator:
             return respond(ErrorCode.invalid_transaction_timeout, -1, -1)
         m = self.transactions.get(transactional_id)
         if m is None:
-            def allocated(producer_id: int, when_ms: int) -> list:
+            def allocated(producer_id: int, when_ms: int) -> list[Effect]:
                 if producer_id < 0:
                     return respond(ErrorCode.coordinator_not_available, -1, -1)
                 if transactional_id not in self.transactions:
@@ -199,7 +203,7 @@ class TransactionCoordinator:
             # a new instance of the producer: fence the old one and abort what it left open
             return self._fence_and_abort(m, now_ms) + respond(ErrorCode.concurrent_transactions, -1, -1)
         if m.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
-            def renewed(producer_id: int, when_ms: int) -> list:
+            def renewed(producer_id: int, when_ms: int) -> list[Effect]:
                 if producer_id < 0:
                     return respond(ErrorCode.coordinator_not_available, -1, -1)
                 return self._write_empty(dataclasses.replace(m, producer_id=producer_id, producer_epoch=0,
@@ -211,10 +215,10 @@ class TransactionCoordinator:
                                  timeout_ms, respond, now_ms)
 
     def _write_empty(self, base: TransactionMetadata, timeout_ms: int,
-                     respond: Callable[[ErrorCode, int, int], list], now_ms: int) -> list:
+                     respond: Callable[[ErrorCode, int, int], list[Effect]], now_ms: int) -> list[Effect]:
         new = base.transition_to(S.EMPTY, timeout_ms=timeout_ms, partitions=set(), update_ms=now_ms, start_ms=-1)
 
-        def done(error: ErrorCode, when_ms: int) -> list:
+        def done(error: ErrorCode, when_ms: int) -> list[Effect]:
             if error is not ErrorCode.none:
                 return respond(_coordinator_error(error), -1, -1)
             return respond(ErrorCode.none, new.producer_id, new.producer_epoch)
@@ -224,7 +228,8 @@ class TransactionCoordinator:
     # -- AddPartitionsToTxn, AddOffsetsToTxn
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: set[tuple[str, int]], respond: Callable[[ErrorCode], list], now_ms: int) -> list:
+                       partitions: set[tuple[str, int]], respond: Callable[[ErrorCode], list[Effect]],
+                       now_ms: int) -> list[Effect]:
         error = self._checked(transactional_id)
         m = self.transactions.get(transactional_id) if error is None else None
         if error is None:
@@ -241,12 +246,12 @@ class TransactionCoordinator:
     # -- EndTxn
 
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
-                        respond: Callable[[ErrorCode], list], now_ms: int) -> list:
+                        respond: Callable[[ErrorCode], list[Effect]], now_ms: int) -> list[Effect]:
         error = self._checked(transactional_id)
         m = self.transactions.get(transactional_id) if error is None else None
         if error is None and (m is None or m.producer_id != producer_id):
             error = ErrorCode.invalid_producer_id_mapping
-        elif error is None and producer_epoch != m.producer_epoch:
+        elif error is None and m is not None and producer_epoch != m.producer_epoch:
             error = ErrorCode.producer_fenced
         elif error is None and transactional_id in self.pending:
             error = ErrorCode.concurrent_transactions
@@ -264,10 +269,10 @@ class TransactionCoordinator:
         return self._prepare(m, commit, m.producer_epoch, lambda e, t: respond(_coordinator_error(e)), now_ms)
 
     def _prepare(self, m: TransactionMetadata, commit: bool, epoch: int,
-                 answered: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+                 answered: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
         new = m.transition_to(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, producer_epoch=epoch, update_ms=now_ms)
 
-        def prepared(error: ErrorCode, when_ms: int) -> list:
+        def prepared(error: ErrorCode, when_ms: int) -> list[Effect]:
             effects = answered(error, when_ms)
             if error is ErrorCode.none:
                 effects += self._complete(new, commit, when_ms)
@@ -275,7 +280,7 @@ class TransactionCoordinator:
 
         return self._write(new, prepared, now_ms)
 
-    def _fence_and_abort(self, m: TransactionMetadata, now_ms: int) -> list:
+    def _fence_and_abort(self, m: TransactionMetadata, now_ms: int) -> list[Effect]:
         """Abort an ongoing transaction with the producer epoch bumped (a timeout, or a new instance
         of its producer): markers of the new epoch fence the old producer on every partition."""
         if m.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
@@ -284,7 +289,7 @@ class TransactionCoordinator:
             epoch = m.producer_epoch + 1
         return self._prepare(m, False, epoch, lambda e, t: [], now_ms)
 
-    def _complete(self, m: TransactionMetadata, commit: bool, now_ms: int) -> list:
+    def _complete(self, m: TransactionMetadata, commit: bool, now_ms: int) -> list[Effect]:
         """Have every partition's leader write the markers, then record the outcome."""
         epoch = self.owned.get(self.partition_of(m.transactional_id))
         if epoch is None:
@@ -295,7 +300,7 @@ class TransactionCoordinator:
             return self.transactions.get(m.transactional_id) is m and \
                 self.owned.get(self.partition_of(m.transactional_id)) == epoch
 
-        def record_end(when_ms: int) -> list:
+        def record_end(when_ms: int) -> list[Effect]:
             """Write CompleteCommit/CompleteAbort; again after a failed write (NOT_ENOUGH_REPLICAS, a
             timeout), as Kafka retries, until it is written or this broker is coordinator no more."""
             if not current():
@@ -304,7 +309,7 @@ class TransactionCoordinator:
             done = m.transition_to(S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set(),
                                    update_ms=when_ms)
 
-            def written(error: ErrorCode, at_ms: int) -> list:
+            def written(error: ErrorCode, at_ms: int) -> list[Effect]:
                 if error is ErrorCode.none or not current():
                     return []
                 self.pending.add(m.transactional_id)
@@ -314,7 +319,7 @@ class TransactionCoordinator:
 
             return self._write(done, written, when_ms)
 
-        def marked(when_ms: int) -> list:
+        def marked(when_ms: int) -> list[Effect]:
             self.pending.discard(m.transactional_id)
             return record_end(when_ms)
 
@@ -325,9 +330,9 @@ class TransactionCoordinator:
 
     # -- timeouts
 
-    def abort_timed_out(self, now_ms: int) -> list:
+    def abort_timed_out(self, now_ms: int) -> list[Effect]:
         """Abort every ongoing transaction older than its timeout (Kafka's periodic check)."""
-        effects: list = []
+        effects: list[Effect] = []
         for m in list(self.transactions.values()):
             if m.state is S.ONGOING and m.transactional_id not in self.pending and \
                     m.start_ms >= 0 and m.start_ms + m.timeout_ms < now_ms:

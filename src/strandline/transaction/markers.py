@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from strandline.core.effects import Effect
 from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache
 from strandline.protocol import api
@@ -24,15 +25,16 @@ class TransactionMarkers:
         self.metadata = metadata
         self.outbox = outbox
 
-    def send(self, partitions: set, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-             done: Callable[[int], list], current: Callable[[], bool], now_ms: int) -> list:
+    def send(self, partitions: set[tuple[str, int]], producer_id: int, producer_epoch: int, commit: bool,
+             coordinator_epoch: int,
+             done: Callable[[int], list[Effect]], current: Callable[[], bool], now_ms: int) -> list[Effect]:
         """``current()``: whether this coordinator still completes this transaction; once not (it
         lost the partition, or a leader fenced it), the markers are left to the new coordinator."""
         left = set(partitions)
         client_id = f"strandline-broker-{self.config.broker_id}"
         fenced = False
 
-        def attempt(when_ms: int) -> list:
+        def attempt(when_ms: int) -> list[Effect]:
             if fenced or not current():
                 return []
             by_leader: dict[int, list[tuple[str, int]]] = {}
@@ -45,11 +47,11 @@ class TransactionMarkers:
                 by_leader.setdefault(state.leader if state else -1, []).append((name, index))
             if not left:
                 return done(when_ms)
-            effects: list = []
+            effects: list[Effect] = []
             waiting = set(by_leader)
 
-            def sent_to(leader: int) -> Callable[[bytes | None, int], list]:
-                def on_response(frame: bytes | None, at_ms: int) -> list:
+            def sent_to(leader: int) -> Callable[[bytes | None, int], list[Effect]]:
+                def on_response(frame: bytes | None, at_ms: int) -> list[Effect]:
                     nonlocal fenced
                     waiting.discard(leader)
                     if frame is not None:       # no answer: those partitions are tried again
@@ -84,9 +86,14 @@ class TransactionMarkers:
                                      "topics": [{"name": n, "partition_indexes": ix} for n, ix in by_topic.items()]}]}
                 effects.extend(self.outbox.send(
                     broker, "txn-markers",
-                    lambda cid, body=body: api.encode_request(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION,
-                                                              cid, client_id, body),
+                    _markers_request(client_id, body),
                     sent_to(leader), when_ms))
             return effects
 
         return attempt(now_ms)
+
+
+def _markers_request(client_id: str, body: dict[str, Any]) -> Callable[[int], bytes]:
+    """The WriteTxnMarkers frame of ``body`` for a correlation id."""
+    return lambda correlation_id: api.encode_request(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION,
+                                                     correlation_id, client_id, body)

@@ -11,12 +11,13 @@ from typing import Callable
 
 from strandline.core.outbox import Outbox
 from strandline.coordination import zk_layout
-from strandline.coordination.store import ZkError
+from strandline.coordination.store import OpResult, ZkError
+from strandline.core.effects import Effect
 
 PRODUCER_ID_BLOCK_SIZE = 1000
 
 #: ``callback(producer_id, now_ms)``: an id, or -1.
-Allocated = Callable[[int, int], list]
+Allocated = Callable[[int, int], list[Effect]]
 
 
 class ProducerIdManager:
@@ -27,7 +28,7 @@ class ProducerIdManager:
         self._waiters: list[Allocated] = []
         self._claiming = False
 
-    def generate_producer_id(self, callback: Allocated, now_ms: int) -> list:
+    def generate_producer_id(self, callback: Allocated, now_ms: int) -> list[Effect]:
         next_id, end = self._block
         if next_id < end:
             self._block = (next_id + 1, end)
@@ -38,7 +39,7 @@ class ProducerIdManager:
         self._claiming = True
         return [self.outbox.zk([zk_layout.get_producer_id_block()], self._on_block_read)]
 
-    def _on_block_read(self, results: list, now_ms: int) -> list:
+    def _on_block_read(self, results: list[OpResult], now_ms: int) -> list[Effect]:
         result = results[0]
         if result.error is ZkError.NO_NODE:
             start, version = 0, -1
@@ -49,7 +50,7 @@ class ProducerIdManager:
         end = start + PRODUCER_ID_BLOCK_SIZE
         op = zk_layout.claim_producer_id_block(self.broker_id, start, end - 1, version)
 
-        def on_claimed(res: list, when_ms: int) -> list:
+        def on_claimed(res: list[OpResult], when_ms: int) -> list[Effect]:
             if res[0].error in (ZkError.BAD_VERSION, ZkError.NODE_EXISTS):
                 return [self.outbox.zk([zk_layout.get_producer_id_block()], self._on_block_read)]
             if res[0].error is not ZkError.NONE:
@@ -57,17 +58,17 @@ class ProducerIdManager:
             self._block = (start, end)
             self._claiming = False
             waiters, self._waiters = self._waiters, []
-            effects: list = []
+            effects: list[Effect] = []
             for waiter in waiters:
                 effects.extend(self.generate_producer_id(waiter, when_ms))
             return effects
 
         return [self.outbox.zk([op], on_claimed)]
 
-    def _fail(self, now_ms: int) -> list:
+    def _fail(self, now_ms: int) -> list[Effect]:
         self._claiming = False
         waiters, self._waiters = self._waiters, []
-        effects: list = []
+        effects: list[Effect] = []
         for waiter in waiters:
             effects.extend(waiter(-1, now_ms))
         return effects

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from strandline.core.effects import Effect
 from strandline.group.records import iter_records
 from strandline.transaction import records as rec
 from strandline.transaction.coordinator import TransactionCoordinator
@@ -14,15 +15,21 @@ from strandline.transaction.coordinator import TransactionCoordinator
 TXN_TOPIC = rec.TRANSACTION_STATE_TOPIC
 
 
+#: ``append_internal(topic, index, batch, timeout_ms, done(error, when_ms), now_ms)``: append as
+#: leader, acks=all.
+AppendInternal = Callable[[str, int, bytearray, int, Callable[[ErrorCode, int], list[Effect]], int], list[Effect]]
+
+
 class TransactionStateTopic:
     """``__transaction_state``: the coordinator's log (Kafka's TransactionStateManager, its storage)."""
 
-    def __init__(self, config: Any, append_internal: Callable, read_log: Callable[[str, int], bytes]) -> None:
+    def __init__(self, config: Any, append_internal: AppendInternal, read_log: Callable[[str, int], bytes]) -> None:
         self.config = config
         self.append_internal = append_internal
         self.read_log = read_log
 
-    def append(self, index: int, records: list, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+    def append(self, index: int, records: list[tuple[bytes, bytes | None]],
+               done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
         batch = rec.build_state_batch(records, now_ms)
         return self.append_internal(TXN_TOPIC, index, batch, self.config["request.timeout.ms"], done, now_ms)
 
@@ -37,7 +44,7 @@ class TransactionStateTopic:
         return cfg["transaction.state.log.num.partitions"], rf, configs
 
     def on_leadership(self, coordinator: TransactionCoordinator, topic: str, index: int, leader: bool,
-                      leader_epoch: int, now_ms: int) -> list:
+                      leader_epoch: int, now_ms: int) -> list[Effect]:
         if topic != TXN_TOPIC:
             return []
         if not leader:
