@@ -1,8 +1,8 @@
 """Schemas of the API versions Kafka 2.8 serves that kio (generated from Kafka 4.x, which dropped
 them, KIP-896) lacks: Produce v0-v2, Fetch v0-v3, ListOffsets v0, OffsetCommit v0-v1, OffsetFetch
 v0, CreateTopics v0-v1, DeleteTopics v0, OffsetForLeaderEpoch v0-v1, WriteTxnMarkers v0,
-DescribeAcls, CreateAcls and DeleteAcls v0, DescribeConfigs v0, AlterReplicaLogDirs v0 and
-DescribeLogDirs v0.
+DescribeAcls, CreateAcls and DeleteAcls v0, DescribeConfigs v0, AlterReplicaLogDirs v0,
+DescribeLogDirs v0 and the delegation token APIs' v0 (v1's fields).
 
 Each is derived from the oldest version kio has, as the message's JSON in Kafka 2.8 describes the
 difference (``clients/src/main/resources/common/message/*.json``): fields dropped, fields added,
@@ -263,6 +263,7 @@ DERIVED: dict[tuple[int, int], tuple[Callable[[int], type], Callable[[int], type
     (32, 0): (_describe_configs_request, _describe_configs_response),
     (34, 0): (_as_of(34, 1), _as_of(34, 1, "response")),
     (35, 0): (_as_of(35, 1), _as_of(35, 1, "response")),
+    **{(k, 0): (_as_of(k, 1), _as_of(k, 1, "response")) for k in (38, 39, 40, 41)},
 }
 
 

@@ -348,9 +348,6 @@ KAFKA_2_8 = {
 
 #: what Kafka 2.8 advertises that Strandline does not, and why (docs/compatibility.md, "API versions")
 NOT_SERVED = {
-    17: "no SASL listener (comes with security)", 36: "no SASL listener (comes with security)",
-    38: "delegation tokens need SASL", 39: "delegation tokens need SASL", 40: "delegation tokens need SASL",
-    41: "delegation tokens need SASL",
     51: "no SASL/SCRAM (comes with security)",
     56: "a leader writes its ISR to ZooKeeper, as Kafka before 2.7 (AlterPartition comes on its own)",
 }
