@@ -68,7 +68,6 @@ KEPT: dict[str, str] = {
     "unknown-config-operation": "IncrementalAlterConfigs with an operation that does not exist: Kafka fails with "
                                 "UNKNOWN_SERVER_ERROR, Strandline answers INVALID_REQUEST",
     "no-scram": "no SCRAM credentials (they need SASL): AlterUserScramCredentials is not served",
-    "zk-era-isr": "AlterIsr is not served: a Strandline leader writes its ISR to ZooKeeper (Kafka before 2.7)",
     "describe-configs-v0-is-default": "DescribeConfigs v0's is_default: true for a default value in Strandline, as "
                                       "Kafka up to 2.6 wrote it; Kafka 2.7+ never sets the field (false)",
     "api-versions": "ApiVersions lists Strandline's own table (docs/compatibility.md), not Kafka 3.9's; v3's "
@@ -814,9 +813,13 @@ def not_served_apis() -> list[Case]:
         "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}], "validate_only": True})
     cases += each("describe-user-scram-credentials", 50, [0], {"users": None})
     cases += not_served("alter-user-scram-credentials", 51, [0], {"deletions": [], "upsertions": []}, "no-scram")
-    cases += not_served("alter-isr", 56, [0], Raw(i32(1) + i64(0) + b"\1\0", flexible=True,
-                                                  head=(("throttle_time_ms", "int32"), ("error_code", "int16"))),
-                        "zk-era-isr", controller())
+    # AlterIsr from a client: broker 1 with epoch 0 is not its registration (STALE_BROKER_EPOCH);
+    # elsewhere NOT_CONTROLLER
+    alter_isr = Raw(i32(1) + i64(0) + b"\1\0", flexible=True, head=(("throttle_time_ms", "int32"),
+                                                                  ("error_code", "int16")))
+    cases += each("alter-isr", 56, [0], alter_isr, controller())
+    cases += each("alter-isr-not-controller", 56, [0], alter_isr,
+                  lambda c: next(b for b in (1, 2, 3) if b != c.controller()))
     cases += each("update-features", 57, [0], {"timeout": 30000, "feature_updates": []}, controller())
     cases += each("update-features-not-controller", 57, [0], {"timeout": 30000, "feature_updates": []},
                   lambda c: next(b for b in (1, 2, 3) if b != c.controller()))

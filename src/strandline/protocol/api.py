@@ -105,7 +105,7 @@ class ApiKey(enum.IntEnum):
 #  * Produce v0-v2, Fetch v0-v3, ListOffsets v0, CreateTopics v0-v1, DeleteTopics v0,
 #    OffsetForLeaderEpoch v0-v1, OffsetCommit v0-v1, OffsetFetch v0, WriteTxnMarkers v0, the
 #    ACL APIs' v0, DescribeConfigs v0, AlterReplicaLogDirs v0,
-#    DescribeLogDirs v0, the delegation token APIs' v0 (Kafka 2.8 serves them;
+#    DescribeLogDirs v0, the delegation token APIs' v0, AlterIsr v0 (Kafka 2.8 serves them;
 #    kio, from Kafka 4.x, lacks them): their schemas are derived in strandline.protocol.old_versions. Message sets of
 #    format v0 and v1 are converted to record batches v2 on produce and back on fetch
 #    (strandline.protocol.legacy_records).
@@ -176,6 +176,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.RENEW_DELEGATION_TOKEN: (0, 2),
     ApiKey.EXPIRE_DELEGATION_TOKEN: (0, 2),
     ApiKey.DESCRIBE_DELEGATION_TOKEN: (0, 2),
+    ApiKey.ALTER_ISR: (0, 0),
 }
 
 

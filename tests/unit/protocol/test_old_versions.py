@@ -349,7 +349,6 @@ KAFKA_2_8 = {
 #: what Kafka 2.8 advertises that Strandline does not, and why (docs/compatibility.md, "API versions")
 NOT_SERVED = {
     51: "no SASL/SCRAM (comes with security)",
-    56: "a leader writes its ISR to ZooKeeper, as Kafka before 2.7 (AlterPartition comes on its own)",
 }
 
 
