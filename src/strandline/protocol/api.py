@@ -177,6 +177,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.EXPIRE_DELEGATION_TOKEN: (0, 2),
     ApiKey.DESCRIBE_DELEGATION_TOKEN: (0, 2),
     ApiKey.ALTER_ISR: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 
