@@ -34,7 +34,8 @@ CLIENT_ID = "differential"
 @dataclass(frozen=True)
 class Raw:
     """A body laid out by hand. ``flexible``: the v2 request header (tagged fields) and the v1
-    response header; ``head``: the answer's first fields read, as ``(name, "int16"|"int32")``."""
+    response header; ``head``: the answer's first fields read, as ``(name, "int16"|"int32"|"int64"|"string"|
+    "compact_string")``."""
 
     body: bytes
     flexible: bool = False
@@ -66,7 +67,13 @@ def decode(api_key: int, version: int, body: Any, frame: bytes) -> Any:
         pos = 4 + (1 if body.flexible else 0)
         out = {}
         for name, kind in body.head:
-            fmt = {"int16": ">h", "int32": ">i"}[kind]
+            if kind in ("string", "compact_string"):            # a non-null string (compact: length + 1, < 128)
+                size = struct.unpack_from(">h", frame, pos)[0] if kind == "string" else frame[pos] - 1
+                pos += 2 if kind == "string" else 1
+                out[name] = frame[pos:pos + size].decode()
+                pos += size
+                continue
+            fmt = {"int16": ">h", "int32": ">i", "int64": ">q"}[kind]
             (out[name],) = struct.unpack_from(fmt, frame, pos)
             pos += struct.calcsize(fmt)
         return out

@@ -10,6 +10,9 @@ Skipped, in one line, where Maven Central cannot be reached (tests/integration/k
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import re
 import subprocess
@@ -195,8 +198,9 @@ def quota_lines(out: str) -> dict[str, dict[str, str]]:
 
 def test_kafka_configs_adds_describes_and_deletes_user_and_client_quotas(kafka, cluster, admin):
     """kafka-configs --entity-type users / clients / users+clients (DescribeClientQuotas,
-    AlterClientQuotas, DescribeUserScramCredentials): each quota lands where Kafka 2.8 keeps it in
-    ZooKeeper, is described back by Kafka's tool, and is deleted."""
+    AlterClientQuotas, DescribeUserScramCredentials, AlterUserScramCredentials): each quota and
+    SCRAM credential lands where Kafka 2.8 keeps it in ZooKeeper, is described back by Kafka's
+    tool, and is deleted."""
     from kazoo.client import KazooClient
 
     user, client = unique(kafka, "user"), unique(kafka, "client app")
@@ -273,10 +277,27 @@ def test_kafka_configs_adds_describes_and_deletes_user_and_client_quotas(kafka, 
     refused = tool(kafka, "kafka-configs", *base, *clients, "--alter", "--delete-config", "consumer_byte_rate",
                    expect=1)
     assert "Invalid config(s): consumer_byte_rate" in refused.stdout + refused.stderr
-    # SCRAM credentials need AlterUserScramCredentials, which a broker without SASL does not offer
-    scram = tool(kafka, "kafka-configs", *base, *users, "--alter", "--add-config", "SCRAM-SHA-256=[password=pw]",
-                 expect=1)
-    assert "The node does not support ALTER_USER_SCRAM_CREDENTIALS" in scram.stdout + scram.stderr
+    # SCRAM credentials (AlterUserScramCredentials): written where Kafka 2.8 keeps them, derived
+    # from the password the tool salted (checked here with hashlib), described, deleted
+    out = tool(kafka, "kafka-configs", *base, *users, "--alter", "--add-config", "SCRAM-SHA-256=[password=pw]").stdout
+    assert f"Completed updating config for user {user}." in out, out
+    zk = KazooClient(hosts=f"127.0.0.1:{cluster.zk_port}")
+    zk.start(timeout=10)
+    try:
+        config = json.loads(zk.get(f"/config/users/{user}")[0])["config"]
+    finally:
+        zk.stop()
+    assert list(config) == ["SCRAM-SHA-256"], config
+    stored = dict(part.split("=", 1) for part in config["SCRAM-SHA-256"].split(","))
+    assert stored["iterations"] == "4096", stored
+    salted = hashlib.pbkdf2_hmac("sha256", b"pw", base64.b64decode(stored["salt"]), 4096)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    assert base64.b64decode(stored["stored_key"]) == hashlib.sha256(client_key).digest()
+    assert base64.b64decode(stored["server_key"]) == hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    out = tool(kafka, "kafka-configs", *base, *users, "--describe").stdout
+    assert f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-256=iterations=4096" in out, out
+    tool(kafka, "kafka-configs", *base, *users, "--alter", "--delete-config", "SCRAM-SHA-256")
+    assert "SCRAM" not in tool(kafka, "kafka-configs", *base, *users, "--describe").stdout
 
 
 # -- kafka-console-producer / kafka-console-consumer --------------------------------------------------

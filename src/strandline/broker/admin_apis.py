@@ -1,5 +1,5 @@
 """The controller's admin APIs on the wire: CreateTopics, DeleteTopics, CreatePartitions,
-ElectLeaders (preferred and unclean), the partition reassignments, UpdateFeatures.
+ElectLeaders (preferred and unclean), the partition reassignments, UpdateFeatures, AlterIsr.
 
 Each handler checks what the request may ask of this broker (only the controller serves them,
 NOT_CONTROLLER elsewhere), hands each topic or partition to the :class:`Controller`, and shapes
@@ -18,6 +18,7 @@ from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.dynamic_config import describe_topic
 from strandline.core.effects import Send
 from strandline.core.wire import response
+from strandline.controller.alter_isr import alter_isr
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.offsets_topic import INTERNAL_TOPICS
@@ -38,7 +39,7 @@ class AdminApis:
                 ApiKey.ELECT_LEADERS: self._elect_leaders, ApiKey.CREATE_PARTITIONS: self._create_partitions,
                 ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._alter_reassignments,
                 ApiKey.LIST_PARTITION_REASSIGNMENTS: self._list_reassignments,
-                ApiKey.UPDATE_FEATURES: self._update_features}
+                ApiKey.UPDATE_FEATURES: self._update_features, ApiKey.ALTER_ISR: self._alter_isr}
 
     def _not_controller(self) -> str:
         return f"This is not the controller (broker {self.metadata.controller_id} is)"
@@ -242,6 +243,16 @@ class AdminApis:
                                                            update.allow_downgrade)
         return respond(ErrorCode.none, None, [{"feature": name, "error_code": ErrorCode.invalid_request,
                                                "error_message": message} for name, message in errors.items()])
+
+    # -- AlterIsr (KIP-497)
+
+    def _alter_isr(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+        """As Kafka 2.8's ``KafkaApis.handleAlterIsrRequest``: CLUSTER_ACTION on the cluster, then
+        the controller alone (NOT_CONTROLLER elsewhere), then ``controller/alter_isr.py``."""
+        if not self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                                               "topics": []})]
+        return [response(conn_id, header, alter_isr(self.controller.ctx, request))]
 
     # -- ElectLeaders
 

@@ -37,6 +37,7 @@ from strandline.core.effects import Close, LogLine, Send
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.log_apis import LogApis
 from strandline.transaction.producer_ids import ProducerIdManager
+from strandline.broker import sasl_apis
 from strandline.broker.quota_apis import QuotaApis
 from strandline.broker.txn_apis import TxnApis
 from strandline.core.wire import duration_ms, response
@@ -105,6 +106,7 @@ class KafkaApis:
             **self.config_apis.handlers(),
             **self.group_apis.handlers(),
             **self.quota_apis.handlers(),
+            **sasl_apis.handlers(),
         }
 
     def _may_create(self, conn_id: int, name: str) -> bool:

@@ -115,7 +115,7 @@ class Broker:
                               ConfigApis(config, self.metadata, self.outbox, self.authorizer, BrokerLoggers(loggers)),
                               FetchSessionCache(config, rng), self.authorizer, txn_apis,
                               LogApis(self.metadata, self.replica_manager, self.authorizer),
-                              QuotaApis(self.outbox, self.authorizer))
+                              QuotaApis(self.outbox, self.authorizer, lambda: self.controller.is_active))
         self.cleaner = LogCleaner(log_manager)
         self._configure_cleaner()
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,

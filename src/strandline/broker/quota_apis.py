@@ -1,5 +1,5 @@
-"""DescribeClientQuotas, AlterClientQuotas and DescribeUserScramCredentials (Kafka 2.8's
-ZkAdminManager), and the quotas this broker enforces (:mod:`strandline.broker.quotas`).
+"""DescribeClientQuotas, AlterClientQuotas, DescribeUserScramCredentials and
+AlterUserScramCredentials (Kafka 2.8's ZkAdminManager), and the quotas this broker enforces (:mod:`strandline.broker.quotas`).
 
 Any broker serves them, from ZooKeeper: a describe reads every user and client-id entity
 (``/config/users``, ``/config/clients`` and each user's ``clients``) and filters as Kafka does; an
@@ -9,9 +9,11 @@ entity's missing parents are created with an empty config). Every broker applies
 ``/config/changes`` names it, and reads every quota when it loads the cluster.
 
 DescribeClientQuotas needs DESCRIBE_CONFIGS on the cluster, AlterClientQuotas ALTER_CONFIGS,
-DescribeUserScramCredentials DESCRIBE (CLUSTER_AUTHORIZATION_FAILED otherwise). SCRAM credentials
-are only described (they may have been written by Kafka's tools into the same znodes):
-Strandline has no SASL listener and does not alter them.
+DescribeUserScramCredentials DESCRIBE (CLUSTER_AUTHORIZATION_FAILED otherwise).
+AlterUserScramCredentials is served by the controller alone (NOT_CONTROLLER first, then ALTER on
+the cluster) and writes each user's credentials (:mod:`strandline.security.scram`) into the same
+znode as its quotas, with a change notification, as ZkAdminManager.alterUserScramCredentials; no
+listener authenticates with them yet (Strandline has no SASL listener).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from strandline.core.wire import response
 from strandline.coordination import znodes
 from strandline.coordination.store import Create, GetChildren, GetData, SetData, ZkError
 from strandline.protocol.api import ApiKey, RequestHeader
-from strandline.security import acl
+from strandline.security import acl, scram
 
 _NOTIFICATION = znodes.ConfigEntityChangeNotificationSequenceZNode
 _ENTITY = znodes.ConfigEntityZNode
@@ -58,16 +60,18 @@ def _config(result: Any, where: str) -> dict[str, str]:
 
 
 class QuotaApis:
-    def __init__(self, outbox: Outbox, authorizer: AclAuthorizer) -> None:
+    def __init__(self, outbox: Outbox, authorizer: AclAuthorizer, is_controller: Callable[[], bool]) -> None:
         self.outbox = outbox
         self.authorizer = authorizer
+        self.is_controller = is_controller
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE)
 
     def handlers(self) -> dict[int, Callable]:
         return {ApiKey.DESCRIBE_CLIENT_QUOTAS: self._describe_client_quotas,
                 ApiKey.ALTER_CLIENT_QUOTAS: self._alter_client_quotas,
-                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._describe_user_scram_credentials}
+                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._describe_user_scram_credentials,
+                ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._alter_user_scram_credentials}
 
     # -- reading every user and client-id entity
 
@@ -335,6 +339,132 @@ class QuotaApis:
         if not asked:
             return on_read([], now_ms)
         return [self.outbox.zk([GetData(_path("users", sanitize(u))) for u in asked], on_read)]
+
+
+    # -- AlterUserScramCredentials
+
+    def _alter_user_scram_credentials(self, conn_id: int, header: RequestHeader, request: Any,
+                                      now_ms: int) -> list:
+        """As Kafka 2.8's ``KafkaApis.handleAlterUserScramCredentialsRequest`` and
+        ``ZkAdminManager.alterUserScramCredentials``: one result per user; a user with an invalid
+        alteration, or one altering a mechanism twice, changes nothing; the others are written one
+        znode each (compare-and-set, retried on a race), deletions before upsertions."""
+        deletions = [(d.name, int(d.mechanism)) for d in request.deletions]
+        upsertions = [(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password))
+                      for u in request.upsertions]
+        results: dict[str, tuple[ErrorCode, str | None]] = {}
+
+        def respond() -> list:
+            return [response(conn_id, header, {"throttle_time": 0, "results": [
+                {"user": user, "error_code": code, "error_message": message}
+                for user, (code, message) in results.items()]})]
+
+        def everyone(code: ErrorCode) -> list:    # the request's getErrorResponse: each user, sorted
+            for user in sorted({d[0] for d in deletions} | {u[0] for u in upsertions}):
+                results[user] = (code, None)
+            return respond()
+
+        if not self.is_controller():
+            return everyone(ErrorCode.not_controller)
+        if not self.authorizer.allows_cluster(conn_id, acl.AclOperation.ALTER):
+            return everyone(ErrorCode.cluster_authorization_failed)
+        results.update(_illegal_scram_alterations(deletions, upsertions))
+        pairs = [(d[0], d[1]) for d in deletions if d[0] not in results] + \
+            [(u[0], u[1]) for u in upsertions if u[0] not in results]
+        for user, mechanism in pairs:
+            if pairs.count((user, mechanism)) > 1 and user not in results:
+                results[user] = (ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same "
+                                                                "request")
+        users = list(dict.fromkeys(user for user, _ in pairs if user not in results))
+        if not users:
+            return respond()
+        left = [len(users)]
+        outcomes: dict[str, tuple[ErrorCode, str | None]] = {}
+
+        def finisher(user: str) -> Callable[[ErrorCode, "str | None", int], list]:
+            def done(code: ErrorCode, message: str | None, when_ms: int) -> list:
+                outcomes[user] = (code, message)
+                left[0] -= 1
+                if left[0]:
+                    return []
+                # Kafka's order: the missing deletions, then the failures, then the successes
+                for wanted in (ErrorCode.resource_not_found, None, ErrorCode.none):
+                    for u in users:
+                        c = outcomes[u][0]
+                        if c is wanted or (wanted is None and c not in (ErrorCode.resource_not_found, ErrorCode.none)):
+                            results[u] = outcomes[u]
+                return respond()
+            return done
+
+        effects: list = []
+        for user in users:
+            effects.extend(self._alter_scram(user, [m for u, m in deletions if u == user],
+                                             [u[1:] for u in upsertions if u[0] == user], finisher(user)))
+        return effects
+
+    def _alter_scram(self, user: str, deletions: list[int], upsertions: list[tuple],
+                     done: Callable[[ErrorCode, "str | None", int], list], attempts: int = 5) -> list:
+        name = sanitize(user)
+        path = _path("users", name)
+        if name in (".", ".."):          # no znode can have that name (Kafka: ZooKeeper refuses it)
+            return done(ErrorCode.unknown_server_error, None, 0)
+
+        def on_read(results: list, when_ms: int) -> list:
+            [read] = results
+            try:
+                current = _config(read, f"users/{name}")
+            except _ZkFailed:
+                return done(ErrorCode.unknown_server_error, None, when_ms)
+            props = dict(current)
+            for mechanism in deletions:
+                key = scram.MECHANISMS[mechanism][0]
+                if key not in props:
+                    return done(ErrorCode.resource_not_found, "Attempt to delete a user credential that does not "
+                                                              "exist", when_ms)
+                del props[key]
+            for mechanism, iterations, salt, salted_password in upsertions:
+                props[scram.MECHANISMS[mechanism][0]] = scram.credential(mechanism, salt, salted_password, iterations)
+            data = _ENTITY.encode(props)
+            writes: list = [SetData(path, data, read.version) if read.error is ZkError.NONE else Create(path, data),
+                            Create(_NOTIFICATION.create_path(), _NOTIFICATION.encode("users", name), sequential=True)]
+
+            def on_written(written: list, at_ms: int) -> list:
+                error = written[0].error
+                if error is ZkError.NONE:
+                    changed = sorted({scram.MECHANISMS[m][0] for m in deletions} |
+                                     {scram.MECHANISMS[u[0]][0] for u in upsertions})
+                    return [LogLine("info", f"Updated SCRAM credentials of users/{name}: {', '.join(changed)}")] + \
+                        done(ErrorCode.none, None, at_ms)
+                if error in (ZkError.BAD_VERSION, ZkError.NODE_EXISTS, ZkError.NO_NODE) and attempts > 1:
+                    return self._alter_scram(user, deletions, upsertions, done, attempts - 1)
+                return done(ErrorCode.unknown_server_error, None, at_ms)
+
+            return [self.outbox.zk(writes, on_written, transaction=True)]
+
+        return [self.outbox.zk([GetData(path)], on_read)]
+
+
+def _illegal_scram_alterations(deletions: list[tuple], upsertions: list[tuple]
+                               ) -> dict[str, tuple[ErrorCode, str]]:
+    """ZkAdminManager's first check: an empty user name, an unknown mechanism, iterations out of
+    bounds; a user's upsertion's message wins over its deletion's, as Kafka's map."""
+    messages: dict[str, str] = {}
+    for user, mechanism in deletions:
+        if user == "":
+            messages[user] = "Username must not be empty"
+        elif mechanism not in scram.MECHANISMS:
+            messages[user] = "Unknown SCRAM mechanism"
+    for user, mechanism, iterations, _, _ in upsertions:
+        if user == "":
+            messages[user] = "Username must not be empty"
+        elif mechanism not in scram.MECHANISMS:
+            messages[user] = "Unknown SCRAM mechanism"
+        elif iterations > scram.MAX_ITERATIONS:
+            messages[user] = "Too many iterations"
+        elif iterations < scram.MIN_ITERATIONS:
+            messages[user] = "Too few iterations"
+    return {user: (ErrorCode.unsupported_sasl_mechanism if message == "Unknown SCRAM mechanism"
+                   else ErrorCode.unacceptable_credential, message) for user, message in messages.items()}
 
 
 def _scram_error(user: str, code: ErrorCode, message: str | None) -> dict:

@@ -77,6 +77,10 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
+    CREATE_DELEGATION_TOKEN = 38
+    RENEW_DELEGATION_TOKEN = 39
+    EXPIRE_DELEGATION_TOKEN = 40
+    DESCRIBE_DELEGATION_TOKEN = 41
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -86,6 +90,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    ALTER_ISR = 56
     UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -99,7 +105,7 @@ class ApiKey(enum.IntEnum):
 #  * Produce v0-v2, Fetch v0-v3, ListOffsets v0, CreateTopics v0-v1, DeleteTopics v0,
 #    OffsetForLeaderEpoch v0-v1, OffsetCommit v0-v1, OffsetFetch v0, WriteTxnMarkers v0, the
 #    ACL APIs' v0, DescribeConfigs v0, AlterReplicaLogDirs v0,
-#    DescribeLogDirs v0 (Kafka 2.8 serves them;
+#    DescribeLogDirs v0, the delegation token APIs' v0, AlterIsr v0 (Kafka 2.8 serves them;
 #    kio, from Kafka 4.x, lacks them): their schemas are derived in strandline.protocol.old_versions. Message sets of
 #    format v0 and v1 are converted to record batches v2 on produce and back on fetch
 #    (strandline.protocol.legacy_records).
@@ -164,6 +170,14 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.UPDATE_FEATURES: (0, 0),
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.CREATE_DELEGATION_TOKEN: (0, 2),
+    ApiKey.RENEW_DELEGATION_TOKEN: (0, 2),
+    ApiKey.EXPIRE_DELEGATION_TOKEN: (0, 2),
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: (0, 2),
+    ApiKey.ALTER_ISR: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 

@@ -1,8 +1,8 @@
 """Schemas of the API versions Kafka 2.8 serves that kio (generated from Kafka 4.x, which dropped
 them, KIP-896) lacks: Produce v0-v2, Fetch v0-v3, ListOffsets v0, OffsetCommit v0-v1, OffsetFetch
 v0, CreateTopics v0-v1, DeleteTopics v0, OffsetForLeaderEpoch v0-v1, WriteTxnMarkers v0,
-DescribeAcls, CreateAcls and DeleteAcls v0, DescribeConfigs v0, AlterReplicaLogDirs v0 and
-DescribeLogDirs v0.
+DescribeAcls, CreateAcls and DeleteAcls v0, DescribeConfigs v0, AlterReplicaLogDirs v0,
+DescribeLogDirs v0, the delegation token APIs' v0 (v1's fields) and AlterIsr v0 (AlterPartition's).
 
 Each is derived from the oldest version kio has, as the message's JSON in Kafka 2.8 describes the
 difference (``clients/src/main/resources/common/message/*.json``): fields dropped, fields added,
@@ -250,6 +250,21 @@ def _rigid(cls: type, v: int, header: type) -> type:
     return new
 
 
+def _alter_isr(kind: str) -> Callable[[int], type]:
+    """AlterIsr v0: AlterPartition v2 with topic names instead of ids, no leader recovery state
+    and ``current_isr_version`` for the partition epoch."""
+    def make(v: int) -> type:
+        base = (load_request_schema if kind == "request" else load_response_schema)(56, 2)
+        topic = _array_element(base, "topics")
+        partition = derive(_array_element(topic, "partitions"), v, drop=("leader_recovery_state", "partition_epoch"),
+                           add=(_Added("current_isr_version", i32, "int32", after="isr" if kind != "request"
+                                       else "new_isr"),))
+        name = _Added("name", str, "string")
+        return derive(base, v, nested={"topics": derive(topic, v, drop=("topic_id",), add=(name,),
+                                                        nested={"partitions": partition})})
+    return make
+
+
 #: (api key, version) -> (request schema maker, response schema maker)
 DERIVED: dict[tuple[int, int], tuple[Callable[[int], type], Callable[[int], type]]] = {
     **{(0, v): (_produce_request, _produce_response) for v in (0, 1, 2)},
@@ -267,6 +282,8 @@ DERIVED: dict[tuple[int, int], tuple[Callable[[int], type], Callable[[int], type
     (32, 0): (_describe_configs_request, _describe_configs_response),
     (34, 0): (_as_of(34, 1), _as_of(34, 1, "response")),
     (35, 0): (_as_of(35, 1), _as_of(35, 1, "response")),
+    **{(k, 0): (_as_of(k, 1), _as_of(k, 1, "response")) for k in (38, 39, 40, 41)},
+    (56, 0): (_alter_isr("request"), _alter_isr("response")),
 }
 
 

@@ -3,8 +3,7 @@ sets of format v0 and v1 (up-converted to record batches v2 on append, as Kafka'
 Fetch v0-v3 (the stored batches down-converted, as Kafka's RecordsUtil.downConvert), ListOffsets
 v0 (``old_style_offsets``), CreateTopics, DeleteTopics, OffsetForLeaderEpoch and DescribeLogDirs'
 old versions, OffsetCommit v0-v1 and OffsetFetch v0 (v0 in ZooKeeper), WriteTxnMarkers v0, the ACL
-APIs' v0 and DescribeConfigs v0; and that ApiVersions lists a superset of Kafka 2.8's ranges but
-for the APIs named, with their reasons, in ``NOT_SERVED``.
+APIs' v0 and DescribeConfigs v0; and that ApiVersions lists a superset of Kafka 2.8's ranges.
 
 Message sets, requests and responses are built and read by kafka-python's own code (its legacy
 record builder and reader, and its hand-written protocol structs of the old versions), not by
@@ -347,22 +346,10 @@ KAFKA_2_8 = {
 
 
 #: what Kafka 2.8 advertises that Strandline does not, and why (docs/compatibility.md, "API versions")
-NOT_SERVED = {
-    17: "no SASL listener (comes with security)", 36: "no SASL listener (comes with security)",
-    38: "delegation tokens need SASL", 39: "delegation tokens need SASL", 40: "delegation tokens need SASL",
-    41: "delegation tokens need SASL",
-    51: "no SASL/SCRAM (comes with security)",
-    56: "a leader writes its ISR to ZooKeeper, as Kafka before 2.7 (AlterPartition comes on its own)",
-}
-
-
-def test_every_kafka_2_8_version_is_advertised_but_those_named_not_served():
-    """ApiVersions lists a superset of Kafka 2.8's ranges, but for the APIs named in NOT_SERVED,
-    which it does not list at all."""
+def test_every_kafka_2_8_version_is_advertised():
+    """ApiVersions lists a superset of Kafka 2.8's ranges, for every API Kafka 2.8 serves."""
     for key, (low, high) in KAFKA_2_8.items():
-        if key in NOT_SERVED:
-            assert key not in SUPPORTED, key
-            continue
+        assert key in SUPPORTED, key
         lo, hi = SUPPORTED[key]
         assert lo <= low and hi >= high, (key, SUPPORTED[key], (low, high))
 

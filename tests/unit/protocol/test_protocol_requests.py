@@ -38,7 +38,11 @@ def test_the_advertised_table():
         ApiKey.END_TXN: (0, 3), ApiKey.WRITE_TXN_MARKERS: (0, 1), ApiKey.TXN_OFFSET_COMMIT: (0, 3),
         ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 0),
         ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1), ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
-        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ApiKey.UPDATE_FEATURES: (0, 0)}
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ApiKey.UPDATE_FEATURES: (0, 0),
+        ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.SASL_AUTHENTICATE: (0, 2), ApiKey.CREATE_DELEGATION_TOKEN: (0, 2),
+        ApiKey.RENEW_DELEGATION_TOKEN: (0, 2), ApiKey.EXPIRE_DELEGATION_TOKEN: (0, 2),
+        ApiKey.DESCRIBE_DELEGATION_TOKEN: (0, 2), ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+        ApiKey.ALTER_ISR: (0, 0)}
 
 
 @pytest.mark.parametrize("api_key,version", VERSIONS)
@@ -101,8 +105,10 @@ def test_produce_below_v3_is_advertised_and_served():
 def test_unknown_api_and_versions_outside_the_range():
     with pytest.raises(ProtocolError, match="unknown or unsupported API key 999"):
         decode_request(struct.pack(">hhih", 999, 0, 1, -1))
-    with pytest.raises(ProtocolError, match="unknown or unsupported API key 56"):  # AlterIsr: not served
-        decode_request(struct.pack(">hhih", 56, 0, 1, -1))
+    with pytest.raises(ProtocolError, match="unknown or unsupported API key 58"):  # Envelope: not served
+        decode_request(struct.pack(">hhih", 58, 0, 1, -1))
+    with pytest.raises(ProtocolError, match=r"ALTER_ISR version 2 is not supported \(supported: 0-0\)"):
+        decode_request(request_frame(56, 2))
     with pytest.raises(ProtocolError, match=r"FETCH version 17 is not supported \(supported: 0-16\)"):
         decode_request(request_frame(1, 17))
     with pytest.raises(ProtocolError, match="malformed FETCH v3 request"):     # served, but truncated

@@ -20,9 +20,9 @@ from .test_protocol_samples import SAMPLE_UUID, read_response, sample, to_dict, 
 VERSIONS = list(versions_with_schemas())
 
 
-def encode_decode(api_key: int, version: int, body, correlation_id: int = 99):
+def encode_decode(api_key: int, version: int, body, correlation_id: int = 99, plain: bool = False):
     out = encode_response(RequestHeader(api_key, version, correlation_id, "c"), body)
-    corr, decoded = read_response(out, api_key, version)
+    corr, decoded = read_response(out, api_key, version, plain)
     assert corr == correlation_id
     return decoded
 
@@ -44,7 +44,8 @@ def test_every_response_version_builds_from_its_dict(api_key, version):
 
 @pytest.mark.parametrize("api_key,version", VERSIONS)
 def test_every_response_version_builds_from_an_empty_dict(api_key, version):
-    encode_decode(api_key, version, {})
+    # a timestamp's default is -1, which kio refuses to read back as a datetime
+    encode_decode(api_key, version, {}, plain=api_key in (38, 39, 40))
 
 
 @pytest.mark.parametrize("version", range(0, 5))

@@ -99,11 +99,33 @@ def framed(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def read_response(out: bytes, api_key: int, version: int):
-    """Decode a framed response with kio: (correlation_id, body). Asserts the size prefix."""
+def plain_timestamps(cls: type) -> type:
+    """``cls`` with its (non-nullable) timestamps read as int64: kio refuses a negative one, which
+    Kafka answers where there is no token (-1, DelegationTokenManager.ErrorTimestamp)."""
+    from strandline.protocol.old_versions import _Added, derive
+
+    stamps = [f.name for f in dataclasses.fields(cls) if f.metadata.get("kafka_type") == "datetime_i64"]
+    if not stamps:
+        return cls
+    added, anchor = [], None
+    for f in dataclasses.fields(cls):
+        if f.name in stamps:
+            added.append(_Added(f.name, int, "int64", after=anchor))
+        else:
+            anchor = f.name
+    plain = derive(cls, int(cls.__version__), drop=tuple(stamps), add=tuple(added))
+    plain.__header_schema__ = cls.__header_schema__
+    return plain
+
+
+def read_response(out: bytes, api_key: int, version: int, plain: bool = False):
+    """Decode a framed response with kio: (correlation_id, body). Asserts the size prefix.
+    ``plain``: the delegation token APIs' timestamps read as int64 (a broker answers -1)."""
     (size,) = struct.unpack_from(">i", out, 0)
     assert size == len(out) - 4
     resp_cls = load_response_schema(api_key, version)
+    if plain:
+        resp_cls = plain_timestamps(resp_cls)
     header, hsize = entity_reader(resp_cls.__header_schema__)(out, 4)
     body, bsize = entity_reader(resp_cls)(out, 4 + hsize)
     assert 4 + hsize + bsize == len(out), "bytes left over after the response body"
