@@ -22,9 +22,9 @@ from kio.schema.errors import ErrorCode
 from strandline.controller.context import ControllerContext
 
 
-def alter_isr(ctx: ControllerContext | None, request: Any) -> dict:
+def alter_isr(ctx: ControllerContext | None, request: Any) -> dict[str, Any]:
     """The AlterIsr v0 response body for ``request`` (fields as kio's, ``name`` per topic)."""
-    def top(error: ErrorCode) -> dict:
+    def top(error: ErrorCode) -> dict[str, Any]:
         return {"throttle_time": 0, "error_code": error, "topics": []}
 
     if ctx is None:
@@ -32,7 +32,7 @@ def alter_isr(ctx: ControllerContext | None, request: Any) -> dict:
     broker_id, broker_epoch = request.broker_id, request.broker_epoch
     if broker_id not in ctx.live_brokers or ctx.broker_epochs.get(broker_id) != broker_epoch:
         return top(ErrorCode.stale_broker_epoch)
-    answers: dict[str, dict[int, dict]] = {}          # one answer per partition, the last proposal's, as Kafka
+    answers: dict[str, dict[int, dict[str, Any]]] = {}          # one answer per partition, the last proposal's, as Kafka
     for topic in request.topics:
         for p in topic.partitions:
             answers.setdefault(topic.name, {})[p.partition_index] = _answer(ctx, broker_id, topic.name, p)
@@ -40,8 +40,8 @@ def alter_isr(ctx: ControllerContext | None, request: Any) -> dict:
             "topics": [{"name": name, "partitions": list(ps.values())} for name, ps in answers.items()]}
 
 
-def _answer(ctx: ControllerContext, broker_id: int, topic: str, p: Any) -> dict:
-    def error(code: ErrorCode) -> dict:
+def _answer(ctx: ControllerContext, broker_id: int, topic: str, p: Any) -> dict[str, Any]:
+    def error(code: ErrorCode) -> dict[str, Any]:
         return {"partition_index": p.partition_index, "error_code": code, "leader_id": 0, "leader_epoch": 0,
                 "isr": [], "current_isr_version": 0}
 

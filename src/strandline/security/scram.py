@@ -13,10 +13,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from typing import Callable
+from typing import Any, Callable
 
 #: the mechanisms by the type AlterUserScramCredentials names them with (Kafka's ScramMechanism)
-MECHANISMS: dict[int, tuple[str, Callable]] = {1: ("SCRAM-SHA-256", hashlib.sha256),
+MECHANISMS: dict[int, tuple[str, Callable[..., Any]]] = {1: ("SCRAM-SHA-256", hashlib.sha256),
                                                2: ("SCRAM-SHA-512", hashlib.sha512)}
 MIN_ITERATIONS = 4096           # both mechanisms' minIterations
 MAX_ITERATIONS = 16384          # ZkAdminManager's maxIterations
