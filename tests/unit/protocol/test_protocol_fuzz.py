@@ -13,6 +13,8 @@ import time
 from datetime import timedelta
 
 import pytest
+
+from strandline.fuzz.frames import mutate
 from strandline.protocol.old_versions import request_schema as load_request_schema  # kio's, and the versions kio lacks
 from kio.schema.errors import ErrorCode
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, is_optional
@@ -32,36 +34,6 @@ TIME_BUDGET_S = 10.0
 
 VALID = [request_frame(k, v, correlation_id=i, body=sample(load_request_schema(k, v), items=i % 3))
          for i, (k, v) in enumerate(versions_with_schemas())]
-
-BOUNDARY_INTS = [0, 1, 2, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]
-
-
-def mutate(rng: random.Random, frame: bytes) -> bytes:
-    data = bytearray(frame)
-    for _ in range(rng.randrange(1, 4)):
-        op = rng.randrange(7)
-        if op == 0 and data:                       # flip a bit
-            i = rng.randrange(len(data))
-            data[i] ^= 1 << rng.randrange(8)
-        elif op == 1 and data:                     # truncate
-            del data[rng.randrange(len(data)):]
-        elif op == 2:                              # insert random bytes
-            i = rng.randrange(len(data) + 1)
-            data[i:i] = rng.randbytes(rng.randrange(1, 9))
-        elif op == 3 and len(data) > 8:            # overwrite a "length" with a boundary value
-            i = rng.randrange(8, len(data))
-            width = rng.choice((1, 2, 4))
-            value = rng.choice(BOUNDARY_INTS) & ((1 << (8 * width)) - 1)
-            data[i:i + width] = value.to_bytes(width, "big")
-        elif op == 4 and data:                     # delete a slice
-            i = rng.randrange(len(data))
-            del data[i:i + rng.randrange(1, 9)]
-        elif op == 5 and len(data) >= 4:           # change the API version
-            struct.pack_into(">h", data, 2, rng.randrange(-2, 20))
-        elif op == 6 and data:                     # append trailing garbage
-            data += rng.randbytes(rng.randrange(1, 5))
-    return bytes(data)
-
 
 def check_decode(frame: bytes) -> None:
     try:
