@@ -12,6 +12,12 @@ STALE_BROKER_EPOCH or STALE_CONTROLLER_EPOCH is sent again too while that regist
 broker's current one and this controller is in office: the broker refuses requests from anyone but
 the controller it read in ``/controller``, to its registration as it knows it, and it may learn of
 a new controller, or of its own new registration, a moment after the controller spoke to it.
+
+A retry names only the partitions no later request to that broker named since: it may arrive
+after a later request (the first try's answer was lost, not the try itself), and Kafka's broker
+hears a controller's requests in the order it sent them (one in flight per broker, its
+RequestSendThread). A LeaderAndIsr sent again after the StopReplica (delete) of a move that took
+the replica away made the broker a replica again, in an old epoch, with an empty log.
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ class ControllerChannel:
         self.outbox = outbox
         self.deliver_locally = deliver_locally
         self.in_office = in_office
+        #: (broker, what, topic, partition) -> the number of the latest request naming the partition
+        #: to that broker; ``what`` is the replica's role (LeaderAndIsr, StopReplica) or the metadata
+        self.latest: dict[tuple[int, str, str, int], int] = {}
+        self.requests_sent = 0
 
     # ------------------------------------------------------------------ request bodies
 
@@ -145,10 +155,17 @@ class ControllerChannel:
             effects.extend(self.send(ctx, broker_id, control.UPDATE_METADATA, body, now_ms))
         return effects
 
+    @staticmethod
+    def _partition_keys(broker_id: int, api_key: int, body: dict[str, Any]) -> list[tuple[int, str, str, int]]:
+        what = "metadata" if api_key == control.UPDATE_METADATA else "replica"
+        return [(broker_id, what, ts["topic_name"], ps["partition_index"])
+                for ts in body.get("topic_states", ()) for ps in ts["partition_states"]]
+
     def _resend(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict[str, Any], now_ms: int,
-                done: Callable[[int], list[Effect]] | None = None, refusals: int = 0) -> list[Effect]:
-        """Send again a request that got no answer (or was refused as a whole, ``refusals`` times
-        so far), without what no longer holds: what a topic's
+                done: Callable[[int], list[Effect]] | None, refusals: int, number: int) -> list[Effect]:
+        """Send again request ``number``, which got no answer (or was refused as a whole,
+        ``refusals`` times so far), without what a later request to the broker named, and without
+        what no longer holds: what a topic's
         deletion said of a topic made again since under that name, and what it said of a topic
         since deleted or made again (another topic id). Sent late, after the newer topic's
         LeaderAndIsr, such a StopReplica would delete the newer topic's replica (StopReplica names
@@ -158,25 +175,36 @@ class ControllerChannel:
         def deletion(ps: dict[str, Any]) -> bool:
             return ps.get("leader_epoch") == control.EPOCH_DURING_DELETE if api_key == control.STOP_REPLICA \
                 else ps.get("leader") == LEADER_DURING_DELETE
+        what = "metadata" if api_key == control.UPDATE_METADATA else "replica"
         topic_states = []
         for ts in body.get("topic_states", ()):
             current = ctx.topics.get(ts["topic_name"])
             named = ts.get("topic_id")
             same = current is not None and (named is None or not named.int or current.topic_id == named)
-            kept = [ps for ps in ts["partition_states"] if (current is None if deletion(ps) else same)]
+            kept = [ps for ps in ts["partition_states"] if (current is None if deletion(ps) else same)
+                    and self.latest.get((broker_id, what, ts["topic_name"], ps["partition_index"])) == number]
             if kept:
                 topic_states.append({**ts, "partition_states": kept})
-        if api_key == control.STOP_REPLICA and not topic_states:
+        if api_key in (control.STOP_REPLICA, control.LEADER_AND_ISR) and not topic_states:
             return done(now_ms) if done is not None else []
         again = {**body, "topic_states": topic_states} if "topic_states" in body else dict(body)
         if api_key == control.UPDATE_METADATA:
             again["live_brokers"] = self._live_brokers(ctx)
-        return self.send(ctx, broker_id, api_key, again, now_ms, done, refusals)
+        return self._send(ctx, broker_id, api_key, again, now_ms, done, refusals, number)
 
     def send(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict[str, Any], now_ms: int,
-             done: Callable[[int], list[Effect]] | None = None, refusals: int = 0) -> list[Effect]:
+             done: Callable[[int], list[Effect]] | None = None) -> list[Effect]:
         """Send a control request, or hand it to this broker's own replica manager. ``done(now_ms)``
         (if given) once the broker answered, or is no longer live, while this controller is in office."""
+        self.requests_sent += 1
+        number = self.requests_sent
+        if broker_id != self.broker_id:
+            for key in self._partition_keys(broker_id, api_key, body):
+                self.latest[key] = number
+        return self._send(ctx, broker_id, api_key, body, now_ms, done, 0, number)
+
+    def _send(self, ctx: ControllerContext, broker_id: int, api_key: int, body: dict[str, Any], now_ms: int,
+              done: Callable[[int], list[Effect]] | None, refusals: int, number: int) -> list[Effect]:
         if broker_id == self.broker_id:
             named = {ts["topic_name"] for ts in body.get("topic_states", ())}
             effects = self.deliver_locally(api_key, body, {n: ctx.topics[n] for n in named if n in ctx.topics}, now_ms)
@@ -190,14 +218,14 @@ class ControllerChannel:
             again = self.in_office(ctx) and broker_id in ctx.live_brokers
             if frame is None and again:
                 return self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(
-                    ctx, broker_id, api_key, body, t, done, refusals))
+                    ctx, broker_id, api_key, body, t, done, refusals, number))
             refused = self._refused(api_key, frame) if frame is not None else None
             if refused is not None and again and ctx.broker_epochs.get(broker_id) == body["broker_epoch"]:
                 # not yet known there as the controller, or as the registration it addressed: again
                 said = [] if refusals else [LogLine("info", f"Broker {broker_id} refused {control.NAMES[api_key]} with "
                                                         f"{refused.name.upper()}; sending it again until it takes it")]
                 return said + self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(
-                    ctx, broker_id, api_key, body, t, done, refusals + 1))
+                    ctx, broker_id, api_key, body, t, done, refusals + 1, number))
             effects = self._answered(broker_id, api_key, frame) if frame is not None else []
             return effects + (done(when_ms) if done is not None and self.in_office(ctx) else [])
 
