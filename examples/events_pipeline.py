@@ -13,8 +13,9 @@ With `make run` in another terminal:
     .venv/bin/python examples/events_pipeline.py aggregate --once      # or without --once: runs on
     .venv/bin/python examples/events_pipeline.py show
 
-Options: --bootstrap (default 127.0.0.1:9092), --dir (default ./data/pipeline) for the checkpoint
-and the Parquet output.
+Options: --bootstrap (default $STRANDLINE_BOOTSTRAP_SERVERS, else the three brokers of `make run`,
+127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094: any of them that is up will do), --dir (default
+./data/pipeline) for the checkpoint and the Parquet output.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def aggregate(spark, bootstrap: str, topic: str, directory: str, once: bool):
 def main() -> int:
     parser = argparse.ArgumentParser(description="Click events through Strandline into per-minute counts.")
     parser.add_argument("command", choices=("produce", "aggregate", "show"))
-    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--bootstrap", default=os.environ.get("STRANDLINE_BOOTSTRAP_SERVERS")
+                        or "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094")
     parser.add_argument("--topic", default="events")
     parser.add_argument("--dir", default=os.path.join("data", "pipeline"))
     parser.add_argument("--events", type=int, default=20000)

@@ -153,6 +153,42 @@ def test_the_readme_tour_runs_as_written(make_run):
     assert "events" in listed.split()
 
 
+def test_the_spark_example_and_the_pipeline_run_after_the_tour(make_run, tmp_path):
+    """With broker 1 stopped by the tour: the Spark page's example as written (its broker list
+    names every broker of `make run`), then examples/events_pipeline.py's three commands as its
+    docstring gives them, each finding the cluster with the tour's environment."""
+    bootstrap = make_run.bootstrap
+    python = str(ROOT / ".venv" / "bin" / "python")
+    env = {**os.environ, "STRANDLINE_BOOTSTRAP_SERVERS": bootstrap, "STRANDLINE_DATA_DIR": str(make_run.data),
+           "PYSPARK_PYTHON": python}
+    example = block_after((ROOT / "docs" / "spark.md").read_text(), "## An example", "python")
+    assert DEFAULT_BOOTSTRAP in example
+    run = subprocess.run([python, "-c", example.replace(DEFAULT_BOOTSTRAP, bootstrap)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "hello" in run.stdout and "there" in run.stdout, run.stdout
+    upper = subprocess.run([str(ROOT / ".venv" / "bin" / "strandline"), "consume", "--topic", "events-upper",
+                            "--from-beginning", "--exit-at-end"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert upper.returncode == 0, upper.stderr
+    assert sorted(upper.stdout.split()) == ["HELLO", "HI", "THERE", "WORLD"]
+
+    docstring = (ROOT / "examples" / "events_pipeline.py").read_text().split('"""')[1]
+    steps = [line.strip() for line in docstring.splitlines() if "examples/events_pipeline.py" in line]
+    assert [step.split()[2] for step in steps] == ["produce", "aggregate", "show"]
+    printed = []
+    for step in steps:
+        argv = step.split("#")[0].split()
+        argv = [python, str(ROOT / "examples" / "events_pipeline.py"), *argv[2:]]
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (step, done.stderr[-3000:])
+        assert "Traceback" not in done.stderr, (step, done.stderr[-3000:])
+        printed.append(done.stdout)
+    assert printed[0].startswith("produced 20000 events"), printed[0]
+    assert (tmp_path / "data" / "pipeline" / "clicks_per_minute").is_dir()
+    assert "window_start" in printed[2] and "/pricing" in printed[2], printed[2]
+
+
 def test_ctrl_c_stops_everything_make_run_started(make_run):
     info = json.loads((make_run.data / "cluster.json").read_text())
     pids = [b["pid"] for b in info["brokers"] if b.get("pid")] + [info["zookeeper"]["pid"]]
