@@ -110,6 +110,8 @@ def test_up_writes_cluster_json_registers_in_zookeeper_and_stops_cleanly(tmp_pat
         assert described.returncode == 0
         rows = [line for line in described.stdout.splitlines() if "Partition:" in line]
         assert len(rows) == 2
+        [header] = [line for line in described.stdout.splitlines() if line.startswith("Topic: layout")]
+        assert header.endswith("\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: retention.ms=3600000"), header
         for row in rows:
             for field in ("Leader: 1", "Replicas: 1", "Isr: 1", "LeaderEpoch: 0", "HW: 0", "LEO: 0"):
                 assert field in row

@@ -141,7 +141,8 @@ def test_the_readme_tour_runs_as_written(make_run):
         assert "Traceback" not in result.stderr, (command, result.stderr)
         outputs.append((command, result.stdout))
     described = next(out for c, out in outputs if "topics describe --topic events" in c)
-    assert described.count("\tTopic: events\tPartition: ") == 3 and "min.insync.replicas" not in described
+    assert described.count("\tTopic: events\tPartition: ") == 3
+    assert "\tReplicationFactor: 3\tConfigs: min.insync.replicas=2\n" in described, described
     ours = next(out for c, out in outputs if "strandline consume --topic events" in c)
     assert sorted(line.split(" ", 1)[1] for line in ours.splitlines()) == ["k1=hello", "k2=world"]
     theirs = next(out for c, out in outputs if c.startswith("kcat") and " -C " in c)

@@ -13,8 +13,9 @@ from strandline.coordination.znodes import uuid_to_base64
 from strandline.errors import StrandlineError
 from strandline.runtime.client import KafkaConnection
 
-METADATA, LIST_OFFSETS, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 3, 2, 19, 20, 37
+METADATA, LIST_OFFSETS, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS = 3, 2, 19, 20, 37, 32
 CONSUMER, DEBUG_REPLICA = -1, -2
+TOPIC_RESOURCE, DYNAMIC_TOPIC_CONFIG = 2, 1
 
 
 def _error(code: object) -> ErrorCode:
@@ -38,6 +39,19 @@ def list_offset(address: str, topic: str, partition: int, replica_id: int) -> in
         return -1
     part = resp.topics[0].partitions[0]
     return int(part.offset) if _error(part.error_code) is ErrorCode.none else -1
+
+
+def topic_overrides(conn: KafkaConnection, names: list[str]) -> dict[str, str]:
+    """Each topic's own configs (set at creation or with ``configs --alter``) as ``k=v,k=v`` in
+    name order, as ``kafka-topics --describe`` prints them after ``Configs:``; one DescribeConfigs."""
+    if not names:
+        return {}
+    resp = conn.request(DESCRIBE_CONFIGS, 1, {"resources": [
+        {"resource_type": TOPIC_RESOURCE, "resource_name": name, "configuration_keys": None} for name in names],
+        "include_synonyms": False})
+    return {result.resource_name: ",".join(f"{c.name}={c.value}" for c in sorted(result.configs, key=lambda c: c.name)
+                                           if int(c.config_source) == DYNAMIC_TOPIC_CONFIG)
+            for result in resp.results if _error(result.error_code) is ErrorCode.none}
 
 
 def controller_address(conn: KafkaConnection) -> str:
@@ -102,15 +116,16 @@ def run(args: argparse.Namespace) -> int:
                 print(topic.name)
             return 0
         resp = metadata(conn, [args.topic] if args.topic else None)
-    return describe(args, resp)
+        overrides = topic_overrides(conn, sorted(t.name for t in resp.topics if _error(t.error_code) is ErrorCode.none))
+    return describe(args, resp, overrides)
 
 
 FILTERS = (("under_replicated_partitions", "under_replicated"), ("unavailable_partitions", "offline"),
            ("under_min_isr_partitions", "under_min_isr"))
 
 
-def describe(args: argparse.Namespace, resp: Any) -> int:
-    """Kafka's ``kafka-topics --describe`` lines, with the HW, the leader's LEO and each replica's
+def describe(args: argparse.Namespace, resp: Any, overrides: dict[str, str]) -> int:
+    """Kafka's ``kafka-topics --describe`` lines (the topic's own configs after ``Configs:``), with the HW, the leader's LEO and each replica's
     LEO and lag behind it (from the brokers' /status; from ListOffsets when it cannot be read), and
     for a compacted topic the leader's log cleaner state (last cleaned offset, dirty ratio).
     The filters print only the partitions they name, without the topic lines, as Kafka does."""
@@ -135,7 +150,7 @@ def describe(args: argparse.Namespace, resp: Any) -> int:
         rf = len(topic.partitions[0].replica_nodes) if topic.partitions else 0
         if not wanted:
             print(f"Topic: {topic.name}\tTopicId: {uuid_to_base64(topic.topic_id)}\tPartitionCount: "
-                  f"{len(topic.partitions)}\tReplicationFactor: {rf}")
+                  f"{len(topic.partitions)}\tReplicationFactor: {rf}\tConfigs: {overrides.get(topic.name, '')}")
         for p in sorted(topic.partitions, key=lambda p: p.partition_index):
             seen = merged.get((topic.name, p.partition_index))
             if wanted and not (seen and any(seen[key] for key in wanted)):
