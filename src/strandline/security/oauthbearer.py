@@ -10,7 +10,8 @@ The client's one message is RFC 7628's initial response, ``n,[a=authzid],\\x01au
   and every scope of ``unsecuredValidatorRequiredScope`` in the scope claim;
 - the *signed* validator of KIP-768 (Kafka's ``OAuthBearerValidatorCallbackHandler``, chosen by
   ``sasl.server.callback.handler.class`` or by setting ``sasl.oauthbearer.jwks.endpoint.url``): a
-  JWT signed with RS/PS/ES 256/384/512 by a key of the JWKS, with ``exp`` and ``iat`` required,
+  JWT signed with RS/PS/ES 256/384/512 by a key of the JWKS, with ``exp`` and ``iat`` required
+  (``exp`` not before ``iat``),
   ``sasl.oauthbearer.expected.audience`` and ``sasl.oauthbearer.expected.issuer`` checked when set
   (an ``aud`` claim with no expected audience is refused, as jose4j does), the principal from
   ``sasl.oauthbearer.sub.claim.name`` and ``sasl.oauthbearer.clock.skew.seconds`` of skew.
@@ -282,9 +283,10 @@ class SignedValidator:
         alg, kid = header.get("alg"), header.get("kid")
         found = []
         for key in keys:
+            # as jose4j's selector, a key's own "alg" does not restrict it: an RSA key verifies
+            # RS256, RS384, PS256... alike
             if not isinstance(key, dict) or key.get("kty") != SIGNED_ALGORITHMS[str(alg)] or \
-                    key.get("use", "sig") != "sig" or key.get("alg", alg) != alg or \
-                    (kid is not None and key.get("kid") != kid):
+                    key.get("use", "sig") != "sig" or (kid is not None and key.get("kid") != kid):
                 continue
             try:
                 found.append(jwt.PyJWK(key, algorithm=str(alg)))
@@ -323,10 +325,20 @@ class SignedValidator:
         assert expiration_ms is not None and issued_ms is not None
         if now_ms - skew_ms >= expiration_ms:
             raise InvalidToken("the token has expired")
+        if expiration_ms < issued_ms:
+            raise InvalidToken("the Expiration Time is before the Issued At time")
         if not_before_ms is not None and now_ms + skew_ms < not_before_ms:
             raise InvalidToken("the token is not valid yet (nbf)")
-        scope = _scope(claims, self.scope_claim)
-        return Token(_principal(claims, self.sub_claim), expiration_ms, scope, claims)
+        return Token(_principal(claims, self.sub_claim), expiration_ms, self._scope(claims), claims)
+
+    def _scope(self, claims: Mapping[str, Any]) -> frozenset[str]:
+        """Kafka's ``ValidatorAccessTokenValidator``: a string is one scope (not split), a list its
+        items, anything else none; a blank scope is refused."""
+        value = claims.get(self.scope_claim)
+        items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        if not all(isinstance(v, str) and v.strip() for v in items):
+            raise InvalidToken(f"the {self.scope_claim} claim has a blank scope")
+        return frozenset(v.strip() for v in items)
 
 
 Validator = UnsecuredValidator | SignedValidator

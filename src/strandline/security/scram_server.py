@@ -11,8 +11,8 @@ Two rounds:
 
 As in Kafka, every failure of the exchange answers the client with one message that says nothing
 about which check failed (an unknown user looks like a wrong password), except an authorization id
-other than the user, which says so. Channel binding (``p=``) is refused: no mechanism is offered
-with ``-PLUS``. Delegation tokens (the ``tokenauth`` extension) are not supported.
+other than the user, which says so. Only the gs2 flag ``n`` is read, as Kafka does: channel binding
+(``p=``) is refused, no mechanism being offered with ``-PLUS``, and so is ``y``. Delegation tokens (the ``tokenauth`` extension) are not supported.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class ClientFirst:
             raise _Invalid("not a SCRAM client-first message")
         if flag.startswith("p="):
             raise _Invalid("channel binding is not supported")
-        if flag not in ("n", "y"):
+        if flag != "n":              # Kafka refuses "y" too: only "n" (no channel binding) is read
             raise _Invalid(f"invalid gs2 flag {flag!r}")
         authzid = ""
         if authz:

@@ -218,7 +218,8 @@ def keys():
     rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ec_key = ec.generate_private_key(ec.SECP256R1())
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    rsa_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(rsa_key.public_key())) | {"kid": "r1", "use": "sig"}
+    rsa_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(rsa_key.public_key())) | {"kid": "r1", "use": "sig",
+                                                                                      "alg": "RS256"}
     ec_jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(ec_key.public_key())) | {"kid": "e1"}
     return {"rsa": rsa_key, "ec": ec_key, "other": other, "jwks": json.dumps({"keys": [rsa_jwk, ec_jwk]})}
 
@@ -281,6 +282,10 @@ def test_the_jwks_may_be_a_loader(keys):
     lambda k: sign(k, claims(sub=None)),                                   # no principal
     lambda k: sign(k, claims(nbf=NOW + 31)),                               # not valid yet
     lambda k: sign(k, claims(aud="kafka")),                                # aud, none expected
+    lambda k: sign(k, claims(iat=NOW + 60, exp=NOW + 30)),                 # exp before iat
+    lambda k: sign(k, claims(iat=NOW - 10, exp=NOW - 20)),                 # exp before iat, within the skew
+    lambda k: sign(k, claims(scope="")),                                   # a blank scope
+    lambda k: sign(k, claims(scope=["a", " "])),
     lambda k: sign(k, claims())[:-4] + "AAAA",                             # signature tampered
     lambda k: "not-a-jwt",
 ])
@@ -291,8 +296,22 @@ def test_signed_validator_refuses(keys, make):
         server.evaluate(b"\x01")
 
 
+def test_jwk_alg_does_not_restrict_an_rsa_key_and_odd_claims_kafka_takes(keys):
+    """As Kafka 3.9 (jose4j) does: the JWK says RS256, yet RS384 and PS256 tokens signed by its key
+    are accepted; iat may lie in the future when exp is later; a scope that is neither a string
+    nor a list is no scope, and a string is one scope, not split."""
+    config = signed_config(keys)
+    for token in (sign(keys, claims(), alg="RS384"), sign(keys, claims(), alg="PS256"),
+                  sign(keys, claims(iat=NOW + 300)), sign(keys, claims(iat=NOW + 600))):
+        assert OAuthBearerServer(ctx(config)).evaluate(client_response(token)) == b""
+    odd = OAuthBearerServer(ctx(config))
+    assert odd.evaluate(client_response(sign(keys, claims(scope=5)))) == b"" and odd.token.scope == frozenset()
+    spaced = OAuthBearerServer(ctx(config))
+    assert spaced.evaluate(client_response(sign(keys, claims(scope="a b")))) == b"" and spaced.token.scope == {"a b"}
+
+
 def test_clock_skew_seconds(keys):
-    token = sign(keys, claims(exp=NOW - 20))
+    token = sign(keys, claims(iat=NOW - 100, exp=NOW - 20))
     assert OAuthBearerServer(ctx(signed_config(keys))).evaluate(client_response(token)) == b""  # default 30 s
     strict = signed_config(keys, **{"sasl.oauthbearer.clock.skew.seconds": "10"})
     assert OAuthBearerServer(ctx(strict)).evaluate(client_response(token)) == b'{"status":"invalid_token"}'

@@ -193,6 +193,7 @@ def test_channel_binding_data_must_match_the_gs2_header():
     b"n,,n=alice,r=",                        # empty nonce
     b"n,,n=,r=abc",                          # empty user
     b"x,,n=alice,r=abc",                     # not a gs2 flag
+    b"y,,n=alice,r=abc",                     # "y": Kafka reads "n" only
     b"n,b=alice,n=alice,r=abc",              # not an authzid
     b"garbage",
     b"",
