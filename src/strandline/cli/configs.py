@@ -195,6 +195,8 @@ def _describe_users(conn: KafkaConnection, name: str | None, default: bool) -> N
     _check(resp.error_code, resp.error_message, "cannot describe SCRAM credentials")
     for r in resp.results:
         code = r.error_code if isinstance(r.error_code, ErrorCode) else ErrorCode(int(r.error_code))
+        if code is ErrorCode.resource_not_found:      # no credentials: nothing to say (Kafka's admin drops them)
+            continue
         if code is not ErrorCode.none:
             print(f"Error retrieving SCRAM credential configs for user-principal '{r.user}': {code.name.upper()}"
                   + (f": {r.error_message}" if r.error_message else ""))
