@@ -291,7 +291,8 @@ def unsecured_token(claims: dict[str, Any], lifetime_s: int, now_s: float) -> st
     """An unsecured JWS (``alg: none``) as Kafka's OAuthBearerUnsecuredLoginCallbackHandler makes."""
     def part(value: dict[str, Any]) -> str:
         return base64.urlsafe_b64encode(json.dumps(value, separators=(",", ":")).encode()).decode().rstrip("=")
-    body = {"iat": round(now_s, 3), "exp": round(now_s + lifetime_s, 3), **claims}
+    now_ms = int(now_s * 1000)          # whole milliseconds, never rounded up past the clock (Java's millis)
+    body = {"iat": now_ms / 1000, "exp": (now_ms + lifetime_s * 1000) / 1000, **claims}
     return f"{part({'alg': 'none'})}.{part(body)}."
 
 

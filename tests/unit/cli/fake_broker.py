@@ -5,11 +5,14 @@ after authentication is recorded with the connection's principal."""
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import socket
 import ssl
 import struct
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -18,6 +21,50 @@ from strandline.protocol.api import decode_request, encode_response
 from strandline.security import oauthbearer, scram, scram_server  # noqa: F401  (they register their mechanisms)
 from strandline.security.principal import ssl_principal
 from strandline.security.sasl import MECHANISMS, AuthenticationFailed, SaslContext
+
+
+def make_pki(root: Path) -> dict[str, str]:
+    """A CA, a broker certificate for 127.0.0.1 (key and chain in one PEM) and a client certificate
+    for CN=Duke,OU=ServiceUsers,O=Org,C=US, as PEM files under ``root``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject: x509.Name, key: Any, issuer: x509.Name, issuer_key: Any, ca: bool, san: Any = None) -> Any:
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if san:
+            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    def pem(key: Any) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Strandline Test CA")])
+    ca = cert(ca_name, ca_key, ca_name, ca_key, True)
+    broker_key = ec.generate_private_key(ec.SECP256R1())
+    broker = cert(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "broker")]), broker_key, ca_name, ca_key, False,
+                  [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    client = cert(x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, "US"),
+                             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Org"),
+                             x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "ServiceUsers"),
+                             x509.NameAttribute(NameOID.COMMON_NAME, "Duke")]), client_key, ca_name, ca_key, False)
+    files = {"ca": ca.public_bytes(serialization.Encoding.PEM),
+             "broker": pem(broker_key) + broker.public_bytes(serialization.Encoding.PEM),
+             "client_cert": client.public_bytes(serialization.Encoding.PEM), "client_key": pem(client_key),
+             "client_keystore": pem(client_key) + client.public_bytes(serialization.Encoding.PEM)}
+    paths = {}
+    for name, data in files.items():
+        (root / f"{name}.pem").write_bytes(data)
+        paths[name] = str(root / f"{name}.pem")
+    return paths
 
 
 def rfc2253(cert: dict) -> str:

@@ -6,19 +6,13 @@ that the SCRAM server then accepts."""
 from __future__ import annotations
 
 import base64
-import datetime
 import hashlib
-import ipaddress
 import json
 import ssl
 from pathlib import Path
 
 import pytest
 import scramp
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from strandline.cli import client_config
 from strandline.cli.client_config import ClientSecurity, ScramClient, from_properties, librdkafka, unsecured_token
@@ -29,7 +23,7 @@ from strandline.errors import StrandlineError
 from strandline.security import oauthbearer, scram
 from strandline.security.sasl import SaslContext
 from strandline.security.scram_server import ScramServer
-from tests.unit.cli.fake_broker import FakeBroker
+from tests.unit.cli.fake_broker import FakeBroker, make_pki
 
 JAAS_SCRAM = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="{pw}";'
 JAAS_PLAIN = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="{pw}";'
@@ -165,6 +159,10 @@ def test_unsecured_token_is_accepted_by_the_unsecured_validator():
     assert signature == "" and json.loads(base64.urlsafe_b64decode(header + "==")) == {"alg": "none"}
     found = oauthbearer.UnsecuredValidator().validate(token, 1_800_000_000_000)
     assert found.principal == "svc" and found.expiration_ms == 1_800_000_600_000
+    # issued at the clock's millisecond, never the next one: a broker reading its clock in the
+    # same millisecond takes it (rounding 0.0006 s up to 0.001 s made it "issued in the future")
+    late = unsecured_token({"sub": "svc"}, 600, 1_800_000_000.0006)
+    assert oauthbearer.UnsecuredValidator().validate(late, 1_800_000_000_000).principal == "svc"
 
 
 # --- configs --entity-type users: the parsing ---------------------------------------------------
@@ -197,41 +195,7 @@ def test_java_double(value, text):
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """A CA, a broker certificate for 127.0.0.1 and a client certificate, as PEM files."""
-    root = tmp_path_factory.mktemp("pki")
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def cert(subject: x509.Name, key, issuer: x509.Name, issuer_key, ca: bool, san=None):
-        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if san:
-            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
-        return builder.sign(issuer_key, hashes.SHA256())
-
-    def pem(key) -> bytes:
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption())
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Strandline Test CA")])
-    ca = cert(ca_name, ca_key, ca_name, ca_key, True)
-    broker_key = ec.generate_private_key(ec.SECP256R1())
-    broker = cert(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "broker")]), broker_key, ca_name, ca_key, False,
-                  [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
-    client_key = ec.generate_private_key(ec.SECP256R1())
-    client = cert(x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, "US"), x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Org"),
-                             x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "ServiceUsers"),
-                             x509.NameAttribute(NameOID.COMMON_NAME, "Duke")]), client_key, ca_name, ca_key, False)
-    files = {"ca": ca.public_bytes(serialization.Encoding.PEM),
-             "broker": broker.public_bytes(serialization.Encoding.PEM) + pem(broker_key),
-             "client_cert": client.public_bytes(serialization.Encoding.PEM), "client_key": pem(client_key),
-             "client_keystore": pem(client_key) + client.public_bytes(serialization.Encoding.PEM)}
-    paths = {}
-    for name, data in files.items():
-        (root / f"{name}.pem").write_bytes(data)
-        paths[name] = str(root / f"{name}.pem")
-    return paths
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def server_tls(pki, client_auth: bool = False) -> ssl.SSLContext:
