@@ -2,7 +2,9 @@
 listeners): the same client messages get the same answers from Kafka's servers and from
 Strandline's (SCRAM-SHA-256/512, OAUTHBEARER with Kafka's unsecured validator and with KIP-768's
 signed tokens over a JWKS file), and the CLI's clients (--command-config) authenticate to Kafka:
-a SCRAM credential made by `strandline configs --entity-type users` is one Kafka accepts.
+a SCRAM credential made by `strandline configs --entity-type users` is one Kafka accepts, and a
+client certificate (PEM keystore) gets the principal ssl.principal.mapping.rules gives it in
+both Kafka and Strandline.
 
 Skipped, in one line, where Maven Central cannot be reached (tests/integration/kafka_reference.py)."""
 
@@ -25,6 +27,7 @@ from strandline.security.sasl import MECHANISMS, AuthenticationFailed, SaslConte
 from strandline.security.scram_server import failure_message
 from tests.conftest import free_ports, pid_alive, poll_until, run_cli, strandline_cmd, wait_for_line
 from tests.integration.kafka_reference import dist, kafka_lines_or_skip
+from tests.unit.cli.fake_broker import make_pki
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +35,7 @@ KAFKA = kafka_lines_or_skip(("3.9",))
 MODULE = "org.apache.kafka.common.security"
 UNSECURED_JAAS = f'{MODULE}.oauthbearer.OAuthBearerLoginModule required unsecuredValidatorRequiredScope="admin";'
 AUDIENCE, ISSUER = "kafka,other", "https://issuer.example"
+MAPPING_RULES = "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L,DEFAULT"
 
 
 @pytest.fixture(scope="module")
@@ -51,18 +55,30 @@ def keys(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def kafka(tmp_path_factory, keys):
-    """One Kafka 3.9 broker: PLAINTEXT; SASL_PLAINTEXT with PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER
-    (unsecured validator, scope admin required); SIGNED (SASL_PLAINTEXT) with OAUTHBEARER over the
-    JWKS file, expected audience and issuer."""
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory, keys, pki):
+    """One Kafka 3.9 broker with ACLs (allowed where a resource has none): PLAINTEXT; SASL_PLAINTEXT
+    with PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER (unsecured validator, scope admin required);
+    SIGNED (SASL_PLAINTEXT) with OAUTHBEARER over the JWKS file, expected audience and issuer; SSL
+    with client certificates required and :data:`MAPPING_RULES`."""
     kafka_dist = dist(KAFKA, "3.9")
     root = tmp_path_factory.mktemp("kafka-sasl")
-    plain, sasl, signed, zk = free_ports(4)
+    plain, sasl, signed, tls, zk = free_ports(5)
     overrides = [
-        f"listeners=PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl},SIGNED://127.0.0.1:{signed}",
+        f"listeners=PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl},SIGNED://127.0.0.1:{signed},"
+        f"SSL://127.0.0.1:{tls}",
         f"advertised.listeners=PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl},"
-        f"SIGNED://127.0.0.1:{signed}",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SIGNED:SASL_PLAINTEXT",
+        f"SIGNED://127.0.0.1:{signed},SSL://127.0.0.1:{tls}",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SIGNED:SASL_PLAINTEXT,"
+        "SSL:SSL",
+        "authorizer.class.name=kafka.security.authorizer.AclAuthorizer", "allow.everyone.if.no.acl.found=true",
+        "listener.name.ssl.ssl.keystore.type=PEM", f"listener.name.ssl.ssl.keystore.location={pki['broker']}",
+        "listener.name.ssl.ssl.truststore.type=PEM", f"listener.name.ssl.ssl.truststore.location={pki['ca']}",
+        "listener.name.ssl.ssl.client.auth=required", f"listener.name.ssl.ssl.principal.mapping.rules={MAPPING_RULES}",
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
         f'listener.name.sasl_plaintext.plain.sasl.jaas.config={MODULE}.plain.PlainLoginModule required '
         f'username="admin" password="admin-secret" user_admin="admin-secret";',
@@ -87,7 +103,7 @@ def kafka(tmp_path_factory, keys):
         wait_for_line(proc, "bootstrap.servers=", 180)
         info = json.loads((root / "data" / "reference.json").read_text())
         yield {"plain": f"127.0.0.1:{plain}", "sasl": f"127.0.0.1:{sasl}", "signed": f"127.0.0.1:{signed}",
-               "version": kafka_dist.version}
+               "ssl": f"127.0.0.1:{tls}", "version": kafka_dist.version}
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -270,3 +286,35 @@ def test_signed_oauthbearer_tokens_answer_as_kafka(kafka, keys):
             differences[name] = (theirs, ours)
     assert differences == {}
     assert outcome(our_answers("OAUTHBEARER", [client_response(cases["rs256"])], config)) == "ACCEPT"
+
+
+def test_a_client_certificate_gets_the_mapped_principal_in_kafka_and_in_strandline(kafka, pki, tmp_path):
+    """Only User:duke may describe topic `secret`: the CLI over SSL with the client certificate
+    (ssl.keystore.location, PEM) may, so Kafka mapped CN=Duke,OU=ServiceUsers,O=Org,C=US to duke,
+    which is what Strandline's ssl_principal gives; PLAINTEXT (User:ANONYMOUS) may not, and a
+    client without a certificate is refused."""
+    from strandline.security.principal import ssl_principal
+
+    assert ssl_principal("CN=Duke,OU=ServiceUsers,O=Org,C=US", MAPPING_RULES) == "duke"
+    assert run_cli("topics", "create", "--bootstrap-server", kafka["plain"], "--topic", "secret", "--partitions", "1",
+                   "--replication-factor", "1").returncode == 0
+    done = run_cli("acls", "add", "--bootstrap-server", kafka["plain"], "--topic", "secret", "--allow-principal",
+                   "User:duke", "--operation", "describe")
+    assert done.returncode == 0, done.stderr
+    mtls = tmp_path / "mtls.properties"
+    mtls.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={pki['ca']}\n"
+                    f"ssl.keystore.type=PEM\nssl.keystore.location={pki['client_keystore']}\n")
+
+    def describe(address: str, props=None) -> subprocess.CompletedProcess:
+        return run_cli("topics", "describe", "--bootstrap-server", address, "--topic", "secret",
+                       *(["--command-config", str(props)] if props else []))
+    poll_until(lambda: describe(kafka["ssl"], mtls).returncode == 0, 30, message="User:duke describes secret")
+    as_duke = describe(kafka["ssl"], mtls)
+    assert as_duke.stdout.startswith("Topic: secret\t"), as_duke
+    anonymous = describe(kafka["plain"])
+    assert (anonymous.returncode, anonymous.stderr) == (1, "strandline topics: topic secret: TOPIC_AUTHORIZATION_FAILED\n")
+    no_cert = tmp_path / "nocert.properties"
+    no_cert.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={pki['ca']}\n")
+    refused = describe(kafka["ssl"], no_cert)
+    assert refused.returncode == 2 and "bad certificate" in refused.stderr, refused     # TLS 1.3: at the first request
+    assert len(refused.stderr.strip().splitlines()) == 1, refused
