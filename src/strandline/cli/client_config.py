@@ -226,13 +226,17 @@ def active() -> ClientSecurity:
 
 
 def ssl_context(security: ClientSecurity) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    """A client TLS context: the truststore's CAs only when one is given (as Kafka's truststore and
+    librdkafka's ssl.ca.location replace the system's), else the system's."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = security.check_hostname
     if not security.verify:
         context.verify_mode = ssl.CERT_NONE
     try:
         if security.ca_file or security.ca_data:
             context.load_verify_locations(cafile=security.ca_file, cadata=security.ca_data)
+        else:
+            context.load_default_certs(ssl.Purpose.SERVER_AUTH)
         if security.cert_file and security.key_file:
             context.load_cert_chain(security.cert_file, security.key_file, security.key_password)
         if security.cert_pem and security.key_pem:

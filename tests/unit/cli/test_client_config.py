@@ -317,6 +317,13 @@ def test_mutual_tls_principal_from_the_client_certificate(broker_factory, pki, t
     capsys.readouterr()
 
 
+def test_a_truststore_replaces_the_systems_cas(pki):
+    """As Kafka's truststore (and librdkafka's ssl.ca.location): only the CA given is trusted."""
+    security, _ = from_properties({"security.protocol": "SSL", "ssl.truststore.location": pki["ca"]})
+    trusted = client_config.ssl_context(security).get_ca_certs()
+    assert [dict(rdn for rdns in c["subject"] for rdn in rdns)["commonName"] for c in trusted] == ["Strandline Test CA"]
+
+
 def test_tls_to_a_broker_whose_certificate_is_not_trusted(broker_factory, pki, tmp_path, capsys):
     broker = broker_factory(tls=server_tls(pki))
     props = write(tmp_path / "ssl.properties", {"security.protocol": "SSL"})       # the system's CAs only
