@@ -318,3 +318,27 @@ def test_a_client_certificate_gets_the_mapped_principal_in_kafka_and_in_strandli
     refused = describe(kafka["ssl"], no_cert)
     assert refused.returncode == 2 and "bad certificate" in refused.stderr, refused     # TLS 1.3: at the first request
     assert len(refused.stderr.strip().splitlines()) == 1, refused
+
+
+def test_produce_and_consume_take_the_command_config(kafka, pki, tmp_path):
+    """`strandline produce`/`consume` hand --command-config to librdkafka under its own names:
+    records go in over SASL_PLAINTEXT/SCRAM-SHA-512 and come back over SSL with the client
+    certificate."""
+    done = run_cli("configs", "--bootstrap-server", kafka["plain"], "--entity-type", "users", "--entity-name",
+                   "writer", "--alter", "--add-config", "SCRAM-SHA-512=[password=writer-pw]")
+    assert done.returncode == 0, done.stderr
+    assert run_cli("topics", "create", "--bootstrap-server", kafka["plain"], "--topic", "sasl-records",
+                   "--partitions", "1", "--replication-factor", "1").returncode == 0
+    scram_props = tmp_path / "writer.properties"
+    scram_props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config="
+                           f'{MODULE}.scram.ScramLoginModule required username="writer" password="writer-pw";\n')
+    produced = subprocess.run(strandline_cmd("produce", "--bootstrap-server", kafka["sasl"], "--topic", "sasl-records",
+                                             "--command-config", str(scram_props)),
+                              input="one\ntwo\n", capture_output=True, text=True, timeout=60)
+    assert produced.returncode == 0, produced.stderr
+    mtls = tmp_path / "reader.properties"
+    mtls.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={pki['ca']}\n"
+                    f"ssl.keystore.type=PEM\nssl.keystore.location={pki['client_keystore']}\n")
+    consumed = run_cli("consume", "--bootstrap-server", kafka["ssl"], "--topic", "sasl-records", "--offset",
+                       "beginning", "--exit-at-end", "--command-config", str(mtls))
+    assert (consumed.returncode, consumed.stdout) == (0, "one\ntwo\n"), consumed.stderr
