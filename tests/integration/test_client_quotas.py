@@ -166,3 +166,50 @@ def test_a_consumer_is_held_to_its_byte_rate_and_another_client_is_not(cluster, 
     assert free > 4 * QUOTA and not free_throttles
     assert throttles
     assert 0.5 * QUOTA <= held <= QUOTA * (RUN_S + 10) / RUN_S, held
+
+
+def test_strandline_configs_creates_scram_credentials_and_user_quotas(cluster):
+    """`strandline configs --entity-type users` (kafka-configs' syntax): the SCRAM credential lands in
+    ZooKeeper's /config/users/<user> as Kafka stores it, and a SCRAM exchange against what was
+    stored succeeds with the password (scramp's client, Strandline's SCRAM server) and fails with
+    another one; quotas are described back and deleted."""
+    import json
+
+    import scramp
+    from kazoo.client import KazooClient
+
+    from strandline.security.sasl import AuthenticationFailed, SaslContext
+    from strandline.security.scram_server import ScramServer
+    from tests.conftest import run_cli
+
+    base = ["configs", "--bootstrap-server", cluster.bootstrap, "--entity-type", "users", "--entity-name", "carol"]
+    done = run_cli(*base, "--alter", "--add-config",
+                   "SCRAM-SHA-256=[iterations=8192,password=carol-pw],consumer_byte_rate=2048")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "Completed updating config for user carol.\n", "")
+    described = run_cli(*base, "--describe")
+    assert described.stdout == ("Quota configs for user-principal 'carol' are consumer_byte_rate=2048.0\n"
+                                "SCRAM credential configs for user-principal 'carol' are SCRAM-SHA-256=iterations=8192\n"
+                                ), described
+
+    zk = KazooClient(hosts=f"127.0.0.1:{cluster.zk_port}")
+    zk.start(timeout=10)
+    try:
+        stored = json.loads(zk.get("/config/users/carol")[0])["config"]
+    finally:
+        zk.stop()
+    assert stored["consumer_byte_rate"] == "2048" and stored["SCRAM-SHA-256"].endswith(",iterations=8192")
+
+    def exchange(password: str) -> str:
+        server = ScramServer(SaslContext("SASL_SSL", {}, lambda u, m: stored.get(m) if u == "carol" else None, 0),
+                             "SCRAM-SHA-256")
+        client = scramp.ScramClient(["SCRAM-SHA-256"], "carol", password)
+        client.set_server_first(server.evaluate(client.get_client_first().encode()).decode())
+        client.set_server_final(server.evaluate(client.get_client_final().encode()).decode())
+        return server.authorization_id
+    assert exchange("carol-pw") == "carol"
+    with pytest.raises(AuthenticationFailed):
+        exchange("guess")
+
+    done = run_cli(*base, "--alter", "--delete-config", "SCRAM-SHA-256,consumer_byte_rate")
+    assert done.returncode == 0, done.stderr
+    assert run_cli(*base, "--describe").stdout == ""

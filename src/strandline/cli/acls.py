@@ -8,7 +8,7 @@ import argparse
 from kio.schema.errors import ErrorCode
 
 from strandline.errors import StrandlineError
-from strandline.runtime.client import KafkaConnection
+from strandline.cli.client_config import KafkaConnection
 from strandline.security.acl import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType, ResourceType
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31

@@ -84,6 +84,10 @@ def client(kind: str, config: dict[str, Any]) -> Any:
     ``-X debug=...`` asks for it: failures are reported once, by this command."""
     import confluent_kafka
 
+    from strandline.cli import client_config
+
+    if client_config.given():           # --command-config; -X settings still win
+        config = {**client_config.librdkafka(), **config}
     if "debug" not in config:
         config.setdefault("log_level", 0)
     try:

@@ -1,4 +1,4 @@
-"""``strandline configs describe|alter`` (like ``kafka-configs``): topic and broker configs.
+"""``strandline configs describe|alter`` (like ``kafka-configs``): topic, broker and user configs.
 
 ``--entity-type topics --entity-name T``, ``--entity-type brokers --entity-name ID`` or
 ``--entity-type brokers --entity-default`` (every broker), or a broker's loggers with
@@ -6,19 +6,36 @@
 logger's level live, ``--delete-config`` lets it inherit again). ``alter`` takes
 ``--add-config k=v,k2=[a,b]`` and ``--delete-config k,k2`` and applies them with
 IncrementalAlterConfigs; ``describe`` shows the dynamic configs, or every config with ``--all``.
+
+``--entity-type users`` (as kafka-configs with ``--bootstrap-server``): SCRAM credentials with
+AlterUserScramCredentials (``--add-config 'SCRAM-SHA-256=[iterations=8192,password=secret]'``:
+the salt and PBKDF2 are computed here, the password never leaves this process;
+``--delete-config SCRAM-SHA-256``) and user quotas (``producer_byte_rate``...) with
+AlterClientQuotas; ``describe`` shows both. Kafka's own form, ``strandline configs --alter
+--entity-type users ...`` (``--describe``), is read too.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import secrets
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from strandline.cli.topics import metadata
 from strandline.errors import StrandlineError
-from strandline.runtime.client import KafkaConnection
+from strandline.cli.client_config import KafkaConnection
 
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 48, 49, 50, 51
+#: SCRAM mechanisms by name: (AlterUserScramCredentials' type, hashlib's name of the digest)
+SCRAM = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}
+SCRAM_NAMES = {code: name for name, (code, _) in SCRAM.items()}
+DEFAULT_ITERATIONS = 4096
+#: the quotas a user entity has (Kafka's QuotaConfigs for users)
+USER_QUOTAS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate")
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE = 0, 1
 SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
@@ -32,11 +49,13 @@ def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstra
     for action in ("describe", "alter"):
         p = csub.add_parser(action, help=f"{action} the configs of one topic, one broker or every broker")
         p.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help)
-        p.add_argument("--entity-type", choices=("topics", "brokers", "broker-loggers"), required=True,
+        p.add_argument("--entity-type", choices=("topics", "brokers", "broker-loggers", "users"), required=True,
                        help="what --entity-name names")
-        who = p.add_mutually_exclusive_group(required=True)
-        who.add_argument("--entity-name", help="the topic, or the broker id (brokers, broker-loggers)")
-        who.add_argument("--entity-default", action="store_true", help="brokers: the default of every broker")
+        who = p.add_mutually_exclusive_group()
+        who.add_argument("--entity-name", help="the topic, the broker id (brokers, broker-loggers) or the user; "
+                                               "one of it and --entity-default is needed, except to describe users")
+        who.add_argument("--entity-default", action="store_true",
+                         help="brokers: the default of every broker; users: the default quotas of every user")
         if action == "describe":
             p.add_argument("--all", action="store_true", help="every config, not only the dynamic ones")
         else:
@@ -72,8 +91,20 @@ def parse_add_config(text: str) -> dict[str, str]:
     return result
 
 
+def kafka_style(argv: list[str]) -> list[str]:
+    """Kafka's ``kafka-configs --alter|--describe ...`` as ``configs alter|describe ...``."""
+    if len(argv) < 2 or argv[0] != "configs" or argv[1] in ("alter", "describe", "-h", "--help"):
+        return argv
+    actions = [a for a in argv[1:] if a in ("--alter", "--describe")]
+    if len(actions) != 1:
+        return argv                      # argparse says what is missing
+    return ["configs", actions[0][2:]] + [a for a in argv[1:] if a not in ("--alter", "--describe")]
+
+
 def _resource(args: argparse.Namespace) -> tuple[int, str, str]:
     """(resource type, resource name, what to call it)."""
+    if args.entity_name is None and not args.entity_default:
+        raise StrandlineError(f"--entity-type {args.entity_type} needs --entity-name or --entity-default")
     if args.entity_type == "topics":
         if args.entity_default:
             raise StrandlineError("topics have no --entity-default: name one with --entity-name")
@@ -106,7 +137,129 @@ def _check(code: object, message: str | None, what: str) -> None:
         raise StrandlineError(f"{what}: {code.name.upper()}" + (f": {message}" if message else ""))
 
 
+def parse_scram(mechanism: str, value: str) -> tuple[int, str]:
+    """``iterations=8192,password=secret`` (the brackets' content) as (iterations, password)."""
+    fields: dict[str, str] = {}
+    for item in value.split(","):
+        key, eq, val = item.partition("=")
+        if not eq or key.strip() not in ("iterations", "password"):
+            raise StrandlineError(f"{mechanism}=[{value}]: expected iterations=N and password=P inside the brackets")
+        fields[key.strip()] = val
+    if "password" not in fields:
+        raise StrandlineError(f"{mechanism}: give password=... (as {mechanism}=[password=secret])")
+    iterations = fields.get("iterations", str(DEFAULT_ITERATIONS)).strip()
+    if not iterations.isdigit():
+        raise StrandlineError(f"{mechanism}: iterations={iterations!r} is not a number")
+    return int(iterations), fields["password"]
+
+
+def scram_upsertion(user: str, mechanism: str, iterations: int, password: str, salt: bytes | None = None) -> dict:
+    """An AlterUserScramCredentials upsertion: a fresh salt and the salted password (RFC 5802's
+    ``Hi``, PBKDF2), as Kafka's admin client computes them; the password itself is not sent."""
+    code, digest = SCRAM[mechanism]
+    salt = secrets.token_bytes(32) if salt is None else salt
+    salted = hashlib.pbkdf2_hmac(digest, password.encode("utf-8"), salt, iterations)
+    return {"name": user, "mechanism": code, "iterations": iterations, "salt": salt, "salted_password": salted}
+
+
+def java_double(value: float) -> str:
+    """A double as Java prints it (Kafka's tools print quotas so): 1024.0, 2.0E7."""
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        text = repr(float(value))
+        return text if "e" not in text else f"{value:f}".rstrip("0")
+    mantissa, exponent = f"{value:.16E}".split("E")
+    digits = repr(float(mantissa))           # the shortest digits: Java's rule
+    return f"{digits}E{int(exponent)}"
+
+
+def _check_user_results(results: Any, what: str) -> None:
+    for r in results:
+        _check(r.error_code, r.error_message, f"{what} {r.user}")
+
+
+def _describe_users(conn: KafkaConnection, name: str | None, default: bool) -> None:
+    """Kafka's ``describeClientQuotaAndUserScramCredentialConfigs``: the quota line of each user
+    entity, then the SCRAM line of each user (not for the default)."""
+    component = {"entity_type": "user", "match_type": 1 if default else 0 if name else 2,
+                 "match": None if default or not name else name}
+    resp = conn.request(DESCRIBE_CLIENT_QUOTAS, 0, {"components": [component], "strict": True})
+    _check(resp.error_code, resp.error_message, "cannot describe user quotas")
+    for entry in resp.entries or ():
+        users = [e.entity_name for e in entry.entity if e.entity_type == "user"]
+        who = ", ".join("the default user-principal" if u is None else f"user-principal '{u}'" for u in users)
+        values = ", ".join(f"{v.key}={java_double(float(v.value))}" for v in entry.values)
+        print(f"Quota configs for {who} are {values}")
+    if default:
+        return
+    resp = conn.request(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": [{"name": name}] if name else None})
+    _check(resp.error_code, resp.error_message, "cannot describe SCRAM credentials")
+    for r in resp.results:
+        code = r.error_code if isinstance(r.error_code, ErrorCode) else ErrorCode(int(r.error_code))
+        if code is ErrorCode.resource_not_found:      # no credentials: nothing to say (Kafka's admin drops them)
+            continue
+        if code is not ErrorCode.none:
+            print(f"Error retrieving SCRAM credential configs for user-principal '{r.user}': {code.name.upper()}"
+                  + (f": {r.error_message}" if r.error_message else ""))
+            continue
+        infos = ", ".join(f"{SCRAM_NAMES.get(int(i.mechanism), i.mechanism)}=iterations={i.iterations}"
+                          for i in r.credential_infos)
+        print(f"SCRAM credential configs for user-principal '{r.user}' are {infos}")
+
+
+def run_users(args: argparse.Namespace) -> int:
+    name, default = args.entity_name, args.entity_default
+    if name == "":
+        raise StrandlineError("--entity-name: a user name is not empty (the default: --entity-default)")
+    with KafkaConnection(args.bootstrap_server) as conn:
+        if args.action == "describe":
+            _describe_users(conn, name, default)
+            return 0
+        if name is None and not default:
+            raise StrandlineError("--entity-type users needs --entity-name or --entity-default to alter")
+        adds = parse_add_config(args.add_config) if args.add_config else {}
+        deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+        if not adds and not deletes:
+            raise StrandlineError("nothing to alter: give --add-config and/or --delete-config")
+        unknown = sorted(k for k in [*adds, *deletes] if k not in SCRAM and k not in USER_QUOTAS)
+        if unknown:
+            raise StrandlineError(f"not a user config: {', '.join(unknown)} (SCRAM-SHA-256, SCRAM-SHA-512, "
+                                  f"{', '.join(USER_QUOTAS)})")
+        both = sorted(set(adds) & set(deletes))
+        if both:
+            raise StrandlineError(f"{', '.join(both)} both added and deleted")
+        scram_adds = {k: parse_scram(k, v) for k, v in adds.items() if k in SCRAM}
+        scram_deletes = [k for k in deletes if k in SCRAM]
+        if default and (scram_adds or scram_deletes):
+            raise StrandlineError("SCRAM credentials belong to one user: name it with --entity-name "
+                                  "(--entity-default is for quotas)")
+        quota_ops = []
+        for key, value in adds.items():
+            if key in USER_QUOTAS:
+                try:
+                    quota_ops.append({"key": key, "value": float(value), "remove": False})
+                except ValueError:
+                    raise StrandlineError(f"{key}={value!r} is not a number") from None
+        quota_ops += [{"key": k, "value": 0.0, "remove": True} for k in deletes if k in USER_QUOTAS]
+        if quota_ops:
+            resp = conn.request(ALTER_CLIENT_QUOTAS, 0, {"entries": [
+                {"entity": [{"entity_type": "user", "entity_name": None if default else name}], "ops": quota_ops}],
+                "validate_only": False})
+            for entry in resp.entries:
+                _check(entry.error_code, entry.error_message, "cannot alter the quotas of "
+                       + ("the default user" if default else f"user {name}"))
+        if scram_adds or scram_deletes:
+            resp = conn.request(ALTER_USER_SCRAM_CREDENTIALS, 0, {
+                "deletions": [{"name": name, "mechanism": SCRAM[m][0]} for m in scram_deletes],
+                "upsertions": [scram_upsertion(name, m, it, pw) for m, (it, pw) in scram_adds.items()]})
+            _check_user_results(resp.results, "cannot alter the SCRAM credentials of user")
+    print("Completed updating default config for users in the cluster." if default
+          else f"Completed updating config for user {name}.")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.entity_type == "users":
+        return run_users(args)
     rtype, name, what = _resource(args)
     with KafkaConnection(args.bootstrap_server) as conn:
         address = _address(conn, rtype, name, args.bootstrap_server)

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.cli.topics import metadata
 from strandline.errors import StrandlineError
-from strandline.runtime.client import KafkaConnection
+from strandline.cli.client_config import KafkaConnection
 
 LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 2, 8, 9, 10, 15, 16
 EARLIEST, LATEST = -2, -1

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.cli.topics import controller_address, metadata
 from strandline.errors import StrandlineError
-from strandline.runtime.client import KafkaConnection
+from strandline.cli.client_config import KafkaConnection
 
 ELECT_LEADERS = 43
 PREFERRED, UNCLEAN = 0, 1

@@ -230,15 +230,52 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     partitions.add_parser(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
     records.add_parsers(sub, DEFAULT_BOOTSTRAP, BOOTSTRAP_HELP)
+    _add_command_config(parser)
     return parser
+
+
+COMMAND_CONFIG_HELP = ("Kafka client properties: security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore."
+                       "location (PEM)... (see strandline.cli.client_config)")
+
+
+#: commands with --bootstrap-server whose clients run in processes (or a protocol fuzzer) of their own
+_OWN_CLIENTS = {"bench", "fuzz"}
+
+
+def _add_command_config(parser: argparse.ArgumentParser) -> None:
+    """``--command-config FILE`` on every (sub)command that talks to the brokers (each one with
+    ``--bootstrap-server``), as Kafka's tools take it."""
+    options = {s for action in parser._actions for s in action.option_strings}
+    if "--bootstrap-server" in options and "--command-config" not in options:
+        parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                if name not in _OWN_CLIENTS:
+                    _add_command_config(child)
+
+
+def _use_command_config(args: argparse.Namespace) -> None:
+    path = getattr(args, "command_config", None)
+    if not path:
+        return
+    from strandline.cli import client_config
+
+    security, warnings = client_config.load(path)
+    for warning in warnings:
+        print(f"strandline {args.command}: warning: {path}: {warning}", file=sys.stderr)
+    client_config.use(security)
 
 
 def main(argv: list[str] | None = None) -> int:
     command = "?"
     try:
         try:
-            args = build_parser().parse_args(argv)
+            from strandline.cli.configs import kafka_style
+
+            args = build_parser().parse_args(kafka_style(sys.argv[1:] if argv is None else list(argv)))
             command = args.command
+            _use_command_config(args)
             code = args.func(args) or 0
         finally:
             sys.stdout.flush()      # here, where a closed pipe is caught, not at exit

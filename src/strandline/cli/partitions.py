@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from strandline.cli.topics import controller_address, metadata
 from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas
 from strandline.errors import StrandlineError
-from strandline.runtime.client import KafkaConnection
+from strandline.cli.client_config import KafkaConnection
 
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 

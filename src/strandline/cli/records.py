@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.cli.topics import metadata
 from strandline.errors import StrandlineError
-from strandline.runtime.client import KafkaConnection
+from strandline.cli.client_config import KafkaConnection
 
 LIST_OFFSETS, DELETE_RECORDS = 2, 21
 EARLIEST, LATEST = -2, -1

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from strandline.core.config import parse_override
 from strandline.coordination.znodes import uuid_to_base64
 from strandline.errors import StrandlineError
-from strandline.runtime.client import KafkaConnection
+from strandline.cli.client_config import KafkaConnection
 
 METADATA, LIST_OFFSETS, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS = 3, 2, 19, 20, 37, 32
 CONSUMER, DEBUG_REPLICA = -1, -2

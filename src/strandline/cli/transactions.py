@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.cli.topics import metadata
 from strandline.errors import StrandlineError
-from strandline.runtime.client import KafkaConnection
+from strandline.cli.client_config import KafkaConnection
 
 FIND_COORDINATOR, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 10, 65, 66
 TRANSACTION_KEY = 1

@@ -11,7 +11,7 @@ import urllib.request
 
 from strandline.console.model import cluster_view
 from strandline.errors import StrandlineError
-from strandline.runtime.client import KafkaConnection
+from strandline.cli.client_config import KafkaConnection
 
 DESCRIBE_CONFIGS, METADATA = 32, 3
 BROKER_RESOURCE = 4
