@@ -2,7 +2,35 @@
 
 
 class StrandlineError(Exception):
-    """An error a user can fix; its message is one clear line."""
+    """An error a user can fix; its message is one clear line. A `strandline` command ended by it
+    exits with its ``exit_status``: the same status for the same kind of error, whatever the
+    command (the table is in docs/operations.md)."""
+
+    exit_status = 2
+
+
+class UsageError(StrandlineError):
+    """A malformed option, value, address or file: nothing was asked of the cluster."""
+
+    exit_status = 2
+
+
+class Refused(StrandlineError):
+    """The cluster answered with an error (Kafka's error code names it)."""
+
+    exit_status = 1
+
+
+class Unreachable(StrandlineError):
+    """No broker of the given addresses answered (nothing listens there, or it timed out)."""
+
+    exit_status = 3
+
+
+class NotFound(StrandlineError):
+    """What the command names (a topic, a partition, a group, a broker) does not exist."""
+
+    exit_status = 4
 
 
 class BrokenInvariant(Exception):

@@ -140,7 +140,7 @@ def test_an_open_transaction_holds_read_committed_readers_at_the_last_stable_off
     assert any(line.split()[0] == f"lso-{topic}" and line.split()[-1] == "CompleteCommit"
                for line in listed.stdout.splitlines()[1:])
     missing = run_cli("transactions", "describe", "--bootstrap-server", cluster.bootstrap, "--transactional-id", "none")
-    assert missing.returncode == 2 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
+    assert missing.returncode == 4 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
 
 
 def test_a_zombie_producer_is_fenced_and_its_transaction_aborted(cluster, admin):

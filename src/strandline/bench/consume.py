@@ -25,7 +25,7 @@ from typing import Any
 
 from strandline.bench.stats import Sampler
 from strandline.bench.workers import Outcome, Reporter, run_workers
-from strandline.errors import StrandlineError
+from strandline.errors import NotFound, StrandlineError
 
 BATCH = 1000
 FETCH_MAX_BYTES = 64 << 20
@@ -267,7 +267,7 @@ def ranges_of(bootstrap: str, topic: str, props: dict[str, str]) -> dict[int, tu
             raise StrandlineError(f"no broker of {bootstrap} answered within 10 s") from None
         t = md.topics.get(topic)
         if t is None or t.error is not None or not t.partitions:
-            raise StrandlineError(f"topic {topic} does not exist")
+            raise NotFound(f"topic {topic} does not exist (UNKNOWN_TOPIC_OR_PARTITION)")
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(t.partitions)}
     finally:
         consumer.close()

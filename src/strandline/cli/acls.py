@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from strandline.errors import StrandlineError
 from strandline.cli.client_config import KafkaConnection
 from strandline.security.acl import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType, ResourceType
+from strandline.cli.answers import refusal
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 OPERATIONS = [op.name.lower().replace("_", "-") for op in AclOperation
@@ -81,7 +82,7 @@ def _checked(code: int, message: str | None, what: str) -> None:
         raise StrandlineError("the brokers have no authorizer: set authorizer.class.name="
                               "kafka.security.authorizer.AclAuthorizer")
     if error is not ErrorCode.none:
-        raise StrandlineError(f"{what}: {error.name.upper()}{': ' + message if message else ''}")
+        raise refusal(error, what, message)
 
 
 def _show(resources: list) -> None:

@@ -17,9 +17,10 @@ from typing import Any
 
 from strandline.cli.record_format import (DEFAULT_FORMAT, FormatError, InputError, LineParser, Record,
                                           compile_format, parse_header, render_json)
-from strandline.errors import StrandlineError
+from strandline.errors import NotFound, Refused, StrandlineError, Unreachable, UsageError
 
 CONNECT_TIMEOUT_S = 10.0
+REACH_TIMEOUT_S = 2.0
 
 
 def add_parsers(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
@@ -39,6 +40,9 @@ def add_parsers(sub: argparse._SubParsersAction, bootstrap_default: str, bootstr
                    help="compression of the record batches")
     p.add_argument("--producer-property", "-X", action="append", metavar="KEY=VALUE",
                    help="any other librdkafka producer setting (repeatable)")
+    p.add_argument("--no-create", action="store_true",
+                   help="refuse a topic that does not exist (default: the brokers create it, as "
+                        "auto.create.topics.enable does for any producer, and the command says so)")
     p.set_defaults(func=run_produce)
 
     c = sub.add_parser("consume", help="print a topic's records (like kafka-console-consumer, kcat -C)")
@@ -97,6 +101,16 @@ def client(kind: str, config: dict[str, Any]) -> Any:
         raise StrandlineError(f"bad client setting: {reason.str() if hasattr(reason, 'str') else reason}") from None
 
 
+def reachable(bootstrap: str) -> None:
+    """Refuse at once, in one line, a malformed broker list (UsageError) or one where no broker
+    accepts a connection within REACH_TIMEOUT_S (Unreachable), before librdkafka, which would try
+    again for its whole timeout."""
+    from strandline.cli.client_config import KafkaConnection
+
+    with KafkaConnection(bootstrap, timeout_s=REACH_TIMEOUT_S):
+        pass
+
+
 def _topic_partitions(client: Any, bootstrap: str, topic: str, must_exist: bool) -> list[int]:
     """The topic's partitions; none (and no error) when it does not exist and need not. Refuses
     at once, in one line, when no broker answers or the topic does not exist."""
@@ -105,14 +119,14 @@ def _topic_partitions(client: Any, bootstrap: str, topic: str, must_exist: bool)
     try:
         md = client.list_topics(timeout=CONNECT_TIMEOUT_S)
     except KafkaException:
-        raise StrandlineError(f"no broker of {bootstrap} answered within {CONNECT_TIMEOUT_S:.0f} s") from None
+        raise Unreachable(f"no broker of {bootstrap} answered within {CONNECT_TIMEOUT_S:.0f} s") from None
     t = md.topics.get(topic)
     if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
         if must_exist:
-            raise StrandlineError(f"topic {topic} does not exist")
+            raise NotFound(f"topic {topic} does not exist (UNKNOWN_TOPIC_OR_PARTITION)")
         return []
     if t.error is not None:
-        raise StrandlineError(f"topic {topic}: {t.error.str()}")
+        raise Refused(f"topic {topic}: {t.error.str()}")
     return sorted(t.partitions)
 
 
@@ -126,10 +140,11 @@ def run_produce(args: argparse.Namespace) -> int:
     config = {"bootstrap.servers": args.bootstrap_server, "acks": args.acks, "compression.type": args.compression_type,
               "partitioner": "murmur2_random", "linger.ms": 5, "message.timeout.ms": 120000,
               **properties(args.producer_property)}
+    reachable(args.bootstrap_server)
     producer = client("Producer", config)
-    partitions = _topic_partitions(producer, args.bootstrap_server, args.topic, must_exist=False)
+    partitions = _topic_partitions(producer, args.bootstrap_server, args.topic, must_exist=args.no_create)
     if args.partition is not None and partitions and args.partition not in partitions:
-        raise StrandlineError(f"topic {args.topic} has no partition {args.partition}")
+        raise NotFound(f"topic {args.topic} has no partition {args.partition}")
     failures: list[str] = []
     delivered = 0
 
@@ -167,8 +182,12 @@ def run_produce(args: argparse.Namespace) -> int:
         print(f"strandline produce: {failures.count(reason)} record(s) not delivered: {reason}", file=sys.stderr)
     if left:
         print(f"strandline produce: {left} record(s) not delivered in time", file=sys.stderr)
+    if not partitions and delivered:
+        made = _topic_partitions(producer, args.bootstrap_server, args.topic, must_exist=False)
+        print(f"strandline produce: topic {args.topic} did not exist: the brokers created it with "
+              f"{len(made)} partition(s) (auto.create.topics.enable; --no-create refuses instead)", file=sys.stderr)
     if bad_input:
-        raise StrandlineError(f"{bad_input}; the {delivered} record(s) before it were sent, nothing after it")
+        raise UsageError(f"{bad_input}; the {delivered} record(s) before it were sent, nothing after it")
     return 1 if failures or left else 0
 
 
@@ -208,6 +227,7 @@ def run_consume(args: argparse.Namespace) -> int:
               "enable.auto.commit": bool(args.group), "enable.partition.eof": True,
               "auto.offset.reset": "earliest" if kind == "beginning" else "latest",
               **properties(args.consumer_property)}
+    reachable(args.bootstrap_server)
     consumer = client("Consumer", config)
     out = sys.stdout.buffer
     count = 0
@@ -221,7 +241,7 @@ def run_consume(args: argparse.Namespace) -> int:
     try:
         partitions = _topic_partitions(consumer, args.bootstrap_server, args.topic, must_exist=True)
         if args.partition is not None and args.partition not in partitions:
-            raise StrandlineError(f"topic {args.topic} has no partition {args.partition}")
+            raise NotFound(f"topic {args.topic} has no partition {args.partition}")
         assigned: set[int] = set()
         if args.group:
             def on_assign(c, tps) -> None:

@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from strandline.cli.topics import metadata
 from strandline.errors import StrandlineError
 from strandline.cli.client_config import KafkaConnection
+from strandline.cli.answers import refusal
 
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 48, 49, 50, 51
@@ -134,7 +135,7 @@ def _address(conn: KafkaConnection, rtype: int, name: str, bootstrap: str) -> st
 def _check(code: object, message: str | None, what: str) -> None:
     code = code if isinstance(code, ErrorCode) else ErrorCode(int(code))  # type: ignore[arg-type]
     if code is not ErrorCode.none:
-        raise StrandlineError(f"{what}: {code.name.upper()}" + (f": {message}" if message else ""))
+        raise refusal(code, what, message)
 
 
 def parse_scram(mechanism: str, value: str) -> tuple[int, str]:

@@ -10,8 +10,9 @@ from datetime import datetime, timezone
 from kio.schema.errors import ErrorCode
 
 from strandline.cli.topics import metadata
-from strandline.errors import StrandlineError
+from strandline.errors import Refused, StrandlineError
 from strandline.cli.client_config import KafkaConnection
+from strandline.cli.answers import refusal
 
 LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 2, 8, 9, 10, 15, 16
 EARLIEST, LATEST = -2, -1
@@ -24,7 +25,7 @@ def _error(code: object) -> ErrorCode:
 def _coordinator(conn: KafkaConnection, group: str) -> str:
     resp = conn.request(FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
     if _error(resp.error_code) is not ErrorCode.none:
-        raise StrandlineError(f"no coordinator for group {group}: {_error(resp.error_code).name.upper()}")
+        raise refusal(resp.error_code, f"no coordinator for group {group}")
     return f"{resp.host}:{resp.port}"
 
 
@@ -89,7 +90,7 @@ def describe_group(bootstrap: str, group: str) -> int:
         desc = conn.request(DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}).groups[0]
         fetched = conn.request(OFFSET_FETCH, 7, {"group_id": group, "topics": None, "require_stable": False})
     if _error(desc.error_code) is not ErrorCode.none:
-        raise StrandlineError(f"group {group}: {_error(desc.error_code).name.upper()}")
+        raise refusal(desc.error_code, f"group {group}")
     owners: dict[tuple[str, int], str] = {}
     print(f"Group: {group}\tState: {desc.group_state}\tProtocol: {desc.protocol_type}/{desc.protocol_data}"
           f"\tMembers: {len(desc.members)}")
@@ -117,7 +118,7 @@ def reset_offsets(bootstrap: str, group: str, topic: str, target: str, when: str
         address = _coordinator(conn, group)
     t = meta.topics[0]
     if _error(t.error_code) is not ErrorCode.none:
-        raise StrandlineError(f"topic {topic}: {_error(t.error_code).name.upper()}")
+        raise refusal(t.error_code, f"topic {topic}")
     partitions = [(topic, p.partition_index) for p in sorted(t.partitions, key=lambda p: p.partition_index)]
     if target == "earliest":
         wanted = _offsets(bootstrap, partitions, EARLIEST)
@@ -136,7 +137,7 @@ def reset_offsets(bootstrap: str, group: str, topic: str, target: str, when: str
     with KafkaConnection(address) as conn:
         desc = conn.request(DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}).groups[0]
         if desc.group_state not in ("Empty", "Dead"):
-            raise StrandlineError(f"group {group} is {desc.group_state}: stop its consumers before resetting offsets")
+            raise Refused(f"group {group} is {desc.group_state}: stop its consumers before resetting offsets")
         for (name, index), offset in wanted.items():
             print(f"{name}\t{index}\t{offset}")
         if not execute:

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 from strandline.cli.topics import controller_address, metadata
 from strandline.errors import StrandlineError
 from strandline.cli.client_config import KafkaConnection
+from strandline.cli.answers import refusal
 
 ELECT_LEADERS = 43
 PREFERRED, UNCLEAN = 0, 1
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         if args.topic:
             topic = metadata(conn, [args.topic]).topics[0]
             if int(topic.error_code) != 0:
-                raise StrandlineError(f"topic {args.topic}: {ErrorCode(int(topic.error_code)).name.upper()}")
+                raise refusal(topic.error_code, f"topic {args.topic}")
             indexes = sorted(p.partition_index for p in topic.partitions)
             if args.partition is not None:
                 if args.partition not in indexes:
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         resp = conn.request(ELECT_LEADERS, 1, {"election_type": election, "topic_partitions": partitions,
                                                "timeout": 30000})
     if int(resp.error_code) != 0:
-        raise StrandlineError(f"election refused: {ErrorCode(int(resp.error_code)).name.upper()}")
+        raise refusal(resp.error_code, "election refused")
     status = 0
     moved = 0
     for topic in sorted(resp.replica_election_results, key=lambda t: t.topic):

@@ -197,8 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     topics = sub.add_parser("topics", help="create, list, describe and delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)
+    described = {"create": "create a topic (like kafka-topics --create)", "list": "list the topics' names",
+                 "describe": "partitions, leaders, replicas, ISR, HW and LEO (like kafka-topics --describe)",
+                 "delete": "delete a topic (like kafka-topics --delete)"}
     for action in ("create", "list", "describe", "delete"):
-        p = tsub.add_parser(action)
+        p = tsub.add_parser(action, help=described[action], description=described[action])
         p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP)
         if action in ("create", "delete"):
             p.add_argument("--topic", required=True, help="the topic")
@@ -280,9 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sys.stdout.flush()      # here, where a closed pipe is caught, not at exit
         return code
-    except (ConfigError, StrandlineError) as exc:
+    except ConfigError as exc:
         print(f"strandline {command}: {exc}", file=sys.stderr)
         return 2
+    except StrandlineError as exc:
+        print(f"strandline {command}: {exc}", file=sys.stderr)
+        return exc.exit_status
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError as exc:

@@ -16,6 +16,7 @@ from strandline.cli.topics import controller_address, metadata
 from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas
 from strandline.errors import StrandlineError
 from strandline.cli.client_config import KafkaConnection
+from strandline.cli.answers import refusal
 
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 
@@ -61,7 +62,7 @@ def _current(conn: KafkaConnection, topics: list[str]) -> dict[tuple[str, int], 
     for t in metadata(conn, topics).topics:
         code = ErrorCode(int(t.error_code))
         if code is not ErrorCode.none:
-            raise StrandlineError(f"topic {t.name}: {code.name.upper()}")
+            raise refusal(code, f"topic {t.name}")
         for p in t.partitions:
             found[(t.name, p.partition_index)] = list(p.replica_nodes)
     return found
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         resp = conn.request(ALTER_PARTITION_REASSIGNMENTS, 0, {"timeout": 30000, "topics": [
             {"name": t, "partitions": ps} for t, ps in by_topic.items()]})
     if int(resp.error_code) != 0:
-        raise StrandlineError(f"reassignment refused: {ErrorCode(int(resp.error_code)).name.upper()}")
+        raise refusal(resp.error_code, "reassignment refused")
     failed = 0
     for t in resp.responses:
         for p in t.partitions:

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 from strandline.cli.topics import metadata
 from strandline.errors import StrandlineError
 from strandline.cli.client_config import KafkaConnection
+from strandline.cli.answers import refusal
 
 LIST_OFFSETS, DELETE_RECORDS = 2, 21
 EARLIEST, LATEST = -2, -1
@@ -43,7 +44,7 @@ def _leaders(bootstrap: str, topic: str) -> dict[int, str]:
     t = resp.topics[0]
     code = ErrorCode(int(t.error_code))
     if code is not ErrorCode.none:
-        raise StrandlineError(f"topic {topic}: {code.name.upper()}")
+        raise refusal(code, f"topic {topic}")
     return {p.partition_index: brokers.get(int(p.leader_id), "") for p in t.partitions}
 
 

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 from strandline.core.config import parse_override
 from strandline.coordination.znodes import uuid_to_base64
 from strandline.errors import StrandlineError
+from strandline.cli.answers import NOT_FOUND, refusal
 from strandline.cli.client_config import KafkaConnection
 
 METADATA, LIST_OFFSETS, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS = 3, 2, 19, 20, 37, 32
@@ -81,8 +82,8 @@ def _done(result: Any, action: str, done: str) -> int:
     it succeeded; raises StrandlineError on an error."""
     code = _error(result.error_code)
     if code is not ErrorCode.none:
-        raise StrandlineError(f"cannot {action}: {code.name.upper()}"
-                              + (f": {result.error_message}" if result.error_message else ""))
+        raise refusal(code, "topic " + action.rpartition("topic ")[2] if code in NOT_FOUND else f"cannot {action}",
+                      result.error_message)
     print(done)
     return 0
 
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         address = args.bootstrap_server
     with KafkaConnection(address) as conn:
         if args.action == "create":
-            configs = [dict(zip(("name", "value"), parse_override(c))) for c in (args.config or [])]
+            configs = [dict(zip(("name", "value"), parse_override(c, "--config"))) for c in (args.config or [])]
             resp = conn.request(CREATE_TOPICS, 4, {"topics": [{
                 "name": args.topic, "num_partitions": args.partitions,
                 "replication_factor": args.replication_factor, "assignments": [], "configs": configs}],
@@ -144,8 +145,9 @@ def describe(args: argparse.Namespace, resp: Any, overrides: dict[str, str]) -> 
     for topic in sorted(resp.topics, key=lambda t: t.name):
         code = _error(topic.error_code)
         if code is not ErrorCode.none:
-            print(f"strandline topics: topic {topic.name}: {code.name.upper()}", file=sys.stderr)
-            status = 1
+            error = refusal(code, f"topic {topic.name}")
+            print(f"strandline topics: {error}", file=sys.stderr)
+            status = max(status, error.exit_status)
             continue
         rf = len(topic.partitions[0].replica_nodes) if topic.partitions else 0
         if not wanted:

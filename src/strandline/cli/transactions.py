@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 from strandline.cli.topics import metadata
 from strandline.errors import StrandlineError
 from strandline.cli.client_config import KafkaConnection
+from strandline.cli.answers import refusal
 
 FIND_COORDINATOR, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 10, 65, 66
 TRANSACTION_KEY = 1
@@ -69,13 +70,12 @@ def _describe(args: argparse.Namespace) -> int:
     with KafkaConnection(args.bootstrap_server) as conn:
         found = conn.request(FIND_COORDINATOR, 3, {"key": args.transactional_id, "key_type": TRANSACTION_KEY})
     if _error(found.error_code) is not ErrorCode.none:
-        raise StrandlineError(f"no coordinator for transactional id {args.transactional_id}: "
-                              f"{_error(found.error_code).name.upper()}")
+        raise refusal(found.error_code, f"no coordinator for transactional id {args.transactional_id}")
     with KafkaConnection(f"{found.host}:{found.port}") as conn:
         frame = conn.raw_request(DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [args.transactional_id]})
     [state] = _describe_response(frame)
     if _error(state["error_code"]) is not ErrorCode.none:
-        raise StrandlineError(f"transactional id {args.transactional_id}: {_error(state['error_code']).name.upper()}")
+        raise refusal(state["error_code"], f"transactional id {args.transactional_id}")
     start = state["start_ms"]
     duration = int(time.time() * 1000) - start if start >= 0 else -1
     partitions = ",".join(f"{t}-{p}" for t, ps in state["topics"] for p in ps) or "-"

@@ -398,9 +398,10 @@ def parse_properties(text: str, source: str = "server.properties") -> dict[str, 
     return props
 
 
-def parse_override(text: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise ConfigError(f"Invalid override {text!r}: expected key=value")
+def parse_override(text: str, option: str = "--override") -> tuple[str, str]:
+    """``key=value`` as given to ``option``."""
+    if "=" not in text or not text.split("=", 1)[0].strip():
+        raise ConfigError(f"{option} {text!r}: expected KEY=VALUE (e.g. min.insync.replicas=2)")
     key, value = text.split("=", 1)
     return key.strip(), value.strip()
 

@@ -6,29 +6,41 @@ import socket
 import struct
 from typing import Any
 
-from strandline.errors import StrandlineError
+from strandline.errors import Unreachable, UsageError
 from strandline.protocol.api import decode_response, encode_request
+
+
+def parse_addresses(address: str) -> list[tuple[str, int]]:
+    """``host:port[,host:port...]`` as Kafka's tools take a bootstrap list; a malformed entry is
+    a :class:`UsageError` naming it."""
+    parsed = []
+    for item in (a.strip() for a in address.split(",")):
+        host, sep, port = item.rpartition(":")
+        if not item or not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"bad broker address {item!r} in {address!r}: expected host:port "
+                             f"(e.g. 127.0.0.1:9092), a port from 1 to 65535")
+        parsed.append((host.strip("[]"), int(port)))
+    return parsed
 
 
 class KafkaConnection:
     def __init__(self, address: str, timeout_s: float = 30.0, client_id: str = "strandline-cli") -> None:
         """Connect to ``address``, ``host:port`` or a comma-separated bootstrap list as Kafka's tools
         take it: the first broker in the list that accepts the connection is used."""
-        candidates = [a.strip() for a in address.split(",") if a.strip()]
+        candidates = parse_addresses(address)
         failures = []
-        for candidate in candidates:
-            host, _, port = candidate.rpartition(":")
+        for host, port in candidates:
             try:
-                self.sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s)
-            except (OSError, ValueError) as exc:
-                failures.append(f"{candidate}: {exc}")
+                self.sock = socket.create_connection((host, port), timeout=timeout_s)
+            except OSError as exc:
+                failures.append(f"{host}:{port}: {exc.strerror or exc}")
                 continue
-            self.address = candidate
+            self.address = f"{host}:{port}"
             break
         else:
             if len(candidates) == 1:
-                raise StrandlineError(f"cannot connect to broker {failures[0]}")
-            raise StrandlineError(f"cannot connect to any broker of {address!r} ({'; '.join(failures) or 'empty'})")
+                raise Unreachable(f"cannot connect to broker {failures[0]}")
+            raise Unreachable(f"cannot connect to any broker of {address!r} ({'; '.join(failures)})")
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = client_id
         self.correlation_id = 0
@@ -45,7 +57,7 @@ class KafkaConnection:
             size = struct.unpack(">i", self._read(4))[0]
             return self._read(size)
         except OSError as exc:
-            raise StrandlineError(f"broker {self.address} failed: {exc}") from None
+            raise Unreachable(f"broker {self.address} failed: {exc}") from None
 
     def _read(self, n: int) -> bytes:
         chunks = []
