@@ -103,7 +103,7 @@ def read_records(bootstrap: str, topic: str, partition: int, *, offset: int | No
                     break
             if result["end"]:
                 break
-        result["limited"] = len(records) >= limit or size >= MAX_BYTES
+        result["limited"] = (len(records) >= limit or size >= MAX_BYTES) and records[-1]["offset"] + 1 < high
         return result
     except KafkaException as exc:
         raise StrandlineError(f"reading {topic}-{partition}: {exc.args[0].str() if exc.args else exc}") from None

@@ -180,8 +180,10 @@ class Console:
             view["lab_runs"] = self.lab_runs()
             view["polls"] = self.polls
             for g in view["groups"]:
-                described = self.members.get(g["group"])
-                g["member_list"] = described["members"] if described else None
+                described = self.members.get(g["group"])       # described a few rounds ago: if still so
+                same = described is not None and described["state"] == g["state"] \
+                    and len(described["members"]) == g["members"]
+                g["member_list"] = described["members"] if same else None
         return view
 
     # ------------------------------------------------------------------ the lab
@@ -209,6 +211,7 @@ class Console:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/", self._index)
+        app.router.add_get("/favicon.ico", lambda request: web.Response(status=204))
         app.router.add_get("/api/cluster", self._api_cluster)
         app.router.add_get("/api/charts", self._api_charts)
         app.router.add_get("/api/records", self._api_records)
