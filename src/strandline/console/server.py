@@ -181,7 +181,7 @@ class Console:
             view["polls"] = self.polls
             for g in view["groups"]:
                 described = self.members.get(g["group"])       # described a few rounds ago: if still so
-                same = described is not None and described["state"] == g["state"] \
+                same = described is not None and _state(described["state"]) == _state(g["state"]) \
                     and len(described["members"]) == g["members"]
                 g["member_list"] = described["members"] if same else None
         return view
@@ -289,6 +289,12 @@ class Console:
             await self.runner.cleanup()
         if self.session is not None:
             await self.session.close()
+
+
+def _state(name: str | None) -> str:
+    """A group's state as both names compare: Kafka's ``PreparingRebalance`` and the Admin
+    client's ``PREPARING_REBALANCE``."""
+    return (name or "").replace("_", "").lower()
 
 
 def _int_param(request: web.Request, name: str, default: Any) -> Any:
