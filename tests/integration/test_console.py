@@ -250,6 +250,7 @@ def status_events(url: str) -> list[dict]:
 def save_screenshot(driver, path: Path) -> None:
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(1400, min(height + 40, 4000))
+    driver.execute_script("window.scrollTo(0, 0)")
     path.parent.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(path))
     driver.set_window_size(1400, 1000)
@@ -295,6 +296,9 @@ def test_charts_and_the_controllers_controlled_shutdown_kept_across_its_restart(
         return [e for e in events if e.startswith("controlled_shutdown") and f"broker {controller} " in e
                 and f"Controlled shutdown of broker {controller}" in e].__len__() == 1
     poll_until(shown_once, 20, interval=0.3, message=f"{mine}: shown once on the page")
+    events = page_state(browser)["events"]
+    assert not any("__consumer_offsets" in e or "__transaction_state" in e for e in events)     # folded too
+    assert int(browser.execute_script("return document.getElementById('events-hidden').dataset.hidden")) > 0
     poll_until(lambda: all(r["cls"] == "" for r in page_state(browser)["rows"].values()), 30, interval=0.3,
                message="orders healthy again")
     # the leader change of a partition the controller led is a mark on its chart

@@ -40,6 +40,10 @@ def show_bytes(data: bytes | None) -> dict[str, Any] | None:
     return entry
 
 
+def _bytes(data: str | bytes | None) -> bytes | None:
+    return data.encode() if isinstance(data, str) else data
+
+
 def read_records(bootstrap: str, topic: str, partition: int, *, offset: int | None = None,
                  time_ms: int | None = None, limit: int = 50, read_committed: bool = False,
                  timeout_s: float = READ_TIMEOUT_S) -> dict[str, Any]:
@@ -92,13 +96,13 @@ def read_records(bootstrap: str, topic: str, partition: int, *, offset: int | No
                         result["end"] = True
                         continue
                     raise StrandlineError(f"reading {topic}-{partition}: {err.str()}")
-                key, value = msg.key(), msg.value()
+                key, value = _bytes(msg.key()), _bytes(msg.value())
                 size += len(key or b"") + len(value or b"")
                 kind, ts = msg.timestamp()
                 records.append({"offset": msg.offset(), "timestamp_ms": ts,
                                 "timestamp_type": {1: "CreateTime", 2: "LogAppendTime"}.get(kind, "none"),
                                 "key": show_bytes(key), "value": show_bytes(value),
-                                "headers": [{"key": k, "value": show_bytes(v)} for k, v in msg.headers() or []]})
+                                "headers": [{"key": k, "value": show_bytes(_bytes(v))} for k, v in msg.headers() or []]})
                 if len(records) >= limit or size >= MAX_BYTES:
                     break
             if result["end"]:

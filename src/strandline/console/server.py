@@ -183,7 +183,7 @@ class Console:
                 described = self.members.get(g["group"])       # described a few rounds ago: if still so
                 same = described is not None and _state(described["state"]) == _state(g["state"]) \
                     and len(described["members"]) == g["members"]
-                g["member_list"] = described["members"] if same else None
+                g["member_list"] = described["members"] if described is not None and same else None
         return view
 
     # ------------------------------------------------------------------ the lab
@@ -211,7 +211,7 @@ class Console:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/", self._index)
-        app.router.add_get("/favicon.ico", lambda request: web.Response(status=204))
+        app.router.add_get("/favicon.ico", self._no_icon)
         app.router.add_get("/api/cluster", self._api_cluster)
         app.router.add_get("/api/charts", self._api_charts)
         app.router.add_get("/api/records", self._api_records)
@@ -222,6 +222,9 @@ class Console:
 
     async def _index(self, request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
+
+    async def _no_icon(self, request: web.Request) -> web.Response:
+        return web.Response(status=204)
 
     async def _api_cluster(self, request: web.Request) -> web.Response:
         return web.json_response(self.view())

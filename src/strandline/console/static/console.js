@@ -184,10 +184,17 @@ function drawGroups(view) {
 }
 
 function drawEvents(view) {
-  const items = view.events.slice().reverse().map((e) =>
+  // events about the internal topics' partitions are folded with them
+  const internal = showInternal();
+  const shown = view.events.filter((e) => internal || !INTERNAL.has(e.topic));
+  const items = shown.slice().reverse().map((e) =>
     el("li", {class: e.level, "data-kind": e.kind},
        `${new Date(e.time_ms).toISOString().slice(0, 23).replace("T", " ")} broker ${e.broker} ${e.kind}: ${e.message}`));
   document.getElementById("events").replaceChildren(...items);
+  const hidden = view.events.length - shown.length;
+  const note = document.getElementById("events-hidden");
+  note.textContent = hidden ? `(${hidden} events about internal topics folded; “show internal topics” lists them)` : "";
+  note.dataset.hidden = hidden;
 }
 
 function drawLab(view) {
