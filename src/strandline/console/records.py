@@ -115,13 +115,17 @@ def read_records(bootstrap: str, topic: str, partition: int, *, offset: int | No
         consumer.close()
 
 
-def describe_groups(bootstrap: str, groups: list[str], timeout_s: float = 3.0) -> dict[str, dict]:
+def admin_client(bootstrap: str, timeout_s: float = 3.0) -> AdminClient:
+    """The Admin client the console keeps for :func:`describe_groups`."""
+    return AdminClient({"bootstrap.servers": bootstrap, "client.id": "strandline-console",
+                        "socket.timeout.ms": int(timeout_s * 1000), "log_level": 0})
+
+
+def describe_groups(admin: AdminClient, groups: list[str], timeout_s: float = 3.0) -> dict[str, dict]:
     """group -> {"state", "members": [{"member_id", "client_id", "host", "assignment": [[topic,
     partition], ...]}]} for the groups their coordinators describe; the others are left out."""
     if not groups:
         return {}
-    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "strandline-console",
-                         "socket.timeout.ms": int(timeout_s * 1000), "log_level": 0})
     described = {}
     for group, future in admin.describe_consumer_groups(groups, request_timeout=timeout_s).items():
         try:
@@ -135,4 +139,3 @@ def describe_groups(bootstrap: str, groups: list[str], timeout_s: float = 3.0) -
                                                      for tp in (m.assignment.topic_partitions if m.assignment else []))}
                                for m in d.members), key=lambda m: m["member_id"])}
     return described
-

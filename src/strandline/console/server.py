@@ -44,7 +44,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from strandline.console.discovery import metrics_addresses
-from strandline.console.records import describe_groups, read_records
+from strandline.console.records import admin_client, describe_groups, read_records
 from strandline.console.model import TOPIC_COUNTERS, History, cluster_view, topic_byte_counters
 from strandline.errors import StrandlineError
 
@@ -83,6 +83,7 @@ class Console:
         self.counters: dict[int, dict | None] = {}
         self.history = History()
         self.members: dict[str, dict] = {}
+        self._admin: Any = None
         self._describing: asyncio.Task | None = None
         self.polls = 0
         self.last_poll_s = 0.0          # the slowest status answered in the last round of polls
@@ -154,8 +155,13 @@ class Console:
 
     async def _describe_groups(self) -> None:
         groups = sorted({g["group"] for s in self.statuses.values() if s for g in s.get("groups", [])})
+        if not groups:
+            self.members = {}
+            return
         try:
-            self.members = await asyncio.to_thread(describe_groups, self.bootstrap, groups)
+            if self._admin is None:
+                self._admin = await asyncio.to_thread(admin_client, self.bootstrap)
+            self.members = await asyncio.to_thread(describe_groups, self._admin, groups)
         except Exception as exc:       # noqa: BLE001 - the next round asks again
             log.debug("Describing the groups failed: %s", exc)
 

@@ -142,3 +142,35 @@ def test_a_partitions_history_has_each_replicas_leo_its_hw_and_its_events_as_mar
     assert chart["log_end_offsets"] == {"1": [8, 9, 12]} and chart["high_watermark"] == [7, 8, 11]
     assert [(m["time"], m["kind"]) for m in chart["marks"]] == [(2.5, "isr_shrink")]
     assert history.partition("nothere", 0)["times"] == []
+
+
+def test_the_byte_counters_of_a_brokers_metrics_text_as_the_broker_serves_them():
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import Metric
+
+    from strandline.console.server import byte_counters
+
+    class Counters:
+        def collect(self):
+            for name, value in (("bytesin", 300), ("bytesout", 70), ("messagesin", 3)):
+                metric = Metric(f"kafka_server_brokertopicmetrics_{name}", "help", "counter")
+                metric.add_sample(f"kafka_server_brokertopicmetrics_{name}_total", {}, value * 2)
+                metric.add_sample(f"kafka_server_brokertopicmetrics_{name}_total", {"topic": "t"}, value)
+                yield metric
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Counters())
+    assert byte_counters(generate_latest(registry).decode()) == {"t": {"in": 300.0, "out": 70.0}}
+
+
+def test_keys_and_values_are_shown_as_text_or_hex_and_cut():
+    from strandline.console.records import SHOWN_BYTES, show_bytes
+
+    assert show_bytes(None) is None
+    assert show_bytes(b"caf\xc3\xa9") == {"text": "café", "size": 5, "truncated": False}
+    assert show_bytes(b"\x00\xff") == {"hex": "00ff", "size": 2, "truncated": False}
+    assert show_bytes(b"bell\x07") == {"hex": "62656c6c07", "size": 5, "truncated": False}   # not printable
+    long = "a" + "é" * SHOWN_BYTES            # the cut falls inside a character: still text
+    shown = show_bytes(long.encode())
+    assert shown["truncated"] and shown["size"] == 1 + 2 * SHOWN_BYTES
+    assert shown["text"] == "a" + "é" * (SHOWN_BYTES // 2 - 1)
