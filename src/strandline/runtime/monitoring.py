@@ -143,6 +143,7 @@ class Timeline:
         self.started_ms = time.time_ns() // 1_000_000    # names this process's timeline (seq starts again)
         self.path = path
         self._lines = 0
+        self._file: Any = None
         if path is not None:
             self._load(path)
 
@@ -173,17 +174,28 @@ class Timeline:
         assert self.path is not None
         try:
             if self._lines + 1 >= 2 * EVENTS_KEPT:
+                self.close()
                 temporary = self.path + ".tmp"
                 with open(temporary, "w", encoding="utf-8") as f:
                     f.writelines(json.dumps(e) + "\n" for e in self.events)
                 os.replace(temporary, self.path)
                 self._lines = len(self.events)
             else:
-                with open(self.path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(event) + "\n")
+                if self._file is None:        # kept open: an election of many partitions is many lines
+                    self._file = open(self.path, "a", encoding="utf-8", buffering=1)
+                self._file.write(json.dumps(event) + "\n")
                 self._lines += 1
         except OSError as exc:
+            self.close()
             self._give_up(exc)
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
 
     def record(self, kind: str, message: str, partition: tuple[str, int] | None, level: str) -> None:
         self.seq += 1
@@ -292,6 +304,7 @@ class Monitoring:
 
     async def close(self) -> None:
         self.gc.close()
+        self.timeline.close()
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
