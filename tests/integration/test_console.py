@@ -6,9 +6,12 @@ them, and the controller's own controlled shutdown kept as an event across its r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import socket
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -158,6 +161,73 @@ def test_user_topics_first_with_the_numbers_topics_describe_prints_and_internal_
         page_state(browser)["summary"]
     browser.find_element("id", "show-internal").click()
     poll_until(lambda: len(page_state(browser)["rows"]) == 3, 5, message="the internal topics folded again")
+
+
+def fake_broker_status() -> dict:
+    """One broker's /status: a user topic and 50 partitions of __consumer_offsets, all of them
+    under-replicated (replicas [1, 2], ISR [1])."""
+    topics = {"orders": {"partitions": {"0": {"replicas": [1, 2], "leader": 1, "isr": [1]}}},
+              "__consumer_offsets": {"partitions": {str(i): {"replicas": [1, 2], "leader": 1, "isr": [1]}
+                                                    for i in range(50)}}}
+    replicas = [{"topic": t, "partition": int(i), "leader": 1, "leader_epoch": 0, "role": "leader",
+                 "replicas": [1, 2], "log_start_offset": 0, "log_end_offset": 5, "high_watermark": 5, "size": 50,
+                 "isr": [1], "min_insync_replicas": 1, "followers": {}}
+                for t, topic in topics.items() for i in topic["partitions"]]
+    return {"broker_id": 1, "controller_id": 1, "is_controller": True, "timeline": 1, "events": [],
+            "brokers": {"1": {"host": "127.0.0.1", "port": 1, "rack": None}}, "topics": topics,
+            "replicas": replicas, "groups": []}
+
+
+def test_internal_topics_stay_folded_when_they_are_unhealthy(browser):
+    """Against a broker's /status served by the test: every __consumer_offsets partition
+    under-replicated is one folded line, marked under-replicated, below the user's partition."""
+    from aiohttp import web
+
+    from strandline.console.server import Console
+
+    started: dict = {}
+    stop = threading.Event()
+
+    async def status(request: web.Request) -> web.Response:
+        return web.json_response(fake_broker_status())
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def serve() -> None:
+        app = web.Application()
+        app.router.add_get("/status", status)
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        broker = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            closed = s.getsockname()[1]
+        console = Console(f"127.0.0.1:{closed}", addresses={1: broker}, interval_s=0.2)
+        started["url"] = await console.start("127.0.0.1", 0)
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        await console.close()
+        await runner.cleanup()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    try:
+        poll_until(lambda: "url" in started, 10, message="the console serving")
+        browser.get(started["url"])
+        poll_until(lambda: "orders-0" in page_state(browser)["rows"], 10, message="orders-0 on the page")
+        state = page_state(browser)
+        assert list(state["rows"]) == ["orders-0"], list(state["rows"])[:5]
+        assert state["folded"]["__consumer_offsets"]["count"] == 50
+        assert "under-replicated" in state["folded"]["__consumer_offsets"]["cls"]
+        assert "1 topics, 1 partitions (+ 50 partitions of 1 internal topics, folded) · 51 under-replicated" \
+            in state["summary"]
+    finally:
+        stop.set()
+        thread.join(10)
 
 
 def read_on_page(driver, **fields) -> dict:
