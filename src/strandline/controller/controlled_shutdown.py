@@ -76,7 +76,7 @@ def controlled_shutdown(office: Office, elections: PartitionElections, broker_id
                 and (t.name, i) not in stopped]
         effects: list[Effect] = [LogLine("info", f"Controlled shutdown of broker {broker_id}: {len(keys)} partition(s) "
                                      f"moved or shrunk, {len(remaining)} remaining",
-                                                 event="controlled_shutdown")]
+                                         event="controlled_shutdown")]
         if stop:
             effects.extend(stop_replicas(stop, when_ms))
         return effects + respond({"error_code": ErrorCode.none, "remaining_partitions": remaining})
