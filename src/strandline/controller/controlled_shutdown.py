@@ -75,7 +75,8 @@ def controlled_shutdown(office: Office, elections: PartitionElections, broker_id
                 if broker_id in t.assignment[i] and t.states.get(i) and t.states[i].leader != broker_id
                 and (t.name, i) not in stopped]
         effects: list[Effect] = [LogLine("info", f"Controlled shutdown of broker {broker_id}: {len(keys)} partition(s) "
-                                     f"moved or shrunk, {len(remaining)} remaining")]
+                                     f"moved or shrunk, {len(remaining)} remaining",
+                                         event="controlled_shutdown")]
         if stop:
             effects.extend(stop_replicas(stop, when_ms))
         return effects + respond({"error_code": ErrorCode.none, "remaining_partitions": remaining})

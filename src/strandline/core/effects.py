@@ -44,9 +44,10 @@ class ZkRequest:
 class LogLine:
     """A line for the broker's log. ``event`` names a cluster event worth a place on the operator's
     timeline (``leader``, ``offline``, ``unclean``, ``isr_shrink``, ``isr_expand``, ``broker_gone``,
-    ``broker_joined``), with the partition it concerns, if any. ``kind`` names what a line that may
-    repeat many times says (a refused request, a failing fetch), whatever its details: the shell's
-    log keeps the first line of a kind and counts the others (:mod:`strandline.runtime.loggers`)."""
+    ``broker_joined``, ``controlled_shutdown``), with the partition it concerns, if any. ``kind``
+    names what a line that may repeat many times says (a refused request, a failing fetch),
+    whatever its details: the shell's log keeps the first line of a kind and counts the others
+    (:mod:`strandline.runtime.loggers`)."""
 
     level: str
     message: str

@@ -5,8 +5,9 @@ events that change it. ``/metrics`` serves the families of :mod:`strandline.brok
 request-time histograms the shell measures and the process's own (CPU, memory, the garbage
 collector's pauses), in Prometheus' text format (prometheus_client).
 ``/status`` serves :func:`strandline.broker.status.status` plus this broker's recent cluster
-events (leader changes, ISR shrinks and expansions, broker deaths, offline partitions), newest
-last; ``/status?since=<seq>`` returns only the events after ``seq``.
+events (leader changes, ISR shrinks and expansions, broker deaths, offline partitions, controlled
+shutdowns), newest last, kept across restarts in a small ring file in its first log dir;
+``/status?since=<seq>`` returns only the events after ``seq``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import bisect
 import collections
 import gc
+import json
 import logging
+import os
 import time
 from typing import Any
 
@@ -32,6 +35,8 @@ from strandline.runtime.disk import PREALLOCATOR
 #: request times in ms, from 0.5 ms to long-poll fetches
 BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 EVENTS_KEPT = 1000
+#: the file of a broker's events in its first log dir (not a partition's directory name)
+EVENTS_FILE = "strandline-events.jsonl"
 #: garbage collector pauses in seconds, from 0.1 ms to a second
 GC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
@@ -121,20 +126,86 @@ class GcMetrics:
 
 
 class Timeline:
-    """This broker's recent cluster events, numbered so a reader can ask for what is new."""
+    """This broker's recent cluster events, numbered so a reader can ask for what is new.
 
-    def __init__(self, broker_id: int) -> None:
+    With a ``path`` (``strandline-events.jsonl`` in the first log dir) each event is also appended
+    to that file, one JSON line, and a new process reads the file back, so that the events of a
+    broker's earlier lives (its own controlled shutdown as controller, say) outlive a restart; its
+    numbering goes on from the last event kept. The file is a ring: once it holds twice
+    ``EVENTS_KEPT`` lines it is rewritten with the last ``EVENTS_KEPT`` (to a temporary file,
+    renamed over it). A file that cannot be read or written costs only the events' persistence,
+    with one warning."""
+
+    def __init__(self, broker_id: int, path: str | None = None) -> None:
         self.broker_id = broker_id
         self.events: collections.deque = collections.deque(maxlen=EVENTS_KEPT)
         self.seq = 0
         self.started_ms = time.time_ns() // 1_000_000    # names this process's timeline (seq starts again)
+        self.path = path
+        self._lines = 0
+        self._file: Any = None
+        if path is not None:
+            self._load(path)
+
+    def _load(self, path: str) -> None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.readlines()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self._give_up(exc)
+            return
+        self._lines = len(lines)
+        for line in lines:
+            try:
+                event = json.loads(line)
+                self.seq = max(self.seq, int(event["seq"]))
+            except (ValueError, KeyError, TypeError):
+                continue            # a line cut by a crash
+            self.events.append(event)
+
+    def _give_up(self, exc: OSError) -> None:
+        log.warning("Cannot keep the cluster events in %s (%s); they last only as long as this process",
+                    self.path, exc.strerror or exc)
+        self.path = None
+
+    def _persist(self, event: dict) -> None:
+        assert self.path is not None
+        try:
+            if self._lines + 1 >= 2 * EVENTS_KEPT:
+                self.close()
+                temporary = self.path + ".tmp"
+                with open(temporary, "w", encoding="utf-8") as f:
+                    f.writelines(json.dumps(e) + "\n" for e in self.events)
+                os.replace(temporary, self.path)
+                self._lines = len(self.events)
+            else:
+                if self._file is None:        # kept open: an election of many partitions is many lines
+                    self._file = open(self.path, "a", encoding="utf-8", buffering=1)
+                self._file.write(json.dumps(event) + "\n")
+                self._lines += 1
+        except OSError as exc:
+            self.close()
+            self._give_up(exc)
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
 
     def record(self, kind: str, message: str, partition: tuple[str, int] | None, level: str) -> None:
         self.seq += 1
-        self.events.append({"seq": self.seq, "time_ms": time.time_ns() // 1_000_000, "broker": self.broker_id,
-                            "kind": kind, "level": level, "message": message,
-                            "topic": partition[0] if partition else None,
-                            "partition": partition[1] if partition else None})
+        event = {"seq": self.seq, "time_ms": time.time_ns() // 1_000_000, "broker": self.broker_id,
+                 "kind": kind, "level": level, "message": message,
+                 "topic": partition[0] if partition else None,
+                 "partition": partition[1] if partition else None}
+        self.events.append(event)
+        if self.path is not None:
+            self._persist(event)
 
     def since(self, seq: int) -> list[dict]:
         return [e for e in self.events if e["seq"] > seq]
@@ -189,7 +260,8 @@ class Monitoring:
         GCCollector(registry=self.registry)
         self.gc = GcMetrics(self.registry)
         self.registry.register(PreallocatorCollector(PREALLOCATOR))
-        self.timeline = Timeline(broker.broker_id)
+        log_dirs = broker.config["log.dirs"]
+        self.timeline = Timeline(broker.broker_id, os.path.join(log_dirs[0], EVENTS_FILE) if log_dirs else None)
         self.runner: web.AppRunner | None = None
         self.address: tuple[str, int] | None = None
 
@@ -232,6 +304,7 @@ class Monitoring:
 
     async def close(self) -> None:
         self.gc.close()
+        self.timeline.close()
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None

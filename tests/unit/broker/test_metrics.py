@@ -93,3 +93,20 @@ def test_a_dead_leader_is_an_election_and_a_dead_isr_an_offline_partition_on_the
     assert ("offline", ("o", 0)) in c.brokers[controller].events
     view = status(c.brokers[controller].core)
     assert view["is_controller"] and view["topics"]["o"]["partitions"]["0"]["leader"] == -1
+
+
+def test_a_controlled_shutdown_is_an_event_on_the_controller_also_its_own():
+    """SPEC CTL-9: the controller's timeline names every controlled shutdown it carried out,
+    that of another broker and its own."""
+    c = SimCluster((1, 2, 3), latency_ms=1, **{"replica.lag.time.max.ms": str(LAG_MS)})
+    controller = c.controller_id
+    other, third = [b for b in (1, 2, 3) if b != controller]
+    create(c, "cs", [controller, third], min_isr=1)
+    c.begin_controlled_shutdown(other)
+    c.advance(200)
+    assert ("controlled_shutdown", None) in c.brokers[controller].events
+    assert c.brokers[controller].events.count(("controlled_shutdown", None)) == 1
+    c.begin_controlled_shutdown(controller)
+    c.advance(200)
+    assert c.brokers[controller].events.count(("controlled_shutdown", None)) == 2
+    assert c.state("cs").leader == third

@@ -35,7 +35,9 @@ def test_the_console_serves_its_page_and_the_labs_runs_without_a_cluster(tmp_pat
                         return resp.status, await resp.text()
                 return {path: await get(path) for path in (
                     "/", "/static/console.js", "/api/cluster", "/metrics", f"/lab/{run.name}/timeline.html",
-                    f"/lab/{run.name}/history.jsonl", "/lab/../timeline.html")}
+                    f"/lab/{run.name}/history.jsonl", "/lab/../timeline.html", "/static/vendor/uPlot.iife.min.js",
+                    "/api/charts?topic=t&partition=0", "/api/records?partition=0",
+                    "/api/records?topic=t&partition=x", "/api/records?topic=t&isolation=dirty")}
         finally:
             await console.close()
 
@@ -50,6 +52,14 @@ def test_the_console_serves_its_page_and_the_labs_runs_without_a_cluster(tmp_pat
     assert answers[f"/lab/{run.name}/timeline.html"] == (200, "<html>the timeline</html>")
     assert answers[f"/lab/{run.name}/history.jsonl"][0] == 404
     assert answers["/lab/../timeline.html"][0] == 404
+    page = answers["/"][1]
+    assert "/static/vendor/uPlot.iife.min.js" in page and "http" not in page.replace("http-equiv", "")  # offline
+    assert answers["/static/vendor/uPlot.iife.min.js"][0] == 200
+    charts = json.loads(answers["/api/charts?topic=t&partition=0"][1])
+    assert charts["partition"]["times"] == [] and charts["topics"] == {"times": [], "topics": {}}
+    assert answers["/api/records?partition=0"] == (400, "topic is required")
+    assert answers["/api/records?topic=t&partition=x"] == (400, "partition must be an integer")
+    assert answers["/api/records?topic=t&isolation=dirty"][0] == 400
 
 
 def test_the_console_polls_a_slow_broker_less_often():
