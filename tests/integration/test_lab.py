@@ -164,6 +164,9 @@ def test_lab_list_names_every_scenario():
     assert result.returncode == 0
     names = [line.split()[0] for line in result.stdout.splitlines()]
     assert names == [*SCENARIOS, "SAFE"]
+    # one column: every summary starts where the others do, however long the name
+    starts = {len(line) - len(line[len(name):].lstrip()) for line, name in zip(result.stdout.splitlines(), names)}
+    assert len(starts) == 1, starts
 
 
 def test_lab_run_of_an_unknown_scenario_is_one_line_and_exit_2():

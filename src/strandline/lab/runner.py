@@ -306,8 +306,10 @@ def audit_command(run_dirs: list[str]) -> int:
 
 
 def list_command() -> int:
-    for s in [*SCENARIOS.values(), SAFE]:
-        _say(f"{s.name:<7} {s.summary}" + ("  [needs root: partitions]" if s.needs_network else ""))
+    scenarios = [*SCENARIOS.values(), SAFE]
+    width = max(len(s.name) for s in scenarios)
+    for s in scenarios:
+        _say(f"{s.name:<{width}}  {s.summary}" + ("  [needs root: partitions]" if s.needs_network else ""))
     return 0
 
 
