@@ -26,12 +26,12 @@ key announces (a control request, retention) makes each start over with a full l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable
 
 from kio.schema.errors import ErrorCode
 
 from strandline.replication.partition import FetchClock, Partition
-from strandline.replication.purgatory import FetchedPartition, FetchedTopic
+from strandline.replication.fetch_types import FetchedPartition, FetchedTopic, FetchPartitionRequest
 
 NO_SESSION = 0
 INITIAL_EPOCH = 0
@@ -40,21 +40,6 @@ Key = tuple[str, int]
 #: a partition's fetch position as a fetcher's session keeps it: (leader epoch, fetch offset, log
 #: start offset, max bytes), compared as a whole
 Position = tuple[int, int, int, int]
-
-
-class FetchPartitionRequest(Protocol):
-    """A partition as a Fetch names it: a request's own (kio's ``FetchPartition``), or a session's
-    :class:`SessionPartition`, which keeps the same names. Versions that lack a field read its
-    default (``getattr(p, "current_leader_epoch", -1)``, ``log_start_offset``, ``last_fetched_epoch``)."""
-
-    @property
-    def partition(self) -> int: ...
-
-    @property
-    def fetch_offset(self) -> int: ...
-
-    @property
-    def partition_max_bytes(self) -> int: ...
 
 
 def next_epoch(epoch: int) -> int:

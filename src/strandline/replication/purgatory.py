@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Container, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypedDict
+from typing import TYPE_CHECKING, Callable, Container, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import Effect
 from strandline.coordination.znodes import BrokerInfo
-from strandline.log.disk import FileRegion
+from strandline.replication.fetch_types import FetchedTopic, FetchPartitionRequest
 
 if TYPE_CHECKING:
-    from strandline.replication.fetch_session import ChangeJournal, FetchPartitionRequest, FetchSession, SessionScan
+    from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionScan
     from strandline.replication.partition import Partition
 
 Key = tuple[str, int]
@@ -286,26 +286,8 @@ class FetchParams(NamedTuple):
     #                                     a preferred read replica is one of them, in each of its reads
 
 
-class FetchedPartition(TypedDict):
-    """One partition's entry in a Fetch answer, as the replica manager reads it."""
-    partition_index: int
-    error_code: ErrorCode
-    high_watermark: int
-    last_stable_offset: int
-    log_start_offset: int
-    aborted_transactions: list[tuple[int, int]] | None    # (producer id, first offset); None: read_uncommitted
-    preferred_read_replica: int     # KIP-392: the broker to fetch from instead (-1: this one)
-    records: bytes | FileRegion     # whole batches (a FileRegion: a segment's tail for the shell to sendfile)
-
-
-class FetchedTopic(TypedDict):
-    """One topic of a Fetch answer: its partitions' entries."""
-    topic: str
-    partitions: list[FetchedPartition]
-
-
 #: a partition a Fetch reads: its key, its topic's name, and what the Fetch asks of it
-KeyedRequest = tuple[Key, str, "FetchPartitionRequest"]
+KeyedRequest = tuple[Key, str, FetchPartitionRequest]
 
 
 class LogReadResult(NamedTuple):

@@ -21,15 +21,15 @@ from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
 from strandline.protocol.records import Buffer
 from strandline.replication.controller_requests import ControlRespond, ControllerRequests, LeadershipListener
-from strandline.replication.fetch_session import (ChangeJournal, FetchPartitionRequest, FetchSession, SessionPartition,
-                                                  SessionScan)
+from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionPartition, SessionScan
+from strandline.replication.fetch_types import FetchedPartition, FetchedTopic, FetchPartitionRequest
 from strandline.replication.fetcher_manager import ReplicaFetcherManager
 from strandline.replication.isr_manager import IsrManager
 from strandline.replication.leader_writes import LeaderWrites
 from strandline.replication.log_admin import LogAdmin
 from strandline.replication.partition import FetchClock, Partition
-from strandline.replication.purgatory import (DelayedFetch, DelayedProduce, FetchedPartition, FetchedTopic, FetchParams,
-                                              KeyedRequest, LogReadResult, ProduceResult, Purgatory)
+from strandline.replication.purgatory import (DelayedFetch, DelayedProduce, FetchParams, KeyedRequest, LogReadResult,
+                                              ProduceResult, Purgatory)
 from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.replica_selector import preferred_read_replica
 from strandline.replication.topic_ids import stale_log

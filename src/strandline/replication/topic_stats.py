@@ -13,7 +13,7 @@ from collections import defaultdict
 from kio.schema.errors import ErrorCode
 
 from strandline.protocol.records import HEADER_SIZE, Buffer
-from strandline.replication.purgatory import FetchedTopic
+from strandline.replication.fetch_types import FetchedTopic
 
 RECORDS_COUNT = HEADER_SIZE - 4     # the offset of a v2 batch's record count
 UNKNOWN = (ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id)
