@@ -13,12 +13,12 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.coordination import znodes
 from strandline.core.outbox import Outbox
-from strandline.coordination.metadata import LeaderAndIsr, MetadataCache, TopicMetadata
-from strandline.coordination.store import GetChildren, ZkError
-from strandline.coordination.znodes import BrokerInfo
+from strandline.coordination.metadata import MetadataCache, TopicMetadata
+from strandline.coordination.store import GetChildren, OpResult, ZkError
+from strandline.coordination.znodes import BrokerInfo, LeaderAndIsr
 from strandline.protocol import control
 from strandline.replication.fetcher_manager import ReplicaFetcherManager
 from strandline.replication.partition import Partition
@@ -31,7 +31,9 @@ TOPIC_READ_RETRY_MS = 500       # read an unknown topic again while ZooKeeper ca
 
 
 #: ``listener(topic, index, leader, now_ms)``: this broker became leader (True) or stopped leading.
-LeadershipListener = Callable[[str, int, bool, int], list]
+LeadershipListener = Callable[[str, int, bool, int], list[Effect]]
+#: ``respond(answer)``: the effects that answer a control request (its body as a dict)
+ControlRespond = Callable[[dict[str, Any]], list[Effect]]
 
 
 class HostedReplicas(Protocol):
@@ -46,7 +48,7 @@ class HostedReplicas(Protocol):
 
     def delete_partition(self, key: tuple[str, int]) -> None: ...
 
-    def complete_delayed_requests(self, keys: list[tuple[str, int]], now_ms: int) -> list: ...
+    def complete_delayed_requests(self, keys: list[tuple[str, int]], now_ms: int) -> list[Effect]: ...
 
     def note_state_change(self) -> None: ...
 
@@ -76,7 +78,7 @@ class ControllerRequests:
         self.shutting_down = False         # asked the controller for a controlled shutdown
         self.loading_topics: set[str] = set()      # LeaderAndIsr/UpdateMetadata waiting on ZooKeeper
         #: control requests that came while one waits on ZooKeeper (None: none waits)
-        self._held_control: list[tuple[int, dict, Callable[[dict], list], bool]] | None = None
+        self._held_control: list[tuple[int, dict[str, Any], ControlRespond, bool]] | None = None
         self.leadership_listeners: list[LeadershipListener] = []
 
     def install_cluster(self, cluster_id: str | None, brokers: dict[int, BrokerInfo],
@@ -110,8 +112,8 @@ class ControllerRequests:
         controller's StopReplica."""
         self.shutting_down = True
 
-    def handle_control(self, api_key: int, body: dict, respond: Callable[[dict], list], now_ms: int,
-                       load: bool = True, local: bool = False) -> list:
+    def handle_control(self, api_key: int, body: dict[str, Any], respond: ControlRespond, now_ms: int,
+                       load: bool = True, local: bool = False) -> list[Effect]:
         """LeaderAndIsr, UpdateMetadata or StopReplica from the controller (``local``: this broker's
         own controller, in-process): a request that does not come from the current controller to
         this broker's current registration is refused (:meth:`refusal`); topics this broker does
@@ -128,12 +130,13 @@ class ControllerRequests:
             self.loading_topics.update(missing)
             self._held_control = []
 
-            def loaded(when_ms: int, unread: list[str]) -> list:
+            def loaded(when_ms: int, unread: list[str]) -> list[Effect]:
                 if unread:         # ZooKeeper did not answer: read them again, as Kafka's client resends
                     return self.outbox.after(when_ms + TOPIC_READ_RETRY_MS, lambda t: [
                         self.outbox.zk(*self.metadata.load_topics(unread, loaded))])
                 self.loading_topics.difference_update(missing)
                 held, self._held_control = self._held_control, None
+                assert held is not None         # set when the read was sent, cleared only here
                 # the epochs are checked again: a newer controller may have spoken meanwhile
                 effects = self.handle_control(api_key, body, respond, when_ms, load=False, local=local)
                 for held_key, held_body, held_respond, held_local in held:
@@ -143,7 +146,7 @@ class ControllerRequests:
         effects, answer = self.apply_control(api_key, body, now_ms)
         return effects + respond(answer)
 
-    def refusal(self, body: dict, local: bool = False) -> ErrorCode | None:
+    def refusal(self, body: dict[str, Any], local: bool = False) -> ErrorCode | None:
         """Why a control request is refused as a whole, None if it is not.
 
         - STALE_CONTROLLER_EPOCH: an older controller epoch than one this broker heard from (Kafka).
@@ -180,7 +183,7 @@ class ControllerRequests:
         elif self.zk_controller_id == self.broker_id:
             self.zk_controller_id = -1
 
-    def apply_control(self, api_key: int, body: dict, now_ms: int) -> tuple[list, dict]:
+    def apply_control(self, api_key: int, body: dict[str, Any], now_ms: int) -> tuple[list[Effect], dict[str, Any]]:
         """Carry out a control request (the controller's own ones come straight here)."""
         self.heard_from_controller = True
         self.replicas.note_state_change()
@@ -193,7 +196,7 @@ class ControllerRequests:
             return self.maybe_update_metadata_cache(body, now_ms), {"error_code": ErrorCode.none}
         return self.stop_replicas(body, now_ms)
 
-    def _unknown_topics(self, api_key: int, body: dict) -> list[str]:
+    def _unknown_topics(self, api_key: int, body: dict[str, Any]) -> list[str]:
         if api_key == control.STOP_REPLICA:
             return []
         names = []
@@ -220,9 +223,9 @@ class ControllerRequests:
             self.metadata.topics[topic.name] = TopicMetadata(topic.name, topic.topic_id, dict(topic.assignment),
                                                              {}, dict(topic.configs))
 
-    def become_leader_or_follower(self, body: dict, now_ms: int) -> tuple[list, dict]:
-        effects: list = []
-        errors: list[dict] = []
+    def become_leader_or_follower(self, body: dict[str, Any], now_ms: int) -> tuple[list[Effect], dict[str, Any]]:
+        effects: list[Effect] = []
+        errors: list[dict[str, Any]] = []
         changed: list[tuple[str, int]] = []
         for leader in body["live_leaders"]:
             if leader["broker_id"] not in self.metadata.brokers:
@@ -260,7 +263,7 @@ class ControllerRequests:
         effects.extend(self.fetcher_manager.maybe_send_fetches(now_ms))
         return effects + self.stale_logs_deleted(), leader_and_isr_answer(body, errors)
 
-    def forget_deleted_topics(self, now_ms: int) -> list:
+    def forget_deleted_topics(self, now_ms: int) -> list[Effect]:
         """Registered again after this broker's ZooKeeper session was lost: it may have missed a
         topic's deletion (the controller tells the brokers registered then). The topics it knows
         that ZooKeeper no longer has are dropped from its metadata and their replicas deleted, as
@@ -268,12 +271,12 @@ class ControllerRequests:
         was sent is left."""
         known = dict(self.metadata.topics)
 
-        def on_children(results: list, when_ms: int) -> list:
+        def on_children(results: list[OpResult], when_ms: int) -> list[Effect]:
             [res] = results
             if res.error is not ZkError.NONE:     # read again, as Kafka's ZooKeeper client resends
                 return self.outbox.after(when_ms + TOPIC_READ_RETRY_MS, self.forget_deleted_topics)
             present = set(res.children)
-            effects: list = []
+            effects: list[Effect] = []
             for name, topic in known.items():
                 if name in present or self.metadata.topics.get(name) is not topic:
                     continue
@@ -286,11 +289,11 @@ class ControllerRequests:
 
         return [self.outbox.zk([GetChildren(znodes.TopicsZNode.path())], on_children)]
 
-    def stale_logs_deleted(self) -> list:
+    def stale_logs_deleted(self) -> list[Effect]:
         said, self.deleted_stale = self.deleted_stale, []
         return [LogLine("warning", f"Deleted log of {what}: it belongs to an earlier topic of that name") for what in said]
 
-    def _drop_stale_replicas(self, topic: TopicMetadata, now_ms: int) -> list:
+    def _drop_stale_replicas(self, topic: TopicMetadata, now_ms: int) -> list[Effect]:
         """Once a topic was read again for another id: delete the local replicas of its name whose
         logs are of the earlier topic (topic_ids)."""
         self.recreated.discard(topic.name)
@@ -300,7 +303,7 @@ class ControllerRequests:
                                f"{topic.topic_id})" for i in stale]
         return self._delete_replicas(topic.name, stale, now_ms)
 
-    def _delete_replicas(self, name: str, indexes: list[int], now_ms: int) -> list:
+    def _delete_replicas(self, name: str, indexes: list[int], now_ms: int) -> list[Effect]:
         """Stop and delete the local replicas ``indexes`` of topic ``name``, as a topic's deletion does."""
         if not indexes:
             return []
@@ -308,14 +311,14 @@ class ControllerRequests:
             {"partition_index": i, "leader_epoch": control.EPOCH_DURING_DELETE, "delete_partition": True}
             for i in indexes]}]}, now_ms)[0]
 
-    def _leadership_changed(self, partition: Partition, leader: bool, now_ms: int) -> list:
-        effects: list = []
+    def _leadership_changed(self, partition: Partition, leader: bool, now_ms: int) -> list[Effect]:
+        effects: list[Effect] = []
         for listener in self.leadership_listeners:
             effects.extend(listener(partition.topic, partition.index, leader, now_ms))
         return effects
 
     def _make_leader(self, partition: Partition, state: LeaderAndIsr, replicas: tuple[int, ...],
-                     now_ms: int) -> list:
+                     now_ms: int) -> list[Effect]:
         key = (partition.topic, partition.index)
         self.fetcher_manager.remove_partitions([key])
         partition.make_leader(state, replicas, now_ms)
@@ -324,11 +327,11 @@ class ControllerRequests:
             self._leadership_changed(partition, True, now_ms)
 
     def _make_follower(self, partition: Partition, state: LeaderAndIsr, replicas: tuple[int, ...],
-                       now_ms: int) -> list:
+                       now_ms: int) -> list[Effect]:
         key = (partition.topic, partition.index)
         self.fetcher_manager.remove_partitions([key])
         partition.make_follower(state, replicas)
-        effects: list = self._leadership_changed(partition, False, now_ms)
+        effects = self._leadership_changed(partition, False, now_ms)
         effects.append(LogLine("info", f"Follower of {key[0]}-{key[1]} in epoch {state.leader_epoch}, "
                                    f"leader {state.leader}, LEO {partition.log_end_offset}"))
         if state.leader < 0 or self.shutting_down:
@@ -341,14 +344,14 @@ class ControllerRequests:
         self.fetcher_manager.add_partition(key, state.leader, state.leader_epoch, truncating)
         return effects
 
-    def maybe_update_metadata_cache(self, body: dict, now_ms: int) -> list:
+    def maybe_update_metadata_cache(self, body: dict[str, Any], now_ms: int) -> list[Effect]:
         md = self.metadata
-        brokers = {}
+        brokers: dict[int, BrokerInfo] = {}
         for b in body["live_brokers"]:
-            ep = b["endpoints"][0] if b["endpoints"] else {"host": "", "port": -1}
+            ep: dict[str, Any] = b["endpoints"][0] if b["endpoints"] else {"host": "", "port": -1}
             brokers[b["id"]] = BrokerInfo(b["id"], ep["host"], ep["port"], b["rack"])
         md.brokers = brokers
-        effects: list = []
+        effects: list[Effect] = []
         for ts in body["topic_states"]:
             name = ts["topic_name"]
             for ps in ts["partition_states"]:
@@ -374,13 +377,13 @@ class ControllerRequests:
                     ps["leader"], ps["leader_epoch"], tuple(ps["isr"]), ps["controller_epoch"], ps["zk_version"])
         return effects + self.stale_logs_deleted() + self.fetcher_manager.maybe_send_fetches(now_ms)
 
-    def stop_replicas(self, body: dict, now_ms: int) -> tuple[list, dict]:
+    def stop_replicas(self, body: dict[str, Any], now_ms: int) -> tuple[list[Effect], dict[str, Any]]:
         """Stop fetching for (and delete, if asked) each partition named, unless the request names
         an older leader epoch than the replica's (KIP-570: a StopReplica retried late, after a
         LeaderAndIsr of a newer epoch gave the replica back, is answered FENCED_LEADER_EPOCH).
         A topic's deletion names epoch -2: its partitions stop whatever their epoch."""
-        effects: list = []
-        errors = []
+        effects: list[Effect] = []
+        errors: list[dict[str, Any]] = []
         stopped: list[tuple[tuple[str, int], bool]] = []
         partitions = self.replicas.partitions
         for ts in body["topic_states"]:

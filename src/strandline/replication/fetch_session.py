@@ -31,11 +31,15 @@ from typing import Any, Iterable
 from kio.schema.errors import ErrorCode
 
 from strandline.replication.partition import FetchClock, Partition
+from strandline.replication.fetch_types import FetchedPartition, FetchedTopic, FetchPartitionRequest
 
 NO_SESSION = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 Key = tuple[str, int]
+#: a partition's fetch position as a fetcher's session keeps it: (leader epoch, fetch offset, log
+#: start offset, max bytes), compared as a whole
+Position = tuple[int, int, int, int]
 
 
 def next_epoch(epoch: int) -> int:
@@ -59,7 +63,7 @@ class SessionPartition:
     last_stable_offset: int | None = None
     seq: int = 0                # its place in the session's order (the leader reads in this order)
 
-    def update(self, p: Any) -> None:
+    def update(self, p: FetchPartitionRequest) -> None:
         if (p.fetch_offset, getattr(p, "current_leader_epoch", -1)) != (self.fetch_offset, self.current_leader_epoch):
             # a fetcher names a partition again when its position moved: it may have dropped the last
             # answer (a new leader epoch, a truncation), so it hears the partition's state again
@@ -70,7 +74,7 @@ class SessionPartition:
         self.current_leader_epoch = getattr(p, "current_leader_epoch", -1)
         self.last_fetched_epoch = getattr(p, "last_fetched_epoch", -1)
 
-    def must_answer(self, entry: dict) -> bool:
+    def must_answer(self, entry: FetchedPartition) -> bool:
         """Whether an incremental answer carries this partition (records, an error, news, a
         replica to read from instead), and remember what the fetcher hears."""
         news = (entry["records"] or entry["error_code"] != ErrorCode.none
@@ -109,7 +113,7 @@ class SessionPartition:
         return partition.caught_up_follower_fetched(replica_id, self.fetch_offset, self.log_start_offset, now_ms)
 
 
-def session_partition(p: Any, seq: int = 0) -> SessionPartition:
+def session_partition(p: FetchPartitionRequest, seq: int = 0) -> SessionPartition:
     sp = SessionPartition(p.partition, p.fetch_offset, p.partition_max_bytes, seq=seq)
     sp.update(p)
     return sp
@@ -197,9 +201,9 @@ class FetchSession:
         else those not quiet at ``scan``, those changed since, and ``named``."""
         parts = self.partitions
         changed = journal.since(scan.position, scan.epoch) if scan is not None else None
-        if changed is None:
+        if scan is None or changed is None:
             return list(parts)
-        keys = set(scan.unsettled)          # type: ignore[union-attr]
+        keys = set(scan.unsettled)
         keys.update(changed)
         keys.update(named)
         present = [key for key in keys if key in parts]
@@ -213,7 +217,7 @@ class FetchContext:
     incremental Fetch ``wanted`` holds only the partitions it named (as the session keeps them),
     and :attr:`session_keys` the session, whose partitions the leader reads as they changed."""
 
-    wanted: list[tuple[str, Any]] = field(default_factory=list)
+    wanted: list[tuple[str, FetchPartitionRequest]] = field(default_factory=list)
     session: FetchSession | None = None
     incremental: bool = False
     error: ErrorCode = ErrorCode.none
@@ -228,7 +232,7 @@ class FetchContext:
         None for a full one. (The name is older than the change journal: it once held the keys.)"""
         return self.session if self.incremental else None
 
-    def answer(self, topics: list[dict]) -> list[dict]:
+    def answer(self, topics: list[FetchedTopic]) -> list[FetchedTopic]:
         """The answer's topics: every partition read for a full Fetch (remembered by a new
         session), only those with news for an incremental one. A partition that returned records
         goes to the end of the session, so that a later Fetch over the size limit serves the
@@ -236,7 +240,7 @@ class FetchContext:
         if self.session is None:
             return topics
         parts = self.session.partitions
-        kept: list[dict] = []
+        kept: list[FetchedTopic] = []
         moved: list[Key] = []
         for t in topics:
             entries = []
@@ -272,7 +276,8 @@ class FetchSessionCache:
     def partitions_cached(self) -> int:
         return sum(len(s.partitions) for s in self.sessions.values())
 
-    def context(self, session_id: int, epoch: int, wanted: list[tuple[str, Any]], forgotten: Iterable[Key],
+    def context(self, session_id: int, epoch: int, wanted: list[tuple[str, FetchPartitionRequest]],
+                forgotten: Iterable[Key],
                 privileged: bool, now_ms: int) -> FetchContext:
         """The context of a Fetch carrying ``session_id`` and ``epoch``, naming ``wanted`` ((topic,
         partition request) pairs) and ``forgotten`` partitions."""
@@ -291,7 +296,7 @@ class FetchSessionCache:
         parts = session.partitions
         for key in forgotten:
             session.forget(key)
-        named: list[tuple[str, Any]] = []
+        named: list[tuple[str, FetchPartitionRequest]] = []
         for name, p in wanted:
             key = (name, p.partition)
             sp = parts.get(key)
@@ -305,7 +310,7 @@ class FetchSessionCache:
         self.sessions[session_id] = self.sessions.pop(session_id)
         return FetchContext(named, session, incremental=True)
 
-    def _create(self, wanted: list[tuple[str, Any]], privileged: bool, now_ms: int) -> FetchSession | None:
+    def _create(self, wanted: list[tuple[str, FetchPartitionRequest]], privileged: bool, now_ms: int) -> FetchSession | None:
         if not wanted or not self._room(privileged, now_ms):
             return None
         session_id = NO_SESSION
@@ -340,10 +345,10 @@ class SessionHandler:
 
     session_id: int = NO_SESSION
     epoch: int = INITIAL_EPOCH
-    sent: dict[Key, tuple] = field(default_factory=dict)        # each partition's position in the session
-    _pending: tuple | None = None
+    sent: dict[Key, Position] = field(default_factory=dict)     # each partition's position in the session
+    _pending: tuple[bool, dict[Key, Position], list[Key]] | None = None     # (full, named, forgotten)
 
-    def build(self, positions: dict[Key, tuple]) -> tuple[int, int, dict[Key, tuple], list[Key]]:
+    def build(self, positions: dict[Key, Position]) -> tuple[int, int, dict[Key, Position], list[Key]]:
         """Session id, epoch, the partitions to name (with their positions) and those to forget,
         for a Fetch of ``positions`` (each partition's fetch position, compared as a whole)."""
         if self.epoch == INITIAL_EPOCH:
@@ -354,8 +359,8 @@ class SessionHandler:
         self._pending = (False, changed, forgotten)
         return self.session_id, self.epoch, changed, forgotten
 
-    def build_changes(self, changed: dict[Key, tuple], forgotten: list[Key]) -> tuple[int, int, dict[Key, tuple],
-                                                                                   list[Key]]:
+    def build_changes(self, changed: dict[Key, Position], forgotten: list[Key]) -> tuple[int, int, dict[Key, Position],
+                                                                                      list[Key]]:
         """As :meth:`build` for an incremental Fetch whose caller knows what changed: ``changed``
         the partitions whose position differs from what the session has, ``forgotten`` those it
         has that are fetched no more (every other partition is where the session has it)."""

@@ -14,21 +14,21 @@ the broker core sends the requests and feeds the answers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache
-from strandline.log.log import OffsetOutOfOrder
+from strandline.log.log import Log, OffsetOutOfOrder
 from strandline.log.segment import CorruptRecordError
 from strandline.protocol import api
 from strandline.protocol.api import ApiKey
 from strandline.protocol.hot_readers import FETCH_RESPONSE_VERSION, decode_fetch_response
 from strandline.protocol.hot_responses import FETCH_REQUEST_VERSION, encode_fetch_request
-from strandline.protocol.records import iter_batches
-from strandline.replication.fetch_session import INITIAL_EPOCH, ChangeJournal, SessionHandler
+from strandline.protocol.records import Buffer, iter_batches
+from strandline.replication.fetch_session import INITIAL_EPOCH, ChangeJournal, Position, SessionHandler
 from strandline.replication.partition import Partition
 from strandline.replication.purgatory import Purgatory
 from strandline.replication.quota import ReplicationQuota, throttled
@@ -39,6 +39,7 @@ FETCH_VERSION = 11
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 _RETRIABLE_QUIETLY = {ErrorCode.not_leader_or_follower, ErrorCode.unknown_leader_epoch,
                       ErrorCode.fenced_leader_epoch, ErrorCode.unknown_topic_or_partition}
+Key = tuple[str, int]
 
 
 @dataclass
@@ -56,10 +57,10 @@ class FetcherContext:
     topic_stats: BrokerTopicStats
     journal: ChangeJournal | None
     follower_quota: ReplicationQuota
-    wake: Callable[[int], list]
+    wake: Callable[[int], list[Effect]]
 
 
-def truncate(partition: Partition, offset: int, why: str) -> list:
+def truncate(partition: Partition, offset: int, why: str) -> list[Effect]:
     """Cut a follower's log at ``offset`` (:meth:`Partition.truncate_to`), saying so when it cut."""
     before = partition.truncate_to(offset)
     if before is None:
@@ -73,6 +74,15 @@ class PartitionFetchState:
     leader_epoch: int
     truncating: bool = True
     delayed_until_ms: int = 0
+
+
+class IncrementalFetch(NamedTuple):
+    """What an incremental Fetch carries (:meth:`ReplicaFetcher._incremental_positions`)."""
+    named: dict[Key, Position]      # the partitions whose position changed, at their new position
+    forgotten: list[Key]            # those the session has that are fetched no more (now)
+    any_left: bool                  # whether the session still fetches any partition
+    journal_position: int           # the change journal's position and epoch before they were read
+    journal_epoch: int
 
 
 @dataclass
@@ -97,7 +107,7 @@ class ReplicaFetcher:
     journal_position: int = -1          # -1: build the next Fetch from every partition
     journal_epoch: int = -1
     max_bytes: int = -1                 # replica.fetch.max.bytes when the last Fetch was built
-    context: FetcherContext | None = field(default=None, repr=False, compare=False)   # shared by every fetcher
+    context: FetcherContext = field(kw_only=True, repr=False, compare=False)   # shared by every fetcher
 
     def add(self, key: tuple[str, int], state: PartitionFetchState) -> None:
         self.partitions[key] = state
@@ -129,8 +139,8 @@ class ReplicaFetcher:
     def ready(self, now_ms: int) -> tuple[list[tuple[tuple[str, int], PartitionFetchState]],
                                           list[tuple[tuple[str, int], PartitionFetchState]]]:
         """The partitions that may be asked for now: those truncating, and those fetching."""
-        truncating: list = []
-        fetching: list = []
+        truncating: list[tuple[Key, PartitionFetchState]] = []
+        fetching: list[tuple[Key, PartitionFetchState]] = []
         for item in self.partitions.items():
             state = item[1]
             if state.delayed_until_ms <= now_ms:
@@ -151,7 +161,7 @@ class ReplicaFetcher:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    def do_work(self, now_ms: int) -> list:
+    def do_work(self, now_ms: int) -> list[Effect]:
         """One turn of the loop (Kafka's ``doWork``): unless a request is in flight or the fetcher
         backs off, ask the leader where the partitions truncating diverge, else Fetch the others
         (incrementally when the session allows)."""
@@ -162,7 +172,7 @@ class ReplicaFetcher:
             return self._send_offsets_for_leader_epoch(truncating, now_ms)
         incremental = self._incremental_positions(now_ms)
         if incremental is not None:
-            return self._send_fetch([], now_ms, incremental) if incremental[2] else []
+            return self._send_fetch([], now_ms, incremental) if incremental.any_left else []
         _, fetching = self.ready(now_ms)
         if fetching:
             return self._send_fetch(fetching, now_ms)
@@ -170,7 +180,7 @@ class ReplicaFetcher:
 
     # -- requests and answers ------------------------------------------------------------------
 
-    def _incremental_positions(self, now_ms: int) -> tuple | None:
+    def _incremental_positions(self, now_ms: int) -> IncrementalFetch | None:
         """For an incremental Fetch: the positions of the partitions that changed since the last
         Fetch was built and those that may be fetched again (a delay past), the journal's position
         and epoch before they were read, and whether any partition is left to fetch; None when the
@@ -194,7 +204,7 @@ class ReplicaFetcher:
         max_bytes = self.max_bytes
         sent = self.session.sent
         partitions = ctx.partitions
-        named: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+        named: dict[Key, Position] = {}
         forgotten: list[tuple[str, int]] = []
         for key in candidates:
             state = states.get(key)
@@ -207,7 +217,7 @@ class ReplicaFetcher:
             if sent.get(key) != position_of:
                 named[key] = position_of
         left = len(sent) - len(forgotten) + sum(1 for key in named if key not in sent)
-        return named, forgotten, left > 0, position, epoch
+        return IncrementalFetch(named, forgotten, left > 0, position, epoch)
 
     def _built(self, now_ms: int, position: int, epoch: int, full: bool) -> None:
         """A Fetch was built: what changes from now on goes into the next one."""
@@ -225,11 +235,12 @@ class ReplicaFetcher:
         ctx = self.context
         return f"strandline-replica-fetcher-{ctx.broker_id}"
 
-    def _send_offsets_for_leader_epoch(self, ready: list, now_ms: int) -> list:
+    def _send_offsets_for_leader_epoch(self, ready: list[tuple[Key, PartitionFetchState]],
+                                       now_ms: int) -> list[Effect]:
         ctx = self.context
-        by_topic: dict[str, list] = {}
-        asked: dict[tuple[str, int], int] = {}
-        effects: list = []
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        asked: dict[Key, int] = {}
+        effects: list[Effect] = []
         for key, state in ready:
             partition = ctx.partitions[key]
             latest = partition.log.leader_epoch_cache.latest_epoch
@@ -245,8 +256,8 @@ class ReplicaFetcher:
             return effects + ctx.wake(now_ms)
         body = {"replica_id": ctx.broker_id,
                 "topics": [{"topic": n, "partitions": p} for n, p in by_topic.items()]}
-        def on_response(resp: Any, when_ms: int) -> list:
-            out: list = []
+        def on_response(resp: Any, when_ms: int) -> list[Effect]:
+            out: list[Effect] = []
             for t in resp.topics:
                 for p in t.partitions:
                     out.extend(self._on_epoch_end_offset((t.topic, p.partition), asked, p, when_ms))
@@ -255,13 +266,13 @@ class ReplicaFetcher:
         return effects + self._fetcher_request(ApiKey.OFFSET_FOR_LEADER_EPOCH,
                                                OFFSET_FOR_LEADER_EPOCH_VERSION, body, on_response, now_ms)
 
-    def _fetcher_request(self, api_key: int, version: int, body: dict,
-                         on_response: Callable[[Any, int], list], now_ms: int) -> list:
+    def _fetcher_request(self, api_key: int, version: int, body: dict[str, Any],
+                         on_response: Callable[[Any, int], list[Effect]], now_ms: int) -> list[Effect]:
         """One request of this fetcher to its leader; a failed connection or a bad answer backs it off."""
         ctx = self.context
         self.in_flight = True
 
-        def on_frame(frame: bytes | None, when_ms: int) -> list:
+        def on_frame(frame: bytes | None, when_ms: int) -> list[Effect]:
             self.in_flight = False
             if frame is None:
                 return self._fetcher_failed(when_ms)
@@ -283,8 +294,8 @@ class ReplicaFetcher:
             encode = lambda cid: api.encode_request(api_key, version, cid, client_id, body)   # noqa: E731
         return ctx.outbox.send(ctx.metadata.brokers.get(self.leader_id), "fetcher", encode, on_frame, now_ms)
 
-    def _on_epoch_end_offset(self, key: tuple[str, int], asked: dict, answer: Any,
-                             now_ms: int) -> list:
+    def _on_epoch_end_offset(self, key: Key, asked: dict[Key, int], answer: Any,
+                             now_ms: int) -> list[Effect]:
         ctx = self.context
         state = self.partitions.get(key)
         partition = ctx.partitions.get(key)
@@ -316,22 +327,25 @@ class ReplicaFetcher:
         ctx = self.context
         return any(t.configs.get("follower.replication.throttled.replicas") for t in ctx.metadata.topics.values())
 
-    def _send_fetch(self, ready: list, now_ms: int, incremental: tuple | None = None) -> list:
+    def _send_fetch(self, ready: list[tuple[Key, PartitionFetchState]], now_ms: int,
+                    incremental: IncrementalFetch | None = None) -> list[Effect]:
         """A Fetch of ``ready`` (every partition that may be fetched now), or, for an incremental
         one, of what :meth:`_incremental_positions` found changed."""
         ctx = self.context
         cfg = ctx.config
         max_bytes = cfg["replica.fetch.max.bytes"]
-        throttled_keys: set = set()
+        throttled_keys: set[Key] = set()
+        asked_at: Callable[[Key], Position | None]
         if incremental is not None:
             changes, dropped, _, journal_position, journal_epoch = incremental
             # what each partition is fetched at: named now, or as the session last heard (forgotten: none)
             sent, gone = self.session.sent, set(dropped)
             session_id, epoch, named, forgotten = self.session.build_changes(changes, dropped)
 
-            def asked_at(key: tuple[str, int]) -> tuple | None:
+            def session_asked_at(key: Key) -> Position | None:
                 position = named.get(key)
                 return position if position is not None or key in gone else sent.get(key)
+            asked_at = session_asked_at
         else:
             throttled_keys = {key for key, _ in ready if self._throttled(key)} if self._follower_throttles() else set()
             if throttled_keys and ctx.follower_quota.exceeded(now_ms):
@@ -344,7 +358,7 @@ class ReplicaFetcher:
             journal_position = ctx.journal.position if ctx.journal is not None else -1
             journal_epoch = ctx.journal.epoch if ctx.journal is not None else -1
             partitions = ctx.partitions
-            positions: dict[tuple[str, int], tuple[int, int, int, int]] = {}   # epoch, fetch offset, log start, max
+            positions: dict[Key, Position] = {}   # epoch, fetch offset, log start, max
             for key, state in ready:
                 log = partitions[key].log
                 positions[key] = (state.leader_epoch, log.log_end_offset, log.log_start_offset, max_bytes)
@@ -352,7 +366,7 @@ class ReplicaFetcher:
             session_id, epoch, named, forgotten = self.session.build(positions)
             asked_at = positions.get
         self._built(now_ms, journal_position, journal_epoch, incremental is None)
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[dict[str, int]]] = {}
         for (topic, index), (leader_epoch, fetch_offset, log_start_offset, _) in named.items():
             by_topic.setdefault(topic, []).append({
                 "partition": index, "current_leader_epoch": leader_epoch, "fetch_offset": fetch_offset,
@@ -366,15 +380,15 @@ class ReplicaFetcher:
                 "topics": [{"topic": n, "partitions": p} for n, p in by_topic.items()],
                 "forgotten_topics_data": [{"topic": n, "partitions": p} for n, p in forget.items()], "rack_id": ""}
 
-        def on_response(resp: Any, when_ms: int) -> list:
+        def on_response(resp: Any, when_ms: int) -> list[Effect]:
             error = ErrorCode(int(resp.error_code))
             self.session.succeeded(error, int(resp.session_id))
             if error in (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch):
                 return ctx.wake(when_ms)      # the session is gone or out of step: a full fetch now
             if error is not ErrorCode.none:
                 return self._fetcher_failed(when_ms)
-            out: list = []
-            moved: list[tuple[str, int]] = []
+            out: list[Effect] = []
+            moved: list[Key] = []
             for t in resp.responses:
                 for p in t.partitions:
                     key = (t.topic, p.partition_index)
@@ -388,8 +402,8 @@ class ReplicaFetcher:
 
         return self._fetcher_request(ApiKey.FETCH, FETCH_VERSION, body, on_response, now_ms)
 
-    def _on_fetched(self, key: tuple[str, int], asked: tuple[int, int] | None,
-                    answer: Any, now_ms: int, moved: list) -> list:
+    def _on_fetched(self, key: Key, asked: tuple[int, int] | None,
+                    answer: Any, now_ms: int, moved: list[Key]) -> list[Effect]:
         ctx = self.context
         state = self.partitions.get(key)
         partition = ctx.partitions.get(key)
@@ -409,6 +423,7 @@ class ReplicaFetcher:
             return []
         if error is not ErrorCode.none:
             return self._delay_partition(key, state, error, now_ms)
+        started_afresh: list[Effect]
         if _all_below_leader_start(log, answer.log_start_offset):
             dropped = (log.log_start_offset, log.log_end_offset)
             log.truncate_fully_and_start_at(log.log_end_offset)
@@ -438,7 +453,7 @@ class ReplicaFetcher:
         return started_afresh
 
     def _delay_partition(self, key: tuple[str, int], state: PartitionFetchState,
-                         error: ErrorCode | None, now_ms: int, message: str = "") -> list:
+                         error: ErrorCode | None, now_ms: int, message: str = "") -> list[Effect]:
         ctx = self.context
         self.delay(key, state, now_ms + ctx.config["replica.fetch.backoff.ms"])
         if error in _RETRIABLE_QUIETLY:
@@ -447,7 +462,7 @@ class ReplicaFetcher:
         return [LogLine("warning", f"Fetching {key[0]}-{key[1]} from broker {self.leader_id} failed: {what}",
                     kind=f"fetching from broker {self.leader_id} failed")]
 
-    def _fetcher_failed(self, now_ms: int) -> list:
+    def _fetcher_failed(self, now_ms: int) -> list[Effect]:
         """No usable answer: back off, then a full fetch that replaces the session."""
         ctx = self.context
         self.session.failed()
@@ -455,7 +470,7 @@ class ReplicaFetcher:
         return []
 
 
-def _all_below_leader_start(log: Any, leader_log_start_offset: int) -> bool:
+def _all_below_leader_start(log: Log, leader_log_start_offset: int) -> bool:
     """Whether everything this replica holds lies below the leader's log start offset: deleted
     there (DeleteRecords), and perhaps never the leader's own. The leader's epoch cache starts at
     its log start, so its answer about an epoch before that could only say "ends at the log
@@ -464,7 +479,7 @@ def _all_below_leader_start(log: Any, leader_log_start_offset: int) -> bool:
     return log.log_start_offset < log.log_end_offset <= leader_log_start_offset
 
 
-def _starts_inside(log: Any, records: bytes) -> int | None:
+def _starts_inside(log: Log, records: Buffer) -> int | None:
     """The base offset of the first batch fetched when it begins below an empty log's start and
     holds it: the leader's log start offset lies inside that batch (DeleteRecords). The follower,
     which started its log again there, then starts it at the batch's base offset and keeps the

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from strandline.core.effects import Effect
 from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache
 from strandline.replication.fetch_session import ChangeJournal
@@ -40,7 +41,8 @@ class ReplicaFetcherManager:
 
     @property
     def broker_id(self) -> int:
-        return self.config.broker_id
+        broker_id: int = self.config.broker_id
+        return broker_id
 
     def add_partition(self, key: tuple[str, int], leader_id: int, leader_epoch: int, truncating: bool) -> None:
         """Fetch ``key`` from ``leader_id``; its broker may not have registered yet, and the fetcher
@@ -57,7 +59,7 @@ class ReplicaFetcherManager:
             for key in keys:
                 fetcher.remove(key)
 
-    def truncate(self, partition: Partition, offset: int, why: str) -> list:
+    def truncate(self, partition: Partition, offset: int, why: str) -> list[Effect]:
         return truncate(partition, offset, why)
 
     def _with_leader(self) -> list[ReplicaFetcher]:
@@ -70,9 +72,9 @@ class ReplicaFetcherManager:
         times = [t for f in self._with_leader() if (t := f.next_wakeup_ms()) is not None]
         return min(times) if times else None
 
-    def maybe_send_fetches(self, now_ms: int) -> list:
+    def maybe_send_fetches(self, now_ms: int) -> list[Effect]:
         """Each fetcher whose leader's endpoint is known takes a turn (:meth:`ReplicaFetcher.do_work`)."""
-        effects: list = []
+        effects: list[Effect] = []
         for fetcher in self._with_leader():
             effects.extend(fetcher.do_work(now_ms))
         return effects

@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.coordination import zk_layout
 from strandline.coordination import znodes
-from strandline.coordination.metadata import LeaderAndIsr, MetadataCache
-from strandline.coordination.store import GetData, ZkError
+from strandline.coordination.metadata import MetadataCache
+from strandline.coordination.store import GetData, OpResult, ZkError
+from strandline.coordination.znodes import LeaderAndIsr
 from strandline.replication.partition import Partition
 
 ISR_CHANGE_CHECK_INTERVAL_MS = 2500   # Kafka's isr-change-propagation task period
@@ -29,7 +30,7 @@ ISR_READ_BACK_RETRY_MS = 500          # read a partition's state again while Zoo
 
 class IsrManager:
     def __init__(self, partitions: dict[tuple[str, int], Partition], metadata: MetadataCache, outbox: Outbox,
-                 high_watermark_moved: Callable[[list, int], list], now_ms: int) -> None:
+                 high_watermark_moved: Callable[[list[tuple[str, int]], int], list[Effect]], now_ms: int) -> None:
         self.partitions = partitions
         self.metadata = metadata
         self.outbox = outbox
@@ -45,7 +46,7 @@ class IsrManager:
         self.isr_expands = 0
         self.failed_isr_updates = 0
 
-    def change_isr(self, partition: Partition, new_isr: tuple[int, ...], now_ms: int) -> list:
+    def change_isr(self, partition: Partition, new_isr: tuple[int, ...], now_ms: int) -> list[Effect]:
         """ISR-5: write the new ISR with compare-and-set on the state znode's version; it counts
         for the high watermark at once (the maximal ISR) but replaces the ISR only once ZooKeeper
         has it. An answer that does not say (connection loss) or a version conflict is settled by
@@ -55,7 +56,7 @@ class IsrManager:
         partition.pending_isr = state.isr
         op = zk_layout.update_partition_state(partition.topic, partition.index, state)
 
-        def on_result(results: list, when_ms: int) -> list:
+        def on_result(results: list[OpResult], when_ms: int) -> list[Effect]:
             if not self._still_pending(partition, state):
                 return []       # the controller has told this broker a newer state meanwhile
             if results[0].error is ZkError.NONE:
@@ -73,14 +74,14 @@ class IsrManager:
             partition.pending_isr == state.isr and partition.leader_epoch == state.leader_epoch and \
             partition.zk_version == state.zk_version
 
-    def _read_back_isr(self, partition: Partition, state: LeaderAndIsr, now_ms: int) -> list:
+    def _read_back_isr(self, partition: Partition, state: LeaderAndIsr, now_ms: int) -> list[Effect]:
         """What ZooKeeper holds decides: exactly our write (applied after all), the version we
         wrote on (not applied: our view is current, the change may be proposed again), or
         anything else (our view is stale: no more writes until the controller says our role).
         While ZooKeeper cannot be read the partition acknowledges nothing and asks again."""
         key = (partition.topic, partition.index)
 
-        def on_read(results: list, when_ms: int) -> list:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             if not self._still_pending(partition, state):
                 return []
             res = results[0]
@@ -108,7 +109,7 @@ class IsrManager:
 
         return [self.outbox.zk([GetData(znodes.TopicPartitionStateZNode.path(*key))], on_read)]
 
-    def _isr_changed(self, partition: Partition, state: LeaderAndIsr, zk_version: int, now_ms: int) -> list:
+    def _isr_changed(self, partition: Partition, state: LeaderAndIsr, zk_version: int, now_ms: int) -> list[Effect]:
         key = (partition.topic, partition.index)
         old_isr = partition.isr
         advanced = partition.apply_isr(state.isr, zk_version, now_ms)
@@ -123,7 +124,7 @@ class IsrManager:
         if topic is not None:
             topic.states[key[1]] = dataclasses.replace(state, zk_version=zk_version)
         shrunk = len(state.isr) < len(old_isr)
-        effects: list = [LogLine("warning" if shrunk else "info",
+        effects: list[Effect] = [LogLine("warning" if shrunk else "info",
                              f"ISR of {key[0]}-{key[1]} {'shrank' if shrunk else 'changed'} from {list(old_isr)} "
                              f"to {list(state.isr)}",
                              "isr_shrink" if shrunk else "isr_expand" if len(state.isr) > len(old_isr) else None, key)]
@@ -133,16 +134,16 @@ class IsrManager:
         self._change_set.add(key)
         self._last_change_ms = now_ms
 
-    def maybe_shrink_isrs(self, now_ms: int) -> list:
+    def maybe_shrink_isrs(self, now_ms: int) -> list[Effect]:
         """ISR-3: the isr-expiration task drops followers that lag more than replica.lag.time.max.ms."""
-        effects: list = []
+        effects: list[Effect] = []
         for partition in self.partitions.values():
             new_isr = partition.isr_to_shrink(now_ms)
             if new_isr is not None:
                 effects.extend(self.change_isr(partition, new_isr, now_ms))
         return effects
 
-    def maybe_propagate_isr_changes(self, now_ms: int) -> list:
+    def maybe_propagate_isr_changes(self, now_ms: int) -> list[Effect]:
         """ISR-6: write changed partitions as one sequential node under /isr_change_notification once
         the last change is 5 s old, or at least every 60 s."""
         if not self._change_set:
@@ -154,7 +155,7 @@ class IsrManager:
         self._change_set.clear()
         self._last_propagation_ms = now_ms
 
-        def on_result(results: list, when_ms: int) -> list:
+        def on_result(results: list[OpResult], when_ms: int) -> list[Effect]:
             if results[0].error is ZkError.NONE:
                 return []
             # not written (or not known to be): tell again on the next round; a duplicate is harmless

@@ -15,10 +15,11 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.core.config import LONG_MAX
+from strandline.core.effects import Effect
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.protocol.legacy_records import first_magic, up_convert
 from strandline.protocol.markers import build_marker
-from strandline.protocol.records import read_header
+from strandline.protocol.records import Buffer, read_header
 from strandline.replication.partition import Partition
 from strandline.replication.purgatory import DelayedCall, ProduceResult, Purgatory
 from strandline.replication.validation import CODECS, apply_compression_type, check_keys, validate_produce_records
@@ -33,7 +34,7 @@ class LeaderWrites:
         self.fetch_purgatory = fetch_purgatory
         self.purgatory = Purgatory()            # the produce purgatory: acks=all answers waiting on the HW
 
-    def append_to_leader(self, topic: TopicMetadata, index: int, records: bytes, acks: int,
+    def append_to_leader(self, topic: TopicMetadata, index: int, records: Buffer | None, acks: int,
                          now_ms: int, transactional: bool = False) -> tuple[ProduceResult, int | None]:
         """Validate and append one partition's batch as leader. Returns its :class:`ProduceResult`
         and, when acks=all, the offset the high watermark must reach. ``transactional``: the request names a
@@ -49,6 +50,7 @@ class LeaderWrites:
         if checked.error is not ErrorCode.none:
             return ProduceResult(checked.error, -1, -1, -1 if checked.early else partition.log_start_offset,
                                  checked.message), None
+        assert records is not None and checked.header is not None     # as validation passed
         if checked.header.is_transactional and not transactional:
             return ProduceResult(ErrorCode.transactional_id_authorization_failed, -1, -1, partition.log_start_offset,
                                  "transactional records need the producer's transactional id"), None
@@ -56,15 +58,18 @@ class LeaderWrites:
                                                   self.config.topic_value(topic.configs, "compression.type"),
                                                   log_config.max_message_bytes)
         if checked.error is ErrorCode.none and log_config.compacts:
+            assert checked.header is not None
             checked = check_keys(records, checked.header, topic.name, index)
         if checked.error is not ErrorCode.none:
             return ProduceResult(checked.error, -1, -1, partition.log_start_offset, checked.message,
                                  checked.record_errors or ()), None
         header = checked.header
+        assert header is not None           # every check passed
         min_isr = self.config.topic_value(topic.configs, "min.insync.replicas")
         if records.__class__ is not memoryview or records.readonly:
             records = bytearray(records)        # stamped in place: a copy unless it is the request's own buffer
-        outcome = partition.append_records_to_leader(records, header, acks, min_isr, now_ms)
+        # a writable memoryview (the request's own buffer) is stamped in place as a bytearray is
+        outcome = partition.append_records_to_leader(records, header, acks, min_isr, now_ms)  # type: ignore[arg-type]  # a writable view
         if outcome.error is not ErrorCode.none:
             return ProduceResult(outcome.error, -1, -1, partition.log_start_offset, outcome.message), None
         if self.config.topic_value(topic.configs, "flush.on.ack"):
@@ -72,7 +77,8 @@ class LeaderWrites:
         result = ProduceResult(ErrorCode.none, outcome.base_offset, outcome.log_append_time, partition.log_start_offset)
         return result, (outcome.last_offset + 1 if acks == -1 else None)
 
-    def up_convert(self, topic: TopicMetadata, index: int, records, now_ms: int) -> tuple[Any, ProduceResult | None]:
+    def up_convert(self, topic: TopicMetadata, index: int, records: Buffer | None,
+                   now_ms: int) -> tuple[Buffer | None, ProduceResult | None]:
         """A Produce v0-v2 request's records for :meth:`append_to_leader`: a message set of format
         v0 or v1 becomes one record batch v2 (Kafka's ``LogValidator`` up-conversion, checking what
         it checks), anything else is returned as it is. Returns ``(records, None)``, or ``(None,
@@ -104,10 +110,12 @@ class LeaderWrites:
     def min_insync_replicas(self, topic: str) -> int:
         """The topic's ``min.insync.replicas`` as the metadata cache knows it now."""
         known = self.metadata.topics.get(topic)
-        return self.config.topic_value(known.configs if known else {}, "min.insync.replicas")
+        min_isr: int = self.config.topic_value(known.configs if known else {}, "min.insync.replicas")
+        return min_isr
 
     def write_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int, commit: bool,
-                     coordinator_epoch: int, done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+                     coordinator_epoch: int, done: Callable[[ErrorCode, int], list[Effect]],
+                     now_ms: int) -> list[Effect]:
         """WriteTxnMarkers for one partition: append the commit or abort marker of a producer's
         transaction as leader, acks=all; refused from a fenced producer epoch or coordinator."""
         partition = self.partitions.get((topic, index))
@@ -120,7 +128,7 @@ class LeaderWrites:
         return self.append_internal(topic, index, batch, self.config["request.timeout.ms"], done, now_ms)
 
     def append_internal(self, topic: str, index: int, batch: bytearray, timeout_ms: int,
-                        done: Callable[[ErrorCode, int], list], now_ms: int) -> list:
+                        done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
         """A batch the broker writes itself (``__consumer_offsets``), acks=all: ``done(error)``
         once the ISR has it, NOT_LEADER_OR_FOLLOWER when this broker does not lead the partition."""
         key = (topic, index)
@@ -139,7 +147,7 @@ class LeaderWrites:
         if partition.high_watermark >= required:
             return effects + done(ErrorCode.none, now_ms)
 
-        def try_complete(when_ms: int, expired: bool) -> list | None:
+        def try_complete(when_ms: int, expired: bool) -> list[Effect] | None:
             if not partition.is_leader or self.partitions.get(key) is not partition:
                 return done(ErrorCode.not_leader_or_follower, when_ms)
             if partition.high_watermark >= required:

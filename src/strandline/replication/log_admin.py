@@ -6,11 +6,13 @@ replica (what a coordinator loads its state from). Pure: it returns effects; tim
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from strandline.core.effects import Effect
 from strandline.coordination.metadata import MetadataCache
+from strandline.log.disk import FileRegion
 from strandline.log.manager import LogManager
 from strandline.replication.partition import Partition
 from strandline.replication.purgatory import DelayedCall, Purgatory
@@ -31,10 +33,13 @@ class LogAdmin:
         if partition is None or not partition.log.log_end_offset:
             return b""
         log = partition.log
-        return log.read(log.log_start_offset, 1 << 40, max_offset=log.log_end_offset)
+        data = log.read(log.log_start_offset, 1 << 40, max_offset=log.log_end_offset)
+        assert not isinstance(data, FileRegion)     # only a read with regions=True gives one
+        return data
 
     def delete_records(self, conn_id: int, wanted: list[tuple[str, int, int]], timeout_ms: int,
-                       respond: Callable[[dict[tuple[str, int], tuple[ErrorCode, int]]], list], now_ms: int) -> list:
+                       respond: Callable[[dict[tuple[str, int], tuple[ErrorCode, int]]], list[Effect]],
+                       now_ms: int) -> list[Effect]:
         """DeleteRecords (Kafka's ReplicaManager.deleteRecords): on each partition this broker
         leads, move the log start offset up to the offset asked (-1: the high watermark; beyond it
         OFFSET_OUT_OF_RANGE; POLICY_VIOLATION without ``delete`` in its cleanup.policy), then wait until every live replica has moved its own (followers learn
@@ -61,7 +66,7 @@ class LogAdmin:
                 self.start_moved()
                 targets[key] = target
 
-        def try_complete(at_ms: int, expired: bool) -> list | None:
+        def try_complete(at_ms: int, expired: bool) -> list[Effect] | None:
             alive = set(self.metadata.brokers)
             for key, target in targets.items():
                 if key in results:
@@ -95,10 +100,10 @@ class LogAdmin:
             return ErrorCode.replica_not_available
         return ErrorCode.none if current == path else ErrorCode.kafka_storage_error
 
-    def describe_log_dirs(self, wanted: dict[str, list[int]] | None) -> list[dict]:
+    def describe_log_dirs(self, wanted: dict[str, list[int]] | None) -> list[dict[str, Any]]:
         """DescribeLogDirs: per log dir, the size of each replica's log and its offset lag (how far
         its log end offset is below the high watermark; Kafka's, for a current replica)."""
-        per_dir: dict[str, dict[str, list[dict]]] = {d: {} for d in self.logs.log_dirs}
+        per_dir: dict[str, dict[str, list[dict[str, Any]]]] = {d: {} for d in self.logs.log_dirs}
         for (name, index), log in sorted(self.logs.logs.items()):
             if wanted is not None and index not in wanted.get(name, ()):
                 continue
@@ -113,14 +118,14 @@ class LogAdmin:
 
     # ------------------------------------------------------------------ purgatory upkeep
 
-    def followers_fetched(self, keys: list[tuple[str, int]], now_ms: int) -> list:
+    def followers_fetched(self, keys: list[tuple[str, int]], now_ms: int) -> list[Effect]:
         """Followers fetched these partitions (their log start offsets may have moved)."""
         return self.purgatory.check_keys(keys, now_ms) if len(self.purgatory) else []
 
     def next_deadline(self) -> int | None:
         return self.purgatory.next_deadline()
 
-    def expire(self, now_ms: int) -> list:
+    def expire(self, now_ms: int) -> list[Effect]:
         return self.purgatory.expire(now_ms)
 
     def connection_closed(self, conn_id: int) -> None:

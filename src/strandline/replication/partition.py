@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from strandline.coordination.metadata import LeaderAndIsr
+from strandline.coordination.znodes import LeaderAndIsr
 from strandline.log.disk import FileRegion
 from strandline.log.loader import restore_unreplicated_transactions
 from strandline.log.log import Log

@@ -14,13 +14,19 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Callable, Container, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from strandline.core.effects import Effect
+from strandline.coordination.znodes import BrokerInfo
+from strandline.replication.fetch_types import FetchedTopic, FetchPartitionRequest
+
 if TYPE_CHECKING:
-    from strandline.replication.fetch_session import FetchSession, SessionScan
+    from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionScan
     from strandline.replication.partition import Partition
+
+Key = tuple[str, int]
 
 
 SWEEP_MS = 30_000
@@ -38,11 +44,11 @@ class DelayedOperation:
         self.keys = keys
         self.completed = False
 
-    def try_complete(self, now_ms: int) -> list | None:
+    def try_complete(self, now_ms: int) -> list[Effect] | None:
         """The effects that answer the request if it can complete now, else None."""
         raise NotImplementedError
 
-    def on_expiration(self, now_ms: int) -> list:
+    def on_expiration(self, now_ms: int) -> list[Effect]:
         """The deadline passed: the effects that answer the request as it stands."""
         raise NotImplementedError
 
@@ -54,14 +60,14 @@ class DelayedCall(DelayedOperation):
     __slots__ = ("check",)
 
     def __init__(self, conn_id: int, deadline_ms: int, keys: tuple[tuple[str, int], ...],
-                 check: Callable[[int, bool], list | None]) -> None:
+                 check: Callable[[int, bool], list[Effect] | None]) -> None:
         super().__init__(conn_id, deadline_ms, keys)
         self.check = check
 
-    def try_complete(self, now_ms: int) -> list | None:
+    def try_complete(self, now_ms: int) -> list[Effect] | None:
         return self.check(now_ms, False)
 
-    def on_expiration(self, now_ms: int) -> list:
+    def on_expiration(self, now_ms: int) -> list[Effect]:
         return self.check(now_ms, True) or []
 
 
@@ -111,11 +117,11 @@ class Purgatory:
         self._live += 1
         self.groups.append((watched, op))
 
-    def check_keys(self, keys: Iterable[tuple[str, int]], now_ms: int) -> list[Any]:
+    def check_keys(self, keys: Iterable[tuple[str, int]], now_ms: int) -> list[Effect]:
         keys = keys if isinstance(keys, list) else list(keys)
         if self.listener is not None and keys:
             self.listener(keys)
-        effects: list[Any] = []
+        effects: list[Effect] = []
         if self.groups and keys:
             for watched, op in list(self.groups):
                 if not op.completed and any(key in watched for key in keys):
@@ -137,8 +143,8 @@ class Purgatory:
             self._prune(key)
         return effects
 
-    def expire(self, now_ms: int) -> list[Any]:
-        effects: list[Any] = []
+    def expire(self, now_ms: int) -> list[Effect]:
+        effects: list[Effect] = []
         expired = False
         heap = self.pending
         while heap and (heap[0][2].completed or heap[0][0] <= now_ms):
@@ -209,7 +215,7 @@ class ProduceResult(NamedTuple):
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
-    record_errors: tuple | list = ()    # (batch index, message) of each record refused
+    record_errors: Sequence[tuple[int, str]] = ()    # (batch index, message) of each record refused
 
 
 class DelayedProduce(DelayedOperation):
@@ -223,9 +229,9 @@ class DelayedProduce(DelayedOperation):
     __slots__ = ("waiting", "results", "partitions", "min_insync_replicas", "respond")
 
     def __init__(self, conn_id: int, deadline_ms: int, waiting: dict[tuple[str, int], int],
-                 results: dict[Any, ProduceResult], partitions: dict[tuple[str, int], Partition],
+                 results: dict[Key, ProduceResult], partitions: dict[Key, Partition],
                  min_insync_replicas: Callable[[str], int],
-                 respond: Callable[[dict[Any, ProduceResult]], list]) -> None:
+                 respond: Callable[[dict[Key, ProduceResult]], list[Effect]]) -> None:
         super().__init__(conn_id, deadline_ms, tuple(waiting))
         self.waiting = waiting
         self.results = results
@@ -248,20 +254,20 @@ class DelayedProduce(DelayedOperation):
             elif has_enough:
                 del waiting[key]
 
-    def try_complete(self, now_ms: int) -> list | None:
+    def try_complete(self, now_ms: int) -> list[Effect] | None:
         self._check()
         if self.waiting:
             return None
         return self.on_complete()
 
-    def on_expiration(self, now_ms: int) -> list:
+    def on_expiration(self, now_ms: int) -> list[Effect]:
         self._check()
         results = self.results
         for key in self.waiting:
             results[key] = results[key]._replace(error=ErrorCode.request_timed_out)
         return self.on_complete()
 
-    def on_complete(self) -> list:
+    def on_complete(self) -> list[Effect]:
         return self.respond(self.results)
 
 
@@ -276,28 +282,32 @@ class FetchParams(NamedTuple):
     isolation: int          # 0 read_uncommitted, 1 read_committed
     from_any_replica: bool  # a consumer that a follower may serve (KIP-392)
     rack: str               # that consumer's rack ("" otherwise)
-    brokers: dict           # the brokers as the metadata named them when the Fetch came: a
-    #                         preferred read replica is one of them, in each of its reads
+    brokers: Mapping[int, BrokerInfo]   # the brokers as the metadata named them when the Fetch came:
+    #                                     a preferred read replica is one of them, in each of its reads
+
+
+#: a partition a Fetch reads: its key, its topic's name, and what the Fetch asks of it
+KeyedRequest = tuple[Key, str, FetchPartitionRequest]
 
 
 class LogReadResult(NamedTuple):
-    """One read of a Fetch's partitions: the answer's topics (``[{"topic", "partitions"}]``), the
-    bytes read, whether it must be answered at once (an error, a preferred read replica), and
-    the partitions read without error ((name, partition request) each: a follower's progress)."""
-    topics: list
+    """One read of a Fetch's partitions: the answer's topics, the bytes read, whether it must be
+    answered at once (an error, a preferred read replica), and the partitions read without error
+    ((name, partition request) each: a follower's progress)."""
+    topics: list[FetchedTopic]
     total: int
     urgent: bool
-    served: list
+    served: list[tuple[str, FetchPartitionRequest]]
 
 
 class LocalLogReader(Protocol):
     """What a :class:`DelayedFetch` needs of the replica manager."""
 
-    journal: Any
+    journal: ChangeJournal
     state_changes: int
 
-    def read_from_local_log(self, params: FetchParams, keyed: Iterable, at_ms: int, arrival: bool,
-                            unquiet: list | None, session: FetchSession | None) -> LogReadResult: ...
+    def read_from_local_log(self, params: FetchParams, keyed: Iterable[KeyedRequest], at_ms: int, arrival: bool,
+                            unquiet: list[Key] | None, session: FetchSession | None) -> LogReadResult: ...
 
 
 class DelayedFetch(DelayedOperation):
@@ -313,8 +323,9 @@ class DelayedFetch(DelayedOperation):
     __slots__ = ("reader", "params", "wanted", "session", "scan", "seen", "arrived", "touched", "respond")
 
     def __init__(self, conn_id: int, deadline_ms: int, keys: tuple[tuple[str, int], ...], reader: LocalLogReader,
-                 params: FetchParams, wanted: list, session: FetchSession | None, scan: SessionScan | None,
-                 seen: int, arrived: list, respond: Callable[[list], list]) -> None:
+                 params: FetchParams, wanted: list[tuple[str, FetchPartitionRequest]], session: FetchSession | None,
+                 scan: SessionScan | None, seen: int, arrived: list[FetchedTopic],
+                 respond: Callable[[list[FetchedTopic]], list[Effect]]) -> None:
         super().__init__(conn_id, deadline_ms, keys)
         self.reader = reader
         self.params = params
@@ -329,25 +340,25 @@ class DelayedFetch(DelayedOperation):
     def _read(self, now_ms: int) -> LogReadResult:
         session = self.session
         if session is None:
-            keyed: Iterable = (((name, p.partition), name, p) for name, p in self.wanted)
+            keyed: Iterable[KeyedRequest] = (((name, p.partition), name, p) for name, p in self.wanted)
         else:
             parts = session.partitions
             keyed = ((key, key[0], parts[key]) for key in session.keys_to_read(self.reader.journal, self.scan)
                      if key in parts)
         return self.reader.read_from_local_log(self.params, keyed, now_ms, False, None, session)
 
-    def try_complete(self, now_ms: int) -> list | None:
+    def try_complete(self, now_ms: int) -> list[Effect] | None:
         self.touched = True
         read = self._read(now_ms)
         if read.total >= self.params.min_bytes or read.urgent:
             return self.on_complete(read.topics)
         return None
 
-    def on_expiration(self, now_ms: int) -> list:
+    def on_expiration(self, now_ms: int) -> list[Effect]:
         if self.session is not None and not self.touched and self.reader.state_changes == self.seen:
             return self.on_complete(self.arrived)
         self.touched = True
         return self.on_complete(self._read(now_ms).topics)
 
-    def on_complete(self, topics: list) -> list:
+    def on_complete(self, topics: list[FetchedTopic]) -> list[Effect]:
         return self.respond(topics)

@@ -10,34 +10,41 @@ it returns effects; time comes in as ``now_ms``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, cast
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
-from strandline.replication.controller_requests import ControllerRequests, LeadershipListener
-from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionScan
+from strandline.protocol.records import Buffer
+from strandline.replication.controller_requests import ControlRespond, ControllerRequests, LeadershipListener
+from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionPartition, SessionScan
+from strandline.replication.fetch_types import FetchedPartition, FetchedTopic, FetchPartitionRequest
 from strandline.replication.fetcher_manager import ReplicaFetcherManager
 from strandline.replication.isr_manager import IsrManager
 from strandline.replication.leader_writes import LeaderWrites
 from strandline.replication.log_admin import LogAdmin
 from strandline.replication.partition import FetchClock, Partition
-from strandline.replication.purgatory import (DelayedFetch, DelayedProduce, FetchParams, LogReadResult, ProduceResult,
-                                              Purgatory)
+from strandline.replication.purgatory import (DelayedFetch, DelayedProduce, FetchParams, KeyedRequest, LogReadResult,
+                                              ProduceResult, Purgatory)
 from strandline.replication.quota import ReplicationQuota, throttled
 from strandline.replication.replica_selector import preferred_read_replica
 from strandline.replication.topic_ids import stale_log
 from strandline.replication.topic_stats import BrokerTopicStats
 
+Key = tuple[str, int]
+#: the partitions a Fetch names: each with its topic's name and what the Fetch asks of it
+Wanted = list[tuple[str, FetchPartitionRequest]]
+
+
 class ProduceEntry(NamedTuple):
     """One partition of a Produce request for :meth:`ReplicaManager.append_records`."""
     topic: TopicMetadata
-    index: int
-    records: Any
+    partition: int
+    records: Buffer | None
 
 
 class ReplicaManager:
@@ -60,7 +67,7 @@ class ReplicaManager:
         self.leader_quota = ReplicationQuota(lambda: config["leader.replication.throttled.rate"])
         #: ``replica.selector.class`` is set: consumers may read from followers (KIP-392)
         self.replica_selector = bool(config["replica.selector.class"])
-        self._hw_checkpoint: dict | None = None
+        self._hw_checkpoint: dict[Key, int] | None = None
         self.isr_manager = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms)
         self.isr_manager.partition_changed = self.journal.add
         self.topic_stats = BrokerTopicStats()
@@ -78,8 +85,8 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ the controller's requests
 
-    def handle_control(self, api_key: int, body: dict, respond: Callable[[dict], list], now_ms: int,
-                       local: bool = False) -> list:
+    def handle_control(self, api_key: int, body: dict[str, Any], respond: ControlRespond, now_ms: int,
+                       local: bool = False) -> list[Effect]:
         """LeaderAndIsr, UpdateMetadata or StopReplica (:meth:`ControllerRequests.handle_control`)."""
         return self.controller_requests.handle_control(api_key, body, respond, now_ms, local=local)
 
@@ -89,7 +96,7 @@ class ReplicaManager:
     def learn_topics(self, topics: Iterable[TopicMetadata]) -> None:
         self.controller_requests.learn_topics(topics)
 
-    def forget_deleted_topics(self, now_ms: int) -> list:
+    def forget_deleted_topics(self, now_ms: int) -> list[Effect]:
         return self.controller_requests.forget_deleted_topics(now_ms)
 
     def begin_controlled_shutdown(self) -> None:
@@ -105,7 +112,7 @@ class ReplicaManager:
         self.state_changes += 1
         self.journal.everything_changed()
 
-    def complete_delayed_requests(self, keys: list[tuple[str, int]], now_ms: int) -> list:
+    def complete_delayed_requests(self, keys: list[tuple[str, int]], now_ms: int) -> list[Effect]:
         """Partitions changed role or went: the produce and fetch requests waiting on them may
         complete (Kafka's completeDelayedFetchOrProduceRequests)."""
         return self.produce_purgatory.check_keys(keys, now_ms) + self.fetch_purgatory.check_keys(keys, now_ms)
@@ -165,20 +172,20 @@ class ReplicaManager:
         return partition
 
     def startup(self, cluster_id: str | None, brokers: dict[int, BrokerInfo], topics: dict[str, TopicMetadata],
-                controller_id: int, controller_epoch: int, now_ms: int) -> list:
+                controller_id: int, controller_epoch: int, now_ms: int) -> list[Effect]:
         """Install the cluster as read from ZooKeeper at start-up (unless the controller's requests,
         which can arrive between registration and this call, said something newer), open the
         replicas assigned to this broker and delete the logs of others. Leadership comes only from
         the controller's LeaderAndIsr."""
         topics = self.controller_requests.install_cluster(cluster_id, brokers, topics, controller_id, controller_epoch)
-        effects: list = []
+        effects: list[Effect] = []
         for topic in topics.values():
             for index, replicas in sorted(topic.assignment.items()):
                 if self.broker_id in replicas:
                     self.open_partition(topic, index, now_ms)
         for (name, index) in list(self.logs.logs):
-            topic = topics.get(name)
-            if topic is None or index not in topic.assignment or self.broker_id not in topic.assignment[index]:
+            known = topics.get(name)
+            if known is None or index not in known.assignment or self.broker_id not in known.assignment[index]:
                 self.logs.delete_log(name, index)
                 effects.append(LogLine("info", f"Deleted log of {name}-{index}: no longer assigned to this broker"))
         return effects + self.controller_requests.stale_logs_deleted()
@@ -197,7 +204,7 @@ class ReplicaManager:
             return ErrorCode.unknown_topic_or_partition
         return ErrorCode.not_leader_or_follower
 
-    def _high_watermarks(self) -> dict:
+    def _high_watermarks(self) -> dict[Key, int]:
         if self._hw_checkpoint is None:
             self._hw_checkpoint = self.logs.read_high_watermarks()
         return self._hw_checkpoint
@@ -217,8 +224,8 @@ class ReplicaManager:
     # ------------------------------------------------------------------ writes
 
     def append_records(self, conn_id: int, timeout_ms: int, acks: int, entries: list[ProduceEntry],
-                       respond: Callable[[dict[tuple[str, int], ProduceResult]], list], now_ms: int,
-                       transactional: bool = False, legacy: bool = False) -> list:
+                       respond: Callable[[dict[tuple[str, int], ProduceResult]], list[Effect]], now_ms: int,
+                       transactional: bool = False, legacy: bool = False) -> list[Effect]:
         """A Produce request's partitions that passed the request's own checks (Kafka's
         ``appendRecords``): append each as leader (after up-converting a v0-v2 message set when
         ``legacy``), wake the fetches waiting on them, then ``respond(results)`` (a
@@ -262,8 +269,8 @@ class ReplicaManager:
         return self.log_admin.read_log(topic, index)
 
     def fetch_messages(self, conn_id: int, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
-                       isolation: int, wanted: list, respond: Callable[[list], list], now_ms: int,
-                       session: FetchSession | None = None, client_rack: str | None = None) -> list:
+                       isolation: int, wanted: Wanted, respond: Callable[[list[FetchedTopic]], list[Effect]],
+                       now_ms: int, session: FetchSession | None = None, client_rack: str | None = None) -> list[Effect]:
         """Read whole batches for a consumer (below the HW) or a follower (below the LEO, REP-1)
         (:meth:`read_from_local_log`); a fetch with too little data waits up to ``max_wait_ms``
         for appends (REP-2) as a :class:`DelayedFetch` in the fetch purgatory. A follower's fetch
@@ -282,7 +289,8 @@ class ReplicaManager:
         follower = replica_id >= 0
         from_any_replica = not follower and client_rack is not None and self.replica_selector
         params = FetchParams(replica_id, max_wait_ms, min_bytes, max_bytes, isolation, from_any_replica,
-                             client_rack if from_any_replica else "", self.metadata.brokers)
+                             client_rack if from_any_replica and client_rack is not None else "",
+                             self.metadata.brokers)
         seen = self.state_changes           # before the arrival's scan: what changes after it counts
         scan = None
         if session is None:
@@ -292,7 +300,7 @@ class ReplicaManager:
         else:
             read, scan = self._read_session(params, session, wanted, now_ms)
             waits = bool(session.partitions)
-        effects: list = []
+        effects: list[Effect] = []
         if follower:
             effects = self._follower_fetched(replica_id, list(read.served), now_ms,
                                              session.clock if session is not None else None)
@@ -307,7 +315,7 @@ class ReplicaManager:
             self.fetch_purgatory.watch(delayed)
         return effects
 
-    def _read_session(self, params: FetchParams, session: FetchSession, wanted: list,
+    def _read_session(self, params: FetchParams, session: FetchSession, wanted: Wanted,
                       now_ms: int) -> tuple[LogReadResult, SessionScan]:
         """A session fetch's read on arrival: the partitions the session must look at, those that
         stay quiet left out; the session's scan then records what it saw."""
@@ -327,15 +335,15 @@ class ReplicaManager:
         keys = session.keys_to_read(journal, scan if scan is not None and scan.reader == reader else None,
                                     ((name, p.partition) for name, p in wanted))
         position, epoch = journal.position, journal.epoch     # what changes from here on counts next time
-        unquiet: list = []
+        unquiet: list[Key] = []
         read = self.read_from_local_log(params, ((key, key[0], parts[key]) for key in keys if key in parts), now_ms,
                                         True, unquiet, session)
         session.clock.ms = now_ms
         scan = session.scan = SessionScan(reader, position, epoch, frozenset(unquiet))
         return read, scan
 
-    def read_from_local_log(self, params: FetchParams, keyed: Iterable, at_ms: int, arrival: bool,
-                            unquiet: list | None, session: FetchSession | None) -> LogReadResult:
+    def read_from_local_log(self, params: FetchParams, keyed: Iterable[KeyedRequest], at_ms: int, arrival: bool,
+                            unquiet: list[Key] | None, session: FetchSession | None) -> LogReadResult:
         """Read ``keyed`` ((key, name, partition request) in order) for a Fetch (Kafka's
         ``readFromLocalLog``), within its ``max_bytes``; in a session, those quiet are left out,
         and the others' keys go to ``unquiet``. ``arrival``: the Fetch's first read (not a
@@ -346,9 +354,9 @@ class ReplicaManager:
         journal = self.journal
         total = 0
         urgent = False      # an error or a preferred read replica: answered at once
-        served: list = []
+        served: Wanted = []
         budget = params.max_bytes
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[FetchedPartition]] = {}
         order: list[str] = []
         clock = session.clock if session is not None and arrival and follower else None
         deletes_waiting = clock is not None and len(self.log_admin.purgatory) > 0
@@ -357,8 +365,8 @@ class ReplicaManager:
             partition = partitions.get(key)
             if clock is not None and partition is not None and partition.take_quiet_clock(replica_id, clock):
                 journal.add(key)
-            if session is not None:
-                if partition is not None and p.quiet(partition, replica_id, arrival, deletes_waiting, at_ms):
+            if session is not None:     # a session's reads are of its own partitions
+                if partition is not None and cast(SessionPartition, p).quiet(partition, replica_id, arrival, deletes_waiting, at_ms):
                     if clock is not None:
                         partition.attach_quiet_clock(replica_id, clock)
                     continue
@@ -387,11 +395,11 @@ class ReplicaManager:
                 by_topic[name] = []
                 order.append(name)
             by_topic[name].append(entry)
-        topics = [{"topic": name, "partitions": by_topic[name]} for name in order]
+        topics: list[FetchedTopic] = [{"topic": name, "partitions": by_topic[name]} for name in order]
         return LogReadResult(topics, total, urgent, served)
 
-    def _read_partition(self, params: FetchParams, name: str, p: Any, partition: Partition, limit: int,
-                        first: bool, at_ms: int) -> tuple[dict, int]:
+    def _read_partition(self, params: FetchParams, name: str, p: FetchPartitionRequest, partition: Partition,
+                        limit: int, first: bool, at_ms: int) -> tuple[FetchedPartition, int]:
         """One partition's entry in a Fetch answer, and the bytes of records it holds; ``limit``:
         what is left of the Fetch's bytes for it, ``first``: no partition before it read any."""
         replica_id = params.replica_id
@@ -402,9 +410,10 @@ class ReplicaManager:
         if params.rack and partition.is_leader and (elsewhere := preferred_read_replica(
                 partition, p.fetch_offset, params.rack, params.brokers, at_ms)) >= 0:
             # the consumer reads from a replica in its rack: no records, the leader's offsets
-            entry.update(preferred_read_replica=elsewhere, high_watermark=partition.high_watermark,
-                         last_stable_offset=partition.last_stable_offset(),
-                         log_start_offset=partition.log.log_start_offset)
+            entry["preferred_read_replica"] = elsewhere
+            entry["high_watermark"] = partition.high_watermark
+            entry["last_stable_offset"] = partition.last_stable_offset()
+            entry["log_start_offset"] = partition.log.log_start_offset
             return entry, 0
         # an out-of-sync follower of a throttled replica gets no data while over the rate
         quota = self.leader_quota
@@ -436,13 +445,14 @@ class ReplicaManager:
         topic = self.metadata.topics.get(name)
         return topic is not None and throttled(topic.configs, key, index, broker_id)
 
-    def _follower_fetched(self, follower_id: int, served: list, now_ms: int, clock: FetchClock | None = None) -> list:
+    def _follower_fetched(self, follower_id: int, served: Wanted, now_ms: int,
+                          clock: FetchClock | None = None) -> list[Effect]:
         """A follower's fetch offset is its LEO (REP-1): for the partitions its fetch was served
         (an answer with an error says nothing of its progress), update its state on the leader,
         complete what a higher HW allows, and propose ISR expansion (ISR-4) unless the controller
         considers that broker dead (KIP-841: the latest UpdateMetadata does not list it)."""
-        advanced = []
-        effects: list = []
+        advanced: list[Key] = []
+        effects: list[Effect] = []
         alive = follower_id in self.metadata.brokers
         for name, p in served:
             key = (name, p.partition)
@@ -460,7 +470,7 @@ class ReplicaManager:
         effects.extend(self.log_admin.followers_fetched([(name, p.partition) for name, p in served], now_ms))
         return effects + self.high_watermark_moved(advanced, now_ms)
 
-    def high_watermark_moved(self, keys: list, now_ms: int) -> list:
+    def high_watermark_moved(self, keys: list[Key], now_ms: int) -> list[Effect]:
         if not keys:
             return []
         self.state_changes += 1     # (a fetch parked after reading the old HW is not watching yet)
@@ -468,13 +478,13 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ time and connections
 
-    def maybe_shrink_isrs(self, now_ms: int) -> list:
+    def maybe_shrink_isrs(self, now_ms: int) -> list[Effect]:
         return self.isr_manager.maybe_shrink_isrs(now_ms)
 
-    def maybe_propagate_isr_changes(self, now_ms: int) -> list:
+    def maybe_propagate_isr_changes(self, now_ms: int) -> list[Effect]:
         return self.isr_manager.maybe_propagate_isr_changes(now_ms)
 
-    def maybe_send_fetches(self, now_ms: int) -> list:
+    def maybe_send_fetches(self, now_ms: int) -> list[Effect]:
         return self.fetcher_manager.maybe_send_fetches(now_ms)
 
     def next_deadline_ms(self) -> int | None:
@@ -483,7 +493,7 @@ class ReplicaManager:
                      if d is not None]
         return min(deadlines) if deadlines else None
 
-    def expire_delayed(self, now_ms: int) -> list:
+    def expire_delayed(self, now_ms: int) -> list[Effect]:
         return (self.produce_purgatory.expire(now_ms) + self.fetch_purgatory.expire(now_ms)
                 + self.log_admin.expire(now_ms))
 
@@ -493,7 +503,7 @@ class ReplicaManager:
         self.log_admin.connection_closed(conn_id)
 
 
-def _empty_fetch_entry(index: int, isolation: int) -> dict:
+def _empty_fetch_entry(index: int, isolation: int) -> FetchedPartition:
     """A partition's entry in a Fetch answer before it is read: no records, unknown offsets."""
     return {"partition_index": index, "error_code": ErrorCode.none, "high_watermark": -1,
             "last_stable_offset": -1, "log_start_offset": -1,

@@ -13,19 +13,20 @@ INCONSISTENT_TOPIC_ID and left as they are.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from strandline.coordination.metadata import TopicMetadata
 
 
-def named_id(topic_state: dict) -> uuid.UUID | None:
+def named_id(topic_state: dict[str, Any]) -> uuid.UUID | None:
     """The topic id a LeaderAndIsr topic state names (None: none, or the zero id of a topic without one)."""
-    topic_id = topic_state.get("topic_id")
+    topic_id: uuid.UUID | None = topic_state.get("topic_id")
     return topic_id if topic_id is not None and topic_id.int else None
 
 
-def other_topic(known: TopicMetadata | None, topic_state: dict) -> bool:
+def other_topic(known: TopicMetadata | None, topic_state: dict[str, Any]) -> bool:
     """Whether a topic this broker knows is another topic (another id) than the one a request names."""
     named = named_id(topic_state)
     return known is not None and named is not None and known.topic_id.int != 0 and known.topic_id != named
@@ -36,11 +37,11 @@ def stale_log(log_topic_id: uuid.UUID | None, topic: TopicMetadata) -> bool:
     return log_topic_id is not None and topic.topic_id.int != 0 and log_topic_id != topic.topic_id
 
 
-def leader_and_isr_answer(body: dict, errors: list[dict]) -> dict:
+def leader_and_isr_answer(body: dict[str, Any], errors: list[dict[str, Any]]) -> dict[str, Any]:
     """LeaderAndIsr v5's answer: the partition errors grouped by topic id (each group also names
     its topic, which v0-v4 answer in place of the id)."""
     ids = {ts["topic_name"]: ts.get("topic_id") or uuid.UUID(int=0) for ts in body["topic_states"]}
-    topics: dict[str, list] = {}
+    topics: dict[str, list[dict[str, Any]]] = {}
     for e in errors:
         topics.setdefault(e["topic_name"], []).append(
             {"partition_index": e["partition_index"], "error_code": e["error_code"]})

@@ -12,7 +12,8 @@ from collections import defaultdict
 
 from kio.schema.errors import ErrorCode
 
-from strandline.protocol.records import HEADER_SIZE
+from strandline.protocol.records import HEADER_SIZE, Buffer
+from strandline.replication.fetch_types import FetchedTopic
 
 RECORDS_COUNT = HEADER_SIZE - 4     # the offset of a v2 batch's record count
 UNKNOWN = (ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id)
@@ -32,7 +33,7 @@ class BrokerTopicStats:
         self.topics[topic][key] += n
         self.total[key] += n
 
-    def produced(self, topic: str, records: bytes | None, error: ErrorCode) -> None:
+    def produced(self, topic: str, records: Buffer | None, error: ErrorCode) -> None:
         """One partition's record batch of a Produce request, appended or refused with ``error``
         (bytes rejected: refused for their size, as Kafka counts them)."""
         size = len(records) if records else 0
@@ -44,9 +45,10 @@ class BrokerTopicStats:
         else:
             self._add(topic, "bytesin", size)
             # the batch's record count (the header's last field), as validated on append
-            self._add(topic, "messagesin", int.from_bytes(records[RECORDS_COUNT:HEADER_SIZE], "big"))
+            count = int.from_bytes(records[RECORDS_COUNT:HEADER_SIZE], "big") if records else 0
+            self._add(topic, "messagesin", count)
 
-    def fetched(self, topics: list[dict], by_follower: bool) -> None:
+    def fetched(self, topics: list[FetchedTopic], by_follower: bool) -> None:
         """The partitions of a Fetch answer as sent (consumer or follower)."""
         out = "replicationbytesout" if by_follower else "bytesout"
         for topic in topics:

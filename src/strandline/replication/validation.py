@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from strandline.protocol.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, BatchHeader, UndecodableRecordsError, crc_ok,
-                                         iter_records, read_header, recompress)
+from strandline.protocol.records import (HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, BatchHeader, Buffer,
+                                         UndecodableRecordsError, crc_ok, iter_records, read_header, recompress)
 
 
 class Validated(NamedTuple):
@@ -37,7 +37,7 @@ NO_TIMESTAMP = -1
 CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
-def validate_produce_records(records, max_message_bytes: int, max_timestamp_difference_ms: int | None = None,
+def validate_produce_records(records: Buffer | None, max_message_bytes: int, max_timestamp_difference_ms: int | None = None,
                              now_ms: int = 0) -> Validated:
     """Check the records of one partition in a Produce request (v3+: one v2 batch)."""
     if records is None or len(records) == 0:
@@ -86,8 +86,8 @@ def validate_produce_records(records, max_message_bytes: int, max_timestamp_diff
     return Validated(ErrorCode.none, header)
 
 
-def apply_compression_type(records: bytes, header: BatchHeader, compression_type: str,
-                           max_message_bytes: int) -> tuple[bytes, Validated]:
+def apply_compression_type(records: Buffer, header: BatchHeader, compression_type: str,
+                           max_message_bytes: int) -> tuple[Buffer, Validated]:
     """The batch as it is stored under ``compression.type``: unchanged when the codec matches
     (or is ``producer``), else recompressed; CORRUPT_MESSAGE when it cannot be decompressed,
     MESSAGE_TOO_LARGE when the recompressed batch exceeds ``max.message.bytes``."""
@@ -104,7 +104,7 @@ def apply_compression_type(records: bytes, header: BatchHeader, compression_type
     return records, Validated(ErrorCode.none, read_header(records, 0))
 
 
-def check_keys(records, header: BatchHeader, topic: str, partition: int) -> Validated:
+def check_keys(records: Buffer, header: BatchHeader, topic: str, partition: int) -> Validated:
     """A compacted topic's batch: INVALID_RECORD unless every record has a key, naming each record
     without one (KIP-467's record errors, so that a client fails those and retries the others, as
     Kafka's LogValidator does); CORRUPT_MESSAGE if the records do not decode."""

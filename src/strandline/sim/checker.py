@@ -26,14 +26,28 @@ from __future__ import annotations
 from collections import Counter
 from bisect import bisect_left, insort
 from dataclasses import KW_ONLY, dataclass
+from typing import Callable
 
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData, ZkError
 from strandline.group.records import iter_records
+from strandline.log.disk import FileRegion
+from strandline.log.log import Log
 from strandline.protocol.records import iter_batches
 from strandline.protocol.records import iter_records as iter_batch_records
+from strandline.replication.partition import Partition
 from strandline.sim.cluster import SimCluster
 from strandline.sim.workload import Ack, History, key_of
+
+#: what a replica looked like when last checked: partition and log objects, role, epoch, ISR, HW, LEO
+Signature = tuple[int, int, int, tuple[int, ...], int, int, int]
+
+
+def read_whole(log: Log, start: int, end: int, max_bytes: int) -> bytes:
+    """The whole batches of ``log`` from ``start`` below ``end`` (at most ``max_bytes``)."""
+    data = log.read(start, max_bytes, max_offset=end)
+    assert not isinstance(data, FileRegion)     # only a read with regions=True gives one
+    return data
 
 
 @dataclass
@@ -69,6 +83,8 @@ class Invariants:
     """final_check compares only the replicas ZooKeeper assigns (not stray logs of removed ones)."""
     compacted: bool = False
     """The topic is compacted: committed data is compared by record, not by batch."""
+    detail_prefix: str = ""
+    """Put before the detail of each violation (a topic's name, where a run checks several)."""
 
     def __post_init__(self) -> None:
         partitions = self.partitions
@@ -83,14 +99,16 @@ class Invariants:
         self.replicas: dict[tuple[int, int, int], _Replica] = {}
         self.zk_changes = -1
         self.events = 0
-        self.seen: dict[tuple[int, int], tuple] = {}
+        self.seen: dict[tuple[int, int], Signature] = {}
         self.violations: list[Violation] = []
         self.broken: set[str] = set()
-        self.on_violation = None
+        self.on_violation: Callable[[Violation], None] | None = None
 
     def fail(self, invariant: str, detail: str) -> None:
         """Record the first violation of each invariant; the run goes on, so that a configuration
         that must lose data also shows how many acknowledged writes it lost."""
+        if self.detail_prefix:
+            detail = f"{self.detail_prefix} {detail}"
         if invariant not in self.broken:
             self.broken.add(invariant)
             self.violations.append(Violation(invariant, detail, self.sim.now))
@@ -124,7 +142,7 @@ class Invariants:
             self.zk_changes = self.sim.zk.changes
             self._check_zookeeper()
 
-    def _check_replica(self, broker_id: int, incarnation: int, index: int, partition) -> None:
+    def _check_replica(self, broker_id: int, incarnation: int, index: int, partition: Partition) -> None:
         if partition.is_leader:
             epoch = partition.leader_epoch
             first = self.leader_of_epoch.setdefault((index, epoch), broker_id)
@@ -145,7 +163,7 @@ class Invariants:
             self.leader_hw[key] = (epoch, hw)
         self._check_committed(broker_id, incarnation, index, partition)
 
-    def _check_committed(self, broker_id: int, incarnation: int, index: int, partition) -> None:
+    def _check_committed(self, broker_id: int, incarnation: int, index: int, partition: Partition) -> None:
         log = partition.log
         key = (broker_id, incarnation, index)
         replica = self.replicas.get(key)
@@ -183,7 +201,7 @@ class Invariants:
                           f"{header.base_offset} below its high watermark {hw}")
             replica.verified = header.next_offset
 
-    def _check_committed_records(self, broker_id: int, index: int, log, replica: _Replica, hw: int) -> None:
+    def _check_committed_records(self, broker_id: int, index: int, log: Log, replica: _Replica, hw: int) -> None:
         """The compacted topic's records of a replica below its high watermark: each one the
         committed record at its offset, or the first seen there."""
         records, newest, offsets = self.records[index], self.newest[index], self.record_offsets[index]
@@ -192,7 +210,7 @@ class Invariants:
             replica.verified = max(replica.verified, start)
             return
         held: set[int] = set()
-        data = log.read(start, 1 << 40, max_offset=hw)
+        data = read_whole(log, start, hw, 1 << 40)
         for pos, header in iter_batches(data):
             if header.base_offset >= hw:
                 break
@@ -266,8 +284,8 @@ class Invariants:
                               f"partition {ack.partition}: {value.decode()} acknowledged at offset {offset} "
                               f"is not in the committed log")
             return
-        known = self.committed[ack.partition].get(ack.base_offset)
-        if known is None or known[1] != ack.crc:
+        batch = self.committed[ack.partition].get(ack.base_offset)
+        if batch is None or batch[1] != ack.crc:
             self.fail("acks=all acknowledges committed data",
                       f"partition {ack.partition}: {ack.values[0].decode()} acknowledged at offset {ack.base_offset} "
                       f"is not in the committed log")
@@ -303,7 +321,7 @@ class Invariants:
             # from the highest log start offset: a follower keeps a start a leader that restarted
             # since forgot (not yet checkpointed), as in Kafka; without DeleteRecords every start is 0
             start = max((log.log_start_offset for log in logs.values()), default=0)
-            copies = {b: log.read(start, 1 << 30, max_offset=log.log_end_offset) if log.log_end_offset > start
+            copies = {b: read_whole(log, start, log.log_end_offset, 1 << 30) if log.log_end_offset > start
                       else b"" for b, log in logs.items()}
             deleted = self.deleted[index]
             leader = self.sim.state(self.topic, index).leader
@@ -327,7 +345,7 @@ class Invariants:
                                                           f"{(final.get(offset) or b'nothing').decode()}")
                     break
             if self.no_duplicates:
-                counts = Counter(v for v in final.values() if v.split(b":")[0].startswith(b"i"))
+                counts = Counter(v for v in final.values() if v is not None and v.split(b":")[0].startswith(b"i"))
                 twice = [v.decode() for v, n in counts.items() if n > 1]
                 if twice:
                     self.fail("idempotent producers write once", f"partition {index}: {twice[:3]} appear more than once")
@@ -340,8 +358,8 @@ class Invariants:
         (each cleans on its own, so their bytes may differ); each checked acknowledged record is
         that newest record or older than it; each consumed record is still at its offset or was
         superseded. Returns how many acknowledged batches are lost."""
-        def newest_of(log: bytes) -> dict:
-            newest: dict = {}
+        def newest_of(log: bytes) -> dict[bytes | None, tuple[int, bytes | None]]:
+            newest: dict[bytes | None, tuple[int, bytes | None]] = {}
             for offset, key, value in iter_records(log):
                 newest[key] = (offset, value)
             return newest

@@ -21,22 +21,26 @@ random faults at it:
 from __future__ import annotations
 
 import collections
+import functools
 import random
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Sequence
 
 from strandline.broker.broker import Broker
 from strandline.coordination.cluster_state import read_cluster_state
 from strandline.core.config import BrokerConfig
-from strandline.core.effects import (BrokerSend, Close, FlushFiles, LogLine, ReadClusterState, Send, SetLoggerLevel,
-                                       WriteCheckpoint, ZkRequest)
+from strandline.core.effects import (BrokerSend, Close, Effect, FlushFiles, LogLine, ReadClusterState, Send,
+                                       SetLoggerLevel, WriteCheckpoint, ZkRequest)
 from strandline.coordination import zk_layout
 from strandline.coordination import znodes
-from strandline.coordination.store import Create, GetData, ZkError
+from strandline.coordination.store import Create, GetData, Op, OpResult, ZkError
+from strandline.coordination.znodes import LeaderAndIsr
+from strandline.log.disk import FileRegion
 from strandline.log.manager import LogManager
 from strandline.protocol import api
+from strandline.replication.partition import Partition
 from strandline.sim.disk import MemoryDisk
-from strandline.sim.network import Channel, SimNetwork
+from strandline.sim.network import Channel, ChannelKey, SimNetwork
 from strandline.sim.node import STALE, SimBroker
 from strandline.sim.scheduler import Scheduler
 from strandline.sim.zk_clients import SimZkClients
@@ -48,7 +52,7 @@ LOG_DIR = "/data/logs"
 ROLL_FLUSH_DELAY_MS = 20
 
 
-def _flushed(core: Broker, effect: FlushFiles, now_ms: int) -> list:
+def _flushed(effect: FlushFiles, core: Broker, now_ms: int) -> list[Effect]:
     disk = core.logs.disk
     for path in effect.paths:
         if disk.exists(path):           # a deleted file: nothing left to make durable
@@ -57,7 +61,7 @@ def _flushed(core: Broker, effect: FlushFiles, now_ms: int) -> list:
 
 
 class SimCluster:
-    def __init__(self, broker_ids=(1, 2, 3), *, latency_ms: int = 0, seed: int = 1,
+    def __init__(self, broker_ids: Sequence[int] = (1, 2, 3), *, latency_ms: int = 0, seed: int = 1,
                  overrides: dict[str, dict[str, str]] | None = None, jitter_ms: int = 0,
                  zk_latency_ms: int = 0, zk_failure_delay_ms: int = 0, **config: str) -> None:
         self.zk = MemoryZooKeeper()
@@ -72,7 +76,7 @@ class SimCluster:
         self.config = dict(config)
         self.overrides = overrides or {}
         self.brokers: dict[int, SimBroker] = {}
-        self.inbox: dict[tuple[int, str], collections.deque] = collections.defaultdict(collections.deque)
+        self.inbox: dict[tuple[int, str], collections.deque[bytes]] = collections.defaultdict(collections.deque)
         self._correlation = 0
         self.net = SimNetwork(self)
         self.zk_clients = SimZkClients(self)
@@ -96,18 +100,19 @@ class SimCluster:
     def now(self, ms: int) -> None:
         self.scheduler.now = ms
 
-    def schedule_in(self, delay_ms: int, action: Callable[[], None]) -> None:
+    def schedule_in(self, delay_ms: int, action: Callable[[], object]) -> None:
         """Run ``action()`` ``delay_ms`` from now (simulated time)."""
         self.scheduler.schedule_at(self.scheduler.now + delay_ms, action)
 
-    def schedule_at(self, when_ms: int, action: Callable[[], None]) -> None:
+    def schedule_at(self, when_ms: int, action: Callable[[], object]) -> None:
         self.scheduler.schedule_at(when_ms, action)
 
     def clock_of(self, node: SimBroker) -> int:
         """The time on a broker's own clock."""
         return self.scheduler.now + node.clock_offset_ms
 
-    def run_on(self, broker_id: int, incarnation: int, delay_ms: int, action: Callable[[Broker, int], list]) -> None:
+    def run_on(self, broker_id: int, incarnation: int, delay_ms: int,
+               action: Callable[[Broker, int], list[Effect]]) -> None:
         """Run ``action(core, now)`` on a broker later, unless it crashed meanwhile; held while paused."""
         def run() -> None:
             node = self.brokers.get(broker_id)
@@ -119,7 +124,8 @@ class SimCluster:
             self.apply(node, action(node.core, self.clock_of(node)))
         self.schedule_in(delay_ms, run)
 
-    def _to_broker(self, broker_id: int, incarnation: int, delay_ms: int, action: Callable[[Broker], list]) -> None:
+    def _to_broker(self, broker_id: int, incarnation: int, delay_ms: int,
+                   action: Callable[[Broker], list[Effect]]) -> None:
         self.run_on(broker_id, incarnation, delay_ms, lambda core, _: action(core))
 
     def _event_done(self) -> None:
@@ -143,7 +149,8 @@ class SimCluster:
         if node.deadline is STALE:
             d = node.core.next_deadline_ms() if node.core is not None and not node.paused else None
             node.deadline = None if d is None else d - node.clock_offset_ms
-        return node.deadline
+        deadline: int | None = node.deadline
+        return deadline
 
     def advance(self, ms: int) -> None:
         """Move the clock ``ms`` forward, delivering messages and firing timers as they fall due."""
@@ -165,6 +172,7 @@ class SimCluster:
             for node in list(self.brokers.values()):
                 d = self._next_deadline(node)
                 if d is not None and d <= self.now:
+                    assert node.core is not None        # only a running broker has a deadline
                     self.apply(node, node.core.tick(self.clock_of(node)))
                     self._event_done()
 
@@ -179,7 +187,7 @@ class SimCluster:
         return self.net.slow
 
     @property
-    def channels(self) -> dict[tuple, Channel]:
+    def channels(self) -> dict[ChannelKey, Channel]:
         return self.net.channels
 
     def cut_link(self, src: int, dst: int) -> None:
@@ -189,7 +197,7 @@ class SimCluster:
     def heal_link(self, src: int, dst: int) -> None:
         self.net.heal_link(src, dst)
 
-    def partition_brokers(self, group_a, group_b=None) -> None:
+    def partition_brokers(self, group_a: Iterable[int], group_b: Iterable[int] | None = None) -> None:
         """Cut every link between ``group_a`` and ``group_b`` (default: every other broker), both ways."""
         self.net.partition_brokers(group_a, group_b)
 
@@ -198,7 +206,7 @@ class SimCluster:
 
     # ------------------------------------------------------------------ effects (what the shell does)
 
-    def apply(self, node: SimBroker, effects: list) -> None:
+    def apply(self, node: SimBroker, effects: list[Effect]) -> None:
         node.deadline = STALE
         self.touched.add(node.id)
         for effect in effects:
@@ -218,7 +226,7 @@ class SimCluster:
                 # a worker thread's fsync, done a little later (a power loss before it loses the files'
                 # unflushed bytes), then reported; a crash of the broker meanwhile drops both
                 self.run_on(node.id, node.incarnation, ROLL_FLUSH_DELAY_MS,
-                             lambda core, now, e=effect: _flushed(core, e, now))
+                             functools.partial(_flushed, effect))
             elif isinstance(effect, SetLoggerLevel):
                 pass                # the simulated brokers share this process's loggers: left alone
             elif isinstance(effect, LogLine):
@@ -243,14 +251,14 @@ class SimCluster:
         return self.zk_clients.flaky
 
     @property
-    def zk_fault(self) -> Callable[[int, list], Any] | None:
+    def zk_fault(self) -> Callable[[int, list[Op]], Any] | None:
         """Tests: ``zk_fault(broker_id, ops)`` may answer a fault for one request: "applied-reply-lost"
         (CONNECTION_LOSS although the write was applied), "not-applied", "applied-late" or
         ("reply-delayed", ms)."""
         return self.zk_clients.fault
 
     @zk_fault.setter
-    def zk_fault(self, fault: Callable[[int, list], Any] | None) -> None:
+    def zk_fault(self, fault: Callable[[int, list[Op]], Any] | None) -> None:
         self.zk_clients.fault = fault
 
     def cut_from_zookeeper(self, broker_id: int) -> None:
@@ -260,7 +268,7 @@ class SimCluster:
     def heal_zookeeper(self, broker_id: int) -> None:
         self.zk_clients.heal(broker_id)
 
-    def tool_zk(self, ops: list, transaction: bool = False) -> list:
+    def tool_zk(self, ops: list[Op], transaction: bool = False) -> list[OpResult]:
         """Run ZooKeeper ``ops`` as an outside tool would (e.g. one writing
         ``/admin/reassign_partitions``); the brokers' watches see them."""
         results = self.zk.run(ops, transaction)
@@ -313,8 +321,11 @@ class SimCluster:
         if old.error is ZkError.NONE or not self.zk_clients.reachable(node):
             node.waiting_to_register = True           # the old session's node is still there
             incarnation = node.incarnation
-            self.schedule_in(200, lambda: node.incarnation == incarnation and node.core is not None
-                           and self._finish_start(node))
+
+            def again() -> None:
+                if node.incarnation == incarnation and node.core is not None:
+                    self._finish_start(node)
+            self.schedule_in(200, again)
             return
         node.waiting_to_register = False
         if node.session_expired:              # expired while it waited: the shell opens a new one
@@ -322,6 +333,7 @@ class SimCluster:
         self.zk_clients.register(node)
         controller_id, epoch, version = self._elect(node.id, node.session)
         brokers, topics = read_cluster_state(self.zk)
+        assert node.core is not None            # started, or checked before a retry
         self.apply(node, node.core.load_metadata("sim-cluster", brokers, topics, controller_id, epoch,
                                                   self.clock_of(node), version))
         self.zk_clients.brokers_changed()
@@ -377,23 +389,23 @@ class SimCluster:
         if expire_at_once:
             self.zk_clients.expire(node)
         else:        # the process is gone: nothing renews its session, which ends after the timeout
-            self.schedule_in(self.session_timeout_ms,
-                           lambda session=node.session: self.zk_clients.expire_session(session))
+            self.schedule_in(self.session_timeout_ms, functools.partial(self.zk_clients.expire_session, node.session))
 
     def bounce(self, broker_id: int, *, lose_unflushed: bool = True) -> None:
         """Crash and restart so fast that the controller's watch sees only the new registration
         (same broker id, new broker epoch)."""
         zkc = self.zk_clients
-        notify, zkc.brokers_changed = zkc.brokers_changed, lambda: None
+        zkc.brokers_watch_muted = True
         try:
             self.crash(broker_id, lose_unflushed=lose_unflushed)
         finally:
-            zkc.brokers_changed = notify
+            zkc.brokers_watch_muted = False
         self.start(broker_id)
 
     def begin_controlled_shutdown(self, broker_id: int) -> None:
         """What SIGTERM starts: the broker asks the controller to move its leaderships away."""
         node = self.brokers[broker_id]
+        assert node.core is not None
         self.apply(node, node.core.begin_controlled_shutdown(self.clock_of(node)))
 
     def shutdown(self, broker_id: int) -> None:
@@ -474,15 +486,20 @@ class SimCluster:
         current = self.controller_id_or_none()
         return -1 if current is None else current
 
-    def partition(self, broker_id: int, topic: str, index: int = 0):
+    def partition(self, broker_id: int, topic: str, index: int = 0) -> Partition | None:
         node = self.brokers[broker_id]
         return node.core.partitions.get((topic, index)) if node.core is not None else None
 
     def log_bytes(self, broker_id: int, topic: str, index: int = 0) -> bytes:
         partition = self.partition(broker_id, topic, index)
+        assert partition is not None, f"broker {broker_id} has no replica of {topic}-{index}"
         log = partition.log
-        return log.read(log.log_start_offset, 1 << 30, max_offset=log.log_end_offset) if log.log_end_offset else b""
+        if not log.log_end_offset:
+            return b""
+        data = log.read(log.log_start_offset, 1 << 30, max_offset=log.log_end_offset)
+        assert not isinstance(data, FileRegion)     # only a read with regions=True gives one
+        return data
 
-    def state(self, topic: str, index: int = 0):
+    def state(self, topic: str, index: int = 0) -> LeaderAndIsr:
         [res] = self.zk.execute([GetData(znodes.TopicPartitionStateZNode.path(topic, index))])
         return znodes.TopicPartitionStateZNode.decode(res.data, res.version)

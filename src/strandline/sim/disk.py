@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import posixpath
 
+from strandline.protocol.records import Buffer
+
 
 def _norm(path: str) -> str:
     return posixpath.normpath(path)
@@ -39,7 +41,7 @@ class MemoryHandle:
         if self.closed:
             raise ValueError(f"I/O on closed file {self.path}")
 
-    def append(self, data) -> int:
+    def append(self, data: Buffer) -> int:
         self._check()
         position = len(self.file.data)
         self.file.data += data

@@ -26,6 +26,7 @@ import collections
 import random
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -35,7 +36,7 @@ from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.protocol.api import ApiKey
 from strandline.core.config import REPLICA_SELECTORS
 from strandline.sim.admin_nemesis import AdminNemesis
-from strandline.sim.checker import Invariants, Violation
+from strandline.sim.checker import Invariants, Violation, read_whole
 from strandline.sim.configs import CONFIGS, ExploreConfig  # noqa: F401  (part of this module's interface)
 from strandline.sim.cluster import SimCluster
 from strandline.sim.menu import FAULT_FAMILIES, FULL_MENU  # noqa: F401  (FULL_MENU: part of this module's interface)
@@ -140,9 +141,9 @@ class Explorer:
             self.topics.append(LEDGER)
             txn_partitions = int(config.broker["transaction.state.log.num.partitions"])
             for topic, count in ((LEDGER, partitions), (TXN_STATE, txn_partitions)):
-                more = Invariants(self.sim, topic, count, checked_acks=config.checked_acks, no_duplicates=False)
+                more = Invariants(self.sim, topic, count, checked_acks=config.checked_acks, no_duplicates=False,
+                                  detail_prefix=topic)
                 more.violations, more.broken = self.invariants.violations, self.invariants.broken
-                more.fail = lambda invariant, detail, fail=more.fail, topic=topic: fail(invariant, f"{topic} {detail}")
                 self.more_invariants.append(more)
         if reassign:
             # the final check compares the assigned replicas only: a broker that was down when a
@@ -158,8 +159,8 @@ class Explorer:
                                flush_on_ack=self.flush_on_ack, admin=self.admin, scratch=self.scratch,
                                records_deleted=self._records_deleted)
         self.start_ms = self.sim.now
-        self.producers: list[Producer] = []
-        self.consumers: list[Consumer] = []
+        self.producers: list[Producer | TxnProducer] = []
+        self.consumers: list[Consumer | ReadCommittedConsumer] = []
 
     # ------------------------------------------------------------------ the run
 
@@ -221,9 +222,10 @@ class Explorer:
         if self.delete_records and self.config.compacted:
             topic_configs["cleanup.policy"] = "compact,delete"      # Kafka refuses DeleteRecords otherwise
         configs = [{"name": k, "value": v} for k, v in topic_configs.items()]
-        body = {"topics": [{"name": topic, "num_partitions": self.partitions, "replication_factor": self.replication_factor,
-                            "assignments": [], "configs": configs} for topic in self.topics],
-                "timeout": 1000, "validate_only": False}
+        body: dict[str, Any] = {
+            "topics": [{"name": topic, "num_partitions": self.partitions, "replication_factor": self.replication_factor,
+                        "assignments": [], "configs": configs} for topic in self.topics],
+            "timeout": 1000, "validate_only": False}
         if self.scratch is not None:
             body["topics"].append(self.scratch.creatable())
         resp = sim.call(sim.controller_id, ApiKey.CREATE_TOPICS, 5, body, "admin")
@@ -291,6 +293,7 @@ class Explorer:
         replicas must agree again (markers were written meanwhile)."""
         sim = self.sim
         tps = [(t, p) for t in self.topics for p in range(self.partitions)]
+        assert self.txn_checker is not None and self.txn_history is not None     # (_setup_transactions)
         final = self.txn_checker.read_all(tps, sim.now + TXN_TIMEOUT_MS + 30000)
         self.note(f"final read_committed read: {sum(len(v) for v in final.views.values())} records, "
                   f"transactions {self.txn_history.counts()}")
@@ -326,7 +329,7 @@ class Explorer:
             leader = self.sim.state(TOPIC, index).leader
             partition = self.sim.partition(leader, TOPIC, index) if leader >= 0 else None
             log = partition.log if partition is not None else None
-            below = log.read(log.log_start_offset, 1 << 30, max_offset=offset) \
+            below = read_whole(log, log.log_start_offset, offset, 1 << 30) \
                 if log is not None and log.log_start_offset < min(offset, log.log_end_offset) else b""
             self.txn_checker.records_deleted((TOPIC, index), offset, {v for o, _, v in iter_values(below) if o < offset and v is not None})
 
@@ -372,6 +375,7 @@ class Explorer:
                     if p is None or p.leader_epoch != state.leader_epoch:
                         return False
                 leader = sim.partition(state.leader, topic, index)
+                assert leader is not None           # ZooKeeper's leader is in its ISR (an invariant checked)
                 if not leader.is_leader or set(leader.isr) != replicas:
                     return False
         return True
@@ -454,6 +458,6 @@ class Explorer:
         return "; ".join(parts)
 
 
-def run_seed(seed: int, config: str = "safe", **kwargs) -> RunResult:
+def run_seed(seed: int, config: str = "safe", **kwargs: Any) -> RunResult:
     """One run; ``reassign=True`` adds partition reassignments to the faults (four brokers)."""
     return Explorer(seed, CONFIGS[config], **kwargs).run()

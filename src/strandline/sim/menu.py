@@ -12,6 +12,8 @@ module of its own so that the command line names them without loading the simula
 
 from __future__ import annotations
 
+from typing import Any
+
 FAULT_FAMILIES = ("clock", "zookeeper", "slow-links", "network", "process", "power-loss")
 ADMIN_FAMILIES = ("reassign", "add-partitions", "recreate", "delete-records")
 WORKLOAD_OPTIONS = ("rack-reads",)
@@ -22,12 +24,12 @@ KEYWORDS = {"reassign": "reassign", "add-partitions": "add_partitions", "recreat
             "delete-records": "delete_records", "rack-reads": "rack_reads"}
 
 
-def run_options(without: frozenset[str] | set[str] = frozenset()) -> dict:
+def run_options(without: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
     """The Explorer's keyword arguments for a run with everything but ``without``."""
     unknown = set(without) - set(EVERYTHING)
     if unknown:
         raise ValueError(f"unknown: {', '.join(sorted(unknown))} (the menu: {', '.join(EVERYTHING)})")
-    options: dict = {keyword: name not in without for name, keyword in KEYWORDS.items()}
+    options: dict[str, Any] = {keyword: name not in without for name, keyword in KEYWORDS.items()}
     options["without"] = frozenset(name for name in FAULT_FAMILIES if name in without)
     return options
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import collections
 import random
 from dataclasses import dataclass
-from typing import Callable
+from typing import AbstractSet, Callable
 
 from strandline.sim.admin_nemesis import AdminNemesis
 from strandline.sim.cluster import SimCluster
@@ -159,8 +159,11 @@ class Nemesis:
         elif kind == "both-ways":
             sim.cut_link(a, b)
             sim.cut_link(b, a)
-            self.fault(f"link {a}<->{b} cut", duration, lambda: (sim.heal_link(a, b), sim.heal_link(b, a)),
-                       network=True)
+
+            def heal_both_ways() -> None:
+                sim.heal_link(a, b)
+                sim.heal_link(b, a)
+            self.fault(f"link {a}<->{b} cut", duration, heal_both_ways, network=True)
         elif kind == "zk-cut":
             target = rng.choice(sorted(sim.brokers))
             sim.cut_from_zookeeper(target)
@@ -178,8 +181,12 @@ class Nemesis:
             others = [x for x in sorted(sim.brokers) if x != controller]
             if rng.random() < 0.5:
                 sim.partition_brokers([controller], others)
-                self.fault(f"controller {controller} cut from the other brokers", duration,
-                           lambda: [(sim.heal_link(controller, o), sim.heal_link(o, controller)) for o in others],
+
+                def heal_controller() -> None:
+                    for o in others:
+                        sim.heal_link(controller, o)
+                        sim.heal_link(o, controller)
+                self.fault(f"controller {controller} cut from the other brokers", duration, heal_controller,
                            network=True)
             else:
                 sim.cut_from_zookeeper(controller)
@@ -223,7 +230,7 @@ class Nemesis:
     # ------------------------------------------------------------------ faults and their healing
 
     def fault(self, description: str, duration_ms: int, heal: Callable[[], object], *,
-              brokers: set[int] = frozenset(), network: bool = False) -> None:
+              brokers: AbstractSet[int] = frozenset(), network: bool = False) -> None:
         fault = Fault(description, lambda: None, frozenset(brokers), network)
 
         def do_heal() -> None:

@@ -10,14 +10,17 @@ does. Part of :class:`strandline.sim.cluster.SimCluster`, whose clock and broker
 from __future__ import annotations
 
 import collections
+import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from strandline.core.effects import BrokerSend, Send
-from strandline.sim.node import ServerConn, SimBroker
+from strandline.sim.node import Peer, ServerConn, SimBroker
 from strandline.sim.world import SimWorld
 
 CLIENT = "client"
+#: a channel's key: its source (a broker id, or ("client", name)), its destination broker, its name
+ChannelKey = tuple[Any, int, str]
 
 
 @dataclass(eq=False)
@@ -39,7 +42,7 @@ class SimNetwork:
         self.sim = sim
         self.cut: set[tuple[Any, Any]] = set()             # directed links that drop (held) messages
         self.slow: dict[tuple[Any, Any], int] = {}          # extra latency of a directed link
-        self.channels: dict[tuple, Channel] = {}
+        self.channels: dict[ChannelKey, Channel] = {}
         self.gens = 0
         self._held_links: dict[tuple[Any, Any], list[Callable[[], None]]] = collections.defaultdict(list)
         self._link_clock: dict[tuple[Any, Any], int] = {}
@@ -72,7 +75,7 @@ class SimNetwork:
         for deliver in self._held_links.pop((src, dst), []):
             self.transmit(src, dst, deliver)
 
-    def partition_brokers(self, group_a, group_b=None) -> None:
+    def partition_brokers(self, group_a: Iterable[int], group_b: Iterable[int] | None = None) -> None:
         """Cut every link between ``group_a`` and ``group_b`` (default: every other broker), both ways."""
         a = set(group_a)
         b = set(group_b) if group_b is not None else set(self.sim.brokers) - a
@@ -112,7 +115,7 @@ class SimNetwork:
             self.sim.apply(node, node.core.handle_request(conn_id, frame, self.sim.clock_of(node)))
             conn = node.conns.get(conn_id)
 
-    def server_conn(self, node: SimBroker, peer: tuple) -> int:
+    def server_conn(self, node: SimBroker, peer: Peer) -> int:
         conn_id = node.by_peer.get(peer)
         if conn_id is None:
             conn_id = node.next_conn
@@ -136,8 +139,8 @@ class SimNetwork:
             self.transmit(node.id, src, lambda: self.close_channel(channel, "closed by the peer"))
 
     @staticmethod
-    def channel_key_of(peer: tuple, dst: int) -> tuple:
-        if peer[0] == "client":
+    def channel_key_of(peer: Peer, dst: int) -> ChannelKey:
+        if len(peer) == 3:              # ("client", name, gen)
             return (("client", peer[1]), dst, "client")
         return (peer[1], dst, peer[2])
 
@@ -236,6 +239,6 @@ class SimNetwork:
         for channel in [c for c in self.channels.values() if c.dst == broker_id or c.src == broker_id]:
             if channel.dst == broker_id:
                 src = channel.src if isinstance(channel.src, int) else CLIENT
-                self.transmit(broker_id, src, lambda ch=channel: self.close_channel(ch, "connection reset"))
+                self.transmit(broker_id, src, functools.partial(self.close_channel, channel, "connection reset"))
             else:
                 self.close_channel(channel, "the broker stopped")

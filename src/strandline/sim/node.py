@@ -9,6 +9,9 @@ from typing import Any, Callable
 from strandline.broker.broker import Broker
 from strandline.sim.disk import MemoryDisk
 
+#: Who a connection is from: ("client", name, gen) or ("broker", source id, channel, gen)
+Peer = tuple[str, str, int] | tuple[str, int, str, int]
+
 #: A broker's cached next deadline, not yet asked
 STALE = object()
 
@@ -17,8 +20,9 @@ STALE = object()
 class ServerConn:
     """A connection a broker accepted: requests are answered one at a time, in order."""
 
-    peer: tuple                    # ("client", name, gen) or ("broker", source id, channel, gen)
-    queue: collections.deque = field(default_factory=collections.deque)   # (frame, reply_to)
+    peer: Peer
+    queue: collections.deque[tuple[bytes, Callable[[bytes], None]]] = field(
+        default_factory=collections.deque)                                # (frame, reply_to)
     reply_to: Callable[[bytes], None] | None = None                       # of the request in hand
     busy: bool = False
 
@@ -32,9 +36,9 @@ class SimBroker:
     incarnation: int = 0
     paused: bool = False
     clock_offset_ms: int = 0
-    held: list = field(default_factory=list)
+    held: list[Callable[[], object]] = field(default_factory=list)     # what waits while it is paused
     conns: dict[int, ServerConn] = field(default_factory=dict)
-    by_peer: dict[tuple, int] = field(default_factory=dict)
+    by_peer: dict[Peer, int] = field(default_factory=dict)
     next_conn: int = 1
     log: list[str] = field(default_factory=list)
     events: list[tuple[str, tuple[str, int] | None]] = field(default_factory=list)   # the timeline's (kind, partition)

@@ -18,12 +18,18 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import strandline
 
+if TYPE_CHECKING:
+    from strandline.sim.explore import RunResult
 
-def _run_slice(jobs: Iterator[tuple]) -> Iterator:
+#: one run: (seed, config name, duration in ms, the Explorer's keyword options)
+Job = tuple[int, str, int, dict[str, Any]]
+
+
+def _run_slice(jobs: Iterable[Job]) -> Iterator[RunResult]:
     from strandline.sim.explore import run_seed
 
     for seed, config, duration_ms, options in jobs:
@@ -41,7 +47,7 @@ def _package_zip(directory: str) -> str:
     return path
 
 
-def run(jobs: list[tuple], master: str | None = None, slices: int | None = None) -> Iterator:
+def run(jobs: list[Job], master: str | None = None, slices: int | None = None) -> Iterator[RunResult]:
     """Run ``jobs`` (``(seed, config, duration_ms, options)``) as Spark tasks on ``master``
     (``local[*]`` by default); yields each :class:`RunResult` in the order of ``jobs``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -66,7 +72,9 @@ def run(jobs: list[tuple], master: str | None = None, slices: int | None = None)
         sc = spark.sparkContext
         sc.setLogLevel("ERROR")
         with tempfile.TemporaryDirectory(prefix="strandline-sim-") as scratch:
-            if not sc.master.startswith("local"):
+            master_url = sc.master
+            assert master_url is not None       # a started context's
+            if not master_url.startswith("local"):
                 sc.addPyFile(_package_zip(scratch))
             count = slices or max(1, min(len(jobs), sc.defaultParallelism * 4))
             rdd = sc.parallelize(jobs, count).mapPartitions(_run_slice)

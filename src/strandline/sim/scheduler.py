@@ -14,14 +14,14 @@ from typing import Callable
 class Scheduler:
     def __init__(self, now_ms: int) -> None:
         self.now = now_ms
-        self._events: list[tuple[int, int, Callable[[], None]]] = []
+        self._events: list[tuple[int, int, Callable[[], object]]] = []     # an action's value is not used
         self._seq = 0
 
-    def schedule_in(self, delay_ms: int, action: Callable[[], None]) -> None:
+    def schedule_in(self, delay_ms: int, action: Callable[[], object]) -> None:
         """Run ``action()`` ``delay_ms`` from now (simulated time)."""
         self.schedule_at(self.now + delay_ms, action)
 
-    def schedule_at(self, when_ms: int, action: Callable[[], None]) -> None:
+    def schedule_at(self, when_ms: int, action: Callable[[], object]) -> None:
         self._seq += 1
         heapq.heappush(self._events, (when_ms, self._seq, action))
 
@@ -29,7 +29,7 @@ class Scheduler:
         """When the earliest event is due, None with none scheduled."""
         return self._events[0][0] if self._events else None
 
-    def pop_due(self) -> Callable[[], None] | None:
+    def pop_due(self) -> Callable[[], object] | None:
         """The next event due by now, taken off the queue; None when none is."""
         events = self._events
         if not events or events[0][0] > self.now:

@@ -8,7 +8,7 @@ an earlier topic of that name); if it does not, no broker may still hold it.
 from __future__ import annotations
 
 import random
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData
@@ -28,7 +28,7 @@ def exists(sim: SimCluster, topic: str) -> bool:
 
 
 class ScratchTopic:
-    def __init__(self, sim: SimCluster, replication_factor: int, configs: list[tuple[str, str]],
+    def __init__(self, sim: SimCluster, replication_factor: int, configs: Sequence[tuple[str, str]],
                  note: Callable[[str], None]) -> None:
         self.sim = sim
         self.replication_factor = replication_factor
@@ -38,7 +38,7 @@ class ScratchTopic:
         self.writers: list[Firehose] = []
         self.requests = 0               # deletions and creations asked for
 
-    def creatable(self) -> dict:
+    def creatable(self) -> dict[str, Any]:
         """Its entry in a CreateTopics request."""
         return {"name": SCRATCH, "num_partitions": SCRATCH_PARTITIONS, "replication_factor": self.replication_factor,
                 "assignments": [], "configs": [{"name": k, "value": v} for k, v in self.configs]}

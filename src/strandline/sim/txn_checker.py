@@ -229,7 +229,8 @@ class TxnChecker:
         for pos, header in iter_batches(data):
             if header.base_offset == lso:
                 first = next(iter_records(data, pos, header), None)
-                owner = self.history.by_value.get(first.value) if first is not None else None
+                owner = self.history.by_value.get(first.value) if first is not None and first.value is not None \
+                    else None
                 return f"; it begins with producer {header.producer_id} epoch {header.producer_epoch}'s batch" + \
                     (f", of {owner.describe()}" if owner else "")
         return ""

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -125,7 +125,7 @@ class _MultiTopicClient(_Client):
         broker_id = self.rng.choice(sorted(self.sim.brokers))
         body = {"topics": [{"name": t} for t in sorted(self.topics)], "allow_auto_topic_creation": False}
 
-        def on_answer(resp) -> None:
+        def on_answer(resp: Any) -> None:
             if resp is not None:
                 for topic in resp.topics:
                     if topic.name in self.topics and topic.error_code == ErrorCode.none:
@@ -165,8 +165,8 @@ class TxnProducer(_MultiTopicClient):
 
     # -- plumbing
 
-    def send(self, broker_id: int, api_key: int, version: int, body: dict,
-             on_answer: Callable[[object | None], None], expect_answer: bool = True) -> None:
+    def send(self, broker_id: int, api_key: int, version: int, body: dict[str, Any],
+             on_answer: Callable[[Any], None], expect_answer: bool = True) -> None:
         """Each life of the application has connections of its own; answers to an earlier life are dropped."""
         life = self.life
         name, self.name = self.name, f"{self.name}.{life}"
@@ -194,6 +194,11 @@ class TxnProducer(_MultiTopicClient):
     def resume(self) -> None:
         self.busy = False
         self.step()
+
+    def _coordinator(self) -> int:
+        """The transaction coordinator: :meth:`step` finds it before any request that goes to it."""
+        assert self.coordinator is not None
+        return self.coordinator
 
     def retry_in(self, delay_ms: int) -> None:
         self.busy = False
@@ -255,7 +260,7 @@ class TxnProducer(_MultiTopicClient):
         self.busy = True
         broker_id = self.rng.choice(sorted(self.sim.brokers))
 
-        def on_answer(resp) -> None:
+        def on_answer(resp: Any) -> None:
             if resp is not None and resp.error_code == ErrorCode.none and resp.node_id >= 0:
                 self.coordinator = int(resp.node_id)
                 self.retry_in(0)
@@ -269,7 +274,7 @@ class TxnProducer(_MultiTopicClient):
         body = {"transactional_id": self.transactional_id, "transaction_timeout": TXN_TIMEOUT_MS,
                 "producer_id": expected[0], "producer_epoch": expected[1]}
 
-        def on_answer(resp) -> None:
+        def on_answer(resp: Any) -> None:
             error = ErrorCode.network_exception if resp is None else ErrorCode(int(resp.error_code))
             self.note(f"{self.transactional_id}: InitProducerId{expected} at broker {self.coordinator}: "
                       f"{error.name}" + (f" (pid {resp.producer_id} epoch {resp.producer_epoch})" if resp else ""))
@@ -280,7 +285,7 @@ class TxnProducer(_MultiTopicClient):
                 self.retry_in(0)
             else:
                 self.on_coordinator_error(error, "InitProducerId", f"{self.transactional_id}: InitProducerId")
-        self.send(self.coordinator, ApiKey.INIT_PRODUCER_ID, 3, body, on_answer)
+        self.send(self._coordinator(), ApiKey.INIT_PRODUCER_ID, 3, body, on_answer)
 
     def begin(self) -> None:
         """A new transaction: a few partitions of the topics, one or two batches each."""
@@ -340,7 +345,7 @@ class TxnProducer(_MultiTopicClient):
                 "v3_and_below_producer_id": self.producer_id, "v3_and_below_producer_epoch": self.producer_epoch,
                 "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in sorted(by_topic.items())]}
 
-        def on_answer(resp) -> None:
+        def on_answer(resp: Any) -> None:
             if resp is None:
                 self.coordinator = None
                 self.retry_in(RETRY_BACKOFF_MS)
@@ -354,7 +359,7 @@ class TxnProducer(_MultiTopicClient):
                 self.retry_in(0)
             else:
                 self.on_coordinator_error(error, "AddPartitionsToTxn", f"{self.transactional_id}: AddPartitionsToTxn")
-        self.send(self.coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, 3, body, on_answer)
+        self.send(self._coordinator(), ApiKey.ADD_PARTITIONS_TO_TXN, 3, body, on_answer)
 
     def produce(self) -> None:
         txn = self.txn
@@ -393,7 +398,7 @@ class TxnProducer(_MultiTopicClient):
         body = {"transactional_id": self.transactional_id, "acks": -1, "timeout": 3000,
                 "topic_data": [{"name": tp[0], "partition_data": [{"index": tp[1], "records": data}]}]}
 
-        def on_answer(resp) -> None:
+        def on_answer(resp: Any) -> None:
             if resp is None:
                 self.tp_leaders.pop(tp, None)
                 self.retry_in(RETRY_BACKOFF_MS)
@@ -429,7 +434,7 @@ class TxnProducer(_MultiTopicClient):
         body = {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
                 "producer_epoch": self.producer_epoch, "committed": commit}
 
-        def on_answer(resp) -> None:
+        def on_answer(resp: Any) -> None:
             error = ErrorCode.network_exception if resp is None else ErrorCode(int(resp.error_code))
             if commit and error is not ErrorCode.none and error not in _NOT_APPLIED:
                 txn.commit_maybe = True
@@ -443,7 +448,7 @@ class TxnProducer(_MultiTopicClient):
             else:
                 self.on_coordinator_error(error, "EndTxn", f"{self.transactional_id} #{txn.number}: EndTxn("
                                                  f"{'commit' if commit else 'abort'})", restart_otherwise=True)
-        self.send(self.coordinator, ApiKey.END_TXN, 3, body, on_answer)
+        self.send(self._coordinator(), ApiKey.END_TXN, 3, body, on_answer)
 
 
 @dataclass
@@ -482,6 +487,7 @@ def read_committed_view(records: bytes | None, aborted: list[tuple[int, int]] | 
             if header.producer_id in aborted_pids:
                 continue
         for record in iter_records(data, pos, header):
+            assert record.value is not None     # the transactional producers write a value in every record
             out.records.append((record.offset, record.value))
     return out
 
@@ -513,7 +519,7 @@ class ReadCommittedConsumer(_MultiTopicClient):
         body = fetch_body(tp, self.positions[tp], max_wait_ms=100, rack=self.replicas.rack)
         target, named = self.replicas.target(tp, leader)
 
-        def on_answer(resp) -> None:
+        def on_answer(resp: Any) -> None:
             answer = resp.responses[0].partitions[0] if resp is not None else None
             error = ErrorCode(int(answer.error_code)) if answer is not None else None
             if self.replicas.redirected(tp, answer, error, named):
@@ -538,7 +544,7 @@ class ReadCommittedConsumer(_MultiTopicClient):
         self.send(target, ApiKey.FETCH, FETCH_VERSION, body, on_answer)
 
 
-def fetch_body(tp: TP, offset: int, max_wait_ms: int = 0, rack: str = "") -> dict:
+def fetch_body(tp: TP, offset: int, max_wait_ms: int = 0, rack: str = "") -> dict[str, Any]:
     return {"replica_id": -1, "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 1,
             "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": rack,
             "topics": [{"topic": tp[0], "partitions": [{
@@ -546,5 +552,5 @@ def fetch_body(tp: TP, offset: int, max_wait_ms: int = 0, rack: str = "") -> dic
                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}
 
 
-def _aborted(answer) -> list[tuple[int, int]]:
+def _aborted(answer: Any) -> list[tuple[int, int]]:
     return [(int(a.producer_id), int(a.first_offset)) for a in answer.aborted_transactions or ()]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from kio.schema.errors import ErrorCode
 
@@ -40,7 +40,7 @@ def key_of(value: bytes) -> bytes:
     counter = int(value.rsplit(b":", 1)[1])
     return b"u" + value if counter % 2 else b"k%d" % (counter // 2 % KEYS)
 #: the clients' most frequent requests, encoded without kio's general writer (byte-identical)
-_FAST_ENCODERS = {(ApiKey.PRODUCE, PRODUCE_REQUEST_VERSION): encode_produce_request,
+_FAST_ENCODERS: dict[tuple[int, int], Callable[[int, str, Mapping[str, Any]], bytes]] = {(ApiKey.PRODUCE, PRODUCE_REQUEST_VERSION): encode_produce_request,
                   (ApiKey.FETCH, FETCH_REQUEST_VERSION): encode_fetch_request,
                   (ApiKey.METADATA, METADATA_REQUEST_VERSION): encode_metadata_request}
 _RESET_PRODUCER = {ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id,
@@ -137,8 +137,8 @@ class _Client:
         self.leaders.pop(partition, None)
         self.later(RETRY_BACKOFF_MS, self.step)
 
-    def send(self, broker_id: int, api_key: int, version: int, body: dict,
-             on_answer: Callable[[object | None], None], expect_answer: bool = True) -> None:
+    def send(self, broker_id: int, api_key: int, version: int, body: dict[str, Any],
+             on_answer: Callable[[Any], None], expect_answer: bool = True) -> None:
         fast = _FAST_ENCODERS.get((api_key, version))
         correlation = self.sim.next_correlation()
         frame = fast(correlation, self.name, body) if fast is not None else \
@@ -163,7 +163,7 @@ class _Client:
         broker_id = self.rng.choice(sorted(self.sim.brokers))
         body = {"topics": [{"name": self.topic}], "allow_auto_topic_creation": False}
 
-        def on_answer(resp) -> None:
+        def on_answer(resp: Any) -> None:
             if resp is not None:
                 for topic in resp.topics:
                     if topic.name == self.topic and topic.error_code == ErrorCode.none:
@@ -247,7 +247,7 @@ class Producer(_Client):
         self.history.sent += 1
         return partition, data, tuple(values), self.sim.now
 
-    def on_produced(self, resp) -> None:
+    def on_produced(self, resp: Any) -> None:
         self.busy = False
         if self.stopped or self.batch is None:
             return
@@ -275,6 +275,7 @@ class Producer(_Client):
 
     def give_up(self) -> None:
         """The batch's fate is unknown; an idempotent producer starts a new epoch (KIP-360)."""
+        assert self.batch is not None
         partition, _, values, _ = self.batch
         self.history.unknown.append((self.name, partition, values))
         self.batch = None
@@ -287,7 +288,7 @@ class Producer(_Client):
         self.busy = True
         broker_id = self.rng.choice(sorted(self.sim.brokers))
 
-        def on_answer(resp) -> None:
+        def on_answer(resp: Any) -> None:
             self.busy = False
             if resp is not None and resp.error_code == ErrorCode.none:
                 self.producer_id, self.producer_epoch = int(resp.producer_id), int(resp.producer_epoch)
@@ -327,7 +328,7 @@ class Firehose(_Client):
         body = {"transactional_id": None, "acks": 1, "timeout": PRODUCE_ACK_TIMEOUT_MS,
                 "topic_data": [{"name": self.topic, "partition_data": [{"index": self.partition, "records": data}]}]}
 
-        def on_answer(resp) -> None:
+        def on_answer(resp: Any) -> None:
             if resp is None or resp.responses[0].partition_responses[0].error_code != ErrorCode.none:
                 self.leaders.pop(self.partition, None)
         self.history.sent += 1
@@ -346,14 +347,14 @@ class ReadReplicas:
 
     def __init__(self, rack: str = "") -> None:
         self.rack = rack
-        self.named: dict = {}
+        self.named: dict[object, int] = {}     # the replica a leader named, by the consumer's key
 
     def target(self, key: object, leader: int) -> tuple[int, bool]:
         """The broker to fetch ``key`` from, and whether it is a replica a leader named."""
         named = self.named.get(key)
         return (leader, False) if named is None else (named, True)
 
-    def redirected(self, key: object, answer: object | None, error: ErrorCode | None, named: bool) -> bool:
+    def redirected(self, key: object, answer: Any, error: ErrorCode | None, named: bool) -> bool:
         """Take in a Fetch answer (None: none came); True when it only sends the consumer elsewhere
         (to the replica named, or back to the leader after the named replica failed it): the
         consumer then fetches again there (at once, or after a backoff for a failure), its
@@ -399,7 +400,7 @@ class Consumer(_Client):
                     "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}
         target, named = self.replicas.target(partition, leader)
 
-        def on_answer(resp) -> None:
+        def on_answer(resp: Any) -> None:
             answer = resp.responses[0].partitions[0] if resp is not None else None
             error = ErrorCode(int(answer.error_code)) if answer is not None else None
             if self.replicas.redirected(partition, answer, error, named):
@@ -418,6 +419,7 @@ class Consumer(_Client):
                 for offset, _, value in iter_records(answer.records):
                     if offset < self.positions[partition]:
                         continue
+                    assert value is not None        # every producer here writes a value
                     if self.on_record is not None:
                         self.on_record(partition, offset, value)
                     seen.setdefault(offset, value)

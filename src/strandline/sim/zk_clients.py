@@ -12,13 +12,14 @@ brokers and ZooKeeper it uses.
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from strandline.broker.broker import Broker
-from strandline.core.effects import ZkRequest
+from strandline.core.effects import Effect, ZkRequest
 from strandline.coordination import znodes
 from strandline.coordination.cluster_state import read_cluster_state
-from strandline.coordination.store import Create, GetData, OpResult, ZkError
+from strandline.coordination.store import Create, GetData, Op, OpResult, ZkError
+from strandline.coordination.znodes import BrokerInfo
 
 from strandline.sim.node import SimBroker
 from strandline.sim.world import SimWorld
@@ -36,10 +37,12 @@ class SimZkClients:
         self.sim = sim
         self.cut_brokers: set[int] = set()                  # brokers that cannot reach ZooKeeper
         self.flaky: dict[int, float] = {}                   # broker -> chance a ZooKeeper request fails
-        self.pending: dict[int, list[Callable[[], None]]] = collections.defaultdict(list)
+        self.pending: dict[int, list[Callable[[], object]]] = collections.defaultdict(list)
         self.order: dict[int, int] = {}                     # session -> when its last request applies
         self.sessions = 0
-        self.fault: Callable[[int, list], Any] | None = None
+        #: a broker bounced so fast that the controller's watch sees only its new registration
+        self.brokers_watch_muted = False
+        self.fault: Callable[[int, list[Op]], Any] | None = None
         """Tests: ``fault(broker_id, ops)`` may answer a fault for one request: "applied-reply-lost"
         (CONNECTION_LOSS although the write was applied), "not-applied", "applied-late" or
         ("reply-delayed", ms)."""
@@ -56,16 +59,17 @@ class SimZkClients:
         """A ZooKeeper request: applied in order per session (``zk_latency_ms`` after it is sent),
         its result back ``zk_latency_ms`` later; faults from :attr:`fault` or :attr:`flaky`."""
         token, incarnation, session = effect.token, node.incarnation, node.session
-        ops, transaction = list(effect.ops), effect.transaction
+        ops: list[Op] = list(effect.ops)
+        transaction = effect.transaction
 
-        def reply(results: list, delay_ms: int) -> None:
+        def reply(results: list[OpResult], delay_ms: int) -> None:
             self.sim.run_on(node.id, incarnation, delay_ms,
                          lambda core, t: core.on_zk_result(token, results, t))
 
-        def lost() -> list:
+        def lost() -> list[OpResult]:
             return [OpResult(ZkError.CONNECTION_LOSS)] * len(ops)
 
-        def apply_now() -> list:
+        def apply_now() -> list[OpResult]:
             if node.session != session or node.session_expired:
                 return [OpResult(ZkError.SESSION_EXPIRED)] * len(ops)
             results = self.sim.zk.run(ops, transaction, session)
@@ -99,13 +103,13 @@ class SimZkClients:
             extra = delay if fault == "reply-delayed" else 0
             self._at_time(apply_at, lambda: reply(apply_now(), self.sim.zk_latency_ms + extra))
 
-    def _at_time(self, when_ms: int, action: Callable[[], None]) -> None:
+    def _at_time(self, when_ms: int, action: Callable[[], object]) -> None:
         if when_ms <= self.sim.now:
             action()
         else:
             self.sim.schedule_in(when_ms - self.sim.now, action)
 
-    def notify_watches(self, ops: list) -> None:
+    def notify_watches(self, ops: Sequence[Op]) -> None:
         paths = [op.path for op in ops if not isinstance(op, GetData) and hasattr(op, "path")]
         if any(p.startswith(ISR_CHANGES) for p in paths):
             self.isr_changes_notified()
@@ -138,13 +142,15 @@ class SimZkClients:
 
     def brokers_changed(self) -> None:
         """What each shell's ``/brokers/ids`` watch reports (a broker out of reach hears it later)."""
+        if self.brokers_watch_muted:
+            return
         for node in self._watchers():
             self._watch_event(node, self.report_brokers)
 
     def controller_changed(self) -> None:
         """What each shell's ``/controller`` watch reports."""
         for node in self._watchers():
-            def deliver(core: Broker, t: int) -> list:
+            def deliver(core: Broker, t: int) -> list[Effect]:
                 [ctl] = self.sim.zk.execute([GetData(CONTROLLER)])
                 current = znodes.ControllerZNode.decode(ctl.data) if ctl.error is ZkError.NONE else None
                 return core.on_controller_changed(current, t)
@@ -173,7 +179,7 @@ class SimZkClients:
         for node in self._watchers():
             self._watch_event(node, lambda core, t: core.on_config_changes(list(self.sim.zk.children(CONFIG_CHANGES)), t))
 
-    def _watch_event(self, node: SimBroker, deliver: Callable[[Broker, int], list]) -> None:
+    def _watch_event(self, node: SimBroker, deliver: Callable[[Broker, int], list[Effect]]) -> None:
         incarnation, session = node.incarnation, node.session
 
         def arrive() -> None:
@@ -249,12 +255,12 @@ class SimZkClients:
         if created.error is ZkError.NONE and node.core is not None:
             self.sim.apply(node, node.core.on_registered(self.sim.zk.czxid[path], self.sim.clock_of(node)))
 
-    def report_brokers(self, core: Broker, now_ms: int) -> list:
+    def report_brokers(self, core: Broker, now_ms: int) -> list[Effect]:
         """What a shell's ``/brokers/ids`` watch hands its core: the live brokers read now."""
         brokers, epochs, listing = self.live_brokers()
         return core.on_brokers_changed(brokers, epochs, now_ms, listing)
 
-    def live_brokers(self) -> tuple[dict, dict, int]:
+    def live_brokers(self) -> tuple[dict[int, BrokerInfo], dict[int, int], int]:
         """(brokers, broker epochs, listing number): ZooKeeper's count of writes so far orders the
         listings as a shell's numbers do."""
         brokers, _ = read_cluster_state(self.sim.zk)

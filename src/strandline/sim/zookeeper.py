@@ -8,10 +8,10 @@ Every operation completes at once; the simulator decides when its result is deli
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
-from strandline.coordination.store import (CheckVersion, Create, Delete, GetChildren, GetData, OpResult,
-                                           SetData, ZkError)
+from strandline.coordination.store import (CheckVersion, Create, Delete, GetChildren, GetData, Op, OpResult,
+                                           SetData, TransactionOp, ZkError)
 from strandline.coordination import zk_layout
 from strandline.coordination.znodes import PERSISTENT_PATHS
 
@@ -57,7 +57,7 @@ class MemoryZooKeeper:
             return OpResult(ZkError.BAD_VERSION)
         return node
 
-    def _one(self, op, session: int) -> OpResult:
+    def _one(self, op: Op, session: int) -> OpResult:
         if not isinstance(op, (GetData, GetChildren, CheckVersion)):
             self.changes += 1
         if isinstance(op, Create):
@@ -109,10 +109,10 @@ class MemoryZooKeeper:
             return OpResult(ZkError.NONE)
         raise TypeError(f"unknown operation {op!r}")
 
-    def execute(self, ops: Sequence, session: int = 0) -> list[OpResult]:
+    def execute(self, ops: Sequence[Op], session: int = 0) -> list[OpResult]:
         return [self._one(op, session) for op in ops]
 
-    def transaction(self, ops: Sequence, session: int = 0) -> list[OpResult]:
+    def transaction(self, ops: Sequence[TransactionOp], session: int = 0) -> list[OpResult]:
         if zk_layout.multi_size(ops) > zk_layout.JUTE_MAXBUFFER:
             # a real server closes the connection of a request over jute.maxbuffer ("Len error")
             return [OpResult(ZkError.CONNECTION_LOSS)] * len(ops)
@@ -126,8 +126,10 @@ class MemoryZooKeeper:
             results.append(result)
         return results
 
-    def run(self, ops: Sequence, transaction: bool, session: int = 0) -> list[OpResult]:
-        return self.transaction(ops, session) if transaction else self.execute(ops, session)
+    def run(self, ops: Sequence[Op], transaction: bool, session: int = 0) -> list[OpResult]:
+        if transaction:         # a multi holds writes and version checks only (as ZooKeeper's)
+            return self.transaction(cast("Sequence[TransactionOp]", ops), session)
+        return self.execute(ops, session)
 
     def expire(self, session: int) -> list[str]:
         """End ``session``: delete its ephemeral nodes; returns their paths."""
