@@ -12,6 +12,7 @@ back to ORS at once, stopping the replicas that were being added.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from kio.schema.errors import ErrorCode
@@ -19,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from strandline.core.effects import Effect, LogLine
 from strandline.controller.elections import PartitionElections
 from strandline.controller.office import Office
-from strandline.controller.context import ControllerContext
+from strandline.controller.context import Awaiting, ControllerContext
 from strandline.coordination import znodes
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import LeaderAndIsr
@@ -218,6 +219,33 @@ class PartitionReassignments:
 
     # ------------------------------------------------------------------ /admin/reassign_partitions
 
+    def on_node_changed(self, moves: dict[Key, tuple[int, ...]] | None, now_ms: int) -> list[Effect]:
+        """``/admin/reassign_partitions`` was created or changed (None: it is gone)."""
+        ctx = self.office.ctx
+        if ctx is None or not ctx.ready or not self.office.in_office(ctx):
+            return []          # a controller reads it when it takes office
+        if moves is None:
+            ctx.zk_requested = {}
+            return []
+        return self.on_requested(ctx, moves, now_ms)
+
+    def read_requested(self, ctx: ControllerContext, now_ms: int) -> list[Effect]:
+        """Read ``/admin/reassign_partitions`` (a new controller does) and start the moves it asks for."""
+        return [self.office.outbox.zk([GetData(znodes.ReassignPartitionsZNode.path())],
+                                      AwaitingReassignPartitionsZNode(ctx, self))]
+
+    def _on_requested_read(self, ctx: ControllerContext, results: list[OpResult], when_ms: int) -> list[Effect]:
+        [res] = results
+        if not self.office.in_office(ctx) or res.error is ZkError.NO_NODE:
+            return []
+        if res.error is not ZkError.NONE:          # no answer: read it again
+            return self.office.outbox.after(when_ms + RETRY_MS, RetryReassignPartitionsZNode(ctx, self))
+        try:
+            moves = znodes.ReassignPartitionsZNode.decode(res.data)
+        except ValueError as exc:
+            return [LogLine("warning", f"Ignoring {znodes.ReassignPartitionsZNode.path()}: {exc}")]
+        return self.on_requested(ctx, moves, when_ms)
+
     def on_requested(self, ctx: ControllerContext, moves: dict[Key, tuple[int, ...]], now_ms: int) -> list[Effect]:
         """The moves ``/admin/reassign_partitions`` lists (older tools write it): each not yet under
         way starts; one refused, or already done, leaves the node; the node goes once it is empty."""
@@ -389,3 +417,23 @@ class PartitionReassignments:
             return [office.outbox.zk(ops, on_result, transaction=True)]
 
         return ctx.queue_topic_write(name, write, now_ms)
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingReassignPartitionsZNode(Awaiting):
+    """The read of /admin/reassign_partitions by a controller that just took office."""
+
+    reassignments: PartitionReassignments = field(repr=False)
+
+    def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
+        return self.reassignments._on_requested_read(self.ctx, results, now_ms)
+
+
+@dataclass(eq=False, repr=False)
+class RetryReassignPartitionsZNode(Awaiting):
+    """The timer after which /admin/reassign_partitions, not answered, is read again."""
+
+    reassignments: PartitionReassignments = field(repr=False)
+
+    def __call__(self, now_ms: int) -> list[Effect]:
+        return self.reassignments.read_requested(self.ctx, now_ms)
