@@ -299,30 +299,26 @@ class AwaitingDeletionRecordReads(Awaiting):
 
 
 @dataclass(eq=False, repr=False)
-class AwaitingDeletionRecord(Awaiting):
-    """The fenced write of topic ``name``'s deletion record; then ``then(now_ms, version)``."""
-
+class _RecordWrite(Awaiting):
     name: str
     data: bytes = field(repr=False)
     then: Callable[[int, int], list[Effect]]
     failed: Failed = field(repr=False)
     exists: bool
     deletions: TopicDeletions = field(repr=False)
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingDeletionRecord(_RecordWrite):
+    """The fenced write of topic ``name``'s deletion record; then ``then(now_ms, version)``."""
 
     def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
         return self.deletions._on_recorded(self, results, now_ms)
 
 
 @dataclass(eq=False, repr=False)
-class RetryDeletionRecord(Awaiting):
+class RetryDeletionRecord(_RecordWrite):
     """The timer (or the epoch check) after which topic ``name``'s deletion record is written again."""
-
-    name: str
-    data: bytes = field(repr=False)
-    then: Callable[[int, int], list[Effect]]
-    failed: Failed = field(repr=False)
-    exists: bool
-    deletions: TopicDeletions = field(repr=False)
 
     def __call__(self, now_ms: int) -> list[Effect]:
         return self.deletions._record(self.ctx, self.name, self.data, self.then, self.failed, now_ms, self.exists)
@@ -376,24 +372,23 @@ class BrokerTold(Awaiting):
 
 
 @dataclass(eq=False, repr=False)
-class AwaitingDeletionRecordRemoved(Awaiting):
-    """The fenced delete of topic ``name``'s deletion record (at ``version``)."""
-
+class _RecordDelete(Awaiting):
     name: str
     version: int
     deletions: TopicDeletions = field(repr=False)
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingDeletionRecordRemoved(_RecordDelete):
+    """The fenced delete of topic ``name``'s deletion record (at ``version``)."""
 
     def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
         return self.deletions._on_forgotten(self, results, now_ms)
 
 
 @dataclass(eq=False, repr=False)
-class RetryForgetDeletion(Awaiting):
+class RetryForgetDeletion(_RecordDelete):
     """The timer after which topic ``name``'s deletion record is deleted again."""
-
-    name: str
-    version: int
-    deletions: TopicDeletions = field(repr=False)
 
     def __call__(self, now_ms: int) -> list[Effect]:
         return self.deletions._forget(self.ctx, self.name, self.version)

@@ -296,25 +296,24 @@ Answer = Callable[[ErrorCode, "str | None", int], list[Effect]]
 
 
 @dataclass(eq=False, repr=False)
-class AwaitingTopicCreated(Awaiting):
-    """The fenced transaction creating topic ``name``'s znodes and its partitions' first states."""
-
+class _Creation(Awaiting):
     name: str
     plan: TopicMetadata = field(repr=False)
     topics: TopicChanges = field(repr=False)
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingTopicCreated(_Creation):
+    """The fenced transaction creating topic ``name``'s znodes and its partitions' first states."""
 
     def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
         return self.topics._on_created(self, results, now_ms)
 
 
 @dataclass(eq=False, repr=False)
-class CreationReadBack(Awaiting):
+class CreationReadBack(_Creation):
     """A creation ZooKeeper did not answer: topic ``name``'s znode read back says whether it was
     written, and by this creation (its topic id)."""
-
-    name: str
-    plan: TopicMetadata = field(repr=False)
-    topics: TopicChanges = field(repr=False)
 
     def __call__(self, res: OpResult | None, when_ms: int) -> list[Effect]:
         ctx, plan, topics = self.ctx, self.plan, self.topics
@@ -327,13 +326,9 @@ class CreationReadBack(Awaiting):
 
 
 @dataclass(eq=False, repr=False)
-class AwaitingDeletionRecordCheck(Awaiting):
+class AwaitingDeletionRecordCheck(_Creation):
     """A creation found topic ``name`` there: the read of its deletion record says whether it is
     marked for deletion (the answer's message)."""
-
-    name: str
-    plan: TopicMetadata = field(repr=False)
-    topics: TopicChanges = field(repr=False)
 
     def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
         return self.topics._created(self.ctx, self.plan, ZkError.NODE_EXISTS, now_ms,
@@ -375,24 +370,23 @@ class AwaitingPartitionsAdded(Awaiting):
 
 
 @dataclass(eq=False, repr=False)
-class AwaitingTopicZNode(Awaiting):
-    """The read of topic ``name``'s znode (after a write ZooKeeper did not answer); then ``then``."""
-
+class _TopicRead(Awaiting):
     name: str
     then: Callable[[OpResult | None, int], list[Effect]]
     topics: TopicChanges = field(repr=False)
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingTopicZNode(_TopicRead):
+    """The read of topic ``name``'s znode (after a write ZooKeeper did not answer); then ``then``."""
 
     def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
         return self.topics._on_topic_read(self, results, now_ms)
 
 
 @dataclass(eq=False, repr=False)
-class RetryTopicZNode(Awaiting):
+class RetryTopicZNode(_TopicRead):
     """The timer after which topic ``name``'s znode is read again."""
-
-    name: str
-    then: Callable[[OpResult | None, int], list[Effect]]
-    topics: TopicChanges = field(repr=False)
 
     def __call__(self, now_ms: int) -> list[Effect]:
         return self.topics._read_topic(self.ctx, self.name, now_ms, self.then)
