@@ -14,10 +14,10 @@ connector, spark-token-provider-kafka, kafka-clients, commons-pool2): the pyspar
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 from tests.integration.maven_build import MavenRun, run_maven
+from tests.integration.spark_session import local_session
 
 POM = Path(__file__).resolve().with_name("spark_kafka") / "pom.xml"
 #: pyspark's version -> the connector used where Maven Central has none at that version.
@@ -81,12 +81,5 @@ def stop_spark_jvm() -> None:
 
 def session_with_connector(jars: list[Path], app: str):
     """A local[2] SparkSession in a JVM of its own with ``jars`` on its classpath."""
-    import os
-
-    from pyspark.sql import SparkSession
-
     stop_spark_jvm()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    return (SparkSession.builder.master("local[2]").appName(app).config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2").config("spark.jars", ",".join(map(str, jars)))
-            .getOrCreate())
+    return local_session(app, jars)

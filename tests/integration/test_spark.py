@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.conftest import cluster_fixture, Cluster, poll_until, run_cli
+from tests.integration.spark_session import spark_fixture, write_transactions
 from tests.integration.replication_helpers import create_topic
 
 SESSION_MS = 4000
@@ -25,15 +26,7 @@ sc = cluster_fixture("spark", 3, overrides=[f"zookeeper.session.timeout.ms={SESS
 no_auto_create = cluster_fixture("strict", 1, overrides=["auto.create.topics.enable=false"])
 
 
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable          # Spark's Python workers use the same venv
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("strandline-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    yield session
-    session.stop()
+spark = spark_fixture("strandline-tests")
 
 
 def produce(bootstrap: str, topic: str, n: int, prefix: str, compression: str = "none", **extra) -> list[bytes]:
@@ -382,23 +375,8 @@ def test_spk_aged_out_records_fail_the_read_or_are_skipped_and_timestamps_pick_t
 def test_spk_read_committed_reads_committed_transactions_only(sc, spark):
     """Issue 17: kafka.isolation.level=read_committed stops at the last stable offset and drops
     aborted transactions' records; read_uncommitted (the default, as Spark's) reads them all."""
-    from confluent_kafka import Producer
-
     create_topic(sc, "txns", partitions=2, min_isr=1)
-    producer = Producer({"bootstrap.servers": sc.bootstrap, "transactional.id": "spark-txns"})
-    producer.init_transactions(30)
-    for n, commit in enumerate((True, False, True, False)):
-        producer.begin_transaction()
-        for i in range(50):
-            producer.produce("txns", b"%d-%02d" % (n, i), partition=i % 2)
-        if commit:
-            producer.commit_transaction(30)
-        else:
-            producer.flush(30)
-            producer.abort_transaction(30)
-    producer.begin_transaction()                       # still open: held back at the LSO
-    producer.produce("txns", b"open", partition=0)
-    producer.flush(30)
+    producer = write_transactions(sc.bootstrap, "txns", "spark-txns")
     committed = reader(spark, sc, subscribe="txns", **{"kafka.isolation.level": "read_committed"}).collect()
     assert sorted(r.value for r in committed) == sorted(b"%d-%02d" % (n, i) for n in (0, 2) for i in range(50))
     everything = reader(spark, sc, subscribe="txns").collect()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from tests.conftest import Cluster, cluster_fixture, poll_until
 from tests.integration.maven_build import built, skip_or_reason
 from tests.integration.replication_helpers import create_topic
 from tests.integration.spark_connector import connector_jars, fetch, session_with_connector, stop_spark_jvm
+from tests.integration.spark_session import spark_fixture, write_transactions
 
 pytestmark = pytest.mark.integration
 
@@ -37,14 +39,16 @@ FORMATS = ("kafka", "strandline")
 sc = cluster_fixture("spark-kafka", 3, overrides=["log.retention.check.interval.ms=300"])
 
 
-@pytest.fixture(scope="module")
-def spark():
+def _session_with_connector() -> Any:
     jars = connector_jars(built(FETCHED))
     assert any(j.name.startswith("spark-sql-kafka-0-10_2.13-") for j in jars), jars
     session = session_with_connector(jars, "strandline-spark-kafka-connector")
     print(f"spark {session.version}, spark-sql-kafka-0-10 {CONNECTOR_VERSION}: {[j.name for j in jars]}")
-    yield session
-    stop_spark_jvm()        # the modules after this one start a JVM without the connector
+    return session
+
+
+# the modules after this one start a JVM without the connector
+spark = spark_fixture("strandline-spark-kafka-connector", _session_with_connector, lambda session: stop_spark_jvm())
 
 
 def read(spark, fmt: str, c: Cluster, **options):
@@ -166,23 +170,8 @@ def test_a_streaming_write_writes_the_same_records_through_both(sc, spark, tmp_p
 def test_read_committed_hides_aborted_and_open_transactions_through_both(sc, spark):
     """kafka.isolation.level=read_committed: committed transactions only, up to the last stable
     offset; read_uncommitted (the default) reads aborted records too."""
-    from confluent_kafka import Producer
-
     create_topic(sc, "txns", partitions=2, min_isr=2)
-    producer = Producer({"bootstrap.servers": sc.bootstrap, "transactional.id": "spark-connector-txns"})
-    producer.init_transactions(30)
-    for n, commit in enumerate((True, False, True, False)):
-        producer.begin_transaction()
-        for i in range(50):
-            producer.produce("txns", b"%d-%02d" % (n, i), partition=i % 2)
-        if commit:
-            producer.commit_transaction(30)
-        else:
-            producer.flush(30)
-            producer.abort_transaction(30)
-    producer.begin_transaction()                       # still open: held back at the last stable offset
-    producer.produce("txns", b"open", partition=0)
-    producer.flush(30)
+    producer = write_transactions(sc.bootstrap, "txns", "spark-connector-txns")
     try:
         committed = same_through_both(spark, sc, subscribe="txns", **{"kafka.isolation.level": "read_committed"})
         assert sorted(r[1] for r in committed) == sorted(b"%d-%02d" % (n, i) for n in (0, 2) for i in range(50))

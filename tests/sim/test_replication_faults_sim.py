@@ -533,24 +533,35 @@ def test_ctl_4_a_controller_deposed_while_it_reads_partition_states_writes_nothi
     assert c.brokers[3].core.controlled_shutdown_done
 
 
+def electing_under_a_zk_fault(topic: str, op_type: type, fault: tuple[str, int], crashed: int) -> SimCluster:
+    """Topic ``topic`` on brokers 2 and 3, broker 3 out of the ISR (the leader 2 alone); ZooKeeper
+    answers the controller's (broker 1's) first ``op_type`` of the partition's state with ``fault``,
+    and broker ``crashed`` dies: the election it starts meets the fault."""
+    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    create(c, topic, [2, 3], min_isr=1)
+    assert produce(c, 2, topic, [b"m1"]).error_code == ErrorCode.none
+    stall(c, 2, topic, 3)
+    assert c.state(topic).isr == (2,)
+    state_path = f"/{topic}/partitions/0/state"
+
+    def on_state(broker: int, ops: list) -> bool:
+        return broker == 1 and any(isinstance(op, op_type) and op.path.endswith(state_path) for op in ops)
+
+    faults = iter([fault])
+    fired = inject(c, lambda b, ops: next(faults, None) if on_state(b, ops) else None)
+    c.crash(crashed)
+    c.advance(50)
+    assert fired == [(1, fault)]
+    return c
+
+
 def test_ctl_7_a_broker_back_while_its_partition_is_being_elected_gets_the_decided_state_only():
     """The controller writes a partition offline (its only ISR member died) and the write is applied
     late, after an answer of CONNECTION_LOSS; the broker registers again meanwhile. It must not be
     sent the partition's old state (it would lead again in the epoch it led before, with an ISR the
     controller no longer trusts), and once the controller reads what it wrote after all, the
     partition, offline although its ISR member is back, is elected again."""
-    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
-    create(c, "v", [2, 3], min_isr=1)
-    assert produce(c, 2, "v", [b"m1"]).error_code == ErrorCode.none
-    stall(c, 2, "v", 3)
-    assert c.state("v").isr == (2,)
-    offline = lambda b, ops: b == 1 and any(isinstance(op, SetData) and op.path.endswith("/v/partitions/0/state")  # noqa: E731
-                                            for op in ops)
-    faults = iter([("applied-late", 300)])
-    fired = inject(c, lambda b, ops: next(faults, None) if offline(b, ops) else None)
-    c.crash(2)
-    c.advance(50)
-    assert fired == [(1, ("applied-late", 300))]
+    c = electing_under_a_zk_fault("v", SetData, ("applied-late", 300), crashed=2)
     c.start(2)
     c.brokers[2].log.clear()
     c.advance(3000)
@@ -564,18 +575,7 @@ def test_ctl_7_a_broker_back_while_its_partition_is_being_elected_gets_the_state
     to change: the ISR is the leader alone) waits on a slow ZooKeeper read while the follower
     registers again. It is not sent the state while the election runs; once the election decides
     nothing changes, it must still be sent the state, or it never fetches and the ISR stays short."""
-    c = SimCluster((1, 2, 3), **{"replica.lag.time.max.ms": str(LAG_MS)})
-    create(c, "w", [2, 3], min_isr=1)
-    assert produce(c, 2, "w", [b"m1"]).error_code == ErrorCode.none
-    stall(c, 2, "w", 3)
-    assert c.state("w").isr == (2,)
-    reads = lambda b, ops: b == 1 and any(isinstance(op, GetData) and op.path.endswith("/w/partitions/0/state")  # noqa: E731
-                                          for op in ops)
-    faults = iter([("reply-delayed", 300)])
-    fired = inject(c, lambda b, ops: next(faults, None) if reads(b, ops) else None)
-    c.crash(3)
-    c.advance(50)
-    assert fired == [(1, ("reply-delayed", 300))]
+    c = electing_under_a_zk_fault("w", GetData, ("reply-delayed", 300), crashed=3)
     c.start(3)
     c.advance(3000)
     assert c.partition(3, "w").leader_epoch == c.state("w").leader_epoch

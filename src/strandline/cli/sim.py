@@ -125,6 +125,10 @@ def replay(args: argparse.Namespace) -> int:
     print("the events before the first violation:")
     for line in result.trace:
         print("  " + line)
+    if result.pending:
+        print("what the brokers waited for then:")
+        for line in result.pending:
+            print("  " + line)
     return 1
 
 

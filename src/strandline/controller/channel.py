@@ -23,13 +23,14 @@ the replica away made the broker a replica again, in an old epoch, with an empty
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
-from strandline.controller.context import ControllerContext
+from strandline.controller.context import Awaiting, ControllerContext
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import LeaderAndIsr
 from strandline.protocol import control
@@ -214,25 +215,28 @@ class ControllerChannel:
         if body["broker_epoch"] < 0:       # a retry keeps the registration it was first addressed to
             body = {**body, "broker_epoch": ctx.broker_epochs.get(broker_id, -1)}
 
-        def on_response(frame: bytes | None, when_ms: int) -> list[Effect]:
-            again = self.in_office(ctx) and broker_id in ctx.live_brokers
-            if frame is None and again:
-                return self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(
-                    ctx, broker_id, api_key, body, t, done, refusals, number))
-            refused = self._refused(api_key, frame) if frame is not None else None
-            if refused is not None and again and ctx.broker_epochs.get(broker_id) == body["broker_epoch"]:
-                # not yet known there as the controller, or as the registration it addressed: again
-                said = [] if refusals else [LogLine("info", f"Broker {broker_id} refused {control.NAMES[api_key]} with "
-                                                        f"{refused.name.upper()}; sending it again until it takes it")]
-                return said + self.outbox.after(when_ms + CONTROL_RETRY_MS, lambda t: self._resend(
-                    ctx, broker_id, api_key, body, t, done, refusals + 1, number))
-            effects = self._answered(broker_id, api_key, frame) if frame is not None else []
-            return effects + (done(when_ms) if done is not None and self.in_office(ctx) else [])
-
         client_id = f"strandline-controller-{self.broker_id}"
         return self.outbox.send(ctx.live_brokers.get(broker_id), "controller",
                                 lambda cid: control.encode_request(api_key, cid, client_id, body),
-                                on_response, now_ms)
+                                AwaitingControlResponse(ctx, broker_id, api_key, body, done, refusals, number, self),
+                                now_ms)
+
+    def _on_response(self, wait: AwaitingControlResponse, frame: bytes | None, when_ms: int) -> list[Effect]:
+        ctx, broker_id, api_key, body, done = wait.ctx, wait.broker_id, wait.api_key, wait.body, wait.then
+        again = self.in_office(ctx) and broker_id in ctx.live_brokers
+        if frame is None and again:
+            return self.outbox.after(when_ms + CONTROL_RETRY_MS, RetryControlRequest(
+                ctx, broker_id, api_key, body, done, wait.refusals, wait.number, self))
+        refused = self._refused(api_key, frame) if frame is not None else None
+        if refused is not None and again and ctx.broker_epochs.get(broker_id) == body["broker_epoch"]:
+            # not yet known there as the controller, or as the registration it addressed: again
+            said = [] if wait.refusals else [
+                LogLine("info", f"Broker {broker_id} refused {control.NAMES[api_key]} with "
+                                f"{refused.name.upper()}; sending it again until it takes it")]
+            return said + self.outbox.after(when_ms + CONTROL_RETRY_MS, RetryControlRequest(
+                ctx, broker_id, api_key, body, done, wait.refusals + 1, wait.number, self))
+        effects = self._answered(broker_id, api_key, frame) if frame is not None else []
+        return effects + (done(when_ms) if done is not None and self.in_office(ctx) else [])
 
     @staticmethod
     def _refused(api_key: int, frame: bytes) -> ErrorCode | None:
@@ -263,3 +267,36 @@ class ControllerChannel:
                         f"Broker {broker_id} answered {control.NAMES[api_key]} with error {answer['error_code']} "
                         f"{errors[:5]}{' (states it already had)' if routine else ''}")]
         return []
+
+
+@dataclass(eq=False, repr=False)
+class _ControlRequest(Awaiting):
+    broker_id: int
+    api_key: int = field(repr=False)
+    body: dict[str, Any] = field(repr=False)
+    then: Callable[[int], list[Effect]] | None
+    refusals: int                       # times refused as a whole so far
+    number: int                         # the request's number (a retry leaves out what later ones named)
+    channel: ControllerChannel = field(repr=False)
+    request: str = field(init=False)    # the request's name
+
+    def __post_init__(self) -> None:
+        self.request = control.NAMES[self.api_key]
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingControlResponse(_ControlRequest):
+    """A control request sent to ``broker_id``: its answer (None: no answer in time), then
+    ``then(now_ms)``."""
+
+    def __call__(self, frame: bytes | None, now_ms: int) -> list[Effect]:
+        return self.channel._on_response(self, frame, now_ms)
+
+
+@dataclass(eq=False, repr=False)
+class RetryControlRequest(_ControlRequest):
+    """The timer after which a control request that got no answer, or was refused, goes again."""
+
+    def __call__(self, now_ms: int) -> list[Effect]:
+        return self.channel._resend(self.ctx, self.broker_id, self.api_key, self.body, now_ms, self.then,
+                                    self.refusals, self.number)

@@ -5,17 +5,23 @@ and read from ZooKeeper (the live brokers and their registrations, every topic w
 and partition states); the controller keeps it current as it decides, so its decisions never rest
 on a broker's metadata cache. Callbacks of an earlier term hold their own context: once the broker
 resigned, or took office again, they act on nothing.
+
+What a term waits for (a ZooKeeper answer, a broker's response, a retry's timer) is a named wait,
+an :class:`Awaiting` of the component whose state the answer changes: its ``repr`` says what is
+waited for and in which term, for the outbox's list of pending waits
+(:meth:`strandline.core.outbox.Outbox.pending`) and the simulator's trace.
 """
 
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import Effect
+from strandline.core.outbox import describe_wait
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 
@@ -100,3 +106,23 @@ class ControllerContext:
 def _older(listing: int | None, than: int | None) -> bool:
     """Whether a listing of the live brokers was read no later than listing ``than``."""
     return listing is not None and than is not None and listing <= than
+
+
+@dataclass(eq=False, repr=False)
+class Awaiting:
+    """A wait of the term ``ctx``, registered with the outbox and called with the answer. Its
+    ``repr`` names it and the fields that say what it waits for (the callables among them by
+    name), in the term's controller epoch."""
+
+    ctx: ControllerContext
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={_shown(getattr(self, f.name))}" for f in fields(self)
+                          if f.repr and f.name != "ctx")
+        return f"{type(self).__name__}({shown}; controller epoch {self.ctx.epoch})"
+
+
+def _shown(value: Any) -> str:
+    if value is None or not callable(value):
+        return repr(sorted(value)) if isinstance(value, (set, frozenset)) else repr(value)
+    return describe_wait(value)

@@ -11,12 +11,14 @@ answer that never came, a write applied late, brokers coming or going meanwhile)
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable
 
 from strandline.core.effects import Effect, LogLine, ZkRequest
 from strandline.controller.channel import CONTROL_RETRY_MS
 from strandline.controller.office import Office
-from strandline.controller.context import ControllerContext
+from strandline.controller.context import Awaiting, ControllerContext
 from strandline.coordination import zk_layout, znodes
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import LeaderAndIsr
@@ -99,6 +101,45 @@ def decide_within(replicas: tuple[int, ...], current: LeaderAndIsr, controller_e
     return decided
 
 
+@dataclass(eq=False)
+class OfflineRule:
+    """The offline-partition rule of term ``ctx`` (:func:`offline_partition_election`), with each
+    topic's unclean.leader.election.enable."""
+
+    ctx: ControllerContext = field(repr=False)
+    config: Any = field(repr=False)
+
+    def __call__(self, topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
+                 dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
+        ctx = self.ctx
+        unclean = bool(self.config.topic_value(topic.configs, "unclean.leader.election.enable"))
+        replicas = topic.assignment[index]
+        return decide_within(replicas, current, ctx.epoch, lambda view: offline_partition_election(
+            replicas, view, live, dead, ctx.shutting_down, unclean, ctx.epoch))
+
+
+@dataclass(eq=False)
+class PreferredRule:
+    """The preferred-replica rule of term ``ctx`` (:func:`preferred_replica_election`)."""
+
+    ctx: ControllerContext = field(repr=False)
+
+    def __call__(self, topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
+                 dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
+        ctx = self.ctx
+        replicas = topic.assignment[index]
+
+        def rule(view: LeaderAndIsr) -> tuple[LeaderAndIsr, bool] | None:
+            decided = preferred_replica_election(replicas, view, live, ctx.shutting_down, ctx.epoch)
+            if decided is None and view.leader < 0 <= current.leader:
+                # the leader is no longer assigned and the preferred replica cannot lead: the
+                # next live ISR member does, as when a leader dies, rather than nobody
+                return offline_partition_election(replicas, view, live, dead, ctx.shutting_down, False,
+                                                  ctx.epoch)
+            return decided
+        return decide_within(replicas, current, ctx.epoch, rule)
+
+
 class PartitionElections:
     """Elections of one controller; every call names the term (``ctx``) it acts for."""
 
@@ -112,31 +153,10 @@ class PartitionElections:
         self.unclean_leader_elections = 0
 
     def offline_rule(self, ctx: ControllerContext) -> Decide:
-        config = self.office.config
-
-        def decide(topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
-                   dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
-            unclean = bool(config.topic_value(topic.configs, "unclean.leader.election.enable"))
-            replicas = topic.assignment[index]
-            return decide_within(replicas, current, ctx.epoch, lambda view: offline_partition_election(
-                replicas, view, live, dead, ctx.shutting_down, unclean, ctx.epoch))
-        return decide
+        return OfflineRule(ctx, self.office.config)
 
     def preferred_rule(self, ctx: ControllerContext) -> Decide:
-        def decide(topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
-                   dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
-            replicas = topic.assignment[index]
-
-            def rule(view: LeaderAndIsr) -> tuple[LeaderAndIsr, bool] | None:
-                decided = preferred_replica_election(replicas, view, live, ctx.shutting_down, ctx.epoch)
-                if decided is None and view.leader < 0 <= current.leader:
-                    # the leader is no longer assigned and the preferred replica cannot lead: the
-                    # next live ISR member does, as when a leader dies, rather than nobody
-                    return offline_partition_election(replicas, view, live, dead, ctx.shutting_down, False,
-                                                      ctx.epoch)
-                return decided
-            return decide_within(replicas, current, ctx.epoch, rule)
-        return decide
+        return PreferredRule(ctx)
 
     # ------------------------------------------------------------------ brokers owed a state
 
@@ -189,149 +209,208 @@ class PartitionElections:
         ended, and what it held may be gone); once written, a state that brokers coming or going
         made stale (offline although an ISR member is back, led by a broker now gone) is elected
         again. ``decide`` defaults to the offline-partition rule."""
-        office = self.office
-        outbox, channel = office.outbox, office.channel
-        rule = decide or self.offline_rule(ctx)
         if not retry:
             ctx.electing.update(keys)
         if not keys:
             return done(now_ms) if done else []
         reads = [GetData(znodes.TopicPartitionStateZNode.path(t, i)) for t, i in keys]
+        wait = AwaitingPartitionStateReads(ctx, keys, dead, done, decide, retry, self)
+        return [self.office.outbox.zk(reads, wait)]
 
-        def revisit(states: list[tuple[Key, LeaderAndIsr]], when_ms: int) -> list[Effect]:
-            eligible = set(ctx.live_brokers) - ctx.shutting_down
-            stale = [key for key, state in states
-                     if (state.leader < 0 and any(r in eligible for r in state.isr))
-                     or (state.leader >= 0 and state.leader not in ctx.live_brokers)]
-            return self.elect(ctx, stale, set(), when_ms) if stale else []
+    def _revisit(self, ctx: ControllerContext, states: list[tuple[Key, LeaderAndIsr]], when_ms: int) -> list[Effect]:
+        """Elect again the partitions whose state brokers coming or going made stale."""
+        eligible = set(ctx.live_brokers) - ctx.shutting_down
+        stale = [key for key, state in states
+                 if (state.leader < 0 and any(r in eligible for r in state.isr))
+                 or (state.leader >= 0 and state.leader not in ctx.live_brokers)]
+        return self.elect(ctx, stale, set(), when_ms) if stale else []
 
-        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
-            if not office.in_office(ctx):   # deposed while reading: a write now would not be fenced
-                self.elections_ended(ctx, keys, when_ms)
-                return done(when_ms) if done else []
-            live = set(ctx.live_brokers)
-            planned: list[tuple[Key, LeaderAndIsr, LeaderAndIsr]] = []
-            writes: list[TransactionOp] = []
-            effects: list[Effect] = []
-            settled: list[tuple[Key, LeaderAndIsr]] = []
-            unread: list[Key] = []
-            for key, res in zip(keys, results):
-                topic = ctx.topics.get(key[0])
-                if topic is not None and res.error not in (ZkError.NONE, ZkError.NO_NODE):
-                    unread.append(key)
-                    continue
-                if topic is None or res.error is not ZkError.NONE:
-                    self.elections_ended(ctx, [key], when_ms)
-                    continue
-                current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
-                topic.states[key[1]] = current
-                decided = rule(topic, key[1], current, live, dead)
-                if decided is None:
-                    settled.append((key, current))
-                    continue
-                state, unclean = decided
-                if unclean:
-                    effects.append(LogLine("warning", f"Unclean leader election for {key[0]}-{key[1]}: broker "
-                                                  f"{state.leader} was not in the ISR {list(current.isr)}; "
-                                                  f"records acknowledged by the old ISR may be lost"))
-                planned.append((key, state, current))
-                writes.append(zk_layout.update_partition_state(key[0], key[1], state))
-            if retry and settled:
-                effects.extend(channel.send_partition_states(
-                    ctx, [(ctx.topics[k[0]], k[1]) for k, _ in settled], None, False, when_ms))
-            effects.extend(self.elections_ended(ctx, [key for key, _ in settled], when_ms, announced=retry))
-            effects.extend(revisit(settled, when_ms))
-            # a move waiting for its targets to join the ISR looks at every state read (Kafka's
-            # controller watches the state znode of each partition being moved)
-            effects.extend(self.moves_settled(ctx, [key for key, _ in settled], when_ms))
-            if unread:       # ZooKeeper did not answer: read those again (and announce what was decided)
-                effects.extend(outbox.after(when_ms + CONTROL_RETRY_MS,
-                                            lambda t: self.elect(ctx, unread, dead, t, None, decide, True)
-                                            if office.in_office(ctx) else self.elections_ended(ctx, unread, t)))
-            if not writes:
-                return effects + (done(when_ms) if done else [])
-            # one fenced transaction per run of states that fits ZooKeeper's request limit
-            root = zk_layout.chroot(office.config["zookeeper.connect"])
-            fence = office.fenced(ctx, [])
-            runs = zk_layout.split_multi(writes, fence, root)
-            left = [len(runs)]
-
-            def run_done(at_ms: int) -> list[Effect]:
-                left[0] -= 1
-                return (done(at_ms) if done else []) if left[0] == 0 else []
-
-            start = 0
-            for run in runs:
-                effects.append(self._write_states(ctx, planned[start:start + len(run)], run, dead, decide,
-                                                  run_done, revisit))
-                start += len(run)
-            return effects
-
-        return [outbox.zk(reads, on_read)]
+    def _on_states_read(self, wait: AwaitingPartitionStateReads, results: list[OpResult],
+                        when_ms: int) -> list[Effect]:
+        """The states of an election were read: decide each, then write the new ones."""
+        office, ctx, keys, done, decide = self.office, wait.ctx, wait.keys, wait.then, wait.decide
+        if not office.in_office(ctx):   # deposed while reading: a write now would not be fenced
+            self.elections_ended(ctx, keys, when_ms)
+            return done(when_ms) if done else []
+        rule = decide or self.offline_rule(ctx)
+        live = set(ctx.live_brokers)
+        planned: list[tuple[Key, LeaderAndIsr, LeaderAndIsr]] = []
+        writes: list[TransactionOp] = []
+        effects: list[Effect] = []
+        settled: list[tuple[Key, LeaderAndIsr]] = []
+        unread: list[Key] = []
+        for key, res in zip(keys, results):
+            topic = ctx.topics.get(key[0])
+            if topic is not None and res.error not in (ZkError.NONE, ZkError.NO_NODE):
+                unread.append(key)
+                continue
+            if topic is None or res.error is not ZkError.NONE:
+                self.elections_ended(ctx, [key], when_ms)
+                continue
+            current = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
+            topic.states[key[1]] = current
+            decided = rule(topic, key[1], current, live, wait.dead)
+            if decided is None:
+                settled.append((key, current))
+                continue
+            state, unclean = decided
+            if unclean:
+                effects.append(LogLine("warning", f"Unclean leader election for {key[0]}-{key[1]}: broker "
+                                              f"{state.leader} was not in the ISR {list(current.isr)}; "
+                                              f"records acknowledged by the old ISR may be lost"))
+            planned.append((key, state, current))
+            writes.append(zk_layout.update_partition_state(key[0], key[1], state))
+        if wait.retry and settled:
+            effects.extend(office.channel.send_partition_states(
+                ctx, [(ctx.topics[k[0]], k[1]) for k, _ in settled], None, False, when_ms))
+        effects.extend(self.elections_ended(ctx, [key for key, _ in settled], when_ms, announced=wait.retry))
+        effects.extend(self._revisit(ctx, settled, when_ms))
+        # a move waiting for its targets to join the ISR looks at every state read (Kafka's
+        # controller watches the state znode of each partition being moved)
+        effects.extend(self.moves_settled(ctx, [key for key, _ in settled], when_ms))
+        if unread:       # ZooKeeper did not answer: read those again (and announce what was decided)
+            effects.extend(office.outbox.after(when_ms + CONTROL_RETRY_MS,
+                                               RetryElection(ctx, unread, wait.dead, None, decide, True, self)))
+        if not writes:
+            return effects + (done(when_ms) if done else [])
+        # one fenced transaction per run of states that fits ZooKeeper's request limit
+        root = zk_layout.chroot(office.config["zookeeper.connect"])
+        runs = zk_layout.split_multi(writes, office.fenced(ctx, []), root)
+        run_done = RunsWritten(len(runs), done)
+        start = 0
+        for run in runs:
+            effects.append(self._write_states(ctx, planned[start:start + len(run)], run, wait.dead, decide, run_done))
+            start += len(run)
+        return effects
 
     def _write_states(self, ctx: ControllerContext, planned: list[tuple[Key, LeaderAndIsr, LeaderAndIsr]],
                       writes: list[TransactionOp], dead: set[int], decide: Decide | None,
-                      done: Callable[[int], list[Effect]],
-                      revisit: Callable[[list[tuple[Key, LeaderAndIsr]], int], list[Effect]]) -> ZkRequest:
+                      done: Callable[[int], list[Effect]]) -> ZkRequest:
         """Write the elected states of ``planned`` ((key, state, state before)) in one fenced
-        transaction, then install and announce them; a lost race is read and elected again."""
-        office = self.office
-        outbox, channel = office.outbox, office.channel
-        fenced = office.fenced(ctx, writes)
-        skip = len(fenced) - len(writes)
-        written_keys = [key for key, _, _ in planned]
+        transaction, then install and announce them (:meth:`_on_states_written`)."""
+        fenced = self.office.fenced(ctx, writes)
+        wait = AwaitingLeaderAndIsrWrite(ctx, [key for key, _, _ in planned], planned, len(fenced) - len(writes),
+                                         dead, decide, done, self)
+        return self.office.outbox.zk(fenced, wait, transaction=True)
 
-        def on_written(written: list[OpResult], at_ms: int) -> list[Effect]:
-            if not office.in_office(ctx):
-                self.elections_ended(ctx, written_keys, at_ms)
-                return done(at_ms)
-            if written and written[0].error is not ZkError.NONE:
-                # a state changed under us, or our epoch is no longer current: check, re-read, retry
-                if written[0].error is ZkError.BAD_VERSION:
-                    return office.check_still_controller(
-                        ctx, lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True), at_ms,
-                        lambda: self.elections_ended(ctx, written_keys, at_ms))
-                return [LogLine("warning", f"Writing partition states failed: {written[0].error.name}")] + \
-                    outbox.after(at_ms + CONTROL_RETRY_MS,
-                                 lambda t: self.elect(ctx, written_keys, dead, t, done, decide, True))
-            changed: list[tuple[TopicMetadata, int]] = []
-            out: list[Effect] = []
-            narrowed: list[Key] = []
-            for (key, state, before), res in zip(planned, written[skip:]):
-                topic = ctx.topics.get(key[0])
-                if topic is not None:
-                    topic.states[key[1]] = dataclasses.replace(state, zk_version=res.version)
-                    if is_within(topic.assignment[key[1]], state):
-                        changed.append((topic, key[1]))
-                    else:
-                        # a reassignment narrowed the replicas while this state was written: it is
-                        # elected again (by the offline rule, which writes the narrowed view), not
-                        # sent as it is (CTL-11)
-                        narrowed.append(key)
-                    if state.leader >= 0:
-                        moved = state.leader != before.leader
-                        # counted once written: a lost race is decided (and written) again
-                        unclean = moved and state.leader not in before.isr
-                        self.leader_elections += moved
-                        self.unclean_leader_elections += unclean
-                        out.append(LogLine("warning" if unclean else "info",
-                                       f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
-                                       f"{state.leader_epoch}, ISR {list(state.isr)}"
-                                       + (" (unclean: outside the last ISR)" if unclean else ""),
-                                       "unclean" if unclean else "leader" if moved else "isr_shrink"
-                                       if len(state.isr) < len(before.isr) else None, key))
-                    else:
-                        out.append(LogLine("warning", f"{key[0]}-{key[1]} is offline: no live broker of its "
-                                                  f"ISR {list(state.isr)} can lead it (epoch "
-                                                  f"{state.leader_epoch})", "offline", key))
-            out.extend(channel.send_partition_states(ctx, changed, None, False, at_ms))
-            out.extend(self.elections_ended(ctx, [k for k in written_keys if k not in narrowed], at_ms,
-                                            announced=True))
-            out.extend(revisit([(key, state) for key, state, _ in planned if key not in narrowed], at_ms))
-            if narrowed:
-                out.extend(self.elect(ctx, narrowed, dead, at_ms, None, None, True))
-            out.extend(self.moves_settled(ctx, [k for k in written_keys if k not in narrowed],
-                                                               at_ms))
-            return out + done(at_ms)
+    def _on_states_written(self, wait: AwaitingLeaderAndIsrWrite, written: list[OpResult],
+                           at_ms: int) -> list[Effect]:
+        """The answer to a write of elected states: install and announce them; a lost race is
+        read and elected again."""
+        office, ctx, written_keys, done = self.office, wait.ctx, wait.partitions, wait.then
+        if not office.in_office(ctx):
+            self.elections_ended(ctx, written_keys, at_ms)
+            return done(at_ms)
+        if written and written[0].error is not ZkError.NONE:
+            # a state changed under us, or our epoch is no longer current: check, re-read, retry
+            again = RetryElection(ctx, written_keys, wait.dead, done, wait.decide, False, self)
+            if written[0].error is ZkError.BAD_VERSION:
+                return office.check_still_controller(ctx, again, at_ms,
+                                                     partial(self.elections_ended, ctx, written_keys, at_ms))
+            return [LogLine("warning", f"Writing partition states failed: {written[0].error.name}")] + \
+                office.outbox.after(at_ms + CONTROL_RETRY_MS, again)
+        changed: list[tuple[TopicMetadata, int]] = []
+        out: list[Effect] = []
+        narrowed: list[Key] = []
+        for (key, state, before), res in zip(wait.planned, written[wait.skip:]):
+            topic = ctx.topics.get(key[0])
+            if topic is not None:
+                topic.states[key[1]] = dataclasses.replace(state, zk_version=res.version)
+                if is_within(topic.assignment[key[1]], state):
+                    changed.append((topic, key[1]))
+                else:
+                    # a reassignment narrowed the replicas while this state was written: it is
+                    # elected again (by the offline rule, which writes the narrowed view), not
+                    # sent as it is (CTL-11)
+                    narrowed.append(key)
+                out.append(self._written_line(key, state, before))
+        out.extend(office.channel.send_partition_states(ctx, changed, None, False, at_ms))
+        out.extend(self.elections_ended(ctx, [k for k in written_keys if k not in narrowed], at_ms,
+                                        announced=True))
+        out.extend(self._revisit(ctx, [(key, state) for key, state, _ in wait.planned if key not in narrowed], at_ms))
+        if narrowed:
+            out.extend(self.elect(ctx, narrowed, wait.dead, at_ms, None, None, True))
+        out.extend(self.moves_settled(ctx, [k for k in written_keys if k not in narrowed], at_ms))
+        return out + done(at_ms)
 
-        return outbox.zk(fenced, on_written, transaction=True)
+    def _written_line(self, key: Key, state: LeaderAndIsr, before: LeaderAndIsr) -> LogLine:
+        """The log line of a state written (and the count of leaders elected, unclean ones apart)."""
+        if state.leader < 0:
+            return LogLine("warning", f"{key[0]}-{key[1]} is offline: no live broker of its "
+                                      f"ISR {list(state.isr)} can lead it (epoch "
+                                      f"{state.leader_epoch})", "offline", key)
+        moved = state.leader != before.leader
+        # counted once written: a lost race is decided (and written) again
+        unclean = moved and state.leader not in before.isr
+        self.leader_elections += moved
+        self.unclean_leader_elections += unclean
+        return LogLine("warning" if unclean else "info",
+                       f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
+                       f"{state.leader_epoch}, ISR {list(state.isr)}"
+                       + (" (unclean: outside the last ISR)" if unclean else ""),
+                       "unclean" if unclean else "leader" if moved else "isr_shrink"
+                       if len(state.isr) < len(before.isr) else None, key)
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingPartitionStateReads(Awaiting):
+    """An election read the state znodes of ``keys``, to decide each with ``decide`` (None: the
+    offline rule); then ``then(now_ms)``."""
+
+    keys: list[Key]
+    dead: set[int]
+    then: Callable[[int], list[Effect]] | None
+    decide: Decide | None
+    retry: bool
+    elections: PartitionElections = field(repr=False)
+
+    def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
+        return self.elections._on_states_read(self, results, now_ms)
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingLeaderAndIsrWrite(Awaiting):
+    """The fenced transaction writing the elected leaders and ISRs of ``partitions``
+    (compare-and-set on the versions read); then ``then(now_ms)``."""
+
+    partitions: list[Key]
+    planned: list[tuple[Key, LeaderAndIsr, LeaderAndIsr]] = field(repr=False)
+    skip: int = field(repr=False)          # the fence's operations before the writes
+    dead: set[int] = field(repr=False)
+    decide: Decide | None = field(repr=False)
+    then: Callable[[int], list[Effect]]
+    elections: PartitionElections = field(repr=False)
+
+    def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
+        return self.elections._on_states_written(self, results, now_ms)
+
+
+@dataclass(eq=False, repr=False)
+class RetryElection(Awaiting):
+    """The timer (or the epoch check) after which the partitions ``keys`` are read and elected
+    again; with ``unless_deposed`` their elections just end if the term is over by then."""
+
+    keys: list[Key]
+    dead: set[int]
+    then: Callable[[int], list[Effect]] | None
+    decide: Decide | None
+    unless_deposed: bool
+    elections: PartitionElections = field(repr=False)
+
+    def __call__(self, now_ms: int) -> list[Effect]:
+        elections, ctx = self.elections, self.ctx
+        if self.unless_deposed and not elections.office.in_office(ctx):
+            return elections.elections_ended(ctx, self.keys, now_ms)
+        return elections.elect(ctx, self.keys, self.dead, now_ms, self.then, self.decide, True)
+
+
+@dataclass(eq=False)
+class RunsWritten:
+    """``then(now_ms)`` once each of ``left`` transactions of one election has been answered."""
+
+    left: int
+    then: Callable[[int], list[Effect]] | None
+
+    def __call__(self, now_ms: int) -> list[Effect]:
+        self.left -= 1
+        return (self.then(now_ms) if self.then else []) if self.left == 0 else []

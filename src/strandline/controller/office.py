@@ -11,15 +11,20 @@ deposed controller cannot write (Kafka's zkVersion check, SPEC CTL-3).
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from strandline.core.effects import Effect
 from strandline.controller.channel import ControllerChannel, LocalDelivery
-from strandline.controller.context import ControllerContext
+from strandline.controller.context import Awaiting, ControllerContext
 from strandline.coordination import znodes
 from strandline.coordination.store import CheckVersion, GetData, OpResult, TransactionOp, ZkError
 from strandline.core.outbox import Outbox
 from strandline.errors import BrokenInvariant
+
+
+def _nothing() -> None:
+    return None
 
 
 class Office:
@@ -50,16 +55,31 @@ class Office:
         return [CheckVersion(znodes.ControllerEpochZNode.path(), ctx.epoch_version)] + list(ops)
 
     def check_still_controller(self, ctx: ControllerContext, then: Callable[[int], list[Effect]], now_ms: int,
-                               given_up: Callable[[], object] = lambda: None) -> list[Effect]:
+                               given_up: Callable[[], object] = _nothing) -> list[Effect]:
         """After a fenced write failed: resign if /controller_epoch moved on (``given_up()``),
         else go on."""
-        def on_epoch(results: list[OpResult], when_ms: int) -> list[Effect]:
-            res = results[0]
-            if not self.in_office(ctx):
-                given_up()
-                return []
-            if res.error is ZkError.NONE and res.version != ctx.epoch_version:
-                given_up()
-                return self.resign(f"the controller epoch is now {znodes.ControllerEpochZNode.decode(res.data)}")
-            return then(when_ms)
-        return [self.outbox.zk([GetData(znodes.ControllerEpochZNode.path())], on_epoch)]
+        wait = AwaitingEpochCheck(ctx, then, given_up, self)
+        return [self.outbox.zk([GetData(znodes.ControllerEpochZNode.path())], wait)]
+
+    def _on_epoch_checked(self, wait: AwaitingEpochCheck, results: list[OpResult], when_ms: int) -> list[Effect]:
+        res, ctx = results[0], wait.ctx
+        if not self.in_office(ctx):
+            wait.given_up()
+            return []
+        if res.error is ZkError.NONE and res.version != ctx.epoch_version:
+            wait.given_up()
+            return self.resign(f"the controller epoch is now {znodes.ControllerEpochZNode.decode(res.data)}")
+        return wait.then(when_ms)
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingEpochCheck(Awaiting):
+    """A fenced write failed: the read of /controller_epoch that tells whether the term still
+    runs (``then``) or is over (``given_up``)."""
+
+    then: Callable[[int], list[Effect]]
+    given_up: Callable[[], object] = field(repr=False)
+    office: Office = field(repr=False)
+
+    def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
+        return self.office._on_epoch_checked(self, results, now_ms)

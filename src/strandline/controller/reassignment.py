@@ -12,6 +12,8 @@ back to ORS at once, stopping the replicas that were being added.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterable
 
 from kio.schema.errors import ErrorCode
@@ -19,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from strandline.core.effects import Effect, LogLine
 from strandline.controller.elections import PartitionElections
 from strandline.controller.office import Office
-from strandline.controller.context import ControllerContext
+from strandline.controller.context import Awaiting, ControllerContext
 from strandline.coordination import znodes
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import LeaderAndIsr
@@ -75,30 +77,16 @@ class PartitionReassignments:
                 results[key] = refused
             else:
                 started.append((key, target))
-        pending = {key for key, _ in started}
-        answered = False
-
-        def finisher(key: Key) -> Callable[[ErrorCode, str | None, int], list[Effect]]:
-            def done(code: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
-                nonlocal answered
-                results[key] = (code, message)
-                pending.discard(key)
-                if pending or answered or not launched:
-                    return []
-                answered = True
-                return respond(results, when_ms)
-            return done
-
-        launched = False
+        answer = AlterAnswer(results, {key for key, _ in started}, respond)
         effects: list[Effect] = []
         for key, target in started:
             if target is None:
-                effects.extend(self.cancel(ctx, key, now_ms, finisher(key)))
+                effects.extend(self.cancel(ctx, key, now_ms, answer.done_for(key)))
             else:
-                effects.extend(self.start(ctx, key, tuple(target), now_ms, finisher(key)))
-        launched = True
-        if not pending and not answered:
-            answered = True
+                effects.extend(self.start(ctx, key, tuple(target), now_ms, answer.done_for(key)))
+        answer.launched = True
+        if not answer.pending and not answer.answered:
+            answer.answered = True
             effects.extend(respond(results, now_ms))
         return effects
 
@@ -131,16 +119,18 @@ class PartitionReassignments:
         adding = tuple(r for r in target if r not in origin)
         removing = tuple(r for r in replicas if r not in target)
 
-        def written(when_ms: int) -> list[Effect]:
-            if ctx.topics.get(key[0]) is not topic:  # deleted meanwhile (perhaps made again)
-                return done(ErrorCode.unknown_topic_or_partition, f"The topic '{key[0]}' was deleted", when_ms)
-            ctx.reassigning[key] = (target, origin)
-            effects: list[Effect] = [LogLine("info", f"Reassigning {key[0]}-{index}: {list(origin)} -> {list(target)} "
-                                         f"(adding {list(adding)}, removing {list(removing)})")]
-            effects += self._new_epoch(ctx, key, when_ms, lambda t: self.maybe_complete(ctx, [key], t))
-            return effects + done(ErrorCode.none, None, when_ms)
-
+        written = MoveStarted(ctx, key, target, origin, adding, removing, topic, done, self)
         return self._write_assignment(ctx, topic, index, replicas, adding, removing, now_ms, written, done)
+
+    def _move_started(self, step: MoveStarted, when_ms: int) -> list[Effect]:
+        ctx, key, done = step.ctx, step.key, step.then
+        if ctx.topics.get(key[0]) is not step.topic:  # deleted meanwhile (perhaps made again)
+            return done(ErrorCode.unknown_topic_or_partition, f"The topic '{key[0]}' was deleted", when_ms)
+        ctx.reassigning[key] = (step.target, step.origin)
+        effects: list[Effect] = [LogLine("info", f"Reassigning {key[0]}-{key[1]}: {list(step.origin)} -> "
+                                     f"{list(step.target)} (adding {list(step.adding)}, removing {list(step.removing)})")]
+        effects += self._new_epoch(ctx, key, when_ms, CompleteMove(ctx, key, self))
+        return effects + done(ErrorCode.none, None, when_ms)
 
     def maybe_complete(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list[Effect]:
         """Phase two for each of ``keys`` whose target replicas are all in the ISR."""
@@ -196,27 +186,50 @@ class PartitionReassignments:
         """A topic znode write got no answer (it may have been applied): read the znode before the
         topic's next write (none may be made from a view without it) and follow whatever move it
         records."""
+        return ctx.queue_topic_write(name, ReadTopicBack(ctx, name, self), now_ms, first=True)
+
+    def _on_read_back(self, ctx: ControllerContext, name: str, results: list[OpResult], when_ms: int) -> list[Effect]:
         office = self.office
-
-        def read(at_ms: int) -> list[Effect]:
-            def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
-                [res] = results
-                topic = ctx.topics.get(name)
-                if not office.in_office(ctx) or topic is None:
-                    return ctx.topic_write_done(name, when_ms)
-                if res.error is not ZkError.NONE:     # no answer again: read again, still in its turn
-                    return office.outbox.after(when_ms + RETRY_MS, read)
-                decoded = znodes.TopicZNode.decode(res.data, name)
-                topic.assignment.update({p: tuple(r) for p, r in decoded.partitions.items()})
-                topic.adding = {p: tuple(r) for p, r in (decoded.adding_replicas or {}).items() if r}
-                topic.removing = {p: tuple(r) for p, r in (decoded.removing_replicas or {}).items() if r}
-                return self.resume(ctx, when_ms, [topic]) + ctx.topic_write_done(name, when_ms)
-
-            return [office.outbox.zk([GetData(znodes.TopicZNode.path(name))], on_read)]
-
-        return ctx.queue_topic_write(name, read, now_ms, first=True)
+        [res] = results
+        topic = ctx.topics.get(name)
+        if not office.in_office(ctx) or topic is None:
+            return ctx.topic_write_done(name, when_ms)
+        if res.error is not ZkError.NONE:     # no answer again: read again, still in its turn
+            return office.outbox.after(when_ms + RETRY_MS, ReadTopicBack(ctx, name, self))
+        decoded = znodes.TopicZNode.decode(res.data, name)
+        topic.assignment.update({p: tuple(r) for p, r in decoded.partitions.items()})
+        topic.adding = {p: tuple(r) for p, r in (decoded.adding_replicas or {}).items() if r}
+        topic.removing = {p: tuple(r) for p, r in (decoded.removing_replicas or {}).items() if r}
+        return self.resume(ctx, when_ms, [topic]) + ctx.topic_write_done(name, when_ms)
 
     # ------------------------------------------------------------------ /admin/reassign_partitions
+
+    def on_node_changed(self, moves: dict[Key, tuple[int, ...]] | None, now_ms: int) -> list[Effect]:
+        """``/admin/reassign_partitions`` was created or changed (None: it is gone)."""
+        ctx = self.office.ctx
+        if ctx is None or not ctx.ready or not self.office.in_office(ctx):
+            return []          # a controller reads it when it takes office
+        if moves is None:
+            ctx.zk_requested = {}
+            return []
+        return self.on_requested(ctx, moves, now_ms)
+
+    def read_requested(self, ctx: ControllerContext, now_ms: int) -> list[Effect]:
+        """Read ``/admin/reassign_partitions`` (a new controller does) and start the moves it asks for."""
+        return [self.office.outbox.zk([GetData(znodes.ReassignPartitionsZNode.path())],
+                                      AwaitingReassignPartitionsZNode(ctx, self))]
+
+    def _on_requested_read(self, ctx: ControllerContext, results: list[OpResult], when_ms: int) -> list[Effect]:
+        [res] = results
+        if not self.office.in_office(ctx) or res.error is ZkError.NO_NODE:
+            return []
+        if res.error is not ZkError.NONE:          # no answer: read it again
+            return self.office.outbox.after(when_ms + RETRY_MS, RetryReassignPartitionsZNode(ctx, self))
+        try:
+            moves = znodes.ReassignPartitionsZNode.decode(res.data)
+        except ValueError as exc:
+            return [LogLine("warning", f"Ignoring {znodes.ReassignPartitionsZNode.path()}: {exc}")]
+        return self.on_requested(ctx, moves, when_ms)
 
     def on_requested(self, ctx: ControllerContext, moves: dict[Key, tuple[int, ...]], now_ms: int) -> list[Effect]:
         """The moves ``/admin/reassign_partitions`` lists (older tools write it): each not yet under
@@ -228,19 +241,20 @@ class PartitionReassignments:
         if not wanted:
             return []
 
-        def respond(results: dict[Key, Outcome], when_ms: int) -> list[Effect]:
-            finished = [key for key, (code, _) in results.items()
-                        if code is not ErrorCode.none or key not in ctx.reassigning]
-            logs = [LogLine("warning", f"/admin/reassign_partitions: {key[0]}-{key[1]} refused: {code.name}"
-                                   + (f" ({message})" if message else ""))
-                    for key, (code, message) in sorted(results.items()) if code is not ErrorCode.none]
-            return logs + self.forget_requested(ctx, finished, when_ms)
+        return self.alter(ctx, wanted, now_ms, partial(self._requested_answered, ctx))
 
-        return self.alter(ctx, wanted, now_ms, respond)
+    def _requested_answered(self, ctx: ControllerContext, results: dict[Key, Outcome], when_ms: int) -> list[Effect]:
+        """The moves /admin/reassign_partitions asked for were written, or refused."""
+        finished = [key for key, (code, _) in results.items()
+                    if code is not ErrorCode.none or key not in ctx.reassigning]
+        logs = [LogLine("warning", f"/admin/reassign_partitions: {key[0]}-{key[1]} refused: {code.name}"
+                               + (f" ({message})" if message else ""))
+                for key, (code, message) in sorted(results.items()) if code is not ErrorCode.none]
+        return logs + self.forget_requested(ctx, finished, when_ms)
 
     def _completer(self, ctx: ControllerContext, key: Key) -> Callable[[int], list[Effect]]:
         """``maybe_complete`` of ``key`` at a later time."""
-        return lambda t: self.maybe_complete(ctx, [key], t)
+        return CompleteMove(ctx, key, self)
 
     def forget_requested(self, ctx: ControllerContext, keys: list[Key], now_ms: int) -> list[Effect]:
         """Take ``keys`` out of ``/admin/reassign_partitions`` (delete it once empty)."""
@@ -255,8 +269,8 @@ class PartitionReassignments:
             op = SetData(path, znodes.ReassignPartitionsZNode.encode(ctx.zk_requested))
         else:
             op = Delete(path)
-        return [self.office.outbox.zk(self.office.fenced(ctx, [op]), lambda results, t: [],
-                                          transaction=True)]
+        return [self.office.outbox.zk(self.office.fenced(ctx, [op]),
+                                      ReassignPartitionsZNodeWritten(ctx, sorted(ctx.zk_requested)), transaction=True)]
 
     # ------------------------------------------------------------------ steps
 
@@ -266,72 +280,43 @@ class PartitionReassignments:
         topic = ctx.topics[key[0]]
         index = key[1]
         before = topic.assignment[index]
-        leaving = [r for r in before if r not in target]
         ctx.completing[key] = before
         topic.assignment[index] = target
-        blocked: list[bool] = []
-        proposed: list[LeaderAndIsr] = []         # what this election decided, each time it read
+        end = MoveEnd(ctx, key, target, before, topic, self)
+        return self.elections.elect(ctx, [key], set(), now_ms, end.elected, end.decide)
 
-        def decide(t: TopicMetadata, i: int, current: LeaderAndIsr, live: set[int],
-                   dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
-            isr = tuple(r for r in current.isr if r in target)
-            if not isr:                 # no target replica holds what was acknowledged: wait
-                blocked.append(True)
-                return None
-            eligible = [r for r in isr if r in live and r not in ctx.shutting_down]
-            leader = current.leader if current.leader in isr and current.leader in live else \
-                next(iter(eligible), -1)
-            proposed.append(LeaderAndIsr(leader, current.leader_epoch + 1, isr, ctx.epoch, current.zk_version))
-            return proposed[-1], False
-
-        def elected(when_ms: int) -> list[Effect]:
-            # written by this election: the state the controller holds is the last one it decided
-            # (an election whose reads got no answer ends at once, its retry going on without us,
-            # and the state held then may be one that ZooKeeper no longer has)
-            state = topic.states.get(index)
-            written = state is not None and bool(proposed) and \
-                (state.leader, state.leader_epoch, state.isr) == \
-                (proposed[-1].leader, proposed[-1].leader_epoch, proposed[-1].isr)
-            if blocked or not written:
-                # no state within the targets was written (none could be, or ZooKeeper did not
-                # answer and the election goes on without us): nothing is removed yet
-                topic.assignment[index] = before
-                ctx.completing.pop(key, None)
-                why = f"no replica of {list(target)} is in the ISR" if blocked else "its new state is not written yet"
-                return [LogLine("warning", f"Reassignment of {key[0]}-{index} waits: {why}")] + \
-                    self._retry(ctx, key, when_ms)
-
-            def recorded(at_ms: int) -> list[Effect]:
-                ctx.completing.pop(key, None)
-                if ctx.reassigning.get(key, (None,))[0] == target:
-                    ctx.reassigning.pop(key)
-                return [LogLine("info", f"Reassignment of {key[0]}-{index} done: replicas {list(target)}")] + \
-                    self.forget_requested(ctx, [key], at_ms)
-
-            def failed(code: ErrorCode, message: str | None, at_ms: int) -> list[Effect]:
-                ctx.completing.pop(key, None)
-                return [LogLine("warning", f"Recording the reassignment of {key[0]}-{index} failed: {message}")] + \
-                    self._retry(ctx, key, at_ms)
-
-            effects = self._stop_replicas(ctx, key, leaving, when_ms)
-            return effects + self._write_assignment(ctx, topic, index, target, (), (), when_ms, recorded, failed)
-
-        return self.elections.elect(ctx, [key], set(), now_ms, elected, decide)
+    def _move_end_elected(self, end: MoveEnd, when_ms: int) -> list[Effect]:
+        ctx, key, topic, index = end.ctx, end.key, end.topic, end.key[1]
+        # written by this election: the state the controller holds is the last one it decided
+        # (an election whose reads got no answer ends at once, its retry going on without us,
+        # and the state held then may be one that ZooKeeper no longer has)
+        state = topic.states.get(index)
+        proposed = end.proposed
+        written = state is not None and bool(proposed) and \
+            (state.leader, state.leader_epoch, state.isr) == \
+            (proposed[-1].leader, proposed[-1].leader_epoch, proposed[-1].isr)
+        if end.blocked or not written:
+            # no state within the targets was written (none could be, or ZooKeeper did not
+            # answer and the election goes on without us): nothing is removed yet
+            topic.assignment[index] = end.before
+            ctx.completing.pop(key, None)
+            why = f"no replica of {list(end.target)} is in the ISR" if end.blocked else \
+                "its new state is not written yet"
+            return [LogLine("warning", f"Reassignment of {key[0]}-{index} waits: {why}")] + \
+                self._retry(ctx, key, when_ms)
+        leaving = [r for r in end.before if r not in end.target]
+        effects = self._stop_replicas(ctx, key, leaving, when_ms)
+        return effects + self._write_assignment(ctx, topic, index, end.target, (), (), when_ms, end.recorded,
+                                                end.failed)
 
     def _retry(self, ctx: ControllerContext, key: Key, now_ms: int) -> list[Effect]:
         """Look again at a move whose end was put off (its targets left the ISR meanwhile, or
         ZooKeeper did not answer)."""
-        office = self.office
-        return office.outbox.after(now_ms + RETRY_MS, lambda t: self.maybe_complete(ctx, [key], t)
-                                       if office.in_office(ctx) else [])
+        return self.office.outbox.after(now_ms + RETRY_MS, RetryCompletion(ctx, key, self))
 
     def _new_epoch(self, ctx: ControllerContext, key: Key, now_ms: int,
                    then: Callable[[int], list[Effect]]) -> list[Effect]:
-        def decide(t: TopicMetadata, i: int, current: LeaderAndIsr, live: set[int],
-                   dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
-            return LeaderAndIsr(current.leader, current.leader_epoch + 1, current.isr, ctx.epoch,
-                                current.zk_version), False
-        return self.elections.elect(ctx, [key], set(), now_ms, then, decide)
+        return self.elections.elect(ctx, [key], set(), now_ms, then, NewLeaderEpoch(ctx))
 
     def _stop_replicas(self, ctx: ControllerContext, key: Key, brokers: list[int], now_ms: int) -> list[Effect]:
         """StopReplica with deletion to the live brokers of ``brokers``: their replica is gone."""
@@ -350,42 +335,256 @@ class PartitionReassignments:
         """Write the topic znode with ``index`` assigned ``replicas`` (and what is being added and
         removed), fenced by the controller epoch; then update the context. The writes of one topic
         go one at a time, each from the assignment then current, so that none undoes another."""
-        name = topic.name
-        office = self.office
+        write = WriteAssignment(ctx, topic.name, index, replicas, adding, removing, topic, then, failed, self)
+        return ctx.queue_topic_write(topic.name, write, now_ms)
 
-        def write(at_ms: int) -> list[Effect]:
-            if not office.in_office(ctx):
-                return failed(ErrorCode.not_controller, "This broker is no longer the controller", at_ms) + \
-                    ctx.topic_write_done(name, at_ms)
-            if ctx.topics.get(name) is not topic:    # deleted while this write waited (perhaps made again)
-                return failed(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' was deleted", at_ms) + \
-                    ctx.topic_write_done(name, at_ms)
-            # a partition whose move is ending keeps the replicas recorded for it until that end
-            # is written: its narrowed assignment is the controller's alone until then
-            assignment = {p: ctx.completing.get((name, p), r) for p, r in topic.assignment.items()}
-            assignment[index] = replicas
-            adding_all = {p: r for p, r in topic.adding.items() if p != index}
-            removing_all = {p: r for p, r in topic.removing.items() if p != index}
-            if adding:
-                adding_all[index] = adding
-            if removing:
-                removing_all[index] = removing
-            data = znodes.TopicZNode.encode(assignment, topic.topic_id, adding_all, removing_all)
-            ops = office.fenced(ctx, [SetData(znodes.TopicZNode.path(name), data)])
+    def _write(self, w: WriteAssignment, at_ms: int) -> list[Effect]:
+        office, ctx, name, topic, index, failed = self.office, w.ctx, w.name, w.topic, w.index, w.failed
+        if not office.in_office(ctx):
+            return failed(ErrorCode.not_controller, "This broker is no longer the controller", at_ms) + \
+                ctx.topic_write_done(name, at_ms)
+        if ctx.topics.get(name) is not topic:    # deleted while this write waited (perhaps made again)
+            return failed(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' was deleted", at_ms) + \
+                ctx.topic_write_done(name, at_ms)
+        # a partition whose move is ending keeps the replicas recorded for it until that end
+        # is written: its narrowed assignment is the controller's alone until then
+        assignment = {p: ctx.completing.get((name, p), r) for p, r in topic.assignment.items()}
+        assignment[index] = w.replicas
+        adding_all = {p: r for p, r in topic.adding.items() if p != index}
+        removing_all = {p: r for p, r in topic.removing.items() if p != index}
+        if w.adding:
+            adding_all[index] = w.adding
+        if w.removing:
+            removing_all[index] = w.removing
+        data = znodes.TopicZNode.encode(assignment, topic.topic_id, adding_all, removing_all)
+        ops = office.fenced(ctx, [SetData(znodes.TopicZNode.path(name), data)])
+        return [office.outbox.zk(ops, AwaitingAssignmentWrite(ctx, name, index, w.replicas, adding_all, removing_all,
+                                                              w, self), transaction=True)]
 
-            def on_result(results: list[OpResult], when_ms: int) -> list[Effect]:
-                error = results[0].error
-                if error is not ZkError.NONE:
-                    code = ErrorCode.not_controller if error is ZkError.BAD_VERSION else ErrorCode.unknown_server_error
-                    effects = failed(code, f"ZooKeeper error {error.name}", when_ms)
-                    if error is ZkError.CONNECTION_LOSS:
-                        effects += self._read_back(ctx, name, when_ms)
-                else:
-                    topic.assignment[index] = replicas
-                    topic.adding, topic.removing = adding_all, removing_all
-                    effects = then(when_ms)
-                return effects + ctx.topic_write_done(name, when_ms)
+    def _on_assignment_written(self, wait: AwaitingAssignmentWrite, results: list[OpResult],
+                               when_ms: int) -> list[Effect]:
+        ctx, name, w = wait.ctx, wait.name, wait.write
+        error = results[0].error
+        if error is not ZkError.NONE:
+            code = ErrorCode.not_controller if error is ZkError.BAD_VERSION else ErrorCode.unknown_server_error
+            effects = w.failed(code, f"ZooKeeper error {error.name}", when_ms)
+            if error is ZkError.CONNECTION_LOSS:
+                effects += self._read_back(ctx, name, when_ms)
+        else:
+            w.topic.assignment[wait.index] = wait.replicas
+            w.topic.adding, w.topic.removing = wait.adding_all, wait.removing_all
+            effects = w.then(when_ms)
+        return effects + ctx.topic_write_done(name, when_ms)
 
-            return [office.outbox.zk(ops, on_result, transaction=True)]
 
-        return ctx.queue_topic_write(name, write, now_ms)
+Done = Callable[[ErrorCode, "str | None", int], list[Effect]]
+
+
+@dataclass(eq=False)
+class AlterAnswer:
+    """AlterPartitionReassignments' answer, once every move started (``launched``) was written or
+    refused."""
+
+    results: dict[Key, Outcome] = field(repr=False)
+    pending: set[Key]
+    respond: Callable[[dict[Key, Outcome], int], list[Effect]] = field(repr=False)
+    answered: bool = False
+    launched: bool = False
+
+    def done_for(self, key: Key) -> Done:
+        return partial(self.done, key)
+
+    def done(self, key: Key, code: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
+        self.results[key] = (code, message)
+        self.pending.discard(key)
+        if self.pending or self.answered or not self.launched:
+            return []
+        self.answered = True
+        return self.respond(self.results, when_ms)
+
+
+@dataclass(eq=False, repr=False)
+class MoveStarted(Awaiting):
+    """Phase one of moving ``key`` to ``target`` is written: the replicas hear of it in a new leader epoch."""
+
+    key: Key
+    target: tuple[int, ...]
+    origin: tuple[int, ...] = field(repr=False)
+    adding: tuple[int, ...] = field(repr=False)
+    removing: tuple[int, ...] = field(repr=False)
+    topic: TopicMetadata = field(repr=False)
+    then: Done = field(repr=False)
+    reassignments: PartitionReassignments = field(repr=False)
+
+    def __call__(self, when_ms: int) -> list[Effect]:
+        return self.reassignments._move_started(self, when_ms)
+
+
+@dataclass(eq=False, repr=False)
+class CompleteMove(Awaiting):
+    """Look whether the move of ``key`` can end (its targets all in the ISR)."""
+
+    key: Key
+    reassignments: PartitionReassignments = field(repr=False)
+
+    def __call__(self, now_ms: int) -> list[Effect]:
+        return self.reassignments.maybe_complete(self.ctx, [self.key], now_ms)
+
+
+@dataclass(eq=False, repr=False)
+class RetryCompletion(Awaiting):
+    """The timer after which a move of ``key`` whose end was put off is looked at again."""
+
+    key: Key
+    reassignments: PartitionReassignments = field(repr=False)
+
+    def __call__(self, now_ms: int) -> list[Effect]:
+        reassignments = self.reassignments
+        return reassignments.maybe_complete(self.ctx, [self.key], now_ms) \
+            if reassignments.office.in_office(self.ctx) else []
+
+
+@dataclass(eq=False)
+class NewLeaderEpoch:
+    """The election rule of a move's phase one: the same leader and ISR in a new leader epoch."""
+
+    ctx: ControllerContext = field(repr=False)
+
+    def __call__(self, t: TopicMetadata, i: int, current: LeaderAndIsr, live: set[int],
+                 dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
+        return LeaderAndIsr(current.leader, current.leader_epoch + 1, current.isr, self.ctx.epoch,
+                            current.zk_version), False
+
+
+@dataclass(eq=False)
+class MoveEnd:
+    """Phase two of moving ``key`` to ``target``: the election into the targets (:meth:`decide`),
+    then (:meth:`elected`) the write of the target replicas alone."""
+
+    ctx: ControllerContext = field(repr=False)
+    key: Key
+    target: tuple[int, ...]
+    before: tuple[int, ...] = field(repr=False)
+    topic: TopicMetadata = field(repr=False)
+    reassignments: PartitionReassignments = field(repr=False)
+    blocked: list[bool] = field(default_factory=list, repr=False)
+    proposed: list[LeaderAndIsr] = field(default_factory=list, repr=False)   # what it decided, each time it read
+
+    def decide(self, t: TopicMetadata, i: int, current: LeaderAndIsr, live: set[int],
+               dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
+        isr = tuple(r for r in current.isr if r in self.target)
+        if not isr:                 # no target replica holds what was acknowledged: wait
+            self.blocked.append(True)
+            return None
+        eligible = [r for r in isr if r in live and r not in self.ctx.shutting_down]
+        leader = current.leader if current.leader in isr and current.leader in live else \
+            next(iter(eligible), -1)
+        self.proposed.append(LeaderAndIsr(leader, current.leader_epoch + 1, isr, self.ctx.epoch,
+                                          current.zk_version))
+        return self.proposed[-1], False
+
+    def elected(self, when_ms: int) -> list[Effect]:
+        return self.reassignments._move_end_elected(self, when_ms)
+
+    def recorded(self, at_ms: int) -> list[Effect]:
+        ctx, key = self.ctx, self.key
+        ctx.completing.pop(key, None)
+        if ctx.reassigning.get(key, (None,))[0] == self.target:
+            ctx.reassigning.pop(key)
+        return [LogLine("info", f"Reassignment of {key[0]}-{key[1]} done: replicas {list(self.target)}")] + \
+            self.reassignments.forget_requested(ctx, [key], at_ms)
+
+    def failed(self, code: ErrorCode, message: str | None, at_ms: int) -> list[Effect]:
+        ctx, key = self.ctx, self.key
+        ctx.completing.pop(key, None)
+        return [LogLine("warning", f"Recording the reassignment of {key[0]}-{key[1]} failed: {message}")] + \
+            self.reassignments._retry(ctx, key, at_ms)
+
+
+@dataclass(eq=False, repr=False)
+class WriteAssignment(Awaiting):
+    """Topic ``name``'s znode to write with partition ``index`` assigned ``replicas``, in its turn
+    among the writes of that znode; then ``then(now_ms)``."""
+
+    name: str
+    index: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = field(repr=False)
+    removing: tuple[int, ...] = field(repr=False)
+    topic: TopicMetadata = field(repr=False)
+    then: Callable[[int], list[Effect]]
+    failed: Done = field(repr=False)
+    reassignments: PartitionReassignments = field(repr=False)
+
+    def __call__(self, now_ms: int) -> list[Effect]:
+        return self.reassignments._write(self, now_ms)
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingAssignmentWrite(Awaiting):
+    """The fenced write of topic ``name``'s znode with partition ``index`` assigned ``replicas``."""
+
+    name: str
+    index: int
+    replicas: tuple[int, ...]
+    adding_all: dict[int, tuple[int, ...]] = field(repr=False)
+    removing_all: dict[int, tuple[int, ...]] = field(repr=False)
+    write: WriteAssignment = field(repr=False)
+    reassignments: PartitionReassignments = field(repr=False)
+
+    def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
+        return self.reassignments._on_assignment_written(self, results, now_ms)
+
+
+@dataclass(eq=False, repr=False)
+class ReadTopicBack(Awaiting):
+    """A write of topic ``name``'s znode got no answer: its read, first among the topic's next
+    writes (or again, on a timer, when the read got no answer either)."""
+
+    name: str
+    reassignments: PartitionReassignments = field(repr=False)
+
+    def __call__(self, now_ms: int) -> list[Effect]:
+        return [self.reassignments.office.outbox.zk([GetData(znodes.TopicZNode.path(self.name))],
+                                                    AwaitingTopicReadBack(self.ctx, self.name, self.reassignments))]
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingTopicReadBack(Awaiting):
+    """The read of topic ``name``'s znode after a write that got no answer."""
+
+    name: str
+    reassignments: PartitionReassignments = field(repr=False)
+
+    def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
+        return self.reassignments._on_read_back(self.ctx, self.name, results, now_ms)
+
+
+@dataclass(eq=False, repr=False)
+class ReassignPartitionsZNodeWritten(Awaiting):
+    """The fenced write of /admin/reassign_partitions with the moves ``remaining`` (none: its delete)."""
+
+    remaining: list[Key]
+
+    def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
+        return []
+
+
+@dataclass(eq=False, repr=False)
+class AwaitingReassignPartitionsZNode(Awaiting):
+    """The read of /admin/reassign_partitions by a controller that just took office."""
+
+    reassignments: PartitionReassignments = field(repr=False)
+
+    def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
+        return self.reassignments._on_requested_read(self.ctx, results, now_ms)
+
+
+@dataclass(eq=False, repr=False)
+class RetryReassignPartitionsZNode(Awaiting):
+    """The timer after which /admin/reassign_partitions, not answered, is read again."""
+
+    reassignments: PartitionReassignments = field(repr=False)
+
+    def __call__(self, now_ms: int) -> list[Effect]:
+        return self.reassignments.read_requested(self.ctx, now_ms)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from strandline.log.config import LogConfig
 
 LONG_MAX = 9223372036854775807
 INT_MAX = 2147483647
+
+
+_Number = TypeVar("_Number", int, float)
 
 
 class ConfigError(ValueError):
@@ -27,11 +30,7 @@ def _parse_int(key: str, raw: str, lo: float | None, hi: float | None) -> int:
         value = int(str(raw).strip())
     except ValueError:
         raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a number") from None
-    if lo is not None and value < lo:
-        raise ConfigError(f"Invalid value {value} for configuration {key}: must be at least {lo}")
-    if hi is not None and value > hi:
-        raise ConfigError(f"Invalid value {value} for configuration {key}: must be at most {hi}")
-    return value
+    return _within(key, value, lo, hi)
 
 
 def _parse_double(key: str, raw: str, lo: float | None, hi: float | None) -> float:
@@ -41,6 +40,11 @@ def _parse_double(key: str, raw: str, lo: float | None, hi: float | None) -> flo
         raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a number") from None
     if value != value:
         raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a number")
+    return _within(key, value, lo, hi)
+
+
+def _within(key: str, value: _Number, lo: float | None, hi: float | None) -> _Number:
+    """``value`` if it lies in [lo, hi] (None: no bound), else the ConfigError naming ``key``."""
     if lo is not None and value < lo:
         raise ConfigError(f"Invalid value {value} for configuration {key}: must be at least {lo}")
     if hi is not None and value > hi:

@@ -5,11 +5,17 @@ request router) is pure: it returns effects. Those that need an answer (a ZooKee
 broker's response, a timer) register a callback here under a token; the shell hands the answer to
 :class:`strandline.broker.broker.Broker`, which passes it back through :meth:`Outbox.on_zk_result`,
 :meth:`Outbox.on_broker_response` and :meth:`Outbox.tick`. One ``Outbox`` per broker, shared.
+
+A callback may be a named wait: an object called with the answer whose ``repr`` says what its
+component waits for (the controller's ``AwaitingLeaderAndIsrWrite(...)``, for one);
+:meth:`Outbox.pending` lists every wait not yet answered, so that a trace can show them.
 """
 
 from __future__ import annotations
 
 import heapq
+from functools import partial
+from types import FunctionType, MethodType
 from typing import Any, Callable, Protocol, Sequence
 
 from strandline.core.effects import BrokerSend, Effect, ReadClusterState, ZkRequest
@@ -29,6 +35,17 @@ class BrokerAddress(Protocol):
 
     @property
     def port(self) -> int: ...
+
+
+def describe_wait(callback: object) -> str:
+    """What a registered callback waits for: a named wait's ``repr``; a function's qualified name."""
+    if isinstance(callback, partial):
+        return describe_wait(callback.func)
+    if isinstance(callback, MethodType):
+        return f"{type(callback.__self__).__qualname__}.{callback.__func__.__name__}"
+    if isinstance(callback, FunctionType):
+        return callback.__qualname__
+    return repr(callback)
 
 
 class Outbox:
@@ -87,6 +104,16 @@ class Outbox:
         """Run ``action(now_ms)`` at ``due_ms`` (a retry or a backoff); returns no effects now."""
         heapq.heappush(self._delayed, (due_ms, self.new_token(), action))
         return []
+
+    # -- what is waited for
+
+    def pending(self) -> list[str]:
+        """Every wait not yet answered, oldest first in each kind: ``zk``, ``broker`` (a response)
+        and ``timer`` (with its due time), described by :func:`describe_wait`."""
+        return ([f"zk {describe_wait(cb)}" for cb in self._zk_callbacks.values()]
+                + [f"broker {describe_wait(cb)}" for cb in self._broker_callbacks.values()]
+                + [f"timer at {due} {describe_wait(cb)}"
+                   for due, _, cb in sorted(self._delayed, key=lambda entry: entry[:2])])
 
     def next_deadline_ms(self) -> int | None:
         return self._delayed[0][0] if self._delayed else None

@@ -20,37 +20,24 @@ from __future__ import annotations
 import posixpath
 import uuid
 from bisect import bisect_right
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator
 
 from strandline.errors import BrokenInvariant
 from strandline.log import retention, swap, time_lookup
+from strandline.log.appends import (  # noqa: F401  (AppendInfo, OffsetOutOfOrder, Records: part of this module's interface)
+    AppendInfo, OffsetOutOfOrder, ProducerBatches, Records, addressable_parts, check_as_follower, number_as_leader,
+    should_roll)
 from strandline.log.config import LogConfig
 from strandline.log.disk import Disk, FileRegion
 from strandline.log.epoch import LeaderEpochCache
 from strandline.log.loader import load_segments, new_recovery_stats, rebuild_producer_state
 from strandline.log.partition_metadata import sync_topic_id
+from strandline.log.reads import aborted_txns, read_batches
 from strandline.log.producer_snapshots import ProducerSnapshots
 from strandline.log.producer_state import AbortedTxn, ProducerStateManager
-from strandline.log.segment import INT32_MAX, BatchInfo, CorruptRecordError, LogSegment
+from strandline.log.segment import INT32_MAX, BatchInfo, LogSegment
 from strandline.protocol.markers import CONTROL_BIT, read_marker
-from strandline.protocol.records import BatchHeader, crc_ok, iter_batches, stamp
-
-#: Batches as they arrive in a produce or fetch answer.
-Records = bytes | bytearray | memoryview
-
-
-class AppendInfo(NamedTuple):
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    num_batches: int
-    valid_bytes: int
-
-
-class OffsetOutOfOrder(ValueError):
-    """A follower append does not start at the log end offset, or its offsets go backwards."""
-
+from strandline.protocol.records import BatchHeader
 
 class Log:
     def __init__(self, disk: Disk, dir: str, topic: str, partition: int, config: LogConfig,
@@ -200,21 +187,8 @@ class Log:
         with a single append.
         """
         self._now_ms = now_ms
-        offset = self.log_end_offset
-        batches: list[BatchInfo] = []
-        producers: list[tuple[int, BatchHeader, int]] = []
-        end = 0
-        for pos, h in iter_batches(records):
-            stamp(records, pos, offset, leader_epoch)
-            last = offset + h.last_offset_delta
-            batches.append(BatchInfo(pos, h.batch_length + 12, offset, last, h.max_timestamp))
-            if h.producer_id >= 0:
-                producers.append((pos, h, offset))
-            offset = last + 1
-            end = pos + h.batch_length + 12
-        if end != len(records):
-            raise CorruptRecordError(f"records for {self.topic}-{self.partition} end with "
-                                     f"{len(records) - end} bytes that are not a whole batch")
+        batches, producers = number_as_leader(records, self.log_end_offset, leader_epoch, self.topic,
+                                              self.partition)
         if not batches:
             return AppendInfo(self.log_end_offset, self.log_end_offset - 1, -1, -1, 0, 0)
         self.leader_epoch_cache.assign(leader_epoch, batches[0].base_offset)
@@ -228,30 +202,7 @@ class Log:
         partition leader epoch. ``now_ms`` (optional) drives time-based rolling; without it the
         batches' own timestamps do, like Kafka's record-time based ``segment.ms``.
         """
-        expected = self.log_end_offset
-        batches: list[BatchInfo] = []
-        producers: list[tuple[int, BatchHeader, int]] = []
-        epochs: list[tuple[int, int]] = []
-        end = 0
-        for pos, h in iter_batches(records):
-            if h.magic != 2 or not crc_ok(records, pos, h):
-                raise CorruptRecordError(f"corrupt batch at offset {h.base_offset} for "
-                                         f"{self.topic}-{self.partition}")
-            if h.base_offset < expected:        # a gap is fine: a compacted leader's log has them
-                raise OffsetOutOfOrder(f"follower append to {self.topic}-{self.partition} at offset "
-                                       f"{h.base_offset}, expected {expected}")
-            size = h.batch_length + 12
-            batches.append(BatchInfo(pos, size, h.base_offset, h.base_offset + h.last_offset_delta,
-                                     h.max_timestamp))
-            if not epochs or epochs[-1][0] != h.partition_leader_epoch:
-                epochs.append((h.partition_leader_epoch, h.base_offset))
-            if h.producer_id >= 0:
-                producers.append((pos, h, h.base_offset))
-            expected = h.base_offset + h.last_offset_delta + 1
-            end = pos + size
-        if end != len(records):
-            raise CorruptRecordError(f"records for {self.topic}-{self.partition} end with "
-                                     f"{len(records) - end} bytes that are not a whole batch")
+        batches, producers, epochs = check_as_follower(records, self.log_end_offset, self.topic, self.partition)
         if not batches:
             return AppendInfo(self.log_end_offset, self.log_end_offset - 1, -1, -1, 0, 0)
         if now_ms is not None:
@@ -261,7 +212,7 @@ class Log:
         return self._append(records, batches, now_ms, producers)
 
     def _append(self, records: Records, batches: list[BatchInfo], now_ms: int | None,
-                producers: list[tuple[int, BatchHeader, int]]) -> AppendInfo:
+                producers: ProducerBatches) -> AppendInfo:
         first, last = batches[0].base_offset, batches[-1].last_offset
         if last - first > INT32_MAX:
             return self._append_in_parts(records, batches, now_ms, producers)
@@ -271,7 +222,7 @@ class Log:
                 max_ts, max_off = b.max_timestamp, b.last_offset
         segment = self.segments[-1]
         clock = now_ms if now_ms is not None else max_ts
-        if self._should_roll(segment, len(records), last, clock):
+        if should_roll(segment, self.config, len(records), last, clock):
             segment = self.roll(first, clock if now_ms is not None else self._now_ms)
         segment.append(records, batches, now_ms)
         self.log_end_offset = last + 1
@@ -283,38 +234,21 @@ class Log:
         return AppendInfo(first, last, max_ts, max_off, len(batches), len(records))
 
     def _append_in_parts(self, records: Records, batches: list[BatchInfo], now_ms: int | None,
-                         producers: list[tuple[int, BatchHeader, int]]) -> AppendInfo:
+                         producers: ProducerBatches) -> AppendInfo:
         """Batches more than 2**31 offsets apart (a compacted leader's gap, read across its
         segments in one Fetch answer) go in parts, each spanning at most what one segment's
         32-bit relative offsets address, so that each can start a segment of its own."""
         view = memoryview(records)
         parts: list[AppendInfo] = []
-        i = 0
-        while i < len(batches):
-            j = i + 1
-            while j < len(batches) and batches[j].last_offset - batches[i].base_offset <= INT32_MAX:
-                j += 1
+        for i, j in addressable_parts(batches):
             start, end = batches[i].position, batches[j - 1].position + batches[j - 1].size
             part = [b._replace(position=b.position - start) for b in batches[i:j]]
             owned = [(pos - start, h, offset) for pos, h, offset in producers if start <= pos < end]
             parts.append(self._append(view[start:end], part, now_ms, owned))
-            i = j
         latest = max(parts, key=lambda p: p.max_timestamp)
         return AppendInfo(parts[0].first_offset, parts[-1].last_offset, latest.max_timestamp,
                           latest.offset_of_max_timestamp, sum(p.num_batches for p in parts),
                           sum(p.valid_bytes for p in parts))
-
-    def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
-        if last_offset - segment.base_offset > INT32_MAX:
-            return True     # even an empty segment: its indexes hold offsets relative to its base
-        if segment.size == 0:
-            return False
-        if segment.size + size > self.config.segment_bytes:
-            return True
-        rolling_base = segment.rolling_base_ms
-        if rolling_base is not None and now_ms - rolling_base > self.config.max_segment_ms:
-            return True
-        return segment.indexes_full
 
     def roll(self, new_base_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the log end offset. The old one is flushed and the
@@ -409,14 +343,7 @@ class Log:
         collectAbortedTxns): those whose abort marker is at or after ``start`` and whose data
         begins before ``end``. The search stops at an abort decided with a last stable offset
         at or beyond ``end``: no later abort can have begun before it."""
-        found = []
-        for segment in self.segments[self.segment_index(start):]:
-            for txn in segment.txn_index.entries:
-                if txn.last_offset >= start and txn.first_offset < end:
-                    found.append(txn)
-                if txn.last_stable_offset >= end:
-                    return found
-        return found
+        return aborted_txns(self.segments, self.segment_index(start), start, end)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -434,22 +361,8 @@ class Log:
                              f"[{self.log_start_offset}, {self.log_end_offset}]")
         if offset == self.log_end_offset:
             return b""
-        parts: list[bytes | FileRegion] = []
-        remaining = max_bytes
-        segments = self.segments
-        for i in range(self.segment_index(offset), len(segments)):
-            # only the active segment's tail may be a region: a read that goes on into the next
-            # segment is whole (a region would end the answer there, short of a large min_bytes)
-            data, exhausted = segments[i].read(offset, remaining, max_offset, min_one_batch and not parts,
-                                               regions=regions and i == len(segments) - 1)
-            if data:
-                parts.append(data)
-                remaining -= len(data)
-            if not exhausted or remaining <= 0:
-                break
-        if len(parts) == 1:
-            return parts[0]
-        return b"".join([p.read() if isinstance(p, FileRegion) else p for p in parts])
+        return read_batches(self.segments, self.segment_index(offset), offset, max_bytes, max_offset,
+                            min_one_batch, regions)
 
     def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches from the one containing ``from_offset`` to the end (61 bytes each)."""

@@ -21,7 +21,8 @@ from kio.schema.errors import ErrorCode
 from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache
-from strandline.log.log import Log, OffsetOutOfOrder
+from strandline.log.appends import OffsetOutOfOrder
+from strandline.log.log import Log
 from strandline.log.segment import CorruptRecordError
 from strandline.protocol import api
 from strandline.protocol.api import ApiKey

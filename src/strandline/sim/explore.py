@@ -68,6 +68,8 @@ class RunResult:
     wall_s: float
     all_violations: list[str] = field(default_factory=list)
     transactions: dict[str, int] = field(default_factory=dict)    # outcome -> count (config txn)
+    #: what each broker waited for when the first violation was seen (:meth:`Explorer.pending_waits`)
+    pending: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -194,7 +196,8 @@ class Explorer:
                          self.first_trace or list(self.trace), len(self.history.acked), lost,
                          self.invariants.events, self.nemesis.count, self.sim.now - self.start_ms,
                          time.perf_counter() - started, [str(v) for v in violations],
-                         self.txn_history.counts() if self.txn_history is not None else {})
+                         self.txn_history.counts() if self.txn_history is not None else {},
+                         self.first_pending or [])
 
     def _after_event(self) -> None:
         """The invariants of every topic (each looks at the brokers the event reached)."""
@@ -204,11 +207,24 @@ class Explorer:
             invariants.after_event()
 
     first_trace: list[str] | None = None
+    first_pending: list[str] | None = None
 
     def _on_violation(self, violation: Violation) -> None:
         self.note(f"VIOLATION {violation}")
         if self.first_trace is None:          # the events that led to the first violation
             self.first_trace = list(self.trace)
+            self.first_pending = self.pending_waits()
+
+    def pending_waits(self) -> list[str]:
+        """What each running broker waits for now (its outbox's pending waits: the controller's are
+        named, e.g. ``AwaitingLeaderAndIsrWrite(partitions=[...], ...)``), repeats counted."""
+        lines: list[str] = []
+        for broker_id, node in sorted(self.sim.brokers.items()):
+            if node.core is None:
+                continue
+            counts = collections.Counter(node.core.outbox.pending())
+            lines += [f"broker {broker_id}: {wait}" + (f" (x{n})" if n > 1 else "") for wait, n in counts.items()]
+        return lines
 
     def note(self, line: str) -> None:
         self.trace.append(f"{(self.sim.now - self.start_ms) / 1000:9.3f} {line}")

@@ -25,6 +25,17 @@ def fill(log: Log, n: int, *, epoch: int = 0, ts: int = 1000) -> None:
         log.append_as_leader(make_batch([b"x" * 100], timestamp_ms=ts + i), epoch, ts + i)
 
 
+def new_log(n: int, *, epoch: int = 0, flushed: bool = False) -> tuple[MemoryDisk, Log]:
+    """A new log of t-0 on a memory disk, with ``n`` batches of 100 bytes in leader ``epoch``
+    (timestamps 1000 on), ``flushed`` or not past the last roll."""
+    disk = MemoryDisk()
+    log = Log.open(disk, DIR, "t", 0, CONFIG)
+    fill(log, n, epoch=epoch)
+    if flushed:
+        log.flush()
+    return disk, log
+
+
 def offsets(data: bytes) -> list[int]:
     return [h.base_offset for _, h in iter_batches(data)]
 
@@ -47,9 +58,7 @@ def all_crcs_ok(disk, log: Log) -> bool:
 def test_dur_1_power_loss_keeps_exactly_what_was_flushed():
     """DUR-1, CKP-3: no fsync per write; a power loss drops the unflushed tail, recovery keeps the
     rest (rolled segments were flushed at the roll, like Kafka)."""
-    disk = MemoryDisk()
-    log = Log.open(disk, DIR, "t", 0, CONFIG)
-    fill(log, 25)
+    disk, log = new_log(25)
     assert log.recovery_point == 20                      # the roll at 20 flushed [0, 20)
     fill(log, 1)
     log.flush()
@@ -68,10 +77,7 @@ def test_dur_1_power_loss_keeps_exactly_what_was_flushed():
 
 def test_ckp_3_a_torn_batch_at_the_tail_is_cut():
     """CKP-3: half a batch reached the disk before the power went: recovery truncates it."""
-    disk = MemoryDisk()
-    log = Log.open(disk, DIR, "t", 0, CONFIG)
-    fill(log, 5)
-    log.flush()
+    disk, log = new_log(5, flushed=True)
     fill(log, 1)
     path = log.active_segment.log_path
     disk.files[path].flushed = disk.file_size(path) - 40   # the disk got all but 40 bytes of it
@@ -85,9 +91,7 @@ def test_ckp_3_a_torn_batch_at_the_tail_is_cut():
 def test_ckp_3_corruption_in_the_middle_cuts_there_and_drops_later_segments():
     """CKP-3: a bad CRC ends the log at the last valid batch; all later segments are deleted;
     everything before is kept."""
-    disk = MemoryDisk()
-    log = Log.open(disk, DIR, "t", 0, CONFIG)
-    fill(log, 20, epoch=1)
+    disk, log = new_log(20, epoch=1)
     fill(log, 25, epoch=2)
     log.flush()
     segment = log.segments[1]
@@ -112,10 +116,7 @@ def test_ckp_3_corruption_in_the_middle_cuts_there_and_drops_later_segments():
 
 def test_ckp_3_recovery_starts_at_the_recovery_point():
     """CKP-3: segments wholly below the recovery point are not scanned."""
-    disk = MemoryDisk()
-    log = Log.open(disk, DIR, "t", 0, CONFIG)
-    fill(log, 45)
-    log.flush()
+    disk, log = new_log(45, flushed=True)
     raw = disk.read_file(log.segments[0].log_path)
     disk.corrupt(log.segments[0].log_path, 100, bytes([raw[100] ^ 0xFF]))   # below the recovery point
     log.close()
@@ -132,10 +133,7 @@ def test_ckp_3_recovery_starts_at_the_recovery_point():
 
 def test_epo_1_epoch_cache_is_truncated_to_the_recovered_log():
     """EPO-1: on load the cache is cut to the recovered log end offset (what a crash left)."""
-    disk = MemoryDisk()
-    log = Log.open(disk, DIR, "t", 0, CONFIG)
-    fill(log, 5, epoch=1)
-    log.flush()
+    disk, log = new_log(5, epoch=1, flushed=True)
     fill(log, 3, epoch=2)
     log.leader_epoch_cache.assign(3, log.log_end_offset)         # became leader again, no write yet
     assert log.leader_epoch_cache.epoch_entries() == [(1, 0), (2, 5), (3, 8)]
@@ -150,10 +148,7 @@ def test_epo_1_a_new_epoch_is_written_by_the_next_flush_and_a_crash_before_it_re
     """EPO-1: becoming leader (or copying a new epoch) costs no fsync at once; the log's next flush
     writes the checkpoint before its recovery point moves, and a crash before that flush finds the
     epoch again in whatever batches survived above the recovery point."""
-    disk = MemoryDisk()
-    log = Log.open(disk, DIR, "t", 0, CONFIG)
-    fill(log, 5, epoch=1)
-    log.flush()
+    disk, log = new_log(5, epoch=1, flushed=True)
     path = f"{DIR}/leader-epoch-checkpoint"
     assert checkpoint.read_epochs(disk, path) == [(1, 0)]
     syncs = disk.flush_count
@@ -184,9 +179,7 @@ def test_epo_1_an_entry_dropped_by_a_truncation_stays_dropped_after_a_power_loss
     """A follower cut its epoch-3 records and copied the leader's epoch-2 ones at the same offsets:
     the dropped (3, 5) is written at once, since recovery learns only epochs above the latest one
     in the file and would keep a stale (3, 5)."""
-    disk = MemoryDisk()
-    log = Log.open(disk, DIR, "t", 0, CONFIG)
-    fill(log, 5, epoch=1)
+    disk, log = new_log(5, epoch=1)
     fill(log, 5, epoch=3)
     log.flush()
     assert checkpoint.read_epochs(disk, f"{DIR}/leader-epoch-checkpoint") == [(1, 0), (3, 5)]
@@ -201,9 +194,7 @@ def test_epo_1_an_entry_dropped_by_a_truncation_stays_dropped_after_a_power_loss
 
 
 def test_recovery_relearns_epochs_when_the_checkpoint_is_lost():
-    disk = MemoryDisk()
-    log = Log.open(disk, DIR, "t", 0, CONFIG)
-    fill(log, 12, epoch=1)
+    disk, log = new_log(12, epoch=1)
     fill(log, 12, epoch=4)
     log.close()
     disk.remove(f"{DIR}/leader-epoch-checkpoint")
@@ -212,10 +203,7 @@ def test_recovery_relearns_epochs_when_the_checkpoint_is_lost():
 
 
 def test_clean_open_scans_nothing_and_finds_the_same_end():
-    disk = MemoryDisk()
-    log = Log.open(disk, DIR, "t", 0, CONFIG)
-    fill(log, 47)
-    log.flush()
+    disk, log = new_log(47, flushed=True)
     log.close()
     again = reopen(disk, log, recovery_point=47, needs_recovery=False)
     assert again.log_end_offset == 47
@@ -226,10 +214,7 @@ def test_clean_open_scans_nothing_and_finds_the_same_end():
 
 
 def test_clean_open_with_garbage_after_the_last_batch_falls_back_to_recovery():
-    disk = MemoryDisk()
-    log = Log.open(disk, DIR, "t", 0, CONFIG)
-    fill(log, 13)
-    log.flush()
+    disk, log = new_log(13, flushed=True)
     log.close()
     active = log.segments[-1].log_path
     disk.corrupt(active, disk.file_size(active), b"\x00" * 30)
@@ -250,10 +235,7 @@ def test_open_cleans_leftovers_and_handles_empty_dirs():
 
 
 def test_a_log_start_offset_beyond_the_recovered_end_starts_afresh():
-    disk = MemoryDisk()
-    log = Log.open(disk, DIR, "t", 0, CONFIG)
-    fill(log, 5)
-    log.flush()
+    disk, log = new_log(5, flushed=True)
     fill(log, 5)
     disk.crash()
     log = reopen(disk, log, recovery_point=5, log_start_offset=8)

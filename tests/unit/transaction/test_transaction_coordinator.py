@@ -60,6 +60,18 @@ class Fakes:
     def state(self) -> rec.TransactionMetadata:
         return self.c.transactions[TX]
 
+    def ongoing(self) -> None:
+        """Producer 1001 (epoch 0) initialized, its transaction ongoing on t-0 (written)."""
+        self.init()
+        self.c.add_partitions(TX, 1001, 0, {("t", 0)}, self.respond, 2)
+        self.write()
+
+    def prepared(self, commit: bool) -> None:
+        """That transaction's PrepareCommit (or PrepareAbort) written: its markers go out."""
+        self.ongoing()
+        self.c.end_transaction(TX, 1001, 0, commit, self.respond, 3)
+        self.write()
+
 
 def test_init_producer_id_gives_a_new_id_then_bumps_its_epoch_fencing_the_older_instance():
     f = Fakes()
@@ -101,9 +113,7 @@ def test_a_commit_is_prepared_then_marked_on_every_partition_then_completed_in_t
 
 def test_a_new_instance_aborts_the_ongoing_transaction_with_a_bumped_epoch():
     f = Fakes()
-    f.init()
-    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)
-    f.write()
+    f.ongoing()
     f.answers.clear()
     f.c.init_producer_id(TX, 60000, f.respond, 3)
     assert f.answers.pop() == (ErrorCode.concurrent_transactions, -1, -1)
@@ -130,11 +140,7 @@ def test_a_transaction_open_beyond_its_timeout_is_aborted():
 
 def test_a_new_coordinator_replays_the_log_and_completes_a_prepared_commit():
     f = Fakes()
-    f.init()
-    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)
-    f.write()
-    f.c.end_transaction(TX, 1001, 0, True, f.respond, 3)
-    f.write()                                                       # PrepareCommit written, then failover
+    f.prepared(commit=True)                                         # PrepareCommit written, then failover
     g = Fakes()
     g.c.unload_partition(g.c.partition_of(TX))
     g.c.load_partition(g.c.partition_of(TX), 6, [(i, k, v) for i, (_, k, v) in enumerate(f.log)], 10)
@@ -156,9 +162,7 @@ def test_what_the_state_already_says_is_acknowledged_only_once_written_again():
     and the commit of the next transaction of the same epoch was taken for a retry. Now the state
     is written again, and the answer waits for that write."""
     f = Fakes()
-    f.init()
-    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)
-    f.write()
+    f.ongoing()
     assert f.answers.pop() == (ErrorCode.none,)
     f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 3)
     assert not f.answers and f.pending_writes
@@ -207,11 +211,7 @@ def test_transaction_log_records_and_markers_are_kafkas():
 
 def test_a_failed_write_of_the_outcome_is_retried_until_written():
     f = Fakes()
-    f.init()
-    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)
-    f.write()
-    f.c.end_transaction(TX, 1001, 0, True, f.respond, 3)
-    f.write()
+    f.prepared(commit=True)
     f.markers[0][5](4)
     f.write(ErrorCode.not_enough_replicas)                         # CompleteCommit not written
     assert f.state().state is S.PREPARE_COMMIT
@@ -225,11 +225,7 @@ def test_a_failed_write_of_the_outcome_is_retried_until_written():
 
 def test_markers_are_no_longer_this_coordinators_once_it_lost_the_partition():
     f = Fakes()
-    f.init()
-    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)
-    f.write()
-    f.c.end_transaction(TX, 1001, 0, False, f.respond, 3)
-    f.write()
+    f.prepared(commit=False)
     assert f.current()
     f.c.unload_partition(f.c.partition_of(TX))
     assert not f.current()

@@ -1,0 +1,100 @@
+"""The broker znodes: ``/brokers/ids/<id>`` (a broker's registration, ``BrokerInfo``),
+``/brokers/ids`` and ``/brokers/seqid``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from strandline.coordination.znode_json import (
+    FixedPathZNode as _FixedPathZNode, decode_json as _decode, json_bytes as _json,
+    json_int as _int, json_object as _object)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """What a broker registration says about the broker (``/brokers/ids/<id>``)."""
+
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class BrokerIdsZNode(_FixedPathZNode):
+    """``/brokers/ids``: one ephemeral child per live broker; the controller watches its children."""
+
+    PATH = "/brokers/ids"
+
+
+def _split_endpoint(endpoint: str) -> tuple[str, str, int]:
+    """``"PLAINTEXT://host:9092"`` (or ``[::1]:9092``) -> (listener, host, port)."""
+    listener, sep, rest = endpoint.partition("://")
+    if not sep:
+        raise ValueError(f"bad endpoint {endpoint!r}")
+    host, _, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return listener, host, int(port)
+
+
+def _endpoint(host: str, port: int) -> str:
+    return f"PLAINTEXT://[{host}]:{port}" if ":" in host else f"PLAINTEXT://{host}:{port}"
+
+
+class BrokerIdZNode:
+    """``/brokers/ids/<id>``: the broker's ephemeral registration, JSON version 4 (Kafka 0.10.0 - 2.6).
+
+    ``{"version":4,"host":"h","port":9092,"jmx_port":-1,"timestamp":"<ms>","endpoints":["PLAINTEXT://h:9092"],
+    "listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"rack":"r"}``. Like Kafka, ``rack`` is
+    left out when the broker has none; ``decode`` accepts it absent or null. The broker id is the
+    znode's name, not part of its data: pass it to ``decode``. The broker epoch (KIP-380) is the
+    znode's czxid.
+    """
+
+    VERSION = 4
+
+    @staticmethod
+    def path(broker_id: int | str) -> str:
+        return f"{BrokerIdsZNode.path()}/{broker_id}"
+
+    @staticmethod
+    def encode(broker_id: int, host: str, port: int, rack: str | None, timestamp_ms: int,
+               jmx_port: int = -1) -> bytes:
+        obj: dict[str, Any] = {"version": BrokerIdZNode.VERSION, "host": host, "port": port, "jmx_port": jmx_port,
+                               "timestamp": str(timestamp_ms), "endpoints": [_endpoint(host, port)],
+                               "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"}}
+        if rack is not None:
+            obj["rack"] = rack
+        return _json(obj)
+
+    @staticmethod
+    def decode(data: bytes | None, broker_id: int | None = None) -> BrokerInfo:
+        """``broker_id`` is the znode's name (``int(child)``); without it the result's ``id`` is -1."""
+        path = BrokerIdZNode.path(broker_id) if broker_id is not None else BrokerIdZNode.path("<id>")
+
+        def parse(obj: Any) -> BrokerInfo:
+            obj = _object(obj)
+            version = _int(obj["version"])
+            if version < 1:
+                raise ValueError(f"unsupported registration version {version}")
+            host, port = obj.get("host"), obj.get("port")
+            if version >= 2 and obj.get("endpoints"):
+                protocols = obj.get("listener_security_protocol_map") or {}
+                endpoints = [_split_endpoint(e) for e in obj["endpoints"]]
+                plain = [e for e in endpoints if protocols.get(e[0], e[0]) == "PLAINTEXT"]
+                _, host, port = (plain or endpoints)[0]
+            if not isinstance(host, str) or not host:
+                raise ValueError("no host")
+            rack = obj.get("rack")
+            if rack is not None and not isinstance(rack, str):
+                raise TypeError(f"rack must be a string or null, got {rack!r}")
+            return BrokerInfo(broker_id if broker_id is not None else -1, host, _int(port), rack)
+
+        return _decode(path, data, parse)
+
+
+class BrokerSequenceIdZNode(_FixedPathZNode):
+    """``/brokers/seqid``: Kafka's broker-id generator (created at startup, otherwise unused here)."""
+
+    PATH = "/brokers/seqid"
