@@ -241,7 +241,7 @@ def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float 
 @dataclass
 class UpCluster:
     """``strandline up`` run as a child of this process (by tests and benchmarks): its data in
-    ``data_dir``, its stderr in ``<data_dir>-up.log``, started until it prints its bootstrap
+    ``data_dir``, its stderr in ``stderr`` or ``<data_dir>-up.log``, started until it prints its bootstrap
     servers, and stopped as at the keyboard: SIGINT, then SIGKILL after a timeout."""
 
     data_dir: Path
@@ -250,6 +250,9 @@ class UpCluster:
     zk_port: int
     overrides: list[str] = field(default_factory=list)
     racks: str = ""          # `strandline up --racks`
+    console: bool = True     # the web console, on its default port or any free one
+    env: dict[str, str] | None = None   # up's environment (its brokers inherit it)
+    stderr: Path | None = None          # where up's own lines go (default: ``<data_dir>-up.log``)
     proc: subprocess.Popen | None = None
     bootstrap: str = ""
 
@@ -264,7 +267,7 @@ class UpCluster:
 
     @property
     def log_path(self) -> Path:
-        return self.data_dir.parent / f"{self.data_dir.name}-up.log"
+        return self.stderr or self.data_dir.parent / f"{self.data_dir.name}-up.log"
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "strandline.cli.main", "up", "--brokers", str(self.brokers),
@@ -274,10 +277,12 @@ class UpCluster:
             cmd += ["--override", item]
         if self.racks:
             cmd += ["--racks", self.racks]
+        if not self.console:
+            cmd += ["--console-port", "0"]
         return cmd
 
     def start(self, timeout: float = 90) -> "UpCluster":
-        self.proc = spawn(self.command(), subprocess.PIPE, self.log_path)   # SIGTERM if this process dies
+        self.proc = spawn(self.command(), subprocess.PIPE, self.log_path, env=self.env)   # SIGTERM if we die
         self.bootstrap = wait_for_line(self.proc, "bootstrap.servers=", timeout).split("=", 1)[1].strip()
         return self
 
