@@ -63,7 +63,7 @@ class LabCluster:
                 host, port = self.network.address(i), BROKER_PORT
             else:
                 host, port = "127.0.0.1", ports[i]
-            self.brokers[i] = LabBroker(i, host, port, self.run_dir)
+            self.brokers[i] = LabBroker(i, port, self.run_dir, host=host)
         for i in ids:
             self._launch(self.brokers[i])
         wait_ready([self.brokers[i] for i in ids], START_TIMEOUT_S)

@@ -6,15 +6,14 @@ log ``broker.log``; started as ``strandline broker --config ...`` and ready once
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 from strandline.errors import StrandlineError
-from strandline.launch.process import log_tail, spawn
+from strandline.launch.process import ServerProcess, log_tail, spawn
 from strandline.launch.wait import Waiting, exited
 
 #: the internal topics' replication factor keys (default 3), and Kafka's own default
@@ -53,31 +52,12 @@ def broker_command(config: Path, overrides: Sequence[str] = ()) -> list[str]:
 
 
 @dataclass
-class BrokerProcess:
+class BrokerProcess(ServerProcess):
     """One broker of a cluster on this machine, in ``root/broker-<id>``."""
 
-    id: int
-    host: str
-    port: int
-    root: Path
-    proc: subprocess.Popen | None = None
+    KIND: ClassVar[str] = "broker"
+
     metrics_url: str | None = None     # http://host:port of its /metrics and /status, from its ready line
-
-    @property
-    def dir(self) -> Path:
-        return self.root / f"broker-{self.id}"
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.dir / "logs"
-
-    @property
-    def config_path(self) -> Path:
-        return self.dir / "server.properties"
 
     @property
     def out_path(self) -> Path:
@@ -86,18 +66,6 @@ class BrokerProcess:
     @property
     def log_path(self) -> Path:
         return self.dir / "broker.log"
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
-    def write_config(self, text: str) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(text)
 
     def tail(self, lines: int = 1) -> str:
         """The last lines of its log, or where to look."""

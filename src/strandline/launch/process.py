@@ -15,8 +15,9 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, ClassVar, Protocol, Sequence
 
 PR_SET_PDEATHSIG = 1
 
@@ -33,6 +34,49 @@ def _prctl() -> Callable[..., int] | None:
 
 
 _PRCTL = _prctl()   # looked up here: no dlopen in a child forked from a threaded process
+
+
+@dataclass
+class ServerProcess:
+    """A server of a cluster on this machine (a broker, a Kafka node): listening on
+    ``host:port``, its files in ``root/<KIND>-<id>/`` (``server.properties``, ``logs/``), its
+    process ``proc`` once started."""
+
+    KIND: ClassVar[str] = "server"
+
+    id: int
+    port: int
+    root: Path
+    host: str = field(default="127.0.0.1", kw_only=True)
+    proc: subprocess.Popen | None = field(default=None, kw_only=True)
+
+    @property
+    def dir(self) -> Path:
+        return self.root / f"{self.KIND}-{self.id}"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.dir / "logs"
+
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "server.properties"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def write_config(self, text: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(text)
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:

@@ -77,7 +77,7 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
             zk_connect = zk.connect_string
             zk_info = {"connect": zk_connect, "pid": zk.pid}
         for i in range(num_brokers):
-            b = BrokerProcess(i + 1, "127.0.0.1", base_port + i, root)
+            b = BrokerProcess(i + 1, base_port + i, root)
             b.write_config(broker_properties(b.id, b.port, b.log_dir, zk_connect,
                                              racks[i % len(racks)] if racks else None, num_brokers))
             brokers.append(b)
@@ -210,7 +210,7 @@ def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float 
         return 0
     if is_broker(pid, root, broker_id):
         raise StrandlineError(f"broker {broker_id} is already running (pid {pid})")
-    broker = BrokerProcess(broker_id, "127.0.0.1", entry["port"], root)
+    broker = BrokerProcess(broker_id, entry["port"], root)
     log_dir = DirectoryLock(entry.get("log_dir") or broker.log_dir)
     if not log_dir.acquire():
         raise StrandlineError(f"broker {broker_id} is already running: {log_dir.path} is held by {log_dir.holder()}")

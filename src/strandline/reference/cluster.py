@@ -15,10 +15,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from strandline.errors import StrandlineError
 from strandline.launch.foreground import Foreground, lock_data_dir, write_json
-from strandline.launch.process import spawn, stop_processes
+from strandline.launch.process import ServerProcess, log_tail, spawn, stop_processes
 from strandline.launch.wait import wait_for_membership
 from strandline.launch.zookeeper import EmbeddedZooKeeper, check_java
 from strandline.reference import KafkaDist, ensure_kafka
@@ -63,42 +64,19 @@ def chroot_for(dist: KafkaDist) -> str:
 
 
 @dataclass
-class KafkaNode:
+class KafkaNode(ServerProcess):
     """One Kafka broker (on KRaft: a combined broker and controller) of ``reference up``."""
 
-    id: int
-    port: int
-    root: Path
+    KIND: ClassVar[str] = "kafka"
+
     controller_port: int | None = None
-    proc: subprocess.Popen | None = None
-
-    @property
-    def dir(self) -> Path:
-        return self.root / f"kafka-{self.id}"
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.dir / "logs"
-
-    @property
-    def config_path(self) -> Path:
-        return self.dir / "server.properties"
 
     @property
     def server_log(self) -> Path:
         return self.dir / "server.log"
 
     def tail(self, lines: int = 3) -> str:
-        out: list[str] = []
-        for path in (self.server_log, self.dir / "kafka.out"):
-            try:
-                out += [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()][-lines:]
-            except OSError:
-                pass
+        out = log_tail(self.server_log, lines) + log_tail(self.dir / "kafka.out", lines)
         return " | ".join(out[-lines:]) or f"nothing in {self.server_log}"
 
 
@@ -205,8 +183,7 @@ def run_reference_up(line: str, num_brokers: int, data_dir: str | None, base_por
                 zk.start()
                 zk_connect = zk.connect_string
         for node in nodes:
-            node.dir.mkdir(parents=True, exist_ok=True)
-            node.config_path.write_text(node_properties(dist, node, nodes, zk_connect, overrides))
+            node.write_config(node_properties(dist, node, nodes, zk_connect, overrides))
         if not dist.zookeeper:
             cid = cluster_id(root)
             for node in nodes:

@@ -55,7 +55,7 @@ def test_a_child_dies_with_its_parent(tmp_path):
 
 
 def _fake_broker(root: Path, broker_id: int, code: str) -> BrokerProcess:
-    b = BrokerProcess(broker_id, "127.0.0.1", 1, root)
+    b = BrokerProcess(broker_id, 1, root)
     b.dir.mkdir(parents=True)
     b.proc = spawn(python(code), b.out_path, b.log_path, fresh_stdout=True)
     return b
