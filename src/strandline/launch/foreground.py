@@ -11,7 +11,8 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from types import FrameType
+from typing import Any, Callable, Iterable
 
 from strandline.errors import StrandlineError
 from strandline.runtime.disk import DirectoryLock
@@ -25,7 +26,7 @@ def lock_data_dir(root: Path, command: str) -> DirectoryLock:
     return lock
 
 
-def write_json(path: Path, info: dict) -> None:
+def write_json(path: Path, info: dict[str, Any]) -> None:
     """``path`` replaced at once (a reader never sees half of it)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(info, indent=2) + "\n")
@@ -38,9 +39,9 @@ class Foreground:
     def __init__(self) -> None:
         self.stopping = False
         self.starting = True
-        self._previous: dict[int, object] = {}
+        self._previous: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int | None] = {}
 
-    def _on_signal(self, signum: int, frame: object) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
         if self.starting:
             raise KeyboardInterrupt   # stop waiting for ZooKeeper and the brokers at once
@@ -55,9 +56,10 @@ class Foreground:
 
     def restore_signals(self) -> None:
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+            if handler is not None:     # None: a handler not set from Python, which cannot be put back
+                signal.signal(sig, handler)
 
-    def supervise(self, members: Iterable[tuple[int, subprocess.Popen | None]],
+    def supervise(self, members: Iterable[tuple[int, subprocess.Popen[bytes] | None]],
                   report: Callable[[int, int], None]) -> None:
         """Until a signal: ``report(id, exit code)`` once for each member whose process exits."""
         self.starting = False

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar, Protocol, Sequence
@@ -48,7 +49,7 @@ class ServerProcess:
     port: int
     root: Path
     host: str = field(default="127.0.0.1", kw_only=True)
-    proc: subprocess.Popen | None = field(default=None, kw_only=True)
+    proc: subprocess.Popen[bytes] | None = field(default=None, kw_only=True)
 
     @property
     def dir(self) -> Path:
@@ -96,30 +97,19 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
 Output = Path | int     # a file (opened for the child), or subprocess.PIPE / STDOUT / DEVNULL
 
 
-def _open(target: Output, mode: str):
-    return open(target, mode) if isinstance(target, Path) else target
-
-
 def spawn(cmd: Sequence[str], stdout: Output, stderr: Output, *, fresh_stdout: bool = False,
           env: dict[str, str] | None = None, cwd: Path | None = None,
-          death_signal: int | None = signal.SIGTERM) -> subprocess.Popen:
+          death_signal: int | None = signal.SIGTERM) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in its own session (a Ctrl-C reaches only its parent, which stops it in order),
     stdin closed. A file for ``stdout`` is appended to (emptied first with ``fresh_stdout``: its
     ready line must be this life's), one for ``stderr`` appended to. ``death_signal`` (None: none)
     is what the child gets when its parent dies."""
-    out = _open(stdout, "wb" if fresh_stdout else "ab")
-    try:
-        err = _open(stderr, "ab")
-        try:
-            return subprocess.Popen(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                                    start_new_session=True,
-                                    preexec_fn=die_with_parent(death_signal) if death_signal is not None else None)
-        finally:
-            if err is not stderr:
-                err.close()
-    finally:
-        if out is not stdout:
-            out.close()
+    with ExitStack() as files:
+        out = files.enter_context(open(stdout, "wb" if fresh_stdout else "ab")) if isinstance(stdout, Path) else stdout
+        err = files.enter_context(open(stderr, "ab")) if isinstance(stderr, Path) else stderr
+        return subprocess.Popen(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                                start_new_session=True,
+                                preexec_fn=die_with_parent(death_signal) if death_signal is not None else None)
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -159,7 +149,7 @@ def wait_gone(pid: int, timeout_s: float, progress: Progress | None = None) -> b
     return True
 
 
-def stop_processes(procs: Sequence[subprocess.Popen], timeout_s: float, *, pids: Sequence[int] = (),
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float, *, pids: Sequence[int] = (),
                    sig: int = signal.SIGTERM,
                    on_kill: Callable[[int], None] | None = None) -> None:
     """``sig`` to every child in ``procs`` and every other process in ``pids``, a wait for them all

@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Sequence, cast
 
 from strandline.errors import StrandlineError
 from strandline.launch.brokers import BrokerProcess, broker_properties, wait_ready
@@ -34,7 +35,7 @@ CONSOLE_START_TIMEOUT_S = 20.0
 OLD_SESSION_MARGIN_S = 5.0         # a broker waits for its old session: the timeout + 5 s at most
 
 
-def start_console(bootstrap: str, port: int, root: Path) -> tuple[subprocess.Popen | None, str | None]:
+def start_console(bootstrap: str, port: int, root: Path) -> tuple[subprocess.Popen[bytes] | None, str | None]:
     """``strandline console`` for the cluster, on ``port`` or (taken) any free one; its URL, or
     None with a warning when it does not start."""
     with socket.socket() as probe:
@@ -65,12 +66,12 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
     run = Foreground()
     run.catch_signals()
     zk = None
-    console: subprocess.Popen | None = None
+    console: subprocess.Popen[bytes] | None = None
     brokers: list[BrokerProcess] = []
     try:
         if zookeeper:
             zk_connect = zookeeper
-            zk_info = {"connect": zk_connect, "pid": None}
+            zk_info: dict[str, Any] = {"connect": zk_connect, "pid": None}
         else:
             zk = EmbeddedZooKeeper(str(root / "zookeeper"), zookeeper_port)
             zk.start()
@@ -85,7 +86,7 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
         wait_ready(brokers, BROKER_START_TIMEOUT_S, Waiting("strandline up: waiting for the brokers to start"))
         wait_for_membership(brokers, BROKER_START_TIMEOUT_S,
                             progress=Waiting("strandline up: waiting for every broker to learn of all the others"))
-        cluster = {"zookeeper": zk_info, "overrides": list(overrides),
+        cluster: dict[str, Any] = {"zookeeper": zk_info, "overrides": list(overrides),
                    "brokers": [{"id": b.id, "port": b.port, "pid": b.pid, "log_dir": str(b.log_dir),
                                 "metrics": b.metrics_url} for b in brokers]}
         bootstrap = ",".join(b.address for b in brokers)
@@ -127,13 +128,14 @@ def stop_brokers(root: Path, children: list[BrokerProcess], timeout_s: float) ->
 # -- `strandline cluster kill|stop|start`: failures at the keyboard ----------------------------------
 
 
-def write_cluster_json(root: Path, cluster: dict) -> None:
+def write_cluster_json(root: Path, cluster: dict[str, Any]) -> None:
     write_json(root / "cluster.json", cluster)
 
 
-def read_cluster_json(root: Path) -> dict:
+def read_cluster_json(root: Path) -> dict[str, Any]:
     try:
-        return json.loads((root / "cluster.json").read_text())
+        info: dict[str, Any] = json.loads((root / "cluster.json").read_text())
+        return info
     except FileNotFoundError:
         raise StrandlineError(f"no cluster.json in {root}: is `strandline up --data-dir {root}` running?") from None
     except (OSError, ValueError) as exc:
@@ -177,10 +179,10 @@ def restarted_brokers(root: Path, children: list[BrokerProcess]) -> list[int]:
             if b.get("pid") not in own and is_broker(b.get("pid"), root, b["id"])]
 
 
-def _broker_entry(info: dict, broker_id: int, root: Path) -> dict:
+def _broker_entry(info: dict[str, Any], broker_id: int, root: Path) -> dict[str, Any]:
     for entry in info.get("brokers", []):
         if entry["id"] == broker_id:
-            return entry
+            return cast("dict[str, Any]", entry)
     known = ", ".join(str(b["id"]) for b in info.get("brokers", []))
     raise StrandlineError(f"no broker {broker_id} in {root / 'cluster.json'} (brokers: {known})")
 
@@ -197,7 +199,7 @@ def cluster_action(action: str, broker_id: int, data_dir: str, timeout_s: float 
     entry = _broker_entry(info, broker_id, root)
     pid = entry.get("pid")
     if action in ("kill", "stop"):
-        if not is_broker(pid, root, broker_id):
+        if pid is None or not is_broker(pid, root, broker_id):
             raise StrandlineError(f"broker {broker_id} is not running")
         signal_pid(pid, signal.SIGKILL if action == "kill" else signal.SIGTERM)
         if not wait_gone(pid, timeout_s, Waiting(f"Waiting for broker {broker_id} to stop"
@@ -253,11 +255,11 @@ class UpCluster:
     console: bool = True     # the web console, on its default port or any free one
     env: dict[str, str] | None = None   # up's environment (its brokers inherit it)
     stderr: Path | None = None          # where up's own lines go (default: ``<data_dir>-up.log``)
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     bootstrap: str = ""
 
     @classmethod
-    def on_free_ports(cls, parent: Path, brokers: int, *, overrides=(), racks: str = "") -> "UpCluster":
+    def on_free_ports(cls, parent: Path, brokers: int, *, overrides: Sequence[str] = (), racks: str = "") -> "UpCluster":
         """A cluster of ``brokers`` brokers (not started) with its data in ``parent/data``, on free
         loopback ports: ZooKeeper's, then one per broker."""
         ports = free_loopback_ports(brokers + 1)
@@ -287,11 +289,11 @@ class UpCluster:
         return self
 
     @property
-    def info(self) -> dict:
-        return json.loads((self.data_dir / "cluster.json").read_text())
+    def info(self) -> dict[str, Any]:
+        return read_cluster_json(self.data_dir)
 
     def broker_pid(self, broker_id: int) -> int:
-        return next(b["pid"] for b in self.info["brokers"] if b["id"] == broker_id)
+        return int(_broker_entry(self.info, broker_id, self.data_dir)["pid"])
 
     def stop(self, timeout: float = 60) -> int:
         """SIGINT (up stops its brokers and ZooKeeper), SIGKILL after ``timeout``; up's exit code."""

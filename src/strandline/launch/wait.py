@@ -46,7 +46,7 @@ def poll_until(predicate: Callable[[], T], timeout: float, interval: float = 0.0
     raise TimeoutError(f"{message} not reached within {timeout} s")
 
 
-def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float) -> str:
+def wait_for_line(proc: subprocess.Popen[bytes], prefix: str, timeout: float) -> str:
     """The first line starting with ``prefix`` that ``proc`` prints on its stdout (a pipe);
     RuntimeError if it exits first, TimeoutError after ``timeout`` seconds."""
     assert proc.stdout is not None
@@ -75,7 +75,7 @@ class Member(Protocol):
     """A broker of a cluster being started, as the waits see it."""
 
     id: int
-    proc: subprocess.Popen | None
+    proc: subprocess.Popen[bytes] | None
 
     @property
     def address(self) -> str: ...

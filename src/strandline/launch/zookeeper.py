@@ -152,7 +152,7 @@ class EmbeddedZooKeeper:
     Data (``<data_dir>/data``) survives a stop and is served again by the next start.
     """
 
-    def __init__(self, data_dir: str | os.PathLike, port: int, host: str = "127.0.0.1", tick_time_ms: int = 500,
+    def __init__(self, data_dir: str | os.PathLike[str], port: int, host: str = "127.0.0.1", tick_time_ms: int = 500,
                  max_session_timeout_ms: int = 60000, jvm_args: Sequence[str] = ()) -> None:
         self.dir = Path(data_dir).resolve()
         self.port = port
@@ -160,7 +160,7 @@ class EmbeddedZooKeeper:
         self.tick_time_ms = tick_time_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.jvm_args = tuple(jvm_args)
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None
         self.stop_s: float | None = None
 
