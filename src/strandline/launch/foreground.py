@@ -59,10 +59,15 @@ class Foreground:
             if handler is not None:     # None: a handler not set from Python, which cannot be put back
                 signal.signal(sig, handler)
 
+    def started(self) -> None:
+        """Start-up is over: from here a signal stops the run as it would a running one. Called
+        before the run says it is ready, so that whoever read that and signals it sees a clean stop."""
+        self.starting = False
+
     def supervise(self, members: Iterable[tuple[int, subprocess.Popen[bytes] | None]],
                   report: Callable[[int, int], None]) -> None:
         """Until a signal: ``report(id, exit code)`` once for each member whose process exits."""
-        self.starting = False
+        self.started()
         members = list(members)
         reported: set[int] = set()
         while not self.stopping:

@@ -25,7 +25,7 @@ from strandline.launch.foreground import Foreground, lock_data_dir, write_json
 from strandline.launch.ports import free_loopback_ports
 from strandline.launch.process import pid_alive, signal_pid, spawn, stop_processes, wait_gone
 from strandline.launch.wait import Waiting, wait_for_line, wait_for_membership
-from strandline.launch.zookeeper import EmbeddedZooKeeper
+from strandline.launch.zookeeper import zookeeper_for
 from strandline.runtime.disk import DirectoryLock
 
 BROKER_START_TIMEOUT_S = 120.0
@@ -69,14 +69,8 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
     console: subprocess.Popen[bytes] | None = None
     brokers: list[BrokerProcess] = []
     try:
-        if zookeeper:
-            zk_connect = zookeeper
-            zk_info: dict[str, Any] = {"connect": zk_connect, "pid": None}
-        else:
-            zk = EmbeddedZooKeeper(str(root / "zookeeper"), zookeeper_port)
-            zk.start()
-            zk_connect = zk.connect_string
-            zk_info = {"connect": zk_connect, "pid": zk.pid}
+        zk_connect, zk = zookeeper_for(zookeeper, root / "zookeeper", zookeeper_port)
+        zk_info: dict[str, Any] = {"connect": zk_connect, "pid": zk.pid if zk else None}
         for i in range(num_brokers):
             b = BrokerProcess(i + 1, base_port + i, root)
             b.write_config(broker_properties(b.id, b.port, b.log_dir, zk_connect,
@@ -93,6 +87,7 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
         if console_port:
             console, cluster["console"] = start_console(bootstrap, console_port, root)
         write_cluster_json(root, cluster)
+        run.started()
         for b in brokers:
             if b.metrics_url:
                 print(f"broker {b.id}: metrics {b.metrics_url}/metrics, status {b.metrics_url}/status", flush=True)

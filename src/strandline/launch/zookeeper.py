@@ -308,6 +308,21 @@ class EmbeddedZooKeeper:
         self.stop()
 
 
+def zookeeper_for(given: str | None, data_dir: Path, port: int) -> tuple[str, EmbeddedZooKeeper | None]:
+    """A cluster's ZooKeeper: ``given`` (the connect string of one that runs), or else an embedded
+    one started in ``data_dir`` on ``port``. Its connect string, and the server to stop (None for
+    ``given``); an embedded one that could not start (or a Ctrl-C while it starts) is stopped."""
+    if given:
+        return given, None
+    zk = EmbeddedZooKeeper(data_dir, port)
+    try:
+        zk.start()
+    except BaseException:
+        zk.stop()
+        raise
+    return zk.connect_string, zk
+
+
 def main_zookeeper(data_dir: str, port: int) -> int:
     """``strandline zookeeper``: run until SIGINT/SIGTERM, then stop cleanly. 1 if ZooKeeper died by itself."""
     zk = EmbeddedZooKeeper(data_dir, port)

@@ -21,7 +21,7 @@ from strandline.errors import StrandlineError
 from strandline.launch.foreground import Foreground, lock_data_dir, write_json
 from strandline.launch.process import ServerProcess, log_tail, spawn, stop_processes
 from strandline.launch.wait import wait_for_membership
-from strandline.launch.zookeeper import EmbeddedZooKeeper, check_java
+from strandline.launch.zookeeper import EmbeddedZooKeeper, check_java, zookeeper_for
 from strandline.reference import KafkaDist, ensure_kafka
 from strandline.uuids import uuid_to_base64
 
@@ -176,12 +176,7 @@ def run_reference_up(line: str, num_brokers: int, data_dir: str | None, base_por
     try:
         zk_connect = None
         if dist.zookeeper:
-            if zookeeper:
-                zk_connect = zookeeper
-            else:
-                zk = EmbeddedZooKeeper(str(root / "zookeeper"), zookeeper_port)
-                zk.start()
-                zk_connect = zk.connect_string
+            zk_connect, zk = zookeeper_for(zookeeper, root / "zookeeper", zookeeper_port)
         for node in nodes:
             node.write_config(node_properties(dist, node, nodes, zk_connect, overrides))
         if not dist.zookeeper:
@@ -199,6 +194,7 @@ def run_reference_up(line: str, num_brokers: int, data_dir: str | None, base_por
                            "pid": n.proc.pid if n.proc else None, "log_dir": str(n.log_dir),
                            "server_log": str(n.server_log)} for n in nodes]}
         write_json(root / "reference.json", info)
+        run.started()
         for n in nodes:
             print(f"kafka {dist.version} node {n.id}: pid {n.proc.pid if n.proc else '?'}, log {n.server_log}",
                   flush=True)
