@@ -24,38 +24,37 @@ import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+
+from strandline.launch.process import stop_processes
+from strandline.launch.up import UpCluster
 
 RECORD = 1024
 
 
 def start_cluster(data_dir: str, base_port: int, zk_port: int, profile: bool, brokers: int = 1,
                   overrides: tuple[str, ...] = (), console: bool = True) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "strandline.cli.main", "up", "--brokers", str(brokers), "--data-dir", data_dir,
-           "--base-port", str(base_port), "--zookeeper-port", str(zk_port)]
-    if not console:
-        cmd += ["--console-port", "0"]
-    for item in overrides:
-        cmd += ["--override", item]
+    """`strandline up` as a child (:class:`strandline.launch.up.UpCluster`); its process and bootstrap servers."""
     env = dict(os.environ)
     if profile:
         env["STRANDLINE_PROFILE"] = os.path.join(data_dir, "broker.prof")
-    errors = open(os.path.join(data_dir, "up.stderr"), "w")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
-    for line in proc.stdout:  # type: ignore[union-attr]
-        if line.startswith("bootstrap.servers="):
-            return proc, line.strip().split("=", 1)[1]
-    proc.wait()
-    with open(os.path.join(data_dir, "up.stderr")) as f:
-        tail = f.read().strip().splitlines()[-3:]
-    raise RuntimeError(f"strandline up exited with {proc.returncode} before it was ready: {' | '.join(tail)}")
+    up = UpCluster(Path(data_dir), brokers, base_port, zk_port, list(overrides), console=console, env=env,
+                   stderr=Path(data_dir) / "up.stderr")
+    try:
+        up.start(timeout=600)
+    except (RuntimeError, TimeoutError):
+        tail = up.log_path.read_text(errors="replace").strip().splitlines()[-3:]
+        up.stop()
+        raise RuntimeError(f"strandline up was not ready: {' | '.join(tail)}") from None
+    assert up.proc is not None
+    return up.proc, up.bootstrap
 
 
 def stop_cluster(proc: subprocess.Popen, data_dir: str, keep: bool = False) -> None:
     """SIGINT `strandline up` and wait for it; remove its data unless ``keep`` (profiles live there)."""
-    proc.send_signal(signal.SIGINT)
-    proc.wait(120)
+    stop_processes([proc], 120, sig=signal.SIGINT)
     if not keep:
         shutil.rmtree(data_dir, ignore_errors=True)
 

@@ -18,7 +18,7 @@ import time
 
 from strandline.coordination.store import Create, GetData
 from strandline.runtime.zk import KazooStore
-from strandline.runtime.zookeeper import EmbeddedZooKeeper
+from strandline.launch.zookeeper import EmbeddedZooKeeper
 
 STATE = b'{"controller_epoch":2,"leader":1,"version":1,"leader_epoch":1,"isr":[1,2]}'
 

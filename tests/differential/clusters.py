@@ -111,7 +111,7 @@ class KafkaCluster:
     def __init__(self, root: Path, ports: list[int], zk_connect: str) -> None:
         from strandline.reference import ensure_kafka
         from strandline.reference.cluster import KafkaNode
-        from strandline.runtime.zookeeper import check_java
+        from strandline.launch.zookeeper import check_java
 
         self.dist = ensure_kafka("3.9")
         self.java = check_java(17)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from strandline.runtime.zookeeper import check_java
+from strandline.launch.zookeeper import check_java
 from tests.conftest import cluster_fixture, poll_until, run_cli
 from tests.integration.maven_build import built, maven_or_skip
 from tests.integration.replication_helpers import create_topic

@@ -21,7 +21,7 @@ from strandline.lab.audit import audit, spark_session
 from strandline.lab.network import unavailable_reason
 from strandline.lab.runner import execute, verdict
 from strandline.lab.scenarios import SAFE, SCENARIOS
-from strandline.runtime.ports import ephemeral_range
+from strandline.launch.ports import ephemeral_range
 from tests.conftest import missing_prerequisite, run_cli
 
 pytestmark = pytest.mark.integration

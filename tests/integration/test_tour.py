@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from strandline.runtime.ports import ephemeral_range, port_free
+from strandline.launch.ports import ephemeral_range, port_free
 from tests.conftest import ROOT, free_ports, missing_prerequisite, pid_alive, poll_until
 
 pytestmark = pytest.mark.integration

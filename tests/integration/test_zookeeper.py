@@ -22,7 +22,7 @@ from strandline.coordination import znodes
 from strandline.coordination.store import CheckVersion, Create, Delete, GetChildren, GetData, OpResult, SetData, ZkError
 from strandline.errors import StrandlineError
 from strandline.runtime.zk import KazooStore
-from strandline.runtime.zookeeper import (EmbeddedZooKeeper, check_java, four_letter_word, parse_java_version,
+from strandline.launch.zookeeper import (EmbeddedZooKeeper, check_java, four_letter_word, parse_java_version,
                                           zookeeper_classpath)
 from tests.conftest import free_ports, pid_alive, poll_until
 

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.processes < 1:
         raise StrandlineError("--processes must be at least 1")
     if args.action == "produce":
-        from strandline.bench import produce
+        from strandline.load import produce
 
         if args.record_size < 0:
             raise StrandlineError("--record-size must be 0 or more")
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                               args.throughput, args.acks, args.processes, props, args.reporting_interval)
         planned = args.num_records
     else:
-        from strandline.bench import consume
+        from strandline.load import consume
 
         props = properties(args.consumer_props)
         _check_client_props("Consumer", props)

@@ -25,7 +25,7 @@ def _read_text(path: str) -> str:
 
 
 def cmd_zookeeper(args: argparse.Namespace) -> int:
-    from strandline.runtime.zookeeper import main_zookeeper
+    from strandline.launch.zookeeper import main_zookeeper
 
     return main_zookeeper(args.data_dir, args.port) or 0
 
@@ -39,7 +39,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from strandline.core.config import parse_override, BROKER_KEYS
-    from strandline.runtime.cluster import run_up
+    from strandline.launch.up import run_up
 
     for item in args.override or []:
         key, _ = parse_override(item)
@@ -68,7 +68,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         from strandline.cli import status
 
         return status.run(args)
-    from strandline.runtime.cluster import cluster_action
+    from strandline.launch.up import cluster_action
 
     if args.broker_id is None:
         raise StrandlineError(f"cluster {args.action} needs the broker's id")

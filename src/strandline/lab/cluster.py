@@ -8,65 +8,28 @@ signalled by its PID and stopped by :meth:`LabCluster.close`, which also removes
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from strandline.errors import StrandlineError
 from strandline.lab.network import LabNetwork
-from strandline.runtime.broker_main import READY_PREFIX
+from strandline.launch.brokers import BrokerProcess, broker_properties, wait_ready
+from strandline.launch.ports import free_loopback_ports
+from strandline.launch.process import signal_pid, stop_processes
+from strandline.launch.zookeeper import EmbeddedZooKeeper
 from strandline.runtime.disk import FLUSH_LEDGER_ENV, apply_power_loss
-from strandline.runtime.ports import free_loopback_ports
-from strandline.runtime.zookeeper import EmbeddedZooKeeper
 
 BROKER_PORT = 9092          # in a namespace every broker has its own address
 START_TIMEOUT_S = 60.0
 
 
-def _prctl():
-    try:
-        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _prctl()   # looked up here: no dlopen in a child forked from a threaded process
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a broker dies with the lab
-
-
 @dataclass
-class LabBroker:
-    id: int
-    host: str
-    port: int
-    dir: Path
-    proc: subprocess.Popen | None = None
+class LabBroker(BrokerProcess):
+    """A broker of the lab: a SIGSTOP may hold it still."""
+
     paused: bool = False
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.dir / "logs"
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
 
 
 @dataclass
@@ -100,41 +63,20 @@ class LabCluster:
                 host, port = self.network.address(i), BROKER_PORT
             else:
                 host, port = "127.0.0.1", ports[i]
-            self.brokers[i] = LabBroker(i, host, port, self.run_dir / f"broker-{i}")
+            self.brokers[i] = LabBroker(i, port, self.run_dir, host=host)
         for i in ids:
             self._launch(self.brokers[i])
-        for i in ids:
-            self._wait_ready(self.brokers[i])
-
-    def _config(self, b: LabBroker) -> Path:
-        b.dir.mkdir(parents=True, exist_ok=True)
-        path = b.dir / "server.properties"
-        lines = [f"broker.id={b.id}", f"listeners=PLAINTEXT://{b.address}", f"log.dirs={b.log_dir}",
-                 f"zookeeper.connect={self.zookeeper.connect_string}"]
-        lines += [f"{k}={v}" for k, v in self.overrides.items()]
-        path.write_text("\n".join(lines) + "\n")
-        return path
+        wait_ready([self.brokers[i] for i in ids], START_TIMEOUT_S)
 
     def _launch(self, b: LabBroker) -> None:
-        cmd = [sys.executable, "-m", "strandline.cli.main", "broker", "--config", str(self._config(b))]
-        if self.network is not None:
-            cmd = self.network.exec_prefix(b.id) + cmd
-        env = {**os.environ, FLUSH_LEDGER_ENV: str(b.dir / "flush-ledger")}
-        with open(b.dir / "broker.out", "wb") as out, open(b.dir / "broker.log", "ab") as err:
-            b.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                      start_new_session=True, preexec_fn=_die_with_parent)
+        """Start a broker on a configuration written anew; it dies with the lab (SIGKILL)."""
+        assert self.zookeeper is not None
+        b.write_config(broker_properties(b.id, b.port, b.log_dir, self.zookeeper.connect_string, host=b.host,
+                                         cluster_size=self.size, header="# Written by the lab.",
+                                         extra=[f"{k}={v}" for k, v in self.overrides.items()]))
+        b.start(prefix=self.network.exec_prefix(b.id) if self.network is not None else (),
+                env={**os.environ, FLUSH_LEDGER_ENV: str(b.dir / "flush-ledger")}, death_signal=signal.SIGKILL)
         b.paused = False
-
-    def _wait_ready(self, b: LabBroker, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        out = b.dir / "broker.out"
-        while READY_PREFIX not in out.read_text(errors="replace"):
-            if b.proc is None or b.proc.poll() is not None:
-                tail = (b.dir / "broker.log").read_text(errors="replace").strip().splitlines()[-1:]
-                raise StrandlineError(f"broker {b.id} exited while starting: {' '.join(tail)}")
-            if time.monotonic() > deadline:
-                raise StrandlineError(f"broker {b.id} was not ready within {timeout_s:.0f} s")
-            time.sleep(0.05)
 
     # -- process faults ---------------------------------------------------------------------------------
 
@@ -165,12 +107,7 @@ class LabCluster:
             return
         if b.paused:
             self.resume(broker_id)
-        b.proc.terminate()
-        try:
-            b.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            b.proc.kill()
-            b.proc.wait()
+        stop_processes([b.proc], timeout_s)
 
     def pause(self, broker_id: int) -> None:
         """SIGSTOP: the process stands still, as in a long GC pause; its sockets stay open."""
@@ -190,9 +127,8 @@ class LabCluster:
         b = self.brokers[broker_id]
         if b.alive:
             raise StrandlineError(f"broker {broker_id} is still running")
-        (b.dir / "broker.out").write_bytes(b"")
         self._launch(b)
-        self._wait_ready(b)
+        wait_ready([b], START_TIMEOUT_S)
 
     # -- the end ------------------------------------------------------------------------------------------
 
@@ -203,14 +139,9 @@ class LabCluster:
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         try:
             for b in self.brokers.values():
-                try:
-                    if b.alive:
-                        if b.paused:
-                            os.kill(b.pid, signal.SIGCONT)
-                        b.proc.kill()
-                        b.proc.wait(10)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
+                if b.alive and b.paused and b.pid is not None:
+                    signal_pid(b.pid, signal.SIGCONT)
+            stop_processes([b.proc for b in self.brokers.values() if b.proc is not None], 10.0, sig=signal.SIGKILL)
             try:
                 if self.zookeeper is not None:
                     self.zookeeper.stop()

@@ -316,7 +316,7 @@ def epo_3_divergence(run: Run) -> None:
     cannot append what it fetches (Kafka 2.x marks such a partition failed; Strandline's follower
     retries every replica.fetch.backoff.ms and says why), so both EPO-3 pairs write one record per
     batch."""
-    from strandline.lab.workload import Sampler
+    from strandline.lab.replicas import Sampler
 
     first = run.leader()
     successor = run.controller()

@@ -45,7 +45,7 @@ def write_replicas(run_dir: Path, views: list) -> None:
 
 
 def write_logs(run_dir: Path, logs: dict[int, list[tuple]]) -> None:
-    """``logs``: broker id -> what :func:`strandline.lab.workload.read_replica_logs` returned."""
+    """``logs``: broker id -> what :func:`strandline.lab.replicas.read_replica_logs` returned."""
     batches, records = [], []
     for broker, entries in logs.items():
         for partition, base, last, epoch, digest, values in entries:

@@ -18,7 +18,8 @@ from strandline.lab import history, timeline
 from strandline.lab.cluster import LabCluster
 from strandline.lab.network import LabNetwork, unavailable_reason
 from strandline.lab.scenarios import LAB_BROKER_CONFIG, SAFE, SCENARIOS, LabError, Run, Scenario
-from strandline.lab.workload import Sampler, Workload, read_replica_logs
+from strandline.lab.replicas import Sampler, read_replica_logs
+from strandline.load.history import Workload
 from strandline.runtime.client import KafkaConnection
 
 TOPIC = "lab"

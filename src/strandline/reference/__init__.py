@@ -205,7 +205,7 @@ class KafkaDist:
     def tool_command(self, tool: str, args: Sequence[str], java: str | None = None,
                      jvm_flags: Sequence[str] = TOOL_JVM_FLAGS) -> list[str]:
         """``java <flags> -cp <libs>/* <main class> args...``: the command Kafka's script would run."""
-        from strandline.runtime.zookeeper import check_java
+        from strandline.launch.zookeeper import check_java
 
         return [java or check_java(17), *jvm_flags, *self.tools_log_config(), "-cp", self.classpath,
                 self.main_class(tool), *args]

@@ -11,20 +11,18 @@ stopped by its PID: SIGTERM (a controlled shutdown), then SIGKILL.
 
 from __future__ import annotations
 
-import ctypes
-import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from strandline.errors import StrandlineError
+from strandline.launch.foreground import Foreground, lock_data_dir, write_json
+from strandline.launch.process import ServerProcess, log_tail, spawn, stop_processes
+from strandline.launch.wait import wait_for_membership
+from strandline.launch.zookeeper import EmbeddedZooKeeper, check_java, zookeeper_for
 from strandline.reference import KafkaDist, ensure_kafka
-from strandline.runtime.disk import DirectoryLock
-from strandline.runtime.zookeeper import EmbeddedZooKeeper, check_java
 from strandline.uuids import uuid_to_base64
 
 START_TIMEOUT_S = 120.0
@@ -60,51 +58,25 @@ rootLogger.appenderRef.file.ref = FILE
 """
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def chroot_for(dist: KafkaDist) -> str:
     """The ZooKeeper chroot of a Kafka line's brokers: ``/kafka-3.9``."""
     return f"/kafka-{dist.line}"
 
 
 @dataclass
-class KafkaNode:
+class KafkaNode(ServerProcess):
     """One Kafka broker (on KRaft: a combined broker and controller) of ``reference up``."""
 
-    id: int
-    port: int
-    root: Path
+    KIND: ClassVar[str] = "kafka"
+
     controller_port: int | None = None
-    proc: subprocess.Popen | None = None
-
-    @property
-    def dir(self) -> Path:
-        return self.root / f"kafka-{self.id}"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.dir / "logs"
-
-    @property
-    def config_path(self) -> Path:
-        return self.dir / "server.properties"
 
     @property
     def server_log(self) -> Path:
         return self.dir / "server.log"
 
     def tail(self, lines: int = 3) -> str:
-        out: list[str] = []
-        for path in (self.server_log, self.dir / "kafka.out"):
-            try:
-                out += [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()][-lines:]
-            except OSError:
-                pass
+        out = log_tail(self.server_log, lines) + log_tail(self.dir / "kafka.out", lines)
         return " | ".join(out[-lines:]) or f"nothing in {self.server_log}"
 
 
@@ -173,94 +145,40 @@ def format_storage(dist: KafkaDist, node: KafkaNode, cid: str) -> None:
 def start_node(dist: KafkaDist, node: KafkaNode, java: str) -> None:
     cmd = [java, *BROKER_JVM_FLAGS, f"-XX:ErrorFile={node.dir / 'hs_err_pid%p.log'}", *_log_flags(dist, node),
            "-cp", dist.classpath, dist.main_class("kafka-server-start"), str(node.config_path)]
-    out = open(node.dir / "kafka.out", "ab")
-    try:
-        # Own session: a Ctrl-C reaches only `reference up`, which then stops the nodes by PID.
-        node.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=node.dir, start_new_session=True, preexec_fn=_die_with_parent)
-    finally:
-        out.close()
+    node.proc = spawn(cmd, node.dir / "kafka.out", subprocess.STDOUT, cwd=node.dir)
 
 
 def wait_ready(nodes: list[KafkaNode], timeout_s: float) -> None:
     """Until every broker answers Metadata listing every broker, or fail naming the one that did not."""
-    from strandline.runtime.client import KafkaConnection
-
-    want = {n.id for n in nodes}
-    deadline = time.monotonic() + timeout_s
-    for node in nodes:
-        while True:
-            if node.proc is not None and node.proc.poll() is not None:
-                raise StrandlineError(f"Kafka node {node.id} exited with code {node.proc.returncode}: {node.tail()}")
-            try:
-                with KafkaConnection(f"127.0.0.1:{node.port}", timeout_s=5.0, client_id="strandline-reference") as c:
-                    resp = c.request(3, 10, {"topics": [], "allow_auto_topic_creation": False})
-                if {int(b.node_id) for b in resp.brokers} >= want:
-                    break
-            except (StrandlineError, OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise StrandlineError(f"Kafka node {node.id} did not list brokers {sorted(want)} within "
-                                      f"{timeout_s:.0f} s: {node.tail()}")
-            time.sleep(0.2)
+    wait_for_membership(nodes, timeout_s, what="Kafka node", client_id="strandline-reference", interval_s=0.2)
 
 
 def stop_nodes(nodes: list[KafkaNode], timeout_s: float) -> None:
     """SIGTERM every JVM by its PID (a controlled shutdown), wait up to ``timeout_s``, SIGKILL those left."""
-    procs = [n.proc for n in nodes if n.proc is not None]
-    for proc in procs:
-        if proc.poll() is None:
-            try:
-                proc.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + timeout_s
-    for proc in procs:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            print(f"strandline reference up: Kafka (pid {proc.pid}) did not stop within {timeout_s:.0f} s; "
-                  f"killing it", file=sys.stderr, flush=True)
-            proc.kill()
-            proc.wait()
+    stop_processes([n.proc for n in nodes if n.proc is not None], timeout_s, on_kill=lambda pid: print(
+        f"strandline reference up: Kafka (pid {pid}) did not stop within {timeout_s:.0f} s; killing it",
+        file=sys.stderr, flush=True))
 
 
 def run_reference_up(line: str, num_brokers: int, data_dir: str | None, base_port: int, zookeeper: str | None,
                      zookeeper_port: int, overrides: list[str]) -> int:
     """Run a Kafka cluster until SIGINT or SIGTERM; 0 after a clean stop, 1 when it could not start."""
-    stopping = False
-    starting = True
-
-    def on_signal(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        if starting:
-            raise KeyboardInterrupt
-
     java = check_java(17)
     dist = ensure_kafka(line, quiet=True)
     root = Path(data_dir or f"kafka-{dist.version}-data").resolve()
-    lock = DirectoryLock(root)
-    if not lock.acquire():
-        raise StrandlineError(f"data directory {root} is in use by another `strandline reference up` "
-                              f"({lock.holder()})")
+    lock = lock_data_dir(root, "strandline reference up")
     (root / "reference.json").unlink(missing_ok=True)
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    run = Foreground()
+    run.catch_signals()
     zk: EmbeddedZooKeeper | None = None
     nodes = [KafkaNode(i + 1, base_port + i, root,
                        None if dist.zookeeper else base_port + num_brokers + i) for i in range(num_brokers)]
     try:
         zk_connect = None
         if dist.zookeeper:
-            if zookeeper:
-                zk_connect = zookeeper
-            else:
-                zk = EmbeddedZooKeeper(str(root / "zookeeper"), zookeeper_port)
-                zk.start()
-                zk_connect = zk.connect_string
+            zk_connect, zk = zookeeper_for(zookeeper, root / "zookeeper", zookeeper_port)
         for node in nodes:
-            node.dir.mkdir(parents=True, exist_ok=True)
-            node.config_path.write_text(node_properties(dist, node, nodes, zk_connect, overrides))
+            node.write_config(node_properties(dist, node, nodes, zk_connect, overrides))
         if not dist.zookeeper:
             cid = cluster_id(root)
             for node in nodes:
@@ -275,24 +193,18 @@ def run_reference_up(line: str, num_brokers: int, data_dir: str | None, base_por
                 "nodes": [{"id": n.id, "port": n.port, "controller_port": n.controller_port,
                            "pid": n.proc.pid if n.proc else None, "log_dir": str(n.log_dir),
                            "server_log": str(n.server_log)} for n in nodes]}
-        tmp = root / "reference.json.tmp"
-        tmp.write_text(json.dumps(info, indent=2) + "\n")
-        os.replace(tmp, root / "reference.json")
+        write_json(root / "reference.json", info)
+        run.started()
         for n in nodes:
             print(f"kafka {dist.version} node {n.id}: pid {n.proc.pid if n.proc else '?'}, log {n.server_log}",
                   flush=True)
         if zk_connect:
             print(f"zookeeper.connect={zk_connect}{chroot_for(dist)}", flush=True)
         print("bootstrap.servers=" + bootstrap, flush=True)
-        starting = False
-        reported: set[int] = set()
-        while not stopping:
-            time.sleep(0.2)     # supervise: notice signals and JVMs that exit
-            for n in nodes:
-                if n.proc is not None and n.proc.poll() is not None and n.id not in reported:
-                    reported.add(n.id)
-                    print(f"strandline reference up: Kafka node {n.id} exited with code {n.proc.returncode}: "
-                          f"{n.tail(1)}", file=sys.stderr, flush=True)
+        tails = {n.id: n for n in nodes}
+        run.supervise([(n.id, n.proc) for n in nodes], lambda node_id, code: print(
+            f"strandline reference up: Kafka node {node_id} exited with code {code}: {tails[node_id].tail(1)}",
+            file=sys.stderr, flush=True))
         return 0
     except StrandlineError as exc:
         print(f"strandline reference up: {exc}", file=sys.stderr, flush=True)
@@ -301,11 +213,9 @@ def run_reference_up(line: str, num_brokers: int, data_dir: str | None, base_por
         print("strandline reference up: interrupted during start-up; stopping", file=sys.stderr, flush=True)
         return 130
     finally:
-        for sig in previous:
-            signal.signal(sig, signal.SIG_IGN)
+        run.ignore_signals()
         stop_nodes(nodes, STOP_TIMEOUT_S)
         if zk is not None:
             zk.stop()
         lock.release()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        run.restore_signals()

@@ -118,7 +118,7 @@ def test_strandline_up_gives_small_clusters_internal_topics_they_can_create(brok
     from pathlib import Path
 
     from strandline.core.config import load_broker_config
-    from strandline.runtime.cluster import broker_properties
+    from strandline.launch.brokers import broker_properties
 
     text = broker_properties(1, 9092, Path("/data/logs"), "127.0.0.1:2181", cluster_size=brokers)
     config = load_broker_config("server.properties", [], reader=lambda path: text)

@@ -6,6 +6,8 @@
   request) sits below the components and imports none of them;
 - each component imports only the components below it;
 - the core imports none of its drivers (the shells, the lab, the Spark source, the CLI);
+- the launcher (``launch``) and the load generators (``load``) import none of the commands that
+  use them (the lab, the reference cluster, the CLI, ...);
 - no import circle anywhere in src/strandline, counting the imports made only for type checking.
 
 Every rule is also shown to catch what it forbids, on a small tree written to a temporary directory.
@@ -39,7 +41,11 @@ COMPONENTS = {
     "group": {"broker", "controller", "replication"},
     "transaction": {"broker", "controller", "replication"},
 }
-DRIVERS = {"runtime", "sim", "lab", "spark", "cli", "console", "fuzz", "bench", "reference"}
+DRIVERS = {"runtime", "sim", "lab", "spark", "cli", "console", "fuzz", "load", "reference", "launch"}
+#: What starts clusters of processes and loads them sits below the commands that use it: the
+#: launcher and the load generators import none of these.
+ABOVE_LAUNCH = {"lab", "reference", "cli", "console", "sim", "fuzz", "spark"}
+BELOW_COMMANDS = {"launch": ABOVE_LAUNCH | {"load"}, "load": ABOVE_LAUNCH}
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -195,6 +201,11 @@ def test_the_driver_rule_catches_imports_of_the_shells(tmp_path):
                              "from strandline.lab.runner import execute\nimport strandline.runtime.zk\n"
                              "from ..sim import cluster\n"})
     assert len(crossing_imports(root / "strandline/replication/probe.py", root, DRIVERS)) == 3
+
+
+@pytest.mark.parametrize("package", sorted(BELOW_COMMANDS))
+def test_the_launcher_and_the_load_generators_import_none_of_their_users(package):
+    assert [p for f in _files(package) for p in crossing_imports(f, SRC, BELOW_COMMANDS[package])] == []
 
 
 def test_no_import_circle():

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from strandline.bench.stats import Window, final_line, rate_line
+from strandline.load.stats import Window, final_line, rate_line
 from strandline.errors import StrandlineError
 
 REPORT_S = 1.0

@@ -1,10 +1,6 @@
-"""What the lab records: producers' operations, each replica's state over time, and the final logs.
+"""What the lab reads of each replica: its state over time, and its log at the end (the
+producers' operations are recorded by :class:`strandline.load.history.Workload`).
 
-* :class:`Workload`: confluent-kafka producers, each in its own thread, sending unique values
-  ``p<producer>-<sequence>`` round-robin over the topic's partitions at a bounded rate, with the
-  scenario's ``acks`` and idempotence. Every record is one operation of the history: ``invoke``
-  when handed to the client, then ``ok`` (with its offset), ``fail`` (the client refused it, so
-  it was never sent) or ``unknown`` (the client gave up: it may or may not have been written).
 * :class:`Sampler`: every ``interval_s``, asks each running broker for its own view (Metadata:
   the leader, leader epoch and ISR it knows, the controller) and for its replica's log end offset
   (ListOffsets from Kafka's debugging replica id, -2, which any replica answers), and the leader
@@ -17,123 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from strandline.errors import StrandlineError
+from strandline.load.history import now_ms
 from strandline.protocol.records import iter_batches, iter_records
 from strandline.runtime.client import KafkaConnection
 
 METADATA, LIST_OFFSETS = 3, 2
 DEBUGGING_REPLICA_ID, CONSUMER_REPLICA_ID = -2, -1
-
-
-def now_ms() -> float:
-    return time.time() * 1000.0
-
-
-@dataclass
-class Workload:
-    bootstrap: str
-    topic: str
-    partitions: int
-    producers: int = 2
-    rate_per_producer: float = 400.0      # records per second, each producer
-    acks: str = "all"
-    idempotence: bool = True
-    message_timeout_ms: int = 15000
-    extra_config: dict = field(default_factory=dict)   # the scenario's own producer settings
-    ops: list[tuple] = field(default_factory=list)   # (time_ms, producer, type, value, partition, offset, error)
-    fatal: list[str] = field(default_factory=list)   # fatal client errors (the producer was replaced)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def _record(self, *op) -> None:
-        with self._lock:
-            self.ops.append(op)
-
-    def start(self) -> None:
-        for p in range(self.producers):
-            t = threading.Thread(target=self._run, args=(p,), name=f"lab-producer-{p}", daemon=True)
-            self._threads.append(t)
-            t.start()
-
-    def _config(self) -> dict:
-        config = {"bootstrap.servers": self.bootstrap, "acks": self.acks,
-                  "enable.idempotence": self.idempotence, "linger.ms": 5,
-                  "message.timeout.ms": self.message_timeout_ms, "request.timeout.ms": 5000,
-                  "retry.backoff.ms": 100, "socket.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 1000,
-                  "log_level": 0}
-        if not self.idempotence:
-            config["max.in.flight.requests.per.connection"] = 1   # ordering without idempotence (PRO-1)
-        return {**config, **self.extra_config}
-
-    def _run(self, producer: int) -> None:
-        from confluent_kafka import KafkaError, KafkaException, Producer
-
-        client = Producer(self._config(), logger=None)
-        sequence = 0
-        period = 1.0 / self.rate_per_producer
-        next_at = time.monotonic()
-
-        def delivered(err, msg) -> None:
-            value = msg.value().decode()
-            if err is None:
-                self._record(now_ms(), producer, "ok", value, msg.partition(), msg.offset(), "")
-            else:
-                self._record(now_ms(), producer, "unknown", value, msg.partition(), -1, err.name())
-
-        while not self._stop.is_set():
-            value = f"p{producer}-{sequence:09d}"
-            partition = sequence % self.partitions
-            self._record(now_ms(), producer, "invoke", value, partition, -1, "")
-            try:
-                client.produce(self.topic, value=value.encode(), partition=partition, on_delivery=delivered)
-            except BufferError:
-                self._record(now_ms(), producer, "fail", value, partition, -1, "local queue full")
-            except Exception as exc:  # noqa: BLE001 - e.g. KafkaException: recorded, never sent
-                code = exc.args[0].name() if exc.args and isinstance(exc.args[0], KafkaError) else type(exc).__name__
-                self._record(now_ms(), producer, "fail", value, partition, -1, code)
-            sequence += 1
-            next_at += period
-            try:
-                client.poll(max(0.0, next_at - time.monotonic()))
-            except KafkaException as exc:
-                # A fatal error of the idempotent producer (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER from a
-                # leader elected uncleanly): what it had in flight gets its outcome, then a new
-                # producer (a new producer id) carries on, as an application would.
-                self.fatal.append(f"producer {producer}: {exc.args[0].name() if exc.args else exc}")
-                client = self._replace(client)
-        client.flush(self.message_timeout_ms / 1000 + 5)
-
-    def _replace(self, client):
-        from confluent_kafka import KafkaException, Producer
-
-        try:
-            client.purge(in_queue=True, in_flight=True)
-            client.poll(0)
-        except KafkaException:
-            pass
-        return Producer(self._config(), logger=None)
-
-    def stop(self) -> None:
-        """Stop sending and wait until every record sent has an outcome (at most the message timeout)."""
-        self._stop.set()
-        for t in self._threads:
-            t.join(self.message_timeout_ms / 1000 + 30)
-
-    def counts(self) -> dict[str, int]:
-        with self._lock:
-            out: dict[str, int] = {}
-            for op in self.ops:
-                out[op[2]] = out.get(op[2], 0) + 1
-        return out
-
-    def acked_since(self, t_ms: float) -> int:
-        with self._lock:
-            return sum(1 for op in self.ops if op[2] == "ok" and op[0] >= t_ms)
 
 
 @dataclass

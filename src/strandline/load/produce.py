@@ -9,17 +9,14 @@ measure of it).
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from typing import Any
 
-from strandline.bench.stats import Sampler
-from strandline.bench.workers import Outcome, Reporter, run_workers
+from strandline.load.producer import Pacer, producer_config, send
+from strandline.load.stats import Sampler
+from strandline.load.workers import Outcome, Reporter, run_workers
 
 POLL_EVERY = 64
-#: A paced worker waits only once it is this far ahead of its rate (as kafka-producer-perf-test's
-#: throttler does), so it sends in short bursts instead of sleeping less than poll() can.
-MIN_SLEEP_S = 0.002
 
 
 def shares(total: int, parts: int) -> list[int]:
@@ -53,22 +50,13 @@ def worker(index: int, queue: Any, go: Any, config: dict, topic: str, count: int
 
     queue.put(("ready", index))
     go.wait()
-    start = time.monotonic()
-    produce = producer.produce
+    pacer = Pacer(rate)
     for i in range(count):
-        if rate > 0 and start + i / rate - time.monotonic() > MIN_SLEEP_S:
-            # ahead of the rate by MIN_SLEEP_S or more: wait it out in poll() (which returns at the
-            # first acknowledgement it serves, and counts whole milliseconds: a shorter wait would
-            # not block but spin, taking the CPU the brokers need)
-            due = start + i / rate
-            while (ahead := due - time.monotonic()) > 0.001:
-                producer.poll(ahead)
-        while True:
-            try:
-                produce(topic, payload, on_delivery=on_delivery)
-                break
-            except BufferError:            # the local queue is full: serve acknowledgements first
-                producer.poll(0.005)
+        pacer.wait(producer, i)
+        refused = send(producer, topic, payload, on_delivery)
+        if refused is not None:
+            reporter.window.failed += 1
+            failures[refused] += 1
         if i % POLL_EVERY == 0:
             producer.poll(0)
             reporter.tick()
@@ -79,7 +67,7 @@ def worker(index: int, queue: Any, go: Any, config: dict, topic: str, count: int
 
 def run(bootstrap: str, topic: str, num_records: int, record_size: int, throughput: float, acks: str,
         processes: int, props: dict[str, str], progress_s: float = 5.0) -> Outcome:
-    config = {"bootstrap.servers": bootstrap, "acks": acks, "log_level": 0, **props}
+    config = producer_config(bootstrap, acks, props)
     counts = [n for n in shares(num_records, processes) if n > 0]
     jobs = [(config, topic, n, record_size, throughput / len(counts) if throughput > 0 else 0.0) for n in counts]
     return run_workers(worker, jobs, "sent", progress_s)

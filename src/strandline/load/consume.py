@@ -23,8 +23,8 @@ import socket
 import struct
 from typing import Any
 
-from strandline.bench.stats import Sampler
-from strandline.bench.workers import Outcome, Reporter, run_workers
+from strandline.load.stats import Sampler
+from strandline.load.workers import Outcome, Reporter, run_workers
 from strandline.errors import NotFound, StrandlineError
 
 BATCH = 1000

@@ -8,7 +8,6 @@ Anything the JVM prints before log4j2 is up (a bad flag, a crash) goes to ``<dat
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import importlib.util
 import logging
@@ -22,9 +21,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from strandline.errors import StrandlineError
+from strandline.launch.process import log_tail, spawn, stop_processes
 
 log = logging.getLogger("strandline.zookeeper")
 
@@ -145,33 +145,6 @@ def _port_taken(host: str, port: int) -> bool:
     return False
 
 
-def _tail(path: Path, lines: int) -> list[str]:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return []
-    return [line.strip() for line in text.splitlines() if line.strip()][-lines:]
-
-
-def _prctl() -> Callable[..., int] | None:
-    try:
-        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _prctl()  # looked up here, not in the forked child (no dlopen between fork and exec)
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask the kernel to SIGTERM ZooKeeper if the process that started it dies (no orphaned JVM)."""
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class EmbeddedZooKeeper:
     """A single-node ZooKeeper in a child JVM, with its files under ``data_dir``.
 
@@ -179,7 +152,7 @@ class EmbeddedZooKeeper:
     Data (``<data_dir>/data``) survives a stop and is served again by the next start.
     """
 
-    def __init__(self, data_dir: str | os.PathLike, port: int, host: str = "127.0.0.1", tick_time_ms: int = 500,
+    def __init__(self, data_dir: str | os.PathLike[str], port: int, host: str = "127.0.0.1", tick_time_ms: int = 500,
                  max_session_timeout_ms: int = 60000, jvm_args: Sequence[str] = ()) -> None:
         self.dir = Path(data_dir).resolve()
         self.port = port
@@ -187,7 +160,7 @@ class EmbeddedZooKeeper:
         self.tick_time_ms = tick_time_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.jvm_args = tuple(jvm_args)
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None
         self.stop_s: float | None = None
 
@@ -278,7 +251,7 @@ class EmbeddedZooKeeper:
 
     def log_tail(self, lines: int = 3) -> str:
         """The last lines of zookeeper.log and zookeeper.out, joined into one line."""
-        tail = _tail(self.log_path, lines) + _tail(self.out_path, lines)
+        tail = log_tail(self.log_path, lines) + log_tail(self.out_path, lines)
         return " | ".join(tail[-lines:]) if tail else f"nothing in {self.log_path}"
 
     # -- life cycle
@@ -294,16 +267,7 @@ class EmbeddedZooKeeper:
             raise StrandlineError(f"cannot start ZooKeeper: port {self.port} on {self.host} is already in use "
                                   f"(another ZooKeeper? choose another port)")
         self._write_config()
-        out = open(self.out_path, "ab")
-        try:
-            self.proc = subprocess.Popen(
-                self._command(java, classpath), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.dir, start_new_session=True,
-                # PR_SET_PDEATHSIG fires when the starting *thread* exits: only safe from the main thread.
-                preexec_fn=(_die_with_parent if _PRCTL is not None
-                            and threading.current_thread() is threading.main_thread() else None))
-        finally:
-            out.close()
+        self.proc = spawn(self._command(java, classpath), self.out_path, subprocess.STDOUT, cwd=self.dir)
         deadline = began + timeout_s
         while True:
             code = self.proc.poll()
@@ -331,16 +295,8 @@ class EmbeddedZooKeeper:
         if proc is None:
             return
         began = time.monotonic()
-        if proc.poll() is None:
-            try:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning("ZooKeeper (pid %d) did not stop within %.0f s; killing it", proc.pid, timeout_s)
-                proc.kill()
-                proc.wait()
-            except ProcessLookupError:
-                proc.wait()
+        stop_processes([proc], timeout_s, on_kill=lambda pid: log.warning(
+            "ZooKeeper (pid %d) did not stop within %.0f s; killing it", pid, timeout_s))
         self.stop_s = time.monotonic() - began
         log.info("ZooKeeper on %s stopped in %.2f s", self.connect_string, self.stop_s)
 
@@ -350,6 +306,21 @@ class EmbeddedZooKeeper:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def zookeeper_for(given: str | None, data_dir: Path, port: int) -> tuple[str, EmbeddedZooKeeper | None]:
+    """A cluster's ZooKeeper: ``given`` (the connect string of one that runs), or else an embedded
+    one started in ``data_dir`` on ``port``. Its connect string, and the server to stop (None for
+    ``given``); an embedded one that could not start (or a Ctrl-C while it starts) is stopped."""
+    if given:
+        return given, None
+    zk = EmbeddedZooKeeper(data_dir, port)
+    try:
+        zk.start()
+    except BaseException:
+        zk.stop()
+        raise
+    return zk.connect_string, zk
 
 
 def main_zookeeper(data_dir: str, port: int) -> int:

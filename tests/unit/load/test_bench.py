@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 import time
 
-from strandline.bench.consume import plan, split
-from strandline.bench.produce import shares
-from strandline.bench.stats import Sampler, Window, final_line, percentile, rate_line
+from strandline.load.consume import plan, split
+from strandline.load.produce import shares
+from strandline.load.stats import Sampler, Window, final_line, percentile, rate_line
 
 KAFKA_FINAL = re.compile(r"^\d+ records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, "
                          r"[\d.]+ ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms 99\.9th\.$")
@@ -124,7 +124,7 @@ def test_a_paced_producer_never_polls_for_less_than_a_millisecond(monkeypatch):
 
     import confluent_kafka
 
-    from strandline.bench.produce import worker
+    from strandline.load.produce import worker
 
     monkeypatch.setattr(confluent_kafka, "Producer", _FakeProducer)
     _FakeProducer.polls, _FakeProducer.slept = [], []

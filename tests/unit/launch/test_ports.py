@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from strandline.runtime import ports as ports_module
-from strandline.runtime.ports import LOWEST_PORT, ephemeral_range, free_loopback_ports
+from strandline.launch import ports as ports_module
+from strandline.launch.ports import LOWEST_PORT, ephemeral_range, free_loopback_ports
 
 
 class Picks:
