@@ -159,3 +159,42 @@ def test_zookeeper_command_reports_an_old_java(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == (f"strandline zookeeper: Java 17 or newer is required to run ZooKeeper; "
                                      f"found 11.0.2 at {java}")
+
+
+def test_up_numbers_brokers_from_first_broker_id_and_advertises_the_host_given(tmp_path):
+    """Kafka's own test set-ups (and many client suites) expect broker 0 on `localhost`."""
+    zk_port, base = free_ports(1)[0], free_ports(2)[0]
+    data = tmp_path / "data"
+    proc = subprocess.Popen(strandline_cmd("up", "--brokers", "2", "--first-broker-id", "0", "--advertised-host",
+                                           "localhost", "--data-dir", str(data), "--base-port", str(base),
+                                           "--zookeeper-port", str(zk_port), "--console-port", "0"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = wait_for_line(proc, "bootstrap.servers=", 120)
+        assert line.strip() == f"bootstrap.servers=localhost:{base},localhost:{base + 1}"
+        info = json.loads((data / "cluster.json").read_text())
+        assert [b["id"] for b in info["brokers"]] == [0, 1]
+        assert (data / "broker-0" / "server.properties").exists()
+        zk = KazooClient(hosts=info["zookeeper"]["connect"])
+        zk.start(timeout=10)
+        try:
+            registration = json.loads(zk.get("/brokers/ids/0")[0])
+            assert registration["endpoints"] == [f"PLAINTEXT://localhost:{base}"]
+        finally:
+            zk.stop()
+            zk.close()
+        from confluent_kafka.admin import AdminClient
+
+        brokers = AdminClient({"bootstrap.servers": line.split("=", 1)[1].strip()}).list_topics(timeout=10).brokers
+        assert sorted((b.id, b.host, b.port) for b in brokers.values()) == [(0, "localhost", base),
+                                                                          (1, "localhost", base + 1)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+
+
+def test_up_refuses_a_negative_first_broker_id_or_a_host_with_a_port():
+    for args, words in ((("--first-broker-id", "-1"), "--first-broker-id -1"),
+                        (("--advertised-host", "localhost:9092"), "without a port")):
+        result = run_cli("up", *args)
+        assert result.returncode == 2 and words in result.stderr and result.stderr.count("\n") == 1, result

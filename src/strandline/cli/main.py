@@ -53,8 +53,17 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise ConfigError(f"--racks {args.racks!r}: a rack name is empty (give names separated by commas)")
     if racks is not None and any(item.startswith("broker.rack=") for item in args.override or []):
         raise ConfigError("--racks and --override broker.rack=... both set the brokers' racks: give one")
+    if args.first_broker_id < 0:
+        raise ConfigError(f"--first-broker-id {args.first_broker_id}: a broker id is 0 or more")
+    host = args.advertised_host
+    if host is not None and (not host.strip() or any(c in host for c in " /:,")):
+        raise ConfigError(f"--advertised-host {host!r}: give a host name or address, without a port")
+    if host is not None and any(item.startswith("advertised.listeners=") for item in args.override or []):
+        raise ConfigError("--advertised-host and --override advertised.listeners=... both set what the brokers "
+                          "advertise: give one")
     return run_up(args.brokers, args.data_dir, args.base_port, args.zookeeper, args.zookeeper_port,
-                  args.override or [], args.console_port, [r.strip() for r in racks] if racks else None)
+                  args.override or [], args.console_port, [r.strip() for r in racks] if racks else None,
+                  args.first_broker_id, host)
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
@@ -135,16 +144,21 @@ def build_parser() -> argparse.ArgumentParser:
     broker.set_defaults(func=cmd_broker)
 
     up = sub.add_parser("up", help="run ZooKeeper and a cluster of brokers in the foreground")
-    up.add_argument("--brokers", type=int, default=3, help="how many brokers (ids 1..N)")
+    up.add_argument("--brokers", type=int, default=3, help="how many brokers")
+    up.add_argument("--first-broker-id", type=int, default=1, metavar="N",
+                    help="the brokers' ids are N, N+1, ... (Kafka's own test set-ups start at 0)")
+    up.add_argument("--advertised-host", metavar="NAME",
+                    help="the host name the brokers advertise to clients (default: 127.0.0.1); they listen on "
+                         "127.0.0.1, so NAME must resolve there, e.g. localhost")
     up.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="where ZooKeeper and the brokers keep their data "
                     "(environment: STRANDLINE_DATA_DIR)")
     up.add_argument("--base-port", type=int, default=9092,
-                    help="broker N listens on base port + N - 1; its metrics on that + 1000")
+                    help="the Kth broker listens on base port + K - 1; its metrics on that + 1000")
     up.add_argument("--zookeeper", metavar="HOST:PORT", help="use this ZooKeeper instead of an embedded one")
     up.add_argument("--zookeeper-port", type=int, default=2181, help="port of the embedded ZooKeeper")
     up.add_argument("--override", action="append", metavar="KEY=VALUE", help="configuration for every broker")
     up.add_argument("--racks", metavar="RACK,RACK,...",
-                    help="broker N's broker.rack is the Nth name (the list repeats when shorter)")
+                    help="the Kth broker's broker.rack is the Kth name (the list repeats when shorter)")
     up.add_argument("--console-port", type=int, default=8080,
                     help="port of the web console (another free port if it is taken; 0: no console)")
     up.set_defaults(func=cmd_up)

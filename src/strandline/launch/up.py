@@ -57,9 +57,13 @@ def start_console(bootstrap: str, port: int, root: Path) -> tuple[subprocess.Pop
 
 
 def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | None,
-           zookeeper_port: int, overrides: list[str], console_port: int = 0, racks: list[str] | None = None) -> int:
-    """Run a cluster until SIGINT or SIGTERM. ``racks``: broker N's ``broker.rack`` is the Nth, the
-    list read again from its start when there are more brokers than racks."""
+           zookeeper_port: int, overrides: list[str], console_port: int = 0, racks: list[str] | None = None,
+           first_broker_id: int = 1, advertised_host: str | None = None) -> int:
+    """Run a cluster until SIGINT or SIGTERM: brokers ``first_broker_id``, ``first_broker_id`` + 1, ...
+    on ports ``base_port``, ``base_port`` + 1, ... of 127.0.0.1, each advertising ``advertised_host``
+    (a name that resolves to this machine, e.g. ``localhost``) instead of 127.0.0.1 when given.
+    ``racks``: the Nth broker's ``broker.rack`` is the Nth, the list read again from its start when
+    there are more brokers than racks."""
     root = Path(data_dir).resolve()
     lock = lock_data_dir(root, "strandline up")
     (root / "cluster.json").unlink(missing_ok=True)    # a previous run's: its pids are not ours
@@ -72,9 +76,11 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
         zk_connect, zk = zookeeper_for(zookeeper, root / "zookeeper", zookeeper_port)
         zk_info: dict[str, Any] = {"connect": zk_connect, "pid": zk.pid if zk else None}
         for i in range(num_brokers):
-            b = BrokerProcess(i + 1, base_port + i, root)
+            b = BrokerProcess(first_broker_id + i, base_port + i, root)
+            advertised = [f"advertised.listeners=PLAINTEXT://{advertised_host}:{b.port}"] if advertised_host else []
             b.write_config(broker_properties(b.id, b.port, b.log_dir, zk_connect,
-                                             racks[i % len(racks)] if racks else None, num_brokers))
+                                             racks[i % len(racks)] if racks else None, num_brokers,
+                                             extra=advertised))
             brokers.append(b)
             b.start(overrides)
         wait_ready(brokers, BROKER_START_TIMEOUT_S, Waiting("strandline up: waiting for the brokers to start"))
@@ -83,7 +89,7 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
         cluster: dict[str, Any] = {"zookeeper": zk_info, "overrides": list(overrides),
                    "brokers": [{"id": b.id, "port": b.port, "pid": b.pid, "log_dir": str(b.log_dir),
                                 "metrics": b.metrics_url} for b in brokers]}
-        bootstrap = ",".join(b.address for b in brokers)
+        bootstrap = ",".join(f"{advertised_host}:{b.port}" if advertised_host else b.address for b in brokers)
         if console_port:
             console, cluster["console"] = start_console(bootstrap, console_port, root)
         write_cluster_json(root, cluster)
