@@ -45,9 +45,10 @@ class Issued:
 
 
 def _name(common_name: str, organization: str | None) -> x509.Name:
-    parts = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    if organization:
-        parts.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    """``CN=<common_name>,O=<organization>`` as RFC 2253 writes it (the most specific part first;
+    in the certificate the organization comes first)."""
+    parts = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)] if organization else []
+    parts.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
     return x509.Name(parts)
 
 

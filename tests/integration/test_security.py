@@ -1,0 +1,288 @@
+"""Security listeners against a real broker, with real clients (confluent-kafka, kafka-python): one
+broker with four listeners, PLAINTEXT (the launcher's), SSL with ``ssl.client.auth=required``,
+SASL_PLAINTEXT and SASL_SSL with PLAIN, an ACL authorizer and ``super.users=User:admin``, key
+and trust stores inline in PEM (KIP-651), certificates from :mod:`strandline.security.certs`.
+
+Then a second broker joins on the same ZooKeeper with SASL_SSL as the inter-broker listener: the
+brokers authenticate to each other (TLS checked against the CA and the host name, SASL PLAIN as
+User:admin) and replicate a topic between them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from strandline.security.certs import CertificateAuthority
+from tests.conftest import free_ports, new_cluster, poll_until, wait_for_line
+
+pytestmark = pytest.mark.integration
+
+CA = CertificateAuthority.new("Strandline test CA")
+BROKER_CERT = CA.issue("localhost", organization="Strandline", hosts=["127.0.0.1", "localhost"])
+CLIENT_CERT = CA.issue("client", organization="Strandline")
+ROGUE_CA = CertificateAuthority.new("Rogue CA")
+ROGUE_CERT = ROGUE_CA.issue("client", organization="Strandline")
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";')
+
+
+def security_properties(inter_broker: str = "PLAINTEXT") -> list[str]:
+    return [
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        f"inter.broker.listener.name={inter_broker}",
+        "ssl.keystore.type=PEM", f"ssl.keystore.key={BROKER_CERT.key_pem.decode()}",
+        f"ssl.keystore.certificate.chain={BROKER_CERT.cert_pem.decode()}",
+        "ssl.truststore.type=PEM", f"ssl.truststore.certificates={CA.cert_pem.decode()}",
+        "listener.name.ssl.ssl.client.auth=required",
+        "sasl.enabled.mechanisms=PLAIN", "sasl.mechanism.inter.broker.protocol=PLAIN",
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
+        f"listener.name.sasl_ssl.plain.sasl.jaas.config={JAAS}",
+        "authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
+        "super.users=User:admin;User:ANONYMOUS",
+        "offsets.topic.num.partitions=1", "group.initial.rebalance.delay.ms=0",
+    ]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = new_cluster(tmp_path_factory.mktemp("security"), 1)
+    ssl_port, sasl_port, sasl_ssl_port = free_ports(3)
+    c.overrides += [f"listeners=PLAINTEXT://127.0.0.1:{c.base_port},SSL://127.0.0.1:{ssl_port},"
+                    f"SASL_PLAINTEXT://127.0.0.1:{sasl_port},SASL_SSL://127.0.0.1:{sasl_ssl_port}",
+                    *security_properties()]
+    c.ports = {"SSL": ssl_port, "SASL_PLAINTEXT": sasl_port, "SASL_SSL": sasl_ssl_port}
+    c.start(90)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("certs")
+    paths = {}
+    for name, data in (("ca.pem", CA.cert_pem), ("client.key", CLIENT_CERT.key_pem),
+                       ("client.pem", CLIENT_CERT.cert_pem), ("rogue.key", ROGUE_CERT.key_pem),
+                       ("rogue.pem", ROGUE_CERT.cert_pem)):
+        (d / name).write_bytes(data)
+        paths[name] = str(d / name)
+    return paths
+
+
+def conf(cluster, files, listener: str, user: str | None = None, password: str | None = None, **extra) -> dict:
+    c = {"bootstrap.servers": f"127.0.0.1:{cluster.ports[listener]}", "security.protocol": listener,
+         "socket.timeout.ms": 5000}
+    if listener.endswith("SSL"):
+        c["ssl.ca.location"] = files["ca.pem"]
+    if user is not None:
+        c.update({"sasl.mechanisms": "PLAIN", "sasl.username": user, "sasl.password": password})
+    c.update(extra)
+    return c
+
+
+def new_topic(cluster, partitions: int = 1, replicas: int = 1) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"sec-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, replicas)])[name].result(30)
+    return name
+
+
+def produce(config: dict, topic: str, value: bytes = b"v") -> str:
+    """One record; its delivery's error name ("NO_ERROR" if none)."""
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+    producer = Producer({**config, "message.timeout.ms": 8000, "retries": 0})
+    producer.produce(topic, value, on_delivery=lambda err, msg: errors.append(err.name() if err else "NO_ERROR"))
+    producer.flush(15)
+    return errors[0] if errors else "NO_DELIVERY_REPORT"
+
+
+def consume_all(config: dict, topic: str, count: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**config, "group.id": f"g-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    try:
+        poll_until(lambda: (msg := consumer.poll(0.5)) is not None and not msg.error() and
+                   got.append(msg.value()) is None and len(got) >= count, 30, message="records")
+    finally:
+        consumer.close()
+    return got
+
+
+def auth_error(config: dict) -> str:
+    """The error a client gets asking for metadata: its error callback's, as text."""
+    from confluent_kafka.admin import AdminClient
+
+    seen: list[str] = []
+    admin = AdminClient({**config, "error_cb": lambda err: seen.append(f"{err.name()}: {err.str()}")})
+    with pytest.raises(Exception):
+        admin.list_topics(timeout=6)
+    poll_until(lambda: seen or admin.poll(0.2) or seen, 10, message="an error callback")
+    return " | ".join(seen)
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_plain_over_sasl_listeners_produces_and_consumes_and_metadata_names_that_listener(cluster, files, listener):
+    from confluent_kafka.admin import AdminClient
+
+    topic = new_topic(cluster)
+    config = conf(cluster, files, listener, "admin", "admin-secret")
+    brokers = AdminClient(config).list_topics(timeout=15).brokers
+    assert [(b.host, b.port) for b in brokers.values()] == [("127.0.0.1", cluster.ports[listener])]
+    assert produce(config, topic, b"secret-" + listener.encode()) == "NO_ERROR"
+    assert consume_all(config, topic, 1) == [b"secret-" + listener.encode()]
+
+
+@pytest.mark.parametrize("user,password", [("alice", "wrong"), ("mallory", "whatever")])
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_wrong_password_and_unknown_user_are_refused_with_kafkas_error(cluster, files, listener, user, password):
+    error = auth_error(conf(cluster, files, listener, user, password))
+    assert "_AUTHENTICATION" in error and "Invalid username or password" in error, error
+
+
+def test_kafka_python_authenticates_with_plain_and_a_wrong_password_fails(cluster, files):
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    base = {"bootstrap_servers": f"127.0.0.1:{cluster.ports['SASL_SSL']}", "security_protocol": "SASL_SSL",
+            "ssl_cafile": files["ca.pem"], "sasl_mechanism": "PLAIN", "request_timeout_ms": 8000}
+    topic = new_topic(cluster)
+    admin = KafkaAdminClient(**base, sasl_plain_username="admin", sasl_plain_password="admin-secret")
+    try:
+        assert topic in admin.list_topics()
+    finally:
+        admin.close()
+    with pytest.raises(KafkaError):
+        KafkaAdminClient(**base, sasl_plain_username="admin", sasl_plain_password="nope").close()
+
+
+def test_a_principal_without_an_acl_is_refused_and_one_with_it_is_served(cluster, files):
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, \
+        ResourcePatternType, ResourceType
+
+    topic = new_topic(cluster)
+    alice = conf(cluster, files, "SASL_PLAINTEXT", "alice", "alice-secret")
+    assert produce(alice, topic) == "TOPIC_AUTHORIZATION_FAILED"
+    grant = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+                       AclOperation.WRITE, AclPermissionType.ALLOW)
+    admin = AdminClient(conf(cluster, files, "SASL_PLAINTEXT", "admin", "admin-secret"))
+    for future in admin.create_acls([grant]).values():
+        future.result(30)
+    poll_until(lambda: produce(alice, topic) == "NO_ERROR", 20, message="alice's write allowed")
+    bob = conf(cluster, files, "SASL_PLAINTEXT", "bob", "bob-secret")
+    assert produce(bob, topic) == "TOPIC_AUTHORIZATION_FAILED"          # the ACL names alice only
+
+
+def test_ssl_client_certificate_is_the_principal(cluster, files):
+    """ssl.client.auth=required: a certificate signed by the CA is served as User:CN=client,O=Strandline
+    (Kafka's default principal: the whole distinguished name)."""
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, \
+        ResourcePatternType, ResourceType
+
+    topic = new_topic(cluster)
+    signed = conf(cluster, files, "SSL", **{"ssl.certificate.location": files["client.pem"],
+                                            "ssl.key.location": files["client.key"]})
+    assert produce(signed, topic) == "TOPIC_AUTHORIZATION_FAILED"
+    grant = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:CN=client,O=Strandline", "*",
+                       AclOperation.ALL, AclPermissionType.ALLOW)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for future in admin.create_acls([grant]).values():
+        future.result(30)
+    poll_until(lambda: produce(signed, topic) == "NO_ERROR", 20, message="the certificate's write allowed")
+
+
+def test_a_client_certificate_of_another_ca_or_none_is_refused(cluster, files):
+    """ssl.client.auth=required: the TLS handshake fails for a certificate the CA did not sign and
+    for none (TLS 1.3 reports it on the client's first read); the broker serves on."""
+    import socket
+    import ssl
+
+    for cert in ("rogue", None):
+        ctx = ssl.create_default_context(cafile=files["ca.pem"])
+        if cert:
+            ctx.load_cert_chain(files[f"{cert}.pem"], files[f"{cert}.key"])
+        with socket.create_connection(("127.0.0.1", cluster.ports["SSL"]), timeout=5) as raw:
+            with pytest.raises((ssl.SSLError, ConnectionResetError)):
+                with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                    tls.sendall(b"\0\0\0\0")
+                    assert tls.recv(1) == b""       # closed, if no alert came first
+                    raise ConnectionResetError("closed without an alert")
+        error = auth_error(conf(cluster, files, "SSL", **({"ssl.certificate.location": files[f"{cert}.pem"],
+                                                          "ssl.key.location": files[f"{cert}.key"]} if cert else {})))
+        assert error, "no error reported to confluent-kafka"
+    # a certificate the CA signed is served; the broker serves on
+    from confluent_kafka.admin import AdminClient
+
+    signed = conf(cluster, files, "SSL", **{"ssl.certificate.location": files["client.pem"],
+                                            "ssl.key.location": files["client.key"]})
+    assert AdminClient(signed).list_topics(timeout=15).brokers
+    assert produce(conf(cluster, files, "SASL_SSL", "admin", "admin-secret"), new_topic(cluster)) == "NO_ERROR"
+
+
+def test_a_sasl_listener_closes_a_connection_that_sends_a_request_before_authenticating(cluster):
+    from strandline.errors import StrandlineError
+    from strandline.runtime.client import KafkaConnection
+
+    with KafkaConnection(f"127.0.0.1:{cluster.ports['SASL_PLAINTEXT']}", timeout_s=5) as conn:
+        with pytest.raises(StrandlineError, match="closed"):
+            conn.request(3, 1, {"topics": None})
+    with KafkaConnection(f"127.0.0.1:{cluster.ports['SASL_PLAINTEXT']}", timeout_s=5) as conn:
+        answer = conn.request(17, 1, {"mechanism": "SCRAM-SHA-256"})
+        assert int(answer.error_code) == 33 and list(answer.mechanisms) == ["PLAIN"]   # UNSUPPORTED_SASL_MECHANISM
+
+
+def test_a_second_broker_joins_over_sasl_ssl_and_the_brokers_replicate(cluster, files, tmp_path):
+    """Inter-broker listener SASL_SSL: the controller's requests and the replica fetches go over
+    TLS and SASL PLAIN as User:admin; a topic with a replica on each broker gets both in sync and
+    serves a record written through the other broker's listener."""
+    from confluent_kafka.admin import AdminClient
+
+    plain, ssl_port, sasl_port, sasl_ssl_port = free_ports(4)
+    zk = f"127.0.0.1:{cluster.zk_port}"
+    props = [f"broker.id=2", f"log.dirs={tmp_path / 'logs'}", f"zookeeper.connect={zk}",
+             f"listeners=PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{ssl_port},"
+             f"SASL_PLAINTEXT://127.0.0.1:{sasl_port},SASL_SSL://127.0.0.1:{sasl_ssl_port}",
+             *security_properties(inter_broker="SASL_SSL")]
+    (tmp_path / "server.properties").write_text("\n".join(props[:4]) + "\n")
+    cmd = [sys.executable, "-m", "strandline.cli.main", "broker", "--config", str(tmp_path / "server.properties")]
+    for item in props[4:]:
+        cmd += ["--override", item]
+    log = open(tmp_path / "broker-2.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+    try:
+        wait_for_line(proc, "strandline broker ready", 60)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        poll_until(lambda: len(admin.list_topics(timeout=5).brokers) == 2, 30, message="both brokers listed")
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        topic = f"repl-{uuid.uuid4().hex[:8]}"
+        creator = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        try:
+            creator.create_topics([NewTopic(topic, num_partitions=-1, replication_factor=-1,
+                                            replica_assignments={0: [2, 1]})])
+        finally:
+            creator.close()
+
+        def in_sync():
+            part = admin.list_topics(topic, timeout=5).topics[topic].partitions.get(0)
+            return part is not None and part.leader == 2 and sorted(part.isrs) == [1, 2]
+        poll_until(in_sync, 30, message="both replicas in sync")
+        client = conf(cluster, files, "SASL_SSL", "admin", "admin-secret")
+        assert produce({**client, "acks": "all"}, topic, b"replicated") == "NO_ERROR"
+        assert consume_all(client, topic, 1) == [b"replicated"]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
