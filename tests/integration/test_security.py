@@ -26,11 +26,13 @@ CLIENT_CERT = CA.issue("client", organization="Strandline")
 ROGUE_CA = CertificateAuthority.new("Rogue CA")
 ROGUE_CERT = ROGUE_CA.issue("client", organization="Strandline")
 
-JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-        'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";')
+def jaas(password: str = "admin-secret") -> str:
+    """The listeners' PLAIN users; ``password``: the broker's own, for the inter-broker listener."""
+    return ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            f'password="{password}" user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";')
 
 
-def security_properties(inter_broker: str = "PLAINTEXT") -> list[str]:
+def security_properties(inter_broker: str = "SASL_SSL", password: str = "admin-secret") -> list[str]:
     return [
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
         f"inter.broker.listener.name={inter_broker}",
@@ -39,11 +41,11 @@ def security_properties(inter_broker: str = "PLAINTEXT") -> list[str]:
         "ssl.truststore.type=PEM", f"ssl.truststore.certificates={CA.cert_pem.decode()}",
         "listener.name.ssl.ssl.client.auth=required",
         "sasl.enabled.mechanisms=PLAIN", "sasl.mechanism.inter.broker.protocol=PLAIN",
-        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
-        f"listener.name.sasl_ssl.plain.sasl.jaas.config={JAAS}",
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas()}",
+        f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas(password)}",
         "authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
         "super.users=User:admin;User:ANONYMOUS",
-        "offsets.topic.num.partitions=1", "group.initial.rebalance.delay.ms=0",
+        "offsets.topic.num.partitions=1", "group.initial.rebalance.delay.ms=0", "replica.lag.time.max.ms=3000",
     ]
 
 
@@ -126,7 +128,7 @@ def auth_error(config: dict) -> str:
     with pytest.raises(Exception):
         admin.list_topics(timeout=6)
     poll_until(lambda: seen or admin.poll(0.2) or seen, 10, message="an error callback")
-    return " | ".join(seen)
+    return " | ".join(dict.fromkeys(seen))[:2000]
 
 
 @pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
@@ -239,50 +241,84 @@ def test_a_sasl_listener_closes_a_connection_that_sends_a_request_before_authent
         assert int(answer.error_code) == 33 and list(answer.mechanisms) == ["PLAIN"]   # UNSUPPORTED_SASL_MECHANISM
 
 
-def test_a_second_broker_joins_over_sasl_ssl_and_the_brokers_replicate(cluster, files, tmp_path):
-    """Inter-broker listener SASL_SSL: the controller's requests and the replica fetches go over
-    TLS and SASL PLAIN as User:admin; a topic with a replica on each broker gets both in sync and
-    serves a record written through the other broker's listener."""
+def start_broker(cluster, tmp_path, broker_id: int, password: str = "admin-secret") -> subprocess.Popen:
+    """Another broker on the cluster's ZooKeeper, with the same listeners (on other ports)."""
+    plain, ssl_port, sasl_port, sasl_ssl_port = free_ports(4)
+    props = [f"broker.id={broker_id}", f"log.dirs={tmp_path / f'logs-{broker_id}'}",
+             f"zookeeper.connect=127.0.0.1:{cluster.zk_port}",
+             f"listeners=PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{ssl_port},"
+             f"SASL_PLAINTEXT://127.0.0.1:{sasl_port},SASL_SSL://127.0.0.1:{sasl_ssl_port}"]
+    (tmp_path / f"server-{broker_id}.properties").write_text("\n".join(props) + "\n")
+    cmd = [sys.executable, "-m", "strandline.cli.main", "broker", "--config",
+           str(tmp_path / f"server-{broker_id}.properties")]
+    for item in security_properties(password=password):
+        cmd += ["--override", item]
+    with open(tmp_path / f"broker-{broker_id}.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+    wait_for_line(proc, "strandline broker ready", 60)
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def create_assigned(cluster, assignment: list[int]) -> str:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = f"repl-{uuid.uuid4().hex[:8]}"
+    creator = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        creator.create_topics([NewTopic(topic, num_partitions=-1, replication_factor=-1,
+                                        replica_assignments={0: assignment})])
+    finally:
+        creator.close()
+    return topic
+
+
+def partition(cluster, topic: str):
     from confluent_kafka.admin import AdminClient
 
-    plain, ssl_port, sasl_port, sasl_ssl_port = free_ports(4)
-    zk = f"127.0.0.1:{cluster.zk_port}"
-    props = [f"broker.id=2", f"log.dirs={tmp_path / 'logs'}", f"zookeeper.connect={zk}",
-             f"listeners=PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{ssl_port},"
-             f"SASL_PLAINTEXT://127.0.0.1:{sasl_port},SASL_SSL://127.0.0.1:{sasl_ssl_port}",
-             *security_properties(inter_broker="SASL_SSL")]
-    (tmp_path / "server.properties").write_text("\n".join(props[:4]) + "\n")
-    cmd = [sys.executable, "-m", "strandline.cli.main", "broker", "--config", str(tmp_path / "server.properties")]
-    for item in props[4:]:
-        cmd += ["--override", item]
-    log = open(tmp_path / "broker-2.log", "wb")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+    return AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, timeout=5).topics[topic] \
+        .partitions.get(0)
+
+
+def test_brokers_replicate_over_the_sasl_ssl_inter_broker_listener(cluster, files, tmp_path):
+    """inter.broker.listener.name=SASL_SSL: the controller's requests and the replica fetches go
+    over TLS (the CA and host name checked) and SASL PLAIN as User:admin, both ways: a topic led
+    by each broker gets both replicas in sync and serves what was written with acks=all."""
+    proc = start_broker(cluster, tmp_path, 2)
     try:
-        wait_for_line(proc, "strandline broker ready", 60)
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        poll_until(lambda: len(admin.list_topics(timeout=5).brokers) == 2, 30, message="both brokers listed")
-        from kafka.admin import KafkaAdminClient, NewTopic
+        for assignment in ([1, 2], [2, 1]):
+            topic = create_assigned(cluster, assignment)
 
-        topic = f"repl-{uuid.uuid4().hex[:8]}"
-        creator = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
-        try:
-            creator.create_topics([NewTopic(topic, num_partitions=-1, replication_factor=-1,
-                                            replica_assignments={0: [2, 1]})])
-        finally:
-            creator.close()
-
-        def in_sync():
-            part = admin.list_topics(topic, timeout=5).topics[topic].partitions.get(0)
-            return part is not None and part.leader == 2 and sorted(part.isrs) == [1, 2]
-        poll_until(in_sync, 30, message="both replicas in sync")
-        client = conf(cluster, files, "SASL_SSL", "admin", "admin-secret")
-        assert produce({**client, "acks": "all"}, topic, b"replicated") == "NO_ERROR"
-        assert consume_all(client, topic, 1) == [b"replicated"]
+            def in_sync():
+                part = partition(cluster, topic)
+                return part is not None and part.leader == assignment[0] and sorted(part.isrs) == [1, 2]
+            poll_until(in_sync, 30, message=f"both replicas of {assignment} in sync")
+            client = conf(cluster, files, "SASL_SSL", "admin", "admin-secret")
+            assert produce({**client, "acks": "all"}, topic, b"replicated") == "NO_ERROR"
+            assert consume_all(client, topic, 1) == [b"replicated"]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        stop(proc)
+
+
+def test_a_broker_with_a_wrong_inter_broker_password_cannot_fetch(cluster, files, tmp_path):
+    """The follower's fetches to the leader are refused (SASL_AUTHENTICATION_FAILED): it says so in
+    its log and stays out of the ISR, while the leader keeps serving."""
+    proc = start_broker(cluster, tmp_path, 3, password="wrong")
+    try:
+        topic = create_assigned(cluster, [1, 3])
+        log = tmp_path / "broker-3.log"
+        poll_until(lambda: "SASL authentication failed (sasl_authentication_failed)" in log.read_text(), 30,
+                   message="broker 3's failed authentication logged")
+        poll_until(lambda: partition(cluster, topic).isrs == [1], 20, message="broker 3 out of the ISR")
+        assert partition(cluster, topic).leader == 1
+        assert produce(conf(cluster, files, "SASL_SSL", "admin", "admin-secret"), topic) == "NO_ERROR"
+    finally:
+        stop(proc)

@@ -389,6 +389,9 @@ SECURITY_KEYS: dict[str, Key] = _keys(
         doc="The JAAS login module configuration: for PLAIN, org.apache.kafka.common.security.plain."
             "PlainLoginModule required username=\"..\" password=\"..\" user_<name>=\"<password>\" ...; "
             "username/password are the broker's own for inter-broker connections."),
+    Key("connection.failed.authentication.delay.ms", "int", 100, lo=0,
+        doc="How long a connection whose authentication failed waits before its answer is sent and it "
+            "closes (a client retrying a wrong password is slowed down)."),
     Key("connections.max.reauth.ms", "long", 0, lo=0,
         doc="KIP-368: the longest a SASL session lasts before the client must authenticate again "
             "(0: for ever); a request after it closes the connection."),

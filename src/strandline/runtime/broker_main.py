@@ -248,7 +248,8 @@ def listener_specs(config: BrokerConfig, store: KazooStore) -> list[ListenerSpec
                 except ValueError as exc:
                     raise StrandlineError(f"listener {listener.name}: {exc}") from None
             factory = _authenticator_factory(listener.name, conf, served, store)
-        specs.append(ListenerSpec(listener, ctx, factory, conf["ssl.principal.mapping.rules"]))
+        specs.append(ListenerSpec(listener, ctx, factory, conf["ssl.principal.mapping.rules"],
+                                  config["connection.failed.authentication.delay.ms"]))
     return specs
 
 

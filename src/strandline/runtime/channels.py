@@ -85,7 +85,7 @@ class _Channel(FramedProtocol):
         token = int.from_bytes(frame[:4], "big", signed=True)
         try:
             if token == _HANDSHAKE_ID:
-                answer = api.decode_response(ApiKey.SASL_HANDSHAKE, 1, frame[4:])
+                answer = api.decode_response(ApiKey.SASL_HANDSHAKE, 1, frame)
                 if answer.error_code != ErrorCode.none:
                     self.fail(f"SASL handshake refused ({answer.error_code.name}): the broker offers "
                               f"{', '.join(answer.mechanisms)}")
@@ -94,7 +94,7 @@ class _Channel(FramedProtocol):
                     ApiKey.SASL_AUTHENTICATE, 2, _AUTHENTICATE_ID, "strandline-broker",
                     {"auth_bytes": security.sasl[1]})))
             elif token == _AUTHENTICATE_ID:
-                answer = api.decode_response(ApiKey.SASL_AUTHENTICATE, 2, frame[4:])
+                answer = api.decode_response(ApiKey.SASL_AUTHENTICATE, 2, frame)
                 if answer.error_code != ErrorCode.none:
                     self.fail(f"SASL authentication failed ({answer.error_code.name}): {answer.error_message}")
                     return

@@ -161,6 +161,7 @@ class ListenerSpec:
     ssl_context: ssl.SSLContext | None = None
     authenticator: Callable[[], SaslAuthenticator] | None = None
     principal_rules: str = "DEFAULT"
+    failure_delay_ms: int = 100         # connection.failed.authentication.delay.ms
 
 
 PLAINTEXT_SPEC = ListenerSpec(Listener("PLAINTEXT", "127.0.0.1", 0))
@@ -221,21 +222,38 @@ class Connection(FramedProtocol):
         if step.forward:
             return False
         transport = self.transport
+        if step.close is not None and transport is not None:
+            # as Kafka: the answer and the close wait connection.failed.authentication.delay.ms,
+            # reading nothing more meanwhile
+            self.busy = True
+            self.queue.clear()
+            self.queued_bytes = 0
+            self.arrivals.clear()
+            if self.reading:
+                self.reading = False
+                transport.pause_reading()
+            reason = step.close
+
+            def fail() -> None:
+                if self.transport is not None:
+                    for data in step.send:
+                        self.transport.write(data)
+                    self.close(reason)
+            self.shell.loop.call_later(self.spec.failure_delay_ms / 1000, fail)
+            return True
         if transport is not None:
             for data in step.send:
                 transport.write(data)
         if step.principal is not None:
             log.debug("Connection %s from %s authenticated as %s", self.conn_id, self.peer, step.principal)
             self.opened(step.principal)
-        if step.close is not None:
-            self.close(step.close)
         return True
 
     def malformed(self, exc: ProtocolError) -> None:
         self.close(f"malformed request: {exc}")
 
     def frames_received(self, frames: list[bytes]) -> None:
-        if frames:
+        if frames and self.transport is not None and not self.transport.is_closing():
             self.queue.extend(frames)
             self.queued_bytes += sum(map(len, frames))
             if self.shell.request_metrics is not None:
@@ -247,12 +265,11 @@ class Connection(FramedProtocol):
         while not self.busy and self.writable and self.queue and self.transport is not None:
             frame = self.queue.popleft()
             self.queued_bytes -= len(frame)
+            arrival = self.arrivals.popleft() if shell.request_metrics is not None else 0.0
             if self.authenticator is not None and self.authenticate(frame):
-                if shell.request_metrics is not None:
-                    self.arrivals.popleft()
-                continue
+                continue                    # (which may have closed the connection and emptied the queue)
             if shell.request_metrics is not None:
-                self.current = (request_name(frame), self.arrivals.popleft())
+                self.current = (request_name(frame), arrival)
             self.busy = True
             shell.run(f"handling a request from {self.peer}",
                       lambda: shell.broker.handle_request(self.conn_id, frame, now_ms()))  # noqa: B023  (run at once)
@@ -303,7 +320,10 @@ class Connection(FramedProtocol):
         self.shell.loop.call_soon(self.pump)
 
     def close(self, reason: str) -> None:
-        if self.transport is not None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.queue.clear()              # what it sent after is not served
+            self.queued_bytes = 0
+            self.arrivals.clear()
             log.info("Closing connection %s from %s: %s", self.conn_id, self.peer, reason,
                      extra={"kind": "closing a connection: " + _NUMBERS.sub("#", reason.split(":", 1)[0])[:100]})
             self.transport.close()
