@@ -105,7 +105,7 @@ class KafkaApis:
             **self.config_apis.handlers(),
             **self.group_apis.handlers(),
             **self.quota_apis.handlers(),
-            **sasl_apis.handlers(),
+            **sasl_apis.handlers(self.authorizer.session),
         }
 
     def _user(self, conn_id: int) -> str:

@@ -217,7 +217,8 @@ class Broker:
         """A client connected from ``host`` (its IP address, which ACLs may name) on ``listener``,
         authenticated as ``principal`` (a SASL listener's connection reaches the core only once
         authenticated)."""
-        self.authorizer.connection_opened(conn_id, host, listener, principal)
+        protocol = next((l.protocol for l in getattr(self.config, "listeners", ()) if l.name == listener), "PLAINTEXT")
+        self.authorizer.connection_opened(conn_id, host, listener, principal, protocol)
         return []
 
     def connection_closed(self, conn_id: int) -> None:

@@ -58,6 +58,7 @@ class Session:
     principal: str = ANONYMOUS
     host: str = ""
     listener: str = "PLAINTEXT"
+    protocol: str = "PLAINTEXT"         # the listener's security protocol
 
     @property
     def user(self) -> str:
@@ -82,8 +83,8 @@ class AclAuthorizer:
     # -- who is asking
 
     def connection_opened(self, conn_id: int, host: str, listener: str = "PLAINTEXT",
-                          principal: str = ANONYMOUS) -> None:
-        self._sessions[conn_id] = Session(principal, host, listener)
+                          principal: str = ANONYMOUS, protocol: str = "PLAINTEXT") -> None:
+        self._sessions[conn_id] = Session(principal, host, listener, protocol)
 
     def connection_closed(self, conn_id: int) -> None:
         self._sessions.pop(conn_id, None)
