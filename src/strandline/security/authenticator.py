@@ -29,6 +29,7 @@ re-authentication: it must end with the same principal.
 from __future__ import annotations
 
 import enum
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -224,9 +225,9 @@ def ssl_principal(dn: str | None, rules: str = "DEFAULT") -> str:
     else the whole DN (Kafka's DEFAULT rule); ``User:ANONYMOUS`` without a certificate."""
     if not dn:
         return "User:ANONYMOUS"
-    try:
-        from strandline.security.principal import ssl_principal as mapped  # type: ignore[import-not-found]
+    try:        # the KIP-371 rules, where that module is present
+        module = importlib.import_module("strandline.security.principal")
     except ImportError:
         return f"User:{dn}"
-    name = mapped(dn, rules)
+    name = str(module.ssl_principal(dn, rules))
     return name if name.startswith("User:") else f"User:{name}"

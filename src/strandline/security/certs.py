@@ -40,7 +40,7 @@ class Issued:
         key = serialization.load_pem_private_key(self.key_pem, None)
         certs = x509.load_pem_x509_certificates(self.cert_pem)
         return pkcs12.serialize_key_and_certificates(
-            name.encode(), key, certs[0], certs[1:],  # type: ignore[arg-type]
+            name.encode(), key, certs[0], certs[1:],  # type: ignore[arg-type]  # an EC key, which PKCS12 takes
             serialization.BestAvailableEncryption(password.encode()))
 
 
