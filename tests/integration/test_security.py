@@ -26,6 +26,10 @@ CLIENT_CERT = CA.issue("client", organization="Strandline")
 ROGUE_CA = CertificateAuthority.new("Rogue CA")
 ROGUE_CERT = ROGUE_CA.issue("client", organization="Strandline")
 
+#: SASL_PLAINTEXT's sessions last this long (KIP-368): its clients re-authenticate
+REAUTH_MS = 3000
+
+
 def jaas(password: str = "admin-secret") -> str:
     """The listeners' PLAIN users; ``password``: the broker's own, for the inter-broker listener."""
     return ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -42,6 +46,7 @@ def security_properties(inter_broker: str = "SASL_SSL", password: str = "admin-s
         "listener.name.ssl.ssl.client.auth=required",
         "sasl.enabled.mechanisms=PLAIN", "sasl.mechanism.inter.broker.protocol=PLAIN",
         f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas()}",
+        f"listener.name.sasl_plaintext.connections.max.reauth.ms={REAUTH_MS}",
         f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas(password)}",
         "authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
         "super.users=User:admin;User:ANONYMOUS",
@@ -240,6 +245,50 @@ def test_a_sasl_listener_closes_a_connection_that_sends_a_request_before_authent
     with KafkaConnection(f"127.0.0.1:{cluster.ports['SASL_PLAINTEXT']}", timeout_s=5) as conn:
         answer = conn.request(17, 1, {"mechanism": "SCRAM-SHA-256"})
         assert int(answer.error_code) == 33 and list(answer.mechanisms) == ["PLAIN"]   # UNSUPPORTED_SASL_MECHANISM
+
+
+def test_sessions_expire_without_reauthentication_and_librdkafka_reauthenticates(cluster, files):
+    """connections.max.reauth.ms on SASL_PLAINTEXT (KIP-368): SaslAuthenticate v1 answers the
+    session lifetime; a client that does not re-authenticate is closed once it has passed, while
+    librdkafka, which does, keeps producing on its connection across several lifetimes."""
+    import time
+
+    from confluent_kafka import Producer
+
+    from strandline.errors import StrandlineError
+    from strandline.runtime.client import KafkaConnection
+    from strandline.security.sasl import plain_client_token
+
+    with KafkaConnection(f"127.0.0.1:{cluster.ports['SASL_PLAINTEXT']}", timeout_s=5) as conn:
+        assert int(conn.request(17, 1, {"mechanism": "PLAIN"}).error_code) == 0
+        began = time.monotonic()
+        answer = conn.request(36, 1, {"auth_bytes": plain_client_token("alice", "alice-secret")})
+        assert int(answer.error_code) == 0 and answer.session_lifetime.total_seconds() * 1000 == REAUTH_MS
+
+        def closed() -> bool:
+            try:
+                conn.request(3, 1, {"topics": []})
+                return False
+            except StrandlineError:
+                return True
+        poll_until(closed, REAUTH_MS / 1000 + 10, interval=0.2, message="the expired session closed")
+        assert time.monotonic() - began >= REAUTH_MS / 1000 - 0.5
+
+    topic = new_topic(cluster)
+    config = conf(cluster, files, "SASL_PLAINTEXT", "admin", "admin-secret")
+    producer = Producer({**config, "message.timeout.ms": 8000, "retries": 0, "linger.ms": 0})
+    errors: list[str] = []
+    deadline = time.monotonic() + 3 * REAUTH_MS / 1000
+    sent = 0
+    while time.monotonic() < deadline:          # bounded: three session lifetimes, a record each 0.1 s
+        producer.produce(topic, b"%d" % sent, on_delivery=lambda err, msg: errors.append(err.name() if err else "OK"))
+        sent += 1
+        producer.flush(10)
+        producer.poll(0.1)
+    # without re-authentication the broker closes the connection when a request comes after the
+    # session's end, failing that produce (retries=0)
+    assert sent >= 3 and errors == ["OK"] * sent
+    assert len(consume_all(config, topic, sent)) == sent
 
 
 def start_broker(cluster, tmp_path, broker_id: int, password: str = "admin-secret") -> subprocess.Popen:

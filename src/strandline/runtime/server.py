@@ -184,6 +184,7 @@ class Connection(FramedProtocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.host = ""
+        self.principal = ANONYMOUS              # once the broker knows the connection
         self.fd = -1
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -204,6 +205,7 @@ class Connection(FramedProtocol):
         self.opened(principal)
 
     def opened(self, principal: str) -> None:
+        self.principal = principal
         listener = self.spec.listener.name
         self.shell.run(f"accepting a connection from {self.peer}",
                        lambda: self.shell.broker.connection_opened(self.conn_id, self.host, listener, principal))
@@ -245,7 +247,8 @@ class Connection(FramedProtocol):
             for data in step.send:
                 transport.write(data)
         if step.principal is not None:
-            log.debug("Connection %s from %s authenticated as %s", self.conn_id, self.peer, step.principal)
+            log.debug("Connection %s from %s on %s authenticated as %s", self.conn_id, self.peer,
+                      self.spec.listener.name, step.principal)
             self.opened(step.principal)
         return True
 
@@ -324,7 +327,8 @@ class Connection(FramedProtocol):
             self.queue.clear()              # what it sent after is not served
             self.queued_bytes = 0
             self.arrivals.clear()
-            log.info("Closing connection %s from %s: %s", self.conn_id, self.peer, reason,
+            who = "" if self.principal == ANONYMOUS else f" ({self.principal})"
+            log.info("Closing connection %s from %s%s: %s", self.conn_id, self.peer, who, reason,
                      extra={"kind": "closing a connection: " + _NUMBERS.sub("#", reason.split(":", 1)[0])[:100]})
             self.transport.close()
 
