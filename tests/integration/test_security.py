@@ -9,6 +9,7 @@ User:admin) and replicate a topic between them."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -137,6 +138,28 @@ def auth_error(config: dict) -> str:
     return " | ".join(dict.fromkeys(seen))[:2000]
 
 
+def test_every_listener_is_registered_in_zookeeper_as_kafka_writes_it(cluster):
+    """/brokers/ids/<id> version 4: an endpoint per listener, the protocol map, and at the top the
+    PLAINTEXT endpoint (what Kafka's tools and older clients read)."""
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=f"127.0.0.1:{cluster.zk_port}")
+    zk.start(10)
+    try:
+        data, _ = zk.get("/brokers/ids/1")
+    finally:
+        zk.stop()
+        zk.close()
+    obj = json.loads(data)
+    p = cluster.ports
+    assert (obj["version"], obj["host"], obj["port"]) == (4, "127.0.0.1", cluster.base_port)
+    assert obj["endpoints"] == [f"PLAINTEXT://127.0.0.1:{cluster.base_port}", f"SSL://127.0.0.1:{p['SSL']}",
+                                f"SASL_PLAINTEXT://127.0.0.1:{p['SASL_PLAINTEXT']}",
+                                f"SASL_SSL://127.0.0.1:{p['SASL_SSL']}"]
+    assert obj["listener_security_protocol_map"] == {
+        "PLAINTEXT": "PLAINTEXT", "SSL": "SSL", "SASL_PLAINTEXT": "SASL_PLAINTEXT", "SASL_SSL": "SASL_SSL"}
+
+
 @pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
 def test_plain_over_sasl_listeners_produces_and_consumes_and_metadata_names_that_listener(cluster, files, listener):
     from confluent_kafka.admin import AdminClient
@@ -245,6 +268,10 @@ def test_a_sasl_listener_closes_a_connection_that_sends_a_request_before_authent
     with KafkaConnection(f"127.0.0.1:{cluster.ports['SASL_PLAINTEXT']}", timeout_s=5) as conn:
         answer = conn.request(17, 1, {"mechanism": "SCRAM-SHA-256"})
         assert int(answer.error_code) == 33 and list(answer.mechanisms) == ["PLAIN"]   # UNSUPPORTED_SASL_MECHANISM
+    # before authentication a frame may not exceed sasl.server.max.receive.size (512 KiB)
+    with KafkaConnection(f"127.0.0.1:{cluster.ports['SASL_PLAINTEXT']}", timeout_s=5) as conn:
+        conn.sock.sendall((600_000).to_bytes(4, "big") + b"\0" * 1000)
+        assert conn.sock.recv(1) == b""
 
 
 def test_sessions_expire_without_reauthentication_and_librdkafka_reauthenticates(cluster, files):

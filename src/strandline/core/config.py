@@ -389,6 +389,9 @@ SECURITY_KEYS: dict[str, Key] = _keys(
         doc="The JAAS login module configuration: for PLAIN, org.apache.kafka.common.security.plain."
             "PlainLoginModule required username=\"..\" password=\"..\" user_<name>=\"<password>\" ...; "
             "username/password are the broker's own for inter-broker connections."),
+    Key("sasl.server.max.receive.size", "int", 524288, lo=1,
+        doc="The largest frame a SASL listener takes before the connection has authenticated; a larger "
+            "one closes the connection."),
     Key("connection.failed.authentication.delay.ms", "int", 100, lo=0,
         doc="How long a connection whose authentication failed waits before its answer is sent and it "
             "closes (a client retrying a wrong password is slowed down)."),
@@ -650,13 +653,13 @@ class BrokerConfig:
         if "inter.broker.listener.name" in props and "security.inter.broker.protocol" in props:
             raise ConfigError("Only one of inter.broker.listener.name and security.inter.broker.protocol "
                               "should be set.")
-        inter = (values["inter.broker.listener.name"] or values["security.inter.broker.protocol"]).strip().upper()
-        values["inter.broker.listener.name"] = inter
+        if values["inter.broker.listener.name"]:
+            values["inter.broker.listener.name"] = values["inter.broker.listener.name"].strip().upper()
+        inter = values["inter.broker.listener.name"] or values["security.inter.broker.protocol"]
         if inter not in {l.name for l in values["advertised.listeners"]}:
             raise ConfigError(f"Invalid value {inter!r} for configuration inter.broker.listener.name: it must be a "
                               f"listener name defined in advertised.listeners (its security protocol: "
                               f"security.inter.broker.protocol)")
-        values["security.inter.broker.protocol"] = protocols[inter]
         for key, raw in props.items():
             if key.startswith("listener.name."):
                 found = listener_key(key)
@@ -689,7 +692,7 @@ class BrokerConfig:
     @property
     def inter_broker_listener(self) -> str:
         """The name of the listener brokers connect to each other on."""
-        name: str = self.values["inter.broker.listener.name"]
+        name: str = self.values["inter.broker.listener.name"] or self.values["security.inter.broker.protocol"]
         return name
 
     @property

@@ -249,7 +249,8 @@ def listener_specs(config: BrokerConfig, store: KazooStore) -> list[ListenerSpec
                     raise StrandlineError(f"listener {listener.name}: {exc}") from None
             factory = _authenticator_factory(listener.name, conf, served, store)
         specs.append(ListenerSpec(listener, ctx, factory, conf["ssl.principal.mapping.rules"],
-                                  config["connection.failed.authentication.delay.ms"]))
+                                  config["connection.failed.authentication.delay.ms"],
+                                  conf["sasl.server.max.receive.size"]))
     return specs
 
 

@@ -162,6 +162,7 @@ class ListenerSpec:
     authenticator: Callable[[], SaslAuthenticator] | None = None
     principal_rules: str = "DEFAULT"
     failure_delay_ms: int = 100         # connection.failed.authentication.delay.ms
+    max_unauthenticated_bytes: int = 524288     # sasl.server.max.receive.size
 
 
 PLAINTEXT_SPEC = ListenerSpec(Listener("PLAINTEXT", "127.0.0.1", 0))
@@ -200,6 +201,7 @@ class Connection(FramedProtocol):
         self.shell.connections[self.conn_id] = self
         if self.spec.authenticator is not None:       # the broker hears of it once authenticated
             self.authenticator = self.spec.authenticator()
+            self.decoder.max_frame_bytes = min(self.spec.max_unauthenticated_bytes, self.decoder.max_frame_bytes)
             return
         principal = ssl_principal(peer_dn(tls), self.spec.principal_rules) if tls is not None else ANONYMOUS
         self.opened(principal)
@@ -247,6 +249,7 @@ class Connection(FramedProtocol):
             for data in step.send:
                 transport.write(data)
         if step.principal is not None:
+            self.decoder.max_frame_bytes = self.shell.max_request_bytes
             log.debug("Connection %s from %s on %s authenticated as %s", self.conn_id, self.peer,
                       self.spec.listener.name, step.principal)
             self.opened(step.principal)

@@ -165,7 +165,8 @@ class SaslAuthenticator:
                 challenge = self.server.evaluate(bytes(frame))
             except AuthenticationFailed as exc:
                 return self._fail(f"authentication failed: {exc}")
-            return self._maybe_done((_raw(challenge),), now_ms, 0)
+            lifetime = self._session_lifetime(now_ms) if self.server.complete else 0
+            return self._maybe_done((_raw(challenge),), now_ms, lifetime)
         try:
             header, request = api.decode_request(frame)
         except (ProtocolError, api.UnsupportedApiVersions) as exc:
@@ -181,7 +182,8 @@ class SaslAuthenticator:
                                                   "error_message": message, "auth_bytes": b"", "session_lifetime": 0})
             self.state = SaslState.FAILED
             return Step(send=(answer,), close=f"authentication failed: {message}")
-        lifetime = self._session_lifetime(now_ms) if self.server.complete and header.api_version >= 1 else 0
+        # the session ends for every client; v1+ are told when (v0 ones are just closed then)
+        lifetime = self._session_lifetime(now_ms) if self.server.complete else 0
         answer = api.encode_response(header, {"error_code": ErrorCode.none, "error_message": None,
                                               "auth_bytes": challenge, "session_lifetime": lifetime})
         return self._maybe_done((answer,), now_ms, lifetime)

@@ -14,7 +14,7 @@ def test_kafka_default_protocol_map_and_inter_broker_listener():
     c = cfg(**{"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093,SASL_SSL://:9094"})
     assert [(l.name, l.protocol, l.port) for l in c.listeners] == [
         ("PLAINTEXT", "PLAINTEXT", 9092), ("SSL", "SSL", 9093), ("SASL_SSL", "SASL_SSL", 9094)]
-    assert c.inter_broker_listener == "PLAINTEXT" and c["security.inter.broker.protocol"] == "PLAINTEXT"
+    assert c.inter_broker_listener == "PLAINTEXT" and c["inter.broker.listener.name"] is None
     assert c.registered_endpoints()[2] == ("SASL_SSL", "127.0.0.1", 9094, "SASL_SSL")   # a wildcard host
 
 
@@ -26,7 +26,8 @@ def test_named_listeners_and_their_keys():
                "listener.name.replication.ssl.client.auth": "required",
                "listener.name.client.plain.sasl.jaas.config": "x required;",
                "sasl.enabled.mechanisms": "PLAIN"})
-    assert c.inter_broker_listener == "REPLICATION" and c["security.inter.broker.protocol"] == "SSL"
+    assert c.inter_broker_listener == "REPLICATION"
+    assert next(l for l in c.listeners if l.name == c.inter_broker_listener).protocol == "SSL"
     assert c.listener_config("REPLICATION")["ssl.client.auth"] == "required"
     assert c.listener_config("CLIENT")["ssl.client.auth"] == "requested"
     assert c.listener_config("CLIENT")["plain.sasl.jaas.config"] == "x required;"
