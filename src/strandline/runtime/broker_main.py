@@ -35,7 +35,7 @@ from strandline.runtime import tls
 from strandline.runtime.channels import ClientSecurity
 from strandline.broker.quotas import sanitize
 from strandline.security.authenticator import SaslAuthenticator
-from strandline.security.sasl import MECHANISMS, SaslContext, jaas_options, plain_client_token
+from strandline.security.sasl import MECHANISMS, SaslContext, jaas_options, load_mechanisms, plain_client_token
 from strandline.runtime.zk import KazooStore
 
 log = logging.getLogger("strandline.broker")
@@ -227,6 +227,7 @@ def listener_specs(config: BrokerConfig, store: KazooStore) -> list[ListenerSpec
     A listener that cannot be served (no key store, no SASL mechanism) stops start-up with one
     line naming it."""
     specs = []
+    load_mechanisms()
     for listener in config.listeners:
         conf = config.listener_config(listener.name)
         ctx = tls.server_context(conf, listener.name, listener.protocol) if listener.uses_ssl else None

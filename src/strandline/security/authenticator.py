@@ -20,10 +20,11 @@ Any other request before success closes the connection unanswered (``IllegalSasl
 A first frame that is no Kafka request would be a Kafka 0.9 client's GSSAPI token: GSSAPI is not
 served, so it closes the connection too.
 
-Re-authentication (KIP-368): with ``connections.max.reauth.ms`` > 0, SaslAuthenticate v1+ answers
-the session's lifetime (the smaller of it and the credential's, OAUTHBEARER's token); a request
-after the session expired closes the connection, except a new SaslHandshake, which begins a
-re-authentication: it must end with the same principal.
+Re-authentication (KIP-368): a session ends after ``connections.max.reauth.ms`` (> 0) or when its
+credential does (OAUTHBEARER's token: ``SaslServer.session_lifetime_ms``, ms since the epoch),
+whichever comes first; SaslAuthenticate v1+ answers that lifetime. A request after the end closes
+the connection; a new SaslHandshake on an ending session begins a re-authentication, which must
+end with the same principal.
 """
 
 from __future__ import annotations
@@ -194,8 +195,8 @@ class SaslAuthenticator:
         limits = []
         if self.max_reauth_ms > 0:
             limits.append(self.max_reauth_ms)
-        expiry = self.server.session_lifetime_ms
-        if expiry is not None and self.max_reauth_ms > 0:
+        expiry = self.server.session_lifetime_ms        # the credential's end, whatever max.reauth says
+        if expiry is not None:
             limits.append(max(0, expiry - now_ms))
         return min(limits) if limits else 0
 

@@ -15,6 +15,7 @@ options (``user_<name>="<password>"``), from ``listener.name.<l>.plain.sasl.jaas
 from __future__ import annotations
 
 import hmac
+import importlib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -196,3 +197,17 @@ def plain_client_token(username: str, password: str) -> bytes:
 
 #: The mechanisms a broker can serve, by name; other modules add theirs.
 MECHANISMS: dict[str, SaslServerFactory] = {"PLAIN": PlainServer}
+
+#: Modules that register mechanisms in :data:`MECHANISMS` when imported (those present are).
+MECHANISM_MODULES = ("strandline.security.scram_server", "strandline.security.oauthbearer")
+
+
+def load_mechanisms() -> dict[str, SaslServerFactory]:
+    """Import the mechanism modules that are there; every mechanism then registered."""
+    for name in MECHANISM_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise               # the module is there but something it needs is not: say so
+    return MECHANISMS

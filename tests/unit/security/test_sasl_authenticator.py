@@ -151,3 +151,60 @@ def test_jaas_config_is_read_as_kafka_does():
 def test_ssl_principal_is_the_distinguished_name():
     assert ssl_principal("CN=alice,O=Strandline") in ("User:CN=alice,O=Strandline", "User:alice")
     assert ssl_principal(None) == "User:ANONYMOUS"
+
+
+class TwoStep:
+    """A mechanism of two rounds (as SCRAM): a challenge, then success; it sees its context."""
+
+    mechanism = "TWO-STEP"
+
+    def __init__(self, context: SaslContext) -> None:
+        self.context, self.round, self.user = context, 0, ""
+
+    def evaluate(self, response: bytes) -> bytes:
+        self.round += 1
+        if self.round == 1:
+            self.user = response.decode()
+            return b"challenge-for-" + response
+        if response != b"proof" or self.context.scram_credential(self.user, "SCRAM-SHA-256") is None:
+            raise AuthenticationFailed("Authentication failed during authentication due to invalid credentials "
+                                       "with SASL mechanism SCRAM-SHA-256")
+        return b"server-final"
+
+    @property
+    def complete(self) -> bool:
+        return self.round == 2
+
+    @property
+    def authorization_id(self) -> str:
+        return self.user
+
+    @property
+    def session_lifetime_ms(self) -> int | None:
+        return 5_000          # (a token's expiry, as OAUTHBEARER's)
+
+
+def test_a_registered_mechanism_of_several_rounds_with_credentials_and_expiry():
+    stored = {("bob", "SCRAM-SHA-256"): "salt=...,stored_key=...,server_key=...,iterations=4096"}
+    auth = SaslAuthenticator(["TWO-STEP"], lambda now: SaslContext("L", CONF, lambda u, m: stored.get((u, m)), now),
+                             max_reauth_ms=60_000, registry={"TWO-STEP": TwoStep})
+    handshake(auth, "TWO-STEP")
+    step, first = authenticate(auth, b"bob", now=1_000)
+    assert first.auth_bytes == b"challenge-for-bob" and step.principal is None and not auth.complete
+    step, last = authenticate(auth, b"proof", now=1_000)
+    assert last.auth_bytes == b"server-final" and step.principal == "User:bob"
+    assert duration_ms(last.session_lifetime) == 4_000          # the credential's end comes first
+    # without connections.max.reauth.ms the credential's end still ends the session (Kafka's ReauthInfo)
+    auth = SaslAuthenticator(["TWO-STEP"], lambda now: SaslContext("L", CONF, lambda u, m: stored.get((u, m)), now),
+                             registry={"TWO-STEP": TwoStep})
+    handshake(auth, "TWO-STEP")
+    authenticate(auth, b"bob", now=2_000)
+    step, last = authenticate(auth, b"proof", now=2_000)
+    assert duration_ms(last.session_lifetime) == 3_000 and auth.session_expires_ms == 5_000
+    auth = SaslAuthenticator(["TWO-STEP"], lambda now: SaslContext("L", CONF, lambda u, m: None, now),
+                             registry={"TWO-STEP": TwoStep})
+    handshake(auth, "TWO-STEP")
+    authenticate(auth, b"carol")
+    step, failed = authenticate(auth, b"proof")
+    assert failed.error_code == ErrorCode.sasl_authentication_failed and "SCRAM-SHA-256" in failed.error_message
+    assert step.close
