@@ -25,8 +25,8 @@ import collections
 import logging
 import os
 import re
-import time
 import ssl
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
