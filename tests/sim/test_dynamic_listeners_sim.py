@@ -48,5 +48,5 @@ def test_advertised_listeners_is_refused_as_a_cluster_default_and_checked():
     assert "Cannot update these configs at default cluster level, broker id must be specified: " \
            "advertised.listeners" in default.error_message
     bad = alter(c, 1, "1", "SSL://x:1")
-    assert bad.error_code == ErrorCode.invalid_request and "only PLAINTEXT listeners" in bad.error_message
+    assert bad.error_code == ErrorCode.invalid_request and "SSL is not one of the listeners" in bad.error_message
     assert addresses(c, 3)[1] != ("x", 1)

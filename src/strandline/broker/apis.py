@@ -64,8 +64,7 @@ UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648     # KIP-430: not asked for
 #: What stops the broker when it escapes a request's handling: a broken invariant of its own state,
 #: its storage failing (Kafka takes a failed log directory offline; this broker has one), memory.
 STOPS_THE_BROKER = (BrokenInvariant, OSError, MemoryError)
-#: the user every connection's quotas are kept under: connections are PLAINTEXT, unauthenticated
-#: (Kafka's principal User:ANONYMOUS, sanitized)
+#: the user of an unauthenticated connection's quotas (Kafka's principal User:ANONYMOUS)
 ANONYMOUS = "ANONYMOUS"
 _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -106,8 +105,23 @@ class KafkaApis:
             **self.config_apis.handlers(),
             **self.group_apis.handlers(),
             **self.quota_apis.handlers(),
-            **sasl_apis.handlers(),
+            **sasl_apis.handlers(self.authorizer.session),
         }
+
+    def _user(self, conn_id: int) -> str:
+        """The user the connection's quotas are kept under: its principal's name."""
+        return self.authorizer.session(conn_id).user
+
+    def _brokers_for(self, conn_id: int) -> list[tuple[Any, str, int]]:
+        """The live brokers with their endpoint of the listener the client came in on; a broker
+        without that listener is left out (Kafka's MetadataCache.getAliveEndpoints)."""
+        listener = self.authorizer.listener(conn_id)
+        found = []
+        for b in self.metadata.brokers.values():
+            address = b.endpoint(listener) if hasattr(b, "endpoint") else (b.host, b.port)
+            if address is not None:
+                found.append((b, address[0], address[1]))
+        return found
 
     def _may_create(self, conn_id: int, name: str) -> bool:
         """Kafka's rule for creating a topic: CREATE on the cluster, or on the topic."""
@@ -240,7 +254,8 @@ class KafkaApis:
         return [response(conn_id, header, {
             "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "cluster_id": md.cluster_id,
             "controller_id": md.controller_id,
-            "brokers": [{"broker_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in md.brokers.values()],
+            "brokers": [{"broker_id": b.id, "host": host, "port": port, "rack": b.rack}
+                        for b, host, port in self._brokers_for(conn_id)],
             "cluster_authorized_operations": operations})]
 
     # -- Metadata
@@ -288,8 +303,8 @@ class KafkaApis:
         another broker created) is LEADER_NOT_AVAILABLE until this broker knows it, a failed
         creation answers with its error (as Kafka's createTopic)."""
         md = self.metadata
-        brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
-                   for b in md.brokers.values()]
+        brokers = [{"node_id": b.id, "host": host, "port": port, "rack": b.rack}
+                   for b, host, port in self._brokers_for(shown.conn_id)]
         topics = []
         for name in (sorted(md.topics) if names is None else names):
             if name in shown.denied:
@@ -401,7 +416,8 @@ class KafkaApis:
             def respond(appended: dict) -> list:
                 if any_error or any(r.error is not ErrorCode.none for r in appended.values()):
                     return [Close(conn_id, "acks=0 produce failed")]
-                throttle = self.quota_apis.produce.record(ANONYMOUS, header.client_id or "", request_bytes, now_ms)
+                throttle = self.quota_apis.produce.record(self._user(conn_id), header.client_id or "",
+                                                          request_bytes, now_ms)
                 return [Send(conn_id, [], throttle)]
         else:
             # what the answer names, kept apart from the request: an answer waiting for replication
@@ -412,7 +428,7 @@ class KafkaApis:
                 results.update(appended)
                 # Kafka's produce quota: the request's bytes, recorded when it is answered; over the
                 # quota, the answer says for how long the client is throttled and the connection is muted
-                throttle = self.quota_apis.produce.record(ANONYMOUS, header.client_id or "", request_bytes,
+                throttle = self.quota_apis.produce.record(self._user(conn_id), header.client_id or "", request_bytes,
                                                           max(now_ms, self._clock_ms))
                 return [Send(conn_id, [self._encode_produce(header, shape, results, throttle)], throttle)]
 
@@ -469,7 +485,8 @@ class KafkaApis:
         max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), self.config["fetch.max.bytes"])
         if replica_id < 0 and self.quota_apis.fetch.enabled:
             # never more than the quota allows in its whole window (Kafka's maxQuotaWindowBytes)
-            max_bytes = int(min(max_bytes, self.quota_apis.fetch.max_window_bytes(ANONYMOUS, header.client_id or "")))
+            max_bytes = int(min(max_bytes, self.quota_apis.fetch.max_window_bytes(self._user(conn_id),
+                                                                                  header.client_id or "")))
         isolation = getattr(request, "isolation_level", 0)
         if header.api_version >= 13:
             return self._fetch_by_topic_id(conn_id, header, request, replica_id, max_wait_ms, min_bytes, max_bytes,
@@ -509,10 +526,11 @@ class KafkaApis:
             return None
         size = sum(len(entry["records"] or b"") for t in topics for entry in t["partitions"])
         client_id, when = header.client_id or "", max(now_ms, self._clock_ms)
-        throttle = quota.record(ANONYMOUS, client_id, size, when)
+        user = self._user(conn_id)
+        throttle = quota.record(user, client_id, size, when)
         if throttle <= 0:
             return None
-        quota.unrecord(ANONYMOUS, client_id, size, when)
+        quota.unrecord(user, client_id, size, when)
         if context.incremental:
             session_id = context.session_id
         else:               # a full fetch's new session is not kept: the client starts afresh, as Kafka's

@@ -212,9 +212,13 @@ class Broker:
         """Decode and answer one request frame of connection ``conn_id``."""
         return self.apis.handle_request(conn_id, frame, now_ms)
 
-    def connection_opened(self, conn_id: int, host: str) -> list:
-        """A client connected from ``host`` (its IP address, which ACLs may name)."""
-        self.authorizer.connection_opened(conn_id, host)
+    def connection_opened(self, conn_id: int, host: str, listener: str = "PLAINTEXT",
+                          principal: str = "User:ANONYMOUS") -> list:
+        """A client connected from ``host`` (its IP address, which ACLs may name) on ``listener``,
+        authenticated as ``principal`` (a SASL listener's connection reaches the core only once
+        authenticated)."""
+        protocol = next((l.protocol for l in getattr(self.config, "listeners", ()) if l.name == listener), "PLAINTEXT")
+        self.authorizer.connection_opened(conn_id, host, listener, principal, protocol)
         return []
 
     def connection_closed(self, conn_id: int) -> None:
@@ -300,13 +304,15 @@ class Broker:
         controller sees the change and sends every broker the new address (UpdateMetadata)."""
         adv = self.config.advertised
         path = znodes.BrokerIdZNode.path(self.broker_id)
-        data = znodes.BrokerIdZNode.encode(self.broker_id, adv.host, adv.port, self.config["broker.rack"], now_ms)
+        endpoints = self.config.registered_endpoints()
+        data = znodes.BrokerIdZNode.encode(self.broker_id, adv.host, adv.port, self.config["broker.rack"], now_ms,
+                                           endpoints=endpoints)
 
         def written(results: list, when_ms: int) -> list:
             error = results[0].error
             if error is ZkError.NONE:
-                return [LogLine("info", f"Updated broker {self.broker_id} at path {path} with addresses: "
-                                    f"{adv.name}://{adv.host}:{adv.port}")]
+                return [LogLine("info", f"Updated broker {self.broker_id} at path {path} with addresses: " +
+                                ",".join(f"{n}://{h}:{p}" for n, h, p, _ in endpoints))]
             return [LogLine("warning", f"Could not update broker {self.broker_id} at path {path}: {error.name}; "
                                    f"the new address is registered when the broker next registers")]
 

@@ -144,6 +144,9 @@ def _synonyms(config: BrokerConfig, name: str, names: tuple[str, ...]) -> list[d
 
 def _entry(name: str, value: str | None, synonyms: list[dict], read_only: bool, type_id: int, doc: str,
            include_synonyms: bool, include_docs: bool, sensitive: bool = False) -> dict:
+    if sensitive:                       # a password: no value anywhere, as Kafka
+        value = None
+        synonyms = [{**s, "value": None} for s in synonyms]
     source = synonyms[0]["source"] if synonyms else int(ConfigSource.DEFAULT_CONFIG)
     return {"name": name, "value": value, "read_only": read_only, "config_source": source,
             "is_default": source == ConfigSource.DEFAULT_CONFIG, "is_sensitive": sensitive,
@@ -195,7 +198,7 @@ def describe_broker(config: BrokerConfig, per_broker: bool, keys: Any, include_s
             synonyms = [s for s in synonyms if s["source"] == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
             value = config.dynamic_default[name]
         entries.append(_entry(name, value, synonyms, name not in DYNAMIC_BROKER_KEYS, spec.type_id, spec.doc,
-                              include_synonyms, include_docs))
+                              include_synonyms, include_docs, sensitive=spec.sensitive))
     return entries
 
 

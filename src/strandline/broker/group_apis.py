@@ -93,6 +93,15 @@ class GroupApis:
 
     # ------------------------------------------------------------------ FindCoordinator
 
+    def _coordinator_address(self, answer: dict, node: Any, conn_id: int) -> None:
+        """The coordinator's endpoint of the client's listener (COORDINATOR_NOT_AVAILABLE when it has
+        none, as Kafka)."""
+        address = node.endpoint(self.authorizer.listener(conn_id))
+        if address is None:
+            answer.update(error_code=ErrorCode.coordinator_not_available, node_id=-1, host="", port=-1)
+        else:
+            answer.update(node_id=node.id, host=address[0], port=address[1])
+
     def _find_coordinator(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
         version = header.api_version
         keys = list(request.coordinator_keys) if version >= 4 else [request.key]
@@ -112,6 +121,9 @@ class GroupApis:
                 if self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
                     answer, created = self.txn_apis.find_coordinator(key, now_ms)
                     effects += created
+                    node = self.metadata.brokers.get(answer.get("node_id", -1))
+                    if answer.get("error_code", ErrorCode.none) == ErrorCode.none and node is not None:
+                        self._coordinator_address(answer, node, conn_id)
                 else:
                     answer["error_code"] = ErrorCode.transactional_id_authorization_failed
             elif key_type != 0:
@@ -125,7 +137,7 @@ class GroupApis:
                 if node is None:
                     answer["error_code"] = ErrorCode.coordinator_not_available
                 else:
-                    answer.update(node_id=node.id, host=node.host, port=node.port)
+                    self._coordinator_address(answer, node, conn_id)
             answers.append(answer)
         if version >= 4:
             body = {"throttle_time": 0, "coordinators": answers}

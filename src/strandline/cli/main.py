@@ -38,14 +38,15 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from strandline.core.config import parse_override, BROKER_KEYS
+    from strandline.core.config import parse_override, BROKER_KEYS, listener_key
     from strandline.launch.up import run_up
 
     for item in args.override or []:
         key, _ = parse_override(item)
-        if key not in BROKER_KEYS:
+        per_listener = listener_key(key)
+        if key not in BROKER_KEYS and per_listener is None:
             raise ConfigError(f"Unknown configuration key {key!r}")
-        BROKER_KEYS[key].parse(_)
+        (BROKER_KEYS[key] if per_listener is None else per_listener[2]).parse(_)
     if args.brokers < 1:
         raise ConfigError("--brokers must be at least 1")
     racks = args.racks.split(",") if args.racks is not None else None

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from strandline.core.config import SECURITY_PROTOCOL_IDS
 from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.controller.context import Awaiting, ControllerContext
@@ -126,8 +127,10 @@ class ControllerChannel:
 
     @staticmethod
     def _live_brokers(ctx: ControllerContext) -> list[dict[str, Any]]:
-        return [{"id": b.id, "endpoints": [{"port": b.port, "host": b.host, "listener": "PLAINTEXT",
-                                            "security_protocol": 0}], "rack": b.rack}
+        return [{"id": b.id, "endpoints": [
+                    {"port": port, "host": host, "listener": name, "security_protocol": SECURITY_PROTOCOL_IDS[proto]}
+                    for name, host, port, proto in (b.endpoints or (("PLAINTEXT", b.host, b.port, "PLAINTEXT"),))],
+                 "rack": b.rack}
                 for b in ctx.live_brokers.values()]
 
     # ------------------------------------------------------------------ sending

@@ -99,6 +99,20 @@ def _super_users(key: str, raw: str, text: str) -> None:
                               f"such as User:admin (principals are separated by ;)")
 
 
+#: Kafka's security protocols, by their id in UpdateMetadata's endpoints
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+_LISTENER_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def _protocol_map(key: str, raw: str, items: list[str]) -> None:
+    for item in items:
+        name, sep, protocol = item.partition(":")
+        if not sep or not _LISTENER_NAME.match(name.strip()) or protocol.strip().upper() not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {item!r} is not NAME:PROTOCOL with "
+                              f"a protocol among {', '.join(SECURITY_PROTOCOLS)}")
+
+
 def _parse_bool(key: str, raw: str) -> bool:
     text = str(raw).strip().lower()
     if text in ("true", "false"):
@@ -109,7 +123,7 @@ def _parse_bool(key: str, raw: str) -> bool:
 @dataclass(frozen=True)
 class Key:
     name: str
-    kind: str  # "int", "long", "double", "bool", "string", "list", "choice"
+    kind: str  # "int", "long", "double", "bool", "string", "password", "list", "choice"
     default: Any
     lo: float | None = None
     hi: float | None = None
@@ -148,10 +162,16 @@ class Key:
         return text
 
     @property
+    def sensitive(self) -> bool:
+        """A password: DescribeConfigs shows no value (Kafka's PASSWORD type)."""
+        return self.kind == "password"
+
+    @property
     def type_id(self) -> int:
         """Kafka's DescribeConfigs config type (KIP-569): BOOLEAN 1, STRING 2, INT 3, LONG 5,
-        DOUBLE 6, LIST 7."""
-        return {"bool": 1, "string": 2, "choice": 2, "int": 3, "long": 5, "double": 6, "list": 7}[self.kind]
+        DOUBLE 6, LIST 7, PASSWORD 9."""
+        return {"bool": 1, "string": 2, "choice": 2, "int": 3, "long": 5, "double": 6, "list": 7,
+                "password": 9}[self.kind]
 
 
 def config_text(value: Any) -> str | None:
@@ -176,10 +196,24 @@ def _keys(*keys: Key) -> dict[str, Key]:
 BROKER_KEYS: dict[str, Key] = _keys(
     Key("broker.id", "int", -1, lo=-1, doc="The broker id; required, unique per cluster."),
     Key("broker.rack", "string", None),
-    Key("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"]),
-    Key("advertised.listeners", "list", None),
-    Key("security.inter.broker.protocol", "choice", "PLAINTEXT", choices=("PLAINTEXT",),
-        doc="Brokers speak PLAINTEXT to each other: Strandline has no SSL or SASL listeners."),
+    Key("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"],
+        doc="The listeners, NAME://host:port separated by commas, each with its own server socket; "
+            "the name's security protocol comes from listener.security.protocol.map. Port 0: any free "
+            "port (registered as bound)."),
+    Key("advertised.listeners", "list", None,
+        doc="The listeners registered in ZooKeeper for clients and brokers (default: listeners); "
+            "each name must be one of listeners'."),
+    Key("listener.security.protocol.map", "list",
+        ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
+        validator=_protocol_map,
+        doc="Listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), NAME:PROTOCOL "
+            "separated by commas."),
+    Key("inter.broker.listener.name", "string", None,
+        doc="The listener brokers connect to each other on; unset: the listener of "
+            "security.inter.broker.protocol. Only one of the two may be set."),
+    Key("security.inter.broker.protocol", "choice", "PLAINTEXT", choices=SECURITY_PROTOCOLS,
+        doc="The security protocol brokers connect to each other with (its listener's name is the "
+            "protocol's) when inter.broker.listener.name is unset."),
     Key("authorizer.class.name", "string", "", validator=_authorizer,
         doc="kafka.security.authorizer.AclAuthorizer turns on ACLs (kept in ZooKeeper); empty: none."),
     Key("allow.everyone.if.no.acl.found", "bool", False,
@@ -310,6 +344,99 @@ BROKER_KEYS.update(_keys(
     Key("max.connection.creation.rate", "int", INT_MAX, lo=0),
 ))
 
+SSL_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
+STORE_TYPES = ("JKS", "PKCS12", "PEM")
+
+#: The security keys: each may also be given for one listener as ``listener.name.<name>.<key>``
+#: (the name in lower case, as Kafka), which then wins for that listener; the SASL JAAS config also as
+#: ``listener.name.<name>.<mechanism>.sasl.jaas.config`` (the mechanism in lower case).
+SECURITY_KEYS: dict[str, Key] = _keys(
+    Key("ssl.protocol", "string", "TLSv1.3",
+        doc="The TLS protocol of the broker's own client connections to other brokers (the enabled "
+            "protocols bound what is negotiated)."),
+    Key("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"], choices=SSL_PROTOCOLS,
+        doc="The TLS versions a listener (and the broker's own client side) accepts."),
+    Key("ssl.cipher.suites", "list", [],
+        doc="The cipher suites of TLS 1.2 (OpenSSL or IANA names, as Python's ssl takes them); empty: "
+            "the library's defaults. TLS 1.3 suites are always the library's."),
+    Key("ssl.keystore.type", "choice", "JKS", choices=STORE_TYPES,
+        doc="PEM (KIP-651: a PEM file with the key and certificate chain, or ssl.keystore.key and "
+            "ssl.keystore.certificate.chain inline) or PKCS12; JKS is Java's own and not read here."),
+    Key("ssl.keystore.location", "string", None, doc="The key store file (PEM or PKCS12)."),
+    Key("ssl.keystore.password", "password", None, doc="The PKCS12 key store's password."),
+    Key("ssl.key.password", "password", None, doc="The password of the private key (an encrypted PEM key)."),
+    Key("ssl.keystore.certificate.chain", "password", None,
+        doc="With ssl.keystore.type=PEM: the certificate chain in PEM, inline."),
+    Key("ssl.keystore.key", "password", None, doc="With ssl.keystore.type=PEM: the private key in PEM, inline."),
+    Key("ssl.truststore.type", "choice", "JKS", choices=STORE_TYPES,
+        doc="PEM (certificates in a file or ssl.truststore.certificates inline) or PKCS12."),
+    Key("ssl.truststore.location", "string", None, doc="The trust store file (PEM or PKCS12)."),
+    Key("ssl.truststore.password", "password", None, doc="The PKCS12 trust store's password."),
+    Key("ssl.truststore.certificates", "password", None,
+        doc="With ssl.truststore.type=PEM: the trusted certificates in PEM, inline."),
+    Key("ssl.client.auth", "choice", "none", choices=("required", "requested", "none"),
+        doc="Whether an SSL listener asks clients for a certificate (signed by the trust store's CAs): "
+            "required refuses a client without one, requested takes one when given. SASL_SSL listeners "
+            "take no certificate for the principal (SASL names it)."),
+    Key("ssl.endpoint.identification.algorithm", "string", "https",
+        doc="https: the broker's client side checks that another broker's certificate names its host; "
+            "empty: no check."),
+    Key("ssl.principal.mapping.rules", "string", "DEFAULT",
+        doc="Rules mapping a client certificate's distinguished name to the principal's name (KIP-371); "
+            "DEFAULT: the whole DN (RFC 2253), as User:CN=...,O=..."),
+    Key("sasl.enabled.mechanisms", "list", ["GSSAPI"],
+        doc="The SASL mechanisms a SASL listener offers (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, "
+            "as they are available)."),
+    Key("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI",
+        doc="The SASL mechanism brokers authenticate to each other with on a SASL inter-broker listener."),
+    Key("sasl.jaas.config", "password", None,
+        doc="The JAAS login module configuration: for PLAIN, org.apache.kafka.common.security.plain."
+            "PlainLoginModule required username=\"..\" password=\"..\" user_<name>=\"<password>\" ...; "
+            "username/password are the broker's own for inter-broker connections."),
+    Key("sasl.server.max.receive.size", "int", 524288, lo=1,
+        doc="The largest frame a SASL listener takes before the connection has authenticated; a larger "
+            "one closes the connection."),
+    Key("connection.failed.authentication.delay.ms", "int", 100, lo=0,
+        doc="How long a connection whose authentication failed waits before its answer is sent and it "
+            "closes (a client retrying a wrong password is slowed down)."),
+    Key("connections.max.reauth.ms", "long", 0, lo=0,
+        doc="KIP-368: the longest a SASL session lasts before the client must authenticate again "
+            "(0: for ever); a request after it closes the connection."),
+    Key("sasl.server.callback.handler.class", "string", None,
+        doc="OAUTHBEARER's token validator: org.apache.kafka.common.security.oauthbearer."
+            "OAuthBearerValidatorCallbackHandler (signed tokens, KIP-768) or, by default, the unsecured one "
+            "(KIP-255, for development)."),
+    Key("sasl.oauthbearer.jwks.endpoint.url", "string", None,
+        doc="KIP-768: the JWKS whose keys sign the tokens, as a file: URL (read at each authentication)."),
+    Key("sasl.oauthbearer.expected.audience", "list", [],
+        doc="KIP-768: a token's aud must name one of these (none: not checked)."),
+    Key("sasl.oauthbearer.expected.issuer", "string", None, doc="KIP-768: a token's iss must be this (unset: not checked)."),
+    Key("sasl.oauthbearer.sub.claim.name", "string", "sub", doc="KIP-768: the claim naming the principal."),
+    Key("sasl.oauthbearer.scope.claim.name", "string", "scope", doc="KIP-768: the claim holding the scopes."),
+    Key("sasl.oauthbearer.clock.skew.seconds", "int", 30, lo=0,
+        doc="KIP-768: the clock difference allowed when checking a token's exp, iat and nbf."),
+)
+BROKER_KEYS.update(SECURITY_KEYS)
+_PER_LISTENER = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
+_MECHANISM_KEY = re.compile(r"^([a-z0-9-]+)\.(sasl\.jaas\.config)$")
+
+
+def listener_key(key: str) -> tuple[str, str, Key] | None:
+    """``listener.name.<name>.<key>`` -> (listener name in upper case, the key as stored, its Key);
+    the key may be ``<mechanism>.sasl.jaas.config``. None: not a per-listener key."""
+    match = _PER_LISTENER.match(key)
+    if match is None:
+        return None
+    name, rest = match.group(1).upper(), match.group(2)
+    spec = SECURITY_KEYS.get(rest)
+    if spec is None:
+        mech = _MECHANISM_KEY.match(rest)
+        if mech is None:
+            return None
+        spec = SECURITY_KEYS["sasl.jaas.config"]
+    return name, rest, spec
+
+
 #: Broker keys an AlterConfigs may change while the brokers run (Kafka 2.8's
 #: DynamicBrokerConfig.AllDynamicConfigs, less the listener and SSL/SASL keys Strandline has no
 #: use for); the others are read-only.
@@ -412,20 +539,64 @@ def parse_override(text: str, option: str = "--override") -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Listener:
+    """A listener (or advertised listener): its name, where it listens, its security protocol."""
+
     name: str
     host: str
     port: int
+    protocol: str = "PLAINTEXT"
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
 
-def parse_listener(key: str, text: str) -> Listener:
+def parse_listener(key: str, text: str, protocols: Mapping[str, str] | None = None) -> Listener:
+    """``NAME://host:port`` -> a Listener; its protocol from ``protocols`` (the listener security
+    protocol map), which must name it."""
+    protocols = protocols if protocols is not None else protocol_map(BROKER_KEYS["listener.security.protocol.map"]
+                                                                    .default)
     name, sep, rest = text.partition("://")
     if not sep or ":" not in rest:
         raise ConfigError(f"Invalid value {text!r} for configuration {key}: expected NAME://host:port")
     host, _, port = rest.rpartition(":")
-    if name.upper() != "PLAINTEXT":
-        raise ConfigError(f"Invalid value {text!r} for configuration {key}: only PLAINTEXT listeners are supported")
+    name = name.strip().upper()
+    if not _LISTENER_NAME.match(name):
+        raise ConfigError(f"Invalid value {text!r} for configuration {key}: {name!r} is not a listener name "
+                          f"(letters, digits and _)")
+    protocol = protocols.get(name)
+    if protocol is None:
+        raise ConfigError(f"Invalid value {text!r} for configuration {key}: no security protocol defined for "
+                          f"listener {name} (listener.security.protocol.map)")
     host = host.strip("[]") or "0.0.0.0"
-    return Listener(name.upper(), host, _parse_int(key, port, 0, 65535))
+    return Listener(name, host, _parse_int(key, port, 0, 65535), protocol)
+
+
+def protocol_map(items: list[str]) -> dict[str, str]:
+    """``listener.security.protocol.map``'s items -> {listener name: protocol}."""
+    result: dict[str, str] = {}
+    for item in items:
+        name, _, protocol = item.partition(":")
+        result[name.strip().upper()] = protocol.strip().upper()
+    return result
+
+
+def _unique(key: str, listeners: list[Listener], ports: bool) -> None:
+    names = [l.name for l in listeners]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ConfigError(f"Invalid value for configuration {key}: each listener must have a different name, "
+                          f"{dup[0]} is listed twice")
+    if ports:
+        taken = [l.port for l in listeners if l.port]
+        dup_ports = sorted({p for p in taken if taken.count(p) > 1})
+        if dup_ports:
+            raise ConfigError(f"Invalid value for configuration {key}: each listener must have a different port, "
+                              f"{dup_ports[0]} is listed twice")
 
 
 @dataclass(frozen=True)
@@ -439,6 +610,8 @@ class BrokerConfig:
     #: see :mod:`strandline.broker.dynamic_config`.
     dynamic_default: dict[str, str] = field(default_factory=dict)
     dynamic_broker: dict[str, str] = field(default_factory=dict)
+    #: The ports the listeners configured with port 0 listen on (by listener name).
+    bound_ports: dict[str, int] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -449,6 +622,8 @@ class BrokerConfig:
         for key, raw in props.items():
             spec = BROKER_KEYS.get(key)
             if spec is None:
+                if key.startswith("listener.name."):
+                    continue                    # below, once the listeners are known
                 raise ConfigError(f"Unknown configuration key {key!r}")
             values[key] = spec.parse(raw)
         for key, spec in BROKER_KEYS.items():
@@ -475,16 +650,40 @@ class BrokerConfig:
             raise ConfigError("Missing required configuration broker.id (a non-negative integer)")
         if require_zookeeper and not values["zookeeper.connect"]:
             raise ConfigError("Missing required configuration zookeeper.connect (host:port[,host:port...])")
-        listeners = [parse_listener("listeners", text) for text in values["listeners"]]
+        protocols = protocol_map(values["listener.security.protocol.map"])
+        listeners = [parse_listener("listeners", text, protocols) for text in values["listeners"]]
         if not listeners:
             raise ConfigError("Invalid value for configuration listeners: at least one listener is required")
+        _unique("listeners", listeners, ports=True)
         values["listeners"] = listeners
         if values["advertised.listeners"]:
-            values["advertised.listeners"] = [
-                parse_listener("advertised.listeners", text) for text in values["advertised.listeners"]
-            ]
+            advertised = [parse_listener("advertised.listeners", text, protocols)
+                          for text in values["advertised.listeners"]]
+            _unique("advertised.listeners", advertised, ports=False)
+            names = {l.name for l in listeners}
+            stray = [l.name for l in advertised if l.name not in names]
+            if stray:
+                raise ConfigError(f"Invalid value for configuration advertised.listeners: {stray[0]} is not one of "
+                                  f"the listeners' names ({', '.join(sorted(names))})")
+            values["advertised.listeners"] = advertised
         else:
             values["advertised.listeners"] = listeners
+        if "inter.broker.listener.name" in props and "security.inter.broker.protocol" in props:
+            raise ConfigError("Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                              "should be set.")
+        if values["inter.broker.listener.name"]:
+            values["inter.broker.listener.name"] = values["inter.broker.listener.name"].strip().upper()
+        inter = values["inter.broker.listener.name"] or values["security.inter.broker.protocol"]
+        if inter not in {l.name for l in values["advertised.listeners"]}:
+            raise ConfigError(f"Invalid value {inter!r} for configuration inter.broker.listener.name: it must be a "
+                              f"listener name defined in advertised.listeners (its security protocol: "
+                              f"security.inter.broker.protocol)")
+        for key, raw in props.items():
+            if key.startswith("listener.name."):
+                found = listener_key(key)
+                if found is None:
+                    raise ConfigError(f"Unknown configuration key {key!r}")
+                values[key] = found[2].parse(raw)
         if values["replica.fetch.wait.max.ms"] > values["replica.lag.time.max.ms"]:
             raise ConfigError(
                 "Invalid value for configuration replica.fetch.wait.max.ms: must be at most replica.lag.time.max.ms"
@@ -504,11 +703,52 @@ class BrokerConfig:
         return listener
 
     @property
+    def listeners(self) -> list[Listener]:
+        listeners: list[Listener] = self.values["listeners"]
+        return listeners
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The name of the listener brokers connect to each other on."""
+        name: str = self.values["inter.broker.listener.name"] or self.values["security.inter.broker.protocol"]
+        return name
+
+    @property
+    def advertised_listeners(self) -> list[Listener]:
+        """Every advertised listener, a wildcard host as 127.0.0.1 and port 0 as bound (once
+        :meth:`bound` has said)."""
+        bound = self.bound_ports
+        result = []
+        for adv in self.values["advertised.listeners"]:
+            host = "127.0.0.1" if adv.host in ("0.0.0.0", "::", "") else adv.host
+            port = adv.port or bound.get(adv.name, 0)
+            result.append(Listener(adv.name, host, port, adv.protocol))
+        return result
+
+    @property
     def advertised(self) -> Listener:
-        adv: Listener = self.values["advertised.listeners"][0]
-        if adv.host in ("0.0.0.0", "::", ""):
-            return Listener(adv.name, "127.0.0.1", adv.port)
-        return adv
+        """The inter-broker listener's advertised endpoint (the first advertised listener's when
+        another name is set)."""
+        listeners = self.advertised_listeners
+        return next((l for l in listeners if l.name == self.inter_broker_listener), listeners[0])
+
+    def registered_endpoints(self) -> list[tuple[str, str, int, str]]:
+        """(listener, host, port, protocol) of every advertised listener: what the broker registers."""
+        return [(l.name, l.host, l.port, l.protocol) for l in self.advertised_listeners]
+
+    def bound(self, name: str, port: int) -> None:
+        """Listener ``name`` (configured with port 0) listens on ``port``: advertise that."""
+        self.bound_ports[name] = port
+
+    def listener_config(self, name: str) -> dict[str, Any]:
+        """The security keys of listener ``name``: ``listener.name.<name>.<key>`` over ``<key>``;
+        a mechanism's JAAS config as ``<mechanism>.sasl.jaas.config`` (lower case)."""
+        prefix = f"listener.name.{name.lower()}."
+        result = {key: self.values[key] for key in SECURITY_KEYS}
+        for key, value in self.values.items():
+            if key.startswith(prefix):
+                result[key[len(prefix):]] = value
+        return result
 
     @property
     def metrics_port(self) -> int | None:

@@ -89,10 +89,17 @@ class Outbox:
         answer came within the channel's request timeout."""
         if broker is None:
             return callback(None, now_ms)
+        host, port = broker.host, broker.port
+        endpoint = getattr(broker, "endpoint", None)
+        if endpoint is not None:            # the other broker's endpoint of the inter-broker listener
+            address = endpoint(getattr(self.config, "inter_broker_listener", None))
+            if address is None:
+                return callback(None, now_ms)
+            host, port = address
         token = self.new_token()
         self._broker_callbacks[token] = callback
         timeout_ms = self.config[TIMEOUT_KEYS.get(channel, "request.timeout.ms")]
-        return [BrokerSend(token, broker.id, broker.host, broker.port, channel, frame_for(token), timeout_ms)]
+        return [BrokerSend(token, broker.id, host, port, channel, frame_for(token), timeout_ms)]
 
     def on_broker_response(self, token: int, frame: bytes | None, now_ms: int) -> list[Effect]:
         callback = self._broker_callbacks.pop(token, None)

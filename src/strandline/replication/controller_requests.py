@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from strandline.core.config import SECURITY_PROTOCOLS
 from strandline.core.effects import Effect, LogLine
 from strandline.coordination import znodes
 from strandline.core.outbox import Outbox
@@ -25,6 +26,9 @@ from strandline.replication.partition import Partition
 from strandline.replication.topic_stats import BrokerTopicStats
 from strandline.replication.topic_ids import leader_and_isr_answer, other_topic, stale_log
 from strandline.replication.truncation import legacy_truncation_offset
+
+#: UpdateMetadata's security protocol ids
+PROTOCOL_NAMES = dict(enumerate(SECURITY_PROTOCOLS))
 
 LEADER_DURING_DELETE = -2       # UpdateMetadata's leader for a partition being deleted (Kafka)
 TOPIC_READ_RETRY_MS = 500       # read an unknown topic again while ZooKeeper cannot answer
@@ -348,8 +352,10 @@ class ControllerRequests:
         md = self.metadata
         brokers: dict[int, BrokerInfo] = {}
         for b in body["live_brokers"]:
-            ep: dict[str, Any] = b["endpoints"][0] if b["endpoints"] else {"host": "", "port": -1}
-            brokers[b["id"]] = BrokerInfo(b["id"], ep["host"], ep["port"], b["rack"])
+            brokers[b["id"]] = BrokerInfo.of(b["id"], [
+                (ep.get("listener") or PROTOCOL_NAMES.get(ep.get("security_protocol", 0), "PLAINTEXT"), ep["host"],
+                 ep["port"], PROTOCOL_NAMES.get(ep.get("security_protocol", 0), "PLAINTEXT"))
+                for ep in b["endpoints"]], b["rack"])
         md.brokers = brokers
         effects: list[Effect] = []
         for ts in body["topic_states"]:

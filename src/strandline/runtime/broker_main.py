@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import gc
+import json
 import logging
 import os
 import random
 import signal
 import sys
 import threading
+from pathlib import Path
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -29,7 +31,12 @@ from strandline.log.manager import LogManager
 from strandline.runtime.disk import DirectoryLock, OsDisk
 from strandline.runtime.monitoring import Monitoring
 from strandline.runtime.loggers import current_loggers, install_repeat_limiter, register_level_names
-from strandline.runtime.server import BrokerShell, Stopper, describe, now_ms
+from strandline.runtime.server import BrokerShell, ListenerSpec, Stopper, describe, now_ms
+from strandline.runtime import tls
+from strandline.runtime.channels import ClientSecurity
+from strandline.broker.quotas import sanitize
+from strandline.security.authenticator import SaslAuthenticator
+from strandline.security.sasl import MECHANISMS, SaslContext, jaas_options, load_mechanisms, plain_client_token
 from strandline.runtime.zk import KazooStore
 
 log = logging.getLogger("strandline.broker")
@@ -216,6 +223,104 @@ def watch_session(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
     store.add_listener(from_kazoo(loop, shell, what, on_state))
 
 
+def listener_specs(config: BrokerConfig, store: KazooStore) -> list[ListenerSpec]:
+    """How each listener is served: TLS contexts and SASL authenticators from its configuration.
+    A listener that cannot be served (no key store, no SASL mechanism) stops start-up with one
+    line naming it."""
+    specs = []
+    load_mechanisms()
+    for listener in config.listeners:
+        conf = config.listener_config(listener.name)
+        ctx = tls.server_context(conf, listener.name, listener.protocol) if listener.uses_ssl else None
+        factory = None
+        if listener.uses_sasl:
+            enabled = list(conf["sasl.enabled.mechanisms"])
+            served = [m for m in enabled if m in MECHANISMS]
+            if not served:
+                raise StrandlineError(f"listener {listener.name} ({listener.protocol}): none of its "
+                                      f"sasl.enabled.mechanisms ({', '.join(enabled) or 'none'}) is available; "
+                                      f"available: {', '.join(MECHANISMS)}")
+            for mechanism in enabled:
+                if mechanism not in MECHANISMS:
+                    log.warning("Listener %s: SASL mechanism %s is not available; offering %s", listener.name,
+                                mechanism, ", ".join(served))
+            for mechanism in served:
+                try:
+                    jaas_options(SaslContext(listener.name, conf), mechanism)
+                except ValueError as exc:
+                    raise StrandlineError(f"listener {listener.name}: {exc}") from None
+            if "OAUTHBEARER" in served:
+                _load_jwks(listener.name, conf)
+            factory = _authenticator_factory(listener.name, conf, served, store)
+        specs.append(ListenerSpec(listener, ctx, factory, conf["ssl.principal.mapping.rules"],
+                                  config["connection.failed.authentication.delay.ms"],
+                                  conf["sasl.server.max.receive.size"]))
+    return specs
+
+
+def _load_jwks(name: str, conf: dict) -> None:
+    """OAUTHBEARER with signed tokens (KIP-768): the JWKS of ``sasl.oauthbearer.jwks.endpoint.url``
+    (a file: URL) is read here, at each authentication, so that a rotated key set is used; the
+    listener's validator is checked now, so that a configuration that cannot work stops the start."""
+    from strandline.security import oauthbearer
+
+    url = conf.get(oauthbearer.JWKS_ENDPOINT_URL)
+    try:
+        if url:
+            path = Path(oauthbearer.jwks_file_path(url))
+            if not path.is_file():
+                raise oauthbearer.ConfigError(f"{oauthbearer.JWKS_ENDPOINT_URL}={url!r}: no such file")
+            conf[oauthbearer.JWKS] = lambda: path.read_text()
+        oauthbearer.validator(oauthbearer.listener_validation_config(SaslContext(name, conf)))
+    except oauthbearer.ConfigError as exc:
+        raise StrandlineError(f"listener {name}: {exc}") from None
+
+
+def _authenticator_factory(name: str, conf: dict, mechanisms: list[str], store: KazooStore) -> Callable:
+    def scram_credential(user: str, mechanism: str) -> str | None:
+        """The user's stored SCRAM credential (``/config/users/<user>``), read from ZooKeeper."""
+        [res] = store.execute([GetData(f"/config/users/{sanitize(user)}")])
+        if res.error is not ZkError.NONE or not res.data:
+            return None
+        try:
+            config = json.loads(res.data).get("config") or {}
+        except ValueError:
+            return None
+        value = config.get(mechanism)
+        return value if isinstance(value, str) else None
+
+    def context(now: int) -> SaslContext:
+        return SaslContext(name, conf, scram_credential, now)
+
+    max_reauth_ms = conf["connections.max.reauth.ms"]
+    return lambda: SaslAuthenticator(mechanisms, context, max_reauth_ms)
+
+
+def inter_broker_security(config: BrokerConfig) -> ClientSecurity | None:
+    """How this broker connects to the others' inter-broker listener: TLS with the listener's
+    trust store (the host name checked with ``ssl.endpoint.identification.algorithm=https``), SASL
+    with ``sasl.mechanism.inter.broker.protocol`` and the JAAS config's username and password."""
+    name = config.inter_broker_listener
+    listener = next(l for l in config.advertised_listeners if l.name == name)
+    if listener.protocol == "PLAINTEXT":
+        return None
+    conf = config.listener_config(name)
+    ctx = tls.client_context(conf, name) if listener.uses_ssl else None
+    sasl = None
+    if listener.uses_sasl:
+        mechanism = conf["sasl.mechanism.inter.broker.protocol"]
+        if mechanism != "PLAIN":
+            raise StrandlineError(f"sasl.mechanism.inter.broker.protocol {mechanism}: brokers authenticate to each "
+                                  f"other with PLAIN")
+        options = jaas_options(SaslContext(name, conf), mechanism)
+        if "username" not in options or "password" not in options:
+            raise StrandlineError(f"listener {name}: the {mechanism} JAAS config (listener.name.{name.lower()}."
+                                  f"{mechanism.lower()}.sasl.jaas.config or sasl.jaas.config) needs the broker's "
+                                  f"own username and password")
+        sasl = (mechanism, plain_client_token(options["username"], options["password"]))
+    return ClientSecurity(ctx, sasl)
+
+
 def lock_log_dirs(log_dirs: list[str]) -> list[DirectoryLock]:
     """Lock every log dir as Kafka does: two brokers never share one."""
     locks: list[DirectoryLock] = []
@@ -281,15 +386,21 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     if broker.authorizer.enabled:       # every ACL is known before the first client is served
         await asyncio.to_thread(store.ensure_paths, acl_znodes.ACL_PATHS)
         broker.authorizer.load(await asyncio.to_thread(read_acls, store, log.warning))
-    adv = config.advertised
-    me = BrokerInfo(broker_id, adv.host, adv.port, v["broker.rack"])
-    brokers[broker_id] = me
     monitoring = running.monitoring = Monitoring(broker) if config.metrics_port else None
     if monitoring is None:
         v["metrics.port"] = 0     # what DescribeConfigs reports: no endpoint
-    shell = running.shell = BrokerShell(broker, store, v["socket.request.max.bytes"], stopper, monitoring)
+    specs = listener_specs(config, store)
+    shell = running.shell = BrokerShell(broker, store, v["socket.request.max.bytes"], stopper, monitoring,
+                                        inter_broker_security(config))
     freeze_start_up_objects()           # its one full collection before anyone is served
-    await shell.listen(config.listener.host, config.listener.port)
+    for spec in specs:
+        port = await shell.listen(spec.listener.host, spec.listener.port, spec)
+        if spec.listener.port == 0:
+            config.bound(spec.listener.name, port)
+    adv = config.advertised
+    endpoints = config.registered_endpoints()
+    me = BrokerInfo.of(broker_id, endpoints, v["broker.rack"])
+    brokers[broker_id] = me
     if monitoring is not None:
         try:
             await monitoring.start(config.listener.host, config.metrics_port, v["metrics.port"] == -1)
@@ -299,7 +410,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
                                   f"{exc.strerror or exc}") from None
     wait_s = v["zookeeper.session.timeout.ms"] / 1000.0 + 5.0
     broker.on_registered(await asyncio.to_thread(store.register_broker, broker_id, adv.host, adv.port,
-                                                 v["broker.rack"], wait_s))
+                                                 v["broker.rack"], wait_s, endpoints))
     controller_id, controller_epoch, epoch_version = await asyncio.to_thread(elect_controller, store, broker_id)
     shell.run("loading the cluster", lambda: broker.load_metadata(
         cluster_id, brokers, topics, controller_id, controller_epoch, now_ms(), epoch_version))
@@ -314,16 +425,18 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     await asyncio.to_thread(watch_controller, store, loop, shell)
     def register_again() -> None:       # on kazoo's new session, from a worker thread
         now = config.advertised             # a dynamic advertised.listeners may have changed it
-        epoch = store.register_broker(broker_id, now.host, now.port, v["broker.rack"], wait_s)
+        epoch = store.register_broker(broker_id, now.host, now.port, v["broker.rack"], wait_s,
+                                      config.registered_endpoints())
         to_loop(loop, shell.run, "registering the broker again", lambda: broker.on_registered(epoch, now_ms()))
 
     watch_session(store, loop, shell, register_again)
     running.started = True
     if stopper.failure is None:
-        log.info("Broker %d serving on %s:%d (controller %d, epoch %d)", broker_id, adv.host, adv.port,
-                 controller_id, controller_epoch)
+        log.info("Broker %d serving on %s (controller %d, epoch %d)", broker_id,
+                 ", ".join(f"{n}://{h}:{p}" for n, h, p, _ in endpoints), controller_id, controller_epoch)
         metrics = f" metrics=http://{adv.host}:{monitoring.address[1]}" if monitoring is not None else ""
-        print(f"{READY_PREFIX} id={broker_id} listener={adv.host}:{adv.port}{metrics}", flush=True)
+        others = "".join(f" {n.lower()}={h}:{p}" for n, h, p, _ in endpoints if n != adv.name)
+        print(f"{READY_PREFIX} id={broker_id} listener={adv.host}:{adv.port}{metrics}{others}", flush=True)
 
 
 async def serve(config: BrokerConfig) -> int:

@@ -1,6 +1,9 @@
 """Outgoing connections from this broker to the others (controller requests, replica fetching).
 
-One TCP connection per ``(broker, channel)``, opened on first use. Requests go out in order and
+One TCP connection per ``(broker, channel)``, opened on first use, to the other broker's
+inter-broker listener: over TLS and authenticated with SASL PLAIN first when that listener asks for
+it (:class:`ClientSecurity`; an authentication that fails fails the connection, and its requests
+are answered with None like any other failure). Requests go out in order and
 answers come back in order; each answer is matched to its request by correlation id and handed
 to the core. When a connection fails, or a request gets no answer within its timeout (a peer that
 is cut off or frozen), the connection is closed, every request still waiting on it is answered
@@ -13,16 +16,35 @@ import asyncio
 import collections
 import logging
 import socket
+import ssl
+from dataclasses import dataclass
 from typing import Callable
+
+from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import BrokerSend
 from strandline.protocol.frames import FrameDecoder, ProtocolError
+from strandline.protocol import api
+from strandline.protocol.api import ApiKey
 from strandline.runtime.framed import FramedProtocol
 
 log = logging.getLogger("strandline.broker")
 
 MAX_RESPONSE_BYTES = 1 << 30
 CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """TLS (a client context) and SASL (mechanism, its one client token: PLAIN) of the broker's
+    connections to other brokers."""
+
+    ssl_context: ssl.SSLContext | None = None
+    sasl: tuple[str, bytes] | None = None
+
+
+#: correlation ids of the SASL requests (the core's tokens are positive)
+_HANDSHAKE_ID, _AUTHENTICATE_ID = -1, -2
 
 
 class _Channel(FramedProtocol):
@@ -36,15 +58,52 @@ class _Channel(FramedProtocol):
         self.backlog: list[bytes] = []
         self.closed = False
         self.timer: asyncio.TimerHandle | None = None
+        self.authenticated = channels.security is None or channels.security.sasl is None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not self.authenticated:
+            assert self.channels.security is not None and self.channels.security.sasl is not None
+            transport.write(_framed(api.encode_request(ApiKey.SASL_HANDSHAKE, 1, _HANDSHAKE_ID, "strandline-broker",
+                                                       {"mechanism": self.channels.security.sasl[0]})))
+            self.pending_transport = transport
+            return
+        self._ready(transport)
+
+    def _ready(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
         for data in self.backlog:
             self.transport.write(data)
         self.backlog.clear()
+
+    def _sasl_answer(self, frame: bytes) -> None:
+        """The answers to SaslHandshake and SaslAuthenticate, before any request of the core."""
+        security = self.channels.security
+        assert security is not None and security.sasl is not None
+        token = int.from_bytes(frame[:4], "big", signed=True)
+        try:
+            if token == _HANDSHAKE_ID:
+                answer = api.decode_response(ApiKey.SASL_HANDSHAKE, 1, frame)
+                if answer.error_code != ErrorCode.none:
+                    self.fail(f"SASL handshake refused ({answer.error_code.name}): the broker offers "
+                              f"{', '.join(answer.mechanisms)}")
+                    return
+                self.pending_transport.write(_framed(api.encode_request(
+                    ApiKey.SASL_AUTHENTICATE, 2, _AUTHENTICATE_ID, "strandline-broker",
+                    {"auth_bytes": security.sasl[1]})))
+            elif token == _AUTHENTICATE_ID:
+                answer = api.decode_response(ApiKey.SASL_AUTHENTICATE, 2, frame)
+                if answer.error_code != ErrorCode.none:
+                    self.fail(f"SASL authentication failed ({answer.error_code.name}): {answer.error_message}")
+                    return
+                self.authenticated = True
+                self._ready(self.pending_transport)
+            else:
+                self.fail(f"unexpected correlation id {token} during SASL authentication")
+        except Exception as exc:            # an answer that cannot be read: this connection fails
+            self.fail(f"malformed SASL answer: {exc}")
 
     def send(self, token: int, frame: bytes, timeout_ms: int) -> None:
         loop = self.channels.loop
@@ -62,6 +121,11 @@ class _Channel(FramedProtocol):
 
     def frames_received(self, frames: list[bytes]) -> None:
         for frame in frames:
+            if not self.authenticated:
+                self._sasl_answer(frame)
+                if self.closed:
+                    return
+                continue
             token = int.from_bytes(frame[:4], "big", signed=True)
             if token not in self.waiting:
                 self.fail(f"unexpected correlation id {token}")
@@ -91,17 +155,23 @@ class _Channel(FramedProtocol):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        if self.transport is not None:
-            self.transport.close()
+        transport = self.transport or getattr(self, "pending_transport", None)
+        if transport is not None:
+            transport.close()
         self.channels.lost(self, reason)
+
+
+def _framed(frame: bytes) -> bytes:
+    return len(frame).to_bytes(4, "big") + frame
 
 
 class BrokerChannels:
     """Carries out :class:`BrokerSend` effects; answers go to ``deliver(token, frame | None)``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, deliver: Callable[[int, bytes | None], None],
-                 fail: Callable[[str, BaseException], None]) -> None:
+                 fail: Callable[[str, BaseException], None], security: ClientSecurity | None = None) -> None:
         self.loop = loop
+        self.security = security
         self._deliver = deliver
         self._fail = fail   # an unexpected exception of a connection task (the broker stops)
         self.channels: dict[tuple[int, str], _Channel] = {}
@@ -120,8 +190,11 @@ class BrokerChannels:
 
     async def _connect(self, channel: _Channel) -> None:
         try:
-            await asyncio.wait_for(self.loop.create_connection(lambda: channel, *channel.address), CONNECT_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as exc:
+            ctx = self.security.ssl_context if self.security is not None else None
+            await asyncio.wait_for(self.loop.create_connection(
+                lambda: channel, *channel.address, ssl=ctx, server_hostname=channel.address[0] if ctx else None),
+                CONNECT_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError, ssl.CertificateError) as exc:
             channel.fail(f"cannot connect to {channel.address[0]}:{channel.address[1]}: {exc}")
 
     def _connected(self, task: asyncio.Task) -> None:
@@ -147,6 +220,7 @@ class BrokerChannels:
             channel.closed = True
             if channel.timer is not None:
                 channel.timer.cancel()
-            if channel.transport is not None:
-                channel.transport.close()
+            transport = channel.transport or getattr(channel, "pending_transport", None)
+            if transport is not None:
+                transport.close()
         self.channels.clear()

@@ -56,7 +56,8 @@ class FramedProtocol(asyncio.BufferedProtocol):
         that are not sent."""
         transport = self.transport
         sock = transport.get_extra_info("socket") if transport is not None else None
-        if sock is None or transport.is_closing():
+        if sock is None or transport.is_closing() or transport.get_extra_info("ssl_object") is not None:
+            # (over TLS the socket's bytes are records, not the frame's: left to the TLS layer)
             return
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, nbytes)

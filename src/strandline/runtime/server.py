@@ -25,8 +25,10 @@ import collections
 import logging
 import os
 import re
+import ssl
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from strandline.broker.broker import Broker
@@ -41,6 +43,10 @@ from strandline.runtime.framed import FramedProtocol
 from strandline.runtime.live_brokers import BrokerListings, read_full_cluster_state
 from strandline.runtime.loggers import set_logger_level
 from strandline.runtime.monitoring import request_name
+from strandline.runtime.tls import peer_dn
+from strandline.core.config import Listener
+from strandline.security.acl import ANONYMOUS
+from strandline.security.authenticator import SaslAuthenticator, ssl_principal
 
 #: How soon a ZooKeeper request made while the session has no connection is answered CONNECTION_LOSS.
 DISCONNECTED_ZK_ANSWER_S = 0.1
@@ -145,10 +151,29 @@ class Stopper:
         self.fail(context.get("message") or "a callback of the event loop", context.get("exception"))
 
 
+@dataclass
+class ListenerSpec:
+    """One listener as the shell serves it: where, its TLS context (SSL, SASL_SSL), and for SASL
+    listeners the authenticator each connection gets (``authenticator()``), with the principal of
+    a client certificate mapped by ``principal_rules``."""
+
+    listener: Listener
+    ssl_context: ssl.SSLContext | None = None
+    authenticator: Callable[[], SaslAuthenticator] | None = None
+    principal_rules: str = "DEFAULT"
+    failure_delay_ms: int = 100         # connection.failed.authentication.delay.ms
+    max_unauthenticated_bytes: int = 524288     # sasl.server.max.receive.size
+
+
+PLAINTEXT_SPEC = ListenerSpec(Listener("PLAINTEXT", "127.0.0.1", 0))
+
+
 class Connection(FramedProtocol):
-    def __init__(self, shell: "BrokerShell", conn_id: int) -> None:
+    def __init__(self, shell: "BrokerShell", conn_id: int, spec: ListenerSpec = PLAINTEXT_SPEC) -> None:
         self.shell = shell
         self.conn_id = conn_id
+        self.spec = spec
+        self.authenticator: SaslAuthenticator | None = None
         self.decoder = FrameDecoder(shell.max_request_bytes)
         self.queue: collections.deque = collections.deque()
         self.queued_bytes = 0                                       # of the frames in the queue
@@ -159,24 +184,82 @@ class Connection(FramedProtocol):
         self.reading = True
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.host = ""
+        self.principal = ANONYMOUS              # once the broker knows the connection
         self.fd = -1
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """(Over TLS: once the handshake is done.)"""
         self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
-        self.fd = sock.fileno() if sock is not None else -1
+        tls = transport.get_extra_info("ssl_object")
+        # the socket is written directly (writev, sendfile) only without TLS
+        self.fd = sock.fileno() if sock is not None and tls is None else -1
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.host = peer[0] if peer else ""
         self.shell.connections[self.conn_id] = self
-        host = peer[0] if peer else ""
+        if self.spec.authenticator is not None:       # the broker hears of it once authenticated
+            self.authenticator = self.spec.authenticator()
+            self.decoder.max_frame_bytes = min(self.spec.max_unauthenticated_bytes, self.decoder.max_frame_bytes)
+            return
+        principal = ssl_principal(peer_dn(tls), self.spec.principal_rules) if tls is not None else ANONYMOUS
+        self.opened(principal)
+
+    def opened(self, principal: str) -> None:
+        self.principal = principal
+        listener = self.spec.listener.name
         self.shell.run(f"accepting a connection from {self.peer}",
-                       lambda: self.shell.broker.connection_opened(self.conn_id, host))
+                       lambda: self.shell.broker.connection_opened(self.conn_id, self.host, listener, principal))
+
+    def authenticate(self, frame: bytes) -> bool:
+        """Hand ``frame`` to the SASL authenticator; False when it is an ordinary request (for the
+        broker), True when the authenticator took it."""
+        assert self.authenticator is not None
+        try:
+            step = self.authenticator.receive(frame, now_ms())
+        except Exception as exc:        # a bug of a mechanism: this connection fails, the broker serves on
+            log.error("SASL authentication of connection %s from %s failed: %s", self.conn_id, self.peer,
+                      describe(exc), extra={"kind": "SASL authentication failed"})
+            self.close("SASL authentication failed")
+            return True
+        if step.forward:
+            return False
+        transport = self.transport
+        if step.close is not None and transport is not None:
+            # as Kafka: the answer and the close wait connection.failed.authentication.delay.ms,
+            # reading nothing more meanwhile
+            self.busy = True
+            self.queue.clear()
+            self.queued_bytes = 0
+            self.arrivals.clear()
+            if self.reading:
+                self.reading = False
+                transport.pause_reading()
+            reason = step.close
+
+            def fail() -> None:
+                if self.transport is not None:
+                    for data in step.send:
+                        self.transport.write(data)
+                    self.close(reason)
+            self.shell.loop.call_later(self.spec.failure_delay_ms / 1000, fail)
+            return True
+        if transport is not None:
+            for data in step.send:
+                transport.write(data)
+        if step.principal is not None:
+            self.decoder.max_frame_bytes = self.shell.max_request_bytes
+            log.debug("Connection %s from %s on %s authenticated as %s", self.conn_id, self.peer,
+                      self.spec.listener.name, step.principal)
+            self.opened(step.principal)
+        return True
 
     def malformed(self, exc: ProtocolError) -> None:
         self.close(f"malformed request: {exc}")
 
     def frames_received(self, frames: list[bytes]) -> None:
-        if frames:
+        if frames and self.transport is not None and not self.transport.is_closing():
             self.queue.extend(frames)
             self.queued_bytes += sum(map(len, frames))
             if self.shell.request_metrics is not None:
@@ -188,8 +271,11 @@ class Connection(FramedProtocol):
         while not self.busy and self.writable and self.queue and self.transport is not None:
             frame = self.queue.popleft()
             self.queued_bytes -= len(frame)
+            arrival = self.arrivals.popleft() if shell.request_metrics is not None else 0.0
+            if self.authenticator is not None and self.authenticate(frame):
+                continue                    # (which may have closed the connection and emptied the queue)
             if shell.request_metrics is not None:
-                self.current = (request_name(frame), self.arrivals.popleft())
+                self.current = (request_name(frame), arrival)
             self.busy = True
             shell.run(f"handling a request from {self.peer}",
                       lambda: shell.broker.handle_request(self.conn_id, frame, now_ms()))  # noqa: B023  (run at once)
@@ -240,8 +326,12 @@ class Connection(FramedProtocol):
         self.shell.loop.call_soon(self.pump)
 
     def close(self, reason: str) -> None:
-        if self.transport is not None:
-            log.info("Closing connection %s from %s: %s", self.conn_id, self.peer, reason,
+        if self.transport is not None and not self.transport.is_closing():
+            self.queue.clear()              # what it sent after is not served
+            self.queued_bytes = 0
+            self.arrivals.clear()
+            who = "" if self.principal == ANONYMOUS else f" ({self.principal})"
+            log.info("Closing connection %s from %s%s: %s", self.conn_id, self.peer, who, reason,
                      extra={"kind": "closing a connection: " + _NUMBERS.sub("#", reason.split(":", 1)[0])[:100]})
             self.transport.close()
 
@@ -359,7 +449,7 @@ class BrokerShell:
     """Runs one :class:`Broker` core on an asyncio loop."""
 
     def __init__(self, broker: Broker, store: Any, max_request_bytes: int, stopper: Stopper,
-                 monitoring: Any = None) -> None:
+                 monitoring: Any = None, client_security: Any = None) -> None:
         self.broker = broker
         self.monitoring = monitoring      # runtime.monitoring.Monitoring, or None without an endpoint
         self.request_metrics = monitoring.requests if monitoring is not None else None
@@ -374,22 +464,29 @@ class BrokerShell:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
         self._tasks: set[asyncio.Task] = set()
-        self.server: asyncio.base_events.Server | None = None
-        self.channels = BrokerChannels(self.loop, self._on_broker_response, stopper.fail)
+        self.server: asyncio.base_events.Server | None = None     # the first listener's
+        self.servers: list[asyncio.base_events.Server] = []
+        self.channels = BrokerChannels(self.loop, self._on_broker_response, stopper.fail, client_security)
         self.controlled_shutdown_done = asyncio.Event()
         self.checkpoints = CheckpointWriter(lambda: broker.logs.disk, self.spawn)
         self.segment_flusher = SegmentFlusher(self)
         self.closing = False                  # close() began: the core gets no more events or ticks
 
-    def protocol_factory(self) -> Connection:
-        conn = Connection(self, self._next_conn)
+    def protocol_factory(self, spec: ListenerSpec = PLAINTEXT_SPEC) -> Connection:
+        conn = Connection(self, self._next_conn, spec)
         self._next_conn += 1
         return conn
 
-    async def listen(self, host: str, port: int) -> None:
-        self.server = await self.loop.create_server(self.protocol_factory, host, port, reuse_address=True,
-                                                    backlog=1024)
+    async def listen(self, host: str, port: int, spec: ListenerSpec = PLAINTEXT_SPEC) -> int:
+        """Serve a listener (each its own server socket); returns the port it listens on."""
+        server = await self.loop.create_server(lambda: self.protocol_factory(spec), host, port,
+                                               reuse_address=True, backlog=1024, ssl=spec.ssl_context,
+                                               ssl_handshake_timeout=10.0 if spec.ssl_context else None)
+        self.servers.append(server)
+        if self.server is None:
+            self.server = server
         self.reschedule()
+        return server.sockets[0].getsockname()[1]
 
     def run(self, what: str, event: Callable[[], list]) -> None:
         """Hand one event to the core (``event()`` returns its effects) and carry them out; any
@@ -499,13 +596,13 @@ class BrokerShell:
     async def close(self) -> None:
         self.closing = True
         self.channels.close()
-        if self.server is not None:
-            self.server.close()
+        for server in self.servers:
+            server.close()
         for conn in list(self.connections.values()):
             if conn.transport is not None:
                 conn.transport.close()
-        if self.server is not None:
-            await self.server.wait_closed()
+        for server in self.servers:
+            await server.wait_closed()
         if self._timer is not None:
             self._timer.cancel()
         # Before the clean shutdown writes the checkpoints itself, so no older write lands after it.

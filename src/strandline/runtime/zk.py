@@ -463,7 +463,7 @@ class KazooStore:
                                   f"{zk_error(exc).name}") from None
 
     def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None,
-                        wait_s: float | None = None) -> int:
+                        wait_s: float | None = None, endpoints: list | None = None) -> int:
         """Create the ephemeral ``/brokers/ids/<id>`` (SPEC CTL-2) and return the broker epoch (its czxid).
 
         If the node exists and belongs to another session, e.g. this broker's previous life that
@@ -479,7 +479,8 @@ class KazooStore:
         announced = False
         while True:
             self._check_not_stopped(broker_id)
-            data = znodes.BrokerIdZNode.encode(broker_id, host, port, rack, int(time.time() * 1000))
+            data = znodes.BrokerIdZNode.encode(broker_id, host, port, rack, int(time.time() * 1000),
+                                               endpoints=endpoints)
             try:
                 _, stat = self._wait(self.client.create_async(path, data, ephemeral=True, include_data=True))
                 log.info("Registered broker %d at %s (broker epoch %d)", broker_id, path, stat.czxid)

@@ -10,12 +10,15 @@ notification under ``/kafka-acl-changes`` or ``/kafka-acl-extended-changes``. Th
 ACL before the broker serves a client (:meth:`AclAuthorizer.load`) and then feeds the notification
 paths' children to :meth:`AclAuthorizer.on_acl_changes`, which re-reads each changed resource.
 
-Every connection is a PLAINTEXT one, so its principal is ``User:ANONYMOUS`` and its host the
-client's IP address; ``super.users`` and host-based rules apply to them as in Kafka.
+Each connection has a session (:class:`Session`): the principal it authenticated as (``User:ANONYMOUS``
+on a PLAINTEXT listener or SSL without a client certificate, ``User:<name>`` after SASL,
+``User:<distinguished name>`` for a client certificate), the client's IP address and the listener it
+came in on; ``super.users`` and host-based rules apply to them as in Kafka.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
@@ -48,6 +51,24 @@ def _binding_fields(binding: AclBinding) -> dict[str, Any]:
             "permission_type": int(e.permission)}
 
 
+@dataclass(frozen=True)
+class Session:
+    """Who a connection is: its principal (``User:name``), its client's address, its listener."""
+
+    principal: str = ANONYMOUS
+    host: str = ""
+    listener: str = "PLAINTEXT"
+    protocol: str = "PLAINTEXT"         # the listener's security protocol
+
+    @property
+    def user(self) -> str:
+        """The principal's name (the quotas' user)."""
+        return self.principal.partition(":")[2]
+
+
+_NO_SESSION = Session()
+
+
 class AclAuthorizer:
     """Every ACL of the cluster (kept in step with ZooKeeper), who may do what, and the ACL APIs."""
 
@@ -55,17 +76,25 @@ class AclAuthorizer:
         self.enabled = config["authorizer.class.name"] in ACL_AUTHORIZERS
         self.outbox = outbox
         self.cache = AclCache(parse_super_users(config["super.users"]), config["allow.everyone.if.no.acl.found"])
-        self._hosts: dict[int, str] = {}
+        self._sessions: dict[int, Session] = {}
         self._last_seen: dict[str, int] = {AclChangeNotificationZNode.LITERAL: -1,
                                            AclChangeNotificationZNode.EXTENDED: -1}
 
     # -- who is asking
 
-    def connection_opened(self, conn_id: int, host: str) -> None:
-        self._hosts[conn_id] = host
+    def connection_opened(self, conn_id: int, host: str, listener: str = "PLAINTEXT",
+                          principal: str = ANONYMOUS, protocol: str = "PLAINTEXT") -> None:
+        self._sessions[conn_id] = Session(principal, host, listener, protocol)
 
     def connection_closed(self, conn_id: int) -> None:
-        self._hosts.pop(conn_id, None)
+        self._sessions.pop(conn_id, None)
+
+    def session(self, conn_id: int) -> Session:
+        return self._sessions.get(conn_id, _NO_SESSION)
+
+    def listener(self, conn_id: int) -> str:
+        """The name of the listener connection ``conn_id`` came in on."""
+        return self._sessions.get(conn_id, _NO_SESSION).listener
 
     def allows(self, conn_id: int, operation: AclOperation, resource_type: ResourceType, name: str | None) -> bool:
         """May the client of ``conn_id`` do ``operation`` on the resource? (Always, without an
@@ -74,7 +103,8 @@ class AclAuthorizer:
             return True
         if name is None:
             return False
-        return self.cache.authorize(ANONYMOUS, self._hosts.get(conn_id, ""), operation, resource_type, name)
+        session = self._sessions.get(conn_id, _NO_SESSION)
+        return self.cache.authorize(session.principal, session.host, operation, resource_type, name)
 
     def allows_topic(self, conn_id: int, operation: AclOperation, name: str | None) -> bool:
         """May the client do ``operation`` on the topic ``name``? Never on a topic without a name
@@ -88,7 +118,8 @@ class AclAuthorizer:
         """KIP-430's bit field of the operations allowed on the resource."""
         if not self.enabled:
             return _all_supported(resource_type)
-        return self.cache.authorized_operations(ANONYMOUS, self._hosts.get(conn_id, ""), resource_type, name)
+        session = self._sessions.get(conn_id, _NO_SESSION)
+        return self.cache.authorized_operations(session.principal, session.host, resource_type, name)
 
     # -- keeping in step with ZooKeeper
 

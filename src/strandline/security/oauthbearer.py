@@ -363,6 +363,12 @@ def validator(config: Mapping[str, Any]) -> Validator:
     return UnsecuredValidator.from_options(options)
 
 
+def listener_validation_config(context: SaslContext) -> dict[str, Any]:
+    """The listener's configuration as :func:`validator` reads it: its keys, and OAUTHBEARER's
+    JAAS config (``listener.name.<l>.oauthbearer.sasl.jaas.config`` first) as ``sasl.jaas.config``."""
+    return {**context.listener_config, JAAS_CONFIG: context.jaas_config(MECHANISM)}
+
+
 def jwks_file_path(url: str) -> str:
     """The file a ``file:`` JWKS endpoint URL names (the shell reads it); :class:`ConfigError`
     for another scheme."""
@@ -383,7 +389,7 @@ class OAuthBearerServer:
         self._validator = check
         if check is None:
             try:
-                self._validator = validator(context.config)
+                self._validator = validator(listener_validation_config(context))
             except ConfigError:
                 self._validator = None          # every exchange fails; the broker checks its config at start
         self._error: str | None = None
@@ -403,7 +409,7 @@ class OAuthBearerServer:
     def session_lifetime_ms(self) -> int | None:
         if self._token is None:
             return None
-        return self._token.expiration_ms - self._context.now_ms
+        return self._token.expiration_ms
 
     @property
     def token(self) -> Token | None:

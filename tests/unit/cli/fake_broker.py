@@ -133,8 +133,8 @@ class FakeBroker:
                 key = int(header.api_key)
                 if key == 17:
                     mechanism = request.mechanism
-                    enabled = sorted(MECHANISMS) + ["PLAIN"]
-                    if mechanism in MECHANISMS:
+                    enabled = sorted(set(MECHANISMS) | {"PLAIN"})
+                    if mechanism in MECHANISMS and mechanism != "PLAIN":      # PLAIN: this broker's own users
                         server = MECHANISMS[mechanism](SaslContext(
                             "SASL_SSL" if self.tls else "SASL_PLAINTEXT", self.config,
                             lambda user, mech: self.credentials.get((user, mech)), int(time.time() * 1000)))

@@ -78,9 +78,25 @@ def test_broker_registration_as_kafka_wrote_it():
     named = (b'{"listener_security_protocol_map":{"REPL":"SSL","CLIENT":"PLAINTEXT"},'
              b'"endpoints":["REPL://h:9093","CLIENT://h:9092"],"jmx_port":-1,"host":null,"port":-1,'
              b'"timestamp":"1","version":4,"rack":"r"}')
-    assert z.BrokerIdZNode.decode(named, 2) == z.BrokerInfo(2, "h", 9092, "r")
+    decoded = z.BrokerIdZNode.decode(named, 2)
+    assert (decoded.host, decoded.port, decoded.rack) == ("h", 9092, "r")
+    # every listener is kept, for the clients and brokers of each (SPEC-less: Kafka's MetadataCache)
+    assert decoded.endpoints == (("REPL", "h", 9093, "SSL"), ("CLIENT", "h", 9092, "PLAINTEXT"))
+    assert decoded.endpoint("REPL") == ("h", 9093) and decoded.endpoint("OTHER") is None
     v1 = b'{"version":1,"host":"old","port":9092,"jmx_port":9999,"timestamp":"2233345666"}'
     assert z.BrokerIdZNode.decode(v1, 3) == z.BrokerInfo(3, "old", 9092, None)
+
+
+def test_broker_registration_with_several_listeners():
+    """Kafka's encoding: an endpoint per advertised listener, the protocol map, the PLAINTEXT
+    endpoint at the top (null/-1 without one); decoding gives them back."""
+    eps = [("SASL_SSL", "h", 9094, "SASL_SSL"), ("INTERNAL", "h", 9095, "SSL")]
+    obj = json.loads(z.BrokerIdZNode.encode(5, "h", 9094, None, 9, endpoints=eps))
+    assert obj["endpoints"] == ["SASL_SSL://h:9094", "INTERNAL://h:9095"]
+    assert obj["listener_security_protocol_map"] == {"SASL_SSL": "SASL_SSL", "INTERNAL": "SSL"}
+    assert obj["host"] is None and obj["port"] == -1 and obj["version"] == 4
+    decoded = z.BrokerIdZNode.decode(json.dumps(obj).encode(), 5)
+    assert decoded.endpoints == tuple(eps) and decoded.endpoint("INTERNAL") == ("h", 9095)
 
 
 def test_broker_id_comes_from_the_path_not_the_data():

@@ -36,7 +36,8 @@ class Core:
     def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
         raise KeyError("no such partition")
 
-    def connection_opened(self, conn_id: int, host: str) -> list:
+    def connection_opened(self, conn_id: int, host: str, listener: str = "PLAINTEXT",
+                          principal: str = "User:ANONYMOUS") -> list:
         return []
 
     def on_zk_result(self, token: int, results: list, now_ms: int) -> list:

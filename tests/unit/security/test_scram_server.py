@@ -28,7 +28,7 @@ def stored(mechanism: str, password: str, salt: bytes | None = None, iterations:
 
 
 def context(users: dict[tuple[str, str], str]) -> SaslContext:
-    return SaslContext(listener="SASL_SSL", config={}, scram_credential=lambda u, m: users.get((u, m)), now_ms=0)
+    return SaslContext(listener="SASL_SSL", listener_config={}, scram_credential=lambda u, m: users.get((u, m)), now_ms=0)
 
 
 def server(mechanism: str, users: dict[tuple[str, str], str], nonce: str | None = None) -> ScramServer:

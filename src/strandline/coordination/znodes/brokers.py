@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from strandline.coordination.znode_json import (
     FixedPathZNode as _FixedPathZNode, decode_json as _decode, json_bytes as _json,
@@ -19,6 +19,34 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    #: Every endpoint it registered: (listener name, host, port, security protocol). Empty: only
+    #: ``host``/``port`` (a PLAINTEXT listener) are known.
+    endpoints: tuple[tuple[str, str, int, str], ...] = ()
+
+    @staticmethod
+    def of(broker_id: int, endpoints: Iterable[tuple[str, str, int, str]], rack: str | None = None) -> "BrokerInfo":
+        """A broker with these endpoints; ``host``/``port`` are its PLAINTEXT listener's (else the
+        first one's). One PLAINTEXT endpoint alone is kept as ``host``/``port`` only."""
+        eps = tuple(endpoints)
+        if not eps:
+            return BrokerInfo(broker_id, "", -1, rack)
+        plain = [e for e in eps if e[3] == "PLAINTEXT"]
+        _, host, port, _ = (plain or eps)[0]
+        if len(eps) == 1 and eps[0][0] == "PLAINTEXT" and eps[0][3] == "PLAINTEXT":
+            eps = ()
+        return BrokerInfo(broker_id, host, port, rack, eps)
+
+    def endpoint(self, listener: str | None) -> tuple[str, int] | None:
+        """Where the broker listens for listener ``listener``: None when it has no such listener;
+        ``host``/``port`` when no listener is named (or it registered only a PLAINTEXT one)."""
+        if listener is None:
+            return self.host, self.port
+        if not self.endpoints:
+            return (self.host, self.port) if listener == "PLAINTEXT" else None
+        for name, host, port, _ in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 class BrokerIdsZNode(_FixedPathZNode):
@@ -38,12 +66,13 @@ def _split_endpoint(endpoint: str) -> tuple[str, str, int]:
     return listener, host, int(port)
 
 
-def _endpoint(host: str, port: int) -> str:
-    return f"PLAINTEXT://[{host}]:{port}" if ":" in host else f"PLAINTEXT://{host}:{port}"
+def _endpoint(host: str, port: int, listener: str = "PLAINTEXT") -> str:
+    return f"{listener}://[{host}]:{port}" if ":" in host else f"{listener}://{host}:{port}"
 
 
 class BrokerIdZNode:
-    """``/brokers/ids/<id>``: the broker's ephemeral registration, JSON version 4 (Kafka 0.10.0 - 2.6).
+    """``/brokers/ids/<id>``: the broker's ephemeral registration, JSON version 4 (Kafka 0.10.0 - 2.6),
+    one endpoint per advertised listener.
 
     ``{"version":4,"host":"h","port":9092,"jmx_port":-1,"timestamp":"<ms>","endpoints":["PLAINTEXT://h:9092"],
     "listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"rack":"r"}``. Like Kafka, ``rack`` is
@@ -60,10 +89,16 @@ class BrokerIdZNode:
 
     @staticmethod
     def encode(broker_id: int, host: str, port: int, rack: str | None, timestamp_ms: int,
-               jmx_port: int = -1) -> bytes:
-        obj: dict[str, Any] = {"version": BrokerIdZNode.VERSION, "host": host, "port": port, "jmx_port": jmx_port,
-                               "timestamp": str(timestamp_ms), "endpoints": [_endpoint(host, port)],
-                               "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"}}
+               jmx_port: int = -1, endpoints: Iterable[tuple[str, str, int, str]] | None = None) -> bytes:
+        """``endpoints``: (listener, host, port, protocol) of every advertised listener; without
+        them one PLAINTEXT listener at ``host:port``. As Kafka, the top-level ``host``/``port`` are
+        the PLAINTEXT endpoint's (null and -1 without one)."""
+        eps = list(endpoints) if endpoints is not None else [("PLAINTEXT", host, port, "PLAINTEXT")]
+        plain = next(((h, p) for _, h, p, proto in eps if proto == "PLAINTEXT"), (None, -1))
+        obj: dict[str, Any] = {"version": BrokerIdZNode.VERSION, "host": plain[0], "port": plain[1],
+                               "jmx_port": jmx_port, "timestamp": str(timestamp_ms),
+                               "endpoints": [_endpoint(h, p, name) for name, h, p, _ in eps],
+                               "listener_security_protocol_map": {name: proto for name, _, _, proto in eps}}
         if rack is not None:
             obj["rack"] = rack
         return _json(obj)
@@ -79,17 +114,19 @@ class BrokerIdZNode:
             if version < 1:
                 raise ValueError(f"unsupported registration version {version}")
             host, port = obj.get("host"), obj.get("port")
+            registered: tuple[tuple[str, str, int, str], ...] = ()
             if version >= 2 and obj.get("endpoints"):
                 protocols = obj.get("listener_security_protocol_map") or {}
                 endpoints = [_split_endpoint(e) for e in obj["endpoints"]]
-                plain = [e for e in endpoints if protocols.get(e[0], e[0]) == "PLAINTEXT"]
-                _, host, port = (plain or endpoints)[0]
+                registered = tuple((name, h, p, str(protocols.get(name, name))) for name, h, p in endpoints)
+                host, port = BrokerInfo.of(-1, registered).host, BrokerInfo.of(-1, registered).port
+                registered = BrokerInfo.of(-1, registered).endpoints
             if not isinstance(host, str) or not host:
                 raise ValueError("no host")
             rack = obj.get("rack")
             if rack is not None and not isinstance(rack, str):
                 raise TypeError(f"rack must be a string or null, got {rack!r}")
-            return BrokerInfo(broker_id if broker_id is not None else -1, host, _int(port), rack)
+            return BrokerInfo(broker_id if broker_id is not None else -1, host, _int(port), rack, registered)
 
         return _decode(path, data, parse)
 
