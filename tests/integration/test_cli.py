@@ -190,7 +190,28 @@ def test_up_numbers_brokers_from_first_broker_id_and_advertises_the_host_given(t
                                                                           (1, "localhost", base + 1)]
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert "strandline up: stopping 2 broker(s) (each moves its leaderships away first: a controlled shutdown) " \
+           "and ZooKeeper" in err.decode(), err      # said at once: the stop takes seconds
+
+
+def test_up_refuses_ports_in_use_naming_each_and_starts_nothing(tmp_path):
+    import socket
+
+    zk_port, base = free_ports(1)[0], free_ports(2)[0]
+    with socket.socket() as taken, socket.socket() as taken_zk:
+        taken.bind(("127.0.0.1", base + 1))
+        taken.listen()
+        taken_zk.bind(("127.0.0.1", zk_port))
+        taken_zk.listen()
+        result = run_cli("up", "--brokers", "2", "--data-dir", str(tmp_path / "data"), "--base-port", str(base),
+                         "--zookeeper-port", str(zk_port), "--console-port", "0")
+    assert result.returncode == 2, result
+    assert result.stderr.strip().splitlines() == [
+        f"strandline up: port(s) in use on 127.0.0.1: {base + 1} (broker 2), {zk_port} (ZooKeeper); stop what "
+        f"listens there or choose others (--base-port, --zookeeper-port)"]
+    assert not (tmp_path / "data" / "broker-1").exists() and not (tmp_path / "data" / "zookeeper").exists()
 
 
 def test_up_refuses_a_negative_first_broker_id_or_a_host_with_a_port():
@@ -198,3 +219,34 @@ def test_up_refuses_a_negative_first_broker_id_or_a_host_with_a_port():
                         (("--advertised-host", "localhost:9092"), "without a port")):
         result = run_cli("up", *args)
         assert result.returncode == 2 and words in result.stderr and result.stderr.count("\n") == 1, result
+
+
+def test_up_reports_the_exit_of_a_broker_cluster_start_started_again(tmp_path):
+    zk_port, base = free_ports(1)[0], free_ports(1)[0]
+    data = tmp_path / "data"
+    proc = subprocess.Popen(strandline_cmd("up", "--brokers", "1", "--data-dir", str(data), "--base-port", str(base),
+                                           "--zookeeper-port", str(zk_port), "--console-port", "0"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for_line(proc, "bootstrap.servers=", 120)
+        for action in ("stop", "start"):
+            done = run_cli("cluster", action, "1", "--data-dir", str(data), timeout=120)
+            assert done.returncode == 0, done.stderr
+        pid = json.loads((data / "cluster.json").read_text())["brokers"][0]["pid"]
+        assert run_cli("cluster", "kill", "1", "--data-dir", str(data)).returncode == 0
+        said = f"strandline up: broker 1 (pid {pid}, started again by `strandline cluster start`) exited"
+        assert proc.stderr is not None
+        os.set_blocking(proc.stderr.fileno(), False)
+        err = b""
+
+        def reported() -> bool:
+            nonlocal err
+            err += proc.stderr.read() or b""
+            return said.encode() in err
+        poll_until(reported, 30, message="up reporting the exit of the broker started again")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    lines = err.decode().splitlines()
+    assert "strandline up: broker 1 exited with code 0" in lines, lines                     # the stop
+    assert said in lines, lines

@@ -15,6 +15,7 @@ from types import FrameType
 from typing import Any, Callable, Iterable
 
 from strandline.errors import StrandlineError
+from strandline.launch.process import pid_alive
 from strandline.runtime.disk import DirectoryLock
 
 
@@ -65,11 +66,16 @@ class Foreground:
         self.starting = False
 
     def supervise(self, members: Iterable[tuple[int, subprocess.Popen[bytes] | None]],
-                  report: Callable[[int, int], None]) -> None:
-        """Until a signal: ``report(id, exit code)`` once for each member whose process exits."""
+                  report: Callable[[int, int], None],
+                  others: Callable[[], Iterable[tuple[int, int]]] | None = None,
+                  report_other: Callable[[int, int], None] | None = None) -> None:
+        """Until a signal: ``report(id, exit code)`` once for each member whose process exits, and
+        ``report_other(id, pid)`` once for each process ``others()`` names (members started by
+        someone else, not children of this one, whose exit code is not known) that is gone."""
         self.started()
         members = list(members)
         reported: set[int] = set()
+        watched: dict[int, int] = {}            # pid -> member id, of the others alive when last looked
         while not self.stopping:
             time.sleep(0.2)     # notice signals and processes that exit
             for member_id, proc in members:
@@ -78,3 +84,11 @@ class Foreground:
                 if proc is not None and proc.poll() is not None and member_id not in reported:
                     reported.add(member_id)
                     report(member_id, proc.returncode)
+            if others is None or report_other is None or self.stopping:
+                continue
+            for member_id, pid in others():
+                watched.setdefault(pid, member_id)
+            for pid, member_id in list(watched.items()):
+                if not pid_alive(pid):
+                    del watched[pid]
+                    report_other(member_id, pid)

@@ -22,7 +22,7 @@ from typing import Any, Sequence, cast
 from strandline.errors import StrandlineError
 from strandline.launch.brokers import BrokerProcess, broker_properties, wait_ready
 from strandline.launch.foreground import Foreground, lock_data_dir, write_json
-from strandline.launch.ports import free_loopback_ports
+from strandline.launch.ports import free_loopback_ports, port_free
 from strandline.launch.process import pid_alive, signal_pid, spawn, stop_processes, wait_gone
 from strandline.launch.wait import Waiting, wait_for_line, wait_for_membership
 from strandline.launch.zookeeper import zookeeper_for
@@ -56,6 +56,21 @@ def start_console(bootstrap: str, port: int, root: Path) -> tuple[subprocess.Pop
     return None, None
 
 
+def ports_in_use(num_brokers: int, base_port: int, zookeeper_port: int | None, first_broker_id: int = 1,
+                 metrics: bool = True) -> list[str]:
+    """The ports a cluster of ``up`` would listen on that are taken now, each with what it is for:
+    the brokers', their metrics' (port + 1000) and the embedded ZooKeeper's."""
+    wanted: list[tuple[int, str]] = []
+    for i in range(num_brokers):
+        port, broker_id = base_port + i, first_broker_id + i
+        wanted.append((port, f"broker {broker_id}"))
+        if metrics and port + 1000 <= 65535:
+            wanted.append((port + 1000, f"broker {broker_id}'s metrics"))
+    if zookeeper_port is not None:
+        wanted.append((zookeeper_port, "ZooKeeper"))
+    return [f"{port} ({what})" for port, what in wanted if not port_free(port)]
+
+
 def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | None,
            zookeeper_port: int, overrides: list[str], console_port: int = 0, racks: list[str] | None = None,
            first_broker_id: int = 1, advertised_host: str | None = None) -> int:
@@ -66,6 +81,13 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
     there are more brokers than racks."""
     root = Path(data_dir).resolve()
     lock = lock_data_dir(root, "strandline up")
+    busy = ports_in_use(num_brokers, base_port, None if zookeeper else zookeeper_port, first_broker_id,
+                        metrics=not any(item.startswith("metrics.port=") for item in overrides))
+    if busy:
+        lock.release()
+        print(f"strandline up: port(s) in use on 127.0.0.1: {', '.join(busy)}; stop what listens there or "
+              f"choose others (--base-port, --zookeeper-port)", file=sys.stderr)
+        return 2
     (root / "cluster.json").unlink(missing_ok=True)    # a previous run's: its pids are not ours
     run = Foreground()
     run.catch_signals()
@@ -100,8 +122,20 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
         if cluster.get("console"):
             print(f"console={cluster['console']}", flush=True)
         print("bootstrap.servers=" + bootstrap, flush=True)
+        own = {b.pid for b in brokers}
+
+        def started_again() -> list[tuple[int, int]]:
+            """The brokers `cluster start` started again (their pids in cluster.json, not ours)."""
+            try:
+                listed = read_cluster_json(root)["brokers"]
+            except StrandlineError:
+                return []
+            return [(b["id"], b["pid"]) for b in listed if b.get("pid") and b["pid"] not in own]
         run.supervise([(b.id, b.proc) for b in brokers], lambda broker_id, code: print(
-            f"strandline up: broker {broker_id} exited with code {code}", file=sys.stderr))
+            f"strandline up: broker {broker_id} exited with code {code}", file=sys.stderr, flush=True),
+            started_again, lambda broker_id, pid: print(
+                f"strandline up: broker {broker_id} (pid {pid}, started again by `strandline cluster start`) "
+                f"exited", file=sys.stderr, flush=True))
         return 0
     except StrandlineError as exc:
         print(f"strandline up: {exc}", file=sys.stderr)
@@ -111,6 +145,9 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
         return 130
     finally:
         run.ignore_signals()
+        if not run.starting:
+            print(f"strandline up: stopping {len(brokers)} broker(s) (each moves its leaderships away first: a "
+                  f"controlled shutdown){' and ZooKeeper' if zk is not None else ''}", file=sys.stderr, flush=True)
         if console is not None:
             stop_processes([console], 5.0)
         stop_brokers(root, brokers, STARTUP_STOP_TIMEOUT_S if run.starting else BROKER_STOP_TIMEOUT_S)
