@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.conftest import ROOT, cluster_fixture, missing_prerequisite, poll_until, run_cli
+from tests.conftest import ROOT, cluster_fixture, poll_until, run_cli
+from tests.integration.browser import headless_chromium
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 #: `STRANDLINE_DOCS_SCREENSHOTS=1` writes the screenshot where the docs show it
 SCREENSHOT = ROOT / "docs" / "img" / "console.png"
 
@@ -31,22 +31,7 @@ cluster = cluster_fixture("console", 3, overrides=["group.initial.rebalance.dela
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    """Debian's headless Chromium driven by Selenium (`make test` installs both where it can)."""
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        missing_prerequisite("no Chromium and ChromeDriver (Debian packages chromium and chromium-driver; "
-                             "make browser installs them)")
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--window-size=1400,1000", f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
+    yield from headless_chromium(tmp_path_factory.mktemp("chromium"), "--window-size=1400,1000")
 
 
 BASE_MS = (int(time.time()) - 120) * 1000       # partition 2's records: one a second from here (a whole second,
@@ -215,6 +200,8 @@ def test_internal_topics_stay_folded_when_they_are_unhealthy(browser):
 
     thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
     thread.start()
+    cluster_tab = browser.current_window_handle       # the other tests' page stays on the cluster's console
+    browser.switch_to.new_window("tab")
     try:
         poll_until(lambda: "url" in started, 10, message="the console serving")
         browser.get(started["url"])
@@ -226,6 +213,8 @@ def test_internal_topics_stay_folded_when_they_are_unhealthy(browser):
         assert "1 topics, 1 partitions (+ 50 partitions of 1 internal topics, folded) · 51 under-replicated" \
             in state["summary"]
     finally:
+        browser.close()
+        browser.switch_to.window(cluster_tab)
         stop.set()
         thread.join(10)
 
@@ -299,17 +288,20 @@ def test_consumer_groups_show_members_and_lag_as_groups_describe_does(cluster, d
                  re.findall(r"Partition: (\d+)\tCommitted: (\d+)\tHW: (\d+)\tLag: (\d+)", out.stdout)}
     assert described["orders-0"][2] == "3" and len(described) == 3, out.stdout
 
+    seen: list[dict] = []
+
     def matches() -> bool:
-        rows = group_rows(browser)
+        rows = group_rows(browser)        # one read of the page, which redraws every second
+        seen[:] = [rows]
         if rows["group"] is None or "watcher-1@" not in rows["group"][2]:
             return False
-        return all(tuple(rows["partitions"].get(name, [None] * 6)[3:6]) == numbers
-                   for name, numbers in described.items())
+        total = str(sum(int(lag) for _, _, lag in described.values()))
+        return rows["group"][1] == "Stable" and rows["group"][-1] == total and all(
+            tuple(rows["partitions"].get(name, [None] * 6)[3:6]) == numbers for name, numbers in described.items())
 
-    poll_until(matches, 20, interval=0.3, message="group watchers with its member and lag as groups describe prints")
-    rows = group_rows(browser)
-    assert rows["group"][1] == "Stable" and rows["group"][-1] == "3"
-    assert all(cells[2].startswith("watcher-1@") for cells in rows["partitions"].values())
+    assert poll_until(matches, 20, interval=0.3, message=f"group watchers (Stable, its total lag) with its member and lag per "
+                      f"partition as groups describe prints ({described})")
+    assert all(cells[2].startswith("watcher-1@") for cells in seen[0]["partitions"].values()), seen[0]
 
 
 def status_events(url: str) -> list[dict]:

@@ -19,8 +19,9 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import cluster_fixture, Cluster, missing_prerequisite, poll_until, run_cli, strandline_cmd
+from tests.conftest import cluster_fixture, Cluster, poll_until, run_cli, strandline_cmd
 from tests.integration.replication_helpers import create_topic
+from tests.integration.browser import headless_chromium
 
 LAG_MS = 1500
 SESSION_MS = 15000
@@ -391,29 +392,11 @@ def test_a_kafka_python_consumer_reads_every_record_through_incremental_fetch_se
 # ---------------------------------------------------------------------------- the web console
 
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    """Debian's headless Chromium driven by Selenium (`make test` installs both where it can)."""
-    import os
-
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        missing_prerequisite("no Chromium and ChromeDriver (Debian packages chromium and chromium-driver; "
-                             "make browser installs them)")
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
+    yield from headless_chromium(tmp_path_factory.mktemp("chromium"))
 
 
 def page_rows(driver) -> dict[str, str]:

@@ -56,16 +56,11 @@ def start_console(bootstrap: str, port: int, root: Path) -> tuple[subprocess.Pop
     return None, None
 
 
-def ports_in_use(num_brokers: int, base_port: int, zookeeper_port: int | None, first_broker_id: int = 1,
-                 metrics: bool = True) -> list[str]:
+def ports_in_use(num_brokers: int, base_port: int, zookeeper_port: int | None, first_broker_id: int = 1) -> list[str]:
     """The ports a cluster of ``up`` would listen on that are taken now, each with what it is for:
-    the brokers', their metrics' (port + 1000) and the embedded ZooKeeper's."""
-    wanted: list[tuple[int, str]] = []
-    for i in range(num_brokers):
-        port, broker_id = base_port + i, first_broker_id + i
-        wanted.append((port, f"broker {broker_id}"))
-        if metrics and port + 1000 <= 65535:
-            wanted.append((port + 1000, f"broker {broker_id}'s metrics"))
+    the brokers' and the embedded ZooKeeper's. (A broker whose default metrics port, its port +
+    1000, is taken serves its metrics on another port and says so.)"""
+    wanted = [(base_port + i, f"broker {first_broker_id + i}") for i in range(num_brokers)]
     if zookeeper_port is not None:
         wanted.append((zookeeper_port, "ZooKeeper"))
     return [f"{port} ({what})" for port, what in wanted if not port_free(port)]
@@ -81,8 +76,7 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
     there are more brokers than racks."""
     root = Path(data_dir).resolve()
     lock = lock_data_dir(root, "strandline up")
-    busy = ports_in_use(num_brokers, base_port, None if zookeeper else zookeeper_port, first_broker_id,
-                        metrics=not any(item.startswith("metrics.port=") for item in overrides))
+    busy = ports_in_use(num_brokers, base_port, None if zookeeper else zookeeper_port, first_broker_id)
     if busy:
         lock.release()
         print(f"strandline up: port(s) in use on 127.0.0.1: {', '.join(busy)}; stop what listens there or "
