@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import Any
 
-from strandline.errors import Unreachable, UsageError
+from strandline.errors import StrandlineError, Unreachable, UsageError
 from strandline.protocol.api import decode_response, encode_request
 
 
@@ -56,6 +57,8 @@ class KafkaConnection:
             self.sock.sendall(struct.pack(">i", len(frame)) + frame)
             size = struct.unpack(">i", self._read(4))[0]
             return self._read(size)
+        except ssl.SSLError as exc:          # TLS 1.3: a refused client certificate shows at the first read
+            raise StrandlineError(f"broker {self.address} failed: {exc}") from None
         except OSError as exc:
             raise Unreachable(f"broker {self.address} failed: {exc}") from None
 
