@@ -47,19 +47,23 @@ def missing_prerequisite(reason: str) -> None:
     pytest.skip(reason)
 
 
-def new_cluster(parent: Path, brokers: int, *, overrides: list[str] | tuple[str, ...] = (), racks: str = "") -> Cluster:
+def new_cluster(parent: Path, brokers: int, *, overrides: list[str] | tuple[str, ...] = (), racks: str = "",
+                console: bool = False) -> Cluster:
     """A cluster of ``brokers`` brokers (not started) with its data in ``parent/data``, on free
-    loopback ports: ZooKeeper's, then one per broker."""
-    return UpCluster.on_free_ports(parent, brokers, overrides=overrides, racks=racks)
+    loopback ports: ZooKeeper's, then one per broker; the web console only when ``console`` (it
+    samples every broker each second: CPU the other tests need)."""
+    cluster = UpCluster.on_free_ports(parent, brokers, overrides=overrides, racks=racks)
+    cluster.console = console
+    return cluster
 
 
 def cluster_fixture(name: str, brokers: int = 3, *, overrides: list[str] | tuple[str, ...] = (), racks: str = "",
-                    start_timeout: float = 90):
+                    start_timeout: float = 90, console: bool = False):
     """A module-scoped fixture: one cluster per test module, started before its first test and
     stopped (by PID) after its last. ``cluster = cluster_fixture("acls", 3, overrides=[...])``."""
     @pytest.fixture(scope="module")
     def fixture(tmp_path_factory):
-        c = new_cluster(tmp_path_factory.mktemp(name), brokers, overrides=overrides, racks=racks)
+        c = new_cluster(tmp_path_factory.mktemp(name), brokers, overrides=overrides, racks=racks, console=console)
         c.start(start_timeout)
         yield c
         c.stop()

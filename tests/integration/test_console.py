@@ -25,7 +25,7 @@ from tests.integration.browser import headless_chromium
 #: `STRANDLINE_DOCS_SCREENSHOTS=1` writes the screenshot where the docs show it
 SCREENSHOT = ROOT / "docs" / "img" / "console.png"
 
-cluster = cluster_fixture("console", 3, overrides=["group.initial.rebalance.delay.ms=0",
+cluster = cluster_fixture("console", 3, console=True, overrides=["group.initial.rebalance.delay.ms=0",
                                                   "transaction.state.log.num.partitions=10"])
 
 

@@ -27,7 +27,7 @@ LAG_MS = 1500
 SESSION_MS = 15000
 
 
-op = cluster_fixture("operator", 3, overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}",
+op = cluster_fixture("operator", 3, console=True, overrides=[f"zookeeper.session.timeout.ms={SESSION_MS}",
                                                f"replica.lag.time.max.ms={LAG_MS}"])
 
 
