@@ -42,9 +42,12 @@ def free_loopback_ports(count: int, rng: random.Random | None = None) -> list[in
     raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
 
 
-def port_free(port: int) -> bool:
-    """Whether a listener could bind ``port`` on 127.0.0.1 now."""
+def port_free(port: int, reuse_address: bool = False) -> bool:
+    """Whether a listener could bind ``port`` on 127.0.0.1 now; with ``reuse_address`` as a server
+    binding with SO_REUSEADDR would (a port left in TIME_WAIT by a stopped server is free)."""
     with socket.socket() as s:
+        if reuse_address:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -22,7 +22,7 @@ from typing import Any, Sequence, cast
 from strandline.errors import StrandlineError
 from strandline.launch.brokers import BrokerProcess, broker_properties, wait_ready
 from strandline.launch.foreground import Foreground, lock_data_dir, write_json
-from strandline.launch.ports import free_loopback_ports
+from strandline.launch.ports import free_loopback_ports, port_free
 from strandline.launch.process import pid_alive, signal_pid, spawn, stop_processes, wait_gone
 from strandline.launch.wait import Waiting, wait_for_line, wait_for_membership
 from strandline.launch.zookeeper import zookeeper_for
@@ -63,20 +63,8 @@ def ports_in_use(num_brokers: int, base_port: int, zookeeper_port: int | None, f
     wanted = [(base_port + i, f"broker {first_broker_id + i}") for i in range(num_brokers)]
     if zookeeper_port is not None:
         wanted.append((zookeeper_port, "ZooKeeper"))
-    return [f"{port} ({what})" for port, what in wanted if _taken(port)]
-
-
-def _taken(port: int) -> bool:
-    """Whether a server could not bind ``port`` on 127.0.0.1 now: bound with SO_REUSEADDR, as
-    the brokers and ZooKeeper bind, so that a port a stopped server's connections still hold in
-    TIME_WAIT is free, as it is for them."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
+    # probed as the brokers and ZooKeeper bind, with SO_REUSEADDR
+    return [f"{port} ({what})" for port, what in wanted if not port_free(port, reuse_address=True)]
 
 
 def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | None,
