@@ -77,13 +77,12 @@ def leader_isr(address: str, topic: str, partition: int, fallback: list) -> list
     return fallback
 
 
-def _done(result: Any, action: str, done: str) -> int:
+def _done(result: Any, topic: str, action: str, done: str) -> int:
     """Report the controller's answer to ``action`` (e.g. "create topic t"): print ``done`` when
     it succeeded; raises StrandlineError on an error."""
     code = _error(result.error_code)
     if code is not ErrorCode.none:
-        raise refusal(code, "topic " + action.rpartition("topic ")[2] if code in NOT_FOUND else f"cannot {action}",
-                      result.error_message)
+        raise refusal(code, f"topic {topic}" if code in NOT_FOUND else f"cannot {action}", result.error_message)
     print(done)
     return 0
 
@@ -101,16 +100,16 @@ def run(args: argparse.Namespace) -> int:
                 "name": args.topic, "num_partitions": args.partitions,
                 "replication_factor": args.replication_factor, "assignments": [], "configs": configs}],
                 "timeout": 30000, "validate_only": False})
-            return _done(resp.topics[0], f"create topic {args.topic}", f"Created topic {args.topic}.")
+            return _done(resp.topics[0], args.topic, f"create topic {args.topic}", f"Created topic {args.topic}.")
         if args.action == "alter":
             resp = conn.request(CREATE_PARTITIONS, 1, {"topics": [
                 {"name": args.topic, "count": args.partitions, "assignments": None}],
                 "timeout": 30000, "validate_only": False})
-            return _done(resp.results[0], f"add partitions to topic {args.topic}",
+            return _done(resp.results[0], args.topic, f"add partitions to topic {args.topic}",
                          f"Topic {args.topic} now has {args.partitions} partitions.")
         if args.action == "delete":
             resp = conn.request(DELETE_TOPICS, 5, {"topic_names": [args.topic], "timeout": 30000})
-            return _done(resp.responses[0], f"delete topic {args.topic}", f"Deleted topic {args.topic}.")
+            return _done(resp.responses[0], args.topic, f"delete topic {args.topic}", f"Deleted topic {args.topic}.")
         if args.action == "list":
             resp = metadata(conn, None)
             for topic in sorted(resp.topics, key=lambda t: t.name):
