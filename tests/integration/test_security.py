@@ -399,3 +399,52 @@ def test_a_broker_with_a_wrong_inter_broker_password_cannot_fetch(cluster, files
         assert produce(conf(cluster, files, "SASL_SSL", "admin", "admin-secret"), topic) == "NO_ERROR"
     finally:
         stop(proc)
+
+
+def _metadata_v0(correlation_id: int) -> bytes:
+    """A Metadata v0 request for every topic, framed."""
+    import struct
+
+    body = struct.pack(">hhih", 3, 0, correlation_id, -1) + struct.pack(">i", 0)
+    return struct.pack(">i", len(body)) + body
+
+
+def test_the_fuzzers_check_sees_an_answer_given_before_authentication(cluster):
+    """The fuzzer's check can fail: a Metadata answered on a listener taken to ask for SASL (the
+    PLAINTEXT one) is recorded; on the SASL listener the same frame is not answered, the
+    connection is closed."""
+    import asyncio
+
+    from strandline.fuzz.run import Access, exchange
+
+    told_sasl = Access(sasl=True)
+    on_plaintext = asyncio.run(exchange("127.0.0.1", cluster.base_port, _metadata_v0(7), 1 << 20, 10, told_sasl))
+    assert on_plaintext.served and "[3]" in on_plaintext.served, on_plaintext
+    on_sasl = asyncio.run(exchange("127.0.0.1", cluster.ports["SASL_PLAINTEXT"], _metadata_v0(7), 1 << 20, 10,
+                                   told_sasl))
+    assert on_sasl.served is None and on_sasl.hang is None and not on_sasl.refused, on_sasl
+
+
+def test_fuzzing_the_sasl_ssl_listener_serves_nothing_before_authentication(cluster, files, tmp_path):
+    """``strandline fuzz --command-config`` against SASL_SSL: the fuzzed connections make their TLS
+    handshake and never authenticate; the broker answers none of their requests but ApiVersions
+    and the SASL ones, stays up, and the fuzzer's own producer and consumer, authenticated as
+    admin, still work."""
+    import re
+
+    from tests.conftest import pid_alive, run_cli
+
+    properties = tmp_path / "client.properties"
+    properties.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                          f"sasl.password=admin-secret\nssl.truststore.location={files['ca.pem']}\n"
+                          "ssl.truststore.type=PEM\n")
+    result = run_cli("fuzz", "--bootstrap-server", f"127.0.0.1:{cluster.ports['SASL_SSL']}", "--command-config",
+                     str(properties), "--minutes", "0.3", "--seed", "44", "--record-dir", str(tmp_path / "records"),
+                     "--concurrency", "8", timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    final = result.stdout.strip().splitlines()[-1]
+    m = re.search(r"fuzz: OK: ([\d,]+) frames .* 0 broker deaths, 0 hangs, 0 failed checks, "
+                  r"0 answers before authentication", final)
+    assert m, final
+    assert int(m.group(1).replace(",", "")) > 1_000, final
+    assert pid_alive(cluster.broker_pid(1))

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import TYPE_CHECKING
 
 from strandline.errors import StrandlineError
+
+if TYPE_CHECKING:
+    from strandline.fuzz import run as fuzz_run
 
 
 def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
@@ -34,11 +38,29 @@ def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstra
     p.set_defaults(func=run)
 
 
+def access() -> "fuzz_run.Access":
+    """The listener's settings from ``--command-config``: the fuzzer's own checks authenticate with
+    them; its fuzzed connections make only the TLS handshake."""
+    from strandline.cli import client_config
+    from strandline.fuzz import run as fuzz
+
+    if not client_config.given():
+        return fuzz.PLAINTEXT
+    security = client_config.active()
+
+    def connect(address: str, timeout_s: float, client_id: str) -> client_config.KafkaConnection:
+        return client_config.KafkaConnection(address, timeout_s, client_id, security)
+
+    return fuzz.Access(connect=connect, client_conf=client_config.librdkafka(security),
+                       tls=client_config.ssl_context(security) if security.tls else None, sasl=security.sasl)
+
+
 def run(args: argparse.Namespace) -> int:
     from strandline.fuzz import run as fuzz
 
     if args.replay:
-        return asyncio.run(fuzz.replay(args.bootstrap_server, args.replay, args.hang_timeout, args.connection))
+        return asyncio.run(fuzz.replay(args.bootstrap_server, args.replay, args.hang_timeout, args.connection,
+                                       access=access()))
     if args.minutes <= 0:
         raise StrandlineError("--minutes must be above 0")
     if args.concurrency < 1:
@@ -46,4 +68,4 @@ def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else fuzz.new_seed()
     return asyncio.run(fuzz.fuzz(args.bootstrap_server, args.minutes, seed, args.record_dir, args.concurrency,
                                  args.hang_timeout, args.max_request_bytes, args.inter_broker,
-                                 args.max_frames))
+                                 args.max_frames, access=access()))

@@ -256,8 +256,8 @@ COMMAND_CONFIG_HELP = ("Kafka client properties: security.protocol, sasl.mechani
                        "location (PEM)... (see strandline.cli.client_config)")
 
 
-#: commands with --bootstrap-server whose clients run in processes (or a protocol fuzzer) of their own
-_OWN_CLIENTS = {"bench", "fuzz"}
+#: commands with --bootstrap-server whose clients run in processes of their own
+_OWN_CLIENTS = {"bench"}
 
 
 def _add_command_config(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,12 @@ waiting for its group, a request whose own timeout is longer) or the broker stil
 rest of a frame. A broker whose process is gone, or that does not answer ApiVersions and Metadata,
 is a death.
 
+On a listener that asks for SASL (``--command-config`` names the listener's settings, which the
+fuzzer's own checks use), the fuzzed connections never authenticate: the broker may answer
+ApiVersions, SaslHandshake and SaslAuthenticate on them and nothing else; an answer to any other
+request is counted as served before authentication, and fails the run. On a TLS listener the
+fuzzed connections make their TLS handshake first.
+
 Every connection's bytes are written to the run's record file before they are sent
 (``fuzz-<seed>-<time>.rec.gz`` under ``--record-dir``): ``--replay FILE`` sends them again, in
 order, one connection at a time, and names the first connection after which a broker no longer
@@ -22,20 +28,47 @@ import gzip
 import json
 import os
 import random
+import ssl
 import struct
 import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from strandline.fuzz.frames import FrameMaker, frames_seen, well_formed
 
 MAGIC = b"STRANDLINE-FUZZ 1\n"
 _RECORD = struct.Struct(">IHI")          # connection number, broker index, stream length
 JOIN_GROUP, SYNC_GROUP, PRODUCE = 11, 14, 0
+#: what a SASL listener may answer before the connection has authenticated
+BEFORE_AUTHENTICATION = frozenset({17, 18, 36})     # SaslHandshake, ApiVersions, SaslAuthenticate
 CHECK_MESSAGES = 10
+
+
+# -- how the brokers are reached ----------------------------------------------------------------
+
+def _plain_connection(address: str, timeout_s: float, client_id: str) -> Any:
+    from strandline.runtime.client import KafkaConnection
+
+    return KafkaConnection(address, timeout_s=timeout_s, client_id=client_id)
+
+
+@dataclass(frozen=True)
+class Access:
+    """How the fuzzer reaches the listener: ``connect`` opens an authenticated protocol connection
+    for its own checks, ``client_conf`` is the check clients' librdkafka security settings,
+    ``tls`` the context its fuzzed connections handshake with (None: plain TCP), and ``sasl``
+    whether the listener asks for SASL (fuzzed connections never authenticate)."""
+
+    connect: Callable[[str, float, str], Any] = _plain_connection
+    client_conf: dict[str, str] = field(default_factory=dict)
+    tls: ssl.SSLContext | None = None
+    sasl: bool = False
+
+
+PLAINTEXT = Access()
 
 
 # -- brokers ------------------------------------------------------------------------------------
@@ -52,11 +85,9 @@ class BrokerTarget:
         return f"{self.host}:{self.port}"
 
 
-def discover(bootstrap: str) -> tuple[list[BrokerTarget], dict[int, tuple[int, int]]]:
+def discover(bootstrap: str, access: Access = PLAINTEXT) -> tuple[list[BrokerTarget], dict[int, tuple[int, int]]]:
     """The cluster's brokers (from Metadata) and the API versions the bootstrap broker advertises."""
-    from strandline.runtime.client import KafkaConnection
-
-    with KafkaConnection(bootstrap, timeout_s=10, client_id="strandline-fuzz") as conn:
+    with access.connect(bootstrap, 10, "strandline-fuzz") as conn:
         versions = conn.request(18, 3, {"client_software_name": "strandline-fuzz",
                                         "client_software_version": "1"})
         metadata = conn.request(3, 9, {"topics": [], "allow_auto_topic_creation": False,
@@ -117,12 +148,10 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def answers(broker: BrokerTarget, timeout_s: float = 10.0) -> str | None:
+def answers(broker: BrokerTarget, timeout_s: float = 10.0, access: Access = PLAINTEXT) -> str | None:
     """None if ``broker`` answers ApiVersions and Metadata, else what went wrong."""
-    from strandline.runtime.client import KafkaConnection
-
     try:
-        with KafkaConnection(broker.address, timeout_s=timeout_s, client_id="strandline-fuzz-check") as conn:
+        with access.connect(broker.address, timeout_s, "strandline-fuzz-check") as conn:
             conn.request(18, 3, {"client_software_name": "strandline-fuzz", "client_software_version": "1"})
             conn.request(3, 9, {"topics": [], "allow_auto_topic_creation": False,
                                 "include_cluster_authorized_operations": False,
@@ -132,13 +161,14 @@ def answers(broker: BrokerTarget, timeout_s: float = 10.0) -> str | None:
     return None
 
 
-def check_clients(bootstrap: str, topic: str, tag: str, timeout_s: float = 30.0) -> str | None:
+def check_clients(bootstrap: str, topic: str, tag: str, timeout_s: float = 30.0,
+                  access: Access = PLAINTEXT) -> str | None:
     """None if a producer (acks=all) delivers CHECK_MESSAGES records to ``topic`` and a consumer
     reads every one of them back, else what went wrong."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": int(timeout_s * 1000),
-                         "enable.idempotence": True, "log_level": 0})
+    producer = Producer({**access.client_conf, "bootstrap.servers": bootstrap, "acks": "all",
+                         "message.timeout.ms": int(timeout_s * 1000), "enable.idempotence": True, "log_level": 0})
     delivered: list[tuple[int, int, bytes]] = []
     errors: list[str] = []
 
@@ -153,7 +183,7 @@ def check_clients(bootstrap: str, topic: str, tag: str, timeout_s: float = 30.0)
     left = producer.flush(timeout_s)
     if left or errors or len(delivered) != CHECK_MESSAGES:
         return f"the producer delivered {len(delivered)} of {CHECK_MESSAGES} records ({'; '.join(errors[:2])})"
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"strandline-fuzz-check-{tag}",
+    consumer = Consumer({**access.client_conf, "bootstrap.servers": bootstrap, "group.id": f"strandline-fuzz-check-{tag}",
                          "enable.auto.commit": False, "log_level": 0})
     try:
         first: dict[int, int] = {}
@@ -173,21 +203,19 @@ def check_clients(bootstrap: str, topic: str, tag: str, timeout_s: float = 30.0)
     return None
 
 
-def create_check_topic(bootstrap: str, topic: str, replication: int) -> None:
+def create_check_topic(bootstrap: str, topic: str, replication: int, access: Access = PLAINTEXT) -> None:
     from kio.schema.errors import ErrorCode
-
-    from strandline.runtime.client import KafkaConnection
 
     deadline = time.monotonic() + 30
     while True:
-        with KafkaConnection(bootstrap, timeout_s=30, client_id="strandline-fuzz") as conn:
+        with access.connect(bootstrap, 30, "strandline-fuzz") as conn:
             metadata = conn.request(3, 9, {"topics": [], "allow_auto_topic_creation": False,
                                            "include_cluster_authorized_operations": False,
                                            "include_topic_authorized_operations": False})
         controller = next((b for b in metadata.brokers if b.node_id == metadata.controller_id), None)
         code = ErrorCode.not_controller
         if controller is not None:
-            with KafkaConnection(f"{controller.host}:{controller.port}", timeout_s=30, client_id="strandline-fuzz") as conn:
+            with access.connect(f"{controller.host}:{controller.port}", 30, "strandline-fuzz") as conn:
                 resp = conn.request(19, 4, {"topics": [{"name": topic, "num_partitions": 3,
                                                         "replication_factor": replication,
                                                         "assignments": [], "configs": []}],
@@ -252,6 +280,7 @@ class Outcome:
     hang: str | None = None             # what hung, if something did
     parked: bool = False                # a request that may wait by design was still waiting
     refused: bool = False               # the broker did not accept the connection
+    served: str | None = None           # what a SASL listener answered before authentication
 
 
 def _may_wait(frame: bytes, hang_timeout_s: float) -> bool:
@@ -283,17 +312,26 @@ def _silent(frame: bytes) -> bool:
     return request is not None and getattr(request, "acks", None) == 0
 
 
-async def exchange(host: str, port: int, stream: bytes, max_frame_bytes: int, hang_timeout_s: float) -> Outcome:
+async def exchange(host: str, port: int, stream: bytes, max_frame_bytes: int, hang_timeout_s: float,
+                   access: Access = PLAINTEXT) -> Outcome:
     """Send ``stream`` on a new connection; wait until the broker answered every frame, closed the
-    connection, or ``hang_timeout_s`` passed."""
+    connection, or ``hang_timeout_s`` passed. On a SASL listener, an answer to a request other than
+    ApiVersions, SaslHandshake and SaslAuthenticate is recorded in :attr:`Outcome.served`."""
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), hang_timeout_s)
-    except (OSError, asyncio.TimeoutError):
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=access.tls, server_hostname=host if access.tls else None),
+            hang_timeout_s)
+    except (OSError, ssl.SSLError, asyncio.TimeoutError):
         return Outcome(refused=True)
     seen, ending = frames_seen(stream, max_frame_bytes)
     silent = [_silent(e.frame) for e in seen]
     last_index = -1
     index_of = {e.correlation_id: i for i, e in enumerate(seen) if e.correlation_id is not None}
+    apis_of: dict[int, set[int]] = {}
+    for e in seen:
+        if e.correlation_id is not None and len(e.frame) >= 2:
+            apis_of.setdefault(e.correlation_id, set()).add(struct.unpack_from(">h", e.frame)[0])
+    served: str | None = None
     closed = False
     try:
         writer.write(stream)
@@ -318,8 +356,13 @@ async def exchange(host: str, port: int, stream: bytes, max_frame_bytes: int, ha
                 (corr,) = struct.unpack_from(">i", body)
                 if corr in index_of:
                     last_index = max(last_index, index_of[corr])
+                apis = apis_of.get(corr, set())
+                if access.sasl and served is None and apis and not apis & BEFORE_AUTHENTICATION:
+                    served = f"API {sorted(apis)} answered before authentication (correlation id {corr})"
     finally:
         writer.transport.abort()
+    if served is not None:
+        return Outcome(served=served)
     if closed:
         return Outcome()
     waiting = [i for i in range(last_index + 1, len(seen)) if not silent[i]]
@@ -342,6 +385,7 @@ class Totals:
     refused: int = 0
     parked: int = 0
     hangs: list[str] = field(default_factory=list)
+    unauthenticated: list[str] = field(default_factory=list)   # answers before authentication
     kinds: dict[str, int] = field(default_factory=lambda: {"structured": 0, "mutated": 0, "random": 0})
 
 
@@ -351,12 +395,12 @@ def _connection_rng(seed: int, conn_no: int) -> random.Random:
 
 async def fuzz(bootstrap: str, minutes: float, seed: int, record_dir: str, concurrency: int = 32,
                hang_timeout_s: float = 10.0, max_frame_bytes: int = 104857600, inter_broker: bool = False,
-               max_frames: int | None = None, out=sys.stdout) -> int:
+               max_frames: int | None = None, out=sys.stdout, access: Access = PLAINTEXT) -> int:
     """Fuzz for ``minutes`` (or until ``max_frames`` are sent); 0 when no broker died, no request
     hung and every check passed, else 1."""
-    brokers, versions = await asyncio.to_thread(discover, bootstrap)
+    brokers, versions = await asyncio.to_thread(discover, bootstrap, access)
     check_topic = f"strandline-fuzz-check-{seed}"
-    await asyncio.to_thread(create_check_topic, bootstrap, check_topic, min(3, len(brokers)))
+    await asyncio.to_thread(create_check_topic, bootstrap, check_topic, min(3, len(brokers)), access)
     maker = FrameMaker(versions, seed, inter_broker=inter_broker)
     os.makedirs(record_dir, exist_ok=True)
     path = os.path.join(record_dir, f"fuzz-{seed}-{time.strftime('%Y%m%d-%H%M%S')}.rec.gz")
@@ -387,7 +431,7 @@ async def fuzz(bootstrap: str, minutes: float, seed: int, record_dir: str, concu
             if broker.node_id in dead:
                 continue
             recorder.write(conn_no, index, stream)
-            outcome = await exchange(broker.host, broker.port, stream, max_frame_bytes, hang_timeout_s)
+            outcome = await exchange(broker.host, broker.port, stream, max_frame_bytes, hang_timeout_s, access)
             totals.connections += 1
             totals.frames += sum(kinds.values())
             for kind, n in kinds.items():
@@ -400,6 +444,10 @@ async def fuzz(bootstrap: str, minutes: float, seed: int, record_dir: str, concu
                 totals.hangs.append(f"connection {conn_no} to broker {broker.node_id}: {outcome.hang}")
                 print(f"fuzz: HANG on connection {conn_no} to broker {broker.node_id}: {outcome.hang[:300]}",
                       file=out, flush=True)
+            if outcome.served:
+                totals.unauthenticated.append(f"connection {conn_no} to broker {broker.node_id}: {outcome.served}")
+                print(f"fuzz: SERVED BEFORE AUTHENTICATION on connection {conn_no} to broker {broker.node_id}: "
+                      f"{outcome.served}", file=out, flush=True)
 
     async def check(label: str) -> None:
         for broker in brokers:
@@ -407,12 +455,13 @@ async def fuzz(bootstrap: str, minutes: float, seed: int, record_dir: str, concu
                 continue
             gone = broker.pid is not None and not pid_alive(broker.pid)
             problem = f"broker {broker.node_id} (pid {broker.pid}) is gone" if gone else \
-                await asyncio.to_thread(answers, broker)
+                await asyncio.to_thread(answers, broker, 10.0, access)
             if problem:
-                if gone or (await asyncio.to_thread(answers, broker)):    # a second chance for a slow answer
+                # a second chance for a slow answer
+                if gone or (await asyncio.to_thread(answers, broker, 10.0, access)):
                     dead[broker.node_id] = problem
                     print(f"fuzz: DEATH: {problem}", file=out, flush=True)
-        problem = await asyncio.to_thread(check_clients, bootstrap, check_topic, f"{seed}-{label}")
+        problem = await asyncio.to_thread(check_clients, bootstrap, check_topic, f"{seed}-{label}", 30.0, access)
         if problem:
             failed_checks.append(f"{label}: {problem}")
             print(f"fuzz: CHECK FAILED after {label}: {problem}", file=out, flush=True)
@@ -447,11 +496,12 @@ async def fuzz(bootstrap: str, minutes: float, seed: int, record_dir: str, concu
     if time.monotonic() - started - minute * 60 > 1:         # a last check for the part after the last minute
         await check("the end")
     elapsed = time.monotonic() - started
-    ok = not dead and not totals.hangs and not failed_checks
+    ok = not dead and not totals.hangs and not failed_checks and not totals.unauthenticated
+    before = f"{len(totals.unauthenticated)} answers before authentication, " if access.sasl else ""
     print(f"fuzz: {'OK' if ok else 'FAILED'}: {totals.frames:,} frames ({totals.kinds['structured']:,} structured, "
           f"{totals.kinds['mutated']:,} mutated, {totals.kinds['random']:,} random), {totals.connections:,} "
           f"connections in {elapsed:,.0f} s ({totals.frames / max(elapsed, 1e-9):,.0f} frames/s), "
-          f"{len(dead)} broker deaths, {len(totals.hangs)} hangs, {len(failed_checks)} failed checks, "
+          f"{len(dead)} broker deaths, {len(totals.hangs)} hangs, {len(failed_checks)} failed checks, {before}"
           f"{totals.parked} parked, {totals.refused} refused connections; RSS {rss_text()}; seed {seed}; "
           f"record {path}", file=out, flush=True)
     return 0 if ok else 1
@@ -462,10 +512,10 @@ def _mb(value: float | None) -> str:
 
 
 async def replay(bootstrap: str, path: str, hang_timeout_s: float = 10.0, only: int | None = None,
-                 check_every: int = 1000, out=sys.stdout) -> int:
+                 check_every: int = 1000, out=sys.stdout, access: Access = PLAINTEXT) -> int:
     """Send a record's connections again, in order, one at a time; 1 if a broker stopped
     answering or a request hung (naming the connection), else 0."""
-    brokers, _ = await asyncio.to_thread(discover, bootstrap)
+    brokers, _ = await asyncio.to_thread(discover, bootstrap, access)
     meta, connections = read_record(path)
     max_frame_bytes = meta.get("max_frame_bytes", 104857600)
     sent = 0
@@ -475,22 +525,26 @@ async def replay(bootstrap: str, path: str, hang_timeout_s: float = 10.0, only: 
         if only is not None and conn_no != only:
             continue
         broker = brokers[index % len(brokers)]
-        outcome = await exchange(broker.host, broker.port, stream, max_frame_bytes, hang_timeout_s)
+        outcome = await exchange(broker.host, broker.port, stream, max_frame_bytes, hang_timeout_s, access)
         sent += 1
         recent = (recent + [conn_no])[-check_every:]
         if outcome.hang:
             hangs += 1
             print(f"replay: HANG on connection {conn_no} to broker {broker.node_id}: {outcome.hang[:300]}",
                   file=out, flush=True)
+        if outcome.served:
+            hangs += 1
+            print(f"replay: SERVED BEFORE AUTHENTICATION on connection {conn_no} to broker {broker.node_id}: "
+                  f"{outcome.served}", file=out, flush=True)
         if only is not None or sent % check_every == 0 or outcome.refused:
             for b in brokers:
-                problem = await asyncio.to_thread(answers, b)
+                problem = await asyncio.to_thread(answers, b, hang_timeout_s, access)
                 if problem:
                     print(f"replay: {problem}, after connection {conn_no} (one of connections "
                           f"{recent[0]}-{recent[-1]})", file=out, flush=True)
                     return 1
     for b in brokers:
-        problem = await asyncio.to_thread(answers, b)
+        problem = await asyncio.to_thread(answers, b, hang_timeout_s, access)
         if problem:
             print(f"replay: {problem} after the last connection", file=out, flush=True)
             return 1
