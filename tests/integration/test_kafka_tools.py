@@ -196,6 +196,39 @@ def quota_lines(out: str) -> dict[str, dict[str, str]]:
     return found
 
 
+def test_strandline_configs_speaks_kafka_configs_lines_for_client_and_user_client_quotas(kafka, cluster):
+    """`strandline configs --entity-type clients` and `--entity-type users ... --entity-type clients ...`
+    (a user's client id): what it writes, Kafka's kafka-configs describes back, and both tools
+    describe it in the same lines; its alter messages are kafka-configs' (as Kafka 3.9 prints them)."""
+    from tests.conftest import run_cli
+
+    user, client = unique(kafka, "user"), unique(kafka, "client")
+    base = ["--bootstrap-server", cluster.bootstrap]
+    users = ["--entity-type", "users", "--entity-name", user]
+    clients = ["--entity-type", "clients", "--entity-name", client]
+
+    def ours(*args: str) -> str:
+        done = run_cli("configs", *base, *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert ours(*clients, "--alter", "--add-config", "producer_byte_rate=4096") == \
+        f"Completed updating config for client {client}.\n"
+    assert ours(*users, *clients, "--alter", "--add-config", "consumer_byte_rate=2048,request_percentage=12.5") == \
+        f"Completed updating config for user {user}.\n"
+    for entity in (clients, [*users, *clients]):
+        theirs = tool(kafka, "kafka-configs", *base, *entity, "--describe").stdout
+        assert quota_lines(theirs), theirs
+        assert quota_lines(ours(*entity, "--describe")) == quota_lines(theirs), theirs
+    assert quota_lines(ours(*clients, "--describe")) == {f"client-id '{client}'": {"producer_byte_rate": "4096.0"}}
+    assert ours(*users, *clients, "--alter", "--delete-config", "consumer_byte_rate,request_percentage") == \
+        f"Completed updating config for user {user}.\n"
+    assert quota_lines(tool(kafka, "kafka-configs", *base, *users, *clients, "--describe").stdout) == {}
+    refused = run_cli("configs", *base, *clients, "--alter", "--add-config", "retention.ms=1")
+    assert (refused.returncode, refused.stdout) == (2, ""), refused
+    assert refused.stderr.count("\n") == 1 and "not a quota of client-id" in refused.stderr, refused.stderr
+
+
 def test_kafka_configs_adds_describes_and_deletes_user_and_client_quotas(kafka, cluster, admin):
     """kafka-configs --entity-type users / clients / users+clients (DescribeClientQuotas,
     AlterClientQuotas, DescribeUserScramCredentials, AlterUserScramCredentials): each quota and

@@ -448,3 +448,68 @@ def test_fuzzing_the_sasl_ssl_listener_serves_nothing_before_authentication(clus
     assert m, final
     assert int(m.group(1).replace(",", "")) > 1_000, final
     assert pid_alive(cluster.broker_pid(1))
+
+
+QUOTA_BYTES = 1024 * 1024           # producer_byte_rate of User:alice: 1 MiB/s
+
+
+def test_a_users_produce_quota_holds_an_authenticated_producer_within_20_percent(cluster, files):
+    """Quotas by principal (KIP-55): ``strandline configs`` gives User:alice producer_byte_rate 1 MiB/s.
+    alice, authenticated with SASL PLAIN over TLS, produces as fast as she can for 32 s: Kafka's
+    rate window lets a client send 10 s' worth of its quota at once, so the rate is measured on
+    what was acknowledged from 12 s to 32 s, and it is within 20 % of the quota; her answers carry
+    throttle_time_ms. User:admin, with no quota, produces well above it unthrottled."""
+    import time
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, \
+        ResourcePatternType, ResourceType
+
+    from tests.conftest import run_cli
+
+    topic = new_topic(cluster)
+    admin = AdminClient(conf(cluster, files, "SASL_SSL", "admin", "admin-secret"))
+    grant = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+                       AclOperation.WRITE, AclPermissionType.ALLOW)
+    for future in admin.create_acls([grant]).values():
+        future.result(30)
+    done = run_cli("configs", "--bootstrap-server", cluster.bootstrap, "--entity-type", "users", "--entity-name",
+                   "alice", "--alter", "--add-config", f"producer_byte_rate={QUOTA_BYTES}")
+    assert done.returncode == 0, done.stderr
+
+    def produce_for(user: str, password: str, seconds: float) -> tuple[list[tuple[float, int]], list[int]]:
+        """(time since the start, value bytes) of each acknowledged record, and the throttle times."""
+        acked: list[tuple[float, int]] = []
+        throttles: list[int] = []
+        producer = Producer({**conf(cluster, files, "SASL_SSL", user, password), "acks": 1, "linger.ms": 5,
+                             "queue.buffering.max.kbytes": 512,
+                             "throttle_cb": lambda event: throttles.append(int(event.throttle_time * 1000))})
+        start = time.monotonic()
+        value = b"q" * 1000
+
+        def delivered(err, msg) -> None:
+            if err is None:
+                acked.append((time.monotonic() - start, len(msg.value())))
+
+        while time.monotonic() - start < seconds:
+            try:
+                producer.produce(topic, value, on_delivery=delivered)
+            except BufferError:
+                producer.poll(0.01)
+            producer.poll(0)
+        producer.flush(30)
+        return [(t, n) for t, n in acked if t <= seconds], throttles
+
+    # alice must be allowed before she is measured (the ACL reaches the authorizer through ZooKeeper)
+    poll_until(lambda: produce(conf(cluster, files, "SASL_SSL", "alice", "alice-secret"), topic) == "NO_ERROR", 20,
+               message="alice's write allowed")
+    free, free_throttles = produce_for("admin", "admin-secret", 3.0)
+    free_rate = sum(n for _, n in free) / 3.0
+    held, throttles = produce_for("alice", "alice-secret", 32.0)
+    rate = sum(n for t, n in held if t >= 12.0) / 20.0
+    print(f"User:alice with producer_byte_rate {QUOTA_BYTES}: {rate:,.0f} B/s from 12 s to 32 s "
+          f"({rate / QUOTA_BYTES:.2f} of the quota), {len(throttles)} throttled answers, max "
+          f"{max(throttles, default=0)} ms; User:admin without a quota: {free_rate:,.0f} B/s")
+    assert free_rate > 2 * QUOTA_BYTES and not [t for t in free_throttles if t > 0]
+    assert [t for t in throttles if t > 0]
+    assert 0.8 * QUOTA_BYTES <= rate <= 1.2 * QUOTA_BYTES, rate

@@ -37,6 +37,8 @@ SCRAM_NAMES = {code: name for name, (code, _) in SCRAM.items()}
 DEFAULT_ITERATIONS = 4096
 #: the quotas a user entity has (Kafka's QuotaConfigs for users)
 USER_QUOTAS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate")
+#: the quotas a client id has (the same as a user's; Kafka's QuotaConfigs for client ids)
+CLIENT_QUOTAS = USER_QUOTAS
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE = 0, 1
 SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
@@ -50,19 +52,50 @@ def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstra
     for action in ("describe", "alter"):
         p = csub.add_parser(action, help=f"{action} the configs of one topic, one broker or every broker")
         p.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help)
-        p.add_argument("--entity-type", choices=("topics", "brokers", "broker-loggers", "users"), required=True,
-                       help="what --entity-name names")
-        who = p.add_mutually_exclusive_group()
-        who.add_argument("--entity-name", help="the topic, the broker id (brokers, broker-loggers) or the user; "
-                                               "one of it and --entity-default is needed, except to describe users")
-        who.add_argument("--entity-default", action="store_true",
-                         help="brokers: the default of every broker; users: the default quotas of every user")
+        p.add_argument("--entity-type", action=_Entity, required=True, metavar="{" + ",".join(ENTITY_TYPES) + "}",
+                       help="what --entity-name names; users and clients may be given together (the quotas of a "
+                            "user's client id), each followed by its own --entity-name or --entity-default")
+        p.add_argument("--entity-name", action=_Entity,
+                       help="the topic, the broker id (brokers, broker-loggers), the user or the client id; one of "
+                            "it and --entity-default is needed, except to describe users and clients")
+        p.add_argument("--entity-default", action=_Entity, nargs=0,
+                       help="brokers: the default of every broker; users, clients: the default quotas of every "
+                            "user, of every client id")
         if action == "describe":
             p.add_argument("--all", action="store_true", help="every config, not only the dynamic ones")
         else:
             p.add_argument("--add-config", metavar="K=V,K2=[A,B]", help="configs to set")
             p.add_argument("--delete-config", metavar="K,K2", help="configs to remove (back to their defaults)")
     configs.set_defaults(func=run)
+
+
+ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "users", "clients")
+#: the quota entities' names on the wire (DescribeClientQuotas, AlterClientQuotas) and in Kafka's lines
+QUOTA_ENTITIES = {"users": ("user", "user-principal", "user"), "clients": ("client-id", "client-id", "client")}
+
+
+class _Entity(argparse.Action):
+    """``--entity-type T [--entity-name N | --entity-default]``, repeated as kafka-configs takes
+    them: ``args.entities`` holds [type, name, default] in the order given."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        entities = list(getattr(namespace, "entities", None) or [])
+        if option_string == "--entity-type":
+            if values not in ENTITY_TYPES:
+                parser.error(f"argument --entity-type: invalid choice: {values!r} (choose from "
+                             + ", ".join(repr(t) for t in ENTITY_TYPES) + ")")
+            entities.append([values, None, False])
+        elif not entities:
+            parser.error(f"{option_string} comes after the --entity-type it names")
+        elif entities[-1][1] is not None or entities[-1][2]:
+            parser.error(f"{option_string}: --entity-type {entities[-1][0]} already has a name or the default")
+        elif option_string == "--entity-name":
+            entities[-1][1] = values
+        else:
+            entities[-1][2] = True
+        namespace.entities = entities
+        namespace.entity_type, namespace.entity_name, namespace.entity_default = entities[0]
 
 
 def parse_add_config(text: str) -> dict[str, str]:
@@ -258,9 +291,94 @@ def run_users(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quota_entity(args: argparse.Namespace) -> list[tuple[str, str | None, bool]]:
+    """The quota entity named: (users' or clients' wire type, name, default) for each, users first."""
+    entities = args.entities
+    types = [t for t, _, _ in entities]
+    if len(entities) > 2 or len(set(types)) != len(types) or not set(types) <= set(QUOTA_ENTITIES):
+        raise StrandlineError("--entity-type: one of topics, brokers, broker-loggers, or users and/or clients "
+                              "(each at most once)")
+    chosen = sorted(entities, key=lambda e: list(QUOTA_ENTITIES).index(e[0]))
+    for kind, name, _ in chosen:
+        if name == "":
+            raise StrandlineError(f"--entity-name: a {QUOTA_ENTITIES[kind][2]} name is not empty "
+                                  "(the default: --entity-default)")
+    return [(t, n, d) for t, n, d in chosen]
+
+
+def _who(entity: list[tuple[str, str | None, bool]] | list[tuple[str, str | None]]) -> str:
+    """Kafka's words for a quota entity: ``user-principal 'alice', client-id 'app'``."""
+    words = []
+    for kind, name, *_ in entity:
+        label = next(v[1] for k, v in QUOTA_ENTITIES.items() if k == kind or v[0] == kind)
+        words.append(f"the default {label}" if name is None else f"{label} '{name}'")
+    return ", ".join(words)
+
+
+def _describe_quotas(conn: KafkaConnection, entity: list[tuple[str, str | None, bool]]) -> None:
+    components = [{"entity_type": QUOTA_ENTITIES[kind][0], "match_type": 1 if default else 0 if name else 2,
+                   "match": None if default or not name else name} for kind, name, default in entity]
+    resp = conn.request(DESCRIBE_CLIENT_QUOTAS, 0, {"components": components, "strict": True})
+    _check(resp.error_code, resp.error_message, "cannot describe quotas")
+    order = [QUOTA_ENTITIES[k][0] for k in QUOTA_ENTITIES]
+    for entry in resp.entries or ():
+        parts = sorted(((e.entity_type, e.entity_name) for e in entry.entity),
+                       key=lambda p: order.index(p[0]) if p[0] in order else len(order))
+        values = ", ".join(f"{v.key}={java_double(float(v.value))}" for v in entry.values)
+        print(f"Quota configs for {_who(parts)} are {values}")
+
+
+def run_quotas(args: argparse.Namespace, entity: list[tuple[str, str | None, bool]]) -> int:
+    """Quotas of a client id, or of a user's client id (kafka-configs' ``--entity-type users
+    --entity-name U --entity-type clients --entity-name C``)."""
+    with KafkaConnection(args.bootstrap_server) as conn:
+        if args.action == "describe":
+            _describe_quotas(conn, entity)
+            return 0
+        missing = [kind for kind, name, default in entity if name is None and not default]
+        if missing:
+            raise StrandlineError(f"--entity-type {missing[0]} needs --entity-name or --entity-default to alter")
+        adds = parse_add_config(args.add_config) if args.add_config else {}
+        deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+        if not adds and not deletes:
+            raise StrandlineError("nothing to alter: give --add-config and/or --delete-config")
+        allowed = USER_QUOTAS if len(entity) > 1 else CLIENT_QUOTAS
+        unknown = sorted(k for k in [*adds, *deletes] if k not in allowed)
+        if unknown:
+            raise StrandlineError(f"not a quota of {_who(entity)}: {', '.join(unknown)} ({', '.join(allowed)})")
+        both = sorted(set(adds) & set(deletes))
+        if both:
+            raise StrandlineError(f"{', '.join(both)} both added and deleted")
+        ops = []
+        for key, value in adds.items():
+            try:
+                ops.append({"key": key, "value": float(value), "remove": False})
+            except ValueError:
+                raise StrandlineError(f"{key}={value!r} is not a number") from None
+        ops += [{"key": k, "value": 0.0, "remove": True} for k in deletes]
+        resp = conn.request(ALTER_CLIENT_QUOTAS, 0, {"entries": [{"entity": [
+            {"entity_type": QUOTA_ENTITIES[kind][0], "entity_name": None if default else name}
+            for kind, name, default in entity], "ops": ops}], "validate_only": False})
+        for result in resp.entries:
+            _check(result.error_code, result.error_message, f"cannot alter the quotas of {_who(entity)}")
+    kind, name, default = entity[0]
+    word = QUOTA_ENTITIES[kind][2]
+    print(f"Completed updating default config for {kind} in the cluster." if default
+          else f"Completed updating config for {word} {name}.")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.entity_type == "users":
-        return run_users(args)
+    types = {t for t, _, _ in args.entities}
+    if types & set(QUOTA_ENTITIES):
+        entity = _quota_entity(args)
+        if [t for t, _, _ in entity] == ["users"]:
+            return run_users(args)
+        return run_quotas(args, entity)
+    if len(args.entities) > 1:
+        raise StrandlineError("--entity-type is given once, except users with clients")
+    if args.entity_name is not None and args.entity_default:
+        raise StrandlineError("--entity-name and --entity-default do not go together")
     rtype, name, what = _resource(args)
     with KafkaConnection(args.bootstrap_server) as conn:
         address = _address(conn, rtype, name, args.bootstrap_server)
