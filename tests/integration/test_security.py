@@ -425,6 +425,34 @@ def test_the_fuzzers_check_sees_an_answer_given_before_authentication(cluster):
     assert on_sasl.served is None and on_sasl.hang is None and not on_sasl.refused, on_sasl
 
 
+def admin_properties(tmp_path, files) -> str:
+    """A --command-config file: User:admin with PLAIN over SASL_SSL, the CA's certificate trusted."""
+    properties = tmp_path / "client.properties"
+    properties.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                          f"sasl.password=admin-secret\nssl.truststore.location={files['ca.pem']}\n"
+                          "ssl.truststore.type=PEM\n")
+    return str(properties)
+
+
+def test_bench_produces_and_consumes_over_sasl_ssl_with_command_config(cluster, files, tmp_path):
+    """`strandline bench produce|consume --command-config` hands the listener's settings to every
+    worker's client; the raw consumer, which speaks PLAINTEXT only, is refused in one line."""
+    from tests.conftest import run_cli
+
+    topic = new_topic(cluster)
+    base = ["--bootstrap-server", f"127.0.0.1:{cluster.ports['SASL_SSL']}", "--command-config",
+            admin_properties(tmp_path, files), "--topic", topic, "--num-records", "3000"]
+    produced = run_cli("bench", "produce", *base, "--record-size", "100", "--processes", "2", timeout=120)
+    assert produced.returncode == 0, produced.stdout[-2000:] + produced.stderr[-2000:]
+    assert "3000 records sent" in produced.stdout, produced.stdout
+    consumed = run_cli("bench", "consume", *base, timeout=120)
+    assert consumed.returncode == 0, consumed.stdout[-2000:] + consumed.stderr[-2000:]
+    assert "3000 records" in consumed.stdout.splitlines()[-1], consumed.stdout
+    raw = run_cli("bench", "consume", *base, "--client", "raw", timeout=60)
+    assert (raw.returncode, raw.stderr.count("\n")) == (2, 1), raw
+    assert "--client raw speaks PLAINTEXT only" in raw.stderr, raw.stderr
+
+
 def test_fuzzing_the_sasl_ssl_listener_serves_nothing_before_authentication(cluster, files, tmp_path):
     """``strandline fuzz --command-config`` against SASL_SSL: the fuzzed connections make their TLS
     handshake and never authenticate; the broker answers none of their requests but ApiVersions
@@ -434,10 +462,7 @@ def test_fuzzing_the_sasl_ssl_listener_serves_nothing_before_authentication(clus
 
     from tests.conftest import pid_alive, run_cli
 
-    properties = tmp_path / "client.properties"
-    properties.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
-                          f"sasl.password=admin-secret\nssl.truststore.location={files['ca.pem']}\n"
-                          "ssl.truststore.type=PEM\n")
+    properties = admin_properties(tmp_path, files)
     result = run_cli("fuzz", "--bootstrap-server", f"127.0.0.1:{cluster.ports['SASL_SSL']}", "--command-config",
                      str(properties), "--minutes", "0.3", "--seed", "44", "--record-dir", str(tmp_path / "records"),
                      "--concurrency", "8", timeout=240)

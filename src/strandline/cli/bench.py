@@ -53,6 +53,14 @@ def _check_client_props(kind: str, props: dict[str, str]) -> None:
     client(kind, {**({"group.id": "strandline-bench"} if kind == "Consumer" else {}), **props})
 
 
+def _security() -> dict[str, str]:
+    """The librdkafka settings of ``--command-config`` (TLS, SASL), which every worker's client takes;
+    ``--producer-props``/``--consumer-props`` override them."""
+    from strandline.cli import client_config
+
+    return client_config.librdkafka() if client_config.given() else {}
+
+
 def run(args: argparse.Namespace) -> int:
     if args.num_records < 1:
         raise StrandlineError("--num-records must be at least 1")
@@ -63,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
         if args.record_size < 0:
             raise StrandlineError("--record-size must be 0 or more")
-        props = properties(args.producer_props)
+        props = {**_security(), **properties(args.producer_props)}
         _check_client_props("Producer", props)
         outcome = produce.run(args.bootstrap_server, args.topic, args.num_records, args.record_size,
                               args.throughput, args.acks, args.processes, props, args.reporting_interval)
@@ -71,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         from strandline.load import consume
 
-        props = properties(args.consumer_props)
+        props = {**_security(), **properties(args.consumer_props)}
+        if args.client == "raw" and props.get("security.protocol", "plaintext").lower() != "plaintext":
+            raise StrandlineError("--client raw speaks PLAINTEXT only: use --client confluent on a secured listener")
         _check_client_props("Consumer", props)
         outcome, planned = consume.run(args.bootstrap_server, args.topic, args.num_records, args.processes, props,
                                        args.timeout_ms / 1000, args.reporting_interval, args.client)

@@ -256,10 +256,6 @@ COMMAND_CONFIG_HELP = ("Kafka client properties: security.protocol, sasl.mechani
                        "location (PEM)... (see strandline.cli.client_config)")
 
 
-#: commands with --bootstrap-server whose clients run in processes of their own
-_OWN_CLIENTS = {"bench"}
-
-
 def _add_command_config(parser: argparse.ArgumentParser) -> None:
     """``--command-config FILE`` on every (sub)command that talks to the brokers (each one with
     ``--bootstrap-server``), as Kafka's tools take it."""
@@ -268,9 +264,8 @@ def _add_command_config(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                if name not in _OWN_CLIENTS:
-                    _add_command_config(child)
+            for child in action.choices.values():
+                _add_command_config(child)
 
 
 def _use_command_config(args: argparse.Namespace) -> None:
