@@ -26,6 +26,8 @@ from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
 from strandline.protocol import api
 from strandline.protocol.api import ApiKey
+from strandline.security.acl import AclOperation
+from strandline.security.authorizer import AclAuthorizer
 
 #: ``creation()``: the partitions, replication factor and configs an internal topic is created with
 InternalTopic = Callable[[], tuple[int, int, dict[str, str]]]
@@ -109,3 +111,9 @@ class AutoTopicCreationManager:
         return self.outbox.send(
             self.metadata.brokers.get(self.metadata.controller_id), "forwarding",
             lambda cid: api.encode_request(ApiKey.CREATE_TOPICS, 5, cid, client_id, body), on_response, now_ms)
+
+
+def may_create(authorizer: AclAuthorizer, conn_id: int, name: str) -> bool:
+    """Kafka's rule for creating a topic: CREATE on the cluster, or on the topic."""
+    return authorizer.allows_cluster(conn_id, AclOperation.CREATE) or \
+        authorizer.allows_topic(conn_id, AclOperation.CREATE, name)

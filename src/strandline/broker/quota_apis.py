@@ -67,6 +67,10 @@ class QuotaApis:
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE)
 
+    def user(self, conn_id: int) -> str:
+        """The user the connection's quotas are kept under: its principal's name."""
+        return self.authorizer.session(conn_id).user
+
     def handlers(self) -> dict[int, Callable]:
         return {ApiKey.DESCRIBE_CLIENT_QUOTAS: self._describe_client_quotas,
                 ApiKey.ALTER_CLIENT_QUOTAS: self._alter_client_quotas,
