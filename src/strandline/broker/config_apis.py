@@ -17,8 +17,9 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.security.authorizer import AclAuthorizer
-from strandline.core.config import (BROKER_KEYS, TOPIC_KEYS, BrokerConfig, ConfigError, config_text,
-                                      parse_topic_configs)
+from strandline.core.config import BROKER_KEYS, BrokerConfig, config_text
+from strandline.core.config_key import ConfigError
+from strandline.core.topic_keys import TOPIC_KEYS, parse_topic_configs
 from strandline.broker.dynamic_config import DEFAULT_ENTITY, describe_broker, describe_topic, validate_broker_update
 from strandline.core.effects import LogLine
 from strandline.broker.loggers import BrokerLoggers, LoggerRefused

@@ -18,16 +18,9 @@ from __future__ import annotations
 import enum
 from typing import Any, Callable
 
-from strandline.core.config import (
-    BROKER_KEYS,
-    DYNAMIC_BROKER_KEYS,
-    TOPIC_KEYS,
-    BrokerConfig,
-    ConfigError,
-    broker_synonyms,
-    config_text,
-    parse_topic_configs,
-)
+from strandline.core.config import BROKER_KEYS, DYNAMIC_BROKER_KEYS, BrokerConfig, broker_synonyms, config_text
+from strandline.core.config_key import ConfigError
+from strandline.core.topic_keys import TOPIC_KEYS, parse_topic_configs
 from strandline.core.effects import LogLine
 from strandline.core.outbox import Outbox
 from strandline.coordination import znodes

@@ -7,7 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from strandline.core.config import ConfigError, load_broker_config
+from strandline.core.config import load_broker_config
+from strandline.core.config_key import ConfigError
 from strandline.errors import StrandlineError
 
 #: The brokers of `strandline up` (and `make run`) with its default base port: any one that is up will do.
@@ -38,7 +39,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from strandline.core.config import parse_override, BROKER_KEYS, listener_key
+    from strandline.core.config import parse_override, BROKER_KEYS
+    from strandline.core.security_keys import listener_key
     from strandline.launch.up import run_up
 
     for item in args.override or []:

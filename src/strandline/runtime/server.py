@@ -44,7 +44,7 @@ from strandline.runtime.live_brokers import BrokerListings, read_full_cluster_st
 from strandline.runtime.loggers import set_logger_level
 from strandline.runtime.monitoring import request_name
 from strandline.runtime.tls import peer_dn
-from strandline.core.config import Listener
+from strandline.core.listeners import Listener
 from strandline.security.acl import ANONYMOUS
 from strandline.security.authenticator import SaslAuthenticator, ssl_principal
 
