@@ -25,7 +25,6 @@ ERROR line (rate-limited by the shell). The broker goes on serving everyone else
 from __future__ import annotations
 
 import re
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -47,7 +46,7 @@ from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
 from strandline.core.effects import Close, LogLine, Send
 from strandline.core.wire import response
-from strandline.errors import BrokenInvariant
+from strandline.errors import BrokenInvariant, describe_exception
 from strandline.protocol import api, control
 from strandline.protocol.api import ApiKey, RequestHeader
 from strandline.protocol.frames import ProtocolError
@@ -252,11 +251,3 @@ class KafkaApis:
 def _valid_software_field(value: str | None) -> bool:
     """KIP-511: client software name and version must match ``[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?``."""
     return bool(value) and _SOFTWARE_FIELD.fullmatch(value) is not None
-
-
-def describe_exception(exc: BaseException) -> str:
-    """``Type: message (at file:line in function)`` of where ``exc`` was raised: one line."""
-    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
-    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} in {frames[-1].name})" \
-        if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"

@@ -31,7 +31,10 @@ from strandline.log.manager import LogManager
 from strandline.runtime.disk import DirectoryLock, OsDisk
 from strandline.runtime.monitoring import Monitoring
 from strandline.runtime.loggers import current_loggers, install_repeat_limiter, register_level_names
-from strandline.runtime.server import BrokerShell, ListenerSpec, Stopper, describe, now_ms
+from strandline.errors import describe_exception
+from strandline.runtime.clock import now_ms
+from strandline.runtime.connection import ListenerSpec
+from strandline.runtime.server import BrokerShell, Stopper
 from strandline.runtime import tls
 from strandline.runtime.channels import ClientSecurity
 from strandline.broker.quotas import sanitize
@@ -569,5 +572,5 @@ def run_broker(config: BrokerConfig) -> int:
         print(f"strandline broker: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:
-        log.error("Stopping the broker: start-up failed: %s", describe(exc))
+        log.error("Stopping the broker: start-up failed: %s", describe_exception(exc))
         return 1
