@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -44,11 +44,12 @@ from strandline.broker.quota_apis import QuotaApis
 from strandline.broker.txn_apis import TxnApis
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
-from strandline.core.effects import Close, LogLine, Send
-from strandline.core.wire import response
+from strandline.core.effects import Close, Effect, LogLine, Send
+from strandline.core.wire import Handler, response
 from strandline.errors import BrokenInvariant, describe_exception
 from strandline.protocol import api, control
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
 from strandline.protocol.frames import ProtocolError
 from strandline.protocol.hot_readers import decode_produce_request
 from strandline.replication.fetch_session import FetchSessionCache
@@ -56,6 +57,7 @@ from strandline.replication.replica_manager import ReplicaManager
 from strandline.security.acl import AclOperation, ResourceType
 from strandline.security.authorizer import AclAuthorizer
 from strandline.transaction.producer_ids import ProducerIdManager
+from strandline.core.config import BrokerConfig
 
 #: What stops the broker when it escapes a request's handling: a broken invariant of its own state,
 #: its storage failing (Kafka takes a failed log directory offline; this broker has one), memory.
@@ -65,7 +67,7 @@ _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 @dataclass
 class KafkaApis:
-    config: Any
+    config: BrokerConfig
     metadata: MetadataCache
     replicas: ReplicaManager
     controller: Controller
@@ -88,7 +90,7 @@ class KafkaApis:
                                         self.quota_apis, self.arrivals)
         self.fetch_apis = FetchApis(self.config, self.metadata, self.replicas, self.authorizer, self.fetch_sessions,
                                     self.quota_apis, self.arrivals)
-        self._handlers: dict[int, Callable] = {
+        self._handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self._api_versions,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
             **self.metadata_apis.handlers(),
@@ -104,10 +106,10 @@ class KafkaApis:
             **sasl_apis.handlers(self.authorizer.session),
         }
 
-    def metadata_loaded(self, now_ms: int) -> list:
+    def metadata_loaded(self, now_ms: int) -> list[Effect]:
         """The broker knows the cluster: serve the client requests that waited for it."""
         waiting, self._before_load = self._before_load or [], None
-        effects: list = []
+        effects: list[Effect] = []
         for conn_id, frame in waiting:
             effects.extend(self.handle_request(conn_id, frame, now_ms))
         return effects
@@ -117,7 +119,7 @@ class KafkaApis:
             self._before_load = [(c, frame) for c, frame in self._before_load if c != conn_id]
         self.group_apis.connection_closed(conn_id)
 
-    def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
+    def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list[Effect]:
         """Decode and answer one request frame of connection ``conn_id``.
 
         The controller's requests are served as soon as the broker listens. A client's request
@@ -138,7 +140,9 @@ class KafkaApis:
         except Exception as exc:
             return self._request_failed(conn_id, frame, exc)
 
-    def _request_failed(self, conn_id: int, frame: bytes, exc: Exception) -> list:
+    def _request_failed(self, conn_id: int, frame: bytes, exc: Exception) -> list[Effect]:
+        header: RequestHeader | None
+        request: Any
         try:
             header, request = api.decode_request(frame)
         except Exception:                   # not even its header: nothing to answer it with
@@ -153,7 +157,7 @@ class KafkaApis:
             return [line, Close(conn_id, f"handling the request failed: {where}")]
         return [line, Send(conn_id, [answer])]
 
-    def _dispatch(self, conn_id: int, frame: bytes, now_ms: int) -> list:
+    def _dispatch(self, conn_id: int, frame: bytes, now_ms: int) -> list[Effect]:
         api_key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
         self.arrivals.came(len(frame), now_ms)
         if api_key in control.SCHEMAS:
@@ -166,7 +170,7 @@ class KafkaApis:
             if fast is not None:
                 version, correlation_id, client_id, produce = fast
                 return self._handlers[ApiKey.PRODUCE](
-                    conn_id, api.RequestHeader(ApiKey.PRODUCE, version, correlation_id, client_id), produce, now_ms)
+                    conn_id, RequestHeader(ApiKey.PRODUCE, version, correlation_id, client_id), produce, now_ms)
         try:
             header, request = api.decode_request(frame)
         except api.UnsupportedApiVersions as exc:
@@ -178,7 +182,7 @@ class KafkaApis:
             return [Close(conn_id, f"API key {header.api_key} is not handled")]
         return handler(conn_id, header, request, now_ms)
 
-    def _control_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
+    def _control_request(self, conn_id: int, frame: bytes, now_ms: int) -> list[Effect]:
         """LeaderAndIsr, UpdateMetadata, StopReplica (the replica manager's) and ControlledShutdown
         (the controller's)."""
         try:
@@ -186,7 +190,7 @@ class KafkaApis:
         except Exception as exc:
             return [Close(conn_id, f"malformed control request: {exc}")]
 
-        def respond(answer: dict) -> list:
+        def respond(answer: dict[str, Any]) -> list[Effect]:
             data = control.encode_response(api_key, correlation_id, control.downgrade_answer(api_key, version, answer),
                                            version)
             return [Send(conn_id, [len(data).to_bytes(4, "big"), data])]
@@ -207,7 +211,7 @@ class KafkaApis:
 
     # -- ApiVersions
 
-    def _api_versions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _api_versions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         body = api.api_versions_body()
         name = getattr(request, "client_software_name", None)
         version = getattr(request, "client_software_version", None)
@@ -218,7 +222,7 @@ class KafkaApis:
 
     # -- InitProducerId
 
-    def _init_producer_id(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _init_producer_id(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         if request.transactional_id is not None:
             if not self.authorizer.allows(conn_id, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                           request.transactional_id):
@@ -236,7 +240,7 @@ class KafkaApis:
             return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
                                                     "producer_id": old_pid, "producer_epoch": old_epoch + 1})]
 
-        def answer(pid: int, when_ms: int) -> list:
+        def answer(pid: int, when_ms: int) -> list[Effect]:
             if pid < 0:
                 return [response(conn_id, header, {"throttle_time": 0,
                                                         "error_code": ErrorCode.coordinator_not_available,
@@ -250,4 +254,4 @@ class KafkaApis:
 
 def _valid_software_field(value: str | None) -> bool:
     """KIP-511: client software name and version must match ``[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?``."""
-    return bool(value) and _SOFTWARE_FIELD.fullmatch(value) is not None
+    return value is not None and _SOFTWARE_FIELD.fullmatch(value) is not None

@@ -11,30 +11,40 @@ the message format the client reads.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable
+from typing import Any, Sequence, TypedDict
 
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.arrivals import Arrivals
 from strandline.broker.quota_apis import QuotaApis
 from strandline.coordination.metadata import MetadataCache
-from strandline.core.effects import Send
-from strandline.core.wire import duration_ms
+from strandline.core.effects import Effect, Send
+from strandline.core.wire import Handler, duration_ms
 from strandline.log.disk import FileRegion
-from strandline.protocol import api
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.hot_responses import encode_fetch_response
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
 from strandline.protocol.legacy_records import UnsupportedCompression, down_convert
 from strandline.protocol.records import UndecodableRecordsError
 from strandline.replication.fetch_session import FetchContext, FetchSessionCache
+from strandline.replication.fetch_types import FetchedPartition, FetchedTopic, FetchPartitionRequest
 from strandline.replication.replica_manager import ReplicaManager
 from strandline.security.acl import AclOperation
 from strandline.security.authorizer import AclAuthorizer
+from strandline.core.config import BrokerConfig
 
 DOWN_CONVERTED_FETCH_BELOW = 4           # Fetch v0-v3 read message sets of format v0 (v0-v1) and v1 (v2-v3)
 
 
+class _TopicById(TypedDict):
+    """One topic of a Fetch v13+ answer: named by its id (KIP-516)."""
+
+    topic_id: uuid.UUID
+    partitions: list[FetchedPartition]
+
+
 class FetchApis:
-    def __init__(self, config: Any, metadata: MetadataCache, replicas: ReplicaManager, authorizer: AclAuthorizer,
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, replicas: ReplicaManager, authorizer: AclAuthorizer,
                  fetch_sessions: FetchSessionCache, quota_apis: QuotaApis, arrivals: Arrivals) -> None:
         self.config = config
         self.metadata = metadata
@@ -43,12 +53,12 @@ class FetchApis:
         self.fetch_sessions = fetch_sessions
         self.quota_apis = quota_apis
         self.arrivals = arrivals
-        self._topic_ids: dict[str, Any] = {}        # by name, every topic id seen by Fetch v13+
+        self._topic_ids: dict[str, uuid.UUID] = {}        # by name, every topic id seen by Fetch v13+
 
-    def handlers(self) -> dict[int, Callable]:
+    def handlers(self) -> dict[int, Handler]:
         return {ApiKey.FETCH: self._fetch}
 
-    def _fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         if header.api_version >= 15:
             replica_id = request.replica_state.replica_id
         else:
@@ -65,7 +75,8 @@ class FetchApis:
             return self._fetch_by_topic_id(conn_id, header, request, replica_id, max_wait_ms, min_bytes, max_bytes,
                                            isolation, now_ms)
         # one entry per partition, the last one named, as Kafka's fetch request keeps them
-        wanted = list({(t.topic, p.partition): (t.topic, p) for t in request.topics for p in t.partitions}.values())
+        wanted: list[tuple[str, FetchPartitionRequest]] = list({(t.topic, p.partition): (t.topic, p) for t in request.topics
+                                                           for p in t.partitions}.values())
         forgotten = [(t.topic, index) for t in getattr(request, "forgotten_topics_data", ()) for index in t.partitions]
         wanted, denied = self._fetch_allowed(conn_id, replica_id, wanted)
         context = self._fetch_context(header, request, replica_id, wanted, forgotten, now_ms)
@@ -73,7 +84,7 @@ class FetchApis:
             return [self._fetch_response(conn_id, header, [], context)]
         denied += self._session_denied(conn_id, replica_id, context)
 
-        def respond(topics: list) -> list:
+        def respond(topics: list[FetchedTopic]) -> list[Effect]:
             throttled = self._fetch_throttle(conn_id, header, replica_id, topics, context, now_ms)
             if throttled is not None:
                 return throttled
@@ -89,8 +100,8 @@ class FetchApis:
                                             context.wanted, respond, now_ms, context.session_keys,
                                             _client_rack(header, request))
 
-    def _fetch_throttle(self, conn_id: int, header: RequestHeader, replica_id: int, topics: list,
-                        context: FetchContext, now_ms: int) -> list | None:
+    def _fetch_throttle(self, conn_id: int, header: RequestHeader, replica_id: int, topics: list[FetchedTopic],
+                        context: FetchContext, now_ms: int) -> list[Effect] | None:
         """Kafka's fetch quota for a consumer: the bytes read are recorded; over the quota they are
         taken back and the answer is empty (no partition, the session unchanged; a full fetch's
         session id 0), saying for how long the client is throttled, and the connection is muted."""
@@ -111,9 +122,9 @@ class FetchApis:
             if context.session is not None:
                 self.fetch_sessions.sessions.pop(context.session.id, None)
         body = {"throttle_time": throttle, "error_code": ErrorCode.none, "session_id": session_id, "responses": []}
-        return [Send(conn_id, api.encode_fetch_response(header, body), throttle)]
+        return [Send(conn_id, encode_fetch_response(header, body), throttle)]
 
-    def _down_convert(self, topics: list, version: int, wanted: list, follower: bool) -> None:
+    def _down_convert(self, topics: list[FetchedTopic], version: int, wanted: list[tuple[str, FetchPartitionRequest]], follower: bool) -> None:
         """Fetch v0-v3: each partition's stored batches as a message set of format v0 (Fetch
         v0-v1) or v1 (v2-v3), in place, as Kafka's ``handleFetchRequest`` (``maybeConvertFetchedData``)
         answers: UNSUPPORTED_COMPRESSION_TYPE for a topic whose ``compression.type`` is zstd
@@ -136,7 +147,7 @@ class FetchApis:
                 if not follower and not self.config.topic_value(configs, "message.downconversion.enable"):
                     _fetch_error(entry, ErrorCode.unsupported_version)
                     continue
-                data = records.read() if records.__class__ is FileRegion else records
+                data = records.read() if isinstance(records, FileRegion) else records
                 try:
                     entry["records"] = down_convert(data, to_magic, offsets.get((name, entry["partition_index"]), 0),
                                                     len(data))
@@ -145,7 +156,8 @@ class FetchApis:
                 except UndecodableRecordsError:
                     _fetch_error(entry, ErrorCode.corrupt_message)
 
-    def _fetch_allowed(self, conn_id: int, replica_id: int, wanted: list) -> tuple[list, list[tuple[str, int]]]:
+    def _fetch_allowed(self, conn_id: int, replica_id: int, wanted: list[tuple[str, FetchPartitionRequest]]
+                       ) -> tuple[list[tuple[str, FetchPartitionRequest]], list[tuple[str, int]]]:
         """Split a fetch's partitions into those the client may fetch and those it may not: a
         follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic (Kafka's rule).
         The refused ones never enter the fetch session; they are answered TOPIC_AUTHORIZATION_FAILED."""
@@ -177,8 +189,8 @@ class FetchApis:
             session.forget(key)
         return refused
 
-    def _fetch_context(self, header: RequestHeader, request: Any, replica_id: int, wanted: list,
-                       forgotten: list, now_ms: int) -> FetchContext:
+    def _fetch_context(self, header: RequestHeader, request: Any, replica_id: int, wanted: list[tuple[str, FetchPartitionRequest]],
+                       forgotten: list[tuple[str, int]], now_ms: int) -> FetchContext:
         """Fetch v7+ may belong to an incremental fetch session (KIP-227); earlier ones never do."""
         if header.api_version < 7:
             return FetchContext(wanted)
@@ -186,7 +198,7 @@ class FetchApis:
                                            replica_id >= 0, now_ms)
 
     def _fetch_by_topic_id(self, conn_id: int, header: RequestHeader, request: Any, replica_id: int,
-                           max_wait_ms: int, min_bytes: int, max_bytes: int, isolation: int, now_ms: int) -> list:
+                           max_wait_ms: int, min_bytes: int, max_bytes: int, isolation: int, now_ms: int) -> list[Effect]:
         """Fetch v13+ names topics by id (KIP-516): an id this broker does not know is answered
         UNKNOWN_TOPIC_ID for each of its partitions; the others are fetched as by name."""
         names = {t.topic_id: t.name for t in self.metadata.topics.values()}
@@ -195,8 +207,8 @@ class FetchApis:
         self._topic_ids.update((t.name, t.topic_id) for t in self.metadata.topics.values())
         ids = self._topic_ids
         known = {topic_id: name for name, topic_id in ids.items()}
-        wanted: dict[tuple[str, int], tuple[str, Any]] = {}
-        unknown: dict[Any, list[int]] = {}
+        wanted: dict[tuple[str, int], tuple[str, FetchPartitionRequest]] = {}
+        unknown: dict[uuid.UUID, list[int]] = {}
         for t in request.topics:
             topic_id = t.topic_id or uuid.UUID(int=0)
             name = names.get(topic_id) if topic_id.int else None
@@ -213,7 +225,7 @@ class FetchApis:
             return [self._fetch_response(conn_id, header, [], context)]
         denied += self._session_denied(conn_id, replica_id, context)
 
-        def respond(topics: list) -> list:
+        def respond(topics: list[FetchedTopic]) -> list[Effect]:
             throttled = self._fetch_throttle(conn_id, header, replica_id, topics, context, now_ms)
             if throttled is not None:
                 return throttled
@@ -221,22 +233,22 @@ class FetchApis:
             self.replicas.topic_stats.fetched(topics, replica_id >= 0)
             if denied:
                 topics += _fetch_denied(denied)
-            by_id = [{"topic_id": ids.get(t["topic"], uuid.UUID(int=0)), "partitions": t["partitions"]}
-                     for t in topics]
-            by_id += [{"topic_id": topic_id, "partitions": [
-                {"partition_index": index, "error_code": ErrorCode.unknown_topic_id, "high_watermark": -1,
-                 "last_stable_offset": -1, "log_start_offset": -1, "records": b""} for index in indexes]}
-                for topic_id, indexes in unknown.items()]
+            by_id: list[_TopicById] = [{"topic_id": ids.get(t["topic"], uuid.UUID(int=0)), "partitions": t["partitions"]}
+                                       for t in topics]
+            by_id += [{"topic_id": topic_id, "partitions": [_error_partition(index, ErrorCode.unknown_topic_id)
+                                                            for index in indexes]}
+                      for topic_id, indexes in unknown.items()]
             return [self._fetch_response(conn_id, header, by_id, context)]
 
         return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
                                             context.wanted, respond, now_ms, context.session_keys,
                                             _client_rack(header, request))
 
-    def _fetch_response(self, conn_id: int, header: RequestHeader, topics: list, context: FetchContext) -> Send:
+    def _fetch_response(self, conn_id: int, header: RequestHeader, topics: Sequence[FetchedTopic | _TopicById],
+                        context: FetchContext) -> Send:
         body = {"throttle_time": 0, "error_code": context.error, "session_id": context.session_id,
                 "responses": topics}
-        return Send(conn_id, api.encode_fetch_response(header, body))
+        return Send(conn_id, encode_fetch_response(header, body))
 
 
 def _client_rack(header: RequestHeader, request: Any) -> str | None:
@@ -247,16 +259,21 @@ def _client_rack(header: RequestHeader, request: Any) -> str | None:
     return getattr(request, "rack_id", "") or ""
 
 
-def _fetch_error(entry: dict, code: ErrorCode) -> None:
+def _fetch_error(entry: FetchedPartition, code: ErrorCode) -> None:
     """A Fetch response partition answered ``code`` alone (Kafka's ``errorResponse``)."""
-    entry.update(error_code=code, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
+    entry["error_code"], entry["high_watermark"], entry["records"] = code, -1, b""
+    entry["last_stable_offset"] = entry["log_start_offset"] = -1
 
 
-def _fetch_denied(denied: list[tuple[str, int]]) -> list[dict]:
+def _error_partition(index: int, code: ErrorCode) -> FetchedPartition:
+    """A Fetch response partition answering ``code`` alone."""
+    return {"partition_index": index, "error_code": code, "high_watermark": -1, "last_stable_offset": -1,
+            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+
+
+def _fetch_denied(denied: list[tuple[str, int]]) -> list[FetchedTopic]:
     """Fetch response topics answering ``denied`` partitions TOPIC_AUTHORIZATION_FAILED."""
-    topics: dict[str, list] = {}
+    topics: dict[str, list[FetchedPartition]] = {}
     for name, index in denied:
-        topics.setdefault(name, []).append({
-            "partition_index": index, "error_code": ErrorCode.topic_authorization_failed, "high_watermark": -1,
-            "last_stable_offset": -1, "log_start_offset": -1, "records": b""})
+        topics.setdefault(name, []).append(_error_partition(index, ErrorCode.topic_authorization_failed))
     return [{"topic": name, "partitions": parts} for name, parts in topics.items()]

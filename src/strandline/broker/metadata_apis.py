@@ -18,24 +18,27 @@ from kio.schema.errors import ErrorCode
 
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager, may_create
 from strandline.coordination.metadata import MetadataCache, topic_name_error
-from strandline.core.wire import response
+from strandline.core.wire import Handler, response
 from strandline.group.offsets_topic import INTERNAL_TOPICS
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
 from strandline.security.acl import AclOperation, ResourceType
 from strandline.security.authorizer import AclAuthorizer
+from strandline.core.effects import Effect
+from strandline.core.config import BrokerConfig
 
 UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648     # KIP-430: not asked for
 
 
 class MetadataApis:
-    def __init__(self, config: Any, metadata: MetadataCache, authorizer: AclAuthorizer,
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, authorizer: AclAuthorizer,
                  auto_topics: AutoTopicCreationManager) -> None:
         self.config = config
         self.metadata = metadata
         self.authorizer = authorizer
         self.auto_topics = auto_topics
 
-    def handlers(self) -> dict[int, Callable]:
+    def handlers(self) -> dict[int, Handler]:
         return {ApiKey.METADATA: self._metadata, ApiKey.DESCRIBE_CLUSTER: self._describe_cluster}
 
     def _brokers_for(self, conn_id: int) -> list[tuple[Any, str, int]]:
@@ -52,7 +55,7 @@ class MetadataApis:
 
     # -- DescribeCluster (KIP-700)
 
-    def _describe_cluster(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _describe_cluster(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         """The live brokers, the cluster id and the controller, as Metadata names them; the cluster's
         authorized operations when asked for (0 without DESCRIBE on the cluster), as Kafka 2.8."""
         md = self.metadata
@@ -69,7 +72,7 @@ class MetadataApis:
 
     # -- Metadata
 
-    def _metadata(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _metadata(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         requested = request.topics
         if requested is not None and header.api_version == 0 and len(requested) == 0:
             requested = None
@@ -90,10 +93,10 @@ class MetadataApis:
         if missing and allow_auto:
             pending = set(missing)
             outcomes: dict[str, ErrorCode] = {}
-            effects: list = []
+            effects: list[Effect] = []
 
-            def created(name: str) -> Callable[[ErrorCode, str | None, int], list]:
-                def done(error: ErrorCode, message: str | None, when_ms: int) -> list:
+            def created(name: str) -> Callable[[ErrorCode, str | None, int], list[Effect]]:
+                def done(error: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
                     pending.discard(name)
                     outcomes[name] = error
                     if pending:
@@ -107,7 +110,7 @@ class MetadataApis:
         return [response(conn_id, header, self._metadata_body(names, header, shown))]
 
     def _metadata_body(self, names: list[str] | None, header: RequestHeader, shown: "_MetadataView",
-                       creations: dict[str, ErrorCode] | None = None) -> dict:
+                       creations: dict[str, ErrorCode] | None = None) -> dict[str, Any]:
         """``creations``: the outcome of auto-creating each missing topic; a created topic (or one
         another broker created) is LEADER_NOT_AVAILABLE until this broker knows it, a failed
         creation answers with its error (as Kafka's createTopic)."""

@@ -12,30 +12,38 @@ when it is answered; an acks=0 request has no answer and a failure closes its co
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.arrivals import Arrivals
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager, may_create
 from strandline.broker.quota_apis import QuotaApis
-from strandline.coordination.metadata import MetadataCache, topic_name_error
-from strandline.core.effects import Close, Send
-from strandline.core.wire import duration_ms
+from strandline.coordination.metadata import MetadataCache, TopicMetadata, topic_name_error
+from strandline.core.effects import Close, Effect, Send
+from strandline.core.wire import Handler, duration_ms
 from strandline.group.offsets_topic import INTERNAL_TOPICS
-from strandline.protocol import api
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.hot_responses import encode_produce_response
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
 from strandline.replication.purgatory import ProduceResult
 from strandline.replication.replica_manager import ProduceEntry, ReplicaManager
 from strandline.security.acl import AclOperation, ResourceType
 from strandline.security.authorizer import AclAuthorizer
+from strandline.core.config import BrokerConfig
 
 TOPIC_ID_PRODUCE = 13                    # Produce v13+ names topics by id (KIP-516)
 LEGACY_PRODUCE_BELOW = 3                 # Produce v0-v2 may carry message sets of format v0 and v1
+#: what a partition's result is kept under: its topic's name (or, for a v13+ request naming a topic id this
+#: broker does not know, that id) and its index
+ResultKey = tuple[str | uuid.UUID, int]
+#: one topic of a Produce answer: the name or id it answers with, the key its results are kept under, and
+#: its partition indexes
+TopicShape = tuple[str | uuid.UUID, str | uuid.UUID, list[int]]
 
 
 class ProduceApis:
-    def __init__(self, config: Any, metadata: MetadataCache, replicas: ReplicaManager, authorizer: AclAuthorizer,
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, replicas: ReplicaManager, authorizer: AclAuthorizer,
                  auto_topics: AutoTopicCreationManager, quota_apis: QuotaApis, arrivals: Arrivals) -> None:
         self.config = config
         self.metadata = metadata
@@ -45,10 +53,10 @@ class ProduceApis:
         self.quota_apis = quota_apis
         self.arrivals = arrivals
 
-    def handlers(self) -> dict[int, Callable]:
+    def handlers(self) -> dict[int, Handler]:
         return {ApiKey.PRODUCE: self._produce}
 
-    def _produce(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _produce(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         acks = request.acks
         transactional_id = getattr(request, "transactional_id", None)     # v3+
         if transactional_id is not None and not self.authorizer.allows(
@@ -61,9 +69,9 @@ class ProduceApis:
         if checking and _has_idempotent_batches(request) and \
                 not self.authorizer.allows_cluster(conn_id, AclOperation.IDEMPOTENT_WRITE):
             return self._produce_all_failed(conn_id, header, request, ErrorCode.cluster_authorization_failed)
-        results: dict[tuple[str, int], ProduceResult] = {}
+        results: dict[ResultKey, ProduceResult] = {}
         entries: list[ProduceEntry] = []
-        effects: list = []
+        effects: list[Effect] = []
         any_error = False
         by_id = self._topics_by_id() if header.api_version >= TOPIC_ID_PRODUCE else None
         for topic_data in request.topic_data:
@@ -100,7 +108,7 @@ class ProduceApis:
                 entries.append(ProduceEntry(topic, pdata.index, pdata.records))
         request_bytes = self.arrivals.size
         if acks == 0:
-            def respond(appended: dict) -> list:
+            def respond(appended: dict[tuple[str, int], ProduceResult]) -> list[Effect]:
                 if any_error or any(r.error is not ErrorCode.none for r in appended.values()):
                     return [Close(conn_id, "acks=0 produce failed")]
                 throttle = self.quota_apis.produce.record(self.quota_apis.user(conn_id), header.client_id or "",
@@ -111,8 +119,8 @@ class ProduceApis:
             # does not keep the request's records (views of its frame) alive
             shape = self._produce_shape(header, request, by_id)
 
-            def respond(appended: dict) -> list:
-                results.update(appended)
+            def respond(appended: dict[tuple[str, int], ProduceResult]) -> list[Effect]:
+                results.update(appended.items())
                 # Kafka's produce quota: the request's bytes, recorded when it is answered; over the
                 # quota, the answer says for how long the client is throttled and the connection is muted
                 throttle = self.quota_apis.produce.record(self.quota_apis.user(conn_id), header.client_id or "", request_bytes,
@@ -123,26 +131,31 @@ class ProduceApis:
             conn_id, duration_ms(request.timeout), acks, entries, respond, now_ms,
             transactional=transactional_id is not None, legacy=header.api_version < LEGACY_PRODUCE_BELOW)
 
-    def _produce_all_failed(self, conn_id: int, header: RequestHeader, request: Any, code: ErrorCode) -> list:
+    def _produce_all_failed(self, conn_id: int, header: RequestHeader, request: Any, code: ErrorCode) -> list[Effect]:
         if request.acks == 0:
             return [Close(conn_id, f"acks=0 produce failed with {code.name}")]
         by_id = self._topics_by_id() if header.api_version >= TOPIC_ID_PRODUCE else None
         shape = self._produce_shape(header, request, by_id)
-        results = {(key, index): ProduceResult(code) for _, key, indexes in shape for index in indexes}
+        results: dict[ResultKey, ProduceResult] = {(key, index): ProduceResult(code) for _, key, indexes in shape for index in indexes}
         return [Send(conn_id, [self._encode_produce(header, shape, results)])]
 
-    def _topics_by_id(self) -> dict:
+    def _topics_by_id(self) -> dict[uuid.UUID, TopicMetadata]:
         return {t.topic_id: t for t in self.metadata.topics.values()}
 
     @staticmethod
-    def _produce_key(topic_data: Any, by_id: dict | None) -> Any:
+    def _produce_key(topic_data: Any, by_id: dict[uuid.UUID, TopicMetadata] | None) -> str | uuid.UUID:
         """The name results are kept under: the topic's name, or its id when v13+ names an unknown id."""
         if by_id is None:
-            return topic_data.name
+            name: str = topic_data.name
+            return name
         topic = by_id.get(topic_data.topic_id)
-        return topic_data.topic_id if topic is None else topic.name
+        if topic is None:
+            topic_id: uuid.UUID = topic_data.topic_id
+            return topic_id
+        return topic.name
 
-    def _produce_shape(self, header: RequestHeader, request: Any, by_id: dict | None) -> list:
+    def _produce_shape(self, header: RequestHeader, request: Any, by_id: dict[uuid.UUID, TopicMetadata] | None
+                       ) -> list[TopicShape]:
         """What a Produce answer names, in the request's order: for each topic, the name or id it
         answers with, the :meth:`_produce_key` its results are kept under (as it was when the
         request came), and its partition indexes."""
@@ -151,14 +164,15 @@ class ProduceApis:
         return [((t.topic_id or uuid.UUID(int=0)) if by_topic_id else t.name, self._produce_key(t, by_id),
                  [p.index for p in t.partition_data]) for t in request.topic_data]
 
-    def _encode_produce(self, header: RequestHeader, shape: list, results: dict, throttle_ms: int = 0) -> bytes:
-        topics = []
+    def _encode_produce(self, header: RequestHeader, shape: list[TopicShape], results: dict[ResultKey, ProduceResult],
+                        throttle_ms: int = 0) -> bytes:
+        topics: list[tuple[str | uuid.UUID, list[tuple[Any, ...]]]] = []
         for named, key, indexes in shape:
-            parts = []
+            parts: list[tuple[Any, ...]] = []
             for index in indexes:
                 parts.append((index, *results[(key, index)]))      # error, base, time, lso, message[, record errors]
             topics.append((named, parts))
-        return api.encode_produce_response(header, topics, throttle_ms)
+        return encode_produce_response(header, topics, throttle_ms)
 
 
 def _has_idempotent_batches(request: Any) -> bool:
