@@ -81,7 +81,7 @@ class KafkaApis:
     txn_apis: TxnApis
     log_apis: LogApis
     quota_apis: QuotaApis
-    _before_load: list[tuple[int, bytes]] | None = field(default_factory=list)  # client requests until loaded
+    _before_load: list[tuple[int, bytes | bytearray]] | None = field(default_factory=list)  # client requests until loaded
     arrivals: Arrivals = field(default_factory=Arrivals)
 
     def __post_init__(self) -> None:
@@ -119,7 +119,7 @@ class KafkaApis:
             self._before_load = [(c, frame) for c, frame in self._before_load if c != conn_id]
         self.group_apis.connection_closed(conn_id)
 
-    def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list[Effect]:
+    def handle_request(self, conn_id: int, frame: bytes | bytearray, now_ms: int) -> list[Effect]:
         """Decode and answer one request frame of connection ``conn_id``.
 
         The controller's requests are served as soon as the broker listens. A client's request
@@ -140,7 +140,7 @@ class KafkaApis:
         except Exception as exc:
             return self._request_failed(conn_id, frame, exc)
 
-    def _request_failed(self, conn_id: int, frame: bytes, exc: Exception) -> list[Effect]:
+    def _request_failed(self, conn_id: int, frame: bytes | bytearray, exc: Exception) -> list[Effect]:
         header: RequestHeader | None
         request: Any
         try:
@@ -157,7 +157,7 @@ class KafkaApis:
             return [line, Close(conn_id, f"handling the request failed: {where}")]
         return [line, Send(conn_id, [answer])]
 
-    def _dispatch(self, conn_id: int, frame: bytes, now_ms: int) -> list[Effect]:
+    def _dispatch(self, conn_id: int, frame: bytes | bytearray, now_ms: int) -> list[Effect]:
         api_key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
         self.arrivals.came(len(frame), now_ms)
         if api_key in control.SCHEMAS:
@@ -182,7 +182,7 @@ class KafkaApis:
             return [Close(conn_id, f"API key {header.api_key} is not handled")]
         return handler(conn_id, header, request, now_ms)
 
-    def _control_request(self, conn_id: int, frame: bytes, now_ms: int) -> list[Effect]:
+    def _control_request(self, conn_id: int, frame: bytes | bytearray, now_ms: int) -> list[Effect]:
         """LeaderAndIsr, UpdateMetadata, StopReplica (the replica manager's) and ControlledShutdown
         (the controller's)."""
         try:

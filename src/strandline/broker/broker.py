@@ -209,7 +209,7 @@ class Broker:
 
     # ------------------------------------------------------------------ events
 
-    def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list[Effect]:
+    def handle_request(self, conn_id: int, frame: bytes | bytearray, now_ms: int) -> list[Effect]:
         """Decode and answer one request frame of connection ``conn_id``."""
         return self.apis.handle_request(conn_id, frame, now_ms)
 

@@ -46,10 +46,10 @@ class KafkaConnection:
         self.client_id = client_id
         self.correlation_id = 0
 
-    def request(self, api_key: int, version: int, body: dict) -> Any:
+    def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         return decode_response(api_key, version, self.raw_request(api_key, version, body))
 
-    def raw_request(self, api_key: int, version: int, body: dict) -> bytes:
+    def raw_request(self, api_key: int, version: int, body: dict[str, Any]) -> bytes:
         """The response frame (without its size), for a response kio cannot read."""
         self.correlation_id += 1
         frame = encode_request(api_key, version, self.correlation_id, self.client_id, body)

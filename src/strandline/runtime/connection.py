@@ -20,7 +20,7 @@ import re
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence, cast
 
 from strandline.broker.broker import Broker
 from strandline.core.listeners import Listener
@@ -33,6 +33,7 @@ from strandline.runtime.monitoring import request_name
 from strandline.runtime.tls import peer_dn
 from strandline.security.acl import ANONYMOUS
 from strandline.security.authenticator import SaslAuthenticator, ssl_principal
+from strandline.core.effects import Effect
 
 log = logging.getLogger("strandline.broker")
 _NUMBERS = re.compile(r"\d+")
@@ -128,7 +129,7 @@ class Shell(Protocol):
     max_request_bytes: int
     request_metrics: Any
 
-    def run(self, what: str, event: Callable[[], list]) -> None: ...
+    def run(self, what: str, event: Callable[[], list[Effect]]) -> None: ...
 
 
 class Connection(FramedProtocol):
@@ -138,9 +139,9 @@ class Connection(FramedProtocol):
         self.spec = spec
         self.authenticator: SaslAuthenticator | None = None
         self.decoder = FrameDecoder(shell.max_request_bytes)
-        self.queue: collections.deque = collections.deque()
+        self.queue: collections.deque[bytes | bytearray] = collections.deque()
         self.queued_bytes = 0                                       # of the frames in the queue
-        self.arrivals: collections.deque = collections.deque()      # when each queued frame came
+        self.arrivals: collections.deque[float] = collections.deque()      # when each queued frame came
         self.current: tuple[str, float] | None = None               # the request being answered: API, arrival
         self.busy = False
         self.writable = True
@@ -151,9 +152,9 @@ class Connection(FramedProtocol):
         self.principal = ANONYMOUS              # once the broker knows the connection
         self.fd = -1
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+    def connection_made(self, base: asyncio.BaseTransport) -> None:
         """(Over TLS: once the handshake is done.)"""
-        self.transport = transport  # type: ignore[assignment]
+        transport = self.transport = cast(asyncio.Transport, base)     # a stream connection's (plain or TLS)
         sock = transport.get_extra_info("socket")
         tls = transport.get_extra_info("ssl_object")
         # the socket is written directly (writev, sendfile) only without TLS
@@ -175,7 +176,7 @@ class Connection(FramedProtocol):
         self.shell.run(f"accepting a connection from {self.peer}",
                        lambda: self.shell.broker.connection_opened(self.conn_id, self.host, listener, principal))
 
-    def authenticate(self, frame: bytes) -> bool:
+    def authenticate(self, frame: bytes | bytearray) -> bool:
         """Hand ``frame`` to the SASL authenticator; False when it is an ordinary request (for the
         broker), True when the authenticator took it."""
         assert self.authenticator is not None
@@ -221,7 +222,7 @@ class Connection(FramedProtocol):
     def malformed(self, exc: ProtocolError) -> None:
         self.close(f"malformed request: {exc}")
 
-    def frames_received(self, frames: list[bytes]) -> None:
+    def frames_received(self, frames: Sequence[bytes | bytearray]) -> None:
         if frames and self.transport is not None and not self.transport.is_closing():
             self.queue.extend(frames)
             self.queued_bytes += sum(map(len, frames))
@@ -305,7 +306,7 @@ class Connection(FramedProtocol):
         self.arrivals.clear()
         self.shell.connections.pop(self.conn_id, None)
 
-        def closed() -> list:
+        def closed() -> list[Effect]:
             self.shell.broker.connection_closed(self.conn_id)
             return []
 

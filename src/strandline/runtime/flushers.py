@@ -6,17 +6,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine, Sequence
 
 from strandline.core.effects import FlushFiles
+from strandline.log.disk import Disk
 from strandline.runtime.disk import flush_ledger, fsync_directory
+
+#: ``spawn(what, coroutine)``: run it as a task of the shell, which stops the broker if it raises
+Spawn = Callable[[str, Coroutine[Any, Any, None]], None]
 
 class CheckpointWriter:
     """Writes checkpoint files (``WriteCheckpoint``) on a worker thread, one at a time and in order,
     so that their fsyncs never hold up the event loop. A write still waiting gives way to a newer
     one of the same path; ``drained`` waits until everything given has been written."""
 
-    def __init__(self, disk: Callable[[], Any], spawn: Callable[[str, Any], None]) -> None:
+    def __init__(self, disk: Callable[[], Disk], spawn: Spawn) -> None:
         self.disk = disk                      # the broker's Disk, asked for when a write starts
         self.spawn = spawn
         self.waiting: dict[str, bytes] = {}
@@ -42,7 +46,7 @@ class CheckpointWriter:
         await self._idle.wait()
 
 
-def fsync_paths(paths: list[str]) -> list[tuple[str, int]]:
+def fsync_paths(paths: Sequence[str]) -> list[tuple[str, int]]:
     """Open and fsync each file of ``paths`` that still exists; returns ``(path, size)`` of those.
 
     A file deleted meanwhile (retention, a truncation) has nothing to keep, but its directory is
@@ -77,10 +81,10 @@ class SegmentFlusher:
     (the log may have closed its descriptor meanwhile): one deleted by then is skipped, and
     its directory fsynced."""
 
-    def __init__(self, spawn: Callable[[str, Any], None], flushed: Callable[[int], None]) -> None:
+    def __init__(self, spawn: Spawn, flushed: Callable[[int], None]) -> None:
         self.spawn = spawn
         self.flushed = flushed                # on the loop, with the token of each flush done
-        self.waiting: collections.deque = collections.deque()
+        self.waiting: collections.deque[tuple[int, Sequence[str]]] = collections.deque()
         self._idle = asyncio.Event()
         self._idle.set()
 

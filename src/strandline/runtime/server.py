@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 from strandline.broker.broker import Broker
 from strandline.coordination.store import OpResult, ZkError
@@ -34,6 +34,7 @@ from strandline.runtime.connection import PLAINTEXT_SPEC, Connection, ListenerSp
 from strandline.runtime.flushers import CheckpointWriter, SegmentFlusher
 from strandline.runtime.live_brokers import BrokerListings, read_full_cluster_state
 from strandline.runtime.loggers import set_logger_level
+from strandline.core.effects import Effect
 
 #: How soon a ZooKeeper request made while the session has no connection is answered CONNECTION_LOSS.
 DISCONNECTED_ZK_ANSWER_S = 0.1
@@ -58,7 +59,7 @@ class Stopper:
                 log.debug("Traceback of the failure", exc_info=exc)
         self.requested.set()
 
-    def _on_loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    def _on_loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         self.fail(context.get("message") or "a callback of the event loop", context.get("exception"))
 
 
@@ -80,7 +81,7 @@ class BrokerShell:
         self._next_conn = 1
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.server: asyncio.base_events.Server | None = None     # the first listener's
         self.servers: list[asyncio.base_events.Server] = []
         self.channels = BrokerChannels(self.loop, self._on_broker_response, stopper.fail, client_security)
@@ -103,9 +104,10 @@ class BrokerShell:
         if self.server is None:
             self.server = server
         self.reschedule()
-        return server.sockets[0].getsockname()[1]
+        bound: int = server.sockets[0].getsockname()[1]
+        return bound
 
-    def run(self, what: str, event: Callable[[], list]) -> None:
+    def run(self, what: str, event: Callable[[], list[Effect]]) -> None:
         """Hand one event to the core (``event()`` returns its effects) and carry them out; any
         exception stops the broker. Once it is stopping or closing, events are dropped."""
         if self.stopper.failure is not None or self.closing:
@@ -115,7 +117,7 @@ class BrokerShell:
         except Exception as exc:
             self.stopper.fail(what, exc)
 
-    def apply(self, effects: list) -> None:
+    def apply(self, effects: list[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, Send):
                 conn = self.connections.get(effect.conn_id)
@@ -150,15 +152,15 @@ class BrokerShell:
             self.controlled_shutdown_done.set()
         self.reschedule()
 
-    def spawn(self, what: str, coro) -> None:
+    def spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` as a task of the shell; if it raises, the broker stops."""
         task = self.loop.create_task(coro)
         self._tasks.add(task)
 
-        def done(task: asyncio.Task) -> None:
+        def done(task: asyncio.Task[None]) -> None:
             self._tasks.discard(task)
-            if not task.cancelled() and task.exception() is not None:
-                self.stopper.fail(what, task.exception())
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                self.stopper.fail(what, exc)
 
         task.add_done_callback(done)
 
