@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
-from typing import Any
+from typing import Any, Self
 
 from strandline.errors import StrandlineError, Unreachable, UsageError
 from strandline.protocol.api import decode_response, encode_request
@@ -75,7 +75,7 @@ class KafkaConnection:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "KafkaConnection":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: Any) -> None:
