@@ -71,7 +71,7 @@ class StrandlineClient:
             conn = self.conns[address] = KafkaConnection(address, self.timeout_s, client_id="strandline-spark")
         return conn
 
-    def _request(self, address: str, api_key: int, version: int, body: dict) -> Any:
+    def _request(self, address: str, api_key: int, version: int, body: dict[str, Any]) -> Any:
         try:
             return self._conn(address).request(api_key, version, body)
         except StrandlineError:

@@ -222,7 +222,7 @@ class StrandlineStreamWriter(DataSourceStreamArrowWriter):
         pass
 
 
-def writing(options: dict, schema: StructType, overwrite: bool) -> _Writing:
+def writing(options: dict[str, Any], schema: StructType, overwrite: bool) -> _Writing:
     """Check the write options and schema on the driver, and create the topic named by the
     ``topic`` option before any task starts."""
     opts = {k.lower(): v for k, v in options.items()}

@@ -58,13 +58,13 @@ def _arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def canonical(offsets: dict) -> dict:
+def canonical(offsets: dict[str, Any]) -> dict[str, Any]:
     """Offsets with topics sorted and partition keys as strings in numeric order."""
     return {t: {str(p): int(o) for p, o in sorted(((int(p), o) for p, o in parts.items()))}
             for t, parts in sorted(offsets.items())}
 
 
-def _bool(options: dict, key: str, default: bool) -> bool:
+def _bool(options: dict[str, Any], key: str, default: bool) -> bool:
     value = options.get(key)
     if value is None:
         return default
@@ -73,7 +73,7 @@ def _bool(options: dict, key: str, default: bool) -> bool:
     return value.lower() == "true"
 
 
-def _int(options: dict, key: str) -> int | None:
+def _int(options: dict[str, Any], key: str) -> int | None:
     value = options.get(key)
     if value is None:
         return None
@@ -86,7 +86,7 @@ def _int(options: dict, key: str) -> int | None:
     return number
 
 
-def _duration_ms(options: dict, key: str) -> int | None:
+def _duration_ms(options: dict[str, Any], key: str) -> int | None:
     value = options.get(key)
     if value is None:
         return None
@@ -111,12 +111,12 @@ class Settings:
     max_trigger_delay_ms: int
     min_partitions: int | None
     include_headers: bool
-    starting_timestamps: dict | None
+    starting_timestamps: dict[str, Any] | None
     starting_timestamp: int | None
     isolation: int = 0          # kafka.isolation.level: 1 read_committed
 
     @classmethod
-    def parse(cls, options: dict, streaming: bool) -> "Settings":
+    def parse(cls, options: dict[str, Any], streaming: bool) -> "Settings":
         opts = {k.lower(): v for k, v in options.items()}
         unknown = sorted(k for k in opts if k not in READ_OPTIONS and not k.startswith("kafka."))
         if unknown:
@@ -234,14 +234,14 @@ class Settings:
         return self.resolve(client, self.starting, tps, EARLIEST)
 
 
-def as_offsets_json(offsets: dict[TopicPartition, int]) -> dict:
+def as_offsets_json(offsets: dict[TopicPartition, int]) -> dict[str, Any]:
     raw: dict[str, dict[str, int]] = {}
     for (t, p), o in offsets.items():
         raw.setdefault(t, {})[str(p)] = o
     return canonical(raw)
 
 
-def from_offsets_json(offsets: dict) -> dict[TopicPartition, int]:
+def from_offsets_json(offsets: dict[str, Any]) -> dict[TopicPartition, int]:
     return {(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
 
 
@@ -345,13 +345,13 @@ class StrandlineBatchReader(DataSourceReader):
 class StrandlineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.target: dict | None = None
+        self.target: dict[str, Any] | None = None
         self.held_since: float | None = None
 
     def _client(self) -> StrandlineClient:
         return StrandlineClient(self.settings.bootstrap, isolation=self.settings.isolation)
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         client = self._client()
         try:
             tps = self.settings.topic_partitions(client)
@@ -375,7 +375,7 @@ class StrandlineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = as_offsets_json(self._latest())
 
-    def latestOffset(self, start: dict, limit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit) -> dict[str, Any]:
         begin = from_offsets_json(start)
         latest = from_offsets_json(self.target) if self.target is not None else self._latest()
         for tp, offset in list(begin.items()):
@@ -406,7 +406,7 @@ class StrandlineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 end[tp] = begin[tp] + int(max_rows * n / total)
         return as_offsets_json({tp: max(begin[tp], end[tp]) for tp in latest})
 
-    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:
         begin, finish = from_offsets_json(start), from_offsets_json(end)
         ranges = [(tp, begin.get(tp, 0), finish[tp]) for tp in sorted(finish)]
         return split_ranges(ranges, self.settings.min_partitions)
@@ -414,7 +414,7 @@ class StrandlineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         return read_range(self.settings, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         pass
 
 
