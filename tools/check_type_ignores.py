@@ -35,7 +35,9 @@ def main() -> int:
     mypy = config["tool"]["mypy"]
     paths = [path for package in mypy["packages"]
              for path in sorted((ROOT / "src" / Path(*package.split("."))).rglob("*.py"))]
-    paths += [ROOT / "src" / Path(*module.split(".")).with_suffix(".py") for module in mypy.get("modules", [])]
+    for module in mypy.get("modules", []):
+        path = ROOT / "src" / Path(*module.split("."))
+        paths.append(path / "__init__.py" if path.is_dir() else path.with_suffix(".py"))
     bad = [entry for path in paths for entry in unexplained(path)]
     for entry in bad:
         print(entry)
