@@ -33,7 +33,7 @@ $(VENV)/.lint-installed: $(VENV)/.installed pyproject.toml
 lint: $(VENV)/.lint-installed
 	$(BIN)/ruff check --no-cache .
 
-# mypy --strict over the packages listed in pyproject.toml's [tool.mypy] (the ones with no errors);
+# mypy --strict over the packages and modules listed in pyproject.toml's [tool.mypy] (all of src/);
 # each type: ignore there names its code and says why (tools/check_type_ignores.py)
 typecheck: $(VENV)/.lint-installed
 	$(BIN)/mypy --no-incremental

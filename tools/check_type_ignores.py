@@ -1,7 +1,7 @@
 """Every ``type: ignore`` in the packages mypy checks strictly names its error code and says why.
 
 ``make typecheck`` runs this after mypy over the packages listed in pyproject.toml's
-``[tool.mypy] packages``. A suppression passes only as ``# type: ignore[code]  # reason`` on one
+``[tool.mypy] packages`` and ``modules``. A suppression passes only as ``# type: ignore[code]  # reason`` on one
 line; mypy itself refuses one without a code (``ignore-without-code``) and one that suppresses
 nothing (``warn_unused_ignores``, part of ``strict``). Exits 1 listing the lines that fail.
 """
@@ -32,10 +32,13 @@ def unexplained(path: Path) -> list[str]:
 
 def main() -> int:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    packages = config["tool"]["mypy"]["packages"]
-    bad = [entry for package in packages
-           for path in sorted((ROOT / "src" / Path(*package.split("."))).rglob("*.py"))
-           for entry in unexplained(path)]
+    mypy = config["tool"]["mypy"]
+    paths = [path for package in mypy["packages"]
+             for path in sorted((ROOT / "src" / Path(*package.split("."))).rglob("*.py"))]
+    for module in mypy.get("modules", []):
+        path = ROOT / "src" / Path(*module.split("."))
+        paths.append(path / "__init__.py" if path.is_dir() else path.with_suffix(".py"))
+    bad = [entry for path in paths for entry in unexplained(path)]
     for entry in bad:
         print(entry)
     if bad:

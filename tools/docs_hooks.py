@@ -4,7 +4,7 @@
 ``<!-- strandline:NAME -->``, which :func:`on_page_markdown` replaces with the part:
 
 - ``broker-config``, ``topic-config``: every configuration key of
-  :mod:`strandline.core.config`, with its type, default, valid values and whether it may change
+  :mod:`strandline.core.config` and :mod:`strandline.core.topic_keys`, with its type, default, valid values and whether it may change
   while the brokers run;
 - ``cli``: every command of ``strandline`` with every option, from its argparse parsers;
 - ``sim-menu``, ``sim-configs``: what ``strandline sim explore`` may do, and its ``--config`` choices;
@@ -69,7 +69,8 @@ def key_cell(name: str) -> str:
 
 
 def _default_text(key) -> str:
-    from strandline.core.config import LONG_MAX, INT_MAX, config_text
+    from strandline.core.config import config_text
+    from strandline.core.config_key import LONG_MAX, INT_MAX
 
     if key.default is None:
         return "(none)"
@@ -118,7 +119,7 @@ def broker_config_table() -> str:
 
 
 def topic_config_table() -> str:
-    from strandline.core.config import TOPIC_KEYS
+    from strandline.core.topic_keys import TOPIC_KEYS
 
     rows = ["| topic key | type | default from broker key | valid values |", "|---|---|---|---|"]
     for name in sorted(TOPIC_KEYS):

@@ -1,4 +1,8 @@
-"""Errors a user can act on."""
+"""Errors a user can act on; the broker's broken invariants; one line describing an exception."""
+
+from __future__ import annotations
+
+import traceback
 
 
 class StrandlineError(Exception):
@@ -42,3 +46,11 @@ class BrokenInvariant(Exception):
     request the decoder let through, a handler's bug): the request is answered with Kafka's error
     (UNKNOWN_SERVER_ERROR), or its connection is closed, and the broker goes on serving everyone
     else (:meth:`strandline.broker.apis.KafkaApis.handle_request`)."""
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message (at file:line in function)`` of where ``exc`` was raised: one line."""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} in {frames[-1].name})" \
+        if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"

@@ -9,6 +9,7 @@ the answer once every part is decided. The decisions themselves live in ``contro
 from __future__ import annotations
 
 import collections
+import functools
 import uuid
 from typing import Any, Callable
 
@@ -16,25 +17,35 @@ from kio.schema.errors import ErrorCode
 
 from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.dynamic_config import describe_topic
-from strandline.core.effects import Send
-from strandline.core.wire import response
+from strandline.core.effects import Effect, Send
+from strandline.core.wire import Handler, response
 from strandline.controller.alter_isr import alter_isr
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.offsets_topic import INTERNAL_TOPICS
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
 from strandline.security.acl import AclOperation
+from strandline.core.config import BrokerConfig
+
+
+#: each partition's outcome: its error and message
+_Outcomes = dict[tuple[str, int], tuple[ErrorCode, "str | None"]]
+#: how one topic's operation ends: ``done(error, message, now_ms)`` -> the effects
+_Done = Callable[[ErrorCode, "str | None", int], list[Effect]]
+#: one topic's operation, started with what it calls when it ends
+_Start = Callable[[_Done], list[Effect]]
 
 
 class AdminApis:
-    def __init__(self, config: Any, metadata: MetadataCache, controller: Controller,
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, controller: Controller,
                  authorizer: AclAuthorizer) -> None:
         self.config = config
         self.metadata = metadata
         self.controller = controller
         self.authorizer = authorizer
 
-    def handlers(self) -> dict[int, Callable]:
+    def handlers(self) -> dict[int, Handler]:
         return {ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
                 ApiKey.ELECT_LEADERS: self._elect_leaders, ApiKey.CREATE_PARTITIONS: self._create_partitions,
                 ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._alter_reassignments,
@@ -46,10 +57,10 @@ class AdminApis:
 
     # -- CreateTopics
 
-    def _create_topics(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        results: dict[str, dict] = {}
+    def _create_topics(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        results: dict[str, dict[str, Any]] = {}
         order: list[str] = []
-        starts: list[tuple[str, Callable]] = []
+        starts: list[tuple[str, _Start]] = []
         validate_only = getattr(request, "validate_only", False)
         seen: set[str] = set()
 
@@ -88,20 +99,20 @@ class AdminApis:
             if validate_only:
                 continue
             result["topic_id"] = plan.topic_id
-            starts.append((name, lambda done, plan=plan: self.controller.create_topic(plan, done, now_ms)))
+            starts.append((name, functools.partial(self.controller.create_topic, plan, now_ms=now_ms)))
         return _all_then_respond(starts, results, respond, clear_topic_id=True)
 
     # -- DeleteTopics
 
-    def _delete_topics(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _delete_topics(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         """v6 names topics by name or by id (KIP-516), as Kafka 2.8: an id is resolved to the topic's
         name, an unknown one is UNKNOWN_TOPIC_ID; each answer echoes the id it was asked with (zero
         for a name)."""
         zero = uuid.UUID(int=0)
-        results: dict[str, dict] = {}     # by name: the same answer for a name asked twice
-        answers: list[dict] = []          # in the request's order
+        results: dict[str, dict[str, Any]] = {}     # by name: the same answer for a name asked twice
+        answers: list[dict[str, Any]] = []          # in the request's order
 
-        def entry(name: str, topic_id: uuid.UUID) -> dict:
+        def entry(name: str, topic_id: uuid.UUID) -> dict[str, Any]:
             return results.setdefault(name, {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
                                              "error_message": None})
 
@@ -121,7 +132,7 @@ class AdminApis:
                     answers.append(entry(name, topic_id))
         else:
             answers = [entry(n, zero) for n in request.topic_names]
-        starts: list[tuple[str, Callable]] = []
+        starts: list[tuple[str, _Start]] = []
 
         def respond() -> Send:
             return response(conn_id, header, {"throttle_time": 0, "responses": answers})
@@ -146,15 +157,15 @@ class AdminApis:
                 result["error_code"] = ErrorCode.invalid_topic_exception
                 result["error_message"] = f"Topic {name} is an internal topic and is not allowed to be deleted"
                 continue
-            starts.append((name, lambda done, name=name: self.controller.delete_topic(name, done, now_ms)))
+            starts.append((name, functools.partial(self.controller.delete_topic, name, now_ms=now_ms)))
         return _all_then_respond(starts, results, respond, clear_topic_id=False)
 
     # -- CreatePartitions
 
-    def _create_partitions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _create_partitions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         names = [t.name for t in request.topics]
         results = {n: {"name": n, "error_code": ErrorCode.none, "error_message": None} for n in names}
-        starts: list[tuple[str, Callable]] = []
+        starts: list[tuple[str, _Start]] = []
 
         def respond() -> Send:
             return response(conn_id, header, {"throttle_time": 0, "results": [results[n] for n in names]})
@@ -174,20 +185,20 @@ class AdminApis:
                     "The topic authorization is failed."
                 continue
             manual = None if spec.assignments is None else [tuple(a.broker_ids) for a in spec.assignments]
-            starts.append((name, lambda done, spec=spec, manual=manual: self.controller.add_partitions(
-                spec.name, spec.count, manual, bool(request.validate_only), done, now_ms)))
+            starts.append((name, functools.partial(self.controller.add_partitions, spec.name, spec.count, manual,
+                                                   bool(request.validate_only), now_ms=now_ms)))
         return _all_then_respond(starts, results, respond, clear_topic_id=False)
 
     # -- AlterPartitionReassignments, ListPartitionReassignments (CTL-11)
 
-    def _alter_reassignments(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _alter_reassignments(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         wanted = list({(t.name, p.partition_index): ((t.name, p.partition_index),
                                                       None if p.replicas is None else tuple(p.replicas))
                        for t in request.topics for p in t.partitions}.values())
 
-        def respond(results: dict, when_ms: int, error: ErrorCode = ErrorCode.none,
-                    message: str | None = None, partitions: bool = True) -> list:
-            by_topic: dict[str, list] = {}
+        def respond(results: _Outcomes, when_ms: int, error: ErrorCode = ErrorCode.none,
+                    message: str | None = None, partitions: bool = True) -> list[Effect]:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
             for (name, index), _ in (wanted if partitions else ()):
                 code, text = results.get((name, index), (error, message))
                 by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code,
@@ -202,7 +213,7 @@ class AdminApis:
             return respond({}, now_ms, ErrorCode.not_controller, self._not_controller(), partitions=False)
         return self.controller.alter_reassignments(wanted, now_ms, respond)
 
-    def _list_reassignments(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _list_reassignments(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         wanted = None if request.topics is None else \
             [(t.name, i) for t in request.topics for i in t.partition_indexes]
         if not self.authorizer.allows_cluster(conn_id, AclOperation.DESCRIBE):
@@ -212,7 +223,7 @@ class AdminApis:
         if ongoing is None:
             return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.not_controller,
                                                "error_message": self._not_controller(), "topics": []})]
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
         for (name, index), (replicas, adding, removing) in ongoing.items():
             by_topic.setdefault(name, []).append({"partition_index": index, "replicas": list(replicas),
                                                   "adding_replicas": list(adding),
@@ -222,14 +233,14 @@ class AdminApis:
 
     # -- UpdateFeatures (KIP-584)
 
-    def _update_features(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _update_features(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         """As Kafka 2.8's ``KafkaApis.handleUpdateFeatures`` and the controller's
         ``processFeatureUpdates``: ALTER on the cluster, then the controller alone (NOT_CONTROLLER
         elsewhere). Strandline's brokers support no feature and none is finalized, so each update
         is refused with the error Kafka's ``validateFeatureUpdate`` gives it (the feature is not
         supported, or there is nothing to delete), one result per feature name; an empty list
         changes nothing and is answered without error."""
-        def respond(error: ErrorCode, message: str | None, results: list[dict]) -> list:
+        def respond(error: ErrorCode, message: str | None, results: list[dict[str, Any]]) -> list[Effect]:
             return [response(conn_id, header, {"throttle_time": 0, "error_code": error, "error_message": message,
                                                "results": results})]
 
@@ -246,7 +257,7 @@ class AdminApis:
 
     # -- AlterIsr (KIP-497)
 
-    def _alter_isr(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _alter_isr(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         """As Kafka 2.8's ``KafkaApis.handleAlterIsrRequest``: CLUSTER_ACTION on the cluster, then
         the controller alone (NOT_CONTROLLER elsewhere), then ``controller/alter_isr.py``."""
         if not self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
@@ -256,13 +267,13 @@ class AdminApis:
 
     # -- ElectLeaders
 
-    def _elect_leaders(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _elect_leaders(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         election_type = getattr(request, "election_type", 0)
         wanted = None if request.topic_partitions is None else \
             list(dict.fromkeys((t.topic, p) for t in request.topic_partitions for p in t.partitions))  # a set, as Kafka
 
-        def respond(results: dict, error: ErrorCode = ErrorCode.none) -> list:
-            by_topic: dict[str, list] = {}
+        def respond(results: _Outcomes, error: ErrorCode = ErrorCode.none) -> list[Effect]:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
             for (name, index), (code, message) in results.items():
                 by_topic.setdefault(name, []).append(
                     {"partition_id": index, "error_code": code, "error_message": message})
@@ -283,15 +294,15 @@ class AdminApis:
         return self.controller.elect_preferred_leaders(wanted, now_ms, lambda results, when_ms: respond(results))
 
 
-def _all_then_respond(starts: list[tuple[str, Callable]], results: dict[str, dict], respond: Callable[[], Send],
-                      clear_topic_id: bool) -> list:
+def _all_then_respond(starts: list[tuple[str, _Start]], results: dict[str, dict[str, Any]], respond: Callable[[], Send],
+                      clear_topic_id: bool) -> list[Effect]:
     """Start each topic's operation (``start(done)``); answer once, when every one is done, with
     the errors they ended with (a failed creation has no topic id)."""
     pending = {name for name, _ in starts}
     started = False
 
-    def finisher(name: str) -> Callable[[ErrorCode, str | None, int], list]:
-        def done(error: ErrorCode, message: str | None, when_ms: int) -> list:
+    def finisher(name: str) -> _Done:
+        def done(error: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
             if error is not ErrorCode.none:
                 results[name]["error_code"], results[name]["error_message"] = error, message
                 if clear_topic_id:
@@ -300,7 +311,7 @@ def _all_then_respond(starts: list[tuple[str, Callable]], results: dict[str, dic
             return [respond()] if started and not pending else []
         return done
 
-    effects: list = []
+    effects: list[Effect] = []
     for name, start in starts:
         effects.extend(start(finisher(name)))
     started = True

@@ -15,17 +15,20 @@ Callers of a creation already under way wait for its outcome.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.controller.context import TopicCreated
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
 from strandline.protocol import api
 from strandline.protocol.api import ApiKey
+from strandline.security.acl import AclOperation
+from strandline.security.authorizer import AclAuthorizer
+from strandline.core.config import BrokerConfig
 
 #: ``creation()``: the partitions, replication factor and configs an internal topic is created with
 InternalTopic = Callable[[], tuple[int, int, dict[str, str]]]
@@ -36,7 +39,7 @@ REPLICATION_KEYS = {"__consumer_offsets": "offsets.topic.replication.factor",
 
 @dataclass
 class AutoTopicCreationManager:
-    config: Any
+    config: BrokerConfig
     metadata: MetadataCache
     controller: Controller
     outbox: Outbox
@@ -49,7 +52,7 @@ class AutoTopicCreationManager:
         return name in self._forwarded or self.controller.is_creating(name)
 
     def create(self, name: str, done: TopicCreated, now_ms: int, num_partitions: int | None = None,
-               replication_factor: int | None = None, configs: dict[str, str] | None = None) -> list:
+               replication_factor: int | None = None, configs: dict[str, str] | None = None) -> list[Effect]:
         """Create ``name`` unless this broker knows it; ``done(error, message, now_ms)``. An internal
         topic is created as :attr:`internal` says, whatever is asked."""
         if name in self.metadata.topics:
@@ -72,7 +75,7 @@ class AutoTopicCreationManager:
             return self.controller.create_topic_if_absent(name, partitions, rf, configs or {}, done, now_ms)
         return self._forward(name, partitions, rf, configs or {}, done, now_ms)
 
-    def _too_few_brokers(self, name: str, live: int, rf: int, done: TopicCreated, now_ms: int) -> list:
+    def _too_few_brokers(self, name: str, live: int, rf: int, done: TopicCreated, now_ms: int) -> list[Effect]:
         """Kafka's refusal to create an internal topic with fewer replicas than its configured
         replication factor; logged once until the topic can be created."""
         message = (f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' for "
@@ -83,7 +86,7 @@ class AutoTopicCreationManager:
         return said + done(ErrorCode.invalid_replication_factor, message, now_ms)
 
     def _forward(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
-                 done: TopicCreated, now_ms: int) -> list:
+                 done: TopicCreated, now_ms: int) -> list[Effect]:
         """Ask the controller to create a topic (Kafka 2.8's auto-topic-creation forwarding)."""
         self._forwarded[name] = [done]
         body = {"topics": [{"name": name, "num_partitions": num_partitions,
@@ -91,7 +94,7 @@ class AutoTopicCreationManager:
                             "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
                 "timeout": 30000, "validate_only": False}
 
-        def on_response(frame: bytes | None, when_ms: int) -> list:
+        def on_response(frame: bytes | None, when_ms: int) -> list[Effect]:
             waiters = self._forwarded.pop(name, [])
             error, message = ErrorCode.leader_not_available, "the controller is not reachable"
             if frame is not None:
@@ -100,7 +103,7 @@ class AutoTopicCreationManager:
                     error, message = ErrorCode(int(result.error_code)), result.error_message
                 except Exception as exc:
                     message = f"bad answer from the controller: {exc}"
-            effects: list = []
+            effects: list[Effect] = []
             for waiter in waiters:
                 effects.extend(waiter(error, message, when_ms))
             return effects
@@ -109,3 +112,9 @@ class AutoTopicCreationManager:
         return self.outbox.send(
             self.metadata.brokers.get(self.metadata.controller_id), "forwarding",
             lambda cid: api.encode_request(ApiKey.CREATE_TOPICS, 5, cid, client_id, body), on_response, now_ms)
+
+
+def may_create(authorizer: AclAuthorizer, conn_id: int, name: str) -> bool:
+    """Kafka's rule for creating a topic: CREATE on the cluster, or on the topic."""
+    return authorizer.allows_cluster(conn_id, AclOperation.CREATE) or \
+        authorizer.allows_topic(conn_id, AclOperation.CREATE, name)

@@ -33,7 +33,7 @@ from strandline.core.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
 from strandline.broker.loggers import BrokerLoggers
 from strandline.broker.dynamic_config import DynamicConfigManager
-from strandline.core.effects import FlushFiles, LogLine, WriteCheckpoint
+from strandline.core.effects import Effect, FlushFiles, LogLine, WriteCheckpoint
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.zk_offsets import ZkOffsets
 from strandline.core.outbox import Outbox
@@ -46,13 +46,14 @@ from strandline.transaction.state_topic import TXN_TOPIC, TransactionStateTopic
 from strandline.controller.controller import Controller
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
-from strandline.coordination.store import SetData, ZkError
+from strandline.coordination.store import OpResult, SetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
 from strandline.group.coordinator import GroupCoordinator
 from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from strandline.log.cleaner import LogCleaner
 from strandline.log.manager import LogManager
 from strandline.replication.fetch_session import FetchSessionCache
+from strandline.replication.fetcher import ReplicaFetcher
 from strandline.replication.isr_manager import ISR_CHANGE_CHECK_INTERVAL_MS
 from strandline.replication.partition import Partition
 from strandline.replication.replica_manager import ReplicaManager
@@ -145,7 +146,7 @@ class Broker:
         return self.replica_manager.partitions
 
     @property
-    def fetchers(self) -> dict:
+    def fetchers(self) -> dict[int, ReplicaFetcher]:
         return self.replica_manager.fetcher_manager.fetchers
 
     @property
@@ -166,7 +167,7 @@ class Broker:
 
     def load_metadata(self, cluster_id: str | None, brokers: dict[int, BrokerInfo], topics: dict[str, TopicMetadata],
                       controller_id: int, controller_epoch: int, now_ms: int,
-                      controller_epoch_version: int | None = None) -> list:
+                      controller_epoch_version: int | None = None) -> list[Effect]:
         """Install the cluster state read from ZooKeeper at start-up and open our replicas' logs.
 
         Leadership comes only from the controller's LeaderAndIsr; when this broker is the
@@ -179,12 +180,12 @@ class Broker:
                                                              "won the controller election while starting"))
         return effects + self.apis.metadata_loaded(now_ms)
 
-    def load_client_quotas(self, now_ms: int) -> list:
+    def load_client_quotas(self, now_ms: int) -> list[Effect]:
         """Read every client quota from ZooKeeper and enforce them (the shell asks once the
         cluster is loaded; changes come with ``/config/changes`` afterwards)."""
         return self.apis.quota_apis.load(now_ms)
 
-    def on_registered(self, broker_epoch: int, now_ms: int = 0) -> list:
+    def on_registered(self, broker_epoch: int, now_ms: int = 0) -> list[Effect]:
         """The shell (re)registered this broker in ZooKeeper: control requests addressed to an
         earlier registration are refused from now on (STALE_BROKER_EPOCH). Registered again after
         its session was lost, it looks for topics deleted meanwhile (the controller told only the
@@ -193,7 +194,7 @@ class Broker:
         self.broker_epoch = broker_epoch
         return self.replica_manager.forget_deleted_topics(now_ms) if again else []
 
-    def begin_controlled_shutdown(self, now_ms: int) -> list:
+    def begin_controlled_shutdown(self, now_ms: int) -> list[Effect]:
         """Ask the controller to move this broker's leaderships away before it stops;
         ``controlled_shutdown_done`` turns True when the broker may stop."""
         self.replica_manager.begin_controlled_shutdown()
@@ -208,12 +209,12 @@ class Broker:
 
     # ------------------------------------------------------------------ events
 
-    def handle_request(self, conn_id: int, frame: bytes, now_ms: int) -> list:
+    def handle_request(self, conn_id: int, frame: bytes | bytearray, now_ms: int) -> list[Effect]:
         """Decode and answer one request frame of connection ``conn_id``."""
         return self.apis.handle_request(conn_id, frame, now_ms)
 
     def connection_opened(self, conn_id: int, host: str, listener: str = "PLAINTEXT",
-                          principal: str = "User:ANONYMOUS") -> list:
+                          principal: str = "User:ANONYMOUS") -> list[Effect]:
         """A client connected from ``host`` (its IP address, which ACLs may name) on ``listener``,
         authenticated as ``principal`` (a SASL listener's connection reaches the core only once
         authenticated)."""
@@ -226,40 +227,40 @@ class Broker:
         self.apis.connection_closed(conn_id)
         self.replica_manager.connection_closed(conn_id)
 
-    def on_files_flushed(self, token: int, now_ms: int) -> list:
+    def on_files_flushed(self, token: int, now_ms: int) -> list[Effect]:
         """The :class:`~strandline.core.effects.FlushFiles` ``token`` is done: the log's recovery
         point passes the rolled segment."""
         self.logs.roll_flushed(token)
         return []
 
-    def on_zk_result(self, token: int, results: Any, now_ms: int) -> list:
+    def on_zk_result(self, token: int, results: Any, now_ms: int) -> list[Effect]:
         return self.outbox.on_zk_result(token, results, now_ms)
 
-    def on_broker_response(self, token: int, frame: bytes | None, now_ms: int) -> list:
+    def on_broker_response(self, token: int, frame: bytes | None, now_ms: int) -> list[Effect]:
         """The answer to a :class:`~strandline.core.effects.BrokerSend` (None: no answer)."""
         return self.outbox.on_broker_response(token, frame, now_ms)
 
-    def on_controller_changed(self, controller_id: int | None, now_ms: int) -> list:
+    def on_controller_changed(self, controller_id: int | None, now_ms: int) -> list[Effect]:
         """``/controller`` changed (None: it is gone)."""
         return self.controller.on_controller_changed(controller_id, now_ms)
 
-    def on_session_lost(self, now_ms: int) -> list:
+    def on_session_lost(self, now_ms: int) -> list[Effect]:
         return self.controller.on_session_lost(now_ms)
 
     def on_brokers_changed(self, brokers: dict[int, BrokerInfo], epochs: dict[int, int], now_ms: int,
-                           listing: int | None = None) -> list:
+                           listing: int | None = None) -> list[Effect]:
         """The children of ``/brokers/ids`` changed, with each registration's czxid; ``listing``
         numbers the shell's reads of them in the order they were made."""
         return self.controller.on_brokers_changed(brokers, epochs, now_ms, listing)
 
-    def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list:
+    def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list[Effect]:
         return self.controller.on_isr_change_notifications(children, now_ms)
 
-    def on_delete_topics_changed(self, children: list[str], now_ms: int) -> list:
+    def on_delete_topics_changed(self, children: list[str], now_ms: int) -> list[Effect]:
         """The children of ``/admin/delete_topics`` changed (only the controller acts)."""
         return self.controller.on_delete_topics_changed(children, now_ms)
 
-    def on_reassign_partitions_changed(self, data: bytes | None, now_ms: int) -> list:
+    def on_reassign_partitions_changed(self, data: bytes | None, now_ms: int) -> list[Effect]:
         """``/admin/reassign_partitions`` changed (None: it does not exist); only the controller acts."""
         if data is None:
             return self.controller.on_reassign_partitions_node(None, now_ms)
@@ -269,15 +270,15 @@ class Broker:
             return [LogLine("warning", f"Ignoring {znodes.ReassignPartitionsZNode.path()}: {exc}")]
         return self.controller.on_reassign_partitions_node(moves, now_ms)
 
-    def on_acl_changes(self, root: str, children: list[str], now_ms: int) -> list:
+    def on_acl_changes(self, root: str, children: list[str], now_ms: int) -> list[Effect]:
         """The children of ``/kafka-acl-changes`` or ``/kafka-acl-extended-changes`` changed."""
         return self.authorizer.on_acl_changes(root, children, now_ms)
 
-    def on_config_changes(self, children: list[str], now_ms: int) -> list:
+    def on_config_changes(self, children: list[str], now_ms: int) -> list[Effect]:
         """The children of ``/config/changes`` changed: apply the configs they name."""
         return self.dynamic_config.on_config_changes(children, now_ms)
 
-    def _topic_config_changed(self, name: str, configs: dict, now_ms: int) -> list:
+    def _topic_config_changed(self, name: str, configs: dict[str, Any], now_ms: int) -> list[Effect]:
         self.replica_manager.update_topic_configs(name, configs)
         return [LogLine("info", f"Topic {name} config now {configs or '(broker defaults)'}")] + \
             self.controller.on_topic_config_changed(name, configs, now_ms)
@@ -292,13 +293,13 @@ class Broker:
         partition = self.replica_manager.partitions.get(key)
         return partition.high_watermark if partition is not None else None
 
-    def _broker_config_changed(self, changed: set[str], now_ms: int) -> list:
+    def _broker_config_changed(self, changed: set[str], now_ms: int) -> list[Effect]:
         self._configure_cleaner()
         self.replica_manager.refresh_log_configs()
         effects = self.update_broker_info(now_ms) if "advertised.listeners" in changed else []
         return effects + self.controller.on_broker_config_changed(changed, now_ms)
 
-    def update_broker_info(self, now_ms: int) -> list:
+    def update_broker_info(self, now_ms: int) -> list[Effect]:
         """Rewrite this broker's registration with its advertised listener (Kafka's
         ``updateBrokerInfo``: any znode version; the broker epoch, its czxid, stays). The
         controller sees the change and sends every broker the new address (UpdateMetadata)."""
@@ -308,7 +309,7 @@ class Broker:
         data = znodes.BrokerIdZNode.encode(self.broker_id, adv.host, adv.port, self.config["broker.rack"], now_ms,
                                            endpoints=endpoints)
 
-        def written(results: list, when_ms: int) -> list:
+        def written(results: list[OpResult], when_ms: int) -> list[Effect]:
             error = results[0].error
             if error is ZkError.NONE:
                 return [LogLine("info", f"Updated broker {self.broker_id} at path {path} with addresses: " +
@@ -318,7 +319,7 @@ class Broker:
 
         return [self.outbox.zk([SetData(path, data)], written)]
 
-    def _deliver_control(self, api_key: int, body: dict, topics: dict[str, TopicMetadata], now_ms: int) -> list:
+    def _deliver_control(self, api_key: int, body: dict[str, Any], topics: dict[str, TopicMetadata], now_ms: int) -> list[Effect]:
         """The controller's requests to this broker: handled as if they came over the network,
         except that the topics they name need not be read from ZooKeeper."""
         self.replica_manager.learn_topics(topics.values())
@@ -345,7 +346,7 @@ class Broker:
                 deadlines.append(deadline)
         return min(deadlines)
 
-    def tick(self, now_ms: int) -> list:
+    def tick(self, now_ms: int) -> list[Effect]:
         effects = self.replica_manager.expire_delayed(now_ms)
         effects.extend(self.outbox.tick(now_ms))
         for task in self.scheduled:
@@ -361,7 +362,7 @@ class Broker:
             effects.extend(_written(self.cleaner.take_checkpoint_writes()))
         return effects
 
-    def _run_task(self, name: str, now_ms: int) -> list:
+    def _run_task(self, name: str, now_ms: int) -> list[Effect]:
         replicas = self.replica_manager
         if name == "highwatermark-checkpoint":
             return _written(replicas.high_watermark_checkpoints())
@@ -390,10 +391,10 @@ class Broker:
         return []
 
     def _write_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int, commit: bool,
-                      coordinator_epoch: int, done: Callable, now_ms: int) -> list:
+                      coordinator_epoch: int, done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
         """WriteTxnMarkers for one partition; on ``__consumer_offsets`` the group coordinator then
         makes the transaction's offsets count (or drops them)."""
-        def written(error: ErrorCode, when_ms: int) -> list:
+        def written(error: ErrorCode, when_ms: int) -> list[Effect]:
             if error is ErrorCode.none and topic == OFFSETS_TOPIC:
                 self.groups.end_txn(index, producer_id, commit)
             return done(error, when_ms)
@@ -406,6 +407,6 @@ class Broker:
         return partition.leader_epoch if partition is not None else -1
 
 
-def _written(files: list[tuple[str, bytes]]) -> list:
+def _written(files: list[tuple[str, bytes]]) -> list[Effect]:
     """The shell writes these checkpoint files ``(path, content)`` off the event loop."""
     return [WriteCheckpoint(path, content) for path, content in files]

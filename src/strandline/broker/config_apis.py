@@ -12,27 +12,30 @@ from __future__ import annotations
 
 import collections
 import enum
+import functools
 from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
 from strandline.security.authorizer import AclAuthorizer
-from strandline.core.config import (BROKER_KEYS, TOPIC_KEYS, BrokerConfig, ConfigError, config_text,
-                                      parse_topic_configs)
+from strandline.core.config import BROKER_KEYS, BrokerConfig, config_text
+from strandline.core.config_key import ConfigError
+from strandline.core.topic_keys import TOPIC_KEYS, parse_topic_configs
 from strandline.broker.dynamic_config import DEFAULT_ENTITY, describe_broker, describe_topic, validate_broker_update
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.broker.loggers import BrokerLoggers, LoggerRefused
 from strandline.core.outbox import Outbox
-from strandline.core.wire import response
+from strandline.core.wire import Handler, response
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, topic_name_error
-from strandline.coordination.store import Create, GetData, SetData, ZkError
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.coordination.store import Create, GetData, OpResult, SetData, ZkError
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
 from strandline.security import acl
 
 _NOTIFICATION = znodes.ConfigEntityChangeNotificationSequenceZNode
 Outcome = tuple[ErrorCode, "str | None"]
-Done = Callable[[ErrorCode, "str | None", int], list]
+Done = Callable[[ErrorCode, "str | None", int], list[Effect]]
 
 
 class ResourceType(enum.IntEnum):
@@ -81,7 +84,7 @@ class ConfigApis:
             if not self.authorizer.allows_cluster(conn_id, op):
                 raise _Refused(ErrorCode.cluster_authorization_failed, "Not authorized to access the cluster")
 
-    def handlers(self) -> dict[int, Callable]:
+    def handlers(self) -> dict[int, Handler]:
         return {ApiKey.DESCRIBE_CONFIGS: self._describe_configs, ApiKey.ALTER_CONFIGS: self._alter_configs,
                 ApiKey.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs}
 
@@ -124,10 +127,10 @@ class ConfigApis:
 
     # -- DescribeConfigs
 
-    def _describe_configs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _describe_configs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         synonyms = bool(getattr(request, "include_synonyms", False))
         docs = bool(getattr(request, "include_documentation", False))
-        results: list[dict] = []
+        results: list[dict[str, Any]] = []
         topic_reads: list[tuple[int, str]] = []
         for resource in request.resources:
             rtype, name, keys = resource.resource_type, resource.resource_name, resource.configuration_keys
@@ -150,13 +153,13 @@ class ConfigApis:
             except _Refused as exc:
                 result["error_code"], result["error_message"] = exc.code, str(exc)
 
-        def respond() -> list:
+        def respond() -> list[Effect]:
             return [response(conn_id, header, {"throttle_time": 0, "results": results})]
 
         if not topic_reads:
             return respond()
 
-        def on_read(reads: list, when_ms: int) -> list:
+        def on_read(reads: list[OpResult], when_ms: int) -> list[Effect]:
             for (i, name), read in zip(topic_reads, reads):
                 overrides = self._stored_topic_config(name, read)
                 keys = request.resources[i].configuration_keys
@@ -177,7 +180,7 @@ class ConfigApis:
 
     # -- AlterConfigs (the whole set) and IncrementalAlterConfigs (operations on it)
 
-    def _alter_configs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _alter_configs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         def plan(resource: Any) -> Callable[[dict[str, str]], dict[str, str]]:
             nulls = [c.name for c in resource.configs if c.value is None]
             if nulls:
@@ -187,7 +190,7 @@ class ConfigApis:
 
         return self._alter(conn_id, header, request, plan, now_ms)
 
-    def _incremental_alter_configs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _incremental_alter_configs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         def plan(resource: Any) -> Callable[[dict[str, str]], dict[str, str]]:
             names = [c.name for c in resource.configs]
             duplicates = sorted(n for n, times in collections.Counter(names).items() if times > 1)
@@ -238,7 +241,7 @@ class ConfigApis:
 
         return self._alter(conn_id, header, request, plan, now_ms, self._alter_loggers)
 
-    def _alter_loggers(self, resource: Any, validate_only: bool) -> list:
+    def _alter_loggers(self, resource: Any, validate_only: bool) -> list[Effect]:
         """IncrementalAlterConfigs of this broker's loggers: all operations are checked, then all
         carried out (in memory, at once)."""
         self._logger_broker(resource.resource_name, describing=False)
@@ -255,24 +258,26 @@ class ConfigApis:
 
     def _alter(self, conn_id: int, header: RequestHeader, request: Any,
                plan: Callable[[Any], Callable[[dict[str, str]], dict[str, str]]], now_ms: int,
-               alter_loggers: Callable[[Any, bool], list] | None = None) -> list:
+               alter_loggers: Callable[[Any, bool], list[Effect]] | None = None) -> list[Effect]:
         """Each resource: check it, then read its entity, compute the new config, validate it and
         write it with its notification; answer once every resource is decided."""
         validate_only = bool(request.validate_only)
         outcomes: list[Outcome | None] = [None] * len(request.resources)
-        starts: list[Callable[[], list]] = []
-        done_at_once: list = []
+        starts: list[Callable[[], list[Effect]]] = []
+        done_at_once: list[Effect] = []
 
-        def respond() -> list:
-            return [response(conn_id, header, {"throttle_time": 0, "responses": [
-                {"error_code": code, "error_message": message, "resource_type": r.resource_type,
-                 "resource_name": r.resource_name}
-                for r, (code, message) in zip(request.resources, outcomes)]})]
+        def respond() -> list[Effect]:
+            answered: list[dict[str, Any]] = []
+            for r, outcome in zip(request.resources, outcomes):
+                assert outcome is not None, "answered before every resource had its outcome"
+                answered.append({"error_code": outcome[0], "error_message": outcome[1],
+                                 "resource_type": r.resource_type, "resource_name": r.resource_name})
+            return [response(conn_id, header, {"throttle_time": 0, "responses": answered})]
 
         left = [0]                  # resources still to decide, once the first pass is over
 
         def finisher(i: int) -> Done:
-            def done(code: ErrorCode, message: str | None, when_ms: int) -> list:
+            def done(code: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
                 outcomes[i] = (code, message)
                 left[0] -= 1
                 return respond() if left[0] == 0 else []
@@ -300,12 +305,11 @@ class ConfigApis:
             except _Refused as exc:
                 outcomes[i] = (exc.code, str(exc))
                 continue
-            starts.append(lambda i=i, entity_type=entity_type, entity=entity, compute=compute, check=check:
-                          self._change_entity(entity_type, entity, compute, check, validate_only, finisher(i),
-                                              now_ms))
+            starts.append(functools.partial(self._change_entity, entity_type, entity, compute, check, validate_only,
+                                            finisher(i), now_ms))
         if not starts:
             return done_at_once + respond()
-        effects: list = done_at_once
+        effects: list[Effect] = done_at_once
         left[0] = len(starts)
         for start in starts:
             effects.extend(start())
@@ -334,10 +338,10 @@ class ConfigApis:
 
     def _change_entity(self, entity_type: str, name: str, compute: Callable[[dict[str, str]], dict[str, str]],
                        check: Callable[[dict[str, str]], None], validate_only: bool, done: Done, now_ms: int,
-                       attempts: int = 5) -> list:
+                       attempts: int = 5) -> list[Effect]:
         path = znodes.ConfigEntityZNode.path(entity_type, name)
 
-        def on_read(results: list, when_ms: int) -> list:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             [read] = results
             if read.error not in (ZkError.NONE, ZkError.NO_NODE):
                 return done(ErrorCode.unknown_server_error, f"ZooKeeper error {read.error.name}", when_ms)
@@ -357,7 +361,7 @@ class ConfigApis:
             write = SetData(path, data, read.version) if read.error is ZkError.NONE else Create(path, data)
             ops = [write, Create(_NOTIFICATION.create_path(), _NOTIFICATION.encode(entity_type, name), sequential=True)]
 
-            def on_written(written: list, at_ms: int) -> list:
+            def on_written(written: list[OpResult], at_ms: int) -> list[Effect]:
                 error = written[0].error
                 if error is ZkError.NONE:
                     shown = ", ".join(f"{k}={v}" for k, v in sorted(props.items())) or "(none)"

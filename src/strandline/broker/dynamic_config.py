@@ -18,21 +18,14 @@ from __future__ import annotations
 import enum
 from typing import Any, Callable
 
-from strandline.core.config import (
-    BROKER_KEYS,
-    DYNAMIC_BROKER_KEYS,
-    TOPIC_KEYS,
-    BrokerConfig,
-    ConfigError,
-    broker_synonyms,
-    config_text,
-    parse_topic_configs,
-)
-from strandline.core.effects import LogLine
+from strandline.core.config import BROKER_KEYS, DYNAMIC_BROKER_KEYS, BrokerConfig, broker_synonyms, config_text
+from strandline.core.config_key import ConfigError
+from strandline.core.topic_keys import TOPIC_KEYS, parse_topic_configs
+from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache
-from strandline.coordination.store import Delete, GetData, ZkError
+from strandline.coordination.store import Delete, GetData, OpResult, ZkError
 
 DEFAULT_ENTITY = "<default>"
 #: Kafka's ``changeExpirationMs`` for config change notifications.
@@ -126,7 +119,7 @@ def apply_dynamic_broker_configs(config: BrokerConfig, default: dict[str, str], 
 
 # -- describing -----------------------------------------------------------------------------------
 
-def _synonyms(config: BrokerConfig, name: str, names: tuple[str, ...]) -> list[dict]:
+def _synonyms(config: BrokerConfig, name: str, names: tuple[str, ...]) -> list[dict[str, Any]]:
     """Kafka's configSynonyms: each of ``names`` set in a layer, layers in precedence order,
     from ``name`` on."""
     found = []
@@ -142,8 +135,8 @@ def _synonyms(config: BrokerConfig, name: str, names: tuple[str, ...]) -> list[d
     return found
 
 
-def _entry(name: str, value: str | None, synonyms: list[dict], read_only: bool, type_id: int, doc: str,
-           include_synonyms: bool, include_docs: bool, sensitive: bool = False) -> dict:
+def _entry(name: str, value: str | None, synonyms: list[dict[str, Any]], read_only: bool, type_id: int, doc: str,
+           include_synonyms: bool, include_docs: bool, sensitive: bool = False) -> dict[str, Any]:
     if sensitive:                       # a password: no value anywhere, as Kafka
         value = None
         synonyms = [{**s, "value": None} for s in synonyms]
@@ -159,7 +152,7 @@ def _wanted(keys: Any, names: list[str]) -> list[str]:
 
 
 def describe_topic(config: BrokerConfig, overrides: dict[str, Any], keys: Any, include_synonyms: bool,
-                   include_docs: bool) -> list[dict]:
+                   include_docs: bool) -> list[dict[str, Any]]:
     """A topic's configs: every topic key, its override or the broker value it falls back to."""
     entries = []
     for name in _wanted(keys, list(TOPIC_KEYS)):
@@ -174,7 +167,7 @@ def describe_topic(config: BrokerConfig, overrides: dict[str, Any], keys: Any, i
 
 
 def describe_broker(config: BrokerConfig, per_broker: bool, keys: Any, include_synonyms: bool,
-                    include_docs: bool) -> list[dict]:
+                    include_docs: bool) -> list[dict[str, Any]]:
     """This broker's configs (``per_broker``), or the cluster-wide dynamic defaults. A custom
     entry is described as Kafka describes a key it has no type for: sensitive (no value), read-only,
     type UNKNOWN."""
@@ -204,8 +197,8 @@ def describe_broker(config: BrokerConfig, per_broker: bool, keys: Any, include_s
 
 # -- applying changes -----------------------------------------------------------------------------
 
-TopicConfigListener = Callable[[str, dict[str, Any], int], list]
-BrokerConfigListener = Callable[[set[str], int], list]
+TopicConfigListener = Callable[[str, dict[str, Any], int], list[Effect]]
+BrokerConfigListener = Callable[[set[str], int], list[Effect]]
 
 
 class DynamicConfigManager:
@@ -213,7 +206,7 @@ class DynamicConfigManager:
 
     def __init__(self, config: BrokerConfig, metadata: MetadataCache, outbox: Outbox,
                  on_topic_config: TopicConfigListener, on_broker_config: BrokerConfigListener,
-                 on_quota_entity: Callable[[str, str, int], list] | None = None) -> None:
+                 on_quota_entity: Callable[[str, str, int], list[Effect]] | None = None) -> None:
         self.config = config
         self.on_quota_entity = on_quota_entity
         self.metadata = metadata
@@ -222,7 +215,7 @@ class DynamicConfigManager:
         self.on_broker_config = on_broker_config
         self.last_seen = -1          # the newest notification processed
 
-    def on_config_changes(self, children: list[str], now_ms: int) -> list:
+    def on_config_changes(self, children: list[str], now_ms: int) -> list[Effect]:
         """The children of ``/config/changes`` (the shell's watch): process the new ones."""
         new = sorted((seq, child) for child in children
                      if (seq := _NOTIFICATION.sequence(child)) is not None and seq > self.last_seen)
@@ -230,8 +223,8 @@ class DynamicConfigManager:
             return []
         self.last_seen = new[-1][0]
 
-        def on_read(results: list, when_ms: int) -> list:
-            effects: list = []
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
+            effects: list[Effect] = []
             entities: dict[tuple[str, str], None] = {}
             expired = []
             unread = []
@@ -259,13 +252,13 @@ class DynamicConfigManager:
 
         return [self.outbox.zk([GetData(_NOTIFICATION.path(child)) for _, child in new], on_read)]
 
-    def reload(self, entity_type: str, name: str, now_ms: int) -> list:
+    def reload(self, entity_type: str, name: str, now_ms: int) -> list[Effect]:
         """Read one entity's config from ZooKeeper and apply it, if it concerns this broker."""
         if entity_type == "topics":
             if name not in self.metadata.topics:
                 return []            # a topic learnt later is read with its config
 
-            def on_topic(results: list, when_ms: int) -> list:
+            def on_topic(results: list[OpResult], when_ms: int) -> list[Effect]:
                 [result] = results
                 if name not in self.metadata.topics:
                     return []
@@ -284,24 +277,25 @@ class DynamicConfigManager:
             return self.on_quota_entity(entity_type, name, now_ms)   # client quotas
         return []
 
-    def reload_broker(self, now_ms: int) -> list:
+    def reload_broker(self, now_ms: int) -> list[Effect]:
         ops = [GetData(znodes.ConfigEntityZNode.path("brokers", DEFAULT_ENTITY)),
                GetData(znodes.ConfigEntityZNode.path("brokers", self.config.broker_id))]
 
-        def on_read(results: list, when_ms: int) -> list:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in results):
                 return [LogLine("warning", "Could not read the dynamic broker configs from ZooKeeper "
                                        f"({', '.join(r.error.name for r in results)}); trying again")] + \
                     self.outbox.after(when_ms + RETRY_MS, self.reload_broker)
             layers = []
-            for result, who in zip(results, (DEFAULT_ENTITY, self.config.broker_id)):
+            entities: tuple[str | int, ...] = (DEFAULT_ENTITY, self.config.broker_id)
+            for result, who in zip(results, entities):
                 try:
                     layers.append(znodes.ConfigEntityZNode.decode(result.data, "brokers", who)
                                   if result.error is ZkError.NONE else {})
                 except ValueError as exc:
                     return [LogLine("warning", f"Ignoring dynamic broker configs: {exc}")]
             changed, warnings = apply_dynamic_broker_configs(self.config, layers[0], layers[1])
-            effects: list = [LogLine("warning", w) for w in warnings]
+            effects: list[Effect] = [LogLine("warning", w) for w in warnings]
             if changed:
                 effects.append(LogLine("info", "Dynamic broker configs now in effect: "
                                            + ", ".join(f"{k}={config_text(self.config.values[k])}"

@@ -15,14 +15,16 @@ from kio.schema.errors import ErrorCode
 
 from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.broker.txn_apis import TxnApis, fenced_as
 from strandline.broker.zk_offsets import ZkOffsets
-from strandline.core.wire import duration_ms, response
+from strandline.core.wire import Handler, duration_ms, response
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.coordinator import GroupCoordinator, GroupState
+from strandline.group.model import Respond
 from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
 from strandline.security.acl import AclOperation, ResourceType
 
 CLASSIC = "classic"                 # the only group type (KIP-848 consumer groups are not served)
@@ -42,7 +44,7 @@ class GroupApis:
         self.auto_topics = auto_topics
         self._responders: dict[int, int] = {}   # id(respond) -> connection
 
-    def handlers(self) -> dict[int, Callable]:
+    def handlers(self) -> dict[int, Handler]:
         return {
             ApiKey.FIND_COORDINATOR: self._find_coordinator,
             ApiKey.JOIN_GROUP: self._join_group,
@@ -58,7 +60,7 @@ class GroupApis:
             ApiKey.TXN_OFFSET_COMMIT: self._txn_offset_commit,
         }
 
-    def _ensure_offsets_topic(self, now_ms: int) -> list:
+    def _ensure_offsets_topic(self, now_ms: int) -> list[Effect]:
         if OFFSETS_TOPIC in self.metadata.topics or self.auto_topics.pending(OFFSETS_TOPIC):
             return []
         return self.auto_topics.create(OFFSETS_TOPIC, offsets_topic_created, now_ms)
@@ -68,7 +70,7 @@ class GroupApis:
     def _group_allowed(self, conn_id: int, op: AclOperation, group_id: str) -> bool:
         return self.authorizer.allows(conn_id, op, ResourceType.GROUP, group_id)
 
-    def _refused(self, conn_id: int, header: RequestHeader, request: Any, fields: dict | None = None) -> list | None:
+    def _refused(self, conn_id: int, header: RequestHeader, request: Any, fields: dict[str, Any] | None = None) -> list[Effect] | None:
         """GROUP_AUTHORIZATION_FAILED for a membership request on a group the client may not READ."""
         if self._group_allowed(conn_id, AclOperation.READ, request.group_id):
             return None
@@ -77,8 +79,8 @@ class GroupApis:
 
     # ------------------------------------------------------------------ responding
 
-    def _group_respond(self, conn_id: int, header: RequestHeader, shape: Callable[[dict], dict]) -> Callable:
-        def respond(body: dict) -> list:
+    def _group_respond(self, conn_id: int, header: RequestHeader, shape: Callable[[dict[str, Any]], dict[str, Any]]) -> Respond:
+        def respond(body: dict[str, Any]) -> list[Effect]:
             self._responders.pop(id(respond), None)
             return [response(conn_id, header, {"throttle_time": 0, **shape(body)})]
         self._responders[id(respond)] = conn_id
@@ -93,7 +95,7 @@ class GroupApis:
 
     # ------------------------------------------------------------------ FindCoordinator
 
-    def _coordinator_address(self, answer: dict, node: Any, conn_id: int) -> None:
+    def _coordinator_address(self, answer: dict[str, Any], node: Any, conn_id: int) -> None:
         """The coordinator's endpoint of the client's listener (COORDINATOR_NOT_AVAILABLE when it has
         none, as Kafka)."""
         address = node.endpoint(self.authorizer.listener(conn_id))
@@ -102,11 +104,11 @@ class GroupApis:
         else:
             answer.update(node_id=node.id, host=address[0], port=address[1])
 
-    def _find_coordinator(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _find_coordinator(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         version = header.api_version
         keys = list(request.coordinator_keys) if version >= 4 else [request.key]
         key_type = getattr(request, "key_type", 0)
-        effects: list = []
+        effects: list[Effect] = []
         answers = []
         topic = self.metadata.topics.get(OFFSETS_TOPIC)
         if key_type == 0 and topic is None and any(self._group_allowed(conn_id, AclOperation.DESCRIBE, k)
@@ -147,13 +149,13 @@ class GroupApis:
 
     # ------------------------------------------------------------------ membership
 
-    def _join_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _join_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         version = header.api_version
         refused = self._refused(conn_id, header, request, {"generation_id": -1, "leader": "", "member_id": ""})
         if refused is not None:
             return refused
 
-        def shape(body: dict) -> dict:
+        def shape(body: dict[str, Any]) -> dict[str, Any]:
             if version < 7 and body.get("protocol_name") is None:
                 body["protocol_name"] = ""
             return body
@@ -168,7 +170,7 @@ class GroupApis:
                "reason": getattr(request, "reason", None)}
         return self.groups.join(req, self._group_respond(conn_id, header, shape), now_ms)
 
-    def _sync_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _sync_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         refused = self._refused(conn_id, header, request, {"assignment": b""})
         if refused is not None:
             return refused
@@ -179,7 +181,7 @@ class GroupApis:
                "assignments": [{"member_id": a.member_id, "assignment": a.assignment} for a in request.assignments]}
         return self.groups.sync(req, self._group_respond(conn_id, header, lambda b: b), now_ms)
 
-    def _heartbeat(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _heartbeat(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         refused = self._refused(conn_id, header, request)
         if refused is not None:
             return refused
@@ -187,7 +189,7 @@ class GroupApis:
                "group_instance_id": getattr(request, "group_instance_id", None)}
         return self.groups.heartbeat(req, self._group_respond(conn_id, header, lambda b: b), now_ms)
 
-    def _leave_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _leave_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         refused = self._refused(conn_id, header, request)
         if refused is not None:
             return refused
@@ -199,13 +201,14 @@ class GroupApis:
 
     # ------------------------------------------------------------------ offsets
 
-    def _offset_commit(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _offset_commit(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         """v0 writes to ZooKeeper; v1's commit timestamp, when set (not -1), is the offset's."""
         if header.api_version == 0:
             return self.zk_offsets.commit(conn_id, header, request, now_ms)
         generation = getattr(request, "generation_id_or_member_epoch", -1)
         topics = self.metadata.topics
-        offsets, unknown = [], {}
+        offsets: list[tuple[str, int, int, int, str | None]] = []
+        unknown: dict[tuple[str, int], ErrorCode] = {}
         stamps: dict[tuple[str, int], int] = {}
         group_allowed = self._group_allowed(conn_id, AclOperation.READ, request.group_id)
         for t in request.topics:
@@ -225,8 +228,8 @@ class GroupApis:
                "group_instance_id": getattr(request, "group_instance_id", None), "offsets": offsets,
                "commit_timestamps": stamps}
 
-        def respond(results: dict) -> list:
-            by_topic: dict[str, list] = {}
+        def respond(results: dict[tuple[str, int], ErrorCode]) -> list[Effect]:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
             for (name, index), code in {**unknown, **results}.items():
                 by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
             return [response(conn_id, header, {
@@ -236,7 +239,7 @@ class GroupApis:
             return respond({})
         return self.groups.commit(req, respond, now_ms)
 
-    def _txn_offset_commit(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _txn_offset_commit(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         """Offsets committed in a transaction (``sendOffsetsToTransaction``): they count when it commits."""
         wanted = [(t.name, p) for t in request.topics for p in t.partitions]
         denied_all = None
@@ -260,8 +263,8 @@ class GroupApis:
                 offsets.append((name, p.partition_index, p.committed_offset,
                                 getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
 
-        def respond(results: dict) -> list:
-            by_topic: dict[str, list] = {}
+        def respond(results: dict[tuple[str, int], ErrorCode]) -> list[Effect]:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
             for (name, index), code in {**errors, **results}.items():
                 code = fenced_as(code, header.api_version, 3)
                 by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
@@ -277,7 +280,8 @@ class GroupApis:
             "group_instance_id": getattr(request, "group_instance_id", None), "offsets": offsets}, respond, now_ms)
 
     def _offset_fetch_group(self, conn_id: int, group_id: str, topics: Any,
-                            require_stable: bool = False, partition_errors: bool = False) -> tuple[ErrorCode, list]:
+                            require_stable: bool = False, partition_errors: bool = False
+                            ) -> tuple[ErrorCode, list[dict[str, Any]]]:
         """A group's committed offsets: GROUP_AUTHORIZATION_FAILED unless the client may DESCRIBE the
         group; a topic it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED when named, left out when
         every topic is asked for. ``require_stable`` (KIP-447): a partition with offsets committed in
@@ -297,7 +301,7 @@ class GroupApis:
             wanted = [(name, indexes) for name, indexes in wanted or () if name not in denied]
         error, found = self.groups.fetch_offsets(group_id, wanted)
         unstable = self.groups.pending_txn_partitions(group_id) if require_stable else set()
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
         if error is ErrorCode.none:
             for (name, index), value in sorted(found.items()):
                 if topics is None and not self.authorizer.allows_topic(conn_id, AclOperation.DESCRIBE, name):
@@ -322,7 +326,7 @@ class GroupApis:
                                     for i in t.partition_indexes]
         return error, [{"name": n, "partitions": p} for n, p in by_topic.items()]
 
-    def _offset_fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _offset_fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         if header.api_version == 0:
             return self.zk_offsets.fetch(conn_id, header, request, now_ms)
         if header.api_version >= 8:
@@ -341,7 +345,7 @@ class GroupApis:
 
     # ------------------------------------------------------------------ admin
 
-    def _list_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _list_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         """States (v4+) and types (v5+, KIP-848) filter case-insensitively, an empty filter not at all.
         Every group here is a classic group, so a types filter without "classic" lists none."""
         states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
@@ -355,7 +359,7 @@ class GroupApis:
         return [response(conn_id, header, {
             "throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})]
 
-    def _describe_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _describe_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         wants_operations = getattr(request, "include_authorized_operations", False)
         groups = []
         for g in request.groups:
@@ -374,12 +378,12 @@ class GroupApis:
 
         return [response(conn_id, header, {"throttle_time": 0, "groups": groups})]
 
-    def _delete_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _delete_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         names = list(dict.fromkeys(request.groups_names))
         results: dict[str, ErrorCode] = {}
-        effects: list = []
+        effects: list[Effect] = []
 
-        def finish() -> list:
+        def finish() -> list[Effect]:
             return [response(conn_id, header, {
                 "throttle_time": 0,
                 "results": [{"group_id": n, "error_code": results[n]} for n in names]})]
@@ -387,7 +391,7 @@ class GroupApis:
         allowed = [n for n in names if self._group_allowed(conn_id, AclOperation.DELETE, n)]
         results.update((n, ErrorCode.group_authorization_failed) for n in names if n not in allowed)
         for name in allowed:
-            def done(error: ErrorCode, when_ms: int, name: str = name) -> list:
+            def done(error: ErrorCode, when_ms: int, name: str = name) -> list[Effect]:
                 results[name] = error
                 return finish() if len(results) == len(names) else []
             effects += self.groups.delete(name, done, now_ms)
@@ -395,15 +399,15 @@ class GroupApis:
             effects += finish()
         return effects
 
-    def _offset_delete(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _offset_delete(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         wanted = list(dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions))
         if not self._group_allowed(conn_id, AclOperation.DELETE, request.group_id):
             return [response(conn_id, header, {"error_code": ErrorCode.group_authorization_failed,
                                                "throttle_time": 0, "topics": []})]
         denied = {name for name, _ in wanted if not self.authorizer.allows_topic(conn_id, AclOperation.READ, name)}
 
-        def done(error: ErrorCode, errors: dict, when_ms: int) -> list:
-            topics: dict[str, list] = {}
+        def done(error: ErrorCode, errors: dict[tuple[str, int], ErrorCode], when_ms: int) -> list[Effect]:
+            topics: dict[str, list[dict[str, Any]]] = {}
             for name, index in wanted:
                 code = errors.get((name, index), ErrorCode.none)
                 if name in denied:
@@ -419,7 +423,7 @@ class GroupApis:
         return self.groups.delete_offsets(request.group_id, [w for w in wanted if w[0] not in denied], done, now_ms)
 
 
-def offsets_topic_created(error: ErrorCode, message: str | None, when_ms: int) -> list:
+def offsets_topic_created(error: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
     """The end of this broker's request to create ``__consumer_offsets``. Another broker creating it
     first (TOPIC_ALREADY_EXISTS, a race of two coordinators' first requests) is as good as done; too
     few brokers alive (INVALID_REPLICATION_FACTOR), the creation manager said so."""

@@ -6,17 +6,19 @@ AlterReplicaLogDirs and DescribeProducers (Kafka's KafkaApis handles them beside
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from strandline.security.authorizer import AclAuthorizer
-from strandline.core.wire import duration_ms, response
+from strandline.core.wire import Handler, duration_ms, response
 from strandline.coordination.metadata import MetadataCache
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
 from strandline.protocol.records import UndecodableRecordsError
 from strandline.replication.replica_manager import ReplicaManager
 from strandline.security.acl import AclOperation
+from strandline.core.effects import Effect
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -36,7 +38,7 @@ class LogApis:
         self.replicas = replicas
         self.authorizer = authorizer
 
-    def handlers(self) -> dict[int, Callable]:
+    def handlers(self) -> dict[int, Handler]:
         return {
             ApiKey.LIST_OFFSETS: self._list_offsets,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
@@ -48,13 +50,13 @@ class LogApis:
 
     # -- DeleteRecords, DescribeLogDirs, DescribeProducers (each broker for its own replicas)
 
-    def _delete_records(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _delete_records(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         wanted = list({(t.name, p.partition_index): (t.name, p.partition_index, p.offset)
                        for t in request.topics for p in t.partitions}.values())
         denied = {name for name, _, _ in wanted if not self.authorizer.allows_topic(conn_id, AclOperation.DELETE, name)}
 
-        def respond(results: dict) -> list:
-            topics: dict[str, list] = {}
+        def respond(results: dict[tuple[str, int], tuple[ErrorCode, int]]) -> list[Effect]:
+            topics: dict[str, list[dict[str, Any]]] = {}
             for name, index, _ in wanted:
                 code, low = (ErrorCode.topic_authorization_failed, -1) if name in denied else results[(name, index)]
                 topics.setdefault(name, []).append({"partition_index": index, "low_watermark": low,
@@ -65,7 +67,7 @@ class LogApis:
         return self.replicas.log_admin.delete_records(conn_id, [w for w in wanted if w[0] not in denied],
                                                       duration_ms(request.timeout), respond, now_ms)
 
-    def _describe_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _describe_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         wanted = None if request.topics is None else \
             {t.topic: list(t.partitions) for t in request.topics}
         if not self.authorizer.allows_cluster(conn_id, AclOperation.DESCRIBE):
@@ -74,7 +76,7 @@ class LogApis:
         return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
                                            "results": self.replicas.log_admin.describe_log_dirs(wanted)})]
 
-    def _describe_producers(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _describe_producers(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         topics = []
         for t in request.topics:
             parts = []
@@ -100,8 +102,8 @@ class LogApis:
             topics.append({"name": t.name, "partitions": parts})
         return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
 
-    def _alter_replica_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        results: dict[str, list] = {}
+    def _alter_replica_log_dirs(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        results: dict[str, list[dict[str, Any]]] = {}
         allowed = self.authorizer.allows_cluster(conn_id, AclOperation.ALTER)
         for d in request.dirs:
             for t in d.topics:
@@ -114,7 +116,7 @@ class LogApis:
 
     # -- ListOffsets
 
-    def _list_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _list_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         replica_id = request.replica_id
         if header.api_version == 0:
             return self._list_offsets_v0(conn_id, header, request, now_ms)
@@ -176,7 +178,7 @@ class LogApis:
             topics.append({"name": t.name, "partitions": parts})
         return [response(conn_id, header, {"throttle_time": 0, "topics": topics})]
 
-    def _list_offsets_v0(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _list_offsets_v0(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         """ListOffsets v0: up to ``max_num_offsets`` offsets at or before ``timestamp``, newest
         first (``old_style_offsets``), as Kafka 2.8's ``handleListOffsetRequestV0``: the start of
         each segment (not below the log start offset) and, after a non-empty last segment, the log
@@ -200,7 +202,8 @@ class LogApis:
                     partition, error = self.replicas.leader_partition(t.name, p.partition_index)
                 else:
                     partition = self.replicas.partitions.get((t.name, p.partition_index))
-                    error = self.replicas.not_served(t.name, p.partition_index) if partition is None else None
+                    error = ErrorCode.none if partition is not None else self.replicas.not_served(t.name,
+                                                                                                  p.partition_index)
                 if partition is None:
                     entry["error_code"] = error
                     continue
@@ -215,7 +218,7 @@ class LogApis:
 
     # -- OffsetForLeaderEpoch
 
-    def _offset_for_leader_epoch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _offset_for_leader_epoch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         topics = []
         # Kafka's rule: CLUSTER_ACTION on the cluster (a follower), else DESCRIBE on the topic
         cluster_action = self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION)

@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine, SetLoggerLevel
+from strandline.core.effects import Effect, LogLine, SetLoggerLevel
 
 ROOT_LOGGER = "root"
 LEVELS = ("FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE")
@@ -53,9 +53,9 @@ class BrokerLoggers:
             if level is not None:
                 return level
             name = name.rpartition(".")[0]
-        return self.levels[ROOT_LOGGER]
+        return self.levels[ROOT_LOGGER] or "INFO"
 
-    def describe(self, keys: Any) -> list[dict]:
+    def describe(self, keys: Any) -> list[dict[str, Any]]:
         names = sorted(self.levels, key=lambda n: (n != ROOT_LOGGER, n))
         if keys:
             names = [n for n in names if n in set(keys)]
@@ -88,9 +88,9 @@ class BrokerLoggers:
         if name not in self.levels:
             raise LoggerRefused(ErrorCode.invalid_config, f"Logger {name} does not exist!")
 
-    def apply(self, ops: list[tuple[int, str, str | None]]) -> list:
+    def apply(self, ops: list[tuple[int, str, str | None]]) -> list[Effect]:
         """Carry out validated operations: the new table, and the effects for the shell."""
-        effects: list = []
+        effects: list[Effect] = []
         for op, name, level in ops:
             if op == 0:
                 self.levels[name] = level

@@ -17,7 +17,7 @@ Pure: it only reads.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from strandline.replication.topic_stats import COUNTERS
 
@@ -32,7 +32,7 @@ class Family(NamedTuple):
     name: str
     kind: str
     help: str
-    samples: list[tuple[dict[str, str], float]]
+    samples: Sequence[tuple[dict[str, str], float]]
 
 
 def _one(name: str, kind: str, help_text: str, value: float) -> Family:
@@ -94,7 +94,7 @@ def _controller(broker: Broker) -> list[Family]:
     ctx = controller.ctx
     active = controller.is_active
     offline = imbalance = topics = partitions = 0
-    if active and ctx.ready:
+    if active and ctx is not None and ctx.ready:
         live = set(ctx.live_brokers)
         for topic, index in ctx.all_partitions():
             partitions += 1

@@ -18,26 +18,28 @@ listener authenticates with them yet (Strandline has no SASL listener).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
 from strandline.security.authorizer import AclAuthorizer
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.broker.quotas import (CONSUMER_BYTE_RATE, DEFAULT, PRODUCER_BYTE_RATE, ClientQuotaManager, Entity,
                                       QuotaError, QuotaTree, apply_ops, describe, entity_of_path, parse_entity,
                                       parse_filter, sanitize, scram_infos)
-from strandline.core.wire import response
+from strandline.core.wire import Handler, response
 from strandline.coordination import znodes
-from strandline.coordination.store import Create, GetChildren, GetData, SetData, ZkError
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.coordination.store import Create, GetChildren, GetData, Op, OpResult, SetData, TransactionOp, ZkError
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
 from strandline.security import acl, scram
 
 _NOTIFICATION = znodes.ConfigEntityChangeNotificationSequenceZNode
 _ENTITY = znodes.ConfigEntityZNode
 RETRY_MS = 1000
-TreeDone = Callable[["QuotaTree | None", int], list]
+TreeDone = Callable[["QuotaTree | None", int], list[Effect]]
 
 
 class _ZkFailed(Exception):
@@ -67,7 +69,11 @@ class QuotaApis:
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE)
 
-    def handlers(self) -> dict[int, Callable]:
+    def user(self, conn_id: int) -> str:
+        """The user the connection's quotas are kept under: its principal's name."""
+        return self.authorizer.session(conn_id).user
+
+    def handlers(self) -> dict[int, Handler]:
         return {ApiKey.DESCRIBE_CLIENT_QUOTAS: self._describe_client_quotas,
                 ApiKey.ALTER_CLIENT_QUOTAS: self._alter_client_quotas,
                 ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._describe_user_scram_credentials,
@@ -75,23 +81,23 @@ class QuotaApis:
 
     # -- reading every user and client-id entity
 
-    def read_tree(self, done: TreeDone) -> list:
+    def read_tree(self, done: TreeDone) -> list[Effect]:
         """Read every stored user, client-id and (user, client id) config; ``done(None, t)`` when
         ZooKeeper failed to answer."""
         roots = [GetChildren(znodes.ConfigEntityTypeZNode.path("users")),
                  GetChildren(znodes.ConfigEntityTypeZNode.path("clients"))]
 
-        def on_roots(results: list, when_ms: int) -> list:
+        def on_roots(results: list[OpResult], when_ms: int) -> list[Effect]:
             if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in results):
                 return done(None, when_ms)
             users, clients = (list(r.children) if r.error is ZkError.NONE else [] for r in results)
-            ops: list = [GetData(_path("users", u)) for u in users]
+            ops: list[Op] = [GetData(_path("users", u)) for u in users]
             ops += [GetChildren(f"{_path('users', u)}/clients") for u in users]
             ops += [GetData(_path("clients", c)) for c in clients]
             if not ops:
                 return done(QuotaTree(), when_ms)
 
-            def on_entities(reads: list, at_ms: int) -> list:
+            def on_entities(reads: list[OpResult], at_ms: int) -> list[Effect]:
                 tree = QuotaTree()
                 try:
                     n = len(users)
@@ -109,7 +115,7 @@ class QuotaApis:
                 if not pairs:
                     return done(tree, at_ms)
 
-                def on_pairs(pair_reads: list, end_ms: int) -> list:
+                def on_pairs(pair_reads: list[OpResult], end_ms: int) -> list[Effect]:
                     try:
                         for (u, c), read in zip(pairs, pair_reads):
                             if read.error is not ZkError.NO_NODE:
@@ -126,9 +132,9 @@ class QuotaApis:
 
     # -- enforcement: what this broker applies
 
-    def load(self, now_ms: int) -> list:
+    def load(self, now_ms: int) -> list[Effect]:
         """Read every quota (the broker loads the cluster), as Kafka's config handlers do at start."""
-        def done(tree: QuotaTree | None, when_ms: int) -> list:
+        def done(tree: QuotaTree | None, when_ms: int) -> list[Effect]:
             if tree is None:
                 return [LogLine("warning", "Could not read the client quotas from ZooKeeper; trying again")] + \
                     self.outbox.after(when_ms + RETRY_MS, self.load)
@@ -142,7 +148,7 @@ class QuotaApis:
                 self._apply(Entity(u, c), props)
             return []
 
-        def guarded(tree: QuotaTree | None, when_ms: int) -> list:
+        def guarded(tree: QuotaTree | None, when_ms: int) -> list[Effect]:
             try:
                 return done(tree, when_ms)
             except QuotaError:
@@ -157,13 +163,13 @@ class QuotaApis:
         self.produce.update(entity, props)
         self.fetch.update(entity, props)
 
-    def reload(self, entity_type: str, name: str, now_ms: int) -> list:
+    def reload(self, entity_type: str, name: str, now_ms: int) -> list[Effect]:
         """A change notification named ``entity_type/name``: read the entity and apply its quotas."""
         entity = entity_of_path(entity_type, name)
         if entity is None:
             return []
 
-        def on_read(results: list, when_ms: int) -> list:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             [read] = results
             try:
                 props = _config(read, f"{entity_type}/{name}")
@@ -177,8 +183,8 @@ class QuotaApis:
 
     # -- DescribeClientQuotas
 
-    def _describe_client_quotas(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        def answer(code: ErrorCode, message: str | None, entries: list | None) -> list:
+    def _describe_client_quotas(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        def answer(code: ErrorCode, message: str | None, entries: list[dict[str, Any]] | None) -> list[Effect]:
             return [response(conn_id, header, {"throttle_time": 0, "error_code": code, "error_message": message,
                                                "entries": entries})]
 
@@ -190,7 +196,7 @@ class QuotaApis:
             return answer(exc.code, exc.message, None)
         strict = bool(request.strict)
 
-        def done(tree: QuotaTree | None, when_ms: int) -> list:
+        def done(tree: QuotaTree | None, when_ms: int) -> list[Effect]:
             if tree is None:
                 return answer(ErrorCode.unknown_server_error, None, None)
             try:
@@ -208,26 +214,28 @@ class QuotaApis:
 
     # -- AlterClientQuotas
 
-    def _alter_client_quotas(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _alter_client_quotas(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         entries = list(request.entries)
         shown = [list(dict((e.entity_type, e.entity_name) for e in entry.entity).items()) for entry in entries]
         outcomes: list[tuple[ErrorCode, str | None] | None] = [None] * len(entries)
 
-        def respond() -> list:
-            return [response(conn_id, header, {"throttle_time": 0, "entries": [
-                {"error_code": code, "error_message": message,
-                 "entity": [{"entity_type": t, "entity_name": n} for t, n in parts]}
-                for parts, (code, message) in zip(shown, outcomes)]})]  # type: ignore[misc]
+        def respond() -> list[Effect]:
+            answered: list[dict[str, Any]] = []
+            for parts, outcome in zip(shown, outcomes):
+                assert outcome is not None, "answered before every entry had its outcome"
+                answered.append({"error_code": outcome[0], "error_message": outcome[1],
+                                 "entity": [{"entity_type": t, "entity_name": n} for t, n in parts]})
+            return [response(conn_id, header, {"throttle_time": 0, "entries": answered})]
 
         if not self.authorizer.allows_cluster(conn_id, acl.AclOperation.ALTER_CONFIGS):
             outcomes = [(ErrorCode.cluster_authorization_failed, None)] * len(entries)
             return respond()
         validate_only = bool(request.validate_only)
         left = [0]
-        starts = []
+        starts: list[Callable[[], list[Effect]]] = []
 
-        def finisher(i: int) -> Callable[[ErrorCode, "str | None", int], list]:
-            def done(code: ErrorCode, message: str | None, when_ms: int) -> list:
+        def finisher(i: int) -> Callable[[ErrorCode, "str | None", int], list[Effect]]:
+            def done(code: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
                 outcomes[i] = (code, message)
                 left[0] -= 1
                 return respond() if left[0] == 0 else []
@@ -240,23 +248,23 @@ class QuotaApis:
                 outcomes[i] = (exc.code, exc.message)
                 continue
             ops = [(op.key, None if op.remove else float(op.value)) for op in entry.ops]
-            starts.append(lambda i=i, entity=entity, ops=ops: self._change(entity, ops, validate_only, finisher(i)))
+            starts.append(functools.partial(self._change, entity, ops, validate_only, finisher(i)))
         if not starts:
             return respond()
         left[0] = len(starts)
-        effects: list = []
+        effects: list[Effect] = []
         for start in starts:
             effects.extend(start())
         return effects
 
-    def _change(self, entity: Entity, ops: list, validate_only: bool,
-                done: Callable[[ErrorCode, "str | None", int], list], attempts: int = 5) -> list:
+    def _change(self, entity: Entity, ops: list[tuple[str, float | None]], validate_only: bool,
+                done: Callable[[ErrorCode, "str | None", int], list[Effect]], attempts: int = 5) -> list[Effect]:
         entity_type, name = entity.config_type, entity.config_name
         path = _path(entity_type, name)
         parents = [] if entity.user is None or entity.client is None else \
             [_path("users", entity.user), f"{_path('users', entity.user)}/clients"]
 
-        def on_read(results: list, when_ms: int) -> list:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             read, parent_reads = results[0], results[1:]
             if any(r.error not in (ZkError.NONE, ZkError.NO_NODE) for r in results):
                 return done(ErrorCode.unknown_server_error, None, when_ms)
@@ -271,12 +279,12 @@ class QuotaApis:
             if validate_only:
                 return done(ErrorCode.none, None, when_ms)
             data = _ENTITY.encode(props)
-            writes: list = [Create(p, _ENTITY.encode({})) for p, r in zip(parents, parent_reads)
+            writes: list[TransactionOp] = [Create(p, _ENTITY.encode({})) for p, r in zip(parents, parent_reads)
                             if r.error is ZkError.NO_NODE]
             writes.append(SetData(path, data, read.version) if read.error is ZkError.NONE else Create(path, data))
             writes.append(Create(_NOTIFICATION.create_path(), _NOTIFICATION.encode(entity_type, name), sequential=True))
 
-            def on_written(written: list, at_ms: int) -> list:
+            def on_written(written: list[OpResult], at_ms: int) -> list[Effect]:
                 error = written[0].error
                 if error is ZkError.NONE:
                     shown = ", ".join(f"{k}={v}" for k, v in sorted(props.items())) or "(none)"
@@ -293,8 +301,8 @@ class QuotaApis:
     # -- DescribeUserScramCredentials
 
     def _describe_user_scram_credentials(self, conn_id: int, header: RequestHeader, request: Any,
-                                         now_ms: int) -> list:
-        def answer(code: ErrorCode, message: str | None, results: list) -> list:
+                                         now_ms: int) -> list[Effect]:
+        def answer(code: ErrorCode, message: str | None, results: list[dict[str, Any]]) -> list[Effect]:
             return [response(conn_id, header, {"throttle_time": 0, "error_code": code, "error_message": message,
                                                "results": results})]
 
@@ -302,7 +310,7 @@ class QuotaApis:
             return answer(ErrorCode.cluster_authorization_failed, None, [])
         users = [u.name for u in request.users] if request.users else []
         if not users:                 # every user with a credential, by its stored name, sorted
-            def on_all(tree: QuotaTree | None, when_ms: int) -> list:
+            def on_all(tree: QuotaTree | None, when_ms: int) -> list[Effect]:
                 if tree is None:
                     return answer(ErrorCode.unknown_server_error, None, [])
                 results = []
@@ -316,7 +324,7 @@ class QuotaApis:
         counts: dict[str, int] = {}
         for user in users:
             counts[user] = counts.get(user, 0) + 1
-        results: dict[str, dict] = {}
+        results: dict[str, dict[str, Any]] = {}
         for user in counts:
             if user == "":
                 results[user] = _scram_error(user, ErrorCode.resource_not_found, "Username must not be empty")
@@ -327,11 +335,13 @@ class QuotaApis:
                 results[user] = _scram_error(user, ErrorCode.unknown_server_error, None)
         asked = [u for u in counts if u not in results]
 
-        def on_read(reads: list, when_ms: int) -> list:
+        def on_read(reads: list[OpResult], when_ms: int) -> list[Effect]:
             for user, read in zip(asked, reads):
                 try:
                     props = _config(read, f"users/{sanitize(user)}")
-                    results[user] = _scram_result(user, props, explicit=True)  # type: ignore[assignment]
+                    found = _scram_result(user, props, explicit=True)       # never None when asked by name
+                    if found is not None:
+                        results[user] = found
                 except (_ZkFailed, ValueError, KeyError):
                     results[user] = _scram_error(user, ErrorCode.unknown_server_error, None)
             return answer(ErrorCode.none, None, [results[u] for u in counts])
@@ -344,7 +354,7 @@ class QuotaApis:
     # -- AlterUserScramCredentials
 
     def _alter_user_scram_credentials(self, conn_id: int, header: RequestHeader, request: Any,
-                                      now_ms: int) -> list:
+                                      now_ms: int) -> list[Effect]:
         """As Kafka 2.8's ``KafkaApis.handleAlterUserScramCredentialsRequest`` and
         ``ZkAdminManager.alterUserScramCredentials``: one result per user; a user with an invalid
         alteration, or one altering a mechanism twice, changes nothing; the others are written one
@@ -354,12 +364,12 @@ class QuotaApis:
                       for u in request.upsertions]
         results: dict[str, tuple[ErrorCode, str | None]] = {}
 
-        def respond() -> list:
+        def respond() -> list[Effect]:
             return [response(conn_id, header, {"throttle_time": 0, "results": [
                 {"user": user, "error_code": code, "error_message": message}
                 for user, (code, message) in results.items()]})]
 
-        def everyone(code: ErrorCode) -> list:    # the request's getErrorResponse: each user, sorted
+        def everyone(code: ErrorCode) -> list[Effect]:    # the request's getErrorResponse: each user, sorted
             for user in sorted({d[0] for d in deletions} | {u[0] for u in upsertions}):
                 results[user] = (code, None)
             return respond()
@@ -381,8 +391,8 @@ class QuotaApis:
         left = [len(users)]
         outcomes: dict[str, tuple[ErrorCode, str | None]] = {}
 
-        def finisher(user: str) -> Callable[[ErrorCode, "str | None", int], list]:
-            def done(code: ErrorCode, message: str | None, when_ms: int) -> list:
+        def finisher(user: str) -> Callable[[ErrorCode, "str | None", int], list[Effect]]:
+            def done(code: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
                 outcomes[user] = (code, message)
                 left[0] -= 1
                 if left[0]:
@@ -396,20 +406,20 @@ class QuotaApis:
                 return respond()
             return done
 
-        effects: list = []
+        effects: list[Effect] = []
         for user in users:
             effects.extend(self._alter_scram(user, [m for u, m in deletions if u == user],
                                              [u[1:] for u in upsertions if u[0] == user], finisher(user)))
         return effects
 
-    def _alter_scram(self, user: str, deletions: list[int], upsertions: list[tuple],
-                     done: Callable[[ErrorCode, "str | None", int], list], attempts: int = 5) -> list:
+    def _alter_scram(self, user: str, deletions: list[int], upsertions: list[tuple[int, int, bytes, bytes]],
+                     done: Callable[[ErrorCode, "str | None", int], list[Effect]], attempts: int = 5) -> list[Effect]:
         name = sanitize(user)
         path = _path("users", name)
         if name in (".", ".."):          # no znode can have that name (Kafka: ZooKeeper refuses it)
             return done(ErrorCode.unknown_server_error, None, 0)
 
-        def on_read(results: list, when_ms: int) -> list:
+        def on_read(results: list[OpResult], when_ms: int) -> list[Effect]:
             [read] = results
             try:
                 current = _config(read, f"users/{name}")
@@ -425,10 +435,11 @@ class QuotaApis:
             for mechanism, iterations, salt, salted_password in upsertions:
                 props[scram.MECHANISMS[mechanism][0]] = scram.credential(mechanism, salt, salted_password, iterations)
             data = _ENTITY.encode(props)
-            writes: list = [SetData(path, data, read.version) if read.error is ZkError.NONE else Create(path, data),
+            writes: list[TransactionOp] = [SetData(path, data, read.version) if read.error is ZkError.NONE
+                                           else Create(path, data),
                             Create(_NOTIFICATION.create_path(), _NOTIFICATION.encode("users", name), sequential=True)]
 
-            def on_written(written: list, at_ms: int) -> list:
+            def on_written(written: list[OpResult], at_ms: int) -> list[Effect]:
                 error = written[0].error
                 if error is ZkError.NONE:
                     changed = sorted({scram.MECHANISMS[m][0] for m in deletions} |
@@ -444,7 +455,7 @@ class QuotaApis:
         return [self.outbox.zk([GetData(path)], on_read)]
 
 
-def _illegal_scram_alterations(deletions: list[tuple], upsertions: list[tuple]
+def _illegal_scram_alterations(deletions: list[tuple[str, int]], upsertions: list[tuple[str, int, int, bytes, bytes]]
                                ) -> dict[str, tuple[ErrorCode, str]]:
     """ZkAdminManager's first check: an empty user name, an unknown mechanism, iterations out of
     bounds; a user's upsertion's message wins over its deletion's, as Kafka's map."""
@@ -467,11 +478,11 @@ def _illegal_scram_alterations(deletions: list[tuple], upsertions: list[tuple]
                    else ErrorCode.unacceptable_credential, message) for user, message in messages.items()}
 
 
-def _scram_error(user: str, code: ErrorCode, message: str | None) -> dict:
+def _scram_error(user: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
     return {"user": user, "error_code": code, "error_message": message, "credential_infos": []}
 
 
-def _scram_result(user: str, props: dict[str, str], explicit: bool) -> dict | None:
+def _scram_result(user: str, props: dict[str, str], explicit: bool) -> dict[str, Any] | None:
     """Kafka's addToResultsIfHasScramCredential: the user's credentials; for a user asked by name
     that has none, RESOURCE_NOT_FOUND."""
     try:

@@ -20,9 +20,11 @@ throttled by ``(rate - quota) / quota * window`` milliseconds.
 from __future__ import annotations
 
 import decimal
+import enum
 import math
 import urllib.parse
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from kio.schema.errors import ErrorCode
 
@@ -158,9 +160,11 @@ class Entity:
     @property
     def config_name(self) -> str:
         """The entity's name under ``/config/<type>/``: ``u``, ``c`` or ``u/clients/c``."""
-        if self.user is not None and self.client is not None:
-            return f"{self.user}/clients/{self.client}"
-        return self.user if self.user is not None else self.client  # type: ignore[return-value]
+        if self.user is not None:
+            return self.user if self.client is None else f"{self.user}/clients/{self.client}"
+        if self.client is None:
+            raise ValueError("a quota entity names a user, a client id or both")
+        return self.client
 
     @property
     def keys(self) -> dict[str, str]:
@@ -230,13 +234,19 @@ def quota_values(props: dict[str, str]) -> dict[str, float]:
 
 # -- DescribeClientQuotas ------------------------------------------------------------------------
 
-_NO_MATCH = object()          # a SPECIFIED component: any name
+class _Match(enum.Enum):
+    ANY = "any"
+
+
+_NO_MATCH = _Match.ANY          # a SPECIFIED component: any name
+#: an entity's name in a part: a name, None (the default entity) or _NO_MATCH (any name; no such part)
+EntityName = str | None | _Match
 
 
 @dataclass(frozen=True)
 class Component:
     entity_type: str
-    match: object             # a name, None (the default entity) or _NO_MATCH (any name)
+    match: EntityName
 
 
 def parse_filter(components: list[tuple[str, int, str | None]]) -> tuple[Component | None, Component | None]:
@@ -290,7 +300,7 @@ def describe(user_c: Component | None, client_c: Component | None, strict: bool,
     def excluded(c: Component | None) -> bool:
         return strict and c is None
 
-    def matches(c: Component | None, name: str | None) -> bool:
+    def matches(c: Component | None, name: EntityName) -> bool:
         """``name``: the entity's wire name, or _NO_MATCH when the entity has no such part."""
         if c is None:
             return name is _NO_MATCH or not strict
@@ -298,19 +308,23 @@ def describe(user_c: Component | None, client_c: Component | None, strict: bool,
             return name is not _NO_MATCH
         return name is not _NO_MATCH and name == c.match
 
-    found: list[tuple[object, object, dict[str, str]]] = []
+    found: list[tuple[EntityName, EntityName, dict[str, str]]] = []
     if not (excluded(user_c) or exact(client_c)) or (exact(user_c) and excluded(client_c)):
         found += [(wire_name(u), _NO_MATCH, props) for u, props in sorted(tree.users.items())]
     if not (exact(user_c) or excluded(client_c)) or (excluded(user_c) and exact(client_c)):
         found += [(_NO_MATCH, wire_name(c), props) for c, props in sorted(tree.clients.items())]
     if not (excluded(user_c) or excluded(client_c)):
         found += [(wire_name(u), wire_name(c), props) for (u, c), props in sorted(tree.pairs.items())]
-    entries = []
+    entries: list[tuple[list[tuple[str, str | None]], dict[str, float]]] = []
     for u, c, props in found:
         values = quota_values(props)
-        if values and matches(user_c, u) and matches(client_c, c):  # type: ignore[arg-type]
-            parts = ([(USER, u)] if u is not _NO_MATCH else []) + ([(CLIENT_ID, c)] if c is not _NO_MATCH else [])
-            entries.append((parts, values))  # type: ignore[arg-type]
+        if values and matches(user_c, u) and matches(client_c, c):
+            parts: list[tuple[str, str | None]] = []
+            if not isinstance(u, _Match):
+                parts.append((USER, u))
+            if not isinstance(c, _Match):
+                parts.append((CLIENT_ID, c))
+            entries.append((parts, values))
     return entries
 
 
@@ -322,7 +336,14 @@ def scram_iterations(text: str) -> int:
     return int(fields["iterations"])
 
 
-def scram_infos(props: dict[str, str]) -> list[dict] | None:
+class ScramInfo(TypedDict):
+    """One stored SCRAM credential as DescribeUserScramCredentials names it."""
+
+    mechanism: int
+    iterations: int
+
+
+def scram_infos(props: dict[str, str]) -> list[ScramInfo] | None:
     """The (mechanism, iterations) of a user's stored credentials; None when it has none."""
     present = [m for m in SCRAM_MECHANISMS if m in props]
     if not present:
@@ -339,7 +360,7 @@ class QuotaRate:
     __slots__ = ("samples", "current", "last_record_ms")
 
     def __init__(self, now_ms: int) -> None:
-        self.samples: list[list] = [[now_ms, 0.0]]       # [window start, sum]
+        self.samples: list[list[float]] = [[now_ms, 0.0]]       # [window start, sum]
         self.current = 0
         self.last_record_ms = now_ms
 
@@ -363,7 +384,7 @@ class QuotaRate:
 
     def window_ms(self, now_ms: int) -> int:
         self._purge(now_ms)
-        elapsed = now_ms - min(s[0] for s in self.samples)
+        elapsed = now_ms - int(min(s[0] for s in self.samples))
         full = elapsed // WINDOW_MS
         if full < NUM_SAMPLES - 1:
             elapsed += (NUM_SAMPLES - 1 - full) * WINDOW_MS

@@ -19,14 +19,16 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.wire import response
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.core.wire import Handler, response
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
+from strandline.core.effects import Effect
 
 AUTHENTICATE_MESSAGE = "SaslAuthenticate request received after successful authentication"
 ERROR_TIMESTAMP = -1
 
 
-def handlers(session: Callable[[int], Any]) -> dict[int, Callable]:
+def handlers(session: Callable[[int], Any]) -> dict[int, Handler]:
     """``session(conn_id)``: the connection's :class:`~strandline.security.authorizer.Session`."""
     def token_error(conn_id: int) -> ErrorCode:
         s = session(conn_id)
@@ -34,18 +36,18 @@ def handlers(session: Callable[[int], Any]) -> dict[int, Callable]:
             return ErrorCode.delegation_token_request_not_allowed
         return ErrorCode.delegation_token_auth_disabled
 
-    def create_token(conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def create_token(conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         kind, _, name = session(conn_id).principal.partition(":")
         return [response(conn_id, header, {
             "error_code": token_error(conn_id), "principal_type": kind, "principal_name": name,
             "issue_timestamp": ERROR_TIMESTAMP, "expiry_timestamp": ERROR_TIMESTAMP,
             "max_timestamp": ERROR_TIMESTAMP, "token_id": "", "hmac": b"", "throttle_time": 0})]
 
-    def renew_or_expire(conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def renew_or_expire(conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         return [response(conn_id, header, {"error_code": token_error(conn_id),
                                            "expiry_timestamp": ERROR_TIMESTAMP, "throttle_time": 0})]
 
-    def describe_tokens(conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def describe_tokens(conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         return [response(conn_id, header, {"error_code": token_error(conn_id), "tokens": [], "throttle_time": 0})]
 
     return {ApiKey.SASL_HANDSHAKE: _sasl_handshake, ApiKey.SASL_AUTHENTICATE: _sasl_authenticate,
@@ -53,11 +55,11 @@ def handlers(session: Callable[[int], Any]) -> dict[int, Callable]:
             ApiKey.EXPIRE_DELEGATION_TOKEN: renew_or_expire, ApiKey.DESCRIBE_DELEGATION_TOKEN: describe_tokens}
 
 
-def _sasl_handshake(conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+def _sasl_handshake(conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
     return [response(conn_id, header, {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []})]
 
 
-def _sasl_authenticate(conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+def _sasl_authenticate(conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
     return [response(conn_id, header, {"error_code": ErrorCode.illegal_sasl_state,
                                        "error_message": AUTHENTICATE_MESSAGE, "auth_bytes": b"",
                                        "session_lifetime": 0})]

@@ -12,16 +12,17 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import LogLine
+from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
 from strandline.protocol import control
+from strandline.core.config import BrokerConfig
 
 
 @dataclass
 class ControlledShutdown:
-    config: Any
+    config: BrokerConfig
     metadata: MetadataCache
     controller: Controller
     outbox: Outbox
@@ -32,14 +33,14 @@ class ControlledShutdown:
     def broker_id(self) -> int:
         return self.config.broker_id
 
-    def begin(self, now_ms: int) -> list:
+    def begin(self, now_ms: int) -> list[Effect]:
         if not self.config["controlled.shutdown.enable"]:
             self.done = True
             return []
         return self._attempt(self.config["controlled.shutdown.max.retries"], now_ms)
 
-    def _attempt(self, retries_left: int, now_ms: int) -> list:
-        def on_answer(answer: dict | None, when_ms: int) -> list:
+    def _attempt(self, retries_left: int, now_ms: int) -> list[Effect]:
+        def on_answer(answer: dict[str, Any] | None, when_ms: int) -> list[Effect]:
             if answer is not None and answer["error_code"] == ErrorCode.none and not answer["remaining_partitions"]:
                 self.done = True
                 return [LogLine("info", "Controlled shutdown succeeded")]
@@ -56,7 +57,7 @@ class ControlledShutdown:
             return self.controller.on_controlled_shutdown(self.broker_id, self.broker_epoch(),
                                                          lambda a: on_answer(a, now_ms), now_ms)
 
-        def on_response(frame: bytes | None, when_ms: int) -> list:
+        def on_response(frame: bytes | None, when_ms: int) -> list[Effect]:
             answer = None
             if frame is not None:
                 try:

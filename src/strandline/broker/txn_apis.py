@@ -18,21 +18,27 @@ from kio.schema.errors import ErrorCode
 
 from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
-from strandline.core.effects import LogLine
-from strandline.core.wire import duration_ms, response
+from strandline.core.effects import Effect, LogLine
+from strandline.core.wire import Handler, duration_ms, response
 from strandline.coordination.metadata import MetadataCache
-from strandline.protocol.api import ApiKey, RequestHeader
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
 from strandline.security.acl import AclOperation, ResourceType
-from strandline.transaction import records as rec
 from strandline.transaction.coordinator import TransactionCoordinator
 
+from strandline.transaction.metadata import TransactionState
 from strandline.transaction.state_topic import TXN_TOPIC, TransactionStateTopic
+
+#: ``write_marker(topic, index, producer id, producer epoch, commit, coordinator epoch, done(error, now_ms), now_ms)``:
+#: write one transaction marker to a partition this broker leads
+WriteMarker = Callable[[str, int, int, int, bool, int, Callable[[ErrorCode, int], list[Effect]], int], list[Effect]]
+from strandline.core.config import BrokerConfig
 
 
 class TxnApis:
-    def __init__(self, config: Any, metadata: MetadataCache, coordinator: TransactionCoordinator,
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, coordinator: TransactionCoordinator,
                  state_topic: TransactionStateTopic, auto_topics: AutoTopicCreationManager,
-                 write_markers: Callable, authorizer: AclAuthorizer) -> None:
+                 write_markers: WriteMarker, authorizer: AclAuthorizer) -> None:
         self.config = config
         self.authorizer = authorizer
         self.metadata = metadata
@@ -41,7 +47,7 @@ class TxnApis:
         self.auto_topics = auto_topics
         self.write_markers = write_markers
 
-    def handlers(self) -> dict[int, Callable]:
+    def handlers(self) -> dict[int, Handler]:
         return {ApiKey.ADD_PARTITIONS_TO_TXN: self._add_partitions, ApiKey.ADD_OFFSETS_TO_TXN: self._add_offsets,
                 ApiKey.END_TXN: self._end_txn, ApiKey.WRITE_TXN_MARKERS: self._write_txn_markers,
                 ApiKey.LIST_TRANSACTIONS: self._list_transactions,
@@ -53,7 +59,7 @@ class TxnApis:
 
     # -- FindCoordinator (key type 1), from the group APIs' handler
 
-    def find_coordinator(self, transactional_id: str, now_ms: int) -> tuple[dict, list]:
+    def find_coordinator(self, transactional_id: str, now_ms: int) -> tuple[dict[str, Any], list[Effect]]:
         """The answer for one transactional id, and the effects of creating the topic on first use."""
         answer = {"key": transactional_id, "node_id": -1, "host": "", "port": -1,
                   "error_code": ErrorCode.none, "error_message": None}
@@ -76,8 +82,8 @@ class TxnApis:
 
     # -- InitProducerId with a transactional id, from the router's handler
 
-    def init_producer_id(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        def respond(error: ErrorCode, producer_id: int, epoch: int) -> list:
+    def init_producer_id(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        def respond(error: ErrorCode, producer_id: int, epoch: int) -> list[Effect]:
             error = fenced_as(error, header.api_version, 4)
             return [response(conn_id, header, {"throttle_time": 0, "error_code": error, "producer_id": producer_id,
                                                "producer_epoch": epoch})]
@@ -88,7 +94,7 @@ class TxnApis:
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
 
-    def _add_partitions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _add_partitions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
         transactional_id = request.v3_and_below_transactional_id
         may_write = self._may_write(conn_id, transactional_id)
@@ -97,9 +103,9 @@ class TxnApis:
         unknown = {(n, p) for n, p in wanted if (n, p) not in denied and
                    (n not in self.metadata.topics or p not in self.metadata.topics[n].assignment)}
 
-        def respond(error: ErrorCode) -> list:
+        def respond(error: ErrorCode) -> list[Effect]:
             error = fenced_as(error, header.api_version, 2)
-            by_topic: dict[str, list] = {}
+            by_topic: dict[str, list[dict[str, Any]]] = {}
             for name, index in wanted:
                 code = error
                 if not may_write:
@@ -118,7 +124,7 @@ class TxnApis:
                                                request.v3_and_below_producer_id,
                                                request.v3_and_below_producer_epoch, set(wanted), respond, now_ms)
 
-    def _add_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _add_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         from strandline.group.offsets_topic import OFFSETS_TOPIC
         from strandline.group.records import partition_for
 
@@ -131,7 +137,7 @@ class TxnApis:
         return self.coordinator.add_partitions(request.transactional_id, request.producer_id,
                                                request.producer_epoch, {offsets}, respond, now_ms)
 
-    def _end_txn(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _end_txn(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         respond = _error_answer(conn_id, header)
         if not self._may_write(conn_id, request.transactional_id):
             return respond(ErrorCode.transactional_id_authorization_failed)
@@ -140,9 +146,9 @@ class TxnApis:
 
     # -- ListTransactions, DescribeTransactions (KIP-664: what kafka-transactions shows)
 
-    def _list_transactions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _list_transactions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         """The transactions this broker coordinates, filtered by state names and producer ids."""
-        names = {s.kafka_name: s for s in rec.TransactionState}
+        names = {s.kafka_name: s for s in TransactionState}
         wanted_states = set(request.state_filters or ())
         unknown = sorted(s for s in wanted_states if s not in names)
         producers = set(request.producer_id_filters or ())
@@ -160,7 +166,7 @@ class TxnApis:
         return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
                                            "unknown_state_filters": unknown, "transaction_states": states})]
 
-    def _describe_transactions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def _describe_transactions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         states = []
         for transactional_id in request.transactional_ids:
             entry = {"error_code": ErrorCode.none, "transactional_id": transactional_id, "transaction_state": "",
@@ -187,8 +193,8 @@ class TxnApis:
 
     # -- WriteTxnMarkers (from a coordinator, to this partition leader)
 
-    def _write_txn_markers(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
-        results: list[dict] = []
+    def _write_txn_markers(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        results: list[dict[str, Any]] = []
         waiting = []
         for marker in request.markers:
             topics = []
@@ -202,7 +208,7 @@ class TxnApis:
             results.append({"producer_id": marker.producer_id, "topics": topics})
         pending = len(waiting)
 
-        def respond() -> list:
+        def respond() -> list[Effect]:
             return [response(conn_id, header, {"markers": results})]
 
         if not waiting:
@@ -211,9 +217,9 @@ class TxnApis:
             for *_, entry in waiting:
                 entry["error_code"] = ErrorCode.cluster_authorization_failed
             return respond()
-        effects: list = []
+        effects: list[Effect] = []
         for marker, name, index, entry in waiting:
-            def done(error: ErrorCode, when_ms: int, entry: dict = entry) -> list:
+            def done(error: ErrorCode, when_ms: int, entry: dict[str, Any] = entry) -> list[Effect]:
                 nonlocal pending
                 entry["error_code"] = error
                 pending -= 1
@@ -229,15 +235,15 @@ def fenced_as(error: ErrorCode, version: int, since: int) -> ErrorCode:
     return ErrorCode.invalid_producer_epoch if error is ErrorCode.producer_fenced and version < since else error
 
 
-def _error_answer(conn_id: int, header: RequestHeader) -> Callable[[ErrorCode], list]:
+def _error_answer(conn_id: int, header: RequestHeader) -> Callable[[ErrorCode], list[Effect]]:
     """The answer of AddOffsetsToTxn and EndTxn: an error code alone."""
-    def respond(error: ErrorCode) -> list:
+    def respond(error: ErrorCode) -> list[Effect]:
         return [response(conn_id, header, {"throttle_time": 0,
                                            "error_code": fenced_as(error, header.api_version, 2)})]
     return respond
 
 
-def _created(error: ErrorCode, message: str | None, when_ms: int) -> list:
+def _created(error: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:
     """Another broker creating it first is as good as done; too few brokers alive, the creation
     manager said so."""
     if error in (ErrorCode.none, ErrorCode.topic_already_exists, ErrorCode.invalid_replication_factor):

@@ -22,13 +22,15 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.coordination.metadata import MetadataCache
-from strandline.coordination.store import Create, GetData, SetData, ZkError
+from strandline.coordination.store import Create, GetData, Op, OpResult, SetData, ZkError
 from strandline.coordination.znodes import ConsumerOffsetZNode
 from strandline.core.outbox import Outbox
 from strandline.core.wire import response
-from strandline.protocol.api import RequestHeader
+from strandline.protocol.header import RequestHeader
 from strandline.security.acl import AclOperation, ResourceType
 from strandline.security.authorizer import AclAuthorizer
+from strandline.core.effects import Effect
+from strandline.core.config import BrokerConfig
 
 
 def zk_path_ok(path: str) -> bool:
@@ -47,7 +49,7 @@ def zk_path_ok(path: str) -> bool:
 
 
 class ZkOffsets:
-    def __init__(self, config: Any, metadata: MetadataCache, outbox: Outbox, authorizer: AclAuthorizer) -> None:
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, outbox: Outbox, authorizer: AclAuthorizer) -> None:
         self.config = config
         self.metadata = metadata
         self.outbox = outbox
@@ -59,7 +61,7 @@ class ZkOffsets:
 
     # -- OffsetCommit v0
 
-    def commit(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def commit(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         group = request.group_id
         results: dict[tuple[str, int], ErrorCode] = {}
         writes: dict[tuple[str, int], tuple[str, bytes]] = {}
@@ -82,8 +84,8 @@ class ZkOffsets:
                 else:
                     writes[tp] = (path, ConsumerOffsetZNode.encode(p.committed_offset))
 
-        def respond() -> list:
-            by_topic: dict[str, list] = {}
+        def respond() -> list[Effect]:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
             for (name, index), code in results.items():
                 by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
             return [response(conn_id, header, {
@@ -91,8 +93,10 @@ class ZkOffsets:
 
         if not writes:
             return respond()
-        def run(tps: list, op_for: Callable[[str, bytes], Any], retry: Callable[[list], list] | None) -> list:
-            def on_results(outcomes: list, when_ms: int) -> list:
+
+        def run(tps: list[tuple[str, int]], op_for: Callable[[str, bytes], Op],
+                retry: Callable[[list[tuple[str, int]]], list[Effect]] | None) -> list[Effect]:
+            def on_results(outcomes: list[OpResult], when_ms: int) -> list[Effect]:
                 again = []
                 for tp, outcome in zip(tps, outcomes):
                     if outcome.ok:
@@ -106,20 +110,20 @@ class ZkOffsets:
 
         # set the offset; where the znode is missing, create it (and its parents); where it was
         # created meanwhile, set it once more
-        def set_again(tps: list) -> list:
+        def set_again(tps: list[tuple[str, int]]) -> list[Effect]:
             return run(tps, lambda path, data: SetData(path, data), None)
 
-        def create(tps: list) -> list:
+        def create(tps: list[tuple[str, int]]) -> list[Effect]:
             return run(tps, lambda path, data: Create(path, data, make_parents=True), set_again)
 
         return run(list(writes), lambda path, data: SetData(path, data), create)
 
     # -- OffsetFetch v0
 
-    def fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list:
+    def fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         group = request.group_id
         wanted = [(t.name, int(i)) for t in request.topics for i in t.partition_indexes]
-        answers: dict[tuple[str, int], dict] = {}
+        answers: dict[tuple[str, int], dict[str, Any]] = {}
         reads: list[tuple[tuple[str, int], str]] = []
 
         def answer(tp: tuple[str, int], offset: int, error: ErrorCode) -> None:
@@ -139,8 +143,8 @@ class ZkOffsets:
             else:
                 reads.append((tp, path))
 
-        def respond() -> list:
-            by_topic: dict[str, list] = {}
+        def respond() -> list[Effect]:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
             for tp in wanted:
                 if tp in answers:
                     by_topic.setdefault(tp[0], []).append(answers.pop(tp))
@@ -151,7 +155,7 @@ class ZkOffsets:
         if not reads:
             return respond()
 
-        def on_read(outcomes: list, when_ms: int) -> list:
+        def on_read(outcomes: list[OpResult], when_ms: int) -> list[Effect]:
             for (tp, path), outcome in zip(reads, outcomes):
                 if outcome.error is ZkError.NO_NODE:
                     answer(tp, -1, ErrorCode.unknown_topic_or_partition)

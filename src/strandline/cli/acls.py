@@ -11,6 +11,8 @@ from strandline.errors import StrandlineError
 from strandline.cli.client_config import KafkaConnection
 from strandline.security.acl import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType, ResourceType
 from strandline.cli.answers import refusal
+from strandline.cli.parsers import Subcommands
+from kio.schema.describe_acls.v3.response import DescribeAclsResource
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 OPERATIONS = [op.name.lower().replace("_", "-") for op in AclOperation
@@ -18,7 +20,7 @@ OPERATIONS = [op.name.lower().replace("_", "-") for op in AclOperation
                             AclOperation.DESCRIBE_TOKENS)]
 
 
-def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
+def add_parser(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) -> None:
     acls = sub.add_parser("acls", help="list, add and remove ACLs (like kafka-acls)")
     asub = acls.add_subparsers(dest="action", required=True)
     listing = asub.add_parser("list", help="the ACLs of a resource, or of every resource")
@@ -85,7 +87,7 @@ def _checked(code: int, message: str | None, what: str) -> None:
         raise refusal(error, what, message)
 
 
-def _show(resources: list) -> None:
+def _show(resources: list[DescribeAclsResource]) -> None:
     for r in resources:
         print(f"Current ACLs for resource `ResourcePattern(resourceType={ResourceType(r.resource_type).name}, "
               f"name={r.resource_name}, patternType={PatternType(r.pattern_type).name})`:")
@@ -119,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
                 _checked(result.error_code, result.error_message, "adding ACLs")
             print(f"Added {len(creations)} ACL(s) for {resource_type.name} {name} ({pattern_type.name})")
             return 0
-        entries = _entries(args, False) or [(None, AclPermissionType.ANY)]
+        entries: list[tuple[str | None, AclPermissionType]] = list(_entries(args, False)) or [
+            (None, AclPermissionType.ANY)]
         ops = [_operation(o) for o in args.operation or ()] or [AclOperation.ANY]
         filters = [{"resource_type_filter": int(resource_type), "resource_name_filter": name,
                     "pattern_type_filter": int(pattern_type), "principal_filter": principal,

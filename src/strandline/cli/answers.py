@@ -12,9 +12,14 @@ NOT_FOUND = frozenset({ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_t
                        ErrorCode.resource_not_found, ErrorCode.transactional_id_not_found})
 
 
-def refusal(code: object, what: str, message: str | None = None) -> StrandlineError:
+def error_code(code: ErrorCode | int) -> ErrorCode:
+    """A response's error code, as kio reads it (an ErrorCode) or as a number (a frame read by hand)."""
+    return code if isinstance(code, ErrorCode) else ErrorCode(code)
+
+
+def refusal(code: ErrorCode | int, what: str, message: str | None = None) -> StrandlineError:
     """The error for a broker's ``code`` about ``what`` (e.g. "topic t"), with the broker's message."""
-    error = code if isinstance(code, ErrorCode) else ErrorCode(int(code))  # type: ignore[call-overload]  # kio's ErrorCode takes an int
+    error = error_code(code)
     said = f": {message}" if message else ""
     if error in NOT_FOUND:
         return NotFound(f"{what} does not exist ({error.name.upper()}{said})")

@@ -8,9 +8,10 @@ import sys
 
 from strandline.cli.clients import properties
 from strandline.errors import StrandlineError
+from strandline.cli.parsers import Subcommands
 
 
-def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
+def add_parser(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) -> None:
     bench = sub.add_parser("bench", help="load generators: produce or consume as fast as asked, and measure")
     bsub = bench.add_subparsers(dest="action", required=True)
     p = bsub.add_parser("produce", help="send records and report throughput and acknowledgement latency "

@@ -39,7 +39,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.config import ConfigError, parse_properties
+from strandline.core.config import parse_properties
+from strandline.core.config_key import ConfigError
 from strandline.errors import StrandlineError
 from strandline.runtime import client as raw_client
 from strandline.security import jaas

@@ -13,17 +13,21 @@ import argparse
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strandline.cli.record_format import (DEFAULT_FORMAT, FormatError, InputError, LineParser, Record,
                                           compile_format, parse_header, render_json)
 from strandline.errors import NotFound, Refused, StrandlineError, Unreachable, UsageError
+from strandline.cli.parsers import Subcommands
+
+if TYPE_CHECKING:       # confluent-kafka is imported when a command needs it (the CLI starts faster)
+    from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 CONNECT_TIMEOUT_S = 10.0
 REACH_TIMEOUT_S = 2.0
 
 
-def add_parsers(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
+def add_parsers(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) -> None:
     p = sub.add_parser("produce", help="send each line of standard input as a record (like kafka-console-producer, "
                                        "kcat -P)")
     p.add_argument("--topic", required=True, help="the topic")
@@ -148,7 +152,7 @@ def run_produce(args: argparse.Namespace) -> int:
     failures: list[str] = []
     delivered = 0
 
-    def on_delivery(err, msg) -> None:
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
         nonlocal delivered
         if err is None:
             delivered += 1
@@ -244,10 +248,10 @@ def run_consume(args: argparse.Namespace) -> int:
             raise NotFound(f"topic {args.topic} has no partition {args.partition}")
         assigned: set[int] = set()
         if args.group:
-            def on_assign(c, tps) -> None:
+            def on_assign(c: Consumer, tps: list[TopicPartition]) -> None:
                 assigned.update(tp.partition for tp in tps)
 
-            def on_revoke(c, tps) -> None:
+            def on_revoke(c: Consumer, tps: list[TopicPartition]) -> None:
                 assigned.difference_update(tp.partition for tp in tps)
 
             consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke)

@@ -27,7 +27,8 @@ from kio.schema.errors import ErrorCode
 from strandline.cli.topics import metadata
 from strandline.errors import StrandlineError
 from strandline.cli.client_config import KafkaConnection
-from strandline.cli.answers import refusal
+from strandline.cli.answers import error_code, refusal
+from strandline.cli.parsers import Subcommands
 
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 48, 49, 50, 51
@@ -46,7 +47,7 @@ SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 
 DYNAMIC_SOURCES = {1, 2, 3, 6}
 
 
-def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
+def add_parser(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) -> None:
     configs = sub.add_parser("configs", help="describe and alter topic and broker configs (like kafka-configs)")
     csub = configs.add_subparsers(dest="action", required=True)
     for action in ("describe", "alter"):
@@ -165,9 +166,8 @@ def _address(conn: KafkaConnection, rtype: int, name: str, bootstrap: str) -> st
     raise StrandlineError(f"broker {name} is not in the cluster (or not running)")
 
 
-def _check(code: object, message: str | None, what: str) -> None:
-    code = code if isinstance(code, ErrorCode) else ErrorCode(int(code))  # type: ignore[arg-type]
-    if code is not ErrorCode.none:
+def _check(code: ErrorCode | int, message: str | None, what: str) -> None:
+    if error_code(code) is not ErrorCode.none:
         raise refusal(code, what, message)
 
 
@@ -187,7 +187,7 @@ def parse_scram(mechanism: str, value: str) -> tuple[int, str]:
     return int(iterations), fields["password"]
 
 
-def scram_upsertion(user: str, mechanism: str, iterations: int, password: str, salt: bytes | None = None) -> dict:
+def scram_upsertion(user: str, mechanism: str, iterations: int, password: str, salt: bytes | None = None) -> dict[str, Any]:
     """An AlterUserScramCredentials upsertion: a fresh salt and the salted password (RFC 5802's
     ``Hi``, PBKDF2), as Kafka's admin client computes them; the password itself is not sent."""
     code, digest = SCRAM[mechanism]

@@ -7,9 +7,10 @@ import asyncio
 import signal
 
 from strandline.errors import StrandlineError
+from strandline.cli.parsers import Subcommands
 
 
-def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
+def add_parser(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) -> None:
     p = sub.add_parser("console", help="serve a live web page of the cluster (brokers, partitions with every "
                                        "replica's LEO, HW and lag, groups, events, lab runs)")
     p.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help)
@@ -25,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
+        assert task is not None                 # main() runs as asyncio.run's task
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
         try:

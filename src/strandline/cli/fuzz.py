@@ -8,12 +8,13 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from strandline.errors import StrandlineError
+from strandline.cli.parsers import Subcommands
 
 if TYPE_CHECKING:
     from strandline.fuzz import run as fuzz_run
 
 
-def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
+def add_parser(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) -> None:
     p = sub.add_parser("fuzz", help="send a running cluster structured, mutated and random request frames over "
                                     "many connections for a bounded time, recorded so that a crash replays; "
                                     "exits non-zero when a broker dies, a request hangs or a client check fails")

@@ -12,19 +12,15 @@ from kio.schema.errors import ErrorCode
 from strandline.cli.topics import metadata
 from strandline.errors import Refused, StrandlineError
 from strandline.cli.client_config import KafkaConnection
-from strandline.cli.answers import refusal
+from strandline.cli.answers import error_code, refusal
 
 LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 2, 8, 9, 10, 15, 16
 EARLIEST, LATEST = -2, -1
 
 
-def _error(code: object) -> ErrorCode:
-    return ErrorCode(int(code))  # type: ignore[arg-type]
-
-
 def _coordinator(conn: KafkaConnection, group: str) -> str:
     resp = conn.request(FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
-    if _error(resp.error_code) is not ErrorCode.none:
+    if error_code(resp.error_code) is not ErrorCode.none:
         raise refusal(resp.error_code, f"no coordinator for group {group}")
     return f"{resp.host}:{resp.port}"
 
@@ -55,7 +51,8 @@ def _offsets(bootstrap: str, partitions: list[tuple[str, int]], timestamp: int) 
     with KafkaConnection(bootstrap) as conn:
         meta = metadata(conn, sorted({t for t, _ in partitions}))
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in meta.brokers}
-    leaders = {(t.name, p.partition_index): int(p.leader_id) for t in meta.topics for p in t.partitions}
+    leaders: dict[tuple[str, int], int] = {(t.name, p.partition_index): int(p.leader_id) for t in meta.topics
+                                           for p in t.partitions}
     result: dict[tuple[str, int], int] = {}
     for (topic, index) in partitions:
         leader = leaders.get((topic, index), -1)
@@ -66,14 +63,14 @@ def _offsets(bootstrap: str, partitions: list[tuple[str, int]], timestamp: int) 
             resp = conn.request(LIST_OFFSETS, 2, {"replica_id": -1, "isolation_level": 0, "topics": [
                 {"name": topic, "partitions": [{"partition_index": index, "timestamp": timestamp}]}]})
         part = resp.topics[0].partitions[0]
-        result[(topic, index)] = int(part.offset) if _error(part.error_code) is ErrorCode.none else -1
+        result[(topic, index)] = int(part.offset) if error_code(part.error_code) is ErrorCode.none else -1
     return result
 
 
 def list_groups(bootstrap: str) -> int:
     with KafkaConnection(bootstrap) as conn:
         brokers = [f"{b.host}:{b.port}" for b in metadata(conn, []).brokers]
-    names = set()
+    names: set[tuple[str, str]] = set()
     for address in brokers:
         with KafkaConnection(address) as conn:
             resp = conn.request(LIST_GROUPS, 4, {"states_filter": []})
@@ -89,7 +86,7 @@ def describe_group(bootstrap: str, group: str) -> int:
     with KafkaConnection(address) as conn:
         desc = conn.request(DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}).groups[0]
         fetched = conn.request(OFFSET_FETCH, 7, {"group_id": group, "topics": None, "require_stable": False})
-    if _error(desc.error_code) is not ErrorCode.none:
+    if error_code(desc.error_code) is not ErrorCode.none:
         raise refusal(desc.error_code, f"group {group}")
     owners: dict[tuple[str, int], str] = {}
     print(f"Group: {group}\tState: {desc.group_state}\tProtocol: {desc.protocol_type}/{desc.protocol_data}"
@@ -117,9 +114,10 @@ def reset_offsets(bootstrap: str, group: str, topic: str, target: str, when: str
         meta = metadata(conn, [topic])
         address = _coordinator(conn, group)
     t = meta.topics[0]
-    if _error(t.error_code) is not ErrorCode.none:
+    if error_code(t.error_code) is not ErrorCode.none:
         raise refusal(t.error_code, f"topic {topic}")
-    partitions = [(topic, p.partition_index) for p in sorted(t.partitions, key=lambda p: p.partition_index)]
+    partitions: list[tuple[str, int]] = [(topic, p.partition_index)
+                                         for p in sorted(t.partitions, key=lambda p: p.partition_index)]
     if target == "earliest":
         wanted = _offsets(bootstrap, partitions, EARLIEST)
     elif target == "latest":
@@ -148,8 +146,8 @@ def reset_offsets(bootstrap: str, group: str, topic: str, target: str, when: str
             "topics": [{"name": topic, "partitions": [
                 {"partition_index": i, "committed_offset": o, "committed_leader_epoch": -1, "committed_metadata": ""}
                 for (_, i), o in wanted.items() if o >= 0]}]})
-    failed = [(p.partition_index, _error(p.error_code).name) for tp in resp.topics for p in tp.partitions
-              if _error(p.error_code) is not ErrorCode.none]
+    failed = [(p.partition_index, error_code(p.error_code).name) for tp in resp.topics for p in tp.partitions
+              if error_code(p.error_code) is not ErrorCode.none]
     if failed:
         print(f"strandline groups: some offsets were not committed: {failed}", file=sys.stderr)
         return 1

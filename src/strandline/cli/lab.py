@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from strandline.cli.parsers import Subcommands
 
-def add_parser(sub) -> None:
+
+def add_parser(sub: Subcommands) -> None:
     lab = sub.add_parser("lab", help="run the seed scenarios (NET-*, LOSS-*, SAFE) on real processes",
                          description="Each run starts its own ZooKeeper and 3 brokers (in network namespaces "
                                      "when run as root), writes with confluent-kafka producers while it injects "

@@ -7,8 +7,10 @@ import os
 import sys
 from pathlib import Path
 
-from strandline.core.config import ConfigError, load_broker_config
+from strandline.core.config import load_broker_config
+from strandline.core.config_key import ConfigError
 from strandline.errors import StrandlineError
+from strandline.cli.parsers import Parser
 
 #: The brokers of `strandline up` (and `make run`) with its default base port: any one that is up will do.
 DEFAULT_BOOTSTRAP = os.environ.get("STRANDLINE_BOOTSTRAP_SERVERS") or "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
@@ -38,7 +40,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from strandline.core.config import parse_override, BROKER_KEYS, listener_key
+    from strandline.core.config import parse_override, BROKER_KEYS
+    from strandline.core.security_keys import listener_key
     from strandline.launch.up import run_up
 
     for item in args.override or []:
@@ -95,27 +98,6 @@ def cmd_groups(args: argparse.Namespace) -> int:
     from strandline.cli import groups
 
     return groups.run(args)
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """Shows each option's default after its help, where it has one worth showing."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "%(default)" in text or "(default" in text or action.default is None or action.default is False \
-                or action.default == argparse.SUPPRESS:
-            return text
-        if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
-            return text + " (default: %(default)s)"
-        return text
-
-
-class Parser(argparse.ArgumentParser):
-    """Every (sub)command's parser: help with defaults."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
 
 
 def _version() -> str:

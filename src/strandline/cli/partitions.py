@@ -17,11 +17,13 @@ from strandline.controller.assignment import InvalidReplicationFactor, assign_re
 from strandline.errors import StrandlineError
 from strandline.cli.client_config import KafkaConnection
 from strandline.cli.answers import refusal
+from strandline.cli.parsers import Subcommands
+from typing import Any
 
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 
 
-def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
+def add_parser(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) -> None:
     partitions = sub.add_parser("partitions", help="move partitions' replicas between brokers")
     psub = partitions.add_subparsers(dest="action", required=True)
     p = psub.add_parser("reassign", help="plan, start, follow or cancel a reassignment (like kafka-reassign-partitions)")
@@ -58,7 +60,7 @@ def _read_plan(path: str | None) -> dict[tuple[str, int], list[int]]:
 
 
 def _current(conn: KafkaConnection, topics: list[str]) -> dict[tuple[str, int], list[int]]:
-    found = {}
+    found: dict[tuple[str, int], list[int]] = {}
     for t in metadata(conn, topics).topics:
         code = ErrorCode(int(t.error_code))
         if code is not ErrorCode.none:
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     with KafkaConnection(address) as conn:
         if args.verify:
             return _verify(conn, plan, current)
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, index), replicas in sorted(plan.items()):
             by_topic.setdefault(topic, []).append({"partition_index": index,
                                                    "replicas": None if args.cancel else replicas})
@@ -127,7 +129,7 @@ def _generate(conn: KafkaConnection, args: argparse.Namespace) -> int:
     return 0
 
 
-def _verify(conn: KafkaConnection, plan: dict, current: dict) -> int:
+def _verify(conn: KafkaConnection, plan: dict[tuple[str, int], list[int]], current: dict[tuple[str, int], list[int]]) -> int:
     resp = conn.request(LIST_PARTITION_REASSIGNMENTS, 0, {"timeout": 30000, "topics": None})
     moving = {(t.name, p.partition_index) for t in resp.topics for p in t.partitions}
     status = 0

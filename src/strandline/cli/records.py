@@ -12,12 +12,13 @@ from strandline.cli.topics import metadata
 from strandline.errors import StrandlineError
 from strandline.cli.client_config import KafkaConnection
 from strandline.cli.answers import refusal
+from strandline.cli.parsers import Subcommands
 
 LIST_OFFSETS, DELETE_RECORDS = 2, 21
 EARLIEST, LATEST = -2, -1
 
 
-def add_parsers(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
+def add_parsers(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) -> None:
     records = sub.add_parser("records", help="delete a partition's records below an offset")
     rsub = records.add_subparsers(dest="action", required=True)
     delete = rsub.add_parser("delete", help="move the partition's log start offset up (DeleteRecords)")
@@ -40,7 +41,7 @@ def _leaders(bootstrap: str, topic: str) -> dict[int, str]:
     """Each partition's leader address."""
     with KafkaConnection(bootstrap) as conn:
         resp = metadata(conn, [topic])
-    brokers = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
+    brokers: dict[int, str] = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
     t = resp.topics[0]
     code = ErrorCode(int(t.error_code))
     if code is not ErrorCode.none:

@@ -11,10 +11,12 @@ import argparse
 import os
 import sys
 
+from strandline.cli.parsers import Subcommands
+
 KAFKA_HELP = "the Kafka line: 3.9 (the last with ZooKeeper) or 4 (4.x, KRaft; the newest its pom pins)"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("reference", help="Apache Kafka itself, next to Strandline: fetch its jars, run a real Kafka "
                                          "cluster, or run one of Kafka's tools")
     rsub = p.add_subparsers(dest="action", required=True)

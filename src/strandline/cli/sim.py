@@ -7,10 +7,11 @@ import multiprocessing
 import sys
 import time
 
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from strandline.sim.configs import CONFIGS
 from strandline.sim.menu import EVERYTHING, KEYWORDS, run_options
+from strandline.cli.parsers import Subcommands
 
 if TYPE_CHECKING:
     from strandline.sim.explore import RunResult
@@ -24,7 +25,7 @@ DEFAULT_LOAD = "mixed"
 OPT_IN_FLAGS = ("reassign", "add_partitions", "recreate", "rack_reads", "delete_records")
 
 
-def _run(job: tuple[int, str, int, dict]) -> RunResult:
+def _run(job: tuple[int, str, int, dict[str, Any]]) -> RunResult:
     from strandline.sim.explore import run_seed
 
     seed, config, duration_ms, options = job
@@ -40,7 +41,7 @@ def _without(args: argparse.Namespace) -> set[str]:
     return without
 
 
-def _options(args: argparse.Namespace) -> dict:
+def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {**run_options(_without(args)), "load": args.load}
 
 
@@ -132,7 +133,7 @@ def replay(args: argparse.Namespace) -> int:
     return 1
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subcommands) -> None:
     sim = sub.add_parser("sim", help="the deterministic simulator: explore random fault schedules")
     ssub = sim.add_subparsers(dest="action", required=True)
     configs = sorted(CONFIGS)

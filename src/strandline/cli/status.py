@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 
 from strandline.console.discovery import read_cluster
+from typing import Any
 
 
-def problems(view: dict) -> list[str]:
+def problems(view: dict[str, Any]) -> list[str]:
     """What makes the cluster unhealthy, one phrase each (empty: healthy)."""
     s = view["summary"]
     found = []

@@ -7,11 +7,12 @@ import sys
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v10.response import MetadataResponse
 
 from strandline.core.config import parse_override
 from strandline.coordination.znodes import uuid_to_base64
 from strandline.errors import StrandlineError
-from strandline.cli.answers import NOT_FOUND, refusal
+from strandline.cli.answers import NOT_FOUND, error_code, refusal
 from strandline.cli.client_config import KafkaConnection
 
 METADATA, LIST_OFFSETS, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS = 3, 2, 19, 20, 37, 32
@@ -19,14 +20,11 @@ CONSUMER, DEBUG_REPLICA = -1, -2
 TOPIC_RESOURCE, DYNAMIC_TOPIC_CONFIG = 2, 1
 
 
-def _error(code: object) -> ErrorCode:
-    return code if isinstance(code, ErrorCode) else ErrorCode(int(code))  # type: ignore[arg-type]
-
-
-def metadata(conn: KafkaConnection, topics: list[str] | None) -> object:
+def metadata(conn: KafkaConnection, topics: list[str] | None) -> MetadataResponse:
     body = {"topics": None if topics is None else [{"name": t} for t in topics],
             "allow_auto_topic_creation": False}
-    return conn.request(METADATA, 10, body)
+    answer: MetadataResponse = conn.request(METADATA, 10, body)
+    return answer
 
 
 def list_offset(address: str, topic: str, partition: int, replica_id: int) -> int:
@@ -39,7 +37,7 @@ def list_offset(address: str, topic: str, partition: int, replica_id: int) -> in
     except StrandlineError:
         return -1
     part = resp.topics[0].partitions[0]
-    return int(part.offset) if _error(part.error_code) is ErrorCode.none else -1
+    return int(part.offset) if error_code(part.error_code) is ErrorCode.none else -1
 
 
 def topic_overrides(conn: KafkaConnection, names: list[str]) -> dict[str, str]:
@@ -52,7 +50,7 @@ def topic_overrides(conn: KafkaConnection, names: list[str]) -> dict[str, str]:
         "include_synonyms": False})
     return {result.resource_name: ",".join(f"{c.name}={c.value}" for c in sorted(result.configs, key=lambda c: c.name)
                                            if int(c.config_source) == DYNAMIC_TOPIC_CONFIG)
-            for result in resp.results if _error(result.error_code) is ErrorCode.none}
+            for result in resp.results if error_code(result.error_code) is ErrorCode.none}
 
 
 def controller_address(conn: KafkaConnection) -> str:
@@ -64,7 +62,7 @@ def controller_address(conn: KafkaConnection) -> str:
     raise StrandlineError("no controller is known to the cluster right now; try again")
 
 
-def leader_isr(address: str, topic: str, partition: int, fallback: list) -> list:
+def leader_isr(address: str, topic: str, partition: int, fallback: list[int]) -> list[int]:
     """The ISR as the partition's leader knows it (it changes the ISR; others hear later)."""
     try:
         with KafkaConnection(address, timeout_s=5) as conn:
@@ -80,7 +78,7 @@ def leader_isr(address: str, topic: str, partition: int, fallback: list) -> list
 def _done(result: Any, topic: str, action: str, done: str) -> int:
     """Report the controller's answer to ``action`` (e.g. "create topic t"): print ``done`` when
     it succeeded; raises StrandlineError on an error."""
-    code = _error(result.error_code)
+    code = error_code(result.error_code)
     if code is not ErrorCode.none:
         raise refusal(code, f"topic {topic}" if code in NOT_FOUND else f"cannot {action}", result.error_message)
     print(done)
@@ -116,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 print(topic.name)
             return 0
         resp = metadata(conn, [args.topic] if args.topic else None)
-        overrides = topic_overrides(conn, sorted(t.name for t in resp.topics if _error(t.error_code) is ErrorCode.none))
+        overrides = topic_overrides(conn, sorted(t.name for t in resp.topics if error_code(t.error_code) is ErrorCode.none))
     return describe(args, resp, overrides)
 
 
@@ -142,7 +140,7 @@ def describe(args: argparse.Namespace, resp: Any, overrides: dict[str, str]) -> 
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
     status = 0
     for topic in sorted(resp.topics, key=lambda t: t.name):
-        code = _error(topic.error_code)
+        code = error_code(topic.error_code)
         if code is not ErrorCode.none:
             error = refusal(code, f"topic {topic.name}")
             print(f"strandline topics: {error}", file=sys.stderr)

@@ -11,13 +11,15 @@ from kio.schema.errors import ErrorCode
 from strandline.cli.topics import metadata
 from strandline.errors import StrandlineError
 from strandline.cli.client_config import KafkaConnection
-from strandline.cli.answers import refusal
+from strandline.cli.answers import error_code, refusal
+from strandline.cli.parsers import Subcommands
+from typing import TypedDict
 
 FIND_COORDINATOR, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 10, 65, 66
 TRANSACTION_KEY = 1
 
 
-def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstrap_help: str) -> None:
+def add_parser(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) -> None:
     txn = sub.add_parser("transactions", help="list and describe transactions (like kafka-transactions)")
     tsub = txn.add_subparsers(dest="action", required=True)
     listing = tsub.add_parser("list", help="every transactional id of every coordinator, with its state")
@@ -29,10 +31,6 @@ def add_parser(sub: argparse._SubParsersAction, bootstrap_default: str, bootstra
     for p in (listing, describe):
         p.add_argument("--bootstrap-server", default=bootstrap_default, help=bootstrap_help)
     txn.set_defaults(func=run)
-
-
-def _error(code: object) -> ErrorCode:
-    return ErrorCode(int(code))  # type: ignore[arg-type]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,12 +67,12 @@ def _list(args: argparse.Namespace) -> int:
 def _describe(args: argparse.Namespace) -> int:
     with KafkaConnection(args.bootstrap_server) as conn:
         found = conn.request(FIND_COORDINATOR, 3, {"key": args.transactional_id, "key_type": TRANSACTION_KEY})
-    if _error(found.error_code) is not ErrorCode.none:
+    if error_code(found.error_code) is not ErrorCode.none:
         raise refusal(found.error_code, f"no coordinator for transactional id {args.transactional_id}")
     with KafkaConnection(f"{found.host}:{found.port}") as conn:
         frame = conn.raw_request(DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [args.transactional_id]})
     [state] = _describe_response(frame)
-    if _error(state["error_code"]) is not ErrorCode.none:
+    if error_code(state["error_code"]) is not ErrorCode.none:
         raise refusal(state["error_code"], f"transactional id {args.transactional_id}")
     start = state["start_ms"]
     duration = int(time.time() * 1000) - start if start >= 0 else -1
@@ -88,7 +86,19 @@ def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe_response(frame: bytes) -> list[dict]:
+class _TxnState(TypedDict):
+    """One transaction of a DescribeTransactions v0 answer."""
+
+    error_code: int
+    transactional_id: str
+    state: str
+    timeout_ms: int
+    start_ms: int
+    producer_id: int
+    producer_epoch: int
+    topics: list[tuple[str, list[int]]]
+
+def _describe_response(frame: bytes) -> list[_TxnState]:
     """DescribeTransactions v0 (flexible), read by hand: its start time is -1 when no transaction
     is open, which kio's timestamp reader refuses."""
     pos = 0
@@ -106,6 +116,7 @@ def _describe_response(frame: bytes) -> list[dict]:
 
     def fixed(fmt: str) -> int:
         nonlocal pos
+        value: int
         (value,) = struct.unpack_from(fmt, frame, pos)
         pos += struct.calcsize(fmt)
         return value
@@ -126,9 +137,9 @@ def _describe_response(frame: bytes) -> list[dict]:
     fixed(">i")                                 # correlation id
     tags()
     fixed(">i")                                 # throttle time
-    states = []
+    states: list[_TxnState] = []
     for _ in range(uvarint() - 1):
-        state = {"error_code": fixed(">h"), "transactional_id": string(), "state": string(),
+        state: _TxnState = {"error_code": fixed(">h"), "transactional_id": string(), "state": string(),
                  "timeout_ms": fixed(">i"), "start_ms": fixed(">q"), "producer_id": fixed(">q"),
                  "producer_epoch": fixed(">h"), "topics": []}
         for _ in range(uvarint() - 1):

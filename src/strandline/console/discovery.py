@@ -6,6 +6,8 @@ DescribeConfigs (the port it serves ``/metrics`` and ``/status`` on).
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import urllib.request
 
@@ -40,16 +42,17 @@ def metrics_addresses(bootstrap: str, timeout_s: float = 5.0) -> tuple[list[int]
     return sorted(int(b.node_id) for b in md.brokers), found
 
 
-def read_status(url: str, timeout_s: float = 3.0) -> dict | None:
+def read_status(url: str, timeout_s: float = 3.0) -> dict[str, Any] | None:
     """A broker's ``/status``, None when it does not answer."""
     try:
         with urllib.request.urlopen(f"{url}/status", timeout=timeout_s) as resp:
-            return json.loads(resp.read())
+            status: dict[str, Any] = json.loads(resp.read())
+            return status
     except Exception:      # refused, timed out, not HTTP, not JSON: it does not answer
         return None
 
 
-def read_cluster(bootstrap: str) -> dict:
+def read_cluster(bootstrap: str) -> dict[str, Any]:
     """The console's picture of the cluster (:func:`strandline.console.model.cluster_view`), read
     now from every registered broker."""
     registered, addresses = metrics_addresses(bootstrap)

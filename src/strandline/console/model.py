@@ -29,8 +29,8 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 PROBLEMS = ("offline", "under_replicated", "under_min_isr", "leader_not_answering")
 
 
-def cluster_view(statuses: dict[int, dict | None], addresses: dict[int, str] | None = None,
-                 events: list[dict] | None = None) -> dict[str, Any]:
+def cluster_view(statuses: dict[int, dict[str, Any] | None], addresses: dict[int, str] | None = None,
+                 events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """``statuses``: broker id -> its ``/status`` (None when it did not answer); ``events``: the
     brokers' events as collected so far (default: those in the statuses)."""
     answered = {b: s for b, s in statuses.items() if s is not None}
@@ -49,8 +49,8 @@ def cluster_view(statuses: dict[int, dict | None], addresses: dict[int, str] | N
                         "metrics": (addresses or {}).get(b), "registered": b in live,
                         "reachable": b in answered, "controller": b == controller_id})
 
-    leaders: dict[tuple[str, int], dict] = {}
-    own: dict[tuple[str, int], dict[int, dict]] = {}
+    leaders: dict[tuple[str, int], dict[str, Any]] = {}
+    own: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
     for b, s in answered.items():
         for r in s.get("replicas", []):
             key = (r["topic"], r["partition"])
@@ -115,7 +115,7 @@ def cluster_view(statuses: dict[int, dict | None], addresses: dict[int, str] | N
             groups.append({**g, "coordinator": b, "offsets": offsets,
                            "lag": sum(o["lag"] for o in offsets if o["lag"] is not None)})
 
-    topics: dict[str, dict] = {}
+    topics: dict[str, dict[str, Any]] = {}
     for p in partitions:
         t = topics.setdefault(p["topic"], {"topic": p["topic"], "internal": p["internal"], "partitions": 0,
                                            **{k: 0 for k in PROBLEMS}})
@@ -172,6 +172,10 @@ def topic_byte_counters(families: Iterable[Any]) -> dict[str, dict[str, float]]:
     return found
 
 
+#: one round of polls: (time, each topic's "in" and "out" bytes per second, each charted partition's
+#: (high watermark, log end offset by broker))
+_Round = tuple[float, dict[str, dict[str, float]], dict[tuple[str, int], tuple[int, dict[int, int]]]]
+
 class History:
     """The console's samples over the last ``kept`` rounds of polls.
 
@@ -184,10 +188,10 @@ class History:
     def __init__(self, kept: int = SAMPLES_KEPT, partitions_kept: int = PARTITIONS_CHARTED) -> None:
         self.kept = kept
         self.partitions_kept = partitions_kept
-        self.rounds: collections.deque = collections.deque(maxlen=kept)
+        self.rounds: collections.deque[_Round] = collections.deque(maxlen=kept)
         self._last: dict[int, tuple[float, dict[str, dict[str, float]]]] = {}
 
-    def add(self, t: float, counters: dict[int, dict[str, dict[str, float]] | None], view: dict) -> None:
+    def add(self, t: float, counters: dict[int, dict[str, dict[str, float]] | None], view: dict[str, Any]) -> None:
         rates: dict[str, dict[str, float]] = {}
         for broker, now in counters.items():
             if now is None:
@@ -204,7 +208,7 @@ class History:
                     rate[series] += (value - old if value >= old else value) / elapsed
         for p in view["partitions"]:           # a topic with no traffic yet is charted at zero
             rates.setdefault(p["topic"], {"in": 0.0, "out": 0.0})
-        partitions = {}
+        partitions: dict[tuple[str, int], tuple[int, dict[int, int]]] = {}
         for p in view["partitions"][:self.partitions_kept]:
             partitions[(p["topic"], p["partition"])] = (
                 p["high_watermark"], {r["broker"]: r["log_end_offset"] for r in p["replica_states"]})
@@ -220,7 +224,7 @@ class History:
                 "topics": {n: {s: [rates[n][s] if n in rates else None for _, rates, _ in rounds] for s in ("in", "out")}
                            for n in names}}
 
-    def partition(self, topic: str, partition: int, events: Iterable[dict] = ()) -> dict[str, Any]:
+    def partition(self, topic: str, partition: int, events: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
         """One partition's aligned series: ``{"times", "high_watermark", "log_end_offsets": {broker:
         [...]}, "marks"}``; the marks are the events about it (leader changes, ISR shrinks and
         expansions, going offline) within the time the series cover, their time in seconds."""

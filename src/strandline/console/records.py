@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from strandline.errors import StrandlineError
@@ -42,6 +42,12 @@ def show_bytes(data: bytes | None) -> dict[str, Any] | None:
 
 def _bytes(data: str | bytes | None) -> bytes | None:
     return data.encode() if isinstance(data, str) else data
+
+
+def _headers(msg: Message) -> list[tuple[str, str | bytes | None]]:
+    """A record's headers, in order (confluent-kafka gives a list of pairs, or None for none)."""
+    headers = msg.headers() or []
+    return list(headers.items()) if isinstance(headers, dict) else list(headers)
 
 
 def read_records(bootstrap: str, topic: str, partition: int, *, offset: int | None = None,
@@ -78,7 +84,7 @@ def read_records(bootstrap: str, topic: str, partition: int, *, offset: int | No
             start = max(low, high + offset)
         else:
             start = offset
-        records: list[dict] = []
+        records: list[dict[str, Any]] = []
         result = {"topic": topic, "partition": partition, "low_watermark": low, "high_watermark": high,
                   "start": start, "records": records, "read_committed": read_committed, "end": False,
                   "limited": False}
@@ -102,7 +108,7 @@ def read_records(bootstrap: str, topic: str, partition: int, *, offset: int | No
                 records.append({"offset": msg.offset(), "timestamp_ms": ts,
                                 "timestamp_type": {1: "CreateTime", 2: "LogAppendTime"}.get(kind, "none"),
                                 "key": show_bytes(key), "value": show_bytes(value),
-                                "headers": [{"key": k, "value": show_bytes(_bytes(v))} for k, v in msg.headers() or []]})
+                                "headers": [{"key": k, "value": show_bytes(_bytes(v))} for k, v in _headers(msg)]})
                 if len(records) >= limit or size >= MAX_BYTES:
                     break
             if result["end"]:
@@ -121,7 +127,7 @@ def admin_client(bootstrap: str, timeout_s: float = 3.0) -> AdminClient:
                         "socket.timeout.ms": int(timeout_s * 1000), "log_level": 0})
 
 
-def describe_groups(admin: AdminClient, groups: list[str], timeout_s: float = 3.0) -> dict[str, dict]:
+def describe_groups(admin: AdminClient, groups: list[str], timeout_s: float = 3.0) -> dict[str, dict[str, Any]]:
     """group -> {"state", "members": [{"member_id", "client_id", "host", "assignment": [[topic,
     partition], ...]}]} for the groups their coordinators describe; the others are left out."""
     if not groups:

@@ -34,7 +34,7 @@ import logging
 import time
 from pathlib import Path
 from urllib.parse import quote
-from typing import Any
+from typing import Any, Iterator
 
 import aiohttp
 from aiohttp import web
@@ -76,22 +76,22 @@ class Console:
         self.lab_dir = Path(lab_dir).resolve() if lab_dir else None
         self.interval_s = interval_s
         self.addresses: dict[int, str] = dict(addresses or {})
-        self.statuses: dict[int, dict | None] = {}
-        self.events: dict[int, collections.deque] = {}
+        self.statuses: dict[int, dict[str, Any] | None] = {}
+        self.events: dict[int, collections.deque[dict[str, Any]]] = {}
         self.last_seq: dict[int, int] = {}
         self.timelines: dict[int, Any] = {}
-        self.counters: dict[int, dict | None] = {}
+        self.counters: dict[int, dict[str, Any] | None] = {}
         self.history = History()
-        self.members: dict[str, dict] = {}
+        self.members: dict[str, dict[str, Any]] = {}
         self._admin: Any = None
-        self._describing: asyncio.Task | None = None
+        self._describing: asyncio.Task[None] | None = None
         self.polls = 0
         self.last_poll_s = 0.0          # the slowest status answered in the last round of polls
         self._round_s = 0.0
         self._next_discovery = 0.0
         self.session: aiohttp.ClientSession | None = None
         self.runner: web.AppRunner | None = None
-        self._poller: asyncio.Task | None = None
+        self._poller: asyncio.Task[None] | None = None
         self.url: str | None = None
 
     # ------------------------------------------------------------------ polling
@@ -179,7 +179,7 @@ class Console:
         not broker work) if longer, at most ``MAX_REST`` times ``interval_s``."""
         return max(self.interval_s, min(POLL_BACKOFF * self.last_poll_s, MAX_REST * self.interval_s))
 
-    def view(self, with_extras: bool = True) -> dict:
+    def view(self, with_extras: bool = True) -> dict[str, Any]:
         view = cluster_view(self.statuses, self.addresses,
                             [e for events in self.events.values() for e in events])
         if with_extras:
@@ -194,7 +194,7 @@ class Console:
 
     # ------------------------------------------------------------------ the lab
 
-    def lab_runs(self) -> list[dict]:
+    def lab_runs(self) -> list[dict[str, Any]]:
         if self.lab_dir is None or not self.lab_dir.is_dir():
             return []
         runs = []
@@ -317,10 +317,10 @@ def _int_param(request: web.Request, name: str, default: Any) -> Any:
 
 
 class _ViewCollector:
-    def __init__(self, view: dict) -> None:
+    def __init__(self, view: dict[str, Any]) -> None:
         self.view = view
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         summary = self.view["summary"]
         for key, help_text in (("under_replicated", "Partitions whose ISR is smaller than their replica set."),
                                ("under_min_isr", "Partitions whose ISR is below min.insync.replicas."),

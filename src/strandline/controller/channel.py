@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.config import SECURITY_PROTOCOL_IDS
+from strandline.core.listeners import SECURITY_PROTOCOL_IDS
 from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.controller.context import Awaiting, ControllerContext

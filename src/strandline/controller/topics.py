@@ -15,7 +15,8 @@ from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.config import ConfigError, parse_topic_configs
+from strandline.core.config_key import ConfigError
+from strandline.core.topic_keys import parse_topic_configs
 from strandline.core.effects import Effect, LogLine
 from strandline.controller.assignment import InvalidReplicationFactor, assign_replicas, check_replication_factor
 from strandline.controller.office import Office

@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Callable, Sequence
 
-from strandline.core.config import ConfigError, parse_topic_configs
+from strandline.core.config_key import ConfigError
+from strandline.core.topic_keys import parse_topic_configs
 from strandline.coordination.acl_znodes import AclZNode
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination import znodes

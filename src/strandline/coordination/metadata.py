@@ -11,7 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from strandline.core.config import ConfigError, parse_topic_configs
+from strandline.core.config_key import ConfigError
+from strandline.core.topic_keys import parse_topic_configs
 from strandline.core.effects import Effect, LogLine
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData, OpResult, ZkError

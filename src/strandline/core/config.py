@@ -1,74 +1,25 @@
-"""Broker and topic configuration: Kafka's keys, Kafka's defaults, strict validation.
+"""Broker configuration: Kafka's keys, Kafka's defaults, strict validation.
 
 A ``server.properties`` file plus ``--override key=value`` pairs become a :class:`BrokerConfig`.
-Unknown keys and bad values are refused with :class:`ConfigError`, whose message is one line
-naming the key. Topic-level overrides (``retention.ms``, ``segment.bytes``, ...) follow Kafka's
-topic config names and fall back to the broker's ``log.*`` defaults.
+Unknown keys and bad values are refused with :class:`~strandline.core.config_key.ConfigError`,
+whose message is one line naming the key. The broker keys are :data:`BROKER_KEYS`, with the
+security keys of :mod:`strandline.core.security_keys` among them; the listeners are parsed by
+:mod:`strandline.core.listeners`. Topic-level overrides (``retention.ms``, ``segment.bytes``, ...,
+:mod:`strandline.core.topic_keys`) follow Kafka's topic config names and fall back to the
+broker's ``log.*`` defaults (:meth:`BrokerConfig.log_config`).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable
 
+from strandline.core.config_key import INT_MAX, LONG_MAX, ConfigError, Key, key_table
+from strandline.core.listeners import (SECURITY_PROTOCOLS, Listener, check_protocol_map, check_unique,
+                                       parse_listener, protocol_map)
+from strandline.core.security_keys import SECURITY_KEYS, listener_key
+from strandline.core.topic_keys import COMPRESSION_TYPES, TOPIC_KEYS, check_message_format_version
 from strandline.log.config import LogConfig
-
-LONG_MAX = 9223372036854775807
-INT_MAX = 2147483647
-
-
-_Number = TypeVar("_Number", int, float)
-
-
-class ConfigError(ValueError):
-    """A configuration key or value that is refused; the message is one line naming the key."""
-
-
-def _parse_int(key: str, raw: str, lo: float | None, hi: float | None) -> int:
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a number") from None
-    return _within(key, value, lo, hi)
-
-
-def _parse_double(key: str, raw: str, lo: float | None, hi: float | None) -> float:
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a number") from None
-    if value != value:
-        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a number")
-    return _within(key, value, lo, hi)
-
-
-def _within(key: str, value: _Number, lo: float | None, hi: float | None) -> _Number:
-    """``value`` if it lies in [lo, hi] (None: no bound), else the ConfigError naming ``key``."""
-    if lo is not None and value < lo:
-        raise ConfigError(f"Invalid value {value} for configuration {key}: must be at least {lo}")
-    if hi is not None and value > hi:
-        raise ConfigError(f"Invalid value {value} for configuration {key}: must be at most {hi}")
-    return value
-
-
-def _throttled_replicas(key: str, raw: str, items: list[str]) -> None:
-    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker`` pairs."""
-    if items == ["*"]:
-        return
-    for item in items:
-        part, sep, broker = item.partition(":")
-        if not (sep and part.strip().isdigit() and broker.strip().isdigit()):
-            raise ConfigError(f"Invalid value {raw!r} for configuration {key}: must be the literal '*' or a "
-                              f"list of replicas in the form [PartitionId]:[BrokerId],[PartitionId]:[BrokerId],...")
-
-
-_MESSAGE_FORMAT = re.compile(r"^(0\.(8\.[0-2]|9\.0|10\.[0-2]|11\.0)|[12]\.[0-8])(\.\d+)?(-IV\d+)?$")
-
-
-def _message_format_version(key: str, raw: str, text: str) -> None:
-    if not _MESSAGE_FORMAT.match(text):
-        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a Kafka version such as 2.8 or 2.8-IV1")
 
 
 #: ``authorizer.class.name`` values that turn on Strandline's ACL authorizer (Kafka's ZooKeeper ones)
@@ -99,81 +50,6 @@ def _super_users(key: str, raw: str, text: str) -> None:
                               f"such as User:admin (principals are separated by ;)")
 
 
-#: Kafka's security protocols, by their id in UpdateMetadata's endpoints
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-_LISTENER_NAME = re.compile(r"^[A-Za-z0-9_]+$")
-
-
-def _protocol_map(key: str, raw: str, items: list[str]) -> None:
-    for item in items:
-        name, sep, protocol = item.partition(":")
-        if not sep or not _LISTENER_NAME.match(name.strip()) or protocol.strip().upper() not in SECURITY_PROTOCOLS:
-            raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {item!r} is not NAME:PROTOCOL with "
-                              f"a protocol among {', '.join(SECURITY_PROTOCOLS)}")
-
-
-def _parse_bool(key: str, raw: str) -> bool:
-    text = str(raw).strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    raise ConfigError(f"Invalid value {raw!r} for configuration {key}: expected true or false")
-
-
-@dataclass(frozen=True)
-class Key:
-    name: str
-    kind: str  # "int", "long", "double", "bool", "string", "password", "list", "choice"
-    default: Any
-    lo: float | None = None
-    hi: float | None = None
-    choices: tuple[str, ...] = ()
-    doc: str = ""
-    validator: Callable[[str, Any, Any], None] | None = None
-
-    def parse(self, raw: Any) -> Any:
-        if self.kind in ("int", "long"):
-            hi = self.hi if self.hi is not None else (INT_MAX if self.kind == "int" else LONG_MAX)
-            return _parse_int(self.name, raw, self.lo, hi)
-        if self.kind == "bool":
-            return _parse_bool(self.name, raw)
-        if self.kind == "choice":
-            text = str(raw).strip()
-            if text not in self.choices:
-                raise ConfigError(
-                    f"Invalid value {raw!r} for configuration {self.name}: "
-                    f"expected one of {', '.join(self.choices)}"
-                )
-            return text
-        if self.kind == "double":
-            return _parse_double(self.name, raw, self.lo, self.hi)
-        if self.kind == "list":
-            items = [part.strip() for part in str(raw).split(",") if part.strip()]
-            bad = [item for item in items if self.choices and item not in self.choices]
-            if bad:
-                raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}: "
-                                  f"each item must be one of {', '.join(self.choices)}")
-            if self.validator is not None:
-                self.validator(self.name, raw, items)
-            return items
-        text = str(raw).strip()
-        if self.validator is not None:
-            self.validator(self.name, raw, text)
-        return text
-
-    @property
-    def sensitive(self) -> bool:
-        """A password: DescribeConfigs shows no value (Kafka's PASSWORD type)."""
-        return self.kind == "password"
-
-    @property
-    def type_id(self) -> int:
-        """Kafka's DescribeConfigs config type (KIP-569): BOOLEAN 1, STRING 2, INT 3, LONG 5,
-        DOUBLE 6, LIST 7, PASSWORD 9."""
-        return {"bool": 1, "string": 2, "choice": 2, "int": 3, "long": 5, "double": 6, "list": 7,
-                "password": 9}[self.kind]
-
-
 def config_text(value: Any) -> str | None:
     """A config value as Kafka shows and stores it: ``true``/``false``, comma-joined lists."""
     if value is None:
@@ -189,11 +65,7 @@ def config_text(value: Any) -> str | None:
     return str(value)
 
 
-def _keys(*keys: Key) -> dict[str, Key]:
-    return {k.name: k for k in keys}
-
-
-BROKER_KEYS: dict[str, Key] = _keys(
+BROKER_KEYS: dict[str, Key] = key_table(
     Key("broker.id", "int", -1, lo=-1, doc="The broker id; required, unique per cluster."),
     Key("broker.rack", "string", None),
     Key("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"],
@@ -205,7 +77,7 @@ BROKER_KEYS: dict[str, Key] = _keys(
             "each name must be one of listeners'."),
     Key("listener.security.protocol.map", "list",
         ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
-        validator=_protocol_map,
+        validator=check_protocol_map,
         doc="Listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), NAME:PROTOCOL "
             "separated by commas."),
     Key("inter.broker.listener.name", "string", None,
@@ -311,16 +183,15 @@ BROKER_KEYS: dict[str, Key] = _keys(
             "format, /status as JSON) on the listener's host; -1: the listener's port + 1000; 0: none."),
 )
 
-COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 # Keys Kafka 2.8 also knows; accepted, stored and described (their subsystems are not all in
 # Strandline: log cleaning, connection limits, quotas)
-BROKER_KEYS.update(_keys(
+BROKER_KEYS.update(key_table(
     Key("log.roll.jitter.ms", "long", None, lo=0),
     Key("log.roll.jitter.hours", "int", 0, lo=0),
     Key("log.segment.delete.delay.ms", "long", 60000, lo=0),
     Key("log.preallocate", "bool", False),
-    Key("log.message.format.version", "string", "2.8-IV1", validator=_message_format_version),
+    Key("log.message.format.version", "string", "2.8-IV1", validator=check_message_format_version),
     Key("log.message.timestamp.difference.max.ms", "long", LONG_MAX, lo=0),
     Key("log.message.downconversion.enable", "bool", True),
     Key("log.cleaner.enable", "bool", True),
@@ -343,99 +214,7 @@ BROKER_KEYS.update(_keys(
     Key("max.connections.per.ip", "int", INT_MAX, lo=0),
     Key("max.connection.creation.rate", "int", INT_MAX, lo=0),
 ))
-
-SSL_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
-STORE_TYPES = ("JKS", "PKCS12", "PEM")
-
-#: The security keys: each may also be given for one listener as ``listener.name.<name>.<key>``
-#: (the name in lower case, as Kafka), which then wins for that listener; the SASL JAAS config also as
-#: ``listener.name.<name>.<mechanism>.sasl.jaas.config`` (the mechanism in lower case).
-SECURITY_KEYS: dict[str, Key] = _keys(
-    Key("ssl.protocol", "string", "TLSv1.3",
-        doc="The TLS protocol of the broker's own client connections to other brokers (the enabled "
-            "protocols bound what is negotiated)."),
-    Key("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"], choices=SSL_PROTOCOLS,
-        doc="The TLS versions a listener (and the broker's own client side) accepts."),
-    Key("ssl.cipher.suites", "list", [],
-        doc="The cipher suites of TLS 1.2 (OpenSSL or IANA names, as Python's ssl takes them); empty: "
-            "the library's defaults. TLS 1.3 suites are always the library's."),
-    Key("ssl.keystore.type", "choice", "JKS", choices=STORE_TYPES,
-        doc="PEM (KIP-651: a PEM file with the key and certificate chain, or ssl.keystore.key and "
-            "ssl.keystore.certificate.chain inline) or PKCS12; JKS is Java's own and not read here."),
-    Key("ssl.keystore.location", "string", None, doc="The key store file (PEM or PKCS12)."),
-    Key("ssl.keystore.password", "password", None, doc="The PKCS12 key store's password."),
-    Key("ssl.key.password", "password", None, doc="The password of the private key (an encrypted PEM key)."),
-    Key("ssl.keystore.certificate.chain", "password", None,
-        doc="With ssl.keystore.type=PEM: the certificate chain in PEM, inline."),
-    Key("ssl.keystore.key", "password", None, doc="With ssl.keystore.type=PEM: the private key in PEM, inline."),
-    Key("ssl.truststore.type", "choice", "JKS", choices=STORE_TYPES,
-        doc="PEM (certificates in a file or ssl.truststore.certificates inline) or PKCS12."),
-    Key("ssl.truststore.location", "string", None, doc="The trust store file (PEM or PKCS12)."),
-    Key("ssl.truststore.password", "password", None, doc="The PKCS12 trust store's password."),
-    Key("ssl.truststore.certificates", "password", None,
-        doc="With ssl.truststore.type=PEM: the trusted certificates in PEM, inline."),
-    Key("ssl.client.auth", "choice", "none", choices=("required", "requested", "none"),
-        doc="Whether an SSL listener asks clients for a certificate (signed by the trust store's CAs): "
-            "required refuses a client without one, requested takes one when given. SASL_SSL listeners "
-            "take no certificate for the principal (SASL names it)."),
-    Key("ssl.endpoint.identification.algorithm", "string", "https",
-        doc="https: the broker's client side checks that another broker's certificate names its host; "
-            "empty: no check."),
-    Key("ssl.principal.mapping.rules", "string", "DEFAULT",
-        doc="Rules mapping a client certificate's distinguished name to the principal's name (KIP-371); "
-            "DEFAULT: the whole DN (RFC 2253), as User:CN=...,O=..."),
-    Key("sasl.enabled.mechanisms", "list", ["GSSAPI"],
-        doc="The SASL mechanisms a SASL listener offers (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, "
-            "as they are available)."),
-    Key("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI",
-        doc="The SASL mechanism brokers authenticate to each other with on a SASL inter-broker listener."),
-    Key("sasl.jaas.config", "password", None,
-        doc="The JAAS login module configuration: for PLAIN, org.apache.kafka.common.security.plain."
-            "PlainLoginModule required username=\"..\" password=\"..\" user_<name>=\"<password>\" ...; "
-            "username/password are the broker's own for inter-broker connections."),
-    Key("sasl.server.max.receive.size", "int", 524288, lo=1,
-        doc="The largest frame a SASL listener takes before the connection has authenticated; a larger "
-            "one closes the connection."),
-    Key("connection.failed.authentication.delay.ms", "int", 100, lo=0,
-        doc="How long a connection whose authentication failed waits before its answer is sent and it "
-            "closes (a client retrying a wrong password is slowed down)."),
-    Key("connections.max.reauth.ms", "long", 0, lo=0,
-        doc="KIP-368: the longest a SASL session lasts before the client must authenticate again "
-            "(0: for ever); a request after it closes the connection."),
-    Key("sasl.server.callback.handler.class", "string", None,
-        doc="OAUTHBEARER's token validator: org.apache.kafka.common.security.oauthbearer."
-            "OAuthBearerValidatorCallbackHandler (signed tokens, KIP-768) or, by default, the unsecured one "
-            "(KIP-255, for development)."),
-    Key("sasl.oauthbearer.jwks.endpoint.url", "string", None,
-        doc="KIP-768: the JWKS whose keys sign the tokens, as a file: URL (read at each authentication)."),
-    Key("sasl.oauthbearer.expected.audience", "list", [],
-        doc="KIP-768: a token's aud must name one of these (none: not checked)."),
-    Key("sasl.oauthbearer.expected.issuer", "string", None, doc="KIP-768: a token's iss must be this (unset: not checked)."),
-    Key("sasl.oauthbearer.sub.claim.name", "string", "sub", doc="KIP-768: the claim naming the principal."),
-    Key("sasl.oauthbearer.scope.claim.name", "string", "scope", doc="KIP-768: the claim holding the scopes."),
-    Key("sasl.oauthbearer.clock.skew.seconds", "int", 30, lo=0,
-        doc="KIP-768: the clock difference allowed when checking a token's exp, iat and nbf."),
-)
 BROKER_KEYS.update(SECURITY_KEYS)
-_PER_LISTENER = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
-_MECHANISM_KEY = re.compile(r"^([a-z0-9-]+)\.(sasl\.jaas\.config)$")
-
-
-def listener_key(key: str) -> tuple[str, str, Key] | None:
-    """``listener.name.<name>.<key>`` -> (listener name in upper case, the key as stored, its Key);
-    the key may be ``<mechanism>.sasl.jaas.config``. None: not a per-listener key."""
-    match = _PER_LISTENER.match(key)
-    if match is None:
-        return None
-    name, rest = match.group(1).upper(), match.group(2)
-    spec = SECURITY_KEYS.get(rest)
-    if spec is None:
-        mech = _MECHANISM_KEY.match(rest)
-        if mech is None:
-            return None
-        spec = SECURITY_KEYS["sasl.jaas.config"]
-    return name, rest, spec
-
 
 #: Broker keys an AlterConfigs may change while the brokers run (Kafka 2.8's
 #: DynamicBrokerConfig.AllDynamicConfigs, less the listener and SSL/SASL keys Strandline has no
@@ -474,47 +253,6 @@ def broker_synonyms(key: str) -> tuple[str, ...]:
     return BROKER_SYNONYMS.get(key, (key,))
 
 
-# Topic-level keys: topic key -> (broker key it defaults from, Key used for parsing); every topic
-# config of Kafka 2.8 (LogConfig), with its validation, plus Strandline's flush.on.ack.
-TOPIC_KEYS: dict[str, tuple[str | None, Key]] = {
-    "cleanup.policy": ("log.cleanup.policy", Key("cleanup.policy", "list", None, choices=("compact", "delete"))),
-    "compression.type": ("compression.type", Key("compression.type", "choice", None, choices=COMPRESSION_TYPES)),
-    "delete.retention.ms": ("log.cleaner.delete.retention.ms", Key("delete.retention.ms", "long", None, lo=0)),
-    "file.delete.delay.ms": ("log.segment.delete.delay.ms", Key("file.delete.delay.ms", "long", None, lo=0)),
-    "flush.messages": ("log.flush.interval.messages", Key("flush.messages", "long", None, lo=1)),
-    "flush.ms": ("log.flush.interval.ms", Key("flush.ms", "long", None, lo=0)),
-    "follower.replication.throttled.replicas": (None, Key(
-        "follower.replication.throttled.replicas", "list", [], validator=_throttled_replicas)),
-    "index.interval.bytes": ("log.index.interval.bytes", Key("index.interval.bytes", "int", None, lo=0)),
-    "leader.replication.throttled.replicas": (None, Key(
-        "leader.replication.throttled.replicas", "list", [], validator=_throttled_replicas)),
-    "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms", Key("max.compaction.lag.ms", "long", None, lo=1)),
-    "max.message.bytes": ("message.max.bytes", Key("max.message.bytes", "int", None, lo=0)),
-    "message.downconversion.enable": ("log.message.downconversion.enable", Key(
-        "message.downconversion.enable", "bool", None)),
-    "message.format.version": ("log.message.format.version", Key(
-        "message.format.version", "string", None, validator=_message_format_version)),
-    "message.timestamp.difference.max.ms": ("log.message.timestamp.difference.max.ms", Key(
-        "message.timestamp.difference.max.ms", "long", None, lo=0)),
-    "message.timestamp.type": ("log.message.timestamp.type", Key(
-        "message.timestamp.type", "choice", None, choices=("CreateTime", "LogAppendTime"))),
-    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio", Key(
-        "min.cleanable.dirty.ratio", "double", None, lo=0, hi=1)),
-    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms", Key("min.compaction.lag.ms", "long", None, lo=0)),
-    "min.insync.replicas": ("min.insync.replicas", Key("min.insync.replicas", "int", None, lo=1)),
-    "preallocate": ("log.preallocate", Key("preallocate", "bool", None)),
-    "retention.bytes": ("log.retention.bytes", Key("retention.bytes", "long", None, lo=-1)),
-    "retention.ms": ("log.retention.ms", Key("retention.ms", "long", None, lo=-1)),
-    "segment.bytes": ("log.segment.bytes", Key("segment.bytes", "int", None, lo=14)),
-    "segment.index.bytes": ("log.index.size.max.bytes", Key("segment.index.bytes", "int", None, lo=4)),
-    "segment.jitter.ms": ("log.roll.jitter.ms", Key("segment.jitter.ms", "long", None, lo=0)),
-    "segment.ms": ("log.roll.ms", Key("segment.ms", "long", None, lo=1)),
-    "unclean.leader.election.enable": ("unclean.leader.election.enable", Key(
-        "unclean.leader.election.enable", "bool", None)),
-    "flush.on.ack": ("log.flush.on.ack", Key("flush.on.ack", "bool", None)),
-}
-
-
 def parse_properties(text: str, source: str = "server.properties") -> dict[str, str]:
     """Parse Java-properties-style ``key=value`` lines (``#``/``!`` comments, ``:`` separators)."""
     props: dict[str, str] = {}
@@ -535,68 +273,6 @@ def parse_override(text: str, option: str = "--override") -> tuple[str, str]:
         raise ConfigError(f"{option} {text!r}: expected KEY=VALUE (e.g. min.insync.replicas=2)")
     key, value = text.split("=", 1)
     return key.strip(), value.strip()
-
-
-@dataclass(frozen=True)
-class Listener:
-    """A listener (or advertised listener): its name, where it listens, its security protocol."""
-
-    name: str
-    host: str
-    port: int
-    protocol: str = "PLAINTEXT"
-
-    @property
-    def uses_ssl(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
-
-    @property
-    def uses_sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
-
-
-def parse_listener(key: str, text: str, protocols: Mapping[str, str] | None = None) -> Listener:
-    """``NAME://host:port`` -> a Listener; its protocol from ``protocols`` (the listener security
-    protocol map), which must name it."""
-    protocols = protocols if protocols is not None else protocol_map(BROKER_KEYS["listener.security.protocol.map"]
-                                                                    .default)
-    name, sep, rest = text.partition("://")
-    if not sep or ":" not in rest:
-        raise ConfigError(f"Invalid value {text!r} for configuration {key}: expected NAME://host:port")
-    host, _, port = rest.rpartition(":")
-    name = name.strip().upper()
-    if not _LISTENER_NAME.match(name):
-        raise ConfigError(f"Invalid value {text!r} for configuration {key}: {name!r} is not a listener name "
-                          f"(letters, digits and _)")
-    protocol = protocols.get(name)
-    if protocol is None:
-        raise ConfigError(f"Invalid value {text!r} for configuration {key}: no security protocol defined for "
-                          f"listener {name} (listener.security.protocol.map)")
-    host = host.strip("[]") or "0.0.0.0"
-    return Listener(name, host, _parse_int(key, port, 0, 65535), protocol)
-
-
-def protocol_map(items: list[str]) -> dict[str, str]:
-    """``listener.security.protocol.map``'s items -> {listener name: protocol}."""
-    result: dict[str, str] = {}
-    for item in items:
-        name, _, protocol = item.partition(":")
-        result[name.strip().upper()] = protocol.strip().upper()
-    return result
-
-
-def _unique(key: str, listeners: list[Listener], ports: bool) -> None:
-    names = [l.name for l in listeners]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise ConfigError(f"Invalid value for configuration {key}: each listener must have a different name, "
-                          f"{dup[0]} is listed twice")
-    if ports:
-        taken = [l.port for l in listeners if l.port]
-        dup_ports = sorted({p for p in taken if taken.count(p) > 1})
-        if dup_ports:
-            raise ConfigError(f"Invalid value for configuration {key}: each listener must have a different port, "
-                              f"{dup_ports[0]} is listed twice")
 
 
 @dataclass(frozen=True)
@@ -654,12 +330,12 @@ class BrokerConfig:
         listeners = [parse_listener("listeners", text, protocols) for text in values["listeners"]]
         if not listeners:
             raise ConfigError("Invalid value for configuration listeners: at least one listener is required")
-        _unique("listeners", listeners, ports=True)
+        check_unique("listeners", listeners, ports=True)
         values["listeners"] = listeners
         if values["advertised.listeners"]:
             advertised = [parse_listener("advertised.listeners", text, protocols)
                           for text in values["advertised.listeners"]]
-            _unique("advertised.listeners", advertised, ports=False)
+            check_unique("advertised.listeners", advertised, ports=False)
             names = {l.name for l in listeners}
             stray = [l.name for l in advertised if l.name not in names]
             if stray:
@@ -795,22 +471,6 @@ class BrokerConfig:
             return value
         broker_key = TOPIC_KEYS[topic_key][0]
         return self.values[broker_key] if broker_key else TOPIC_KEYS[topic_key][1].default
-
-
-def parse_topic_configs(raw: Mapping[str, str | None]) -> dict[str, Any]:
-    """Validate topic-level configs (CreateTopics / ``--config``); raises ConfigError."""
-    parsed: dict[str, Any] = {}
-    for key, value in raw.items():
-        entry = TOPIC_KEYS.get(key)
-        if entry is None:
-            raise ConfigError(f"Unknown topic configuration key {key!r}")
-        if value is None:
-            continue
-        parsed[key] = entry[1].parse(value)
-    if parsed.get("min.compaction.lag.ms", 0) > parsed.get("max.compaction.lag.ms", LONG_MAX):
-        raise ConfigError("Invalid value for configuration min.compaction.lag.ms: conflict with max.compaction.lag.ms "
-                          "(min.compaction.lag.ms must be at most max.compaction.lag.ms)")
-    return parsed
 
 
 def load_broker_config(path: str | None, overrides: list[str], *,

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
-from strandline.core.effects import Send
+from strandline.core.effects import Effect, Send
 from strandline.protocol import api
 from strandline.protocol.header import RequestHeader
+
+#: A request as the decoder gives it: an instance of kio's class for the request's API and version
+#: (each version is a class of its own, with no common base), whose fields the handler reads by name.
+Request = Any
+#: What answers one API: ``handler(conn_id, header, request, now_ms)`` -> the effects.
+Handler = Callable[[int, RequestHeader, Request, int], list[Effect]]
 
 
 def response(conn_id: int, header: RequestHeader, body: Any) -> Send:

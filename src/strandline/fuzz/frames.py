@@ -23,7 +23,7 @@ import struct
 import uuid
 from datetime import timedelta
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from strandline.protocol.old_versions import request_schema as load_request_schema
 from kio.schema.errors import ErrorCode
@@ -31,6 +31,8 @@ from kio.serial import entity_writer
 from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveTupleField, classify_field,
                                     is_optional)
 from kio.serial.readers import tz_aware_from_i64
+from kio.serial.writers import Writer
+from kio.static.primitive import i64
 
 from strandline.group.records import build_batch
 from strandline.protocol import control
@@ -90,9 +92,9 @@ _ENTITY_TUPLE, _ENTITY, _PRIMITIVE_TUPLE, _PRIMITIVE = range(4)
 
 
 @lru_cache(maxsize=None)
-def _plan(cls: type) -> tuple:
+def _plan(cls: type) -> tuple[tuple[str, int, Any, bool], ...]:
     """(name, shape, inner class or kafka type, nullable) of each untagged field of ``cls``."""
-    plan = []
+    plan: list[tuple[str, int, Any, bool]] = []
     for field in dataclasses.fields(cls):
         if "tag" in field.metadata:
             continue
@@ -140,7 +142,7 @@ def _primitive(rng: random.Random, kafka_type: str, name: str) -> Any:
     if kafka_type in ("timedelta_i32", "timedelta_i64"):
         return timedelta(milliseconds=rng.choice((0, 1, 10, 100, 500, -1)))
     if kafka_type == "datetime_i64":
-        return tz_aware_from_i64(rng.choice((0, 1_700_000_000_000)))
+        return tz_aware_from_i64(i64(rng.choice((0, 1_700_000_000_000))))
     raise TypeError(f"no random value for kafka type {kafka_type!r}")
 
 
@@ -160,8 +162,8 @@ def request_frame(api_key: int, version: int, correlation_id: int, body: Any, cl
 
 
 @lru_cache(maxsize=None)
-def _writers(api_key: int, version: int) -> tuple:
-    req_cls = load_request_schema(api_key, version)
+def _writers(api_key: int, version: int) -> tuple[type, type, Writer[Any], Writer[Any]]:
+    req_cls: Any = load_request_schema(api_key, version)          # a kio request class: it names its header
     header_cls = req_cls.__header_schema__
     return req_cls, header_cls, entity_writer(header_cls), entity_writer(req_cls)
 
@@ -250,7 +252,7 @@ def random_frame(rng: random.Random, versions: dict[int, tuple[int, int]]) -> by
 
 # -- what a broker sees -----------------------------------------------------------------------
 
-def _strings(obj: Any):
+def _strings(obj: Any) -> Iterator[str]:
     if dataclasses.is_dataclass(obj):
         for field in dataclasses.fields(obj):
             yield from _strings(getattr(obj, field.name))

@@ -35,7 +35,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TextIO
 
 from strandline.fuzz.frames import FrameMaker, frames_seen, well_formed
 
@@ -165,18 +165,18 @@ def check_clients(bootstrap: str, topic: str, tag: str, timeout_s: float = 30.0,
                   access: Access = PLAINTEXT) -> str | None:
     """None if a producer (acks=all) delivers CHECK_MESSAGES records to ``topic`` and a consumer
     reads every one of them back, else what went wrong."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
     producer = Producer({**access.client_conf, "bootstrap.servers": bootstrap, "acks": "all",
                          "message.timeout.ms": int(timeout_s * 1000), "enable.idempotence": True, "log_level": 0})
-    delivered: list[tuple[int, int, bytes]] = []
+    delivered: list[tuple[int, int, bytes | None]] = []
     errors: list[str] = []
 
-    def on_delivery(err, msg) -> None:
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             errors.append(str(err))
-        else:
-            delivered.append((msg.partition(), msg.offset(), msg.value()))
+        elif (p := msg.partition()) is not None and (o := msg.offset()) is not None:
+            delivered.append((p, o, msg.value()))
 
     for i in range(CHECK_MESSAGES):
         producer.produce(topic, value=f"{tag}-{i}".encode(), on_delivery=on_delivery)
@@ -233,7 +233,7 @@ def create_check_topic(bootstrap: str, topic: str, replication: int, access: Acc
 class Recorder:
     """Writes each connection's bytes, before they are sent, to a gzip file."""
 
-    def __init__(self, path: str, meta: dict) -> None:
+    def __init__(self, path: str, meta: dict[str, Any]) -> None:
         self.path = path
         self.file = gzip.open(path, "wb", compresslevel=1)
         self.file.write(MAGIC + json.dumps(meta).encode() + b"\n")
@@ -245,7 +245,7 @@ class Recorder:
         self.file.close()
 
 
-def read_record(path: str) -> tuple[dict, Iterator[tuple[int, int, bytes]]]:
+def read_record(path: str) -> tuple[dict[str, Any], Iterator[tuple[int, int, bytes]]]:
     """A record file's header and its connections: (number, broker index, bytes), in order. A
     file cut short (the fuzzer was killed) yields what it holds."""
     f = gzip.open(path, "rb")
@@ -395,7 +395,7 @@ def _connection_rng(seed: int, conn_no: int) -> random.Random:
 
 async def fuzz(bootstrap: str, minutes: float, seed: int, record_dir: str, concurrency: int = 32,
                hang_timeout_s: float = 10.0, max_frame_bytes: int = 104857600, inter_broker: bool = False,
-               max_frames: int | None = None, out=sys.stdout, access: Access = PLAINTEXT) -> int:
+               max_frames: int | None = None, out: TextIO = sys.stdout, access: Access = PLAINTEXT) -> int:
     """Fuzz for ``minutes`` (or until ``max_frames`` are sent); 0 when no broker died, no request
     hung and every check passed, else 1."""
     brokers, versions = await asyncio.to_thread(discover, bootstrap, access)
@@ -458,7 +458,7 @@ async def fuzz(bootstrap: str, minutes: float, seed: int, record_dir: str, concu
                 await asyncio.to_thread(answers, broker, 10.0, access)
             if problem:
                 # a second chance for a slow answer
-                if gone or (await asyncio.to_thread(answers, broker, 10.0, access)):
+                if gone or (await asyncio.to_thread(answers, broker, 10.0, access)) is not None:
                     dead[broker.node_id] = problem
                     print(f"fuzz: DEATH: {problem}", file=out, flush=True)
         problem = await asyncio.to_thread(check_clients, bootstrap, check_topic, f"{seed}-{label}", 30.0, access)
@@ -512,7 +512,7 @@ def _mb(value: float | None) -> str:
 
 
 async def replay(bootstrap: str, path: str, hang_timeout_s: float = 10.0, only: int | None = None,
-                 check_every: int = 1000, out=sys.stdout, access: Access = PLAINTEXT) -> int:
+                 check_every: int = 1000, out: TextIO = sys.stdout, access: Access = PLAINTEXT) -> int:
     """Send a record's connections again, in order, one at a time; 1 if a broker stopped
     answering or a request hung (naming the connection), else 0."""
     brokers, _ = await asyncio.to_thread(discover, bootstrap, access)

@@ -17,13 +17,18 @@ The job writes ``audit.json`` into each run folder and returns the same dictiona
 
 from __future__ import annotations
 
+from typing import Any, TYPE_CHECKING
+
 import json
 import os
 import sys
 from pathlib import Path
 
 
-def spark_session(app: str = "strandline-lab-audit", log_path: Path | None = None):
+if TYPE_CHECKING:       # pyspark is imported when an audit runs (a JVM starts with it)
+    from pyspark.sql import DataFrame, SparkSession
+
+def spark_session(app: str = "strandline-lab-audit", log_path: Path | None = None) -> SparkSession:
     """A local Spark session; with ``log_path`` the JVM's own messages go to that file, not the terminal."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -48,7 +53,7 @@ def spark_session(app: str = "strandline-lab-audit", log_path: Path | None = Non
             os.close(saved)
 
 
-def _load(spark, run_dirs: list[Path], name: str):
+def _load(spark: SparkSession, run_dirs: list[Path], name: str) -> DataFrame:
     """One table ``name`` of every run, read at once, with the run folder's path as ``run``."""
     from pyspark.sql import functions as F
 
@@ -58,7 +63,7 @@ def _load(spark, run_dirs: list[Path], name: str):
     return spark.read.parquet(*[str(d / name) for d in run_dirs]).withColumn("run", mapping[folder])
 
 
-def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict]:
+def audit(run_dirs: list[Path], spark: SparkSession | None = None, keep_lost: int = 20000) -> list[dict[str, Any]]:
     """Audit every run in ``run_dirs``; one dictionary per run, also written to its audit.json."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -68,9 +73,9 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
         raise ValueError("two run folders of one audit have the same name")
     own = spark is None
     spark = spark or spark_session(log_path=run_dirs[0].parent / "spark.log")
-    caches: list = []
+    caches: list[DataFrame] = []
 
-    def cached(df):
+    def cached(df: DataFrame) -> DataFrame:
         caches.append(df.cache())
         return df
 
@@ -113,7 +118,7 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
         # second here): rows of (run, what, key, count, ms), ``what`` naming the figure.
         none = F.lit(None).cast("double").alias("ms")
 
-        def tagged(df, what: str):
+        def tagged(df: DataFrame, what: str) -> DataFrame:
             return df.select("run", F.lit(what).alias("what"), F.lit("").alias("key"), "count", none)
 
         lost = cached(lost)
@@ -137,7 +142,7 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
         op_counts: dict[str, dict[str, int]] = {}
         per_run: dict[str, dict[str, int]] = {}
         div_replicas: dict[str, list[str]] = {}
-        lost_span: dict[str, list] = {}
+        lost_span: dict[str, list[float | None]] = {}
         for r in figures.collect():
             if r["what"] == "ops":
                 op_counts.setdefault(r["run"], {})[r["key"]] = r["count"]
@@ -149,7 +154,7 @@ def audit(run_dirs: list[Path], spark=None, keep_lost: int = 20000) -> list[dict
                 lost_span.setdefault(r["run"], [None, None])[1] = r["ms"]
             else:
                 per_run.setdefault(r["run"], {})[r["what"]] = r["count"]
-        lost_rows: dict[str, list] = {}
+        lost_rows: dict[str, list[dict[str, Any]]] = {}
         for r in lost.orderBy("time_ms").collect():
             rows = lost_rows.setdefault(r["run"], [])
             if len(rows) < keep_lost:

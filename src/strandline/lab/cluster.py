@@ -83,7 +83,7 @@ class LabCluster:
     def kill(self, broker_id: int) -> None:
         """SIGKILL: the process dies at once; what it wrote stays in the page cache."""
         b = self.brokers[broker_id]
-        if b.alive:
+        if b.alive and b.proc is not None:
             b.proc.kill()
             b.proc.wait()
         b.paused = False
@@ -103,7 +103,7 @@ class LabCluster:
     def terminate(self, broker_id: int, timeout_s: float = 30.0) -> None:
         """SIGTERM: a controlled shutdown, then the process exits (SIGKILL after ``timeout_s``)."""
         b = self.brokers[broker_id]
-        if not b.alive:
+        if not b.alive or b.proc is None:
             return
         if b.paused:
             self.resume(broker_id)
@@ -112,13 +112,13 @@ class LabCluster:
     def pause(self, broker_id: int) -> None:
         """SIGSTOP: the process stands still, as in a long GC pause; its sockets stay open."""
         b = self.brokers[broker_id]
-        if b.alive and not b.paused:
+        if b.alive and not b.paused and b.pid is not None:
             os.kill(b.pid, signal.SIGSTOP)
             b.paused = True
 
     def resume(self, broker_id: int) -> None:
         b = self.brokers[broker_id]
-        if b.alive and b.paused:
+        if b.alive and b.paused and b.pid is not None:
             os.kill(b.pid, signal.SIGCONT)
         b.paused = False
 

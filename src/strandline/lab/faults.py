@@ -4,8 +4,10 @@ did not go as written), and heal what they broke."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from strandline.lab.network import ZOOKEEPER
-from strandline.lab.run import SESSION_MS, LabError, Run
+from strandline.lab.run import SESSION_MS, Fault, LabError, Run
 
 
 def net_1(run: Run) -> None:
@@ -50,7 +52,7 @@ def net_3(run: Run) -> None:
 CLIENT_ACK_MS = 500
 
 
-def split_brain_bound_ms(config: dict) -> tuple[int, list[tuple[int, str]]]:
+def split_brain_bound_ms(config: dict[str, Any]) -> tuple[int, list[tuple[int, str]]]:
     """NET-4 / LOSS-3: how long after the new leader's election the deposed leader, cut from
     ZooKeeper, may still acknowledge writes, and what that bound is made of, from the brokers'
     configuration. The new leader stops fetching from the old one when it takes its role (before
@@ -85,7 +87,7 @@ def net_4(run: Run) -> None:
     run.wait_isr(new, set(run.cluster.brokers), timeout_s=60)
 
 
-def _isolate(run: Run, broker: int, label: str) -> None:
+def _isolate(run: Run, broker: int, label: str) -> Fault:
     fault = run.begin(label, [broker])
     run.network.isolate(broker)
     return fault
@@ -133,7 +135,7 @@ def net_6_shrunk(run: Run) -> None:
     iso = run.begin(f"leader {leader} isolated (the clients still reach it)", [leader])
     run.network.isolate(leader)
     run.wait_for("the partition offline (its only ISR member gone)",
-                 lambda: all(run.view(f) is not None and run.view(f).leader == -1 for f in followers),
+                 lambda: all(run.view(f) is not None and run.seen(f).leader == -1 for f in followers),
                  SESSION_MS / 1000 + 20)
     run.hold(2.0)               # the isolated leader: ISR of itself, min.insync.replicas=2 refuses acks=all
     run.network.heal()
@@ -166,7 +168,7 @@ def net_8(run: Run) -> None:
     fault = run.begin(f"controller {controller} cut from ZooKeeper", [controller])
     run.network.cut_both(controller, ZOOKEEPER)
     run.wait_for("a new controller", lambda: run.controller() not in (-1, controller)
-                 and all(run.view(b).controller != controller for b in run.others(controller)),
+                 and all(run.seen(b).controller != controller for b in run.others(controller)),
                  SESSION_MS / 1000 + 20)
     run.wait_acks(50)
     run.network.heal()
@@ -209,7 +211,7 @@ def loss_2(run: Run) -> None:
     run.cluster.resume(stale)
     run.end(pause)
     run.wait_for(f"broker {stale} elected (unclean)",
-                 lambda: run.view(stale) is not None and run.view(stale).leader == stale, SESSION_MS / 1000 + 30)
+                 lambda: run.view(stale) is not None and run.seen(stale).leader == stale, SESSION_MS / 1000 + 30)
     run.wait_acks(50)
     run.cluster.restart(leader)
     run.cluster.restart(other)
@@ -255,13 +257,13 @@ def loss_6(run: Run) -> None:
     run.cluster.kill(leader)
     shutil.rmtree(run.cluster.brokers[leader].log_dir, ignore_errors=True)
     run.wait_for("the partition offline (its only ISR member gone)",
-                 lambda: all(run.view(f) is not None and run.view(f).leader == -1 for f in followers),
+                 lambda: all(run.view(f) is not None and run.seen(f).leader == -1 for f in followers),
                  SESSION_MS / 1000 + 20)
     run.network.heal()
     run.end(cut)
     run.cluster.restart(leader)
     run.wait_for(f"broker {leader} elected again", lambda: run.view(leader) is not None
-                 and run.view(leader).leader == leader and run.view(leader).leader_epoch > 0, 30)
+                 and run.seen(leader).leader == leader and run.seen(leader).leader_epoch > 0, 30)
     run.end(disk)
     run.wait_isr(leader, set(run.cluster.brokers), timeout_s=60)
 
@@ -291,11 +293,11 @@ def epo_3(run: Run) -> None:
     kill = run.begin(f"SIGKILL leader {first}", [first])
     run.cluster.kill(first)
     run.wait_for(f"broker {last} following broker {successor}",
-                 lambda: run.view(last) is not None and run.view(last).leader == successor
-                 and run.view(successor).leader == successor, SESSION_MS / 1000 + 20)
+                 lambda: run.view(last) is not None and run.seen(last).leader == successor
+                 and run.seen(successor).leader == successor, SESSION_MS / 1000 + 20)
     second = run.begin(f"SIGKILL leader {successor}", [successor])
     run.cluster.kill(successor)
-    run.wait_for(f"broker {last} elected", lambda: run.view(last).leader == last, SESSION_MS / 1000 + 20)
+    run.wait_for(f"broker {last} elected", lambda: run.seen(last).leader == last, SESSION_MS / 1000 + 20)
     run.network.heal()
     run.end(cut)
     run.cluster.restart(first)
@@ -339,9 +341,9 @@ def epo_3_divergence(run: Run) -> None:
     checkpointed = max(checkpointed_hw(b) for b in (first, last))
     run.cluster.restart(successor)
     run.wait_for(f"broker {successor} leading", lambda: run.view(successor) is not None
-                 and run.view(successor).leader == successor and run.view(successor).leader_epoch > 0, 30)
+                 and run.seen(successor).leader == successor and run.seen(successor).leader_epoch > 0, 30)
     run.wait_for(f"broker {successor} past the others' high watermark ({checkpointed})",
-                 lambda: run.view(successor).leo > checkpointed + 100, 60)
+                 lambda: run.seen(successor).leo > checkpointed + 100, 60)
     run.cluster.restart(first)
     run.cluster.restart(last)
     run.end(crash)

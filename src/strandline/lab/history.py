@@ -10,11 +10,16 @@
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from strandline.lab.replicas import ReplicaView, StoredBatch
+from strandline.load.history import Op
 
 OPS = pa.schema([("time_ms", pa.float64()), ("producer", pa.int32()), ("type", pa.string()),
                  ("value", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("error", pa.string())])
@@ -28,25 +33,26 @@ RECORDS = pa.schema([("broker", pa.int32()), ("partition", pa.int32()), ("offset
 FINAL = pa.schema([("partition", pa.int32()), ("leader", pa.int32()), ("high_watermark", pa.int64())])
 
 
-def _write(path: Path, schema: pa.Schema, rows: list[tuple]) -> None:
-    columns = list(zip(*rows)) if rows else [[] for _ in schema]
+def _write(path: Path, schema: pa.Schema, rows: Sequence[tuple[Any, ...]]) -> None:
+    columns: list[Sequence[Any]] = list(zip(*rows)) if rows else [[] for _ in schema]
     table = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)], schema=schema)
     pq.write_table(table, path)
 
 
-def write_ops(run_dir: Path, ops: list[tuple]) -> None:
+def write_ops(run_dir: Path, ops: list[Op]) -> None:
     _write(run_dir / "ops.parquet", OPS, sorted(ops, key=lambda op: op[0]))
 
 
-def write_replicas(run_dir: Path, views: list) -> None:
+def write_replicas(run_dir: Path, views: list[ReplicaView]) -> None:
     _write(run_dir / "replicas.parquet", REPLICAS, [
         (v.time_ms, v.broker, v.partition, v.state, v.leader, v.leader_epoch, v.isr, v.controller, v.leo, v.hw)
         for v in views])
 
 
-def write_logs(run_dir: Path, logs: dict[int, list[tuple]]) -> None:
+def write_logs(run_dir: Path, logs: dict[int, list[StoredBatch]]) -> None:
     """``logs``: broker id -> what :func:`strandline.lab.replicas.read_replica_logs` returned."""
-    batches, records = [], []
+    batches: list[tuple[int, int, int, int, int, str]] = []
+    records: list[tuple[int, int, int, str]] = []
     for broker, entries in logs.items():
         for partition, base, last, epoch, digest, values in entries:
             batches.append((broker, partition, base, last, epoch, digest))
@@ -59,17 +65,18 @@ def write_final(run_dir: Path, final: list[tuple[int, int, int]]) -> None:
     _write(run_dir / "final.parquet", FINAL, final)
 
 
-def write_run(run_dir: Path, info: dict) -> None:
+def write_run(run_dir: Path, info: dict[str, Any]) -> None:
     (run_dir / "run.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
-def read_run(run_dir: Path) -> dict:
+def read_run(run_dir: Path) -> dict[str, Any]:
     """run.json, with ``run_dir`` where the folder is now (it may have been moved since)."""
-    info = json.loads((run_dir / "run.json").read_text())
+    info: dict[str, Any] = json.loads((run_dir / "run.json").read_text())
     info["run_dir"] = str(Path(run_dir).resolve())
     return info
 
 
-def read_views(run_dir: Path) -> list[dict]:
+def read_views(run_dir: Path) -> list[dict[str, Any]]:
     """The sampled replica views, in time order."""
-    return pq.read_table(run_dir / "replicas.parquet").to_pylist()
+    views: list[dict[str, Any]] = pq.read_table(run_dir / "replicas.parquet").to_pylist()
+    return views

@@ -47,7 +47,7 @@ class NetworkError(StrandlineError):
     pass
 
 
-def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     # its own session: a Ctrl-C at the terminal reaches the lab, which then cleans up, not `ip` halfway
     result = subprocess.run(list(args), capture_output=True, text=True, start_new_session=True)
     if check and result.returncode != 0:

@@ -17,12 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strandline.errors import StrandlineError
+from strandline.lab.cluster import LabBroker, LabCluster
 from strandline.load.history import now_ms
 from strandline.protocol.records import iter_batches, iter_records
 from strandline.runtime.client import KafkaConnection
 
 METADATA, LIST_OFFSETS = 3, 2
 DEBUGGING_REPLICA_ID, CONSUMER_REPLICA_ID = -2, -1
+
+
+#: a complete batch of a log: (partition, base offset, last offset, leader epoch, digest of its bytes,
+#: [(offset, value)] of its records)
+StoredBatch = tuple[int, int, int, int, str, list[tuple[int, str]]]
 
 
 @dataclass
@@ -44,7 +50,7 @@ class ReplicaView:
 class Sampler:
     """Polls every broker every ``interval_s`` until stopped; ``views`` holds what it saw."""
 
-    def __init__(self, cluster, topic: str, partitions: int, interval_s: float = 0.2) -> None:
+    def __init__(self, cluster: LabCluster, topic: str, partitions: int, interval_s: float = 0.2) -> None:
         self.cluster = cluster
         self.topic = topic
         self.partitions = partitions
@@ -93,7 +99,7 @@ class Sampler:
             for v in views:
                 self._latest[(v.broker, v.partition)] = v
 
-    def ask(self, b, t: float) -> list[ReplicaView]:
+    def ask(self, b: LabBroker, t: float) -> list[ReplicaView]:
         conn = self._connections.get(b.id)
         if conn is None:
             conn = self._connections[b.id] = KafkaConnection(b.address, timeout_s=0.5, client_id="strandline-lab")
@@ -119,7 +125,7 @@ class Sampler:
         return views
 
     @staticmethod
-    def _checkpointed_hw(b) -> dict[tuple[str, int], int]:
+    def _checkpointed_hw(b: LabBroker) -> dict[tuple[str, int], int]:
         """A follower's high watermark as it last checkpointed it (Kafka has no request for it;
         the lab's brokers checkpoint every replica.high.watermark.checkpoint.interval.ms=200)."""
         from strandline.log import checkpoint
@@ -131,17 +137,17 @@ class Sampler:
         except Exception:  # noqa: BLE001 - absent, or being replaced: no value this time
             return {}
 
-    def _offsets(self, conn: KafkaConnection, replica_id: int, parts: list) -> dict[int, int]:
+    def _offsets(self, conn: KafkaConnection, replica_id: int, parts: list[dict[str, int]]) -> dict[int, int]:
         resp = conn.request(LIST_OFFSETS, 5, {"replica_id": replica_id, "isolation_level": 0,
                                                "topics": [{"name": self.topic, "partitions": parts}]})
         return {int(p.partition_index): int(p.offset) for t_ in resp.topics for p in t_.partitions
                 if p.error_code == 0}
 
 
-def read_replica_logs(log_dir: Path, topic: str, partitions: int) -> list[tuple]:
+def read_replica_logs(log_dir: Path, topic: str, partitions: int) -> list[StoredBatch]:
     """Every complete batch in a broker's log directory: (partition, base_offset, last_offset,
     leader_epoch, digest of the batch's bytes, [values])."""
-    out = []
+    out: list[StoredBatch] = []
     for p in range(partitions):
         for segment in sorted((log_dir / f"{topic}-{p}").glob("*.log")):
             data = segment.read_bytes()

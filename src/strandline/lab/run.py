@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from typing import Callable, TypedDict
 
 from strandline.errors import StrandlineError
+from strandline.lab.cluster import LabCluster
+from strandline.lab.network import LabNetwork
+from strandline.lab.replicas import ReplicaView, Sampler
+from strandline.load.history import Workload
 
 SESSION_MS = 4000
 LAG_MS = 2000
@@ -32,18 +36,34 @@ class LabError(StrandlineError):
 
 
 
+class Fault(TypedDict):
+    """One fault of a run, as run.json records it."""
+
+    label: str
+    start_ms: float
+    end_ms: float | None
+    brokers: list[int]
+
 class Run:
     """What a scenario's ``drive`` works with: the cluster, the network, the workload, the clock."""
 
-    def __init__(self, cluster, network, workload, sampler, topic: str, rng: random.Random) -> None:
+    def __init__(self, cluster: LabCluster, network: LabNetwork | None, workload: Workload, sampler: Sampler, topic: str,
+                 rng: random.Random) -> None:
         self.cluster = cluster
-        self.network = network
+        self._network = network
         self.workload = workload
         self.sampler = sampler
         self.topic = topic
         self.rng = rng
-        self.faults: list[dict] = []      # {"label", "start_ms", "end_ms", "brokers"}
+        self.faults: list[Fault] = []
         self.notes: list[str] = []
+
+    @property
+    def network(self) -> LabNetwork:
+        """The brokers' network namespaces, where a fault cuts links (only a run as root has them)."""
+        if self._network is None:
+            raise LabError("this run has no network namespaces to cut (they need root)")
+        return self._network
 
     # -- the clock and waiting ------------------------------------------------------------------------
 
@@ -62,18 +82,23 @@ class Run:
         """Let the workload run for ``seconds`` with the current faults in place."""
         time.sleep(seconds)
 
-    def begin(self, label: str, brokers: list[int]) -> dict:
-        fault = {"label": label, "start_ms": self.now_ms(), "end_ms": None, "brokers": brokers}
+    def begin(self, label: str, brokers: list[int]) -> Fault:
+        fault: Fault = {"label": label, "start_ms": self.now_ms(), "end_ms": None, "brokers": brokers}
         self.faults.append(fault)
         return fault
 
-    def end(self, fault: dict) -> None:
+    def end(self, fault: Fault) -> None:
         fault["end_ms"] = self.now_ms()
 
     # -- what the brokers say ------------------------------------------------------------------------
 
-    def view(self, broker: int, partition: int = 0):
+    def view(self, broker: int, partition: int = 0) -> ReplicaView | None:
         return self.sampler.latest().get((broker, partition))
+
+    def seen(self, broker: int, partition: int = 0) -> ReplicaView:
+        """The broker's latest view, or one that knows nothing (no leader, controller or offsets)
+        until it has answered: a condition on it holds only once the broker said so."""
+        return self.view(broker, partition) or ReplicaView(0.0, broker, partition, "unknown")
 
     def leader(self, partition: int = 0, among: list[int] | None = None) -> int:
         """The leader most live brokers report (-1 if none)."""
@@ -82,7 +107,7 @@ class Run:
             v = self.view(b, partition)
             if v is not None and v.state == "up" and v.leader >= 0:
                 votes[v.leader] = votes.get(v.leader, 0) + 1
-        return max(votes, key=votes.get) if votes else -1
+        return max(votes, key=lambda b: votes[b]) if votes else -1
 
     def isr(self, broker: int, partition: int = 0) -> set[int]:
         v = self.view(broker, partition)
@@ -94,7 +119,7 @@ class Run:
             v = self.view(b)
             if v is not None and v.state == "up" and v.controller >= 0:
                 votes[v.controller] = votes.get(v.controller, 0) + 1
-        return max(votes, key=votes.get) if votes else -1
+        return max(votes, key=lambda b: votes[b]) if votes else -1
 
     def others(self, *brokers: int) -> list[int]:
         return [b for b in self.cluster.brokers if b not in brokers]
@@ -102,7 +127,7 @@ class Run:
     def wait_isr(self, leader: int, want: set[int], timeout_s: float = 30.0, partition: int = 0) -> None:
         """Until ``leader`` reports exactly ``want`` as the ISR (the check that a fault took effect)."""
         self.wait_for(f"ISR {sorted(want)} on broker {leader}",
-                      lambda: self.isr(leader, partition) == want and self.view(leader, partition).leader == leader,
+                      lambda: self.isr(leader, partition) == want and self.seen(leader, partition).leader == leader,
                       timeout_s)
 
     def wait_new_leader(self, old: int, timeout_s: float = 30.0, partition: int = 0) -> int:

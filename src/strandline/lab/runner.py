@@ -8,9 +8,12 @@ it returns, also when the run fails or is interrupted.
 
 from __future__ import annotations
 
+from typing import Any
+
 import random
 import signal
 import time
+from types import FrameType
 from pathlib import Path
 
 from strandline.errors import StrandlineError
@@ -18,7 +21,7 @@ from strandline.lab import history, timeline
 from strandline.lab.cluster import LabCluster
 from strandline.lab.network import LabNetwork, unavailable_reason
 from strandline.lab.scenarios import LAB_BROKER_CONFIG, SAFE, SCENARIOS, LabError, Run, Scenario
-from strandline.lab.replicas import Sampler, read_replica_logs
+from strandline.lab.replicas import Sampler, StoredBatch, read_replica_logs
 from strandline.load.history import Workload
 from strandline.runtime.client import KafkaConnection
 
@@ -49,7 +52,7 @@ def _create_topic(cluster: LabCluster, run: Run, scenario: Scenario, partitions:
             raise LabError("the brokers did not all register with a controller within 30 s")
         time.sleep(0.1)
     leaders = [b for b in ids if b != controller] or ids
-    assignment = []
+    assignment: list[dict[str, Any]] = []
     for p in range(partitions):
         first = leaders[p % len(leaders)]
         rest = [controller] if controller != first else []
@@ -108,7 +111,7 @@ def _converged(run: Run, partitions: int, after_ms: float) -> list[tuple[int, in
     return final
 
 
-def execute(scenario: Scenario, run_dir: Path, seed: int, partitions: int = 1, network_ok: bool = True) -> dict:
+def execute(scenario: Scenario, run_dir: Path, seed: int, partitions: int = 1, network_ok: bool = True) -> dict[str, Any]:
     """Run ``scenario`` once in ``run_dir``; the history is written there. Returns run.json's content."""
     run_dir.mkdir(parents=True, exist_ok=True)
     network = LabNetwork(list(range(1, 4))) if network_ok else None
@@ -120,7 +123,7 @@ def execute(scenario: Scenario, run_dir: Path, seed: int, partitions: int = 1, n
             "broker_config": config, "topic_config": scenario.topic_config, "partitions": partitions, "topic": TOPIC,
             "network": "namespaces" if network else "loopback", "faults": [], "notes": [], "error": None}
     workload = sampler = run = final = None
-    logs: dict = {}
+    logs: dict[int, list[StoredBatch]] = {}
     try:
         cluster.start()
         sampler = Sampler(cluster, TOPIC, partitions)
@@ -140,10 +143,14 @@ def execute(scenario: Scenario, run_dir: Path, seed: int, partitions: int = 1, n
         run.wait_for("every replica back in the ISR", lambda: _converged_isr(run, partitions), 90)
         workload.stop()
         answered = run.now_ms()
-        converged: list = []
-        run.wait_for("every replica at the same log end offset",
-                     lambda: bool(converged.append(_converged(run, partitions, answered)) or converged[-1]), 60)
-        final = converged[-1]
+        converged: list[list[tuple[int, int, int]] | None] = [None]
+
+        def settled() -> bool:
+            converged[0] = _converged(run, partitions, answered)
+            return bool(converged[0])
+
+        run.wait_for("every replica at the same log end offset", settled, 60)
+        final = converged[0]
         info["ended_ms"] = run.now_ms()
     except (StrandlineError, OSError) as exc:      # recorded: the run did not go as written
         if not info["error"]:
@@ -160,7 +167,8 @@ def execute(scenario: Scenario, run_dir: Path, seed: int, partitions: int = 1, n
         finally:
             cluster.close()
     if run is not None:
-        info["faults"], info["notes"] = run.faults, run.notes + [f"fatal client error: {e}" for e in workload.fatal]
+        info["faults"] = run.faults
+        info["notes"] = run.notes + [f"fatal client error: {e}" for e in (workload.fatal if workload else [])]
     history.write_ops(run_dir, workload.ops if workload else [])
     history.write_replicas(run_dir, sampler.views if sampler else [])
     history.write_logs(run_dir, logs)
@@ -174,7 +182,8 @@ def _converged_isr(run: Run, partitions: int) -> bool:
     return all(run.leader(p) >= 0 and run.isr(run.leader(p), p) == ids for p in range(partitions))
 
 
-def verdict(scenario: Scenario, info: dict, result: dict, views: list | None = None) -> tuple[bool, str]:
+def verdict(scenario: Scenario, info: dict[str, Any], result: dict[str, Any], views: list[dict[str, Any]] | None = None
+            ) -> tuple[bool, str]:
     """Whether the run's outcome is the one SPEC.md expects, and the one line that says it."""
     lost, divergent = result["lost"], result["divergent_batches"]
     if info.get("error"):
@@ -217,7 +226,7 @@ def _runs_root(data_dir: str | None) -> Path:
 
 
 def _interruptible() -> None:
-    def on_term(signum, frame):
+    def on_term(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_term)
 
@@ -265,7 +274,7 @@ def run_scenario(name: str, seed: int | None, data_dir: str | None, trials: int 
     return 0 if all_ok else 1
 
 
-def summary_table(scenario: Scenario, run_dirs: list[Path], results: list[dict]) -> str:
+def summary_table(scenario: Scenario, run_dirs: list[Path], results: list[dict[str, Any]]) -> str:
     """Totals over the trials that ran as written (the others are counted, not audited)."""
     infos = [history.read_run(d) for d in run_dirs]
     done = [(d, i, r) for d, i, r in zip(run_dirs, infos, results) if not i.get("error")]
@@ -290,7 +299,7 @@ def audit_command(run_dirs: list[str]) -> int:
             raise StrandlineError(f"{d} is not a lab run folder (no run.json)")
     results = audit(dirs)
     all_ok = True
-    by_scenario: dict[str, list] = {}
+    by_scenario: dict[str, list[tuple[Scenario, Path, dict[str, Any]]]] = {}
     for d, result in zip(dirs, results):
         info = history.read_run(d)
         scenario = SAFE if info["scenario"] == "SAFE" else SCENARIOS[info["scenario"]]

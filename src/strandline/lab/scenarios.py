@@ -15,7 +15,7 @@ the count, and the numbers it measured.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from strandline.lab.faults import (epo_3, epo_3_divergence, loss_1, loss_2, loss_4, loss_5, loss_6, net_1, net_2,
                                    net_3, net_4, net_5, net_6, net_6_shrunk, net_7, net_8, safe_trial,
@@ -45,9 +45,9 @@ class Scenario:
     needs_network: bool = False
     broker_config: dict[str, str] = field(default_factory=dict)
     topic_config: dict[str, str] = field(default_factory=dict)
-    producer_config: dict = field(default_factory=dict)
+    producer_config: dict[str, Any] = field(default_factory=dict)
     bound: str = ""                  # what bounds the loss, printed after the count
-    check: Callable[[dict, dict, list], Finding | None] | None = None
+    check: Callable[[dict[str, Any], dict[str, Any], list[dict[str, Any]] | None], Finding | None] | None = None
     """``check(run info, audit result, sampled views)``: what the run measured beyond the count
     (e.g. how long after an election lost writes were acknowledged, against their bound) and
     whether that is what the seed describes; None when there is nothing to say."""
@@ -82,7 +82,8 @@ def disk_loss_account(acked: list[tuple[float, str]], kept: set[str], lost_at_ms
     return Finding(words, problem)
 
 
-def total_loss(info: dict, result: dict | None = None, views: list | None = None) -> Finding:
+def total_loss(info: dict[str, Any], result: dict[str, Any] | None = None, views: list[dict[str, Any]] | None = None
+               ) -> Finding:
     """LOSS-6: not one write acknowledged before the leader lost its disk may survive."""
     import pyarrow.parquet as pq
     from pathlib import Path
@@ -98,13 +99,15 @@ def total_loss(info: dict, result: dict | None = None, views: list | None = None
     return disk_loss_account(acked, kept, lost_at)
 
 
-def split_brain_bound(info: dict, result: dict, views: list) -> Finding | None:
+def split_brain_bound(info: dict[str, Any], result: dict[str, Any], views: list[dict[str, Any]] | None
+                      ) -> Finding | None:
     """NET-4 / LOSS-3: the last lost write must have been acknowledged within
     :func:`~strandline.lab.faults.split_brain_bound_ms` of the new leader's election (as first
     sampled: the new leader stopped fetching from the old one by then). The words give the
     measured span next to the bound and what the bound is made of."""
     if not result["lost"]:
         return None
+    views = views or []
     first_leader = next((v for v in views if v["state"] == "up" and v["leader"] >= 0), None)
     if first_leader is None:
         return Finding("no leader was ever sampled", "no leader was ever sampled")

@@ -18,6 +18,8 @@ needs no network.
 
 from __future__ import annotations
 
+from typing import Any, TYPE_CHECKING
+
 import html
 import io
 import math
@@ -33,15 +35,18 @@ SPLIT_BRAIN_GID = "split-brain"
 SAMPLE_MS = 200          # how long a broker's last sampled view is drawn when none follows
 
 
-def _role(view: dict, isr_of_leader: set[int]) -> str:
+if TYPE_CHECKING:       # matplotlib is imported when a figure is drawn
+    from matplotlib.figure import Figure
+
+def _role(view: dict[str, Any], isr_of_leader: set[int]) -> str:
     if view["state"] != "up":
-        return view["state"]
+        return str(view["state"])
     if view["leader"] == view["broker"]:
         return "leader"
     return "isr" if view["broker"] in isr_of_leader else "out-of-isr"
 
 
-def split_brains(views: list[dict], partition: int = 0) -> list[tuple[float, float, tuple[int, ...]]]:
+def split_brains(views: list[dict[str, Any]], partition: int = 0) -> list[tuple[float, float, tuple[int, ...]]]:
     """``[(start_ms, end_ms, brokers)]``: the stretches of time during which two or more brokers
     each said, in their latest sampled view, that they led ``partition``."""
     pviews = sorted((v for v in views if v["partition"] == partition), key=lambda v: v["time_ms"])
@@ -68,7 +73,7 @@ def _names(brokers: tuple[int, ...]) -> str:
     return ", ".join(str(b) for b in brokers[:-1]) + f" and {brokers[-1]}"
 
 
-def figure(info: dict, views: list[dict], result: dict, verdict_line: str):
+def figure(info: dict[str, Any], views: list[dict[str, Any]], result: dict[str, Any], verdict_line: str) -> Figure:
     """The run's figure (a matplotlib Figure; the caller closes it)."""
     import matplotlib
     matplotlib.use("Agg")
@@ -89,7 +94,7 @@ def figure(info: dict, views: list[dict], result: dict, verdict_line: str):
         pviews = [v for v in views if v["partition"] == p]
         # the ISR as the broker that says it leads knows it, over time
         leader_isr: set[int] = set()
-        by_broker: dict[int, list[dict]] = {b: [] for b in brokers}
+        by_broker: dict[int, list[dict[str, Any]]] = {b: [] for b in brokers}
         for v in pviews:
             if v["state"] == "up" and v["leader"] == v["broker"] and v["isr"]:
                 leader_isr = {int(x) for x in v["isr"].split(",")}
@@ -164,7 +169,7 @@ def figure(info: dict, views: list[dict], result: dict, verdict_line: str):
     return fig
 
 
-def draw(run_dir: Path, info: dict, views: list[dict], result: dict, verdict_line: str) -> tuple[Path, Path]:
+def draw(run_dir: Path, info: dict[str, Any], views: list[dict[str, Any]], result: dict[str, Any], verdict_line: str) -> tuple[Path, Path]:
     """Write timeline.png and timeline.html into ``run_dir``; returns both paths."""
     import matplotlib.pyplot as plt
 
@@ -181,7 +186,7 @@ def draw(run_dir: Path, info: dict, views: list[dict], result: dict, verdict_lin
     return png, page
 
 
-def _page(info: dict, result: dict, verdict_line: str, svg: str) -> str:
+def _page(info: dict[str, Any], result: dict[str, Any], verdict_line: str, svg: str) -> str:
     svg = svg[svg.index("<svg"):]                    # drop the XML prologue: inline in HTML
     faults = "".join(f"<li>{html.escape(f['label'])}</li>" for f in info.get("faults", []))
     lost_rows = "".join(

@@ -21,7 +21,7 @@ import time
 from collections import Counter
 import socket
 import struct
-from typing import Any
+from typing import Any, Iterator
 
 from strandline.load.stats import Sampler
 from strandline.load.workers import Outcome, Reporter, run_workers
@@ -65,7 +65,7 @@ def split(work: dict[int, tuple[int, int]], processes: int) -> list[dict[int, tu
     return parts
 
 
-def worker(index: int, queue: Any, go: Any, config: dict, topic: str, work: dict[int, tuple[int, int]],
+def worker(index: int, queue: Any, go: Any, config: dict[str, Any], topic: str, work: dict[int, tuple[int, int]],
            idle_timeout_s: float) -> None:
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -77,7 +77,7 @@ def worker(index: int, queue: Any, go: Any, config: dict, topic: str, work: dict
         return
     reporter = Reporter(index, queue)
     sampler = Sampler(sum(end - start for start, end in work.values()))
-    failures: Counter = Counter()
+    failures: Counter[str] = Counter()
     left = {p: end for p, (_, end) in work.items()}
     queue.put(("ready", index))
     go.wait()
@@ -89,21 +89,21 @@ def worker(index: int, queue: Any, go: Any, config: dict, topic: str, work: dict
         window = reporter.window
         for msg in batch:
             err = msg.error()
+            p, offset = msg.partition(), msg.offset()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
                     failures[err.str()] += 1
-                elif msg.partition() in left and msg.offset() >= left[msg.partition()]:
-                    del left[msg.partition()]      # at its end though the last offsets held no record
+                elif p is not None and offset is not None and p in left and offset >= left[p]:
+                    del left[p]      # at its end though the last offsets held no record
                 continue
-            p = msg.partition()
-            end = left.get(p)
-            if end is None or msg.offset() >= end:
+            end = left.get(p) if p is not None else None
+            if p is None or offset is None or end is None or offset >= end:
                 continue
             age_ms = max(0.0, now_ms - msg.timestamp()[1])
             value, key = msg.value(), msg.key()
             window.record((len(value) if value else 0) + (len(key) if key else 0), age_ms)
             sampler.add(age_ms)
-            if msg.offset() >= end - 1:
+            if offset >= end - 1:
                 del left[p]
         if batch:
             last = time.monotonic()
@@ -134,7 +134,7 @@ def raw_worker(index: int, queue: Any, go: Any, leaders: dict[int, str], topic: 
         return
     reporter = Reporter(index, queue)
     sampler = Sampler(sum(end - start for start, end in work.values()) // 16)
-    failures: Counter = Counter()
+    failures: Counter[str] = Counter()
     offsets = {p: start for p, (start, _) in work.items()}
     ends = {p: end for p, (_, end) in work.items()}
     buf = bytearray(FETCH_MAX_BYTES + (1 << 20))
@@ -211,7 +211,7 @@ def _read_frame(sock: socket.socket, view: memoryview) -> int:
         if not n:
             raise OSError("connection closed")
         got += n
-    size = struct.unpack_from(">i", view, 0)[0]
+    size: int = struct.unpack_from(">i", view, 0)[0]
     if size + 4 > len(view):
         raise OSError(f"a response of {size} bytes is larger than the buffer")
     while got < size + 4:
@@ -222,7 +222,7 @@ def _read_frame(sock: socket.socket, view: memoryview) -> int:
     return size
 
 
-def _fetch_partitions(buf: bytearray, size: int):
+def _fetch_partitions(buf: bytearray, size: int) -> Iterator[tuple[int, int, memoryview]]:
     """``(partition, error code, records view)`` of each partition of a Fetch v5 response."""
     view = memoryview(buf)
     pos = 4 + 4 + 4                                  # size, correlation id, throttle time

@@ -22,6 +22,10 @@ def now_ms() -> float:
     return time.time() * 1000.0
 
 
+#: one operation of the history: (time in ms, producer, "invoke", "ok", "fail" or "unknown", value, partition,
+#: offset or -1, error or "")
+Op = tuple[float, int, str, str, int, int, str]
+
 @dataclass
 class Workload:
     bootstrap: str
@@ -32,16 +36,17 @@ class Workload:
     acks: str = "all"
     idempotence: bool = True
     message_timeout_ms: int = 15000
-    extra_config: dict = field(default_factory=dict)   # the scenario's own producer settings
-    ops: list[tuple] = field(default_factory=list)   # (time_ms, producer, type, value, partition, offset, error)
+    extra_config: dict[str, Any] = field(default_factory=dict)   # the scenario's own producer settings
+    ops: list[Op] = field(default_factory=list)
     fatal: list[str] = field(default_factory=list)   # fatal client errors (the producer was replaced)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def _record(self, *op: Any) -> None:
+    def _record(self, time_ms: float, producer: int, kind: str, value: str, partition: int, offset: int,
+                error: str) -> None:
         with self._lock:
-            self.ops.append(op)
+            self.ops.append((time_ms, producer, kind, value, partition, offset, error))
 
     def start(self) -> None:
         for p in range(self.producers):
@@ -49,7 +54,7 @@ class Workload:
             self._threads.append(t)
             t.start()
 
-    def _config(self) -> dict:
+    def _config(self) -> dict[str, Any]:
         settings: dict[str, Any] = {
             "enable.idempotence": self.idempotence, "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms,
             "request.timeout.ms": 5000, "retry.backoff.ms": 100, "socket.timeout.ms": 5000,

@@ -24,7 +24,7 @@ def shares(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-def worker(index: int, queue: Any, go: Any, config: dict, topic: str, count: int, record_size: int,
+def worker(index: int, queue: Any, go: Any, config: dict[str, Any], topic: str, count: int, record_size: int,
            rate: float) -> None:
     from confluent_kafka import KafkaException, Producer
 
@@ -37,7 +37,7 @@ def worker(index: int, queue: Any, go: Any, config: dict, topic: str, count: int
     payload = os.urandom(record_size)
     reporter = Reporter(index, queue)
     sampler = Sampler(count)
-    failures: Counter = Counter()
+    failures: Counter[str] = Counter()
 
     def on_delivery(err: Any, msg: Any) -> None:
         if err is not None:

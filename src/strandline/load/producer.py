@@ -27,7 +27,7 @@ POLL_GRAIN_S = 0.001
 FULL_WAIT_S = 0.005
 
 
-def producer_config(bootstrap: str, acks: str, extra: dict | None = None, **settings: Any) -> dict:
+def producer_config(bootstrap: str, acks: str, extra: dict[str, Any] | None = None, **settings: Any) -> dict[str, Any]:
     """A producer's settings: ``bootstrap.servers``, ``acks``, librdkafka's own logging off, then
     ``settings``, then ``extra`` (the caller's, which win)."""
     return {"bootstrap.servers": bootstrap, "acks": acks, "log_level": 0, **settings, **(extra or {})}

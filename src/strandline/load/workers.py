@@ -14,12 +14,16 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from multiprocessing.process import BaseProcess
+from typing import Any, Callable, Sequence, TextIO
 
 from strandline.load.stats import Window, final_line, rate_line
 from strandline.errors import StrandlineError
 
 REPORT_S = 1.0
+#: what a worker sends its parent: ("ready", index), ("window", index, Window), ("done", index, latency
+#: sample, failures) or ("error", index, message)
+Message = tuple[Any, ...]
 
 
 @dataclass
@@ -29,7 +33,7 @@ class Outcome:
     total: Window = field(default_factory=Window)
     seconds: float = 0.0
     samples: list[float] = field(default_factory=list)
-    failures: Counter = field(default_factory=Counter)
+    failures: Counter[str] = field(default_factory=Counter)
     interrupted: bool = False
 
 
@@ -52,13 +56,13 @@ class Reporter:
             self.queue.put(("window", self.index, self.window))
             self.window = Window()
 
-    def done(self, samples: list[float], failures: Counter) -> None:
+    def done(self, samples: list[float], failures: Counter[str]) -> None:
         self.flush()
         self.queue.put(("done", self.index, samples, dict(failures)))
 
 
-def run_workers(target: Callable[..., None], jobs: list[tuple], verb: str, progress_s: float = 5.0,
-                out=sys.stdout, startup_timeout_s: float = 60.0) -> Outcome:
+def run_workers(target: Callable[..., None], jobs: list[tuple[Any, ...]], verb: str, progress_s: float = 5.0,
+                out: TextIO = sys.stdout, startup_timeout_s: float = 60.0) -> Outcome:
     """Start one process per job (``target(index, queue, go, *job)``), print progress, merge the results."""
     ctx = multiprocessing.get_context("spawn")
     q = ctx.Queue()
@@ -71,14 +75,14 @@ def run_workers(target: Callable[..., None], jobs: list[tuple], verb: str, progr
         ready = 0
         deadline = time.monotonic() + startup_timeout_s
         while ready < len(procs):
-            msg = _get(q, procs, deadline)
-            if msg[0] == "ready":
+            if _get(q, procs, deadline)[0] == "ready":
                 ready += 1
         start = time.monotonic()
         go.set()
         interval, interval_start = Window(), start
         done = 0
         while done < len(procs):
+            msg: Message | None
             try:
                 msg = q.get(timeout=0.2)
             except queue_module.Empty:
@@ -114,7 +118,7 @@ def run_workers(target: Callable[..., None], jobs: list[tuple], verb: str, progr
     return outcome
 
 
-def _get(q: Any, procs: list, deadline: float) -> tuple:
+def _get(q: Any, procs: Sequence[BaseProcess], deadline: float) -> Message:
     """The next message during start-up; an error a worker reports, or its death, stops everything."""
     while True:
         try:
@@ -128,4 +132,5 @@ def _get(q: Any, procs: list, deadline: float) -> tuple:
             continue
         if msg[0] == "error":
             raise StrandlineError(msg[2])
-        return msg
+        ready: Message = msg
+        return ready

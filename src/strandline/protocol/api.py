@@ -353,7 +353,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     return bytes(buf)
 
 
-def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> Any:
+def decode_response(api_key: int, api_version: int, frame: bytes | bytearray | memoryview) -> Any:
     """The kio body of a response frame (without its size prefix)."""
     *_, read_header, read_body = _request_codec(api_key, api_version)
     if type(frame) is not bytes:

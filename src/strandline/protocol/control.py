@@ -174,7 +174,7 @@ def _uvarint(n: int, out: bytearray) -> None:
     out.append(n)
 
 
-def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def _read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     n = shift = 0
     while True:
         if pos >= len(buf) or shift > 28:
@@ -187,7 +187,7 @@ def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+def _skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
     count, pos = _read_uvarint(buf, pos)
     for _ in range(count):
         _, pos = _read_uvarint(buf, pos)
@@ -235,7 +235,7 @@ def _encode(schema: tuple[Any, ...], value: dict[str, Any], out: bytearray, flex
         out.append(0)                   # no tagged fields
 
 
-def _decode(schema: tuple[Any, ...], buf: bytes | memoryview, pos: int, flexible: bool = False
+def _decode(schema: tuple[Any, ...], buf: bytes | bytearray | memoryview, pos: int, flexible: bool = False
             ) -> tuple[dict[str, Any], int]:
     value: dict[str, Any] = {}
     for name, kind in schema:
@@ -366,7 +366,7 @@ def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict
     return bytes(out)
 
 
-def decode_request(frame: bytes | memoryview) -> tuple[int, int, int, str | None, dict[str, Any]]:
+def decode_request(frame: bytes | bytearray | memoryview) -> tuple[int, int, int, str | None, dict[str, Any]]:
     """(api_key, version, correlation_id, client_id, body) of a control request frame; bytes after
     the body are ignored, as for every API."""
     try:

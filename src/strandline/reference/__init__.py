@@ -212,7 +212,7 @@ class KafkaDist:
 
     def run_tool(self, tool: str, args: Sequence[str], timeout: float = 120, input: str | None = None,
                  env: dict[str, str] | None = None, jvm_flags: Sequence[str] = TOOL_JVM_FLAGS,
-                 ) -> subprocess.CompletedProcess:
+                 ) -> subprocess.CompletedProcess[str]:
         """Run one tool to its end; its output as text. ``TimeoutExpired`` after ``timeout`` seconds
         (the JVM is killed first)."""
         return subprocess.run(self.tool_command(tool, args, jvm_flags=jvm_flags), capture_output=True, text=True,

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.config import SECURITY_PROTOCOLS
+from strandline.core.listeners import SECURITY_PROTOCOLS
 from strandline.core.effects import Effect, LogLine
 from strandline.coordination import znodes
 from strandline.core.outbox import Outbox

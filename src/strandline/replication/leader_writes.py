@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.config import LONG_MAX
+from strandline.core.config_key import LONG_MAX
 from strandline.core.effects import Effect
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.protocol.legacy_records import first_magic, up_convert

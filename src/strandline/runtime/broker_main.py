@@ -22,6 +22,7 @@ from strandline.broker.dynamic_config import apply_dynamic_broker_configs
 from strandline.coordination.cluster_state import (ZooKeeperUnanswered, read_acls, read_cluster_state,
                                                   read_dynamic_broker_configs)
 from strandline.core.config import BrokerConfig
+from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.coordination import acl_znodes, zk_layout
 from strandline.coordination import znodes
@@ -31,7 +32,10 @@ from strandline.log.manager import LogManager
 from strandline.runtime.disk import DirectoryLock, OsDisk
 from strandline.runtime.monitoring import Monitoring
 from strandline.runtime.loggers import current_loggers, install_repeat_limiter, register_level_names
-from strandline.runtime.server import BrokerShell, ListenerSpec, Stopper, describe, now_ms
+from strandline.errors import describe_exception
+from strandline.runtime.clock import now_ms
+from strandline.runtime.connection import ListenerSpec
+from strandline.runtime.server import BrokerShell, Stopper
 from strandline.runtime import tls
 from strandline.runtime.channels import ClientSecurity
 from strandline.broker.quotas import sanitize
@@ -44,7 +48,8 @@ log = logging.getLogger("strandline.broker")
 READY_PREFIX = "strandline broker ready"
 
 
-def from_kazoo(loop: asyncio.AbstractEventLoop, shell: BrokerShell, what: str, callback: Callable) -> Callable:
+def from_kazoo(loop: asyncio.AbstractEventLoop, shell: BrokerShell, what: str,
+               callback: Callable[..., object]) -> Callable[..., None]:
     """Wrap a watch or listener callback, which kazoo runs on its own thread: whatever it raises
     stops the broker (kazoo would only log it and end the watch, leaving the broker deaf)."""
     def run(*args: Any) -> None:
@@ -55,7 +60,7 @@ def from_kazoo(loop: asyncio.AbstractEventLoop, shell: BrokerShell, what: str, c
     return run
 
 
-def to_loop(loop: asyncio.AbstractEventLoop, fn: Callable, *args: Any) -> None:
+def to_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: Any) -> None:
     """``fn(*args)`` on the loop's thread, from kazoo's; nothing once the loop has closed (stopping)."""
     try:
         loop.call_soon_threadsafe(fn, *args)
@@ -205,7 +210,8 @@ def get_or_create_cluster_id(store: KazooStore) -> str:
     return cluster_id
 
 
-def watch_session(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell, register) -> None:
+def watch_session(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell,
+                  register: Callable[[], None]) -> None:
     """When the ZooKeeper session expires a controller resigns at once (NET-8); kazoo then opens a
     new session and the broker registers again."""
     state = {"lost": False}
@@ -258,7 +264,7 @@ def listener_specs(config: BrokerConfig, store: KazooStore) -> list[ListenerSpec
     return specs
 
 
-def _load_jwks(name: str, conf: dict) -> None:
+def _load_jwks(name: str, conf: dict[str, Any]) -> None:
     """OAUTHBEARER with signed tokens (KIP-768): the JWKS of ``sasl.oauthbearer.jwks.endpoint.url``
     (a file: URL) is read here, at each authentication, so that a rotated key set is used; the
     listener's validator is checked now, so that a configuration that cannot work stops the start."""
@@ -276,7 +282,8 @@ def _load_jwks(name: str, conf: dict) -> None:
         raise StrandlineError(f"listener {name}: {exc}") from None
 
 
-def _authenticator_factory(name: str, conf: dict, mechanisms: list[str], store: KazooStore) -> Callable:
+def _authenticator_factory(name: str, conf: dict[str, Any], mechanisms: list[str], store: KazooStore
+                           ) -> Callable[[], SaslAuthenticator]:
     def scram_credential(user: str, mechanism: str) -> str | None:
         """The user's stored SCRAM credential (``/config/users/<user>``), read from ZooKeeper."""
         [res] = store.execute([GetData(f"/config/users/{sanitize(user)}")])
@@ -345,7 +352,8 @@ class Running:
     started: bool = False
 
 
-async def _read_cluster_state(store: KazooStore, patience_s: float) -> tuple:
+async def _read_cluster_state(store: KazooStore, patience_s: float
+                              ) -> tuple[dict[int, BrokerInfo], dict[str, TopicMetadata]]:
     """The cluster as ZooKeeper has it; a read it did not answer is made again for ``patience_s``."""
     deadline = time.monotonic() + patience_s
     while True:
@@ -386,7 +394,8 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     if broker.authorizer.enabled:       # every ACL is known before the first client is served
         await asyncio.to_thread(store.ensure_paths, acl_znodes.ACL_PATHS)
         broker.authorizer.load(await asyncio.to_thread(read_acls, store, log.warning))
-    monitoring = running.monitoring = Monitoring(broker) if config.metrics_port else None
+    metrics_port = config.metrics_port
+    monitoring = running.monitoring = Monitoring(broker) if metrics_port else None
     if monitoring is None:
         v["metrics.port"] = 0     # what DescribeConfigs reports: no endpoint
     specs = listener_specs(config, store)
@@ -401,10 +410,11 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     endpoints = config.registered_endpoints()
     me = BrokerInfo.of(broker_id, endpoints, v["broker.rack"])
     brokers[broker_id] = me
-    if monitoring is not None:
+    metrics_address: tuple[str, int] | None = None
+    if monitoring is not None and metrics_port is not None:
         try:
-            await monitoring.start(config.listener.host, config.metrics_port, v["metrics.port"] == -1)
-            v["metrics.port"] = monitoring.address[1]     # what DescribeConfigs reports: the port in use
+            metrics_address = await monitoring.start(config.listener.host, metrics_port, v["metrics.port"] == -1)
+            v["metrics.port"] = metrics_address[1]     # what DescribeConfigs reports: the port in use
         except OSError as exc:
             raise StrandlineError(f"cannot serve metrics.port {config.metrics_port} on {config.listener.host}: "
                                   f"{exc.strerror or exc}") from None
@@ -434,7 +444,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     if stopper.failure is None:
         log.info("Broker %d serving on %s (controller %d, epoch %d)", broker_id,
                  ", ".join(f"{n}://{h}:{p}" for n, h, p, _ in endpoints), controller_id, controller_epoch)
-        metrics = f" metrics=http://{adv.host}:{monitoring.address[1]}" if monitoring is not None else ""
+        metrics = f" metrics=http://{adv.host}:{metrics_address[1]}" if metrics_address is not None else ""
         others = "".join(f" {n.lower()}={h}:{p}" for n, h, p, _ in endpoints if n != adv.name)
         print(f"{READY_PREFIX} id={broker_id} listener={adv.host}:{adv.port}{metrics}{others}", flush=True)
 
@@ -460,11 +470,11 @@ async def serve(config: BrokerConfig) -> int:
             log.info("Broker %d stopping during start-up", broker_id)
             starting.cancel()
             await asyncio.wait([starting])
-        elif starting.exception() is not None:
-            raise starting.exception()
+        elif (failed := starting.exception()) is not None:
+            raise failed
         else:
             await stop
-            if stopper.failure is None:
+            if stopper.failure is None and running.shell is not None:
                 log.info("Broker %d shutting down", broker_id)
                 await controlled_shutdown(running.shell, config)
     finally:
@@ -473,7 +483,7 @@ async def serve(config: BrokerConfig) -> int:
             await running.monitoring.close()
         if running.shell is not None:
             await running.shell.close()
-        if running.started and stopper.failure is None:
+        if running.started and running.broker is not None and stopper.failure is None:
             try:
                 running.broker.shutdown()
             except Exception as exc:
@@ -569,5 +579,5 @@ def run_broker(config: BrokerConfig) -> int:
         print(f"strandline broker: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:
-        log.error("Stopping the broker: start-up failed: %s", describe(exc))
+        log.error("Stopping the broker: start-up failed: %s", describe_exception(exc))
         return 1

@@ -18,7 +18,7 @@ import logging
 import socket
 import ssl
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -60,7 +60,8 @@ class _Channel(FramedProtocol):
         self.timer: asyncio.TimerHandle | None = None
         self.authenticated = channels.security is None or channels.security.sasl is None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+    def connection_made(self, base: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, base)       # a stream connection's (plain or TLS)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -72,13 +73,13 @@ class _Channel(FramedProtocol):
             return
         self._ready(transport)
 
-    def _ready(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def _ready(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
         for data in self.backlog:
-            self.transport.write(data)
+            transport.write(data)
         self.backlog.clear()
 
-    def _sasl_answer(self, frame: bytes) -> None:
+    def _sasl_answer(self, frame: bytes | bytearray) -> None:
         """The answers to SaslHandshake and SaslAuthenticate, before any request of the core."""
         security = self.channels.security
         assert security is not None and security.sasl is not None
@@ -119,7 +120,7 @@ class _Channel(FramedProtocol):
     def malformed(self, exc: ProtocolError) -> None:
         self.fail(f"malformed response: {exc}")
 
-    def frames_received(self, frames: list[bytes]) -> None:
+    def frames_received(self, frames: Sequence[bytes | bytearray]) -> None:
         for frame in frames:
             if not self.authenticated:
                 self._sasl_answer(frame)
@@ -131,7 +132,9 @@ class _Channel(FramedProtocol):
                 self.fail(f"unexpected correlation id {token}")
                 return
             del self.waiting[token]
-            self.channels.deliver(token, frame)
+            # a large answer arrives as the bytearray it was read into; the core's readers only
+            # index and slice it, as they do bytes (copying it to bytes would cost a follower's fetch)
+            self.channels.deliver(token, cast(bytes, frame))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.fail(str(exc) if exc else "closed by the peer")
@@ -197,9 +200,9 @@ class BrokerChannels:
         except (OSError, asyncio.TimeoutError, ssl.SSLError, ssl.CertificateError) as exc:
             channel.fail(f"cannot connect to {channel.address[0]}:{channel.address[1]}: {exc}")
 
-    def _connected(self, task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self._fail("connecting to another broker", task.exception())
+    def _connected(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._fail("connecting to another broker", exc)
 
     def deliver(self, token: int, frame: bytes | None) -> None:
         self.loop.call_soon(self._deliver, token, frame)

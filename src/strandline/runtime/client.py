@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
-from typing import Any
+from typing import Any, Self
 
 from strandline.errors import StrandlineError, Unreachable, UsageError
 from strandline.protocol.api import decode_response, encode_request
@@ -46,10 +46,10 @@ class KafkaConnection:
         self.client_id = client_id
         self.correlation_id = 0
 
-    def request(self, api_key: int, version: int, body: dict) -> Any:
+    def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         return decode_response(api_key, version, self.raw_request(api_key, version, body))
 
-    def raw_request(self, api_key: int, version: int, body: dict) -> bytes:
+    def raw_request(self, api_key: int, version: int, body: dict[str, Any]) -> bytes:
         """The response frame (without its size), for a response kio cannot read."""
         self.correlation_id += 1
         frame = encode_request(api_key, version, self.correlation_id, self.client_id, body)
@@ -75,7 +75,7 @@ class KafkaConnection:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "KafkaConnection":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: Any) -> None:

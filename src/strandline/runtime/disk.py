@@ -12,6 +12,7 @@ import queue
 import shutil
 import threading
 from collections import OrderedDict
+from typing import Callable
 
 _REOPEN_FLAGS = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
 _OPEN_FLAGS = _REOPEN_FLAGS | os.O_CREAT
@@ -117,16 +118,21 @@ _FALLOC_FL_KEEP_SIZE = 1
 log = logging.getLogger("strandline.broker")
 
 
-def _libc_fallocate():
+def _libc_fallocate() -> Callable[[int, int, int, int], int] | None:
     """libc's ``fallocate(fd, mode, offset, len)``, or None where there is none (not Linux/glibc)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fallocate = libc.fallocate
+        fallocate: Callable[[int, int, int, int], int] = libc.fallocate
     except (OSError, AttributeError):
         return None
-    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong)
-    fallocate.restype = ctypes.c_int
+    libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong)
+    libc.fallocate.restype = ctypes.c_int
     return fallocate
+
+
+#: a reservation for the preallocator's thread: (file, its reserve epoch, offset, length), or (an event
+#: to set once every earlier one is done, 0, 0, 0)
+_Job = tuple["OsFile | threading.Event", int, int, int]
 
 
 class Preallocator:
@@ -154,7 +160,7 @@ class Preallocator:
 
     def __init__(self) -> None:
         self._fallocate = _libc_fallocate()
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._unsupported: set[int] = set()     # devices whose file system has no fallocate
@@ -185,7 +191,7 @@ class Preallocator:
         self._put((done, 0, 0, 0))
         return done.wait(timeout)
 
-    def _put(self, item: tuple) -> None:
+    def _put(self, item: _Job) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -217,7 +223,10 @@ class Preallocator:
         device, inode = file.identity
         if device in self._unsupported:
             return None
-        with file.reserve_lock:
+        lock, fallocate = file.reserve_lock, self._fallocate
+        if lock is None or fallocate is None:
+            return None                     # a file (or a system) that takes no reservations
+        with lock:
             if file.reserve_epoch != epoch:
                 self.skipped += 1           # cut, trimmed or closed since: reserve nothing
                 return None
@@ -231,7 +240,7 @@ class Preallocator:
                 if (st.st_dev, st.st_ino) != (device, inode):
                     self.skipped += 1       # another file took the path
                     return None
-                if self._fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+                if fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
                     self.reserved += length
                     return None
                 code = ctypes.get_errno()
@@ -310,8 +319,8 @@ class OsFile:
         if preallocator is not None and preallocator.available and preallocator.supports(st.st_dev):
             self._preallocator = preallocator
             self.reserve_lock = threading.Lock()
-        if flush_ledger() is not None:
-            flush_ledger().opened(path, self._size)
+        if (ledger := flush_ledger()) is not None:
+            ledger.opened(path, self._size)
 
     def _open(self, flags: int) -> int:
         self._fd = os.open(self.path, flags, 0o644)
@@ -338,7 +347,7 @@ class OsFile:
             except OSError:      # the descriptor is released whatever close reports (Linux)
                 pass
 
-    def append(self, data) -> int:
+    def append(self, data: bytes | bytearray | memoryview) -> int:
         position = self._size
         fd = self.fd
         written = os.pwrite(fd, data, position)  # one system call, no copy of the buffer
@@ -375,13 +384,13 @@ class OsFile:
                 self.reserve_epoch += 1
                 os.ftruncate(self.fd, size)       # which frees the blocks reserved beyond it too
         self._size = self._reserved = size
-        if flush_ledger() is not None:
-            flush_ledger().truncated(self.path, size)
+        if (ledger := flush_ledger()) is not None:
+            ledger.truncated(self.path, size)
 
     def flush(self) -> None:
         os.fsync(self.fd)
-        if flush_ledger() is not None:
-            flush_ledger().durable(self.path, self._size)
+        if (ledger := flush_ledger()) is not None:
+            ledger.durable(self.path, self._size)
 
     def trim(self) -> None:
         """Give back the blocks reserved beyond the end (a segment the log rolled past, or one closed
@@ -476,8 +485,8 @@ class OsDisk:
             os.close(fd)
         os.replace(tmp, path)
         self.fsync_dir(os.path.dirname(path) or ".")
-        if flush_ledger() is not None:
-            flush_ledger().durable(path, len(data))
+        if (ledger := flush_ledger()) is not None:
+            ledger.durable(path, len(data))
 
     def fsync_dir(self, path: str) -> None:
         fsync_directory(path)
@@ -494,7 +503,7 @@ class DirectoryLock:
     until :meth:`release` or the process ends, by one process only. The holder writes its pid in
     the file, so that whoever fails to take the lock can name it."""
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = os.fspath(directory)
         self.path = os.path.join(self.directory, LOCK_FILE)
         self.fd = -1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Sequence
 
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 
@@ -55,7 +56,9 @@ class FramedProtocol(asyncio.BufferedProtocol):
         it: never above what is still to come, which could leave the frame waiting for bytes
         that are not sent."""
         transport = self.transport
-        sock = transport.get_extra_info("socket") if transport is not None else None
+        if transport is None:
+            return
+        sock = transport.get_extra_info("socket")
         if sock is None or transport.is_closing() or transport.get_extra_info("ssl_object") is not None:
             # (over TLS the socket's bytes are records, not the frame's: left to the TLS layer)
             return
@@ -74,7 +77,7 @@ class FramedProtocol(asyncio.BufferedProtocol):
             return
         self.frames_received(frames)
 
-    def frames_received(self, frames: list) -> None:
+    def frames_received(self, frames: Sequence[bytes | bytearray]) -> None:
         raise NotImplementedError
 
     def malformed(self, exc: ProtocolError) -> None:

@@ -18,6 +18,7 @@ from kazoo.exceptions import NoNodeError
 from strandline.coordination import znodes
 from strandline.coordination.cluster_state import ZooKeeperUnanswered, answered, read_cluster_state
 from strandline.coordination.store import GetChildren
+from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.runtime.zk import KazooStore
 
@@ -67,7 +68,8 @@ class BrokerListings:
             return brokers, epochs, self._made
 
 
-def read_full_cluster_state(store: KazooStore, listings: BrokerListings) -> tuple:
+def read_full_cluster_state(store: KazooStore, listings: BrokerListings
+                            ) -> tuple[dict[int, BrokerInfo], dict[str, TopicMetadata], dict[int, int], int]:
     """(brokers, topics, broker epochs, listing number) for a newly elected controller; raises
     :class:`ZooKeeperUnanswered` (the shell reads again) rather than leave anything out."""
     _, topics = read_cluster_state(store, log.warning)

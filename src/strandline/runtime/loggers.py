@@ -49,7 +49,7 @@ def line_kind(record: logging.LogRecord) -> str | None:
     are not limited."""
     kind = getattr(record, "kind", None)
     if kind:
-        return kind
+        return str(kind)
     if record.levelno < logging.WARNING or record.levelno >= logging.CRITICAL:
         return None
     template = record.msg if isinstance(record.msg, str) else str(record.msg)
@@ -125,7 +125,7 @@ class RepeatLimiter(logging.Filter):
         first = kind.first if len(kind.first) <= 300 else kind.first[:300] + "..."
         return kind.logger, kind.level, f'{kind.suppressed} more like "{first}" in the last {self.window_s:.0f} s'
 
-    def _emit(self, summaries: list) -> None:
+    def _emit(self, summaries: list[tuple[str, int, str] | None]) -> None:
         """Summary lines go to the handler this limiter filters for (see :func:`install_repeat_limiter`)."""
         for summary in summaries:
             if summary is not None and self.handler is not None:

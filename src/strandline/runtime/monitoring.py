@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from aiohttp import web
 from prometheus_client import (CollectorRegistry, GCCollector, Histogram, ProcessCollector, disable_created_metrics,
@@ -28,9 +28,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from strandline.broker import metrics as core_metrics
+from strandline.broker.broker import Broker
 from strandline.broker.status import status
 from strandline.protocol.api import ApiKey
-from strandline.runtime.disk import PREALLOCATOR
+from strandline.runtime.disk import PREALLOCATOR, Preallocator
 
 #: request times in ms, from 0.5 ms to long-poll fetches
 BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
@@ -42,12 +43,12 @@ GC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05
 
 log = logging.getLogger("strandline.broker")
 
-disable_created_metrics()     # no *_created samples: Kafka's meters have none
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated; no *_created samples: Kafka's meters have none
 
 _NAMES = {int(k): "".join(w.capitalize() for w in k.name.split("_")) for k in ApiKey}
 
 
-def request_name(frame: bytes) -> str:
+def request_name(frame: bytes | bytearray) -> str:
     """Kafka's ``request`` tag of RequestMetrics: the API's name, with Fetch split into
     ``FetchConsumer`` and ``FetchFollower`` (a replica id of 0 or more; followers send v14 or
     below)."""
@@ -97,7 +98,7 @@ class GcMetrics:
         registry.register(self)
         gc.callbacks.append(self._on_gc)
 
-    def _on_gc(self, phase: str, info: dict) -> None:
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
             return
@@ -106,7 +107,7 @@ class GcMetrics:
         self._sums[generation] += pause
         self._counts[generation][bisect.bisect_left(GC_BUCKETS_S, pause)] += 1
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         pauses = HistogramMetricFamily("python_gc_collection_seconds", "Pauses of the garbage collector, in seconds.",
                                        labels=["generation"])
         for generation in range(3):
@@ -138,7 +139,7 @@ class Timeline:
 
     def __init__(self, broker_id: int, path: str | None = None) -> None:
         self.broker_id = broker_id
-        self.events: collections.deque = collections.deque(maxlen=EVENTS_KEPT)
+        self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=EVENTS_KEPT)
         self.seq = 0
         self.started_ms = time.time_ns() // 1_000_000    # names this process's timeline (seq starts again)
         self.path = path
@@ -170,7 +171,7 @@ class Timeline:
                     self.path, exc.strerror or exc)
         self.path = None
 
-    def _persist(self, event: dict) -> None:
+    def _persist(self, event: dict[str, Any]) -> None:
         assert self.path is not None
         try:
             if self._lines + 1 >= 2 * EVENTS_KEPT:
@@ -207,17 +208,17 @@ class Timeline:
         if self.path is not None:
             self._persist(event)
 
-    def since(self, seq: int) -> list[dict]:
+    def since(self, seq: int) -> list[dict[str, Any]]:
         return [e for e in self.events if e["seq"] > seq]
 
 
 class CoreCollector:
     """prometheus_client's view of the broker core (read at each scrape, on the loop)."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         for family in core_metrics.collect(self.broker):
             metric = Metric(family.name, family.help, family.kind)
             sample = family.name + "_total" if family.kind == "counter" else family.name
@@ -229,10 +230,10 @@ class CoreCollector:
 class PreallocatorCollector:
     """The counters of the process's segment block reservations (:class:`~strandline.runtime.disk.Preallocator`)."""
 
-    def __init__(self, preallocator: Any) -> None:
+    def __init__(self, preallocator: Preallocator) -> None:
         self.preallocator = preallocator
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         pre = self.preallocator
         yield CounterMetricFamily("strandline_log_segment_preallocated_bytes",
                                   "Disk blocks reserved ahead of log segment appends, in bytes.", value=pre.reserved)
@@ -284,9 +285,10 @@ class Monitoring:
         body["events"] = self.timeline.since(since)
         return web.json_response(body)
 
-    async def start(self, host: str, port: int, any_port_if_taken: bool = False) -> None:
+    async def start(self, host: str, port: int, any_port_if_taken: bool = False) -> tuple[str, int]:
         """Serve on ``host:port``; with ``any_port_if_taken`` (the default port, not one the
-        operator chose) a port in use is replaced by a free one, with a warning."""
+        operator chose) a port in use is replaced by a free one, with a warning. Returns the address
+        it serves on."""
         self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
         await self.runner.setup()
         try:
@@ -300,7 +302,9 @@ class Monitoring:
             await site.start()
             log.warning("Port %d for metrics is taken (%s); serving them on port %d instead", port,
                         exc.strerror or exc, self.runner.addresses[0][1])
-        self.address = tuple(self.runner.addresses[0][:2])
+        host, port = self.runner.addresses[0][:2]
+        self.address = (host, port)
+        return self.address
 
     async def close(self) -> None:
         self.gc.close()

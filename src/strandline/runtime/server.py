@@ -1,10 +1,9 @@
 """The asyncio shell around the broker core: sockets, the clock, timers and ZooKeeper calls.
 
-Each connection answers its requests strictly in order, one at a time, as Kafka does: while a
-request waits in purgatory (acks=all, long-poll fetch) the connection's later requests queue.
-Reading pauses when a connection queues too much or its peer stops reading our responses: the
-requests a client pipelines then wait in the socket's buffers and in the client, not in the
-broker's memory (Kafka reads no further request of a connection while one is in flight).
+Each client connection (:mod:`strandline.runtime.connection`) hands the core its requests one at a
+time, in order; the shell carries out the effects the core returns: answers and closes, requests
+to other brokers (:mod:`strandline.runtime.channels`), ZooKeeper calls on worker threads, and
+checkpoint writes and segment flushes (:mod:`strandline.runtime.flushers`).
 
 Every event reaches the core through :meth:`BrokerShell.run`. An exception there, in a task of
 the shell or in any callback of the loop is not an outcome the broker can go on from (the core's
@@ -21,113 +20,26 @@ only a :class:`~strandline.errors.BrokenInvariant` of the broker's own state, a 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import os
-import re
-import ssl
-import time
-import traceback
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 from strandline.broker.broker import Broker
-from strandline.core.effects import (BrokerSend, Close, FlushFiles, LogLine, ReadClusterState, Send, SetLoggerLevel,
-                                       WriteCheckpoint, ZkRequest)
 from strandline.coordination.store import OpResult, ZkError
-from strandline.log.disk import FileRegion
-from strandline.runtime.disk import flush_ledger, fsync_directory
+from strandline.core.effects import (BrokerSend, Close, FlushFiles, LogLine, ReadClusterState, Send, SetLoggerLevel,
+                                     WriteCheckpoint, ZkRequest)
+from strandline.errors import describe_exception
 from strandline.runtime.channels import BrokerChannels
-from strandline.protocol.frames import FrameDecoder, ProtocolError
-from strandline.runtime.framed import FramedProtocol
+from strandline.runtime.clock import now_ms
+from strandline.runtime.connection import PLAINTEXT_SPEC, Connection, ListenerSpec
+from strandline.runtime.flushers import CheckpointWriter, SegmentFlusher
 from strandline.runtime.live_brokers import BrokerListings, read_full_cluster_state
 from strandline.runtime.loggers import set_logger_level
-from strandline.runtime.monitoring import request_name
-from strandline.runtime.tls import peer_dn
-from strandline.core.config import Listener
-from strandline.security.acl import ANONYMOUS
-from strandline.security.authenticator import SaslAuthenticator, ssl_principal
+from strandline.core.effects import Effect
 
 #: How soon a ZooKeeper request made while the session has no connection is answered CONNECTION_LOSS.
 DISCONNECTED_ZK_ANSWER_S = 0.1
 
 log = logging.getLogger("strandline.broker")
-_NUMBERS = re.compile(r"\d+")
-
-#: A connection stops being read while it has this many requests waiting behind the one being
-#: answered, or this many bytes of them: a producer pipelining megabyte requests (librdkafka's
-#: max.in.flight is 1,000,000) would otherwise have the broker hold 64 of them per connection.
-MAX_QUEUED_FRAMES = 64
-MAX_QUEUED_BYTES = 1024 * 1024
-
-
-def _sendfile(sock_fd: int, region: FileRegion) -> int:
-    """Bytes of ``region`` the socket took with ``sendfile`` (0 when it takes nothing now)."""
-    sent, size, file_fd = 0, region.size, region.fd
-    try:
-        while sent < size:
-            n = os.sendfile(sock_fd, file_fd, region.position + sent, size - sent)
-            if n <= 0:
-                break
-            sent += n
-    except (BlockingIOError, InterruptedError):
-        pass
-    except OSError:
-        pass  # the rest goes through the transport, which reports a broken connection its own way
-    return sent
-
-
-def send_now(fd: int, buffers: Any, write: Callable[[Any], Any]) -> None:
-    """Write ``buffers`` (bytes-like objects and :class:`FileRegion` s) to the non-blocking socket
-    ``fd`` now, as far as it takes them: each run of buffers with one writev, each region with
-    ``sendfile``. What it does not take goes, in order, to ``write`` (the transport, which
-    buffers it), a region's rest read from its file."""
-    i, n = 0, len(buffers)
-    while i < n:
-        buf = buffers[i]
-        if buf.__class__ is FileRegion:
-            sent = _sendfile(fd, buf)
-            i += 1
-            if sent < buf.size:
-                write(buf.read(sent))
-                break
-            continue
-        j = i + 1
-        while j < n and buffers[j].__class__ is not FileRegion:
-            j += 1
-        run = buffers[i:j]
-        i = j
-        try:
-            sent = os.writev(fd, run)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            sent = 0  # the transport reports the error on its own write below
-        short = False
-        for buf in run:
-            size = len(buf)
-            if sent >= size:
-                sent -= size
-            else:
-                write(memoryview(buf)[sent:] if sent else buf)
-                sent = 0
-                short = True
-        if short:
-            break
-    for buf in buffers[i:]:
-        write(buf.read() if buf.__class__ is FileRegion else buf)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message (at file:line in function)`` of where ``exc`` was raised: one line."""
-    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
-    where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in {frames[-1].name})" \
-        if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"
 
 
 class Stopper:
@@ -141,308 +53,14 @@ class Stopper:
 
     def fail(self, what: str, exc: BaseException | None = None) -> None:
         if self.failure is None:
-            self.failure = f"{what} failed: {describe(exc)}" if exc is not None else what
+            self.failure = f"{what} failed: {describe_exception(exc)}" if exc is not None else what
             log.error("Stopping the broker: %s", self.failure)
             if exc is not None:
                 log.debug("Traceback of the failure", exc_info=exc)
         self.requested.set()
 
-    def _on_loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    def _on_loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         self.fail(context.get("message") or "a callback of the event loop", context.get("exception"))
-
-
-@dataclass
-class ListenerSpec:
-    """One listener as the shell serves it: where, its TLS context (SSL, SASL_SSL), and for SASL
-    listeners the authenticator each connection gets (``authenticator()``), with the principal of
-    a client certificate mapped by ``principal_rules``."""
-
-    listener: Listener
-    ssl_context: ssl.SSLContext | None = None
-    authenticator: Callable[[], SaslAuthenticator] | None = None
-    principal_rules: str = "DEFAULT"
-    failure_delay_ms: int = 100         # connection.failed.authentication.delay.ms
-    max_unauthenticated_bytes: int = 524288     # sasl.server.max.receive.size
-
-
-PLAINTEXT_SPEC = ListenerSpec(Listener("PLAINTEXT", "127.0.0.1", 0))
-
-
-class Connection(FramedProtocol):
-    def __init__(self, shell: "BrokerShell", conn_id: int, spec: ListenerSpec = PLAINTEXT_SPEC) -> None:
-        self.shell = shell
-        self.conn_id = conn_id
-        self.spec = spec
-        self.authenticator: SaslAuthenticator | None = None
-        self.decoder = FrameDecoder(shell.max_request_bytes)
-        self.queue: collections.deque = collections.deque()
-        self.queued_bytes = 0                                       # of the frames in the queue
-        self.arrivals: collections.deque = collections.deque()      # when each queued frame came
-        self.current: tuple[str, float] | None = None               # the request being answered: API, arrival
-        self.busy = False
-        self.writable = True
-        self.reading = True
-        self.transport: asyncio.Transport | None = None
-        self.peer = "?"
-        self.host = ""
-        self.principal = ANONYMOUS              # once the broker knows the connection
-        self.fd = -1
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """(Over TLS: once the handshake is done.)"""
-        self.transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        tls = transport.get_extra_info("ssl_object")
-        # the socket is written directly (writev, sendfile) only without TLS
-        self.fd = sock.fileno() if sock is not None and tls is None else -1
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.host = peer[0] if peer else ""
-        self.shell.connections[self.conn_id] = self
-        if self.spec.authenticator is not None:       # the broker hears of it once authenticated
-            self.authenticator = self.spec.authenticator()
-            self.decoder.max_frame_bytes = min(self.spec.max_unauthenticated_bytes, self.decoder.max_frame_bytes)
-            return
-        principal = ssl_principal(peer_dn(tls), self.spec.principal_rules) if tls is not None else ANONYMOUS
-        self.opened(principal)
-
-    def opened(self, principal: str) -> None:
-        self.principal = principal
-        listener = self.spec.listener.name
-        self.shell.run(f"accepting a connection from {self.peer}",
-                       lambda: self.shell.broker.connection_opened(self.conn_id, self.host, listener, principal))
-
-    def authenticate(self, frame: bytes) -> bool:
-        """Hand ``frame`` to the SASL authenticator; False when it is an ordinary request (for the
-        broker), True when the authenticator took it."""
-        assert self.authenticator is not None
-        try:
-            step = self.authenticator.receive(frame, now_ms())
-        except Exception as exc:        # a bug of a mechanism: this connection fails, the broker serves on
-            log.error("SASL authentication of connection %s from %s failed: %s", self.conn_id, self.peer,
-                      describe(exc), extra={"kind": "SASL authentication failed"})
-            self.close("SASL authentication failed")
-            return True
-        if step.forward:
-            return False
-        transport = self.transport
-        if step.close is not None and transport is not None:
-            # as Kafka: the answer and the close wait connection.failed.authentication.delay.ms,
-            # reading nothing more meanwhile
-            self.busy = True
-            self.queue.clear()
-            self.queued_bytes = 0
-            self.arrivals.clear()
-            if self.reading:
-                self.reading = False
-                transport.pause_reading()
-            reason = step.close
-
-            def fail() -> None:
-                if self.transport is not None:
-                    for data in step.send:
-                        self.transport.write(data)
-                    self.close(reason)
-            self.shell.loop.call_later(self.spec.failure_delay_ms / 1000, fail)
-            return True
-        if transport is not None:
-            for data in step.send:
-                transport.write(data)
-        if step.principal is not None:
-            self.decoder.max_frame_bytes = self.shell.max_request_bytes
-            log.debug("Connection %s from %s on %s authenticated as %s", self.conn_id, self.peer,
-                      self.spec.listener.name, step.principal)
-            self.opened(step.principal)
-        return True
-
-    def malformed(self, exc: ProtocolError) -> None:
-        self.close(f"malformed request: {exc}")
-
-    def frames_received(self, frames: list[bytes]) -> None:
-        if frames and self.transport is not None and not self.transport.is_closing():
-            self.queue.extend(frames)
-            self.queued_bytes += sum(map(len, frames))
-            if self.shell.request_metrics is not None:
-                self.arrivals.extend([time.perf_counter()] * len(frames))
-            self.pump()
-
-    def pump(self) -> None:
-        shell = self.shell
-        while not self.busy and self.writable and self.queue and self.transport is not None:
-            frame = self.queue.popleft()
-            self.queued_bytes -= len(frame)
-            arrival = self.arrivals.popleft() if shell.request_metrics is not None else 0.0
-            if self.authenticator is not None and self.authenticate(frame):
-                continue                    # (which may have closed the connection and emptied the queue)
-            if shell.request_metrics is not None:
-                self.current = (request_name(frame), arrival)
-            self.busy = True
-            shell.run(f"handling a request from {self.peer}",
-                      lambda: shell.broker.handle_request(self.conn_id, frame, now_ms()))  # noqa: B023  (run at once)
-        if self.transport is None:
-            return
-        if self.reading:
-            if len(self.queue) >= MAX_QUEUED_FRAMES or self.queued_bytes >= MAX_QUEUED_BYTES:
-                self.reading = False
-                self.transport.pause_reading()
-        elif len(self.queue) < MAX_QUEUED_FRAMES // 2 and self.queued_bytes < MAX_QUEUED_BYTES // 2:
-            self.reading = True
-            self.transport.resume_reading()
-
-    def send(self, buffers: Any, throttle_ms: int = 0) -> None:
-        """Write a response. When nothing is buffered before it, it goes straight to the socket:
-        runs of buffers with one writev each (the record bytes are not joined or copied, and an
-        answer of several buffers costs one system call, not one each) and stored batches
-        (:class:`FileRegion`) with ``sendfile``; only what the socket does not take is buffered."""
-        transport = self.transport
-        if transport is None:
-            return
-        if self.current is not None and self.shell.request_metrics is not None:
-            self.shell.request_metrics.observe(self.current[0], self.current[1], time.perf_counter())
-        self.current = None
-        try:
-            if buffers:
-                if self.fd >= 0 and transport.get_write_buffer_size() == 0 and not transport.is_closing():
-                    send_now(self.fd, buffers, transport.write)     # one writev for the whole answer
-                else:
-                    for buf in buffers:
-                        transport.write(buf.read() if buf.__class__ is FileRegion else buf)
-        except OSError as exc:  # a fetched region the segment no longer holds: no answer can be whole
-            self.close(f"cannot send a response: {exc}")
-        if throttle_ms > 0:     # over its quota: the next request waits (Kafka mutes the channel)
-            self.shell.loop.call_later(throttle_ms / 1000, self.unthrottle)
-            return
-        self.busy = False
-
-    def unthrottle(self) -> None:
-        self.busy = False
-        self.pump()
-
-    def pause_writing(self) -> None:
-        self.writable = False
-
-    def resume_writing(self) -> None:
-        self.writable = True
-        self.shell.loop.call_soon(self.pump)
-
-    def close(self, reason: str) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.queue.clear()              # what it sent after is not served
-            self.queued_bytes = 0
-            self.arrivals.clear()
-            who = "" if self.principal == ANONYMOUS else f" ({self.principal})"
-            log.info("Closing connection %s from %s%s: %s", self.conn_id, self.peer, who, reason,
-                     extra={"kind": "closing a connection: " + _NUMBERS.sub("#", reason.split(":", 1)[0])[:100]})
-            self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        self.queue.clear()
-        self.queued_bytes = 0
-        self.arrivals.clear()
-        self.shell.connections.pop(self.conn_id, None)
-
-        def closed() -> list:
-            self.shell.broker.connection_closed(self.conn_id)
-            return []
-
-        self.shell.run(f"closing the connection from {self.peer}", closed)
-
-
-class CheckpointWriter:
-    """Writes checkpoint files (``WriteCheckpoint``) on a worker thread, one at a time and in order,
-    so that their fsyncs never hold up the event loop. A write still waiting gives way to a newer
-    one of the same path; ``drained`` waits until everything given has been written."""
-
-    def __init__(self, disk: Callable[[], Any], spawn: Callable[[str, Any], None]) -> None:
-        self.disk = disk                      # the broker's Disk, asked for when a write starts
-        self.spawn = spawn
-        self.waiting: dict[str, bytes] = {}
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    def write(self, path: str, content: bytes) -> None:
-        self.waiting[path] = content          # a newer content takes a waiting older one's place
-        if self._idle.is_set():
-            self._idle.clear()
-            self.spawn("writing a checkpoint file", self._run())
-
-    async def _run(self) -> None:
-        try:
-            while self.waiting:
-                path = next(iter(self.waiting))
-                content = self.waiting.pop(path)
-                await asyncio.to_thread(self.disk().write_file_atomic, path, content)
-        finally:
-            self._idle.set()
-
-    async def drained(self) -> None:
-        await self._idle.wait()
-
-
-def _fsync_paths(paths: list[str]) -> list[tuple[str, int]]:
-    """Open and fsync each file of ``paths`` that still exists; returns ``(path, size)`` of those.
-
-    A file deleted meanwhile (retention, a truncation) has nothing to keep, but its directory is
-    fsynced, so that the deletion is durable before the recovery point passes the file: otherwise a
-    power loss could bring back a segment that was never flushed, below where recovery looks. Any
-    other error is raised (the broker stops)."""
-    done = []
-    deleted_from: set[str] = set()
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
-            deleted_from.add(os.path.dirname(path))
-            continue
-        try:
-            os.fsync(fd)
-            done.append((path, os.fstat(fd).st_size))
-        finally:
-            os.close(fd)
-    for directory in sorted(deleted_from):
-        try:
-            fsync_directory(directory)
-        except FileNotFoundError:
-            pass                            # the whole log was deleted (its directory goes too)
-    return done
-
-
-class SegmentFlusher:
-    """Makes rolled segments durable (``FlushFiles``) on a worker thread, one flush at a time and in
-    order, then tells the core, so that a roll's fsync (a second for a gigabyte segment on a busy
-    disk) never holds up the event loop. The worker opens each file by its path when its turn comes
-    (the log may have closed its descriptor meanwhile): one deleted by then is skipped, and
-    its directory fsynced."""
-
-    def __init__(self, shell: "BrokerShell") -> None:
-        self.shell = shell
-        self.waiting: collections.deque = collections.deque()
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    def flush(self, effect: FlushFiles) -> None:
-        self.waiting.append((effect.token, effect.paths))
-        if self._idle.is_set():
-            self._idle.clear()
-            self.shell.spawn("flushing a rolled log segment", self._run())
-
-    async def _run(self) -> None:
-        try:
-            while self.waiting:
-                token, paths = self.waiting.popleft()
-                flushed = await asyncio.to_thread(_fsync_paths, paths)
-                ledger = flush_ledger()
-                if ledger is not None:
-                    for path, size in flushed:
-                        ledger.durable(path, size)
-                self.shell.run("a rolled log segment flushed",
-                               lambda t=token: self.shell.broker.on_files_flushed(t, now_ms()))
-        finally:
-            self._idle.set()
-
-    async def drained(self) -> None:
-        await self._idle.wait()
 
 
 class BrokerShell:
@@ -463,13 +81,13 @@ class BrokerShell:
         self._next_conn = 1
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.server: asyncio.base_events.Server | None = None     # the first listener's
         self.servers: list[asyncio.base_events.Server] = []
         self.channels = BrokerChannels(self.loop, self._on_broker_response, stopper.fail, client_security)
         self.controlled_shutdown_done = asyncio.Event()
         self.checkpoints = CheckpointWriter(lambda: broker.logs.disk, self.spawn)
-        self.segment_flusher = SegmentFlusher(self)
+        self.segment_flusher = SegmentFlusher(self.spawn, self._on_files_flushed)
         self.closing = False                  # close() began: the core gets no more events or ticks
 
     def protocol_factory(self, spec: ListenerSpec = PLAINTEXT_SPEC) -> Connection:
@@ -486,9 +104,10 @@ class BrokerShell:
         if self.server is None:
             self.server = server
         self.reschedule()
-        return server.sockets[0].getsockname()[1]
+        bound: int = server.sockets[0].getsockname()[1]
+        return bound
 
-    def run(self, what: str, event: Callable[[], list]) -> None:
+    def run(self, what: str, event: Callable[[], list[Effect]]) -> None:
         """Hand one event to the core (``event()`` returns its effects) and carry them out; any
         exception stops the broker. Once it is stopping or closing, events are dropped."""
         if self.stopper.failure is not None or self.closing:
@@ -498,7 +117,7 @@ class BrokerShell:
         except Exception as exc:
             self.stopper.fail(what, exc)
 
-    def apply(self, effects: list) -> None:
+    def apply(self, effects: list[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, Send):
                 conn = self.connections.get(effect.conn_id)
@@ -533,15 +152,15 @@ class BrokerShell:
             self.controlled_shutdown_done.set()
         self.reschedule()
 
-    def spawn(self, what: str, coro) -> None:
+    def spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` as a task of the shell; if it raises, the broker stops."""
         task = self.loop.create_task(coro)
         self._tasks.add(task)
 
-        def done(task: asyncio.Task) -> None:
+        def done(task: asyncio.Task[None]) -> None:
             self._tasks.discard(task)
-            if not task.cancelled() and task.exception() is not None:
-                self.stopper.fail(what, task.exception())
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                self.stopper.fail(what, exc)
 
         task.add_done_callback(done)
 
@@ -570,6 +189,9 @@ class BrokerShell:
         else:
             results = await asyncio.to_thread(self.store.execute, ops)
         self.run("applying a ZooKeeper result", lambda: self.broker.on_zk_result(request.token, results, now_ms()))
+
+    def _on_files_flushed(self, token: int) -> None:
+        self.run("a rolled log segment flushed", lambda: self.broker.on_files_flushed(token, now_ms()))
 
     def _on_broker_response(self, token: int, frame: bytes | None) -> None:
         self.run("handling another broker's answer", lambda: self.broker.on_broker_response(token, frame, now_ms()))
@@ -609,3 +231,4 @@ class BrokerShell:
         await self.checkpoints.drained()
         for task in list(self._tasks):
             task.cancel()
+

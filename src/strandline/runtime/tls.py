@@ -19,6 +19,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from strandline.errors import StrandlineError
@@ -43,7 +44,8 @@ def _password(value: Any) -> bytes | None:
     return str(value).encode() if value else None
 
 
-def _pkcs12(data: bytes, password: Any, key: str) -> tuple[Any, Any, list]:
+def _pkcs12(data: bytes, password: Any, key: str
+            ) -> tuple[PrivateKeyTypes | None, x509.Certificate | None, list[x509.Certificate]]:
     try:
         return pkcs12.load_key_and_certificates(data, _password(password))
     except ValueError as exc:

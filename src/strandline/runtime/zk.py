@@ -83,24 +83,25 @@ def _kazoo_read(client: KazooClient, op: Op) -> Any:
     return KazooGetData(path, None) if isinstance(op, GetData) else KazooGetChildren(path, None)
 
 
-class _MultiRead(tuple):
+class _MultiRead(tuple[list[Any]]):
     """ZooKeeper's multiRead request (opcode 22, ZooKeeper 3.6+): reads in one request, each
     answered on its own (data and stat, children, or its error), as a kazoo request object."""
 
     type = 22
 
-    def __new__(cls, operations: list) -> "_MultiRead":
+    def __new__(cls, operations: list[Any]) -> "_MultiRead":
         return super().__new__(cls, (operations,))
 
     def serialize(self) -> bytearray:
         b = bytearray()
         for op in self[0]:
             b += MultiHeader(op.type, False, -1).serialize() + op.serialize()
-        return b + multiheader_struct.pack(-1, True, -1)
+        b += multiheader_struct.pack(-1, True, -1)
+        return b
 
     @classmethod
-    def deserialize(cls, data: bytes, offset: int) -> list:
-        results: list = []
+    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
+        results: list[Any] = []
         header, offset = MultiHeader.deserialize(data, offset)
         while not header.done:
             if header.type == KazooGetData.type:
@@ -325,7 +326,7 @@ class KazooStore:
         except ZK_FAILURES as exc:
             return [OpResult(zk_error(exc)) for _ in ops]
         deadline = time.monotonic() + self.request_timeout_s      # for the whole batch
-        values: list = []
+        values: list[Any] = []         # kazoo's answers, or the exception of each
         for i, answer in enumerate(sent):
             try:
                 value = answer.get(timeout=max(0.001, deadline - time.monotonic()))
@@ -463,7 +464,7 @@ class KazooStore:
                                   f"{zk_error(exc).name}") from None
 
     def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None,
-                        wait_s: float | None = None, endpoints: list | None = None) -> int:
+                        wait_s: float | None = None, endpoints: list[tuple[str, str, int, str]] | None = None) -> int:
         """Create the ephemeral ``/brokers/ids/<id>`` (SPEC CTL-2) and return the broker epoch (its czxid).
 
         If the node exists and belongs to another session, e.g. this broker's previous life that
@@ -483,8 +484,9 @@ class KazooStore:
                                                endpoints=endpoints)
             try:
                 _, stat = self._wait(self.client.create_async(path, data, ephemeral=True, include_data=True))
-                log.info("Registered broker %d at %s (broker epoch %d)", broker_id, path, stat.czxid)
-                return stat.czxid
+                epoch: int = stat.czxid
+                log.info("Registered broker %d at %s (broker epoch %d)", broker_id, path, epoch)
+                return epoch
             except NoNodeError:
                 self._try(lambda: self._ensure_path(_parent(path)))
                 continue
@@ -503,8 +505,9 @@ class KazooStore:
                 stat = None
                 gone.set()
             if stat is not None and stat.ephemeralOwner == self.session_id:
-                log.info("Broker %d is already registered by this session (broker epoch %d)", broker_id, stat.czxid)
-                return stat.czxid
+                epoch = stat.czxid
+                log.info("Broker %d is already registered by this session (broker epoch %d)", broker_id, epoch)
+                return epoch
             if stat is None:
                 continue  # deleted meanwhile: create again
             remaining = deadline - time.monotonic()

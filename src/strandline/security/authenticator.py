@@ -95,7 +95,7 @@ class SaslAuthenticator:
 
     # -- the frames
 
-    def receive(self, frame: bytes, now_ms: int) -> Step:
+    def receive(self, frame: bytes | bytearray, now_ms: int) -> Step:
         """Handle one frame of the connection."""
         if self.state is SaslState.COMPLETE:
             return self._after_authentication(frame, now_ms)
@@ -105,7 +105,7 @@ class SaslAuthenticator:
             return self._token(frame, now_ms)
         return self._handshake_phase(frame, now_ms)
 
-    def _after_authentication(self, frame: bytes, now_ms: int) -> Step:
+    def _after_authentication(self, frame: bytes | bytearray, now_ms: int) -> Step:
         key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
         if self.session_expires_ms is not None:
             if key == ApiKey.SASL_HANDSHAKE:       # KIP-368: the client re-authenticates
@@ -118,7 +118,7 @@ class SaslAuthenticator:
                                   "re-authenticate")
         return _FORWARD
 
-    def _handshake_phase(self, frame: bytes, now_ms: int) -> Step:
+    def _handshake_phase(self, frame: bytes | bytearray, now_ms: int) -> Step:
         try:
             header, request = api.decode_request(frame)
         except api.UnsupportedApiVersions as exc:
@@ -159,7 +159,7 @@ class SaslAuthenticator:
         return Step(send=(api.encode_response(header, {"error_code": ErrorCode.none,
                                                        "mechanisms": list(self.mechanisms)}),))
 
-    def _token(self, frame: bytes, now_ms: int) -> Step:
+    def _token(self, frame: bytes | bytearray, now_ms: int) -> Step:
         assert self.server is not None
         if self.handshake_version == 0:             # raw tokens, no Kafka header
             try:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from strandline.errors import StrandlineError
 from strandline.runtime.client import KafkaConnection
+
+T = TypeVar("T")
+#: one record the sink writes: (key, value, headers as (name, value) pairs)
+Row = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]
 
 METADATA, LIST_OFFSETS, FETCH, PRODUCE, INIT_PRODUCER_ID = 3, 2, 1, 0, 22
 EARLIEST, LATEST = -2, -1
@@ -71,7 +75,7 @@ class StrandlineClient:
             conn = self.conns[address] = KafkaConnection(address, self.timeout_s, client_id="strandline-spark")
         return conn
 
-    def _request(self, address: str, api_key: int, version: int, body: dict) -> Any:
+    def _request(self, address: str, api_key: int, version: int, body: dict[str, Any]) -> Any:
         try:
             return self._conn(address).request(api_key, version, body)
         except StrandlineError:
@@ -138,7 +142,7 @@ class StrandlineClient:
             raise LeaderMoved(f"{tp[0]}-{tp[1]} has no leader")
         return self.brokers[leader], epoch
 
-    def _with_leader(self, tp: tuple[str, int], call) -> Any:
+    def _with_leader(self, tp: tuple[str, int], call: Callable[[str, int], T]) -> T:
         last: Exception | None = None
         for attempt in range(RETRIES):
             try:
@@ -173,7 +177,7 @@ class StrandlineClient:
               ) -> tuple[ErrorCode, int, int, bytes, list[tuple[int, int]]]:
         """(error, high watermark, log start offset, records, aborted transactions as (producer id,
         first offset)) of one fetch; OFFSET_OUT_OF_RANGE is returned."""
-        def call(address: str, epoch: int) -> tuple:
+        def call(address: str, epoch: int) -> tuple[ErrorCode, int, int, bytes, list[tuple[int, int]]]:
             resp = self._request(address, FETCH, 11, {
                 "replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": max_bytes,
                 "isolation_level": self.isolation,
@@ -247,7 +251,7 @@ def find_coordinator(client: StrandlineClient, key: str, key_type: int) -> str:
     raise LeaderMoved("no broker answered FindCoordinator")
 
 
-def with_coordinator(client: StrandlineClient, key: str, key_type: int, call: Any, what: str) -> Any:
+def with_coordinator(client: StrandlineClient, key: str, key_type: int, call: Callable[[str], T], what: str) -> T:
     """``call(address)`` on the coordinator of ``key``, found again and retried with a backoff
     while it moves, loads or is busy."""
     last: Exception | None = None
@@ -276,7 +280,7 @@ class TransactionalProducer:
         self.sequences: dict[tuple[str, int], int] = {}
         self.producer_id, self.epoch = self._with_coordinator(self._init)
 
-    def _with_coordinator(self, call: Any, group: str | None = None) -> Any:
+    def _with_coordinator(self, call: Callable[[str], T], group: str | None = None) -> T:
         """``call`` on this transactional id's coordinator, or on ``group``'s."""
         key, key_type = (self.transactional_id, 1) if group is None else (group, 0)
         return with_coordinator(self.client, key, key_type, call, f"transaction {self.transactional_id}")
@@ -288,7 +292,7 @@ class TransactionalProducer:
         checked(resp.error_code, f"InitProducerId of {self.transactional_id}")
         return int(resp.producer_id), int(resp.producer_epoch)
 
-    def produce(self, tp: tuple[str, int], rows: list, encode: Any) -> None:
+    def produce(self, tp: tuple[str, int], rows: list[Row], encode: Callable[[list[Row], int, int, int], bytes]) -> None:
         """Add ``tp`` to the transaction (once), then append ``encode(rows, pid, epoch, seq)`` to it."""
         if tp not in self.added:
             def add(address: str) -> None:

@@ -6,7 +6,9 @@ A Spark task decodes every fetched record, once, straight into the lists that be
 
 from __future__ import annotations
 
-from strandline.protocol.records import decompress, iter_batches, iter_records, read_varint
+from typing import Any
+
+from strandline.protocol.records import BatchHeader, Buffer, decompress, iter_batches, iter_records, read_varint
 
 
 class Columns:
@@ -15,15 +17,15 @@ class Columns:
     __slots__ = ("keys", "values", "offsets", "timestamps", "types", "headers")
 
     def __init__(self) -> None:
-        self.keys: list = []
-        self.values: list = []
+        self.keys: list[Buffer | None] = []
+        self.values: list[Buffer | None] = []
         self.offsets: list[int] = []
         self.timestamps: list[int] = []
         self.types: list[int] = []
-        self.headers: list = []
+        self.headers: list[list[dict[str, Any]]] = []
 
 
-def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool,
+def decode_into(data: Buffer, columns: Columns, start: int, end: int, with_headers: bool,
                 aborted: list[tuple[int, int]] | None = None) -> int:
     """Append the records with ``start <= offset < end``; returns the offset after the last batch seen.
 
@@ -140,7 +142,7 @@ def decode_into(data, columns: Columns, start: int, end: int, with_headers: bool
     return next_offset
 
 
-def _is_abort_marker(data, pos: int, h) -> bool:
+def _is_abort_marker(data: Buffer, pos: int, h: BatchHeader) -> bool:
     """Whether a control batch holds an abort marker (its one record's key: version 0, type 0)."""
     for record in iter_records(data, pos, h):
         return record.key is not None and bytes(record.key[:4]) == b"\x00\x00\x00\x00"

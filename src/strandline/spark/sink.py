@@ -26,7 +26,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from strandline.group.records import varint
 from strandline.spark.options import OptionError
-from strandline.spark.client import StrandlineClient, TransactionalProducer, committed_offset
+from strandline.spark.client import Row, StrandlineClient, TransactionalProducer, committed_offset
 
 NAME = "strandline"
 WRITE_OPTIONS = {"kafka.bootstrap.servers", "topic", "includeheaders", "path", "checkpointlocation", "exactlyonce"}
@@ -70,7 +70,7 @@ def _as_bytes(v: Any) -> bytes | None:
 _SMALL = [varint(n) for n in range(1 << 14)]       # zig-zag varints of 0..16383, for lengths and deltas
 
 
-def encode_batch(rows: list[tuple], producer_id: int, producer_epoch: int, sequence: int, now_ms: int,
+def encode_batch(rows: list[Row], producer_id: int, producer_epoch: int, sequence: int, now_ms: int,
                  transactional: bool = False) -> bytes:
     """An uncompressed v2 batch of (key, value, headers) for an idempotent (or transactional) producer."""
     import struct
@@ -128,7 +128,7 @@ class _Writing:
             else:
                 pid, epoch = client.init_producer_id()
             sequences: dict[TopicPartition, int] = {}
-            pending: dict[TopicPartition, list] = {}
+            pending: dict[TopicPartition, list[Row]] = {}
             size: dict[TopicPartition, int] = {}
             robin = 0
             written = 0
@@ -177,12 +177,13 @@ class _Writing:
             for tp in list(pending):
                 flush(tp)
             if txn is not None:
+                assert progress is not None and self.topic is not None        # _begin gave both
                 group, batch_id = progress
                 txn.commit_offset(group, (self.topic, 0), batch_id + 1)
                 txn.end(commit=True)
         return WriteSummary(written)
 
-    def _begin(self, client: StrandlineClient) -> tuple:
+    def _begin(self, client: StrandlineClient) -> tuple[TransactionalProducer | None, tuple[str, int] | None]:
         """The transactional producer of this task of this micro-batch, or (None, None) when a
         previous attempt already committed it."""
         from pyspark import TaskContext
@@ -190,8 +191,10 @@ class _Writing:
         ctx = TaskContext.get()
         query = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
         batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
-        if query is None or batch is None:
+        if ctx is None or query is None or batch is None:
             raise RuntimeError("option exactlyOnce is for streaming queries (writeStream) only")
+        if self.topic is None:
+            raise RuntimeError("option exactlyOnce needs the option topic")
         transactional_id = f"strandline-sink-{query}-{ctx.partitionId()}"
         # first fence any earlier attempt: its transaction is then committed or aborted for good
         txn = TransactionalProducer(client, transactional_id)
@@ -215,14 +218,14 @@ class StrandlineStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteSummary:
         return self.writing.write_batches(iterator)
 
-    def commit(self, messages, batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass
 
-    def abort(self, messages, batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass
 
 
-def writing(options: dict, schema: StructType, overwrite: bool) -> _Writing:
+def writing(options: dict[str, Any], schema: StructType, overwrite: bool) -> _Writing:
     """Check the write options and schema on the driver, and create the topic named by the
     ``topic`` option before any task starts."""
     opts = {k.lower(): v for k, v in options.items()}

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, InputPartition)
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
@@ -58,22 +58,22 @@ def _arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def canonical(offsets: dict) -> dict:
+def canonical(offsets: dict[str, Any]) -> dict[str, Any]:
     """Offsets with topics sorted and partition keys as strings in numeric order."""
     return {t: {str(p): int(o) for p, o in sorted(((int(p), o) for p, o in parts.items()))}
             for t, parts in sorted(offsets.items())}
 
 
-def _bool(options: dict, key: str, default: bool) -> bool:
+def _bool(options: dict[str, Any], key: str, default: bool) -> bool:
     value = options.get(key)
     if value is None:
         return default
     if value.lower() not in ("true", "false"):
         raise OptionError(f"option {key}: expected true or false, got {value!r}")
-    return value.lower() == "true"
+    return str(value).lower() == "true"
 
 
-def _int(options: dict, key: str) -> int | None:
+def _int(options: dict[str, Any], key: str) -> int | None:
     value = options.get(key)
     if value is None:
         return None
@@ -86,7 +86,7 @@ def _int(options: dict, key: str) -> int | None:
     return number
 
 
-def _duration_ms(options: dict, key: str) -> int | None:
+def _duration_ms(options: dict[str, Any], key: str) -> int | None:
     value = options.get(key)
     if value is None:
         return None
@@ -97,26 +97,30 @@ def _duration_ms(options: dict, key: str) -> int | None:
     return int(m.group(1)) * scale
 
 
+#: startingOffsets / endingOffsets: "earliest", "latest", or {topic: {partition: offset}} (-2 earliest, -1 latest)
+OffsetSpec = str | dict[str, dict[str, int]]
+
+
 @dataclass
 class Settings:
     bootstrap: str
     subscribe: list[str] | None
     pattern: str | None
     assign: list[TopicPartition] | None
-    starting: str | dict
-    ending: str | dict
+    starting: OffsetSpec
+    ending: OffsetSpec
     fail_on_data_loss: bool
     max_per_trigger: int | None
     min_per_trigger: int | None
     max_trigger_delay_ms: int
     min_partitions: int | None
     include_headers: bool
-    starting_timestamps: dict | None
+    starting_timestamps: dict[str, Any] | None
     starting_timestamp: int | None
     isolation: int = 0          # kafka.isolation.level: 1 read_committed
 
     @classmethod
-    def parse(cls, options: dict, streaming: bool) -> "Settings":
+    def parse(cls, options: dict[str, Any], streaming: bool) -> "Settings":
         opts = {k.lower(): v for k, v in options.items()}
         unknown = sorted(k for k in opts if k not in READ_OPTIONS and not k.startswith("kafka."))
         if unknown:
@@ -144,8 +148,8 @@ class Settings:
             except re.error as exc:
                 raise OptionError(f"option subscribePattern: {exc}") from None
 
-        def offsets(key: str, default: str, allowed: tuple[str, ...]) -> str | dict:
-            value = opts.get(key, default)
+        def offsets(key: str, default: str, allowed: tuple[str, ...]) -> OffsetSpec:
+            value: str = opts.get(key, default)
             if value.strip().lower() in allowed:
                 return value.strip().lower()
             try:
@@ -207,13 +211,13 @@ class Settings:
             topics = list(self.subscribe or [])
         return [(t, p) for t in sorted(topics) for p in client.partitions.get(t, [])]
 
-    def resolve(self, client: StrandlineClient, spec: str | dict, tps: list[TopicPartition],
+    def resolve(self, client: StrandlineClient, spec: OffsetSpec, tps: list[TopicPartition],
                 default: int) -> dict[TopicPartition, int]:
         out = {}
         for tp in tps:
             if spec == "earliest":
                 out[tp] = client.list_offset(tp, EARLIEST)
-            elif spec == "latest":
+            elif isinstance(spec, str):
                 out[tp] = client.list_offset(tp, LATEST)
             else:
                 value = spec.get(tp[0], {}).get(str(tp[1]), default)
@@ -225,7 +229,7 @@ class Settings:
             out = {}
             for tp in tps:
                 ts = self.starting_timestamp if self.starting_timestamp is not None else \
-                    self.starting_timestamps.get(tp[0], {}).get(str(tp[1]))
+                    (self.starting_timestamps or {}).get(tp[0], {}).get(str(tp[1]))
                 if ts is None:
                     raise OptionError(f"option startingOffsetsByTimestamp has no timestamp for {tp[0]}-{tp[1]}")
                 found = client.list_offset(tp, int(ts))
@@ -234,14 +238,14 @@ class Settings:
         return self.resolve(client, self.starting, tps, EARLIEST)
 
 
-def as_offsets_json(offsets: dict[TopicPartition, int]) -> dict:
+def as_offsets_json(offsets: dict[TopicPartition, int]) -> dict[str, Any]:
     raw: dict[str, dict[str, int]] = {}
     for (t, p), o in offsets.items():
         raw.setdefault(t, {})[str(p)] = o
     return canonical(raw)
 
 
-def from_offsets_json(offsets: dict) -> dict[TopicPartition, int]:
+def from_offsets_json(offsets: dict[str, Any]) -> dict[TopicPartition, int]:
     return {(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
 
 
@@ -336,7 +340,8 @@ class StrandlineBatchReader(DataSourceReader):
         parts = split_ranges([(tp, start[tp], end[tp]) for tp in tps], self.settings.min_partitions)
         return parts or [RangePartition("", -1, 0, 0)]
 
-    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)        # what partitions() made
         if partition.partition < 0:
             return iter(())
         return read_range(self.settings, partition)
@@ -345,13 +350,13 @@ class StrandlineBatchReader(DataSourceReader):
 class StrandlineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.target: dict | None = None
+        self.target: dict[str, Any] | None = None
         self.held_since: float | None = None
 
     def _client(self) -> StrandlineClient:
         return StrandlineClient(self.settings.bootstrap, isolation=self.settings.isolation)
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         client = self._client()
         try:
             tps = self.settings.topic_partitions(client)
@@ -367,7 +372,7 @@ class StrandlineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         finally:
             client.close()
 
-    def getDefaultReadLimit(self):
+    def getDefaultReadLimit(self) -> ReadLimit:
         if self.settings.max_per_trigger:
             return ReadMaxRows(self.settings.max_per_trigger)
         return ReadAllAvailable()
@@ -375,7 +380,7 @@ class StrandlineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = as_offsets_json(self._latest())
 
-    def latestOffset(self, start: dict, limit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_offsets_json(start)
         latest = from_offsets_json(self.target) if self.target is not None else self._latest()
         for tp, offset in list(begin.items()):
@@ -406,15 +411,16 @@ class StrandlineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 end[tp] = begin[tp] + int(max_rows * n / total)
         return as_offsets_json({tp: max(begin[tp], end[tp]) for tp in latest})
 
-    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:
         begin, finish = from_offsets_json(start), from_offsets_json(end)
         ranges = [(tp, begin.get(tp, 0), finish[tp]) for tp in sorted(finish)]
         return split_ranges(ranges, self.settings.min_partitions)
 
-    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)        # what partitions() made
         return read_range(self.settings, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         pass
 
 

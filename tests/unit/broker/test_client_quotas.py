@@ -255,7 +255,7 @@ def test_a_producer_over_its_quota_is_told_and_its_connection_muted():
         assert resp.throttle_time.total_seconds() * 1000 == throttles[-1]
     # ~4.1 KB each over 10 s: within 1 KB/s until the third; then (rate - 1000) / 1000 * 10 s
     assert throttles[0] == 0 and throttles[1] == 0 and throttles[2] > 0, throttles
-    sizes = 3 * h.broker.apis._request_bytes
+    sizes = 3 * h.broker.apis.arrivals.size
     assert throttles[2] == round((sizes / 10.0 - 1000) / 1000 * 10_000)
     # the same client id on another connection shares the rate; another client id has no quota
     h.run(h.broker.handle_request(2, h.frame(0, 7, h.produce_body("t", make_batch([b"y" * 4000]))), h.now))

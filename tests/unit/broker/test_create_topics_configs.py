@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.config import TOPIC_KEYS
+from strandline.core.topic_keys import TOPIC_KEYS
 from tests.unit.broker.test_broker_core import Harness
 
 

@@ -72,4 +72,4 @@ def test_quotas_are_kept_under_the_principals_user():
     h = Harness(**LISTENERS)
     h.broker.connection_opened(1, "127.0.0.1", "SASL_SSL", "User:alice")
     h.broker.connection_opened(2, "127.0.0.1", "PLAINTEXT")
-    assert h.broker.apis._user(1) == "alice" and h.broker.apis._user(2) == "ANONYMOUS"
+    assert h.broker.apis.quota_apis.user(1) == "alice" and h.broker.apis.quota_apis.user(2) == "ANONYMOUS"

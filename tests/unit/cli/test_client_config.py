@@ -18,7 +18,7 @@ from strandline.cli import client_config
 from strandline.cli.client_config import ClientSecurity, ScramClient, from_properties, librdkafka, unsecured_token
 from strandline.cli.configs import java_double, kafka_style, parse_scram, scram_upsertion
 from strandline.cli.main import build_parser, main
-from strandline.core.config import ConfigError
+from strandline.core.config_key import ConfigError
 from strandline.errors import StrandlineError
 from strandline.security import oauthbearer, scram
 from strandline.security.sasl import SaslContext

@@ -2,7 +2,9 @@
 
 import pytest
 
-from strandline.core.config import BrokerConfig, ConfigError, parse_properties, parse_topic_configs
+from strandline.core.config import BrokerConfig, parse_properties
+from strandline.core.config_key import ConfigError
+from strandline.core.topic_keys import parse_topic_configs
 
 
 def cfg(**extra):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from strandline.core.config import BrokerConfig, ConfigError
+from strandline.core.config import BrokerConfig
+from strandline.core.config_key import ConfigError
 from strandline.broker.dynamic_config import validate_broker_update
 
 CONFIG = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "zk:2181", "log.dirs": "/data"})

@@ -3,7 +3,8 @@ listener, per-listener security keys."""
 
 import pytest
 
-from strandline.core.config import BrokerConfig, ConfigError
+from strandline.core.config import BrokerConfig
+from strandline.core.config_key import ConfigError
 
 
 def cfg(**props):

@@ -14,7 +14,7 @@ from strandline.log.disk import FileRegion
 from strandline.log.log import Log
 from strandline.log.segment import REGION_MIN_BYTES
 from strandline.runtime.disk import OsDisk
-from strandline.runtime.server import send_now
+from strandline.runtime.connection import send_now
 from strandline.sim.disk import MemoryDisk
 from tests.unit.batches import make_batch
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from strandline.core.config import BROKER_KEYS, TOPIC_KEYS
+from strandline.core.config import BROKER_KEYS
+from strandline.core.topic_keys import TOPIC_KEYS
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"

@@ -307,7 +307,7 @@ def test_a_segment_deleted_before_its_roll_flush_has_its_deletion_made_durable(t
     fsynced before the core hears the flush is done (and moves the recovery point past it): a
     deletion that was not durable could bring back, after a power loss, a segment never flushed
     below where recovery looks. A log whose whole directory is gone is skipped without an error."""
-    from strandline.runtime.server import _fsync_paths
+    from strandline.runtime.flushers import fsync_paths
 
     log_dir, gone_dir = tmp_path / "t-0", tmp_path / "t-1"
     log_dir.mkdir()
@@ -317,10 +317,10 @@ def test_a_segment_deleted_before_its_roll_flush_has_its_deletion_made_durable(t
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: fsynced.append(os.fstat(fd).st_ino) or real_fsync(fd))
 
-    assert _fsync_paths([str(kept)]) == [(str(kept), 10)]
+    assert fsync_paths([str(kept)]) == [(str(kept), 10)]
     assert fsynced == [kept.stat().st_ino]                  # nothing deleted: the directory is not synced
     fsynced.clear()
-    done = _fsync_paths([str(log_dir / "00000000000000000000.log"), str(log_dir / "00000000000000000000.index"),
+    done = fsync_paths([str(log_dir / "00000000000000000000.log"), str(log_dir / "00000000000000000000.index"),
                          str(kept), str(gone_dir / "00000000000000000000.log")])
     assert done == [(str(kept), 10)]
     assert fsynced == [kept.stat().st_ino, log_dir.stat().st_ino]

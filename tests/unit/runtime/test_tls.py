@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from strandline.core.config import SECURITY_KEYS
+from strandline.core.security_keys import SECURITY_KEYS
 from strandline.runtime import tls
 from strandline.security.authenticator import ssl_principal
 from strandline.security.certs import CertificateAuthority

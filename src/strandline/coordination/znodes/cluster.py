@@ -25,7 +25,7 @@ class ClusterIdZNode(_FixedPathZNode):
         return _json({"version": "1", "id": cluster_id})
 
     @staticmethod
-    def decode(data: bytes) -> str:
+    def decode(data: bytes | None) -> str:
         def parse(obj: Any) -> str:
             cluster_id = _object(obj)["id"]
             if not isinstance(cluster_id, str) or not cluster_id:

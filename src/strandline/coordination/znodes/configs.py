@@ -77,7 +77,7 @@ class ConfigEntityChangeNotificationSequenceZNode(_SequentialZNode):
         return _json({"version": 2, "entity_path": f"{entity_type}/{name}"})
 
     @staticmethod
-    def decode(data: bytes, child: str = "<child>") -> tuple[str, str]:
+    def decode(data: bytes | None, child: str = "<child>") -> tuple[str, str]:
         """(entity type, name); version 1 (``entity_type`` and ``entity_name``) is read too."""
         def parse(obj: Any) -> tuple[str, str]:
             obj = _object(obj)
