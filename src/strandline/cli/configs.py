@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import secrets
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from strandline.cli.topics import metadata
 from strandline.errors import StrandlineError
+from strandline.security.scram import new_salt
 from strandline.cli.client_config import KafkaConnection
 from strandline.cli.answers import refusal
 
@@ -158,7 +158,7 @@ def scram_upsertion(user: str, mechanism: str, iterations: int, password: str, s
     """An AlterUserScramCredentials upsertion: a fresh salt and the salted password (RFC 5802's
     ``Hi``, PBKDF2), as Kafka's admin client computes them; the password itself is not sent."""
     code, digest = SCRAM[mechanism]
-    salt = secrets.token_bytes(32) if salt is None else salt
+    salt = new_salt() if salt is None else salt
     salted = hashlib.pbkdf2_hmac(digest, password.encode("utf-8"), salt, iterations)
     return {"name": user, "mechanism": code, "iterations": iterations, "salt": salt, "salted_password": salted}
 

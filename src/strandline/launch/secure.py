@@ -182,7 +182,7 @@ def store_users_and_acls(cluster: SecureCluster, zk_connect: str, timeout_s: flo
     from kazoo.client import KazooClient  # type: ignore[import-untyped]  # kazoo has no type hints
     from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]  # likewise
 
-    from strandline.security.scram import credential
+    from strandline.security.scram import credential, new_salt
 
     zk = KazooClient(hosts=zk_connect, timeout=10.0)
     try:
@@ -192,7 +192,7 @@ def store_users_and_acls(cluster: SecureCluster, zk_connect: str, timeout_s: flo
     try:
         if cluster.sasl:
             for user in USERS:
-                salt = secrets.token_bytes(32)
+                salt = new_salt()
                 salted = hashlib.pbkdf2_hmac("sha512", cluster.passwords[user].encode(), salt, SCRAM_ITERATIONS)
                 _merge(zk, ConfigEntityZNode.path("users", user),
                        _with_credential(user, credential(2, salt, salted, SCRAM_ITERATIONS)))

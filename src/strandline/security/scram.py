@@ -28,6 +28,20 @@ MIN_ITERATIONS = 4096           # both mechanisms' minIterations
 MAX_ITERATIONS = 16384          # ZkAdminManager's maxIterations
 
 
+def new_salt() -> bytes:
+    """A fresh salt as Kafka makes one (``ScramFormatter.secureRandomBytes``): the ASCII digits of a
+    130-bit random number in base 36. librdkafka before 2.1 (Debian's kcat) reads the salt as a C
+    string: a random binary salt with a NUL byte in it (one in nine of 32 bytes) fails its proof."""
+    number = secrets.randbits(130)
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    text = ""
+    while True:
+        number, digit = divmod(number, 36)
+        text = digits[digit] + text
+        if number == 0:
+            return text.encode("ascii")
+
+
 def credential(mechanism: int, salt: bytes, salted_password: bytes, iterations: int) -> str:
     """The stored form of a credential (``ScramCredentialUtils.credentialToString`` of
     ``ScramFormatter.generateCredential(salt, saltedPassword, iterations)``)."""
