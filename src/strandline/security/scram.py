@@ -29,9 +29,9 @@ MAX_ITERATIONS = 16384          # ZkAdminManager's maxIterations
 
 
 def new_salt() -> bytes:
-    """A fresh salt as Kafka makes one (``ScramFormatter.secureRandomBytes``): the ASCII digits of a
-    130-bit random number in base 36. librdkafka before 2.1 (Debian's kcat) reads the salt as a C
-    string: a random binary salt with a NUL byte in it (one in nine of 32 bytes) fails its proof."""
+    """A fresh salt as Kafka makes one (``ScramFormatter.secureRandomBytes``, for ``kafka-configs``
+    and for the admin client's AlterUserScramCredentials): the ASCII digits of a 130-bit random
+    number in base 36."""
     number = secrets.randbits(130)
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"
     text = ""

@@ -366,8 +366,7 @@ def test_no_command_config_changes_nothing():
 
 def test_a_fresh_salt_is_ascii_as_kafka_makes_it():
     """`strandline configs --entity-type users` (and `up --security`) salt a credential as Kafka's
-    ScramFormatter does: base-36 digits of a 130-bit random number. librdkafka before 2.1 (Debian's
-    kcat) reads the salt as a C string, so a binary salt with a NUL byte failed its proof."""
+    ScramFormatter does: the base-36 digits of a 130-bit random number."""
     salts = [scram_upsertion("alice", "SCRAM-SHA-512", 4096, "pw")["salt"] for _ in range(200)]
     assert all(s and s.isascii() and s.decode().isalnum() and s.decode() == s.decode().lower() for s in salts)
     assert len(set(salts)) == 200 and max(len(s) for s in salts) <= 26
