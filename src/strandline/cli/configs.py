@@ -23,7 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from strandline.cli.topics import metadata
+from strandline.cli.topics import controller_address, metadata
 from strandline.errors import StrandlineError
 from strandline.security.scram import new_salt
 from strandline.cli.client_config import KafkaConnection
@@ -249,9 +249,11 @@ def run_users(args: argparse.Namespace) -> int:
                 _check(entry.error_code, entry.error_message, "cannot alter the quotas of "
                        + ("the default user" if default else f"user {name}"))
         if scram_adds or scram_deletes:
-            resp = conn.request(ALTER_USER_SCRAM_CREDENTIALS, 0, {
-                "deletions": [{"name": name, "mechanism": SCRAM[m][0]} for m in scram_deletes],
-                "upsertions": [scram_upsertion(name, m, it, pw) for m, (it, pw) in scram_adds.items()]})
+            # the controller alters them (Kafka 2.8's brokers answer NOT_CONTROLLER otherwise)
+            with KafkaConnection(controller_address(conn)) as controller:
+                resp = controller.request(ALTER_USER_SCRAM_CREDENTIALS, 0, {
+                    "deletions": [{"name": name, "mechanism": SCRAM[m][0]} for m in scram_deletes],
+                    "upsertions": [scram_upsertion(name, m, it, pw) for m, (it, pw) in scram_adds.items()]})
             _check_user_results(resp.results, "cannot alter the SCRAM credentials of user")
     print("Completed updating default config for users in the cluster." if default
           else f"Completed updating config for user {name}.")
