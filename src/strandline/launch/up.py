@@ -26,7 +26,7 @@ from strandline.launch.ports import free_loopback_ports, port_free
 from strandline.launch.secure import MECHANISM, SecureCluster, store_users_and_acls
 from strandline.launch.secure import prepare as prepare_security
 from strandline.launch.process import pid_alive, signal_pid, spawn, stop_processes, wait_gone
-from strandline.launch.wait import Waiting, wait_for_line, wait_for_membership
+from strandline.launch.wait import Waiting, poll_until, wait_for_line, wait_for_membership
 from strandline.launch.zookeeper import zookeeper_for
 from strandline.runtime.disk import DirectoryLock
 
@@ -329,6 +329,7 @@ class UpCluster:
     env: dict[str, str] | None = None   # up's environment (its brokers inherit it)
     stderr: Path | None = None          # where up's own lines go (default: ``<data_dir>-up.log``)
     security: str = ""       # `strandline up --security` (sasl_ssl, ssl, sasl_plaintext)
+    stdout: Path | None = None          # where up's standard output goes (default: a pipe, read until bootstrap)
     proc: subprocess.Popen[bytes] | None = None
     bootstrap: str = ""
 
@@ -360,9 +361,27 @@ class UpCluster:
         return cmd
 
     def start(self, timeout: float = 90) -> "UpCluster":
-        self.proc = spawn(self.command(), subprocess.PIPE, self.log_path, env=self.env)   # SIGTERM if we die
-        self.bootstrap = wait_for_line(self.proc, "bootstrap.servers=", timeout).split("=", 1)[1].strip()
+        if self.stdout is None:
+            self.proc = spawn(self.command(), subprocess.PIPE, self.log_path, env=self.env)   # SIGTERM if we die
+            self.bootstrap = wait_for_line(self.proc, "bootstrap.servers=", timeout).split("=", 1)[1].strip()
+            return self
+        self.proc = spawn(self.command(), self.stdout, self.log_path, env=self.env, fresh_stdout=True)
+        proc, out = self.proc, self.stdout
+
+        def bootstrap_line() -> str | None:
+            printed = out.read_text(errors="replace").splitlines()
+            line = next((line for line in printed if line.startswith("bootstrap.servers=")), None)
+            if line is None and proc.poll() is not None:
+                raise RuntimeError(f"up exited with {proc.returncode} before printing its bootstrap servers: "
+                                   f"see {self.log_path}")
+            return line
+        self.bootstrap = poll_until(bootstrap_line, timeout, 0.1, "up's bootstrap.servers line").split("=", 1)[1]
         return self
+
+    @property
+    def printed(self) -> str:
+        """What up printed on its standard output (with ``stdout`` given)."""
+        return self.stdout.read_text(errors="replace") if self.stdout is not None else ""
 
     @property
     def info(self) -> dict[str, Any]:
