@@ -375,7 +375,9 @@ class UpCluster:
                 raise RuntimeError(f"up exited with {proc.returncode} before printing its bootstrap servers: "
                                    f"see {self.log_path}")
             return line
-        self.bootstrap = poll_until(bootstrap_line, timeout, 0.1, "up's bootstrap.servers line").split("=", 1)[1]
+        line = poll_until(bootstrap_line, timeout, 0.1, "up's bootstrap.servers line")
+        assert line is not None             # poll_until returns a true value
+        self.bootstrap = line.split("=", 1)[1]
         return self
 
     @property
