@@ -261,7 +261,8 @@ async def _aio_auth_failure_async(auth: Auth) -> str:
             # aiokafka takes OAUTHBEARER's error challenge ({"status":"invalid_token"}) for success
             # and sends its next request, which the broker answers by closing: the challenge is in its log
             return " | ".join([f"{type(exc).__name__}: {exc}", *(line for line in logged.lines if "failed" in line
-                                                                 or "invalid_token" in line)])
+                                                                 or "invalid_token" in line
+                                                                 or "Unable connect" in line)])
         finally:
             await producer.stop()
     raise AssertionError("aiokafka connected")
@@ -296,7 +297,8 @@ def _kcat_consume(auth: Auth, topic: str) -> list[bytes]:
 def _kcat_auth_failure(auth: Auth) -> str:
     done = _kcat(auth, ["-L", "-m", "3"])          # the refusal comes within 0.1 s; -L then gives up
     assert done.returncode != 0, done.stdout
-    return done.stderr.decode(errors="replace")
+    return "".join(line for line in done.stderr.decode(errors="replace").splitlines(keepends=True)
+                   if not line.startswith("% Reading configuration"))
 
 
 # -- the same for every client --------------------------------------------------------------------
