@@ -232,7 +232,7 @@ def test_scram_user_created_over_tls_and_plain_then_used_to_authenticate(broker_
     assert capsys.readouterr().out == "Completed updating config for user alice.\n"
     assert set(broker.credentials) == {("alice", "SCRAM-SHA-256"), ("alice", "SCRAM-SHA-512")}
     assert all("password" not in text and "alice-secret" not in text for text in broker.credentials.values())
-    assert broker.seen == [(51, "User:admin")]
+    assert broker.seen == [(3, "User:admin"), (51, "User:admin")]      # the controller asked for, then told
 
     alice = write(tmp_path / "alice.properties", {
         "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256", "ssl.truststore.location": pki["ca"],
