@@ -114,3 +114,49 @@ def test_kafka_python_authenticates_with_scram(cluster):
     finally:
         consumer.close()
     assert values == [b"from kafka-python"]
+
+
+# -- kafka-python, aiokafka and kcat with each mechanism (tests/integration/security_clients.py) ----
+
+#: a user of each mechanism, and its password
+USERS = {"PLAIN": ("alice", "alice-secret"), "SCRAM-SHA-256": ("carol", "carol-secret"),
+         "SCRAM-SHA-512": ("carol", "carol-secret"), "OAUTHBEARER": ("dave", "")}
+
+
+def auth(cluster, mechanism: str, user: str, password: str, **extra):
+    from tests.integration.security_clients import Auth
+
+    return Auth(cluster.sasl, "SASL_PLAINTEXT", mechanism, user, password, **extra)
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "kcat"])
+def test_other_clients_round_trip_with_each_mechanism(cluster, client, mechanism):
+    """kafka-python with SCRAM-SHA-512 is test_kafka_python_authenticates_with_scram."""
+    from tests.integration.security_clients import round_trip
+
+    if (client, mechanism) == ("kafka-python", "SCRAM-SHA-512"):
+        pytest.skip("proved by test_kafka_python_authenticates_with_scram")
+    round_trip(client, auth(cluster, mechanism, *USERS[mechanism]))
+
+
+@pytest.mark.parametrize("mechanism, user, password", [("PLAIN", "alice", "wrong"), ("PLAIN", "nobody", "x"),
+                                                       ("SCRAM-SHA-256", "carol", "wrong"),
+                                                       ("SCRAM-SHA-256", "nobody", "carol-secret")])
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "kcat"])
+def test_other_clients_are_refused_a_wrong_password_or_an_unknown_user(cluster, client, mechanism, user, password):
+    from tests.integration.security_clients import auth_failure, refused_as
+
+    error = auth_failure(client, auth(cluster, mechanism, user, password))
+    assert refused_as(error, "Authentication failed") if client == "kafka-python" else \
+        "Authentication failed" in error, error
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python", "aiokafka"])
+def test_an_expired_oauthbearer_token_is_refused(cluster, client):
+    """A token whose exp passed a minute ago (each client's token callback gives it; kcat makes its
+    own tokens, always unexpired): the broker answers invalid_token, then SASL_AUTHENTICATION_FAILED."""
+    from tests.integration.security_clients import auth_failure, refused_as
+
+    error = auth_failure(client, auth(cluster, "OAUTHBEARER", "dave", "", token_lifetime_s=-60))
+    assert refused_as(error, "invalid_token") if client == "kafka-python" else "invalid_token" in error, error

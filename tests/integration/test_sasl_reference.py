@@ -342,3 +342,28 @@ def test_produce_and_consume_take_the_command_config(kafka, pki, tmp_path):
     consumed = run_cli("consume", "--bootstrap-server", kafka["ssl"], "--topic", "sasl-records", "--offset",
                        "beginning", "--exit-at-end", "--command-config", str(mtls))
     assert (consumed.returncode, consumed.stdout) == (0, "one\ntwo\n"), consumed.stderr
+
+
+def test_kcat_of_an_old_librdkafka_authenticates_with_scram_to_kafka_as_to_strandline(kafka):
+    """librdkafka before 2.6.1 (Debian's kcat: 2.0.2) sends its nonce twice in the SCRAM
+    client-final (librdkafka#4895). Kafka 3.9 takes it, its nonce ending with the server's; so does
+    Strandline (the kcat cells of tests/integration/test_up_security.py and test_sasl_mechanisms.py)."""
+    import re
+    import shutil
+
+    from tests.conftest import missing_prerequisite
+
+    if shutil.which("kcat") is None:
+        missing_prerequisite("kcat is not installed (make kcat installs it)")
+    version = re.search(r"librdkafka (\d+)\.(\d+)\.(\d+)", subprocess.run(["kcat", "-V"], capture_output=True,
+                                                                          text=True).stdout)
+    made = run_cli("configs", "--entity-type", "users", "--entity-name", "kim", "--bootstrap-server", kafka["plain"],
+                   "--alter", "--add-config", "SCRAM-SHA-512=[password=kim-secret]")
+    assert made.returncode == 0, made.stderr
+    for password, ok in (("kim-secret", True), ("wrong", False)):
+        listed = subprocess.run(["kcat", "-b", kafka["sasl"], "-X", "security.protocol=SASL_PLAINTEXT",
+                                 "-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", "sasl.username=kim",
+                                 "-X", f"sasl.password={password}", "-L", "-m", "5"],
+                                capture_output=True, text=True, timeout=30)
+        assert (listed.returncode == 0) == ok, (version and version.groups(), listed.stderr)
+        assert ok or "Authentication failed" in listed.stderr

@@ -538,3 +538,48 @@ def test_a_users_produce_quota_holds_an_authenticated_producer_within_20_percent
     assert free_rate > 2 * QUOTA_BYTES and not [t for t in free_throttles if t > 0]
     assert [t for t in throttles if t > 0]
     assert 0.8 * QUOTA_BYTES <= rate <= 1.2 * QUOTA_BYTES, rate
+
+
+# -- kafka-python, aiokafka and kcat with a client certificate (tests/integration/security_clients.py)
+
+@pytest.fixture(scope="module")
+def certificate_acls(cluster):
+    """User:CN=client,O=Strandline may use the topics and groups the clients' round trips make."""
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, \
+        ResourcePatternType, ResourceType
+
+    principal = "User:CN=client,O=Strandline"
+    grants = [AclBinding(ResourceType.TOPIC, "sec-", ResourcePatternType.PREFIXED, principal, "*",
+                         AclOperation.ALL, AclPermissionType.ALLOW),
+              AclBinding(ResourceType.GROUP, "g-sec-", ResourcePatternType.PREFIXED, principal, "*",
+                         AclOperation.ALL, AclPermissionType.ALLOW)]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for future in admin.create_acls(grants).values():
+        future.result(30)
+    return principal
+
+
+def ssl_auth(cluster, files, cert: str | None):
+    from tests.integration.security_clients import Auth
+
+    return Auth(f"127.0.0.1:{cluster.ports['SSL']}", "SSL", ca=files["ca.pem"],
+                cert=files[f"{cert}.pem"] if cert else None, key=files[f"{cert}.key"] if cert else None)
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "kcat"])
+def test_other_clients_round_trip_with_a_client_certificate(cluster, files, certificate_acls, client):
+    from tests.integration.security_clients import round_trip
+
+    round_trip(client, ssl_auth(cluster, files, "client"))
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "kcat"])
+def test_other_clients_are_refused_a_certificate_of_another_ca(cluster, files, client):
+    """ssl.client.auth=required: the handshake fails (TLS 1.3: the client learns it at its first
+    read, as an alert or a closed connection)."""
+    from tests.integration.security_clients import auth_failure
+
+    error = auth_failure(client, ssl_auth(cluster, files, "rogue"))
+    signs = {"kcat": ("ssl routines",), "kafka-python": ("unable to bootstrap", "socket disconnected"),
+             "aiokafka": ("unable to bootstrap", "closed")}[client]
+    assert all(sign in error.lower() for sign in signs), error

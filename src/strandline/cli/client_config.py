@@ -24,11 +24,8 @@ The protocol's own admin connections (:class:`KafkaConnection`) and the confluen
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import os
-import secrets
 import socket
 import ssl
 import tempfile
@@ -44,6 +41,7 @@ from strandline.core.config_key import ConfigError
 from strandline.errors import StrandlineError
 from strandline.runtime import client as raw_client
 from strandline.security import jaas
+from strandline.security.scram import ScramClient
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -252,45 +250,7 @@ def ssl_context(security: ClientSecurity) -> ssl.SSLContext:
     return context
 
 
-# --- SASL clients -------------------------------------------------------------------------------
-
-class ScramClient:
-    """The client side of SCRAM-SHA-256/512 (RFC 5802): hashlib's PBKDF2 and HMAC."""
-
-    def __init__(self, mechanism: str, username: str, password: str, nonce: str | None = None) -> None:
-        self.digest = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}[mechanism]
-        self.username, self.password = username, password
-        self.nonce = nonce or secrets.token_urlsafe(24)
-        self.first_bare = "n=" + username.replace("=", "=3D").replace(",", "=2C") + ",r=" + self.nonce
-        self.server_signature = b""
-
-    def first(self) -> bytes:
-        return ("n,," + self.first_bare).encode("utf-8")
-
-    def final(self, server_first: bytes) -> bytes:
-        attrs = dict(a.split("=", 1) for a in server_first.decode("utf-8").split(",") if "=" in a)
-        if "e" in attrs:
-            raise StrandlineError(f"SCRAM: the broker refused: {attrs['e']}")
-        nonce, salt, iterations = attrs.get("r", ""), base64.b64decode(attrs.get("s", "")), int(attrs.get("i", "0"))
-        if not nonce.startswith(self.nonce) or nonce == self.nonce or iterations < 1:
-            raise StrandlineError("SCRAM: the broker's first message is not valid")
-        salted = hashlib.pbkdf2_hmac(self.digest().name, self.password.encode("utf-8"), salt, iterations)
-        without_proof = f"c=biws,r={nonce}"
-        auth = f"{self.first_bare},{server_first.decode('utf-8')},{without_proof}".encode("utf-8")
-        client_key = hmac.new(salted, b"Client Key", self.digest).digest()
-        signature = hmac.new(self.digest(client_key).digest(), auth, self.digest).digest()
-        proof = bytes(a ^ b for a, b in zip(client_key, signature))
-        server_key = hmac.new(salted, b"Server Key", self.digest).digest()
-        self.server_signature = hmac.new(server_key, auth, self.digest).digest()
-        return f"{without_proof},p={base64.b64encode(proof).decode('ascii')}".encode("utf-8")
-
-    def check(self, server_final: bytes) -> None:
-        attrs = dict(a.split("=", 1) for a in server_final.decode("utf-8").split(",") if "=" in a)
-        if "e" in attrs:
-            raise StrandlineError(f"SCRAM: the broker refused: {attrs['e']}")
-        if not hmac.compare_digest(base64.b64decode(attrs.get("v", "")), self.server_signature):
-            raise StrandlineError("SCRAM: the broker's signature is wrong: it does not know the password")
-
+# --- SASL clients (SCRAM's: strandline.security.scram.ScramClient) ------------------------------
 
 def unsecured_token(claims: dict[str, Any], lifetime_s: int, now_s: float) -> str:
     """An unsecured JWS (``alg: none``) as Kafka's OAuthBearerUnsecuredLoginCallbackHandler makes."""

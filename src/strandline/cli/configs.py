@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import secrets
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from strandline.cli.topics import metadata
+from strandline.cli.topics import controller_address, metadata
 from strandline.errors import StrandlineError
+from strandline.security.scram import new_salt
 from strandline.cli.client_config import KafkaConnection
 from strandline.cli.answers import error_code, refusal
 from strandline.cli.parsers import Subcommands
@@ -191,7 +191,7 @@ def scram_upsertion(user: str, mechanism: str, iterations: int, password: str, s
     """An AlterUserScramCredentials upsertion: a fresh salt and the salted password (RFC 5802's
     ``Hi``, PBKDF2), as Kafka's admin client computes them; the password itself is not sent."""
     code, digest = SCRAM[mechanism]
-    salt = secrets.token_bytes(32) if salt is None else salt
+    salt = new_salt() if salt is None else salt
     salted = hashlib.pbkdf2_hmac(digest, password.encode("utf-8"), salt, iterations)
     return {"name": user, "mechanism": code, "iterations": iterations, "salt": salt, "salted_password": salted}
 
@@ -282,9 +282,11 @@ def run_users(args: argparse.Namespace) -> int:
                 _check(entry.error_code, entry.error_message, "cannot alter the quotas of "
                        + ("the default user" if default else f"user {name}"))
         if scram_adds or scram_deletes:
-            resp = conn.request(ALTER_USER_SCRAM_CREDENTIALS, 0, {
-                "deletions": [{"name": name, "mechanism": SCRAM[m][0]} for m in scram_deletes],
-                "upsertions": [scram_upsertion(name, m, it, pw) for m, (it, pw) in scram_adds.items()]})
+            # the controller alters them (Kafka 2.8's brokers answer NOT_CONTROLLER otherwise)
+            with KafkaConnection(controller_address(conn)) as controller:
+                resp = controller.request(ALTER_USER_SCRAM_CREDENTIALS, 0, {
+                    "deletions": [{"name": name, "mechanism": SCRAM[m][0]} for m in scram_deletes],
+                    "upsertions": [scram_upsertion(name, m, it, pw) for m, (it, pw) in scram_adds.items()]})
             _check_user_results(resp.results, "cannot alter the SCRAM credentials of user")
     print("Completed updating default config for users in the cluster." if default
           else f"Completed updating config for user {name}.")

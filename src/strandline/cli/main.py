@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from strandline.core.config import load_broker_config
 from strandline.core.config_key import ConfigError
@@ -67,7 +68,16 @@ def cmd_up(args: argparse.Namespace) -> int:
                           "advertise: give one")
     return run_up(args.brokers, args.data_dir, args.base_port, args.zookeeper, args.zookeeper_port,
                   args.override or [], args.console_port, [r.strip() for r in racks] if racks else None,
-                  args.first_broker_id, host)
+                  args.first_broker_id, host, args.security, _secure_connections if args.security else None)
+
+
+def _secure_connections(properties: Path) -> Callable[[str], Any]:
+    """Connections to a broker of `up --security` with a client properties file it wrote."""
+    from strandline.cli import client_config
+
+    security, _ = client_config.load(str(properties))
+    return lambda address: client_config.KafkaConnection(address, timeout_s=5.0, client_id="strandline",
+                                                         security=security)
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
@@ -144,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the Kth broker's broker.rack is the Kth name (the list repeats when shorter)")
     up.add_argument("--console-port", type=int, default=8080,
                     help="port of the web console (another free port if it is taken; 0: no console)")
+    up.add_argument("--security", choices=("sasl_ssl", "ssl", "sasl_plaintext"),
+                    help="a secured cluster: TLS (a CA and certificates made in DATA_DIR/security) and/or SASL "
+                         "SCRAM-SHA-512, ACLs, users admin (a super user) and client, whose client properties "
+                         "files (for --command-config) it prints")
     up.set_defaults(func=cmd_up)
 
     cluster = sub.add_parser("cluster", help="the cluster's health; kill, stop or start again a broker of a running "

@@ -23,9 +23,10 @@ INTERNAL_REPLICATION_DEFAULT = 3
 
 def broker_properties(broker_id: int, port: int, log_dir: Path, zk_connect: str, rack: str | None = None,
                       cluster_size: int = INTERNAL_REPLICATION_DEFAULT, *, host: str = "127.0.0.1",
-                      extra: Sequence[str] = (),
+                      extra: Sequence[str] = (), protocol: str = "PLAINTEXT",
                       header: str = "# Written by `strandline up`; extra settings come from --override.") -> str:
-    """A broker's ``server.properties``, listening on ``host:port``, ``extra`` lines last. In a cluster of fewer than 3 brokers the internal topics get one replica per
+    """A broker's ``server.properties``, listening on ``host:port`` (its one listener named for its
+    security ``protocol``), ``extra`` lines last. In a cluster of fewer than 3 brokers the internal topics get one replica per
     broker (as Kafka's single-broker ``config/server.properties`` sets both keys to 1): they are
     never created with fewer replicas than their replication factor."""
     small = [f"{key}={cluster_size}" for key in INTERNAL_REPLICATION_KEYS] \
@@ -33,7 +34,7 @@ def broker_properties(broker_id: int, port: int, log_dir: Path, zk_connect: str,
     return "\n".join([
         header,
         f"broker.id={broker_id}",
-        f"listeners=PLAINTEXT://{host}:{port}",
+        f"listeners={protocol}://{host}:{port}",
         f"log.dirs={log_dir}",
         f"zookeeper.connect={zk_connect}",
         *([f"broker.rack={rack}"] if rack else []),

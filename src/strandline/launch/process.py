@@ -75,9 +75,15 @@ class ServerProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
-    def write_config(self, text: str) -> None:
+    def write_config(self, text: str, *, secret: bool = False) -> None:
+        """Its ``server.properties``; readable by its owner only when ``secret`` (it holds passwords)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(text)
+        if not secret:
+            self.config_path.write_text(text)
+            return
+        self.config_path.unlink(missing_ok=True)
+        with os.fdopen(os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(text)
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:

@@ -17,14 +17,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 from strandline.errors import StrandlineError
 from strandline.launch.brokers import BrokerProcess, broker_properties, wait_ready
 from strandline.launch.foreground import Foreground, lock_data_dir, write_json
 from strandline.launch.ports import free_loopback_ports, port_free
+from strandline.launch.secure import MECHANISM, SecureCluster, store_users_and_acls
+from strandline.launch.secure import prepare as prepare_security
 from strandline.launch.process import pid_alive, signal_pid, spawn, stop_processes, wait_gone
-from strandline.launch.wait import Waiting, wait_for_line, wait_for_membership
+from strandline.launch.wait import Waiting, poll_until, wait_for_line, wait_for_membership
 from strandline.launch.zookeeper import zookeeper_for
 from strandline.runtime.disk import DirectoryLock
 
@@ -35,9 +37,11 @@ CONSOLE_START_TIMEOUT_S = 20.0
 OLD_SESSION_MARGIN_S = 5.0         # a broker waits for its old session: the timeout + 5 s at most
 
 
-def start_console(bootstrap: str, port: int, root: Path) -> tuple[subprocess.Popen[bytes] | None, str | None]:
-    """``strandline console`` for the cluster, on ``port`` or (taken) any free one; its URL, or
-    None with a warning when it does not start."""
+def start_console(bootstrap: str, port: int, root: Path,
+                  command_config: Path | None = None) -> tuple[subprocess.Popen[bytes] | None, str | None]:
+    """``strandline console`` for the cluster, on ``port`` or (taken) any free one (with
+    ``--command-config command_config`` when given); its URL, or None with a warning when it does
+    not start."""
     with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", port))
@@ -46,6 +50,8 @@ def start_console(bootstrap: str, port: int, root: Path) -> tuple[subprocess.Pop
             port = 0
     cmd = [sys.executable, "-m", "strandline.cli.main", "console", "--bootstrap-server", bootstrap,
            "--port", str(port), "--lab-dir", str(Path("lab-runs").resolve())]
+    if command_config is not None:
+        cmd += ["--command-config", str(command_config)]
     proc = spawn(cmd, subprocess.PIPE, root / "console.log")
     try:
         return proc, wait_for_line(proc, "console=", CONSOLE_START_TIMEOUT_S).split("=", 1)[1]
@@ -69,12 +75,17 @@ def ports_in_use(num_brokers: int, base_port: int, zookeeper_port: int | None, f
 
 def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | None,
            zookeeper_port: int, overrides: list[str], console_port: int = 0, racks: list[str] | None = None,
-           first_broker_id: int = 1, advertised_host: str | None = None) -> int:
+           first_broker_id: int = 1, advertised_host: str | None = None, security: str | None = None,
+           connect_with: Callable[[Path], Callable[[str], Any]] | None = None) -> int:
     """Run a cluster until SIGINT or SIGTERM: brokers ``first_broker_id``, ``first_broker_id`` + 1, ...
     on ports ``base_port``, ``base_port`` + 1, ... of 127.0.0.1, each advertising ``advertised_host``
     (a name that resolves to this machine, e.g. ``localhost``) instead of 127.0.0.1 when given.
     ``racks``: the Nth broker's ``broker.rack`` is the Nth, the list read again from its start when
-    there are more brokers than racks."""
+    there are more brokers than racks.
+
+    ``security`` (``sasl_ssl``, ``ssl``, ``sasl_plaintext``): a secured cluster (:mod:`~strandline.
+    launch.secure`), waited for with the connections ``connect_with(admin's client properties)``
+    makes."""
     root = Path(data_dir).resolve()
     lock = lock_data_dir(root, "strandline up")
     busy = ports_in_use(num_brokers, base_port, None if zookeeper else zookeeper_port, first_broker_id)
@@ -90,25 +101,37 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
     console: subprocess.Popen[bytes] | None = None
     brokers: list[BrokerProcess] = []
     try:
+        secured = prepare_security(root, security, [advertised_host] if advertised_host else []) \
+            if security else None
+        protocol = secured.protocol if secured else "PLAINTEXT"
         zk_connect, zk = zookeeper_for(zookeeper, root / "zookeeper", zookeeper_port)
         zk_info: dict[str, Any] = {"connect": zk_connect, "pid": zk.pid if zk else None}
+        if secured is not None:
+            store_users_and_acls(secured, zk_connect)
         for i in range(num_brokers):
             b = BrokerProcess(first_broker_id + i, base_port + i, root)
-            advertised = [f"advertised.listeners=PLAINTEXT://{advertised_host}:{b.port}"] if advertised_host else []
+            advertised = [f"advertised.listeners={protocol}://{advertised_host}:{b.port}"] if advertised_host else []
             b.write_config(broker_properties(b.id, b.port, b.log_dir, zk_connect,
                                              racks[i % len(racks)] if racks else None, num_brokers,
-                                             extra=advertised))
+                                             extra=advertised + (secured.broker_lines() if secured else []),
+                                             protocol=protocol), secret=secured is not None)
             brokers.append(b)
             b.start(overrides)
         wait_ready(brokers, BROKER_START_TIMEOUT_S, Waiting("strandline up: waiting for the brokers to start"))
+        admin_properties = secured.properties_path("admin") if secured else None
         wait_for_membership(brokers, BROKER_START_TIMEOUT_S,
-                            progress=Waiting("strandline up: waiting for every broker to learn of all the others"))
+                            progress=Waiting("strandline up: waiting for every broker to learn of all the others"),
+                            connect=connect_with(admin_properties) if connect_with and admin_properties else None)
         cluster: dict[str, Any] = {"zookeeper": zk_info, "overrides": list(overrides),
                    "brokers": [{"id": b.id, "port": b.port, "pid": b.pid, "log_dir": str(b.log_dir),
                                 "metrics": b.metrics_url} for b in brokers]}
         bootstrap = ",".join(f"{advertised_host}:{b.port}" if advertised_host else b.address for b in brokers)
+        if secured is not None:
+            cluster["security"] = {"mode": secured.mode, "protocol": protocol,
+                                   "client_properties": str(secured.properties_path("client")),
+                                   "admin_properties": str(secured.properties_path("admin"))}
         if console_port:
-            console, cluster["console"] = start_console(bootstrap, console_port, root)
+            console, cluster["console"] = start_console(bootstrap, console_port, root, admin_properties)
         write_cluster_json(root, cluster)
         run.started()
         for b in brokers:
@@ -116,6 +139,8 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
                 print(f"broker {b.id}: metrics {b.metrics_url}/metrics, status {b.metrics_url}/status", flush=True)
         if cluster.get("console"):
             print(f"console={cluster['console']}", flush=True)
+        if secured is not None:
+            print_security(secured)
         print("bootstrap.servers=" + bootstrap, flush=True)
         own = {b.pid for b in brokers}
 
@@ -149,6 +174,21 @@ def run_up(num_brokers: int, data_dir: str, base_port: int, zookeeper: str | Non
         if zk is not None:
             zk.stop()
         lock.release()
+
+
+def print_security(secured: SecureCluster) -> None:
+    """Where the clients' files are, and the keys in them (the passwords stay in the files)."""
+    what = {"SASL_SSL": f"TLS and SASL {MECHANISM}", "SASL_PLAINTEXT": f"SASL {MECHANISM} without TLS",
+            "SSL": "TLS with client certificates (ssl.client.auth=required)"}[secured.protocol]
+    print(f"security: {secured.protocol} listeners ({what}), ACLs on; users admin (a super user) and client "
+          f"(every topic, group and transactional id); CA certificate {secured.ca_path}", flush=True)
+    for user in ("client", "admin"):
+        keys = [line.split("=", 1)[0] for line in secured.client_lines(user) if "=" in line and
+                not line.startswith("#")]
+        print(f"{user}.properties={secured.properties_path(user)}", flush=True)
+        print(f"  keys: {', '.join(keys)}; pass it as --command-config (mode 0600: "
+              f"{'it holds the password' if secured.sasl else 'it names the key and certificate'} of {user})",
+              flush=True)
 
 
 def stop_brokers(root: Path, children: list[BrokerProcess], timeout_s: float) -> None:
@@ -288,6 +328,8 @@ class UpCluster:
     console: bool = True     # the web console, on its default port or any free one
     env: dict[str, str] | None = None   # up's environment (its brokers inherit it)
     stderr: Path | None = None          # where up's own lines go (default: ``<data_dir>-up.log``)
+    security: str = ""       # `strandline up --security` (sasl_ssl, ssl, sasl_plaintext)
+    stdout: Path | None = None          # where up's standard output goes (default: a pipe, read until bootstrap)
     proc: subprocess.Popen[bytes] | None = None
     bootstrap: str = ""
 
@@ -314,12 +356,34 @@ class UpCluster:
             cmd += ["--racks", self.racks]
         if not self.console:
             cmd += ["--console-port", "0"]
+        if self.security:
+            cmd += ["--security", self.security]
         return cmd
 
     def start(self, timeout: float = 90) -> "UpCluster":
-        self.proc = spawn(self.command(), subprocess.PIPE, self.log_path, env=self.env)   # SIGTERM if we die
-        self.bootstrap = wait_for_line(self.proc, "bootstrap.servers=", timeout).split("=", 1)[1].strip()
+        if self.stdout is None:
+            self.proc = spawn(self.command(), subprocess.PIPE, self.log_path, env=self.env)   # SIGTERM if we die
+            self.bootstrap = wait_for_line(self.proc, "bootstrap.servers=", timeout).split("=", 1)[1].strip()
+            return self
+        self.proc = spawn(self.command(), self.stdout, self.log_path, env=self.env, fresh_stdout=True)
+        proc, out = self.proc, self.stdout
+
+        def bootstrap_line() -> str | None:
+            printed = out.read_text(errors="replace").splitlines()
+            line = next((line for line in printed if line.startswith("bootstrap.servers=")), None)
+            if line is None and proc.poll() is not None:
+                raise RuntimeError(f"up exited with {proc.returncode} before printing its bootstrap servers: "
+                                   f"see {self.log_path}")
+            return line
+        line = poll_until(bootstrap_line, timeout, 0.1, "up's bootstrap.servers line")
+        assert line is not None             # poll_until returns a true value
+        self.bootstrap = line.split("=", 1)[1]
         return self
+
+    @property
+    def printed(self) -> str:
+        """What up printed on its standard output (with ``stdout`` given)."""
+        return self.stdout.read_text(errors="replace") if self.stdout is not None else ""
 
     @property
     def info(self) -> dict[str, Any]:

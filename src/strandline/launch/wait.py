@@ -8,7 +8,7 @@ import selectors
 import subprocess
 import sys
 import time
-from typing import Callable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from strandline.errors import StrandlineError
 
@@ -93,10 +93,16 @@ def exited(member: Member, what: str) -> StrandlineError | None:
 
 def wait_for_membership(members: Sequence[Member], timeout_s: float, *, what: str = "broker",
                         client_id: str = "strandline", interval_s: float = 0.05,
-                        progress: Waiting | None = None) -> None:
+                        progress: Waiting | None = None,
+                        connect: Callable[[str], Any] | None = None) -> None:
     """Until every member's Metadata lists all members (the controller has told them all), or fail
-    naming the first that does not, or that exited."""
+    naming the first that does not, or that exited. ``connect(address)``: a connection to a member
+    (with TLS and SASL where its listener asks for them); a plain one by default."""
     from strandline.runtime.client import KafkaConnection
+
+    def plain(address: str) -> KafkaConnection:
+        return KafkaConnection(address, timeout_s=5.0, client_id=client_id)
+    connect = connect or plain
 
     deadline = time.monotonic() + timeout_s
     want = {m.id for m in members}
@@ -108,7 +114,7 @@ def wait_for_membership(members: Sequence[Member], timeout_s: float, *, what: st
             if error is not None:
                 raise error
             try:
-                with KafkaConnection(m.address, timeout_s=5.0, client_id=client_id) as conn:
+                with connect(m.address) as conn:
                     resp = conn.request(3, 10, {"topics": [], "allow_auto_topic_creation": False})
                 if {int(n.node_id) for n in resp.brokers} >= want:
                     break

@@ -40,7 +40,8 @@ from strandline.runtime import tls
 from strandline.runtime.channels import ClientSecurity
 from strandline.broker.quotas import sanitize
 from strandline.security.authenticator import SaslAuthenticator
-from strandline.security.sasl import MECHANISMS, SaslContext, jaas_options, load_mechanisms, plain_client_token
+from strandline.security.sasl import (CLIENT_MECHANISMS, MECHANISMS, SaslContext, client_exchange, jaas_options,
+                                      load_mechanisms)
 from strandline.runtime.zk import KazooStore
 
 log = logging.getLogger("strandline.broker")
@@ -316,15 +317,15 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity | None:
     sasl = None
     if listener.uses_sasl:
         mechanism = conf["sasl.mechanism.inter.broker.protocol"]
-        if mechanism != "PLAIN":
+        if mechanism not in CLIENT_MECHANISMS:
             raise StrandlineError(f"sasl.mechanism.inter.broker.protocol {mechanism}: brokers authenticate to each "
-                                  f"other with PLAIN")
+                                  f"other with {', '.join(CLIENT_MECHANISMS)}")
         options = jaas_options(SaslContext(name, conf), mechanism)
         if "username" not in options or "password" not in options:
             raise StrandlineError(f"listener {name}: the {mechanism} JAAS config (listener.name.{name.lower()}."
                                   f"{mechanism.lower()}.sasl.jaas.config or sasl.jaas.config) needs the broker's "
                                   f"own username and password")
-        sasl = (mechanism, plain_client_token(options["username"], options["password"]))
+        sasl = (mechanism, client_exchange(mechanism, options["username"], options["password"]))
     return ClientSecurity(ctx, sasl)
 
 

@@ -1,9 +1,9 @@
 """Outgoing connections from this broker to the others (controller requests, replica fetching).
 
 One TCP connection per ``(broker, channel)``, opened on first use, to the other broker's
-inter-broker listener: over TLS and authenticated with SASL PLAIN first when that listener asks for
-it (:class:`ClientSecurity`; an authentication that fails fails the connection, and its requests
-are answered with None like any other failure). Requests go out in order and
+inter-broker listener: over TLS and authenticated with SASL (PLAIN or SCRAM-SHA-256/512) first
+when that listener asks for it (:class:`ClientSecurity`; an authentication that fails fails the
+connection, and its requests are answered with None like any other failure). Requests go out in order and
 answers come back in order; each answer is matched to its request by correlation id and handed
 to the core. When a connection fails, or a request gets no answer within its timeout (a peer that
 is cut off or frozen), the connection is closed, every request still waiting on it is answered
@@ -23,10 +23,12 @@ from typing import Callable, Sequence, cast
 from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import BrokerSend
+from strandline.errors import Refused
 from strandline.protocol.frames import FrameDecoder, ProtocolError
 from strandline.protocol import api
 from strandline.protocol.api import ApiKey
 from strandline.runtime.framed import FramedProtocol
+from strandline.security.sasl import SaslClient
 
 log = logging.getLogger("strandline.broker")
 
@@ -36,11 +38,11 @@ CONNECT_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class ClientSecurity:
-    """TLS (a client context) and SASL (mechanism, its one client token: PLAIN) of the broker's
-    connections to other brokers."""
+    """TLS (a client context) and SASL (the mechanism, and what makes a connection's client side of
+    the exchange) of the broker's connections to other brokers."""
 
     ssl_context: ssl.SSLContext | None = None
-    sasl: tuple[str, bytes] | None = None
+    sasl: tuple[str, Callable[[], SaslClient]] | None = None
 
 
 #: correlation ids of the SASL requests (the core's tokens are positive)
@@ -59,6 +61,7 @@ class _Channel(FramedProtocol):
         self.closed = False
         self.timer: asyncio.TimerHandle | None = None
         self.authenticated = channels.security is None or channels.security.sasl is None
+        self.exchange: SaslClient | None = None
 
     def connection_made(self, base: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, base)       # a stream connection's (plain or TLS)
@@ -91,20 +94,29 @@ class _Channel(FramedProtocol):
                     self.fail(f"SASL handshake refused ({answer.error_code.name}): the broker offers "
                               f"{', '.join(answer.mechanisms)}")
                     return
-                self.pending_transport.write(_framed(api.encode_request(
-                    ApiKey.SASL_AUTHENTICATE, 2, _AUTHENTICATE_ID, "strandline-broker",
-                    {"auth_bytes": security.sasl[1]})))
-            elif token == _AUTHENTICATE_ID:
+                self.exchange = security.sasl[1]()
+                self._authenticate(self.exchange.first())
+            elif token == _AUTHENTICATE_ID and self.exchange is not None:
                 answer = api.decode_response(ApiKey.SASL_AUTHENTICATE, 2, frame)
                 if answer.error_code != ErrorCode.none:
                     self.fail(f"SASL authentication failed ({answer.error_code.name}): {answer.error_message}")
+                    return
+                following = self.exchange.answer(bytes(answer.auth_bytes))
+                if following is not None:           # SCRAM's client-final
+                    self._authenticate(following)
                     return
                 self.authenticated = True
                 self._ready(self.pending_transport)
             else:
                 self.fail(f"unexpected correlation id {token} during SASL authentication")
+        except Refused as exc:              # SCRAM: the broker does not know the password
+            self.fail(f"SASL authentication failed: {exc}")
         except Exception as exc:            # an answer that cannot be read: this connection fails
             self.fail(f"malformed SASL answer: {exc}")
+
+    def _authenticate(self, auth_bytes: bytes) -> None:
+        self.pending_transport.write(_framed(api.encode_request(
+            ApiKey.SASL_AUTHENTICATE, 2, _AUTHENTICATE_ID, "strandline-broker", {"auth_bytes": auth_bytes})))
 
     def send(self, token: int, frame: bytes, timeout_ms: int) -> None:
         loop = self.channels.loop

@@ -84,6 +84,7 @@ class SaslAuthenticator:
         self.max_reauth_ms = max_reauth_ms
         self.state = SaslState.INITIAL_REQUEST
         self.server: SaslServer | None = None
+        self.mechanism = ""                                  # the handshake's
         self.handshake_version = 1
         self.principal: str | None = None
         self.session_expires_ms: int | None = None          # when the session ends (KIP-368)
@@ -153,14 +154,19 @@ class SaslAuthenticator:
             self.state = SaslState.FAILED
             return Step(send=(answer,), close=f"unsupported SASL mechanism {mechanism!r} "
                                               f"(enabled: {', '.join(self.mechanisms) or 'none'})")
-        self.server = self.registry[mechanism](self.context(now_ms))
+        # the mechanism's server is made with the first token, at that token's time (as Kafka's
+        # validators read the clock when they validate): a client may make its token after the
+        # handshake (kafka-python and aiokafka do)
+        self.mechanism = mechanism
+        self.server = None
         self.handshake_version = header.api_version
         self.state = SaslState.AUTHENTICATE
         return Step(send=(api.encode_response(header, {"error_code": ErrorCode.none,
                                                        "mechanisms": list(self.mechanisms)}),))
 
     def _token(self, frame: bytes | bytearray, now_ms: int) -> Step:
-        assert self.server is not None
+        if self.server is None:
+            self.server = self.registry[self.mechanism](self.context(now_ms))
         if self.handshake_version == 0:             # raw tokens, no Kafka header
             try:
                 challenge = self.server.evaluate(bytes(frame))

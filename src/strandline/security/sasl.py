@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from strandline.security.scram import ScramClient
+
 
 class AuthenticationFailed(Exception):
     """The client did not authenticate; the message is the one the client gets."""
@@ -193,6 +195,60 @@ class PlainServer:
 def plain_client_token(username: str, password: str) -> bytes:
     """What a PLAIN client sends (no authorization id)."""
     return b"\0" + username.encode() + b"\0" + password.encode()
+
+
+class SaslClient(Protocol):
+    """The client side of one exchange (a broker's connection to another broker): ``first()`` is
+    the first SaslAuthenticate token; ``answer(server_token)`` the next one, or None once the
+    mechanism is done. A token that shows the server does not know the password raises."""
+
+    def first(self) -> bytes: ...
+
+    def answer(self, server_token: bytes) -> bytes | None: ...
+
+
+class PlainClient:
+    """PLAIN: one token, its answer empty."""
+
+    def __init__(self, username: str, password: str) -> None:
+        self.token = plain_client_token(username, password)
+
+    def first(self) -> bytes:
+        return self.token
+
+    def answer(self, server_token: bytes) -> bytes | None:
+        return None
+
+
+class ScramExchange:
+    """SCRAM-SHA-256/512: client-first, client-final, then the server's signature checked."""
+
+    def __init__(self, mechanism: str, username: str, password: str) -> None:
+        self.client = ScramClient(mechanism, username, password)
+        self.rounds = 0
+
+    def first(self) -> bytes:
+        return self.client.first()
+
+    def answer(self, server_token: bytes) -> bytes | None:
+        self.rounds += 1
+        if self.rounds == 1:
+            return self.client.final(server_token)
+        self.client.check(server_token)
+        return None
+
+
+#: the mechanisms a broker authenticates to the others with (``sasl.mechanism.inter.broker.protocol``)
+CLIENT_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def client_exchange(mechanism: str, username: str, password: str) -> Callable[[], SaslClient]:
+    """A fresh client exchange for each connection (SCRAM's nonce is new each time)."""
+    if mechanism == "PLAIN":
+        return lambda: PlainClient(username, password)
+    if mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        return lambda: ScramExchange(mechanism, username, password)
+    raise ValueError(f"no client side for SASL mechanism {mechanism}")
 
 
 #: The mechanisms a broker can serve, by name; other modules add theirs.

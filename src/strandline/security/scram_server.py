@@ -8,6 +8,9 @@ Two rounds:
    :mod:`strandline.security.scram`);
 2. client-final ``c=base64(gs2 header),r=nonce,p=proof`` → server-final ``v=ServerSignature``,
    after checking that ``H(ClientProof XOR ClientSignature)`` is the stored key (constant time).
+   The nonce must end with ``cnonce+snonce``, as Kafka 3.8.1 to 3.9 check it (CVE-2024-56128):
+   librdkafka before 2.6.1 sends ``cnonce+cnonce+snonce`` (librdkafka#4895), and Kafka 4's exact
+   comparison refuses those clients (Debian's kcat among them).
 
 As in Kafka, every failure of the exchange answers the client with one message that says nothing
 about which check failed (an unknown user looks like a wrong password), except an authorization id
@@ -239,7 +242,7 @@ class ScramServer:
             final = ClientFinal.parse(response.decode("utf-8"))
         except UnicodeDecodeError:
             raise _Invalid("not UTF-8") from None
-        if final.nonce != self._nonce_full:
+        if not final.nonce.endswith(self._nonce_full):      # Kafka 3.9's endsWith: see above
             raise _Invalid("nonce mismatch")
         if final.channel_binding != _b64(first.gs2_header.encode("utf-8")):
             raise _Invalid("channel binding data does not match the gs2 header")

@@ -175,6 +175,9 @@ class FakeBroker:
             conn.close()
 
     def _answer(self, key: int, request: Any) -> dict:
+        if key == 3:                                    # Metadata: this broker, the controller
+            return {"brokers": [{"node_id": 1, "host": "127.0.0.1", "port": self.port, "rack": None}],
+                    "cluster_id": "fake", "controller_id": 1, "topics": []}
         if key == 51:                                   # AlterUserScramCredentials
             results = []
             for d in request.deletions:

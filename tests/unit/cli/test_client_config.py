@@ -148,7 +148,7 @@ def test_salted_password_is_pbkdf2_of_the_password():
     up = scram_upsertion("alice", "SCRAM-SHA-512", 8192, "pw", salt=b"salt")
     assert up == {"name": "alice", "mechanism": 2, "iterations": 8192, "salt": b"salt",
                   "salted_password": hashlib.pbkdf2_hmac("sha512", b"pw", b"salt", 8192)}
-    assert len(scram_upsertion("a", "SCRAM-SHA-256", 4096, "pw")["salt"]) == 32
+    assert 16 <= len(scram_upsertion("a", "SCRAM-SHA-256", 4096, "pw")["salt"]) <= 26     # 130 bits in base 36
     assert scram_upsertion("a", "SCRAM-SHA-256", 4096, "pw")["salt"] != scram_upsertion(
         "a", "SCRAM-SHA-256", 4096, "pw")["salt"]
 
@@ -232,7 +232,7 @@ def test_scram_user_created_over_tls_and_plain_then_used_to_authenticate(broker_
     assert capsys.readouterr().out == "Completed updating config for user alice.\n"
     assert set(broker.credentials) == {("alice", "SCRAM-SHA-256"), ("alice", "SCRAM-SHA-512")}
     assert all("password" not in text and "alice-secret" not in text for text in broker.credentials.values())
-    assert broker.seen == [(51, "User:admin")]
+    assert broker.seen == [(3, "User:admin"), (51, "User:admin")]      # the controller asked for, then told
 
     alice = write(tmp_path / "alice.properties", {
         "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256", "ssl.truststore.location": pki["ca"],
@@ -362,3 +362,11 @@ def test_a_mechanism_the_broker_does_not_offer(broker_factory, tmp_path, capsys)
 
 def test_no_command_config_changes_nothing():
     assert client_config.active() == ClientSecurity() and not client_config.given()
+
+
+def test_a_fresh_salt_is_ascii_as_kafka_makes_it():
+    """`strandline configs --entity-type users` (and `up --security`) salt a credential as Kafka's
+    ScramFormatter does: the base-36 digits of a 130-bit random number."""
+    salts = [scram_upsertion("alice", "SCRAM-SHA-512", 4096, "pw")["salt"] for _ in range(200)]
+    assert all(s and s.isascii() and s.decode().isalnum() and s.decode() == s.decode().lower() for s in salts)
+    assert len(set(salts)) == 200 and max(len(s) for s in salts) <= 26

@@ -347,3 +347,20 @@ def test_jwks_file_url():
 
 def test_registered():
     assert MECHANISMS["OAUTHBEARER"](ctx()).mechanism == "OAUTHBEARER"
+
+
+def test_a_token_made_after_the_handshake_is_validated_at_its_own_time():
+    """kafka-python and aiokafka make their token after SaslHandshake was answered: the validator
+    reads the time when the token comes (as Kafka's validators read the clock then), so a token
+    issued between the handshake and the SaslAuthenticate is not "issued in the future"."""
+    from strandline.protocol import api
+    from strandline.protocol.api import ApiKey
+    from strandline.security.authenticator import SaslAuthenticator
+
+    auth = SaslAuthenticator(["OAUTHBEARER"], lambda now: ctx(jaas(), now_ms=now))
+    shake = auth.receive(api.encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "t", {"mechanism": "OAUTHBEARER"}), NOW_MS)
+    assert shake.close is None
+    token = unsecured({"sub": "dave", "iat": (NOW_MS + 500) / 1000, "exp": NOW + 3600})
+    step = auth.receive(api.encode_request(ApiKey.SASL_AUTHENTICATE, 2, 2, "t", {"auth_bytes": client_response(token)}),
+                        NOW_MS + 800)
+    assert step.close is None and step.principal == "User:dave", step

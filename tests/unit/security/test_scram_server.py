@@ -124,6 +124,39 @@ def test_final_message_with_another_nonce_fails():
         s.evaluate(tampered.encode())
 
 
+def librdkafka_final(first_bare: str, server_first: str, client_nonce: str, password: str, mechanism: str,
+                     nonce: str | None = None) -> bytes:
+    """A client-final as librdkafka before 2.6.1 makes it (librdkafka#4895): the nonce is its own
+    nonce again before the server's whole nonce, and its proof is over that message."""
+    digest = hashlib.sha256 if mechanism == "SCRAM-SHA-256" else hashlib.sha512
+    attrs = dict(a.split("=", 1) for a in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac(digest().name, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    without_proof = f"c=biws,r={nonce if nonce is not None else client_nonce + attrs['r']}"
+    auth = f"{first_bare},{server_first},{without_proof}".encode()
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    signature = hmac.new(digest(client_key).digest(), auth, digest).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_librdkafka_before_2_6_1_is_served_as_kafka_3_9_serves_it(mechanism):
+    """librdkafka before 2.6.1 (Debian's kcat is 2.0.2) puts its nonce twice in the client-final;
+    Kafka 3.8.1 to 3.9 take a nonce that ends with the server's (ScramSaslServer's endsWith, the
+    fix of CVE-2024-56128 that still serves those clients), and so does Strandline. A nonce that
+    does not end with the server's whole nonce is still refused."""
+    users = {("alice", mechanism): stored(mechanism, "pw")}
+    s = server(mechanism, users)
+    server_first = s.evaluate(b"n,,n=alice,r=cnonce").decode()
+    answer = s.evaluate(librdkafka_final("n=alice,r=cnonce", server_first, "cnonce", "pw", mechanism))
+    assert answer.startswith(b"v=") and s.complete and s.authorization_id == "alice"
+    for nonce in ("cnonce", "cnonce" + server_first.split(",")[0][2:-1], "other"):   # no server nonce, cut, other
+        s = server(mechanism, users)
+        server_first = s.evaluate(b"n,,n=alice,r=cnonce").decode()
+        with pytest.raises(AuthenticationFailed, match="invalid credentials"):
+            s.evaluate(librdkafka_final("n=alice,r=cnonce", server_first, "cnonce", "pw", mechanism, nonce))
+
+
 def test_each_exchange_gets_a_fresh_server_nonce():
     users = {("alice", "SCRAM-SHA-256"): stored("SCRAM-SHA-256", "pw")}
     nonces = {server("SCRAM-SHA-256", users).evaluate(b"n,,n=alice,r=abc").decode().split(",")[0] for _ in range(20)}
