@@ -27,7 +27,8 @@ SECURITY_KEYS: dict[str, Key] = key_table(
             "the library's defaults. TLS 1.3 suites are always the library's."),
     Key("ssl.keystore.type", "choice", "JKS", choices=STORE_TYPES,
         doc="PEM (KIP-651: a PEM file with the key and certificate chain, or ssl.keystore.key and "
-            "ssl.keystore.certificate.chain inline) or PKCS12; JKS is Java's own and not read here."),
+            "ssl.keystore.certificate.chain inline) or PKCS12; JKS reads a PKCS12 file, as Java 9+ does "
+            "(keytool's default), and refuses Java's own JKS format."),
     Key("ssl.keystore.location", "string", None, doc="The key store file (PEM or PKCS12)."),
     Key("ssl.keystore.password", "password", None, doc="The PKCS12 key store's password."),
     Key("ssl.key.password", "password", None, doc="The password of the private key (an encrypted PEM key)."),
@@ -35,7 +36,8 @@ SECURITY_KEYS: dict[str, Key] = key_table(
         doc="With ssl.keystore.type=PEM: the certificate chain in PEM, inline."),
     Key("ssl.keystore.key", "password", None, doc="With ssl.keystore.type=PEM: the private key in PEM, inline."),
     Key("ssl.truststore.type", "choice", "JKS", choices=STORE_TYPES,
-        doc="PEM (certificates in a file or ssl.truststore.certificates inline) or PKCS12."),
+        doc="PEM (certificates in a file or ssl.truststore.certificates inline) or PKCS12; JKS as for "
+            "ssl.keystore.type."),
     Key("ssl.truststore.location", "string", None, doc="The trust store file (PEM or PKCS12)."),
     Key("ssl.truststore.password", "password", None, doc="The PKCS12 trust store's password."),
     Key("ssl.truststore.certificates", "password", None,

@@ -4,7 +4,9 @@ Key stores: ``ssl.keystore.type=PEM`` (KIP-651) with ``ssl.keystore.location`` a
 the private key and the certificate chain, or ``ssl.keystore.key`` and
 ``ssl.keystore.certificate.chain`` inline; ``PKCS12`` read with ``cryptography`` (password
 ``ssl.keystore.password``). Trust stores likewise (``ssl.truststore.certificates`` inline for
-PEM). Java's JKS is refused with one line saying so. ``ssl.key.password`` decrypts an encrypted
+PEM). ``JKS`` (Kafka's default type) reads a PKCS12 file, as Java 9+ does (its ``keytool`` writes
+PKCS12 whatever the file is called, and its JKS key store reads PKCS12: ``keystore.type.compat``);
+a file in Java's own JKS (or JCEKS) format is refused with one line saying so. ``ssl.key.password`` decrypts an encrypted
 PEM key. ``ssl.enabled.protocols`` bounds the TLS versions, ``ssl.cipher.suites`` the TLS 1.2
 suites, ``ssl.client.auth`` asks for client certificates (SSL listeners; a SASL_SSL listener
 takes its principal from SASL, as Kafka 2.8).
@@ -52,19 +54,28 @@ def _pkcs12(data: bytes, password: Any, key: str
         raise TlsConfigError(f"cannot read the PKCS12 {key}: {exc} (wrong password?)") from None
 
 
+#: The first bytes of a file in Java's own key store formats, JKS and JCEKS.
+_JAVA_MAGIC = (bytes.fromhex("feedfeed"), bytes.fromhex("cececece"))
+
+
+def _stored(location: str, key: str, kind: str, listener: str) -> bytes:
+    """The PKCS12 file of a ``PKCS12`` or ``JKS`` store (Java 9+ reads PKCS12 as JKS too)."""
+    data = _read(location, key)
+    if kind == "JKS" and data[:4] in _JAVA_MAGIC:
+        raise TlsConfigError(f"listener {listener}: {key} {location} is in Java's own JKS format; make it PKCS12 "
+                             f"(keytool -importkeystore -srckeystore {location} -deststoretype PKCS12 ...) or PEM")
+    return data
+
+
 def _key_and_chain(conf: dict[str, Any], listener: str) -> tuple[bytes, bytes | None] | None:
     """The key store as PEM: (certificate chain + key, the key's password), None without one."""
     kind = conf["ssl.keystore.type"]
     location = conf["ssl.keystore.location"]
-    if kind == "JKS":
-        if location:
-            raise TlsConfigError(f"listener {listener}: ssl.keystore.type JKS is Java's own format; use PEM or PKCS12")
-        return None
-    if kind == "PKCS12":
+    if kind in ("PKCS12", "JKS"):
         if not location:
             return None
-        key, cert, extra = _pkcs12(_read(location, "ssl.keystore.location"), conf["ssl.keystore.password"],
-                                   "ssl.keystore.location")
+        key, cert, extra = _pkcs12(_stored(location, "ssl.keystore.location", kind, listener),
+                                   conf["ssl.keystore.password"], "ssl.keystore.location")
         if key is None or cert is None:
             raise TlsConfigError(f"listener {listener}: the PKCS12 key store {location} has no key and certificate")
         pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -90,16 +101,11 @@ def _trusted(conf: dict[str, Any], listener: str) -> bytes | None:
     """The trust store's certificates as PEM, None without one."""
     kind = conf["ssl.truststore.type"]
     location = conf["ssl.truststore.location"]
-    if kind == "JKS":
-        if location:
-            raise TlsConfigError(f"listener {listener}: ssl.truststore.type JKS is Java's own format; use PEM or "
-                                 f"PKCS12")
-        return None
-    if kind == "PKCS12":
+    if kind in ("PKCS12", "JKS"):
         if not location:
             return None
-        _, cert, extra = _pkcs12(_read(location, "ssl.truststore.location"), conf["ssl.truststore.password"],
-                                 "ssl.truststore.location")
+        _, cert, extra = _pkcs12(_stored(location, "ssl.truststore.location", kind, listener),
+                                 conf["ssl.truststore.password"], "ssl.truststore.location")
         certs = ([cert] if cert is not None else []) + list(extra)
         return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
     inline = conf["ssl.truststore.certificates"]

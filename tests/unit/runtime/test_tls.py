@@ -1,5 +1,6 @@
 """TLS contexts from Kafka's ssl.* keys: PEM files, inline PEM (KIP-651) and PKCS12 key and trust
-stores, ssl.client.auth, ssl.enabled.protocols, host name checks; a handshake over a socket pair."""
+stores (under the JKS type too, as Java 9+ reads them), ssl.client.auth, ssl.enabled.protocols,
+host name checks; a handshake over a socket pair."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import ssl
 import threading
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
 
 from strandline.core.security_keys import SECURITY_KEYS
 from strandline.runtime import tls
@@ -107,9 +111,35 @@ def test_enabled_protocols_bound_the_version(stores):
     assert handshake(server, client()).get("read") == b"ok"
 
 
+def test_a_jks_store_that_is_pkcs12_is_read_as_java_reads_it(stores):
+    """Java 9+'s keytool writes PKCS12 whatever the file is called, and Java's JKS key store type
+    (Kafka's default ssl.keystore.type and ssl.truststore.type) reads PKCS12 files too
+    (keystore.type.compat): `keytool -keystore server.jks -genkey ...` is a working JKS store."""
+    (stores / "server.jks").write_bytes(SERVER.pkcs12("jks-secret"))
+    ca_only = pkcs12.serialize_key_and_certificates(None, None, None, [x509.load_pem_x509_certificate(CA.cert_pem)],
+                                                    serialization.BestAvailableEncryption(b"trust-secret"))
+    (stores / "truststore.jks").write_bytes(ca_only)
+    keys = conf(ssl_keystore_location=str(stores / "server.jks"), ssl_keystore_password="jks-secret",
+                ssl_truststore_location=str(stores / "truststore.jks"), ssl_truststore_password="trust-secret",
+                ssl_client_auth="required")
+    assert keys["ssl.keystore.type"] == keys["ssl.truststore.type"] == "JKS"          # Kafka's defaults
+    server = tls.server_context(keys, "SSL", "SSL")
+    got = handshake(server, client(ssl_keystore_type="PEM", ssl_keystore_key=CLIENT.key_pem.decode(),
+                                   ssl_keystore_certificate_chain=CLIENT.cert_pem.decode()))
+    assert got.get("read") == b"ok" and got["dn"] == "CN=alice,O=Strandline"
+    assert "server" in handshake(server, client())              # the trust store's CA is required
+
+
+def test_a_jks_file_in_java_s_own_format_is_refused_in_one_line(stores):
+    (stores / "real.jks").write_bytes(bytes.fromhex("feedfeed00000002") + bytes(64))
+    with pytest.raises(tls.TlsConfigError, match="Java's own JKS format.*keytool -importkeystore"):
+        tls.server_context(conf(ssl_keystore_location=str(stores / "real.jks"), ssl_keystore_password="x"),
+                           "SSL", "SSL")
+
+
 @pytest.mark.parametrize("keys,message", [
     ({}, "needs a key store"),
-    ({"ssl_keystore_type": "JKS", "ssl_keystore_location": "/x.jks"}, "JKS"),
+    ({"ssl_keystore_type": "JKS", "ssl_keystore_location": "/no/such.jks"}, "cannot read ssl.keystore.location"),
     ({"ssl_keystore_type": "PEM", "ssl_keystore_key": "k"}, "go together"),
     ({"ssl_keystore_type": "PEM", "ssl_keystore_location": "/no/such.pem"}, "cannot read ssl.keystore.location"),
 ])
