@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test test-unit lint typecheck docs bench lab kcat browser nftables iproute2 maven clean
+.PHONY: run test test-unit lint typecheck docs bench lab kcat browser nftables iproute2 maven kafka-python-suite clean
 
 # A test prerequisite that could not be installed fails `make test` under CI=true (.ci/run sets
 # it); elsewhere its tests skip, each saying why. $(call require,COMMAND,PACKAGE)
@@ -117,6 +117,11 @@ test: $(VENV)/.test-installed docs kcat browser nftables iproute2 maven
 
 test-unit: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q tests/unit tests/sim
+
+# kafka-python's own SSL and SASL integration tests (from its sdist, unchanged) against Strandline
+# brokers; tests/integration/test_kafka_python_suite.py runs the same in `make test`.
+kafka-python-suite: $(VENV)/.test-installed
+	nice -n 10 $(BIN)/python -m tests.kafka_python_suite.run
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/load.py
