@@ -114,15 +114,17 @@ class SimCluster:
     def run_on(self, broker_id: int, incarnation: int, delay_ms: int,
                action: Callable[[Broker, int], list[Effect]]) -> None:
         """Run ``action(core, now)`` on a broker later, unless it crashed meanwhile; held while paused."""
-        def run() -> None:
-            node = self.brokers.get(broker_id)
-            if node is None or node.core is None or node.incarnation != incarnation:
-                return
-            if node.paused:
-                node.held.append(run)
-                return
-            self.apply(node, action(node.core, self.clock_of(node)))
-        self.schedule_in(delay_ms, run)
+        self.schedule_in(delay_ms, functools.partial(self._run_on, broker_id, incarnation, action))
+
+    def _run_on(self, broker_id: int, incarnation: int, action: Callable[[Broker, int], list[Effect]]) -> None:
+        # (a method with its arguments bound: a closure holding itself would be a reference cycle)
+        node = self.brokers.get(broker_id)
+        if node is None or node.core is None or node.incarnation != incarnation:
+            return
+        if node.paused:
+            node.held.append(functools.partial(self._run_on, broker_id, incarnation, action))
+            return
+        self.apply(node, action(node.core, self.clock_of(node)))
 
     def _to_broker(self, broker_id: int, incarnation: int, delay_ms: int,
                    action: Callable[[Broker], list[Effect]]) -> None:

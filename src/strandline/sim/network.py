@@ -58,13 +58,16 @@ class SimNetwork:
         link = (src, dst)
         when = max(self.sim.now + self.latency(src, dst), self._link_clock.get(link, 0))
         self._link_clock[link] = when
+        self.sim.schedule_at(when, functools.partial(self._deliver, link, action))
 
-        def deliver() -> None:
-            if link in self.cut:
-                self._held_links[link].append(deliver)
-                return
-            action()
-        self.sim.schedule_at(when, deliver)
+    def _deliver(self, link: tuple[Any, Any], action: Callable[[], None]) -> None:
+        """A message arrives over ``link``, or waits while it is cut. (A method with its arguments
+        bound, not a closure that names itself: such a closure is a reference cycle, garbage that
+        only the cyclic collector frees, and the simulator makes one per message.)"""
+        if link in self.cut:
+            self._held_links[link].append(functools.partial(self._deliver, link, action))
+            return
+        action()
 
     def cut_link(self, src: int, dst: int) -> None:
         """Messages from broker ``src`` to broker ``dst`` stop arriving (one direction)."""
@@ -186,22 +189,24 @@ class SimNetwork:
                     callback(response)
             self.transmit(channel.dst, src, arrive)
 
-        def arrive_at_target() -> None:
-            if channel.closed:
-                return
-            target = self.sim.brokers.get(channel.dst)
-            if target is None or target.core is None or target.incarnation != channel.dst_incarnation \
-                    or target.waiting_to_register:
-                self.transmit(channel.dst, src, lambda: self.close_channel(channel, "connection refused"))
-                return
-            if target.paused:
-                target.held.append(arrive_at_target)
-                return
-            conn_id = self.server_conn(target, peer)
-            target.conns[conn_id].queue.append((frame, answer))
-            self.pump(target, conn_id)
+        self.transmit(src, channel.dst, functools.partial(self._arrive_at_target, channel, src, peer, frame, answer))
 
-        self.transmit(src, channel.dst, arrive_at_target)
+    def _arrive_at_target(self, channel: Channel, src: Any, peer: Peer, frame: bytes,
+                          answer: Callable[[bytes], None]) -> None:
+        """A request reaches the broker it was sent to (held while the broker is paused)."""
+        if channel.closed:
+            return
+        target = self.sim.brokers.get(channel.dst)
+        if target is None or target.core is None or target.incarnation != channel.dst_incarnation \
+                or target.waiting_to_register:
+            self.transmit(channel.dst, src, lambda: self.close_channel(channel, "connection refused"))
+            return
+        if target.paused:
+            target.held.append(functools.partial(self._arrive_at_target, channel, src, peer, frame, answer))
+            return
+        conn_id = self.server_conn(target, peer)
+        target.conns[conn_id].queue.append((frame, answer))
+        self.pump(target, conn_id)
 
     def close_channel(self, channel: Channel, reason: str) -> None:
         if channel.closed:
