@@ -49,14 +49,18 @@ class SimNetwork:
 
 
     def latency(self, src: Any, dst: Any) -> int:
-        jitter = self.sim.rng.randint(0, self.sim.jitter_ms) if self.sim.jitter_ms else 0
-        return self.sim.latency_ms + jitter + self.slow.get((src, dst), 0)
+        sim = self.sim
+        jitter = sim.rng.randint(0, sim.jitter_ms) if sim.jitter_ms else 0
+        return sim.latency_ms + jitter + self.slow.get((src, dst), 0) if self.slow else sim.latency_ms + jitter
 
     def transmit(self, src: Any, dst: Any, action: Callable[[], None]) -> None:
         """Carry a message from ``src`` to ``dst`` (broker ids, or CLIENT): first in, first out per
         link; while the link is cut it waits, as a TCP segment being retransmitted."""
         link = (src, dst)
-        when = max(self.sim.now + self.latency(src, dst), self._link_clock.get(link, 0))
+        when = self.sim.now + self.latency(src, dst)
+        last = self._link_clock.get(link, 0)
+        if last > when:
+            when = last
         self._link_clock[link] = when
         self.sim.schedule_at(when, functools.partial(self._deliver, link, action))
 
@@ -97,10 +101,16 @@ class SimNetwork:
         conn = node.conns.get(effect.conn_id)
         if conn is None:
             return
-        data = b"".join(bytes(b) for b in effect.buffers)
         reply_to, conn.reply_to = conn.reply_to, None
-        if data and reply_to is not None:
-            reply_to(data[4:])
+        if reply_to is not None:
+            buffers = effect.buffers
+            if len(buffers) == 2 and len(buffers[0]) == 4:      # the size, then the response: no copy
+                body = buffers[1]
+                reply_to(body if type(body) is bytes else bytes(body))
+            else:
+                data = b"".join(buffers)
+                if data:
+                    reply_to(data[4:])
         if effect.throttle_ms > 0:      # a throttled client's connection reads nothing for that long
             def unmute() -> None:
                 conn.busy = False
