@@ -29,7 +29,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Callable
 
 from strandline.coordination import znodes
-from strandline.coordination.store import GetData, ZkError
+from strandline.coordination.store import GetData
 from strandline.group.records import iter_records
 from strandline.log.disk import FileRegion
 from strandline.log.log import Log
