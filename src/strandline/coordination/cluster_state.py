@@ -37,10 +37,8 @@ def _read(store: CoordinationStore, ops: Sequence[GetData | GetChildren]) -> lis
     return [answered(op.path, res) for op, res in zip(ops, store.execute(ops))]
 
 
-def read_cluster_state(store: CoordinationStore, warn: Warn = _unsaid) -> tuple[dict[int, BrokerInfo], dict[str, TopicMetadata]]:
-    """Read live brokers and every topic (assignment, partition states, configs) from ZooKeeper.
-    Raises :class:`ZooKeeperUnanswered` when a read got no answer: a topic, config or state left
-    out would pass for one that does not exist."""
+def read_brokers(store: CoordinationStore) -> dict[int, BrokerInfo]:
+    """The live brokers (``/brokers/ids``), as :func:`read_cluster_state` reads them."""
     brokers: dict[int, BrokerInfo] = {}
     [ids] = _read(store, [GetChildren(znodes.BrokerIdsZNode.path())])
     for child in ids.children:
@@ -48,6 +46,14 @@ def read_cluster_state(store: CoordinationStore, warn: Warn = _unsaid) -> tuple[
         if res.error is ZkError.NONE:
             info = znodes.BrokerIdZNode.decode(res.data, int(child))
             brokers[info.id] = info
+    return brokers
+
+
+def read_cluster_state(store: CoordinationStore, warn: Warn = _unsaid) -> tuple[dict[int, BrokerInfo], dict[str, TopicMetadata]]:
+    """Read live brokers and every topic (assignment, partition states, configs) from ZooKeeper.
+    Raises :class:`ZooKeeperUnanswered` when a read got no answer: a topic, config or state left
+    out would pass for one that does not exist."""
+    brokers = read_brokers(store)
     topics: dict[str, TopicMetadata] = {}
     [names] = _read(store, [GetChildren(znodes.TopicsZNode.path())])
     for name in names.children:

@@ -10,6 +10,7 @@ with the record decoder of protocol.records.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -250,8 +251,11 @@ def iter_log_records(data: bytes | bytearray | memoryview
                 yield record.offset, record.key, record.value, producer, None
 
 
+@functools.lru_cache(maxsize=4096)
 def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (UTF-16 code units), as a signed 32-bit int."""
+    """Java's ``String.hashCode`` (UTF-16 code units), as a signed 32-bit int. (Remembered for
+    the ids seen last: a transaction coordinator asks it of the same transactional ids again and
+    again.)"""
     h = 0
     for unit in struct.unpack(f">{len(s.encode('utf-16-be')) // 2}H", s.encode("utf-16-be")):
         h = (31 * h + unit) & 0xFFFFFFFF

@@ -287,17 +287,43 @@ def walk_records(data: Buffer, p: int, stop: int, count: int
     """``(start, end, timestamp delta, offset delta, key, value position, value length)`` of each of
     ``count`` records laid out in ``data[p:stop]``; a null value has length -1. Raises ValueError,
     IndexError or struct.error when they do not fit."""
+    # each varint of one byte (the common case) is decoded here, the longer ones by read_varint
     for _ in range(count):
         start = p
-        length, p = read_varint(data, p)
+        b = data[p]
+        if b < 0x80:
+            length, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            length, p = read_varint(data, p)
         end = p + length
         if length <= 0 or end > stop:
             raise ValueError(f"a record of {length} bytes at {p} does not fit in the batch")
-        timestamp_delta, p = read_varint(data, p + 1)          # after the attributes
-        offset_delta, p = read_varint(data, p)
-        key_length, p = read_varint(data, p)
-        key = bytes(data[p:p + key_length]) if key_length >= 0 else None
-        value_length, p = read_varint(data, p + max(key_length, 0))
+        p += 1                                                  # after the attributes
+        b = data[p]
+        if b < 0x80:
+            timestamp_delta, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            timestamp_delta, p = read_varint(data, p)
+        b = data[p]
+        if b < 0x80:
+            offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            offset_delta, p = read_varint(data, p)
+        b = data[p]
+        if b < 0x80:
+            key_length, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            key_length, p = read_varint(data, p)
+        if key_length >= 0:
+            key: bytes | None = bytes(data[p:p + key_length])
+            p += key_length
+        else:
+            key = None
+        b = data[p]
+        if b < 0x80:
+            value_length, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            value_length, p = read_varint(data, p)
         yield start, end, timestamp_delta, offset_delta, key, p, value_length
         p = end
 

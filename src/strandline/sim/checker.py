@@ -29,7 +29,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Callable
 
 from strandline.coordination import znodes
-from strandline.coordination.store import GetData, ZkError
+from strandline.coordination.store import GetData
 from strandline.group.records import iter_records
 from strandline.log.disk import FileRegion
 from strandline.log.log import Log
@@ -98,6 +98,13 @@ class Invariants:
         self.leader_hw: dict[tuple[int, int, int], tuple[int, int]] = {}
         self.replicas: dict[tuple[int, int, int], _Replica] = {}
         self.zk_changes = -1
+        # the znodes last checked (ZooKeeper's (data, version, owner) tuples): an unchanged one needs no new look
+        self._topic_path = znodes.TopicZNode.path(self.topic)
+        self._state_paths = [znodes.TopicPartitionStateZNode.path(self.topic, i) for i in range(partitions)]
+        self._topic_node: tuple[bytes, int, int] | None = None
+        self._assignment: dict[int, tuple[int, ...]] = {}
+        self._state_nodes: list[tuple[bytes, int, int] | None] = [None] * partitions
+        self._keys = [(self.topic, i) for i in range(partitions)]
         self.events = 0
         self.seen: dict[tuple[int, int], Signature] = {}
         self.violations: list[Violation] = []
@@ -118,28 +125,36 @@ class Invariants:
     # ------------------------------------------------------------------ after every event
 
     def after_event(self) -> None:
+        touched = self.sim.touched
+        if touched:
+            self.sim.touched = set()
+        self.check(touched)
+
+    def check(self, touched: set[int]) -> None:
+        """The checks after one event that reached the brokers ``touched``."""
         self.events += 1
         seen = self.seen
-        touched, self.sim.touched = self.sim.touched, set()
+        brokers = self.sim.brokers
         for broker_id in touched:
-            node = self.sim.brokers[broker_id]
+            node = brokers[broker_id]
             core = node.core
             if core is None:
                 continue
-            for index in range(self.partitions):
-                partition = core.partitions.get((self.topic, index))
+            partitions = core.partitions
+            for index, key in enumerate(self._keys):
+                partition = partitions.get(key)
                 if partition is None:
                     continue
                 log = partition.log
                 # a replica whose role, epoch, ISR, HW and log are as last checked needs no new look
                 signature = (id(partition), partition.leader_id, partition.leader_epoch, partition.isr,
                              partition.high_watermark, log.log_end_offset, id(log))
-                key = (node.id, index)
-                if seen.get(key) != signature:
-                    seen[key] = signature
-                    self._check_replica(node.id, node.incarnation, index, partition)
-        if self.sim.zk.changes != self.zk_changes:
-            self.zk_changes = self.sim.zk.changes
+                if seen.get((broker_id, index)) != signature:
+                    seen[(broker_id, index)] = signature
+                    self._check_replica(broker_id, node.incarnation, index, partition)
+        changes = self.sim.zk.changes
+        if changes != self.zk_changes:
+            self.zk_changes = changes
             self._check_zookeeper()
 
     def _check_replica(self, broker_id: int, incarnation: int, index: int, partition: Partition) -> None:
@@ -251,15 +266,23 @@ class Invariants:
         return self.records[index].get(offset, (key_of(value), None))[0]
 
     def _check_zookeeper(self) -> None:
-        [topic] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(self.topic))])
-        if topic.error is not ZkError.NONE:
+        """ZooKeeper's view of the topic's partitions; a partition whose state znode (and the topic's
+        znode) is as last checked is not decoded again: the same data passes or fails as before."""
+        nodes = self.sim.zk.nodes
+        topic = nodes.get(self._topic_path)
+        if topic is None:
             return
-        assignment, _ = znodes.TopicZNode.decode(topic.data)
+        if topic is not self._topic_node:
+            self._topic_node = topic
+            self._assignment = znodes.TopicZNode.decode(topic[0]).partitions
+            self._state_nodes = [None] * self.partitions
+        assignment = self._assignment
         for index in range(self.partitions):
-            [res] = self.sim.zk.execute([GetData(znodes.TopicPartitionStateZNode.path(self.topic, index))])
-            if res.error is not ZkError.NONE:
+            node = nodes.get(self._state_paths[index])
+            if node is None or node is self._state_nodes[index]:
                 continue
-            state = znodes.TopicPartitionStateZNode.decode(res.data, res.version)
+            self._state_nodes[index] = node
+            state = znodes.TopicPartitionStateZNode.decode(node[0], node[1])
             replicas = set(assignment[index])
             if not state.isr or not set(state.isr) <= replicas:
                 self.fail("ISR within replicas", f"partition {index}: ZooKeeper's ISR {state.isr} "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import heapq
 import random
 import uuid
 from typing import Any, Callable, Iterable, Sequence
@@ -102,7 +103,7 @@ class SimCluster:
 
     def schedule_in(self, delay_ms: int, action: Callable[[], object]) -> None:
         """Run ``action()`` ``delay_ms`` from now (simulated time)."""
-        self.scheduler.schedule_at(self.scheduler.now + delay_ms, action)
+        self.scheduler.schedule_in(delay_ms, action)
 
     def schedule_at(self, when_ms: int, action: Callable[[], object]) -> None:
         self.scheduler.schedule_at(when_ms, action)
@@ -114,15 +115,17 @@ class SimCluster:
     def run_on(self, broker_id: int, incarnation: int, delay_ms: int,
                action: Callable[[Broker, int], list[Effect]]) -> None:
         """Run ``action(core, now)`` on a broker later, unless it crashed meanwhile; held while paused."""
-        def run() -> None:
-            node = self.brokers.get(broker_id)
-            if node is None or node.core is None or node.incarnation != incarnation:
-                return
-            if node.paused:
-                node.held.append(run)
-                return
-            self.apply(node, action(node.core, self.clock_of(node)))
-        self.schedule_in(delay_ms, run)
+        self.schedule_in(delay_ms, functools.partial(self._run_on, broker_id, incarnation, action))
+
+    def _run_on(self, broker_id: int, incarnation: int, action: Callable[[Broker, int], list[Effect]]) -> None:
+        # (a method with its arguments bound: a closure holding itself would be a reference cycle)
+        node = self.brokers.get(broker_id)
+        if node is None or node.core is None or node.incarnation != incarnation:
+            return
+        if node.paused:
+            node.held.append(functools.partial(self._run_on, broker_id, incarnation, action))
+            return
+        self.apply(node, action(node.core, self.clock_of(node)))
 
     def _to_broker(self, broker_id: int, incarnation: int, delay_ms: int,
                    action: Callable[[Broker], list[Effect]]) -> None:
@@ -134,46 +137,61 @@ class SimCluster:
 
     def settle(self, max_events: int = 1_000_000) -> None:
         """Deliver everything due now, without moving the clock."""
-        pop_due = self.scheduler.pop_due
+        scheduler = self.scheduler
+        queue = scheduler.queue
+        heappop = heapq.heappop
         for _ in range(max_events):
-            action = pop_due()
-            if action is None:
+            if not queue or queue[0][0] > scheduler.now:
                 return
-            action()
-            self._event_done()
+            heappop(queue)[2]()
+            after_event = self.after_event
+            if after_event is not None:
+                after_event()
         raise RuntimeError("the simulation does not settle")
 
     def _next_deadline(self, node: SimBroker) -> int | None:
         """When the broker's next timer falls due, on the simulation's clock (cached until an event
         reaches the broker)."""
-        if node.deadline is STALE:
-            d = node.core.next_deadline_ms() if node.core is not None and not node.paused else None
-            node.deadline = None if d is None else d - node.clock_offset_ms
-        deadline: int | None = node.deadline
-        return deadline
+        deadline = node.deadline
+        if deadline is STALE:
+            core = node.core
+            d = core.next_deadline_ms() if core is not None and not node.paused else None
+            deadline = None if d is None else d - node.clock_offset_ms
+            object.__setattr__(node, "deadline", deadline)    # (SimBroker.__setattr__ watches other fields)
+        result: int | None = deadline
+        return result
 
     def advance(self, ms: int) -> None:
         """Move the clock ``ms`` forward, delivering messages and firing timers as they fall due."""
-        target = self.now + ms
+        scheduler = self.scheduler
+        queue = scheduler.queue
+        next_deadline = self._next_deadline
+        target = scheduler.now + ms
         while True:
             self.settle()
-            first = self.scheduler.next_at()
-            due = [] if first is None else [first]
+            now = scheduler.now
+            nxt = queue[0][0] if queue else None
             for node in self.brokers.values():
-                d = self._next_deadline(node)
+                d = node.deadline
+                if d is STALE:
+                    d = next_deadline(node)
                 if d is not None:
-                    due.append(max(d, self.now))
-            nxt = min(due) if due else None
+                    if d < now:
+                        d = now
+                    if nxt is None or d < nxt:
+                        nxt = d
             if nxt is None or nxt > target:
-                self.now = target
+                scheduler.now = target
                 self.settle()
                 return
-            self.now = nxt
+            scheduler.now = now = nxt
             for node in list(self.brokers.values()):
-                d = self._next_deadline(node)
-                if d is not None and d <= self.now:
+                d = node.deadline
+                if d is STALE:
+                    d = next_deadline(node)
+                if d is not None and d <= now:
                     assert node.core is not None        # only a running broker has a deadline
-                    self.apply(node, node.core.tick(self.clock_of(node)))
+                    self.apply(node, node.core.tick(now + node.clock_offset_ms))
                     self._event_done()
 
     # ------------------------------------------------------------------ the network
@@ -207,19 +225,20 @@ class SimCluster:
     # ------------------------------------------------------------------ effects (what the shell does)
 
     def apply(self, node: SimBroker, effects: list[Effect]) -> None:
-        node.deadline = STALE
+        node.forget_deadline()
         self.touched.add(node.id)
         for effect in effects:
+            # (the commonest first; each effect is of exactly one of these types)
             if isinstance(effect, Send):
                 self.net.send(node, effect)
+            elif isinstance(effect, BrokerSend):
+                self.net.broker_send(node, effect)
             elif isinstance(effect, Close):
                 self.net.close_server_conn(node, effect.conn_id)
             elif isinstance(effect, ZkRequest):
                 self.zk_clients.request(node, effect)
             elif isinstance(effect, ReadClusterState):
                 self.zk_clients.read_cluster_state(node, effect.token)
-            elif isinstance(effect, BrokerSend):
-                self.net.broker_send(node, effect)
             elif isinstance(effect, WriteCheckpoint):
                 node.disk.write_file_atomic(effect.path, effect.content)   # no thread to wait for here
             elif isinstance(effect, FlushFiles):

@@ -202,9 +202,11 @@ class Explorer:
     def _after_event(self) -> None:
         """The invariants of every topic (each looks at the brokers the event reached)."""
         touched = self.sim.touched
-        for invariants in [self.invariants] + self.more_invariants:
-            self.sim.touched = set(touched)
-            invariants.after_event()
+        if touched:
+            self.sim.touched = set()
+        self.invariants.check(touched)
+        for invariants in self.more_invariants:
+            invariants.check(touched)
 
     first_trace: list[str] | None = None
     first_pending: list[str] | None = None

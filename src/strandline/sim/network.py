@@ -49,22 +49,29 @@ class SimNetwork:
 
 
     def latency(self, src: Any, dst: Any) -> int:
-        jitter = self.sim.rng.randint(0, self.sim.jitter_ms) if self.sim.jitter_ms else 0
-        return self.sim.latency_ms + jitter + self.slow.get((src, dst), 0)
+        sim = self.sim
+        jitter = sim.rng.randint(0, sim.jitter_ms) if sim.jitter_ms else 0
+        return sim.latency_ms + jitter + self.slow.get((src, dst), 0) if self.slow else sim.latency_ms + jitter
 
     def transmit(self, src: Any, dst: Any, action: Callable[[], None]) -> None:
         """Carry a message from ``src`` to ``dst`` (broker ids, or CLIENT): first in, first out per
         link; while the link is cut it waits, as a TCP segment being retransmitted."""
         link = (src, dst)
-        when = max(self.sim.now + self.latency(src, dst), self._link_clock.get(link, 0))
+        when = self.sim.now + self.latency(src, dst)
+        last = self._link_clock.get(link, 0)
+        if last > when:
+            when = last
         self._link_clock[link] = when
+        self.sim.schedule_at(when, functools.partial(self._deliver, link, action))
 
-        def deliver() -> None:
-            if link in self.cut:
-                self._held_links[link].append(deliver)
-                return
-            action()
-        self.sim.schedule_at(when, deliver)
+    def _deliver(self, link: tuple[Any, Any], action: Callable[[], None]) -> None:
+        """A message arrives over ``link``, or waits while it is cut. (A method with its arguments
+        bound, not a closure that names itself: such a closure is a reference cycle, garbage that
+        only the cyclic collector frees, and the simulator makes one per message.)"""
+        if link in self.cut:
+            self._held_links[link].append(functools.partial(self._deliver, link, action))
+            return
+        action()
 
     def cut_link(self, src: int, dst: int) -> None:
         """Messages from broker ``src`` to broker ``dst`` stop arriving (one direction)."""
@@ -94,10 +101,16 @@ class SimNetwork:
         conn = node.conns.get(effect.conn_id)
         if conn is None:
             return
-        data = b"".join(bytes(b) for b in effect.buffers)
         reply_to, conn.reply_to = conn.reply_to, None
-        if data and reply_to is not None:
-            reply_to(data[4:])
+        if reply_to is not None:
+            buffers = effect.buffers
+            if len(buffers) == 2 and len(buffers[0]) == 4:      # the size, then the response: no copy
+                body = buffers[1]
+                reply_to(body if type(body) is bytes else bytes(body))
+            else:
+                data = b"".join(buffers)
+                if data:
+                    reply_to(data[4:])
         if effect.throttle_ms > 0:      # a throttled client's connection reads nothing for that long
             def unmute() -> None:
                 conn.busy = False
@@ -186,22 +199,24 @@ class SimNetwork:
                     callback(response)
             self.transmit(channel.dst, src, arrive)
 
-        def arrive_at_target() -> None:
-            if channel.closed:
-                return
-            target = self.sim.brokers.get(channel.dst)
-            if target is None or target.core is None or target.incarnation != channel.dst_incarnation \
-                    or target.waiting_to_register:
-                self.transmit(channel.dst, src, lambda: self.close_channel(channel, "connection refused"))
-                return
-            if target.paused:
-                target.held.append(arrive_at_target)
-                return
-            conn_id = self.server_conn(target, peer)
-            target.conns[conn_id].queue.append((frame, answer))
-            self.pump(target, conn_id)
+        self.transmit(src, channel.dst, functools.partial(self._arrive_at_target, channel, src, peer, frame, answer))
 
-        self.transmit(src, channel.dst, arrive_at_target)
+    def _arrive_at_target(self, channel: Channel, src: Any, peer: Peer, frame: bytes,
+                          answer: Callable[[bytes], None]) -> None:
+        """A request reaches the broker it was sent to (held while the broker is paused)."""
+        if channel.closed:
+            return
+        target = self.sim.brokers.get(channel.dst)
+        if target is None or target.core is None or target.incarnation != channel.dst_incarnation \
+                or target.waiting_to_register:
+            self.transmit(channel.dst, src, lambda: self.close_channel(channel, "connection refused"))
+            return
+        if target.paused:
+            target.held.append(functools.partial(self._arrive_at_target, channel, src, peer, frame, answer))
+            return
+        conn_id = self.server_conn(target, peer)
+        target.conns[conn_id].queue.append((frame, answer))
+        self.pump(target, conn_id)
 
     def close_channel(self, channel: Channel, reason: str) -> None:
         if channel.closed:

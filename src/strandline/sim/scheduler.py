@@ -8,30 +8,33 @@ the order they were scheduled, so the same seed gives the same run.
 from __future__ import annotations
 
 import heapq
+import itertools
 from typing import Callable
+
+#: an event: when it is due, its place in the order of scheduling (ties), what it does
+Event = tuple[int, int, Callable[[], object]]
 
 
 class Scheduler:
     def __init__(self, now_ms: int) -> None:
         self.now = now_ms
-        self._events: list[tuple[int, int, Callable[[], object]]] = []     # an action's value is not used
-        self._seq = 0
+        self.queue: list[Event] = []        # a heap; an action's value is not used
+        self._seq = itertools.count(1)
 
     def schedule_in(self, delay_ms: int, action: Callable[[], object]) -> None:
         """Run ``action()`` ``delay_ms`` from now (simulated time)."""
-        self.schedule_at(self.now + delay_ms, action)
+        heapq.heappush(self.queue, (self.now + delay_ms, next(self._seq), action))
 
     def schedule_at(self, when_ms: int, action: Callable[[], object]) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (when_ms, self._seq, action))
+        heapq.heappush(self.queue, (when_ms, next(self._seq), action))
 
     def next_at(self) -> int | None:
         """When the earliest event is due, None with none scheduled."""
-        return self._events[0][0] if self._events else None
+        return self.queue[0][0] if self.queue else None
 
     def pop_due(self) -> Callable[[], object] | None:
         """The next event due by now, taken off the queue; None when none is."""
-        events = self._events
-        if not events or events[0][0] > self.now:
+        queue = self.queue
+        if not queue or queue[0][0] > self.now:
             return None
-        return heapq.heappop(events)[2]
+        return heapq.heappop(queue)[2]

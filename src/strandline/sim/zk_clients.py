@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 from strandline.broker.broker import Broker
 from strandline.core.effects import Effect, ZkRequest
 from strandline.coordination import znodes
-from strandline.coordination.cluster_state import read_cluster_state
+from strandline.coordination.cluster_state import read_brokers, read_cluster_state
 from strandline.coordination.store import Create, GetData, Op, OpResult, ZkError
 from strandline.coordination.znodes import BrokerInfo
 
@@ -263,7 +263,7 @@ class SimZkClients:
     def live_brokers(self) -> tuple[dict[int, BrokerInfo], dict[int, int], int]:
         """(brokers, broker epochs, listing number): ZooKeeper's count of writes so far orders the
         listings as a shell's numbers do."""
-        brokers, _ = read_cluster_state(self.sim.zk)
+        brokers = read_brokers(self.sim.zk)
         epochs = {b: self.sim.zk.czxid[znodes.BrokerIdZNode.path(b)] for b in brokers}
         return dict(brokers), epochs, self.sim.zk.changes
 
