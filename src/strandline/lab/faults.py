@@ -9,8 +9,12 @@ from strandline.lab.run import SESSION_MS, LabError, Run
 
 
 def net_1(run: Run) -> None:
+    """A follower other than the controller (as in NET-3 and NET-5): cut from the controller too,
+    a leader that sends its ISR change to the controller (Kafka 2.7+'s AlterIsr, AlterPartition in
+    3.x) could not shrink its ISR until the cut heals, and acks=all writes would wait that long."""
     leader = run.leader()
-    follower = run.others(leader)[0]
+    follower = run.others(leader, run.controller())[0] if run.others(leader, run.controller()) else \
+        run.others(leader)[0]
     fault = run.begin(f"broker {follower} cut from leader {leader}", [follower])
     run.network.cut_both(leader, follower)
     run.wait_isr(leader, set(run.cluster.brokers) - {follower})           # the cut took effect
