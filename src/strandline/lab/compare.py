@@ -43,10 +43,6 @@ def stack_images(pngs: list[Path], out: Path) -> Path:
 def compare_command(name: str, seed: int | None, data_dir: str | None, trials: int = 1,
                     systems: tuple[str, ...] = CLUSTERS) -> int:
     scenario = find_scenario(name)
-    reason = unavailable_reason()
-    if scenario.needs_network and reason:
-        _say(f"{scenario.name}: skipped: {reason}")
-        return NOT_RUN
     playing = []
     for system in systems:
         cannot = unplayable(scenario, system)
@@ -55,6 +51,10 @@ def compare_command(name: str, seed: int | None, data_dir: str | None, trials: i
         else:
             playing.append(system)
     if not playing:
+        return NOT_RUN
+    reason = unavailable_reason()
+    if scenario.needs_network and reason:
+        _say(f"{scenario.name}: skipped: {reason}")
         return NOT_RUN
     if scenario is SAFE and reason:
         _say(f"{scenario.name}: no network partitions among the faults: {reason}")
