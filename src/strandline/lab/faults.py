@@ -24,6 +24,28 @@ def net_1(run: Run) -> None:
     run.wait_isr(leader, set(run.cluster.brokers))                          # rejoins
 
 
+def stop_fetching(run: Run, leader: int, followers: list[int]) -> dict:
+    """The followers' requests to the leader's listener dropped, until the leader's ISR is itself
+    alone: they cannot fetch, while the leader still reaches the controller. A leader that sends
+    its ISR change to the controller (Kafka 3.9's AlterPartition) could not shrink its ISR if it
+    were cut from every follower both ways (the controller is one of them), so both ways would
+    leave Kafka's ISR as it was; Strandline's leader writes it to ZooKeeper either way.
+
+    The shrink is seen in any broker's metadata: Kafka's leader answers Metadata from the cache
+    the controller's UpdateMetadata fills, and the controller, a follower, cannot reach it now."""
+    from strandline.lab.cluster import BROKER_PORT
+
+    fault = run.begin(f"followers {followers} cannot send requests to leader {leader} (no fetches)", followers)
+    for f in followers:
+        run.network.cut_requests(f, leader, BROKER_PORT)
+
+    def shrunk() -> bool:
+        views = [run.view(b) for b in run.cluster.brokers]
+        return any(v is not None and v.state == "up" and v.leader == leader and v.isr == str(leader) for v in views)
+    run.wait_for(f"ISR [{leader}] in a broker's metadata", shrunk, 30)
+    return fault
+
+
 def net_2(run: Run) -> None:
     leader = run.leader()
     fault = run.begin(f"leader {leader} cut from all followers", [leader])
@@ -126,14 +148,11 @@ def net_6(run: Run) -> None:
 
 
 def net_6_shrunk(run: Run) -> None:
-    """NET-6's variant: the followers fall behind first (cut from the leader) until the ISR is the
-    leader alone, then the leader is isolated from everything but the clients."""
+    """NET-6's variant: the followers fall behind first (:func:`stop_fetching`) until the ISR is
+    the leader alone, then the leader is isolated from everything but the clients."""
     leader = run.leader()
     followers = run.others(leader)
-    behind = run.begin(f"followers {followers} cut from leader {leader}", followers)
-    for f in followers:
-        run.network.cut_both(leader, f)
-    run.wait_isr(leader, {leader})
+    behind = stop_fetching(run, leader, followers)
     iso = run.begin(f"leader {leader} isolated (the clients still reach it)", [leader])
     run.network.isolate(leader)
     run.wait_for("the partition offline (its only ISR member gone)",
@@ -244,17 +263,15 @@ def loss_4(run: Run) -> None:
 
 
 def loss_6(run: Run) -> None:
-    """The followers cut from the leader until the ISR is the leader alone; the leader dies, loses
-    its disk and returns empty after the controller has seen it gone: it is the only ISR member, so
-    it is elected again (a new leader epoch) and the followers truncate to its empty log."""
+    """The followers stop fetching (:func:`stop_fetching`) until the ISR is the leader alone; the
+    leader dies, loses its disk and returns empty after the controller has seen it gone: it is the
+    only ISR member, so it is elected again (a new leader epoch) and the followers truncate to its
+    empty log."""
     import shutil
 
     leader = run.leader()
     followers = run.others(leader)
-    cut = run.begin(f"followers {followers} cut from leader {leader}", followers)
-    for f in followers:
-        run.network.cut_both(leader, f)
-    run.wait_isr(leader, {leader}, timeout_s=30)
+    cut = stop_fetching(run, leader, followers)
     disk = run.begin(f"leader {leader} dies and loses its disk", [leader])
     run.cluster.kill(leader)
     shutil.rmtree(run.cluster.brokers[leader].log_dir, ignore_errors=True)
