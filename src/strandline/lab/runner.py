@@ -271,6 +271,8 @@ def run_scenario(name: str, seed: int | None, data_dir: str | None, trials: int 
         all_ok &= ok
         png, page = timeline.draw(run_dir, info, views, result, line)
         _say(f"  timeline: {page}\n  timeline: {png}")
+        if system != STRANDLINE:
+            line = f"{system}: {line}"
         if trials > 1:
             line = f"{run_dir.name}: {line}"
         _say(line)
