@@ -6,6 +6,8 @@ import argparse
 
 from strandline.cli.parsers import Subcommands
 
+CLUSTERS = ("strandline", "kafka-3.9")     # strandline.lab.kafka.CLUSTERS, without importing the lab
+
 
 def add_parser(sub: Subcommands) -> None:
     lab = sub.add_parser("lab", help="run the seed scenarios (NET-*, LOSS-*, SAFE) on real processes",
@@ -22,6 +24,14 @@ def add_parser(sub: Subcommands) -> None:
     runp.add_argument("--seed", type=int, help="the random choices of the run (default: a fresh one, printed)")
     runp.add_argument("--data-dir", help="where run folders go (default: ./lab-runs)")
     runp.add_argument("--trials", type=int, default=1, help="number of runs (SAFE: random fault mixes; default 1)")
+    runp.add_argument("--cluster", choices=CLUSTERS, default=CLUSTERS[0],
+                      help="whose brokers: Strandline's (default) or Apache Kafka 3.9's, in ZooKeeper mode")
+    cmp = lsub.add_parser("compare", help="run one scenario on Strandline and on Kafka 3.9; a verdict line each "
+                                          "and both timelines in one image")
+    cmp.add_argument("scenario", metavar="SCENARIO", help="a scenario of `strandline lab list`")
+    cmp.add_argument("--seed", type=int, help="the random choices of both runs (default: a fresh one, printed)")
+    cmp.add_argument("--data-dir", help="where run folders go (default: ./lab-runs)")
+    cmp.add_argument("--trials", type=int, default=1, help="runs on each system (default 1)")
     audit = lsub.add_parser("audit", help="audit run folders again with the Spark job (SPK-2)")
     audit.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders of `strandline lab run`")
     lab.set_defaults(func=main)
@@ -37,4 +47,8 @@ def main(args: argparse.Namespace) -> int:
         return runner.audit_command(args.run_dirs)
     if args.trials < 1:
         raise StrandlineError("--trials must be at least 1")
-    return runner.run_scenario(args.scenario, args.seed, args.data_dir, args.trials)
+    if args.action == "compare":
+        from strandline.lab.compare import compare_command
+
+        return compare_command(args.scenario, args.seed, args.data_dir, args.trials)
+    return runner.run_scenario(args.scenario, args.seed, args.data_dir, args.trials, system=args.cluster)

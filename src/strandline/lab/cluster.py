@@ -63,10 +63,16 @@ class LabCluster:
                 host, port = self.network.address(i), BROKER_PORT
             else:
                 host, port = "127.0.0.1", ports[i]
-            self.brokers[i] = LabBroker(i, port, self.run_dir, host=host)
+            self.brokers[i] = self._new_broker(i, port, host)
         for i in ids:
             self._launch(self.brokers[i])
-        wait_ready([self.brokers[i] for i in ids], START_TIMEOUT_S)
+        self._wait_ready([self.brokers[i] for i in ids])
+
+    def _new_broker(self, broker_id: int, port: int, host: str) -> LabBroker:
+        return LabBroker(broker_id, port, self.run_dir, host=host)
+
+    def _wait_ready(self, brokers: list[LabBroker]) -> None:
+        wait_ready(brokers, START_TIMEOUT_S)
 
     def _launch(self, b: LabBroker) -> None:
         """Start a broker on a configuration written anew; it dies with the lab (SIGKILL)."""
@@ -128,7 +134,7 @@ class LabCluster:
         if b.alive:
             raise StrandlineError(f"broker {broker_id} is still running")
         self._launch(b)
-        wait_ready([b], START_TIMEOUT_S)
+        self._wait_ready([b])
 
     # -- the end ------------------------------------------------------------------------------------------
 

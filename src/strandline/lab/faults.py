@@ -10,9 +10,24 @@ from strandline.lab.network import ZOOKEEPER
 from strandline.lab.run import SESSION_MS, Fault, LabError, Run
 
 
+def wait_all_in_isr(run: Run, timeout_s: float = 60.0) -> None:
+    """Until whichever broker leads has every broker in its ISR. After a controller failover the
+    leader need not be the one the faults elected: Kafka's new controller runs its first automatic
+    preferred-leader election 5 s after taking office (auto.leader.rebalance.enable), and moves
+    leadership back to the preferred replica once it is in the ISR."""
+    everyone = set(run.cluster.brokers)
+    run.wait_for(f"ISR {sorted(everyone)} on the leader",
+                 lambda: (leader := run.leader()) >= 0 and run.isr(leader) == everyone
+                 and run.seen(leader).leader == leader, timeout_s)
+
+
 def net_1(run: Run) -> None:
+    """A follower other than the controller (as in NET-3 and NET-5): cut from the controller too,
+    a leader that sends its ISR change to the controller (Kafka 2.7+'s AlterIsr, AlterPartition in
+    3.x) could not shrink its ISR until the cut heals, and acks=all writes would wait that long."""
     leader = run.leader()
-    follower = run.others(leader)[0]
+    follower = run.others(leader, run.controller())[0] if run.others(leader, run.controller()) else \
+        run.others(leader)[0]
     fault = run.begin(f"broker {follower} cut from leader {leader}", [follower])
     run.network.cut_both(leader, follower)
     run.wait_isr(leader, set(run.cluster.brokers) - {follower})           # the cut took effect
@@ -20,6 +35,28 @@ def net_1(run: Run) -> None:
     run.network.heal()
     run.end(fault)
     run.wait_isr(leader, set(run.cluster.brokers))                          # rejoins
+
+
+def stop_fetching(run: Run, leader: int, followers: list[int]) -> Fault:
+    """The followers' requests to the leader's listener dropped, until the leader's ISR is itself
+    alone: they cannot fetch, while the leader still reaches the controller. A leader that sends
+    its ISR change to the controller (Kafka 3.9's AlterPartition) could not shrink its ISR if it
+    were cut from every follower both ways (the controller is one of them), so both ways would
+    leave Kafka's ISR as it was; Strandline's leader writes it to ZooKeeper either way.
+
+    The shrink is seen in any broker's metadata: Kafka's leader answers Metadata from the cache
+    the controller's UpdateMetadata fills, and the controller, a follower, cannot reach it now."""
+    from strandline.lab.cluster import BROKER_PORT
+
+    fault = run.begin(f"followers {followers} cannot send requests to leader {leader} (no fetches)", followers)
+    for f in followers:
+        run.network.cut_requests(f, leader, BROKER_PORT)
+
+    def shrunk() -> bool:
+        views = [run.view(b) for b in run.cluster.brokers]
+        return any(v is not None and v.state == "up" and v.leader == leader and v.isr == str(leader) for v in views)
+    run.wait_for(f"ISR [{leader}] in a broker's metadata", shrunk, 30)
+    return fault
 
 
 def net_2(run: Run) -> None:
@@ -124,14 +161,11 @@ def net_6(run: Run) -> None:
 
 
 def net_6_shrunk(run: Run) -> None:
-    """NET-6's variant: the followers fall behind first (cut from the leader) until the ISR is the
-    leader alone, then the leader is isolated from everything but the clients."""
+    """NET-6's variant: the followers fall behind first (:func:`stop_fetching`) until the ISR is
+    the leader alone, then the leader is isolated from everything but the clients."""
     leader = run.leader()
     followers = run.others(leader)
-    behind = run.begin(f"followers {followers} cut from leader {leader}", followers)
-    for f in followers:
-        run.network.cut_both(leader, f)
-    run.wait_isr(leader, {leader})
+    behind = stop_fetching(run, leader, followers)
     iso = run.begin(f"leader {leader} isolated (the clients still reach it)", [leader])
     run.network.isolate(leader)
     run.wait_for("the partition offline (its only ISR member gone)",
@@ -216,7 +250,7 @@ def loss_2(run: Run) -> None:
     run.cluster.restart(leader)
     run.cluster.restart(other)
     run.end(kill)
-    run.wait_isr(stale, set(run.cluster.brokers), timeout_s=60)
+    wait_all_in_isr(run)
 
 
 def loss_4(run: Run) -> None:
@@ -242,17 +276,15 @@ def loss_4(run: Run) -> None:
 
 
 def loss_6(run: Run) -> None:
-    """The followers cut from the leader until the ISR is the leader alone; the leader dies, loses
-    its disk and returns empty after the controller has seen it gone: it is the only ISR member, so
-    it is elected again (a new leader epoch) and the followers truncate to its empty log."""
+    """The followers stop fetching (:func:`stop_fetching`) until the ISR is the leader alone; the
+    leader dies, loses its disk and returns empty after the controller has seen it gone: it is the
+    only ISR member, so it is elected again (a new leader epoch) and the followers truncate to its
+    empty log."""
     import shutil
 
     leader = run.leader()
     followers = run.others(leader)
-    cut = run.begin(f"followers {followers} cut from leader {leader}", followers)
-    for f in followers:
-        run.network.cut_both(leader, f)
-    run.wait_isr(leader, {leader}, timeout_s=30)
+    cut = stop_fetching(run, leader, followers)
     disk = run.begin(f"leader {leader} dies and loses its disk", [leader])
     run.cluster.kill(leader)
     shutil.rmtree(run.cluster.brokers[leader].log_dir, ignore_errors=True)
@@ -304,7 +336,7 @@ def epo_3(run: Run) -> None:
     run.end(kill)
     run.cluster.restart(successor)
     run.end(second)
-    run.wait_isr(last, set(run.cluster.brokers), timeout_s=60)
+    wait_all_in_isr(run)
 
 
 def epo_3_divergence(run: Run) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from strandline.errors import StrandlineError
 from strandline.lab import history, timeline
 from strandline.lab.cluster import LabCluster
+from strandline.lab.kafka import STRANDLINE, make_cluster, unplayable
 from strandline.lab.network import LabNetwork, unavailable_reason
 from strandline.lab.scenarios import LAB_BROKER_CONFIG, SAFE, SCENARIOS, LabError, Run, Scenario
 from strandline.lab.replicas import Sampler, StoredBatch, read_replica_logs
@@ -111,13 +112,15 @@ def _converged(run: Run, partitions: int, after_ms: float) -> list[tuple[int, in
     return final
 
 
-def execute(scenario: Scenario, run_dir: Path, seed: int, partitions: int = 1, network_ok: bool = True) -> dict[str, Any]:
-    """Run ``scenario`` once in ``run_dir``; the history is written there. Returns run.json's content."""
+def execute(scenario: Scenario, run_dir: Path, seed: int, partitions: int = 1, network_ok: bool = True,
+            system: str = STRANDLINE) -> dict[str, Any]:
+    """Run ``scenario`` once in ``run_dir`` on ``system`` (Strandline's brokers or Kafka 3.9's,
+    :mod:`strandline.lab.kafka`); the history is written there. Returns run.json's content."""
     run_dir.mkdir(parents=True, exist_ok=True)
     network = LabNetwork(list(range(1, 4))) if network_ok else None
     config = {**LAB_BROKER_CONFIG, **scenario.broker_config}
-    cluster = LabCluster(run_dir, 3, config, network)
-    info = {"scenario": scenario.name, "summary": scenario.summary, "run_dir": str(run_dir.resolve()), "expect": scenario.expect, "seed": seed,
+    cluster = make_cluster(system, run_dir, 3, config, network)
+    info = {"scenario": scenario.name, "cluster": system, "summary": scenario.summary, "run_dir": str(run_dir.resolve()), "expect": scenario.expect, "seed": seed,
             "acks": scenario.acks, "enable.idempotence": scenario.idempotence,
             "min.insync.replicas": scenario.min_isr, "unclean.leader.election.enable": scenario.unclean,
             "broker_config": config, "topic_config": scenario.topic_config, "partitions": partitions, "topic": TOPIC,
@@ -231,10 +234,20 @@ def _interruptible() -> None:
     signal.signal(signal.SIGTERM, on_term)
 
 
-def run_scenario(name: str, seed: int | None, data_dir: str | None, trials: int = 1) -> int:
+def find_scenario(name: str) -> Scenario:
     scenario = SAFE if name.upper() == "SAFE" else {k.upper(): v for k, v in SCENARIOS.items()}.get(name.upper())
     if scenario is None:
         raise StrandlineError(f"no scenario {name!r}; `strandline lab list` names them")
+    return scenario
+
+
+def run_scenario(name: str, seed: int | None, data_dir: str | None, trials: int = 1,
+                 system: str = STRANDLINE) -> int:
+    scenario = find_scenario(name)
+    cannot = unplayable(scenario, system)
+    if cannot:
+        _say(cannot)
+        return NOT_RUN
     reason = unavailable_reason()
     if scenario.needs_network and reason:
         _say(f"{scenario.name}: skipped: {reason}")
@@ -246,10 +259,11 @@ def run_scenario(name: str, seed: int | None, data_dir: str | None, trials: int 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     root = _runs_root(data_dir)
     run_dirs = []
+    on = "" if system == STRANDLINE else f"-{system}"
     for trial in range(trials):
-        run_dir = root / (f"{scenario.name}-{stamp}" + (f"-{trial:03d}" if trials > 1 else ""))
+        run_dir = root / (f"{scenario.name}{on}-{stamp}" + (f"-{trial:03d}" if trials > 1 else ""))
         _say(f"{scenario.name}: run {trial + 1}/{trials} in {run_dir} (seed {seed + trial})")
-        info = execute(scenario, run_dir, seed + trial, network_ok=reason is None)
+        info = execute(scenario, run_dir, seed + trial, network_ok=reason is None, system=system)
         for f in info["faults"]:
             _say(f"  fault: {f['label']}")
         if info.get("error"):
@@ -266,6 +280,8 @@ def run_scenario(name: str, seed: int | None, data_dir: str | None, trials: int 
         all_ok &= ok
         png, page = timeline.draw(run_dir, info, views, result, line)
         _say(f"  timeline: {page}\n  timeline: {png}")
+        if system != STRANDLINE:
+            line = f"{system}: {line}"
         if trials > 1:
             line = f"{run_dir.name}: {line}"
         _say(line)

@@ -137,7 +137,9 @@ def figure(info: dict[str, Any], views: list[dict[str, Any]], result: dict[str, 
                        solid_capstyle="butt", gid=SPLIT_BRAIN_GID)
             lanes.text((start + stop) / 2, band + 0.45, f"split brain: brokers {_names(both)} both lead",
                        ha="center", va="bottom", fontsize=8, color=SPLIT_BRAIN_COLOUR, gid=SPLIT_BRAIN_GID)
-        lanes.set_title(f"{info['scenario']} - partition {info.get('topic', 'lab')}-{p}", loc="left", fontsize=10)
+        system = "" if info.get("cluster", "strandline") == "strandline" else f" on {info['cluster']}"
+        lanes.set_title(f"{info['scenario']}{system} - partition {info.get('topic', 'lab')}-{p}", loc="left",
+                        fontsize=10)
         offsets.set_ylabel("offset")
         offsets.grid(alpha=0.3)
         for i, f in enumerate(faults):
