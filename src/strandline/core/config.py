@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
+from strandline.core import api_version
 from strandline.log.config import LogConfig
 
 LONG_MAX = 9223372036854775807
@@ -69,6 +70,13 @@ _MESSAGE_FORMAT = re.compile(r"^(0\.(8\.[0-2]|9\.0|10\.[0-2]|11\.0)|[12]\.[0-8])
 def _message_format_version(key: str, raw: str, text: str) -> None:
     if not _MESSAGE_FORMAT.match(text):
         raise ConfigError(f"Invalid value {raw!r} for configuration {key}: not a Kafka version such as 2.8 or 2.8-IV1")
+
+
+def _inter_broker_protocol_version(key: str, raw: str, text: str) -> None:
+    try:
+        api_version.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {exc} (such as 2.8, 2.7 or 2.8-IV1)") from None
 
 
 #: ``authorizer.class.name`` values that turn on Strandline's ACL authorizer (Kafka's ZooKeeper ones)
@@ -274,6 +282,10 @@ BROKER_KEYS: dict[str, Key] = _keys(
     Key("num.replica.fetchers", "int", 1, lo=1),
     Key("replication.truncation", "choice", "leader-epoch", choices=("leader-epoch", "high-watermark"),
         doc="Strandline: how a replica truncates on becoming follower (SPEC EPO-4 legacy mode)."),
+    Key("inter.broker.protocol.version", "string", api_version.LATEST, validator=_inter_broker_protocol_version,
+        doc="Kafka's inter-broker protocol version (2.8-IV1, 2.8, 2.7, 2.6, ...). From 2.7 on a leader proposes "
+            "its ISR changes to the controller (AlterIsr, KIP-497); before, it writes the partition's state "
+            "znode itself (the legacy mode)."),
     Key("controlled.shutdown.enable", "bool", True),
     Key("controlled.shutdown.max.retries", "int", 3, lo=0),
     Key("controlled.shutdown.retry.backoff.ms", "long", 5000, lo=0),
