@@ -280,7 +280,8 @@ def test_isr_6_the_controller_tells_every_broker_of_an_isr_change_within_the_pro
     """The leader writes the shrink to ZooKeeper at once and notifies under
     /isr_change_notification once the change is 5 s old (checked every 2.5 s); the controller then
     sends UpdateMetadata, so metadata from any broker shows the new ISR (CLI-1)."""
-    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS),
+                                    "inter.broker.protocol.version": "2.6"})     # the leader writes its ISR
     create(c, "i", [2, 3, 4])
 
     def isr_seen_by(broker: int) -> list[int]:
@@ -486,7 +487,8 @@ def test_net_4_a_leader_cut_from_zookeeper_stops_acknowledging_acks_all_and_rejo
     on nothing is. After its session expires the controller elects another ISR member; once
     healed, the old leader learns it is a follower, truncates what only it had, and ends
     identical to the new leader."""
-    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS),
+                                    "inter.broker.protocol.version": "2.6"})     # the leader writes its ISR
     create(c, "n", [2, 3, 4], min_isr=2)
     assert produce(c, 2, "n", [b"m1"]).error_code == ErrorCode.none
     c.cut_off(2)
