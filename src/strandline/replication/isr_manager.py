@@ -205,9 +205,10 @@ class IsrManager:
         if topic is not None:
             topic.states[key[1]] = dataclasses.replace(state, zk_version=zk_version)
         shrunk = len(state.isr) < len(old_isr)
+        writer = "this leader wrote it" if self.alter_isr is None else "the controller wrote it (AlterIsr)"
         effects: list[Effect] = [LogLine("warning" if shrunk else "info",
                              f"ISR of {key[0]}-{key[1]} {'shrank' if shrunk else 'changed'} from {list(old_isr)} "
-                             f"to {list(state.isr)}",
+                             f"to {list(state.isr)} ({writer} at version {zk_version})",
                              "isr_shrink" if shrunk else "isr_expand" if len(state.isr) > len(old_isr) else None, key)]
         return effects + self.high_watermark_moved([key] if advanced else [], now_ms)
 
