@@ -7,7 +7,8 @@ state it holds. This manager batches the proposals: at most one per partition wa
 (the partition itself proposes nothing while one is pending), and at most one AlterIsr request is
 in flight at a time; what comes in meanwhile goes in the next request, sent as soon as the answer
 comes. A request that gets no answer, or a top-level error (NOT_CONTROLLER, STALE_BROKER_EPOCH,
-...), is sent again after :data:`ALTER_ISR_RETRY_MS`, with the broker epoch of that moment. Each
+...), is sent again after :data:`ALTER_ISR_RETRY_MS`, with the broker epoch of that moment; its
+partitions hear that their proposals are undecided (their leader acknowledges nothing meanwhile). Each
 partition's answer goes to its item's ``on_answer``; a proposal its partition no longer waits for
 (the controller told the broker a newer state meanwhile) is not sent.
 
@@ -45,7 +46,8 @@ class AlterIsrItem:
 
     key: Key
     state: LeaderAndIsr
-    #: the controller's answer, or None when a request carrying it got none (it is sent again)
+    #: the controller's answer, or None when a request carrying it was not decided: no answer, or
+    #: an error for the whole request (it is sent again)
     on_answer: Callable[["ErrorCode | LeaderAndIsr | None", int], list[Effect]]
     #: whether its partition still waits for it (checked before each send)
     wanted: Callable[[], bool]
@@ -120,13 +122,14 @@ class AlterIsrManager:
         top, partitions = (ErrorCode.unknown_server_error, {}) if body is None else read_answer(body)
         effects: list[Effect] = []
         if top is not ErrorCode.none:
-            # no answer, or the controller did not look at the partitions: all of them again, later
+            # no answer (the controller may have written them), or the controller did not look at
+            # the partitions (NOT_CONTROLLER, STALE_BROKER_EPOCH: the proposer's registration is
+            # gone, as after its session expired): undecided, all of them again, later
             self.in_flight = False
             self.requests_failed += 1
-            if body is None:            # the controller may have written them: their outcome is unknown
-                for item in items:
-                    if self.unsent.get(item.key) is item:
-                        effects.extend(item.on_answer(None, now_ms))
+            for item in items:
+                if self.unsent.get(item.key) is item:
+                    effects.extend(item.on_answer(None, now_ms))
             return effects + self._retry_later(now_ms)
         answered = [(item, partitions[item.key]) for item in items if item.key in partitions]
         for item, _ in answered:        # (one left out of the answer is sent again)

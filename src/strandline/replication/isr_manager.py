@@ -95,12 +95,15 @@ class IsrManager:
         key = item.key
         if answer is None:
             # as a legacy write whose answer was lost (NET-4): the controller may have applied it,
-            # so the leader acknowledges nothing until an answer says what holds
+            # or refused the request whole because this broker's registration is gone (its session
+            # expired, a new leader may be elected), so the leader acknowledges nothing until an
+            # answer says what holds
             if partition.isr_outcome_unknown:
                 return []
             partition.isr_outcome_unknown = True
-            return [LogLine("warning", f"ISR change of {key[0]}-{key[1]} to {list(state.isr)}: no answer from the "
-                                       f"controller; acknowledge no write until it answers")]
+            return [LogLine("warning", f"ISR change of {key[0]}-{key[1]} to {list(state.isr)}: the controller did not "
+                                       f"decide it (no answer, or the request refused whole); acknowledge no write "
+                                       f"until it does")]
         partition.isr_outcome_unknown = False
         if isinstance(answer, ErrorCode):
             if answer not in STALE_VIEW:

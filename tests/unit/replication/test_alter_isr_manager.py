@@ -6,6 +6,7 @@ The controller is played by the test: it sees each request the manager sends and
 
 from __future__ import annotations
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from strandline.coordination.metadata import MetadataCache
@@ -237,5 +238,22 @@ def test_a_proposal_whose_request_got_no_answer_stops_the_acknowledgements_until
     s.outbox.tick(T0 + ALTER_ISR_RETRY_MS)
     s.controller.answer(body("t", error(0, ErrorCode.unknown_server_error)))    # not applied: proposed again
     assert p.accepts_writes and p.pending_isr == (1, 2)
+    s.controller.answer(body("t", ok("t", 0, 1, 5, (1, 2), 8)))
+    assert p.accepts_writes and p.isr == (1, 2)
+
+
+@pytest.mark.parametrize("top", [ErrorCode.stale_broker_epoch, ErrorCode.not_controller])
+def test_a_proposal_whose_request_was_refused_whole_stops_the_acknowledgements_until_it_is_decided(top):
+    """NET-4 with AlterIsr: a leader cut from ZooKeeper alone still reaches the controller, which
+    refuses its requests whole (STALE_BROKER_EPOCH once its session expired and a new leader may be
+    elected); the leader acknowledges no write until a proposal is decided, not for as long as
+    the cut lasts. The retries go on, and an answer lifts it."""
+    s = Setup()
+    p = s.p()
+    s.isr.change_isr(p, (1, 2), T0)
+    s.controller.answer(body("t", top=top))
+    assert not p.accepts_writes and p.pending_isr == (1, 2)
+    s.outbox.tick(T0 + ALTER_ISR_RETRY_MS)
+    assert s.controller.proposed() == [("t", 0, 5, (1, 2), 7)]
     s.controller.answer(body("t", ok("t", 0, 1, 5, (1, 2), 8)))
     assert p.accepts_writes and p.isr == (1, 2)
