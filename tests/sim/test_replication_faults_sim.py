@@ -127,16 +127,25 @@ def test_isr_5_an_isr_write_that_was_not_applied_leaves_the_leader_serving_and_i
     assert produce(c, 1, "n", [b"m1"]).error_code == ErrorCode.none
 
 
-def test_net_4_after_a_failed_isr_change_the_old_leader_acknowledges_no_write_not_even_acks_1():
-    """NET-4: cut from ZooKeeper, the leader's ISR shrink cannot complete. From then on it must not
-    acknowledge any write of that partition (acks=1 included) until the controller tells it its
-    role; before, a cut leader acknowledged every acks=1 write for as long as the cut lasted."""
-    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS), **LEGACY})
+@pytest.mark.parametrize("mode", ["legacy", "alter-isr"])
+def test_net_4_after_a_failed_isr_change_the_old_leader_acknowledges_no_write_not_even_acks_1(mode):
+    """NET-4: cut from ZooKeeper and the other brokers, the leader's ISR shrink cannot complete:
+    its write fails (legacy) or its proposal to the controller gets no answer within
+    request.timeout.ms (AlterIsr). From then on it must not acknowledge any write of that
+    partition (acks=1 included) until the controller tells it its role; before, a cut leader
+    acknowledged every acks=1 write for as long as the cut lasted."""
+    request_timeout_ms = 3000
+    config = LEGACY if mode == "legacy" else {"request.timeout.ms": str(request_timeout_ms)}
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS), **config})
+    assert c.controller_id != 2
     create(c, "n", [2, 3, 4], min_isr=2)
     assert produce(c, 2, "n", [b"m1"]).error_code == ErrorCode.none
     c.cut_off(2)
     assert produce(c, 2, "n", [b"before"], acks=1).error_code == ErrorCode.none    # LOSS-3: acknowledged...
-    c.advance(2 * LAG_MS)                                     # ...then its ISR shrink is attempted and fails
+    c.advance(2 * LAG_MS)                                     # ...then its ISR shrink is attempted...
+    if mode == "alter-isr":
+        assert produce(c, 2, "n", [b"pending"], acks=1).error_code == ErrorCode.none   # (a proposal in flight)
+        c.advance(request_timeout_ms)                         # ...and its request gets no answer
     assert c.partition(2, "n").is_leader
     late = produce_many(c, 2, "n", [b"a%d" % i for i in range(10)], acks=1)
     assert late == []
