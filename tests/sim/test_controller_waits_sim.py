@@ -19,7 +19,7 @@ def pending(c: SimCluster, broker_id: int) -> list[str]:
 
 def test_an_election_waits_for_named_reads_then_a_named_write() -> None:
     """CTL-6: broker 2 taken for dead, partition t-0 is read, decided and written; each step's
-    wait says what it is."""
+    wait says what it is, and so does the write of the ISR its leader then proposes."""
     c = SimCluster((1, 2, 3))
     create(c, "t", [1, 2, 3])
     cid = c.controller_id
@@ -35,8 +35,10 @@ def test_an_election_waits_for_named_reads_then_a_named_write() -> None:
         "zk AwaitingPartitionStateReads(keys=[('t', 0)], dead=[2], then=None, decide=None, retry=False; "
         "controller epoch 1)",
         "zk AwaitingLeaderAndIsrWrite(partitions=[('t', 0)], then=RunsWritten(left=1, then=None); "
-        "controller epoch 1)"], seen
-    assert ctx.topics["t"].states[0].isr == (1, 3)
+        "controller epoch 1)",
+        # broker 2, alive after all, fetches again: its leader proposes it back (AlterIsr)
+        "zk AwaitingAlterIsrWrite(key=('t', 0); controller epoch 1)"], seen
+    assert ctx.topics["t"].states[0].isr == (1, 3, 2)
     assert not [w for w in pending(c, cid) if "Awaiting" in w]
 
 

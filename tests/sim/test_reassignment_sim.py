@@ -362,8 +362,9 @@ def test_ctl_11_a_move_ends_when_the_controller_writes_an_isr_holding_its_target
     so it writes no ISR change notification. A preferred leader election then writes that ISR
     (leadership to 1) itself: the controller ends the move there, as Kafka's controller, which
     watches the state znode of each partition being moved, does. Before, the move waited for an
-    ISR change notification that never came (sim explore --config acks1 seed 1, 30 s)."""
-    c = SimCluster((1, 2, 3, 4), latency_ms=1, **FAST)
+    ISR change notification that never came (sim explore --config acks1 seed 1, 30 s). The leader
+    writes its own ISR here (inter.broker.protocol.version 2.6)."""
+    c = SimCluster((1, 2, 3, 4), latency_ms=1, **FAST, **{"inter.broker.protocol.version": "2.6"})
     assert c.controller_id == 1
     create(c, "w", [2, 1, 3], min_isr=1)
     assert produce(c, 2, "w", [b"v0"]).error_code == ErrorCode.none

@@ -6,6 +6,7 @@ the clock are simulated. Named by SPEC ID: REP-1..4, ACK-1, ACK-2, ISR-1..4, EPO
 
 from __future__ import annotations
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from strandline.coordination.store import SetData
@@ -280,7 +281,8 @@ def test_isr_6_the_controller_tells_every_broker_of_an_isr_change_within_the_pro
     """The leader writes the shrink to ZooKeeper at once and notifies under
     /isr_change_notification once the change is 5 s old (checked every 2.5 s); the controller then
     sends UpdateMetadata, so metadata from any broker shows the new ISR (CLI-1)."""
-    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS),
+                                    "inter.broker.protocol.version": "2.6"})     # the leader writes its ISR
     create(c, "i", [2, 3, 4])
 
     def isr_seen_by(broker: int) -> list[int]:
@@ -486,7 +488,8 @@ def test_net_4_a_leader_cut_from_zookeeper_stops_acknowledging_acks_all_and_rejo
     on nothing is. After its session expires the controller elects another ISR member; once
     healed, the old leader learns it is a follower, truncates what only it had, and ends
     identical to the new leader."""
-    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS),
+                                    "inter.broker.protocol.version": "2.6"})     # the leader writes its ISR
     create(c, "n", [2, 3, 4], min_isr=2)
     assert produce(c, 2, "n", [b"m1"]).error_code == ErrorCode.none
     c.cut_off(2)
@@ -507,6 +510,100 @@ def test_net_4_a_leader_cut_from_zookeeper_stops_acknowledging_acks_all_and_rejo
     assert not c.partition(2, "n").is_leader
     assert values_on(c, 2, "n") == values_on(c, 3, "n") == [b"m1", b"m2"]
     assert set(c.state("n").isr) == {2, 3, 4}
+
+
+@pytest.mark.parametrize("request_timeout_ms", [5000, 30000])
+def test_net_4_alter_isr_a_cut_leader_acknowledges_acks_1_within_the_bound_and_rejoins_as_follower(
+        request_timeout_ms):
+    """NET-4, NET-6, LOSS-3 with AlterIsr (the default inter.broker.protocol.version): the leader,
+    cut from ZooKeeper and the other brokers but reached by clients, proposes its ISR shrink to
+    the controller and gets no answer. Meanwhile the pending shrink holds the high watermark, so
+    no acks=all write is acknowledged; acks=1 writes are, until the request times out: at the
+    latest replica.lag.time.max.ms (its followers fall out of sync) + half of it (its next ISR
+    check) + request.timeout.ms after the cut, and none after. With Kafka's default
+    request.timeout.ms (30 s) that is past the session expiry (18 s) that elects a new leader:
+    the acks=1 writes of the split brain are lost (LOSS-3). Healed, the old leader follows,
+    truncates what only it had and ends identical to the new leader."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS),
+                                    "request.timeout.ms": str(request_timeout_ms)})
+    assert c.controller_id != 2                               # the proposal must cross the cut
+    create(c, "n", [2, 3, 4], min_isr=2)
+    assert produce(c, 2, "n", [b"m1"]).error_code == ErrorCode.none
+    cut_at = c.now
+    c.cut_off(2)
+    produce_request(c, 2, "n", [b"never-acknowledged"], client="acks-all", timeout_ms=3000)
+    bound_ms = LAG_MS + LAG_MS // 2 + request_timeout_ms
+    acked: list[tuple[int, bytes]] = []
+    refused = []
+    step_ms = 100
+    for i in range((bound_ms + 2000) // step_ms):             # an acks=1 write every 100 ms
+        value = b"w%d" % i
+        answer = produce(c, 2, "n", [value], acks=1)
+        (acked.append((c.now - cut_at, value)) if answer.error_code == ErrorCode.none
+         else refused.append((c.now - cut_at, answer.error_code)))
+        if i == 3000 // step_ms + 5:
+            assert c.response(2, 0, 7, "acks-all").responses[0].partition_responses[0].error_code == \
+                ErrorCode.request_timed_out
+        c.advance(step_ms)
+    last_ack_ms = acked[-1][0]
+    assert LAG_MS <= last_ack_ms <= bound_ms, (last_ack_ms, bound_ms)
+    assert refused and all(code == ErrorCode.not_leader_or_follower for _, code in refused)
+    assert refused[0][0] > last_ack_ms                         # once refused, nothing acknowledged
+    assert c.partition(2, "n").is_leader and not c.partition(2, "n").accepts_writes
+    assert c.brokers[c.controller_id].core.controller.alter_isrs.isr_changes_written == 0
+    c.expire_session(2)
+    c.advance(10)
+    assert c.state("n").leader == 3 and c.state("n").leader_epoch == 1
+    assert produce(c, 3, "n", [b"m2"]).error_code == ErrorCode.none
+    c.heal(2)
+    c.advance(3000)
+    assert not c.partition(2, "n").is_leader
+    assert values_on(c, 2, "n") == values_on(c, 3, "n") == [b"m1", b"m2"]   # LOSS-3: every w<i> lost
+    assert set(c.state("n").isr) == {2, 3, 4}
+
+
+@pytest.mark.parametrize("ibp", ["2.8", "2.6"])
+def test_net_4_a_leader_cut_from_zookeeper_alone_stops_acknowledging_within_the_bound_after_the_election(ibp):
+    """NET-4, LOSS-3 as the lab plays it: the leader is cut from ZooKeeper only; it still reaches
+    its followers and the controller. Its session expires and the controller elects a follower
+    (without telling the old leader, a dead broker to it); the followers fetch from the new leader,
+    so the old one proposes (2.8) or writes (2.6) an ISR shrink about replica.lag.time.max.ms + half
+    of it later. The controller refuses the proposal whole (STALE_BROKER_EPOCH: the proposer's
+    registration is gone), ZooKeeper the write: from then on the old leader acknowledges nothing,
+    at the latest lag + lag/2 + request.timeout.ms after the election (a request without an answer),
+    where before an AlterIsr refused whole was sent again every 50 ms and the old leader
+    acknowledged acks=1 writes for as long as the cut lasted."""
+    request_timeout_ms = 5000
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS), "inter.broker.protocol.version": ibp,
+                                    "request.timeout.ms": str(request_timeout_ms)})
+    assert c.controller_id != 2
+    create(c, "n", [2, 3, 4], min_isr=2)
+    assert produce(c, 2, "n", [b"m1"]).error_code == ErrorCode.none
+    cut_at = c.now
+    c.cut_from_zookeeper(2)
+    bound_ms = LAG_MS + LAG_MS // 2 + request_timeout_ms
+    elected_at = None
+    acked_at = []
+    i = 0
+    while elected_at is None or c.now < elected_at + bound_ms + 2000:       # an acks=1 write every 10 ms
+        if produce(c, 2, "n", [b"w%d" % i], acks=1).error_code == ErrorCode.none:
+            acked_at.append((c.now, b"w%d" % i))
+        if elected_at is None and c.state("n").leader == 3:
+            elected_at = c.now
+        assert c.now < cut_at + c.session_timeout_ms + 20_000, "no election"
+        c.advance(10)
+        i += 1
+    last_ack_ms = acked_at[-1][0]
+    assert last_ack_ms > elected_at                           # LOSS-3: a short split brain...
+    assert last_ack_ms - elected_at <= bound_ms, (last_ack_ms - elected_at, bound_ms)     # ...within the bound
+    assert c.partition(2, "n").is_leader and not c.partition(2, "n").accepts_writes
+    c.heal(2)
+    c.advance(3000)
+    assert not c.partition(2, "n").is_leader
+    kept = values_on(c, 3, "n")
+    assert values_on(c, 2, "n") == kept
+    lost = [(t, v) for t, v in acked_at if v not in kept]
+    assert lost and all(t >= elected_at for t, _ in lost)     # only what the old leader took after the election
 
 
 # ---------------------------------------------------------------------------- preferred leaders

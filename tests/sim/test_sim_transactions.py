@@ -70,7 +70,7 @@ def test_ctl_11_a_move_written_while_another_partitions_move_ends_keeps_its_reco
     since and seed 1340036 no longer makes such a write; seed 1220013 does (partition 0's move
     written while partition 2's end narrowed [3, 2, 4, 1] to [3, 2, 4], its ISR still naming 1)."""
     over = _writes_over_an_ending_move(monkeypatch)
-    result = run_seed(1220013, "txn", reassign=True)
+    result = run_seed(1220013, "txn", reassign=True, isr_writes="2.6")    # as found: leaders write ISRs
     assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
     assert over, "seed 1220013 no longer writes a move while another partition's move ends"
 
@@ -84,7 +84,7 @@ def test_a_deposed_coordinator_acknowledges_nothing_from_memory(monkeypatch):
     The explorer has changed since and seed 39 no longer asks a deposed coordinator; seed 44 does:
     AddPartitionsToTxn of partitions already added reaches broker 1, whose
     __transaction_state-3 ZooKeeper gives to broker 3, and is refused (NOT_COORDINATOR)."""
-    explorer = Explorer(44, NO_POWER_LOSS)
+    explorer = Explorer(44, NO_POWER_LOSS, isr_writes="2.6")     # as found: leaders write ISRs
     deposed: list[tuple] = []
     real = TransactionCoordinator._confirm
 

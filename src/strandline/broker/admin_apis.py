@@ -19,7 +19,7 @@ from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.dynamic_config import describe_topic
 from strandline.core.effects import Effect, Send
 from strandline.core.wire import Handler, response
-from strandline.controller.alter_isr import alter_isr
+from strandline.controller.alter_isr import proposals_of
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
 from strandline.group.offsets_topic import INTERNAL_TOPICS
@@ -259,11 +259,13 @@ class AdminApis:
 
     def _alter_isr(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         """As Kafka 2.8's ``KafkaApis.handleAlterIsrRequest``: CLUSTER_ACTION on the cluster, then
-        the controller alone (NOT_CONTROLLER elsewhere), then ``controller/alter_isr.py``."""
+        the controller alone (NOT_CONTROLLER elsewhere), which answers once it has written the
+        accepted ISRs (``controller/alter_isr.py``)."""
         if not self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
             return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
                                                "topics": []})]
-        return [response(conn_id, header, alter_isr(self.controller.ctx, request))]
+        return self.controller.alter_isr(request.broker_id, request.broker_epoch, proposals_of(request),
+                                         lambda body, when_ms: [response(conn_id, header, body)], now_ms)
 
     # -- ElectLeaders
 

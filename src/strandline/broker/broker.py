@@ -25,6 +25,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.broker.admin_apis import AdminApis
+from strandline.broker.alter_isr_sender import AlterIsrSender
 from strandline.broker.apis import KafkaApis
 from strandline.broker.log_apis import LogApis
 from strandline.security.authorizer import AclAuthorizer
@@ -85,6 +86,9 @@ class Broker:
                                               lambda: self.broker_epoch, now_ms)
         self.controller = Controller(config, self.outbox, rng=rng, new_uuid=new_uuid,
                                      deliver_locally=self._deliver_control, controller_seen=self._controller_seen)
+        if self.replica_manager.alter_isr is not None:     # inter.broker.protocol.version 2.7+
+            self.replica_manager.alter_isr.send = AlterIsrSender(self.broker_id, self.metadata, self.controller,
+                                                                 self.outbox)
         self.offsets_topic = OffsetsTopic(config, self.replica_manager.writes.append_internal,
                                           self.replica_manager.read_log)
         self.groups = GroupCoordinator(config, self.offsets_topic.append, lambda: str(new_uuid()))

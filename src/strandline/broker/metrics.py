@@ -69,10 +69,13 @@ def _replica_manager(broker: Broker) -> list[Family]:
         _one(prefix + "atminisrpartitioncount", "gauge",
              "Partitions this broker leads whose ISR is exactly min.insync.replicas.", at_min),
         _one(prefix + "offlinereplicacount", "gauge", "Replicas in a log dir that failed.", 0),
-        _one(prefix + "isrshrinks", "counter", "ISR shrinks written by this broker as leader.", isr.isr_shrinks),
-        _one(prefix + "isrexpands", "counter", "ISR expansions written by this broker as leader.", isr.isr_expands),
+        _one(prefix + "isrshrinks", "counter", "ISR shrinks of partitions this broker leads (written by it, "
+             "or by the controller it proposed them to).", isr.isr_shrinks),
+        _one(prefix + "isrexpands", "counter", "ISR expansions of partitions this broker leads (written by it, "
+             "or by the controller it proposed them to).", isr.isr_expands),
         _one(prefix + "failedisrupdates", "counter",
-             "ISR writes that ZooKeeper did not take (a conflicting version).", isr.failed_isr_updates),
+             "ISR changes not taken: a write ZooKeeper refused (a conflicting version), or a proposal the "
+             "controller refused (AlterIsr).", isr.failed_isr_updates),
     ]
 
 
@@ -119,6 +122,10 @@ def _controller(broker: Broker) -> list[Family]:
         _one(stats + "uncleanleaderelections", "counter",
              "Leaders written outside the last ISR by this broker as controller (UncleanLeaderElectionsPerSec).",
              controller.elections.unclean_leader_elections),
+        _one(stats + "isrchanges", "counter",
+             "ISR changes written by this broker as controller as their leaders proposed (AlterIsr, "
+             "inter.broker.protocol.version 2.7+; Kafka's IsrChangeRateAndTimeMs counts the controller's "
+             "ISR change events instead).", controller.alter_isrs.isr_changes_written),
     ]
 
 

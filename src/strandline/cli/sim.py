@@ -42,7 +42,7 @@ def _without(args: argparse.Namespace) -> set[str]:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return {**run_options(_without(args)), "load": args.load}
+    return {**run_options(_without(args)), "load": args.load, "isr_writes": args.inter_broker_protocol}
 
 
 def _flags(args: argparse.Namespace) -> str:
@@ -50,6 +50,8 @@ def _flags(args: argparse.Namespace) -> str:
     without = sorted(_without(args), key=EVERYTHING.index)
     return ((f" --without {','.join(without)}" if without else "")
             + (f" --load {args.load}" if args.load != DEFAULT_LOAD else "")
+            + (f" --inter-broker-protocol {args.inter_broker_protocol}" if args.inter_broker_protocol != "mixed"
+               else "")
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
 
@@ -169,6 +171,10 @@ def _menu_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how hard the clients write: heavy (a batch every 10-120 ms per producer), medium "
                              "(30-360 ms), light (90-1080 ms), or mixed (default: each seed draws one, a quarter "
                              "heavy, a quarter medium, half light)")
+    parser.add_argument("--inter-broker-protocol", choices=("mixed", "2.8", "2.6"), default="mixed",
+                        help="the brokers' inter.broker.protocol.version: 2.8, leaders propose ISR changes to the "
+                             "controller (AlterIsr); 2.6, leaders write them to ZooKeeper (the legacy mode); mixed "
+                             "(default): each seed draws one, half and half")
     parser.add_argument("--without", action="append", metavar="NAME[,NAME...]",
                         help="leave out of the run: " + ", ".join(EVERYTHING) + " (a run has all of them "
                              "by default: faults of the machines, an operator's requests, consumers reading "

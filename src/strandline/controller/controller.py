@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
+from strandline.controller.alter_isr import AlterIsrs, Proposal
 from strandline.controller.candidacy import Candidacy
 from strandline.controller.channel import LocalDelivery
 from strandline.controller.context import Awaiting, ControllerContext, TopicCreated
@@ -63,6 +64,7 @@ class Controller:
         self.elections.moves_settled = self.reassignments.maybe_complete
         self.membership = BrokerMembership(self.office, self.elections, self.deletions)
         self.isr_changes = IsrChanges(self.office, self.reassignments)
+        self.alter_isrs = AlterIsrs(self.office, self.reassignments)
         self.requested_elections = RequestedElections(self.office, self.elections)
 
     @property
@@ -168,6 +170,11 @@ class Controller:
     def on_isr_change_notifications(self, children: list[str], now_ms: int) -> list[Effect]:
         """ISR-6, the controller's side (:mod:`~strandline.controller.isr_changes`)."""
         return self.isr_changes.on_notifications(children, now_ms)
+
+    def alter_isr(self, broker_id: int, broker_epoch: int, proposals: dict[Key, Proposal],
+                  respond: Callable[[dict[str, Any], int], list[Effect]], now_ms: int) -> list[Effect]:
+        """A leader's ISR proposals (AlterIsr, KIP-497; :mod:`~strandline.controller.alter_isr`)."""
+        return self.alter_isrs.alter_isr(broker_id, broker_epoch, proposals, respond, now_ms)
 
     def on_controlled_shutdown(self, broker_id: int, broker_epoch: int,
                                respond: Callable[[dict[str, Any]], list[Effect]],

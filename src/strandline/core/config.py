@@ -19,7 +19,15 @@ from strandline.core.listeners import (SECURITY_PROTOCOLS, Listener, check_proto
                                        parse_listener, protocol_map)
 from strandline.core.security_keys import SECURITY_KEYS, listener_key
 from strandline.core.topic_keys import COMPRESSION_TYPES, TOPIC_KEYS, check_message_format_version
+from strandline.core import api_version
 from strandline.log.config import LogConfig
+
+
+def _inter_broker_protocol_version(key: str, raw: str, text: str) -> None:
+    try:
+        api_version.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {exc} (such as 2.8, 2.7 or 2.8-IV1)") from None
 
 
 #: ``authorizer.class.name`` values that turn on Strandline's ACL authorizer (Kafka's ZooKeeper ones)
@@ -146,6 +154,10 @@ BROKER_KEYS: dict[str, Key] = key_table(
     Key("num.replica.fetchers", "int", 1, lo=1),
     Key("replication.truncation", "choice", "leader-epoch", choices=("leader-epoch", "high-watermark"),
         doc="Strandline: how a replica truncates on becoming follower (SPEC EPO-4 legacy mode)."),
+    Key("inter.broker.protocol.version", "string", api_version.LATEST, validator=_inter_broker_protocol_version,
+        doc="Kafka's inter-broker protocol version (2.8-IV1, 2.8, 2.7, 2.6, ...). From 2.7 on a leader proposes "
+            "its ISR changes to the controller (AlterIsr, KIP-497); before, it writes the partition's state "
+            "znode itself (the legacy mode)."),
     Key("controlled.shutdown.enable", "bool", True),
     Key("controlled.shutdown.max.retries", "int", 3, lo=0),
     Key("controlled.shutdown.retry.backoff.ms", "long", 5000, lo=0),

@@ -1,17 +1,29 @@
 """ISR changes a leader makes and tells the cluster about (SPEC ISR-3..ISR-6; Kafka's
 ``Partition.maybeShrinkIsr`` / ``maybeExpandIsr`` and the ``isr-change-propagation`` task).
 
-Each change is written to the partition's state znode with compare-and-set on the version the
-leader knows. It counts for the high watermark at once (Kafka's maximal ISR) but replaces the ISR
-only once ZooKeeper has it; an answer that does not say whether it was applied, or a version
-conflict, is settled by reading the state back. Changed partitions are announced under
-``/isr_change_notification`` once quiet for 5 s (or every 60 s).
+A change is *pending* until it is decided: it counts for the high watermark at once (Kafka's
+maximal ISR: the current and the proposed ISR together) but replaces the ISR only once ZooKeeper
+has it, and the partition proposes nothing else meanwhile. How it is decided depends on
+``inter.broker.protocol.version``:
+
+- 2.7 and later (AlterIsr, KIP-497): the change is proposed to the controller
+  (:class:`~strandline.replication.alter_isr_manager.AlterIsrManager`), which writes it and answers
+  with the state it holds; the leader installs only that answer. A retriable error sends it
+  again; FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION or UNKNOWN_TOPIC_OR_PARTITION mean the
+  leader's view is stale: the change is dropped and the partition acknowledges nothing until the
+  controller's next LeaderAndIsr says its role (NET-4). The controller tells the other brokers.
+- before 2.7 (the legacy mode): the leader writes the state znode itself with compare-and-set on
+  the version it knows; an answer that does not say whether it was applied, or a version
+  conflict, is settled by reading the state back. Changed partitions are announced under
+  ``/isr_change_notification`` once quiet for 5 s (or every 60 s).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Callable
+
+from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
@@ -20,18 +32,25 @@ from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache
 from strandline.coordination.store import GetData, OpResult, ZkError
 from strandline.coordination.znodes import LeaderAndIsr
+from strandline.replication.alter_isr_manager import AlterIsrItem, AlterIsrManager
 from strandline.replication.partition import Partition
 
 ISR_CHANGE_CHECK_INTERVAL_MS = 2500   # Kafka's isr-change-propagation task period
 ISR_CHANGE_BLACKOUT_MS = 5000         # propagate once the last change is this old...
 ISR_CHANGE_MAX_DELAY_MS = 60000       # ...or at least this often
 ISR_READ_BACK_RETRY_MS = 500          # read a partition's state again while ZooKeeper cannot answer
+#: AlterIsr answers meaning the leader's view is stale: the change is dropped, not proposed again
+STALE_VIEW = frozenset({ErrorCode.fenced_leader_epoch, ErrorCode.invalid_update_version,
+                        ErrorCode.unknown_topic_or_partition})
 
 
 class IsrManager:
     def __init__(self, partitions: dict[tuple[str, int], Partition], metadata: MetadataCache, outbox: Outbox,
-                 high_watermark_moved: Callable[[list[tuple[str, int]], int], list[Effect]], now_ms: int) -> None:
+                 high_watermark_moved: Callable[[list[tuple[str, int]], int], list[Effect]], now_ms: int,
+                 alter_isr: AlterIsrManager | None = None) -> None:
         self.partitions = partitions
+        #: the controller decides ISR changes (AlterIsr); None: this leader writes them (legacy)
+        self.alter_isr = alter_isr
         self.metadata = metadata
         self.outbox = outbox
         self.high_watermark_moved = high_watermark_moved
@@ -47,7 +66,71 @@ class IsrManager:
         self.failed_isr_updates = 0
 
     def change_isr(self, partition: Partition, new_isr: tuple[int, ...], now_ms: int) -> list[Effect]:
-        """ISR-5: write the new ISR with compare-and-set on the state znode's version; it counts
+        """ISR-5: propose the new ISR to the controller (AlterIsr), or write it (legacy mode)."""
+        if self.alter_isr is not None:
+            return self.propose_isr(partition, new_isr, now_ms)
+        return self.write_isr(partition, new_isr, now_ms)
+
+    def propose_isr(self, partition: Partition, new_isr: tuple[int, ...], now_ms: int) -> list[Effect]:
+        """AlterIsr: the change is pending (it counts for the high watermark, nothing else is
+        proposed) until the controller answers (Kafka 2.8's ``Partition.sendAlterIsrRequest``)."""
+        assert self.alter_isr is not None
+        state = LeaderAndIsr(partition.leader_id, partition.leader_epoch, tuple(new_isr),
+                             partition.controller_epoch, partition.zk_version)
+        partition.pending_isr = state.isr
+        item = AlterIsrItem((partition.topic, partition.index), state,
+                            lambda answer, when_ms: self._on_alter_isr_answer(partition, item, answer, when_ms),
+                            lambda: self._still_pending(partition, state))
+        return self.alter_isr.submit(item, now_ms)
+
+    def _on_alter_isr_answer(self, partition: Partition, item: AlterIsrItem,
+                             answer: ErrorCode | LeaderAndIsr | None, now_ms: int) -> list[Effect]:
+        """The controller's answer to a proposal (Kafka 2.8's ``handleAlterIsrResponse``): its state
+        is installed; a retriable error proposes again; a stale view drops the change and fences
+        the partition until the controller says its role. An answer to a proposal the partition
+        no longer waits for (a LeaderAndIsr came meanwhile) is ignored."""
+        state = item.state
+        if not self._still_pending(partition, state):
+            return []
+        key = item.key
+        if answer is None:
+            # as a legacy write whose answer was lost (NET-4): the controller may have applied it,
+            # or refused the request whole because this broker's registration is gone (its session
+            # expired, a new leader may be elected), so the leader acknowledges nothing until an
+            # answer says what holds
+            if partition.isr_outcome_unknown:
+                return []
+            partition.isr_outcome_unknown = True
+            return [LogLine("warning", f"ISR change of {key[0]}-{key[1]} to {list(state.isr)}: the controller did not "
+                                       f"decide it (no answer, or the request refused whole); acknowledge no write "
+                                       f"until it does")]
+        partition.isr_outcome_unknown = False
+        if isinstance(answer, ErrorCode):
+            if answer not in STALE_VIEW:
+                assert self.alter_isr is not None
+                return [LogLine("info", f"ISR change of {key[0]}-{key[1]} to {list(state.isr)} failed "
+                                        f"({answer.name.upper()}); proposing it again")] + \
+                    self.alter_isr.submit(item, now_ms)
+            return self._stale_view(partition, f"the controller answered {answer.name.upper()}", now_ms)
+        if answer.leader_epoch != partition.leader_epoch or answer.zk_version < partition.zk_version:
+            return self._stale_view(partition, f"the controller answered leader epoch {answer.leader_epoch}, "
+                                               f"version {answer.zk_version}", now_ms)
+        installed = dataclasses.replace(state, isr=tuple(answer.isr))
+        return self._isr_changed(partition, installed, answer.zk_version, now_ms)
+
+    def _stale_view(self, partition: Partition, why: str, now_ms: int) -> list[Effect]:
+        key = (partition.topic, partition.index)
+        self.failed_isr_updates += 1
+        proposed = partition.pending_isr
+        partition.pending_isr = None
+        partition.isr_update_failed = True
+        return [LogLine("warning", f"ISR change of {key[0]}-{key[1]} to {list(proposed or ())} was refused ({why}): "
+                                   f"its view (leader epoch {partition.leader_epoch}, version {partition.zk_version}) "
+                                   f"is stale; acknowledge no write until the controller says this broker's role")] + \
+            self.high_watermark_moved([key], now_ms)
+
+    def write_isr(self, partition: Partition, new_isr: tuple[int, ...], now_ms: int) -> list[Effect]:
+        """ISR-5, legacy mode: write the new ISR with compare-and-set on the state znode's version; it counts
         for the high watermark at once (the maximal ISR) but replaces the ISR only once ZooKeeper
         has it. An answer that does not say (connection loss) or a version conflict is settled by
         reading the state back, as Kafka's ``checkLeaderAndIsrZkData`` does."""
@@ -119,14 +202,16 @@ class IsrManager:
             self.isr_shrinks += 1
         elif len(state.isr) > len(old_isr):
             self.isr_expands += 1
-        self._record_change(key, now_ms)
+        if self.alter_isr is None:       # with AlterIsr the controller tells the other brokers
+            self._record_change(key, now_ms)
         topic = self.metadata.topics.get(key[0])
         if topic is not None:
             topic.states[key[1]] = dataclasses.replace(state, zk_version=zk_version)
         shrunk = len(state.isr) < len(old_isr)
+        writer = "this leader wrote it" if self.alter_isr is None else "the controller wrote it (AlterIsr)"
         effects: list[Effect] = [LogLine("warning" if shrunk else "info",
                              f"ISR of {key[0]}-{key[1]} {'shrank' if shrunk else 'changed'} from {list(old_isr)} "
-                             f"to {list(state.isr)}",
+                             f"to {list(state.isr)} ({writer} at version {zk_version})",
                              "isr_shrink" if shrunk else "isr_expand" if len(state.isr) > len(old_isr) else None, key)]
         return effects + self.high_watermark_moved([key] if advanced else [], now_ms)
 

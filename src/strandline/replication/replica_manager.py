@@ -14,12 +14,14 @@ from typing import Any, Callable, Iterable, NamedTuple, cast
 
 from kio.schema.errors import ErrorCode
 
+from strandline.core import api_version
 from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
 from strandline.protocol.records import Buffer
+from strandline.replication.alter_isr_manager import AlterIsrManager
 from strandline.replication.controller_requests import ControlRespond, ControllerRequests, LeadershipListener
 from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionPartition, SessionScan
 from strandline.replication.fetch_types import FetchedPartition, FetchedTopic, FetchPartitionRequest
@@ -68,7 +70,11 @@ class ReplicaManager:
         #: ``replica.selector.class`` is set: consumers may read from followers (KIP-392)
         self.replica_selector = bool(config["replica.selector.class"])
         self._hw_checkpoint: dict[Key, int] | None = None
-        self.isr_manager = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms)
+        #: ISR changes go to the controller (AlterIsr, inter.broker.protocol.version 2.7+), else to ZooKeeper
+        self.alter_isr = AlterIsrManager(self.broker_id, broker_epoch, outbox) \
+            if api_version.alter_isr_supported(config["inter.broker.protocol.version"]) else None
+        self.isr_manager = IsrManager(self.partitions, metadata, outbox, self.high_watermark_moved, now_ms,
+                                      self.alter_isr)
         self.isr_manager.partition_changed = self.journal.add
         self.topic_stats = BrokerTopicStats()
         self.fetcher_manager = ReplicaFetcherManager(config, self.partitions, metadata, outbox, self.fetch_purgatory,

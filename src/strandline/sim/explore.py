@@ -84,8 +84,11 @@ class Explorer:
                  duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False,
                  add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False,
                  delete_records: bool = False, without: frozenset[str] | set[str] = frozenset(),
-                 load: str = "heavy") -> None:
+                 load: str = "heavy", isr_writes: str = "mixed") -> None:
         self.seed = seed
+        # who writes an ISR change: the controller (AlterIsr, inter.broker.protocol.version 2.8) or
+        # its leader (2.6, the legacy mode); "mixed": drawn from the seed, half and half
+        self.inter_broker_protocol = inter_broker_protocol_of(seed, isr_writes)
         # how hard the clients write (drawn from the seed for "mixed")
         self.load = load_of(seed, load)
         # with DeleteRecords now and then: the records below may be gone (from the checks too)
@@ -116,6 +119,7 @@ class Explorer:
             "request.timeout.ms": "5000", "controlled.shutdown.retry.backoff.ms": "500",
             "leader.imbalance.check.interval.seconds": "10", "log.index.interval.bytes": "0",
             "log.flush.on.ack": "true" if self.flush_on_ack else "false",
+            "inter.broker.protocol.version": self.inter_broker_protocol,
             **config.broker,
         }
         racks = {}
@@ -474,6 +478,14 @@ class Explorer:
                 parts.append(f"{name} zk(leader {state.leader} epoch {state.leader_epoch} isr {list(state.isr)}) "
                              + " ".join(views))
         return "; ".join(parts)
+
+
+def inter_broker_protocol_of(seed: int, isr_writes: str) -> str:
+    """``inter.broker.protocol.version`` of ``seed``'s run: 2.8 (AlterIsr) or 2.6 (legacy) by name,
+    or drawn for ``mixed`` from a random source of its own (the run's other draws do not depend on it)."""
+    if isr_writes == "mixed":
+        return random.Random(f"inter.broker.protocol.version-{seed}").choice(("2.6", "2.8"))
+    return isr_writes
 
 
 def run_seed(seed: int, config: str = "safe", **kwargs: Any) -> RunResult:

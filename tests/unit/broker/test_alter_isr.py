@@ -1,7 +1,6 @@
-"""AlterIsr v0 (KIP-497) as a Kafka 2.8.2 controller in ZooKeeper mode fences it
-(``KafkaApis.handleAlterIsrRequest``, ``KafkaController.processAlterIsr``), and what Strandline's
-controller, which applies no ISR a leader proposes (its leaders write their ISR to ZooKeeper
-themselves), answers a request that passes the fencing."""
+"""AlterIsr v0 (KIP-497) on the controller, as a Kafka 2.8.2 controller in ZooKeeper mode serves
+it (``KafkaApis.handleAlterIsrRequest``, ``KafkaController.processAlterIsr``): the fencing, the
+answers per partition, and the write of an accepted ISR to the partition's state znode (ISR-5)."""
 
 from __future__ import annotations
 
@@ -45,17 +44,55 @@ def test_a_request_without_a_registered_brokers_epoch_is_stale():
         assert (body.error_code, body.topics) == (ErrorCode.stale_broker_epoch, ()), (broker_id, epoch)
 
 
-def test_a_registered_brokers_request_is_answered_per_partition_without_applying_it():
+def alter_at(h: Harness, version: int, leader_epoch: int, isr: list[int], broker_id: int = 1):
+    return h.call(56, 0, {"broker_id": broker_id, "broker_epoch": EPOCH, "topics": [
+        {"name": "t", "partitions": [{"partition_index": 0, "leader_epoch": leader_epoch, "new_isr": isr,
+                                      "current_isr_version": version}]}]})
+
+
+def znode_state(h: Harness, index: int = 0):
+    from strandline.coordination import znodes as zn
+    from strandline.coordination.store import GetData
+    [res] = h.zk.execute([GetData(zn.TopicPartitionStateZNode.path("t", index))])
+    return zn.TopicPartitionStateZNode.decode(res.data, res.version)
+
+
+def test_a_registered_brokers_request_is_answered_per_partition_and_an_accepted_isr_is_written():
+    """ISR-5 with AlterIsr: the controller writes the ISR it accepts, with compare-and-set on the
+    version the leader named, and answers the state written with its new version."""
     h = registered()
-    before = dict(h.broker.controller.ctx.topics["t"].states)
     body = alter(h, 1, EPOCH, ("t", 0, 0, [1]), ("t", 1, 0, [1, 2]), ("nope", 0, 0, [1]), ("t", 9, 0, [1]))
     assert body.error_code == ErrorCode.none
     assert answers(body) == [
         ("t", 0, ErrorCode.none, 1, 0, (1,), 0),              # already the state proposed: the state
-        ("t", 1, ErrorCode.invalid_update_version, 0, 0, (), 0),  # cannot be applied: read the state again
+        ("t", 1, ErrorCode.none, 1, 0, (1, 2), 1),            # written: its new version
         ("t", 9, ErrorCode.unknown_topic_or_partition, 0, 0, (), 0),   # grouped by topic, as Kafka
         ("nope", 0, ErrorCode.unknown_topic_or_partition, 0, 0, (), 0)]
-    assert h.broker.controller.ctx.topics["t"].states == before
+    written = h.broker.controller.ctx.topics["t"].states[1]
+    assert (written.leader, written.isr, written.zk_version) == (1, (1, 2), 1)
+    assert (znode_state(h, 1).isr, znode_state(h, 1).zk_version) == ((1, 2), 1)
+    assert znode_state(h, 0).zk_version == 0                 # the one already in place was not written
+
+
+def test_a_proposal_made_against_an_older_version_is_refused_and_not_written():
+    """INVALID_UPDATE_VERSION: the state's version is no longer the one the leader knows."""
+    h = registered()
+    assert answers(alter_at(h, 0, 0, [1, 2]))[0][2:] == (ErrorCode.none, 1, 0, (1, 2), 1)
+    assert answers(alter_at(h, 0, 0, [1, 3]))[0][2] == ErrorCode.invalid_update_version
+    assert (znode_state(h).isr, znode_state(h).zk_version) == ((1, 2), 1)
+    # asked again after a lost answer: already in place, the state is the answer (nothing written)
+    assert answers(alter_at(h, 0, 0, [1, 2]))[0][2:] == (ErrorCode.none, 1, 0, (1, 2), 1)
+    assert znode_state(h).zk_version == 1
+
+
+def test_a_proposal_of_a_broker_that_does_not_lead_is_fenced():
+    """A broker that does not lead the partition in that epoch (a topic deleted and made again
+    starts its epochs and versions again) is answered FENCED_LEADER_EPOCH, and nothing is written."""
+    h = registered()
+    h.broker.controller.ctx.broker_epochs[2] = EPOCH
+    h.broker.controller.ctx.live_brokers[2] = h.broker.controller.ctx.live_brokers[1]
+    assert answers(alter_at(h, 0, 0, [2], broker_id=2))[0][2] == ErrorCode.fenced_leader_epoch
+    assert (znode_state(h).leader, znode_state(h).zk_version) == (1, 0)
 
 
 def test_an_older_leader_epoch_is_fenced():

@@ -18,7 +18,7 @@ from kio.serial import entity_reader, entity_writer
 from strandline.broker.broker import Broker
 from strandline.core.config import BrokerConfig
 from strandline.coordination.cluster_state import read_cluster_state
-from strandline.core.effects import Close, LogLine, ReadClusterState, Send, ZkRequest
+from strandline.core.effects import BrokerSend, Close, LogLine, ReadClusterState, Send, ZkRequest
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
 from strandline.protocol.api import build
@@ -42,6 +42,7 @@ class Harness:
         self.correlation = 0
         self.sent: dict[int, list] = {}
         self.logs: list[LogLine] = []
+        self.broker_sent: list[BrokerSend] = []
         self.run(self.broker.load_metadata("cluster", self.brokers, {}, 1, 1, self.now))
 
     def run(self, effects):
@@ -54,11 +55,15 @@ class Harness:
                     effect.token, self.zk.run(effect.ops, effect.transaction), self.now))
             elif isinstance(effect, ReadClusterState):      # the controller reads the cluster
                 _, topics = read_cluster_state(self.zk)
-                pending.extend(self.broker.on_zk_result(effect.token, (self.brokers, topics, {}, None), self.now))
+                # every broker registered with the epoch the harness's broker has until registered (-1)
+                epochs = {b: -1 for b in self.brokers}
+                pending.extend(self.broker.on_zk_result(effect.token, (self.brokers, topics, epochs, None), self.now))
             elif isinstance(effect, (Send, Close)):
                 self.sent.setdefault(effect.conn_id, []).append(effect)
             elif isinstance(effect, LogLine):
                 self.logs.append(effect)
+            elif isinstance(effect, BrokerSend):         # to other brokers: kept, not delivered
+                self.broker_sent.append(effect)
 
     def frame(self, api_key, version, body) -> bytes:
         """A request frame (without its size prefix) with the next correlation id."""

@@ -110,3 +110,25 @@ def test_a_controlled_shutdown_is_an_event_on_the_controller_also_its_own():
     c.advance(200)
     assert c.brokers[controller].events.count(("controlled_shutdown", None)) == 2
     assert c.state("cs").leader == third
+
+
+def test_isr_changes_a_leader_proposes_are_counted_on_the_controller_that_wrote_them():
+    """ISR-5 (AlterIsr): with the default inter.broker.protocol.version the controller writes the
+    shrink and the expansion its leader proposes and counts them; in the legacy mode (2.6) the
+    leader writes them itself and the controller counts nothing. Either way the leader counts its
+    shrinks and expansions."""
+    for version, written in (("2.8-IV1", 2), ("2.6", 0)):
+        c = SimCluster((1, 2, 3), latency_ms=1, **{"replica.lag.time.max.ms": str(LAG_MS),
+                                                    "inter.broker.protocol.version": version})
+        controller = c.controller_id
+        leader, follower = [b for b in (1, 2, 3) if b != controller]
+        create(c, "a", [leader, follower, controller], min_isr=2)
+        stall(c, leader, "a", follower)
+        assert c.state("a").isr == (leader, controller), version
+        c.resume(follower)
+        c.advance(2 * LAG_MS)
+        assert sorted(c.state("a").isr) == [1, 2, 3], version
+        assert metric(c, controller, "kafka_controller_controllerstats_isrchanges") == written, version
+        assert metric(c, leader, "kafka_controller_controllerstats_isrchanges") == 0, version
+        assert metric(c, leader, "kafka_server_replicamanager_isrshrinks") == 1, version
+        assert metric(c, leader, "kafka_server_replicamanager_isrexpands") == 1, version

@@ -5,7 +5,9 @@ REP-1 (followers pull; the fetch offset is the follower's LEO), REP-3 (the HW a 
 lags by one fetch), REP-4 (consumers read below the HW only), REP-5 (committed = on every ISR
 member), ACK-1/ACK-2 (acks=all waits for the ISR; min.insync.replicas), ISR-1/ISR-3 (shrink by the
 isr-expiration task), ISR-4 (expansion on the fetch path), ISR-5 (compare-and-set; a stale
-version leaves the ISR alone), ISR-6 (propagation under /isr_change_notification)."""
+version leaves the ISR alone), ISR-6 (propagation under /isr_change_notification). Broker 1 is
+the controller too: with AlterIsr (inter.broker.protocol.version 2.7+, the default) its leader
+proposes to it and it writes; the legacy mode (2.6) writes from the leader."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ LAG = 10_000
 STATE = "/brokers/topics/r/partitions/0/state"
 
 
-def replicated(min_isr: int = 1) -> Harness:
-    h = Harness(brokers=(1, 2, 3), **{"replica.lag.time.max.ms": str(LAG), "replica.fetch.wait.max.ms": "500"})
+def replicated(min_isr: int = 1, ibp: str = "2.8") -> Harness:
+    h = Harness(brokers=(1, 2, 3), **{"replica.lag.time.max.ms": str(LAG), "replica.fetch.wait.max.ms": "500",
+                                      "inter.broker.protocol.version": ibp})
     resp = h.call(19, 4, {"topics": [{"name": "r", "num_partitions": -1, "replication_factor": -1,
                                       "assignments": [{"partition_index": 0, "broker_ids": [1, 2, 3]}],
                                       "configs": [{"name": "min.insync.replicas", "value": str(min_isr)}]}],
@@ -155,8 +158,8 @@ def test_isr_4_a_follower_that_catches_up_rejoins_through_compare_and_set():
     assert json.loads(h.zk.nodes[STATE][0])["isr"] == [1, 2, 3]
 
 
-def test_isr_5_a_stale_zk_version_leaves_the_isr_unchanged():
-    h = replicated()
+def test_isr_5_a_stale_zk_version_leaves_the_isr_unchanged_legacy():
+    h = replicated(ibp="2.6")
     data, version, owner = h.zk.nodes[STATE]
     h.zk.nodes[STATE] = (data, version + 1, owner)                # someone else (a controller) wrote the state
     h.tick(LAG + 1)
@@ -174,8 +177,8 @@ def test_isr_5_a_stale_zk_version_leaves_the_isr_unchanged():
     assert partition(h).log.log_end_offset == end
 
 
-def test_isr_6_changes_are_propagated_once_quiet_for_five_seconds():
-    h = replicated()
+def test_isr_6_changes_are_propagated_once_quiet_for_five_seconds_legacy():
+    h = replicated(ibp="2.6")
     follower_fetch(h, 2, 0)
     h.tick(LAG + 1)                                        # the ISR shrinks here
     assert not [p for p in h.zk.nodes if p.startswith("/isr_change_notification/")]
@@ -184,3 +187,44 @@ def test_isr_6_changes_are_propagated_once_quiet_for_five_seconds():
     notes = [p for p in h.zk.nodes if p.startswith("/isr_change_notification/isr_change_")]
     assert len(notes) == 1
     assert json.loads(h.zk.nodes[notes[0]][0]) == {"version": 1, "partitions": [{"topic": "r", "partition": 0}]}
+
+
+def test_isr_5_with_alter_isr_a_stale_zk_version_is_refused_by_the_controller_and_fences_the_leader():
+    """ISR-5 with AlterIsr: the controller writes with compare-and-set on the version the leader
+    named; someone else wrote meanwhile, so it answers INVALID_UPDATE_VERSION, the leader drops the
+    change and acknowledges nothing until a LeaderAndIsr (NET-4)."""
+    h = replicated()
+    data, version, owner = h.zk.nodes[STATE]
+    h.zk.nodes[STATE] = (data, version + 1, owner)                # someone else (a controller) wrote the state
+    h.tick(LAG + 1)
+    h.tick(LAG)
+    p = partition(h)
+    assert (p.isr, p.pending_isr, p.isr_update_failed) == ((1, 2, 3), None, True)
+    assert h.zk.nodes[STATE][1] == version + 1                    # nobody wrote over it
+    assert [log.message for log in h.logs if log.level == "warning" and "INVALID_UPDATE_VERSION" in log.message]
+    assert h.broker.replica_manager.isr_manager.failed_isr_updates == 1
+    end = p.log.log_end_offset
+    produce(h, acks=1)
+    assert h.response(0, 7).responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+    assert p.log.log_end_offset == end
+
+
+def test_isr_5_and_isr_6_with_alter_isr_the_controller_writes_and_tells_every_broker():
+    """With AlterIsr the leader writes neither the state nor /isr_change_notification: the
+    controller writes the state (its controller epoch in it) and sends UpdateMetadata itself."""
+    from strandline.protocol import control
+
+    h = replicated()
+    follower_fetch(h, 2, 0)
+    h.broker_sent.clear()
+    h.tick(LAG + 1)                                        # the ISR shrinks here
+    assert partition(h).isr == (1, 2)
+    state = json.loads(h.zk.nodes[STATE][0])
+    assert state["isr"] == [1, 2] and h.zk.nodes[STATE][1] == partition(h).zk_version == 1
+    assert h.broker.controller.alter_isrs.isr_changes_written == 1
+    assert [log for log in h.logs if "as its leader proposed (AlterIsr)" in log.message]
+    told = [e.broker_id for e in h.broker_sent if control.decode_request(e.frame)[0] == control.UPDATE_METADATA]
+    assert sorted(told) == [2, 3]
+    for _ in range(3):
+        h.tick(2500)
+    assert not [p for p in h.zk.nodes if p.startswith("/isr_change_notification/")]
