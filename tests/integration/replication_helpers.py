@@ -120,6 +120,17 @@ class Writer:
         self.thread.join(90)
 
 
+def controller_id(cluster: Cluster) -> int:
+    """The controller as the first answering broker's metadata says (-1 while none answers)."""
+    for bootstrap in cluster.bootstrap.split(","):
+        try:
+            with KafkaConnection(bootstrap, timeout_s=5) as conn:
+                return int(conn.request(METADATA, 10, {"topics": [], "allow_auto_topic_creation": False}).controller_id)
+        except Exception:
+            continue
+    return -1
+
+
 def current_leader(cluster: Cluster, topic: str, partition: int, brokers: list[int]) -> int:
     """The leader as the first answering broker's metadata says (-1 while there is none)."""
     for b in brokers:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from strandline.runtime.client import KafkaConnection
 from tests.conftest import Cluster, cluster_fixture, poll_until, run_cli
-from tests.integration.replication_helpers import METADATA, Writer, address, consume, create_topic, leader_isr
+from tests.integration.replication_helpers import (Writer, address, consume, controller_id, create_topic,
+                                                   leader_isr)
 
 pytestmark = pytest.mark.integration
 
@@ -27,11 +27,6 @@ ALTER_ISR_LINE = "as its leader proposed (AlterIsr)"
 
 cluster = cluster_fixture("alterisr", 3, overrides=[f"replica.lag.time.max.ms={LAG_MS}",
                                                      "zookeeper.session.timeout.ms=6000"])
-
-
-def controller_id(c: Cluster) -> int:
-    with KafkaConnection(c.bootstrap.split(",")[0], timeout_s=5) as conn:
-        return int(conn.request(METADATA, 10, {"topics": [], "allow_auto_topic_creation": False}).controller_id)
 
 
 def metric(c: Cluster, broker_id: int, name: str) -> float:

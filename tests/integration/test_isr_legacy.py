@@ -14,8 +14,8 @@ import signal
 import pytest
 
 from tests.conftest import cluster_fixture, poll_until
-from tests.integration.replication_helpers import Writer, address, consume, create_topic, leader_isr
-from tests.integration.test_alter_isr import ALTER_ISR_LINE, LAG_MS, controller_id, log_lines, metric
+from tests.integration.replication_helpers import Writer, address, consume, controller_id, create_topic, leader_isr
+from tests.integration.test_alter_isr import ALTER_ISR_LINE, LAG_MS, log_lines, metric
 
 pytestmark = pytest.mark.integration
 

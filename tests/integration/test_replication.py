@@ -15,8 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from strandline.runtime.client import KafkaConnection
 from tests.conftest import cluster_fixture, poll_until
-from tests.integration.replication_helpers import (PRODUCE, Writer, address, consume, create_topic, leader_isr,
-                                                   partition_state, replicas_identical)
+from tests.integration.replication_helpers import (PRODUCE, Writer, address, consume, controller_id, create_topic,
+                                                   leader_isr, partition_state, replicas_identical)
 from tests.unit.batches import make_batch
 
 LAG_MS = 1000
@@ -70,22 +70,27 @@ def test_client_requests_to_a_follower_get_not_leader(rf3):
 
 def test_stopped_follower_leaves_the_isr_and_rejoins_after_catching_up(rf3):
     """ISR-1, ISR-3, ISR-4: a follower SIGSTOPped past replica.lag.time.max.ms leaves the ISR while
-    acks=all writes go on with the other two; after SIGCONT it catches up and rejoins."""
-    create_topic(rf3, "lag", {0: [1, 2, 3]})
-    poll_until(lambda: leader_isr(rf3, "lag", 0, 1) == [1, 2, 3], 10, message="full ISR")
-    pid = rf3.broker_pid(3)
+    acks=all writes go on with the other two; after SIGCONT it catches up and rejoins. The stopped
+    follower is not the controller, which writes the ISR changes its leaders propose (AlterIsr)."""
+    ctl = controller_id(rf3)
+    leader, stopped = [b for b in (1, 2, 3) if b != ctl]
+    create_topic(rf3, "lag", {0: [leader, ctl, stopped]})
+    poll_until(lambda: leader_isr(rf3, "lag", 0, leader) == [1, 2, 3], 10, message="full ISR")
+    pid = rf3.broker_pid(stopped)
     with Writer(rf3.bootstrap, "lag") as writer:
         poll_until(lambda: len(writer.acked) > 200, 20, message="first writes")
         os.kill(pid, signal.SIGSTOP)
         try:
             stopped_at = time.monotonic()
-            poll_until(lambda: leader_isr(rf3, "lag", 0, 1) == [1, 2], 10, message="broker 3 out of the ISR")
+            poll_until(lambda: leader_isr(rf3, "lag", 0, leader) == sorted([leader, ctl]), 10,
+                       message=f"broker {stopped} out of the ISR")
             shrink_s = time.monotonic() - stopped_at
             before = len(writer.acked)
-            poll_until(lambda: len(writer.acked) > before + 200, 10, message="writes acknowledged without broker 3")
+            poll_until(lambda: len(writer.acked) > before + 200, 10,
+                       message=f"writes acknowledged without broker {stopped}")
         finally:
             os.kill(pid, signal.SIGCONT)
-        poll_until(lambda: leader_isr(rf3, "lag", 0, 1) == [1, 2, 3], 20, message="broker 3 back in the ISR")
+        poll_until(lambda: leader_isr(rf3, "lag", 0, leader) == [1, 2, 3], 20, message=f"broker {stopped} back in the ISR")
     assert LAG_MS / 1000 <= shrink_s + 0.2 < LAG_MS / 1000 + 5
     assert not writer.errors
     data = poll_until(lambda: replicas_identical(rf3, "lag", 0), 30, message="identical replicas after rejoin")
@@ -97,13 +102,15 @@ def test_stopped_follower_leaves_the_isr_and_rejoins_after_catching_up(rf3):
 def test_two_stopped_followers_make_acks_all_refuse_with_not_enough_replicas(rf3):
     """ACK-2, SAFE-1: with min.insync.replicas=2 and both followers stopped, the ISR shrinks to the
     leader once a write (acks=1) leaves them behind, and acks=all produce gets
-    NOT_ENOUGH_REPLICAS; nothing
-    acknowledged before is lost, and once the followers return acks=all works again."""
-    create_topic(rf3, "few", {0: [1, 2, 3]})
-    poll_until(lambda: leader_isr(rf3, "few", 0, 1) == [1, 2, 3], 10, message="full ISR")
+    NOT_ENOUGH_REPLICAS; nothing acknowledged before is lost, and once the followers return acks=all
+    works again. The leader is the controller, which writes the ISR changes its leaders propose
+    (AlterIsr): a stopped controller would leave the shrink undecided."""
+    leader = controller_id(rf3)
+    create_topic(rf3, "few", {0: [leader] + [b for b in (1, 2, 3) if b != leader]})
+    poll_until(lambda: leader_isr(rf3, "few", 0, leader) == [1, 2, 3], 10, message="full ISR")
 
     def produce(acks: int, value: bytes) -> int:
-        with KafkaConnection(address(rf3, 1)) as conn:
+        with KafkaConnection(address(rf3, leader)) as conn:
             resp = conn.request(PRODUCE, 7, {"transactional_id": None, "acks": acks, "timeout": 5000, "topic_data": [
                 {"name": "few", "partition_data": [{"index": 0, "records": bytes(make_batch([value]))}]}]})
         return resp.responses[0].partition_responses[0].error_code
@@ -111,18 +118,18 @@ def test_two_stopped_followers_make_acks_all_refuse_with_not_enough_replicas(rf3
     acknowledged = [b"before-%d" % i for i in range(20)]
     for value in acknowledged:
         assert produce(-1, value) == ErrorCode.none
-    pids = [rf3.broker_pid(2), rf3.broker_pid(3)]
+    pids = [rf3.broker_pid(b) for b in (1, 2, 3) if b != leader]
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
         # caught-up followers stay in the ISR however long they are silent (ISR-1): a write makes them lag
         assert produce(1, b"acks-1") == ErrorCode.none
-        poll_until(lambda: leader_isr(rf3, "few", 0, 1) == [1], 10, message="ISR shrunk to the leader")
+        poll_until(lambda: leader_isr(rf3, "few", 0, leader) == [leader], 10, message="ISR shrunk to the leader")
         assert produce(-1, b"refused") == ErrorCode.not_enough_replicas
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
-    poll_until(lambda: leader_isr(rf3, "few", 0, 1) == [1, 2, 3], 20, message="followers back in the ISR")
+    poll_until(lambda: leader_isr(rf3, "few", 0, leader) == [1, 2, 3], 20, message="followers back in the ISR")
     assert produce(-1, b"after") == ErrorCode.none
     got = [v for _, _, v in consume(rf3.bootstrap, "few", 1, 22)]
     assert got == acknowledged + [b"acks-1", b"after"]

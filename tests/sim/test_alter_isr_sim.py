@@ -108,3 +108,32 @@ def test_isr_5_a_leader_paused_past_its_session_through_its_topics_deletion_and_
     state = c.state("t")
     assert leader not in writes and set(writes) <= {controller}
     assert (state.leader, tuple(state.isr)) == (other, (other,)), state
+
+
+@pytest.mark.parametrize("ibp", ["2.8", "2.6"])
+def test_isr_3_with_alter_isr_a_shrink_waits_for_a_live_controller(ibp):
+    """ISR-3, ACK-1: the controller and a follower stop (SIGSTOP) together. In the legacy mode the
+    leader writes the shrink itself and an acks=all write is acknowledged once the lag time is
+    past; with AlterIsr only the controller can decide it, so the write waits until the stopped
+    controller's session expires and its successor writes the shrink (Kafka 2.8 as well)."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS), "inter.broker.protocol.version": ibp})
+    ctl = c.controller_id
+    leader, other, follower = [b for b in (1, 2, 3, 4) if b != ctl]
+    create(c, "n", [leader, other, follower], min_isr=2)
+    assert produce(c, leader, "n", [b"m1"]).error_code == ErrorCode.none
+    stopped_at = c.now
+    c.pause(ctl)
+    c.pause(follower)
+    produce_request(c, leader, "n", [b"m2"], client="waits", timeout_ms=60000)
+    answer = None
+    while answer is None and c.now < stopped_at + 60000:
+        c.advance(100)
+        answer = c.response(leader, 0, 7, "waits")
+    assert answer is not None and answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    waited_ms = c.now - stopped_at
+    if ibp == "2.6":
+        assert waited_ms <= 2 * LAG_MS
+    else:
+        assert c.session_timeout_ms <= waited_ms <= c.session_timeout_ms + 2 * LAG_MS
+        assert c.controller_id != ctl
+    assert c.state("n").isr == (leader, other)
