@@ -399,7 +399,7 @@ def loss_5(run: Run) -> None:
 def safe_trial(run: Run) -> None:
     """A random mix of faults under SAFE-1 (acks=all, min.insync.replicas=2, no unclean election)."""
     kinds = ["kill", "terminate", "pause", "kill-controller"]
-    if run.network is not None:
+    if run.has_network:
         kinds += ["cut-follower", "cut-leader-followers", "leader-from-zk", "isolate", "controller-from-zk",
                   "controller-from-brokers"]
     for _ in range(run.rng.randint(1, 3)):

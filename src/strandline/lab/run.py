@@ -59,6 +59,11 @@ class Run:
         self.notes: list[str] = []
 
     @property
+    def has_network(self) -> bool:
+        """Whether the brokers run in network namespaces, where a fault can cut links."""
+        return self._network is not None
+
+    @property
     def network(self) -> LabNetwork:
         """The brokers' network namespaces, where a fault cuts links (only a run as root has them)."""
         if self._network is None:

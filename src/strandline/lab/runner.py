@@ -76,7 +76,7 @@ def _create_topic(cluster: LabCluster, run: Run, scenario: Scenario, partitions:
 
 def _heal(run: Run) -> None:
     """Undo every fault still in place: heal the network, resume paused brokers, restart dead ones."""
-    if run.network is not None:
+    if run.has_network:
         run.network.heal()
     for b in run.cluster.brokers.values():
         if b.paused:

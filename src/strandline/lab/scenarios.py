@@ -133,8 +133,10 @@ def split_brain_bound(info: dict[str, Any], result: dict[str, Any], views: list[
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("NET-1", "a follower cut from the leader, still on ZooKeeper: it leaves the ISR and rejoins",
              "no-loss", "a follower cut from the leader leaves the ISR and rejoins", net_1, needs_network=True),
-    Scenario("NET-2", "the leader cut from all followers: the ISR shrinks to it; min.insync.replicas=2 refuses acks=all",
-             "no-loss", "acks=all writes refused while the ISR is the leader alone", net_2, needs_network=True),
+    Scenario("NET-2", "the leader cut from all followers: the ISR shrinks to it; min.insync.replicas=2 refuses acks=all "
+             "(the seeds' design, where the leader writes its ISR itself: inter.broker.protocol.version 2.6)",
+             "no-loss", "acks=all writes refused while the ISR is the leader alone", net_2, needs_network=True,
+             broker_config={"inter.broker.protocol.version": "2.6"}),
     Scenario("NET-3", "a follower cut from ZooKeeper: its session expires, it leaves the ISR, then rejoins",
              "no-loss", "a follower without ZooKeeper is dropped from the ISR and rejoins", net_3, needs_network=True),
     Scenario("NET-4", "the leader cut from ZooKeeper: a new leader is elected; the old one acks acks=1 briefly",
