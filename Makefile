@@ -119,11 +119,11 @@ test-unit: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q tests/unit tests/sim
 
 # kafka-python's own SSL and SASL integration tests (from its sdist, unchanged) against Strandline
-# brokers, every one of them required to pass (tests/kafka_python_suite/test_kafka_python_suite.py);
+# brokers, every one of them required to pass (tests/clients/test_kafka_python_suite.py);
 # about 2 minutes, kept out of `make test` for CI's 40 minutes. `python -m tests.kafka_python_suite.run`
 # runs the suite alone and prints its counts.
 kafka-python-suite: $(VENV)/.test-installed
-	nice -n 10 $(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/kafka_python_suite
+	nice -n 10 $(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/clients
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/load.py

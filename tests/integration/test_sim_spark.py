@@ -9,7 +9,9 @@ from tests.conftest import strandline_cmd
 
 
 def test_the_explorer_on_spark_prints_what_it_prints_alone():
-    args = ("sim", "explore", "--seeds", "4", "--first-seed", "1", "--config", "acks1", "--duration-ms", "20000")
+    # the seeds' own ISR writes (2.6): seeds 1-4 of acks1 then lose acknowledged writes, so both runs exit 1
+    args = ("sim", "explore", "--seeds", "4", "--first-seed", "1", "--config", "acks1", "--duration-ms", "20000",
+            "--inter-broker-protocol", "2.6")
     alone = subprocess.run(strandline_cmd(*args), capture_output=True, text=True, timeout=600)
     spark = subprocess.run(strandline_cmd(*args, "--spark"), capture_output=True, text=True, timeout=600)
     assert alone.returncode == spark.returncode == 1, alone.stdout + alone.stderr + spark.stdout + spark.stderr
