@@ -487,8 +487,9 @@ def test_net_4_a_leader_cut_from_zookeeper_stops_acknowledging_acks_all_and_rejo
     ISR; it cannot complete that change, so acks=all writes are never acknowledged and from then
     on nothing is. After its session expires the controller elects another ISR member; once
     healed, the old leader learns it is a follower, truncates what only it had, and ends
-    identical to the new leader."""
-    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS),
+    identical to the new leader. (The controller's automatic preferred-leader election is off: 5 s
+    after it took office it would make the healed broker 2 leader again.)"""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS), "auto.leader.rebalance.enable": "false",
                                     "inter.broker.protocol.version": "2.6"})     # the leader writes its ISR
     create(c, "n", [2, 3, 4], min_isr=2)
     assert produce(c, 2, "n", [b"m1"]).error_code == ErrorCode.none
@@ -640,6 +641,23 @@ def test_asg_4_auto_leader_rebalance_restores_preferred_leaders_on_its_interval(
                                     "leader.imbalance.check.interval.seconds": "30"})
     lose_and_regain_leadership(c, "a")
     c.advance(31_000)
+    assert c.state("a").leader == 2
+
+
+def test_asg_4_a_new_controller_checks_the_leaders_balance_5_s_after_it_takes_office():
+    """Kafka's controller schedules its first automatic preferred-leader election 5 s after it
+    takes office, then one every leader.imbalance.check.interval.seconds (300 s by default): a
+    controller failover brings preferred leaders back within seconds, not minutes."""
+    c = SimCluster((1, 2, 3, 4, 5), **{"replica.lag.time.max.ms": str(LAG_MS)})
+    lose_and_regain_leadership(c, "a")
+    old_controller = c.controller_id
+    assert old_controller in (1, 5)                 # not one of the topic's replicas
+    c.shutdown(old_controller)
+    c.advance(10)
+    assert c.controller_id not in (-1, old_controller)
+    c.advance(4_000)
+    assert c.state("a").leader == 3                  # not yet: the check is 5 s out
+    c.advance(2_000)
     assert c.state("a").leader == 2
 
 

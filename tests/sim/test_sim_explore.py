@@ -147,7 +147,7 @@ def _lines_logged(explorer: Explorer) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("seed, options, meets", [(7700046, {}, True), (7700085, FULL_MENU, False),
+@pytest.mark.parametrize("seed, options, meets", [(7700046, {}, False), (7700085, FULL_MENU, False),
                                                   (7700089, FULL_MENU, True), (7700097, FULL_MENU, True)])
 def test_a_follower_holding_only_records_below_its_leader_log_start_starts_afresh(seed, options, meets):
     """``--delete-records``: a follower back with records of an epoch its leader's epoch cache no
@@ -156,9 +156,10 @@ def test_a_follower_holding_only_records_below_its_leader_log_start_starts_afres
     7700097 caught such records, never committed, kept below the follower's high watermark, and
     seed 7700022 a follower that then refused the batch holding the leader's log start on every
     fetch and never rejoined the ISR. It now starts its log afresh there
-    (test_delete_records_sim.py plays both step by step); each run but 7700085's still meets the
-    case (since a controller's retry leaves out what a later request named, that run goes another
-    way). The seeds were found when every leader wrote its own ISR: the runs keep that mode
+    (test_delete_records_sim.py plays both step by step); 7700089's and 7700097's runs still meet
+    the case (7700085's went another way once a controller's retry left out what a later request
+    named, and 7700046's once the controller's first preferred-leader check came 5 s after it took
+    office, as Kafka's does); every run must still pass. The seeds were found when every leader wrote its own ISR: the runs keep that mode
     (inter.broker.protocol.version 2.6) to meet the case."""
     explorer = Explorer(seed, CONFIGS["safe"], **{"delete_records": True, "isr_writes": "2.6", **options})
     lines = _lines_logged(explorer)
@@ -344,7 +345,7 @@ def test_a_seed_replays_exactly():
 
 
 def test_the_command_prints_failing_seeds_and_a_total_and_fails_when_any_seed_breaks():
-    lossy = subprocess.run(strandline_cmd("sim", "explore", "--seeds", "2", "--config", "acks1",
+    lossy = subprocess.run(strandline_cmd("sim", "explore", "--seeds", "2", "--first-seed", "7", "--config", "acks1",
                                           "--duration-ms", "30000"), capture_output=True, text=True, timeout=300)
     lines = lossy.stdout.strip().splitlines()
     assert lossy.returncode == 1

@@ -137,9 +137,6 @@ class Broker:
             Scheduled("offsets-retention", v["offsets.retention.check.interval.ms"], now_ms),
             Scheduled("transaction-abort", v["transaction.abort.timed.out.transaction.cleanup.interval.ms"], now_ms),
         ]
-        if v["auto.leader.rebalance.enable"]:
-            self.scheduled.append(Scheduled("auto-leader-rebalance",
-                                            v["leader.imbalance.check.interval.seconds"] * 1000, now_ms))
         for task in self.scheduled:
             task.next_ms = now_ms + task.interval_ms
 
@@ -344,7 +341,8 @@ class Broker:
         deadlines = [t.next_ms for t in self.scheduled]
         if self.logs.roll_flushes_due or self.logs.checkpoints_due:
             deadlines.append(0)                 # hand them to the shell at once
-        for deadline in (self.outbox.next_deadline_ms(), self.replica_manager.next_deadline_ms(),
+        for deadline in (self.outbox.next_deadline_ms(), self.controller.next_deadline_ms(),
+                         self.replica_manager.next_deadline_ms(),
                          self.groups.next_deadline_ms(), self.cleaner.next_deadline_ms()):
             if deadline is not None:
                 deadlines.append(deadline)
@@ -353,6 +351,7 @@ class Broker:
     def tick(self, now_ms: int) -> list[Effect]:
         effects = self.replica_manager.expire_delayed(now_ms)
         effects.extend(self.outbox.tick(now_ms))
+        effects.extend(self.controller.tick(now_ms))
         for task in self.scheduled:
             if task.next_ms <= now_ms:
                 task.next_ms = now_ms + task.interval_ms
@@ -386,8 +385,6 @@ class Broker:
             return replicas.maybe_shrink_isrs(now_ms)
         elif name == "isr-change-propagation":
             return replicas.maybe_propagate_isr_changes(now_ms)
-        elif name == "auto-leader-rebalance":
-            return self.controller.check_leader_imbalance(now_ms)
         elif name == "offsets-retention":
             return self.groups.expire_offsets(now_ms)
         elif name == "transaction-abort":

@@ -59,6 +59,9 @@ class ControllerContext:
     deletions_told: set[str] = field(default_factory=set)     # deletions whose brokers are being told
     #: the moves /admin/reassign_partitions asks for, removed from it as each is done
     zk_requested: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+    #: when the next automatic preferred-leader check is due (auto.leader.rebalance.enable): 5 s
+    #: after this term read the cluster, then every leader.imbalance.check.interval.seconds
+    leader_rebalance_due_ms: int | None = None
 
     def all_partitions(self) -> list[tuple[TopicMetadata, int]]:
         return [(t, i) for t in self.topics.values() for i in sorted(t.assignment)]

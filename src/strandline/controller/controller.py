@@ -139,6 +139,7 @@ class Controller:
         effects += self.elections.elect(ctx, affected, dead, now_ms)
         effects += self.reassignments.resume(ctx, now_ms)
         ctx.ready = True
+        self.requested_elections.schedule_leader_rebalance(ctx, now_ms)
         effects += self.reassignments.read_requested(ctx, now_ms) + self.deletions.resume(ctx, now_ms)
         pending, ctx.pending_brokers = ctx.pending_brokers, None
         if pending is not None:
@@ -201,8 +202,14 @@ class Controller:
     def elect_offline_if_unclean(self, topics: list[TopicMetadata], now_ms: int) -> list[Effect]:
         return self.requested_elections.elect_offline_if_unclean(topics, now_ms)
 
-    def check_leader_imbalance(self, now_ms: int) -> list[Effect]:
-        return self.requested_elections.check_leader_imbalance(now_ms)
+    # ------------------------------------------------------------------ time
+
+    def next_deadline_ms(self) -> int | None:
+        """The controller's own next timed task: the automatic preferred-leader check."""
+        return self.requested_elections.next_deadline_ms()
+
+    def tick(self, now_ms: int) -> list[Effect]:
+        return self.requested_elections.tick(now_ms)
 
     # ------------------------------------------------------------------ topics (ASG-1..ASG-3)
 

@@ -23,6 +23,9 @@ Key = tuple[str, int]
 Outcome = tuple[ErrorCode, "str | None"]
 Respond = Callable[[dict[Key, Outcome], int], list[Effect]]
 
+#: how long after taking office a controller first checks the leaders' balance (Kafka's 5 s)
+FIRST_REBALANCE_CHECK_DELAY_MS = 5_000
+
 
 class RequestedElections:
     def __init__(self, office: Office, elections: PartitionElections) -> None:
@@ -89,12 +92,31 @@ class RequestedElections:
                 for i, s in sorted(t.states.items()) if s.leader < 0]
         return self.elections.elect(ctx, keys, set(), now_ms) if keys else []
 
+    def schedule_leader_rebalance(self, ctx: ControllerContext, now_ms: int) -> None:
+        """A controller that has read the cluster checks the leaders' balance
+        ``FIRST_REBALANCE_CHECK_DELAY_MS`` later, then every leader.imbalance.check.interval.seconds
+        (Kafka's onControllerFailover schedules its auto-leader-rebalance task 5 s out)."""
+        if self.office.config["auto.leader.rebalance.enable"]:
+            ctx.leader_rebalance_due_ms = now_ms + FIRST_REBALANCE_CHECK_DELAY_MS
+
+    def next_deadline_ms(self) -> int | None:
+        ctx = self.office.ctx
+        return ctx.leader_rebalance_due_ms if ctx is not None else None
+
+    def tick(self, now_ms: int) -> list[Effect]:
+        """Run the leader-imbalance check if it is due, and schedule the next one."""
+        ctx = self.office.ctx
+        if ctx is None or ctx.leader_rebalance_due_ms is None or ctx.leader_rebalance_due_ms > now_ms:
+            return []
+        ctx.leader_rebalance_due_ms = now_ms + self.office.config["leader.imbalance.check.interval.seconds"] * 1000
+        return self.check_leader_imbalance(now_ms)
+
     def check_leader_imbalance(self, now_ms: int) -> list[Effect]:
         """auto.leader.rebalance.enable: per broker, when more than
         leader.imbalance.per.broker.percentage of the partitions it prefers are led elsewhere,
         move them back."""
         ctx = self.office.ctx
-        if ctx is None:
+        if ctx is None or not ctx.ready:
             return []
         limit = self.office.config["leader.imbalance.per.broker.percentage"]
         by_preferred: dict[int, list[Key]] = {}
