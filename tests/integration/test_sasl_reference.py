@@ -242,6 +242,7 @@ def test_scram_and_unsecured_oauthbearer_answer_as_kafka(kafka):
         ("OAUTHBEARER", [client_response(unsecured({"sub": "svc", "exp": now + 600, "scope": ["admin"]}),
                                          extensions={"traceId": "1"})]),
     ]
+    cases += [("SCRAM-SHA-512", tokens) for mechanism, tokens in cases if mechanism == "SCRAM-SHA-256"]
     for mechanism, tokens in cases:
         theirs = kafka_answers(kafka["sasl"], mechanism, tokens)
         ours = our_answers(mechanism, tokens, config, credentials)
