@@ -79,7 +79,7 @@ SECURITY_KEYS: dict[str, Key] = key_table(
             "http: or https: one (fetched at start-up and every sasl.oauthbearer.jwks.endpoint.refresh.ms, and "
             "when a token's key id is unknown; https: checked against the OAUTHBEARER JAAS config's "
             "ssl.truststore.* options, else the system's CAs)."),
-    Key("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000, lo=0,
+    Key("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000, lo=1,
         doc="KIP-768: how often an http(s) JWKS endpoint is fetched again."),
     Key("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "long", 100, lo=0,
         doc="KIP-768: the first wait before a failed JWKS fetch is tried again (doubled each time)."),
