@@ -35,6 +35,13 @@ class Auth:
     cert: str | None = None             # PEM certificate (chain) of a client certificate
     key: str | None = None
     token_lifetime_s: int = 3600        # OAUTHBEARER: exp - iat (negative: expired already)
+    token: str | None = None            # OAUTHBEARER: this (signed) token instead of an unsecured one
+    token_endpoint: str | None = None   # kcat's OAUTHBEARER: an OIDC token endpoint (client credentials)
+
+
+def oauth_token(auth: Auth) -> str:
+    """The token an OAUTHBEARER client sends: the signed one given, else an unsecured one."""
+    return auth.token if auth.token is not None else unsecured_jwt(auth.user, auth.token_lifetime_s)
 
 
 def unsecured_jwt(sub: str, lifetime_s: int) -> str:
@@ -65,8 +72,11 @@ def librdkafka_conf(auth: Auth, *, callbacks: bool = True) -> dict:
             if callbacks:
                 # librdkafka takes only a token it believes unexpired: the expiry it is told is the
                 # future, the token's exp what the test wants
-                conf["oauth_cb"] = lambda _config: (unsecured_jwt(auth.user, auth.token_lifetime_s),
-                                                    time.time() + 3600, auth.user, {})
+                conf["oauth_cb"] = lambda _config: (oauth_token(auth), time.time() + 3600, auth.user, {})
+            elif auth.token_endpoint is not None:   # librdkafka's OIDC client credentials flow
+                conf.update({"sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": auth.user,
+                             "sasl.oauthbearer.client.secret": auth.password or "secret",
+                             "sasl.oauthbearer.token.endpoint.url": auth.token_endpoint})
             else:
                 conf.update({"enable.sasl.oauthbearer.unsecure.jwt": "true",
                              "sasl.oauthbearer.config": f"principal={auth.user} lifeSeconds={auth.token_lifetime_s}"})
@@ -124,7 +134,7 @@ def _kp_kwargs(auth: Auth) -> dict:
 
             class Tokens(AbstractTokenProvider):
                 def token(self) -> str:
-                    return unsecured_jwt(auth.user, auth.token_lifetime_s)
+                    return oauth_token(auth)
             kw["sasl_oauth_token_provider"] = Tokens()
         else:
             kw.update({"sasl_plain_username": auth.user, "sasl_plain_password": auth.password})
@@ -210,7 +220,7 @@ def _aio_kwargs(auth: Auth) -> dict:
 
             class Tokens(AbstractTokenProvider):
                 async def token(self) -> str:
-                    return unsecured_jwt(auth.user, auth.token_lifetime_s)
+                    return oauth_token(auth)
             kw["sasl_oauth_token_provider"] = Tokens()
         else:
             kw.update({"sasl_plain_username": auth.user, "sasl_plain_password": auth.password})

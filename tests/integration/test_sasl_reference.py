@@ -199,6 +199,20 @@ def test_plain_and_unsecured_oauthbearer_clients_authenticate_to_kafka(kafka, tm
         assert done.returncode == 0, (mechanism, done.stderr)
 
 
+def test_plain_answers_as_kafka(kafka):
+    """PLAIN (RFC 4616: authzid NUL user NUL password) against the listener's PlainLoginModule users."""
+    config = {"sasl.jaas.config": f'{MODULE}.plain.PlainLoginModule required username="admin" '
+                                  f'password="admin-secret" user_admin="admin-secret";'}
+    cases = [b"\0admin\0admin-secret", b"admin\0admin\0admin-secret", b"other\0admin\0admin-secret",
+             b"\0admin\0wrong", b"\0nobody\0admin-secret", b"\0admin\0", b"\0\0admin-secret",
+             b"admin-secret", b"\0admin\0admin-secret\0extra", b"\0admin\0admin-secret\xff"]
+    for token in cases:
+        theirs = outcome(kafka_answers(kafka["sasl"], "PLAIN", [token]))
+        ours = outcome(our_answers("PLAIN", [token], config))
+        assert ours == theirs, (token, theirs, ours)
+    assert outcome(our_answers("PLAIN", [cases[0]], config)) == "ACCEPT"
+
+
 def test_scram_and_unsecured_oauthbearer_answer_as_kafka(kafka):
     up = {"name": "bob", "salt": b"0123456789abcdef", "iterations": 4096}
     salted = hashlib.pbkdf2_hmac("sha256", b"bob-pw", up["salt"], 4096)
@@ -228,6 +242,7 @@ def test_scram_and_unsecured_oauthbearer_answer_as_kafka(kafka):
         ("OAUTHBEARER", [client_response(unsecured({"sub": "svc", "exp": now + 600, "scope": ["admin"]}),
                                          extensions={"traceId": "1"})]),
     ]
+    cases += [("SCRAM-SHA-512", tokens) for mechanism, tokens in cases if mechanism == "SCRAM-SHA-256"]
     for mechanism, tokens in cases:
         theirs = kafka_answers(kafka["sasl"], mechanism, tokens)
         ours = our_answers(mechanism, tokens, config, credentials)

@@ -583,3 +583,12 @@ def test_other_clients_are_refused_a_certificate_of_another_ca(cluster, files, c
     signs = {"kcat": ("ssl routines",), "kafka-python": ("unable to bootstrap", "socket disconnected"),
              "aiokafka": ("unable to bootstrap", "closed")}[client]
     assert all(sign in error.lower() for sign in signs), error
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "kcat"])
+def test_other_clients_round_trip_with_plain_over_sasl_ssl(cluster, files, client):
+    """PLAIN inside TLS (the broker's certificate checked against the CA), as the super user admin."""
+    from tests.integration.security_clients import Auth, round_trip
+
+    round_trip(client, Auth(f"127.0.0.1:{cluster.ports['SASL_SSL']}", "SASL_SSL", "PLAIN", "admin", "admin-secret",
+                            ca=files["ca.pem"]))

@@ -75,7 +75,16 @@ SECURITY_KEYS: dict[str, Key] = key_table(
             "OAuthBearerValidatorCallbackHandler (signed tokens, KIP-768) or, by default, the unsecured one "
             "(KIP-255, for development)."),
     Key("sasl.oauthbearer.jwks.endpoint.url", "string", None,
-        doc="KIP-768: the JWKS whose keys sign the tokens, as a file: URL (read at each authentication)."),
+        doc="KIP-768: the JWKS whose keys sign the tokens: a file: URL (read at each authentication) or an "
+            "http: or https: one (fetched at start-up and every sasl.oauthbearer.jwks.endpoint.refresh.ms, and "
+            "when a token's key id is unknown; https: checked against the OAUTHBEARER JAAS config's "
+            "ssl.truststore.* options, else the system's CAs)."),
+    Key("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000, lo=1,
+        doc="KIP-768: how often an http(s) JWKS endpoint is fetched again."),
+    Key("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "long", 100, lo=0,
+        doc="KIP-768: the first wait before a failed JWKS fetch is tried again (doubled each time)."),
+    Key("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", "long", 10000, lo=0,
+        doc="KIP-768: how long a JWKS fetch is retried before it waits for the next refresh."),
     Key("sasl.oauthbearer.expected.audience", "list", [],
         doc="KIP-768: a token's aud must name one of these (none: not checked)."),
     Key("sasl.oauthbearer.expected.issuer", "string", None, doc="KIP-768: a token's iss must be this (unset: not checked)."),

@@ -266,19 +266,30 @@ def listener_specs(config: BrokerConfig, store: KazooStore) -> list[ListenerSpec
 
 
 def _load_jwks(name: str, conf: dict[str, Any]) -> None:
-    """OAUTHBEARER with signed tokens (KIP-768): the JWKS of ``sasl.oauthbearer.jwks.endpoint.url``
-    (a file: URL) is read here, at each authentication, so that a rotated key set is used; the
-    listener's validator is checked now, so that a configuration that cannot work stops the start."""
+    """OAUTHBEARER with signed tokens (KIP-768): the JWKS of ``sasl.oauthbearer.jwks.endpoint.url``,
+    a file: URL read at each authentication (so that a rotated key set is used) or an http(s) one
+    fetched in the background (:mod:`strandline.runtime.jwks`: a start-up whose endpoint does not
+    answer goes on, refusing signed tokens until it does); the listener's validator is checked
+    now, so that a configuration that cannot work stops the start."""
+    from strandline.runtime import jwks
     from strandline.security import oauthbearer
 
     url = conf.get(oauthbearer.JWKS_ENDPOINT_URL)
     try:
         if url:
-            path = Path(oauthbearer.jwks_file_path(url))
-            if not path.is_file():
-                raise oauthbearer.ConfigError(f"{oauthbearer.JWKS_ENDPOINT_URL}={url!r}: no such file")
-            conf[oauthbearer.JWKS] = lambda: path.read_text()
+            kind, where = oauthbearer.jwks_endpoint(url)
+            if kind == "file":
+                path = Path(where)
+                if not path.is_file():
+                    raise oauthbearer.ConfigError(f"{oauthbearer.JWKS_ENDPOINT_URL}={url!r}: no such file")
+                conf[oauthbearer.JWKS] = lambda: path.read_text()
+            else:
+                source = jwks.endpoint(name, oauthbearer.listener_validation_config(SaslContext(name, conf)), url)
+                conf[oauthbearer.JWKS] = source
+                conf[oauthbearer.JWKS_KEY_ID_MISSING] = source.key_id_missing
         oauthbearer.validator(oauthbearer.listener_validation_config(SaslContext(name, conf)))
+        if isinstance(conf.get(oauthbearer.JWKS), jwks.HttpJwks):
+            conf[oauthbearer.JWKS].start()
     except oauthbearer.ConfigError as exc:
         raise StrandlineError(f"listener {name}: {exc}") from None
 

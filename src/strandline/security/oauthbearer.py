@@ -17,8 +17,11 @@ The client's one message is RFC 7628's initial response, ``n,[a=authzid],\\x01au
   ``sasl.oauthbearer.sub.claim.name`` and ``sasl.oauthbearer.clock.skew.seconds`` of skew.
 
 The JWKS is not read here: the listener config holds it under :data:`JWKS`, as JSON text or as a
-function returning it (the shell reads the file a ``file:`` endpoint URL names; see
-:func:`jwks_file_path`).
+function returning it (the shell reads the file a ``file:`` endpoint URL names, or keeps the last
+JWKS an ``http:``/``https:`` one served; see :func:`jwks_endpoint`). A token whose key id no key
+has is told to the function under :data:`JWKS_KEY_ID_MISSING`, if any: the shell then fetches the
+JWKS again at once (Kafka's ``RefreshingHttpsJwks.maybeExpediteRefresh``); the token itself is
+refused, as in Kafka.
 
 A token that fails validation is answered, as Kafka does, with RFC 7628's error JSON
 (``{"status":"invalid_token"}``); the client then sends ``\\x01`` and the exchange fails with that
@@ -51,14 +54,21 @@ CLOCK_SKEW_OPTION = "unsecuredValidatorAllowableClockSkewMs"
 # KIP-768's listener configs
 CALLBACK_HANDLER_CLASS = "sasl.server.callback.handler.class"
 JWKS_ENDPOINT_URL = "sasl.oauthbearer.jwks.endpoint.url"
+JWKS_REFRESH_MS = "sasl.oauthbearer.jwks.endpoint.refresh.ms"
+JWKS_RETRY_BACKOFF_MS = "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"
+JWKS_RETRY_BACKOFF_MAX_MS = "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms"
 EXPECTED_AUDIENCE = "sasl.oauthbearer.expected.audience"
 EXPECTED_ISSUER = "sasl.oauthbearer.expected.issuer"
 SUB_CLAIM_NAME = "sasl.oauthbearer.sub.claim.name"
 SCOPE_CLAIM_NAME = "sasl.oauthbearer.scope.claim.name"
 CLOCK_SKEW_SECONDS = "sasl.oauthbearer.clock.skew.seconds"
 JAAS_CONFIG = "sasl.jaas.config"
-#: the JWKS of the signed validator: JSON text, or a function of no arguments returning it
+#: the JWKS of the signed validator: JSON text, or a function of no arguments returning it (which
+#: may raise :class:`InvalidToken`: no JWKS to check the token with)
 JWKS = "strandline.oauthbearer.jwks"
+#: a function told the key id of a token no key of the JWKS has (a JWKS fetched over HTTP(S) is
+#: fetched again)
+JWKS_KEY_ID_MISSING = "strandline.oauthbearer.jwks.key.id.missing"
 
 #: the JWS algorithms the signed validator accepts: public-key signatures only (never ``none``,
 #: never an HMAC whose key a JWKS would publish)
@@ -256,6 +266,7 @@ class SignedValidator:
     sub_claim: str = "sub"
     scope_claim: str = "scope"
     clock_skew_s: int = 30
+    key_id_missing: Callable[[str], None] | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "SignedValidator":
@@ -267,8 +278,10 @@ class SignedValidator:
         if not skew.isdigit():
             raise ConfigError(f"{CLOCK_SKEW_SECONDS}={skew!r}: a non-negative number of seconds")
         issuer = config.get(EXPECTED_ISSUER)
+        missing = config.get(JWKS_KEY_ID_MISSING)
         return cls(jwks, _audience(config.get(EXPECTED_AUDIENCE)), str(issuer) if issuer else None,
-                   str(config.get(SUB_CLAIM_NAME) or "sub"), str(config.get(SCOPE_CLAIM_NAME) or "scope"), int(skew))
+                   str(config.get(SUB_CLAIM_NAME) or "sub"), str(config.get(SCOPE_CLAIM_NAME) or "scope"), int(skew),
+                   missing if callable(missing) else None)
 
     def _keys(self, header: Mapping[str, Any]) -> list[jwt.PyJWK]:
         """The JWKS's keys that may have signed a token with this header (jose4j's
@@ -304,6 +317,9 @@ class SignedValidator:
             raise InvalidToken(f"the algorithm {alg!r} is not accepted")
         keys = self._keys(header)
         if not keys:
+            kid = header.get("kid")
+            if self.key_id_missing is not None and isinstance(kid, str):
+                self.key_id_missing(kid)
             raise InvalidToken("no key of the JWKS can verify this token")
         claims: dict[str, Any] | None = None
         for key in keys:
@@ -369,13 +385,67 @@ def listener_validation_config(context: SaslContext) -> dict[str, Any]:
     return {**context.listener_config, JAAS_CONFIG: context.jaas_config(MECHANISM)}
 
 
-def jwks_file_path(url: str) -> str:
-    """The file a ``file:`` JWKS endpoint URL names (the shell reads it); :class:`ConfigError`
-    for another scheme."""
+def jwks_endpoint(url: str) -> tuple[str, str]:
+    """Where a JWKS endpoint URL points: ``("file", the path)`` for a ``file:`` URL (the shell
+    reads it at each authentication), ``("http", url)`` for an ``http:`` or ``https:`` one (the
+    shell fetches it, again every ``sasl.oauthbearer.jwks.endpoint.refresh.ms``);
+    :class:`ConfigError` for another."""
     parsed = urlparse(url)
+    if parsed.scheme in ("http", "https"):
+        if not parsed.hostname:
+            raise ConfigError(f"{JWKS_ENDPOINT_URL}={url!r}: no host")
+        return "http", url
     if parsed.scheme != "file" or parsed.netloc not in ("", "localhost") or not parsed.path:
-        raise ConfigError(f"{JWKS_ENDPOINT_URL}={url!r}: only file: URLs are supported")
-    return unquote(parsed.path)
+        raise ConfigError(f"{JWKS_ENDPOINT_URL}={url!r}: a file:, http: or https: URL")
+    return "file", unquote(parsed.path)
+
+
+def jwks_file_path(url: str) -> str:
+    """The file a ``file:`` JWKS endpoint URL names; :class:`ConfigError` for another scheme."""
+    kind, where = jwks_endpoint(url)
+    if kind != "file":
+        raise ConfigError(f"{JWKS_ENDPOINT_URL}={url!r}: not a file: URL")
+    return where
+
+
+#: Kafka's ``RefreshingHttpsJwks``: a key id no key has asks for a refresh at most this often,
+#: and key ids longer than this are not asked for
+MISSING_KEY_ID_INTERVAL_MS = 60_000
+MISSING_KEY_ID_MAX_LENGTH = 1000
+MISSING_KEY_ID_MAX_ENTRIES = 16
+
+
+class MissingKeyIds:
+    """Which unknown key ids asked for a refresh lately (Kafka's ``maybeExpediteRefresh``): each
+    may ask again :data:`MISSING_KEY_ID_INTERVAL_MS` after it last did."""
+
+    def __init__(self) -> None:
+        self._next_ms: dict[str, int] = {}
+
+    def should_refresh(self, kid: str, now_ms: int) -> bool:
+        if len(kid) > MISSING_KEY_ID_MAX_LENGTH:
+            return False
+        next_ms = self._next_ms.get(kid)
+        if next_ms is not None and next_ms > now_ms:
+            return False
+        self._next_ms.pop(kid, None)
+        self._next_ms[kid] = now_ms + MISSING_KEY_ID_INTERVAL_MS
+        while len(self._next_ms) > MISSING_KEY_ID_MAX_ENTRIES:      # the oldest goes (an LRU map)
+            del self._next_ms[next(iter(self._next_ms))]
+        return True
+
+
+def retry_waits_ms(backoff_ms: int, backoff_max_ms: int) -> list[int]:
+    """The waits between the attempts of one JWKS fetch (Kafka's ``Retry``: doubling from
+    ``retry.backoff.ms``, until ``retry.backoff.max.ms`` have passed in all)."""
+    waits: list[int] = []
+    total, wait = 0, max(1, backoff_ms)
+    while total < backoff_max_ms:
+        step = min(wait, backoff_max_ms - total)
+        waits.append(step)
+        total += step
+        wait *= 2
+    return waits
 
 
 class OAuthBearerServer:

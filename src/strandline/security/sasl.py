@@ -155,10 +155,7 @@ class PlainServer:
     def evaluate(self, response: bytes) -> bytes:
         if self._complete:
             raise AuthenticationFailed("Authentication is already complete")
-        try:
-            text = response.decode("utf-8")
-        except UnicodeDecodeError:
-            raise AuthenticationFailed("Invalid SASL/PLAIN response: not UTF-8") from None
+        text = response.decode("utf-8", errors="replace")      # as Java's new String(bytes, UTF_8)
         parts = text.split("\0")
         if len(parts) != 3:
             raise AuthenticationFailed("Invalid SASL/PLAIN response: expected 3 tokens, got " + str(len(parts)))

@@ -339,10 +339,52 @@ def test_sub_and_scope_claim_names(keys):
     assert missing.evaluate(client_response(sign(keys, claims()))) == b'{"status":"invalid_token"}'
 
 
-def test_jwks_file_url():
+def test_jwks_endpoint_urls():
     assert jwks_file_path("file:///etc/kafka/jwks%20a.json") == "/etc/kafka/jwks a.json"
-    with pytest.raises(ConfigError, match="only file: URLs"):
+    assert oauthbearer.jwks_endpoint("https://idp.example/jwks") == ("http", "https://idp.example/jwks")
+    assert oauthbearer.jwks_endpoint("http://127.0.0.1:8080/k") == ("http", "http://127.0.0.1:8080/k")
+    with pytest.raises(ConfigError, match="not a file: URL"):
         jwks_file_path("https://idp.example/jwks")
+    for bad in ("ftp://idp.example/jwks", "https:///jwks", "jwks.json"):
+        with pytest.raises(ConfigError, match="jwks.endpoint.url"):
+            oauthbearer.jwks_endpoint(bad)
+
+
+def test_a_token_whose_key_id_no_key_has_asks_for_a_refresh(keys):
+    """Kafka's RefreshingHttpsJwksVerificationKeyResolver: no key for the token's kid asks the JWKS
+    to be fetched again (the token itself is refused); a kid the JWKS has, or no kid, does not."""
+    asked: list[str] = []
+    config = signed_config(keys) | {oauthbearer.JWKS_KEY_ID_MISSING: asked.append}
+    unknown = OAuthBearerServer(ctx(config))
+    assert unknown.evaluate(client_response(sign(keys, claims(), key="other", kid="r2"))) == \
+        b'{"status":"invalid_token"}'
+    assert asked == ["r2"]
+    assert OAuthBearerServer(ctx(config)).evaluate(client_response(sign(keys, claims()))) == b""
+    wrong_key = OAuthBearerServer(ctx(config))      # the kid is known: a bad signature asks for nothing
+    assert wrong_key.evaluate(client_response(sign(keys, claims(), key="other"))) == b'{"status":"invalid_token"}'
+    assert asked == ["r2"]
+
+
+def test_a_jwks_that_cannot_be_had_refuses_the_token(keys):
+    def unreachable() -> str:
+        raise oauthbearer.InvalidToken("no JWKS from https://idp.example/jwks: connection refused")
+    server = OAuthBearerServer(ctx(signed_config(keys) | {oauthbearer.JWKS: unreachable}))
+    assert server.evaluate(client_response(sign(keys, claims()))) == b'{"status":"invalid_token"}'
+
+
+def test_missing_key_ids_ask_once_a_minute_each():
+    missing = oauthbearer.MissingKeyIds()
+    assert missing.should_refresh("a", 0) and not missing.should_refresh("a", 59_999)
+    assert missing.should_refresh("b", 1) and missing.should_refresh("a", 60_000)
+    assert not missing.should_refresh("x" * 1001, 0)
+    for i in range(20):                                 # at most 16 remembered: the oldest go first
+        missing.should_refresh(f"k{i}", 100)
+    assert missing.should_refresh("a", 101)
+
+
+def test_jwks_fetch_retries_double_until_the_maximum():
+    assert oauthbearer.retry_waits_ms(100, 10_000) == [100, 200, 400, 800, 1600, 3200, 3700]
+    assert oauthbearer.retry_waits_ms(100, 0) == []
 
 
 def test_registered():

@@ -137,6 +137,13 @@ def test_plain_refuses_another_authorization_id_and_bad_messages():
     assert not server.complete
 
 
+def test_plain_reads_bytes_that_are_not_utf8_as_java_does():
+    """Kafka's PlainSaslServer decodes with new String(bytes, UTF_8): a malformed byte becomes
+    U+FFFD, so such a password is just a wrong one (test_sasl_reference.py compares with Kafka)."""
+    with pytest.raises(AuthenticationFailed, match="^Authentication failed: Invalid username or password$"):
+        PlainServer(SaslContext("L", CONF)).evaluate(b"\0alice\0alice-secret\xff")
+
+
 def test_jaas_config_is_read_as_kafka_does():
     [entry] = parse_jaas_config(JAAS)
     assert entry.login_module.endswith("PlainLoginModule") and entry.flag == "required"
