@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from strandline.controller.reassignment import PartitionReassignments
 from strandline.log.log import Log
@@ -18,7 +19,6 @@ from strandline.replication.partition import Partition
 from strandline.sim import txn_checker, txn_workload
 from strandline.sim.cluster import SimCluster
 from strandline.sim.explore import CONFIGS, Explorer, run_seed
-from strandline.transaction.coordinator import TransactionCoordinator
 
 NO_POWER_LOSS = dataclasses.replace(CONFIGS["txn"], power_loss="never")
 
@@ -75,35 +75,53 @@ def test_ctl_11_a_move_written_while_another_partitions_move_ends_keeps_its_reco
     assert over, "seed 1220013 no longer writes a move while another partition's move ends"
 
 
-def test_a_deposed_coordinator_acknowledges_nothing_from_memory(monkeypatch):
-    """Seed 39 without power loss once caught a coordinator cut off from ZooKeeper and the other
-    brokers, deposed without knowing it, acknowledging AddPartitionsToTxn from its stale state; the
-    new coordinator took the commit for a retry of the producer's previous transaction (same epoch,
-    CompleteCommit) and acknowledged it: no marker ever reached the partition. What the state
-    already says is now acknowledged only once written again, which a deposed coordinator cannot.
-    The explorer has changed since and seed 39 no longer asks a deposed coordinator; seed 44 does:
-    AddPartitionsToTxn of partitions already added reaches broker 1, whose
-    __transaction_state-3 ZooKeeper gives to broker 3, and is refused (NOT_COORDINATOR)."""
-    explorer = Explorer(44, NO_POWER_LOSS, isr_writes="2.6")     # as found: leaders write ISRs
-    deposed: list[tuple] = []
-    real = TransactionCoordinator._confirm
+def _txn_call(c: SimCluster, broker: int, api_key: int, version: int, body: dict, within_ms: int = 1000):
+    return c.call(broker, api_key, version, body, "txn-producer", within_ms)
 
-    def confirm(self, m, respond, now_ms):
-        sim = explorer.sim
-        broker = next(b for b, node in sim.brokers.items() if node.core is not None and node.core.transactions is self)
-        index = self.partition_of(m.transactional_id)
-        leader = sim.state("__transaction_state", index).leader
 
-        def answered(error):
-            if leader != broker:
-                deposed.append((broker, index, leader, m.state.name, error.name))
-            return respond(error)
-        return real(self, m, answered, now_ms)
-    monkeypatch.setattr(TransactionCoordinator, "_confirm", confirm)
-    result = explorer.run()
-    assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
-    assert deposed and all(error != "none" for *_, error in deposed), deposed
-    assert any(state == "ONGOING" for _, _, _, state, _ in deposed), deposed     # AddPartitionsToTxn
+def _added(c: SimCluster, broker: int, body: dict, within_ms: int = 1000) -> ErrorCode:
+    """AddPartitionsToTxn v1 of one partition: its error."""
+    answer = _txn_call(c, broker, 24, 1, body, within_ms)
+    return answer.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+
+
+def test_a_deposed_coordinator_acknowledges_nothing_from_memory():
+    """Seed 39 of the explorer (txn, without power loss) once caught a coordinator cut off from
+    ZooKeeper and the other brokers, deposed without knowing it, acknowledging AddPartitionsToTxn
+    from its stale state; the new coordinator took the commit for a retry of the producer's
+    previous transaction (same epoch, CompleteCommit) and acknowledged it: no marker ever reached
+    the partition. What the state already says is now acknowledged only once written again,
+    which a deposed coordinator cannot. Played step by step: the coordinator is cut off, its
+    session expires and another broker takes ``__transaction_state``; the producer, which still
+    reaches the old coordinator, asks again for the partition it added, and is refused."""
+    c = SimCluster((1, 2, 3, 4), **{"transaction.state.log.num.partitions": "1", "replica.lag.time.max.ms": "1000",
+                                    "auto.leader.rebalance.enable": "false"})
+    body = {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 3, "assignments": [], "configs": []}],
+            "timeout": 1000, "validate_only": False}
+    assert c.call(c.controller_id, 19, 5, body).topics[0].error_code == ErrorCode.none
+    c.settle()
+    for _ in range(50):
+        found = _txn_call(c, 1, 10, 3, {"key": "tx", "key_type": 1})
+        if found.error_code == ErrorCode.none:
+            break
+        c.advance(100)
+    assert found.error_code == ErrorCode.none, found
+    old = found.node_id
+    init = _txn_call(c, old, 22, 1, {"transactional_id": "tx", "transaction_timeout": 60000})
+    assert init.error_code == ErrorCode.none, init
+    add = {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": init.producer_id,
+           "v3_and_below_producer_epoch": init.producer_epoch, "v3_and_below_topics": [{"name": "t", "partitions": [0]}]}
+    assert _added(c, old, add) == ErrorCode.none
+    c.cut_off(old)
+    c.expire_session(old)
+    c.advance(3000)
+    new = c.state("__transaction_state").leader
+    assert new not in (-1, old)
+    again = _added(c, old, add, within_ms=40_000)           # the partition it holds already
+    assert again != ErrorCode.none
+    c.heal(old)
+    c.advance(3000)
+    assert _added(c, new, add) == ErrorCode.none
 
 
 def test_power_loss_keeps_committed_transaction_markers(monkeypatch):
