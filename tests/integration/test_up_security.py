@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import stat
 import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -146,6 +149,39 @@ def test_each_client_is_refused_a_write_its_principal_has_no_acl_for(secured, da
     error = produce(client, auth, topic, b"no")
     assert "TOPIC_AUTHORIZATION_FAILED" in error.upper().replace(" ", "_").replace("TOPICAUTHORIZATIONFAILED",
                                                                                  "TOPIC_AUTHORIZATION_FAILED"), error
+
+
+def test_the_console_reads_the_cluster_and_its_records_with_the_command_config(secured):
+    """`strandline console --command-config admin.properties`: the page's cluster view lists the
+    topic and its record browser (a librdkafka consumer) reads its records over SASL_SSL."""
+    c = secured
+    topic = f"console-{uuid.uuid4().hex[:8]}"
+    assert cli(c, "topics", "create", "--topic", topic, "--partitions", "1", "--replication-factor", "2").returncode == 0
+    sent = subprocess.run(strandline_cmd("produce", "--bootstrap-server", c.bootstrap, "--command-config",
+                                         str(c.dir / "client.properties"), "--topic", topic, "--acks", "all"),
+                          input="alpha\nbeta\n", capture_output=True, text=True, timeout=60)
+    assert sent.returncode == 0, sent.stderr
+    console = subprocess.Popen(strandline_cmd("console", "--bootstrap-server", c.bootstrap, "--port", "0",
+                                              "--command-config", str(c.dir / "admin.properties")),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = console.stdout.readline()                  # console=<url>, once it serves
+        assert line.startswith("console="), (line, console.stderr.read() if console.poll() is not None else "")
+        url = line.strip().split("=", 1)[1].rstrip("/")
+
+        def cluster_view() -> dict | None:
+            view = json.loads(urllib.request.urlopen(f"{url}/api/cluster", timeout=10).read())
+            return view if any(t["topic"] == topic for t in view["topics"]) else None
+        poll_until(cluster_view, 30, 0.5, f"the console's cluster view listing {topic}")
+        query = urllib.parse.urlencode({"topic": topic, "partition": 0, "offset": 0})
+        try:
+            got = json.loads(urllib.request.urlopen(f"{url}/api/records?{query}", timeout=30).read())
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(exc.read().decode()) from None
+        assert [r["value"]["text"] for r in got["records"]] == ["alpha", "beta"], got
+    finally:
+        console.terminate()
+        console.wait(10)
 
 
 def test_up_again_on_the_same_data_keeps_the_ca_and_the_passwords(secured):

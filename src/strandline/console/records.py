@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from strandline.cli import client_config
 from strandline.errors import StrandlineError
 
 MAX_RECORDS = 500           # at most this many records per read
@@ -50,6 +51,11 @@ def _headers(msg: Message) -> list[tuple[str, str | bytes | None]]:
     return list(headers.items()) if isinstance(headers, dict) else list(headers)
 
 
+def _security() -> dict[str, Any]:
+    """librdkafka's TLS and SASL settings of the console's ``--command-config`` (none without it)."""
+    return client_config.librdkafka() if client_config.given() else {}
+
+
 def read_records(bootstrap: str, topic: str, partition: int, *, offset: int | None = None,
                  time_ms: int | None = None, limit: int = 50, read_committed: bool = False,
                  timeout_s: float = READ_TIMEOUT_S) -> dict[str, Any]:
@@ -60,7 +66,7 @@ def read_records(bootstrap: str, topic: str, partition: int, *, offset: int | No
     ``timeout_s``. Raises :class:`StrandlineError` with Kafka's error for an unknown topic or
     partition."""
     limit = max(1, min(int(limit), MAX_RECORDS))
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "strandline-console-browser",
+    consumer = Consumer({**_security(), "bootstrap.servers": bootstrap, "group.id": "strandline-console-browser",
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "isolation.level": "read_committed" if read_committed else "read_uncommitted",
                          "fetch.max.bytes": MAX_BYTES, "max.partition.fetch.bytes": MAX_BYTES,
@@ -123,7 +129,7 @@ def read_records(bootstrap: str, topic: str, partition: int, *, offset: int | No
 
 def admin_client(bootstrap: str, timeout_s: float = 3.0) -> AdminClient:
     """The Admin client the console keeps for :func:`describe_groups`."""
-    return AdminClient({"bootstrap.servers": bootstrap, "client.id": "strandline-console",
+    return AdminClient({**_security(), "bootstrap.servers": bootstrap, "client.id": "strandline-console",
                         "socket.timeout.ms": int(timeout_s * 1000), "log_level": 0})
 
 
