@@ -30,6 +30,7 @@ from strandline.broker.apis import KafkaApis
 from strandline.broker.log_apis import LogApis
 from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
+from strandline.core import api_version
 from strandline.core.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
 from strandline.broker.loggers import BrokerLoggers
@@ -82,6 +83,7 @@ class Broker:
         self.metadata = MetadataCache()
         self.outbox = Outbox(config)
         self.broker_epoch = -1                  # this broker's registration (czxid), KIP-380
+        self._registered = False                # registered once in this life (KIP-966's clean shutdown)
         self.replica_manager = ReplicaManager(config, log_manager, self.metadata, self.outbox,
                                               lambda: self.broker_epoch, now_ms)
         self.controller = Controller(config, self.outbox, rng=rng, new_uuid=new_uuid,
@@ -196,7 +198,17 @@ class Broker:
         brokers registered then): read once registered, no deletion can fall between the two."""
         again = self.broker_epoch >= 0 and broker_epoch != self.broker_epoch
         self.broker_epoch = broker_epoch
+        self._registered = True
         return self.replica_manager.forget_deleted_topics(now_ms) if again else []
+
+    def registration_clean_shutdown(self) -> bool | None:
+        """What this broker's registration says of its last shutdown (KIP-966): None with eligible
+        leader replicas off (the registration is Kafka's); else whether its log dirs held the
+        clean-shutdown marker at startup. Registered again in the same life (a new ZooKeeper
+        session), its logs lost nothing: clean."""
+        if not api_version.elr_enabled(self.config):
+            return None
+        return True if self._registered else self.logs.had_clean_shutdown
 
     def begin_controlled_shutdown(self, now_ms: int) -> list[Effect]:
         """Ask the controller to move this broker's leaderships away before it stops;
@@ -311,7 +323,7 @@ class Broker:
         path = znodes.BrokerIdZNode.path(self.broker_id)
         endpoints = self.config.registered_endpoints()
         data = znodes.BrokerIdZNode.encode(self.broker_id, adv.host, adv.port, self.config["broker.rack"], now_ms,
-                                           endpoints=endpoints)
+                                           endpoints=endpoints, clean_shutdown=self.registration_clean_shutdown())
 
         def written(results: list[OpResult], when_ms: int) -> list[Effect]:
             error = results[0].error
