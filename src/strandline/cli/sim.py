@@ -42,7 +42,8 @@ def _without(args: argparse.Namespace) -> set[str]:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return {**run_options(_without(args)), "load": args.load, "isr_writes": args.inter_broker_protocol}
+    return {**run_options(_without(args)), "load": args.load, "isr_writes": args.inter_broker_protocol,
+            "elr": args.elr}
 
 
 def _flags(args: argparse.Namespace) -> str:
@@ -52,6 +53,7 @@ def _flags(args: argparse.Namespace) -> str:
             + (f" --load {args.load}" if args.load != DEFAULT_LOAD else "")
             + (f" --inter-broker-protocol {args.inter_broker_protocol}" if args.inter_broker_protocol != "mixed"
                else "")
+            + (f" --elr {args.elr}" if args.elr != "off" else "")
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
 
@@ -175,6 +177,9 @@ def _menu_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the brokers' inter.broker.protocol.version: 2.8, leaders propose ISR changes to the "
                              "controller (AlterIsr); 2.6, leaders write them to ZooKeeper (the legacy mode); mixed "
                              "(default): each seed draws one, half and half")
+    parser.add_argument("--elr", choices=("off", "on", "mixed"), default="off",
+                        help="eligible.leader.replicas.enable (KIP-966; in effect with inter.broker.protocol 2.8): "
+                             "off (default), on, or mixed: each seed draws it, half and half")
     parser.add_argument("--without", action="append", metavar="NAME[,NAME...]",
                         help="leave out of the run: " + ", ".join(EVERYTHING) + " (a run has all of them "
                              "by default: faults of the machines, an operator's requests, consumers reading "

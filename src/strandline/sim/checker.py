@@ -284,9 +284,16 @@ class Invariants:
             self._state_nodes[index] = node
             state = znodes.TopicPartitionStateZNode.decode(node[0], node[1])
             replicas = set(assignment[index])
-            if not state.isr or not set(state.isr) <= replicas:
+            # an empty ISR only with eligible leader replicas (KIP-966): the partition is offline,
+            # and those who left the ISR are in its ELR or its last known ELR
+            emptied = not state.isr and state.leader < 0 and bool(state.elr or state.last_known_elr)
+            if (not state.isr and not emptied) or not set(state.isr) <= replicas:
                 self.fail("ISR within replicas", f"partition {index}: ZooKeeper's ISR {state.isr} "
                                                  f"(replicas {sorted(replicas)})")
+            if not set(state.elr) <= replicas - set(state.isr):
+                self.fail("ELR within replicas, outside the ISR", f"partition {index}: ZooKeeper's ELR "
+                                                                  f"{state.elr}, ISR {state.isr} "
+                                                                  f"(replicas {sorted(replicas)})")
             if state.leader >= 0 and state.leader not in state.isr:
                 self.fail("leader in ISR", f"partition {index}: ZooKeeper names leader {state.leader} "
                                            f"outside the ISR {state.isr}")

@@ -84,8 +84,10 @@ class Explorer:
                  duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False,
                  add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False,
                  delete_records: bool = False, without: frozenset[str] | set[str] = frozenset(),
-                 load: str = "heavy", isr_writes: str = "mixed") -> None:
+                 load: str = "heavy", isr_writes: str = "mixed", elr: str = "off") -> None:
         self.seed = seed
+        # eligible leader replicas (KIP-966): "on", "off", or drawn for "mixed"
+        self.eligible_leader_replicas = eligible_leader_replicas_of(seed, elr)
         # who writes an ISR change: the controller (AlterIsr, inter.broker.protocol.version 2.8) or
         # its leader (2.6, the legacy mode); "mixed": drawn from the seed, half and half
         self.inter_broker_protocol = inter_broker_protocol_of(seed, isr_writes)
@@ -122,6 +124,8 @@ class Explorer:
             "inter.broker.protocol.version": self.inter_broker_protocol,
             **config.broker,
         }
+        if self.eligible_leader_replicas:
+            broker_config["eligible.leader.replicas.enable"] = "true"
         racks = {}
         if rack_reads:
             broker_config["replica.selector.class"] = RACK_AWARE
@@ -486,6 +490,16 @@ def inter_broker_protocol_of(seed: int, isr_writes: str) -> str:
     if isr_writes == "mixed":
         return random.Random(f"inter.broker.protocol.version-{seed}").choice(("2.6", "2.8"))
     return isr_writes
+
+
+def eligible_leader_replicas_of(seed: int, elr: str) -> bool:
+    """Whether ``seed``'s run has eligible leader replicas: ``on``, ``off``, or drawn for ``mixed``
+    from a random source of its own (the run's other draws do not depend on it)."""
+    if elr == "mixed":
+        return random.Random(f"eligible.leader.replicas.enable-{seed}").random() < 0.5
+    if elr not in ("on", "off"):
+        raise ValueError(f"elr must be on, off or mixed, not {elr!r}")
+    return elr == "on"
 
 
 def run_seed(seed: int, config: str = "safe", **kwargs: Any) -> RunResult:
