@@ -175,3 +175,14 @@ def test_loss_6_without_elr_the_leader_back_empty_leads_and_everything_is_lost()
     c.start(3)
     c.advance(3000)
     assert values_on(c, 2, "z") == [] and values_on(c, 3, "z") == []
+
+
+def test_elr_the_minimum_is_at_most_the_replication_factor():
+    """Kafka's effective minimum: a topic of one replica, min.insync.replicas 2, is not below its
+    minimum with an ISR of one; its high watermark moves and acks=1 writes are read."""
+    c, _ = cluster()
+    create(c, "one", [2], min_isr=2)
+    produce_request(c, 2, "one", [b"m1"], acks=1, client="one")
+    c.advance(100)
+    assert c.partition(2, "one").high_watermark == 1
+    assert c.state("one").elr == ()

@@ -98,7 +98,7 @@ class AlterIsrs:
                 run.answers[key] = ErrorCode.fenced_leader_epoch
             else:
                 state = LeaderAndIsr(broker_id, leader_epoch, isr, ctx.epoch, version)
-                policy = elr_policy(ctx, self.office.config, topic)
+                policy = elr_policy(ctx, self.office.config, topic, key[1])
                 if policy is not None:      # KIP-966: the ELR beside the ISR proposed
                     elr, last_known = populate_elr(topic.assignment[key[1]], current, isr, policy)
                     state = dataclasses.replace(state, elr=elr, last_known_elr=last_known)

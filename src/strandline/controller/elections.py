@@ -179,12 +179,14 @@ def decide_within(replicas: tuple[int, ...], current: LeaderAndIsr, controller_e
     return decided
 
 
-def elr_policy(ctx: ControllerContext, config: Any, topic: TopicMetadata) -> ElrPolicy | None:
-    """The ELR policy of ``topic``'s partitions in term ``ctx``; None with eligible leader
-    replicas off."""
+def elr_policy(ctx: ControllerContext, config: Any, topic: TopicMetadata, index: int) -> ElrPolicy | None:
+    """The ELR policy of partition ``index`` of ``topic`` in term ``ctx``; None with eligible
+    leader replicas off. Its minimum is Kafka's effective one: min.insync.replicas, or the
+    replication factor if smaller."""
     if not api_version.elr_enabled(config):
         return None
-    return ElrPolicy(int(config.topic_value(topic.configs, "min.insync.replicas")), frozenset(ctx.unclean_shutdown))
+    min_isr = min(int(config.topic_value(topic.configs, "min.insync.replicas")), len(topic.assignment[index]))
+    return ElrPolicy(min_isr, frozenset(ctx.unclean_shutdown))
 
 
 @dataclass(eq=False)
@@ -200,7 +202,7 @@ class OfflineRule:
         ctx = self.ctx
         unclean = bool(self.config.topic_value(topic.configs, "unclean.leader.election.enable"))
         replicas = topic.assignment[index]
-        elr = elr_policy(ctx, self.config, topic)
+        elr = elr_policy(ctx, self.config, topic, index)
         return decide_within(replicas, current, ctx.epoch, lambda view: offline_partition_election(
             replicas, view, live, dead, ctx.shutting_down, unclean, ctx.epoch, elr))
 
@@ -223,7 +225,7 @@ class PreferredRule:
                 # the leader is no longer assigned and the preferred replica cannot lead: the
                 # next live ISR member does, as when a leader dies, rather than nobody
                 return offline_partition_election(replicas, view, live, dead, ctx.shutting_down, False,
-                                                  ctx.epoch, elr_policy(ctx, self.config, topic))
+                                                  ctx.epoch, elr_policy(ctx, self.config, topic, index))
             return decided
         return decide_within(replicas, current, ctx.epoch, rule)
 

@@ -134,8 +134,9 @@ class Partition:
     """The state in ZooKeeper is not the one this leader knows: its view is stale (NET-4)."""
     remote_replicas: dict[int, ReplicaState] = field(default_factory=dict)
     elr_min_isr: Callable[[], int] | None = field(default=None, repr=False, compare=False)
-    """With eligible leader replicas (KIP-966): the topic's min.insync.replicas, below which the
-    ISR holds the high watermark where it is."""
+    """With eligible leader replicas (KIP-966): the topic's min.insync.replicas; below it, or below
+    the replication factor if smaller (Kafka's effective minimum), the ISR holds the high
+    watermark where it is."""
 
     @property
     def producer_state(self) -> ProducerStateManager:
@@ -284,7 +285,7 @@ class Partition:
         view is stale moves it no more."""
         if not self.is_leader or self.isr_update_failed:
             return False
-        if self.elr_min_isr is not None and len(self.isr) < self.elr_min_isr():
+        if self.elr_min_isr is not None and len(self.isr) < min(self.elr_min_isr(), len(self.replicas)):
             return False        # KIP-966: an ISR below the minimum moves it no more (its ELR keeps it)
         new_hw = self.log.log_end_offset
         isr = self.maximal_isr

@@ -70,6 +70,8 @@ class RunResult:
     transactions: dict[str, int] = field(default_factory=dict)    # outcome -> count (config txn)
     #: what each broker waited for when the first violation was seen (:meth:`Explorer.pending_waits`)
     pending: list[str] = field(default_factory=list)
+    #: with eligible leader replicas: the partitions left waiting offline, ISR and ELR empty
+    waiting_offline: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -177,6 +179,7 @@ class Explorer:
     def run(self) -> RunResult:
         started = time.perf_counter()
         lost = 0
+        waiting: set[int] = set()
         self.invariants.on_violation = self._on_violation
         for more in self.more_invariants:
             more.on_violation = self._on_violation
@@ -190,9 +193,13 @@ class Explorer:
             if self.txn_checker is not None:
                 final = self._end_transactions()
             self.sim.after_event = None
-            lost = self.invariants.final_check(self.history)
+            waiting = self.waiting_offline()
+            if waiting:
+                self.note(f"waiting offline (ISR and ELR empty, KIP-966): partitions {sorted(waiting)}")
+            lost = self.invariants.final_check(self.history, waiting)
             if self.scratch is not None:
-                self.scratch.check(lambda topic: self._assignment(topic)[0], self._describe)
+                self.scratch.check(lambda topic: self._assignment(topic)[0], self._describe,
+                                   lambda topic, index: self._waiting_offline(topic, index))
             if self.txn_checker is not None:
                 self.more_invariants[0].final_check(History())
                 self.txn_checker.final_check(final, {tp: self._leader_log(tp) for tp in final.views})
@@ -205,7 +212,7 @@ class Explorer:
                          self.invariants.events, self.nemesis.count, self.sim.now - self.start_ms,
                          time.perf_counter() - started, [str(v) for v in violations],
                          self.txn_history.counts() if self.txn_history is not None else {},
-                         self.first_pending or [])
+                         self.first_pending or [], [f"{TOPIC}-{index}" for index in sorted(waiting)])
 
     def _after_event(self) -> None:
         """The invariants of every topic (each looks at the brokers the event reached)."""
@@ -392,6 +399,8 @@ class Explorer:
             if moving:
                 return False
             for index in sorted(assignment):
+                if self._waiting_offline(topic, index):
+                    continue
                 state = sim.state(topic, index)
                 replicas = set(assignment[index])
                 if state.leader < 0 or set(state.isr) != replicas:
@@ -406,6 +415,21 @@ class Explorer:
                     return False
         return True
 
+    def _waiting_offline(self, topic: str, index: int) -> bool:
+        """With eligible leader replicas: the partition waits offline, its ISR and ELR empty (every
+        replica that was eligible came back from an unclean shutdown). Kafka 4.0 then waits for an
+        operator's unclean election, so no convergence is asked of it; the final check asks that
+        every acknowledged write is still on one of its replicas (durable, only unavailable)."""
+        if not self.eligible_leader_replicas:
+            return False
+        state = self.sim.state(topic, index)
+        return state.leader < 0 and not state.isr and not state.elr
+
+    def waiting_offline(self, topic: str = TOPIC) -> set[int]:
+        """The partitions of ``topic`` that wait offline (:meth:`_waiting_offline`)."""
+        assignment, _ = self._assignment(topic)
+        return {index for index in assignment if self._waiting_offline(topic, index)}
+
     def _deletions(self) -> list[str]:
         """The topics whose deletion ZooKeeper still records (``/admin/delete_topics``): the
         controller has not heard from every broker that held a replica of them."""
@@ -418,6 +442,8 @@ class Explorer:
         for topic in self._checked_topics():
             assignment, _ = self._assignment(topic)
             for index in sorted(assignment):
+                if self._waiting_offline(topic, index):
+                    continue
                 ends = set()
                 for b in assignment[index]:
                     p = self.sim.partition(b, topic, index)
