@@ -169,7 +169,8 @@ class Explorer:
         families = frozenset(FAULT_FAMILIES) - set(without) | {name for name, on in admin_on.items() if on}
         self.nemesis = Nemesis(self.sim, self.rng, self.note, families=families, partitions=partitions,
                                flush_on_ack=self.flush_on_ack, admin=self.admin, scratch=self.scratch,
-                               records_deleted=self._records_deleted)
+                               records_deleted=self._records_deleted,
+                               eligible_leader_replicas=self.eligible_leader_replicas)
         self.start_ms = self.sim.now
         self.producers: list[Producer | TxnProducer] = []
         self.consumers: list[Consumer | ReadCommittedConsumer] = []
@@ -396,8 +397,9 @@ class Explorer:
             return False
         for topic in self._checked_topics():
             assignment, moving = self._assignment(topic)
-            if moving:
-                return False
+            if moving and not (self.eligible_leader_replicas and
+                               all(self._waiting_offline(topic, index) for index in self._moving(topic))):
+                return False        # (a move of a partition waiting offline waits with it)
             for index in sorted(assignment):
                 if self._waiting_offline(topic, index):
                     continue
@@ -414,6 +416,12 @@ class Explorer:
                 if not leader.is_leader or set(leader.isr) != replicas:
                     return False
         return True
+
+    def _moving(self, topic: str) -> set[int]:
+        """The partitions of ``topic`` whose reassignment ZooKeeper still records."""
+        [res] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(topic))])
+        decoded = znodes.TopicZNode.decode(res.data)
+        return set(decoded.adding_replicas or {}) | set(decoded.removing_replicas or {})
 
     def _waiting_offline(self, topic: str, index: int) -> bool:
         """With eligible leader replicas: the partition waits offline, its ISR and ELR empty (every
