@@ -1,5 +1,5 @@
-"""Eligible leader replicas (KIP-966, ``eligible.leader.replicas.enable``) in the simulator: each
-rule of the controller and of the leader, and LOSS-6 played with ELR on and off.
+"""Eligible leader replicas (KIP-966, ``eligible.leader.replicas.enable``; ELR-1) in the simulator:
+each rule of the controller and of the leader, and LOSS-6 played with ELR on and off.
 
 LOSS-6: the followers stall, the ISR shrinks to the leader alone, and the leader loses power
 (nothing was flushed). Without ELR it comes back empty, is the only broker that may lead cleanly,
