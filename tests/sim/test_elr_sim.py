@@ -186,3 +186,26 @@ def test_elr_the_minimum_is_at_most_the_replication_factor():
     c.advance(100)
     assert c.partition(2, "one").high_watermark == 1
     assert c.state("one").elr == ()
+
+
+def test_elr_a_controller_taking_office_takes_out_a_broker_registered_after_an_unclean_shutdown():
+    """The controller (1) dies and the leader alone in its ISR (2) loses power at once; broker 2
+    comes back first, registers after an unclean shutdown and is elected controller itself, with
+    nobody having seen it die: ZooKeeper still names it the leader, in the ISR. Taking office it
+    takes itself out of the ISR and ELR before telling anyone the partition's state, so it never
+    leads its empty log; a follower of the ELR does. Then it marks its registration handled."""
+    c, _ = cluster()
+    acked = shrunk_to_leader(c, "f")
+    c.crash(1)
+    c.crash(2, lose_unflushed=True)
+    c.start(2)
+    c.advance(100)
+    assert c.controller_id == 2
+    state = c.state("f")
+    assert state.leader in (3, 4) and 2 not in state.isr + state.elr and state.last_known_elr == (2,)
+    assert b'"unclean_shutdown_handled"' in registration(c, 2)
+    for b in (3, 4):
+        c.resume(b)
+    c.advance(3000)
+    leader = c.state("f").leader
+    assert values_on(c, leader, "f")[:3] == acked and values_on(c, 2, "f")[:3] == acked

@@ -83,7 +83,6 @@ class Broker:
         self.metadata = MetadataCache()
         self.outbox = Outbox(config)
         self.broker_epoch = -1                  # this broker's registration (czxid), KIP-380
-        self._registered = False                # registered once in this life (KIP-966's clean shutdown)
         self.replica_manager = ReplicaManager(config, log_manager, self.metadata, self.outbox,
                                               lambda: self.broker_epoch, now_ms)
         self.controller = Controller(config, self.outbox, rng=rng, new_uuid=new_uuid,
@@ -198,17 +197,17 @@ class Broker:
         brokers registered then): read once registered, no deletion can fall between the two."""
         again = self.broker_epoch >= 0 and broker_epoch != self.broker_epoch
         self.broker_epoch = broker_epoch
-        self._registered = True
         return self.replica_manager.forget_deleted_topics(now_ms) if again else []
 
     def registration_clean_shutdown(self) -> bool | None:
         """What this broker's registration says of its last shutdown (KIP-966): None with eligible
         leader replicas off (the registration is Kafka's); else whether its log dirs held the
-        clean-shutdown marker at startup. Registered again in the same life (a new ZooKeeper
-        session), its logs lost nothing: clean."""
+        clean-shutdown marker at startup, in every registration of this life: registered again (a
+        new ZooKeeper session) before a controller took it out of the ISRs and ELRs, it must still
+        be taken out."""
         if not api_version.elr_enabled(self.config):
             return None
-        return True if self._registered else self.logs.had_clean_shutdown
+        return self.logs.had_clean_shutdown
 
     def begin_controlled_shutdown(self, now_ms: int) -> list[Effect]:
         """Ask the controller to move this broker's leaderships away before it stops;

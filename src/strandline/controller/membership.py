@@ -18,6 +18,7 @@ from strandline.controller.context import ControllerContext
 from strandline.controller.deletion import TopicDeletions
 from strandline.controller.elections import PartitionElections
 from strandline.controller.office import Office
+from strandline.controller.unclean_shutdown import mark_handled, unclean_registrations
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 
@@ -58,8 +59,7 @@ class BrokerMembership:
             return modified + (channel.send_partition_states(ctx, [], None, False, now_ms) if modified else [])
         # eligible leader replicas (KIP-966): a broker back from an unclean shutdown leaves every
         # ISR and ELR, as a dead one, before it may lead anything again
-        unclean = {b for b in new if brokers[b].clean_shutdown is False} \
-            if api_version.elr_enabled(self.office.config) else set()
+        unclean = unclean_registrations(ctx, new) if api_version.elr_enabled(self.office.config) else set()
         ctx.unclean_shutdown |= unclean
         dead = gone | bounced | unclean
         effects: list[Effect] = [LogLine("warning" if dead else "info", f"Live brokers now {sorted(brokers)} (new "
@@ -107,13 +107,14 @@ class AnnounceToNewBrokers:
         ctx.unclean_shutdown -= self.unclean
         if not membership.office.in_office(ctx):
             return []
+        marked = mark_handled(membership.office, ctx, self.unclean) if self.unclean else []
         unchanged = [(t, i) for t, i in self.affected
                      if (t.name, i) in self.before and t.states.get(i) is not None
                      and t.states[i].leader_epoch == self.before[(t.name, i)]]
         new = self.new
-        return membership.office.channel.send_partition_states(
+        return marked + (membership.office.channel.send_partition_states(
             ctx, membership.elections.not_electing(ctx, unchanged, new), new, False, when_ms,
-            metadata_to=new) if new else []
+            metadata_to=new) if new else [])
 
 
 @dataclass(eq=False)

@@ -438,8 +438,8 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     def register_again() -> None:       # on kazoo's new session, from a worker thread
         now = config.advertised             # a dynamic advertised.listeners may have changed it
         epoch = store.register_broker(broker_id, now.host, now.port, v["broker.rack"], wait_s,
-                                      config.registered_endpoints(), clean_shutdown=True if
-                                      broker.registration_clean_shutdown() is not None else None)
+                                      config.registered_endpoints(),
+                                      clean_shutdown=broker.registration_clean_shutdown())
         to_loop(loop, shell.run, "registering the broker again", lambda: broker.on_registered(epoch, now_ms()))
 
     watch_session(store, loop, shell, register_again)

@@ -26,6 +26,8 @@ class BrokerInfo:
     #: clean-shutdown marker when it started (False: it may have lost what it had not flushed);
     #: None when the registration does not say
     clean_shutdown: bool | None = None
+    #: the broker epoch (czxid) of the registration whose unclean shutdown a controller handled
+    unclean_shutdown_handled: int | None = None
 
     @staticmethod
     def of(broker_id: int, endpoints: Iterable[tuple[str, str, int, str]], rack: str | None = None) -> "BrokerInfo":
@@ -87,7 +89,9 @@ class BrokerIdZNode:
     With eligible leader replicas on (KIP-966) a broker adds ``"clean_shutdown":true|false``: Kafka's
     broker sends its previous broker epoch, kept in its clean-shutdown file, in its registration
     (-1 after an unclean shutdown), and the controller takes a broker back from an unclean shutdown
-    out of the ISRs and ELRs. A reader that does not know the field ignores it.
+    out of the ISRs and ELRs; having done so it adds ``"unclean_shutdown_handled":<broker epoch>``
+    (:mod:`strandline.controller.unclean_shutdown`). A reader that does not know the fields ignores
+    them.
     """
 
     VERSION = 4
@@ -138,9 +142,10 @@ class BrokerIdZNode:
             rack = obj.get("rack")
             if rack is not None and not isinstance(rack, str):
                 raise TypeError(f"rack must be a string or null, got {rack!r}")
-            clean = obj.get("clean_shutdown")
+            clean, handled = obj.get("clean_shutdown"), obj.get("unclean_shutdown_handled")
             return BrokerInfo(broker_id if broker_id is not None else -1, host, _int(port), rack, registered,
-                              clean if isinstance(clean, bool) else None)
+                              clean if isinstance(clean, bool) else None,
+                              handled if isinstance(handled, int) and not isinstance(handled, bool) else None)
 
         return _decode(path, data, parse)
 
