@@ -209,3 +209,26 @@ def test_elr_a_controller_taking_office_takes_out_a_broker_registered_after_an_u
     c.advance(3000)
     leader = c.state("f").leader
     assert values_on(c, leader, "f")[:3] == acked and values_on(c, 2, "f")[:3] == acked
+
+
+def test_elr_an_operators_unclean_election_ends_the_wait_and_clears_the_elr():
+    """A partition waiting offline, its ISR and ELR empty (every eligible replica came back from an
+    unclean shutdown): the operator's unclean election (ElectLeaders, KIP-460) elects a live
+    replica, whose ISR it is alone, and clears the ELR and the last known ELR."""
+    c, _ = cluster()
+    shrunk_to_leader(c, "u")
+    c.resume(3)
+    c.resume(4)
+    for b in (2, 3, 4):
+        c.crash(b, lose_unflushed=True)
+    c.advance(1000)
+    for b in (2, 3, 4):
+        c.start(b)
+    c.advance(3000)
+    state = c.state("u")
+    assert (state.leader, state.isr, state.elr, state.last_known_elr) == (-1, (), (), (2, 3, 4))
+    body = {"election_type": 1, "timeout_ms": 30000, "topic_partitions": [{"topic": "u", "partitions": [0]}]}
+    c.call(1, 43, 1, body)
+    c.advance(1000)
+    state = c.state("u")
+    assert state.leader == 2 and state.elr == () and state.last_known_elr == ()
