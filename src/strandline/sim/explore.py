@@ -34,6 +34,7 @@ from strandline.coordination import znodes
 from strandline.group.records import iter_records as iter_values
 from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.protocol.api import ApiKey
+from strandline.core import api_version
 from strandline.core.config import REPLICA_SELECTORS
 from strandline.sim.admin_nemesis import AdminNemesis
 from strandline.sim.checker import Invariants, Violation, read_whole
@@ -88,11 +89,13 @@ class Explorer:
                  delete_records: bool = False, without: frozenset[str] | set[str] = frozenset(),
                  load: str = "heavy", isr_writes: str = "mixed", elr: str = "off") -> None:
         self.seed = seed
-        # eligible leader replicas (KIP-966): "on", "off", or drawn for "mixed"
-        self.eligible_leader_replicas = eligible_leader_replicas_of(seed, elr)
         # who writes an ISR change: the controller (AlterIsr, inter.broker.protocol.version 2.8) or
         # its leader (2.6, the legacy mode); "mixed": drawn from the seed, half and half
         self.inter_broker_protocol = inter_broker_protocol_of(seed, isr_writes)
+        # eligible leader replicas (KIP-966): "on", "off", or drawn for "mixed"; in effect only
+        # where the controller writes ISRs (AlterIsr), so a 2.6 run has none (nor isr-power-loss)
+        self.eligible_leader_replicas = eligible_leader_replicas_of(seed, elr) and \
+            api_version.alter_isr_supported(self.inter_broker_protocol)
         # how hard the clients write (drawn from the seed for "mixed")
         self.load = load_of(seed, load)
         # with DeleteRecords now and then: the records below may be gone (from the checks too)
