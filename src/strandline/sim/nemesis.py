@@ -15,7 +15,7 @@ that family's function with the brokers and the duration drawn for the step:
 - ``process``: SIGKILL, SIGSTOP for a while, SIGTERM (a controlled shutdown), a restart at once;
 - ``power-loss``: SIGKILL losing what was not flushed (only where acknowledged data is flushed);
 - ``isr-power-loss``: every ISR member of a partition but one loses power at once, flushed or not
-  (only with eligible leader replicas, KIP-966, and no broker down already);
+  (only with eligible leader replicas, KIP-966, no broker down already and every ISR full);
 - ``reassign``, ``add-partitions``, ``recreate``, ``delete-records``: an operator's requests
   (:mod:`strandline.sim.admin_nemesis`, :mod:`strandline.sim.scratch`).
 
@@ -30,6 +30,8 @@ import random
 from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
+from strandline.coordination import znodes
+from strandline.coordination.store import GetData, ZkError
 from strandline.sim.admin_nemesis import AdminNemesis
 from strandline.sim.cluster import SimCluster
 from strandline.sim.menu import ADMIN_FAMILIES, FAULT_FAMILIES
@@ -115,7 +117,29 @@ class Nemesis:
         if family.name == "power-loss":
             return bool(candidates) and len(down) < 2 and self.flush_on_ack
         if family.name == "isr-power-loss":
-            return self.eligible_leader_replicas and not down
+            return self.eligible_leader_replicas and not down and self._full_isrs()
+        return True
+
+    def _full_isrs(self) -> bool:
+        """Every broker is up and registered, and every replica of every partition of the topic
+        holds what its leader committed: a power loss of every ISR member of one partition but one
+        then leaves a copy of each partition's records. (Without that, power losses one after
+        another, before the survivors of the first are copied again, lose what nothing flushed,
+        ELR or not: LOSS-5 spread out in time.)"""
+        sim, topic = self.sim, self.admin.topic
+        if any(node.core is None or node.waiting_to_register for node in sim.brokers.values()):
+            return False
+        [res] = sim.zk.execute([GetData(znodes.TopicZNode.path(topic))])
+        if res.error is not ZkError.NONE:
+            return False
+        for index, replicas in znodes.TopicZNode.decode(res.data).partitions.items():
+            state = sim.state(topic, index)
+            leader = sim.partition(state.leader, topic, index) if state.leader >= 0 else None
+            if leader is None or not leader.is_leader or set(state.isr) != set(replicas):
+                return False
+            copies = [sim.partition(r, topic, index) for r in replicas]
+            if any(p is None or p.log_end_offset < leader.high_watermark for p in copies):
+                return False
         return True
 
     def step(self) -> None:
