@@ -30,7 +30,7 @@ TESTS = ROOT / "tests"
 
 #: The families of requirement IDs; a test names one as e.g. ``ACK-2`` or ``NET-6b``.
 ID_FAMILIES = ("ASG", "CLI", "REP", "ACK", "ISR", "EPO", "CKP", "DUR", "CTL", "NET", "LOSS", "SAFE", "CON",
-               "PRO", "SPK")
+               "PRO", "SPK", "ELR")
 ID_PATTERN = re.compile(r"(?<![A-Za-z0-9_-])((?:%s)-\d{1,2}[a-z]?)(?![A-Za-z0-9_])" % "|".join(ID_FAMILIES))
 
 #: Strings in tests/ that look like requirement IDs and are not, with the reason.

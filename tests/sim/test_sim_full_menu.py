@@ -29,7 +29,7 @@ def test_safe_1_holds_with_the_whole_menu(config, seeds):
         assert result.ok, f"seed {seed} [{config}]: {result.all_violations}\n" + "\n".join(result.trace)
         assert result.acked > 0 and result.faults > 10
         drawn += explorer.nemesis.drawn
-    expected = set(EVERYTHING) - {"rack-reads"} - ({"power-loss"} if config == "txn" else set())
+    expected = set(EVERYTHING) - {"rack-reads", "isr-power-loss"} - ({"power-loss"} if config == "txn" else set())
     assert set(drawn) >= expected, drawn
 
 

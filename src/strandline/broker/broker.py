@@ -30,6 +30,7 @@ from strandline.broker.apis import KafkaApis
 from strandline.broker.log_apis import LogApis
 from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
+from strandline.core import api_version
 from strandline.core.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
 from strandline.broker.loggers import BrokerLoggers
@@ -195,6 +196,16 @@ class Broker:
         self.broker_epoch = broker_epoch
         return self.replica_manager.forget_deleted_topics(now_ms) if again else []
 
+    def registration_clean_shutdown(self) -> bool | None:
+        """What this broker's registration says of its last shutdown (KIP-966): None with eligible
+        leader replicas off (the registration is Kafka's); else whether its log dirs held the
+        clean-shutdown marker at startup, in every registration of this life: registered again (a
+        new ZooKeeper session) before a controller took it out of the ISRs and ELRs, it must still
+        be taken out."""
+        if not api_version.elr_enabled(self.config):
+            return None
+        return self.logs.had_clean_shutdown
+
     def begin_controlled_shutdown(self, now_ms: int) -> list[Effect]:
         """Ask the controller to move this broker's leaderships away before it stops;
         ``controlled_shutdown_done`` turns True when the broker may stop."""
@@ -308,7 +319,7 @@ class Broker:
         path = znodes.BrokerIdZNode.path(self.broker_id)
         endpoints = self.config.registered_endpoints()
         data = znodes.BrokerIdZNode.encode(self.broker_id, adv.host, adv.port, self.config["broker.rack"], now_ms,
-                                           endpoints=endpoints)
+                                           endpoints=endpoints, clean_shutdown=self.registration_clean_shutdown())
 
         def written(results: list[OpResult], when_ms: int) -> list[Effect]:
             error = results[0].error

@@ -24,6 +24,9 @@ def add_parser(sub: Subcommands) -> None:
     runp.add_argument("--seed", type=int, help="the random choices of the run (default: a fresh one, printed)")
     runp.add_argument("--data-dir", help="where run folders go (default: ./lab-runs)")
     runp.add_argument("--trials", type=int, default=1, help="number of runs (SAFE: random fault mixes; default 1)")
+    runp.add_argument("--elr", action="store_true",
+                      help="with eligible leader replicas (KIP-966, eligible.leader.replicas.enable): the "
+                           "scenario's ELR variant (LOSS-6: ELR-1)")
     runp.add_argument("--cluster", choices=CLUSTERS, default=CLUSTERS[0],
                       help="whose brokers: Strandline's (default) or Apache Kafka 3.9's, in ZooKeeper mode")
     cmp = lsub.add_parser("compare", help="run one scenario on Strandline and on Kafka 3.9; a verdict line each "
@@ -51,4 +54,12 @@ def main(args: argparse.Namespace) -> int:
         from strandline.lab.compare import compare_command
 
         return compare_command(args.scenario, args.seed, args.data_dir, args.trials)
-    return runner.run_scenario(args.scenario, args.seed, args.data_dir, args.trials, system=args.cluster)
+    scenario = args.scenario
+    if args.elr:
+        from strandline.lab.scenarios import ELR_VARIANTS
+
+        if scenario.upper() not in ELR_VARIANTS:
+            raise StrandlineError(f"--elr: {scenario} has no variant with eligible leader replicas "
+                                  f"(those that have: {', '.join(sorted(ELR_VARIANTS))})")
+        scenario = ELR_VARIANTS[scenario.upper()]
+    return runner.run_scenario(scenario, args.seed, args.data_dir, args.trials, system=args.cluster)

@@ -42,7 +42,8 @@ def _without(args: argparse.Namespace) -> set[str]:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return {**run_options(_without(args)), "load": args.load, "isr_writes": args.inter_broker_protocol}
+    return {**run_options(_without(args)), "load": args.load, "isr_writes": args.inter_broker_protocol,
+            "elr": args.elr}
 
 
 def _flags(args: argparse.Namespace) -> str:
@@ -52,6 +53,7 @@ def _flags(args: argparse.Namespace) -> str:
             + (f" --load {args.load}" if args.load != DEFAULT_LOAD else "")
             + (f" --inter-broker-protocol {args.inter_broker_protocol}" if args.inter_broker_protocol != "mixed"
                else "")
+            + (f" --elr {args.elr}" if args.elr != "off" else "")
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
 
@@ -86,6 +88,7 @@ def explore(args: argparse.Namespace) -> int:
             for seed in range(args.first_seed, args.first_seed + args.seeds)]
     started = time.perf_counter()
     violations = 0
+    waited = 0
     busy = 0.0
     pool = multiprocessing.Pool(args.processes) if args.processes > 1 else None
     try:
@@ -96,6 +99,7 @@ def explore(args: argparse.Namespace) -> int:
             results = pool.imap(_run, jobs) if pool is not None else map(_run, jobs)
         for result in results:
             busy += result.wall_s
+            waited += bool(result.waiting_offline)
             if not result.ok:
                 violations += 1
                 print(_line(result, _flags(args)), flush=True)
@@ -104,6 +108,9 @@ def explore(args: argparse.Namespace) -> int:
             pool.terminate()
     elapsed = time.perf_counter() - started
     print(f"{len(jobs)} seeds, {violations} violations")
+    if waited:
+        print(f"{waited} seeds ended with partitions waiting offline, their ISR and ELR empty (eligible leader "
+              f"replicas: every eligible replica came back from an unclean shutdown)")
     print(f"{elapsed:.1f} s, {len(jobs) / busy:.2f} seeds per second per core "
           f"({args.duration_ms / 1000:g} simulated seconds each, config {args.config})", file=sys.stderr)
     return 1 if violations else 0
@@ -118,6 +125,8 @@ def replay(args: argparse.Namespace) -> int:
     result = run_seed(args.seed, args.config, duration_ms=args.duration_ms, **_options(args))
     print(f"seed {result.seed} [{result.config}]: {result.acked} acknowledged batches, {result.faults} faults, "
           f"{result.events} events, {result.simulated_ms / 1000:.1f} simulated s in {result.wall_s:.2f} s")
+    if result.waiting_offline:
+        print("waiting offline (ISR and ELR empty): " + ", ".join(result.waiting_offline))
     if result.transactions:
         print("transactions: " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(result.transactions.items())))
     if result.ok:
@@ -175,6 +184,9 @@ def _menu_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the brokers' inter.broker.protocol.version: 2.8, leaders propose ISR changes to the "
                              "controller (AlterIsr); 2.6, leaders write them to ZooKeeper (the legacy mode); mixed "
                              "(default): each seed draws one, half and half")
+    parser.add_argument("--elr", choices=("off", "on", "mixed"), default="off",
+                        help="eligible.leader.replicas.enable (KIP-966; in effect with inter.broker.protocol 2.8): "
+                             "off (default), on, or mixed: each seed draws it, half and half")
     parser.add_argument("--without", action="append", metavar="NAME[,NAME...]",
                         help="leave out of the run: " + ", ".join(EVERYTHING) + " (a run has all of them "
                              "by default: faults of the machines, an operator's requests, consumers reading "

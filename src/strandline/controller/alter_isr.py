@@ -37,6 +37,7 @@ from kio.schema.errors import ErrorCode
 from strandline.core.effects import Effect, LogLine
 from strandline.controller.candidacy import CONTROLLER_RETRY_MS
 from strandline.controller.context import Awaiting
+from strandline.controller.elections import elr_policy, populate_elr
 from strandline.controller.office import Office
 from strandline.controller.reassignment import PartitionReassignments
 from strandline.coordination import zk_layout, znodes
@@ -97,6 +98,10 @@ class AlterIsrs:
                 run.answers[key] = ErrorCode.fenced_leader_epoch
             else:
                 state = LeaderAndIsr(broker_id, leader_epoch, isr, ctx.epoch, version)
+                policy = elr_policy(ctx, self.office.config, topic, key[1])
+                if policy is not None:      # KIP-966: the ELR beside the ISR proposed
+                    elr, last_known = populate_elr(topic.assignment[key[1]], current, isr, policy)
+                    state = dataclasses.replace(state, elr=elr, last_known_elr=last_known)
                 run.writing[key] = (topic, current, state)
         for key, (topic, current, state) in list(run.writing.items()):
             effects.append(self._write(run, key, topic, current, state))
@@ -155,7 +160,8 @@ class AlterIsrs:
                 topic.states[key[1]] = state
         self.isr_changes_written += 1
         shrunk = len(state.isr) < len(before.isr)
-        line = LogLine("info", f"ISR of {key[0]}-{key[1]} changed from {list(before.isr)} to {list(state.isr)} "
+        elr = f", ELR {list(state.elr)}" if state.elr or before.elr else ""
+        line = LogLine("info", f"ISR of {key[0]}-{key[1]} changed from {list(before.isr)} to {list(state.isr)}{elr} "
                                f"(leader {state.leader}, epoch {state.leader_epoch}, version {state.zk_version}) "
                                f"as its leader proposed (AlterIsr)",
                        "isr_shrink" if shrunk else "isr_expand" if len(state.isr) > len(before.isr) else None, key)

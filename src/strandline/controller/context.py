@@ -38,6 +38,9 @@ class ControllerContext:
     broker_epochs: dict[int, int] = field(default_factory=dict)     # each registration's czxid (KIP-380)
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
     shutting_down: set[int] = field(default_factory=set)           # brokers in controlled shutdown
+    #: brokers that registered after an unclean shutdown and are being taken out of the ISRs and
+    #: ELRs (eligible leader replicas, KIP-966)
+    unclean_shutdown: set[int] = field(default_factory=set)
     creating: dict[str, list[TopicCreated]] = field(default_factory=dict)   # topics being written
     #: elections in flight per partition, and the brokers owed a partition's state once they end
     electing: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)

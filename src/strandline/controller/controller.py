@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from strandline.core import api_version
 from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
 from strandline.controller.alter_isr import AlterIsrs, Proposal
@@ -33,6 +34,7 @@ from strandline.controller.elections import PartitionElections
 from strandline.controller.reassignment import Outcome, PartitionReassignments
 from strandline.controller.requested_elections import RequestedElections
 from strandline.controller.topics import TopicChanges
+from strandline.controller.unclean_shutdown import mark_handled, unclean_registrations
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.store import TransactionOp
 from strandline.coordination.znodes import BrokerInfo
@@ -131,12 +133,26 @@ class Controller:
         ctx.broker_epochs = dict(epochs)
         ctx.topics = dict(topics)
         effects: list[Effect] = [LogLine("info", f"Broker {self.broker_id} is the controller (epoch {ctx.epoch})")]
-        effects += self.channel.send_partition_states(ctx, ctx.all_partitions(), None, False, now_ms)
+        # eligible leader replicas (KIP-966): brokers registered after an unclean shutdown that no
+        # controller handled leave every ISR and ELR first; their partitions are told afterwards
+        unclean = unclean_registrations(ctx) if api_version.elr_enabled(self.config) else set()
+        purged = [(t, i) for t, i in ctx.all_partitions() if i in t.states
+                  and unclean & ({t.states[i].leader} | set(t.states[i].isr) | set(t.states[i].elr))]
+        purged_keys = {(t.name, i) for t, i in purged}
+        effects += self.channel.send_partition_states(
+            ctx, [(t, i) for t, i in ctx.all_partitions() if (t.name, i) not in purged_keys], None, False, now_ms)
         live = set(brokers)
         affected = [(t.name, i) for t, i in ctx.all_partitions()
-                    if i in t.states and (t.states[i].leader not in live or not set(t.states[i].isr) <= live)]
+                    if i in t.states and (t.states[i].leader not in live or not set(t.states[i].isr) <= live
+                                          or (t.name, i) in purged_keys)]
         dead = {r for t, i in ctx.all_partitions() for r in t.assignment[i]} - live
-        effects += self.elections.elect(ctx, affected, dead, now_ms)
+        done = None
+        if unclean:
+            effects.append(LogLine("warning", f"Brokers registered after an unclean shutdown, out of every ISR and "
+                                              f"ELR: {sorted(unclean)}"))
+            ctx.unclean_shutdown |= unclean
+            done = UncleanShutdownsHandled(ctx, unclean, purged, self)
+        effects += self.elections.elect(ctx, affected, dead | unclean, now_ms, done)
         effects += self.reassignments.resume(ctx, now_ms)
         ctx.ready = True
         self.requested_elections.schedule_leader_rebalance(ctx, now_ms)
@@ -145,6 +161,17 @@ class Controller:
         if pending is not None:
             effects += self.on_brokers_changed(*pending[:2], now_ms, pending[2])
         return effects
+
+    def _unclean_shutdowns_handled(self, ctx: ControllerContext, unclean: set[int],
+                                   purged: list[tuple[TopicMetadata, int]], now_ms: int) -> list[Effect]:
+        """The failover's elections took ``unclean`` out of every ISR and ELR: tell every broker
+        the partitions that were held back, and mark the registrations handled."""
+        ctx.unclean_shutdown -= unclean
+        if not self.in_office(ctx):
+            return []
+        parts = [(t, i) for t, i in purged if ctx.topics.get(t.name) is t and i in t.states]
+        return self.channel.send_partition_states(ctx, parts, None, False, now_ms) + \
+            mark_handled(self.office, ctx, unclean)
 
     def fenced(self, ctx: ControllerContext, ops: Sequence[TransactionOp]) -> list[TransactionOp]:
         return self.office.fenced(ctx, ops)
@@ -292,3 +319,17 @@ class AwaitingClusterState(Awaiting):
 
     def __call__(self, state: tuple[Any, ...], now_ms: int) -> list[Effect]:
         return self.controller._on_cluster_read(self.ctx, state, now_ms)
+
+
+@dataclass(eq=False)
+class UncleanShutdownsHandled:
+    """After a failover's elections: brokers back from an unclean shutdown are out of every ISR
+    and ELR (:meth:`Controller._unclean_shutdowns_handled`)."""
+
+    ctx: ControllerContext = field(repr=False)
+    unclean: set[int]
+    purged: list[tuple[TopicMetadata, int]] = field(repr=False)
+    controller: Controller = field(repr=False)
+
+    def __call__(self, now_ms: int) -> list[Effect]:
+        return self.controller._unclean_shutdowns_handled(self.ctx, self.unclean, self.purged, now_ms)

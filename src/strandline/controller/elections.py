@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
 
+from strandline.core import api_version
 from strandline.core.effects import Effect, LogLine, ZkRequest
 from strandline.controller.channel import CONTROL_RETRY_MS
 from strandline.controller.office import Office
@@ -29,15 +30,89 @@ Key = tuple[str, int]
 Decide = Callable[[TopicMetadata, int, LeaderAndIsr, set[int], set[int]], "tuple[LeaderAndIsr, bool] | None"]
 
 
+@dataclass(frozen=True)
+class ElrPolicy:
+    """Eligible leader replicas (KIP-966) for one partition's change: its topic's
+    min.insync.replicas, and the brokers back from an unclean shutdown, which lose their place
+    in the ISR and the ELR."""
+
+    min_isr: int
+    unclean_shutdown: frozenset[int] = frozenset()
+
+
+def populate_elr(replicas: tuple[int, ...], current: LeaderAndIsr, target_isr: tuple[int, ...],
+                 policy: ElrPolicy) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The ELR and last known ELR beside ``target_isr``, the ISR that replaces ``current.isr``
+    (Kafka's ``PartitionChangeBuilder.maybePopulateTargetElr``). An ISR of at least
+    min.insync.replicas clears both. Below it, every member of the ISR or ELR before that is not in
+    the new ISR is eligible (the high watermark did not move past its log end since the ISR shrank
+    below the minimum), unless it came back from an unclean shutdown; the last known ELR keeps the
+    others that once were, those that lost their eligibility. In replica order, assigned replicas
+    only."""
+    if len(target_isr) >= policy.min_isr:
+        return (), ()
+    candidates = set(current.elr) | set(current.isr)
+    elr = tuple(r for r in replicas if r in candidates and r not in target_isr
+                and r not in policy.unclean_shutdown)
+    known = candidates | set(current.last_known_elr)
+    last_known = tuple(r for r in replicas if r in known and r not in target_isr and r not in elr)
+    return elr, last_known
+
+
+def elr_partition_election(replicas: tuple[int, ...], current: LeaderAndIsr, live: set[int], dead: set[int],
+                           shutting_down: set[int], unclean_allowed: bool, controller_epoch: int,
+                           policy: ElrPolicy) -> tuple[LeaderAndIsr, bool] | None:
+    """:func:`offline_partition_election` with eligible leader replicas (KIP-966; Kafka's
+    ``PartitionChangeBuilder.build`` with ``eligibleLeaderReplicasEnabled``): dead brokers and
+    those back from an unclean shutdown leave the ISR, which may become empty; the ELR is
+    updated (:func:`populate_elr`); a live leader in the ISR keeps leading; otherwise the first
+    live ISR member in replica order leads, or, when the ISR is empty, the first live ELR member,
+    whose ISR it then is alone; only then, with unclean.leader.election.enable, any live replica,
+    which clears the ELR. With none the partition waits offline (leader -1) for an ISR or ELR
+    member. A broker in controlled shutdown keeps what nobody else can take over."""
+    up = live - shutting_down
+    gone = dead | policy.unclean_shutdown
+    target_isr = tuple(r for r in current.isr if r not in gone)
+    elr, last_known = populate_elr(replicas, current, target_isr, policy)
+
+    def acceptable(r: int) -> bool:
+        return r in up and r not in dead
+
+    unclean = False
+    if current.leader >= 0 and current.leader in target_isr and acceptable(current.leader):
+        leader, isr = current.leader, target_isr
+    else:
+        clean = [r for r in replicas if acceptable(r) and (r in target_isr or (not target_isr and r in elr))]
+        if clean:
+            leader, isr = clean[0], target_isr
+            if leader in elr:                   # elected from the ELR: its ISR, alone
+                isr, elr = (leader,), tuple(r for r in elr if r != leader)
+        elif unclean_allowed and any(acceptable(r) for r in replicas):
+            leader = next(r for r in replicas if acceptable(r))
+            isr, elr, last_known, unclean = (leader,), (), (), True
+        elif current.leader in shutting_down:
+            return None
+        else:
+            leader, isr = -1, target_isr
+    if (leader, isr, elr, last_known) == (current.leader, current.isr, current.elr, current.last_known_elr):
+        return None
+    return LeaderAndIsr(leader, current.leader_epoch + 1, isr, controller_epoch, current.zk_version,
+                        elr, last_known), unclean
+
+
 def offline_partition_election(replicas: tuple[int, ...], current: LeaderAndIsr, live: set[int], dead: set[int],
                                shutting_down: set[int], unclean_allowed: bool,
-                               controller_epoch: int) -> tuple[LeaderAndIsr, bool] | None:
+                               controller_epoch: int, elr: ElrPolicy | None = None) -> tuple[LeaderAndIsr, bool] | None:
     """The next state of a partition after brokers died or came back, and whether it was an
     unclean election; None when nothing changes. Kafka's rules: a live leader keeps leading and
     dead followers leave the ISR (never emptying it); a dead leader is replaced by the first
     live ISR member in replica order, else, only with unclean.leader.election.enable, by any
     live replica; with neither the partition goes offline (leader -1, the ISR kept). A broker
-    in controlled shutdown counts as dead for leading, and keeps what nobody else can take over."""
+    in controlled shutdown counts as dead for leading, and keeps what nobody else can take over.
+    With eligible leader replicas (``elr``), :func:`elr_partition_election`."""
+    if elr is not None:
+        return elr_partition_election(replicas, current, live, dead, shutting_down, unclean_allowed,
+                                      controller_epoch, elr)
     epoch = current.leader_epoch + 1
     live = live - shutting_down
     if current.leader >= 0 and current.leader in live and current.leader not in dead:
@@ -67,7 +142,8 @@ def preferred_replica_election(replicas: tuple[int, ...], current: LeaderAndIsr,
     if current.leader == preferred or preferred not in live or preferred in shutting_down \
             or preferred not in current.isr:
         return None
-    return LeaderAndIsr(preferred, current.leader_epoch + 1, current.isr, controller_epoch, current.zk_version), False
+    return dataclasses.replace(current, leader=preferred, leader_epoch=current.leader_epoch + 1,
+                               controller_epoch=controller_epoch), False
 
 
 def within_assignment(replicas: tuple[int, ...], current: LeaderAndIsr) -> LeaderAndIsr:
@@ -96,9 +172,21 @@ def decide_within(replicas: tuple[int, ...], current: LeaderAndIsr, controller_e
     view = within_assignment(replicas, current)
     decided = rule(view)
     if decided is None and view is not current:
-        return LeaderAndIsr(view.leader, current.leader_epoch + 1, view.isr, controller_epoch,
-                            current.zk_version), False
+        return dataclasses.replace(view, leader_epoch=current.leader_epoch + 1, controller_epoch=controller_epoch,
+                                   zk_version=current.zk_version,
+                                   elr=tuple(r for r in view.elr if r in replicas),
+                                   last_known_elr=tuple(r for r in view.last_known_elr if r in replicas)), False
     return decided
+
+
+def elr_policy(ctx: ControllerContext, config: Any, topic: TopicMetadata, index: int) -> ElrPolicy | None:
+    """The ELR policy of partition ``index`` of ``topic`` in term ``ctx``; None with eligible
+    leader replicas off. Its minimum is Kafka's effective one: min.insync.replicas, or the
+    replication factor if smaller."""
+    if not api_version.elr_enabled(config):
+        return None
+    min_isr = min(int(config.topic_value(topic.configs, "min.insync.replicas")), len(topic.assignment[index]))
+    return ElrPolicy(min_isr, frozenset(ctx.unclean_shutdown))
 
 
 @dataclass(eq=False)
@@ -114,8 +202,9 @@ class OfflineRule:
         ctx = self.ctx
         unclean = bool(self.config.topic_value(topic.configs, "unclean.leader.election.enable"))
         replicas = topic.assignment[index]
+        elr = elr_policy(ctx, self.config, topic, index)
         return decide_within(replicas, current, ctx.epoch, lambda view: offline_partition_election(
-            replicas, view, live, dead, ctx.shutting_down, unclean, ctx.epoch))
+            replicas, view, live, dead, ctx.shutting_down, unclean, ctx.epoch, elr))
 
 
 @dataclass(eq=False)
@@ -123,6 +212,7 @@ class PreferredRule:
     """The preferred-replica rule of term ``ctx`` (:func:`preferred_replica_election`)."""
 
     ctx: ControllerContext = field(repr=False)
+    config: Any = field(repr=False)
 
     def __call__(self, topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
                  dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
@@ -135,7 +225,7 @@ class PreferredRule:
                 # the leader is no longer assigned and the preferred replica cannot lead: the
                 # next live ISR member does, as when a leader dies, rather than nobody
                 return offline_partition_election(replicas, view, live, dead, ctx.shutting_down, False,
-                                                  ctx.epoch)
+                                                  ctx.epoch, elr_policy(ctx, self.config, topic, index))
             return decided
         return decide_within(replicas, current, ctx.epoch, rule)
 
@@ -156,7 +246,7 @@ class PartitionElections:
         return OfflineRule(ctx, self.office.config)
 
     def preferred_rule(self, ctx: ControllerContext) -> Decide:
-        return PreferredRule(ctx)
+        return PreferredRule(ctx, self.office.config)
 
     # ------------------------------------------------------------------ brokers owed a state
 
@@ -219,9 +309,9 @@ class PartitionElections:
 
     def _revisit(self, ctx: ControllerContext, states: list[tuple[Key, LeaderAndIsr]], when_ms: int) -> list[Effect]:
         """Elect again the partitions whose state brokers coming or going made stale."""
-        eligible = set(ctx.live_brokers) - ctx.shutting_down
+        eligible = set(ctx.live_brokers) - ctx.shutting_down - ctx.unclean_shutdown
         stale = [key for key, state in states
-                 if (state.leader < 0 and any(r in eligible for r in state.isr))
+                 if (state.leader < 0 and any(r in eligible for r in state.isr or state.elr))
                  or (state.leader >= 0 and state.leader not in ctx.live_brokers)]
         return self.elect(ctx, stale, set(), when_ms) if stale else []
 
@@ -336,18 +426,24 @@ class PartitionElections:
     def _written_line(self, key: Key, state: LeaderAndIsr, before: LeaderAndIsr) -> LogLine:
         """The log line of a state written (and the count of leaders elected, unclean ones apart)."""
         if state.leader < 0:
+            eligible = f"ISR {list(state.isr)}" + (f" or ELR {list(state.elr)}" if state.elr or not state.isr else "")
+            lost = f"; no longer eligible (last known ELR): {list(state.last_known_elr)}" \
+                if state.last_known_elr else ""
             return LogLine("warning", f"{key[0]}-{key[1]} is offline: no live broker of its "
-                                      f"ISR {list(state.isr)} can lead it (epoch "
-                                      f"{state.leader_epoch})", "offline", key)
+                                      f"{eligible} can lead it (epoch "
+                                      f"{state.leader_epoch}){lost}", "offline", key)
         moved = state.leader != before.leader
         # counted once written: a lost race is decided (and written) again
-        unclean = moved and state.leader not in before.isr
+        from_elr = moved and state.leader not in before.isr and state.leader in before.elr
+        unclean = moved and state.leader not in before.isr and not from_elr
         self.leader_elections += moved
         self.unclean_leader_elections += unclean
         return LogLine("warning" if unclean else "info",
                        f"{key[0]}-{key[1]}: leader {state.leader} in epoch "
                        f"{state.leader_epoch}, ISR {list(state.isr)}"
-                       + (" (unclean: outside the last ISR)" if unclean else ""),
+                       + (f", ELR {list(state.elr)}" if state.elr else "")
+                       + (" (unclean: outside the last ISR)" if unclean else "")
+                       + (" (from the eligible leader replicas)" if from_elr else ""),
                        "unclean" if unclean else "leader" if moved else "isr_shrink"
                        if len(state.isr) < len(before.isr) else None, key)
 

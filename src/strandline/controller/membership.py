@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from strandline.core import api_version
 from strandline.core.effects import Effect, LogLine
 from strandline.controller.context import ControllerContext
 from strandline.controller.deletion import TopicDeletions
 from strandline.controller.elections import PartitionElections
 from strandline.controller.office import Office
+from strandline.controller.unclean_shutdown import mark_handled, unclean_registrations
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 
@@ -55,9 +57,15 @@ class BrokerMembership:
         channel, elections = self.office.channel, self.elections
         if not new and not gone:
             return modified + (channel.send_partition_states(ctx, [], None, False, now_ms) if modified else [])
-        dead = gone | bounced
+        # eligible leader replicas (KIP-966): a broker back from an unclean shutdown leaves every
+        # ISR and ELR, as a dead one, before it may lead anything again
+        unclean = unclean_registrations(ctx, new) if api_version.elr_enabled(self.office.config) else set()
+        ctx.unclean_shutdown |= unclean
+        dead = gone | bounced | unclean
         effects: list[Effect] = [LogLine("warning" if dead else "info", f"Live brokers now {sorted(brokers)} (new "
-                             f"{sorted(new - bounced)}, restarted {sorted(bounced)}, gone {sorted(gone)})",
+                             f"{sorted(new - bounced)}, restarted {sorted(bounced)}, gone {sorted(gone)})"
+                             + (f"; back from an unclean shutdown, out of every ISR and ELR: {sorted(unclean)}"
+                                if unclean else ""),
                              "broker_gone" if dead else "broker_joined")]
         effects.extend(channel.send_partition_states(ctx, [], None, False, now_ms, metadata_to=set(brokers) - new))
         affected: list[tuple[TopicMetadata, int]] = []
@@ -72,7 +80,7 @@ class BrokerMembership:
         effects.extend(channel.send_partition_states(ctx, elections.not_electing(ctx, others, new), new, False,
                                                      now_ms, metadata_to=new))
         before = {(t.name, i): t.states[i].leader_epoch for t, i in affected}
-        announce = AnnounceToNewBrokers(ctx, new, affected, before, self)
+        announce = AnnounceToNewBrokers(ctx, new, affected, before, self, unclean)
         elected = ElectBounced(ctx, bounced, affected, gone, announce, self)
         # a broker back may hold replicas of a topic deleted while it was gone: it hears of that deletion
         # now, whose record waits for it (controller.deletion)
@@ -91,18 +99,22 @@ class AnnounceToNewBrokers:
     affected: list[tuple[TopicMetadata, int]] = field(repr=False)
     before: dict[Key, int] = field(repr=False)     # their leader epochs before the elections
     membership: BrokerMembership = field(repr=False)
+    #: brokers back from an unclean shutdown, out of the ISRs and ELRs now (KIP-966)
+    unclean: set[int] = field(default_factory=set)
 
     def __call__(self, when_ms: int) -> list[Effect]:
         ctx, membership = self.ctx, self.membership
+        ctx.unclean_shutdown -= self.unclean
         if not membership.office.in_office(ctx):
             return []
+        marked = mark_handled(membership.office, ctx, self.unclean) if self.unclean else []
         unchanged = [(t, i) for t, i in self.affected
                      if (t.name, i) in self.before and t.states.get(i) is not None
                      and t.states[i].leader_epoch == self.before[(t.name, i)]]
         new = self.new
-        return membership.office.channel.send_partition_states(
+        return marked + (membership.office.channel.send_partition_states(
             ctx, membership.elections.not_electing(ctx, unchanged, new), new, False, when_ms,
-            metadata_to=new) if new else []
+            metadata_to=new) if new else [])
 
 
 @dataclass(eq=False)

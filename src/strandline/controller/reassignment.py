@@ -12,6 +12,7 @@ back to ORS at once, stopping the replicas that were being added.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Iterable
@@ -452,8 +453,8 @@ class NewLeaderEpoch:
 
     def __call__(self, t: TopicMetadata, i: int, current: LeaderAndIsr, live: set[int],
                  dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
-        return LeaderAndIsr(current.leader, current.leader_epoch + 1, current.isr, self.ctx.epoch,
-                            current.zk_version), False
+        return dataclasses.replace(current, leader_epoch=current.leader_epoch + 1,
+                                   controller_epoch=self.ctx.epoch), False
 
 
 @dataclass(eq=False)
@@ -480,7 +481,9 @@ class MoveEnd:
         leader = current.leader if current.leader in isr and current.leader in live else \
             next(iter(eligible), -1)
         self.proposed.append(LeaderAndIsr(leader, current.leader_epoch + 1, isr, self.ctx.epoch,
-                                          current.zk_version))
+                                          current.zk_version,
+                                          tuple(r for r in current.elr if r in self.target and r not in isr),
+                                          tuple(r for r in current.last_known_elr if r in self.target)))
         return self.proposed[-1], False
 
     def elected(self, when_ms: int) -> list[Effect]:

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import Effect, LogLine
 from strandline.controller.context import ControllerContext
-from strandline.controller.elections import PartitionElections, decide_within, offline_partition_election
+from strandline.controller.elections import PartitionElections, decide_within, elr_policy, offline_partition_election
 from strandline.controller.office import Office
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.znodes import LeaderAndIsr
@@ -63,7 +63,8 @@ class RequestedElections:
         known = [k for k in keys if k[0] in ctx.topics and k[1] in ctx.topics[k[0]].assignment]
         led = {k for k in known if (s := ctx.topics[k[0]].states.get(k[1])) is not None and s.leader >= 0}
         return self.elections.elect(ctx, [k for k in known if k not in led], set(), now_ms,
-                                    AnswerUncleanElection(ctx, keys, led, respond), UncleanRule(ctx))
+                                    AnswerUncleanElection(ctx, keys, led, respond),
+                                    UncleanRule(ctx, self.office.config))
 
     def on_topic_config_changed(self, name: str, configs: dict[str, Any], now_ms: int) -> list[Effect]:
         """A topic's config changed (Kafka's TopicConfigHandler): the controller's copy follows, and
@@ -142,17 +143,20 @@ class RequestedElections:
 @dataclass(eq=False)
 class UncleanRule:
     """ElectLeaders (unclean): a partition without a leader gets one from any live assigned
-    replica if no ISR member is alive; one with a leader is left alone."""
+    replica if no ISR member is alive (with eligible leader replicas: from the ISR, then the ELR,
+    then any live assigned replica); one with a leader is left alone."""
 
     ctx: ControllerContext = field(repr=False)
+    config: Any = field(default=None, repr=False)
 
     def __call__(self, topic: TopicMetadata, index: int, current: LeaderAndIsr, live: set[int],
                  dead: set[int]) -> tuple[LeaderAndIsr, bool] | None:
         if current.leader >= 0:
             return None
         ctx, replicas = self.ctx, topic.assignment[index]
+        elr = elr_policy(ctx, self.config, topic, index) if self.config is not None else None
         return decide_within(replicas, current, ctx.epoch, lambda view: offline_partition_election(
-            replicas, view, live, dead, ctx.shutting_down, True, ctx.epoch))
+            replicas, view, live, dead, ctx.shutting_down, True, ctx.epoch, elr))
 
 
 @dataclass(eq=False)

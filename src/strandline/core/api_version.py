@@ -9,6 +9,8 @@ partition state znode itself (SPEC ISR-5).
 
 from __future__ import annotations
 
+from typing import Any
+
 #: Kafka 2.8's inter-broker protocol versions, oldest first
 VERSIONS = (
     "0.8.0", "0.8.1", "0.8.2", "0.9.0",
@@ -49,3 +51,10 @@ def parse(text: str) -> int:
 def alter_isr_supported(text: str) -> bool:
     """Whether leaders of this inter-broker protocol version send AlterIsr (2.7-IV2 and later)."""
     return parse(text) >= ALTER_ISR
+
+
+def elr_enabled(config: Any) -> bool:
+    """Whether eligible leader replicas (KIP-966) are on: ``eligible.leader.replicas.enable`` with
+    AlterIsr (inter.broker.protocol.version 2.7 or later), through which the controller alone
+    writes a partition's ISR and so keeps its ELR beside it."""
+    return bool(config["eligible.leader.replicas.enable"]) and alter_isr_supported(config["inter.broker.protocol.version"])

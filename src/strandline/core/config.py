@@ -111,6 +111,11 @@ BROKER_KEYS: dict[str, Key] = key_table(
     Key("delete.topic.enable", "bool", True),
     Key("min.insync.replicas", "int", 1, lo=1),
     Key("unclean.leader.election.enable", "bool", False),
+    Key("eligible.leader.replicas.enable", "bool", False,
+        doc="Eligible leader replicas (KIP-966; Kafka 4.0's feature eligible.leader.replicas.version): the high "
+            "watermark advances only while the ISR holds min.insync.replicas; replicas that leave a smaller ISR "
+            "stay eligible to lead; a broker back from an unclean shutdown loses its eligibility. Needs "
+            "inter.broker.protocol.version 2.7 or later (AlterIsr)."),
     Key("message.max.bytes", "int", 1048588, lo=0),
     Key("socket.request.max.bytes", "int", 104857600, lo=1),
     Key("fetch.max.bytes", "int", 57671680, lo=1024),

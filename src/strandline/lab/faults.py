@@ -300,6 +300,34 @@ def loss_6(run: Run) -> None:
     run.wait_isr(leader, set(run.cluster.brokers), timeout_s=60)
 
 
+def loss_6_elr(run: Run) -> None:
+    """LOSS-6 with eligible leader replicas (KIP-966): the same faults as :func:`loss_6`. The
+    followers left the ISR below min.insync.replicas, so they are its ELR, and the leader's high
+    watermark stopped when they left. The leader dies and loses its disk: the controller elects a
+    follower from the ELR, which holds every acknowledged write. The old leader returns empty,
+    registers after an unclean shutdown (its log dir holds no clean-shutdown marker), is not
+    eligible, follows and catches up."""
+    import shutil
+
+    leader = run.leader()
+    followers = run.others(leader)
+    cut = stop_fetching(run, leader, followers)
+    disk = run.begin(f"leader {leader} dies and loses its disk", [leader])
+    run.cluster.kill(leader)
+    shutil.rmtree(run.cluster.brokers[leader].log_dir, ignore_errors=True)
+    run.wait_for("a follower elected from the ELR",
+                 lambda: any(run.view(f) is not None and run.seen(f).leader in followers for f in followers),
+                 SESSION_MS / 1000 + 20)
+    run.network.heal()
+    run.end(cut)
+    new_leader = run.leader(among=followers)
+    run.cluster.restart(leader)
+    run.wait_for(f"broker {leader} back as a follower of {new_leader}",
+                 lambda: run.view(leader) is not None and run.seen(leader).leader == new_leader, 30)
+    run.end(disk)
+    run.wait_isr(new_leader, set(run.cluster.brokers), timeout_s=60)
+
+
 def epo_3(run: Run) -> None:
     """KIP-101's first case with real processes: two failovers in a row.
 

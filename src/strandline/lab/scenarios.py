@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from strandline.lab.faults import (epo_3, epo_3_divergence, loss_1, loss_2, loss_4, loss_5, loss_6, net_1, net_2,
+from strandline.lab.faults import (epo_3, epo_3_divergence, loss_1, loss_2, loss_4, loss_5, loss_6, loss_6_elr, net_1, net_2,
                                    net_3, net_4, net_5, net_6, net_6_shrunk, net_7, net_8, safe_trial,
                                    split_brain_bound_ms)
 from strandline.lab.run import LAB_BROKER_CONFIG, LabError, Run
@@ -97,6 +97,31 @@ def total_loss(info: dict[str, Any], result: dict[str, Any] | None = None, views
             if r["partition"] in final and r["broker"] == final[r["partition"]]["leader"]
             and r["offset"] < final[r["partition"]]["high_watermark"]}
     return disk_loss_account(acked, kept, lost_at)
+
+
+def disk_loss_kept(info: dict[str, Any], result: dict[str, Any] | None = None,
+                   views: list[dict[str, Any]] | None = None) -> Finding:
+    """ELR-1 (LOSS-6 with eligible leader replicas): every write acknowledged before the leader
+    lost its disk must be in the final leader's log below its high watermark."""
+    import pyarrow.parquet as pq
+    from pathlib import Path
+
+    run_dir = Path(info["run_dir"])
+    lost_at = next(f["start_ms"] for f in info["faults"] if "disk" in f["label"])
+    acked = [(r["time_ms"], r["value"]) for r in pq.read_table(run_dir / "ops.parquet").to_pylist()
+             if r["type"] == "ok"]
+    final = {r["partition"]: r for r in pq.read_table(run_dir / "final.parquet").to_pylist()}
+    kept = {r["value"] for r in pq.read_table(run_dir / "records.parquet").to_pylist()
+            if r["partition"] in final and r["broker"] == final[r["partition"]]["leader"]
+            and r["offset"] < final[r["partition"]]["high_watermark"]}
+    before = {v for t, v in acked if t < lost_at}
+    if not before:
+        return Finding("no write was acknowledged before the disk loss",
+                       "nothing was acknowledged before the disk was lost")
+    survived = len(before & kept)
+    words = f"{survived} of {len(before)} writes acknowledged before the disk loss kept"
+    return Finding(words, None if survived == len(before) else
+                   f"{len(before) - survived} writes acknowledged before the disk loss lost")
 
 
 def split_brain_bound(info: dict[str, Any], result: dict[str, Any], views: list[dict[str, Any]] | None
@@ -195,11 +220,18 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("LOSS-6", "the ISR shrunk to the leader alone, then the leader loses its disk: total loss",
              "loss", "expected loss of every write acknowledged before the leader lost its disk (KIP-966's case, "
              "even with min.insync.replicas=2)", loss_6, needs_network=True, check=total_loss),
+    Scenario("ELR-1", "LOSS-6 with eligible leader replicas (KIP-966): a follower of the ELR leads, nothing lost",
+             "no-loss", "no acknowledged write lost when the leader alone in its ISR loses its disk, with "
+             "eligible.leader.replicas.enable", loss_6_elr, needs_network=True,
+             broker_config={"eligible.leader.replicas.enable": "true"}, check=disk_loss_kept),
 ]}
+
+#: ``strandline lab run NAME --elr``: the scenario with eligible leader replicas (KIP-966)
+ELR_VARIANTS = {"LOSS-6": "ELR-1"}
 
 
 SAFE = Scenario("SAFE", "random mixes of kills, pauses, partitions and controller failovers under SAFE-1",
                 "no-loss", "no acknowledged write lost under acks=all, min.insync.replicas=2, no unclean election",
                 safe_trial)
 
-__all__ = ["SCENARIOS", "SAFE", "Scenario", "Finding", "Run", "LabError", "LAB_BROKER_CONFIG"]
+__all__ = ["SCENARIOS", "SAFE", "ELR_VARIANTS", "Scenario", "Finding", "Run", "LabError", "LAB_BROKER_CONFIG"]

@@ -55,6 +55,9 @@ class LogManager:
         self.dir_of: dict[TopicPartition, str] = {}
         self._logs_in_dir = {d: 0 for d in self.log_dirs}   # so that placing a new log is O(dirs)
         self.recovered_uncleanly = False
+        #: every log dir held the clean-shutdown marker at startup: the last life ended with a clean
+        #: shutdown and lost nothing (an empty dir, a first start or a lost disk, did not)
+        self.had_clean_shutdown = False
         self.recovery_stats: dict[str, int] = {}
         self.started = False
         self.shut_down = False
@@ -103,10 +106,12 @@ class LogManager:
         """Load every log in every log dir, recovering them unless the dir was shut down cleanly."""
         topic_configs = topic_configs or {}
         stats: dict[str, int] = {"logs_loaded": 0}
+        all_clean = True
         for log_dir in self.log_dirs:
             self.disk.makedirs(log_dir)
             marker = posixpath.join(log_dir, CLEAN_SHUTDOWN_FILE)
             clean = self.disk.exists(marker)
+            all_clean = all_clean and clean
             recovery_points = checkpoint.read_offsets(self.disk, posixpath.join(log_dir, RECOVERY_POINT_CHECKPOINT))
             start_offsets = checkpoint.read_offsets(self.disk, posixpath.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
             for key, offset in recovery_points.items():
@@ -137,6 +142,7 @@ class LogManager:
                 self.disk.remove(marker)
                 self.disk.fsync_dir(log_dir)
         self.recovery_stats = stats
+        self.had_clean_shutdown = all_clean and bool(self.log_dirs)
         self.started = True
 
     def shutdown(self) -> None:

@@ -14,7 +14,7 @@ network I/O or reads a clock (time arrives as ``now_ms``), and expected outcomes
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -133,6 +133,10 @@ class Partition:
     isr_update_failed: bool = False
     """The state in ZooKeeper is not the one this leader knows: its view is stale (NET-4)."""
     remote_replicas: dict[int, ReplicaState] = field(default_factory=dict)
+    elr_min_isr: Callable[[], int] | None = field(default=None, repr=False, compare=False)
+    """With eligible leader replicas (KIP-966): the topic's min.insync.replicas; below it, or below
+    the replication factor if smaller (Kafka's effective minimum), the ISR holds the high
+    watermark where it is."""
 
     @property
     def producer_state(self) -> ProducerStateManager:
@@ -281,6 +285,8 @@ class Partition:
         view is stale moves it no more."""
         if not self.is_leader or self.isr_update_failed:
             return False
+        if self.elr_min_isr is not None and len(self.isr) < min(self.elr_min_isr(), len(self.replicas)):
+            return False        # KIP-966: an ISR below the minimum moves it no more (its ELR keeps it)
         new_hw = self.log.log_end_offset
         isr = self.maximal_isr
         for broker_id, replica in self.remote_replicas.items():

@@ -10,6 +10,7 @@ it returns effects; time comes in as ``now_ms``.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterable, NamedTuple, cast
 
 from kio.schema.errors import ErrorCode
@@ -172,6 +173,8 @@ class ReplicaManager:
         partition = Partition(topic.name, index, self.broker_id, log,
                               replica_lag_time_max_ms=config["replica.lag.time.max.ms"])
         partition.restore_high_watermark(hws.get(key, 0))
+        if api_version.elr_enabled(config):
+            partition.elr_min_isr = functools.partial(self.writes.min_insync_replicas, topic.name)
         partition.log_append_time = log_config.message_timestamp_type == "LogAppendTime"
         log.offsets_listener = self.journal.add
         self.partitions[key] = partition

@@ -432,7 +432,8 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
                                   f"{exc.strerror or exc}") from None
     wait_s = v["zookeeper.session.timeout.ms"] / 1000.0 + 5.0
     broker.on_registered(await asyncio.to_thread(store.register_broker, broker_id, adv.host, adv.port,
-                                                 v["broker.rack"], wait_s, endpoints))
+                                                 v["broker.rack"], wait_s, endpoints,
+                                                 broker.registration_clean_shutdown()))
     controller_id, controller_epoch, epoch_version = await asyncio.to_thread(elect_controller, store, broker_id)
     shell.run("loading the cluster", lambda: broker.load_metadata(
         cluster_id, brokers, topics, controller_id, controller_epoch, now_ms(), epoch_version))
@@ -448,7 +449,8 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     def register_again() -> None:       # on kazoo's new session, from a worker thread
         now = config.advertised             # a dynamic advertised.listeners may have changed it
         epoch = store.register_broker(broker_id, now.host, now.port, v["broker.rack"], wait_s,
-                                      config.registered_endpoints())
+                                      config.registered_endpoints(),
+                                      clean_shutdown=broker.registration_clean_shutdown())
         to_loop(loop, shell.run, "registering the broker again", lambda: broker.on_registered(epoch, now_ms()))
 
     watch_session(store, loop, shell, register_again)

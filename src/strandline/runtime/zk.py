@@ -464,7 +464,8 @@ class KazooStore:
                                   f"{zk_error(exc).name}") from None
 
     def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None,
-                        wait_s: float | None = None, endpoints: list[tuple[str, str, int, str]] | None = None) -> int:
+                        wait_s: float | None = None, endpoints: list[tuple[str, str, int, str]] | None = None,
+                        clean_shutdown: bool | None = None) -> int:
         """Create the ephemeral ``/brokers/ids/<id>`` (SPEC CTL-2) and return the broker epoch (its czxid).
 
         If the node exists and belongs to another session, e.g. this broker's previous life that
@@ -481,7 +482,7 @@ class KazooStore:
         while True:
             self._check_not_stopped(broker_id)
             data = znodes.BrokerIdZNode.encode(broker_id, host, port, rack, int(time.time() * 1000),
-                                               endpoints=endpoints)
+                                               endpoints=endpoints, clean_shutdown=clean_shutdown)
             try:
                 _, stat = self._wait(self.client.create_async(path, data, ephemeral=True, include_data=True))
                 epoch: int = stat.czxid

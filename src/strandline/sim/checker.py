@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from bisect import bisect_left, insort
 from dataclasses import KW_ONLY, dataclass
-from typing import Callable
+from typing import AbstractSet, Callable
 
 from strandline.coordination import znodes
 from strandline.coordination.store import GetData
@@ -284,9 +284,16 @@ class Invariants:
             self._state_nodes[index] = node
             state = znodes.TopicPartitionStateZNode.decode(node[0], node[1])
             replicas = set(assignment[index])
-            if not state.isr or not set(state.isr) <= replicas:
+            # an empty ISR only with eligible leader replicas (KIP-966): the partition is offline,
+            # and those who left the ISR are in its ELR or its last known ELR
+            emptied = not state.isr and state.leader < 0 and bool(state.elr or state.last_known_elr)
+            if (not state.isr and not emptied) or not set(state.isr) <= replicas:
                 self.fail("ISR within replicas", f"partition {index}: ZooKeeper's ISR {state.isr} "
                                                  f"(replicas {sorted(replicas)})")
+            if not set(state.elr) <= replicas - set(state.isr):
+                self.fail("ELR within replicas, outside the ISR", f"partition {index}: ZooKeeper's ELR "
+                                                                  f"{state.elr}, ISR {state.isr} "
+                                                                  f"(replicas {sorted(replicas)})")
             if state.leader >= 0 and state.leader not in state.isr:
                 self.fail("leader in ISR", f"partition {index}: ZooKeeper names leader {state.leader} "
                                            f"outside the ISR {state.isr}")
@@ -326,9 +333,28 @@ class Invariants:
 
     # ------------------------------------------------------------------ at the end
 
-    def final_check(self, history: History) -> int:
+    def _final_waiting(self, index: int, copies: dict[int, bytes], deleted: int, history: History) -> int:
+        """:meth:`final_check` of a partition waiting offline: what is on none of its replicas is lost."""
+        finals = [{offset: value for offset, _, value in iter_records(data)} for data in copies.values()]
+        lost = 0
+        for ack in history.acked:
+            if ack.partition == index and ack.acks in self.checked_acks and not any(
+                    all(final.get(ack.base_offset + i) == v for i, v in enumerate(ack.values)
+                        if ack.base_offset + i >= deleted) for final in finals):
+                lost += 1
+        for offset, value in history.consumed.get(index, {}).items():
+            if offset >= deleted and not any(final.get(offset) == value for final in finals):
+                self.fail("consumed records survive", f"partition {index} offset {offset}: a consumer read "
+                                                      f"{value.decode()}, no replica has it (waiting offline)")
+                break
+        return lost
+
+    def final_check(self, history: History, waiting: AbstractSet[int] = frozenset()) -> int:
         """Every replica identical; every checked acknowledged record in the leader's final log;
-        every consumed record still at its offset. Returns how many acknowledged batches are lost."""
+        every consumed record still at its offset. Returns how many acknowledged batches are lost.
+        A partition of ``waiting`` waits offline (eligible leader replicas, its ISR and ELR empty):
+        it has no leader and its replicas need not agree; each acknowledged or consumed record
+        must be at its offset in one of its replicas' logs (kept, for an operator to recover)."""
         lost = 0
         [topic] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(self.topic))])
         assignment = znodes.TopicZNode.decode(topic.data).partitions
@@ -347,6 +373,9 @@ class Invariants:
             copies = {b: read_whole(log, start, log.log_end_offset, 1 << 30) if log.log_end_offset > start
                       else b"" for b, log in logs.items()}
             deleted = self.deleted[index]
+            if index in waiting and not self.compacted:
+                lost += self._final_waiting(index, copies, deleted, history)
+                continue
             leader = self.sim.state(self.topic, index).leader
             data = copies.get(leader, next(iter(copies.values()), b""))
             if self.compacted:

@@ -34,6 +34,7 @@ from strandline.coordination import znodes
 from strandline.group.records import iter_records as iter_values
 from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.protocol.api import ApiKey
+from strandline.core import api_version
 from strandline.core.config import REPLICA_SELECTORS
 from strandline.sim.admin_nemesis import AdminNemesis
 from strandline.sim.checker import Invariants, Violation, read_whole
@@ -70,6 +71,8 @@ class RunResult:
     transactions: dict[str, int] = field(default_factory=dict)    # outcome -> count (config txn)
     #: what each broker waited for when the first violation was seen (:meth:`Explorer.pending_waits`)
     pending: list[str] = field(default_factory=list)
+    #: with eligible leader replicas: the partitions left waiting offline, ISR and ELR empty
+    waiting_offline: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -84,11 +87,15 @@ class Explorer:
                  duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False,
                  add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False,
                  delete_records: bool = False, without: frozenset[str] | set[str] = frozenset(),
-                 load: str = "heavy", isr_writes: str = "mixed") -> None:
+                 load: str = "heavy", isr_writes: str = "mixed", elr: str = "off") -> None:
         self.seed = seed
         # who writes an ISR change: the controller (AlterIsr, inter.broker.protocol.version 2.8) or
         # its leader (2.6, the legacy mode); "mixed": drawn from the seed, half and half
         self.inter_broker_protocol = inter_broker_protocol_of(seed, isr_writes)
+        # eligible leader replicas (KIP-966): "on", "off", or drawn for "mixed"; in effect only
+        # where the controller writes ISRs (AlterIsr), so a 2.6 run has none (nor isr-power-loss)
+        self.eligible_leader_replicas = eligible_leader_replicas_of(seed, elr) and \
+            api_version.alter_isr_supported(self.inter_broker_protocol)
         # how hard the clients write (drawn from the seed for "mixed")
         self.load = load_of(seed, load)
         # with DeleteRecords now and then: the records below may be gone (from the checks too)
@@ -122,6 +129,8 @@ class Explorer:
             "inter.broker.protocol.version": self.inter_broker_protocol,
             **config.broker,
         }
+        if self.eligible_leader_replicas:
+            broker_config["eligible.leader.replicas.enable"] = "true"
         racks = {}
         if rack_reads:
             broker_config["replica.selector.class"] = RACK_AWARE
@@ -163,7 +172,8 @@ class Explorer:
         families = frozenset(FAULT_FAMILIES) - set(without) | {name for name, on in admin_on.items() if on}
         self.nemesis = Nemesis(self.sim, self.rng, self.note, families=families, partitions=partitions,
                                flush_on_ack=self.flush_on_ack, admin=self.admin, scratch=self.scratch,
-                               records_deleted=self._records_deleted)
+                               records_deleted=self._records_deleted,
+                               eligible_leader_replicas=self.eligible_leader_replicas)
         self.start_ms = self.sim.now
         self.producers: list[Producer | TxnProducer] = []
         self.consumers: list[Consumer | ReadCommittedConsumer] = []
@@ -173,6 +183,7 @@ class Explorer:
     def run(self) -> RunResult:
         started = time.perf_counter()
         lost = 0
+        waiting: set[int] = set()
         self.invariants.on_violation = self._on_violation
         for more in self.more_invariants:
             more.on_violation = self._on_violation
@@ -186,9 +197,13 @@ class Explorer:
             if self.txn_checker is not None:
                 final = self._end_transactions()
             self.sim.after_event = None
-            lost = self.invariants.final_check(self.history)
+            waiting = self.waiting_offline()
+            if waiting:
+                self.note(f"waiting offline (ISR and ELR empty, KIP-966): partitions {sorted(waiting)}")
+            lost = self.invariants.final_check(self.history, waiting)
             if self.scratch is not None:
-                self.scratch.check(lambda topic: self._assignment(topic)[0], self._describe)
+                self.scratch.check(lambda topic: self._assignment(topic)[0], self._describe,
+                                   lambda topic, index: self._waiting_offline(topic, index))
             if self.txn_checker is not None:
                 self.more_invariants[0].final_check(History())
                 self.txn_checker.final_check(final, {tp: self._leader_log(tp) for tp in final.views})
@@ -201,7 +216,7 @@ class Explorer:
                          self.invariants.events, self.nemesis.count, self.sim.now - self.start_ms,
                          time.perf_counter() - started, [str(v) for v in violations],
                          self.txn_history.counts() if self.txn_history is not None else {},
-                         self.first_pending or [])
+                         self.first_pending or [], [f"{TOPIC}-{index}" for index in sorted(waiting)])
 
     def _after_event(self) -> None:
         """The invariants of every topic (each looks at the brokers the event reached)."""
@@ -385,9 +400,12 @@ class Explorer:
             return False
         for topic in self._checked_topics():
             assignment, moving = self._assignment(topic)
-            if moving:
-                return False
+            if moving and not (self.eligible_leader_replicas and
+                               all(self._waiting_offline(topic, index) for index in self._moving(topic))):
+                return False        # (a move of a partition waiting offline waits with it)
             for index in sorted(assignment):
+                if self._waiting_offline(topic, index):
+                    continue
                 state = sim.state(topic, index)
                 replicas = set(assignment[index])
                 if state.leader < 0 or set(state.isr) != replicas:
@@ -402,6 +420,27 @@ class Explorer:
                     return False
         return True
 
+    def _moving(self, topic: str) -> set[int]:
+        """The partitions of ``topic`` whose reassignment ZooKeeper still records."""
+        [res] = self.sim.zk.execute([GetData(znodes.TopicZNode.path(topic))])
+        decoded = znodes.TopicZNode.decode(res.data)
+        return set(decoded.adding_replicas or {}) | set(decoded.removing_replicas or {})
+
+    def _waiting_offline(self, topic: str, index: int) -> bool:
+        """With eligible leader replicas: the partition waits offline, its ISR and ELR empty (every
+        replica that was eligible came back from an unclean shutdown). Kafka 4.0 then waits for an
+        operator's unclean election, so no convergence is asked of it; the final check asks that
+        every acknowledged write is still on one of its replicas (durable, only unavailable)."""
+        if not self.eligible_leader_replicas:
+            return False
+        state = self.sim.state(topic, index)
+        return state.leader < 0 and not state.isr and not state.elr
+
+    def waiting_offline(self, topic: str = TOPIC) -> set[int]:
+        """The partitions of ``topic`` that wait offline (:meth:`_waiting_offline`)."""
+        assignment, _ = self._assignment(topic)
+        return {index for index in assignment if self._waiting_offline(topic, index)}
+
     def _deletions(self) -> list[str]:
         """The topics whose deletion ZooKeeper still records (``/admin/delete_topics``): the
         controller has not heard from every broker that held a replica of them."""
@@ -414,6 +453,8 @@ class Explorer:
         for topic in self._checked_topics():
             assignment, _ = self._assignment(topic)
             for index in sorted(assignment):
+                if self._waiting_offline(topic, index):
+                    continue
                 ends = set()
                 for b in assignment[index]:
                     p = self.sim.partition(b, topic, index)
@@ -486,6 +527,16 @@ def inter_broker_protocol_of(seed: int, isr_writes: str) -> str:
     if isr_writes == "mixed":
         return random.Random(f"inter.broker.protocol.version-{seed}").choice(("2.6", "2.8"))
     return isr_writes
+
+
+def eligible_leader_replicas_of(seed: int, elr: str) -> bool:
+    """Whether ``seed``'s run has eligible leader replicas: ``on``, ``off``, or drawn for ``mixed``
+    from a random source of its own (the run's other draws do not depend on it)."""
+    if elr == "mixed":
+        return random.Random(f"eligible.leader.replicas.enable-{seed}").random() < 0.5
+    if elr not in ("on", "off"):
+        raise ValueError(f"elr must be on, off or mixed, not {elr!r}")
+    return elr == "on"
 
 
 def run_seed(seed: int, config: str = "safe", **kwargs: Any) -> RunResult:

@@ -3,7 +3,8 @@ options, by name. A run does all of them unless told otherwise (``sim explore --
 module of its own so that the command line names them without loading the simulator.
 
 - faults of the machines (:mod:`strandline.sim.nemesis`): ``clock``, ``zookeeper``,
-  ``slow-links``, ``network``, ``process``, ``power-loss``;
+  ``slow-links``, ``network``, ``process``, ``power-loss``, ``isr-power-loss`` (only with eligible
+  leader replicas);
 - an operator's requests: ``reassign`` (partition moves, four brokers, three replicas; CTL-11),
   ``add-partitions`` (CreatePartitions, up to three), ``recreate`` (a second topic, written all
   along, deleted and created again), ``delete-records`` (DeleteRecords below the high watermark);
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-FAULT_FAMILIES = ("clock", "zookeeper", "slow-links", "network", "process", "power-loss")
+FAULT_FAMILIES = ("clock", "zookeeper", "slow-links", "network", "process", "power-loss", "isr-power-loss")
 ADMIN_FAMILIES = ("reassign", "add-partitions", "recreate", "delete-records")
 WORKLOAD_OPTIONS = ("rack-reads",)
 EVERYTHING = FAULT_FAMILIES + ADMIN_FAMILIES + WORKLOAD_OPTIONS

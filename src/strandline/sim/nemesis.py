@@ -14,6 +14,8 @@ that family's function with the brokers and the duration drawn for the step:
   controller cut from the brokers or from ZooKeeper;
 - ``process``: SIGKILL, SIGSTOP for a while, SIGTERM (a controlled shutdown), a restart at once;
 - ``power-loss``: SIGKILL losing what was not flushed (only where acknowledged data is flushed);
+- ``isr-power-loss``: every ISR member of a partition but one loses power at once, flushed or not
+  (only with eligible leader replicas, KIP-966, no broker down already and every ISR full);
 - ``reassign``, ``add-partitions``, ``recreate``, ``delete-records``: an operator's requests
   (:mod:`strandline.sim.admin_nemesis`, :mod:`strandline.sim.scratch`).
 
@@ -28,6 +30,8 @@ import random
 from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
+from strandline.coordination import znodes
+from strandline.coordination.store import GetData, ZkError
 from strandline.sim.admin_nemesis import AdminNemesis
 from strandline.sim.cluster import SimCluster
 from strandline.sim.menu import ADMIN_FAMILIES, FAULT_FAMILIES
@@ -50,6 +54,7 @@ FAMILIES = (
     Family("network", (("one-way", 1), ("both-ways", 1), ("zk-cut", 1), ("isolate", 2), ("controller-cut", 1))),
     Family("process", (("kill", 2), ("pause", 2), ("stop", 1), ("bounce", 1))),
     Family("power-loss", (("power-loss", 2),)),
+    Family("isr-power-loss", (("isr-power-loss", 1),)),
     Family("reassign", (("reassign", 2),), admin=True),
     Family("add-partitions", (("add-partitions", 1),), admin=True),
     Family("recreate", (("recreate", 1),), admin=True),
@@ -76,13 +81,15 @@ def live_brokers(sim: SimCluster) -> list[int]:
 class Nemesis:
     def __init__(self, sim: SimCluster, rng: random.Random, note: Callable[[str], None], *,
                  families: frozenset[str], partitions: int, flush_on_ack: bool, admin: AdminNemesis,
-                 scratch: ScratchTopic | None, records_deleted: Callable[[int, int], None]) -> None:
+                 scratch: ScratchTopic | None, records_deleted: Callable[[int, int], None],
+                 eligible_leader_replicas: bool = False) -> None:
         self.sim = sim
         self.rng = rng
         self.note = note
         self.families = [f for f in FAMILIES if f.name in families]
         self.partitions = partitions
         self.flush_on_ack = flush_on_ack
+        self.eligible_leader_replicas = eligible_leader_replicas
         self.admin = admin
         self.scratch = scratch
         self.records_deleted = records_deleted
@@ -92,6 +99,7 @@ class Nemesis:
         self.ticks: dict[str, Callable[[str, int, int, int], None]] = {
             "clock": self.tick_clock, "zookeeper": self.tick_zookeeper, "slow-links": self.tick_slow_link,
             "network": self.tick_network, "process": self.tick_process, "power-loss": self.tick_process,
+            "isr-power-loss": self.tick_isr_power_loss,
             "reassign": self.tick_reassign, "add-partitions": self.tick_add_partitions,
             "recreate": self.tick_recreate, "delete-records": self.tick_delete_records}
 
@@ -108,6 +116,30 @@ class Nemesis:
             return bool(candidates) and len(down) < 2
         if family.name == "power-loss":
             return bool(candidates) and len(down) < 2 and self.flush_on_ack
+        if family.name == "isr-power-loss":
+            return self.eligible_leader_replicas and not down and self._full_isrs()
+        return True
+
+    def _full_isrs(self) -> bool:
+        """Every broker is up and registered, and every replica of every partition of the topic
+        holds what its leader committed: a power loss of every ISR member of one partition but one
+        then leaves a copy of each partition's records. (Without that, power losses one after
+        another, before the survivors of the first are copied again, lose what nothing flushed,
+        ELR or not: LOSS-5 spread out in time.)"""
+        sim, topic = self.sim, self.admin.topic
+        if any(node.core is None or node.waiting_to_register for node in sim.brokers.values()):
+            return False
+        [res] = sim.zk.execute([GetData(znodes.TopicZNode.path(topic))])
+        if res.error is not ZkError.NONE:
+            return False
+        for index, replicas in znodes.TopicZNode.decode(res.data).partitions.items():
+            state = sim.state(topic, index)
+            leader = sim.partition(state.leader, topic, index) if state.leader >= 0 else None
+            if leader is None or not leader.is_leader or set(state.isr) != set(replicas):
+                return False
+            copies = [sim.partition(r, topic, index) for r in replicas]
+            if any(p is None or p.log_end_offset < leader.high_watermark for p in copies):
+                return False
         return True
 
     def step(self) -> None:
@@ -210,6 +242,28 @@ class Nemesis:
             sim.crash(target, lose_unflushed=power, expire_at_once=False)
             self.fault(f"broker {target} {'lost power' if power else 'killed (SIGKILL)'}", duration,
                        lambda: self.restart(target), brokers={target})
+
+    def tick_isr_power_loss(self, kind: str, a: int, b: int, duration: int) -> None:
+        """Every live member of a partition's ISR (as ZooKeeper holds it) but one, drawn, loses
+        power at once; they come back after ``duration``. With eligible leader replicas nothing
+        acknowledged may be lost (SAFE-1), flushed or not: the one kept holds it."""
+        sim, rng = self.sim, self.rng
+        index = rng.randrange(self.partitions)
+        live = set(live_brokers(sim))
+        isr = [r for r in sim.state(self.admin.topic, index).isr if r in live]
+        if len(isr) < 2:
+            self.note(f"nemesis: partition {index}'s ISR {isr} has no member to spare: no power loss")
+            return
+        kept = rng.choice(isr)
+        victims = sorted(r for r in isr if r != kept)
+        for victim in victims:
+            sim.crash(victim, lose_unflushed=True, expire_at_once=False)
+
+        def restart_all() -> None:
+            for victim in victims:
+                self.restart(victim)
+        self.fault(f"brokers {victims} of partition {index}'s ISR {isr} lost power (broker {kept} kept)", duration,
+                   restart_all, brokers=set(victims))
 
     def tick_reassign(self, kind: str, a: int, b: int, duration: int) -> None:
         self.admin.reassign(self.rng.randrange(self.partitions), self.rng)

@@ -71,8 +71,11 @@ class ScratchTopic:
             sim.request(controller, ApiKey.CREATE_TOPICS, 5, {"topics": [self.creatable()], "timeout": 30000,
                                                               "validate_only": False}, "admin")
 
-    def check(self, assignment: Callable[[str], dict[int, tuple[int, ...]]], describe: Callable[[], str]) -> None:
-        """The final check (``assignment(topic)``: what ZooKeeper assigns)."""
+    def check(self, assignment: Callable[[str], dict[int, tuple[int, ...]]], describe: Callable[[], str],
+              waiting: Callable[[str, int], bool] = lambda topic, index: False) -> None:
+        """The final check (``assignment(topic)``: what ZooKeeper assigns); a partition that
+        ``waiting(topic, index)`` says waits offline (eligible leader replicas) has no leader to
+        agree with."""
         sim = self.sim
         if not exists(sim, SCRATCH):
             ghosts = sorted(b for b, node in sim.brokers.items() if node.core is not None and (
@@ -82,6 +85,8 @@ class ScratchTopic:
                                 "deleted in ZooKeeper", sim.now)
             return
         for index, replicas in sorted(assignment(SCRATCH).items()):
+            if waiting(SCRATCH, index):
+                continue
             leader = sim.state(SCRATCH, index).leader
             expected = sim.log_bytes(leader, SCRATCH, index)
             for broker in replicas:

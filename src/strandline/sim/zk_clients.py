@@ -250,7 +250,9 @@ class SimZkClients:
         config = self.sim.broker_config(node.id)
         adv = config.advertised
         path = znodes.BrokerIdZNode.path(node.id)
-        data = znodes.BrokerIdZNode.encode(node.id, adv.host, adv.port, config["broker.rack"], self.sim.now)
+        data = znodes.BrokerIdZNode.encode(node.id, adv.host, adv.port, config["broker.rack"], self.sim.now,
+                                           clean_shutdown=node.core.registration_clean_shutdown()
+                                           if node.core is not None else None)
         [created] = self.sim.zk.execute([Create(path, data, ephemeral=True)], node.session)
         if created.error is ZkError.NONE and node.core is not None:
             self.sim.apply(node, node.core.on_registered(self.sim.zk.czxid[path], self.sim.clock_of(node)))

@@ -11,9 +11,16 @@ from strandline.controller.elections import PartitionElections
 from strandline.coordination.metadata import LeaderAndIsr
 
 
+class _Config(SimpleNamespace):
+    """The broker keys the rules read (eligible leader replicas off), and ``topic_value``."""
+
+    def __getitem__(self, key: str):
+        return {"eligible.leader.replicas.enable": False, "inter.broker.protocol.version": "2.8"}[key]
+
+
 def rules(unclean: bool = False):
-    controller = SimpleNamespace(config=SimpleNamespace(topic_value=lambda configs, key: unclean))
-    ctx = SimpleNamespace(shutting_down=set(), epoch=7)
+    controller = SimpleNamespace(config=_Config(topic_value=lambda configs, key: unclean))
+    ctx = SimpleNamespace(shutting_down=set(), unclean_shutdown=set(), epoch=7)
     elections = PartitionElections(controller)
     return elections.offline_rule(ctx), elections.preferred_rule(ctx)
 

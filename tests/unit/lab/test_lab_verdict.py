@@ -14,7 +14,8 @@ from strandline.lab import history
 from strandline.lab.faults import CLIENT_ACK_MS, net_4, split_brain_bound_ms
 from strandline.lab.run import LAB_BROKER_CONFIG
 from strandline.lab.runner import verdict
-from strandline.lab.scenarios import SAFE, SCENARIOS, disk_loss_account, split_brain_bound, total_loss
+from strandline.lab.scenarios import (ELR_VARIANTS, SAFE, SCENARIOS, disk_loss_account, disk_loss_kept,
+                                      split_brain_bound, total_loss)
 
 T0 = 1_000_000.0
 
@@ -183,6 +184,43 @@ def test_loss_6_verdict_from_a_run_folder(tmp_path):
     assert "every write acknowledged before the leader lost its disk" in line
     assert "300 lost of 500 acknowledged" in line and "300 of 300 writes acknowledged before the disk loss lost" in line
     assert "expected loss of every acknowledged write" not in line
+
+
+def test_elr_1_verdict_from_a_run_folder_keeps_every_write_acknowledged_before_the_disk_loss(tmp_path):
+    """ELR-1 (LOSS-6 with eligible leader replicas): the final leader, elected from the ELR, holds
+    the 300 writes acknowledged before the disk loss and the 200 after it; one missing fails it."""
+    lost_at = T0 + 5000
+    ops = [(T0 + i, 0, "ok", f"p0-{i:09d}", 0, i, "") for i in range(300)]
+    ops += [(lost_at + 1000 + i, 0, "ok", f"p0-{300 + i:09d}", 0, 300 + i, "") for i in range(200)]
+    history.write_ops(tmp_path, ops)
+    history.write_final(tmp_path, [(0, 3, 500)])
+    info = {"scenario": "ELR-1", "run_dir": str(tmp_path), "error": None, "started_ms": T0,
+            "faults": [{"label": "followers [2, 3] cannot send requests to leader 1", "start_ms": T0 + 4000,
+                        "end_ms": lost_at},
+                       {"label": "leader 1 dies and loses its disk", "start_ms": lost_at, "end_ms": lost_at + 900}]}
+    history.write_logs(tmp_path, {b: [(0, 0, 499, 1, "d", [(i, f"p0-{i:09d}") for i in range(500)])] for b in (1, 2, 3)})
+    ok, line = verdict(SCENARIOS["ELR-1"], info, audit_result(lost=0, acked=500))
+    assert ok, line
+    assert "300 of 300 writes acknowledged before the disk loss kept" in line
+    history.write_logs(tmp_path, {b: [(0, 0, 498, 1, "d", [(i, f"p0-{i:09d}") for i in range(1, 500)])]
+                                  for b in (1, 2, 3)})
+    assert disk_loss_kept(info).problem == "1 writes acknowledged before the disk loss lost"
+
+
+def test_lab_run_elr_names_the_variant_and_refuses_a_scenario_without_one():
+    import argparse
+
+    from strandline.cli import lab
+    from strandline.errors import StrandlineError
+
+    args = argparse.Namespace(action="run", scenario="NET-1", elr=True, seed=1, data_dir=None, trials=1,
+                              cluster="strandline")
+    with pytest.raises(StrandlineError, match="--elr: NET-1 has no variant with eligible leader replicas "
+                                              r"\(those that have: LOSS-6\)"):
+        lab.main(args)
+    assert ELR_VARIANTS == {"LOSS-6": "ELR-1"}
+    assert SCENARIOS["ELR-1"].broker_config == {"eligible.leader.replicas.enable": "true"}
+    assert SCENARIOS["ELR-1"].expect == "no-loss" and SCENARIOS["ELR-1"].needs_network
 
 
 # ---------------------------------------------------------------------------- what every verdict promises

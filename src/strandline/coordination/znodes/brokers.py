@@ -22,6 +22,12 @@ class BrokerInfo:
     #: Every endpoint it registered: (listener name, host, port, security protocol). Empty: only
     #: ``host``/``port`` (a PLAINTEXT listener) are known.
     endpoints: tuple[tuple[str, str, int, str], ...] = ()
+    #: with eligible leader replicas (KIP-966): whether the broker's log dirs held the
+    #: clean-shutdown marker when it started (False: it may have lost what it had not flushed);
+    #: None when the registration does not say
+    clean_shutdown: bool | None = None
+    #: the broker epoch (czxid) of the registration whose unclean shutdown a controller handled
+    unclean_shutdown_handled: int | None = None
 
     @staticmethod
     def of(broker_id: int, endpoints: Iterable[tuple[str, str, int, str]], rack: str | None = None) -> "BrokerInfo":
@@ -79,6 +85,13 @@ class BrokerIdZNode:
     left out when the broker has none; ``decode`` accepts it absent or null. The broker id is the
     znode's name, not part of its data: pass it to ``decode``. The broker epoch (KIP-380) is the
     znode's czxid.
+
+    With eligible leader replicas on (KIP-966) a broker adds ``"clean_shutdown":true|false``: Kafka's
+    broker sends its previous broker epoch, kept in its clean-shutdown file, in its registration
+    (-1 after an unclean shutdown), and the controller takes a broker back from an unclean shutdown
+    out of the ISRs and ELRs; having done so it adds ``"unclean_shutdown_handled":<broker epoch>``
+    (:mod:`strandline.controller.unclean_shutdown`). A reader that does not know the fields ignores
+    them.
     """
 
     VERSION = 4
@@ -89,7 +102,8 @@ class BrokerIdZNode:
 
     @staticmethod
     def encode(broker_id: int, host: str, port: int, rack: str | None, timestamp_ms: int,
-               jmx_port: int = -1, endpoints: Iterable[tuple[str, str, int, str]] | None = None) -> bytes:
+               jmx_port: int = -1, endpoints: Iterable[tuple[str, str, int, str]] | None = None,
+               clean_shutdown: bool | None = None) -> bytes:
         """``endpoints``: (listener, host, port, protocol) of every advertised listener; without
         them one PLAINTEXT listener at ``host:port``. As Kafka, the top-level ``host``/``port`` are
         the PLAINTEXT endpoint's (null and -1 without one)."""
@@ -101,6 +115,8 @@ class BrokerIdZNode:
                                "listener_security_protocol_map": {name: proto for name, _, _, proto in eps}}
         if rack is not None:
             obj["rack"] = rack
+        if clean_shutdown is not None:
+            obj["clean_shutdown"] = bool(clean_shutdown)
         return _json(obj)
 
     @staticmethod
@@ -126,7 +142,10 @@ class BrokerIdZNode:
             rack = obj.get("rack")
             if rack is not None and not isinstance(rack, str):
                 raise TypeError(f"rack must be a string or null, got {rack!r}")
-            return BrokerInfo(broker_id if broker_id is not None else -1, host, _int(port), rack, registered)
+            clean, handled = obj.get("clean_shutdown"), obj.get("unclean_shutdown_handled")
+            return BrokerInfo(broker_id if broker_id is not None else -1, host, _int(port), rack, registered,
+                              clean if isinstance(clean, bool) else None,
+                              handled if isinstance(handled, int) and not isinstance(handled, bool) else None)
 
         return _decode(path, data, parse)
 

@@ -22,6 +22,11 @@ class LeaderAndIsr:
     isr: tuple[int, ...]
     controller_epoch: int = 0
     zk_version: int = 0
+    #: eligible leader replicas (KIP-966): replicas that left the ISR while it was below
+    #: min.insync.replicas, and so hold every record up to the high watermark
+    elr: tuple[int, ...] = ()
+    #: replicas that were in the ISR or ELR below min.insync.replicas and lost their eligibility
+    last_known_elr: tuple[int, ...] = ()
 
 
 class TopicsZNode(_FixedPathZNode):
@@ -123,10 +128,21 @@ class _HasLeaderAndIsr(Protocol):
     @property
     def controller_epoch(self) -> int: ...
 
+    @property
+    def elr(self) -> Iterable[int]: ...
+
+    @property
+    def last_known_elr(self) -> Iterable[int]: ...
+
 
 class TopicPartitionStateZNode:
     """``/brokers/topics/<t>/partitions/<p>/state``:
     ``{"version":1,"leader":L,"leader_epoch":E,"isr":[..],"controller_epoch":C}``.
+
+    With eligible leader replicas (KIP-966, ``eligible.leader.replicas.enable``) it also holds
+    ``"eligible_leader_replicas":[..]`` and ``"last_known_elr":[..]``, written only when not empty,
+    so that the znode stays byte for byte Kafka's otherwise; a reader that does not know them
+    ignores them (Kafka's ``TopicPartitionStateZNode.decode`` reads only its own fields).
 
     The znode's stat version is the partition's ``zk_version``; every update is a conditional
     ``SetData`` on it. It is not in the JSON: ``decode`` takes it as a parameter (normally
@@ -139,8 +155,14 @@ class TopicPartitionStateZNode:
 
     @staticmethod
     def encode(state: _HasLeaderAndIsr) -> bytes:
-        return _json({"version": 1, "leader": int(state.leader), "leader_epoch": int(state.leader_epoch),
-                      "isr": [int(b) for b in state.isr], "controller_epoch": int(state.controller_epoch)})
+        obj: dict[str, Any] = {"version": 1, "leader": int(state.leader), "leader_epoch": int(state.leader_epoch),
+                               "isr": [int(b) for b in state.isr], "controller_epoch": int(state.controller_epoch)}
+        elr, last_known = [int(b) for b in state.elr], [int(b) for b in state.last_known_elr]
+        if elr:
+            obj["eligible_leader_replicas"] = elr
+        if last_known:
+            obj["last_known_elr"] = last_known
+        return _json(obj)
 
     @staticmethod
     def decode(data: bytes | None, zk_version: int = 0, topic: str | None = None,
@@ -150,6 +172,8 @@ class TopicPartitionStateZNode:
         def parse(obj: Any) -> LeaderAndIsr:
             obj = _object(obj)
             return LeaderAndIsr(_int(obj["leader"]), _int(obj["leader_epoch"]), _int_list(obj["isr"]),
-                                _int(obj["controller_epoch"]), zk_version)
+                                _int(obj["controller_epoch"]), zk_version,
+                                _int_list(obj.get("eligible_leader_replicas") or []),
+                                _int_list(obj.get("last_known_elr") or []))
 
         return _decode(path, data, parse)
