@@ -22,8 +22,11 @@ ELR = {"eligible.leader.replicas.enable": "true"}
 
 
 def cluster(elr: bool = True) -> tuple[SimCluster, list[str]]:
-    """Four brokers (1 is the controller), and the list the controller's log lines go to."""
-    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS), **(ELR if elr else {})})
+    """Four brokers (1 is the controller), and the list the controller's log lines go to. The
+    automatic preferred-leader election is off: it would move leadership back to broker 2, the
+    preferred replica, once it is in the ISR again, and these tests follow who leads after ELR."""
+    c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS), "auto.leader.rebalance.enable": "false",
+                                    **(ELR if elr else {})})
     lines: list[str] = []
     c.on_log = lambda broker, level, message: lines.append(message) if broker == c.controller_id else None
     return c, lines
