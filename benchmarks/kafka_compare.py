@@ -8,6 +8,8 @@ each on fresh data directories with the same broker settings (Kafka's keys and d
 figure is measured the same way for both:
 
 - time to start: three brokers spawned until each one's Metadata lists all three;
+- then ``--warmup-records`` sent with ``bench produce`` and not measured (Kafka's JIT compiler
+  and both systems' caches warm up);
 - saturated produce, RF=3 (min.insync.replicas=2), acks=all, 1 KiB records, 6 partitions, with
   ``strandline bench produce --processes 2`` and with Kafka's ``kafka-producer-perf-test``
   (ProducerPerformance, one JVM), both given linger.ms=5 and batch.size=262144; the brokers' CPU
@@ -30,10 +32,11 @@ whether it is met. A figure one system could not give is printed as one line say
 benchmark, not a test:
 
     .venv/bin/python benchmarks/kafka_compare.py [--quick] [--rounds 2] [--records 1048576]
-        [--paced-seconds 60] [--partitions 1000] [--profile DIR] [--kafka-jvm shipped|small]
+        [--paced-seconds 60] [--partitions 1000] [--warmup-records 500000] [--profile DIR]
+        [--kafka-jvm shipped|small]
 
-``--quick`` (about 3 minutes): one round, 100,000 records, 10 s paced, 100 partitions and a 6 s
-ZooKeeper session. ``--profile DIR`` runs Strandline's brokers under cProfile (their profiles in
+``--quick`` (about 3 minutes): one round, 100,000 records (50,000 to warm up), 10 s paced, 100
+partitions and a 6 s ZooKeeper session. ``--profile DIR`` runs Strandline's brokers under cProfile (their profiles in
 DIR, ``broker.prof.<id>`` per round); it slows them, so its figures are not the comparison.
 It stops every process it starts by its PID.
 """
@@ -338,52 +341,59 @@ ROWS: list[tuple[str, str, str, tuple[str, float] | None]] = [
 Results = dict[str, float | str]
 
 
-def measure(results: Results, keys: list[str], step: Callable[[], dict[str, float]]) -> None:
-    """Run one step; its figures under ``keys``, or each key given why it could not be measured."""
+def measure(results: Results, keys: dict[str, str], step: Callable[[], dict[str, float]]) -> None:
+    """Run one step; its figures (``keys``: the figure's key -> the step's) in ``results``, or each
+    figure given why it could not be measured."""
     try:
         figures = step()
     except (NotMeasured, SystemExit, subprocess.TimeoutExpired, OSError, RuntimeError) as exc:
         for key in keys:
             results.setdefault(key, f"not measured: {one_line(str(exc))}")
         return
-    for key in keys:
-        results[key] = figures[key]
+    for key, name in keys.items():
+        results[key] = figures[name]
+
+
+def latencies(prefix: str) -> dict[str, str]:
+    return {f"{prefix}_{p}": p for p in ("p50", "p99", "p999", "max")}
 
 
 def run_system(c: Cluster, args: argparse.Namespace, dist: KafkaDist | None) -> Results:
     """Every figure of one system, in order, on a cluster started here and stopped at the end."""
     results: Results = {}
     try:
-        measure(results, ["start_s"], lambda: {"start_s": c.start()})
+        measure(results, {"start_s": "start_s"}, lambda: {"start_s": c.start()})
         if isinstance(results["start_s"], str):
             return {key: results["start_s"] for key, *_ in ROWS}
         results["rss_start"] = rss_bytes(c.pids()) / MB
+        if args.warmup_records:        # not measured: the JVM's compiler and both systems' caches warm up
+            bench_produce(c, create_topic(c.bootstrap, SATURATED_PARTITIONS), args.warmup_records, 2)
         saturated = create_topic(c.bootstrap, SATURATED_PARTITIONS)
-        measure(results, ["bench_mb_s", "produce_cpu"], lambda: {
-            **(f := bench_produce(c, saturated, args.records, 2)), "bench_mb_s": f["mb_s"],
-            "produce_cpu": f["cpu_ms_per_mb"]})
+        measure(results, {"bench_mb_s": "mb_s", "produce_cpu": "cpu_ms_per_mb"},
+                lambda: bench_produce(c, saturated, args.records, 2))
         paced = PACED_MB_S * MB // RECORD
         paced_records = int(paced * args.paced_seconds)
-        measure(results, ["paced_p50", "paced_p99", "paced_p999", "paced_max"], lambda: {
-            f"paced_{k}": v for k, v in bench_produce(c, create_topic(c.bootstrap, SATURATED_PARTITIONS),
-                                                      paced_records, 1, paced).items()})
+        measure(results, latencies("paced"), lambda: bench_produce(
+            c, create_topic(c.bootstrap, SATURATED_PARTITIONS), paced_records, 1, paced))
         if dist is None:
             reason = "not measured: Kafka's ProducerPerformance could not be fetched"
             results.update({key: reason for key, *_ in ROWS if key.startswith("perf_")})
         else:
-            measure(results, ["perf_mb_s"], lambda: {"perf_mb_s": perf_produce(
-                dist, c, create_topic(c.bootstrap, SATURATED_PARTITIONS), args.records)["mb_s"]})
-            measure(results, ["perf_paced_p50", "perf_paced_p99", "perf_paced_p999", "perf_paced_max"], lambda: {
-                f"perf_paced_{k}": v for k, v in perf_produce(dist, c, create_topic(c.bootstrap, SATURATED_PARTITIONS),
-                                                              paced_records, paced).items()})
+            measure(results, {"perf_mb_s": "mb_s"}, lambda: perf_produce(
+                dist, c, create_topic(c.bootstrap, SATURATED_PARTITIONS), args.records))
+            measure(results, latencies("perf_paced"), lambda: perf_produce(
+                dist, c, create_topic(c.bootstrap, SATURATED_PARTITIONS), paced_records, paced))
         if isinstance(results["bench_mb_s"], str):
             results["consume_mb_s"] = results["consume_cpu"] = "not measured: nothing was produced to read"
         else:
-            measure(results, ["consume_mb_s", "consume_cpu"], lambda: {
-                **(f := bench_consume(c, saturated, min(args.consume_records, args.records))),
-                "consume_mb_s": f["mb_s"], "consume_cpu": f["cpu_ms_per_mb"]})
+            measure(results, {"consume_mb_s": "mb_s", "consume_cpu": "cpu_ms_per_mb"},
+                    lambda: bench_consume(c, saturated, min(args.consume_records, args.records)))
         results["rss_loaded"] = rss_bytes(c.pids()) / MB
-        measure(results, ["failover_s", "shutdown_s", "shutdown_exit_s"], lambda: failover(c, args.partitions))
+        keys = ("failover_s", "shutdown_s", "shutdown_exit_s")
+        measure(results, dict(zip(keys, keys)), lambda: failover(c, args.partitions))
+    except NotMeasured as exc:         # a topic could not be created: the figures left say so
+        for key, *_ in ROWS:
+            results.setdefault(key, f"not measured: {exc}")
     finally:
         c.stop()
     for key, *_ in ROWS:
@@ -423,6 +433,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one short round (about 3 minutes)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--records", type=int, default=1024 * 1024, help="1 KiB records of each saturated run")
+    parser.add_argument("--warmup-records", type=int, default=500_000,
+                        help="1 KiB records produced before the figures, not measured (0: none)")
     parser.add_argument("--consume-records", type=int, default=1024 * 1024, help="1 GiB by default")
     parser.add_argument("--paced-seconds", type=float, default=60.0)
     parser.add_argument("--partitions", type=int, default=1000, help="of the failover and shutdown topic")
@@ -432,7 +444,7 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, help="run Strandline's brokers under cProfile, profiles in this dir")
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.records, args.consume_records = 1, 100_000, 100_000
+        args.rounds, args.records, args.consume_records, args.warmup_records = 1, 100_000, 100_000, 50_000
         args.paced_seconds, args.partitions, args.session_ms = 10.0, 100, 6000
     try:
         dist: KafkaDist | None = ensure_kafka("3.9")
