@@ -102,25 +102,6 @@ def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (a broker's helpers count as the broker)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(children.get(p, []))
-    return found
-
-
 def rss_bytes(pids: list[int]) -> int:
     total = 0
     for pid in pids:
@@ -167,7 +148,7 @@ class Cluster:
         return next(n for n in self.nodes if n.id == broker)
 
     def pids(self) -> list[int]:
-        return [p for n in self.nodes if n.alive for p in tree(n.pid)]
+        return [n.pid for n in self.nodes if n.alive]     # a broker, Python or JVM, is one process
 
     def stop(self) -> None:
         stop_processes([n.proc for n in self.nodes if n.proc is not None], 60.0)
@@ -252,6 +233,7 @@ def bench_produce(c: Cluster, topic: str, records: int, processes: int, rate: fl
         raise NotMeasured(f"bench produce failed: {one_line(done.stderr or done.stdout)}")
     figures = final_figures(done.stdout, "bench produce")
     figures["cpu_ms_per_mb"] = cpu * 1000 / (records * RECORD / MB)
+    figures["cores"] = figures["cpu_ms_per_mb"] * figures["mb_s"] / 1000    # the brokers' CPU over the run's time
     return figures
 
 
@@ -321,6 +303,7 @@ ROWS: list[tuple[str, str, str, tuple[str, float] | None]] = [
     ("bench_mb_s", "saturated produce, `bench produce --processes 2`", "MB/s", (">=", 1.0)),
     ("perf_mb_s", "saturated produce, `kafka-producer-perf-test`", "MB/s", (">=", 1.0)),
     ("produce_cpu", "brokers' CPU per MB produced (3 summed, `bench produce`)", "ms", None),
+    ("produce_cores", "brokers' cores busy during it (3 summed)", "cores", None),
     ("paced_p50", "10 MB/s `bench produce`: p50", "ms", None),
     ("paced_p99", "10 MB/s `bench produce`: p99", "ms", ("<=", 1.0)),
     ("paced_p999", "10 MB/s `bench produce`: p99.9", "ms", None),
@@ -369,7 +352,7 @@ def run_system(c: Cluster, args: argparse.Namespace, dist: KafkaDist | None) -> 
         if args.warmup_records:        # not measured: the JVM's compiler and both systems' caches warm up
             bench_produce(c, create_topic(c.bootstrap, SATURATED_PARTITIONS), args.warmup_records, 2)
         saturated = create_topic(c.bootstrap, SATURATED_PARTITIONS)
-        measure(results, {"bench_mb_s": "mb_s", "produce_cpu": "cpu_ms_per_mb"},
+        measure(results, {"bench_mb_s": "mb_s", "produce_cpu": "cpu_ms_per_mb", "produce_cores": "cores"},
                 lambda: bench_produce(c, saturated, args.records, 2))
         paced = PACED_MB_S * MB // RECORD
         paced_records = int(paced * args.paced_seconds)
