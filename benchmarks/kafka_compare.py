@@ -21,7 +21,8 @@ figure is measured the same way for both:
   brokers are measured rather than a client), MB/s and the brokers' CPU per MB;
 - RSS of the three brokers (summed) right after start and after the loads above;
 - with a topic of ``--partitions`` RF=3 partitions every replica in sync, SIGKILL of the
-  controller until every partition it led has another leader in the brokers' metadata (after
+  controller until every partition it led (the leaders as ZooKeeper holds them: a broker's
+  metadata may lag) has another leader in the brokers' metadata (after
   ``zookeeper.session.timeout.ms``), and, the broker started again and back in every ISR, a
   controlled shutdown (SIGTERM) of the broker leading the most until every partition it led has
   another leader, and until its process exits.
@@ -258,13 +259,20 @@ def bench_consume(c: Cluster, topic: str, records: int) -> dict[str, float]:
     return {"mb_s": float(match.group(1)), "cpu_ms_per_mb": cpu * 1000 / (records * RECORD / MB)}
 
 
+def zk_leaders(zk: KazooStore, topic: str, partitions: int) -> dict[tuple[str, int], int]:
+    """Each partition's leader as the controller wrote it in ZooKeeper (a broker's metadata may lag)."""
+    keys = [(topic, p) for p in range(partitions)]
+    return {tp: int(state["leader"]) for tp, state in zip(keys, scale.read_states(zk, keys))}
+
+
 def failover(c: Cluster, partitions: int) -> dict[str, float]:
     """SIGKILL of the controller; the broker started again; a controlled shutdown of the broker leading the most."""
     zk = c.zookeeper()
     try:
         topic = create_topic(c.bootstrap, partitions)
         scale.wait_until(f"{partitions} partitions in sync", all_in_sync(zk, topic, partitions), 600, 0.5)
-        controller, leaders = scale.metadata(c.ports, list(c.ports))
+        controller, _ = scale.metadata(c.ports, list(c.ports))
+        leaders = zk_leaders(zk, topic, partitions)
         led = {tp for tp, b in leaders.items() if b == controller}
         killed_led = len(led)
         others = [b for b in c.ports if b != controller]
@@ -276,7 +284,7 @@ def failover(c: Cluster, partitions: int) -> dict[str, float]:
         victim.proc.wait(30)
         c.launch(victim)
         scale.wait_until(f"broker {controller} back in every ISR", scale.in_every_isr(zk, controller), 300, 0.5)
-        _, leaders = scale.metadata(c.ports, list(c.ports))
+        leaders = zk_leaders(zk, topic, partitions)
         counts = {b: sum(1 for x in leaders.values() if x == b) for b in c.ports}
         broker = max(counts, key=lambda b: counts[b])
         led = {tp for tp, b in leaders.items() if b == broker}
