@@ -133,6 +133,7 @@ bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/replicated_produce.py
 	$(BIN)/python benchmarks/compaction_latency.py
 	$(BIN)/python benchmarks/offsets_load.py
+	$(BIN)/python benchmarks/kafka_compare.py
 	@if command -v nats-server > /dev/null; then \
 		$(BIN)/pip install -q nats-py==2.16.0 && $(BIN)/python benchmarks/nats_compare.py; \
 	else echo "bench: no nats-server on the PATH (apt install nats-server): the NATS comparison is skipped"; fi

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Sequence
 
 from strandline.errors import StrandlineError
 from strandline.launch.foreground import Foreground, lock_data_dir, write_json
@@ -32,6 +32,13 @@ FORMAT_TIMEOUT_S = 60.0
 #: A broker's JVM: small heap, one GC thread, the C1 compiler only (the machine may have 2 cores).
 BROKER_JVM_FLAGS = ("-Xmx512m", "-Xms128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
                     "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true")
+
+#: The JVM options of Kafka's own ``kafka-run-class.sh`` (``KAFKA_JVM_PERFORMANCE_OPTS``) ...
+KAFKA_PERFORMANCE_OPTS = ("-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+                          "-XX:+ExplicitGCInvokesConcurrent", "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true")
+#: ... and a broker's JVM as ``kafka-server-start.sh`` starts it (``KAFKA_HEAP_OPTS="-Xmx1G -Xms1G"``):
+#: Kafka as shipped, for comparisons of its speed and memory.
+SHIPPED_BROKER_JVM_FLAGS = ("-Xmx1G", "-Xms1G", *KAFKA_PERFORMANCE_OPTS)
 
 BROKER_LOG4J = """log4j.rootLogger=INFO, file
 log4j.appender.file=org.apache.log4j.RollingFileAppender
@@ -142,8 +149,9 @@ def format_storage(dist: KafkaDist, node: KafkaNode, cid: str) -> None:
         raise StrandlineError(f"kafka-storage format of node {node.id} failed: {lines[-1] if lines else 'no output'}")
 
 
-def start_node(dist: KafkaDist, node: KafkaNode, java: str) -> None:
-    cmd = [java, *BROKER_JVM_FLAGS, f"-XX:ErrorFile={node.dir / 'hs_err_pid%p.log'}", *_log_flags(dist, node),
+def start_node(dist: KafkaDist, node: KafkaNode, java: str, jvm_flags: Sequence[str] = BROKER_JVM_FLAGS) -> None:
+    """Start one node's JVM (``jvm_flags``: the small one by default, :data:`SHIPPED_BROKER_JVM_FLAGS` as shipped)."""
+    cmd = [java, *jvm_flags, f"-XX:ErrorFile={node.dir / 'hs_err_pid%p.log'}", *_log_flags(dist, node),
            "-cp", dist.classpath, dist.main_class("kafka-server-start"), str(node.config_path)]
     node.proc = spawn(cmd, node.dir / "kafka.out", subprocess.STDOUT, cwd=node.dir)
 
