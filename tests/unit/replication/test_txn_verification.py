@@ -138,3 +138,34 @@ def test_the_coordinators_answer_is_read_as_kafkas_manager_reads_it():
     denied = {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results_by_transaction": []}
     assert unverified(_v4_answer(denied), "tx", parts) == {p: ErrorCode.invalid_txn_state for p in parts}
     assert unverified(None, "tx", parts) == {p: ErrorCode.network_exception for p in parts}
+
+
+def _v4(h: Harness, verify_only: bool, partitions=(0,), conn: int = 1):
+    body = {"transactions": [{"transactional_id": "tx", "producer_id": PID, "producer_epoch": EPOCH,
+                              "verify_only": verify_only, "topics": [{"name": "v", "partitions": list(partitions)}]}]}
+    answer = h.call(24, 4, body, conn=conn)
+    return answer.error_code, {(t.name, p.partition_index): p.partition_error_code
+                               for r in answer.results_by_transaction for t in r.topic_results
+                               for p in t.results_by_partition}
+
+
+def test_add_partitions_to_txn_v4_on_the_wire():
+    """The coordinator's side as the router serves it: each transaction answered alone, an
+    unknown partition failing its transaction (the others not attempted), NOT_COORDINATOR from a
+    broker that does not coordinate the id, for a question and for an addition alike."""
+    h, _ = leader()
+    assert _v4(h, True) == (ErrorCode.none, {("v", 0): ErrorCode.not_coordinator})
+    assert _v4(h, False) == (ErrorCode.none, {("v", 0): ErrorCode.not_coordinator})
+    assert _v4(h, True, (0, 5)) == (ErrorCode.none, {("v", 0): ErrorCode.operation_not_attempted,
+                                                      ("v", 5): ErrorCode.unknown_topic_or_partition})
+
+
+def test_add_partitions_to_txn_v4_needs_cluster_action():
+    from strandline.security.acl import (AccessControlEntry, AclOperation, AclPermissionType, PatternType,
+                                         ResourcePattern, ResourceType)
+    h, _ = leader(**{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                     "allow.everyone.if.no.acl.found": "true"})
+    h.broker.connection_opened(1, "127.0.0.1")
+    h.broker.authorizer.load({ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL): frozenset(
+        {AccessControlEntry("User:ANONYMOUS", "*", AclOperation.CLUSTER_ACTION, AclPermissionType.DENY)})})
+    assert _v4(h, True) == (ErrorCode.cluster_authorization_failed, {})
