@@ -44,6 +44,7 @@ from strandline.broker.quota_apis import QuotaApis
 from strandline.broker.shutdown import ControlledShutdown
 from strandline.broker.txn_apis import TxnApis
 from strandline.transaction.markers import TransactionMarkers
+from strandline.transaction.verification import TransactionVerifier
 from strandline.transaction.state_topic import TXN_TOPIC, TransactionStateTopic
 from strandline.controller.controller import Controller
 from strandline.coordination import znodes
@@ -105,6 +106,7 @@ class Broker:
         self.auto_topics.internal = {OFFSETS_TOPIC: self.offsets_topic.creation,
                                      TXN_TOPIC: self.transaction_state.creation}
         markers = TransactionMarkers(config, self.metadata, self.outbox)
+        self.replica_manager.verify_transaction = TransactionVerifier(config, self.metadata, self.outbox).verify
         self.transactions = TransactionCoordinator(config, self.transaction_state.append,
                                                    producer_ids.generate_producer_id, markers.send, self.outbox.after)
         self.replica_manager.leadership_listeners.append(

@@ -129,7 +129,8 @@ class ProduceApis:
 
         return effects + self.replicas.append_records(
             conn_id, duration_ms(request.timeout), acks, entries, respond, now_ms,
-            transactional=transactional_id is not None, legacy=header.api_version < LEGACY_PRODUCE_BELOW)
+            transactional=transactional_id is not None, legacy=header.api_version < LEGACY_PRODUCE_BELOW,
+            transactional_id=transactional_id)
 
     def _produce_all_failed(self, conn_id: int, header: RequestHeader, request: Any, code: ErrorCode) -> list[Effect]:
         if request.acks == 0:

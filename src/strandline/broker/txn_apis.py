@@ -4,7 +4,9 @@
   ``__transaction_state`` partition (the topic is created on first use: 50 partitions, compacted,
   ``transaction.state.log.replication.factor`` replicas once that many brokers are alive).
 - InitProducerId with a ``transactional.id``, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn go to
-  :class:`strandline.transaction.coordinator.TransactionCoordinator`.
+  :class:`strandline.transaction.coordinator.TransactionCoordinator`. AddPartitionsToTxn v4 comes
+  from other brokers only (CLUSTER_ACTION): a partition leader's ``verify_only`` question before it
+  appends a transaction's first batch (KIP-890, :mod:`strandline.transaction.verification`).
 - WriteTxnMarkers: a partition leader appends a coordinator's commit or abort markers.
 - :class:`strandline.transaction.markers.TransactionMarkers` sends those markers to each
   partition's leader (Kafka's TransactionMarkerChannelManager).
@@ -33,6 +35,9 @@ from strandline.transaction.state_topic import TXN_TOPIC, TransactionStateTopic
 #: write one transaction marker to a partition this broker leads
 WriteMarker = Callable[[str, int, int, int, bool, int, Callable[[ErrorCode, int], list[Effect]], int], list[Effect]]
 from strandline.core.config import BrokerConfig
+
+#: AddPartitionsToTxn v4+ is sent by brokers (KIP-890): many transactions, ``verify_only``
+BROKER_ADD_PARTITIONS_VERSION = 4
 
 
 class TxnApis:
@@ -95,6 +100,8 @@ class TxnApis:
     # -- AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
 
     def _add_partitions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        if header.api_version >= BROKER_ADD_PARTITIONS_VERSION:
+            return self._add_partitions_for_brokers(conn_id, header, request, now_ms)
         wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
         transactional_id = request.v3_and_below_transactional_id
         may_write = self._may_write(conn_id, transactional_id)
@@ -123,6 +130,58 @@ class TxnApis:
         return self.coordinator.add_partitions(transactional_id,
                                                request.v3_and_below_producer_id,
                                                request.v3_and_below_producer_epoch, set(wanted), respond, now_ms)
+
+    def _add_partitions_for_brokers(self, conn_id: int, header: RequestHeader, request: Any,
+                                    now_ms: int) -> list[Effect]:
+        """AddPartitionsToTxn v4 (Kafka 3.6+, KIP-890): several transactions, each answered
+        alone; ``verify_only`` asks whether the partitions are in the transaction, without adding
+        them. Brokers send it, so it needs CLUSTER_ACTION (CLUSTER_AUTHORIZATION_FAILED for the
+        whole request otherwise) and no check of the transactional id or topics, as Kafka's."""
+        if not self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
+            return [response(conn_id, header, {"throttle_time": 0,
+                                               "error_code": ErrorCode.cluster_authorization_failed,
+                                               "results_by_transaction": []})]
+        transactions = list(request.transactions)
+        answers: list[dict[str, Any] | None] = [None] * len(transactions)
+        pending = len(transactions)
+
+        def answered(i: int, transactional_id: str, wanted: list[tuple[str, int]],
+                     errors: dict[tuple[str, int], ErrorCode]) -> list[Effect]:
+            nonlocal pending
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for name, index in wanted:
+                by_topic.setdefault(name, []).append({"partition_index": index,
+                                                      "partition_error_code": errors[(name, index)]})
+            answers[i] = {"transactional_id": transactional_id, "topic_results": [
+                {"name": n, "results_by_partition": ps} for n, ps in by_topic.items()]}
+            pending -= 1
+            if pending:
+                return []
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
+                                               "results_by_transaction": answers})]
+
+        if not transactions:
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": ErrorCode.none,
+                                               "results_by_transaction": []})]
+        effects: list[Effect] = []
+        for i, txn in enumerate(transactions):
+            wanted = list(dict.fromkeys((t.name, p) for t in txn.topics for p in t.partitions))
+            unknown = {(n, p) for n, p in wanted
+                       if n not in self.metadata.topics or p not in self.metadata.topics[n].assignment}
+            if unknown:                 # as Kafka: those fail, the others are not attempted
+                effects.extend(answered(i, txn.transactional_id, wanted, {
+                    tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+                    for tp in wanted}))
+            elif txn.verify_only:
+                effects.extend(answered(i, txn.transactional_id, wanted, self.coordinator.verify_partitions(
+                    txn.transactional_id, txn.producer_id, txn.producer_epoch, set(wanted))))
+            else:
+                def added(error: ErrorCode, i: int = i, txn: Any = txn, wanted: list[tuple[str, int]] = wanted
+                          ) -> list[Effect]:
+                    return answered(i, txn.transactional_id, wanted, {tp: error for tp in wanted})
+                effects.extend(self.coordinator.add_partitions(txn.transactional_id, txn.producer_id,
+                                                               txn.producer_epoch, set(wanted), added, now_ms))
+        return effects
 
     def _add_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         from strandline.group.offsets_topic import OFFSETS_TOPIC

@@ -190,6 +190,12 @@ BROKER_KEYS: dict[str, Key] = key_table(
     Key("transaction.max.timeout.ms", "int", 900000, lo=1),
     Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, lo=1),
     Key("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, lo=1),
+    Key("transaction.partition.verification.enable", "bool", True,
+        doc="Kafka 3.6+ (KIP-890 part 1): before appending a transactional batch that would open its "
+            "producer's transaction on a partition, the leader asks the transaction coordinator "
+            "(AddPartitionsToTxn v4, verify_only) whether the partition is in that ongoing transaction, "
+            "and refuses the batch (INVALID_TXN_STATE) if not: a late batch cannot open a transaction "
+            "that never ends. On by default, as in Kafka; every broker must serve AddPartitionsToTxn v4."),
     Key("producer.id.expiration.ms", "int", 86400000, lo=1),
     Key("request.timeout.ms", "int", 30000, lo=0),
     Key("connections.max.idle.ms", "long", 600000),

@@ -12,6 +12,12 @@ producer id:
   transaction not yet decided, or decided by a marker the high watermark has not passed yet, is
   the first unstable offset: the last stable offset is the lower of it and the high watermark.
   An abort becomes an :class:`AbortedTxn` for the transaction index (``log.txn_index``).
+- **Transaction verification (KIP-890).** Before a leader appends a batch that would open a
+  producer's transaction, it asks the transaction coordinator whether the partition is in that
+  transaction. A :class:`VerificationGuard` per producer id marks such a question in flight; any
+  transactional batch or marker appended for the producer clears it, so an answer that comes
+  after a marker (or after another verified batch opened the transaction) no longer matches and
+  its batch is refused. Guards are not part of snapshots: a replica that lost them asks again.
 - **Snapshots.** The state is written to ``<offset>.snapshot`` files in Kafka's format (version 1:
   ``int16 version, uint32 CRC-32C of the rest, int32 count`` and per producer ``int64 producer
   id, int16 epoch, int32 last sequence, int64 last offset, int32 offset delta, int64 timestamp,
@@ -88,6 +94,21 @@ class SequenceCheck:
 APPEND = SequenceCheck()
 
 
+class VerificationGuard:
+    """A leader's question to the transaction coordinator in flight for one producer id on one
+    partition (Kafka's ``VerificationGuard``): its batch may open a transaction only while the
+    partition still holds this very guard (compared by identity)."""
+
+    __slots__ = ("producer_id", "created_ms")
+
+    def __init__(self, producer_id: int, created_ms: int) -> None:
+        self.producer_id = producer_id
+        self.created_ms = created_ms
+
+    def __repr__(self) -> str:
+        return f"VerificationGuard(producer id {self.producer_id}, since {self.created_ms} ms)"
+
+
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
@@ -95,6 +116,8 @@ class ProducerStateManager:
         #: decided transactions whose marker may still be above the high watermark:
         #: ``(marker offset, first offset)`` in marker order
         self.unreplicated: deque[tuple[int, int]] = deque()
+        #: producer id -> the verification in flight of a batch that would open its transaction
+        self.verifying: dict[int, VerificationGuard] = {}
 
     # -- the leader's checks -------------------------------------------------------------
 
@@ -134,6 +157,29 @@ class ProducerStateManager:
             return ErrorCode.transaction_coordinator_fenced
         return ErrorCode.none
 
+    # -- transaction verification (KIP-890) ------------------------------------------------
+
+    def maybe_start_verification(self, producer_id: int, now_ms: int) -> VerificationGuard | None:
+        """The guard a transactional batch of ``producer_id`` must be appended under: None when its
+        transaction is open here already (nothing to verify), else the guard in flight for it (a
+        new one if none is)."""
+        if producer_id in self.ongoing:
+            return None
+        guard = self.verifying.get(producer_id)
+        if guard is None:
+            guard = self.verifying[producer_id] = VerificationGuard(producer_id, now_ms)
+        return guard
+
+    def verified(self, header: BatchHeader, guard: VerificationGuard | None) -> bool:
+        """May this transactional data batch be appended with ``guard`` (Kafka's check in
+        ``analyzeAndValidateProducerState``)? Yes when its producer's transaction is open here, or
+        when ``guard`` is the one still in flight for it."""
+        if header.attributes & CONTROL_BIT or not header.attributes & TRANSACTIONAL_BIT:
+            return True
+        if header.producer_id in self.ongoing:
+            return True
+        return guard is not None and self.verifying.get(header.producer_id) is guard
+
     # -- appends ---------------------------------------------------------------------------
 
     def update(self, header: BatchHeader, first_offset: int, timestamp: int,
@@ -154,6 +200,10 @@ class ProducerStateManager:
                                   current_txn_first_offset=entry.current_txn_first_offset if entry else -1)
             self.producers[pid] = entry
         entry.last_timestamp = header.max_timestamp
+        if header.attributes & TRANSACTIONAL_BIT:
+            # a marker ended the transaction, or a batch opened it: a verification in flight
+            # no longer stands for what the partition holds (Kafka's clearVerificationStateEntry)
+            self.verifying.pop(pid, None)
         if header.attributes & CONTROL_BIT:
             return self._complete(pid, entry, first_offset, marker)
         # a batch the cleaner emptied opens nothing: its transaction's marker may be gone
@@ -249,12 +299,15 @@ class ProducerStateManager:
                    if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms]
         for pid in expired:
             del self.producers[pid]
+        for pid in [p for p, g in self.verifying.items() if now_ms - g.created_ms >= expiration_ms]:
+            del self.verifying[pid]
         return len(expired)
 
     def clear(self) -> None:
         self.producers.clear()
         self.ongoing.clear()
         self.unreplicated.clear()
+        self.verifying.clear()
 
     @property
     def empty(self) -> bool:

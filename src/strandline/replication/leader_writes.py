@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from strandline.core.config_key import LONG_MAX
 from strandline.core.effects import Effect
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
+from strandline.log.producer_state import VerificationGuard
 from strandline.protocol.legacy_records import first_magic, up_convert
 from strandline.protocol.markers import build_marker
 from strandline.protocol.records import Buffer, read_header
@@ -35,10 +36,14 @@ class LeaderWrites:
         self.purgatory = Purgatory()            # the produce purgatory: acks=all answers waiting on the HW
 
     def append_to_leader(self, topic: TopicMetadata, index: int, records: Buffer | None, acks: int,
-                         now_ms: int, transactional: bool = False) -> tuple[ProduceResult, int | None]:
+                         now_ms: int, transactional: bool = False,
+                         guard: VerificationGuard | None = None) -> tuple[ProduceResult, int | None]:
         """Validate and append one partition's batch as leader. Returns its :class:`ProduceResult`
         and, when acks=all, the offset the high watermark must reach. ``transactional``: the request names a
-        transactional id (Kafka refuses transactional records without one)."""
+        transactional id (Kafka refuses transactional records without one). With
+        ``transaction.partition.verification.enable``, a transactional batch that opens its
+        producer's transaction is appended only under ``guard``, the coordinator's confirmation
+        (KIP-890; :meth:`ReplicaManager.append_records` asks for it)."""
         partition = self.partitions.get((topic.name, index))
         if partition is None or not partition.is_leader:
             return ProduceResult(ErrorCode.not_leader_or_follower), None
@@ -69,7 +74,9 @@ class LeaderWrites:
         if records.__class__ is not memoryview or records.readonly:
             records = bytearray(records)        # stamped in place: a copy unless it is the request's own buffer
         # a writable memoryview (the request's own buffer) is stamped in place as a bytearray is
-        outcome = partition.append_records_to_leader(records, header, acks, min_isr, now_ms)  # type: ignore[arg-type]  # a writable view
+        verify = transactional and self.config["transaction.partition.verification.enable"]
+        outcome = partition.append_records_to_leader(records, header, acks, min_isr, now_ms,  # type: ignore[arg-type]  # a writable view
+                                                     verify=verify, guard=guard)
         if outcome.error is not ErrorCode.none:
             return ProduceResult(outcome.error, -1, -1, partition.log_start_offset, outcome.message), None
         if self.config.topic_value(topic.configs, "flush.on.ack"):

@@ -22,7 +22,7 @@ from strandline.coordination.znodes import LeaderAndIsr
 from strandline.log.disk import FileRegion
 from strandline.log.loader import restore_unreplicated_transactions
 from strandline.log.log import Log
-from strandline.log.producer_state import BatchMetadata, ProducerStateManager
+from strandline.log.producer_state import BatchMetadata, ProducerStateManager, VerificationGuard
 from strandline.protocol.records import BatchHeader, set_log_append_time
 
 NO_LEADER = -1
@@ -407,8 +407,13 @@ class Partition:
     # -- leader append -------------------------------------------------------------------
 
     def append_records_to_leader(self, records: bytearray, header: BatchHeader, required_acks: int,
-                                 min_insync_replicas: int, now_ms: int) -> LeaderAppend:
-        """Append one validated batch as leader, with idempotence and min.insync.replicas checks."""
+                                 min_insync_replicas: int, now_ms: int, *, verify: bool = False,
+                                 guard: VerificationGuard | None = None) -> LeaderAppend:
+        """Append one validated batch as leader, with idempotence and min.insync.replicas checks.
+        ``verify`` (``transaction.partition.verification.enable``, a client's batch): a
+        transactional batch that would open its producer's transaction needs ``guard``, the
+        verification the coordinator confirmed, to be the one still in flight (INVALID_TXN_STATE
+        otherwise: a marker or another batch came in between, KIP-890)."""
         if not self.accepts_writes:
             return LeaderAppend(ErrorCode.not_leader_or_follower)
         if required_acks == -1 and len(self.isr) < min_insync_replicas:
@@ -420,6 +425,8 @@ class Partition:
         if check.duplicate is not None:
             dup: BatchMetadata = check.duplicate
             return LeaderAppend(ErrorCode.none, dup.first_offset, dup.last_offset)
+        if verify and not self.producer_state.verified(header, guard):
+            return LeaderAppend(ErrorCode.invalid_txn_state, message="Record was not part of an ongoing transaction")
         append_time = -1
         if self.log_append_time:
             set_log_append_time(records, 0, header, now_ms)

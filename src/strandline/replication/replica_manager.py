@@ -11,6 +11,7 @@ it returns effects; time comes in as ``now_ms``.
 from __future__ import annotations
 
 import functools
+import struct
 from typing import Any, Callable, Iterable, NamedTuple, cast
 
 from kio.schema.errors import ErrorCode
@@ -21,7 +22,9 @@ from strandline.core.outbox import Outbox
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
-from strandline.protocol.records import Buffer
+from strandline.log.producer_state import VerificationGuard
+from strandline.protocol.markers import CONTROL_BIT, TRANSACTIONAL_BIT
+from strandline.protocol.records import HEADER_SIZE, Buffer, read_header
 from strandline.replication.alter_isr_manager import AlterIsrManager
 from strandline.replication.controller_requests import ControlRespond, ControllerRequests, LeadershipListener
 from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionPartition, SessionScan
@@ -39,6 +42,14 @@ from strandline.replication.topic_ids import stale_log
 from strandline.replication.topic_stats import BrokerTopicStats
 
 Key = tuple[str, int]
+#: ``verify(transactional id, producer id, producer epoch, partitions, done(errors, now_ms), now_ms)``
+VerifyTransaction = Callable[[str, int, int, list[Key], Callable[[dict[Key, ErrorCode], int], list[Effect]], int],
+                             list[Effect]]
+#: what the coordinator's answer to a verification means to a producer that cannot know those errors
+#: from a Produce answer: retriable ones become NOT_ENOUGH_REPLICAS (as Kafka: a retry, no metadata refresh)
+_UNVERIFIED_RETRIABLE = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
+                                   ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
+                                   ErrorCode.not_coordinator})
 #: the partitions a Fetch names: each with its topic's name and what the Fetch asks of it
 Wanted = list[tuple[str, FetchPartitionRequest]]
 
@@ -89,6 +100,10 @@ class ReplicaManager:
         #: epochs, log start offsets, HW moves): a parked session fetch whose keys nobody touched
         #: and that saw none of them expires with the answer it had (:meth:`fetch_messages`).
         self.state_changes = 0
+        #: asks the transaction coordinator whether partitions are in a producer's transaction
+        #: (KIP-890): ``verify(transactional id, producer id, producer epoch, partitions,
+        #: done(errors by partition, now_ms), now_ms)``; the broker wires it, None: never asked
+        self.verify_transaction: VerifyTransaction | None = None
 
     # ------------------------------------------------------------------ the controller's requests
 
@@ -234,14 +249,68 @@ class ReplicaManager:
 
     def append_records(self, conn_id: int, timeout_ms: int, acks: int, entries: list[ProduceEntry],
                        respond: Callable[[dict[tuple[str, int], ProduceResult]], list[Effect]], now_ms: int,
-                       transactional: bool = False, legacy: bool = False) -> list[Effect]:
+                       transactional: bool = False, legacy: bool = False,
+                       transactional_id: str | None = None) -> list[Effect]:
         """A Produce request's partitions that passed the request's own checks (Kafka's
         ``appendRecords``): append each as leader (after up-converting a v0-v2 message set when
         ``legacy``), wake the fetches waiting on them, then ``respond(results)`` (a
         :class:`ProduceResult` per partition): at once for acks=0 and 1, and for acks=all once
         each partition's high watermark reaches its batch's end (a :class:`DelayedProduce` in the
         produce purgatory, until ``timeout_ms``). ``transactional``: the request names a
-        transactional id."""
+        transactional id, ``transactional_id``.
+
+        With ``transaction.partition.verification.enable`` (KIP-890), a transactional batch that
+        would open its producer's transaction on a partition (none open there) is held while the
+        transaction coordinator is asked whether the partition is in that transaction
+        (:attr:`verify_transaction`, AddPartitionsToTxn v4 ``verify_only``); the request's
+        partitions are appended once it answers, those it refused failing with its error
+        (:func:`verification_error`)."""
+        verify = self.verify_transaction
+        if transactional and transactional_id and verify is not None and \
+                self.config["transaction.partition.verification.enable"]:
+            guards, producer = self._verification_guards(entries, now_ms)
+            if guards:
+                # the request's records are views of its frame: kept as bytes while the coordinator answers
+                owned = [ProduceEntry(t, i, bytes(r) if r is not None else None) for t, i, r in entries]
+
+                def verified(errors: dict[tuple[str, int], ErrorCode], when_ms: int) -> list[Effect]:
+                    refused = {key: verification_error(error) for key, error in errors.items()
+                               if key in guards and error is not ErrorCode.none}
+                    return self._append(conn_id, timeout_ms, acks, owned, respond, when_ms, transactional, legacy,
+                                        guards, refused)
+
+                return verify(transactional_id, producer[0], producer[1], sorted(guards), verified, now_ms)
+        return self._append(conn_id, timeout_ms, acks, entries, respond, now_ms, transactional, legacy, {}, {})
+
+    def _verification_guards(self, entries: list[ProduceEntry], now_ms: int
+                             ) -> tuple[dict[tuple[str, int], VerificationGuard], tuple[int, int]]:
+        """The partitions whose transactional batch would open its producer's transaction, each
+        with the guard its append needs (Kafka's ``partitionEntriesForVerification``), and that
+        producer's id and epoch. A partition this broker does not lead, or whose records do not
+        read as a transactional batch, is left to the append's own checks."""
+        guards: dict[tuple[str, int], VerificationGuard] = {}
+        producer = (-1, -1)
+        for topic, index, records in entries:
+            partition = self.partitions.get((topic.name, index))
+            if partition is None or not partition.is_leader or records is None or len(records) < HEADER_SIZE:
+                continue
+            try:
+                header = read_header(records, 0)
+            except (ValueError, struct.error):
+                continue
+            if header.magic != 2 or header.producer_id < 0 or not header.attributes & TRANSACTIONAL_BIT or \
+                    header.attributes & CONTROL_BIT:
+                continue
+            guard = partition.producer_state.maybe_start_verification(header.producer_id, now_ms)
+            if guard is not None:
+                guards[(topic.name, index)] = guard
+                producer = (header.producer_id, header.producer_epoch)
+        return guards, producer
+
+    def _append(self, conn_id: int, timeout_ms: int, acks: int, entries: list[ProduceEntry],
+                respond: Callable[[dict[tuple[str, int], ProduceResult]], list[Effect]], now_ms: int,
+                transactional: bool, legacy: bool, guards: dict[tuple[str, int], VerificationGuard],
+                refused: dict[tuple[str, int], ProduceResult]) -> list[Effect]:
         writes = self.writes
         stats = self.topic_stats
         results: dict[tuple[str, int], ProduceResult] = {}
@@ -249,6 +318,10 @@ class ReplicaManager:
         appended: list[tuple[str, int]] = []
         for topic, index, records in entries:
             key = (topic.name, index)
+            if key in refused:
+                results[key] = refused[key]
+                stats.produced(topic.name, records or b"", refused[key].error)
+                continue
             if legacy:      # v0-v2: a message set of format v0 or v1 is stored as a record batch v2
                 converted, early = writes.up_convert(topic, index, records, now_ms)
                 if early is not None:
@@ -256,7 +329,8 @@ class ReplicaManager:
                     stats.produced(topic.name, records if early.error else b"", early.error)
                     continue
                 records = converted
-            result, required = writes.append_to_leader(topic, index, records, acks, now_ms, transactional)
+            result, required = writes.append_to_leader(topic, index, records, acks, now_ms, transactional,
+                                                       guards.get(key))
             results[key] = result
             stats.produced(topic.name, records, result.error)
             if result.error is not ErrorCode.none:
@@ -510,6 +584,20 @@ class ReplicaManager:
         self.produce_purgatory.cancel_connection(conn_id)
         self.fetch_purgatory.cancel_connection(conn_id)
         self.log_admin.connection_closed(conn_id)
+
+
+def verification_error(error: ErrorCode) -> ProduceResult:
+    """A Produce answer for a partition the coordinator did not confirm (Kafka's
+    ``postVerificationCallback``): INVALID_TXN_STATE when the partition is not in the producer's
+    transaction; the coordinator being unreachable, moving or busy deciding, NOT_ENOUGH_REPLICAS,
+    which producers retry; its other errors (INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING)
+    as they are."""
+    if error is ErrorCode.invalid_txn_state:
+        return ProduceResult(error, message="Partition was not added to the transaction")
+    if error in _UNVERIFIED_RETRIABLE:
+        return ProduceResult(ErrorCode.not_enough_replicas, message="Unable to verify the partition has been added "
+                                                                    f"to the transaction. Underlying error: {error.name}")
+    return ProduceResult(error)
 
 
 def _empty_fetch_entry(index: int, isolation: int) -> FetchedPartition:

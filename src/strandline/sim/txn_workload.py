@@ -10,7 +10,8 @@ errors are handled as the Java client handles them:
 
 - NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a lost answer: find the coordinator again, retry;
 - COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS: retry after a short backoff;
-- a batch whose delivery times out, OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID: an abortable
+- a batch whose delivery times out, OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, INVALID_TXN_STATE
+  (the leader's verification, KIP-890, found the partition in no ongoing transaction): an abortable
   error: the transaction is aborted, then the epoch bumped (InitProducerId with the producer's own id
   and epoch, KIP-360);
 - PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING: fatal for the producer
@@ -62,7 +63,9 @@ _FENCED = {ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch, ErrorCod
 # any other error, or no answer, may follow a PrepareCommit that was written
 _NOT_APPLIED = _FENCED | _RETRY | {ErrorCode.invalid_txn_state, ErrorCode.invalid_request,
                                    ErrorCode.transactional_id_authorization_failed}
-_ABORTABLE = {ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id}
+# INVALID_TXN_STATE: the leader's verification (KIP-890) found the partition in no ongoing
+# transaction of this producer (a late batch, its transaction decided): the transaction is aborted
+_ABORTABLE = {ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id, ErrorCode.invalid_txn_state}
 
 
 @dataclass

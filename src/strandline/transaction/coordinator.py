@@ -9,6 +9,9 @@ answer CONCURRENT_TRANSACTIONS, which clients retry.
   an older producer instance). A transaction still ongoing is aborted first, with the epoch bumped
   so that its zombie cannot write any more.
 - AddPartitionsToTxn and AddOffsetsToTxn add partitions: the transaction is then Ongoing.
+- AddPartitionsToTxn v4 with ``verify_only`` (KIP-890, from a partition leader about to append a
+  transaction's first batch) only asks whether partitions are in the producer's ongoing
+  transaction: answered from the coordinator's state, nothing written.
 - EndTxn writes PrepareCommit or PrepareAbort and answers; the coordinator then has the leader of
   every partition append a commit or abort marker (WriteTxnMarkers), and writes CompleteCommit or
   CompleteAbort once all have.
@@ -242,6 +245,31 @@ class TransactionCoordinator:
         new = m.transition_to(S.ONGOING, partitions=m.partitions | partitions, update_ms=now_ms,
                               start_ms=m.start_ms if m.state is S.ONGOING else now_ms)
         return self._write(new, lambda e, t: respond(_coordinator_error(e)), now_ms)
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: set[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """AddPartitionsToTxn v4 ``verify_only`` (Kafka's ``handleVerifyPartitionsInTransaction``):
+        each partition NONE when it is in the transaction this producer id and epoch have open,
+        else INVALID_TXN_STATE; every partition the same error when the id is not this broker's
+        (NOT_COORDINATOR), unknown or of another producer id (INVALID_PRODUCER_ID_MAPPING), of
+        another epoch (PRODUCER_FENCED) or being decided (CONCURRENT_TRANSACTIONS). Nothing is
+        written: a partition is in the state once its AddPartitionsToTxn was written, and leaves
+        it when the transaction's end is. A state change being written is not waited for, as in
+        Kafka: the leader's append re-checks against its own producer state."""
+        error = self._checked(transactional_id)
+        m = self.transactions.get(transactional_id) if error is None else None
+        if error is None:
+            if m is None or m.producer_id != producer_id:
+                error = ErrorCode.invalid_producer_id_mapping
+            elif m.producer_epoch != producer_epoch:
+                error = ErrorCode.producer_fenced
+            elif m.state in PREPARED:
+                error = ErrorCode.concurrent_transactions
+        if error is not None:
+            return {tp: error for tp in partitions}
+        assert m is not None
+        return {tp: ErrorCode.none if m.state is S.ONGOING and tp in m.partitions else ErrorCode.invalid_txn_state
+                for tp in partitions}
 
     # -- EndTxn
 

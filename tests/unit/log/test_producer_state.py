@@ -75,3 +75,27 @@ def test_a_transactional_batch_the_cleaner_emptied_opens_no_transaction():
     assert s.ongoing == {} and s.last_stable_offset(5) == 5
     s.update(header(pid=9, seq=1, count=1, base_offset=3)._replace(attributes=0x10), 3, 1)
     assert s.ongoing == {9: 3} and s.last_stable_offset(5) == 3
+
+
+def test_a_verification_guard_stands_until_a_transactional_batch_or_marker_of_its_producer():
+    """KIP-890: a leader verifying a batch that would open a transaction holds a guard per
+    producer; the batch appends only under that very guard. A marker (or a batch that opened the
+    transaction) clears it, so a verification answered after them no longer counts."""
+    from strandline.protocol.markers import ABORT_MARKER, CONTROL_BIT, TRANSACTIONAL_BIT
+    txn = header(seq=0)._replace(attributes=TRANSACTIONAL_BIT)
+    marker = header(seq=-1, count=1)._replace(attributes=TRANSACTIONAL_BIT | CONTROL_BIT)
+    s = ProducerStateManager()
+    guard = s.maybe_start_verification(7, 100)
+    assert guard is not None and s.maybe_start_verification(7, 150) is guard      # one in flight per producer
+    assert s.verified(txn, guard) and not s.verified(txn, None)
+    assert s.verified(header(seq=0), None)                          # not transactional: nothing to verify
+    s.update(marker, 0, 1, (ABORT_MARKER, 0))                       # the transaction ended meanwhile
+    assert not s.verified(txn, guard)
+    again = s.maybe_start_verification(7, 200)
+    assert again is not guard and not s.verified(txn, guard) and s.verified(txn, again)
+    s.update(txn, 1, 1)                                             # opened the transaction
+    assert s.maybe_start_verification(7, 300) is None and s.verified(txn, None)  # open: nothing to verify
+    assert not s.verifying
+    s.maybe_start_verification(8, 400)
+    s.remove_expired(400 + 1000, 1000)                             # guards age out with producer.id.expiration.ms
+    assert not s.verifying

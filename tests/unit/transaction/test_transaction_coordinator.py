@@ -277,7 +277,8 @@ def test_read_committed_through_the_broker_core_stops_at_the_lso_and_reports_the
     from tests.unit.batches import make_batch
     from strandline.protocol.records import compute_crc
 
-    h = Harness()
+    # no transaction coordinator here to verify the batch with (KIP-890)
+    h = Harness(**{"transaction.partition.verification.enable": "false"})
     h.create("t")
     plain = make_batch([b"p"])
     h.produce("t", plain)
@@ -328,3 +329,32 @@ def test_transactional_records_without_a_transactional_id_are_refused():
     h.produce("t", txn)
     assert h.response(0, 7).responses[0].partition_responses[0].error_code == \
         ErrorCode.transactional_id_authorization_failed
+
+
+def test_verify_only_answers_from_the_state_without_writing():
+    """AddPartitionsToTxn v4 ``verify_only`` (KIP-890): NONE for a partition of the ongoing
+    transaction, INVALID_TXN_STATE for one not added; Kafka's errors for the wrong producer id or
+    epoch, a transaction being decided, and an id of another coordinator. Nothing is written."""
+    f = Fakes()
+    f.init()
+    assert f.c.verify_partitions(TX, 1001, 0, {("t", 0)}) == {("t", 0): ErrorCode.invalid_txn_state}   # Empty
+    f.c.add_partitions(TX, 1001, 0, {("t", 0)}, f.respond, 2)
+    assert f.c.verify_partitions(TX, 1001, 0, {("t", 0)}) == {("t", 0): ErrorCode.invalid_txn_state}   # not written yet
+    f.write()
+    written = len(f.log)
+    assert f.c.verify_partitions(TX, 1001, 0, {("t", 0), ("t", 1)}) == {
+        ("t", 0): ErrorCode.none, ("t", 1): ErrorCode.invalid_txn_state}
+    assert f.c.verify_partitions(TX, 1001, 1, {("t", 0)}) == {("t", 0): ErrorCode.producer_fenced}
+    assert f.c.verify_partitions(TX, 77, 0, {("t", 0)}) == {("t", 0): ErrorCode.invalid_producer_id_mapping}
+    unknown = next(i for i in (f"tx-{n}" for n in range(2, 1000)) if f.c.partition_of(i) == f.c.partition_of(TX))
+    assert f.c.verify_partitions(unknown, 1001, 0, {("t", 0)}) == {("t", 0): ErrorCode.invalid_producer_id_mapping}
+    assert f.c.verify_partitions("", 1001, 0, {("t", 0)}) == {("t", 0): ErrorCode.invalid_request}
+    assert len(f.log) == written and not f.pending_writes
+    f.c.end_transaction(TX, 1001, 0, False, f.respond, 3)
+    f.write()                                                       # PrepareAbort written: markers go out
+    assert f.c.verify_partitions(TX, 1001, 0, {("t", 0)}) == {("t", 0): ErrorCode.concurrent_transactions}
+    f.markers.pop()[-1](4)
+    f.write()                                                       # CompleteAbort: the partition left it
+    assert f.c.verify_partitions(TX, 1001, 0, {("t", 0)}) == {("t", 0): ErrorCode.invalid_txn_state}
+    f.c.unload_partition(f.c.partition_of(TX))
+    assert f.c.verify_partitions(TX, 1001, 0, {("t", 0)}) == {("t", 0): ErrorCode.not_coordinator}
