@@ -374,3 +374,25 @@ def test_a_retried_leader_and_isr_never_reaches_a_broker_after_the_stop_replica_
 
     result = run_seed(3101241, "txn", **run_options(), load="mixed")
     assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
+
+
+def test_a_topic_read_back_keeps_the_target_of_a_move_that_is_ending(monkeypatch):
+    """Seed 6500919 (safe, the whole menu): the end of a move of events-1 from [2, 3, 4] to
+    [1, 3, 4] had narrowed the controller's assignment to the target and deleted broker 2's
+    replica; a topic znode write that got no answer was read back before the move's own write of
+    the target, and the read put [1, 3, 4, 2] back in memory. The controller then told broker 2
+    the partition's state as a follower, and the leader's ISR expansion to [3, 4, 1, 2] was written
+    with 2 no longer a replica. A read-back now leaves a partition whose move is ending alone."""
+    from strandline.controller.reassignment import PartitionReassignments
+    from strandline.sim.menu import run_options
+
+    kept: list[tuple[str, int]] = []
+    real = PartitionReassignments._on_read_back
+
+    def on_read_back(self, ctx, name, results, when_ms):
+        kept.extend(key for key in ctx.completing if key[0] == name)
+        return real(self, ctx, name, results, when_ms)
+    monkeypatch.setattr(PartitionReassignments, "_on_read_back", on_read_back)
+    result = run_seed(6500919, "safe", **run_options(), load="mixed")
+    assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
+    assert ("events", 1) in kept, "seed 6500919 no longer reads a topic back while a move of it ends"

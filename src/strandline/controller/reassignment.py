@@ -198,7 +198,10 @@ class PartitionReassignments:
         if res.error is not ZkError.NONE:     # no answer again: read again, still in its turn
             return office.outbox.after(when_ms + RETRY_MS, ReadTopicBack(ctx, name, self))
         decoded = znodes.TopicZNode.decode(res.data, name)
-        topic.assignment.update({p: tuple(r) for p, r in decoded.partitions.items()})
+        # a partition whose move is ending keeps the target its end narrowed it to: the znode may
+        # not hold it yet (that write waits its turn behind this read), and the replicas the move
+        # took out must not be told the partition's state again (nor join its ISR)
+        topic.assignment.update({p: tuple(r) for p, r in decoded.partitions.items() if (name, p) not in ctx.completing})
         topic.adding = {p: tuple(r) for p, r in (decoded.adding_replicas or {}).items() if r}
         topic.removing = {p: tuple(r) for p, r in (decoded.removing_replicas or {}).items() if r}
         return self.resume(ctx, when_ms, [topic]) + ctx.topic_write_done(name, when_ms)
