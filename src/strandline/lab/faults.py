@@ -12,9 +12,10 @@ from strandline.lab.run import SESSION_MS, Fault, LabError, Run
 
 def wait_all_in_isr(run: Run, timeout_s: float = 60.0) -> None:
     """Until whichever broker leads has every broker in its ISR. After a controller failover the
-    leader need not be the one the faults elected: Kafka's new controller runs its first automatic
-    preferred-leader election 5 s after taking office (auto.leader.rebalance.enable), and moves
-    leadership back to the preferred replica once it is in the ISR."""
+    leader need not be the one the faults elected: a new controller (Kafka's and Strandline's) runs
+    its first automatic preferred-leader election 5 s after taking office
+    (auto.leader.rebalance.enable), and moves leadership back to the preferred replica once it is
+    in the ISR."""
     everyone = set(run.cluster.brokers)
     run.wait_for(f"ISR {sorted(everyone)} on the leader",
                  lambda: (leader := run.leader()) >= 0 and run.isr(leader) == everyone
@@ -325,7 +326,7 @@ def loss_6_elr(run: Run) -> None:
     run.wait_for(f"broker {leader} back as a follower of {new_leader}",
                  lambda: run.view(leader) is not None and run.seen(leader).leader == new_leader, 30)
     run.end(disk)
-    run.wait_isr(new_leader, set(run.cluster.brokers), timeout_s=60)
+    wait_all_in_isr(run)        # the controller's preferred-leader election may have moved it
 
 
 def epo_3(run: Run) -> None:
@@ -407,7 +408,7 @@ def epo_3_divergence(run: Run) -> None:
     run.cluster.restart(first)
     run.cluster.restart(last)
     run.end(crash)
-    run.wait_isr(successor, set(run.cluster.brokers), timeout_s=60)
+    wait_all_in_isr(run)        # the controller's preferred-leader election may have moved it
 
 
 def loss_5(run: Run) -> None:
