@@ -11,7 +11,7 @@ the message format the client reads.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Sequence, TypedDict
+from typing import Any, Callable, NamedTuple, Sequence, TypedDict
 
 from kio.schema.errors import ErrorCode
 
@@ -43,6 +43,17 @@ class _TopicById(TypedDict):
     partitions: list[FetchedPartition]
 
 
+class _FetchLimits(NamedTuple):
+    """What a Fetch asks of its read as a whole: who asks, how long it may wait, how many bytes at
+    least and at most, and its isolation level."""
+
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation: int
+
+
 class FetchApis:
     def __init__(self, config: BrokerConfig, metadata: MetadataCache, replicas: ReplicaManager, authorizer: AclAuthorizer,
                  fetch_sessions: FetchSessionCache, quota_apis: QuotaApis, arrivals: Arrivals) -> None:
@@ -70,16 +81,31 @@ class FetchApis:
             # never more than the quota allows in its whole window (Kafka's maxQuotaWindowBytes)
             max_bytes = int(min(max_bytes, self.quota_apis.fetch.max_window_bytes(self.quota_apis.user(conn_id),
                                                                                   header.client_id or "")))
-        isolation = getattr(request, "isolation_level", 0)
+        limits = _FetchLimits(replica_id, max_wait_ms, min_bytes, max_bytes, getattr(request, "isolation_level", 0))
         if header.api_version >= 13:
-            return self._fetch_by_topic_id(conn_id, header, request, replica_id, max_wait_ms, min_bytes, max_bytes,
-                                           isolation, now_ms)
+            return self._fetch_by_topic_id(conn_id, header, request, limits, now_ms)
         # one entry per partition, the last one named, as Kafka's fetch request keeps them
         wanted: list[tuple[str, FetchPartitionRequest]] = list({(t.topic, p.partition): (t.topic, p) for t in request.topics
                                                            for p in t.partitions}.values())
         forgotten = [(t.topic, index) for t in getattr(request, "forgotten_topics_data", ()) for index in t.partitions]
-        wanted, denied = self._fetch_allowed(conn_id, replica_id, wanted)
-        context = self._fetch_context(header, request, replica_id, wanted, forgotten, now_ms)
+
+        def convert(topics: list[FetchedTopic]) -> None:
+            if header.api_version < DOWN_CONVERTED_FETCH_BELOW:
+                self._down_convert(topics, header.api_version, wanted, replica_id >= 0)
+
+        return self._serve(conn_id, header, request, limits, wanted, forgotten, now_ms, convert, lambda topics: topics)
+
+    def _serve(self, conn_id: int, header: RequestHeader, request: Any, limits: _FetchLimits,
+               wanted: list[tuple[str, FetchPartitionRequest]], forgotten: list[tuple[str, int]], now_ms: int,
+               convert: Callable[[list[FetchedTopic]], None],
+               shape: Callable[[list[FetchedTopic]], Sequence[FetchedTopic | _TopicById]]) -> list[Effect]:
+        """What a Fetch by names and one by ids share: the ACL checks, the fetch session, the read
+        (long-polled by the :class:`ReplicaManager`), the consumer's quota and the answer.
+        ``convert`` rewrites the read partitions' records in place (down-conversion); ``shape``
+        turns the answer's topics into the version's form (by name or by id)."""
+        replica_id = limits.replica_id
+        allowed, denied = self._fetch_allowed(conn_id, replica_id, wanted)
+        context = self._fetch_context(header, request, replica_id, allowed, forgotten, now_ms)
         if context.error is not ErrorCode.none:
             return [self._fetch_response(conn_id, header, [], context)]
         denied += self._session_denied(conn_id, replica_id, context)
@@ -89,16 +115,15 @@ class FetchApis:
             if throttled is not None:
                 return throttled
             topics = context.answer(topics)
-            if header.api_version < DOWN_CONVERTED_FETCH_BELOW:
-                self._down_convert(topics, header.api_version, wanted, replica_id >= 0)
+            convert(topics)
             self.replicas.topic_stats.fetched(topics, replica_id >= 0)
             if denied:
                 topics += _fetch_denied(denied)
-            return [self._fetch_response(conn_id, header, topics, context)]
+            return [self._fetch_response(conn_id, header, shape(topics), context)]
 
-        return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
-                                            context.wanted, respond, now_ms, context.session_keys,
-                                            _client_rack(header, request))
+        return self.replicas.fetch_messages(conn_id, replica_id, limits.max_wait_ms, limits.min_bytes,
+                                            limits.max_bytes, limits.isolation, context.wanted, respond, now_ms,
+                                            context.session_keys, _client_rack(header, request))
 
     def _fetch_throttle(self, conn_id: int, header: RequestHeader, replica_id: int, topics: list[FetchedTopic],
                         context: FetchContext, now_ms: int) -> list[Effect] | None:
@@ -197,8 +222,8 @@ class FetchApis:
         return self.fetch_sessions.context(request.session_id, request.session_epoch, wanted, forgotten,
                                            replica_id >= 0, now_ms)
 
-    def _fetch_by_topic_id(self, conn_id: int, header: RequestHeader, request: Any, replica_id: int,
-                           max_wait_ms: int, min_bytes: int, max_bytes: int, isolation: int, now_ms: int) -> list[Effect]:
+    def _fetch_by_topic_id(self, conn_id: int, header: RequestHeader, request: Any, limits: _FetchLimits,
+                           now_ms: int) -> list[Effect]:
         """Fetch v13+ names topics by id (KIP-516): an id this broker does not know is answered
         UNKNOWN_TOPIC_ID for each of its partitions; the others are fetched as by name."""
         names = {t.topic_id: t.name for t in self.metadata.topics.values()}
@@ -219,30 +244,17 @@ class FetchApis:
                     wanted[(name, p.partition)] = (name, p)
         forgotten = [(known[t.topic_id], index) for t in request.forgotten_topics_data
                      if t.topic_id in known for index in t.partitions]
-        allowed, denied = self._fetch_allowed(conn_id, replica_id, list(wanted.values()))
-        context = self._fetch_context(header, request, replica_id, allowed, forgotten, now_ms)
-        if context.error is not ErrorCode.none:
-            return [self._fetch_response(conn_id, header, [], context)]
-        denied += self._session_denied(conn_id, replica_id, context)
 
-        def respond(topics: list[FetchedTopic]) -> list[Effect]:
-            throttled = self._fetch_throttle(conn_id, header, replica_id, topics, context, now_ms)
-            if throttled is not None:
-                return throttled
-            topics = context.answer(topics)
-            self.replicas.topic_stats.fetched(topics, replica_id >= 0)
-            if denied:
-                topics += _fetch_denied(denied)
-            by_id: list[_TopicById] = [{"topic_id": ids.get(t["topic"], uuid.UUID(int=0)), "partitions": t["partitions"]}
-                                       for t in topics]
-            by_id += [{"topic_id": topic_id, "partitions": [_error_partition(index, ErrorCode.unknown_topic_id)
-                                                            for index in indexes]}
-                      for topic_id, indexes in unknown.items()]
-            return [self._fetch_response(conn_id, header, by_id, context)]
+        def by_id(topics: list[FetchedTopic]) -> list[_TopicById]:
+            shaped: list[_TopicById] = [{"topic_id": ids.get(t["topic"], uuid.UUID(int=0)), "partitions": t["partitions"]}
+                                        for t in topics]
+            shaped += [{"topic_id": topic_id, "partitions": [_error_partition(index, ErrorCode.unknown_topic_id)
+                                                             for index in indexes]}
+                       for topic_id, indexes in unknown.items()]
+            return shaped
 
-        return self.replicas.fetch_messages(conn_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation,
-                                            context.wanted, respond, now_ms, context.session_keys,
-                                            _client_rack(header, request))
+        return self._serve(conn_id, header, request, limits, list(wanted.values()), forgotten, now_ms,
+                           lambda topics: None, by_id)
 
     def _fetch_response(self, conn_id: int, header: RequestHeader, topics: Sequence[FetchedTopic | _TopicById],
                         context: FetchContext) -> Send:

@@ -11,7 +11,6 @@ it returns effects; time comes in as ``now_ms``.
 from __future__ import annotations
 
 import functools
-import struct
 from typing import Any, Callable, Iterable, NamedTuple, cast
 
 from kio.schema.errors import ErrorCode
@@ -23,8 +22,7 @@ from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.znodes import BrokerInfo
 from strandline.log.manager import LogManager
 from strandline.log.producer_state import VerificationGuard
-from strandline.protocol.markers import CONTROL_BIT, TRANSACTIONAL_BIT
-from strandline.protocol.records import HEADER_SIZE, Buffer, read_header
+from strandline.protocol.records import Buffer
 from strandline.replication.alter_isr_manager import AlterIsrManager
 from strandline.replication.controller_requests import ControlRespond, ControllerRequests, LeadershipListener
 from strandline.replication.fetch_session import ChangeJournal, FetchSession, SessionPartition, SessionScan
@@ -34,6 +32,7 @@ from strandline.replication.isr_manager import IsrManager
 from strandline.replication.leader_writes import LeaderWrites
 from strandline.replication.log_admin import LogAdmin
 from strandline.replication.partition import FetchClock, Partition
+from strandline.replication.produce_verification import VerifyTransaction, verification_error, verification_guards
 from strandline.replication.purgatory import (DelayedFetch, DelayedProduce, FetchParams, KeyedRequest, LogReadResult,
                                               ProduceResult, Purgatory)
 from strandline.replication.quota import ReplicationQuota, throttled
@@ -42,14 +41,6 @@ from strandline.replication.topic_ids import stale_log
 from strandline.replication.topic_stats import BrokerTopicStats
 
 Key = tuple[str, int]
-#: ``verify(transactional id, producer id, producer epoch, partitions, done(errors, now_ms), now_ms)``
-VerifyTransaction = Callable[[str, int, int, list[Key], Callable[[dict[Key, ErrorCode], int], list[Effect]], int],
-                             list[Effect]]
-#: what the coordinator's answer to a verification means to a producer that cannot know those errors
-#: from a Produce answer: retriable ones become NOT_ENOUGH_REPLICAS (as Kafka: a retry, no metadata refresh)
-_UNVERIFIED_RETRIABLE = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
-                                   ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
-                                   ErrorCode.not_coordinator})
 #: the partitions a Fetch names: each with its topic's name and what the Fetch asks of it
 Wanted = list[tuple[str, FetchPartitionRequest]]
 
@@ -268,7 +259,7 @@ class ReplicaManager:
         verify = self.verify_transaction
         if transactional and transactional_id and verify is not None and \
                 self.config["transaction.partition.verification.enable"]:
-            guards, producer = self._verification_guards(entries, now_ms)
+            guards, producer = verification_guards(self.partitions, ((t.name, i, r) for t, i, r in entries), now_ms)
             if guards:
                 # the request's records are views of its frame: kept as bytes while the coordinator answers
                 owned = [ProduceEntry(t, i, bytes(r) if r is not None else None) for t, i, r in entries]
@@ -281,31 +272,6 @@ class ReplicaManager:
 
                 return verify(transactional_id, producer[0], producer[1], sorted(guards), verified, now_ms)
         return self._append(conn_id, timeout_ms, acks, entries, respond, now_ms, transactional, legacy, {}, {})
-
-    def _verification_guards(self, entries: list[ProduceEntry], now_ms: int
-                             ) -> tuple[dict[tuple[str, int], VerificationGuard], tuple[int, int]]:
-        """The partitions whose transactional batch would open its producer's transaction, each
-        with the guard its append needs (Kafka's ``partitionEntriesForVerification``), and that
-        producer's id and epoch. A partition this broker does not lead, or whose records do not
-        read as a transactional batch, is left to the append's own checks."""
-        guards: dict[tuple[str, int], VerificationGuard] = {}
-        producer = (-1, -1)
-        for topic, index, records in entries:
-            partition = self.partitions.get((topic.name, index))
-            if partition is None or not partition.is_leader or records is None or len(records) < HEADER_SIZE:
-                continue
-            try:
-                header = read_header(records, 0)
-            except (ValueError, struct.error):
-                continue
-            if header.magic != 2 or header.producer_id < 0 or not header.attributes & TRANSACTIONAL_BIT or \
-                    header.attributes & CONTROL_BIT:
-                continue
-            guard = partition.producer_state.maybe_start_verification(header.producer_id, now_ms)
-            if guard is not None:
-                guards[(topic.name, index)] = guard
-                producer = (header.producer_id, header.producer_epoch)
-        return guards, producer
 
     def _append(self, conn_id: int, timeout_ms: int, acks: int, entries: list[ProduceEntry],
                 respond: Callable[[dict[tuple[str, int], ProduceResult]], list[Effect]], now_ms: int,
@@ -584,20 +550,6 @@ class ReplicaManager:
         self.produce_purgatory.cancel_connection(conn_id)
         self.fetch_purgatory.cancel_connection(conn_id)
         self.log_admin.connection_closed(conn_id)
-
-
-def verification_error(error: ErrorCode) -> ProduceResult:
-    """A Produce answer for a partition the coordinator did not confirm (Kafka's
-    ``postVerificationCallback``): INVALID_TXN_STATE when the partition is not in the producer's
-    transaction; the coordinator being unreachable, moving or busy deciding, NOT_ENOUGH_REPLICAS,
-    which producers retry; its other errors (INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING)
-    as they are."""
-    if error is ErrorCode.invalid_txn_state:
-        return ProduceResult(error, message="Partition was not added to the transaction")
-    if error in _UNVERIFIED_RETRIABLE:
-        return ProduceResult(ErrorCode.not_enough_replicas, message="Unable to verify the partition has been added "
-                                                                    f"to the transaction. Underlying error: {error.name}")
-    return ProduceResult(error)
 
 
 def _empty_fetch_entry(index: int, isolation: int) -> FetchedPartition:
