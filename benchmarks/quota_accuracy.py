@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import time
 import uuid
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from strandline.load.quota_probe import produce_flat_out
 
 
 def run_once(bootstrap: str, quota: int, seconds: float, skip: float) -> tuple[float, int, int]:
@@ -39,28 +39,9 @@ def run_once(bootstrap: str, quota: int, seconds: float, skip: float) -> tuple[f
     if done.returncode != 0:
         raise SystemExit(f"cannot set the quota on {bootstrap}: {done.stderr.strip()}")
     # the quota reaches the broker through ZooKeeper's change notification, well within --skip
-    acked: list[tuple[float, int]] = []
-    throttles: list[int] = []
-    producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "acks": 1, "linger.ms": 5,
-                         "queue.buffering.max.kbytes": 512,
-                         "throttle_cb": lambda event: throttles.append(int(event.throttle_time * 1000))})
-    value = b"q" * 1000
-    start = time.monotonic()
-
-    def delivered(err, msg) -> None:
-        if err is None:
-            acked.append((time.monotonic() - start, len(msg.value())))
-
-    while time.monotonic() - start < seconds:
-        try:
-            producer.produce(topic, value, on_delivery=delivered)
-        except BufferError:
-            producer.poll(0.01)
-        producer.poll(0)
-    producer.flush(30)
-    rate = sum(n for t, n in acked if skip <= t <= seconds) / (seconds - skip)
-    positive = [t for t in throttles if t > 0]
-    return rate, len(positive), max(positive, default=0)
+    seen = produce_flat_out({"bootstrap.servers": bootstrap, "client.id": client_id}, topic, seconds)
+    positive = seen.throttled()
+    return seen.rate_after(skip), len(positive), max(positive, default=0)
 
 
 def main() -> None:

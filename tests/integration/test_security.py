@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 
+from strandline.load.quota_probe import produce_flat_out
 from strandline.security.certs import CertificateAuthority
 from tests.conftest import free_ports, new_cluster, poll_until, wait_for_line
 
@@ -484,9 +485,6 @@ def test_a_users_produce_quota_holds_an_authenticated_producer_within_20_percent
     rate window lets a client send 10 s' worth of its quota at once, so the rate is measured on
     what was acknowledged from 12 s to 32 s, and it is within 20 % of the quota; her answers carry
     throttle_time_ms. User:admin, with no quota, produces well above it unthrottled."""
-    import time
-
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, \
         ResourcePatternType, ResourceType
 
@@ -502,41 +500,18 @@ def test_a_users_produce_quota_holds_an_authenticated_producer_within_20_percent
                    "alice", "--alter", "--add-config", f"producer_byte_rate={QUOTA_BYTES}")
     assert done.returncode == 0, done.stderr
 
-    def produce_for(user: str, password: str, seconds: float) -> tuple[list[tuple[float, int]], list[int]]:
-        """(time since the start, value bytes) of each acknowledged record, and the throttle times."""
-        acked: list[tuple[float, int]] = []
-        throttles: list[int] = []
-        producer = Producer({**conf(cluster, files, "SASL_SSL", user, password), "acks": 1, "linger.ms": 5,
-                             "queue.buffering.max.kbytes": 512,
-                             "throttle_cb": lambda event: throttles.append(int(event.throttle_time * 1000))})
-        start = time.monotonic()
-        value = b"q" * 1000
-
-        def delivered(err, msg) -> None:
-            if err is None:
-                acked.append((time.monotonic() - start, len(msg.value())))
-
-        while time.monotonic() - start < seconds:
-            try:
-                producer.produce(topic, value, on_delivery=delivered)
-            except BufferError:
-                producer.poll(0.01)
-            producer.poll(0)
-        producer.flush(30)
-        return [(t, n) for t, n in acked if t <= seconds], throttles
-
     # alice must be allowed before she is measured (the ACL reaches the authorizer through ZooKeeper)
     poll_until(lambda: produce(conf(cluster, files, "SASL_SSL", "alice", "alice-secret"), topic) == "NO_ERROR", 20,
                message="alice's write allowed")
-    free, free_throttles = produce_for("admin", "admin-secret", 3.0)
-    free_rate = sum(n for _, n in free) / 3.0
-    held, throttles = produce_for("alice", "alice-secret", 32.0)
-    rate = sum(n for t, n in held if t >= 12.0) / 20.0
+    free = produce_flat_out(conf(cluster, files, "SASL_SSL", "admin", "admin-secret"), topic, 3.0)
+    free_rate = free.rate_after(0.0)
+    held = produce_flat_out(conf(cluster, files, "SASL_SSL", "alice", "alice-secret"), topic, 32.0)
+    rate = held.rate_after(12.0)
     print(f"User:alice with producer_byte_rate {QUOTA_BYTES}: {rate:,.0f} B/s from 12 s to 32 s "
-          f"({rate / QUOTA_BYTES:.2f} of the quota), {len(throttles)} throttled answers, max "
-          f"{max(throttles, default=0)} ms; User:admin without a quota: {free_rate:,.0f} B/s")
-    assert free_rate > 2 * QUOTA_BYTES and not [t for t in free_throttles if t > 0]
-    assert [t for t in throttles if t > 0]
+          f"({rate / QUOTA_BYTES:.2f} of the quota), {len(held.throttles)} throttled answers, max "
+          f"{max(held.throttles, default=0)} ms; User:admin without a quota: {free_rate:,.0f} B/s")
+    assert free_rate > 2 * QUOTA_BYTES and not free.throttled()
+    assert held.throttled()
     assert 0.8 * QUOTA_BYTES <= rate <= 1.2 * QUOTA_BYTES, rate
 
 
