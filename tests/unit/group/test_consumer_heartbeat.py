@@ -3,12 +3,14 @@ Kafka's epochs and errors, and the records written rebuild the group."""
 
 from __future__ import annotations
 
+from kio.schema.consumer_group_describe.v0 import response as kio
 from kio.schema.errors import ErrorCode
 
+from strandline.group.consumer.describe import describe
 from strandline.group.consumer.group import ConsumerGroupState
 from strandline.group.consumer.heartbeat import ConsumerGroupConfig, HeartbeatRequest, RebalanceTimeout, SessionTimeout
 from strandline.group.consumer.model import MemberState, pairs, size
-from tests.unit.group.consumer_clients import GROUP, Client, Harness
+from tests.unit.group.consumer_clients import GROUP, TOPICS, Client, Harness
 
 
 def joined(h: Harness, name: str, **kwargs) -> Client:
@@ -198,3 +200,28 @@ def test_the_configuration_takes_kafkas_keys_and_class_names():
         "group.consumer.session.timeout.ms": "10000", "group.consumer.heartbeat.interval.ms": "1000"})
     assert (config.assignors, config.session_timeout_ms, config.heartbeat_interval_ms) == (("uniform",), 10000, 1000)
     assert ConsumerGroupConfig.from_properties({}) == ConsumerGroupConfig()
+
+
+def test_consumer_group_describe_answers_each_member_with_its_assignment_and_target():
+    h = Harness()
+    a = joined(h, "a", assignor="range")
+    b = joined(h, "b", instance_id="i-b")
+    h.beat(a)
+    (group, missing) = describe(h.coordinator.groups, ["g", "nope"], "uniform", TOPICS)
+    assert missing["error_code"] is ErrorCode.group_id_not_found
+    assert (group["group_state"], group["group_epoch"], group["assignment_epoch"], group["assignor_name"]) == \
+        ("Reconciling", 2, 2, "range")
+    by_id = {m["member_id"]: m for m in group["members"]}
+    assert by_id[b.member_id]["instance_id"] == "i-b" and by_id[b.member_id]["assignment"]["topic_partitions"] == []
+    assert [tp["partitions"] for tp in by_id[b.member_id]["target_assignment"]["topic_partitions"]] == [[0, 1, 2], [0, 1]]  # static first
+    assert [tp["topic_name"] for tp in by_id[a.member_id]["assignment"]["topic_partitions"]] == ["orders", "payments"]
+    # the body has the fields of kio's DescribedGroup, v0
+    def assignment(a):
+        return kio.Assignment(topic_partitions=tuple(kio.TopicPartitions(**{**tp, "partitions": tuple(tp["partitions"])})
+                                                     for tp in a["topic_partitions"]))
+
+    members = tuple(kio.Member(**{**m, "assignment": assignment(m["assignment"]),
+                                  "target_assignment": assignment(m["target_assignment"]),
+                                  "subscribed_topic_names": tuple(m["subscribed_topic_names"])})
+                    for m in group["members"])
+    kio.DescribedGroup(**{**group, "members": members})

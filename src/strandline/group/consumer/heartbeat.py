@@ -19,7 +19,6 @@ deadlines (:class:`SessionTimeout`, :class:`RebalanceTimeout`) that :meth:`expir
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping
 from uuid import UUID
@@ -28,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.group.consumer import records as rec
 from strandline.group.consumer.assignors import ASSIGNORS, CLASS_NAMES, RANGE, UNIFORM, MemberSpec
+from strandline.group.consumer.describe import preferred_assignor
 from strandline.group.consumer.group import ConsumerGroup
 from strandline.group.consumer.model import (EMPTY, LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                                              Assignment, ConsumerGroupError, ConsumerGroupMember, MemberState,
@@ -303,8 +303,7 @@ class ConsumerGroupCoordinator:
     def _assign(self, work: ConsumerGroup, emit: Callable[[rec.Record], None]) -> None:
         """A new target assignment at the group epoch (Kafka's ``TargetAssignmentBuilder``): a
         record for each member whose target changed, then the target's epoch."""
-        counts = Counter(m.server_assignor for m in work.members.values() if m.server_assignor is not None)
-        name = max(counts, key=lambda n: (counts[n], n)) if counts else self.config.assignors[0]
+        name = preferred_assignor(work, self.config.assignors[0])
         by_name = work.subscription_metadata
         specs = [MemberSpec(m.member_id, m.instance_id,
                             frozenset(by_name[n].topic_id for n in _subscribed_names(m, by_name) if n in by_name),
