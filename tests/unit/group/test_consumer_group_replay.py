@@ -4,6 +4,7 @@ partition given to a member while another owns it)."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from strandline.errors import BrokenInvariant
 from strandline.group.consumer import records as rec
 from strandline.group.consumer.group import ConsumerGroup, ConsumerGroupState, rebuild
 from strandline.group.consumer.model import MemberState
+from tests.unit.group.test_state_tables import _state_changes
 
 T = uuid.UUID(int=3)
 
@@ -64,3 +66,11 @@ def test_a_group_with_members_cannot_be_deleted():
     group = rebuild("g", [subscribed("a")])
     with pytest.raises(BrokenInvariant):
         group.replay((rec.Key(rec.GROUP_METADATA, "g"), None))
+
+
+def test_a_members_state_changes_only_in_reconciliation_replay_and_a_restart():
+    """As for the classic group's states: a member's state is set in three places only, the
+    reconciliation step, the replay of its record, and a member starting over from epoch 0."""
+    package = Path(__file__).resolve().parents[3] / "src" / "strandline" / "group" / "consumer"
+    changes = {(path.name, function) for path in sorted(package.glob("*.py")) for function, _ in _state_changes(path)}
+    assert changes == {("reconcile.py", "_with"), ("group.py", "replay"), ("heartbeat.py", "_restart")}
