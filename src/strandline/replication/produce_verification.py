@@ -62,7 +62,8 @@ def verification_guards(partitions: Mapping[Key, Partition], entries: Iterable[t
         if header.magic != 2 or header.producer_id < 0 or not header.attributes & TRANSACTIONAL_BIT or \
                 header.attributes & CONTROL_BIT:
             continue
-        guard = partition.producer_state.maybe_start_verification(header.producer_id, now_ms)
+        guard = partition.producer_state.maybe_start_verification(header.producer_id, header.producer_epoch,
+                                                                   now_ms)
         if guard is not None:
             guards[(topic, index)] = guard
             producer = (header.producer_id, header.producer_epoch)
