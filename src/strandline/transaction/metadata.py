@@ -70,13 +70,14 @@ class TransactionMetadata:
     #: InitProducerId gets the same answer; -1 after a bump that fenced another instance. Not logged.
     last_epoch: int = field(default=-1, compare=False)
     #: transaction version 2 (KIP-890): the producer id this one replaced when its epochs ran out
-    #: at an EndTxn, so that a retry of that EndTxn is known; -1 if none. Not logged.
+    #: at an EndTxn, so that a retry of that EndTxn is known; -1 if none. Logged in value v1 (tag 0).
     previous_producer_id: int = field(default=-1, compare=False)
     #: transaction version 2: the producer id a prepared transaction's producer gets once it is
-    #: complete, its epochs having run out; -1: it keeps its id. Not logged.
+    #: complete, its epochs having run out; -1: it keeps its id. Logged in value v1 (tag 1).
     next_producer_id: int = field(default=-1, compare=False)
     #: whether the client of the transaction's last EndTxn spoke transaction version 2 (EndTxn
-    #: v5+): the producer epoch is bumped at each commit or abort. Not logged.
+    #: v5+), or of a partition a leader added for one: the producer epoch is bumped at each commit or
+    #: abort. Such a transaction is logged as value v1 (tag 2, the client transaction version 2).
     tv2: bool = field(default=False, compare=False)
 
     def transition_to(self, state: TransactionState, **changes: Any) -> TransactionMetadata:

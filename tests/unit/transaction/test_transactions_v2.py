@@ -116,3 +116,36 @@ def test_a_transaction_of_version_1_is_aborted_for_it_with_one_bump_as_before():
     f.c.abort_timed_out(5000)
     f.write()
     assert f.markers[0][2:4] == (1, False)
+
+
+def test_a_v2_transaction_is_logged_as_value_v1_with_its_tagged_fields():
+    """Kafka's TransactionLogValue v1 (flexible): compact arrays and strings, then tagged fields
+    0 (previous producer id), 1 (next producer id), 2 (client transaction version), each written
+    only when not its default. A transaction of transactions v1 stays value v0."""
+    from strandline.transaction import records as rec
+    m = rec.TransactionMetadata("tx", 5, 7, 60000, S.PREPARE_COMMIT, {("a", 1), ("a", 0)}, 10, 5,
+                                next_producer_id=9, tv2=True)
+    value = rec.encode_value(m)
+    assert value == (b"\x00\x01" + (5).to_bytes(8, "big") + b"\x00\x07" + (60000).to_bytes(4, "big") + b"\x02"
+                     + b"\x02" + b"\x02a" + b"\x03" + (0).to_bytes(4, "big") + (1).to_bytes(4, "big") + b"\x00"
+                     + (10).to_bytes(8, "big") + (5).to_bytes(8, "big")
+                     + b"\x02" + b"\x01\x08" + (9).to_bytes(8, "big") + b"\x02\x02\x00\x02")
+    back = rec.decode_value("tx", value)
+    assert back == m and (back.previous_producer_id, back.next_producer_id, back.tv2) == (-1, 9, True)
+    assert rec.encode_value(dataclasses.replace(m, tv2=False, next_producer_id=-1))[:2] == b"\x00\x00"
+
+
+def test_a_new_coordinator_completes_a_commit_that_ran_out_of_epochs_with_the_new_producer_id():
+    f = Fakes()
+    f.init()
+    f.c.transactions[TX] = dataclasses.replace(f.state(), producer_epoch=MAX_PRODUCER_EPOCH - 1)
+    ongoing_v2(f, MAX_PRODUCER_EPOCH - 1)
+    assert end(f, MAX_PRODUCER_EPOCH - 1, True) == (ErrorCode.none, 1002, 0)   # PrepareCommit written
+    g = Fakes()
+    g.c.unload_partition(g.c.partition_of(TX))
+    g.c.load_partition(g.c.partition_of(TX), 6, [(i, k, v) for i, (_, k, v) in enumerate(f.log)], 10)
+    g.write()                                                     # the Prepare record written again
+    g.markers.pop()[5](11)
+    g.write()
+    assert (g.state().producer_id, g.state().producer_epoch, g.state().state) == (1002, 0, S.COMPLETE_COMMIT)
+    assert end(g, MAX_PRODUCER_EPOCH - 1, True, pid=1001) == (ErrorCode.none, 1002, 0)   # the client's retry
