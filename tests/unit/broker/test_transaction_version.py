@@ -29,3 +29,10 @@ def test_apiversions_finalizes_transaction_version_2_by_default_as_a_fresh_kafka
 def test_apiversions_reports_the_configured_level_and_none_at_level_0():
     assert features(Harness(**{"transaction.version": "1"}), 4)[2] == [("transaction.version", 1, 1)]
     assert features(Harness(**{"transaction.version": "0"}), 4)[2] == []
+
+
+def test_an_apiversions_refused_for_its_software_name_reports_no_feature():
+    """As Kafka's ApiVersionsRequest.getErrorResponse (the differential test against Kafka 3.9)."""
+    body = Harness().call(18, 3, {"client_software_name": "no spaces allowed!", "client_software_version": "1"})
+    assert body.error_code == ErrorCode.invalid_request and not body.api_keys
+    assert (body.finalized_features_epoch, body.finalized_features) == (-1, ())
