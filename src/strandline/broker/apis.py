@@ -212,12 +212,12 @@ class KafkaApis:
     # -- ApiVersions
 
     def _api_versions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
-        body = api.api_versions_body()
+        body = api.api_versions_body(header.api_version, self.config["transaction.version"])
         name = getattr(request, "client_software_name", None)
         version = getattr(request, "client_software_version", None)
         if header.api_version >= 3 and not (_valid_software_field(name) and _valid_software_field(version)):
-            # as Kafka's ApiVersionsRequest.getErrorResponse: the error, no API list
-            body["error_code"], body["api_keys"] = ErrorCode.invalid_request, []
+            # as Kafka's ApiVersionsRequest.getErrorResponse: the error, no API list, no features
+            body = {"error_code": ErrorCode.invalid_request, "throttle_time": 0, "api_keys": []}
         return [response(conn_id, header, body)]
 
     # -- InitProducerId

@@ -106,7 +106,8 @@ class Broker:
         self.auto_topics.internal = {OFFSETS_TOPIC: self.offsets_topic.creation,
                                      TXN_TOPIC: self.transaction_state.creation}
         markers = TransactionMarkers(config, self.metadata, self.outbox)
-        self.replica_manager.verify_transaction = TransactionVerifier(config, self.metadata, self.outbox).verify
+        verifier = TransactionVerifier(config, self.metadata, self.outbox)
+        self.replica_manager.verify_transaction = verifier.verify
         self.transactions = TransactionCoordinator(config, self.transaction_state.append,
                                                    producer_ids.generate_producer_id, markers.send, self.outbox.after)
         self.replica_manager.leadership_listeners.append(
@@ -114,6 +115,7 @@ class Broker:
                 self.transactions, topic, index, leader, self._leader_epoch_of(topic, index), t))
         txn_apis = TxnApis(config, self.metadata, self.transactions, self.transaction_state, self.auto_topics,
                            self._write_marker, self.authorizer)
+        txn_apis.verifier = verifier
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, self.controller, self.auto_topics,
                               producer_ids,
                               GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics,

@@ -273,11 +273,22 @@ class GroupApis:
 
         if not offsets:
             return respond({})
-        return self.groups.txn_commit({
-            "group_id": request.group_id, "producer_id": request.producer_id,
-            "producer_epoch": request.producer_epoch, "generation_id": getattr(request, "generation_id", -1),
-            "member_id": getattr(request, "member_id", ""),
-            "group_instance_id": getattr(request, "group_instance_id", None), "offsets": offsets}, respond, now_ms)
+
+        def commit(error: ErrorCode, when_ms: int) -> list[Effect]:
+            if error is not ErrorCode.none:
+                return respond({(name, index): error for name, index, *_ in offsets})
+            return self.groups.txn_commit({
+                "group_id": request.group_id, "producer_id": request.producer_id,
+                "producer_epoch": request.producer_epoch, "generation_id": getattr(request, "generation_id", -1),
+                "member_id": getattr(request, "member_id", ""),
+                "group_instance_id": getattr(request, "group_instance_id", None), "offsets": offsets},
+                respond, when_ms)
+
+        if self.txn_apis.add_offsets_implicitly(header.api_version):
+            # transactions v2 (KIP-890 part 2): no AddOffsetsToTxn came; the group's partition joins first
+            return self.txn_apis.add_offsets_partition(request.transactional_id, request.producer_id,
+                                                       request.producer_epoch, request.group_id, commit, now_ms)
+        return commit(ErrorCode.none, now_ms)
 
     def _offset_fetch_group(self, conn_id: int, group_id: str, topics: Any,
                             require_stable: bool = False, partition_errors: bool = False

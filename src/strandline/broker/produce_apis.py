@@ -34,6 +34,7 @@ from strandline.core.config import BrokerConfig
 
 TOPIC_ID_PRODUCE = 13                    # Produce v13+ names topics by id (KIP-516)
 LEGACY_PRODUCE_BELOW = 3                 # Produce v0-v2 may carry message sets of format v0 and v1
+TV2_PRODUCE = 12                         # Produce v12+: transactions v2 (KIP-890 part 2), the leader adds the partition
 #: what a partition's result is kept under: its topic's name (or, for a v13+ request naming a topic id this
 #: broker does not know, that id) and its index
 ResultKey = tuple[str | uuid.UUID, int]
@@ -130,7 +131,8 @@ class ProduceApis:
         return effects + self.replicas.append_records(
             conn_id, duration_ms(request.timeout), acks, entries, respond, now_ms,
             transactional=transactional_id is not None, legacy=header.api_version < LEGACY_PRODUCE_BELOW,
-            transactional_id=transactional_id)
+            transactional_id=transactional_id,
+            tv2=header.api_version >= TV2_PRODUCE and self.config["transaction.version"] >= 2)
 
     def _produce_all_failed(self, conn_id: int, header: RequestHeader, request: Any, code: ErrorCode) -> list[Effect]:
         if request.acks == 0:

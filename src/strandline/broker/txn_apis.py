@@ -4,9 +4,12 @@
   ``__transaction_state`` partition (the topic is created on first use: 50 partitions, compacted,
   ``transaction.state.log.replication.factor`` replicas once that many brokers are alive).
 - InitProducerId with a ``transactional.id``, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn go to
-  :class:`strandline.transaction.coordinator.TransactionCoordinator`. AddPartitionsToTxn v4 comes
+  :class:`strandline.transaction.coordinator.TransactionCoordinator`. AddPartitionsToTxn v4+ comes
   from other brokers only (CLUSTER_ACTION): a partition leader's ``verify_only`` question before it
-  appends a transaction's first batch (KIP-890, :mod:`strandline.transaction.verification`).
+  appends a transaction's first batch (KIP-890, :mod:`strandline.transaction.verification`), or,
+  v5 without ``verify_only``, its adding the partition for a client of transaction version 2.
+- EndTxn v5 with ``transaction.version`` 2 (KIP-890 part 2): the coordinator bumps the producer
+  epoch at the commit or abort and answers with the producer id and epoch of the next transaction.
 - WriteTxnMarkers: a partition leader appends a coordinator's commit or abort markers.
 - :class:`strandline.transaction.markers.TransactionMarkers` sends those markers to each
   partition's leader (Kafka's TransactionMarkerChannelManager).
@@ -29,6 +32,7 @@ from strandline.security.acl import AclOperation, ResourceType
 from strandline.transaction.coordinator import TransactionCoordinator
 
 from strandline.transaction.metadata import TransactionState
+from strandline.transaction.verification import TransactionVerifier
 from strandline.transaction.state_topic import TXN_TOPIC, TransactionStateTopic
 
 #: ``write_marker(topic, index, producer id, producer epoch, commit, coordinator epoch, done(error, now_ms), now_ms)``:
@@ -38,6 +42,13 @@ from strandline.core.config import BrokerConfig
 
 #: AddPartitionsToTxn v4+ is sent by brokers (KIP-890): many transactions, ``verify_only``
 BROKER_ADD_PARTITIONS_VERSION = 4
+#: AddPartitionsToTxn v5 without ``verify_only``: a leader adds a partition for a client of
+#: transaction version 2 (KIP-890 part 2)
+TV2_ADD_PARTITIONS_VERSION = 5
+#: EndTxn v5: a client of transaction version 2, whose epoch each commit or abort bumps
+TV2_END_TXN_VERSION = 5
+#: TxnOffsetCommit v5: a client of transaction version 2, which sends no AddOffsetsToTxn
+TV2_TXN_OFFSET_COMMIT_VERSION = 5
 
 
 class TxnApis:
@@ -51,6 +62,8 @@ class TxnApis:
         self.state_topic = state_topic
         self.auto_topics = auto_topics
         self.write_markers = write_markers
+        #: how this broker asks a coordinator to add a partition (the broker wires it in)
+        self.verifier: TransactionVerifier | None = None
 
     def handlers(self) -> dict[int, Handler]:
         return {ApiKey.ADD_PARTITIONS_TO_TXN: self._add_partitions, ApiKey.ADD_OFFSETS_TO_TXN: self._add_offsets,
@@ -179,8 +192,9 @@ class TxnApis:
                 def added(error: ErrorCode, i: int = i, txn: Any = txn, wanted: list[tuple[str, int]] = wanted
                           ) -> list[Effect]:
                     return answered(i, txn.transactional_id, wanted, {tp: error for tp in wanted})
-                effects.extend(self.coordinator.add_partitions(txn.transactional_id, txn.producer_id,
-                                                               txn.producer_epoch, set(wanted), added, now_ms))
+                effects.extend(self.coordinator.add_partitions(
+                    txn.transactional_id, txn.producer_id, txn.producer_epoch, set(wanted), added, now_ms,
+                    tv2=header.api_version >= TV2_ADD_PARTITIONS_VERSION))
         return effects
 
     def _add_offsets(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
@@ -200,8 +214,47 @@ class TxnApis:
         respond = _error_answer(conn_id, header)
         if not self._may_write(conn_id, request.transactional_id):
             return respond(ErrorCode.transactional_id_authorization_failed)
+        if header.api_version >= TV2_END_TXN_VERSION and self.config["transaction.version"] >= 2:
+            def answer(error: ErrorCode, producer_id: int, producer_epoch: int) -> list[Effect]:
+                return [response(conn_id, header, {"throttle_time": 0, "error_code": error,
+                                                   "producer_id": producer_id, "producer_epoch": producer_epoch})]
+            return self.coordinator.end_transaction_v2(request.transactional_id, request.producer_id,
+                                                       request.producer_epoch, bool(request.committed), answer, now_ms)
         return self.coordinator.end_transaction(request.transactional_id, request.producer_id, request.producer_epoch,
                                                 bool(request.committed), respond, now_ms)
+
+    # -- TxnOffsetCommit v5 (transactions v2), from the group APIs' handler
+
+    def add_offsets_implicitly(self, version: int) -> bool:
+        """Whether a TxnOffsetCommit of ``version`` adds its group's ``__consumer_offsets``
+        partition to the transaction itself (v5 under ``transaction.version`` 2, KIP-890 part 2:
+        its client sent no AddOffsetsToTxn)."""
+        return version >= TV2_TXN_OFFSET_COMMIT_VERSION and self.config["transaction.version"] >= 2 and \
+            self.verifier is not None
+
+    def add_offsets_partition(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
+                              done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
+        """Have the coordinator add the group's ``__consumer_offsets`` partition to the producer's
+        transaction (AddPartitionsToTxn v5), then ``done(error, now_ms)``: NONE once added; what a
+        TxnOffsetCommit v5 answers otherwise (the coordinator unreachable or busy,
+        COORDINATOR_NOT_AVAILABLE, which the client retries; TRANSACTION_ABORTABLE; a fenced epoch
+        INVALID_PRODUCER_EPOCH)."""
+        from strandline.group.offsets_topic import OFFSETS_TOPIC
+        from strandline.group.records import partition_for
+
+        assert self.verifier is not None
+        key = (OFFSETS_TOPIC, partition_for(group_id, self.config["offsets.topic.num.partitions"]))
+
+        def added(errors: dict[tuple[str, int], ErrorCode], when_ms: int) -> list[Effect]:
+            error = errors.get(key, ErrorCode.none)
+            if error is ErrorCode.invalid_txn_state:
+                error = ErrorCode.transaction_abortable
+            elif error in (ErrorCode.concurrent_transactions, ErrorCode.network_exception, ErrorCode.not_coordinator,
+                           ErrorCode.coordinator_load_in_progress):
+                error = ErrorCode.coordinator_not_available
+            return done(error, when_ms)
+
+        return self.verifier.verify(transactional_id, producer_id, producer_epoch, [key], added, now_ms, add=True)
 
     # -- ListTransactions, DescribeTransactions (KIP-664: what kafka-transactions shows)
 

@@ -43,7 +43,7 @@ def _without(args: argparse.Namespace) -> set[str]:
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {**run_options(_without(args)), "load": args.load, "isr_writes": args.inter_broker_protocol,
-            "elr": args.elr}
+            "elr": args.elr, "txn_v2": args.txn_v2}
 
 
 def _flags(args: argparse.Namespace) -> str:
@@ -54,6 +54,7 @@ def _flags(args: argparse.Namespace) -> str:
             + (f" --inter-broker-protocol {args.inter_broker_protocol}" if args.inter_broker_protocol != "mixed"
                else "")
             + (f" --elr {args.elr}" if args.elr != "off" else "")
+            + (" --txn-v2" if args.txn_v2 else "")
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
 
@@ -187,6 +188,10 @@ def _menu_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--elr", choices=("off", "on", "mixed"), default="off",
                         help="eligible.leader.replicas.enable (KIP-966; in effect with inter.broker.protocol 2.8): "
                              "off (default), on, or mixed: each seed draws it, half and half")
+    parser.add_argument("--txn-v2", action="store_true",
+                        help="with --config txn: the transactional producers use transactions v2 (KIP-890 part 2, "
+                             "as Kafka's 4.x client with transaction.version 2: no AddPartitionsToTxn, Produce v12, "
+                             "EndTxn v5 bumping the epoch at each commit and abort)")
     parser.add_argument("--without", action="append", metavar="NAME[,NAME...]",
                         help="leave out of the run: " + ", ".join(EVERYTHING) + " (a run has all of them "
                              "by default: faults of the machines, an operator's requests, consumers reading "

@@ -196,6 +196,14 @@ BROKER_KEYS: dict[str, Key] = key_table(
             "(AddPartitionsToTxn v4, verify_only) whether the partition is in that ongoing transaction, "
             "and refuses the batch (INVALID_TXN_STATE) if not: a late batch cannot open a transaction "
             "that never ends. On by default, as in Kafka; every broker must serve AddPartitionsToTxn v4."),
+    Key("transaction.version", "int", 2, lo=0, hi=2,
+        doc="The finalized level of Kafka's feature transaction.version, which ApiVersions v3+ answers "
+            "(FinalizedFeatures; Kafka sets it with kafka-storage format --feature or kafka-features "
+            "upgrade, 2 on a fresh Kafka 4.0 cluster). At 2, Kafka 4.x clients use transactions v2 "
+            "(KIP-890 part 2): the producer epoch is bumped at every commit and abort (EndTxn v5), and a "
+            "partition or a group's offsets join a transaction when the first Produce v12 or "
+            "TxnOffsetCommit v5 reaches them (no AddPartitionsToTxn or AddOffsetsToTxn from the client). "
+            "0 or 1: clients use transactions v1; every broker of a cluster must have the same value."),
     Key("producer.id.expiration.ms", "int", 86400000, lo=1),
     Key("request.timeout.ms", "int", 30000, lo=0),
     Key("connections.max.idle.ms", "long", 600000),

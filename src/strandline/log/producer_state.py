@@ -159,11 +159,20 @@ class ProducerStateManager:
 
     # -- transaction verification (KIP-890) ------------------------------------------------
 
-    def maybe_start_verification(self, producer_id: int, now_ms: int) -> VerificationGuard | None:
-        """The guard a transactional batch of ``producer_id`` must be appended under: None when its
-        transaction is open here already (nothing to verify), else the guard in flight for it (a
-        new one if none is)."""
-        if producer_id in self.ongoing:
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether ``producer_id`` has a transaction open here of ``producer_epoch`` (Kafka's
+        ``hasOngoingTransaction``): one of an older epoch does not count, its marker may be on its
+        way (with transactions v2 every transaction has an epoch of its own, and the next one's
+        first batch may come before the previous one's marker)."""
+        entry = self.producers.get(producer_id)
+        return producer_id in self.ongoing and entry is not None and entry.epoch == producer_epoch
+
+    def maybe_start_verification(self, producer_id: int, producer_epoch: int,
+                                 now_ms: int) -> VerificationGuard | None:
+        """The guard a transactional batch of ``producer_id`` at ``producer_epoch`` must be
+        appended under: None when its transaction is open here already (nothing to verify), else
+        the guard in flight for it (a new one if none is)."""
+        if self.has_ongoing_transaction(producer_id, producer_epoch):
             return None
         guard = self.verifying.get(producer_id)
         if guard is None:
@@ -176,7 +185,7 @@ class ProducerStateManager:
         when ``guard`` is the one still in flight for it."""
         if header.attributes & CONTROL_BIT or not header.attributes & TRANSACTIONAL_BIT:
             return True
-        if header.producer_id in self.ongoing:
+        if self.has_ongoing_transaction(header.producer_id, header.producer_epoch):
             return True
         return guard is not None and self.verifying.get(header.producer_id) is guard
 

@@ -110,8 +110,12 @@ class ApiKey(enum.IntEnum):
 #    format v0 and v1 are converted to record batches v2 on produce and back on fetch
 #    (strandline.protocol.legacy_records).
 #  * Fetch 13-16 and Produce 13 address topics by id (KIP-516); librdkafka 2.16 uses Fetch 16.
-#  * Produce 12 (KIP-890) only changes what a transactional produce means; transactional
-#    produces are refused here, so v11 and v12 answer as v10.
+#  * Produce 12, EndTxn 5, TxnOffsetCommit 5, AddPartitionsToTxn 5 and AddOffsetsToTxn 4 are
+#    transactions v2 (KIP-890 part 2), which Kafka 4.x clients use when ApiVersions finalizes the
+#    feature transaction.version at 2 (TRANSACTION_VERSION, the broker's transaction.version): a
+#    Produce v12 or TxnOffsetCommit v5 adds its partition to the transaction through the
+#    coordinator, and EndTxn v5 bumps the producer epoch. EndTxn 4 and TxnOffsetCommit 4 only
+#    allow new errors, AddOffsetsToTxn 4 and Produce 11 likewise.
 #  * InitProducerId stops at v5 (PRODUCER_FENCED may be returned): v6 adds two-phase commit
 #    (KIP-939), which needs a transaction coordinator.
 #  * LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown (the controller's APIs,
@@ -156,10 +160,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2),
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
-    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-    ApiKey.END_TXN: (0, 3),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 0),
     ApiKey.WRITE_TXN_MARKERS: (0, 1),
@@ -361,11 +365,28 @@ def decode_response(api_key: int, api_version: int, frame: bytes | bytearray | m
     return _read_with_kio(read_header, read_body, frame, api_key, api_version, "response")[1]
 
 
-def api_versions_body() -> dict[str, Any]:
-    """An ApiVersions response body (any version) advertising :data:`SUPPORTED`."""
-    return {"error_code": ErrorCode.none, "throttle_time": 0,
-            "api_keys": [{"api_key": int(k), "min_version": lo, "max_version": hi}
-                         for k, (lo, hi) in sorted(SUPPORTED.items())]}
+#: Kafka's feature of the transaction protocol (KIP-890 part 2: level 2, transactions v2), and the
+#: levels this broker supports
+TRANSACTION_VERSION = "transaction.version"
+TRANSACTION_VERSIONS = (0, 2)
+
+
+def api_versions_body(version: int = 0, transaction_version: int = 0) -> dict[str, Any]:
+    """An ApiVersions response body advertising :data:`SUPPORTED`; from v3 with the features
+    (KIP-584): supported, ``transaction.version`` 0-2 (omitted before v4, whose clients take a
+    minimum of 0 for no support, as Kafka omits it), and finalized, ``transaction.version`` at
+    ``transaction_version`` (omitted at 0, as Kafka omits a feature at level 0)."""
+    body: dict[str, Any] = {"error_code": ErrorCode.none, "throttle_time": 0,
+                            "api_keys": [{"api_key": int(k), "min_version": lo, "max_version": hi}
+                                         for k, (lo, hi) in sorted(SUPPORTED.items())]}
+    if version >= 3:
+        lo, hi = TRANSACTION_VERSIONS
+        body["supported_features"] = [{"name": TRANSACTION_VERSION, "min_version": lo, "max_version": hi}
+                                      ] if version >= 4 or lo > 0 else []
+        body["finalized_features_epoch"] = 0
+        body["finalized_features"] = [{"name": TRANSACTION_VERSION, "max_version_level": transaction_version,
+                                       "min_version_level": transaction_version}] if transaction_version > 0 else []
+    return body
 
 
 def api_versions_fallback(correlation_id: int) -> bytes:

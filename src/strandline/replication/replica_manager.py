@@ -241,7 +241,7 @@ class ReplicaManager:
     def append_records(self, conn_id: int, timeout_ms: int, acks: int, entries: list[ProduceEntry],
                        respond: Callable[[dict[tuple[str, int], ProduceResult]], list[Effect]], now_ms: int,
                        transactional: bool = False, legacy: bool = False,
-                       transactional_id: str | None = None) -> list[Effect]:
+                       transactional_id: str | None = None, tv2: bool = False) -> list[Effect]:
         """A Produce request's partitions that passed the request's own checks (Kafka's
         ``appendRecords``): append each as leader (after up-converting a v0-v2 message set when
         ``legacy``), wake the fetches waiting on them, then ``respond(results)`` (a
@@ -255,22 +255,24 @@ class ReplicaManager:
         transaction coordinator is asked whether the partition is in that transaction
         (:attr:`verify_transaction`, AddPartitionsToTxn v4 ``verify_only``); the request's
         partitions are appended once it answers, those it refused failing with its error
-        (:func:`verification_error`)."""
+        (:func:`verification_error`). ``tv2``: a Produce v12 of transactions v2 (KIP-890 part 2),
+        whose client sent no AddPartitionsToTxn: the coordinator is asked to add the partition
+        (AddPartitionsToTxn v5) instead, whether verification is on or not."""
         verify = self.verify_transaction
         if transactional and transactional_id and verify is not None and \
-                self.config["transaction.partition.verification.enable"]:
+                (tv2 or self.config["transaction.partition.verification.enable"]):
             guards, producer = verification_guards(self.partitions, ((t.name, i, r) for t, i, r in entries), now_ms)
             if guards:
                 # the request's records are views of its frame: kept as bytes while the coordinator answers
                 owned = [ProduceEntry(t, i, bytes(r) if r is not None else None) for t, i, r in entries]
 
                 def verified(errors: dict[tuple[str, int], ErrorCode], when_ms: int) -> list[Effect]:
-                    refused = {key: verification_error(error) for key, error in errors.items()
+                    refused = {key: verification_error(error, tv2) for key, error in errors.items()
                                if key in guards and error is not ErrorCode.none}
                     return self._append(conn_id, timeout_ms, acks, owned, respond, when_ms, transactional, legacy,
                                         guards, refused)
 
-                return verify(transactional_id, producer[0], producer[1], sorted(guards), verified, now_ms)
+                return verify(transactional_id, producer[0], producer[1], sorted(guards), verified, now_ms, tv2)
         return self._append(conn_id, timeout_ms, acks, entries, respond, now_ms, transactional, legacy, {}, {})
 
     def _append(self, conn_id: int, timeout_ms: int, acks: int, entries: list[ProduceEntry],

@@ -87,8 +87,11 @@ class Explorer:
                  duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False,
                  add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False,
                  delete_records: bool = False, without: frozenset[str] | set[str] = frozenset(),
-                 load: str = "heavy", isr_writes: str = "mixed", elr: str = "off") -> None:
+                 load: str = "heavy", isr_writes: str = "mixed", elr: str = "off", txn_v2: bool = False) -> None:
         self.seed = seed
+        # the transactional producers use transactions v2 (KIP-890 part 2; the brokers' default
+        # transaction.version 2 finalizes it)
+        self.txn_v2 = txn_v2
         # who writes an ISR change: the controller (AlterIsr, inter.broker.protocol.version 2.8) or
         # its leader (2.6, the legacy mode); "mixed": drawn from the seed, half and half
         self.inter_broker_protocol = inter_broker_protocol_of(seed, isr_writes)
@@ -313,7 +316,7 @@ class Explorer:
         for n in range(1, TXN_PRODUCERS + 1):
             self.producers.append(TxnProducer(sim, self.txn_history, f"t{n}", topics,
                                               random.Random(self.rng.random()), note=self.note,
-                                              think_ms=self.load.txn_think_ms))
+                                              think_ms=self.load.txn_think_ms, tv2=self.txn_v2))
         self.consumers.append(Consumer(sim, self.history, "c1", TOPIC, self.partitions,
                                        random.Random(self.rng.random()),
                                        on_record=lambda p, o, v: self.invariants.on_consumed(self.history, p, o, v),

@@ -52,6 +52,7 @@ DELIVERY_TIMEOUT_MS = 8000      # a batch (or AddPartitionsToTxn) retried this l
 END_TIMEOUT_MS = 15000          # EndTxn retried this long, then the application gives up
 TXN_BACKOFF_MS = 20             # Kafka's short retry of CONCURRENT_TRANSACTIONS
 PRODUCE_VERSION = 8
+TV2_VERSIONS = {ApiKey.PRODUCE: 12, ApiKey.END_TXN: 5}     # transactions v2 (KIP-890 part 2)
 FETCH_VERSION = 11
 
 TP = tuple[str, int]
@@ -65,7 +66,8 @@ _NOT_APPLIED = _FENCED | _RETRY | {ErrorCode.invalid_txn_state, ErrorCode.invali
                                    ErrorCode.transactional_id_authorization_failed}
 # INVALID_TXN_STATE: the leader's verification (KIP-890) found the partition in no ongoing
 # transaction of this producer (a late batch, its transaction decided): the transaction is aborted
-_ABORTABLE = {ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id, ErrorCode.invalid_txn_state}
+_ABORTABLE = {ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id, ErrorCode.invalid_txn_state,
+              ErrorCode.transaction_abortable}
 
 
 @dataclass
@@ -144,8 +146,13 @@ class _MultiTopicClient(_Client):
 class TxnProducer(_MultiTopicClient):
     def __init__(self, sim: SimCluster, history: TxnHistory, name: str, topics: dict[str, int],
                  rng: random.Random, *, think_ms: tuple[int, int] = (10, 200), commit_ratio: float = 0.7,
-                 restart_chance: float = 0.02, note: Callable[[str], None] | None = None) -> None:
+                 restart_chance: float = 0.02, note: Callable[[str], None] | None = None,
+                 tv2: bool = False) -> None:
         super().__init__(sim, name, topics, rng)
+        # transactions v2, as Kafka's 4.x client with transaction.version 2: no AddPartitionsToTxn
+        # (Produce v12 has the leader add each partition), EndTxn v5, whose answer gives the
+        # bumped epoch the next transaction uses
+        self.tv2 = tv2
         self.history = history
         self.transactional_id = f"tx-{name}"
         self.think_ms = think_ms
@@ -319,7 +326,7 @@ class TxnProducer(_MultiTopicClient):
         self.txn = txn
         self.note(f"{self.transactional_id} #{txn.number}: begins (pid {txn.producer_id} epoch {txn.producer_epoch}, "
                   f"{'commit' if txn.commit else 'abort'}) on {', '.join(f'{t}-{p}' for t, p in sorted(parts))}")
-        self.phase = "add"
+        self.phase = "produce" if self.tv2 else "add"
         self.phase_started_ms = self.sim.now
         self.step()
 
@@ -329,7 +336,7 @@ class TxnProducer(_MultiTopicClient):
         self.note(f"{self.transactional_id} #{self.txn.number}: abortable error ({why}), aborting")
         self.txn.commit = False
         self.txn.note = why
-        self.bump = True
+        self.bump = not self.tv2      # with transactions v2 the abort itself bumps the epoch
         self.batch = None
         self.phase = "end"
         self.phase_started_ms = self.sim.now
@@ -372,7 +379,7 @@ class TxnProducer(_MultiTopicClient):
             if not batches:
                 self.rounds.pop(0)
                 if self.rounds:
-                    self.phase = "add"
+                    self.phase = "produce" if self.tv2 else "add"
                     self.phase_started_ms = self.sim.now
                 else:
                     self.phase = "end"
@@ -415,6 +422,8 @@ class TxnProducer(_MultiTopicClient):
             elif error in _RETRIABLE:
                 self.tp_leaders.pop(tp, None)
                 self.retry_in(RETRY_BACKOFF_MS)
+            elif error is ErrorCode.concurrent_transactions:      # v12: the coordinator busy, retried
+                self.retry_in(TXN_BACKOFF_MS)
             elif error in _ABORTABLE:
                 self.abortable(f"Produce to {tp[0]}-{tp[1]}: {error.name}")
             elif error in _FENCED:
@@ -422,7 +431,8 @@ class TxnProducer(_MultiTopicClient):
             else:
                 self.history.errors.append(f"{self.transactional_id}: Produce to {tp[0]}-{tp[1]} answered {error.name}")
                 self.abortable(f"Produce: {error.name}")
-        self.send(leader, ApiKey.PRODUCE, PRODUCE_VERSION, body, on_answer)
+        self.send(leader, ApiKey.PRODUCE, TV2_VERSIONS[ApiKey.PRODUCE] if self.tv2 else PRODUCE_VERSION, body,
+                  on_answer)
 
     def end_txn(self) -> None:
         txn = self.txn
@@ -447,11 +457,15 @@ class TxnProducer(_MultiTopicClient):
                 txn.outcome = "committed" if commit else "aborted"
                 txn.ended_ms = self.sim.now
                 self.txn = None
+                if self.tv2:                # the next transaction's producer id and epoch
+                    self.producer_id, self.producer_epoch = int(resp.producer_id), int(resp.producer_epoch)
+                    self.sequences.clear()
                 self.retry_in(self.rng.randint(*self.think_ms))
             else:
                 self.on_coordinator_error(error, "EndTxn", f"{self.transactional_id} #{txn.number}: EndTxn("
                                                  f"{'commit' if commit else 'abort'})", restart_otherwise=True)
-        self.send(self._coordinator(), ApiKey.END_TXN, 3, body, on_answer)
+        self.send(self._coordinator(), ApiKey.END_TXN, TV2_VERSIONS[ApiKey.END_TXN] if self.tv2 else 3, body,
+                  on_answer)
 
 
 @dataclass

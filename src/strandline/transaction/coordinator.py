@@ -232,7 +232,10 @@ class TransactionCoordinator:
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                        partitions: set[tuple[str, int]], respond: Callable[[ErrorCode], list[Effect]],
-                       now_ms: int) -> list[Effect]:
+                       now_ms: int, tv2: bool = False) -> list[Effect]:
+        """``tv2``: a partition leader adds the partitions for a client of transaction version 2
+        (AddPartitionsToTxn v5 without ``verify_only``, KIP-890 part 2): the transaction is then
+        one whose epoch is bumped twice when it is aborted for it (:meth:`_fence_and_abort`)."""
         error = self._checked(transactional_id)
         m = self.transactions.get(transactional_id) if error is None else None
         if error is None:
@@ -240,10 +243,10 @@ class TransactionCoordinator:
         if error is not None:
             return respond(error)
         assert m is not None
-        if m.state is S.ONGOING and partitions <= m.partitions:
+        if m.state is S.ONGOING and partitions <= m.partitions and (m.tv2 or not tv2):
             return self._confirm(m, respond, now_ms)             # added already (a retry)
         new = m.transition_to(S.ONGOING, partitions=m.partitions | partitions, update_ms=now_ms,
-                              start_ms=m.start_ms if m.state is S.ONGOING else now_ms)
+                              start_ms=m.start_ms if m.state is S.ONGOING else now_ms, tv2=m.tv2 or tv2)
         return self._write(new, lambda e, t: respond(_coordinator_error(e)), now_ms)
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -296,6 +299,80 @@ class TransactionCoordinator:
             return respond(ErrorCode.invalid_txn_state)
         return self._prepare(m, commit, m.producer_epoch, lambda e, t: respond(_coordinator_error(e)), now_ms)
 
+    def end_transaction_v2(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                           respond: Callable[[ErrorCode, int, int], list[Effect]], now_ms: int) -> list[Effect]:
+        """EndTxn v5+, transaction version 2 (KIP-890 part 2, Kafka's ``endTransaction``): every
+        commit and abort bumps the producer epoch. The markers carry the bumped epoch, and the
+        answer, ``respond(error, producer id, producer epoch)``, gives the client those of its next
+        transaction: the bumped epoch, or a new producer id at epoch 0 once the epochs ran out. A
+        retry comes with the epoch before the bump (or the old producer id at the last epoch); an
+        abort needs no ongoing transaction. As Kafka's table, where ``retry`` is such an epoch:
+
+            state            abort retry   abort current   commit retry   commit current
+            Empty            PRODUCER_FENCED  bumped       PRODUCER_FENCED  INVALID_TXN_STATE
+            CompleteAbort    NONE          bumped          INVALID_TXN_STATE  INVALID_TXN_STATE
+            CompleteCommit   INVALID_TXN_STATE  bumped     NONE           INVALID_TXN_STATE
+        """
+        error = self._checked(transactional_id)
+        if error is not None:
+            return respond(error, -1, -1)
+        m = self.transactions.get(transactional_id)
+        if m is None:
+            return respond(ErrorCode.invalid_producer_id_mapping, -1, -1)
+        retry_on_overflow = m.previous_producer_id == producer_id and m.producer_epoch == 0 and \
+            producer_epoch == MAX_PRODUCER_EPOCH - 1
+        retry_on_bump = m.producer_epoch == producer_epoch + 1
+        if m.state in PREPARED:
+            valid = retry_on_bump
+        elif m.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            valid = retry_on_bump or retry_on_overflow or producer_epoch == m.producer_epoch
+        else:
+            valid = producer_epoch == m.producer_epoch
+        if m.producer_id != producer_id and not retry_on_overflow:
+            return respond(ErrorCode.invalid_producer_id_mapping, -1, -1)
+        if not valid:
+            return respond(ErrorCode.producer_fenced, -1, -1)
+        if transactional_id in self.pending:
+            return respond(ErrorCode.concurrent_transactions, -1, -1)
+        retry = retry_on_bump or retry_on_overflow
+        done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+        if m.state is S.ONGOING or (not commit and not retry and m.state in (S.EMPTY, S.COMPLETE_ABORT,
+                                                                             S.COMPLETE_COMMIT)):
+            return self._prepare_v2(m, commit, respond, now_ms)
+        if m.state is done and retry:                            # a retry of what was done
+            return self._confirm(m, lambda e: respond(e, *((m.producer_id, m.producer_epoch)
+                                                           if e is ErrorCode.none else (-1, -1))), now_ms)
+        if m.state is (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT):
+            return respond(ErrorCode.concurrent_transactions, -1, -1)
+        return respond(ErrorCode.invalid_txn_state, -1, -1)
+
+    def _prepare_v2(self, m: TransactionMetadata, commit: bool, respond: Callable[[ErrorCode, int, int], list[Effect]],
+                    now_ms: int) -> list[Effect]:
+        """Write PrepareCommit or PrepareAbort with the producer epoch bumped (and, when that was
+        its last epoch, the producer id the producer gets next), answer, then send the markers."""
+        def prepare(next_producer_id: int, when_ms: int) -> list[Effect]:
+            if self.transactions.get(m.transactional_id) is not m or m.transactional_id in self.pending:
+                return respond(ErrorCode.concurrent_transactions, -1, -1)
+            if exhausted and next_producer_id < 0:
+                return respond(ErrorCode.coordinator_not_available, -1, -1)
+            new = m.transition_to(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, producer_epoch=m.producer_epoch + 1,
+                                  last_epoch=m.producer_epoch, next_producer_id=next_producer_id, tv2=True,
+                                  update_ms=when_ms, start_ms=m.start_ms if m.state is S.ONGOING else when_ms)
+
+            def prepared(error: ErrorCode, at_ms: int) -> list[Effect]:
+                if error is not ErrorCode.none:
+                    return respond(_coordinator_error(error), -1, -1)
+                if new.next_producer_id >= 0:
+                    return respond(ErrorCode.none, new.next_producer_id, 0) + self._complete(new, commit, at_ms)
+                return respond(ErrorCode.none, new.producer_id, new.producer_epoch) + self._complete(new, commit, at_ms)
+
+            return self._write(new, prepared, when_ms)
+
+        exhausted = m.producer_epoch + 1 >= MAX_PRODUCER_EPOCH
+        if exhausted:
+            return self.new_producer_id(prepare, now_ms)
+        return prepare(-1, now_ms)
+
     def _prepare(self, m: TransactionMetadata, commit: bool, epoch: int,
                  answered: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
         new = m.transition_to(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, producer_epoch=epoch, update_ms=now_ms)
@@ -311,10 +388,14 @@ class TransactionCoordinator:
     def _fence_and_abort(self, m: TransactionMetadata, now_ms: int) -> list[Effect]:
         """Abort an ongoing transaction with the producer epoch bumped (a timeout, or a new instance
         of its producer): markers of the new epoch fence the old producer on every partition."""
-        if m.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
+        bump = 2 if m.tv2 else 1
+        if m.producer_epoch + bump >= MAX_PRODUCER_EPOCH:
             epoch = m.producer_epoch                  # the next InitProducerId gives a new producer id
         else:
-            epoch = m.producer_epoch + 1
+            # transaction version 2 (Kafka's fence, then the abort's own bump): the epoch the
+            # client holds is then neither the current one nor the one before it, so its EndTxn is
+            # PRODUCER_FENCED rather than taken for a retry of this abort
+            epoch = m.producer_epoch + bump
         return self._prepare(m, False, epoch, lambda e, t: [], now_ms)
 
     def _complete(self, m: TransactionMetadata, commit: bool, now_ms: int) -> list[Effect]:
@@ -334,8 +415,12 @@ class TransactionCoordinator:
             if not current():
                 self.pending.discard(m.transactional_id)
                 return []
+            renewed: dict[str, Any] = {}
+            if m.next_producer_id >= 0:         # transaction version 2, its epochs ran out
+                renewed = {"producer_id": m.next_producer_id, "producer_epoch": 0,
+                           "previous_producer_id": m.producer_id, "next_producer_id": -1}
             done = m.transition_to(S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set(),
-                                   update_ms=when_ms)
+                                   update_ms=when_ms, **renewed)
 
             def written(error: ErrorCode, at_ms: int) -> list[Effect]:
                 if error is ErrorCode.none or not current():

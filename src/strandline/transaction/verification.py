@@ -27,6 +27,8 @@ from strandline.transaction.records import partition_of
 from strandline.transaction.state_topic import TXN_TOPIC
 
 VERIFY_VERSION = 4
+#: AddPartitionsToTxn v5 without ``verify_only``: the partitions are added (transactions v2)
+ADD_VERSION = 5
 Partitions = list[tuple[str, int]]
 #: ``done(errors of the partitions not confirmed, now_ms)``
 Verified = Callable[[dict[tuple[str, int], ErrorCode], int], list[Effect]]
@@ -52,7 +54,11 @@ class TransactionVerifier:
         return self.metadata.brokers.get(state.leader)
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Partitions,
-               done: Verified, now_ms: int) -> list[Effect]:
+               done: Verified, now_ms: int, add: bool = False) -> list[Effect]:
+        """``add``: a client of transaction version 2 (Produce v12, TxnOffsetCommit v5) sent no
+        AddPartitionsToTxn: the coordinator is asked to add the partitions to the producer's
+        transaction (AddPartitionsToTxn v5, KIP-890 part 2) instead of whether they are in it."""
+        version = ADD_VERSION if add else VERIFY_VERSION
         broker = self.coordinator(transactional_id)
         if broker is None:
             return done({tp: ErrorCode.coordinator_not_available for tp in partitions}, now_ms)
@@ -60,26 +66,27 @@ class TransactionVerifier:
         for name, index in partitions:
             by_topic.setdefault(name, []).append(index)
         body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
-                                  "producer_epoch": producer_epoch, "verify_only": True,
+                                  "producer_epoch": producer_epoch, "verify_only": not add,
                                   "topics": [{"name": n, "partitions": ix} for n, ix in by_topic.items()]}]}
         client_id = f"strandline-broker-{self.config.broker_id}"
 
         def frame_for(correlation_id: int) -> bytes:
-            return api.encode_request(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, correlation_id, client_id, body)
+            return api.encode_request(ApiKey.ADD_PARTITIONS_TO_TXN, version, correlation_id, client_id, body)
 
         def answered(frame: bytes | None, at_ms: int) -> list[Effect]:
-            return done(unverified(frame, transactional_id, partitions), at_ms)
+            return done(unverified(frame, transactional_id, partitions, version), at_ms)
 
         return self.outbox.send(broker, "txn-verify", frame_for, answered, now_ms)
 
 
-def unverified(frame: bytes | None, transactional_id: str, partitions: Partitions) -> dict[tuple[str, int], ErrorCode]:
-    """The partitions an AddPartitionsToTxn v4 answer (``frame``; None: no answer) does not
+def unverified(frame: bytes | None, transactional_id: str, partitions: Partitions,
+               version: int = VERIFY_VERSION) -> dict[tuple[str, int], ErrorCode]:
+    """The partitions an AddPartitionsToTxn v4 (or v5) answer (``frame``; None: no answer) does not
     confirm, with their errors; a partition the answer does not name is confirmed, as in Kafka."""
     if frame is None:
         return {tp: ErrorCode.network_exception for tp in partitions}
     try:
-        body = api.decode_response(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, frame)
+        body = api.decode_response(ApiKey.ADD_PARTITIONS_TO_TXN, version, frame)
     except Exception:       # an answer that does not decode: as none
         return {tp: ErrorCode.network_exception for tp in partitions}
     top = ErrorCode(int(body.error_code))

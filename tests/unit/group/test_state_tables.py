@@ -1,6 +1,7 @@
 """State as data: a classic group's and a transaction's states, each with Kafka's table of the
 states it may be entered from (``GroupState.validPreviousStates`` in GroupMetadata.scala,
-``TransactionMetadata.validPreviousStates`` in TransactionMetadata.scala, Kafka 2.8).
+``TransactionMetadata.validPreviousStates`` in TransactionMetadata.scala, Kafka 2.8, with Kafka 4.x's
+aborts of transaction version 2 from Empty, CompleteCommit and CompleteAbort).
 
 Every pair of states is tried against a list of Kafka's transitions written out here on its own,
 so a wrong entry in either table fails; a coordinator that makes a transition the table forbids
@@ -46,6 +47,8 @@ KAFKA_TXN_TRANSITIONS = {
     ("Ongoing", "Ongoing"), ("Empty", "Ongoing"), ("CompleteCommit", "Ongoing"), ("CompleteAbort", "Ongoing"),
     ("Ongoing", "PrepareCommit"),
     ("Ongoing", "PrepareAbort"), ("PrepareEpochFence", "PrepareAbort"),
+    # Kafka 4.x, transaction version 2 (KIP-890): an abort of a transaction that added no partition
+    ("Empty", "PrepareAbort"), ("CompleteCommit", "PrepareAbort"), ("CompleteAbort", "PrepareAbort"),
     ("PrepareCommit", "CompleteCommit"),
     ("PrepareAbort", "CompleteAbort"),
     ("Empty", "Dead"), ("CompleteAbort", "Dead"), ("CompleteCommit", "Dead"),

@@ -65,8 +65,9 @@ def test_produce_v11_and_v12_append_by_name(version):
 
 
 def test_a_transactional_produce_v12_appends_a_transactional_batch():
-    # no transaction coordinator here to verify the batch with (KIP-890): the wire format is what is tested
-    h = Harness(**{"transaction.partition.verification.enable": "false"})
+    # no transaction coordinator here to verify the batch with or add its partition through (KIP-890
+    # parts 1 and 2): the wire format is what is tested
+    h = Harness(**{"transaction.partition.verification.enable": "false", "transaction.version": "1"})
     h.create("t")
     batch = make_batch([b"a"], producer_id=7, producer_epoch=0, base_sequence=0)
     batch[21:23] = (0x10).to_bytes(2, "big")            # attributes: transactional

@@ -24,9 +24,11 @@ class Coordinator:
 
     def __init__(self) -> None:
         self.asked: list[tuple] = []
+        self.adds: list[bool] = []          # whether each question asked to add (transactions v2)
 
-    def verify(self, transactional_id, producer_id, producer_epoch, partitions, done, now_ms):
+    def verify(self, transactional_id, producer_id, producer_epoch, partitions, done, now_ms, add=False):
         self.asked.append((transactional_id, producer_id, producer_epoch, list(partitions), done))
+        self.adds.append(add)
         return []
 
 
@@ -169,3 +171,56 @@ def test_add_partitions_to_txn_v4_needs_cluster_action():
     h.broker.authorizer.load({ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL): frozenset(
         {AccessControlEntry("User:ANONYMOUS", "*", AclOperation.CLUSTER_ACTION, AclPermissionType.DENY)})})
     assert _v4(h, True) == (ErrorCode.cluster_authorization_failed, {})
+
+
+# -- transactions v2 (KIP-890 part 2): the leader adds the partition for a Produce v12
+
+
+def produce_v(h: Harness, version: int, seq: int = 0, conn: int = 1) -> None:
+    batch = build_batch([(b"k", b"v%d" % seq)], h.now, PID, EPOCH, seq, transactional=True)
+    body = h.produce_body("v", batch, acks=1)
+    body["transactional_id"] = "tx"
+    h.request(0, version, body, conn)
+
+
+def answer_v(h: Harness, version: int, conn: int = 1):
+    return h.response(0, version, conn).responses[0].partition_responses[0]
+
+
+def test_a_produce_v12_has_the_coordinator_add_the_partition_even_without_verification():
+    """A client of transactions v2 sends no AddPartitionsToTxn: the leader asks the coordinator to
+    add the partition (AddPartitionsToTxn v5, not verify_only) before it appends the transaction's
+    first batch there, whether transaction.partition.verification.enable is on or not."""
+    for verification in ("true", "false"):
+        h, coordinator = leader(**{"transaction.partition.verification.enable": verification})
+        produce_v(h, 12)
+        assert not h.sent.get(1) and log_end(h) == 0, verification      # held while it is added
+        assert coordinator.adds == [True] and coordinator.asked[0][:4] == ("tx", PID, EPOCH, [("v", 0)])
+        h.run(coordinator.asked.pop()[-1]({}, h.now))
+        assert answer_v(h, 12).error_code == ErrorCode.none and log_end(h) == 1
+        produce_v(h, 12, seq=1)                                          # open here now: nothing to add
+        assert answer_v(h, 12).error_code == ErrorCode.none and log_end(h) == 2 and len(coordinator.adds) == 1
+
+
+def test_older_produce_versions_and_transaction_version_1_are_verified_as_before():
+    h, coordinator = leader()
+    produce_v(h, 11)
+    assert coordinator.adds == [False]
+    h, coordinator = leader(**{"transaction.version": "1"})
+    produce_v(h, 12)
+    assert coordinator.adds == [False]
+    h.run(coordinator.asked.pop()[-1]({("v", 0): ErrorCode.invalid_txn_state}, h.now))
+    assert answer_v(h, 12).error_code == ErrorCode.invalid_txn_state
+
+
+def test_a_produce_v12_refused_gets_the_errors_of_transactions_v2():
+    """As Kafka 4.x answers a Produce v12: TRANSACTION_ABORTABLE where older clients get
+    INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS as it is (older: NOT_ENOUGH_REPLICAS)."""
+    h, coordinator = leader()
+    for error, seen in [(ErrorCode.invalid_txn_state, ErrorCode.transaction_abortable),
+                        (ErrorCode.concurrent_transactions, ErrorCode.concurrent_transactions),
+                        (ErrorCode.not_coordinator, ErrorCode.not_enough_replicas),
+                        (ErrorCode.invalid_producer_epoch, ErrorCode.invalid_producer_epoch)]:
+        produce_v(h, 12)
+        h.run(coordinator.asked.pop()[-1]({("v", 0): error}, h.now))
+        assert answer_v(h, 12).error_code == seen and log_end(h) == 0, error
