@@ -14,12 +14,19 @@ import dataclasses
 import pytest
 
 from strandline.lab.network import unavailable_reason
+from strandline.lab.run import Run
 from strandline.lab.txn import SCENARIOS, coordinator_failover, execute_txn, txn_verdict
 from strandline.lab.txn_audit import ANOMALIES
 from tests.conftest import missing_prerequisite
 
 pytestmark = pytest.mark.integration
 NO_NETWORK = unavailable_reason()
+
+
+def failover_then_commits(run: Run) -> None:
+    """TXN's short trial: a coordinator failover, then 20 more values committed."""
+    coordinator_failover(run)
+    run.wait_acks(20, timeout_s=60)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +37,7 @@ def runs(tmp_path_factory):
     if NO_NETWORK:
         missing_prerequisite(f"TXN: {NO_NETWORK}")
     root = tmp_path_factory.mktemp("txn")
-    short = dataclasses.replace(SCENARIOS["TXN"], drive=coordinator_failover)
+    short = dataclasses.replace(SCENARIOS["TXN"], drive=failover_then_commits)
     infos = {"TXN": execute_txn(short, root / "TXN", 11),
              "TXN-hang": execute_txn(SCENARIOS["TXN-hang"], root / "TXN-hang", 11)}
     spark = spark_session(log_path=root / "spark.log")
@@ -45,9 +52,10 @@ def test_txn_a_coordinator_failover_leaves_no_anomaly(runs):
     info, result = runs["TXN"]
     ok, line = txn_verdict(SCENARIOS["TXN"], info, result)
     assert info["error"] is None, line
-    assert result["transactions"].get("committed", 0) > 20 and result["transactions"].get("aborted", 0) > 0, line
+    assert result["transactions"].get("committed", 0) > 10 and result["transactions"].get("aborted", 0) > 0, line
     assert {a: result[a] for a in ANOMALIES} == dict.fromkeys(ANOMALIES, 0), line
     assert result["reads"].get("read_committed", 0) > 0 and result["reads"].get("read_uncommitted", 0) > 0, line
+    assert result["reads"].get("aborted values read_uncommitted", 0) > 0, line     # aborted records were written
     assert ok, line
 
 

@@ -191,6 +191,7 @@ def late_produce(run: Run) -> int:
     answer = resp.responses[0].partition_responses[0]
     error = int(answer.error_code)
     name = getattr(answer.error_code, "name", str(error)).upper()
+    run.measured.update(late_produce_error=error, late_produce_answer=name)
     run.notes.append(f"late transactional Produce of {HANG_TXN_ID} (producer id {pid}, epoch {epoch}) to leader "
                      f"{leader} of {TOPIC}-0: {name}" + (f" at offset {answer.base_offset}" if error == 0 else ""))
     # its transaction was aborted by its producer: its value must never be read_committed
@@ -204,10 +205,9 @@ def hang(run: Run) -> None:
     stand behind a transaction that never ends."""
     run.wait_acks(20)
     fault = run.begin("late transactional Produce without AddPartitionsToTxn", [run.leader(0)])
-    error = late_produce(run)
+    late_produce(run)
     run.hold(5.0)
     run.end(fault)
-    run.measured["late_produce_error"] = error
 
 
 SCENARIOS: dict[str, TxnScenario] = {s.name: s for s in [
@@ -272,6 +272,7 @@ def execute_txn(scenario: TxnScenario, run_dir: Path, seed: int, network_ok: boo
         except LabError as exc:
             info["error"] = str(exc)
         info["late_produce_error"] = run.measured.get("late_produce_error")
+        info["late_produce_answer"] = run.measured.get("late_produce_answer")
         _heal(run)
         run.wait_for("every replica back in the ISR", lambda: _converged_isr(run, PARTITIONS), 90)
         workload.stop()
@@ -325,7 +326,8 @@ def txn_verdict(scenario: TxnScenario, info: dict[str, Any], result: dict[str, A
         problems.append("no transaction committed")
     late = info.get("late_produce_error")
     if scenario.late_produce_accepted is not None:
-        detail += "; the late Produce was " + ("appended" if late == 0 else f"refused (error {late})")
+        answer = info.get("late_produce_answer") or f"error {late}"
+        detail += "; the late Produce was " + ("appended" if late == 0 else f"refused ({answer})")
         if late is None:
             problems.append("the late Produce was not sent")
         elif (late == 0) != scenario.late_produce_accepted:

@@ -65,7 +65,7 @@ def audit_txn(run_dirs: list[Path], spark: SparkSession | None = None) -> list[d
         final = cached(_load(spark, run_dirs, "final_read.parquet"))
         committed_reads = polls.where(F.col("isolation") == "read_committed")
         aborted = writes.where(F.col("outcome") == "aborted").select("run", "value")
-        present = final.select("run", "value").distinct()
+        present = cached(final.select("run", "value").distinct())
 
         aborted_reads = (committed_reads.select("run", "value").unionByName(final.select("run", "value"))
                          .distinct().join(aborted, ["run", "value"]))
@@ -131,32 +131,39 @@ def audit_txn(run_dirs: list[Path], spark: SparkSession | None = None) -> list[d
             "never_read": described(never_read, "%s", "value"),
             "unexpected": described(unexpected, "%s", "value"),
         }
-        # every figure in one Spark job: rows of (run, what, count), then the examples
+        # every figure in one Spark job (each action costs its scheduling): rows of (run, kind, key,
+        # count, examples), kind "anomaly", "outcome" (transactions) or "reads" (records read)
+        no_examples = F.lit(None).cast("array<string>").alias("examples")
         rows = None
         for name, df in examples.items():
-            counted = df.groupBy("run").count().select("run", F.lit(name).alias("what"), "count")
+            counted = df.groupBy("run").agg(F.count("what").alias("count"),
+                                            F.slice(F.sort_array(F.collect_list("what")), 1, SAMPLES).alias("examples"))
+            counted = counted.select("run", F.lit("anomaly").alias("kind"), F.lit(name).alias("key"), "count",
+                                     "examples")
             rows = counted if rows is None else rows.unionByName(counted)
         assert rows is not None
+        outcome_rows = (writes.select("run", "producer", "txn", "outcome").distinct().groupBy("run", "outcome").count()
+                        .select("run", F.lit("outcome").alias("kind"), F.col("outcome").alias("key"), "count",
+                                no_examples))
+        aborted_uncommitted = (polls.where(F.col("isolation") == "read_uncommitted").select("run", "value").distinct()
+                               .join(aborted, ["run", "value"]).groupBy("run").count()
+                               .select("run", F.lit("aborted values read_uncommitted").alias("key"), "count"))
+        read_rows = (polls.groupBy("run", "isolation").count().select("run", F.col("isolation").alias("key"), "count")
+                     .unionByName(final.groupBy("run").count().select("run", F.lit("final").alias("key"), "count"))
+                     .unionByName(aborted_uncommitted)
+                     .select("run", F.lit("reads").alias("kind"), "key", "count", no_examples))
         counts: dict[str, dict[str, int]] = {}
-        for r in rows.collect():
-            counts.setdefault(r["run"], {})[r["what"]] = r["count"]
         outcomes: dict[str, dict[str, int]] = {}
-        for r in writes.select("run", "producer", "txn", "outcome").distinct().groupBy("run", "outcome").count().collect():
-            outcomes.setdefault(r["run"], {})[r["outcome"]] = r["count"]
         reads: dict[str, dict[str, int]] = {}
-        for r in polls.groupBy("run", "isolation").count().unionByName(
-                final.groupBy("run").count().select("run", F.lit("final").alias("isolation"), "count")).collect():
-            reads.setdefault(r["run"], {})[r["isolation"]] = r["count"]
         samples: dict[str, dict[str, list[str]]] = {}
-        some = [df.where(F.col("run") == str(d)).limit(SAMPLES).select("run", F.lit(name).alias("anomaly"), "what")
-                for name, df in examples.items() for d in run_dirs
-                if counts.get(str(d), {}).get(name)]
-        if some:
-            union = some[0]
-            for df in some[1:]:
-                union = union.unionByName(df)
-            for r in union.collect():
-                samples.setdefault(r["run"], {}).setdefault(r["anomaly"], []).append(r["what"])
+        for r in rows.unionByName(outcome_rows).unionByName(read_rows).collect():
+            if r["kind"] == "anomaly":
+                counts.setdefault(r["run"], {})[r["key"]] = r["count"]
+                samples.setdefault(r["run"], {})[r["key"]] = list(r["examples"])
+            elif r["kind"] == "outcome":
+                outcomes.setdefault(r["run"], {})[r["key"]] = r["count"]
+            else:
+                reads.setdefault(r["run"], {})[r["key"]] = r["count"]
         results = []
         for d in run_dirs:
             key = str(d)

@@ -117,6 +117,9 @@ class TxnWorkload:
                     client.produce(self.topic, v.encode(), partition=p)
                 client.poll(0)
                 if on_purpose:
+                    # sent first: abort_transaction purges what the client still holds, and the
+                    # point is aborted records in the log, which read_committed readers must skip
+                    client.flush(CALL_TIMEOUT_S)
                     client.abort_transaction(CALL_TIMEOUT_S)
                     self.record(start, producer, tid, txn, "aborted", "on purpose", values)
                 else:

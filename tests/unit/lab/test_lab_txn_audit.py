@@ -91,6 +91,8 @@ def test_a_clean_history_has_no_anomaly(audited):
     result = audited["clean"]
     assert {a: result[a] for a in ANOMALIES} == dict.fromkeys(ANOMALIES, 0), result
     assert result["transactions"] == {"committed": 2, "aborted": 1, "unknown": 1}
+    assert result["reads"] == {"read_committed": 4, "read_uncommitted": 6, "final": 4,
+                               "aborted values read_uncommitted": 2}
     ok, line = txn_verdict(SCENARIOS["TXN"], {"error": None}, result)
     assert ok and line.endswith("as expected"), line
 
