@@ -43,15 +43,27 @@ def add_parser(sub: Subcommands) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from strandline.errors import StrandlineError
-    from strandline.lab import runner
+    from strandline.lab import runner, txn
 
     if args.action == "list":
-        return runner.list_command()
+        return max(runner.list_command(), txn.list_command())
     if args.action == "audit":
-        return runner.audit_command(args.run_dirs)
+        dirs = [Path(d) for d in args.run_dirs]
+        transactional = [d for d in dirs if (d / "txn_writes.parquet").exists()]
+        others = [str(d) for d in dirs if d not in transactional]
+        statuses = ([txn.audit_command(transactional)] if transactional else []) + \
+            ([runner.audit_command(others)] if others else [])
+        return max(statuses)
     if args.trials < 1:
         raise StrandlineError("--trials must be at least 1")
+    if txn.is_txn(args.scenario):
+        if args.action == "compare" or getattr(args, "cluster", CLUSTERS[0]) != CLUSTERS[0] or getattr(args, "elr", False):
+            raise StrandlineError(f"{args.scenario}: the transactional scenarios run on Strandline's brokers only, "
+                                  "with no --elr variant")
+        return txn.run_txn(args.scenario, args.seed, args.data_dir, args.trials)
     if args.action == "compare":
         from strandline.lab.compare import compare_command
 

@@ -243,12 +243,6 @@ def find_scenario(name: str) -> Scenario:
 
 def run_scenario(name: str, seed: int | None, data_dir: str | None, trials: int = 1,
                  system: str = STRANDLINE) -> int:
-    from strandline.lab import txn
-
-    if name.upper() in {k.upper() for k in txn.SCENARIOS}:
-        if system != STRANDLINE:
-            raise StrandlineError(f"{name}: the transactional scenarios run on Strandline's brokers only")
-        return txn.run_txn(name, seed, data_dir, trials)
     scenario = find_scenario(name)
     cannot = unplayable(scenario, system)
     if cannot:
@@ -319,20 +313,8 @@ def audit_command(run_dirs: list[str]) -> int:
     for d in dirs:
         if not (d / "run.json").exists():
             raise StrandlineError(f"{d} is not a lab run folder (no run.json)")
-    from strandline.lab import txn
-
-    transactional = [d for d in dirs if history.read_run(d)["scenario"] in txn.SCENARIOS]
-    dirs = [d for d in dirs if d not in transactional]
-    all_ok = True
-    if transactional:
-        from strandline.lab.txn_audit import audit_txn
-
-        for name in sorted({history.read_run(d)["scenario"] for d in transactional}):
-            group = [d for d in transactional if history.read_run(d)["scenario"] == name]
-            all_ok &= txn.report(txn.SCENARIOS[name], group, audit_txn(group)) == 0
-    if not dirs:
-        return 0 if all_ok else 1
     results = audit(dirs)
+    all_ok = True
     by_scenario: dict[str, list[tuple[Scenario, Path, dict[str, Any]]]] = {}
     for d, result in zip(dirs, results):
         info = history.read_run(d)
@@ -350,14 +332,10 @@ def audit_command(run_dirs: list[str]) -> int:
 
 
 def list_command() -> int:
-    from strandline.lab import txn
-
     scenarios = [*SCENARIOS.values(), SAFE]
-    width = max([len(s.name) for s in scenarios] + [len(name) for name in txn.SCENARIOS])
+    width = max(len(s.name) for s in scenarios)
     for s in scenarios:
         _say(f"{s.name:<{width}}  {s.summary}" + ("  [needs root: partitions]" if s.needs_network else ""))
-    for t in txn.SCENARIOS.values():
-        _say(f"{t.name:<{width}}  {t.summary}")
     return 0
 
 

@@ -364,6 +364,34 @@ def summary_table(scenario: TxnScenario, infos: list[dict[str, Any]], results: l
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def is_txn(name: str) -> bool:
+    return name.upper() in {k.upper() for k in SCENARIOS}
+
+
+def list_command() -> int:
+    """The transactional scenarios' lines of ``strandline lab list``, aligned with the others'."""
+    from strandline.lab.runner import _say
+    from strandline.lab.scenarios import SAFE, SCENARIOS as OTHERS
+
+    width = max(len(n) for n in [*OTHERS, SAFE.name, *SCENARIOS])
+    for t in SCENARIOS.values():
+        _say(f"{t.name:<{width}}  {t.summary}")
+    return 0
+
+
+def audit_command(run_dirs: list[Path]) -> int:
+    """``strandline lab audit`` of TXN run folders: the audit again, a verdict line each, a table
+    per scenario with several runs."""
+    from strandline.lab.txn_audit import audit_txn
+
+    all_ok = True
+    names = {d: history.read_run(d)["scenario"] for d in run_dirs}
+    for name in sorted(set(names.values())):
+        group = [d for d in run_dirs if names[d] == name]
+        all_ok &= report(SCENARIOS[name], group, audit_txn(group)) == 0
+    return 0 if all_ok else 1
+
+
 def run_txn(name: str, seed: int | None, data_dir: str | None, trials: int = 1) -> int:
     """``strandline lab run TXN|TXN-hang|TXN-hang-verified``: the exit status of the command."""
     from strandline.lab.network import unavailable_reason
