@@ -46,9 +46,11 @@ from strandline.runtime.client import KafkaConnection
 
 TOPIC = "lab"
 PARTITIONS = 3
-#: the brokers' transaction keys for the lab: 3 partitions of __transaction_state instead of 50 (it
-#: is created on the first InitProducerId), and timed-out transactions aborted within 2 s instead of 10 s
-TXN_BROKER_CONFIG = {"transaction.state.log.num.partitions": "3",
+#: the brokers' keys for TXN: no topic created by a client's metadata request (the lab creates its
+#: own), 3 partitions of __transaction_state instead of 50 (it is created on the first
+#: InitProducerId), and timed-out transactions aborted within 2 s instead of 10 s
+TXN_BROKER_CONFIG = {"auto.create.topics.enable": "false",     # the lab creates its topic
+                     "transaction.state.log.num.partitions": "3",
                      "transaction.abort.timed.out.transaction.cleanup.interval.ms": "2000"}
 HANG_TXN_ID = "lab-hang"
 HANG_PRODUCER = 9               # the late Produce's value is t9-000000-0 in the history
@@ -230,7 +232,42 @@ def _write(path: Path, schema: pa.Schema, rows: list[tuple[Any, ...]]) -> None:
 
 
 def execute_txn(scenario: TxnScenario, run_dir: Path, seed: int, network_ok: bool = True) -> dict[str, Any]:
-    """Run ``scenario`` once in ``run_dir``; the history is written there. Returns run.json's content."""
+    """Run ``scenario`` once in ``run_dir``, in a process of its own (forked), and return run.json's
+    content. A librdkafka client of a run may outlive it (one replaced after a fatal error goes on
+    connecting to the run's addresses until it is destroyed), and the next run on this machine's
+    same subnet listens on the same addresses: its metadata requests would auto-create the topic
+    there. The run's process ends with the run, and every client with it."""
+    import multiprocessing
+    import os
+
+    def trial() -> None:
+        import signal
+
+        def on_term(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGTERM, on_term)      # the run's clean-up runs on SIGTERM too
+        code = 1
+        try:
+            _execute(scenario, run_dir, seed, network_ok)
+            code = 0
+        finally:
+            os._exit(code)      # no client's destructor may hold the process
+
+    process = multiprocessing.get_context("fork").Process(target=trial, name=f"lab-{scenario.name}")
+    process.start()
+    try:
+        process.join()
+    except BaseException:
+        process.terminate()     # SIGTERM: the run's own clean-up stops its cluster and network
+        process.join(60)
+        raise
+    if not (run_dir / "run.json").exists():
+        raise LabError(f"{scenario.name}: the run's process ended ({process.exitcode}) without writing run.json")
+    return history.read_run(run_dir)
+
+
+def _execute(scenario: TxnScenario, run_dir: Path, seed: int, network_ok: bool = True) -> dict[str, Any]:
+    """One run in this process (:func:`execute_txn` forks for it); the history is written in ``run_dir``."""
     from strandline.lab.cluster import LabCluster
     from strandline.lab.network import LabNetwork
     from strandline.lab.replicas import Sampler
