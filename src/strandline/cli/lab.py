@@ -10,7 +10,7 @@ CLUSTERS = ("strandline", "kafka-3.9")     # strandline.lab.kafka.CLUSTERS, with
 
 
 def add_parser(sub: Subcommands) -> None:
-    lab = sub.add_parser("lab", help="run the seed scenarios (NET-*, LOSS-*, SAFE) on real processes",
+    lab = sub.add_parser("lab", help="run the seed scenarios (NET-*, LOSS-*, SAFE, TXN) on real processes",
                          description="Each run starts its own ZooKeeper and 3 brokers (in network namespaces "
                                      "when run as root), writes with confluent-kafka producers while it injects "
                                      "the scenario's faults, heals, reads every replica's log and audits the "
@@ -20,10 +20,12 @@ def add_parser(sub: Subcommands) -> None:
     lsub = lab.add_subparsers(dest="action", required=True)
     lsub.add_parser("list", help="name every scenario with one line from the seeds")
     runp = lsub.add_parser("run", help="run one scenario (or SAFE trials) and print its verdict")
-    runp.add_argument("scenario", metavar="SCENARIO", help="NET-1..NET-8, LOSS-1..LOSS-4, LOSS-6, or SAFE")
+    runp.add_argument("scenario", metavar="SCENARIO",
+                      help="NET-1..NET-8, LOSS-1..LOSS-6, SAFE, or TXN (transactions; controls: TXN-hang, "
+                           "TXN-hang-verified)")
     runp.add_argument("--seed", type=int, help="the random choices of the run (default: a fresh one, printed)")
     runp.add_argument("--data-dir", help="where run folders go (default: ./lab-runs)")
-    runp.add_argument("--trials", type=int, default=1, help="number of runs (SAFE: random fault mixes; default 1)")
+    runp.add_argument("--trials", type=int, default=1, help="number of runs (SAFE, TXN: random fault mixes; default 1)")
     runp.add_argument("--elr", action="store_true",
                       help="with eligible leader replicas (KIP-966, eligible.leader.replicas.enable): the "
                            "scenario's ELR variant (LOSS-6: ELR-1)")
@@ -41,15 +43,27 @@ def add_parser(sub: Subcommands) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from strandline.errors import StrandlineError
-    from strandline.lab import runner
+    from strandline.lab import runner, txn
 
     if args.action == "list":
-        return runner.list_command()
+        return max(runner.list_command(), txn.list_command())
     if args.action == "audit":
-        return runner.audit_command(args.run_dirs)
+        dirs = [Path(d) for d in args.run_dirs]
+        transactional = [d for d in dirs if (d / "txn_writes.parquet").exists()]
+        others = [str(d) for d in dirs if d not in transactional]
+        statuses = ([txn.audit_command(transactional)] if transactional else []) + \
+            ([runner.audit_command(others)] if others else [])
+        return max(statuses)
     if args.trials < 1:
         raise StrandlineError("--trials must be at least 1")
+    if txn.is_txn(args.scenario):
+        if args.action == "compare" or getattr(args, "cluster", CLUSTERS[0]) != CLUSTERS[0] or getattr(args, "elr", False):
+            raise StrandlineError(f"{args.scenario}: the transactional scenarios run on Strandline's brokers only, "
+                                  "with no --elr variant")
+        return txn.run_txn(args.scenario, args.seed, args.data_dir, args.trials)
     if args.action == "compare":
         from strandline.lab.compare import compare_command
 

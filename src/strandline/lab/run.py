@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable, TypedDict
+from typing import Any, Callable, TypedDict
 
 from strandline.errors import StrandlineError
 from strandline.lab.cluster import LabCluster
 from strandline.lab.network import LabNetwork
 from strandline.lab.replicas import ReplicaView, Sampler
 from strandline.load.history import Workload
+from strandline.load.transactions import TxnWorkload
 
 SESSION_MS = 4000
 LAG_MS = 2000
@@ -47,8 +48,8 @@ class Fault(TypedDict):
 class Run:
     """What a scenario's ``drive`` works with: the cluster, the network, the workload, the clock."""
 
-    def __init__(self, cluster: LabCluster, network: LabNetwork | None, workload: Workload, sampler: Sampler, topic: str,
-                 rng: random.Random) -> None:
+    def __init__(self, cluster: LabCluster, network: LabNetwork | None, workload: Workload | TxnWorkload,
+                 sampler: Sampler, topic: str, rng: random.Random) -> None:
         self.cluster = cluster
         self._network = network
         self.workload = workload
@@ -57,6 +58,7 @@ class Run:
         self.rng = rng
         self.faults: list[Fault] = []
         self.notes: list[str] = []
+        self.measured: dict[str, Any] = {}     # what the faults measured, for the verdict (run.json)
 
     @property
     def has_network(self) -> bool:
