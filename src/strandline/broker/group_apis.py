@@ -179,7 +179,10 @@ class GroupApis:
             return self._group_respond(conn_id, header, shape)({
                 "error_code": ErrorCode.inconsistent_group_protocol, "generation_id": -1, "protocol_name": None,
                 "leader": "", "member_id": request.member_id, "members": []})
-        return self.groups.join(req, self._group_respond(conn_id, header, shape), now_ms)
+        effects: list[Effect] = []
+        if self.consumer_groups.holds(request.group_id) is not None:     # an empty one: it becomes classic
+            effects += self.consumer_groups.delete(request.group_id, lambda error, when_ms: [], now_ms)
+        return effects + self.groups.join(req, self._group_respond(conn_id, header, shape), now_ms)
 
     def _sync_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         refused = self._refused(conn_id, header, request, {"assignment": b""})
@@ -426,10 +429,23 @@ class GroupApis:
             def done(error: ErrorCode, when_ms: int, name: str = name) -> list[Effect]:
                 results[name] = error
                 return finish() if len(results) == len(names) else []
+            if self.consumer_groups.holds(name) is not None and self.groups.owns(name):
+                effects += self.consumer_groups.delete(name, self._then_offsets(name, done), now_ms)
+                continue
             effects += self.groups.delete(name, done, now_ms)
         if not allowed:
             effects += finish()
         return effects
+
+    def _then_offsets(self, name: str, done: Callable[[ErrorCode, int], list[Effect]]
+                      ) -> Callable[[ErrorCode, int], list[Effect]]:
+        """After a consumer group's deletion, that of its committed offsets (a classic group of
+        offsets only), when it had any."""
+        def deleted(error: ErrorCode, when_ms: int) -> list[Effect]:
+            if error is not ErrorCode.none or name not in self.groups.groups:
+                return done(error, when_ms)
+            return self.groups.delete(name, done, when_ms)
+        return deleted
 
     def _offset_delete(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         wanted = list(dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions))

@@ -136,6 +136,24 @@ class ConsumerGroups:
         else:
             self.core.groups[group_id] = before
 
+    def delete(self, group_id: str, done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
+        """Delete an empty consumer group: its tombstones, in Kafka's order (target assignment,
+        subscribed topics, group epoch); NON_EMPTY_GROUP while it has members. Its committed
+        offsets are the classic coordinator's to delete. The group is gone at once: a JoinGroup
+        of the classic protocol may take its id over (Kafka's conversion of an empty group)."""
+        group = self.holds(group_id)
+        if group is None:
+            return done(ErrorCode.group_id_not_found, now_ms)
+        if group.members:
+            return done(ErrorCode.non_empty_group, now_ms)
+        records: list[crec.Record] = [(crec.Key(kind, group_id), None) for kind in (
+            crec.TARGET_ASSIGNMENT_METADATA, crec.PARTITION_METADATA, crec.GROUP_METADATA)]
+        work = group.copy()
+        for record in records:
+            work.replay(record)
+        self.core.groups.pop(group_id, None)
+        return self._write(records, done, now_ms)
+
     # ------------------------------------------------------------------ time
 
     def tick(self, now_ms: int) -> list[Effect]:

@@ -181,3 +181,34 @@ def test_the_apis_are_served_and_advertised_only_when_the_consumer_protocol_is_e
 def test_the_consumer_group_keys_are_checked_as_kafka_does(overrides, message):
     with pytest.raises(ConfigError, match=message):
         BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "zk:2181", **overrides})
+
+
+def delete_groups(h: Harness, *names: str) -> dict[str, ErrorCode]:
+    return {r.group_id: r.error_code for r in h.call(42, 2, {"groups_names": list(names)}).results}
+
+
+def test_an_empty_consumer_group_is_deleted_with_its_offsets_and_one_with_members_is_not():
+    h = harness()
+    beat(h, "m1", 0, join=True)
+    assert commit(h, 1) == ErrorCode.none
+    assert delete_groups(h, GROUP) == {GROUP: ErrorCode.non_empty_group}
+    assert beat(h, "m1", -1).error_code == ErrorCode.none                   # leaves
+    assert delete_groups(h, GROUP) == {GROUP: ErrorCode.none}
+    assert h.broker.consumer_groups.holds(GROUP) is None
+    assert fetch(h, -1, member_id=None) == (ErrorCode.none, [-1])
+    topics = h.broker.offsets_topic                                          # and so it stays when replayed
+    h.run(topics.on_leadership(h.broker.groups, OFFSETS_TOPIC, 0, True, h.now, h.broker.consumer_groups))
+    assert h.broker.consumer_groups.holds(GROUP) is None
+
+
+def test_a_classic_member_takes_over_the_id_of_an_empty_consumer_group():
+    h = harness()
+    beat(h, "m1", 0, join=True)
+    beat(h, "m1", -1)
+    h.request(11, 3, {"group_id": GROUP, "session_timeout": 10_000, "rebalance_timeout": 10_000,
+                      "member_id": "", "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]})
+    h.tick(3_000)                                       # group.initial.rebalance.delay.ms
+    assert h.response(11, 3).error_code == ErrorCode.none
+    assert h.broker.consumer_groups.holds(GROUP) is None
+    answer = beat(h, "m2", 0, join=True)
+    assert answer.error_code == ErrorCode.group_id_not_found               # now a classic group with a member
