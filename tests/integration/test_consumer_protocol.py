@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from strandline.cli import groups as groups_cli
+from strandline.errors import Unreachable
 from strandline.runtime.client import KafkaConnection
 from tests.conftest import cluster_fixture, missing_prerequisite, poll_until, run_cli
 from tests.integration.kafka_reference import dist, kafka_lines_or_skip
@@ -133,7 +134,7 @@ def coordinator_of(bootstrap: str, group: str) -> int:
         try:
             with KafkaConnection(address, timeout_s=5) as conn:
                 return int(conn.request(10, 3, {"key": group, "key_type": 0}).node_id)
-        except OSError:
+        except (OSError, Unreachable):         # the broker the test killed
             continue
     return -1
 
@@ -143,7 +144,7 @@ def live_brokers(bootstrap: str) -> set[int]:
         try:
             with KafkaConnection(address, timeout_s=5) as conn:
                 return {b.node_id for b in conn.request(3, 1, {"topics": []}).brokers}
-        except OSError:
+        except (OSError, Unreachable):         # the broker the test killed
             continue
     return set()
 

@@ -269,6 +269,11 @@ class GroupApis:
             denied_all = ErrorCode.transactional_id_authorization_failed
         elif not self._group_allowed(conn_id, AclOperation.READ, request.group_id):
             denied_all = ErrorCode.group_authorization_failed
+        elif self.groups.owns(request.group_id):       # a consumer group's member at its epoch (KIP-848)
+            checked = self.consumer_groups.check_member(
+                request.group_id, getattr(request, "member_id", ""), getattr(request, "generation_id", -1),
+                header.api_version, transactional=True)
+            denied_all = None if checked is ErrorCode.none else checked
         errors: dict[tuple[str, int], ErrorCode] = {}
         offsets = []
         topics = self.metadata.topics

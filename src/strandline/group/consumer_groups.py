@@ -176,20 +176,22 @@ class ConsumerGroups:
     # ------------------------------------------------------------------ offsets and admin
 
     def check_member(self, group_id: str, member_id: str | None, member_epoch: int, api_version: int,
-                     fetch: bool = False) -> ErrorCode:
-        """An offset commit (OffsetCommit v9+) or fetch (OffsetFetch v9+) of a consumer group
-        (Kafka's ``validateOffsetCommit`` and ``validateOffsetFetch``): from outside the group
-        (epoch < 0) a commit only while the group is empty, a fetch that names no member always;
-        from a member, at its current epoch."""
+                     fetch: bool = False, transactional: bool = False) -> ErrorCode:
+        """An offset commit (OffsetCommit v9+, TxnOffsetCommit) or fetch (OffsetFetch v9+) of a
+        consumer group (Kafka's ``validateOffsetCommit`` and ``validateOffsetFetch``): from outside
+        the group (epoch < 0) a commit only while the group is empty, a transactional one naming no
+        member always, a fetch that names no member always; from a member, at its current epoch."""
         group = self.holds(group_id)
         if group is None:
             return ErrorCode.none
         if member_epoch < 0 and (member_id is None if fetch else not group.members):
             return ErrorCode.none
+        if transactional and member_epoch < 0 and not member_id:
+            return ErrorCode.none
         member = group.members.get(member_id or "")
         if member is None:
             return ErrorCode.unknown_member_id
-        if not fetch and api_version < 9:
+        if not fetch and not transactional and api_version < 9:
             return ErrorCode.unsupported_version
         if member_epoch != member.member_epoch:
             return ErrorCode.stale_member_epoch

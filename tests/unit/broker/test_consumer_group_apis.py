@@ -212,3 +212,19 @@ def test_a_classic_member_takes_over_the_id_of_an_empty_consumer_group():
     assert h.broker.consumer_groups.holds(GROUP) is None
     answer = beat(h, "m2", 0, join=True)
     assert answer.error_code == ErrorCode.group_id_not_found               # now a classic group with a member
+
+
+def test_a_transactional_offset_commit_of_a_member_is_checked_against_its_epoch():
+    h = harness()
+    beat(h, "m1", 0, join=True)
+
+    def txn_commit(epoch: int, member_id: str) -> ErrorCode:
+        answer = h.call(28, 3, {"transactional_id": "tx", "group_id": GROUP, "producer_id": 1, "producer_epoch": 0,
+                                "generation_id": epoch, "member_id": member_id, "group_instance_id": None,
+                                "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 7,
+                                                                         "committed_leader_epoch": -1,
+                                                                         "committed_metadata": ""}]}]})
+        return answer.topics[0].partitions[0].error_code
+
+    assert txn_commit(5, "m1") == ErrorCode.stale_member_epoch
+    assert txn_commit(1, "nobody") == ErrorCode.unknown_member_id
