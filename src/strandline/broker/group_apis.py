@@ -458,6 +458,7 @@ class GroupApis:
             return [response(conn_id, header, {"error_code": ErrorCode.group_authorization_failed,
                                                "throttle_time": 0, "topics": []})]
         denied = {name for name, _ in wanted if not self.authorizer.allows_topic(conn_id, AclOperation.READ, name)}
+        subscribed = self.consumer_groups.subscribed_topics(request.group_id)     # of a consumer group (KIP-848)
 
         def done(error: ErrorCode, errors: dict[tuple[str, int], ErrorCode], when_ms: int) -> list[Effect]:
             topics: dict[str, list[dict[str, Any]]] = {}
@@ -465,6 +466,8 @@ class GroupApis:
                 code = errors.get((name, index), ErrorCode.none)
                 if name in denied:
                     code = ErrorCode.topic_authorization_failed
+                elif name in subscribed:
+                    code = ErrorCode.group_subscribed_to_topic
                 elif error is ErrorCode.none and name not in self.metadata.topics:
                     code = ErrorCode.unknown_topic_or_partition
                 topics.setdefault(name, []).append({"partition_index": index, "error_code": code})
@@ -473,7 +476,8 @@ class GroupApis:
                 "topics": [] if error is not ErrorCode.none else
                 [{"name": n, "partitions": ps} for n, ps in topics.items()]})]
 
-        return self.groups.delete_offsets(request.group_id, [w for w in wanted if w[0] not in denied], done, now_ms)
+        return self.groups.delete_offsets(request.group_id, [w for w in wanted if w[0] not in denied | subscribed],
+                                          done, now_ms)
 
 
 def offsets_topic_created(error: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:

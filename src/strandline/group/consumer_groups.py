@@ -21,6 +21,7 @@ members (:meth:`ConsumerGroups.has_members`).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
@@ -196,6 +197,21 @@ class ConsumerGroups:
         if member_epoch != member.member_epoch:
             return ErrorCode.stale_member_epoch
         return ErrorCode.none
+
+    def subscribed_topics(self, group_id: str) -> set[str]:
+        """The topics the members of consumer group ``group_id`` subscribe to (by name, or by a
+        regular expression matching the whole name), whose offsets OffsetDelete keeps."""
+        group = self.holds(group_id)
+        if group is None:
+            return set()
+        topics = self.topics()
+        found: set[str] = set()
+        for m in group.members.values():
+            found.update(m.subscribed_topic_names)
+            if m.subscribed_topic_regex is not None:
+                pattern = re.compile(m.subscribed_topic_regex)
+                found.update(n for n in topics if pattern.fullmatch(n))
+        return found
 
     def describe(self, group_ids: list[str]) -> list[dict[str, Any]]:
         """ConsumerGroupDescribe's groups: NOT_COORDINATOR for one this broker does not coordinate."""

@@ -228,3 +228,16 @@ def test_a_transactional_offset_commit_of_a_member_is_checked_against_its_epoch(
 
     assert txn_commit(5, "m1") == ErrorCode.stale_member_epoch
     assert txn_commit(1, "nobody") == ErrorCode.unknown_member_id
+
+
+def test_offset_delete_keeps_the_offsets_of_the_topics_a_consumer_group_subscribes_to():
+    h = harness()
+    h.create("other")
+    beat(h, "m1", 0, join=True)
+    assert commit(h, 1) == ErrorCode.none
+    answer = h.call(47, 0, {"group_id": GROUP, "topics": [{"name": "t", "partitions": [{"partition_index": 0}]},
+                                                          {"name": "other", "partitions": [{"partition_index": 0}]}]})
+    assert answer.error_code == ErrorCode.none
+    assert {t.name: t.partitions[0].error_code for t in answer.topics} == \
+        {"t": ErrorCode.group_subscribed_to_topic, "other": ErrorCode.none}
+    assert fetch(h, 1) == (ErrorCode.none, [42])
