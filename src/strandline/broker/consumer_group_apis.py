@@ -52,6 +52,8 @@ class ConsumerGroupApis:
                                              "The new consumer group protocol is not enabled."))
         if not self.authorizer.allows(conn_id, AclOperation.READ, ResourceType.GROUP, request.group_id):
             return respond(HeartbeatResponse(ErrorCode.group_authorization_failed, None))
+        if header.api_version >= 1 and not request.member_id:     # v1+: the consumer makes its member id
+            return respond(HeartbeatResponse(ErrorCode.invalid_request, "MemberId can't be empty."))
         owned = request.topic_partitions
         names = request.subscribed_topic_names
         beat = HeartbeatRequest(

@@ -241,3 +241,14 @@ def test_offset_delete_keeps_the_offsets_of_the_topics_a_consumer_group_subscrib
     assert {t.name: t.partitions[0].error_code for t in answer.topics} == \
         {"t": ErrorCode.group_subscribed_to_topic, "other": ErrorCode.none}
     assert fetch(h, 1) == (ErrorCode.none, [42])
+
+
+def test_from_v1_the_consumer_makes_its_member_id_and_in_v0_the_coordinator_does():
+    h = harness()
+    assert (beat(h, "", 0, join=True).error_code, beat(h, "", 0, join=True).error_message) == \
+        (ErrorCode.invalid_request, "MemberId can't be empty.")
+    body = {"group_id": GROUP, "member_id": "", "member_epoch": 0, "instance_id": None, "rack_id": None,
+            "rebalance_timeout": 30_000, "subscribed_topic_names": ["t"], "server_assignor": None,
+            "topic_partitions": []}
+    answer = h.call(68, 0, body)
+    assert answer.error_code == ErrorCode.none and answer.member_id and answer.member_epoch == 1
