@@ -152,6 +152,8 @@ def test_describe_and_list_show_a_consumer_group():
     assert (g.error_code, g.group_state, g.group_epoch, g.assignor_name) == (ErrorCode.none, "Stable", 1, "uniform")
     assert [(m.member_id, m.member_epoch) for m in g.members] == [("m1", 1)]
     assert other.error_code == ErrorCode.group_id_not_found
+    v1 = h.call(69, 1, {"group_ids": [GROUP], "include_authorized_operations": False}).groups[0]
+    assert [m.member_type for m in v1.members] == [1]
     listed = h.call(16, 5, {"states_filter": [], "types_filter": ["consumer"]})
     assert [(x.group_id, x.group_type, x.protocol_type, x.group_state) for x in listed.groups] == \
         [(GROUP, "consumer", "consumer", "Stable")]
