@@ -212,7 +212,9 @@ class KafkaApis:
     # -- ApiVersions
 
     def _api_versions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
-        body = api.api_versions_body(header.api_version, self.config["transaction.version"])
+        without = frozenset() if "consumer" in self.config["group.coordinator.rebalance.protocols"] \
+            else api.CONSUMER_GROUP_APIS
+        body = api.api_versions_body(header.api_version, self.config["transaction.version"], without)
         name = getattr(request, "client_software_name", None)
         version = getattr(request, "client_software_version", None)
         if header.api_version >= 3 and not (_valid_software_field(name) and _valid_software_field(version)):

@@ -51,6 +51,8 @@ from strandline.coordination import znodes
 from strandline.coordination.metadata import MetadataCache, TopicMetadata
 from strandline.coordination.store import OpResult, SetData, ZkError
 from strandline.coordination.znodes import BrokerInfo
+from strandline.group.consumer.model import TopicMetadata as ConsumerTopic
+from strandline.group.consumer_groups import ConsumerGroups
 from strandline.group.coordinator import GroupCoordinator
 from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from strandline.log.cleaner import LogCleaner
@@ -94,8 +96,11 @@ class Broker:
         self.offsets_topic = OffsetsTopic(config, self.replica_manager.writes.append_internal,
                                           self.replica_manager.read_log)
         self.groups = GroupCoordinator(config, self.offsets_topic.append, lambda: str(new_uuid()))
+        self.consumer_groups = ConsumerGroups(config, self.groups, self._consumer_group_topics,
+                                              lambda: str(new_uuid()))
         self.replica_manager.leadership_listeners.append(
-            lambda topic, index, leader, t: self.offsets_topic.on_leadership(self.groups, topic, index, leader, t))
+            lambda topic, index, leader, t: self.offsets_topic.on_leadership(self.groups, topic, index, leader, t,
+                                                                             self.consumer_groups))
         self.auto_topics = AutoTopicCreationManager(config, self.metadata, self.controller, self.outbox)
         self.controlled_shutdown = ControlledShutdown(config, self.metadata, self.controller, self.outbox,
                                                       lambda: self.broker_epoch)
@@ -120,7 +125,8 @@ class Broker:
                               producer_ids,
                               GroupApis(self.metadata, self.groups, self.offsets_topic, self.auto_topics,
                                         self.authorizer, txn_apis,
-                                        ZkOffsets(config, self.metadata, self.outbox, self.authorizer)),
+                                        ZkOffsets(config, self.metadata, self.outbox, self.authorizer),
+                                        self.consumer_groups),
                               AdminApis(config, self.metadata, self.controller, self.authorizer),
                               ConfigApis(config, self.metadata, self.outbox, self.authorizer, BrokerLoggers(loggers)),
                               FetchSessionCache(config, rng), self.authorizer, txn_apis,
@@ -358,7 +364,8 @@ class Broker:
             deadlines.append(0)                 # hand them to the shell at once
         for deadline in (self.outbox.next_deadline_ms(), self.controller.next_deadline_ms(),
                          self.replica_manager.next_deadline_ms(),
-                         self.groups.next_deadline_ms(), self.cleaner.next_deadline_ms()):
+                         self.groups.next_deadline_ms(), self.consumer_groups.next_deadline_ms(),
+                         self.cleaner.next_deadline_ms()):
             if deadline is not None:
                 deadlines.append(deadline)
         return min(deadlines)
@@ -373,6 +380,7 @@ class Broker:
                 effects.extend(self._run_task(task.name, now_ms))
         effects.extend(self.replica_manager.maybe_send_fetches(now_ms))
         effects.extend(self.groups.tick(now_ms))
+        effects.extend(self.consumer_groups.tick(now_ms))
         effects.extend(FlushFiles(f.paths, f.token) for f in self.logs.take_roll_flushes())
         effects.extend(_written(self.logs.take_checkpoints_due()))
         if self.logs.started:
@@ -417,6 +425,10 @@ class Broker:
 
         return self.replica_manager.writes.write_marker(topic, index, producer_id, producer_epoch, commit,
                                                         coordinator_epoch, written, now_ms)
+
+    def _consumer_group_topics(self) -> dict[str, ConsumerTopic]:
+        """The cluster's topics as the consumer group coordinator sees them: id, name, partitions."""
+        return {name: ConsumerTopic(t.topic_id, name, len(t.assignment)) for name, t in self.metadata.topics.items()}
 
     def _leader_epoch_of(self, topic: str, index: int) -> int:
         partition = self.replica_manager.partitions.get((topic, index))

@@ -20,6 +20,8 @@ from strandline.broker.txn_apis import TxnApis, fenced_as
 from strandline.broker.zk_offsets import ZkOffsets
 from strandline.core.wire import Handler, duration_ms, response
 from strandline.coordination.metadata import MetadataCache
+from strandline.broker.consumer_group_apis import ConsumerGroupApis
+from strandline.group.consumer_groups import ConsumerGroups
 from strandline.group.coordinator import GroupCoordinator, GroupState
 from strandline.group.model import Respond
 from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
@@ -27,15 +29,18 @@ from strandline.protocol.api import ApiKey
 from strandline.protocol.header import RequestHeader
 from strandline.security.acl import AclOperation, ResourceType
 
-CLASSIC = "classic"                 # the only group type (KIP-848 consumer groups are not served)
+CLASSIC = "classic"                 # a group of JoinGroup/SyncGroup
+CONSUMER = "consumer"               # a group of ConsumerGroupHeartbeat (KIP-848)
 GROUP_ID_NOT_FOUND_VERSION = 6      # DescribeGroups v6+
 
 
 class GroupApis:
     def __init__(self, metadata: MetadataCache, groups: GroupCoordinator, offsets: OffsetsTopic,
                  auto_topics: AutoTopicCreationManager, authorizer: AclAuthorizer, txn_apis: TxnApis,
-                 zk_offsets: ZkOffsets) -> None:
+                 zk_offsets: ZkOffsets, consumer_groups: ConsumerGroups) -> None:
         self.metadata = metadata
+        self.consumer_groups = consumer_groups
+        self.consumer_group_apis = ConsumerGroupApis(consumer_groups, authorizer)
         self.zk_offsets = zk_offsets
         self.authorizer = authorizer
         self.txn_apis = txn_apis
@@ -58,6 +63,7 @@ class GroupApis:
             ApiKey.DELETE_GROUPS: self._delete_groups,
             ApiKey.OFFSET_DELETE: self._offset_delete,
             ApiKey.TXN_OFFSET_COMMIT: self._txn_offset_commit,
+            **self.consumer_group_apis.handlers(),
         }
 
     def _ensure_offsets_topic(self, now_ms: int) -> list[Effect]:
@@ -168,7 +174,15 @@ class GroupApis:
                "protocol_type": request.protocol_type,
                "protocols": [(p.name, p.metadata) for p in request.protocols], "version": version,
                "reason": getattr(request, "reason", None)}
-        return self.groups.join(req, self._group_respond(conn_id, header, shape), now_ms)
+        if self.consumer_groups.has_members(request.group_id):
+            # a consumer group (KIP-848) with members: no classic member joins it (no online downgrade)
+            return self._group_respond(conn_id, header, shape)({
+                "error_code": ErrorCode.inconsistent_group_protocol, "generation_id": -1, "protocol_name": None,
+                "leader": "", "member_id": request.member_id, "members": []})
+        effects: list[Effect] = []
+        if self.consumer_groups.holds(request.group_id) is not None:     # an empty one: it becomes classic
+            effects += self.consumer_groups.delete(request.group_id, lambda error, when_ms: [], now_ms)
+        return effects + self.groups.join(req, self._group_respond(conn_id, header, shape), now_ms)
 
     def _sync_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         refused = self._refused(conn_id, header, request, {"assignment": b""})
@@ -227,6 +241,11 @@ class GroupApis:
         req = {"group_id": request.group_id, "generation_id": generation, "member_id": request.member_id,
                "group_instance_id": getattr(request, "group_instance_id", None), "offsets": offsets,
                "commit_timestamps": stamps}
+        checked = ErrorCode.none
+        if self.consumer_groups.holds(request.group_id) is not None and self.groups.owns(request.group_id):
+            checked = self.consumer_groups.check_member(request.group_id, request.member_id, generation,
+                                                        header.api_version)
+            req["member_checked"] = True
 
         def respond(results: dict[tuple[str, int], ErrorCode]) -> list[Effect]:
             by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -237,6 +256,8 @@ class GroupApis:
 
         if not offsets:
             return respond({})
+        if checked is not ErrorCode.none:
+            return respond({(t, p): checked for t, p, *_ in offsets})
         return self.groups.commit(req, respond, now_ms)
 
     def _txn_offset_commit(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
@@ -248,6 +269,11 @@ class GroupApis:
             denied_all = ErrorCode.transactional_id_authorization_failed
         elif not self._group_allowed(conn_id, AclOperation.READ, request.group_id):
             denied_all = ErrorCode.group_authorization_failed
+        elif self.groups.owns(request.group_id):       # a consumer group's member at its epoch (KIP-848)
+            checked = self.consumer_groups.check_member(
+                request.group_id, getattr(request, "member_id", ""), getattr(request, "generation_id", -1),
+                header.api_version, transactional=True)
+            denied_all = None if checked is ErrorCode.none else checked
         errors: dict[tuple[str, int], ErrorCode] = {}
         offsets = []
         topics = self.metadata.topics
@@ -291,8 +317,8 @@ class GroupApis:
         return commit(ErrorCode.none, now_ms)
 
     def _offset_fetch_group(self, conn_id: int, group_id: str, topics: Any,
-                            require_stable: bool = False, partition_errors: bool = False
-                            ) -> tuple[ErrorCode, list[dict[str, Any]]]:
+                            require_stable: bool = False, partition_errors: bool = False,
+                            member: tuple[str | None, int] = (None, -1)) -> tuple[ErrorCode, list[dict[str, Any]]]:
         """A group's committed offsets: GROUP_AUTHORIZATION_FAILED unless the client may DESCRIBE the
         group; a topic it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED when named, left out when
         every topic is asked for. ``require_stable`` (KIP-447): a partition with offsets committed in
@@ -311,6 +337,8 @@ class GroupApis:
         if denied:
             wanted = [(name, indexes) for name, indexes in wanted or () if name not in denied]
         error, found = self.groups.fetch_offsets(group_id, wanted)
+        if error is ErrorCode.none:     # a consumer group's member (OffsetFetch v9+) at its epoch
+            error = self.consumer_groups.check_member(group_id, member[0], member[1], 9, fetch=True)
         unstable = self.groups.pending_txn_partitions(group_id) if require_stable else set()
         by_topic: dict[str, list[dict[str, Any]]] = {}
         if error is ErrorCode.none:
@@ -344,7 +372,9 @@ class GroupApis:
             groups = []
             for g in request.groups:
                 error, topics = self._offset_fetch_group(conn_id, g.group_id, g.topics,
-                                                         bool(getattr(request, "require_stable", False)))
+                                                         bool(getattr(request, "require_stable", False)),
+                                                         member=(getattr(g, "member_id", None),
+                                                                 getattr(g, "member_epoch", -1)))
                 groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
             body = {"throttle_time": 0, "groups": groups}
         else:
@@ -358,7 +388,8 @@ class GroupApis:
 
     def _list_groups(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         """States (v4+) and types (v5+, KIP-848) filter case-insensitively, an empty filter not at all.
-        Every group here is a classic group, so a types filter without "classic" lists none."""
+        A consumer group (KIP-848) is listed as type "consumer" (protocol type "consumer"); the
+        committed offsets it keeps with the classic ones are not a classic group of its id."""
         states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
         types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
         everything = self.authorizer.allows_cluster(conn_id, AclOperation.DESCRIBE)
@@ -366,7 +397,13 @@ class GroupApis:
                    "group_type": CLASSIC}
                   for g in self.groups.list_groups()
                   if (not states or g.state.lower() in states) and (not types or CLASSIC in types)
+                  and self.consumer_groups.holds(g.group_id) is None
                   and (everything or self._group_allowed(conn_id, AclOperation.DESCRIBE, g.group_id))]
+        groups += [{"group_id": g.group_id, "protocol_type": CONSUMER, "group_state": g.state.value,
+                    "group_type": CONSUMER}
+                   for g in self.consumer_groups.list_groups()
+                   if (not states or g.state.value.lower() in states) and (not types or CONSUMER in types)
+                   and (everything or self._group_allowed(conn_id, AclOperation.DESCRIBE, g.group_id))]
         return [response(conn_id, header, {
             "throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})]
 
@@ -379,7 +416,10 @@ class GroupApis:
                                "protocol_type": "", "protocol_data": "", "members": [],
                                "authorized_operations": -2147483648})
                 continue
-            groups.append({**self.groups.describe(g), "authorized_operations": (
+            described = self.groups.describe(g)
+            if self.consumer_groups.holds(g) is not None:      # not a classic group (Kafka: "Group g is
+                described.update(group_state=GroupState.DEAD, members=[])  # not a classic group.")
+            groups.append({**described, "authorized_operations": (
                 self.authorizer.authorized_operations(conn_id, ResourceType.GROUP, g) if wants_operations
                 else -2147483648)})
         if header.api_version >= GROUP_ID_NOT_FOUND_VERSION:   # KIP-1043: a group that does not exist says so
@@ -405,10 +445,23 @@ class GroupApis:
             def done(error: ErrorCode, when_ms: int, name: str = name) -> list[Effect]:
                 results[name] = error
                 return finish() if len(results) == len(names) else []
+            if self.consumer_groups.holds(name) is not None and self.groups.owns(name):
+                effects += self.consumer_groups.delete(name, self._then_offsets(name, done), now_ms)
+                continue
             effects += self.groups.delete(name, done, now_ms)
         if not allowed:
             effects += finish()
         return effects
+
+    def _then_offsets(self, name: str, done: Callable[[ErrorCode, int], list[Effect]]
+                      ) -> Callable[[ErrorCode, int], list[Effect]]:
+        """After a consumer group's deletion, that of its committed offsets (a classic group of
+        offsets only), when it had any."""
+        def deleted(error: ErrorCode, when_ms: int) -> list[Effect]:
+            if error is not ErrorCode.none or name not in self.groups.groups:
+                return done(error, when_ms)
+            return self.groups.delete(name, done, when_ms)
+        return deleted
 
     def _offset_delete(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         wanted = list(dict.fromkeys((t.name, p.partition_index) for t in request.topics for p in t.partitions))
@@ -416,6 +469,7 @@ class GroupApis:
             return [response(conn_id, header, {"error_code": ErrorCode.group_authorization_failed,
                                                "throttle_time": 0, "topics": []})]
         denied = {name for name, _ in wanted if not self.authorizer.allows_topic(conn_id, AclOperation.READ, name)}
+        subscribed = self.consumer_groups.subscribed_topics(request.group_id)     # of a consumer group (KIP-848)
 
         def done(error: ErrorCode, errors: dict[tuple[str, int], ErrorCode], when_ms: int) -> list[Effect]:
             topics: dict[str, list[dict[str, Any]]] = {}
@@ -423,6 +477,8 @@ class GroupApis:
                 code = errors.get((name, index), ErrorCode.none)
                 if name in denied:
                     code = ErrorCode.topic_authorization_failed
+                elif name in subscribed:
+                    code = ErrorCode.group_subscribed_to_topic
                 elif error is ErrorCode.none and name not in self.metadata.topics:
                     code = ErrorCode.unknown_topic_or_partition
                 topics.setdefault(name, []).append({"partition_index": index, "error_code": code})
@@ -431,7 +487,8 @@ class GroupApis:
                 "topics": [] if error is not ErrorCode.none else
                 [{"name": n, "partitions": ps} for n, ps in topics.items()]})]
 
-        return self.groups.delete_offsets(request.group_id, [w for w in wanted if w[0] not in denied], done, now_ms)
+        return self.groups.delete_offsets(request.group_id, [w for w in wanted if w[0] not in denied | subscribed],
+                                          done, now_ms)
 
 
 def offsets_topic_created(error: ErrorCode, message: str | None, when_ms: int) -> list[Effect]:

@@ -11,7 +11,7 @@ topic is created when the request allows it and ``auto.create.topics.enable`` is
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
@@ -76,9 +76,14 @@ class MetadataApis:
         requested = request.topics
         if requested is not None and header.api_version == 0 and len(requested) == 0:
             requested = None
-        names = None if requested is None else list(dict.fromkeys(t.name for t in requested))  # a set, as Kafka
+        # v10+ may name a topic by its id alone (KIP-516; a KIP-848 consumer does, for its assignment)
+        ids = [t.topic_id for t in requested or () if t.name is None and getattr(t, "topic_id", None)
+               not in (None, uuid.UUID(int=0))]
+        by_id = {t.topic_id: n for n, t in self.metadata.topics.items()} if ids else {}
+        names = None if requested is None else list(dict.fromkeys(
+            [t.name for t in requested if t.name is not None] + [by_id[i] for i in ids if i in by_id]))  # a set, as Kafka
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and \
-            self.config["auto.create.topics.enable"]
+            self.config["auto.create.topics.enable"] and not ids
         # a topic the client may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED when named (whether it
         # exists or not), left out of "every topic"; one it may not create is not created
         allows = self.authorizer.allows_topic
@@ -89,7 +94,8 @@ class MetadataApis:
             denied.update(n for n in missing if not may_create(self.authorizer, conn_id, n))
             missing = [n for n in missing if n not in denied]
         shown = _MetadataView(conn_id, denied, bool(getattr(request, "include_topic_authorized_operations", False)),
-                              bool(getattr(request, "include_cluster_authorized_operations", False)), allow_auto)
+                              bool(getattr(request, "include_cluster_authorized_operations", False)), allow_auto,
+                              {i: by_id.get(i) for i in ids})
         if missing and allow_auto:
             pending = set(missing)
             outcomes: dict[str, ErrorCode] = {}
@@ -117,9 +123,16 @@ class MetadataApis:
         md = self.metadata
         brokers = [{"node_id": b.id, "host": host, "port": port, "rack": b.rack}
                    for b, host, port in self._brokers_for(shown.conn_id)]
-        topics = []
+        topics: list[dict[str, Any]] = []
+        for topic_id, known in shown.by_id.items():
+            if known is None or known in shown.denied:    # as Kafka: the name of a topic denied is not told
+                topics.append({"error_code": ErrorCode.unknown_topic_id if known is None
+                               else ErrorCode.topic_authorization_failed, "name": None, "topic_id": topic_id,
+                               "partitions": []})
         for name in (sorted(md.topics) if names is None else names):
             if name in shown.denied:
+                if name in shown.by_id.values():            # answered by its id above
+                    continue
                 topics.append({"error_code": ErrorCode.topic_authorization_failed, "name": name,
                                "topic_id": uuid.UUID(int=0), "partitions": []})
                 continue
@@ -182,3 +195,5 @@ class _MetadataView:
     topic_operations: bool
     cluster_operations: bool
     auto_create: bool = False           # the request may create the topics it names
+    #: the topics it named by id: id -> the name, None for an id no topic has
+    by_id: dict[uuid.UUID, str | None] = field(default_factory=dict)

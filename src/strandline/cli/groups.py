@@ -6,6 +6,7 @@ import argparse
 import struct
 import sys
 from datetime import datetime, timezone
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -15,6 +16,7 @@ from strandline.cli.client_config import KafkaConnection
 from strandline.cli.answers import error_code, refusal
 
 LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 2, 8, 9, 10, 15, 16
+API_VERSIONS, CONSUMER_GROUP_DESCRIBE = 18, 69
 EARLIEST, LATEST = -2, -1
 
 
@@ -80,18 +82,45 @@ def list_groups(bootstrap: str) -> int:
     return 0
 
 
+def _consumer_group(conn: KafkaConnection, group: str) -> object | None:
+    """The group as ConsumerGroupDescribe tells it, when it is a consumer group (KIP-848) and the
+    broker serves that API; None otherwise."""
+    served = {int(k.api_key) for k in conn.request(API_VERSIONS, 0, {}).api_keys}
+    if CONSUMER_GROUP_DESCRIBE not in served:
+        return None
+    desc = conn.request(CONSUMER_GROUP_DESCRIBE, 0, {"group_ids": [group],
+                                                     "include_authorized_operations": False}).groups[0]
+    return desc if error_code(desc.error_code) is ErrorCode.none else None
+
+
+def _print_consumer_group(group: str, desc: Any, owners: dict[tuple[str, int], str]) -> None:
+    print(f"Group: {group}\tState: {desc.group_state}\tProtocol: consumer/{desc.assignor_name}"
+          f"\tMembers: {len(desc.members)}\tEpoch: {desc.group_epoch}")
+    for m in desc.members:
+        parts = [(t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions]
+        for tp in parts:
+            owners[tp] = m.member_id
+        shown = ",".join(f"{t}-{p}" for t, p in parts) or "-"
+        print(f"\tMember: {m.member_id}\tClient: {m.client_id}\tHost: {m.client_host}\tEpoch: {m.member_epoch}"
+              f"\tPartitions: {shown}")
+
+
 def describe_group(bootstrap: str, group: str) -> int:
     with KafkaConnection(bootstrap) as conn:
         address = _coordinator(conn, group)
     with KafkaConnection(address) as conn:
+        modern = _consumer_group(conn, group)
         desc = conn.request(DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}).groups[0]
         fetched = conn.request(OFFSET_FETCH, 7, {"group_id": group, "topics": None, "require_stable": False})
-    if error_code(desc.error_code) is not ErrorCode.none:
-        raise refusal(desc.error_code, f"group {group}")
     owners: dict[tuple[str, int], str] = {}
-    print(f"Group: {group}\tState: {desc.group_state}\tProtocol: {desc.protocol_type}/{desc.protocol_data}"
-          f"\tMembers: {len(desc.members)}")
-    for m in desc.members:
+    if modern is not None:
+        _print_consumer_group(group, modern, owners)
+    elif error_code(desc.error_code) is not ErrorCode.none:
+        raise refusal(desc.error_code, f"group {group}")
+    else:
+        print(f"Group: {group}\tState: {desc.group_state}\tProtocol: {desc.protocol_type}/{desc.protocol_data}"
+              f"\tMembers: {len(desc.members)}")
+    for m in desc.members if modern is None else ():
         parts = _assigned_partitions(bytes(m.member_assignment)) if desc.protocol_type == "consumer" else []
         for tp in parts:
             owners[tp] = m.member_id

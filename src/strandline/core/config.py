@@ -58,6 +58,41 @@ def _super_users(key: str, raw: str, text: str) -> None:
                               f"such as User:admin (principals are separated by ;)")
 
 
+def _rebalance_protocols(key: str, raw: str, items: list[str]) -> None:
+    if "classic" not in items:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: disabling the 'classic' protocol "
+                          f"is not supported")
+
+
+#: the server-side assignors of strandline.group.consumer.assignors, by name and by Kafka's class name
+CONSUMER_ASSIGNORS = {"uniform": "uniform", "range": "range",
+                      "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+                      "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
+
+
+def _consumer_assignors(key: str, raw: str, items: list[str]) -> None:
+    unknown = [n for n in items if n not in CONSUMER_ASSIGNORS]
+    if unknown or not items:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: unknown assignor(s) "
+                          f"{', '.join(unknown) or '(none given)'}; known: uniform, range")
+
+
+def _check_consumer_group_keys(values: dict[str, Any]) -> None:
+    """Kafka's GroupCoordinatorConfig: each consumer group timing within its bounds, and the
+    heartbeat interval below the session timeout."""
+    for name in ("session.timeout", "heartbeat.interval"):
+        key, lo, hi = (f"group.consumer.{name}.ms", f"group.consumer.min.{name}.ms", f"group.consumer.max.{name}.ms")
+        if values[lo] > values[hi]:
+            raise ConfigError(f"Invalid value {values[lo]} for configuration {lo}: must be at most {hi} ({values[hi]})")
+        if not values[lo] <= values[key] <= values[hi]:
+            raise ConfigError(f"Invalid value {values[key]} for configuration {key}: must be between {lo} "
+                              f"({values[lo]}) and {hi} ({values[hi]})")
+    if values["group.consumer.heartbeat.interval.ms"] >= values["group.consumer.session.timeout.ms"]:
+        raise ConfigError(f"Invalid value {values['group.consumer.heartbeat.interval.ms']} for configuration "
+                          f"group.consumer.heartbeat.interval.ms: must be less than "
+                          f"group.consumer.session.timeout.ms ({values['group.consumer.session.timeout.ms']})")
+
+
 def config_text(value: Any) -> str | None:
     """A config value as Kafka shows and stores it: ``true``/``false``, comma-joined lists."""
     if value is None:
@@ -180,6 +215,23 @@ BROKER_KEYS: dict[str, Key] = key_table(
     Key("group.min.session.timeout.ms", "int", 6000, lo=0),
     Key("group.max.session.timeout.ms", "int", 1800000, lo=0),
     Key("group.max.size", "int", 2147483647, lo=1),
+    # the consumer group protocol of KIP-848 (ConsumerGroupHeartbeat), with Kafka 4.0's keys and defaults
+    Key("group.coordinator.rebalance.protocols", "list", ["classic", "consumer"], choices=("classic", "consumer"),
+        validator=_rebalance_protocols,
+        doc="The group protocols the coordinator serves: classic (JoinGroup/SyncGroup) always; consumer "
+            "(ConsumerGroupHeartbeat and ConsumerGroupDescribe, KIP-848) when listed."),
+    Key("group.consumer.session.timeout.ms", "int", 45000, lo=1),
+    Key("group.consumer.min.session.timeout.ms", "int", 45000, lo=1),
+    Key("group.consumer.max.session.timeout.ms", "int", 60000, lo=1),
+    Key("group.consumer.heartbeat.interval.ms", "int", 5000, lo=1),
+    Key("group.consumer.min.heartbeat.interval.ms", "int", 5000, lo=1),
+    Key("group.consumer.max.heartbeat.interval.ms", "int", 15000, lo=1),
+    Key("group.consumer.max.size", "int", 2147483647, lo=1),
+    Key("group.consumer.assignors", "list", ["org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+                                             "org.apache.kafka.coordinator.group.assignor.RangeAssignor"],
+        validator=_consumer_assignors,
+        doc="The server-side assignors of consumer groups, by name (uniform, range) or Kafka's class "
+            "name; the first is the one a group uses unless its members ask for another."),
     Key("transactional.id.expiration.ms", "int", 604800000, lo=1),
     # the transaction coordinator's keys, with Kafka's defaults
     Key("transaction.state.log.num.partitions", "int", 50, lo=1),
@@ -395,6 +447,7 @@ class BrokerConfig:
             raise ConfigError(
                 "Invalid value for configuration replica.fetch.wait.max.ms: must be at most replica.lag.time.max.ms"
             )
+        _check_consumer_group_keys(values)
         if not values["log.dirs"]:
             raise ConfigError("Invalid value for configuration log.dirs: at least one directory is required")
         return cls(values, {str(k): str(v) for k, v in props.items()})

@@ -358,7 +358,9 @@ class GroupCoordinator:
         if not self.owns(group_id):
             return all_failed(ErrorCode.not_coordinator)
         group = self.groups.get(group_id)
-        if group is None:
+        if req.get("member_checked"):       # a consumer group's (KIP-848), its member epoch checked
+            group = self.groups.setdefault(group_id, Group(group_id))
+        elif group is None:
             if generation >= 0 or member_id:
                 return all_failed(ErrorCode.illegal_generation if generation >= 0 else ErrorCode.unknown_member_id)
             group = self.groups[group_id] = Group(group_id)

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import Effect, LogLine
 from strandline.group import records as rec
+from strandline.group.consumer_groups import ConsumerGroups
 from strandline.group.coordinator import GroupCoordinator
 from strandline.group.model import Appended
 
@@ -71,12 +72,18 @@ class OffsetsTopic:
         return cfg["offsets.topic.num.partitions"], rf, configs
 
     def on_leadership(self, coordinator: GroupCoordinator, topic: str, index: int, leader: bool,
-                      now_ms: int) -> list[Effect]:
-        """Loading and unloading the groups of an offsets partition as its leadership moves."""
+                      now_ms: int, consumer_groups: ConsumerGroups | None = None) -> list[Effect]:
+        """Loading and unloading the groups of an offsets partition as its leadership moves: the
+        classic groups and committed offsets, and the consumer groups (KIP-848) of the same log."""
         if topic != OFFSETS_TOPIC:
             return []
         if not leader:
+            if consumer_groups is not None:
+                consumer_groups.unload_partition(index)
             return coordinator.unload_partition(index) if index in coordinator.owned else []
-        count = coordinator.load_partition(index, rec.iter_log_records(self.read_log(topic, index)), now_ms)
+        records = list(rec.iter_log_records(self.read_log(topic, index)))
+        count = coordinator.load_partition(index, records, now_ms)
+        if consumer_groups is not None:
+            consumer_groups.load_partition(index, records, now_ms)
         return [LogLine("info", f"Coordinator of the groups of {OFFSETS_TOPIC}-{index} "
                             f"({count} record(s) loaded)")] if count else []

@@ -97,6 +97,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 # Advertised version ranges {api_key: (min, max)}; every range overlaps what kafka-python
@@ -121,6 +123,8 @@ class ApiKey(enum.IntEnum):
 #  * LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown (the controller's APIs,
 #    advertised as Kafka 2.8's ZooKeeper-mode brokers do) are encoded by hand in
 #    strandline.protocol.control, which kio (from Kafka 4.x, without ZooKeeper) lacks.
+#  * ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848) are advertised only by a broker
+#    whose group.coordinator.rebalance.protocols lists consumer (:data:`CONSUMER_GROUP_APIS`).
 # FindCoordinator is listed because librdkafka enables LZ4 only when it is advertised; until
 # consumer groups exist it answers COORDINATOR_NOT_AVAILABLE. v4+ is the batched form.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -182,7 +186,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_DELEGATION_TOKEN: (0, 2),
     ApiKey.ALTER_ISR: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
+
+#: The APIs of the consumer group protocol (KIP-848), served when it is enabled.
+CONSUMER_GROUP_APIS = frozenset({ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE})
 
 
 def register(api_key: int, min_version: int, max_version: int) -> None:
@@ -371,14 +380,16 @@ TRANSACTION_VERSION = "transaction.version"
 TRANSACTION_VERSIONS = (0, 2)
 
 
-def api_versions_body(version: int = 0, transaction_version: int = 0) -> dict[str, Any]:
+def api_versions_body(version: int = 0, transaction_version: int = 0,
+                      without: frozenset[int] = frozenset()) -> dict[str, Any]:
     """An ApiVersions response body advertising :data:`SUPPORTED`; from v3 with the features
     (KIP-584): supported, ``transaction.version`` 0-2 (omitted before v4, whose clients take a
     minimum of 0 for no support, as Kafka omits it), and finalized, ``transaction.version`` at
-    ``transaction_version`` (omitted at 0, as Kafka omits a feature at level 0)."""
+    ``transaction_version`` (omitted at 0, as Kafka omits a feature at level 0). The APIs
+    ``without`` names (those the broker's configuration turns off) are not advertised."""
     body: dict[str, Any] = {"error_code": ErrorCode.none, "throttle_time": 0,
                             "api_keys": [{"api_key": int(k), "min_version": lo, "max_version": hi}
-                                         for k, (lo, hi) in sorted(SUPPORTED.items())]}
+                                         for k, (lo, hi) in sorted(SUPPORTED.items()) if k not in without]}
     if version >= 3:
         lo, hi = TRANSACTION_VERSIONS
         body["supported_features"] = [{"name": TRANSACTION_VERSION, "min_version": lo, "max_version": hi}

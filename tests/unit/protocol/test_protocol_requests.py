@@ -42,7 +42,7 @@ def test_the_advertised_table():
         ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.SASL_AUTHENTICATE: (0, 2), ApiKey.CREATE_DELEGATION_TOKEN: (0, 2),
         ApiKey.RENEW_DELEGATION_TOKEN: (0, 2), ApiKey.EXPIRE_DELEGATION_TOKEN: (0, 2),
         ApiKey.DESCRIBE_DELEGATION_TOKEN: (0, 2), ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
-        ApiKey.ALTER_ISR: (0, 0)}
+        ApiKey.ALTER_ISR: (0, 0), ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1), ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1)}
 
 
 @pytest.mark.parametrize("api_key,version", VERSIONS)

@@ -1,0 +1,86 @@
+"""The consumer group protocol of KIP-848 on the wire: ConsumerGroupHeartbeat (API 68) and
+ConsumerGroupDescribe (API 69).
+
+Each maps its request onto :class:`strandline.group.consumer_groups.ConsumerGroups` and shapes
+the answer. Both are served only when ``group.coordinator.rebalance.protocols`` lists
+``consumer`` (Kafka 4.0's default); otherwise they are not advertised and a request for them is
+answered UNSUPPORTED_VERSION. A heartbeat needs READ on its group, a description DESCRIBE (as
+Kafka's ``KafkaApis``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from strandline.core.effects import Effect
+from strandline.core.wire import Handler, duration_ms, response
+from strandline.group.consumer.heartbeat import HeartbeatRequest, HeartbeatResponse
+from strandline.group.consumer_groups import ConsumerGroups
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
+from strandline.security.acl import AclOperation, ResourceType
+from strandline.security.authorizer import AclAuthorizer
+
+#: AuthorizedOperations when they were not asked for (Kafka's Integer.MIN_VALUE)
+NOT_ASKED = -2147483648
+#: ConsumerGroupDescribe v1's MemberType of a member of the consumer protocol (0: classic)
+CONSUMER_MEMBER = 1
+
+
+class ConsumerGroupApis:
+    def __init__(self, groups: ConsumerGroups, authorizer: AclAuthorizer) -> None:
+        self.groups = groups
+        self.authorizer = authorizer
+
+    def handlers(self) -> dict[int, Handler]:
+        return {ApiKey.CONSUMER_GROUP_HEARTBEAT: self._heartbeat,
+                ApiKey.CONSUMER_GROUP_DESCRIBE: self._describe}
+
+    def _heartbeat(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        def respond(answer: HeartbeatResponse) -> list[Effect]:
+            assignment = None
+            if answer.assignment is not None:
+                assignment = {"topic_partitions": [{"topic_id": t, "partitions": sorted(ps)}
+                                                   for t, ps in sorted(answer.assignment.items())]}
+            return [response(conn_id, header, {
+                "throttle_time": 0, "error_code": answer.error_code, "error_message": answer.error_message,
+                "member_id": answer.member_id, "member_epoch": answer.member_epoch,
+                "heartbeat_interval": answer.heartbeat_interval_ms, "assignment": assignment})]
+
+        if not self.groups.enabled:
+            return respond(HeartbeatResponse(ErrorCode.unsupported_version,
+                                             "The new consumer group protocol is not enabled."))
+        if not self.authorizer.allows(conn_id, AclOperation.READ, ResourceType.GROUP, request.group_id):
+            return respond(HeartbeatResponse(ErrorCode.group_authorization_failed, None))
+        if header.api_version >= 1 and not request.member_id:     # v1+: the consumer makes its member id
+            return respond(HeartbeatResponse(ErrorCode.invalid_request, "MemberId can't be empty."))
+        owned = request.topic_partitions
+        names = request.subscribed_topic_names
+        beat = HeartbeatRequest(
+            request.group_id, request.member_id, request.member_epoch, request.instance_id, request.rack_id,
+            duration_ms(request.rebalance_timeout), None if names is None else tuple(names),
+            getattr(request, "subscribed_topic_regex", None), request.server_assignor,
+            None if owned is None else tuple((t.topic_id, tuple(t.partitions)) for t in owned),
+            header.client_id or "", "/127.0.0.1")
+        return self.groups.heartbeat(beat, respond, now_ms)
+
+    def _describe(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        wanted = list(request.group_ids)
+        described = {d["group_id"]: d for d in self.groups.describe(
+            [g for g in wanted if self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.GROUP, g)])}
+        groups = []
+        for group_id in wanted:
+            d = described.get(group_id)
+            if d is None or not self.groups.enabled:
+                d = {"error_code": ErrorCode.group_authorization_failed if self.groups.enabled
+                     else ErrorCode.unsupported_version, "error_message": None, "group_id": group_id,
+                     "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": []}
+            if header.api_version >= 1:               # every member here is of the consumer protocol
+                d = {**d, "members": [{**m, "member_type": CONSUMER_MEMBER} for m in d["members"]]}
+            operations = NOT_ASKED
+            if request.include_authorized_operations and d["error_code"] is ErrorCode.none:
+                operations = self.authorizer.authorized_operations(conn_id, ResourceType.GROUP, group_id)
+            groups.append({**d, "authorized_operations": operations})
+        return [response(conn_id, header, {"throttle_time": 0, "groups": groups})]

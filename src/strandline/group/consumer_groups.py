@@ -1,0 +1,231 @@
+"""The consumer groups of the KIP-848 protocol as the broker coordinates them (Kafka's
+``GroupCoordinatorShard`` for the groups of type consumer).
+
+The rules are the pure core's (:mod:`strandline.group.consumer`): a heartbeat, or a session or
+rebalance timeout that passes, yields records of ``__consumer_offsets``, already applied to the
+group. Here they are written through the classic coordinator's append path (acks=all to the
+group's offsets partition) and the answer goes out once the ISR has them; a write that fails puts
+the group back as it was, when nothing changed it since, and the member is told the coordinator's
+error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE), which makes it find the coordinator again.
+A broker that becomes leader of an offsets partition replays its consumer group records
+(:meth:`ConsumerGroups.load_partition`) and starts every member's session anew; so a coordinator
+failover resumes each group at its epochs and assignments.
+
+Committed offsets of a consumer group are kept with the classic ones (one offset record per
+partition, Kafka's format); :meth:`ConsumerGroups.check_member` is the member epoch check of an
+OffsetCommit (v9+) or OffsetFetch (v9+) from a member (Kafka's ``ConsumerGroup.validateOffsetCommit``).
+One group id is of one protocol: a heartbeat for a classic group with members is refused with
+GROUP_ID_NOT_FOUND, and the classic coordinator refuses a JoinGroup for a consumer group with
+members (:meth:`ConsumerGroups.has_members`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Iterable, Mapping
+
+from kio.schema.errors import ErrorCode
+
+from strandline.core.effects import Effect
+from strandline.group.consumer import records as crec
+from strandline.group.consumer.describe import describe
+from strandline.group.consumer.group import ConsumerGroup, ConsumerGroupState
+from strandline.group.consumer.heartbeat import (ConsumerGroupConfig, ConsumerGroupCoordinator, HeartbeatRequest,
+                                                 HeartbeatResponse)
+from strandline.group.consumer.model import TopicMetadata
+from strandline.group.coordinator import GroupCoordinator
+
+#: ``respond(answer)``: the effects that send a heartbeat's answer.
+HeartbeatRespond = Callable[[HeartbeatResponse], list[Effect]]
+
+
+def consumer_group_config(config: Any) -> ConsumerGroupConfig:
+    """The core's settings from the broker's ``group.consumer.*`` keys."""
+    assignors = tuple(config["group.consumer.assignors"])
+    return ConsumerGroupConfig.from_properties({
+        "group.consumer.session.timeout.ms": str(config["group.consumer.session.timeout.ms"]),
+        "group.consumer.heartbeat.interval.ms": str(config["group.consumer.heartbeat.interval.ms"]),
+        "group.consumer.max.size": str(config["group.consumer.max.size"]),
+        "group.consumer.assignors": ",".join(assignors)})
+
+
+class ConsumerGroups:
+    def __init__(self, config: Any, classic: GroupCoordinator, topics: Callable[[], Mapping[str, TopicMetadata]],
+                 new_member_id: Callable[[], str]) -> None:
+        self.enabled = "consumer" in config["group.coordinator.rebalance.protocols"]
+        self.core = ConsumerGroupCoordinator(consumer_group_config(config), new_member_id)
+        self.classic = classic
+        self.topics = topics
+
+    # ------------------------------------------------------------------ ownership and loading
+
+    def _owned_groups(self) -> dict[str, ConsumerGroup]:
+        return {g: group for g, group in self.core.groups.items()
+                if self.classic.owns(g) and group.state is not ConsumerGroupState.DEAD}
+
+    def holds(self, group_id: str) -> ConsumerGroup | None:
+        """The consumer group ``group_id`` when this coordinator holds one."""
+        group = self.core.groups.get(group_id)
+        return group if group is not None and group.state is not ConsumerGroupState.DEAD else None
+
+    def has_members(self, group_id: str) -> bool:
+        group = self.holds(group_id)
+        return group is not None and bool(group.members)
+
+    def load_partition(self, partition: int, records: Iterable[tuple[Any, ...]], now_ms: int) -> None:
+        """Rebuild the consumer groups of offsets partition ``partition`` from its records (those
+        of key types 3-8; the rest are the classic coordinator's)."""
+        self.unload_partition(partition)
+        decoded = []
+        for item in records:
+            key, value = item[1], item[2]
+            if key and len(key) >= 2 and int.from_bytes(key[:2], "big") in crec.KEY_TYPES:
+                record = crec.decode(bytes(key), None if value is None else bytes(value))
+                if record is not None:
+                    decoded.append(record)
+        fresh = ConsumerGroupCoordinator(self.core.config, self.core.new_member_id)
+        fresh.load(decoded, now_ms)
+        for group_id, group in fresh.groups.items():
+            if group.state is not ConsumerGroupState.DEAD:
+                self.core.groups[group_id] = group
+        self.core.deadlines.update((k, d) for k, d in fresh.deadlines.items() if k[1] in self.core.groups)
+
+    def unload_partition(self, partition: int) -> None:
+        gone = {g for g in self.core.groups if self.classic.partition_of(g) == partition}
+        for group_id in gone:
+            del self.core.groups[group_id]
+        for key in [k for k in self.core.deadlines if k[1] in gone]:
+            del self.core.deadlines[key]
+
+    # ------------------------------------------------------------------ writing
+
+    def _write(self, records: list[crec.Record], done: Callable[[ErrorCode, int], list[Effect]],
+               now_ms: int) -> list[Effect]:
+        """Append the records of one group to its offsets partition; ``done(error, when_ms)``."""
+        group_id = records[0][0].group_id
+        encoded = [crec.encode(r) for r in records]
+        return self.classic.append(self.classic.partition_of(group_id), encoded,
+                                   lambda error, when_ms, base_offset: done(error, when_ms), now_ms)
+
+    def heartbeat(self, request: HeartbeatRequest, respond: HeartbeatRespond, now_ms: int) -> list[Effect]:
+        group_id = request.group_id
+        if not self.classic.owns(group_id):
+            return respond(HeartbeatResponse(ErrorCode.not_coordinator, None))
+        classic = self.classic.groups.get(group_id)
+        if classic is not None and classic.members:
+            return respond(HeartbeatResponse(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."))
+        before = self.core.groups.get(group_id)
+        records, answer = self.core.heartbeat(request, self.topics(), now_ms)
+        if not records:
+            return respond(answer)
+        after = self.core.groups.get(group_id)
+
+        def written(error: ErrorCode, when_ms: int) -> list[Effect]:
+            if error is ErrorCode.none:
+                return respond(answer)
+            self._undo(group_id, before, after)
+            return respond(HeartbeatResponse(error, None))
+
+        return self._write(records, written, now_ms)
+
+    def _undo(self, group_id: str, before: ConsumerGroup | None, after: ConsumerGroup | None) -> None:
+        """A write failed: the group goes back to what it was, unless a later change built on it."""
+        if self.core.groups.get(group_id) is not after:
+            return
+        if before is None:
+            self.core.groups.pop(group_id, None)
+        else:
+            self.core.groups[group_id] = before
+
+    def delete(self, group_id: str, done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
+        """Delete an empty consumer group: its tombstones, in Kafka's order (target assignment,
+        subscribed topics, group epoch); NON_EMPTY_GROUP while it has members. Its committed
+        offsets are the classic coordinator's to delete. The group is gone at once: a JoinGroup
+        of the classic protocol may take its id over (Kafka's conversion of an empty group)."""
+        group = self.holds(group_id)
+        if group is None:
+            return done(ErrorCode.group_id_not_found, now_ms)
+        if group.members:
+            return done(ErrorCode.non_empty_group, now_ms)
+        records: list[crec.Record] = [(crec.Key(kind, group_id), None) for kind in (
+            crec.TARGET_ASSIGNMENT_METADATA, crec.PARTITION_METADATA, crec.GROUP_METADATA)]
+        work = group.copy()
+        for record in records:
+            work.replay(record)
+        self.core.groups.pop(group_id, None)
+        return self._write(records, done, now_ms)
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now_ms: int) -> list[Effect]:
+        """Fence the members whose session or rebalance timeout passed; write what that changes."""
+        due = self.core.next_deadline_ms()
+        if due is None or due > now_ms:
+            return []
+        records = self.core.expire(self.topics(), now_ms)
+        by_group: dict[str, list[crec.Record]] = {}
+        for record in records:
+            by_group.setdefault(record[0].group_id, []).append(record)
+        effects: list[Effect] = []
+        for group_records in by_group.values():
+            effects += self._write(group_records, lambda error, when_ms: [], now_ms)
+        return effects
+
+    def next_deadline_ms(self) -> int | None:
+        return self.core.next_deadline_ms()
+
+    # ------------------------------------------------------------------ offsets and admin
+
+    def check_member(self, group_id: str, member_id: str | None, member_epoch: int, api_version: int,
+                     fetch: bool = False, transactional: bool = False) -> ErrorCode:
+        """An offset commit (OffsetCommit v9+, TxnOffsetCommit) or fetch (OffsetFetch v9+) of a
+        consumer group (Kafka's ``validateOffsetCommit`` and ``validateOffsetFetch``): from outside
+        the group (epoch < 0) a commit only while the group is empty, a transactional one naming no
+        member always, a fetch that names no member always; from a member, at its current epoch."""
+        group = self.holds(group_id)
+        if group is None:
+            return ErrorCode.none
+        if member_epoch < 0 and (member_id is None if fetch else not group.members):
+            return ErrorCode.none
+        if transactional and member_epoch < 0 and not member_id:
+            return ErrorCode.none
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if not fetch and not transactional and api_version < 9:
+            return ErrorCode.unsupported_version
+        if member_epoch != member.member_epoch:
+            return ErrorCode.stale_member_epoch
+        return ErrorCode.none
+
+    def subscribed_topics(self, group_id: str) -> set[str]:
+        """The topics the members of consumer group ``group_id`` subscribe to (by name, or by a
+        regular expression matching the whole name), whose offsets OffsetDelete keeps."""
+        group = self.holds(group_id)
+        if group is None:
+            return set()
+        topics = self.topics()
+        found: set[str] = set()
+        for m in group.members.values():
+            found.update(m.subscribed_topic_names)
+            if m.subscribed_topic_regex is not None:
+                pattern = re.compile(m.subscribed_topic_regex)
+                found.update(n for n in topics if pattern.fullmatch(n))
+        return found
+
+    def describe(self, group_ids: list[str]) -> list[dict[str, Any]]:
+        """ConsumerGroupDescribe's groups: NOT_COORDINATOR for one this broker does not coordinate."""
+        owned = self._owned_groups()
+        found = {d["group_id"]: d for d in describe(owned, [g for g in group_ids if self.classic.owns(g)],
+                                                    self.core.config.assignors[0], self.topics())}
+        for d in found.values():
+            group = owned.get(d["group_id"])
+            if group is None and d["group_id"] in self.classic.groups and self.classic.groups[d["group_id"]].members:
+                d["error_message"] = f"Group {d['group_id']} is not a consumer group."
+        return [found.get(g) or {"error_code": ErrorCode.not_coordinator, "group_id": g, "error_message": None,
+                                 "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
+                                 "members": []}
+                for g in group_ids]
+
+    def list_groups(self) -> list[ConsumerGroup]:
+        return list(self._owned_groups().values())

@@ -1,0 +1,303 @@
+"""Consumer groups of the KIP-848 protocol (``group.protocol=consumer``) with real clients on 3
+broker processes: Kafka 4.x's Java KafkaConsumer and confluent-kafka (librdkafka 2.10+).
+
+One cluster for the module, with Kafka's ``group.consumer.*`` timings lowered (heartbeats every
+500 ms) so rebalances finish quickly, and a short ZooKeeper session so a killed coordinator is
+replaced within seconds. The Java members are compiled with ``javac`` against the Kafka 4.x jars
+of the cache (:mod:`tests.integration.kafka_reference`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from strandline.cli import groups as groups_cli
+from strandline.errors import Unreachable
+from strandline.runtime.client import KafkaConnection
+from tests.conftest import cluster_fixture, missing_prerequisite, poll_until, run_cli
+from tests.integration.kafka_reference import dist, kafka_lines_or_skip
+from tests.integration.replication_helpers import create_topic
+
+pytestmark = pytest.mark.integration
+
+KAFKA = kafka_lines_or_skip(("4",))
+SOURCE = Path(__file__).parent / "kip848_consumer" / "GroupMember.java"
+PARTITIONS = 6
+
+cg = cluster_fixture("consumer_protocol", 3, overrides=[
+    "zookeeper.session.timeout.ms=4000", "replica.lag.time.max.ms=2000",
+    "group.consumer.min.heartbeat.interval.ms=500", "group.consumer.heartbeat.interval.ms=500",
+    "group.consumer.min.session.timeout.ms=6000", "group.consumer.session.timeout.ms=10000"])
+
+
+@pytest.fixture(scope="module")
+def java_member() -> list[str]:
+    """The command that runs one Java member (its arguments follow), compiled once per source and
+    Kafka version into the cache beside Kafka's jars (never the work tree)."""
+    if shutil.which("javac") is None:
+        missing_prerequisite("javac is not installed")
+    kafka = dist(KAFKA, "4")
+    digest = hashlib.sha256(SOURCE.read_bytes() + kafka.version.encode()).hexdigest()[:16]
+    classes = kafka.home.parent / f"kip848-member-{digest}"
+    if not (classes / "GroupMember.class").exists():
+        building = Path(tempfile.mkdtemp(prefix="kip848-member-", dir=kafka.home.parent))
+        out = subprocess.run(["javac", "-d", str(building), "-cp", kafka.classpath, str(SOURCE)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        try:
+            building.rename(classes)
+        except OSError:                                  # built meanwhile by another run
+            shutil.rmtree(building, ignore_errors=True)
+    return ["java", "-cp", f"{classes}:{kafka.classpath}", "GroupMember"]
+
+
+class Member:
+    """One Java member process, started ahead; it joins at :meth:`go`. Its output lines are read
+    as they come."""
+
+    def __init__(self, command: list[str], bootstrap: str, group: str, topic: str, workdir: Path, name: str) -> None:
+        self.name = name
+        self.go_file = workdir / f"{name}.go"
+        self.stop_file = workdir / f"{name}.stop"
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen([*command, bootstrap, group, topic, str(self.go_file), str(self.stop_file)],
+                                     stdout=subprocess.PIPE, stderr=open(workdir / f"{name}.err", "wb"), text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with open(self.stop_file.with_suffix(".out"), "w") as kept:     # what it said, for a failure
+            for line in self.proc.stdout:
+                self.lines.append(line.strip())
+                kept.write(line)
+                kept.flush()
+
+    def go(self) -> None:
+        self.go_file.touch()
+
+    def owned(self) -> set[int]:
+        owned: set[int] = set()
+        for line in list(self.lines):
+            kind, *rest = line.split()
+            if kind == "ASSIGNED":
+                owned.add(int(rest[0]))
+            elif kind == "CLOSED":
+                owned.clear()
+            elif kind in ("REVOKED", "LOST"):
+                owned.discard(int(rest[0]))
+        return owned
+
+    def records(self) -> list[tuple[int, int, str]]:
+        return [(int(p), int(o), v) for kind, p, o, v in
+                (line.split() for line in list(self.lines) if line.startswith("RECORD "))]
+
+    def leave(self, timeout: float = 30) -> None:
+        self.stop_file.touch()
+        self.proc.wait(timeout)
+        self.reader.join(5)
+        assert self.proc.returncode == 0, (self.name, self.lines[-5:])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def ownership(member: Member) -> list[tuple[int, int, float]]:
+    """The member's ``(partition, from ms, to ms)`` of each time it owned a partition."""
+    held: dict[int, int] = {}
+    spans = []
+    end = float("inf")
+    for line in list(member.lines):
+        kind, *rest = line.split()
+        if kind == "ASSIGNED":
+            held[int(rest[0])] = int(rest[1])
+        elif kind in ("REVOKED", "LOST") and int(rest[0]) in held:
+            spans.append((int(rest[0]), held.pop(int(rest[0])), int(rest[1])))
+        elif kind == "CLOSED":
+            end = int(rest[0])
+    return spans + [(p, start, end) for p, start in held.items()]
+
+
+def coordinator_of(bootstrap: str, group: str) -> int:
+    for address in bootstrap.split(","):
+        try:
+            with KafkaConnection(address, timeout_s=5) as conn:
+                return int(conn.request(10, 3, {"key": group, "key_type": 0}).node_id)
+        except (OSError, Unreachable):         # the broker the test killed
+            continue
+    return -1
+
+
+def live_brokers(bootstrap: str) -> set[int]:
+    for address in bootstrap.split(","):
+        try:
+            with KafkaConnection(address, timeout_s=5) as conn:
+                return {b.node_id for b in conn.request(3, 1, {"topics": []}).brokers}
+        except (OSError, Unreachable):         # the broker the test killed
+            continue
+    return set()
+
+
+class SteadyProducer:
+    """Produces ``v-00000``, ``v-00001``, ... (keyed, acks=all) until stopped, at most 60 s."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Producer
+
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                                  "enable.idempotence": True})
+        self.topic = topic
+        self.sent: list[str] = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 60
+        while not self.stopped.is_set() and time.monotonic() < deadline:
+            value = "v-%05d" % len(self.sent)
+            self.producer.produce(self.topic, value.encode(), key=value.encode())
+            self.sent.append(value)
+            self.producer.poll(0)
+            self.stopped.wait(0.01)     # the producer's pace: about 100 records a second
+
+    def stop(self) -> list[str]:
+        self.stopped.set()
+        self.thread.join(30)
+        assert self.producer.flush(30) == 0
+        return self.sent
+
+
+def test_java_consumers_share_a_topic_through_failover_joins_and_leaves(cg, java_member, tmp_path, capsys):
+    """Kafka 4.x's KafkaConsumer with group.protocol=consumer: two members, a third joining late,
+    the coordinator's broker SIGKILLed, one member leaving and one restarted, under a steady
+    producer. Every record is consumed; no partition is owned by two members at once; a restarted
+    member resumes each partition it gets where its previous owner committed."""
+    create_topic(cg, "events", partitions=PARTITIONS, min_isr=1)
+    members = {n: Member(java_member, cg.bootstrap, "kip848", "events", tmp_path, n) for n in ("a", "b", "c", "a2")}
+    producer = SteadyProducer(cg.bootstrap, "events")
+    try:
+        members["a"].go()
+        members["b"].go()
+
+        def covered(names: tuple[str, ...]) -> bool:
+            owned = [members[n].owned() for n in names]
+            return all(owned) and sorted(p for o in owned for p in o) == list(range(PARTITIONS))
+
+        poll_until(lambda: covered(("a", "b")), 30, message="a and b share the six partitions")
+        members["c"].go()
+        poll_until(lambda: covered(("a", "b", "c")), 30, message="c, joining late, gets its share")
+
+        # strandline groups describe / list (in this process: a CLI process starts slowly on a busy machine)
+        assert groups_cli.describe_group(cg.bootstrap, "kip848") == 0
+        described = capsys.readouterr().out
+        assert "Protocol: consumer/uniform" in described and "Members: 3" in described, described
+        assert len(re.findall(r"Member: .*Epoch: \d+\tPartitions: \S+", described)) == 3, described
+        assert groups_cli.list_groups(cg.bootstrap) == 0
+        assert "kip848\tStable" in capsys.readouterr().out
+
+        coordinator = coordinator_of(cg.bootstrap, "kip848")
+        killed = run_cli("cluster", "kill", str(coordinator), "--data-dir", str(cg.data_dir), timeout=60)
+        assert killed.returncode == 0, killed.stderr
+        mark = len(producer.sent) + 100         # the first 100 records sent after the kill, and all before
+
+        def consumed() -> set[str]:
+            return {v for m in members.values() for _, _, v in m.records()}
+
+        poll_until(lambda: len(producer.sent) >= mark and set(producer.sent[:mark]) <= consumed(), 30,
+                   message="the group consumes again after its coordinator's death")
+        assert coordinator_of(cg.bootstrap, "kip848") not in (-1, coordinator)
+
+        members["b"].leave()
+        poll_until(lambda: covered(("a", "c")), 30, message="a and c take b's partitions over")
+        members["a"].leave()
+        poll_until(lambda: covered(("c",)), 30, message="c takes all")
+        members["a2"].go()
+        poll_until(lambda: covered(("a2", "c")), 30, message="a restarted gets its share back")
+        poll_until(lambda: members["a2"].records(), 30, message="a restarted consumes")
+        sent = producer.stop()
+        poll_until(lambda: set(sent) <= consumed(), 30,
+                   message="every record produced is consumed")
+        for m in ("a2", "c"):
+            members[m].leave()
+    finally:
+        producer.stopped.set()
+        for m in members.values():
+            m.kill()
+
+    # the new coordinator replayed the group: no member was fenced (a fenced one loses its partitions)
+    assert not [line for m in members.values() for line in m.lines if line.startswith("LOST ")]
+    spans = [(p, start, end, name) for name, m in members.items() for p, start, end in ownership(m)]
+    for p, start, end, name in spans:
+        for q, start2, end2, name2 in spans:
+            assert not (p == q and name != name2 and start < end2 and start2 < end), \
+                f"partition {p} owned by {name} ({start}-{end}) and {name2} ({start2}-{end2}) at once"
+    # a2 got its partitions from c, which owned them all: it starts right after c's last record
+    first: dict[int, int] = {}
+    for p, o, _ in members["a2"].records():
+        first.setdefault(p, o)
+    assert first, "a2 consumed nothing"
+    c_lines = members["c"].lines
+    for p, offset in first.items():
+        given_up = max(i for i, line in enumerate(c_lines) if line.startswith(f"REVOKED {p} "))
+        before = [int(line.split()[2]) for line in c_lines[:given_up] if line.startswith(f"RECORD {p} ")]
+        assert offset == max(before) + 1, (p, offset, max(before))
+    for m in members.values():      # each member's last commit, as it left, was taken
+        assert "COMMIT_FAILED" not in m.lines[-2], (m.name, m.lines[-3:])
+
+
+def test_confluent_kafka_consumers_with_group_protocol_consumer(cg):
+    """librdkafka's KIP-848 consumer (2.10+): two members share a topic and commit; one leaves and
+    the other takes its partitions over, resuming where it committed. Every record is consumed."""
+    import confluent_kafka
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+
+    if confluent_kafka.libversion()[1] < 0x020A0000:
+        missing_prerequisite(f"librdkafka {confluent_kafka.libversion()[0]} has no group.protocol=consumer (2.10+)")
+    live = sorted(live_brokers(cg.bootstrap))              # the test before killed one
+    create_topic(cg, "rdk", {p: live[p % len(live):] + live[:p % len(live)] for p in range(4)}, min_isr=1)
+    producer = Producer({"bootstrap.servers": cg.bootstrap, "acks": "all"})
+    values = [b"r-%04d" % i for i in range(400)]
+    for v in values:
+        producer.produce("rdk", v, key=v)
+    assert producer.flush(30) == 0
+    members = [Consumer({"bootstrap.servers": cg.bootstrap, "group.id": "rdk848", "group.protocol": "consumer",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False}) for _ in range(2)]
+    got: list[list[bytes]] = [[], []]
+    for m in members:
+        m.subscribe(["rdk"])
+
+    def step(i: int) -> set[int]:
+        fresh = [m.value() for m in members[i].consume(num_messages=50, timeout=0.05) if m.error() is None]
+        got[i] += fresh
+        if fresh:
+            try:
+                members[i].commit(asynchronous=False)
+            except KafkaException as e:       # a stale member epoch: the next commit carries these too
+                assert e.args[0].code() == KafkaError.STALE_MEMBER_EPOCH, e
+        return {tp.partition for tp in members[i].assignment()}
+
+    def shared() -> bool:
+        owned = [step(0), step(1)]
+        assert not owned[0] & owned[1], owned
+        return bool(owned[0] and owned[1] and owned[0] | owned[1] == set(range(4)))
+
+    poll_until(shared, 30, interval=0.01, message="the two share the four partitions")
+    poll_until(lambda: shared() is not None and len(got[0]) + len(got[1]) >= 200, 30, interval=0.01,
+               message="half the records consumed")
+    members[1].close()
+    poll_until(lambda: step(0) == set(range(4)) and len(set(got[0] + got[1])) == len(values), 30, interval=0.01,
+               message="the first takes everything over and consumes the rest")
+    members[0].close()
+    assert set(got[0] + got[1]) == set(values)

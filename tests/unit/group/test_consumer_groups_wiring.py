@@ -1,0 +1,85 @@
+"""ConsumerGroups between the pure core and __consumer_offsets: a heartbeat is answered once its
+records are written; a write that fails answers the coordinator's error and puts the group back as
+it was; fencing by the session timeout writes its records; a group's records are replayed."""
+
+from __future__ import annotations
+
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from strandline.core.config import BrokerConfig
+from strandline.group.consumer.heartbeat import HeartbeatRequest, HeartbeatResponse
+from strandline.group.consumer.model import TopicMetadata
+from strandline.group.consumer_groups import ConsumerGroups
+from strandline.group.coordinator import GroupCoordinator
+
+TOPICS = {"t": TopicMetadata(uuid.UUID(int=1), "t", 4)}
+
+
+class Offsets:
+    """An offsets topic whose writes complete when the test says so."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[int, bytes, bytes | None]] = []
+        self.pending: list = []
+
+    def append(self, partition, records, done, now_ms, producer=None):
+        self.pending.append((partition, list(records), done))
+        return []
+
+    def complete(self, error: ErrorCode = ErrorCode.none):
+        partition, records, done = self.pending.pop(0)
+        if error is ErrorCode.none:
+            self.log += [(len(self.log) + i, k, v) for i, (k, v) in enumerate(records)]
+        return done(error, 0, len(self.log))
+
+
+def setup():
+    config = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "zk:2181",
+                                           "offsets.topic.num.partitions": "1"})
+    offsets = Offsets()
+    classic = GroupCoordinator(config, offsets.append, lambda: "x")
+    classic.owned.add(0)
+    groups = ConsumerGroups(config, classic, lambda: TOPICS, lambda: "unused")
+    return groups, offsets
+
+
+def join(member_id: str) -> HeartbeatRequest:
+    return HeartbeatRequest("g", member_id, 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t",),
+                            topic_partitions=())
+
+
+def test_a_heartbeat_is_answered_once_its_records_are_written_and_undone_when_the_write_fails():
+    groups, offsets = setup()
+    answers: list[HeartbeatResponse] = []
+
+    def respond(answer):
+        answers.append(answer)
+        return []
+
+    groups.heartbeat(join("a"), respond, 0)
+    assert answers == []                                      # not before the ISR has the records
+    offsets.complete()
+    assert answers[-1].error_code is ErrorCode.none and answers[-1].member_epoch == 1
+    groups.heartbeat(join("b"), respond, 10)
+    assert set(groups.holds("g").members) == {"a", "b"}
+    offsets.complete(ErrorCode.not_coordinator)
+    assert answers[-1].error_code is ErrorCode.not_coordinator
+    group = groups.holds("g")
+    assert set(group.members) == {"a"} and group.group_epoch == 1
+
+
+def test_fencing_writes_its_records_and_a_new_coordinator_replays_them():
+    groups, offsets = setup()
+    groups.heartbeat(join("a"), lambda answer: [], 0)
+    offsets.complete()
+    assert groups.next_deadline_ms() == 45_000                # group.consumer.session.timeout.ms
+    assert groups.tick(44_999) == [] and not offsets.pending
+    groups.tick(45_000)
+    offsets.complete()
+    assert groups.holds("g").members == {}
+    fresh, _ = setup()
+    fresh.load_partition(0, offsets.log, 50_000)
+    replayed = fresh.holds("g")
+    assert replayed is not None and replayed.members == {} and replayed.group_epoch == 2
