@@ -17,11 +17,12 @@ The job writes ``audit.json`` into each run folder and returns the same dictiona
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
+from typing import Any, Callable, Iterable, Iterator, TYPE_CHECKING
 
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -63,16 +64,19 @@ def _load(spark: SparkSession, run_dirs: list[Path], name: str) -> DataFrame:
     return spark.read.parquet(*[str(d / name) for d in run_dirs]).withColumn("run", mapping[folder])
 
 
-def audit(run_dirs: list[Path], spark: SparkSession | None = None, keep_lost: int = 20000) -> list[dict[str, Any]]:
-    """Audit every run in ``run_dirs``; one dictionary per run, also written to its audit.json."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
 
-    run_dirs = [Path(d).resolve() for d in run_dirs]
-    if len({d.name for d in run_dirs}) != len(run_dirs):
+@contextmanager
+def audit_session(run_dirs: Iterable[Path], spark: SparkSession | None = None
+                  ) -> Iterator[tuple[SparkSession, list[Path], Callable[[DataFrame], DataFrame]]]:
+    """What every audit of run folders shares: the folders, resolved (their names tell the runs
+    apart, so two of one name are refused); a Spark session, the caller's or one of its own that
+    is stopped at the end; and ``cached``, which caches a table read more than once for the audit
+    and drops it at its end."""
+    dirs = [Path(d).resolve() for d in run_dirs]
+    if len({d.name for d in dirs}) != len(dirs):
         raise ValueError("two run folders of one audit have the same name")
     own = spark is None
-    spark = spark or spark_session(log_path=run_dirs[0].parent / "spark.log")
+    session = spark or spark_session(log_path=dirs[0].parent / "spark.log")
     caches: list[DataFrame] = []
 
     def cached(df: DataFrame) -> DataFrame:
@@ -80,6 +84,23 @@ def audit(run_dirs: list[Path], spark: SparkSession | None = None, keep_lost: in
         return df
 
     try:
+        yield session, dirs, cached
+    finally:
+        for df in caches:
+            try:
+                df.unpersist()
+            except Exception:   # a session that broke holds no cache; the audit's own error, if any, goes on
+                pass
+        if own:
+            session.stop()
+
+
+def audit(run_dirs: list[Path], spark: SparkSession | None = None, keep_lost: int = 20000) -> list[dict[str, Any]]:
+    """Audit every run in ``run_dirs``; one dictionary per run, also written to its audit.json."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    with audit_session(run_dirs, spark) as (spark, run_dirs, cached):
         # the tables read more than once are cached for the audit, and dropped at its end
         ops = cached(_load(spark, run_dirs, "ops.parquet"))
         records = _load(spark, run_dirs, "records.parquet")
@@ -177,11 +198,3 @@ def audit(run_dirs: list[Path], spark: SparkSession | None = None, keep_lost: in
             (d / "audit.json").write_text(json.dumps(result, indent=2) + "\n")
             results.append(result)
         return results
-    finally:
-        for df in caches:
-            try:
-                df.unpersist()
-            except Exception:   # a session that broke holds no cache; the audit's own error, if any, goes on
-                pass
-        if own:
-            spark.stop()

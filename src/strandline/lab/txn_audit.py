@@ -33,7 +33,7 @@ from typing import Any, TYPE_CHECKING
 import json
 from pathlib import Path
 
-from strandline.lab.audit import _load, spark_session
+from strandline.lab.audit import _load, audit_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,18 +48,7 @@ def audit_txn(run_dirs: list[Path], spark: SparkSession | None = None) -> list[d
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    run_dirs = [Path(d).resolve() for d in run_dirs]
-    if len({d.name for d in run_dirs}) != len(run_dirs):
-        raise ValueError("two run folders of one audit have the same name")
-    own = spark is None
-    spark = spark or spark_session(log_path=run_dirs[0].parent / "spark.log")
-    caches: list[DataFrame] = []
-
-    def cached(df: DataFrame) -> DataFrame:
-        caches.append(df.cache())
-        return df
-
-    try:
+    with audit_session(run_dirs, spark) as (spark, run_dirs, cached):
         writes = cached(_load(spark, run_dirs, "txn_writes.parquet"))
         polls = cached(_load(spark, run_dirs, "polls.parquet"))
         final = cached(_load(spark, run_dirs, "final_read.parquet"))
@@ -175,11 +164,3 @@ def audit_txn(run_dirs: list[Path], spark: SparkSession | None = None) -> list[d
             (d / "audit.json").write_text(json.dumps(result, indent=2) + "\n")
             results.append(result)
         return results
-    finally:
-        for df in caches:
-            try:
-                df.unpersist()
-            except Exception:   # a session that broke holds no cache; the audit's own error, if any, goes on
-                pass
-        if own:
-            spark.stop()
