@@ -212,15 +212,7 @@ class KafkaApis:
     # -- ApiVersions
 
     def _api_versions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
-        without = frozenset() if "consumer" in self.config["group.coordinator.rebalance.protocols"] \
-            else api.CONSUMER_GROUP_APIS
-        body = api.api_versions_body(header.api_version, self.config["transaction.version"], without)
-        name = getattr(request, "client_software_name", None)
-        version = getattr(request, "client_software_version", None)
-        if header.api_version >= 3 and not (_valid_software_field(name) and _valid_software_field(version)):
-            # as Kafka's ApiVersionsRequest.getErrorResponse: the error, no API list, no features
-            body = {"error_code": ErrorCode.invalid_request, "throttle_time": 0, "api_keys": []}
-        return [response(conn_id, header, body)]
+        return [response(conn_id, header, api_versions_answer(self.config, header.api_version, request))]
 
     # -- InitProducerId
 
@@ -252,6 +244,21 @@ class KafkaApis:
 
         return self.producer_ids.generate_producer_id(answer, now_ms)
 
+
+
+def api_versions_answer(config: BrokerConfig, version: int, request: Any) -> dict[str, Any]:
+    """The body of this broker's ApiVersions answer, the same before a SASL listener's
+    authentication as after it (Kafka's ApiVersionManager answers both): the APIs served (the
+    consumer group protocol's only when ``group.coordinator.rebalance.protocols`` lists
+    ``consumer``) and, from v3, the finalized ``transaction.version``; a v3+ request whose client
+    software name or version is malformed (KIP-511) gets INVALID_REQUEST with no API list and no
+    features, as Kafka's ``ApiVersionsRequest.getErrorResponse``."""
+    without = frozenset() if "consumer" in config["group.coordinator.rebalance.protocols"] else api.CONSUMER_GROUP_APIS
+    name = getattr(request, "client_software_name", None)
+    software_version = getattr(request, "client_software_version", None)
+    if version >= 3 and not (_valid_software_field(name) and _valid_software_field(software_version)):
+        return {"error_code": ErrorCode.invalid_request, "throttle_time": 0, "api_keys": []}
+    return api.api_versions_body(version, config["transaction.version"], without)
 
 
 def _valid_software_field(value: str | None) -> bool:

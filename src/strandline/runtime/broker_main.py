@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import gc
 import json
 import logging
@@ -17,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from strandline.broker.apis import api_versions_answer
 from strandline.broker.broker import Broker
 from strandline.broker.dynamic_config import apply_dynamic_broker_configs
 from strandline.coordination.cluster_state import (ZooKeeperUnanswered, read_acls, read_cluster_state,
@@ -258,7 +260,7 @@ def listener_specs(config: BrokerConfig, store: KazooStore) -> list[ListenerSpec
                     raise StrandlineError(f"listener {listener.name}: {exc}") from None
             if "OAUTHBEARER" in served:
                 _load_jwks(listener.name, conf)
-            factory = _authenticator_factory(listener.name, conf, served, store)
+            factory = _authenticator_factory(listener.name, conf, served, store, config)
         specs.append(ListenerSpec(listener, ctx, factory, conf["ssl.principal.mapping.rules"],
                                   config["connection.failed.authentication.delay.ms"],
                                   conf["sasl.server.max.receive.size"]))
@@ -294,8 +296,8 @@ def _load_jwks(name: str, conf: dict[str, Any]) -> None:
         raise StrandlineError(f"listener {name}: {exc}") from None
 
 
-def _authenticator_factory(name: str, conf: dict[str, Any], mechanisms: list[str], store: KazooStore
-                           ) -> Callable[[], SaslAuthenticator]:
+def _authenticator_factory(name: str, conf: dict[str, Any], mechanisms: list[str], store: KazooStore,
+                           config: BrokerConfig) -> Callable[[], SaslAuthenticator]:
     def scram_credential(user: str, mechanism: str) -> str | None:
         """The user's stored SCRAM credential (``/config/users/<user>``), read from ZooKeeper."""
         [res] = store.execute([GetData(f"/config/users/{sanitize(user)}")])
@@ -312,7 +314,8 @@ def _authenticator_factory(name: str, conf: dict[str, Any], mechanisms: list[str
         return SaslContext(name, conf, scram_credential, now)
 
     max_reauth_ms = conf["connections.max.reauth.ms"]
-    return lambda: SaslAuthenticator(mechanisms, context, max_reauth_ms)
+    return lambda: SaslAuthenticator(mechanisms, context, max_reauth_ms,
+                                     versions=functools.partial(api_versions_answer, config))
 
 
 def inter_broker_security(config: BrokerConfig) -> ClientSecurity | None:

@@ -74,11 +74,16 @@ def _raw(data: bytes) -> bytes:
 class SaslAuthenticator:
     """One connection's authentication. ``mechanisms``: the listener's enabled mechanisms, in
     ``sasl.enabled.mechanisms`` order; ``context(now_ms)``: the :class:`SaslContext` a mechanism is
-    made with; ``max_reauth_ms``: ``connections.max.reauth.ms`` (0: sessions do not expire)."""
+    made with; ``max_reauth_ms``: ``connections.max.reauth.ms`` (0: sessions do not expire);
+    ``versions(version, request)``: the body of the broker's ApiVersions answer, which a client may
+    ask for before it authenticates (librdkafka takes its API versions from that answer); without
+    it, every API this package serves, with no features."""
 
     def __init__(self, mechanisms: list[str], context: Callable[[int], SaslContext], max_reauth_ms: int = 0,
-                 registry: dict[str, SaslServerFactory] | None = None) -> None:
+                 registry: dict[str, SaslServerFactory] | None = None,
+                 versions: Callable[[int, Any], dict[str, Any]] | None = None) -> None:
         self.registry = MECHANISMS if registry is None else registry
+        self.versions = versions
         self.mechanisms = [m for m in mechanisms if m in self.registry]
         self.context = context
         self.max_reauth_ms = max_reauth_ms
@@ -136,8 +141,11 @@ class SaslAuthenticator:
         if header.api_key == ApiKey.API_VERSIONS:
             if self.state is not SaslState.HANDSHAKE_OR_VERSIONS_REQUEST:
                 return self._fail(f"Unexpected ApiVersions request during SASL authentication state {self.state.value}")
-            self.state = SaslState.HANDSHAKE_REQUEST
-            return Step(send=(api.encode_response(header, api.api_versions_body()),))
+            body = self.versions(header.api_version, request) if self.versions else api.api_versions_body()
+            if body["error_code"] == ErrorCode.none:
+                # refused (a malformed client software name), the client may ask again, as in Kafka
+                self.state = SaslState.HANDSHAKE_REQUEST
+            return Step(send=(api.encode_response(header, body),))
         if header.api_key != ApiKey.SASL_HANDSHAKE:
             return self._fail(f"Unexpected Kafka request of type {api.api_name(header.api_key)} during SASL handshake")
         return self._handshake(header, request, now_ms)
