@@ -21,6 +21,7 @@ from strandline.lab.audit import audit, spark_session
 from strandline.lab.network import unavailable_reason
 from strandline.lab.runner import execute, verdict
 from strandline.lab.scenarios import SAFE, SCENARIOS
+from strandline.lab.txn import SCENARIOS as TXN_SCENARIOS
 from strandline.launch.ports import ephemeral_range
 from tests.conftest import missing_prerequisite, run_cli
 
@@ -163,7 +164,7 @@ def test_lab_list_names_every_scenario():
     result = run_cli("lab", "list")
     assert result.returncode == 0
     names = [line.split()[0] for line in result.stdout.splitlines()]
-    assert names == [*SCENARIOS, "SAFE"]
+    assert names == [*SCENARIOS, "SAFE", *TXN_SCENARIOS]
     # one column: every summary starts where the others do, however long the name
     starts = {len(line) - len(line[len(name):].lstrip()) for line, name in zip(result.stdout.splitlines(), names)}
     assert len(starts) == 1, starts
