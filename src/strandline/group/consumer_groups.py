@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import Effect
+from strandline.group.consumer.assignors import CLASS_NAMES
 from strandline.group.consumer import records as crec
 from strandline.group.consumer.describe import describe
 from strandline.group.consumer.group import ConsumerGroup, ConsumerGroupState
@@ -40,13 +41,12 @@ HeartbeatRespond = Callable[[HeartbeatResponse], list[Effect]]
 
 
 def consumer_group_config(config: Any) -> ConsumerGroupConfig:
-    """The core's settings from the broker's ``group.consumer.*`` keys."""
-    assignors = tuple(config["group.consumer.assignors"])
-    return ConsumerGroupConfig.from_properties({
-        "group.consumer.session.timeout.ms": str(config["group.consumer.session.timeout.ms"]),
-        "group.consumer.heartbeat.interval.ms": str(config["group.consumer.heartbeat.interval.ms"]),
-        "group.consumer.max.size": str(config["group.consumer.max.size"]),
-        "group.consumer.assignors": ",".join(assignors)})
+    """The core's settings from the broker's ``group.consumer.*`` keys, already checked by the
+    broker's configuration (an assignor by its name or Kafka's class name)."""
+    assignors = tuple(CLASS_NAMES.get(name, name) for name in config["group.consumer.assignors"])
+    return ConsumerGroupConfig(config["group.consumer.session.timeout.ms"],
+                               config["group.consumer.heartbeat.interval.ms"], config["group.consumer.max.size"],
+                               assignors)
 
 
 class ConsumerGroups:
