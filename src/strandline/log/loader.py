@@ -4,7 +4,8 @@ and the producer state it rebuilds.
 Recovery on open (``needs_recovery``, reference/kafka_replication.md §5.3): every segment from
 the one containing the recovery point on is re-read with CRC checks (``LogSegment.recover``);
 the first one found torn or corrupt is cut at its last valid batch and all later segments are
-deleted. Without recovery nothing is scanned: only the tail of the active segment, from its last
+deleted, as are the segments after one that ends short of where a roll noted it ended (a tail a
+power loss took from a segment whose successor's batches reached the disk). Without recovery nothing is scanned: only the tail of the active segment, from its last
 index entry, is read to find the log end offset.
 
 Before that, a log cleaner's interrupted swap is completed: a ``<base>.log.swap`` file replaces the
@@ -30,7 +31,7 @@ from strandline.log.disk import Disk
 from strandline.log.epoch import LeaderEpochCache
 from strandline.log.producer_snapshots import ProducerSnapshots
 from strandline.log.producer_state import ProducerStateManager, snapshot_offset
-from strandline.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from strandline.log.segment import INDEX_SUFFIX, LOG_SUFFIX, ROLLED_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 from strandline.log.swap import SWAP_LOG_SUFFIX, complete_swap
 from strandline.log.txn_index import TXN_INDEX_SUFFIX
 from strandline.protocol.markers import CONTROL_BIT
@@ -63,7 +64,7 @@ class LoadedSegments(NamedTuple):
 
 def new_recovery_stats() -> dict[str, int]:
     return {"segments_recovered": 0, "batches_scanned": 0, "bytes_truncated": 0,
-            "segments_deleted": 0, "indexes_rebuilt": 0, "producer_batches_replayed": 0}
+            "segments_deleted": 0, "indexes_rebuilt": 0, "producer_batches_replayed": 0, "gaps_truncated": 0}
 
 
 def load_segments(disk: Disk, dir: str, config: LogConfig, *, recovery_point: int, log_start_offset: int,
@@ -76,6 +77,7 @@ def load_segments(disk: Disk, dir: str, config: LogConfig, *, recovery_point: in
     names = disk.listdir(dir)
     bases = []
     swaps = []
+    rolled: dict[int, int] = {}         # segment base -> where the segment before ended at the roll
     for name in names:
         if name.endswith(SWAP_LOG_SUFFIX) and name[:-len(SWAP_LOG_SUFFIX)].isdigit():
             swaps.append(int(name[:-len(SWAP_LOG_SUFFIX)]))
@@ -83,6 +85,13 @@ def load_segments(disk: Disk, dir: str, config: LogConfig, *, recovery_point: in
             disk.remove(posixpath.join(dir, name))
         elif name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit():
             bases.append(int(name[:-len(LOG_SUFFIX)]))
+        elif name.endswith(ROLLED_SUFFIX) and name[:-len(ROLLED_SUFFIX)].isdigit():
+            path = posixpath.join(dir, name)
+            try:
+                rolled[int(name[:-len(ROLLED_SUFFIX)])] = int(disk.read_file(path))
+            except ValueError:                  # torn: the roll it noted had not begun
+                pass
+            disk.remove(path)                   # what it says is used by this recovery or never
     for base in sorted(swaps):
         bases = complete_swap(disk, dir, base, config, bases, now_ms)
     if swaps:
@@ -108,23 +117,7 @@ def load_segments(disk: Disk, dir: str, config: LogConfig, *, recovery_point: in
     stats = new_recovery_stats()
 
     if segments and needs_recovery:
-        first = max(bisect_right(bases, recovery_point) - 1, 0)
-        on_batch = _epoch_assigner(cache)
-        for i in range(first, len(segments)):
-            segment = segments[i]
-            truncated = segment.recover(on_batch)
-            segment.flush(force=True)
-            stats["segments_recovered"] += 1
-            stats["batches_scanned"] += segment.recovered_batches
-            stats["bytes_truncated"] += truncated
-            if truncated:
-                for later in segments[i + 1:]:
-                    later.delete()
-                    stats["segments_deleted"] += 1
-                del segments[i + 1:]
-                break
-        if stats["segments_recovered"]:
-            disk.fsync_dir(dir)
+        _recover(disk, dir, segments, max(bisect_right(bases, recovery_point) - 1, 0), rolled, cache, stats)
     elif segments:
         active = segments[-1]
         truncated = active.load_tail()
@@ -145,6 +138,36 @@ def load_segments(disk: Disk, dir: str, config: LogConfig, *, recovery_point: in
             stats["segments_deleted"] += 1
         segments = [LogSegment.create(disk, dir, log_start_offset, config, now_ms)]
     return LoadedSegments(segments, cache, log_start_offset, snapshots, stats, bool(names))
+
+
+def _recover(disk: Disk, dir: str, segments: list[LogSegment], first: int, rolled: dict[int, int],
+             cache: LeaderEpochCache, stats: dict[str, int]) -> None:
+    """Recover ``segments`` from index ``first`` on (CRC checks, indexes, leader epochs), cutting
+    the log at the first torn batch or lost tail (the segments after it are deleted)."""
+    on_batch = _epoch_assigner(cache)
+    for i in range(first, len(segments)):
+        segment = segments[i]
+        truncated = segment.recover(on_batch)
+        segment.flush(force=True)
+        stats["segments_recovered"] += 1
+        stats["batches_scanned"] += segment.recovered_batches
+        stats["bytes_truncated"] += truncated
+        # The roll to the next segment left this one's fsync for later and noted where it
+        # ended (``.rolled``); ending short of that now, it lost a tail while the next one's
+        # batches reached the disk. Kafka keeps such a log, hole and all; here it ends there,
+        # as after a torn batch, so that a follower fetches the lost offsets again instead of
+        # serving a log that skips them. (A gap the log had before, a compacted past's, is
+        # where the note says the segment ended: kept.)
+        gap = i + 1 < len(segments) and rolled.get(segments[i + 1].base_offset, -1) > segment.next_offset
+        if truncated or gap:
+            stats["gaps_truncated"] += gap and not truncated
+            for later in segments[i + 1:]:
+                later.delete()
+                stats["segments_deleted"] += 1
+            del segments[i + 1:]
+            break
+    if stats["segments_recovered"]:
+        disk.fsync_dir(dir)
 
 
 class ReplayedLog(Protocol):

@@ -35,7 +35,7 @@ from strandline.log.partition_metadata import sync_topic_id
 from strandline.log.reads import aborted_txns, read_batches
 from strandline.log.producer_snapshots import ProducerSnapshots
 from strandline.log.producer_state import AbortedTxn, ProducerStateManager
-from strandline.log.segment import INT32_MAX, BatchInfo, LogSegment
+from strandline.log.segment import INT32_MAX, BatchInfo, LogSegment, rolled_path
 from strandline.protocol.markers import CONTROL_BIT, read_marker
 from strandline.protocol.records import BatchHeader
 
@@ -276,6 +276,10 @@ class Log:
             listener = None
         if listener is not None:
             paths = old.seal()
+            # where the segment left unflushed ends, durable before any batch of the next one can
+            # be: a power loss that takes its tail but not theirs is then seen (loader)
+            self.disk.write_file_atomic(rolled_path(self.dir, base), str(old.next_offset).encode())
+            self.disk.fsync_dir(self.dir)
         else:
             old.on_become_inactive()
         segment = LogSegment.create(self.disk, self.dir, base, self.config, now)
@@ -299,6 +303,9 @@ class Log:
         if any(s is segment for s in self.segments):
             segment.sealed_flushed()
         self._flushed_to(offset)
+        marker = rolled_path(self.dir, offset)
+        if self.disk.exists(marker):        # the segment before is durable: nothing to compare now
+            self.disk.remove(marker)
 
     def _flushed_to(self, offset: int) -> None:
         """Everything below ``offset`` is durable: make the directory entries and the leader-epoch

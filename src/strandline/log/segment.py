@@ -64,6 +64,16 @@ def file_prefix(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+#: ``<base>.rolled``: written (and fsynced) when a roll leaves its segment's fsync for later; it
+#: holds where that previous segment ended. Recovery after a power loss compares: a previous
+#: segment that ends short of it lost a tail while this one's batches reached the disk
+ROLLED_SUFFIX = ".rolled"
+
+
+def rolled_path(directory: str, base_offset: int) -> str:
+    return posixpath.join(directory, file_prefix(base_offset)) + ROLLED_SUFFIX
+
+
 def segment_paths(directory: str, base_offset: int) -> tuple[str, str, str]:
     prefix = posixpath.join(directory, file_prefix(base_offset))
     return prefix + LOG_SUFFIX, prefix + INDEX_SUFFIX, prefix + TIME_INDEX_SUFFIX

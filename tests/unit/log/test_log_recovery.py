@@ -107,7 +107,7 @@ def test_ckp_3_corruption_in_the_middle_cuts_there_and_drops_later_segments():
     assert offsets(log.read(0, 1 << 20)) == list(range(13))
     assert log.recovery_stats == {"segments_recovered": 2, "batches_scanned": 13,
                                   "bytes_truncated": 7 * BATCH, "segments_deleted": 3, "indexes_rebuilt": 0,
-                                  "producer_batches_replayed": 3}          # from the snapshot at 10
+                                  "producer_batches_replayed": 3, "gaps_truncated": 0}   # replayed from the snapshot at 10
     assert log.leader_epoch_cache.epoch_entries() == [(1, 0)]       # epoch 2 began at 20: gone
     assert all_crcs_ok(disk, log)
     fill(log, 2, epoch=3)

@@ -227,3 +227,40 @@ def test_deleting_a_log_asks_for_the_checkpoints_at_once_so_a_log_created_again_
     again = LogManager(disk, ["/data/logs"], CONFIG)
     again.startup(0)
     assert again.get_log("t", 0).log_end_offset == 3
+
+
+def test_a_power_loss_that_takes_a_rolled_segments_tail_but_not_the_next_ones_ends_the_log_there():
+    """The roll at 5 left 0..4 to its asynchronous flush; the next segment's batches 5..6 were
+    fsynced (a flush of that segment alone, as the page cache may write any file back first), and
+    the power went before the roll's flush: 3 and 4 are gone. The log ends at 3, where the hole
+    begins, instead of skipping from 2 to 5; the note of the roll is gone with the recovery."""
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 3)
+    log.flush()                                 # 0..2 durable
+    fill(log, 4)                                # 3..6; the 6th batch (offset 5) rolls
+    assert [s.base_offset for s in log.segments] == [0, 5] and logs.take_roll_flushes()
+    log.segments[-1].flush()
+    disk.crash()
+    again = LogManager(disk, ["/data/logs"], CONFIG)
+    again.startup(0)
+    log = again.get_log("t", 0)
+    assert [h.base_offset for h in log.iter_batch_headers(0)] == [0, 1, 2]
+    assert log.log_end_offset == 3 and again.recovery_stats["gaps_truncated"] == 1
+    assert not [n for n in disk.listdir(log.dir) if n.endswith(".rolled")]
+    fill(log, 1)                                # and it goes on from there
+    assert log.log_end_offset == 4
+
+
+def test_the_roll_flush_done_removes_its_note():
+    disk = MemoryDisk()
+    logs = started(disk)
+    log = logs.get_or_create_log("t", 0, now_ms=0)
+    fill(log, 6)
+    [note] = [n for n in disk.listdir(log.dir) if n.endswith(".rolled")]
+    assert note == "00000000000000000005.rolled" and disk.read_file(f"{log.dir}/{note}") == b"5"
+    [flush] = logs.take_roll_flushes()
+    flush_paths(disk, flush)
+    logs.roll_flushed(flush.token)
+    assert not [n for n in disk.listdir(log.dir) if n.endswith(".rolled")]
