@@ -317,7 +317,9 @@ class SimCluster:
         _, topics = read_cluster_state(self.zk)
         logs = LogManager(node.disk, [LOG_DIR], config.log_config())
         logs.startup(self.clock_of(node), {n: config.log_config(t.configs) for n, t in topics.items()})
-        rng = random.Random(self.seed * 1000 + broker_id)
+        # a source of its own per life: a restarted broker draws other topic ids than its first life
+        # did (the same sequence again gave a topic made by it now the id of one it made before)
+        rng = random.Random(self.seed * 1000 + broker_id + (node.incarnation and 1_000_003 * node.incarnation))
         core = Broker(config, logs, rng=rng, new_uuid=lambda: uuid.UUID(int=rng.getrandbits(128)),
                       now_ms=self.clock_of(node))
         self.zk_clients.open_session(node)
