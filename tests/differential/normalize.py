@@ -105,9 +105,11 @@ KAFKA_3_TOPIC_CONFIGS = frozenset({
     "message.timestamp.after.max.ms", "message.timestamp.before.max.ms"})
 
 #: topic configs left out of both sides' lists: Kafka 3.x's own (above); Strandline's own
-#: ``flush.on.ack`` (DUR-3, docs/configuration.md); ``message.format.version``, which Kafka 3.x pins
+#: ``flush.on.ack`` (DUR-3) and ``unclean.recovery.strategy`` (KIP-966's unclean recovery, which
+#: Kafka has not shipped; docs/configuration.md); ``message.format.version``, which Kafka 3.x pins
 #: to 3.0-IV1 (deprecated, KIP-724) where Kafka 2.8 and Strandline answer 2.8-IV1
-UNCOMPARED_TOPIC_CONFIGS = KAFKA_3_TOPIC_CONFIGS | {"flush.on.ack", "message.format.version"}
+UNCOMPARED_TOPIC_CONFIGS = KAFKA_3_TOPIC_CONFIGS | {"flush.on.ack", "unclean.recovery.strategy",
+                                                    "message.format.version"}
 
 
 def _uncompared_config(entry: Any) -> bool:

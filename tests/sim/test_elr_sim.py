@@ -21,12 +21,12 @@ from tests.sim.test_replication_sim import LAG_MS, create, produce, produce_requ
 ELR = {"eligible.leader.replicas.enable": "true"}
 
 
-def cluster(elr: bool = True) -> tuple[SimCluster, list[str]]:
+def cluster(elr: bool = True, **overrides: str) -> tuple[SimCluster, list[str]]:
     """Four brokers (1 is the controller), and the list the controller's log lines go to. The
     automatic preferred-leader election is off: it would move leadership back to broker 2, the
     preferred replica, once it is in the ISR again, and these tests follow who leads after ELR."""
     c = SimCluster((1, 2, 3, 4), **{"replica.lag.time.max.ms": str(LAG_MS), "auto.leader.rebalance.enable": "false",
-                                    **(ELR if elr else {})})
+                                    **(ELR if elr else {}), **overrides})
     lines: list[str] = []
     c.on_log = lambda broker, level, message: lines.append(message) if broker == c.controller_id else None
     return c, lines
@@ -216,9 +216,10 @@ def test_elr_a_controller_taking_office_takes_out_a_broker_registered_after_an_u
 
 def test_elr_an_operators_unclean_election_ends_the_wait_and_clears_the_elr():
     """A partition waiting offline, its ISR and ELR empty (every eligible replica came back from an
-    unclean shutdown): the operator's unclean election (ElectLeaders, KIP-460) elects a live
-    replica, whose ISR it is alone, and clears the ELR and the last known ELR."""
-    c, _ = cluster()
+    unclean shutdown) with ``unclean.recovery.strategy=None``: the operator's unclean election
+    (ElectLeaders, KIP-460) elects a live replica, whose ISR it is alone, and clears the ELR and the
+    last known ELR."""
+    c, _ = cluster(**{"unclean.recovery.strategy": "None"})
     shrunk_to_leader(c, "u")
     c.resume(3)
     c.resume(4)

@@ -183,8 +183,8 @@ class KafkaApis:
         return handler(conn_id, header, request, now_ms)
 
     def _control_request(self, conn_id: int, frame: bytes | bytearray, now_ms: int) -> list[Effect]:
-        """LeaderAndIsr, UpdateMetadata, StopReplica (the replica manager's) and ControlledShutdown
-        (the controller's)."""
+        """LeaderAndIsr, UpdateMetadata, StopReplica, GetReplicaLogInfo (the replica manager's) and
+        ControlledShutdown (the controller's)."""
         try:
             api_key, version, correlation_id, _, body = control.decode_request(frame)
         except Exception as exc:
@@ -196,7 +196,9 @@ class KafkaApis:
             return [Send(conn_id, [len(data).to_bytes(4, "big"), data])]
 
         if not self.authorizer.allows_cluster(conn_id, AclOperation.CLUSTER_ACTION):
-            return respond(control.error_answer(api_key, int(ErrorCode.cluster_authorization_failed)))
+            return respond(control.error_answer(api_key, int(ErrorCode.cluster_authorization_failed), body))
+        if api_key == control.GET_REPLICA_LOG_INFO:     # a controller's question, read only
+            return respond(self.replicas.replica_log_info(body))
         if api_key == control.CONTROLLED_SHUTDOWN:
             # v0 and v1 carry no broker epoch: -1, which the controller refuses (STALE_BROKER_EPOCH).
             # Strandline's brokers send v3; without authentication an older request cannot be told

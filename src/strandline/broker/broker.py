@@ -89,7 +89,8 @@ class Broker:
         self.replica_manager = ReplicaManager(config, log_manager, self.metadata, self.outbox,
                                               lambda: self.broker_epoch, now_ms)
         self.controller = Controller(config, self.outbox, rng=rng, new_uuid=new_uuid,
-                                     deliver_locally=self._deliver_control, controller_seen=self._controller_seen)
+                                     deliver_locally=self._deliver_control, controller_seen=self._controller_seen,
+                                     local_log_info=self.replica_manager.local_log_info)
         if self.replica_manager.alter_isr is not None:     # inter.broker.protocol.version 2.7+
             self.replica_manager.alter_isr.send = AlterIsrSender(self.broker_id, self.metadata, self.controller,
                                                                  self.outbox)

@@ -43,7 +43,7 @@ def _without(args: argparse.Namespace) -> set[str]:
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {**run_options(_without(args)), "load": args.load, "isr_writes": args.inter_broker_protocol,
-            "elr": args.elr, "txn_v2": args.txn_v2}
+            "elr": args.elr, "txn_v2": args.txn_v2, "unclean_recovery": args.unclean_recovery}
 
 
 def _flags(args: argparse.Namespace) -> str:
@@ -54,6 +54,7 @@ def _flags(args: argparse.Namespace) -> str:
             + (f" --inter-broker-protocol {args.inter_broker_protocol}" if args.inter_broker_protocol != "mixed"
                else "")
             + (f" --elr {args.elr}" if args.elr != "off" else "")
+            + (f" --unclean-recovery {args.unclean_recovery}" if args.unclean_recovery != "Balanced" else "")
             + (" --txn-v2" if args.txn_v2 else "")
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
@@ -188,6 +189,11 @@ def _menu_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--elr", choices=("off", "on", "mixed"), default="off",
                         help="eligible.leader.replicas.enable (KIP-966; in effect with inter.broker.protocol 2.8): "
                              "off (default), on, or mixed: each seed draws it, half and half")
+    parser.add_argument("--unclean-recovery", choices=("Balanced", "Aggressive", "None", "mixed"), default="Balanced",
+                        help="with --elr: unclean.recovery.strategy, what the controller does with a partition whose "
+                             "ISR and ELR are empty: Balanced (default) elects the newest, longest log of its last "
+                             "known ELR once all are back, Aggressive that of the live replicas that answer, None "
+                             "leaves it offline; mixed: each seed draws one")
     parser.add_argument("--txn-v2", action="store_true",
                         help="with --config txn: the transactional producers use transactions v2 (KIP-890 part 2, "
                              "as Kafka's 4.x client with transaction.version 2: no AddPartitionsToTxn, Produce v12, "

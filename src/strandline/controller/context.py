@@ -41,6 +41,8 @@ class ControllerContext:
     #: brokers that registered after an unclean shutdown and are being taken out of the ISRs and
     #: ELRs (eligible leader replicas, KIP-966)
     unclean_shutdown: set[int] = field(default_factory=set)
+    #: partitions whose ISR and ELR are empty with an unclean recovery's try in flight (KIP-966)
+    recovering: set[tuple[str, int]] = field(default_factory=set)
     creating: dict[str, list[TopicCreated]] = field(default_factory=dict)   # topics being written
     #: elections in flight per partition, and the brokers owed a partition's state once they end
     electing: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)

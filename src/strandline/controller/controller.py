@@ -34,6 +34,7 @@ from strandline.controller.elections import PartitionElections
 from strandline.controller.reassignment import Outcome, PartitionReassignments
 from strandline.controller.requested_elections import RequestedElections
 from strandline.controller.topics import TopicChanges
+from strandline.controller.unclean_recovery import LocalLogInfo, UncleanRecovery
 from strandline.controller.unclean_shutdown import mark_handled, unclean_registrations
 from strandline.coordination.metadata import TopicMetadata
 from strandline.coordination.store import TransactionOp
@@ -45,7 +46,8 @@ Key = tuple[str, int]
 class Controller:
     def __init__(self, config: Any, outbox: Outbox, *, rng: Any, new_uuid: Callable[[], uuid.UUID],
                  deliver_locally: LocalDelivery,
-                 controller_seen: Callable[[int | None], None] = lambda controller_id: None) -> None:
+                 controller_seen: Callable[[int | None], None] = lambda controller_id: None,
+                 local_log_info: LocalLogInfo = lambda topic, index: None) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.outbox = outbox
@@ -64,6 +66,8 @@ class Controller:
         self.deletions = TopicDeletions(self.office)
         self.reassignments = PartitionReassignments(self.office, self.elections)
         self.elections.moves_settled = self.reassignments.maybe_complete
+        self.recovery = UncleanRecovery(self.office, self.elections, local_log_info)
+        self.elections.leaderless = self.recovery.leaderless
         self.membership = BrokerMembership(self.office, self.elections, self.deletions)
         self.isr_changes = IsrChanges(self.office, self.reassignments)
         self.alter_isrs = AlterIsrs(self.office, self.reassignments)

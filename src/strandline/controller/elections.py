@@ -238,6 +238,10 @@ class PartitionElections:
         #: ``moves_settled(ctx, keys, now_ms)``: leaders and ISRs of ``keys`` were written; a
         #: reassignment of theirs may be complete (the controller wires its reassignments here)
         self.moves_settled: Callable[[ControllerContext, list[Key], int], list[Effect]] = lambda ctx, keys, now_ms: []
+        #: ``leaderless(ctx, states, now_ms)``: states read or written, some perhaps with no leader,
+        #: ISR or ELR (the controller wires its unclean recoveries here, KIP-966)
+        self.leaderless: Callable[[ControllerContext, list[tuple[Key, LeaderAndIsr]], int], list[Effect]] = \
+            lambda ctx, states, now_ms: []
         # Kafka's ControllerStats (their counts): leaders written, and those chosen outside the ISR
         self.leader_elections = 0
         self.unclean_leader_elections = 0
@@ -355,6 +359,7 @@ class PartitionElections:
                 ctx, [(ctx.topics[k[0]], k[1]) for k, _ in settled], None, False, when_ms))
         effects.extend(self.elections_ended(ctx, [key for key, _ in settled], when_ms, announced=wait.retry))
         effects.extend(self._revisit(ctx, settled, when_ms))
+        effects.extend(self.leaderless(ctx, settled, when_ms))
         # a move waiting for its targets to join the ISR looks at every state read (Kafka's
         # controller watches the state znode of each partition being moved)
         effects.extend(self.moves_settled(ctx, [key for key, _ in settled], when_ms))
@@ -417,7 +422,9 @@ class PartitionElections:
         out.extend(office.channel.send_partition_states(ctx, changed, None, False, at_ms))
         out.extend(self.elections_ended(ctx, [k for k in written_keys if k not in narrowed], at_ms,
                                         announced=True))
-        out.extend(self._revisit(ctx, [(key, state) for key, state, _ in wait.planned if key not in narrowed], at_ms))
+        kept = [(key, state) for key, state, _ in wait.planned if key not in narrowed]
+        out.extend(self._revisit(ctx, kept, at_ms))
+        out.extend(self.leaderless(ctx, kept, at_ms))
         if narrowed:
             out.extend(self.elect(ctx, narrowed, wait.dead, at_ms, None, None, True))
         out.extend(self.moves_settled(ctx, [k for k in written_keys if k not in narrowed], at_ms))

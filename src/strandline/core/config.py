@@ -146,6 +146,13 @@ BROKER_KEYS: dict[str, Key] = key_table(
     Key("delete.topic.enable", "bool", True),
     Key("min.insync.replicas", "int", 1, lo=1),
     Key("unclean.leader.election.enable", "bool", False),
+    Key("unclean.recovery.strategy", "choice", "Balanced", choices=("None", "Balanced", "Aggressive"),
+        doc="With eligible leader replicas, what the controller does with a partition whose ISR and ELR are both "
+            "empty (KIP-966's unclean recovery): Balanced waits until every member of its last known ELR is "
+            "back, asks each for its log (GetReplicaLogInfo) and elects the one with the newest epoch and the "
+            "longest log; Aggressive elects that way among every live replica that answers; None leaves the "
+            "partition offline for an operator's unclean election. unclean.leader.election.enable=true comes "
+            "first (any live replica, at once)."),
     Key("eligible.leader.replicas.enable", "bool", False,
         doc="Eligible leader replicas (KIP-966; Kafka 4.0's feature eligible.leader.replicas.version): the high "
             "watermark advances only while the ISR holds min.insync.replicas; replicas that leave a smaller ISR "
@@ -311,7 +318,8 @@ DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset({
     "log.retention.ms", "log.index.interval.bytes",
     "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
     "log.segment.delete.delay.ms", "log.cleaner.min.cleanable.ratio", "log.cleanup.policy",
-    "unclean.leader.election.enable", "min.insync.replicas", "compression.type", "log.preallocate",
+    "unclean.leader.election.enable", "unclean.recovery.strategy", "min.insync.replicas", "compression.type",
+    "log.preallocate",
     "log.message.timestamp.type", "log.message.timestamp.difference.max.ms",
     "log.message.downconversion.enable", "message.max.bytes", "log.flush.on.ack",
     "num.io.threads", "num.network.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",

@@ -69,6 +69,8 @@ TOPIC_KEYS: dict[str, tuple[str | None, Key]] = {
     "segment.ms": ("log.roll.ms", Key("segment.ms", "long", None, lo=1)),
     "unclean.leader.election.enable": ("unclean.leader.election.enable", Key(
         "unclean.leader.election.enable", "bool", None)),
+    "unclean.recovery.strategy": ("unclean.recovery.strategy", Key(
+        "unclean.recovery.strategy", "choice", None, choices=("None", "Balanced", "Aggressive"))),
     "flush.on.ack": ("log.flush.on.ack", Key("flush.on.ack", "bool", None)),
 }
 

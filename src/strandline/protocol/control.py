@@ -8,6 +8,8 @@ broker tells a topic from an earlier, deleted topic of the same name) and StopRe
 partition's leader epoch, KIP-570: one retried late does not stop a replica a newer epoch gave the
 broker back), and ControlledShutdown v3, all flexible (the v2 request header and v1 response
 header, compact strings and arrays, empty tagged fields). Only Strandline's controller sends them.
+GetReplicaLogInfo v0 (KIP-966's unclean recovery, API key 93 of Kafka's newer releases) is a
+controller's question to a replica about its log; it is not advertised in ApiVersions.
 
 A broker also reads the older versions a Kafka 2.8 broker serves (:data:`OLDER`: LeaderAndIsr
 v0-v4, StopReplica v0-v2, UpdateMetadata v0-v6, ControlledShutdown v0-v2; ControlledShutdown v0
@@ -33,6 +35,7 @@ LEADER_AND_ISR = 4
 STOP_REPLICA = 5
 UPDATE_METADATA = 6
 CONTROLLED_SHUTDOWN = 7
+GET_REPLICA_LOG_INFO = 93
 
 #: What the controller's requests start with, and the partition state LeaderAndIsr and
 #: UpdateMetadata share.
@@ -80,15 +83,30 @@ CONTROLLED_SHUTDOWN_RESPONSE = (
     ("remaining_partitions", (("topic_name", "string"), ("partition_index", "int32"))),
 )
 
+#: GetReplicaLogInfo v0 (KIP-966's unclean recovery): a controller asks a replica for its log's
+#: last written leader epoch and end offset, whatever its role
+GET_REPLICA_LOG_INFO_REQUEST = (
+    ("topic_partitions", (("topic_id", "uuid"), ("partitions", "int32s"))),
+)
+GET_REPLICA_LOG_INFO_RESPONSE = (
+    ("throttle_time_ms", "int32"), ("broker_epoch", "int64"), ("truncated", "bool"),
+    ("topic_partition_log_info_list", (("topic_id", "uuid"), ("partition_log_info", (
+        ("partition", "int32"), ("last_written_leader_epoch", "int32"), ("current_leader_epoch", "int32"),
+        ("log_end_offset", "int64"), ("error_code", "int16"))))),
+)
+#: the most partitions one GetReplicaLogInfo answers (Kafka's MAX_PARTITIONS_PER_REQUEST)
+GET_REPLICA_LOG_INFO_MAX_PARTITIONS = 1000
+
 # api key -> (version, request schema, response schema)
 SCHEMAS: dict[int, tuple[int, tuple[Any, ...], tuple[Any, ...]]] = {
     LEADER_AND_ISR: (5, LEADER_AND_ISR_REQUEST, LEADER_AND_ISR_RESPONSE),
     UPDATE_METADATA: (7, UPDATE_METADATA_REQUEST, UPDATE_METADATA_RESPONSE),
     STOP_REPLICA: (3, STOP_REPLICA_REQUEST, PARTITION_ERRORS_RESPONSE),
     CONTROLLED_SHUTDOWN: (3, CONTROLLED_SHUTDOWN_REQUEST, CONTROLLED_SHUTDOWN_RESPONSE),
+    GET_REPLICA_LOG_INFO: (0, GET_REPLICA_LOG_INFO_REQUEST, GET_REPLICA_LOG_INFO_RESPONSE),
 }
 #: the APIs whose version here is flexible (KIP-482)
-FLEXIBLE = frozenset({LEADER_AND_ISR, UPDATE_METADATA, STOP_REPLICA, CONTROLLED_SHUTDOWN})
+FLEXIBLE = frozenset({LEADER_AND_ISR, UPDATE_METADATA, STOP_REPLICA, CONTROLLED_SHUTDOWN, GET_REPLICA_LOG_INFO})
 
 # -- the older versions Kafka 2.8 serves (clients/src/main/resources/common/message/*.json) --------
 _LIVE_LEADERS = (("broker_id", "int32"), ("host_name", "string"), ("port", "int32"))
@@ -159,7 +177,7 @@ OLDER: dict[tuple[int, int], tuple[tuple[Any, ...], tuple[Any, ...], bool]] = {
     (CONTROLLED_SHUTDOWN, 2): (CONTROLLED_SHUTDOWN_REQUEST, CONTROLLED_SHUTDOWN_RESPONSE, False),
 }
 NAMES = {LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica", UPDATE_METADATA: "UpdateMetadata",
-         CONTROLLED_SHUTDOWN: "ControlledShutdown"}
+         CONTROLLED_SHUTDOWN: "ControlledShutdown", GET_REPLICA_LOG_INFO: "GetReplicaLogInfo"}
 
 _FIXED = {"int8": struct.Struct(">b"), "int16": struct.Struct(">h"), "int32": struct.Struct(">i"),
           "int64": struct.Struct(">q"), "bool": struct.Struct(">?")}
@@ -286,8 +304,13 @@ def _decode(schema: tuple[Any, ...], buf: bytes | bytearray | memoryview, pos: i
     return value, pos
 
 
-def error_answer(api_key: int, code: int) -> dict[str, Any]:
-    """The answer to a request refused as a whole with error ``code``."""
+def error_answer(api_key: int, code: int, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The answer to a request (``body``) refused as a whole with error ``code``."""
+    if api_key == GET_REPLICA_LOG_INFO:         # no error of its own: each partition asked has it
+        return {"throttle_time_ms": 0, "broker_epoch": -1, "truncated": False, "topic_partition_log_info_list": [
+            {"topic_id": t["topic_id"], "partition_log_info": [
+                {"partition": i, "last_written_leader_epoch": -1, "current_leader_epoch": -1, "log_end_offset": -1,
+                 "error_code": code} for i in t["partitions"]]} for t in (body or {}).get("topic_partitions", ())]}
     if api_key == UPDATE_METADATA:
         return {"error_code": code}
     if api_key == LEADER_AND_ISR:

@@ -178,6 +178,44 @@ class ControllerRequests:
             return ErrorCode.stale_controller_epoch
         return None
 
+    def replica_log_info(self, body: dict[str, Any]) -> dict[str, Any]:
+        """GetReplicaLogInfo (KIP-966's unclean recovery): for each partition the controller names
+        by topic id, this replica's last written leader epoch, the leader epoch it knows and its log
+        end offset, whatever its role (UNKNOWN_TOPIC_ID, or REPLICA_NOT_AVAILABLE for a partition
+        not hosted here); at most 1000 partitions are answered, the answer says when it left some."""
+        names = {t.topic_id: name for name, t in self.metadata.topics.items()}
+        answered, topics = 0, []
+        truncated = False
+        for ask in body["topic_partitions"]:
+            parts = []
+            for index in ask["partitions"]:
+                if answered == control.GET_REPLICA_LOG_INFO_MAX_PARTITIONS:
+                    truncated = True
+                    break
+                answered += 1
+                entry = {"partition": index, "last_written_leader_epoch": -1, "current_leader_epoch": -1,
+                         "log_end_offset": -1, "error_code": ErrorCode.none}
+                name = names.get(ask["topic_id"])
+                partition = self.replicas.partitions.get((name, index)) if name is not None else None
+                if name is None:
+                    entry["error_code"] = ErrorCode.unknown_topic_id
+                elif partition is None or partition.log.topic_id not in (None, ask["topic_id"]):
+                    entry["error_code"] = ErrorCode.replica_not_available
+                else:
+                    entry["last_written_leader_epoch"], entry["log_end_offset"] = log_info(partition)
+                    entry["current_leader_epoch"] = partition.leader_epoch
+                parts.append(entry)
+            if parts:
+                topics.append({"topic_id": ask["topic_id"], "partition_log_info": parts})
+        return {"throttle_time_ms": 0, "broker_epoch": self.broker_epoch(), "truncated": truncated,
+                "topic_partition_log_info_list": topics}
+
+    def local_log_info(self, name: str, index: int) -> tuple[int, int] | None:
+        """What GetReplicaLogInfo answers of this broker's replica of ``name``-``index``: (its last
+        written leader epoch, its log end offset); None when it hosts none."""
+        partition = self.replicas.partitions.get((name, index))
+        return log_info(partition) if partition is not None else None
+
     def controller_seen(self, controller_id: int | None) -> None:
         """``/controller`` names ``controller_id`` (None: this broker is no longer the controller, and
         does not know who is)."""
@@ -414,3 +452,9 @@ class ControllerRequests:
                 effects.append(LogLine("info", f"Deleted log of {key[0]}-{key[1]}"))
         effects.extend(self.replicas.complete_delayed_requests(keys, now_ms))
         return effects, {"error_code": ErrorCode.none, "partition_errors": errors}
+
+
+def log_info(partition: Partition) -> tuple[int, int]:
+    """A replica's log as unclean recovery weighs it: (the leader epoch of its last batch, -1 when
+    it holds none, and its log end offset)."""
+    return partition.log.leader_epoch_cache.latest_epoch, partition.log.log_end_offset

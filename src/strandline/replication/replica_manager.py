@@ -103,6 +103,14 @@ class ReplicaManager:
         """LeaderAndIsr, UpdateMetadata or StopReplica (:meth:`ControllerRequests.handle_control`)."""
         return self.controller_requests.handle_control(api_key, body, respond, now_ms, local=local)
 
+    def replica_log_info(self, body: dict[str, Any]) -> dict[str, Any]:
+        """GetReplicaLogInfo (:meth:`ControllerRequests.replica_log_info`)."""
+        return self.controller_requests.replica_log_info(body)
+
+    def local_log_info(self, name: str, index: int) -> tuple[int, int] | None:
+        """(last written leader epoch, log end offset) of this broker's replica, for its own controller."""
+        return self.controller_requests.local_log_info(name, index)
+
     def controller_seen(self, controller_id: int | None) -> None:
         self.controller_requests.controller_seen(controller_id)
 

@@ -87,7 +87,8 @@ class Explorer:
                  duration_ms: int = 60000, converge_ms: int = 30000, reassign: bool = False,
                  add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False,
                  delete_records: bool = False, without: frozenset[str] | set[str] = frozenset(),
-                 load: str = "heavy", isr_writes: str = "mixed", elr: str = "off", txn_v2: bool = False) -> None:
+                 load: str = "heavy", isr_writes: str = "mixed", elr: str = "off", txn_v2: bool = False,
+                 unclean_recovery: str = "Balanced") -> None:
         self.seed = seed
         # the transactional producers use transactions v2 (KIP-890 part 2; the brokers' default
         # transaction.version 2 finalizes it)
@@ -99,6 +100,9 @@ class Explorer:
         # where the controller writes ISRs (AlterIsr), so a 2.6 run has none (nor isr-power-loss)
         self.eligible_leader_replicas = eligible_leader_replicas_of(seed, elr) and \
             api_version.alter_isr_supported(self.inter_broker_protocol)
+        # with eligible leader replicas, what the controller does with a partition whose ISR and ELR
+        # are empty (KIP-966's unclean recovery); drawn from the seed for "mixed"
+        self.unclean_recovery = unclean_recovery_of(seed, unclean_recovery)
         # how hard the clients write (drawn from the seed for "mixed")
         self.load = load_of(seed, load)
         # with DeleteRecords now and then: the records below may be gone (from the checks too)
@@ -134,6 +138,7 @@ class Explorer:
         }
         if self.eligible_leader_replicas:
             broker_config["eligible.leader.replicas.enable"] = "true"
+            broker_config["unclean.recovery.strategy"] = self.unclean_recovery
         racks = {}
         if rack_reads:
             broker_config["replica.selector.class"] = RACK_AWARE
@@ -430,11 +435,13 @@ class Explorer:
         return set(decoded.adding_replicas or {}) | set(decoded.removing_replicas or {})
 
     def _waiting_offline(self, topic: str, index: int) -> bool:
-        """With eligible leader replicas: the partition waits offline, its ISR and ELR empty (every
-        replica that was eligible came back from an unclean shutdown). Kafka 4.0 then waits for an
-        operator's unclean election, so no convergence is asked of it; the final check asks that
-        every acknowledged write is still on one of its replicas (durable, only unavailable)."""
-        if not self.eligible_leader_replicas:
+        """With eligible leader replicas and ``unclean.recovery.strategy=None``: the partition waits
+        offline, its ISR and ELR empty (every replica that was eligible came back from an unclean
+        shutdown), for an operator's unclean election, so no convergence is asked of it; the final
+        check asks that every acknowledged write is still on one of its replicas (durable, only
+        unavailable). With Balanced or Aggressive the controller recovers it once the brokers are
+        back (controller.unclean_recovery), and it must converge as any other."""
+        if not self.eligible_leader_replicas or self.unclean_recovery != "None":
             return False
         state = self.sim.state(topic, index)
         return state.leader < 0 and not state.isr and not state.elr
@@ -540,6 +547,16 @@ def eligible_leader_replicas_of(seed: int, elr: str) -> bool:
     if elr not in ("on", "off"):
         raise ValueError(f"elr must be on, off or mixed, not {elr!r}")
     return elr == "on"
+
+
+def unclean_recovery_of(seed: int, strategy: str) -> str:
+    """``seed``'s unclean.recovery.strategy: the one named, or for ``mixed`` one drawn from a random
+    source of its own (Balanced half the time, Aggressive and None a quarter each)."""
+    if strategy == "mixed":
+        return random.Random(f"unclean.recovery.strategy-{seed}").choice(("Balanced", "Balanced", "Aggressive", "None"))
+    if strategy not in ("Balanced", "Aggressive", "None"):
+        raise ValueError(f"unclean recovery must be Balanced, Aggressive, None or mixed, not {strategy!r}")
+    return strategy
 
 
 def run_seed(seed: int, config: str = "safe", **kwargs: Any) -> RunResult:

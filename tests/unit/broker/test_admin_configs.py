@@ -117,7 +117,7 @@ def test_describe_reports_sources_and_synonyms_in_precedence_order():
     assert [(s.name, s.value, s.source) for s in topic["segment.bytes"].synonyms] == [
         ("log.segment.bytes", "5000000", 4), ("log.segment.bytes", "1073741824", 5)]
     assert (topic["min.insync.replicas"].value, topic["min.insync.replicas"].config_source) == ("1", 5)
-    assert len(topic) == 27 and not any(c.read_only for c in topic.values())
+    assert len(topic) == 28 and not any(c.read_only for c in topic.values())
     assert describe(h, TOPIC, "orders", synonyms=False)["segment.bytes"].synonyms == ()
 
     broker = describe(h, BROKER, "1")

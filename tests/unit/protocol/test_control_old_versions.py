@@ -266,4 +266,5 @@ def test_the_newest_versions_are_what_strandlines_controller_sends():
             control.STOP_REPLICA: {"controller_id": 1, "controller_epoch": 1, "broker_epoch": 1, "topic_states": []},
             control.UPDATE_METADATA: {"controller_id": 1, "controller_epoch": 1, "broker_epoch": 1,
                                       "topic_states": [], "live_brokers": []},
-            control.CONTROLLED_SHUTDOWN: {"broker_id": 1, "broker_epoch": 1}}[api_key]), 2)[0] == version
+            control.CONTROLLED_SHUTDOWN: {"broker_id": 1, "broker_epoch": 1},
+            control.GET_REPLICA_LOG_INFO: {"topic_partitions": []}}[api_key]), 2)[0] == version

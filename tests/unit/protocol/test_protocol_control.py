@@ -84,7 +84,9 @@ def test_trailing_bytes_after_a_control_request_are_ignored(api_key):
             control.UPDATE_METADATA: {"controller_id": 1, "controller_epoch": 2, "broker_epoch": 3,
                                       "topic_states": [], "live_brokers": []},
             control.STOP_REPLICA: {"controller_id": 1, "controller_epoch": 2, "broker_epoch": 3, "topic_states": []},
-            control.CONTROLLED_SHUTDOWN: {"broker_id": 2, "broker_epoch": 9}}[api_key]
+            control.CONTROLLED_SHUTDOWN: {"broker_id": 2, "broker_epoch": 9},
+            control.GET_REPLICA_LOG_INFO: {"topic_partitions": [{"topic_id": uuid.UUID(int=3), "partitions": [0]}]},
+            }[api_key]
     frame = control.encode_request(api_key, 5, "c", body)
     for extra in (b"\0", b"\1\2\3", b"\xff" * 40):
         assert control.decode_request(frame + extra) == control.decode_request(frame)
