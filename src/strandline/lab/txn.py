@@ -412,7 +412,9 @@ def list_command() -> int:
 
     width = max(len(n) for n in [*OTHERS, SAFE.name, *SCENARIOS])
     for t in SCENARIOS.values():
-        _say(f"{t.name:<{width}}  {t.summary}")
+        # TXN's random mix has network partitions where root can make them, and runs without
+        # them (saying so) elsewhere; the controls have none
+        _say(f"{t.name:<{width}}  {t.summary}" + ("" if t.control or t.drive is hang else "  [partitions need root]"))
     return 0
 
 
