@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from strandline.protocol import control
 from strandline.sim.cluster import SimCluster
 from tests.sim.test_elr_sim import cluster, shrunk_to_leader
-from tests.sim.test_replication_sim import values_on
+from tests.sim.test_replication_sim import create, produce, values_on
 
 
 def everyone_down_uncleanly(c: SimCluster, topic: str) -> list[bytes]:
@@ -32,8 +32,8 @@ def everyone_down_uncleanly(c: SimCluster, topic: str) -> list[bytes]:
 
 
 def test_balanced_waits_for_the_whole_last_known_elr_then_elects_the_longest_log():
-    """Balanced (the default): with 2 and 3 back the partition stays offline (4, of the last known
-    ELR, is not); once 4 is back the controller asks the three for their logs and elects 3, whose
+    """Balanced (the default): with 2 and 3 back the partition stays offline (4, a replica, is
+    not); once 4 is back the controller asks the three for their logs and elects 3, whose
     log is as new and as long as any (2 lost its own): every acknowledged write is kept, and 2
     follows and copies them back."""
     c, lines = cluster()
@@ -152,3 +152,35 @@ def test_a_broker_answers_get_replica_log_info_whatever_its_role():
     # broker 1 holds no replica of g
     assert answers[1]["topic_partition_log_info_list"][0]["partition_log_info"][0]["error_code"] \
         == ErrorCode.replica_not_available
+
+
+def test_balanced_waits_for_a_replica_that_left_the_isr_while_the_others_had_lost_power():
+    """The simulator's seed 6550154: 3 and 4 lose power (their ZooKeeper sessions live on) and
+    start again, waiting for those sessions to end before they register; meanwhile 2, the leader,
+    shuts down cleanly and the controller, still seeing 3 and 4, moves the leadership to them and
+    takes 2 out of an ISR [3, 4] that holds the minimum: 2 is in no ELR. Once 3 and 4 register,
+    back from an unclean shutdown, the ISR and ELR are empty and the last known ELR is [3, 4], with
+    nothing of what was committed. Balanced waits for 2 as well, and elects it: nothing is lost."""
+    c, lines = cluster()
+    create(c, "w", [2, 3, 4], min_isr=2)
+    acked = [v for v in (b"w1", b"w2", b"w3") if produce(c, 2, "w", [v]).error_code == ErrorCode.none]
+    assert len(acked) == 3
+    for b in (3, 4):
+        c.crash(b, lose_unflushed=True, expire_at_once=False)
+        c.start(b)
+    c.begin_controlled_shutdown(2)
+    c.advance(200)
+    state = c.state("w")
+    assert state.leader in (3, 4) and state.isr == (3, 4) and state.elr == ()
+    c.shutdown(2)
+    c.advance(30000)                            # 3 and 4 register, after an unclean shutdown
+    state = c.state("w")
+    assert (state.leader, state.isr, state.elr, state.last_known_elr) == (-1, (), (), (3, 4))
+    assert not [line for line in lines if "Unclean recovery" in line]
+    c.start(2)
+    c.advance(3000)
+    assert c.state("w").leader == 2
+    [said] = [line for line in lines if "Unclean recovery (Balanced) of w-0" in line]
+    assert "electing broker 2" in said and "2: epoch 0, end offset 3" in said, said
+    for b in (2, 3, 4):
+        assert values_on(c, b, "w") == acked

@@ -191,8 +191,8 @@ def _menu_arguments(parser: argparse.ArgumentParser) -> None:
                              "off (default), on, or mixed: each seed draws it, half and half")
     parser.add_argument("--unclean-recovery", choices=("Balanced", "Aggressive", "None", "mixed"), default="Balanced",
                         help="with --elr: unclean.recovery.strategy, what the controller does with a partition whose "
-                             "ISR and ELR are empty: Balanced (default) elects the newest, longest log of its last "
-                             "known ELR once all are back, Aggressive that of the live replicas that answer, None "
+                             "ISR and ELR are empty: Balanced (default) elects the newest, longest log of its "
+                             "replicas once all are back, Aggressive that of the live replicas that answer, None "
                              "leaves it offline; mixed: each seed draws one")
     parser.add_argument("--txn-v2", action="store_true",
                         help="with --config txn: the transactional producers use transactions v2 (KIP-890 part 2, "

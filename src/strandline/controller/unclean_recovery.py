@@ -5,13 +5,13 @@ shutdown (a crash, a power loss, a lost disk) is left with an empty ISR and ELR 
 last known ELR names the replicas that were eligible once. ``unclean.recovery.strategy`` (broker
 or topic key) says what the controller does then:
 
-- ``Balanced`` (the default): it waits until every member of the last known ELR is registered
-  again, asks every live replica for its log (GetReplicaLogInfo: the leader epoch of its last
-  batch and its log end offset) and, once each member of the last known ELR answered, elects the
-  one with the newest epoch, then the longest log (ties: the first in replica order), as the
-  only member of the ISR. A replica that wrote in a later epoch holds what every earlier leader
-  committed before it took over; among those, the longest log holds the most. A member of the
-  last known ELR that does not answer leaves the partition offline until the next try.
+- ``Balanced`` (the default): it waits until every replica is registered again, asks each for
+  its log (GetReplicaLogInfo: the leader epoch of its last batch and its log end offset) and,
+  once each answered, elects the one with the newest epoch, then the longest log (ties: the
+  first in replica order), as the only member of the ISR. A replica that wrote in a later epoch
+  holds what every earlier leader committed before it took over; among those, the longest log
+  holds the most. A replica that does not answer leaves the partition offline until the next
+  try. (KIP-966's Balanced waits for the last known ELR only; see :func:`recovery_candidates`.)
 - ``Aggressive``: the same question, and the election among those that answer, as soon as one
   does, whoever is back.
 - ``None``: the partition waits offline for an operator's unclean election.
@@ -53,19 +53,24 @@ LocalLogInfo = Callable[[str, int], "tuple[int, int] | None"]
 def recovery_candidates(strategy: str, replicas: tuple[int, ...], state: LeaderAndIsr, live: set[int],
                         shutting_down: set[int]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The replicas to ask about a partition in ``state`` (every live one, in replica order) and
-    those whose answers the election needs (Balanced: the last known ELR; Aggressive: none but
-    one answer), or None when no recovery may start now: the partition has a leader, an ISR or an
-    ELR; the strategy is None; Balanced and a member of the last known ELR is not live (or there
-    is no last known ELR); no replica is live. Brokers in controlled shutdown are not asked."""
+    those whose answers the election needs (Balanced: every replica; Aggressive: none but one
+    answer), or None when no recovery may start now: the partition has a leader, an ISR or an ELR;
+    the strategy is None; Balanced and a replica is not live; no replica is live. Brokers in
+    controlled shutdown are not asked.
+
+    Balanced waits for every replica, not only the last known ELR as KIP-966 words it: a replica
+    that left the ISR while the ISR still held the minimum is in no ELR, and it can be the only
+    one left with what was committed, when the members that stayed had lost power and were not
+    yet known to be back from it (a controlled shutdown moved leadership to them meanwhile)."""
     if state.leader >= 0 or state.isr or state.elr or strategy == "None":
         return None
     up = live - shutting_down
     asked = tuple(r for r in replicas if r in up)
     required: tuple[int, ...] = ()
     if strategy == "Balanced":
-        required = tuple(r for r in replicas if r in state.last_known_elr)
-        if not required or not all(r in up for r in required):
+        if len(asked) < len(replicas):
             return None
+        required = asked
     return (asked, required) if asked else None
 
 

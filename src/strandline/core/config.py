@@ -148,8 +148,8 @@ BROKER_KEYS: dict[str, Key] = key_table(
     Key("unclean.leader.election.enable", "bool", False),
     Key("unclean.recovery.strategy", "choice", "Balanced", choices=("None", "Balanced", "Aggressive"),
         doc="With eligible leader replicas, what the controller does with a partition whose ISR and ELR are both "
-            "empty (KIP-966's unclean recovery): Balanced waits until every member of its last known ELR is "
-            "back, asks each for its log (GetReplicaLogInfo) and elects the one with the newest epoch and the "
+            "empty (KIP-966's unclean recovery): Balanced waits until every replica of the partition is back, "
+            "asks each for its log (GetReplicaLogInfo) and elects the one with the newest epoch and the "
             "longest log; Aggressive elects that way among every live replica that answers; None leaves the "
             "partition offline for an operator's unclean election. unclean.leader.election.enable=true comes "
             "first (any live replica, at once)."),
