@@ -236,3 +236,64 @@ def test_elr_an_operators_unclean_election_ends_the_wait_and_clears_the_elr():
     c.advance(1000)
     state = c.state("u")
     assert state.leader == 2 and state.elr == () and state.last_known_elr == ()
+
+
+def test_elr_a_leader_in_controlled_shutdown_still_drops_a_follower_back_from_an_unclean_shutdown():
+    """The simulator's seed 6550023: the leader (2) is in a controlled shutdown nobody can take
+    over from (3 is dead, in the ELR; 4 left earlier), and 3 comes back after a power loss. 3
+    must leave the ELR even though the leader stays: kept there, it was elected from the ELR once
+    2 stopped, with the empty log its power loss left. Now 2 is the only eligible one, and leads
+    again with every acknowledged write when it is back."""
+    c, _ = cluster()
+    create(c, "b", [2, 3, 4], min_isr=2)
+    acked = [v for v in (b"b1", b"b2", b"b3") if produce(c, 2, "b", [v]).error_code == ErrorCode.none]
+    assert len(acked) == 3
+    c.crash(4, lose_unflushed=False)
+    c.advance(1000)
+    c.crash(3, lose_unflushed=True)
+    c.advance(1000)
+    state = c.state("b")
+    assert (state.leader, state.isr, state.elr) == (2, (2,), (3,)), state
+    c.begin_controlled_shutdown(2)
+    c.advance(200)
+    assert c.state("b").leader == 2                     # nobody can take over
+    c.cut_link(3, 2)                                    # 3 cannot copy the log back meanwhile
+    c.start(3)
+    c.advance(2000)
+    state = c.state("b")
+    assert (state.leader, state.isr, state.elr, state.last_known_elr) == (2, (2,), (), (3,)), state
+    c.shutdown(2)
+    c.advance(2000)
+    assert c.state("b").leader == -1
+    c.heal_link(3, 2)
+    c.start(2)
+    c.advance(3000)
+    assert c.state("b").leader == 2 and values_on(c, 2, "b") == acked
+
+
+def test_elr_an_unclean_return_is_applied_even_when_zookeeper_did_not_answer_the_first_read():
+    """The simulator's seed 6550035: the election for a broker back from an unclean shutdown
+    could not read a partition's state (ZooKeeper did not answer) and read it again later; the
+    controller meanwhile took the broker's unclean mark off, so the later read decided without
+    it and kept the broker in the ELR, from which it was elected with a log its power loss had
+    emptied. The mark now lasts until every partition of that election is settled."""
+    c, _ = cluster()
+    shrunk_to_leader(c, "z")
+    assert c.state("z").elr == (3, 4)
+    c.crash(3, lose_unflushed=True)
+    c.advance(1000)
+    state_path = "/brokers/topics/z/partitions/0/state"
+    failed = []
+
+    def once(broker: int, ops: list) -> str | None:
+        if broker == c.controller_id and not failed and any(getattr(op, "path", "") == state_path for op in ops):
+            failed.append(ops)
+            return "not-applied"
+        return None
+    c.zk_fault = once
+    c.cut_link(3, 2)                                    # 3 cannot copy the log back meanwhile
+    c.start(3)
+    c.advance(3000)
+    assert failed, "the fault did not fire"
+    state = c.state("z")
+    assert 3 not in state.elr and 3 in state.last_known_elr, state

@@ -90,6 +90,10 @@ def elr_partition_election(replicas: tuple[int, ...], current: LeaderAndIsr, liv
         elif unclean_allowed and any(acceptable(r) for r in replicas):
             leader = next(r for r in replicas if acceptable(r))
             isr, elr, last_known, unclean = (leader,), (), (), True
+        elif current.leader in shutting_down and current.leader in target_isr:
+            # it keeps what nobody else can take over; the brokers gone, or back from an unclean
+            # shutdown, still leave its ISR (keeping one there would let a later election pick it)
+            leader, isr = current.leader, target_isr
         elif current.leader in shutting_down:
             return None
         else:
@@ -363,15 +367,17 @@ class PartitionElections:
         # a move waiting for its targets to join the ISR looks at every state read (Kafka's
         # controller watches the state znode of each partition being moved)
         effects.extend(self.moves_settled(ctx, [key for key, _ in settled], when_ms))
+        # one fenced transaction per run of states that fits ZooKeeper's request limit
+        runs = zk_layout.split_multi(writes, office.fenced(ctx, []),
+                                     zk_layout.chroot(office.config["zookeeper.connect"])) if writes else []
+        # ``done`` waits for the partitions read again as well: what it does next (dropping the
+        # unclean shutdown marks of brokers back, KIP-966) must not come before their states
+        run_done = RunsWritten(len(runs) + bool(unread), done)
         if unread:       # ZooKeeper did not answer: read those again (and announce what was decided)
             effects.extend(office.outbox.after(when_ms + CONTROL_RETRY_MS,
-                                               RetryElection(ctx, unread, wait.dead, None, decide, True, self)))
+                                               RetryElection(ctx, unread, wait.dead, run_done, decide, True, self)))
         if not writes:
-            return effects + (done(when_ms) if done else [])
-        # one fenced transaction per run of states that fits ZooKeeper's request limit
-        root = zk_layout.chroot(office.config["zookeeper.connect"])
-        runs = zk_layout.split_multi(writes, office.fenced(ctx, []), root)
-        run_done = RunsWritten(len(runs), done)
+            return effects if unread else effects + (done(when_ms) if done else [])
         start = 0
         for run in runs:
             effects.append(self._write_states(ctx, planned[start:start + len(run)], run, wait.dead, decide, run_done))
