@@ -483,9 +483,14 @@ class OsDisk:
             os.fsync(fd)
         finally:
             os.close(fd)
+        ledger = flush_ledger()
+        if ledger is not None:
+            # whichever file the name holds at a SIGKILL around the rename is durable whole (each
+            # was fsynced before its rename): no power loss the lab plays may cut either
+            ledger.durable(path, max(len(data), os.path.getsize(path) if os.path.exists(path) else 0))
         os.replace(tmp, path)
         self.fsync_dir(os.path.dirname(path) or ".")
-        if (ledger := flush_ledger()) is not None:
+        if ledger is not None:
             ledger.durable(path, len(data))
 
     def fsync_dir(self, path: str) -> None:

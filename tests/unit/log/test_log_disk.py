@@ -152,6 +152,43 @@ def test_loss_5_the_flush_ledger_cuts_each_file_back_to_what_it_fsynced(tmp_path
     assert not ledger.exists()
 
 
+@pytest.mark.parametrize("killed", ["before the rename", "after the rename"])
+def test_a_sigkill_around_an_atomic_writes_rename_leaves_a_whole_file_to_the_power_loss(tmp_path, monkeypatch, killed):
+    """A checkpoint rewritten larger: whichever file the name holds when the process dies (the old
+    or the new, each fsynced before its rename), the lab's power loss keeps it whole. (The ledger
+    recorded the new size only after the rename: a SIGKILL in between cut the new file to the
+    old size, and a broker stopped on a torn replication-offset-checkpoint, TXN trial 46.)"""
+    from strandline.runtime import disk as runtime_disk
+
+    ledger = tmp_path / "ledger"
+    monkeypatch.setenv(runtime_disk.FLUSH_LEDGER_ENV, str(ledger))
+    monkeypatch.setattr(runtime_disk, "_ledger", None)
+    d = OsDisk()
+    path = str(tmp_path / "replication-offset-checkpoint")
+    d.write_file_atomic(path, b"0\n1\nlab 0 5\n")
+    real_replace, real_fsync_dir = os.replace, d.fsync_dir
+
+    class Killed(Exception):
+        pass
+
+    def dies(*args):
+        if killed == "before the rename":
+            raise Killed
+        real_replace(*args)
+
+    def dies_after(path):
+        real_fsync_dir(path)
+        raise Killed
+    monkeypatch.setattr(runtime_disk.os, "replace", dies)
+    if killed == "after the rename":
+        monkeypatch.setattr(d, "fsync_dir", dies_after)
+    with pytest.raises(Killed):
+        d.write_file_atomic(path, b"0\n2\nlab 0 5\nlab 1 17\n")
+    runtime_disk.apply_power_loss(str(ledger))
+    expected = b"0\n1\nlab 0 5\n" if killed == "before the rename" else b"0\n2\nlab 0 5\nlab 1 17\n"
+    assert (tmp_path / "replication-offset-checkpoint").read_bytes() == expected
+
+
 def test_os_disk_keeps_at_most_its_limit_of_descriptors_and_reopens_on_use(tmp_path):
     """Thousands of partitions hold more files than a process may open: OsDisk closes the least
     recently used descriptors beyond its limit and reopens a file on its next use."""
