@@ -456,5 +456,11 @@ class ControllerRequests:
 
 def log_info(partition: Partition) -> tuple[int, int]:
     """A replica's log as unclean recovery weighs it: (the leader epoch of its last batch, -1 when
-    it holds none, and its log end offset)."""
-    return partition.log.leader_epoch_cache.latest_epoch, partition.log.log_end_offset
+    it holds none, and its log end offset). The epoch of the last batch, not the latest epoch the
+    replica began: a replica made leader in a new epoch that wrote nothing in it holds nothing of
+    that epoch (the simulator's seed 6563155: such a leader, in epoch 5 at offset 231, outranked
+    a replica holding what epoch 4 had committed up to 270)."""
+    log = partition.log
+    end = log.log_end_offset
+    last = log.leader_epoch_cache.epoch_for_offset(end - 1) if end > log.log_start_offset else -1
+    return last, end

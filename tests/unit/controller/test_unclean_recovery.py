@@ -80,3 +80,27 @@ def test_get_replica_log_info_round_trips_in_kafkas_layout():
     refused = control.error_answer(93, 31, body)
     assert [p["error_code"] for t in refused["topic_partition_log_info_list"] for p in t["partition_log_info"]] \
         == [31, 31]
+
+
+def test_a_replicas_last_written_epoch_is_its_last_batchs_not_an_epoch_it_began_without_writing():
+    """What GetReplicaLogInfo answers: a replica made leader in epoch 5 at offset 3 that wrote
+    nothing in it last wrote in epoch 4 (the simulator's seed 6563155: counted as 5, it outranked
+    a replica holding more of epoch 4, committed)."""
+    from types import SimpleNamespace
+
+    from strandline.log.config import LogConfig
+    from strandline.log.log import Log
+    from strandline.replication.controller_requests import log_info
+    from strandline.sim.disk import MemoryDisk
+    from tests.unit.batches import make_batch
+
+    log = Log.open(MemoryDisk(), "/data/t-0", "t", 0, LogConfig())
+    replica = SimpleNamespace(log=log)
+    assert log_info(replica) == (-1, 0)
+    for i in range(3):
+        log.append_as_leader(make_batch([b"v%d" % i]), 4, 1000 + i)
+    assert log_info(replica) == (4, 3)
+    log.leader_epoch_cache.assign(5, 3)         # became leader in epoch 5, wrote nothing yet
+    assert log.leader_epoch_cache.latest_epoch == 5 and log_info(replica) == (4, 3)
+    log.append_as_leader(make_batch([b"v3"]), 5, 1003)
+    assert log_info(replica) == (5, 4)
