@@ -43,7 +43,6 @@ from strandline.protocol import control
 
 #: how long after a try that could not elect the next one is made
 RECOVERY_RETRY_MS = 1000
-STRATEGIES = ("None", "Balanced", "Aggressive")
 
 #: ``local_log_info(topic, index)``: (last written leader epoch, log end offset) of the
 #: controller's own broker's replica, None when it hosts none

@@ -18,7 +18,8 @@ from strandline.core.config_key import INT_MAX, LONG_MAX, ConfigError, Key, key_
 from strandline.core.listeners import (SECURITY_PROTOCOLS, Listener, check_protocol_map, check_unique,
                                        parse_listener, protocol_map)
 from strandline.core.security_keys import SECURITY_KEYS, listener_key
-from strandline.core.topic_keys import COMPRESSION_TYPES, TOPIC_KEYS, check_message_format_version
+from strandline.core.topic_keys import COMPRESSION_TYPES, TOPIC_KEYS, UNCLEAN_RECOVERY_STRATEGIES, \
+    check_message_format_version
 from strandline.core import api_version
 from strandline.log.config import LogConfig
 
@@ -146,7 +147,7 @@ BROKER_KEYS: dict[str, Key] = key_table(
     Key("delete.topic.enable", "bool", True),
     Key("min.insync.replicas", "int", 1, lo=1),
     Key("unclean.leader.election.enable", "bool", False),
-    Key("unclean.recovery.strategy", "choice", "Balanced", choices=("None", "Balanced", "Aggressive"),
+    Key("unclean.recovery.strategy", "choice", "Balanced", choices=UNCLEAN_RECOVERY_STRATEGIES,
         doc="With eligible leader replicas, what the controller does with a partition whose ISR and ELR are both "
             "empty (KIP-966's unclean recovery): Balanced waits until every replica of the partition is back, "
             "asks each for its log (GetReplicaLogInfo) and elects the one with the newest epoch and the "

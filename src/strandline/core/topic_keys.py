@@ -10,6 +10,9 @@ from typing import Any, Mapping
 
 from strandline.core.config_key import LONG_MAX, ConfigError, Key
 
+#: ``unclean.recovery.strategy`` (KIP-966's unclean recovery, controller.unclean_recovery)
+UNCLEAN_RECOVERY_STRATEGIES = ("None", "Balanced", "Aggressive")
+
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 
@@ -70,7 +73,7 @@ TOPIC_KEYS: dict[str, tuple[str | None, Key]] = {
     "unclean.leader.election.enable": ("unclean.leader.election.enable", Key(
         "unclean.leader.election.enable", "bool", None)),
     "unclean.recovery.strategy": ("unclean.recovery.strategy", Key(
-        "unclean.recovery.strategy", "choice", None, choices=("None", "Balanced", "Aggressive"))),
+        "unclean.recovery.strategy", "choice", None, choices=UNCLEAN_RECOVERY_STRATEGIES)),
     "flush.on.ack": ("log.flush.on.ack", Key("flush.on.ack", "bool", None)),
 }
 

@@ -36,6 +36,7 @@ from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.protocol.api import ApiKey
 from strandline.core import api_version
 from strandline.core.config import REPLICA_SELECTORS
+from strandline.core.topic_keys import UNCLEAN_RECOVERY_STRATEGIES
 from strandline.sim.admin_nemesis import AdminNemesis
 from strandline.sim.checker import Invariants, Violation, read_whole
 from strandline.sim.configs import CONFIGS, ExploreConfig  # noqa: F401  (part of this module's interface)
@@ -554,7 +555,7 @@ def unclean_recovery_of(seed: int, strategy: str) -> str:
     source of its own (Balanced half the time, Aggressive and None a quarter each)."""
     if strategy == "mixed":
         return random.Random(f"unclean.recovery.strategy-{seed}").choice(("Balanced", "Balanced", "Aggressive", "None"))
-    if strategy not in ("Balanced", "Aggressive", "None"):
+    if strategy not in UNCLEAN_RECOVERY_STRATEGIES:
         raise ValueError(f"unclean recovery must be Balanced, Aggressive, None or mixed, not {strategy!r}")
     return strategy
 
