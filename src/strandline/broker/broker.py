@@ -30,7 +30,6 @@ from strandline.broker.apis import KafkaApis
 from strandline.broker.log_apis import LogApis
 from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
-from strandline.core import api_version
 from strandline.core.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
 from strandline.broker.loggers import BrokerLoggers
@@ -207,15 +206,22 @@ class Broker:
         self.broker_epoch = broker_epoch
         return self.replica_manager.forget_deleted_topics(now_ms) if again else []
 
-    def registration_clean_shutdown(self) -> bool | None:
-        """What this broker's registration says of its last shutdown (KIP-966): None with eligible
-        leader replicas off (the registration is Kafka's); else whether its log dirs held the
-        clean-shutdown marker at startup, in every registration of this life: registered again (a
-        new ZooKeeper session) before a controller took it out of the ISRs and ELRs, it must still
-        be taken out."""
-        if not api_version.elr_enabled(self.config):
-            return None
+    def registration_clean_shutdown(self) -> bool:
+        """What this broker's registration says of its last shutdown: whether its log dirs held the
+        clean-shutdown marker at startup, none of them keeping an unclean shutdown that no
+        controller handled (KIP-966's clean-shutdown check, in every mode), in every registration
+        of this life: registered again (a new ZooKeeper session) before a controller took it out
+        of the ISRs (and ELRs), it must still be taken out."""
         return self.logs.had_clean_shutdown
+
+    def unclean_shutdown_unhandled(self, registration: BrokerInfo | None) -> bool:
+        """Whether this life began after an unclean shutdown that no controller was seen to handle:
+        ``registration`` is this broker's registration as read before a clean stop (None: not
+        read), which a controller marks with the broker epoch it handled. The clean-shutdown
+        marker then keeps it, so that a clean stop does not hide what the unclean one cut."""
+        if self.logs.had_clean_shutdown:
+            return False
+        return registration is None or registration.unclean_shutdown_handled != self.broker_epoch
 
     def begin_controlled_shutdown(self, now_ms: int) -> list[Effect]:
         """Ask the controller to move this broker's leaderships away before it stops;
@@ -223,12 +229,14 @@ class Broker:
         self.replica_manager.begin_controlled_shutdown()
         return self.controlled_shutdown.begin(now_ms)
 
-    def shutdown(self) -> None:
-        """Clean shutdown: checkpoint high watermarks, flush logs, write the clean-shutdown marker.
-        The shell has written every ``WriteCheckpoint`` it was given before it calls this."""
+    def shutdown(self, registration: BrokerInfo | None = None) -> None:
+        """Clean shutdown: checkpoint high watermarks, flush logs, write the clean-shutdown marker
+        (:meth:`unclean_shutdown_unhandled` of ``registration``, this broker's registration as the
+        shell read it last, None if it could not). The shell has written every
+        ``WriteCheckpoint`` it was given before it calls this."""
         self.replica_manager.checkpoint_high_watermarks()
         self.logs.write_checkpoints(self.cleaner.take_checkpoint_writes())
-        self.logs.shutdown()
+        self.logs.shutdown(self.unclean_shutdown_unhandled(registration))
 
     # ------------------------------------------------------------------ events
 

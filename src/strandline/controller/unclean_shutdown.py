@@ -1,14 +1,19 @@
-"""Brokers back from an unclean shutdown, with eligible leader replicas (KIP-966).
+"""Brokers back from an unclean shutdown (KIP-966's clean-shutdown check, in every mode).
 
 A broker registers ``"clean_shutdown":false`` when its log dirs held no clean-shutdown marker at
-startup: it may have lost what it had not flushed, so the controller takes it out of every ISR and
-ELR before it may lead again (:mod:`~strandline.controller.membership` when it registers, the
-controller's failover for brokers registered while no controller was in office). Once the
-partitions' new states are written, the controller marks the registration handled: it adds
-``"unclean_shutdown_handled":<broker epoch>`` (the czxid of the registration it handled), so that
-the next controller does not take the broker out again. A mark that lands on a later registration
-(the broker registered again between the read and the write) names another epoch, and so marks
-nothing.
+startup, or one keeping an unclean shutdown that no controller was seen to handle: it may have
+lost what it had not flushed, so the controller takes it out of every ISR (and, with eligible
+leader replicas, every ELR) and moves its leaderships away before it may lead again
+(:mod:`~strandline.controller.membership` when it registers, the controller's failover for
+brokers registered while no controller was in office). Without eligible leader replicas a
+broker that was alone in an ISR leads it again right after, as Kafka's KRaft controller lets a
+fenced broker's last ISR membership stand. Once the partitions' new states are written, the
+controller marks the registration handled: it adds ``"unclean_shutdown_handled":<broker epoch>``
+(the czxid of the registration it handled), so that the next controller does not take the broker
+out again, and so that the broker, reading it before a clean stop, leaves the unclean shutdown
+behind (:meth:`strandline.broker.broker.Broker.unclean_shutdown_unhandled`). A mark that lands on
+a later registration (the broker registered again between the read and the write) names another
+epoch, and so marks nothing.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Per log dir (reference/kafka_replication.md §5):
 
 * ``.kafka_cleanshutdown`` — written last by a clean ``shutdown()``; at ``startup()`` its
   presence means "open every log without recovery"; it is deleted (durably) once the dir's logs
-  are loaded (SPEC CKP-3, DUR-1).
+  are loaded (SPEC CKP-3, DUR-1). Empty, as Kafka's; or ``{"unclean_shutdown_unhandled":true}``
+  when this life began after an unclean shutdown that no controller was seen to handle: the next
+  life registers as back from an unclean shutdown too (:attr:`LogManager.had_clean_shutdown`).
 * ``recovery-point-offset-checkpoint`` — where each log's recovery scan starts.
 * ``log-start-offset-checkpoint`` — each log's start offset.
 * ``replication-offset-checkpoint`` — high watermarks, written by the replica manager.
@@ -14,6 +16,7 @@ Partition directories are ``<topic>-<partition>`` (topics may contain ``-``).
 
 from __future__ import annotations
 
+import json
 import posixpath
 import uuid
 from typing import NamedTuple
@@ -32,6 +35,17 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 
 TopicPartition = tuple[str, int]
+#: the clean-shutdown marker of a life that began after an unclean shutdown no controller handled
+UNHANDLED_MARKER = b'{"unclean_shutdown_unhandled":true}'
+
+
+def _says_unhandled(marker: bytes) -> bool:
+    """Whether a clean-shutdown marker's content keeps an unhandled unclean shutdown (an empty
+    marker, Kafka's, does not)."""
+    try:
+        return bool(marker.strip()) and json.loads(marker).get("unclean_shutdown_unhandled") is True
+    except (ValueError, AttributeError):
+        return True         # unreadable: assume the worst, which costs one handling by the controller
 
 
 class RollFlush(NamedTuple):
@@ -55,8 +69,9 @@ class LogManager:
         self.dir_of: dict[TopicPartition, str] = {}
         self._logs_in_dir = {d: 0 for d in self.log_dirs}   # so that placing a new log is O(dirs)
         self.recovered_uncleanly = False
-        #: every log dir held the clean-shutdown marker at startup: the last life ended with a clean
-        #: shutdown and lost nothing (an empty dir, a first start or a lost disk, did not)
+        #: every log dir held the clean-shutdown marker at startup, none of them saying that an
+        #: earlier unclean shutdown is unhandled: no life since the controller last handled one lost
+        #: anything (an empty dir, a first start or a lost disk, did)
         self.had_clean_shutdown = False
         self.recovery_stats: dict[str, int] = {}
         self.started = False
@@ -111,7 +126,7 @@ class LogManager:
             self.disk.makedirs(log_dir)
             marker = posixpath.join(log_dir, CLEAN_SHUTDOWN_FILE)
             clean = self.disk.exists(marker)
-            all_clean = all_clean and clean
+            all_clean = all_clean and clean and not _says_unhandled(self.disk.read_file(marker))
             recovery_points = checkpoint.read_offsets(self.disk, posixpath.join(log_dir, RECOVERY_POINT_CHECKPOINT))
             start_offsets = checkpoint.read_offsets(self.disk, posixpath.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
             for key, offset in recovery_points.items():
@@ -145,8 +160,10 @@ class LogManager:
         self.had_clean_shutdown = all_clean and bool(self.log_dirs)
         self.started = True
 
-    def shutdown(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""
+    def shutdown(self, unclean_shutdown_unhandled: bool = False) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown markers; these
+        say ``unclean_shutdown_unhandled`` when this life's registration told of an unclean shutdown
+        that no controller was seen to handle."""
         if self.shut_down:
             return
         self.shut_down = True
@@ -157,7 +174,8 @@ class LogManager:
         for log in self.logs.values():
             log.close()
         for log_dir in self.log_dirs:
-            self.disk.write_file_atomic(posixpath.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
+            self.disk.write_file_atomic(posixpath.join(log_dir, CLEAN_SHUTDOWN_FILE),
+                                        UNHANDLED_MARKER if unclean_shutdown_unhandled else b"")
         self.started = False
 
     # -- logs --------------------------------------------------------------------------------

@@ -501,8 +501,9 @@ async def serve(config: BrokerConfig) -> int:
         if running.shell is not None:
             await running.shell.close()
         if running.started and running.broker is not None and stopper.failure is None:
+            registration = await own_registration(store, broker_id)
             try:
-                running.broker.shutdown()
+                running.broker.shutdown(registration)
             except Exception as exc:
                 stopper.fail("the clean shutdown", exc)
         store.listeners.clear()  # closing our own session is not an expiry
@@ -511,6 +512,17 @@ async def serve(config: BrokerConfig) -> int:
             lock.release()
         log.info("Broker %d stopped", broker_id)
     return 0 if stopper.failure is None else 1
+
+
+async def own_registration(store: KazooStore, broker_id: int) -> BrokerInfo | None:
+    """This broker's registration as ZooKeeper holds it now (None if it cannot be read within a few
+    seconds): whether a controller handled the unclean shutdown this life began with."""
+    try:
+        [res] = await asyncio.wait_for(asyncio.to_thread(store.execute, [GetData(znodes.BrokerIdZNode.path(broker_id))]),
+                                       5.0)
+        return znodes.BrokerIdZNode.decode(res.data, broker_id) if res.error is ZkError.NONE else None
+    except (asyncio.TimeoutError, ValueError, TypeError, KeyError):
+        return None
 
 
 async def controlled_shutdown(shell: BrokerShell, config: BrokerConfig) -> None:

@@ -433,7 +433,7 @@ class SimCluster:
         """A clean stop: high watermarks checkpointed, logs flushed, the session closed."""
         node = self.brokers[broker_id]
         assert node.core is not None
-        node.core.shutdown()
+        node.core.shutdown(self.zk_clients.own_registration(node))
         self.crash(broker_id, lose_unflushed=False)
 
     def pause(self, broker_id: int) -> None:

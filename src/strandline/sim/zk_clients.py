@@ -257,6 +257,14 @@ class SimZkClients:
         if created.error is ZkError.NONE and node.core is not None:
             self.sim.apply(node, node.core.on_registered(self.sim.zk.czxid[path], self.sim.clock_of(node)))
 
+    def own_registration(self, node: SimBroker) -> BrokerInfo | None:
+        """What the broker reads of its own registration before a clean stop (None when it cannot
+        reach ZooKeeper, or has no registration)."""
+        if node.zk_lost_at is not None or not self.reachable(node) or node.session_expired:
+            return None
+        [res] = self.sim.zk.execute([GetData(znodes.BrokerIdZNode.path(node.id))], node.session)
+        return znodes.BrokerIdZNode.decode(res.data, node.id) if res.error is ZkError.NONE else None
+
     def report_brokers(self, core: Broker, now_ms: int) -> list[Effect]:
         """What a shell's ``/brokers/ids`` watch hands its core: the live brokers read now."""
         brokers, epochs, listing = self.live_brokers()

@@ -238,3 +238,25 @@ def test_one_follower_append_spanning_more_than_two_to_the_31_offsets_is_split_a
     follower = Log.open(disk, DIR, "t", 0, follower.config, recovery_point=0, needs_recovery=True)
     assert follower.log_end_offset == far + 2
     assert offsets_in(follower.read(0, 1 << 20)) == [0, far, far + 1]
+
+
+def test_a_clean_stop_keeps_an_unhandled_unclean_shutdown_in_its_marker(tmp_path):
+    """KIP-966's check: a life that began after an unclean shutdown no controller handled stops
+    cleanly with a marker saying so; the next life opens its logs without recovery (they were
+    flushed) but still registers as back from an unclean shutdown. A later clean stop with the
+    shutdown handled writes Kafka's empty marker again."""
+    disk = OsDisk()
+    dirs = [str(tmp_path / "a")]
+    first = LogManager(disk, dirs, LogConfig(segment_bytes=4096))
+    first.startup(0)
+    assert not first.had_clean_shutdown                    # a first start
+    fill(first.get_or_create_log("t", 0, LogConfig(segment_bytes=4096), 0), 5)
+    first.shutdown(unclean_shutdown_unhandled=True)
+    second = LogManager(disk, dirs, LogConfig(segment_bytes=4096))
+    second.startup(0)
+    assert not second.had_clean_shutdown and second.recovery_stats["batches_scanned"] == 0
+    second.shutdown()
+    assert (tmp_path / "a" / ".kafka_cleanshutdown").read_bytes() == b""
+    third = LogManager(disk, dirs, LogConfig(segment_bytes=4096))
+    third.startup(0)
+    assert third.had_clean_shutdown

@@ -86,10 +86,10 @@ class BrokerIdZNode:
     znode's name, not part of its data: pass it to ``decode``. The broker epoch (KIP-380) is the
     znode's czxid.
 
-    With eligible leader replicas on (KIP-966) a broker adds ``"clean_shutdown":true|false``: Kafka's
-    broker sends its previous broker epoch, kept in its clean-shutdown file, in its registration
-    (-1 after an unclean shutdown), and the controller takes a broker back from an unclean shutdown
-    out of the ISRs and ELRs; having done so it adds ``"unclean_shutdown_handled":<broker epoch>``
+    A broker adds ``"clean_shutdown":true|false`` (KIP-966): Kafka's KRaft broker sends its
+    previous broker epoch, kept in its clean-shutdown file, in its registration (-1 after an
+    unclean shutdown), and the controller takes a broker back from an unclean shutdown out of the
+    ISRs (and ELRs); having done so it adds ``"unclean_shutdown_handled":<broker epoch>``
     (:mod:`strandline.controller.unclean_shutdown`). A reader that does not know the fields ignores
     them.
     """
