@@ -155,8 +155,9 @@ class Controller:
         dead = {r for t, i in ctx.all_partitions() for r in t.assignment[i]} - live
         done = None
         if unclean:
-            effects.append(LogLine("warning", f"Brokers registered after an unclean shutdown, out of every ISR"
-                                              f"{' and ELR' if elr else ''}: {sorted(unclean)}"))
+            effects.append(LogLine("warning" if purged else "info", f"Brokers registered after an unclean shutdown "
+                                   f"(or a first start), out of every ISR{' and ELR' if elr else ''}: "
+                                   f"{sorted(unclean)}"))
             if elr:
                 ctx.unclean_shutdown |= unclean
             done = UncleanShutdownsHandled(ctx, unclean, purged, self)

@@ -73,6 +73,7 @@ class AwaitingRegistrationMarked(Awaiting):
 
     def __call__(self, results: list[OpResult], now_ms: int) -> list[Effect]:
         if results[0].error is ZkError.NONE:
-            return [LogLine("info", f"Broker {self.broker} is out of every ISR and ELR after its unclean shutdown")]
+            return [LogLine("info", f"Broker {self.broker}'s unclean shutdown is handled: it left every ISR "
+                                    f"and ELR it was in, and its registration says so")]
         return []      # it registered again (its own value then), or ZooKeeper did not answer: a later
         # controller takes it out again, which loses nothing
