@@ -383,7 +383,10 @@ def test_a_topic_read_back_keeps_the_target_of_a_move_that_is_ending(monkeypatch
     replica; a topic znode write that got no answer was read back before the move's own write of
     the target, and the read put [1, 3, 4, 2] back in memory. The controller then told broker 2
     the partition's state as a follower, and the leader's ISR expansion to [3, 4, 1, 2] was written
-    with 2 no longer a replica. A read-back now leaves a partition whose move is ending alone."""
+    with 2 no longer a replica. A read-back now leaves a partition whose move is ending alone.
+    6500919 no longer meets the case since a broker back from an unclean shutdown leaves its ISRs
+    with eligible leader replicas off too; seed 6501200 reads the topic back while the move of
+    events-2 ends."""
     from strandline.controller.reassignment import PartitionReassignments
     from strandline.sim.menu import run_options
 
@@ -394,6 +397,6 @@ def test_a_topic_read_back_keeps_the_target_of_a_move_that_is_ending(monkeypatch
         kept.extend(key for key in ctx.completing if key[0] == name)
         return real(self, ctx, name, results, when_ms)
     monkeypatch.setattr(PartitionReassignments, "_on_read_back", on_read_back)
-    result = run_seed(6500919, "safe", **run_options(), load="mixed")
+    result = run_seed(6501200, "safe", **run_options(), load="mixed")
     assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
-    assert ("events", 1) in kept, "seed 6500919 no longer reads a topic back while a move of it ends"
+    assert ("events", 2) in kept, "seed 6501200 no longer reads a topic back while a move of it ends"
