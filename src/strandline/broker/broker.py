@@ -424,7 +424,8 @@ class Broker:
         return []
 
     def _write_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int, commit: bool,
-                      coordinator_epoch: int, done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
+                      coordinator_epoch: int, done: Callable[[ErrorCode, int], list[Effect]], now_ms: int,
+                      transaction_version: int = 0) -> list[Effect]:
         """WriteTxnMarkers for one partition; on ``__consumer_offsets`` the group coordinator then
         makes the transaction's offsets count (or drops them)."""
         def written(error: ErrorCode, when_ms: int) -> list[Effect]:
@@ -433,7 +434,7 @@ class Broker:
             return done(error, when_ms)
 
         return self.replica_manager.writes.write_marker(topic, index, producer_id, producer_epoch, commit,
-                                                        coordinator_epoch, written, now_ms)
+                                                        coordinator_epoch, written, now_ms, transaction_version)
 
     def _consumer_group_topics(self) -> dict[str, ConsumerTopic]:
         """The cluster's topics as the consumer group coordinator sees them: id, name, partitions."""

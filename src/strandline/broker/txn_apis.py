@@ -37,7 +37,9 @@ from strandline.transaction.state_topic import TXN_TOPIC, TransactionStateTopic
 
 #: ``write_marker(topic, index, producer id, producer epoch, commit, coordinator epoch, done(error, now_ms), now_ms)``:
 #: write one transaction marker to a partition this broker leads
-WriteMarker = Callable[[str, int, int, int, bool, int, Callable[[ErrorCode, int], list[Effect]], int], list[Effect]]
+#: ``write_marker(topic, index, producer_id, producer_epoch, commit, coordinator_epoch, done, now_ms,
+#: transaction_version=...)``
+WriteMarker = Callable[..., list[Effect]]
 from strandline.core.config import BrokerConfig
 
 #: AddPartitionsToTxn v4+ is sent by brokers (KIP-890): many transactions, ``verify_only``
@@ -338,7 +340,7 @@ class TxnApis:
                 return respond() if pending == 0 else []
             effects.extend(self.write_markers(name, index, marker.producer_id, marker.producer_epoch,
                                               bool(marker.transaction_result), marker.coordinator_epoch, done,
-                                              now_ms))
+                                              now_ms, transaction_version=getattr(marker, "transaction_version", 0)))
         return effects
 
 

@@ -145,13 +145,21 @@ class ProducerStateManager:
             return SequenceCheck(ErrorCode.out_of_order_sequence_number)
         return APPEND
 
-    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> ErrorCode:
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                     transaction_version: int = 0) -> ErrorCode:
         """A transaction marker from a coordinator: refused from an older producer epoch
-        (INVALID_PRODUCER_EPOCH) or an older coordinator (TRANSACTION_COORDINATOR_FENCED)."""
+        (INVALID_PRODUCER_EPOCH) or an older coordinator (TRANSACTION_COORDINATOR_FENCED). A
+        transactions v2 marker (``transaction_version`` 2, KIP-1228) carries the epoch its
+        coordinator bumped at the end, above the transaction's: one of the current epoch is
+        refused while a transaction of that epoch is open here (a late marker of the transaction
+        before, which would end this one), and taken as a retry of the marker already written when
+        none is (Kafka 4.2's KAFKA-19999)."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return ErrorCode.none
         if producer_epoch < entry.epoch:
+            return ErrorCode.invalid_producer_epoch
+        if transaction_version >= 2 and producer_epoch == entry.epoch and entry.current_txn_first_offset >= 0:
             return ErrorCode.invalid_producer_epoch
         if coordinator_epoch < entry.coordinator_epoch:
             return ErrorCode.transaction_coordinator_fenced

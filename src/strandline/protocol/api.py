@@ -170,7 +170,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 0),
-    ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.WRITE_TXN_MARKERS: (0, 2),
     ApiKey.DESCRIBE_ACLS: (0, 3),
     ApiKey.CREATE_ACLS: (0, 3),
     ApiKey.DELETE_ACLS: (0, 3),

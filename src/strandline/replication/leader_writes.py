@@ -122,13 +122,15 @@ class LeaderWrites:
 
     def write_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int, commit: bool,
                      coordinator_epoch: int, done: Callable[[ErrorCode, int], list[Effect]],
-                     now_ms: int) -> list[Effect]:
+                     now_ms: int, transaction_version: int = 0) -> list[Effect]:
         """WriteTxnMarkers for one partition: append the commit or abort marker of a producer's
-        transaction as leader, acks=all; refused from a fenced producer epoch or coordinator."""
+        transaction as leader, acks=all; refused from a fenced producer epoch or coordinator
+        (:meth:`ProducerStateManager.check_marker`, with the marker's ``transaction_version``)."""
         partition = self.partitions.get((topic, index))
         if partition is None or not partition.is_leader:
             return done(ErrorCode.not_leader_or_follower, now_ms)
-        error = partition.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        error = partition.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch,
+                                                      transaction_version)
         if error is not ErrorCode.none:
             return done(error, now_ms)
         batch = build_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)

@@ -41,9 +41,9 @@ Append = Callable[[int, list[tuple[bytes, bytes | None]], Callable[[ErrorCode, i
 #: ``new_producer_id(callback(producer_id or -1, now_ms), now_ms)``
 NewProducerId = Callable[[Callable[[int, int], list[Effect]], int], list[Effect]]
 #: ``send_markers(partitions, producer_id, producer_epoch, commit, coordinator_epoch, done(now_ms), current(),
-#: now_ms)``: ``current()`` says whether the markers are still this coordinator's to write
-SendMarkers = Callable[[set[tuple[str, int]], int, int, bool, int, Callable[[int], list[Effect]], Callable[[], bool],
-                        int], list[Effect]]
+#: now_ms, transaction_version=...)``: ``current()`` says whether the markers are still this
+#: coordinator's to write; ``transaction_version`` is the client's (2 for transactions v2)
+SendMarkers = Callable[..., list[Effect]]
 #: ``after(due_ms, action(now_ms))``: run ``action`` later (a retry)
 After = Callable[[int, Callable[[int], list[Effect]]], list[Effect]]
 RETRY_MS = 100
@@ -439,7 +439,7 @@ class TransactionCoordinator:
         if not m.partitions:
             return marked(now_ms)
         return self.send_markers(set(m.partitions), m.producer_id, m.producer_epoch, commit, epoch, marked, current,
-                                 now_ms)
+                                 now_ms, transaction_version=2 if m.tv2 else 0)
 
     # -- timeouts
 

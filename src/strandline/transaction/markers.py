@@ -14,7 +14,9 @@ from strandline.protocol import api
 from strandline.protocol.api import ApiKey
 
 MARKER_RETRY_MS = 100
-WRITE_TXN_MARKERS_VERSION = 1
+#: v2 carries each marker's transaction version (KIP-1228), which a leader checks a transactions
+#: v2 marker's bumped epoch against
+WRITE_TXN_MARKERS_VERSION = 2
 
 
 class TransactionMarkers:
@@ -27,9 +29,11 @@ class TransactionMarkers:
 
     def send(self, partitions: set[tuple[str, int]], producer_id: int, producer_epoch: int, commit: bool,
              coordinator_epoch: int,
-             done: Callable[[int], list[Effect]], current: Callable[[], bool], now_ms: int) -> list[Effect]:
+             done: Callable[[int], list[Effect]], current: Callable[[], bool], now_ms: int,
+             transaction_version: int = 0) -> list[Effect]:
         """``current()``: whether this coordinator still completes this transaction; once not (it
-        lost the partition, or a leader fenced it), the markers are left to the new coordinator."""
+        lost the partition, or a leader fenced it), the markers are left to the new coordinator.
+        ``transaction_version``: the client's (2: the marker's epoch is the bumped one)."""
         left = set(partitions)
         client_id = f"strandline-broker-{self.config.broker_id}"
         fenced = False
@@ -83,6 +87,7 @@ class TransactionMarkers:
                     by_topic.setdefault(name, []).append(index)
                 body = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
                                      "transaction_result": commit, "coordinator_epoch": coordinator_epoch,
+                                     "transaction_version": transaction_version,
                                      "topics": [{"name": n, "partition_indexes": ix} for n, ix in by_topic.items()]}]}
                 effects.extend(self.outbox.send(
                     broker, "txn-markers",

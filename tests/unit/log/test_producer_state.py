@@ -116,3 +116,23 @@ def test_a_transaction_open_at_an_older_epoch_does_not_spare_the_next_epochs_bat
     nxt = header(epoch=1, seq=0)._replace(attributes=TRANSACTIONAL_BIT)
     guard = s.maybe_start_verification(7, 1, 100)
     assert guard is not None and not s.verified(nxt, None) and s.verified(nxt, guard)
+
+
+def test_a_transactions_v2_marker_of_the_current_epoch_ends_no_open_transaction():
+    """KIP-1228 (WriteTxnMarkers v2): a transactions v2 marker carries the epoch the coordinator
+    bumped at the end. Transaction A (epoch 0) ends with its marker at epoch 1; transaction B then
+    opens at epoch 1. A late copy of A's marker (epoch 1) must not end B: refused as a v2 marker,
+    though a v1 marker of that epoch is taken (the hole KIP-1228 closes). With no transaction
+    open, a v2 marker of the current epoch is a retry of the one written, and is taken."""
+    from strandline.protocol.markers import COMMIT_MARKER, CONTROL_BIT, TRANSACTIONAL_BIT
+    s = ProducerStateManager()
+    s.update(header(epoch=0, seq=0)._replace(attributes=TRANSACTIONAL_BIT), 0, 1)        # A opens
+    assert s.check_marker(7, 1, 0, transaction_version=2) is ErrorCode.none
+    s.update(header(epoch=1, seq=-1, count=1, base_offset=5)._replace(attributes=TRANSACTIONAL_BIT | CONTROL_BIT),
+             5, 1, (COMMIT_MARKER, 0))                                                     # A's marker, epoch 1
+    assert s.check_marker(7, 1, 0, transaction_version=2) is ErrorCode.none                # a retry: none open
+    s.update(header(epoch=1, seq=0, base_offset=6)._replace(attributes=TRANSACTIONAL_BIT), 6, 1)  # B opens
+    assert s.check_marker(7, 1, 0, transaction_version=2) is ErrorCode.invalid_producer_epoch
+    assert s.check_marker(7, 1, 0, transaction_version=0) is ErrorCode.none
+    assert s.check_marker(7, 2, 0, transaction_version=2) is ErrorCode.none                # B's own marker
+    assert s.check_marker(7, 0, 0, transaction_version=2) is ErrorCode.invalid_producer_epoch

@@ -35,7 +35,7 @@ def test_the_advertised_table():
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0), ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2), ApiKey.DESCRIBE_ACLS: (0, 3), ApiKey.CREATE_ACLS: (0, 3),
         ApiKey.DELETE_ACLS: (0, 3), ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5), ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
-        ApiKey.END_TXN: (0, 5), ApiKey.WRITE_TXN_MARKERS: (0, 1), ApiKey.TXN_OFFSET_COMMIT: (0, 5),
+        ApiKey.END_TXN: (0, 5), ApiKey.WRITE_TXN_MARKERS: (0, 2), ApiKey.TXN_OFFSET_COMMIT: (0, 5),
         ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 0),
         ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1), ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ApiKey.UPDATE_FEATURES: (0, 0),

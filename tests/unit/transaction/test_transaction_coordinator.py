@@ -43,7 +43,8 @@ class Fakes:
         self.next_pid += 1
         return callback(self.next_pid, now_ms)
 
-    def send_markers(self, partitions, producer_id, epoch, commit, coordinator_epoch, done, current, now_ms):
+    def send_markers(self, partitions, producer_id, epoch, commit, coordinator_epoch, done, current, now_ms,
+                     transaction_version=0):
         self.markers.append((sorted(partitions), producer_id, epoch, commit, coordinator_epoch, done))
         self.current = current
         return []
