@@ -603,6 +603,24 @@ def test_kafka_broker_api_versions_lists_every_broker(kafka, cluster):
     assert re.search(r"Fetch\(1\): \d+ to \d+ \[usable: \d+\]", out), out
 
 
+def test_kafka_features_downgrades_describes_and_upgrades_transaction_version(kafka, cluster):
+    """UpdateFeatures (its v1 from 3.9's tool, v2 from 4.x's) at the controller, the level read
+    back from every broker's ApiVersions: a downgrade of ``transaction.version`` to 1, a refused
+    upgrade past what the brokers support, and the upgrade back to 2 (the cluster's level again)."""
+    def run(*args: str, expect: int = 0) -> str:
+        return tool(kafka, "kafka-features", "--bootstrap-server", cluster.bootstrap, *args, expect=expect).stdout
+
+    assert "transaction.version was downgraded to 1." in run("downgrade", "--feature", "transaction.version=1")
+    try:
+        described = run("describe")
+        assert re.search(r"Feature: transaction.version\s+SupportedMinVersion: 0\s+SupportedMaxVersion: 2\s+"
+                         r"FinalizedVersionLevel: 1\s+Epoch: [1-9]", described), described
+        refused = run("upgrade", "--feature", "transaction.version=3", expect=1)
+        assert "Invalid update version 3 for feature transaction.version" in refused, refused
+    finally:
+        assert "transaction.version was upgraded to 2." in run("upgrade", "--feature", "transaction.version=2")
+
+
 # -- kafka-producer-perf-test, kafka-consumer-perf-test, kafka-verifiable-producer/consumer ------------
 
 

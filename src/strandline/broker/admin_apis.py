@@ -1,5 +1,5 @@
 """The controller's admin APIs on the wire: CreateTopics, DeleteTopics, CreatePartitions,
-ElectLeaders (preferred and unclean), the partition reassignments, UpdateFeatures, AlterIsr.
+ElectLeaders (preferred and unclean), the partition reassignments, AlterIsr.
 
 Each handler checks what the request may ask of this broker (only the controller serves them,
 NOT_CONTROLLER elsewhere), hands each topic or partition to the :class:`Controller`, and shapes
@@ -50,7 +50,7 @@ class AdminApis:
                 ApiKey.ELECT_LEADERS: self._elect_leaders, ApiKey.CREATE_PARTITIONS: self._create_partitions,
                 ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._alter_reassignments,
                 ApiKey.LIST_PARTITION_REASSIGNMENTS: self._list_reassignments,
-                ApiKey.UPDATE_FEATURES: self._update_features, ApiKey.ALTER_ISR: self._alter_isr}
+                ApiKey.ALTER_ISR: self._alter_isr}
 
     def _not_controller(self) -> str:
         return f"This is not the controller (broker {self.metadata.controller_id} is)"
@@ -233,28 +233,6 @@ class AdminApis:
 
     # -- UpdateFeatures (KIP-584)
 
-    def _update_features(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
-        """As Kafka 2.8's ``KafkaApis.handleUpdateFeatures`` and the controller's
-        ``processFeatureUpdates``: ALTER on the cluster, then the controller alone (NOT_CONTROLLER
-        elsewhere). Strandline's brokers support no feature and none is finalized, so each update
-        is refused with the error Kafka's ``validateFeatureUpdate`` gives it (the feature is not
-        supported, or there is nothing to delete), one result per feature name; an empty list
-        changes nothing and is answered without error."""
-        def respond(error: ErrorCode, message: str | None, results: list[dict[str, Any]]) -> list[Effect]:
-            return [response(conn_id, header, {"throttle_time": 0, "error_code": error, "error_message": message,
-                                               "results": results})]
-
-        if not self.authorizer.allows_cluster(conn_id, AclOperation.ALTER):
-            return respond(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.", [])
-        if not self.controller.is_active:
-            return respond(ErrorCode.not_controller, "This is not the correct controller for this cluster.", [])
-        errors: dict[str, str] = {}
-        for update in request.feature_updates:
-            errors[update.feature] = _feature_update_error(update.feature, update.max_version_level,
-                                                           update.allow_downgrade)
-        return respond(ErrorCode.none, None, [{"feature": name, "error_code": ErrorCode.invalid_request,
-                                               "error_message": message} for name, message in errors.items()])
-
     # -- AlterIsr (KIP-497)
 
     def _alter_isr(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
@@ -318,16 +296,3 @@ def _all_then_respond(starts: list[tuple[str, _Start]], results: dict[str, dict[
         effects.extend(start(finisher(name)))
     started = True
     return effects + ([respond()] if not pending else [])
-
-
-def _feature_update_error(feature: str, max_version_level: int, allow_downgrade: bool) -> str:
-    """The INVALID_REQUEST message Kafka 2.8's ``KafkaController.validateFeatureUpdate`` gives an
-    update when no feature is finalized and the broker supports none."""
-    if not feature:
-        return "Feature name can not be empty."
-    if max_version_level < 1 and allow_downgrade:            # a deletion
-        return "Can not delete non-existing finalized feature."
-    if max_version_level < 1:
-        return (f"Can not provide maxVersionLevel: {max_version_level} less than 1 without setting the "
-                "allowDowngrade flag to true in the request.")
-    return "Could not apply finalized feature update because the provided feature is not supported."

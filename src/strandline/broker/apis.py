@@ -41,6 +41,7 @@ from strandline.broker.log_apis import LogApis
 from strandline.broker.metadata_apis import MetadataApis
 from strandline.broker.produce_apis import ProduceApis
 from strandline.broker.quota_apis import QuotaApis
+from strandline.broker.features import FeatureApis, FinalizedFeatures
 from strandline.broker.txn_apis import TxnApis
 from strandline.controller.controller import Controller
 from strandline.coordination.metadata import MetadataCache
@@ -81,13 +82,14 @@ class KafkaApis:
     txn_apis: TxnApis
     log_apis: LogApis
     quota_apis: QuotaApis
+    feature_apis: FeatureApis
     _before_load: list[tuple[int, bytes | bytearray]] | None = field(default_factory=list)  # client requests until loaded
     arrivals: Arrivals = field(default_factory=Arrivals)
 
     def __post_init__(self) -> None:
         self.metadata_apis = MetadataApis(self.config, self.metadata, self.authorizer, self.auto_topics)
         self.produce_apis = ProduceApis(self.config, self.metadata, self.replicas, self.authorizer, self.auto_topics,
-                                        self.quota_apis, self.arrivals)
+                                        self.quota_apis, self.arrivals, self.feature_apis.features)
         self.fetch_apis = FetchApis(self.config, self.metadata, self.replicas, self.authorizer, self.fetch_sessions,
                                     self.quota_apis, self.arrivals)
         self._handlers: dict[int, Handler] = {
@@ -103,6 +105,7 @@ class KafkaApis:
             **self.config_apis.handlers(),
             **self.group_apis.handlers(),
             **self.quota_apis.handlers(),
+            **self.feature_apis.handlers(),
             **sasl_apis.handlers(self.authorizer.session),
         }
 
@@ -214,7 +217,8 @@ class KafkaApis:
     # -- ApiVersions
 
     def _api_versions(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
-        return [response(conn_id, header, api_versions_answer(self.config, header.api_version, request))]
+        return [response(conn_id, header, api_versions_answer(self.config, header.api_version, request,
+                                                              self.feature_apis.features))]
 
     # -- InitProducerId
 
@@ -248,7 +252,8 @@ class KafkaApis:
 
 
 
-def api_versions_answer(config: BrokerConfig, version: int, request: Any) -> dict[str, Any]:
+def api_versions_answer(config: BrokerConfig, version: int, request: Any,
+                        features: FinalizedFeatures | None = None) -> dict[str, Any]:
     """The body of this broker's ApiVersions answer, the same before a SASL listener's
     authentication as after it (Kafka's ApiVersionManager answers both): the APIs served (the
     consumer group protocol's only when ``group.coordinator.rebalance.protocols`` lists
@@ -260,7 +265,9 @@ def api_versions_answer(config: BrokerConfig, version: int, request: Any) -> dic
     software_version = getattr(request, "client_software_version", None)
     if version >= 3 and not (_valid_software_field(name) and _valid_software_field(software_version)):
         return {"error_code": ErrorCode.invalid_request, "throttle_time": 0, "api_keys": []}
-    return api.api_versions_body(version, config["transaction.version"], without)
+    if features is None:
+        return api.api_versions_body(version, config["transaction.version"], without)
+    return api.api_versions_body(version, features.transaction_version, without, features.epoch)
 
 
 def _valid_software_field(value: str | None) -> bool:

@@ -34,6 +34,7 @@ from strandline.core.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
 from strandline.broker.loggers import BrokerLoggers
 from strandline.broker.dynamic_config import DynamicConfigManager
+from strandline.broker.features import FeatureApis, FinalizedFeatures
 from strandline.core.effects import Effect, FlushFiles, LogLine, WriteCheckpoint
 from strandline.broker.group_apis import GroupApis
 from strandline.broker.zk_offsets import ZkOffsets
@@ -118,8 +119,9 @@ class Broker:
         self.replica_manager.leadership_listeners.append(
             lambda topic, index, leader, t: self.transaction_state.on_leadership(
                 self.transactions, topic, index, leader, self._leader_epoch_of(topic, index), t))
+        self.features = FinalizedFeatures(config)
         txn_apis = TxnApis(config, self.metadata, self.transactions, self.transaction_state, self.auto_topics,
-                           self._write_marker, self.authorizer)
+                           self._write_marker, self.authorizer, self.features)
         txn_apis.verifier = verifier
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, self.controller, self.auto_topics,
                               producer_ids,
@@ -131,7 +133,9 @@ class Broker:
                               ConfigApis(config, self.metadata, self.outbox, self.authorizer, BrokerLoggers(loggers)),
                               FetchSessionCache(config, rng), self.authorizer, txn_apis,
                               LogApis(self.metadata, self.replica_manager, self.authorizer),
-                              QuotaApis(self.outbox, self.authorizer, lambda: self.controller.is_active))
+                              QuotaApis(self.outbox, self.authorizer, lambda: self.controller.is_active),
+                              FeatureApis(self.outbox, self.authorizer, self.features,
+                                          lambda: self.controller.is_active))
         self.cleaner = LogCleaner(log_manager)
         self._configure_cleaner()
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
@@ -290,6 +294,10 @@ class Broker:
     def on_delete_topics_changed(self, children: list[str], now_ms: int) -> list[Effect]:
         """The children of ``/admin/delete_topics`` changed (only the controller acts)."""
         return self.controller.on_delete_topics_changed(children, now_ms)
+
+    def on_features_changed(self, data: bytes | None, version: int) -> list[Effect]:
+        """``/feature`` changed (None: it does not exist): the cluster's finalized feature levels."""
+        return self.features.on_znode(data, version)
 
     def on_reassign_partitions_changed(self, data: bytes | None, now_ms: int) -> list[Effect]:
         """``/admin/reassign_partitions`` changed (None: it does not exist); only the controller acts."""

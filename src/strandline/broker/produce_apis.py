@@ -16,6 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from strandline.broker.features import FinalizedFeatures
 from strandline.broker.arrivals import Arrivals
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager, may_create
 from strandline.broker.quota_apis import QuotaApis
@@ -45,8 +46,10 @@ TopicShape = tuple[str | uuid.UUID, str | uuid.UUID, list[int]]
 
 class ProduceApis:
     def __init__(self, config: BrokerConfig, metadata: MetadataCache, replicas: ReplicaManager, authorizer: AclAuthorizer,
-                 auto_topics: AutoTopicCreationManager, quota_apis: QuotaApis, arrivals: Arrivals) -> None:
+                 auto_topics: AutoTopicCreationManager, quota_apis: QuotaApis, arrivals: Arrivals,
+                 features: FinalizedFeatures) -> None:
         self.config = config
+        self.features = features
         self.metadata = metadata
         self.replicas = replicas
         self.authorizer = authorizer
@@ -132,7 +135,7 @@ class ProduceApis:
             conn_id, duration_ms(request.timeout), acks, entries, respond, now_ms,
             transactional=transactional_id is not None, legacy=header.api_version < LEGACY_PRODUCE_BELOW,
             transactional_id=transactional_id,
-            tv2=header.api_version >= TV2_PRODUCE and self.config["transaction.version"] >= 2)
+            tv2=header.api_version >= TV2_PRODUCE and self.features.transaction_version >= 2)
 
     def _produce_all_failed(self, conn_id: int, header: RequestHeader, request: Any, code: ErrorCode) -> list[Effect]:
         if request.acks == 0:

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from strandline.security.authorizer import AclAuthorizer
+from strandline.broker.features import FinalizedFeatures
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
 from strandline.core.effects import Effect, LogLine
 from strandline.core.wire import Handler, duration_ms, response
@@ -56,8 +57,9 @@ TV2_TXN_OFFSET_COMMIT_VERSION = 5
 class TxnApis:
     def __init__(self, config: BrokerConfig, metadata: MetadataCache, coordinator: TransactionCoordinator,
                  state_topic: TransactionStateTopic, auto_topics: AutoTopicCreationManager,
-                 write_markers: WriteMarker, authorizer: AclAuthorizer) -> None:
+                 write_markers: WriteMarker, authorizer: AclAuthorizer, features: FinalizedFeatures) -> None:
         self.config = config
+        self.features = features
         self.authorizer = authorizer
         self.metadata = metadata
         self.coordinator = coordinator
@@ -216,7 +218,7 @@ class TxnApis:
         respond = _error_answer(conn_id, header)
         if not self._may_write(conn_id, request.transactional_id):
             return respond(ErrorCode.transactional_id_authorization_failed)
-        if header.api_version >= TV2_END_TXN_VERSION and self.config["transaction.version"] >= 2:
+        if header.api_version >= TV2_END_TXN_VERSION and self.features.transaction_version >= 2:
             def answer(error: ErrorCode, producer_id: int, producer_epoch: int) -> list[Effect]:
                 return [response(conn_id, header, {"throttle_time": 0, "error_code": error,
                                                    "producer_id": producer_id, "producer_epoch": producer_epoch})]
@@ -231,7 +233,7 @@ class TxnApis:
         """Whether a TxnOffsetCommit of ``version`` adds its group's ``__consumer_offsets``
         partition to the transaction itself (v5 under ``transaction.version`` 2, KIP-890 part 2:
         its client sent no AddOffsetsToTxn)."""
-        return version >= TV2_TXN_OFFSET_COMMIT_VERSION and self.config["transaction.version"] >= 2 and \
+        return version >= TV2_TXN_OFFSET_COMMIT_VERSION and self.features.transaction_version >= 2 and \
             self.verifier is not None
 
     def add_offsets_partition(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,

@@ -259,7 +259,8 @@ BROKER_KEYS: dict[str, Key] = key_table(
     Key("transaction.version", "int", 2, lo=0, hi=2,
         doc="The finalized level of Kafka's feature transaction.version, which ApiVersions v3+ answers "
             "(FinalizedFeatures; Kafka sets it with kafka-storage format --feature or kafka-features "
-            "upgrade, 2 on a fresh Kafka 4.0 cluster). At 2, Kafka 4.x clients use transactions v2 "
+            "upgrade, 2 on a fresh Kafka 4.0 cluster), until UpdateFeatures (kafka-features upgrade or "
+            "downgrade) writes the cluster's level to ZooKeeper's /feature, which then holds for every broker. At 2, Kafka 4.x clients use transactions v2 "
             "(KIP-890 part 2): the producer epoch is bumped at every commit and abort (EndTxn v5), and a "
             "partition or a group's offsets join a transaction when the first Produce v12 or "
             "TxnOffsetCommit v5 reaches them (no AddPartitionsToTxn or AddOffsetsToTxn from the client). "

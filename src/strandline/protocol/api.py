@@ -177,7 +177,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
-    ApiKey.UPDATE_FEATURES: (0, 0),
+    ApiKey.UPDATE_FEATURES: (0, 2),
     ApiKey.SASL_HANDSHAKE: (0, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.CREATE_DELEGATION_TOKEN: (0, 2),
@@ -381,11 +381,12 @@ TRANSACTION_VERSIONS = (0, 2)
 
 
 def api_versions_body(version: int = 0, transaction_version: int = 0,
-                      without: frozenset[int] = frozenset()) -> dict[str, Any]:
+                      without: frozenset[int] = frozenset(), features_epoch: int = 0) -> dict[str, Any]:
     """An ApiVersions response body advertising :data:`SUPPORTED`; from v3 with the features
     (KIP-584): supported, ``transaction.version`` 0-2 (omitted before v4, whose clients take a
     minimum of 0 for no support, as Kafka omits it), and finalized, ``transaction.version`` at
-    ``transaction_version`` (omitted at 0, as Kafka omits a feature at level 0). The APIs
+    ``transaction_version`` (omitted at 0, as Kafka omits a feature at level 0) in epoch
+    ``features_epoch``. The APIs
     ``without`` names (those the broker's configuration turns off) are not advertised."""
     body: dict[str, Any] = {"error_code": ErrorCode.none, "throttle_time": 0,
                             "api_keys": [{"api_key": int(k), "min_version": lo, "max_version": hi}
@@ -394,7 +395,7 @@ def api_versions_body(version: int = 0, transaction_version: int = 0,
         lo, hi = TRANSACTION_VERSIONS
         body["supported_features"] = [{"name": TRANSACTION_VERSION, "min_version": lo, "max_version": hi}
                                       ] if version >= 4 or lo > 0 else []
-        body["finalized_features_epoch"] = 0
+        body["finalized_features_epoch"] = features_epoch
         body["finalized_features"] = [{"name": TRANSACTION_VERSION, "max_version_level": transaction_version,
                                        "min_version_level": transaction_version}] if transaction_version > 0 else []
     return body

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from strandline.broker.apis import api_versions_answer
 from strandline.broker.broker import Broker
+from strandline.broker.features import FinalizedFeatures
 from strandline.broker.dynamic_config import apply_dynamic_broker_configs
 from strandline.coordination.cluster_state import (ZooKeeperUnanswered, read_acls, read_cluster_state,
                                                   read_dynamic_broker_configs)
@@ -158,6 +159,16 @@ def watch_reassign_partitions(store: KazooStore, loop: asyncio.AbstractEventLoop
     store.watch_data(znodes.ReassignPartitionsZNode.path(), from_kazoo(loop, shell, what, on_data))
 
 
+def watch_features(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
+    """Feed ``/feature`` to the core: the cluster's finalized feature levels (KIP-584)."""
+    what = "the /feature watch"
+
+    def on_data(data: bytes | None, version: int) -> None:  # kazoo's thread (the first call: ours)
+        to_loop(loop, shell.run, what, lambda: shell.broker.on_features_changed(data, version))
+
+    store.watch_data(znodes.FeatureZNode.path(), from_kazoo(loop, shell, what, on_data))
+
+
 def watch_delete_topics(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed ``/admin/delete_topics`` to the core (the controller takes up a deletion recorded there)."""
     what = "the /admin/delete_topics watch"
@@ -232,7 +243,8 @@ def watch_session(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
     store.add_listener(from_kazoo(loop, shell, what, on_state))
 
 
-def listener_specs(config: BrokerConfig, store: KazooStore) -> list[ListenerSpec]:
+def listener_specs(config: BrokerConfig, store: KazooStore,
+                   features: FinalizedFeatures | None = None) -> list[ListenerSpec]:
     """How each listener is served: TLS contexts and SASL authenticators from its configuration.
     A listener that cannot be served (no key store, no SASL mechanism) stops start-up with one
     line naming it."""
@@ -260,7 +272,7 @@ def listener_specs(config: BrokerConfig, store: KazooStore) -> list[ListenerSpec
                     raise StrandlineError(f"listener {listener.name}: {exc}") from None
             if "OAUTHBEARER" in served:
                 _load_jwks(listener.name, conf)
-            factory = _authenticator_factory(listener.name, conf, served, store, config)
+            factory = _authenticator_factory(listener.name, conf, served, store, config, features)
         specs.append(ListenerSpec(listener, ctx, factory, conf["ssl.principal.mapping.rules"],
                                   config["connection.failed.authentication.delay.ms"],
                                   conf["sasl.server.max.receive.size"]))
@@ -297,7 +309,8 @@ def _load_jwks(name: str, conf: dict[str, Any]) -> None:
 
 
 def _authenticator_factory(name: str, conf: dict[str, Any], mechanisms: list[str], store: KazooStore,
-                           config: BrokerConfig) -> Callable[[], SaslAuthenticator]:
+                           config: BrokerConfig,
+                           features: FinalizedFeatures | None = None) -> Callable[[], SaslAuthenticator]:
     def scram_credential(user: str, mechanism: str) -> str | None:
         """The user's stored SCRAM credential (``/config/users/<user>``), read from ZooKeeper."""
         [res] = store.execute([GetData(f"/config/users/{sanitize(user)}")])
@@ -315,7 +328,7 @@ def _authenticator_factory(name: str, conf: dict[str, Any], mechanisms: list[str
 
     max_reauth_ms = conf["connections.max.reauth.ms"]
     return lambda: SaslAuthenticator(mechanisms, context, max_reauth_ms,
-                                     versions=functools.partial(api_versions_answer, config))
+                                     versions=functools.partial(api_versions_answer, config, features=features))
 
 
 def inter_broker_security(config: BrokerConfig) -> ClientSecurity | None:
@@ -413,7 +426,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     monitoring = running.monitoring = Monitoring(broker) if metrics_port else None
     if monitoring is None:
         v["metrics.port"] = 0     # what DescribeConfigs reports: no endpoint
-    specs = listener_specs(config, store)
+    specs = listener_specs(config, store, broker.features)
     shell = running.shell = BrokerShell(broker, store, v["socket.request.max.bytes"], stopper, monitoring,
                                         inter_broker_security(config))
     freeze_start_up_objects()           # its one full collection before anyone is served
@@ -446,6 +459,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     await asyncio.to_thread(watch_config_changes, store, loop, shell)
     await asyncio.to_thread(watch_reassign_partitions, store, loop, shell)
     await asyncio.to_thread(watch_delete_topics, store, loop, shell)
+    await asyncio.to_thread(watch_features, store, loop, shell)
     if broker.authorizer.enabled:
         await asyncio.to_thread(watch_acl_changes, store, loop, shell)
     await asyncio.to_thread(watch_controller, store, loop, shell)

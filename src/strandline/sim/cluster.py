@@ -357,6 +357,7 @@ class SimCluster:
         assert node.core is not None            # started, or checked before a retry
         self.apply(node, node.core.load_metadata("sim-cluster", brokers, topics, controller_id, epoch,
                                                   self.clock_of(node), version))
+        self.apply(node, self.zk_clients.report_features(node.core, self.clock_of(node)))
         self.zk_clients.brokers_changed()
         if controller_id == node.id:
             self.zk_clients.controller_changed()

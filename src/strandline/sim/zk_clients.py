@@ -29,6 +29,7 @@ CONTROLLER = znodes.ControllerZNode.path()
 BROKER_IDS = znodes.BrokerIdsZNode.path()
 CONFIG_CHANGES = znodes.ConfigEntityChangeNotificationZNode.path()
 REASSIGN = znodes.ReassignPartitionsZNode.path()
+FEATURE = znodes.FeatureZNode.path()
 DELETE_TOPICS = znodes.DeleteTopicsZNode.path()
 
 
@@ -123,6 +124,8 @@ class SimZkClients:
             self.reassign_partitions_changed()
         if any(p.startswith(DELETE_TOPICS + "/") for p in paths):
             self.delete_topics_changed()
+        if FEATURE in paths:
+            self.features_changed()
 
     def read_cluster_state(self, node: SimBroker, token: int) -> None:
         incarnation = node.incarnation
@@ -167,6 +170,15 @@ class SimZkClients:
         for node in self._watchers():
             self._watch_event(node, lambda core, t: core.on_reassign_partitions_changed(
                 self.sim.zk.nodes.get(REASSIGN, (None,))[0], t))
+
+    def features_changed(self) -> None:
+        """What each shell's ``/feature`` watch reports."""
+        for node in self._watchers():
+            self._watch_event(node, self.report_features)
+
+    def report_features(self, core: Broker, now_ms: int) -> list[Effect]:
+        data, version, _ = self.sim.zk.nodes.get(FEATURE, (None, -1, 0))
+        return core.on_features_changed(data, version)
 
     def delete_topics_changed(self) -> None:
         """What each shell's ``/admin/delete_topics`` watch reports."""

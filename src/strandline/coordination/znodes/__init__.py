@@ -25,7 +25,7 @@ from strandline.coordination.znodes.admin import (
     DeleteTopicsTopicZNode, DeleteTopicsZNode, IsrChangeNotificationSequenceZNode, IsrChangeNotificationZNode,
     PreferredReplicaElectionZNode, ReassignPartitionsZNode)
 from strandline.coordination.znodes.brokers import BrokerIdsZNode, BrokerIdZNode, BrokerInfo, BrokerSequenceIdZNode
-from strandline.coordination.znodes.cluster import ClusterIdZNode, ProducerIdBlockZNode
+from strandline.coordination.znodes.cluster import ClusterIdZNode, FeatureZNode, ProducerIdBlockZNode
 from strandline.coordination.znodes.configs import (
     ConfigEntityChangeNotificationSequenceZNode, ConfigEntityChangeNotificationZNode, ConfigEntityTypeZNode,
     ConfigEntityZNode)
@@ -36,7 +36,7 @@ from strandline.coordination.znodes.topics import (
     TopicZNode)
 
 __all__ = [
-    "BrokerIdZNode", "BrokerIdsZNode", "BrokerInfo", "BrokerSequenceIdZNode", "ClusterIdZNode",
+    "BrokerIdZNode", "BrokerIdsZNode", "BrokerInfo", "BrokerSequenceIdZNode", "ClusterIdZNode", "FeatureZNode",
     "ConfigEntityChangeNotificationZNode", "ConfigEntityTypeZNode", "ConfigEntityZNode", "ConsumerOffsetZNode",
     "ControllerEpochZNode",
     "ControllerZNode", "DeleteTopicsTopicZNode", "DeleteTopicsZNode", "IsrChangeNotificationSequenceZNode",
