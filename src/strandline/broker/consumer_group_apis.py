@@ -5,7 +5,11 @@ Each maps its request onto :class:`strandline.group.consumer_groups.ConsumerGrou
 the answer. Both are served only when ``group.coordinator.rebalance.protocols`` lists
 ``consumer`` (Kafka 4.0's default); otherwise they are not advertised and a request for them is
 answered UNSUPPORTED_VERSION. A heartbeat needs READ on its group, a description DESCRIBE (as
-Kafka's ``KafkaApis``).
+Kafka's ``KafkaApis``). Since Kafka 4.0 (KAFKA-18813) topics are checked too: a heartbeat
+subscribing to a topic it may not DESCRIBE is refused whole (TOPIC_AUTHORIZATION_FAILED, the
+coordinator not asked), and a described group one of whose members is assigned, or is to be
+assigned, a topic the client may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED with no
+members.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from strandline.security.authorizer import AclAuthorizer
 NOT_ASKED = -2147483648
 #: ConsumerGroupDescribe v1's MemberType of a member of the consumer protocol (0: classic)
 CONSUMER_MEMBER = 1
+UNAUTHORIZED_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 
 
 class ConsumerGroupApis:
@@ -58,6 +63,9 @@ class ConsumerGroupApis:
             return respond(HeartbeatResponse(ErrorCode.invalid_request, "MemberId can't be empty."))
         owned = request.topic_partitions
         names = request.subscribed_topic_names
+        if names and not all(self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.TOPIC, n)
+                             for n in set(names)):
+            return respond(HeartbeatResponse(ErrorCode.topic_authorization_failed, None))
         beat = HeartbeatRequest(
             request.group_id, request.member_id, request.member_epoch, request.instance_id, request.rack_id,
             duration_ms(request.rebalance_timeout), None if names is None else tuple(names),
@@ -82,5 +90,18 @@ class ConsumerGroupApis:
             operations = NOT_ASKED
             if request.include_authorized_operations and d["error_code"] is ErrorCode.none:
                 operations = self.authorizer.authorized_operations(conn_id, ResourceType.GROUP, group_id)
+            if self.authorizer.enabled and not all(
+                    self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+                    for name in _assigned_topics(d["members"])):
+                d = {"error_code": ErrorCode.topic_authorization_failed, "error_message": UNAUTHORIZED_TOPICS,
+                     "group_id": group_id, "group_state": "", "group_epoch": 0, "assignment_epoch": 0,
+                     "assignor_name": "", "members": []}
+                operations = NOT_ASKED
             groups.append({**d, "authorized_operations": operations})
         return [response(conn_id, header, {"throttle_time": 0, "groups": groups})]
+
+
+def _assigned_topics(members: list[dict[str, Any]]) -> set[str]:
+    """The names of the topics of the members' assignments and target assignments."""
+    return {t["topic_name"] for m in members for which in ("assignment", "target_assignment")
+            for t in (m.get(which) or {}).get("topic_partitions", ())}

@@ -254,3 +254,28 @@ def test_from_v1_the_consumer_makes_its_member_id_and_in_v0_the_coordinator_does
             "topic_partitions": []}
     answer = h.call(68, 0, body)
     assert answer.error_code == ErrorCode.none and answer.member_id and answer.member_epoch == 1
+
+
+def test_topics_a_client_may_not_describe_refuse_its_heartbeat_and_hide_a_group_it_describes():
+    """Kafka 4.0's KAFKA-18813: a heartbeat subscribing to a topic the client may not DESCRIBE is
+    refused whole (the group not touched); a group whose members are assigned such a topic is
+    described as TOPIC_AUTHORIZATION_FAILED, with no members, to that client only."""
+    from strandline.security.acl import (AccessControlEntry, AclOperation, AclPermissionType, PatternType,
+                                         ResourcePattern, ResourceType)
+    h = harness(**{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                   "allow.everyone.if.no.acl.found": "true"})
+    for conn, host in ((1, "10.0.0.1"), (2, "10.0.0.2")):
+        h.broker.connection_opened(conn, host)
+    assert beat(h, "m1", 0, join=True, conn=1).error_code == ErrorCode.none
+    h.broker.authorizer.load({ResourcePattern(ResourceType.TOPIC, "t", PatternType.LITERAL): frozenset(
+        {AccessControlEntry("User:ANONYMOUS", "*", AclOperation.ALL, AclPermissionType.ALLOW),
+         AccessControlEntry("User:ANONYMOUS", "10.0.0.2", AclOperation.DESCRIBE, AclPermissionType.DENY)})})
+    refused = beat(h, "m2", 0, join=True, conn=2)
+    assert (refused.error_code, refused.member_epoch) == (ErrorCode.topic_authorization_failed, 0)
+    body = {"group_ids": [GROUP], "include_authorized_operations": True}
+    hidden = h.call(69, 0, body, 2).groups[0]
+    assert (hidden.error_code, hidden.error_message, hidden.members, hidden.group_state) == (
+        ErrorCode.topic_authorization_failed,
+        "The group has described topic(s) that the client is not authorized to describe.", (), "")
+    seen = h.call(69, 0, body, 1).groups[0]
+    assert seen.error_code == ErrorCode.none and [m.member_id for m in seen.members] == ["m1"]

@@ -258,9 +258,11 @@ class ConsumerGroupCoordinator:
                     raise _fail(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group "
                                                              f"{work.group_id}.")
                 return ConsumerGroupMember(member_id)
-            if r.member_epoch == 0:
-                return _restart(work, member, emit)
-            _check_epoch(member, r.member_epoch, r.topic_partitions)
+            if r.member_epoch != 0:
+                # epoch 0 under a known id: the member (re)joins and keeps what it has, its epoch,
+                # its assignment and its state, answered in full (Kafka 4.2's KAFKA-19233; 4.0 and
+                # 4.1 answered FENCED_MEMBER_EPOCH); owning nothing now, it goes on reconciling
+                _check_epoch(member, r.member_epoch, r.topic_partitions)
             return member
         existing = work.static_member(r.instance_id)
         if r.member_epoch == 0:
