@@ -12,7 +12,8 @@ import pytest
 from strandline.group.consumer import records as rec
 from strandline.group.records import build_batch
 from tests.integration.kafka_reference import dist, kafka_lines_or_skip
-from tests.unit.group.consumer_clients import Client, Harness
+from strandline.group.consumer.heartbeat import HeartbeatRequest
+from tests.unit.group.consumer_clients import GROUP, Client, Harness
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +32,8 @@ def partitions(a) -> list[dict]:
 def kafka_json(record: rec.Record) -> tuple[dict, dict | None]:
     """The record as kafka-dump-log prints it, written out from Kafka's schemas."""
     key, value = record
-    data = {"groupId": key.group_id} | ({"memberId": key.member_id} if key.member_id is not None else {})
+    data = {"groupId": key.group_id} | ({"memberId": key.member_id} if key.member_id is not None else {}) \
+        | ({"regularExpression": key.regex} if key.regex is not None else {})
     printed_key = {"type": str(key.type), "data": data}
     match value:
         case None:
@@ -50,6 +52,8 @@ def kafka_json(record: rec.Record) -> tuple[dict, dict | None]:
                       "rebalanceTimeoutMs": value.rebalance_timeout_ms, "serverAssignor": value.server_assignor}
         case rec.TargetAssignmentMemberValue(assigned):
             fields = {"topicPartitions": partitions(assigned)}
+        case rec.RegularExpressionValue():
+            fields = {"topics": list(value.topics), "version": value.version, "timestamp": value.timestamp_ms}
         case rec.CurrentAssignmentValue():
             fields = {"memberEpoch": value.member_epoch, "previousMemberEpoch": value.previous_member_epoch,
                       "state": int(value.state), "assignedPartitions": partitions(value.assigned),
@@ -64,6 +68,9 @@ def test_kafka_dump_log_decodes_a_groups_records_as_strandline_wrote_them(tmp_pa
     h.clients += [a, b]
     for client in (a, b, a, a, b):
         h.beat(client)
+    regex = h.send(HeartbeatRequest(GROUP, "", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=(),
+                                    subscribed_topic_regex="pay.*", topic_partitions=()))
+    h.leave(Client("c", member_id=regex.member_id))           # the regular expression's tombstone too
     h.leave(b, epoch=-2)
     h.clients.remove(b)
     h.leave(a)
@@ -80,4 +87,4 @@ def test_kafka_dump_log_decodes_a_groups_records_as_strandline_wrote_them(tmp_pa
             printed.append((json.loads(key), None if payload == "<DELETE>" else json.loads(payload)))
     written = [rec.decode(k, v) for k, v in h.log]
     assert printed == [kafka_json(r) for r in written if r is not None]
-    assert {k["type"] for k, _ in printed} == {"3", "4", "5", "6", "7", "8"} and len(printed) == len(h.log)
+    assert {k["type"] for k, _ in printed} == {"3", "4", "5", "6", "7", "8", "16"} and len(printed) == len(h.log)

@@ -72,7 +72,9 @@ class ConsumerGroupApis:
             getattr(request, "subscribed_topic_regex", None), request.server_assignor,
             None if owned is None else tuple((t.topic_id, tuple(t.partitions)) for t in owned),
             header.client_id or "", "/127.0.0.1")
-        return self.groups.heartbeat(beat, respond, now_ms)
+        def may_describe(topic: str) -> bool:
+            return self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
+        return self.groups.heartbeat(beat, respond, now_ms, may_describe if self.authorizer.enabled else None)
 
     def _describe(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         wanted = list(request.group_ids)

@@ -21,7 +21,6 @@ members (:meth:`ConsumerGroups.has_members`).
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
@@ -89,6 +88,7 @@ class ConsumerGroups:
             if group.state is not ConsumerGroupState.DEAD:
                 self.core.groups[group_id] = group
         self.core.deadlines.update((k, d) for k, d in fresh.deadlines.items() if k[1] in self.core.groups)
+        self.core.topics_version = max(self.core.topics_version, fresh.topics_version)
 
     def unload_partition(self, partition: int) -> None:
         gone = {g for g in self.core.groups if self.classic.partition_of(g) == partition}
@@ -107,7 +107,8 @@ class ConsumerGroups:
         return self.classic.append(self.classic.partition_of(group_id), encoded,
                                    lambda error, when_ms, base_offset: done(error, when_ms), now_ms)
 
-    def heartbeat(self, request: HeartbeatRequest, respond: HeartbeatRespond, now_ms: int) -> list[Effect]:
+    def heartbeat(self, request: HeartbeatRequest, respond: HeartbeatRespond, now_ms: int,
+                  may_describe: Callable[[str], bool] | None = None) -> list[Effect]:
         group_id = request.group_id
         if not self.classic.owns(group_id):
             return respond(HeartbeatResponse(ErrorCode.not_coordinator, None))
@@ -115,7 +116,7 @@ class ConsumerGroups:
         if classic is not None and classic.members:
             return respond(HeartbeatResponse(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."))
         before = self.core.groups.get(group_id)
-        records, answer = self.core.heartbeat(request, self.topics(), now_ms)
+        records, answer = self.core.heartbeat(request, self.topics(), now_ms, may_describe)
         if not records:
             return respond(answer)
         after = self.core.groups.get(group_id)
@@ -204,14 +205,7 @@ class ConsumerGroups:
         group = self.holds(group_id)
         if group is None:
             return set()
-        topics = self.topics()
-        found: set[str] = set()
-        for m in group.members.values():
-            found.update(m.subscribed_topic_names)
-            if m.subscribed_topic_regex is not None:
-                pattern = re.compile(m.subscribed_topic_regex)
-                found.update(n for n in topics if pattern.fullmatch(n))
-        return found
+        return set().union(*(group.subscribed_names(m) for m in group.members.values()))
 
     def describe(self, group_ids: list[str]) -> list[dict[str, Any]]:
         """ConsumerGroupDescribe's groups: NOT_COORDINATOR for one this broker does not coordinate."""

@@ -175,17 +175,54 @@ def test_a_member_that_keeps_what_it_must_give_up_is_fenced_after_its_rebalance_
     assert h.replayed() == h.group
 
 
+def regex_join(h: Harness, regex: str, member_id: str = "") -> HeartbeatRequest:
+    return HeartbeatRequest(GROUP, member_id, 0, rebalance_timeout_ms=30_000, subscribed_topic_names=(),
+                            subscribed_topic_regex=regex, topic_partitions=())
+
+
 def test_a_regular_expression_subscribes_to_the_topics_it_matches_in_full():
+    """Resolved at the join (a record of type 16 with the topics), matched in full with RE2's
+    syntax: Kafka's RE2/J refuses what RE2 refuses, lookahead included, with its message."""
     h = Harness()
     a = Client("a", topics=())
     h.clients.append(a)
-    request = a.request()
-    regex = HeartbeatRequest(request.group_id, "", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=(),
-                             subscribed_topic_regex="pay.*", topic_partitions=())
-    a.take(h.send(regex))
+    a.take(h.send(regex_join(h, "pay.*")))
     assert set(h.group.subscription_metadata) == {"payments"} and size(a.owned) == 3
-    bad = HeartbeatRequest(GROUP, "", 0, rebalance_timeout_ms=1, subscribed_topic_regex="(", topic_partitions=())
-    assert h.send(bad).error_code is ErrorCode.invalid_regular_expression
+    assert h.group.resolved_regexes["pay.*"].topics == ("payments",)
+    assert h.replayed() == h.group
+    for bad, reason in (("(", "missing ): ("), ("(?=orders)", "invalid perl operator: (?=")):
+        answer = h.send(regex_join(h, bad))
+        assert (answer.error_code, answer.error_message) == (
+            ErrorCode.invalid_regular_expression,
+            f"SubscribedTopicRegex `{bad}` is not a valid regular expression: {reason}.")
+
+
+def test_a_regular_expression_resolves_to_the_topics_the_member_may_describe_at_most_every_10_s():
+    """Kafka 4.0: the topics a regular expression resolves to are filtered by the DESCRIBE the
+    member's client has; a resolution runs at most every 10 s, so a topic created meanwhile joins
+    at the first heartbeat 10 s after the last resolution; the last member using a regular
+    expression leaving writes its tombstone."""
+    from strandline.group.consumer.model import TopicMetadata
+    import uuid
+    h = Harness()
+    hidden = {"payments"}
+    records, answer = h.coordinator.heartbeat(regex_join(h, ".*"), TOPICS, 0, lambda t: t not in hidden)
+    h.append(records)
+    assert h.group.resolved_regexes[".*"].topics == ("orders",)
+    member_id, epoch = answer.member_id, answer.member_epoch
+    more = {**TOPICS, "orders2": TopicMetadata(uuid.UUID(int=9), "orders2", 2)}
+    beat = HeartbeatRequest(GROUP, member_id, epoch, topic_partitions=None)
+    records, answer = h.coordinator.heartbeat(beat, more, 5_000, lambda t: t not in hidden)
+    h.append(records)
+    assert h.group.resolved_regexes[".*"].topics == ("orders",)          # 5 s after: not yet
+    records, answer = h.coordinator.heartbeat(beat, more, 10_000, lambda t: t not in hidden)
+    h.append(records)
+    assert h.group.resolved_regexes[".*"].topics == ("orders", "orders2")
+    assert "orders2" in h.group.subscription_metadata and h.group.group_epoch == 2
+    assert h.replayed() == h.group
+    records, _ = h.coordinator.heartbeat(HeartbeatRequest(GROUP, member_id, -1), more, 11_000)
+    h.append(records)
+    assert h.group.resolved_regexes == {} and h.replayed() == h.group
 
 
 def test_the_assignor_is_the_one_members_ask_for_most_else_the_first_configured():

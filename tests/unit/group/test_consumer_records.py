@@ -20,6 +20,7 @@ VALUES = [
     rec.TargetAssignmentMemberValue({T: frozenset({0, 2, 4})}),
     rec.CurrentAssignmentValue(7, 6, MemberState.UNREVOKED_PARTITIONS, {T: frozenset({0})}, {T: frozenset({3})}),
     rec.CurrentAssignmentValue(0, 0, MemberState.STABLE, {}, {}),
+    rec.RegularExpressionValue(("orders", "payments"), 12, 1_700_000_000_000),
 ]
 
 
@@ -27,7 +28,8 @@ def test_every_value_and_key_reads_back_as_written():
     for value in VALUES:
         member = "m-1" if rec.value_type(value) in (rec.MEMBER_METADATA, rec.TARGET_ASSIGNMENT_MEMBER,
                                                     rec.CURRENT_MEMBER_ASSIGNMENT) else None
-        record = (rec.Key(rec.value_type(value), "group-ü", member), value)
+        regex = "or.*|pay.*" if rec.value_type(value) == rec.REGULAR_EXPRESSION else None
+        record = (rec.Key(rec.value_type(value), "group-ü", member, regex), value)
         key_bytes, value_bytes = rec.encode(record)
         assert rec.decode(key_bytes, value_bytes) == record
         assert rec.decode(key_bytes, None) == (record[0], None)         # a tombstone
@@ -37,6 +39,7 @@ def test_keys_are_the_record_type_then_int16_length_strings():
     assert rec.encode_key(rec.Key(rec.GROUP_METADATA, "g")) == b"\x00\x03\x00\x01g"
     assert rec.encode_key(rec.Key(rec.CURRENT_MEMBER_ASSIGNMENT, "g", "m1")) == b"\x00\x08\x00\x01g\x00\x02m1"
     assert rec.encode_key(rec.Key(rec.PARTITION_METADATA, "g")) == b"\x00\x04\x00\x01g"
+    assert rec.encode_key(rec.Key(rec.REGULAR_EXPRESSION, "g", regex="a.*")) == b"\x00\x10\x00\x01g\x00\x03a.*"
 
 
 def test_values_are_version_0_of_flexible_messages():
@@ -65,4 +68,4 @@ def test_tagged_fields_a_newer_coordinator_wrote_are_skipped():
 def test_the_other_records_of_the_topic_are_not_a_consumer_groups():
     assert rec.decode(classic.offset_key("g", "t", 0), b"") is None
     assert rec.decode(classic.group_key("g"), None) is None
-    assert rec.decode(b"\x00\x10\x00\x01g", None) is None            # a type this coordinator does not know
+    assert rec.decode(b"\x00\x11\x00\x01g", None) is None            # a type this coordinator does not know (17)

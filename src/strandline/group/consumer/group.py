@@ -47,6 +47,26 @@ class ConsumerGroup:
     owners: dict[tuple[UUID, int], tuple[str, int]] = field(default_factory=dict)
     #: the deletion of the group was read
     deleted: bool = False
+    #: subscribed regular expression -> the topics it resolved to (record type 16)
+    resolved_regexes: dict[str, rec.RegularExpressionValue] = field(default_factory=dict)
+
+    @property
+    def last_regex_refresh_ms(self) -> int:
+        """When the regular expressions were last resolved (-1: never)."""
+        return max((r.timestamp_ms for r in self.resolved_regexes.values()), default=-1)
+
+    def subscribed_names(self, member: ConsumerGroupMember) -> set[str]:
+        """The topic names ``member`` subscribes to: by name, and those its regular expression last
+        resolved to."""
+        names = set(member.subscribed_topic_names)
+        resolved = self.resolved_regexes.get(member.subscribed_topic_regex or "")
+        if resolved is not None:
+            names.update(resolved.topics)
+        return names
+
+    def regex_members(self, regex: str) -> int:
+        """How many members subscribe with ``regex``."""
+        return sum(1 for m in self.members.values() if m.subscribed_topic_regex == regex)
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -65,7 +85,7 @@ class ConsumerGroup:
         """A copy to change: members are values, so copying the tables is enough."""
         return ConsumerGroup(self.group_id, self.group_epoch, self.assignment_epoch, dict(self.members),
                              dict(self.static_members), dict(self.target), dict(self.subscription_metadata),
-                             dict(self.owners), self.deleted)
+                             dict(self.owners), self.deleted, dict(self.resolved_regexes))
 
     def owner_epoch(self, topic_id: UUID, partition: int) -> int:
         """The epoch of the member owning the partition, or -1 (Kafka's ``currentPartitionEpoch``)."""
@@ -94,6 +114,8 @@ class ConsumerGroup:
                 self.target[_member_id(key)] = assigned
             case rec.MemberMetadataValue():
                 self._subscribe(_member_id(key), value)
+            case rec.RegularExpressionValue():
+                self.resolved_regexes[key.regex or ""] = value
             case rec.CurrentAssignmentValue():
                 member = self.members.get(_member_id(key)) or ConsumerGroupMember(_member_id(key))
                 self._update(replace(member, member_epoch=value.member_epoch,
@@ -122,6 +144,8 @@ class ConsumerGroup:
             self.assignment_epoch = -1
         elif key.type == rec.TARGET_ASSIGNMENT_MEMBER:
             self.target.pop(_member_id(key), None)
+        elif key.type == rec.REGULAR_EXPRESSION:
+            self.resolved_regexes.pop(key.regex or "", None)
         elif key.type == rec.CURRENT_MEMBER_ASSIGNMENT:
             member = self.members.get(_member_id(key))
             if member is not None:

@@ -18,7 +18,6 @@ deadlines (:class:`SessionTimeout`, :class:`RebalanceTimeout`) that :meth:`expir
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping
 from uuid import UUID
@@ -26,6 +25,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from strandline.group.consumer import records as rec
+from strandline.group.consumer import regex
 from strandline.group.consumer.assignors import ASSIGNORS, CLASS_NAMES, RANGE, UNIFORM, MemberSpec
 from strandline.group.consumer.describe import preferred_assignor
 from strandline.group.consumer.group import ConsumerGroup
@@ -121,6 +121,9 @@ class ConsumerGroupCoordinator:
         self.new_member_id = new_member_id
         self.groups: dict[str, ConsumerGroup] = {}
         self.deadlines: dict[tuple[str, str, str], Deadline] = {}
+        #: the cluster's topic names last seen, and their version (regular expressions resolve against it)
+        self.topic_names: frozenset[str] = frozenset()
+        self.topics_version = 0
 
     # -- loading ---------------------------------------------------------------------------------
 
@@ -132,6 +135,7 @@ class ConsumerGroupCoordinator:
             group_id = record[0].group_id
             self.groups.setdefault(group_id, ConsumerGroup(group_id)).replay(record)
         for group in self.groups.values():
+            self.topics_version = max([self.topics_version, *(r.version for r in group.resolved_regexes.values())])
             for member in group.members.values():
                 self._arm_session(group.group_id, member.member_id, now_ms)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
@@ -139,10 +143,13 @@ class ConsumerGroupCoordinator:
 
     # -- heartbeats ------------------------------------------------------------------------------
 
-    def heartbeat(self, request: HeartbeatRequest, topics: Mapping[str, TopicMetadata],
-                  now_ms: int) -> tuple[list[rec.Record], HeartbeatResponse]:
-        """Handle one heartbeat; ``topics`` are the cluster's topics by name. Returns the records
-        to append (already applied to the group) and the answer."""
+    def heartbeat(self, request: HeartbeatRequest, topics: Mapping[str, TopicMetadata], now_ms: int,
+                  may_describe: Callable[[str], bool] | None = None) -> tuple[list[rec.Record], HeartbeatResponse]:
+        """Handle one heartbeat; ``topics`` are the cluster's topics by name, ``may_describe``
+        whether the member's client may DESCRIBE a topic (its regular expression resolves to those
+        only; None: every topic). Returns the records to append (already applied to the group)
+        and the answer."""
+        self._note_topics(topics)
         group = self.groups.get(request.group_id)
         work = group.copy() if group is not None else ConsumerGroup(request.group_id)
         written: list[rec.Record] = []
@@ -153,7 +160,7 @@ class ConsumerGroupCoordinator:
             else:
                 if group is None and request.member_epoch != 0:
                     raise _fail(ErrorCode.group_id_not_found, f"Group {request.group_id} not found.")
-                response = self._heartbeat(work, request, topics, now_ms, written)
+                response = self._heartbeat(work, request, topics, now_ms, written, may_describe)
         except ConsumerGroupError as e:
             return [], HeartbeatResponse(e.error, e.message, heartbeat_interval_ms=0)
         if written or group is not None:
@@ -188,14 +195,18 @@ class ConsumerGroupCoordinator:
             raise _fail(ErrorCode.unsupported_assignor,
                         f"ServerAssignor {r.server_assignor} is not supported. Supported assignors: "
                         f"{', '.join(self.config.assignors)}.")
-        if r.subscribed_topic_regex is not None:
-            try:
-                re.compile(r.subscribed_topic_regex)
-            except re.error as e:
-                raise _fail(ErrorCode.invalid_regular_expression, f"SubscribedTopicRegex is invalid: {e}.") from e
+
+    def _note_topics(self, topics: Mapping[str, TopicMetadata]) -> None:
+        """A new version of the topic set when its names changed (Kafka compares a regular
+        expression's resolution with the metadata image that last brought new topics)."""
+        names = frozenset(topics)
+        if names != self.topic_names:
+            self.topic_names = names
+            self.topics_version += 1
 
     def _heartbeat(self, work: ConsumerGroup, r: HeartbeatRequest, topics: Mapping[str, TopicMetadata],
-                   now_ms: int, written: list[rec.Record]) -> HeartbeatResponse:
+                   now_ms: int, written: list[rec.Record],
+                   may_describe: Callable[[str], bool] | None = None) -> HeartbeatResponse:
         def emit(record: rec.Record) -> None:
             work.replay(record)
             written.append(record)
@@ -217,10 +228,27 @@ class ConsumerGroupCoordinator:
                                     else member.subscribed_topic_regex),
             client_id=r.client_id, client_host=r.client_host)
         bump = False
+        # its regular expression (Kafka's maybeUpdateRegularExpressions): the old one's record goes
+        # with its last member; a new one is compiled, and resolved below (a bump then if its topics
+        # changed), or, already resolved for another member, counts at once
+        old_regex, new_regex = member.subscribed_topic_regex, updated.subscribed_topic_regex
+        new_unresolved = False
+        if old_regex != new_regex:
+            if old_regex and work.regex_members(old_regex) == 1 and member_id in work.members:
+                emit(regex.tombstone(work.group_id, old_regex))
+            if new_regex and work.regex_members(new_regex) == 0:
+                regex.compile_regex(new_regex)
+                new_unresolved = True
+            elif new_regex and new_regex in work.resolved_regexes:
+                bump = True
         if updated != member:
             emit((rec.Key(rec.MEMBER_METADATA, work.group_id, member_id), _metadata_value(updated)))
-            bump = (updated.subscribed_topic_names != member.subscribed_topic_names
-                    or updated.subscribed_topic_regex != member.subscribed_topic_regex)
+            bump = bump or updated.subscribed_topic_names != member.subscribed_topic_names
+        if regex.refresh_due(work, self.topics_version, now_ms, forced=new_unresolved):
+            records, changed = regex.resolve(work, list(topics), may_describe or _anyone, self.topics_version, now_ms)
+            for record in records:
+                emit(record)
+            bump = bump or changed
         bump = self._update_subscription_metadata(work, topics, emit) or bump
         if bump:
             emit((rec.Key(rec.GROUP_METADATA, work.group_id), rec.GroupEpochValue(work.group_epoch + 1)))
@@ -295,7 +323,7 @@ class ConsumerGroupCoordinator:
     def _update_subscription_metadata(self, work: ConsumerGroup, topics: Mapping[str, TopicMetadata],
                                       emit: Callable[[rec.Record], None]) -> bool:
         """Write the subscribed topics when they changed; says whether they did."""
-        names = set().union(*(_subscribed_names(m, topics) for m in work.members.values()))
+        names = set().union(*(work.subscribed_names(m) for m in work.members.values()))
         metadata = {n: topics[n] for n in sorted(names) if n in topics}
         if metadata == work.subscription_metadata:
             return False
@@ -308,7 +336,7 @@ class ConsumerGroupCoordinator:
         name = preferred_assignor(work, self.config.assignors[0])
         by_name = work.subscription_metadata
         specs = [MemberSpec(m.member_id, m.instance_id,
-                            frozenset(by_name[n].topic_id for n in _subscribed_names(m, by_name) if n in by_name),
+                            frozenset(by_name[n].topic_id for n in work.subscribed_names(m) if n in by_name),
                             work.target.get(m.member_id, EMPTY))
                  for m in sorted(work.members.values(), key=lambda m: m.member_id)]
         partitions = {t.topic_id: t.partitions for t in by_name.values()}
@@ -358,6 +386,8 @@ class ConsumerGroupCoordinator:
             work.replay(record)
             written.append(record)
 
+        if member.subscribed_topic_regex and work.regex_members(member.subscribed_topic_regex) == 1:
+            emit(regex.tombstone(work.group_id, member.subscribed_topic_regex))
         for record in _removal(work.group_id, member.member_id):
             emit(record)
         self._update_subscription_metadata(work, topics, emit)
@@ -432,14 +462,8 @@ def _check_epoch(member: ConsumerGroupMember, epoch: int,
                                                        f"({member.member_epoch}).")
 
 
-def _subscribed_names(member: ConsumerGroupMember, topics: Mapping[str, TopicMetadata]) -> set[str]:
-    """The topic names ``member`` subscribes to: by name, and those of ``topics`` its regular
-    expression matches in full."""
-    names = set(member.subscribed_topic_names)
-    if member.subscribed_topic_regex is not None:
-        pattern = re.compile(member.subscribed_topic_regex)
-        names.update(n for n in topics if pattern.fullmatch(n))
-    return names
+def _anyone(topic: str) -> bool:
+    return True
 
 
 def _removal(group_id: str, member_id: str) -> list[rec.Record]:

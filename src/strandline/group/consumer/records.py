@@ -16,6 +16,8 @@ type   key                                         value
 6      ConsumerGroupTargetAssignmentMetadataKey    the target assignment's epoch
 7      ConsumerGroupTargetAssignmentMemberKey      one member's target assignment
 8      ConsumerGroupCurrentMemberAssignmentKey     one member's epochs, state and partitions
+16     ConsumerGroupRegularExpressionKey (group,   the topics a subscribed regular expression
+       regular expression)                         resolved to, the version, the time (Kafka 4.0)
 =====  ==========================================  =============================================
 """
 
@@ -33,7 +35,8 @@ MEMBER_METADATA = 5
 TARGET_ASSIGNMENT_METADATA = 6
 TARGET_ASSIGNMENT_MEMBER = 7
 CURRENT_MEMBER_ASSIGNMENT = 8
-KEY_TYPES = frozenset(range(GROUP_METADATA, CURRENT_MEMBER_ASSIGNMENT + 1))
+REGULAR_EXPRESSION = 16
+KEY_TYPES = frozenset(range(GROUP_METADATA, CURRENT_MEMBER_ASSIGNMENT + 1)) | {REGULAR_EXPRESSION}
 _MEMBER_KEYS = frozenset({MEMBER_METADATA, TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT})
 VALUE_VERSION = 0
 
@@ -43,6 +46,7 @@ class Key:
     type: int
     group_id: str
     member_id: str | None = None
+    regex: str | None = None            # of a REGULAR_EXPRESSION key
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,15 @@ class TargetAssignmentMemberValue:
 
 
 @dataclass(frozen=True, slots=True)
+class RegularExpressionValue:
+    """The topics a regular expression resolved to (sorted), the topic-set version they were
+    resolved at, and when."""
+    topics: tuple[str, ...]
+    version: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class CurrentAssignmentValue:
     member_epoch: int
     previous_member_epoch: int
@@ -87,14 +100,15 @@ class CurrentAssignmentValue:
 
 
 Value = (GroupEpochValue | PartitionMetadataValue | MemberMetadataValue | TargetAssignmentEpochValue
-         | TargetAssignmentMemberValue | CurrentAssignmentValue)
+         | TargetAssignmentMemberValue | CurrentAssignmentValue | RegularExpressionValue)
 #: a record: its key, and its value or None for a tombstone
 Record = tuple[Key, Value | None]
 _VALUE_TYPES: dict[type, int] = {GroupEpochValue: GROUP_METADATA, PartitionMetadataValue: PARTITION_METADATA,
                                  MemberMetadataValue: MEMBER_METADATA,
                                  TargetAssignmentEpochValue: TARGET_ASSIGNMENT_METADATA,
                                  TargetAssignmentMemberValue: TARGET_ASSIGNMENT_MEMBER,
-                                 CurrentAssignmentValue: CURRENT_MEMBER_ASSIGNMENT}
+                                 CurrentAssignmentValue: CURRENT_MEMBER_ASSIGNMENT,
+                                 RegularExpressionValue: REGULAR_EXPRESSION}
 
 
 def value_type(value: Value) -> int:
@@ -205,6 +219,8 @@ def encode_key(key: Key) -> bytes:
     out = struct.pack(">h", key.type) + _short_string(key.group_id)
     if key.type in _MEMBER_KEYS:
         out += _short_string(key.member_id or "")
+    elif key.type == REGULAR_EXPRESSION:
+        out += _short_string(key.regex or "")
     return out
 
 
@@ -216,10 +232,12 @@ def decode_key(data: bytes) -> Key | None:
         return None
     pos = 2
     fields = []
-    for _ in range(2 if kind in _MEMBER_KEYS else 1):
+    for _ in range(2 if kind in _MEMBER_KEYS or kind == REGULAR_EXPRESSION else 1):
         n = struct.unpack_from(">h", data, pos)[0]
         fields.append(data[pos + 2:pos + 2 + n].decode())
         pos += 2 + n
+    if kind == REGULAR_EXPRESSION:
+        return Key(kind, fields[0], regex=fields[1])
     return Key(kind, fields[0], fields[1] if len(fields) > 1 else None)
 
 
@@ -253,6 +271,12 @@ def encode_value(value: Value) -> bytes:
             out.string(value.server_assignor)
         case TargetAssignmentMemberValue(assigned):
             out.partitions(assigned)
+        case RegularExpressionValue():
+            out.uvarint(len(value.topics) + 1)
+            for name in value.topics:
+                out.string(name)
+            out.fixed(">q", value.version)
+            out.fixed(">q", value.timestamp_ms)
         case CurrentAssignmentValue():
             out.fixed(">i", value.member_epoch)
             out.fixed(">i", value.previous_member_epoch)
@@ -290,6 +314,9 @@ def decode_value(kind: int, data: bytes) -> Value:
                                     r.fixed(">i"), r.string())
     elif kind == TARGET_ASSIGNMENT_MEMBER:
         value = TargetAssignmentMemberValue(r.partitions())
+    elif kind == REGULAR_EXPRESSION:
+        names = tuple(r.string() or "" for _ in range(r.array_length()))
+        value = RegularExpressionValue(names, r.fixed(">q"), r.fixed(">q"))
     else:
         value = CurrentAssignmentValue(r.fixed(">i"), r.fixed(">i"), MemberState.of(r.fixed(">b")),
                                        r.partitions(), r.partitions())
