@@ -43,7 +43,8 @@ def _without(args: argparse.Namespace) -> set[str]:
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {**run_options(_without(args)), "load": args.load, "isr_writes": args.inter_broker_protocol,
-            "elr": args.elr, "txn_v2": args.txn_v2, "unclean_recovery": args.unclean_recovery}
+            "elr": args.elr, "txn_v2": args.txn_v2, "unclean_recovery": args.unclean_recovery,
+            "consumer_groups": args.consumer_groups}
 
 
 def _flags(args: argparse.Namespace) -> str:
@@ -56,6 +57,7 @@ def _flags(args: argparse.Namespace) -> str:
             + (f" --elr {args.elr}" if args.elr != "off" else "")
             + (f" --unclean-recovery {args.unclean_recovery}" if args.unclean_recovery != "Balanced" else "")
             + (" --txn-v2" if args.txn_v2 else "")
+            + (" --consumer-groups" if args.consumer_groups else "")
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
 
@@ -198,6 +200,10 @@ def _menu_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --config txn: the transactional producers use transactions v2 (KIP-890 part 2, "
                              "as Kafka's 4.x client with transaction.version 2: no AddPartitionsToTxn, Produce v12, "
                              "EndTxn v5 bumping the epoch at each commit and abort)")
+    parser.add_argument("--consumer-groups", action="store_true",
+                        help="three consumers of the consumer group protocol (KIP-848) in one group on the topic, "
+                             "leaving and stalling now and then; checked: no partition owned by two members at one "
+                             "epoch, and the group settles once the faults heal")
     parser.add_argument("--without", action="append", metavar="NAME[,NAME...]",
                         help="leave out of the run: " + ", ".join(EVERYTHING) + " (a run has all of them "
                              "by default: faults of the machines, an operator's requests, consumers reading "

@@ -21,6 +21,7 @@ members (:meth:`ConsumerGroups.has_members`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
@@ -46,6 +47,10 @@ def consumer_group_config(config: Any) -> ConsumerGroupConfig:
     return ConsumerGroupConfig(config["group.consumer.session.timeout.ms"],
                                config["group.consumer.heartbeat.interval.ms"], config["group.consumer.max.size"],
                                assignors)
+
+
+#: a fencing that could not be written is tried again this much later
+EXPIRY_RETRY_MS = 500
 
 
 class ConsumerGroups:
@@ -100,12 +105,28 @@ class ConsumerGroups:
     # ------------------------------------------------------------------ writing
 
     def _write(self, records: list[crec.Record], done: Callable[[ErrorCode, int], list[Effect]],
-               now_ms: int) -> list[Effect]:
-        """Append the records of one group to its offsets partition; ``done(error, when_ms)``."""
+               now_ms: int, undo: Callable[[int], None] | None = None) -> list[Effect]:
+        """Append the records of one group to its offsets partition; ``done(error, when_ms)``.
+
+        The group already holds what the records say. A write refused at once, with nothing
+        appended (too few replicas in the ISR, not the leader), first calls ``undo(when_ms)``: the
+        records are not in the log, so the group must not hold them either, or a coordinator that
+        loads the log later replays a history with a hole in it (a partition given to a member
+        while the log still has it owned by another). A write that fails once appended (the
+        followers did not copy it in time, the leadership moved) keeps the group as it is: the
+        records are in this leader's log, as Kafka's coordinator keeps an uncommitted state."""
         group_id = records[0][0].group_id
         encoded = [crec.encode(r) for r in records]
-        return self.classic.append(self.classic.partition_of(group_id), encoded,
-                                   lambda error, when_ms, base_offset: done(error, when_ms), now_ms)
+        appending = True
+
+        def finished(error: ErrorCode, when_ms: int, base_offset: int) -> list[Effect]:
+            if error is not ErrorCode.none and appending and undo is not None:
+                undo(when_ms)
+            return done(error, when_ms)
+
+        effects = self.classic.append(self.classic.partition_of(group_id), encoded, finished, now_ms)
+        appending = False
+        return effects
 
     def heartbeat(self, request: HeartbeatRequest, respond: HeartbeatRespond, now_ms: int,
                   may_describe: Callable[[str], bool] | None = None) -> list[Effect]:
@@ -122,12 +143,11 @@ class ConsumerGroups:
         after = self.core.groups.get(group_id)
 
         def written(error: ErrorCode, when_ms: int) -> list[Effect]:
-            if error is ErrorCode.none:
-                return respond(answer)
-            self._undo(group_id, before, after)
-            return respond(HeartbeatResponse(error, None))
+            if error is ErrorCode.request_timed_out:      # as Kafka's handleOperationException
+                error = ErrorCode.coordinator_not_available
+            return respond(answer if error is ErrorCode.none else HeartbeatResponse(error, None))
 
-        return self._write(records, written, now_ms)
+        return self._write(records, written, now_ms, lambda when_ms: self._undo(group_id, before, after))
 
     def _undo(self, group_id: str, before: ConsumerGroup | None, after: ConsumerGroup | None) -> None:
         """A write failed: the group goes back to what it was, unless a later change built on it."""
@@ -154,7 +174,11 @@ class ConsumerGroups:
         for record in records:
             work.replay(record)
         self.core.groups.pop(group_id, None)
-        return self._write(records, done, now_ms)
+
+        def undo(when_ms: int) -> None:
+            if group_id not in self.core.groups:
+                self.core.groups[group_id] = group
+        return self._write(records, done, now_ms, undo)
 
     # ------------------------------------------------------------------ time
 
@@ -163,13 +187,22 @@ class ConsumerGroups:
         due = self.core.next_deadline_ms()
         if due is None or due > now_ms:
             return []
+        groups, deadlines = dict(self.core.groups), dict(self.core.deadlines)
         records = self.core.expire(self.topics(), now_ms)
         by_group: dict[str, list[crec.Record]] = {}
         for record in records:
             by_group.setdefault(record[0].group_id, []).append(record)
         effects: list[Effect] = []
-        for group_records in by_group.values():
-            effects += self._write(group_records, lambda error, when_ms: [], now_ms)
+        for group_id, group_records in by_group.items():
+            def undo(when_ms: int, group_id: str = group_id) -> None:
+                # the fencing is not written: the group as it was, its deadlines tried again
+                # after a backoff (Kafka's coordinator timer retries a failed operation)
+                self.core.groups[group_id] = groups[group_id]
+                for key, deadline in deadlines.items():
+                    if key[1] == group_id:
+                        self.core.deadlines[key] = replace(deadline, due_ms=max(deadline.due_ms,
+                                                                                when_ms + EXPIRY_RETRY_MS))
+            effects += self._write(group_records, lambda error, when_ms: [], now_ms, undo)
         return effects
 
     def next_deadline_ms(self) -> int | None:

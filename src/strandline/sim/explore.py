@@ -32,6 +32,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.coordination import znodes
 from strandline.group.records import iter_records as iter_values
+from strandline.group.offsets_topic import OFFSETS_TOPIC
 from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.protocol.api import ApiKey
 from strandline.core import api_version
@@ -46,6 +47,7 @@ from strandline.sim.nemesis import Nemesis, live_brokers
 from strandline.sim.scratch import SCRATCH, ScratchTopic, exists
 from strandline.sim.txn_checker import FinalRead, TxnChecker
 from strandline.sim.txn_workload import TXN_TIMEOUT_MS, ReadCommittedConsumer, TxnHistory, TxnProducer
+from strandline.sim.group_workload import BROKER_CONFIG as GROUP_BROKER_CONFIG, GroupWorkload
 from strandline.sim.workload import Consumer, Firehose, History, Producer, load_of
 
 TOPIC = "events"
@@ -89,8 +91,10 @@ class Explorer:
                  add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False,
                  delete_records: bool = False, without: frozenset[str] | set[str] = frozenset(),
                  load: str = "heavy", isr_writes: str = "mixed", elr: str = "off", txn_v2: bool = False,
-                 unclean_recovery: str = "Balanced") -> None:
+                 unclean_recovery: str = "Balanced", consumer_groups: bool = False) -> None:
         self.seed = seed
+        # with consumers of the consumer group protocol (KIP-848) in one group on the topic
+        self.consumer_groups = consumer_groups
         # the transactional producers use transactions v2 (KIP-890 part 2; the brokers' default
         # transaction.version 2 finalizes it)
         self.txn_v2 = txn_v2
@@ -135,6 +139,7 @@ class Explorer:
             "leader.imbalance.check.interval.seconds": "10", "log.index.interval.bytes": "0",
             "log.flush.on.ack": "true" if self.flush_on_ack else "false",
             "inter.broker.protocol.version": self.inter_broker_protocol,
+            **(GROUP_BROKER_CONFIG if consumer_groups else {}),
             **config.broker,
         }
         if self.eligible_leader_replicas:
@@ -186,6 +191,12 @@ class Explorer:
         self.start_ms = self.sim.now
         self.producers: list[Producer | TxnProducer] = []
         self.consumers: list[Consumer | ReadCommittedConsumer] = []
+        self.group: GroupWorkload | None = None
+        if consumer_groups:
+            offsets = Invariants(self.sim, OFFSETS_TOPIC, int(broker_config["offsets.topic.num.partitions"]),
+                                 checked_acks=config.checked_acks, no_duplicates=False, detail_prefix=OFFSETS_TOPIC)
+            offsets.violations, offsets.broken = self.invariants.violations, self.invariants.broken
+            self.more_invariants.append(offsets)
 
     # ------------------------------------------------------------------ the run
 
@@ -216,6 +227,9 @@ class Explorer:
             if self.txn_checker is not None:
                 self.more_invariants[0].final_check(History())
                 self.txn_checker.final_check(final, {tp: self._leader_log(tp) for tp in final.views})
+            if self.group is not None:
+                self.group.settle(len(self._assignment()[0]), self.converge_ms)
+                self.more_invariants[-1].final_check(History())
         except Violation as exc:        # the cluster did not converge: nothing more to check
             self.invariants.violations.append(exc)
             self._on_violation(exc)
@@ -304,6 +318,14 @@ class Explorer:
         self.history.on_ack = self.invariants.on_ack
         for client in self.producers + self.consumers:
             client.start()
+        self._start_group()
+
+    def _start_group(self) -> None:
+        """With ``consumer_groups``: the group's members, and their nemesis while the faults last."""
+        if self.consumer_groups:
+            self.group = GroupWorkload(self.sim, TOPIC, self.partitions, random.Random(self.rng.random()),
+                                       self.invariants.fail, self.note, self.duration_ms)
+            self.group.start()
 
     def _rack(self, rack: str) -> str:
         """A consumer's rack: ``rack`` with ``rack_reads``, else none (it reads from leaders)."""
@@ -332,6 +354,7 @@ class Explorer:
         self.history.on_ack = self.invariants.on_ack
         for client in self.producers + self.consumers:
             client.start()
+        self._start_group()
 
     def _end_transactions(self) -> FinalRead:
         """Once the producers stopped: every partition read again read_committed from its leader,

@@ -279,3 +279,32 @@ def test_topics_a_client_may_not_describe_refuse_its_heartbeat_and_hide_a_group_
         "The group has described topic(s) that the client is not authorized to describe.", (), "")
     seen = h.call(69, 0, body, 1).groups[0]
     assert seen.error_code == ErrorCode.none and [m.member_id for m in seen.members] == ["m1"]
+
+
+def test_a_fencing_the_log_refuses_at_once_leaves_the_group_as_its_log_has_it_and_is_tried_again():
+    """The simulator's seed 6800016 (``--consumer-groups``): a session timeout fenced a member
+    while the offsets partition's ISR was below min.insync.replicas, so its records were refused
+    at once; the coordinator kept the member removed in memory, gave its partition to another and
+    wrote that, and the next coordinator, replaying the log, met the partition owned twice
+    (BrokenInvariant, the broker stopped). A write refused with nothing appended now leaves the
+    group as the log has it, and the fencing is tried again 500 ms later."""
+    h = harness(**{"group.consumer.min.session.timeout.ms": "6000", "group.consumer.session.timeout.ms": "6000"})
+    beat(h, "m1", 0, join=True)
+    appends = h.broker.consumer_groups.classic
+    real = appends.append
+    refused = []
+
+    def refuse_once(index, records, done, now_ms, producer=None):
+        if not refused:
+            refused.append(records)
+            return done(ErrorCode.coordinator_not_available, now_ms, -1)      # nothing appended
+        return real(index, records, done, now_ms, producer)
+    appends.append = refuse_once
+    h.tick(6000)
+    assert refused and "m1" in h.broker.consumer_groups.holds(GROUP).members
+    h.tick(500)
+    assert "m1" not in h.broker.consumer_groups.holds(GROUP).members
+    topics = h.broker.offsets_topic
+    h.run(topics.on_leadership(h.broker.groups, OFFSETS_TOPIC, 0, False, h.now, h.broker.consumer_groups))
+    h.run(topics.on_leadership(h.broker.groups, OFFSETS_TOPIC, 0, True, h.now, h.broker.consumer_groups))
+    assert h.broker.consumer_groups.holds(GROUP).members == {}          # the log has the fencing

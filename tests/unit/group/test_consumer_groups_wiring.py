@@ -1,6 +1,7 @@
 """ConsumerGroups between the pure core and __consumer_offsets: a heartbeat is answered once its
-records are written; a write that fails answers the coordinator's error and puts the group back as
-it was; fencing by the session timeout writes its records; a group's records are replayed."""
+records are written; a write that fails answers the coordinator's error, and puts the group back as
+it was when the log refused it at once (nothing appended); fencing by the session timeout writes
+its records; a group's records are replayed."""
 
 from __future__ import annotations
 
@@ -23,8 +24,12 @@ class Offsets:
     def __init__(self) -> None:
         self.log: list[tuple[int, bytes, bytes | None]] = []
         self.pending: list = []
+        self.refuse: ErrorCode | None = None        # the next append is refused at once
 
     def append(self, partition, records, done, now_ms, producer=None):
+        if self.refuse is not None:
+            error, self.refuse = self.refuse, None
+            return done(error, now_ms, -1)
         self.pending.append((partition, list(records), done))
         return []
 
@@ -50,7 +55,7 @@ def join(member_id: str) -> HeartbeatRequest:
                             topic_partitions=())
 
 
-def test_a_heartbeat_is_answered_once_its_records_are_written_and_undone_when_the_write_fails():
+def test_a_heartbeat_is_answered_once_its_records_are_written_and_undone_when_the_log_refuses_them():
     groups, offsets = setup()
     answers: list[HeartbeatResponse] = []
 
@@ -62,12 +67,16 @@ def test_a_heartbeat_is_answered_once_its_records_are_written_and_undone_when_th
     assert answers == []                                      # not before the ISR has the records
     offsets.complete()
     assert answers[-1].error_code is ErrorCode.none and answers[-1].member_epoch == 1
+    offsets.refuse = ErrorCode.coordinator_not_available          # too few replicas: nothing appended
     groups.heartbeat(join("b"), respond, 10)
-    assert set(groups.holds("g").members) == {"a", "b"}
-    offsets.complete(ErrorCode.not_coordinator)
-    assert answers[-1].error_code is ErrorCode.not_coordinator
+    assert answers[-1].error_code is ErrorCode.coordinator_not_available
     group = groups.holds("g")
     assert set(group.members) == {"a"} and group.group_epoch == 1
+    groups.heartbeat(join("c"), respond, 20)
+    assert set(groups.holds("g").members) == {"a", "c"}
+    offsets.complete(ErrorCode.request_timed_out)                 # appended, not copied in time
+    assert answers[-1].error_code is ErrorCode.coordinator_not_available
+    assert set(groups.holds("g").members) == {"a", "c"}         # the records are in the log
 
 
 def test_fencing_writes_its_records_and_a_new_coordinator_replays_them():
