@@ -311,3 +311,33 @@ def test_confluent_kafka_consumers_with_group_protocol_consumer(cg):
                message="the first takes everything over and consumes the rest")
     members[0].close()
     assert set(got[0] + got[1]) == set(values)
+
+
+def test_confluent_kafka_subscribes_with_a_regular_expression(cg):
+    """librdkafka's KIP-848 consumer subscribes to ``^rx-pay.*`` (it sends ``(^rx-pay.*)``): the
+    coordinator resolves it to the matching topics, and a topic created later joins the
+    assignment at the next resolution, within the 10 s Kafka allows between two; ``strandline
+    groups describe`` shows the subscription."""
+    import confluent_kafka
+    from confluent_kafka import Consumer
+
+    if confluent_kafka.libversion()[1] < 0x020A0000:
+        missing_prerequisite(f"librdkafka {confluent_kafka.libversion()[0]} has no group.protocol=consumer (2.10+)")
+    live = sorted(live_brokers(cg.bootstrap))
+    for name in ("rx-pay1", "rx-orders"):
+        create_topic(cg, name, {0: live, 1: live[1:] + live[:1]}, min_isr=1)
+    member = Consumer({"bootstrap.servers": cg.bootstrap, "group.id": "rx848", "group.protocol": "consumer"})
+    member.subscribe(["^rx-pay.*"])
+
+    def assigned() -> set[tuple[str, int]]:
+        member.poll(0.05)
+        return {(tp.topic, tp.partition) for tp in member.assignment()}
+
+    poll_until(lambda: assigned() == {("rx-pay1", 0), ("rx-pay1", 1)}, 30, interval=0.01,
+               message="the regular expression resolved to rx-pay1")
+    described = run_cli("groups", "describe", "rx848", "--bootstrap-server", cg.bootstrap).stdout
+    assert "Subscribed: /(^rx-pay.*)/" in described, described
+    create_topic(cg, "rx-pay2", {0: live}, min_isr=1)
+    poll_until(lambda: ("rx-pay2", 0) in assigned(), 25, interval=0.05, message="rx-pay2 joined the assignment")
+    assert not {t for t, _ in assigned()} & {"rx-orders"}
+    member.close()

@@ -101,8 +101,10 @@ def _print_consumer_group(group: str, desc: Any, owners: dict[tuple[str, int], s
         for tp in parts:
             owners[tp] = m.member_id
         shown = ",".join(f"{t}-{p}" for t, p in parts) or "-"
+        subscribed = ",".join(m.subscribed_topic_names) + (f" /{m.subscribed_topic_regex}/"
+                                                           if m.subscribed_topic_regex else "")
         print(f"\tMember: {m.member_id}\tClient: {m.client_id}\tHost: {m.client_host}\tEpoch: {m.member_epoch}"
-              f"\tPartitions: {shown}")
+              f"\tPartitions: {shown}\tSubscribed: {subscribed.strip() or '-'}")
 
 
 def describe_group(bootstrap: str, group: str) -> int:
