@@ -6,6 +6,7 @@ the session's loss and renewal."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from typing import Any, Callable
@@ -13,6 +14,7 @@ from typing import Any, Callable
 from strandline.coordination import acl_znodes, zk_layout, znodes
 from strandline.coordination.cluster_state import ZooKeeperUnanswered
 from strandline.coordination.store import GetData, ZkError
+from strandline.core.effects import Effect
 from strandline.errors import StrandlineError
 from strandline.runtime.clock import now_ms
 from strandline.runtime.server import BrokerShell
@@ -96,66 +98,61 @@ def watch_brokers(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: Bro
     store.watch_children(znodes.BrokerIdsZNode.path(), from_kazoo(loop, shell, what, on_children))
 
 
-def watch_config_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
-    """Feed ``/config/changes`` to the core (dynamic topic and broker configs)."""
-    what = "the /config/changes watch"
+def _feed_children(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell, path: str,
+                   deliver: Callable[[list[str], int], list[Effect]]) -> None:
+    """Hand the core ``deliver(children, now_ms)`` now and after every change of ``path``'s children."""
+    what = f"the {path} watch"
 
     def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
-        to_loop(loop, shell.run, what, lambda: shell.broker.on_config_changes(list(children), now_ms()))
+        to_loop(loop, shell.run, what, lambda: deliver(list(children), now_ms()))
 
-    store.watch_children(znodes.ConfigEntityChangeNotificationZNode.path(), from_kazoo(loop, shell, what, on_children))
+    store.watch_children(path, from_kazoo(loop, shell, what, on_children))
+
+
+def _feed_data(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell, path: str,
+               deliver: Callable[[bytes | None, int], list[Effect]]) -> None:
+    """Hand the core ``deliver(data, version)`` now and after every change of ``path``'s data
+    (``None, -1`` while it does not exist)."""
+    what = f"the {path} watch"
+
+    def on_data(data: bytes | None, version: int) -> None:  # kazoo's thread (the first call: ours)
+        to_loop(loop, shell.run, what, lambda: deliver(data, version))
+
+    store.watch_data(path, from_kazoo(loop, shell, what, on_data))
+
+
+def watch_config_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
+    """Feed ``/config/changes`` to the core (dynamic topic and broker configs)."""
+    _feed_children(store, loop, shell, znodes.ConfigEntityChangeNotificationZNode.path(),
+                   shell.broker.on_config_changes)
 
 
 def watch_acl_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed ``/kafka-acl-changes`` and ``/kafka-acl-extended-changes`` to the core's authorizer."""
     for root in (acl_znodes.AclChangeNotificationZNode.LITERAL, acl_znodes.AclChangeNotificationZNode.EXTENDED):
-        what = f"the {root} watch"
-
-        def on_children(children: list[str], root: str = root) -> None:  # kazoo's thread (the first call: ours)
-            to_loop(loop, shell.run, f"the {root} watch",
-                    lambda: shell.broker.on_acl_changes(root, list(children), now_ms()))
-
-        store.watch_children(root, from_kazoo(loop, shell, what, on_children))
+        _feed_children(store, loop, shell, root, functools.partial(shell.broker.on_acl_changes, root))
 
 
 def watch_reassign_partitions(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed ``/admin/reassign_partitions`` to the core (the controller starts what it lists, CTL-11)."""
-    what = "the /admin/reassign_partitions watch"
-
-    def on_data(data: bytes | None, version: int) -> None:  # kazoo's thread (the first call: ours)
-        to_loop(loop, shell.run, what, lambda: shell.broker.on_reassign_partitions_changed(data, now_ms()))
-
-    store.watch_data(znodes.ReassignPartitionsZNode.path(), from_kazoo(loop, shell, what, on_data))
+    _feed_data(store, loop, shell, znodes.ReassignPartitionsZNode.path(),
+               lambda data, version: shell.broker.on_reassign_partitions_changed(data, now_ms()))
 
 
 def watch_features(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed ``/feature`` to the core: the cluster's finalized feature levels (KIP-584)."""
-    what = "the /feature watch"
-
-    def on_data(data: bytes | None, version: int) -> None:  # kazoo's thread (the first call: ours)
-        to_loop(loop, shell.run, what, lambda: shell.broker.on_features_changed(data, version))
-
-    store.watch_data(znodes.FeatureZNode.path(), from_kazoo(loop, shell, what, on_data))
+    _feed_data(store, loop, shell, znodes.FeatureZNode.path(), shell.broker.on_features_changed)
 
 
 def watch_delete_topics(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed ``/admin/delete_topics`` to the core (the controller takes up a deletion recorded there)."""
-    what = "the /admin/delete_topics watch"
-
-    def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
-        to_loop(loop, shell.run, what, lambda: shell.broker.on_delete_topics_changed(list(children), now_ms()))
-
-    store.watch_children(znodes.DeleteTopicsZNode.path(), from_kazoo(loop, shell, what, on_children))
+    _feed_children(store, loop, shell, znodes.DeleteTopicsZNode.path(), shell.broker.on_delete_topics_changed)
 
 
 def watch_isr_changes(store: KazooStore, loop: asyncio.AbstractEventLoop, shell: BrokerShell) -> None:
     """Feed ``/isr_change_notification`` to the core (the controller propagates ISR changes, ISR-6)."""
-    what = "the /isr_change_notification watch"
-
-    def on_children(children: list[str]) -> None:  # kazoo's thread (the first call: ours)
-        to_loop(loop, shell.run, what, lambda: shell.broker.on_isr_change_notifications(list(children), now_ms()))
-
-    store.watch_children(znodes.IsrChangeNotificationZNode.path(), from_kazoo(loop, shell, what, on_children))
+    _feed_children(store, loop, shell, znodes.IsrChangeNotificationZNode.path(),
+                   shell.broker.on_isr_change_notifications)
 
 
 def elect_controller(store: KazooStore, broker_id: int) -> tuple[int, int, int | None]:
