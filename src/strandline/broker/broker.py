@@ -18,6 +18,7 @@ awaiting, so no locks are needed.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -97,8 +98,10 @@ class Broker:
         self.offsets_topic = OffsetsTopic(config, self.replica_manager.writes.append_internal,
                                           self.replica_manager.read_log)
         self.groups = GroupCoordinator(config, self.offsets_topic.append, lambda: str(new_uuid()))
-        self.consumer_groups = ConsumerGroups(config, self.groups, self._consumer_group_topics,
-                                              lambda: str(new_uuid()))
+        self.consumer_groups = ConsumerGroups(
+            config, self.groups, self._consumer_group_topics, lambda: str(new_uuid()),
+            lambda index: self.replica_manager.partitions[(OFFSETS_TOPIC, index)].log.log_end_offset,
+            functools.partial(self.replica_manager.writes.wait_committed, OFFSETS_TOPIC))
         self.replica_manager.leadership_listeners.append(
             lambda topic, index, leader, t: self.offsets_topic.on_leadership(self.groups, topic, index, leader, t,
                                                                              self.consumer_groups))

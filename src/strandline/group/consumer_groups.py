@@ -49,17 +49,28 @@ def consumer_group_config(config: Any) -> ConsumerGroupConfig:
                                assignors)
 
 
+#: ``log_end(offsets partition)``: where this leader's log of the partition ends
+LogEnd = Callable[[int], int]
+#: ``wait_committed(offsets partition, offset, timeout_ms, done(error, when_ms), now_ms)``
+WaitCommitted = Callable[[int, int, int, Callable[[ErrorCode, int], list[Effect]], int], list[Effect]]
 #: a fencing that could not be written is tried again this much later
 EXPIRY_RETRY_MS = 500
 
 
 class ConsumerGroups:
     def __init__(self, config: Any, classic: GroupCoordinator, topics: Callable[[], Mapping[str, TopicMetadata]],
-                 new_member_id: Callable[[], str]) -> None:
+                 new_member_id: Callable[[], str], log_end: LogEnd | None = None,
+                 wait_committed: WaitCommitted | None = None) -> None:
         self.enabled = "consumer" in config["group.coordinator.rebalance.protocols"]
         self.core = ConsumerGroupCoordinator(consumer_group_config(config), new_member_id)
         self.classic = classic
         self.topics = topics
+        self.log_end = log_end
+        self.wait_committed = wait_committed
+        self.commit_timeout_ms = int(config["offsets.commit.timeout.ms"])
+        #: offsets partition -> the end of the last records written to it: what the groups in
+        #: memory may already hold, and an answer must wait to be committed
+        self.written_to: dict[int, int] = {}
 
     # ------------------------------------------------------------------ ownership and loading
 
@@ -96,6 +107,7 @@ class ConsumerGroups:
         self.core.topics_version = max(self.core.topics_version, fresh.topics_version)
 
     def unload_partition(self, partition: int) -> None:
+        self.written_to.pop(partition, None)
         gone = {g for g in self.core.groups if self.classic.partition_of(g) == partition}
         for group_id in gone:
             del self.core.groups[group_id]
@@ -116,16 +128,23 @@ class ConsumerGroups:
         followers did not copy it in time, the leadership moved) keeps the group as it is: the
         records are in this leader's log, as Kafka's coordinator keeps an uncommitted state."""
         group_id = records[0][0].group_id
+        partition = self.classic.partition_of(group_id)
         encoded = [crec.encode(r) for r in records]
         appending = True
+        refused = False
 
         def finished(error: ErrorCode, when_ms: int, base_offset: int) -> list[Effect]:
-            if error is not ErrorCode.none and appending and undo is not None:
-                undo(when_ms)
+            nonlocal refused
+            if error is not ErrorCode.none and appending:
+                refused = True
+                if undo is not None:
+                    undo(when_ms)
             return done(error, when_ms)
 
-        effects = self.classic.append(self.classic.partition_of(group_id), encoded, finished, now_ms)
+        effects = self.classic.append(partition, encoded, finished, now_ms)
         appending = False
+        if not refused and self.log_end is not None:     # appended: an answer waits for it to commit
+            self.written_to[partition] = max(self.written_to.get(partition, 0), self.log_end(partition))
         return effects
 
     def heartbeat(self, request: HeartbeatRequest, respond: HeartbeatRespond, now_ms: int,
@@ -139,7 +158,8 @@ class ConsumerGroups:
         before = self.core.groups.get(group_id)
         records, answer = self.core.heartbeat(request, self.topics(), now_ms, may_describe)
         if not records:
-            return respond(answer)
+            return self._when_committed(group_id, lambda error: respond(
+                answer if error is ErrorCode.none else HeartbeatResponse(error, None)), now_ms)
         after = self.core.groups.get(group_id)
 
         def written(error: ErrorCode, when_ms: int) -> list[Effect]:
@@ -148,6 +168,26 @@ class ConsumerGroups:
             return respond(answer if error is ErrorCode.none else HeartbeatResponse(error, None))
 
         return self._write(records, written, now_ms, lambda when_ms: self._undo(group_id, before, after))
+
+    def _when_committed(self, group_id: str, then: Callable[[ErrorCode], list[Effect]], now_ms: int) -> list[Effect]:
+        """``then(NONE)`` once every record written to the group's partition so far is committed,
+        as Kafka's coordinator holds an answer read from a state not yet committed; a write that
+        timed out keeps its records in memory (they are in the log), and an answer built on them
+        must not go out before they are. COORDINATOR_NOT_AVAILABLE if they are not within
+        ``offsets.commit.timeout.ms``, NOT_COORDINATOR if the partition's leadership moved."""
+        partition = self.classic.partition_of(group_id)
+        required = self.written_to.get(partition)
+        if required is None or self.wait_committed is None:
+            return then(ErrorCode.none)
+
+        def committed(error: ErrorCode, when_ms: int) -> list[Effect]:
+            if error is ErrorCode.none:
+                if self.written_to.get(partition) == required:
+                    del self.written_to[partition]
+                return then(error)
+            return then(ErrorCode.not_coordinator if error is ErrorCode.not_leader_or_follower
+                        else ErrorCode.coordinator_not_available)
+        return self.wait_committed(partition, required, self.commit_timeout_ms, committed, now_ms)
 
     def _undo(self, group_id: str, before: ConsumerGroup | None, after: ConsumerGroup | None) -> None:
         """A write failed: the group goes back to what it was, unless a later change built on it."""

@@ -152,9 +152,19 @@ class LeaderWrites:
         if self.config.topic_value(known.configs, "flush.on.ack"):
             partition.log.flush()          # DUR-2, as for a produce request: markers and offsets too
         effects = self.fetch_purgatory.check_keys([key], now_ms)
-        required = outcome.last_offset + 1
+        return effects + self.wait_committed(topic, index, outcome.last_offset + 1, timeout_ms, done, now_ms)
+
+    def wait_committed(self, topic: str, index: int, required: int, timeout_ms: int,
+                       done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
+        """``done(NONE)`` once the high watermark of the partition this broker leads reaches
+        ``required`` (at once if it has); NOT_LEADER_OR_FOLLOWER if it stops leading it first,
+        REQUEST_TIMED_OUT after ``timeout_ms``."""
+        key = (topic, index)
+        partition = self.partitions.get(key)
+        if partition is None or not partition.is_leader:
+            return done(ErrorCode.not_leader_or_follower, now_ms)
         if partition.high_watermark >= required:
-            return effects + done(ErrorCode.none, now_ms)
+            return done(ErrorCode.none, now_ms)
 
         def try_complete(when_ms: int, expired: bool) -> list[Effect] | None:
             if not partition.is_leader or self.partitions.get(key) is not partition:
@@ -166,4 +176,4 @@ class LeaderWrites:
             return None
 
         self.purgatory.watch(DelayedCall(-1, now_ms + timeout_ms, (key,), try_complete))
-        return effects
+        return []

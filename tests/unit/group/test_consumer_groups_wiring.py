@@ -92,3 +92,41 @@ def test_fencing_writes_its_records_and_a_new_coordinator_replays_them():
     fresh.load_partition(0, offsets.log, 50_000)
     replayed = fresh.holds("g")
     assert replayed is not None and replayed.members == {} and replayed.group_epoch == 2
+
+
+def test_an_answer_that_writes_nothing_waits_for_what_it_was_read_from_to_commit():
+    """The simulator's seed 6810077 (compact, ``--consumer-groups``): a coordinator cut off from
+    the other brokers appended a member's new assignment, which timed out uncommitted; kept in
+    memory (the records are in its log), it answered the member's next heartbeat, which wrote
+    nothing, from it at once. The partition's next leader never had the records and gave the same
+    partition to another member at the same epoch. Such an answer now waits until every record
+    written to the partition is committed (COORDINATOR_NOT_AVAILABLE when it is not in time)."""
+    config = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "zk:2181",
+                                           "offsets.topic.num.partitions": "1"})
+    offsets = Offsets()
+    classic = GroupCoordinator(config, offsets.append, lambda: "x")
+    classic.owned.add(0)
+    committed = [0]
+    waits: list = []
+
+    def wait_committed(partition, required, timeout_ms, done, now_ms):
+        if committed[0] >= required:
+            return done(ErrorCode.none, now_ms)
+        waits.append((required, done))
+        return []
+    groups = ConsumerGroups(config, classic, lambda: TOPICS, lambda: "unused",
+                            lambda partition: len(offsets.log) + sum(len(r) for _, r, _ in offsets.pending),
+                            wait_committed)
+    answers: list[HeartbeatResponse] = []
+    groups.heartbeat(join("a"), lambda answer: answers.append(answer) or [], 0)
+    offsets.complete(ErrorCode.request_timed_out)                 # appended, never copied
+    assert answers[-1].error_code is ErrorCode.coordinator_not_available
+    groups.heartbeat(join("a"), lambda answer: answers.append(answer) or [], 10)     # writes nothing
+    assert len(answers) == 1 and len(waits) == 1                   # held until the records commit
+    required, done = waits.pop()
+    done(ErrorCode.request_timed_out, 5010)
+    assert answers[-1].error_code is ErrorCode.coordinator_not_available
+    groups.heartbeat(join("a"), lambda answer: answers.append(answer) or [], 6000)
+    committed[0] = required
+    waits.pop()[1](ErrorCode.none, 6010)
+    assert answers[-1].error_code is ErrorCode.none and answers[-1].member_epoch == 1
