@@ -78,8 +78,12 @@ def resolve(group: ConsumerGroup, topic_names: Collection[str], may_describe: Ca
     changed = False
     allowed = {name: may_describe(name) for name in topic_names}
     for regex in sorted(subscribed_regexes(group)):
-        pattern = compile_regex(regex)
-        topics = tuple(sorted(n for n in topic_names if allowed[n] and pattern.fullmatch(n) is not None))
+        try:
+            pattern = compile_regex(regex)
+        except InvalidRegex:       # kept by an earlier version that compiled it otherwise: matches nothing
+            pattern = None
+        topics = tuple(sorted(n for n in topic_names if pattern is not None and allowed[n]
+                              and pattern.fullmatch(n) is not None))
         before = group.resolved_regexes.get(regex)
         changed = changed or before is None or before.topics != topics
         records.append((rec.Key(rec.REGULAR_EXPRESSION, group.group_id, regex=regex),
