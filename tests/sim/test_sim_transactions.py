@@ -67,12 +67,12 @@ def test_ctl_11_a_move_written_while_another_partitions_move_ends_keeps_its_reco
     writing the topic znode with the narrowed replicas of another partition whose end was not
     written yet: ZooKeeper's ISR then named a replica its assignment no longer had. The write now
     keeps that partition's recorded replicas until its end is written. The explorer has changed
-    since and seed 1340036 no longer makes such a write, nor 1220013 once a broker back from an
-    unclean shutdown left its ISRs with eligible leader replicas off too; seed 1220005 does."""
+    since and seed 1340036 no longer makes such a write; seed 1220013 does (partition 0's move
+    written while partition 2's end narrowed [3, 2, 4, 1] to [3, 2, 4], its ISR still naming 1)."""
     over = _writes_over_an_ending_move(monkeypatch)
-    result = run_seed(1220005, "txn", reassign=True, isr_writes="2.6")    # as found: leaders write ISRs
+    result = run_seed(1220013, "txn", reassign=True, isr_writes="2.6")    # as found: leaders write ISRs
     assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
-    assert over, "seed 1220005 no longer writes a move while another partition's move ends"
+    assert over, "seed 1220013 no longer writes a move while another partition's move ends"
 
 
 def _txn_call(c: SimCluster, broker: int, api_key: int, version: int, body: dict, within_ms: int = 1000):

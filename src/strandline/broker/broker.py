@@ -31,6 +31,7 @@ from strandline.broker.apis import KafkaApis
 from strandline.broker.log_apis import LogApis
 from strandline.security.authorizer import AclAuthorizer
 from strandline.broker.auto_topic_creation import AutoTopicCreationManager
+from strandline.core import api_version
 from strandline.core.config import BrokerConfig
 from strandline.broker.config_apis import ConfigApis
 from strandline.broker.loggers import BrokerLoggers
@@ -213,12 +214,15 @@ class Broker:
         self.broker_epoch = broker_epoch
         return self.replica_manager.forget_deleted_topics(now_ms) if again else []
 
-    def registration_clean_shutdown(self) -> bool:
-        """What this broker's registration says of its last shutdown: whether its log dirs held the
+    def registration_clean_shutdown(self) -> bool | None:
+        """What this broker's registration says of its last shutdown (KIP-966): None with eligible
+        leader replicas off (the registration is Kafka's); else whether its log dirs held the
         clean-shutdown marker at startup, none of them keeping an unclean shutdown that no
-        controller handled (KIP-966's clean-shutdown check, in every mode), in every registration
-        of this life: registered again (a new ZooKeeper session) before a controller took it out
-        of the ISRs (and ELRs), it must still be taken out."""
+        controller handled, in every registration of this life: registered again (a new
+        ZooKeeper session) before a controller took it out of the ISRs and ELRs, it must still be
+        taken out."""
+        if not api_version.elr_enabled(self.config):
+            return None
         return self.logs.had_clean_shutdown
 
     def unclean_shutdown_unhandled(self, registration: BrokerInfo | None) -> bool:

@@ -137,12 +137,9 @@ class Controller:
         ctx.broker_epochs = dict(epochs)
         ctx.topics = dict(topics)
         effects: list[Effect] = [LogLine("info", f"Broker {self.broker_id} is the controller (epoch {ctx.epoch})")]
-        # brokers registered after an unclean shutdown that no controller handled (KIP-966's check)
-        # leave every ISR (and ELR) first, their leaderships moved; their partitions are told
-        # afterwards. Without eligible leader replicas one that was alone in an ISR leads it again
-        # right after (the elections' revisit), as a bounced broker does
-        elr = api_version.elr_enabled(self.config)
-        unclean = unclean_registrations(ctx)
+        # eligible leader replicas (KIP-966): brokers registered after an unclean shutdown that no
+        # controller handled leave every ISR and ELR first; their partitions are told afterwards
+        unclean = unclean_registrations(ctx) if api_version.elr_enabled(self.config) else set()
         purged = [(t, i) for t, i in ctx.all_partitions() if i in t.states
                   and unclean & ({t.states[i].leader} | set(t.states[i].isr) | set(t.states[i].elr))]
         purged_keys = {(t.name, i) for t, i in purged}
@@ -156,10 +153,8 @@ class Controller:
         done = None
         if unclean:
             effects.append(LogLine("warning" if purged else "info", f"Brokers registered after an unclean shutdown "
-                                   f"(or a first start), out of every ISR{' and ELR' if elr else ''}: "
-                                   f"{sorted(unclean)}"))
-            if elr:
-                ctx.unclean_shutdown |= unclean
+                                   f"(or a first start), out of every ISR and ELR: {sorted(unclean)}"))
+            ctx.unclean_shutdown |= unclean
             done = UncleanShutdownsHandled(ctx, unclean, purged, self)
         effects += self.elections.elect(ctx, affected, dead | unclean, now_ms, done)
         effects += self.reassignments.resume(ctx, now_ms)

@@ -57,19 +57,15 @@ class BrokerMembership:
         channel, elections = self.office.channel, self.elections
         if not new and not gone:
             return modified + (channel.send_partition_states(ctx, [], None, False, now_ms) if modified else [])
-        # a broker back from an unclean shutdown that no controller handled (its registration says
-        # so, KIP-966) is dead first, as a bounced one: it never resumes a leadership with a log
-        # that may have lost its tail, even if no controller saw it go. With eligible leader
-        # replicas it stays out of every ISR and ELR; without, it is new right after (ElectBounced)
-        elr = api_version.elr_enabled(self.office.config)
-        unclean = unclean_registrations(ctx, new)
-        if elr:
-            ctx.unclean_shutdown |= unclean
+        # eligible leader replicas (KIP-966): a broker back from an unclean shutdown leaves every
+        # ISR and ELR, as a dead one, before it may lead anything again
+        unclean = unclean_registrations(ctx, new) if api_version.elr_enabled(self.office.config) else set()
+        ctx.unclean_shutdown |= unclean
         dead = gone | bounced | unclean
         effects: list[Effect] = [LogLine("warning" if dead else "info", f"Live brokers now {sorted(brokers)} (new "
                              f"{sorted(new - bounced)}, restarted {sorted(bounced)}, gone {sorted(gone)})"
-                             + (f"; back from an unclean shutdown, out of every ISR{' and ELR' if elr else ''}: "
-                                f"{sorted(unclean)}" if unclean else ""),
+                             + (f"; back from an unclean shutdown, out of every ISR and ELR: {sorted(unclean)}"
+                                if unclean else ""),
                              "broker_gone" if dead else "broker_joined")]
         effects.extend(channel.send_partition_states(ctx, [], None, False, now_ms, metadata_to=set(brokers) - new))
         affected: list[tuple[TopicMetadata, int]] = []
@@ -85,7 +81,7 @@ class BrokerMembership:
                                                      now_ms, metadata_to=new))
         before = {(t.name, i): t.states[i].leader_epoch for t, i in affected}
         announce = AnnounceToNewBrokers(ctx, new, affected, before, self, unclean)
-        elected = ElectBounced(ctx, bounced if elr else bounced | unclean, affected, gone, announce, self)
+        elected = ElectBounced(ctx, bounced, affected, gone, announce, self)
         # a broker back may hold replicas of a topic deleted while it was gone: it hears of that deletion
         # now, whose record waits for it (controller.deletion)
         if new:
