@@ -316,6 +316,35 @@ def test_ctl_11_a_move_zookeeper_recorded_without_answering_is_read_back_before_
     assert stored(c, "w").partitions == {0: (2, 3)} and not stored(c, "w").adding_replicas
 
 
+def test_ctl_11_a_move_replacing_another_that_zookeeper_recorded_without_answering_is_the_one_followed():
+    """A move to [1, 2, 3] waits (broker 3 cannot fetch); a second move, to [1, 2, 4], replaces it
+    and its topic znode write is applied but its answer lost. The controller reads the znode back
+    and follows the move ZooKeeper records, not the one it followed before (the simulator's seed
+    6584563: the new target was never told, and an offline partition's unclean recovery waited
+    forever for a replica that had never heard of it)."""
+    c = SimCluster((1, 2, 3, 4), latency_ms=1, **FAST)
+    create(c, "w", [1, 2])
+    written = [b"v%d" % i for i in range(5)]
+    for v in written:
+        assert produce(c, c.state("w").leader, "w", [v]).error_code == ErrorCode.none
+    for broker in (1, 2):
+        c.cut_link(3, broker)
+    assert reassign(c, "w", [1, 2, 3]).error_code == ErrorCode.none
+    c.advance(2_000)
+    assert ongoing(c) == {("w", 0): ([1, 2, 3], [3], [])}
+    ctl = c.controller_id
+    fired = inject(c, lambda b, ops: "applied-reply-lost" if b == ctl and topic_write(ops) else None)
+    c.request(ctl, 45, 0, {"timeout": 30000, "topics": [{"name": "w", "partitions": [
+        {"partition_index": 0, "replicas": [1, 2, 4]}]}]}, client="mover")
+    c.advance(1_000)
+    c.zk_fault = None
+    assert fired and fired[0] == (ctl, "applied-reply-lost")
+    c.advance(10_000)
+    assert ongoing(c) == {}
+    assert stored(c, "w").partitions == {0: (1, 2, 4)} and not stored(c, "w").adding_replicas
+    assert values_on(c, 4, "w") == written and set(c.state("w").isr) == {1, 2, 4}
+
+
 def move_r_0_off_broker_3_while_the_controller_cannot_reach_it(c: SimCluster) -> None:
     """Move r-0 from [1, 2, 3] to [1, 2, 4] with the link from the controller (1) to broker 3 cut:
     the move ends, and its StopReplica to broker 3 waits for an answer."""

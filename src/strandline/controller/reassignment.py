@@ -166,12 +166,16 @@ class PartitionReassignments:
         for topic in ctx.topics.values() if topics is None else topics:
             for index in sorted(set(topic.adding) | set(topic.removing)):
                 key = (topic.name, index)
-                if key in ctx.reassigning or key in ctx.completing:
+                if key in ctx.completing:
                     continue
                 replicas = topic.assignment.get(index, ())
                 adding, removing = topic.adding.get(index, ()), topic.removing.get(index, ())
                 target = tuple(r for r in replicas if r not in removing)
                 origin = tuple(r for r in replicas if r not in adding)
+                # a move followed already is left alone, unless ZooKeeper records another: one
+                # that replaced it with a write whose answer was lost (its targets were never told)
+                if key in ctx.reassigning and ctx.reassigning[key][0] == target:
+                    continue
                 ctx.reassigning[key] = (target, origin)
                 keys.append(key)
         if not keys:
