@@ -157,20 +157,22 @@ class Log:
         self.segments = segments
         self._bases = [s.base_offset for s in segments]
 
-    def _sync_dir_if_new(self) -> None:
+    def _sync_dir_if_new(self, parent: bool = True) -> None:
+        new = [s for s in self.segments if s.new]
+        if self.topic_id_unsynced:              # with the records it holds (its entry: just below)
+            sync_topic_id(self.disk, self.dir)
         if self.leader_epoch_cache.unwritten:
+            # written to a temporary name and renamed, then the directory fsynced: that fsync
+            # makes every entry of the directory durable, the new segments' and the topic id's too
             self.leader_epoch_cache.write()
-        if self.parent_unsynced:
+        elif new or self.topic_id_unsynced:
+            self.disk.fsync_dir(self.dir)
+        self.topic_id_unsynced = False
+        for s in new:
+            s.new = False
+        if self.parent_unsynced and parent:
             self.disk.fsync_dir(posixpath.dirname(self.dir))
             self.parent_unsynced = False
-        new = [s for s in self.segments if s.new]
-        if new or self.topic_id_unsynced:
-            if self.topic_id_unsynced:          # with the records it holds (its entry: just below)
-                sync_topic_id(self.disk, self.dir)
-                self.topic_id_unsynced = False
-            self.disk.fsync_dir(self.dir)
-            for s in new:
-                s.new = False
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
@@ -478,14 +480,17 @@ class Log:
 
     # -- flushing ----------------------------------------------------------------------------
 
-    def flush(self, now_ms: int | None = None) -> None:
-        """fsync every segment with unflushed data; the recovery point becomes the log end offset."""
+    def flush(self, now_ms: int | None = None, parent: bool = True) -> None:
+        """fsync every segment with unflushed data; the recovery point becomes the log end offset.
+        ``parent=False`` leaves a new log's own directory entry to the caller, who fsyncs the
+        directory holding it (once for many logs) before it relies on the recovery point
+        (:attr:`parent_unsynced` says whether it must)."""
         if self.closed:
             return
         for segment in self.segments:
             if segment.dirty:
                 segment.flush()
-        self._sync_dir_if_new()
+        self._sync_dir_if_new(parent)
         self.recovery_point = self.log_end_offset
         if now_ms is not None:
             self._last_flush_ms = now_ms

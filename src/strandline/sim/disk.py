@@ -175,6 +175,7 @@ class MemoryDisk:
         handle.flush()
         handle.close()
         self.rename(tmp, path)
+        self.fsync_dir(posixpath.dirname(_norm(path)))
 
     def fsync_dir(self, path: str) -> None:
         self.flush_count += 1
