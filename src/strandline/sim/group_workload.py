@@ -121,20 +121,14 @@ class GroupMember(_Client):
         if self.stalled or self.away:
             return
         if self.coordinator is None:
-            self.find_coordinator()
+            self.find_coordinator(GROUP, 0, self.on_coordinator)
         else:
             self.heartbeat()
 
-    def find_coordinator(self) -> None:
-        broker_id = self.rng.choice(sorted(self.sim.brokers))
-
-        def on_answer(resp: Any) -> None:
-            if resp is not None and resp.error_code == ErrorCode.none and resp.node_id >= 0:
-                self.coordinator = int(resp.node_id)
-                self.schedule(0)
-            else:
-                self.schedule(RETRY_BACKOFF_MS)
-        self.send(broker_id, ApiKey.FIND_COORDINATOR, 3, {"key": GROUP, "key_type": 0}, on_answer)
+    def on_coordinator(self, coordinator: int | None) -> None:
+        if coordinator is not None:
+            self.coordinator = coordinator
+        self.schedule(0 if coordinator is not None else RETRY_BACKOFF_MS)
 
     def heartbeat(self) -> None:
         joining = self.epoch == 0

@@ -239,7 +239,7 @@ class TxnProducer(_MultiTopicClient):
         if self.txn is None and self.stopping:
             return
         if self.coordinator is None:
-            self.find_coordinator()
+            self.find_transaction_coordinator()
         elif self.producer_id < 0 or self.bump:
             self.init_producer_id()
         elif self.txn is None:
@@ -266,17 +266,14 @@ class TxnProducer(_MultiTopicClient):
         self.sequences.clear()
         self.later(RETRY_BACKOFF_MS, self.step)
 
-    def find_coordinator(self) -> None:
+    def find_transaction_coordinator(self) -> None:
         self.busy = True
-        broker_id = self.rng.choice(sorted(self.sim.brokers))
+        self.find_coordinator(self.transactional_id, 1, self.on_coordinator)
 
-        def on_answer(resp: Any) -> None:
-            if resp is not None and resp.error_code == ErrorCode.none and resp.node_id >= 0:
-                self.coordinator = int(resp.node_id)
-                self.retry_in(0)
-            else:
-                self.retry_in(RETRY_BACKOFF_MS)
-        self.send(broker_id, ApiKey.FIND_COORDINATOR, 3, {"key": self.transactional_id, "key_type": 1}, on_answer)
+    def on_coordinator(self, coordinator: int | None) -> None:
+        if coordinator is not None:
+            self.coordinator = coordinator
+        self.retry_in(0 if coordinator is not None else RETRY_BACKOFF_MS)
 
     def init_producer_id(self) -> None:
         self.busy = True

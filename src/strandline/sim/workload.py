@@ -152,6 +152,16 @@ class _Client:
         self.sim.client_send(broker_id, self.name, frame, answered, timeout_ms=REQUEST_TIMEOUT_MS,
                              expect_answer=expect_answer)
 
+    def find_coordinator(self, key: str, key_type: int, then: Callable[[int | None], None]) -> None:
+        """FindCoordinator (v3) for ``key`` (``key_type`` 0: a group, 1: a transactional id), asked
+        of a random broker; ``then`` gets the coordinator it names, or None (an error, no answer)."""
+        broker_id = self.rng.choice(sorted(self.sim.brokers))
+
+        def on_answer(resp: Any) -> None:
+            found = resp is not None and resp.error_code == ErrorCode.none and resp.node_id >= 0
+            then(int(resp.node_id) if found else None)
+        self.send(broker_id, ApiKey.FIND_COORDINATOR, 3, {"key": key, "key_type": key_type}, on_answer)
+
     def refresh_metadata(self, then: Callable[[], None]) -> None:
         """Ask a random broker for the leaders, then ``then()``; at most once per retry backoff,
         as Kafka's clients do (retry.backoff.ms)."""

@@ -66,8 +66,9 @@ def refresh_due(group: ConsumerGroup, topics_version: int, now_ms: int, forced: 
     if last >= 0 and now_ms < last + MIN_REFRESH_INTERVAL_MS:
         return False
     resolved = [group.resolved_regexes[r] for r in regexes if r in group.resolved_regexes]
+    # (none resolved yet, ``last`` -1, is the second case)
     return (forced or len(resolved) < len(regexes) or any(r.version < topics_version for r in resolved)
-            or last < 0 or now_ms > last + REFRESH_INTERVAL_MS)
+            or now_ms > last + REFRESH_INTERVAL_MS)
 
 
 def resolve(group: ConsumerGroup, topic_names: Collection[str], may_describe: Callable[[str], bool],
