@@ -78,8 +78,14 @@ class ConsumerGroupApis:
 
     def _describe(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         wanted = list(request.group_ids)
-        described = {d["group_id"]: d for d in self.groups.describe(
-            [g for g in wanted if self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.GROUP, g)])}
+        allowed = [g for g in wanted if self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.GROUP, g)]
+        if not self.groups.enabled:
+            return self._described(conn_id, header, request, wanted, {})
+        return self.groups.describe_committed(allowed, lambda found: self._described(
+            conn_id, header, request, wanted, {d["group_id"]: d for d in found}), now_ms)
+
+    def _described(self, conn_id: int, header: RequestHeader, request: Any, wanted: list[str],
+                   described: dict[str, dict[str, Any]]) -> list[Effect]:
         groups = []
         for group_id in wanted:
             d = described.get(group_id)

@@ -21,6 +21,8 @@ members (:meth:`ConsumerGroups.has_members`).
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping
 
@@ -293,6 +295,34 @@ class ConsumerGroups:
                                  "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
                                  "members": []}
                 for g in group_ids]
+
+    def describe_committed(self, group_ids: list[str], respond: Callable[[list[dict[str, Any]]], list[Effect]],
+                           now_ms: int) -> list[Effect]:
+        """:meth:`describe`, answered (``respond``) once every record written so far to the
+        described groups' partitions is committed: a group's state is shown only once no leader
+        change can take it back (Kafka's coordinator reads it at the last committed offset). A
+        group whose records are not committed in time says COORDINATOR_NOT_AVAILABLE (or
+        NOT_COORDINATOR: its partition's leadership moved)."""
+        described = self.describe(group_ids)
+        waiting = {g["group_id"] for g in described if g["error_code"] is ErrorCode.none}
+        if not waiting:
+            return respond(described)
+        failed: dict[str, ErrorCode] = {}
+
+        def settled(group_id: str, error: ErrorCode) -> list[Effect]:
+            waiting.discard(group_id)
+            if error is not ErrorCode.none:
+                failed[group_id] = error
+            if waiting:
+                return []
+            return respond([g if g["group_id"] not in failed else
+                            {**g, "error_code": failed[g["group_id"]], "error_message": None, "group_state": "",
+                             "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": []}
+                            for g in described])
+        effects: list[Effect] = []
+        for group_id in sorted(waiting):
+            effects.extend(self._when_committed(group_id, functools.partial(settled, group_id), now_ms))
+        return effects
 
     def list_groups(self) -> list[ConsumerGroup]:
         return list(self._owned_groups().values())

@@ -94,6 +94,49 @@ def test_fencing_writes_its_records_and_a_new_coordinator_replays_them():
     assert replayed is not None and replayed.members == {} and replayed.group_epoch == 2
 
 
+def committed_setup():
+    """ConsumerGroups whose offsets partition commits only what ``committed[0]`` says; each wait
+    for more is held in ``waits`` as (required offset, done)."""
+    config = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "zk:2181",
+                                           "offsets.topic.num.partitions": "1"})
+    offsets = Offsets()
+    classic = GroupCoordinator(config, offsets.append, lambda: "x")
+    classic.owned.add(0)
+    committed = [0]
+    waits: list = []
+
+    def wait_committed(partition, required, timeout_ms, done, now_ms):
+        if committed[0] >= required:
+            return done(ErrorCode.none, now_ms)
+        waits.append((required, done))
+        return []
+    groups = ConsumerGroups(config, classic, lambda: TOPICS, lambda: "unused",
+                            lambda partition: len(offsets.log) + sum(len(r) for _, r, _ in offsets.pending),
+                            wait_committed)
+    return groups, offsets, committed, waits
+
+
+def test_consumer_group_describe_shows_a_group_only_once_what_it_shows_is_committed():
+    """ConsumerGroupDescribe built from a member whose records were appended but not committed
+    (they timed out on their way to the followers) waits until they are: a leader change could
+    take them back, and the group described would never have been. Not in time: the group says
+    COORDINATOR_NOT_AVAILABLE; committed: it is shown, with the member."""
+    groups, offsets, committed, waits = committed_setup()
+    groups.heartbeat(join("a"), lambda answer: [], 0)
+    offsets.complete(ErrorCode.request_timed_out)                 # appended, not committed
+    described: list = []
+    groups.describe_committed(["g", "other"], lambda found: described.append(found) or [], 10)
+    assert described == [] and len(waits) == 1
+    waits.pop()[1](ErrorCode.request_timed_out, 5010)
+    [[g, other]] = described
+    assert g["group_id"] == "g" and g["error_code"] is ErrorCode.coordinator_not_available and g["members"] == []
+    assert other["error_code"] is ErrorCode.group_id_not_found           # as it was: no wait
+    groups.describe_committed(["g"], lambda found: described.append(found) or [], 6000)
+    committed[0], (required, done) = waits[0][0], waits.pop()
+    done(ErrorCode.none, 6010)
+    assert described[-1][0]["error_code"] is ErrorCode.none and list(m["member_id"] for m in described[-1][0]["members"]) == ["a"]
+
+
 def test_an_answer_that_writes_nothing_waits_for_what_it_was_read_from_to_commit():
     """The simulator's seed 6810077 (compact, ``--consumer-groups``): a coordinator cut off from
     the other brokers appended a member's new assignment, which timed out uncommitted; kept in
