@@ -144,22 +144,7 @@ def test_an_answer_that_writes_nothing_waits_for_what_it_was_read_from_to_commit
     nothing, from it at once. The partition's next leader never had the records and gave the same
     partition to another member at the same epoch. Such an answer now waits until every record
     written to the partition is committed (COORDINATOR_NOT_AVAILABLE when it is not in time)."""
-    config = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "zk:2181",
-                                           "offsets.topic.num.partitions": "1"})
-    offsets = Offsets()
-    classic = GroupCoordinator(config, offsets.append, lambda: "x")
-    classic.owned.add(0)
-    committed = [0]
-    waits: list = []
-
-    def wait_committed(partition, required, timeout_ms, done, now_ms):
-        if committed[0] >= required:
-            return done(ErrorCode.none, now_ms)
-        waits.append((required, done))
-        return []
-    groups = ConsumerGroups(config, classic, lambda: TOPICS, lambda: "unused",
-                            lambda partition: len(offsets.log) + sum(len(r) for _, r, _ in offsets.pending),
-                            wait_committed)
+    groups, offsets, committed, waits = committed_setup()
     answers: list[HeartbeatResponse] = []
     groups.heartbeat(join("a"), lambda answer: answers.append(answer) or [], 0)
     offsets.complete(ErrorCode.request_timed_out)                 # appended, never copied
