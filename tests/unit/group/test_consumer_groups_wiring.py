@@ -132,7 +132,8 @@ def test_consumer_group_describe_shows_a_group_only_once_what_it_shows_is_commit
     assert g["group_id"] == "g" and g["error_code"] is ErrorCode.coordinator_not_available and g["members"] == []
     assert other["error_code"] is ErrorCode.group_id_not_found           # as it was: no wait
     groups.describe_committed(["g"], lambda found: described.append(found) or [], 6000)
-    committed[0], (required, done) = waits[0][0], waits.pop()
+    required, done = waits.pop()
+    committed[0] = required
     done(ErrorCode.none, 6010)
     assert described[-1][0]["error_code"] is ErrorCode.none and list(m["member_id"] for m in described[-1][0]["members"]) == ["a"]
 
