@@ -10,10 +10,16 @@ elsewhere, a failure under CI=true (.ci/run).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import missing_prerequisite
 from strandline.reference import KafkaDist, KafkaFetchError, ensure_kafka
 
 #: The Kafka lines every Kafka test runs with: 3.9 (ZooKeeper) and the newest 4.x the pom pins.
@@ -46,3 +52,24 @@ def dist(dists: dict[str, KafkaDist | str], line: str) -> KafkaDist:
     if isinstance(value, str):
         pytest.fail(value, pytrace=False)
     return value
+
+
+def java_main(kafka: KafkaDist, source: Path, prefix: str) -> list[str]:
+    """The command that runs the class of ``source`` (a Java file with a main, its arguments
+    follow), compiled once per source and Kafka version with ``javac`` against Kafka's jars, into
+    the cache beside them (never the work tree)."""
+    if shutil.which("javac") is None:
+        missing_prerequisite("javac is not installed")
+    main = source.stem
+    digest = hashlib.sha256(source.read_bytes() + kafka.version.encode()).hexdigest()[:16]
+    classes = kafka.home.parent / f"{prefix}-{digest}"
+    if not (classes / f"{main}.class").exists():
+        building = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=kafka.home.parent))
+        out = subprocess.run(["javac", "-d", str(building), "-cp", kafka.classpath, str(source)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        try:
+            building.rename(classes)
+        except OSError:                                  # built meanwhile by another run
+            shutil.rmtree(building, ignore_errors=True)
+    return ["java", "-cp", f"{classes}:{kafka.classpath}", main]

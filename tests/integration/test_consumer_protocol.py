@@ -9,11 +9,8 @@ of the cache (:mod:`tests.integration.kafka_reference`).
 
 from __future__ import annotations
 
-import hashlib
 import re
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,7 +21,7 @@ from strandline.cli import groups as groups_cli
 from strandline.errors import Unreachable
 from strandline.runtime.client import KafkaConnection
 from tests.conftest import cluster_fixture, missing_prerequisite, poll_until, run_cli
-from tests.integration.kafka_reference import dist, kafka_lines_or_skip
+from tests.integration.kafka_reference import dist, java_main, kafka_lines_or_skip
 from tests.integration.replication_helpers import create_topic
 
 pytestmark = pytest.mark.integration
@@ -42,23 +39,8 @@ cg = cluster_fixture("consumer_protocol", 3, overrides=[
 
 @pytest.fixture(scope="module")
 def java_member() -> list[str]:
-    """The command that runs one Java member (its arguments follow), compiled once per source and
-    Kafka version into the cache beside Kafka's jars (never the work tree)."""
-    if shutil.which("javac") is None:
-        missing_prerequisite("javac is not installed")
-    kafka = dist(KAFKA, "4")
-    digest = hashlib.sha256(SOURCE.read_bytes() + kafka.version.encode()).hexdigest()[:16]
-    classes = kafka.home.parent / f"kip848-member-{digest}"
-    if not (classes / "GroupMember.class").exists():
-        building = Path(tempfile.mkdtemp(prefix="kip848-member-", dir=kafka.home.parent))
-        out = subprocess.run(["javac", "-d", str(building), "-cp", kafka.classpath, str(SOURCE)],
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr
-        try:
-            building.rename(classes)
-        except OSError:                                  # built meanwhile by another run
-            shutil.rmtree(building, ignore_errors=True)
-    return ["java", "-cp", f"{classes}:{kafka.classpath}", "GroupMember"]
+    """The command that runs one Java member (its arguments follow)."""
+    return java_main(dist(KAFKA, "4"), SOURCE, "kip848-member")
 
 
 class Member:

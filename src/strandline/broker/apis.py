@@ -41,6 +41,7 @@ from strandline.broker.log_apis import LogApis
 from strandline.broker.metadata_apis import MetadataApis
 from strandline.broker.produce_apis import ProduceApis
 from strandline.broker.quota_apis import QuotaApis
+from strandline.broker.share_group_apis import ShareGroupApis
 from strandline.broker.features import FeatureApis, FinalizedFeatures
 from strandline.broker.txn_apis import TxnApis
 from strandline.controller.controller import Controller
@@ -92,6 +93,9 @@ class KafkaApis:
                                         self.quota_apis, self.arrivals, self.feature_apis.features)
         self.fetch_apis = FetchApis(self.config, self.metadata, self.replicas, self.authorizer, self.fetch_sessions,
                                     self.quota_apis, self.arrivals)
+        self.share_apis = ShareGroupApis(self.config, self.metadata, self.replicas, self.authorizer,
+                                         self.group_apis.groups)
+        self.group_apis.share_groups = lambda: self.share_apis.groups.values()
         self._handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self._api_versions,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
@@ -106,6 +110,7 @@ class KafkaApis:
             **self.group_apis.handlers(),
             **self.quota_apis.handlers(),
             **self.feature_apis.handlers(),
+            **self.share_apis.handlers(),
             **sasl_apis.handlers(self.authorizer.session),
         }
 
@@ -121,6 +126,7 @@ class KafkaApis:
         if self._before_load:
             self._before_load = [(c, frame) for c, frame in self._before_load if c != conn_id]
         self.group_apis.connection_closed(conn_id)
+        self.share_apis.connection_closed(conn_id)
 
     def handle_request(self, conn_id: int, frame: bytes | bytearray, now_ms: int) -> list[Effect]:
         """Decode and answer one request frame of connection ``conn_id``.
@@ -261,6 +267,8 @@ def api_versions_answer(config: BrokerConfig, version: int, request: Any,
     software name or version is malformed (KIP-511) gets INVALID_REQUEST with no API list and no
     features, as Kafka's ``ApiVersionsRequest.getErrorResponse``."""
     without = frozenset() if "consumer" in config["group.coordinator.rebalance.protocols"] else api.CONSUMER_GROUP_APIS
+    if not config["group.share.enable"]:
+        without |= api.SHARE_GROUP_APIS
     name = getattr(request, "client_software_name", None)
     software_version = getattr(request, "client_software_version", None)
     if version >= 3 and not (_valid_software_field(name) and _valid_software_field(software_version)):

@@ -389,7 +389,7 @@ class Broker:
         for deadline in (self.outbox.next_deadline_ms(), self.controller.next_deadline_ms(),
                          self.replica_manager.next_deadline_ms(),
                          self.groups.next_deadline_ms(), self.consumer_groups.next_deadline_ms(),
-                         self.cleaner.next_deadline_ms()):
+                         self.apis.share_apis.next_deadline_ms(), self.cleaner.next_deadline_ms()):
             if deadline is not None:
                 deadlines.append(deadline)
         return min(deadlines)
@@ -405,6 +405,7 @@ class Broker:
         effects.extend(self.replica_manager.maybe_send_fetches(now_ms))
         effects.extend(self.groups.tick(now_ms))
         effects.extend(self.consumer_groups.tick(now_ms))
+        effects.extend(self.apis.share_apis.tick(now_ms))
         effects.extend(FlushFiles(f.paths, f.token) for f in self.logs.take_roll_flushes())
         effects.extend(_written(self.logs.take_checkpoints_due()))
         if self.logs.started:

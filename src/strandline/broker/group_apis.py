@@ -9,7 +9,7 @@ of groups live in ``group/``. OffsetCommit v0 and OffsetFetch v0 keep offsets in
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
@@ -25,12 +25,14 @@ from strandline.group.consumer_groups import ConsumerGroups
 from strandline.group.coordinator import GroupCoordinator, GroupState
 from strandline.group.model import Respond
 from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
+from strandline.group.share.group import ShareGroup
 from strandline.protocol.api import ApiKey
 from strandline.protocol.header import RequestHeader
 from strandline.security.acl import AclOperation, ResourceType
 
 CLASSIC = "classic"                 # a group of JoinGroup/SyncGroup
 CONSUMER = "consumer"               # a group of ConsumerGroupHeartbeat (KIP-848)
+SHARE = "share"                     # a share group (ShareGroupHeartbeat, KIP-932)
 GROUP_ID_NOT_FOUND_VERSION = 6      # DescribeGroups v6+
 
 
@@ -48,6 +50,8 @@ class GroupApis:
         self.offsets = offsets
         self.auto_topics = auto_topics
         self._responders: dict[int, int] = {}   # id(respond) -> connection
+        #: the share groups this broker coordinates (KIP-932; :mod:`strandline.broker.share_group_apis`)
+        self.share_groups: Callable[[], Iterable[ShareGroup]] = lambda: ()
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -403,6 +407,10 @@ class GroupApis:
                     "group_type": CONSUMER}
                    for g in self.consumer_groups.list_groups()
                    if (not states or g.state.value.lower() in states) and (not types or CONSUMER in types)
+                   and (everything or self._group_allowed(conn_id, AclOperation.DESCRIBE, g.group_id))]
+        groups += [{"group_id": g.group_id, "protocol_type": SHARE, "group_state": g.state, "group_type": SHARE}
+                   for g in self.share_groups()
+                   if (not states or g.state.lower() in states) and (not types or SHARE in types)
                    and (everything or self._group_allowed(conn_id, AclOperation.DESCRIBE, g.group_id))]
         return [response(conn_id, header, {
             "throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})]

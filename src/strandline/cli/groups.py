@@ -16,7 +16,7 @@ from strandline.cli.client_config import KafkaConnection
 from strandline.cli.answers import error_code, refusal
 
 LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 2, 8, 9, 10, 15, 16
-API_VERSIONS, CONSUMER_GROUP_DESCRIBE = 18, 69
+API_VERSIONS, CONSUMER_GROUP_DESCRIBE, SHARE_GROUP_DESCRIBE = 18, 69, 77
 EARLIEST, LATEST = -2, -1
 
 
@@ -107,10 +107,35 @@ def _print_consumer_group(group: str, desc: Any, owners: dict[tuple[str, int], s
               f"\tPartitions: {shown}\tSubscribed: {subscribed.strip() or '-'}")
 
 
+def _share_group(conn: KafkaConnection, group: str) -> Any | None:
+    """The group as ShareGroupDescribe tells it, when it is a share group (KIP-932) and the broker
+    serves that API; None otherwise."""
+    served = {int(k.api_key) for k in conn.request(API_VERSIONS, 0, {}).api_keys}
+    if SHARE_GROUP_DESCRIBE not in served:
+        return None
+    desc = conn.request(SHARE_GROUP_DESCRIBE, 1, {"group_ids": [group],
+                                                  "include_authorized_operations": False}).groups[0]
+    return desc if error_code(desc.error_code) is ErrorCode.none else None
+
+
+def _print_share_group(group: str, desc: Any) -> None:
+    """A share group's members and the partitions each reads (a partition may be read by many)."""
+    print(f"Group: {group}\tState: {desc.group_state}\tProtocol: share/{desc.assignor_name}"
+          f"\tMembers: {len(desc.members)}\tEpoch: {desc.group_epoch}")
+    for m in desc.members:
+        shown = ",".join(f"{t.topic_name}-{p}" for t in m.assignment.topic_partitions for p in t.partitions) or "-"
+        print(f"\tMember: {m.member_id}\tClient: {m.client_id}\tHost: {m.client_host}\tEpoch: {m.member_epoch}"
+              f"\tPartitions: {shown}\tSubscribed: {','.join(m.subscribed_topic_names) or '-'}")
+
+
 def describe_group(bootstrap: str, group: str) -> int:
     with KafkaConnection(bootstrap) as conn:
         address = _coordinator(conn, group)
     with KafkaConnection(address) as conn:
+        shared = _share_group(conn, group)
+        if shared is not None:
+            _print_share_group(group, shared)
+            return 0
         modern = _consumer_group(conn, group)
         desc = conn.request(DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}).groups[0]
         fetched = conn.request(OFFSET_FETCH, 7, {"group_id": group, "topics": None, "require_stable": False})

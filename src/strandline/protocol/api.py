@@ -99,6 +99,10 @@ class ApiKey(enum.IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
 
 
 # Advertised version ranges {api_key: (min, max)}; every range overlaps what kafka-python
@@ -125,6 +129,8 @@ class ApiKey(enum.IntEnum):
 #    strandline.protocol.control, which kio (from Kafka 4.x, without ZooKeeper) lacks.
 #  * ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848) are advertised only by a broker
 #    whose group.coordinator.rebalance.protocols lists consumer (:data:`CONSUMER_GROUP_APIS`).
+#  * The share group APIs (KIP-932) start at v1, Kafka 4.1's first stable version, and are
+#    advertised only with group.share.enable=true (:data:`SHARE_GROUP_APIS`).
 # FindCoordinator is listed because librdkafka enables LZ4 only when it is advertised; until
 # consumer groups exist it answers COORDINATOR_NOT_AVAILABLE. v4+ is the batched form.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -188,10 +194,17 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 1),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
 }
 
 #: The APIs of the consumer group protocol (KIP-848), served when it is enabled.
 CONSUMER_GROUP_APIS = frozenset({ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE})
+#: The APIs of share groups (KIP-932), served when group.share.enable is true.
+SHARE_GROUP_APIS = frozenset({ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH,
+                              ApiKey.SHARE_ACKNOWLEDGE})
 
 
 def register(api_key: int, min_version: int, max_version: int) -> None:

@@ -1,0 +1,361 @@
+"""Share groups on the wire (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and
+ShareAcknowledge, served when ``group.share.enable`` is true (UNSUPPORTED_VERSION otherwise).
+
+The group coordinator of a group id (FindCoordinator, key type 0) keeps its share group's members
+and assignment (:mod:`strandline.group.share.group`); each partition's leader keeps, per share
+group, which records are in flight (:mod:`strandline.group.share.partition`) and each member's
+share session with it (:mod:`strandline.group.share.sessions`). A share-partition a leader has not
+seen starts at the partition's high watermark (``share.auto.offset.reset=latest``, Kafka's
+default). Both are kept in memory: a leader or coordinator change starts them afresh (records in
+flight then are not handed out again by the next leader; Kafka persists them in
+``__share_group_state``).
+
+A ShareFetch first applies the acknowledgements it carries, then hands out what its session's
+partitions have up to their high watermarks: whole stored batches, with the offsets acquired
+(AcquiredRecords) that the consumer may process. With nothing to hand out it waits up to its
+MaxWaitMs and looks once more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from strandline.coordination.metadata import MetadataCache
+from strandline.core.effects import Effect
+from strandline.core.wire import Handler, duration_ms, response
+from strandline.group.coordinator import GroupCoordinator
+from strandline.group.share.group import ShareGroup, ShareGroupConfig, ShareHeartbeat
+from strandline.group.share.partition import SharePartition
+from strandline.group.share.sessions import FINAL_EPOCH, ShareSession, ShareSessions
+from strandline.protocol.api import ApiKey
+from strandline.protocol.header import RequestHeader
+from strandline.protocol.records import iter_batches
+from strandline.replication.replica_manager import ReplicaManager
+from strandline.security.acl import AclOperation, ResourceType
+from strandline.security.authorizer import AclAuthorizer
+
+#: ShareGroupDescribe's AuthorizedOperations when not asked for (Kafka's Integer.MIN_VALUE)
+NOT_ASKED = -2147483648
+SIMPLE = "simple"
+
+
+@dataclass
+class ParkedFetch:
+    """A ShareFetch with nothing to hand out yet, answered at ``deadline_ms`` with what there is then."""
+
+    conn_id: int
+    header: RequestHeader
+    session: ShareSession
+    max_bytes: int
+    max_records: int
+    acknowledged: dict[tuple[Any, int], ErrorCode]
+    deadline_ms: int
+
+
+class ShareGroupApis:
+    def __init__(self, config: Any, metadata: MetadataCache, replicas: ReplicaManager, authorizer: AclAuthorizer,
+                 coordinator: GroupCoordinator) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.replicas = replicas
+        self.authorizer = authorizer
+        self.coordinator = coordinator
+        self.group_config = ShareGroupConfig(config["group.share.session.timeout.ms"],
+                                             config["group.share.heartbeat.interval.ms"],
+                                             config["group.share.max.size"])
+        self.groups: dict[str, ShareGroup] = {}
+        self.sessions = ShareSessions(config["group.share.max.share.sessions"])
+        #: (group id, topic id, partition) -> (the leader epoch it began in, the share group's state
+        #: of that partition, which this broker leads)
+        self.partitions: dict[tuple[str, Any, int], tuple[int, SharePartition]] = {}
+        self.parked: list[ParkedFetch] = []
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.config["group.share.enable"])
+
+    def handlers(self) -> dict[int, Handler]:
+        return {ApiKey.SHARE_GROUP_HEARTBEAT: self._heartbeat, ApiKey.SHARE_GROUP_DESCRIBE: self._describe,
+                ApiKey.SHARE_FETCH: self._fetch, ApiKey.SHARE_ACKNOWLEDGE: self._acknowledge}
+
+    # ------------------------------------------------------------------ time
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [p.deadline_ms for p in self.parked]
+        deadlines += [d for g in self.groups.values() if (d := g.next_deadline_ms()) is not None]
+        deadlines += [d for _, sp in self.partitions.values() if (d := sp.next_deadline_ms()) is not None]
+        return min(deadlines, default=None)
+
+    def tick(self, now_ms: int) -> list[Effect]:
+        topics = self._topics()
+        for group in self.groups.values():
+            group.expire(topics, now_ms)
+        for _, sp in self.partitions.values():
+            sp.expire_locks(now_ms)
+        due = [p for p in self.parked if p.deadline_ms <= now_ms]
+        self.parked = [p for p in self.parked if p.deadline_ms > now_ms]
+        return [self._answer_fetch(p, now_ms) for p in due]
+
+    def connection_closed(self, conn_id: int) -> None:
+        self.parked = [p for p in self.parked if p.conn_id != conn_id]
+
+    # ------------------------------------------------------------------ ShareGroupHeartbeat
+
+    def _heartbeat(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        def answer(error: ErrorCode, message: str | None = None, **fields: Any) -> list[Effect]:
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": error, "error_message": message,
+                                               "member_id": None, "member_epoch": 0, "heartbeat_interval": 0,
+                                               "assignment": None, **fields})]
+        if not self.enabled:
+            return answer(ErrorCode.unsupported_version)
+        if not self.authorizer.allows(conn_id, AclOperation.READ, ResourceType.GROUP, request.group_id):
+            return answer(ErrorCode.group_authorization_failed)
+        names = request.subscribed_topic_names
+        if names and not all(self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.TOPIC, n)
+                             for n in set(names)):
+            return answer(ErrorCode.topic_authorization_failed)
+        if not self.coordinator.owns(request.group_id):
+            return answer(ErrorCode.not_coordinator)
+        group = self.groups.get(request.group_id) or ShareGroup(request.group_id)
+        beat = ShareHeartbeat(request.group_id, request.member_id or "", request.member_epoch,
+                              None if names is None else tuple(names), request.rack_id, header.client_id or "",
+                              "/127.0.0.1")
+        result = group.heartbeat(beat, self._topics(), self.group_config, now_ms)
+        if group.members:
+            self.groups[request.group_id] = group
+        if result.error_code is not ErrorCode.none:
+            return answer(result.error_code, result.error_message)
+        assignment = None
+        if result.assignment is not None:
+            assignment = {"topic_partitions": [{"topic_id": t, "partitions": sorted(ps)}
+                                               for t, ps in sorted(result.assignment.items())]}
+        return answer(ErrorCode.none, None, member_id=result.member_id, member_epoch=result.member_epoch,
+                      heartbeat_interval=result.heartbeat_interval_ms, assignment=assignment)
+
+    # ------------------------------------------------------------------ ShareGroupDescribe
+
+    def _describe(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        names = {t.topic_id: t.name for t in self.metadata.topics.values()}
+        described = []
+        for group_id in request.group_ids:
+            entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
+                                     "group_state": "", "group_epoch": 0, "assignment_epoch": 0,
+                                     "assignor_name": "", "members": [], "authorized_operations": NOT_ASKED}
+            group = self.groups.get(group_id)
+            if not self.enabled:
+                entry["error_code"] = ErrorCode.unsupported_version
+            elif not self.authorizer.allows(conn_id, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                entry["error_code"] = ErrorCode.group_authorization_failed
+            elif not self.coordinator.owns(group_id):
+                entry["error_code"] = ErrorCode.not_coordinator
+            elif group is None:
+                entry.update(error_code=ErrorCode.group_id_not_found,
+                             error_message=f"Group {group_id} not found.")
+            else:
+                entry.update(group_state=group.state, group_epoch=group.group_epoch,
+                             assignment_epoch=group.assignment_epoch, assignor_name=SIMPLE, members=[
+                                 {"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
+                                  "client_id": m.client_id, "client_host": m.client_host,
+                                  "subscribed_topic_names": list(m.subscribed_topic_names),
+                                  "assignment": {"topic_partitions": [
+                                      {"topic_id": t, "topic_name": names.get(t, ""), "partitions": sorted(ps)}
+                                      for t, ps in sorted(m.assignment.items())]}}
+                                 for m in group.members.values()])
+                if request.include_authorized_operations:
+                    entry["authorized_operations"] = self.authorizer.authorized_operations(
+                        conn_id, ResourceType.GROUP, group_id)
+            described.append(entry)
+        return [response(conn_id, header, {"throttle_time": 0, "groups": described})]
+
+    # ------------------------------------------------------------------ ShareFetch
+
+    def _fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        lock_ms = self.config["group.share.record.lock.duration.ms"]
+
+        def refuse(error: ErrorCode, message: str | None = None) -> list[Effect]:
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": error, "error_message": message,
+                                               "acquisition_lock_timeout": lock_ms, "responses": [],
+                                               "node_endpoints": []})]
+        if not self.enabled:
+            return refuse(ErrorCode.unsupported_version)
+        if not self.authorizer.allows(conn_id, AclOperation.READ, ResourceType.GROUP, request.group_id):
+            return refuse(ErrorCode.group_authorization_failed)
+        if not request.member_id:
+            return refuse(ErrorCode.invalid_request, "Invalid member id in the request.")
+        added = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
+        forgotten = [(t.topic_id, index) for t in request.forgotten_topics_data for index in t.partitions]
+        acks = {(t.topic_id, p.partition_index): [(b.first_offset, b.last_offset, list(b.acknowledge_types))
+                                                  for b in p.acknowledgement_batches]
+                for t in request.topics for p in t.partitions if p.acknowledgement_batches}
+        epoch = request.share_session_epoch
+        session, error = self.sessions.fetch(request.group_id, request.member_id, epoch, added, forgotten,
+                                             bool(acks))
+        if error is not ErrorCode.none or session is None:
+            return refuse(error)
+        acknowledged = {key: self._acknowledge_partition(conn_id, session, key, batches)
+                        for key, batches in acks.items()}
+        if epoch == FINAL_EPOCH:
+            self._release(session)
+            fetch = ParkedFetch(conn_id, header, session, 0, 0, acknowledged, now_ms)
+            return [self._answer_fetch(fetch, now_ms, only=set(acknowledged))]
+        fetch = ParkedFetch(conn_id, header, session, request.max_bytes, request.max_records, acknowledged,
+                            now_ms + duration_ms(request.max_wait))
+        if fetch.max_records > 0 and fetch.deadline_ms > now_ms and not self._has_records(session, now_ms):
+            self.parked.append(fetch)
+            return []
+        return [self._answer_fetch(fetch, now_ms)]
+
+    def _answer_fetch(self, fetch: ParkedFetch, now_ms: int, only: set[tuple[Any, int]] | None = None) -> Effect:
+        session = fetch.session
+        by_topic: dict[Any, list[dict[str, Any]]] = {}
+        budget, records_left = fetch.max_bytes, fetch.max_records
+        keys = list(session.partitions) if only is None else [k for k in session.partitions if k in only]
+        keys += [k for k in fetch.acknowledged if k not in keys]
+        for key in keys:
+            entry: dict[str, Any] = {"partition_index": key[1], "error_code": ErrorCode.none, "error_message": None,
+                                     "acknowledge_error_code": fetch.acknowledged.get(key, ErrorCode.none),
+                                     "acknowledge_error_message": None,
+                                     "current_leader": {"leader_id": -1, "leader_epoch": -1},
+                                     "records": b"", "acquired_records": []}
+            found = self._leader_share_partition(session.group_id, key, now_ms)
+            if isinstance(found, ErrorCode):
+                entry["error_code"] = found
+                entry["current_leader"] = self._current_leader(key)
+            elif budget > 0 and records_left > 0:
+                partition, sp = found
+                entry["current_leader"] = {"leader_id": partition.local_broker_id, "leader_epoch": partition.leader_epoch}
+                data, acquired = self._acquire(partition, sp, session.member_id, budget, records_left, now_ms)
+                if acquired:
+                    entry["records"] = data
+                    entry["acquired_records"] = [{"first_offset": a.first_offset, "last_offset": a.last_offset,
+                                                  "delivery_count": a.delivery_count} for a in acquired]
+                    budget -= len(data)
+                    records_left -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+            by_topic.setdefault(key[0], []).append(entry)
+        body = {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                "acquisition_lock_timeout": self.config["group.share.record.lock.duration.ms"],
+                "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()],
+                "node_endpoints": []}
+        return response(fetch.conn_id, fetch.header, body)
+
+    def _acquire(self, partition: Any, sp: SharePartition, member_id: str, max_bytes: int, max_records: int,
+                 now_ms: int) -> tuple[bytes, list[Any]]:
+        """Read the partition from the share-partition's next offset up to its high watermark and
+        hand what was read to ``member_id``: the stored batches, and the ranges acquired."""
+        log = partition.log
+        sp.move_start(log.log_start_offset)
+        sp.expire_locks(now_ms)
+        offset = sp.next_fetch_offset()
+        hw = partition.high_watermark
+        if offset >= hw or not sp.can_acquire():
+            return b"", []
+        data = bytes(log.read(offset, max_bytes, max_offset=hw))
+        last = -1
+        for _, batch in iter_batches(data):
+            last = batch.last_offset
+        if last < offset:
+            return b"", []
+        return data, sp.acquire(member_id, offset, min(last, hw - 1), max_records, now_ms)
+
+    def _has_records(self, session: ShareSession, now_ms: int) -> bool:
+        for key in session.partitions:
+            found = self._leader_share_partition(session.group_id, key, now_ms)
+            if isinstance(found, ErrorCode):
+                return True                      # an error to answer at once
+            partition, sp = found
+            sp.expire_locks(now_ms)
+            if sp.next_fetch_offset() < partition.high_watermark and sp.can_acquire():
+                return True
+        return False
+
+    # ------------------------------------------------------------------ ShareAcknowledge
+
+    def _acknowledge(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        def answer(error: ErrorCode, responses: list[dict[str, Any]]) -> list[Effect]:
+            return [response(conn_id, header, {"throttle_time": 0, "error_code": error, "error_message": None,
+                                               "responses": responses, "node_endpoints": []})]
+        if not self.enabled:
+            return answer(ErrorCode.unsupported_version, [])
+        if not self.authorizer.allows(conn_id, AclOperation.READ, ResourceType.GROUP, request.group_id):
+            return answer(ErrorCode.group_authorization_failed, [])
+        if not request.member_id:
+            return answer(ErrorCode.invalid_request, [])
+        epoch = request.share_session_epoch
+        closing = self.sessions.sessions.get((request.group_id, request.member_id)) if epoch == FINAL_EPOCH else None
+        session, error = self.sessions.acknowledge(request.group_id, request.member_id, epoch)
+        session = session or closing
+        if error is not ErrorCode.none or session is None:
+            return answer(error, [])
+        responses = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                key = (t.topic_id, p.partition_index)
+                code = self._acknowledge_partition(conn_id, session, key, [
+                    (b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in p.acknowledgement_batches])
+                parts.append({"partition_index": p.partition_index, "error_code": code, "error_message": None,
+                              "current_leader": self._current_leader(key)})
+            responses.append({"topic_id": t.topic_id, "partitions": parts})
+        if epoch == FINAL_EPOCH:
+            self._release(session)
+        return answer(ErrorCode.none, responses)
+
+    def _acknowledge_partition(self, conn_id: int, session: ShareSession, key: tuple[Any, int],
+                               batches: list[Any]) -> ErrorCode:
+        name = self._topic_name(key[0])
+        if name is not None and not self.authorizer.allows(conn_id, AclOperation.READ, ResourceType.TOPIC, name):
+            return ErrorCode.topic_authorization_failed
+        known = self.partitions.get((session.group_id, key[0], key[1])) if name is not None else None
+        if known is None:
+            found = self._leader_share_partition(session.group_id, key, None)
+            return found if isinstance(found, ErrorCode) else ErrorCode.invalid_record_state
+        return known[1].acknowledge(session.member_id, batches)
+
+    def _release(self, session: ShareSession) -> None:
+        """A share session closed: what its member holds here is released."""
+        for (group_id, _, _), (_, sp) in self.partitions.items():
+            if group_id == session.group_id:
+                sp.release_member(session.member_id)
+
+    # ------------------------------------------------------------------ lookups
+
+    def _topics(self) -> dict[str, tuple[Any, int]]:
+        return {name: (t.topic_id, t.num_partitions) for name, t in self.metadata.topics.items()}
+
+    def _topic_name(self, topic_id: Any) -> str | None:
+        for name, topic in self.metadata.topics.items():
+            if topic.topic_id == topic_id:
+                return name
+        return None
+
+    def _leader_share_partition(self, group_id: str, key: tuple[Any, int],
+                                now_ms: int | None) -> tuple[Any, SharePartition] | ErrorCode:
+        """This broker's leadership of ``key`` and the group's state of it (made at the high
+        watermark when new, or when leadership was taken again since it was), or the error."""
+        name = self._topic_name(key[0])
+        if name is None:
+            return ErrorCode.unknown_topic_id
+        partition = self.replicas.partitions.get((name, key[1]))
+        if partition is None or not partition.is_leader:
+            return ErrorCode.not_leader_or_follower
+        held = self.partitions.get((group_id, key[0], key[1]))
+        if held is None or held[0] != partition.leader_epoch:
+            if now_ms is None:
+                return ErrorCode.invalid_record_state
+            sp = SharePartition(partition.high_watermark,
+                                max_in_flight=self.config["group.share.partition.max.record.locks"],
+                                delivery_count_limit=self.config["group.share.delivery.count.limit"],
+                                lock_duration_ms=self.config["group.share.record.lock.duration.ms"])
+            held = self.partitions[(group_id, key[0], key[1])] = (partition.leader_epoch, sp)
+        return partition, held[1]
+
+    def _current_leader(self, key: tuple[Any, int]) -> dict[str, int]:
+        name = self._topic_name(key[0])
+        topic = self.metadata.topics.get(name) if name is not None else None
+        state = topic.states.get(key[1]) if topic is not None else None
+        if state is None:
+            return {"leader_id": -1, "leader_epoch": -1}
+        return {"leader_id": state.leader, "leader_epoch": state.leader_epoch}

@@ -1,0 +1,167 @@
+"""Share groups (KIP-932) with Kafka 4.x's own ``KafkaShareConsumer`` on 3 broker processes.
+
+One cluster for the module with ``group.share.enable=true``, a 3 s record lock
+(``group.share.record.lock.duration.ms``) so that an abandoned lock expires quickly, and the
+delivery limit at Kafka's default, 5. The consumers acknowledge explicitly
+(:file:`kip932_share/ShareMember.java`, compiled against the Kafka 4.x jars of the cache): they
+accept each record and release the "poison" ones, which come back until the limit archives them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cluster_fixture, poll_until, run_cli, strandline_cmd
+from tests.integration.kafka_reference import dist, java_main, kafka_lines_or_skip
+from tests.integration.replication_helpers import create_topic
+
+pytestmark = pytest.mark.integration
+
+KAFKA = kafka_lines_or_skip(("4",))
+SOURCE = Path(__file__).parent / "kip932_share" / "ShareMember.java"
+LIMIT = 5                                   # group.share.delivery.count.limit
+
+sg = cluster_fixture("share_groups", 3, overrides=[
+    "group.share.enable=true", "group.share.record.lock.duration.ms=3000", "group.share.heartbeat.interval.ms=500"])
+
+
+@pytest.fixture(scope="module")
+def share_member() -> list[str]:
+    return java_main(dist(KAFKA, "4"), SOURCE, "kip932-member")
+
+
+class ShareConsumer:
+    """One Java share consumer, started ahead (the JVM's start is slow); it subscribes at :meth:`go`."""
+
+    def __init__(self, command: list[str], bootstrap: str, group: str, topic: str, mode: str, workdir: Path,
+                 name: str) -> None:
+        self.name = name
+        self.go_file, self.stop_file = workdir / f"{name}.go", workdir / f"{name}.stop"
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen([*command, bootstrap, group, topic, mode, str(self.go_file), str(self.stop_file)],
+                                     stdout=subprocess.PIPE, stderr=open(workdir / f"{name}.err", "wb"), text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.split(" ", 1)[0] in ("READY", "RECORD", "POLLED", "CLOSED"):
+                self.lines.append(line.strip())
+
+    def go(self) -> None:
+        poll_until(lambda: any(l.startswith("READY") for l in self.lines), 60, 0.05, f"{self.name} started")
+        self.go_file.touch()
+
+    def deliveries(self) -> list[tuple[int, int, str]]:
+        """(offset, delivery count, value) of each record handed to it."""
+        return [(int(o), int(c), v) for _, _, o, c, v in
+                (line.split(" ", 4) for line in list(self.lines) if line.startswith("RECORD "))]
+
+    def stop(self) -> None:
+        self.stop_file.touch()
+        self.proc.wait(30)
+        self.reader.join(5)
+        assert self.proc.returncode == 0, (self.name, self.lines[-5:])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    out = subprocess.run(strandline_cmd("produce", "--bootstrap-server", bootstrap, "--topic", topic, "--acks", "all"),
+                         input="".join(v + "\n" for v in values), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def warm_up(bootstrap: str, topic: str, consumers: list[ShareConsumer]) -> None:
+    """A share-partition starts at the high watermark when a consumer of the group first fetches
+    from it: write a record a second until one of ``consumers`` has been handed one."""
+    def handed() -> bool:
+        produce(bootstrap, topic, ["warm-up"])
+        return any(c.deliveries() for c in consumers)
+    poll_until(handed, 60, 1.0, "a first record handed out")
+
+
+def finish(consumers: list[ShareConsumer]) -> None:
+    for c in consumers:
+        c.stop_file.touch()
+    for c in consumers:
+        try:
+            c.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            c.kill()
+
+
+def test_three_consumers_share_a_partition_each_delivery_counted_and_poison_archived_at_the_limit(
+        sg, share_member, tmp_path):
+    create_topic(sg, "queue", partitions=1)
+    consumers = [ShareConsumer(share_member, sg.bootstrap, "workers", "queue", "ack", tmp_path, f"c{i}")
+                 for i in range(3)]
+    values = [f"v{i}" for i in range(300)] + [f"poison{i}" for i in range(3)]
+    try:
+        for c in consumers:
+            c.go()
+        warm_up(sg.bootstrap, "queue", consumers)
+        for start in range(0, len(values), 50):
+            produce(sg.bootstrap, "queue", values[start:start + 50])
+
+        def done() -> bool:
+            seen = [v for c in consumers for _, _, v in c.deliveries()]
+            return len({v for v in seen if v.startswith("v")}) == 300 and \
+                sum(v.startswith("poison") for v in seen) >= 3 * LIMIT
+        poll_until(done, 90, 0.2, "every record delivered, each poison record up to the limit")
+        # a record written last is handed out after every released one (the lowest available
+        # offset goes first): a poison record delivered past the limit would come before it
+        produce(sg.bootstrap, "queue", ["last"])
+        poll_until(lambda: any(v == "last" for c in consumers for _, _, v in c.deliveries()), 30, 0.1,
+                   "the last record")
+        described = run_cli("groups", "describe", "workers", "--bootstrap-server", sg.bootstrap).stdout
+        assert "Protocol: share/simple\tMembers: 3" in described, described
+        assert described.count("Partitions: queue-0") == 3, described           # all three read it
+        assert "workers\tStable" in run_cli("groups", "list", "--bootstrap-server", sg.bootstrap).stdout
+    finally:
+        finish(consumers)
+    counts: dict[int, list[int]] = defaultdict(list)
+    values_at: dict[int, str] = {}
+    for c in consumers:
+        for offset, count, value in c.deliveries():
+            counts[offset].append(count)
+            values_at[offset] = value
+    assert sorted(v for v in values_at.values() if v not in ("warm-up", "last")) == sorted(values)   # none lost
+    for offset, seen in counts.items():
+        # each delivery of a record is counted once: no two consumers held it at once
+        assert sorted(seen) == list(range(1, len(seen) + 1)), (offset, seen)
+        if values_at[offset].startswith("poison"):
+            assert len(seen) == LIMIT, (offset, seen)                         # archived at the limit
+        else:
+            assert seen == [1], (offset, seen)                                # accepted at once
+
+
+def test_a_consumer_killed_holding_locks_has_its_records_delivered_again_after_the_lock(sg, share_member, tmp_path):
+    create_topic(sg, "held", partitions=1)
+    holder = ShareConsumer(share_member, sg.bootstrap, "holders", "held", "hold", tmp_path, "holder")
+    taker = ShareConsumer(share_member, sg.bootstrap, "holders", "held", "ack", tmp_path, "taker")
+    try:
+        holder.go()
+        warm_up(sg.bootstrap, "held", [holder])          # it holds what it was handed, and polls no more
+        held = {offset for offset, _, _ in holder.deliveries()}
+        killed_at = time.monotonic()
+        holder.kill()
+        taker.go()
+        poll_until(lambda: held <= {o for o, _, _ in taker.deliveries()}, 60, 0.1, "the held records at the taker")
+        waited = time.monotonic() - killed_at
+    finally:
+        holder.kill()
+        finish([taker])
+    again = {offset: count for offset, count, _ in taker.deliveries()}
+    assert held and all(again[o] == 2 for o in held), (held, again)      # the second delivery of each
+    assert waited >= 2.0                                                   # not before the lock's end

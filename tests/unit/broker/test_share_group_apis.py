@@ -1,0 +1,113 @@
+"""Share groups through a broker's core (KIP-932): ShareGroupHeartbeat assigns the partition to
+both members of a group; ShareFetch hands each record to one of them under a lock, in a share
+session; acknowledgements (on ShareFetch and ShareAcknowledge) settle them; a lock that expires
+hands a record to the other member with a higher delivery count; the APIs are served and
+advertised only with group.share.enable."""
+
+from __future__ import annotations
+
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from tests.unit.batches import make_batch
+from tests.unit.broker.test_broker_core import Harness
+
+GROUP = "sg"
+HEARTBEAT, DESCRIBE, FETCH, ACK = 76, 77, 78, 79
+
+
+def harness(**overrides: str) -> Harness:
+    h = Harness(**{"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1",
+                   "group.share.enable": "true", "group.share.record.lock.duration.ms": "15000", **overrides})
+    h.create("t")
+    h.call(10, 3, {"key": GROUP, "key_type": 0})      # creates __consumer_offsets
+    h.call(10, 3, {"key": GROUP, "key_type": 0})
+    return h
+
+
+def topic_id(h: Harness) -> uuid.UUID:
+    return h.broker.metadata.topics["t"].topic_id
+
+
+def join(h: Harness, member: str):
+    return h.call(HEARTBEAT, 1, {"group_id": GROUP, "member_id": member, "member_epoch": 0, "rack_id": None,
+                                 "subscribed_topic_names": ["t"]})
+
+
+def share_fetch(h: Harness, member: str, epoch: int, acks=(), max_records: int = 500, partitions=True, conn=1):
+    parts = [{"partition_index": 0, "acknowledgement_batches": [
+        {"first_offset": f, "last_offset": last, "acknowledge_types": list(types)} for f, last, types in acks]}]
+    body = {"group_id": GROUP, "member_id": member, "share_session_epoch": epoch, "max_wait": 0, "min_bytes": 1,
+            "max_bytes": 1 << 20, "max_records": max_records, "batch_size": 500,
+            "topics": [{"topic_id": topic_id(h), "partitions": parts}] if partitions or acks else [],
+            "forgotten_topics_data": []}
+    return h.call(FETCH, 1, body, conn)
+
+
+def acquired(answer) -> list[tuple[int, int, int]]:
+    return [(a.first_offset, a.last_offset, a.delivery_count)
+            for t in answer.responses for p in t.partitions for a in p.acquired_records]
+
+
+def test_two_members_share_one_partition_and_each_record_goes_to_one_of_them_at_a_time():
+    h = harness()
+    a = join(h, "member-a")
+    assert a.error_code == ErrorCode.none and a.member_epoch == 1
+    assert [(t.topic_id, list(t.partitions)) for t in a.assignment.topic_partitions] == [(topic_id(h), [0])]
+    b = join(h, "member-b")
+    assert b.member_epoch == 2 and [list(t.partitions) for t in b.assignment.topic_partitions] == [[0]]
+    assert share_fetch(h, "member-a", 0).error_code == ErrorCode.none     # the session starts at the high watermark
+    h.produce("t", make_batch([b"v%d" % i for i in range(10)]))
+    h.response(0, 7)
+    got_a = share_fetch(h, "member-a", 1, max_records=4)
+    assert got_a.acquisition_lock_timeout.total_seconds() == 15
+    assert acquired(got_a) == [(0, 3, 1)] and got_a.responses[0].partitions[0].records
+    got_b = share_fetch(h, "member-b", 0)
+    assert acquired(got_b) == [(4, 9, 1)]
+    # a acknowledges with its next fetch: accepts 0-2, releases 3; 3 goes out again, counted twice
+    again = share_fetch(h, "member-a", 2, acks=[(0, 3, [1, 1, 1, 2])])
+    assert again.responses[0].partitions[0].acknowledge_error_code == ErrorCode.none
+    assert acquired(again) == [(3, 3, 2)]
+    # b may not acknowledge what a holds; what it holds it acknowledges with ShareAcknowledge
+    wrong = h.call(ACK, 1, {"group_id": GROUP, "member_id": "member-b", "share_session_epoch": 1, "topics": [
+        {"topic_id": topic_id(h), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+            {"first_offset": 3, "last_offset": 9, "acknowledge_types": [1]}]}]}]})
+    assert wrong.responses[0].partitions[0].error_code == ErrorCode.invalid_record_state
+    right = h.call(ACK, 1, {"group_id": GROUP, "member_id": "member-b", "share_session_epoch": 2, "topics": [
+        {"topic_id": topic_id(h), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+            {"first_offset": 4, "last_offset": 9, "acknowledge_types": [1]}]}]}]})
+    assert right.error_code == ErrorCode.none and right.responses[0].partitions[0].error_code == ErrorCode.none
+    sp = h.broker.apis.share_apis.partitions[(GROUP, topic_id(h), 0)][1]
+    assert sp.start_offset == 3 and sp.end_offset == 10
+    # a is gone without a word: its lock on 3 expires and b gets it, a third delivery
+    h.tick(15_000)
+    assert acquired(share_fetch(h, "member-b", 3)) == [(3, 3, 3)]
+
+
+def test_share_sessions_and_heartbeats_answer_kafkas_errors():
+    h = harness()
+    join(h, "m")
+    assert share_fetch(h, "m", 5).error_code == ErrorCode.share_session_not_found
+    assert share_fetch(h, "m", 0, acks=[(0, 0, [1])]).error_code == ErrorCode.invalid_request
+    assert share_fetch(h, "m", 0).error_code == ErrorCode.none
+    assert share_fetch(h, "m", 3).error_code == ErrorCode.invalid_share_session_epoch
+    assert share_fetch(h, "", 0).error_code == ErrorCode.invalid_request
+    stale = h.call(HEARTBEAT, 1, {"group_id": GROUP, "member_id": "m", "member_epoch": 9, "rack_id": None,
+                                  "subscribed_topic_names": None})
+    assert stale.error_code == ErrorCode.fenced_member_epoch
+    described = h.call(DESCRIBE, 1, {"group_ids": [GROUP, "none"], "include_authorized_operations": False}).groups
+    assert (described[0].group_state, described[0].assignor_name, [m.member_id for m in described[0].members]) == \
+        ("Stable", "simple", ["m"])
+    assert described[1].error_code == ErrorCode.group_id_not_found
+
+
+def test_share_groups_are_served_and_advertised_only_when_enabled():
+    on, off = harness(), Harness()
+    advertised_on = {k.api_key for k in on.call(18, 3, {"client_software_name": "t",
+                                                        "client_software_version": "1"}).api_keys}
+    advertised_off = {k.api_key for k in off.call(18, 3, {"client_software_name": "t",
+                                                          "client_software_version": "1"}).api_keys}
+    assert {76, 77, 78, 79} <= advertised_on and not {76, 77, 78, 79} & advertised_off
+    assert off.call(HEARTBEAT, 1, {"group_id": GROUP, "member_id": "m", "member_epoch": 0, "rack_id": None,
+                                   "subscribed_topic_names": ["t"]}).error_code == ErrorCode.unsupported_version
