@@ -126,7 +126,6 @@ class KafkaApis:
         if self._before_load:
             self._before_load = [(c, frame) for c, frame in self._before_load if c != conn_id]
         self.group_apis.connection_closed(conn_id)
-        self.share_apis.connection_closed(conn_id)
 
     def handle_request(self, conn_id: int, frame: bytes | bytearray, now_ms: int) -> list[Effect]:
         """Decode and answer one request frame of connection ``conn_id``.

@@ -13,7 +13,8 @@ flight then are not handed out again by the next leader; Kafka persists them in
 A ShareFetch first applies the acknowledgements it carries, then hands out what its session's
 partitions have up to their high watermarks: whole stored batches, with the offsets acquired
 (AcquiredRecords) that the consumer may process. With nothing to hand out it waits up to its
-MaxWaitMs and looks once more.
+MaxWaitMs, answered as soon as one of its partitions gets records (in the fetch purgatory, as a
+long-polling Fetch).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from strandline.group.share.sessions import FINAL_EPOCH, ShareSession, ShareSess
 from strandline.protocol.api import ApiKey
 from strandline.protocol.header import RequestHeader
 from strandline.protocol.records import iter_batches
+from strandline.replication.purgatory import DelayedCall
 from strandline.replication.replica_manager import ReplicaManager
 from strandline.security.acl import AclOperation, ResourceType
 from strandline.security.authorizer import AclAuthorizer
@@ -43,8 +45,8 @@ SIMPLE = "simple"
 
 
 @dataclass
-class ParkedFetch:
-    """A ShareFetch with nothing to hand out yet, answered at ``deadline_ms`` with what there is then."""
+class PendingShareFetch:
+    """A ShareFetch's reading part: answered at once, or when records come, or at ``deadline_ms``."""
 
     conn_id: int
     header: RequestHeader
@@ -71,7 +73,6 @@ class ShareGroupApis:
         #: (group id, topic id, partition) -> (the leader epoch it began in, the share group's state
         #: of that partition, which this broker leads)
         self.partitions: dict[tuple[str, Any, int], tuple[int, SharePartition]] = {}
-        self.parked: list[ParkedFetch] = []
 
     @property
     def enabled(self) -> bool:
@@ -84,8 +85,7 @@ class ShareGroupApis:
     # ------------------------------------------------------------------ time
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = [p.deadline_ms for p in self.parked]
-        deadlines += [d for g in self.groups.values() if (d := g.next_deadline_ms()) is not None]
+        deadlines = [d for g in self.groups.values() if (d := g.next_deadline_ms()) is not None]
         deadlines += [d for _, sp in self.partitions.values() if (d := sp.next_deadline_ms()) is not None]
         return min(deadlines, default=None)
 
@@ -95,12 +95,7 @@ class ShareGroupApis:
             group.expire(topics, now_ms)
         for _, sp in self.partitions.values():
             sp.expire_locks(now_ms)
-        due = [p for p in self.parked if p.deadline_ms <= now_ms]
-        self.parked = [p for p in self.parked if p.deadline_ms > now_ms]
-        return [self._answer_fetch(p, now_ms) for p in due]
-
-    def connection_closed(self, conn_id: int) -> None:
-        self.parked = [p for p in self.parked if p.conn_id != conn_id]
+        return []
 
     # ------------------------------------------------------------------ ShareGroupHeartbeat
 
@@ -199,16 +194,23 @@ class ShareGroupApis:
                         for key, batches in acks.items()}
         if epoch == FINAL_EPOCH:
             self._release(session)
-            fetch = ParkedFetch(conn_id, header, session, 0, 0, acknowledged, now_ms)
+            fetch = PendingShareFetch(conn_id, header, session, 0, 0, acknowledged, now_ms)
             return [self._answer_fetch(fetch, now_ms, only=set(acknowledged))]
-        fetch = ParkedFetch(conn_id, header, session, request.max_bytes, request.max_records, acknowledged,
+        fetch = PendingShareFetch(conn_id, header, session, request.max_bytes, request.max_records, acknowledged,
                             now_ms + duration_ms(request.max_wait))
         if fetch.max_records > 0 and fetch.deadline_ms > now_ms and not self._has_records(session, now_ms):
-            self.parked.append(fetch)
+            # a long poll: answered when one of its partitions gets records (an append, the high
+            # watermark moving), or at its deadline with what there is then
+            def check(at_ms: int, expired: bool) -> list[Effect] | None:
+                if expired or self._has_records(session, at_ms):
+                    return [self._answer_fetch(fetch, at_ms)]
+                return None
+            keys = tuple(key for p in session.partitions if (key := self._key(p)) is not None)
+            self.replicas.fetch_purgatory.watch(DelayedCall(conn_id, fetch.deadline_ms, keys, check))
             return []
         return [self._answer_fetch(fetch, now_ms)]
 
-    def _answer_fetch(self, fetch: ParkedFetch, now_ms: int, only: set[tuple[Any, int]] | None = None) -> Effect:
+    def _answer_fetch(self, fetch: PendingShareFetch, now_ms: int, only: set[tuple[Any, int]] | None = None) -> Effect:
         session = fetch.session
         by_topic: dict[Any, list[dict[str, Any]]] = {}
         budget, records_left = fetch.max_bytes, fetch.max_records
@@ -324,6 +326,10 @@ class ShareGroupApis:
 
     def _topics(self) -> dict[str, tuple[Any, int]]:
         return {name: (t.topic_id, t.num_partitions) for name, t in self.metadata.topics.items()}
+
+    def _key(self, partition: tuple[Any, int]) -> tuple[str, int] | None:
+        name = self._topic_name(partition[0])
+        return (name, partition[1]) if name is not None else None
 
     def _topic_name(self, topic_id: Any) -> str | None:
         for name, topic in self.metadata.topics.items():

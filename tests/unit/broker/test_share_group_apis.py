@@ -35,14 +35,18 @@ def join(h: Harness, member: str):
                                  "subscribed_topic_names": ["t"]})
 
 
-def share_fetch(h: Harness, member: str, epoch: int, acks=(), max_records: int = 500, partitions=True, conn=1):
+def share_fetch_body(h: Harness, member: str, epoch: int, acks=(), max_records: int = 500, partitions=True,
+                     max_wait: int = 0):
     parts = [{"partition_index": 0, "acknowledgement_batches": [
         {"first_offset": f, "last_offset": last, "acknowledge_types": list(types)} for f, last, types in acks]}]
-    body = {"group_id": GROUP, "member_id": member, "share_session_epoch": epoch, "max_wait": 0, "min_bytes": 1,
-            "max_bytes": 1 << 20, "max_records": max_records, "batch_size": 500,
+    return {"group_id": GROUP, "member_id": member, "share_session_epoch": epoch, "max_wait": max_wait,
+            "min_bytes": 1, "max_bytes": 1 << 20, "max_records": max_records, "batch_size": 500,
             "topics": [{"topic_id": topic_id(h), "partitions": parts}] if partitions or acks else [],
             "forgotten_topics_data": []}
-    return h.call(FETCH, 1, body, conn)
+
+
+def share_fetch(h: Harness, member: str, epoch: int, acks=(), max_records: int = 500, partitions=True, conn=1):
+    return h.call(FETCH, 1, share_fetch_body(h, member, epoch, acks, max_records, partitions), conn)
 
 
 def acquired(answer) -> list[tuple[int, int, int]]:
@@ -83,6 +87,23 @@ def test_two_members_share_one_partition_and_each_record_goes_to_one_of_them_at_
     # a is gone without a word: its lock on 3 expires and b gets it, a third delivery
     h.tick(15_000)
     assert acquired(share_fetch(h, "member-b", 3)) == [(3, 3, 3)]
+
+
+def test_a_share_fetch_with_nothing_to_hand_out_waits_until_records_come_or_its_max_wait_ends():
+    h = harness()
+    join(h, "m")
+    share_fetch(h, "m", 0)
+    h.request(FETCH, 1, share_fetch_body(h, "m", 1, max_wait=5000), conn=2)
+    assert not h.sent.get(2)                                   # long-polling
+    h.produce("t", make_batch([b"x"]))
+    h.response(0, 7)
+    assert acquired(h.response(FETCH, 1, conn=2)) == [(0, 0, 1)]      # answered as the record came
+    h.request(FETCH, 1, share_fetch_body(h, "m", 2, max_wait=5000), conn=2)
+    h.tick(4999)
+    assert not h.sent.get(2)
+    h.tick(1)
+    answer = h.response(FETCH, 1, conn=2)
+    assert answer.error_code == ErrorCode.none and acquired(answer) == []
 
 
 def test_share_sessions_and_heartbeats_answer_kafkas_errors():
