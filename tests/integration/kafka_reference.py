@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,46 @@ def java_main(kafka: KafkaDist, source: Path, prefix: str) -> list[str]:
         except OSError:                                  # built meanwhile by another run
             shutil.rmtree(building, ignore_errors=True)
     return ["java", "-cp", f"{classes}:{kafka.classpath}", main]
+
+
+class JavaClient:
+    """One Java client process of the tests (its arguments end with a go-file and a stop-file),
+    started ahead (the JVM's start is slow): it begins at :meth:`go` and ends at :meth:`stop`. The
+    lines it prints whose first word is one of ``kinds`` are kept in :attr:`lines` as they come
+    (not the client library's log lines, also on stdout); everything it says is kept in
+    ``<name>.out`` beside its ``<name>.err``, for a failure."""
+
+    def __init__(self, command: list[str], workdir: Path, name: str, kinds: set[str] | frozenset[str]) -> None:
+        self.name = name
+        self.kinds = kinds
+        self.go_file = workdir / f"{name}.go"
+        self.stop_file = workdir / f"{name}.stop"
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen([*command, str(self.go_file), str(self.stop_file)], stdout=subprocess.PIPE,
+                                     stderr=open(workdir / f"{name}.err", "wb"), text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with open(self.stop_file.with_suffix(".out"), "w") as kept:
+            for line in self.proc.stdout:
+                if line.split(" ", 1)[0] in self.kinds:
+                    self.lines.append(line.strip())
+                kept.write(line)
+                kept.flush()
+
+    def go(self) -> None:
+        self.go_file.touch()
+
+    def stop(self, timeout: float = 30) -> None:
+        """Ask it to end, wait for it, and check that it ended well."""
+        self.stop_file.touch()
+        self.proc.wait(timeout)
+        self.reader.join(5)
+        assert self.proc.returncode == 0, (self.name, self.lines[-5:])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)

@@ -10,7 +10,6 @@ of the cache (:mod:`tests.integration.kafka_reference`).
 from __future__ import annotations
 
 import re
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from strandline.cli import groups as groups_cli
 from strandline.errors import Unreachable
 from strandline.runtime.client import KafkaConnection
 from tests.conftest import cluster_fixture, missing_prerequisite, poll_until, run_cli
-from tests.integration.kafka_reference import dist, java_main, kafka_lines_or_skip
+from tests.integration.kafka_reference import JavaClient, dist, java_main, kafka_lines_or_skip
 from tests.integration.replication_helpers import create_topic
 
 pytestmark = pytest.mark.integration
@@ -43,31 +42,12 @@ def java_member() -> list[str]:
     return java_main(dist(KAFKA, "4"), SOURCE, "kip848-member")
 
 
-class Member:
+class Member(JavaClient):
     """One Java member process, started ahead; it joins at :meth:`go`. Its output lines are read
     as they come."""
 
     def __init__(self, command: list[str], bootstrap: str, group: str, topic: str, workdir: Path, name: str) -> None:
-        self.name = name
-        self.go_file = workdir / f"{name}.go"
-        self.stop_file = workdir / f"{name}.stop"
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen([*command, bootstrap, group, topic, str(self.go_file), str(self.stop_file)],
-                                     stdout=subprocess.PIPE, stderr=open(workdir / f"{name}.err", "wb"), text=True)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        with open(self.stop_file.with_suffix(".out"), "w") as kept:     # what it said, for a failure
-            for line in self.proc.stdout:
-                if line.split(" ", 1)[0] in KINDS:     # not the client library's log lines, also on stdout
-                    self.lines.append(line.strip())
-                kept.write(line)
-                kept.flush()
-
-    def go(self) -> None:
-        self.go_file.touch()
+        super().__init__([*command, bootstrap, group, topic], workdir, name, KINDS)
 
     def owned(self) -> set[int]:
         owned: set[int] = set()
@@ -86,15 +66,7 @@ class Member:
                 (line.split() for line in list(self.lines) if line.startswith("RECORD "))]
 
     def leave(self, timeout: float = 30) -> None:
-        self.stop_file.touch()
-        self.proc.wait(timeout)
-        self.reader.join(5)
-        assert self.proc.returncode == 0, (self.name, self.lines[-5:])
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        self.stop(timeout)
 
 
 def ownership(member: Member) -> list[tuple[int, int, float]]:

@@ -10,7 +10,6 @@ accept each record and release the "poison" ones, which come back until the limi
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cluster_fixture, poll_until, run_cli, strandline_cmd
-from tests.integration.kafka_reference import dist, java_main, kafka_lines_or_skip
+from tests.integration.kafka_reference import JavaClient, dist, java_main, kafka_lines_or_skip
 from tests.integration.replication_helpers import create_topic
 
 pytestmark = pytest.mark.integration
@@ -36,44 +35,21 @@ def share_member() -> list[str]:
     return java_main(dist(KAFKA, "4"), SOURCE, "kip932-member")
 
 
-class ShareConsumer:
+class ShareConsumer(JavaClient):
     """One Java share consumer, started ahead (the JVM's start is slow); it subscribes at :meth:`go`."""
 
     def __init__(self, command: list[str], bootstrap: str, group: str, topic: str, mode: str, workdir: Path,
                  name: str) -> None:
-        self.name = name
-        self.go_file, self.stop_file = workdir / f"{name}.go", workdir / f"{name}.stop"
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen([*command, bootstrap, group, topic, mode, str(self.go_file), str(self.stop_file)],
-                                     stdout=subprocess.PIPE, stderr=open(workdir / f"{name}.err", "wb"), text=True)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.split(" ", 1)[0] in ("READY", "RECORD", "POLLED", "CLOSED"):
-                self.lines.append(line.strip())
+        super().__init__([*command, bootstrap, group, topic, mode], workdir, name, {"READY", "RECORD", "POLLED", "CLOSED"})
 
     def go(self) -> None:
-        poll_until(lambda: any(l.startswith("READY") for l in self.lines), 60, 0.05, f"{self.name} started")
-        self.go_file.touch()
+        poll_until(lambda: any(line.startswith("READY") for line in self.lines), 60, 0.05, f"{self.name} started")
+        super().go()
 
     def deliveries(self) -> list[tuple[int, int, str]]:
         """(offset, delivery count, value) of each record handed to it."""
         return [(int(o), int(c), v) for _, _, o, c, v in
                 (line.split(" ", 4) for line in list(self.lines) if line.startswith("RECORD "))]
-
-    def stop(self) -> None:
-        self.stop_file.touch()
-        self.proc.wait(30)
-        self.reader.join(5)
-        assert self.proc.returncode == 0, (self.name, self.lines[-5:])
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 def produce(bootstrap: str, topic: str, values: list[str]) -> None:

@@ -82,14 +82,13 @@ def list_groups(bootstrap: str) -> int:
     return 0
 
 
-def _consumer_group(conn: KafkaConnection, group: str) -> object | None:
-    """The group as ConsumerGroupDescribe tells it, when it is a consumer group (KIP-848) and the
-    broker serves that API; None otherwise."""
+def _described(conn: KafkaConnection, api_key: int, version: int, group: str) -> Any | None:
+    """The group as ConsumerGroupDescribe (KIP-848) or ShareGroupDescribe (KIP-932) tells it, when
+    it is a group of that kind and the broker serves that API; None otherwise."""
     served = {int(k.api_key) for k in conn.request(API_VERSIONS, 0, {}).api_keys}
-    if CONSUMER_GROUP_DESCRIBE not in served:
+    if api_key not in served:
         return None
-    desc = conn.request(CONSUMER_GROUP_DESCRIBE, 0, {"group_ids": [group],
-                                                     "include_authorized_operations": False}).groups[0]
+    desc = conn.request(api_key, version, {"group_ids": [group], "include_authorized_operations": False}).groups[0]
     return desc if error_code(desc.error_code) is ErrorCode.none else None
 
 
@@ -107,17 +106,6 @@ def _print_consumer_group(group: str, desc: Any, owners: dict[tuple[str, int], s
               f"\tPartitions: {shown}\tSubscribed: {subscribed.strip() or '-'}")
 
 
-def _share_group(conn: KafkaConnection, group: str) -> Any | None:
-    """The group as ShareGroupDescribe tells it, when it is a share group (KIP-932) and the broker
-    serves that API; None otherwise."""
-    served = {int(k.api_key) for k in conn.request(API_VERSIONS, 0, {}).api_keys}
-    if SHARE_GROUP_DESCRIBE not in served:
-        return None
-    desc = conn.request(SHARE_GROUP_DESCRIBE, 1, {"group_ids": [group],
-                                                  "include_authorized_operations": False}).groups[0]
-    return desc if error_code(desc.error_code) is ErrorCode.none else None
-
-
 def _print_share_group(group: str, desc: Any) -> None:
     """A share group's members and the partitions each reads (a partition may be read by many)."""
     print(f"Group: {group}\tState: {desc.group_state}\tProtocol: share/{desc.assignor_name}"
@@ -132,11 +120,11 @@ def describe_group(bootstrap: str, group: str) -> int:
     with KafkaConnection(bootstrap) as conn:
         address = _coordinator(conn, group)
     with KafkaConnection(address) as conn:
-        shared = _share_group(conn, group)
+        shared = _described(conn, SHARE_GROUP_DESCRIBE, 1, group)
         if shared is not None:
             _print_share_group(group, shared)
             return 0
-        modern = _consumer_group(conn, group)
+        modern = _described(conn, CONSUMER_GROUP_DESCRIBE, 0, group)
         desc = conn.request(DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}).groups[0]
         fetched = conn.request(OFFSET_FETCH, 7, {"group_id": group, "topics": None, "require_stable": False})
     owners: dict[tuple[str, int], str] = {}
