@@ -222,7 +222,10 @@ class ShareGroupApis:
                                      "acknowledge_error_message": None,
                                      "current_leader": {"leader_id": -1, "leader_epoch": -1},
                                      "records": b"", "acquired_records": []}
-            found = self._leader_share_partition(session.group_id, key, now_ms)
+            name = self._topic_name(key[0])
+            found = self._leader_share_partition(session.group_id, key, now_ms) if name is None or \
+                self.authorizer.allows(fetch.conn_id, AclOperation.READ, ResourceType.TOPIC, name) \
+                else ErrorCode.topic_authorization_failed
             if isinstance(found, ErrorCode):
                 entry["error_code"] = found
                 entry["current_leader"] = self._current_leader(key)

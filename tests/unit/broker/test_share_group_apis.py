@@ -132,3 +132,23 @@ def test_share_groups_are_served_and_advertised_only_when_enabled():
     assert {76, 77, 78, 79} <= advertised_on and not {76, 77, 78, 79} & advertised_off
     assert off.call(HEARTBEAT, 1, {"group_id": GROUP, "member_id": "m", "member_epoch": 0, "rack_id": None,
                                    "subscribed_topic_names": ["t"]}).error_code == ErrorCode.unsupported_version
+
+
+def test_a_share_fetch_of_a_topic_the_client_may_not_read_is_refused_for_that_partition():
+    """Kafka: share consumers need READ on each topic they fetch (TOPIC_AUTHORIZATION_FAILED)."""
+    from strandline.security.acl import (AccessControlEntry, AclOperation, AclPermissionType, PatternType,
+                                         ResourcePattern, ResourceType)
+    h = harness(**{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                   "allow.everyone.if.no.acl.found": "true"})
+    for conn, host in ((1, "10.0.0.1"), (2, "10.0.0.2")):
+        h.broker.connection_opened(conn, host)
+    h.broker.authorizer.load({ResourcePattern(ResourceType.TOPIC, "t", PatternType.LITERAL): frozenset(
+        {AccessControlEntry("User:ANONYMOUS", "*", AclOperation.ALL, AclPermissionType.ALLOW),
+         AccessControlEntry("User:ANONYMOUS", "10.0.0.2", AclOperation.READ, AclPermissionType.DENY)})})
+    join(h, "m")
+    h.produce("t", make_batch([b"x"]))
+    h.response(0, 7)
+    refused = share_fetch(h, "m", 0, conn=2)
+    assert refused.responses[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+    assert acquired(refused) == []
+    assert share_fetch(h, "m2", 0, conn=1).responses[0].partitions[0].error_code == ErrorCode.none
