@@ -289,9 +289,7 @@ class ShareGroupApis:
         if not request.member_id:
             return answer(ErrorCode.invalid_request, [])
         epoch = request.share_session_epoch
-        closing = self.sessions.sessions.get((request.group_id, request.member_id)) if epoch == FINAL_EPOCH else None
         session, error = self.sessions.acknowledge(request.group_id, request.member_id, epoch)
-        session = session or closing
         if error is not ErrorCode.none or session is None:
             return answer(error, [])
         responses = []

@@ -65,7 +65,7 @@ class ShareSessions:
         return session, ErrorCode.none
 
     def acknowledge(self, group_id: str, member_id: str, epoch: int) -> tuple[ShareSession | None, ErrorCode]:
-        """A ShareAcknowledge's session (None when it closed it, or it is refused), or why not."""
+        """A ShareAcknowledge's session (the one it closes, for epoch -1), or why it is refused."""
         key = (group_id, member_id)
         if epoch == OPEN_EPOCH:
             return None, ErrorCode.invalid_share_session_epoch
@@ -73,8 +73,7 @@ class ShareSessions:
         if session is None:
             return None, ErrorCode.share_session_not_found
         if epoch == FINAL_EPOCH:
-            del self.sessions[key]
-            return None, ErrorCode.none
+            return self.sessions.pop(key), ErrorCode.none
         if epoch != session.epoch:
             return None, ErrorCode.invalid_share_session_epoch
         session.epoch = epoch + 1 if epoch < 2**31 - 1 else 1
