@@ -1,8 +1,9 @@
 """Share groups (KIP-932) with Kafka 4.x's own ``KafkaShareConsumer`` on 3 broker processes.
 
 One cluster for the module with ``group.share.enable=true``, a 3 s record lock
-(``group.share.record.lock.duration.ms``) so that an abandoned lock expires quickly, and the
-delivery limit at Kafka's default, 5. The consumers acknowledge explicitly
+(``group.share.record.lock.duration.ms``) so that an abandoned lock expires quickly, the
+delivery limit at Kafka's default, 5, and a short ZooKeeper session so that a SIGKILLed leader is
+replaced quickly. The consumers acknowledge explicitly
 (:file:`kip932_share/ShareMember.java`, compiled against the Kafka 4.x jars of the cache): they
 accept each record and release the "poison" ones, which come back until the limit archives them.
 """
@@ -18,7 +19,7 @@ import pytest
 
 from tests.conftest import cluster_fixture, poll_until, run_cli, strandline_cmd
 from tests.integration.kafka_reference import JavaClient, dist, java_main, kafka_lines_or_skip
-from tests.integration.replication_helpers import create_topic
+from tests.integration.replication_helpers import create_topic, current_leader
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +28,8 @@ SOURCE = Path(__file__).parent / "kip932_share" / "ShareMember.java"
 LIMIT = 5                                   # group.share.delivery.count.limit
 
 sg = cluster_fixture("share_groups", 3, overrides=[
-    "group.share.enable=true", "group.share.record.lock.duration.ms=3000", "group.share.heartbeat.interval.ms=500"])
+    "group.share.enable=true", "group.share.record.lock.duration.ms=3000", "group.share.heartbeat.interval.ms=500",
+    "zookeeper.session.timeout.ms=4000"])
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +143,51 @@ def test_a_consumer_killed_holding_locks_has_its_records_delivered_again_after_t
     again = {offset: count for offset, count, _ in taker.deliveries()}
     assert held and all(again[o] == 2 for o in held), (held, again)      # the second delivery of each
     assert waited >= 2.0                                                   # not before the lock's end
+
+
+def cluster_cli(c, action: str, broker_id: int) -> None:
+    result = run_cli("cluster", action, str(broker_id), "--data-dir", str(c.data_dir), timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_new_leader_resumes_the_share_partition_where_the_killed_leader_left_it(sg, share_member, tmp_path):
+    """The share coordinator keeps each share-partition's state in ``__share_group_state``: after
+    the partition's leader is SIGKILLed, the new leader hands out neither what was accepted before
+    nor skips what was never delivered, and a record locked at the time comes again as its second
+    delivery."""
+    create_topic(sg, "resumed", partitions=1)
+    first = ShareConsumer(share_member, sg.bootstrap, "resumers", "resumed", "ack", tmp_path, "first")
+    before = [f"a{i}" for i in range(100)]
+    try:
+        first.go()
+        warm_up(sg.bootstrap, "resumed", [first])
+        produce(sg.bootstrap, "resumed", before)
+        poll_until(lambda: set(before) <= {v for _, _, v in first.deliveries()}, 60, 0.1, "the first records accepted")
+    finally:
+        finish([first])
+    after = [f"b{i}" for i in range(100)]
+    produce(sg.bootstrap, "resumed", after)            # never handed out before the failover
+    holder = ShareConsumer(share_member, sg.bootstrap, "resumers", "resumed", "hold", tmp_path, "holder")
+    leader = current_leader(sg, "resumed", 0, [1, 2, 3])
+    try:
+        holder.go()
+        poll_until(lambda: holder.deliveries(), 60, 0.1, "records locked by the holder")
+        held = {offset for offset, _, _ in holder.deliveries()}
+        cluster_cli(sg, "kill", leader)
+    finally:
+        holder.kill()
+    others = [b for b in (1, 2, 3) if b != leader]
+    second = ShareConsumer(share_member, sg.bootstrap, "resumers", "resumed", "ack", tmp_path, "second")
+    try:
+        poll_until(lambda: current_leader(sg, "resumed", 0, others) in others, 30, 0.1, "a new leader")
+        second.go()
+        poll_until(lambda: set(after) <= {v for _, _, v in second.deliveries()}, 60, 0.1,
+                   "the records after the failover accepted")
+    finally:
+        finish([second])
+        cluster_cli(sg, "start", leader)
+    accepted_before = {offset for offset, _, _ in first.deliveries()}
+    again = {offset: count for offset, count, _ in second.deliveries()}
+    assert not accepted_before & set(again), sorted(accepted_before & set(again))[:10]   # not handed out again
+    assert held and all(again[o] == 2 for o in held), (sorted(held)[:5], again)        # counted on
+    assert all(count == 1 for o, count in again.items() if o not in held)

@@ -42,6 +42,7 @@ from strandline.broker.metadata_apis import MetadataApis
 from strandline.broker.produce_apis import ProduceApis
 from strandline.broker.quota_apis import QuotaApis
 from strandline.broker.share_group_apis import ShareGroupApis
+from strandline.broker.share_state_apis import ShareStateApis
 from strandline.broker.features import FeatureApis, FinalizedFeatures
 from strandline.broker.txn_apis import TxnApis
 from strandline.controller.controller import Controller
@@ -49,6 +50,8 @@ from strandline.coordination.metadata import MetadataCache
 from strandline.core.effects import Close, Effect, LogLine, Send
 from strandline.core.wire import Handler, response
 from strandline.errors import BrokenInvariant, describe_exception
+from strandline.group.share.persister import SharePersister
+from strandline.group.share.state_topic import SHARE_STATE_TOPIC
 from strandline.protocol import api, control
 from strandline.protocol.api import ApiKey
 from strandline.protocol.header import RequestHeader
@@ -84,6 +87,7 @@ class KafkaApis:
     log_apis: LogApis
     quota_apis: QuotaApis
     feature_apis: FeatureApis
+    share_state_apis: ShareStateApis | None = None     # the share coordinator's APIs
     _before_load: list[tuple[int, bytes | bytearray]] | None = field(default_factory=list)  # client requests until loaded
     arrivals: Arrivals = field(default_factory=Arrivals)
 
@@ -93,8 +97,11 @@ class KafkaApis:
                                         self.quota_apis, self.arrivals, self.feature_apis.features)
         self.fetch_apis = FetchApis(self.config, self.metadata, self.replicas, self.authorizer, self.fetch_sessions,
                                     self.quota_apis, self.arrivals)
+        persister = SharePersister(self.config, self.metadata, self.auto_topics.outbox,
+                                   lambda now_ms: self.auto_topics.create(SHARE_STATE_TOPIC, _share_state_created,
+                                                                          now_ms))
         self.share_apis = ShareGroupApis(self.config, self.metadata, self.replicas, self.authorizer,
-                                         self.group_apis.groups)
+                                         self.group_apis.groups, persister)
         self.group_apis.share_groups = lambda: self.share_apis.groups.values()
         self._handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self._api_versions,
@@ -111,6 +118,7 @@ class KafkaApis:
             **self.quota_apis.handlers(),
             **self.feature_apis.handlers(),
             **self.share_apis.handlers(),
+            **(self.share_state_apis.handlers() if self.share_state_apis is not None else {}),
             **sasl_apis.handlers(self.authorizer.session),
         }
 
@@ -255,6 +263,13 @@ class KafkaApis:
 
         return self.producer_ids.generate_producer_id(answer, now_ms)
 
+
+
+def _share_state_created(error: ErrorCode, message: str | None, now_ms: int) -> list[Effect]:
+    """``__share_group_state`` was created, or not (its first user tries again later)."""
+    if error in (ErrorCode.none, ErrorCode.topic_already_exists):
+        return []
+    return [LogLine("warning", f"Creating {SHARE_STATE_TOPIC} failed: {error.name} {message or ''}")]
 
 
 def api_versions_answer(config: BrokerConfig, version: int, request: Any,

@@ -34,7 +34,8 @@ from strandline.core.config import BrokerConfig
 InternalTopic = Callable[[], tuple[int, int, dict[str, str]]]
 #: the key each internal topic's replication factor comes from (Kafka's message names it)
 REPLICATION_KEYS = {"__consumer_offsets": "offsets.topic.replication.factor",
-                    "__transaction_state": "transaction.state.log.replication.factor"}
+                    "__transaction_state": "transaction.state.log.replication.factor",
+                    "__share_group_state": "share.coordinator.state.topic.replication.factor"}
 
 
 @dataclass

@@ -43,6 +43,7 @@ from strandline.broker.zk_offsets import ZkOffsets
 from strandline.core.outbox import Outbox
 from strandline.transaction.producer_ids import ProducerIdManager
 from strandline.broker.quota_apis import QuotaApis
+from strandline.broker.share_state_apis import ShareStateApis
 from strandline.broker.shutdown import ControlledShutdown
 from strandline.broker.txn_apis import TxnApis
 from strandline.transaction.markers import TransactionMarkers
@@ -57,6 +58,8 @@ from strandline.group.consumer.model import TopicMetadata as ConsumerTopic
 from strandline.group.consumer_groups import ConsumerGroups
 from strandline.group.coordinator import GroupCoordinator
 from strandline.group.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
+from strandline.group.share.coordinator import ShareCoordinator
+from strandline.group.share.state_topic import SHARE_STATE_TOPIC, ShareStateTopic
 from strandline.log.cleaner import LogCleaner
 from strandline.log.manager import LogManager
 from strandline.replication.fetch_session import FetchSessionCache
@@ -113,8 +116,16 @@ class Broker:
         producer_ids = ProducerIdManager(self.broker_id, self.outbox)
         self.transaction_state = TransactionStateTopic(config, self.replica_manager.writes.append_internal,
                                                        self.replica_manager.read_log)
+        self.share_state = ShareStateTopic(config, self.replica_manager.writes.append_internal,
+                                           self.replica_manager.read_log)
+        self.share_coordinator = ShareCoordinator(config["share.coordinator.state.topic.num.partitions"],
+                                                  self.share_state.append, self._partitions_of_topic_id)
+        self.replica_manager.leadership_listeners.append(
+            lambda topic, index, leader, t: self.share_state.on_leadership(self.share_coordinator, topic, index,
+                                                                           leader, t))
         self.auto_topics.internal = {OFFSETS_TOPIC: self.offsets_topic.creation,
-                                     TXN_TOPIC: self.transaction_state.creation}
+                                     TXN_TOPIC: self.transaction_state.creation,
+                                     SHARE_STATE_TOPIC: self.share_state.creation}
         markers = TransactionMarkers(config, self.metadata, self.outbox)
         verifier = TransactionVerifier(config, self.metadata, self.outbox)
         self.replica_manager.verify_transaction = verifier.verify
@@ -139,7 +150,8 @@ class Broker:
                               LogApis(self.metadata, self.replica_manager, self.authorizer),
                               QuotaApis(self.outbox, self.authorizer, lambda: self.controller.is_active),
                               FeatureApis(self.outbox, self.authorizer, self.features,
-                                          lambda: self.controller.is_active))
+                                          lambda: self.controller.is_active),
+                              ShareStateApis(config, self.authorizer, self.share_coordinator))
         self.cleaner = LogCleaner(log_manager)
         self._configure_cleaner()
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
@@ -455,6 +467,13 @@ class Broker:
     def _consumer_group_topics(self) -> dict[str, ConsumerTopic]:
         """The cluster's topics as the consumer group coordinator sees them: id, name, partitions."""
         return {name: ConsumerTopic(t.topic_id, name, len(t.assignment)) for name, t in self.metadata.topics.items()}
+
+    def _partitions_of_topic_id(self, topic_id: object) -> int | None:
+        """How many partitions the topic with this id has (None: no such topic)."""
+        for topic in self.metadata.topics.values():
+            if topic.topic_id == topic_id:
+                return topic.num_partitions
+        return None
 
     def _leader_epoch_of(self, topic: str, index: int) -> int:
         partition = self.replica_manager.partitions.get((topic, index))

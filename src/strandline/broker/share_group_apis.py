@@ -6,11 +6,14 @@ and assignment (:mod:`strandline.group.share.group`); each partition's leader ke
 group, which records are in flight (:mod:`strandline.group.share.partition`) and each member's
 share session with it (:mod:`strandline.group.share.sessions`). A share-partition a leader has not
 seen starts at the partition's high watermark (``share.auto.offset.reset=latest``, Kafka's
-default). Both are kept in memory: a leader or coordinator change starts them afresh (records in
-flight then are not handed out again by the next leader; Kafka persists them in
-``__share_group_state``).
+default). The leader keeps each share-partition's state with the share coordinator
+(:mod:`strandline.broker.share_partitions`), so that the next leader starts where it was: what was
+acknowledged is not handed out again, what was in flight is, with its delivery counts. The group's
+members and assignment are kept in memory: a coordinator change starts them afresh (members join
+again).
 
-A ShareFetch first applies the acknowledgements it carries, then hands out what its session's
+A ShareFetch first applies the acknowledgements it carries (and goes on once the share
+coordinator has them), then hands out what its session's
 partitions have up to their high watermarks: whole stored batches, with the offsets acquired
 (AcquiredRecords) that the consumer may process. With nothing to hand out it waits up to its
 MaxWaitMs, answered as soon as one of its partitions gets records (in the fetch purgatory, as a
@@ -30,6 +33,8 @@ from strandline.core.wire import Handler, duration_ms, response
 from strandline.group.coordinator import GroupCoordinator
 from strandline.group.share.group import ShareGroup, ShareGroupConfig, ShareHeartbeat
 from strandline.group.share.partition import SharePartition
+from strandline.group.share.persister import SharePersister
+from strandline.broker.share_partitions import LedSharePartitions, ShareKey
 from strandline.group.share.sessions import FINAL_EPOCH, ShareSession, ShareSessions
 from strandline.protocol.api import ApiKey
 from strandline.protocol.header import RequestHeader
@@ -59,7 +64,7 @@ class PendingShareFetch:
 
 class ShareGroupApis:
     def __init__(self, config: Any, metadata: MetadataCache, replicas: ReplicaManager, authorizer: AclAuthorizer,
-                 coordinator: GroupCoordinator) -> None:
+                 coordinator: GroupCoordinator, persister: SharePersister) -> None:
         self.config = config
         self.metadata = metadata
         self.replicas = replicas
@@ -70,9 +75,7 @@ class ShareGroupApis:
                                              config["group.share.max.size"])
         self.groups: dict[str, ShareGroup] = {}
         self.sessions = ShareSessions(config["group.share.max.share.sessions"])
-        #: (group id, topic id, partition) -> (the leader epoch it began in, the share group's state
-        #: of that partition, which this broker leads)
-        self.partitions: dict[tuple[str, Any, int], tuple[int, SharePartition]] = {}
+        self.led = LedSharePartitions(config, replicas, persister, self._topic_name)
 
     @property
     def enabled(self) -> bool:
@@ -86,16 +89,15 @@ class ShareGroupApis:
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for g in self.groups.values() if (d := g.next_deadline_ms()) is not None]
-        deadlines += [d for _, sp in self.partitions.values() if (d := sp.next_deadline_ms()) is not None]
+        if (d := self.led.next_deadline_ms()) is not None:
+            deadlines.append(d)
         return min(deadlines, default=None)
 
     def tick(self, now_ms: int) -> list[Effect]:
         topics = self._topics()
         for group in self.groups.values():
             group.expire(topics, now_ms)
-        for _, sp in self.partitions.values():
-            sp.expire_locks(now_ms)
-        return []
+        return self.led.tick(now_ms)
 
     # ------------------------------------------------------------------ ShareGroupHeartbeat
 
@@ -192,27 +194,41 @@ class ShareGroupApis:
             return refuse(error)
         acknowledged = {key: self._acknowledge_partition(conn_id, session, key, batches)
                         for key, batches in acks.items()}
+        changed = [(session.group_id, *key) for key, code in acknowledged.items() if code is ErrorCode.none]
+        effects: list[Effect] = []
+        for k in changed:
+            effects += self.led.changed(k, now_ms)
         if epoch == FINAL_EPOCH:
-            self._release(session)
-            fetch = PendingShareFetch(conn_id, header, session, 0, 0, acknowledged, now_ms)
-            return [self._answer_fetch(fetch, now_ms, only=set(acknowledged))]
-        fetch = PendingShareFetch(conn_id, header, session, request.max_bytes, request.max_records, acknowledged,
-                            now_ms + duration_ms(request.max_wait))
-        if fetch.max_records > 0 and fetch.deadline_ms > now_ms and not self._has_records(session, now_ms):
-            # a long poll: answered when one of its partitions gets records (an append, the high
-            # watermark moving), or at its deadline with what there is then
-            def check(at_ms: int, expired: bool) -> list[Effect] | None:
-                if expired or self._has_records(session, at_ms):
-                    return [self._answer_fetch(fetch, at_ms)]
-                return None
-            keys = tuple(key for p in session.partitions if (key := self._key(p)) is not None)
-            self.replicas.fetch_purgatory.watch(DelayedCall(conn_id, fetch.deadline_ms, keys, check))
-            return []
-        return [self._answer_fetch(fetch, now_ms)]
+            effects += self.led.release_member(session.group_id, session.member_id, now_ms)
+        max_wait_ms = duration_ms(request.max_wait)
 
-    def _answer_fetch(self, fetch: PendingShareFetch, now_ms: int, only: set[tuple[Any, int]] | None = None) -> Effect:
+        def go_on(errors: dict[ShareKey, ErrorCode], at_ms: int) -> list[Effect]:
+            """The acknowledgements are written (or failed to be): hand out records."""
+            for (_, topic_id, index), error in errors.items():
+                acknowledged[(topic_id, index)] = error
+            if epoch == FINAL_EPOCH:
+                closing = PendingShareFetch(conn_id, header, session, 0, 0, acknowledged, at_ms)
+                return self._answer_fetch(closing, at_ms, only=set(acknowledged))
+            fetch = PendingShareFetch(conn_id, header, session, request.max_bytes, request.max_records,
+                                      acknowledged, at_ms + max_wait_ms)
+            if fetch.max_records > 0 and fetch.deadline_ms > at_ms and not self._has_records(session, at_ms):
+                # a long poll: answered when one of its partitions gets records (an append, the high
+                # watermark moving, its state read), or at its deadline with what there is then
+                def check(t: int, expired: bool) -> list[Effect] | None:
+                    if expired or self._has_records(session, t):
+                        return self._answer_fetch(fetch, t)
+                    return None
+                keys = tuple(key for p in session.partitions if (key := self._key(p)) is not None)
+                self.replicas.fetch_purgatory.watch(DelayedCall(conn_id, fetch.deadline_ms, keys, check))
+                return []
+            return self._answer_fetch(fetch, at_ms)
+        return effects + self.led.when_written(changed, go_on, now_ms)
+
+    def _answer_fetch(self, fetch: PendingShareFetch, now_ms: int,
+                      only: set[tuple[Any, int]] | None = None) -> list[Effect]:
         session = fetch.session
         by_topic: dict[Any, list[dict[str, Any]]] = {}
+        effects: list[Effect] = []
         budget, records_left = fetch.max_bytes, fetch.max_records
         keys = list(session.partitions) if only is None else [k for k in session.partitions if k in only]
         keys += [k for k in fetch.acknowledged if k not in keys]
@@ -223,16 +239,20 @@ class ShareGroupApis:
                                      "current_leader": {"leader_id": -1, "leader_epoch": -1},
                                      "records": b"", "acquired_records": []}
             name = self._topic_name(key[0])
-            found = self._leader_share_partition(session.group_id, key, now_ms) if name is None or \
+            k = (session.group_id, key[0], key[1])
+            found = self.led.get(k, now_ms) if name is None or \
                 self.authorizer.allows(fetch.conn_id, AclOperation.READ, ResourceType.TOPIC, name) \
                 else ErrorCode.topic_authorization_failed
             if isinstance(found, ErrorCode):
                 entry["error_code"] = found
                 entry["current_leader"] = self._current_leader(key)
-            elif budget > 0 and records_left > 0:
+            elif isinstance(found, tuple) and budget > 0 and records_left > 0:
                 partition, sp = found
                 entry["current_leader"] = {"leader_id": partition.local_broker_id, "leader_epoch": partition.leader_epoch}
-                data, acquired = self._acquire(partition, sp, session.member_id, budget, records_left, now_ms)
+                data, acquired, changed = self._acquire(partition, sp, session.member_id, budget, records_left,
+                                                        now_ms)
+                if changed:
+                    effects += self.led.changed(k, now_ms)
                 if acquired:
                     entry["records"] = data
                     entry["acquired_records"] = [{"first_offset": a.first_offset, "last_offset": a.last_offset,
@@ -244,32 +264,38 @@ class ShareGroupApis:
                 "acquisition_lock_timeout": self.config["group.share.record.lock.duration.ms"],
                 "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()],
                 "node_endpoints": []}
-        return response(fetch.conn_id, fetch.header, body)
+        return effects + [response(fetch.conn_id, fetch.header, body)]
 
     def _acquire(self, partition: Any, sp: SharePartition, member_id: str, max_bytes: int, max_records: int,
-                 now_ms: int) -> tuple[bytes, list[Any]]:
+                 now_ms: int) -> tuple[bytes, list[Any], bool]:
         """Read the partition from the share-partition's next offset up to its high watermark and
-        hand what was read to ``member_id``: the stored batches, and the ranges acquired."""
+        hand what was read to ``member_id``: the stored batches, the ranges acquired, and whether
+        the share-partition changed (its start moved with the log's, locks expired, records went
+        out)."""
         log = partition.log
+        before = sp.start_offset
         sp.move_start(log.log_start_offset)
-        sp.expire_locks(now_ms)
+        changed = sp.expire_locks(now_ms) > 0 or sp.start_offset != before
         offset = sp.next_fetch_offset()
         hw = partition.high_watermark
         if offset >= hw or not sp.can_acquire():
-            return b"", []
+            return b"", [], changed
         data = bytes(log.read(offset, max_bytes, max_offset=hw))
         last = -1
         for _, batch in iter_batches(data):
             last = batch.last_offset
         if last < offset:
-            return b"", []
-        return data, sp.acquire(member_id, offset, min(last, hw - 1), max_records, now_ms)
+            return b"", [], changed
+        acquired = sp.acquire(member_id, offset, min(last, hw - 1), max_records, now_ms)
+        return data, acquired, changed or bool(acquired)
 
     def _has_records(self, session: ShareSession, now_ms: int) -> bool:
         for key in session.partitions:
-            found = self._leader_share_partition(session.group_id, key, now_ms)
+            found = self.led.get((session.group_id, key[0], key[1]), now_ms)
             if isinstance(found, ErrorCode):
                 return True                      # an error to answer at once
+            if not isinstance(found, tuple):
+                continue                         # LOADING: answered once its state is read
             partition, sp = found
             sp.expire_locks(now_ms)
             if sp.next_fetch_offset() < partition.high_watermark and sp.can_acquire():
@@ -293,6 +319,8 @@ class ShareGroupApis:
         if error is not ErrorCode.none or session is None:
             return answer(error, [])
         responses = []
+        changed: list[ShareKey] = []
+        effects: list[Effect] = []
         for t in request.topics:
             parts = []
             for p in t.partitions:
@@ -301,27 +329,33 @@ class ShareGroupApis:
                     (b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in p.acknowledgement_batches])
                 parts.append({"partition_index": p.partition_index, "error_code": code, "error_message": None,
                               "current_leader": self._current_leader(key)})
+                if code is ErrorCode.none:
+                    changed.append((session.group_id, *key))
+                    effects += self.led.changed(changed[-1], now_ms)
             responses.append({"topic_id": t.topic_id, "partitions": parts})
         if epoch == FINAL_EPOCH:
-            self._release(session)
-        return answer(ErrorCode.none, responses)
+            effects += self.led.release_member(session.group_id, session.member_id, now_ms)
+
+        def written(errors: dict[ShareKey, ErrorCode], at_ms: int) -> list[Effect]:
+            for topic in responses:
+                for part in topic["partitions"]:
+                    error = errors.get((session.group_id, topic["topic_id"], part["partition_index"]))
+                    if error is not None:
+                        part["error_code"] = error
+            return answer(ErrorCode.none, responses)
+        return effects + self.led.when_written(changed, written, now_ms)
 
     def _acknowledge_partition(self, conn_id: int, session: ShareSession, key: tuple[Any, int],
                                batches: list[Any]) -> ErrorCode:
         name = self._topic_name(key[0])
         if name is not None and not self.authorizer.allows(conn_id, AclOperation.READ, ResourceType.TOPIC, name):
             return ErrorCode.topic_authorization_failed
-        known = self.partitions.get((session.group_id, key[0], key[1])) if name is not None else None
-        if known is None:
-            found = self._leader_share_partition(session.group_id, key, None)
-            return found if isinstance(found, ErrorCode) else ErrorCode.invalid_record_state
-        return known[1].acknowledge(session.member_id, batches)
-
-    def _release(self, session: ShareSession) -> None:
-        """A share session closed: what its member holds here is released."""
-        for (group_id, _, _), (_, sp) in self.partitions.items():
-            if group_id == session.group_id:
-                sp.release_member(session.member_id)
+        found = self.led.get((session.group_id, key[0], key[1]), None)
+        if isinstance(found, ErrorCode):
+            return found
+        if not isinstance(found, tuple):
+            return ErrorCode.invalid_record_state           # LOADING: nothing of it is acquired yet
+        return found[1].acknowledge(session.member_id, batches)
 
     # ------------------------------------------------------------------ lookups
 
@@ -337,27 +371,6 @@ class ShareGroupApis:
             if topic.topic_id == topic_id:
                 return name
         return None
-
-    def _leader_share_partition(self, group_id: str, key: tuple[Any, int],
-                                now_ms: int | None) -> tuple[Any, SharePartition] | ErrorCode:
-        """This broker's leadership of ``key`` and the group's state of it (made at the high
-        watermark when new, or when leadership was taken again since it was), or the error."""
-        name = self._topic_name(key[0])
-        if name is None:
-            return ErrorCode.unknown_topic_id
-        partition = self.replicas.partitions.get((name, key[1]))
-        if partition is None or not partition.is_leader:
-            return ErrorCode.not_leader_or_follower
-        held = self.partitions.get((group_id, key[0], key[1]))
-        if held is None or held[0] != partition.leader_epoch:
-            if now_ms is None:
-                return ErrorCode.invalid_record_state
-            sp = SharePartition(partition.high_watermark,
-                                max_in_flight=self.config["group.share.partition.max.record.locks"],
-                                delivery_count_limit=self.config["group.share.delivery.count.limit"],
-                                lock_duration_ms=self.config["group.share.record.lock.duration.ms"])
-            held = self.partitions[(group_id, key[0], key[1])] = (partition.leader_epoch, sp)
-        return partition, held[1]
 
     def _current_leader(self, key: tuple[Any, int]) -> dict[str, int]:
         name = self._topic_name(key[0])

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 EVENTS_SHOWN = 200
 #: Kafka's internal topics (Topic.INTERNAL_TOPICS)
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 #: what a partition's problem flags are
 PROBLEMS = ("offline", "under_replicated", "under_min_isr", "leader_not_answering")
 

@@ -242,8 +242,8 @@ BROKER_KEYS: dict[str, Key] = key_table(
             "name; the first is the one a group uses unless its members ask for another."),
     # share groups (KIP-932), with Kafka 4.2's keys and defaults; served when group.share.enable is true
     Key("group.share.enable", "bool", False,
-        doc="Serve share groups (ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge). "
-            "Their state is kept in memory: a leader or coordinator change starts it afresh."),
+        doc="Serve share groups (ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge), "
+            "their share-partitions' state kept by the share coordinator in __share_group_state."),
     Key("group.share.session.timeout.ms", "int", 45000, lo=1),
     Key("group.share.heartbeat.interval.ms", "int", 5000, lo=1),
     Key("group.share.max.size", "int", 200, lo=1, hi=1000),
@@ -251,6 +251,11 @@ BROKER_KEYS: dict[str, Key] = key_table(
     Key("group.share.delivery.count.limit", "int", 5, lo=2, hi=10),
     Key("group.share.partition.max.record.locks", "int", 2000, lo=100, hi=10000),
     Key("group.share.max.share.sessions", "int", 2000, lo=1),
+    # the share coordinator's keys (KIP-932), with Kafka 4.2's defaults
+    Key("share.coordinator.state.topic.num.partitions", "int", 50, lo=1),
+    Key("share.coordinator.state.topic.replication.factor", "int", 3, lo=1),
+    Key("share.coordinator.state.topic.min.isr", "int", 2, lo=1),
+    Key("share.coordinator.state.topic.segment.bytes", "int", 104857600, lo=1),
     Key("transactional.id.expiration.ms", "int", 604800000, lo=1),
     # the transaction coordinator's keys, with Kafka's defaults
     Key("transaction.state.log.num.partitions", "int", 50, lo=1),

@@ -24,7 +24,7 @@ from strandline.group.coordinator import GroupCoordinator
 from strandline.group.model import Appended
 
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})
 
 #: ``done(error, when_ms, base_offset)``: ``base_offset`` is where the batch lies (-1 unless written).
 Done = Appended

@@ -103,6 +103,10 @@ class ApiKey(enum.IntEnum):
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    INITIALIZE_SHARE_GROUP_STATE = 83
+    READ_SHARE_GROUP_STATE = 84
+    WRITE_SHARE_GROUP_STATE = 85
+    DELETE_SHARE_GROUP_STATE = 86
 
 
 # Advertised version ranges {api_key: (min, max)}; every range overlaps what kafka-python
@@ -130,7 +134,8 @@ class ApiKey(enum.IntEnum):
 #  * ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848) are advertised only by a broker
 #    whose group.coordinator.rebalance.protocols lists consumer (:data:`CONSUMER_GROUP_APIS`).
 #  * The share group APIs (KIP-932) start at v1, Kafka 4.1's first stable version, and are
-#    advertised only with group.share.enable=true (:data:`SHARE_GROUP_APIS`).
+#    advertised only with group.share.enable=true (:data:`SHARE_GROUP_APIS`), as are the share
+#    coordinator's (Initialize/Read/Write/DeleteShareGroupState), which brokers send each other.
 # FindCoordinator is listed because librdkafka enables LZ4 only when it is advertised; until
 # consumer groups exist it answers COORDINATOR_NOT_AVAILABLE. v4+ is the batched form.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -198,13 +203,19 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
     ApiKey.SHARE_FETCH: (1, 1),
     ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.WRITE_SHARE_GROUP_STATE: (0, 1),
+    ApiKey.DELETE_SHARE_GROUP_STATE: (0, 0),
 }
 
 #: The APIs of the consumer group protocol (KIP-848), served when it is enabled.
 CONSUMER_GROUP_APIS = frozenset({ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE})
 #: The APIs of share groups (KIP-932), served when group.share.enable is true.
 SHARE_GROUP_APIS = frozenset({ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH,
-                              ApiKey.SHARE_ACKNOWLEDGE})
+                              ApiKey.SHARE_ACKNOWLEDGE, ApiKey.INITIALIZE_SHARE_GROUP_STATE,
+                              ApiKey.READ_SHARE_GROUP_STATE, ApiKey.WRITE_SHARE_GROUP_STATE,
+                              ApiKey.DELETE_SHARE_GROUP_STATE})
 
 
 def register(api_key: int, min_version: int, max_version: int) -> None:

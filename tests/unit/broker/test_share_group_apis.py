@@ -6,9 +6,15 @@ advertised only with group.share.enable."""
 
 from __future__ import annotations
 
+import random
 import uuid
 
 from kio.schema.errors import ErrorCode
+
+from strandline.broker.broker import Broker
+from strandline.core.effects import BrokerSend, Send
+from strandline.group.share.records import ShareStateKey
+from strandline.log.manager import LogManager
 
 from tests.unit.batches import make_batch
 from tests.unit.broker.test_broker_core import Harness
@@ -17,10 +23,31 @@ GROUP = "sg"
 HEARTBEAT, DESCRIBE, FETCH, ACK = 76, 77, 78, 79
 
 
+LOOPBACK_CONN = 999
+
+
+class ShareHarness(Harness):
+    """A one-broker cluster whose requests to itself (the partition leader's to the share
+    coordinator) are delivered and answered, as the shell would."""
+
+    def run(self, effects):
+        own = [e for e in effects if isinstance(e, BrokerSend) and e.broker_id == 1]
+        super().run([e for e in effects if e not in own])
+        for send in own:
+            super().run(self.broker.handle_request(LOOPBACK_CONN, send.frame, self.now))
+            answer = self.sent[LOOPBACK_CONN].pop(0)
+            assert isinstance(answer, Send), answer
+            frame = b"".join(bytes(b) for b in answer.buffers)[4:]
+            self.run(self.broker.on_broker_response(send.token, frame, self.now))
+
+
 def harness(**overrides: str) -> Harness:
-    h = Harness(**{"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1",
-                   "group.share.enable": "true", "group.share.record.lock.duration.ms": "15000", **overrides})
+    h = ShareHarness(**{"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1",
+                        "share.coordinator.state.topic.replication.factor": "1",
+                        "share.coordinator.state.topic.num.partitions": "3",
+                        "group.share.enable": "true", "group.share.record.lock.duration.ms": "15000", **overrides})
     h.create("t")
+    h.run(h.broker.auto_topics.create("__share_group_state", lambda *_: [], h.now))
     h.call(10, 3, {"key": GROUP, "key_type": 0})      # creates __consumer_offsets
     h.call(10, 3, {"key": GROUP, "key_type": 0})
     return h
@@ -46,7 +73,9 @@ def share_fetch_body(h: Harness, member: str, epoch: int, acks=(), max_records: 
 
 
 def share_fetch(h: Harness, member: str, epoch: int, acks=(), max_records: int = 500, partitions=True, conn=1):
-    return h.call(FETCH, 1, share_fetch_body(h, member, epoch, acks, max_records, partitions), conn)
+    answer = h.call(FETCH, 1, share_fetch_body(h, member, epoch, acks, max_records, partitions), conn)
+    h.tick(0)           # what is due now: a share-partition's state read from the share coordinator
+    return answer
 
 
 def acquired(answer) -> list[tuple[int, int, int]]:
@@ -82,7 +111,7 @@ def test_two_members_share_one_partition_and_each_record_goes_to_one_of_them_at_
         {"topic_id": topic_id(h), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
             {"first_offset": 4, "last_offset": 9, "acknowledge_types": [1]}]}]}]})
     assert right.error_code == ErrorCode.none and right.responses[0].partitions[0].error_code == ErrorCode.none
-    sp = h.broker.apis.share_apis.partitions[(GROUP, topic_id(h), 0)][1]
+    sp = h.broker.apis.share_apis.led.partitions[(GROUP, topic_id(h), 0)].sp
     assert sp.start_offset == 3 and sp.end_offset == 10
     # a is gone without a word: its lock on 3 expires and b gets it, a third delivery
     h.tick(15_000)
@@ -152,3 +181,62 @@ def test_a_share_fetch_of_a_topic_the_client_may_not_read_is_refused_for_that_pa
     assert refused.responses[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
     assert acquired(refused) == []
     assert share_fetch(h, "m2", 0, conn=1).responses[0].partitions[0].error_code == ErrorCode.none
+
+
+def restart(h: ShareHarness) -> ShareHarness:
+    """The broker stops and starts again on the same disk (nothing lost): a new leader epoch, the
+    share coordinator's partitions replayed from ``__share_group_state``."""
+    topics = dict(h.broker.metadata.topics)
+    again = ShareHarness.__new__(ShareHarness)
+    again.config, again.disk, again.now, again.zk = h.config, h.disk, h.now + 1000, h.zk
+    logs = LogManager(h.disk, ["/data/logs"], h.config.log_config())
+    logs.startup(again.now)
+    again.broker = Broker(h.config, logs, rng=random.Random(2), now_ms=again.now)
+    again.correlation, again.sent, again.logs, again.brokers = 0, {}, [], dict(h.brokers)
+    again.broker_sent = []
+    again.run(again.broker.load_metadata("cluster", again.brokers, topics, 1, 1, again.now))
+    return again
+
+
+def test_a_share_partitions_state_survives_a_new_leader_through_the_share_coordinator():
+    """KIP-932: the leader writes each change to the share coordinator (``__share_group_state``);
+    a new leader reads it: what was accepted or rejected is not handed out again, what was
+    released or still locked is, one delivery more."""
+    h = harness()
+    join(h, "m")
+    share_fetch(h, "m", 0)
+    h.produce("t", make_batch([b"v%d" % i for i in range(10)]))
+    h.response(0, 7)
+    assert acquired(share_fetch(h, "m", 1)) == [(0, 9, 1)]
+    # accept 0-3, release 4, reject 5; 6-9 stay locked
+    ack = h.call(ACK, 1, {"group_id": GROUP, "member_id": "m", "share_session_epoch": 2, "topics": [
+        {"topic_id": topic_id(h), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+            {"first_offset": 0, "last_offset": 5, "acknowledge_types": [1, 1, 1, 1, 2, 3]}]}]}]})
+    assert ack.responses[0].partitions[0].error_code == ErrorCode.none
+    key = ShareStateKey(GROUP, topic_id(h), 0)
+    stored = h.broker.share_coordinator.states[key]
+    assert stored.start_offset == 4 and [(b.first_offset, b.last_offset, int(b.state), b.delivery_count)
+                                         for b in stored.batches] == [(4, 4, 0, 1), (5, 5, 4, 1), (6, 9, 0, 1)]
+    after = restart(h)
+    assert after.broker.share_coordinator.states[key] == stored          # replayed from the log
+    join(after, "m")
+    share_fetch(after, "m", 0)
+    assert acquired(share_fetch(after, "m", 1)) == [(4, 4, 2), (6, 9, 2)]
+
+
+def test_an_acknowledgement_is_answered_once_the_share_coordinator_has_it():
+    h = harness()
+    join(h, "m")
+    share_fetch(h, "m", 0)
+    h.produce("t", make_batch([b"x"]))
+    h.response(0, 7)
+    assert acquired(share_fetch(h, "m", 1)) == [(0, 0, 1)]
+    held = []
+    h.run = lambda effects, run=h.run: held.extend(effects)        # requests to the coordinator held
+    h.request(ACK, 1, {"group_id": GROUP, "member_id": "m", "share_session_epoch": 2, "topics": [
+        {"topic_id": topic_id(h), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+            {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]}]}]})
+    assert [type(e).__name__ for e in held] == ["BrokerSend"]        # the write, no answer yet
+    del h.run
+    h.run(held)
+    assert h.response(ACK, 1).responses[0].partitions[0].error_code == ErrorCode.none

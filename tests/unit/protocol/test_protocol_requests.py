@@ -44,7 +44,9 @@ def test_the_advertised_table():
         ApiKey.DESCRIBE_DELEGATION_TOKEN: (0, 2), ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.ALTER_ISR: (0, 0), ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1), ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
         ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1), ApiKey.SHARE_GROUP_DESCRIBE: (1, 1), ApiKey.SHARE_FETCH: (1, 1),
-        ApiKey.SHARE_ACKNOWLEDGE: (1, 1)}
+        ApiKey.SHARE_ACKNOWLEDGE: (1, 1), ApiKey.INITIALIZE_SHARE_GROUP_STATE: (0, 0),
+        ApiKey.READ_SHARE_GROUP_STATE: (0, 0), ApiKey.WRITE_SHARE_GROUP_STATE: (0, 1),
+        ApiKey.DELETE_SHARE_GROUP_STATE: (0, 0)}
 
 
 @pytest.mark.parametrize("api_key,version", VERSIONS)

@@ -1,0 +1,250 @@
+"""The share-partitions a broker leads (KIP-932), kept in step with the share coordinator.
+
+A share group's state of a partition lives on the partition's leader
+(:class:`strandline.group.share.partition.SharePartition`) and, durably, with the share coordinator
+(:class:`strandline.group.share.persister.SharePersister`). When this broker first needs a
+share-partition in a leader epoch it reads the state from the coordinator and hands nothing out
+until it has it (a share-partition never seen is initialized at the partition's high watermark,
+``share.auto.offset.reset=latest``, Kafka's default). Every change (records handed out,
+acknowledged, released, their locks expiring, the log's start moving) is written back, one write at
+a time per share-partition, each carrying the whole state; an acknowledgement is answered once the
+coordinator has it. A write that fails is tried again ``RETRY_BACKOFF_MS`` later with the state
+then; its waiting acknowledgements are answered with the error (Kafka's leader rolls the
+acknowledgement back instead; here it stays applied and is written with the retry). A write
+fenced by a newer leader epoch drops the share-partition: another broker leads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Union
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from strandline.core.effects import Effect
+from strandline.group.share.partition import SharePartition, StateBatch
+from strandline.group.share.persister import SharePersister
+from strandline.group.share.records import ShareStateKey
+from strandline.replication.replica_manager import ReplicaManager
+
+RETRY_BACKOFF_MS = 500
+#: (group id, topic id, partition)
+ShareKey = tuple[str, UUID, int]
+#: ``done(errors of the share-partitions whose writes failed, now_ms)``
+Written = Callable[[dict[ShareKey, ErrorCode], int], list[Effect]]
+
+
+class Loading:
+    """A share-partition whose state is still being read from the share coordinator."""
+
+    def __repr__(self) -> str:
+        return "LOADING"
+
+
+LOADING = Loading()
+
+
+@dataclass
+class LedSharePartition:
+    leader_epoch: int
+    sp: SharePartition | None = None       # None until its state is read
+    state_epoch: int = 0
+    loading: bool = False
+    version: int = 0                        # changes made
+    written: int = 0                        # changes the coordinator has
+    writing: bool = False
+    retry_at_ms: int = -1                   # a failed read or write is tried again from then
+    waiters: list[tuple[int, Callable[[ErrorCode, int], list[Effect]]]] = field(default_factory=list)
+
+
+class LedSharePartitions:
+    def __init__(self, config: Any, replicas: ReplicaManager, persister: SharePersister,
+                 topic_name: Callable[[UUID], "str | None"]) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.persister = persister
+        self.topic_name = topic_name
+        self.partitions: dict[ShareKey, LedSharePartition] = {}
+
+    def limits(self) -> dict[str, int]:
+        return {"max_in_flight": self.config["group.share.partition.max.record.locks"],
+                "delivery_count_limit": self.config["group.share.delivery.count.limit"],
+                "lock_duration_ms": self.config["group.share.record.lock.duration.ms"]}
+
+    # ------------------------------------------------------------------ finding one
+
+    def get(self, k: ShareKey, now_ms: int | None) -> Union[tuple[Any, SharePartition], ErrorCode, Loading]:
+        """This broker's leadership of the partition and the group's state of it, LOADING while
+        its state is read (a read is begun when ``now_ms`` is given), or the error."""
+        name = self.topic_name(k[1])
+        if name is None:
+            return ErrorCode.unknown_topic_id
+        partition = self.replicas.partitions.get((name, k[2]))
+        if partition is None or not partition.is_leader:
+            return ErrorCode.not_leader_or_follower
+        led = self.partitions.get(k)
+        if led is None or led.leader_epoch != partition.leader_epoch:
+            if now_ms is None:
+                return LOADING
+            # its state is read at the next tick (:meth:`next_deadline_ms` says it is due)
+            led = self.partitions[k] = LedSharePartition(partition.leader_epoch, retry_at_ms=now_ms)
+        if led.sp is None:
+            return LOADING
+        return partition, led.sp
+
+    # ------------------------------------------------------------------ changes
+
+    def changed(self, k: ShareKey, now_ms: int) -> list[Effect]:
+        """The share-partition changed: write it (after the write in flight, if one is)."""
+        led = self.partitions.get(k)
+        if led is None or led.sp is None:
+            return []
+        led.version += 1
+        return self._write(k, led, now_ms)
+
+    def when_written(self, keys: list[ShareKey], done: Written, now_ms: int) -> list[Effect]:
+        """``done`` once every change so far of each of ``keys`` is written (or failed to be)."""
+        errors: dict[ShareKey, ErrorCode] = {}
+        waiting = [0]
+
+        def one_done(k: ShareKey) -> Callable[[ErrorCode, int], list[Effect]]:
+            def finished(error: ErrorCode, at_ms: int) -> list[Effect]:
+                if error is not ErrorCode.none:
+                    errors[k] = error
+                waiting[0] -= 1
+                return done(errors, at_ms) if waiting[0] == 0 else []
+            return finished
+
+        for k in dict.fromkeys(keys):
+            led = self.partitions.get(k)
+            if led is not None and led.written < led.version:
+                waiting[0] += 1
+                led.waiters.append((led.version, one_done(k)))
+        return done(errors, now_ms) if waiting[0] == 0 else []
+
+    def release_member(self, group_id: str, member_id: str, now_ms: int) -> list[Effect]:
+        """A share session closed: what its member holds here is released."""
+        effects: list[Effect] = []
+        for k, led in list(self.partitions.items()):
+            if k[0] == group_id and led.sp is not None and led.sp.release_member(member_id):
+                effects += self.changed(k, now_ms)
+        return effects
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = []
+        for led in self.partitions.values():
+            if led.sp is not None and (d := led.sp.next_deadline_ms()) is not None:
+                deadlines.append(d)
+            if (led.sp is None and not led.loading) or (not led.writing and led.written < led.version):
+                deadlines.append(led.retry_at_ms)
+        return min(deadlines, default=None)
+
+    def tick(self, now_ms: int) -> list[Effect]:
+        effects: list[Effect] = []
+        for k, led in list(self.partitions.items()):
+            if not led.loading and not led.writing and self._led(k, led) is None:
+                del self.partitions[k]          # no longer led here (in that epoch)
+                effects += self._answer(led, led.version, ErrorCode.not_leader_or_follower, now_ms)
+                continue
+            if led.sp is None and not led.loading and now_ms >= led.retry_at_ms:
+                effects += self._load(k, led, now_ms)
+                continue
+            if led.sp is not None and led.sp.expire_locks(now_ms):
+                led.version += 1
+            if led.sp is not None and led.written < led.version and now_ms >= led.retry_at_ms:
+                effects += self._write(k, led, now_ms)
+        return effects
+
+    # ------------------------------------------------------------------ the coordinator
+
+    def _load(self, k: ShareKey, led: LedSharePartition, now_ms: int) -> list[Effect]:
+        led.loading = True
+        key = ShareStateKey(*k)
+
+        def failed(at_ms: int) -> list[Effect]:
+            led.loading = False
+            led.retry_at_ms = at_ms + RETRY_BACKOFF_MS
+            return []
+
+        def ready(sp: SharePartition, state_epoch: int, at_ms: int) -> list[Effect]:
+            led.loading, led.sp, led.state_epoch = False, sp, state_epoch
+            name = self.topic_name(k[1])
+            return self.replicas.fetch_purgatory.check_keys([(name, k[2])], at_ms) if name is not None else []
+
+        def read(error: ErrorCode, state_epoch: int, start: int, batches: list[StateBatch],
+                 at_ms: int) -> list[Effect]:
+            partition = self._led(k, led)
+            if partition is None:
+                return []
+            if error is ErrorCode.none and start >= 0:
+                sp = SharePartition.restore(start, batches, **self.limits())
+                sp.move_start(partition.log.log_start_offset)
+                return ready(sp, state_epoch, at_ms)
+            if error is not ErrorCode.invalid_request and not (error is ErrorCode.none and start < 0):
+                return failed(at_ms)
+            # never seen: it starts at the high watermark (share.auto.offset.reset=latest)
+            start = partition.high_watermark
+
+            def initialized(error: ErrorCode, t: int) -> list[Effect]:
+                if self._led(k, led) is None:
+                    return []
+                if error is not ErrorCode.none:
+                    return failed(t)
+                return ready(SharePartition(start, **self.limits()), 0, t)
+            return self.persister.initialize(key, 0, start, initialized, at_ms)
+
+        return self.persister.read(key, led.leader_epoch, read, now_ms)
+
+    def _write(self, k: ShareKey, led: LedSharePartition, now_ms: int) -> list[Effect]:
+        if led.writing or led.sp is None or led.written >= led.version:
+            return []
+        led.writing = True
+        target = led.version
+        sp = led.sp
+
+        def written(error: ErrorCode, at_ms: int) -> list[Effect]:
+            led.writing = False
+            if error in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch):
+                if self.partitions.get(k) is led:
+                    del self.partitions[k]          # another broker leads it now
+                return self._answer(led, led.version, ErrorCode.not_leader_or_follower, at_ms)
+            if error is not ErrorCode.none:
+                led.retry_at_ms = at_ms + RETRY_BACKOFF_MS
+                return self._answer(led, target, _as_client_error(error), at_ms)
+            led.written = max(led.written, target)
+            effects = self._answer(led, target, ErrorCode.none, at_ms)
+            if self.partitions.get(k) is led:
+                effects += self._write(k, led, at_ms)
+            return effects
+        return self.persister.write(ShareStateKey(*k), led.state_epoch, led.leader_epoch, sp.start_offset,
+                                    sp.state_batches(), written, now_ms)
+
+    @staticmethod
+    def _answer(led: LedSharePartition, upto: int, error: ErrorCode, now_ms: int) -> list[Effect]:
+        due = [w for w in led.waiters if w[0] <= upto]
+        led.waiters = [w for w in led.waiters if w[0] > upto]
+        effects: list[Effect] = []
+        for _, waiter in due:
+            effects += waiter(error, now_ms)
+        return effects
+
+    def _led(self, k: ShareKey, led: LedSharePartition) -> Any | None:
+        """The partition, if this broker still leads it in the epoch ``led`` began in."""
+        if self.partitions.get(k) is not led:
+            return None
+        name = self.topic_name(k[1])
+        partition = self.replicas.partitions.get((name, k[2])) if name is not None else None
+        if partition is None or not partition.is_leader or partition.leader_epoch != led.leader_epoch:
+            return None
+        return partition
+
+
+def _as_client_error(error: ErrorCode) -> ErrorCode:
+    """A failed write as its share consumer is told it (Kafka's ``SharePartition`` mapping)."""
+    if error in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                 ErrorCode.coordinator_load_in_progress, ErrorCode.network_exception):
+        return ErrorCode.coordinator_not_available
+    if error is ErrorCode.unknown_topic_or_partition:
+        return error
+    return ErrorCode.unknown_server_error

@@ -1,0 +1,227 @@
+"""The share coordinator (KIP-932): share-partition state kept in ``__share_group_state``.
+
+A share-partition's leader keeps its in-flight records in memory
+(:class:`strandline.group.share.partition.SharePartition`); the share coordinator keeps them
+durably, so that a new leader starts where the last one was. The state of ``(group, topic id,
+partition)`` lives in the ``__share_group_state`` partition Kafka maps it to (the Java hash of
+``group:topicId:partition``, :func:`partition_of`), and the broker leading that partition is its
+coordinator. Requests come from partition leaders (Kafka's persister), as Kafka 4.2's RPCs:
+
+- InitializeShareGroupState: a share-partition's first state, a start offset and no batches;
+- ReadShareGroupState: the state, for a leader taking the share-partition; a leader epoch above the
+  one recorded is recorded, so that writes of an older leader are fenced (FENCED_LEADER_EPOCH);
+- WriteShareGroupState: a new start offset (unless -1) and batches that replace the offsets they
+  cover; a write of an older state epoch gets FENCED_STATE_EPOCH, of an uninitialized
+  share-partition INVALID_REQUEST;
+- DeleteShareGroupState: a tombstone; ReadShareGroupStateSummary: the start offset alone.
+
+Every change is appended as a whole ShareSnapshot record, acks=all, and applied here once the
+partition's ISR has it; the coordinator answers then. A broker that becomes the partition's leader
+replays its log (the last record of each key wins, a tombstone removes it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
+
+from kio.schema.errors import ErrorCode
+
+from strandline.core.effects import Effect
+from strandline.group.records import partition_for
+from strandline.group.share import records as rec
+from strandline.group.share.partition import StateBatch
+from strandline.group.share.records import ShareStateKey
+from strandline.uuids import uuid_to_base64
+
+#: ``append(index, [(key, value or None)], done(error, now_ms), now_ms)``: acks=all to the partition
+Append = Callable[[int, list[tuple[bytes, bytes | None]], Callable[[ErrorCode, int], list[Effect]], int], list[Effect]]
+#: ``partitions_of(topic id)``: how many partitions the topic has (None: no such topic)
+PartitionsOf = Callable[[object], "int | None"]
+#: ``done(error, message, state or None, now_ms)``
+ReadDone = Callable[[ErrorCode, "str | None", "ShareState | None", int], list[Effect]]
+Done = Callable[[ErrorCode, "str | None", int], list[Effect]]
+
+NO_EPOCH = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ShareState:
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    batches: tuple[StateBatch, ...]
+    snapshot_epoch: int = 0
+    create_timestamp: int = 0
+
+
+def partition_of(key: ShareStateKey, partitions: int) -> int:
+    """Kafka's ``Utils.abs(SharePartitionKey.asCoordinatorKey().hashCode()) % partitions``."""
+    return partition_for(f"{key.group_id}:{uuid_to_base64(key.topic_id)}:{key.partition}", partitions)
+
+
+class ShareCoordinator:
+    def __init__(self, num_partitions: int, append: Append, partitions_of: PartitionsOf) -> None:
+        self.num_partitions = num_partitions
+        self.append = append
+        self.partitions_of = partitions_of
+        self.owned: set[int] = set()
+        self.states: dict[ShareStateKey, ShareState] = {}
+
+    # ------------------------------------------------------------------ loading
+
+    def load_partition(self, index: int, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> None:
+        """This broker leads ``__share_group_state`` partition ``index``: replay its records."""
+        for key in [k for k in self.states if partition_of(k, self.num_partitions) == index]:
+            del self.states[key]
+        for _, key_bytes, value in records:
+            if key_bytes is None:
+                continue
+            decoded = rec.decode_key(key_bytes)
+            if decoded is None:
+                continue
+            record_type, key = decoded
+            if value is None:
+                self.states.pop(key, None)
+            elif record_type == rec.SNAPSHOT:
+                s = rec.decode_snapshot(value)
+                self.states[key] = ShareState(s.state_epoch, s.leader_epoch, s.start_offset, s.batches,
+                                              s.snapshot_epoch, s.create_timestamp)
+            elif key in self.states:
+                u = rec.decode_update(value)
+                old = self.states[key]
+                start = old.start_offset if u.start_offset == -1 else u.start_offset
+                self.states[key] = replace(old, leader_epoch=u.leader_epoch, start_offset=start,
+                                           batches=merge_batches(old.batches, u.batches, start))
+        self.owned.add(index)
+
+    def unload_partition(self, index: int) -> None:
+        self.owned.discard(index)
+        for key in [k for k in self.states if partition_of(k, self.num_partitions) == index]:
+            del self.states[key]
+
+    def owns(self, key: ShareStateKey) -> bool:
+        return partition_of(key, self.num_partitions) in self.owned
+
+    # ------------------------------------------------------------------ the RPCs
+
+    def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int, done: Done,
+                   now_ms: int) -> list[Effect]:
+        error = self._check(key)
+        if error is not None:
+            return done(*error, now_ms)
+        old = self.states.get(key)
+        if old is not None and old.state_epoch > state_epoch:
+            return done(ErrorCode.fenced_state_epoch, None, now_ms)
+        state = ShareState(state_epoch, NO_EPOCH if old is None else old.leader_epoch, start_offset, (),
+                           0 if old is None else old.snapshot_epoch + 1, now_ms)
+        return self._store(key, state, lambda e, t: done(e, None, t), now_ms)
+
+    def read(self, key: ShareStateKey, leader_epoch: int, done: ReadDone, now_ms: int) -> list[Effect]:
+        error = self._check(key)
+        if error is not None:
+            return done(error[0], error[1], None, now_ms)
+        state = self.states.get(key)
+        if state is None:
+            return done(ErrorCode.invalid_request, "Read on uninitialized share partition.", None, now_ms)
+        if leader_epoch != NO_EPOCH and state.leader_epoch > leader_epoch:
+            return done(ErrorCode.fenced_leader_epoch, None, None, now_ms)
+        if leader_epoch == NO_EPOCH or leader_epoch == state.leader_epoch:
+            return done(ErrorCode.none, None, state, now_ms)
+        newer = replace(state, leader_epoch=leader_epoch, snapshot_epoch=state.snapshot_epoch + 1)
+        return self._store(key, newer, lambda e, t: done(e, None, newer if e is ErrorCode.none else None, t), now_ms)
+
+    def write(self, key: ShareStateKey, state_epoch: int, leader_epoch: int, start_offset: int,
+              batches: Iterable[StateBatch], done: Done, now_ms: int) -> list[Effect]:
+        error = self._check(key)
+        if error is not None:
+            return done(*error, now_ms)
+        state = self.states.get(key)
+        if state is None:
+            return done(ErrorCode.invalid_request, "Write on uninitialized share partition.", now_ms)
+        if leader_epoch != NO_EPOCH and state.leader_epoch > leader_epoch:
+            return done(ErrorCode.fenced_leader_epoch, None, now_ms)
+        if state_epoch != NO_EPOCH and state.state_epoch > state_epoch:
+            return done(ErrorCode.fenced_state_epoch, None, now_ms)
+        start = state.start_offset if start_offset == -1 else start_offset
+        newer = replace(state, leader_epoch=max(leader_epoch, state.leader_epoch), start_offset=start,
+                        batches=merge_batches(state.batches, tuple(batches), start),
+                        snapshot_epoch=state.snapshot_epoch + 1)
+        return self._store(key, newer, lambda e, t: done(e, None, t), now_ms)
+
+    def delete(self, key: ShareStateKey, done: Done, now_ms: int) -> list[Effect]:
+        error = self._check(key, topic_must_exist=False)
+        if error is not None:
+            return done(*error, now_ms)
+        if key not in self.states:
+            return done(ErrorCode.none, None, now_ms)
+        index = partition_of(key, self.num_partitions)
+
+        def appended(error: ErrorCode, at_ms: int) -> list[Effect]:
+            if error is ErrorCode.none:
+                self.states.pop(key, None)
+            return done(_as_coordinator_error(error), None, at_ms)
+        return self.append(index, [(rec.encode_key(key), None)], appended, now_ms)
+
+    # ------------------------------------------------------------------ internals
+
+    def _check(self, key: ShareStateKey, topic_must_exist: bool = True) -> tuple[ErrorCode, str | None] | None:
+        if key.partition < 0:
+            return ErrorCode.invalid_request, "The partition id is negative."
+        if not self.owns(key):
+            return ErrorCode.not_coordinator, None
+        if topic_must_exist:
+            count = self.partitions_of(key.topic_id)
+            if count is None or key.partition >= count:
+                return ErrorCode.unknown_topic_or_partition, None
+        return None
+
+    def _store(self, key: ShareStateKey, state: ShareState, done: Callable[[ErrorCode, int], list[Effect]],
+               now_ms: int) -> list[Effect]:
+        value = rec.encode_snapshot(rec.ShareSnapshot(state.snapshot_epoch, state.state_epoch, state.leader_epoch,
+                                                      state.start_offset, state.create_timestamp, now_ms,
+                                                      state.batches))
+        index = partition_of(key, self.num_partitions)
+
+        def appended(error: ErrorCode, at_ms: int) -> list[Effect]:
+            if error is ErrorCode.none and index in self.owned:
+                self.states[key] = state
+            return done(_as_coordinator_error(error), at_ms)
+        return self.append(index, [(rec.encode_key(key), value)], appended, now_ms)
+
+
+def _as_coordinator_error(error: ErrorCode) -> ErrorCode:
+    """An append's error as the coordinator answers it (Kafka's coordinator runtime's mapping)."""
+    if error in (ErrorCode.none, ErrorCode.not_coordinator):
+        return error
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    return ErrorCode.coordinator_not_available
+
+
+def merge_batches(old: tuple[StateBatch, ...], new: tuple[StateBatch, ...], start_offset: int) -> tuple[StateBatch, ...]:
+    """``old`` with ``new`` replacing the offsets it covers, without what lies below ``start_offset``."""
+    pieces: list[StateBatch] = []
+    for b in old:
+        runs = [(b.first_offset, b.last_offset)]
+        for n in new:
+            runs = [r for first, last in runs for r in _minus(first, last, n.first_offset, n.last_offset)]
+        pieces += [StateBatch(first, last, b.state, b.delivery_count) for first, last in runs]
+    pieces += new
+    kept = []
+    for b in sorted(pieces, key=lambda b: b.first_offset):
+        if b.last_offset < start_offset:
+            continue
+        kept.append(b if b.first_offset >= start_offset else replace(b, first_offset=start_offset))
+    return tuple(kept)
+
+
+def _minus(first: int, last: int, cut_first: int, cut_last: int) -> list[tuple[int, int]]:
+    if cut_last < first or cut_first > last:
+        return [(first, last)]
+    runs = []
+    if cut_first > first:
+        runs.append((first, cut_first - 1))
+    if cut_last < last:
+        runs.append((cut_last + 1, last))
+    return runs

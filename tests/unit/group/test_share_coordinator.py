@@ -1,0 +1,91 @@
+"""The share coordinator's pure core (KIP-932): records in Kafka's formats, Kafka's errors and
+fencing for Initialize/Read/Write/DeleteShareGroupState, batches merged, state replayed."""
+
+from __future__ import annotations
+
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from strandline.group.share import records as rec
+from strandline.group.share.coordinator import ShareCoordinator, merge_batches, partition_of
+from strandline.group.share.partition import RecordState, StateBatch
+from strandline.group.share.records import ShareStateKey
+
+TOPIC = uuid.UUID(int=7)
+KEY = ShareStateKey("g", TOPIC, 0)
+A, ACKED, ARCH = RecordState.AVAILABLE, RecordState.ACKNOWLEDGED, RecordState.ARCHIVED
+
+
+def coordinator():
+    log: list[tuple[bytes, bytes | None]] = []
+
+    def append(index, records, done, now_ms):
+        log.extend(records)
+        return done(ErrorCode.none, now_ms)
+    c = ShareCoordinator(5, append, lambda topic_id: 2 if topic_id == TOPIC else None)
+    c.load_partition(partition_of(KEY, 5), [])
+    return c, log
+
+
+def answer(call, *args):
+    got = []
+    call(*args, lambda *a: got.append(a) or [], 0)
+    return got[0]
+
+
+def test_records_round_trip_in_kafkas_layout():
+    key = rec.encode_key(KEY)
+    assert key[:2] == b"\x00\x00" and key[2:4] == b"\x00\x01" and key[4:5] == b"g" and len(key) == 4 + 1 + 16 + 4
+    assert rec.decode_key(key) == (rec.SNAPSHOT, KEY)
+    snap = rec.ShareSnapshot(3, 1, 5, 40, 111, 222, (StateBatch(40, 41, A, 2), StateBatch(42, 42, ARCH, 5)))
+    assert rec.decode_snapshot(rec.encode_snapshot(snap)) == snap
+    update = rec.ShareUpdate(3, 6, -1, (StateBatch(40, 40, ACKED, 2),))
+    assert rec.decode_update(rec.encode_update(update)) == update
+
+
+def test_partition_of_hashes_kafkas_coordinator_key():
+    # Kafka: Utils.abs("g:AAAAAAAAAAAAAAAAAAAABw:0".hashCode()) % 50
+    h = 0
+    for ch in "g:AAAAAAAAAAAAAAAAAAAABw:0":
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    h = h - (1 << 32) if h & 0x80000000 else h
+    assert partition_of(KEY, 50) == abs(h) % 50
+
+
+def test_read_and_write_need_an_initialized_share_partition_and_fence_older_epochs():
+    c, log = coordinator()
+    assert answer(c.read, KEY, 0)[0] is ErrorCode.invalid_request
+    assert answer(c.write, KEY, 0, 0, 5, [])[0] is ErrorCode.invalid_request
+    assert answer(c.initialize, KEY, 0, 5)[0] is ErrorCode.none
+    error, _, state, _ = answer(c.read, KEY, 2)              # a leader in epoch 2 takes it
+    assert error is ErrorCode.none and (state.start_offset, state.leader_epoch) == (5, 2)
+    assert answer(c.write, KEY, 0, 1, 7, [])[0] is ErrorCode.fenced_leader_epoch
+    assert answer(c.read, KEY, 1)[0] is ErrorCode.fenced_leader_epoch
+    assert answer(c.write, KEY, 0, 2, 5, [StateBatch(5, 9, A, 1)])[0] is ErrorCode.none
+    assert answer(c.write, KEY, 0, 2, 7, [StateBatch(7, 7, ACKED, 1)])[0] is ErrorCode.none
+    assert c.states[KEY].batches == (StateBatch(7, 7, ACKED, 1), StateBatch(8, 9, A, 1))
+    assert answer(c.initialize, KEY, 1, 0)[0] is ErrorCode.none          # a new state epoch starts afresh
+    assert answer(c.write, KEY, 0, 2, 0, [])[0] is ErrorCode.fenced_state_epoch
+    assert answer(c.read, ShareStateKey("g", uuid.UUID(int=8), 0), 0)[0] in (
+        ErrorCode.unknown_topic_or_partition, ErrorCode.not_coordinator)
+    # a new coordinator replays the log: the same state
+    again = ShareCoordinator(5, c.append, c.partitions_of)
+    again.load_partition(partition_of(KEY, 5), [(i, k, v) for i, (k, v) in enumerate(log)])
+    assert again.states[KEY] == c.states[KEY]
+    assert answer(c.delete, KEY)[0] is ErrorCode.none and KEY not in c.states
+    again.load_partition(partition_of(KEY, 5), [(i, k, v) for i, (k, v) in enumerate(log)])
+    assert KEY not in again.states
+
+
+def test_a_coordinator_answers_only_for_partitions_it_leads():
+    c, _ = coordinator()
+    c.unload_partition(partition_of(KEY, 5))
+    assert answer(c.initialize, KEY, 0, 5)[0] is ErrorCode.not_coordinator
+
+
+def test_merge_replaces_what_new_batches_cover_and_drops_what_lies_below_the_start():
+    old = (StateBatch(10, 19, A, 1),)
+    merged = merge_batches(old, (StateBatch(12, 13, ACKED, 1), StateBatch(18, 25, A, 2)), 11)
+    assert merged == (StateBatch(11, 11, A, 1), StateBatch(12, 13, ACKED, 1), StateBatch(14, 17, A, 1),
+                      StateBatch(18, 25, A, 2))
