@@ -468,12 +468,10 @@ class Broker:
         """The cluster's topics as the consumer group coordinator sees them: id, name, partitions."""
         return {name: ConsumerTopic(t.topic_id, name, len(t.assignment)) for name, t in self.metadata.topics.items()}
 
-    def _partitions_of_topic_id(self, topic_id: object) -> int | None:
+    def _partitions_of_topic_id(self, topic_id: uuid.UUID) -> int | None:
         """How many partitions the topic with this id has (None: no such topic)."""
-        for topic in self.metadata.topics.values():
-            if topic.topic_id == topic_id:
-                return topic.num_partitions
-        return None
+        name = self.metadata.topic_name_of(topic_id)
+        return self.metadata.topics[name].num_partitions if name is not None else None
 
     def _leader_epoch_of(self, topic: str, index: int) -> int:
         partition = self.replica_manager.partitions.get((topic, index))

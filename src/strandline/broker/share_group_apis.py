@@ -367,10 +367,7 @@ class ShareGroupApis:
         return (name, partition[1]) if name is not None else None
 
     def _topic_name(self, topic_id: Any) -> str | None:
-        for name, topic in self.metadata.topics.items():
-            if topic.topic_id == topic_id:
-                return name
-        return None
+        return self.metadata.topic_name_of(topic_id)
 
     def _current_leader(self, key: tuple[Any, int]) -> dict[str, int]:
         name = self._topic_name(key[0])

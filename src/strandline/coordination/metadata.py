@@ -57,6 +57,19 @@ class MetadataCache:
     controller_id: int = -1
     brokers: dict[int, BrokerInfo] = field(default_factory=dict)
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
+    #: topic id -> name, as last built; checked against :attr:`topics` at each lookup
+    _names_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
+
+    def topic_name_of(self, topic_id: uuid.UUID | None) -> str | None:
+        """The name of the topic with this id (None: no such topic). The index is rebuilt when
+        :attr:`topics` no longer agrees with it (a topic created, deleted or recreated)."""
+        name = self._names_by_id.get(topic_id) if topic_id is not None else None
+        topic = self.topics.get(name) if name is not None else None
+        if topic is not None and topic.topic_id == topic_id:
+            return name
+        self._names_by_id = {t.topic_id: n for n, t in self.topics.items()}
+        name = self._names_by_id.get(topic_id) if topic_id is not None else None
+        return name
 
     def live_broker_ids(self) -> list[int]:
         return sorted(self.brokers)

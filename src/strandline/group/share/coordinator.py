@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
@@ -37,7 +38,7 @@ from strandline.uuids import uuid_to_base64
 #: ``append(index, [(key, value or None)], done(error, now_ms), now_ms)``: acks=all to the partition
 Append = Callable[[int, list[tuple[bytes, bytes | None]], Callable[[ErrorCode, int], list[Effect]], int], list[Effect]]
 #: ``partitions_of(topic id)``: how many partitions the topic has (None: no such topic)
-PartitionsOf = Callable[[object], "int | None"]
+PartitionsOf = Callable[[UUID], "int | None"]
 #: ``done(error, message, state or None, now_ms)``
 ReadDone = Callable[[ErrorCode, "str | None", "ShareState | None", int], list[Effect]]
 Done = Callable[[ErrorCode, "str | None", int], list[Effect]]
