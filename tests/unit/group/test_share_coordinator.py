@@ -89,3 +89,28 @@ def test_merge_replaces_what_new_batches_cover_and_drops_what_lies_below_the_sta
     merged = merge_batches(old, (StateBatch(12, 13, ACKED, 1), StateBatch(18, 25, A, 2)), 11)
     assert merged == (StateBatch(11, 11, A, 1), StateBatch(12, 13, ACKED, 1), StateBatch(14, 17, A, 1),
                       StateBatch(18, 25, A, 2))
+
+
+def test_a_newer_leaders_read_fences_an_older_leaders_write_before_either_is_committed():
+    """Two leaders race: the new one's read (leader epoch 2) is appended but not yet in the ISR when
+    the old one's write (epoch 1) comes. Checked against what was appended, the write is refused;
+    had it passed, its acknowledgements would be answered as kept and then lost under the new
+    leader's state, and their records handed out again."""
+    held: list = []
+
+    def append(index, records, done, now_ms):
+        held.append(done)
+        return []
+    c = ShareCoordinator(5, append, lambda topic_id: 2)
+    c.load_partition(partition_of(KEY, 5), [])
+    answers: list = []
+    c.initialize(KEY, 0, 0, lambda *a: answers.append(a) or [], 0)
+    c.read(KEY, 1, lambda *a: answers.append(a) or [], 0)
+    for done in held:
+        done(ErrorCode.none, 0)
+    held.clear()
+    c.read(KEY, 2, lambda *a: answers.append(a) or [], 0)                          # the new leader, pending
+    c.write(KEY, 0, 1, 3, [], lambda *a: answers.append(a) or [], 0)                # the old one
+    assert answers[-1][0] is ErrorCode.fenced_leader_epoch
+    held[0](ErrorCode.not_leader_or_follower, 0)       # the read's append fails: back to what is committed
+    assert c.states[KEY].leader_epoch == 1 and answers[-1][0] is ErrorCode.not_coordinator

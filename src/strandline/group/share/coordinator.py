@@ -15,9 +15,13 @@ coordinator. Requests come from partition leaders (Kafka's persister), as Kafka 
   share-partition INVALID_REQUEST;
 - DeleteShareGroupState: a tombstone; ReadShareGroupStateSummary: the start offset alone.
 
-Every change is appended as a whole ShareSnapshot record, acks=all, and applied here once the
-partition's ISR has it; the coordinator answers then. A broker that becomes the partition's leader
-replays its log (the last record of each key wins, a tombstone removes it).
+Every change is appended as a whole ShareSnapshot record, acks=all, and answered once the
+partition's ISR has it. It is applied here when appended, so that the next request for the key is
+checked against it (two leaders' requests racing: the newer one's read fences the older one's
+write even before either is in the ISR), as Kafka's coordinator runtime applies an operation's
+records at once and answers at their commit; an append that fails puts the key back to its last
+committed state. A broker that becomes the partition's leader replays its log (the last record of
+each key wins, a tombstone removes it).
 """
 
 from __future__ import annotations
@@ -67,14 +71,15 @@ class ShareCoordinator:
         self.append = append
         self.partitions_of = partitions_of
         self.owned: set[int] = set()
+        #: each key's state with every change appended (checked against), and as committed
         self.states: dict[ShareStateKey, ShareState] = {}
+        self.committed: dict[ShareStateKey, ShareState] = {}
 
     # ------------------------------------------------------------------ loading
 
     def load_partition(self, index: int, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> None:
         """This broker leads ``__share_group_state`` partition ``index``: replay its records."""
-        for key in [k for k in self.states if partition_of(k, self.num_partitions) == index]:
-            del self.states[key]
+        self.unload_partition(index)
         for _, key_bytes, value in records:
             if key_bytes is None:
                 continue
@@ -94,12 +99,15 @@ class ShareCoordinator:
                 start = old.start_offset if u.start_offset == -1 else u.start_offset
                 self.states[key] = replace(old, leader_epoch=u.leader_epoch, start_offset=start,
                                            batches=merge_batches(old.batches, u.batches, start))
+        self.committed.update((k, v) for k, v in self.states.items() if partition_of(k, self.num_partitions) == index)
         self.owned.add(index)
 
     def unload_partition(self, index: int) -> None:
         self.owned.discard(index)
         for key in [k for k in self.states if partition_of(k, self.num_partitions) == index]:
             del self.states[key]
+        for key in [k for k in self.committed if partition_of(k, self.num_partitions) == index]:
+            del self.committed[key]
 
     def owns(self, key: ShareStateKey) -> bool:
         return partition_of(key, self.num_partitions) in self.owned
@@ -156,13 +164,7 @@ class ShareCoordinator:
             return done(*error, now_ms)
         if key not in self.states:
             return done(ErrorCode.none, None, now_ms)
-        index = partition_of(key, self.num_partitions)
-
-        def appended(error: ErrorCode, at_ms: int) -> list[Effect]:
-            if error is ErrorCode.none:
-                self.states.pop(key, None)
-            return done(_as_coordinator_error(error), None, at_ms)
-        return self.append(index, [(rec.encode_key(key), None)], appended, now_ms)
+        return self._store(key, None, lambda e, t: done(e, None, t), now_ms)
 
     # ------------------------------------------------------------------ internals
 
@@ -177,18 +179,30 @@ class ShareCoordinator:
                 return ErrorCode.unknown_topic_or_partition, None
         return None
 
-    def _store(self, key: ShareStateKey, state: ShareState, done: Callable[[ErrorCode, int], list[Effect]],
+    def _store(self, key: ShareStateKey, state: ShareState | None, done: Callable[[ErrorCode, int], list[Effect]],
                now_ms: int) -> list[Effect]:
-        value = rec.encode_snapshot(rec.ShareSnapshot(state.snapshot_epoch, state.state_epoch, state.leader_epoch,
-                                                      state.start_offset, state.create_timestamp, now_ms,
-                                                      state.batches))
+        """Append ``state`` (None: a tombstone) and apply it now; ``done`` once committed."""
+        value = None if state is None else rec.encode_snapshot(rec.ShareSnapshot(
+            state.snapshot_epoch, state.state_epoch, state.leader_epoch, state.start_offset,
+            state.create_timestamp, now_ms, state.batches))
         index = partition_of(key, self.num_partitions)
+        _put(self.states, key, state)
 
         def appended(error: ErrorCode, at_ms: int) -> list[Effect]:
-            if error is ErrorCode.none and index in self.owned:
-                self.states[key] = state
+            if index in self.owned:
+                if error is ErrorCode.none:
+                    _put(self.committed, key, state)
+                elif self.states.get(key) is state:
+                    _put(self.states, key, self.committed.get(key))     # back to what is committed
             return done(_as_coordinator_error(error), at_ms)
         return self.append(index, [(rec.encode_key(key), value)], appended, now_ms)
+
+
+def _put(states: dict[ShareStateKey, ShareState], key: ShareStateKey, state: ShareState | None) -> None:
+    if state is None:
+        states.pop(key, None)
+    else:
+        states[key] = state
 
 
 def _as_coordinator_error(error: ErrorCode) -> ErrorCode:
