@@ -350,12 +350,7 @@ class ShareGroupApis:
         name = self._topic_name(key[0])
         if name is not None and not self.authorizer.allows(conn_id, AclOperation.READ, ResourceType.TOPIC, name):
             return ErrorCode.topic_authorization_failed
-        found = self.led.get((session.group_id, key[0], key[1]), None)
-        if isinstance(found, ErrorCode):
-            return found
-        if not isinstance(found, tuple):
-            return ErrorCode.invalid_record_state           # LOADING: nothing of it is acquired yet
-        return found[1].acknowledge(session.member_id, batches)
+        return self.led.acknowledge((session.group_id, key[0], key[1]), session.member_id, batches)
 
     # ------------------------------------------------------------------ lookups
 

@@ -7,11 +7,12 @@ share-partition in a leader epoch it reads the state from the coordinator and ha
 until it has it (a share-partition never seen is initialized at the partition's high watermark,
 ``share.auto.offset.reset=latest``, Kafka's default). Every change (records handed out,
 acknowledged, released, their locks expiring, the log's start moving) is written back, one write at
-a time per share-partition, each carrying the whole state; an acknowledgement is answered once the
-coordinator has it. A write that fails is tried again ``RETRY_BACKOFF_MS`` later with the state
-then; its waiting acknowledgements are answered with the error (Kafka's leader rolls the
-acknowledgement back instead; here it stays applied and is written with the retry). A write
-fenced by a newer leader epoch drops the share-partition: another broker leads it.
+a time per share-partition, each carrying the whole state; an acknowledgement takes effect, and is
+answered, once the coordinator has it (until then its records stay acquired by their member). A write that fails is tried again ``RETRY_BACKOFF_MS`` later with the state
+then; the acknowledgements it carried are not kept (their records stay acquired by their
+members until their locks expire, then go out again) and are answered with the error, as Kafka's
+leader rolls back an acknowledgement it could not persist. A write fenced by a newer leader epoch
+drops the share-partition: another broker leads it.
 """
 
 from __future__ import annotations
@@ -102,6 +103,16 @@ class LedSharePartitions:
             return []
         led.version += 1
         return self._write(k, led, now_ms)
+
+    def acknowledge(self, k: ShareKey, member_id: str, batches: list[Any]) -> ErrorCode:
+        """A member's acknowledgements, held pending until the next write (:meth:`changed`, which
+        the caller makes when this answers NONE) persists them."""
+        found = self.get(k, None)
+        if isinstance(found, ErrorCode):
+            return found
+        if not isinstance(found, tuple):
+            return ErrorCode.invalid_record_state           # LOADING: nothing of it is acquired yet
+        return found[1].acknowledge(member_id, batches, pending=self.partitions[k].version + 1)
 
     def when_written(self, keys: list[ShareKey], done: Written, now_ms: int) -> list[Effect]:
         """``done`` once every change so far of each of ``keys`` is written (or failed to be)."""
@@ -206,19 +217,23 @@ class LedSharePartitions:
         def written(error: ErrorCode, at_ms: int) -> list[Effect]:
             led.writing = False
             if error in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch):
+                sp.abort(led.version)
                 if self.partitions.get(k) is led:
                     del self.partitions[k]          # another broker leads it now
                 return self._answer(led, led.version, ErrorCode.not_leader_or_follower, at_ms)
             if error is not ErrorCode.none:
+                sp.abort(target)                    # its acknowledgements are not kept
                 led.retry_at_ms = at_ms + RETRY_BACKOFF_MS
                 return self._answer(led, target, _as_client_error(error), at_ms)
+            sp.commit(target)
             led.written = max(led.written, target)
             effects = self._answer(led, target, ErrorCode.none, at_ms)
             if self.partitions.get(k) is led:
                 effects += self._write(k, led, at_ms)
             return effects
-        return self.persister.write(ShareStateKey(*k), led.state_epoch, led.leader_epoch, sp.start_offset,
-                                    sp.state_batches(), written, now_ms)
+        start, batches = sp.persisted()
+        return self.persister.write(ShareStateKey(*k), led.state_epoch, led.leader_epoch, start, batches, written,
+                                    now_ms)
 
     @staticmethod
     def _answer(led: LedSharePartition, upto: int, error: ErrorCode, now_ms: int) -> list[Effect]:

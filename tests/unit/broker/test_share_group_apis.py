@@ -30,10 +30,16 @@ class ShareHarness(Harness):
     """A one-broker cluster whose requests to itself (the partition leader's to the share
     coordinator) are delivered and answered, as the shell would."""
 
+    unanswered = 0          # how many of the next requests to itself get no answer
+
     def run(self, effects):
         own = [e for e in effects if isinstance(e, BrokerSend) and e.broker_id == 1]
         super().run([e for e in effects if e not in own])
         for send in own:
+            if self.unanswered:
+                self.unanswered -= 1
+                self.run(self.broker.on_broker_response(send.token, None, self.now))
+                continue
             super().run(self.broker.handle_request(LOOPBACK_CONN, send.frame, self.now))
             answer = self.sent[LOOPBACK_CONN].pop(0)
             assert isinstance(answer, Send), answer
@@ -240,3 +246,23 @@ def test_an_acknowledgement_is_answered_once_the_share_coordinator_has_it():
     del h.run
     h.run(held)
     assert h.response(ACK, 1).responses[0].partitions[0].error_code == ErrorCode.none
+
+
+def test_an_acknowledgement_the_share_coordinator_did_not_get_is_refused_and_its_record_comes_again():
+    """Kafka's leader rolls back an acknowledgement it could not persist: the member hears
+    COORDINATOR_NOT_AVAILABLE, the record stays locked to it until the lock ends, then goes out
+    again."""
+    h = harness()
+    join(h, "m")
+    share_fetch(h, "m", 0)
+    h.produce("t", make_batch([b"x"]))
+    h.response(0, 7)
+    assert acquired(share_fetch(h, "m", 1)) == [(0, 0, 1)]
+    h.unanswered = 1
+    refused = h.call(ACK, 1, {"group_id": GROUP, "member_id": "m", "share_session_epoch": 2, "topics": [
+        {"topic_id": topic_id(h), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+            {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]}]}]})
+    assert refused.responses[0].partitions[0].error_code == ErrorCode.coordinator_not_available
+    assert acquired(share_fetch(h, "m", 3)) == []                    # still locked to m
+    h.tick(15_000)
+    assert acquired(share_fetch(h, "m", 4)) == [(0, 0, 2)]

@@ -114,3 +114,24 @@ def test_the_persisted_state_restores_the_partition_with_its_locks_released():
     assert again.acquire("c", 2, 7, 500, 0) == [AcquiredRange(2, 2, 2), AcquiredRange(3, 3, 3),
                                                  AcquiredRange(5, 7, 2)]
     assert SharePartition.restore(3, [StateBatch(1, 4, RecordState.ARCHIVED, 1)]).start_offset == 5
+
+
+def test_a_pending_acknowledgement_takes_effect_when_persisted_and_is_dropped_when_not():
+    sp = SharePartition(0, delivery_count_limit=2)
+    sp.acquire("a", 0, 3, 500, 0)
+    assert sp.acknowledge("a", [(0, 1, [Ack.ACCEPT, Ack.RELEASE])], pending=1) is ErrorCode.none
+    assert sp.acknowledge("a", [(0, 0, [Ack.ACCEPT])], pending=2) is ErrorCode.invalid_record_state  # once
+    # written as acknowledged and released, still held by a (no lock expires under a pending one)
+    assert sp.persisted() == (1, [StateBatch(1, 3, RecordState.AVAILABLE, 1)])
+    assert sp.records[0].state is RecordState.ACQUIRED and sp.start_offset == 0
+    assert sp.expire_locks(LOCK) == 2 and sp.records[0].state is RecordState.ACQUIRED     # 2 and 3 expired
+    assert sp.release_member("a") == 0
+    sp.commit(1)
+    assert sp.start_offset == 1 and sp.next_fetch_offset() == 1
+    # a second acknowledgement whose write fails: its records go back to being acquired
+    sp.acquire("b", 1, 3, 500, LOCK)
+    assert sp.acknowledge("b", [(1, 3, [Ack.ACCEPT])], pending=2) is ErrorCode.none
+    assert sp.abort(2) == 3
+    assert sp.records[1].state is RecordState.ACQUIRED and sp.start_offset == 1
+    assert sp.expire_locks(2 * LOCK) == 3          # delivered twice (the limit): archived
+    assert sp.start_offset == 4

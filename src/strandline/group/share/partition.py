@@ -21,6 +21,14 @@ handed out in the ranges and acknowledged as gaps), so the state is a run of ent
 :meth:`SharePartition.state_batches` is what the share coordinator persists (Kafka's
 WriteShareGroupState batches: first and last offset, state, delivery count); a lock does not
 survive a leader change, so an acquired record is written as available, with its deliveries.
+
+An acknowledgement may be held *pending* until the share coordinator has it
+(``acknowledge(..., pending=version)``): its records stay acquired by their member (no lock
+expires, no release takes them) while the state written shows them as acknowledged; once the
+write of that version succeeds :meth:`SharePartition.commit` applies it, and if it fails
+:meth:`SharePartition.abort` drops it, the records then acquired as before (released when their
+locks expire, delivered again), as Kafka's leader rolls back an acknowledgement it could not
+persist.
 """
 
 from __future__ import annotations
@@ -62,6 +70,8 @@ class InFlight:
     delivery_count: int
     member_id: str | None = None       # the holder of an acquired record
     lock_deadline_ms: int = -1         # when an acquired record's lock expires
+    pending: int | None = None         # an acknowledgement (its AcknowledgeType) waiting to be persisted
+    pending_version: int = -1          # the write that persists it
 
 
 @dataclass(frozen=True)
@@ -151,9 +161,12 @@ class SharePartition:
 
     # ------------------------------------------------------------------ acknowledging
 
-    def acknowledge(self, member_id: str, batches: Iterable[AcknowledgementBatch]) -> ErrorCode:
+    def acknowledge(self, member_id: str, batches: Iterable[AcknowledgementBatch],
+                    pending: int | None = None) -> ErrorCode:
         """Apply ``member_id``'s acknowledgements, all or none: INVALID_RECORD_STATE if any offset
-        is not in flight or not acquired by it, INVALID_REQUEST for a malformed batch."""
+        is not in flight or not acquired by it (or already acknowledged, pending), INVALID_REQUEST
+        for a malformed batch. With ``pending``, they are held until :meth:`commit` of that
+        version (or dropped by :meth:`abort`)."""
         changes: list[tuple[InFlight, int]] = []
         for first, last, types in batches:
             if last < first or not types or len(types) not in (1, last - first + 1):
@@ -162,23 +175,43 @@ class SharePartition:
                 return ErrorCode.invalid_request
             for offset in range(first, last + 1):
                 record = self.records.get(offset)
-                if record is None or record.state is not RecordState.ACQUIRED or record.member_id != member_id:
+                if record is None or record.state is not RecordState.ACQUIRED or record.member_id != member_id \
+                        or record.pending is not None:
                     return ErrorCode.invalid_record_state
                 changes.append((record, types[0] if len(types) == 1 else types[offset - first]))
+        if pending is not None:
+            for record, kind in changes:
+                record.pending, record.pending_version = kind, pending
+            return ErrorCode.none
         for record, kind in changes:
-            if kind == AcknowledgeType.ACCEPT:
-                self._settle(record, RecordState.ACKNOWLEDGED)
-            elif kind == AcknowledgeType.RELEASE:
-                self._release(record)
-            else:                                   # REJECT, or GAP: no record at the offset
-                self._settle(record, RecordState.ARCHIVED)
+            self._apply(record, kind)
         self._advance()
         return ErrorCode.none
+
+    def commit(self, version: int) -> None:
+        """The write of ``version`` succeeded: the acknowledgements pending in it take effect."""
+        for record in self.records.values():
+            if record.pending is not None and record.pending_version <= version:
+                kind = record.pending
+                record.pending, record.pending_version = None, -1
+                self._apply(record, kind)
+        self._advance()
+
+    def abort(self, version: int) -> int:
+        """The write of ``version`` failed: the acknowledgements pending in it are dropped (their
+        records stay acquired until their locks expire). How many records were."""
+        dropped = 0
+        for record in self.records.values():
+            if record.pending is not None and record.pending_version <= version:
+                record.pending, record.pending_version = None, -1
+                dropped += 1
+        return dropped
 
     def release_member(self, member_id: str) -> int:
         """``member_id`` left (its share session closed, or it left the group): what it holds is
         released. How many records were."""
-        held = [r for r in self.records.values() if r.state is RecordState.ACQUIRED and r.member_id == member_id]
+        held = [r for r in self.records.values()
+                if r.state is RecordState.ACQUIRED and r.member_id == member_id and r.pending is None]
         for record in held:
             self._release(record)
         self._advance()
@@ -187,7 +220,7 @@ class SharePartition:
     def expire_locks(self, now_ms: int) -> int:
         """Release every record whose lock has expired by ``now_ms``; how many were."""
         expired = [r for r in self.records.values()
-                   if r.state is RecordState.ACQUIRED and r.lock_deadline_ms <= now_ms]
+                   if r.state is RecordState.ACQUIRED and r.lock_deadline_ms <= now_ms and r.pending is None]
         for record in expired:
             self._release(record)
         self._advance()
@@ -195,8 +228,8 @@ class SharePartition:
 
     def next_deadline_ms(self) -> int | None:
         """When the next lock expires (None: nothing is acquired)."""
-        return min((r.lock_deadline_ms for r in self.records.values() if r.state is RecordState.ACQUIRED),
-                   default=None)
+        return min((r.lock_deadline_ms for r in self.records.values()
+                    if r.state is RecordState.ACQUIRED and r.pending is None), default=None)
 
     def move_start(self, log_start_offset: int) -> None:
         """The log's start moved to ``log_start_offset`` (retention, DeleteRecords): what lies below
@@ -216,7 +249,7 @@ class SharePartition:
         batches: list[StateBatch] = []
         for offset in range(self.start_offset, self.end_offset):
             record = self.records[offset]
-            state = RecordState.AVAILABLE if record.state is RecordState.ACQUIRED else record.state
+            state = self._persisted_state(record)
             last = batches[-1] if batches else None
             if last is not None and last.last_offset == offset - 1 and \
                     (last.state, last.delivery_count) == (state, record.delivery_count):
@@ -224,6 +257,16 @@ class SharePartition:
             else:
                 batches.append(StateBatch(offset, offset, state, record.delivery_count))
         return batches
+
+    def persisted(self) -> tuple[int, list[StateBatch]]:
+        """The start offset and state batches to write: :meth:`state_batches` without the
+        acknowledged and archived ones at the front (pending acknowledgements included), the
+        start past them."""
+        batches = self.state_batches()
+        start = self.start_offset
+        while batches and batches[0].state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED):
+            start = batches.pop(0).last_offset + 1
+        return start, batches
 
     @classmethod
     def restore(cls, start_offset: int, batches: Iterable[StateBatch], **limits: int) -> "SharePartition":
@@ -242,6 +285,24 @@ class SharePartition:
         return partition
 
     # ------------------------------------------------------------------ internals
+
+    def _persisted_state(self, record: InFlight) -> RecordState:
+        """What is written of a record: its pending acknowledgement's outcome, or available if acquired."""
+        if record.pending == AcknowledgeType.ACCEPT:
+            return RecordState.ACKNOWLEDGED
+        if record.pending == AcknowledgeType.RELEASE:
+            return RecordState.ARCHIVED if record.delivery_count >= self.delivery_count_limit else RecordState.AVAILABLE
+        if record.pending is not None:
+            return RecordState.ARCHIVED
+        return RecordState.AVAILABLE if record.state is RecordState.ACQUIRED else record.state
+
+    def _apply(self, record: InFlight, kind: int) -> None:
+        if kind == AcknowledgeType.ACCEPT:
+            self._settle(record, RecordState.ACKNOWLEDGED)
+        elif kind == AcknowledgeType.RELEASE:
+            self._release(record)
+        else:                                   # REJECT, or GAP: no record at the offset
+            self._settle(record, RecordState.ARCHIVED)
 
     def _release(self, record: InFlight) -> None:
         """Back to available, or archived once delivered as often as the limit allows."""
