@@ -48,6 +48,8 @@ from strandline.sim.scratch import SCRATCH, ScratchTopic, exists
 from strandline.sim.txn_checker import FinalRead, TxnChecker
 from strandline.sim.txn_workload import TXN_TIMEOUT_MS, ReadCommittedConsumer, TxnHistory, TxnProducer
 from strandline.sim.group_workload import BROKER_CONFIG as GROUP_BROKER_CONFIG, GroupWorkload
+from strandline.sim.share_workload import BROKER_CONFIG as SHARE_BROKER_CONFIG, ShareWorkload
+from strandline.group.share.state_topic import SHARE_STATE_TOPIC
 from strandline.sim.workload import Consumer, Firehose, History, Producer, load_of
 
 TOPIC = "events"
@@ -91,10 +93,13 @@ class Explorer:
                  add_partitions: bool = False, recreate: bool = False, rack_reads: bool = False,
                  delete_records: bool = False, without: frozenset[str] | set[str] = frozenset(),
                  load: str = "heavy", isr_writes: str = "mixed", elr: str = "off", txn_v2: bool = False,
-                 unclean_recovery: str = "Balanced", consumer_groups: bool = False) -> None:
+                 unclean_recovery: str = "Balanced", consumer_groups: bool = False,
+                 share_groups: bool = False) -> None:
         self.seed = seed
         # with consumers of the consumer group protocol (KIP-848) in one group on the topic
         self.consumer_groups = consumer_groups
+        # with consumers of a share group (KIP-932) on the topic
+        self.share_groups = share_groups
         # the transactional producers use transactions v2 (KIP-890 part 2; the brokers' default
         # transaction.version 2 finalizes it)
         self.txn_v2 = txn_v2
@@ -140,6 +145,7 @@ class Explorer:
             "log.flush.on.ack": "true" if self.flush_on_ack else "false",
             "inter.broker.protocol.version": self.inter_broker_protocol,
             **(GROUP_BROKER_CONFIG if consumer_groups else {}),
+            **(SHARE_BROKER_CONFIG if share_groups else {}),
             **config.broker,
         }
         if self.eligible_leader_replicas:
@@ -192,11 +198,17 @@ class Explorer:
         self.producers: list[Producer | TxnProducer] = []
         self.consumers: list[Consumer | ReadCommittedConsumer] = []
         self.group: GroupWorkload | None = None
-        if consumer_groups:
-            offsets = Invariants(self.sim, OFFSETS_TOPIC, int(broker_config["offsets.topic.num.partitions"]),
-                                 checked_acks=config.checked_acks, no_duplicates=False, detail_prefix=OFFSETS_TOPIC)
-            offsets.violations, offsets.broken = self.invariants.violations, self.invariants.broken
-            self.more_invariants.append(offsets)
+        self.share: ShareWorkload | None = None
+        #: the internal topics whose replicas the final check compares (those the workloads write)
+        self.internal_invariants: list[Invariants] = []
+        internal = ([(OFFSETS_TOPIC, "offsets.topic.num.partitions")] if consumer_groups or share_groups else []) + \
+            ([(SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions")] if share_groups else [])
+        for topic, key in internal:
+            more = Invariants(self.sim, topic, int(broker_config[key]), checked_acks=config.checked_acks,
+                              no_duplicates=False, detail_prefix=topic)
+            more.violations, more.broken = self.invariants.violations, self.invariants.broken
+            self.more_invariants.append(more)
+            self.internal_invariants.append(more)
 
     # ------------------------------------------------------------------ the run
 
@@ -227,9 +239,13 @@ class Explorer:
             if self.txn_checker is not None:
                 self.more_invariants[0].final_check(History())
                 self.txn_checker.final_check(final, {tp: self._leader_log(tp) for tp in final.views})
-            if self.group is not None:
+            if self.share is not None:
+                self.share.drain(len(self._assignment()[0]), self._share_bounds, self.converge_ms)
+            if self.group is not None:     # last: its members' final records are given the time to replicate
                 self.group.settle(len(self._assignment()[0]), self.converge_ms)
-                self.more_invariants[-1].final_check(History())
+            for internal in self.internal_invariants:
+                if exists(self.sim, internal.topic):
+                    internal.final_check(History())
         except Violation as exc:        # the cluster did not converge: nothing more to check
             self.invariants.violations.append(exc)
             self._on_violation(exc)
@@ -321,11 +337,24 @@ class Explorer:
         self._start_group()
 
     def _start_group(self) -> None:
-        """With ``consumer_groups``: the group's members, and their nemesis while the faults last."""
+        """With ``consumer_groups`` or ``share_groups``: the groups' members, and their nemesis while
+        the faults last."""
         if self.consumer_groups:
             self.group = GroupWorkload(self.sim, TOPIC, self.partitions, random.Random(self.rng.random()),
                                        self.invariants.fail, self.note, self.duration_ms)
             self.group.start()
+        if self.share_groups:
+            self.share = ShareWorkload(self.sim, TOPIC, self.partitions, random.Random(f"share-{self.seed}"),
+                                       self.invariants.fail, self.note, self.duration_ms)
+            self.share.start()
+
+    def _share_bounds(self, index: int) -> tuple[int, int] | None:
+        """The log start and high watermark of the topic's partition ``index`` at its leader."""
+        leader = self.sim.state(TOPIC, index).leader
+        partition = self.sim.partition(leader, TOPIC, index) if leader in self.sim.brokers else None
+        if partition is None or not partition.is_leader:
+            return None
+        return partition.log.log_start_offset, partition.high_watermark
 
     def _rack(self, rack: str) -> str:
         """A consumer's rack: ``rack`` with ``rack_reads``, else none (it reads from leaders)."""

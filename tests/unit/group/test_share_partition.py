@@ -135,3 +135,17 @@ def test_a_pending_acknowledgement_takes_effect_when_persisted_and_is_dropped_wh
     assert sp.records[1].state is RecordState.ACQUIRED and sp.start_offset == 1
     assert sp.expire_locks(2 * LOCK) == 3          # delivered twice (the limit): archived
     assert sp.start_offset == 4
+
+
+def test_a_record_held_at_its_last_delivery_when_its_leader_changed_is_restored_archived():
+    """Written as available with its deliveries (a lock does not survive a leader change); one
+    that had used every delivery the limit allows is not handed out again by the next leader."""
+    sp = SharePartition(0, delivery_count_limit=2)
+    sp.acquire("a", 0, 1, 500, 0)
+    sp.expire_locks(LOCK)
+    sp.acquire("a", 0, 1, 500, LOCK)                  # both at their second (last) delivery
+    sp.acknowledge("a", [(1, 1, [Ack.ACCEPT])])
+    start, batches = sp.persisted()
+    assert (start, batches) == (0, [StateBatch(0, 0, RecordState.AVAILABLE, 2), StateBatch(1, 1, RecordState.ACKNOWLEDGED, 2)])
+    again = SharePartition.restore(start, batches, delivery_count_limit=2)
+    assert again.start_offset == 2 and again.next_fetch_offset() == 2

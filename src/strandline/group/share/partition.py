@@ -272,11 +272,14 @@ class SharePartition:
     def restore(cls, start_offset: int, batches: Iterable[StateBatch], **limits: int) -> "SharePartition":
         """The share-partition as persisted: ``start_offset`` and its state batches (those below the
         start are done with; an offset no batch names, below the last one's, is available and
-        never delivered)."""
+        never delivered; an available one delivered as often as the limit allows, held when the
+        last leader stopped, is archived)."""
         partition = cls(start_offset, **limits)
         for batch in batches:
             for offset in range(max(batch.first_offset, start_offset), batch.last_offset + 1):
                 state = RecordState.AVAILABLE if batch.state is RecordState.ACQUIRED else RecordState(batch.state)
+                if state is RecordState.AVAILABLE and batch.delivery_count >= partition.delivery_count_limit:
+                    state = RecordState.ARCHIVED      # held at its last delivery when its leader changed
                 partition.records[offset] = InFlight(state, batch.delivery_count)
                 partition.end_offset = max(partition.end_offset, offset + 1)
         for offset in range(start_offset, partition.end_offset):

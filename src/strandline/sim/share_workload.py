@@ -1,0 +1,397 @@
+"""Consumers of a share group (KIP-932) for the explorer, driven as Kafka 4.x's
+``KafkaShareConsumer`` with explicit acknowledgement drives its requests, every one through the
+simulated network, and the check of what they settle.
+
+A :class:`ShareMember` makes its member id, finds the group's coordinator, joins with epoch 0 and
+its subscription, then heartbeats every interval the coordinator gives (ShareGroupHeartbeat); with
+the partitions assigned, it keeps a share session with each of their leaders and fetches from it
+(ShareFetch, long-polling), carrying the acknowledgements of what it was handed last on its next
+fetch: most records accepted, some released, a few rejected, and now and then one left alone, its
+lock to expire. A session error or a lost answer opens the session again (acknowledgements not
+answered are dropped: their records come again when their locks end). Now and then a member leaves
+the group for a while, or stalls past its session.
+
+:class:`ShareChecker` holds KIP-932's promises as the members see them: no record is handed out
+more than ``group.share.delivery.count.limit`` times; no record is settled twice (accepted,
+rejected, or released at the limit, each answered with no error); and, once the faults heal and the
+group has read everything, every record from the first one handed out up to the high watermark was
+settled once, or was delivered as often as the limit allows (archived when its lock ended).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from typing import Any, Callable
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from strandline.core.wire import duration_ms
+from strandline.group.records import iter_records
+from strandline.protocol.api import ApiKey
+from strandline.sim.checker import Violation
+from strandline.sim.cluster import SimCluster
+from strandline.sim.workload import RETRY_BACKOFF_MS, _Client
+
+SHARE_GROUP = "explorer-share"
+LIMIT = 3
+#: the brokers' keys: share groups on, their timeouts for a run of a minute (a lock of 2 s, so that
+#: records left alone come again within the run), three partitions of __share_group_state
+BROKER_CONFIG = {"group.share.enable": "true", "group.share.session.timeout.ms": "6000",
+                 "group.share.heartbeat.interval.ms": "1000", "group.share.record.lock.duration.ms": "2000",
+                 "group.share.delivery.count.limit": str(LIMIT),
+                 "share.coordinator.state.topic.num.partitions": "3", "offsets.topic.num.partitions": "3"}
+#: once the group settled and its members stopped, the time the last state written takes to reach
+#: every replica of __share_group_state before the replicas are compared
+QUIET_MS = 3000
+ACCEPT, RELEASE, REJECT, GAP = 1, 2, 3, 0
+_FIND_AGAIN = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress,
+               ErrorCode.network_exception}
+_REJOIN = {ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id}
+_SESSION_AGAIN = {ErrorCode.share_session_not_found, ErrorCode.invalid_share_session_epoch,
+                  ErrorCode.network_exception}
+
+
+class ShareChecker:
+    def __init__(self, fail: Callable[[str, str], None], note: Callable[[str], None]) -> None:
+        self.fail = fail
+        self.note = note
+        self.most: dict[tuple[int, int], int] = {}          # (partition, offset) -> highest delivery count
+        self.settled: dict[tuple[int, int], str] = {}       # (partition, offset) -> by whom and how
+        #: acknowledged without a clear answer (none came, or COORDINATOR_NOT_AVAILABLE: the write
+        #: may have been kept): settled or not, the member cannot tell
+        self.maybe: set[tuple[int, int]] = set()
+        #: when each offset was last seen handed out, and when fetches of each partition went
+        #: unanswered (records may have been handed out in them, unseen, their deliveries counted)
+        self.seen_ms: dict[tuple[int, int], int] = {}
+        self.lost_ms: dict[int, list[int]] = {}
+        self.first: dict[int, int] = {}                     # partition -> the first offset handed out
+        self.deliveries = 0
+
+    def lost_fetch(self, partitions: frozenset[int], now_ms: int) -> None:
+        """A ShareFetch of ``partitions`` got no answer (or its member, paused, took none)."""
+        for p in partitions:
+            self.lost_ms.setdefault(p, []).append(now_ms)
+
+    def delivered(self, member: str, partition: int, offset: int, count: int, now_ms: int) -> None:
+        self.deliveries += 1
+        key = (partition, offset)
+        self.seen_ms[key] = now_ms
+        self.most[key] = max(self.most.get(key, 0), count)
+        self.first[partition] = min(self.first.get(partition, offset), offset)
+        if count > LIMIT:
+            self.fail("no record is delivered past the limit",
+                      f"{member} was handed partition {partition} offset {offset} as delivery {count}, "
+                      f"past the limit {LIMIT}")
+
+    def unanswered(self, partition: int, offset: int, kind: int, count: int) -> None:
+        """An acknowledgement whose outcome is unknown."""
+        if kind != RELEASE or count >= LIMIT:
+            self.maybe.add((partition, offset))
+
+    def acknowledged(self, member: str, partition: int, offset: int, kind: int, count: int) -> None:
+        """An acknowledgement answered with no error, of a record ``member`` held as delivery ``count``."""
+        if kind == RELEASE and count < LIMIT:
+            return                                          # available again: not settled
+        how = {ACCEPT: "accepted", REJECT: "rejected", GAP: "a gap", RELEASE: "released at the limit"}[kind]
+        key = (partition, offset)
+        before = self.settled.get(key)
+        if before is not None:
+            self.fail("no record is settled twice",
+                      f"partition {partition} offset {offset}: {before}, then {how} by {member} (delivery {count})")
+        self.settled[key] = f"{how} by {member} (delivery {count})"
+
+    def unsettled(self, partitions: int, bounds: Callable[[int], tuple[int, int] | None]) -> list[str]:
+        """What the group has not settled yet from the first record handed out of each partition up
+        to ``bounds(partition)`` (its log start and high watermark; None: no leader now)."""
+        wrong = []
+        for p in range(partitions):
+            span = bounds(p)
+            if span is None:
+                wrong.append(f"partition {p} has no leader")
+                continue
+            start, hw = span
+            begin = max(self.first.get(p, hw), start)
+            left = [o for o in range(begin, hw) if (p, o) not in self.settled and (p, o) not in self.maybe
+                    and self.most.get((p, o), 0) < LIMIT and not self._unseen_deliveries(p, o)]
+            if left:
+                wrong.append(f"partition {p}: {len(left)} of offsets {begin}-{hw - 1} unsettled, e.g. {left[:5]}")
+        return wrong
+
+
+    def _unseen_deliveries(self, partition: int, offset: int) -> bool:
+        """Whether enough fetches of the partition went unanswered since the offset was last seen
+        to have handed it out, unseen, up to the limit (then archived when the locks ended)."""
+        since = self.seen_ms.get((partition, offset), -1)
+        lost = sum(1 for t in self.lost_ms.get(partition, ()) if t >= since)
+        return lost >= LIMIT - self.most.get((partition, offset), 0)
+
+
+class ShareMember(_Client):
+    """One consumer of the share group, subscribed to ``topic``."""
+
+    def __init__(self, sim: SimCluster, name: str, topic: str, partitions: int, rng: random.Random,
+                 checker: ShareChecker, note: Callable[[str], None]) -> None:
+        super().__init__(sim, name, topic, partitions, rng)
+        self.checker = checker
+        self.note = note
+        self.member_id = str(uuid.UUID(int=rng.getrandbits(128)))
+        self.coordinator: int | None = None
+        self.epoch = 0
+        self.assigned: frozenset[int] = frozenset()
+        self.topic_id: UUID | None = None
+        self.joined = False
+        self.stalled = False
+        self.away = False
+        self.heartbeat_ms = 1000
+        self.generation = 0               # of the heartbeat scheduled last
+        self.incarnation = 0              # bumped when it leaves or stalls: answers to before are not its own
+        self.draining = False             # the faults healed: it acknowledges everything it is handed
+        #: per leader: its share session's next epoch and partitions, whether a fetch is out, and
+        #: the acknowledgements for its next fetch: partition -> [(offset, kind, delivery count)]
+        self.sessions: dict[int, tuple[int, frozenset[int]]] = {}
+        self.fetching: set[int] = set()
+        self.acks: dict[int, dict[int, list[tuple[int, int, int]]]] = {}
+
+    def start(self) -> None:
+        self.heartbeat_step()
+
+    # ------------------------------------------------------------------ membership
+
+    def schedule(self, delay_ms: int) -> None:
+        generation = self.generation = self.generation + 1
+        self.later(delay_ms, lambda: self.heartbeat_step() if generation == self.generation else None)
+
+    def heartbeat_step(self) -> None:
+        if self.stalled or self.away:
+            return
+        if self.coordinator is None:
+            self.find_coordinator(SHARE_GROUP, 0, self.on_coordinator)
+        else:
+            self.heartbeat()
+
+    def on_coordinator(self, coordinator: int | None) -> None:
+        if coordinator is not None:
+            self.coordinator = coordinator
+        self.schedule(0 if coordinator is not None else RETRY_BACKOFF_MS)
+
+    def heartbeat(self) -> None:
+        joining = self.epoch == 0
+        body = {"group_id": SHARE_GROUP, "member_id": self.member_id, "member_epoch": self.epoch, "rack_id": None,
+                "subscribed_topic_names": [self.topic] if joining else None}
+        generation = self.generation
+
+        def on_answer(resp: Any) -> None:
+            if self.stalled or self.away or generation != self.generation:
+                return
+            error = ErrorCode.network_exception if resp is None else ErrorCode(int(resp.error_code))
+            if error is ErrorCode.none:
+                self.on_heartbeat(resp)
+            elif error in _FIND_AGAIN:
+                self.coordinator = None
+                self.schedule(RETRY_BACKOFF_MS)
+            elif error in _REJOIN:
+                self.note(f"{self.name}: {error.name}: joins the share group again")
+                self.epoch, self.joined = 0, False
+                self.schedule(0)
+            else:
+                self.checker.fail("share group heartbeats are answered",
+                                  f"{self.name}: heartbeat answered {error.name}: {resp.error_message}")
+                self.schedule(self.heartbeat_ms)
+        self.send(self.coordinator if self.coordinator is not None else 1, ApiKey.SHARE_GROUP_HEARTBEAT, 1, body,
+                  on_answer)
+
+    def on_heartbeat(self, resp: Any) -> None:
+        self.joined = True
+        self.epoch = int(resp.member_epoch)
+        self.heartbeat_ms = max(duration_ms(resp.heartbeat_interval), 100)
+        if resp.assignment is not None:
+            assigned = frozenset(p for t in resp.assignment.topic_partitions for p in t.partitions)
+            for t in resp.assignment.topic_partitions:
+                self.topic_id = t.topic_id
+            if assigned != self.assigned:
+                self.assigned = assigned
+                self.fetch_all()
+        self.schedule(self.heartbeat_ms)
+
+    # ------------------------------------------------------------------ fetching
+
+    def fetch_all(self) -> None:
+        """A fetch to each leader of an assigned partition that has none out."""
+        if self.stalled or self.away or self.topic_id is None:
+            return
+        missing = [p for p in self.assigned if p not in self.leaders]
+        if missing:
+            self.refresh_metadata(self.fetch_all)
+        by_leader: dict[int, set[int]] = {}
+        for p in self.assigned:
+            if p in self.leaders:
+                by_leader.setdefault(self.leaders[p], set()).add(p)
+        for leader, partitions in by_leader.items():
+            if leader not in self.fetching:
+                self.fetch(leader, frozenset(partitions))
+
+    def fetch(self, leader: int, partitions: frozenset[int]) -> None:
+        epoch, in_session = self.sessions.get(leader, (0, frozenset()))
+        if epoch != 0 and in_session != partitions:
+            epoch = 0                                   # the partitions changed: a new session
+        acks = self.acks.pop(leader, {}) if epoch != 0 else {}
+        self.acks.pop(leader, None)
+        assert self.topic_id is not None
+        topic_id = self.topic_id
+        parts = [{"partition_index": p, "acknowledgement_batches": [
+            {"first_offset": o, "last_offset": o, "acknowledge_types": [kind]} for o, kind, _ in acks.get(p, [])]}
+                 for p in sorted(partitions)]
+        body = {"group_id": SHARE_GROUP, "member_id": self.member_id, "share_session_epoch": epoch,
+                "max_wait": 500, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 500, "batch_size": 500,
+                "topics": [{"topic_id": topic_id, "partitions": parts}], "forgotten_topics_data": []}
+        self.fetching.add(leader)
+        incarnation = self.incarnation
+
+        def unknown(partitions_of_acks: Any = None) -> None:
+            for index, sent in acks.items():
+                if partitions_of_acks is None or index in partitions_of_acks:
+                    for offset, kind, count in sent:
+                        self.checker.unanswered(index, offset, kind, count)
+
+        def on_answer(resp: Any) -> None:
+            self.fetching.discard(leader)
+            if self.stalled or self.away:
+                self.sessions.pop(leader, None)         # a paused process: its session is lost to it
+                unknown()                               # and the answer too
+                self.checker.lost_fetch(partitions, self.sim.now)
+                return
+            error = ErrorCode.network_exception if resp is None else ErrorCode(int(resp.error_code))
+            if error is ErrorCode.network_exception:
+                unknown()
+                self.checker.lost_fetch(partitions, self.sim.now)
+            if error is not ErrorCode.none:
+                self.sessions.pop(leader, None)
+                if error not in _SESSION_AGAIN and error is not ErrorCode.unknown_member_id:
+                    self.checker.fail("share fetches are answered", f"{self.name}: ShareFetch answered {error.name}")
+                self.later(RETRY_BACKOFF_MS, self.fetch_all)
+                return
+            self.sessions[leader] = (epoch + 1 if epoch < 2**31 - 1 else 1, partitions)
+            moved = False
+            for t in resp.responses:
+                for p in t.partitions:
+                    index = p.partition_index
+                    ack_error = ErrorCode(int(p.acknowledge_error_code))
+                    if ack_error is ErrorCode.none:
+                        for offset, kind, count in acks.get(index, []):
+                            self.checker.acknowledged(self.name, index, offset, kind, count)
+                    elif ack_error in (ErrorCode.coordinator_not_available, ErrorCode.unknown_server_error):
+                        unknown({index})
+                    if ErrorCode(int(p.error_code)) is not ErrorCode.none:
+                        self.leaders.pop(index, None)
+                        moved = True
+                        continue
+                    self.take(leader, index, p.records, p.acquired_records)
+            if moved or incarnation != self.incarnation:
+                self.sessions.pop(leader, None)
+            self.later(RETRY_BACKOFF_MS if moved else 0, self.fetch_all)
+        self.send(leader, ApiKey.SHARE_FETCH, 1, body, on_answer)
+
+    def take(self, leader: int, partition: int, records: Any, acquired: Any) -> None:
+        """Records handed out: each acquired offset is acknowledged on the next fetch (a record
+        left alone is not: its lock ends)."""
+        present = {offset for offset, _, _ in iter_records(bytes(records or b""))}
+        pending = self.acks.setdefault(leader, {}).setdefault(partition, [])
+        for a in acquired:
+            for offset in range(a.first_offset, a.last_offset + 1):
+                count = int(a.delivery_count)
+                self.checker.delivered(self.name, partition, offset, count, self.sim.now)
+                if offset not in present:
+                    pending.append((offset, GAP, count))
+                    continue
+                roll = self.rng.random()
+                if self.draining or roll < 0.85:
+                    pending.append((offset, ACCEPT, count))
+                elif roll < 0.92:
+                    pending.append((offset, RELEASE, count))
+                elif roll < 0.95:
+                    pending.append((offset, REJECT, count))
+                # else: left alone, its lock to end
+
+    # ------------------------------------------------------------------ what the nemesis does
+
+    def leave(self, back_in_ms: int) -> None:
+        if self.away or self.stalled or self.coordinator is None or not self.joined:
+            return
+        self.note(f"{self.name}: leaves the share group for {back_in_ms} ms")
+        body = {"group_id": SHARE_GROUP, "member_id": self.member_id, "member_epoch": -1, "rack_id": None,
+                "subscribed_topic_names": None}
+        self.send(self.coordinator, ApiKey.SHARE_GROUP_HEARTBEAT, 1, body, lambda resp: None)
+        self.epoch, self.joined, self.assigned, self.away = 0, False, frozenset(), True
+        self.sessions.clear()
+        self.acks.clear()
+        self.generation += 1
+        self.incarnation += 1
+
+        def back() -> None:
+            self.away = False
+            self.schedule(0)
+        self.later(back_in_ms, back)
+
+    def stall(self, for_ms: int) -> None:
+        if self.stalled or self.away:
+            return
+        self.note(f"{self.name}: stalls for {for_ms} ms")
+        self.stalled = True
+        self.generation += 1
+        self.incarnation += 1
+
+        def resume() -> None:
+            self.stalled = False
+            self.schedule(0)
+            self.fetch_all()
+        self.later(for_ms, resume)
+
+
+class ShareWorkload:
+    """Three members of one share group on ``topic``, leaving or stalling now and then while the
+    faults last; then, once healed, reading until the group has settled everything."""
+
+    def __init__(self, sim: SimCluster, topic: str, partitions: int, rng: random.Random,
+                 fail: Callable[[str, str], None], note: Callable[[str], None], duration_ms: int) -> None:
+        self.sim = sim
+        self.rng = rng
+        self.note = note
+        self.end_ms = sim.now + duration_ms
+        self.checker = ShareChecker(fail, note)
+        self.members = [ShareMember(sim, f"s{n}", topic, partitions, random.Random(rng.random()), self.checker, note)
+                        for n in (1, 2, 3)]
+
+    def start(self) -> None:
+        for member in self.members:
+            member.start()
+        self.sim.schedule_in(self.rng.randint(3000, 9000), self._perturb)
+
+    def _perturb(self) -> None:
+        if self.sim.now >= self.end_ms:
+            return
+        member = self.rng.choice(self.members)
+        if self.rng.random() < 0.5:
+            member.leave(self.rng.randint(1000, 5000))
+        else:
+            member.stall(self.rng.randint(2000, 10000))
+        self.sim.schedule_in(self.rng.randint(3000, 9000), self._perturb)
+
+    def drain(self, partitions: int, bounds: Callable[[int], tuple[int, int] | None], within_ms: int) -> None:
+        """After healing, with the writers stopped: the members accept everything they are handed
+        until every record is settled (or archived), within ``within_ms`` (a Violation
+        otherwise); then they stop."""
+        for member in self.members:
+            member.draining = True
+        deadline = self.sim.now + within_ms
+        while wrong := self.checker.unsettled(partitions, bounds):
+            if self.sim.now >= deadline:
+                raise Violation("the share group settles every record",
+                                f"not within {within_ms} ms of healing: {'; '.join(wrong)}", self.sim.now)
+            self.sim.advance(100)
+        self.note(f"the share group settled every record: {len(self.checker.settled)} settled, "
+                  f"{self.checker.deliveries} deliveries")
+        for member in self.members:
+            member.stopped = True
+        self.sim.advance(QUIET_MS)
