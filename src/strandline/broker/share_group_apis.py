@@ -194,10 +194,13 @@ class ShareGroupApis:
             return refuse(error)
         acknowledged = {key: self._acknowledge_partition(conn_id, session, key, batches)
                         for key, batches in acks.items()}
-        changed = [(session.group_id, *key) for key, code in acknowledged.items() if code is ErrorCode.none]
-        effects: list[Effect] = []
-        for k in changed:
-            effects += self.led.changed(k, now_ms)
+        changed: dict[ShareKey, int] = {}
+        effects: list[Effect] = self.led.take_effects()
+        for key, code in acknowledged.items():
+            if code is ErrorCode.none:
+                k = (session.group_id, *key)
+                effects += self.led.changed(k, now_ms)
+                changed[k] = self.led.version(k)
         if epoch == FINAL_EPOCH:
             effects += self.led.release_member(session.group_id, session.member_id, now_ms)
         max_wait_ms = duration_ms(request.max_wait)
@@ -260,6 +263,7 @@ class ShareGroupApis:
                     budget -= len(data)
                     records_left -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
             by_topic.setdefault(key[0], []).append(entry)
+        effects += self.led.take_effects()
         body = {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
                 "acquisition_lock_timeout": self.config["group.share.record.lock.duration.ms"],
                 "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()],
@@ -319,7 +323,7 @@ class ShareGroupApis:
         if error is not ErrorCode.none or session is None:
             return answer(error, [])
         responses = []
-        changed: list[ShareKey] = []
+        changed: dict[ShareKey, int] = {}
         effects: list[Effect] = []
         for t in request.topics:
             parts = []
@@ -330,11 +334,13 @@ class ShareGroupApis:
                 parts.append({"partition_index": p.partition_index, "error_code": code, "error_message": None,
                               "current_leader": self._current_leader(key)})
                 if code is ErrorCode.none:
-                    changed.append((session.group_id, *key))
-                    effects += self.led.changed(changed[-1], now_ms)
+                    k = (session.group_id, *key)
+                    effects += self.led.changed(k, now_ms)
+                    changed[k] = self.led.version(k)
             responses.append({"topic_id": t.topic_id, "partitions": parts})
         if epoch == FINAL_EPOCH:
             effects += self.led.release_member(session.group_id, session.member_id, now_ms)
+        effects += self.led.take_effects()
 
         def written(errors: dict[ShareKey, ErrorCode], at_ms: int) -> list[Effect]:
             for topic in responses:

@@ -67,6 +67,7 @@ class LedSharePartitions:
         self.persister = persister
         self.topic_name = topic_name
         self.partitions: dict[ShareKey, LedSharePartition] = {}
+        self._pending_effects: list[Effect] = []
 
     def limits(self) -> dict[str, int]:
         return {"max_in_flight": self.config["group.share.partition.max.record.locks"],
@@ -88,11 +89,19 @@ class LedSharePartitions:
         if led is None or led.leader_epoch != partition.leader_epoch:
             if now_ms is None:
                 return LOADING
+            if led is not None:          # led again in a new epoch: what waited on the old one is answered
+                self._pending_effects += self._drop(led, now_ms)
             # its state is read at the next tick (:meth:`next_deadline_ms` says it is due)
             led = self.partitions[k] = LedSharePartition(partition.leader_epoch, retry_at_ms=now_ms)
         if led.sp is None:
             return LOADING
         return partition, led.sp
+
+    def take_effects(self) -> list[Effect]:
+        """The answers :meth:`get` gave when it replaced a share-partition of an older leader
+        epoch (to the acknowledgements that waited on it): the caller sends them."""
+        effects, self._pending_effects = self._pending_effects, []
+        return effects
 
     # ------------------------------------------------------------------ changes
 
@@ -114,8 +123,14 @@ class LedSharePartitions:
             return ErrorCode.invalid_record_state           # LOADING: nothing of it is acquired yet
         return found[1].acknowledge(member_id, batches, pending=self.partitions[k].version + 1)
 
-    def when_written(self, keys: list[ShareKey], done: Written, now_ms: int) -> list[Effect]:
-        """``done`` once every change so far of each of ``keys`` is written (or failed to be)."""
+    def version(self, k: ShareKey) -> int:
+        """The share-partition's changes so far (what a caller waits to see written)."""
+        led = self.partitions.get(k)
+        return led.version if led is not None else 0
+
+    def when_written(self, keys: dict[ShareKey, int], done: Written, now_ms: int) -> list[Effect]:
+        """``done`` once each of ``keys`` is written up to the version given (its changes so far
+        when :meth:`version` was asked), or failed to be."""
         errors: dict[ShareKey, ErrorCode] = {}
         waiting = [0]
 
@@ -127,11 +142,11 @@ class LedSharePartitions:
                 return done(errors, at_ms) if waiting[0] == 0 else []
             return finished
 
-        for k in dict.fromkeys(keys):
+        for k, version in keys.items():
             led = self.partitions.get(k)
-            if led is not None and led.written < led.version:
+            if led is not None and led.written < version:
                 waiting[0] += 1
-                led.waiters.append((led.version, one_done(k)))
+                led.waiters.append((version, one_done(k)))
         return done(errors, now_ms) if waiting[0] == 0 else []
 
     def release_member(self, group_id: str, member_id: str, now_ms: int) -> list[Effect]:
@@ -143,7 +158,7 @@ class LedSharePartitions:
         return effects
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = []
+        deadlines = [-1] if self._pending_effects else []       # answers to send: due now
         for led in self.partitions.values():
             if led.sp is not None and (d := led.sp.next_deadline_ms()) is not None:
                 deadlines.append(d)
@@ -152,11 +167,11 @@ class LedSharePartitions:
         return min(deadlines, default=None)
 
     def tick(self, now_ms: int) -> list[Effect]:
-        effects: list[Effect] = []
+        effects: list[Effect] = self.take_effects()
         for k, led in list(self.partitions.items()):
             if not led.loading and not led.writing and self._led(k, led) is None:
                 del self.partitions[k]          # no longer led here (in that epoch)
-                effects += self._answer(led, led.version, ErrorCode.not_leader_or_follower, now_ms)
+                effects += self._drop(led, now_ms)
                 continue
             if led.sp is None and not led.loading and now_ms >= led.retry_at_ms:
                 effects += self._load(k, led, now_ms)
@@ -187,6 +202,7 @@ class LedSharePartitions:
                  at_ms: int) -> list[Effect]:
             partition = self._led(k, led)
             if partition is None:
+                led.loading = False             # no longer led: the next tick drops it
                 return []
             if error is ErrorCode.none and start >= 0:
                 sp = SharePartition.restore(start, batches, **self.limits())
@@ -199,6 +215,7 @@ class LedSharePartitions:
 
             def initialized(error: ErrorCode, t: int) -> list[Effect]:
                 if self._led(k, led) is None:
+                    led.loading = False
                     return []
                 if error is not ErrorCode.none:
                     return failed(t)
@@ -230,10 +247,20 @@ class LedSharePartitions:
             effects = self._answer(led, target, ErrorCode.none, at_ms)
             if self.partitions.get(k) is led:
                 effects += self._write(k, led, at_ms)
+            else:                               # replaced or dropped while it was written
+                effects += self._drop(led, at_ms)
             return effects
         start, batches = sp.persisted()
         return self.persister.write(ShareStateKey(*k), led.state_epoch, led.leader_epoch, start, batches, written,
                                     now_ms)
+
+    def _drop(self, led: LedSharePartition, now_ms: int) -> list[Effect]:
+        """``led`` is no longer this broker's (its leadership moved, or a new leader epoch began):
+        what waits on it is answered NOT_LEADER_OR_FOLLOWER, but for a write in flight, whose own
+        answer settles what it carries."""
+        if led.writing:
+            return []
+        return self._answer(led, led.version, ErrorCode.not_leader_or_follower, now_ms)
 
     @staticmethod
     def _answer(led: LedSharePartition, upto: int, error: ErrorCode, now_ms: int) -> list[Effect]:

@@ -266,3 +266,44 @@ def test_an_acknowledgement_the_share_coordinator_did_not_get_is_refused_and_its
     assert acquired(share_fetch(h, "m", 3)) == []                    # still locked to m
     h.tick(15_000)
     assert acquired(share_fetch(h, "m", 4)) == [(0, 0, 2)]
+
+
+def ack_body(h, member, epoch, first, last, kind=1):
+    return {"group_id": GROUP, "member_id": member, "share_session_epoch": epoch, "topics": [
+        {"topic_id": topic_id(h), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+            {"first_offset": first, "last_offset": last, "acknowledge_types": [kind]}]}]}]}
+
+
+def test_acknowledgements_waiting_when_a_new_leader_epoch_begins_are_all_answered():
+    """A write in flight, a second acknowledgement waiting behind it, and a new leader epoch of the
+    same leader (a follower left the ISR): each ShareAcknowledge gets its answer."""
+    h = harness()
+    join(h, "m")
+    share_fetch(h, "m", 0)
+    h.produce("t", make_batch([b"x", b"y"]))
+    h.response(0, 7)
+    assert acquired(share_fetch(h, "m", 1)) == [(0, 1, 1)]
+    held = []
+    h.run = lambda effects, run=h.run: held.extend(effects)
+    h.request(ACK, 1, ack_body(h, "m", 2, 0, 0), conn=2)         # its write goes out and is held
+    h.request(ACK, 1, ack_body(h, "m", 3, 1, 1), conn=3)         # waits behind it
+    del h.run
+    h.broker.partitions[("t", 0)].leader_epoch += 1              # led again, in a new epoch
+    h.call(FETCH, 1, share_fetch_body(h, "m", 4))                # takes it afresh (its read not yet sent)
+    h.run(held)                                                  # the first write is kept
+    assert h.response(ACK, 1, conn=2).responses[0].partitions[0].error_code == ErrorCode.none
+    assert h.response(ACK, 1, conn=3).responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+
+
+def test_a_share_partition_whose_leadership_moved_while_its_state_was_read_is_dropped():
+    h = harness()
+    join(h, "m")
+    held = []
+    h.run = lambda effects, run=h.run: held.extend(effects)
+    h.request(FETCH, 1, share_fetch_body(h, "m", 0))
+    h.tick(0)                                                    # the read goes out, held
+    del h.run
+    h.broker.partitions[("t", 0)].leader_epoch += 1              # leadership moved on meanwhile
+    h.run(held)
+    h.tick(0)
+    assert (GROUP, topic_id(h), 0) not in h.broker.apis.share_apis.led.partitions
