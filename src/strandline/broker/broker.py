@@ -118,8 +118,8 @@ class Broker:
                                                        self.replica_manager.read_log)
         self.share_state = ShareStateTopic(config, self.replica_manager.writes.append_internal,
                                            self.replica_manager.read_log)
-        self.share_coordinator = ShareCoordinator(config["share.coordinator.state.topic.num.partitions"],
-                                                  self.share_state.append, self._partitions_of_topic_id)
+        self.share_coordinator = ShareCoordinator(self._share_state_partitions, self.share_state.append,
+                                                  self._partitions_of_topic_id)
         self.replica_manager.leadership_listeners.append(
             lambda topic, index, leader, t: self.share_state.on_leadership(self.share_coordinator, topic, index,
                                                                            leader, t))
@@ -467,6 +467,11 @@ class Broker:
     def _consumer_group_topics(self) -> dict[str, ConsumerTopic]:
         """The cluster's topics as the consumer group coordinator sees them: id, name, partitions."""
         return {name: ConsumerTopic(t.topic_id, name, len(t.assignment)) for name, t in self.metadata.topics.items()}
+
+    def _share_state_partitions(self) -> int:
+        """``__share_group_state``'s partitions: the topic's own count, or the configured one."""
+        topic = self.metadata.topics.get(SHARE_STATE_TOPIC)
+        return topic.num_partitions if topic is not None else self.config["share.coordinator.state.topic.num.partitions"]
 
     def _partitions_of_topic_id(self, topic_id: uuid.UUID) -> int | None:
         """How many partitions the topic with this id has (None: no such topic)."""

@@ -114,3 +114,23 @@ def test_a_newer_leaders_read_fences_an_older_leaders_write_before_either_is_com
     assert answers[-1][0] is ErrorCode.fenced_leader_epoch
     held[0](ErrorCode.not_leader_or_follower, 0)       # the read's append fails: back to what is committed
     assert c.states[KEY].leader_epoch == 1 and answers[-1][0] is ErrorCode.not_coordinator
+
+
+def test_a_write_that_is_no_share_partitions_state_is_refused_and_an_unreadable_record_skipped():
+    """A write from a client allowed CLUSTER_ACTION (anyone without an authorizer) with a state
+    Kafka does not persist, or batches covering a billion offsets, would have stopped every broker
+    that later read or replayed it."""
+    c, log = coordinator()
+    answer(c.initialize, KEY, 0, 0)
+    for batches in ([StateBatch(0, 0, 3, 1)], [StateBatch(0, 10**9, A, 1)], [StateBatch(5, 4, A, 1)],
+                    [StateBatch(0, 0, A, -1)]):
+        assert answer(c.write, KEY, 0, 0, 0, batches)[0] is ErrorCode.invalid_request, batches
+    assert answer(c.write, KEY, 0, 0, 0, [StateBatch(0, 9, A, 1)])[0] is ErrorCode.none
+    garbage = [(0, rec.encode_key(ShareStateKey("x", TOPIC, 0)), b"\x00\x00\x01"),   # truncated value
+               (1, rec.encode_key(KEY), rec.encode_snapshot(rec.ShareSnapshot(
+                   9, 0, 0, 0, 0, 0, (StateBatch(0, 0, 3, 1),)))),                   # unknown state
+               (2, b"\x00\x09", b"")]                                                # unknown type
+    again = ShareCoordinator(5, c.append, c.partitions_of)
+    again.load_partition(partition_of(KEY, 5), [(i, k, v) for i, (k, v) in enumerate(log)] +
+                         [(10 + i, k, v) for i, k, v in garbage])
+    assert again.states[KEY] == c.states[KEY] and partition_of(KEY, 5) in again.owned

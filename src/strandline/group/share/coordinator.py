@@ -26,6 +26,7 @@ each key wins, a tombstone removes it).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 from uuid import UUID
@@ -48,6 +49,10 @@ ReadDone = Callable[[ErrorCode, "str | None", "ShareState | None", int], list[Ef
 Done = Callable[[ErrorCode, "str | None", int], list[Effect]]
 
 NO_EPOCH = -1
+#: the most offsets a write's batches may cover: a share-partition has at most
+#: ``group.share.partition.max.record.locks`` (10000 at most) in flight; a state beyond this is not one
+MAX_STATE_OFFSETS = 100_000
+_PERSISTED_STATES = frozenset({0, 2, 4})       # available, acknowledged, archived
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +71,21 @@ def partition_of(key: ShareStateKey, partitions: int) -> int:
 
 
 class ShareCoordinator:
-    def __init__(self, num_partitions: int, append: Append, partitions_of: PartitionsOf) -> None:
-        self.num_partitions = num_partitions
+    def __init__(self, num_partitions: int | Callable[[], int], append: Append, partitions_of: PartitionsOf) -> None:
+        """``num_partitions``: how many partitions ``__share_group_state`` has (a function: the
+        topic's own count once it exists, whatever the configuration says now)."""
+        self._num_partitions = num_partitions
         self.append = append
         self.partitions_of = partitions_of
         self.owned: set[int] = set()
         #: each key's state with every change appended (checked against), and as committed
         self.states: dict[ShareStateKey, ShareState] = {}
         self.committed: dict[ShareStateKey, ShareState] = {}
+
+    @property
+    def num_partitions(self) -> int:
+        n = self._num_partitions
+        return n() if callable(n) else n
 
     # ------------------------------------------------------------------ loading
 
@@ -83,18 +95,23 @@ class ShareCoordinator:
         for _, key_bytes, value in records:
             if key_bytes is None:
                 continue
-            decoded = rec.decode_key(key_bytes)
-            if decoded is None:
-                continue
-            record_type, key = decoded
+            try:
+                decoded = rec.decode_key(key_bytes)
+                if decoded is None:
+                    continue
+                record_type, key = decoded
+                snapshot = rec.decode_snapshot(value) if value is not None and record_type == rec.SNAPSHOT else None
+                update = rec.decode_update(value) if value is not None and record_type == rec.UPDATE else None
+            except (ValueError, struct.error, IndexError, UnicodeDecodeError):
+                continue            # a record this coordinator cannot read (not one it wrote): skipped
             if value is None:
                 self.states.pop(key, None)
-            elif record_type == rec.SNAPSHOT:
-                s = rec.decode_snapshot(value)
+            elif snapshot is not None:
+                s = snapshot
                 self.states[key] = ShareState(s.state_epoch, s.leader_epoch, s.start_offset, s.batches,
                                               s.snapshot_epoch, s.create_timestamp)
-            elif key in self.states:
-                u = rec.decode_update(value)
+            elif update is not None and key in self.states:
+                u = update
                 old = self.states[key]
                 start = old.start_offset if u.start_offset == -1 else u.start_offset
                 self.states[key] = replace(old, leader_epoch=u.leader_epoch, start_offset=start,
@@ -152,9 +169,13 @@ class ShareCoordinator:
             return done(ErrorCode.fenced_leader_epoch, None, now_ms)
         if state_epoch != NO_EPOCH and state.state_epoch > state_epoch:
             return done(ErrorCode.fenced_state_epoch, None, now_ms)
+        batches = tuple(batches)
+        malformed = invalid_batches(batches, start_offset)
+        if malformed is not None:
+            return done(ErrorCode.invalid_request, malformed, now_ms)
         start = state.start_offset if start_offset == -1 else start_offset
         newer = replace(state, leader_epoch=max(leader_epoch, state.leader_epoch), start_offset=start,
-                        batches=merge_batches(state.batches, tuple(batches), start),
+                        batches=merge_batches(state.batches, batches, start),
                         snapshot_epoch=state.snapshot_epoch + 1)
         return self._store(key, newer, lambda e, t: done(e, None, t), now_ms)
 
@@ -171,6 +192,8 @@ class ShareCoordinator:
     def _check(self, key: ShareStateKey, topic_must_exist: bool = True) -> tuple[ErrorCode, str | None] | None:
         if key.partition < 0:
             return ErrorCode.invalid_request, "The partition id is negative."
+        if len(key.group_id.encode()) > 32767:
+            return ErrorCode.invalid_request, "The group id is too long."
         if not self.owns(key):
             return ErrorCode.not_coordinator, None
         if topic_must_exist:
@@ -192,8 +215,10 @@ class ShareCoordinator:
             if index in self.owned:
                 if error is ErrorCode.none:
                     _put(self.committed, key, state)
-                elif self.states.get(key) is state:
-                    _put(self.states, key, self.committed.get(key))     # back to what is committed
+                elif error is not ErrorCode.request_timed_out and self.states.get(key) is state:
+                    # not appended: back to what is committed (a record that timed out is in the
+                    # log, and commits when the ISR catches up, as it does in Kafka)
+                    _put(self.states, key, self.committed.get(key))
             return done(_as_coordinator_error(error), at_ms)
         return self.append(index, [(rec.encode_key(key), value)], appended, now_ms)
 
@@ -212,6 +237,20 @@ def _as_coordinator_error(error: ErrorCode) -> ErrorCode:
     if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
         return ErrorCode.not_coordinator
     return ErrorCode.coordinator_not_available
+
+
+def invalid_batches(batches: tuple[StateBatch, ...], start_offset: int) -> str | None:
+    """Why a write's batches are not a share-partition's state (None: they are)."""
+    covered = 0
+    for b in batches:
+        if int(b.state) not in _PERSISTED_STATES:
+            return f"Unknown delivery state {int(b.state)}."
+        if b.first_offset < 0 or b.last_offset < b.first_offset or b.delivery_count < 0:
+            return f"Invalid state batch {b.first_offset}-{b.last_offset} delivered {b.delivery_count} times."
+        covered += b.last_offset - max(b.first_offset, start_offset) + 1
+        if covered > MAX_STATE_OFFSETS:
+            return f"The state batches cover more than {MAX_STATE_OFFSETS} offsets."
+    return None
 
 
 def merge_batches(old: tuple[StateBatch, ...], new: tuple[StateBatch, ...], start_offset: int) -> tuple[StateBatch, ...]:

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from strandline.coordination.metadata import MetadataCache
 from strandline.core.effects import Effect
 from strandline.core.outbox import Outbox
-from strandline.group.share.coordinator import partition_of
+from strandline.group.share.coordinator import invalid_batches, partition_of
 from strandline.group.share.partition import RecordState, StateBatch
 from strandline.group.share.records import ShareStateKey
 from strandline.group.share.state_topic import SHARE_STATE_TOPIC
@@ -55,8 +55,13 @@ class SharePersister:
         def answered(result: Any, error: ErrorCode, at_ms: int) -> list[Effect]:
             if result is None or error is not ErrorCode.none:
                 return done(error, 0, -1, [], at_ms)
-            batches = [StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
-                       for b in result.state_batches]
+            try:
+                batches = [StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
+                           for b in result.state_batches]
+            except ValueError:          # a state no coordinator of ours writes: as no answer
+                return done(ErrorCode.unknown_server_error, 0, -1, [], at_ms)
+            if invalid_batches(tuple(batches), result.start_offset) is not None:
+                return done(ErrorCode.unknown_server_error, 0, -1, [], at_ms)
             return done(error, result.state_epoch, result.start_offset, batches, at_ms)
         return self._send(key, ApiKey.READ_SHARE_GROUP_STATE, 0, body, answered, now_ms)
 
