@@ -34,7 +34,7 @@ from strandline.group.coordinator import GroupCoordinator
 from strandline.group.share.group import ShareGroup, ShareGroupConfig, ShareHeartbeat
 from strandline.group.share.partition import SharePartition
 from strandline.group.share.persister import SharePersister
-from strandline.broker.share_partitions import LedSharePartitions, ShareKey
+from strandline.broker.share_partitions import LedSharePartitions, ShareKey, Version
 from strandline.group.share.sessions import FINAL_EPOCH, ShareSession, ShareSessions
 from strandline.protocol.api import ApiKey
 from strandline.protocol.header import RequestHeader
@@ -194,7 +194,7 @@ class ShareGroupApis:
             return refuse(error)
         acknowledged = {key: self._acknowledge_partition(conn_id, session, key, batches)
                         for key, batches in acks.items()}
-        changed: dict[ShareKey, int] = {}
+        changed: dict[ShareKey, Version] = {}
         effects: list[Effect] = self.led.take_effects()
         for key, code in acknowledged.items():
             if code is ErrorCode.none:
@@ -323,7 +323,7 @@ class ShareGroupApis:
         if error is not ErrorCode.none or session is None:
             return answer(error, [])
         responses = []
-        changed: dict[ShareKey, int] = {}
+        changed: dict[ShareKey, Version] = {}
         effects: list[Effect] = []
         for t in request.topics:
             parts = []

@@ -18,7 +18,7 @@ drops the share-partition: another broker leads it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Callable, TypeAlias, Union
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -56,7 +56,12 @@ class LedSharePartition:
     written: int = 0                        # changes the coordinator has
     writing: bool = False
     retry_at_ms: int = -1                   # a failed read or write is tried again from then
+    failed: tuple[int, ErrorCode] | None = None     # the last write that failed: its version, the error told
     waiters: list[tuple[int, Callable[[ErrorCode, int], list[Effect]]]] = field(default_factory=list)
+
+
+#: a share-partition as led here and a version of its changes (None: not led here)
+Version: TypeAlias = "tuple[LedSharePartition, int] | None"
 
 
 class LedSharePartitions:
@@ -123,14 +128,15 @@ class LedSharePartitions:
             return ErrorCode.invalid_record_state           # LOADING: nothing of it is acquired yet
         return found[1].acknowledge(member_id, batches, pending=self.partitions[k].version + 1)
 
-    def version(self, k: ShareKey) -> int:
-        """The share-partition's changes so far (what a caller waits to see written)."""
+    def version(self, k: ShareKey) -> Version:
+        """The share-partition and its changes so far: what a caller waits to see written."""
         led = self.partitions.get(k)
-        return led.version if led is not None else 0
+        return (led, led.version) if led is not None else None
 
-    def when_written(self, keys: dict[ShareKey, int], done: Written, now_ms: int) -> list[Effect]:
+    def when_written(self, keys: dict[ShareKey, Version], done: Written, now_ms: int) -> list[Effect]:
         """``done`` once each of ``keys`` is written up to the version given (its changes so far
-        when :meth:`version` was asked), or failed to be."""
+        when :meth:`version` was asked), or failed to be: a write that failed before the wait
+        began, or a share-partition no longer led here, counts as failed."""
         errors: dict[ShareKey, ErrorCode] = {}
         waiting = [0]
 
@@ -142,9 +148,18 @@ class LedSharePartitions:
                 return done(errors, at_ms) if waiting[0] == 0 else []
             return finished
 
-        for k, version in keys.items():
-            led = self.partitions.get(k)
-            if led is not None and led.written < version:
+        for k, token in keys.items():
+            if token is None:
+                errors[k] = ErrorCode.not_leader_or_follower
+                continue
+            led, version = token
+            if led.written >= version:
+                continue
+            if led.failed is not None and version <= led.failed[0]:
+                errors[k] = led.failed[1]               # its write failed already: rolled back
+            elif self.partitions.get(k) is not led and not led.writing:
+                errors[k] = ErrorCode.not_leader_or_follower
+            else:
                 waiting[0] += 1
                 led.waiters.append((version, one_done(k)))
         return done(errors, now_ms) if waiting[0] == 0 else []
@@ -235,11 +250,13 @@ class LedSharePartitions:
             led.writing = False
             if error in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch):
                 sp.abort(led.version)
+                led.failed = (led.version, ErrorCode.not_leader_or_follower)
                 if self.partitions.get(k) is led:
                     del self.partitions[k]          # another broker leads it now
                 return self._answer(led, led.version, ErrorCode.not_leader_or_follower, at_ms)
             if error is not ErrorCode.none:
                 sp.abort(target)                    # its acknowledgements are not kept
+                led.failed = (target, _as_client_error(error))
                 led.retry_at_ms = at_ms + RETRY_BACKOFF_MS
                 return self._answer(led, target, _as_client_error(error), at_ms)
             sp.commit(target)

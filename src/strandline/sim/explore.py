@@ -48,7 +48,9 @@ from strandline.sim.scratch import SCRATCH, ScratchTopic, exists
 from strandline.sim.txn_checker import FinalRead, TxnChecker
 from strandline.sim.txn_workload import TXN_TIMEOUT_MS, ReadCommittedConsumer, TxnHistory, TxnProducer
 from strandline.sim.group_workload import BROKER_CONFIG as GROUP_BROKER_CONFIG, GroupWorkload
-from strandline.sim.share_workload import BROKER_CONFIG as SHARE_BROKER_CONFIG, ShareWorkload
+from strandline.sim.share_workload import (BROKER_CONFIG as SHARE_BROKER_CONFIG, LIMIT as SHARE_LIMIT,
+                                           SHARE_GROUP, ShareWorkload)
+from strandline.group.share import records as share_records
 from strandline.group.share.state_topic import SHARE_STATE_TOPIC
 from strandline.sim.workload import Consumer, Firehose, History, Producer, load_of
 
@@ -199,6 +201,10 @@ class Explorer:
         self.consumers: list[Consumer | ReadCommittedConsumer] = []
         self.group: GroupWorkload | None = None
         self.share: ShareWorkload | None = None
+        #: per ``__share_group_state`` partition: (its leader, the offset read up to), and every offset
+        #: of each share-partition (by partition index) at the delivery limit in a committed snapshot
+        self._share_read: dict[int, tuple[int, int]] = {}
+        self._share_at_limit: dict[int, set[int]] = {}
         #: the internal topics whose replicas the final check compares (those the workloads write)
         self.internal_invariants: list[Invariants] = []
         internal = ([(OFFSETS_TOPIC, "offsets.topic.num.partitions")] if consumer_groups or share_groups else []) + \
@@ -240,7 +246,7 @@ class Explorer:
                 self.more_invariants[0].final_check(History())
                 self.txn_checker.final_check(final, {tp: self._leader_log(tp) for tp in final.views})
             if self.share is not None:
-                self.share.drain(len(self._assignment()[0]), self._share_bounds, self.converge_ms)
+                self.share.drain(self.converge_ms)
             if self.group is not None:     # last: its members' final records are given the time to replicate
                 self.group.settle(len(self._assignment()[0]), self.converge_ms)
             for internal in self.internal_invariants:
@@ -345,8 +351,43 @@ class Explorer:
             self.group.start()
         if self.share_groups:
             self.share = ShareWorkload(self.sim, TOPIC, self.partitions, random.Random(f"share-{self.seed}"),
-                                       self.invariants.fail, self.note, self.duration_ms)
+                                       self.invariants.fail, self.note, self.duration_ms, self._share_bounds,
+                                       lambda: len(self._assignment()[0]), self._share_archived)
             self.share.start()
+
+    def _share_archived(self, index: int) -> set[int]:
+        """The offsets of the topic's partition ``index`` that a committed snapshot of the share
+        group's state shows delivered as often as the limit allows (so archived unless accepted;
+        an archived record at the front of a share-partition is written only as its start moving
+        past it), read from each ``__share_group_state`` partition's leader, up to its high
+        watermark, once."""
+        for part in range(int(SHARE_BROKER_CONFIG["share.coordinator.state.topic.num.partitions"])):
+            if not exists(self.sim, SHARE_STATE_TOPIC):
+                break
+            leader = self.sim.state(SHARE_STATE_TOPIC, part).leader
+            replica = self.sim.partition(leader, SHARE_STATE_TOPIC, part) if leader in self.sim.brokers else None
+            if replica is None or not replica.is_leader:
+                continue
+            read_leader, upto = self._share_read.get(part, (leader, replica.log.log_start_offset))
+            if read_leader != leader:
+                upto = replica.log.log_start_offset       # the records below are the same (SAFE-1)
+            upto = max(upto, replica.log.log_start_offset)
+            if upto < replica.high_watermark:
+                data = bytes(replica.log.read(upto, 1 << 30, max_offset=replica.high_watermark))
+                for offset, key, value in iter_values(data):
+                    decoded = share_records.decode_key(key) if key is not None else None
+                    if decoded is None or value is None or decoded[0] != share_records.SNAPSHOT:
+                        continue
+                    if decoded[1].group_id != SHARE_GROUP:
+                        continue
+                    snapshot = share_records.decode_snapshot(value)
+                    at_limit = self._share_at_limit.setdefault(decoded[1].partition, set())
+                    for b in snapshot.batches:
+                        if b.delivery_count >= SHARE_LIMIT:
+                            at_limit.update(range(b.first_offset, b.last_offset + 1))
+                    upto = offset + 1
+            self._share_read[part] = (leader, max(upto, replica.high_watermark))
+        return self._share_at_limit.get(index, set())
 
     def _share_bounds(self, index: int) -> tuple[int, int] | None:
         """The log start and high watermark of the topic's partition ``index`` at its leader."""

@@ -16,6 +16,14 @@ more than ``group.share.delivery.count.limit`` times; no record is settled twice
 rejected, or released at the limit, each answered with no error); and, once the faults heal and the
 group has read everything, every record from the first one handed out up to the high watermark was
 settled once, or was delivered as often as the limit allows (archived when its lock ended).
+
+A member cannot see every delivery: a fetch whose answer never came (or came to a member paused
+meanwhile, or was taken by a broker only after the member gave up on it, a stale request that a
+new share session's epoch happened to match) may have handed records out and counted their
+deliveries. A record still unsettled at the end is therefore accepted only with the broker's own
+word that it reached the limit: a committed snapshot of its share-partition in
+``__share_group_state`` that shows it delivered the limit's times (archived unless accepted). A
+record skipped (never handed out, its share-partition's start moved past it) has no such snapshot.
 """
 
 from __future__ import annotations
@@ -57,27 +65,17 @@ class ShareChecker:
     def __init__(self, fail: Callable[[str, str], None], note: Callable[[str], None]) -> None:
         self.fail = fail
         self.note = note
-        self.most: dict[tuple[int, int], int] = {}          # (partition, offset) -> highest delivery count
+        self.most: dict[tuple[int, int], int] = {}          # (partition, offset) -> highest delivery count seen
         self.settled: dict[tuple[int, int], str] = {}       # (partition, offset) -> by whom and how
         #: acknowledged without a clear answer (none came, or COORDINATOR_NOT_AVAILABLE: the write
         #: may have been kept): settled or not, the member cannot tell
         self.maybe: set[tuple[int, int]] = set()
-        #: when each offset was last seen handed out, and when fetches of each partition went
-        #: unanswered (records may have been handed out in them, unseen, their deliveries counted)
-        self.seen_ms: dict[tuple[int, int], int] = {}
-        self.lost_ms: dict[int, list[int]] = {}
         self.first: dict[int, int] = {}                     # partition -> the first offset handed out
         self.deliveries = 0
 
-    def lost_fetch(self, partitions: frozenset[int], now_ms: int) -> None:
-        """A ShareFetch of ``partitions`` got no answer (or its member, paused, took none)."""
-        for p in partitions:
-            self.lost_ms.setdefault(p, []).append(now_ms)
-
-    def delivered(self, member: str, partition: int, offset: int, count: int, now_ms: int) -> None:
+    def delivered(self, member: str, partition: int, offset: int, count: int) -> None:
         self.deliveries += 1
         key = (partition, offset)
-        self.seen_ms[key] = now_ms
         self.most[key] = max(self.most.get(key, 0), count)
         self.first[partition] = min(self.first.get(partition, offset), offset)
         if count > LIMIT:
@@ -102,9 +100,11 @@ class ShareChecker:
                       f"partition {partition} offset {offset}: {before}, then {how} by {member} (delivery {count})")
         self.settled[key] = f"{how} by {member} (delivery {count})"
 
-    def unsettled(self, partitions: int, bounds: Callable[[int], tuple[int, int] | None]) -> list[str]:
+    def unsettled(self, partitions: int, bounds: Callable[[int], tuple[int, int] | None],
+                  archived: Callable[[int], set[int]]) -> list[str]:
         """What the group has not settled yet from the first record handed out of each partition up
-        to ``bounds(partition)`` (its log start and high watermark; None: no leader now)."""
+        to ``bounds(partition)`` (its log start and high watermark; None: no leader now), but for
+        the offsets ``archived(partition)`` names (at the limit, in the committed state)."""
         wrong = []
         for p in range(partitions):
             span = bounds(p)
@@ -114,18 +114,13 @@ class ShareChecker:
             start, hw = span
             begin = max(self.first.get(p, hw), start)
             left = [o for o in range(begin, hw) if (p, o) not in self.settled and (p, o) not in self.maybe
-                    and self.most.get((p, o), 0) < LIMIT and not self._unseen_deliveries(p, o)]
+                    and self.most.get((p, o), 0) < LIMIT]
+            if left:
+                at_limit = archived(p)
+                left = [o for o in left if o not in at_limit]
             if left:
                 wrong.append(f"partition {p}: {len(left)} of offsets {begin}-{hw - 1} unsettled, e.g. {left[:5]}")
         return wrong
-
-
-    def _unseen_deliveries(self, partition: int, offset: int) -> bool:
-        """Whether enough fetches of the partition went unanswered since the offset was last seen
-        to have handed it out, unseen, up to the limit (then archived when the locks ended)."""
-        since = self.seen_ms.get((partition, offset), -1)
-        lost = sum(1 for t in self.lost_ms.get(partition, ()) if t >= since)
-        return lost >= LIMIT - self.most.get((partition, offset), 0)
 
 
 class ShareMember(_Client):
@@ -260,12 +255,10 @@ class ShareMember(_Client):
             if self.stalled or self.away:
                 self.sessions.pop(leader, None)         # a paused process: its session is lost to it
                 unknown()                               # and the answer too
-                self.checker.lost_fetch(partitions, self.sim.now)
                 return
             error = ErrorCode.network_exception if resp is None else ErrorCode(int(resp.error_code))
             if error is ErrorCode.network_exception:
                 unknown()
-                self.checker.lost_fetch(partitions, self.sim.now)
             if error is not ErrorCode.none:
                 self.sessions.pop(leader, None)
                 if error not in _SESSION_AGAIN and error is not ErrorCode.unknown_member_id:
@@ -301,7 +294,7 @@ class ShareMember(_Client):
         for a in acquired:
             for offset in range(a.first_offset, a.last_offset + 1):
                 count = int(a.delivery_count)
-                self.checker.delivered(self.name, partition, offset, count, self.sim.now)
+                self.checker.delivered(self.name, partition, offset, count)
                 if offset not in present:
                     pending.append((offset, GAP, count))
                     continue
@@ -354,11 +347,19 @@ class ShareWorkload:
     faults last; then, once healed, reading until the group has settled everything."""
 
     def __init__(self, sim: SimCluster, topic: str, partitions: int, rng: random.Random,
-                 fail: Callable[[str, str], None], note: Callable[[str], None], duration_ms: int) -> None:
+                 fail: Callable[[str, str], None], note: Callable[[str], None], duration_ms: int,
+                 bounds: Callable[[int], tuple[int, int] | None], count: Callable[[], int],
+                 archived: Callable[[int], set[int]]) -> None:
+        """``bounds(partition)``: its log start and high watermark at its leader (None: no leader);
+        ``count()``: how many partitions the topic has; ``archived(partition)``: the offsets its
+        share-partition's committed snapshots show delivered the limit's times."""
         self.sim = sim
         self.rng = rng
         self.note = note
         self.end_ms = sim.now + duration_ms
+        self.bounds = bounds
+        self.count = count
+        self.archived = archived
         self.checker = ShareChecker(fail, note)
         self.members = [ShareMember(sim, f"s{n}", topic, partitions, random.Random(rng.random()), self.checker, note)
                         for n in (1, 2, 3)]
@@ -378,14 +379,14 @@ class ShareWorkload:
             member.stall(self.rng.randint(2000, 10000))
         self.sim.schedule_in(self.rng.randint(3000, 9000), self._perturb)
 
-    def drain(self, partitions: int, bounds: Callable[[int], tuple[int, int] | None], within_ms: int) -> None:
+    def drain(self, within_ms: int) -> None:
         """After healing, with the writers stopped: the members accept everything they are handed
         until every record is settled (or archived), within ``within_ms`` (a Violation
         otherwise); then they stop."""
         for member in self.members:
             member.draining = True
         deadline = self.sim.now + within_ms
-        while wrong := self.checker.unsettled(partitions, bounds):
+        while wrong := self.checker.unsettled(self.count(), self.bounds, self.archived):
             if self.sim.now >= deadline:
                 raise Violation("the share group settles every record",
                                 f"not within {within_ms} ms of healing: {'; '.join(wrong)}", self.sim.now)

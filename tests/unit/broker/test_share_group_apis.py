@@ -307,3 +307,23 @@ def test_a_share_partition_whose_leadership_moved_while_its_state_was_read_is_dr
     h.run(held)
     h.tick(0)
     assert (GROUP, topic_id(h), 0) not in h.broker.apis.share_apis.led.partitions
+
+
+def test_an_acknowledgement_whose_write_fails_at_once_is_not_answered_as_kept_by_the_retry():
+    """No share coordinator known: the write fails before the acknowledgement's wait begins. It was
+    rolled back, so it is answered COORDINATOR_NOT_AVAILABLE, not NONE when a later write (the
+    retry, without it) succeeds; its record comes again (seed 6950344 had it accepted twice)."""
+    h = harness()
+    join(h, "m")
+    share_fetch(h, "m", 0)
+    h.produce("t", make_batch([b"x"]))
+    h.response(0, 7)
+    assert acquired(share_fetch(h, "m", 1)) == [(0, 0, 1)]
+    persister = h.broker.apis.share_apis.led.persister
+    persister.coordinator = lambda key: None
+    h.request(ACK, 1, ack_body(h, "m", 2, 0, 0))
+    del persister.coordinator
+    h.tick(500)                                                  # the retry's write succeeds
+    assert h.response(ACK, 1).responses[0].partitions[0].error_code == ErrorCode.coordinator_not_available
+    h.tick(15_000)
+    assert acquired(share_fetch(h, "m", 3)) == [(0, 0, 2)]
