@@ -23,7 +23,7 @@ long-polling Fetch).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -32,7 +32,7 @@ from strandline.core.effects import Effect
 from strandline.core.wire import Handler, duration_ms, response
 from strandline.group.coordinator import GroupCoordinator
 from strandline.group.share.group import ShareGroup, ShareGroupConfig, ShareHeartbeat
-from strandline.group.share.partition import SharePartition
+from strandline.group.share.partition import AcquiredRange, SharePartition
 from strandline.group.share.persister import SharePersister
 from strandline.broker.share_partitions import LedSharePartitions, ShareKey, Version
 from strandline.group.share.sessions import FINAL_EPOCH, ShareSession, ShareSessions
@@ -76,6 +76,8 @@ class ShareGroupApis:
         self.groups: dict[str, ShareGroup] = {}
         self.sessions = ShareSessions(config["group.share.max.share.sessions"])
         self.led = LedSharePartitions(config, replicas, persister, self._topic_name)
+        #: told of every record handed out: ``listener(share-partition, the ranges acquired)``
+        self.acquired_listeners: list[Callable[[ShareKey, list[AcquiredRange]], None]] = []
 
     @property
     def enabled(self) -> bool:
@@ -256,6 +258,8 @@ class ShareGroupApis:
                                                         now_ms)
                 if changed:
                     effects += self.led.changed(k, now_ms)
+                for listener in self.acquired_listeners if acquired else ():
+                    listener(k, acquired)
                 if acquired:
                     entry["records"] = data
                     entry["acquired_records"] = [{"first_offset": a.first_offset, "last_offset": a.last_offset,

@@ -84,6 +84,8 @@ class SimCluster:
         self.after_event: Callable[[], None] | None = None   # the explorer's invariant checks
         self.touched: set[int] = set()                        # brokers an event reached since the last check
         self.on_log: Callable[[int, str, str], None] | None = None
+        #: called with each broker's core as it starts (a checker's listeners register on it)
+        self.on_core: Callable[[int, Broker], None] | None = None
         self.zk.execute([Create(znodes.ClusterIdZNode.path(), znodes.ClusterIdZNode.encode("sim-cluster"))])
         self.session_timeout_ms = self.broker_config(broker_ids[0] if broker_ids else 1).values[
             "zookeeper.session.timeout.ms"]
@@ -326,6 +328,8 @@ class SimCluster:
         node.zk_lost_at = None
         node.incarnation += 1
         node.core = core
+        if self.on_core is not None:
+            self.on_core(broker_id, core)
         node.paused = False
         node.held.clear()
         node.conns.clear()

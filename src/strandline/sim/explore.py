@@ -50,7 +50,6 @@ from strandline.sim.txn_workload import TXN_TIMEOUT_MS, ReadCommittedConsumer, T
 from strandline.sim.group_workload import BROKER_CONFIG as GROUP_BROKER_CONFIG, GroupWorkload
 from strandline.sim.share_workload import (BROKER_CONFIG as SHARE_BROKER_CONFIG, LIMIT as SHARE_LIMIT,
                                            SHARE_GROUP, ShareWorkload)
-from strandline.group.share import records as share_records
 from strandline.group.share.state_topic import SHARE_STATE_TOPIC
 from strandline.sim.workload import Consumer, Firehose, History, Producer, load_of
 
@@ -164,6 +163,14 @@ class Explorer:
                               jitter_ms=3 * self.latency_ms, seed=seed, zk_latency_ms=1, zk_failure_delay_ms=3000,
                               overrides=racks, **broker_config)
         self.sim.on_log = self._on_log
+        #: per partition of the topic, the offsets some leader handed the share group out as often
+        #: as the delivery limit allows (seen or not by a member)
+        self._share_at_limit: dict[int, set[int]] = {}
+        if share_groups:
+            self.sim.on_core = self._watch_share_deliveries
+            for broker_id, node in self.sim.brokers.items():
+                if node.core is not None:
+                    self._watch_share_deliveries(broker_id, node.core)
         self.scratch = ScratchTopic(self.sim, self.replication_factor, config.topic, self.note) if recreate else None
         self.admin = AdminNemesis(self.sim, TOPIC, partitions, self.replication_factor, self.note,
                                   lambda: len(self._assignment()[0]))
@@ -201,10 +208,6 @@ class Explorer:
         self.consumers: list[Consumer | ReadCommittedConsumer] = []
         self.group: GroupWorkload | None = None
         self.share: ShareWorkload | None = None
-        #: per ``__share_group_state`` partition: (its leader, the offset read up to), and every offset
-        #: of each share-partition (by partition index) at the delivery limit in a committed snapshot
-        self._share_read: dict[int, tuple[int, int]] = {}
-        self._share_at_limit: dict[int, set[int]] = {}
         #: the internal topics whose replicas the final check compares (those the workloads write)
         self.internal_invariants: list[Invariants] = []
         internal = ([(OFFSETS_TOPIC, "offsets.topic.num.partitions")] if consumer_groups or share_groups else []) + \
@@ -352,42 +355,25 @@ class Explorer:
         if self.share_groups:
             self.share = ShareWorkload(self.sim, TOPIC, self.partitions, random.Random(f"share-{self.seed}"),
                                        self.invariants.fail, self.note, self.duration_ms, self._share_bounds,
-                                       lambda: len(self._assignment()[0]), self._share_archived)
+                                       lambda: len(self._assignment()[0]), self._share_at_the_limit)
             self.share.start()
 
-    def _share_archived(self, index: int) -> set[int]:
-        """The offsets of the topic's partition ``index`` that a committed snapshot of the share
-        group's state shows delivered as often as the limit allows (so archived unless accepted;
-        an archived record at the front of a share-partition is written only as its start moving
-        past it), read from each ``__share_group_state`` partition's leader, up to its high
-        watermark, once."""
-        for part in range(int(SHARE_BROKER_CONFIG["share.coordinator.state.topic.num.partitions"])):
-            if not exists(self.sim, SHARE_STATE_TOPIC):
-                break
-            leader = self.sim.state(SHARE_STATE_TOPIC, part).leader
-            replica = self.sim.partition(leader, SHARE_STATE_TOPIC, part) if leader in self.sim.brokers else None
-            if replica is None or not replica.is_leader:
-                continue
-            read_leader, upto = self._share_read.get(part, (leader, replica.log.log_start_offset))
-            if read_leader != leader:
-                upto = replica.log.log_start_offset       # the records below are the same (SAFE-1)
-            upto = max(upto, replica.log.log_start_offset)
-            if upto < replica.high_watermark:
-                data = bytes(replica.log.read(upto, 1 << 30, max_offset=replica.high_watermark))
-                for offset, key, value in iter_values(data):
-                    decoded = share_records.decode_key(key) if key is not None else None
-                    if decoded is None or value is None or decoded[0] != share_records.SNAPSHOT:
-                        continue
-                    if decoded[1].group_id != SHARE_GROUP:
-                        continue
-                    snapshot = share_records.decode_snapshot(value)
-                    at_limit = self._share_at_limit.setdefault(decoded[1].partition, set())
-                    for b in snapshot.batches:
-                        if b.delivery_count >= SHARE_LIMIT:
-                            at_limit.update(range(b.first_offset, b.last_offset + 1))
-                    upto = offset + 1
-            self._share_read[part] = (leader, max(upto, replica.high_watermark))
+    def _share_at_the_limit(self, index: int) -> set[int]:
+        """The offsets of the topic's partition ``index`` that some leader handed the share group
+        out as often as the delivery limit allows (so archived unless accepted)."""
         return self._share_at_limit.get(index, set())
+
+    def _watch_share_deliveries(self, broker_id: int, core: Any) -> None:
+        """Each broker's records handed out to the share group, as its leaders count them."""
+        def acquired(key: tuple[str, Any, int], ranges: list[Any]) -> None:
+            group, topic_id, index = key
+            if group != SHARE_GROUP or core.metadata.topic_name_of(topic_id) != TOPIC:
+                return
+            at_limit = self._share_at_limit.setdefault(index, set())
+            for r in ranges:
+                if r.delivery_count >= SHARE_LIMIT:
+                    at_limit.update(range(r.first_offset, r.last_offset + 1))
+        core.apis.share_apis.acquired_listeners.append(acquired)
 
     def _share_bounds(self, index: int) -> tuple[int, int] | None:
         """The log start and high watermark of the topic's partition ``index`` at its leader."""

@@ -20,10 +20,10 @@ settled once, or was delivered as often as the limit allows (archived when its l
 A member cannot see every delivery: a fetch whose answer never came (or came to a member paused
 meanwhile, or was taken by a broker only after the member gave up on it, a stale request that a
 new share session's epoch happened to match) may have handed records out and counted their
-deliveries. A record still unsettled at the end is therefore accepted only with the broker's own
-word that it reached the limit: a committed snapshot of its share-partition in
-``__share_group_state`` that shows it delivered the limit's times (archived unless accepted). A
-record skipped (never handed out, its share-partition's start moved past it) has no such snapshot.
+deliveries. A record still unsettled at the end is therefore accepted only with the brokers' own
+word that one of their leaders handed it out the limit's times (then archived unless accepted):
+the explorer listens to every leader's share-partitions (``ShareGroupApis.acquired_listeners``).
+A record skipped (never handed out, its share-partition's start moved past it) has no such word.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class ShareChecker:
                   archived: Callable[[int], set[int]]) -> list[str]:
         """What the group has not settled yet from the first record handed out of each partition up
         to ``bounds(partition)`` (its log start and high watermark; None: no leader now), but for
-        the offsets ``archived(partition)`` names (at the limit, in the committed state)."""
+        the offsets ``archived(partition)`` names (handed out by a leader the limit's times)."""
         wrong = []
         for p in range(partitions):
             span = bounds(p)
@@ -351,8 +351,8 @@ class ShareWorkload:
                  bounds: Callable[[int], tuple[int, int] | None], count: Callable[[], int],
                  archived: Callable[[int], set[int]]) -> None:
         """``bounds(partition)``: its log start and high watermark at its leader (None: no leader);
-        ``count()``: how many partitions the topic has; ``archived(partition)``: the offsets its
-        share-partition's committed snapshots show delivered the limit's times."""
+        ``count()``: how many partitions the topic has; ``archived(partition)``: the offsets a
+        leader handed out the limit's times."""
         self.sim = sim
         self.rng = rng
         self.note = note
