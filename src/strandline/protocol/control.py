@@ -30,6 +30,9 @@ import uuid
 from typing import Any
 
 from strandline.protocol.frames import ProtocolError
+from strandline.protocol.varints import read_uvarint as _read_uvarint
+from strandline.protocol.varints import skip_tagged_fields as _skip_tagged_fields
+from strandline.protocol.varints import write_uvarint as _uvarint
 
 LEADER_AND_ISR = 4
 STOP_REPLICA = 5
@@ -183,37 +186,6 @@ _FIXED = {"int8": struct.Struct(">b"), "int16": struct.Struct(">h"), "int32": st
           "int64": struct.Struct(">q"), "bool": struct.Struct(">?")}
 _I16 = _FIXED["int16"]
 _I32 = _FIXED["int32"]
-
-
-def _uvarint(n: int, out: bytearray) -> None:
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise ProtocolError("truncated or oversized varint")
-        b = buf[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return n, pos
-        shift += 7
-
-
-def _skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
-        pos += size
-        if pos > len(buf):
-            raise ProtocolError("truncated tagged field")
-    return pos
 
 
 def _length(n: int, out: bytearray, flexible: bool, string: bool) -> None:

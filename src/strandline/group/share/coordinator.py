@@ -35,6 +35,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import Effect
 from strandline.group.records import partition_for
+from strandline.protocol.frames import ProtocolError
 from strandline.group.share import records as rec
 from strandline.group.share.partition import StateBatch
 from strandline.group.share.records import ShareStateKey
@@ -102,7 +103,7 @@ class ShareCoordinator:
                 record_type, key = decoded
                 snapshot = rec.decode_snapshot(value) if value is not None and record_type == rec.SNAPSHOT else None
                 update = rec.decode_update(value) if value is not None and record_type == rec.UPDATE else None
-            except (ValueError, struct.error, IndexError, UnicodeDecodeError):
+            except (ValueError, struct.error, IndexError, UnicodeDecodeError, ProtocolError):
                 continue            # a record this coordinator cannot read (not one it wrote): skipped
             if value is None:
                 self.states.pop(key, None)

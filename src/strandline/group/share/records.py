@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from strandline.group.share.partition import RecordState, StateBatch
+from strandline.protocol.varints import read_uvarint, skip_tagged_fields, write_uvarint
 
 SNAPSHOT = 0
 UPDATE = 1
@@ -91,14 +92,14 @@ def encode_update(value: ShareUpdate) -> bytes:
 def decode_snapshot(data: bytes) -> ShareSnapshot:
     _, snapshot_epoch, state_epoch, leader_epoch, start, created, written = struct.unpack_from(">hiiiqqq", data, 0)
     batches, pos = _read_batches(data, struct.calcsize(">hiiiqqq"))
-    _skip_tags(data, pos)
+    skip_tagged_fields(data, pos)
     return ShareSnapshot(snapshot_epoch, state_epoch, leader_epoch, start, created, written, batches)
 
 
 def decode_update(data: bytes) -> ShareUpdate:
     _, snapshot_epoch, leader_epoch, start = struct.unpack_from(">hiiq", data, 0)
     batches, pos = _read_batches(data, struct.calcsize(">hiiq"))
-    _skip_tags(data, pos)
+    skip_tagged_fields(data, pos)
     return ShareUpdate(snapshot_epoch, leader_epoch, start, batches)
 
 
@@ -107,47 +108,18 @@ def decode_update(data: bytes) -> ShareUpdate:
 _BATCH = struct.Struct(">qqbh")
 
 
-def _uvarint(n: int, out: bytearray) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("an unsigned varint longer than 5 bytes")
-
-
 def _batches(batches: tuple[StateBatch, ...], out: bytearray) -> None:
-    _uvarint(len(batches) + 1, out)
+    write_uvarint(len(batches) + 1, out)
     for b in batches:
         out += _BATCH.pack(b.first_offset, b.last_offset, int(b.state), b.delivery_count)
         out.append(0)
 
 
 def _read_batches(data: bytes, pos: int) -> tuple[tuple[StateBatch, ...], int]:
-    n, pos = _read_uvarint(data, pos)
+    n, pos = read_uvarint(data, pos)
     batches = []
     for _ in range(max(0, n - 1)):
         first, last, state, count = _BATCH.unpack_from(data, pos)
-        pos = _skip_tags(data, pos + _BATCH.size)
+        pos = skip_tagged_fields(data, pos + _BATCH.size)
         batches.append(StateBatch(first, last, RecordState(state), count))
     return tuple(batches), pos
-
-
-def _skip_tags(data: bytes, pos: int) -> int:
-    count, pos = _read_uvarint(data, pos)
-    for _ in range(count):
-        _, pos = _read_uvarint(data, pos)
-        size, pos = _read_uvarint(data, pos)
-        pos += size
-    return pos
