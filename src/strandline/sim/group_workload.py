@@ -23,16 +23,15 @@ partition of the topic owned by exactly one member, every member at one epoch.
 from __future__ import annotations
 
 import random
-import uuid
 from typing import Any, Callable
-from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
 from strandline.protocol.api import ApiKey
 from strandline.sim.checker import Violation
 from strandline.sim.cluster import SimCluster
-from strandline.sim.workload import RETRY_BACKOFF_MS, _Client
+from strandline.sim.members import Member, Members
+from strandline.sim.workload import RETRY_BACKOFF_MS
 
 GROUP = "explorer-group"
 HEARTBEAT_VERSION = 1
@@ -90,45 +89,15 @@ class GroupChecker:
         return f"member epochs {sorted(epochs)}, unowned partitions {unowned}, shared {shared}"
 
 
-class GroupMember(_Client):
+class GroupMember(Member):
     """One consumer of the group, subscribed to ``topic`` by name."""
 
     def __init__(self, sim: SimCluster, name: str, topic: str, partitions: int, rng: random.Random,
                  checker: GroupChecker, note: Callable[[str], None]) -> None:
-        super().__init__(sim, name, topic, partitions, rng)
+        super().__init__(sim, name, GROUP, topic, partitions, rng, note)
         self.checker = checker
-        self.note = note
-        self.member_id = str(uuid.UUID(int=rng.getrandbits(128)))
-        self.coordinator: int | None = None
-        self.epoch = 0
         self.owned: frozenset[int] = frozenset()
-        self.topic_id: UUID | None = None
-        self.joined = False               # in the group, as far as it knows
-        self.stalled = False              # its process paused: no heartbeat leaves it
-        self.away = False                 # it left the group, for a while
-        self.heartbeat_ms = 1000
-        self.generation = 0               # each step scheduled carries the generation it was made in
         self.full = False                 # a heartbeat went unanswered: the next one is a full request
-
-    def start(self) -> None:
-        self.step()
-
-    def schedule(self, delay_ms: int) -> None:
-        generation = self.generation = self.generation + 1
-        self.later(delay_ms, lambda: self.step() if generation == self.generation else None)
-
-    def step(self) -> None:
-        if self.stalled or self.away:
-            return
-        if self.coordinator is None:
-            self.find_coordinator(GROUP, 0, self.on_coordinator)
-        else:
-            self.heartbeat()
-
-    def on_coordinator(self, coordinator: int | None) -> None:
-        if coordinator is not None:
-            self.coordinator = coordinator
-        self.schedule(0 if coordinator is not None else RETRY_BACKOFF_MS)
 
     def heartbeat(self) -> None:
         joining = self.epoch == 0
@@ -188,39 +157,20 @@ class GroupMember(_Client):
         self.joined = False
         self.checker.gone(self.name)
 
-    # -- what the nemesis does to a member ------------------------------------------------------
+    # -- what the nemesis does to a member (see :class:`strandline.sim.members.Member`) ----------
 
-    def leave(self, back_in_ms: int) -> None:
-        """It leaves the group (epoch -1, owning nothing from now on) and joins again later."""
-        if self.away or self.stalled or self.coordinator is None or not self.joined:
-            return
-        self.note(f"{self.name}: leaves the group for {back_in_ms} ms")
-        body = {"group_id": GROUP, "member_id": self.member_id, "member_epoch": -1, "instance_id": None,
-                "rack_id": None, "rebalance_timeout": -1, "subscribed_topic_names": None,
-                "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": None}
-        self.send(self.coordinator, ApiKey.CONSUMER_GROUP_HEARTBEAT, HEARTBEAT_VERSION, body, lambda resp: None)
+    def leaving(self) -> tuple[int, int, dict[str, Any]]:
+        return ApiKey.CONSUMER_GROUP_HEARTBEAT, HEARTBEAT_VERSION, {
+            "group_id": GROUP, "member_id": self.member_id, "member_epoch": -1, "instance_id": None,
+            "rack_id": None, "rebalance_timeout": -1, "subscribed_topic_names": None,
+            "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": None}
+
+    def forget(self) -> None:
         self.lose_everything()
-        self.away = True
-        self.generation += 1
 
-        def back() -> None:
-            self.away = False
-            self.schedule(0)
-        self.later(back_in_ms, back)
-
-    def stall(self, for_ms: int) -> None:
-        """Its process pauses: no heartbeat, no answer taken; it still believes it owns its
-        partitions (a zombie once the coordinator fences it)."""
-        if self.stalled or self.away:
-            return
-        self.note(f"{self.name}: stalls for {for_ms} ms, owning {sorted(self.owned)} at epoch {self.epoch}")
-        self.stalled = True
-        self.generation += 1
-
-        def resume() -> None:
-            self.stalled = False
-            self.schedule(0)
-        self.later(for_ms, resume)
+    def stalled_with(self) -> str:
+        # it still believes it owns its partitions: a zombie once the coordinator fences it
+        return f", owning {sorted(self.owned)} at epoch {self.epoch}"
 
 
 class GroupWorkload:
@@ -230,27 +180,14 @@ class GroupWorkload:
     def __init__(self, sim: SimCluster, topic: str, partitions: int, rng: random.Random,
                  fail: Callable[[str, str], None], note: Callable[[str], None], duration_ms: int) -> None:
         self.sim = sim
-        self.rng = rng
         self.note = note
-        self.end_ms = sim.now + duration_ms
         self.checker = GroupChecker(fail, note)
         self.members = [GroupMember(sim, f"g{n}", topic, partitions, random.Random(rng.random()), self.checker, note)
                         for n in (1, 2, 3)]
+        self.nemesis = Members(sim, rng, self.members, duration_ms)
 
     def start(self) -> None:
-        for member in self.members:
-            member.start()
-        self.sim.schedule_in(self.rng.randint(3000, 9000), self._perturb)
-
-    def _perturb(self) -> None:
-        if self.sim.now >= self.end_ms:
-            return
-        member = self.rng.choice(self.members)
-        if self.rng.random() < 0.5:
-            member.leave(self.rng.randint(1000, 5000))
-        else:
-            member.stall(self.rng.randint(2000, 10000))
-        self.sim.schedule_in(self.rng.randint(3000, 9000), self._perturb)
+        self.nemesis.start()
 
     def settle(self, partitions: int, within_ms: int) -> None:
         """After healing, the group settles within ``within_ms`` (every one of ``partitions`` owned

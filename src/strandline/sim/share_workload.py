@@ -29,9 +29,7 @@ A record skipped (never handed out, its share-partition's start moved past it) h
 from __future__ import annotations
 
 import random
-import uuid
 from typing import Any, Callable
-from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
@@ -40,7 +38,8 @@ from strandline.group.records import iter_records
 from strandline.protocol.api import ApiKey
 from strandline.sim.checker import Violation
 from strandline.sim.cluster import SimCluster
-from strandline.sim.workload import RETRY_BACKOFF_MS, _Client
+from strandline.sim.members import Member, Members
+from strandline.sim.workload import RETRY_BACKOFF_MS
 
 SHARE_GROUP = "explorer-share"
 LIMIT = 3
@@ -123,25 +122,14 @@ class ShareChecker:
         return wrong
 
 
-class ShareMember(_Client):
+class ShareMember(Member):
     """One consumer of the share group, subscribed to ``topic``."""
 
     def __init__(self, sim: SimCluster, name: str, topic: str, partitions: int, rng: random.Random,
                  checker: ShareChecker, note: Callable[[str], None]) -> None:
-        super().__init__(sim, name, topic, partitions, rng)
+        super().__init__(sim, name, SHARE_GROUP, topic, partitions, rng, note)
         self.checker = checker
-        self.note = note
-        self.member_id = str(uuid.UUID(int=rng.getrandbits(128)))
-        self.coordinator: int | None = None
-        self.epoch = 0
         self.assigned: frozenset[int] = frozenset()
-        self.topic_id: UUID | None = None
-        self.joined = False
-        self.stalled = False
-        self.away = False
-        self.heartbeat_ms = 1000
-        self.generation = 0               # of the heartbeat scheduled last
-        self.incarnation = 0              # bumped when it leaves or stalls: answers to before are not its own
         self.draining = False             # the faults healed: it acknowledges everything it is handed
         #: per leader: its share session's next epoch and partitions, whether a fetch is out, and
         #: the acknowledgements for its next fetch: partition -> [(offset, kind, delivery count)]
@@ -149,27 +137,7 @@ class ShareMember(_Client):
         self.fetching: set[int] = set()
         self.acks: dict[int, dict[int, list[tuple[int, int, int]]]] = {}
 
-    def start(self) -> None:
-        self.heartbeat_step()
-
     # ------------------------------------------------------------------ membership
-
-    def schedule(self, delay_ms: int) -> None:
-        generation = self.generation = self.generation + 1
-        self.later(delay_ms, lambda: self.heartbeat_step() if generation == self.generation else None)
-
-    def heartbeat_step(self) -> None:
-        if self.stalled or self.away:
-            return
-        if self.coordinator is None:
-            self.find_coordinator(SHARE_GROUP, 0, self.on_coordinator)
-        else:
-            self.heartbeat()
-
-    def on_coordinator(self, coordinator: int | None) -> None:
-        if coordinator is not None:
-            self.coordinator = coordinator
-        self.schedule(0 if coordinator is not None else RETRY_BACKOFF_MS)
 
     def heartbeat(self) -> None:
         joining = self.epoch == 0
@@ -309,37 +277,18 @@ class ShareMember(_Client):
 
     # ------------------------------------------------------------------ what the nemesis does
 
-    def leave(self, back_in_ms: int) -> None:
-        if self.away or self.stalled or self.coordinator is None or not self.joined:
-            return
-        self.note(f"{self.name}: leaves the share group for {back_in_ms} ms")
-        body = {"group_id": SHARE_GROUP, "member_id": self.member_id, "member_epoch": -1, "rack_id": None,
-                "subscribed_topic_names": None}
-        self.send(self.coordinator, ApiKey.SHARE_GROUP_HEARTBEAT, 1, body, lambda resp: None)
-        self.epoch, self.joined, self.assigned, self.away = 0, False, frozenset(), True
+    def leaving(self) -> tuple[int, int, dict[str, Any]]:
+        return ApiKey.SHARE_GROUP_HEARTBEAT, 1, {"group_id": SHARE_GROUP, "member_id": self.member_id,
+                                                 "member_epoch": -1, "rack_id": None,
+                                                 "subscribed_topic_names": None}
+
+    def forget(self) -> None:
+        self.epoch, self.joined, self.assigned = 0, False, frozenset()
         self.sessions.clear()
         self.acks.clear()
-        self.generation += 1
-        self.incarnation += 1
 
-        def back() -> None:
-            self.away = False
-            self.schedule(0)
-        self.later(back_in_ms, back)
-
-    def stall(self, for_ms: int) -> None:
-        if self.stalled or self.away:
-            return
-        self.note(f"{self.name}: stalls for {for_ms} ms")
-        self.stalled = True
-        self.generation += 1
-        self.incarnation += 1
-
-        def resume() -> None:
-            self.stalled = False
-            self.schedule(0)
-            self.fetch_all()
-        self.later(for_ms, resume)
+    def resumed(self) -> None:
+        self.fetch_all()
 
 
 class ShareWorkload:
@@ -354,30 +303,17 @@ class ShareWorkload:
         ``count()``: how many partitions the topic has; ``archived(partition)``: the offsets a
         leader handed out the limit's times."""
         self.sim = sim
-        self.rng = rng
         self.note = note
-        self.end_ms = sim.now + duration_ms
         self.bounds = bounds
         self.count = count
         self.archived = archived
         self.checker = ShareChecker(fail, note)
         self.members = [ShareMember(sim, f"s{n}", topic, partitions, random.Random(rng.random()), self.checker, note)
                         for n in (1, 2, 3)]
+        self.nemesis = Members(sim, rng, self.members, duration_ms)
 
     def start(self) -> None:
-        for member in self.members:
-            member.start()
-        self.sim.schedule_in(self.rng.randint(3000, 9000), self._perturb)
-
-    def _perturb(self) -> None:
-        if self.sim.now >= self.end_ms:
-            return
-        member = self.rng.choice(self.members)
-        if self.rng.random() < 0.5:
-            member.leave(self.rng.randint(1000, 5000))
-        else:
-            member.stall(self.rng.randint(2000, 10000))
-        self.sim.schedule_in(self.rng.randint(3000, 9000), self._perturb)
+        self.nemesis.start()
 
     def drain(self, within_ms: int) -> None:
         """After healing, with the writers stopped: the members accept everything they are handed
