@@ -189,6 +189,23 @@ def test_a_share_fetch_of_a_topic_the_client_may_not_read_is_refused_for_that_pa
     assert share_fetch(h, "m2", 0, conn=1).responses[0].partitions[0].error_code == ErrorCode.none
 
 
+def ack_body(h, member, epoch, first, last, kind=1):
+    return {"group_id": GROUP, "member_id": member, "share_session_epoch": epoch, "topics": [
+        {"topic_id": topic_id(h), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+            {"first_offset": first, "last_offset": last, "acknowledge_types": [kind]}]}]}]}
+
+
+def one_record_acquired() -> Harness:
+    """A share group of one member, "m", holding the topic's one record (offset 0), session epoch 2 next."""
+    h = harness()
+    join(h, "m")
+    share_fetch(h, "m", 0)
+    h.produce("t", make_batch([b"x"]))
+    h.response(0, 7)
+    assert acquired(share_fetch(h, "m", 1)) == [(0, 0, 1)]
+    return h
+
+
 def restart(h: ShareHarness) -> ShareHarness:
     """The broker stops and starts again on the same disk (nothing lost): a new leader epoch, the
     share coordinator's partitions replayed from ``__share_group_state``."""
@@ -231,17 +248,10 @@ def test_a_share_partitions_state_survives_a_new_leader_through_the_share_coordi
 
 
 def test_an_acknowledgement_is_answered_once_the_share_coordinator_has_it():
-    h = harness()
-    join(h, "m")
-    share_fetch(h, "m", 0)
-    h.produce("t", make_batch([b"x"]))
-    h.response(0, 7)
-    assert acquired(share_fetch(h, "m", 1)) == [(0, 0, 1)]
+    h = one_record_acquired()
     held = []
     h.run = lambda effects, run=h.run: held.extend(effects)        # requests to the coordinator held
-    h.request(ACK, 1, {"group_id": GROUP, "member_id": "m", "share_session_epoch": 2, "topics": [
-        {"topic_id": topic_id(h), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
-            {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]}]}]})
+    h.request(ACK, 1, ack_body(h, "m", 2, 0, 0))
     assert [type(e).__name__ for e in held] == ["BrokerSend"]        # the write, no answer yet
     del h.run
     h.run(held)
@@ -252,26 +262,13 @@ def test_an_acknowledgement_the_share_coordinator_did_not_get_is_refused_and_its
     """Kafka's leader rolls back an acknowledgement it could not persist: the member hears
     COORDINATOR_NOT_AVAILABLE, the record stays locked to it until the lock ends, then goes out
     again."""
-    h = harness()
-    join(h, "m")
-    share_fetch(h, "m", 0)
-    h.produce("t", make_batch([b"x"]))
-    h.response(0, 7)
-    assert acquired(share_fetch(h, "m", 1)) == [(0, 0, 1)]
+    h = one_record_acquired()
     h.unanswered = 1
-    refused = h.call(ACK, 1, {"group_id": GROUP, "member_id": "m", "share_session_epoch": 2, "topics": [
-        {"topic_id": topic_id(h), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
-            {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]}]}]})
+    refused = h.call(ACK, 1, ack_body(h, "m", 2, 0, 0))
     assert refused.responses[0].partitions[0].error_code == ErrorCode.coordinator_not_available
     assert acquired(share_fetch(h, "m", 3)) == []                    # still locked to m
     h.tick(15_000)
     assert acquired(share_fetch(h, "m", 4)) == [(0, 0, 2)]
-
-
-def ack_body(h, member, epoch, first, last, kind=1):
-    return {"group_id": GROUP, "member_id": member, "share_session_epoch": epoch, "topics": [
-        {"topic_id": topic_id(h), "partitions": [{"partition_index": 0, "acknowledgement_batches": [
-            {"first_offset": first, "last_offset": last, "acknowledge_types": [kind]}]}]}]}
 
 
 def test_acknowledgements_waiting_when_a_new_leader_epoch_begins_are_all_answered():
@@ -313,12 +310,7 @@ def test_an_acknowledgement_whose_write_fails_at_once_is_not_answered_as_kept_by
     """No share coordinator known: the write fails before the acknowledgement's wait begins. It was
     rolled back, so it is answered COORDINATOR_NOT_AVAILABLE, not NONE when a later write (the
     retry, without it) succeeds; its record comes again (seed 6950344 had it accepted twice)."""
-    h = harness()
-    join(h, "m")
-    share_fetch(h, "m", 0)
-    h.produce("t", make_batch([b"x"]))
-    h.response(0, 7)
-    assert acquired(share_fetch(h, "m", 1)) == [(0, 0, 1)]
+    h = one_record_acquired()
     persister = h.broker.apis.share_apis.led.persister
     persister.coordinator = lambda key: None
     h.request(ACK, 1, ack_body(h, "m", 2, 0, 0))
