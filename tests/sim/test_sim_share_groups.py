@@ -13,7 +13,7 @@ from strandline.sim.menu import run_options
 from strandline.sim.share_workload import ACCEPT, LIMIT, RELEASE, ShareChecker
 
 
-@pytest.mark.parametrize("seed,consumer_groups", [(6000001, False), (6000114, True), (6950344, True)])
+@pytest.mark.parametrize("seed,consumer_groups", [(6000001, False), (6000114, True), (6950344, True), (6950235, True)])
 def test_a_share_group_through_the_whole_menu(seed, consumer_groups):
     """6000001 handed a record out a fourth time past the limit of three: it was locked at its last
     delivery when its leader changed, written as available, and the next leader handed it out
@@ -21,7 +21,9 @@ def test_a_share_group_through_the_whole_menu(seed, consumer_groups):
     fetch and its answer (the workload's own bug, which the drain's deadline caught), beside a
     consumer group of the KIP-848 protocol; 6950344 had a record accepted twice: the write of its
     first acceptance failed at once (no share coordinator known), before the acknowledgement's
-    wait began, and the retry's write, without it, answered it as kept."""
+    wait began, and the retry's write, without it, answered it as kept; in 6950235 a broker the
+    controller could not reach when it moved a partition away still believed it led it, and the
+    members fetched nothing from it until the run ended."""
     explorer = Explorer(seed, CONFIGS["safe"], **run_options(), load="mixed", share_groups=True,
                         consumer_groups=consumer_groups)
     result = explorer.run()

@@ -88,7 +88,7 @@ class LedSharePartitions:
         if name is None:
             return ErrorCode.unknown_topic_id
         partition = self.replicas.partitions.get((name, k[2]))
-        if partition is None or not partition.is_leader:
+        if partition is None or not partition.is_leader or self._led_elsewhere(name, k[2], partition.leader_epoch):
             return ErrorCode.not_leader_or_follower
         led = self.partitions.get(k)
         if led is None or led.leader_epoch != partition.leader_epoch:
@@ -101,6 +101,14 @@ class LedSharePartitions:
         if led.sp is None:
             return LOADING
         return partition, led.sp
+
+    def _led_elsewhere(self, name: str, index: int, leader_epoch: int) -> bool:
+        """Whether the metadata this broker was sent names a newer leader epoch than the one it
+        leads in: a replica the controller could not reach when it moved the partition away
+        (its StopReplica lost) still believes it leads, and must not hand records out."""
+        topic = self.replicas.metadata.topics.get(name)
+        state = topic.states.get(index) if topic is not None else None
+        return state is not None and state.leader_epoch > leader_epoch
 
     def take_effects(self) -> list[Effect]:
         """The answers :meth:`get` gave when it replaced a share-partition of an older leader

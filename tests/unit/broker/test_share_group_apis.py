@@ -6,6 +6,7 @@ advertised only with group.share.enable."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 
@@ -319,3 +320,17 @@ def test_an_acknowledgement_whose_write_fails_at_once_is_not_answered_as_kept_by
     assert h.response(ACK, 1).responses[0].partitions[0].error_code == ErrorCode.coordinator_not_available
     h.tick(15_000)
     assert acquired(share_fetch(h, "m", 3)) == [(0, 0, 2)]
+
+
+def test_a_leader_the_metadata_says_was_replaced_hands_nothing_out():
+    """A replica the controller could not reach when it moved the partition away still believes it
+    leads; the metadata it was sent since names a newer leader epoch. It answers
+    NOT_LEADER_OR_FOLLOWER, so that share consumers look for the leader (seed 6950235: they
+    fetched from such a broker, which had no new records, until the run ended)."""
+    h = harness()
+    join(h, "m")
+    share_fetch(h, "m", 0)
+    topic = h.broker.metadata.topics["t"]
+    topic.states[0] = dataclasses.replace(topic.states[0], leader=2, leader_epoch=topic.states[0].leader_epoch + 3)
+    answer = share_fetch(h, "m", 1)
+    assert answer.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
