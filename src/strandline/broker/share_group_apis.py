@@ -13,9 +13,9 @@ members and assignment are kept in memory: a coordinator change starts them afre
 again).
 
 A ShareFetch first applies the acknowledgements it carries (and goes on once the share
-coordinator has them), then hands out what its session's
-partitions have up to their high watermarks: whole stored batches, with the offsets acquired
-(AcquiredRecords) that the consumer may process. With nothing to hand out it waits up to its
+coordinator has them), then hands out what its session's partitions have up to their high
+watermarks: whole stored batches, with the offsets acquired (AcquiredRecords) that the consumer
+may process. With nothing to hand out it waits up to its
 MaxWaitMs, answered as soon as one of its partitions gets records (in the fetch purgatory, as a
 long-polling Fetch).
 """
