@@ -5,14 +5,16 @@ A share group's state of a partition lives on the partition's leader
 (:class:`strandline.group.share.persister.SharePersister`). When this broker first needs a
 share-partition in a leader epoch it reads the state from the coordinator and hands nothing out
 until it has it (a share-partition never seen is initialized at the partition's high watermark,
-``share.auto.offset.reset=latest``, Kafka's default). Every change (records handed out,
-acknowledged, released, their locks expiring, the log's start moving) is written back, one write at
-a time per share-partition, each carrying the whole state; an acknowledgement takes effect, and is
-answered, once the coordinator has it (until then its records stay acquired by their member). A write that fails is tried again ``RETRY_BACKOFF_MS`` later with the state
-then; the acknowledgements it carried are not kept (their records stay acquired by their
-members until their locks expire, then go out again) and are answered with the error, as Kafka's
-leader rolls back an acknowledgement it could not persist. A write fenced by a newer leader epoch
-drops the share-partition: another broker leads it.
+``share.auto.offset.reset=latest``, Kafka's default).
+
+Every change (records handed out, acknowledged, released, their locks expiring, the log's start
+moving) is written back, one write at a time per share-partition, each carrying the whole state.
+An acknowledgement takes effect, and is answered, once the coordinator has it; until then its
+records stay acquired by their member. A write that fails is tried again ``RETRY_BACKOFF_MS``
+later with the state then; the acknowledgements it carried are not kept (their records stay
+acquired by their members until their locks expire, then go out again) and are answered with the
+error, as Kafka's leader rolls back an acknowledgement it could not persist. A write fenced by a
+newer leader epoch drops the share-partition: another broker leads it.
 """
 
 from __future__ import annotations
