@@ -48,8 +48,7 @@ from strandline.sim.scratch import SCRATCH, ScratchTopic, exists
 from strandline.sim.txn_checker import FinalRead, TxnChecker
 from strandline.sim.txn_workload import TXN_TIMEOUT_MS, ReadCommittedConsumer, TxnHistory, TxnProducer
 from strandline.sim.group_workload import BROKER_CONFIG as GROUP_BROKER_CONFIG, GroupWorkload
-from strandline.sim.share_workload import (BROKER_CONFIG as SHARE_BROKER_CONFIG, LIMIT as SHARE_LIMIT,
-                                           SHARE_GROUP, ShareWorkload)
+from strandline.sim.share_workload import BROKER_CONFIG as SHARE_BROKER_CONFIG, LeaderDeliveries, ShareWorkload
 from strandline.group.share.state_topic import SHARE_STATE_TOPIC
 from strandline.sim.workload import Consumer, Firehose, History, Producer, load_of
 
@@ -163,14 +162,8 @@ class Explorer:
                               jitter_ms=3 * self.latency_ms, seed=seed, zk_latency_ms=1, zk_failure_delay_ms=3000,
                               overrides=racks, **broker_config)
         self.sim.on_log = self._on_log
-        #: per partition of the topic, the offsets some leader handed the share group out as often
-        #: as the delivery limit allows (seen or not by a member)
-        self._share_at_limit: dict[int, set[int]] = {}
-        if share_groups:
-            self.sim.on_core = self._watch_share_deliveries
-            for broker_id, node in self.sim.brokers.items():
-                if node.core is not None:
-                    self._watch_share_deliveries(broker_id, node.core)
+        # the share group's records as its leaders hand them out (from the brokers' start)
+        self.share_deliveries = LeaderDeliveries(self.sim, TOPIC) if share_groups else None
         self.scratch = ScratchTopic(self.sim, self.replication_factor, config.topic, self.note) if recreate else None
         self.admin = AdminNemesis(self.sim, TOPIC, partitions, self.replication_factor, self.note,
                                   lambda: len(self._assignment()[0]))
@@ -353,35 +346,11 @@ class Explorer:
                                        self.invariants.fail, self.note, self.duration_ms)
             self.group.start()
         if self.share_groups:
+            assert self.share_deliveries is not None
             self.share = ShareWorkload(self.sim, TOPIC, self.partitions, random.Random(f"share-{self.seed}"),
-                                       self.invariants.fail, self.note, self.duration_ms, self._share_bounds,
-                                       lambda: len(self._assignment()[0]), self._share_at_the_limit)
+                                       self.invariants.fail, self.note, self.duration_ms,
+                                       lambda: len(self._assignment()[0]), self.share_deliveries)
             self.share.start()
-
-    def _share_at_the_limit(self, index: int) -> set[int]:
-        """The offsets of the topic's partition ``index`` that some leader handed the share group
-        out as often as the delivery limit allows (so archived unless accepted)."""
-        return self._share_at_limit.get(index, set())
-
-    def _watch_share_deliveries(self, broker_id: int, core: Any) -> None:
-        """Each broker's records handed out to the share group, as its leaders count them."""
-        def acquired(key: tuple[str, Any, int], ranges: list[Any]) -> None:
-            group, topic_id, index = key
-            if group != SHARE_GROUP or core.metadata.topic_name_of(topic_id) != TOPIC:
-                return
-            at_limit = self._share_at_limit.setdefault(index, set())
-            for r in ranges:
-                if r.delivery_count >= SHARE_LIMIT:
-                    at_limit.update(range(r.first_offset, r.last_offset + 1))
-        core.apis.share_apis.acquired_listeners.append(acquired)
-
-    def _share_bounds(self, index: int) -> tuple[int, int] | None:
-        """The log start and high watermark of the topic's partition ``index`` at its leader."""
-        leader = self.sim.state(TOPIC, index).leader
-        partition = self.sim.partition(leader, TOPIC, index) if leader in self.sim.brokers else None
-        if partition is None or not partition.is_leader:
-            return None
-        return partition.log.log_start_offset, partition.high_watermark
 
     def _rack(self, rack: str) -> str:
         """A consumer's rack: ``rack`` with ``rack_reads``, else none (it reads from leaders)."""

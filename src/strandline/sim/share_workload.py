@@ -291,22 +291,58 @@ class ShareMember(Member):
         self.fetch_all()
 
 
+class LeaderDeliveries:
+    """The share group's records of ``topic`` as every leader hands them out, seen by a member or
+    not (``ShareGroupApis.acquired_listeners`` of each broker's core, from its start), and where
+    each partition's leader stands."""
+
+    def __init__(self, sim: SimCluster, topic: str) -> None:
+        self.sim = sim
+        self.topic = topic
+        #: per partition, the offsets some leader handed out as often as the limit allows
+        self.at_limit: dict[int, set[int]] = {}
+        sim.on_core = self._watch
+        for broker_id, node in sim.brokers.items():
+            if node.core is not None:
+                self._watch(broker_id, node.core)
+
+    def _watch(self, broker_id: int, core: Any) -> None:
+        def acquired(key: tuple[str, Any, int], ranges: list[Any]) -> None:
+            group, topic_id, index = key
+            if group != SHARE_GROUP or core.metadata.topic_name_of(topic_id) != self.topic:
+                return
+            at_limit = self.at_limit.setdefault(index, set())
+            for r in ranges:
+                if r.delivery_count >= LIMIT:
+                    at_limit.update(range(r.first_offset, r.last_offset + 1))
+        core.apis.share_apis.acquired_listeners.append(acquired)
+
+    def at_the_limit(self, index: int) -> set[int]:
+        """The offsets of partition ``index`` handed out the limit's times (archived unless accepted)."""
+        return self.at_limit.get(index, set())
+
+    def bounds(self, index: int) -> tuple[int, int] | None:
+        """The log start and high watermark of partition ``index`` at its leader (None: no leader)."""
+        leader = self.sim.state(self.topic, index).leader
+        partition = self.sim.partition(leader, self.topic, index) if leader in self.sim.brokers else None
+        if partition is None or not partition.is_leader:
+            return None
+        return partition.log.log_start_offset, partition.high_watermark
+
+
 class ShareWorkload:
     """Three members of one share group on ``topic``, leaving or stalling now and then while the
     faults last; then, once healed, reading until the group has settled everything."""
 
     def __init__(self, sim: SimCluster, topic: str, partitions: int, rng: random.Random,
                  fail: Callable[[str, str], None], note: Callable[[str], None], duration_ms: int,
-                 bounds: Callable[[int], tuple[int, int] | None], count: Callable[[], int],
-                 archived: Callable[[int], set[int]]) -> None:
-        """``bounds(partition)``: its log start and high watermark at its leader (None: no leader);
-        ``count()``: how many partitions the topic has; ``archived(partition)``: the offsets a
-        leader handed out the limit's times."""
+                 count: Callable[[], int], leaders: LeaderDeliveries) -> None:
+        """``count()``: how many partitions the topic has; ``leaders``: what its leaders handed
+        out, and where they stand."""
         self.sim = sim
         self.note = note
-        self.bounds = bounds
         self.count = count
-        self.archived = archived
+        self.leaders = leaders
         self.checker = ShareChecker(fail, note)
         self.members = [ShareMember(sim, f"s{n}", topic, partitions, random.Random(rng.random()), self.checker, note)
                         for n in (1, 2, 3)]
@@ -322,7 +358,7 @@ class ShareWorkload:
         for member in self.members:
             member.draining = True
         deadline = self.sim.now + within_ms
-        while wrong := self.checker.unsettled(self.count(), self.bounds, self.archived):
+        while wrong := self.checker.unsettled(self.count(), self.leaders.bounds, self.leaders.at_the_limit):
             if self.sim.now >= deadline:
                 raise Violation("the share group settles every record",
                                 f"not within {within_ms} ms of healing: {'; '.join(wrong)}", self.sim.now)
