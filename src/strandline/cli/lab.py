@@ -22,13 +22,13 @@ def add_parser(sub: Subcommands) -> None:
     runp = lsub.add_parser("run", help="run one scenario (or SAFE trials) and print its verdict")
     runp.add_argument("scenario", metavar="SCENARIO",
                       help="NET-1..NET-8, LOSS-1..LOSS-6, SAFE, or TXN (transactions; controls: TXN-hang, "
-                           "TXN-hang-verified)")
+                           "TXN-hang-verified; TXN-ELR is TXN --elr)")
     runp.add_argument("--seed", type=int, help="the random choices of the run (default: a fresh one, printed)")
     runp.add_argument("--data-dir", help="where run folders go (default: ./lab-runs)")
     runp.add_argument("--trials", type=int, default=1, help="number of runs (SAFE, TXN: random fault mixes; default 1)")
     runp.add_argument("--elr", action="store_true",
                       help="with eligible leader replicas (KIP-966, eligible.leader.replicas.enable): the "
-                           "scenario's ELR variant (LOSS-6: ELR-1)")
+                           "scenario's ELR variant (LOSS-6: ELR-1, TXN: TXN-ELR)")
     runp.add_argument("--cluster", choices=CLUSTERS, default=CLUSTERS[0],
                       help="whose brokers: Strandline's (default) or Apache Kafka 3.9's, in ZooKeeper mode")
     cmp = lsub.add_parser("compare", help="run one scenario on Strandline and on Kafka 3.9; a verdict line each "
@@ -59,21 +59,20 @@ def main(args: argparse.Namespace) -> int:
         return max(statuses)
     if args.trials < 1:
         raise StrandlineError("--trials must be at least 1")
-    if txn.is_txn(args.scenario):
-        if args.action == "compare" or getattr(args, "cluster", CLUSTERS[0]) != CLUSTERS[0] or getattr(args, "elr", False):
-            raise StrandlineError(f"{args.scenario}: the transactional scenarios run on Strandline's brokers only, "
-                                  "with no --elr variant")
-        return txn.run_txn(args.scenario, args.seed, args.data_dir, args.trials)
-    if args.action == "compare":
-        from strandline.lab.compare import compare_command
-
-        return compare_command(args.scenario, args.seed, args.data_dir, args.trials)
     scenario = args.scenario
-    if args.elr:
+    if getattr(args, "elr", False):
         from strandline.lab.scenarios import ELR_VARIANTS
 
         if scenario.upper() not in ELR_VARIANTS:
             raise StrandlineError(f"--elr: {scenario} has no variant with eligible leader replicas "
                                   f"(those that have: {', '.join(sorted(ELR_VARIANTS))})")
         scenario = ELR_VARIANTS[scenario.upper()]
+    if txn.is_txn(scenario):
+        if args.action == "compare" or getattr(args, "cluster", CLUSTERS[0]) != CLUSTERS[0]:
+            raise StrandlineError(f"{scenario}: the transactional scenarios run on Strandline's brokers only")
+        return txn.run_txn(scenario, args.seed, args.data_dir, args.trials)
+    if args.action == "compare":
+        from strandline.lab.compare import compare_command
+
+        return compare_command(scenario, args.seed, args.data_dir, args.trials)
     return runner.run_scenario(scenario, args.seed, args.data_dir, args.trials, system=args.cluster)

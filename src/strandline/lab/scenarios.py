@@ -227,7 +227,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
 ]}
 
 #: ``strandline lab run NAME --elr``: the scenario with eligible leader replicas (KIP-966)
-ELR_VARIANTS = {"LOSS-6": "ELR-1"}
+ELR_VARIANTS = {"LOSS-6": "ELR-1", "TXN": "TXN-ELR"}
 
 
 SAFE = Scenario("SAFE", "random mixes of kills, pauses, partitions and controller failovers under SAFE-1",

@@ -216,6 +216,9 @@ SCENARIOS: dict[str, TxnScenario] = {s.name: s for s in [
     TxnScenario("TXN", "transactions over 3 partitions (some aborted on purpose), read_committed and read_uncommitted "
                 "consumers, under random faults (coordinator failover, power loss, kills, pauses, partitions)",
                 txn_trial),
+    TxnScenario("TXN-ELR", "TXN with eligible leader replicas (KIP-966, eligible.leader.replicas.enable): a broker "
+                "back from an unclean shutdown leads nothing before it has caught up",
+                txn_trial, broker_config={"eligible.leader.replicas.enable": "true"}),
     TxnScenario("TXN-hang", "the control: transaction.partition.verification.enable=false and a late transactional "
                 "Produce: a hanging transaction the audit must find", hang, control=True,
                 broker_config={"transaction.partition.verification.enable": "false"}, late_produce_accepted=True),
@@ -275,7 +278,7 @@ def _execute(scenario: TxnScenario, run_dir: Path, seed: int, network_ok: bool =
 
     run_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
-    flush = scenario.name == "TXN" and rng.random() < 0.5
+    flush = scenario.drive is txn_trial and rng.random() < 0.5
     network = LabNetwork(list(range(1, 4))) if network_ok else None
     config = {**LAB_BROKER_CONFIG, **TXN_BROKER_CONFIG, **scenario.broker_config,
               "log.flush.on.ack": "true" if flush else "false"}

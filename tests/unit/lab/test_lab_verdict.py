@@ -216,9 +216,13 @@ def test_lab_run_elr_names_the_variant_and_refuses_a_scenario_without_one():
     args = argparse.Namespace(action="run", scenario="NET-1", elr=True, seed=1, data_dir=None, trials=1,
                               cluster="strandline")
     with pytest.raises(StrandlineError, match="--elr: NET-1 has no variant with eligible leader replicas "
-                                              r"\(those that have: LOSS-6\)"):
+                                              r"\(those that have: LOSS-6, TXN\)"):
         lab.main(args)
-    assert ELR_VARIANTS == {"LOSS-6": "ELR-1"}
+    assert ELR_VARIANTS == {"LOSS-6": "ELR-1", "TXN": "TXN-ELR"}
+    from strandline.lab.txn import SCENARIOS as TXN_SCENARIOS, txn_trial
+
+    assert TXN_SCENARIOS["TXN-ELR"].broker_config == {"eligible.leader.replicas.enable": "true"}
+    assert TXN_SCENARIOS["TXN-ELR"].drive is txn_trial and not TXN_SCENARIOS["TXN-ELR"].control
     assert SCENARIOS["ELR-1"].broker_config == {"eligible.leader.replicas.enable": "true"}
     assert SCENARIOS["ELR-1"].expect == "no-loss" and SCENARIOS["ELR-1"].needs_network
 
