@@ -6,6 +6,8 @@ delivery limit at Kafka's default, 5, and a short ZooKeeper session so that a SI
 replaced quickly. The consumers acknowledge explicitly
 (:file:`kip932_share/ShareMember.java`, compiled against the Kafka 4.x jars of the cache): they
 accept each record and release the "poison" ones, which come back until the limit archives them.
+A group reading from the log's start has ``share.auto.offset.reset=earliest`` set with Kafka 4.x's
+own ``kafka-configs --entity-type groups``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ SOURCE = Path(__file__).parent / "kip932_share" / "ShareMember.java"
 LIMIT = 5                                   # group.share.delivery.count.limit
 
 sg = cluster_fixture("share_groups", 3, overrides=[
-    "group.share.enable=true", "group.share.record.lock.duration.ms=3000", "group.share.heartbeat.interval.ms=500",
+    "group.share.enable=true", "group.share.min.record.lock.duration.ms=1000", "group.share.record.lock.duration.ms=3000",
+    "group.share.min.heartbeat.interval.ms=500", "group.share.heartbeat.interval.ms=500",
     "zookeeper.session.timeout.ms=4000"])
 
 
@@ -79,18 +82,26 @@ def finish(consumers: list[ShareConsumer]) -> None:
             c.kill()
 
 
-def test_three_consumers_share_a_partition_each_delivery_counted_and_poison_archived_at_the_limit(
+def test_four_consumers_share_a_partition_from_its_start_each_delivery_counted_and_poison_archived_at_the_limit(
         sg, share_member, tmp_path):
     create_topic(sg, "queue", partitions=1)
-    consumers = [ShareConsumer(share_member, sg.bootstrap, "workers", "queue", "ack", tmp_path, f"c{i}")
-                 for i in range(3)]
+    kafka = dist(KAFKA, "4")
+    configs = ["--bootstrap-server", sg.bootstrap, "--entity-type", "groups", "--entity-name", "workers"]
+    done = kafka.run_tool("kafka-configs", [*configs, "--alter", "--add-config", "share.auto.offset.reset=earliest"],
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    described = run_cli("configs", "describe", "--bootstrap-server", sg.bootstrap, "--entity-type", "groups",
+                        "--entity-name", "workers").stdout
+    assert "share.auto.offset.reset=earliest sensitive=false synonyms={GROUP_CONFIG:share.auto.offset.reset=earliest}" \
+        in described, described
     values = [f"v{i}" for i in range(300)] + [f"poison{i}" for i in range(3)]
+    for start in range(0, len(values), 50):       # all written before the group reads: earliest finds them
+        produce(sg.bootstrap, "queue", values[start:start + 50])
+    consumers = [ShareConsumer(share_member, sg.bootstrap, "workers", "queue", "ack", tmp_path, f"c{i}")
+                 for i in range(4)]
     try:
         for c in consumers:
             c.go()
-        warm_up(sg.bootstrap, "queue", consumers)
-        for start in range(0, len(values), 50):
-            produce(sg.bootstrap, "queue", values[start:start + 50])
 
         def done() -> bool:
             seen = [v for c in consumers for _, _, v in c.deliveries()]
@@ -103,8 +114,8 @@ def test_three_consumers_share_a_partition_each_delivery_counted_and_poison_arch
         poll_until(lambda: any(v == "last" for c in consumers for _, _, v in c.deliveries()), 30, 0.1,
                    "the last record")
         described = run_cli("groups", "describe", "workers", "--bootstrap-server", sg.bootstrap).stdout
-        assert "Protocol: share/simple\tMembers: 3" in described, described
-        assert described.count("Partitions: queue-0") == 3, described           # all three read it
+        assert "Protocol: share/simple\tMembers: 4" in described, described
+        assert described.count("Partitions: queue-0") == 4, described           # all four read it
         assert "workers\tStable" in run_cli("groups", "list", "--bootstrap-server", sg.bootstrap).stdout
     finally:
         finish(consumers)
@@ -114,7 +125,7 @@ def test_three_consumers_share_a_partition_each_delivery_counted_and_poison_arch
         for offset, count, value in c.deliveries():
             counts[offset].append(count)
             values_at[offset] = value
-    assert sorted(v for v in values_at.values() if v not in ("warm-up", "last")) == sorted(values)   # none lost
+    assert sorted(v for v in values_at.values() if v != "last") == sorted(values)   # none lost, from the first
     for offset, seen in counts.items():
         # each delivery of a record is counted once: no two consumers held it at once
         assert sorted(seen) == list(range(1, len(seen) + 1)), (offset, seen)

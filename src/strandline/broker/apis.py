@@ -41,6 +41,7 @@ from strandline.broker.log_apis import LogApis
 from strandline.broker.metadata_apis import MetadataApis
 from strandline.broker.produce_apis import ProduceApis
 from strandline.broker.quota_apis import QuotaApis
+from strandline.broker.group_configs import GroupConfigs
 from strandline.broker.share_group_apis import ShareGroupApis
 from strandline.broker.share_state_apis import ShareStateApis
 from strandline.broker.features import FeatureApis, FinalizedFeatures
@@ -88,6 +89,7 @@ class KafkaApis:
     quota_apis: QuotaApis
     feature_apis: FeatureApis
     share_state_apis: ShareStateApis | None = None     # the share coordinator's APIs
+    group_configs: GroupConfigs | None = None          # every group's config overrides
     _before_load: list[tuple[int, bytes | bytearray]] | None = field(default_factory=list)  # client requests until loaded
     arrivals: Arrivals = field(default_factory=Arrivals)
 
@@ -100,8 +102,10 @@ class KafkaApis:
         persister = SharePersister(self.config, self.metadata, self.auto_topics.outbox,
                                    lambda now_ms: self.auto_topics.create(SHARE_STATE_TOPIC, _share_state_created,
                                                                           now_ms))
+        if self.group_configs is None:
+            self.group_configs = GroupConfigs(self.config, self.auto_topics.outbox)
         self.share_apis = ShareGroupApis(self.config, self.metadata, self.replicas, self.authorizer,
-                                         self.group_apis.groups, persister)
+                                         self.group_apis.groups, persister, self.group_configs)
         self.group_apis.share_groups = lambda: self.share_apis.groups.values()
         self._handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self._api_versions,

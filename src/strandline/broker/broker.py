@@ -39,6 +39,7 @@ from strandline.broker.dynamic_config import DynamicConfigManager
 from strandline.broker.features import FeatureApis, FinalizedFeatures
 from strandline.core.effects import Effect, FlushFiles, LogLine, WriteCheckpoint
 from strandline.broker.group_apis import GroupApis
+from strandline.broker.group_configs import GroupConfigs
 from strandline.broker.zk_offsets import ZkOffsets
 from strandline.core.outbox import Outbox
 from strandline.transaction.producer_ids import ProducerIdManager
@@ -102,10 +103,14 @@ class Broker:
         self.offsets_topic = OffsetsTopic(config, self.replica_manager.writes.append_internal,
                                           self.replica_manager.read_log)
         self.groups = GroupCoordinator(config, self.offsets_topic.append, lambda: str(new_uuid()))
+        self.group_configs = GroupConfigs(config, self.outbox)
         self.consumer_groups = ConsumerGroups(
             config, self.groups, self._consumer_group_topics, lambda: str(new_uuid()),
             lambda index: self.replica_manager.partitions[(OFFSETS_TOPIC, index)].log.log_end_offset,
             functools.partial(self.replica_manager.writes.wait_committed, OFFSETS_TOPIC))
+        self.consumer_groups.core.timings = lambda group_id: (
+            self.group_configs.value(group_id, "consumer.session.timeout.ms"),
+            self.group_configs.value(group_id, "consumer.heartbeat.interval.ms"))
         self.replica_manager.leadership_listeners.append(
             lambda topic, index, leader, t: self.offsets_topic.on_leadership(self.groups, topic, index, leader, t,
                                                                              self.consumer_groups))
@@ -151,11 +156,13 @@ class Broker:
                               QuotaApis(self.outbox, self.authorizer, lambda: self.controller.is_active),
                               FeatureApis(self.outbox, self.authorizer, self.features,
                                           lambda: self.controller.is_active),
-                              ShareStateApis(config, self.authorizer, self.share_coordinator))
+                              ShareStateApis(config, self.authorizer, self.share_coordinator),
+                              group_configs=self.group_configs)
         self.cleaner = LogCleaner(log_manager)
         self._configure_cleaner()
         self.dynamic_config = DynamicConfigManager(config, self.metadata, self.outbox, self._topic_config_changed,
-                                                   self._broker_config_changed, self.apis.quota_apis.reload)
+                                                   self._broker_config_changed, self.apis.quota_apis.reload,
+                                                   self.group_configs.reload)
         v = config.values
         self.scheduled = [
             Scheduled("highwatermark-checkpoint", v["replica.high.watermark.checkpoint.interval.ms"], now_ms),
@@ -212,10 +219,10 @@ class Broker:
                                                              "won the controller election while starting"))
         return effects + self.apis.metadata_loaded(now_ms)
 
-    def load_client_quotas(self, now_ms: int) -> list[Effect]:
-        """Read every client quota from ZooKeeper and enforce them (the shell asks once the
-        cluster is loaded; changes come with ``/config/changes`` afterwards)."""
-        return self.apis.quota_apis.load(now_ms)
+    def load_entity_configs(self, now_ms: int) -> list[Effect]:
+        """Read every client quota and every group's config from ZooKeeper and apply them (the
+        shell asks once the cluster is loaded; changes come with ``/config/changes`` afterwards)."""
+        return self.apis.quota_apis.load(now_ms) + self.group_configs.load(now_ms)
 
     def on_registered(self, broker_epoch: int, now_ms: int = 0) -> list[Effect]:
         """The shell (re)registered this broker in ZooKeeper: control requests addressed to an

@@ -21,7 +21,11 @@ from strandline.security.authorizer import AclAuthorizer
 from strandline.core.config import BROKER_KEYS, BrokerConfig, config_text
 from strandline.core.config_key import ConfigError
 from strandline.core.topic_keys import TOPIC_KEYS, parse_topic_configs
-from strandline.broker.dynamic_config import DEFAULT_ENTITY, describe_broker, describe_topic, validate_broker_update
+from strandline.broker.dynamic_config import (DEFAULT_ENTITY, describe_broker, describe_group, describe_topic,
+                                              validate_broker_update)
+from strandline.broker.group_configs import ENTITY_TYPE as GROUP_ENTITY, group_path
+from strandline.broker.quotas import sanitize
+from strandline.core.group_keys import GROUP_KEYS, parse_group_configs
 from strandline.core.effects import Effect, LogLine
 from strandline.broker.loggers import BrokerLoggers, LoggerRefused
 from strandline.core.outbox import Outbox
@@ -42,6 +46,7 @@ class ResourceType(enum.IntEnum):
     TOPIC = 2
     BROKER = 4
     BROKER_LOGGER = 8
+    GROUP = 32
 
 
 class OpType(enum.IntEnum):
@@ -83,6 +88,9 @@ class ConfigApis:
         elif rtype in (ResourceType.BROKER, ResourceType.BROKER_LOGGER):
             if not self.authorizer.allows_cluster(conn_id, op):
                 raise _Refused(ErrorCode.cluster_authorization_failed, "Not authorized to access the cluster")
+        elif rtype == ResourceType.GROUP:
+            if not self.authorizer.allows(conn_id, op, acl.ResourceType.GROUP, name):
+                raise _Refused(ErrorCode.group_authorization_failed, f"Not authorized to access group {name}")
 
     def handlers(self) -> dict[int, Handler]:
         return {ApiKey.DESCRIBE_CONFIGS: self._describe_configs, ApiKey.ALTER_CONFIGS: self._alter_configs,
@@ -118,6 +126,11 @@ class ConfigApis:
             raise _Refused(ErrorCode.invalid_request,
                            f"Unexpected broker id, expected {self.config.broker_id}{comma} but received {name}")
 
+    @staticmethod
+    def _named_group(name: str) -> None:
+        if not name:
+            raise _Refused(ErrorCode.invalid_request, "Default group resources are not allowed.")
+
     def _known_topic(self, name: str) -> None:
         invalid = topic_name_error(name)
         if invalid:
@@ -131,7 +144,7 @@ class ConfigApis:
         synonyms = bool(getattr(request, "include_synonyms", False))
         docs = bool(getattr(request, "include_documentation", False))
         results: list[dict[str, Any]] = []
-        topic_reads: list[tuple[int, str]] = []
+        reads: list[tuple[int, str, str]] = []          # (result, entity type, name): read from ZooKeeper
         for resource in request.resources:
             rtype, name, keys = resource.resource_type, resource.resource_name, resource.configuration_keys
             result = {"error_code": ErrorCode.none, "error_message": None, "resource_type": rtype,
@@ -141,7 +154,10 @@ class ConfigApis:
                 self._authorize(conn_id, acl.AclOperation.DESCRIBE_CONFIGS, rtype, name)
                 if rtype == ResourceType.TOPIC:
                     self._known_topic(name)
-                    topic_reads.append((len(results) - 1, name))
+                    reads.append((len(results) - 1, "topics", name))
+                elif rtype == ResourceType.GROUP:
+                    self._named_group(name)
+                    reads.append((len(results) - 1, GROUP_ENTITY, name))
                 elif rtype == ResourceType.BROKER:
                     per_broker = self._broker_entity(name) != DEFAULT_ENTITY
                     result["configs"] = describe_broker(self.config, per_broker, keys, synonyms, docs)
@@ -156,17 +172,31 @@ class ConfigApis:
         def respond() -> list[Effect]:
             return [response(conn_id, header, {"throttle_time": 0, "results": results})]
 
-        if not topic_reads:
+        if not reads:
             return respond()
 
-        def on_read(reads: list[OpResult], when_ms: int) -> list[Effect]:
-            for (i, name), read in zip(topic_reads, reads):
-                overrides = self._stored_topic_config(name, read)
+        def on_read(answers: list[OpResult], when_ms: int) -> list[Effect]:
+            for (i, entity_type, name), read in zip(reads, answers):
                 keys = request.resources[i].configuration_keys
-                results[i]["configs"] = describe_topic(self.config, overrides, keys, synonyms, docs)
+                if entity_type == GROUP_ENTITY:
+                    results[i]["configs"] = describe_group(self.config, self._stored_group_config(name, read), keys,
+                                                           synonyms, docs)
+                else:
+                    overrides = self._stored_topic_config(name, read)
+                    results[i]["configs"] = describe_topic(self.config, overrides, keys, synonyms, docs)
             return respond()
 
-        return [self.outbox.zk([GetData(znodes.ConfigEntityZNode.path("topics", n)) for _, n in topic_reads], on_read)]
+        return [self.outbox.zk([GetData(group_path(n) if t == GROUP_ENTITY else znodes.ConfigEntityZNode.path(t, n))
+                                for _, t, n in reads], on_read)]
+
+    def _stored_group_config(self, name: str, read: Any) -> dict[str, Any]:
+        """A group's overrides as ZooKeeper holds them (none if unreadable)."""
+        if read.error is ZkError.NONE:
+            try:
+                return parse_group_configs(znodes.ConfigEntityZNode.decode(read.data, GROUP_ENTITY, name))
+            except (ConfigError, ValueError):
+                pass
+        return {}
 
     def _stored_topic_config(self, name: str, read: Any) -> dict[str, Any]:
         """A topic's overrides as ZooKeeper holds them; what this broker applied if unreadable."""
@@ -201,6 +231,7 @@ class ConfigApis:
             if nulls:
                 raise _Refused(ErrorCode.invalid_request, f"Null value not supported for : {','.join(nulls)}")
             keys = ({k: spec for k, (_, spec) in TOPIC_KEYS.items()} if resource.resource_type == ResourceType.TOPIC
+                    else {k: spec for k, (_, spec) in GROUP_KEYS.items()} if resource.resource_type == ResourceType.GROUP
                     else BROKER_KEYS)
             ops = list(resource.configs)
             for op in ops:
@@ -291,6 +322,10 @@ class ConfigApis:
                     self._known_topic(name)
                     entity_type, entity = "topics", name
                     check = self._topic_check(name)
+                elif rtype == ResourceType.GROUP:
+                    self._named_group(name)
+                    entity_type, entity = GROUP_ENTITY, sanitize(name)
+                    check = self._group_check()
                 elif rtype == ResourceType.BROKER:
                     entity_type, entity = "brokers", self._broker_entity(name)
                     check = self._broker_check(name, entity != DEFAULT_ENTITY)
@@ -299,8 +334,8 @@ class ConfigApis:
                     outcomes[i] = (ErrorCode.none, None)
                     continue
                 else:
-                    raise _Refused(ErrorCode.invalid_request, f"AlterConfigs is only supported for topics and "
-                                                              f"brokers, but resource type is {_type_name(rtype)}")
+                    raise _Refused(ErrorCode.invalid_request, f"AlterConfigs is only supported for topics, brokers "
+                                                              f"and groups, but resource type is {_type_name(rtype)}")
                 compute = plan(resource)
             except _Refused as exc:
                 outcomes[i] = (exc.code, str(exc))
@@ -325,6 +360,16 @@ class ConfigApis:
             except ConfigError as exc:
                 raise _Refused(ErrorCode.invalid_request, f"Invalid config value for resource "
                                                           f"ConfigResource(type=TOPIC, name='{name}'): {exc}") from None
+        return check
+
+    def _group_check(self) -> Callable[[dict[str, str]], None]:
+        """Kafka's GroupConfig.validate: known names (INVALID_CONFIG), values of their types and
+        within the broker's bounds."""
+        def check(props: dict[str, str]) -> None:
+            try:
+                parse_group_configs(props, self.config.values)
+            except ConfigError as exc:
+                raise _Refused(ErrorCode.invalid_config, str(exc)) from None
         return check
 
     def _broker_check(self, name: str, per_broker: bool) -> Callable[[dict[str, str]], None]:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from strandline.core.config import BROKER_KEYS, DYNAMIC_BROKER_KEYS, BrokerConfig, broker_synonyms, config_text
 from strandline.core.config_key import ConfigError
+from strandline.core.group_keys import GROUP_KEYS, group_value
 from strandline.core.topic_keys import TOPIC_KEYS, parse_topic_configs
 from strandline.core.effects import Effect, LogLine
 from strandline.core.outbox import Outbox
@@ -47,6 +48,7 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8
 
 
 _DEFAULTS: dict[str, str] = {k: t for k, spec in BROKER_KEYS.items() if (t := config_text(spec.default)) is not None}
@@ -166,6 +168,21 @@ def describe_topic(config: BrokerConfig, overrides: dict[str, Any], keys: Any, i
     return entries
 
 
+def describe_group(config: BrokerConfig, overrides: dict[str, Any], keys: Any, include_synonyms: bool,
+                   include_docs: bool) -> list[dict[str, Any]]:
+    """A group's configs: every group key, its override or the broker value it falls back to."""
+    entries = []
+    for name in _wanted(keys, list(GROUP_KEYS)):
+        broker_key, spec = GROUP_KEYS[name]
+        synonyms = _synonyms(config, broker_key, broker_synonyms(broker_key)) if broker_key else []
+        if name in overrides:
+            synonyms.insert(0, {"name": name, "value": config_text(overrides[name]),
+                                "source": int(ConfigSource.GROUP_CONFIG)})
+        value = config_text(group_value(config.values, overrides, name))
+        entries.append(_entry(name, value, synonyms, False, spec.type_id, spec.doc, include_synonyms, include_docs))
+    return entries
+
+
 def describe_broker(config: BrokerConfig, per_broker: bool, keys: Any, include_synonyms: bool,
                     include_docs: bool) -> list[dict[str, Any]]:
     """This broker's configs (``per_broker``), or the cluster-wide dynamic defaults. A custom
@@ -206,9 +223,11 @@ class DynamicConfigManager:
 
     def __init__(self, config: BrokerConfig, metadata: MetadataCache, outbox: Outbox,
                  on_topic_config: TopicConfigListener, on_broker_config: BrokerConfigListener,
-                 on_quota_entity: Callable[[str, str, int], list[Effect]] | None = None) -> None:
+                 on_quota_entity: Callable[[str, str, int], list[Effect]] | None = None,
+                 on_group_entity: Callable[[str, int], list[Effect]] | None = None) -> None:
         self.config = config
         self.on_quota_entity = on_quota_entity
+        self.on_group_entity = on_group_entity
         self.metadata = metadata
         self.outbox = outbox
         self.on_topic_config = on_topic_config
@@ -275,6 +294,8 @@ class DynamicConfigManager:
             return self.reload_broker(now_ms)
         if entity_type in ("users", "clients") and self.on_quota_entity is not None:
             return self.on_quota_entity(entity_type, name, now_ms)   # client quotas
+        if entity_type == "groups" and self.on_group_entity is not None:
+            return self.on_group_entity(name, now_ms)                  # group configs (KIP-848, KIP-932)
         return []
 
     def reload_broker(self, now_ms: int) -> list[Effect]:

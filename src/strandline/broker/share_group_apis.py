@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from strandline.broker.group_configs import GroupConfigs
 from strandline.coordination.metadata import MetadataCache
 from strandline.core.effects import Effect
 from strandline.core.wire import Handler, duration_ms, response
@@ -64,24 +65,33 @@ class PendingShareFetch:
 
 class ShareGroupApis:
     def __init__(self, config: Any, metadata: MetadataCache, replicas: ReplicaManager, authorizer: AclAuthorizer,
-                 coordinator: GroupCoordinator, persister: SharePersister) -> None:
+                 coordinator: GroupCoordinator, persister: SharePersister,
+                 group_configs: GroupConfigs) -> None:
         self.config = config
         self.metadata = metadata
         self.replicas = replicas
         self.authorizer = authorizer
         self.coordinator = coordinator
-        self.group_config = ShareGroupConfig(config["group.share.session.timeout.ms"],
-                                             config["group.share.heartbeat.interval.ms"],
-                                             config["group.share.max.size"])
+        self.group_configs = group_configs
         self.groups: dict[str, ShareGroup] = {}
         self.sessions = ShareSessions(config["group.share.max.share.sessions"])
-        self.led = LedSharePartitions(config, replicas, persister, self._topic_name)
+        self.led = LedSharePartitions(config, replicas, persister, self._topic_name, self.group_configs)
         #: told of every record handed out: ``listener(share-partition, the ranges acquired)``
         self.acquired_listeners: list[Callable[[ShareKey, list[AcquiredRange]], None]] = []
 
     @property
     def enabled(self) -> bool:
         return bool(self.config["group.share.enable"])
+
+    def group_config(self, group_id: str) -> ShareGroupConfig:
+        """The group's timings: its own configs (``share.session.timeout.ms``,
+        ``share.heartbeat.interval.ms``), else the broker's."""
+        return ShareGroupConfig(self.group_configs.value(group_id, "share.session.timeout.ms"),
+                                self.group_configs.value(group_id, "share.heartbeat.interval.ms"),
+                                self.config["group.share.max.size"])
+
+    def lock_duration_ms(self, group_id: str) -> int:
+        return int(self.group_configs.value(group_id, "share.record.lock.duration.ms"))
 
     def handlers(self) -> dict[int, Handler]:
         return {ApiKey.SHARE_GROUP_HEARTBEAT: self._heartbeat, ApiKey.SHARE_GROUP_DESCRIBE: self._describe,
@@ -122,7 +132,7 @@ class ShareGroupApis:
         beat = ShareHeartbeat(request.group_id, request.member_id or "", request.member_epoch,
                               None if names is None else tuple(names), request.rack_id, header.client_id or "",
                               "/127.0.0.1")
-        result = group.heartbeat(beat, self._topics(), self.group_config, now_ms)
+        result = group.heartbeat(beat, self._topics(), self.group_config(request.group_id), now_ms)
         if group.members:
             self.groups[request.group_id] = group
         if result.error_code is not ErrorCode.none:
@@ -172,7 +182,7 @@ class ShareGroupApis:
     # ------------------------------------------------------------------ ShareFetch
 
     def _fetch(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
-        lock_ms = self.config["group.share.record.lock.duration.ms"]
+        lock_ms = self.lock_duration_ms(request.group_id)
 
         def refuse(error: ErrorCode, message: str | None = None) -> list[Effect]:
             return [response(conn_id, header, {"throttle_time": 0, "error_code": error, "error_message": message,
@@ -253,6 +263,7 @@ class ShareGroupApis:
                 entry["current_leader"] = self._current_leader(key)
             elif isinstance(found, tuple) and budget > 0 and records_left > 0:
                 partition, sp = found
+                sp.lock_duration_ms = self.lock_duration_ms(session.group_id)    # the group's, as it is now
                 entry["current_leader"] = {"leader_id": partition.local_broker_id, "leader_epoch": partition.leader_epoch}
                 data, acquired, changed = self._acquire(partition, sp, session.member_id, budget, records_left,
                                                         now_ms)
@@ -269,7 +280,7 @@ class ShareGroupApis:
             by_topic.setdefault(key[0], []).append(entry)
         effects += self.led.take_effects()
         body = {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-                "acquisition_lock_timeout": self.config["group.share.record.lock.duration.ms"],
+                "acquisition_lock_timeout": self.lock_duration_ms(session.group_id),
                 "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()],
                 "node_endpoints": []}
         return effects + [response(fetch.conn_id, fetch.header, body)]

@@ -4,8 +4,9 @@ A share group's state of a partition lives on the partition's leader
 (:class:`strandline.group.share.partition.SharePartition`) and, durably, with the share coordinator
 (:class:`strandline.group.share.persister.SharePersister`). When this broker first needs a
 share-partition in a leader epoch it reads the state from the coordinator and hands nothing out
-until it has it (a share-partition never seen is initialized at the partition's high watermark,
-``share.auto.offset.reset=latest``, Kafka's default).
+until it has it. A share-partition never seen starts where the group's ``share.auto.offset.reset``
+says: the partition's high watermark (``latest``, Kafka's default), the log's start
+(``earliest``), or the first record written within a duration before now (``by_duration``).
 
 Every change (records handed out, acknowledged, released, their locks expiring, the log's start
 moving) is written back, one write at a time per share-partition, each carrying the whole state.
@@ -25,10 +26,12 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from strandline.broker.group_configs import GroupConfigs
 from strandline.core.effects import Effect
 from strandline.group.share.partition import SharePartition, StateBatch
 from strandline.group.share.persister import SharePersister
 from strandline.group.share.records import ShareStateKey
+from strandline.protocol.records import UndecodableRecordsError
 from strandline.replication.replica_manager import ReplicaManager
 
 RETRY_BACKOFF_MS = 500
@@ -68,18 +71,33 @@ Version: TypeAlias = "tuple[LedSharePartition, int] | None"
 
 class LedSharePartitions:
     def __init__(self, config: Any, replicas: ReplicaManager, persister: SharePersister,
-                 topic_name: Callable[[UUID], "str | None"]) -> None:
+                 topic_name: Callable[[UUID], "str | None"], group_configs: GroupConfigs) -> None:
         self.config = config
+        self.group_configs = group_configs
         self.replicas = replicas
         self.persister = persister
         self.topic_name = topic_name
         self.partitions: dict[ShareKey, LedSharePartition] = {}
         self._pending_effects: list[Effect] = []
 
-    def limits(self) -> dict[str, int]:
+    def limits(self, group_id: str) -> dict[str, int]:
         return {"max_in_flight": self.config["group.share.partition.max.record.locks"],
                 "delivery_count_limit": self.config["group.share.delivery.count.limit"],
-                "lock_duration_ms": self.config["group.share.record.lock.duration.ms"]}
+                "lock_duration_ms": self.group_configs.value(group_id, "share.record.lock.duration.ms")}
+
+    def start_offset(self, group_id: str, partition: Any, now_ms: int) -> int:
+        """Where a share-partition never seen starts: the group's ``share.auto.offset.reset``."""
+        reset = self.group_configs.offset_reset(group_id)
+        hw = int(partition.high_watermark)
+        if reset.strategy == "earliest":
+            return min(int(partition.log.log_start_offset), hw)
+        if reset.strategy == "by_duration":
+            try:
+                found = partition.log.find_offset_by_timestamp(now_ms - reset.duration_ms)
+            except UndecodableRecordsError:
+                found = None
+            return min(int(found[0]), hw) if found is not None else hw
+        return hw
 
     # ------------------------------------------------------------------ finding one
 
@@ -230,13 +248,13 @@ class LedSharePartitions:
                 led.loading = False             # no longer led: the next tick drops it
                 return []
             if error is ErrorCode.none and start >= 0:
-                sp = SharePartition.restore(start, batches, **self.limits())
+                sp = SharePartition.restore(start, batches, **self.limits(k[0]))
                 sp.move_start(partition.log.log_start_offset)
                 return ready(sp, state_epoch, at_ms)
             if error is not ErrorCode.invalid_request and not (error is ErrorCode.none and start < 0):
                 return failed(at_ms)
-            # never seen: it starts at the high watermark (share.auto.offset.reset=latest)
-            start = partition.high_watermark
+            # never seen: it starts where the group's share.auto.offset.reset says
+            start = self.start_offset(k[0], partition, at_ms)
 
             def initialized(error: ErrorCode, t: int) -> list[Effect]:
                 if self._led(k, led) is None:
@@ -244,7 +262,7 @@ class LedSharePartitions:
                     return []
                 if error is not ErrorCode.none:
                     return failed(t)
-                return ready(SharePartition(start, **self.limits()), 0, t)
+                return ready(SharePartition(start, **self.limits(k[0])), 0, t)
             return self.persister.initialize(key, 0, start, initialized, at_ms)
 
         return self.persister.read(key, led.leader_epoch, read, now_ms)

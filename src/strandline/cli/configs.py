@@ -1,7 +1,8 @@
-"""``strandline configs describe|alter`` (like ``kafka-configs``): topic, broker and user configs.
+"""``strandline configs describe|alter`` (like ``kafka-configs``): topic, broker, group and user configs.
 
-``--entity-type topics --entity-name T``, ``--entity-type brokers --entity-name ID`` or
-``--entity-type brokers --entity-default`` (every broker), or a broker's loggers with
+``--entity-type topics --entity-name T``, ``--entity-type brokers --entity-name ID``,
+``--entity-type brokers --entity-default`` (every broker), ``--entity-type groups --entity-name G``
+(a consumer or share group's own configs, such as ``share.auto.offset.reset``), or a broker's loggers with
 ``--entity-type broker-loggers --entity-name ID`` (``--add-config strandline=DEBUG`` sets a
 logger's level live, ``--delete-config`` lets it inherit again). ``alter`` takes
 ``--add-config k=v,k2=[a,b]`` and ``--delete-config k,k2`` and applies them with
@@ -40,15 +41,15 @@ DEFAULT_ITERATIONS = 4096
 USER_QUOTAS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate")
 #: the quotas a client id has (the same as a user's; Kafka's QuotaConfigs for client ids)
 CLIENT_QUOTAS = USER_QUOTAS
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SET, DELETE = 0, 1
 SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
-           4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
-DYNAMIC_SOURCES = {1, 2, 3, 6}
+           4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG", 8: "GROUP_CONFIG"}
+DYNAMIC_SOURCES = {1, 2, 3, 6, 8}
 
 
 def add_parser(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) -> None:
-    configs = sub.add_parser("configs", help="describe and alter topic and broker configs (like kafka-configs)")
+    configs = sub.add_parser("configs", help="describe and alter topic, broker and group configs (like kafka-configs)")
     csub = configs.add_subparsers(dest="action", required=True)
     for action in ("describe", "alter"):
         p = csub.add_parser(action, help=f"{action} the configs of one topic, one broker or every broker")
@@ -57,7 +58,7 @@ def add_parser(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) ->
                        help="what --entity-name names; users and clients may be given together (the quotas of a "
                             "user's client id), each followed by its own --entity-name or --entity-default")
         p.add_argument("--entity-name", action=_Entity,
-                       help="the topic, the broker id (brokers, broker-loggers), the user or the client id; one of "
+                       help="the topic, the broker id (brokers, broker-loggers), the group, the user or the client id; one of "
                             "it and --entity-default is needed, except to describe users and clients")
         p.add_argument("--entity-default", action=_Entity, nargs=0,
                        help="brokers: the default of every broker; users, clients: the default quotas of every "
@@ -70,7 +71,7 @@ def add_parser(sub: Subcommands, bootstrap_default: str, bootstrap_help: str) ->
     configs.set_defaults(func=run)
 
 
-ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "users", "clients")
+ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "groups", "users", "clients")
 #: the quota entities' names on the wire (DescribeClientQuotas, AlterClientQuotas) and in Kafka's lines
 QUOTA_ENTITIES = {"users": ("user", "user-principal", "user"), "clients": ("client-id", "client-id", "client")}
 
@@ -144,6 +145,10 @@ def _resource(args: argparse.Namespace) -> tuple[int, str, str]:
         if args.entity_default:
             raise StrandlineError("topics have no --entity-default: name one with --entity-name")
         return TOPIC, args.entity_name, f"topic {args.entity_name}"
+    if args.entity_type == "groups":
+        if args.entity_default:
+            raise StrandlineError("groups have no --entity-default: name one with --entity-name")
+        return GROUP, args.entity_name, f"group {args.entity_name}"
     loggers = args.entity_type == "broker-loggers"
     if args.entity_default:
         if loggers:
@@ -298,7 +303,7 @@ def _quota_entity(args: argparse.Namespace) -> list[tuple[str, str | None, bool]
     entities = args.entities
     types = [t for t, _, _ in entities]
     if len(entities) > 2 or len(set(types)) != len(types) or not set(types) <= set(QUOTA_ENTITIES):
-        raise StrandlineError("--entity-type: one of topics, brokers, broker-loggers, or users and/or clients "
+        raise StrandlineError("--entity-type: one of topics, brokers, broker-loggers, groups, or users and/or clients "
                               "(each at most once)")
     chosen = sorted(entities, key=lambda e: list(QUOTA_ENTITIES).index(e[0]))
     for kind, name, _ in chosen:

@@ -78,20 +78,23 @@ def _consumer_assignors(key: str, raw: str, items: list[str]) -> None:
                           f"{', '.join(unknown) or '(none given)'}; known: uniform, range")
 
 
-def _check_consumer_group_keys(values: dict[str, Any]) -> None:
-    """Kafka's GroupCoordinatorConfig: each consumer group timing within its bounds, and the
-    heartbeat interval below the session timeout."""
-    for name in ("session.timeout", "heartbeat.interval"):
-        key, lo, hi = (f"group.consumer.{name}.ms", f"group.consumer.min.{name}.ms", f"group.consumer.max.{name}.ms")
-        if values[lo] > values[hi]:
-            raise ConfigError(f"Invalid value {values[lo]} for configuration {lo}: must be at most {hi} ({values[hi]})")
-        if not values[lo] <= values[key] <= values[hi]:
-            raise ConfigError(f"Invalid value {values[key]} for configuration {key}: must be between {lo} "
-                              f"({values[lo]}) and {hi} ({values[hi]})")
-    if values["group.consumer.heartbeat.interval.ms"] >= values["group.consumer.session.timeout.ms"]:
-        raise ConfigError(f"Invalid value {values['group.consumer.heartbeat.interval.ms']} for configuration "
-                          f"group.consumer.heartbeat.interval.ms: must be less than "
-                          f"group.consumer.session.timeout.ms ({values['group.consumer.session.timeout.ms']})")
+def _check_group_keys(values: dict[str, Any]) -> None:
+    """Kafka's GroupCoordinatorConfig and ShareGroupConfig: each consumer and share group timing
+    within its bounds, and each heartbeat interval below its session timeout."""
+    for kind, names in (("consumer", ("session.timeout", "heartbeat.interval")),
+                        ("share", ("session.timeout", "heartbeat.interval", "record.lock.duration"))):
+        for name in names:
+            key, lo, hi = (f"group.{kind}.{name}.ms", f"group.{kind}.min.{name}.ms", f"group.{kind}.max.{name}.ms")
+            if values[lo] > values[hi]:
+                raise ConfigError(f"Invalid value {values[lo]} for configuration {lo}: must be at most {hi} "
+                                  f"({values[hi]})")
+            if not values[lo] <= values[key] <= values[hi]:
+                raise ConfigError(f"Invalid value {values[key]} for configuration {key}: must be between {lo} "
+                                  f"({values[lo]}) and {hi} ({values[hi]})")
+        interval, session = f"group.{kind}.heartbeat.interval.ms", f"group.{kind}.session.timeout.ms"
+        if values[interval] >= values[session]:
+            raise ConfigError(f"Invalid value {values[interval]} for configuration {interval}: must be less than "
+                              f"{session} ({values[session]})")
 
 
 def config_text(value: Any) -> str | None:
@@ -245,9 +248,15 @@ BROKER_KEYS: dict[str, Key] = key_table(
         doc="Serve share groups (ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge), "
             "their share-partitions' state kept by the share coordinator in __share_group_state."),
     Key("group.share.session.timeout.ms", "int", 45000, lo=1),
+    Key("group.share.min.session.timeout.ms", "int", 45000, lo=1),
+    Key("group.share.max.session.timeout.ms", "int", 60000, lo=1),
     Key("group.share.heartbeat.interval.ms", "int", 5000, lo=1),
+    Key("group.share.min.heartbeat.interval.ms", "int", 5000, lo=1),
+    Key("group.share.max.heartbeat.interval.ms", "int", 15000, lo=1),
     Key("group.share.max.size", "int", 200, lo=1, hi=1000),
     Key("group.share.record.lock.duration.ms", "int", 30000, lo=1000, hi=3600000),
+    Key("group.share.min.record.lock.duration.ms", "int", 15000, lo=1000, hi=30000),
+    Key("group.share.max.record.lock.duration.ms", "int", 60000, lo=30000, hi=3600000),
     Key("group.share.delivery.count.limit", "int", 5, lo=2, hi=10),
     Key("group.share.partition.max.record.locks", "int", 2000, lo=100, hi=10000),
     Key("group.share.max.share.sessions", "int", 2000, lo=1),
@@ -473,7 +482,7 @@ class BrokerConfig:
             raise ConfigError(
                 "Invalid value for configuration replica.fetch.wait.max.ms: must be at most replica.lag.time.max.ms"
             )
-        _check_consumer_group_keys(values)
+        _check_group_keys(values)
         if not values["log.dirs"]:
             raise ConfigError("Invalid value for configuration log.dirs: at least one directory is required")
         return cls(values, {str(k): str(v) for k, v in props.items()})

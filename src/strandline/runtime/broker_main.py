@@ -265,7 +265,7 @@ async def start_up(config: BrokerConfig, store: KazooStore, stopper: Stopper, ru
     controller_id, controller_epoch, epoch_version = await asyncio.to_thread(elect_controller, store, broker_id)
     shell.run("loading the cluster", lambda: broker.load_metadata(
         cluster_id, brokers, topics, controller_id, controller_epoch, now_ms(), epoch_version))
-    shell.run("loading the client quotas", lambda: broker.load_client_quotas(now_ms()))
+    shell.run("loading the client quotas and group configs", lambda: broker.load_entity_configs(now_ms()))
     await asyncio.to_thread(watch_brokers, store, loop, shell)
     await asyncio.to_thread(watch_isr_changes, store, loop, shell)
     await asyncio.to_thread(watch_config_changes, store, loop, shell)

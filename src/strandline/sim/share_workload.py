@@ -45,8 +45,10 @@ SHARE_GROUP = "explorer-share"
 LIMIT = 3
 #: the brokers' keys: share groups on, their timeouts for a run of a minute (a lock of 2 s, so that
 #: records left alone come again within the run), three partitions of __share_group_state
-BROKER_CONFIG = {"group.share.enable": "true", "group.share.session.timeout.ms": "6000",
-                 "group.share.heartbeat.interval.ms": "1000", "group.share.record.lock.duration.ms": "2000",
+BROKER_CONFIG = {"group.share.enable": "true", "group.share.min.session.timeout.ms": "3000",
+                 "group.share.session.timeout.ms": "6000", "group.share.min.heartbeat.interval.ms": "500",
+                 "group.share.heartbeat.interval.ms": "1000", "group.share.min.record.lock.duration.ms": "1000",
+                 "group.share.record.lock.duration.ms": "2000",
                  "group.share.delivery.count.limit": str(LIMIT),
                  "share.coordinator.state.topic.num.partitions": "3", "offsets.topic.num.partitions": "3"}
 #: once the group settled and its members stopped, the time the last state written takes to reach

@@ -188,7 +188,7 @@ def test_every_broker_applies_a_change_when_notified():
     assert quotas.produce.resolve("ANONYMOUS", "p") == (("ANONYMOUS", "p"), 100_000.0)
     assert quotas.fetch.resolve("ANONYMOUS", "p") == (("", "p"), None)
     # a restarted broker reads every quota when it loads the cluster
-    h.run(h.broker.load_client_quotas(h.now))
+    h.run(h.broker.load_entity_configs(h.now))
     assert quotas.produce.resolve("ANONYMOUS", "p")[1] == 100_000.0
 
 
@@ -331,7 +331,7 @@ def test_a_throttled_full_fetch_keeps_no_new_session():
         h.produce("t", make_batch([b"z" * 6000]))
         h.response(0, 7)
     alter(h, [([("client-id", "test")], [(CONSUMER_BYTE_RATE, 1000.0)])])
-    h.run(h.broker.load_client_quotas(h.now))
+    h.run(h.broker.load_entity_configs(h.now))
     body = {**h.fetch_body("t", 0), "session_epoch": 0}          # a full fetch asking for a session
     first = h.call(1, 11, body)
     assert first.session_id != 0 and first.responses

@@ -45,11 +45,12 @@ def test_paths_are_kafkas():
 
 
 def test_persistent_paths_are_kafkas_startup_paths():
-    """CTL-1: ``ZkData.PersistentZkPaths`` (2.6), plus /cluster."""
+    """CTL-1: ``ZkData.PersistentZkPaths`` (2.6), plus /config/groups (group configs, which Kafka
+    4.x keeps in its metadata log) and /cluster."""
     assert z.PERSISTENT_PATHS == (
         "/consumers", "/brokers/ids", "/brokers/topics", "/config/changes", "/admin/delete_topics",
         "/brokers/seqid", "/isr_change_notification", "/latest_producer_id_block", "/log_dir_event_notification",
-        "/config/topics", "/config/clients", "/config/users", "/config/brokers", "/cluster")
+        "/config/topics", "/config/clients", "/config/users", "/config/brokers", "/config/groups", "/cluster")
 
 
 # -- /brokers/ids/<id>

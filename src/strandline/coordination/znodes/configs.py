@@ -1,5 +1,5 @@
 """The config znodes: ``/config/<entity type>/<name>`` (dynamic configs of topics, brokers,
-clients and users) and the change notifications under ``/config/changes``."""
+clients, users and groups) and the change notifications under ``/config/changes``."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from strandline.coordination.znode_json import (
 
 
 class ConfigEntityTypeZNode:
-    """``/config/<entity type>``: ``topics``, ``clients``, ``users``, ``brokers``."""
+    """``/config/<entity type>``: ``topics``, ``clients``, ``users``, ``brokers``, ``groups``."""
 
-    TYPES = ("topics", "clients", "users", "brokers")
+    TYPES = ("topics", "clients", "users", "brokers", "groups")
 
     @staticmethod
     def path(entity_type: str) -> str:

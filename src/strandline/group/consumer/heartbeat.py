@@ -119,6 +119,9 @@ class ConsumerGroupCoordinator:
     def __init__(self, config: ConsumerGroupConfig, new_member_id: Callable[[], str]) -> None:
         self.config = config
         self.new_member_id = new_member_id
+        #: a group's (session timeout, heartbeat interval): the broker's, or the group's own configs
+        self.timings: Callable[[str], tuple[int, int]] = \
+            lambda group_id: (config.session_timeout_ms, config.heartbeat_interval_ms)
         self.groups: dict[str, ConsumerGroup] = {}
         self.deadlines: dict[tuple[str, str, str], Deadline] = {}
         #: the cluster's topic names last seen, and their version (regular expressions resolve against it)
@@ -273,7 +276,7 @@ class ConsumerGroupCoordinator:
                                        and r.topic_partitions is not None)
         changed = reconciled.assigned != member.assigned
         return HeartbeatResponse(ErrorCode.none, None, member_id, reconciled.member_epoch,
-                                 self.config.heartbeat_interval_ms,
+                                 self.timings(work.group_id)[1],
                                  reconciled.assigned if full or changed else None)
 
     def _member(self, work: ConsumerGroup, r: HeartbeatRequest, member_id: str,
@@ -399,7 +402,7 @@ class ConsumerGroupCoordinator:
 
     def _arm_session(self, group_id: str, member_id: str, now_ms: int) -> None:
         self.deadlines[("session", group_id, member_id)] = SessionTimeout(
-            group_id, member_id, now_ms + self.config.session_timeout_ms)
+            group_id, member_id, now_ms + self.timings(group_id)[0])
 
     def _arm_rebalance(self, group_id: str, member: ConsumerGroupMember, now_ms: int) -> None:
         self.deadlines[("rebalance", group_id, member.member_id)] = RebalanceTimeout(
