@@ -3,7 +3,7 @@
 ``mkdocs.yml`` names this file under ``hooks:``. A page asks for a part with a marker line,
 ``<!-- strandline:NAME -->``, which :func:`on_page_markdown` replaces with the part:
 
-- ``broker-config``, ``topic-config``: every configuration key of
+- ``broker-config``, ``topic-config``, ``group-config``: every configuration key of
   :mod:`strandline.core.config` and :mod:`strandline.core.topic_keys`, with its type, default, valid values and whether it may change
   while the brokers run;
 - ``cli``: every command of ``strandline`` with every option, from its argparse parsers;
@@ -126,6 +126,17 @@ def topic_config_table() -> str:
         broker_key, key = TOPIC_KEYS[name]
         rows.append(f"| {key_cell(name)} | {key.kind} | {_code(broker_key) if broker_key else '(none: empty)'} "
                     f"| {_cell(_valid_text(key))} |")
+    return "\n".join(rows)
+
+
+def group_config_table() -> str:
+    from strandline.core.group_keys import GROUP_KEYS
+
+    rows = ["| group key | type | default from broker key | valid values |", "|---|---|---|---|"]
+    for name in sorted(GROUP_KEYS):
+        broker_key, key = GROUP_KEYS[name]
+        rows.append(f"| {key_cell(name)} | {key.kind} | "
+                    f"{_code(broker_key) if broker_key else _cell(_default_text(key))} | {_cell(_valid_text(key) or key.doc)} |")
     return "\n".join(rows)
 
 
@@ -334,6 +345,7 @@ def requirements_with_tests(markdown: str) -> str:
 PARTS = {
     "broker-config": broker_config_table,
     "topic-config": topic_config_table,
+    "group-config": group_config_table,
     "cli": cli_reference,
     "sim-menu": sim_menu,
     "sim-configs": sim_configs,
