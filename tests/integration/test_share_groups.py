@@ -94,6 +94,9 @@ def test_four_consumers_share_a_partition_from_its_start_each_delivery_counted_a
                         "--entity-name", "workers").stdout
     assert "share.auto.offset.reset=earliest sensitive=false synonyms={GROUP_CONFIG:share.auto.offset.reset=earliest}" \
         in described, described
+    shown = kafka.run_tool("kafka-configs", [*configs, "--describe", "--all"], timeout=120)
+    assert shown.returncode == 0 and "share.auto.offset.reset=earliest" in shown.stdout and \
+        "share.record.lock.duration.ms=3000" in shown.stdout, shown.stdout + shown.stderr
     values = [f"v{i}" for i in range(300)] + [f"poison{i}" for i in range(3)]
     for start in range(0, len(values), 50):       # all written before the group reads: earliest finds them
         produce(sg.bootstrap, "queue", values[start:start + 50])
