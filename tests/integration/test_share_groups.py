@@ -120,6 +120,12 @@ def test_four_consumers_share_a_partition_from_its_start_each_delivery_counted_a
         assert "Protocol: share/simple\tMembers: 4" in described, described
         assert described.count("Partitions: queue-0") == 4, described           # all four read it
         assert "workers\tStable" in run_cli("groups", "list", "--bootstrap-server", sg.bootstrap).stdout
+        # Kafka's own kafka-share-groups: where the share-partition starts now (DescribeShareGroupOffsets)
+        offsets = kafka.run_tool("kafka-share-groups", ["--bootstrap-server", sg.bootstrap, "--describe", "--group",
+                                                        "workers"], timeout=120)
+        rows = [line.split() for line in offsets.stdout.splitlines() if line.split()[:3] == ["workers", "queue", "0"]]
+        assert offsets.returncode == 0 and len(rows) == 1, offsets.stdout + offsets.stderr
+        assert 300 <= int(rows[0][3]) <= len(values) + 1, rows       # past every record accepted or archived
     finally:
         finish(consumers)
     counts: dict[int, list[int]] = defaultdict(list)

@@ -43,6 +43,7 @@ from strandline.broker.produce_apis import ProduceApis
 from strandline.broker.quota_apis import QuotaApis
 from strandline.broker.group_configs import GroupConfigs
 from strandline.broker.share_group_apis import ShareGroupApis
+from strandline.broker.share_group_offsets import ShareGroupOffsetsApis
 from strandline.broker.share_state_apis import ShareStateApis
 from strandline.broker.features import FeatureApis, FinalizedFeatures
 from strandline.broker.txn_apis import TxnApis
@@ -107,6 +108,8 @@ class KafkaApis:
         self.share_apis = ShareGroupApis(self.config, self.metadata, self.replicas, self.authorizer,
                                          self.group_apis.groups, persister, self.group_configs)
         self.group_apis.share_groups = lambda: self.share_apis.groups.values()
+        self.share_offsets_apis = ShareGroupOffsetsApis(self.config, self.metadata, self.authorizer,
+                                                        self.group_apis.groups, persister)
         self._handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self._api_versions,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
@@ -122,6 +125,7 @@ class KafkaApis:
             **self.quota_apis.handlers(),
             **self.feature_apis.handlers(),
             **self.share_apis.handlers(),
+            **self.share_offsets_apis.handlers(),
             **(self.share_state_apis.handlers() if self.share_state_apis is not None else {}),
             **sasl_apis.handlers(self.authorizer.session),
         }

@@ -1,6 +1,7 @@
 """The share coordinator on the wire (KIP-932): InitializeShareGroupState, ReadShareGroupState,
 WriteShareGroupState and DeleteShareGroupState, which partition leaders send the broker leading the
-share-partition's ``__share_group_state`` partition (:mod:`strandline.group.share.coordinator`).
+share-partition's ``__share_group_state`` partition (:mod:`strandline.group.share.coordinator`),
+and ReadShareGroupStateSummary, which group coordinators send to describe a share group's offsets.
 
 Brokers send them, so they need CLUSTER_ACTION on the cluster (CLUSTER_AUTHORIZATION_FAILED on
 every partition otherwise), as in Kafka; UNSUPPORTED_VERSION unless ``group.share.enable``. Each
@@ -15,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import Effect
 from strandline.core.wire import Handler, response
-from strandline.group.share.coordinator import ShareCoordinator, ShareState
+from strandline.group.share.coordinator import ShareCoordinator, ShareState, delivery_complete_count
 from strandline.group.share.partition import StateBatch
 from strandline.group.share.records import ShareStateKey
 from strandline.protocol.api import ApiKey
@@ -35,7 +36,8 @@ class ShareStateApis:
 
     def handlers(self) -> dict[int, Handler]:
         return {ApiKey.INITIALIZE_SHARE_GROUP_STATE: self._initialize, ApiKey.READ_SHARE_GROUP_STATE: self._read,
-                ApiKey.WRITE_SHARE_GROUP_STATE: self._write, ApiKey.DELETE_SHARE_GROUP_STATE: self._delete}
+                ApiKey.WRITE_SHARE_GROUP_STATE: self._write, ApiKey.DELETE_SHARE_GROUP_STATE: self._delete,
+                ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: self._read_summary}
 
     def _initialize(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         def one(key: ShareStateKey, p: Any, finish: Finish, at_ms: int) -> list[Effect]:
@@ -53,6 +55,20 @@ class ShareStateApis:
                 return finish(entry, t)
             return self.coordinator.read(key, p.leader_epoch, read, at_ms)
         return self._each(conn_id, header, request, one, now_ms, _UNREAD)
+
+    def _read_summary(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
+        """The committed state's start offset, epochs and (v1) how many offsets from it were
+        delivered for good; start offset -1 for a share-partition never initialized."""
+        def one(key: ShareStateKey, p: Any, finish: Finish, at_ms: int) -> list[Effect]:
+            error, state = self.coordinator.read_summary(key)
+            if error is not None:
+                return finish(_code(*error), at_ms)
+            entry = {**_code(ErrorCode.none, None), **_NO_SUMMARY}
+            if state is not None:
+                entry.update(state_epoch=state.state_epoch, leader_epoch=state.leader_epoch,
+                             start_offset=state.start_offset, delivery_complete_count=delivery_complete_count(state))
+            return finish(entry, at_ms)
+        return self._each(conn_id, header, request, one, now_ms, _NO_SUMMARY)
 
     def _write(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
         def one(key: ShareStateKey, p: Any, finish: Finish, at_ms: int) -> list[Effect]:
@@ -105,6 +121,9 @@ class ShareStateApis:
 
 #: a ReadShareGroupState answer's fields for a partition with no state to give
 _UNREAD: dict[str, Any] = {"state_epoch": 0, "start_offset": -1, "state_batches": []}
+#: a ReadShareGroupStateSummary answer's fields for a partition with no state to give
+_NO_SUMMARY: dict[str, Any] = {"state_epoch": 0, "leader_epoch": -1, "start_offset": -1,
+                               "delivery_complete_count": -1}
 
 
 def _code(error: ErrorCode, message: str | None) -> dict[str, Any]:

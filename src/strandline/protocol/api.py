@@ -107,6 +107,8 @@ class ApiKey(enum.IntEnum):
     READ_SHARE_GROUP_STATE = 84
     WRITE_SHARE_GROUP_STATE = 85
     DELETE_SHARE_GROUP_STATE = 86
+    READ_SHARE_GROUP_STATE_SUMMARY = 87
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
 
 
 # Advertised version ranges {api_key: (min, max)}; every range overlaps what kafka-python
@@ -207,6 +209,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.READ_SHARE_GROUP_STATE: (0, 0),
     ApiKey.WRITE_SHARE_GROUP_STATE: (0, 1),
     ApiKey.DELETE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: (0, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 0),
 }
 
 #: The APIs of the consumer group protocol (KIP-848), served when it is enabled.
@@ -215,7 +219,8 @@ CONSUMER_GROUP_APIS = frozenset({ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUME
 SHARE_GROUP_APIS = frozenset({ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH,
                               ApiKey.SHARE_ACKNOWLEDGE, ApiKey.INITIALIZE_SHARE_GROUP_STATE,
                               ApiKey.READ_SHARE_GROUP_STATE, ApiKey.WRITE_SHARE_GROUP_STATE,
-                              ApiKey.DELETE_SHARE_GROUP_STATE})
+                              ApiKey.DELETE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY,
+                              ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS})
 
 
 def register(api_key: int, min_version: int, max_version: int) -> None:

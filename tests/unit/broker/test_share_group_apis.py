@@ -334,3 +334,47 @@ def test_a_leader_the_metadata_says_was_replaced_hands_nothing_out():
     topic.states[0] = dataclasses.replace(topic.states[0], leader=2, leader_epoch=topic.states[0].leader_epoch + 3)
     answer = share_fetch(h, "m", 1)
     assert answer.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+
+
+DESCRIBE_OFFSETS, READ_SUMMARY = 90, 87
+
+
+def test_describe_share_group_offsets_reports_each_share_partitions_start_from_its_share_coordinator():
+    """kafka-share-groups --describe: the start offset the share coordinator committed, -1 where
+    there is no state; with no topics named, only the share-partitions that have one."""
+    h = harness()
+    h.create("other")
+    join(h, "m")
+    share_fetch(h, "m", 0)
+    h.produce("t", make_batch([b"v%d" % i for i in range(5)]))
+    h.response(0, 7)
+    assert acquired(share_fetch(h, "m", 1)) == [(0, 4, 1)]
+    share_fetch(h, "m", 2, acks=[(0, 2, [1])])          # 0-2 accepted: the start moves to 3
+    named = h.call(DESCRIBE_OFFSETS, 0, {"groups": [{"group_id": GROUP, "topics": [
+        {"topic_name": "t", "partitions": [0]}, {"topic_name": "other", "partitions": [0]},
+        {"topic_name": "missing", "partitions": [0]}]}]})
+    [group] = named.groups
+    assert group.error_code == ErrorCode.none
+    got = {(t.topic_name, p.partition_index): (p.start_offset, p.leader_epoch, p.error_code)
+           for t in group.topics for p in t.partitions}
+    assert got == {("t", 0): (3, 0, ErrorCode.none), ("other", 0): (-1, 0, ErrorCode.none),
+                   ("missing", 0): (-1, 0, ErrorCode.none)}
+    assert {t.topic_name: t.topic_id for t in group.topics}["missing"] in (None, uuid.UUID(int=0))   # the zero id
+    every = h.call(DESCRIBE_OFFSETS, 0, {"groups": [{"group_id": GROUP, "topics": None}]})
+    assert [(t.topic_name, t.topic_id, [(p.partition_index, p.start_offset) for p in t.partitions])
+            for t in every.groups[0].topics] == [("t", topic_id(h), [(0, 3)])]
+    # the share coordinator's own summary: what was delivered for good counts from the start offset
+    summary = h.call(READ_SUMMARY, 1, {"group_id": GROUP, "topics": [
+        {"topic_id": topic_id(h), "partitions": [{"partition": 0, "leader_epoch": -1}]}]}, conn=LOOPBACK_CONN)
+    [p] = summary.results[0].partitions
+    assert (p.error_code, p.start_offset, p.delivery_complete_count) == (ErrorCode.none, 3, 0)
+    # another group, or a broker that is not the group's coordinator
+    unknown = h.call(DESCRIBE_OFFSETS, 0, {"groups": [{"group_id": "nobody", "topics": None}]})
+    assert unknown.groups[0].error_code in (ErrorCode.none, ErrorCode.not_coordinator) and \
+        not unknown.groups[0].topics
+
+
+def test_describe_share_group_offsets_is_refused_without_share_groups():
+    h = harness(**{"group.share.enable": "false"})
+    answer = h.call(DESCRIBE_OFFSETS, 0, {"groups": [{"group_id": GROUP, "topics": None}]})
+    assert answer.groups[0].error_code == ErrorCode.unsupported_version

@@ -46,7 +46,8 @@ def test_the_advertised_table():
         ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1), ApiKey.SHARE_GROUP_DESCRIBE: (1, 1), ApiKey.SHARE_FETCH: (1, 1),
         ApiKey.SHARE_ACKNOWLEDGE: (1, 1), ApiKey.INITIALIZE_SHARE_GROUP_STATE: (0, 0),
         ApiKey.READ_SHARE_GROUP_STATE: (0, 0), ApiKey.WRITE_SHARE_GROUP_STATE: (0, 1),
-        ApiKey.DELETE_SHARE_GROUP_STATE: (0, 0)}
+        ApiKey.DELETE_SHARE_GROUP_STATE: (0, 0), ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: (0, 1),
+        ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 0)}
 
 
 @pytest.mark.parametrize("api_key,version", VERSIONS)

@@ -37,7 +37,7 @@ from strandline.core.effects import Effect
 from strandline.group.records import partition_for
 from strandline.protocol.frames import ProtocolError
 from strandline.group.share import records as rec
-from strandline.group.share.partition import StateBatch
+from strandline.group.share.partition import RecordState, StateBatch
 from strandline.group.share.records import ShareStateKey
 from strandline.uuids import uuid_to_base64
 
@@ -165,6 +165,13 @@ class ShareCoordinator:
         newer = replace(state, leader_epoch=leader_epoch, snapshot_epoch=state.snapshot_epoch + 1)
         return self._store(key, newer, lambda e, t: done(e, None, newer if e is ErrorCode.none else None, t), now_ms)
 
+    def read_summary(self, key: ShareStateKey) -> tuple[tuple[ErrorCode, str | None] | None, ShareState | None]:
+        """ReadShareGroupStateSummary: the error, or the committed state (None: never initialized)."""
+        error = self._check(key)
+        if error is not None:
+            return error, None
+        return None, self.committed.get(key)
+
     def write(self, key: ShareStateKey, state_epoch: int, leader_epoch: int, start_offset: int,
               batches: Iterable[StateBatch], done: Done, now_ms: int) -> list[Effect]:
         error = self._check(key)
@@ -249,6 +256,12 @@ def _as_coordinator_error(error: ErrorCode) -> ErrorCode:
     if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
         return ErrorCode.not_coordinator
     return ErrorCode.coordinator_not_available
+
+
+def delivery_complete_count(state: ShareState) -> int:
+    """How many offsets from the start offset have been delivered for good (acknowledged or archived)."""
+    return sum(b.last_offset - max(b.first_offset, state.start_offset) + 1 for b in state.batches
+               if b.state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED) and b.last_offset >= state.start_offset)
 
 
 def invalid_batches(batches: tuple[StateBatch, ...], start_offset: int) -> str | None:

@@ -26,6 +26,8 @@ from strandline.protocol.api import ApiKey
 
 #: ``done(error, state epoch, start offset, batches, now_ms)``
 ReadDone = Callable[[ErrorCode, int, int, "list[StateBatch]", int], list[Effect]]
+#: ``done(error, start offset, leader epoch, now_ms)`` (start offset -1: never initialized)
+SummaryDone = Callable[[ErrorCode, int, int, int], list[Effect]]
 Done = Callable[[ErrorCode, int], list[Effect]]
 WRITE_VERSION = 0
 
@@ -64,6 +66,16 @@ class SharePersister:
                 return done(ErrorCode.unknown_server_error, 0, -1, [], at_ms)
             return done(error, result.state_epoch, result.start_offset, batches, at_ms)
         return self._send(key, ApiKey.READ_SHARE_GROUP_STATE, 0, body, answered, now_ms)
+
+    def read_summary(self, key: ShareStateKey, done: SummaryDone, now_ms: int) -> list[Effect]:
+        body = {"group_id": key.group_id, "topics": [{"topic_id": key.topic_id, "partitions": [
+            {"partition": key.partition, "leader_epoch": -1}]}]}
+
+        def answered(result: Any, error: ErrorCode, at_ms: int) -> list[Effect]:
+            if result is None or error is not ErrorCode.none:
+                return done(error, -1, -1, at_ms)
+            return done(error, int(result.start_offset), int(result.leader_epoch), at_ms)
+        return self._send(key, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 0, body, answered, now_ms)
 
     def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int, done: Done,
                    now_ms: int) -> list[Effect]:
