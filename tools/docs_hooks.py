@@ -118,26 +118,27 @@ def broker_config_table() -> str:
     return "\n".join(rows)
 
 
+def _overridable_table(what: str, table) -> str:
+    """A table of topic or group keys: each with the broker key it defaults from (or its own default)."""
+    rows = [f"| {what} key | type | default from broker key | valid values |", "|---|---|---|---|"]
+    for name in sorted(table):
+        broker_key, key = table[name]
+        own = _default_text(key)
+        default = _code(broker_key) if broker_key else _cell(own) if own.strip('"') else "(none: empty)"
+        rows.append(f"| {key_cell(name)} | {key.kind} | {default} | {_cell(_valid_text(key) or key.doc)} |")
+    return "\n".join(rows)
+
+
 def topic_config_table() -> str:
     from strandline.core.topic_keys import TOPIC_KEYS
 
-    rows = ["| topic key | type | default from broker key | valid values |", "|---|---|---|---|"]
-    for name in sorted(TOPIC_KEYS):
-        broker_key, key = TOPIC_KEYS[name]
-        rows.append(f"| {key_cell(name)} | {key.kind} | {_code(broker_key) if broker_key else '(none: empty)'} "
-                    f"| {_cell(_valid_text(key))} |")
-    return "\n".join(rows)
+    return _overridable_table("topic", TOPIC_KEYS)
 
 
 def group_config_table() -> str:
     from strandline.core.group_keys import GROUP_KEYS
 
-    rows = ["| group key | type | default from broker key | valid values |", "|---|---|---|---|"]
-    for name in sorted(GROUP_KEYS):
-        broker_key, key = GROUP_KEYS[name]
-        rows.append(f"| {key_cell(name)} | {key.kind} | "
-                    f"{_code(broker_key) if broker_key else _cell(_default_text(key))} | {_cell(_valid_text(key) or key.doc)} |")
-    return "\n".join(rows)
+    return _overridable_table("group", GROUP_KEYS)
 
 
 # ---------------------------------------------------------------- the command line

@@ -19,7 +19,7 @@ import enum
 from typing import Any, Callable
 
 from strandline.core.config import BROKER_KEYS, DYNAMIC_BROKER_KEYS, BrokerConfig, broker_synonyms, config_text
-from strandline.core.config_key import ConfigError
+from strandline.core.config_key import ConfigError, Key
 from strandline.core.group_keys import GROUP_KEYS, group_value
 from strandline.core.topic_keys import TOPIC_KEYS, parse_topic_configs
 from strandline.core.effects import Effect, LogLine
@@ -153,34 +153,34 @@ def _wanted(keys: Any, names: list[str]) -> list[str]:
     return names if keys is None else [n for n in names if n in set(keys)]
 
 
+def _describe_overridable(config: BrokerConfig, table: dict[str, tuple[str | None, Key]], overrides: dict[str, Any],
+                          value_of: Callable[[str], Any], source: ConfigSource, keys: Any, include_synonyms: bool,
+                          include_docs: bool) -> list[dict[str, Any]]:
+    """Every key of ``table`` (key -> the broker key it falls back to, its Key): its override
+    (``source``) or the broker value it falls back to, with its synonyms."""
+    entries = []
+    for name in _wanted(keys, list(table)):
+        broker_key, spec = table[name]
+        synonyms = _synonyms(config, broker_key, broker_synonyms(broker_key)) if broker_key else []
+        if name in overrides:
+            synonyms.insert(0, {"name": name, "value": config_text(overrides[name]), "source": int(source)})
+        value = config_text(value_of(name))
+        entries.append(_entry(name, value, synonyms, False, spec.type_id, spec.doc, include_synonyms, include_docs))
+    return entries
+
+
 def describe_topic(config: BrokerConfig, overrides: dict[str, Any], keys: Any, include_synonyms: bool,
                    include_docs: bool) -> list[dict[str, Any]]:
     """A topic's configs: every topic key, its override or the broker value it falls back to."""
-    entries = []
-    for name in _wanted(keys, list(TOPIC_KEYS)):
-        broker_key, spec = TOPIC_KEYS[name]
-        synonyms = _synonyms(config, broker_key, broker_synonyms(broker_key)) if broker_key else []
-        if name in overrides:
-            synonyms.insert(0, {"name": name, "value": config_text(overrides[name]),
-                                "source": int(ConfigSource.TOPIC_CONFIG)})
-        value = config_text(config.topic_value(overrides, name))
-        entries.append(_entry(name, value, synonyms, False, spec.type_id, spec.doc, include_synonyms, include_docs))
-    return entries
+    return _describe_overridable(config, TOPIC_KEYS, overrides, lambda name: config.topic_value(overrides, name),
+                                 ConfigSource.TOPIC_CONFIG, keys, include_synonyms, include_docs)
 
 
 def describe_group(config: BrokerConfig, overrides: dict[str, Any], keys: Any, include_synonyms: bool,
                    include_docs: bool) -> list[dict[str, Any]]:
     """A group's configs: every group key, its override or the broker value it falls back to."""
-    entries = []
-    for name in _wanted(keys, list(GROUP_KEYS)):
-        broker_key, spec = GROUP_KEYS[name]
-        synonyms = _synonyms(config, broker_key, broker_synonyms(broker_key)) if broker_key else []
-        if name in overrides:
-            synonyms.insert(0, {"name": name, "value": config_text(overrides[name]),
-                                "source": int(ConfigSource.GROUP_CONFIG)})
-        value = config_text(group_value(config.values, overrides, name))
-        entries.append(_entry(name, value, synonyms, False, spec.type_id, spec.doc, include_synonyms, include_docs))
-    return entries
+    return _describe_overridable(config, GROUP_KEYS, overrides, lambda name: group_value(config.values, overrides, name),
+                                 ConfigSource.GROUP_CONFIG, keys, include_synonyms, include_docs)
 
 
 def describe_broker(config: BrokerConfig, per_broker: bool, keys: Any, include_synonyms: bool,
