@@ -113,7 +113,8 @@ class Broker:
             self.group_configs.value(group_id, "consumer.heartbeat.interval.ms"))
         self.replica_manager.leadership_listeners.append(
             lambda topic, index, leader, t: self.offsets_topic.on_leadership(self.groups, topic, index, leader, t,
-                                                                             self.consumer_groups))
+                                                                             self.consumer_groups,
+                                                                             (self.apis.share_apis,)))
         self.auto_topics = AutoTopicCreationManager(config, self.metadata, self.controller, self.outbox)
         self.controlled_shutdown = ControlledShutdown(config, self.metadata, self.controller, self.outbox,
                                                       lambda: self.broker_epoch)

@@ -23,7 +23,7 @@ long-polling Fetch).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
@@ -32,6 +32,7 @@ from strandline.coordination.metadata import MetadataCache
 from strandline.core.effects import Effect
 from strandline.core.wire import Handler, duration_ms, response
 from strandline.group.coordinator import GroupCoordinator
+from strandline.group.share import group_records
 from strandline.group.share.group import ShareGroup, ShareGroupConfig, ShareHeartbeat
 from strandline.group.share.partition import AcquiredRange, SharePartition
 from strandline.group.share.persister import SharePersister
@@ -48,6 +49,8 @@ from strandline.security.authorizer import AclAuthorizer
 #: ShareGroupDescribe's AuthorizedOperations when not asked for (Kafka's Integer.MIN_VALUE)
 NOT_ASKED = -2147483648
 SIMPLE = "simple"
+#: a group whose write failed is written again, whole, this much later
+REWRITE_BACKOFF_MS = 500
 
 
 @dataclass
@@ -74,6 +77,10 @@ class ShareGroupApis:
         self.coordinator = coordinator
         self.group_configs = group_configs
         self.groups: dict[str, ShareGroup] = {}
+        #: group id -> members gone whose tombstones no write has yet carried to the log
+        self.unwritten_leaves: dict[str, set[str]] = {}
+        #: groups whose last write failed -> when they are written again, whole
+        self.rewrite: dict[str, int] = {}
         self.sessions = ShareSessions(config["group.share.max.share.sessions"])
         self.led = LedSharePartitions(config, replicas, persister, self._topic_name, self.group_configs)
         #: told of every record handed out: ``listener(share-partition, the ranges acquired)``
@@ -101,15 +108,70 @@ class ShareGroupApis:
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for g in self.groups.values() if (d := g.next_deadline_ms()) is not None]
+        deadlines += self.rewrite.values()          # failed writes to make good
         if (d := self.led.next_deadline_ms()) is not None:
             deadlines.append(d)
         return min(deadlines, default=None)
 
     def tick(self, now_ms: int) -> list[Effect]:
         topics = self._topics()
-        for group in self.groups.values():
-            group.expire(topics, now_ms)
-        return self.led.tick(now_ms)
+        effects: list[Effect] = []
+        for group_id in sorted(g for g, due in self.rewrite.items() if due <= now_ms):
+            del self.rewrite[group_id]
+            if group_id in self.groups and self.coordinator.owns(group_id):
+                effects += self._persist(group_id, None, self.groups[group_id], lambda error, t: [], now_ms)
+        for group_id, group in list(self.groups.items()):
+            before = group_records.image(group)
+            if group.expire(topics, now_ms):
+                effects += self._persist(group_id, before, group, lambda error, t: [], now_ms)
+        return effects + self.led.tick(now_ms)
+
+    # ------------------------------------------------------------------ the group's records
+
+    def load_partition(self, partition: int, records: Iterable[tuple[Any, ...]], now_ms: int) -> None:
+        """This broker coordinates the groups of offsets partition ``partition``: the share groups
+        its records describe, each member with a full session from now."""
+        self.unload_partition(partition)
+        if not self.enabled:
+            return
+        loaded = group_records.replay(((item[1], item[2]) for item in records if item[1]), self._topics(),
+                                      self.config["group.share.session.timeout.ms"], now_ms)
+        for group_id, group in loaded.items():
+            if self.coordinator.partition_of(group_id) == partition:
+                for member in group.members.values():
+                    member.deadline_ms = now_ms + self.group_config(group_id).session_timeout_ms
+                self.groups[group_id] = group
+
+    def unload_partition(self, partition: int) -> None:
+        for group_id in [g for g in self.groups if self.coordinator.partition_of(g) == partition]:
+            del self.groups[group_id]
+            self.unwritten_leaves.pop(group_id, None)
+            self.rewrite.pop(group_id, None)
+
+    def _persist(self, group_id: str, before: group_records.GroupImage | None, group: ShareGroup,
+                 done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
+        """Write the group to its offsets partition when it changed; ``done(error, when_ms)`` once
+        committed (at once when nothing changed). Each write holds the whole group, and the
+        tombstones of every member gone since the last write that succeeded: a write that failed
+        is made good by the next. The group keeps the change either way."""
+        if not group_records.changed(before, group):
+            return done(ErrorCode.none, now_ms)
+        gone = self.unwritten_leaves.setdefault(group_id, set())
+        gone |= (set(before.members) if before is not None else set()) - set(group.members)
+        tombstoned = set(gone)
+        records = group_records.snapshot(group_id, group, tombstoned, before)
+
+        def written(error: ErrorCode, when_ms: int, _base_offset: int) -> list[Effect]:
+            if error is ErrorCode.none:
+                gone.difference_update(tombstoned - set(group.members))
+            else:
+                self.rewrite[group_id] = when_ms + REWRITE_BACKOFF_MS
+            if error in (ErrorCode.request_timed_out, ErrorCode.not_enough_replicas):
+                error = ErrorCode.coordinator_not_available
+            elif error is ErrorCode.not_leader_or_follower:
+                error = ErrorCode.not_coordinator
+            return done(error, when_ms)
+        return self.coordinator.append(self.coordinator.partition_of(group_id), records, written, now_ms)
 
     # ------------------------------------------------------------------ ShareGroupHeartbeat
 
@@ -128,21 +190,27 @@ class ShareGroupApis:
             return answer(ErrorCode.topic_authorization_failed)
         if not self.coordinator.owns(request.group_id):
             return answer(ErrorCode.not_coordinator)
-        group = self.groups.get(request.group_id) or ShareGroup(request.group_id)
+        known = self.groups.get(request.group_id)
+        group = known or ShareGroup(request.group_id)
+        before = group_records.image(known)
         beat = ShareHeartbeat(request.group_id, request.member_id or "", request.member_epoch,
                               None if names is None else tuple(names), request.rack_id, header.client_id or "",
                               "/127.0.0.1")
         result = group.heartbeat(beat, self._topics(), self.group_config(request.group_id), now_ms)
-        if group.members:
-            self.groups[request.group_id] = group
         if result.error_code is not ErrorCode.none:
             return answer(result.error_code, result.error_message)
+        self.groups[request.group_id] = group
         assignment = None
         if result.assignment is not None:
             assignment = {"topic_partitions": [{"topic_id": t, "partitions": sorted(ps)}
                                                for t, ps in sorted(result.assignment.items())]}
-        return answer(ErrorCode.none, None, member_id=result.member_id, member_epoch=result.member_epoch,
-                      heartbeat_interval=result.heartbeat_interval_ms, assignment=assignment)
+
+        def written(error: ErrorCode, when_ms: int) -> list[Effect]:
+            if error is not ErrorCode.none:
+                return answer(error)
+            return answer(ErrorCode.none, None, member_id=result.member_id, member_epoch=result.member_epoch,
+                          heartbeat_interval=result.heartbeat_interval_ms, assignment=assignment)
+        return self._persist(request.group_id, before, group, written, now_ms)
 
     # ------------------------------------------------------------------ ShareGroupDescribe
 

@@ -13,7 +13,7 @@ replays only what is current.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -25,6 +25,14 @@ from strandline.group.model import Appended
 
 OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})
+
+class GroupLoader(Protocol):
+    """Groups of another kind kept in the same log (share groups): loaded and unloaded with it."""
+
+    def load_partition(self, partition: int, records: Iterable[tuple[Any, ...]], now_ms: int) -> None: ...
+
+    def unload_partition(self, partition: int) -> None: ...
+
 
 #: ``done(error, when_ms, base_offset)``: ``base_offset`` is where the batch lies (-1 unless written).
 Done = Appended
@@ -72,18 +80,21 @@ class OffsetsTopic:
         return cfg["offsets.topic.num.partitions"], rf, configs
 
     def on_leadership(self, coordinator: GroupCoordinator, topic: str, index: int, leader: bool,
-                      now_ms: int, consumer_groups: ConsumerGroups | None = None) -> list[Effect]:
+                      now_ms: int, consumer_groups: ConsumerGroups | None = None,
+                      others: Sequence[GroupLoader] = ()) -> list[Effect]:
         """Loading and unloading the groups of an offsets partition as its leadership moves: the
-        classic groups and committed offsets, and the consumer groups (KIP-848) of the same log."""
+        classic groups and committed offsets, the consumer groups (KIP-848) and the ``others``
+        (share groups) of the same log."""
         if topic != OFFSETS_TOPIC:
             return []
+        loaders: list[GroupLoader] = ([consumer_groups] if consumer_groups is not None else []) + list(others)
         if not leader:
-            if consumer_groups is not None:
-                consumer_groups.unload_partition(index)
+            for loader in loaders:
+                loader.unload_partition(index)
             return coordinator.unload_partition(index) if index in coordinator.owned else []
         records = list(rec.iter_log_records(self.read_log(topic, index)))
         count = coordinator.load_partition(index, records, now_ms)
-        if consumer_groups is not None:
-            consumer_groups.load_partition(index, records, now_ms)
+        for loader in loaders:
+            loader.load_partition(index, records, now_ms)
         return [LogLine("info", f"Coordinator of the groups of {OFFSETS_TOPIC}-{index} "
                             f"({count} record(s) loaded)")] if count else []

@@ -81,6 +81,13 @@ class Member(_Client):
             self.schedule(0)
         self.later(back_in_ms, back)
 
+    def close(self) -> None:
+        """It stops for good, leaving the group as a closing client does (its last heartbeat)."""
+        if self.joined and not self.away and not self.stalled and self.coordinator is not None:
+            api_key, version, body = self.leaving()
+            self.send(self.coordinator, api_key, version, body, lambda resp: None)
+        self.stopped = True
+
     def leaving(self) -> tuple[int, int, dict[str, Any]]:
         """The heartbeat that leaves the group: its API key, version and body."""
         raise NotImplementedError

@@ -51,7 +51,7 @@ BROKER_CONFIG = {"group.share.enable": "true", "group.share.min.session.timeout.
                  "group.share.record.lock.duration.ms": "2000",
                  "group.share.delivery.count.limit": str(LIMIT),
                  "share.coordinator.state.topic.num.partitions": "3", "offsets.topic.num.partitions": "3"}
-#: once the group settled and its members stopped, the time the last state written takes to reach
+#: once the group settled and its members left, the time the last state written takes to reach
 #: every replica of __share_group_state before the replicas are compared
 QUIET_MS = 3000
 ACCEPT, RELEASE, REJECT, GAP = 1, 2, 3, 0
@@ -368,5 +368,5 @@ class ShareWorkload:
         self.note(f"the share group settled every record: {len(self.checker.settled)} settled, "
                   f"{self.checker.deliveries} deliveries")
         for member in self.members:
-            member.stopped = True
+            member.close()          # as a closing KafkaShareConsumer: its leave is written before the check
         self.sim.advance(QUIET_MS)

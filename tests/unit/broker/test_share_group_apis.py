@@ -378,3 +378,70 @@ def test_describe_share_group_offsets_is_refused_without_share_groups():
     h = harness(**{"group.share.enable": "false"})
     answer = h.call(DESCRIBE_OFFSETS, 0, {"groups": [{"group_id": GROUP, "topics": None}]})
     assert answer.groups[0].error_code == ErrorCode.unsupported_version
+
+
+def reload_offsets_partition(h: Harness) -> None:
+    """The group coordinator moves away and back: its groups are rebuilt from __consumer_offsets."""
+    for listener in list(h.broker.replica_manager.leadership_listeners):
+        h.run(listener("__consumer_offsets", 0, False, h.now) or [])
+    assert GROUP not in h.broker.apis.share_apis.groups
+    for listener in list(h.broker.replica_manager.leadership_listeners):
+        h.run(listener("__consumer_offsets", 0, True, h.now) or [])
+
+
+def test_a_share_group_is_written_to_consumer_offsets_and_a_new_coordinator_resumes_it():
+    """Kafka 4.x's share group records (types 10-14): after the coordinator moves, the members go on
+    with their epochs and partitions instead of joining again, and the group stays described."""
+    h = harness()
+    a = join(h, "member-a")
+    b = join(h, "member-b")
+    assert (a.member_epoch, b.member_epoch) == (1, 2)
+    key_types = {int.from_bytes(key[:2], "big") for key in record_keys(h)}
+    assert {10, 11, 12, 13, 14} <= key_types
+    reload_offsets_partition(h)
+    group = h.broker.apis.share_apis.groups[GROUP]
+    assert (group.group_epoch, group.assignment_epoch, sorted(group.members)) == (2, 2, ["member-a", "member-b"])
+    again = h.call(HEARTBEAT, 1, {"group_id": GROUP, "member_id": "member-b", "member_epoch": 2, "rack_id": None,
+                                  "subscribed_topic_names": None})
+    assert (again.error_code, again.member_epoch) == (ErrorCode.none, 2)          # not UNKNOWN_MEMBER_ID
+    # a member that leaves is gone for good: its records are tombstoned
+    gone = h.call(HEARTBEAT, 1, {"group_id": GROUP, "member_id": "member-a", "member_epoch": -1, "rack_id": None,
+                                 "subscribed_topic_names": None})
+    assert gone.error_code == ErrorCode.none
+    reload_offsets_partition(h)
+    group = h.broker.apis.share_apis.groups[GROUP]
+    assert sorted(group.members) == ["member-b"] and group.group_epoch == 3
+    assert group.members["member-b"].assignment == {topic_id(h): frozenset({0})}
+    described = h.call(DESCRIBE, 1, {"group_ids": [GROUP], "include_authorized_operations": False})
+    assert described.groups[0].group_state == "Stable" and len(described.groups[0].members) == 1
+
+
+def record_keys(h: Harness) -> list[bytes]:
+    from strandline.group.records import iter_log_records
+
+    data = bytes(h.broker.replica_manager.partitions[("__consumer_offsets", 0)].log.read(0, 1 << 24))
+    return [key for _, key, _, _, _ in iter_log_records(data) if key]
+
+
+def test_a_share_group_write_that_failed_is_made_good_by_a_whole_write_later():
+    """A member's leave whose records were refused (nothing appended) must not come back when a
+    new coordinator replays the log: the group is written again, whole, with the tombstones."""
+    h = harness()
+    join(h, "member-a")
+    join(h, "member-b")
+    apis = h.broker.apis.share_apis
+    real_append = apis.coordinator.append
+    refused = []
+
+    def refuse_once(partition, records, done, now_ms):
+        if not refused:
+            refused.append(records)
+            return done(ErrorCode.not_enough_replicas, now_ms, -1)      # nothing appended
+        return real_append(partition, records, done, now_ms)
+    apis.coordinator.append = refuse_once
+    gone = h.call(HEARTBEAT, 1, {"group_id": GROUP, "member_id": "member-a", "member_epoch": -1, "rack_id": None,
+                                 "subscribed_topic_names": None})
+    assert gone.error_code == ErrorCode.coordinator_not_available and refused
+    h.tick(500)                                         # written again, whole
+    reload_offsets_partition(h)
+    assert sorted(apis.groups[GROUP].members) == ["member-b"]

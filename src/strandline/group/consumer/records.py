@@ -336,3 +336,8 @@ def decode(key: bytes, value: bytes | None) -> Record | None:
         return None
     return k, None if value is None else decode_value(k.type, value)
 
+
+
+#: the flexible encoding, for the other groups' records of the topic (share groups)
+FlexWriter = _Out
+FlexReader = _In
