@@ -108,6 +108,7 @@ class KafkaApis:
         self.share_apis = ShareGroupApis(self.config, self.metadata, self.replicas, self.authorizer,
                                          self.group_apis.groups, persister, self.group_configs)
         self.group_apis.share_groups = lambda: self.share_apis.groups.values()
+        self.group_apis.delete_share_group = self.share_apis.delete_group
         self.share_offsets_apis = ShareGroupOffsetsApis(self.config, self.metadata, self.authorizer,
                                                         self.group_apis.groups, persister)
         self._handlers: dict[int, Handler] = {

@@ -52,6 +52,9 @@ class GroupApis:
         self._responders: dict[int, int] = {}   # id(respond) -> connection
         #: the share groups this broker coordinates (KIP-932; :mod:`strandline.broker.share_group_apis`)
         self.share_groups: Callable[[], Iterable[ShareGroup]] = lambda: ()
+        #: ``delete_share_group(group id, done, now_ms)``: its effects, or None when it is no share group here
+        self.delete_share_group: Callable[[str, Callable[[ErrorCode, int], list[Effect]], int],
+                                          "list[Effect] | None"] = lambda group_id, done, now_ms: None
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -455,6 +458,10 @@ class GroupApis:
                 return finish() if len(results) == len(names) else []
             if self.consumer_groups.holds(name) is not None and self.groups.owns(name):
                 effects += self.consumer_groups.delete(name, self._then_offsets(name, done), now_ms)
+                continue
+            shared = self.delete_share_group(name, self._then_offsets(name, done), now_ms)
+            if shared is not None:
+                effects += shared
                 continue
             effects += self.groups.delete(name, done, now_ms)
         if not allowed:

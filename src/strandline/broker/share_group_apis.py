@@ -35,7 +35,10 @@ from strandline.group.coordinator import GroupCoordinator
 from strandline.group.share import group_records
 from strandline.group.share.group import ShareGroup, ShareGroupConfig, ShareHeartbeat
 from strandline.group.share.partition import AcquiredRange, SharePartition
+from strandline.group.offsets_topic import INTERNAL_TOPICS
 from strandline.group.share.persister import SharePersister
+from strandline.group.share.records import ShareStateKey
+from strandline.group.share.state_topic import SHARE_STATE_TOPIC
 from strandline.broker.share_partitions import LedSharePartitions, ShareKey, Version
 from strandline.group.share.sessions import FINAL_EPOCH, ShareSession, ShareSessions
 from strandline.protocol.api import ApiKey
@@ -82,6 +85,7 @@ class ShareGroupApis:
         #: groups whose last write failed -> when they are written again, whole
         self.rewrite: dict[str, int] = {}
         self.sessions = ShareSessions(config["group.share.max.share.sessions"])
+        self.persister = persister
         self.led = LedSharePartitions(config, replicas, persister, self._topic_name, self.group_configs)
         #: told of every record handed out: ``listener(share-partition, the ranges acquired)``
         self.acquired_listeners: list[Callable[[ShareKey, list[AcquiredRange]], None]] = []
@@ -147,6 +151,50 @@ class ShareGroupApis:
             del self.groups[group_id]
             self.unwritten_leaves.pop(group_id, None)
             self.rewrite.pop(group_id, None)
+
+    def delete_group(self, group_id: str, done: Callable[[ErrorCode, int], list[Effect]],
+                     now_ms: int) -> list[Effect] | None:
+        """DeleteGroups of a share group (None: no share group of that id here): NON_EMPTY_GROUP
+        while it has members; else its share-partitions' state is deleted from the share
+        coordinators (every partition of every topic is asked, as no record says which it used),
+        then its records are tombstoned."""
+        group = self.groups.get(group_id)
+        if group is None or not self.coordinator.owns(group_id):
+            return None
+        if group.members:
+            return done(ErrorCode.non_empty_group, now_ms)
+        keys = [ShareStateKey(group_id, t.topic_id, p) for name, t in sorted(self.metadata.topics.items())
+                if name not in INTERNAL_TOPICS for p in range(t.num_partitions)] \
+            if SHARE_STATE_TOPIC in self.metadata.topics else []
+        failed: list[ErrorCode] = []
+        waiting = [len(keys)]
+
+        def tombstone(at_ms: int) -> list[Effect]:
+            if failed:
+                return done(ErrorCode.coordinator_not_available, at_ms)
+            if self.groups.get(group_id) is not group or group.members:
+                return done(ErrorCode.non_empty_group, at_ms)        # joined again meanwhile
+            del self.groups[group_id]
+            self.rewrite.pop(group_id, None)
+
+            def written(error: ErrorCode, when_ms: int, _base_offset: int) -> list[Effect]:
+                return done(ErrorCode.none if error is ErrorCode.none else ErrorCode.coordinator_not_available,
+                            when_ms)
+            return self.coordinator.append(self.coordinator.partition_of(group_id),
+                                           group_records.deletion(group_id), written, at_ms)
+
+        def state_deleted(error: ErrorCode, at_ms: int) -> list[Effect]:
+            if error is not ErrorCode.none:
+                failed.append(error)
+            waiting[0] -= 1
+            return tombstone(at_ms) if waiting[0] == 0 else []
+
+        if not keys:
+            return tombstone(now_ms)
+        effects: list[Effect] = []
+        for key in keys:
+            effects += self.persister.delete(key, state_deleted, now_ms)
+        return effects
 
     def _persist(self, group_id: str, before: group_records.GroupImage | None, group: ShareGroup,
                  done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:

@@ -445,3 +445,22 @@ def test_a_share_group_write_that_failed_is_made_good_by_a_whole_write_later():
     h.tick(500)                                         # written again, whole
     reload_offsets_partition(h)
     assert sorted(apis.groups[GROUP].members) == ["member-b"]
+
+
+def test_delete_groups_deletes_an_empty_share_group_and_its_share_partitions_state():
+    h = harness()
+    join(h, "m")
+    share_fetch(h, "m", 0)                                  # the share-partition's state is initialized
+    key = ShareStateKey(GROUP, topic_id(h), 0)
+    assert key in h.broker.share_coordinator.states
+    busy = h.call(42, 2, {"groups_names": [GROUP]})
+    assert busy.results[0].error_code == ErrorCode.non_empty_group
+    h.call(HEARTBEAT, 1, {"group_id": GROUP, "member_id": "m", "member_epoch": -1, "rack_id": None,
+                          "subscribed_topic_names": None})
+    deleted = h.call(42, 2, {"groups_names": [GROUP]})
+    assert deleted.results[0].error_code == ErrorCode.none
+    assert key not in h.broker.share_coordinator.states and GROUP not in h.broker.apis.share_apis.groups
+    for listener in list(h.broker.replica_manager.leadership_listeners):       # a new coordinator: still gone
+        h.run(listener("__consumer_offsets", 0, False, h.now) or [])
+        h.run(listener("__consumer_offsets", 0, True, h.now) or [])
+    assert GROUP not in h.broker.apis.share_apis.groups

@@ -166,6 +166,12 @@ def image(group: ShareGroup | None) -> GroupImage | None:
                       {m: (x.member_epoch, dict(x.assignment)) for m, x in group.members.items()})
 
 
+def deletion(group_id: str) -> list[Record]:
+    """The tombstones that delete an empty share group: its target assignment, then its epoch."""
+    return [(encode_key(Key(TARGET_ASSIGNMENT_METADATA, group_id)), None),
+            (encode_key(Key(GROUP_METADATA, group_id)), None)]
+
+
 def changed(before: GroupImage | None, group: ShareGroup) -> bool:
     """Whether the group's records would say something new."""
     return image(group) != (before or GroupImage(0, topics_hash({}), 0, {}, {}, {}))
@@ -205,7 +211,7 @@ def replay(records: Iterable[tuple[bytes, bytes | None]], topics: Mapping[str, t
     session from ``now_ms``; a group whose topics changed since its target assignment is
     assigned again at its next heartbeat."""
     groups: dict[str, ShareGroup] = {}
-    hashes: dict[str, int] = {}
+    hashes: dict[str, int] = {}         # of the groups whose metadata record stands (not deleted)
     for key_bytes, value in records:
         key = decode_key(key_bytes)
         if key is None:
@@ -219,6 +225,7 @@ def replay(records: Iterable[tuple[bytes, bytes | None]], topics: Mapping[str, t
                 group.targets.pop(member_id, None)
             elif key.type == GROUP_METADATA:
                 groups.pop(key.group_id, None)
+                hashes.pop(key.group_id, None)
             continue
         r = FlexReader(value)
         r.fixed(">h")
@@ -242,6 +249,8 @@ def replay(records: Iterable[tuple[bytes, bytes | None]], topics: Mapping[str, t
             current = group.members.get(member_id)
             if current is not None:
                 current.member_epoch, current.assignment = epoch, assigned
+    for group_id in [g for g in groups if g not in hashes]:
+        del groups[group_id]            # deleted (its tombstones alone), or never written whole
     for group_id, group in groups.items():
         subscribed = {n for m in group.members.values() for n in m.subscribed_topic_names}
         seen = {n: topics[n] for n in sorted(subscribed) if n in topics}

@@ -77,6 +77,12 @@ class SharePersister:
             return done(error, int(result.start_offset), int(result.leader_epoch), at_ms)
         return self._send(key, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 0, body, answered, now_ms)
 
+    def delete(self, key: ShareStateKey, done: Done, now_ms: int) -> list[Effect]:
+        body = {"group_id": key.group_id, "topics": [{"topic_id": key.topic_id, "partitions": [
+            {"partition": key.partition}]}]}
+        return self._send(key, ApiKey.DELETE_SHARE_GROUP_STATE, 0, body,
+                          lambda _, error, at_ms: done(error, at_ms), now_ms)
+
     def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int, done: Done,
                    now_ms: int) -> list[Effect]:
         body = {"group_id": key.group_id, "topics": [{"topic_id": key.topic_id, "partitions": [
