@@ -134,30 +134,3 @@ def test_a_write_that_is_no_share_partitions_state_is_refused_and_an_unreadable_
     again.load_partition(partition_of(KEY, 5), [(i, k, v) for i, (k, v) in enumerate(log)] +
                          [(10 + i, k, v) for i, k, v in garbage])
     assert again.states[KEY] == c.states[KEY] and partition_of(KEY, 5) in again.owned
-
-
-def test_a_read_in_the_current_leader_epoch_is_answered_once_what_was_appended_before_it_commits():
-    """Kafka's coordinator runtime answers an operation after the writes before it commit: a
-    leader must not start from a state the coordinator may still lose."""
-    pending: list = []
-
-    def append(index, records, done, now_ms):
-        pending.append(done)
-        return []
-    c = ShareCoordinator(5, append, lambda topic_id: 2 if topic_id == TOPIC else None)
-    c.load_partition(partition_of(KEY, 5), [])
-    got = []
-    c.initialize(KEY, 0, 5, lambda *a: got.append(("init", a[0])) or [], 0)
-    pending.pop(0)(ErrorCode.none, 1)
-    c.read(KEY, 2, lambda *a: got.append(("read-2", a[0])) or [], 2)      # a new leader epoch: written
-    pending.pop(0)(ErrorCode.none, 3)
-    c.write(KEY, 0, 2, 5, [StateBatch(5, 9, A, 1)], lambda *a: got.append(("write", a[0])) or [], 4)
-    c.read(KEY, 2, lambda *a: got.append(("read", a[0], a[2].batches if a[2] else None)) or [], 5)
-    assert got == [("init", ErrorCode.none), ("read-2", ErrorCode.none)]      # the write is not committed
-    pending.pop(0)(ErrorCode.none, 6)
-    assert got[2:] == [("write", ErrorCode.none), ("read", ErrorCode.none, (StateBatch(5, 9, A, 1),))]
-    # a write that fails is rolled back: the read waiting on it gets the state as committed
-    c.write(KEY, 0, 2, 5, [StateBatch(5, 5, ACKED, 1)], lambda *a: got.append(("write", a[0])) or [], 7)
-    c.read(KEY, 2, lambda *a: got.append(("read", a[0], a[2].batches if a[2] else None)) or [], 8)
-    pending.pop(0)(ErrorCode.not_leader_or_follower, 9)
-    assert got[4:] == [("write", ErrorCode.not_coordinator), ("read", ErrorCode.none, (StateBatch(5, 9, A, 1),))]

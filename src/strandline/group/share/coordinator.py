@@ -82,8 +82,6 @@ class ShareCoordinator:
         #: each key's state with every change appended (checked against), and as committed
         self.states: dict[ShareStateKey, ShareState] = {}
         self.committed: dict[ShareStateKey, ShareState] = {}
-        #: reads waiting for a key's appended changes to commit: run again once they have
-        self.waiting: dict[ShareStateKey, list[Callable[[int], list[Effect]]]] = {}
 
     @property
     def num_partitions(self) -> int:
@@ -156,11 +154,6 @@ class ShareCoordinator:
         if leader_epoch != NO_EPOCH and state.leader_epoch > leader_epoch:
             return done(ErrorCode.fenced_leader_epoch, None, None, now_ms)
         if leader_epoch == NO_EPOCH or leader_epoch == state.leader_epoch:
-            if self.committed.get(key) is not state:
-                # changes appended and not yet committed: answered once they are, as Kafka's
-                # coordinator runtime answers an operation after what was written before it
-                self.waiting.setdefault(key, []).append(lambda t: self.read(key, leader_epoch, done, t))
-                return []
             return done(ErrorCode.none, None, state, now_ms)
         newer = replace(state, leader_epoch=leader_epoch, snapshot_epoch=state.snapshot_epoch + 1)
         return self._store(key, newer, lambda e, t: done(e, None, newer if e is ErrorCode.none else None, t), now_ms)
@@ -234,11 +227,7 @@ class ShareCoordinator:
                     # not appended: back to what is committed (a record that timed out is in the
                     # log, and commits when the ISR catches up, as it does in Kafka)
                     _put(self.states, key, self.committed.get(key))
-            effects = done(_as_coordinator_error(error), at_ms)
-            if key in self.waiting and (index not in self.owned or self.states.get(key) is self.committed.get(key)):
-                for again in self.waiting.pop(key):
-                    effects += again(at_ms)
-            return effects
+            return done(_as_coordinator_error(error), at_ms)
         return self.append(index, [(rec.encode_key(key), value)], appended, now_ms)
 
 
