@@ -217,7 +217,7 @@ SCENARIOS: dict[str, TxnScenario] = {s.name: s for s in [
                 "consumers, under random faults (coordinator failover, power loss, kills, pauses, partitions)",
                 txn_trial),
     TxnScenario("TXN-ELR", "TXN with eligible leader replicas (KIP-966, eligible.leader.replicas.enable): a broker "
-                "back from an unclean shutdown leads nothing before it has caught up",
+                "back from an unclean shutdown is taken out of every ISR before it may lead",
                 txn_trial, broker_config={"eligible.leader.replicas.enable": "true"}),
     TxnScenario("TXN-hang", "the control: transaction.partition.verification.enable=false and a late transactional "
                 "Produce: a hanging transaction the audit must find", hang, control=True,
