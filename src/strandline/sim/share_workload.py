@@ -45,8 +45,9 @@ SHARE_GROUP = "explorer-share"
 LIMIT = 3
 #: the brokers' keys: share groups on, their timeouts for a run of a minute (a lock of 2 s, so that
 #: records left alone come again within the run), three partitions of __share_group_state
+SESSION_MS = 6000
 BROKER_CONFIG = {"group.share.enable": "true", "group.share.min.session.timeout.ms": "3000",
-                 "group.share.session.timeout.ms": "6000", "group.share.min.heartbeat.interval.ms": "500",
+                 "group.share.session.timeout.ms": str(SESSION_MS), "group.share.min.heartbeat.interval.ms": "500",
                  "group.share.heartbeat.interval.ms": "1000", "group.share.min.record.lock.duration.ms": "1000",
                  "group.share.record.lock.duration.ms": "2000",
                  "group.share.delivery.count.limit": str(LIMIT),
@@ -369,4 +370,19 @@ class ShareWorkload:
                   f"{self.checker.deliveries} deliveries")
         for member in self.members:
             member.close()          # as a closing KafkaShareConsumer: its leave is written before the check
+        # a leave that reached no coordinator (one that moved) ends with its member's session
+        deadline = self.sim.now + SESSION_MS + QUIET_MS
+        while self.sim.now < deadline and self._members_at_coordinator():
+            self.sim.advance(100)
         self.sim.advance(QUIET_MS)
+
+    def _members_at_coordinator(self) -> bool:
+        """Whether a live broker still holds members of the group: their expiry is yet to be written."""
+        for node in self.sim.brokers.values():
+            core = node.core
+            if core is None or not core.apis.group_apis.groups.owns(SHARE_GROUP):
+                continue
+            group = core.apis.share_apis.groups.get(SHARE_GROUP)
+            if group is not None and group.members:
+                return True
+        return False
