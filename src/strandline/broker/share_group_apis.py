@@ -5,12 +5,13 @@ The group coordinator of a group id (FindCoordinator, key type 0) keeps its shar
 and assignment (:mod:`strandline.group.share.group`); each partition's leader keeps, per share
 group, which records are in flight (:mod:`strandline.group.share.partition`) and each member's
 share session with it (:mod:`strandline.group.share.sessions`). A share-partition a leader has not
-seen starts at the partition's high watermark (``share.auto.offset.reset=latest``, Kafka's
-default). The leader keeps each share-partition's state with the share coordinator
+seen starts where the group's ``share.auto.offset.reset`` says (the high watermark by default).
+The leader keeps each share-partition's state with the share coordinator
 (:mod:`strandline.broker.share_partitions`), so that the next leader starts where it was: what was
 acknowledged is not handed out again, what was in flight is, with its delivery counts. The group's
-members and assignment are kept in memory: a coordinator change starts them afresh (members join
-again).
+members and assignment are written to ``__consumer_offsets`` in Kafka's records
+(:mod:`strandline.group.share.group_records`), a heartbeat answered once they are committed, so
+that a new coordinator resumes the group; DeleteGroups deletes an empty one.
 
 A ShareFetch first applies the acknowledgements it carries (and goes on once the share
 coordinator has them), then hands out what its session's partitions have up to their high
