@@ -325,12 +325,17 @@ class LeaderDeliveries:
         return self.at_limit.get(index, set())
 
     def bounds(self, index: int) -> tuple[int, int] | None:
-        """The log start and high watermark of partition ``index`` at its leader (None: no leader)."""
+        """The log start and high watermark of partition ``index`` (None: no leader). The start is
+        the highest of its replicas': records a DeleteRecords removed from an earlier leader, which
+        the share-partition's start moved past there, may still be in a replica that leads now
+        (Kafka's DeleteRecords is not undone either)."""
         leader = self.sim.state(self.topic, index).leader
         partition = self.sim.partition(leader, self.topic, index) if leader in self.sim.brokers else None
         if partition is None or not partition.is_leader:
             return None
-        return partition.log.log_start_offset, partition.high_watermark
+        starts = [p.log.log_start_offset for b in self.sim.brokers
+                  if (p := self.sim.partition(b, self.topic, index)) is not None]
+        return max(starts, default=partition.log.log_start_offset), partition.high_watermark
 
 
 class ShareWorkload:
