@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from strandline.core.group_keys import check_broker_group_keys
 from strandline.core.config_key import INT_MAX, LONG_MAX, ConfigError, Key, key_table
 from strandline.core.listeners import (SECURITY_PROTOCOLS, Listener, check_protocol_map, check_unique,
                                        parse_listener, protocol_map)
@@ -76,25 +77,6 @@ def _consumer_assignors(key: str, raw: str, items: list[str]) -> None:
     if unknown or not items:
         raise ConfigError(f"Invalid value {raw!r} for configuration {key}: unknown assignor(s) "
                           f"{', '.join(unknown) or '(none given)'}; known: uniform, range")
-
-
-def _check_group_keys(values: dict[str, Any]) -> None:
-    """Kafka's GroupCoordinatorConfig and ShareGroupConfig: each consumer and share group timing
-    within its bounds, and each heartbeat interval below its session timeout."""
-    for kind, names in (("consumer", ("session.timeout", "heartbeat.interval")),
-                        ("share", ("session.timeout", "heartbeat.interval", "record.lock.duration"))):
-        for name in names:
-            key, lo, hi = (f"group.{kind}.{name}.ms", f"group.{kind}.min.{name}.ms", f"group.{kind}.max.{name}.ms")
-            if values[lo] > values[hi]:
-                raise ConfigError(f"Invalid value {values[lo]} for configuration {lo}: must be at most {hi} "
-                                  f"({values[hi]})")
-            if not values[lo] <= values[key] <= values[hi]:
-                raise ConfigError(f"Invalid value {values[key]} for configuration {key}: must be between {lo} "
-                                  f"({values[lo]}) and {hi} ({values[hi]})")
-        interval, session = f"group.{kind}.heartbeat.interval.ms", f"group.{kind}.session.timeout.ms"
-        if values[interval] >= values[session]:
-            raise ConfigError(f"Invalid value {values[interval]} for configuration {interval}: must be less than "
-                              f"{session} ({values[session]})")
 
 
 def config_text(value: Any) -> str | None:
@@ -482,7 +464,7 @@ class BrokerConfig:
             raise ConfigError(
                 "Invalid value for configuration replica.fetch.wait.max.ms: must be at most replica.lag.time.max.ms"
             )
-        _check_group_keys(values)
+        check_broker_group_keys(values)
         if not values["log.dirs"]:
             raise ConfigError("Invalid value for configuration log.dirs: at least one directory is required")
         return cls(values, {str(k): str(v) for k, v in props.items()})

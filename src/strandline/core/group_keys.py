@@ -90,6 +90,24 @@ _BOUNDS = {
 }
 
 
+def check_broker_group_keys(values: Mapping[str, Any]) -> None:
+    """Kafka's GroupCoordinatorConfig and ShareGroupConfig on the broker's own keys: each group
+    timing's default within its bounds, and each heartbeat interval below its session timeout."""
+    for name, (lo, hi) in _BOUNDS.items():
+        key = GROUP_KEYS[name][0]
+        assert key is not None
+        if values[lo] > values[hi]:
+            raise ConfigError(f"Invalid value {values[lo]} for configuration {lo}: must be at most {hi} ({values[hi]})")
+        if not values[lo] <= values[key] <= values[hi]:
+            raise ConfigError(f"Invalid value {values[key]} for configuration {key}: must be between {lo} "
+                              f"({values[lo]}) and {hi} ({values[hi]})")
+    for kind in ("consumer", "share"):
+        interval, session = f"group.{kind}.heartbeat.interval.ms", f"group.{kind}.session.timeout.ms"
+        if values[interval] >= values[session]:
+            raise ConfigError(f"Invalid value {values[interval]} for configuration {interval}: must be less than "
+                              f"{session} ({values[session]})")
+
+
 def group_value(broker_values: Mapping[str, Any], overrides: Mapping[str, Any], name: str) -> Any:
     """The value of group key ``name`` for a group with ``overrides``: its own, else the broker's."""
     if name in overrides:
@@ -123,5 +141,5 @@ def parse_group_configs(raw: Mapping[str, Any], broker_values: Mapping[str, Any]
     return parsed
 
 
-__all__ = ["GROUP_KEYS", "SHARE_AUTO_OFFSET_RESET", "OffsetReset", "group_value", "parse_group_configs",
+__all__ = ["GROUP_KEYS", "check_broker_group_keys", "SHARE_AUTO_OFFSET_RESET", "OffsetReset", "group_value", "parse_group_configs",
            "parse_offset_reset"]
