@@ -215,13 +215,28 @@ def _short_string(s: str) -> bytes:
     return struct.pack(">h", len(data)) + data
 
 
+def pack_key(kind: int, *fields: str) -> bytes:
+    """A coordinator key: its type as an int16, then its fields as int16-length strings."""
+    return struct.pack(">h", kind) + b"".join(_short_string(f) for f in fields)
+
+
+def unpack_key_fields(data: bytes, count: int) -> list[str]:
+    """The first ``count`` string fields of a key after its type."""
+    pos = 2
+    fields = []
+    for _ in range(count):
+        n = struct.unpack_from(">h", data, pos)[0]
+        fields.append(data[pos + 2:pos + 2 + n].decode())
+        pos += 2 + n
+    return fields
+
+
 def encode_key(key: Key) -> bytes:
-    out = struct.pack(">h", key.type) + _short_string(key.group_id)
     if key.type in _MEMBER_KEYS:
-        out += _short_string(key.member_id or "")
-    elif key.type == REGULAR_EXPRESSION:
-        out += _short_string(key.regex or "")
-    return out
+        return pack_key(key.type, key.group_id, key.member_id or "")
+    if key.type == REGULAR_EXPRESSION:
+        return pack_key(key.type, key.group_id, key.regex or "")
+    return pack_key(key.type, key.group_id)
 
 
 def decode_key(data: bytes) -> Key | None:
@@ -230,12 +245,7 @@ def decode_key(data: bytes) -> Key | None:
     kind = struct.unpack_from(">h", data, 0)[0]
     if kind not in KEY_TYPES:
         return None
-    pos = 2
-    fields = []
-    for _ in range(2 if kind in _MEMBER_KEYS or kind == REGULAR_EXPRESSION else 1):
-        n = struct.unpack_from(">h", data, pos)[0]
-        fields.append(data[pos + 2:pos + 2 + n].decode())
-        pos += 2 + n
+    fields = unpack_key_fields(data, 2 if kind in _MEMBER_KEYS or kind == REGULAR_EXPRESSION else 1)
     if kind == REGULAR_EXPRESSION:
         return Key(kind, fields[0], regex=fields[1])
     return Key(kind, fields[0], fields[1] if len(fields) > 1 else None)

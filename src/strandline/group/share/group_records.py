@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 from uuid import UUID
 
-from strandline.group.consumer.records import FlexReader, FlexWriter
+from strandline.group.consumer.records import FlexReader, FlexWriter, pack_key, unpack_key_fields
 from strandline.group.share.assignor import Assignment
 from strandline.group.share.group import ShareGroup, ShareMember
 
@@ -65,14 +65,10 @@ def topics_hash(topics: Mapping[str, tuple[UUID, int]]) -> int:
 # -- keys -----------------------------------------------------------------------------------------
 
 
-def _short(s: str) -> bytes:
-    data = s.encode()
-    return struct.pack(">h", len(data)) + data
-
-
 def encode_key(key: Key) -> bytes:
-    out = struct.pack(">h", key.type) + _short(key.group_id)
-    return out + _short(key.member_id or "") if key.type in _MEMBER_KEYS else out
+    if key.type in _MEMBER_KEYS:
+        return pack_key(key.type, key.group_id, key.member_id or "")
+    return pack_key(key.type, key.group_id)
 
 
 def decode_key(data: bytes) -> Key | None:
@@ -80,11 +76,7 @@ def decode_key(data: bytes) -> Key | None:
     kind = struct.unpack_from(">h", data, 0)[0]
     if kind not in KEY_TYPES:
         return None
-    fields, pos = [], 2
-    for _ in range(2 if kind in _MEMBER_KEYS else 1):
-        n = struct.unpack_from(">h", data, pos)[0]
-        fields.append(data[pos + 2:pos + 2 + n].decode())
-        pos += 2 + n
+    fields = unpack_key_fields(data, 2 if kind in _MEMBER_KEYS else 1)
     return Key(kind, fields[0], fields[1] if len(fields) > 1 else None)
 
 
