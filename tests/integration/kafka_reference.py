@@ -83,13 +83,14 @@ class JavaClient:
     (not the client library's log lines, also on stdout); everything it says is kept in
     ``<name>.out`` beside its ``<name>.err``, for a failure."""
 
-    def __init__(self, command: list[str], workdir: Path, name: str, kinds: set[str] | frozenset[str]) -> None:
+    def __init__(self, command: list[str], workdir: Path, name: str, kinds: set[str] | frozenset[str],
+                 after: tuple[str, ...] = ()) -> None:
         self.name = name
         self.kinds = kinds
         self.go_file = workdir / f"{name}.go"
         self.stop_file = workdir / f"{name}.stop"
         self.lines: list[str] = []
-        self.proc = subprocess.Popen([*command, str(self.go_file), str(self.stop_file)], stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([*command, str(self.go_file), str(self.stop_file), *after], stdout=subprocess.PIPE,
                                      stderr=open(workdir / f"{name}.err", "wb"), text=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()

@@ -46,8 +46,9 @@ class Member(JavaClient):
     """One Java member process, started ahead; it joins at :meth:`go`. Its output lines are read
     as they come."""
 
-    def __init__(self, command: list[str], bootstrap: str, group: str, topic: str, workdir: Path, name: str) -> None:
-        super().__init__([*command, bootstrap, group, topic], workdir, name, KINDS)
+    def __init__(self, command: list[str], bootstrap: str, group: str, topic: str, workdir: Path, name: str,
+                 protocol: str = "consumer") -> None:
+        super().__init__([*command, bootstrap, group, topic], workdir, name, KINDS, (protocol,))
 
     def owned(self) -> set[int]:
         owned: set[int] = set()
@@ -217,6 +218,79 @@ def test_java_consumers_share_a_topic_through_failover_joins_and_leaves(cg, java
         given_up = max(i for i, line in enumerate(c_lines) if line.startswith(f"REVOKED {p} "))
         before = [int(line.split()[2]) for line in c_lines[:given_up] if line.startswith(f"RECORD {p} ")]
         assert offset == max(before) + 1, (p, offset, max(before))
+    for m in members.values():      # each member's last commit, as it left, was taken
+        assert "COMMIT_FAILED" not in m.lines[-2], (m.name, m.lines[-3:])
+
+
+def group_type(bootstrap: str, group: str) -> str | None:
+    """The group's type as ListGroups v5 says it (classic or consumer), None if not listed."""
+    for address in bootstrap.split(","):
+        try:
+            with KafkaConnection(address, timeout_s=5) as conn:
+                listed = conn.request(16, 5, {"states_filter": [], "types_filter": []}).groups
+                found = [g.group_type for g in listed if g.group_id == group]
+                if found:
+                    return found[0]
+        except (OSError, Unreachable):
+            continue
+    return None
+
+
+def test_java_consumers_upgrade_a_live_classic_group_and_downgrade_it_back(cg, java_member, tmp_path, capsys):
+    """Kafka 4.x's online migration (group.consumer.migration.policy=bidirectional, the default): two
+    KafkaConsumers of the classic protocol share a topic under a steady producer; two of the consumer
+    protocol join (the group becomes a consumer group, the classic members served by it) and the
+    classic ones leave; one of the classic protocol joins again and the consumer-protocol ones leave
+    (the group becomes a classic group). Every record is consumed, no partition is owned by two
+    members at once, and each member's last commit is taken."""
+    create_topic(cg, "migrating", partitions=PARTITIONS, min_isr=1)
+    kinds = {"c1": "classic", "c2": "classic", "n1": "consumer", "n2": "consumer", "c3": "classic"}
+    members = {n: Member(java_member, cg.bootstrap, "migrate", "migrating", tmp_path, n, kind)
+               for n, kind in kinds.items()}
+    producer = SteadyProducer(cg.bootstrap, "migrating")
+
+    def covered(names: tuple[str, ...]) -> bool:
+        owned = [members[n].owned() for n in names]
+        return all(owned) and sorted(p for o in owned for p in o) == list(range(PARTITIONS))
+
+    def consumed() -> set[str]:
+        return {v for m in members.values() for _, _, v in m.records()}
+
+    try:
+        members["c1"].go()
+        members["c2"].go()
+        poll_until(lambda: covered(("c1", "c2")), 45, message="c1 and c2 (classic) share the six partitions")
+        assert group_type(cg.bootstrap, "migrate") == "classic"
+        members["n1"].go()
+        members["n2"].go()
+        poll_until(lambda: covered(("c1", "c2", "n1", "n2")), 45,
+                   message="n1 and n2 (consumer protocol) upgrade the group and get their shares")
+        assert group_type(cg.bootstrap, "migrate") == "consumer"
+        assert groups_cli.describe_group(cg.bootstrap, "migrate") == 0
+        described = capsys.readouterr().out
+        assert described.count("Speaks: classic") == 2 and described.count("Speaks: consumer") == 2, described
+        members["c1"].leave()
+        members["c2"].leave()
+        poll_until(lambda: covered(("n1", "n2")), 45, message="n1 and n2 take the classic members' partitions")
+        members["c3"].go()
+        poll_until(lambda: covered(("n1", "n2", "c3")), 45, message="c3 (classic) joins the consumer group")
+        members["n1"].leave()
+        members["n2"].leave()
+        poll_until(lambda: covered(("c3",)), 45, message="c3 takes all once the group is classic again")
+        assert group_type(cg.bootstrap, "migrate") == "classic"
+        sent = producer.stop()
+        poll_until(lambda: set(sent) <= consumed(), 30, message="every record produced is consumed")
+        members["c3"].leave()
+    finally:
+        producer.stopped.set()
+        for m in members.values():
+            m.kill()
+
+    spans = [(p, start, end, name) for name, m in members.items() for p, start, end in ownership(m)]
+    for p, start, end, name in spans:
+        for q, start2, end2, name2 in spans:
+            assert not (p == q and name != name2 and start < end2 and start2 < end), \
+                f"partition {p} owned by {name} ({start}-{end}) and {name2} ({start2}-{end2}) at once"
     for m in members.values():      # each member's last commit, as it left, was taken
         assert "COMMIT_FAILED" not in m.lines[-2], (m.name, m.lines[-3:])
 

@@ -29,8 +29,6 @@ from strandline.security.authorizer import AclAuthorizer
 
 #: AuthorizedOperations when they were not asked for (Kafka's Integer.MIN_VALUE)
 NOT_ASKED = -2147483648
-#: ConsumerGroupDescribe v1's MemberType of a member of the consumer protocol (0: classic)
-CONSUMER_MEMBER = 1
 UNAUTHORIZED_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 
 
@@ -93,8 +91,8 @@ class ConsumerGroupApis:
                 d = {"error_code": ErrorCode.group_authorization_failed if self.groups.enabled
                      else ErrorCode.unsupported_version, "error_message": None, "group_id": group_id,
                      "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": []}
-            if header.api_version >= 1:               # every member here is of the consumer protocol
-                d = {**d, "members": [{**m, "member_type": CONSUMER_MEMBER} for m in d["members"]]}
+            if header.api_version < 1:                # MemberType came with v1
+                d = {**d, "members": [{k: v for k, v in m.items() if k != "member_type"} for m in d["members"]]}
             operations = NOT_ASKED
             if request.include_authorized_operations and d["error_code"] is ErrorCode.none:
                 operations = self.authorizer.authorized_operations(conn_id, ResourceType.GROUP, group_id)

@@ -21,6 +21,7 @@ from strandline.broker.zk_offsets import ZkOffsets
 from strandline.core.wire import Handler, duration_ms, response
 from strandline.coordination.metadata import MetadataCache
 from strandline.broker.consumer_group_apis import ConsumerGroupApis
+from strandline.group.consumer.classic import ClassicJoin
 from strandline.group.consumer_groups import ConsumerGroups
 from strandline.group.coordinator import GroupCoordinator, GroupState
 from strandline.group.model import Respond
@@ -182,10 +183,12 @@ class GroupApis:
                "protocols": [(p.name, p.metadata) for p in request.protocols], "version": version,
                "reason": getattr(request, "reason", None)}
         if self.consumer_groups.has_members(request.group_id):
-            # a consumer group (KIP-848) with members: no classic member joins it (no online downgrade)
-            return self._group_respond(conn_id, header, shape)({
-                "error_code": ErrorCode.inconsistent_group_protocol, "generation_id": -1, "protocol_name": None,
-                "leader": "", "member_id": request.member_id, "members": []})
+            # a consumer group (KIP-848) with members: the classic member joins it, served by it
+            join = ClassicJoin(request.group_id, request.member_id, req["group_instance_id"], request.protocol_type,
+                               tuple(req["protocols"]), req["session_timeout_ms"], req["rebalance_timeout_ms"],
+                               req["client_id"], req["client_host"], requires_known_member_id=version >= 4)
+            return self.consumer_groups.classic_members.join(join, self._group_respond(conn_id, header, shape),
+                                                             now_ms)
         effects: list[Effect] = []
         if self.consumer_groups.holds(request.group_id) is not None:     # an empty one: it becomes classic
             effects += self.consumer_groups.delete(request.group_id, lambda error, when_ms: [], now_ms)
@@ -200,6 +203,9 @@ class GroupApis:
                "protocol_type": getattr(request, "protocol_type", None),
                "protocol_name": getattr(request, "protocol_name", None),
                "assignments": [{"member_id": a.member_id, "assignment": a.assignment} for a in request.assignments]}
+        if self.consumer_groups.has_members(request.group_id):
+            return self.consumer_groups.classic_members.sync(req, self._group_respond(conn_id, header, lambda b: b),
+                                                             now_ms)
         return self.groups.sync(req, self._group_respond(conn_id, header, lambda b: b), now_ms)
 
     def _heartbeat(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
@@ -208,6 +214,9 @@ class GroupApis:
             return refused
         req = {"group_id": request.group_id, "generation_id": request.generation_id, "member_id": request.member_id,
                "group_instance_id": getattr(request, "group_instance_id", None)}
+        if self.consumer_groups.has_members(request.group_id):
+            return self.consumer_groups.classic_members.heartbeat(
+                req, self._group_respond(conn_id, header, lambda b: b), now_ms)
         return self.groups.heartbeat(req, self._group_respond(conn_id, header, lambda b: b), now_ms)
 
     def _leave_group(self, conn_id: int, header: RequestHeader, request: Any, now_ms: int) -> list[Effect]:
@@ -218,6 +227,9 @@ class GroupApis:
             leaving = [(m.member_id, m.group_instance_id) for m in request.members]
         else:
             leaving = [(request.member_id, None)]
+        if self.consumer_groups.has_members(request.group_id):
+            return self.consumer_groups.classic_members.leave(
+                request.group_id, leaving, self._group_respond(conn_id, header, lambda b: b), now_ms)
         return self.groups.leave(request.group_id, leaving, self._group_respond(conn_id, header, lambda b: b), now_ms)
 
     # ------------------------------------------------------------------ offsets

@@ -103,7 +103,8 @@ def _print_consumer_group(group: str, desc: Any, owners: dict[tuple[str, int], s
         subscribed = ",".join(m.subscribed_topic_names) + (f" /{m.subscribed_topic_regex}/"
                                                            if m.subscribed_topic_regex else "")
         print(f"\tMember: {m.member_id}\tClient: {m.client_id}\tHost: {m.client_host}\tEpoch: {m.member_epoch}"
-              f"\tPartitions: {shown}\tSubscribed: {subscribed.strip() or '-'}")
+              f"\tPartitions: {shown}\tSubscribed: {subscribed.strip() or '-'}"
+              f"\tSpeaks: {'classic' if m.member_type == 0 else 'consumer'}")
 
 
 def _print_share_group(group: str, desc: Any) -> None:
@@ -124,7 +125,7 @@ def describe_group(bootstrap: str, group: str) -> int:
         if shared is not None:
             _print_share_group(group, shared)
             return 0
-        modern = _described(conn, CONSUMER_GROUP_DESCRIBE, 0, group)
+        modern = _described(conn, CONSUMER_GROUP_DESCRIBE, 1, group)
         desc = conn.request(DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}).groups[0]
         fetched = conn.request(OFFSET_FETCH, 7, {"group_id": group, "topics": None, "require_stable": False})
     owners: dict[tuple[str, int], str] = {}

@@ -225,6 +225,11 @@ BROKER_KEYS: dict[str, Key] = key_table(
         validator=_consumer_assignors,
         doc="The server-side assignors of consumer groups, by name (uniform, range) or Kafka's class "
             "name; the first is the one a group uses unless its members ask for another."),
+    Key("group.consumer.migration.policy", "choice", "bidirectional",
+        choices=("bidirectional", "upgrade", "downgrade", "disabled"),
+        doc="Whether a live classic group becomes a consumer group when a member of the consumer protocol "
+            "joins it (upgrade), and a consumer group whose last member of that protocol leaves becomes a "
+            "classic group again (downgrade): both, either or neither."),
     # share groups (KIP-932), with Kafka 4.2's keys and defaults; served when group.share.enable is true
     Key("group.share.enable", "bool", False,
         doc="Serve share groups (ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge), "

@@ -14,9 +14,11 @@ failover resumes each group at its epochs and assignments.
 Committed offsets of a consumer group are kept with the classic ones (one offset record per
 partition, Kafka's format); :meth:`ConsumerGroups.check_member` is the member epoch check of an
 OffsetCommit (v9+) or OffsetFetch (v9+) from a member (Kafka's ``ConsumerGroup.validateOffsetCommit``).
-One group id is of one protocol: a heartbeat for a classic group with members is refused with
-GROUP_ID_NOT_FOUND, and the classic coordinator refuses a JoinGroup for a consumer group with
-members (:meth:`ConsumerGroups.has_members`).
+A group id is of one protocol at a time, and a live group moves between them as Kafka 4.x's
+does (:mod:`strandline.group.consumer_classic`): the first heartbeat of the consumer protocol to a
+classic group with members upgrades it, members of the classic protocol join a consumer group with
+members and are served by it, and a consumer group left with classic members only becomes a classic
+group again (``group.consumer.migration.policy``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from strandline.group.consumer.describe import describe
 from strandline.group.consumer.group import ConsumerGroup, ConsumerGroupState
 from strandline.group.consumer.heartbeat import (ConsumerGroupConfig, ConsumerGroupCoordinator, HeartbeatRequest,
                                                  HeartbeatResponse)
-from strandline.group.consumer.model import TopicMetadata
+from strandline.group.consumer.model import LEAVE_GROUP_MEMBER_EPOCH, TopicMetadata
+from strandline.group.consumer_classic import ClassicMembers, Encoded
 from strandline.group.coordinator import GroupCoordinator
 
 #: ``respond(answer)``: the effects that send a heartbeat's answer.
@@ -73,6 +76,8 @@ class ConsumerGroups:
         #: offsets partition -> the end of the last records written to it: what the groups in
         #: memory may already hold, and an answer must wait to be committed
         self.written_to: dict[int, int] = {}
+        #: the classic protocol's members of consumer groups, and the moves between protocols
+        self.classic_members = ClassicMembers(self, config)
 
     # ------------------------------------------------------------------ ownership and loading
 
@@ -120,6 +125,10 @@ class ConsumerGroups:
 
     def _write(self, records: list[crec.Record], done: Callable[[ErrorCode, int], list[Effect]],
                now_ms: int, undo: Callable[[int], None] | None = None) -> list[Effect]:
+        return self.write_encoded(records[0][0].group_id, [crec.encode(r) for r in records], done, now_ms, undo)
+
+    def write_encoded(self, group_id: str, encoded: Encoded, done: Callable[[ErrorCode, int], list[Effect]],
+                      now_ms: int, undo: Callable[[int], None] | None = None) -> list[Effect]:
         """Append the records of one group to its offsets partition; ``done(error, when_ms)``.
 
         The group already holds what the records say. A write refused at once, with nothing
@@ -129,9 +138,7 @@ class ConsumerGroups:
         while the log still has it owned by another). A write that fails once appended (the
         followers did not copy it in time, the leadership moved) keeps the group as it is: the
         records are in this leader's log, as Kafka's coordinator keeps an uncommitted state."""
-        group_id = records[0][0].group_id
         partition = self.classic.partition_of(group_id)
-        encoded = [crec.encode(r) for r in records]
         appending = True
         refused = False
 
@@ -155,23 +162,42 @@ class ConsumerGroups:
         if not self.classic.owns(group_id):
             return respond(HeartbeatResponse(ErrorCode.not_coordinator, None))
         classic = self.classic.groups.get(group_id)
+        upgrade = None
         if classic is not None and classic.members:
-            return respond(HeartbeatResponse(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."))
+            if request.member_epoch != 0:
+                return respond(HeartbeatResponse(ErrorCode.group_id_not_found,
+                                                 f"Group {group_id} is not a consumer group."))
+            upgrade = self.classic_members.upgrade(group_id, now_ms)
+            if upgrade.error is not ErrorCode.none:
+                return respond(HeartbeatResponse(upgrade.error, upgrade.message))
         before = self.core.groups.get(group_id)
         records, answer = self.core.heartbeat(request, self.topics(), now_ms, may_describe)
-        if not records:
-            return self._when_committed(group_id, lambda error: respond(
-                answer if error is ErrorCode.none else HeartbeatResponse(error, None)), now_ms)
-        after = self.core.groups.get(group_id)
+        if upgrade is not None and answer.error_code is not ErrorCode.none and upgrade.undo is not None:
+            upgrade.undo(now_ms)                          # a heartbeat refused: the group stays classic
+            return upgrade.effects + respond(answer)
 
         def written(error: ErrorCode, when_ms: int) -> list[Effect]:
             if error is ErrorCode.request_timed_out:      # as Kafka's handleOperationException
                 error = ErrorCode.coordinator_not_available
             return respond(answer if error is ErrorCode.none else HeartbeatResponse(error, None))
 
-        return self._write(records, written, now_ms, lambda when_ms: self._undo(group_id, before, after))
+        if (request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH and answer.error_code is ErrorCode.none
+                and before is not None and self.classic_members.downgradable(before, {request.member_id})):
+            return self.classic_members.downgrade(before, {request.member_id}, written, now_ms)
+        if not records and upgrade is None:
+            return self.when_committed(group_id, lambda error: respond(
+                answer if error is ErrorCode.none else HeartbeatResponse(error, None)), now_ms)
+        after = self.core.groups.get(group_id)
 
-    def _when_committed(self, group_id: str, then: Callable[[ErrorCode], list[Effect]], now_ms: int) -> list[Effect]:
+        def undo(when_ms: int) -> None:
+            self._undo(group_id, before, after)
+            if upgrade is not None and upgrade.undo is not None:
+                upgrade.undo(when_ms)
+        encoded = (upgrade.encoded if upgrade is not None else []) + [crec.encode(r) for r in records]
+        effects = upgrade.effects if upgrade is not None else []
+        return effects + self.write_encoded(group_id, encoded, written, now_ms, undo)
+
+    def when_committed(self, group_id: str, then: Callable[[ErrorCode], list[Effect]], now_ms: int) -> list[Effect]:
         """``then(NONE)`` once every record written to the group's partition so far is committed,
         as Kafka's coordinator holds an answer read from a state not yet committed; a write that
         timed out keeps its records in memory (they are in the log), and an answer built on them
@@ -236,6 +262,12 @@ class ConsumerGroups:
             by_group.setdefault(record[0].group_id, []).append(record)
         effects: list[Effect] = []
         for group_id, group_records in by_group.items():
+            before, after = groups.get(group_id), self.core.groups.get(group_id)
+            fenced = set(before.members) - set(after.members) if before is not None and after is not None else set()
+            if before is not None and fenced and self.classic_members.downgradable(before, fenced):
+                effects += self.classic_members.downgrade(before, fenced, lambda error, when_ms: [], now_ms)
+                continue
+
             def undo(when_ms: int, group_id: str = group_id) -> None:
                 # the fencing is not written: the group as it was, its deadlines tried again
                 # after a backoff (Kafka's coordinator timer retries a failed operation)
@@ -268,6 +300,8 @@ class ConsumerGroups:
         member = group.members.get(member_id or "")
         if member is None:
             return ErrorCode.unknown_member_id
+        if member.classic is not None:             # a member of the classic protocol: its generation
+            return ErrorCode.none if member_epoch == member.member_epoch else ErrorCode.illegal_generation
         if not fetch and not transactional and api_version < 9:
             return ErrorCode.unsupported_version
         if member_epoch != member.member_epoch:
@@ -321,7 +355,7 @@ class ConsumerGroups:
                             for g in described])
         effects: list[Effect] = []
         for group_id in sorted(waiting):
-            effects.extend(self._when_committed(group_id, functools.partial(settled, group_id), now_ms))
+            effects.extend(self.when_committed(group_id, functools.partial(settled, group_id), now_ms))
         return effects
 
     def list_groups(self) -> list[ConsumerGroup]:

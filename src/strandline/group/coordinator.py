@@ -121,7 +121,7 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ persistence
 
-    def _group_record(self, group: Group) -> tuple[bytes, bytes]:
+    def group_record(self, group: Group) -> tuple[bytes, bytes]:
         members = tuple(rec.MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                         m.rebalance_timeout_ms, m.session_timeout_ms,
                                         m.metadata_for(group.protocol), m.assignment)
@@ -261,7 +261,7 @@ class GroupCoordinator:
         return self._persist_group(group, now_ms, persisted)
 
     def _persist_group(self, group: Group, now_ms: int, done: Callable[[ErrorCode, int], list[Effect]]) -> list[Effect]:
-        return self.append(self.partition_of(group.group_id), [self._group_record(group)],
+        return self.append(self.partition_of(group.group_id), [self.group_record(group)],
                            lambda error, when_ms, _base_offset: done(error, when_ms), now_ms)
 
     # ------------------------------------------------------------------ Heartbeat, LeaveGroup, expiry

@@ -26,7 +26,8 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * CLOSED ms. Started ahead (the JVM's start is slow), it subscribes once the go-file exists; it
  * leaves the group (and exits) once the stop-file exists. A commit refused for a stale member
  * epoch (the heartbeat with the new one is on its way) is made again with the next one.
- * Arguments: bootstrap group topic go-file stop-file.
+ * Arguments: bootstrap group topic go-file stop-file [protocol]: the group protocol, consumer (the
+ * default) or classic (with the cooperative-sticky assignor), to upgrade and downgrade a live group.
  */
 public final class GroupMember {
     public static void main(String[] args) throws Exception {
@@ -34,7 +35,12 @@ public final class GroupMember {
         Properties props = new Properties();
         props.put("bootstrap.servers", args[0]);
         props.put("group.id", args[1]);
-        props.put("group.protocol", "consumer");
+        String protocol = args.length > 5 ? args[5] : "consumer";
+        props.put("group.protocol", protocol);
+        if (protocol.equals("classic")) {
+            props.put("partition.assignment.strategy",
+                      "org.apache.kafka.clients.consumer.CooperativeStickyAssignor");
+        }
         props.put("enable.auto.commit", "false");
         props.put("auto.offset.reset", "earliest");
         props.put("key.deserializer", StringDeserializer.class.getName());

@@ -125,21 +125,27 @@ def test_offset_commits_and_fetches_of_a_member_are_checked_against_its_epoch():
     assert fetch(h, -1, member_id=None) == (ErrorCode.none, [42])          # an admin's fetch
 
 
-def test_a_group_is_of_one_protocol():
+def test_a_group_of_another_protocol_type_is_not_mixed_with_a_consumer_group():
+    """Members of the classic protocol and of the consumer one share a group only for the embedded
+    consumer protocol (see test_group_migration.py); a Connect group is of one kind."""
     h = harness()
     beat(h, "m1", 0, join=True)
     join = h.call(11, 5, {"group_id": GROUP, "session_timeout": 10_000, "rebalance_timeout": 10_000,
-                          "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
-                          "protocols": [{"name": "range", "metadata": b""}]})
+                          "member_id": "", "group_instance_id": None, "protocol_type": "connect",
+                          "protocols": [{"name": "default", "metadata": b""}]})
     assert join.error_code == ErrorCode.inconsistent_group_protocol
     h.request(11, 3, {"group_id": "classic", "session_timeout": 10_000, "rebalance_timeout": 10_000,
-                      "member_id": "", "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]})
+                      "member_id": "", "protocol_type": "connect", "protocols": [{"name": "default", "metadata": b""}]})
     h.tick(3_000)                                       # group.initial.rebalance.delay.ms
     assert h.response(11, 3).error_code == ErrorCode.none
     body = {"group_id": "classic", "member_id": str(uuid.uuid4()), "member_epoch": 0, "instance_id": None,
             "rack_id": None, "rebalance_timeout": 30_000, "subscribed_topic_names": ["t"],
             "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": []}
     answer = h.call(68, 1, body)
+    assert (answer.error_code, answer.error_message) == (
+        ErrorCode.group_id_not_found, "Cannot upgrade classic group classic to consumer group because the group "
+                                      "does not use the consumer embedded protocol.")
+    answer = h.call(68, 1, {**body, "member_epoch": 3})
     assert (answer.error_code, answer.error_message) == (ErrorCode.group_id_not_found,
                                                          "Group classic is not a consumer group.")
 

@@ -256,12 +256,14 @@ def test_consumer_group_describe_answers_each_member_with_its_assignment_and_tar
     assert by_id[b.member_id]["instance_id"] == "i-b" and by_id[b.member_id]["assignment"]["topic_partitions"] == []
     assert [tp["partitions"] for tp in by_id[b.member_id]["target_assignment"]["topic_partitions"]] == [[0, 1, 2], [0, 1]]  # static first
     assert [tp["topic_name"] for tp in by_id[a.member_id]["assignment"]["topic_partitions"]] == ["orders", "payments"]
-    # the body has the fields of kio's DescribedGroup, v0
+    assert {m["member_type"] for m in group["members"]} == {1}           # v1's MemberType: the consumer protocol
+    # the body has the fields of kio's DescribedGroup, v0 (which has no MemberType)
     def assignment(a):
         return kio.Assignment(topic_partitions=tuple(kio.TopicPartitions(**{**tp, "partitions": tuple(tp["partitions"])})
                                                      for tp in a["topic_partitions"]))
 
-    members = tuple(kio.Member(**{**m, "assignment": assignment(m["assignment"]),
+    members = tuple(kio.Member(**{**{k: v for k, v in m.items() if k != "member_type"},
+                                  "assignment": assignment(m["assignment"]),
                                   "target_assignment": assignment(m["target_assignment"]),
                                   "subscribed_topic_names": tuple(m["subscribed_topic_names"])})
                     for m in group["members"])

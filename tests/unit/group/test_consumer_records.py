@@ -7,7 +7,7 @@ import uuid
 
 from strandline.group import records as classic
 from strandline.group.consumer import records as rec
-from strandline.group.consumer.model import MemberState, TopicMetadata
+from strandline.group.consumer.model import ClassicMemberMetadata, MemberState, TopicMetadata
 
 T = uuid.UUID("0123456789abcdef0123456789abcdef")
 
@@ -16,6 +16,8 @@ VALUES = [
     rec.PartitionMetadataValue((TopicMetadata(T, "orders", 6), TopicMetadata(uuid.UUID(int=5), "é", 1))),
     rec.MemberMetadataValue("i-1", None, "client", "/10.0.0.1", ("orders", "payments"), None, 30000, "range"),
     rec.MemberMetadataValue(None, "rack", "", "", (), "or.*", -1, None),
+    rec.MemberMetadataValue(None, None, "c", "/h", ("orders",), None, 30000, None,
+                            ClassicMemberMetadata(45000, (("range", b"\x00\x01sub"), ("cooperative-sticky", b"")))),
     rec.TargetAssignmentEpochValue(7),
     rec.TargetAssignmentMemberValue({T: frozenset({0, 2, 4})}),
     rec.CurrentAssignmentValue(7, 6, MemberState.UNREVOKED_PARTITIONS, {T: frozenset({0})}, {T: frozenset({3})}),
@@ -58,10 +60,18 @@ def test_values_are_version_0_of_flexible_messages():
         + b"\x00" + b"\x00"
 
 
-def test_tagged_fields_a_newer_coordinator_wrote_are_skipped():
-    """A value with a tagged field (a classic member's metadata, tag 0) reads as without it."""
+def test_a_classic_members_metadata_is_tagged_field_0_a_nullable_struct():
+    classic_member = ClassicMemberMetadata(45000, (("range", b"ab"),))
+    value = rec.encode_value(rec.MemberMetadataValue(None, None, "c", "h", ("t",), None, 10, None, classic_member))
     plain = rec.encode_value(rec.MemberMetadataValue(None, None, "c", "h", ("t",), None, 10, None))
-    tagged = plain[:-1] + b"\x01" + b"\x00" + b"\x03xyz"
+    struct_bytes = b"\x01" + b"\x00\x00\xaf\xc8" + b"\x02" + b"\x06range" + b"\x03ab" + b"\x00" + b"\x00"
+    assert value == plain[:-1] + b"\x01" + b"\x00" + bytes([len(struct_bytes)]) + struct_bytes
+
+
+def test_tagged_fields_a_newer_coordinator_wrote_are_skipped():
+    """A value with a tagged field this broker does not know (tag 1) reads as without it."""
+    plain = rec.encode_value(rec.MemberMetadataValue(None, None, "c", "h", ("t",), None, 10, None))
+    tagged = plain[:-1] + b"\x01" + b"\x01" + b"\x03xyz"
     assert rec.decode_value(rec.MEMBER_METADATA, tagged) == rec.decode_value(rec.MEMBER_METADATA, plain)
 
 

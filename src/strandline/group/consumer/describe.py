@@ -25,6 +25,11 @@ def _topic_partitions(a: Assignment, by_id: Mapping[UUID, TopicMetadata]) -> lis
     return [{"topic_id": t, "topic_name": by_id[t].name, "partitions": sorted(a[t])} for t in sorted(a) if t in by_id]
 
 
+#: ConsumerGroupDescribe v1's MemberType of a member of the classic protocol and of the consumer one
+CLASSIC_MEMBER = 0
+CONSUMER_MEMBER = 1
+
+
 def describe(groups: Mapping[str, ConsumerGroup], group_ids: Iterable[str], default_assignor: str,
              topics: Mapping[str, TopicMetadata]) -> list[dict[str, Any]]:
     """One DescribedGroup for each id; GROUP_ID_NOT_FOUND for a group this coordinator does not
@@ -44,7 +49,9 @@ def describe(groups: Mapping[str, ConsumerGroup], group_ids: Iterable[str], defa
                     "subscribed_topic_regex": m.subscribed_topic_regex,
                     "assignment": {"topic_partitions": _topic_partitions(m.assigned, by_id)},
                     "target_assignment": {"topic_partitions": _topic_partitions(group.target.get(m.member_id, EMPTY),
-                                                                                by_id)}}
+                                                                                by_id)},
+                    # ConsumerGroupDescribe v1's MemberType: 0 the classic protocol, 1 the consumer protocol
+                    "member_type": CLASSIC_MEMBER if m.classic is not None else CONSUMER_MEMBER}
                    for m in sorted(group.members.values(), key=lambda m: m.member_id)]
         described.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
                           "group_state": group.state.value, "group_epoch": group.group_epoch,

@@ -129,7 +129,8 @@ class ConsumerGroup:
         self._update(replace(member, instance_id=v.instance_id, rack_id=v.rack_id, client_id=v.client_id,
                              client_host=v.client_host, subscribed_topic_names=v.subscribed_topic_names,
                              subscribed_topic_regex=v.subscribed_topic_regex,
-                             rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor))
+                             rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor,
+                             classic=v.classic))
 
     def _tombstone(self, key: rec.Key) -> None:
         if key.type == rec.GROUP_METADATA:

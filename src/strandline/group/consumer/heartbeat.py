@@ -30,8 +30,8 @@ from strandline.group.consumer.assignors import ASSIGNORS, CLASS_NAMES, RANGE, U
 from strandline.group.consumer.describe import preferred_assignor
 from strandline.group.consumer.group import ConsumerGroup
 from strandline.group.consumer.model import (EMPTY, LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-                                             Assignment, ConsumerGroupError, ConsumerGroupMember, MemberState,
-                                             TopicMetadata)
+                                             Assignment, ClassicMemberMetadata, ConsumerGroupError,
+                                             ConsumerGroupMember, MemberState, TopicMetadata)
 from strandline.group.consumer.reconcile import reconcile
 
 
@@ -73,6 +73,10 @@ class HeartbeatRequest:
     topic_partitions: tuple[tuple[UUID, tuple[int, ...]], ...] | None = None
     client_id: str = ""
     client_host: str = ""
+    #: a JoinGroup of the classic protocol, taken as a heartbeat (:mod:`.classic`): no epoch to
+    #: check, what the member owns from its subscription; ``member_epoch`` 0 when it came without
+    #: a member id
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,7 @@ class SessionTimeout:
     group_id: str
     member_id: str
     due_ms: int
+    kind = "session"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +109,23 @@ class RebalanceTimeout:
     member_id: str
     member_epoch: int
     due_ms: int
+    kind = "rebalance"
 
 
-Deadline = SessionTimeout | RebalanceTimeout
+@dataclass(frozen=True, slots=True)
+class ClassicTimeout:
+    """A member of the classic protocol is fenced at ``due_ms`` unless it joins again (``join``:
+    it was told to, REBALANCE_IN_PROGRESS) or syncs (``sync``: it joined) before, within its
+    rebalance timeout (Kafka's join and sync timeouts of a consumer group's classic members)."""
+
+    group_id: str
+    member_id: str
+    due_ms: int
+    kind: str
+
+
+Deadline = SessionTimeout | RebalanceTimeout | ClassicTimeout
+_KIND_ORDER = {"session": 0, "rebalance": 1, "join": 2, "sync": 3}
 
 
 def _fail(error: ErrorCode, message: str) -> ConsumerGroupError:
@@ -122,6 +141,10 @@ class ConsumerGroupCoordinator:
         #: a group's (session timeout, heartbeat interval): the broker's, or the group's own configs
         self.timings: Callable[[str], tuple[int, int]] = \
             lambda group_id: (config.session_timeout_ms, config.heartbeat_interval_ms)
+        #: group.consumer.migration.policy: whether a classic group may become a consumer group
+        #: (upgrade) and back (downgrade)
+        self.upgrade_enabled = True
+        self.downgrade_enabled = True
         self.groups: dict[str, ConsumerGroup] = {}
         self.deadlines: dict[tuple[str, str, str], Deadline] = {}
         #: the cluster's topic names last seen, and their version (regular expressions resolve against it)
@@ -140,7 +163,7 @@ class ConsumerGroupCoordinator:
         for group in self.groups.values():
             self.topics_version = max([self.topics_version, *(r.version for r in group.resolved_regexes.values())])
             for member in group.members.values():
-                self._arm_session(group.group_id, member.member_id, now_ms)
+                self.arm_session(group.group_id, member.member_id, now_ms, member)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self._arm_rebalance(group.group_id, member, now_ms)
 
@@ -157,7 +180,8 @@ class ConsumerGroupCoordinator:
         work = group.copy() if group is not None else ConsumerGroup(request.group_id)
         written: list[rec.Record] = []
         try:
-            self._validate(request)
+            if request.classic is None:
+                self._validate(request)
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 response = self._leave(group, work, request, topics, written)
             else:
@@ -229,7 +253,8 @@ class ConsumerGroupCoordinator:
                                     else member.subscribed_topic_names),
             subscribed_topic_regex=(r.subscribed_topic_regex if r.subscribed_topic_regex is not None
                                     else member.subscribed_topic_regex),
-            client_id=r.client_id, client_host=r.client_host)
+            client_id=r.client_id, client_host=r.client_host,
+            classic=r.classic if r.classic is not None else member.classic)
         bump = False
         # its regular expression (Kafka's maybeUpdateRegularExpressions): the old one's record goes
         # with its last member; a new one is compiled, and resolved below (a bump then if its topics
@@ -245,7 +270,7 @@ class ConsumerGroupCoordinator:
             elif new_regex and new_regex in work.resolved_regexes:
                 bump = True
         if updated != member:
-            emit((rec.Key(rec.MEMBER_METADATA, work.group_id, member_id), _metadata_value(updated)))
+            emit((rec.Key(rec.MEMBER_METADATA, work.group_id, member_id), metadata_value(updated)))
             bump = bump or updated.subscribed_topic_names != member.subscribed_topic_names
         if regex.refresh_due(work, self.topics_version, now_ms, forced=new_unresolved):
             records, changed = regex.resolve(work, list(topics), may_describe or _anyone, self.topics_version, now_ms)
@@ -266,12 +291,12 @@ class ConsumerGroupCoordinator:
             reconciled = reconcile(current, work.assignment_epoch, work.target.get(member_id, EMPTY),
                                    work.owner_epoch, owned)
             if reconciled != current:
-                emit((rec.Key(rec.CURRENT_MEMBER_ASSIGNMENT, work.group_id, member_id), _current_value(reconciled)))
+                emit((rec.Key(rec.CURRENT_MEMBER_ASSIGNMENT, work.group_id, member_id), current_value(reconciled)))
                 if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
                     self._arm_rebalance(work.group_id, reconciled, now_ms)
                 else:
                     self.deadlines.pop(("rebalance", work.group_id, member_id), None)
-        self._arm_session(work.group_id, member_id, now_ms)
+        self.arm_session(work.group_id, member_id, now_ms, reconciled)
         full = r.member_epoch == 0 or (r.rebalance_timeout_ms != -1 and r.subscribed_topic_names is not None
                                        and r.topic_partitions is not None)
         changed = reconciled.assigned != member.assigned
@@ -282,6 +307,8 @@ class ConsumerGroupCoordinator:
     def _member(self, work: ConsumerGroup, r: HeartbeatRequest, member_id: str,
                 emit: Callable[[rec.Record], None]) -> ConsumerGroupMember:
         """The member the heartbeat is from (Kafka's ``getOrMaybeSubscribe...ConsumerGroupMember``)."""
+        if r.classic is not None:
+            return self._classic_member(work, r, member_id, emit)
         if r.instance_id is None:
             member = work.members.get(member_id)
             if member is None:
@@ -305,16 +332,7 @@ class ConsumerGroupCoordinator:
                 raise _fail(ErrorCode.unreleased_instance_id,
                             f"Static member {member_id} with instance id {r.instance_id} cannot join the group "
                             f"because the instance id is owned by {existing.member_id} member.")
-            # the instance comes back under a new member id and takes its place: no rebalance
-            new = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
-            target = work.target.get(existing.member_id, EMPTY)
-            for record in _removal(work.group_id, existing.member_id):
-                emit(record)
-            emit((rec.Key(rec.MEMBER_METADATA, work.group_id, member_id), _metadata_value(new)))
-            emit((rec.Key(rec.TARGET_ASSIGNMENT_MEMBER, work.group_id, member_id),
-                  rec.TargetAssignmentMemberValue(target)))
-            emit((rec.Key(rec.CURRENT_MEMBER_ASSIGNMENT, work.group_id, member_id), _current_value(new)))
-            return new
+            return self._replace_static(work, existing, member_id, emit)
         if existing is None:
             raise _fail(ErrorCode.unknown_member_id, f"Instance id {r.instance_id} is unknown.")
         if existing.member_id != member_id:
@@ -322,6 +340,38 @@ class ConsumerGroupCoordinator:
                                                       f"{r.instance_id} was fenced by member {existing.member_id}.")
         _check_epoch(existing, r.member_epoch, r.topic_partitions)
         return existing
+
+    def _classic_member(self, work: ConsumerGroup, r: HeartbeatRequest, member_id: str,
+                        emit: Callable[[rec.Record], None]) -> ConsumerGroupMember:
+        """The member a JoinGroup is from: no epoch to check; a static member's instance that
+        comes without a member id replaces the one before it (Kafka's
+        ``getOrMaybeSubscribeStaticConsumerGroupMember`` for the classic protocol)."""
+        if r.instance_id is None:
+            return work.members.get(member_id) or ConsumerGroupMember(member_id)
+        existing = work.static_member(r.instance_id)
+        if existing is None:
+            return work.members.get(member_id) or ConsumerGroupMember(member_id)
+        if existing.member_id == member_id:
+            return existing
+        if r.member_epoch != 0:
+            raise _fail(ErrorCode.fenced_instance_id, f"Static member {member_id} with instance id "
+                                                      f"{r.instance_id} was fenced by member {existing.member_id}.")
+        return self._replace_static(work, existing, member_id, emit)
+
+    @staticmethod
+    def _replace_static(work: ConsumerGroup, existing: ConsumerGroupMember, member_id: str,
+                        emit: Callable[[rec.Record], None]) -> ConsumerGroupMember:
+        """The instance of a static member comes back under a new member id and takes its place,
+        with its target: no rebalance."""
+        new = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+        target = work.target.get(existing.member_id, EMPTY)
+        for record in removal(work.group_id, existing.member_id):
+            emit(record)
+        emit((rec.Key(rec.MEMBER_METADATA, work.group_id, member_id), metadata_value(new)))
+        emit((rec.Key(rec.TARGET_ASSIGNMENT_MEMBER, work.group_id, member_id),
+              rec.TargetAssignmentMemberValue(target)))
+        emit((rec.Key(rec.CURRENT_MEMBER_ASSIGNMENT, work.group_id, member_id), current_value(new)))
+        return new
 
     def _update_subscription_metadata(self, work: ConsumerGroup, topics: Mapping[str, TopicMetadata],
                                       emit: Callable[[rec.Record], None]) -> bool:
@@ -373,14 +423,14 @@ class ConsumerGroupCoordinator:
             if r.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 # it keeps its place (and its target) until its session ends; what it was giving up is free
                 away = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation=EMPTY)
-                record = (rec.Key(rec.CURRENT_MEMBER_ASSIGNMENT, r.group_id, member.member_id), _current_value(away))
+                record = (rec.Key(rec.CURRENT_MEMBER_ASSIGNMENT, r.group_id, member.member_id), current_value(away))
                 work.replay(record)
                 written.append(record)
                 return HeartbeatResponse(member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
-        written.extend(self._fence(work, member, topics))
+        written.extend(self.fence(work, member, topics))
         return HeartbeatResponse(member_id=r.member_id, member_epoch=r.member_epoch)
 
-    def _fence(self, work: ConsumerGroup, member: ConsumerGroupMember,
+    def fence(self, work: ConsumerGroup, member: ConsumerGroupMember,
                topics: Mapping[str, TopicMetadata]) -> list[rec.Record]:
         """Remove ``member`` and bump the group epoch (Kafka's ``consumerGroupFenceMember``)."""
         written: list[rec.Record] = []
@@ -391,7 +441,7 @@ class ConsumerGroupCoordinator:
 
         if member.subscribed_topic_regex and work.regex_members(member.subscribed_topic_regex) == 1:
             emit(regex.tombstone(work.group_id, member.subscribed_topic_regex))
-        for record in _removal(work.group_id, member.member_id):
+        for record in removal(work.group_id, member.member_id):
             emit(record)
         self._update_subscription_metadata(work, topics, emit)
         emit((rec.Key(rec.GROUP_METADATA, work.group_id), rec.GroupEpochValue(work.group_epoch + 1)))
@@ -400,28 +450,40 @@ class ConsumerGroupCoordinator:
 
     # -- deadlines -----------------------------------------------------------------------------
 
-    def _arm_session(self, group_id: str, member_id: str, now_ms: int) -> None:
-        self.deadlines[("session", group_id, member_id)] = SessionTimeout(
-            group_id, member_id, now_ms + self.timings(group_id)[0])
+    def arm_session(self, group_id: str, member_id: str, now_ms: int,
+                     member: ConsumerGroupMember | None = None) -> None:
+        """The member's session: the group's session timeout, or the one a member of the classic
+        protocol joined with."""
+        timeout = (member.classic.session_timeout_ms if member is not None and member.classic is not None
+                   else self.timings(group_id)[0])
+        self.deadlines[("session", group_id, member_id)] = SessionTimeout(group_id, member_id, now_ms + timeout)
+
+    def arm_classic(self, group_id: str, member_id: str, kind: str, due_ms: int | None) -> None:
+        """Arm (``due_ms``) or cancel (None) a classic member's ``join`` or ``sync`` timeout."""
+        if due_ms is None:
+            self.deadlines.pop((kind, group_id, member_id), None)
+        else:
+            self.deadlines[(kind, group_id, member_id)] = ClassicTimeout(group_id, member_id, due_ms, kind)
 
     def _arm_rebalance(self, group_id: str, member: ConsumerGroupMember, now_ms: int) -> None:
         self.deadlines[("rebalance", group_id, member.member_id)] = RebalanceTimeout(
             group_id, member.member_id, member.member_epoch, now_ms + max(member.rebalance_timeout_ms, 0))
 
     def _cancel(self, group_id: str, member_id: str) -> None:
-        self.deadlines.pop(("session", group_id, member_id), None)
-        self.deadlines.pop(("rebalance", group_id, member_id), None)
+        for kind in ("session", "rebalance", "join", "sync"):
+            self.deadlines.pop((kind, group_id, member_id), None)
 
     def next_deadline_ms(self) -> int | None:
         return min((d.due_ms for d in self.deadlines.values()), default=None)
 
     def expire(self, topics: Mapping[str, TopicMetadata], now_ms: int) -> list[rec.Record]:
-        """Fence the members whose session or rebalance timeout passed; the records to append."""
+        """Fence the members whose session, rebalance, join or sync timeout passed; the records to
+        append."""
         written: list[rec.Record] = []
         due = sorted((d for d in self.deadlines.values() if d.due_ms <= now_ms),
-                     key=lambda d: (d.due_ms, d.group_id, d.member_id, isinstance(d, RebalanceTimeout)))
+                     key=lambda d: (d.due_ms, d.group_id, d.member_id, _KIND_ORDER[d.kind]))
         for deadline in due:
-            kind = "rebalance" if isinstance(deadline, RebalanceTimeout) else "session"
+            kind = deadline.kind
             if self.deadlines.get((kind, deadline.group_id, deadline.member_id)) != deadline:
                 continue                                   # cancelled or moved by an earlier fencing
             del self.deadlines[(kind, deadline.group_id, deadline.member_id)]
@@ -432,7 +494,7 @@ class ConsumerGroupCoordinator:
             if isinstance(deadline, RebalanceTimeout) and member.member_epoch != deadline.member_epoch:
                 continue
             work = group.copy()
-            written.extend(self._fence(work, member, topics))
+            written.extend(self.fence(work, member, topics))
             self.groups[group.group_id] = work
         return written
 
@@ -444,7 +506,7 @@ def _restart(work: ConsumerGroup, member: ConsumerGroupMember,
     are free."""
     restarted = replace(member, member_epoch=0, previous_member_epoch=0, state=MemberState.STABLE,
                         assigned=EMPTY, pending_revocation=EMPTY)
-    emit((rec.Key(rec.CURRENT_MEMBER_ASSIGNMENT, work.group_id, member.member_id), _current_value(restarted)))
+    emit((rec.Key(rec.CURRENT_MEMBER_ASSIGNMENT, work.group_id, member.member_id), current_value(restarted)))
     return restarted
 
 
@@ -469,19 +531,19 @@ def _anyone(topic: str) -> bool:
     return True
 
 
-def _removal(group_id: str, member_id: str) -> list[rec.Record]:
+def removal(group_id: str, member_id: str) -> list[rec.Record]:
     """The tombstones that remove a member, in Kafka's order."""
     return [(rec.Key(rec.CURRENT_MEMBER_ASSIGNMENT, group_id, member_id), None),
             (rec.Key(rec.TARGET_ASSIGNMENT_MEMBER, group_id, member_id), None),
             (rec.Key(rec.MEMBER_METADATA, group_id, member_id), None)]
 
 
-def _metadata_value(m: ConsumerGroupMember) -> rec.MemberMetadataValue:
+def metadata_value(m: ConsumerGroupMember) -> rec.MemberMetadataValue:
     return rec.MemberMetadataValue(m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names,
-                                   m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor)
+                                   m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor, m.classic)
 
 
-def _current_value(m: ConsumerGroupMember) -> rec.CurrentAssignmentValue:
+def current_value(m: ConsumerGroupMember) -> rec.CurrentAssignmentValue:
     return rec.CurrentAssignmentValue(m.member_epoch, m.previous_member_epoch, m.state, m.assigned,
                                       m.pending_revocation)
 

@@ -60,6 +60,16 @@ class MemberState(enum.IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat) joined
+    with: its session timeout and the protocols it offered, each a name and the embedded
+    protocol's subscription (Kafka's ``ClassicMemberMetadata``)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMember:
     """One member of a consumer group. A value: a change makes a new member."""
 
@@ -79,6 +89,8 @@ class ConsumerGroupMember:
     assigned: Assignment = field(default_factory=dict)
     #: the partitions it owns and must give up before it moves on
     pending_revocation: Assignment = field(default_factory=dict)
+    #: set for a member of the classic protocol (a consumer of a group being upgraded or downgraded)
+    classic: ClassicMemberMetadata | None = None
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch

@@ -27,7 +27,7 @@ import struct
 from dataclasses import dataclass
 from uuid import UUID
 
-from strandline.group.consumer.model import Assignment, MemberState, TopicMetadata, normalized
+from strandline.group.consumer.model import Assignment, ClassicMemberMetadata, MemberState, TopicMetadata, normalized
 
 GROUP_METADATA = 3
 PARTITION_METADATA = 4
@@ -69,6 +69,8 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    #: tagged field 0: the classic protocol's metadata of a member that speaks it
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +281,14 @@ def encode_value(value: Value) -> bytes:
             out.string(value.subscribed_topic_regex)
             out.fixed(">i", value.rebalance_timeout_ms)
             out.string(value.server_assignor)
+            if value.classic is not None:                      # tagged field 0, then no other tag
+                out.uvarint(1)
+                out.uvarint(0)
+                tagged = _Out()
+                _classic_metadata(tagged, value.classic)
+                out.uvarint(len(tagged.b))
+                out.b += tagged.b
+                return bytes(out.b)
         case TargetAssignmentMemberValue(assigned):
             out.partitions(assigned)
         case RegularExpressionValue():
@@ -320,8 +330,10 @@ def decode_value(kind: int, data: bytes) -> Value:
     elif kind == MEMBER_METADATA:
         instance_id, rack_id, client_id, client_host = r.string(), r.string(), r.string(), r.string()
         names = tuple(r.string() or "" for _ in range(r.array_length()))
-        value = MemberMetadataValue(instance_id, rack_id, client_id or "", client_host or "", names, r.string(),
-                                    r.fixed(">i"), r.string())
+        regex_, timeout, assignor = r.string(), r.fixed(">i"), r.string()
+        value = MemberMetadataValue(instance_id, rack_id, client_id or "", client_host or "", names, regex_,
+                                    timeout, assignor, _read_member_tags(r))
+        return value
     elif kind == TARGET_ASSIGNMENT_MEMBER:
         value = TargetAssignmentMemberValue(r.partitions())
     elif kind == REGULAR_EXPRESSION:
@@ -332,6 +344,39 @@ def decode_value(kind: int, data: bytes) -> Value:
                                        r.partitions(), r.partitions())
     r.skip_tags()
     return value
+
+
+def _classic_metadata(out: _Out, c: ClassicMemberMetadata) -> None:
+    """A nullable struct, present: a byte 1, then SessionTimeoutMs and SupportedProtocols."""
+    out.fixed(">b", 1)
+    out.fixed(">i", c.session_timeout_ms)
+    out.uvarint(len(c.protocols) + 1)
+    for name, metadata in c.protocols:
+        out.string(name)
+        out.uvarint(len(metadata) + 1)                        # compact bytes
+        out.b += metadata
+        out.no_tags()
+    out.no_tags()
+
+
+def _read_member_tags(r: _In) -> ClassicMemberMetadata | None:
+    """The member metadata's tagged fields: 0 is the classic protocol's metadata; others skipped."""
+    classic = None
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        end = r.pos + size
+        if tag == 0 and r.fixed(">b") == 1:
+            timeout = r.fixed(">i")
+            protocols = []
+            for _ in range(r.array_length()):
+                name = r.string() or ""
+                n = r.uvarint() - 1
+                protocols.append((name, bytes(r.data[r.pos:r.pos + max(n, 0)])))
+                r.pos += max(n, 0)
+                r.skip_tags()
+            classic = ClassicMemberMetadata(timeout, tuple(protocols))
+        r.pos = end
+    return classic
 
 
 def encode(record: Record) -> tuple[bytes, bytes | None]:
