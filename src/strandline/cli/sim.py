@@ -44,7 +44,8 @@ def _without(args: argparse.Namespace) -> set[str]:
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {**run_options(_without(args)), "load": args.load, "isr_writes": args.inter_broker_protocol,
             "elr": args.elr, "txn_v2": args.txn_v2, "unclean_recovery": args.unclean_recovery,
-            "consumer_groups": args.consumer_groups, "share_groups": args.share_groups}
+            "consumer_groups": args.consumer_groups, "share_groups": args.share_groups,
+            "classic_members": args.classic_members}
 
 
 def _flags(args: argparse.Namespace) -> str:
@@ -58,6 +59,7 @@ def _flags(args: argparse.Namespace) -> str:
             + (f" --unclean-recovery {args.unclean_recovery}" if args.unclean_recovery != "Balanced" else "")
             + (" --txn-v2" if args.txn_v2 else "")
             + (" --consumer-groups" if args.consumer_groups else "")
+            + (" --classic-members" if args.classic_members else "")
             + (" --share-groups" if args.share_groups else "")
             + (f" --duration-ms {args.duration_ms}" if args.duration_ms != DEFAULT_DURATION_MS else ""))
 
@@ -205,6 +207,11 @@ def _menu_arguments(parser: argparse.ArgumentParser) -> None:
                         help="three consumers of the consumer group protocol (KIP-848) in one group on the topic, "
                              "leaving and stalling now and then; checked: no partition owned by two members at one "
                              "epoch, and the group settles once the faults heal")
+    parser.add_argument("--classic-members", action="store_true",
+                        help="with --consumer-groups: consumers of the classic protocol in the same group, as "
+                             "Kafka 4.x serves them there (each seed draws three of the consumer protocol and one "
+                             "classic, or one and two classic, whose group turns classic when the one leaves and "
+                             "back when it returns); the same checks")
     parser.add_argument("--share-groups", action="store_true",
                         help="three consumers of one share group (KIP-932) on the topic, acknowledging what they "
                              "are handed (accepting, releasing, rejecting, leaving some to their lock's end), "

@@ -94,10 +94,11 @@ class Explorer:
                  delete_records: bool = False, without: frozenset[str] | set[str] = frozenset(),
                  load: str = "heavy", isr_writes: str = "mixed", elr: str = "off", txn_v2: bool = False,
                  unclean_recovery: str = "Balanced", consumer_groups: bool = False,
-                 share_groups: bool = False) -> None:
+                 share_groups: bool = False, classic_members: bool = False) -> None:
         self.seed = seed
         # with consumers of the consumer group protocol (KIP-848) in one group on the topic
-        self.consumer_groups = consumer_groups
+        self.consumer_groups = consumer_groups or classic_members
+        self.classic_members = classic_members          # and consumers of the classic protocol in it
         # with consumers of a share group (KIP-932) on the topic
         self.share_groups = share_groups
         # the transactional producers use transactions v2 (KIP-890 part 2; the brokers' default
@@ -343,7 +344,8 @@ class Explorer:
         the faults last."""
         if self.consumer_groups:
             self.group = GroupWorkload(self.sim, TOPIC, self.partitions, random.Random(self.rng.random()),
-                                       self.invariants.fail, self.note, self.duration_ms)
+                                       self.invariants.fail, self.note, self.duration_ms,
+                                       random.Random(f"classic-{self.seed}") if self.classic_members else None)
             self.group.start()
         if self.share_groups:
             assert self.share_deliveries is not None

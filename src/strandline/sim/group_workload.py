@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from strandline.protocol.api import ApiKey
 from strandline.sim.checker import Violation
+from strandline.sim.classic_member import ClassicMember
 from strandline.sim.cluster import SimCluster
 from strandline.sim.members import Member, Members
 from strandline.sim.workload import RETRY_BACKOFF_MS
@@ -72,7 +73,7 @@ class GroupChecker:
     def gone(self, member: str) -> None:
         self.owned.pop(member, None)
 
-    def settled(self, partitions: int, members: list[GroupMember]) -> str | None:
+    def settled(self, partitions: int, members: list[Any]) -> str | None:
         """None once the group settled; else what is still wrong."""
         active = [m for m in members if m.joined and not m.stalled]
         if not active:
@@ -178,16 +179,32 @@ class GroupWorkload:
     leaving for a while or stalling past its session, for ``duration_ms``."""
 
     def __init__(self, sim: SimCluster, topic: str, partitions: int, rng: random.Random,
-                 fail: Callable[[str, str], None], note: Callable[[str], None], duration_ms: int) -> None:
+                 fail: Callable[[str, str], None], note: Callable[[str], None], duration_ms: int,
+                 classic_rng: random.Random | None = None) -> None:
         self.sim = sim
         self.note = note
         self.checker = GroupChecker(fail, note)
-        self.members = [GroupMember(sim, f"g{n}", topic, partitions, random.Random(rng.random()), self.checker, note)
-                        for n in (1, 2, 3)]
-        self.nemesis = Members(sim, rng, self.members, duration_ms)
+        self.members: list[Any] = [GroupMember(sim, f"g{n}", topic, partitions, random.Random(rng.random()),
+                                               self.checker, note) for n in (1, 2, 3)]
+        self.nemeses = []
+        classic: list[Any] = []
+        if classic_rng is not None:
+            # consumers of the classic protocol too: three of the consumer protocol and one classic (a
+            # consumer group serving a classic member), or one and two classic (the group turns classic
+            # whenever the one is gone, and back when it returns)
+            mixed = classic_rng.random() < 0.5
+            self.members = self.members if mixed else self.members[:1]
+            classic = [ClassicMember(sim, f"c{n}", GROUP, topic, partitions, random.Random(classic_rng.random()),
+                                     self.checker, note) for n in ((1,) if mixed else (1, 2))]
+            note(f"the group: {', '.join(m.name for m in self.members)} of the consumer protocol, "
+                 f"{', '.join(m.name for m in classic)} of the classic protocol")
+            self.nemeses.append(Members(sim, random.Random(classic_rng.random()), classic, duration_ms))
+        self.nemeses.insert(0, Members(sim, rng, self.members, duration_ms))
+        self.members = self.members + classic
 
     def start(self) -> None:
-        self.nemesis.start()
+        for nemesis in self.nemeses:
+            nemesis.start()
 
     def settle(self, partitions: int, within_ms: int) -> None:
         """After healing, the group settles within ``within_ms`` (every one of ``partitions`` owned
