@@ -4,6 +4,8 @@ partition is owned by two members at one epoch, and the group settles once the f
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 
 from strandline.sim.explore import CONFIGS, Explorer
@@ -20,6 +22,26 @@ def test_a_consumer_group_through_the_whole_menu(seed):
     explorer = Explorer(seed, CONFIGS["safe"], **run_options(), load="mixed", consumer_groups=True)
     result = explorer.run()
     assert result.ok, f"seed {seed}: {result.all_violations}\n" + "\n".join(result.trace)
+    assert explorer.group is not None and explorer.group.checker.changes >= 5
+
+
+@pytest.mark.parametrize("seed, mix, conversions", [(6960002, "g1 of the consumer protocol, c1, c2", 2),
+                                                    (6960001, "g1, g2, g3 of the consumer protocol, c1", 0)])
+def test_classic_members_in_the_consumer_group_through_the_whole_menu(seed, mix, conversions):
+    """``--classic-members``: with one member of the consumer protocol and two classic ones, the
+    group turns classic each time the one leaves and back when it returns (Kafka 4.x's online
+    downgrade and upgrade); with three and one, the classic member is served inside the consumer
+    group. No partition has two owners at one epoch (a classic member's generation is its member
+    epoch), and the group settles."""
+    explorer = Explorer(seed, CONFIGS["safe"], **run_options(), load="mixed", classic_members=True)
+    explorer.trace = collections.deque()                  # the whole trace, to count the conversions
+    result = explorer.run()
+    assert result.ok, f"seed {seed}: {result.all_violations}\n" + "\n".join(result.trace)
+    trace = list(explorer.trace)
+    assert any(f"the group: {mix} of the classic protocol" in line for line in trace)
+    downgrades = sum("Converted the consumer group to a classic group" in line for line in trace)
+    upgrades = sum("Converted the classic group to a consumer group" in line for line in trace)
+    assert downgrades >= conversions and upgrades >= conversions, (downgrades, upgrades)
     assert explorer.group is not None and explorer.group.checker.changes >= 5
 
 

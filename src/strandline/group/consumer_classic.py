@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from strandline.core.effects import Effect
+from strandline.core.effects import Effect, LogLine
 from strandline.group import classic_migration as handover
 from strandline.group import records as classic_records
 from strandline.group.consumer import classic as cls
@@ -120,6 +120,8 @@ class ClassicMembers:
             self._forget_deadlines(group_id)
             handover.take_back(classic, before, when_ms)
         encoded: Encoded = [(classic_records.group_key(group_id), None)]
+        effects.append(LogLine("info", f"[GroupId {group_id}] Converted the classic group to a consumer group "
+                                       f"at epoch {converted.group_epoch}."))
         return Upgrade(encoded=encoded + [crec.encode(r) for r in records], undo=undo, effects=effects)
 
     def _forget_deadlines(self, group_id: str) -> None:
@@ -146,6 +148,8 @@ class ClassicMembers:
             for member in before.members.values():
                 self.core.arm_session(group_id, member.member_id, when_ms, member)
         encoded: Encoded = [crec.encode(r) for r in cls.downgrade_tombstones(before)]
+        effects.append(LogLine("info", f"[GroupId {group_id}] Converted the consumer group to a classic group at "
+                                       f"generation {before.group_epoch}."))
         return effects + self.host.write_encoded(group_id, encoded + [record], done, now_ms, undo)
 
     # ------------------------------------------------------------------ the classic protocol's requests

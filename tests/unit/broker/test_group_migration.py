@@ -213,3 +213,23 @@ def test_the_consumer_member_whose_session_expires_last_downgrades_the_group_on_
     assert h.broker.consumer_groups.holds(GROUP) is None
     assert groups_listed(h) == [(GROUP, "classic", "PreparingRebalance")]
     assert list(h.broker.groups.groups[GROUP].members) == [classic_id]
+
+
+def test_a_classic_group_in_its_first_rebalance_is_upgraded_with_members_that_own_nothing():
+    """Seed 6961002 of --classic-members: a classic group whose first rebalance had not completed
+    (no protocol chosen yet) was refused as malformed, and the consumer's heartbeat failed."""
+    h = harness()
+    first = join(h, "")
+    h.request(11, 7, {"group_id": GROUP, "session_timeout": 30_000, "rebalance_timeout": 30_000,
+                      "member_id": first.member_id, "group_instance_id": None, "protocol_type": "consumer",
+                      "protocols": [{"name": "range", "metadata": subscription()}], "reason": None}, 2)
+    assert groups_listed(h) == [(GROUP, "classic", "PreparingRebalance")]
+    answer = beat(h, "m1", 0, join=True)
+    assert (answer.error_code, answer.member_epoch) == (ErrorCode.none, 1)
+    waiting = h.response(11, 7, 2)                       # the classic member's JoinGroup is told to join again
+    assert waiting.error_code == ErrorCode.rebalance_in_progress
+    rejoined = join(h, first.member_id)
+    assert (rejoined.error_code, rejoined.generation_id) == (ErrorCode.none, 1)
+    mine = partitions_in(sync(h, first.member_id, 1).assignment)
+    theirs = assigned(answer)                            # free partitions: m1 had its share at once
+    assert sorted(mine + theirs) == [0, 1, 2, 3] and len(mine) == 2

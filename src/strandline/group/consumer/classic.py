@@ -249,7 +249,10 @@ def from_classic(group_id: str, generation: int, protocol: str | None, members: 
     converted: list[ConsumerGroupMember] = []
     taken: set[tuple[UUID, int]] = set()
     for m in members:
-        metadata = next((meta for name, meta in m.protocols if name == protocol), None)
+        # a group in its first rebalance has no protocol yet: its members own nothing, and their
+        # subscriptions are in the first protocol each offered
+        metadata = (next((meta for name, meta in m.protocols if name == protocol), None) if protocol is not None
+                    else m.protocols[0][1] if m.protocols else None)
         if metadata is None:
             raise refuse("the embedded consumer protocol is malformed")
         try:
