@@ -175,6 +175,7 @@ class ClassicMembers:
         def undo(when_ms: int) -> None:
             if self.core.groups.get(group_id) is after and before is not None:
                 self.core.groups[group_id] = before
+                self.core.keep_sessions(group_id, when_ms)
         return self.host.write_encoded(group_id, [crec.encode(r) for r in records], written, now_ms, undo)
 
     def sync(self, req: dict[str, Any], respond: Respond, now_ms: int) -> list[Effect]:
@@ -231,4 +232,5 @@ class ClassicMembers:
         def undo(when_ms: int) -> None:
             if self.core.groups.get(group_id) is work:
                 self.core.groups[group_id] = group
+                self.core.keep_sessions(group_id, when_ms)
         return self.host.write_encoded(group_id, [crec.encode(r) for r in records], done, now_ms, undo)

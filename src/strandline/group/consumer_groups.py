@@ -190,7 +190,7 @@ class ConsumerGroups:
         after = self.core.groups.get(group_id)
 
         def undo(when_ms: int) -> None:
-            self._undo(group_id, before, after)
+            self._undo(group_id, before, after, when_ms)
             if upgrade is not None and upgrade.undo is not None:
                 upgrade.undo(when_ms)
         encoded = (upgrade.encoded if upgrade is not None else []) + [crec.encode(r) for r in records]
@@ -217,14 +217,16 @@ class ConsumerGroups:
                         else ErrorCode.coordinator_not_available)
         return self.wait_committed(partition, required, self.commit_timeout_ms, committed, now_ms)
 
-    def _undo(self, group_id: str, before: ConsumerGroup | None, after: ConsumerGroup | None) -> None:
-        """A write failed: the group goes back to what it was, unless a later change built on it."""
+    def _undo(self, group_id: str, before: ConsumerGroup | None, after: ConsumerGroup | None, when_ms: int) -> None:
+        """A write failed: the group goes back to what it was, unless a later change built on it;
+        each member it has again has a session."""
         if self.core.groups.get(group_id) is not after:
             return
         if before is None:
             self.core.groups.pop(group_id, None)
         else:
             self.core.groups[group_id] = before
+        self.core.keep_sessions(group_id, when_ms)
 
     def delete(self, group_id: str, done: Callable[[ErrorCode, int], list[Effect]], now_ms: int) -> list[Effect]:
         """Delete an empty consumer group: its tombstones, in Kafka's order (target assignment,

@@ -97,7 +97,7 @@ class Explorer:
                  share_groups: bool = False, classic_members: bool = False) -> None:
         self.seed = seed
         # with consumers of the consumer group protocol (KIP-848) in one group on the topic
-        self.consumer_groups = consumer_groups or classic_members
+        self.consumer_groups = consumer_groups = consumer_groups or classic_members
         self.classic_members = classic_members          # and consumers of the classic protocol in it
         # with consumers of a share group (KIP-932) on the topic
         self.share_groups = share_groups

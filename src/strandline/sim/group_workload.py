@@ -10,7 +10,8 @@ its assignment changed. NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_
 or no answer: find the coordinator again; after any heartbeat without its answer the next one is a
 full request (its subscription and what it owns), which the coordinator answers with the whole
 assignment, as the Java client resets the fields it sent. FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID: it loses every
-partition and joins again under its id. Now and then a member leaves (epoch -1) and joins again
+partition and joins again under its id; GROUP_ID_NOT_FOUND to a member of the group (it turned
+classic, :mod:`.classic_member`) fails its client, which is started again. Now and then a member leaves (epoch -1) and joins again
 later, or stalls past its session (its process paused: it still believes it owns its partitions,
 a zombie, until an answer fences it).
 
@@ -127,6 +128,14 @@ class GroupMember(Member):
                 self.note(f"{self.name}: {error.name} at epoch {sent_epoch}: it loses {sorted(self.owned)}, joins again")
                 self.lose_everything()
                 self.schedule(0)
+            elif error is ErrorCode.group_id_not_found and sent_epoch > 0:
+                # the group turned classic while this member was gone (its leaving, or its fencing,
+                # downgraded it): Kafka answers so, and its client fails; the application starts
+                # a new one, which joins (and upgrades the group) at epoch 0
+                self.note(f"{self.name}: {resp.error_message} at epoch {sent_epoch}: its client fails and starts "
+                          f"again, losing {sorted(self.owned)}")
+                self.lose_everything()
+                self.schedule(RETRY_BACKOFF_MS)
             else:
                 self.checker.fail("heartbeats are answered", f"{self.name}: heartbeat at epoch {sent_epoch} answered "
                                                              f"{error.name}: {resp.error_message}")

@@ -159,3 +159,21 @@ def test_an_answer_that_writes_nothing_waits_for_what_it_was_read_from_to_commit
     committed[0] = required
     waits.pop()[1](ErrorCode.none, 6010)
     assert answers[-1].error_code is ErrorCode.none and answers[-1].member_epoch == 1
+
+
+def test_a_member_whose_leaving_the_log_refused_is_still_fenced_when_its_session_ends():
+    """Seed 6961006 of --classic-members: a LeaveGroup whose records were refused put the member
+    back without its session, and it stayed in the group for good, holding its partition."""
+    groups, offsets = setup()
+    groups.heartbeat(join("a"), lambda answer: [], 0)
+    offsets.complete()
+    offsets.refuse = ErrorCode.coordinator_not_available          # too few replicas: nothing appended
+    answers: list[HeartbeatResponse] = []
+    groups.heartbeat(HeartbeatRequest("g", "a", -1), lambda answer: answers.append(answer) or [], 10)
+    assert answers[-1].error_code is ErrorCode.coordinator_not_available
+    assert set(groups.holds("g").members) == {"a"}               # put back as it was
+    due = groups.next_deadline_ms()
+    assert due is not None
+    groups.tick(due)                                              # its session ends: it is fenced
+    offsets.complete()
+    assert set(groups.holds("g").members) == set()

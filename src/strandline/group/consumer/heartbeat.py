@@ -469,6 +469,18 @@ class ConsumerGroupCoordinator:
         self.deadlines[("rebalance", group_id, member.member_id)] = RebalanceTimeout(
             group_id, member.member_id, member.member_epoch, now_ms + max(member.rebalance_timeout_ms, 0))
 
+    def keep_sessions(self, group_id: str, now_ms: int) -> None:
+        """After a group was put back as it was (a write refused): every member it has again has a
+        session, and no deadline is left of a member it no longer has; else a member whose leaving
+        was refused would stay in the group forever."""
+        group = self.groups.get(group_id)
+        members = {} if group is None else group.members
+        for key in [k for k in self.deadlines if k[1] == group_id and k[2] not in members]:
+            del self.deadlines[key]
+        for member in members.values():
+            if ("session", group_id, member.member_id) not in self.deadlines:
+                self.arm_session(group_id, member.member_id, now_ms, member)
+
     def _cancel(self, group_id: str, member_id: str) -> None:
         for kind in ("session", "rebalance", "join", "sync"):
             self.deadlines.pop((kind, group_id, member_id), None)
