@@ -26,13 +26,18 @@ def test_a_consumer_group_through_the_whole_menu(seed):
 
 
 @pytest.mark.parametrize("seed, mix, conversions", [(6960002, "g1 of the consumer protocol, c1, c2", 2),
-                                                    (6960001, "g1, g2, g3 of the consumer protocol, c1", 0)])
+                                                    (6960001, "g1, g2, g3 of the consumer protocol, c1", 0),
+                                                    (6961006, "g1 of the consumer protocol, c1, c2", 1),
+                                                    (6961028, "g1 of the consumer protocol, c1, c2", 1)])
 def test_classic_members_in_the_consumer_group_through_the_whole_menu(seed, mix, conversions):
     """``--classic-members``: with one member of the consumer protocol and two classic ones, the
     group turns classic each time the one leaves and back when it returns (Kafka 4.x's online
     downgrade and upgrade); with three and one, the classic member is served inside the consumer
     group. No partition has two owners at one epoch (a classic member's generation is its member
-    epoch), and the group settles."""
+    epoch), and the group settles. 6961006 kept a member whose leaving the log refused in the group
+    for good (no session); in 6961028 a classic member paused while its SyncGroup's answer came, and
+    never heard of the partition given to it (it now joins again, as a client whose request timed
+    out does)."""
     explorer = Explorer(seed, CONFIGS["safe"], **run_options(), load="mixed", classic_members=True)
     explorer.trace = collections.deque()                  # the whole trace, to count the conversions
     result = explorer.run()

@@ -106,6 +106,14 @@ class ClassicMember(Member):
         """An answer a paused, gone or moved-on member does not take."""
         return self.stalled or self.away or generation != self.generation
 
+    def _lost(self, generation: int) -> bool:
+        """:meth:`_not_mine` for the answer to a JoinGroup or SyncGroup: one a paused member did not
+        take is lost to it, and it joins again once it runs (as a client whose request timed out
+        does): the coordinator may have given it partitions it never heard of."""
+        if self.stalled:
+            self.must_join = True
+        return self._not_mine(generation)
+
     def _failed(self, what: str, error: ErrorCode, resp: Any) -> None:
         if error in _FIND_AGAIN:
             self.coordinator = None
@@ -130,7 +138,7 @@ class ClassicMember(Member):
         generation = self.generation
 
         def on_answer(resp: Any) -> None:
-            if self._not_mine(generation):
+            if self._lost(generation):
                 return
             error = ErrorCode.network_exception if resp is None else ErrorCode(int(resp.error_code))
             if error is ErrorCode.member_id_required:
@@ -164,7 +172,7 @@ class ClassicMember(Member):
         generation = self.generation
 
         def on_answer(resp: Any) -> None:
-            if self._not_mine(generation):
+            if self._lost(generation):
                 return
             error = ErrorCode.network_exception if resp is None else ErrorCode(int(resp.error_code))
             if error is not ErrorCode.none:
