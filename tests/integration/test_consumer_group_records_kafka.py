@@ -13,6 +13,7 @@ from strandline.group.consumer import records as rec
 from strandline.group.records import build_batch
 from tests.integration.kafka_reference import dist, kafka_lines_or_skip
 from strandline.group.consumer.heartbeat import HeartbeatRequest
+from strandline.group.consumer.model import ClassicMemberMetadata
 from tests.unit.group.consumer_clients import GROUP, Client, Harness
 
 pytestmark = pytest.mark.integration
@@ -50,6 +51,11 @@ def kafka_json(record: rec.Record) -> tuple[dict, dict | None]:
                       "clientHost": value.client_host, "subscribedTopicNames": list(value.subscribed_topic_names),
                       "subscribedTopicRegex": value.subscribed_topic_regex,
                       "rebalanceTimeoutMs": value.rebalance_timeout_ms, "serverAssignor": value.server_assignor}
+            if value.classic is not None:              # tagged field 0: a member of the classic protocol
+                fields["classicMemberMetadata"] = {
+                    "sessionTimeoutMs": value.classic.session_timeout_ms,
+                    "supportedProtocols": [{"name": n, "metadata": base64.b64encode(m).decode()}
+                                           for n, m in value.classic.protocols]}
         case rec.TargetAssignmentMemberValue(assigned):
             fields = {"topicPartitions": partitions(assigned)}
         case rec.RegularExpressionValue():
@@ -74,6 +80,11 @@ def test_kafka_dump_log_decodes_a_groups_records_as_strandline_wrote_them(tmp_pa
     h.leave(b, epoch=-2)
     h.clients.remove(b)
     h.leave(a)
+    # a member of the classic protocol (a group being upgraded), its metadata in tagged field 0
+    classic = rec.MemberMetadataValue(None, None, "c", "/10.0.0.2", ("t",), None, 30000, None,
+                                      ClassicMemberMetadata(45000, (("range", b"\x00\x01sub"), ("roundrobin", b""))))
+    h.log.append(rec.encode((rec.Key(rec.MEMBER_METADATA, GROUP, "classic-1"), classic)))
+    h.log.append(rec.encode((rec.Key(rec.MEMBER_METADATA, GROUP, "classic-1"), None)))
     segment = tmp_path / "__consumer_offsets-0" / "00000000000000000000.log"
     segment.parent.mkdir()
     segment.write_bytes(build_batch(h.log, 1000))
