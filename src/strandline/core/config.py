@@ -79,6 +79,16 @@ def _consumer_assignors(key: str, raw: str, items: list[str]) -> None:
                           f"{', '.join(unknown) or '(none given)'}; known: uniform, range")
 
 
+#: group.consumer.migration.policy's values, taken in any case as Kafka takes them
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
+
+
+def _migration_policy(key: str, raw: str, text: str) -> None:
+    if text.lower() not in MIGRATION_POLICIES:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: expected one of "
+                          f"{', '.join(MIGRATION_POLICIES)} (in any case)")
+
+
 def config_text(value: Any) -> str | None:
     """A config value as Kafka shows and stores it: ``true``/``false``, comma-joined lists."""
     if value is None:
@@ -225,8 +235,7 @@ BROKER_KEYS: dict[str, Key] = key_table(
         validator=_consumer_assignors,
         doc="The server-side assignors of consumer groups, by name (uniform, range) or Kafka's class "
             "name; the first is the one a group uses unless its members ask for another."),
-    Key("group.consumer.migration.policy", "choice", "bidirectional",
-        choices=("bidirectional", "upgrade", "downgrade", "disabled"),
+    Key("group.consumer.migration.policy", "string", "bidirectional", validator=_migration_policy,
         doc="Whether a live classic group becomes a consumer group when a member of the consumer protocol "
             "joins it (upgrade), and a consumer group whose last member of that protocol leaves becomes a "
             "classic group again (downgrade): both, either or neither."),

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from kio.schema.errors import ErrorCode
+
+from strandline.core.config_key import ConfigError
 
 from strandline.group.consumer import embedded
 from strandline.group.offsets_topic import OFFSETS_TOPIC
@@ -233,3 +236,11 @@ def test_a_classic_group_in_its_first_rebalance_is_upgraded_with_members_that_ow
     mine = partitions_in(sync(h, first.member_id, 1).assignment)
     theirs = assigned(answer)                            # free partitions: m1 had its share at once
     assert sorted(mine + theirs) == [0, 1, 2, 3] and len(mine) == 2
+
+
+def test_the_migration_policy_is_taken_in_any_case_and_an_unknown_one_is_refused():
+    h = harness(**{"group.consumer.migration.policy": "UPGRADE"})      # Kafka's enum, upper case
+    core = h.broker.consumer_groups.core
+    assert (core.upgrade_enabled, core.downgrade_enabled) == (True, False)
+    with pytest.raises(ConfigError, match="group.consumer.migration.policy"):
+        harness(**{"group.consumer.migration.policy": "sideways"})
