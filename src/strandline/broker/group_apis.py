@@ -183,7 +183,13 @@ class GroupApis:
                "protocols": [(p.name, p.metadata) for p in request.protocols], "version": version,
                "reason": getattr(request, "reason", None)}
         if self.consumer_groups.has_members(request.group_id):
-            # a consumer group (KIP-848) with members: the classic member joins it, served by it
+            # a consumer group (KIP-848) with members: the classic member joins it, served by it,
+            # with the classic protocol's bounds on its session (Kafka checks them before either)
+            if not (self.groups.config["group.min.session.timeout.ms"] <= req["session_timeout_ms"]
+                    <= self.groups.config["group.max.session.timeout.ms"]):
+                return self._group_respond(conn_id, header, shape)({
+                    "error_code": ErrorCode.invalid_session_timeout, "generation_id": -1, "protocol_name": None,
+                    "leader": "", "member_id": request.member_id, "members": []})
             join = ClassicJoin(request.group_id, request.member_id, req["group_instance_id"], request.protocol_type,
                                tuple(req["protocols"]), req["session_timeout_ms"], req["rebalance_timeout_ms"],
                                req["client_id"], req["client_host"], requires_known_member_id=version >= 4)

@@ -244,3 +244,12 @@ def test_the_migration_policy_is_taken_in_any_case_and_an_unknown_one_is_refused
     assert (core.upgrade_enabled, core.downgrade_enabled) == (True, False)
     with pytest.raises(ConfigError, match="group.consumer.migration.policy"):
         harness(**{"group.consumer.migration.policy": "sideways"})
+
+
+def test_a_classic_member_joining_a_consumer_group_has_its_session_checked_as_in_a_classic_group():
+    h = harness()
+    beat(h, "m1", 0, join=True)
+    answer = h.call(11, 7, {"group_id": GROUP, "session_timeout": 1_000, "rebalance_timeout": 30_000,
+                            "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+                            "protocols": [{"name": "range", "metadata": subscription()}], "reason": None}, 2)
+    assert answer.error_code == ErrorCode.invalid_session_timeout     # below group.min.session.timeout.ms
