@@ -343,6 +343,60 @@ def test_confluent_kafka_consumers_with_group_protocol_consumer(cg):
     assert set(got[0] + got[1]) == set(values)
 
 
+def test_confluent_kafka_classic_and_consumer_members_share_a_group_that_migrates(cg):
+    """librdkafka's classic consumer (cooperative-sticky) and its KIP-848 consumer in one group: the
+    consumer-protocol member upgrades the live classic group and the two share the topic; when it
+    leaves, the group is classic again and the classic member takes everything; a new one of the
+    consumer protocol upgrades it again. No partition is assigned to both at once, every record is
+    consumed."""
+    import confluent_kafka
+    from confluent_kafka import Consumer, Producer
+
+    if confluent_kafka.libversion()[1] < 0x020A0000:
+        missing_prerequisite(f"librdkafka {confluent_kafka.libversion()[0]} has no group.protocol=consumer (2.10+)")
+    live = sorted(live_brokers(cg.bootstrap))
+    create_topic(cg, "rdk-mig", {p: live[p % len(live):] + live[:p % len(live)] for p in range(4)}, min_isr=1)
+    producer = Producer({"bootstrap.servers": cg.bootstrap, "acks": "all"})
+    values = [b"m-%04d" % i for i in range(300)]
+    for v in values:
+        producer.produce("rdk-mig", v, key=v)
+    assert producer.flush(30) == 0
+    common = {"bootstrap.servers": cg.bootstrap, "group.id": "rdk-mig", "auto.offset.reset": "earliest"}
+    classic = Consumer({**common, "group.protocol": "classic", "partition.assignment.strategy": "cooperative-sticky",
+                        "session.timeout.ms": 10000, "heartbeat.interval.ms": 500})
+    modern = Consumer({**common, "group.protocol": "consumer"})
+    got: set[bytes] = set()
+    members = [classic, modern]
+
+    def owned(m) -> set[int]:
+        got.update(r.value() for r in m.consume(num_messages=50, timeout=0.05) if r.error() is None)
+        return {tp.partition for tp in m.assignment()}
+
+    def shared() -> bool:
+        mine = [owned(m) for m in members]
+        assert not mine[0] & mine[1], mine
+        return bool(mine[0] and mine[1] and mine[0] | mine[1] == set(range(4)))
+
+    classic.subscribe(["rdk-mig"])
+    poll_until(lambda: owned(classic) == set(range(4)), 30, interval=0.01, message="the classic member takes all")
+    assert group_type(cg.bootstrap, "rdk-mig") == "classic"
+    modern.subscribe(["rdk-mig"])
+    poll_until(shared, 45, interval=0.01, message="the consumer-protocol member upgrades the group and gets its share")
+    assert group_type(cg.bootstrap, "rdk-mig") == "consumer"
+    modern.close()
+    poll_until(lambda: owned(classic) == set(range(4)), 45, interval=0.01,
+               message="the group is classic again and the classic member takes everything")
+    assert group_type(cg.bootstrap, "rdk-mig") == "classic"
+    members[1] = Consumer({**common, "group.protocol": "consumer"})
+    members[1].subscribe(["rdk-mig"])
+    poll_until(shared, 45, interval=0.01, message="a new consumer-protocol member upgrades it again")
+    assert group_type(cg.bootstrap, "rdk-mig") == "consumer"
+    poll_until(lambda: shared() is not None and got >= set(values), 30, interval=0.01,
+               message="every record consumed")
+    for m in members:
+        m.close()
+
+
 def test_confluent_kafka_subscribes_with_a_regular_expression(cg):
     """librdkafka's KIP-848 consumer subscribes to ``^rx-pay.*`` (it sends ``(^rx-pay.*)``): the
     coordinator resolves it to the matching topics, and a topic created later joins the
