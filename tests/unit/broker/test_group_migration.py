@@ -253,3 +253,45 @@ def test_a_classic_member_joining_a_consumer_group_has_its_session_checked_as_in
                             "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
                             "protocols": [{"name": "range", "metadata": subscription()}], "reason": None}, 2)
     assert answer.error_code == ErrorCode.invalid_session_timeout     # below group.min.session.timeout.ms
+
+
+def test_random_subscriptions_and_assignments_never_break_the_coordinator():
+    """Members offering random bytes as their subscription, to a consumer group and to a classic
+    group being upgraded: each JoinGroup is answered (an unreadable subscription:
+    INCONSISTENT_GROUP_PROTOCOL; an upgrade from unreadable metadata: GROUP_ID_NOT_FOUND) and the
+    group goes on serving its member of the consumer protocol."""
+    import random
+
+    rng = random.Random(848)
+    h = harness()
+    beat(h, "m1", 0, join=True)
+    valid = subscription([0, 1])
+    for n in range(300):
+        cut = rng.randrange(len(valid) + 1)
+        garbage = bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
+        metadata = rng.choice([garbage, valid[:cut], valid[:cut] + garbage, valid + garbage])
+        answer = h.call(11, 7, {"group_id": GROUP, "session_timeout": 30_000, "rebalance_timeout": 30_000,
+                                "member_id": f"fuzz-{n}", "group_instance_id": None, "protocol_type": "consumer",
+                                "protocols": [{"name": "range", "metadata": metadata}], "reason": None}, 3)
+        assert answer.error_code in (ErrorCode.none, ErrorCode.inconsistent_group_protocol), answer
+    assert beat(h, "m1", 1, owned=[0, 1, 2, 3]).error_code in (ErrorCode.none, ErrorCode.fenced_member_epoch)
+    # a classic group whose members' metadata is random is not upgraded, and stays classic
+    other = "g-classic"
+    h.request(11, 7, {"group_id": other, "session_timeout": 30_000, "rebalance_timeout": 30_000, "member_id": "",
+                      "group_instance_id": None, "protocol_type": "consumer",
+                      "protocols": [{"name": "range", "metadata": b"\xff\xff\x00"}], "reason": None}, 4)
+    first = h.response(11, 7, 4)
+    h.request(11, 7, {"group_id": other, "session_timeout": 30_000, "rebalance_timeout": 30_000,
+                      "member_id": first.member_id, "group_instance_id": None, "protocol_type": "consumer",
+                      "protocols": [{"name": "range", "metadata": b"\xff\xff\x00"}], "reason": None}, 4)
+    h.tick(3_000)
+    joined = h.response(11, 7, 4)
+    h.call(14, 5, {"group_id": other, "generation_id": joined.generation_id, "member_id": first.member_id,
+                   "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
+                   "assignments": [{"member_id": first.member_id, "assignment": b"\x00\x01\xff"}]}, 4)
+    body = {"group_id": other, "member_id": "m9", "member_epoch": 0, "instance_id": None, "rack_id": None,
+            "rebalance_timeout": 30_000, "subscribed_topic_names": ["t"], "subscribed_topic_regex": None,
+            "server_assignor": None, "topic_partitions": []}
+    refused = h.call(68, 1, body)
+    assert refused.error_code == ErrorCode.group_id_not_found, refused
+    assert (other, "classic", "Stable") in groups_listed(h)
