@@ -15,7 +15,7 @@ from strandline.sim.share_workload import ACCEPT, LIMIT, RELEASE, ShareChecker
 
 @pytest.mark.parametrize("seed,consumer_groups", [(6000001, False), (6000114, True), (6950344, True), (6950235, True),
                                                   (6953131, True), (6953148, True), (6953327, True),
-                                                  (6954108, True), (6954938, True)])
+                                                  (6954108, True), (6954938, True), (6962460, True)])
 def test_a_share_group_through_the_whole_menu(seed, consumer_groups):
     """6000001 handed a record out a fourth time past the limit of three: it was locked at its last
     delivery when its leader changed, written as available, and the next leader handed it out
@@ -32,7 +32,9 @@ def test_a_share_group_through_the_whole_menu(seed, consumer_groups):
     6954108, whose leave reached a coordinator that had moved, the check waits for the expiry); 6953327
     is the share coordinator's read that waited for good for a commit it could not see; in 6954938 a
     DeleteRecords moved a leader's log start (and the share-partition's start) past records that a
-    later leader's log still held, which the checker took for records skipped."""
+    later leader's log still held, which the checker took for records skipped; in 6962460 a leader's
+    read was answered from a state whose append had timed out, the share coordinator moved and lost
+    it, and the next leader, finding no state, started past records never settled."""
     explorer = Explorer(seed, CONFIGS["safe"], **run_options(), load="mixed", share_groups=True,
                         consumer_groups=consumer_groups)
     result = explorer.run()

@@ -124,8 +124,11 @@ class Broker:
                                                        self.replica_manager.read_log)
         self.share_state = ShareStateTopic(config, self.replica_manager.writes.append_internal,
                                            self.replica_manager.read_log)
-        self.share_coordinator = ShareCoordinator(self._share_state_partitions, self.share_state.append,
-                                                  self._partitions_of_topic_id)
+        self.share_coordinator = ShareCoordinator(
+            self._share_state_partitions, self.share_state.append, self._partitions_of_topic_id,
+            lambda index: self.replica_manager.partitions[(SHARE_STATE_TOPIC, index)].log.log_end_offset,
+            functools.partial(self.replica_manager.writes.wait_committed, SHARE_STATE_TOPIC),
+            config["request.timeout.ms"])
         self.replica_manager.leadership_listeners.append(
             lambda topic, index, leader, t: self.share_state.on_leadership(self.share_coordinator, topic, index,
                                                                            leader, t))

@@ -8,7 +8,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from strandline.group.share import records as rec
-from strandline.group.share.coordinator import ShareCoordinator, merge_batches, partition_of
+from strandline.group.share.coordinator import NO_EPOCH, ShareCoordinator, merge_batches, partition_of
 from strandline.group.share.partition import RecordState, StateBatch
 from strandline.group.share.records import ShareStateKey
 
@@ -134,3 +134,91 @@ def test_a_write_that_is_no_share_partitions_state_is_refused_and_an_unreadable_
     again.load_partition(partition_of(KEY, 5), [(i, k, v) for i, (k, v) in enumerate(log)] +
                          [(10 + i, k, v) for i, k, v in garbage])
     assert again.states[KEY] == c.states[KEY] and partition_of(KEY, 5) in again.owned
+
+class HeldLog:
+    """A ``__share_group_state`` partition whose high watermark the test moves: appends are
+    answered when it passes them (or time out), waits for a commit likewise."""
+
+    def __init__(self) -> None:
+        self.end = 0
+        self.high_watermark = 0
+        self.appends: list = []        # (end offset, done)
+        self.waits: list = []          # (required offset, done)
+
+    def append(self, index, records, done, now_ms):
+        self.end += len(records)
+        self.appends.append((self.end, done))
+        return []
+
+    def wait_committed(self, index, required, timeout_ms, done, now_ms):
+        if self.high_watermark >= required:
+            return done(ErrorCode.none, now_ms)
+        self.waits.append((required, done))
+        return []
+
+    def time_out(self) -> None:
+        for _, done in self.appends + self.waits:
+            done(ErrorCode.request_timed_out, 0)
+        self.appends.clear()
+        self.waits.clear()
+
+    def advance(self, high_watermark: int) -> None:
+        self.high_watermark = high_watermark
+        for held in (self.appends, self.waits):
+            ready = [(at, done) for at, done in held if at <= high_watermark]
+            held[:] = [(at, done) for at, done in held if at > high_watermark]
+            for _, done in ready:
+                done(ErrorCode.none, 0)
+
+
+def test_a_read_waits_for_a_state_whose_append_timed_out_to_be_committed():
+    """A leader's read (leader epoch 3) is appended, and times out before the ISR has it; the
+    leader reads again. Answering that read from the state in memory would let the leader hand
+    out records from a state that a coordinator failover loses (the follower truncates the
+    record), and the next leader would start past them. The second read waits until the high
+    watermark passes the record, and is then answered; the state is then committed."""
+    log = HeldLog()
+    c = ShareCoordinator(5, log.append, lambda topic_id: 2, lambda index: log.end, log.wait_committed, 30000)
+    c.load_partition(partition_of(KEY, 5), [])
+    answers: list = []
+    c.initialize(KEY, 0, 10, lambda *a: answers.append(a) or [], 0)
+    log.advance(1)
+    assert answers[-1][0] is ErrorCode.none and c.committed[KEY].start_offset == 10
+    c.read(KEY, 3, lambda *a: answers.append(a) or [], 0)
+    log.time_out()
+    assert answers[-1][0] is ErrorCode.coordinator_not_available
+    assert c.states[KEY].leader_epoch == 3 and c.committed[KEY].leader_epoch == NO_EPOCH
+    c.read(KEY, 3, lambda *a: answers.append(a) or [], 0)
+    assert len(answers) == 2                            # held: the state it would answer is not committed
+    log.time_out()
+    assert answers[-1][:3] == (ErrorCode.coordinator_not_available, None, None)
+    c.read(KEY, 3, lambda *a: answers.append(a) or [], 0)
+    log.advance(2)
+    assert answers[-1][0] is ErrorCode.none and answers[-1][2].leader_epoch == 3
+    assert c.committed[KEY] is c.states[KEY] and not c.pending
+    c.read(KEY, 3, lambda *a: answers.append(a) or [], 0)          # committed: answered at once
+    assert len(answers) == 5 and answers[-1][0] is ErrorCode.none
+
+
+def test_an_append_refused_at_once_puts_back_the_state_before_it_not_the_committed_one():
+    """A write timed out (its record is in the log), then a write is refused at once (nothing
+    appended): the key goes back to the first write's state, which the log holds, not to the
+    committed state before it."""
+    log = HeldLog()
+    refuse = False
+
+    def append(index, records, done, now_ms):
+        if refuse:
+            return done(ErrorCode.not_enough_replicas, now_ms)
+        return log.append(index, records, done, now_ms)
+    c = ShareCoordinator(5, append, lambda topic_id: 2, lambda index: log.end, log.wait_committed, 30000)
+    c.load_partition(partition_of(KEY, 5), [])
+    answers: list = []
+    c.initialize(KEY, 0, 0, lambda *a: answers.append(a) or [], 0)
+    log.advance(1)
+    c.write(KEY, 0, NO_EPOCH, 5, [], lambda *a: answers.append(a) or [], 0)
+    log.time_out()
+    refuse = True
+    c.write(KEY, 0, NO_EPOCH, 8, [], lambda *a: answers.append(a) or [], 0)
+    assert answers[-1][0] is ErrorCode.coordinator_not_available
+    assert c.states[KEY].start_offset == 5 and c.committed[KEY].start_offset == 0

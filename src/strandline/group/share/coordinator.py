@@ -45,6 +45,11 @@ from strandline.uuids import uuid_to_base64
 Append = Callable[[int, list[tuple[bytes, bytes | None]], Callable[[ErrorCode, int], list[Effect]], int], list[Effect]]
 #: ``partitions_of(topic id)``: how many partitions the topic has (None: no such topic)
 PartitionsOf = Callable[[UUID], "int | None"]
+#: ``log_end(index)``: where this leader's log of the ``__share_group_state`` partition ends
+LogEnd = Callable[[int], int]
+#: ``wait_committed(index, offset, timeout_ms, done(error, when_ms), now_ms)``: ``done(NONE)`` once
+#: the partition's high watermark reaches ``offset``
+WaitCommitted = Callable[[int, int, int, Callable[[ErrorCode, int], list[Effect]], int], list[Effect]]
 #: ``done(error, message, state or None, now_ms)``
 ReadDone = Callable[[ErrorCode, "str | None", "ShareState | None", int], list[Effect]]
 Done = Callable[[ErrorCode, "str | None", int], list[Effect]]
@@ -72,16 +77,25 @@ def partition_of(key: ShareStateKey, partitions: int) -> int:
 
 
 class ShareCoordinator:
-    def __init__(self, num_partitions: int | Callable[[], int], append: Append, partitions_of: PartitionsOf) -> None:
+    def __init__(self, num_partitions: int | Callable[[], int], append: Append, partitions_of: PartitionsOf,
+                 log_end: LogEnd | None = None, wait_committed: WaitCommitted | None = None,
+                 commit_timeout_ms: int = 30000) -> None:
         """``num_partitions``: how many partitions ``__share_group_state`` has (a function: the
-        topic's own count once it exists, whatever the configuration says now)."""
+        topic's own count once it exists, whatever the configuration says now). With ``log_end``
+        and ``wait_committed``, an answer read from a state not yet committed waits until it is."""
         self._num_partitions = num_partitions
         self.append = append
         self.partitions_of = partitions_of
+        self.log_end = log_end
+        self.wait_committed = wait_committed
+        self.commit_timeout_ms = commit_timeout_ms
         self.owned: set[int] = set()
         #: each key's state with every change appended (checked against), and as committed
         self.states: dict[ShareStateKey, ShareState] = {}
         self.committed: dict[ShareStateKey, ShareState] = {}
+        #: keys whose state in ``states`` is appended but not known committed: where the log ended
+        #: after its record (an append that timed out is in the log, and commits when the ISR has it)
+        self.pending: dict[ShareStateKey, int] = {}
 
     @property
     def num_partitions(self) -> int:
@@ -126,6 +140,8 @@ class ShareCoordinator:
             del self.states[key]
         for key in [k for k in self.committed if partition_of(k, self.num_partitions) == index]:
             del self.committed[key]
+        for key in [k for k in self.pending if partition_of(k, self.num_partitions) == index]:
+            del self.pending[key]
 
     def owns(self, key: ShareStateKey) -> bool:
         return partition_of(key, self.num_partitions) in self.owned
@@ -154,7 +170,8 @@ class ShareCoordinator:
         if leader_epoch != NO_EPOCH and state.leader_epoch > leader_epoch:
             return done(ErrorCode.fenced_leader_epoch, None, None, now_ms)
         if leader_epoch == NO_EPOCH or leader_epoch == state.leader_epoch:
-            return done(ErrorCode.none, None, state, now_ms)
+            return self._when_committed(key, lambda e, t: done(e, None, state if e is ErrorCode.none else None, t),
+                                        now_ms)
         newer = replace(state, leader_epoch=leader_epoch, snapshot_epoch=state.snapshot_epoch + 1)
         return self._store(key, newer, lambda e, t: done(e, None, newer if e is ErrorCode.none else None, t), now_ms)
 
@@ -212,23 +229,67 @@ class ShareCoordinator:
 
     def _store(self, key: ShareStateKey, state: ShareState | None, done: Callable[[ErrorCode, int], list[Effect]],
                now_ms: int) -> list[Effect]:
-        """Append ``state`` (None: a tombstone) and apply it now; ``done`` once committed."""
+        """Append ``state`` (None: a tombstone) and apply it now; ``done`` once committed.
+
+        An append refused at once (too few replicas in the ISR, not the leader) puts the key back
+        to what it was: nothing was appended. One that fails once appended keeps it if it timed out
+        (the record is in the log, and commits when the ISR catches up, as it does in Kafka), and
+        otherwise puts it back to its last committed state."""
         value = None if state is None else rec.encode_snapshot(rec.ShareSnapshot(
             state.snapshot_epoch, state.state_epoch, state.leader_epoch, state.start_offset,
             state.create_timestamp, now_ms, state.batches))
         index = partition_of(key, self.num_partitions)
+        previous = self.states.get(key)
         _put(self.states, key, state)
+        appending = True
+        refused = False
 
         def appended(error: ErrorCode, at_ms: int) -> list[Effect]:
+            nonlocal refused
             if index in self.owned:
                 if error is ErrorCode.none:
                     _put(self.committed, key, state)
+                    if self.states.get(key) is state:
+                        self.pending.pop(key, None)
+                elif appending:
+                    refused = True
+                    if self.states.get(key) is state:
+                        _put(self.states, key, previous)
                 elif error is not ErrorCode.request_timed_out and self.states.get(key) is state:
-                    # not appended: back to what is committed (a record that timed out is in the
-                    # log, and commits when the ISR catches up, as it does in Kafka)
                     _put(self.states, key, self.committed.get(key))
+                    self.pending.pop(key, None)
             return done(_as_coordinator_error(error), at_ms)
-        return self.append(index, [(rec.encode_key(key), value)], appended, now_ms)
+        effects = self.append(index, [(rec.encode_key(key), value)], appended, now_ms)
+        appending = False
+        if (not refused and self.log_end is not None and index in self.owned
+                and self.states.get(key) is state and self.committed.get(key) is not state):
+            self.pending[key] = self.log_end(index)
+        return effects
+
+    def _when_committed(self, key: ShareStateKey, then: Callable[[ErrorCode, int], list[Effect]],
+                        now_ms: int) -> list[Effect]:
+        """``then(NONE)`` once the key's state is committed (at once if it is), as Kafka's
+        coordinator runtime holds an answer read while writes are pending until they commit: a
+        leader must not hand out records from a state a coordinator failover can still lose.
+        COORDINATOR_NOT_AVAILABLE if not within the commit timeout, NOT_COORDINATOR if the
+        partition's leadership moved."""
+        required = self.pending.get(key)
+        if required is None or self.wait_committed is None:
+            return then(ErrorCode.none, now_ms)
+        index = partition_of(key, self.num_partitions)
+
+        def committed(error: ErrorCode, when_ms: int) -> list[Effect]:
+            if error is ErrorCode.none and index in self.owned:
+                self._committed_to(index, required)
+            return then(_as_coordinator_error(error), when_ms)
+        return self.wait_committed(index, required, self.commit_timeout_ms, committed, now_ms)
+
+    def _committed_to(self, index: int, offset: int) -> None:
+        """The partition's high watermark reached ``offset``: every state appended below it is committed."""
+        for key, end in list(self.pending.items()):
+            if end <= offset and partition_of(key, self.num_partitions) == index:
+                _put(self.committed, key, self.states.get(key))
+                del self.pending[key]
 
 
 def _put(states: dict[ShareStateKey, ShareState], key: ShareStateKey, state: ShareState | None) -> None:
