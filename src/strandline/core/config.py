@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from strandline.core.group_keys import check_broker_group_keys
+from strandline.core.group_keys import (check_broker_group_keys, consumer_assignors, migration_policy,
+                                        rebalance_protocols)
 from strandline.core.config_key import INT_MAX, LONG_MAX, ConfigError, Key, key_table
 from strandline.core.listeners import (SECURITY_PROTOCOLS, Listener, check_protocol_map, check_unique,
                                        parse_listener, protocol_map)
@@ -58,35 +59,6 @@ def _super_users(key: str, raw: str, text: str) -> None:
         if principal and not (sep and kind and name):
             raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {principal!r} is not a principal "
                               f"such as User:admin (principals are separated by ;)")
-
-
-def _rebalance_protocols(key: str, raw: str, items: list[str]) -> None:
-    if "classic" not in items:
-        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: disabling the 'classic' protocol "
-                          f"is not supported")
-
-
-#: the server-side assignors of strandline.group.consumer.assignors, by name and by Kafka's class name
-CONSUMER_ASSIGNORS = {"uniform": "uniform", "range": "range",
-                      "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
-                      "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
-
-
-def _consumer_assignors(key: str, raw: str, items: list[str]) -> None:
-    unknown = [n for n in items if n not in CONSUMER_ASSIGNORS]
-    if unknown or not items:
-        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: unknown assignor(s) "
-                          f"{', '.join(unknown) or '(none given)'}; known: uniform, range")
-
-
-#: group.consumer.migration.policy's values, taken in any case as Kafka takes them
-MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
-
-
-def _migration_policy(key: str, raw: str, text: str) -> None:
-    if text.lower() not in MIGRATION_POLICIES:
-        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: expected one of "
-                          f"{', '.join(MIGRATION_POLICIES)} (in any case)")
 
 
 def config_text(value: Any) -> str | None:
@@ -220,7 +192,7 @@ BROKER_KEYS: dict[str, Key] = key_table(
     Key("group.max.size", "int", 2147483647, lo=1),
     # the consumer group protocol of KIP-848 (ConsumerGroupHeartbeat), with Kafka 4.0's keys and defaults
     Key("group.coordinator.rebalance.protocols", "list", ["classic", "consumer"], choices=("classic", "consumer"),
-        validator=_rebalance_protocols,
+        validator=rebalance_protocols,
         doc="The group protocols the coordinator serves: classic (JoinGroup/SyncGroup) always; consumer "
             "(ConsumerGroupHeartbeat and ConsumerGroupDescribe, KIP-848) when listed."),
     Key("group.consumer.session.timeout.ms", "int", 45000, lo=1),
@@ -232,10 +204,10 @@ BROKER_KEYS: dict[str, Key] = key_table(
     Key("group.consumer.max.size", "int", 2147483647, lo=1),
     Key("group.consumer.assignors", "list", ["org.apache.kafka.coordinator.group.assignor.UniformAssignor",
                                              "org.apache.kafka.coordinator.group.assignor.RangeAssignor"],
-        validator=_consumer_assignors,
+        validator=consumer_assignors,
         doc="The server-side assignors of consumer groups, by name (uniform, range) or Kafka's class "
             "name; the first is the one a group uses unless its members ask for another."),
-    Key("group.consumer.migration.policy", "string", "bidirectional", validator=_migration_policy,
+    Key("group.consumer.migration.policy", "string", "bidirectional", validator=migration_policy,
         doc="Whether a live classic group becomes a consumer group when a member of the consumer protocol "
             "joins it (upgrade), and a consumer group whose last member of that protocol leaves becomes a "
             "classic group again (downgrade): both, either or neither."),

@@ -5,7 +5,9 @@ A group's overrides are set with IncrementalAlterConfigs (or AlterConfigs) on a 
 ``kafka-configs.sh --entity-type groups`` and ``Admin.incrementalAlterConfigs`` do, and kept in
 ZooKeeper at ``/config/groups/<group>``. A group with no override takes the broker's value. Each
 value is checked as Kafka checks it: within the broker's ``min``/``max`` bounds, the session
-timeout above the heartbeat interval.
+timeout above the heartbeat interval. The broker keys of groups are checked here too: the
+rebalance protocols served, the consumer groups' server-side assignors and the migration policy
+between the protocols.
 
 ``share.auto.offset.reset`` (KIP-932) says where a share group starts on a partition it has never
 consumed: ``latest`` (the default: the high watermark), ``earliest`` (the log's start) or
@@ -20,6 +22,39 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from strandline.core.config_key import ConfigError, Key
+
+# ------------------------------------------------------------------ broker keys of groups
+
+def rebalance_protocols(key: str, raw: str, items: list[str]) -> None:
+    if "classic" not in items:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: disabling the 'classic' protocol "
+                          f"is not supported")
+
+
+#: the server-side assignors of strandline.group.consumer.assignors, by name and by Kafka's class name
+CONSUMER_ASSIGNORS = {"uniform": "uniform", "range": "range",
+                      "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+                      "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
+
+
+def consumer_assignors(key: str, raw: str, items: list[str]) -> None:
+    unknown = [n for n in items if n not in CONSUMER_ASSIGNORS]
+    if unknown or not items:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: unknown assignor(s) "
+                          f"{', '.join(unknown) or '(none given)'}; known: uniform, range")
+
+
+#: group.consumer.migration.policy's values, taken in any case as Kafka takes them: whether a
+#: classic group may be upgraded to a consumer group, and a consumer group downgraded
+MIGRATION_POLICIES = {"bidirectional": (True, True), "upgrade": (True, False), "downgrade": (False, True),
+                      "disabled": (False, False)}
+
+
+def migration_policy(key: str, raw: str, text: str) -> None:
+    if text.lower() not in MIGRATION_POLICIES:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {key}: expected one of "
+                          f"{', '.join(MIGRATION_POLICIES)} (in any case)")
+
 
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
 

@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Protocol
 from kio.schema.errors import ErrorCode
 
 from strandline.core.effects import Effect, LogLine
+from strandline.core.group_keys import MIGRATION_POLICIES
 from strandline.group import classic_migration as handover
 from strandline.group import records as classic_records
 from strandline.group.consumer import classic as cls
@@ -79,7 +80,7 @@ def _join_body(answer: cls.JoinAnswer) -> dict[str, Any]:
 class ClassicMembers:
     def __init__(self, host: Host, config: Any) -> None:
         self.host = host
-        upgrade, downgrade = cls.MIGRATION_POLICIES[str(config["group.consumer.migration.policy"]).lower()]
+        upgrade, downgrade = MIGRATION_POLICIES[str(config["group.consumer.migration.policy"]).lower()]
         host.core.upgrade_enabled, host.core.downgrade_enabled = upgrade, downgrade
         self.classic_max_size = int(config["group.max.size"])
 

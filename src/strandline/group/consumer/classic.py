@@ -30,11 +30,6 @@ from strandline.group.consumer.heartbeat import (ConsumerGroupCoordinator, Heart
 from strandline.group.consumer.model import (Assignment, ClassicMemberMetadata, ConsumerGroupError,
                                              ConsumerGroupMember, MemberState, TopicMetadata, assignment, pairs)
 
-#: group.consumer.migration.policy's values: whether upgrade and downgrade are allowed
-MIGRATION_POLICIES = {"disabled": (False, False), "upgrade": (True, False), "downgrade": (False, True),
-                      "bidirectional": (True, True)}
-
-
 @dataclass(frozen=True, slots=True)
 class ClassicJoin:
     """A JoinGroup to a consumer group."""
