@@ -8,7 +8,6 @@ both kinds of group); only its members and generation move.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -98,11 +97,3 @@ def member(member_id: str, instance_id: str | None, client_id: str, client_host:
     """A classic member of the embedded consumer protocol."""
     return Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
                   "consumer", list(protocols), assignment)
-
-
-def members_of(group: Group) -> list[dict[str, Any]]:
-    """What an upgrade reads of each member of a classic group."""
-    return [{"member_id": m.member_id, "instance_id": m.group_instance_id, "client_id": m.client_id,
-             "client_host": m.client_host, "rebalance_timeout_ms": m.rebalance_timeout_ms,
-             "session_timeout_ms": m.session_timeout_ms, "protocols": tuple(m.protocols),
-             "assignment": m.assignment} for m in group.members.values()]

@@ -105,7 +105,9 @@ class ClassicMembers:
             return refuse("the group does not use the consumer embedded protocol")
         if len(group.members) > self.core.config.max_size:
             return refuse("the group size exceeds the consumer group maximum size")
-        infos = [cls.ClassicMemberInfo(**m) for m in handover.members_of(group)]
+        infos = [cls.ClassicMemberInfo(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                       m.rebalance_timeout_ms, m.session_timeout_ms, tuple(m.protocols),
+                                       m.assignment) for m in group.members.values()]
         try:
             records = cls.from_classic(group_id, group.generation, group.protocol, infos, self.host.topics())
         except ConsumerGroupError as e:
