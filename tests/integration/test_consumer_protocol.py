@@ -297,21 +297,30 @@ def test_java_consumers_upgrade_a_live_classic_group_and_downgrade_it_back(cg, j
         assert "COMMIT_FAILED" not in m.lines[-2], (m.name, m.lines[-3:])
 
 
-def test_confluent_kafka_consumers_with_group_protocol_consumer(cg):
-    """librdkafka's KIP-848 consumer (2.10+): two members share a topic and commit; one leaves and
-    the other takes its partitions over, resuming where it committed. Every record is consumed."""
+def librdkafka_topic(cg, topic: str, prefix: bytes, count: int) -> list[bytes]:
+    """A four-partition topic over the live brokers holding ``count`` records, written with
+    librdkafka (which must have group.protocol=consumer, 2.10+); the records' values."""
     import confluent_kafka
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+    from confluent_kafka import Producer
 
     if confluent_kafka.libversion()[1] < 0x020A0000:
         missing_prerequisite(f"librdkafka {confluent_kafka.libversion()[0]} has no group.protocol=consumer (2.10+)")
-    live = sorted(live_brokers(cg.bootstrap))              # the test before killed one
-    create_topic(cg, "rdk", {p: live[p % len(live):] + live[:p % len(live)] for p in range(4)}, min_isr=1)
+    live = sorted(live_brokers(cg.bootstrap))
+    create_topic(cg, topic, {p: live[p % len(live):] + live[:p % len(live)] for p in range(4)}, min_isr=1)
     producer = Producer({"bootstrap.servers": cg.bootstrap, "acks": "all"})
-    values = [b"r-%04d" % i for i in range(400)]
+    values = [b"%s-%04d" % (prefix, i) for i in range(count)]
     for v in values:
-        producer.produce("rdk", v, key=v)
+        producer.produce(topic, v, key=v)
     assert producer.flush(30) == 0
+    return values
+
+
+def test_confluent_kafka_consumers_with_group_protocol_consumer(cg):
+    """librdkafka's KIP-848 consumer (2.10+): two members share a topic and commit; one leaves and
+    the other takes its partitions over, resuming where it committed. Every record is consumed."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+
+    values = librdkafka_topic(cg, "rdk", b"r", 400)        # the test before killed a broker
     members = [Consumer({"bootstrap.servers": cg.bootstrap, "group.id": "rdk848", "group.protocol": "consumer",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False}) for _ in range(2)]
     got: list[list[bytes]] = [[], []]
@@ -349,18 +358,9 @@ def test_confluent_kafka_classic_and_consumer_members_share_a_group_that_migrate
     leaves, the group is classic again and the classic member takes everything; a new one of the
     consumer protocol upgrades it again. No partition is assigned to both at once, every record is
     consumed."""
-    import confluent_kafka
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Consumer
 
-    if confluent_kafka.libversion()[1] < 0x020A0000:
-        missing_prerequisite(f"librdkafka {confluent_kafka.libversion()[0]} has no group.protocol=consumer (2.10+)")
-    live = sorted(live_brokers(cg.bootstrap))
-    create_topic(cg, "rdk-mig", {p: live[p % len(live):] + live[:p % len(live)] for p in range(4)}, min_isr=1)
-    producer = Producer({"bootstrap.servers": cg.bootstrap, "acks": "all"})
-    values = [b"m-%04d" % i for i in range(300)]
-    for v in values:
-        producer.produce("rdk-mig", v, key=v)
-    assert producer.flush(30) == 0
+    values = librdkafka_topic(cg, "rdk-mig", b"m", 300)
     common = {"bootstrap.servers": cg.bootstrap, "group.id": "rdk-mig", "auto.offset.reset": "earliest"}
     classic = Consumer({**common, "group.protocol": "classic", "partition.assignment.strategy": "cooperative-sticky",
                         "session.timeout.ms": 10000, "heartbeat.interval.ms": 500})

@@ -34,7 +34,10 @@ KAFKA = kafka_lines_or_skip()
 cluster = cluster_fixture("kafka-tools", 3, overrides=["authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
                                                        "allow.everyone.if.no.acl.found=true",
                                                        "group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3",
-                                                       "transaction.state.log.num.partitions=3"])
+                                                       "transaction.state.log.num.partitions=3",
+                                                       # the reassignment test elects leaders itself; the
+                                                       # imbalance check (every 300 s) must not beat it
+                                                       "auto.leader.rebalance.enable=false"])
 
 
 @pytest.fixture(scope="module", params=LINES)
