@@ -19,8 +19,13 @@ Every change is appended as a whole ShareSnapshot record, acks=all, and answered
 partition's ISR has it. It is applied here when appended, so that the next request for the key is
 checked against it (two leaders' requests racing: the newer one's read fences the older one's
 write even before either is in the ISR), as Kafka's coordinator runtime applies an operation's
-records at once and answers at their commit; an append that fails puts the key back to its last
-committed state. A broker that becomes the partition's leader replays its log (the last record of
+records at once and answers at their commit. A read that changes nothing is answered from a
+committed state: if the key's last change is appended but not committed (its append timed out,
+and the ISR has not caught up yet), the answer waits until the partition's high watermark passes
+it, as Kafka's runtime holds a read behind the writes pending before it; a leader handing out
+records from a state that a coordinator failover then loses would start its successor past them.
+An append refused at once puts the key back to the state before it; one that fails after it was
+appended, other than by a timeout, to its last committed state. A broker that becomes the partition's leader replays its log (the last record of
 each key wins, a tombstone removes it).
 """
 
