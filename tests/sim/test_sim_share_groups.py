@@ -42,6 +42,19 @@ def test_a_share_group_through_the_whole_menu(seed, consumer_groups):
     assert explorer.share is not None and len(explorer.share.checker.settled) >= 100
 
 
+def test_records_below_a_delete_records_whose_replica_left_are_not_taken_for_records_skipped():
+    """6964119 (classic members beside the share group): a DeleteRecords moved the leader's log
+    start past a record handed out twice, and the share-partition's start with it; a reassignment
+    then deleted that replica's log, and the replicas left had never moved their log start. The
+    checker, looking at the replicas' log starts alone, took the record for one skipped; it now
+    also looks no lower than where DeleteRecords was asked."""
+    explorer = Explorer(6964119, CONFIGS["safe"], **run_options(), load="mixed", share_groups=True,
+                        classic_members=True)
+    result = explorer.run()
+    assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
+    assert explorer.invariants.deleted[2] > 0
+
+
 def test_the_checker_fails_a_record_past_the_limit_or_settled_twice_and_one_left_unsettled():
     failures: list[tuple[str, str]] = []
     checker = ShareChecker(lambda invariant, detail: failures.append((invariant, detail)), lambda line: None)

@@ -299,9 +299,12 @@ class LeaderDeliveries:
     not (``ShareGroupApis.acquired_listeners`` of each broker's core, from its start), and where
     each partition's leader stands."""
 
-    def __init__(self, sim: SimCluster, topic: str) -> None:
+    def __init__(self, sim: SimCluster, topic: str, deleted: Callable[[int], int] = lambda index: 0) -> None:
+        """``deleted(index)``: the highest offset below which DeleteRecords was asked of partition
+        ``index`` (0: never)."""
         self.sim = sim
         self.topic = topic
+        self.deleted = deleted
         #: per partition, the offsets some leader handed out as often as the limit allows
         self.at_limit: dict[int, set[int]] = {}
         sim.on_core = self._watch
@@ -328,14 +331,16 @@ class LeaderDeliveries:
         """The log start and high watermark of partition ``index`` (None: no leader). The start is
         the highest of its replicas': records a DeleteRecords removed from an earlier leader, which
         the share-partition's start moved past there, may still be in a replica that leads now
-        (Kafka's DeleteRecords is not undone either)."""
+        (Kafka's DeleteRecords is not undone either); and no lower than where DeleteRecords was
+        asked: the replica whose log start it moved may have left the partition since (a
+        reassignment deletes its log), while the records stay in the others'."""
         leader = self.sim.state(self.topic, index).leader
         partition = self.sim.partition(leader, self.topic, index) if leader in self.sim.brokers else None
         if partition is None or not partition.is_leader:
             return None
         starts = [p.log.log_start_offset for b in self.sim.brokers
                   if (p := self.sim.partition(b, self.topic, index)) is not None]
-        return max(starts, default=partition.log.log_start_offset), partition.high_watermark
+        return max(max(starts, default=partition.log.log_start_offset), self.deleted(index)), partition.high_watermark
 
 
 class ShareWorkload:
