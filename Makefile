@@ -104,16 +104,13 @@ iproute2:
 # The docs site is built first (a few seconds), so that a change that breaks it fails the suite. The
 # unit and simulator tests (in-process, CPU-bound, a few minutes) start at the same time as the
 # integration and differential tests (real processes, which they mostly wait on), and their report
-# follows. The integration test files run two at a time (pytest-xdist, a file to a worker, so that
-# each module keeps its one cluster; every cluster takes free ports and its own directories, every
-# lab its own network): one after the other they took 45 minutes on a 2-core machine, two at a
-# time about 30.
+# follows: one after the other, the two halves come close to CI's 40 minutes on a 2-core machine.
 test: $(VENV)/.test-installed docs kcat browser nftables iproute2 maven
 	@unit_log=$$(mktemp); \
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests/unit tests/sim > $$unit_log 2>&1 & unit=$$!; \
 	trap 'kill $$unit 2>/dev/null; rm -f $$unit_log' INT TERM; \
-	echo "pytest tests/integration tests/differential, two files at a time (tests/unit and tests/sim run beside them)"; \
-	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile tests/integration tests/differential; integration=$$?; \
+	echo "pytest tests/integration tests/differential (tests/unit and tests/sim run beside them)"; \
+	$(BIN)/python -m pytest -q -rs tests/integration tests/differential; integration=$$?; \
 	wait $$unit; unit_status=$$?; \
 	echo "pytest tests/unit tests/sim:"; cat $$unit_log; rm -f $$unit_log; \
 	[ $$integration = 0 ] && [ $$unit_status = 0 ]
