@@ -25,6 +25,19 @@ def test_a_consumer_group_through_the_whole_menu(seed):
     assert explorer.group is not None and explorer.group.checker.changes >= 5
 
 
+def test_a_member_whose_answer_went_unheard_asks_for_its_whole_assignment_even_after_another_answer():
+    """6963642 (beside a share group): a member paused while its heartbeat's answer, which gave it
+    partition 3, was on its way; running again, it heartbeated before that answer came, ignored
+    it as a paused process's, and marked its next request full; but the answer to the request sent
+    meanwhile (not a full one, no assignment in it) cleared the mark, and partition 3 stayed with
+    nobody for good. Only a full request's answer clears it now, as Kafka's client sends every
+    field again after a failure until a request carries them."""
+    explorer = Explorer(6963642, CONFIGS["safe"], **run_options(), load="mixed", consumer_groups=True,
+                        share_groups=True)
+    result = explorer.run()
+    assert result.ok, f"{result.all_violations}\n" + "\n".join(result.trace)
+
+
 @pytest.mark.parametrize("seed, mix, conversions", [(6960002, "g1 of the consumer protocol, c1, c2", 2),
                                                     (6960001, "g1, g2, g3 of the consumer protocol, c1", 0),
                                                     (6961006, "g1 of the consumer protocol, c1, c2", 1),

@@ -118,7 +118,8 @@ class GroupMember(Member):
                 return
             error = ErrorCode.network_exception if resp is None else ErrorCode(int(resp.error_code))
             if error is ErrorCode.none:
-                self.full = False
+                if full:                  # only a full request's answer has the whole assignment
+                    self.full = False
                 self.on_heartbeat(resp, sent_epoch)
             elif error in _FIND_AGAIN:
                 self.full = True
