@@ -331,6 +331,10 @@ class Invariants:
         below it may be gone from every replica, and the final checks look only above it."""
         self.deleted[index] = max(self.deleted[index], offset)
 
+    def deleted_below(self, index: int) -> int:
+        """The highest offset below which DeleteRecords was asked of partition ``index`` (0: never)."""
+        return self.deleted[index] if index < len(self.deleted) else 0
+
     # ------------------------------------------------------------------ at the end
 
     def _final_waiting(self, index: int, copies: dict[int, bytes], deleted: int, history: History) -> int:

@@ -164,9 +164,8 @@ class Explorer:
                               overrides=racks, **broker_config)
         self.sim.on_log = self._on_log
         # the share group's records as its leaders hand them out (from the brokers' start)
-        self.share_deliveries = LeaderDeliveries(
-            self.sim, TOPIC, lambda index: self.invariants.deleted[index] if index < len(self.invariants.deleted) else 0
-        ) if share_groups else None
+        self.share_deliveries = LeaderDeliveries(self.sim, TOPIC, lambda index: self.invariants.deleted_below(index)) \
+            if share_groups else None
         self.scratch = ScratchTopic(self.sim, self.replication_factor, config.topic, self.note) if recreate else None
         self.admin = AdminNemesis(self.sim, TOPIC, partitions, self.replication_factor, self.note,
                                   lambda: len(self._assignment()[0]))
