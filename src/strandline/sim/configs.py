@@ -3,13 +3,18 @@
 ``safe`` is SPEC SAFE-1 (acks=all, min.insync.replicas=2, no unclean election, leader-epoch
 truncation) and must never lose an acknowledged write (``compact`` on a compacted topic, ``txn``
 with transactions); ``acks1``, ``unclean`` and ``legacy`` are
-the loss cases LOSS-1/LOSS-3, LOSS-2 and EPO-4 and must lose some. A module of its own so that the
-command line names them without loading the simulator.
+the loss cases LOSS-1/LOSS-3, LOSS-2 and EPO-4 and must lose some. Also the broker settings a seed
+draws for itself when asked for ``mixed`` (the inter-broker protocol, eligible leader replicas, the
+unclean recovery strategy). A module of its own so that the command line names them without loading
+the simulator.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
+
+from strandline.core.topic_keys import UNCLEAN_RECOVERY_STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -60,3 +65,31 @@ CONFIGS = {
                                  "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"},
                          frozenset({-1}), False, "random", transactions=True),
 }
+
+
+def inter_broker_protocol_of(seed: int, isr_writes: str) -> str:
+    """``inter.broker.protocol.version`` of ``seed``'s run: 2.8 (AlterIsr) or 2.6 (legacy) by name,
+    or drawn for ``mixed`` from a random source of its own (the run's other draws do not depend on it)."""
+    if isr_writes == "mixed":
+        return random.Random(f"inter.broker.protocol.version-{seed}").choice(("2.6", "2.8"))
+    return isr_writes
+
+
+def eligible_leader_replicas_of(seed: int, elr: str) -> bool:
+    """Whether ``seed``'s run has eligible leader replicas: ``on``, ``off``, or drawn for ``mixed``
+    from a random source of its own (the run's other draws do not depend on it)."""
+    if elr == "mixed":
+        return random.Random(f"eligible.leader.replicas.enable-{seed}").random() < 0.5
+    if elr not in ("on", "off"):
+        raise ValueError(f"elr must be on, off or mixed, not {elr!r}")
+    return elr == "on"
+
+
+def unclean_recovery_of(seed: int, strategy: str) -> str:
+    """``seed``'s unclean.recovery.strategy: the one named, or for ``mixed`` one drawn from a random
+    source of its own (Balanced half the time, Aggressive and None a quarter each)."""
+    if strategy == "mixed":
+        return random.Random(f"unclean.recovery.strategy-{seed}").choice(("Balanced", "Balanced", "Aggressive", "None"))
+    if strategy not in UNCLEAN_RECOVERY_STRATEGIES:
+        raise ValueError(f"unclean recovery must be Balanced, Aggressive, None or mixed, not {strategy!r}")
+    return strategy

@@ -37,10 +37,10 @@ from strandline.coordination.store import GetChildren, GetData, ZkError
 from strandline.protocol.api import ApiKey
 from strandline.core import api_version
 from strandline.core.config import REPLICA_SELECTORS
-from strandline.core.topic_keys import UNCLEAN_RECOVERY_STRATEGIES
 from strandline.sim.admin_nemesis import AdminNemesis
 from strandline.sim.checker import Invariants, Violation, read_whole
 from strandline.sim.configs import CONFIGS, ExploreConfig  # noqa: F401  (part of this module's interface)
+from strandline.sim.configs import eligible_leader_replicas_of, inter_broker_protocol_of, unclean_recovery_of
 from strandline.sim.cluster import SimCluster
 from strandline.sim.menu import FAULT_FAMILIES, FULL_MENU  # noqa: F401  (FULL_MENU: part of this module's interface)
 from strandline.sim.nemesis import Nemesis, live_brokers
@@ -581,34 +581,6 @@ class Explorer:
                 parts.append(f"{name} zk(leader {state.leader} epoch {state.leader_epoch} isr {list(state.isr)}) "
                              + " ".join(views))
         return "; ".join(parts)
-
-
-def inter_broker_protocol_of(seed: int, isr_writes: str) -> str:
-    """``inter.broker.protocol.version`` of ``seed``'s run: 2.8 (AlterIsr) or 2.6 (legacy) by name,
-    or drawn for ``mixed`` from a random source of its own (the run's other draws do not depend on it)."""
-    if isr_writes == "mixed":
-        return random.Random(f"inter.broker.protocol.version-{seed}").choice(("2.6", "2.8"))
-    return isr_writes
-
-
-def eligible_leader_replicas_of(seed: int, elr: str) -> bool:
-    """Whether ``seed``'s run has eligible leader replicas: ``on``, ``off``, or drawn for ``mixed``
-    from a random source of its own (the run's other draws do not depend on it)."""
-    if elr == "mixed":
-        return random.Random(f"eligible.leader.replicas.enable-{seed}").random() < 0.5
-    if elr not in ("on", "off"):
-        raise ValueError(f"elr must be on, off or mixed, not {elr!r}")
-    return elr == "on"
-
-
-def unclean_recovery_of(seed: int, strategy: str) -> str:
-    """``seed``'s unclean.recovery.strategy: the one named, or for ``mixed`` one drawn from a random
-    source of its own (Balanced half the time, Aggressive and None a quarter each)."""
-    if strategy == "mixed":
-        return random.Random(f"unclean.recovery.strategy-{seed}").choice(("Balanced", "Balanced", "Aggressive", "None"))
-    if strategy not in UNCLEAN_RECOVERY_STRATEGIES:
-        raise ValueError(f"unclean recovery must be Balanced, Aggressive, None or mixed, not {strategy!r}")
-    return strategy
 
 
 def run_seed(seed: int, config: str = "safe", **kwargs: Any) -> RunResult:
