@@ -5,7 +5,8 @@ One cluster for the module with ``group.share.enable=true``, a 3 s record lock
 delivery limit at Kafka's default, 5, and a short ZooKeeper session so that a SIGKILLed leader is
 replaced quickly. The consumers acknowledge explicitly
 (:file:`kip932_share/ShareMember.java`, compiled against the Kafka 4.x jars of the cache): they
-accept each record and release the "poison" ones, which come back until the limit archives them.
+accept each record, release the "poison" ones, which come back until the limit archives them, and
+reject the "reject" ones, which are archived at once.
 A group reading from the log's start has ``share.auto.offset.reset=earliest`` set with Kafka 4.x's
 own ``kafka-configs --entity-type groups``.
 """
@@ -87,7 +88,7 @@ def finish(consumers: list[ShareConsumer]) -> None:
             c.kill()
 
 
-def test_four_consumers_share_a_partition_from_its_start_each_delivery_counted_and_poison_archived_at_the_limit(
+def test_four_consumers_share_a_partition_each_delivery_counted_rejected_records_archived_and_poison_at_the_limit(
         sg, share_member, tmp_path):
     create_topic(sg, "queue", partitions=1)
     kafka = dist(KAFKA, "4")
@@ -102,7 +103,7 @@ def test_four_consumers_share_a_partition_from_its_start_each_delivery_counted_a
     shown = kafka.run_tool("kafka-configs", [*configs, "--describe", "--all"], timeout=120)
     assert shown.returncode == 0 and "share.auto.offset.reset=earliest" in shown.stdout and \
         "share.record.lock.duration.ms=3000" in shown.stdout, shown.stdout + shown.stderr
-    values = [f"v{i}" for i in range(300)] + [f"poison{i}" for i in range(3)]
+    values = [f"v{i}" for i in range(300)] + [f"poison{i}" for i in range(3)] + [f"reject{i}" for i in range(3)]
     for start in range(0, len(values), 50):       # all written before the group reads: earliest finds them
         produce(sg.bootstrap, "queue", values[start:start + 50])
     consumers = [ShareConsumer(share_member, sg.bootstrap, "workers", "queue", "ack", tmp_path, f"c{i}")
@@ -114,10 +115,11 @@ def test_four_consumers_share_a_partition_from_its_start_each_delivery_counted_a
         def done() -> bool:
             seen = [v for c in consumers for _, _, v in c.deliveries()]
             return len({v for v in seen if v.startswith("v")}) == 300 and \
-                sum(v.startswith("poison") for v in seen) >= 3 * LIMIT
+                sum(v.startswith("poison") for v in seen) >= 3 * LIMIT and sum(v.startswith("reject") for v in seen) >= 3
         poll_until(done, 90, 0.2, "every record delivered, each poison record up to the limit")
         # a record written last is handed out after every released one (the lowest available
-        # offset goes first): a poison record delivered past the limit would come before it
+        # offset goes first): a poison record delivered past the limit, or a rejected one delivered
+        # again, would come before it
         produce(sg.bootstrap, "queue", ["last"])
         poll_until(lambda: any(v == "last" for c in consumers for _, _, v in c.deliveries()), 30, 0.1,
                    "the last record")
@@ -146,7 +148,7 @@ def test_four_consumers_share_a_partition_from_its_start_each_delivery_counted_a
         if values_at[offset].startswith("poison"):
             assert len(seen) == LIMIT, (offset, seen)                         # archived at the limit
         else:
-            assert seen == [1], (offset, seen)                                # accepted at once
+            assert seen == [1], (offset, seen)                                # accepted or rejected at once
 
 
 def test_a_consumer_killed_holding_locks_has_its_records_delivered_again_after_the_lock(sg, share_member, tmp_path):

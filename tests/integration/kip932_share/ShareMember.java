@@ -17,7 +17,8 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * One consumer of a share group (KIP-932) with explicit acknowledgement. For each record it
  * prints, with no delay, a line "RECORD partition offset deliveryCount value"; then it accepts
  * the record, or releases it when its value starts with "poison" (so that it comes back until the
- * delivery limit archives it), or, in the mode "hold", acknowledges nothing and polls no more
+ * delivery limit archives it), or rejects it when its value starts with "reject" (archived at once,
+ * never delivered again), or, in the mode "hold", acknowledges nothing and polls no more
  * after its first records (a consumer that hangs holding its locks, to be killed). It commits
  * the acknowledgements after each poll.
  * It prints "READY" once created, subscribes once the go-file exists, and closes (printing
@@ -50,7 +51,8 @@ public final class ShareMember {
                     if (hold) {
                         continue;
                     }
-                    AcknowledgeType type = record.value().startsWith("poison") ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT;
+                    AcknowledgeType type = record.value().startsWith("poison") ? AcknowledgeType.RELEASE
+                        : record.value().startsWith("reject") ? AcknowledgeType.REJECT : AcknowledgeType.ACCEPT;
                     consumer.acknowledge(record, type);
                 }
                 if (!records.isEmpty()) {
