@@ -15,7 +15,8 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 
 /**
  * One consumer of a share group (KIP-932) with explicit acknowledgement. For each record it
- * prints, with no delay, a line "RECORD partition offset deliveryCount value"; then it accepts
+ * prints, with no delay, a line "RECORD partition offset deliveryCount receivedMillis value" (the
+ * wall clock's milliseconds when the poll returned it); then it accepts
  * the record, or releases it when its value starts with "poison" (so that it comes back until the
  * delivery limit archives it), or rejects it when its value starts with "reject" (archived at once,
  * never delivered again), or, in the mode "hold", acknowledges nothing and polls no more
@@ -47,7 +48,8 @@ public final class ShareMember {
                 ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
                 for (ConsumerRecord<String, String> record : records) {
                     short count = record.deliveryCount().orElse((short) -1);
-                    out.println("RECORD " + record.partition() + " " + record.offset() + " " + count + " " + record.value());
+                    out.println("RECORD " + record.partition() + " " + record.offset() + " " + count + " "
+                        + System.currentTimeMillis() + " " + record.value());
                     if (hold) {
                         continue;
                     }
